@@ -1,0 +1,88 @@
+# The project's commands. Each one prepares the machine first (scripts/setup.sh,
+# fast when nothing is missing) and uses CMake + Ninja underneath:
+#   make demo        build and run examples/demo.c
+#   make test        unit/conformance/header/abi tests, then the same under
+#                    ASan+UBSan, then the bounded fuzz runs
+#   make bench       optimised build, then the benchmarks
+#   make sanitize    only the ASan+UBSan suite      make fuzz   only the fuzz suite
+#   make install PREFIX=/usr/local                  make clean  remove build dirs
+
+JOBS   ?= 2
+PREFIX ?= /usr/local
+CMAKE  ?= cmake
+CTEST  ?= ctest
+CONFIGURE = $(CMAKE) -G Ninja
+
+BUILD         := build
+BUILD_ASAN    := build-asan
+BUILD_FUZZ    := build-fuzz
+BUILD_RELEASE := build-release
+
+# `make test` prepares the machine once and tells the suites it ran not to repeat it.
+SETUP_DEP := $(if $(SKIP_SETUP),,setup)
+
+.PHONY: all setup build test test-unit sanitize fuzz demo bench install clean distclean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+build: $(SETUP_DEP)
+	$(CONFIGURE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	$(CMAKE) --build $(BUILD) -j $(JOBS)
+
+# Suites run one after the other and the first failure stops `make test`.
+test: setup
+	@$(MAKE) --no-print-directory test-unit SKIP_SETUP=1
+	@$(MAKE) --no-print-directory sanitize SKIP_SETUP=1
+	@$(MAKE) --no-print-directory fuzz SKIP_SETUP=1
+	@echo "make test: all suites passed"
+
+test-unit: build
+	$(CTEST) --test-dir $(BUILD) --output-on-failure --no-tests=error -j $(JOBS)
+
+sanitize: $(SETUP_DEP)
+	$(CONFIGURE) -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DKVC_SANITIZE=ON
+	$(CMAKE) --build $(BUILD_ASAN) -j $(JOBS)
+	$(CTEST) --test-dir $(BUILD_ASAN) --output-on-failure --no-tests=error -j $(JOBS) -LE fuzz
+
+# No fuzz target yet is said, not hidden; once there is one, an empty run fails.
+fuzz: $(SETUP_DEP)
+	@if ! ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then \
+	  echo "fuzz: SKIPPED: no tests/fuzz/fuzz_*.c targets yet"; \
+	else \
+	  set -e; \
+	  CC=clang CXX=clang++ $(CONFIGURE) -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=RelWithDebInfo; \
+	  $(CMAKE) --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_targets; \
+	  $(CTEST) --test-dir $(BUILD_FUZZ) --output-on-failure --no-tests=error -j $(JOBS) -L fuzz; \
+	fi
+
+demo: build
+	@test -x $(BUILD)/examples/demo || { echo "demo: examples/demo.c is missing" >&2; exit 1; }
+	$(BUILD)/examples/demo
+
+# Release is CMake's portable -O3; no -march=native, so numbers are comparable
+# across machines of one architecture.
+bench: $(SETUP_DEP)
+	$(CONFIGURE) -S . -B $(BUILD_RELEASE) -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF
+	$(CMAKE) --build $(BUILD_RELEASE) -j $(JOBS)
+	@if [ -f bench/run.sh ]; then \
+	  bash bench/run.sh $(BUILD_RELEASE); \
+	else \
+	  set -e; found=0; \
+	  for b in $(BUILD_RELEASE)/bench/bench_*; do \
+	    [ -x "$$b" ] || continue; found=1; echo "== $$b"; "$$b"; \
+	  done; \
+	  [ $$found -eq 1 ] || { echo "bench: no bench/bench_*.c programs" >&2; exit 1; }; \
+	fi
+
+install: build
+	$(CMAKE) --install $(BUILD) --prefix "$(PREFIX)"
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ) $(BUILD_RELEASE)
+
+# Also the Python environment that setup.sh made.
+distclean: clean
+	rm -rf .venv

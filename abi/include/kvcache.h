@@ -1,0 +1,47 @@
+/*
+ * kvcache.h: the key/value caches of transformer inference behind a C ABI.
+ *
+ * kvcache holds every kind of KV cache Hugging Face transformers has, with
+ * transformers' semantics (same returned shapes, same positions kept, same
+ * lengths and mask sizes), on interchangeable CPU, CUDA and ROCm backends.
+ *
+ * Conventions that hold for every function of this header:
+ *
+ *  - Names: functions kvc_<object>_<verb>, opaque types kvc_<object>, macros
+ *    and enumerators KVC_*. Only kvc_* symbols leave the shared library.
+ *  - Handles are opaque and allocated by the library: kvc_x_create(options,
+ *    &out) and kvc_x_destroy(x), which accepts NULL and never fails.
+ *    Out-parameters come last.
+ *  - Errors are returned: a fallible function returns kvc_error* (NULL means
+ *    success), owned by the caller (kvc_error_destroy). A failed call changes
+ *    nothing: no state is touched, out-parameters keep their values, nothing
+ *    leaks.
+ *  - Option structs begin with uint32_t struct_size, grow only by appending,
+ *    and come with a KVC_X_OPTIONS_INIT macro and a kvc_x_options_init()
+ *    function. A struct_size the library does not know is rejected.
+ *  - Enumerations cross the ABI as fixed-width integers and are never
+ *    renumbered.
+ *  - Ownership: every pointer argument is borrowed for the duration of the
+ *    call unless its documentation says otherwise. Returned views (kvc_kv)
+ *    point into cache-owned memory and stay valid until the next call that
+ *    mutates that cache.
+ *
+ * Thread safety: a cache handle (kvc_cache, kvc_encoder_decoder_cache) must be
+ * used by one thread at a time; distinct handles are fully independent and may
+ * be used concurrently from different threads. Functions taking a const
+ * handle do not modify it, so several threads may call them concurrently as
+ * long as no thread mutates that cache meanwhile. Error objects are
+ * independent values. Global functions (kvc_version, kvc_features, the
+ * *_init functions, kvc_dtype_*) are thread-safe.
+ */
+#ifndef KVCACHE_H
+#define KVCACHE_H
+
+#include "kvcache/version.h"
+#include "kvcache/error.h"
+#include "kvcache/tensor.h"
+#include "kvcache/cache.h"
+#include "kvcache/ops.h"
+#include "kvcache/encoder_decoder.h"
+
+#endif /* KVCACHE_H */

@@ -1,0 +1,282 @@
+/*
+ * kvcache/cache.h: creating, cloning and inspecting caches.
+ *
+ * A cache is an ordered list of layers, each of one kind. The cache classes of
+ * Hugging Face transformers (DynamicCache, StaticCache, SlidingWindowCache,
+ * HybridCache, HybridChunkedCache) are presets: a pattern of layer kinds built
+ * from a model configuration, exactly as transformers builds them.
+ */
+#ifndef KVCACHE_CACHE_H
+#define KVCACHE_CACHE_H
+
+#include "kvcache/error.h"
+#include "kvcache/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Opaque cache handle. */
+typedef struct kvc_cache kvc_cache;
+
+/* ---------------------------------------------------------------- layers */
+
+/*
+ * Layer kinds (spec A.2, A.3, A.5, A.6). The chunked kinds behave exactly like
+ * the sliding kinds with the chunk size as window (transformers uses the same
+ * classes); they differ only in how the attention mask is built, which
+ * kvc_layer_info.is_chunked reports.
+ */
+typedef int32_t kvc_layer_kind;
+#define KVC_LAYER_DYNAMIC          1 /**< grows without bound; stores every token */
+#define KVC_LAYER_DYNAMIC_SLIDING  2 /**< grows up to the window; stores the last window-1 tokens */
+#define KVC_LAYER_DYNAMIC_CHUNKED  3 /**< KVC_LAYER_DYNAMIC_SLIDING with window = chunk size */
+#define KVC_LAYER_STATIC           4 /**< pre-allocated max_cache_len slots */
+#define KVC_LAYER_STATIC_SLIDING   5 /**< pre-allocated min(window, max_cache_len) slots, shifted */
+#define KVC_LAYER_STATIC_CHUNKED   6 /**< KVC_LAYER_STATIC_SLIDING with window = chunk size */
+
+/** One layer of a custom cache. */
+typedef struct kvc_layer_options {
+  uint32_t struct_size;     /**< sizeof(kvc_layer_options) */
+  kvc_layer_kind kind;      /**< default KVC_LAYER_DYNAMIC */
+  int64_t window;           /**< sliding and chunked kinds: window or chunk size, >= 1 */
+  int64_t max_cache_len;    /**< static kinds: number of slots, >= 1 */
+} kvc_layer_options;
+
+#define KVC_LAYER_OPTIONS_INIT {sizeof(kvc_layer_options), KVC_LAYER_DYNAMIC, 0, 0}
+/** Sets `options` to KVC_LAYER_OPTIONS_INIT. Never fails; NULL is ignored. */
+KVC_API void kvc_layer_options_init(kvc_layer_options* options);
+
+/* ----------------------------------------------------------------- presets */
+
+/* Per-layer attention types of a model configuration (`config.layer_types`). */
+typedef int32_t kvc_layer_type;
+#define KVC_LAYER_TYPE_FULL_ATTENTION    1 /**< "full_attention" */
+#define KVC_LAYER_TYPE_SLIDING_ATTENTION 2 /**< "sliding_attention" */
+#define KVC_LAYER_TYPE_CHUNKED_ATTENTION 3 /**< "chunked_attention" */
+
+/**
+ * The parts of a transformers model configuration that decide a cache's
+ * layers (spec A.10). Zero means "absent" for every field.
+ */
+typedef struct kvc_model_config {
+  uint32_t struct_size;              /**< sizeof(kvc_model_config) */
+  uint32_t num_hidden_layers;        /**< >= 1 */
+  const kvc_layer_type* layer_types; /**< NULL, or num_hidden_layers entries; borrowed for the call */
+  int64_t sliding_window;            /**< window of sliding layers, or 0 */
+  int64_t attention_chunk_size;      /**< chunk size of chunked layers, or 0 */
+  uint32_t num_kv_shared_layers;     /**< the last n layers share KV and get no cache */
+  uint32_t sliding_window_pattern;   /**< HYBRID presets without layer_types: every n-th layer is
+                                          full attention (transformers' default 2 when 0) */
+} kvc_model_config;
+
+#define KVC_MODEL_CONFIG_INIT {sizeof(kvc_model_config), 0, NULL, 0, 0, 0, 0}
+/** Sets `config` to KVC_MODEL_CONFIG_INIT. Never fails; NULL is ignored. */
+KVC_API void kvc_model_config_init(kvc_model_config* config);
+
+/*
+ * Presets: how kvc_cache_create builds the layer list.
+ *
+ * KVC_PRESET_DYNAMIC: DynamicCache. With a config, one dynamic layer per
+ *   layer type (full -> DYNAMIC, sliding -> DYNAMIC_SLIDING, chunked ->
+ *   DYNAMIC_CHUNKED). Without a config, a lazy cache: no layers until the
+ *   first update, then plain dynamic layers created up to the updated index.
+ * KVC_PRESET_STATIC: StaticCache(config, max_cache_len): one static layer per
+ *   layer type (full -> STATIC, sliding -> STATIC_SLIDING, chunked ->
+ *   STATIC_CHUNKED).
+ * KVC_PRESET_SLIDING_WINDOW: SlidingWindowCache: every layer STATIC_SLIDING
+ *   with config.sliding_window (required).
+ * KVC_PRESET_HYBRID: HybridCache (Gemma 2/3): layer_types if given, else
+ *   layer i is sliding unless (i + 1) % sliding_window_pattern == 0;
+ *   config.sliding_window required.
+ * KVC_PRESET_HYBRID_CHUNKED: HybridChunkedCache (Llama 4): layer_types if
+ *   given, else the pattern rule with chunked layers; the window is
+ *   attention_chunk_size, else sliding_window (one is required).
+ * KVC_PRESET_CUSTOM: the layers listed in kvc_cache_options.layers.
+ *
+ * Layer types are derived as transformers does: without layer_types, all
+ * layers are sliding if sliding_window is set, else chunked if
+ * attention_chunk_size is set, else full; the last num_kv_shared_layers
+ * entries are dropped.
+ */
+typedef int32_t kvc_preset;
+#define KVC_PRESET_CUSTOM         0
+#define KVC_PRESET_DYNAMIC        1
+#define KVC_PRESET_STATIC         2
+#define KVC_PRESET_SLIDING_WINDOW 3
+#define KVC_PRESET_HYBRID         4
+#define KVC_PRESET_HYBRID_CHUNKED 5
+
+/** Options of kvc_cache_create. */
+typedef struct kvc_cache_options {
+  uint32_t struct_size;                 /**< sizeof(kvc_cache_options) */
+  kvc_preset preset;                    /**< default KVC_PRESET_DYNAMIC */
+  const kvc_model_config* config;       /**< presets; borrowed for the call */
+  int64_t max_cache_len;                /**< STATIC, SLIDING_WINDOW, HYBRID, HYBRID_CHUNKED: >= 1 */
+  uint32_t num_layers;                  /**< CUSTOM: number of entries in `layers` */
+  const kvc_layer_options* layers;      /**< CUSTOM: borrowed for the call */
+  kvc_device device;                    /**< where the cache lives; default {KVC_DEVICE_CPU, 0} */
+} kvc_cache_options;
+
+#define KVC_CACHE_OPTIONS_INIT \
+  {sizeof(kvc_cache_options), KVC_PRESET_DYNAMIC, NULL, 0, 0, NULL, {KVC_DEVICE_CPU, 0}}
+/** Sets `options` to KVC_CACHE_OPTIONS_INIT. Never fails; NULL is ignored. */
+KVC_API void kvc_cache_options_init(kvc_cache_options* options);
+
+/* --------------------------------------------------------- create/destroy */
+
+/**
+ * Creates a cache. `options` is borrowed for the call (NULL = a lazy
+ * DynamicCache on the CPU). On success `*out` is a new cache owned by the
+ * caller (free it with kvc_cache_destroy); on error `*out` is untouched.
+ * Layers allocate their storage lazily, from the first update (or from
+ * kvc_cache_early_initialization), taking batch, heads, head_dims and dtype
+ * from it.
+ * Errors: INVALID_ARGUMENT (bad options or struct_size), NO_DEVICE.
+ */
+KVC_API kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out);
+
+/**
+ * Builds a cache from existing per-layer tensors: transformers' legacy tuple
+ * format `((k0, v0), (k1, v1), ...)` and the DynamicCache(ddp_cache_data)
+ * constructor. The cache is created from `options` as kvc_cache_create does,
+ * then layer i receives update(keys[i], values[i]). The tensors are borrowed
+ * for the call and copied. On error nothing is created.
+ */
+KVC_API kvc_error* kvc_cache_create_from_tensors(const kvc_cache_options* options,
+                                                 uint32_t num_layers,
+                                                 const kvc_tensor* keys,
+                                                 const kvc_tensor* values,
+                                                 kvc_cache** out);
+
+/**
+ * A deep copy of `cache` (same layers, contents, counters and flags), for
+ * prefix reuse: prefill once, clone per request. `cache` is borrowed for the
+ * call. On success `*out` is owned by the caller.
+ */
+KVC_API kvc_error* kvc_cache_clone(const kvc_cache* cache, kvc_cache** out);
+
+/** Frees `cache` and all memory it owns; views into it become invalid. Accepts NULL. */
+KVC_API void kvc_cache_destroy(kvc_cache* cache);
+
+/** Options of kvc_cache_early_initialization. */
+typedef struct kvc_init_options {
+  uint32_t struct_size;        /**< sizeof(kvc_init_options) */
+  int64_t batch_size;          /**< >= 1 */
+  int64_t num_kv_heads;        /**< >= 1; ignored where num_kv_heads_per_layer is given */
+  int64_t k_head_dim;          /**< >= 1 */
+  int64_t v_head_dim;          /**< 0 = same as k_head_dim */
+  kvc_dtype dtype;             /**< required */
+  const int64_t* num_kv_heads_per_layer; /**< NULL or one entry per layer; borrowed */
+  const int64_t* head_dim_per_layer;     /**< NULL or one entry per layer (keys and values); borrowed */
+} kvc_init_options;
+
+#define KVC_INIT_OPTIONS_INIT {sizeof(kvc_init_options), 0, 0, 0, 0, KVC_DTYPE_UNSET, NULL, NULL}
+/** Sets `options` to KVC_INIT_OPTIONS_INIT. Never fails; NULL is ignored. */
+KVC_API void kvc_init_options_init(kvc_init_options* options);
+
+/**
+ * Allocates every not-yet-initialized layer now instead of at its first
+ * update (transformers' early_initialization): static layers get their zeroed
+ * buffers, dynamic layers an empty store. Already initialized layers are
+ * skipped. A lazy cache without layers is left as it is.
+ */
+KVC_API kvc_error* kvc_cache_early_initialization(kvc_cache* cache, const kvc_init_options* options);
+
+/* ----------------------------------------------------------------- queries */
+
+/** Number of layers (for a lazy cache: the layers touched so far). 0 for NULL. */
+KVC_API uint32_t kvc_cache_num_layers(const kvc_cache* cache);
+
+/** What a layer is and holds. Fill struct_size before the call. */
+typedef struct kvc_layer_info {
+  uint32_t struct_size;     /**< set by the caller: sizeof(kvc_layer_info) */
+  kvc_layer_kind kind;
+  int64_t window;           /**< sliding/chunked kinds, else 0 */
+  int64_t max_cache_len;    /**< static kinds: the configured max_cache_len, else 0 */
+  int64_t capacity;         /**< slots the layer keeps: static max_cache_len, static sliding
+                                 min(window, max_cache_len), dynamic sliding window-1, dynamic -1 */
+  uint8_t is_initialized;   /**< storage exists (after first update or early initialization) */
+  uint8_t is_sliding;       /**< sliding or chunked kind */
+  uint8_t is_chunked;       /**< chunked kind: mask with the chunk rule, not the sliding rule */
+  uint8_t is_compileable;   /**< static kinds: fixed addresses, no allocation in update */
+  uint8_t records_past;     /**< dynamic sliding layer after kvc_cache_activate_past_recording */
+  kvc_dtype dtype;          /**< KVC_DTYPE_UNSET until initialized */
+  int64_t batch_size;       /**< 0 until initialized */
+  int64_t num_kv_heads;
+  int64_t k_head_dim;
+  int64_t v_head_dim;
+  int64_t seq_length;       /**< what kvc_cache_seq_length returns */
+  int64_t stored_length;    /**< tokens physically stored (view length) */
+} kvc_layer_info;
+
+/** Fills `*out` (whose struct_size the caller sets). Errors: OUT_OF_RANGE for a bad layer. */
+KVC_API kvc_error* kvc_cache_layer_info(const kvc_cache* cache, uint32_t layer, kvc_layer_info* out);
+
+/**
+ * Per-layer stored K/V views (transformers' `cache.layers[i].keys/values`):
+ * dynamic layers all stored tokens, dynamic sliding the kept tail, static
+ * layers the whole buffer including unwritten (zero) slots. Views are owned by
+ * the cache and valid until its next mutating call. Errors: OUT_OF_RANGE, and
+ * INVALID_STATE for a layer that is not initialized.
+ */
+KVC_API kvc_error* kvc_cache_layer_view(const kvc_cache* cache, uint32_t layer, kvc_kv* out);
+
+/**
+ * get_seq_length(layer): tokens seen (static and sliding layers: the counter
+ * of all tokens written; dynamic layers: tokens stored). 0 for a layer index
+ * beyond the layers (transformers' lazy-cache rule) or an uninitialized layer.
+ */
+KVC_API kvc_error* kvc_cache_seq_length(const kvc_cache* cache, uint32_t layer, int64_t* out);
+
+/** Pass as `layer` to ask about the whole cache. */
+#define KVC_ALL_LAYERS (-1)
+
+/**
+ * get_max_length(layer) (formerly get_max_cache_shape): -1 for unbounded
+ * (dynamic), the window for dynamic sliding, max_cache_len for static, and
+ * min(window, max_cache_len) for static sliding layers. With KVC_ALL_LAYERS,
+ * the maximum over all layers (-1 for a cache without layers). A layer index
+ * beyond the layers gives -1.
+ */
+KVC_API kvc_error* kvc_cache_max_length(const kvc_cache* cache, int32_t layer, int64_t* out);
+
+/**
+ * get_usable_length(new_seq_length, layer): the stored length old models use
+ * as kv_seq_len: max_length(layer) - new_seq_length when the layer is bounded
+ * and seq_length + new_seq_length exceeds it, else seq_length.
+ */
+KVC_API kvc_error* kvc_cache_usable_length(const kvc_cache* cache, int64_t new_seq_length,
+                                           uint32_t layer, int64_t* out);
+
+/**
+ * get_mask_sizes(query_length, layer): the length and absolute offset of the
+ * key range the next update of `query_length` tokens will return, so the
+ * attention mask can be built before the update. (query_length, 0) for a
+ * layer index beyond the layers.
+ */
+KVC_API kvc_error* kvc_cache_mask_sizes(const kvc_cache* cache, int64_t query_length, uint32_t layer,
+                                        int64_t* kv_length, int64_t* kv_offset);
+
+/**
+ * The batch size of the initialized static layers (transformers'
+ * `Cache.batch_size`): -1 if there are none. Errors: INVALID_STATE if the
+ * layers disagree.
+ */
+KVC_API kvc_error* kvc_cache_batch_size(const kvc_cache* cache, int64_t* out);
+
+/** Memory a cache holds. Fill struct_size before the call. */
+typedef struct kvc_memory_info {
+  uint32_t struct_size;     /**< set by the caller: sizeof(kvc_memory_info) */
+  uint64_t bytes_reserved;  /**< bytes allocated for K/V storage and scratch, all layers */
+  uint64_t bytes_used;      /**< bytes of K/V currently stored (the stored views) */
+} kvc_memory_info;
+
+/** Fills `*out` (whose struct_size the caller sets). */
+KVC_API kvc_error* kvc_cache_memory(const kvc_cache* cache, kvc_memory_info* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVCACHE_CACHE_H */

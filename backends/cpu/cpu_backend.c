@@ -1,0 +1,95 @@
+/*
+ * backends/cpu/cpu_backend.c: the reference backend. Every other backend is
+ * tested against it op by op, so it favours obvious correctness, with fast
+ * paths only where rows are contiguous (the common case for cache storage).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+static int cpu_device_count(void* ctx) {
+  (void)ctx;
+  return 1;
+}
+
+static void* cpu_alloc_zeroed(void* ctx, int32_t device_id, size_t bytes) {
+  (void)ctx;
+  (void)device_id;
+  return calloc(1, bytes);
+}
+
+static void cpu_free(void* ctx, int32_t device_id, void* ptr) {
+  (void)ctx;
+  (void)device_id;
+  free(ptr);
+}
+
+/* One (b, h) row: seq x dim elements, memmove-safe. */
+static void copy_plane(char* dst, const int64_t ds[4], const char* src, const int64_t ss[4], int64_t seq,
+                       int64_t dim, size_t elem) {
+  if (ds[3] == 1 && ss[3] == 1) {
+    if (ds[2] == dim && ss[2] == dim) {
+      memmove(dst, src, (size_t)(seq * dim) * elem);
+      return;
+    }
+    /* Moving towards lower addresses in the same row: ascending order is safe; otherwise descending. */
+    if (dst <= src) {
+      for (int64_t s = 0; s < seq; s++)
+        memmove(dst + (size_t)(s * ds[2]) * elem, src + (size_t)(s * ss[2]) * elem, (size_t)dim * elem);
+    } else {
+      for (int64_t s = seq - 1; s >= 0; s--)
+        memmove(dst + (size_t)(s * ds[2]) * elem, src + (size_t)(s * ss[2]) * elem, (size_t)dim * elem);
+    }
+    return;
+  }
+  for (int64_t s = 0; s < seq; s++)
+    for (int64_t d = 0; d < dim; d++)
+      memcpy(dst + (size_t)(s * ds[2] + d * ds[3]) * elem, src + (size_t)(s * ss[2] + d * ss[3]) * elem, elem);
+}
+
+static int cpu_copy_4d(void* ctx, int32_t device_id, void* dst, const int64_t ds[4], const void* src,
+                       const int64_t ss[4], const int64_t shape[4], size_t elem) {
+  (void)ctx;
+  (void)device_id;
+  if (shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || shape[3] == 0) return 0;
+  for (int64_t b = 0; b < shape[0]; b++)
+    for (int64_t h = 0; h < shape[1]; h++)
+      copy_plane((char*)dst + (size_t)(b * ds[0] + h * ds[1]) * elem,
+                 ds, (const char*)src + (size_t)(b * ss[0] + h * ss[1]) * elem, ss, shape[2], shape[3], elem);
+  return 0;
+}
+
+static int cpu_fill_zero_4d(void* ctx, int32_t device_id, void* dst, const int64_t st[4], const int64_t shape[4],
+                            size_t elem) {
+  (void)ctx;
+  (void)device_id;
+  for (int64_t b = 0; b < shape[0]; b++)
+    for (int64_t h = 0; h < shape[1]; h++) {
+      char* row = (char*)dst + (size_t)(b * st[0] + h * st[1]) * elem;
+      if (st[3] == 1 && st[2] == shape[3]) {
+        memset(row, 0, (size_t)(shape[2] * shape[3]) * elem);
+        continue;
+      }
+      for (int64_t s = 0; s < shape[2]; s++)
+        for (int64_t d = 0; d < shape[3]; d++) memset(row + (size_t)(s * st[2] + d * st[3]) * elem, 0, elem);
+    }
+  return 0;
+}
+
+static int cpu_copy_rows(void* ctx, int32_t device_id, void* dst, const int64_t ds[4], const int64_t* dst_rows,
+                         const void* src, const int64_t ss[4], const int64_t* src_rows, int64_t count,
+                         const int64_t row_shape[4], size_t elem) {
+  int64_t shape[4] = {1, row_shape[1], row_shape[2], row_shape[3]};
+  for (int64_t i = 0; i < count; i++)
+    cpu_copy_4d(ctx, device_id, (char*)dst + (size_t)(dst_rows[i] * ds[0]) * elem, ds,
+                (const char*)src + (size_t)(src_rows[i] * ss[0]) * elem, ss, shape, elem);
+  return 0;
+}
+
+static const kvc_backend cpu_backend = {
+    sizeof(kvc_backend), KVC_BACKEND_API_VERSION, "cpu", KVC_DEVICE_CPU, NULL,
+    cpu_device_count, cpu_alloc_zeroed, cpu_free, cpu_copy_4d, cpu_fill_zero_4d, cpu_copy_rows,
+};
+
+const kvc_backend* kvc_cpu_backend(void) { return &cpu_backend; }

@@ -1,0 +1,261 @@
+/*
+ * bench_decode: the cost of appending one decode step's keys and values to a
+ * DynamicCache shaped like Llama-3-8B (32 layers, 8 KV heads, head_dim 128,
+ * bfloat16, batch 1), at 1k, 8k and 32k cached tokens.
+ *
+ * The claim under test: a decode step costs the same at any context length
+ * (no per-step allocation, no copy of the history), close to a plain memcpy
+ * of the new token's bytes. Each repetition times `steps` single-token steps
+ * at the given context, then crops them off again so every repetition starts
+ * from the same length. Reported: median, min and max over repetitions of the
+ * time per token, for one kvc_cache_update_all call and for 32
+ * kvc_cache_update calls, and the memcpy roofline measured in the same run.
+ */
+#include "bench_common.h"
+
+#define LAYERS 32
+#define KV_HEADS 8
+#define HEAD_DIM 128
+#define TOKEN_ELEMS ((size_t)KV_HEADS * HEAD_DIM) /* one layer, one of K or V */
+#define TOKEN_BYTES (TOKEN_ELEMS * sizeof(uint16_t))
+#define STEP_BYTES (TOKEN_BYTES * 2 * LAYERS) /* K and V of every layer */
+
+static volatile uint64_t bench_sink; /* keeps the roofline's stores observable */
+
+typedef struct step_data {
+  int steps;
+  uint16_t* bytes;         /* [steps][LAYERS][2][TOKEN_ELEMS] */
+  int64_t shape[4];        /* {1, KV_HEADS, 1, HEAD_DIM}, shared by every tensor */
+  kvc_tensor* keys;        /* [steps][LAYERS] */
+  kvc_tensor* values;
+} step_data;
+
+static uint16_t* token_src(const step_data* d, int step, int layer, int is_value) {
+  return d->bytes + (((size_t)step * LAYERS + (size_t)layer) * 2 + (size_t)is_value) * TOKEN_ELEMS;
+}
+
+static void step_data_init(step_data* d, int steps) {
+  d->steps = steps;
+  d->bytes = bench_alloc((size_t)steps * STEP_BYTES);
+  bench_fill_bf16(d->bytes, (size_t)steps * LAYERS * 2 * TOKEN_ELEMS, 7);
+  d->shape[0] = 1;
+  d->shape[1] = KV_HEADS;
+  d->shape[2] = 1;
+  d->shape[3] = HEAD_DIM;
+  d->keys = bench_alloc((size_t)steps * LAYERS * sizeof(kvc_tensor));
+  d->values = bench_alloc((size_t)steps * LAYERS * sizeof(kvc_tensor));
+  for (int s = 0; s < steps; s++)
+    for (int l = 0; l < LAYERS; l++) {
+      d->keys[s * LAYERS + l] = bench_tensor_bf16(token_src(d, s, l, 0), d->shape);
+      d->values[s * LAYERS + l] = bench_tensor_bf16(token_src(d, s, l, 1), d->shape);
+    }
+}
+
+static void step_data_free(step_data* d) {
+  free(d->bytes);
+  free(d->keys);
+  free(d->values);
+}
+
+/* A DynamicCache built from a 32-layer full-attention config. */
+static kvc_cache* make_cache(void) {
+  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
+  cfg.num_hidden_layers = LAYERS;
+  kvc_cache_options opt = KVC_CACHE_OPTIONS_INIT;
+  opt.preset = KVC_PRESET_DYNAMIC;
+  opt.config = &cfg;
+  kvc_cache* cache = NULL;
+  bench_check(kvc_cache_create(&opt, &cache), "kvc_cache_create");
+  return cache;
+}
+
+static void prefill(kvc_cache* cache, int64_t length) {
+  size_t elems = (size_t)length * TOKEN_ELEMS;
+  uint16_t* k = bench_alloc(elems * sizeof(uint16_t));
+  uint16_t* v = bench_alloc(elems * sizeof(uint16_t));
+  bench_fill_bf16(k, elems, 11);
+  bench_fill_bf16(v, elems, 13);
+  int64_t shape[4] = {1, KV_HEADS, length, HEAD_DIM};
+  kvc_tensor keys[LAYERS], values[LAYERS];
+  for (int l = 0; l < LAYERS; l++) {
+    keys[l] = bench_tensor_bf16(k, shape);
+    values[l] = bench_tensor_bf16(v, shape);
+  }
+  bench_check(kvc_cache_update_all(cache, LAYERS, keys, values, NULL, NULL), "prefill");
+  free(k);
+  free(v);
+}
+
+static int64_t seq_length(const kvc_cache* cache) {
+  int64_t n = -1;
+  bench_check(kvc_cache_seq_length(cache, 0, &n), "kvc_cache_seq_length");
+  return n;
+}
+
+/* A benchmark of a wrong result is worthless: after the warm-up repetition,
+ * check the length and that the last layer's newest token holds our bytes. */
+static void verify_appended(const kvc_cache* cache, const step_data* d, int64_t context) {
+  int64_t want = context + d->steps;
+  if (seq_length(cache) != want) {
+    fprintf(stderr, "bench: seq_length is %lld after the steps, expected %lld\n",
+            (long long)seq_length(cache), (long long)want);
+    exit(1);
+  }
+  kvc_kv view;
+  bench_check(kvc_cache_layer_view(cache, LAYERS - 1, &view), "kvc_cache_layer_view");
+  for (int is_value = 0; is_value < 2; is_value++) {
+    const kvc_tensor* t = is_value ? &view.value : &view.key;
+    const uint16_t* src = token_src(d, d->steps - 1, LAYERS - 1, is_value);
+    if (t->shape[2] != want) {
+      fprintf(stderr, "bench: view holds %lld tokens, expected %lld\n", (long long)t->shape[2],
+              (long long)want);
+      exit(1);
+    }
+    const char* base = (const char*)t->data + t->byte_offset;
+    for (int h = 0; h < KV_HEADS; h++) {
+      int64_t off = h * bench_stride(t, 1) + (want - 1) * bench_stride(t, 2);
+      if (memcmp(base + off * 2, src + (size_t)h * HEAD_DIM, HEAD_DIM * 2) != 0) {
+        fprintf(stderr, "bench: the newest token of head %d differs from what was appended\n", h);
+        exit(1);
+      }
+    }
+  }
+}
+
+static void crop_back(kvc_cache* cache, int steps, int64_t context) {
+  bench_check(kvc_cache_crop(cache, -(int64_t)steps), "kvc_cache_crop");
+  if (seq_length(cache) != context) {
+    fprintf(stderr, "bench: crop left %lld tokens, expected %lld\n", (long long)seq_length(cache),
+            (long long)context);
+    exit(1);
+  }
+}
+
+/* One repetition: `steps` single-token steps, in ns per token. */
+static double time_steps(kvc_cache* cache, const step_data* d, int use_update_all, kvc_kv* out) {
+  double t0 = bench_now_ns();
+  for (int s = 0; s < d->steps; s++) {
+    const kvc_tensor* k = &d->keys[s * LAYERS];
+    const kvc_tensor* v = &d->values[s * LAYERS];
+    if (use_update_all) {
+      bench_check(kvc_cache_update_all(cache, LAYERS, k, v, NULL, out), "kvc_cache_update_all");
+    } else {
+      for (uint32_t l = 0; l < LAYERS; l++)
+        bench_check(kvc_cache_update(cache, l, &k[l], &v[l], NULL, &out[l]), "kvc_cache_update");
+    }
+  }
+  return (bench_now_ns() - t0) / d->steps;
+}
+
+static bench_stats measure_cache(kvc_cache* cache, const step_data* d, int64_t context, int reps,
+                                 int use_update_all) {
+  kvc_kv out[LAYERS];
+  double* samples = bench_alloc((size_t)reps * sizeof(double));
+  time_steps(cache, d, use_update_all, out); /* warm-up: first growth, page faults */
+  verify_appended(cache, d, context);
+  crop_back(cache, d->steps, context);
+  for (int r = 0; r < reps; r++) {
+    samples[r] = time_steps(cache, d, use_update_all, out);
+    crop_back(cache, d->steps, context);
+  }
+  bench_stats s = bench_summarize(samples, (size_t)reps);
+  free(samples);
+  return s;
+}
+
+/* The roofline: the same bytes, from the same 64 sources per token, copied
+ * with memcpy to consecutive fresh addresses. */
+static bench_stats measure_memcpy(const step_data* d, int reps) {
+  char* dst = bench_alloc((size_t)d->steps * STEP_BYTES);
+  double* samples = bench_alloc((size_t)reps * sizeof(double));
+  for (int r = -1; r < reps; r++) {
+    double t0 = bench_now_ns();
+    for (int s = 0; s < d->steps; s++)
+      for (int l = 0; l < LAYERS; l++)
+        for (int is_value = 0; is_value < 2; is_value++)
+          memcpy(dst + (((size_t)s * LAYERS + l) * 2 + is_value) * TOKEN_BYTES, token_src(d, s, l, is_value),
+                 TOKEN_BYTES);
+    double per_token = (bench_now_ns() - t0) / d->steps;
+    if (r >= 0) samples[r] = per_token;
+    bench_sink += (uint64_t)(unsigned char)dst[(size_t)r * 4099 % ((size_t)d->steps * STEP_BYTES)];
+  }
+  bench_stats s = bench_summarize(samples, (size_t)reps);
+  free(samples);
+  free(dst);
+  return s;
+}
+
+static void add_stats(bench_results* res, const char* impl, const char* prefix, const char* label,
+                      bench_stats s) {
+  char m[64];
+  snprintf(m, sizeof m, "%s_ns_per_token_%s", prefix, label);
+  bench_add(res, "decode_append", impl, m, s.median, "ns");
+  snprintf(m, sizeof m, "%s_min_ns_per_token_%s", prefix, label);
+  bench_add(res, "decode_append", impl, m, s.min, "ns");
+  snprintf(m, sizeof m, "%s_max_ns_per_token_%s", prefix, label);
+  bench_add(res, "decode_append", impl, m, s.max, "ns");
+}
+
+static void print_row(const char* label, const char* impl, bench_stats s, double roof) {
+  printf("%-8s %-22s %12.0f %12.0f %12.0f %9.2f\n", label, impl, s.median, s.min, s.max, s.median / roof);
+}
+
+int main(int argc, char** argv) {
+  bench_args args = bench_parse_args(argc, argv);
+  int64_t default_lengths[] = {1024, 8192, 32768};
+  int64_t* lengths = args.context ? &args.context : default_lengths;
+  int nlengths = args.context ? 1 : 3;
+
+  static bench_results res;
+  step_data d;
+  step_data_init(&d, args.steps);
+
+  printf("decode append: %d layers x %d KV heads x head_dim %d, bfloat16, batch 1, DynamicCache\n", LAYERS,
+         KV_HEADS, HEAD_DIM);
+  printf("new K+V bytes per token (all layers): %zu; %d repetitions of %d steps; kvcache %s\n\n",
+         (size_t)STEP_BYTES, args.reps, args.steps, kvc_version_string());
+  printf("%-8s %-22s %12s %12s %12s %9s\n", "context", "impl", "median ns/tok", "min", "max", "x memcpy");
+
+  double first = 0, last = 0;
+  char first_label[24] = "", last_label[24] = "";
+  for (int i = 0; i < nlengths; i++) {
+    char label[24];
+    bench_length_label(lengths[i], label, sizeof label);
+    kvc_cache* cache = make_cache();
+    prefill(cache, lengths[i]);
+    bench_stats all = measure_cache(cache, &d, lengths[i], args.reps, 1);
+    bench_stats loop = measure_cache(cache, &d, lengths[i], args.reps, 0);
+    kvc_cache_destroy(cache);
+    bench_stats roof = measure_memcpy(&d, args.reps);
+
+    print_row(label, "kvc_cache_update_all", all, roof.median);
+    print_row(label, "32 x kvc_cache_update", loop, roof.median);
+    print_row(label, "memcpy (roofline)", roof, roof.median);
+
+    add_stats(&res, "kvcache-c", "append", label, all);
+    add_stats(&res, "kvcache-c", "append_loop", label, loop);
+    add_stats(&res, "memcpy", "append", label, roof);
+    char m[64];
+    snprintf(m, sizeof m, "append_ratio_to_memcpy_%s", label);
+    bench_add(&res, "decode_append", "kvcache-c", m, all.median / roof.median, "x");
+    snprintf(m, sizeof m, "append_loop_ratio_to_memcpy_%s", label);
+    bench_add(&res, "decode_append", "kvcache-c", m, loop.median / roof.median, "x");
+
+    if (i == 0) {
+      first = all.median;
+      snprintf(first_label, sizeof first_label, "%s", label);
+    }
+    last = all.median;
+    snprintf(last_label, sizeof last_label, "%s", label);
+  }
+  bench_add(&res, "decode_append", "kvcache-c", "append_bytes_per_token", (double)STEP_BYTES, "bytes");
+  if (nlengths > 1) {
+    char m[64];
+    snprintf(m, sizeof m, "append_%s_over_%s", last_label, first_label);
+    bench_add(&res, "decode_append", "kvcache-c", m, last / first, "x");
+    printf("\nappend@%s / append@%s = %.2f (target <= 1.2)\n", last_label, first_label, last / first);
+  }
+  step_data_free(&d);
+  bench_write_json(args.json_path, &res);
+  return 0;
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Runs the benchmarks of an existing build and checks the performance claims.
+#   bench/run.sh [BUILDDIR]        (default: build; `make bench` passes its Release build)
+# Results: BUILDDIR/bench/results.json (or $KVC_BENCH_JSON), a JSON array of
+# {"bench", "impl", "metric", "value", "unit"} rows. Extra arguments for the C
+# programs can be given in $KVC_BENCH_ARGS (e.g. "--reps 31").
+# Exit status: 0 when every acceptance check holds, 1 otherwise.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-build}
+JSON=${KVC_BENCH_JSON:-$BUILD/bench/results.json}
+read -r -a EXTRA <<< "${KVC_BENCH_ARGS:-}"
+
+find_bin() { # name -> path of the built program
+    for p in "$BUILD/bench/$1" "$BUILD/$1"; do
+        if [ -x "$p" ]; then echo "$p"; return 0; fi
+    done
+    echo "bench/run.sh: $1 not found in $BUILD; build first (cmake --build $BUILD)" >&2
+    exit 1
+}
+
+if [ -f "$BUILD/CMakeCache.txt" ]; then
+    type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+    case "$type" in
+        Release|RelWithDebInfo) ;;
+        *) echo "WARNING: $BUILD is a '${type:-no build type}' build; timings of unoptimised code mean little" ;;
+    esac
+fi
+
+mkdir -p "$(dirname "$JSON")"
+rm -f "$JSON"
+
+echo "== bench_decode"
+"$(find_bin bench_decode)" --json "$JSON" "${EXTRA[@]}"
+echo
+echo "== bench_reorder"
+"$(find_bin bench_reorder)" --json "$JSON" "${EXTRA[@]}"
+echo
+
+echo "== transformers (CPU, torch)"
+PY=""
+for cand in ${PYTHON:-} "$ROOT"/tests/conformance/.venv*/bin/python python3; do
+    if [ -n "$cand" ] && command -v "$cand" >/dev/null 2>&1 &&
+        "$cand" -c 'import torch, transformers' >/dev/null 2>&1; then
+        PY=$cand
+        break
+    fi
+done
+if [ -n "$PY" ]; then
+    "$PY" "$ROOT/bench/bench_transformers.py" --json "$JSON"
+else
+    echo "SKIPPED: transformers bench needs torch, run tests/conformance/generate.sh first"
+fi
+echo
+
+# value BENCH IMPL METRIC: the value of one row of results.json (one object per line).
+value() {
+    grep -F "\"bench\": \"$1\", \"impl\": \"$2\", \"metric\": \"$3\"," "$JSON" |
+        sed -n 's/.*"value": \([^,]*\),.*/\1/p' | head -n 1 || true
+}
+
+fail=0
+check() { # description, awk condition over x, value
+    local desc=$1 cond=$2 x=$3
+    if [ -z "$x" ]; then
+        echo "FAIL  $desc: no value in $JSON"
+        fail=1
+    elif awk -v x="$x" "BEGIN { exit !($cond) }"; then
+        echo "PASS  $desc: $x"
+    else
+        echo "FAIL  $desc: $x"
+        fail=1
+    fi
+}
+
+echo "== acceptance"
+check "append@32k / append@1k <= 1.2 (decode step cost independent of context)" \
+    "x <= 1.2" "$(value decode_append kvcache-c append_32k_over_1k)"
+check "reorder {0,0,2,2}: rows moved, derived from timings, within 2 +- 0.5" \
+    "x >= 1.5 && x <= 2.5" "$(value beam_reorder kvcache-c reorder_rows_moved_derived)"
+check "reorder identity / one-row reorder <= 0.05 (unchanged rows are not copied)" \
+    "x <= 0.05" "$(value beam_reorder kvcache-c reorder_identity_over_1row)"
+r1=$(value beam_reorder kvcache-c reorder_ns_1rows)
+r3=$(value beam_reorder kvcache-c reorder_ns_3rows)
+check "reorder time 3 rows / 1 row within 3 +- 1 (time scales with moved rows)" \
+    "x >= 2 && x <= 4" "$(awk -v a="$r3" -v b="$r1" 'BEGIN { if (b > 0) printf "%.3f", a / b }')"
+echo "bytes moved per {0,0,2,2} reorder: $(value beam_reorder kvcache-c reorder_bytes_moved)" \
+    "(timing says $(value beam_reorder kvcache-c reorder_bytes_moved_derived))"
+
+echo
+echo "== kvcache-c vs memcpy and transformers (median ns)"
+printf "%-28s %14s %14s %14s\n" metric kvcache-c memcpy transformers
+for m in append_ns_per_token_1k append_ns_per_token_8k append_ns_per_token_32k; do
+    printf "%-28s %14s %14s %14s\n" "$m" "$(value decode_append kvcache-c $m)" \
+        "$(value decode_append memcpy $m)" "$(value decode_append transformers $m)"
+done
+for m in reorder_ns_0rows reorder_ns_1rows reorder_ns_2rows reorder_ns_3rows; do
+    printf "%-28s %14s %14s %14s\n" "$m" "$(value beam_reorder kvcache-c $m)" \
+        "$(value beam_reorder memcpy $m)" "$(value beam_reorder transformers $m)"
+done
+echo "results: $JSON"
+if [ $fail -ne 0 ]; then
+    echo "bench: some acceptance checks FAILED"
+    exit 1
+fi
+echo "bench: all acceptance checks passed"

@@ -1,0 +1,51 @@
+# libFuzzer targets: each tests/fuzz/fuzz_<name>.c is a program built with
+# clang against the library sources compiled with coverage and sanitizers,
+# and a bounded CTest run `fuzz_<name>` (label fuzz). A seed corpus in
+# tests/fuzz/corpus/<name> is read; new inputs go to the build directory, so
+# the source tree is never written.
+file(GLOB _fuzz_sources CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_*.c")
+if(NOT _fuzz_sources)
+  return()
+endif()
+if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+  message(STATUS "fuzz targets need clang: not built here (`make fuzz` configures build-fuzz with CC=clang)")
+  return()
+endif()
+
+# Listed so that a seed corpus added later re-runs the configure step.
+file(GLOB _seed_dirs CONFIGURE_DEPENDS LIST_DIRECTORIES true "${PROJECT_SOURCE_DIR}/tests/fuzz/corpus/*")
+
+set(_san address,undefined)
+set(_common -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all -UNDEBUG)
+
+add_library(kvcache_fuzz_objects OBJECT ${KVC_LIBRARY_SOURCES})
+kvc_library_settings(kvcache_fuzz_objects PRIVATE)
+target_compile_options(kvcache_fuzz_objects PRIVATE -fsanitize=fuzzer-no-link,${_san} ${_common})
+kvc_warnings(kvcache_fuzz_objects)
+
+# `cmake --build build-fuzz --target fuzz_targets` builds only these.
+add_custom_target(fuzz_targets)
+foreach(_src IN LISTS _fuzz_sources)
+  get_filename_component(_target "${_src}" NAME_WE)
+  string(REGEX REPLACE "^fuzz_" "" _name "${_target}")
+  kvc_add_program(${_target} SOURCES "${_src}" $<TARGET_OBJECTS:kvcache_fuzz_objects>
+    INCLUDE "${PROJECT_SOURCE_DIR}/abi/include" "${PROJECT_SOURCE_DIR}/core"
+            "${PROJECT_SOURCE_DIR}/backends" "${PROJECT_SOURCE_DIR}/tests/fuzz"
+    OUTPUT_DIR tests/fuzz)
+  target_compile_options(${_target} PRIVATE -fsanitize=fuzzer,${_san} ${_common})
+  target_link_options(${_target} PRIVATE -fsanitize=fuzzer,${_san})
+  add_dependencies(fuzz_targets ${_target})
+
+  set(_work "${PROJECT_BINARY_DIR}/fuzz/${_name}")
+  file(MAKE_DIRECTORY "${_work}/corpus" "${_work}/artifacts")
+  set(_corpora "${_work}/corpus")
+  set(_seed "${PROJECT_SOURCE_DIR}/tests/fuzz/corpus/${_name}")
+  if(_seed IN_LIST _seed_dirs AND IS_DIRECTORY "${_seed}")
+    list(APPEND _corpora "${_seed}")
+  endif()
+  add_test(NAME ${_target}
+    COMMAND ${_target} -runs=300000 -max_total_time=60 -timeout=25
+            "-artifact_prefix=${_work}/artifacts/" ${_corpora}
+    WORKING_DIRECTORY "${_work}")
+  kvc_test_properties(${_target} LABELS fuzz TIMEOUT 180)
+endforeach()

@@ -1,0 +1,329 @@
+/* core/cache.c: creating, cloning, destroying and inspecting caches. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+kvc_error* kvc_cache_check(const char* fn, const kvc_cache* cache) {
+  if (!cache) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
+  return NULL;
+}
+
+kvc_error* kvc_cache_check_layer(const char* fn, const kvc_cache* c, uint32_t layer) {
+  kvc_error* e = kvc_cache_check(fn, c);
+  if (e) return e;
+  if (layer >= c->num_layers)
+    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %u but the cache has %u layer%s (valid: 0..%d)", fn, layer,
+                   c->num_layers, c->num_layers == 1 ? "" : "s", (int)c->num_layers - 1);
+  return NULL;
+}
+
+int kvc_cache_all_dynamic(const kvc_cache* c) {
+  for (uint32_t i = 0; i < c->num_layers; i++)
+    if (kvc_kind_is_static(c->layers[i]->kind)) return 0;
+  return 1;
+}
+
+kvc_error* kvc_cache_new(const kvc_device* device, kvc_cache** out) {
+  const kvc_backend* b = NULL;
+  kvc_error* e = kvc_backend_for("kvc_cache_create", device, &b);
+  if (e) return e;
+  kvc_cache* c = (kvc_cache*)calloc(1, sizeof(*c));
+  if (!c) return kvc_err_oom();
+  c->backend = b;
+  c->device = *device;
+  *out = c;
+  return NULL;
+}
+
+kvc_error* kvc_cache_append_layer(kvc_cache* c, kvc_layer* l) {
+  if (c->num_layers == c->cap_layers) {
+    uint32_t cap = c->cap_layers ? c->cap_layers * 2 : 8;
+    kvc_layer** p = (kvc_layer**)realloc(c->layers, sizeof(*p) * cap);
+    if (!p) return kvc_err_oom();
+    c->layers = p;
+    c->cap_layers = cap;
+  }
+  c->layers[c->num_layers++] = l;
+  return NULL;
+}
+
+void kvc_cache_destroy(kvc_cache* c) {
+  if (!c) return;
+  for (uint32_t i = 0; i < c->num_layers; i++) kvc_layer_free(c, c->layers[i]);
+  free(c->layers);
+  free(c);
+}
+
+kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
+  static const char* FN = "kvc_cache_create";
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
+  kvc_cache_options defaults = KVC_CACHE_OPTIONS_INIT;
+  const kvc_cache_options* o = options ? options : &defaults;
+  kvc_error* e = kvc_check_struct_size(FN, "options", o->struct_size, sizeof(kvc_cache_options));
+  if (e) return e;
+  kvc_layer_options* specs = NULL;
+  uint32_t n = 0;
+  int lazy = 0;
+  e = kvc_preset_layers(o, &specs, &n, &lazy);
+  if (e) return e;
+  kvc_cache* c = NULL;
+  e = kvc_cache_new(&o->device, &c);
+  for (uint32_t i = 0; !e && i < n; i++) {
+    kvc_layer* l = NULL;
+    e = kvc_layer_new(&specs[i], &l);
+    if (!e) {
+      e = kvc_cache_append_layer(c, l);
+      if (e) kvc_layer_free(c, l);
+    }
+  }
+  free(specs);
+  if (e) {
+    kvc_cache_destroy(c);
+    return e;
+  }
+  c->lazy = lazy;
+  *out = c;
+  return NULL;
+}
+
+kvc_error* kvc_cache_create_from_tensors(const kvc_cache_options* options, uint32_t num_layers,
+                                         const kvc_tensor* keys, const kvc_tensor* values, kvc_cache** out) {
+  static const char* FN = "kvc_cache_create_from_tensors";
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
+  if (num_layers > 0 && (!keys || !values))
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but num_layers is %u", FN, keys ? "values" : "keys",
+                   num_layers);
+  kvc_cache* c = NULL;
+  kvc_error* e = kvc_cache_create(options, &c);
+  if (e) return e;
+  if (num_layers > 0) e = kvc_update_layers(FN, c, 0, num_layers, keys, values, NULL, NULL);
+  if (e) {
+    kvc_cache_destroy(c);
+    return e;
+  }
+  *out = c;
+  return NULL;
+}
+
+kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
+  static const char* FN = "kvc_cache_clone";
+  kvc_error* e = kvc_cache_check(FN, src);
+  if (e) return e;
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
+  kvc_cache* c = NULL;
+  e = kvc_cache_new(&src->device, &c);
+  for (uint32_t i = 0; !e && i < src->num_layers; i++) {
+    kvc_layer* l = NULL;
+    e = kvc_layer_clone(src, src->layers[i], c, &l);
+    if (!e) {
+      e = kvc_cache_append_layer(c, l);
+      if (e) kvc_layer_free(c, l);
+    }
+  }
+  if (e) {
+    kvc_cache_destroy(c);
+    return e;
+  }
+  c->lazy = src->lazy;
+  *out = c;
+  return NULL;
+}
+
+kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* o) {
+  static const char* FN = "kvc_cache_early_initialization";
+  kvc_error* e = kvc_cache_check(FN, c);
+  if (e) return e;
+  if (!o) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL; pass a kvc_init_options", FN);
+  if ((e = kvc_check_struct_size(FN, "options", o->struct_size, sizeof(kvc_init_options)))) return e;
+  if (o->batch_size < 1)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->batch_size is %" PRId64 "; it must be >= 1", FN,
+                   o->batch_size);
+  if (kvc_dtype_size(o->dtype) == 0)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: options->dtype is %d; use KVC_DTYPE_FLOAT32 (1), KVC_DTYPE_FLOAT16 (2) or KVC_DTYPE_BFLOAT16 (3)",
+                   FN, (int)o->dtype);
+  for (uint32_t i = 0; i < c->num_layers; i++) {
+    int64_t h = o->num_kv_heads_per_layer ? o->num_kv_heads_per_layer[i] : o->num_kv_heads;
+    int64_t kd = o->head_dim_per_layer ? o->head_dim_per_layer[i] : o->k_head_dim;
+    int64_t vd = o->head_dim_per_layer ? kd : (o->v_head_dim ? o->v_head_dim : o->k_head_dim);
+    if (h < 1)
+      return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is %" PRId64 " for layer %u; it must be >= 1", FN,
+                     o->num_kv_heads_per_layer ? "options->num_kv_heads_per_layer[i]" : "options->num_kv_heads", h, i);
+    if (kd < 1 || vd < 1)
+      return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is %" PRId64 " for layer %u; head dims must be >= 1", FN,
+                     o->head_dim_per_layer ? "options->head_dim_per_layer[i]"
+                                           : (kd < 1 ? "options->k_head_dim" : "options->v_head_dim"),
+                     kd < 1 ? kd : vd, i);
+  }
+  uint32_t done = 0;
+  for (uint32_t i = 0; i < c->num_layers; i++, done++) {
+    kvc_layer* l = c->layers[i];
+    if (l->initialized) continue;
+    int64_t h = o->num_kv_heads_per_layer ? o->num_kv_heads_per_layer[i] : o->num_kv_heads;
+    int64_t kd = o->head_dim_per_layer ? o->head_dim_per_layer[i] : o->k_head_dim;
+    int64_t vd = o->head_dim_per_layer ? kd : (o->v_head_dim ? o->v_head_dim : o->k_head_dim);
+    e = kvc_layer_initialize(c, l, o->dtype, o->batch_size, h, kd, vd, 0);
+    if (e) break;
+    l->initialized = 2; /* marks "initialized by this call" for the rollback below */
+  }
+  for (uint32_t i = 0; i < done; i++) {
+    kvc_layer* l = c->layers[i];
+    if (l->initialized == 2) {
+      if (e)
+        kvc_layer_uninitialize(c, l);
+      else
+        l->initialized = 1;
+    }
+  }
+  return e;
+}
+
+/* ----------------------------------------------------------------- queries */
+
+uint32_t kvc_cache_num_layers(const kvc_cache* c) { return c ? c->num_layers : 0; }
+
+kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_info* out) {
+  static const char* FN = "kvc_cache_layer_info";
+  kvc_error* e = kvc_cache_check_layer(FN, c, layer);
+  if (e) return e;
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_layer_info", FN);
+  if ((e = kvc_check_struct_size(FN, "out", out->struct_size, sizeof(kvc_layer_info)))) return e;
+  const kvc_layer* l = c->layers[layer];
+  kvc_layer_info i;
+  memset(&i, 0, sizeof i);
+  i.struct_size = sizeof i;
+  i.kind = l->kind;
+  i.window = l->window;
+  i.max_cache_len = l->max_cache_len;
+  i.capacity = kvc_kind_is_static(l->kind) ? l->slots : (kvc_kind_is_sliding(l->kind) ? l->window - 1 : -1);
+  i.is_initialized = (uint8_t)(l->initialized != 0);
+  i.is_sliding = (uint8_t)kvc_kind_is_sliding(l->kind);
+  i.is_chunked = (uint8_t)kvc_kind_is_chunked(l->kind);
+  i.is_compileable = (uint8_t)kvc_kind_is_static(l->kind);
+  i.records_past = (uint8_t)l->record_past;
+  i.dtype = l->dtype;
+  i.batch_size = l->batch;
+  i.num_kv_heads = l->heads;
+  i.k_head_dim = l->k_dim;
+  i.v_head_dim = l->v_dim;
+  i.seq_length = l->initialized ? l->ops->seq_length(l) : 0;
+  i.stored_length = kvc_layer_stored(l);
+  *out = i;
+  return NULL;
+}
+
+kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out) {
+  static const char* FN = "kvc_cache_layer_view";
+  kvc_error* e = kvc_cache_check_layer(FN, c, layer);
+  if (e) return e;
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_kv", FN);
+  const kvc_layer* l = c->layers[layer];
+  if (!l->initialized)
+    return kvc_err(KVC_ERROR_INVALID_STATE,
+                   "%s: layer %u is not initialized (no update or early initialization yet), so it has no storage", FN,
+                   layer);
+  *out = l->views[0];
+  return NULL;
+}
+
+kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out) {
+  static const char* FN = "kvc_cache_seq_length";
+  kvc_error* e = kvc_cache_check(FN, c);
+  if (e) return e;
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  const kvc_layer* l = layer < c->num_layers ? c->layers[layer] : NULL;
+  *out = l && l->initialized ? l->ops->seq_length(l) : 0;
+  return NULL;
+}
+
+kvc_error* kvc_cache_max_length(const kvc_cache* c, int32_t layer, int64_t* out) {
+  static const char* FN = "kvc_cache_max_length";
+  kvc_error* e = kvc_cache_check(FN, c);
+  if (e) return e;
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  if (layer < KVC_ALL_LAYERS)
+    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %d; pass a layer index >= 0 or KVC_ALL_LAYERS (-1)", FN,
+                   (int)layer);
+  if (layer >= 0) {
+    *out = (uint32_t)layer < c->num_layers ? c->layers[layer]->ops->max_length(c->layers[layer]) : -1;
+    return NULL;
+  }
+  int64_t m = -1;
+  for (uint32_t i = 0; i < c->num_layers; i++) {
+    int64_t x = c->layers[i]->ops->max_length(c->layers[i]);
+    if (x > m) m = x;
+  }
+  *out = m;
+  return NULL;
+}
+
+kvc_error* kvc_cache_usable_length(const kvc_cache* c, int64_t new_seq_length, uint32_t layer, int64_t* out) {
+  static const char* FN = "kvc_cache_usable_length";
+  kvc_error* e = kvc_cache_check(FN, c);
+  if (e) return e;
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  if (new_seq_length < 0)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: new_seq_length is %" PRId64 "; it must be >= 0", FN,
+                   new_seq_length);
+  const kvc_layer* l = layer < c->num_layers ? c->layers[layer] : NULL;
+  int64_t max = l ? l->ops->max_length(l) : -1;
+  int64_t prev = l && l->initialized ? l->ops->seq_length(l) : 0;
+  *out = (max != -1 && prev + new_seq_length > max) ? max - new_seq_length : prev;
+  return NULL;
+}
+
+kvc_error* kvc_cache_mask_sizes(const kvc_cache* c, int64_t q, uint32_t layer, int64_t* kv_length,
+                                int64_t* kv_offset) {
+  static const char* FN = "kvc_cache_mask_sizes";
+  kvc_error* e = kvc_cache_check(FN, c);
+  if (e) return e;
+  if (!kv_length || !kv_offset)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, kv_length ? "kv_offset" : "kv_length");
+  if (q < 0) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: query_length is %" PRId64 "; it must be >= 0", FN, q);
+  if (layer >= c->num_layers) {
+    *kv_length = q;
+    *kv_offset = 0;
+    return NULL;
+  }
+  const kvc_layer* l = c->layers[layer];
+  l->ops->mask_sizes(l, q, kv_length, kv_offset);
+  return NULL;
+}
+
+kvc_error* kvc_cache_batch_size(const kvc_cache* c, int64_t* out) {
+  static const char* FN = "kvc_cache_batch_size";
+  kvc_error* e = kvc_cache_check(FN, c);
+  if (e) return e;
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  int64_t b = -1;
+  for (uint32_t i = 0; i < c->num_layers; i++) {
+    const kvc_layer* l = c->layers[i];
+    if (!l->initialized || !kvc_kind_is_static(l->kind)) continue;
+    if (b != -1 && l->batch != b)
+      return kvc_err(KVC_ERROR_INVALID_STATE,
+                     "%s: the batch size is not consistent across layers: layer %u has %" PRId64 ", earlier layers %" PRId64,
+                     FN, i, l->batch, b);
+    b = l->batch;
+  }
+  *out = b;
+  return NULL;
+}
+
+kvc_error* kvc_cache_memory(const kvc_cache* c, kvc_memory_info* out) {
+  static const char* FN = "kvc_cache_memory";
+  kvc_error* e = kvc_cache_check(FN, c);
+  if (e) return e;
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_memory_info", FN);
+  if ((e = kvc_check_struct_size(FN, "out", out->struct_size, sizeof(kvc_memory_info)))) return e;
+  uint64_t reserved = 0, used = 0;
+  for (uint32_t i = 0; i < c->num_layers; i++) {
+    const kvc_layer* l = c->layers[i];
+    reserved += kvc_layer_bytes_reserved(l);
+    used += (uint64_t)(l->batch * l->heads * kvc_layer_stored(l) * (l->k_dim + l->v_dim)) * l->elem;
+  }
+  out->bytes_reserved = reserved;
+  out->bytes_used = used;
+  return NULL;
+}

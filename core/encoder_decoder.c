@@ -1,0 +1,287 @@
+/* core/encoder_decoder.c: EncoderDecoderCache (spec A.15): two caches and per-layer is_updated. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct kvc_encoder_decoder_cache {
+  kvc_cache* self_attention;
+  kvc_cache* cross_attention;
+  uint8_t* is_updated; /* one flag per cross-attention layer slot */
+  uint32_t num_flags;
+};
+
+static kvc_error* check_ed(const char* fn, const kvc_encoder_decoder_cache* c) {
+  if (!c) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
+  return NULL;
+}
+
+/* Makes room for flags up to `layer` (lazy cross caches grow). */
+static kvc_error* ensure_flags(kvc_encoder_decoder_cache* c, uint32_t n) {
+  if (n <= c->num_flags) return NULL;
+  uint8_t* f = (uint8_t*)realloc(c->is_updated, n);
+  if (!f) return kvc_err_oom();
+  memset(f + c->num_flags, 0, n - c->num_flags);
+  c->is_updated = f;
+  c->num_flags = n;
+  return NULL;
+}
+
+static kvc_error* wrap(kvc_cache* self, kvc_cache* cross, const uint8_t* flags, uint32_t nflags,
+                       kvc_encoder_decoder_cache** out) {
+  kvc_encoder_decoder_cache* c = (kvc_encoder_decoder_cache*)calloc(1, sizeof(*c));
+  if (!c) return kvc_err_oom();
+  c->self_attention = self;
+  c->cross_attention = cross;
+  if (ensure_flags(c, nflags)) {
+    free(c);
+    return kvc_err_oom();
+  }
+  if (nflags) memcpy(c->is_updated, flags, nflags);
+  *out = c;
+  return NULL;
+}
+
+kvc_error* kvc_encoder_decoder_cache_create(kvc_cache* self, kvc_cache* cross, kvc_encoder_decoder_cache** out) {
+  static const char* FN = "kvc_encoder_decoder_cache_create";
+  if (!self || !cross)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass two caches", FN,
+                   self ? "cross_attention" : "self_attention");
+  if (self == cross)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: self_attention and cross_attention are the same cache; pass two distinct caches", FN);
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  uint32_t n = cross->num_layers;
+  uint8_t* flags = (uint8_t*)calloc(n ? n : 1, 1);
+  if (!flags) return kvc_err_oom();
+  for (uint32_t i = 0; i < n; i++) {
+    int64_t s = 0;
+    kvc_cache_seq_length(cross, i, &s);
+    flags[i] = s > 0;
+  }
+  kvc_error* e = wrap(self, cross, flags, n, out);
+  free(flags);
+  return e;
+}
+
+void kvc_encoder_decoder_cache_destroy(kvc_encoder_decoder_cache* c) {
+  if (!c) return;
+  kvc_cache_destroy(c->self_attention);
+  kvc_cache_destroy(c->cross_attention);
+  free(c->is_updated);
+  free(c);
+}
+
+kvc_cache* kvc_encoder_decoder_cache_self_attention(kvc_encoder_decoder_cache* c) {
+  return c ? c->self_attention : NULL;
+}
+
+kvc_cache* kvc_encoder_decoder_cache_cross_attention(kvc_encoder_decoder_cache* c) {
+  return c ? c->cross_attention : NULL;
+}
+
+kvc_error* kvc_encoder_decoder_cache_is_updated(const kvc_encoder_decoder_cache* c, uint32_t layer, int32_t* out) {
+  static const char* FN = "kvc_encoder_decoder_cache_is_updated";
+  kvc_error* e = check_ed(FN, c);
+  if (e) return e;
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  *out = layer < c->num_flags ? c->is_updated[layer] : 0;
+  return NULL;
+}
+
+kvc_error* kvc_encoder_decoder_cache_update_cross(kvc_encoder_decoder_cache* c, uint32_t layer, const kvc_tensor* key,
+                                                  const kvc_tensor* value, kvc_kv* out) {
+  static const char* FN = "kvc_encoder_decoder_cache_update_cross";
+  kvc_error* e = check_ed(FN, c);
+  if (e) return e;
+  if (layer < c->num_flags && c->is_updated[layer]) {
+    /* Computed at an earlier step: reuse the stored K/V, ignore the inputs. */
+    if (out) return kvc_cache_layer_view(c->cross_attention, layer, out);
+    return NULL;
+  }
+  if (!key || !value)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: %s is NULL but cross-attention layer %u is not computed yet; pass the encoder's K/V", FN,
+                   key ? "value" : "key", layer);
+  if ((e = ensure_flags(c, layer + 1))) return e;
+  kvc_kv tmp;
+  if ((e = kvc_cache_update(c->cross_attention, layer, key, value, NULL, &tmp))) return e;
+  c->is_updated[layer] = 1;
+  /* Attention reads the stored tensors (for a static cross cache: the whole buffer). */
+  if (out) return kvc_cache_layer_view(c->cross_attention, layer, out);
+  return NULL;
+}
+
+static kvc_error* require_dynamic_pair(const char* fn, const kvc_encoder_decoder_cache* c) {
+  if (!kvc_cache_all_dynamic(c->self_attention) || !kvc_cache_all_dynamic(c->cross_attention))
+    return kvc_err(KVC_ERROR_UNSUPPORTED,
+                   "%s: this operation is only defined when both caches are dynamic, got a %s self-attention cache "
+                   "and a %s cross-attention cache",
+                   fn, kvc_cache_all_dynamic(c->self_attention) ? "dynamic" : "static",
+                   kvc_cache_all_dynamic(c->cross_attention) ? "dynamic" : "static");
+  return NULL;
+}
+
+kvc_error* kvc_encoder_decoder_cache_crop(kvc_encoder_decoder_cache* c, int64_t tokens) {
+  static const char* FN = "kvc_encoder_decoder_cache_crop";
+  kvc_error* e = check_ed(FN, c);
+  if (!e) e = require_dynamic_pair(FN, c);
+  if (e) return e;
+  return kvc_cache_crop(c->self_attention, tokens);
+}
+
+/*
+ * Applies `op` to both caches. Both are validated first (the op on a clone
+ * would double the memory of every beam step), so a bad argument changes
+ * nothing; only an allocation failure in the second cache could leave the
+ * first one done, and then the error says so.
+ */
+typedef kvc_error* (*pair_op)(kvc_cache* cache, const int64_t* idx, size_t count, int64_t arg);
+kvc_error* kvc_batch_check(const char* fn, const kvc_cache* c, const int64_t* idx, size_t count, int64_t repeats);
+
+static kvc_error* both(const char* fn, kvc_encoder_decoder_cache* c, pair_op op, const int64_t* idx, size_t count,
+                       int64_t arg) {
+  kvc_error* e = kvc_batch_check(fn, c->self_attention, idx, count, arg);
+  if (!e) e = kvc_batch_check(fn, c->cross_attention, idx, count, arg);
+  if (!e) e = op(c->self_attention, idx, count, arg);
+  if (e) return e;
+  e = op(c->cross_attention, idx, count, arg);
+  if (e) {
+    kvc_error* w = kvc_err(kvc_error_code(e), "%s: the self-attention cache was updated but the cross-attention cache "
+                           "failed: %s", fn, kvc_error_message(e));
+    kvc_error_destroy(e);
+    return w;
+  }
+  return NULL;
+}
+
+static kvc_error* op_reorder(kvc_cache* x, const int64_t* idx, size_t n, int64_t a) {
+  (void)a;
+  return kvc_cache_reorder(x, idx, n);
+}
+static kvc_error* op_select(kvc_cache* x, const int64_t* idx, size_t n, int64_t a) {
+  (void)a;
+  return kvc_cache_batch_select_indices(x, idx, n);
+}
+static kvc_error* op_repeat(kvc_cache* x, const int64_t* idx, size_t n, int64_t a) {
+  (void)idx;
+  (void)n;
+  return kvc_cache_batch_repeat_interleave(x, a);
+}
+
+kvc_error* kvc_encoder_decoder_cache_reorder(kvc_encoder_decoder_cache* c, const int64_t* beam_idx, size_t count) {
+  kvc_error* e = check_ed("kvc_encoder_decoder_cache_reorder", c);
+  return e ? e : both("kvc_encoder_decoder_cache_reorder", c, op_reorder, beam_idx, count, 0);
+}
+
+kvc_error* kvc_encoder_decoder_cache_batch_repeat_interleave(kvc_encoder_decoder_cache* c, int64_t repeats) {
+  static const char* FN = "kvc_encoder_decoder_cache_batch_repeat_interleave";
+  kvc_error* e = check_ed(FN, c);
+  if (!e) e = require_dynamic_pair(FN, c);
+  return e ? e : both(FN, c, op_repeat, NULL, 0, repeats);
+}
+
+kvc_error* kvc_encoder_decoder_cache_batch_select_indices(kvc_encoder_decoder_cache* c, const int64_t* indices,
+                                                          size_t count) {
+  static const char* FN = "kvc_encoder_decoder_cache_batch_select_indices";
+  kvc_error* e = check_ed(FN, c);
+  if (!e) e = require_dynamic_pair(FN, c);
+  return e ? e : both(FN, c, op_select, indices, count, 0);
+}
+
+kvc_error* kvc_encoder_decoder_cache_batch_split(const kvc_encoder_decoder_cache* c, int64_t full_batch_size,
+                                                 int64_t split_size, kvc_encoder_decoder_cache** out, size_t capacity,
+                                                 size_t* count) {
+  static const char* FN = "kvc_encoder_decoder_cache_batch_split";
+  kvc_error* e = check_ed(FN, c);
+  if (!e) e = require_dynamic_pair(FN, c);
+  if (e) return e;
+  if (!out || !count) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, out ? "count" : "out");
+  size_t n = capacity;
+  kvc_cache** selfs = (kvc_cache**)calloc(n ? n : 1, sizeof(*selfs));
+  kvc_cache** crosses = (kvc_cache**)calloc(n ? n : 1, sizeof(*crosses));
+  kvc_encoder_decoder_cache** made = (kvc_encoder_decoder_cache**)calloc(n ? n : 1, sizeof(*made));
+  size_t ns = 0, nc = 0;
+  if (!selfs || !crosses || !made) e = kvc_err_oom();
+  if (!e) e = kvc_cache_batch_split(c->self_attention, full_batch_size, split_size, selfs, capacity, &ns);
+  if (!e) e = kvc_cache_batch_split(c->cross_attention, full_batch_size, split_size, crosses, capacity, &nc);
+  if (!e && ns != nc)
+    e = kvc_err(KVC_ERROR_INVALID_STATE, "%s: the self-attention cache splits into %zu caches but the cross-attention "
+                "cache into %zu", FN, ns, nc);
+  size_t made_n = 0;
+  for (size_t i = 0; !e && i < ns; i++) {
+    e = wrap(selfs[i], crosses[i], c->is_updated, c->num_flags, &made[i]);
+    if (!e) made_n++;
+  }
+  if (e) {
+    for (size_t i = 0; i < made_n; i++) {
+      free(made[i]->is_updated);
+      free(made[i]);
+    }
+    for (size_t i = 0; i < ns; i++) kvc_cache_destroy(selfs ? selfs[i] : NULL);
+    for (size_t i = 0; i < nc; i++) kvc_cache_destroy(crosses ? crosses[i] : NULL);
+    free(selfs), free(crosses), free(made);
+    return e;
+  }
+  for (size_t i = 0; i < ns; i++) out[i] = made[i];
+  *count = ns;
+  free(selfs), free(crosses), free(made);
+  return NULL;
+}
+
+kvc_error* kvc_encoder_decoder_cache_from_batch_splits(const kvc_encoder_decoder_cache* const* splits, size_t count,
+                                                       kvc_encoder_decoder_cache** out) {
+  static const char* FN = "kvc_encoder_decoder_cache_from_batch_splits";
+  if (!splits || count == 0)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s; pass at least one split", FN,
+                   splits ? "count is 0" : "splits is NULL");
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  const kvc_cache** selfs = (const kvc_cache**)calloc(count, sizeof(*selfs));
+  const kvc_cache** crosses = (const kvc_cache**)calloc(count, sizeof(*crosses));
+  kvc_error* e = (!selfs || !crosses) ? kvc_err_oom() : NULL;
+  for (size_t i = 0; !e && i < count; i++) {
+    if (!splits[i]) e = kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] is NULL", FN, i);
+    if (!e) e = require_dynamic_pair(FN, splits[i]);
+    if (!e) {
+      selfs[i] = splits[i]->self_attention;
+      crosses[i] = splits[i]->cross_attention;
+    }
+  }
+  kvc_cache *s = NULL, *x = NULL;
+  if (!e) e = kvc_cache_from_batch_splits(selfs, count, &s);
+  if (!e) e = kvc_cache_from_batch_splits(crosses, count, &x);
+  if (!e) e = wrap(s, x, splits[0]->is_updated, splits[0]->num_flags, out);
+  if (e) {
+    kvc_cache_destroy(s);
+    kvc_cache_destroy(x);
+  }
+  free(selfs);
+  free(crosses);
+  return e;
+}
+
+kvc_error* kvc_encoder_decoder_cache_reset(kvc_encoder_decoder_cache* c) {
+  kvc_error* e = check_ed("kvc_encoder_decoder_cache_reset", c);
+  if (e) return e;
+  kvc_cache_reset(c->self_attention);
+  kvc_cache_reset(c->cross_attention);
+  if (c->num_flags) memset(c->is_updated, 0, c->num_flags);
+  return NULL;
+}
+
+kvc_error* kvc_encoder_decoder_cache_clone(const kvc_encoder_decoder_cache* c, kvc_encoder_decoder_cache** out) {
+  static const char* FN = "kvc_encoder_decoder_cache_clone";
+  kvc_error* e = check_ed(FN, c);
+  if (e) return e;
+  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  kvc_cache *s = NULL, *x = NULL;
+  e = kvc_cache_clone(c->self_attention, &s);
+  if (!e) e = kvc_cache_clone(c->cross_attention, &x);
+  if (!e) e = wrap(s, x, c->is_updated, c->num_flags, out);
+  if (e) {
+    kvc_cache_destroy(s);
+    kvc_cache_destroy(x);
+  }
+  return e;
+}

@@ -1,0 +1,243 @@
+/*
+ * core/layer.c: what every layer kind shares: its store (allocation,
+ * geometric growth, compaction), writing tokens, and view descriptors.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+int kvc_kind_is_valid(kvc_layer_kind k) { return k >= KVC_LAYER_DYNAMIC && k <= KVC_LAYER_STATIC_CHUNKED; }
+int kvc_kind_is_static(kvc_layer_kind k) { return k >= KVC_LAYER_STATIC && k <= KVC_LAYER_STATIC_CHUNKED; }
+int kvc_kind_is_sliding(kvc_layer_kind k) { return k != KVC_LAYER_DYNAMIC && k != KVC_LAYER_STATIC; }
+int kvc_kind_is_chunked(kvc_layer_kind k) { return k == KVC_LAYER_DYNAMIC_CHUNKED || k == KVC_LAYER_STATIC_CHUNKED; }
+
+const char* kvc_kind_name(kvc_layer_kind k) {
+  switch (k) {
+    case KVC_LAYER_DYNAMIC: return "dynamic";
+    case KVC_LAYER_DYNAMIC_SLIDING: return "dynamic sliding";
+    case KVC_LAYER_DYNAMIC_CHUNKED: return "dynamic chunked";
+    case KVC_LAYER_STATIC: return "static";
+    case KVC_LAYER_STATIC_SLIDING: return "static sliding";
+    case KVC_LAYER_STATIC_CHUNKED: return "static chunked";
+    default: return "unknown";
+  }
+}
+
+kvc_error* kvc_layer_new(const kvc_layer_options* spec, kvc_layer** out) {
+  kvc_layer* l = (kvc_layer*)calloc(1, sizeof(*l));
+  if (!l) return kvc_err_oom();
+  l->kind = spec->kind;
+  l->window = kvc_kind_is_sliding(spec->kind) ? spec->window : 0;
+  l->max_cache_len = kvc_kind_is_static(spec->kind) ? spec->max_cache_len : 0;
+  switch (spec->kind) {
+    case KVC_LAYER_DYNAMIC: l->ops = &kvc_dynamic_layer_ops; break;
+    case KVC_LAYER_DYNAMIC_SLIDING:
+    case KVC_LAYER_DYNAMIC_CHUNKED: l->ops = &kvc_dynamic_sliding_layer_ops; break;
+    case KVC_LAYER_STATIC:
+      l->ops = &kvc_static_layer_ops;
+      l->slots = spec->max_cache_len;
+      break;
+    default:
+      l->ops = &kvc_static_sliding_layer_ops;
+      l->slots = spec->window < spec->max_cache_len ? spec->window : spec->max_cache_len;
+      break;
+  }
+  *out = l;
+  return NULL;
+}
+
+void kvc_layer_uninitialize(const kvc_cache* cache, kvc_layer* l) {
+  if (l->k) cache->backend->free(cache->backend->ctx, cache->device.device_id, l->k);
+  if (l->v) cache->backend->free(cache->backend->ctx, cache->device.device_id, l->v);
+  l->k = l->v = NULL;
+  l->initialized = 0;
+  l->dtype = KVC_DTYPE_UNSET;
+  l->elem = 0;
+  l->batch = l->heads = l->k_dim = l->v_dim = 0;
+  l->cap = l->start = l->end = 0;
+  l->cum = 0;
+  memset(l->views, 0, sizeof l->views);
+}
+
+void kvc_layer_free(const kvc_cache* cache, kvc_layer* l) {
+  if (!l) return;
+  kvc_layer_uninitialize(cache, l);
+  free(l);
+}
+
+void kvc_store_strides(const kvc_layer* l, int which, int64_t out[4]) {
+  int64_t d = which ? l->v_dim : l->k_dim;
+  out[3] = 1;
+  out[2] = d;
+  out[1] = l->cap * d;
+  out[0] = l->heads * l->cap * d;
+}
+
+static int alloc_pair(const kvc_cache* c, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,
+                      size_t elem, void** k, void** v) {
+  size_t kb = (size_t)(batch * heads * cap * kd) * elem, vb = (size_t)(batch * heads * cap * vd) * elem;
+  *k = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, kb ? kb : 1);
+  *v = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, vb ? vb : 1);
+  if (*k && *v) return 0;
+  if (*k) c->backend->free(c->backend->ctx, c->device.device_id, *k);
+  if (*v) c->backend->free(c->backend->ctx, c->device.device_id, *v);
+  *k = *v = NULL;
+  return -1;
+}
+
+kvc_error* kvc_layer_initialize(const kvc_cache* c, kvc_layer* l, kvc_dtype dtype, int64_t batch, int64_t heads,
+                                int64_t kd, int64_t vd, int64_t n_first) {
+  kvc_layer probe = *l;
+  probe.dtype = dtype;
+  int64_t cap = l->ops->initial_capacity(&probe, n_first);
+  size_t elem = kvc_dtype_size(dtype);
+  void *k, *v;
+  if (alloc_pair(c, batch, heads, cap, kd, vd, elem, &k, &v)) return kvc_err_oom();
+  l->k = k;
+  l->v = v;
+  l->cap = cap;
+  l->dtype = dtype;
+  l->elem = elem;
+  l->batch = batch;
+  l->heads = heads;
+  l->k_dim = kd;
+  l->v_dim = vd;
+  l->initialized = 1;
+  l->device = c->device;
+  l->cum = 0;
+  /* Static kinds expose their whole buffer from the start; dynamic kinds an empty region. */
+  l->start = 0;
+  l->end = kvc_kind_is_static(l->kind) ? l->slots : 0;
+  kvc_layer_sync_view(l);
+  return NULL;
+}
+
+/* Moves [keep.begin, keep.end) to slot 0 of `dst` (which may be the store itself). */
+static void move_region(const kvc_cache* c, const kvc_layer* l, void* dk, void* dv, int64_t dcap, kvc_region keep) {
+  int64_t len = keep.end - keep.begin;
+  for (int which = 0; which < 2; which++) {
+    int64_t d = which ? l->v_dim : l->k_dim;
+    int64_t ss[4], ds[4] = {l->heads * dcap * d, dcap * d, d, 1};
+    kvc_store_strides(l, which, ss);
+    int64_t shape[4] = {l->batch, l->heads, len, d};
+    const char* src = (const char*)(which ? l->v : l->k) + (size_t)(keep.begin * d) * l->elem;
+    c->backend->copy_4d(c->backend->ctx, c->device.device_id, which ? dv : dk, ds, src, ss, shape, l->elem);
+  }
+}
+
+kvc_error* kvc_layer_reserve(const kvc_cache* c, kvc_layer* l, kvc_region keep, int64_t extra) {
+  int64_t len = keep.end - keep.begin;
+  if (keep.end + extra <= l->cap) return NULL;
+  if (len + extra <= l->cap && keep.begin > 0) {
+    /* Compaction: amortized O(1) per token because it happens once per (cap - len) appended tokens. */
+    move_region(c, l, l->k, l->v, l->cap, keep);
+  } else {
+    int64_t cap = l->cap * 2;
+    if (cap < len + extra) cap = len + extra;
+    void *k, *v;
+    if (alloc_pair(c, l->batch, l->heads, cap, l->k_dim, l->v_dim, l->elem, &k, &v)) return kvc_err_oom();
+    move_region(c, l, k, v, cap, keep);
+    c->backend->free(c->backend->ctx, c->device.device_id, l->k);
+    c->backend->free(c->backend->ctx, c->device.device_id, l->v);
+    l->k = k;
+    l->v = v;
+    l->cap = cap;
+  }
+  /* Slots beyond the kept region may hold stale tokens after a move: static kinds rely on zeros there. */
+  l->start -= keep.begin;
+  l->end -= keep.begin;
+  if (kvc_kind_is_static(l->kind)) kvc_layer_zero(c, l, (kvc_region){len, l->cap});
+  kvc_layer_sync_view(l);
+  return NULL;
+}
+
+void kvc_layer_zero(const kvc_cache* c, kvc_layer* l, kvc_region r) {
+  if (r.end <= r.begin) return;
+  for (int which = 0; which < 2; which++) {
+    int64_t d = which ? l->v_dim : l->k_dim, st[4];
+    kvc_store_strides(l, which, st);
+    int64_t shape[4] = {l->batch, l->heads, r.end - r.begin, d};
+    char* base = (char*)(which ? l->v : l->k) + (size_t)(r.begin * d) * l->elem;
+    c->backend->fill_zero_4d(c->backend->ctx, c->device.device_id, base, st, shape, l->elem);
+  }
+}
+
+void kvc_layer_write(const kvc_cache* c, kvc_layer* l, const kvc_tensor* key, const kvc_tensor* value, int64_t slot,
+                     const int64_t* positions, int64_t n) {
+  for (int which = 0; which < 2; which++) {
+    const kvc_tensor* t = which ? value : key;
+    int64_t d = which ? l->v_dim : l->k_dim, ds[4], ss[4];
+    kvc_store_strides(l, which, ds);
+    kvc_tensor_strides(t, ss);
+    char* base = (char*)(which ? l->v : l->k);
+    const char* src = (const char*)kvc_tensor_base(t);
+    if (!positions) {
+      int64_t shape[4] = {l->batch, l->heads, n, d};
+      c->backend->copy_4d(c->backend->ctx, c->device.device_id, base + (size_t)(slot * d) * l->elem, ds, src, ss,
+                          shape, l->elem);
+      continue;
+    }
+    int64_t shape[4] = {l->batch, l->heads, 1, d};
+    for (int64_t j = 0; j < n; j++)
+      c->backend->copy_4d(c->backend->ctx, c->device.device_id, base + (size_t)(positions[j] * d) * l->elem, ds,
+                          src + (size_t)(j * ss[2]) * kvc_dtype_size(l->dtype), ss, shape, l->elem);
+  }
+}
+
+static void fill_view(kvc_layer* l, int view, kvc_region r) {
+  kvc_data_type dt = kvc_dtype_to_data_type(l->dtype);
+  for (int which = 0; which < 2; which++) {
+    kvc_tensor* t = which ? &l->views[view].value : &l->views[view].key;
+    int64_t d = which ? l->v_dim : l->k_dim;
+    int64_t* shape = l->shape[view][which];
+    int64_t* strides = l->strides[view][which];
+    shape[0] = l->batch;
+    shape[1] = l->heads;
+    shape[2] = r.end - r.begin;
+    shape[3] = d;
+    kvc_store_strides(l, which, strides);
+    t->data = which ? l->v : l->k;
+    t->byte_offset = (uint64_t)(r.begin * d) * l->elem;
+    t->device = l->device;
+    t->ndim = 4;
+    t->dtype = dt;
+    t->shape = shape;
+    t->strides = strides;
+  }
+}
+
+void kvc_layer_sync_view(kvc_layer* l) {
+  if (!l->initialized) return;
+  fill_view(l, 0, (kvc_region){l->start, l->end});
+}
+
+void kvc_layer_set_return(kvc_layer* l, kvc_region r) { fill_view(l, 1, r); }
+
+uint64_t kvc_layer_bytes_reserved(const kvc_layer* l) {
+  if (!l->initialized) return 0;
+  return (uint64_t)(l->batch * l->heads * l->cap * (l->k_dim + l->v_dim)) * l->elem;
+}
+
+kvc_error* kvc_layer_clone(const kvc_cache* sc, const kvc_layer* src, const kvc_cache* dc, kvc_layer** out) {
+  kvc_layer* l = (kvc_layer*)malloc(sizeof(*l));
+  if (!l) return kvc_err_oom();
+  *l = *src;
+  l->k = l->v = NULL;
+  if (src->initialized) {
+    /* Same capacity so that the clone behaves (and allocates) exactly like the original from here on. */
+    if (alloc_pair(dc, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &l->k, &l->v)) {
+      free(l);
+      return kvc_err_oom();
+    }
+    kvc_layer tmp = *src;
+    (void)sc;
+    move_region(dc, &tmp, l->k, l->v, l->cap, (kvc_region){0, src->cap});
+    kvc_layer_sync_view(l);
+    /* The return view of the source is not part of the clone's state. */
+    memset(&l->views[1], 0, sizeof l->views[1]);
+  }
+  *out = l;
+  return NULL;
+}

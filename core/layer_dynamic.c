@@ -1,0 +1,56 @@
+/* core/layer_dynamic.c: DynamicLayer (spec A.2), a growing full-attention layer. */
+#include "internal.h"
+
+static kvc_error* check_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
+  (void)l; (void)n; (void)o;
+  return NULL;
+}
+
+static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
+  (void)n; (void)o;
+  return (kvc_region){l->start, l->end};
+}
+
+static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
+                               const kvc_update_options* o) {
+  (void)o;
+  kvc_layer_write(c, l, k, v, l->end, NULL, n);
+  l->end += n;
+  return (kvc_region){l->start, l->end};
+}
+
+static int64_t seq_length(const kvc_layer* l) { return kvc_layer_stored(l); }
+static int64_t max_length(const kvc_layer* l) { (void)l; return -1; }
+
+static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
+  *len = seq_length(l) + q;
+  *off = 0;
+}
+
+static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
+  (void)l; (void)tokens;
+  return NULL;
+}
+
+static void apply_crop(kvc_layer* l, int64_t tokens) {
+  int64_t len = kvc_layer_stored(l);
+  if (!l->initialized || tokens == 0) return;
+  /* Positive: legacy absolute length. Negative: tokens to remove. */
+  int64_t keep = tokens > 0 ? tokens : len + tokens;
+  if (keep < 0) keep = 0;
+  if (keep < len) l->end = l->start + keep;
+}
+
+static void reset(const kvc_cache* c, kvc_layer* l) {
+  (void)c;
+  l->start = l->end = 0;
+}
+
+static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
+  (void)l;
+  return n < 64 ? 64 : n;
+}
+
+const kvc_layer_ops kvc_dynamic_layer_ops = {
+    check_update, keep_for_update, apply_update, seq_length, max_length, mask_sizes, check_crop, apply_crop, reset, initial_capacity,
+};

@@ -1,0 +1,98 @@
+/*
+ * core/layer_dynamic_sliding.c: DynamicSlidingWindowLayer (spec A.3), also
+ * used for chunked attention with the chunk size as window.
+ *
+ * It keeps the last window-1 tokens (a query sees itself and the window-1
+ * before it) and returns kept + new, so a long prefill returns the whole
+ * prompt. The kept tokens stay where they are; only `start` moves, and the
+ * store compacts when its end is reached.
+ */
+#include <inttypes.h>
+
+#include "internal.h"
+
+static kvc_error* check_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
+  (void)l; (void)n; (void)o;
+  return NULL;
+}
+
+static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
+  (void)n; (void)o;
+  return (kvc_region){l->start, l->end};
+}
+
+/* Drops stored tokens older than the last window-1 (window 1 keeps none: see the differences doc). */
+static void trim_to_window(kvc_layer* l) {
+  int64_t keep = l->window - 1;
+  if (l->end - l->start > keep) l->start = l->end - keep;
+}
+
+static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
+                               const kvc_update_options* o) {
+  (void)o;
+  kvc_layer_write(c, l, k, v, l->end, NULL, n);
+  kvc_region full = {l->start, l->end + n};
+  l->end += n;
+  l->cum += n;
+  if (!l->record_past) trim_to_window(l);
+  return full;
+}
+
+static int64_t seq_length(const kvc_layer* l) { return l->cum; }
+static int64_t max_length(const kvc_layer* l) { return l->window; }
+
+static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
+  int64_t c = l->cum, w = l->window;
+  *off = c - w + 1 > 0 ? c - w + 1 : 0;
+  *len = c >= w ? w - 1 + q : c + q;
+}
+
+static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
+  if (l->cum < l->window) return NULL;
+  if (!l->record_past)
+    return kvc_err(KVC_ERROR_INVALID_STATE,
+                   "kvc_cache_crop: a %s layer (window %" PRId64 ") has seen %" PRId64
+                   " tokens, reaching its window, and does not track past states; call "
+                   "kvc_cache_activate_past_recording before the updates you may want to crop",
+                   kvc_kind_name(l->kind), l->window, l->cum);
+  if (tokens > 0)
+    return kvc_err(KVC_ERROR_INVALID_STATE,
+                   "kvc_cache_crop: tokens is %" PRId64 " but a %s layer that has reached its window (%" PRId64
+                   ") can only be cropped by a negative number of tokens or 0",
+                   tokens, kvc_kind_name(l->kind), l->window);
+  return NULL;
+}
+
+static void apply_crop(kvc_layer* l, int64_t tokens) {
+  int64_t len = kvc_layer_stored(l);
+  if (l->cum >= l->window) {
+    /* Recording past the window (checked): drop the last |tokens|, keep the last window-1 of the rest. */
+    int64_t t = -tokens;
+    l->end -= t < len ? t : len;
+    trim_to_window(l);
+    /* transformers lets the counter go negative here; a negative length means nothing, so clamp at 0. */
+    l->cum = l->cum - t > 0 ? l->cum - t : 0;
+    return;
+  }
+  if (!l->initialized || tokens == 0) return;
+  int64_t keep = tokens > 0 ? tokens : len + tokens;
+  if (keep < 0) keep = 0;
+  if (keep < len) l->end = l->start + keep;
+  l->cum = l->end - l->start;
+}
+
+static void reset(const kvc_cache* c, kvc_layer* l) {
+  (void)c;
+  l->start = l->end = 0;
+  l->cum = 0;
+}
+
+static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
+  int64_t cap = 2 * l->window;
+  if (cap < l->window - 1 + n) cap = l->window - 1 + n;
+  return cap < 16 ? 16 : cap;
+}
+
+const kvc_layer_ops kvc_dynamic_sliding_layer_ops = {
+    check_update, keep_for_update, apply_update, seq_length, max_length, mask_sizes, check_crop, apply_crop, reset, initial_capacity,
+};

@@ -1,0 +1,80 @@
+/*
+ * core/layer_static.c: StaticLayer (spec A.5): max_cache_len pre-allocated
+ * slots, written at an internal counter (transformers >= 5.3) or at explicit
+ * cache positions (transformers 4.57). Update returns the whole buffer;
+ * unwritten slots are zero and must be masked.
+ */
+#include <inttypes.h>
+
+#include "internal.h"
+
+/* Shared with the static sliding layer: explicit positions must be in [0, limit). */
+kvc_error* kvc_check_positions(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t limit) {
+  if (!o || !o->cache_position) return NULL;
+  if ((int64_t)o->cache_position_length != n)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "kvc_cache_update: options->cache_position_length is %u but %" PRId64
+                   " new tokens were given; pass one position per new token",
+                   o->cache_position_length, n);
+  for (int64_t j = 0; j < n; j++) {
+    int64_t p = o->cache_position[j];
+    if (p < 0 || p >= limit)
+      return kvc_err(KVC_ERROR_OUT_OF_RANGE,
+                     "kvc_cache_update: options->cache_position[%" PRId64 "] is %" PRId64 " but the %s layer has %" PRId64
+                     " slots; positions must be in [0, %" PRId64 ")",
+                     j, p, kvc_kind_name(l->kind), limit, limit);
+  }
+  return NULL;
+}
+
+static kvc_error* check_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
+  if (o && o->cache_position) return kvc_check_positions(l, n, o, l->slots);
+  if (l->cum + n > l->slots)
+    return kvc_err(KVC_ERROR_OUT_OF_RANGE,
+                   "kvc_cache_update: the static layer holds %" PRId64 " of max_cache_len %" PRId64
+                   " tokens; %" PRId64 " more would overflow it (a static cache never grows)",
+                   l->cum, l->slots, n);
+  return NULL;
+}
+
+static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
+  (void)n; (void)o;
+  return (kvc_region){0, l->slots};
+}
+
+static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
+                               const kvc_update_options* o) {
+  if (o && o->cache_position) {
+    kvc_layer_write(c, l, k, v, 0, o->cache_position, n);
+    for (int64_t j = 0; j < n; j++)
+      if (o->cache_position[j] + 1 > l->cum) l->cum = o->cache_position[j] + 1;
+  } else {
+    kvc_layer_write(c, l, k, v, l->cum, NULL, n);
+    l->cum += n;
+  }
+  return (kvc_region){0, l->slots};
+}
+
+static int64_t seq_length(const kvc_layer* l) { return l->cum; }
+static int64_t max_length(const kvc_layer* l) { return l->slots; }
+
+static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
+  (void)q;
+  *len = l->slots;
+  *off = 0;
+}
+
+static void reset(const kvc_cache* c, kvc_layer* l) {
+  if (l->initialized) kvc_layer_zero(c, l, (kvc_region){0, l->cap});
+  l->cum = 0;
+}
+
+static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
+  (void)n;
+  return l->slots;
+}
+
+const kvc_layer_ops kvc_static_layer_ops = {
+    check_update, keep_for_update, apply_update, seq_length, max_length, mask_sizes, NULL, NULL, reset,
+    initial_capacity,
+};

@@ -1,0 +1,88 @@
+/*
+ * core/layer_static_sliding.c: StaticSlidingWindowLayer (spec A.6), also used
+ * for chunked attention. It holds M' = min(window, max_cache_len) tokens.
+ *
+ * transformers rolls the buffer by one slot per decoded token (O(M') per
+ * step); here the window moves along a buffer of 2*M' slots and is compacted
+ * once every M' steps, so steady decoding costs O(1) amortized and the
+ * returned view is the same oldest-to-newest sequence.
+ */
+#include "internal.h"
+
+kvc_error* kvc_check_positions(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t limit);
+
+static int is_full(const kvc_layer* l) { return l->cum >= l->slots; }
+
+static kvc_error* check_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
+  /* Positions matter only while the window is not yet full (A.6 branch 4, as in 4.57). */
+  if (o && o->cache_position && !is_full(l) && l->cum + n <= l->slots) return kvc_check_positions(l, n, o, l->slots);
+  if (o && o->cache_position && (int64_t)o->cache_position_length != n) return kvc_check_positions(l, n, o, l->slots);
+  return NULL;
+}
+
+static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
+  (void)o;
+  if (is_full(l)) return (kvc_region){l->start, l->end};
+  if (l->cum + n > l->slots) return (kvc_region){0, l->cum};
+  return (kvc_region){0, l->slots};
+}
+
+static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
+                               const kvc_update_options* o) {
+  int64_t cum = l->cum, m = l->slots;
+  l->cum += n;
+  if (cum >= m) {
+    /* Branches 1 and 2: already full. Return the previous tail (minus the oldest) plus the new tokens. */
+    kvc_layer_write(c, l, k, v, l->end, NULL, n);
+    kvc_region full = {l->start + 1, l->end + n};
+    l->end += n;
+    l->start = l->end - m;
+    return full;
+  }
+  if (cum + n > m) {
+    /* Branch 3: this call fills the window. Return everything; keep the last M'. */
+    kvc_layer_write(c, l, k, v, cum, NULL, n);
+    l->end = cum + n;
+    l->start = l->end - m;
+    return (kvc_region){0, cum + n};
+  }
+  /* Branch 4: still room. Return the whole zero-padded buffer. */
+  if (o && o->cache_position)
+    kvc_layer_write(c, l, k, v, 0, o->cache_position, n);
+  else
+    kvc_layer_write(c, l, k, v, cum, NULL, n);
+  return (kvc_region){0, m};
+}
+
+static int64_t seq_length(const kvc_layer* l) { return l->cum; }
+static int64_t max_length(const kvc_layer* l) { return l->slots; }
+
+static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
+  int64_t c = l->cum, w = l->slots;
+  *off = c - w + 1 > 0 ? c - w + 1 : 0;
+  if (c >= w)
+    *len = w + q - 1;
+  else if (c + q > w)
+    *len = c + q;
+  else
+    *len = w;
+}
+
+static void reset(const kvc_cache* c, kvc_layer* l) {
+  if (l->initialized) {
+    kvc_layer_zero(c, l, (kvc_region){0, l->cap});
+    l->start = 0;
+    l->end = l->slots;
+  }
+  l->cum = 0;
+}
+
+static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
+  int64_t cap = 2 * l->slots;
+  return cap < n ? n : cap;
+}
+
+const kvc_layer_ops kvc_static_sliding_layer_ops = {
+    check_update, keep_for_update, apply_update, seq_length, max_length, mask_sizes, NULL, NULL, reset,
+    initial_capacity,
+};

@@ -1,0 +1,153 @@
+/*
+ * core/ops_update.c: update and update_all.
+ *
+ * Three phases so that a failed call changes nothing: check every layer's
+ * inputs against its state; then make room (initialize, compact or grow
+ * stores: invisible to the caller, and undone for layers this call
+ * initialized if a later allocation fails); then write, which cannot fail.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static kvc_error* check_pair(const char* fn, const kvc_cache* c, uint32_t i, int indexed, const kvc_tensor* k,
+                             const kvc_tensor* v, const kvc_update_options* o) {
+  /* update names its arguments key/value; the all-layer calls keys[i]/values[i]. */
+  char kname[32], vname[32];
+  if (indexed) {
+    snprintf(kname, sizeof kname, "keys[%u]", i);
+    snprintf(vname, sizeof vname, "values[%u]", i);
+  } else {
+    snprintf(kname, sizeof kname, "key");
+    snprintf(vname, sizeof vname, "value");
+  }
+  kvc_error* e = kvc_check_input_tensor(fn, kname, k, &c->device);
+  if (!e) e = kvc_check_input_tensor(fn, vname, v, &c->device);
+  if (e) return e;
+  if (!kvc_data_type_equal(k->dtype, v->dtype))
+    return kvc_err(KVC_ERROR_DTYPE_MISMATCH, "%s: %s is %s but %s is %s; key and value must have the same dtype",
+                   fn, kname, kvc_dtype_name(kvc_dtype_from_data_type(k->dtype)), vname,
+                   kvc_dtype_name(kvc_dtype_from_data_type(v->dtype)));
+  static const char* dims[3] = {"batch", "heads", "seq"};
+  for (int d = 0; d < 3; d++)
+    if (k->shape[d] != v->shape[d])
+      return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+                     "%s: %s.shape[%d] (%s) is %" PRId64 " but %s.shape[%d] is %" PRId64 "; they must agree", fn,
+                     kname, d, dims[d], k->shape[d], vname, d, v->shape[d]);
+  if (i >= c->num_layers) return NULL; /* a lazy layer created by this call takes any geometry */
+  const kvc_layer* l = c->layers[i];
+  if (l->initialized) {
+    kvc_dtype dt = kvc_dtype_from_data_type(k->dtype);
+    if (dt != l->dtype)
+      return kvc_err(KVC_ERROR_DTYPE_MISMATCH,
+                     "%s: %s.dtype is %s but layer %u stores %s; kvcache never converts dtypes", fn, kname, kvc_dtype_name(dt),
+                     i, kvc_dtype_name(l->dtype));
+    const int64_t want[4] = {l->batch, l->heads, -1, l->k_dim};
+    static const char* names[4] = {"batch", "num_kv_heads", "seq", "head_dim"};
+    for (int d = 0; d < 4; d++)
+      if (d != 2 && k->shape[d] != want[d])
+        return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+                       "%s: %s.shape[%d] (%s) is %" PRId64 " but layer %u holds %" PRId64
+                       "; new tokens must match the stored batch, heads and head_dim",
+                       fn, kname, d, names[d], k->shape[d], i, want[d]);
+    if (v->shape[3] != l->v_dim)
+      return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+                     "%s: %s.shape[3] (head_dim) is %" PRId64 " but layer %u holds %" PRId64
+                     "; new tokens must match the stored head_dim",
+                     fn, vname, v->shape[3], i, l->v_dim);
+  }
+  return l->ops->check_update(l, k->shape[2], o);
+}
+
+kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint32_t count, const kvc_tensor* keys,
+                             const kvc_tensor* values, const kvc_update_options* o, kvc_kv* out) {
+  if (o) {
+    kvc_error* e = kvc_check_struct_size(fn, "options", o->struct_size, sizeof(kvc_update_options));
+    if (e) return e;
+    if (!o->cache_position && o->cache_position_length)
+      return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->cache_position is NULL but cache_position_length is %u",
+                     fn, o->cache_position_length);
+  }
+  uint64_t last = (uint64_t)first + count;
+  if (!c->lazy && last > c->num_layers)
+    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer %u is out of range: the cache has %u layer%s (valid: 0..%d)", fn,
+                   (unsigned)(last - 1), c->num_layers, c->num_layers == 1 ? "" : "s", (int)c->num_layers - 1);
+  if (last > (1u << 20))
+    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer %u is out of range: a cache has at most 1048576 layers", fn,
+                   (unsigned)(last - 1));
+  for (uint32_t j = 0; j < count; j++) {
+    kvc_error* e = check_pair(fn, c, first + j, strcmp(fn, "kvc_cache_update") != 0, &keys[j], &values[j], o);
+    if (e) return e;
+  }
+
+  /* Phase 2: room. */
+  uint32_t layers_before = c->num_layers;
+  kvc_error* e = NULL;
+  while (!e && c->num_layers < last) {
+    kvc_layer_options spec = KVC_LAYER_OPTIONS_INIT;
+    kvc_layer* l = NULL;
+    e = kvc_layer_new(&spec, &l);
+    if (!e) {
+      e = kvc_cache_append_layer(c, l);
+      if (e) kvc_layer_free(c, l);
+    }
+  }
+  uint32_t j = 0;
+  for (; !e && j < count; j++) {
+    kvc_layer* l = c->layers[first + j];
+    const kvc_tensor *k = &keys[j], *v = &values[j];
+    int64_t n = k->shape[2];
+    if (!l->initialized) {
+      e = kvc_layer_initialize(c, l, kvc_dtype_from_data_type(k->dtype), k->shape[0], k->shape[1], k->shape[3],
+                               v->shape[3], n);
+      if (e) break;
+      l->initialized = 2; /* initialized by this call */
+    }
+    e = kvc_layer_reserve(c, l, l->ops->keep_for_update(l, n, o), n);
+  }
+  if (e) {
+    for (uint32_t i = 0; i < j + 1 && i < count; i++) {
+      kvc_layer* l = c->layers[first + i];
+      if (l->initialized == 2) kvc_layer_uninitialize(c, l);
+    }
+    while (c->num_layers > layers_before) kvc_layer_free(c, c->layers[--c->num_layers]);
+    return e;
+  }
+
+  /* Phase 3: write. */
+  for (j = 0; j < count; j++) {
+    kvc_layer* l = c->layers[first + j];
+    l->initialized = 1;
+    kvc_region r = l->ops->apply_update(c, l, &keys[j], &values[j], keys[j].shape[2], o);
+    kvc_layer_sync_view(l);
+    kvc_layer_set_return(l, r);
+    if (out) out[j] = l->views[1];
+  }
+  return NULL;
+}
+
+kvc_error* kvc_cache_update(kvc_cache* c, uint32_t layer, const kvc_tensor* key, const kvc_tensor* value,
+                            const kvc_update_options* options, kvc_kv* out) {
+  static const char* FN = "kvc_cache_update";
+  kvc_error* e = kvc_cache_check(FN, c);
+  if (e) return e;
+  if (!key || !value)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a 4-D [batch, heads, seq, head_dim] tensor", FN,
+                   key ? "value" : "key");
+  return kvc_update_layers(FN, c, layer, 1, key, value, options, out);
+}
+
+kvc_error* kvc_cache_update_all(kvc_cache* c, uint32_t num_layers, const kvc_tensor* keys, const kvc_tensor* values,
+                                const kvc_update_options* options, kvc_kv* out) {
+  static const char* FN = "kvc_cache_update_all";
+  kvc_error* e = kvc_cache_check(FN, c);
+  if (e) return e;
+  if (num_layers == 0) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_layers is 0; pass at least one layer", FN);
+  if (!keys || !values)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but num_layers is %u", FN, keys ? "values" : "keys",
+                   num_layers);
+  return kvc_update_layers(FN, c, 0, num_layers, keys, values, options, out);
+}

@@ -1,0 +1,107 @@
+/* core/tensor.c: dtypes and the checks every input tensor goes through. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "internal.h"
+
+kvc_data_type kvc_dtype_to_data_type(kvc_dtype dtype) {
+  kvc_data_type t = {0, 0, 0};
+  switch (dtype) {
+    case KVC_DTYPE_FLOAT32: t.code = KVC_TYPE_CODE_FLOAT; t.bits = 32; t.lanes = 1; break;
+    case KVC_DTYPE_FLOAT16: t.code = KVC_TYPE_CODE_FLOAT; t.bits = 16; t.lanes = 1; break;
+    case KVC_DTYPE_BFLOAT16: t.code = KVC_TYPE_CODE_BFLOAT; t.bits = 16; t.lanes = 1; break;
+    default: break;
+  }
+  return t;
+}
+
+kvc_dtype kvc_dtype_from_data_type(kvc_data_type t) {
+  if (t.lanes != 1) return KVC_DTYPE_UNSET;
+  if (t.code == KVC_TYPE_CODE_FLOAT && t.bits == 32) return KVC_DTYPE_FLOAT32;
+  if (t.code == KVC_TYPE_CODE_FLOAT && t.bits == 16) return KVC_DTYPE_FLOAT16;
+  if (t.code == KVC_TYPE_CODE_BFLOAT && t.bits == 16) return KVC_DTYPE_BFLOAT16;
+  return KVC_DTYPE_UNSET;
+}
+
+size_t kvc_dtype_size(kvc_dtype dtype) {
+  switch (dtype) {
+    case KVC_DTYPE_FLOAT32: return 4;
+    case KVC_DTYPE_FLOAT16:
+    case KVC_DTYPE_BFLOAT16: return 2;
+    default: return 0;
+  }
+}
+
+const char* kvc_dtype_name(kvc_dtype dtype) {
+  switch (dtype) {
+    case KVC_DTYPE_FLOAT32: return "float32";
+    case KVC_DTYPE_FLOAT16: return "float16";
+    case KVC_DTYPE_BFLOAT16: return "bfloat16";
+    case KVC_DTYPE_UNSET: return "unset";
+    default: return "unknown";
+  }
+}
+
+int kvc_data_type_equal(kvc_data_type a, kvc_data_type b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
+void kvc_tensor_strides(const kvc_tensor* t, int64_t out[4]) {
+  if (t->strides) {
+    for (int i = 0; i < 4; i++) out[i] = t->strides[i];
+    return;
+  }
+  int64_t s = 1;
+  for (int i = 3; i >= 0; i--) {
+    out[i] = s;
+    s *= t->shape[i];
+  }
+}
+
+const void* kvc_tensor_base(const kvc_tensor* t) { return (const char*)t->data + t->byte_offset; }
+
+static const char* device_name(kvc_device_type t) {
+  switch (t) {
+    case KVC_DEVICE_CPU: return "CPU";
+    case KVC_DEVICE_CUDA: return "CUDA";
+    case KVC_DEVICE_CUDA_HOST: return "CUDA host";
+    case KVC_DEVICE_ROCM: return "ROCm";
+    case KVC_DEVICE_ROCM_HOST: return "ROCm host";
+    default: return "unknown device";
+  }
+}
+
+kvc_error* kvc_check_input_tensor(const char* fn, const char* arg, const kvc_tensor* t, const kvc_device* device) {
+  if (!t) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a 4-D [batch, heads, seq, head_dim] tensor", fn, arg);
+  if (t->ndim != 4)
+    return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.ndim is %d but must be 4 ([batch, heads, seq, head_dim])", fn,
+                   arg, (int)t->ndim);
+  if (!t->shape) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.shape is NULL; a 4-D tensor needs 4 sizes", fn, arg);
+  if (kvc_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET)
+    return kvc_err(KVC_ERROR_DTYPE_MISMATCH,
+                   "%s: %s.dtype is {code %u, bits %u, lanes %u}; kvcache stores float32, float16 or bfloat16 "
+                   "with lanes 1",
+                   fn, arg, (unsigned)t->dtype.code, (unsigned)t->dtype.bits, (unsigned)t->dtype.lanes);
+  if (t->device.device_type != device->device_type || t->device.device_id != device->device_id)
+    return kvc_err(KVC_ERROR_DEVICE_MISMATCH,
+                   "%s: %s is on %s:%d but the cache lives on %s:%d; kvcache does not copy between devices "
+                   "implicitly",
+                   fn, arg, device_name(t->device.device_type), (int)t->device.device_id,
+                   device_name(device->device_type), (int)device->device_id);
+  static const char* dims[4] = {"batch", "heads", "seq", "head_dim"};
+  for (int i = 0; i < 4; i++) {
+    if (t->shape[i] < 0)
+      return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] (%s) is %" PRId64 "; sizes must be >= 0", fn, arg, i,
+                     dims[i], t->shape[i]);
+  }
+  for (int i = 0; i < 4; i += (i == 1 ? 2 : 1)) {
+    if (t->shape[i] == 0)
+      return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] (%s) is 0; %s must be >= 1", fn, arg, i, dims[i],
+                     dims[i]);
+  }
+  int64_t numel = t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3];
+  if (numel > 0 && !t->data)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.data is NULL but the tensor has %" PRId64 " elements", fn, arg,
+                   numel);
+  return NULL;
+}

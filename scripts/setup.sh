@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Prepare a machine to build and test kvcache; safe to run again and again.
+#
+# On Debian/Ubuntu it installs what is missing with apt-get (sudo only when
+# not root), then makes the project's Python environment .venv. When all is
+# present it only checks, which takes a few seconds: `make test` runs it on
+# every call. Elsewhere it checks the tools and says what to install.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+log() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+# Debian's "clang" is a versioned clang-N; libFuzzer and the sanitizer
+# runtimes live in libclang-rt-N-dev, which must match that N.
+clang_major() {
+  if command -v clang >/dev/null 2>&1; then
+    clang -dumpversion | cut -d. -f1
+  else
+    apt-cache depends clang 2>/dev/null |
+      sed -n 's/^ *Depends: clang-\([0-9][0-9]*\)$/\1/p' | head -n 1
+  fi
+}
+
+missing_debs() {
+  local pkg
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' ||
+      printf '%s\n' "$pkg"
+  done
+}
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    die "need root or sudo to run: $*"
+  fi
+}
+
+install_system_packages() {
+  local pkgs=(gcc g++ make clang llvm pkg-config ninja-build cmake binutils)
+  # The Python that will run `python3 -m venv` needs ensurepip; on Debian it
+  # comes from python3-venv unless python3 is a separately installed one.
+  python3 -c 'import ensurepip' >/dev/null 2>&1 || pkgs+=(python3 python3-venv)
+  local missing major
+  missing="$(missing_debs "${pkgs[@]}")"
+  major="$(command -v clang >/dev/null 2>&1 && clang_major || true)"
+  [ -z "$major" ] || missing+=" $(missing_debs "libclang-rt-${major}-dev")"
+  if [ -z "$major" ] || [ -n "${missing// /}" ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    # A fresh image has no package lists; a stale one may name removed versions.
+    log "updating package lists"
+    as_root apt-get update -qq
+    if [ -z "$major" ]; then
+      major="$(clang_major)"
+      [ -n "$major" ] || die "cannot tell which clang version this system has"
+      missing+=" libclang-rt-${major}-dev"
+    fi
+    # shellcheck disable=SC2086
+    log "installing:" $missing
+    # shellcheck disable=SC2086
+    as_root apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  fi
+}
+
+check_tools() {
+  local tool absent=()
+  for tool in cc c++ clang cmake ninja pkg-config nm readelf python3; do
+    command -v "$tool" >/dev/null 2>&1 || absent+=("$tool")
+  done
+  [ "${#absent[@]}" -eq 0 ] || die "missing tools: ${absent[*]}"
+  local v
+  v="$(cmake --version | sed -n '1s/^cmake version \([0-9]*\.[0-9]*\).*/\1/p')"
+  printf '%s\n3.20\n' "$v" | sort -C -V -r || die "cmake 3.20 or newer is required (found ${v:-none})"
+}
+
+# The fuzz suite needs libFuzzer, which clang finds only with the runtime
+# package of its own version; prove it links instead of trusting package names.
+check_libfuzzer() {
+  local tmp
+  tmp="$(mktemp -d)"
+  if ! printf 'int LLVMFuzzerTestOneInput(const char*d, unsigned long n){(void)d;(void)n;return 0;}\n' |
+      clang -fsanitize=fuzzer,address,undefined -x c - -o "$tmp/fuzz_probe" 2>"$tmp/log"; then
+    cat "$tmp/log" >&2
+    rm -rf "$tmp"
+    die "clang cannot link libFuzzer; install libclang-rt-$(clang_major)-dev (or your system's equivalent)"
+  fi
+  rm -rf "$tmp"
+}
+
+# .venv holds the Python tools of tests and bindings; scripts/requirements-dev.txt
+# names them. A stamp of that file's hash keeps the fast path free of pip.
+setup_venv() {
+  local req="scripts/requirements-dev.txt" stamp=".venv/.requirements-dev.sha256" want
+  want="$(sha256sum "$req" | cut -d' ' -f1)"
+  if [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    return
+  fi
+  if [ ! -x .venv/bin/python ]; then
+    log "creating .venv"
+    python3 -m venv .venv
+  fi
+  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip ||
+    log "warning: could not upgrade pip in .venv; continuing with the bundled one"
+  if grep -qv '^[[:space:]]*\(#.*\)\?$' "$req"; then
+    log "installing $req into .venv"
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req"
+  fi
+  printf '%s\n' "$want" >"$stamp"
+}
+
+if command -v dpkg-query >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  install_system_packages
+else
+  log "not a Debian-like system: checking tools only"
+fi
+check_tools
+check_libfuzzer
+setup_venv
+log "ok"

@@ -1,0 +1,768 @@
+#!/usr/bin/env python3
+"""Writes conformance vectors by running transformers' own cache classes.
+
+Every operation runs on a real transformers cache first; only what
+transformers actually returned is written down, so the vectors record
+transformers' behaviour, not our reading of it. The format is described in
+docs/conformance.md. Run through generate.sh, which installs the versions.
+
+  * An operation that raises an error nobody planned for is dropped and the
+    cache restored from a snapshot, so an odd torch failure never becomes an
+    expectation.
+  * An operation that raises a planned error is recorded with the kvcache
+    code the replay must see, and the Python cache is restored from the
+    snapshot too: kvcache promises that a failed call changes nothing, while
+    transformers may have half-applied it (layer 0 cropped, layer 1 raising).
+  * The deliberate differences listed in docs/conformance.md are avoided.
+"""
+import argparse
+import copy
+import os
+import random
+
+import numpy as np
+import torch
+import transformers
+from transformers import cache_utils as cu
+
+TF_VERSION = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+IS_V5 = TF_VERSION[0] >= 5
+Config = getattr(transformers, "PreTrainedConfig", None) or transformers.PretrainedConfig
+
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+INT_VIEW = {"f32": torch.int32, "f16": torch.int16, "bf16": torch.int16}
+LETTER_TYPE = {"f": "full_attention", "s": "sliding_attention", "c": "chunked_attention"}
+
+# ------------------------------------------------------------------ tensors
+
+
+def make_tensor(dt, shape, seed):
+    """Input contents, reproduced bit for bit by the replay: element i
+    (row-major) is splitmix64(seed + (i + 1) * golden) turned into a finite,
+    non-zero normal number with random sign, exponent in [-7, 7] and random
+    mantissa, so every token is distinct and no key vector is all zero."""
+    n = int(np.prod(shape))
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) + np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    sign = z >> np.uint64(63)
+    e = (z >> np.uint64(32)) % np.uint64(15)
+    if dt == "f32":
+        bits = (sign << np.uint64(31)) | ((e + np.uint64(120)) << np.uint64(23)) | (z & np.uint64(0x7FFFFF))
+        arr = bits.astype(np.uint32).view(np.int32)
+        return torch.from_numpy(arr.reshape(shape).copy()).view(torch.float32)
+    if dt == "f16":
+        bits = (sign << np.uint64(15)) | ((e + np.uint64(8)) << np.uint64(10)) | (z & np.uint64(0x3FF))
+    else:
+        bits = (sign << np.uint64(15)) | ((e + np.uint64(120)) << np.uint64(7)) | (z & np.uint64(0x7F))
+    arr = bits.astype(np.uint16).view(np.int16)
+    return torch.from_numpy(arr.reshape(shape).copy()).view(DTYPES[dt])
+
+
+def gen_spec(dt, shape, seed):
+    return f"g {dt} {' '.join(str(int(x)) for x in shape)} {seed}"
+
+
+def expect(t, dt):
+    """`e`: 1-D empty (numel checked); `z`: 4-D empty (shape checked);
+    `x`: shape and the raw little-endian bytes in hex."""
+    if t.dim() != 4:
+        if t.numel() != 0:
+            raise RuntimeError(f"unexpected {t.dim()}-D tensor")
+        return "e"
+    if t.dtype != DTYPES[dt]:
+        raise RuntimeError(f"dtype {t.dtype} != {dt}")
+    shape = " ".join(str(int(s)) for s in t.shape)
+    if t.numel() == 0:
+        return f"z {dt} {shape}"
+    return f"x {dt} {shape} {t.contiguous().view(INT_VIEW[dt]).numpy().tobytes().hex()}"
+
+
+# ------------------------------------------------------------------ errors
+
+
+class Planned(Exception):
+    def __init__(self, code, cls):
+        super().__init__(code)
+        self.code, self.cls = code, cls
+
+
+class Skip(Exception):
+    pass
+
+
+# ------------------------------------------------------------------ configs
+
+
+def make_config(n, types=None, sw=0, chunk=0, shared=0):
+    kw = {"num_hidden_layers": n}
+    if types:
+        kw["layer_types"] = [LETTER_TYPE[c] for c in types]
+    if sw:
+        kw["sliding_window"] = sw
+    if chunk:
+        kw["attention_chunk_size"] = chunk
+    if shared:
+        kw["num_kv_shared_layers"] = shared
+    return Config(**kw)
+
+
+def derived_types(n, types, sw, chunk, shared):
+    """Layer types as kvcache derives them (transformers' rule)."""
+    if not types:
+        types = ("s" if sw else "c" if chunk else "f") * n
+    if shared:
+        types = types[:-shared]
+    return types
+
+
+def preset_spec(name, maxlen, n, types, sw, chunk, shared=0, pattern=0):
+    return f"preset {name} {maxlen} {n} {sw} {chunk} {shared} {pattern} {types or '-'}"
+
+
+# ------------------------------------------------------------------ state
+
+
+class Slot:
+    """A cache (or encoder-decoder pair) and what inputs it accepts."""
+
+    def __init__(self, obj, dt, batch, heads, dk, dv, chunked=(), windows=None, ed=False):
+        self.obj, self.dt, self.batch = obj, dt, batch
+        self.heads, self.dk, self.dv = heads, dk, dv  # ints, or per-layer lists after early init
+        self.chunked = set(chunked)
+        self.windows = dict(windows or {})  # static sliding layers: configured window
+        self.ed = ed
+        self.enc_len = 0
+        self.positions_ok = True  # 4.57: every static write so far was an append
+
+    def cache(self):
+        return self.obj.self_attention_cache if self.ed else self.obj
+
+    def geom(self, i):
+        pick = lambda x: x[i] if isinstance(x, list) else x  # noqa: E731
+        return pick(self.heads), pick(self.dk), pick(self.dv)
+
+
+def layers_of(cache):
+    return getattr(cache, "layers", None)  # None: legacy DynamicCache (4.53)
+
+
+def kind_of(layer, chunked):
+    name = type(layer).__name__
+    table = {
+        "DynamicLayer": "d",
+        "DynamicSlidingWindowLayer": "dc" if chunked else "ds",
+        "StaticLayer": "s",
+        "StaticSlidingWindowLayer": "sc" if chunked else "ss",
+    }
+    return table[name]
+
+
+def is_static(layer):
+    return isinstance(layer, cu.StaticLayer)
+
+
+def is_static_full(layer):
+    return is_static(layer) and not isinstance(layer, cu.StaticSlidingWindowLayer)
+
+
+def is_dyn_sliding(layer):
+    return isinstance(layer, cu.DynamicSlidingWindowLayer)
+
+
+def seq_len(cache, i):
+    return int(cache.get_seq_length(i))
+
+
+def initialized(cache, i):
+    ls = layers_of(cache)
+    if ls is None:
+        return i < len(cache.key_cache) and cache.key_cache[i].numel() > 0
+    return i < len(ls) and ls[i].is_initialized
+
+
+def stored(cache, i):
+    ls = layers_of(cache)
+    if ls is None:
+        return cache.key_cache[i], cache.value_cache[i]
+    return ls[i].keys, ls[i].values
+
+
+def max_length(layer):
+    return int(layer.get_max_length() if IS_V5 else layer.get_max_cache_shape())
+
+
+# ------------------------------------------------------------------ output
+
+
+class Out:
+    def __init__(self, path, suite, seed):
+        self.path, self.lines, self.ops = path, [], 0
+        self.line("KVCONF 1")
+        self.line(f"meta transformers {transformers.__version__} torch {torch.__version__.split('+')[0]} "
+                  f"suite {suite} seed {seed}")
+
+    def line(self, text):
+        self.lines.append(text)
+
+    def op(self, text):
+        self.lines.append(text)
+        self.ops += 1
+
+    def write(self):
+        with open(self.path, "w") as f:
+            f.write("\n".join(self.lines) + "\nend\n")
+        size = os.path.getsize(self.path)
+        print(f"{os.path.basename(self.path)}: {self.ops} ops, {size} bytes", flush=True)
+        return self.ops, size
+
+
+# ------------------------------------------------------------------ a case
+
+
+class Case:
+    """One sequence of operations on one or more caches; every method runs
+    the operation on transformers and records it if it is recordable."""
+
+    def __init__(self, out, name, rng):
+        self.out, self.rng = out, rng
+        self.slots = {}
+        out.line(f"case {name}")
+
+    def seed(self):
+        return self.rng.getrandbits(63)
+
+    def new_slot(self):
+        i = 0
+        while i in self.slots:
+            i += 1
+        return i
+
+    def attempt(self, fn):
+        saved = copy.deepcopy(self.slots)
+        try:
+            return fn()
+        except (Planned, Skip):
+            self.slots = saved
+            raise
+        except Exception as exc:  # noqa: BLE001 - unplanned: never recorded
+            self.slots = saved
+            raise Skip(repr(exc)) from exc
+
+    # ----------------------------------------------------------- creation
+
+    def create(self, obj, spec, dt, batch, heads, dk, dv, chunked=(), windows=None):
+        s = self.new_slot()
+        self.slots[s] = Slot(obj, dt, batch, heads, dk, dv, chunked, windows)
+        self.out.op(f"create {s} {spec}")
+        self.layout(s)
+        return s
+
+    def from_tensors(self, build, spec, dt, batch, heads, dk, dv, lengths, chunked=(), windows=None):
+        """build(list of (k, v)) -> cache; lengths: tokens per layer."""
+        kv, toks = [], []
+        for n in lengths:
+            ks, vs = self.seed(), self.seed()
+            kv.append((make_tensor(dt, (batch, heads, n, dk), ks), make_tensor(dt, (batch, heads, n, dv), vs)))
+            toks.append(gen_spec(dt, (batch, heads, n, dk), ks) + " " + gen_spec(dt, (batch, heads, n, dv), vs))
+        obj = build(kv)
+        s = self.new_slot()
+        self.slots[s] = Slot(obj, dt, batch, heads, dk, dv, chunked, windows)
+        self.out.op(f"tensors {s} {spec} {len(lengths)} " + " ".join(toks))
+        self.layout(s)
+        return s
+
+    def ed_create(self, s_self, s_cross):
+        a, b = self.slots.pop(s_self), self.slots.pop(s_cross)
+        obj = cu.EncoderDecoderCache(a.obj, b.obj)
+        e = self.new_slot()
+        slot = Slot(obj, a.dt, a.batch, a.heads, a.dk, a.dv, a.chunked, a.windows, ed=True)
+        slot.cross = b
+        self.slots[e] = slot
+        self.out.op(f"edcreate {e} {s_self} {s_cross}")
+        return e
+
+    def layout(self, s):
+        slot = self.slots[s]
+        cache = slot.cache()
+        ls = layers_of(cache)
+        if ls is None:
+            self.out.op(f"nlayers {s} {len(cache)}")
+            return
+        toks = [f"layout {s} {len(ls)}"]
+        for i, layer in enumerate(ls):
+            kind = kind_of(layer, i in slot.chunked)
+            window = layer.sliding_window if is_dyn_sliding(layer) else slot.windows.get(i, 0)
+            toks.append(f"{kind} {window} {max_length(layer)}")
+        self.out.op(" ".join(toks))
+
+    # ----------------------------------------------------------- queries
+
+    def seqlen(self, s, i):
+        slot = self.slots[s]
+        if not IS_V5 and not slot.positions_ok:
+            return  # 4.57 counts non-zero slots: meaningless after arbitrary positions
+        self.out.op(f"seqlen {s} {i} {seq_len(slot.obj, i)}")
+
+    def maxlen(self, s, i):
+        slot = self.slots[s]
+        cache = slot.obj
+        if IS_V5:
+            if i < 0:
+                if len(slot.cache()) == 0:
+                    return  # max() of nothing: ValueError in transformers
+                v = cache.get_max_length()
+            else:
+                v = cache.get_max_length(i)
+        else:
+            if i < 0 or slot.ed or layers_of(cache) is None:
+                return
+            v = cache.get_max_cache_shape(i)
+        self.out.op(f"maxlen {s} {i} {int(v)}")
+
+    def mask(self, s, q, i):
+        cache = self.slots[s].obj
+        arg = q if IS_V5 else torch.arange(q)
+        ln, off = cache.get_mask_sizes(arg, i)
+        self.out.op(f"mask {s} {q} {i} {int(ln)} {int(off)}")
+
+    def view(self, s, i, cross=False):
+        slot = self.slots[s]
+        cache = slot.obj.cross_attention_cache if cross else slot.cache()
+        op = "xview" if cross else "view"
+        if i >= len(cache):
+            return
+        if not initialized(cache, i):
+            if layers_of(cache) is None:
+                return
+            self.out.op(f"{op} {s} {i} err INVALID_STATE NotInitialized")
+            return
+        k, v = stored(cache, i)
+        self.out.op(f"{op} {s} {i} ok {expect(k, slot.dt)} {expect(v, slot.dt)}")
+
+    def nlayers(self, s):
+        self.out.op(f"nlayers {s} {len(self.slots[s].cache())}")
+
+    def isupd(self, s, i):
+        self.out.op(f"isupd {s} {i} {int(bool(self.slots[s].obj.is_updated.get(i, False)))}")
+
+    # ----------------------------------------------------------- update
+
+    def update(self, s, i, n, positions=None):
+        slot = self.slots[s]
+        h, dk, dv = slot.geom(i)
+        ks, vs = self.seed(), self.seed()
+        k = make_tensor(slot.dt, (slot.batch, h, n, dk), ks)
+        v = make_tensor(slot.dt, (slot.batch, h, n, dv), vs)
+        ls = layers_of(slot.cache())
+        layer = ls[i] if ls is not None and i < len(ls) else None
+        overflow = False
+        if layer is not None and is_static_full(layer):
+            if positions is not None:
+                overflow = max(positions) >= layer.max_cache_len
+            else:
+                overflow = seq_len(slot.cache(), i) + n > layer.max_cache_len
+
+        def run():
+            cache = self.slots[s].cache()
+            try:
+                if IS_V5:
+                    return cache.update(k, v, i)
+                kw = {"cache_position": torch.tensor(positions)} if positions is not None else None
+                return cache.update(k, v, i, kw)
+            except IndexError as exc:
+                if overflow:
+                    raise Planned("OUT_OF_RANGE", "IndexError") from exc
+                raise
+
+        head = f"update {s} {i} {gen_spec(slot.dt, k.shape, ks)} {gen_spec(slot.dt, v.shape, vs)} {pos_spec(positions)}"
+        try:
+            rk, rv = self.attempt(run)
+        except Planned as p:
+            self.out.op(f"{head} err {p.code} {p.cls}")
+            return False
+        if overflow:
+            raise RuntimeError("static overflow predicted but transformers did not raise")
+        if positions is not None and self.slots[s].positions_ok:
+            layer = layers_of(self.slots[s].cache())[i]
+            if is_static_full(layer) and positions != list(range(positions[0], positions[0] + n)):
+                self.slots[s].positions_ok = False
+        self.out.op(f"{head} ok {expect(rk, slot.dt)} {expect(rv, slot.dt)}")
+        return True
+
+    def cross(self, s, i):
+        """The model protocol: compute cross K/V once, then reuse them."""
+        slot = self.slots[s]
+        ed = slot.obj
+        h, dk, dv = slot.cross.geom(i)
+        if ed.is_updated.get(i, False):
+            kt = vt = "-"
+
+            def run():
+                return None
+        else:
+            ks, vs = self.seed(), self.seed()
+            n = slot.enc_len
+            k = make_tensor(slot.dt, (slot.batch, h, n, dk), ks)
+            v = make_tensor(slot.dt, (slot.batch, h, n, dv), vs)
+            kt, vt = gen_spec(slot.dt, k.shape, ks), gen_spec(slot.dt, v.shape, vs)
+
+            def run():
+                e = self.slots[s].obj
+                e.cross_attention_cache.update(k, v, i)
+                e.is_updated[i] = True
+        self.attempt(run)
+        ed = self.slots[s].obj
+        rk, rv = stored(ed.cross_attention_cache, i)
+        self.out.op(f"cross {s} {i} {kt} {vt} ok {expect(rk, slot.dt)} {expect(rv, slot.dt)}")
+
+    # ----------------------------------------------------------- mutations
+
+    def mutate(self, text, fn, errors=None, predicted=None):
+        """Runs fn(); `errors` maps exception classes to kvcache codes. When
+        `predicted` is given, the raised error must be that code."""
+        errors = errors or {}
+
+        def run():
+            try:
+                fn()
+            except tuple(errors) as exc:
+                raise Planned(errors[type(exc)], type(exc).__name__) from exc
+
+        try:
+            self.attempt(run)
+        except Planned as p:
+            if predicted is not None and p.code != predicted:
+                raise Skip(f"{p.code} raised, {predicted} predicted") from None
+            self.out.op(f"{text} err {p.code} {p.cls}")
+            return False
+        if predicted is not None:
+            raise Skip(f"{predicted} predicted, nothing raised")
+        self.out.op(f"{text} ok")
+        return True
+
+    def crop(self, s, x):
+        slot = self.slots[s]
+        cache = slot.cache()
+        ls = layers_of(cache)
+        predicted = set()
+        for layer in ls:
+            if is_static(layer):
+                predicted.add("UNSUPPORTED")
+            elif is_dyn_sliding(layer) and layer.is_initialized and layer.cumulative_length >= layer.sliding_window:
+                recording = getattr(layer, "record_past", False)
+                if not IS_V5 or not recording or x > 0:
+                    predicted.add("INVALID_STATE")
+                elif x < 0 and -x > layer.cumulative_length:
+                    raise Skip("would make the cumulative length negative")
+        if len(predicted) > 1:
+            raise Skip("several errors possible; the order is not specified")
+        errors = {AttributeError: "UNSUPPORTED", TypeError: "UNSUPPORTED"} if slot.ed else {AttributeError: "UNSUPPORTED"}
+        errors[RuntimeError if IS_V5 else ValueError] = "INVALID_STATE"
+        if slot.ed and any(is_static(layer) for layer in ls):
+            raise Skip("EncoderDecoderCache.crop on static caches raises TypeError before looking at layers")
+        return self.mutate(f"crop {s} {x}", lambda: self.slots[s].obj.crop(x), errors,
+                           next(iter(predicted)) if predicted else None)
+
+    def record(self, s):
+        self.slots[s].obj.activate_past_recording()
+        self.out.op(f"record {s}")
+
+    def reorder(self, s):
+        b = self.slots[s].batch
+        idx = [self.rng.randrange(b) for _ in range(b)]
+        self.mutate(f"reorder {s} {b} " + " ".join(map(str, idx)),
+                    lambda: self.slots[s].obj.reorder_cache(torch.tensor(idx)))
+
+    def batch_op_ready(self, s):
+        """transformers skips layers whose length is 0: then the batch of the
+        layers would disagree, which no caller can use."""
+        slot = self.slots[s]
+        caches = [slot.cache()] + ([slot.obj.cross_attention_cache] if slot.ed else [])
+        for cache in caches:
+            for i in range(len(cache)):
+                layer = cache.layers[i]
+                if layer.is_initialized and not is_static(layer) and seq_len(cache, i) == 0:
+                    return False
+        return True
+
+    def static_errors(self, s):
+        slot = self.slots[s]
+        caches = [slot.cache()] + ([slot.obj.cross_attention_cache] if slot.ed else [])
+        return any(is_static(layer) for c in caches for layer in c.layers)
+
+    def repeat(self, s, r):
+        if not self.batch_op_ready(s):
+            raise Skip("empty dynamic layer")
+        predicted = "UNSUPPORTED" if self.static_errors(s) else None
+        if predicted and self.slots[s].ed:
+            raise Skip("TypeError on EncoderDecoderCache")
+        if self.mutate(f"repeat {s} {r}", lambda: self.slots[s].obj.batch_repeat_interleave(r),
+                       {AttributeError: "UNSUPPORTED"}, predicted):
+            self.slots[s].batch *= r
+
+    def select(self, s, idx):
+        if not self.batch_op_ready(s):
+            raise Skip("empty dynamic layer")
+        predicted = "UNSUPPORTED" if self.static_errors(s) else None
+        if predicted and self.slots[s].ed:
+            raise Skip("TypeError on EncoderDecoderCache")
+        if self.mutate(f"select {s} {len(idx)} " + " ".join(map(str, idx)),
+                       lambda: self.slots[s].obj.batch_select_indices(torch.tensor(idx)),
+                       {AttributeError: "UNSUPPORTED"}, predicted):
+            self.slots[s].batch = len(idx)
+
+    def reset(self, s):
+        self.attempt(lambda: self.slots[s].obj.reset())
+        self.out.op(f"reset {s}")
+
+    def clone(self, s):
+        d = self.new_slot()
+        self.slots[d] = copy.deepcopy(self.slots[s])
+        self.out.op(f"clone {d} {s}")
+        return d
+
+    def drop(self, s):
+        del self.slots[s]
+        self.out.op(f"drop {s}")
+
+    def early(self, s, batch, heads, dims):
+        """heads/dims: ints (uniform form) or per-layer lists."""
+        slot = self.slots[s]
+        dt = slot.dt
+        self.attempt(lambda: self.slots[s].obj.early_initialization(batch, heads, dims, DTYPES[dt], "cpu"))
+        slot = self.slots[s]
+        slot.batch, slot.heads, slot.dk, slot.dv = batch, heads, dims, dims
+        if isinstance(heads, list):
+            pairs = " ".join(f"{h} {d}" for h, d in zip(heads, dims))
+            self.out.op(f"early {s} {batch} {dt} l {len(heads)} {pairs}")
+        else:
+            self.out.op(f"early {s} {batch} {dt} u {heads} {dims}")
+
+    # 4.53: batch_split / from_batch_splits
+    def split(self, s, size):
+        slot = self.slots[s]
+        full = slot.batch
+        parts = self.attempt(lambda: self.slots[s].obj.batch_split(full, size))
+        slot = self.slots[s]
+        dsts = []
+        for p in parts:
+            d = self.new_slot()
+            part = Slot(p, slot.dt, 0, slot.heads, slot.dk, slot.dv, slot.chunked, slot.windows, ed=slot.ed)
+            if slot.ed:
+                part.cross, part.enc_len = slot.cross, slot.enc_len
+            first = (p.self_attention_cache if slot.ed else p).key_cache[0]
+            part.batch = int(first.shape[0])
+            self.slots[d] = part
+            dsts.append(d)
+        self.out.op(f"split {s} {full} {size} {len(dsts)} " + " ".join(map(str, dsts)))
+        return dsts
+
+    def stack(self, srcs):
+        first = self.slots[srcs[0]]
+        cls = cu.EncoderDecoderCache if first.ed else cu.DynamicCache
+        obj = self.attempt(lambda: cls.from_batch_splits([self.slots[x].obj for x in srcs]))
+        d = self.new_slot()
+        slot = Slot(obj, first.dt, sum(self.slots[x].batch for x in srcs), first.heads, first.dk, first.dv,
+                    first.chunked, first.windows, ed=first.ed)
+        if first.ed:
+            slot.cross, slot.enc_len = first.cross, first.enc_len
+        self.slots[d] = slot
+        self.out.op(f"stack {d} {len(srcs)} " + " ".join(map(str, srcs)))
+        return d
+
+
+def pos_spec(positions):
+    if positions is None:
+        return "-"
+    return f"p {len(positions)} " + " ".join(str(p) for p in positions)
+
+
+# ------------------------------------------------------------------ random walks
+
+
+def tokens(rng):
+    r = rng.random()
+    if r < 0.5:
+        return 1
+    if r < 0.75:
+        return rng.randint(2, 3)
+    return rng.randint(4, 11)
+
+
+def geometry(rng, same_dims=False):
+    dt = rng.choice(["f32", "f16", "bf16"])
+    b = rng.choice([1, 1, 2, 2, 3, 4])
+    h = rng.choice([1, 1, 2, 3])
+    dk = rng.choice([1, 2, 3, 4, 8])
+    dv = dk if same_dims or rng.random() < 0.7 else rng.choice([1, 2, 4])
+    return dt, b, h, dk, dv
+
+
+class Walker:
+    """Random operations on the slots of a case. `allow` names the kinds of
+    operations this family may produce."""
+
+    def __init__(self, case, allow, layers_hint=1):
+        self.case, self.rng, self.allow = case, case.rng, set(allow)
+        self.layers_hint = layers_hint
+        self.last_n = 1
+
+    def n_layers(self, s):
+        slot = self.case.slots[s]
+        return max(len(slot.cache()), self.layers_hint)
+
+    def static_room(self, s, i):
+        """Free slots of static full layer i, or None for other layers."""
+        slot = self.case.slots[s]
+        ls = layers_of(slot.cache())
+        if ls is None or i >= len(ls) or not is_static_full(ls[i]):
+            return None
+        used = slot.next_pos.get(i, 0) if not IS_V5 else seq_len(slot.cache(), i)
+        return ls[i].max_cache_len - used
+
+    def positions(self, s, i, n):
+        """4.57: cache_position for a static layer (None for dynamic ones)."""
+        if IS_V5 or "positions" not in self.allow:
+            return None
+        slot = self.case.slots[s]
+        ls = layers_of(slot.cache())
+        if ls is None or i >= len(ls) or not is_static(ls[i]):
+            return None
+        layer = ls[i]
+        if is_static_full(layer):
+            start = slot.next_pos.get(i, 0)
+            if self.rng.random() < 0.25 and n <= layer.max_cache_len:
+                pos = self.rng.sample(range(layer.max_cache_len), n)
+                return pos
+            return list(range(start, start + n))
+        return list(range(layer.cumulative_length, layer.cumulative_length + n))
+
+    def do_update(self, s, i, n):
+        slot = self.case.slots[s]
+        room = self.static_room(s, i)
+        if room is not None and n > room and self.rng.random() < 0.85:
+            if room <= 0:
+                raise Skip("full static layer")
+            n = self.rng.randint(1, room)
+        pos = self.positions(s, i, n)
+        ok = self.case.update(s, i, n, pos)
+        if ok and pos is not None:
+            slot = self.case.slots[s]
+            slot.next_pos[i] = max(slot.next_pos.get(i, 0), max(pos) + 1)
+
+    def step(self, s):
+        """One forward pass: every layer asks its mask sizes, then updates."""
+        n = tokens(self.rng)
+        slot = self.case.slots[s]
+        nl = self.n_layers(s)
+        rooms = [r for r in (self.static_room(s, i) for i in range(nl)) if r is not None]
+        if rooms and n > min(rooms) and self.rng.random() < 0.85:
+            if min(rooms) <= 0:
+                raise Skip("full static cache")
+            n = self.rng.randint(1, min(rooms))
+        self.last_n = n
+        for i in range(nl):
+            if self.rng.random() < 0.7:
+                self.case.mask(s, n, i)
+            pos = self.positions(s, i, n)
+            ok = self.case.update(s, i, n, pos)
+            if ok and pos is not None:
+                slot = self.case.slots[s]
+                slot.next_pos[i] = max(slot.next_pos.get(i, 0), max(pos) + 1)
+
+    def crop_value(self, s):
+        slot = self.case.slots[s]
+        cache = slot.cache()
+        longest = max([seq_len(cache, i) for i in range(len(cache))] or [0])
+        if "crop_pos" in self.allow:
+            return self.rng.randint(1, longest + 2)
+        r = self.rng.random()
+        if r < 0.45:
+            return -self.rng.randint(1, max(1, self.last_n))
+        if r < 0.65:
+            return 0
+        if r < 0.85:
+            return -self.rng.randint(1, 4)
+        return -(longest + self.rng.randint(0, 3))
+
+    def one(self):
+        case, rng = self.case, self.rng
+        s = rng.choice(sorted(case.slots))
+        slot = case.slots[s]
+        nl = self.n_layers(s)
+        choices = [("step", 30), ("update", 8), ("seqlen", 8), ("maxlen", 4), ("mask", 8), ("view", 6),
+                   ("nlayers", 2), ("crop", 8), ("record", 2), ("reorder", 4), ("repeat", 3), ("select", 3),
+                   ("reset", 2), ("clone", 2), ("cross", 6), ("isupd", 2), ("xview", 2), ("drop", 1)]
+        if slot.ed:
+            choices = [c for c in choices if c[0] != "nlayers"]
+        else:
+            choices = [c for c in choices if c[0] not in ("cross", "isupd", "xview")]
+        choices = [c for c in choices if c[0] in self.allow or c[0] in ("step", "seqlen", "mask", "view")]
+        op = rng.choices([c[0] for c in choices], [c[1] for c in choices])[0]
+        if op == "step":
+            self.step(s)
+        elif op == "update":
+            limit = nl + 2 if "lazy_skip" in self.allow else nl
+            self.do_update(s, rng.randrange(limit), tokens(rng))
+        elif op == "seqlen":
+            case.seqlen(s, rng.randrange(nl + 1))
+        elif op == "maxlen":
+            case.maxlen(s, rng.randrange(-1, nl + 1))
+        elif op == "mask":
+            case.mask(s, tokens(rng), rng.randrange(nl + 1))
+        elif op == "view":
+            case.view(s, rng.randrange(nl))
+        elif op == "nlayers":
+            case.nlayers(s)
+        elif op == "crop":
+            case.crop(s, self.crop_value(s))
+        elif op == "record":
+            case.record(s)
+        elif op == "reorder":
+            case.reorder(s)
+        elif op == "repeat":
+            r = rng.randint(1, 3)
+            if slot.batch * r <= 6:
+                case.repeat(s, r)
+        elif op == "select":
+            k = rng.randint(1, slot.batch)
+            case.select(s, rng.sample(range(slot.batch), k))
+        elif op == "reset":
+            case.reset(s)
+            slot = case.slots[s]
+            slot.next_pos = {}
+            if not IS_V5:
+                slot.positions_ok = True
+        elif op == "clone":
+            if len(case.slots) < 4:
+                case.clone(s)
+        elif op == "drop":
+            if len(case.slots) > 1:
+                case.drop(s)
+        elif op == "cross":
+            case.cross(s, rng.randrange(nl))
+        elif op == "isupd":
+            case.isupd(s, rng.randrange(nl + 1))
+        elif op == "xview":
+            case.view(s, rng.randrange(nl), cross=True)
+
+    def run(self, count):
+        for _ in range(count):
+            try:
+                self.one()
+            except Skip:
+                pass
+
+
+_slot_init = Slot.__init__
+
+
+def _slot_init_with_positions(self, *a, **kw):
+    _slot_init(self, *a, **kw)
+    self.next_pos = {}
+
+
+Slot.__init__ = _slot_init_with_positions

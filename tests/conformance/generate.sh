@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Regenerates tests/conformance/vectors/ by running transformers' own cache
+# classes. Three transformers versions are needed because some behaviours the
+# library mirrors exist only in older releases (see docs/conformance.md).
+# One torch install is shared: the older-version venvs see it through a .pth
+# file placed after their own site-packages.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=${PYTHON:-python3}
+TORCH_VERSION=${TORCH_VERSION:-2.15.0}
+TF_NEW=${TF_NEW:-5.23.0}
+TF_457=${TF_457:-4.57.6}
+TF_453=${TF_453:-4.53.3}
+OUT=${1:-$HERE/vectors}
+
+site_packages() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+
+make_venv() { # dir, pip args...
+    local dir=$1; shift
+    if [ ! -x "$dir/bin/python" ]; then "$PY" -m venv "$dir"; fi
+    "$dir/bin/python" -m pip install --quiet "$@"
+}
+
+BASE=$HERE/.venv-torch
+make_venv "$BASE" "torch==$TORCH_VERSION" "transformers==$TF_NEW" numpy
+TORCH_SITE=$(site_packages "$BASE")
+
+for v in "$TF_457" "$TF_453"; do
+    dir=$HERE/.venv-tf$v
+    make_venv "$dir" "transformers==$v" numpy
+    echo "$TORCH_SITE" > "$(site_packages "$dir")/zz_shared_torch.pth"
+done
+
+mkdir -p "$OUT"
+"$BASE/bin/python" "$HERE/generate.py" --suite v5 --out "$OUT"
+"$HERE/.venv-tf$TF_457/bin/python" "$HERE/generate.py" --suite v457 --out "$OUT"
+"$HERE/.venv-tf$TF_453/bin/python" "$HERE/generate.py" --suite v453 --out "$OUT"
