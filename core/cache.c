@@ -144,6 +144,15 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->dtype is %d; use KVC_DTYPE_FLOAT32 (1), KVC_DTYPE_FLOAT16 (2) or KVC_DTYPE_BFLOAT16 (3)",
                    FN, (int)o->dtype);
+  if (!o->num_kv_heads_per_layer && o->num_kv_heads < 1)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->num_kv_heads is %" PRId64 "; it must be >= 1", FN,
+                   o->num_kv_heads);
+  if (!o->head_dim_per_layer && o->k_head_dim < 1)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->k_head_dim is %" PRId64 "; it must be >= 1", FN,
+                   o->k_head_dim);
+  if (!o->head_dim_per_layer && o->v_head_dim < 0)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->v_head_dim is %" PRId64 "; it must be >= 1 (or 0: same as k_head_dim)", FN,
+                   o->v_head_dim);
   for (uint32_t i = 0; i < c->num_layers; i++) {
     int64_t h = o->num_kv_heads_per_layer ? o->num_kv_heads_per_layer[i] : o->num_kv_heads;
     int64_t kd = o->head_dim_per_layer ? o->head_dim_per_layer[i] : o->k_head_dim;

@@ -41,7 +41,7 @@ kvc_error* kvc_err(kvc_code code, const char* fmt, ...) {
 kvc_error* kvc_check_struct_size(const char* fn, const char* arg, uint32_t got, size_t known) {
   if (got != known)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                   "%s: %s->struct_size is %u but this library knows only %zu; "
+                   "%s: %s.struct_size is %u but this library knows only %zu; "
                    "initialize the struct with its _INIT macro or init function",
                    fn, arg, got, known);
   return NULL;

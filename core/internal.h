@@ -42,7 +42,8 @@ typedef struct kvc_region {
 /* Per-kind behaviour: one table per layer kind file. */
 typedef struct kvc_layer_ops {
   /* Kind-specific preconditions of update (overflow, positions). */
-  kvc_error* (*check_update)(const kvc_layer* layer, int64_t n, const kvc_update_options* opts);
+  kvc_error* (*check_update)(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
+                             const kvc_update_options* opts);
   /* Slots the store must offer for an update of n tokens: keep [keep.begin, keep.end) and append n after it. */
   kvc_region (*keep_for_update)(const kvc_layer* layer, int64_t n, const kvc_update_options* opts);
   /* Writes the tokens and moves counters; returns the region to return. Cannot fail (copies already checked). */

@@ -1,8 +1,9 @@
 /* core/layer_dynamic.c: DynamicLayer (spec A.2), a growing full-attention layer. */
 #include "internal.h"
 
-static kvc_error* check_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
-  (void)l; (void)n; (void)o;
+static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                               const kvc_update_options* o) {
+  (void)fn; (void)index; (void)l; (void)n; (void)o;
   return NULL;
 }
 

@@ -9,31 +9,33 @@
 #include "internal.h"
 
 /* Shared with the static sliding layer: explicit positions must be in [0, limit). */
-kvc_error* kvc_check_positions(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t limit) {
+kvc_error* kvc_check_positions(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                               const kvc_update_options* o, int64_t limit) {
   if (!o || !o->cache_position) return NULL;
   if ((int64_t)o->cache_position_length != n)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                   "kvc_cache_update: options->cache_position_length is %u but %" PRId64
-                   " new tokens were given; pass one position per new token",
-                   o->cache_position_length, n);
+                   "%s: options->cache_position_length is %u but %" PRId64
+                   " new tokens were given for layer %u; pass one position per new token",
+                   fn, o->cache_position_length, n, index);
   for (int64_t j = 0; j < n; j++) {
     int64_t p = o->cache_position[j];
     if (p < 0 || p >= limit)
       return kvc_err(KVC_ERROR_OUT_OF_RANGE,
-                     "kvc_cache_update: options->cache_position[%" PRId64 "] is %" PRId64 " but the %s layer has %" PRId64
+                     "%s: options->cache_position[%" PRId64 "] is %" PRId64 " but layer %u (%s) has %" PRId64
                      " slots; positions must be in [0, %" PRId64 ")",
-                     j, p, kvc_kind_name(l->kind), limit, limit);
+                     fn, j, p, index, kvc_kind_name(l->kind), limit, limit);
   }
   return NULL;
 }
 
-static kvc_error* check_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
-  if (o && o->cache_position) return kvc_check_positions(l, n, o, l->slots);
+static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                               const kvc_update_options* o) {
+  if (o && o->cache_position) return kvc_check_positions(fn, index, l, n, o, l->slots);
   if (l->cum + n > l->slots)
     return kvc_err(KVC_ERROR_OUT_OF_RANGE,
-                   "kvc_cache_update: the static layer holds %" PRId64 " of max_cache_len %" PRId64
+                   "%s: static layer %u holds %" PRId64 " of max_cache_len %" PRId64
                    " tokens; %" PRId64 " more would overflow it (a static cache never grows)",
-                   l->cum, l->slots, n);
+                   fn, index, l->cum, l->slots, n);
   return NULL;
 }
 

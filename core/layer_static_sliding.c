@@ -9,15 +9,22 @@
  */
 #include "internal.h"
 
-kvc_error* kvc_check_positions(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t limit);
+kvc_error* kvc_check_positions(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                               const kvc_update_options* o, int64_t limit);
 
 static int is_full(const kvc_layer* l) { return l->cum >= l->slots; }
 
-static kvc_error* check_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
-  /* Positions matter only while the window is not yet full (A.6 branch 4, as in 4.57). */
-  if (o && o->cache_position && !is_full(l) && l->cum + n <= l->slots) return kvc_check_positions(l, n, o, l->slots);
-  if (o && o->cache_position && (int64_t)o->cache_position_length != n) return kvc_check_positions(l, n, o, l->slots);
-  return NULL;
+static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                               const kvc_update_options* o) {
+  if (!o || !o->cache_position) return NULL;
+  /*
+   * Positions are absolute token positions; they pick slots only while the
+   * window is not yet full (A.6 branch 4, as in 4.57). Once the window fills
+   * or is full, the layer's own counter decides, and positions beyond the
+   * window are normal.
+   */
+  if (!is_full(l) && l->cum + n <= l->slots) return kvc_check_positions(fn, index, l, n, o, l->slots);
+  return kvc_check_positions(fn, index, l, n, o, INT64_MAX);
 }
 
 static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {

@@ -59,7 +59,7 @@ static kvc_error* check_pair(const char* fn, const kvc_cache* c, uint32_t i, int
                      "; new tokens must match the stored head_dim",
                      fn, vname, v->shape[3], i, l->v_dim);
   }
-  return l->ops->check_update(l, k->shape[2], o);
+  return l->ops->check_update(fn, i, l, k->shape[2], o);
 }
 
 kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint32_t count, const kvc_tensor* keys,

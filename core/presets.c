@@ -3,6 +3,7 @@
  * A.12, A.13, C.8-C.10), built from the parts of a model config that matter.
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "internal.h"
@@ -21,7 +22,9 @@ static const char* preset_name(kvc_preset p) {
 }
 
 static kvc_error* check_layer(uint32_t i, const kvc_layer_options* l) {
-  kvc_error* e = kvc_check_struct_size(FN, "options->layers[i]", l->struct_size, sizeof(kvc_layer_options));
+  char arg[48];
+  snprintf(arg, sizeof arg, "options->layers[%u]", i);
+  kvc_error* e = kvc_check_struct_size(FN, arg, l->struct_size, sizeof(kvc_layer_options));
   if (e) return e;
   if (!kvc_kind_is_valid(l->kind))
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,

@@ -593,7 +593,7 @@ int main(void) {
     }
   }
 
-  printf("%-2s %-30s %-10s %9s %9s  %-32s %11s %14s\n", "#", "cache", "layers", "tok/s", "KV bytes",
+  printf("%-2s %-30s %-10s %9s %9s  %-36s %11s %14s\n", "#", "cache", "layers", "tok/s", "KV bytes",
          "compared to", "max|dlogit|", "vs full attn");
   for (size_t i = 0; i < NROWS; i++) {
     char against[64], vs_full[24];
@@ -610,7 +610,7 @@ int main(void) {
       snprintf(vs_full, sizeof vs_full, "other model");
     else
       snprintf(vs_full, sizeof vs_full, "%.3g", max_abs_diff(&res[i], &res[0]));
-    printf("%-2zu %-30s %-10s %9.0f %9llu  %-32.32s %11.3g %14s\n", i, rows[i].name, rows[i].layers,
+    printf("%-2zu %-30s %-10s %9.0f %9llu  %-36s %11.3g %14s\n", i, rows[i].name, rows[i].layers,
            GEN_TOKENS / res[i].seconds, (unsigned long long)res[i].kv_bytes, against, d, vs_full);
   }
 

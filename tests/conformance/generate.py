@@ -136,6 +136,7 @@ class Slot:
         self.ed = ed
         self.enc_len = 0
         self.positions_ok = True  # 4.57: every static write so far was an append
+        self.next_pos = {}  # 4.57: next append position of each static layer
 
     def cache(self):
         return self.obj.self_attention_cache if self.ed else self.obj
@@ -387,7 +388,8 @@ class Case:
             raise RuntimeError("static overflow predicted but transformers did not raise")
         if positions is not None and self.slots[s].positions_ok:
             layer = layers_of(self.slots[s].cache())[i]
-            if is_static_full(layer) and positions != list(range(positions[0], positions[0] + n)):
+            start = self.slots[s].next_pos.get(i, 0)
+            if is_static_full(layer) and positions != list(range(start, start + n)):
                 self.slots[s].positions_ok = False
         self.out.op(f"{head} ok {expect(rk, slot.dt)} {expect(rv, slot.dt)}")
         return True
@@ -594,9 +596,9 @@ def tokens(rng):
 
 def geometry(rng, same_dims=False):
     dt = rng.choice(["f32", "f16", "bf16"])
-    b = rng.choice([1, 1, 2, 2, 3, 4])
+    b = rng.choice([1, 1, 1, 2, 2, 3, 4])
     h = rng.choice([1, 1, 2, 3])
-    dk = rng.choice([1, 2, 3, 4, 8])
+    dk = rng.choice([1, 2, 2, 3, 4, 4, 8])
     dv = dk if same_dims or rng.random() < 0.7 else rng.choice([1, 2, 4])
     return dt, b, h, dk, dv
 
@@ -653,8 +655,24 @@ class Walker:
             slot = self.case.slots[s]
             slot.next_pos[i] = max(slot.next_pos.get(i, 0), max(pos) + 1)
 
+    def longest_stored(self, s):
+        cache = self.case.slots[s].cache()
+        ls = layers_of(cache)
+        if ls is None:
+            return max([k.shape[-2] for k in cache.key_cache if k.dim() == 4] or [0])
+        return max([layer.keys.shape[-2] for layer in ls
+                    if layer.is_initialized and not is_static(layer) and layer.keys.dim() == 4] or [0])
+
     def step(self, s):
-        """One forward pass: every layer asks its mask sizes, then updates."""
+        """One forward pass: every layer asks its mask sizes, then updates.
+        Long dynamic layers are cropped first to keep the vectors small."""
+        longest = self.longest_stored(s)
+        if longest > 14 and "crop" in self.allow:
+            x = self.rng.randint(1, 8) if "crop_pos" in self.allow else -self.rng.randint(longest - 10, longest)
+            try:
+                self.case.crop(s, x)
+            except Skip:
+                pass
         n = tokens(self.rng)
         slot = self.case.slots[s]
         nl = self.n_layers(s)
@@ -696,6 +714,9 @@ class Walker:
         choices = [("step", 30), ("update", 8), ("seqlen", 8), ("maxlen", 4), ("mask", 8), ("view", 6),
                    ("nlayers", 2), ("crop", 8), ("record", 2), ("reorder", 4), ("repeat", 3), ("select", 3),
                    ("reset", 2), ("clone", 2), ("cross", 6), ("isupd", 2), ("xview", 2), ("drop", 1)]
+        if any(is_static(layer) for layer in (layers_of(slot.cache()) or [])):
+            # errors are cheap to record but say little after the first few
+            choices = [(c, w // 4 if c in ("crop", "repeat", "select") else w) for c, w in choices]
         if slot.ed:
             choices = [c for c in choices if c[0] != "nlayers"]
         else:
@@ -757,12 +778,315 @@ class Walker:
                 pass
 
 
-_slot_init = Slot.__init__
+
+# ------------------------------------------------------------------ families
+
+BASIC = {"update", "maxlen", "nlayers", "reorder", "clone", "drop"}
+BATCH = {"repeat", "select"}
 
 
-def _slot_init_with_positions(self, *a, **kw):
-    _slot_init(self, *a, **kw)
-    self.next_pos = {}
+def v5_dynamic_lazy(case):
+    rng = case.rng
+    dt, b, h, dk, dv = geometry(rng)
+    s = case.create(cu.DynamicCache(), "lazy", dt, b, h, dk, dv)
+    Walker(case, BASIC | BATCH | {"crop", "reset", "lazy_skip"}, layers_hint=rng.randint(1, 3)).run(45)
 
 
-Slot.__init__ = _slot_init_with_positions
+def random_types(rng, n, letters):
+    return "".join(rng.choice(letters) for _ in range(n))
+
+
+def v5_dynamic_config(case):
+    rng = case.rng
+    dt, b, h, dk, dv = geometry(rng)
+    n = rng.randint(1, 4)
+    r = rng.random()
+    sw = chunk = 0
+    if r < 0.6:
+        types = random_types(rng, n, "fsc")
+        sw = rng.randint(2, 8) if "s" in types else 0
+        chunk = rng.randint(2, 8) if "c" in types else 0
+    elif r < 0.8:
+        types, sw = "", rng.randint(2, 8)
+    else:
+        types, chunk = "", rng.randint(2, 8)
+    cfg = make_config(n, types, sw, chunk)
+    dtypes = derived_types(n, types, sw, chunk, 0)
+    chunked = [i for i, t in enumerate(dtypes) if t == "c"]
+    case.create(cu.DynamicCache(config=cfg), preset_spec("dynamic", 0, n, types, sw, chunk), dt, b, h, dk, dv,
+                chunked)
+    w = Walker(case, BASIC | BATCH | {"crop", "record", "reset"})
+    if rng.random() < 0.3:
+        case.record(0)
+    w.run(45)
+
+
+def v5_static(case):
+    rng = case.rng
+    dt, b, h, dk, dv = geometry(rng)
+    n = rng.randint(1, 3)
+    m = rng.randint(1, 12)
+    cfg = make_config(n)
+    s = case.create(cu.StaticCache(config=cfg, max_cache_len=m), preset_spec("static", m, n, "", 0, 0),
+                    dt, b, h, dk, dv)
+    if rng.random() < 0.3:
+        if rng.random() < 0.5:
+            case.early(s, b, h, dk)
+        else:
+            case.early(s, b, [rng.randint(1, 3) for _ in range(n)], [rng.randint(1, 8) for _ in range(n)])
+    Walker(case, BASIC | BATCH | {"crop", "reset"}).run(40)
+
+
+def static_sliding_setup(rng, preset):
+    """A config for StaticCache, kvcache's preset name, and what to record."""
+    n = rng.randint(1, 4)
+    sw = chunk = 0
+    if preset == "sliding_window":
+        types, sw = "", rng.randint(1, 8)
+    elif preset == "hybrid":
+        types = random_types(rng, n, "fs")
+        sw = rng.randint(1, 8)
+    elif preset == "hybrid_chunked":
+        types = random_types(rng, n, "fc")
+        chunk = rng.randint(1, 8)
+    else:  # static with a mix of the three
+        types = random_types(rng, n, "fsc")
+        sw = rng.randint(1, 8) if "s" in types else 0
+        chunk = rng.randint(1, 8) if "c" in types else 0
+    dtypes = derived_types(n, types, sw, chunk, 0)
+    windows = {i: (sw if t == "s" else chunk) for i, t in enumerate(dtypes) if t != "f"}
+    chunked = [i for i, t in enumerate(dtypes) if t == "c"]
+    return n, types, sw, chunk, windows, chunked
+
+
+def v5_static_sliding(case):
+    rng = case.rng
+    dt, b, h, dk, dv = geometry(rng)
+    preset = rng.choice(["static", "sliding_window", "hybrid", "hybrid_chunked"])
+    n, types, sw, chunk, windows, chunked = static_sliding_setup(rng, preset)
+    m = rng.randint(1, 12)
+    cfg = make_config(n, types, sw, chunk)
+    s = case.create(cu.StaticCache(config=cfg, max_cache_len=m), preset_spec(preset, m, n, types, sw, chunk),
+                    dt, b, h, dk, dv, chunked, windows)
+    if rng.random() < 0.2:
+        case.early(s, b, h, dk)
+        case.slots[s].dv = dk
+    Walker(case, BASIC | BATCH | {"crop", "reset"}).run(40)
+
+
+def v5_custom(case):
+    rng = case.rng
+    dt, b, h, dk, dv = geometry(rng)
+    n = rng.randint(1, 4)
+    layers, specs, windows, chunked = [], [], {}, []
+    for i in range(n):
+        kind = rng.choice(["d", "ds", "dc", "s", "ss", "sc"])
+        w = rng.randint(2, 8) if kind in ("ds", "dc") else rng.randint(1, 8)
+        m = rng.randint(1, 12)
+        if kind == "d":
+            layers.append(cu.DynamicLayer())
+            specs.append("d 0 0")
+        elif kind in ("ds", "dc"):
+            layers.append(cu.DynamicSlidingWindowLayer(sliding_window=w))
+            specs.append(f"{kind} {w} 0")
+        elif kind == "s":
+            layers.append(cu.StaticLayer(max_cache_len=m))
+            specs.append(f"s 0 {m}")
+        else:
+            layers.append(cu.StaticSlidingWindowLayer(max_cache_len=m, sliding_window=w))
+            specs.append(f"{kind} {w} {m}")
+            windows[i] = w
+        if kind in ("dc", "sc"):
+            chunked.append(i)
+    cache = cu.Cache(layers=layers)
+    case.create(cache, f"layers {n} " + " ".join(specs), dt, b, h, dk, dv, chunked, windows)
+    Walker(case, BASIC | BATCH | {"crop", "record", "reset"}).run(40)
+
+
+def v5_encdec(case):
+    rng = case.rng
+    dt, b, h, dk, dv = geometry(rng)
+    n = rng.randint(1, 3)
+    kind = rng.choice(["dynamic", "dynamic", "static"])
+    enc = rng.randint(1, 6)
+    if kind == "dynamic":
+        a = case.create(cu.DynamicCache(), "lazy", dt, b, h, dk, dv)
+        x = case.create(cu.DynamicCache(), "lazy", dt, b, h, dk, dv)
+    else:
+        m = rng.randint(2, 12)
+        cfg = make_config(n)
+        a = case.create(cu.StaticCache(config=cfg, max_cache_len=m), preset_spec("static", m, n, "", 0, 0),
+                        dt, b, h, dk, dv)
+        mx = enc + rng.randint(0, 3)
+        x = case.create(cu.StaticCache(config=cfg, max_cache_len=mx), preset_spec("static", mx, n, "", 0, 0),
+                        dt, b, h, dk, dv)
+    e = case.ed_create(a, x)
+    case.slots[e].enc_len = enc
+    Walker(case, BASIC | BATCH | {"crop", "reset", "cross", "isupd", "xview"}, layers_hint=n).run(45)
+
+
+def v5_from_tensors(case):
+    rng = case.rng
+    dt, b, h, dk, dv = geometry(rng)
+    n = rng.randint(1, 3)
+    lengths = [rng.randint(1, 9) for _ in range(n)]
+    if rng.random() < 0.5:
+        # DDP data without a config: a third element makes a sliding layer
+        windows = [rng.choice([0, rng.randint(2, 8)]) for _ in range(n)]
+        spec = f"layers {n} " + " ".join(f"ds {w} 0" if w else "d 0 0" for w in windows)
+
+        def build(kv):
+            data = [(k, v, torch.tensor(w)) if w else (k, v) for (k, v), w in zip(kv, windows)]
+            return cu.DynamicCache(ddp_cache_data=data)
+        case.from_tensors(build, spec, dt, b, h, dk, dv, lengths)
+    else:
+        types = random_types(rng, n, "fsc")
+        sw = rng.randint(2, 8) if "s" in types else 0
+        chunk = rng.randint(2, 8) if "c" in types else 0
+        cfg = make_config(n, types, sw, chunk)
+        chunked = [i for i, t in enumerate(types) if t == "c"]
+        case.from_tensors(lambda kv: cu.DynamicCache(ddp_cache_data=kv, config=cfg),
+                          preset_spec("dynamic", 0, n, types, sw, chunk), dt, b, h, dk, dv, lengths, chunked)
+    for i in range(n):
+        case.view(0, i)
+        case.seqlen(0, i)
+    Walker(case, BASIC | BATCH | {"crop", "record", "reset"}).run(25)
+
+
+def v457_static_positions(case):
+    rng = case.rng
+    dt, b, h, dk, _ = geometry(rng, same_dims=True)
+    preset = rng.choice(["static", "static", "sliding_window", "hybrid", "hybrid_chunked"])
+    n, types, sw, chunk, windows, chunked = static_sliding_setup(rng, preset)
+    if preset == "static" and rng.random() < 0.5:
+        types, sw, chunk, windows, chunked = "", 0, 0, {}, []
+    if preset == "static" and "s" in types and "c" in types:
+        chunk = sw  # 4.57 and 5.x choose the windows of mixed configs differently
+        windows = {i: sw for i in windows}
+    m = rng.randint(1, 12)
+    cfg = make_config(n, types, sw, chunk)
+    cls = {"static": cu.StaticCache, "sliding_window": cu.SlidingWindowCache, "hybrid": cu.HybridCache,
+           "hybrid_chunked": cu.HybridChunkedCache}[preset]
+    s = case.create(cls(config=cfg, max_cache_len=m), preset_spec(preset, m, n, types, sw, chunk),
+                    dt, b, h, dk, dk, chunked, windows)
+    if rng.random() < 0.2:
+        case.early(s, b, h, dk)
+    Walker(case, {"update", "maxlen", "nlayers", "reorder", "clone", "drop", "crop", "crop_pos", "reset",
+                  "positions"} | BATCH).run(40)
+
+
+def v457_legacy(case):
+    rng = case.rng
+    dt, b, h, dk, _ = geometry(rng, same_dims=True)
+    r = rng.random()
+    n = rng.randint(1, 3)
+    if r < 0.35:
+        lengths = [rng.randint(1, 9) for _ in range(n)]
+        case.from_tensors(lambda kv: cu.DynamicCache.from_legacy_cache(tuple(kv)), "lazy", dt, b, h, dk, dk,
+                          lengths)
+        hint = n
+    elif r < 0.55:
+        enc = rng.randint(1, 6)
+        lengths = [rng.randint(1, 6) for _ in range(n)]
+        selfs, crosses = [], []
+        a = case.from_tensors(lambda kv: selfs.extend(kv) or cu.DynamicCache.from_legacy_cache(tuple(kv)),
+                              "lazy", dt, b, h, dk, dk, lengths)
+        x = case.from_tensors(lambda kv: crosses.extend(kv) or cu.DynamicCache.from_legacy_cache(tuple(kv)),
+                              "lazy", dt, b, h, dk, dk, [enc] * n)
+        legacy = tuple(sk + ck for sk, ck in zip(selfs, crosses))
+        expected = cu.EncoderDecoderCache.from_legacy_cache(legacy)
+        e = case.ed_create(a, x)
+        slot = case.slots[e]
+        assert slot.obj.is_updated == expected.is_updated
+        slot.obj = expected  # the object transformers built from the legacy tuples
+        slot.enc_len = enc
+        for i in range(n):
+            case.isupd(e, i)
+            case.view(e, i, cross=True)
+        hint = n
+    else:
+        # DynamicCache(config) with sliding layers below their window, and
+        # 4.57's num_kv_shared_layers (the last layers get no cache)
+        shared = rng.choice([0, 0, 1])
+        nn = n + shared
+        types = random_types(rng, nn, "fs")
+        sw = rng.randint(2, 8) if "s" in types else 0
+        cfg = make_config(nn, types, sw, 0, shared)
+        dtypes = derived_types(nn, types, sw, 0, shared)
+        case.create(cu.DynamicCache(config=cfg), preset_spec("dynamic", 0, nn, types, sw, 0, shared), dt, b, h,
+                    dk, dk)
+        hint = len(dtypes)
+    Walker(case, BASIC | BATCH | {"crop", "crop_pos"}, layers_hint=hint).run(35)
+
+
+def v453_batch_split(case):
+    rng = case.rng
+    dt, b, h, dk, _ = geometry(rng, same_dims=True)
+    b = rng.randint(2, 4)
+    n = rng.randint(1, 3)
+    ed = rng.random() < 0.35
+    s = case.create(cu.DynamicCache(), "lazy", dt, b, h, dk, dk)
+    if ed:
+        x = case.create(cu.DynamicCache(), "lazy", dt, b, h, dk, dk)
+        s = case.ed_create(s, x)
+        case.slots[s].enc_len = rng.randint(1, 5)
+    w = Walker(case, {"reorder", "clone"}, layers_hint=n)
+    for _ in range(rng.randint(1, 3)):
+        w.step(s)
+    if ed:
+        for i in range(n):
+            case.cross(s, i)
+    for _ in range(rng.randint(1, 3)):
+        size = rng.randint(1, case.slots[s].batch)
+        parts = case.split(s, size)
+        for p in parts:
+            for i in range(n):
+                case.view(p, i)
+                if ed:
+                    case.view(p, i, cross=True)
+                case.seqlen(p, i)
+        if rng.random() < 0.5:
+            for p in parts:
+                w.step(p) if False else None
+        d = case.stack(parts)
+        for i in range(n):
+            case.view(d, i)
+            if ed:
+                case.view(d, i, cross=True)
+            case.seqlen(d, i)
+        for p in parts:
+            case.drop(p)
+        w.step(d)
+        case.drop(s)
+        s = d
+    w.run(10)
+
+
+SUITES = {
+    "v5": [("v5_dynamic", v5_dynamic_lazy, 14), ("v5_dynamic_config", v5_dynamic_config, 16),
+           ("v5_static", v5_static, 14), ("v5_static_sliding", v5_static_sliding, 22),
+           ("v5_custom", v5_custom, 14), ("v5_encdec", v5_encdec, 12), ("v5_from_tensors", v5_from_tensors, 10)],
+    "v457": [("v457_static_positions", v457_static_positions, 18), ("v457_legacy", v457_legacy, 14)],
+    "v453": [("v453_batch_split", v453_batch_split, 10)],
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--suite", required=True, choices=sorted(SUITES))
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=20260)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    os.makedirs(args.out, exist_ok=True)
+    for fi, (name, family, cases) in enumerate(SUITES[args.suite]):
+        seed = args.seed * 100 + fi
+        rng = random.Random(seed)
+        out = Out(os.path.join(args.out, name + ".kvv"), args.suite, seed)
+        for c in range(cases):
+            family(Case(out, f"{name}_{c}", rng))
+        out.write()
+
+
+if __name__ == "__main__":
+    main()

@@ -81,9 +81,6 @@ static int is_dyn_sliding(kvc_layer_kind k) {
   return k == KVC_LAYER_DYNAMIC_SLIDING || k == KVC_LAYER_DYNAMIC_CHUNKED;
 }
 
-static int is_static_sliding(kvc_layer_kind k) {
-  return k == KVC_LAYER_STATIC_SLIDING || k == KVC_LAYER_STATIC_CHUNKED;
-}
 
 int64_t ref_layer_capacity(const ref_layer* L) {
   switch (L->kind) {

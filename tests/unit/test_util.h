@@ -140,6 +140,19 @@ static TU_UNUSED int tu_err(kvc_error* err, kvc_code code, const char* file, int
   return ok;
 }
 
+/* Any error (the code is not checked); the error is destroyed. */
+static TU_UNUSED int tu_fails(kvc_error* err, const char* file, int line, const char* expr) {
+  tu_checks_total++;
+  if (err != NULL) {
+    kvc_error_destroy(err);
+    return 1;
+  }
+  tu_failures_total++;
+  fprintf(stderr, "%s:%d: FAILED in %s: %s succeeded, expected an error\n", file, line, tu_current_test, expr);
+  return 0;
+}
+
+#define CHECK_FAILS(expr) tu_fails((expr), __FILE__, __LINE__, #expr)
 #define CHECK_OK(expr) tu_ok((expr), __FILE__, __LINE__, #expr)
 #define REQUIRE_OK(expr) do { if (!CHECK_OK(expr)) return; } while (0)
 #define CHECK_ERR(expr, code) tu_err((expr), (code), __FILE__, __LINE__, #expr)
@@ -616,13 +629,18 @@ static TU_UNUSED int tu_check_tokens_impl(const char* file, int line, const char
   return 1;
 }
 
+/* Keys and values of a kvc_kv, both checked. */
+static TU_UNUSED int tu_check_kv_tokens(const char* file, int line, const char* expr, const kvc_kv* kv,
+                                        const int64_t* tokens, int64_t n, const int64_t* rows) {
+  int ok = tu_check_tokens_impl(file, line, expr, &kv->key, 0, tokens, n, rows);
+  ok &= tu_check_tokens_impl(file, line, expr, &kv->value, 1, tokens, n, rows);
+  return ok;
+}
+
 /* CHECK_TOKENS(view_kv, ((int64_t[]){0, 1, 2}), 3): keys and values of a kvc_kv. */
-#define CHECK_TOKENS(kv, toks, n)                                                          \
-  (tu_check_tokens_impl(__FILE__, __LINE__, #kv, &(kv).key, 0, (toks), (n), NULL) &         \
-   tu_check_tokens_impl(__FILE__, __LINE__, #kv, &(kv).value, 1, (toks), (n), NULL))
-#define CHECK_TOKENS_ROWS(kv, toks, n, rows)                                               \
-  (tu_check_tokens_impl(__FILE__, __LINE__, #kv, &(kv).key, 0, (toks), (n), (rows)) &       \
-   tu_check_tokens_impl(__FILE__, __LINE__, #kv, &(kv).value, 1, (toks), (n), (rows)))
+#define CHECK_TOKENS(kv, toks, n) tu_check_kv_tokens(__FILE__, __LINE__, #kv, &(kv), (toks), (n), NULL)
+#define CHECK_TOKENS_ROWS(kv, toks, n, rows) \
+  tu_check_kv_tokens(__FILE__, __LINE__, #kv, &(kv), (toks), (n), (rows))
 
 /* CHECK_KV_SEQ(kv, 1, 2, -1): the view holds exactly these tokens (-1 = zero slot). */
 #define TU_LIST(...) ((const int64_t[]){__VA_ARGS__})

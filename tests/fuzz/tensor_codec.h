@@ -1,0 +1,64 @@
+/*
+ * tensor_codec.h: token ids <-> tensor bytes, for the differential fuzzer.
+ *
+ * Every element of a key or value names its token: element d of token t holds
+ * a bit pattern computed from (t, d, key-or-value, dtype). Patterns are
+ * normal finite numbers of the dtype (never zero, NaN, infinite or subnormal),
+ * so they are exact values in float32, float16 and bfloat16 alike and any
+ * correct copy keeps them bit for bit. Token id 0 is the zero slot (all bits
+ * zero), which is what unwritten static slots hold.
+ */
+#ifndef KVC_FUZZ_TENSOR_CODEC_H
+#define KVC_FUZZ_TENSOR_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcache.h"
+#include "reference_model.h"
+
+/* Memory layouts of input tensors: the library must honour any strides. */
+enum {
+  LAYOUT_COMPACT,       /* strides NULL */
+  LAYOUT_EXPLICIT,      /* the compact strides, spelled out */
+  LAYOUT_SEQ_MAJOR,     /* [B, S, H, D] in memory, as a model's projection leaves it */
+  LAYOUT_PADDED,        /* gaps between rows, heads and batches, and a byte_offset */
+  LAYOUT_INNER_STRIDE,  /* head_dim elements two apart */
+  LAYOUT_BCAST_BATCH,   /* batch stride 0: every row is row 0 */
+  LAYOUT_BCAST_HEADS,   /* head stride 0: every head is head 0 */
+  LAYOUT_COUNT
+};
+
+size_t codec_dtype_size(kvc_dtype dtype);
+kvc_data_type codec_data_type(kvc_dtype dtype);
+const char* codec_dtype_name(kvc_dtype dtype);
+/* The bits of element d of token `tok` (0 for tok == 0). */
+uint32_t codec_bits(uint32_t tok, int64_t d, int is_value, kvc_dtype dtype);
+
+/* An input tensor the fuzzer owns. */
+typedef struct codec_tensor {
+  kvc_tensor t;
+  int64_t shape[4];
+  int64_t strides[4];
+  unsigned char* mem;
+} codec_tensor;
+
+/*
+ * Builds the tensor `desc` describes, filled from the token grid `tok`
+ * ([B][H][S] of the key's shape; positions outside it get an arbitrary
+ * non-zero token). Broadcast layouts need a grid that already repeats row 0
+ * (or head 0): codec_broadcast_tokens does that.
+ */
+void codec_build(codec_tensor* out, const ref_tensor* desc, const ref_grid* tok, int is_value, int layout);
+void codec_free(codec_tensor* t);
+void codec_broadcast_tokens(ref_grid* tok, int layout);
+
+/*
+ * Compares a view returned by the library with the expected token grid:
+ * device, ndim, dtype, shape [B, H, L, D], stride rules and every element's
+ * bits. Returns 1 when equal, else 0 with a description in `why`.
+ */
+int codec_check_view(const kvc_tensor* view, const ref_grid* want, int64_t D, kvc_dtype dtype, int is_value,
+                     char* why, size_t why_size);
+
+#endif /* KVC_FUZZ_TENSOR_CODEC_H */

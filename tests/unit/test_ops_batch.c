@@ -1,0 +1,264 @@
+/*
+ * Operations along the batch axis: reorder (beam search), batch_repeat_interleave,
+ * batch_select_indices, batch_split + from_batch_splits, and batch_size.
+ * Every batch row carries its own tag in the token encoding, so a check
+ * names the source row of every result row.
+ */
+#include "test_util.h"
+
+#define NH 2
+#define DK 3
+#define DV 5
+#define NT 5 /* tokens per layer */
+
+static const kvc_layer_options* all_kinds(void) {
+  static kvc_layer_options l[6];
+  l[0] = tu_layer(KVC_LAYER_DYNAMIC, 0, 0);
+  l[1] = tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 3, 0);
+  l[2] = tu_layer(KVC_LAYER_DYNAMIC_CHUNKED, 4, 0);
+  l[3] = tu_layer(KVC_LAYER_STATIC, 0, 8);
+  l[4] = tu_layer(KVC_LAYER_STATIC_SLIDING, 3, 8);
+  l[5] = tu_layer(KVC_LAYER_STATIC_CHUNKED, 6, 8);
+  return l;
+}
+
+/* What each kind of all_kinds() stores after tokens 0..NT-1. */
+static int64_t stored_tokens(uint32_t layer, int64_t* out) {
+  static const int64_t s0[] = {0, 1, 2, 3, 4}, s1[] = {3, 4}, s2[] = {2, 3, 4}, s3[] = {0, 1, 2, 3, 4, -1, -1, -1},
+                       s4[] = {2, 3, 4}, s5[] = {0, 1, 2, 3, 4, -1};
+  static const int64_t* all[6] = {s0, s1, s2, s3, s4, s5};
+  static const int64_t lens[6] = {5, 2, 3, 8, 3, 6};
+  memcpy(out, all[layer], (size_t)lens[layer] * sizeof(int64_t));
+  return lens[layer];
+}
+
+static kvc_cache* filled(const kvc_layer_options* layers, uint32_t n, int64_t batch) {
+  kvc_cache* c = tu_custom_cache(n, layers);
+  if (!c) return NULL;
+  for (uint32_t i = 0; i < n; i++)
+    if (!CHECK_OK(tu_update_tokens(c, i, batch, NH, NT, DK, DV, 0, NULL, NULL))) {
+      kvc_cache_destroy(c);
+      return NULL;
+    }
+  return c;
+}
+
+/* Every layer holds its usual tokens with result row b taken from rows[b]. */
+static void check_rows(const kvc_cache* c, uint32_t n, int64_t batch, const int64_t* rows) {
+  for (uint32_t i = 0; i < n; i++) {
+    int64_t want[8];
+    int64_t len = stored_tokens(i, want);
+    kvc_kv st = tu_view(c, i);
+    CHECK_SHAPE(st.key, batch, NH, len, DK);
+    CHECK_SHAPE(st.value, batch, NH, len, DV);
+    if (!CHECK_TOKENS_ROWS(st, want, len, rows)) fprintf(stderr, "    (layer %u)\n", i);
+    CHECK_EQ_I64(tu_info(c, i).batch_size, batch);
+    CHECK_EQ_I64(tu_seq(c, i), NT);
+  }
+}
+
+static void test_reorder_every_kind(void) {
+  kvc_cache* c = filled(all_kinds(), 6, 4);
+  REQUIRE(c != NULL);
+  const int64_t beam[4] = {2, 0, 3, 3};
+  REQUIRE_OK(kvc_cache_reorder(c, beam, 4));
+  check_rows(c, 6, 4, beam);
+  /* and again: composition of permutations */
+  const int64_t beam2[4] = {1, 1, 0, 2};
+  REQUIRE_OK(kvc_cache_reorder(c, beam2, 4));
+  const int64_t composed[4] = {0, 0, 2, 3};
+  check_rows(c, 6, 4, composed);
+  kvc_cache_destroy(c);
+}
+
+/* count != batch: index_select semantics, the batch becomes count. */
+static void test_reorder_changes_batch(void) {
+  kvc_cache* c = filled(all_kinds(), 6, 4);
+  REQUIRE(c != NULL);
+  const int64_t beam[2] = {3, 1};
+  REQUIRE_OK(kvc_cache_reorder(c, beam, 2));
+  check_rows(c, 6, 2, beam);
+  int64_t bs = -9;
+  CHECK_OK(kvc_cache_batch_size(c, &bs));
+  CHECK_EQ_I64(bs, 2);
+  /* the new batch is what later updates must match */
+  CHECK_OK(tu_update_tokens(c, 0, 2, NH, 1, DK, DV, NT, NULL, NULL));
+  CHECK_ERR(tu_update_tokens(c, 0, 4, NH, 1, DK, DV, NT + 1, NULL, NULL), KVC_ERROR_SHAPE_MISMATCH);
+  const int64_t grow[6] = {0, 1, 0, 1, 1, 0};
+  REQUIRE_OK(kvc_cache_reorder(c, grow, 6)); /* more beams than rows */
+  kvc_kv st = tu_view(c, 3);
+  CHECK_SHAPE(st.key, 6, NH, 8, DK);
+  const int64_t src[6] = {3, 1, 3, 1, 1, 3};
+  CHECK_TOKENS_ROWS(st, TU_LIST(0, 1, 2, 3, 4, -1, -1, -1), 8, src);
+  kvc_cache_destroy(c);
+}
+
+static void test_reorder_out_of_range(void) {
+  kvc_cache* c = filled(all_kinds(), 6, 3);
+  REQUIRE(c != NULL);
+  tu_snapshot before, after;
+  snapshot(c, &before);
+  const int64_t bad1[3] = {0, 3, 1}, bad2[3] = {0, -1, 1};
+  CHECK_ERR(kvc_cache_reorder(c, bad1, 3), KVC_ERROR_OUT_OF_RANGE);
+  CHECK_ERR(kvc_cache_reorder(c, bad2, 3), KVC_ERROR_OUT_OF_RANGE);
+  snapshot(c, &after);
+  CHECK_SNAPSHOT_EQUAL(&before, &after);
+  snapshot_free(&before);
+  snapshot_free(&after);
+  kvc_cache_destroy(c);
+}
+
+/* An identity permutation leaves contents (and storage) untouched. */
+static void test_reorder_identity(void) {
+  kvc_cache* c = filled(all_kinds(), 6, 3);
+  REQUIRE(c != NULL);
+  const void* keys[6];
+  for (uint32_t i = 0; i < 6; i++) keys[i] = tu_view(c, i).key.data;
+  tu_snapshot before, after;
+  snapshot(c, &before);
+  const int64_t id[3] = {0, 1, 2};
+  REQUIRE_OK(kvc_cache_reorder(c, id, 3));
+  snapshot(c, &after);
+  CHECK_SNAPSHOT_EQUAL(&before, &after);
+  for (uint32_t i = 0; i < 6; i++) CHECK_EQ_PTR(tu_view(c, i).key.data, keys[i]);
+  snapshot_free(&before);
+  snapshot_free(&after);
+  kvc_cache_destroy(c);
+}
+
+static const kvc_layer_options* dynamic_kinds(void) { return all_kinds(); } /* the first three */
+
+static void test_repeat_interleave(void) {
+  kvc_cache* c = filled(dynamic_kinds(), 3, 2);
+  REQUIRE(c != NULL);
+  REQUIRE_OK(kvc_cache_batch_repeat_interleave(c, 3));
+  const int64_t rows[6] = {0, 0, 0, 1, 1, 1};
+  check_rows(c, 3, 6, rows);
+  REQUIRE_OK(kvc_cache_batch_repeat_interleave(c, 1));
+  check_rows(c, 3, 6, rows);
+  tu_snapshot before, after;
+  snapshot(c, &before);
+  CHECK_ERR(kvc_cache_batch_repeat_interleave(c, 0), KVC_ERROR_INVALID_ARGUMENT);
+  snapshot(c, &after);
+  CHECK_SNAPSHOT_EQUAL(&before, &after);
+  snapshot_free(&before);
+  snapshot_free(&after);
+  kvc_cache_destroy(c);
+}
+
+static void test_select_indices(void) {
+  kvc_cache* c = filled(dynamic_kinds(), 3, 4);
+  REQUIRE(c != NULL);
+  const int64_t idx[3] = {3, 0, 3};
+  REQUIRE_OK(kvc_cache_batch_select_indices(c, idx, 3));
+  check_rows(c, 3, 3, idx);
+  tu_snapshot before, after;
+  snapshot(c, &before);
+  const int64_t bad[1] = {3}; /* the batch is now 3 */
+  CHECK_ERR(kvc_cache_batch_select_indices(c, bad, 1), KVC_ERROR_OUT_OF_RANGE);
+  snapshot(c, &after);
+  CHECK_SNAPSHOT_EQUAL(&before, &after);
+  snapshot_free(&before);
+  snapshot_free(&after);
+  kvc_cache_destroy(c);
+}
+
+/* Static kinds have no batch_repeat_interleave / batch_select_indices, and a mixed cache refuses them whole. */
+static void test_batch_ops_static_unsupported(void) {
+  kvc_cache* c = filled(all_kinds(), 6, 2);
+  REQUIRE(c != NULL);
+  tu_snapshot before, after;
+  snapshot(c, &before);
+  CHECK_ERR(kvc_cache_batch_repeat_interleave(c, 2), KVC_ERROR_UNSUPPORTED);
+  const int64_t idx[1] = {1};
+  CHECK_ERR(kvc_cache_batch_select_indices(c, idx, 1), KVC_ERROR_UNSUPPORTED);
+  snapshot(c, &after);
+  CHECK_SNAPSHOT_EQUAL(&before, &after);
+  snapshot_free(&before);
+  snapshot_free(&after);
+  kvc_cache_destroy(c);
+}
+
+static void test_split_and_stack(void) {
+  kvc_cache* c = filled(all_kinds(), 6, 5);
+  REQUIRE(c != NULL);
+  REQUIRE_OK(kvc_cache_activate_past_recording(c));
+  kvc_cache* parts[4] = {NULL, NULL, NULL, NULL};
+  size_t count = 99;
+  CHECK_ERR(kvc_cache_batch_split(c, 5, 2, parts, 2, &count), KVC_ERROR_INVALID_ARGUMENT);
+  CHECK_EQ_U64(count, 99);
+  CHECK(parts[0] == NULL && parts[1] == NULL);
+  CHECK_ERR(kvc_cache_batch_split(c, 4, 2, parts, 4, &count), KVC_ERROR_INVALID_ARGUMENT);
+  REQUIRE_OK(kvc_cache_batch_split(c, 5, 2, parts, 4, &count));
+  REQUIRE_EQ_I64(count, 3);
+  CHECK(parts[3] == NULL);
+  const int64_t rows0[2] = {0, 1}, rows1[2] = {2, 3}, rows2[1] = {4};
+  check_rows(parts[0], 6, 2, rows0);
+  check_rows(parts[1], 6, 2, rows1);
+  check_rows(parts[2], 6, 1, rows2);
+  for (uint32_t i = 0; i < 6; i++) {
+    kvc_layer_info a = tu_info(c, i), b = tu_info(parts[2], i);
+    CHECK_EQ_I64(b.kind, a.kind);
+    CHECK_EQ_I64(b.window, a.window);
+    CHECK_EQ_I64(b.capacity, a.capacity);
+    CHECK_EQ_I64(b.records_past, a.records_past);
+    CHECK_EQ_I64(b.seq_length, a.seq_length);
+  }
+
+  kvc_cache* stacked = NULL;
+  REQUIRE_OK(kvc_cache_from_batch_splits((const kvc_cache* const*)parts, 3, &stacked));
+  tu_snapshot a, b;
+  snapshot(c, &a);
+  snapshot(stacked, &b);
+  CHECK_SNAPSHOT_EQUAL_CONTENTS(&a, &b);
+  snapshot_free(&a);
+  snapshot_free(&b);
+
+  /* splits that no longer agree on stored lengths cannot be stacked */
+  REQUIRE_OK(tu_update_tokens(parts[1], 0, 2, NH, 1, DK, DV, NT, NULL, NULL));
+  kvc_cache* bad = (kvc_cache*)&count; /* a sentinel: must stay untouched */
+  CHECK_FAILS(kvc_cache_from_batch_splits((const kvc_cache* const*)parts, 3, &bad));
+  CHECK_EQ_PTR(bad, &count);
+  for (int i = 0; i < 3; i++) kvc_cache_destroy(parts[i]);
+  kvc_cache_destroy(stacked);
+  kvc_cache_destroy(c);
+}
+
+/* batch_size reports the initialized static layers only. */
+static void test_batch_size(void) {
+  int64_t bs = -9;
+  kvc_cache* c = filled(dynamic_kinds(), 3, 3);
+  REQUIRE(c != NULL);
+  CHECK_OK(kvc_cache_batch_size(c, &bs));
+  CHECK_EQ_I64(bs, -1);
+  kvc_cache_destroy(c);
+
+  kvc_layer_options l[3] = {tu_layer(KVC_LAYER_STATIC, 0, 4), tu_layer(KVC_LAYER_STATIC_SLIDING, 2, 4),
+                            tu_layer(KVC_LAYER_DYNAMIC, 0, 0)};
+  c = tu_custom_cache(3, l);
+  REQUIRE(c != NULL);
+  CHECK_OK(kvc_cache_batch_size(c, &bs));
+  CHECK_EQ_I64(bs, -1);
+  REQUIRE_OK(tu_update_tokens(c, 0, 3, NH, 1, DK, DV, 0, NULL, NULL));
+  REQUIRE_OK(tu_update_tokens(c, 2, 7, NH, 1, DK, DV, 0, NULL, NULL));
+  CHECK_OK(kvc_cache_batch_size(c, &bs));
+  CHECK_EQ_I64(bs, 3);
+  REQUIRE_OK(tu_update_tokens(c, 1, 2, NH, 1, DK, DV, 0, NULL, NULL));
+  bs = -9;
+  CHECK_ERR(kvc_cache_batch_size(c, &bs), KVC_ERROR_INVALID_STATE);
+  CHECK_EQ_I64(bs, -9);
+  kvc_cache_destroy(c);
+}
+
+int main(void) {
+  TU_RUN(test_reorder_every_kind);
+  TU_RUN(test_reorder_changes_batch);
+  TU_RUN(test_reorder_out_of_range);
+  TU_RUN(test_reorder_identity);
+  TU_RUN(test_repeat_interleave);
+  TU_RUN(test_select_indices);
+  TU_RUN(test_batch_ops_static_unsupported);
+  TU_RUN(test_split_and_stack);
+  TU_RUN(test_batch_size);
+  return tu_finish();
+}
