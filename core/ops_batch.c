@@ -90,6 +90,9 @@ static void swap_store(const kvc_cache* c, kvc_layer* l, new_store* s, int64_t b
 static kvc_error* gather_batch(const char* fn, kvc_cache* c, const int64_t* idx, size_t count, int64_t repeats) {
   /* repeats > 0: repeat-interleave (idx unused). */
   uint32_t n = c->num_layers;
+  int any = 0;
+  for (uint32_t i = 0; i < n; i++) any |= holds_tokens(c->layers[i]);
+  if (!any) return NULL; /* nothing stored: indices are not even looked at (transformers skips empty layers) */
   int in_place = repeats == 0;
   for (uint32_t i = 0; i < n && in_place; i++)
     if (holds_tokens(c->layers[i]) && (int64_t)count != c->layers[i]->batch) in_place = 0;

@@ -36,7 +36,7 @@ as_root() {
   if [ "$(id -u)" -eq 0 ]; then
     "$@"
   elif command -v sudo >/dev/null 2>&1; then
-    sudo "$@"
+    sudo "$@" # sudo drops the environment: callers pass variables with env
   else
     die "need root or sudo to run: $*"
   fi
@@ -52,7 +52,6 @@ install_system_packages() {
   major="$(command -v clang >/dev/null 2>&1 && clang_major || true)"
   [ -z "$major" ] || missing+=" $(missing_debs "libclang-rt-${major}-dev")"
   if [ -z "$major" ] || [ -n "${missing// /}" ]; then
-    export DEBIAN_FRONTEND=noninteractive
     # A fresh image has no package lists; a stale one may name removed versions.
     log "updating package lists"
     as_root apt-get update -qq
@@ -64,7 +63,8 @@ install_system_packages() {
     # shellcheck disable=SC2086
     log "installing:" $missing
     # shellcheck disable=SC2086
-    as_root apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq --no-install-recommends $missing >/dev/null
   fi
 }
 

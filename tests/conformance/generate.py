@@ -28,6 +28,8 @@ from transformers import cache_utils as cu
 TF_VERSION = tuple(int(x) for x in transformers.__version__.split(".")[:2])
 IS_V5 = TF_VERSION[0] >= 5
 Config = getattr(transformers, "PreTrainedConfig", None) or transformers.PretrainedConfig
+# Before 4.54 get_mask_sizes ignored its layer index (layer 0's length for every layer).
+WITH_MASKS = TF_VERSION >= (4, 54)
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 INT_VIEW = {"f32": torch.int32, "f16": torch.int16, "bf16": torch.int16}
@@ -137,6 +139,8 @@ class Slot:
         self.enc_len = 0
         self.positions_ok = True  # 4.57: every static write so far was an append
         self.next_pos = {}  # 4.57: next append position of each static layer
+        self.reset_layers = set()  # dynamic layers emptied by reset and not updated since
+        self.reset_cross = set()  # the same for the cross-attention cache of a pair
 
     def cache(self):
         return self.obj.self_attention_cache if self.ed else self.obj
@@ -336,8 +340,8 @@ class Case:
         if i >= len(cache):
             return
         if not initialized(cache, i):
-            if layers_of(cache) is None:
-                return
+            if layers_of(cache) is None or i in (slot.reset_cross if cross else slot.reset_layers):
+                return  # 5.x un-initializes a reset dynamic layer; kvcache keeps it, empty
             self.out.op(f"{op} {s} {i} err INVALID_STATE NotInitialized")
             return
         k, v = stored(cache, i)
@@ -386,6 +390,7 @@ class Case:
             return False
         if overflow:
             raise RuntimeError("static overflow predicted but transformers did not raise")
+        self.slots[s].reset_layers.discard(i)
         if positions is not None and self.slots[s].positions_ok:
             layer = layers_of(self.slots[s].cache())[i]
             start = self.slots[s].next_pos.get(i, 0)
@@ -416,6 +421,7 @@ class Case:
                 e.cross_attention_cache.update(k, v, i)
                 e.is_updated[i] = True
         self.attempt(run)
+        self.slots[s].reset_cross.discard(i)
         ed = self.slots[s].obj
         rk, rv = stored(ed.cross_attention_cache, i)
         self.out.op(f"cross {s} {i} {kt} {vt} ok {expect(rk, slot.dt)} {expect(rv, slot.dt)}")
@@ -436,7 +442,10 @@ class Case:
         try:
             self.attempt(run)
         except Planned as p:
-            if predicted is not None and p.code != predicted:
+            # An error nobody predicted is a transformers quirk, not a rule:
+            # e.g. crop() on a sliding layer that never saw a token reads
+            # `None.shape` and raises AttributeError.
+            if p.code != predicted:
                 raise Skip(f"{p.code} raised, {predicted} predicted") from None
             self.out.op(f"{text} err {p.code} {p.cls}")
             return False
@@ -488,6 +497,8 @@ class Case:
                 layer = cache.layers[i]
                 if layer.is_initialized and not is_static(layer) and seq_len(cache, i) == 0:
                     return False
+            if slot.reset_layers or slot.reset_cross:
+                return False  # whether a reset layer keeps its batch is kvcache's choice
         return True
 
     def static_errors(self, s):
@@ -519,6 +530,12 @@ class Case:
     def reset(self, s):
         self.attempt(lambda: self.slots[s].obj.reset())
         self.out.op(f"reset {s}")
+        slot = self.slots[s]
+        ls = layers_of(slot.cache())
+        slot.reset_layers |= {i for i, layer in enumerate(ls or []) if not is_static(layer)}
+        if slot.ed:
+            xs = layers_of(slot.obj.cross_attention_cache)
+            slot.reset_cross |= {i for i, layer in enumerate(xs) if not is_static(layer)}
 
     def clone(self, s):
         d = self.new_slot()
@@ -591,16 +608,19 @@ def tokens(rng):
         return 1
     if r < 0.75:
         return rng.randint(2, 3)
-    return rng.randint(4, 11)
+    return rng.randint(4, 9)
 
 
 def geometry(rng, same_dims=False):
+    """Small shapes; the per-token size is capped to keep the vectors small."""
     dt = rng.choice(["f32", "f16", "bf16"])
-    b = rng.choice([1, 1, 1, 2, 2, 3, 4])
-    h = rng.choice([1, 1, 2, 3])
-    dk = rng.choice([1, 2, 2, 3, 4, 4, 8])
-    dv = dk if same_dims or rng.random() < 0.7 else rng.choice([1, 2, 4])
-    return dt, b, h, dk, dv
+    while True:
+        b = rng.choice([1, 1, 1, 2, 2, 3, 4])
+        h = rng.choice([1, 1, 2, 3])
+        dk = rng.choice([1, 2, 2, 3, 4, 4, 8])
+        dv = dk if same_dims or rng.random() < 0.7 else rng.choice([1, 2, 4])
+        if b * h * max(dk, dv) <= 16:
+            return dt, b, h, dk, dv
 
 
 class Walker:
@@ -667,8 +687,8 @@ class Walker:
         """One forward pass: every layer asks its mask sizes, then updates.
         Long dynamic layers are cropped first to keep the vectors small."""
         longest = self.longest_stored(s)
-        if longest > 14 and "crop" in self.allow:
-            x = self.rng.randint(1, 8) if "crop_pos" in self.allow else -self.rng.randint(longest - 10, longest)
+        if longest > 10 and "crop" in self.allow:
+            x = self.rng.randint(1, 6) if "crop_pos" in self.allow else -self.rng.randint(longest - 6, longest)
             try:
                 self.case.crop(s, x)
             except Skip:
@@ -683,7 +703,7 @@ class Walker:
             n = self.rng.randint(1, min(rooms))
         self.last_n = n
         for i in range(nl):
-            if self.rng.random() < 0.7:
+            if self.rng.random() < 0.7 and WITH_MASKS:
                 self.case.mask(s, n, i)
             pos = self.positions(s, i, n)
             ok = self.case.update(s, i, n, pos)
@@ -722,6 +742,8 @@ class Walker:
         else:
             choices = [c for c in choices if c[0] not in ("cross", "isupd", "xview")]
         choices = [c for c in choices if c[0] in self.allow or c[0] in ("step", "seqlen", "mask", "view")]
+        if not WITH_MASKS:
+            choices = [c for c in choices if c[0] != "mask"]
         op = rng.choices([c[0] for c in choices], [c[1] for c in choices])[0]
         if op == "step":
             self.step(s)
@@ -1023,6 +1045,7 @@ def v453_batch_split(case):
     rng = case.rng
     dt, b, h, dk, _ = geometry(rng, same_dims=True)
     b = rng.randint(2, 4)
+    dk = min(dk, 4)
     n = rng.randint(1, 3)
     ed = rng.random() < 0.35
     s = case.create(cu.DynamicCache(), "lazy", dt, b, h, dk, dk)
@@ -1067,7 +1090,7 @@ SUITES = {
            ("v5_static", v5_static, 14), ("v5_static_sliding", v5_static_sliding, 22),
            ("v5_custom", v5_custom, 14), ("v5_encdec", v5_encdec, 12), ("v5_from_tensors", v5_from_tensors, 10)],
     "v457": [("v457_static_positions", v457_static_positions, 18), ("v457_legacy", v457_legacy, 14)],
-    "v453": [("v453_batch_split", v453_batch_split, 10)],
+    "v453": [("v453_batch_split", v453_batch_split, 7)],
 }
 
 

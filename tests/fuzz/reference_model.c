@@ -170,30 +170,32 @@ static kvc_code derive_types(const kvc_model_config* cfg, kvc_layer_type** types
   return KVC_OK;
 }
 
-/* DYNAMIC and STATIC presets: one shared window, the chunk size winning
- * over the sliding window when any layer is chunked (spec A.10 step 3). */
+/* DYNAMIC and STATIC presets. transformers 5.x shares one window kwarg in
+ * which the chunk size overwrites the sliding window (spec A.10 step 3);
+ * kvcache gives each layer type its own parameter, as 4.57 did
+ * (docs/differences-from-transformers.md, item 6). */
 static kvc_code preset_by_types(const kvc_model_config* cfg, int is_static, int64_t M, ref_cache* out) {
   kvc_layer_type* t;
   uint32_t n;
   kvc_code code = derive_types(cfg, &t, &n);
   if (code) return code;
-  int any_sliding = 0, any_chunked = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    any_sliding |= t[i] == KVC_LAYER_TYPE_SLIDING_ATTENTION;
-    any_chunked |= t[i] == KVC_LAYER_TYPE_CHUNKED_ATTENTION;
-  }
-  int64_t W = any_sliding ? cfg->sliding_window : 0;
-  if (any_chunked) W = cfg->attention_chunk_size;
-  if ((any_sliding || any_chunked) && W < 1) {
-    free(t);
-    return KVC_ERROR_INVALID_ARGUMENT;
-  }
   for (uint32_t i = 0; i < n; i++) {
     kvc_layer_kind k;
-    if (t[i] == KVC_LAYER_TYPE_FULL_ATTENTION) k = is_static ? KVC_LAYER_STATIC : KVC_LAYER_DYNAMIC;
-    else if (t[i] == KVC_LAYER_TYPE_SLIDING_ATTENTION)
+    int64_t W = 0;
+    if (t[i] == KVC_LAYER_TYPE_FULL_ATTENTION) {
+      k = is_static ? KVC_LAYER_STATIC : KVC_LAYER_DYNAMIC;
+    } else if (t[i] == KVC_LAYER_TYPE_SLIDING_ATTENTION) {
       k = is_static ? KVC_LAYER_STATIC_SLIDING : KVC_LAYER_DYNAMIC_SLIDING;
-    else k = is_static ? KVC_LAYER_STATIC_CHUNKED : KVC_LAYER_DYNAMIC_CHUNKED;
+      W = cfg->sliding_window;
+    } else {
+      k = is_static ? KVC_LAYER_STATIC_CHUNKED : KVC_LAYER_DYNAMIC_CHUNKED;
+      W = cfg->attention_chunk_size;
+    }
+    if (k != KVC_LAYER_STATIC && k != KVC_LAYER_DYNAMIC && W < 1) {
+      free(t);
+      ref_cache_free(out);
+      return KVC_ERROR_INVALID_ARGUMENT;
+    }
     cache_push(out, layer_new(k, W, M));
   }
   free(t);
@@ -242,8 +244,6 @@ kvc_code ref_cache_create(const kvc_cache_options* o, ref_cache* out) {
     code = KVC_ERROR_INVALID_ARGUMENT;
   } else if (o->preset < KVC_PRESET_CUSTOM || o->preset > KVC_PRESET_HYBRID_CHUNKED) {
     code = KVC_ERROR_INVALID_ARGUMENT;
-  } else if (o->device.device_type != KVC_DEVICE_CPU) {
-    code = KVC_ERROR_NO_DEVICE; /* the fuzzer only names devices this build lacks */
   } else if (o->preset == KVC_PRESET_CUSTOM) {
     code = preset_custom(o, &c);
   } else if (o->preset == KVC_PRESET_DYNAMIC) {
@@ -265,6 +265,9 @@ kvc_code ref_cache_create(const kvc_cache_options* o, ref_cache* out) {
   } else {
     code = preset_hybrid(o->config, o->preset == KVC_PRESET_HYBRID_CHUNKED, o->max_cache_len, &c);
   }
+  /* the device is looked up once the options are known to be valid; the
+   * fuzzer only names devices this build lacks */
+  if (!code && o && o->device.device_type != KVC_DEVICE_CPU) code = KVC_ERROR_NO_DEVICE;
   if (code) {
     ref_cache_free(&c);
     return code;
@@ -295,9 +298,13 @@ static kvc_code check_state(const ref_layer* L, int64_t n, const ref_positions* 
   if (has_pos) {
     if (pos->count != (uint64_t)n) return KVC_ERROR_INVALID_ARGUMENT;
     if (!L || !ref_is_static_kind(L->kind)) return KVC_OK; /* ignored by dynamic layers, as in 4.57 */
+    /* Positions pick slots of a static layer, and of a static sliding layer
+     * while the call leaves it not full (A.6 branch 4, as in 4.57); once the
+     * window fills, the counter decides and positions are only sanity-checked. */
     int64_t cap = ref_layer_capacity(L);
+    int picks_slots = L->kind == KVC_LAYER_STATIC || L->cum + n <= cap;
     for (uint32_t i = 0; i < pos->count; i++)
-      if (pos->pos[i] < 0 || pos->pos[i] >= cap) return KVC_ERROR_OUT_OF_RANGE;
+      if (pos->pos[i] < 0 || (picks_slots && pos->pos[i] >= cap)) return KVC_ERROR_OUT_OF_RANGE;
     return KVC_OK;
   }
   if (L && L->kind == KVC_LAYER_STATIC && L->cum + n > L->max_cache_len) return KVC_ERROR_OUT_OF_RANGE;
@@ -492,11 +499,10 @@ static int moves_rows(const ref_layer* L) {
 
 static kvc_code check_indices(const ref_cache* c, const int64_t* idx, size_t count) {
   if (count < 1 || !idx) return KVC_ERROR_INVALID_ARGUMENT;
-  for (size_t i = 0; i < count; i++) {
-    if (idx[i] < 0) return KVC_ERROR_OUT_OF_RANGE;
+  /* As transformers, only layers that hold tokens index anything. */
+  for (size_t i = 0; i < count; i++)
     for (uint32_t l = 0; l < c->num_layers; l++)
-      if (moves_rows(&c->layers[l]) && idx[i] >= c->layers[l].B) return KVC_ERROR_OUT_OF_RANGE;
-  }
+      if (moves_rows(&c->layers[l]) && (idx[i] < 0 || idx[i] >= c->layers[l].B)) return KVC_ERROR_OUT_OF_RANGE;
   return KVC_OK;
 }
 
@@ -557,9 +563,17 @@ kvc_code ref_select_indices(ref_cache* c, const int64_t* idx, size_t count) {
 /* ---------------------------------------------------------------- split */
 
 kvc_code ref_batch_split_check(const ref_cache* c, int64_t full, int64_t split, size_t capacity, size_t* count) {
-  if (full < 1 || split < 1) return KVC_ERROR_INVALID_ARGUMENT;
-  for (uint32_t l = 0; l < c->num_layers; l++)
-    if (c->layers[l].initialized && c->layers[l].B != full) return KVC_ERROR_INVALID_ARGUMENT;
+  if (split < 1) return KVC_ERROR_INVALID_ARGUMENT;
+  /* The cache's batch is that of its initialized layers: without one, or
+   * when they disagree, there is no batch to split. */
+  int64_t B = -1;
+  for (uint32_t l = 0; l < c->num_layers; l++) {
+    if (!c->layers[l].initialized) continue;
+    if (B >= 0 && c->layers[l].B != B) return KVC_ERROR_INVALID_STATE;
+    B = c->layers[l].B;
+  }
+  if (B < 0) return KVC_ERROR_INVALID_STATE;
+  if (full != B) return KVC_ERROR_INVALID_ARGUMENT;
   size_t n = (size_t)((full + split - 1) / split);
   if (capacity < n) return KVC_ERROR_INVALID_ARGUMENT;
   if (count) *count = n;
@@ -592,7 +606,9 @@ static int same_layout(const ref_layer* a, const ref_layer* b) {
   if (a->kind != b->kind || a->window != b->window || a->max_cache_len != b->max_cache_len) return 0;
   if (a->initialized != b->initialized) return 0;
   if (!a->initialized) return 1;
-  return a->H == b->H && a->Dk == b->Dk && a->Dv == b->Dv && a->dtype == b->dtype && a->stored.L == b->stored.L;
+  /* counters too: docs/differences-from-transformers.md, item 12 */
+  return a->H == b->H && a->Dk == b->Dk && a->Dv == b->Dv && a->dtype == b->dtype && a->stored.L == b->stored.L &&
+         a->cum == b->cum && a->record == b->record;
 }
 
 kvc_code ref_from_batch_splits(const ref_cache* const* splits, size_t count, ref_cache* out) {
@@ -845,6 +861,8 @@ kvc_code ref_ed_batch_split(const ref_ed* ed, int64_t full, int64_t split, ref_e
 
 kvc_code ref_ed_from_batch_splits(const ref_ed* const* splits, size_t count, ref_ed* out) {
   if (count < 1 || !splits) return KVC_ERROR_INVALID_ARGUMENT;
+  for (size_t i = 0; i < count; i++)
+    if (!ed_dynamic(splits[i])) return KVC_ERROR_UNSUPPORTED;
   const ref_cache** selfs = xcalloc(count, sizeof *selfs);
   const ref_cache** crosses = xcalloc(count, sizeof *crosses);
   for (size_t i = 0; i < count; i++) {

@@ -1029,12 +1029,12 @@ static TU_UNUSED void snapshot_ed_free(tu_ed_snapshot* s) {
   snapshot_free(&s->cross_attention);
 }
 
-static TU_UNUSED int snapshot_ed_equal(const tu_ed_snapshot* a, const tu_ed_snapshot* b) {
-  if (!snapshot_equal(&a->self_attention, &b->self_attention)) {
+static TU_UNUSED int snapshot_ed_equal_ex(const tu_ed_snapshot* a, const tu_ed_snapshot* b, int ignore_reserved) {
+  if (!snapshot_equal_ex(&a->self_attention, &b->self_attention, ignore_reserved)) {
     fprintf(stderr, "  (in the self-attention cache)\n");
     return 0;
   }
-  if (!snapshot_equal(&a->cross_attention, &b->cross_attention)) {
+  if (!snapshot_equal_ex(&a->cross_attention, &b->cross_attention, ignore_reserved)) {
     fprintf(stderr, "  (in the cross-attention cache)\n");
     return 0;
   }
@@ -1047,6 +1047,17 @@ static TU_UNUSED int snapshot_ed_equal(const tu_ed_snapshot* a, const tu_ed_snap
   return 1;
 }
 
+static TU_UNUSED int snapshot_ed_equal(const tu_ed_snapshot* a, const tu_ed_snapshot* b) {
+  return snapshot_ed_equal_ex(a, b, 0);
+}
+
+/* The same, except memory.bytes_reserved of both caches. */
+static TU_UNUSED int snapshot_ed_equal_contents(const tu_ed_snapshot* a, const tu_ed_snapshot* b) {
+  return snapshot_ed_equal_ex(a, b, 1);
+}
+
+#define CHECK_ED_SNAPSHOT_EQUAL_CONTENTS(a, b) \
+  tu_report(snapshot_ed_equal_contents((a), (b)), __FILE__, __LINE__, "snapshot_ed_equal_contents(" #a ", " #b ")")
 #define CHECK_ED_SNAPSHOT_EQUAL(a, b) \
   tu_report(snapshot_ed_equal((a), (b)), __FILE__, __LINE__, "snapshot_ed_equal(" #a ", " #b ")")
 

@@ -1,0 +1,61 @@
+/*
+ * Prints the layout of every public struct and the value of every public
+ * enumerator, one "name value" line each, so that scripts/check_abi_baseline.sh
+ * can compare them with the committed baseline (abi/baseline/layout.txt).
+ * A binding compiled against an older header must keep working: a field may
+ * be appended (new lines), never moved, resized or renumbered (changed lines).
+ */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "kvcache.h"
+
+#define SIZE(T) printf("sizeof(%s) %zu\n", #T, sizeof(T))
+#define OFF(T, f) printf("offsetof(%s.%s) %zu\n", #T, #f, offsetof(T, f))
+#define VAL(x) printf("%s %lld\n", #x, (long long)(x))
+
+int main(void) {
+  SIZE(kvc_device); OFF(kvc_device, device_type); OFF(kvc_device, device_id);
+  SIZE(kvc_data_type); OFF(kvc_data_type, code); OFF(kvc_data_type, bits); OFF(kvc_data_type, lanes);
+  SIZE(kvc_tensor); OFF(kvc_tensor, data); OFF(kvc_tensor, device); OFF(kvc_tensor, ndim); OFF(kvc_tensor, dtype);
+  OFF(kvc_tensor, shape); OFF(kvc_tensor, strides); OFF(kvc_tensor, byte_offset);
+  SIZE(kvc_kv); OFF(kvc_kv, key); OFF(kvc_kv, value);
+  SIZE(kvc_layer_options); OFF(kvc_layer_options, struct_size); OFF(kvc_layer_options, kind);
+  OFF(kvc_layer_options, window); OFF(kvc_layer_options, max_cache_len);
+  SIZE(kvc_model_config); OFF(kvc_model_config, struct_size); OFF(kvc_model_config, num_hidden_layers);
+  OFF(kvc_model_config, layer_types); OFF(kvc_model_config, sliding_window);
+  OFF(kvc_model_config, attention_chunk_size); OFF(kvc_model_config, num_kv_shared_layers);
+  OFF(kvc_model_config, sliding_window_pattern);
+  SIZE(kvc_cache_options); OFF(kvc_cache_options, struct_size); OFF(kvc_cache_options, preset);
+  OFF(kvc_cache_options, config); OFF(kvc_cache_options, max_cache_len); OFF(kvc_cache_options, num_layers);
+  OFF(kvc_cache_options, layers); OFF(kvc_cache_options, device);
+  SIZE(kvc_init_options); OFF(kvc_init_options, struct_size); OFF(kvc_init_options, batch_size);
+  OFF(kvc_init_options, num_kv_heads); OFF(kvc_init_options, k_head_dim); OFF(kvc_init_options, v_head_dim);
+  OFF(kvc_init_options, dtype); OFF(kvc_init_options, num_kv_heads_per_layer); OFF(kvc_init_options, head_dim_per_layer);
+  SIZE(kvc_layer_info); OFF(kvc_layer_info, struct_size); OFF(kvc_layer_info, kind); OFF(kvc_layer_info, window);
+  OFF(kvc_layer_info, max_cache_len); OFF(kvc_layer_info, capacity); OFF(kvc_layer_info, is_initialized);
+  OFF(kvc_layer_info, is_sliding); OFF(kvc_layer_info, is_chunked); OFF(kvc_layer_info, is_compileable);
+  OFF(kvc_layer_info, records_past); OFF(kvc_layer_info, dtype); OFF(kvc_layer_info, batch_size);
+  OFF(kvc_layer_info, num_kv_heads); OFF(kvc_layer_info, k_head_dim); OFF(kvc_layer_info, v_head_dim);
+  OFF(kvc_layer_info, seq_length); OFF(kvc_layer_info, stored_length);
+  SIZE(kvc_memory_info); OFF(kvc_memory_info, struct_size); OFF(kvc_memory_info, bytes_reserved);
+  OFF(kvc_memory_info, bytes_used);
+  SIZE(kvc_update_options); OFF(kvc_update_options, struct_size); OFF(kvc_update_options, cache_position);
+  OFF(kvc_update_options, cache_position_length);
+
+  VAL(KVC_VERSION_MAJOR);
+  VAL(KVC_OK); VAL(KVC_ERROR_INVALID_ARGUMENT); VAL(KVC_ERROR_OUT_OF_RANGE); VAL(KVC_ERROR_DTYPE_MISMATCH);
+  VAL(KVC_ERROR_SHAPE_MISMATCH); VAL(KVC_ERROR_DEVICE_MISMATCH); VAL(KVC_ERROR_UNSUPPORTED);
+  VAL(KVC_ERROR_INVALID_STATE); VAL(KVC_ERROR_OUT_OF_MEMORY); VAL(KVC_ERROR_NO_DEVICE);
+  VAL(KVC_ERROR_VERSION_MISMATCH); VAL(KVC_ERROR_INTERNAL);
+  VAL(KVC_FEATURE_CPU); VAL(KVC_FEATURE_CUDA); VAL(KVC_FEATURE_HIP); VAL(KVC_FEATURE_BACKEND_DL);
+  VAL(KVC_DEVICE_CPU); VAL(KVC_DEVICE_CUDA); VAL(KVC_DEVICE_CUDA_HOST); VAL(KVC_DEVICE_ROCM); VAL(KVC_DEVICE_ROCM_HOST);
+  VAL(KVC_TYPE_CODE_INT); VAL(KVC_TYPE_CODE_UINT); VAL(KVC_TYPE_CODE_FLOAT); VAL(KVC_TYPE_CODE_BFLOAT);
+  VAL(KVC_DTYPE_UNSET); VAL(KVC_DTYPE_FLOAT32); VAL(KVC_DTYPE_FLOAT16); VAL(KVC_DTYPE_BFLOAT16);
+  VAL(KVC_LAYER_DYNAMIC); VAL(KVC_LAYER_DYNAMIC_SLIDING); VAL(KVC_LAYER_DYNAMIC_CHUNKED); VAL(KVC_LAYER_STATIC);
+  VAL(KVC_LAYER_STATIC_SLIDING); VAL(KVC_LAYER_STATIC_CHUNKED);
+  VAL(KVC_LAYER_TYPE_FULL_ATTENTION); VAL(KVC_LAYER_TYPE_SLIDING_ATTENTION); VAL(KVC_LAYER_TYPE_CHUNKED_ATTENTION);
+  VAL(KVC_PRESET_CUSTOM); VAL(KVC_PRESET_DYNAMIC); VAL(KVC_PRESET_STATIC); VAL(KVC_PRESET_SLIDING_WINDOW);
+  VAL(KVC_PRESET_HYBRID); VAL(KVC_PRESET_HYBRID_CHUNKED); VAL(KVC_ALL_LAYERS);
+  return 0;
+}

@@ -1,0 +1,352 @@
+/*
+ * EncoderDecoderCache (spec A.15, C.12): the is_updated protocol of
+ * cross-attention, which operations reach which of the two caches, and the
+ * dynamic-only batch operations.
+ */
+#include "test_util.h"
+
+#define NH 2
+#define DK 3
+#define DV 4
+#define ENC 5 /* encoder tokens, numbered from 100 */
+
+static kvc_cache* lazy(void) {
+  kvc_cache* c = NULL;
+  CHECK_OK(kvc_cache_create(NULL, &c));
+  return c;
+}
+
+/* A pair of lazy dynamic caches; self holds `self_tokens` on layers 0 and 1. */
+static kvc_encoder_decoder_cache* make_pair(int64_t batch, int64_t self_tokens, int fill_cross) {
+  kvc_cache* self = lazy();
+  kvc_cache* cross = lazy();
+  if (!self || !cross) return NULL;
+  kvc_encoder_decoder_cache* ed = NULL;
+  if (!CHECK_OK(kvc_encoder_decoder_cache_create(self, cross, &ed))) {
+    kvc_cache_destroy(self);
+    kvc_cache_destroy(cross);
+    return NULL;
+  }
+  for (uint32_t i = 0; i < 2 && self_tokens > 0; i++)
+    CHECK_OK(tu_update_tokens(self, i, batch, NH, self_tokens, DK, DV, 0, NULL, NULL));
+  for (uint32_t i = 0; i < 2 && fill_cross; i++) {
+    tu_tensor k, v;
+    tu_tensor_tokens(&k, batch, NH, ENC, DK, 100, 0);
+    tu_tensor_tokens(&v, batch, NH, ENC, DV, 100, 1);
+    CHECK_OK(kvc_encoder_decoder_cache_update_cross(ed, i, &k.t, &v.t, NULL));
+    tu_tensor_free(&k);
+    tu_tensor_free(&v);
+  }
+  return ed;
+}
+
+static int32_t updated(const kvc_encoder_decoder_cache* ed, uint32_t layer) {
+  int32_t f = -9;
+  CHECK_OK(kvc_encoder_decoder_cache_is_updated(ed, layer, &f));
+  return f;
+}
+
+static void test_is_updated_protocol(void) {
+  kvc_encoder_decoder_cache* ed = make_pair(1, 0, 0);
+  REQUIRE(ed != NULL);
+  kvc_cache* cross = kvc_encoder_decoder_cache_cross_attention(ed);
+  CHECK_EQ_I64(updated(ed, 0), 0);
+  tu_tensor k, v;
+  tu_tensor_tokens(&k, 1, NH, ENC, DK, 100, 0);
+  tu_tensor_tokens(&v, 1, NH, ENC, DV, 100, 1);
+  kvc_kv out;
+  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 0, &k.t, &v.t, &out));
+  CHECK_KV_SEQ(out, 100, 101, 102, 103, 104);
+  CHECK_EQ_I64(updated(ed, 0), 1);
+  CHECK_EQ_I64(updated(ed, 1), 0);
+  CHECK_EQ_I64(updated(ed, 7), 0);
+  /* once updated, the stored K/V are reused: NULL inputs, or new ones that are ignored */
+  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 0, NULL, NULL, &out));
+  CHECK_KV_SEQ(out, 100, 101, 102, 103, 104);
+  tu_tensor k2, v2;
+  tu_tensor_tokens(&k2, 1, NH, 2, DK, 200, 0);
+  tu_tensor_tokens(&v2, 1, NH, 2, DV, 200, 1);
+  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 0, &k2.t, &v2.t, &out));
+  CHECK_KV_SEQ(out, 100, 101, 102, 103, 104);
+  CHECK_EQ_I64(tu_seq(cross, 0), ENC);
+  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 0, NULL, NULL, NULL));
+  /* a layer not yet updated needs its K/V */
+  CHECK_FAILS(kvc_encoder_decoder_cache_update_cross(ed, 1, NULL, NULL, &out));
+  CHECK_EQ_I64(updated(ed, 1), 0);
+  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 1, &k2.t, &v2.t, &out));
+  CHECK_KV_SEQ(out, 200, 201);
+  CHECK_EQ_I64(updated(ed, 1), 1);
+  tu_tensor_free(&k);
+  tu_tensor_free(&v);
+  tu_tensor_free(&k2);
+  tu_tensor_free(&v2);
+  kvc_encoder_decoder_cache_destroy(ed);
+}
+
+/* is_updated starts as "the cross layer holds tokens". */
+static void test_initial_is_updated(void) {
+  tu_tensor k[2], v[2];
+  kvc_tensor ka[2], va[2];
+  for (int i = 0; i < 2; i++) {
+    tu_tensor_tokens(&k[i], 1, NH, ENC, DK, 100, 0);
+    tu_tensor_tokens(&v[i], 1, NH, ENC, DV, 100, 1);
+    ka[i] = k[i].t;
+    va[i] = v[i].t;
+  }
+  kvc_layer_options l[3] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DYNAMIC, 0, 0),
+                            tu_layer(KVC_LAYER_STATIC, 0, 8)};
+  kvc_cache* cross = tu_custom_cache(3, l);
+  REQUIRE(cross != NULL);
+  REQUIRE_OK(kvc_cache_update(cross, 0, &ka[0], &va[0], NULL, NULL));
+  REQUIRE_OK(kvc_cache_update(cross, 2, &ka[1], &va[1], NULL, NULL));
+  kvc_encoder_decoder_cache* ed = NULL;
+  kvc_cache* self = lazy();
+  REQUIRE_OK(kvc_encoder_decoder_cache_create(self, cross, &ed));
+  CHECK_EQ_I64(updated(ed, 0), 1);
+  CHECK_EQ_I64(updated(ed, 1), 0);
+  CHECK_EQ_I64(updated(ed, 2), 1);
+  CHECK_EQ_I64(updated(ed, 3), 0);
+  CHECK_EQ_PTR(kvc_encoder_decoder_cache_self_attention(ed), self);
+  CHECK_EQ_PTR(kvc_encoder_decoder_cache_cross_attention(ed), cross);
+  kvc_encoder_decoder_cache_destroy(ed);
+
+  cross = NULL;
+  REQUIRE_OK(kvc_cache_create_from_tensors(NULL, 2, ka, va, &cross));
+  self = lazy();
+  REQUIRE_OK(kvc_encoder_decoder_cache_create(self, cross, &ed));
+  CHECK_EQ_I64(updated(ed, 0), 1);
+  CHECK_EQ_I64(updated(ed, 1), 1);
+  kvc_encoder_decoder_cache_destroy(ed);
+  for (int i = 0; i < 2; i++) {
+    tu_tensor_free(&k[i]);
+    tu_tensor_free(&v[i]);
+  }
+}
+
+/* The same handle twice is refused and ownership stays with the caller. */
+static void test_create_distinct(void) {
+  kvc_cache* c = lazy();
+  REQUIRE(c != NULL);
+  kvc_encoder_decoder_cache* ed = NULL;
+  CHECK_ERR(kvc_encoder_decoder_cache_create(c, c, &ed), KVC_ERROR_INVALID_ARGUMENT);
+  CHECK(ed == NULL);
+  REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 1, 2, 2, 0, NULL, NULL)); /* still alive and ours */
+  kvc_cache_destroy(c);
+  kvc_encoder_decoder_cache_destroy(NULL);
+  CHECK(kvc_encoder_decoder_cache_self_attention(NULL) == NULL);
+  CHECK(kvc_encoder_decoder_cache_cross_attention(NULL) == NULL);
+}
+
+static void test_crop_only_self(void) {
+  kvc_encoder_decoder_cache* ed = make_pair(2, 6, 1);
+  REQUIRE(ed != NULL);
+  REQUIRE_OK(kvc_encoder_decoder_cache_crop(ed, -2));
+  kvc_cache* self = kvc_encoder_decoder_cache_self_attention(ed);
+  kvc_cache* cross = kvc_encoder_decoder_cache_cross_attention(ed);
+  for (uint32_t i = 0; i < 2; i++) {
+    kvc_kv st = tu_view(self, i);
+    CHECK_KV_SEQ(st, 0, 1, 2, 3);
+    st = tu_view(cross, i);
+    CHECK_KV_SEQ(st, 100, 101, 102, 103, 104);
+    CHECK_EQ_I64(updated(ed, i), 1);
+  }
+  REQUIRE_OK(kvc_encoder_decoder_cache_crop(ed, 2));
+  kvc_kv st = tu_view(self, 0);
+  CHECK_KV_SEQ(st, 0, 1);
+  st = tu_view(cross, 0);
+  CHECK_KV_SEQ(st, 100, 101, 102, 103, 104);
+  kvc_encoder_decoder_cache_destroy(ed);
+}
+
+static void test_reorder_both(void) {
+  kvc_encoder_decoder_cache* ed = make_pair(3, 4, 1);
+  REQUIRE(ed != NULL);
+  const int64_t beam[3] = {2, 2, 0};
+  REQUIRE_OK(kvc_encoder_decoder_cache_reorder(ed, beam, 3));
+  kvc_kv st = tu_view(kvc_encoder_decoder_cache_self_attention(ed), 1);
+  CHECK_TOKENS_ROWS(st, TU_LIST(0, 1, 2, 3), 4, beam);
+  st = tu_view(kvc_encoder_decoder_cache_cross_attention(ed), 1);
+  CHECK_TOKENS_ROWS(st, TU_LIST(100, 101, 102, 103, 104), 5, beam);
+  kvc_encoder_decoder_cache_destroy(ed);
+}
+
+/* Reorder works for static pairs too (transformers' generate with a static cache and beams). */
+static void test_reorder_static_pair(void) {
+  kvc_layer_options l = tu_layer(KVC_LAYER_STATIC, 0, 6);
+  kvc_cache* self = tu_custom_cache(1, &l);
+  kvc_cache* cross = tu_custom_cache(1, &l);
+  REQUIRE(self && cross);
+  REQUIRE_OK(tu_update_tokens(self, 0, 2, NH, 2, DK, DV, 0, NULL, NULL));
+  REQUIRE_OK(tu_update_tokens(cross, 0, 2, NH, 5, DK, DV, 100, NULL, NULL));
+  kvc_encoder_decoder_cache* ed = NULL;
+  REQUIRE_OK(kvc_encoder_decoder_cache_create(self, cross, &ed));
+  const int64_t beam[2] = {1, 0};
+  REQUIRE_OK(kvc_encoder_decoder_cache_reorder(ed, beam, 2));
+  kvc_kv st = tu_view(self, 0);
+  CHECK_TOKENS_ROWS(st, TU_LIST(0, 1, -1, -1, -1, -1), 6, beam);
+  st = tu_view(cross, 0);
+  CHECK_TOKENS_ROWS(st, TU_LIST(100, 101, 102, 103, 104, -1), 6, beam);
+  kvc_encoder_decoder_cache_destroy(ed);
+}
+
+static void test_batch_ops_dynamic(void) {
+  kvc_encoder_decoder_cache* ed = make_pair(2, 3, 1);
+  REQUIRE(ed != NULL);
+  REQUIRE_OK(kvc_encoder_decoder_cache_batch_repeat_interleave(ed, 2));
+  const int64_t rep[4] = {0, 0, 1, 1};
+  kvc_kv st = tu_view(kvc_encoder_decoder_cache_self_attention(ed), 0);
+  CHECK_TOKENS_ROWS(st, TU_LIST(0, 1, 2), 3, rep);
+  st = tu_view(kvc_encoder_decoder_cache_cross_attention(ed), 0);
+  CHECK_TOKENS_ROWS(st, TU_LIST(100, 101, 102, 103, 104), 5, rep);
+  const int64_t sel[2] = {3, 0};
+  REQUIRE_OK(kvc_encoder_decoder_cache_batch_select_indices(ed, sel, 2));
+  const int64_t src[2] = {1, 0};
+  st = tu_view(kvc_encoder_decoder_cache_self_attention(ed), 1);
+  CHECK_TOKENS_ROWS(st, TU_LIST(0, 1, 2), 3, src);
+  st = tu_view(kvc_encoder_decoder_cache_cross_attention(ed), 1);
+  CHECK_TOKENS_ROWS(st, TU_LIST(100, 101, 102, 103, 104), 5, src);
+  kvc_encoder_decoder_cache_destroy(ed);
+}
+
+/* crop and the batch operations need both caches dynamic; a refusal changes nothing. */
+static void test_non_dynamic_refused(void) {
+  for (int static_side = 0; static_side < 2; static_side++) {
+    kvc_layer_options l = tu_layer(KVC_LAYER_STATIC, 0, 8);
+    kvc_cache* st_cache = tu_custom_cache(1, &l);
+    kvc_cache* dyn = lazy();
+    REQUIRE(st_cache && dyn);
+    REQUIRE_OK(tu_update_tokens(st_cache, 0, 2, NH, 3, DK, DV, 0, NULL, NULL));
+    REQUIRE_OK(tu_update_tokens(dyn, 0, 2, NH, 3, DK, DV, 0, NULL, NULL));
+    kvc_encoder_decoder_cache* ed = NULL;
+    if (static_side == 0)
+      REQUIRE_OK(kvc_encoder_decoder_cache_create(st_cache, dyn, &ed));
+    else
+      REQUIRE_OK(kvc_encoder_decoder_cache_create(dyn, st_cache, &ed));
+    tu_ed_snapshot before, after;
+    snapshot_ed(ed, &before);
+    CHECK_ERR(kvc_encoder_decoder_cache_crop(ed, -1), KVC_ERROR_UNSUPPORTED);
+    CHECK_ERR(kvc_encoder_decoder_cache_batch_repeat_interleave(ed, 2), KVC_ERROR_UNSUPPORTED);
+    const int64_t sel[1] = {1};
+    CHECK_ERR(kvc_encoder_decoder_cache_batch_select_indices(ed, sel, 1), KVC_ERROR_UNSUPPORTED);
+    kvc_encoder_decoder_cache* parts[2] = {NULL, NULL};
+    size_t count = 77;
+    CHECK_ERR(kvc_encoder_decoder_cache_batch_split(ed, 2, 1, parts, 2, &count), KVC_ERROR_UNSUPPORTED);
+    CHECK(parts[0] == NULL && count == 77);
+    snapshot_ed(ed, &after);
+    CHECK_ED_SNAPSHOT_EQUAL(&before, &after);
+    snapshot_ed_free(&before);
+    snapshot_ed_free(&after);
+    kvc_encoder_decoder_cache_destroy(ed);
+  }
+}
+
+static void test_split_and_stack(void) {
+  kvc_encoder_decoder_cache* ed = make_pair(4, 3, 0);
+  REQUIRE(ed != NULL);
+  tu_tensor k, v;
+  tu_tensor_tokens(&k, 4, NH, ENC, DK, 100, 0);
+  tu_tensor_tokens(&v, 4, NH, ENC, DV, 100, 1);
+  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 0, &k.t, &v.t, NULL)); /* layer 1 not updated */
+  tu_tensor_free(&k);
+  tu_tensor_free(&v);
+  kvc_encoder_decoder_cache* parts[3] = {NULL, NULL, NULL};
+  size_t count = 0;
+  REQUIRE_OK(kvc_encoder_decoder_cache_batch_split(ed, 4, 2, parts, 3, &count));
+  REQUIRE_EQ_I64(count, 2);
+  for (int p = 0; p < 2; p++) {
+    const int64_t rows[2] = {2 * p, 2 * p + 1};
+    kvc_kv st = tu_view(kvc_encoder_decoder_cache_self_attention(parts[p]), 1);
+    CHECK_TOKENS_ROWS(st, TU_LIST(0, 1, 2), 3, rows);
+    st = tu_view(kvc_encoder_decoder_cache_cross_attention(parts[p]), 0);
+    CHECK_TOKENS_ROWS(st, TU_LIST(100, 101, 102, 103, 104), 5, rows);
+    CHECK_EQ_I64(updated(parts[p], 0), 1);
+    CHECK_EQ_I64(updated(parts[p], 1), 0);
+  }
+  kvc_encoder_decoder_cache* stacked = NULL;
+  REQUIRE_OK(kvc_encoder_decoder_cache_from_batch_splits((const kvc_encoder_decoder_cache* const*)parts, 2, &stacked));
+  tu_ed_snapshot a, b;
+  snapshot_ed(ed, &a);
+  snapshot_ed(stacked, &b);
+  CHECK_ED_SNAPSHOT_EQUAL_CONTENTS(&a, &b);
+  snapshot_ed_free(&a);
+  snapshot_ed_free(&b);
+  kvc_encoder_decoder_cache_destroy(parts[0]);
+  kvc_encoder_decoder_cache_destroy(parts[1]);
+  kvc_encoder_decoder_cache_destroy(stacked);
+  kvc_encoder_decoder_cache_destroy(ed);
+}
+
+static void test_reset_clears_is_updated(void) {
+  kvc_encoder_decoder_cache* ed = make_pair(1, 4, 1);
+  REQUIRE(ed != NULL);
+  REQUIRE_OK(kvc_encoder_decoder_cache_reset(ed));
+  for (uint32_t i = 0; i < 2; i++) {
+    CHECK_EQ_I64(updated(ed, i), 0);
+    CHECK_EQ_I64(tu_seq(kvc_encoder_decoder_cache_self_attention(ed), i), 0);
+    CHECK_EQ_I64(tu_seq(kvc_encoder_decoder_cache_cross_attention(ed), i), 0);
+  }
+  /* the next request computes its cross K/V again */
+  tu_tensor k, v;
+  tu_tensor_tokens(&k, 1, NH, 3, DK, 300, 0);
+  tu_tensor_tokens(&v, 1, NH, 3, DV, 300, 1);
+  kvc_kv out;
+  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 0, &k.t, &v.t, &out));
+  CHECK_KV_SEQ(out, 300, 301, 302);
+  CHECK_EQ_I64(updated(ed, 0), 1);
+  tu_tensor_free(&k);
+  tu_tensor_free(&v);
+  kvc_encoder_decoder_cache_destroy(ed);
+}
+
+static void test_clone_deep(void) {
+  kvc_encoder_decoder_cache* ed = make_pair(2, 4, 0);
+  REQUIRE(ed != NULL);
+  tu_tensor k, v;
+  tu_tensor_tokens(&k, 2, NH, ENC, DK, 100, 0);
+  tu_tensor_tokens(&v, 2, NH, ENC, DV, 100, 1);
+  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 1, &k.t, &v.t, NULL));
+  kvc_encoder_decoder_cache* d = NULL;
+  REQUIRE_OK(kvc_encoder_decoder_cache_clone(ed, &d));
+  tu_ed_snapshot orig, copy, now;
+  snapshot_ed(ed, &orig);
+  snapshot_ed(d, &copy);
+  CHECK_ED_SNAPSHOT_EQUAL_CONTENTS(&orig, &copy);
+  CHECK(kvc_encoder_decoder_cache_self_attention(d) != kvc_encoder_decoder_cache_self_attention(ed));
+  /* mutate the clone: update self and cross, crop, reorder, reset */
+  REQUIRE_OK(tu_update_tokens(kvc_encoder_decoder_cache_self_attention(d), 0, 2, NH, 1, DK, DV, 4, NULL, NULL));
+  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(d, 0, &k.t, &v.t, NULL));
+  REQUIRE_OK(kvc_encoder_decoder_cache_crop(d, -3));
+  const int64_t beam[2] = {1, 1};
+  REQUIRE_OK(kvc_encoder_decoder_cache_reorder(d, beam, 2));
+  snapshot_ed(ed, &now);
+  CHECK_ED_SNAPSHOT_EQUAL(&orig, &now);
+  snapshot_ed_free(&now);
+  REQUIRE_OK(kvc_encoder_decoder_cache_reset(d));
+  snapshot_ed(ed, &now);
+  CHECK_ED_SNAPSHOT_EQUAL(&orig, &now);
+  snapshot_ed_free(&now);
+  kvc_encoder_decoder_cache_destroy(d);
+  snapshot_ed(ed, &now);
+  CHECK_ED_SNAPSHOT_EQUAL(&orig, &now);
+  snapshot_ed_free(&now);
+  snapshot_ed_free(&orig);
+  snapshot_ed_free(&copy);
+  tu_tensor_free(&k);
+  tu_tensor_free(&v);
+  kvc_encoder_decoder_cache_destroy(ed);
+}
+
+int main(void) {
+  TU_RUN(test_is_updated_protocol);
+  TU_RUN(test_initial_is_updated);
+  TU_RUN(test_create_distinct);
+  TU_RUN(test_crop_only_self);
+  TU_RUN(test_reorder_both);
+  TU_RUN(test_reorder_static_pair);
+  TU_RUN(test_batch_ops_dynamic);
+  TU_RUN(test_non_dynamic_refused);
+  TU_RUN(test_split_and_stack);
+  TU_RUN(test_reset_clears_is_updated);
+  TU_RUN(test_clone_deep);
+  return tu_finish();
+}
