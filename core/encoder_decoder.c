@@ -17,6 +17,14 @@ static kvc_error* check_ed(const char* fn, const kvc_encoder_decoder_cache* c) {
   return NULL;
 }
 
+/* An inner call's error, said in the words of the function the caller called. */
+static kvc_error* rewrap(const char* fn, const char* which, kvc_error* e) {
+  if (!e || e == kvc_err_oom()) return e;
+  kvc_error* w = kvc_err(kvc_error_code(e), "%s (%s): %s", fn, which, kvc_error_message(e));
+  kvc_error_destroy(e);
+  return w;
+}
+
 /* Makes room for flags up to `layer` (lazy cross caches grow). */
 static kvc_error* ensure_flags(kvc_encoder_decoder_cache* c, uint32_t n) {
   if (n <= c->num_flags) return NULL;
@@ -104,9 +112,13 @@ kvc_error* kvc_encoder_decoder_cache_update_cross(kvc_encoder_decoder_cache* c, 
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: %s is NULL but cross-attention layer %u is not computed yet; pass the encoder's K/V", FN,
                    key ? "value" : "key", layer);
+  /* Validate the index before growing the flags: a bad index must not allocate. */
+  if (layer >= (c->cross_attention->lazy ? (1u << 20) : c->cross_attention->num_layers))
+    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %u but the cross-attention cache has %s%u layers", FN, layer,
+                   c->cross_attention->lazy ? "at most " : "", c->cross_attention->lazy ? (1u << 20) : c->cross_attention->num_layers);
   if ((e = ensure_flags(c, layer + 1))) return e;
   kvc_kv tmp;
-  if ((e = kvc_cache_update(c->cross_attention, layer, key, value, NULL, &tmp))) return e;
+  if ((e = kvc_cache_update(c->cross_attention, layer, key, value, NULL, &tmp))) return rewrap(FN, "cross-attention cache", e);
   c->is_updated[layer] = 1;
   /* Attention reads the stored tensors (for a static cross cache: the whole buffer). */
   if (out) return kvc_cache_layer_view(c->cross_attention, layer, out);
@@ -128,58 +140,60 @@ kvc_error* kvc_encoder_decoder_cache_crop(kvc_encoder_decoder_cache* c, int64_t 
   kvc_error* e = check_ed(FN, c);
   if (!e) e = require_dynamic_pair(FN, c);
   if (e) return e;
-  return kvc_cache_crop(c->self_attention, tokens);
+  return rewrap(FN, "self-attention cache", kvc_cache_crop(c->self_attention, tokens));
+}
+
+kvc_error* kvc_batch_check_indices(const char* fn, const kvc_cache* c, const char* arg, const int64_t* idx,
+                                   size_t count);
+kvc_error* kvc_batch_check_repeats(const char* fn, const kvc_cache* c, int64_t repeats);
+
+typedef enum { PAIR_REORDER, PAIR_SELECT, PAIR_REPEAT } pair_op;
+
+static kvc_error* pair_check(const char* fn, const kvc_cache* x, pair_op op, const int64_t* idx, size_t count,
+                             int64_t repeats) {
+  switch (op) {
+    case PAIR_REORDER: return kvc_batch_check_indices(fn, x, "beam_idx", idx, count);
+    case PAIR_SELECT: return kvc_batch_check_indices(fn, x, "indices", idx, count);
+    default: return kvc_batch_check_repeats(fn, x, repeats);
+  }
+}
+
+static kvc_error* pair_apply(kvc_cache* x, pair_op op, const int64_t* idx, size_t count, int64_t repeats) {
+  switch (op) {
+    case PAIR_REORDER: return kvc_cache_reorder(x, idx, count);
+    case PAIR_SELECT: return kvc_cache_batch_select_indices(x, idx, count);
+    default: return kvc_cache_batch_repeat_interleave(x, repeats);
+  }
 }
 
 /*
- * Applies `op` to both caches. Both are validated first (the op on a clone
- * would double the memory of every beam step), so a bad argument changes
- * nothing; only an allocation failure in the second cache could leave the
- * first one done, and then the error says so.
+ * Applies `op` to both caches. Both are validated first (doing the op on a
+ * clone would double the memory of every beam step), so a bad argument
+ * changes nothing; only an allocation failure in the second cache could leave
+ * the first one done, and then the error says so.
  */
-typedef kvc_error* (*pair_op)(kvc_cache* cache, const int64_t* idx, size_t count, int64_t arg);
-kvc_error* kvc_batch_check(const char* fn, const kvc_cache* c, const int64_t* idx, size_t count, int64_t repeats);
-
 static kvc_error* both(const char* fn, kvc_encoder_decoder_cache* c, pair_op op, const int64_t* idx, size_t count,
-                       int64_t arg) {
-  kvc_error* e = kvc_batch_check(fn, c->self_attention, idx, count, arg);
-  if (!e) e = kvc_batch_check(fn, c->cross_attention, idx, count, arg);
-  if (!e) e = op(c->self_attention, idx, count, arg);
+                       int64_t repeats) {
+  kvc_error* e = pair_check(fn, c->self_attention, op, idx, count, repeats);
+  if (!e) e = pair_check(fn, c->cross_attention, op, idx, count, repeats);
   if (e) return e;
-  e = op(c->cross_attention, idx, count, arg);
-  if (e) {
-    kvc_error* w = kvc_err(kvc_error_code(e), "%s: the self-attention cache was updated but the cross-attention cache "
-                           "failed: %s", fn, kvc_error_message(e));
-    kvc_error_destroy(e);
-    return w;
-  }
-  return NULL;
-}
-
-static kvc_error* op_reorder(kvc_cache* x, const int64_t* idx, size_t n, int64_t a) {
-  (void)a;
-  return kvc_cache_reorder(x, idx, n);
-}
-static kvc_error* op_select(kvc_cache* x, const int64_t* idx, size_t n, int64_t a) {
-  (void)a;
-  return kvc_cache_batch_select_indices(x, idx, n);
-}
-static kvc_error* op_repeat(kvc_cache* x, const int64_t* idx, size_t n, int64_t a) {
-  (void)idx;
-  (void)n;
-  return kvc_cache_batch_repeat_interleave(x, a);
+  e = pair_apply(c->self_attention, op, idx, count, repeats);
+  if (e) return rewrap(fn, "self-attention cache", e);
+  e = pair_apply(c->cross_attention, op, idx, count, repeats);
+  return rewrap(fn, "cross-attention cache, after the self-attention cache was updated", e);
 }
 
 kvc_error* kvc_encoder_decoder_cache_reorder(kvc_encoder_decoder_cache* c, const int64_t* beam_idx, size_t count) {
-  kvc_error* e = check_ed("kvc_encoder_decoder_cache_reorder", c);
-  return e ? e : both("kvc_encoder_decoder_cache_reorder", c, op_reorder, beam_idx, count, 0);
+  static const char* FN = "kvc_encoder_decoder_cache_reorder";
+  kvc_error* e = check_ed(FN, c);
+  return e ? e : both(FN, c, PAIR_REORDER, beam_idx, count, 0);
 }
 
 kvc_error* kvc_encoder_decoder_cache_batch_repeat_interleave(kvc_encoder_decoder_cache* c, int64_t repeats) {
   static const char* FN = "kvc_encoder_decoder_cache_batch_repeat_interleave";
   kvc_error* e = check_ed(FN, c);
   if (!e) e = require_dynamic_pair(FN, c);
-  return e ? e : both(FN, c, op_repeat, NULL, 0, repeats);
+  return e ? e : both(FN, c, PAIR_REPEAT, NULL, 0, repeats);
 }
 
 kvc_error* kvc_encoder_decoder_cache_batch_select_indices(kvc_encoder_decoder_cache* c, const int64_t* indices,
@@ -187,7 +201,7 @@ kvc_error* kvc_encoder_decoder_cache_batch_select_indices(kvc_encoder_decoder_ca
   static const char* FN = "kvc_encoder_decoder_cache_batch_select_indices";
   kvc_error* e = check_ed(FN, c);
   if (!e) e = require_dynamic_pair(FN, c);
-  return e ? e : both(FN, c, op_select, indices, count, 0);
+  return e ? e : both(FN, c, PAIR_SELECT, indices, count, 0);
 }
 
 kvc_error* kvc_encoder_decoder_cache_batch_split(const kvc_encoder_decoder_cache* c, int64_t full_batch_size,
@@ -204,8 +218,8 @@ kvc_error* kvc_encoder_decoder_cache_batch_split(const kvc_encoder_decoder_cache
   kvc_encoder_decoder_cache** made = (kvc_encoder_decoder_cache**)calloc(n ? n : 1, sizeof(*made));
   size_t ns = 0, nc = 0;
   if (!selfs || !crosses || !made) e = kvc_err_oom();
-  if (!e) e = kvc_cache_batch_split(c->self_attention, full_batch_size, split_size, selfs, capacity, &ns);
-  if (!e) e = kvc_cache_batch_split(c->cross_attention, full_batch_size, split_size, crosses, capacity, &nc);
+  if (!e) e = rewrap(FN, "self-attention cache", kvc_cache_batch_split(c->self_attention, full_batch_size, split_size, selfs, capacity, &ns));
+  if (!e) e = rewrap(FN, "cross-attention cache", kvc_cache_batch_split(c->cross_attention, full_batch_size, split_size, crosses, capacity, &nc));
   if (!e && ns != nc)
     e = kvc_err(KVC_ERROR_INVALID_STATE, "%s: the self-attention cache splits into %zu caches but the cross-attention "
                 "cache into %zu", FN, ns, nc);
@@ -249,8 +263,8 @@ kvc_error* kvc_encoder_decoder_cache_from_batch_splits(const kvc_encoder_decoder
     }
   }
   kvc_cache *s = NULL, *x = NULL;
-  if (!e) e = kvc_cache_from_batch_splits(selfs, count, &s);
-  if (!e) e = kvc_cache_from_batch_splits(crosses, count, &x);
+  if (!e) e = rewrap(FN, "self-attention caches", kvc_cache_from_batch_splits(selfs, count, &s));
+  if (!e) e = rewrap(FN, "cross-attention caches", kvc_cache_from_batch_splits(crosses, count, &x));
   if (!e) e = wrap(s, x, splits[0]->is_updated, splits[0]->num_flags, out);
   if (e) {
     kvc_cache_destroy(s);

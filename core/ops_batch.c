@@ -247,13 +247,24 @@ static kvc_error* require_dynamic(const char* fn, const kvc_cache* c) {
   return NULL;
 }
 
-/* Argument checks of reorder/select (repeats == 0) and repeat-interleave (repeats > 0), without acting. */
-kvc_error* kvc_batch_check(const char* fn, const kvc_cache* c, const int64_t* idx, size_t count, int64_t repeats) {
-  if (repeats != 0) {
-    if (repeats < 1) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: repeats is %" PRId64 "; it must be >= 1", fn, repeats);
-    return NULL;
+kvc_error* kvc_batch_check_indices(const char* fn, const kvc_cache* c, const char* arg, const int64_t* idx,
+                                   size_t count) {
+  return check_batch_indices(fn, c, arg, idx, count);
+}
+
+/* The largest batch a repeat-interleave may produce: keeps every size computation far from overflow. */
+#define KVC_MAX_BATCH (INT64_C(1) << 31)
+
+kvc_error* kvc_batch_check_repeats(const char* fn, const kvc_cache* c, int64_t repeats) {
+  if (repeats < 1) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: repeats is %" PRId64 "; it must be >= 1", fn, repeats);
+  for (uint32_t i = 0; i < c->num_layers; i++) {
+    const kvc_layer* l = c->layers[i];
+    if (holds_tokens(l) && repeats > KVC_MAX_BATCH / l->batch)
+      return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                     "%s: repeats is %" PRId64 " but layer %u holds %" PRId64 " rows; the repeated batch must not exceed %" PRId64,
+                     fn, repeats, i, l->batch, KVC_MAX_BATCH);
   }
-  return check_batch_indices(fn, c, "indices", idx, count);
+  return NULL;
 }
 
 kvc_error* kvc_cache_reorder(kvc_cache* c, const int64_t* beam_idx, size_t count) {
@@ -277,9 +288,8 @@ kvc_error* kvc_cache_batch_repeat_interleave(kvc_cache* c, int64_t repeats) {
   static const char* FN = "kvc_cache_batch_repeat_interleave";
   kvc_error* e = kvc_cache_check(FN, c);
   if (!e) e = require_dynamic(FN, c);
+  if (!e) e = kvc_batch_check_repeats(FN, c, repeats);
   if (e) return e;
-  if (repeats < 1)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: repeats is %" PRId64 "; it must be >= 1", FN, repeats);
   if (repeats == 1) return NULL;
   return gather_batch(FN, c, NULL, 0, repeats);
 }
@@ -386,27 +396,36 @@ kvc_error* kvc_cache_batch_split(const kvc_cache* c, int64_t full_batch_size, in
 
 static kvc_error* check_compatible(const char* fn, const kvc_cache* a, const kvc_cache* b, size_t which) {
   if (a->num_layers != b->num_layers)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] has %u layers but splits[0] has %u", fn, which,
-                   b->num_layers, a->num_layers);
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] has %u layers but splits[0] has %u; splits must have the same layers",
+                   fn, which, b->num_layers, a->num_layers);
   if (a->device.device_type != b->device.device_type || a->device.device_id != b->device.device_id)
-    return kvc_err(KVC_ERROR_DEVICE_MISMATCH, "%s: splits[%zu] lives on another device than splits[0]", fn, which);
+    return kvc_err(KVC_ERROR_DEVICE_MISMATCH, "%s: splits[%zu] lives on device %d:%d but splits[0] on %d:%d", fn, which,
+                   (int)b->device.device_type, (int)b->device.device_id, (int)a->device.device_type,
+                   (int)a->device.device_id);
   for (uint32_t i = 0; i < a->num_layers; i++) {
     const kvc_layer *x = a->layers[i], *y = b->layers[i];
-    const char* what = NULL;
-    if (x->kind != y->kind || x->window != y->window || x->max_cache_len != y->max_cache_len)
-      what = "kind, window or max_cache_len";
-    else if (x->initialized != y->initialized)
-      what = "initialization";
-    else if (x->initialized && (x->heads != y->heads || x->k_dim != y->k_dim || x->v_dim != y->v_dim))
-      what = "heads or head_dim";
-    else if (x->initialized && x->dtype != y->dtype)
-      what = "dtype";
-    else if (x->initialized && (x->end - x->start != y->end - y->start || x->cum != y->cum ||
-                                x->record_past != y->record_past))
-      what = "stored length or counters";
-    if (what)
-      return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layer %u of splits[%zu] differs from splits[0] in %s", fn, i,
-                     which, what);
+#define KVC_SPLIT_DIFF(code, what, fmt, vb, va)                                                                  \
+  return kvc_err(code, "%s: layer %u of splits[%zu] has " what " " fmt " but splits[0] has " fmt               \
+                 "; splits must agree to be stacked",                                                            \
+                 fn, i, which, vb, va)
+    if (x->kind != y->kind) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "kind", "%s", kvc_kind_name(y->kind), kvc_kind_name(x->kind));
+    if (x->window != y->window) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "window", "%" PRId64, y->window, x->window);
+    if (x->max_cache_len != y->max_cache_len)
+      KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "max_cache_len", "%" PRId64, y->max_cache_len, x->max_cache_len);
+    if (!x->initialized != !y->initialized)
+      KVC_SPLIT_DIFF(KVC_ERROR_INVALID_STATE, "is_initialized", "%d", y->initialized != 0, x->initialized != 0);
+    if (!x->initialized) continue;
+    if (x->dtype != y->dtype)
+      KVC_SPLIT_DIFF(KVC_ERROR_DTYPE_MISMATCH, "dtype", "%s", kvc_dtype_name(y->dtype), kvc_dtype_name(x->dtype));
+    if (x->heads != y->heads) KVC_SPLIT_DIFF(KVC_ERROR_SHAPE_MISMATCH, "num_kv_heads", "%" PRId64, y->heads, x->heads);
+    if (x->k_dim != y->k_dim) KVC_SPLIT_DIFF(KVC_ERROR_SHAPE_MISMATCH, "k_head_dim", "%" PRId64, y->k_dim, x->k_dim);
+    if (x->v_dim != y->v_dim) KVC_SPLIT_DIFF(KVC_ERROR_SHAPE_MISMATCH, "v_head_dim", "%" PRId64, y->v_dim, x->v_dim);
+    if (x->end - x->start != y->end - y->start)
+      KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "stored length", "%" PRId64, y->end - y->start, x->end - x->start);
+    if (x->cum != y->cum) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_STATE, "seq_length", "%" PRId64, y->cum, x->cum);
+    if (x->record_past != y->record_past)
+      KVC_SPLIT_DIFF(KVC_ERROR_INVALID_STATE, "past recording", "%d", y->record_past, x->record_past);
+#undef KVC_SPLIT_DIFF
   }
   return NULL;
 }

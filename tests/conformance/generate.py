@@ -16,6 +16,7 @@ docs/conformance.md. Run through generate.sh, which installs the versions.
   * The deliberate differences listed in docs/conformance.md are avoided.
 """
 import argparse
+import collections
 import copy
 import os
 import random
@@ -205,6 +206,7 @@ def max_length(layer):
 class Out:
     def __init__(self, path, suite, seed):
         self.path, self.lines, self.ops = path, [], 0
+        self.stats = collections.Counter()  # coverage, printed, not written
         self.line("KVCONF 1")
         self.line(f"meta transformers {transformers.__version__} torch {torch.__version__.split('+')[0]} "
                   f"suite {suite} seed {seed}")
@@ -215,12 +217,18 @@ class Out:
     def op(self, text):
         self.lines.append(text)
         self.ops += 1
+        words = text.split()
+        self.stats[words[0]] += 1
+        if "err" in words:
+            self.stats[f"{words[0]} -> {words[words.index('err') + 1]}"] += 1
 
     def write(self):
         with open(self.path, "w") as f:
             f.write("\n".join(self.lines) + "\nend\n")
         size = os.path.getsize(self.path)
         print(f"{os.path.basename(self.path)}: {self.ops} ops, {size} bytes", flush=True)
+        for key, count in sorted(self.stats.items()):
+            print(f"    {count:5d}  {key}")
         return self.ops, size
 
 
@@ -382,6 +390,7 @@ class Case:
                     raise Planned("OUT_OF_RANGE", "IndexError") from exc
                 raise
 
+        branch = classify(layer, n, positions)
         head = f"update {s} {i} {gen_spec(slot.dt, k.shape, ks)} {gen_spec(slot.dt, v.shape, vs)} {pos_spec(positions)}"
         try:
             rk, rv = self.attempt(run)
@@ -397,6 +406,7 @@ class Case:
             if is_static_full(layer) and positions != list(range(start, start + n)):
                 self.slots[s].positions_ok = False
         self.out.op(f"{head} ok {expect(rk, slot.dt)} {expect(rv, slot.dt)}")
+        self.out.stats[f"update branch: {branch}"] += 1
         return True
 
     def cross(self, s, i):
@@ -593,6 +603,31 @@ class Case:
         return d
 
 
+def classify(layer, n, positions):
+    """Which branch of spec A.2-A.6 an update takes (for the coverage table)."""
+    if layer is None or type(layer).__name__ == "DynamicLayer":
+        return "A.2 dynamic"
+    if is_dyn_sliding(layer):
+        c, w = layer.cumulative_length, layer.sliding_window
+        if getattr(layer, "record_past", False):
+            return "A.3 dynamic sliding, recording past"
+        if c == 0 and n >= w:
+            return "A.3 dynamic sliding, prefill longer than the window"
+        return "A.3 dynamic sliding, reaching the window" if c + n >= w else "A.3 dynamic sliding, below the window"
+    if is_static_full(layer):
+        if positions is None:
+            return "A.5 static"
+        return "A.5 static, cache_position" + ("" if positions == sorted(positions) else " (unordered)")
+    c = layer.cumulative_length_int if IS_V5 else layer.cumulative_length
+    m = layer.max_cache_len
+    if c >= m:
+        return "A.6 static sliding, full, one token (roll)" if n == 1 else "A.6 static sliding, full, several tokens"
+    if c + n > m:
+        return "A.6 static sliding, empty, prefill longer than the window" if c == 0 else \
+            "A.6 static sliding, becoming full"
+    return "A.6 static sliding, not full"
+
+
 def pos_spec(positions):
     if positions is None:
         return "-"
@@ -736,7 +771,7 @@ class Walker:
                    ("reset", 2), ("clone", 2), ("cross", 6), ("isupd", 2), ("xview", 2), ("drop", 1)]
         if any(is_static(layer) for layer in (layers_of(slot.cache()) or [])):
             # errors are cheap to record but say little after the first few
-            choices = [(c, w // 4 if c in ("crop", "repeat", "select") else w) for c, w in choices]
+            choices = [(c, max(1, w // 3) if c in ("crop", "repeat", "select") else w) for c, w in choices]
         if slot.ed:
             choices = [c for c in choices if c[0] != "nlayers"]
         else:
@@ -838,6 +873,9 @@ def v5_dynamic_config(case):
     case.create(cu.DynamicCache(config=cfg), preset_spec("dynamic", 0, n, types, sw, chunk), dt, b, h, dk, dv,
                 chunked)
     w = Walker(case, BASIC | BATCH | {"crop", "record", "reset"})
+    if rng.random() < 0.25:
+        case.early(0, b, h, dk)
+        case.slots[0].dv = dk
     if rng.random() < 0.3:
         case.record(0)
     w.run(45)
@@ -851,7 +889,7 @@ def v5_static(case):
     cfg = make_config(n)
     s = case.create(cu.StaticCache(config=cfg, max_cache_len=m), preset_spec("static", m, n, "", 0, 0),
                     dt, b, h, dk, dv)
-    if rng.random() < 0.3:
+    if rng.random() < 0.4:
         if rng.random() < 0.5:
             case.early(s, b, h, dk)
         else:
@@ -890,7 +928,7 @@ def v5_static_sliding(case):
     cfg = make_config(n, types, sw, chunk)
     s = case.create(cu.StaticCache(config=cfg, max_cache_len=m), preset_spec(preset, m, n, types, sw, chunk),
                     dt, b, h, dk, dv, chunked, windows)
-    if rng.random() < 0.2:
+    if rng.random() < 0.35:
         case.early(s, b, h, dk)
         case.slots[s].dv = dk
     Walker(case, BASIC | BATCH | {"crop", "reset"}).run(40)
@@ -921,7 +959,9 @@ def v5_custom(case):
         if kind in ("dc", "sc"):
             chunked.append(i)
     cache = cu.Cache(layers=layers)
-    case.create(cache, f"layers {n} " + " ".join(specs), dt, b, h, dk, dv, chunked, windows)
+    s = case.create(cache, f"layers {n} " + " ".join(specs), dt, b, h, dk, dv, chunked, windows)
+    if rng.random() < 0.3:
+        case.early(s, b, [rng.randint(1, 3) for _ in range(n)], [rng.randint(1, 4) for _ in range(n)])
     Walker(case, BASIC | BATCH | {"crop", "record", "reset"}).run(40)
 
 
@@ -991,7 +1031,7 @@ def v457_static_positions(case):
            "hybrid_chunked": cu.HybridChunkedCache}[preset]
     s = case.create(cls(config=cfg, max_cache_len=m), preset_spec(preset, m, n, types, sw, chunk),
                     dt, b, h, dk, dk, chunked, windows)
-    if rng.random() < 0.2:
+    if rng.random() < 0.35:
         case.early(s, b, h, dk)
     Walker(case, {"update", "maxlen", "nlayers", "reorder", "clone", "drop", "crop", "crop_pos", "reset",
                   "positions"} | BATCH).run(40)

@@ -156,6 +156,8 @@ static void test_select_indices(void) {
   snapshot(c, &before);
   const int64_t bad[1] = {3}; /* the batch is now 3 */
   CHECK_ERR(kvc_cache_batch_select_indices(c, bad, 1), KVC_ERROR_OUT_OF_RANGE);
+  const int64_t negative[1] = {-1}; /* no Python-style wrap-around */
+  CHECK_ERR(kvc_cache_batch_select_indices(c, negative, 1), KVC_ERROR_OUT_OF_RANGE);
   snapshot(c, &after);
   CHECK_SNAPSHOT_EQUAL(&before, &after);
   snapshot_free(&before);
@@ -224,6 +226,40 @@ static void test_split_and_stack(void) {
   kvc_cache_destroy(c);
 }
 
+/* Batch operations skip layers that hold no tokens: those keep their batch size (transformers' rule). */
+static void test_batch_ops_skip_empty_layers(void) {
+  kvc_layer_options l[3] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DYNAMIC, 0, 0),
+                            tu_layer(KVC_LAYER_STATIC, 0, 4)};
+  kvc_cache* c = tu_custom_cache(3, l);
+  REQUIRE(c != NULL);
+  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
+  io.batch_size = 3;
+  io.num_kv_heads = NH;
+  io.k_head_dim = DK;
+  io.v_head_dim = DV;
+  io.dtype = KVC_DTYPE_FLOAT32;
+  REQUIRE_OK(kvc_cache_early_initialization(c, &io));
+  REQUIRE_OK(tu_update_tokens(c, 0, 3, NH, 2, DK, DV, 0, NULL, NULL));
+  const int64_t beam[2] = {2, 0};
+  REQUIRE_OK(kvc_cache_reorder(c, beam, 2));
+  CHECK_EQ_I64(tu_info(c, 0).batch_size, 2);
+  CHECK_EQ_I64(tu_info(c, 1).batch_size, 3);
+  CHECK_EQ_I64(tu_info(c, 2).batch_size, 3);
+  kvc_kv st = tu_view(c, 0);
+  CHECK_TOKENS_ROWS(st, TU_LIST(0, 1), 2, beam);
+  kvc_cache_destroy(c);
+
+  kvc_layer_options d[2] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 3, 0)};
+  c = tu_custom_cache(2, d);
+  REQUIRE(c != NULL);
+  REQUIRE_OK(kvc_cache_early_initialization(c, &io));
+  REQUIRE_OK(tu_update_tokens(c, 1, 3, NH, 2, DK, DV, 0, NULL, NULL));
+  REQUIRE_OK(kvc_cache_batch_repeat_interleave(c, 2));
+  CHECK_EQ_I64(tu_info(c, 0).batch_size, 3);
+  CHECK_EQ_I64(tu_info(c, 1).batch_size, 6);
+  kvc_cache_destroy(c);
+}
+
 /* batch_size reports the initialized static layers only. */
 static void test_batch_size(void) {
   int64_t bs = -9;
@@ -259,6 +295,7 @@ int main(void) {
   TU_RUN(test_select_indices);
   TU_RUN(test_batch_ops_static_unsupported);
   TU_RUN(test_split_and_stack);
+  TU_RUN(test_batch_ops_skip_empty_layers);
   TU_RUN(test_batch_size);
   return tu_finish();
 }

@@ -308,6 +308,7 @@ static void test_static_cache_position(void) {
   kvc_kv out;
   REQUIRE_OK(tu_update_list(c, 0, NB, NH, DK, DV, TU_LIST(30, 10), 2, &o, &out));
   CHECK_KV_SEQ(out, -1, 10, -1, 30, -1, -1);
+  CHECK_EQ_I64(tu_seq(c, 0), 4); /* max(counter, largest written position + 1) */
   const int64_t pos2[1] = {5};
   o.cache_position = pos2;
   o.cache_position_length = 1;
@@ -318,6 +319,7 @@ static void test_static_cache_position(void) {
   REQUIRE_OK(tu_update_list(c, 0, NB, NH, DK, DV, TU_LIST(11), 1, &o, &out)); /* overwrite */
   kvc_kv st = tu_view(c, 0);
   CHECK_KV_SEQ(st, -1, 11, -1, 30, -1, 50);
+  CHECK_EQ_I64(tu_seq(c, 0), 6);
   const int64_t beyond[1] = {6};
   o.cache_position = beyond;
   CHECK_ERR(tu_update_list(c, 0, NB, NH, DK, DV, TU_LIST(60), 1, &o, NULL), KVC_ERROR_OUT_OF_RANGE);

@@ -43,6 +43,10 @@
 
 /* ------------------------------------------------------------ counters */
 
+/* Where failures are printed: stderr unless a test redirects it (to check that a check fails). */
+static TU_UNUSED FILE* tu_log_stream = NULL;
+#define TU_LOG (tu_log_stream ? tu_log_stream : stderr)
+
 static TU_UNUSED long tu_checks_total = 0;
 static TU_UNUSED long tu_failures_total = 0;
 static TU_UNUSED const char* tu_current_test = "(none)";
@@ -51,7 +55,7 @@ static TU_UNUSED int tu_report(int ok, const char* file, int line, const char* w
   tu_checks_total++;
   if (!ok) {
     tu_failures_total++;
-    fprintf(stderr, "%s:%d: FAILED in %s: %s\n", file, line, tu_current_test, what);
+    fprintf(TU_LOG, "%s:%d: FAILED in %s: %s\n", file, line, tu_current_test, what);
   }
   return ok;
 }
@@ -64,7 +68,7 @@ static TU_UNUSED int tu_check_i64(int64_t a, int64_t b, const char* file, int li
   tu_checks_total++;
   if (a == b) return 1;
   tu_failures_total++;
-  fprintf(stderr, "%s:%d: FAILED in %s: %s == %s: %lld != %lld\n", file, line, tu_current_test, ea,
+  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s == %s: %lld != %lld\n", file, line, tu_current_test, ea,
           eb, (long long)a, (long long)b);
   return 0;
 }
@@ -74,7 +78,7 @@ static TU_UNUSED int tu_check_u64(uint64_t a, uint64_t b, const char* file, int 
   tu_checks_total++;
   if (a == b) return 1;
   tu_failures_total++;
-  fprintf(stderr, "%s:%d: FAILED in %s: %s == %s: %llu (0x%llx) != %llu (0x%llx)\n", file, line,
+  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s == %s: %llu (0x%llx) != %llu (0x%llx)\n", file, line,
           tu_current_test, ea, eb, (unsigned long long)a, (unsigned long long)a,
           (unsigned long long)b, (unsigned long long)b);
   return 0;
@@ -85,7 +89,7 @@ static TU_UNUSED int tu_check_ptr(const void* a, const void* b, int want_equal, 
   tu_checks_total++;
   if ((a == b) == (want_equal != 0)) return 1;
   tu_failures_total++;
-  fprintf(stderr, "%s:%d: FAILED in %s: %s %s %s: %p vs %p\n", file, line, tu_current_test, ea,
+  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s %s %s: %p vs %p\n", file, line, tu_current_test, ea,
           want_equal ? "==" : "!=", eb, a, b);
   return 0;
 }
@@ -95,7 +99,7 @@ static TU_UNUSED int tu_check_f64(double a, double b, const char* file, int line
   tu_checks_total++;
   if (a == b) return 1;
   tu_failures_total++;
-  fprintf(stderr, "%s:%d: FAILED in %s: %s == %s: %.9g != %.9g\n", file, line, tu_current_test, ea,
+  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s == %s: %.9g != %.9g\n", file, line, tu_current_test, ea,
           eb, a, b);
   return 0;
 }
@@ -112,7 +116,7 @@ static TU_UNUSED int tu_ok(kvc_error* err, const char* file, int line, const cha
   tu_checks_total++;
   if (err == NULL) return 1;
   tu_failures_total++;
-  fprintf(stderr, "%s:%d: FAILED in %s: %s returned %s: %s\n", file, line, tu_current_test, expr,
+  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s returned %s: %s\n", file, line, tu_current_test, expr,
           kvc_code_name(kvc_error_code(err)), kvc_error_message(err));
   kvc_error_destroy(err);
   return 0;
@@ -124,7 +128,7 @@ static TU_UNUSED int tu_err(kvc_error* err, kvc_code code, const char* file, int
   tu_checks_total++;
   if (err == NULL) {
     tu_failures_total++;
-    fprintf(stderr, "%s:%d: FAILED in %s: %s succeeded, expected %s\n", file, line, tu_current_test,
+    fprintf(TU_LOG, "%s:%d: FAILED in %s: %s succeeded, expected %s\n", file, line, tu_current_test,
             expr, kvc_code_name(code));
     return 0;
   }
@@ -133,7 +137,7 @@ static TU_UNUSED int tu_err(kvc_error* err, kvc_code code, const char* file, int
   int ok = got == code && msg != NULL && msg[0] != '\0';
   if (!ok) {
     tu_failures_total++;
-    fprintf(stderr, "%s:%d: FAILED in %s: %s returned %s (\"%s\"), expected %s\n", file, line,
+    fprintf(TU_LOG, "%s:%d: FAILED in %s: %s returned %s (\"%s\"), expected %s\n", file, line,
             tu_current_test, expr, kvc_code_name(got), msg ? msg : "(null)", kvc_code_name(code));
   }
   kvc_error_destroy(err);
@@ -148,7 +152,7 @@ static TU_UNUSED int tu_fails(kvc_error* err, const char* file, int line, const 
     return 1;
   }
   tu_failures_total++;
-  fprintf(stderr, "%s:%d: FAILED in %s: %s succeeded, expected an error\n", file, line, tu_current_test, expr);
+  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s succeeded, expected an error\n", file, line, tu_current_test, expr);
   return 0;
 }
 
@@ -615,15 +619,15 @@ static TU_UNUSED int tu_check_tokens_impl(const char* file, int line, const char
   }
   if (why[0]) {
     tu_failures_total++;
-    fprintf(stderr, "%s:%d: FAILED in %s: %s (%s): %s\n", file, line, tu_current_test, expr,
+    fprintf(TU_LOG, "%s:%d: FAILED in %s: %s (%s): %s\n", file, line, tu_current_test, expr,
             is_value ? "value" : "key", why);
-    fprintf(stderr, "    got tokens:");
+    fprintf(TU_LOG, "    got tokens:");
     if (t->ndim == 4 && t->shape[0] > 0 && t->shape[1] > 0)
       for (int64_t s = 0; s < t->shape[2] && s < 64; s++)
-        fprintf(stderr, " %lld", (long long)tu_decode_token(t, 0, 0, s, is_value, NULL));
-    fprintf(stderr, "\n    expected:  ");
-    for (int64_t s = 0; s < n && s < 64; s++) fprintf(stderr, " %lld", (long long)tokens[s]);
-    fprintf(stderr, "\n");
+        fprintf(TU_LOG, " %lld", (long long)tu_decode_token(t, 0, 0, s, is_value, NULL));
+    fprintf(TU_LOG, "\n    expected:  ");
+    for (int64_t s = 0; s < n && s < 64; s++) fprintf(TU_LOG, " %lld", (long long)tokens[s]);
+    fprintf(TU_LOG, "\n");
     return 0;
   }
   return 1;
@@ -663,12 +667,12 @@ static TU_UNUSED int tu_check_shape_impl(const char* file, int line, const char*
     return 1;
   tu_failures_total++;
   if (t->ndim == 4)
-    fprintf(stderr, "%s:%d: FAILED in %s: %s shape [%lld,%lld,%lld,%lld], expected [%lld,%lld,%lld,%lld]\n",
+    fprintf(TU_LOG, "%s:%d: FAILED in %s: %s shape [%lld,%lld,%lld,%lld], expected [%lld,%lld,%lld,%lld]\n",
             file, line, tu_current_test, expr, (long long)t->shape[0], (long long)t->shape[1],
             (long long)t->shape[2], (long long)t->shape[3], (long long)b, (long long)h, (long long)s,
             (long long)d);
   else
-    fprintf(stderr, "%s:%d: FAILED in %s: %s ndim %d\n", file, line, tu_current_test, expr, (int)t->ndim);
+    fprintf(TU_LOG, "%s:%d: FAILED in %s: %s ndim %d\n", file, line, tu_current_test, expr, (int)t->ndim);
   return 0;
 }
 #define CHECK_SHAPE(tensor, b, h, s, d) tu_check_shape_impl(__FILE__, __LINE__, #tensor, &(tensor), b, h, s, d)
@@ -881,7 +885,7 @@ static TU_UNUSED void snapshot_free(tu_snapshot* s) {
 static TU_UNUSED int tu_tensor_snap_equal(const tu_tensor_snap* a, const tu_tensor_snap* b,
                                           uint32_t layer, const char* which) {
   if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof a->shape) != 0) {
-    fprintf(stderr, "  snapshot: layer %u %s shape differs ([%lld,%lld,%lld,%lld] vs [%lld,%lld,%lld,%lld])\n",
+    fprintf(TU_LOG, "  snapshot: layer %u %s shape differs ([%lld,%lld,%lld,%lld] vs [%lld,%lld,%lld,%lld])\n",
             layer, which, (long long)a->shape[0], (long long)a->shape[1], (long long)a->shape[2],
             (long long)a->shape[3], (long long)b->shape[0], (long long)b->shape[1],
             (long long)b->shape[2], (long long)b->shape[3]);
@@ -889,13 +893,13 @@ static TU_UNUSED int tu_tensor_snap_equal(const tu_tensor_snap* a, const tu_tens
   }
   if (a->dtype.code != b->dtype.code || a->dtype.bits != b->dtype.bits || a->dtype.lanes != b->dtype.lanes ||
       a->device.device_type != b->device.device_type || a->device.device_id != b->device.device_id) {
-    fprintf(stderr, "  snapshot: layer %u %s dtype or device differs\n", layer, which);
+    fprintf(TU_LOG, "  snapshot: layer %u %s dtype or device differs\n", layer, which);
     return 0;
   }
   if (a->nbytes != b->nbytes || (a->nbytes && memcmp(a->bytes, b->bytes, a->nbytes) != 0)) {
     size_t at = 0;
     while (at < a->nbytes && at < b->nbytes && a->bytes[at] == b->bytes[at]) at++;
-    fprintf(stderr, "  snapshot: layer %u %s contents differ (first at byte %zu of %zu)\n", layer, which,
+    fprintf(TU_LOG, "  snapshot: layer %u %s contents differ (first at byte %zu of %zu)\n", layer, which,
             at, a->nbytes);
     return 0;
   }
@@ -905,7 +909,7 @@ static TU_UNUSED int tu_tensor_snap_equal(const tu_tensor_snap* a, const tu_tens
 #define TU_SNAP_FIELD(fa, fb, label)                                                           \
   do {                                                                                         \
     if ((int64_t)(fa) != (int64_t)(fb)) {                                                      \
-      fprintf(stderr, "  snapshot: %s differs: %lld vs %lld\n", label, (long long)(fa), (long long)(fb)); \
+      fprintf(TU_LOG, "  snapshot: %s differs: %lld vs %lld\n", label, (long long)(fa), (long long)(fb)); \
       return 0;                                                                                \
     }                                                                                          \
   } while (0)
@@ -1031,11 +1035,11 @@ static TU_UNUSED void snapshot_ed_free(tu_ed_snapshot* s) {
 
 static TU_UNUSED int snapshot_ed_equal_ex(const tu_ed_snapshot* a, const tu_ed_snapshot* b, int ignore_reserved) {
   if (!snapshot_equal_ex(&a->self_attention, &b->self_attention, ignore_reserved)) {
-    fprintf(stderr, "  (in the self-attention cache)\n");
+    fprintf(TU_LOG, "  (in the self-attention cache)\n");
     return 0;
   }
   if (!snapshot_equal_ex(&a->cross_attention, &b->cross_attention, ignore_reserved)) {
-    fprintf(stderr, "  (in the cross-attention cache)\n");
+    fprintf(TU_LOG, "  (in the cross-attention cache)\n");
     return 0;
   }
   TU_SNAP_FIELD(a->num_flags, b->num_flags, "is_updated count");
