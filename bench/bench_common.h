@@ -137,7 +137,7 @@ static inline void bench_length_label(int64_t n, char* out, size_t size) {
 
 typedef struct bench_args {
   const char* json_path;
-  int reps;
+  int reps;       /* 0 = the benchmark's default */
   int steps;
   int64_t context; /* 0 = the benchmark's default */
 } bench_args;
@@ -146,14 +146,15 @@ static inline void bench_usage(const char* prog) {
   fprintf(stderr,
           "usage: %s [--json PATH] [--reps N] [--steps N] [--context TOKENS]\n"
           "  --json PATH      results file (default " BENCH_DEFAULT_JSON ")\n"
-          "  --reps N         repetitions per measurement, median reported (default 15)\n"
+          "  --reps N         repetitions per measurement, median reported\n"
+          "                   (default: the benchmark's, at least 15)\n"
           "  --steps N        decode steps per repetition (default 32)\n"
           "  --context TOKENS only this context length (default: the benchmark's set)\n",
           prog);
 }
 
 static inline bench_args bench_parse_args(int argc, char** argv) {
-  bench_args a = {BENCH_DEFAULT_JSON, 15, 32, 0};
+  bench_args a = {BENCH_DEFAULT_JSON, 0, 32, 0};
   for (int i = 1; i < argc; i++) {
     const char* v = (i + 1 < argc) ? argv[i + 1] : NULL;
     if (strcmp(argv[i], "--json") == 0 && v) {
@@ -173,7 +174,7 @@ static inline bench_args bench_parse_args(int argc, char** argv) {
       exit(2);
     }
   }
-  if (a.reps < 1 || a.steps < 1 || a.context < 0) {
+  if (a.reps < 0 || a.steps < 1 || a.context < 0) {
     bench_usage(argv[0]);
     exit(2);
   }

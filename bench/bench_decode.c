@@ -10,6 +10,7 @@
  * from the same length. Reported: median, min and max over repetitions of the
  * time per token, for one kvc_cache_update_all call and for 32
  * kvc_cache_update calls, and the memcpy roofline measured in the same run.
+ * Repetitions visit the lengths in turn, so drift hits them alike.
  */
 #include "bench_common.h"
 
@@ -147,43 +148,26 @@ static double time_steps(kvc_cache* cache, const step_data* d, int use_update_al
   return (bench_now_ns() - t0) / d->steps;
 }
 
-static bench_stats measure_cache(kvc_cache* cache, const step_data* d, int64_t context, int reps,
-                                 int use_update_all) {
-  kvc_kv out[LAYERS];
-  double* samples = bench_alloc((size_t)reps * sizeof(double));
-  time_steps(cache, d, use_update_all, out); /* warm-up: first growth, page faults */
-  verify_appended(cache, d, context);
-  crop_back(cache, d->steps, context);
-  for (int r = 0; r < reps; r++) {
-    samples[r] = time_steps(cache, d, use_update_all, out);
-    crop_back(cache, d->steps, context);
-  }
-  bench_stats s = bench_summarize(samples, (size_t)reps);
-  free(samples);
-  return s;
+/* The roofline: the same bytes, from the same 64 sources per token, copied
+ * with memcpy to consecutive addresses; ns per token. */
+static double time_memcpy(const step_data* d, char* dst) {
+  double t0 = bench_now_ns();
+  for (int s = 0; s < d->steps; s++)
+    for (int l = 0; l < LAYERS; l++)
+      for (int is_value = 0; is_value < 2; is_value++)
+        memcpy(dst + (((size_t)s * LAYERS + l) * 2 + is_value) * TOKEN_BYTES, token_src(d, s, l, is_value),
+               TOKEN_BYTES);
+  double per_token = (bench_now_ns() - t0) / d->steps;
+  bench_sink += (uint64_t)(unsigned char)dst[(size_t)bench_sink % ((size_t)d->steps * STEP_BYTES)];
+  return per_token;
 }
 
-/* The roofline: the same bytes, from the same 64 sources per token, copied
- * with memcpy to consecutive fresh addresses. */
-static bench_stats measure_memcpy(const step_data* d, int reps) {
-  char* dst = bench_alloc((size_t)d->steps * STEP_BYTES);
-  double* samples = bench_alloc((size_t)reps * sizeof(double));
-  for (int r = -1; r < reps; r++) {
-    double t0 = bench_now_ns();
-    for (int s = 0; s < d->steps; s++)
-      for (int l = 0; l < LAYERS; l++)
-        for (int is_value = 0; is_value < 2; is_value++)
-          memcpy(dst + (((size_t)s * LAYERS + l) * 2 + is_value) * TOKEN_BYTES, token_src(d, s, l, is_value),
-                 TOKEN_BYTES);
-    double per_token = (bench_now_ns() - t0) / d->steps;
-    if (r >= 0) samples[r] = per_token;
-    bench_sink += (uint64_t)(unsigned char)dst[(size_t)r * 4099 % ((size_t)d->steps * STEP_BYTES)];
-  }
-  bench_stats s = bench_summarize(samples, (size_t)reps);
-  free(samples);
-  free(dst);
-  return s;
-}
+/* Samples of one context length: [reps] each. */
+typedef struct length_samples {
+  int64_t context;
+  kvc_cache* cache;
+  double *all, *loop, *roof;
+} length_samples;
 
 static void add_stats(bench_results* res, const char* impl, const char* prefix, const char* label,
                       bench_stats s) {
@@ -202,6 +186,7 @@ static void print_row(const char* label, const char* impl, bench_stats s, double
 
 int main(int argc, char** argv) {
   bench_args args = bench_parse_args(argc, argv);
+  int reps = args.reps ? args.reps : 101; /* a repetition is ~1 ms: many are cheap and steady the median */
   int64_t default_lengths[] = {1024, 8192, 32768};
   int64_t* lengths = args.context ? &args.context : default_lengths;
   int nlengths = args.context ? 1 : 3;
@@ -213,20 +198,49 @@ int main(int argc, char** argv) {
   printf("decode append: %d layers x %d KV heads x head_dim %d, bfloat16, batch 1, DynamicCache\n", LAYERS,
          KV_HEADS, HEAD_DIM);
   printf("new K+V bytes per token (all layers): %zu; %d repetitions of %d steps; kvcache %s\n\n",
-         (size_t)STEP_BYTES, args.reps, args.steps, kvc_version_string());
-  printf("%-8s %-22s %12s %12s %12s %9s\n", "context", "impl", "median ns/tok", "min", "max", "x memcpy");
+         (size_t)STEP_BYTES, reps, args.steps, kvc_version_string());
 
+  /* Every length's cache stays alive and each repetition visits all of them
+   * (and the memcpy roofline) in turn, so that load from other processes on
+   * a shared machine falls on every length alike and the ratios hold. */
+  length_samples ls[3];
+  char* roof_dst = bench_alloc((size_t)d.steps * STEP_BYTES);
+  kvc_kv out[LAYERS];
+  for (int i = 0; i < nlengths; i++) {
+    ls[i].context = lengths[i];
+    ls[i].cache = make_cache();
+    prefill(ls[i].cache, lengths[i]);
+    for (int mode = 1; mode >= 0; mode--) { /* warm-up: first growth, page faults */
+      time_steps(ls[i].cache, &d, mode, out);
+      verify_appended(ls[i].cache, &d, lengths[i]);
+      crop_back(ls[i].cache, d.steps, lengths[i]);
+    }
+    ls[i].all = bench_alloc((size_t)reps * sizeof(double));
+    ls[i].loop = bench_alloc((size_t)reps * sizeof(double));
+    ls[i].roof = bench_alloc((size_t)reps * sizeof(double));
+  }
+  time_memcpy(&d, roof_dst);
+  for (int r = 0; r < reps; r++)
+    for (int i = 0; i < nlengths; i++) {
+      ls[i].all[r] = time_steps(ls[i].cache, &d, 1, out);
+      crop_back(ls[i].cache, d.steps, ls[i].context);
+      ls[i].loop[r] = time_steps(ls[i].cache, &d, 0, out);
+      crop_back(ls[i].cache, d.steps, ls[i].context);
+      ls[i].roof[r] = time_memcpy(&d, roof_dst);
+    }
+  free(roof_dst);
+
+  printf("%-8s %-22s %12s %12s %12s %9s\n", "context", "impl", "median ns/tok", "min", "max", "x memcpy");
   double first = 0, last = 0;
   char first_label[24] = "", last_label[24] = "";
   for (int i = 0; i < nlengths; i++) {
-    char label[24];
+    char label[24], m[64];
     bench_length_label(lengths[i], label, sizeof label);
-    kvc_cache* cache = make_cache();
-    prefill(cache, lengths[i]);
-    bench_stats all = measure_cache(cache, &d, lengths[i], args.reps, 1);
-    bench_stats loop = measure_cache(cache, &d, lengths[i], args.reps, 0);
-    kvc_cache_destroy(cache);
-    bench_stats roof = measure_memcpy(&d, args.reps);
+    kvc_cache_destroy(ls[i].cache);
+    bench_stats all = bench_summarize(ls[i].all, (size_t)reps);
+    bench_stats loop = bench_summarize(ls[i].loop, (size_t)reps);
+    bench_stats roof = bench_summarize(ls[i].roof, (size_t)reps);
+    free(ls[i].all), free(ls[i].loop), free(ls[i].roof);
 
     print_row(label, "kvc_cache_update_all", all, roof.median);
     print_row(label, "32 x kvc_cache_update", loop, roof.median);
@@ -235,7 +249,6 @@ int main(int argc, char** argv) {
     add_stats(&res, "kvcache-c", "append", label, all);
     add_stats(&res, "kvcache-c", "append_loop", label, loop);
     add_stats(&res, "memcpy", "append", label, roof);
-    char m[64];
     snprintf(m, sizeof m, "append_ratio_to_memcpy_%s", label);
     bench_add(&res, "decode_append", "kvcache-c", m, all.median / roof.median, "x");
     snprintf(m, sizeof m, "append_loop_ratio_to_memcpy_%s", label);

@@ -110,7 +110,7 @@ static double cache_reorder(kvc_cache* cache, const int64_t* perm) {
 int main(int argc, char** argv) {
   bench_args args = bench_parse_args(argc, argv);
   int64_t context = args.context ? args.context : 4096;
-  int reps = args.reps;
+  int reps = args.reps ? args.reps : 15; /* a repetition moves ~3 GB */
   char label[24];
   bench_length_label(context, label, sizeof label);
 

@@ -3,7 +3,9 @@
 #   bench/run.sh [BUILDDIR]        (default: build; `make bench` passes its Release build)
 # Results: BUILDDIR/bench/results.json (or $KVC_BENCH_JSON), a JSON array of
 # {"bench", "impl", "metric", "value", "unit"} rows. Extra arguments for the C
-# programs can be given in $KVC_BENCH_ARGS (e.g. "--reps 31").
+# programs can be given in $KVC_BENCH_ARGS (e.g. "--reps 31"), for the
+# transformers benchmark in $KVC_BENCH_TRANSFORMERS_ARGS; $PYTHON picks its
+# interpreter (default: the conformance venv, if it has torch and transformers).
 # Exit status: 0 when every acceptance check holds, 1 otherwise.
 set -euo pipefail
 
@@ -40,7 +42,9 @@ echo
 
 echo "== transformers (CPU, torch)"
 PY=""
-for cand in ${PYTHON:-} "$ROOT"/tests/conformance/.venv*/bin/python python3; do
+# The newest transformers first: the conformance environment's main venv.
+for cand in ${PYTHON:-} "$ROOT"/tests/conformance/.venv-torch/bin/python "$ROOT"/tests/conformance/.venv*/bin/python \
+    "$ROOT"/.venv/bin/python python3; do
     if [ -n "$cand" ] && command -v "$cand" >/dev/null 2>&1 &&
         "$cand" -c 'import torch, transformers' >/dev/null 2>&1; then
         PY=$cand
@@ -48,7 +52,8 @@ for cand in ${PYTHON:-} "$ROOT"/tests/conformance/.venv*/bin/python python3; do
     fi
 done
 if [ -n "$PY" ]; then
-    "$PY" "$ROOT/bench/bench_transformers.py" --json "$JSON"
+    echo "python: $PY"
+    "$PY" "$ROOT/bench/bench_transformers.py" --json "$JSON" ${KVC_BENCH_TRANSFORMERS_ARGS:-}
 else
     echo "SKIPPED: transformers bench needs torch, run tests/conformance/generate.sh first"
 fi

@@ -845,7 +845,7 @@ BATCH = {"repeat", "select"}
 def v5_dynamic_lazy(case):
     rng = case.rng
     dt, b, h, dk, dv = geometry(rng)
-    s = case.create(cu.DynamicCache(), "lazy", dt, b, h, dk, dv)
+    case.create(cu.DynamicCache(), "lazy", dt, b, h, dk, dv)
     Walker(case, BASIC | BATCH | {"crop", "reset", "lazy_skip"}, layers_hint=rng.randint(1, 3)).run(45)
 
 
@@ -875,7 +875,6 @@ def v5_dynamic_config(case):
     w = Walker(case, BASIC | BATCH | {"crop", "record", "reset"})
     if rng.random() < 0.25:
         case.early(0, b, h, dk)
-        case.slots[0].dv = dk
     if rng.random() < 0.3:
         case.record(0)
     w.run(45)
@@ -930,7 +929,6 @@ def v5_static_sliding(case):
                     dt, b, h, dk, dv, chunked, windows)
     if rng.random() < 0.35:
         case.early(s, b, h, dk)
-        case.slots[s].dv = dk
     Walker(case, BASIC | BATCH | {"crop", "reset"}).run(40)
 
 
@@ -1109,8 +1107,11 @@ def v453_batch_split(case):
                     case.view(p, i, cross=True)
                 case.seqlen(p, i)
         if rng.random() < 0.5:
+            # the splits live on as independent caches; equal updates keep them stackable
+            n_new = tokens(rng)
             for p in parts:
-                w.step(p) if False else None
+                for i in range(n):
+                    case.update(p, i, n_new)
         d = case.stack(parts)
         for i in range(n):
             case.view(d, i)

@@ -81,6 +81,7 @@ typedef struct replay {
 } replay;
 
 static void note_good(goodlist* g, long index) {
+  if (index < 0) return; /* not read from the file: nothing to corrupt */
   if (g->n == g->cap) {
     size_t cap = g->cap ? 2 * g->cap : 256;
     long* at = realloc(g->at, cap * sizeof(long));

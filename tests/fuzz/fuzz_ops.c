@@ -977,7 +977,7 @@ static void adopt(ctx* c, kvc_cache* cache, ref_cache* ref, const plan* p, const
   char name[48];
   snprintf(name, sizeof name, "%s (new cache)", what);
   check_cache(cache, ref, name);
-  if (i < 0) {
+  if (i < 0 || layer_batch(ref) > MAX_BATCH) { /* keep batches small: inputs stay fast */
     kvc_cache_destroy(cache);
     ref_cache_free(ref);
     return;
@@ -1077,6 +1077,7 @@ static void op_split(ctx* c) {
   size_t need = (size_t)((full + split - 1) / split);
   size_t cap = rd(r) % 8 == 0 ? need - 1 : need + rd(r) % 2;
   int mode = rd(r) % 4;
+  if (cap > MAX_SPLITS) return;
   ref_cache refs[MAX_SPLITS];
   size_t want_count = 0;
   kvc_code want = ref_batch_split(t.ref, full, split, refs, cap, &want_count);
@@ -1228,6 +1229,7 @@ static void op_ed_split(ctx* c, int i) {
   int64_t full = rd(r) % 16 == 0 ? B + 1 : B, split = rd_range(r, 1, 4);
   size_t need = (size_t)((full + split - 1) / split);
   size_t cap = rd(r) % 8 == 0 ? need - 1 : need;
+  if (cap > MAX_SPLITS) return;
   ref_ed refs[MAX_SPLITS];
   size_t want_count = 0;
   kvc_code want = ref_ed_batch_split(&s->red, full, split, refs, cap, &want_count);

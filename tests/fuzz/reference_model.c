@@ -602,13 +602,20 @@ kvc_code ref_batch_split(const ref_cache* c, int64_t full, int64_t split, ref_ca
   return KVC_OK;
 }
 
-static int same_layout(const ref_layer* a, const ref_layer* b) {
-  if (a->kind != b->kind || a->window != b->window || a->max_cache_len != b->max_cache_len) return 0;
-  if (a->initialized != b->initialized) return 0;
-  if (!a->initialized) return 1;
-  /* counters too: docs/differences-from-transformers.md, item 12 */
-  return a->H == b->H && a->Dk == b->Dk && a->Dv == b->Dv && a->dtype == b->dtype && a->stored.L == b->stored.L &&
-         a->cum == b->cum && a->record == b->record;
+/* Why two layers cannot be stacked (KVC_OK if they can). The splits must
+ * agree on everything but the batch, counters included
+ * (docs/differences-from-transformers.md, item 12); each disagreement has
+ * the code of its kind, checked in this order. */
+static kvc_code stack_mismatch(const ref_layer* a, const ref_layer* b) {
+  if (a->kind != b->kind || a->window != b->window || a->max_cache_len != b->max_cache_len)
+    return KVC_ERROR_INVALID_ARGUMENT;
+  if (a->initialized != b->initialized) return KVC_ERROR_INVALID_STATE;
+  if (!a->initialized) return KVC_OK;
+  if (a->dtype != b->dtype) return KVC_ERROR_DTYPE_MISMATCH;
+  if (a->H != b->H || a->Dk != b->Dk || a->Dv != b->Dv) return KVC_ERROR_SHAPE_MISMATCH;
+  if (a->stored.L != b->stored.L) return KVC_ERROR_INVALID_ARGUMENT;
+  if (a->cum != b->cum || a->record != b->record) return KVC_ERROR_INVALID_STATE;
+  return KVC_OK;
 }
 
 kvc_code ref_from_batch_splits(const ref_cache* const* splits, size_t count, ref_cache* out) {
@@ -616,8 +623,10 @@ kvc_code ref_from_batch_splits(const ref_cache* const* splits, size_t count, ref
   for (size_t s = 0; s < count; s++) {
     if (!splits[s]) return KVC_ERROR_INVALID_ARGUMENT;
     if (splits[s]->num_layers != splits[0]->num_layers) return KVC_ERROR_INVALID_ARGUMENT;
-    for (uint32_t l = 0; l < splits[0]->num_layers; l++)
-      if (!same_layout(&splits[s]->layers[l], &splits[0]->layers[l])) return KVC_ERROR_INVALID_ARGUMENT;
+    for (uint32_t l = 0; l < splits[0]->num_layers; l++) {
+      kvc_code code = stack_mismatch(&splits[0]->layers[l], &splits[s]->layers[l]);
+      if (code) return code;
+    }
   }
   ref_cache_copy(splits[0], out);
   for (uint32_t l = 0; l < out->num_layers; l++) {

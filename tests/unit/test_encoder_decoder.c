@@ -189,6 +189,36 @@ static void test_reorder_static_pair(void) {
   kvc_encoder_decoder_cache_destroy(ed);
 }
 
+/* A static cross cache sized to the encoder output (what generate builds with a static cache). */
+static void test_static_cross_cache(void) {
+  kvc_layer_options l[2] = {tu_layer(KVC_LAYER_STATIC, 0, ENC), tu_layer(KVC_LAYER_STATIC, 0, ENC)};
+  kvc_cache* cross = tu_custom_cache(2, l);
+  kvc_cache* self = tu_custom_cache(2, l);
+  REQUIRE(cross && self);
+  kvc_encoder_decoder_cache* ed = NULL;
+  REQUIRE_OK(kvc_encoder_decoder_cache_create(self, cross, &ed));
+  CHECK_EQ_I64(updated(ed, 0), 0);
+  CHECK_EQ_I64(updated(ed, 1), 0);
+  tu_tensor k, v;
+  tu_tensor_tokens(&k, 1, NH, ENC, DK, 100, 0);
+  tu_tensor_tokens(&v, 1, NH, ENC, DV, 100, 1);
+  kvc_kv out;
+  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 1, &k.t, &v.t, &out));
+  CHECK_KV_SEQ(out, 100, 101, 102, 103, 104);
+  /* a second write would overflow the static layer: the protocol never writes again */
+  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 1, &k.t, &v.t, &out));
+  CHECK_KV_SEQ(out, 100, 101, 102, 103, 104);
+  CHECK_EQ_I64(tu_seq(cross, 1), ENC);
+  CHECK_EQ_I64(updated(ed, 0), 0);
+  REQUIRE_OK(kvc_encoder_decoder_cache_reset(ed));
+  CHECK_EQ_I64(updated(ed, 1), 0);
+  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 1, &k.t, &v.t, &out));
+  CHECK_KV_SEQ(out, 100, 101, 102, 103, 104);
+  tu_tensor_free(&k);
+  tu_tensor_free(&v);
+  kvc_encoder_decoder_cache_destroy(ed);
+}
+
 static void test_batch_ops_dynamic(void) {
   kvc_encoder_decoder_cache* ed = make_pair(2, 3, 1);
   REQUIRE(ed != NULL);
@@ -343,6 +373,7 @@ int main(void) {
   TU_RUN(test_crop_only_self);
   TU_RUN(test_reorder_both);
   TU_RUN(test_reorder_static_pair);
+  TU_RUN(test_static_cross_cache);
   TU_RUN(test_batch_ops_dynamic);
   TU_RUN(test_non_dynamic_refused);
   TU_RUN(test_split_and_stack);

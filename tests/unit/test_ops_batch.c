@@ -5,6 +5,7 @@
  * names the source row of every result row.
  */
 #include "test_util.h"
+#include "test_model.h"
 
 #define NH 2
 #define DK 3
@@ -123,6 +124,81 @@ static void test_reorder_identity(void) {
   for (uint32_t i = 0; i < 6; i++) CHECK_EQ_PTR(tu_view(c, i).key.data, keys[i]);
   snapshot_free(&before);
   snapshot_free(&after);
+  kvc_cache_destroy(c);
+}
+
+static uint64_t rng_state = 12345;
+static int64_t rnd(int64_t n) {
+  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (int64_t)((rng_state >> 33) % (uint64_t)n);
+}
+
+/*
+ * Random beams (permutations with cycles, repeats, identities with one change)
+ * on layers whose stores have moved (long decoding first): row b always
+ * holds what the composition of all reorders says.
+ */
+static void test_reorder_random(void) {
+  enum { BATCH = 7, FIRST = 5, DECODE = 150 };
+  const kvc_layer_options* l = all_kinds();
+  kvc_layer_options big[6];
+  for (int i = 0; i < 6; i++) {
+    big[i] = l[i];
+    if (big[i].max_cache_len) big[i].max_cache_len = 200;
+  }
+  kvc_cache* c = tu_custom_cache(6, big);
+  REQUIRE(c != NULL);
+  for (uint32_t i = 0; i < 6; i++) {
+    REQUIRE_OK(tu_update_tokens(c, i, BATCH, NH, FIRST, DK, DV, 0, NULL, NULL));
+    for (int s = 0; s < DECODE; s++) REQUIRE_OK(tu_update_tokens(c, i, BATCH, NH, 1, DK, DV, FIRST + s, NULL, NULL));
+  }
+  int64_t src[BATCH], beam[BATCH], next[BATCH];
+  for (int b = 0; b < BATCH; b++) src[b] = b;
+  for (int it = 0; it < 60; it++) {
+    int kind = it % 3;
+    for (int b = 0; b < BATCH; b++) beam[b] = b;
+    if (kind == 0) {
+      for (int b = BATCH - 1; b > 0; b--) {
+        int64_t j = rnd(b + 1), t = beam[b];
+        beam[b] = beam[j];
+        beam[j] = t;
+      }
+    } else if (kind == 1) {
+      for (int b = 0; b < BATCH; b++) beam[b] = rnd(BATCH);
+    } else {
+      beam[rnd(BATCH)] = rnd(BATCH);
+    }
+    REQUIRE_OK(kvc_cache_reorder(c, beam, BATCH));
+    for (int b = 0; b < BATCH; b++) next[b] = src[beam[b]];
+    memcpy(src, next, sizeof src);
+    for (uint32_t i = 0; i < 6; i++) {
+      model m = model_new(big[i].kind, big[i].window, big[i].max_cache_len);
+      int64_t want[256];
+      int64_t n = model_stored(&m, FIRST + DECODE, want);
+      kvc_kv st = tu_view(c, i);
+      if (!CHECK_TOKENS_ROWS(st, want, n, src)) {
+        fprintf(stderr, "    (layer %u, iteration %d)\n", i, it);
+        return;
+      }
+    }
+  }
+  /* then beams that change the batch: 7 -> 4 -> 9 rows */
+  const int64_t shrink[4] = {6, 2, 2, 0}, grow[9] = {3, 0, 1, 2, 3, 3, 0, 1, 2};
+  int64_t rows4[4], rows9[9];
+  for (int b = 0; b < 4; b++) rows4[b] = src[shrink[b]];
+  for (int b = 0; b < 9; b++) rows9[b] = rows4[grow[b]];
+  REQUIRE_OK(kvc_cache_reorder(c, shrink, 4));
+  REQUIRE_OK(kvc_cache_reorder(c, grow, 9));
+  for (uint32_t i = 0; i < 6; i++) {
+    model m = model_new(big[i].kind, big[i].window, big[i].max_cache_len);
+    int64_t want[256];
+    int64_t n = model_stored(&m, FIRST + DECODE, want);
+    kvc_kv st = tu_view(c, i);
+    CHECK_SHAPE(st.key, 9, NH, n, DK);
+    CHECK_TOKENS_ROWS(st, want, n, rows9);
+  }
+  /* and decoding goes on with the new batch */
+  for (uint32_t i = 0; i < 6; i++) CHECK_OK(tu_update_tokens(c, i, 9, NH, 1, DK, DV, FIRST + DECODE, NULL, NULL));
   kvc_cache_destroy(c);
 }
 
@@ -260,6 +336,36 @@ static void test_batch_ops_skip_empty_layers(void) {
   kvc_cache_destroy(c);
 }
 
+/* split_size at least the batch gives one split; one split stacks back to itself. */
+static void test_split_edges(void) {
+  kvc_cache* c = filled(all_kinds(), 6, 3);
+  REQUIRE(c != NULL);
+  kvc_cache* parts[3] = {NULL, NULL, NULL};
+  size_t count = 0;
+  REQUIRE_OK(kvc_cache_batch_split(c, 3, 5, parts, 3, &count));
+  REQUIRE_EQ_I64(count, 1);
+  kvc_cache* back = NULL;
+  REQUIRE_OK(kvc_cache_from_batch_splits((const kvc_cache* const*)parts, 1, &back));
+  tu_snapshot a, b;
+  snapshot(c, &a);
+  snapshot(back, &b);
+  CHECK_SNAPSHOT_EQUAL_CONTENTS(&a, &b);
+  snapshot_free(&b);
+  kvc_cache_destroy(back);
+  kvc_cache_destroy(parts[0]);
+  REQUIRE_OK(kvc_cache_batch_split(c, 3, 1, parts, 3, &count));
+  REQUIRE_EQ_I64(count, 3);
+  for (int64_t i = 0; i < 3; i++) check_rows(parts[i], 6, 1, &i);
+  /* the splits are independent caches: changing one leaves the source alone */
+  REQUIRE_OK(kvc_cache_reset(parts[1]));
+  snapshot(c, &b);
+  CHECK_SNAPSHOT_EQUAL(&a, &b);
+  snapshot_free(&a);
+  snapshot_free(&b);
+  for (int i = 0; i < 3; i++) kvc_cache_destroy(parts[i]);
+  kvc_cache_destroy(c);
+}
+
 /* batch_size reports the initialized static layers only. */
 static void test_batch_size(void) {
   int64_t bs = -9;
@@ -291,10 +397,12 @@ int main(void) {
   TU_RUN(test_reorder_changes_batch);
   TU_RUN(test_reorder_out_of_range);
   TU_RUN(test_reorder_identity);
+  TU_RUN(test_reorder_random);
   TU_RUN(test_repeat_interleave);
   TU_RUN(test_select_indices);
   TU_RUN(test_batch_ops_static_unsupported);
   TU_RUN(test_split_and_stack);
+  TU_RUN(test_split_edges);
   TU_RUN(test_batch_ops_skip_empty_layers);
   TU_RUN(test_batch_size);
   return tu_finish();

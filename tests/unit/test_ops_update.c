@@ -288,6 +288,35 @@ static void test_update_all_lazy(void) {
   kvc_cache_destroy(c);
 }
 
+/* Queries do not mutate: views returned by update stay valid and unchanged across them. */
+static void test_views_survive_queries(void) {
+  kvc_cache* c = tu_custom_cache(6, mixed_layers());
+  REQUIRE(c != NULL);
+  kvc_kv out[6];
+  for (uint32_t i = 0; i < 6; i++) REQUIRE_OK(tu_update_tokens(c, i, NB, NH, 5, DK, DV, 0, NULL, &out[i]));
+  tu_snapshot s;
+  for (int rep = 0; rep < 3; rep++) {
+    snapshot(c, &s); /* every query there is */
+    kvc_cache* d = NULL;
+    REQUIRE_OK(kvc_cache_clone(c, &d)); /* the source of a clone is const too */
+    kvc_cache* parts[2] = {NULL, NULL};
+    size_t count = 0;
+    REQUIRE_OK(kvc_cache_batch_split(c, NB, 1, parts, 2, &count));
+    kvc_cache_destroy(parts[0]);
+    kvc_cache_destroy(parts[1]);
+    kvc_cache_destroy(d);
+    snapshot_free(&s);
+  }
+  /* the last update's view of every layer, in the order each kind returns */
+  CHECK_KV_SEQ(out[0], 0, 1, 2, 3, 4);
+  CHECK_KV_SEQ(out[1], 0, 1, 2, 3, 4);
+  CHECK_KV_SEQ(out[2], 0, 1, 2, 3, 4);
+  CHECK_KV_SEQ(out[3], 0, 1, 2, 3, 4, -1, -1, -1, -1, -1, -1, -1);
+  CHECK_KV_SEQ(out[4], 0, 1, 2, 3, 4);
+  CHECK_KV_SEQ(out[5], 0, 1, 2, 3, 4);
+  kvc_cache_destroy(c);
+}
+
 /* A custom cache has a fixed layer list: no layer appears on update. */
 static void test_update_layer_index(void) {
   kvc_cache* c = tu_custom_cache(6, mixed_layers());
@@ -337,6 +366,7 @@ int main(void) {
   TU_RUN(test_update_all_equals_per_layer);
   TU_RUN(test_update_all_all_or_nothing);
   TU_RUN(test_update_all_lazy);
+  TU_RUN(test_views_survive_queries);
   TU_RUN(test_update_layer_index);
   TU_RUN(test_static_cache_position);
   return tu_finish();

@@ -76,8 +76,10 @@ KVC_API kvc_error* kvc_cache_update_all(kvc_cache* cache, uint32_t num_layers, c
 KVC_API kvc_error* kvc_cache_crop(kvc_cache* cache, int64_t tokens);
 
 /**
- * Makes sliding layers keep every token they receive until the next crop, so
- * that assisted decoding can roll back rejected tokens (activate_past_recording).
+ * activate_past_recording(): from now on, sliding layers keep every token they
+ * receive instead of only the last window-1, so that assisted decoding can roll
+ * back rejected tokens with a negative crop; each crop (also crop(0)) trims the
+ * layer back to its window. Recording stays on for the life of the cache.
  */
 KVC_API kvc_error* kvc_cache_activate_past_recording(kvc_cache* cache);
 
