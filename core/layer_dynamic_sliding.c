@@ -35,7 +35,11 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
   kvc_region full = {l->start, l->end + n};
   l->end += n;
   l->cum += n;
-  if (!l->record_past) trim_to_window(l);
+  if (!l->record_past)
+    trim_to_window(l);
+  else if (full.end - full.begin > l->window - 1 + n)
+    /* Recorded tokens older than the window are kept for a later crop, not attended to (transformers >= 5.2x). */
+    full.begin = full.end - (l->window - 1 + n);
   return full;
 }
 

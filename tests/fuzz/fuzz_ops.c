@@ -12,7 +12,8 @@
  *
  * Without libFuzzer (KVC_FUZZ_STANDALONE, any C11 compiler) the same target
  * runs pseudo-random inputs or replays files:
- *   fuzz_ops_standalone [-runs=N] [-seed=S] [-len=L] [FILE|DIR ...]
+ *   fuzz_ops_standalone [-runs=N] [-seed=S] [-len=L] [-trace] [FILE|DIR ...]
+ * (-trace prints every input's operations.)
  */
 #include <dirent.h>
 #include <stdarg.h>
@@ -728,7 +729,8 @@ static void op_update(ctx* c, int allow_faults) {
   if (!pick_target(c, &t)) return;
   reader* r = &c->r;
   uint32_t nl = t.ref->num_layers;
-  uint32_t layer = (uint32_t)(rd(r) % (nl + 2));
+  uint8_t lb = rd(r);
+  uint32_t layer = lb % 8 == 0 ? nl + lb / 8 % 2 : (uint32_t)(lb / 8 % (nl ? nl : 1));
   if (t.ref->lazy && layer >= MAX_LAYERS) layer %= MAX_LAYERS;
   int64_t n = rd_range(r, 1, 9);
   int fault = allow_faults && rd(r) % 3 == 0 ? (int)rd_range(r, 1, F_COUNT - 1) : F_NONE;
@@ -1153,6 +1155,11 @@ static void op_ed_create(ctx* c) {
   if (a < 0) return;
   int b = pick_used(c, 0);
   if (b < 0) return;
+  if (a == b && rd(r) % 4) { /* mostly a real pair, when there is one */
+    for (int k = 1; k < MAX_SLOTS && b == a; k++)
+      if (c->s[(a + k) % MAX_SLOTS].used && !c->s[(a + k) % MAX_SLOTS].is_ed) b = (a + k) % MAX_SLOTS;
+    if (a == b) return;
+  }
   kvc_encoder_decoder_cache* sentinel = (kvc_encoder_decoder_cache*)&a;
   kvc_encoder_decoder_cache* out = sentinel;
   if (a == b || rd(r) % 16 == 0) {
@@ -1435,6 +1442,13 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 #ifdef KVC_FUZZ_STANDALONE
 /* Without libFuzzer: replay files and directories, or run pseudo-random inputs. */
 
+static int g_print_traces;
+
+static void run_one(const uint8_t* data, size_t size) {
+  LLVMFuzzerTestOneInput(data, size);
+  if (g_print_traces) printf("=== input of %zu bytes\n%s", size, g_trace ? g_trace : "");
+}
+
 static int run_file(const char* path) {
   FILE* f = fopen(path, "rb");
   if (!f) return 0;
@@ -1452,7 +1466,7 @@ static int run_file(const char* path) {
     len += got;
   }
   fclose(f);
-  LLVMFuzzerTestOneInput(buf, len);
+  run_one(buf, len);
   free(buf);
   return 1;
 }
@@ -1487,6 +1501,7 @@ int main(int argc, char** argv) {
     if (!strncmp(argv[i], "-runs=", 6)) runs = atol(argv[i] + 6);
     else if (!strncmp(argv[i], "-seed=", 6)) seed = strtoull(argv[i] + 6, NULL, 10);
     else if (!strncmp(argv[i], "-len=", 5)) max_len = (size_t)atol(argv[i] + 5);
+    else if (!strcmp(argv[i], "-trace")) g_print_traces = 1;
     else {
       had_paths = 1;
       files += run_path(argv[i]);
@@ -1512,7 +1527,7 @@ int main(int argc, char** argv) {
       x ^= x << 17;
       buf[k] = (uint8_t)(x >> 32);
     }
-    LLVMFuzzerTestOneInput(buf, len);
+    run_one(buf, len);
   }
   free(buf);
   free(g_trace);
