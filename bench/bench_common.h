@@ -142,8 +142,8 @@ typedef struct bench_args {
   int64_t context; /* 0 = the benchmark's default */
 } bench_args;
 
-static inline void bench_usage(const char* prog) {
-  fprintf(stderr,
+static inline void bench_usage(FILE* to, const char* prog) {
+  fprintf(to,
           "usage: %s [--json PATH] [--reps N] [--steps N] [--context TOKENS]\n"
           "  --json PATH      results file (default " BENCH_DEFAULT_JSON ")\n"
           "  --reps N         repetitions per measurement, median reported\n"
@@ -170,12 +170,13 @@ static inline bench_args bench_parse_args(int argc, char** argv) {
       a.context = atoll(v);
       i++;
     } else {
-      bench_usage(argv[0]);
-      exit(2);
+      int help = strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0;
+      bench_usage(help ? stdout : stderr, argv[0]);
+      exit(help ? 0 : 2);
     }
   }
   if (a.reps < 0 || a.steps < 1 || a.context < 0) {
-    bench_usage(argv[0]);
+    bench_usage(stderr, argv[0]);
     exit(2);
   }
   return a;
@@ -275,7 +276,7 @@ static inline void bench_write_json(const char* path, const bench_results* r) {
     const bench_row* row = &r->rows[i];
     char key[128];
     bench_row_key(row, key, sizeof key);
-    fprintf(out, "%s \"metric\": \"%s\", \"value\": %.6g, \"unit\": \"%s\"}%s\n", key, row->metric,
+    fprintf(out, "%s \"metric\": \"%s\", \"value\": %.10g, \"unit\": \"%s\"}%s\n", key, row->metric,
             row->value, row->unit, k + 1 < total ? "," : "");
   }
   fputs("]\n", out);

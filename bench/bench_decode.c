@@ -10,7 +10,8 @@
  * from the same length. Reported: median, min and max over repetitions of the
  * time per token, for one kvc_cache_update_all call and for 32
  * kvc_cache_update calls, and the memcpy roofline measured in the same run.
- * Repetitions visit the lengths in turn, so drift hits them alike.
+ * Repetitions visit the lengths in turn, so drift hits them alike. The one
+ * step where a store grows past its prefill size is timed apart, once.
  */
 #include "bench_common.h"
 
@@ -162,6 +163,39 @@ static double time_memcpy(const step_data* d, char* dst) {
   return per_token;
 }
 
+static uint64_t bytes_reserved(const kvc_cache* cache) {
+  kvc_memory_info mem;
+  memset(&mem, 0, sizeof mem);
+  mem.struct_size = sizeof mem;
+  bench_check(kvc_cache_memory(cache, &mem), "kvc_cache_memory");
+  return mem.bytes_reserved;
+}
+
+/* The first step after the prefill is where a store sized for the prompt
+ * grows (geometrically: it copies the history once, then not again until it
+ * has doubled). Timed on its own, once, and reported only if it did grow. */
+static void measure_growth(kvc_cache* cache, const step_data* d, int64_t context, const char* label,
+                           bench_results* res) {
+  uint64_t before = bytes_reserved(cache);
+  double t0 = bench_now_ns();
+  bench_check(kvc_cache_update_all(cache, LAYERS, &d->keys[0], &d->values[0], NULL, NULL), "kvc_cache_update_all");
+  double dt = bench_now_ns() - t0;
+  uint64_t after = bytes_reserved(cache);
+  crop_back(cache, 1, context);
+  if (after <= before) {
+    printf("%-8s first step after the prefill: %.0f ns, no growth (%llu bytes reserved)\n", label, dt,
+           (unsigned long long)after);
+    return;
+  }
+  printf("%-8s first step after the prefill grows the stores from %llu to %llu bytes: %.0f ns, once\n", label,
+         (unsigned long long)before, (unsigned long long)after, dt);
+  char m[64];
+  snprintf(m, sizeof m, "append_growth_ns_%s", label);
+  bench_add(res, "decode_append", "kvcache-c", m, dt, "ns");
+  snprintf(m, sizeof m, "append_growth_bytes_reserved_%s", label);
+  bench_add(res, "decode_append", "kvcache-c", m, (double)after, "bytes");
+}
+
 /* Samples of one context length: [reps] each. */
 typedef struct length_samples {
   int64_t context;
@@ -207,9 +241,12 @@ int main(int argc, char** argv) {
   char* roof_dst = bench_alloc((size_t)d.steps * STEP_BYTES);
   kvc_kv out[LAYERS];
   for (int i = 0; i < nlengths; i++) {
+    char label[24];
+    bench_length_label(lengths[i], label, sizeof label);
     ls[i].context = lengths[i];
     ls[i].cache = make_cache();
     prefill(ls[i].cache, lengths[i]);
+    measure_growth(ls[i].cache, &d, lengths[i], label, &res);
     for (int mode = 1; mode >= 0; mode--) { /* warm-up: first growth, page faults */
       time_steps(ls[i].cache, &d, mode, out);
       verify_appended(ls[i].cache, &d, lengths[i]);
@@ -230,7 +267,7 @@ int main(int argc, char** argv) {
     }
   free(roof_dst);
 
-  printf("%-8s %-22s %12s %12s %12s %9s\n", "context", "impl", "median ns/tok", "min", "max", "x memcpy");
+  printf("\n%-8s %-22s %12s %12s %12s %9s\n", "context", "impl", "median ns/tok", "min", "max", "x memcpy");
   double first = 0, last = 0;
   char first_label[24] = "", last_label[24] = "";
   for (int i = 0; i < nlengths; i++) {

@@ -120,7 +120,7 @@ def write_json(path, rows):
         old = json.loads(text) if text else []
     ours = {(bench, IMPL) for bench, *_ in rows}
     kept = [r for r in old if (r.get("bench"), r.get("impl")) not in ours]
-    new = [{"bench": b, "impl": IMPL, "metric": m, "value": float(f"{v:.6g}"), "unit": u} for b, m, v, u in rows]
+    new = [{"bench": b, "impl": IMPL, "metric": m, "value": float(f"{v:.10g}"), "unit": u} for b, m, v, u in rows]
     with open(path, "w") as f:
         f.write("[\n" + ",\n".join(json.dumps(r) for r in kept + new) + "\n]\n")
     print(f"results: {len(new)} rows written to {path}")

@@ -65,6 +65,8 @@ value() {
         sed -n 's/.*"value": \([^,]*\),.*/\1/p' | head -n 1 || true
 }
 
+num() { if [ -n "$1" ]; then awk -v x="$1" 'BEGIN { printf "%.0f", x }'; else echo "-"; fi; }
+
 fail=0
 check() { # description, awk condition over x, value
     local desc=$1 cond=$2 x=$3
@@ -90,20 +92,20 @@ r1=$(value beam_reorder kvcache-c reorder_ns_1rows)
 r3=$(value beam_reorder kvcache-c reorder_ns_3rows)
 check "reorder time 3 rows / 1 row within 3 +- 1 (time scales with moved rows)" \
     "x >= 2 && x <= 4" "$(awk -v a="$r3" -v b="$r1" 'BEGIN { if (b > 0) printf "%.3f", a / b }')"
-echo "bytes moved per {0,0,2,2} reorder: $(value beam_reorder kvcache-c reorder_bytes_moved)" \
-    "(timing says $(value beam_reorder kvcache-c reorder_bytes_moved_derived))"
+echo "bytes moved per {0,0,2,2} reorder: $(num "$(value beam_reorder kvcache-c reorder_bytes_moved)")" \
+    "(derived from timings: $(num "$(value beam_reorder kvcache-c reorder_bytes_moved_derived)"))"
 
 echo
-echo "== kvcache-c vs memcpy and transformers (median ns)"
-printf "%-28s %14s %14s %14s\n" metric kvcache-c memcpy transformers
-for m in append_ns_per_token_1k append_ns_per_token_8k append_ns_per_token_32k; do
-    printf "%-28s %14s %14s %14s\n" "$m" "$(value decode_append kvcache-c $m)" \
-        "$(value decode_append memcpy $m)" "$(value decode_append transformers $m)"
-done
-for m in reorder_ns_0rows reorder_ns_1rows reorder_ns_2rows reorder_ns_3rows; do
-    printf "%-28s %14s %14s %14s\n" "$m" "$(value beam_reorder kvcache-c $m)" \
-        "$(value beam_reorder memcpy $m)" "$(value beam_reorder transformers $m)"
-done
+echo "== kvcache-c vs memcpy and transformers (median ns; last column: transformers / kvcache-c)"
+speedup() { if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0fx", a / b; else print "-" }'; else echo "-"; fi; }
+printf "%-26s %14s %14s %16s %10s\n" metric kvcache-c memcpy transformers speedup
+row() { # bench metric
+    local c m t
+    c=$(value "$1" kvcache-c "$2"); m=$(value "$1" memcpy "$2"); t=$(value "$1" transformers "$2")
+    printf "%-26s %14s %14s %16s %10s\n" "$2" "$(num "$c")" "$(num "$m")" "$(num "$t")" "$(speedup "$t" "$c")"
+}
+for m in append_ns_per_token_1k append_ns_per_token_8k append_ns_per_token_32k; do row decode_append $m; done
+for m in reorder_ns_0rows reorder_ns_1rows reorder_ns_2rows reorder_ns_3rows; do row beam_reorder $m; done
 echo "results: $JSON"
 if [ $fail -ne 0 ]; then
     echo "bench: some acceptance checks FAILED"

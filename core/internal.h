@@ -44,8 +44,12 @@ typedef struct kvc_layer_ops {
   /* Kind-specific preconditions of update (overflow, positions). */
   kvc_error* (*check_update)(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
                              const kvc_update_options* opts);
-  /* Slots the store must offer for an update of n tokens: keep [keep.begin, keep.end) and append n after it. */
-  kvc_region (*keep_for_update)(const kvc_layer* layer, int64_t n, const kvc_update_options* opts);
+  /*
+   * Room an update of n tokens needs: the region to keep in place and the
+   * number of slots written right after it (0 when the update writes inside
+   * the kept region, as static layers do).
+   */
+  kvc_region (*keep_for_update)(const kvc_layer* layer, int64_t n, const kvc_update_options* opts, int64_t* append);
   /* Writes the tokens and moves counters; returns the region to return. Cannot fail (copies already checked). */
   kvc_region (*apply_update)(const kvc_cache* cache, kvc_layer* layer, const kvc_tensor* key, const kvc_tensor* value, int64_t n,
                              const kvc_update_options* opts);
@@ -155,8 +159,10 @@ kvc_error* kvc_preset_layers(const kvc_cache_options* options, kvc_layer_options
 /* Tensors (tensor.c). */
 int kvc_data_type_equal(kvc_data_type a, kvc_data_type b);
 /* Validates one K or V input tensor on its own (ndim, dtype, device, shape, data). */
-kvc_error* kvc_check_input_tensor(const char* fn, const char* arg, const kvc_tensor* t,
+kvc_error* kvc_check_input_tensor(const char* fn, const char* base, int64_t index, const kvc_tensor* t,
                                   const kvc_device* device);
+/* "base" when index < 0, else "base[index]" formatted into buf. */
+const char* kvc_arg_name(char buf[48], const char* base, int64_t index);
 /* Element strides of a tensor (computing compact ones when strides is NULL). */
 void kvc_tensor_strides(const kvc_tensor* t, int64_t out[4]);
 const void* kvc_tensor_base(const kvc_tensor* t);

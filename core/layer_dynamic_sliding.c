@@ -17,8 +17,9 @@ static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* 
   return NULL;
 }
 
-static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
-  (void)n; (void)o;
+static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t* append) {
+  (void)o;
+  *append = n;
   return (kvc_region){l->start, l->end};
 }
 

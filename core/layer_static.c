@@ -39,8 +39,9 @@ static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* 
   return NULL;
 }
 
-static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
+static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t* append) {
   (void)n; (void)o;
+  *append = 0; /* writes land inside the buffer: a static layer never moves or grows */
   return (kvc_region){0, l->slots};
 }
 

@@ -27,10 +27,12 @@ static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* 
   return kvc_check_positions(fn, index, l, n, o, INT64_MAX);
 }
 
-static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o) {
+static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t* append) {
   (void)o;
+  *append = n;
   if (is_full(l)) return (kvc_region){l->start, l->end};
   if (l->cum + n > l->slots) return (kvc_region){0, l->cum};
+  *append = 0; /* branch 4 writes inside the zero-padded window */
   return (kvc_region){0, l->slots};
 }
 

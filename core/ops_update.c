@@ -15,17 +15,13 @@
 
 static kvc_error* check_pair(const char* fn, const kvc_cache* c, uint32_t i, int indexed, const kvc_tensor* k,
                              const kvc_tensor* v, const kvc_update_options* o) {
-  /* update names its arguments key/value; the all-layer calls keys[i]/values[i]. */
-  char kname[32], vname[32];
-  if (indexed) {
-    snprintf(kname, sizeof kname, "keys[%u]", i);
-    snprintf(vname, sizeof vname, "values[%u]", i);
-  } else {
-    snprintf(kname, sizeof kname, "key");
-    snprintf(vname, sizeof vname, "value");
-  }
-  kvc_error* e = kvc_check_input_tensor(fn, kname, k, &c->device);
-  if (!e) e = kvc_check_input_tensor(fn, vname, v, &c->device);
+  /* update names its arguments key/value, the all-layer calls keys[i]/values[i]; formatted only on error. */
+  char kb[48], vb[48];
+  int64_t ix = indexed ? (int64_t)i : -1;
+#define kname kvc_arg_name(kb, indexed ? "keys" : "key", ix)
+#define vname kvc_arg_name(vb, indexed ? "values" : "value", ix)
+  kvc_error* e = kvc_check_input_tensor(fn, indexed ? "keys" : "key", ix, k, &c->device);
+  if (!e) e = kvc_check_input_tensor(fn, indexed ? "values" : "value", ix, v, &c->device);
   if (e) return e;
   if (!kvc_data_type_equal(k->dtype, v->dtype))
     return kvc_err(KVC_ERROR_DTYPE_MISMATCH, "%s: %s is %s but %s is %s; key and value must have the same dtype",
@@ -60,6 +56,8 @@ static kvc_error* check_pair(const char* fn, const kvc_cache* c, uint32_t i, int
                      fn, vname, v->shape[3], i, l->v_dim);
   }
   return l->ops->check_update(fn, i, l, k->shape[2], o);
+#undef kname
+#undef vname
 }
 
 kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint32_t count, const kvc_tensor* keys,
@@ -78,8 +76,9 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
   if (last > (1u << 20))
     return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer %u is out of range: a cache has at most 1048576 layers", fn,
                    (unsigned)(last - 1));
+  int indexed = strcmp(fn, "kvc_cache_update") != 0;
   for (uint32_t j = 0; j < count; j++) {
-    kvc_error* e = check_pair(fn, c, first + j, strcmp(fn, "kvc_cache_update") != 0, &keys[j], &values[j], o);
+    kvc_error* e = check_pair(fn, c, first + j, indexed, &keys[j], &values[j], o);
     if (e) return e;
   }
 
@@ -106,7 +105,9 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
       if (e) break;
       l->initialized = 2; /* initialized by this call */
     }
-    e = kvc_layer_reserve(c, l, l->ops->keep_for_update(l, n, o), n);
+    int64_t append = 0;
+    kvc_region keep = l->ops->keep_for_update(l, n, o, &append);
+    e = kvc_layer_reserve(c, l, keep, append);
   }
   if (e) {
     for (uint32_t i = 0; i < j + 1 && i < count; i++) {

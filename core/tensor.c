@@ -71,7 +71,17 @@ static const char* device_name(kvc_device_type t) {
   }
 }
 
-kvc_error* kvc_check_input_tensor(const char* fn, const char* arg, const kvc_tensor* t, const kvc_device* device) {
+const char* kvc_arg_name(char buf[48], const char* base, int64_t index) {
+  if (index < 0) return base;
+  snprintf(buf, 48, "%s[%" PRId64 "]", base, index);
+  return buf;
+}
+
+kvc_error* kvc_check_input_tensor(const char* fn, const char* base, int64_t index, const kvc_tensor* t,
+                                  const kvc_device* device) {
+  /* The argument's name ("key" or "keys[3]") is formatted only on the error path: this runs per layer per step. */
+  char buf[48];
+#define arg kvc_arg_name(buf, base, index)
   if (!t) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a 4-D [batch, heads, seq, head_dim] tensor", fn, arg);
   if (t->ndim != 4)
     return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.ndim is %d but must be 4 ([batch, heads, seq, head_dim])", fn,
@@ -104,4 +114,5 @@ kvc_error* kvc_check_input_tensor(const char* fn, const char* arg, const kvc_ten
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.data is NULL but the tensor has %" PRId64 " elements", fn, arg,
                    numel);
   return NULL;
+#undef arg
 }

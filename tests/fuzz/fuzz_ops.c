@@ -40,6 +40,7 @@
 
 static char* g_trace;
 static size_t g_trace_len, g_trace_cap;
+static int g_echo_trace; /* standalone -trace: print each operation as it starts */
 
 static void trace(const char* fmt, ...) {
   va_list ap;
@@ -49,6 +50,7 @@ static void trace(const char* fmt, ...) {
     va_end(ap);
     if (n < 0) return;
     if (g_trace && g_trace_len + (size_t)n < g_trace_cap) {
+      if (g_echo_trace) fputs(g_trace + g_trace_len, stdout), fflush(stdout);
       g_trace_len += (size_t)n;
       return;
     }
@@ -164,6 +166,14 @@ static int64_t layer_batch(const ref_cache* r) {
   for (uint32_t i = 0; i < r->num_layers; i++)
     if (r->layers[i].initialized) return r->layers[i].B;
   return 0;
+}
+
+/* The largest batch of any layer: what bounds repeat-interleave. */
+static int64_t max_batch(const ref_cache* r) {
+  int64_t b = 1;
+  for (uint32_t i = 0; i < r->num_layers; i++)
+    if (r->layers[i].initialized && r->layers[i].B > b) b = r->layers[i].B;
+  return b;
 }
 
 static int64_t gen_batch(const target* t) {
@@ -947,7 +957,7 @@ static int64_t gen_repeats(reader* r, int64_t B) {
 static void op_repeat(ctx* c) {
   target t;
   if (!pick_target(c, &t)) return;
-  int64_t rep = gen_repeats(&c->r, gen_batch(&t));
+  int64_t rep = gen_repeats(&c->r, max_batch(t.ref) > t.p->B ? max_batch(t.ref) : t.p->B);
   kvc_code want = ref_repeat_interleave(t.ref, rep);
   trace("%s: batch_repeat_interleave %lld -> %s\n", t.name, (long long)rep, code_name(want));
   expect_code(kvc_cache_batch_repeat_interleave(t.c, rep), want, "batch_repeat_interleave");
@@ -1306,7 +1316,8 @@ static void op_ed_misc(ctx* c) {
       expect_code(kvc_encoder_decoder_cache_reorder(s->ed, idx, count), want, "encoder_decoder reorder");
       break;
     case 2: {
-      int64_t rep = gen_repeats(r, ed_batch(s));
+      int64_t mb = max_batch(&s->red.self) > max_batch(&s->red.cross) ? max_batch(&s->red.self) : max_batch(&s->red.cross);
+      int64_t rep = gen_repeats(r, mb > s->p.B ? mb : s->p.B);
       want = ref_ed_repeat_interleave(&s->red, rep);
       trace("s%d: encoder_decoder batch_repeat_interleave %lld -> %s\n", i, (long long)rep, code_name(want));
       expect_code(kvc_encoder_decoder_cache_batch_repeat_interleave(s->ed, rep), want,
@@ -1442,11 +1453,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 #ifdef KVC_FUZZ_STANDALONE
 /* Without libFuzzer: replay files and directories, or run pseudo-random inputs. */
 
-static int g_print_traces;
-
 static void run_one(const uint8_t* data, size_t size) {
+  if (g_echo_trace) printf("=== input of %zu bytes\n", size);
   LLVMFuzzerTestOneInput(data, size);
-  if (g_print_traces) printf("=== input of %zu bytes\n%s", size, g_trace ? g_trace : "");
 }
 
 static int run_file(const char* path) {
@@ -1501,7 +1510,7 @@ int main(int argc, char** argv) {
     if (!strncmp(argv[i], "-runs=", 6)) runs = atol(argv[i] + 6);
     else if (!strncmp(argv[i], "-seed=", 6)) seed = strtoull(argv[i] + 6, NULL, 10);
     else if (!strncmp(argv[i], "-len=", 5)) max_len = (size_t)atol(argv[i] + 5);
-    else if (!strcmp(argv[i], "-trace")) g_print_traces = 1;
+    else if (!strcmp(argv[i], "-trace")) g_echo_trace = 1;
     else {
       had_paths = 1;
       files += run_path(argv[i]);

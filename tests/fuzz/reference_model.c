@@ -327,15 +327,19 @@ static void update_dynamic(ref_layer* L, const ref_grid* nw, ref_grid* ret) {
   if (ret) *ret = grid_copy(&full);
 }
 
-/* spec A.3: return stored + new, keep the last W-1 (kvcache: W == 1 keeps none). */
+/* spec A.3: return the kept tail plus the new tokens, then keep the last
+ * W-1 (kvcache: W == 1 keeps none). A recording layer keeps everything but
+ * still returns only the last W-1 stored tokens plus the new ones, as
+ * transformers 5.23 does (docs/differences-from-transformers.md). */
 static void update_dynamic_sliding(ref_layer* L, const ref_grid* nw, ref_grid* ret) {
-  ref_grid full = grid_cat(&L->stored, 0, L->stored.L, nw);
+  int64_t len = L->stored.L, tail = len < L->window - 1 ? len : L->window - 1;
+  ref_grid full = grid_cat(&L->stored, 0, len, nw);
   L->cum += nw->L;
+  if (ret) *ret = grid_cat(&L->stored, len - tail, len, nw);
   int64_t keep = L->record ? full.L : (full.L < L->window - 1 ? full.L : L->window - 1);
   ref_grid_free(&L->stored);
   L->stored = grid_cat(&full, full.L - keep, full.L, NULL);
-  if (ret) *ret = full;
-  else ref_grid_free(&full);
+  ref_grid_free(&full);
 }
 
 static void write_slots(ref_layer* L, const ref_grid* nw, const int64_t* slots) {

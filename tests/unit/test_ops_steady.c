@@ -128,6 +128,33 @@ static void test_static_steady(void) {
   static_steady(KVC_LAYER_STATIC_CHUNKED, 16, 20, 3, 1000);
 }
 
+/*
+ * A static layer allocates exactly B*H*M*(Dk+Dv)*elem bytes, at early
+ * initialization or its first update, and never moves them afterwards: what
+ * CUDA-graph capture of a static cache relies on.
+ */
+static void test_static_allocates_once_exactly(void) {
+  const int64_t M = 60;
+  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_STATIC, 0, M);
+  REQUIRE(c != NULL);
+  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
+  io.batch_size = NB;
+  io.num_kv_heads = NH;
+  io.k_head_dim = D;
+  io.dtype = KVC_DTYPE_FLOAT32;
+  REQUIRE_OK(kvc_cache_early_initialization(c, &io));
+  const uint64_t exact = (uint64_t)(NB * NH * M * (D + D)) * sizeof(float);
+  CHECK_EQ_I64((int64_t)tu_memory(c).bytes_reserved, (int64_t)exact);
+  kvc_kv st = tu_view(c, 0);
+  const void* kbase = st.key.data;
+  REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 7, D, D, 0, NULL, NULL));
+  for (int s = 0; s < (int)M - 7; s++) REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 1, D, D, 7 + s, NULL, NULL));
+  st = tu_view(c, 0);
+  CHECK_EQ_PTR(st.key.data, kbase);
+  CHECK_EQ_I64((int64_t)tu_memory(c).bytes_reserved, (int64_t)exact);
+  kvc_cache_destroy(c);
+}
+
 /* In one-token steady decoding a static sliding layer returns its stored view. */
 static void test_static_sliding_returns_the_buffer(void) {
   kvc_cache* c = tu_one_layer_cache(KVC_LAYER_STATIC_SLIDING, 8, 8);
@@ -148,6 +175,7 @@ int main(void) {
   TU_RUN(test_dynamic_history_stays_put);
   TU_RUN(test_dynamic_sliding_steady);
   TU_RUN(test_static_steady);
+  TU_RUN(test_static_allocates_once_exactly);
   TU_RUN(test_static_sliding_returns_the_buffer);
   return tu_finish();
 }
