@@ -3,7 +3,7 @@
 #   make demo        build and run examples/demo.c
 #   make test        unit/conformance/header/abi tests, then the same under
 #                    ASan+UBSan, then the bounded fuzz runs
-#   make bench       optimised build, then the benchmarks
+#   make bench       optimised build, then the benchmarks; results in build/bench/results.json
 #   make sanitize    only the ASan+UBSan suite      make fuzz   only the fuzz suite
 #   make install PREFIX=/usr/local                  make clean  remove build dirs
 
@@ -68,7 +68,7 @@ bench: $(SETUP_DEP)
 	$(CONFIGURE) -S . -B $(BUILD_RELEASE) -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF
 	$(CMAKE) --build $(BUILD_RELEASE) -j $(JOBS)
 	@if [ -f bench/run.sh ]; then \
-	  bash bench/run.sh $(BUILD_RELEASE); \
+	  KVC_BENCH_JSON=$${KVC_BENCH_JSON:-$(BUILD)/bench/results.json} bash bench/run.sh $(BUILD_RELEASE); \
 	else \
 	  set -e; found=0; \
 	  for b in $(BUILD_RELEASE)/bench/bench_*; do \
