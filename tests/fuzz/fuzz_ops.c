@@ -436,12 +436,17 @@ enum {
   F_DEVICE,  /* key on a CUDA device */
   F_VSEQ,    /* value has one token more than key */
   F_VHEADS,  /* value has one head more than key */
+  F_BADTYPE, /* key and value of a type kvcache cannot store (int32) */
+  F_KDIM0,   /* key head_dim 0 */
+  F_SEQ0,    /* no new tokens */
+  F_NODATA,  /* key data NULL */
   F_COUNT
 };
 
 static const char* fault_name(int f) {
   static const char* n[] = {"none", "batch", "heads", "kdim", "vdim", "dtype", "vdtype",
-                            "ndim", "nullk", "nullv", "device", "vseq", "vheads"};
+                            "ndim", "nullk", "nullv", "device", "vseq", "vheads",
+                            "badtype", "kdim0", "seq0", "nodata"};
   return f >= 0 && f < F_COUNT ? n[f] : "?";
 }
 
@@ -483,6 +488,10 @@ static void gen_make(ctx* c, const target* t, uint32_t layer, int64_t n, int fau
     case F_DEVICE: k->on_cpu = 0; break;
     case F_VSEQ: vs = n + 1; break;
     case F_VHEADS: vh = H + 1; break;
+    case F_BADTYPE: k->dtype = v->dtype = KVC_DTYPE_UNSET; break;
+    case F_KDIM0: dk = 0; break;
+    case F_SEQ0: n = vs = 0; break;
+    case F_NODATA: k->no_data = 1; break;
     default: break;
   }
   int64_t ks[4] = {kb, kh, n, dk}, vsh[4] = {kb, vh, vs, dv};
@@ -1085,8 +1094,8 @@ static void op_split(ctx* c) {
   reader* r = &c->r;
   target t = slot_target(c, i, c->s[i].is_ed && rd(r) % 4 == 0);
   int64_t B = gen_batch(&t);
-  int64_t full = rd(r) % 16 == 0 ? B + 1 : B, split = rd_range(r, 1, 4);
-  size_t need = (size_t)((full + split - 1) / split);
+  int64_t full = rd(r) % 16 == 0 ? B + 1 : B, split = rd(r) % 32 == 0 ? 0 : rd_range(r, 1, 4);
+  size_t need = split > 0 ? (size_t)((full + split - 1) / split) : 1;
   size_t cap = rd(r) % 8 == 0 ? need - 1 : need + rd(r) % 2;
   int mode = rd(r) % 4;
   if (cap > MAX_SPLITS) return;
@@ -1363,6 +1372,10 @@ static void op_query(ctx* c) {
   v = -7;
   expect_code(kvc_cache_seq_length(t.c, UINT32_MAX, &v), KVC_OK, "seq_length(UINT32_MAX)");
   if (v != 0) fail("%s: seq_length(UINT32_MAX) = %lld, want 0", t.name, (long long)v);
+  expect_code(kvc_cache_mask_sizes(t.c, -q, layer, &len, &off), KVC_ERROR_INVALID_ARGUMENT, "mask_sizes(q < 0)");
+  expect_code(kvc_cache_usable_length(t.c, -1 - nw, layer, &v), KVC_ERROR_INVALID_ARGUMENT, "usable_length(new < 0)");
+  expect_code(kvc_cache_max_length(t.c, -1 - (int32_t)q, &v), KVC_ERROR_OUT_OF_RANGE, "max_length(layer < -1)");
+  if (v != 0) fail("a failed query wrote its out-parameter");
   if (t.ref->num_layers == 0) return;
   kvc_layer_info info;
   memset(&info, 0x11, sizeof info);

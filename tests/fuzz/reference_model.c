@@ -278,11 +278,25 @@ kvc_code ref_cache_create(const kvc_cache_options* o, ref_cache* out) {
 
 /* --------------------------------------------------------------- update */
 
+static int valid_dtype(kvc_dtype d) {
+  return d == KVC_DTYPE_FLOAT32 || d == KVC_DTYPE_FLOAT16 || d == KVC_DTYPE_BFLOAT16;
+}
+
+static kvc_code check_tensor(const ref_tensor* t) {
+  if (!t->present) return KVC_ERROR_INVALID_ARGUMENT;
+  if (!t->on_cpu) return KVC_ERROR_DEVICE_MISMATCH;
+  if (t->ndim != 4) return KVC_ERROR_SHAPE_MISMATCH;
+  if (!valid_dtype(t->dtype)) return KVC_ERROR_DTYPE_MISMATCH;
+  if (t->shape[0] < 1 || t->shape[1] < 1 || t->shape[3] < 1) return KVC_ERROR_SHAPE_MISMATCH;
+  if (t->no_data) return KVC_ERROR_INVALID_ARGUMENT;
+  return KVC_OK;
+}
+
 static kvc_code check_input(const ref_layer* L, const ref_input* in) {
   const ref_tensor *k = &in->key, *v = &in->value;
-  if (!k->present || !v->present) return KVC_ERROR_INVALID_ARGUMENT;
-  if (!k->on_cpu || !v->on_cpu) return KVC_ERROR_DEVICE_MISMATCH;
-  if (k->ndim != 4 || v->ndim != 4) return KVC_ERROR_SHAPE_MISMATCH;
+  kvc_code code = check_tensor(k);
+  if (!code) code = check_tensor(v);
+  if (code) return code;
   if (k->dtype != v->dtype) return KVC_ERROR_DTYPE_MISMATCH;
   if (L && L->initialized && k->dtype != L->dtype) return KVC_ERROR_DTYPE_MISMATCH;
   if (k->shape[0] != v->shape[0] || k->shape[1] != v->shape[1] || k->shape[2] != v->shape[2])
@@ -296,8 +310,8 @@ static kvc_code check_input(const ref_layer* L, const ref_input* in) {
 static kvc_code check_state(const ref_layer* L, int64_t n, const ref_positions* pos) {
   int has_pos = pos && pos->pos;
   if (has_pos) {
-    if (pos->count != (uint64_t)n) return KVC_ERROR_INVALID_ARGUMENT;
     if (!L || !ref_is_static_kind(L->kind)) return KVC_OK; /* ignored by dynamic layers, as in 4.57 */
+    if (pos->count != (uint64_t)n) return KVC_ERROR_INVALID_ARGUMENT;
     /* Positions pick slots of a static layer, and of a static sliding layer
      * while the call leaves it not full (A.6 branch 4, as in 4.57); once the
      * window fills, the counter decides and positions are only sanity-checked. */
@@ -316,8 +330,7 @@ kvc_code ref_update_check(const ref_cache* c, uint32_t layer, const ref_input* i
   const ref_layer* L = layer < c->num_layers ? &c->layers[layer] : NULL;
   kvc_code code = check_input(L, in);
   if (code) return code;
-  if (in->key.shape[2] < 1) return KVC_ERROR_INVALID_ARGUMENT;
-  return check_state(L, in->key.shape[2], pos);
+  return check_state(L, in->key.shape[2], pos); /* 0 new tokens is a valid, empty update */
 }
 
 static void update_dynamic(ref_layer* L, const ref_grid* nw, ref_grid* ret) {
@@ -373,6 +386,10 @@ static void update_static_sliding(ref_layer* L, const ref_grid* nw, const ref_po
     write_slots(L, nw, slots);
     free(slots);
     if (ret) *ret = grid_copy(&L->stored);
+    return;
+  }
+  if (c >= cap && n == 0) { /* the branch-2 formula with nothing new: the buffer minus its oldest */
+    if (ret) *ret = grid_cat(&L->stored, 1, cap, NULL);
     return;
   }
   ref_grid full;
@@ -665,10 +682,6 @@ kvc_code ref_reset(ref_cache* c) {
     else grid_keep(&L->stored, 0, 0);
   }
   return KVC_OK;
-}
-
-static int valid_dtype(kvc_dtype d) {
-  return d == KVC_DTYPE_FLOAT32 || d == KVC_DTYPE_FLOAT16 || d == KVC_DTYPE_BFLOAT16;
 }
 
 kvc_code ref_early_initialization(ref_cache* c, const kvc_init_options* o) {

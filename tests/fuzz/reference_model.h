@@ -49,9 +49,10 @@ typedef struct ref_cache {
 typedef struct ref_tensor {
   int present; /* 0: the argument is NULL */
   int on_cpu;  /* 0: the descriptor names another device */
+  int no_data; /* 1: data is NULL */
   int32_t ndim;
   int64_t shape[4];
-  kvc_dtype dtype;
+  kvc_dtype dtype; /* KVC_DTYPE_UNSET: a DLPack type kvcache cannot store */
 } ref_tensor;
 
 /* One layer's update: key, value and the token ids of the new tokens,

@@ -8,11 +8,12 @@
 #include <string.h>
 
 size_t codec_dtype_size(kvc_dtype dtype) {
-  return dtype == KVC_DTYPE_FLOAT32 ? 4 : 2;
+  return dtype == KVC_DTYPE_FLOAT16 || dtype == KVC_DTYPE_BFLOAT16 ? 2 : 4;
 }
 
 kvc_data_type codec_data_type(kvc_dtype dtype) {
   kvc_data_type t = {KVC_TYPE_CODE_FLOAT, 32, 1};
+  if (dtype == KVC_DTYPE_UNSET) t.code = KVC_TYPE_CODE_INT; /* stands for any type kvcache cannot store */
   if (dtype == KVC_DTYPE_FLOAT16) t.bits = 16;
   if (dtype == KVC_DTYPE_BFLOAT16) {
     t.code = KVC_TYPE_CODE_BFLOAT;
@@ -26,6 +27,7 @@ const char* codec_dtype_name(kvc_dtype dtype) {
     case KVC_DTYPE_FLOAT32: return "f32";
     case KVC_DTYPE_FLOAT16: return "f16";
     case KVC_DTYPE_BFLOAT16: return "bf16";
+    case KVC_DTYPE_UNSET: return "int32";
     default: return "?";
   }
 }
@@ -128,7 +130,7 @@ void codec_build(codec_tensor* out, const ref_tensor* desc, const ref_grid* tok,
   if (nd != 4) layout = LAYOUT_COMPACT;
   layout_strides(layout, sh, st, &offset);
   int64_t span = 1;
-  for (int i = 0; i < 4; i++) span += (sh[i] - 1) * st[i];
+  for (int i = 0; i < 4; i++) span += sh[i] > 0 ? (sh[i] - 1) * st[i] : 0;
   size_t bytes = (size_t)(offset + span) * es;
   out->mem = malloc(bytes);
   if (!out->mem) abort();
@@ -144,7 +146,7 @@ void codec_build(codec_tensor* out, const ref_tensor* desc, const ref_grid* tok,
     out->shape[i] = desc->shape[i];
     out->strides[i] = st[i];
   }
-  out->t.data = out->mem;
+  out->t.data = desc->no_data ? NULL : out->mem;
   out->t.device.device_type = desc->on_cpu ? KVC_DEVICE_CPU : KVC_DEVICE_CUDA;
   out->t.device.device_id = 0;
   out->t.ndim = nd;
