@@ -273,8 +273,8 @@ kvc_error* kvc_cache_usable_length(const kvc_cache* c, int64_t new_seq_length, u
   kvc_error* e = kvc_cache_check(FN, c);
   if (e) return e;
   if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
-  if (new_seq_length < 0)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: new_seq_length is %" PRId64 "; it must be >= 0", FN,
+  if (new_seq_length < 0 || new_seq_length > INT32_MAX)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: new_seq_length is %" PRId64 "; it must be in [0, 2^31)", FN,
                    new_seq_length);
   const kvc_layer* l = layer < c->num_layers ? c->layers[layer] : NULL;
   int64_t max = l ? l->ops->max_length(l) : -1;
@@ -290,7 +290,8 @@ kvc_error* kvc_cache_mask_sizes(const kvc_cache* c, int64_t q, uint32_t layer, i
   if (e) return e;
   if (!kv_length || !kv_offset)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, kv_length ? "kv_offset" : "kv_length");
-  if (q < 0) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: query_length is %" PRId64 "; it must be >= 0", FN, q);
+  if (q < 0 || q > INT32_MAX)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: query_length is %" PRId64 "; it must be in [0, 2^31)", FN, q);
   if (layer >= c->num_layers) {
     *kv_length = q;
     *kv_offset = 0;

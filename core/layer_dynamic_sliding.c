@@ -73,7 +73,7 @@ static void apply_crop(kvc_layer* l, int64_t tokens) {
   int64_t len = kvc_layer_stored(l);
   if (l->cum >= l->window) {
     /* Recording past the window (checked): drop the last |tokens|, keep the last window-1 of the rest. */
-    int64_t t = -tokens;
+    int64_t t = tokens == INT64_MIN ? INT64_MAX : -tokens; /* "remove everything" without overflow */
     l->end -= t < len ? t : len;
     trim_to_window(l);
     /* transformers lets the counter go negative here; a negative length means nothing, so clamp at 0. */

@@ -109,7 +109,17 @@ kvc_error* kvc_check_input_tensor(const char* fn, const char* base, int64_t inde
       return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] (%s) is 0; %s must be >= 1", fn, arg, i, dims[i],
                      dims[i]);
   }
-  int64_t numel = t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3];
+  int64_t numel = 1;
+  for (int i = 0; i < 4; i++) {
+    /* Bounds that keep every size and offset computation of the core far from int64 overflow. */
+    if (t->shape[i] > INT32_MAX)
+      return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] (%s) is %" PRId64 "; sizes must be < 2^31", fn, arg, i,
+                     dims[i], t->shape[i]);
+    numel *= t->shape[i];
+    if (numel > (INT64_C(1) << 48))
+      return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s has more than 2^48 elements (shape [%" PRId64 ", %" PRId64
+                     ", %" PRId64 ", %" PRId64 "])", fn, arg, t->shape[0], t->shape[1], t->shape[2], t->shape[3]);
+  }
   if (numel > 0 && !t->data)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.data is NULL but the tensor has %" PRId64 " elements", fn, arg,
                    numel);

@@ -245,6 +245,7 @@ KVC_API kvc_error* kvc_cache_max_length(const kvc_cache* cache, int32_t layer, i
  * get_usable_length(new_seq_length, layer): the stored length old models use
  * as kv_seq_len: max_length(layer) - new_seq_length when the layer is bounded
  * and seq_length + new_seq_length exceeds it, else seq_length.
+ * new_seq_length must be in [0, 2^31).
  */
 KVC_API kvc_error* kvc_cache_usable_length(const kvc_cache* cache, int64_t new_seq_length,
                                            uint32_t layer, int64_t* out);
@@ -253,7 +254,7 @@ KVC_API kvc_error* kvc_cache_usable_length(const kvc_cache* cache, int64_t new_s
  * get_mask_sizes(query_length, layer): the length and absolute offset of the
  * key range the next update of `query_length` tokens will return, so the
  * attention mask can be built before the update. (query_length, 0) for a
- * layer index beyond the layers.
+ * layer index beyond the layers. query_length must be in [0, 2^31).
  */
 KVC_API kvc_error* kvc_cache_mask_sizes(const kvc_cache* cache, int64_t query_length, uint32_t layer,
                                         int64_t* kv_length, int64_t* kv_offset);
