@@ -137,8 +137,8 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
   if (e) return e;
   if (!o) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL; pass a kvc_init_options", FN);
   if ((e = kvc_check_struct_size(FN, "options", o->struct_size, sizeof(kvc_init_options)))) return e;
-  if (o->batch_size < 1)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->batch_size is %" PRId64 "; it must be >= 1", FN,
+  if (o->batch_size < 1 || o->batch_size > INT32_MAX)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->batch_size is %" PRId64 "; it must be in [1, 2^31)", FN,
                    o->batch_size);
   if (kvc_dtype_size(o->dtype) == 0)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,

@@ -142,6 +142,10 @@ uint64_t kvc_layer_bytes_reserved(const kvc_layer* layer);
 /* The stored region length. */
 static inline int64_t kvc_layer_stored(const kvc_layer* l) { return l->initialized ? l->end - l->start : 0; }
 
+/* Zeroed K and V buffers [batch, heads, cap, kd|vd]; 0 on success, -1 (nothing allocated) on failure or overflow. */
+int kvc_store_alloc(const kvc_cache* cache, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,
+                    size_t elem, void** k, void** v);
+
 /* Strides of the store for K (which = 0) or V (which = 1). */
 void kvc_store_strides(const kvc_layer* layer, int which, int64_t out[4]);
 

@@ -75,11 +75,22 @@ void kvc_store_strides(const kvc_layer* l, int which, int64_t out[4]) {
   out[0] = l->heads * l->cap * d;
 }
 
-static int alloc_pair(const kvc_cache* c, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,
-                      size_t elem, void** k, void** v) {
-  size_t kb = (size_t)(batch * heads * cap * kd) * elem, vb = (size_t)(batch * heads * cap * vd) * elem;
-  *k = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, kb ? kb : 1);
-  *v = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, vb ? vb : 1);
+/* b*h*cap*d*elem in bytes, or 0 if that overflows (then the allocation is refused as out of memory). */
+static size_t store_bytes(int64_t b, int64_t h, int64_t cap, int64_t d, size_t elem) {
+  uint64_t n = 1;
+  const uint64_t f[5] = {(uint64_t)b, (uint64_t)h, (uint64_t)cap, (uint64_t)d, (uint64_t)elem};
+  for (int i = 0; i < 5; i++)
+    if (__builtin_mul_overflow(n, f[i], &n)) return 0;
+  return n > (uint64_t)SIZE_MAX / 2 ? 0 : (size_t)n;
+}
+
+int kvc_store_alloc(const kvc_cache* c, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,
+                    size_t elem, void** k, void** v) {
+  size_t kb = store_bytes(batch, heads, cap, kd, elem), vb = store_bytes(batch, heads, cap, vd, elem);
+  *k = *v = NULL;
+  if (!kb || !vb) return -1;
+  *k = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, kb);
+  *v = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, vb);
   if (*k && *v) return 0;
   if (*k) c->backend->free(c->backend->ctx, c->device.device_id, *k);
   if (*v) c->backend->free(c->backend->ctx, c->device.device_id, *v);
@@ -94,7 +105,7 @@ kvc_error* kvc_layer_initialize(const kvc_cache* c, kvc_layer* l, kvc_dtype dtyp
   int64_t cap = l->ops->initial_capacity(&probe, n_first);
   size_t elem = kvc_dtype_size(dtype);
   void *k, *v;
-  if (alloc_pair(c, batch, heads, cap, kd, vd, elem, &k, &v)) return kvc_err_oom();
+  if (kvc_store_alloc(c, batch, heads, cap, kd, vd, elem, &k, &v)) return kvc_err_oom();
   l->k = k;
   l->v = v;
   l->cap = cap;
@@ -137,7 +148,7 @@ kvc_error* kvc_layer_reserve(const kvc_cache* c, kvc_layer* l, kvc_region keep, 
     int64_t cap = l->cap * 2;
     if (cap < len + extra) cap = len + extra;
     void *k, *v;
-    if (alloc_pair(c, l->batch, l->heads, cap, l->k_dim, l->v_dim, l->elem, &k, &v)) return kvc_err_oom();
+    if (kvc_store_alloc(c, l->batch, l->heads, cap, l->k_dim, l->v_dim, l->elem, &k, &v)) return kvc_err_oom();
     move_region(c, l, k, v, cap, keep);
     c->backend->free(c->backend->ctx, c->device.device_id, l->k);
     c->backend->free(c->backend->ctx, c->device.device_id, l->v);
@@ -227,7 +238,7 @@ kvc_error* kvc_layer_clone(const kvc_cache* sc, const kvc_layer* src, const kvc_
   l->k = l->v = NULL;
   if (src->initialized) {
     /* Same capacity so that the clone behaves (and allocates) exactly like the original from here on. */
-    if (alloc_pair(dc, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &l->k, &l->v)) {
+    if (kvc_store_alloc(dc, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &l->k, &l->v)) {
       free(l);
       return kvc_err_oom();
     }

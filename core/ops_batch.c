@@ -39,14 +39,7 @@ typedef struct new_store {
 } new_store;
 
 static int alloc_store(const kvc_cache* c, const kvc_layer* l, int64_t batch, new_store* s) {
-  size_t row = (size_t)(l->heads * l->cap) * l->elem;
-  s->k = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, (size_t)batch * row * (size_t)l->k_dim + 1);
-  s->v = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, (size_t)batch * row * (size_t)l->v_dim + 1);
-  if (s->k && s->v) return 0;
-  if (s->k) c->backend->free(c->backend->ctx, c->device.device_id, s->k);
-  if (s->v) c->backend->free(c->backend->ctx, c->device.device_id, s->v);
-  s->k = s->v = NULL;
-  return -1;
+  return kvc_store_alloc(c, batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &s->k, &s->v);
 }
 
 static void free_stores(const kvc_cache* c, new_store* s, uint32_t n) {

@@ -31,13 +31,14 @@ static kvc_error* check_layer(uint32_t i, const kvc_layer_options* l) {
                    "%s: options->layers[%u].kind is %d; valid kinds are KVC_LAYER_DYNAMIC (1) .. "
                    "KVC_LAYER_STATIC_CHUNKED (6)",
                    FN, i, (int)l->kind);
-  if (kvc_kind_is_sliding(l->kind) && l->window < 1)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->layers[%u].window is %" PRId64 "; a %s layer needs window >= 1",
-                   FN, i, l->window, kvc_kind_name(l->kind));
-  if (kvc_kind_is_static(l->kind) && l->max_cache_len < 1)
+  if (kvc_kind_is_sliding(l->kind) && (l->window < 1 || l->window > INT32_MAX))
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                   "%s: options->layers[%u].max_cache_len is %" PRId64 "; a %s layer needs max_cache_len >= 1", FN, i,
-                   l->max_cache_len, kvc_kind_name(l->kind));
+                   "%s: options->layers[%u].window is %" PRId64 "; a %s layer needs window in [1, 2^31)", FN, i,
+                   l->window, kvc_kind_name(l->kind));
+  if (kvc_kind_is_static(l->kind) && (l->max_cache_len < 1 || l->max_cache_len > INT32_MAX))
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: options->layers[%u].max_cache_len is %" PRId64 "; a %s layer needs max_cache_len in [1, 2^31)",
+                   FN, i, l->max_cache_len, kvc_kind_name(l->kind));
   return NULL;
 }
 
@@ -78,12 +79,13 @@ static kvc_error* check_config(kvc_preset p, const kvc_model_config* c) {
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: config->num_kv_shared_layers is %u but must be less than num_hidden_layers (%u)", FN,
                    c->num_kv_shared_layers, c->num_hidden_layers);
-  if (c->sliding_window < 0)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: config->sliding_window is %" PRId64 "; use 0 for none or >= 1", FN,
-                   c->sliding_window);
-  if (c->attention_chunk_size < 0)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: config->attention_chunk_size is %" PRId64 "; use 0 for none or >= 1",
-                   FN, c->attention_chunk_size);
+  if (c->sliding_window < 0 || c->sliding_window > INT32_MAX)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: config->sliding_window is %" PRId64 "; use 0 for none or [1, 2^31)",
+                   FN, c->sliding_window);
+  if (c->attention_chunk_size < 0 || c->attention_chunk_size > INT32_MAX)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: config->attention_chunk_size is %" PRId64 "; use 0 for none or [1, 2^31)", FN,
+                   c->attention_chunk_size);
   return NULL;
 }
 
@@ -122,9 +124,10 @@ kvc_error* kvc_preset_layers(const kvc_cache_options* o, kvc_layer_options** out
   if (e) return e;
   const kvc_model_config* c = o->config;
   int is_static = p != KVC_PRESET_DYNAMIC;
-  if (is_static && o->max_cache_len < 1)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->max_cache_len is %" PRId64 "; %s needs max_cache_len >= 1",
-                   FN, o->max_cache_len, preset_name(p));
+  if (is_static && (o->max_cache_len < 1 || o->max_cache_len > INT32_MAX))
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: options->max_cache_len is %" PRId64 "; %s needs max_cache_len in [1, 2^31)", FN,
+                   o->max_cache_len, preset_name(p));
   if ((p == KVC_PRESET_SLIDING_WINDOW || p == KVC_PRESET_HYBRID) && c->sliding_window < 1)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: config->sliding_window is %" PRId64 " but %s requires a model config with sliding window "

@@ -39,8 +39,8 @@ typedef int32_t kvc_layer_kind;
 typedef struct kvc_layer_options {
   uint32_t struct_size;     /**< sizeof(kvc_layer_options) */
   kvc_layer_kind kind;      /**< default KVC_LAYER_DYNAMIC */
-  int64_t window;           /**< sliding and chunked kinds: window or chunk size, >= 1 */
-  int64_t max_cache_len;    /**< static kinds: number of slots, >= 1 */
+  int64_t window;           /**< sliding and chunked kinds: window or chunk size, in [1, 2^31) */
+  int64_t max_cache_len;    /**< static kinds: number of slots, in [1, 2^31) */
 } kvc_layer_options;
 
 #define KVC_LAYER_OPTIONS_INIT {sizeof(kvc_layer_options), KVC_LAYER_DYNAMIC, 0, 0}
