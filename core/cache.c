@@ -127,6 +127,7 @@ kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
     return e;
   }
   c->lazy = src->lazy;
+  c->reserve = src->reserve;
   *out = c;
   return NULL;
 }

@@ -84,6 +84,7 @@ struct kvc_layer {
   int64_t start, end; /* stored region */
 
   int64_t cum;        /* tokens seen: sliding and static kinds */
+  int64_t reserve;    /* dynamic kind: capacity to allocate at initialization (kvc_cache_reserve) */
   int record_past;
 
   /* View descriptors: [0] stored view, [1] last update's return. */
@@ -110,6 +111,7 @@ struct kvc_cache {
   const kvc_backend* backend;
   kvc_device device;
   int lazy;               /* lazy DynamicCache: layers appear as they are updated */
+  int64_t reserve;        /* kvc_cache_reserve hint, given to layers a lazy cache creates later */
   uint32_t num_layers;
   uint32_t cap_layers;
   kvc_layer** layers;
@@ -125,6 +127,8 @@ kvc_error* kvc_layer_initialize(const kvc_cache* cache, kvc_layer* layer, kvc_dt
 void kvc_layer_uninitialize(const kvc_cache* cache, kvc_layer* layer);
 /* Makes [keep.begin, keep.end) followed by `extra` slots fit in the store (compacting or growing). */
 kvc_error* kvc_layer_reserve(const kvc_cache* cache, kvc_layer* layer, kvc_region keep, int64_t extra);
+/* Moves [keep.begin, keep.end) into the new store (k, v, cap) at slot 0, frees the old one and adopts the new. */
+void kvc_layer_adopt_store(const kvc_cache* cache, kvc_layer* layer, void* k, void* v, int64_t cap, kvc_region keep);
 /* Recomputes the stored view descriptors after a mutation. */
 void kvc_layer_sync_view(kvc_layer* layer);
 /* Sets the return view to `r`. */

@@ -138,6 +138,18 @@ static void move_region(const kvc_cache* c, const kvc_layer* l, void* dk, void* 
   }
 }
 
+void kvc_layer_adopt_store(const kvc_cache* c, kvc_layer* l, void* k, void* v, int64_t cap, kvc_region keep) {
+  move_region(c, l, k, v, cap, keep);
+  c->backend->free(c->backend->ctx, c->device.device_id, l->k);
+  c->backend->free(c->backend->ctx, c->device.device_id, l->v);
+  l->k = k;
+  l->v = v;
+  l->cap = cap;
+  l->start -= keep.begin;
+  l->end -= keep.begin;
+  kvc_layer_sync_view(l);
+}
+
 kvc_error* kvc_layer_reserve(const kvc_cache* c, kvc_layer* l, kvc_region keep, int64_t extra) {
   int64_t len = keep.end - keep.begin;
   if (keep.end + extra <= l->cap) return NULL;
@@ -149,12 +161,8 @@ kvc_error* kvc_layer_reserve(const kvc_cache* c, kvc_layer* l, kvc_region keep, 
     if (cap < len + extra) cap = len + extra;
     void *k, *v;
     if (kvc_store_alloc(c, l->batch, l->heads, cap, l->k_dim, l->v_dim, l->elem, &k, &v)) return kvc_err_oom();
-    move_region(c, l, k, v, cap, keep);
-    c->backend->free(c->backend->ctx, c->device.device_id, l->k);
-    c->backend->free(c->backend->ctx, c->device.device_id, l->v);
-    l->k = k;
-    l->v = v;
-    l->cap = cap;
+    kvc_layer_adopt_store(c, l, k, v, cap, keep);
+    return NULL;
   }
   /* Slots beyond the kept region may hold stale tokens after a move: static kinds rely on zeros there. */
   l->start -= keep.begin;

@@ -49,8 +49,8 @@ static void reset(const kvc_cache* c, kvc_layer* l) {
 }
 
 static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
-  (void)l;
-  return n < 64 ? 64 : n;
+  int64_t cap = n < 64 ? 64 : n;
+  return cap < l->reserve ? l->reserve : cap;
 }
 
 const kvc_layer_ops kvc_dynamic_layer_ops = {

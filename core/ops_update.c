@@ -90,6 +90,7 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
     kvc_layer* l = NULL;
     e = kvc_layer_new(&spec, &l);
     if (!e) {
+      l->reserve = c->reserve;
       e = kvc_cache_append_layer(c, l);
       if (e) kvc_layer_free(c, l);
     }

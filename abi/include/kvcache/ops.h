@@ -125,6 +125,19 @@ KVC_API kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, s
                                                kvc_cache** out);
 
 /**
+ * Reserves room for `tokens` tokens in every dynamic full-attention layer,
+ * like std::vector::reserve: updates up to that length then neither allocate
+ * nor copy history, and the memory held is exactly what was asked for instead
+ * of the up-to-2x of geometric growth. Initialized layers grow now (their
+ * history is copied once); layers not yet initialized, and layers a lazy
+ * cache creates later, allocate that much at their first update. Sliding and
+ * static layers are bounded and ignore it; it never shrinks a layer.
+ * tokens in [0, 2^31). Errors: INVALID_ARGUMENT, OUT_OF_MEMORY (then no
+ * layer has changed).
+ */
+KVC_API kvc_error* kvc_cache_reserve(kvc_cache* cache, int64_t tokens);
+
+/**
  * reset(): every layer becomes empty: static buffers are zeroed and their
  * counters set to 0; dynamic layers drop their tokens (keeping their storage
  * for reuse). See docs/differences-from-transformers.md for how this differs

@@ -1,0 +1,77 @@
+/*
+ * report.c: see report.h.
+ */
+#include "report.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+char* g_trace;
+int g_echo_trace;
+static size_t g_trace_len, g_trace_cap;
+
+void trace(const char* fmt, ...) {
+  va_list ap;
+  for (;;) {
+    va_start(ap, fmt);
+    int n = vsnprintf(g_trace ? g_trace + g_trace_len : NULL, g_trace ? g_trace_cap - g_trace_len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (g_trace && g_trace_len + (size_t)n < g_trace_cap) {
+      if (g_echo_trace) fputs(g_trace + g_trace_len, stdout), fflush(stdout);
+      g_trace_len += (size_t)n;
+      return;
+    }
+    size_t cap = (g_trace_cap + (size_t)n + 1) * 2;
+    char* grown = realloc(g_trace, cap);
+    if (!grown) abort();
+    g_trace = grown;
+    g_trace_cap = cap;
+  }
+}
+
+void trace_reset(void) {
+  g_trace_len = 0;
+  if (g_trace) g_trace[0] = '\0';
+}
+
+void fail(const char* fmt, ...) {
+  fprintf(stderr, "\n=== kvcache differential fuzzer: the library and the reference model disagree ===\n");
+  fprintf(stderr, "--- operations so far (slot: op args -> expected code) ---\n%s", g_trace ? g_trace : "");
+  fprintf(stderr, "--- divergence ---\n");
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n");
+  abort();
+}
+
+/* A crash inside the library (a sanitizer report) shows the trace too. */
+#if defined(__GNUC__) || defined(__clang__)
+extern void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
+#endif
+
+static void dump_trace_on_death(void) {
+  fprintf(stderr, "--- operations before the crash (slot: op args -> expected code) ---\n%s",
+          g_trace ? g_trace : "");
+}
+
+void install_death_callback(void) {
+#if defined(__GNUC__) || defined(__clang__)
+  static int done;
+  if (!done && __sanitizer_set_death_callback) __sanitizer_set_death_callback(dump_trace_on_death);
+  done = 1;
+#endif
+}
+
+void expect_code(kvc_error* e, kvc_code want, const char* what) {
+  kvc_code got = kvc_error_code(e);
+  const char* msg = kvc_error_message(e);
+  if (got != want)
+    fail("%s: library returned %s (\"%s\"), reference expects %s", what, kvc_code_name(got), msg ? msg : "(null)",
+         kvc_code_name(want));
+  if (e && (!msg || !msg[0])) fail("%s: error %s has an empty message", what, kvc_code_name(got));
+  kvc_error_destroy(e);
+}

@@ -1,0 +1,32 @@
+/*
+ * report.h: how the differential fuzzer tells what happened: the trace of
+ * operations of the current input, and the abort that reports a divergence.
+ */
+#ifndef KVC_FUZZ_REPORT_H
+#define KVC_FUZZ_REPORT_H
+
+#include "kvcache.h"
+
+#if defined(__GNUC__) || defined(__clang__)
+#  define KVC_FUZZ_NORETURN __attribute__((noreturn, format(printf, 1, 2)))
+#  define KVC_FUZZ_PRINTF __attribute__((format(printf, 1, 2)))
+#else
+#  define KVC_FUZZ_NORETURN
+#  define KVC_FUZZ_PRINTF
+#endif
+
+extern char* g_trace;    /* the operations of the current input, one line each */
+extern int g_echo_trace; /* also print each line as it is added (standalone -trace) */
+
+/* Appends to the trace. */
+KVC_FUZZ_PRINTF void trace(const char* fmt, ...);
+/* Starts the trace of a new input. */
+void trace_reset(void);
+/* Prints the trace and what differed, then aborts (libFuzzer reports a crash). */
+KVC_FUZZ_NORETURN void fail(const char* fmt, ...);
+/* Makes a sanitizer report inside the library print the trace too. */
+void install_death_callback(void);
+/* Fails unless `e` has code `want` and a message; destroys `e`. */
+void expect_code(kvc_error* e, kvc_code want, const char* what);
+
+#endif /* KVC_FUZZ_REPORT_H */
