@@ -44,7 +44,8 @@ foreach(_src IN LISTS _fuzz_sources)
     list(APPEND _corpora "${_seed}")
   endif()
   add_test(NAME ${_target}
-    COMMAND ${_target} -runs=300000 -max_total_time=60 -timeout=25
+    # -error_exitcode=1: libFuzzer's default (77) is CTest's "skipped" code here, which would hide a finding.
+    COMMAND ${_target} -error_exitcode=1 -runs=300000 -max_total_time=60 -timeout=25
             "-artifact_prefix=${_work}/artifacts/" ${_corpora}
     WORKING_DIRECTORY "${_work}")
   kvc_test_properties(${_target} LABELS fuzz TIMEOUT 180)

@@ -120,8 +120,8 @@ kvc_error* kvc_encoder_decoder_cache_update_cross(kvc_encoder_decoder_cache* c, 
   kvc_kv tmp;
   if ((e = kvc_cache_update(c->cross_attention, layer, key, value, NULL, &tmp))) return rewrap(FN, "cross-attention cache", e);
   c->is_updated[layer] = 1;
-  /* Attention reads the stored tensors (for a static cross cache: the whole buffer). */
-  if (out) return kvc_cache_layer_view(c->cross_attention, layer, out);
+  /* The first step attends to what the update returned (for a sliding cross layer more than it keeps). */
+  if (out) *out = tmp;
   return NULL;
 }
 

@@ -80,10 +80,11 @@ static void apply_crop(kvc_layer* l, int64_t tokens) {
     l->cum = l->cum - t > 0 ? l->cum - t : 0;
     return;
   }
-  if (!l->initialized || tokens == 0) return;
+  if (!l->initialized) return;
+  /* Below the window the counter follows what is stored, also after crop(0) (as transformers). */
   int64_t keep = tokens > 0 ? tokens : len + tokens;
   if (keep < 0) keep = 0;
-  if (keep < len) l->end = l->start + keep;
+  if (tokens != 0 && keep < len) l->end = l->start + keep;
   l->cum = l->end - l->start;
 }
 
