@@ -335,6 +335,13 @@ class Case:
             v = cache.get_max_cache_shape(i)
         self.out.op(f"maxlen {s} {i} {int(v)}")
 
+    def usable(self, s, i, new):
+        slot = self.slots[s]
+        cache = slot.obj
+        if slot.ed or not hasattr(cache, "get_usable_length"):
+            return  # get_usable_length exists up to 4.53
+        self.out.op(f"usable {s} {new} {i} {int(cache.get_usable_length(new, i))}")
+
     def mask(self, s, q, i):
         cache = self.slots[s].obj
         arg = q if IS_V5 else torch.arange(q)
@@ -1106,6 +1113,7 @@ def v453_batch_split(case):
                 if ed:
                     case.view(p, i, cross=True)
                 case.seqlen(p, i)
+                case.usable(p, i, rng.randint(0, 4))
         if rng.random() < 0.5:
             # the splits live on as independent caches; equal updates keep them stackable
             n_new = tokens(rng)

@@ -645,6 +645,15 @@ static void op_maxlen(replay* r) {
     check_int(r, "max_length", got, want);
 }
 
+static void op_usable(replay* r) {
+  int64_t si = num(r), new_len = num(r), layer = num(r);
+  vint want = expected_num(r);
+  if (r->case_failed || r->malformed) return;
+  int64_t got = -12345;
+  if (must(r, kvc_cache_usable_length(cache_at(r, si), new_len, (uint32_t)layer, &got), "kvc_cache_usable_length"))
+    check_int(r, "usable_length", got, want);
+}
+
 static void op_mask(replay* r) {
   int64_t si = num(r), q = num(r), layer = num(r);
   vint want_len = expected_num(r), want_off = expected_num(r);
@@ -920,7 +929,7 @@ static const struct {
   const char* name;
   void (*run)(replay*);
 } OPS[] = {{"create", op_create},   {"tensors", op_tensors}, {"layout", op_layout}, {"nlayers", op_nlayers},
-           {"update", op_update},   {"seqlen", op_seqlen},   {"maxlen", op_maxlen}, {"mask", op_mask},
+           {"update", op_update},   {"seqlen", op_seqlen},   {"maxlen", op_maxlen}, {"mask", op_mask}, {"usable", op_usable},
            {"crop", op_crop},       {"record", op_record},   {"reorder", op_reorder}, {"repeat", op_repeat},
            {"select", op_select},   {"reset", op_reset},     {"clone", op_clone},   {"drop", op_drop},
            {"early", op_early},     {"split", op_split},     {"stack", op_stack},   {"edcreate", op_edcreate},
