@@ -99,6 +99,12 @@ extern const kvc_layer_ops kvc_dynamic_sliding_layer_ops;
 extern const kvc_layer_ops kvc_static_layer_ops;
 extern const kvc_layer_ops kvc_static_sliding_layer_ops;
 
+/* Shared by the dynamic kinds. */
+kvc_error* kvc_dynamic_check_update(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
+                                    const kvc_update_options* opts);
+kvc_region kvc_dynamic_keep_for_update(const kvc_layer* layer, int64_t n, const kvc_update_options* opts,
+                                       int64_t* append);
+
 int kvc_kind_is_valid(kvc_layer_kind kind);
 int kvc_kind_is_static(kvc_layer_kind kind);
 int kvc_kind_is_sliding(kvc_layer_kind kind);
@@ -138,6 +144,8 @@ void kvc_layer_write(const kvc_cache* cache, kvc_layer* layer, const kvc_tensor*
                      int64_t slot, const int64_t* positions, int64_t n);
 /* Zeroes physical slots [r.begin, r.end). */
 void kvc_layer_zero(const kvc_cache* cache, kvc_layer* layer, kvc_region r);
+/* A copy of the layer's description and counters without storage or views (NULL when out of memory). */
+kvc_layer* kvc_layer_shell(const kvc_layer* src);
 /* Deep copy of a layer (same capacity layout compacted to the stored region). */
 kvc_error* kvc_layer_clone(const kvc_cache* src_cache, const kvc_layer* src, const kvc_cache* dst_cache,
                            kvc_layer** out);

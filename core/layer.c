@@ -239,11 +239,18 @@ uint64_t kvc_layer_bytes_reserved(const kvc_layer* l) {
   return (uint64_t)(l->batch * l->heads * l->cap * (l->k_dim + l->v_dim)) * l->elem;
 }
 
-kvc_error* kvc_layer_clone(const kvc_cache* sc, const kvc_layer* src, const kvc_cache* dc, kvc_layer** out) {
+kvc_layer* kvc_layer_shell(const kvc_layer* src) {
   kvc_layer* l = (kvc_layer*)malloc(sizeof(*l));
-  if (!l) return kvc_err_oom();
+  if (!l) return NULL;
   *l = *src;
   l->k = l->v = NULL;
+  memset(l->views, 0, sizeof l->views);
+  return l;
+}
+
+kvc_error* kvc_layer_clone(const kvc_cache* sc, const kvc_layer* src, const kvc_cache* dc, kvc_layer** out) {
+  kvc_layer* l = kvc_layer_shell(src);
+  if (!l) return kvc_err_oom();
   if (src->initialized) {
     /* Same capacity so that the clone behaves (and allocates) exactly like the original from here on. */
     if (kvc_store_alloc(dc, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &l->k, &l->v)) {
@@ -254,8 +261,6 @@ kvc_error* kvc_layer_clone(const kvc_cache* sc, const kvc_layer* src, const kvc_
     (void)sc;
     move_region(dc, &tmp, l->k, l->v, l->cap, (kvc_region){0, src->cap});
     kvc_layer_sync_view(l);
-    /* The return view of the source is not part of the clone's state. */
-    memset(&l->views[1], 0, sizeof l->views[1]);
   }
   *out = l;
   return NULL;

@@ -1,13 +1,14 @@
 /* core/layer_dynamic.c: DynamicLayer (spec A.2), a growing full-attention layer. */
 #include "internal.h"
 
-static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
-                               const kvc_update_options* o) {
+/* Dynamic kinds accept any number of tokens and append them after what they store. */
+kvc_error* kvc_dynamic_check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                                    const kvc_update_options* o) {
   (void)fn; (void)index; (void)l; (void)n; (void)o;
   return NULL;
 }
 
-static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t* append) {
+kvc_region kvc_dynamic_keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t* append) {
   (void)o;
   *append = n;
   return (kvc_region){l->start, l->end};
@@ -54,5 +55,5 @@ static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
 }
 
 const kvc_layer_ops kvc_dynamic_layer_ops = {
-    check_update, keep_for_update, apply_update, seq_length, max_length, mask_sizes, check_crop, apply_crop, reset, initial_capacity,
+    kvc_dynamic_check_update, kvc_dynamic_keep_for_update, apply_update, seq_length, max_length, mask_sizes, check_crop, apply_crop, reset, initial_capacity,
 };

@@ -11,18 +11,6 @@
 
 #include "internal.h"
 
-static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
-                               const kvc_update_options* o) {
-  (void)fn; (void)index; (void)l; (void)n; (void)o;
-  return NULL;
-}
-
-static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t* append) {
-  (void)o;
-  *append = n;
-  return (kvc_region){l->start, l->end};
-}
-
 /* Drops stored tokens older than the last window-1 (window 1 keeps none: see the differences doc). */
 static void trim_to_window(kvc_layer* l) {
   int64_t keep = l->window - 1;
@@ -101,5 +89,5 @@ static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
 }
 
 const kvc_layer_ops kvc_dynamic_sliding_layer_ops = {
-    check_update, keep_for_update, apply_update, seq_length, max_length, mask_sizes, check_crop, apply_crop, reset, initial_capacity,
+    kvc_dynamic_check_update, kvc_dynamic_keep_for_update, apply_update, seq_length, max_length, mask_sizes, check_crop, apply_crop, reset, initial_capacity,
 };

@@ -315,14 +315,11 @@ static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kv
   for (int64_t r = 0; src && r < rows; r++) src[r] = first + r;
   for (uint32_t i = 0; !e && i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
-    kvc_layer* n = (kvc_layer*)malloc(sizeof(*n));
+    kvc_layer* n = kvc_layer_shell(l);
     if (!n) {
       e = kvc_err_oom();
       break;
     }
-    *n = *l;
-    n->k = n->v = NULL;
-    memset(n->views, 0, sizeof n->views);
     if (l->initialized) {
       new_store st;
       if (alloc_store(c, l, rows, &st)) {
@@ -441,14 +438,11 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
   r->lazy = first->lazy;
   for (uint32_t i = 0; !e && i < first->num_layers; i++) {
     const kvc_layer* l0 = first->layers[i];
-    kvc_layer* n = (kvc_layer*)malloc(sizeof(*n));
+    kvc_layer* n = kvc_layer_shell(l0);
     if (!n) {
       e = kvc_err_oom();
       break;
     }
-    *n = *l0;
-    n->k = n->v = NULL;
-    memset(n->views, 0, sizeof n->views);
     if (l0->initialized) {
       int64_t batch = 0, cap = 0, len = l0->end - l0->start;
       for (size_t s = 0; s < count; s++) {

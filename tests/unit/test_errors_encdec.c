@@ -6,52 +6,8 @@
  * refuses). Each case checks the code, the message, untouched out-params and
  * that both caches and the is_updated flags are unchanged.
  */
-#include "test_util.h"
+#include "test_errors.h"
 
-/*
- * Expects `err` to be an error of exactly `code` whose message contains every
- * needle (the function, the argument and the offending value), then destroys
- * it. On failure the whole message is printed, so a vague one is easy to see.
- */
-static int expect_err(const char* file, int line, const char* expr, kvc_error* err, kvc_code code,
-                      const char* const* needles) {
-  tu_checks_total++;
-  if (!err) {
-    tu_failures_total++;
-    fprintf(stderr, "%s:%d: FAILED in %s: %s succeeded, expected %s\n", file, line, tu_current_test, expr,
-            kvc_code_name(code));
-    return 0;
-  }
-  kvc_code got = kvc_error_code(err);
-  const char* msg = kvc_error_message(err);
-  const char* missing = NULL;
-  for (const char* const* n = needles; *n && !missing; n++)
-    if (!msg || !strstr(msg, *n)) missing = *n;
-  int ok = got == code && msg && !missing;
-  if (!ok) {
-    tu_failures_total++;
-    fprintf(stderr, "%s:%d: FAILED in %s: %s returned %s, expected %s", file, line, tu_current_test, expr,
-            kvc_code_name(got), kvc_code_name(code));
-    if (missing) fprintf(stderr, "; the message lacks \"%s\"", missing);
-    fprintf(stderr, "\n    message: \"%s\"\n", msg ? msg : "(null)");
-  }
-  kvc_error_destroy(err);
-  return ok;
-}
-#define EXPECT_ERR(expr, code, ...) \
-  expect_err(__FILE__, __LINE__, #expr, (expr), (code), (const char* const[]){__VA_ARGS__, NULL})
-
-/* EXPECT_ERR, plus: everything observable about `cache` is the same after the call. */
-#define EXPECT_ERR_UNCHANGED(cache, expr, code, ...)  \
-  do {                                                \
-    tu_snapshot before_, after_;                      \
-    snapshot((cache), &before_);                      \
-    EXPECT_ERR(expr, code, __VA_ARGS__);              \
-    snapshot((cache), &after_);                       \
-    CHECK_SNAPSHOT_EQUAL(&before_, &after_);          \
-    snapshot_free(&before_);                          \
-    snapshot_free(&after_);                           \
-  } while (0)
 
 /* Same as EXPECT_ERR_UNCHANGED, for an encoder-decoder cache (both caches and the flags). */
 #define EXPECT_ED_ERR_UNCHANGED(ed, expr, code, ...) \
