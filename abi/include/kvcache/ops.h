@@ -40,7 +40,8 @@ KVC_API void kvc_update_options_init(kvc_update_options* options);
  *    or overflows the window with several tokens.
  * `key` is [batch, heads, new, k_head_dim], `value` [batch, heads, new,
  * v_head_dim], both of the cache's dtype and device; borrowed for the call and
- * copied. The first update of a layer fixes its batch, heads, head dims and
+ * copied. `new` may be 0 (nothing is stored; the views are returned as the
+ * branch for 0 new tokens gives them). The first update of a layer fixes its batch, heads, head dims and
  * dtype. A lazy cache creates missing layers up to `layer`.
  * Views in `*out` are owned by the cache, valid until its next mutating call.
  * In steady decoding nothing is allocated and nothing already stored is
@@ -110,7 +111,8 @@ KVC_API kvc_error* kvc_cache_batch_select_indices(kvc_cache* cache, const int64_
  * same layers, counters and flags. full_batch_size must be the cache's batch
  * size. Writes at most `capacity` handles to `out` (owned by the caller) and
  * the number of splits to `*count`; if `capacity` is too small nothing is
- * created and the error (INVALID_ARGUMENT) says how many are needed.
+ * created and the error (INVALID_ARGUMENT) says how many are needed. A cache
+ * without any initialized layer has no batch to split (INVALID_STATE).
  */
 KVC_API kvc_error* kvc_cache_batch_split(const kvc_cache* cache, int64_t full_batch_size,
                                          int64_t split_size, kvc_cache** out, size_t capacity,
