@@ -75,6 +75,55 @@ static void swap_store(const kvc_cache* c, kvc_layer* l, new_store* s, int64_t b
 }
 
 /*
+ * How an in-place reorder moves rows. A changed row b takes former row
+ * idx[b]; when that source row is itself overwritten it is first saved to
+ * scratch slot k (saved[k] -> saved_slots[k] = k), and b is filled from there.
+ * One allocation holds every index list.
+ */
+typedef struct row_plan {
+  int64_t* buf;
+  int64_t *direct_dst, *direct_src;   /* rows copied straight from an unchanged row */
+  int64_t *scratch_dst, *scratch_src; /* rows copied from a scratch slot */
+  int64_t *saved, *saved_slots;       /* rows saved to scratch before anything is written */
+  int64_t ndirect, nscratch, nsaved;
+} row_plan;
+
+static int plan_rows(const int64_t* idx, size_t count, row_plan* p) {
+  memset(p, 0, sizeof *p);
+  p->buf = (int64_t*)malloc(sizeof(int64_t) * 7 * count);
+  if (!p->buf) return -1;
+  p->direct_dst = p->buf;
+  p->direct_src = p->buf + count;
+  p->scratch_dst = p->buf + 2 * count;
+  p->scratch_src = p->buf + 3 * count;
+  p->saved = p->buf + 4 * count;
+  p->saved_slots = p->buf + 5 * count;
+  int64_t* slot_of = p->buf + 6 * count; /* scratch slot of a saved row, or -1 */
+  for (size_t r = 0; r < count; r++) slot_of[r] = -1;
+  for (size_t b = 0; b < count; b++) {
+    int64_t src = idx[b];
+    if (src == (int64_t)b) continue;
+    if (idx[src] != src && slot_of[src] < 0) { /* the source changes too: save it first */
+      slot_of[src] = p->nsaved;
+      p->saved_slots[p->nsaved] = p->nsaved;
+      p->saved[p->nsaved++] = src;
+    }
+  }
+  for (size_t b = 0; b < count; b++) {
+    int64_t src = idx[b];
+    if (src == (int64_t)b) continue;
+    if (slot_of[src] >= 0) {
+      p->scratch_dst[p->nscratch] = (int64_t)b;
+      p->scratch_src[p->nscratch++] = slot_of[src];
+    } else {
+      p->direct_dst[p->ndirect] = (int64_t)b;
+      p->direct_src[p->ndirect++] = src;
+    }
+  }
+  return 0;
+}
+
+/*
  * Row b becomes former row idx[b] for every layer holding tokens. When the
  * batch size is unchanged only rows with idx[b] != b are written, and only
  * their stored region; rows that are both read and overwritten go through a
@@ -122,99 +171,51 @@ static kvc_error* gather_batch(const char* fn, kvc_cache* c, const int64_t* idx,
     return NULL;
   }
 
-  /* In place. Rows that change, and which of their sources are themselves overwritten. */
-  int64_t* moved_dst = (int64_t*)malloc(sizeof(int64_t) * count);
-  int64_t* moved_src = (int64_t*)malloc(sizeof(int64_t) * count);
-  int64_t* saved = (int64_t*)malloc(sizeof(int64_t) * count);
-  int64_t* slot = (int64_t*)malloc(sizeof(int64_t) * count);
-  unsigned char* changes = (unsigned char*)calloc(count, 1);
-  if (!moved_dst || !moved_src || !saved || !slot || !changes) {
-    free(moved_dst), free(moved_src), free(saved), free(slot), free(changes);
-    return kvc_err_oom();
-  }
-  int64_t nmoved = 0, nsaved = 0;
-  for (size_t b = 0; b < count; b++)
-    if (idx[b] != (int64_t)b) changes[b] = 1;
-  for (size_t b = 0; b < count; b++) {
-    slot[b] = -1;
-    if (!changes[b]) continue;
-    moved_dst[nmoved] = (int64_t)b;
-    moved_src[nmoved++] = idx[b];
-  }
-  for (size_t r = 0; r < count; r++) {
-    /* Row r must be saved if it changes and some changing row reads it. */
-    if (!changes[r]) continue;
-    for (int64_t m = 0; m < nmoved; m++)
-      if (moved_src[m] == (int64_t)r) {
-        slot[r] = nsaved;
-        saved[nsaved++] = (int64_t)r;
-        break;
-      }
+  /* In place: only rows with idx[b] != b are written, only their stored region. */
+  row_plan plan;
+  if (plan_rows(idx, count, &plan)) return kvc_err_oom();
+  if (plan.ndirect + plan.nscratch == 0) {
+    free(plan.buf);
+    return NULL;
   }
   /* One scratch buffer, sized for the largest layer, allocated before anything is written. */
   size_t scratch_bytes = 0;
   for (uint32_t i = 0; i < n; i++) {
     const kvc_layer* l = c->layers[i];
     if (!holds_tokens(l)) continue;
-    size_t b = (size_t)(nsaved * l->heads * l->cap * (l->k_dim > l->v_dim ? l->k_dim : l->v_dim)) * l->elem;
+    size_t b = (size_t)(plan.nsaved * l->heads * (l->end - l->start) * (l->k_dim > l->v_dim ? l->k_dim : l->v_dim)) * l->elem;
     if (b > scratch_bytes) scratch_bytes = b;
   }
   void* scratch = NULL;
-  if (nmoved && nsaved && scratch_bytes) {
+  if (scratch_bytes) {
     scratch = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, scratch_bytes);
     if (!scratch) {
-      free(moved_dst), free(moved_src), free(saved), free(slot), free(changes);
+      free(plan.buf);
       return kvc_err_oom();
     }
   }
-  int64_t* direct_dst = (int64_t*)malloc(sizeof(int64_t) * count);
-  int64_t* direct_src = (int64_t*)malloc(sizeof(int64_t) * count);
-  int64_t* from_scratch_dst = (int64_t*)malloc(sizeof(int64_t) * count);
-  int64_t* from_scratch_src = (int64_t*)malloc(sizeof(int64_t) * count);
-  int64_t* seq_rows = (int64_t*)malloc(sizeof(int64_t) * count);
-  if (!direct_dst || !direct_src || !from_scratch_dst || !from_scratch_src || !seq_rows) {
-    free(direct_dst), free(direct_src), free(from_scratch_dst), free(from_scratch_src), free(seq_rows);
-    free(moved_dst), free(moved_src), free(saved), free(slot), free(changes);
-    if (scratch) c->backend->free(c->backend->ctx, c->device.device_id, scratch);
-    return kvc_err_oom();
-  }
-  int64_t nd = 0, ns = 0;
-  for (int64_t m = 0; m < nmoved; m++) {
-    int64_t src = moved_src[m];
-    if (slot[src] >= 0) {
-      from_scratch_dst[ns] = moved_dst[m];
-      from_scratch_src[ns++] = slot[src];
-    } else {
-      direct_dst[nd] = moved_dst[m];
-      direct_src[nd++] = src;
-    }
-  }
-  for (int64_t i = 0; i < nsaved; i++) seq_rows[i] = i;
-
-  for (uint32_t i = 0; i < n && nmoved; i++) {
+  for (uint32_t i = 0; i < n; i++) {
     kvc_layer* l = c->layers[i];
-    if (!holds_tokens(l)) continue;
+    if (!holds_tokens(l) || l->end == l->start) continue; /* a window-1 sliding layer stores nothing to move */
     for (int which = 0; which < 2; which++) {
       int64_t d = which ? l->v_dim : l->k_dim;
       int64_t st[4], shape[4] = {1, l->heads, l->end - l->start, d};
       kvc_store_strides(l, which, st);
       char* base = (char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem;
-      /* Scratch rows are compact [heads, stored, d]. */
-      int64_t ss[4] = {l->heads * shape[2] * d, shape[2] * d, d, 1};
-      if (nsaved)
-        c->backend->copy_rows(c->backend->ctx, c->device.device_id, scratch, ss, seq_rows, base, st, saved, nsaved,
-                              shape, l->elem);
-      c->backend->copy_rows(c->backend->ctx, c->device.device_id, base, st, direct_dst, base, st, direct_src, nd,
-                            shape, l->elem);
-      if (ns)
-        c->backend->copy_rows(c->backend->ctx, c->device.device_id, base, st, from_scratch_dst, scratch, ss,
-                              from_scratch_src, ns, shape, l->elem);
+      int64_t ss[4] = {l->heads * shape[2] * d, shape[2] * d, d, 1}; /* scratch rows: compact [heads, stored, d] */
+      const kvc_backend* be = c->backend;
+      int32_t dev = c->device.device_id;
+      if (plan.nsaved)
+        be->copy_rows(be->ctx, dev, scratch, ss, plan.saved_slots, base, st, plan.saved, plan.nsaved, shape, l->elem);
+      be->copy_rows(be->ctx, dev, base, st, plan.direct_dst, base, st, plan.direct_src, plan.ndirect, shape, l->elem);
+      if (plan.nscratch)
+        be->copy_rows(be->ctx, dev, base, st, plan.scratch_dst, scratch, ss, plan.scratch_src, plan.nscratch, shape,
+                      l->elem);
     }
     kvc_layer_sync_view(l);
   }
   if (scratch) c->backend->free(c->backend->ctx, c->device.device_id, scratch);
-  free(direct_dst), free(direct_src), free(from_scratch_dst), free(from_scratch_src), free(seq_rows);
-  free(moved_dst), free(moved_src), free(saved), free(slot), free(changes);
+  free(plan.buf);
   (void)fn;
   return NULL;
 }

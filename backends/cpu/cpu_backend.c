@@ -81,6 +81,7 @@ static int cpu_copy_rows(void* ctx, int32_t device_id, void* dst, const int64_t 
                          const void* src, const int64_t ss[4], const int64_t* src_rows, int64_t count,
                          const int64_t row_shape[4], size_t elem) {
   int64_t shape[4] = {1, row_shape[1], row_shape[2], row_shape[3]};
+  if (shape[1] == 0 || shape[2] == 0 || shape[3] == 0) return 0; /* nothing to copy; pointers may be NULL */
   for (int64_t i = 0; i < count; i++)
     cpu_copy_4d(ctx, device_id, (char*)dst + (size_t)(dst_rows[i] * ds[0]) * elem, ds,
                 (const char*)src + (size_t)(src_rows[i] * ss[0]) * elem, ss, shape, elem);
