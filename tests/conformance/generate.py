@@ -302,7 +302,8 @@ class Case:
         cache = slot.cache()
         ls = layers_of(cache)
         if ls is None:
-            self.out.op(f"nlayers {s} {len(cache)}")
+            if hasattr(cache, "key_cache"):  # legacy caches: one entry per layer
+                self.out.op(f"nlayers {s} {len(cache.key_cache)}")
             return
         toks = [f"layout {s} {len(ls)}"]
         for i, layer in enumerate(ls):
@@ -407,7 +408,7 @@ class Case:
         if overflow:
             raise RuntimeError("static overflow predicted but transformers did not raise")
         self.slots[s].reset_layers.discard(i)
-        if positions is not None and self.slots[s].positions_ok:
+        if positions is not None and self.slots[s].positions_ok and layers_of(self.slots[s].cache()) is not None:
             layer = layers_of(self.slots[s].cache())[i]
             start = self.slots[s].next_pos.get(i, 0)
             if is_static_full(layer) and positions != list(range(start, start + n)):
@@ -1134,12 +1135,36 @@ def v453_batch_split(case):
     w.run(10)
 
 
+def v453_static_usable(case):
+    """The legacy StaticCache of 4.53, the last with get_usable_length: usable lengths of a bounded cache,
+    written through cache_position (its get_seq_length counts non-zero slots, which the inputs never are)."""
+    rng = case.rng
+    dt, b, h, dk, _ = geometry(rng, same_dims=True)
+    n, m = rng.randint(1, 3), rng.randint(2, 10)
+    cfg = Config(num_hidden_layers=n, num_attention_heads=h, num_key_value_heads=h, head_dim=dk,
+                 hidden_size=h * dk, max_position_embeddings=m)
+    s = case.create(cu.StaticCache(config=cfg, max_batch_size=b, max_cache_len=m, dtype=DTYPES[dt]),
+                    preset_spec("static", m, n, "", 0, 0), dt, b, h, dk, dk)
+    pos = 0
+    while True:
+        for i in range(n):
+            case.seqlen(s, i)
+            for new in sorted({1, rng.randint(1, m + 2), m - pos + 1}):
+                case.usable(s, i, new)
+        if pos >= m:
+            break
+        k = rng.randint(1, min(3, m - pos))
+        for i in range(n):
+            case.update(s, i, k, positions=list(range(pos, pos + k)))
+        pos += k
+
+
 SUITES = {
     "v5": [("v5_dynamic", v5_dynamic_lazy, 14), ("v5_dynamic_config", v5_dynamic_config, 16),
            ("v5_static", v5_static, 14), ("v5_static_sliding", v5_static_sliding, 22),
            ("v5_custom", v5_custom, 14), ("v5_encdec", v5_encdec, 12), ("v5_from_tensors", v5_from_tensors, 10)],
     "v457": [("v457_static_positions", v457_static_positions, 18), ("v457_legacy", v457_legacy, 14)],
-    "v453": [("v453_batch_split", v453_batch_split, 7)],
+    "v453": [("v453_batch_split", v453_batch_split, 7), ("v453_static_usable", v453_static_usable, 12)],
 }
 
 
