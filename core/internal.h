@@ -135,6 +135,13 @@ void kvc_layer_uninitialize(const kvc_cache* cache, kvc_layer* layer);
 kvc_error* kvc_layer_reserve(const kvc_cache* cache, kvc_layer* layer, kvc_region keep, int64_t extra);
 /* Moves [keep.begin, keep.end) into the new store (k, v, cap) at slot 0, frees the old one and adopts the new. */
 void kvc_layer_adopt_store(const kvc_cache* cache, kvc_layer* layer, void* k, void* v, int64_t cap, kvc_region keep);
+/*
+ * Copies rows src_rows[0..count) of the layer's store, whole capacity (so
+ * start and end stay valid), into rows 0..count of a new store (dk, dv) of
+ * the same heads, capacity and dims.
+ */
+void kvc_layer_copy_rows_to(const kvc_cache* cache, const kvc_layer* layer, void* dk, void* dv,
+                            const int64_t* src_rows, int64_t count);
 /* Recomputes the stored view descriptors after a mutation. */
 void kvc_layer_sync_view(kvc_layer* layer);
 /* Sets the return view to `r`. */

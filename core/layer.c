@@ -234,6 +234,18 @@ void kvc_layer_sync_view(kvc_layer* l) {
 
 void kvc_layer_set_return(kvc_layer* l, kvc_region r) { fill_view(l, 1, r); }
 
+void kvc_layer_copy_rows_to(const kvc_cache* c, const kvc_layer* l, void* dk, void* dv, const int64_t* src_rows,
+                            int64_t count) {
+  for (int which = 0; which < 2; which++) {
+    int64_t ss[4], rs[4] = {1, l->heads, l->cap, which ? l->v_dim : l->k_dim};
+    kvc_store_strides(l, which, ss);
+    /* The destination has the same per-row layout (heads, cap, dim), only another batch size. */
+    for (int64_t i = 0; i < count; i++)
+      c->backend->copy_rows(c->backend->ctx, c->device.device_id, which ? dv : dk, ss, &i, which ? l->v : l->k, ss,
+                            &src_rows[i], 1, rs, l->elem);
+  }
+}
+
 uint64_t kvc_layer_bytes_reserved(const kvc_layer* l) {
   if (!l->initialized) return 0;
   return (uint64_t)(l->batch * l->heads * l->cap * (l->k_dim + l->v_dim)) * l->elem;

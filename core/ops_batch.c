@@ -1,6 +1,6 @@
 /*
- * core/ops_batch.c: operations along the batch axis: reorder (beam search),
- * select and repeat-interleave (contrastive search), split and stack.
+ * core/ops_batch.c: operations that gather rows along the batch axis: reorder
+ * (beam search), select and repeat-interleave (contrastive search).
  *
  * Every operation allocates everything it needs before it writes anything, so
  * an allocation failure leaves the cache as it was.
@@ -25,14 +25,6 @@ kvc_error* kvc_check_indices(const char* fn, const char* arg, const int64_t* idx
 /* Layers the batch operations act on: transformers skips layers that hold nothing. */
 static int holds_tokens(const kvc_layer* l) { return l->initialized && l->ops->seq_length(l) > 0; }
 
-static void row_shape(const kvc_layer* l, int which, int64_t shape[4]) {
-  shape[0] = 1;
-  shape[1] = l->heads;
-  shape[2] = l->cap;
-  shape[3] = which ? l->v_dim : l->k_dim;
-}
-
-/* A store for `batch` rows with the layer's geometry; 0 on success. */
 typedef struct new_store {
   void* k;
   void* v;
@@ -48,20 +40,6 @@ static void free_stores(const kvc_cache* c, new_store* s, uint32_t n) {
     if (s[i].v) c->backend->free(c->backend->ctx, c->device.device_id, s[i].v);
   }
   free(s);
-}
-
-/* Copies rows src_rows[0..count) of layer `l` into rows 0..count of `dst` (whole capacity, so start/end hold). */
-static void gather_into(const kvc_cache* c, const kvc_layer* l, new_store* dst, const int64_t* src_rows,
-                        int64_t count) {
-  for (int which = 0; which < 2; which++) {
-    int64_t ss[4], rs[4];
-    kvc_store_strides(l, which, ss);
-    row_shape(l, which, rs);
-    /* The destination has the same per-row layout (same heads, cap, dim), only another batch. */
-    for (int64_t i = 0; i < count; i++)
-      c->backend->copy_rows(c->backend->ctx, c->device.device_id, which ? dst->v : dst->k, ss, &i,
-                            which ? l->v : l->k, ss, &src_rows[i], 1, rs, l->elem);
-  }
 }
 
 static void swap_store(const kvc_cache* c, kvc_layer* l, new_store* s, int64_t batch) {
@@ -163,7 +141,7 @@ static kvc_error* gather_batch(const char* fn, kvc_cache* c, const int64_t* idx,
       if (!holds_tokens(l)) continue;
       int64_t nb = repeats ? l->batch * repeats : (int64_t)count;
       for (int64_t b = 0; b < nb; b++) rows[b] = repeats ? b / repeats : idx[b];
-      gather_into(c, l, &s[i], rows, nb);
+      kvc_layer_copy_rows_to(c, l, s[i].k, s[i].v, rows, nb);
       swap_store(c, l, &s[i], nb);
     }
     free(rows);
@@ -286,206 +264,4 @@ kvc_error* kvc_cache_batch_repeat_interleave(kvc_cache* c, int64_t repeats) {
   if (e) return e;
   if (repeats == 1) return NULL;
   return gather_batch(FN, c, NULL, 0, repeats);
-}
-
-/* ------------------------------------------------------------ split/stack */
-
-/* The batch of the initialized layers, -1 if none; error if they disagree. */
-static kvc_error* common_batch(const char* fn, const kvc_cache* c, int64_t* out) {
-  int64_t b = -1;
-  for (uint32_t i = 0; i < c->num_layers; i++) {
-    const kvc_layer* l = c->layers[i];
-    if (!l->initialized) continue;
-    if (b != -1 && l->batch != b)
-      return kvc_err(KVC_ERROR_INVALID_STATE, "%s: layer %u has batch %" PRId64 " but earlier layers have %" PRId64,
-                     fn, i, l->batch, b);
-    b = l->batch;
-  }
-  *out = b;
-  return NULL;
-}
-
-/* A copy of `c` holding rows [first, first + rows) of every initialized layer. */
-static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kvc_cache** out) {
-  kvc_cache* s = NULL;
-  kvc_error* e = kvc_cache_new(&c->device, &s);
-  if (e) return e;
-  s->lazy = c->lazy;
-  int64_t* src = (int64_t*)malloc(sizeof(int64_t) * (size_t)rows);
-  if (!src) e = kvc_err_oom();
-  for (int64_t r = 0; src && r < rows; r++) src[r] = first + r;
-  for (uint32_t i = 0; !e && i < c->num_layers; i++) {
-    const kvc_layer* l = c->layers[i];
-    kvc_layer* n = kvc_layer_shell(l);
-    if (!n) {
-      e = kvc_err_oom();
-      break;
-    }
-    if (l->initialized) {
-      new_store st;
-      if (alloc_store(c, l, rows, &st)) {
-        free(n);
-        e = kvc_err_oom();
-        break;
-      }
-      gather_into(c, l, &st, src, rows);
-      n->k = st.k;
-      n->v = st.v;
-      n->batch = rows;
-      kvc_layer_sync_view(n);
-    }
-    e = kvc_cache_append_layer(s, n);
-    if (e) kvc_layer_free(s, n);
-  }
-  free(src);
-  if (e) {
-    kvc_cache_destroy(s);
-    return e;
-  }
-  *out = s;
-  return NULL;
-}
-
-kvc_error* kvc_cache_batch_split(const kvc_cache* c, int64_t full_batch_size, int64_t split_size, kvc_cache** out,
-                                 size_t capacity, size_t* count) {
-  static const char* FN = "kvc_cache_batch_split";
-  kvc_error* e = kvc_cache_check(FN, c);
-  if (e) return e;
-  if (!out || !count) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, out ? "count" : "out");
-  if (split_size < 1)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: split_size is %" PRId64 "; it must be >= 1", FN, split_size);
-  int64_t batch = -1;
-  if ((e = common_batch(FN, c, &batch))) return e;
-  if (batch == -1)
-    return kvc_err(KVC_ERROR_INVALID_STATE, "%s: the cache has no initialized layer, so it has no batch to split (full_batch_size %" PRId64 ")", FN, full_batch_size);
-  if (full_batch_size != batch)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: full_batch_size is %" PRId64 " but the cache holds %" PRId64
-                   " rows; they must be equal",
-                   FN, full_batch_size, batch);
-  size_t n = (size_t)((batch + split_size - 1) / split_size);
-  if (capacity < n)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: capacity is %zu but splitting %" PRId64 " rows by %" PRId64
-                   " makes %zu caches; pass room for %zu",
-                   FN, capacity, batch, split_size, n, n);
-  kvc_cache** made = (kvc_cache**)calloc(n, sizeof(*made));
-  if (!made) return kvc_err_oom();
-  for (size_t i = 0; i < n && !e; i++) {
-    int64_t first = (int64_t)i * split_size;
-    int64_t rows = batch - first < split_size ? batch - first : split_size;
-    e = slice_rows(c, first, rows, &made[i]);
-  }
-  if (e) {
-    for (size_t i = 0; i < n; i++) kvc_cache_destroy(made[i]);
-    free(made);
-    return e;
-  }
-  for (size_t i = 0; i < n; i++) out[i] = made[i];
-  free(made);
-  *count = n;
-  return NULL;
-}
-
-static kvc_error* check_compatible(const char* fn, const kvc_cache* a, const kvc_cache* b, size_t which) {
-  if (a->num_layers != b->num_layers)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] has %u layers but splits[0] has %u; splits must have the same layers",
-                   fn, which, b->num_layers, a->num_layers);
-  if (a->device.device_type != b->device.device_type || a->device.device_id != b->device.device_id)
-    return kvc_err(KVC_ERROR_DEVICE_MISMATCH, "%s: splits[%zu] lives on device %d:%d but splits[0] on %d:%d", fn, which,
-                   (int)b->device.device_type, (int)b->device.device_id, (int)a->device.device_type,
-                   (int)a->device.device_id);
-  for (uint32_t i = 0; i < a->num_layers; i++) {
-    const kvc_layer *x = a->layers[i], *y = b->layers[i];
-#define KVC_SPLIT_DIFF(code, what, fmt, vb, va)                                                                  \
-  return kvc_err(code, "%s: layer %u of splits[%zu] has " what " " fmt " but splits[0] has " fmt               \
-                 "; splits must agree to be stacked",                                                            \
-                 fn, i, which, vb, va)
-    if (x->kind != y->kind) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "kind", "%s", kvc_kind_name(y->kind), kvc_kind_name(x->kind));
-    if (x->window != y->window) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "window", "%" PRId64, y->window, x->window);
-    if (x->max_cache_len != y->max_cache_len)
-      KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "max_cache_len", "%" PRId64, y->max_cache_len, x->max_cache_len);
-    if (!x->initialized != !y->initialized)
-      KVC_SPLIT_DIFF(KVC_ERROR_INVALID_STATE, "is_initialized", "%d", y->initialized != 0, x->initialized != 0);
-    if (!x->initialized) continue;
-    if (x->dtype != y->dtype)
-      KVC_SPLIT_DIFF(KVC_ERROR_DTYPE_MISMATCH, "dtype", "%s", kvc_dtype_name(y->dtype), kvc_dtype_name(x->dtype));
-    if (x->heads != y->heads) KVC_SPLIT_DIFF(KVC_ERROR_SHAPE_MISMATCH, "num_kv_heads", "%" PRId64, y->heads, x->heads);
-    if (x->k_dim != y->k_dim) KVC_SPLIT_DIFF(KVC_ERROR_SHAPE_MISMATCH, "k_head_dim", "%" PRId64, y->k_dim, x->k_dim);
-    if (x->v_dim != y->v_dim) KVC_SPLIT_DIFF(KVC_ERROR_SHAPE_MISMATCH, "v_head_dim", "%" PRId64, y->v_dim, x->v_dim);
-    if (x->end - x->start != y->end - y->start)
-      KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "stored length", "%" PRId64, y->end - y->start, x->end - x->start);
-    if (x->cum != y->cum) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_STATE, "seq_length", "%" PRId64, y->cum, x->cum);
-    if (x->record_past != y->record_past)
-      KVC_SPLIT_DIFF(KVC_ERROR_INVALID_STATE, "past recording", "%d", y->record_past, x->record_past);
-#undef KVC_SPLIT_DIFF
-  }
-  return NULL;
-}
-
-kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t count, kvc_cache** out) {
-  static const char* FN = "kvc_cache_from_batch_splits";
-  if (!splits || count == 0)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s; pass at least one split", FN,
-                   splits ? "count is 0" : "splits is NULL");
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
-  for (size_t s = 0; s < count; s++) {
-    if (!splits[s]) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] is NULL", FN, s);
-    kvc_error* e = check_compatible(FN, splits[0], splits[s], s);
-    if (e) return e;
-  }
-  const kvc_cache* first = splits[0];
-  kvc_cache* r = NULL;
-  kvc_error* e = kvc_cache_new(&first->device, &r);
-  if (e) return e;
-  r->lazy = first->lazy;
-  for (uint32_t i = 0; !e && i < first->num_layers; i++) {
-    const kvc_layer* l0 = first->layers[i];
-    kvc_layer* n = kvc_layer_shell(l0);
-    if (!n) {
-      e = kvc_err_oom();
-      break;
-    }
-    if (l0->initialized) {
-      int64_t batch = 0, cap = 0, len = l0->end - l0->start;
-      for (size_t s = 0; s < count; s++) {
-        batch += splits[s]->layers[i]->batch;
-        if (splits[s]->layers[i]->cap > cap) cap = splits[s]->layers[i]->cap;
-      }
-      n->batch = batch;
-      n->cap = cap;
-      new_store st;
-      if (alloc_store(r, n, batch, &st)) {
-        free(n);
-        e = kvc_err_oom();
-        break;
-      }
-      n->k = st.k;
-      n->v = st.v;
-      /* Each split's stored region goes to [0, len) of its rows: positions are relative to start. */
-      int64_t row = 0;
-      for (size_t s = 0; s < count; s++) {
-        const kvc_layer* l = splits[s]->layers[i];
-        for (int which = 0; which < 2; which++) {
-          int64_t d = which ? l->v_dim : l->k_dim, ss[4], ds[4];
-          kvc_store_strides(l, which, ss);
-          kvc_store_strides(n, which, ds);
-          int64_t shape[4] = {l->batch, l->heads, len, d};
-          r->backend->copy_4d(r->backend->ctx, r->device.device_id,
-                              (char*)(which ? n->v : n->k) + (size_t)(row * ds[0]) * n->elem, ds,
-                              (const char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem, ss, shape, l->elem);
-        }
-        row += l->batch;
-      }
-      n->end -= n->start;
-      n->start = 0;
-      kvc_layer_sync_view(n);
-    }
-    e = kvc_cache_append_layer(r, n);
-    if (e) kvc_layer_free(r, n);
-  }
-  if (e) {
-    kvc_cache_destroy(r);
-    return e;
-  }
-  *out = r;
-  return NULL;
 }
