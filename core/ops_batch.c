@@ -107,7 +107,7 @@ static int plan_rows(const int64_t* idx, size_t count, row_plan* p) {
  * their stored region; rows that are both read and overwritten go through a
  * scratch copy first.
  */
-static kvc_error* gather_batch(const char* fn, kvc_cache* c, const int64_t* idx, size_t count, int64_t repeats) {
+static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, int64_t repeats) {
   /* repeats > 0: repeat-interleave (idx unused). */
   uint32_t n = c->num_layers;
   int any = 0;
@@ -194,7 +194,6 @@ static kvc_error* gather_batch(const char* fn, kvc_cache* c, const int64_t* idx,
   }
   if (scratch) c->backend->free(c->backend->ctx, c->device.device_id, scratch);
   free(plan.buf);
-  (void)fn;
   return NULL;
 }
 
@@ -244,7 +243,7 @@ kvc_error* kvc_cache_reorder(kvc_cache* c, const int64_t* beam_idx, size_t count
   kvc_error* e = kvc_cache_check(FN, c);
   if (!e) e = check_batch_indices(FN, c, "beam_idx", beam_idx, count);
   if (e) return e;
-  return gather_batch(FN, c, beam_idx, count, 0);
+  return gather_batch(c, beam_idx, count, 0);
 }
 
 kvc_error* kvc_cache_batch_select_indices(kvc_cache* c, const int64_t* indices, size_t count) {
@@ -253,7 +252,7 @@ kvc_error* kvc_cache_batch_select_indices(kvc_cache* c, const int64_t* indices, 
   if (!e) e = require_dynamic(FN, c);
   if (!e) e = check_batch_indices(FN, c, "indices", indices, count);
   if (e) return e;
-  return gather_batch(FN, c, indices, count, 0);
+  return gather_batch(c, indices, count, 0);
 }
 
 kvc_error* kvc_cache_batch_repeat_interleave(kvc_cache* c, int64_t repeats) {
@@ -263,5 +262,5 @@ kvc_error* kvc_cache_batch_repeat_interleave(kvc_cache* c, int64_t repeats) {
   if (!e) e = kvc_batch_check_repeats(FN, c, repeats);
   if (e) return e;
   if (repeats == 1) return NULL;
-  return gather_batch(FN, c, NULL, 0, repeats);
+  return gather_batch(c, NULL, 0, repeats);
 }
