@@ -52,6 +52,8 @@ kvc_error* kvc_cache_append_layer(kvc_cache* c, kvc_layer* l) {
 void kvc_cache_destroy(kvc_cache* c) {
   if (!c) return;
   for (uint32_t i = 0; i < c->num_layers; i++) kvc_layer_free(c, c->layers[i]);
+  kvc_offload_free_state(c);
+  kvc_sink_free_state(c);
   free(c->layers);
   free(c);
 }
@@ -59,21 +61,29 @@ void kvc_cache_destroy(kvc_cache* c) {
 kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
   static const char* FN = "kvc_cache_create";
   if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
-  kvc_cache_options defaults = KVC_CACHE_OPTIONS_INIT;
-  const kvc_cache_options* o = options ? options : &defaults;
-  kvc_error* e = kvc_check_struct_size(FN, "options", o->struct_size, sizeof(kvc_cache_options));
+  kvc_cache_options opts = KVC_CACHE_OPTIONS_INIT;
+  kvc_error* e = options ? kvc_read_cache_options(FN, "options", options, &opts) : NULL;
   if (e) return e;
+  const kvc_cache_options* o = &opts;
   kvc_layer_options* specs = NULL;
+  kvc_layer_options lazy_spec = KVC_LAYER_OPTIONS_INIT;
+  kvc_offload offload = KVC_OFFLOAD_NONE;
   uint32_t n = 0;
   int lazy = 0;
-  e = kvc_preset_layers(o, &specs, &n, &lazy);
+  e = kvc_preset_layers(o, &specs, &n, &lazy, &lazy_spec, &offload);
   if (e) return e;
   kvc_cache* c = NULL;
   e = kvc_cache_new(&o->device, &c);
+  if (!e) {
+    c->offload = offload;
+    c->lazy_spec = lazy_spec;
+    c->lazy_spec.quant = NULL; /* the preset's quant options are borrowed; lazy quantized layers do not exist */
+  }
   for (uint32_t i = 0; !e && i < n; i++) {
     kvc_layer* l = NULL;
     e = kvc_layer_new(&specs[i], &l);
     if (!e) {
+      l->offloadable = kvc_offload_layer_takes_part(offload, l);
       e = kvc_cache_append_layer(c, l);
       if (e) kvc_layer_free(c, l);
     }
@@ -122,14 +132,21 @@ kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
       if (e) kvc_layer_free(c, l);
     }
   }
+  if (!e) e = kvc_cache_copy_settings(src, c);
   if (e) {
     kvc_cache_destroy(c);
     return e;
   }
-  c->lazy = src->lazy;
-  c->reserve = src->reserve;
   *out = c;
   return NULL;
+}
+
+kvc_error* kvc_cache_copy_settings(const kvc_cache* src, kvc_cache* dst) {
+  dst->lazy = src->lazy;
+  dst->reserve = src->reserve;
+  dst->lazy_spec = src->lazy_spec;
+  dst->offload = src->offload;
+  return kvc_sink_clone_state(src, dst);
 }
 
 kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* o) {
@@ -199,7 +216,9 @@ kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_in
   kvc_error* e = kvc_cache_check_layer(FN, c, layer);
   if (e) return e;
   if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_layer_info", FN);
-  if ((e = kvc_check_struct_size(FN, "out", out->struct_size, sizeof(kvc_layer_info)))) return e;
+  static const uint32_t SIZES[] = {96, 128};
+  size_t write = 0;
+  if ((e = kvc_out_struct_size(FN, "out", out->struct_size, SIZES, 2, &write))) return e;
   const kvc_layer* l = c->layers[layer];
   kvc_layer_info i;
   memset(&i, 0, sizeof i);
@@ -207,7 +226,11 @@ kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_in
   i.kind = l->kind;
   i.window = l->window;
   i.max_cache_len = l->max_cache_len;
-  i.capacity = kvc_kind_is_static(l->kind) ? l->slots : (kvc_kind_is_sliding(l->kind) ? l->window - 1 : -1);
+  i.capacity = kvc_kind_is_static(l->kind)    ? l->slots
+               : kvc_kind_is_sliding(l->kind) ? l->window - 1
+               : l->kind == KVC_LAYER_SINK    ? l->window
+               : l->kind == KVC_LAYER_LINEAR  ? 0
+                                              : -1;
   i.is_initialized = (uint8_t)(l->initialized != 0);
   i.is_sliding = (uint8_t)kvc_kind_is_sliding(l->kind);
   i.is_chunked = (uint8_t)kvc_kind_is_chunked(l->kind);
@@ -220,7 +243,15 @@ kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_in
   i.v_head_dim = l->v_dim;
   i.seq_length = l->initialized ? l->ops->seq_length(l) : 0;
   i.stored_length = kvc_layer_stored(l);
-  *out = i;
+  /* transformers' is_linear: every linear-attention layer but the plain hybrid with full attention (A.9.3). */
+  i.is_linear = (uint8_t)(kvc_kind_is_linear(l->kind) && l->kind != KVC_LAYER_LINEAR_DYNAMIC);
+  i.is_offloaded = (uint8_t)(l->offloaded != 0);
+  i.num_states = l->num_states;
+  i.conv_kernel_size = l->conv_kernel;
+  i.num_sink_tokens = l->num_sink;
+  if (l->ops->fill_info) l->ops->fill_info(l, &i);
+  i.struct_size = out->struct_size;
+  memcpy(out, &i, write);
   return NULL;
 }
 
@@ -327,14 +358,29 @@ kvc_error* kvc_cache_memory(const kvc_cache* c, kvc_memory_info* out) {
   kvc_error* e = kvc_cache_check(FN, c);
   if (e) return e;
   if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_memory_info", FN);
-  if ((e = kvc_check_struct_size(FN, "out", out->struct_size, sizeof(kvc_memory_info)))) return e;
-  uint64_t reserved = 0, used = 0;
+  static const uint32_t SIZES[] = {24, 56};
+  size_t write = 0;
+  if ((e = kvc_out_struct_size(FN, "out", out->struct_size, SIZES, 2, &write))) return e;
+  kvc_memory_info m;
+  memset(&m, 0, sizeof m);
+  m.struct_size = out->struct_size;
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
-    reserved += kvc_layer_bytes_reserved(l);
-    used += (uint64_t)(l->batch * l->heads * kvc_layer_stored(l) * (l->k_dim + l->v_dim)) * l->elem;
+    uint64_t all = kvc_layer_bytes_reserved(l), rows = kvc_layer_row_bytes(l, 0);
+    m.bytes_reserved += all;
+    m.bytes_used += (uint64_t)(l->batch * l->heads * kvc_layer_stored(l) * (l->k_dim + l->v_dim)) * l->elem;
+    if (l->offloaded) {
+      m.bytes_host += all - rows; /* K/V in the host tier; kind state stays on the device */
+      m.bytes_device += rows;
+    } else {
+      m.bytes_device += all;
+    }
+    m.bytes_quantized += kvc_layer_row_bytes(l, KVC_ROWS_QUANTIZED);
+    m.bytes_state += kvc_layer_row_bytes(l, KVC_ROWS_STATE);
   }
-  out->bytes_reserved = reserved;
-  out->bytes_used = used;
+  uint64_t retired = kvc_offload_retired_bytes(c);
+  m.bytes_reserved += retired;
+  m.bytes_device += retired;
+  memcpy(out, &m, write);
   return NULL;
 }

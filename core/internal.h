@@ -12,6 +12,7 @@
 #define KVC_CORE_INTERNAL_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "backend.h"
@@ -39,6 +40,21 @@ typedef struct kvc_region {
   int64_t begin, end;
 } kvc_region;
 
+/*
+ * A buffer whose first dimension is the batch, owned by a kind's extension
+ * state (quantized codes and scales, recurrent states). Batch operations,
+ * splits, stacking and clone move its rows together with the K/V rows, so a
+ * kind only has to list them. `ptr` NULL = not allocated (skipped).
+ */
+typedef struct kvc_row_buffer {
+  void* ptr;
+  int64_t row_bytes; /* bytes of one batch row */
+  int role;          /* KVC_ROWS_*: what memory accounting counts it as */
+} kvc_row_buffer;
+#define KVC_ROWS_QUANTIZED 1 /* packed codes, scales, zero points */
+#define KVC_ROWS_STATE     2 /* conv and recurrent states */
+#define KVC_ROWS_SCRATCH   3 /* kind-owned working memory */
+
 /* Per-kind behaviour: one table per layer kind file. */
 typedef struct kvc_layer_ops {
   /* Kind-specific preconditions of update (overflow, positions). */
@@ -62,6 +78,30 @@ typedef struct kvc_layer_ops {
   void (*reset)(const kvc_cache* cache, kvc_layer* layer);
   /* Slots to allocate at initialization, before the first update of n tokens. */
   int64_t (*initial_capacity)(const kvc_layer* layer, int64_t n);
+
+  /*
+   * Kinds with state beyond the K/V store (layer->ext). All optional (NULL):
+   *  - prepare_update: phase 2 of an update (after the store has room):
+   *    allocate what apply_update will need; may fail with nothing visible
+   *    changed (extra capacity is fine);
+   *  - row_buffers: the ext buffers whose rows follow batch operations;
+   *    returns their number and points *out at an array inside ext (the
+   *    batch code replaces `ptr` when it reallocates rows);
+   *  - ext_shell: a copy of ext's description and counters with every row
+   *    buffer's ptr NULL (for clone, split and stack, which fill the rows);
+   *    returns -1 when out of memory;
+   *  - ext_free: frees ext and everything it owns (row buffers included);
+   *  - check_batch: kind-specific refusal of a batch operation
+   *    (op: "reorder", "select", "repeat", "split", "stack").
+   */
+  kvc_error* (*prepare_update)(const char* fn, const kvc_cache* cache, kvc_layer* layer, int64_t n,
+                               const kvc_update_options* opts);
+  int (*row_buffers)(kvc_layer* layer, kvc_row_buffer** out);
+  int (*ext_shell)(const kvc_layer* src, kvc_layer* dst);
+  void (*ext_free)(const kvc_cache* cache, kvc_layer* layer);
+  kvc_error* (*check_batch)(const char* fn, const kvc_layer* layer, uint32_t index, const char* op);
+  /* Fills the kind's own fields of kvc_layer_info (quantized_length, has_previous_state, ...). */
+  void (*fill_info)(const kvc_layer* layer, kvc_layer_info* info);
 } kvc_layer_ops;
 
 struct kvc_layer {
@@ -87,6 +127,19 @@ struct kvc_layer {
   int64_t reserve;    /* dynamic kind: capacity to allocate at initialization (kvc_cache_reserve) */
   int record_past;
 
+  /* Kind parameters (from kvc_layer_options). */
+  kvc_quant_options quant; /* QUANTIZED */
+  int64_t num_sink;        /* SINK */
+  uint32_t num_states;     /* LINEAR kinds (>= 1) */
+  int64_t conv_kernel;     /* LINEAR kinds: configured K, 0 = from the first input */
+
+  /* Kind-owned extension state (see kvc_layer_ops), NULL for the plain kinds. */
+  void* ext;
+
+  /* Offloading: this layer takes part (set at creation), and where its K/V is now. */
+  int offloadable;
+  int offloaded;           /* K/V (k, v) live in the host tier */
+
   /* View descriptors: [0] stored view, [1] last update's return. */
   int64_t shape[2][2][4];   /* [view][k|v][dim] */
   int64_t strides[2][2][4];
@@ -98,6 +151,13 @@ extern const kvc_layer_ops kvc_dynamic_layer_ops;
 extern const kvc_layer_ops kvc_dynamic_sliding_layer_ops;
 extern const kvc_layer_ops kvc_static_layer_ops;
 extern const kvc_layer_ops kvc_static_sliding_layer_ops;
+extern const kvc_layer_ops kvc_quantized_layer_ops;   /* layer_quantized.c */
+extern const kvc_layer_ops kvc_sink_layer_ops;        /* layer_sink.c */
+extern const kvc_layer_ops kvc_linear_layer_ops;      /* layer_linear.c: LINEAR and the four hybrids */
+extern const kvc_layer_ops kvc_linear_dynamic_layer_ops;
+extern const kvc_layer_ops kvc_linear_dynamic_sliding_layer_ops;
+extern const kvc_layer_ops kvc_linear_static_layer_ops;
+extern const kvc_layer_ops kvc_linear_static_sliding_layer_ops;
 
 /* Shared by the dynamic kinds. */
 kvc_error* kvc_dynamic_check_update(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
@@ -109,14 +169,25 @@ int kvc_kind_is_valid(kvc_layer_kind kind);
 int kvc_kind_is_static(kvc_layer_kind kind);
 int kvc_kind_is_sliding(kvc_layer_kind kind);
 int kvc_kind_is_chunked(kvc_layer_kind kind);
+int kvc_kind_is_linear(kvc_layer_kind kind);    /* the five LINEAR kinds */
+int kvc_kind_has_kv(kvc_layer_kind kind);       /* every kind but KVC_LAYER_LINEAR */
+/* The attention kind a kind behaves as for K/V (a hybrid's attention part; the kind itself otherwise). */
+kvc_layer_kind kvc_kind_attention(kvc_layer_kind kind);
 const char* kvc_kind_name(kvc_layer_kind kind);
 
 /* ------------------------------------------------------------------- cache */
 
+/* Cache-wide state of SINK layers (transformers keeps it on the cache, from layer 0's calls). */
+typedef struct kvc_sink_state kvc_sink_state; /* layer_sink.c */
+
 struct kvc_cache {
   const kvc_backend* backend;
   kvc_device device;
-  int lazy;               /* lazy DynamicCache: layers appear as they are updated */
+  int lazy;               /* lazy cache: layers appear as they are updated, built from lazy_spec */
+  kvc_layer_options lazy_spec; /* the layer a lazy cache creates (a DYNAMIC layer unless a preset says) */
+  kvc_offload offload;    /* KVC_OFFLOAD_NONE, _ALL or _NON_SLIDING (never _DEFAULT here) */
+  kvc_sink_state* sink;   /* NULL until a SINK layer needs it */
+  void* offload_state;    /* offload.c: retired device buffers and the like; NULL when unused */
   int64_t reserve;        /* kvc_cache_reserve hint, given to layers a lazy cache creates later */
   uint32_t num_layers;
   uint32_t cap_layers;
@@ -174,10 +245,33 @@ kvc_error* kvc_cache_append_layer(kvc_cache* cache, kvc_layer* layer);
 kvc_error* kvc_cache_check(const char* fn, const kvc_cache* cache);
 kvc_error* kvc_cache_check_layer(const char* fn, const kvc_cache* cache, uint32_t layer);
 int kvc_cache_all_dynamic(const kvc_cache* cache);
+/* Copies what a derived cache (clone, split, stack) inherits: laziness, reserve, lazy layer, offloading, sink state. */
+kvc_error* kvc_cache_copy_settings(const kvc_cache* src, kvc_cache* dst);
 
-/* Presets (presets.c): the layer list of a preset. `*out` is malloc'd. */
+/*
+ * Presets (presets.c): the layer list of a preset. `*out` is malloc'd. For a
+ * lazy preset, *count is 0 and *lazy_spec the layer it creates on demand.
+ * *offload is the resolved offloading mode.
+ */
 kvc_error* kvc_preset_layers(const kvc_cache_options* options, kvc_layer_options** out, uint32_t* count,
-                             int* lazy);
+                             int* lazy, kvc_layer_options* lazy_spec, kvc_offload* offload);
+
+/*
+ * Option structs that grew (options.c): reads the caller's struct, whose
+ * struct_size must be one of the published sizes, into a full-size copy
+ * with the newer fields at their defaults. kvc_*_out_size checks an output
+ * struct's size and returns how many bytes to write.
+ */
+kvc_error* kvc_read_layer_options(const char* fn, const char* arg, const kvc_layer_options* in, kvc_layer_options* out);
+/* The i-th element of a caller's kvc_layer_options array: its stride is layers[0].struct_size. */
+const kvc_layer_options* kvc_layer_options_at(const kvc_layer_options* layers, uint32_t i);
+kvc_error* kvc_read_model_config(const char* fn, const char* arg, const kvc_model_config* in, kvc_model_config* out);
+kvc_error* kvc_read_cache_options(const char* fn, const char* arg, const kvc_cache_options* in, kvc_cache_options* out);
+kvc_error* kvc_read_update_options(const char* fn, const char* arg, const kvc_update_options* in,
+                                   kvc_update_options* out);
+kvc_error* kvc_read_quant_options(const char* fn, const char* arg, const kvc_quant_options* in, kvc_quant_options* out);
+kvc_error* kvc_out_struct_size(const char* fn, const char* arg, uint32_t got, const uint32_t* published, int n,
+                               size_t* write);
 
 /* Tensors (tensor.c). */
 int kvc_data_type_equal(kvc_data_type a, kvc_data_type b);
@@ -198,7 +292,48 @@ kvc_error* kvc_backend_for(const char* fn, const kvc_device* device, const kvc_b
 kvc_error* kvc_update_layers(const char* fn, kvc_cache* cache, uint32_t first, uint32_t count, const kvc_tensor* keys,
                              const kvc_tensor* values, const kvc_update_options* opts, kvc_kv* out);
 
+/*
+ * Offloading (offload.c). kvc_offload_layer_takes_part: whether a new layer of
+ * a cache with this mode is offloaded (never LINEAR kinds; sliding ones only
+ * with KVC_OFFLOAD_ALL). kvc_offload_retired_bytes: device bytes kept alive
+ * for views of offloaded layers until the next mutating call.
+ */
+int kvc_offload_layer_takes_part(kvc_offload mode, const kvc_layer* layer);
+uint64_t kvc_offload_retired_bytes(const kvc_cache* cache);
+/*
+ * The update path (ops_update.c): release_retired frees the device copies
+ * kept for the previous call's views; prepare runs before the update makes
+ * room (brings the updated layers to the device tier and allocates what
+ * after_update needs; on error nothing visible has changed); after_update
+ * runs once per updated layer after its write, in transformers' order
+ * (prefetch the next offloadable layer, offload this one) and cannot fail.
+ * free_state releases the cache's offload state (kvc_cache_destroy).
+ */
+void kvc_offload_release_retired(kvc_cache* cache);
+kvc_error* kvc_offload_prepare(const char* fn, kvc_cache* cache, uint32_t first, uint32_t count);
+void kvc_offload_after_update(kvc_cache* cache, uint32_t layer);
+void kvc_offload_free_state(kvc_cache* cache);
+
+/* SINK layers' cache-wide state (layer_sink.c): kvc_cache_destroy frees it, clone and split copy it. */
+void kvc_sink_free_state(kvc_cache* cache);
+kvc_error* kvc_sink_clone_state(const kvc_cache* src, kvc_cache* dst);
+
+/* Row buffers (layer_rows.c): the generic handling of kvc_row_buffer. */
+int kvc_layer_rows(kvc_layer* layer, kvc_row_buffer** out); /* 0 when the kind has none */
+/* Whether the layer holds anything a batch operation must move (tokens or allocated row buffers). */
+int kvc_layer_holds_rows(const kvc_layer* layer);
+/* Bytes of allocated row buffers with the given role (0 = every role). */
+uint64_t kvc_layer_row_bytes(const kvc_layer* layer, int role);
+/* Allocates rows for `batch` rows of every row buffer of `dst` (whose ptrs are NULL) and copies src rows
+ * src_rows[0..count) into rows 0..count. Returns -1 (nothing left allocated) when out of memory. */
+int kvc_layer_rows_copy_new(const kvc_cache* cache, const kvc_layer* src, kvc_layer* dst, const int64_t* src_rows,
+                            int64_t count);
+/* Frees every allocated row buffer of the layer (sets ptr NULL). */
+void kvc_layer_rows_free(const kvc_cache* cache, kvc_layer* layer);
+
 /* Batch helpers (ops_batch.c). */
 kvc_error* kvc_check_indices(const char* fn, const char* arg, const int64_t* idx, size_t count, int64_t batch);
+/* Asks each layer's kind whether it allows the batch operation `op` (kvc_layer_ops.check_batch). */
+kvc_error* kvc_batch_check_kinds(const char* fn, const kvc_cache* cache, const char* op);
 
 #endif /* KVC_CORE_INTERNAL_H */

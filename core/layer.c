@@ -8,10 +8,30 @@
 
 #include "internal.h"
 
-int kvc_kind_is_valid(kvc_layer_kind k) { return k >= KVC_LAYER_DYNAMIC && k <= KVC_LAYER_STATIC_CHUNKED; }
-int kvc_kind_is_static(kvc_layer_kind k) { return k >= KVC_LAYER_STATIC && k <= KVC_LAYER_STATIC_CHUNKED; }
-int kvc_kind_is_sliding(kvc_layer_kind k) { return k != KVC_LAYER_DYNAMIC && k != KVC_LAYER_STATIC; }
+int kvc_kind_is_valid(kvc_layer_kind k) { return k >= KVC_LAYER_DYNAMIC && k <= KVC_LAYER_LINEAR_STATIC_SLIDING; }
+
+kvc_layer_kind kvc_kind_attention(kvc_layer_kind k) {
+  switch (k) {
+    case KVC_LAYER_LINEAR_DYNAMIC: return KVC_LAYER_DYNAMIC;
+    case KVC_LAYER_LINEAR_DYNAMIC_SLIDING: return KVC_LAYER_DYNAMIC_SLIDING;
+    case KVC_LAYER_LINEAR_STATIC: return KVC_LAYER_STATIC;
+    case KVC_LAYER_LINEAR_STATIC_SLIDING: return KVC_LAYER_STATIC_SLIDING;
+    default: return k;
+  }
+}
+
+int kvc_kind_is_static(kvc_layer_kind k) {
+  k = kvc_kind_attention(k);
+  return k >= KVC_LAYER_STATIC && k <= KVC_LAYER_STATIC_CHUNKED;
+}
+int kvc_kind_is_sliding(kvc_layer_kind k) {
+  k = kvc_kind_attention(k);
+  return k == KVC_LAYER_DYNAMIC_SLIDING || k == KVC_LAYER_DYNAMIC_CHUNKED || k == KVC_LAYER_STATIC_SLIDING ||
+         k == KVC_LAYER_STATIC_CHUNKED;
+}
 int kvc_kind_is_chunked(kvc_layer_kind k) { return k == KVC_LAYER_DYNAMIC_CHUNKED || k == KVC_LAYER_STATIC_CHUNKED; }
+int kvc_kind_is_linear(kvc_layer_kind k) { return k >= KVC_LAYER_LINEAR && k <= KVC_LAYER_LINEAR_STATIC_SLIDING; }
+int kvc_kind_has_kv(kvc_layer_kind k) { return kvc_kind_is_valid(k) && k != KVC_LAYER_LINEAR; }
 
 const char* kvc_kind_name(kvc_layer_kind k) {
   switch (k) {
@@ -21,6 +41,13 @@ const char* kvc_kind_name(kvc_layer_kind k) {
     case KVC_LAYER_STATIC: return "static";
     case KVC_LAYER_STATIC_SLIDING: return "static sliding";
     case KVC_LAYER_STATIC_CHUNKED: return "static chunked";
+    case KVC_LAYER_QUANTIZED: return "quantized";
+    case KVC_LAYER_SINK: return "sink";
+    case KVC_LAYER_LINEAR: return "linear";
+    case KVC_LAYER_LINEAR_DYNAMIC: return "linear + dynamic";
+    case KVC_LAYER_LINEAR_DYNAMIC_SLIDING: return "linear + dynamic sliding";
+    case KVC_LAYER_LINEAR_STATIC: return "linear + static";
+    case KVC_LAYER_LINEAR_STATIC_SLIDING: return "linear + static sliding";
     default: return "unknown";
   }
 }
@@ -29,8 +56,16 @@ kvc_error* kvc_layer_new(const kvc_layer_options* spec, kvc_layer** out) {
   kvc_layer* l = (kvc_layer*)calloc(1, sizeof(*l));
   if (!l) return kvc_err_oom();
   l->kind = spec->kind;
-  l->window = kvc_kind_is_sliding(spec->kind) ? spec->window : 0;
+  l->window = kvc_kind_is_sliding(spec->kind) || spec->kind == KVC_LAYER_SINK ? spec->window : 0;
   l->max_cache_len = kvc_kind_is_static(spec->kind) ? spec->max_cache_len : 0;
+  if (spec->kind == KVC_LAYER_QUANTIZED) {
+    kvc_quant_options q = KVC_QUANT_OPTIONS_INIT;
+    l->quant = spec->quant ? *spec->quant : q; /* validated by the caller (presets.c) */
+    l->quant.struct_size = sizeof l->quant;
+  }
+  l->num_sink = spec->kind == KVC_LAYER_SINK ? spec->num_sink_tokens : 0;
+  l->num_states = kvc_kind_is_linear(spec->kind) ? (spec->num_states ? spec->num_states : 1) : 0;
+  l->conv_kernel = kvc_kind_is_linear(spec->kind) ? spec->conv_kernel_size : 0;
   switch (spec->kind) {
     case KVC_LAYER_DYNAMIC: l->ops = &kvc_dynamic_layer_ops; break;
     case KVC_LAYER_DYNAMIC_SLIDING:
@@ -39,8 +74,22 @@ kvc_error* kvc_layer_new(const kvc_layer_options* spec, kvc_layer** out) {
       l->ops = &kvc_static_layer_ops;
       l->slots = spec->max_cache_len;
       break;
-    default:
+    case KVC_LAYER_STATIC_SLIDING:
+    case KVC_LAYER_STATIC_CHUNKED:
       l->ops = &kvc_static_sliding_layer_ops;
+      l->slots = spec->window < spec->max_cache_len ? spec->window : spec->max_cache_len;
+      break;
+    case KVC_LAYER_QUANTIZED: l->ops = &kvc_quantized_layer_ops; break;
+    case KVC_LAYER_SINK: l->ops = &kvc_sink_layer_ops; break;
+    case KVC_LAYER_LINEAR: l->ops = &kvc_linear_layer_ops; break;
+    case KVC_LAYER_LINEAR_DYNAMIC: l->ops = &kvc_linear_dynamic_layer_ops; break;
+    case KVC_LAYER_LINEAR_DYNAMIC_SLIDING: l->ops = &kvc_linear_dynamic_sliding_layer_ops; break;
+    case KVC_LAYER_LINEAR_STATIC:
+      l->ops = &kvc_linear_static_layer_ops;
+      l->slots = spec->max_cache_len;
+      break;
+    default:
+      l->ops = &kvc_linear_static_sliding_layer_ops;
       l->slots = spec->window < spec->max_cache_len ? spec->window : spec->max_cache_len;
       break;
   }
@@ -55,7 +104,8 @@ void kvc_layer_uninitialize(const kvc_cache* cache, kvc_layer* l) {
   l->initialized = 0;
   l->dtype = KVC_DTYPE_UNSET;
   l->elem = 0;
-  l->batch = l->heads = l->k_dim = l->v_dim = 0;
+  if (!kvc_layer_row_bytes(l, 0)) l->batch = 0; /* allocated recurrent states keep the batch */
+  l->heads = l->k_dim = l->v_dim = 0;
   l->cap = l->start = l->end = 0;
   l->cum = 0;
   memset(l->views, 0, sizeof l->views);
@@ -64,6 +114,8 @@ void kvc_layer_uninitialize(const kvc_cache* cache, kvc_layer* l) {
 void kvc_layer_free(const kvc_cache* cache, kvc_layer* l) {
   if (!l) return;
   kvc_layer_uninitialize(cache, l);
+  if (l->ext && l->ops->ext_free) l->ops->ext_free(cache, l);
+  l->ext = NULL;
   free(l);
 }
 
@@ -247,8 +299,9 @@ void kvc_layer_copy_rows_to(const kvc_cache* c, const kvc_layer* l, void* dk, vo
 }
 
 uint64_t kvc_layer_bytes_reserved(const kvc_layer* l) {
-  if (!l->initialized) return 0;
-  return (uint64_t)(l->batch * l->heads * l->cap * (l->k_dim + l->v_dim)) * l->elem;
+  uint64_t rows = kvc_layer_row_bytes(l, 0);
+  if (!l->initialized) return rows;
+  return (uint64_t)(l->batch * l->heads * l->cap * (l->k_dim + l->v_dim)) * l->elem + rows;
 }
 
 kvc_layer* kvc_layer_shell(const kvc_layer* src) {
@@ -256,17 +309,34 @@ kvc_layer* kvc_layer_shell(const kvc_layer* src) {
   if (!l) return NULL;
   *l = *src;
   l->k = l->v = NULL;
+  l->ext = NULL;
+  l->offloaded = 0; /* a shell's store is allocated in the device tier */
   memset(l->views, 0, sizeof l->views);
+  if (src->ext && src->ops->ext_shell && src->ops->ext_shell(src, l)) {
+    free(l);
+    return NULL;
+  }
   return l;
 }
 
 kvc_error* kvc_layer_clone(const kvc_cache* sc, const kvc_layer* src, const kvc_cache* dc, kvc_layer** out) {
   kvc_layer* l = kvc_layer_shell(src);
   if (!l) return kvc_err_oom();
+  if (l->ext) {
+    int64_t* rows = (int64_t*)malloc(sizeof(int64_t) * (size_t)(src->batch > 0 ? src->batch : 1));
+    for (int64_t r = 0; rows && r < src->batch; r++) rows[r] = r;
+    int failed = !rows || kvc_layer_rows_copy_new(dc, src, l, rows, src->batch);
+    free(rows);
+    if (failed) {
+      kvc_layer_free(dc, l);
+      return kvc_err_oom();
+    }
+  }
   if (src->initialized) {
     /* Same capacity so that the clone behaves (and allocates) exactly like the original from here on. */
     if (kvc_store_alloc(dc, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &l->k, &l->v)) {
-      free(l);
+      l->initialized = 0;
+      kvc_layer_free(dc, l);
       return kvc_err_oom();
     }
     kvc_layer tmp = *src;

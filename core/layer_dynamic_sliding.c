@@ -89,5 +89,14 @@ static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
 }
 
 const kvc_layer_ops kvc_dynamic_sliding_layer_ops = {
-    kvc_dynamic_check_update, kvc_dynamic_keep_for_update, apply_update, seq_length, max_length, mask_sizes, check_crop, apply_crop, reset, initial_capacity,
+    .check_update = kvc_dynamic_check_update,
+    .keep_for_update = kvc_dynamic_keep_for_update,
+    .apply_update = apply_update,
+    .seq_length = seq_length,
+    .max_length = max_length,
+    .mask_sizes = mask_sizes,
+    .check_crop = check_crop,
+    .apply_crop = apply_crop,
+    .reset = reset,
+    .initial_capacity = initial_capacity,
 };

@@ -78,6 +78,12 @@ static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
 }
 
 const kvc_layer_ops kvc_static_layer_ops = {
-    check_update, keep_for_update, apply_update, seq_length, max_length, mask_sizes, NULL, NULL, reset,
-    initial_capacity,
+    .check_update = check_update,
+    .keep_for_update = keep_for_update,
+    .apply_update = apply_update,
+    .seq_length = seq_length,
+    .max_length = max_length,
+    .mask_sizes = mask_sizes,
+    .reset = reset,
+    .initial_capacity = initial_capacity,
 };

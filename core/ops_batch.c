@@ -22,34 +22,80 @@ kvc_error* kvc_check_indices(const char* fn, const char* arg, const int64_t* idx
   return NULL;
 }
 
-/* Layers the batch operations act on: transformers skips layers that hold nothing. */
+/* K/V the batch operations move: transformers skips layers that hold nothing. */
 static int holds_tokens(const kvc_layer* l) { return l->initialized && l->ops->seq_length(l) > 0; }
+/* Layers the batch operations act on: K/V holding tokens, or allocated row buffers (kind state). */
+static int takes_part(const kvc_layer* l) { return kvc_layer_holds_rows(l); }
+
+#define KVC_MAX_ROWBUF 32
 
 typedef struct new_store {
   void* k;
   void* v;
+  void* rows[KVC_MAX_ROWBUF]; /* new row buffers, same order as the kind lists them */
 } new_store;
 
 static int alloc_store(const kvc_cache* c, const kvc_layer* l, int64_t batch, new_store* s) {
   return kvc_store_alloc(c, batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &s->k, &s->v);
 }
 
+static int alloc_rows(const kvc_cache* c, kvc_layer* l, int64_t batch, new_store* s) {
+  kvc_row_buffer* rb = NULL;
+  int n = kvc_layer_rows(l, &rb);
+  for (int i = 0; i < n && i < KVC_MAX_ROWBUF; i++) {
+    if (!rb[i].ptr) continue;
+    s->rows[i] = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, (size_t)(rb[i].row_bytes * batch));
+    if (!s->rows[i]) return -1;
+  }
+  return 0;
+}
+
 static void free_stores(const kvc_cache* c, new_store* s, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
     if (s[i].k) c->backend->free(c->backend->ctx, c->device.device_id, s[i].k);
     if (s[i].v) c->backend->free(c->backend->ctx, c->device.device_id, s[i].v);
+    for (int r = 0; r < KVC_MAX_ROWBUF; r++)
+      if (s[i].rows[r]) c->backend->free(c->backend->ctx, c->device.device_id, s[i].rows[r]);
   }
   free(s);
 }
 
+/* Rows of a row buffer as [rows, 1, 1, row_bytes] bytes. */
+static void byte_rows(int64_t row_bytes, int64_t strides[4], int64_t shape[4]) {
+  strides[0] = strides[1] = strides[2] = row_bytes;
+  strides[3] = 1;
+  shape[0] = shape[1] = shape[2] = 1;
+  shape[3] = row_bytes;
+}
+
+/* Copies rows[b] -> b of every row buffer into the new ones and adopts them. */
+static void swap_rows(const kvc_cache* c, kvc_layer* l, new_store* s, const int64_t* rows, int64_t nb) {
+  kvc_row_buffer* rb = NULL;
+  int n = kvc_layer_rows(l, &rb);
+  const kvc_backend* be = c->backend;
+  int64_t* dst = (int64_t*)rows + nb; /* caller's array has room for 2*nb: the identity after the sources */
+  for (int64_t b = 0; b < nb; b++) dst[b] = b;
+  for (int i = 0; i < n && i < KVC_MAX_ROWBUF; i++) {
+    if (!rb[i].ptr) continue;
+    int64_t st[4], shape[4];
+    byte_rows(rb[i].row_bytes, st, shape);
+    be->copy_rows(be->ctx, c->device.device_id, s->rows[i], st, dst, rb[i].ptr, st, rows, nb, shape, 1);
+    be->free(be->ctx, c->device.device_id, rb[i].ptr);
+    rb[i].ptr = s->rows[i];
+    s->rows[i] = NULL;
+  }
+}
+
 static void swap_store(const kvc_cache* c, kvc_layer* l, new_store* s, int64_t batch) {
-  c->backend->free(c->backend->ctx, c->device.device_id, l->k);
-  c->backend->free(c->backend->ctx, c->device.device_id, l->v);
-  l->k = s->k;
-  l->v = s->v;
-  s->k = s->v = NULL;
+  if (s->k) {
+    c->backend->free(c->backend->ctx, c->device.device_id, l->k);
+    c->backend->free(c->backend->ctx, c->device.device_id, l->v);
+    l->k = s->k;
+    l->v = s->v;
+    s->k = s->v = NULL;
+  }
   l->batch = batch;
-  kvc_layer_sync_view(l);
+  if (l->initialized) kvc_layer_sync_view(l);
 }
 
 /*
@@ -111,11 +157,11 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
   /* repeats > 0: repeat-interleave (idx unused). */
   uint32_t n = c->num_layers;
   int any = 0;
-  for (uint32_t i = 0; i < n; i++) any |= holds_tokens(c->layers[i]);
+  for (uint32_t i = 0; i < n; i++) any |= takes_part(c->layers[i]);
   if (!any) return NULL; /* nothing stored: indices are not even looked at (transformers skips empty layers) */
   int in_place = repeats == 0;
   for (uint32_t i = 0; i < n && in_place; i++)
-    if (holds_tokens(c->layers[i]) && (int64_t)count != c->layers[i]->batch) in_place = 0;
+    if (takes_part(c->layers[i]) && (int64_t)count != c->layers[i]->batch) in_place = 0;
 
   if (!in_place) {
     new_store* s = (new_store*)calloc(n ? n : 1, sizeof(*s));
@@ -123,25 +169,26 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
     int64_t max_rows = 1;
     for (uint32_t i = 0; i < n; i++) {
       kvc_layer* l = c->layers[i];
-      if (!holds_tokens(l)) continue;
+      if (!takes_part(l)) continue;
       int64_t nb = repeats ? l->batch * repeats : (int64_t)count;
       if (nb > max_rows) max_rows = nb;
-      if (alloc_store(c, l, nb, &s[i])) {
+      if ((holds_tokens(l) && alloc_store(c, l, nb, &s[i])) || alloc_rows(c, l, nb, &s[i])) {
         free_stores(c, s, n);
         return kvc_err_oom();
       }
     }
-    int64_t* rows = (int64_t*)malloc(sizeof(int64_t) * (size_t)max_rows);
+    int64_t* rows = (int64_t*)malloc(sizeof(int64_t) * 2 * (size_t)max_rows);
     if (!rows) {
       free_stores(c, s, n);
       return kvc_err_oom();
     }
     for (uint32_t i = 0; i < n; i++) {
       kvc_layer* l = c->layers[i];
-      if (!holds_tokens(l)) continue;
+      if (!takes_part(l)) continue;
       int64_t nb = repeats ? l->batch * repeats : (int64_t)count;
       for (int64_t b = 0; b < nb; b++) rows[b] = repeats ? b / repeats : idx[b];
-      kvc_layer_copy_rows_to(c, l, s[i].k, s[i].v, rows, nb);
+      if (holds_tokens(l)) kvc_layer_copy_rows_to(c, l, s[i].k, s[i].v, rows, nb);
+      swap_rows(c, l, &s[i], rows, nb);
       swap_store(c, l, &s[i], nb);
     }
     free(rows);
@@ -159,10 +206,17 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
   /* One scratch buffer, sized for the largest layer, allocated before anything is written. */
   size_t scratch_bytes = 0;
   for (uint32_t i = 0; i < n; i++) {
-    const kvc_layer* l = c->layers[i];
-    if (!holds_tokens(l)) continue;
-    size_t b = (size_t)(plan.nsaved * l->heads * (l->end - l->start) * (l->k_dim > l->v_dim ? l->k_dim : l->v_dim)) * l->elem;
-    if (b > scratch_bytes) scratch_bytes = b;
+    kvc_layer* l = c->layers[i];
+    if (holds_tokens(l)) {
+      size_t b = (size_t)(plan.nsaved * l->heads * (l->end - l->start) * (l->k_dim > l->v_dim ? l->k_dim : l->v_dim)) *
+                 l->elem;
+      if (b > scratch_bytes) scratch_bytes = b;
+    }
+    kvc_row_buffer* rb = NULL;
+    int nr = kvc_layer_rows(l, &rb);
+    for (int r = 0; r < nr; r++)
+      if (rb[r].ptr && (size_t)(plan.nsaved * rb[r].row_bytes) > scratch_bytes)
+        scratch_bytes = (size_t)(plan.nsaved * rb[r].row_bytes);
   }
   void* scratch = NULL;
   if (scratch_bytes) {
@@ -174,6 +228,21 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
   }
   for (uint32_t i = 0; i < n; i++) {
     kvc_layer* l = c->layers[i];
+    kvc_row_buffer* rb = NULL;
+    int nr = kvc_layer_rows(l, &rb);
+    for (int r = 0; r < nr; r++) {
+      if (!rb[r].ptr) continue;
+      const kvc_backend* be = c->backend;
+      int32_t dev = c->device.device_id;
+      int64_t st[4], shape[4];
+      byte_rows(rb[r].row_bytes, st, shape);
+      if (plan.nsaved)
+        be->copy_rows(be->ctx, dev, scratch, st, plan.saved_slots, rb[r].ptr, st, plan.saved, plan.nsaved, shape, 1);
+      be->copy_rows(be->ctx, dev, rb[r].ptr, st, plan.direct_dst, rb[r].ptr, st, plan.direct_src, plan.ndirect, shape, 1);
+      if (plan.nscratch)
+        be->copy_rows(be->ctx, dev, rb[r].ptr, st, plan.scratch_dst, scratch, st, plan.scratch_src, plan.nscratch, shape,
+                      1);
+    }
     if (!holds_tokens(l) || l->end == l->start) continue; /* a window-1 sliding layer stores nothing to move */
     for (int which = 0; which < 2; which++) {
       int64_t d = which ? l->v_dim : l->k_dim;
@@ -201,7 +270,7 @@ static kvc_error* check_batch_indices(const char* fn, const kvc_cache* c, const 
                                       size_t count) {
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
-    if (!holds_tokens(l)) continue;
+    if (!takes_part(l)) continue;
     kvc_error* e = kvc_check_indices(fn, arg, idx, count, l->batch);
     if (e) return e;
   }
@@ -218,6 +287,18 @@ static kvc_error* require_dynamic(const char* fn, const kvc_cache* c) {
   return NULL;
 }
 
+/* Kind-specific refusals (kvc_layer_ops.check_batch). */
+kvc_error* kvc_batch_check_kinds(const char* fn, const kvc_cache* c, const char* op) {
+  for (uint32_t i = 0; i < c->num_layers; i++) {
+    const kvc_layer* l = c->layers[i];
+    if (l->ops->check_batch) {
+      kvc_error* e = l->ops->check_batch(fn, l, i, op);
+      if (e) return e;
+    }
+  }
+  return NULL;
+}
+
 kvc_error* kvc_batch_check_indices(const char* fn, const kvc_cache* c, const char* arg, const int64_t* idx,
                                    size_t count) {
   return check_batch_indices(fn, c, arg, idx, count);
@@ -230,7 +311,7 @@ kvc_error* kvc_batch_check_repeats(const char* fn, const kvc_cache* c, int64_t r
   if (repeats < 1) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: repeats is %" PRId64 "; it must be >= 1", fn, repeats);
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
-    if (holds_tokens(l) && repeats > KVC_MAX_BATCH / l->batch)
+    if (takes_part(l) && repeats > KVC_MAX_BATCH / l->batch)
       return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                      "%s: repeats is %" PRId64 " but layer %u holds %" PRId64 " rows; the repeated batch must not exceed %" PRId64,
                      fn, repeats, i, l->batch, KVC_MAX_BATCH);
@@ -241,6 +322,7 @@ kvc_error* kvc_batch_check_repeats(const char* fn, const kvc_cache* c, int64_t r
 kvc_error* kvc_cache_reorder(kvc_cache* c, const int64_t* beam_idx, size_t count) {
   static const char* FN = "kvc_cache_reorder";
   kvc_error* e = kvc_cache_check(FN, c);
+  if (!e) e = kvc_batch_check_kinds(FN, c, "reorder");
   if (!e) e = check_batch_indices(FN, c, "beam_idx", beam_idx, count);
   if (e) return e;
   return gather_batch(c, beam_idx, count, 0);
@@ -250,6 +332,7 @@ kvc_error* kvc_cache_batch_select_indices(kvc_cache* c, const int64_t* indices, 
   static const char* FN = "kvc_cache_batch_select_indices";
   kvc_error* e = kvc_cache_check(FN, c);
   if (!e) e = require_dynamic(FN, c);
+  if (!e) e = kvc_batch_check_kinds(FN, c, "select");
   if (!e) e = check_batch_indices(FN, c, "indices", indices, count);
   if (e) return e;
   return gather_batch(c, indices, count, 0);
@@ -259,6 +342,7 @@ kvc_error* kvc_cache_batch_repeat_interleave(kvc_cache* c, int64_t repeats) {
   static const char* FN = "kvc_cache_batch_repeat_interleave";
   kvc_error* e = kvc_cache_check(FN, c);
   if (!e) e = require_dynamic(FN, c);
+  if (!e) e = kvc_batch_check_kinds(FN, c, "repeat");
   if (!e) e = kvc_batch_check_repeats(FN, c, repeats);
   if (e) return e;
   if (repeats == 1) return NULL;

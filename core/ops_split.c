@@ -13,7 +13,7 @@ static kvc_error* common_batch(const char* fn, const kvc_cache* c, int64_t* out)
   int64_t b = -1;
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
-    if (!l->initialized) continue;
+    if (!l->initialized && !kvc_layer_row_bytes(l, 0)) continue;
     if (b != -1 && l->batch != b)
       return kvc_err(KVC_ERROR_INVALID_STATE, "%s: layer %u has batch %" PRId64 " but earlier layers have %" PRId64,
                      fn, i, l->batch, b);
@@ -28,7 +28,7 @@ static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kv
   kvc_cache* s = NULL;
   kvc_error* e = kvc_cache_new(&c->device, &s);
   if (e) return e;
-  s->lazy = c->lazy;
+  e = kvc_cache_copy_settings(c, s);
   int64_t* src = (int64_t*)malloc(sizeof(int64_t) * (size_t)rows);
   if (!src) e = kvc_err_oom();
   for (int64_t r = 0; src && r < rows; r++) src[r] = first + r;
@@ -39,9 +39,19 @@ static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kv
       e = kvc_err_oom();
       break;
     }
+    if (n->ext) {
+      n->batch = rows;
+      if (kvc_layer_rows_copy_new(c, l, n, src, rows)) {
+        n->initialized = 0;
+        kvc_layer_free(s, n);
+        e = kvc_err_oom();
+        break;
+      }
+    }
     if (l->initialized) {
       if (kvc_store_alloc(c, rows, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &n->k, &n->v)) {
-        free(n);
+        n->initialized = 0;
+        kvc_layer_free(s, n);
         e = kvc_err_oom();
         break;
       }
@@ -65,6 +75,7 @@ kvc_error* kvc_cache_batch_split(const kvc_cache* c, int64_t full_batch_size, in
                                  size_t capacity, size_t* count) {
   static const char* FN = "kvc_cache_batch_split";
   kvc_error* e = kvc_cache_check(FN, c);
+  if (!e) e = kvc_batch_check_kinds(FN, c, "split");
   if (e) return e;
   if (!out || !count) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, out ? "count" : "out");
   if (split_size < 1)
@@ -118,6 +129,15 @@ static kvc_error* check_compatible(const char* fn, const kvc_cache* a, const kvc
     if (x->window != y->window) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "window", "%" PRId64, y->window, x->window);
     if (x->max_cache_len != y->max_cache_len)
       KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "max_cache_len", "%" PRId64, y->max_cache_len, x->max_cache_len);
+    kvc_row_buffer *xr = NULL, *yr = NULL;
+    int nx = kvc_layer_rows((kvc_layer*)x, &xr), ny = kvc_layer_rows((kvc_layer*)y, &yr);
+    if (nx != ny) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_STATE, "state buffers", "%d", ny, nx);
+    for (int r = 0; r < nx; r++) {
+      if (!xr[r].ptr != !yr[r].ptr)
+        KVC_SPLIT_DIFF(KVC_ERROR_INVALID_STATE, "a state buffer allocated", "%d", yr[r].ptr != NULL, xr[r].ptr != NULL);
+      if (xr[r].row_bytes != yr[r].row_bytes)
+        KVC_SPLIT_DIFF(KVC_ERROR_INVALID_STATE, "state row bytes", "%" PRId64, yr[r].row_bytes, xr[r].row_bytes);
+    }
     if (!x->initialized != !y->initialized)
       KVC_SPLIT_DIFF(KVC_ERROR_INVALID_STATE, "is_initialized", "%d", y->initialized != 0, x->initialized != 0);
     if (!x->initialized) continue;
@@ -136,6 +156,34 @@ static kvc_error* check_compatible(const char* fn, const kvc_cache* a, const kvc
   return NULL;
 }
 
+/* Row buffers of layer i of every split, stacked into the shell `n` (whose ptrs are NULL). */
+static int stack_rows(const kvc_cache* r, const kvc_cache* const* splits, size_t count, uint32_t i, kvc_layer* n) {
+  kvc_row_buffer* nr = NULL;
+  int nb = kvc_layer_rows(n, &nr);
+  int64_t batch = 0;
+  for (size_t s = 0; s < count; s++) batch += splits[s]->layers[i]->batch;
+  n->batch = batch;
+  const kvc_backend* be = r->backend;
+  for (int b = 0; b < nb; b++) {
+    kvc_row_buffer* src0 = NULL;
+    kvc_layer_rows(splits[0]->layers[i], &src0);
+    if (!src0[b].ptr) continue;
+    nr[b].ptr = be->alloc_zeroed(be->ctx, r->device.device_id, (size_t)(src0[b].row_bytes * batch));
+    if (!nr[b].ptr) return -1;
+    int64_t row = 0;
+    for (size_t s = 0; s < count; s++) {
+      const kvc_layer* l = splits[s]->layers[i];
+      kvc_row_buffer* sr = NULL;
+      kvc_layer_rows((kvc_layer*)l, &sr);
+      int64_t st[4] = {sr[b].row_bytes, sr[b].row_bytes, sr[b].row_bytes, 1};
+      int64_t shape[4] = {l->batch, 1, 1, sr[b].row_bytes};
+      be->copy_4d(be->ctx, r->device.device_id, (char*)nr[b].ptr + row * sr[b].row_bytes, st, sr[b].ptr, st, shape, 1);
+      row += l->batch;
+    }
+  }
+  return 0;
+}
+
 kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t count, kvc_cache** out) {
   static const char* FN = "kvc_cache_from_batch_splits";
   if (!splits || count == 0)
@@ -145,17 +193,24 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
   for (size_t s = 0; s < count; s++) {
     if (!splits[s]) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] is NULL", FN, s);
     kvc_error* e = check_compatible(FN, splits[0], splits[s], s);
+    if (!e) e = kvc_batch_check_kinds(FN, splits[s], "stack");
     if (e) return e;
   }
   const kvc_cache* first = splits[0];
   kvc_cache* r = NULL;
   kvc_error* e = kvc_cache_new(&first->device, &r);
   if (e) return e;
-  r->lazy = first->lazy;
+  e = kvc_cache_copy_settings(first, r);
   for (uint32_t i = 0; !e && i < first->num_layers; i++) {
     const kvc_layer* l0 = first->layers[i];
     kvc_layer* n = kvc_layer_shell(l0);
     if (!n) {
+      e = kvc_err_oom();
+      break;
+    }
+    if (n->ext && stack_rows(r, splits, count, i, n)) {
+      n->initialized = 0;
+      kvc_layer_free(r, n);
       e = kvc_err_oom();
       break;
     }
@@ -168,7 +223,8 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
       n->batch = batch;
       n->cap = cap;
       if (kvc_store_alloc(r, batch, n->heads, n->cap, n->k_dim, n->v_dim, n->elem, &n->k, &n->v)) {
-        free(n);
+        n->initialized = 0;
+        kvc_layer_free(r, n);
         e = kvc_err_oom();
         break;
       }

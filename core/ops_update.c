@@ -61,10 +61,13 @@ static kvc_error* check_pair(const char* fn, const kvc_cache* c, uint32_t i, int
 }
 
 kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint32_t count, const kvc_tensor* keys,
-                             const kvc_tensor* values, const kvc_update_options* o, kvc_kv* out) {
-  if (o) {
-    kvc_error* e = kvc_check_struct_size(fn, "options", o->struct_size, sizeof(kvc_update_options));
+                             const kvc_tensor* values, const kvc_update_options* options, kvc_kv* out) {
+  kvc_update_options opts;
+  const kvc_update_options* o = NULL;
+  if (options) {
+    kvc_error* e = kvc_read_update_options(fn, "options", options, &opts);
     if (e) return e;
+    o = &opts;
     if (!o->cache_position && o->cache_position_length)
       return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->cache_position is NULL but cache_position_length is %u",
                      fn, o->cache_position_length);
@@ -86,15 +89,17 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
   uint32_t layers_before = c->num_layers;
   kvc_error* e = NULL;
   while (!e && c->num_layers < last) {
-    kvc_layer_options spec = KVC_LAYER_OPTIONS_INIT;
     kvc_layer* l = NULL;
-    e = kvc_layer_new(&spec, &l);
+    e = kvc_layer_new(&c->lazy_spec, &l);
     if (!e) {
       l->reserve = c->reserve;
+      l->offloadable = kvc_offload_layer_takes_part(c->offload, l);
       e = kvc_cache_append_layer(c, l);
       if (e) kvc_layer_free(c, l);
     }
   }
+  kvc_offload_release_retired(c); /* device copies kept for the views of the previous call */
+  if (!e) e = kvc_offload_prepare(fn, c, first, count);
   uint32_t j = 0;
   for (; !e && j < count; j++) {
     kvc_layer* l = c->layers[first + j];
@@ -109,6 +114,7 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
     int64_t append = 0;
     kvc_region keep = l->ops->keep_for_update(l, n, o, &append);
     e = kvc_layer_reserve(c, l, keep, append);
+    if (!e && l->ops->prepare_update) e = l->ops->prepare_update(fn, c, l, n, o);
   }
   if (e) {
     for (uint32_t i = 0; i < j + 1 && i < count; i++) {
@@ -127,6 +133,7 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
     kvc_layer_sync_view(l);
     kvc_layer_set_return(l, r);
     if (out) out[j] = l->views[1];
+    kvc_offload_after_update(c, first + j);
   }
   return NULL;
 }

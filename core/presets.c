@@ -17,19 +17,68 @@ static const char* preset_name(kvc_preset p) {
     case KVC_PRESET_SLIDING_WINDOW: return "KVC_PRESET_SLIDING_WINDOW";
     case KVC_PRESET_HYBRID: return "KVC_PRESET_HYBRID";
     case KVC_PRESET_HYBRID_CHUNKED: return "KVC_PRESET_HYBRID_CHUNKED";
+    case KVC_PRESET_QUANTIZED: return "KVC_PRESET_QUANTIZED";
+    case KVC_PRESET_OFFLOADED: return "KVC_PRESET_OFFLOADED";
+    case KVC_PRESET_OFFLOADED_STATIC: return "KVC_PRESET_OFFLOADED_STATIC";
+    case KVC_PRESET_OFFLOADED_HYBRID: return "KVC_PRESET_OFFLOADED_HYBRID";
+    case KVC_PRESET_SINK: return "KVC_PRESET_SINK";
+    case KVC_PRESET_MAMBA: return "KVC_PRESET_MAMBA";
+    case KVC_PRESET_HYBRID_MAMBA: return "KVC_PRESET_HYBRID_MAMBA";
     default: return "KVC_PRESET_CUSTOM";
   }
 }
 
+/*
+ * transformers' validation of quantized layers (spec A.8.1, A.8.2, E.1),
+ * plus our own bounds; `arg` names the struct in messages.
+ */
+static kvc_error* check_quant(const char* arg, const kvc_quant_options* q) {
+  if (q->quantizer != KVC_QUANTIZER_QUANTO && q->quantizer != KVC_QUANTIZER_HQQ)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: %s.quantizer is %d: unknown quantization backend; use KVC_QUANTIZER_QUANTO (1) or "
+                   "KVC_QUANTIZER_HQQ (2)",
+                   FN, arg, (int)q->quantizer);
+  if (q->mode != KVC_QUANT_MODE_INCREMENTAL && q->mode != KVC_QUANT_MODE_TRANSFORMERS)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: %s.mode is %d; use KVC_QUANT_MODE_INCREMENTAL (0) or KVC_QUANT_MODE_TRANSFORMERS (1)", FN, arg,
+                   (int)q->mode);
+  int quanto = q->quantizer == KVC_QUANTIZER_QUANTO;
+  if (quanto ? (q->nbits != 2 && q->nbits != 4)
+             : (q->nbits != 1 && q->nbits != 2 && q->nbits != 3 && q->nbits != 4 && q->nbits != 8))
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.nbits for the %s quantizer has to be one of %s but got %d", FN,
+                   arg, quanto ? "quanto" : "hqq", quanto ? "[2, 4]" : "[1, 2, 3, 4, 8]", (int)q->nbits);
+  const char* axes = quanto ? "[0, -1]" : "[0, 1]";
+  int32_t other = quanto ? -1 : 1;
+  if (q->axis_key != 0 && q->axis_key != other)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.axis_key for the %s quantizer has to be one of %s but got %d", FN,
+                   arg, quanto ? "quanto" : "hqq", axes, (int)q->axis_key);
+  if (q->axis_value != 0 && q->axis_value != other)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.axis_value for the %s quantizer has to be one of %s but got %d",
+                   FN, arg, quanto ? "quanto" : "hqq", axes, (int)q->axis_value);
+  if (q->q_group_size < 1 || q->q_group_size > INT32_MAX)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.q_group_size is %" PRId64 "; it must be in [1, 2^31)", FN, arg,
+                   q->q_group_size);
+  if (q->residual_length < 0 || q->residual_length > INT32_MAX)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.residual_length is %" PRId64 "; it must be in [0, 2^31)", FN,
+                   arg, q->residual_length);
+  return NULL;
+}
+
+/* Reads and validates quant options (NULL = defaults) into *out. */
+static kvc_error* read_quant(const char* arg, const kvc_quant_options* in, kvc_quant_options* out) {
+  *out = (kvc_quant_options)KVC_QUANT_OPTIONS_INIT;
+  if (in) {
+    kvc_error* e = kvc_read_quant_options(FN, arg, in, out);
+    if (e) return e;
+  }
+  return check_quant(arg, out);
+}
+
 static kvc_error* check_layer(uint32_t i, const kvc_layer_options* l) {
-  char arg[48];
-  snprintf(arg, sizeof arg, "options->layers[%u]", i);
-  kvc_error* e = kvc_check_struct_size(FN, arg, l->struct_size, sizeof(kvc_layer_options));
-  if (e) return e;
   if (!kvc_kind_is_valid(l->kind))
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->layers[%u].kind is %d; valid kinds are KVC_LAYER_DYNAMIC (1) .. "
-                   "KVC_LAYER_STATIC_CHUNKED (6)",
+                   "KVC_LAYER_LINEAR_STATIC_SLIDING (13)",
                    FN, i, (int)l->kind);
   if (kvc_kind_is_sliding(l->kind) && (l->window < 1 || l->window > INT32_MAX))
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
@@ -39,6 +88,33 @@ static kvc_error* check_layer(uint32_t i, const kvc_layer_options* l) {
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->layers[%u].max_cache_len is %" PRId64 "; a %s layer needs max_cache_len in [1, 2^31)",
                    FN, i, l->max_cache_len, kvc_kind_name(l->kind));
+  if (l->kind == KVC_LAYER_SINK) {
+    if (l->num_sink_tokens < 0 || l->num_sink_tokens >= INT32_MAX)
+      return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                     "%s: options->layers[%u].num_sink_tokens is %" PRId64 "; it must be in [0, 2^31 - 1)", FN, i,
+                     l->num_sink_tokens);
+    if (l->window <= l->num_sink_tokens || l->window > INT32_MAX)
+      return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                     "%s: options->layers[%u].window (window_length) is %" PRId64 " but a sink layer needs it in "
+                     "[num_sink_tokens + 1, 2^31) with num_sink_tokens %" PRId64,
+                     FN, i, l->window, l->num_sink_tokens);
+  }
+  if (kvc_kind_is_linear(l->kind)) {
+    if (l->num_states > 64)
+      return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->layers[%u].num_states is %u; it must be in [0, 64]", FN,
+                     i, l->num_states);
+    if (l->conv_kernel_size < 0 || l->conv_kernel_size > INT32_MAX)
+      return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                     "%s: options->layers[%u].conv_kernel_size is %" PRId64 "; use 0 (from the first input) or [1, 2^31)",
+                     FN, i, l->conv_kernel_size);
+  }
+  if (l->kind == KVC_LAYER_QUANTIZED) {
+    char arg[48];
+    snprintf(arg, sizeof arg, "options->layers[%u].quant", i);
+    kvc_quant_options q;
+    kvc_error* e = read_quant(arg, l->quant, &q);
+    if (e) return e;
+  }
   return NULL;
 }
 
@@ -48,10 +124,10 @@ static kvc_error* layer_types(const kvc_model_config* c, kvc_layer_type* out, ui
     kvc_layer_type t;
     if (c->layer_types) {
       t = c->layer_types[i];
-      if (t < KVC_LAYER_TYPE_FULL_ATTENTION || t > KVC_LAYER_TYPE_CHUNKED_ATTENTION)
+      if (t < KVC_LAYER_TYPE_FULL_ATTENTION || t > KVC_LAYER_TYPE_HYBRID_SLIDING)
         return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                       "%s: config->layer_types[%u] is %d; valid types are KVC_LAYER_TYPE_FULL_ATTENTION (1), "
-                       "_SLIDING_ATTENTION (2) and _CHUNKED_ATTENTION (3)",
+                       "%s: config->layer_types[%u] is %d; valid types are KVC_LAYER_TYPE_FULL_ATTENTION (1) .. "
+                       "KVC_LAYER_TYPE_HYBRID_SLIDING (6)",
                        FN, i, (int)t);
     } else if (c->sliding_window > 0) {
       t = KVC_LAYER_TYPE_SLIDING_ATTENTION;
@@ -70,8 +146,6 @@ static kvc_error* check_config(kvc_preset p, const kvc_model_config* c) {
   if (!c)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->config is NULL but %s needs a model config", FN,
                    preset_name(p));
-  kvc_error* e = kvc_check_struct_size(FN, "options->config", c->struct_size, sizeof(kvc_model_config));
-  if (e) return e;
   if (c->num_hidden_layers < 1 || c->num_hidden_layers > 1u << 20)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: config->num_hidden_layers is %u; it must be in [1, 1048576]", FN,
                    c->num_hidden_layers);
@@ -86,12 +160,53 @@ static kvc_error* check_config(kvc_preset p, const kvc_model_config* c) {
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: config->attention_chunk_size is %" PRId64 "; use 0 for none or [1, 2^31)", FN,
                    c->attention_chunk_size);
+  if (c->number_of_conv_states > 64)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: config->number_of_conv_states is %u; it must be in [0, 64]", FN,
+                   c->number_of_conv_states);
+  if (c->conv_kernel < 0 || c->conv_kernel > INT32_MAX)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: config->conv_kernel is %" PRId64 "; use 0 or [1, 2^31)", FN,
+                   c->conv_kernel);
   return NULL;
 }
 
-kvc_error* kvc_preset_layers(const kvc_cache_options* o, kvc_layer_options** out, uint32_t* count, int* lazy) {
+/* The offloading a preset uses when the caller leaves KVC_OFFLOAD_DEFAULT. */
+static kvc_error* resolve_offload(const kvc_cache_options* o, kvc_offload* out) {
+  kvc_offload m = o->offload;
+  if (m < KVC_OFFLOAD_DEFAULT || m > KVC_OFFLOAD_NON_SLIDING)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: options->offload is %d; use KVC_OFFLOAD_DEFAULT (0), _NONE (1), _ALL (2) or _NON_SLIDING (3)",
+                   FN, (int)m);
+  if (m == KVC_OFFLOAD_DEFAULT) {
+    switch (o->preset) {
+      case KVC_PRESET_OFFLOADED: m = KVC_OFFLOAD_ALL; break; /* DynamicCache: offload_only_non_sliding=False */
+      case KVC_PRESET_OFFLOADED_STATIC:
+      case KVC_PRESET_OFFLOADED_HYBRID: m = KVC_OFFLOAD_NON_SLIDING; break;
+      default: m = KVC_OFFLOAD_NONE; break;
+    }
+  }
+  if (m != KVC_OFFLOAD_NONE && o->preset == KVC_PRESET_QUANTIZED)
+    return kvc_err(KVC_ERROR_UNSUPPORTED,
+                   "%s: options->offload is %d but KVC_PRESET_QUANTIZED does not offload (transformers' "
+                   "QuantizedCache has no offloading); use KVC_OFFLOAD_DEFAULT or KVC_OFFLOAD_NONE",
+                   FN, (int)o->offload);
+  *out = m;
+  return NULL;
+}
+
+/* The quant options of the cache, kept for the layers' specs (which point at it). */
+static _Thread_local kvc_quant_options preset_quant;
+
+kvc_error* kvc_preset_layers(const kvc_cache_options* o, kvc_layer_options** out, uint32_t* count, int* lazy,
+                             kvc_layer_options* lazy_spec, kvc_offload* offload) {
   kvc_preset p = o->preset;
   *lazy = 0;
+  *lazy_spec = (kvc_layer_options)KVC_LAYER_OPTIONS_INIT;
+  if (p < KVC_PRESET_CUSTOM || p > KVC_PRESET_HYBRID_MAMBA)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: options->preset is %d; valid presets are KVC_PRESET_CUSTOM (0) .. KVC_PRESET_HYBRID_MAMBA (12)",
+                   FN, (int)p);
+  kvc_error* e = resolve_offload(o, offload);
+  if (e) return e;
   if (p == KVC_PRESET_CUSTOM) {
     if (o->num_layers > 0 && !o->layers)
       return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->layers is NULL but options->num_layers is %u", FN,
@@ -99,31 +214,62 @@ kvc_error* kvc_preset_layers(const kvc_cache_options* o, kvc_layer_options** out
     if (o->num_layers == 0)
       return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                      "%s: options->num_layers is 0; a KVC_PRESET_CUSTOM cache needs at least one layer", FN);
-    for (uint32_t i = 0; i < o->num_layers; i++) {
-      kvc_error* e = check_layer(i, &o->layers[i]);
-      if (e) return e;
-    }
     kvc_layer_options* l = (kvc_layer_options*)malloc(sizeof(*l) * o->num_layers);
     if (!l) return kvc_err_oom();
-    for (uint32_t i = 0; i < o->num_layers; i++) l[i] = o->layers[i];
+    for (uint32_t i = 0; i < o->num_layers; i++) {
+      char arg[48];
+      snprintf(arg, sizeof arg, "options->layers[%u]", i);
+      e = kvc_read_layer_options(FN, arg, kvc_layer_options_at(o->layers, i), &l[i]);
+      if (!e) e = check_layer(i, &l[i]);
+      if (e) {
+        free(l);
+        return e;
+      }
+    }
     *out = l;
     *count = o->num_layers;
     return NULL;
   }
-  if (p < KVC_PRESET_CUSTOM || p > KVC_PRESET_HYBRID_CHUNKED)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                   "%s: options->preset is %d; valid presets are KVC_PRESET_CUSTOM (0) .. KVC_PRESET_HYBRID_CHUNKED (5)",
-                   FN, (int)p);
-  if (p == KVC_PRESET_DYNAMIC && !o->config) {
+  if (p == KVC_PRESET_SINK) {
+    if (o->num_sink_tokens < 0 || o->num_sink_tokens >= INT32_MAX)
+      return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->num_sink_tokens is %" PRId64 "; it must be in [0, 2^31 - 1)",
+                     FN, o->num_sink_tokens);
+    if (o->window_length <= o->num_sink_tokens || o->window_length > INT32_MAX)
+      return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                     "%s: options->window_length is %" PRId64 " but KVC_PRESET_SINK needs it in [num_sink_tokens + 1, "
+                     "2^31) with num_sink_tokens %" PRId64,
+                     FN, o->window_length, o->num_sink_tokens);
+    lazy_spec->kind = KVC_LAYER_SINK;
+    lazy_spec->window = o->window_length;
+    lazy_spec->num_sink_tokens = o->num_sink_tokens;
+  }
+  if ((p == KVC_PRESET_DYNAMIC || p == KVC_PRESET_OFFLOADED || p == KVC_PRESET_SINK) && !o->config) {
     *lazy = 1;
     *out = NULL;
     *count = 0;
     return NULL;
   }
-  kvc_error* e = check_config(p, o->config);
+  e = check_config(p, o->config);
   if (e) return e;
-  const kvc_model_config* c = o->config;
-  int is_static = p != KVC_PRESET_DYNAMIC;
+  kvc_model_config cfg;
+  e = kvc_read_model_config(FN, "options->config", o->config, &cfg);
+  if (e) return e;
+  const kvc_model_config* c = &cfg;
+  if (p == KVC_PRESET_QUANTIZED) {
+    e = read_quant("options->quant", o->quant, &preset_quant);
+    if (e) return e;
+  }
+  if (p == KVC_PRESET_HYBRID_MAMBA && !c->layer_types)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: config->layer_types is NULL but KVC_PRESET_HYBRID_MAMBA needs it (LINEAR_ATTENTION for mamba "
+                   "layers, FULL_ATTENTION for attention layers)",
+                   FN);
+  /* The offloaded presets are their base presets with offloading. */
+  if (p == KVC_PRESET_OFFLOADED) p = KVC_PRESET_DYNAMIC;
+  if (p == KVC_PRESET_OFFLOADED_STATIC) p = KVC_PRESET_STATIC;
+  if (p == KVC_PRESET_OFFLOADED_HYBRID) p = KVC_PRESET_HYBRID_CHUNKED;
+  int is_static = p == KVC_PRESET_STATIC || p == KVC_PRESET_SLIDING_WINDOW || p == KVC_PRESET_HYBRID ||
+                  p == KVC_PRESET_HYBRID_CHUNKED;
   if (is_static && (o->max_cache_len < 1 || o->max_cache_len > INT32_MAX))
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->max_cache_len is %" PRId64 "; %s needs max_cache_len in [1, 2^31)", FN,
@@ -147,9 +293,23 @@ kvc_error* kvc_preset_layers(const kvc_cache_options* o, kvc_layer_options** out
     free(types);
     return e;
   }
+  if (p == KVC_PRESET_QUANTIZED) {
+    /* transformers builds num_hidden_layers layers (not truncated) and refuses anything but full attention. */
+    n = c->num_hidden_layers;
+    for (uint32_t i = 0; i < n; i++)
+      if (types[i] != KVC_LAYER_TYPE_FULL_ATTENTION) {
+        int t = (int)types[i];
+        free(types);
+        return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                       "%s: config layer %u is not full attention (type %d); KVC_PRESET_QUANTIZED is only supported "
+                       "for models with only full attention layers",
+                       FN, i, t);
+      }
+  }
   uint32_t pattern = c->sliding_window_pattern ? c->sliding_window_pattern : 2;
   for (uint32_t i = 0; i < n; i++) {
     if (p == KVC_PRESET_SLIDING_WINDOW) types[i] = KVC_LAYER_TYPE_SLIDING_ATTENTION;
+    if (p == KVC_PRESET_MAMBA) types[i] = KVC_LAYER_TYPE_LINEAR_ATTENTION;
     if ((p == KVC_PRESET_HYBRID || p == KVC_PRESET_HYBRID_CHUNKED) && !c->layer_types) {
       int windowed = (i + 1) % pattern != 0;
       kvc_layer_type w = p == KVC_PRESET_HYBRID ? KVC_LAYER_TYPE_SLIDING_ATTENTION : KVC_LAYER_TYPE_CHUNKED_ATTENTION;
@@ -167,7 +327,15 @@ kvc_error* kvc_preset_layers(const kvc_cache_options* o, kvc_layer_options** out
     int64_t sliding = c->sliding_window, chunk = c->attention_chunk_size;
     /* HybridChunkedCache (legacy) takes its window from sliding_window when there is no chunk size. */
     if (p == KVC_PRESET_HYBRID_CHUNKED && chunk < 1) chunk = sliding;
+    lo.num_states = c->number_of_conv_states;
+    lo.conv_kernel_size = c->conv_kernel;
     switch (types[i]) {
+      case KVC_LAYER_TYPE_LINEAR_ATTENTION: lo.kind = KVC_LAYER_LINEAR; break;
+      case KVC_LAYER_TYPE_HYBRID: lo.kind = is_static ? KVC_LAYER_LINEAR_STATIC : KVC_LAYER_LINEAR_DYNAMIC; break;
+      case KVC_LAYER_TYPE_HYBRID_SLIDING:
+        lo.kind = is_static ? KVC_LAYER_LINEAR_STATIC_SLIDING : KVC_LAYER_LINEAR_DYNAMIC_SLIDING;
+        lo.window = sliding;
+        break;
       case KVC_LAYER_TYPE_SLIDING_ATTENTION:
         lo.kind = is_static ? KVC_LAYER_STATIC_SLIDING : KVC_LAYER_DYNAMIC_SLIDING;
         lo.window = sliding;
@@ -178,11 +346,20 @@ kvc_error* kvc_preset_layers(const kvc_cache_options* o, kvc_layer_options** out
         break;
       default: lo.kind = is_static ? KVC_LAYER_STATIC : KVC_LAYER_DYNAMIC; break;
     }
+    if (p == KVC_PRESET_QUANTIZED) {
+      lo.kind = KVC_LAYER_QUANTIZED;
+      lo.quant = &preset_quant;
+    }
+    if (p == KVC_PRESET_SINK) {
+      lo.kind = KVC_LAYER_SINK;
+      lo.window = o->window_length;
+      lo.num_sink_tokens = o->num_sink_tokens;
+    }
     if (kvc_kind_is_sliding(lo.kind) && lo.window < 1) {
       kvc_error* err = kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                                "%s: layer %u is %s attention but config->%s is 0; set it to the window size", FN, i,
-                               types[i] == KVC_LAYER_TYPE_SLIDING_ATTENTION ? "sliding" : "chunked",
-                               types[i] == KVC_LAYER_TYPE_SLIDING_ATTENTION ? "sliding_window" : "attention_chunk_size");
+                               types[i] == KVC_LAYER_TYPE_CHUNKED_ATTENTION ? "chunked" : "sliding",
+                               types[i] == KVC_LAYER_TYPE_CHUNKED_ATTENTION ? "attention_chunk_size" : "sliding_window");
       free(types);
       free(l);
       return err;

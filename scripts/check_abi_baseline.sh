@@ -5,7 +5,9 @@
 # Compares the exported symbols of LIBRARY and the struct layouts and enum
 # values printed by LAYOUT_PROGRAM with abi/baseline/{symbols,layout}.txt:
 # a line of the baseline that is missing or different now is a break (exit 1);
-# new lines are additions (reported, allowed). --update rewrites the baseline,
+# new lines are additions (reported, allowed). A struct that grew
+# (sizeof larger, every old offset unchanged) is an addition too: option
+# structs are append-only and the library accepts every published size. --update rewrites the baseline,
 # to be committed deliberately with an ABI addition.
 set -euo pipefail
 
@@ -31,6 +33,17 @@ for kind in symbols layout; do
   [ -f "$base/$kind.txt" ] || { echo "check_abi_baseline: abi/baseline/$kind.txt is missing" >&2; exit 1; }
   removed="$(comm -23 <(sort "$base/$kind.txt") <(printf '%s\n' "$now" | sort))"
   added="$(comm -13 <(sort "$base/$kind.txt") <(printf '%s\n' "$now" | sort))"
+  if [ "$kind" = layout ] && [ -n "$removed" ]; then
+    # sizeof(T) old -> sizeof(T) new with new > old: growth, not a break.
+    removed="$(printf '%s\n' "$removed" | while read -r name value; do
+      case "$name" in
+        sizeof\(*)
+          grown="$(printf '%s\n' "$now" | awk -v n="$name" -v v="$value" '$1 == n && $2 + 0 > v + 0 { print $2 }')"
+          [ -n "$grown" ] && continue ;;
+      esac
+      printf '%s %s\n' "$name" "$value"
+    done)"
+  fi
   if [ -n "$removed" ]; then
     echo "check_abi_baseline: ABI break in $kind: these baseline lines are gone or changed:" >&2
     printf '  %s\n' "$removed" >&2

@@ -42,7 +42,18 @@ if [ "$soname" != "$want_soname" ]; then
   status=1
 fi
 
+# Every function the headers declare must be exported (a declared but
+# unimplemented entry point would only fail when a binding links it).
+declared="$(cat "$root"/abi/include/kvcache.h "$root"/abi/include/kvcache/*.h | tr '\n' ' ' |
+  grep -o 'KVC_API [^;(]*kvc_[a-z0-9_]*(' | sed 's/($//; s/.*[ *]\(kvc_[a-z0-9_]*\)$/\1/' | sort -u)"
+missing="$(comm -23 <(printf '%s\n' "$declared") <(printf '%s\n' "$symbols"))"
+if [ -n "$missing" ]; then
+  echo "check_exports: declared in abi/include but not exported by $lib:" >&2
+  printf '  %s\n' $missing >&2
+  status=1
+fi
+
 if [ "$status" -eq 0 ]; then
-  echo "check_exports: $count kvc_* symbols exported, SONAME $soname"
+  echo "check_exports: $count kvc_* symbols exported (every declared function), SONAME $soname"
 fi
 exit "$status"

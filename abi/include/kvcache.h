@@ -43,5 +43,8 @@
 #include "kvcache/cache.h"
 #include "kvcache/ops.h"
 #include "kvcache/encoder_decoder.h"
+#include "kvcache/offload.h"
+#include "kvcache/quantized.h"
+#include "kvcache/recurrent.h"
 
 #endif /* KVCACHE_H */

@@ -24,63 +24,10 @@
 #include <string.h>
 
 #include "kvcache.h"
+#include "replay.h"
 
-#define MAX_SLOTS 16
-#define MAX_LAYERS 64
-#define MAX_FILES 256
 
-/* ------------------------------------------------------------------ state */
-
-typedef struct slot {
-  kvc_cache* cache;
-  kvc_encoder_decoder_cache* ed;
-} slot;
-
-/* An expected or input tensor of the vector file. */
-enum { T_NONE, T_DATA, T_EMPTY1D, T_EMPTY4D };
-typedef struct vtensor {
-  int kind;
-  kvc_dtype dtype;
-  int64_t shape[4];
-  unsigned char* data;
-  size_t bytes;
-  long index;      /* expected tensors: their number in the file, for the self-check */
-  kvc_tensor view; /* an input descriptor onto data */
-} vtensor;
-
-/* An expected integer and its number in the file. */
-typedef struct vint {
-  int64_t v;
-  long index;
-} vint;
-
-/* Numbers of expected values that a clean replay checked successfully. */
-typedef struct goodlist {
-  long* at;
-  size_t n, cap;
-} goodlist;
-
-typedef struct replay {
-  const char* file;
-  char* cur;
-  char* end;
-  int quiet;
-  long op;         /* operation number within the file, from 1 */
-  const char* op_name;
-  char case_name[128];
-  int case_failed; /* the rest of a failed case is parsed but not run */
-  long checked;
-  long failed;
-  int malformed;
-  slot slots[MAX_SLOTS];
-  /* self-check: counters of expected values seen, which one to corrupt, and
-   * (in the clean run) which ones were checked successfully */
-  long tensors_seen, ints_seen;
-  long corrupt_tensor, corrupt_int;
-  goodlist good_tensors, good_ints;
-} replay;
-
-static void note_good(goodlist* g, long index) {
+void note_good(goodlist* g, long index) {
   if (index < 0) return; /* not read from the file: nothing to corrupt */
   if (g->n == g->cap) {
     size_t cap = g->cap ? 2 * g->cap : 256;
@@ -94,7 +41,7 @@ static void note_good(goodlist* g, long index) {
 
 /* ------------------------------------------------------------------ errors */
 
-static void fail(replay* r, const char* fmt, ...) {
+void fail(replay* r, const char* fmt, ...) {
   if (r->case_failed) return;
   r->case_failed = 1;
   r->failed++;
@@ -108,7 +55,7 @@ static void fail(replay* r, const char* fmt, ...) {
   fputc('\n', stderr);
 }
 
-static void malformed(replay* r, const char* what) {
+void malformed(replay* r, const char* what) {
   if (!r->malformed && !r->quiet) {
     fprintf(stderr, "MALFORMED %s: op %ld (%s): %s\n", r->file, r->op, r->op_name ? r->op_name : "?", what);
   }
@@ -118,7 +65,7 @@ static void malformed(replay* r, const char* what) {
 
 /* ------------------------------------------------------------------ tokens */
 
-static char* tok(replay* r) {
+char* tok(replay* r) {
   while (r->cur < r->end && (*r->cur == ' ' || *r->cur == '\n' || *r->cur == '\t' || *r->cur == '\r')) r->cur++;
   if (r->cur >= r->end) {
     malformed(r, "unexpected end of file");
@@ -130,7 +77,7 @@ static char* tok(replay* r) {
   return t;
 }
 
-static int64_t num(replay* r) {
+int64_t num(replay* r) {
   char* t = tok(r);
   if (!t) return 0;
   char* e;
@@ -139,7 +86,7 @@ static int64_t num(replay* r) {
   return (int64_t)v;
 }
 
-static uint64_t unum(replay* r) {
+uint64_t unum(replay* r) {
   char* t = tok(r);
   if (!t) return 0;
   char* e;
@@ -149,17 +96,17 @@ static uint64_t unum(replay* r) {
 }
 
 /* An expected integer: numbered, and corrupted on request by the self-check. */
-static vint expected_num(replay* r) {
+vint expected_num(replay* r) {
   vint e = {num(r), r->ints_seen++};
   if (e.index == r->corrupt_int) e.v += 1;
   return e;
 }
 
-static int is(const char* t, const char* s) { return t && strcmp(t, s) == 0; }
+int is(const char* t, const char* s) { return t && strcmp(t, s) == 0; }
 
 /* ------------------------------------------------------------------ tensors */
 
-static kvc_dtype parse_dtype(replay* r) {
+kvc_dtype parse_dtype(replay* r) {
   char* t = tok(r);
   if (is(t, "f32")) return KVC_DTYPE_FLOAT32;
   if (is(t, "f16")) return KVC_DTYPE_FLOAT16;
@@ -168,7 +115,7 @@ static kvc_dtype parse_dtype(replay* r) {
   return KVC_DTYPE_FLOAT32;
 }
 
-static const char* dtype_name(kvc_dtype d) {
+const char* dtype_name(kvc_dtype d) {
   return d == KVC_DTYPE_FLOAT32 ? "f32" : d == KVC_DTYPE_FLOAT16 ? "f16" : d == KVC_DTYPE_BFLOAT16 ? "bf16" : "?";
 }
 
@@ -201,13 +148,13 @@ static int hexval(char c) {
   return -1;
 }
 
-static void tensor_free(vtensor* t) {
+void tensor_free(vtensor* t) {
   free(t->data);
   memset(t, 0, sizeof(*t));
 }
 
 /* Parses `-`, `e`, `z DT B H S D`, `g DT B H S D SEED` or `x DT B H S D HEX`. */
-static void parse_tensor(replay* r, vtensor* t) {
+void parse_tensor(replay* r, vtensor* t) {
   memset(t, 0, sizeof(*t));
   t->index = -1;
   char* k = tok(r);
@@ -268,7 +215,7 @@ static void parse_tensor(replay* r, vtensor* t) {
 }
 
 /* Compares a view returned by kvcache with an expected tensor. */
-static int check_tensor(replay* r, const char* what, const kvc_tensor* got, const vtensor* exp) {
+int check_tensor(replay* r, const char* what, const kvc_tensor* got, const vtensor* exp) {
   if (exp->kind == T_NONE) return 1;
   int64_t numel = 1;
   for (int i = 0; i < got->ndim; i++) numel *= got->shape[i];
@@ -330,7 +277,7 @@ static int check_tensor(replay* r, const char* what, const kvc_tensor* got, cons
 
 /* ------------------------------------------------------------------ results */
 
-static kvc_code code_of(const char* name) {
+kvc_code code_of(const char* name) {
   static const struct {
     const char* name;
     kvc_code code;
@@ -346,13 +293,8 @@ static kvc_code code_of(const char* name) {
 }
 
 /* An expected outcome: `ok` or `err CODE CLASS`. */
-typedef struct outcome {
-  int ok;
-  kvc_code code;
-  char cls[48];
-} outcome;
 
-static void parse_outcome(replay* r, outcome* o) {
+void parse_outcome(replay* r, outcome* o) {
   memset(o, 0, sizeof(*o));
   char* t = tok(r);
   if (is(t, "ok")) {
@@ -370,7 +312,7 @@ static void parse_outcome(replay* r, outcome* o) {
 }
 
 /* Checks a call's error against the outcome; consumes the error. Returns 1 when the call succeeded as expected. */
-static int check_outcome(replay* r, kvc_error* e, const outcome* o) {
+int check_outcome(replay* r, kvc_error* e, const outcome* o) {
   kvc_code got = kvc_error_code(e);
   if (o->ok && got != KVC_OK) {
     fail(r, "expected success, got %s: %s", kvc_code_name(got), kvc_error_message(e));
@@ -382,14 +324,14 @@ static int check_outcome(replay* r, kvc_error* e, const outcome* o) {
   return o->ok && got == KVC_OK;
 }
 
-static int must(replay* r, kvc_error* e, const char* call) {
+int must(replay* r, kvc_error* e, const char* call) {
   if (!e) return 1;
   fail(r, "%s failed: %s: %s", call, kvc_code_name(kvc_error_code(e)), kvc_error_message(e));
   kvc_error_destroy(e);
   return 0;
 }
 
-static void check_int(replay* r, const char* what, int64_t got, vint want) {
+void check_int(replay* r, const char* what, int64_t got, vint want) {
   if (got != want.v)
     fail(r, "%s is %" PRId64 ", expected %" PRId64, what, got, want.v);
   else
@@ -398,7 +340,7 @@ static void check_int(replay* r, const char* what, int64_t got, vint want) {
 
 /* ------------------------------------------------------------------ slots */
 
-static void slot_clear(slot* s) {
+void slot_clear(slot* s) {
   kvc_encoder_decoder_cache_destroy(s->ed);
   kvc_cache_destroy(s->cache);
   s->ed = NULL;
@@ -409,7 +351,7 @@ static void slots_clear(replay* r) {
   for (int i = 0; i < MAX_SLOTS; i++) slot_clear(&r->slots[i]);
 }
 
-static slot* slot_at(replay* r, int64_t i) {
+slot* slot_at(replay* r, int64_t i) {
   if (i < 0 || i >= MAX_SLOTS) {
     malformed(r, "slot out of range");
     return &r->slots[0];
@@ -419,7 +361,7 @@ static slot* slot_at(replay* r, int64_t i) {
 
 /* The cache an operation on slot `i` addresses: an encoder-decoder pair's
  * self-attention cache, as transformers delegates these calls. */
-static kvc_cache* cache_at(replay* r, int64_t i) {
+kvc_cache* cache_at(replay* r, int64_t i) {
   slot* s = slot_at(r, i);
   if (s->ed) return kvc_encoder_decoder_cache_self_attention(s->ed);
   if (!s->cache && !r->case_failed && !r->malformed) fail(r, "slot %" PRId64 " holds no cache", i);
@@ -428,14 +370,8 @@ static kvc_cache* cache_at(replay* r, int64_t i) {
 
 /* ------------------------------------------------------------------ options */
 
-typedef struct optspec {
-  kvc_cache_options options;
-  kvc_model_config config;
-  kvc_layer_type types[MAX_LAYERS];
-  kvc_layer_options layers[MAX_LAYERS];
-} optspec;
 
-static kvc_layer_kind kind_of(replay* r, const char* t) {
+kvc_layer_kind kind_of(replay* r, const char* t) {
   if (is(t, "d")) return KVC_LAYER_DYNAMIC;
   if (is(t, "ds")) return KVC_LAYER_DYNAMIC_SLIDING;
   if (is(t, "dc")) return KVC_LAYER_DYNAMIC_CHUNKED;
@@ -447,7 +383,7 @@ static kvc_layer_kind kind_of(replay* r, const char* t) {
 }
 
 /* `lazy` | `preset NAME MAXLEN NL SW CHUNK SHARED PATTERN TYPES` | `layers N (KIND W M)*` */
-static void parse_options(replay* r, optspec* o) {
+void parse_options(replay* r, optspec* o) {
   memset(o, 0, sizeof(*o));
   kvc_cache_options_init(&o->options);
   kvc_model_config_init(&o->config);
@@ -702,7 +638,7 @@ static void op_record(replay* r) {
   must(r, kvc_cache_activate_past_recording(cache_at(r, si)), "kvc_cache_activate_past_recording");
 }
 
-static int parse_indices(replay* r, int64_t* idx, int64_t* count) {
+int parse_indices(replay* r, int64_t* idx, int64_t* count) {
   *count = num(r);
   if (*count < 1 || *count > 64) {
     malformed(r, "index count");
@@ -925,10 +861,7 @@ static void op_isupd(replay* r) {
 
 /* ------------------------------------------------------------------ files */
 
-static const struct {
-  const char* name;
-  void (*run)(replay*);
-} OPS[] = {{"create", op_create},   {"tensors", op_tensors}, {"layout", op_layout}, {"nlayers", op_nlayers},
+static const replay_op OPS[] = {{"create", op_create},   {"tensors", op_tensors}, {"layout", op_layout}, {"nlayers", op_nlayers},
            {"update", op_update},   {"seqlen", op_seqlen},   {"maxlen", op_maxlen}, {"mask", op_mask}, {"usable", op_usable},
            {"crop", op_crop},       {"record", op_record},   {"reorder", op_reorder}, {"repeat", op_repeat},
            {"select", op_select},   {"reset", op_reset},     {"clone", op_clone},   {"drop", op_drop},
@@ -969,6 +902,11 @@ static void replay_text(replay* r, char* text, size_t len) {
     if (is(t, "xview")) fn = op_view_cross;
     for (size_t i = 0; !fn && i < sizeof(OPS) / sizeof(OPS[0]); i++)
       if (is(t, OPS[i].name)) fn = OPS[i].run;
+    static const replay_op* const FAMILIES[] = {replay_ops_quantized, replay_ops_sink, replay_ops_linear,
+                                                replay_ops_offload};
+    for (size_t f = 0; !fn && f < sizeof(FAMILIES) / sizeof(FAMILIES[0]); f++)
+      for (const replay_op* op = FAMILIES[f]; !fn && op->name; op++)
+        if (is(t, op->name)) fn = op->run;
     if (!fn) {
       malformed(r, "unknown operation");
       break;

@@ -3,13 +3,21 @@
  *
  * A cache is an ordered list of layers, each of one kind. The cache classes of
  * Hugging Face transformers (DynamicCache, StaticCache, SlidingWindowCache,
- * HybridCache, HybridChunkedCache) are presets: a pattern of layer kinds built
- * from a model configuration, exactly as transformers builds them.
+ * HybridCache, HybridChunkedCache, QuantizedCache, OffloadedCache,
+ * OffloadedStaticCache, OffloadedHybridCache, SinkCache, MambaCache,
+ * HybridMambaAttentionDynamicCache) are presets: a pattern of layer kinds
+ * built from a model configuration, exactly as transformers builds them.
+ *
+ * Option structs grow only at their end. The library accepts every
+ * struct_size it has ever published (the sizes are listed next to each
+ * struct) and gives fields beyond the caller's struct_size their defaults,
+ * so a program compiled against an older header keeps working.
  */
 #ifndef KVCACHE_CACHE_H
 #define KVCACHE_CACHE_H
 
 #include "kvcache/error.h"
+#include "kvcache/quantized.h"
 #include "kvcache/tensor.h"
 
 #ifdef __cplusplus
@@ -22,10 +30,17 @@ typedef struct kvc_cache kvc_cache;
 /* ---------------------------------------------------------------- layers */
 
 /*
- * Layer kinds (spec A.2, A.3, A.5, A.6). The chunked kinds behave exactly like
- * the sliding kinds with the chunk size as window (transformers uses the same
- * classes); they differ only in how the attention mask is built, which
- * kvc_layer_info.is_chunked reports.
+ * Layer kinds (spec A.2, A.3, A.5, A.6, A.8, A.9, C.6). The chunked kinds
+ * behave exactly like the sliding kinds with the chunk size as window
+ * (transformers uses the same classes); they differ only in how the attention
+ * mask is built, which kvc_layer_info.is_chunked reports.
+ *
+ * The LINEAR kinds hold recurrent state (conv and SSM states, see
+ * kvcache/recurrent.h) instead of, or next to, K/V: KVC_LAYER_LINEAR is
+ * transformers' LinearAttentionLayer (Mamba, conv, and the empty layers of
+ * moe/mlp blocks); the four LINEAR_* kinds are its hybrids with an attention
+ * part of the named kind (LinearAttentionAnd{Full,SlidingWindow,
+ * StaticFull,StaticSlidingWindow}AttentionLayer).
  */
 typedef int32_t kvc_layer_kind;
 #define KVC_LAYER_DYNAMIC          1 /**< grows without bound; stores every token */
@@ -34,16 +49,37 @@ typedef int32_t kvc_layer_kind;
 #define KVC_LAYER_STATIC           4 /**< pre-allocated max_cache_len slots */
 #define KVC_LAYER_STATIC_SLIDING   5 /**< pre-allocated min(window, max_cache_len) slots, shifted */
 #define KVC_LAYER_STATIC_CHUNKED   6 /**< KVC_LAYER_STATIC_SLIDING with window = chunk size */
+#define KVC_LAYER_QUANTIZED        7 /**< full attention over a quantized store plus a full-precision
+                                          residual (kvc_quant_options) */
+#define KVC_LAYER_SINK             8 /**< SinkCache: the first num_sink_tokens tokens plus the most
+                                          recent ones, window tokens in all; kept keys re-rotated */
+#define KVC_LAYER_LINEAR           9 /**< recurrent state only: conv and SSM states, no K/V */
+#define KVC_LAYER_LINEAR_DYNAMIC        10 /**< recurrent state + KVC_LAYER_DYNAMIC */
+#define KVC_LAYER_LINEAR_DYNAMIC_SLIDING 11 /**< recurrent state + KVC_LAYER_DYNAMIC_SLIDING */
+#define KVC_LAYER_LINEAR_STATIC         12 /**< recurrent state + KVC_LAYER_STATIC */
+#define KVC_LAYER_LINEAR_STATIC_SLIDING 13 /**< recurrent state + KVC_LAYER_STATIC_SLIDING */
 
-/** One layer of a custom cache. */
+/**
+ * One layer of a custom cache.
+ * Published sizes: 24 (0.1), 56 (0.2).
+ */
 typedef struct kvc_layer_options {
   uint32_t struct_size;     /**< sizeof(kvc_layer_options) */
   kvc_layer_kind kind;      /**< default KVC_LAYER_DYNAMIC */
-  int64_t window;           /**< sliding and chunked kinds: window or chunk size, in [1, 2^31) */
+  int64_t window;           /**< sliding and chunked kinds: window or chunk size, in [1, 2^31);
+                                 SINK: window_length, in [num_sink_tokens + 1, 2^31) */
   int64_t max_cache_len;    /**< static kinds: number of slots, in [1, 2^31) */
+  /* since 0.2 */
+  const kvc_quant_options* quant; /**< QUANTIZED: the quantizer (NULL = KVC_QUANT_OPTIONS_INIT);
+                                       borrowed for the call, copied */
+  int64_t num_sink_tokens;  /**< SINK: tokens kept at the start, in [0, window) */
+  uint32_t num_states;      /**< LINEAR kinds: conv/recurrent state pairs (transformers'
+                                 number_of_states); 0 means 1 */
+  int64_t conv_kernel_size; /**< LINEAR kinds: the conv state's length K; 0 = take it from the
+                                 first conv input's last dimension, as transformers does */
 } kvc_layer_options;
 
-#define KVC_LAYER_OPTIONS_INIT {sizeof(kvc_layer_options), KVC_LAYER_DYNAMIC, 0, 0}
+#define KVC_LAYER_OPTIONS_INIT {sizeof(kvc_layer_options), KVC_LAYER_DYNAMIC, 0, 0, NULL, 0, 0, 0}
 /** Sets `options` to KVC_LAYER_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_layer_options_init(kvc_layer_options* options);
 
@@ -54,10 +90,16 @@ typedef int32_t kvc_layer_type;
 #define KVC_LAYER_TYPE_FULL_ATTENTION    1 /**< "full_attention" */
 #define KVC_LAYER_TYPE_SLIDING_ATTENTION 2 /**< "sliding_attention" */
 #define KVC_LAYER_TYPE_CHUNKED_ATTENTION 3 /**< "chunked_attention" */
+#define KVC_LAYER_TYPE_LINEAR_ATTENTION  4 /**< "linear_attention", "conv", "mamba", "moe", "mlp":
+                                                a KVC_LAYER_LINEAR layer */
+#define KVC_LAYER_TYPE_HYBRID            5 /**< "hybrid": LINEAR_DYNAMIC / LINEAR_STATIC */
+#define KVC_LAYER_TYPE_HYBRID_SLIDING    6 /**< "hybrid_sliding": LINEAR_DYNAMIC_SLIDING /
+                                                LINEAR_STATIC_SLIDING */
 
 /**
  * The parts of a transformers model configuration that decide a cache's
  * layers (spec A.10). Zero means "absent" for every field.
+ * Published sizes: 40 (0.1), 56 (0.2).
  */
 typedef struct kvc_model_config {
   uint32_t struct_size;              /**< sizeof(kvc_model_config) */
@@ -68,9 +110,13 @@ typedef struct kvc_model_config {
   uint32_t num_kv_shared_layers;     /**< the last n layers share KV and get no cache */
   uint32_t sliding_window_pattern;   /**< HYBRID presets without layer_types: every n-th layer is
                                           full attention (transformers' default 2 when 0) */
+  /* since 0.2 */
+  uint32_t number_of_conv_states;    /**< linear layers: state pairs per layer (0 means 1) */
+  int64_t conv_kernel;               /**< linear layers: conv state length K (config.conv_kernel);
+                                          0 = from the first conv input */
 } kvc_model_config;
 
-#define KVC_MODEL_CONFIG_INIT {sizeof(kvc_model_config), 0, NULL, 0, 0, 0, 0}
+#define KVC_MODEL_CONFIG_INIT {sizeof(kvc_model_config), 0, NULL, 0, 0, 0, 0, 0, 0}
 /** Sets `config` to KVC_MODEL_CONFIG_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_model_config_init(kvc_model_config* config);
 
@@ -93,6 +139,29 @@ KVC_API void kvc_model_config_init(kvc_model_config* config);
  *   given, else the pattern rule with chunked layers; the window is
  *   attention_chunk_size, else sliding_window (one is required).
  * KVC_PRESET_CUSTOM: the layers listed in kvc_cache_options.layers.
+ * KVC_PRESET_QUANTIZED: QuantizedCache(backend, config, ...): one QUANTIZED
+ *   layer per config.num_hidden_layers (not truncated by
+ *   num_kv_shared_layers, as transformers), with options.quant; every layer
+ *   type must be full attention.
+ * KVC_PRESET_OFFLOADED: OffloadedCache: KVC_PRESET_DYNAMIC with offload
+ *   KVC_OFFLOAD_ALL (config optional).
+ * KVC_PRESET_OFFLOADED_STATIC: OffloadedStaticCache: KVC_PRESET_STATIC with
+ *   offload KVC_OFFLOAD_NON_SLIDING.
+ * KVC_PRESET_OFFLOADED_HYBRID: OffloadedHybridCache: KVC_PRESET_HYBRID_CHUNKED
+ *   with offload KVC_OFFLOAD_NON_SLIDING.
+ * KVC_PRESET_SINK: SinkCache(window_length, num_sink_tokens): SINK layers
+ *   with options.window_length and options.num_sink_tokens; without a config
+ *   a lazy cache (layers appear as they are updated), with one
+ *   num_hidden_layers layers.
+ * KVC_PRESET_MAMBA: MambaCache: one LINEAR layer per config layer with
+ *   config.conv_kernel and number_of_conv_states.
+ * KVC_PRESET_HYBRID_MAMBA: HybridMambaAttentionDynamicCache (Jamba, Bamba):
+ *   config.layer_types (required) with LINEAR_ATTENTION for mamba layers and
+ *   FULL_ATTENTION for attention layers; this is what DynamicCache(config)
+ *   builds for such models in transformers >= 5.5.
+ *
+ * With KVC_PRESET_DYNAMIC and KVC_PRESET_STATIC, LINEAR_ATTENTION, HYBRID and
+ * HYBRID_SLIDING layer types map to the LINEAR kinds as in spec A.10.
  *
  * Layer types are derived as transformers does: without layer_types, all
  * layers are sliding if sliding_window is set, else chunked if
@@ -106,8 +175,33 @@ typedef int32_t kvc_preset;
 #define KVC_PRESET_SLIDING_WINDOW 3
 #define KVC_PRESET_HYBRID         4
 #define KVC_PRESET_HYBRID_CHUNKED 5
+#define KVC_PRESET_QUANTIZED      6
+#define KVC_PRESET_OFFLOADED      7
+#define KVC_PRESET_OFFLOADED_STATIC 8
+#define KVC_PRESET_OFFLOADED_HYBRID 9
+#define KVC_PRESET_SINK           10
+#define KVC_PRESET_MAMBA          11
+#define KVC_PRESET_HYBRID_MAMBA   12
 
-/** Options of kvc_cache_create. */
+/*
+ * Offloading (spec A.11, E.2 item 10): layers keep their K/V in the host tier
+ * between updates. Before layer i is updated the next offloadable layer is
+ * prefetched to the device tier; after it, layer i is offloaded. Linear
+ * layers are never offloaded; with KVC_OFFLOAD_NON_SLIDING sliding layers stay
+ * on the device (transformers' offload_only_non_sliding=True).
+ * KVC_OFFLOAD_DEFAULT is the preset's own choice (NONE, except the OFFLOADED
+ * presets).
+ */
+typedef int32_t kvc_offload;
+#define KVC_OFFLOAD_DEFAULT     0
+#define KVC_OFFLOAD_NONE        1
+#define KVC_OFFLOAD_ALL         2 /**< offload_only_non_sliding=False */
+#define KVC_OFFLOAD_NON_SLIDING 3 /**< offload_only_non_sliding=True */
+
+/**
+ * Options of kvc_cache_create.
+ * Published sizes: 48 (0.1), 80 (0.2).
+ */
 typedef struct kvc_cache_options {
   uint32_t struct_size;                 /**< sizeof(kvc_cache_options) */
   kvc_preset preset;                    /**< default KVC_PRESET_DYNAMIC */
@@ -116,10 +210,16 @@ typedef struct kvc_cache_options {
   uint32_t num_layers;                  /**< CUSTOM: number of entries in `layers` */
   const kvc_layer_options* layers;      /**< CUSTOM: borrowed for the call */
   kvc_device device;                    /**< where the cache lives; default {KVC_DEVICE_CPU, 0} */
+  /* since 0.2 */
+  const kvc_quant_options* quant;       /**< QUANTIZED: NULL = KVC_QUANT_OPTIONS_INIT; borrowed */
+  kvc_offload offload;                  /**< any preset; default KVC_OFFLOAD_DEFAULT */
+  int64_t window_length;                /**< SINK: window_length, >= num_sink_tokens + 1 */
+  int64_t num_sink_tokens;              /**< SINK: num_sink_tokens, >= 0 */
 } kvc_cache_options;
 
-#define KVC_CACHE_OPTIONS_INIT \
-  {sizeof(kvc_cache_options), KVC_PRESET_DYNAMIC, NULL, 0, 0, NULL, {KVC_DEVICE_CPU, 0}}
+#define KVC_CACHE_OPTIONS_INIT                                                                 \
+  {sizeof(kvc_cache_options), KVC_PRESET_DYNAMIC, NULL, 0, 0, NULL, {KVC_DEVICE_CPU, 0}, NULL, \
+   KVC_OFFLOAD_DEFAULT, 0, 0}
 /** Sets `options` to KVC_CACHE_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_cache_options_init(kvc_cache_options* options);
 
@@ -188,7 +288,11 @@ KVC_API kvc_error* kvc_cache_early_initialization(kvc_cache* cache, const kvc_in
 /** Number of layers (for a lazy cache: the layers touched so far). 0 for NULL. */
 KVC_API uint32_t kvc_cache_num_layers(const kvc_cache* cache);
 
-/** What a layer is and holds. Fill struct_size before the call. */
+/**
+ * What a layer is and holds. Fill struct_size before the call; the library
+ * writes only the fields that fit in it.
+ * Published sizes: 96 (0.1), 128 (0.2).
+ */
 typedef struct kvc_layer_info {
   uint32_t struct_size;     /**< set by the caller: sizeof(kvc_layer_info) */
   kvc_layer_kind kind;
@@ -208,6 +312,17 @@ typedef struct kvc_layer_info {
   int64_t v_head_dim;
   int64_t seq_length;       /**< what kvc_cache_seq_length returns */
   int64_t stored_length;    /**< tokens physically stored (view length) */
+  /* since 0.2 */
+  uint8_t is_linear;        /**< LINEAR kinds (transformers' is_linear: also true for the
+                                 sliding and static hybrids, false for LINEAR_DYNAMIC) */
+  uint8_t is_offloaded;     /**< K/V currently in the host tier */
+  uint8_t has_previous_state; /**< LINEAR kinds: every state has had its first conv update */
+  uint8_t reserved0;
+  uint32_t num_states;      /**< LINEAR kinds: state pairs */
+  int64_t conv_kernel_size; /**< LINEAR kinds: K, 0 until known */
+  int64_t num_sink_tokens;  /**< SINK */
+  int64_t quantized_length; /**< QUANTIZED: tokens held by the quantized store (the rest is the
+                                 full-precision residual) */
 } kvc_layer_info;
 
 /** Fills `*out` (whose struct_size the caller sets). Errors: OUT_OF_RANGE for a bad layer. */
@@ -266,11 +381,20 @@ KVC_API kvc_error* kvc_cache_mask_sizes(const kvc_cache* cache, int64_t query_le
  */
 KVC_API kvc_error* kvc_cache_batch_size(const kvc_cache* cache, int64_t* out);
 
-/** Memory a cache holds. Fill struct_size before the call. */
+/**
+ * Memory a cache holds. Fill struct_size before the call; the library writes
+ * only the fields that fit in it.
+ * Published sizes: 24 (0.1), 56 (0.2).
+ */
 typedef struct kvc_memory_info {
   uint32_t struct_size;     /**< set by the caller: sizeof(kvc_memory_info) */
-  uint64_t bytes_reserved;  /**< bytes allocated for K/V storage and scratch, all layers */
+  uint64_t bytes_reserved;  /**< bytes allocated for K/V storage and scratch, all layers, all tiers */
   uint64_t bytes_used;      /**< bytes of K/V currently stored (the stored views) */
+  /* since 0.2 */
+  uint64_t bytes_device;    /**< of bytes_reserved: resident in the device tier */
+  uint64_t bytes_host;      /**< of bytes_reserved: resident in the host tier (offloaded layers) */
+  uint64_t bytes_quantized; /**< QUANTIZED layers: packed codes plus scales and zero points */
+  uint64_t bytes_state;     /**< LINEAR kinds: conv and recurrent states */
 } kvc_memory_info;
 
 /** Fills `*out` (whose struct_size the caller sets). */

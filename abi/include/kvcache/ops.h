@@ -14,16 +14,27 @@
 extern "C" {
 #endif
 
-/** Options of kvc_cache_update. NULL options = all defaults. */
+/**
+ * Options of kvc_cache_update. NULL options = all defaults.
+ * Published sizes: 24 (0.1), 48 (0.2).
+ */
 typedef struct kvc_update_options {
   uint32_t struct_size;             /**< sizeof(kvc_update_options) */
   const int64_t* cache_position;    /**< static layers only (transformers 4.57): absolute slots to
                                          write, one per new token; NULL = write at the layer's
                                          counter (transformers >= 5.3). Borrowed for the call. */
   uint32_t cache_position_length;   /**< entries in cache_position; must equal the new tokens */
+  /* since 0.2 */
+  const kvc_tensor* rope_cos;       /**< SINK layers: the RoPE cos the model used, [seq, dim] (the
+                                         whole table) or [batch, seq, dim] (this call's positions);
+                                         NULL with rope_sin NULL = no RoPE, keys are not re-rotated.
+                                         Borrowed for the call (the layer keeps what it needs). */
+  const kvc_tensor* rope_sin;       /**< as rope_cos */
+  int64_t partial_rotation_size;    /**< SINK layers: only the first n key channels are rotary;
+                                         0 = all */
 } kvc_update_options;
 
-#define KVC_UPDATE_OPTIONS_INIT {sizeof(kvc_update_options), NULL, 0}
+#define KVC_UPDATE_OPTIONS_INIT {sizeof(kvc_update_options), NULL, 0, NULL, NULL, 0}
 /** Sets `options` to KVC_UPDATE_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_update_options_init(kvc_update_options* options);
 
