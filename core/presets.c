@@ -249,10 +249,12 @@ kvc_error* kvc_preset_layers(const kvc_cache_options* o, kvc_layer_options** out
     *count = 0;
     return NULL;
   }
-  e = check_config(p, o->config);
-  if (e) return e;
+  if (!o->config)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->config is NULL but %s needs a model config", FN,
+                   preset_name(p));
   kvc_model_config cfg;
   e = kvc_read_model_config(FN, "options->config", o->config, &cfg);
+  if (!e) e = check_config(p, &cfg);
   if (e) return e;
   const kvc_model_config* c = &cfg;
   if (p == KVC_PRESET_QUANTIZED) {
