@@ -23,7 +23,10 @@ make_venv() { # dir, pip args...
 }
 
 BASE=$HERE/.venv-torch
-make_venv "$BASE" "torch==$TORCH_VERSION" "transformers==$TF_NEW" numpy
+QUANTO_VERSION=${QUANTO_VERSION:-0.2.7}
+HQQ_VERSION=${HQQ_VERSION:-0.2.8.post1}
+make_venv "$BASE" "torch==$TORCH_VERSION" "transformers==$TF_NEW" numpy \
+    "optimum-quanto==$QUANTO_VERSION" "hqq==$HQQ_VERSION"
 TORCH_SITE=$(site_packages "$BASE")
 
 for v in "$TF_457" "$TF_453"; do
@@ -34,5 +37,7 @@ done
 
 mkdir -p "$OUT"
 "$BASE/bin/python" "$HERE/generate.py" --suite v5 --out "$OUT"
+# The quantizers' arithmetic (read by tests/unit/test_internal_quantizers.c, not by the replay).
+"$BASE/bin/python" "$HERE/generate_quant_math.py" --out "$OUT"
 "$HERE/.venv-tf$TF_457/bin/python" "$HERE/generate.py" --suite v457 --out "$OUT"
 "$HERE/.venv-tf$TF_453/bin/python" "$HERE/generate.py" --suite v453 --out "$OUT"

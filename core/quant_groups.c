@@ -1,0 +1,74 @@
+/* core/quant_groups.c: transformers' grouping of a [B, H, S, D] tensor for each quantizer and axis (quantize.h). */
+#include <string.h>
+
+#include "quantize.h"
+
+int kvc_quant_layout_init(kvc_quant_layout* layout, kvc_quantizer q, int axis, int64_t group, const int64_t shape[4]) {
+  kvc_quant_layout l;
+  memset(&l, 0, sizeof l);
+  l.quantizer = q;
+  l.axis = axis;
+  memcpy(l.shape, shape, sizeof l.shape);
+  int64_t numel = shape[0] * shape[1] * shape[2] * shape[3];
+  if (q == KVC_QUANTIZER_QUANTO) {
+    /* optimum-quanto's group(): the elements per index of the kept axis (batch, or head_dim) */
+    l.axis_numel = numel == 0 ? 0 : numel / (axis == 0 ? shape[0] : shape[3]);
+    if (group > l.axis_numel || l.axis_numel % group != 0) {
+      *layout = l;
+      return -1;
+    }
+    l.group = group;
+    l.ngroups = numel / group;
+    if (axis == 0 && l.ngroups == 1) { /* MaxOptimizer's per-tensor fallback reduces over nothing */
+      l.group = 1;
+      l.ngroups = numel;
+    }
+  } else {
+    l.axis_numel = numel;
+    if (numel == 0 || numel % group != 0) {
+      *layout = l;
+      return -1;
+    }
+    l.group = group;
+    l.ngroups = numel / group;
+  }
+  *layout = l;
+  return 0;
+}
+
+/* Strided layouts: element i of group k sits at x[index(k, i)]; see quantize.h. */
+static int consecutive(const kvc_quant_layout* l) {
+  return l->quantizer == KVC_QUANTIZER_QUANTO ? l->axis == 0 : l->axis == 1;
+}
+
+void kvc_quant_gather(const kvc_quant_layout* l, const float* x, float* groups) {
+  const int64_t numel = l->ngroups * l->group;
+  if (consecutive(l)) {
+    memcpy(groups, x, (size_t)numel * sizeof *x);
+  } else if (l->quantizer == KVC_QUANTIZER_QUANTO) {
+    /* rows of D values, one per (b, h, s) position n; position n is element n % G of group d * N/G + n / G */
+    const int64_t dim = l->shape[3], positions = numel / dim, per_channel = positions / l->group;
+    for (int64_t n = 0; n < positions; n++)
+      for (int64_t d = 0; d < dim; d++)
+        groups[(d * per_channel + n / l->group) * l->group + n % l->group] = x[n * dim + d];
+  } else {
+    /* x viewed as [G][ngroups]: a transpose */
+    for (int64_t i = 0; i < l->group; i++)
+      for (int64_t k = 0; k < l->ngroups; k++) groups[k * l->group + i] = x[i * l->ngroups + k];
+  }
+}
+
+void kvc_quant_scatter(const kvc_quant_layout* l, const float* groups, float* x) {
+  const int64_t numel = l->ngroups * l->group;
+  if (consecutive(l)) {
+    memcpy(x, groups, (size_t)numel * sizeof *x);
+  } else if (l->quantizer == KVC_QUANTIZER_QUANTO) {
+    const int64_t dim = l->shape[3], positions = numel / dim, per_channel = positions / l->group;
+    for (int64_t n = 0; n < positions; n++)
+      for (int64_t d = 0; d < dim; d++)
+        x[n * dim + d] = groups[(d * per_channel + n / l->group) * l->group + n % l->group];
+  } else {
+    for (int64_t i = 0; i < l->group; i++)
+      for (int64_t k = 0; k < l->ngroups; k++) x[i * l->ngroups + k] = groups[k * l->group + i];
+  }
+}
