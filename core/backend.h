@@ -20,7 +20,7 @@
 
 #include "kvcache/tensor.h"
 
-#define KVC_BACKEND_API_VERSION 1
+#define KVC_BACKEND_API_VERSION 2 /* 2: the host tier of offloading */
 
 typedef struct kvc_backend {
   uint32_t struct_size;     /* sizeof(kvc_backend) of the backend's build */
@@ -57,6 +57,31 @@ typedef struct kvc_backend {
   int (*copy_rows)(void* ctx, int32_t device_id, void* dst, const int64_t dst_strides[4], const int64_t* dst_rows,
                    const void* src, const int64_t src_strides[4], const int64_t* src_rows, int64_t count,
                    const int64_t row_shape[4], size_t elem_size);
+
+  /*
+   * Version 2: the host tier, where offloaded layers keep their K/V (spec
+   * A.11). On the CPU backend it is ordinary heap memory and every copy is
+   * synchronous. A GPU backend allocates it as pinned host memory mapped into
+   * the device's address space, so every entry above also accepts host-tier
+   * pointers (operations on an offloaded layer run there, through unified
+   * addressing), and runs the tier copies asynchronously: offloads on the
+   * compute stream after the work issued before them, prefetches on a side
+   * stream that first waits for the compute stream.
+   */
+  void* (*host_alloc_zeroed)(void* ctx, int32_t device_id, size_t bytes); /* NULL on failure */
+  void (*host_free)(void* ctx, int32_t device_id, void* ptr);
+  /*
+   * dst[b,h,s,d] = src[b,h,s,d] from one tier to the other: `to_host` 1 is
+   * an offload (src device tier, dst host tier), 0 a prefetch. Buffers never
+   * overlap. A prefetch may still be running when this returns: work issued
+   * after the next tier_wait sees its result. free and host_free may be given
+   * a buffer that a copy issued before is still reading; the backend orders
+   * the release after it (GPU: stream-ordered free).
+   */
+  int (*copy_tier_4d)(void* ctx, int32_t device_id, int to_host, void* dst, const int64_t dst_strides[4],
+                      const void* src, const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
+  /* Work issued after this call waits for every copy_tier_4d issued before it (GPU: an event wait, no host sync). */
+  int (*tier_wait)(void* ctx, int32_t device_id);
 } kvc_backend;
 
 /* The CPU backend, always built in. */

@@ -172,6 +172,7 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->v_head_dim is %" PRId64 "; it must be >= 1 (or 0: same as k_head_dim)", FN,
                    o->v_head_dim);
   for (uint32_t i = 0; i < c->num_layers; i++) {
+    if (kvc_kind_is_linear(c->layers[i]->kind)) continue; /* skipped below: their entries are not used */
     int64_t h = o->num_kv_heads_per_layer ? o->num_kv_heads_per_layer[i] : o->num_kv_heads;
     int64_t kd = o->head_dim_per_layer ? o->head_dim_per_layer[i] : o->k_head_dim;
     int64_t vd = o->head_dim_per_layer ? kd : (o->v_head_dim ? o->v_head_dim : o->k_head_dim);
@@ -187,7 +188,8 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
   uint32_t done = 0;
   for (uint32_t i = 0; i < c->num_layers; i++, done++) {
     kvc_layer* l = c->layers[i];
-    if (l->initialized) continue;
+    /* Linear kinds (and their hybrids) do not support early initialization (transformers' supports_early_init). */
+    if (l->initialized || kvc_kind_is_linear(l->kind)) continue;
     int64_t h = o->num_kv_heads_per_layer ? o->num_kv_heads_per_layer[i] : o->num_kv_heads;
     int64_t kd = o->head_dim_per_layer ? o->head_dim_per_layer[i] : o->k_head_dim;
     int64_t vd = o->head_dim_per_layer ? kd : (o->v_head_dim ? o->v_head_dim : o->k_head_dim);
@@ -208,6 +210,29 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
 }
 
 /* ----------------------------------------------------------------- queries */
+
+/*
+ * Sequence-length queries on a layer without K/V (spec A.11): index 0 means
+ * "the cache", answered by the first layer with K/V; another index is an
+ * error, as is a cache with no such layer. Indices beyond the layers pass.
+ */
+static kvc_error* attention_layer_for(const char* fn, const kvc_cache* c, uint32_t* layer) {
+  if (*layer >= c->num_layers || kvc_kind_has_kv(c->layers[*layer]->kind)) return NULL;
+  if (*layer != 0)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: layer %u is a linear (recurrent state) layer, which does not track a sequence length; ask "
+                   "an attention layer, or layer 0 for the first one",
+                   fn, *layer);
+  for (uint32_t i = 0; i < c->num_layers; i++)
+    if (kvc_kind_has_kv(c->layers[i]->kind)) {
+      *layer = i;
+      return NULL;
+    }
+  return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                 "%s: layer 0 is a linear (recurrent state) layer and the cache has no attention layer; sequence "
+                 "lengths exist only on attention layers",
+                 fn);
+}
 
 uint32_t kvc_cache_num_layers(const kvc_cache* c) { return c ? c->num_layers : 0; }
 
@@ -261,6 +286,10 @@ kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out)
   if (e) return e;
   if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_kv", FN);
   const kvc_layer* l = c->layers[layer];
+  if (!kvc_kind_has_kv(l->kind))
+    return kvc_err(KVC_ERROR_UNSUPPORTED,
+                   "%s: layer %u is a linear (recurrent state) layer with no keys or values; use kvc_cache_state_view",
+                   FN, layer);
   if (!l->initialized)
     return kvc_err(KVC_ERROR_INVALID_STATE,
                    "%s: layer %u is not initialized (no update or early initialization yet), so it has no storage", FN,
@@ -274,6 +303,7 @@ kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out
   kvc_error* e = kvc_cache_check(FN, c);
   if (e) return e;
   if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  if ((e = attention_layer_for(FN, c, &layer))) return e;
   const kvc_layer* l = layer < c->num_layers ? c->layers[layer] : NULL;
   *out = l && l->initialized ? l->ops->seq_length(l) : 0;
   return NULL;
@@ -329,6 +359,7 @@ kvc_error* kvc_cache_mask_sizes(const kvc_cache* c, int64_t q, uint32_t layer, i
     *kv_offset = 0;
     return NULL;
   }
+  if ((e = attention_layer_for(FN, c, &layer))) return e;
   const kvc_layer* l = c->layers[layer];
   l->ops->mask_sizes(l, q, kv_length, kv_offset);
   return NULL;
@@ -367,15 +398,17 @@ kvc_error* kvc_cache_memory(const kvc_cache* c, kvc_memory_info* out) {
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
     uint64_t all = kvc_layer_bytes_reserved(l), rows = kvc_layer_row_bytes(l, 0);
+    uint64_t extra = 0, quantized = kvc_layer_row_bytes(l, KVC_ROWS_QUANTIZED);
+    if (l->ops->memory) l->ops->memory(l, &extra, &quantized); /* kind memory beyond store and rows */
     m.bytes_reserved += all;
     m.bytes_used += (uint64_t)(l->batch * l->heads * kvc_layer_stored(l) * (l->k_dim + l->v_dim)) * l->elem;
     if (l->offloaded) {
-      m.bytes_host += all - rows; /* K/V in the host tier; kind state stays on the device */
-      m.bytes_device += rows;
+      m.bytes_host += all - rows - extra; /* K/V in the host tier; kind state stays on the device */
+      m.bytes_device += rows + extra;
     } else {
       m.bytes_device += all;
     }
-    m.bytes_quantized += kvc_layer_row_bytes(l, KVC_ROWS_QUANTIZED);
+    m.bytes_quantized += quantized;
     m.bytes_state += kvc_layer_row_bytes(l, KVC_ROWS_STATE);
   }
   uint64_t retired = kvc_offload_retired_bytes(c);

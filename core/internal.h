@@ -102,6 +102,34 @@ typedef struct kvc_layer_ops {
   kvc_error* (*check_batch)(const char* fn, const kvc_layer* layer, uint32_t index, const char* op);
   /* Fills the kind's own fields of kvc_layer_info (quantized_length, has_previous_state, ...). */
   void (*fill_info)(const kvc_layer* layer, kvc_layer_info* info);
+  /*
+   * Also optional, for kinds with ext state:
+   *  - check_stack: whether layer `index` of splits[which] (`other`) stacks
+   *    with that of splits[0] (`first`): their ext descriptions must agree
+   *    (the generic check compares row buffer sizes only);
+   *  - sync_ext: recomputes ext's view descriptors after the generic code
+   *    changed the layer's batch or row buffers (kvc_layer_sync_view calls it).
+   */
+  kvc_error* (*check_stack)(const char* fn, const kvc_layer* first, const kvc_layer* other, uint32_t index,
+                            size_t which);
+  void (*sync_ext)(kvc_layer* layer);
+  /*
+   * Optional too (the QUANTIZED kind uses them):
+   *  - prepare_tokens: the update's room phase, after prepare_update, given
+   *    the new tokens: computes what apply_update will write (quantization
+   *    can run out of memory, so it happens here); may write store slots past
+   *    the stored region, which no view shows; on error nothing visible has
+   *    changed;
+   *  - set_return: fills views[1] after apply_update (NULL:
+   *    kvc_layer_set_return, the returned region of the store);
+   *  - memory: bytes the kind holds outside the store and its row buffers
+   *    (added to bytes_reserved), and its bytes_quantized (NULL: its
+   *    KVC_ROWS_QUANTIZED row buffers in full).
+   */
+  kvc_error* (*prepare_tokens)(const char* fn, const kvc_cache* cache, kvc_layer* layer, const kvc_tensor* key,
+                               const kvc_tensor* value, const kvc_update_options* opts);
+  void (*set_return)(kvc_layer* layer, kvc_region r);
+  void (*memory)(const kvc_layer* layer, uint64_t* extra_reserved, uint64_t* quantized);
 } kvc_layer_ops;
 
 struct kvc_layer {
@@ -204,6 +232,8 @@ kvc_error* kvc_layer_initialize(const kvc_cache* cache, kvc_layer* layer, kvc_dt
 void kvc_layer_uninitialize(const kvc_cache* cache, kvc_layer* layer);
 /* Makes [keep.begin, keep.end) followed by `extra` slots fit in the store (compacting or growing). */
 kvc_error* kvc_layer_reserve(const kvc_cache* cache, kvc_layer* layer, kvc_region keep, int64_t extra);
+/* The capacity the store has after kvc_layer_reserve(layer, keep, extra). */
+int64_t kvc_layer_reserved_capacity(const kvc_layer* layer, kvc_region keep, int64_t extra);
 /* Moves [keep.begin, keep.end) into the new store (k, v, cap) at slot 0, frees the old one and adopts the new. */
 void kvc_layer_adopt_store(const kvc_cache* cache, kvc_layer* layer, void* k, void* v, int64_t cap, kvc_region keep);
 /*
@@ -235,6 +265,15 @@ static inline int64_t kvc_layer_stored(const kvc_layer* l) { return l->initializ
 /* Zeroed K and V buffers [batch, heads, cap, kd|vd]; 0 on success, -1 (nothing allocated) on failure or overflow. */
 int kvc_store_alloc(const kvc_cache* cache, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,
                     size_t elem, void** k, void** v);
+/*
+ * The same in a given tier: `host` 1 is the host tier of offloading. A store
+ * that replaces an offloaded layer's store is allocated with host =
+ * layer->offloaded, so operations keep a layer in the tier it is in, and is
+ * freed with kvc_store_free in that tier (NULL pointers are skipped).
+ */
+int kvc_store_alloc_tier(const kvc_cache* cache, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
+                         int64_t vd, size_t elem, void** k, void** v);
+void kvc_store_free(const kvc_cache* cache, int host, void* k, void* v);
 
 /* Strides of the store for K (which = 0) or V (which = 1). */
 void kvc_store_strides(const kvc_layer* layer, int which, int64_t out[4]);
@@ -294,29 +333,49 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* cache, uint32_t first, u
 
 /*
  * Offloading (offload.c). kvc_offload_layer_takes_part: whether a new layer of
- * a cache with this mode is offloaded (never LINEAR kinds; sliding ones only
- * with KVC_OFFLOAD_ALL). kvc_offload_retired_bytes: device bytes kept alive
- * for views of offloaded layers until the next mutating call.
+ * a cache with this mode is offloaded by updates (kinds with K/V that
+ * transformers' prefetch does not skip: not its is_linear kinds, not QUANTIZED
+ * or SINK; sliding ones only with KVC_OFFLOAD_ALL). kvc_offload_retired_bytes:
+ * device bytes kept alive for the views of the last update after its layers
+ * were offloaded. kvc_tier_device: the device a view of the layer's store
+ * reports (the host tier's device type when offloaded).
  */
 int kvc_offload_layer_takes_part(kvc_offload mode, const kvc_layer* layer);
 uint64_t kvc_offload_retired_bytes(const kvc_cache* cache);
+kvc_device kvc_tier_device(const kvc_layer* layer);
 /*
- * The update path (ops_update.c): release_retired frees the device copies
- * kept for the previous call's views; prepare runs before the update makes
- * room (brings the updated layers to the device tier and allocates what
- * after_update needs; on error nothing visible has changed); after_update
- * runs once per updated layer after its write, in transformers' order
- * (prefetch the next offloadable layer, offload this one) and cannot fail.
- * free_state releases the cache's offload state (kvc_cache_destroy).
+ * The update path (ops_update.c), in transformers' order (spec A.11, E.2
+ * item 10). prepare runs in the room phase after new layers are initialized
+ * and before any store grows: it plans the tier moves of the whole call and
+ * allocates every buffer they need, sized for the capacities the stores will
+ * have once grown (on error it frees them and nothing visible has changed);
+ * abort frees them when a later step of the room phase fails. Then, in the
+ * write phase: release_retired frees the device copies kept for the previous
+ * call's views; before_update(layer) brings the layer to the device tier and
+ * prefetches the next offloadable layer; after_update(layer) offloads it.
+ * Neither can fail. free_state releases the cache's offload state
+ * (kvc_cache_destroy).
  */
+kvc_error* kvc_offload_prepare(const char* fn, kvc_cache* cache, uint32_t first, uint32_t count,
+                               const kvc_tensor* keys, const kvc_update_options* opts);
+void kvc_offload_abort(kvc_cache* cache);
 void kvc_offload_release_retired(kvc_cache* cache);
-kvc_error* kvc_offload_prepare(const char* fn, kvc_cache* cache, uint32_t first, uint32_t count);
+void kvc_offload_before_update(kvc_cache* cache, uint32_t layer);
 void kvc_offload_after_update(kvc_cache* cache, uint32_t layer);
 void kvc_offload_free_state(kvc_cache* cache);
 
 /* SINK layers' cache-wide state (layer_sink.c): kvc_cache_destroy frees it, clone and split copy it. */
 void kvc_sink_free_state(kvc_cache* cache);
 kvc_error* kvc_sink_clone_state(const kvc_cache* src, kvc_cache* dst);
+/*
+ * Phase 1 of an update of layers first..first+count-1 (ops_update.c), after
+ * the per-layer checks: the rules of sink layers that depend on the whole
+ * call (RoPE options, the cos/sin table as the call's earlier layers leave
+ * it), checked before anything changes; makes the cache's (empty) sink state
+ * if a sink layer is updated. NULL at once when no sink layer is in the range.
+ */
+kvc_error* kvc_sink_begin_update(const char* fn, kvc_cache* cache, uint32_t first, uint32_t count,
+                                 const kvc_tensor* keys, const kvc_update_options* opts);
 
 /* Row buffers (layer_rows.c): the generic handling of kvc_row_buffer. */
 int kvc_layer_rows(kvc_layer* layer, kvc_row_buffer** out); /* 0 when the kind has none */

@@ -98,9 +98,9 @@ kvc_error* kvc_layer_new(const kvc_layer_options* spec, kvc_layer** out) {
 }
 
 void kvc_layer_uninitialize(const kvc_cache* cache, kvc_layer* l) {
-  if (l->k) cache->backend->free(cache->backend->ctx, cache->device.device_id, l->k);
-  if (l->v) cache->backend->free(cache->backend->ctx, cache->device.device_id, l->v);
+  kvc_store_free(cache, l->offloaded, l->k, l->v);
   l->k = l->v = NULL;
+  l->offloaded = 0; /* no store, no tier: the next initialization allocates on the device */
   l->initialized = 0;
   l->dtype = KVC_DTYPE_UNSET;
   l->elem = 0;
@@ -136,18 +136,31 @@ static size_t store_bytes(int64_t b, int64_t h, int64_t cap, int64_t d, size_t e
   return n > (uint64_t)SIZE_MAX / 2 ? 0 : (size_t)n;
 }
 
-int kvc_store_alloc(const kvc_cache* c, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,
-                    size_t elem, void** k, void** v) {
+int kvc_store_alloc_tier(const kvc_cache* c, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
+                         int64_t vd, size_t elem, void** k, void** v) {
   size_t kb = store_bytes(batch, heads, cap, kd, elem), vb = store_bytes(batch, heads, cap, vd, elem);
+  const kvc_backend* be = c->backend;
+  void* (*alloc)(void*, int32_t, size_t) = host ? be->host_alloc_zeroed : be->alloc_zeroed;
   *k = *v = NULL;
   if (!kb || !vb) return -1;
-  *k = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, kb);
-  *v = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, vb);
+  *k = alloc(be->ctx, c->device.device_id, kb);
+  *v = alloc(be->ctx, c->device.device_id, vb);
   if (*k && *v) return 0;
-  if (*k) c->backend->free(c->backend->ctx, c->device.device_id, *k);
-  if (*v) c->backend->free(c->backend->ctx, c->device.device_id, *v);
+  kvc_store_free(c, host, *k, *v);
   *k = *v = NULL;
   return -1;
+}
+
+int kvc_store_alloc(const kvc_cache* c, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,
+                    size_t elem, void** k, void** v) {
+  return kvc_store_alloc_tier(c, 0, batch, heads, cap, kd, vd, elem, k, v);
+}
+
+void kvc_store_free(const kvc_cache* c, int host, void* k, void* v) {
+  const kvc_backend* be = c->backend;
+  void (*release)(void*, int32_t, void*) = host ? be->host_free : be->free;
+  if (k) release(be->ctx, c->device.device_id, k);
+  if (v) release(be->ctx, c->device.device_id, v);
 }
 
 kvc_error* kvc_layer_initialize(const kvc_cache* c, kvc_layer* l, kvc_dtype dtype, int64_t batch, int64_t heads,
@@ -192,14 +205,19 @@ static void move_region(const kvc_cache* c, const kvc_layer* l, void* dk, void* 
 
 void kvc_layer_adopt_store(const kvc_cache* c, kvc_layer* l, void* k, void* v, int64_t cap, kvc_region keep) {
   move_region(c, l, k, v, cap, keep);
-  c->backend->free(c->backend->ctx, c->device.device_id, l->k);
-  c->backend->free(c->backend->ctx, c->device.device_id, l->v);
+  kvc_store_free(c, l->offloaded, l->k, l->v); /* the new store is in the same tier (kvc_store_alloc_tier) */
   l->k = k;
   l->v = v;
   l->cap = cap;
   l->start -= keep.begin;
   l->end -= keep.begin;
   kvc_layer_sync_view(l);
+}
+
+int64_t kvc_layer_reserved_capacity(const kvc_layer* l, kvc_region keep, int64_t extra) {
+  int64_t len = keep.end - keep.begin;
+  if (keep.end + extra <= l->cap || (len + extra <= l->cap && keep.begin > 0)) return l->cap; /* fits, or compacts */
+  return l->cap * 2 < len + extra ? len + extra : l->cap * 2;
 }
 
 kvc_error* kvc_layer_reserve(const kvc_cache* c, kvc_layer* l, kvc_region keep, int64_t extra) {
@@ -209,10 +227,10 @@ kvc_error* kvc_layer_reserve(const kvc_cache* c, kvc_layer* l, kvc_region keep, 
     /* Compaction: amortized O(1) per token because it happens once per (cap - len) appended tokens. */
     move_region(c, l, l->k, l->v, l->cap, keep);
   } else {
-    int64_t cap = l->cap * 2;
-    if (cap < len + extra) cap = len + extra;
+    int64_t cap = kvc_layer_reserved_capacity(l, keep, extra);
     void *k, *v;
-    if (kvc_store_alloc(c, l->batch, l->heads, cap, l->k_dim, l->v_dim, l->elem, &k, &v)) return kvc_err_oom();
+    if (kvc_store_alloc_tier(c, l->offloaded, l->batch, l->heads, cap, l->k_dim, l->v_dim, l->elem, &k, &v))
+      return kvc_err_oom();
     kvc_layer_adopt_store(c, l, k, v, cap, keep);
     return NULL;
   }
@@ -271,7 +289,7 @@ static void fill_view(kvc_layer* l, int view, kvc_region r) {
     kvc_store_strides(l, which, strides);
     t->data = which ? l->v : l->k;
     t->byte_offset = (uint64_t)(r.begin * d) * l->elem;
-    t->device = l->device;
+    t->device = kvc_tier_device(l);
     t->ndim = 4;
     t->dtype = dt;
     t->shape = shape;
@@ -280,6 +298,7 @@ static void fill_view(kvc_layer* l, int view, kvc_region r) {
 }
 
 void kvc_layer_sync_view(kvc_layer* l) {
+  if (l->ext && l->ops->sync_ext) l->ops->sync_ext(l);
   if (!l->initialized) return;
   fill_view(l, 0, (kvc_region){l->start, l->end});
 }
@@ -299,9 +318,10 @@ void kvc_layer_copy_rows_to(const kvc_cache* c, const kvc_layer* l, void* dk, vo
 }
 
 uint64_t kvc_layer_bytes_reserved(const kvc_layer* l) {
-  uint64_t rows = kvc_layer_row_bytes(l, 0);
-  if (!l->initialized) return rows;
-  return (uint64_t)(l->batch * l->heads * l->cap * (l->k_dim + l->v_dim)) * l->elem + rows;
+  uint64_t rows = kvc_layer_row_bytes(l, 0), extra = 0, quantized = 0;
+  if (l->ops->memory) l->ops->memory(l, &extra, &quantized);
+  if (!l->initialized) return rows + extra;
+  return (uint64_t)(l->batch * l->heads * l->cap * (l->k_dim + l->v_dim)) * l->elem + rows + extra;
 }
 
 kvc_layer* kvc_layer_shell(const kvc_layer* src) {
@@ -333,8 +353,12 @@ kvc_error* kvc_layer_clone(const kvc_cache* sc, const kvc_layer* src, const kvc_
     }
   }
   if (src->initialized) {
-    /* Same capacity so that the clone behaves (and allocates) exactly like the original from here on. */
-    if (kvc_store_alloc(dc, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &l->k, &l->v)) {
+    /* Same capacity so that the clone behaves (and allocates) exactly like the original from here on, and
+     * the same tier: a deep copy of an offloaded layer is offloaded too (as copy.deepcopy keeps devices). */
+    l->offloaded = src->offloaded;
+    if (kvc_store_alloc_tier(dc, l->offloaded, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &l->k,
+                             &l->v)) {
+      l->offloaded = 0;
       l->initialized = 0;
       kvc_layer_free(dc, l);
       return kvc_err_oom();

@@ -1,14 +1,207 @@
-/* core/layer_linear.c: PLACEHOLDER until the linear-attention layers land. */
-#include "internal.h"
+/*
+ * core/layer_linear.c: the linear-attention kinds (spec A.9): LINEAR
+ * (LinearAttentionLayer: conv and recurrent states, no K/V) and its four
+ * hybrids with an attention part (LinearAttentionAnd{Full,SlidingWindow,
+ * StaticFull,StaticSlidingWindow}AttentionLayer).
+ *
+ * The hybrids take K/V behaviour from their attention kind's table and the
+ * state behaviour from here, resolving each method the way Python's MRO does
+ * for those classes (A.9.3): get_max_length is the linear mixin's (-1), crop
+ * is linear-then-attention for the dynamic hybrids but linear only for the
+ * static ones, reset touches both parts. The states themselves live in
+ * linear_state.c; the entry points that write them in ops_recurrent.c.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
 
-static kvc_error* refuse(const char* fn, uint32_t index, const kvc_layer* l, int64_t n, const kvc_update_options* o) {
-  (void)l;
-  (void)n;
-  (void)o;
-  return kvc_err(KVC_ERROR_UNSUPPORTED, "%s: layer %u: linear layers are not available yet", fn, index);
+#include "linear_state.h"
+
+/* The attention part of a hybrid. */
+static const kvc_layer_ops* attention_ops(const kvc_layer* l) {
+  switch (l->kind) {
+    case KVC_LAYER_LINEAR_DYNAMIC: return &kvc_dynamic_layer_ops;
+    case KVC_LAYER_LINEAR_DYNAMIC_SLIDING: return &kvc_dynamic_sliding_layer_ops;
+    case KVC_LAYER_LINEAR_STATIC: return &kvc_static_layer_ops;
+    default: return &kvc_static_sliding_layer_ops;
+  }
 }
-const kvc_layer_ops kvc_linear_layer_ops = {.check_update = refuse};
-const kvc_layer_ops kvc_linear_dynamic_layer_ops = {.check_update = refuse};
-const kvc_layer_ops kvc_linear_dynamic_sliding_layer_ops = {.check_update = refuse};
-const kvc_layer_ops kvc_linear_static_layer_ops = {.check_update = refuse};
-const kvc_layer_ops kvc_linear_static_sliding_layer_ops = {.check_update = refuse};
+
+/* ------------------------------------------------- shared by all five kinds */
+
+/* LinearAttentionCacheLayerMixin.get_max_length, which the hybrids inherit first. */
+static int64_t max_length(const kvc_layer* l) {
+  (void)l;
+  return -1;
+}
+
+static int row_buffers(kvc_layer* l, kvc_row_buffer** out) {
+  *out = kvc_linear_rows(l);
+  return (int)(2 * l->num_states);
+}
+
+static int ext_shell(const kvc_layer* src, kvc_layer* dst) {
+  size_t bytes = kvc_linear_ext_bytes(src->num_states);
+  void* x = malloc(bytes);
+  if (!x) return -1;
+  memcpy(x, src->ext, bytes);
+  dst->ext = x;
+  kvc_row_buffer* rb = kvc_linear_rows(dst);
+  for (uint32_t i = 0; i < 2 * src->num_states; i++) rb[i].ptr = NULL;
+  return 0;
+}
+
+static void ext_free(const kvc_cache* c, kvc_layer* l) {
+  kvc_layer_rows_free(c, l);
+  free(l->ext);
+  l->ext = NULL;
+}
+
+static void fill_info(const kvc_layer* l, kvc_layer_info* info) {
+  const kvc_linear_pair* p = kvc_linear_pairs(l);
+  info->has_previous_state = (uint8_t)kvc_linear_all_previous(l);
+  if (p && p[0].conv_dtype != KVC_DTYPE_UNSET) info->conv_kernel_size = p[0].kernel;
+  if (l->kind != KVC_LAYER_LINEAR) return;
+  /* No K/V: "initialized" means a state exists; LinearAttentionLayer is compileable (static shapes). */
+  info->is_compileable = 1;
+  info->is_initialized = (uint8_t)kvc_linear_any_state(l);
+  /* The dtype of the first allocated state, conv states first (states may differ: SSM states are often float32). */
+  for (uint32_t i = 0; p && i < l->num_states && info->dtype == KVC_DTYPE_UNSET; i++) info->dtype = p[i].conv_dtype;
+  for (uint32_t i = 0; p && i < l->num_states && info->dtype == KVC_DTYPE_UNSET; i++) info->dtype = p[i].rec_dtype;
+}
+
+static kvc_error* check_stack(const char* fn, const kvc_layer* a, const kvc_layer* b, uint32_t index, size_t which) {
+#define KVC_STACK_DIFF(what, va, vb)                                                                           \
+  return kvc_err(KVC_ERROR_INVALID_STATE,                                                                      \
+                 "%s: layer %u of splits[%zu] has %s %" PRId64 " but splits[0] has %" PRId64                   \
+                 "; the recurrent states of splits must agree to be stacked (splits of one cache that received " \
+                 "the same calls do)",                                                                         \
+                 fn, index, which, what, (int64_t)(vb), (int64_t)(va))
+  if (a->num_states != b->num_states) KVC_STACK_DIFF("num_states", a->num_states, b->num_states);
+  if (a->record_past != b->record_past) KVC_STACK_DIFF("past recording", a->record_past, b->record_past);
+  const kvc_linear_pair *pa = kvc_linear_pairs(a), *pb = kvc_linear_pairs(b);
+  for (uint32_t i = 0; i < a->num_states; i++) {
+    kvc_linear_pair za, zb;
+    memset(&za, 0, sizeof za);
+    memset(&zb, 0, sizeof zb);
+    const kvc_linear_pair* x = pa ? &pa[i] : &za;
+    const kvc_linear_pair* y = pb ? &pb[i] : &zb;
+    if (x->has_previous != y->has_previous) KVC_STACK_DIFF("has_previous_state", x->has_previous, y->has_previous);
+    if (x->conv_dtype != y->conv_dtype) KVC_STACK_DIFF("conv state dtype", x->conv_dtype, y->conv_dtype);
+    if (x->conv_dtype != KVC_DTYPE_UNSET) {
+      if (x->channels != y->channels) KVC_STACK_DIFF("conv channels", x->channels, y->channels);
+      if (x->kernel != y->kernel) KVC_STACK_DIFF("conv kernel size", x->kernel, y->kernel);
+      if (x->cap != y->cap) KVC_STACK_DIFF("conv capacity", x->cap, y->cap);
+      if (x->begin != y->begin) KVC_STACK_DIFF("conv region start", x->begin, y->begin);
+      if (x->end != y->end) KVC_STACK_DIFF("conv region end", x->end, y->end);
+    }
+    if (x->rec_dtype != y->rec_dtype) KVC_STACK_DIFF("recurrent state dtype", x->rec_dtype, y->rec_dtype);
+    if (x->rec_dtype != KVC_DTYPE_UNSET) {
+      if (x->rec_ndim != y->rec_ndim) KVC_STACK_DIFF("recurrent state ndim", x->rec_ndim, y->rec_ndim);
+      for (int32_t d = 1; d < x->rec_ndim; d++)
+        if (x->rec_shape[d] != y->rec_shape[d]) KVC_STACK_DIFF("a recurrent state size", x->rec_shape[d], y->rec_shape[d]);
+    }
+  }
+#undef KVC_STACK_DIFF
+  return NULL;
+}
+
+/* ------------------------------------------------------------ LINEAR */
+
+static kvc_error* refuse_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                                const kvc_update_options* o) {
+  (void)l;
+  (void)o;
+  return kvc_err(KVC_ERROR_UNSUPPORTED,
+                 "%s: layer %u is a linear (recurrent state) layer with no key/value cache, so it cannot take %" PRId64
+                 " tokens; use kvc_cache_update_conv_state and kvc_cache_update_recurrent_state",
+                 fn, index, n);
+}
+
+/* Only reached directly: the cache-level queries send a linear layer's index to an attention layer (A.11). */
+static int64_t no_tokens(const kvc_layer* l) {
+  (void)l;
+  return 0;
+}
+
+static void query_only(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
+  (void)l;
+  *len = q;
+  *off = 0;
+}
+
+static void reset_linear(const kvc_cache* c, kvc_layer* l) { kvc_linear_reset(c, l); }
+
+/* keep_for_update, apply_update and initial_capacity stay NULL: check_update refuses every update first. */
+const kvc_layer_ops kvc_linear_layer_ops = {
+    .check_update = refuse_update,
+    .seq_length = no_tokens,
+    .max_length = max_length,
+    .mask_sizes = query_only,
+    .check_crop = kvc_linear_check_crop,
+    .apply_crop = kvc_linear_apply_crop,
+    .reset = reset_linear,
+    .row_buffers = row_buffers,
+    .ext_shell = ext_shell,
+    .ext_free = ext_free,
+    .fill_info = fill_info,
+    .check_stack = check_stack,
+    .sync_ext = kvc_linear_sync,
+};
+
+/* ------------------------------------------------------------ hybrids */
+
+static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                               const kvc_update_options* o) {
+  return attention_ops(l)->check_update(fn, index, l, n, o);
+}
+
+static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t* append) {
+  return attention_ops(l)->keep_for_update(l, n, o, append);
+}
+
+static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
+                               const kvc_update_options* o) {
+  return attention_ops(l)->apply_update(c, l, k, v, n, o);
+}
+
+static int64_t seq_length(const kvc_layer* l) { return attention_ops(l)->seq_length(l); }
+
+static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
+  attention_ops(l)->mask_sizes(l, q, len, off);
+}
+
+static int64_t initial_capacity(const kvc_layer* l, int64_t n) { return attention_ops(l)->initial_capacity(l, n); }
+
+/* Dynamic hybrids crop the linear part, then the attention part; static ones only the linear part (A.9.3). */
+static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
+  kvc_error* e = kvc_linear_check_crop(l, tokens);
+  const kvc_layer_ops* a = attention_ops(l);
+  if (!e && a->check_crop) e = a->check_crop(l, tokens);
+  return e;
+}
+
+static void apply_crop(kvc_layer* l, int64_t tokens) {
+  kvc_linear_apply_crop(l, tokens);
+  const kvc_layer_ops* a = attention_ops(l);
+  if (a->apply_crop) a->apply_crop(l, tokens);
+}
+
+static void reset(const kvc_cache* c, kvc_layer* l) {
+  kvc_linear_reset(c, l);
+  attention_ops(l)->reset(c, l);
+}
+
+#define KVC_HYBRID_OPS                                                                                       \
+  {                                                                                                          \
+    .check_update = check_update, .keep_for_update = keep_for_update, .apply_update = apply_update,          \
+    .seq_length = seq_length, .max_length = max_length, .mask_sizes = mask_sizes, .check_crop = check_crop,  \
+    .apply_crop = apply_crop, .reset = reset, .initial_capacity = initial_capacity,                          \
+    .row_buffers = row_buffers, .ext_shell = ext_shell, .ext_free = ext_free, .fill_info = fill_info,        \
+    .check_stack = check_stack, .sync_ext = kvc_linear_sync,                                                 \
+  }
+
+const kvc_layer_ops kvc_linear_dynamic_layer_ops = KVC_HYBRID_OPS;
+const kvc_layer_ops kvc_linear_dynamic_sliding_layer_ops = KVC_HYBRID_OPS;
+const kvc_layer_ops kvc_linear_static_layer_ops = KVC_HYBRID_OPS;
+const kvc_layer_ops kvc_linear_static_sliding_layer_ops = KVC_HYBRID_OPS;

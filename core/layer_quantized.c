@@ -1,10 +1,320 @@
-/* core/layer_quantized.c: PLACEHOLDER until the quantized layer lands: creating such a layer is refused at its first update. */
-#include "internal.h"
+/*
+ * core/layer_quantized.c: QuantizedLayer (spec A.8, A.14, C.5), the parts
+ * both modes share: the kind table, the group records, crop, reset, memory
+ * and the extension state's lifecycle. The update timelines are in
+ * layer_quantized_incremental.c and layer_quantized_transformers.c; the
+ * layout of the state is described in layer_quantized.h.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
 
-static kvc_error* refuse(const char* fn, uint32_t index, const kvc_layer* l, int64_t n, const kvc_update_options* o) {
-  (void)l;
-  (void)n;
-  (void)o;
-  return kvc_err(KVC_ERROR_UNSUPPORTED, "%s: layer %u: quantized layers are not available yet", fn, index);
+#include "half.h"
+#include "layer_quantized.h"
+
+int kvc_quant_axis(const kvc_quant_options* q, int which) { return which ? q->axis_value : q->axis_key; }
+
+int kvc_quant_per_channel(const kvc_quant_options* q, int which) {
+  int axis = kvc_quant_axis(q, which);
+  return q->quantizer == KVC_QUANTIZER_QUANTO ? axis == -1 : axis == 0;
 }
-const kvc_layer_ops kvc_quantized_layer_ops = {.check_update = refuse};
+
+kvc_quantizer_spec kvc_quant_spec(const kvc_layer* l, int which) {
+  kvc_quantizer_spec s;
+  memset(&s, 0, sizeof s);
+  s.quantizer = l->quant.quantizer;
+  s.nbits = l->quant.nbits;
+  s.dtype = l->dtype;
+  s.axis = kvc_quant_axis(&l->quant, which);
+  return s;
+}
+
+int64_t kvc_quant_record_bytes(const kvc_layer* l, int64_t group) {
+  return 2 * (int64_t)l->elem + (int64_t)kvc_packed_bytes(group, l->quant.nbits);
+}
+
+/* A scale or zero point in the layer's dtype, at an address of any alignment. */
+static void put_param(kvc_dtype dt, unsigned char* p, float f) {
+  if (dt == KVC_DTYPE_FLOAT32) {
+    memcpy(p, &f, sizeof f);
+    return;
+  }
+  uint16_t h = dt == KVC_DTYPE_FLOAT16 ? kvc_f32_to_f16(f) : kvc_f32_to_bf16(f);
+  memcpy(p, &h, sizeof h);
+}
+
+static float get_param(kvc_dtype dt, const unsigned char* p) {
+  if (dt == KVC_DTYPE_FLOAT32) {
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+  }
+  uint16_t h;
+  memcpy(&h, p, sizeof h);
+  return dt == KVC_DTYPE_FLOAT16 ? kvc_f16_to_f32(h) : kvc_bf16_to_f32(h);
+}
+
+void kvc_quant_put_record(const kvc_layer* l, unsigned char* rec, const uint8_t* codes, float scale, float zero,
+                          int64_t group) {
+  put_param(l->dtype, rec, scale);
+  put_param(l->dtype, rec + l->elem, zero);
+  kvc_pack_codes(codes, group, l->quant.nbits, rec + 2 * l->elem);
+}
+
+void kvc_quant_get_record(const kvc_layer* l, const unsigned char* rec, uint8_t* codes, float* scale, float* zero,
+                          int64_t group) {
+  *scale = get_param(l->dtype, rec);
+  *zero = get_param(l->dtype, rec + l->elem);
+  kvc_unpack_codes(rec + 2 * l->elem, group, l->quant.nbits, codes);
+}
+
+/* ------------------------------------------------------------ ext state */
+
+int kvc_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes) {
+  if (x->scratch_bytes >= bytes) return 0;
+  void* p = malloc(bytes ? bytes : 1);
+  if (!p) return -1;
+  free(x->scratch);
+  x->scratch = p;
+  x->scratch_bytes = bytes;
+  return 0;
+}
+
+int kvc_quant_stage_rows(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* x, int which, int64_t row_bytes,
+                         int64_t unit_bytes) {
+  const kvc_backend* be = c->backend;
+  if (x->staged[which]) be->free(be->ctx, c->device.device_id, x->staged[which]);
+  x->staged[which] = NULL;
+  uint64_t bytes;
+  if (row_bytes <= 0 || __builtin_mul_overflow((uint64_t)row_bytes, (uint64_t)l->batch, &bytes) ||
+      bytes > (uint64_t)SIZE_MAX / 2)
+    return -1;
+  x->staged[which] = be->alloc_zeroed(be->ctx, c->device.device_id, (size_t)bytes);
+  if (!x->staged[which]) return -1;
+  x->staged_row_bytes[which] = row_bytes;
+  x->staged_unit_bytes[which] = unit_bytes;
+  return 0;
+}
+
+void kvc_quant_release_staged(const kvc_cache* c, kvc_quant_ext* x) {
+  const kvc_backend* be = c->backend;
+  for (int i = 0; i < 2; i++) {
+    if (x->staged[i]) be->free(be->ctx, c->device.device_id, x->staged[i]);
+    if (x->staged_ret[i]) be->free(be->ctx, c->device.device_id, x->staged_ret[i]);
+    x->staged[i] = x->staged_ret[i] = NULL;
+  }
+  x->staged_ret_bytes = 0;
+  /* A prefill's working memory is large and rarely needed again; a decode step's is kept. */
+  if (x->scratch_bytes > ((size_t)1 << 20)) {
+    free(x->scratch);
+    x->scratch = NULL;
+    x->scratch_bytes = 0;
+  }
+}
+
+void kvc_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x) {
+  for (int i = 0; i < 2; i++) {
+    if (x->rows[i].ptr) c->backend->free(c->backend->ctx, c->device.device_id, x->rows[i].ptr);
+    x->rows[i].ptr = NULL;
+    x->rows[i].row_bytes = 0;
+    x->units[i] = 0;
+  }
+}
+
+static void drop_returned(const kvc_cache* c, kvc_quant_ext* x) {
+  for (int i = 0; i < 2; i++) {
+    if (x->ret[i]) c->backend->free(c->backend->ctx, c->device.device_id, x->ret[i]);
+    x->ret[i] = NULL;
+  }
+  x->ret_bytes = 0;
+  x->ret_len = -1;
+}
+
+/* The layer's extension state, created by its first update (room phase). */
+static kvc_quant_ext* ext_for_update(kvc_layer* l) {
+  if (!l->ext) {
+    kvc_quant_ext* x = (kvc_quant_ext*)calloc(1, sizeof *x);
+    if (!x) return NULL;
+    x->rows[KVC_Q_KEYS].role = x->rows[KVC_Q_VALUES].role = KVC_ROWS_QUANTIZED;
+    x->ret_len = -1;
+    l->ext = x;
+  }
+  return kvc_quant_ext_of(l);
+}
+
+static int row_buffers(kvc_layer* l, kvc_row_buffer** out) {
+  *out = kvc_quant_ext_of(l)->rows;
+  return 2;
+}
+
+static int ext_shell(const kvc_layer* src, kvc_layer* dst) {
+  kvc_quant_ext* x = (kvc_quant_ext*)malloc(sizeof *x);
+  if (!x) return -1;
+  *x = *kvc_quant_ext_of(src);
+  /* Rows are filled by the caller; staged memory, scratch and the last return belong to the source. */
+  for (int i = 0; i < 2; i++) {
+    x->rows[i].ptr = NULL;
+    x->staged[i] = x->staged_ret[i] = x->ret[i] = NULL;
+  }
+  x->scratch = NULL;
+  x->scratch_bytes = x->ret_bytes = x->staged_ret_bytes = 0;
+  x->ret_len = -1;
+  dst->ext = x;
+  return 0;
+}
+
+static void ext_free(const kvc_cache* c, kvc_layer* l) {
+  kvc_quant_ext* x = kvc_quant_ext_of(l);
+  kvc_quant_drop_groups(c, x);
+  kvc_quant_release_staged(c, x);
+  drop_returned(c, x);
+  free(x->scratch);
+  free(x);
+  l->ext = NULL;
+}
+
+/* ------------------------------------------------------------ the kind */
+
+static int incremental(const kvc_layer* l) { return l->quant.mode == KVC_QUANT_MODE_INCREMENTAL; }
+
+static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                               const kvc_update_options* o) {
+  (void)o; /* positions are ignored, as by the dynamic layer */
+  if (!l->initialized) return NULL; /* the geometry is checked once the first update has set it (prepare_tokens) */
+  return incremental(l) ? kvc_quant_incremental_check(fn, index, l, n) : kvc_quant_transformers_check(fn, index, l, n);
+}
+
+static kvc_error* prepare_tokens(const char* fn, const kvc_cache* c, kvc_layer* l, const kvc_tensor* key,
+                                 const kvc_tensor* value, const kvc_update_options* o) {
+  (void)o;
+  if (c->device.device_type != KVC_DEVICE_CPU)
+    return kvc_err(KVC_ERROR_UNSUPPORTED,
+                   "%s: quantized layers quantize on the host and need a CPU cache (device type %d); use "
+                   "KVC_DEVICE_CPU",
+                   fn, (int)c->device.device_type);
+  kvc_quant_ext* x = ext_for_update(l);
+  if (!x) return kvc_err_oom();
+  int64_t n = key->shape[2];
+  /* The layer index is not known here; the caller's checks named it for initialized layers already. */
+  uint32_t index = 0;
+  for (uint32_t i = 0; i < c->num_layers; i++)
+    if (c->layers[i] == l) index = i;
+  return incremental(l) ? kvc_quant_incremental_prepare(fn, c, l, index, key, value, n)
+                        : kvc_quant_transformers_prepare(fn, c, l, index, key, value, n);
+}
+
+/* The new tokens were written by prepare_tokens, past the stored region. */
+static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
+                               const kvc_update_options* o) {
+  (void)k; (void)v; (void)o;
+  return incremental(l) ? kvc_quant_incremental_apply(c, l, n) : kvc_quant_transformers_apply(c, l, n);
+}
+
+static void set_return(kvc_layer* l, kvc_region r) {
+  if (incremental(l))
+    kvc_layer_set_return(l, r);
+  else
+    kvc_quant_transformers_set_return(l, r);
+}
+
+/* Tokens stored: the tokens seen, less what crop removed. */
+static int64_t seq_length(const kvc_layer* l) { return kvc_layer_stored(l); }
+static int64_t max_length(const kvc_layer* l) { (void)l; return -1; }
+
+static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
+  *len = seq_length(l) + q;
+  *off = 0;
+}
+
+static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
+  (void)l; (void)tokens;
+  return NULL;
+}
+
+/* The dynamic layer's rules (positive: legacy absolute length), over quantized tokens too. */
+static void apply_crop(kvc_layer* l, int64_t tokens) {
+  int64_t len = kvc_layer_stored(l);
+  if (!l->initialized || tokens == 0) return;
+  int64_t keep = tokens > 0 ? tokens : len + tokens;
+  if (keep < 0) keep = 0;
+  if (keep >= len) return;
+  l->end = l->start + keep;
+  if (!l->ext) return;
+  if (incremental(l))
+    kvc_quant_incremental_crop(l, keep);
+  else
+    kvc_quant_transformers_crop(l, keep);
+}
+
+/* transformers >= 5.2x drops the quantized states too: the next update starts afresh. */
+static void reset(const kvc_cache* c, kvc_layer* l) {
+  l->start = l->end = 0;
+  kvc_quant_ext* x = kvc_quant_ext_of(l);
+  if (!x) return;
+  kvc_quant_drop_groups(c, x);
+  kvc_quant_release_staged(c, x);
+  drop_returned(c, x);
+  x->quantized = 0;
+}
+
+static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
+  int64_t cap = n < 64 ? 64 : n;
+  return cap < l->reserve ? l->reserve : cap;
+}
+
+static void fill_info(const kvc_layer* l, kvc_layer_info* info) {
+  const kvc_quant_ext* x = kvc_quant_ext_of(l);
+  info->quantized_length = x ? x->quantized : 0;
+}
+
+static void memory(const kvc_layer* l, uint64_t* extra_reserved, uint64_t* quantized) {
+  const kvc_quant_ext* x = kvc_quant_ext_of(l);
+  *extra_reserved = 0;
+  *quantized = 0;
+  if (!x) return;
+  *extra_reserved = 2 * (uint64_t)x->ret_bytes;
+  for (int i = 0; i < 2; i++)
+    if (x->rows[i].ptr) *quantized += (uint64_t)(x->units[i] * x->unit_bytes[i]) * (uint64_t)l->batch;
+}
+
+static kvc_error* check_stack(const char* fn, const kvc_layer* first, const kvc_layer* other, uint32_t index,
+                              size_t which) {
+  const kvc_quant_ext *a = kvc_quant_ext_of(first), *b = kvc_quant_ext_of(other);
+  int64_t qa = a ? a->quantized : 0, qb = b ? b->quantized : 0;
+  if (qa != qb)
+    return kvc_err(KVC_ERROR_INVALID_STATE,
+                   "%s: layer %u of splits[%zu] has quantized_length %" PRId64 " but splits[0] has %" PRId64
+                   "; splits must agree to be stacked",
+                   fn, index, which, qb, qa);
+  for (int i = 0; i < 2; i++) {
+    int64_t ua = a && a->rows[i].ptr ? a->units[i] : 0, ub = b && b->rows[i].ptr ? b->units[i] : 0;
+    int64_t ba = a ? a->unit_bytes[i] : 0, bb = b ? b->unit_bytes[i] : 0;
+    if (ua != ub || (ua && ba != bb))
+      return kvc_err(KVC_ERROR_INVALID_STATE,
+                     "%s: layer %u of splits[%zu] holds %" PRId64 " quantized %s units of %" PRId64
+                     " bytes but splits[0] holds %" PRId64 " of %" PRId64 "; splits must agree to be stacked",
+                     fn, index, which, ub, i ? "value" : "key", bb, ua, ba);
+  }
+  return NULL;
+}
+
+const kvc_layer_ops kvc_quantized_layer_ops = {
+    .check_update = check_update,
+    .keep_for_update = kvc_dynamic_keep_for_update,
+    .apply_update = apply_update,
+    .seq_length = seq_length,
+    .max_length = max_length,
+    .mask_sizes = mask_sizes,
+    .check_crop = check_crop,
+    .apply_crop = apply_crop,
+    .reset = reset,
+    .initial_capacity = initial_capacity,
+    .row_buffers = row_buffers,
+    .ext_shell = ext_shell,
+    .ext_free = ext_free,
+    .fill_info = fill_info,
+    .check_stack = check_stack,
+    .prepare_tokens = prepare_tokens,
+    .set_return = set_return,
+    .memory = memory,
+};

@@ -1,16 +1,613 @@
-/* core/layer_sink.c: PLACEHOLDER until the sink layer lands: creating such a layer is refused at its first update. */
-#include "internal.h"
+/*
+ * core/layer_sink.c: SinkCache (spec C.6; transformers 4.36-4.52) as a layer
+ * kind: the first num_sink_tokens tokens plus the most recent ones,
+ * window_length in all, with kept keys re-rotated when they move.
+ *
+ * The rules are transformers 4.52's, including its quirks: a first update is
+ * stored whole even when longer than the window; later updates append while
+ * stored + new < window, and otherwise keep the sinks, the tokens Python's
+ * slice [-(window - sinks - new):] selects, and the new tokens. With RoPE the
+ * kept keys are rotated back by the angle of `new` positions, even at the
+ * first shift, where they move fewer slots (or none).
+ *
+ * Storage: the stored region [start, end) is sinks then recent tokens. A
+ * shift copies the sinks to just before the kept tokens and advances
+ * `start`, instead of moving the kept tokens towards the sinks: O(sinks + new)
+ * per step, plus a compaction of the region once per store length (amortized
+ * O(1) per token, as sliding layers). Re-rotated keys are rewritten in place;
+ * transformers re-rotates every kept key at every shift, so that part is
+ * O(window) by definition.
+ *
+ * Cache-wide state (struct kvc_sink_state, on the cache as in transformers):
+ * the cos/sin table recorded from the first sink layer's updates, and the
+ * re-rotation tables, computed at the first shift of each size and never
+ * recomputed, even if the table changes afterwards (transformers' dict keyed
+ * by the number of new tokens).
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
 
-static kvc_error* refuse(const char* fn, uint32_t index, const kvc_layer* l, int64_t n, const kvc_update_options* o) {
-  (void)l;
-  (void)n;
-  (void)o;
-  return kvc_err(KVC_ERROR_UNSUPPORTED, "%s: layer %u: sink layers are not available yet", fn, index);
+#include "half.h"
+#include "internal.h"
+#include "rope_rerotate.h"
+
+/* transformers' cos_sin_rerotation_cache[n], keyed here by the window and sinks too (custom caches may mix them). */
+typedef struct sink_rotation {
+  int64_t shift, num_sink, window; /* the key: new tokens, sinks, window */
+  int computed;
+  int64_t rows, dim; /* when computed: window - sinks - shift rows of the rotary size */
+  float* raw;        /* [2][rows][dim]: cos then sin, float32, before the cast to the key dtype */
+  int64_t raw_cap;
+  float* cast[2];    /* raw rounded to float16 [0] and bfloat16 [1], made on first use */
+  int64_t cast_cap[2];
+  int cast_done[2];
+} sink_rotation;
+
+struct kvc_sink_state {
+  uint32_t record_layer; /* the first sink layer: its updates record the table (transformers: layer 0) */
+  int64_t max_window;    /* the table grows while shorter than this (the largest sink window) */
+  /* transformers' _cos_cache/_sin_cache: `len` rows of `dim`; rows past max_window are never read, not kept. */
+  int has_table;
+  int64_t len, dim;
+  float* cos;
+  float* sin;
+  int64_t cos_cap, sin_cap;
+  sink_rotation* rot;
+  int nrot, rot_cap;
+  float* row; /* scratch: one key row's rotary channels */
+  int64_t row_cap;
+};
+
+/* ------------------------------------------------------------ helpers */
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Grows a float buffer to hold `need` values, keeping its contents; -1 when out of memory. */
+static int reserve_floats(float** p, int64_t* cap, int64_t need) {
+  if (need <= *cap) return 0;
+  float* q = (float*)realloc(*p, (size_t)need * sizeof(float));
+  if (!q) return -1;
+  *p = q;
+  *cap = need;
+  return 0;
 }
-const kvc_layer_ops kvc_sink_layer_ops = {.check_update = refuse};
-void kvc_sink_free_state(kvc_cache* c) { (void)c; }
+
+/* The kind of layer `i`, including layers a lazy cache would create. */
+static kvc_layer_kind kind_at(const kvc_cache* c, uint32_t i) {
+  if (i < c->num_layers) return c->layers[i]->kind;
+  return c->lazy ? c->lazy_spec.kind : 0;
+}
+
+static uint32_t first_sink_layer(const kvc_cache* c) {
+  uint32_t i = 0;
+  while (i < c->num_layers && c->layers[i]->kind != KVC_LAYER_SINK) i++;
+  return i; /* == num_layers: the next layer a lazy sink cache creates */
+}
+
+static int64_t largest_window(const kvc_cache* c) {
+  int64_t w = c->lazy && c->lazy_spec.kind == KVC_LAYER_SINK ? c->lazy_spec.window : 0;
+  for (uint32_t i = 0; i < c->num_layers; i++)
+    if (c->layers[i]->kind == KVC_LAYER_SINK && c->layers[i]->window > w) w = c->layers[i]->window;
+  return w;
+}
+
+static int is_record_layer(const kvc_cache* c, const kvc_layer* l) {
+  return c->sink->record_layer < c->num_layers && c->layers[c->sink->record_layer] == l;
+}
+
+static int64_t rotary_size(const kvc_update_options* o, int64_t head_dim) {
+  return o->partial_rotation_size ? o->partial_rotation_size : head_dim;
+}
+
+/* A shift: stored + new reaches the window (a layer holding nothing stores the first update whole). */
+static int shifts(int64_t stored, int64_t n, int64_t window) { return stored > 0 && n + stored >= window; }
+
+/*
+ * The stored tokens a shift keeps: the first `sinks`, and those from `begin`
+ * on (transformers' slices [:S] and [-(window - S - n):]). With
+ * window - S - n >= 1 that is the last window - S - n tokens; at 0 Python's
+ * [-0:] keeps all of them, and below 0 the slice start turns positive.
+ */
+typedef struct sink_plan {
+  int64_t sinks, begin;
+} sink_plan;
+
+static sink_plan plan_shift(int64_t stored, int64_t n, int64_t window, int64_t num_sink) {
+  int64_t keep = window - num_sink - n;
+  sink_plan p;
+  p.sinks = min64(num_sink, stored);
+  p.begin = keep > 0 ? stored - keep : keep == 0 ? 0 : min64(stored, -keep);
+  return p;
+}
+
+/* Length of what an update of n tokens returns (and stores). */
+static int64_t length_after(const kvc_layer* l, int64_t n) {
+  int64_t len = kvc_layer_stored(l);
+  if (!shifts(len, n, l->window)) return len + n;
+  sink_plan p = plan_shift(len, n, l->window, l->num_sink);
+  return p.sinks + (len - p.begin) + n;
+}
+
+/* ------------------------------------------------------ the cos/sin table */
+
+typedef struct table_shape {
+  int has;
+  int64_t len, dim;
+} table_shape;
+
+enum { TABLE_REPLACE, TABLE_APPEND, TABLE_KEEP };
+
+/*
+ * How an update with `cos` changes the table (spec C.6 step 2): a 2-D cos is
+ * the whole table; a 3-D one's batch row 0 starts the table or is appended to
+ * it while it is shorter than the window.
+ */
+static table_shape after_record(table_shape t, const kvc_tensor* cos, int64_t max_window, int* mode) {
+  int64_t seq = cos->shape[cos->ndim - 2], dim = cos->shape[cos->ndim - 1];
+  if (cos->ndim == 2 || !t.has) {
+    *mode = TABLE_REPLACE;
+    t.has = 1;
+    t.len = seq;
+    t.dim = dim;
+  } else if (t.len < max_window) {
+    *mode = TABLE_APPEND;
+    t.len += seq;
+  } else {
+    *mode = TABLE_KEEP;
+  }
+  return t;
+}
+
+static table_shape shape_of(const kvc_sink_state* s) {
+  table_shape t = {s->has_table, s->len, s->dim};
+  return t;
+}
+
+/* Copies rows [0, rows) of a rope tensor ([seq, dim], or batch row 0 of [batch, seq, dim]) to out, as float32. */
+static void read_rope_rows(const kvc_tensor* t, int64_t rows, float* out) {
+  int nd = t->ndim;
+  int64_t st[3], size = 1, dim = t->shape[nd - 1];
+  for (int i = nd - 1; i >= 0; i--) {
+    st[i] = t->strides ? t->strides[i] : size;
+    size *= t->shape[i];
+  }
+  kvc_dtype dtype = kvc_dtype_from_data_type(t->dtype);
+  const void* base = kvc_tensor_base(t);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t d = 0; d < dim; d++) out[r * dim + d] = kvc_load_f32(dtype, base, r * st[nd - 2] + d * st[nd - 1]);
+}
+
+static void record_table(kvc_sink_state* s, const kvc_update_options* o) {
+  int mode;
+  int64_t from = s->len;
+  table_shape t = after_record(shape_of(s), o->rope_cos, s->max_window, &mode);
+  if (mode == TABLE_KEEP) return;
+  if (mode == TABLE_REPLACE) from = 0;
+  s->has_table = 1;
+  s->len = t.len;
+  s->dim = t.dim;
+  int64_t rows = min64(t.len, s->max_window) - from; /* rows past the largest window are never read */
+  if (rows <= 0) return;
+  read_rope_rows(o->rope_cos, rows, s->cos + from * t.dim);
+  read_rope_rows(o->rope_sin, rows, s->sin + from * t.dim);
+}
+
+/* ---------------------------------------------- re-rotation tables */
+
+static sink_rotation* find_rotation(const kvc_sink_state* s, int64_t n, int64_t num_sink, int64_t window) {
+  for (int i = 0; i < s->nrot; i++)
+    if (s->rot[i].shift == n && s->rot[i].num_sink == num_sink && s->rot[i].window == window) return &s->rot[i];
+  return NULL;
+}
+
+static sink_rotation* add_rotation(kvc_sink_state* s, int64_t n, int64_t num_sink, int64_t window) {
+  if (s->nrot == s->rot_cap) {
+    int cap = s->rot_cap ? 2 * s->rot_cap : 4;
+    sink_rotation* p = (sink_rotation*)realloc(s->rot, sizeof(*p) * (size_t)cap);
+    if (!p) return NULL;
+    s->rot = p;
+    s->rot_cap = cap;
+  }
+  sink_rotation* r = &s->rot[s->nrot++];
+  memset(r, 0, sizeof *r);
+  r->shift = n;
+  r->num_sink = num_sink;
+  r->window = window;
+  return r;
+}
+
+static int cast_index(kvc_dtype dtype) { return dtype == KVC_DTYPE_BFLOAT16; }
+
+/* Re-rotates the `rows` kept keys starting at physical slot `first` for a shift by n. */
+static void rerotate_kept(const kvc_cache* c, kvc_layer* l, const kvc_update_options* o, int64_t n, int64_t first,
+                          int64_t rows) {
+  kvc_sink_state* s = c->sink;
+  sink_rotation* r = find_rotation(s, n, l->num_sink, l->window); /* made by prepare_update */
+  int64_t dim = rotary_size(o, l->k_dim);
+  if (!r->computed) {
+    /* From the table as it is now, once: later table changes do not reach it (transformers' dict). */
+    kvc_rerotation_tables(s->cos, s->sin, dim, l->num_sink, n, rows, r->raw, r->raw + rows * dim);
+    r->rows = rows;
+    r->dim = dim;
+    r->computed = 1;
+    r->cast_done[0] = r->cast_done[1] = 0;
+  }
+  const float* tab = r->raw;
+  if (l->dtype != KVC_DTYPE_FLOAT32) {
+    int w = cast_index(l->dtype);
+    if (!r->cast_done[w]) {
+      kvc_round_to_dtype(l->dtype, r->raw, 2 * rows * dim, r->cast[w]);
+      r->cast_done[w] = 1;
+    }
+    tab = r->cast[w];
+  }
+  int64_t strides[4], shape[4] = {l->batch, l->heads, rows, dim};
+  kvc_store_strides(l, 0, strides);
+  kvc_rerotate_keys(l->dtype, (char*)l->k + (size_t)(first * l->k_dim) * l->elem, strides, shape, tab,
+                    tab + rows * dim, s->row);
+}
+
+/* ------------------------------------------------------ per-call checks */
+
+static kvc_error* check_rope_tensor(const char* fn, const char* arg, const kvc_tensor* t, const kvc_device* dev) {
+  if (t->ndim != 2 && t->ndim != 3)
+    return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+                   "%s: %s.ndim is %d; RoPE cos/sin are [seq, dim] (the whole table) or [batch, seq, dim]", fn, arg,
+                   (int)t->ndim);
+  if (!t->shape) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.shape is NULL", fn, arg);
+  if (kvc_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET)
+    return kvc_err(KVC_ERROR_DTYPE_MISMATCH,
+                   "%s: %s.dtype is {code %u, bits %u, lanes %u}; RoPE cos/sin must be float32, float16 or bfloat16", fn,
+                   arg, (unsigned)t->dtype.code, (unsigned)t->dtype.bits, (unsigned)t->dtype.lanes);
+  if (t->device.device_type != dev->device_type || t->device.device_id != dev->device_id)
+    return kvc_err(KVC_ERROR_DEVICE_MISMATCH, "%s: %s is on device %d:%d but the cache lives on %d:%d", fn, arg,
+                   (int)t->device.device_type, (int)t->device.device_id, (int)dev->device_type, (int)dev->device_id);
+  int64_t numel = 1;
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->shape[i] < 0 || t->shape[i] > INT32_MAX)
+      return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] is %" PRId64 "; sizes must be in [0, 2^31)", fn, arg,
+                     i, t->shape[i]);
+    numel *= t->shape[i];
+    if (numel > (INT64_C(1) << 48))
+      return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s has more than 2^48 elements", fn, arg);
+  }
+  if (t->ndim == 3 && t->shape[0] < 1)
+    return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[0] (batch) is 0; the table is taken from batch row 0", fn,
+                   arg);
+  if (numel > 0 && !t->data)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.data is NULL but the tensor has %" PRId64 " elements", fn, arg,
+                   numel);
+  return NULL;
+}
+
+static kvc_error* check_rope(const char* fn, const kvc_cache* c, const kvc_update_options* o) {
+  if (!o->rope_cos != !o->rope_sin)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: options->%s is NULL but options->%s is not; pass both RoPE tensors (cos and sin) or neither",
+                   fn, o->rope_cos ? "rope_sin" : "rope_cos", o->rope_cos ? "rope_cos" : "rope_sin");
+  if (o->partial_rotation_size < 0)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: options->partial_rotation_size is %" PRId64 "; use 0 (every key channel is rotary) or the "
+                   "number of rotary channels",
+                   fn, o->partial_rotation_size);
+  if (!o->rope_cos) return NULL;
+  if (c->device.device_type != KVC_DEVICE_CPU)
+    return kvc_err(KVC_ERROR_UNSUPPORTED, "%s: re-rotating sink keys (options->rope_cos) runs on the CPU backend only",
+                   fn);
+  kvc_error* e = check_rope_tensor(fn, "options->rope_cos", o->rope_cos, &c->device);
+  if (!e) e = check_rope_tensor(fn, "options->rope_sin", o->rope_sin, &c->device);
+  if (e) return e;
+  if (o->rope_sin->ndim != o->rope_cos->ndim)
+    return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: options->rope_sin.ndim is %d but options->rope_cos.ndim is %d", fn,
+                   (int)o->rope_sin->ndim, (int)o->rope_cos->ndim);
+  for (int i = 0; i < o->rope_cos->ndim; i++)
+    if (o->rope_sin->shape[i] != o->rope_cos->shape[i])
+      return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+                     "%s: options->rope_sin.shape[%d] is %" PRId64 " but options->rope_cos.shape[%d] is %" PRId64
+                     "; they must agree",
+                     fn, i, o->rope_sin->shape[i], i, o->rope_cos->shape[i]);
+  return NULL;
+}
+
+static kvc_sink_state* new_state(const kvc_cache* c) {
+  kvc_sink_state* s = (kvc_sink_state*)calloc(1, sizeof(*s));
+  if (!s) return NULL;
+  s->record_layer = first_sink_layer(c);
+  s->max_window = largest_window(c);
+  return s;
+}
+
+/* One layer's RoPE rules, against the table as the call's earlier layers leave it (*t). */
+static kvc_error* check_layer_rope(const char* fn, const kvc_cache* c, uint32_t idx, const char* key,
+                                   const kvc_tensor* k, const kvc_update_options* o, table_shape* t) {
+  const kvc_sink_state* s = c->sink;
+  const kvc_layer* l = idx < c->num_layers ? c->layers[idx] : NULL;
+  int64_t window = l ? l->window : c->lazy_spec.window, sinks = l ? l->num_sink : c->lazy_spec.num_sink_tokens;
+  int64_t head_dim = l && l->initialized ? l->k_dim : k->shape[3];
+  int64_t stored = l ? kvc_layer_stored(l) : 0, n = k->shape[2];
+  const kvc_tensor* cos = o->rope_cos;
+  int64_t dim = cos->shape[cos->ndim - 1];
+  if (o->partial_rotation_size > head_dim)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: options->partial_rotation_size is %" PRId64 " but layer %u has head_dim %" PRId64
+                   "; it must be in [0, head_dim]",
+                   fn, o->partial_rotation_size, idx, head_dim);
+  int64_t rot = rotary_size(o, head_dim);
+  if (dim != rot)
+    return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+                   "%s: options->rope_cos.shape[%d] is %" PRId64 " but layer %u rotates %" PRId64
+                   " key channels (%s); they must be equal",
+                   fn, cos->ndim - 1, dim, idx, rot,
+                   o->partial_rotation_size ? "options->partial_rotation_size" : "its head_dim");
+  if (idx == s->record_layer) {
+    int mode;
+    table_shape next = after_record(*t, cos, s->max_window, &mode);
+    if (mode == TABLE_APPEND && dim != t->dim)
+      return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+                     "%s: options->rope_cos.shape[2] is %" PRId64 " but the cos/sin table recorded so far has %" PRId64
+                     " channels; a [batch, seq, dim] cos/sin extends the table and must match it",
+                     fn, dim, t->dim);
+    *t = next;
+  }
+  if (!shifts(stored, n, window)) return NULL;
+  if (n < 1 || window - sinks - n < 1)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: %s.shape[2] (new tokens) is %" PRId64 " but layer %u holds %" PRId64
+                   " tokens (window_length %" PRId64 ", num_sink_tokens %" PRId64
+                   "): with RoPE a shift must keep at least one token to re-rotate, so the new tokens must be in "
+                   "[1, window_length - num_sink_tokens - 1] (transformers fails here)",
+                   fn, key, n, idx, stored, window, sinks);
+  if (!t->has)
+    return kvc_err(KVC_ERROR_INVALID_STATE,
+                   "%s: layer %u must re-rotate its kept keys but no cos/sin table has been recorded: the table comes "
+                   "from the updates of layer %u (the first sink layer) that pass options->rope_cos/rope_sin",
+                   fn, idx, s->record_layer);
+  if (t->len < window)
+    return kvc_err(KVC_ERROR_INVALID_STATE,
+                   "%s: layer %u must re-rotate its kept keys but the recorded cos/sin table has %" PRId64
+                   " rows; a window_length of %" PRId64 " needs one row per cache slot, %" PRId64 " in all",
+                   fn, idx, t->len, window, window);
+  if (t->dim != rot)
+    return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+                   "%s: layer %u rotates %" PRId64 " key channels but the recorded cos/sin table has %" PRId64, fn, idx,
+                   rot, t->dim);
+  const sink_rotation* r = find_rotation(s, n, sinks, window);
+  if (r && r->computed && r->dim != rot)
+    return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+                   "%s: layer %u rotates %" PRId64 " key channels but the re-rotation for %" PRId64
+                   " new tokens was computed for %" PRId64 " (it is computed once per number of new tokens)",
+                   fn, idx, rot, n, r->dim);
+  return NULL;
+}
+
+kvc_error* kvc_sink_begin_update(const char* fn, kvc_cache* c, uint32_t first, uint32_t count, const kvc_tensor* keys,
+                                 const kvc_update_options* o) {
+  uint32_t j = 0;
+  while (j < count && kind_at(c, first + j) != KVC_LAYER_SINK) j++;
+  if (j == count) return NULL;
+  kvc_error* e = o ? check_rope(fn, c, o) : NULL;
+  if (e) return e;
+  if (!c->sink && !(c->sink = new_state(c))) return kvc_err_oom();
+  if (!o || !o->rope_cos) return NULL;
+  int indexed = strcmp(fn, "kvc_cache_update") != 0;
+  table_shape t = shape_of(c->sink);
+  for (; j < count; j++) {
+    if (kind_at(c, first + j) != KVC_LAYER_SINK) continue;
+    char buf[48];
+    e = check_layer_rope(fn, c, first + j, kvc_arg_name(buf, indexed ? "keys" : "key", indexed ? (int64_t)j : -1),
+                         &keys[j], o, &t);
+    if (e) return e;
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------ the kind */
+
+static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t* append) {
+  (void)o;
+  int64_t len = kvc_layer_stored(l);
+  *append = n;
+  if (shifts(len, n, l->window)) {
+    sink_plan p = plan_shift(len, n, l->window, l->num_sink);
+    if (p.begin < p.sinks) *append += p.sinks - p.begin; /* the kept tokens move right, behind a second copy of the sinks */
+  }
+  return (kvc_region){l->start, l->end};
+}
+
+static kvc_error* prepare_update(const char* fn, const kvc_cache* c, kvc_layer* l, int64_t n,
+                                 const kvc_update_options* o) {
+  (void)fn;
+  kvc_sink_state* s = c->sink; /* made by kvc_sink_begin_update */
+  if (!o || !o->rope_cos) return NULL;
+  int64_t dim = rotary_size(o, l->k_dim);
+  if (is_record_layer(c, l)) {
+    int mode;
+    table_shape t = after_record(shape_of(s), o->rope_cos, s->max_window, &mode);
+    int64_t need = min64(t.len, s->max_window) * t.dim;
+    if (reserve_floats(&s->cos, &s->cos_cap, need) || reserve_floats(&s->sin, &s->sin_cap, need)) return kvc_err_oom();
+  }
+  if (!shifts(kvc_layer_stored(l), n, l->window)) return NULL;
+  sink_rotation* r = find_rotation(s, n, l->num_sink, l->window);
+  if (!r && !(r = add_rotation(s, n, l->num_sink, l->window))) return kvc_err_oom();
+  int64_t rows = l->window - l->num_sink - n, values = 2 * rows * dim;
+  if (!r->computed && reserve_floats(&r->raw, &r->raw_cap, values)) return kvc_err_oom();
+  if (l->dtype != KVC_DTYPE_FLOAT32) {
+    int w = cast_index(l->dtype);
+    if (!r->cast_done[w] && reserve_floats(&r->cast[w], &r->cast_cap[w], values)) return kvc_err_oom();
+  }
+  if (reserve_floats(&s->row, &s->row_cap, dim)) return kvc_err_oom();
+  return NULL;
+}
+
+/* Keeps the sinks and the tokens from plan.begin on, contiguous at the start of the stored region. */
+static void shift(const kvc_cache* c, kvc_layer* l, const kvc_update_options* o, int64_t n) {
+  int64_t len = kvc_layer_stored(l);
+  sink_plan p = plan_shift(len, n, l->window, l->num_sink);
+  int64_t kept = len - p.begin;
+  const kvc_backend* be = c->backend;
+  for (int which = 0; which < 2 && (p.begin != p.sinks); which++) {
+    int64_t d = which ? l->v_dim : l->k_dim, st[4];
+    kvc_store_strides(l, which, st);
+    char* base = (char*)(which ? l->v : l->k);
+    int64_t from, to, count;
+    if (p.begin < p.sinks) { /* Python's slice kept some sinks twice: the kept block moves right (no RoPE here) */
+      from = l->start + p.begin;
+      to = l->start + p.sinks;
+      count = kept;
+    } else { /* the sinks move right, next to the kept block */
+      from = l->start;
+      to = l->start + p.begin - p.sinks;
+      count = p.sinks;
+    }
+    int64_t shape[4] = {l->batch, l->heads, count, d};
+    be->copy_4d(be->ctx, c->device.device_id, base + (size_t)(to * d) * l->elem, st,
+                base + (size_t)(from * d) * l->elem, st, shape, l->elem);
+  }
+  if (o && o->rope_cos) rerotate_kept(c, l, o, n, l->start + p.begin, kept); /* checked: kept >= 1, begin >= sinks */
+  if (p.begin < p.sinks)
+    l->end = l->start + p.sinks + kept;
+  else
+    l->start += p.begin - p.sinks;
+}
+
+static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
+                               const kvc_update_options* o) {
+  int rope = o && o->rope_cos;
+  if (rope && is_record_layer(c, l)) record_table(c->sink, o); /* before this layer's own shift, as transformers */
+  if (shifts(kvc_layer_stored(l), n, l->window)) shift(c, l, rope ? o : NULL, n);
+  kvc_layer_write(c, l, k, v, l->end, NULL, n);
+  l->end += n;
+  return (kvc_region){l->start, l->end};
+}
+
+/* get_seq_length: the stored length (spec E.2 item 4). */
+static int64_t seq_length(const kvc_layer* l) { return kvc_layer_stored(l); }
+static int64_t max_length(const kvc_layer* l) { return l->window; }
+
+/*
+ * transformers 4.52 has no get_mask_sizes; kvcache's contract is the length
+ * the next update returns. Sinks and recent tokens are not one range of
+ * absolute positions, so the offset is 0: masks are built over cache slots.
+ */
+static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
+  *len = length_after(l, q);
+  *off = 0;
+}
+
+/* SinkCache has no reset in transformers; here it empties the layers and forgets the table, like a new cache. */
+static void reset(const kvc_cache* c, kvc_layer* l) {
+  l->start = l->end = 0;
+  kvc_sink_state* s = c->sink;
+  if (!s) return;
+  s->has_table = 0;
+  s->len = s->dim = 0;
+  for (int i = 0; i < s->nrot; i++) s->rot[i].computed = 0;
+}
+
+static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
+  /* A full window plus as many slots again: decoding compacts once per window, and a long first update fits. */
+  int64_t cap = n > l->window ? n + l->window : 2 * l->window;
+  return cap < 16 ? 16 : cap;
+}
+
+static kvc_error* check_batch(const char* fn, const kvc_layer* l, uint32_t index, const char* op) {
+  (void)l;
+  if (strcmp(op, "select") && strcmp(op, "repeat")) return NULL;
+  return kvc_err(KVC_ERROR_UNSUPPORTED,
+                 "%s: layer %u is a sink layer; SinkCache has no batch_%s (transformers raises AttributeError)", fn,
+                 index, strcmp(op, "select") ? "repeat_interleave" : "select_indices");
+}
+
+static void fill_info(const kvc_layer* l, kvc_layer_info* info) {
+  (void)l;
+  info->is_sliding = 1; /* SinkCache.is_sliding = True in transformers 4.52 */
+}
+
+const kvc_layer_ops kvc_sink_layer_ops = {
+    .check_update = kvc_dynamic_check_update, /* the sink rules need the whole call: kvc_sink_begin_update */
+    .keep_for_update = keep_for_update,
+    .apply_update = apply_update,
+    .seq_length = seq_length,
+    .max_length = max_length,
+    .mask_sizes = mask_sizes,
+    .reset = reset,
+    .initial_capacity = initial_capacity,
+    .prepare_update = prepare_update,
+    .check_batch = check_batch,
+    .fill_info = fill_info,
+};
+
+/* ------------------------------------------------------- cache-wide state */
+
+void kvc_sink_free_state(kvc_cache* c) {
+  kvc_sink_state* s = c->sink;
+  if (!s) return;
+  for (int i = 0; i < s->nrot; i++) {
+    free(s->rot[i].raw);
+    free(s->rot[i].cast[0]);
+    free(s->rot[i].cast[1]);
+  }
+  free(s->rot);
+  free(s->cos);
+  free(s->sin);
+  free(s->row);
+  free(s);
+  c->sink = NULL;
+}
+
+/* A copy of n floats (NULL for none); *ok is cleared when out of memory. */
+static float* copy_floats(const float* src, int64_t n, int* ok) {
+  if (!src || n <= 0) return NULL;
+  float* p = (float*)malloc((size_t)n * sizeof(float));
+  if (!p) {
+    *ok = 0;
+    return NULL;
+  }
+  memcpy(p, src, (size_t)n * sizeof(float));
+  return p;
+}
+
 kvc_error* kvc_sink_clone_state(const kvc_cache* src, kvc_cache* dst) {
-  (void)src;
-  (void)dst;
+  const kvc_sink_state* s = src->sink;
+  if (!s) return NULL;
+  kvc_sink_state* d = (kvc_sink_state*)calloc(1, sizeof(*d));
+  if (!d) return kvc_err_oom();
+  *d = *s;
+  d->cos = d->sin = d->row = NULL;
+  d->rot = NULL;
+  d->nrot = d->rot_cap = 0;
+  d->cos_cap = d->sin_cap = d->row_cap = 0;
+  dst->sink = d; /* from here on kvc_sink_free_state releases whatever was copied */
+  int ok = 1;
+  int64_t rows = min64(s->len, s->max_window) * s->dim;
+  if (s->has_table && rows > 0) {
+    d->cos = copy_floats(s->cos, rows, &ok);
+    d->sin = copy_floats(s->sin, rows, &ok);
+    d->cos_cap = d->sin_cap = rows;
+  }
+  if (ok && s->nrot > 0) {
+    d->rot = (sink_rotation*)calloc((size_t)s->nrot, sizeof(*d->rot));
+    ok = d->rot != NULL;
+  }
+  for (int i = 0; ok && i < s->nrot; i++) {
+    const sink_rotation* r = &s->rot[i];
+    if (!r->computed) continue; /* an entry a failed call left uncomputed holds nothing */
+    sink_rotation* q = &d->rot[d->nrot++];
+    *q = *r;
+    int64_t values = 2 * r->rows * r->dim;
+    q->raw = copy_floats(r->raw, values, &ok);
+    q->raw_cap = values;
+    for (int w = 0; w < 2; w++) {
+      q->cast[w] = r->cast_done[w] ? copy_floats(r->cast[w], values, &ok) : NULL;
+      q->cast_cap[w] = q->cast[w] ? values : 0;
+      q->cast_done[w] = q->cast[w] != NULL;
+    }
+  }
+  if (d->rot) d->rot_cap = s->nrot;
+  if (!ok) {
+    kvc_sink_free_state(dst);
+    return kvc_err_oom();
+  }
   return NULL;
 }

@@ -27,16 +27,18 @@ static int holds_tokens(const kvc_layer* l) { return l->initialized && l->ops->s
 /* Layers the batch operations act on: K/V holding tokens, or allocated row buffers (kind state). */
 static int takes_part(const kvc_layer* l) { return kvc_layer_holds_rows(l); }
 
-#define KVC_MAX_ROWBUF 32
+#define KVC_MAX_ROWBUF 136 /* LINEAR kinds: 2 per state pair, up to 64 pairs */
 
 typedef struct new_store {
   void* k;
   void* v;
+  int host; /* k and v are in the host tier: the layer is offloaded, and stays so */
   void* rows[KVC_MAX_ROWBUF]; /* new row buffers, same order as the kind lists them */
 } new_store;
 
 static int alloc_store(const kvc_cache* c, const kvc_layer* l, int64_t batch, new_store* s) {
-  return kvc_store_alloc(c, batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &s->k, &s->v);
+  s->host = l->offloaded;
+  return kvc_store_alloc_tier(c, s->host, batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &s->k, &s->v);
 }
 
 static int alloc_rows(const kvc_cache* c, kvc_layer* l, int64_t batch, new_store* s) {
@@ -52,8 +54,7 @@ static int alloc_rows(const kvc_cache* c, kvc_layer* l, int64_t batch, new_store
 
 static void free_stores(const kvc_cache* c, new_store* s, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
-    if (s[i].k) c->backend->free(c->backend->ctx, c->device.device_id, s[i].k);
-    if (s[i].v) c->backend->free(c->backend->ctx, c->device.device_id, s[i].v);
+    kvc_store_free(c, s[i].host, s[i].k, s[i].v);
     for (int r = 0; r < KVC_MAX_ROWBUF; r++)
       if (s[i].rows[r]) c->backend->free(c->backend->ctx, c->device.device_id, s[i].rows[r]);
   }
@@ -88,14 +89,13 @@ static void swap_rows(const kvc_cache* c, kvc_layer* l, new_store* s, const int6
 
 static void swap_store(const kvc_cache* c, kvc_layer* l, new_store* s, int64_t batch) {
   if (s->k) {
-    c->backend->free(c->backend->ctx, c->device.device_id, l->k);
-    c->backend->free(c->backend->ctx, c->device.device_id, l->v);
+    kvc_store_free(c, l->offloaded, l->k, l->v);
     l->k = s->k;
     l->v = s->v;
     s->k = s->v = NULL;
   }
   l->batch = batch;
-  if (l->initialized) kvc_layer_sync_view(l);
+  kvc_layer_sync_view(l); /* K/V views when initialized, a kind's state views always */
 }
 
 /*
@@ -172,7 +172,9 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
       if (!takes_part(l)) continue;
       int64_t nb = repeats ? l->batch * repeats : (int64_t)count;
       if (nb > max_rows) max_rows = nb;
-      if ((holds_tokens(l) && alloc_store(c, l, nb, &s[i])) || alloc_rows(c, l, nb, &s[i])) {
+      /* An initialized K/V store follows the new batch even when empty (a hybrid layer taking part through its
+         state rows), so that the layer's batch describes every buffer it owns. */
+      if ((l->initialized && alloc_store(c, l, nb, &s[i])) || alloc_rows(c, l, nb, &s[i])) {
         free_stores(c, s, n);
         return kvc_err_oom();
       }

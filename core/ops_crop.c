@@ -29,7 +29,8 @@ kvc_error* kvc_cache_activate_past_recording(kvc_cache* c) {
   kvc_error* e = kvc_cache_check("kvc_cache_activate_past_recording", c);
   if (e) return e;
   for (uint32_t i = 0; i < c->num_layers; i++)
-    if (c->layers[i]->ops == &kvc_dynamic_sliding_layer_ops) c->layers[i]->record_past = 1;
+    if (c->layers[i]->ops == &kvc_dynamic_sliding_layer_ops || kvc_kind_is_linear(c->layers[i]->kind))
+      c->layers[i]->record_past = 1;
   return NULL;
 }
 

@@ -17,12 +17,10 @@ kvc_error* kvc_cache_reserve(kvc_cache* c, int64_t tokens) {
   for (uint32_t i = 0; i < n; i++) {
     const kvc_layer* l = c->layers[i];
     if (l->kind != KVC_LAYER_DYNAMIC || !l->initialized || l->cap >= tokens) continue;
-    if (kvc_store_alloc(c, l->batch, l->heads, tokens, l->k_dim, l->v_dim, l->elem, &stores[2 * i],
-                        &stores[2 * i + 1])) {
-      for (uint32_t j = 0; j < i; j++) {
-        if (stores[2 * j]) c->backend->free(c->backend->ctx, c->device.device_id, stores[2 * j]);
-        if (stores[2 * j + 1]) c->backend->free(c->backend->ctx, c->device.device_id, stores[2 * j + 1]);
-      }
+    /* In the tier the layer is in: an offloaded layer grows in the host tier. */
+    if (kvc_store_alloc_tier(c, l->offloaded, l->batch, l->heads, tokens, l->k_dim, l->v_dim, l->elem,
+                             &stores[2 * i], &stores[2 * i + 1])) {
+      for (uint32_t j = 0; j < i; j++) kvc_store_free(c, c->layers[j]->offloaded, stores[2 * j], stores[2 * j + 1]);
       free(stores);
       return kvc_err_oom();
     }

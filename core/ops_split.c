@@ -47,6 +47,7 @@ static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kv
         e = kvc_err_oom();
         break;
       }
+      kvc_layer_sync_view(n);
     }
     if (l->initialized) {
       if (kvc_store_alloc(c, rows, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &n->k, &n->v)) {
@@ -126,6 +127,10 @@ static kvc_error* check_compatible(const char* fn, const kvc_cache* a, const kvc
                  "; splits must agree to be stacked",                                                            \
                  fn, i, which, vb, va)
     if (x->kind != y->kind) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "kind", "%s", kvc_kind_name(y->kind), kvc_kind_name(x->kind));
+    if (x->ops->check_stack) {
+      kvc_error* e = x->ops->check_stack(fn, x, y, i, which);
+      if (e) return e;
+    }
     if (x->window != y->window) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "window", "%" PRId64, y->window, x->window);
     if (x->max_cache_len != y->max_cache_len)
       KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "max_cache_len", "%" PRId64, y->max_cache_len, x->max_cache_len);
@@ -214,6 +219,7 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
       e = kvc_err_oom();
       break;
     }
+    if (n->ext) kvc_layer_sync_view(n);
     if (l0->initialized) {
       int64_t batch = 0, cap = 0, len = l0->end - l0->start;
       for (size_t s = 0; s < count; s++) {

@@ -35,6 +35,11 @@ static kvc_error* check_pair(const char* fn, const kvc_cache* c, uint32_t i, int
                      kname, d, dims[d], k->shape[d], vname, d, v->shape[d]);
   if (i >= c->num_layers) return NULL; /* a lazy layer created by this call takes any geometry */
   const kvc_layer* l = c->layers[i];
+  if (!l->initialized && kvc_layer_row_bytes(l, 0) && k->shape[0] != l->batch)
+    return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+                   "%s: %s.shape[0] (batch) is %" PRId64 " but layer %u holds states of batch %" PRId64
+                   "; keys, values and states of a layer share one batch",
+                   fn, kname, k->shape[0], i, l->batch);
   if (l->initialized) {
     kvc_dtype dt = kvc_dtype_from_data_type(k->dtype);
     if (dt != l->dtype)
@@ -84,6 +89,10 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
     kvc_error* e = check_pair(fn, c, first + j, indexed, &keys[j], &values[j], o);
     if (e) return e;
   }
+  {
+    kvc_error* e = kvc_sink_begin_update(fn, c, first, count, keys, o);
+    if (e) return e;
+  }
 
   /* Phase 2: room. */
   uint32_t layers_before = c->num_layers;
@@ -98,26 +107,30 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
       if (e) kvc_layer_free(c, l);
     }
   }
-  kvc_offload_release_retired(c); /* device copies kept for the views of the previous call */
-  if (!e) e = kvc_offload_prepare(fn, c, first, count);
   uint32_t j = 0;
   for (; !e && j < count; j++) {
     kvc_layer* l = c->layers[first + j];
     const kvc_tensor *k = &keys[j], *v = &values[j];
+    if (l->initialized) continue;
+    e = kvc_layer_initialize(c, l, kvc_dtype_from_data_type(k->dtype), k->shape[0], k->shape[1], k->shape[3],
+                             v->shape[3], k->shape[2]);
+    if (!e) l->initialized = 2; /* initialized by this call */
+  }
+  /* Before any store grows: the buffers of the call's tier moves, so that a refusal leaves capacities alone. */
+  if (!e) e = kvc_offload_prepare(fn, c, first, count, keys, o);
+  for (j = 0; !e && j < count; j++) {
+    kvc_layer* l = c->layers[first + j];
+    const kvc_tensor *k = &keys[j], *v = &values[j];
     int64_t n = k->shape[2];
-    if (!l->initialized) {
-      e = kvc_layer_initialize(c, l, kvc_dtype_from_data_type(k->dtype), k->shape[0], k->shape[1], k->shape[3],
-                               v->shape[3], n);
-      if (e) break;
-      l->initialized = 2; /* initialized by this call */
-    }
     int64_t append = 0;
     kvc_region keep = l->ops->keep_for_update(l, n, o, &append);
     e = kvc_layer_reserve(c, l, keep, append);
     if (!e && l->ops->prepare_update) e = l->ops->prepare_update(fn, c, l, n, o);
+    if (!e && l->ops->prepare_tokens) e = l->ops->prepare_tokens(fn, c, l, k, v, o);
   }
   if (e) {
-    for (uint32_t i = 0; i < j + 1 && i < count; i++) {
+    kvc_offload_abort(c);
+    for (uint32_t i = 0; i < count; i++) {
       kvc_layer* l = c->layers[first + i];
       if (l->initialized == 2) kvc_layer_uninitialize(c, l);
     }
@@ -126,12 +139,17 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
   }
 
   /* Phase 3: write. */
+  kvc_offload_release_retired(c); /* device copies kept for the views of the previous update */
   for (j = 0; j < count; j++) {
     kvc_layer* l = c->layers[first + j];
+    kvc_offload_before_update(c, first + j);
     l->initialized = 1;
     kvc_region r = l->ops->apply_update(c, l, &keys[j], &values[j], keys[j].shape[2], o);
     kvc_layer_sync_view(l);
-    kvc_layer_set_return(l, r);
+    if (l->ops->set_return)
+      l->ops->set_return(l, r);
+    else
+      kvc_layer_set_return(l, r);
     if (out) out[j] = l->views[1];
     kvc_offload_after_update(c, first + j);
   }

@@ -88,9 +88,30 @@ static int cpu_copy_rows(void* ctx, int32_t device_id, void* dst, const int64_t 
   return 0;
 }
 
+/* The host tier is heap memory like the device tier: offloading moves bytes between two allocations. */
+static void* cpu_host_alloc_zeroed(void* ctx, int32_t device_id, size_t bytes) {
+  return cpu_alloc_zeroed(ctx, device_id, bytes);
+}
+
+static void cpu_host_free(void* ctx, int32_t device_id, void* ptr) { cpu_free(ctx, device_id, ptr); }
+
+static int cpu_copy_tier_4d(void* ctx, int32_t device_id, int to_host, void* dst, const int64_t ds[4],
+                            const void* src, const int64_t ss[4], const int64_t shape[4], size_t elem) {
+  (void)to_host;
+  return cpu_copy_4d(ctx, device_id, dst, ds, src, ss, shape, elem);
+}
+
+/* Tier copies are synchronous here: nothing is ever in flight. */
+static int cpu_tier_wait(void* ctx, int32_t device_id) {
+  (void)ctx;
+  (void)device_id;
+  return 0;
+}
+
 static const kvc_backend cpu_backend = {
     sizeof(kvc_backend), KVC_BACKEND_API_VERSION, "cpu", KVC_DEVICE_CPU, NULL,
     cpu_device_count, cpu_alloc_zeroed, cpu_free, cpu_copy_4d, cpu_fill_zero_4d, cpu_copy_rows,
+    cpu_host_alloc_zeroed, cpu_host_free, cpu_copy_tier_4d, cpu_tier_wait,
 };
 
 const kvc_backend* kvc_cpu_backend(void) { return &cpu_backend; }

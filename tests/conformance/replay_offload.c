@@ -1,4 +1,76 @@
-/* replay_offload.c: the conformance operations of offloaded caches. */
+/*
+ * replay_offload.c: the conformance operations of offloading caches
+ * (transformers 5.x Cache(offloading=True), spec A.11; generate_offload.py):
+ *
+ *   ocreate S MODE OPTS   kvc_cache_create with OPTS as for `create`, offloading:
+ *                         MODE `all` (KVC_OFFLOAD_ALL: offload_only_non_sliding=False),
+ *                         `nonsliding` (KVC_OFFLOAD_NON_SLIDING), or `preset`: the OFFLOADED_*
+ *                         preset of OPTS' preset with KVC_OFFLOAD_DEFAULT (lazy or dynamic ->
+ *                         KVC_PRESET_OFFLOADED, static -> KVC_PRESET_OFFLOADED_STATIC,
+ *                         hybrid_chunked -> KVC_PRESET_OFFLOADED_HYBRID)
+ *   tiers S N T1..TN      the layer count, then per layer whether its K/V is in the host tier
+ *                         (kvc_layer_info.is_offloaded): 1 or 0; -1 where transformers' layer
+ *                         holds nothing, which is not checked
+ *
+ * Every other operation (update, views, queries, crop, batch operations,
+ * clone, ...) is the core's, so each returned and stored view of an
+ * offloading cache is compared bit for bit with what transformers returned.
+ */
+#include <stdio.h>
+#include <string.h>
+
 #include "replay.h"
 
-const replay_op replay_ops_offload[] = {{NULL, NULL}};
+static void op_ocreate(replay* r) {
+  slot* s = slot_at(r, num(r));
+  char* mode = tok(r);
+  optspec o;
+  parse_options(r, &o);
+  if (r->case_failed || r->malformed) return;
+  if (is(mode, "all")) {
+    o.options.offload = KVC_OFFLOAD_ALL;
+  } else if (is(mode, "nonsliding")) {
+    o.options.offload = KVC_OFFLOAD_NON_SLIDING;
+  } else if (is(mode, "preset")) {
+    kvc_preset p = o.options.preset;
+    o.options.preset = p == KVC_PRESET_DYNAMIC  ? KVC_PRESET_OFFLOADED
+                       : p == KVC_PRESET_STATIC ? KVC_PRESET_OFFLOADED_STATIC
+                       : p == KVC_PRESET_HYBRID_CHUNKED ? KVC_PRESET_OFFLOADED_HYBRID
+                                                        : -1;
+    if (o.options.preset < 0) {
+      malformed(r, "no offloaded preset for these options");
+      return;
+    }
+  } else {
+    malformed(r, "offload mode");
+    return;
+  }
+  slot_clear(s);
+  must(r, kvc_cache_create(&o.options, &s->cache), "kvc_cache_create");
+}
+
+static void op_tiers(replay* r) {
+  int64_t si = num(r);
+  vint n = expected_num(r);
+  vint tiers[MAX_LAYERS];
+  if (n.v < 0 || n.v > MAX_LAYERS) {
+    malformed(r, "layer count");
+    return;
+  }
+  for (int64_t i = 0; i < n.v; i++) tiers[i] = expected_num(r);
+  if (r->case_failed || r->malformed) return;
+  kvc_cache* c = cache_at(r, si);
+  check_int(r, "number of layers", kvc_cache_num_layers(c), n);
+  for (int64_t i = 0; i < n.v && !r->case_failed; i++) {
+    if (tiers[i].v < 0) continue;
+    kvc_layer_info info;
+    memset(&info, 0, sizeof(info));
+    info.struct_size = sizeof(info);
+    if (!must(r, kvc_cache_layer_info(c, (uint32_t)i, &info), "kvc_cache_layer_info")) return;
+    char what[64];
+    snprintf(what, sizeof(what), "layer %d is_offloaded", (int)i);
+    check_int(r, what, info.is_offloaded, tiers[i]);
+  }
+}
+
+const replay_op replay_ops_offload[] = {{"ocreate", op_ocreate}, {"tiers", op_tiers}, {NULL, NULL}};

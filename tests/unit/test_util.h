@@ -796,6 +796,23 @@ typedef struct tu_tensor_snap {
   size_t nbytes;
 } tu_tensor_snap;
 
+/* A state view of a LINEAR kind (any ndim up to 8): shape, dtype and compact bytes; ndim 0 = not allocated. */
+typedef struct tu_nd_snap {
+  int32_t ndim;
+  int64_t shape[8];
+  kvc_data_type dtype;
+  unsigned char* bytes;
+  size_t nbytes;
+} tu_nd_snap;
+
+/* One state pair of a LINEAR kind: both views and has_previous_state. */
+typedef struct tu_state_snap {
+  kvc_code view_code;
+  tu_nd_snap conv, rec;
+  kvc_code prev_code;
+  int has_previous;
+} tu_state_snap;
+
 typedef struct tu_layer_snap {
   kvc_code info_code;
   kvc_layer_info info;
@@ -805,6 +822,8 @@ typedef struct tu_layer_snap {
   int64_t max_length;
   int64_t mask_len[TU_SNAP_NQ], mask_off[TU_SNAP_NQ];
   int64_t usable[TU_SNAP_NQ];
+  uint32_t num_states; /* LINEAR kinds: state pairs captured in `states` */
+  tu_state_snap* states;
 } tu_layer_snap;
 
 typedef struct tu_snapshot {
@@ -834,6 +853,36 @@ static TU_UNUSED void tu_tensor_snap_take(const kvc_tensor* t, tu_tensor_snap* s
   if (t->ndim != 4) s->nbytes = 0;
 }
 
+static TU_UNUSED void tu_nd_snap_take(const kvc_tensor* t, tu_nd_snap* s) {
+  memset(s, 0, sizeof *s);
+  s->ndim = t->ndim > 8 ? 8 : t->ndim;
+  for (int32_t i = 0; i < s->ndim; i++) s->shape[i] = t->shape[i];
+  s->dtype = t->dtype;
+  if (t->ndim > 0 && t->ndim <= 8) s->bytes = tu_view_bytes_alloc(t, &s->nbytes);
+}
+
+/* The states of a LINEAR kind's layer: views of every pair and has_previous_state of each. */
+static TU_UNUSED void tu_states_take(const kvc_cache* c, uint32_t layer, tu_layer_snap* L) {
+  if (L->info_code != KVC_OK || L->info.kind < KVC_LAYER_LINEAR || L->info.kind > KVC_LAYER_LINEAR_STATIC_SLIDING)
+    return;
+  L->num_states = L->info.num_states;
+  L->states = (tu_state_snap*)calloc(L->num_states ? L->num_states : 1, sizeof(tu_state_snap));
+  if (!L->states) abort();
+  for (uint32_t i = 0; i < L->num_states; i++) {
+    tu_state_snap* S = &L->states[i];
+    kvc_tensor cv, rv;
+    memset(&cv, 0, sizeof cv);
+    memset(&rv, 0, sizeof rv);
+    S->view_code = tu_take_code(kvc_cache_state_view(c, layer, i, &cv, &rv));
+    if (S->view_code == KVC_OK) {
+      tu_nd_snap_take(&cv, &S->conv);
+      tu_nd_snap_take(&rv, &S->rec);
+    }
+    S->has_previous = -1;
+    S->prev_code = tu_take_code(kvc_cache_has_previous_state(c, (int32_t)layer, (int32_t)i, &S->has_previous));
+  }
+}
+
 /* Captures everything observable about `c` (free with snapshot_free). */
 static TU_UNUSED void snapshot(const kvc_cache* c, tu_snapshot* s) {
   memset(s, 0, sizeof *s);
@@ -860,6 +909,7 @@ static TU_UNUSED void snapshot(const kvc_cache* c, tu_snapshot* s) {
       kvc_error_destroy(kvc_cache_mask_sizes(c, tu_snap_q[q], i, &L->mask_len[q], &L->mask_off[q]));
       kvc_error_destroy(kvc_cache_usable_length(c, tu_snap_q[q], i, &L->usable[q]));
     }
+    tu_states_take(c, i, L);
   }
   s->max_length_all = s->batch_size = -999;
   kvc_error_destroy(kvc_cache_max_length(c, KVC_ALL_LAYERS, &s->max_length_all));
@@ -876,6 +926,11 @@ static TU_UNUSED void snapshot_free(tu_snapshot* s) {
   for (uint32_t i = 0; s->layers && i < s->num_layers; i++) {
     free(s->layers[i].key.bytes);
     free(s->layers[i].value.bytes);
+    for (uint32_t j = 0; s->layers[i].states && j < s->layers[i].num_states; j++) {
+      free(s->layers[i].states[j].conv.bytes);
+      free(s->layers[i].states[j].rec.bytes);
+    }
+    free(s->layers[i].states);
   }
   free(s->layers);
   s->layers = NULL;
@@ -937,7 +992,42 @@ static TU_UNUSED int tu_layer_info_equal(const kvc_layer_info* a, const kvc_laye
   TU_INFO_FIELD(v_head_dim);
   TU_INFO_FIELD(seq_length);
   TU_INFO_FIELD(stored_length);
+  TU_INFO_FIELD(is_linear);
+  TU_INFO_FIELD(has_previous_state);
+  TU_INFO_FIELD(num_states);
+  TU_INFO_FIELD(conv_kernel_size);
+  TU_INFO_FIELD(quantized_length);
 #undef TU_INFO_FIELD
+  return 1;
+}
+
+static TU_UNUSED int tu_nd_snap_equal(const tu_nd_snap* a, const tu_nd_snap* b, const char* label) {
+  if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof a->shape) != 0 || a->dtype.code != b->dtype.code ||
+      a->dtype.bits != b->dtype.bits || a->nbytes != b->nbytes ||
+      (a->nbytes && memcmp(a->bytes, b->bytes, a->nbytes) != 0)) {
+    fprintf(TU_LOG, "  snapshot: %s differs (ndim %d vs %d, %zu vs %zu bytes)\n", label, (int)a->ndim, (int)b->ndim,
+            a->nbytes, b->nbytes);
+    return 0;
+  }
+  return 1;
+}
+
+static TU_UNUSED int tu_states_equal(const tu_layer_snap* x, const tu_layer_snap* y, uint32_t layer) {
+  char label[96];
+  snprintf(label, sizeof label, "layer %u number of state pairs", layer);
+  TU_SNAP_FIELD(x->num_states, y->num_states, label);
+  for (uint32_t i = 0; i < x->num_states; i++) {
+    const tu_state_snap *a = &x->states[i], *b = &y->states[i];
+    snprintf(label, sizeof label, "layer %u state %u view error code", layer, i);
+    TU_SNAP_FIELD(a->view_code, b->view_code, label);
+    snprintf(label, sizeof label, "layer %u conv state %u", layer, i);
+    if (!tu_nd_snap_equal(&a->conv, &b->conv, label)) return 0;
+    snprintf(label, sizeof label, "layer %u recurrent state %u", layer, i);
+    if (!tu_nd_snap_equal(&a->rec, &b->rec, label)) return 0;
+    snprintf(label, sizeof label, "layer %u state %u has_previous_state", layer, i);
+    TU_SNAP_FIELD(a->prev_code, b->prev_code, label);
+    TU_SNAP_FIELD(a->has_previous, b->has_previous, label);
+  }
   return 1;
 }
 
@@ -973,12 +1063,14 @@ static TU_UNUSED int snapshot_equal_ex(const tu_snapshot* a, const tu_snapshot* 
       snprintf(label, sizeof label, "layer %u usable_length(%lld)", i, (long long)tu_snap_q[q]);
       TU_SNAP_FIELD(x->usable[q], y->usable[q], label);
     }
+    if (!tu_states_equal(x, y, i)) return 0;
   }
   TU_SNAP_FIELD(a->max_length_all, b->max_length_all, "max_length(KVC_ALL_LAYERS)");
   TU_SNAP_FIELD(a->batch_size_code, b->batch_size_code, "batch_size error code");
   TU_SNAP_FIELD(a->batch_size, b->batch_size, "batch_size");
   TU_SNAP_FIELD(a->memory_code, b->memory_code, "memory error code");
   TU_SNAP_FIELD(a->memory.bytes_used, b->memory.bytes_used, "memory.bytes_used");
+  TU_SNAP_FIELD(a->memory.bytes_quantized, b->memory.bytes_quantized, "memory.bytes_quantized");
   if (!ignore_reserved)
     TU_SNAP_FIELD(a->memory.bytes_reserved, b->memory.bytes_reserved, "memory.bytes_reserved");
   TU_SNAP_FIELD(a->beyond_seq, b->beyond_seq, "seq_length(num_layers)");

@@ -1,0 +1,111 @@
+/*
+ * core/layer_quantized.h: what the files of the QUANTIZED layer kind share
+ * (layer_quantized.c: the kind table and the operations both modes have in
+ * common; layer_quantized_incremental.c and layer_quantized_transformers.c:
+ * the two update timelines of kvcache/quantized.h).
+ *
+ * The store (core/layer.c) always holds what the next update builds on: the
+ * first `quantized` tokens are the dequantized values of quantized tokens,
+ * the rest is the full-precision residual. The packed groups live in two row
+ * buffers (keys, values) so that batch operations, split, stack and clone
+ * move them with the store's rows. They are never read back to produce an
+ * output: the store already holds their dequantized values.
+ *
+ * A row of a group buffer is a sequence of units, every row holding the same
+ * number. A unit is one token (per-token groups), q_group_size tokens
+ * (per-channel groups) or, in transformers mode, every group of the row.
+ * A unit is [heads][groups per head] records (transformers mode: the row's
+ * groups in the quantizer's order); a record is
+ * [scale][zero point][packed codes], the scale and zero point in the
+ * layer's dtype, unaligned (read and written with memcpy).
+ */
+#ifndef KVC_CORE_LAYER_QUANTIZED_H
+#define KVC_CORE_LAYER_QUANTIZED_H
+
+#include "internal.h"
+#include "quantize.h"
+
+enum { KVC_Q_KEYS = 0, KVC_Q_VALUES = 1 };
+
+typedef struct kvc_quant_ext {
+  kvc_row_buffer rows[2];   /* packed groups of keys and values (KVC_ROWS_QUANTIZED) */
+  int64_t unit_bytes[2];    /* bytes of one unit */
+  int64_t units[2];         /* units held, in every row */
+  int64_t quantized;        /* tokens at the front of the store holding dequantized values */
+
+  /* Allocated by prepare_update, consumed by apply_update; invisible until then. */
+  void* staged[2];          /* a group buffer replacing rows[i] (grown, or a flush's new groups) */
+  int64_t staged_row_bytes[2];
+  int64_t staged_unit_bytes[2];
+  void* scratch;            /* host working memory of the quantizer */
+  size_t scratch_bytes;
+
+  /* Transformers mode: what the last quantizing update returned (transformers returns the
+   * values before they are quantized again), compact [B, H, len, D]; valid until the next
+   * mutating call, reused by the next one. */
+  void* ret[2];
+  size_t ret_bytes;         /* capacity of each of ret[0] and ret[1] */
+  int64_t ret_len;          /* tokens of the last return; -1: the last return is the store */
+  void* staged_ret[2];      /* larger replacements for ret, staged by prepare_update */
+  size_t staged_ret_bytes;
+} kvc_quant_ext;
+
+static inline kvc_quant_ext* kvc_quant_ext_of(const kvc_layer* l) { return (kvc_quant_ext*)l->ext; }
+
+/* Per-channel groups (quanto axis -1, HQQ axis 0): a channel over tokens; else consecutive head_dim elements. */
+int kvc_quant_per_channel(const kvc_quant_options* q, int which);
+int kvc_quant_axis(const kvc_quant_options* q, int which);
+/* The quantizer arithmetic's description for the layer's dtype and the keys' (0) or values' (1) axis. */
+kvc_quantizer_spec kvc_quant_spec(const kvc_layer* l, int which);
+/* Bytes of one group's record: scale, zero point and packed codes. */
+int64_t kvc_quant_record_bytes(const kvc_layer* l, int64_t group);
+
+/*
+ * Writes group `g` of a quantizer call (codes unpacked, [ngroups][group]) as
+ * a record at `rec`; reads one back into unpacked codes and float32 params.
+ */
+void kvc_quant_put_record(const kvc_layer* l, unsigned char* rec, const uint8_t* codes, float scale, float zero,
+                          int64_t group);
+void kvc_quant_get_record(const kvc_layer* l, const unsigned char* rec, uint8_t* codes, float* scale, float* zero,
+                          int64_t group);
+
+/* Element (b, h, s, d) of the store's keys (which 0) or values (1): s is a physical slot. */
+static inline int64_t kvc_quant_store_index(const kvc_layer* l, int which, int64_t b, int64_t h, int64_t s,
+                                            int64_t d) {
+  int64_t dim = which ? l->v_dim : l->k_dim;
+  return ((b * l->heads + h) * l->cap + s) * dim + d;
+}
+
+/* Host scratch of at least `bytes` in ext (prepare phase); -1 when out of memory. */
+int kvc_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes);
+/* Stages a zeroed group buffer of `row_bytes` per row for tensor `which` (prepare phase); -1 when out of memory. */
+int kvc_quant_stage_rows(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* x, int which, int64_t row_bytes,
+                         int64_t unit_bytes);
+/* Frees what prepare_update staged and is not used (apply phase or a later prepare). */
+void kvc_quant_release_staged(const kvc_cache* c, kvc_quant_ext* x);
+/* Frees the group buffers and forgets their units. */
+void kvc_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x);
+
+/*
+ * The two update timelines. check: the kind's preconditions of an update of
+ * an initialized layer (const). prepare: the room phase, once the store has
+ * room for the n new tokens: writes them past the stored region, quantizes
+ * and stages everything apply will adopt (may fail, changing nothing
+ * visible). apply: the write phase (cannot fail). crop: after the store was
+ * cut to `keep` tokens.
+ */
+kvc_error* kvc_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n);
+kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
+                                         const kvc_tensor* key, const kvc_tensor* value, int64_t n);
+kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, int64_t n);
+void kvc_quant_incremental_crop(kvc_layer* l, int64_t keep);
+
+kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n);
+kvc_error* kvc_quant_transformers_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
+                                          const kvc_tensor* key, const kvc_tensor* value, int64_t n);
+kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, int64_t n);
+void kvc_quant_transformers_crop(kvc_layer* l, int64_t keep);
+/* Points the returned view at the last quantizing update's own copy (transformers mode). */
+void kvc_quant_transformers_set_return(kvc_layer* l, kvc_region r);
+
+#endif /* KVC_CORE_LAYER_QUANTIZED_H */

@@ -1,0 +1,300 @@
+/*
+ * core/layer_quantized_transformers.c: KVC_QUANT_MODE_TRANSFORMERS, the
+ * timeline of transformers 5.23's QuantizedLayer.update:
+ *  - the first update (of a layer holding no tokens) quantizes its tokens
+ *    and returns them as given;
+ *  - later updates return the dequantized history, the residual and the new
+ *    tokens; when the residual before the call plus the new tokens reach
+ *    residual_length, that whole tensor is quantized again with
+ *    transformers' grouping over [B, H, S, D] and becomes the history, and
+ *    the call still returns it as it was before this quantization.
+ * So the store always holds what the next update builds on (the
+ * dequantization of the last quantization, then the residual), and a
+ * quantizing call returns its own copy of the values it quantized (ext->ret),
+ * valid until the next mutating call as every view is.
+ *
+ * The packed groups are kept per batch row when every group lies in one row
+ * (quanto axis 0; quanto axis -1 when heads*seq is a multiple of
+ * q_group_size; HQQ axis 1 when heads*seq*head_dim is; any grouping of one
+ * row). Otherwise they cannot follow batch operations, and the layer keeps
+ * that history only as the store's dequantized values (bytes_quantized 0)
+ * until the next quantization: transformers quantizes from those values
+ * anyway, so no output changes.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "half.h"
+#include "layer_quantized.h"
+
+/* Tokens the update quantizes: all of them (S), or 0 when it only appends to the residual. */
+static int64_t quantizing_length(const kvc_layer* l, int64_t n) {
+  if (n == 0) return 0; /* nothing to store: nothing to quantize (transformers would fail on an empty tensor) */
+  const kvc_quant_ext* x = kvc_quant_ext_of(l);
+  int64_t stored = kvc_layer_stored(l), q = x ? x->quantized : 0;
+  if (stored == 0) return n;
+  /* transformers 5.23: the residual's length (0 while it is the 1-D empty tensor) plus the new tokens. */
+  return stored - q + n >= l->quant.residual_length ? stored + n : 0;
+}
+
+/* transformers' grouping of one [B, H, S, D] tensor, or transformers' error for it. */
+static kvc_error* check_grouping(const char* fn, uint32_t index, const kvc_layer* l, int which, int64_t s,
+                                 kvc_quant_layout* lay) {
+  const int64_t d = which ? l->v_dim : l->k_dim, g = l->quant.q_group_size;
+  const int64_t shape[4] = {l->batch, l->heads, s, d};
+  const int axis = kvc_quant_axis(&l->quant, which);
+  if (kvc_quant_layout_init(lay, l->quant.quantizer, axis, g, shape) == 0) return NULL;
+  const char* who = which ? "values" : "keys";
+  if (l->quant.quantizer == KVC_QUANTIZER_QUANTO)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: layer %u: this update quantizes the %s, of shape [%" PRId64 ", %" PRId64 ", %" PRId64
+                   ", %" PRId64 "], on axis %d, and quanto requires q_group_size to divide %s and not exceed it: "
+                   "Group size (%" PRId64 ") must be a divisor of (%" PRId64 ")",
+                   fn, index, who, l->batch, l->heads, s, d, axis,
+                   axis == 0 ? "heads*seq*head_dim" : "batch*heads*seq", g, lay->axis_numel);
+  return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                 "%s: layer %u: this update quantizes the %s, of shape [%" PRId64 ", %" PRId64 ", %" PRId64
+                 ", %" PRId64 "] (%" PRId64 " elements), and hqq requires q_group_size (%" PRId64
+                 ") to divide the element count: group_size should be divisble by the total tensor dimensions",
+                 fn, index, who, l->batch, l->heads, s, d, lay->axis_numel, g);
+}
+
+kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n) {
+  int64_t s = quantizing_length(l, n);
+  kvc_quant_layout lay;
+  for (int which = 0; s && which < 2; which++) {
+    kvc_error* e = check_grouping(fn, index, l, which, s, &lay);
+    if (e) return e;
+  }
+  return NULL;
+}
+
+/* Whether every group of the grouping lies within one batch row (the rows can then be moved alone). */
+static int groups_within_rows(const kvc_layer* l, int which, int64_t s) {
+  const int64_t g = l->quant.q_group_size, d = which ? l->v_dim : l->k_dim;
+  if (l->batch == 1) return 1;
+  int channel = kvc_quant_per_channel(&l->quant, which);
+  if (l->quant.quantizer == KVC_QUANTIZER_QUANTO) return !channel || (l->heads * s) % g == 0;
+  return channel ? g == 1 : (l->heads * s * d) % g == 0;
+}
+
+/* Scratch of one quantization: both tensors' values (contiguous [B,H,S,D]) and one tensor's groups. */
+typedef struct flush_scratch {
+  float* values[2];  /* in: the store's values; out: their dequantization */
+  float* groups;     /* [ngroups][q_group_size] */
+  float* scale;
+  float* zero;
+  int64_t* group_row;/* batch row of each group */
+  int64_t* filled;   /* per row: records written */
+  uint8_t* codes;
+} flush_scratch;
+
+static size_t flush_layout(const kvc_layer* l, int64_t s, const kvc_quant_layout lay[2], flush_scratch* f,
+                           char* base) {
+  int64_t numel[2] = {l->batch * l->heads * s * l->k_dim, l->batch * l->heads * s * l->v_dim};
+  int64_t most = numel[0] > numel[1] ? numel[0] : numel[1];
+  int64_t most_groups = lay[0].ngroups > lay[1].ngroups ? lay[0].ngroups : lay[1].ngroups;
+  size_t at = 0;
+#define KVC_TAKE(ptr, type, count)               \
+  do {                                           \
+    if (base) (ptr) = (type*)(void*)(base + at); \
+    at += sizeof(type) * (size_t)(count);        \
+    at = (at + 15) & ~(size_t)15;                \
+  } while (0)
+  KVC_TAKE(f->values[0], float, numel[0]);
+  KVC_TAKE(f->values[1], float, numel[1]);
+  KVC_TAKE(f->groups, float, most);
+  KVC_TAKE(f->scale, float, most_groups);
+  KVC_TAKE(f->zero, float, most_groups);
+  KVC_TAKE(f->group_row, int64_t, most_groups);
+  KVC_TAKE(f->filled, int64_t, l->batch);
+  KVC_TAKE(f->codes, uint8_t, most);
+#undef KVC_TAKE
+  return at;
+}
+
+/*
+ * Quantizes the first s tokens of the store's keys or values (the new ones
+ * included, written past the stored region), leaving their dequantization in
+ * f->values[which] and, when the groups stay within rows, their records in
+ * the staged group buffer. -1 when the quantizer runs out of memory, -2 when
+ * a group is not where groups_within_rows said.
+ */
+static int quantize_all(const kvc_layer* l, kvc_quant_ext* x, int which, int64_t s, const kvc_quant_layout* lay,
+                        flush_scratch* f) {
+  const int64_t g = lay->group, ngroups = lay->ngroups, d = which ? l->v_dim : l->k_dim;
+  const int64_t row_elems = l->heads * s * d;
+  float* v = f->values[which];
+  const void* base = which ? l->v : l->k;
+  if (x->staged[which]) {
+    /* Each group's batch row: the grouping applied to a tensor holding its element's row. */
+    for (int64_t i = 0; i < l->batch * row_elems; i++) v[i] = (float)(i / row_elems);
+    kvc_quant_gather(lay, v, f->groups);
+    for (int64_t k = 0; k < ngroups; k++) {
+      f->group_row[k] = (int64_t)f->groups[k * g];
+      for (int64_t i = 1; i < g; i++)
+        if (f->groups[k * g + i] != f->groups[k * g]) return -2;
+    }
+  }
+  for (int64_t b = 0; b < l->batch; b++)
+    for (int64_t h = 0; h < l->heads; h++)
+      for (int64_t t = 0; t < s; t++)
+        for (int64_t e = 0; e < d; e++)
+          v[((b * l->heads + h) * s + t) * d + e] =
+              kvc_load_f32(l->dtype, base, kvc_quant_store_index(l, which, b, h, l->start + t, e));
+  kvc_quant_gather(lay, v, f->groups);
+  kvc_quantizer_spec spec = kvc_quant_spec(l, which);
+  if (kvc_quantize_groups(&spec, f->groups, ngroups, g, f->codes, f->scale, f->zero)) return -1;
+  if (x->staged[which]) {
+    const int64_t rb = kvc_quant_record_bytes(l, g), per_row = ngroups / l->batch;
+    memset(f->filled, 0, sizeof(int64_t) * (size_t)l->batch);
+    unsigned char* buf = (unsigned char*)x->staged[which];
+    for (int64_t k = 0; k < ngroups; k++) {
+      int64_t r = f->group_row[k];
+      if (r < 0 || r >= l->batch || f->filled[r] >= per_row) return -2;
+      kvc_quant_put_record(l, buf + r * x->staged_row_bytes[which] + f->filled[r]++ * rb, f->codes + k * g,
+                           f->scale[k], f->zero[k], g);
+    }
+  }
+  kvc_dequantize_groups(&spec, f->codes, f->scale, f->zero, ngroups, g, f->groups);
+  kvc_quant_scatter(lay, f->groups, v);
+  return 0;
+}
+
+kvc_error* kvc_quant_transformers_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
+                                          const kvc_tensor* key, const kvc_tensor* value, int64_t n) {
+  kvc_quant_ext* x = kvc_quant_ext_of(l);
+  kvc_quant_release_staged(c, x); /* what an earlier failed update left */
+  kvc_error* e = kvc_quant_transformers_check(fn, index, l, n);
+  if (e) return e;
+  kvc_layer_write(c, l, key, value, l->end, NULL, n); /* past the stored region: no view shows them yet */
+  const int64_t s = quantizing_length(l, n);
+  if (!s) return NULL;
+  kvc_quant_layout lay[2];
+  for (int w = 0; w < 2; w++) check_grouping(fn, index, l, w, s, &lay[w]); /* checked above: cannot fail */
+  for (int w = 0; w < 2; w++) {
+    if (!groups_within_rows(l, w, s)) continue;
+    int64_t row_bytes, rb = kvc_quant_record_bytes(l, lay[w].group);
+    if (__builtin_mul_overflow(lay[w].ngroups / l->batch, rb, &row_bytes) ||
+        kvc_quant_stage_rows(c, l, x, w, row_bytes, row_bytes))
+      goto oom;
+  }
+  /* The copy this call returns: reused across quantizing calls, grown by half when too small. */
+  uint64_t need;
+  int64_t dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim;
+  if (__builtin_mul_overflow((uint64_t)(l->batch * l->heads), (uint64_t)(s * dmax), &need) ||
+      __builtin_mul_overflow(need, (uint64_t)l->elem, &need) || need > (uint64_t)SIZE_MAX / 4)
+    goto oom;
+  if (x->ret_bytes < need) {
+    size_t bytes = (size_t)need + x->ret_bytes / 2;
+    const kvc_backend* be = c->backend;
+    for (int w = 0; w < 2; w++)
+      if (!(x->staged_ret[w] = be->alloc_zeroed(be->ctx, c->device.device_id, bytes))) goto oom;
+    x->staged_ret_bytes = bytes;
+  }
+  flush_scratch f;
+  if (kvc_quant_reserve_scratch(x, flush_layout(l, s, lay, &f, NULL))) goto oom;
+  flush_layout(l, s, lay, &f, (char*)x->scratch);
+  for (int w = 0; w < 2; w++) {
+    int r = quantize_all(l, x, w, s, &lay[w], &f);
+    if (r == -1) goto oom;
+    if (r == -2) {
+      kvc_quant_release_staged(c, x);
+      return kvc_err(KVC_ERROR_INTERNAL, "%s: layer %u: the %s groups of the quantizer do not split into batch rows",
+                     fn, index, w ? "value" : "key");
+    }
+  }
+  return NULL;
+oom:
+  kvc_quant_release_staged(c, x);
+  return kvc_err_oom();
+}
+
+kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, int64_t n) {
+  kvc_quant_ext* x = kvc_quant_ext_of(l);
+  const int64_t s = quantizing_length(l, n);
+  const kvc_backend* be = c->backend;
+  l->end += n;
+  x->ret_len = s ? s : -1;
+  if (s) {
+    /* The returned copy: the values as they were before this quantization. */
+    if (x->staged_ret[0]) {
+      for (int w = 0; w < 2; w++) {
+        if (x->ret[w]) be->free(be->ctx, c->device.device_id, x->ret[w]);
+        x->ret[w] = x->staged_ret[w];
+        x->staged_ret[w] = NULL;
+      }
+      x->ret_bytes = x->staged_ret_bytes;
+    }
+    flush_scratch f;
+    kvc_quant_layout lay[2];
+    for (int w = 0; w < 2; w++) {
+      const int64_t shape[4] = {l->batch, l->heads, s, w ? l->v_dim : l->k_dim};
+      kvc_quant_layout_init(&lay[w], l->quant.quantizer, kvc_quant_axis(&l->quant, w), l->quant.q_group_size, shape);
+    }
+    flush_layout(l, s, lay, &f, (char*)x->scratch);
+    for (int w = 0; w < 2; w++) {
+      int64_t d = w ? l->v_dim : l->k_dim, ss[4], ds[4] = {l->heads * s * d, s * d, d, 1};
+      int64_t shape[4] = {l->batch, l->heads, s, d};
+      kvc_store_strides(l, w, ss);
+      void* store = w ? l->v : l->k;
+      be->copy_4d(be->ctx, c->device.device_id, x->ret[w], ds, (const char*)store + (size_t)(l->start * d) * l->elem,
+                  ss, shape, l->elem);
+      const float* v = f.values[w];
+      for (int64_t b = 0; b < l->batch; b++)
+        for (int64_t h = 0; h < l->heads; h++)
+          for (int64_t t = 0; t < s; t++)
+            for (int64_t e = 0; e < d; e++)
+              kvc_store_f32(l->dtype, store, kvc_quant_store_index(l, w, b, h, l->start + t, e),
+                            v[((b * l->heads + h) * s + t) * d + e]);
+      /* The new groups replace the old ones; a grouping across rows keeps none (see the top of this file). */
+      if (x->rows[w].ptr) be->free(be->ctx, c->device.device_id, x->rows[w].ptr);
+      x->rows[w].ptr = x->staged[w];
+      x->rows[w].row_bytes = x->staged[w] ? x->staged_row_bytes[w] : 0;
+      x->unit_bytes[w] = x->staged[w] ? x->staged_unit_bytes[w] : 0;
+      x->units[w] = x->staged[w] ? 1 : 0;
+      x->staged[w] = NULL;
+    }
+    x->quantized = s;
+  }
+  kvc_quant_release_staged(c, x);
+  return (kvc_region){l->start, l->end};
+}
+
+void kvc_quant_transformers_set_return(kvc_layer* l, kvc_region r) {
+  const kvc_quant_ext* x = kvc_quant_ext_of(l);
+  if (x->ret_len < 0) {
+    kvc_layer_set_return(l, r);
+    return;
+  }
+  kvc_data_type dt = kvc_dtype_to_data_type(l->dtype);
+  for (int w = 0; w < 2; w++) {
+    kvc_tensor* t = w ? &l->views[1].value : &l->views[1].key;
+    int64_t d = w ? l->v_dim : l->k_dim, s = x->ret_len;
+    int64_t* shape = l->shape[1][w];
+    int64_t* strides = l->strides[1][w];
+    shape[0] = l->batch;
+    shape[1] = l->heads;
+    shape[2] = s;
+    shape[3] = d;
+    strides[0] = l->heads * s * d;
+    strides[1] = s * d;
+    strides[2] = d;
+    strides[3] = 1;
+    t->data = x->ret[w];
+    t->byte_offset = 0;
+    t->device = kvc_tier_device(l);
+    t->ndim = 4;
+    t->dtype = dt;
+    t->shape = shape;
+    t->strides = strides;
+  }
+}
+
+/* The groups described the cut tokens too: the store's dequantized values are the history until the next quantization. */
+void kvc_quant_transformers_crop(kvc_layer* l, int64_t keep) {
+  kvc_quant_ext* x = kvc_quant_ext_of(l);
+  if (keep >= x->quantized) return;
+  x->quantized = keep;
+  x->units[KVC_Q_KEYS] = x->units[KVC_Q_VALUES] = 0;
+}

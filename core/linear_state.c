@@ -1,0 +1,338 @@
+/*
+ * core/linear_state.c: storage of the conv and recurrent states of the
+ * LINEAR kinds (see linear_state.h for the layout and why).
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "linear_state.h"
+
+size_t kvc_linear_ext_bytes(uint32_t n) {
+  return sizeof(kvc_linear_ext) + (size_t)n * (sizeof(kvc_linear_pair) + 2 * sizeof(kvc_row_buffer));
+}
+
+kvc_linear_pair* kvc_linear_pairs(const kvc_layer* l) {
+  return l->ext ? (kvc_linear_pair*)((char*)l->ext + sizeof(kvc_linear_ext)) : NULL;
+}
+
+kvc_row_buffer* kvc_linear_rows(const kvc_layer* l) {
+  if (!l->ext) return NULL;
+  const kvc_linear_ext* x = (const kvc_linear_ext*)l->ext;
+  return (kvc_row_buffer*)((char*)l->ext + sizeof(kvc_linear_ext) + x->num_states * sizeof(kvc_linear_pair));
+}
+
+int kvc_linear_ext_ensure(kvc_layer* l) {
+  if (l->ext) return 0;
+  kvc_linear_ext* x = (kvc_linear_ext*)calloc(1, kvc_linear_ext_bytes(l->num_states));
+  if (!x) return -1;
+  x->num_states = l->num_states;
+  l->ext = x;
+  kvc_row_buffer* rb = kvc_linear_rows(l);
+  for (uint32_t i = 0; i < 2 * l->num_states; i++) rb[i].role = KVC_ROWS_STATE;
+  return 0;
+}
+
+int kvc_linear_any_state(const kvc_layer* l) {
+  const kvc_linear_pair* p = kvc_linear_pairs(l);
+  for (uint32_t i = 0; p && i < l->num_states; i++)
+    if (p[i].conv_dtype != KVC_DTYPE_UNSET || p[i].rec_dtype != KVC_DTYPE_UNSET) return 1;
+  return 0;
+}
+
+int kvc_linear_all_previous(const kvc_layer* l) {
+  const kvc_linear_pair* p = kvc_linear_pairs(l);
+  if (!p) return 0;
+  for (uint32_t i = 0; i < l->num_states; i++)
+    if (!p[i].has_previous) return 0;
+  return 1;
+}
+
+/* n1 * n2 * ... in bytes, or 0 when it overflows or exceeds what an allocation can be. */
+static size_t checked_bytes(const int64_t* f, int n) {
+  uint64_t r = 1;
+  for (int i = 0; i < n; i++)
+    if (f[i] < 0 || __builtin_mul_overflow(r, (uint64_t)f[i], &r)) return 0;
+  return r > (uint64_t)SIZE_MAX / 2 ? 0 : (size_t)r;
+}
+
+/* ------------------------------------------------------------ conv state */
+
+/* The conv buffer of pair p as 4-D [batch, channels, cap, 1] strides. */
+static void conv_strides(const kvc_linear_pair* p, int64_t cap, int64_t st[4]) {
+  st[0] = p->channels * cap;
+  st[1] = cap;
+  st[2] = 1;
+  st[3] = 1;
+}
+
+kvc_error* kvc_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_dtype dtype, int64_t batch,
+                              int64_t channels, int64_t kernel, int64_t keep_len, int64_t need) {
+  if (kvc_linear_ext_ensure(l)) return kvc_err_oom();
+  kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
+  kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s];
+  const kvc_backend* be = c->backend;
+  int allocated = p->conv_dtype != KVC_DTYPE_UNSET;
+  int64_t from = allocated ? p->end - keep_len : 0;
+  if (allocated && from + keep_len + need <= p->cap) {
+    p->begin = from;
+    return NULL;
+  }
+  size_t elem = kvc_dtype_size(dtype);
+  if (allocated && keep_len + need <= p->cap) {
+    /* Move the kept columns back to slot 0: once per cap - K appended columns. */
+    int64_t st[4], shape[4] = {l->batch, p->channels, keep_len, 1};
+    conv_strides(p, p->cap, st);
+    be->copy_4d(be->ctx, c->device.device_id, rb->ptr, st, (char*)rb->ptr + (size_t)from * elem, st, shape, elem);
+    p->begin = 0;
+    p->end = keep_len;
+    return NULL;
+  }
+  int64_t cap = 4 * kernel;
+  if (allocated && 2 * p->cap > cap) cap = 2 * p->cap;
+  if (keep_len + need > cap) cap = keep_len + need;
+  const int64_t row[3] = {channels, cap, (int64_t)elem};
+  size_t row_bytes = checked_bytes(row, 3);
+  const int64_t all[2] = {(int64_t)row_bytes, batch};
+  size_t bytes = row_bytes ? checked_bytes(all, 2) : 0;
+  void* buf = bytes ? be->alloc_zeroed(be->ctx, c->device.device_id, bytes) : NULL;
+  if (!buf) return kvc_err_oom();
+  if (allocated) {
+    int64_t ss[4], ds[4], shape[4] = {l->batch, p->channels, keep_len, 1};
+    conv_strides(p, p->cap, ss);
+    conv_strides(p, cap, ds);
+    be->copy_4d(be->ctx, c->device.device_id, buf, ds, (char*)rb->ptr + (size_t)from * elem, ss, shape, elem);
+    be->free(be->ctx, c->device.device_id, rb->ptr);
+  }
+  rb->ptr = buf;
+  rb->row_bytes = (int64_t)row_bytes;
+  p->conv_dtype = dtype;
+  p->channels = channels;
+  p->kernel = kernel;
+  p->cap = cap;
+  p->begin = 0;
+  p->end = keep_len;
+  l->batch = batch;
+  l->device = c->device;
+  return NULL;
+}
+
+void kvc_conv_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kvc_tensor* x, int64_t first_column,
+                    int64_t n, int64_t slot) {
+  const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
+  const kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s];
+  size_t elem = kvc_dtype_size(p->conv_dtype);
+  int64_t ds[4], ss[4], shape[4] = {l->batch, p->channels, n, 1};
+  conv_strides(p, p->cap, ds);
+  if (x->strides) {
+    for (int i = 0; i < 3; i++) ss[i] = x->strides[i];
+  } else {
+    ss[2] = 1;
+    ss[1] = x->shape[2];
+    ss[0] = x->shape[1] * x->shape[2];
+  }
+  ss[3] = 1;
+  const char* src = (const char*)kvc_tensor_base(x) + (size_t)(first_column * ss[2]) * elem;
+  c->backend->copy_4d(c->backend->ctx, c->device.device_id, (char*)rb->ptr + (size_t)slot * elem, ds, src, ss, shape,
+                      elem);
+}
+
+void kvc_conv_zero(const kvc_cache* c, const kvc_layer* l, uint32_t s, int64_t from, int64_t to) {
+  if (to <= from) return;
+  const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
+  const kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s];
+  size_t elem = kvc_dtype_size(p->conv_dtype);
+  int64_t st[4], shape[4] = {l->batch, p->channels, to - from, 1};
+  conv_strides(p, p->cap, st);
+  c->backend->fill_zero_4d(c->backend->ctx, c->device.device_id, (char*)rb->ptr + (size_t)from * elem, st, shape,
+                           elem);
+}
+
+void kvc_conv_copy_column(const kvc_cache* c, const kvc_layer* l, uint32_t s, int64_t from, int64_t to) {
+  const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
+  const kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s];
+  size_t elem = kvc_dtype_size(p->conv_dtype);
+  int64_t st[4], shape[4] = {l->batch, p->channels, 1, 1};
+  conv_strides(p, p->cap, st);
+  char* base = (char*)rb->ptr;
+  c->backend->copy_4d(c->backend->ctx, c->device.device_id, base + (size_t)to * elem, st, base + (size_t)from * elem,
+                      st, shape, elem);
+}
+
+/* ------------------------------------------------------- recurrent state */
+
+kvc_error* kvc_rec_allocate(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_dtype dtype, int32_t ndim,
+                            const int64_t* shape) {
+  if (kvc_linear_ext_ensure(l)) return kvc_err_oom();
+  kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
+  kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s + 1];
+  int64_t f[KVC_LINEAR_MAX_REC_DIMS + 1];
+  f[0] = (int64_t)kvc_dtype_size(dtype);
+  for (int32_t i = 1; i < ndim; i++) f[i] = shape[i];
+  size_t row_bytes = checked_bytes(f, ndim);
+  const int64_t all[2] = {(int64_t)row_bytes, shape[0]};
+  size_t bytes = row_bytes ? checked_bytes(all, 2) : 0;
+  void* buf = bytes ? c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, bytes) : NULL;
+  if (!buf) return kvc_err_oom();
+  rb->ptr = buf;
+  rb->row_bytes = (int64_t)row_bytes;
+  p->rec_dtype = dtype;
+  p->rec_ndim = ndim;
+  for (int32_t i = 0; i < ndim; i++) p->rec_shape[i] = shape[i];
+  l->batch = shape[0];
+  l->device = c->device;
+  return NULL;
+}
+
+void kvc_rec_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kvc_tensor* x) {
+  const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
+  const kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s + 1];
+  size_t elem = kvc_dtype_size(p->rec_dtype);
+  /* Left-pad to 6 dims with size-1 axes; the last 4 go through one 4-D copy, the first 2 are looped here. */
+  int64_t shape[6], ss[6], ds[6];
+  int pad = 6 - p->rec_ndim;
+  for (int i = 0; i < 6; i++) {
+    shape[i] = i < pad ? 1 : p->rec_shape[i - pad];
+    ss[i] = 0;
+  }
+  ds[5] = 1;
+  for (int i = 4; i >= 0; i--) ds[i] = ds[i + 1] * shape[i + 1];
+  if (x->strides) {
+    for (int i = pad; i < 6; i++) ss[i] = x->strides[i - pad];
+  } else {
+    for (int i = pad; i < 6; i++) ss[i] = ds[i];
+  }
+  const char* src = (const char*)kvc_tensor_base(x);
+  char* dst = (char*)rb->ptr;
+  for (int64_t a = 0; a < shape[0]; a++)
+    for (int64_t b = 0; b < shape[1]; b++)
+      c->backend->copy_4d(c->backend->ctx, c->device.device_id, dst + (size_t)(a * ds[0] + b * ds[1]) * elem, ds + 2,
+                          src + (ptrdiff_t)(a * ss[0] + b * ss[1]) * (ptrdiff_t)elem, ss + 2, shape + 2, elem);
+}
+
+/* ------------------------------------------------------------------ views */
+
+void kvc_linear_sync(kvc_layer* l) {
+  kvc_linear_pair* ps = kvc_linear_pairs(l);
+  for (uint32_t i = 0; ps && i < l->num_states; i++) {
+    kvc_linear_pair* p = &ps[i];
+    if (p->conv_dtype != KVC_DTYPE_UNSET) {
+      p->conv_shape[0] = l->batch;
+      p->conv_shape[1] = p->channels;
+      p->conv_shape[2] = p->end - p->begin;
+      p->conv_strides[0] = p->channels * p->cap;
+      p->conv_strides[1] = p->cap;
+      p->conv_strides[2] = 1;
+    }
+    if (p->rec_dtype != KVC_DTYPE_UNSET) {
+      p->rec_shape[0] = l->batch;
+      int64_t st = 1;
+      for (int32_t d = p->rec_ndim - 1; d >= 0; d--) {
+        p->rec_strides[d] = st;
+        st *= p->rec_shape[d];
+      }
+    }
+  }
+}
+
+static void empty_view(const kvc_layer* l, kvc_tensor* out) {
+  memset(out, 0, sizeof *out);
+  out->device = l->device;
+}
+
+void kvc_linear_conv_view(const kvc_layer* l, uint32_t s, kvc_tensor* out) {
+  const kvc_linear_pair* ps = kvc_linear_pairs(l);
+  if (!ps || ps[s].conv_dtype == KVC_DTYPE_UNSET) {
+    empty_view(l, out);
+    return;
+  }
+  kvc_linear_pair* p = &((kvc_linear_pair*)ps)[s];
+  out->data = kvc_linear_rows(l)[2 * s].ptr;
+  out->device = l->device;
+  out->ndim = 3;
+  out->dtype = kvc_dtype_to_data_type(p->conv_dtype);
+  out->shape = p->conv_shape;
+  out->strides = p->conv_strides;
+  out->byte_offset = (uint64_t)p->begin * kvc_dtype_size(p->conv_dtype);
+}
+
+void kvc_linear_rec_view(const kvc_layer* l, uint32_t s, kvc_tensor* out) {
+  const kvc_linear_pair* ps = kvc_linear_pairs(l);
+  if (!ps || ps[s].rec_dtype == KVC_DTYPE_UNSET) {
+    empty_view(l, out);
+    return;
+  }
+  kvc_linear_pair* p = &((kvc_linear_pair*)ps)[s];
+  out->data = kvc_linear_rows(l)[2 * s + 1].ptr;
+  out->device = l->device;
+  out->ndim = p->rec_ndim;
+  out->dtype = kvc_dtype_to_data_type(p->rec_dtype);
+  out->shape = p->rec_shape;
+  out->strides = p->rec_strides;
+  out->byte_offset = 0;
+}
+
+void kvc_linear_conv_return(kvc_layer* l, uint32_t s, int64_t from, int64_t to, kvc_tensor* out) {
+  kvc_linear_ext* x = (kvc_linear_ext*)l->ext;
+  const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
+  x->ret_shape[0] = l->batch;
+  x->ret_shape[1] = p->channels;
+  x->ret_shape[2] = to - from;
+  x->ret_strides[0] = p->channels * p->cap;
+  x->ret_strides[1] = p->cap;
+  x->ret_strides[2] = 1;
+  out->data = kvc_linear_rows(l)[2 * s].ptr;
+  out->device = l->device;
+  out->ndim = 3;
+  out->dtype = kvc_dtype_to_data_type(p->conv_dtype);
+  out->shape = x->ret_shape;
+  out->strides = x->ret_strides;
+  out->byte_offset = (uint64_t)from * kvc_dtype_size(p->conv_dtype);
+}
+
+/* ------------------------------------------------------- reset and crop */
+
+void kvc_linear_reset(const kvc_cache* c, kvc_layer* l) {
+  kvc_linear_pair* ps = kvc_linear_pairs(l);
+  kvc_row_buffer* rb = kvc_linear_rows(l);
+  for (uint32_t i = 0; ps && i < l->num_states; i++) {
+    ps[i].has_previous = 0;
+    /* Zeroed in place: the states keep their shapes and addresses (transformers' zero_()). */
+    for (int r = 0; r < 2; r++) {
+      kvc_row_buffer* b = &rb[2 * i + (uint32_t)r];
+      if (!b->ptr) continue;
+      int64_t st[4] = {b->row_bytes, b->row_bytes, b->row_bytes, 1}, shape[4] = {l->batch, 1, 1, b->row_bytes};
+      c->backend->fill_zero_4d(c->backend->ctx, c->device.device_id, b->ptr, st, shape, 1);
+    }
+  }
+}
+
+kvc_error* kvc_linear_check_crop(const kvc_layer* l, int64_t tokens) {
+  if (!l->record_past)
+    return kvc_err(KVC_ERROR_INVALID_STATE,
+                   "kvc_cache_crop: a %s layer does not track past states (tokens %" PRId64
+                   "); call kvc_cache_activate_past_recording before the updates you may want to roll back",
+                   kvc_kind_name(l->kind), tokens);
+  if (tokens > 0)
+    return kvc_err(KVC_ERROR_INVALID_STATE,
+                   "kvc_cache_crop: tokens is %" PRId64 " but a %s layer can only be cropped by a negative number "
+                   "of tokens (how many to remove) or 0",
+                   tokens, kvc_kind_name(l->kind));
+  return NULL;
+}
+
+void kvc_linear_apply_crop(kvc_layer* l, int64_t tokens) {
+  kvc_linear_pair* ps = kvc_linear_pairs(l);
+  int64_t t = tokens == INT64_MIN ? INT64_MAX : -tokens; /* "remove everything" without overflow */
+  for (uint32_t i = 0; ps && i < l->num_states; i++) {
+    kvc_linear_pair* p = &ps[i];
+    if (p->conv_dtype == KVC_DTYPE_UNSET) continue; /* nothing recorded (transformers: None[...] raises) */
+    /* Python's conv[..., -t-K : -t] (t > 0) or conv[..., -K:] (t == 0), slice bounds clamped at 0. */
+    int64_t len = p->end - p->begin;
+    int64_t keep_end = t == 0 ? len : (t < len ? len - t : 0);
+    int64_t keep_begin = keep_end > p->kernel ? keep_end - p->kernel : 0;
+    p->end = p->begin + keep_end;
+    p->begin += keep_begin;
+  }
+  kvc_linear_sync(l);
+}

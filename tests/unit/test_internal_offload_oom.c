@@ -1,0 +1,198 @@
+/*
+ * Out of memory anywhere in an operation on an offloading cache leaves the
+ * cache exactly as it was: every layer's tier, contents, counters and bytes,
+ * with nothing leaked. The cache's backend is replaced by the CPU backend
+ * behind a wrapper that refuses the n-th allocation (device or host tier);
+ * each operation is run with n = 0, 1, 2, ... until it succeeds.
+ */
+#include "internal.h"
+#include "test_offload_util.h"
+
+static const kvc_backend* real;
+static kvc_backend failing;
+static long allocs_left = -1; /* allocations still granted; -1 = all */
+static long live = 0;         /* buffers allocated through the wrapper and not yet freed */
+
+static void* granted(void* p) {
+  if (p) live++;
+  return p;
+}
+static void* wrap_alloc(void* ctx, int32_t dev, size_t bytes) {
+  if (allocs_left == 0) return NULL;
+  if (allocs_left > 0) allocs_left--;
+  return granted(real->alloc_zeroed(ctx, dev, bytes));
+}
+static void* wrap_host_alloc(void* ctx, int32_t dev, size_t bytes) {
+  if (allocs_left == 0) return NULL;
+  if (allocs_left > 0) allocs_left--;
+  return granted(real->host_alloc_zeroed(ctx, dev, bytes));
+}
+static void wrap_free(void* ctx, int32_t dev, void* p) {
+  if (p) live--;
+  real->free(ctx, dev, p);
+}
+static void wrap_host_free(void* ctx, int32_t dev, void* p) {
+  if (p) live--;
+  real->host_free(ctx, dev, p);
+}
+
+static void install(kvc_cache* c) {
+  real = kvc_cpu_backend();
+  failing = *real;
+  failing.alloc_zeroed = wrap_alloc;
+  failing.host_alloc_zeroed = wrap_host_alloc;
+  failing.free = wrap_free;
+  failing.host_free = wrap_host_free;
+  c->backend = &failing;
+}
+
+/* Layers f s f, every layer offloaded, one step done (tiers 011), allocating through the wrapper. */
+static kvc_cache* stepped(void) {
+  kvc_cache* c = ot_cache(KVC_PRESET_DYNAMIC, "fsf", 3, 0, 0, KVC_OFFLOAD_ALL);
+  if (!c) return NULL;
+  install(c);
+  for (uint32_t i = 0; i < 3; i++) CHECK_OK(ot_update(c, i, KVC_DTYPE_FLOAT16, 2, 2, 3, 3, 2, i, NULL));
+  return c;
+}
+
+/* OffloadedStaticCache f s f after one step (tiers 001). */
+static kvc_cache* stepped_static(void) {
+  kvc_cache* c = ot_cache(KVC_PRESET_OFFLOADED_STATIC, "fsf", 3, 0, 8, KVC_OFFLOAD_DEFAULT);
+  if (!c) return NULL;
+  install(c);
+  for (uint32_t i = 0; i < 3; i++) CHECK_OK(ot_update(c, i, KVC_DTYPE_FLOAT32, 2, 2, 2, 3, 2, i, NULL));
+  return c;
+}
+
+static kvc_error* decode_layer0(kvc_cache* c) { return ot_update(c, 0, KVC_DTYPE_FLOAT16, 2, 2, 1, 3, 2, 40, NULL); }
+static kvc_error* decode_layer2(kvc_cache* c) { return ot_update(c, 2, KVC_DTYPE_FLOAT16, 2, 2, 1, 3, 2, 41, NULL); }
+/* out of order: layer 1 is in the host tier and was not prefetched; 70 tokens also grow its store */
+static kvc_error* long_update_layer1(kvc_cache* c) {
+  return ot_update(c, 1, KVC_DTYPE_FLOAT16, 2, 2, 70, 3, 2, 42, NULL);
+}
+static kvc_error* grow_layer0(kvc_cache* c) { return ot_update(c, 0, KVC_DTYPE_FLOAT16, 2, 2, 70, 3, 2, 43, NULL); }
+static kvc_error* update_all(kvc_cache* c) {
+  tu_tensor k[3], v[3];
+  kvc_tensor kt[3], vt[3];
+  for (int i = 0; i < 3; i++) {
+    ot_random(&k[i], KVC_DTYPE_FLOAT16, 2, 2, 2, 3, (uint64_t)i);
+    ot_random(&v[i], KVC_DTYPE_FLOAT16, 2, 2, 2, 2, (uint64_t)i + 3);
+    kt[i] = k[i].t;
+    vt[i] = v[i].t;
+  }
+  kvc_error* e = kvc_cache_update_all(c, 3, kt, vt, NULL, NULL);
+  for (int i = 0; i < 3; i++) {
+    tu_tensor_free(&k[i]);
+    tu_tensor_free(&v[i]);
+  }
+  return e;
+}
+static kvc_error* offload_layer0(kvc_cache* c) { return kvc_cache_offload(c, 0); }
+static kvc_error* prefetch_layer2(kvc_cache* c) { return kvc_cache_prefetch(c, 2); }
+static kvc_error* select_rows(kvc_cache* c) { return kvc_cache_batch_select_indices(c, TU_LIST(1, 1, 0), 3); }
+static kvc_error* repeat_rows(kvc_cache* c) { return kvc_cache_batch_repeat_interleave(c, 3); }
+static kvc_error* reorder_rows(kvc_cache* c) { return kvc_cache_reorder(c, TU_LIST(1, 0), 2); }
+static kvc_error* reserve_100(kvc_cache* c) { return kvc_cache_reserve(c, 100); }
+static kvc_error* static_decode_layer2(kvc_cache* c) {
+  return ot_update(c, 2, KVC_DTYPE_FLOAT32, 2, 2, 1, 3, 2, 44, NULL);
+}
+
+typedef struct oom_case {
+  const char* name;
+  kvc_cache* (*make)(void);
+  kvc_error* (*op)(kvc_cache*);
+  int min_allocs; /* allocations the operation needs at least (it must fail at each of them) */
+} oom_case;
+
+static void sweep(const oom_case* oc) {
+  long n = 0;
+  for (; n < 64; n++) {
+    kvc_cache* c = oc->make();
+    if (!c) return;
+    tu_snapshot before, after;
+    snapshot(c, &before);
+    char tiers[16];
+    ot_tiers(c, tiers);
+    kvc_memory_info mem = tu_memory(c);
+    long live_before = live;
+    allocs_left = n;
+    kvc_error* e = oc->op(c);
+    allocs_left = -1;
+    if (!e) {
+      snapshot_free(&before);
+      kvc_cache_destroy(c);
+      CHECK_EQ_I64(live, 0);
+      break;
+    }
+    if (!CHECK_EQ_I64(kvc_error_code(e), KVC_ERROR_OUT_OF_MEMORY))
+      fprintf(TU_LOG, "    %s with %ld allocations granted: %s\n", oc->name, n, kvc_error_message(e));
+    kvc_error_destroy(e);
+    snapshot(c, &after);
+    if (!CHECK_SNAPSHOT_EQUAL(&before, &after)) fprintf(TU_LOG, "    %s, allocation %ld refused\n", oc->name, n);
+    CHECK_TIERS(c, tiers, oc->name);
+    kvc_memory_info m = tu_memory(c);
+    CHECK_EQ_U64(m.bytes_device, mem.bytes_device);
+    CHECK_EQ_U64(m.bytes_host, mem.bytes_host);
+    CHECK_EQ_I64(live, live_before); /* nothing leaked */
+    snapshot_free(&before);
+    snapshot_free(&after);
+    kvc_cache_destroy(c);
+    CHECK_EQ_I64(live, 0);
+  }
+  if (!CHECK(n >= oc->min_allocs && n < 64)) fprintf(TU_LOG, "    %s succeeded after %ld refusals\n", oc->name, n);
+}
+
+static void test_oom_leaves_cache_unchanged(void) {
+  static const oom_case cases[] = {
+      /* prefetch of layer 1 (k, v) and the host store for layer 0's offload (k, v) */
+      {"decode update of layer 0", stepped, decode_layer0, 4},
+      {"decode update of layer 2 (wraps to 0)", stepped, decode_layer2, 4},
+      {"out-of-order update of an offloaded layer that grows", stepped, long_update_layer1, 6},
+      {"update of layer 0 that grows its store", stepped, grow_layer0, 6},
+      {"update_all", stepped, update_all, 8},
+      {"kvc_cache_offload", stepped, offload_layer0, 2},
+      {"kvc_cache_prefetch", stepped, prefetch_layer2, 2},
+      {"select (new stores in the host tier)", stepped, select_rows, 6},
+      {"repeat_interleave", stepped, repeat_rows, 6},
+      {"reorder", stepped, reorder_rows, 1},
+      {"reserve (offloaded layers grow in the host tier)", stepped, reserve_100, 4},
+      {"OffloadedStaticCache decode update", stepped_static, static_decode_layer2, 4},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) sweep(&cases[i]);
+}
+
+/* Which layers an update offloads, kind by kind (transformers' is_linear layers and QUANTIZED/SINK never). */
+static void test_layers_taking_part(void) {
+  static const struct {
+    kvc_layer_kind kind;
+    int all, non_sliding;
+  } rows[] = {
+      {KVC_LAYER_DYNAMIC, 1, 1},
+      {KVC_LAYER_DYNAMIC_SLIDING, 1, 0},
+      {KVC_LAYER_DYNAMIC_CHUNKED, 1, 0},
+      {KVC_LAYER_STATIC, 1, 1},
+      {KVC_LAYER_STATIC_SLIDING, 1, 0},
+      {KVC_LAYER_STATIC_CHUNKED, 1, 0},
+      {KVC_LAYER_QUANTIZED, 0, 0},
+      {KVC_LAYER_SINK, 0, 0},
+      {KVC_LAYER_LINEAR, 0, 0},
+      {KVC_LAYER_LINEAR_DYNAMIC, 1, 1}, /* transformers' is_linear is False for it: prefetched and offloaded */
+      {KVC_LAYER_LINEAR_DYNAMIC_SLIDING, 0, 0},
+      {KVC_LAYER_LINEAR_STATIC, 0, 0},
+      {KVC_LAYER_LINEAR_STATIC_SLIDING, 0, 0},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    kvc_layer l;
+    memset(&l, 0, sizeof l);
+    l.kind = rows[i].kind;
+    CHECK_EQ_I64(kvc_offload_layer_takes_part(KVC_OFFLOAD_ALL, &l), rows[i].all);
+    CHECK_EQ_I64(kvc_offload_layer_takes_part(KVC_OFFLOAD_NON_SLIDING, &l), rows[i].non_sliding);
+    CHECK_EQ_I64(kvc_offload_layer_takes_part(KVC_OFFLOAD_NONE, &l), 0);
+  }
+}
+
+int main(void) {
+  TU_RUN(test_oom_leaves_cache_unchanged);
+  TU_RUN(test_layers_taking_part);
+  return tu_finish();
+}
