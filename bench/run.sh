@@ -39,6 +39,9 @@ echo
 echo "== bench_reorder"
 "$(find_bin bench_reorder)" --json "$JSON" "${EXTRA[@]}"
 echo
+echo "== bench_quantized"
+"$(find_bin bench_quantized)" --json "$JSON" "${EXTRA[@]}"
+echo
 
 echo "== transformers (CPU, torch)"
 PY=""
@@ -92,6 +95,14 @@ r1=$(value beam_reorder kvcache-c reorder_ns_1rows)
 r3=$(value beam_reorder kvcache-c reorder_ns_3rows)
 check "reorder time 3 rows / 1 row within 3 +- 1 (time scales with moved rows)" \
     "x >= 2 && x <= 4" "$(awk -v a="$r3" -v b="$r1" 'BEGIN { if (b > 0) printf "%.3f", a / b }')"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.3f", a / b }'; }
+bf16=$(value quantized_memory kvcache-c bytes_per_token_bf16)
+check "quantized 4-bit (quanto g64) bytes per token / bf16 <= 0.30 (scales included, residual excluded)" \
+    "x <= 0.30" "$(ratio "$(value quantized_memory kvcache-c bytes_per_token_quanto4_g64)" "$bf16")"
+check "quantized 2-bit (quanto g64) bytes per token / bf16 <= 0.18" \
+    "x <= 0.18" "$(ratio "$(value quantized_memory kvcache-c bytes_per_token_quanto2_g64)" "$bf16")"
+check "quantized incremental step cost @32k / @1k <= 1.2 (history never re-quantized)" \
+    "x <= 1.2" "$(value quantized_update kvcache-c incremental_32k_over_1k)"
 echo "bytes moved per {0,0,2,2} reorder: $(num "$(value beam_reorder kvcache-c reorder_bytes_moved)")" \
     "(derived from timings: $(num "$(value beam_reorder kvcache-c reorder_bytes_moved_derived)"))"
 

@@ -96,20 +96,32 @@ int kvc_quant_stage_rows(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* 
   return 0;
 }
 
-void kvc_quant_release_staged(const kvc_cache* c, kvc_quant_ext* x) {
-  const kvc_backend* be = c->backend;
-  for (int i = 0; i < 2; i++) {
-    if (x->staged[i]) be->free(be->ctx, c->device.device_id, x->staged[i]);
-    if (x->staged_ret[i]) be->free(be->ctx, c->device.device_id, x->staged_ret[i]);
-    x->staged[i] = x->staged_ret[i] = NULL;
-  }
-  x->staged_ret_bytes = 0;
-  /* A prefill's working memory is large and rarely needed again; a decode step's is kept. */
+void kvc_quant_trim_scratch(kvc_quant_ext* x) {
+  /* A prefill's or a flush's working memory is large and not needed again soon; a decode step's is kept. */
   if (x->scratch_bytes > ((size_t)1 << 20)) {
     free(x->scratch);
     x->scratch = NULL;
     x->scratch_bytes = 0;
   }
+}
+
+void kvc_quant_release_staged(const kvc_cache* c, kvc_quant_ext* x) {
+  const kvc_backend* be = c->backend;
+  for (int i = 0; i < 2; i++) {
+    if (x->staged[i]) be->free(be->ctx, c->device.device_id, x->staged[i]);
+    x->staged[i] = NULL;
+  }
+  kvc_store_free(c, 0, x->staged_store[0], x->staged_store[1]);
+  x->staged_store[0] = x->staged_store[1] = NULL;
+  kvc_quant_trim_scratch(x);
+}
+
+void kvc_quant_drop_returned(const kvc_cache* c, kvc_quant_ext* x) {
+  kvc_store_free(c, 0, x->ret[0], x->ret[1]);
+  x->ret[0] = x->ret[1] = NULL;
+  x->ret_cap = x->ret_start = 0;
+  x->ret_bytes = 0;
+  x->ret_len = -1;
 }
 
 void kvc_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x) {
@@ -119,15 +131,6 @@ void kvc_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x) {
     x->rows[i].row_bytes = 0;
     x->units[i] = 0;
   }
-}
-
-static void drop_returned(const kvc_cache* c, kvc_quant_ext* x) {
-  for (int i = 0; i < 2; i++) {
-    if (x->ret[i]) c->backend->free(c->backend->ctx, c->device.device_id, x->ret[i]);
-    x->ret[i] = NULL;
-  }
-  x->ret_bytes = 0;
-  x->ret_len = -1;
 }
 
 /* The layer's extension state, created by its first update (room phase). */
@@ -154,10 +157,12 @@ static int ext_shell(const kvc_layer* src, kvc_layer* dst) {
   /* Rows are filled by the caller; staged memory, scratch and the last return belong to the source. */
   for (int i = 0; i < 2; i++) {
     x->rows[i].ptr = NULL;
-    x->staged[i] = x->staged_ret[i] = x->ret[i] = NULL;
+    x->staged[i] = x->staged_store[i] = x->ret[i] = NULL;
   }
   x->scratch = NULL;
-  x->scratch_bytes = x->ret_bytes = x->staged_ret_bytes = 0;
+  x->scratch_bytes = 0;
+  x->ret_cap = x->ret_start = 0;
+  x->ret_bytes = 0;
   x->ret_len = -1;
   dst->ext = x;
   return 0;
@@ -167,7 +172,7 @@ static void ext_free(const kvc_cache* c, kvc_layer* l) {
   kvc_quant_ext* x = kvc_quant_ext_of(l);
   kvc_quant_drop_groups(c, x);
   kvc_quant_release_staged(c, x);
-  drop_returned(c, x);
+  kvc_quant_drop_returned(c, x);
   free(x->scratch);
   free(x);
   l->ext = NULL;
@@ -253,7 +258,7 @@ static void reset(const kvc_cache* c, kvc_layer* l) {
   if (!x) return;
   kvc_quant_drop_groups(c, x);
   kvc_quant_release_staged(c, x);
-  drop_returned(c, x);
+  kvc_quant_drop_returned(c, x);
   x->quantized = 0;
 }
 
@@ -272,7 +277,7 @@ static void memory(const kvc_layer* l, uint64_t* extra_reserved, uint64_t* quant
   *extra_reserved = 0;
   *quantized = 0;
   if (!x) return;
-  *extra_reserved = 2 * (uint64_t)x->ret_bytes;
+  *extra_reserved = x->ret_bytes;
   for (int i = 0; i < 2; i++)
     if (x->rows[i].ptr) *quantized += (uint64_t)(x->units[i] * x->unit_bytes[i]) * (uint64_t)l->batch;
 }

@@ -40,14 +40,14 @@ typedef struct kvc_quant_ext {
   void* scratch;            /* host working memory of the quantizer */
   size_t scratch_bytes;
 
-  /* Transformers mode: what the last quantizing update returned (transformers returns the
-   * values before they are quantized again), compact [B, H, len, D]; valid until the next
-   * mutating call, reused by the next one. */
-  void* ret[2];
-  size_t ret_bytes;         /* capacity of each of ret[0] and ret[1] */
-  int64_t ret_len;          /* tokens of the last return; -1: the last return is the store */
-  void* staged_ret[2];      /* larger replacements for ret, staged by prepare_update */
-  size_t staged_ret_bytes;
+  /* Transformers mode. A quantizing update computes the dequantization of what it quantized into a new store
+   * (staged_store, prepare phase), adopts it, and returns the values it quantized from the old store, which it
+   * keeps (ret) until the next update: the returned view stays valid until then, as every view does. */
+  void* staged_store[2];
+  void* ret[2];             /* the old store: K and V, [B, H, ret_cap, D] */
+  int64_t ret_cap, ret_start;
+  uint64_t ret_bytes;       /* of both */
+  int64_t ret_len;          /* tokens the last update returned from ret; -1: it returned the store */
 } kvc_quant_ext;
 
 static inline kvc_quant_ext* kvc_quant_ext_of(const kvc_layer* l) { return (kvc_quant_ext*)l->ext; }
@@ -81,8 +81,12 @@ int kvc_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes);
 /* Stages a zeroed group buffer of `row_bytes` per row for tensor `which` (prepare phase); -1 when out of memory. */
 int kvc_quant_stage_rows(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* x, int which, int64_t row_bytes,
                          int64_t unit_bytes);
-/* Frees what prepare_update staged and is not used (apply phase or a later prepare). */
+/* Frees what prepare_tokens staged and apply did not adopt (apply phase or a later prepare), and large scratch. */
 void kvc_quant_release_staged(const kvc_cache* c, kvc_quant_ext* x);
+/* Frees the host scratch when it is large (a prefill's or a flush's). */
+void kvc_quant_trim_scratch(kvc_quant_ext* x);
+/* Frees the store the last quantizing update returned from (transformers mode). */
+void kvc_quant_drop_returned(const kvc_cache* c, kvc_quant_ext* x);
 /* Frees the group buffers and forgets their units. */
 void kvc_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x);
 

@@ -9,9 +9,12 @@
  *    transformers' grouping over [B, H, S, D] and becomes the history, and
  *    the call still returns it as it was before this quantization.
  * So the store always holds what the next update builds on (the
- * dequantization of the last quantization, then the residual), and a
- * quantizing call returns its own copy of the values it quantized (ext->ret),
- * valid until the next mutating call as every view is.
+ * dequantization of the last quantization, then the residual). A quantizing
+ * call writes that dequantization into a new store (while it may still fail)
+ * and returns the values it quantized from the old one, which it keeps until
+ * the next update (ext->ret): a returned view is valid until the next
+ * mutating call, as every view is. A flush thus costs one store more for one
+ * step, and the store is never copied.
  *
  * The packed groups are kept per batch row when every group lies in one row
  * (quanto axis 0; quanto axis -1 when heads*seq is a multiple of
@@ -78,10 +81,10 @@ static int groups_within_rows(const kvc_layer* l, int which, int64_t s) {
   return channel ? g == 1 : (l->heads * s * d) % g == 0;
 }
 
-/* Scratch of one quantization: both tensors' values (contiguous [B,H,S,D]) and one tensor's groups. */
+/* Scratch of one quantization, for one tensor at a time: its values (contiguous [B,H,S,D]) and its groups. */
 typedef struct flush_scratch {
-  float* values[2];  /* in: the store's values; out: their dequantization */
-  float* groups;     /* [ngroups][q_group_size] */
+  float* values;     /* in: the store's values; out: their dequantization */
+  float* groups;     /* [ngroups][group] */
   float* scale;
   float* zero;
   int64_t* group_row;/* batch row of each group */
@@ -91,8 +94,7 @@ typedef struct flush_scratch {
 
 static size_t flush_layout(const kvc_layer* l, int64_t s, const kvc_quant_layout lay[2], flush_scratch* f,
                            char* base) {
-  int64_t numel[2] = {l->batch * l->heads * s * l->k_dim, l->batch * l->heads * s * l->v_dim};
-  int64_t most = numel[0] > numel[1] ? numel[0] : numel[1];
+  int64_t dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim, most = l->batch * l->heads * s * dmax;
   int64_t most_groups = lay[0].ngroups > lay[1].ngroups ? lay[0].ngroups : lay[1].ngroups;
   size_t at = 0;
 #define KVC_TAKE(ptr, type, count)               \
@@ -101,8 +103,7 @@ static size_t flush_layout(const kvc_layer* l, int64_t s, const kvc_quant_layout
     at += sizeof(type) * (size_t)(count);        \
     at = (at + 15) & ~(size_t)15;                \
   } while (0)
-  KVC_TAKE(f->values[0], float, numel[0]);
-  KVC_TAKE(f->values[1], float, numel[1]);
+  KVC_TAKE(f->values, float, most);
   KVC_TAKE(f->groups, float, most);
   KVC_TAKE(f->scale, float, most_groups);
   KVC_TAKE(f->zero, float, most_groups);
@@ -115,16 +116,16 @@ static size_t flush_layout(const kvc_layer* l, int64_t s, const kvc_quant_layout
 
 /*
  * Quantizes the first s tokens of the store's keys or values (the new ones
- * included, written past the stored region), leaving their dequantization in
- * f->values[which] and, when the groups stay within rows, their records in
- * the staged group buffer. -1 when the quantizer runs out of memory, -2 when
- * a group is not where groups_within_rows said.
+ * included, written past the stored region) and writes their dequantization
+ * to slots [0, s) of the staged store and, when the groups stay within rows,
+ * their records to the staged group buffer. -1 when the quantizer runs out
+ * of memory, -2 when a group is not where groups_within_rows said.
  */
 static int quantize_all(const kvc_layer* l, kvc_quant_ext* x, int which, int64_t s, const kvc_quant_layout* lay,
                         flush_scratch* f) {
   const int64_t g = lay->group, ngroups = lay->ngroups, d = which ? l->v_dim : l->k_dim;
   const int64_t row_elems = l->heads * s * d;
-  float* v = f->values[which];
+  float* v = f->values;
   const void* base = which ? l->v : l->k;
   if (x->staged[which]) {
     /* Each group's batch row: the grouping applied to a tensor holding its element's row. */
@@ -138,10 +139,11 @@ static int quantize_all(const kvc_layer* l, kvc_quant_ext* x, int which, int64_t
   }
   for (int64_t b = 0; b < l->batch; b++)
     for (int64_t h = 0; h < l->heads; h++)
-      for (int64_t t = 0; t < s; t++)
-        for (int64_t e = 0; e < d; e++)
-          v[((b * l->heads + h) * s + t) * d + e] =
-              kvc_load_f32(l->dtype, base, kvc_quant_store_index(l, which, b, h, l->start + t, e));
+      for (int64_t t = 0; t < s; t++) {
+        int64_t at = kvc_quant_store_index(l, which, b, h, l->start + t, 0);
+        float* row = v + ((b * l->heads + h) * s + t) * d;
+        for (int64_t e = 0; e < d; e++) row[e] = kvc_load_f32(l->dtype, base, at + e);
+      }
   kvc_quant_gather(lay, v, f->groups);
   kvc_quantizer_spec spec = kvc_quant_spec(l, which);
   if (kvc_quantize_groups(&spec, f->groups, ngroups, g, f->codes, f->scale, f->zero)) return -1;
@@ -158,6 +160,15 @@ static int quantize_all(const kvc_layer* l, kvc_quant_ext* x, int which, int64_t
   }
   kvc_dequantize_groups(&spec, f->codes, f->scale, f->zero, ngroups, g, f->groups);
   kvc_quant_scatter(lay, f->groups, v);
+  /* The new store has the old one's capacity; its tokens start at slot 0. */
+  void* dst = x->staged_store[which];
+  for (int64_t b = 0; b < l->batch; b++)
+    for (int64_t h = 0; h < l->heads; h++)
+      for (int64_t t = 0; t < s; t++) {
+        int64_t at = ((b * l->heads + h) * l->cap + t) * d;
+        const float* row = v + ((b * l->heads + h) * s + t) * d;
+        for (int64_t e = 0; e < d; e++) kvc_store_f32(l->dtype, dst, at + e, row[e]);
+      }
   return 0;
 }
 
@@ -179,19 +190,9 @@ kvc_error* kvc_quant_transformers_prepare(const char* fn, const kvc_cache* c, kv
         kvc_quant_stage_rows(c, l, x, w, row_bytes, row_bytes))
       goto oom;
   }
-  /* The copy this call returns: reused across quantizing calls, grown by half when too small. */
-  uint64_t need;
-  int64_t dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim;
-  if (__builtin_mul_overflow((uint64_t)(l->batch * l->heads), (uint64_t)(s * dmax), &need) ||
-      __builtin_mul_overflow(need, (uint64_t)l->elem, &need) || need > (uint64_t)SIZE_MAX / 4)
+  if (kvc_store_alloc(c, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &x->staged_store[0],
+                      &x->staged_store[1]))
     goto oom;
-  if (x->ret_bytes < need) {
-    size_t bytes = (size_t)need + x->ret_bytes / 2;
-    const kvc_backend* be = c->backend;
-    for (int w = 0; w < 2; w++)
-      if (!(x->staged_ret[w] = be->alloc_zeroed(be->ctx, c->device.device_id, bytes))) goto oom;
-    x->staged_ret_bytes = bytes;
-  }
   flush_scratch f;
   if (kvc_quant_reserve_scratch(x, flush_layout(l, s, lay, &f, NULL))) goto oom;
   flush_layout(l, s, lay, &f, (char*)x->scratch);
@@ -204,6 +205,7 @@ kvc_error* kvc_quant_transformers_prepare(const char* fn, const kvc_cache* c, kv
                      fn, index, w ? "value" : "key");
     }
   }
+  kvc_quant_trim_scratch(x); /* every layer of an update_all prepares before any applies: keep only the results */
   return NULL;
 oom:
   kvc_quant_release_staged(c, x);
@@ -215,38 +217,21 @@ kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, int64_
   const int64_t s = quantizing_length(l, n);
   const kvc_backend* be = c->backend;
   l->end += n;
-  x->ret_len = s ? s : -1;
+  kvc_quant_drop_returned(c, x); /* the store the previous call returned from: its views end with this call */
   if (s) {
-    /* The returned copy: the values as they were before this quantization. */
-    if (x->staged_ret[0]) {
-      for (int w = 0; w < 2; w++) {
-        if (x->ret[w]) be->free(be->ctx, c->device.device_id, x->ret[w]);
-        x->ret[w] = x->staged_ret[w];
-        x->staged_ret[w] = NULL;
-      }
-      x->ret_bytes = x->staged_ret_bytes;
-    }
-    flush_scratch f;
-    kvc_quant_layout lay[2];
+    /* The old store, holding the values as they were before this quantization, is what this call returns. */
+    x->ret[0] = l->k;
+    x->ret[1] = l->v;
+    x->ret_cap = l->cap;
+    x->ret_start = l->start;
+    x->ret_len = s;
+    x->ret_bytes = (uint64_t)(l->batch * l->heads * l->cap * (l->k_dim + l->v_dim)) * l->elem;
+    l->k = x->staged_store[0];
+    l->v = x->staged_store[1];
+    x->staged_store[0] = x->staged_store[1] = NULL;
+    l->start = 0;
+    l->end = s;
     for (int w = 0; w < 2; w++) {
-      const int64_t shape[4] = {l->batch, l->heads, s, w ? l->v_dim : l->k_dim};
-      kvc_quant_layout_init(&lay[w], l->quant.quantizer, kvc_quant_axis(&l->quant, w), l->quant.q_group_size, shape);
-    }
-    flush_layout(l, s, lay, &f, (char*)x->scratch);
-    for (int w = 0; w < 2; w++) {
-      int64_t d = w ? l->v_dim : l->k_dim, ss[4], ds[4] = {l->heads * s * d, s * d, d, 1};
-      int64_t shape[4] = {l->batch, l->heads, s, d};
-      kvc_store_strides(l, w, ss);
-      void* store = w ? l->v : l->k;
-      be->copy_4d(be->ctx, c->device.device_id, x->ret[w], ds, (const char*)store + (size_t)(l->start * d) * l->elem,
-                  ss, shape, l->elem);
-      const float* v = f.values[w];
-      for (int64_t b = 0; b < l->batch; b++)
-        for (int64_t h = 0; h < l->heads; h++)
-          for (int64_t t = 0; t < s; t++)
-            for (int64_t e = 0; e < d; e++)
-              kvc_store_f32(l->dtype, store, kvc_quant_store_index(l, w, b, h, l->start + t, e),
-                            v[((b * l->heads + h) * s + t) * d + e]);
       /* The new groups replace the old ones; a grouping across rows keeps none (see the top of this file). */
       if (x->rows[w].ptr) be->free(be->ctx, c->device.device_id, x->rows[w].ptr);
       x->rows[w].ptr = x->staged[w];
@@ -270,19 +255,19 @@ void kvc_quant_transformers_set_return(kvc_layer* l, kvc_region r) {
   kvc_data_type dt = kvc_dtype_to_data_type(l->dtype);
   for (int w = 0; w < 2; w++) {
     kvc_tensor* t = w ? &l->views[1].value : &l->views[1].key;
-    int64_t d = w ? l->v_dim : l->k_dim, s = x->ret_len;
+    int64_t d = w ? l->v_dim : l->k_dim;
     int64_t* shape = l->shape[1][w];
     int64_t* strides = l->strides[1][w];
     shape[0] = l->batch;
     shape[1] = l->heads;
-    shape[2] = s;
+    shape[2] = x->ret_len;
     shape[3] = d;
-    strides[0] = l->heads * s * d;
-    strides[1] = s * d;
+    strides[0] = l->heads * x->ret_cap * d;
+    strides[1] = x->ret_cap * d;
     strides[2] = d;
     strides[3] = 1;
     t->data = x->ret[w];
-    t->byte_offset = 0;
+    t->byte_offset = (uint64_t)(x->ret_start * d) * l->elem;
     t->device = kvc_tier_device(l);
     t->ndim = 4;
     t->dtype = dt;

@@ -59,7 +59,7 @@ struct kvc_sink_state {
   int64_t row_cap;
 };
 
-/* ------------------------------------------------------------ helpers */
+/* ------------------------------------------------------------ small rules */
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 

@@ -39,5 +39,9 @@ mkdir -p "$OUT"
 "$BASE/bin/python" "$HERE/generate.py" --suite v5 --out "$OUT"
 # The quantizers' arithmetic (read by tests/unit/test_internal_quantizers.c, not by the replay).
 "$BASE/bin/python" "$HERE/generate_quant_math.py" --out "$OUT"
+"$BASE/bin/python" "$HERE/generate_quantized.py" --out "$OUT"
+# Offloaded caches: transformers' own offloading path with stand-in streams (it needs CUDA otherwise).
+"$BASE/bin/python" "$HERE/generate_offload.py" --out "$OUT"
 "$HERE/.venv-tf$TF_457/bin/python" "$HERE/generate.py" --suite v457 --out "$OUT"
 "$HERE/.venv-tf$TF_453/bin/python" "$HERE/generate.py" --suite v453 --out "$OUT"
+"$HERE/generate_sink.sh" "$OUT"

@@ -119,6 +119,21 @@ class LinearSlot(Slot):
 # ------------------------------------------------------------------ a case
 
 
+def conv_branch(slot, i, st, n, kw, positions):
+    """Which rule of A.9.2 / C.13 an update_conv_state follows (for the coverage table)."""
+    if positions is not None:
+        return "C.13 legacy cache_position (roll, clamped write)"
+    layer = slot.layers()[i] if slot.layers() is not None else None
+    if layer is None or not is_linear(layer) or st >= layer.number_of_states:
+        return "refused"
+    k = layer.conv_kernel_size[st] or kw or n
+    if not layer.has_previous_state[st]:
+        if layer.record_past:
+            return "A.9.2 first call, recording (not padded)"
+        return "A.9.2 first call, padded to K" if n < k else "A.9.2 first call, n >= K"
+    return "A.9.2 later call, recording (state grows)" if layer.record_past else "A.9.2 later call (keeps the last K)"
+
+
 class LinearCase(Case):
     """Case with the operations of linear-attention layers; every method runs
     the operation on transformers first and records what it did."""
@@ -198,10 +213,12 @@ class LinearCase(Case):
         else:
             def fn():
                 return self.slots[s].obj.update_conv_state(x, i, st, conv_kernel_size=kw)
+        branch = conv_branch(slot, i, st, n, kw, positions)
         errors = {ValueError: "INVALID_ARGUMENT", KeyError: "OUT_OF_RANGE", RuntimeError: "SHAPE_MISMATCH"}
         ok, _ = self.call(head, fn, errors, expect_error, lambda r: nd_expect(r))
         if ok:
             self.slots[s].conv[(i, st)]["written"] = True
+            self.out.stats[f"conv branch: {branch}"] += 1
         return ok
 
     def mixer_conv(self, s, i, n, prefill):
@@ -406,6 +423,27 @@ def v5_config(rng, types, window, states):
     return Config(**kw)
 
 
+TYPE_LETTER = {v: k for k, v in LETTER_TYPE.items()}
+
+
+def model_config(rng, model, n):
+    """A small config of a real model class; its layer_types come from the class (Jamba: attn_layer_period /
+    offset, Bamba: attn_layer_indices, Qwen3-Next: full_attention_interval)."""
+    small = {"num_hidden_layers": n, "hidden_size": 4}
+    attn = {"num_attention_heads": 1, "num_key_value_heads": 1}
+    if model == "mamba":
+        return transformers.MambaConfig(intermediate_size=4, state_size=2, conv_kernel=3, **small)
+    if model == "mamba2":
+        return transformers.Mamba2Config(num_heads=2, head_dim=4, expand=2, n_groups=1, state_size=2, **small)
+    if model == "jamba":
+        period = rng.randint(1, 3)
+        return transformers.JambaConfig(attn_layer_period=period, attn_layer_offset=rng.randrange(period), **small, **attn)
+    if model == "bamba":
+        return transformers.BambaConfig(attn_layer_indices=rng.sample(range(n), rng.randint(1, n)), mamba_n_heads=2,
+                                        mamba_d_head=4, mamba_expand=2, **small, **attn)
+    return transformers.Qwen3NextConfig(full_attention_interval=rng.randint(1, 3), **small, **attn)
+
+
 def kv_geometry(rng):
     dt = rng.choice(["f32", "f16", "bf16"])
     return dt, rng.choice([1, 1, 2, 3]), rng.choice([1, 2]), rng.choice([1, 2, 4]), rng.choice([1, 2, 3])
@@ -556,15 +594,23 @@ class Walk:
                 pass
 
 
-def v5_family(case, letters, presets, states_choices, window_choices):
+def v5_family(case, letters, presets, states_choices, window_choices, models=()):
     rng = case.rng
     n = rng.randint(1, 4)
-    types = "".join(rng.choice(letters) for _ in range(n))
-    window = rng.choice(window_choices) if any(t in "sw" for t in types) else 0
-    states = rng.choice(states_choices)
     preset = rng.choice(presets)
     dt, b, h, dk, dv = kv_geometry(rng)
-    cfg = v5_config(rng, types, window, states)
+    model = rng.choice(("generic",) + tuple(models))
+    if model == "generic":
+        types = "".join(rng.choice(letters) for _ in range(n))
+        window = rng.choice(window_choices) if any(t in "sw" for t in types) else 0
+        states = rng.choice(states_choices)
+        cfg = v5_config(rng, types, window, states)
+    else:
+        cfg = model_config(rng, model, n)
+        types = "".join(TYPE_LETTER[t] for t in cfg.layer_types)
+        window, states = 0, 0
+        if preset == "mamba" and "f" in types:
+            preset = "hybrid_mamba"
     maxlen = rng.randint(4, 12) if preset == "static" else 0
     obj = cu.StaticCache(config=cfg, max_cache_len=maxlen) if preset == "static" else cu.DynamicCache(config=cfg)
     spec = f"{preset} {maxlen} {n} {window} {states} 0 {types}"
@@ -586,13 +632,12 @@ def v5_family(case, letters, presets, states_choices, window_choices):
 
 def v5_linear(case):
     """Mamba / Mamba2-like: every layer linear_attention (DynamicCache or StaticCache of LinearAttentionLayer)."""
-    preset = case.rng.choice(["dynamic", "static", "mamba"])
-    v5_family(case, "l", [preset], [0, 1, 2, 3], [0])
+    v5_family(case, "l", ["dynamic", "static", "mamba"], [0, 1, 2, 3], [0], ("mamba", "mamba2"))
 
 
 def v5_linear_hybrid(case):
     """Jamba / Bamba / Qwen3-Next-like: linear layers between full and sliding attention layers."""
-    v5_family(case, "llfs", ["dynamic", "static", "hybrid_mamba"], [0, 1, 2], [2, 3, 5])
+    v5_family(case, "llfs", ["dynamic", "static", "hybrid_mamba"], [0, 1, 2], [2, 3, 5], ("jamba", "bamba", "qwen3_next"))
 
 
 def v5_linear_layers(case):
@@ -694,7 +739,7 @@ def v457_jamba(case):
 # ------------------------------------------------------------------ main
 
 SUITES = {
-    "v5": [("v5_linear", v5_linear, 14), ("v5_linear_hybrid", v5_linear_hybrid, 14),
+    "v5": [("v5_linear", v5_linear, 16), ("v5_linear_hybrid", v5_linear_hybrid, 16),
            ("v5_linear_layers", v5_linear_layers, 16)],
     "v453": [("v453_mamba", v453_mamba, 14)],
     "v457": [("v457_jamba", v457_jamba, 12)],

@@ -47,12 +47,13 @@ def raw_hex(t, dt):
 
 class Rope:
     """Where a slot's cos/sin come from: `form` 3 (per call) or 2 (whole table); `rot` channels, rotated as
-    `partial` (0: all of head_dim); `emb` a LlamaRotaryEmbedding, or None for hand-made tables of any size."""
+    `partial` (0: all of head_dim). Two LlamaRotaryEmbeddings (`emb`) for even sizes, two sets of hand-made
+    frequencies (`freqs`) for odd ones: the second of each is a table whose values changed (drift)."""
 
     def __init__(self, rng, form, head_dim, rot, cos_dt):
         self.form, self.rot, self.cos_dt = form, rot, cos_dt
         self.partial = 0 if rot == head_dim else rot
-        self.emb, self.freqs = [], []  # two alternatives: a model whose RoPE frequencies change (drift)
+        self.emb, self.freqs = [], []
         for theta in (rng.choice([10000.0, 500.0]), 37.0):
             if rot % 2 == 0:
                 cfg = LlamaConfig(hidden_size=head_dim, num_attention_heads=1, head_dim=head_dim,

@@ -483,7 +483,9 @@ static void op_tensors(replay* r) {
 
 static void op_layout(replay* r) {
   int64_t si = num(r);
-  vint n = expected_num(r);
+  /* The count is read as structure, not as a corruptible expectation: the self-check corrupting it would
+   * desynchronize the parse instead of testing the comparison. */
+  vint n = {num(r), -1};
   vint kinds[MAX_LAYERS], windows[MAX_LAYERS], maxlens[MAX_LAYERS];
   if (n.v < 0 || n.v > MAX_LAYERS) {
     malformed(r, "layer count");

@@ -141,6 +141,14 @@ static void test_select_after_reset(void) {
   const int64_t t[3] = {40, 41, 42};
   CHECK_TOKENS(kv, t, 3);
   CHECK_ERR(tu_update_tokens(c, 1, B, 2, 1, 2, 2, 43, NULL, NULL), KVC_ERROR_SHAPE_MISMATCH);
+  /* Growing the batch of a reset layer: the store must grow too (the sanitizer build sees any overflow). */
+  REQUIRE_OK(kvc_cache_reset(c));
+  REQUIRE_OK(kvc_cache_batch_repeat_interleave(c, 3));
+  REQUIRE_OK(tu_update_tokens(c, 1, 6, 2, 2, 2, 2, 50, NULL, &kv)); /* few enough tokens not to regrow the store */
+  CHECK_EQ_I64(kv.key.shape[0], 6);
+  CHECK_EQ_I64(kv.key.shape[2], 2);
+  kvc_memory_info m = tu_memory(c);
+  CHECK(m.bytes_used > 0);
   kvc_cache_destroy(c);
 }
 

@@ -311,7 +311,118 @@ static void test_steady_decoding_with_rope(void) {
   kvc_cache_destroy(c);
 }
 
+/* ------------------------------------------------------------ a scalar reference */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15u;
+static uint32_t rnd(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (uint32_t)(rng_state >> 16);
+}
+
+/* A random finite value of dtype dt (any magnitude, subnormals included; a quarter near the largest), as float. */
+static float random_value(kvc_dtype dt) {
+  for (;;) {
+    uint32_t u = rnd();
+    if (u % 4 == 0) /* the top binade, where sums overflow to infinity */
+      u = dt == KVC_DTYPE_FLOAT32 ? (u & 0x807fffffu) | 0x7f000000u
+          : dt == KVC_DTYPE_FLOAT16 ? (u & 0x83ffu) | 0x7800u
+                                    : (u & 0x807fu) | 0x7f00u;
+    float f = dt == KVC_DTYPE_FLOAT32   ? tu_bits_f32(u)
+              : dt == KVC_DTYPE_FLOAT16 ? tu_f16_to_f32((uint16_t)u)
+                                        : tu_bf16_to_f32((uint16_t)u);
+    if (f == f && f - f == 0.0f) return f;
+  }
+}
+
+static float rounded(kvc_dtype dt, float f) {
+  if (dt == KVC_DTYPE_FLOAT16) return tu_f16_to_f32(tu_f32_to_f16(f));
+  if (dt == KVC_DTYPE_BFLOAT16) return tu_bf16_to_f32(tu_f32_to_bf16(f));
+  return f;
+}
+
+/*
+ * Keys of any magnitude (products that underflow to subnormals or sums that
+ * overflow to infinity included) and a table of arbitrary cos/sin values:
+ * the re-rotated keys equal, bit for bit, transformers' formula evaluated
+ * here one rounded operation at a time (float32 tables cast to the key
+ * dtype, then k * c + rotate_half(k) * s in the key dtype).
+ */
+static void test_rotation_matches_a_scalar_reference(void) {
+  const kvc_dtype dts[3] = {KVC_DTYPE_FLOAT32, KVC_DTYPE_FLOAT16, KVC_DTYPE_BFLOAT16};
+  enum { D = 7, W = 4, SINKS = 1, ROWS = W - SINKS - 1 };
+  for (int t = 0; t < 3; t++)
+    for (int round = 0; round < 40; round++) {
+      kvc_dtype dt = dts[t];
+      int64_t rot = round % 2 ? 6 : D; /* odd and partial rotary sizes */
+      float keys[3][D], tc[W][D], ts[W][D];
+      for (int i = 0; i < 3; i++)
+        for (int d = 0; d < D; d++) keys[i][d] = random_value(dt);
+      for (int p = 0; p < W; p++)
+        for (int d = 0; d < D; d++) {
+          /* cos/sin in [-1, 1], some tiny; given as float32 (the table is float32 for any key dtype) */
+          float m = (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
+          tc[p][d] = rnd() % 8 ? m : m * 1e-6f;
+          ts[p][d] = (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
+        }
+      kvc_cache* c = sk_cache(W, SINKS, 0);
+      REQUIRE(c != NULL);
+      tu_tensor k, v, k1, v1;
+      tu_tensor_make(&k, dt, 1, 1, 3, D, &keys[0][0]);
+      tu_tensor_make(&v, dt, 1, 1, 3, D, NULL);
+      float next[D] = {0};
+      tu_tensor_make(&k1, dt, 1, 1, 1, D, next);
+      tu_tensor_make(&v1, dt, 1, 1, 1, D, NULL);
+      int64_t shape[2] = {W, rot};
+      kvc_tensor cos, sin;
+      memset(&cos, 0, sizeof cos);
+      cos.device.device_type = KVC_DEVICE_CPU;
+      cos.ndim = 2;
+      cos.dtype = tu_data_type(KVC_DTYPE_FLOAT32);
+      cos.shape = shape;
+      int64_t strides[2] = {D, 1}; /* rows of D floats, of which rot are used */
+      cos.strides = strides;
+      sin = cos;
+      cos.data = &tc[0][0];
+      sin.data = &ts[0][0];
+      kvc_update_options o = KVC_UPDATE_OPTIONS_INIT;
+      o.rope_cos = &cos;
+      o.rope_sin = &sin;
+      o.partial_rotation_size = rot == D ? 0 : rot;
+      kvc_kv out;
+      REQUIRE_OK(kvc_cache_update(c, 0, &k.t, &v.t, &o, NULL));
+      REQUIRE_OK(kvc_cache_update(c, 0, &k1.t, &v1.t, &o, &out));
+      /* kept tokens 1 and 2 move from slots SINKS+1+j to SINKS+j */
+      int64_t half = rot / 2, upper = rot - half;
+      for (int j = 0; j < ROWS; j++)
+        for (int64_t d = 0; d < D; d++) {
+          const float* x = keys[1 + j];
+          float want = x[d];
+          if (d < rot) {
+            int p = SINKS + 1 + j, q = SINKS + j;
+            float cc = tc[p][d] * tc[q][d], ss = ts[p][d] * ts[q][d];
+            float ns = -ts[p][d] * tc[q][d], cs = tc[p][d] * ts[q][d];
+            float rc = rounded(dt, cc + ss), rs = rounded(dt, ns + cs);
+            float other = d < upper ? -x[half + d] : x[d - upper];
+            float a = rounded(dt, x[d] * rc), b = rounded(dt, other * rs);
+            want = rounded(dt, a + b);
+          }
+          float got = tu_get(&out.key, 0, 0, 1 + j, d);
+          if (!CHECK_EQ_U64(tu_f32_bits(got), tu_f32_bits(want)))
+            fprintf(stderr, "    dtype %d, rotary %lld, kept row %d, channel %lld\n", (int)dt, (long long)rot, j,
+                    (long long)d);
+        }
+      tu_tensor_free(&k);
+      tu_tensor_free(&v);
+      tu_tensor_free(&k1);
+      tu_tensor_free(&v1);
+      kvc_cache_destroy(c);
+    }
+}
+
 int main(void) {
+  TU_RUN(test_rotation_matches_a_scalar_reference);
   TU_RUN(test_d6_first_shift_quirk);
   TU_RUN(test_d6_dtypes);
   TU_RUN(test_whole_table_form);

@@ -20,11 +20,11 @@
  *    per-channel axes quantize q_group_size tokens at a time. The update
  *    returns the dequantized history followed by the residual, from a buffer
  *    the layer keeps and extends (each token is dequantized once).
- *  - KVC_QUANT_MODE_TRANSFORMERS: transformers' timeline exactly: the prefill
- *    is returned unquantized, the residual is flushed when it holds
- *    residual_length - 1 tokens, and each flush quantizes the whole history
- *    again from its dequantized values, so a model produces the same tokens
- *    as with transformers' QuantizedCache.
+ *  - KVC_QUANT_MODE_TRANSFORMERS: transformers' timeline exactly (5.23): the
+ *    prefill is returned unquantized, the residual is flushed when the
+ *    residual plus the new tokens reach residual_length, and each flush
+ *    quantizes the whole history again from its dequantized values, so a
+ *    model produces the same tokens as with transformers' QuantizedCache.
  *
  * In both modes crop, reorder, batch_select_indices, batch_repeat_interleave
  * and reset act on the quantized tokens as well as on the residual

@@ -29,7 +29,8 @@ typedef struct kvc_conv_update_options {
   uint32_t struct_size;           /**< sizeof(kvc_conv_update_options) */
   uint32_t state_index;           /**< which state pair, < num_states; default 0 */
   int64_t conv_kernel_size;       /**< K for a state not yet allocated when the layer has none
-                                       configured; 0 = the input's last dimension (transformers) */
+                                       configured; 0 = the input's last dimension (transformers).
+                                       Once K is known, any other nonzero value is INVALID_ARGUMENT */
   const int64_t* cache_position;  /**< legacy MambaCache API (transformers <= 5.4): roll the state
                                        left by one and write the input's columns at
                                        clamp(cache_position, 0, K-1); NULL = the current API.
@@ -45,15 +46,20 @@ KVC_API void kvc_conv_update_options_init(kvc_conv_update_options* options);
  * update_conv_state(x, layer, state_idx): `x` is [batch, channels, n].
  * Current API (cache_position NULL), LinearAttentionLayer.update_conv_state:
  * the first call returns x itself left-padded with zeros to K columns when
- * n < K; later calls return the stored K columns followed by x. The state
- * keeps the last K columns (with past recording: every column, until crop).
+ * n < K (not padded while recording past); later calls return the stored
+ * columns followed by x. The state keeps the last K columns (with past
+ * recording: every column, until crop). The first call after a reset is a
+ * first call again.
  * Legacy API (cache_position given), MambaCache.update_conv_state: rolls the
  * state left by one, writes x's columns at the clamped positions and returns
  * the state; a prefill passes cache_position = 0..K-1 and K columns.
- * The returned view (`*out`, may be NULL) is owned by the cache.
+ * The returned view (`*out`, may be NULL) is owned by the cache; like the
+ * state view it is strided (time contiguous, batch and channel strides set
+ * by the buffer's capacity).
  * Errors: OUT_OF_RANGE (layer, state_index), INVALID_ARGUMENT (a layer that
  * is not LINEAR: "Cannot call update_conv_state on a non-LinearAttention
- * layer"), SHAPE_MISMATCH, DTYPE_MISMATCH, DEVICE_MISMATCH, OUT_OF_MEMORY.
+ * layer"), SHAPE_MISMATCH, DTYPE_MISMATCH, DEVICE_MISMATCH, INVALID_STATE
+ * (cache_position on a recorded state longer than K), OUT_OF_MEMORY.
  */
 KVC_API kvc_error* kvc_cache_update_conv_state(kvc_cache* cache, uint32_t layer, const kvc_tensor* x,
                                                const kvc_conv_update_options* options, kvc_tensor* out);
@@ -80,8 +86,10 @@ KVC_API kvc_error* kvc_cache_state_view(const kvc_cache* cache, uint32_t layer, 
 /**
  * has_previous_state(layer, state_idx): whether the state(s) have had their
  * first conv update. `layer` KVC_ALL_LAYERS means the last linear layer;
- * `state_index` -1 means all states of the layer. Errors: INVALID_ARGUMENT
- * when there is no linear layer or the layer is not linear.
+ * `state_index` -1 means all states of the layer; a layer index beyond the
+ * layers gives 0. Errors: INVALID_ARGUMENT when there is no linear layer or
+ * the layer is not linear, OUT_OF_RANGE for a state index beyond the layer's
+ * pairs (or a layer or state index below -1).
  */
 KVC_API kvc_error* kvc_cache_has_previous_state(const kvc_cache* cache, int32_t layer, int32_t state_index,
                                                 int* out);
