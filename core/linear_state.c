@@ -58,12 +58,23 @@ static size_t checked_bytes(const int64_t* f, int n) {
 
 /* ------------------------------------------------------------ conv state */
 
-/* The conv buffer of pair p as 4-D [batch, channels, cap, 1] strides. */
-static void conv_strides(const kvc_linear_pair* p, int64_t cap, int64_t st[4]) {
-  st[0] = p->channels * cap;
-  st[1] = cap;
-  st[2] = 1;
+/*
+ * The conv buffer keeps each time slot's channels together ([batch, cap,
+ * channels] in memory), so that a decode step writes one contiguous column
+ * and moving the region back is one contiguous move; views expose it as
+ * [batch, channels, time] with strides {cap * channels, 1, channels}. As 4-D
+ * for the backend: [batch, 1, time, channels].
+ */
+static void conv_strides(int64_t channels, int64_t cap, int64_t st[4]) {
+  st[0] = channels * cap;
+  st[1] = channels * cap;
+  st[2] = channels;
   st[3] = 1;
+}
+
+/* Byte offset of time slot `slot`. */
+static size_t slot_bytes(const kvc_linear_pair* p, int64_t slot) {
+  return (size_t)(slot * p->channels) * kvc_dtype_size(p->conv_dtype);
 }
 
 kvc_error* kvc_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_dtype dtype, int64_t batch,
@@ -81,9 +92,9 @@ kvc_error* kvc_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_
   size_t elem = kvc_dtype_size(dtype);
   if (allocated && keep_len + need <= p->cap) {
     /* Move the kept columns back to slot 0: once per cap - K appended columns. */
-    int64_t st[4], shape[4] = {l->batch, p->channels, keep_len, 1};
-    conv_strides(p, p->cap, st);
-    be->copy_4d(be->ctx, c->device.device_id, rb->ptr, st, (char*)rb->ptr + (size_t)from * elem, st, shape, elem);
+    int64_t st[4], shape[4] = {l->batch, 1, keep_len, p->channels};
+    conv_strides(p->channels, p->cap, st);
+    be->copy_4d(be->ctx, c->device.device_id, rb->ptr, st, (char*)rb->ptr + slot_bytes(p, from), st, shape, elem);
     p->begin = 0;
     p->end = keep_len;
     return NULL;
@@ -98,10 +109,10 @@ kvc_error* kvc_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_
   void* buf = bytes ? be->alloc_zeroed(be->ctx, c->device.device_id, bytes) : NULL;
   if (!buf) return kvc_err_oom();
   if (allocated) {
-    int64_t ss[4], ds[4], shape[4] = {l->batch, p->channels, keep_len, 1};
-    conv_strides(p, p->cap, ss);
-    conv_strides(p, cap, ds);
-    be->copy_4d(be->ctx, c->device.device_id, buf, ds, (char*)rb->ptr + (size_t)from * elem, ss, shape, elem);
+    int64_t ss[4], ds[4], shape[4] = {l->batch, 1, keep_len, p->channels};
+    conv_strides(p->channels, p->cap, ss);
+    conv_strides(p->channels, cap, ds);
+    be->copy_4d(be->ctx, c->device.device_id, buf, ds, (char*)rb->ptr + slot_bytes(p, from), ss, shape, elem);
     be->free(be->ctx, c->device.device_id, rb->ptr);
   }
   rb->ptr = buf;
@@ -122,18 +133,22 @@ void kvc_conv_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kv
   const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
   const kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s];
   size_t elem = kvc_dtype_size(p->conv_dtype);
-  int64_t ds[4], ss[4], shape[4] = {l->batch, p->channels, n, 1};
-  conv_strides(p, p->cap, ds);
+  int64_t ds[4], xs[3], ss[4], shape[4] = {l->batch, 1, n, p->channels};
+  conv_strides(p->channels, p->cap, ds);
   if (x->strides) {
-    for (int i = 0; i < 3; i++) ss[i] = x->strides[i];
+    for (int i = 0; i < 3; i++) xs[i] = x->strides[i];
   } else {
-    ss[2] = 1;
-    ss[1] = x->shape[2];
-    ss[0] = x->shape[1] * x->shape[2];
+    xs[2] = 1;
+    xs[1] = x->shape[2];
+    xs[0] = x->shape[1] * x->shape[2];
   }
-  ss[3] = 1;
-  const char* src = (const char*)kvc_tensor_base(x) + (size_t)(first_column * ss[2]) * elem;
-  c->backend->copy_4d(c->backend->ctx, c->device.device_id, (char*)rb->ptr + (size_t)slot * elem, ds, src, ss, shape,
+  /* x [batch, channels, n] read as [batch, 1, n, channels]. */
+  ss[0] = xs[0];
+  ss[1] = 0;
+  ss[2] = xs[2];
+  ss[3] = xs[1];
+  const char* src = (const char*)kvc_tensor_base(x) + (size_t)(first_column * xs[2]) * elem;
+  c->backend->copy_4d(c->backend->ctx, c->device.device_id, (char*)rb->ptr + slot_bytes(p, slot), ds, src, ss, shape,
                       elem);
 }
 
@@ -141,22 +156,20 @@ void kvc_conv_zero(const kvc_cache* c, const kvc_layer* l, uint32_t s, int64_t f
   if (to <= from) return;
   const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
   const kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s];
-  size_t elem = kvc_dtype_size(p->conv_dtype);
-  int64_t st[4], shape[4] = {l->batch, p->channels, to - from, 1};
-  conv_strides(p, p->cap, st);
-  c->backend->fill_zero_4d(c->backend->ctx, c->device.device_id, (char*)rb->ptr + (size_t)from * elem, st, shape,
-                           elem);
+  int64_t st[4], shape[4] = {l->batch, 1, to - from, p->channels};
+  conv_strides(p->channels, p->cap, st);
+  c->backend->fill_zero_4d(c->backend->ctx, c->device.device_id, (char*)rb->ptr + slot_bytes(p, from), st, shape,
+                           kvc_dtype_size(p->conv_dtype));
 }
 
 void kvc_conv_copy_column(const kvc_cache* c, const kvc_layer* l, uint32_t s, int64_t from, int64_t to) {
   const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
   const kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s];
-  size_t elem = kvc_dtype_size(p->conv_dtype);
-  int64_t st[4], shape[4] = {l->batch, p->channels, 1, 1};
-  conv_strides(p, p->cap, st);
+  int64_t st[4], shape[4] = {l->batch, 1, 1, p->channels};
+  conv_strides(p->channels, p->cap, st);
   char* base = (char*)rb->ptr;
-  c->backend->copy_4d(c->backend->ctx, c->device.device_id, base + (size_t)to * elem, st, base + (size_t)from * elem,
-                      st, shape, elem);
+  c->backend->copy_4d(c->backend->ctx, c->device.device_id, base + slot_bytes(p, to), st, base + slot_bytes(p, from),
+                      st, shape, kvc_dtype_size(p->conv_dtype));
 }
 
 /* ------------------------------------------------------- recurrent state */
@@ -221,8 +234,8 @@ void kvc_linear_sync(kvc_layer* l) {
       p->conv_shape[1] = p->channels;
       p->conv_shape[2] = p->end - p->begin;
       p->conv_strides[0] = p->channels * p->cap;
-      p->conv_strides[1] = p->cap;
-      p->conv_strides[2] = 1;
+      p->conv_strides[1] = 1;
+      p->conv_strides[2] = p->channels;
     }
     if (p->rec_dtype != KVC_DTYPE_UNSET) {
       p->rec_shape[0] = l->batch;
@@ -253,7 +266,7 @@ void kvc_linear_conv_view(const kvc_layer* l, uint32_t s, kvc_tensor* out) {
   out->dtype = kvc_dtype_to_data_type(p->conv_dtype);
   out->shape = p->conv_shape;
   out->strides = p->conv_strides;
-  out->byte_offset = (uint64_t)p->begin * kvc_dtype_size(p->conv_dtype);
+  out->byte_offset = slot_bytes(p, p->begin);
 }
 
 void kvc_linear_rec_view(const kvc_layer* l, uint32_t s, kvc_tensor* out) {
@@ -279,15 +292,15 @@ void kvc_linear_conv_return(kvc_layer* l, uint32_t s, int64_t from, int64_t to, 
   x->ret_shape[1] = p->channels;
   x->ret_shape[2] = to - from;
   x->ret_strides[0] = p->channels * p->cap;
-  x->ret_strides[1] = p->cap;
-  x->ret_strides[2] = 1;
+  x->ret_strides[1] = 1;
+  x->ret_strides[2] = p->channels;
   out->data = kvc_linear_rows(l)[2 * s].ptr;
   out->device = l->device;
   out->ndim = 3;
   out->dtype = kvc_dtype_to_data_type(p->conv_dtype);
   out->shape = x->ret_shape;
   out->strides = x->ret_strides;
-  out->byte_offset = (uint64_t)from * kvc_dtype_size(p->conv_dtype);
+  out->byte_offset = slot_bytes(p, from);
 }
 
 /* ------------------------------------------------------- reset and crop */

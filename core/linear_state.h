@@ -8,8 +8,9 @@
  * (KVC_ROWS_STATE) so that batch operations, split, stack and clone move them
  * with no code of their own.
  *
- * The conv state [batch, channels, K] is stored time-last in a buffer of
- * `cap` time slots per channel, with a live region [begin, end), the way
+ * The conv state [batch, channels, K] lives in a buffer of `cap` time slots
+ * (each slot holding all channels of a batch row together, so a column is
+ * contiguous), with a live region [begin, end) along time, the way
  * attention layers keep K/V: an update appends its columns after the region
  * and returns [begin, end + n) (the stored columns followed by the new ones,
  * transformers' `full`) without copying history; the region then keeps its
@@ -28,7 +29,7 @@
 
 /* One state pair; a state whose dtype is KVC_DTYPE_UNSET is not allocated. */
 typedef struct kvc_linear_pair {
-  /* conv state: [batch, channels, cap] time-last, live region [begin, end) */
+  /* conv state: [batch, cap, channels] in memory (viewed as [batch, channels, time]), live region [begin, end) */
   kvc_dtype conv_dtype;
   int32_t has_previous; /* the first conv update happened (transformers' has_previous_state[i]) */
   int64_t channels;

@@ -267,8 +267,15 @@ kvc_error* kvc_cache_state_view(const kvc_cache* c, uint32_t layer, uint32_t s, 
   kvc_layer* l = NULL;
   if ((e = linear_layer(FN, "state_view", c, layer, &l))) return e;
   if ((e = check_state_index(FN, l, layer, s))) return e;
-  if (conv_state) kvc_linear_conv_view(l, s, conv_state);
-  if (recurrent_state) kvc_linear_rec_view(l, s, recurrent_state);
+  /* The cache's device also for a state not allocated yet (its layer has not been told the device). */
+  if (conv_state) {
+    kvc_linear_conv_view(l, s, conv_state);
+    conv_state->device = c->device;
+  }
+  if (recurrent_state) {
+    kvc_linear_rec_view(l, s, recurrent_state);
+    recurrent_state->device = c->device;
+  }
   return NULL;
 }
 

@@ -43,6 +43,20 @@ static void copy_plane(char* dst, const int64_t ds[4], const char* src, const in
     }
     return;
   }
+  /* Strided elements (a transpose, e.g. a time-last conv input into a channel-last state): a constant-size memcpy
+     per storage size compiles to one load and one store (any alignment), instead of a library call per element. */
+  if (elem == 2 || elem == 4) {
+    for (int64_t s = 0; s < seq; s++) {
+      char* dr = dst + (size_t)(s * ds[2]) * elem;
+      const char* sr = src + (size_t)(s * ss[2]) * elem;
+      if (elem == 2) {
+        for (int64_t d = 0; d < dim; d++) memcpy(dr + (size_t)(d * ds[3]) * 2, sr + (size_t)(d * ss[3]) * 2, 2);
+      } else {
+        for (int64_t d = 0; d < dim; d++) memcpy(dr + (size_t)(d * ds[3]) * 4, sr + (size_t)(d * ss[3]) * 4, 4);
+      }
+    }
+    return;
+  }
   for (int64_t s = 0; s < seq; s++)
     for (int64_t d = 0; d < dim; d++)
       memcpy(dst + (size_t)(s * ds[2] + d * ds[3]) * elem, src + (size_t)(s * ss[2] + d * ss[3]) * elem, elem);

@@ -45,3 +45,7 @@ mkdir -p "$OUT"
 "$HERE/.venv-tf$TF_457/bin/python" "$HERE/generate.py" --suite v457 --out "$OUT"
 "$HERE/.venv-tf$TF_453/bin/python" "$HERE/generate.py" --suite v453 --out "$OUT"
 "$HERE/generate_sink.sh" "$OUT"
+# Linear-attention (recurrent state) layers: current layers, legacy MambaCache (4.53), Jamba's hybrid cache (4.57).
+"$BASE/bin/python" "$HERE/generate_linear.py" --suite v5 --out "$OUT"
+"$HERE/.venv-tf$TF_457/bin/python" "$HERE/generate_linear.py" --suite v457 --out "$OUT"
+"$HERE/.venv-tf$TF_453/bin/python" "$HERE/generate_linear.py" --suite v453 --out "$OUT"

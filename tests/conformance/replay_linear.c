@@ -153,7 +153,7 @@ static kvc_layer_kind linear_kind_of(replay* r, const char* t) {
 
 static void op_llayout(replay* r) {
   int64_t si = num(r);
-  vint n = expected_num(r);
+  vint n = {num(r), -1}; /* structure, not a corruptible expectation: the self-check must not desynchronize the parse */
   vint kinds[MAX_LAYERS], windows[MAX_LAYERS], maxlens[MAX_LAYERS], linear[MAX_LAYERS];
   if (n.v < 0 || n.v > MAX_LAYERS) {
     malformed(r, "layer count");

@@ -364,6 +364,8 @@ static void test_views_and_memory(void) {
   REQUIRE_OK(kvc_cache_state_view(c, 0, 1, &cv, &rv));
   CHECK(cv.data == NULL && cv.ndim == 0);
   CHECK(rv.data == NULL && rv.ndim == 0);
+  CHECK_EQ_I64(cv.device.device_type, KVC_DEVICE_CPU);
+  CHECK_EQ_I64(rv.byte_offset, 0);
   CHECK_OK(kvc_cache_state_view(c, 0, 0, NULL, NULL));
   CHECK_EQ_U64(tu_memory(c).bytes_state, 0);
   REQUIRE_OK(tl_conv(c, 0, 2, 5, 0, 2, NULL, NULL));
