@@ -21,7 +21,7 @@ BUILD_RELEASE := build-release
 # `make test` prepares the machine once and tells the suites it ran not to repeat it.
 SETUP_DEP := $(if $(SKIP_SETUP),,setup)
 
-.PHONY: all setup build test test-unit sanitize fuzz demo bench install clean distclean
+.PHONY: all setup build test test-unit test-go test-rust sanitize fuzz demo bench install clean distclean
 
 all: build
 
@@ -35,12 +35,27 @@ build: $(SETUP_DEP)
 # Suites run one after the other and the first failure stops `make test`.
 test: setup
 	@$(MAKE) --no-print-directory test-unit SKIP_SETUP=1
+	@$(MAKE) --no-print-directory test-go SKIP_SETUP=1
+	@$(MAKE) --no-print-directory test-rust SKIP_SETUP=1
 	@$(MAKE) --no-print-directory sanitize SKIP_SETUP=1
 	@$(MAKE) --no-print-directory fuzz SKIP_SETUP=1
 	@echo "make test: all suites passed"
 
 test-unit: build
 	$(CTEST) --test-dir $(BUILD) --output-on-failure --no-tests=error -j $(JOBS)
+
+# The Go binding against this build: gofmt, go vet, go test -race ./...,
+# cgocheck2, a build without cgo, and the README's example in a module
+# outside the repository (bindings/go/scripts/test.sh).
+test-go: build
+	GOFLAGS=-p=$(JOBS) bindings/go/scripts/test.sh $(BUILD)
+
+# The Rust crates (bindings/rust/check.sh): cargo fmt --check, clippy -D warnings,
+# cargo test (unit, integration, doc) with the dlpack feature, the examples, and a
+# build with freshly generated bindings. Cargo builds its own static copy of the
+# library from these sources into bindings/rust/target.
+test-rust: $(SETUP_DEP)
+	JOBS=$(JOBS) bindings/rust/check.sh
 
 sanitize: $(SETUP_DEP)
 	$(CONFIGURE) -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DKVC_SANITIZE=ON

@@ -39,6 +39,18 @@ echo
 echo "== bench_reorder"
 "$(find_bin bench_reorder)" --json "$JSON" "${EXTRA[@]}"
 echo
+echo "== Go (bindings/go: Step.Update, UpdateAll and Update against C in one process)"
+bash "$ROOT/bindings/go/scripts/bench.sh" "$BUILD" "$JSON"
+echo
+echo "== Rust (bindings/rust: safe API and raw ABI)"
+if command -v cargo >/dev/null 2>&1; then
+    json_abs="$(cd "$(dirname "$JSON")" && pwd)/$(basename "$JSON")"
+    (cd "$ROOT/bindings/rust" && cargo bench -q -p kvcache --bench decode -- --json "$json_abs" "${EXTRA[@]}")
+    RUST_BENCH=1
+else
+    echo "SKIPPED: the Rust benchmark needs cargo"
+fi
+echo
 echo "== bench_quantized"
 "$(find_bin bench_quantized)" --json "$JSON" "${EXTRA[@]}"
 echo
@@ -103,6 +115,16 @@ check "quantized 2-bit (quanto g64) bytes per token / bf16 <= 0.18" \
     "x <= 0.18" "$(ratio "$(value quantized_memory kvcache-c bytes_per_token_quanto2_g64)" "$bf16")"
 check "quantized incremental step cost @32k / @1k <= 1.2 (history never re-quantized)" \
     "x <= 1.2" "$(value quantized_update kvcache-c incremental_32k_over_1k)"
+if [ -n "${RUST_BENCH:-}" ]; then
+    check "Rust safe API: binding cost per append <= 5% of the C append (update_all, 1k)" \
+        "x <= 0.05" "$(value decode_append kvcache-rust append_binding_share_of_c_1k)"
+    check "Rust safe API: binding cost per append <= 5% of the C append (32 x update, 1k)" \
+        "x <= 0.05" "$(value decode_append kvcache-rust append_loop_binding_share_of_c_1k)"
+fi
+if command -v go >/dev/null 2>&1; then
+    check "Go binding: Step.Update / C update_all in one process, 1k <= 1.10" \
+        "x <= 1.10" "$(value decode_append kvcache-go append_overhead_vs_c_1k)"
+fi
 echo "bytes moved per {0,0,2,2} reorder: $(num "$(value beam_reorder kvcache-c reorder_bytes_moved)")" \
     "(derived from timings: $(num "$(value beam_reorder kvcache-c reorder_bytes_moved_derived)"))"
 

@@ -77,6 +77,15 @@ check_tools() {
   local v
   v="$(cmake --version | sed -n '1s/^cmake version \([0-9]*\.[0-9]*\).*/\1/p')"
   printf '%s\n3.20\n' "$v" | sort -C -V -r || die "cmake 3.20 or newer is required (found ${v:-none})"
+  # The Go binding: Go is a base toolchain of the machine (Debian's golang-go is too old to install instead).
+  command -v go >/dev/null 2>&1 || die "go is missing: bindings/go needs Go 1.24 or newer (https://go.dev/dl)"
+  v="$(go env GOVERSION 2>/dev/null | sed 's/^go//')"
+  printf '%s\n1.24\n' "$v" | sort -C -V -r || die "Go 1.24 or newer is required for bindings/go (found ${v:-none})"
+  # The Rust binding: cargo with rustfmt and clippy (rustup's components); bindgen finds Debian clang's libclang.
+  command -v cargo >/dev/null 2>&1 || die "cargo is missing: bindings/rust needs Rust 1.85 or newer (https://rustup.rs)"
+  if command -v rustup >/dev/null 2>&1; then
+    rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
+  fi
 }
 
 # The fuzz suite needs libFuzzer, which clang finds only with the runtime

@@ -1,0 +1,935 @@
+package kvcache
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// liveHandles counts the C objects (caches and encoder-decoder pairs) this
+// package owns and has not destroyed yet.
+var liveHandles atomic.Int64
+
+// Version returns the version of the loaded C library: major, minor, patch
+// (kvc_version).
+func Version() (major, minor, patch int) {
+	v := int(cVersion())
+	return v / 10000, v / 100 % 100, v % 100
+}
+
+// VersionString returns the loaded library's version as "MAJOR.MINOR.PATCH"
+// (kvc_version_string), or "" without cgo.
+func VersionString() string { return cVersionString() }
+
+// Features returns the library's features bitmask (kvc_features). It may
+// probe for backend plugins on the first call.
+func Features() Feature { return Feature(cFeatures()) }
+
+// codeName is kvc_code_name.
+func codeName(c Code) string { return cCodeName(c) }
+
+// DataType returns the DLPack triple of d, {0, 0, 0} for an unknown dtype
+// (kvc_dtype_to_data_type).
+func (d DType) DataType() DataType { return cDTypeToDataType(d) }
+
+// Size returns the bytes per element of d, 0 for DTypeUnset or an unknown
+// dtype (kvc_dtype_size).
+func (d DType) Size() int { return cDTypeSize(d) }
+
+// DTypeOf returns the storage dtype of a DLPack triple, DTypeUnset if
+// kvcache cannot store it (kvc_dtype_from_data_type).
+func DTypeOf(t DataType) DType { return cDTypeFromDataType(t) }
+
+// checkVersion compares the header major this package was written for with
+// the loaded library's, once.
+var checkVersion = sync.OnceValue(func() error {
+	if err := cAvailable(); err != nil {
+		return err
+	}
+	major, _, _ := Version()
+	if major != HeaderVersionMajor {
+		return newError(CodeVersionMismatch, fmt.Sprintf(
+			"the loaded libkvcache is %s (ABI major %d) but this package was written for ABI major %d (header %d.%d.%d)",
+			VersionString(), major, HeaderVersionMajor, HeaderVersionMajor, HeaderVersionMinor, HeaderVersionPatch))
+	}
+	return nil
+})
+
+// Cache is a KV cache (kvc_cache): an ordered list of layers, each of one
+// kind, with transformers' semantics. Create one with New, NewFromTensors,
+// Clone, BatchSplit or FromBatchSplits, and Close it when done.
+//
+// A Cache is not safe for concurrent use: one goroutine at a time may call
+// its methods (the library's rule: one thread at a time per handle).
+// Distinct caches are independent and may be used from different goroutines
+// at the same time.
+//
+// A Cache that becomes unreachable without Close is closed by a finalizer,
+// as a safety net only: the finalizer runs when the garbage collector gets
+// to it, which it does not hurry for memory it cannot see.
+type Cache struct {
+	p     unsafe.Pointer // *kvc_cache; nil once closed
+	gen   uint64         // bumped by every mutating call; views remember it
+	owner *edOwner       // non-nil: borrowed from an EncoderDecoderCache
+}
+
+func newCache(p unsafe.Pointer) *Cache {
+	c := &Cache{p: p}
+	liveHandles.Add(1)
+	runtime.SetFinalizer(c, (*Cache).Close)
+	return c
+}
+
+// Close frees the cache and all memory it owns; its views become invalid.
+// It is idempotent, always returns nil, and is a no-op for a cache borrowed
+// from an EncoderDecoderCache (closing the pair frees it).
+func (c *Cache) Close() error {
+	if c == nil || c.owner != nil {
+		return nil
+	}
+	p := atomic.SwapPointer(&c.p, nil)
+	if p == nil {
+		return nil
+	}
+	runtime.SetFinalizer(c, nil)
+	c.gen++
+	cDestroy(p)
+	liveHandles.Add(-1)
+	return nil
+}
+
+// handle is the C handle, nil once closed (or once the owning pair is).
+func (c *Cache) handle() unsafe.Pointer {
+	if c == nil || (c.owner != nil && c.owner.p == nil) {
+		return nil
+	}
+	return c.p
+}
+
+// get returns the handle for a call that does not mutate the cache.
+func (c *Cache) get() (unsafe.Pointer, error) {
+	if p := c.handle(); p != nil {
+		return p, nil
+	}
+	return nil, ErrClosed
+}
+
+// mut returns the handle for a mutating call, invalidating the views.
+func (c *Cache) mut() (unsafe.Pointer, error) {
+	p := c.handle()
+	if p == nil {
+		return nil, ErrClosed
+	}
+	c.gen++
+	return p, nil
+}
+
+func layerIndex(fn string, layer int) (uint32, error) {
+	if layer < 0 || uint64(layer) > math.MaxUint32 {
+		return 0, newError(CodeOutOfRange, fmt.Sprintf("%s: layer %d is out of range", fn, layer))
+	}
+	return uint32(layer), nil
+}
+
+func signedLayer(fn string, layer int) (int32, error) {
+	if layer < math.MinInt32 || layer > math.MaxInt32 {
+		return 0, newError(CodeOutOfRange, fmt.Sprintf("%s: layer %d is out of range", fn, layer))
+	}
+	return int32(layer), nil
+}
+
+// New creates a cache (kvc_cache_create). A nil opts makes a lazy
+// DynamicCache on the CPU: no layers until the first update, then plain
+// dynamic layers up to the updated index. Layers allocate their storage at
+// their first update (or EarlyInitialization), taking batch, heads, head
+// dims and dtype from it.
+func New(opts *CacheOptions) (*Cache, error) {
+	if err := checkVersion(); err != nil {
+		return nil, err
+	}
+	p, err := cCreate(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newCache(p), nil
+}
+
+// NewFromTensors builds a cache from existing per-layer tensors:
+// transformers' legacy tuple format ((k0, v0), (k1, v1), ...) and
+// DynamicCache(ddp_cache_data). The cache is created from opts as New does,
+// then layer i receives Update(keys[i], values[i]). The tensors are copied.
+func NewFromTensors(opts *CacheOptions, keys, values []Input) (*Cache, error) {
+	if err := checkVersion(); err != nil {
+		return nil, err
+	}
+	const fn = "NewFromTensors"
+	arr, err := newTensorArrays(fn, keys, values, false)
+	if err != nil {
+		return nil, err
+	}
+	defer arr.free()
+	p, err := cCreateFromTensors(opts, arr.n, arr.keys(), arr.values())
+	runtime.KeepAlive(keys)
+	runtime.KeepAlive(values)
+	if err != nil {
+		return nil, err
+	}
+	return newCache(p), nil
+}
+
+// Clone returns a deep copy of the cache (same layers, contents, counters
+// and flags), for prefix reuse: prefill once, clone per request.
+func (c *Cache) Clone() (*Cache, error) {
+	p, err := c.get()
+	if err != nil {
+		return nil, err
+	}
+	q, err := cClone(p)
+	runtime.KeepAlive(c)
+	if err != nil {
+		return nil, err
+	}
+	return newCache(q), nil
+}
+
+// EarlyInitialization allocates every layer not yet initialized now instead
+// of at its first update (transformers' early_initialization): static
+// layers get their zeroed buffers, dynamic layers an empty store.
+func (c *Cache) EarlyInitialization(opts InitOptions) error {
+	p, err := c.mut()
+	if err != nil {
+		return err
+	}
+	err = cEarlyInit(p, &opts)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// NumLayers returns the number of layers (for a lazy cache, the layers
+// touched so far); 0 for a closed cache.
+func (c *Cache) NumLayers() int {
+	p := c.handle()
+	if p == nil {
+		return 0
+	}
+	n := cNumLayers(p)
+	runtime.KeepAlive(c)
+	return int(n)
+}
+
+// LayerInfo returns what a layer is and holds.
+func (c *Cache) LayerInfo(layer int) (LayerInfo, error) {
+	l, err := layerIndex("LayerInfo", layer)
+	if err != nil {
+		return LayerInfo{}, err
+	}
+	p, err := c.get()
+	if err != nil {
+		return LayerInfo{}, err
+	}
+	var info LayerInfo
+	err = cLayerInfo(p, l, &info)
+	runtime.KeepAlive(c)
+	return info, err
+}
+
+// LayerView returns a layer's stored keys and values (transformers'
+// cache.layers[i].keys/values): dynamic layers all stored tokens, dynamic
+// sliding the kept tail, static layers the whole buffer including unwritten
+// (zero) slots. The views are valid until the cache's next mutating call.
+func (c *Cache) LayerView(layer int) (KV, error) {
+	l, err := layerIndex("LayerView", layer)
+	if err != nil {
+		return KV{}, err
+	}
+	p, err := c.get()
+	if err != nil {
+		return KV{}, err
+	}
+	var out ckv
+	err = cLayerView(p, l, &out)
+	runtime.KeepAlive(c)
+	if err != nil {
+		return KV{}, err
+	}
+	return KV{viewFromC(&out.key, c), viewFromC(&out.value, c)}, nil
+}
+
+// SeqLength returns get_seq_length(layer): tokens seen (static and sliding
+// layers: all tokens written; dynamic layers: tokens stored); 0 for a layer
+// beyond the layers or not initialized.
+func (c *Cache) SeqLength(layer int) (int64, error) {
+	l, err := layerIndex("SeqLength", layer)
+	if err != nil {
+		return 0, err
+	}
+	p, err := c.get()
+	if err != nil {
+		return 0, err
+	}
+	n, err := cSeqLength(p, l)
+	runtime.KeepAlive(c)
+	return n, err
+}
+
+// MaxLength returns get_max_length(layer): -1 for unbounded (dynamic), the
+// window for dynamic sliding, max_cache_len for static and min(window,
+// max_cache_len) for static sliding layers; with AllLayers, the maximum over
+// all layers.
+func (c *Cache) MaxLength(layer int) (int64, error) {
+	l, err := signedLayer("MaxLength", layer)
+	if err != nil {
+		return 0, err
+	}
+	p, err := c.get()
+	if err != nil {
+		return 0, err
+	}
+	n, err := cMaxLength(p, l)
+	runtime.KeepAlive(c)
+	return n, err
+}
+
+// UsableLength returns get_usable_length(newSeqLength, layer): the stored
+// length old models use as kv_seq_len.
+func (c *Cache) UsableLength(newSeqLength int64, layer int) (int64, error) {
+	l, err := layerIndex("UsableLength", layer)
+	if err != nil {
+		return 0, err
+	}
+	p, err := c.get()
+	if err != nil {
+		return 0, err
+	}
+	n, err := cUsableLength(p, newSeqLength, l)
+	runtime.KeepAlive(c)
+	return n, err
+}
+
+// MaskSizes returns get_mask_sizes(queryLength, layer): the length and the
+// absolute offset of the key range the next update of queryLength tokens
+// will return, so that the attention mask can be built before the update.
+func (c *Cache) MaskSizes(queryLength int64, layer int) (kvLength, kvOffset int64, err error) {
+	l, err := layerIndex("MaskSizes", layer)
+	if err != nil {
+		return 0, 0, err
+	}
+	p, err := c.get()
+	if err != nil {
+		return 0, 0, err
+	}
+	kvLength, kvOffset, err = cMaskSizes(p, queryLength, l)
+	runtime.KeepAlive(c)
+	return kvLength, kvOffset, err
+}
+
+// BatchSize returns the batch size of the initialized static layers
+// (transformers' Cache.batch_size), -1 if there are none.
+func (c *Cache) BatchSize() (int64, error) {
+	p, err := c.get()
+	if err != nil {
+		return 0, err
+	}
+	n, err := cBatchSize(p)
+	runtime.KeepAlive(c)
+	return n, err
+}
+
+// Memory returns the memory the cache holds.
+func (c *Cache) Memory() (MemoryInfo, error) {
+	p, err := c.get()
+	if err != nil {
+		return MemoryInfo{}, err
+	}
+	var m MemoryInfo
+	err = cMemory(p, &m)
+	runtime.KeepAlive(c)
+	return m, err
+}
+
+// uopts mirrors kvcgo_uopts: the pointer-free part of kvc_update_options.
+type uopts struct {
+	cachePositionLength uint32
+	hasCachePosition    int32
+	partialRotationSize int64
+	cos, sin            tdesc
+}
+
+// prepare describes o; the pointers returned go to the C call with it.
+func (o *UpdateOptions) prepare(fn string, u *uopts) (cp *int64, cos, sin unsafe.Pointer, err error) {
+	if len(o.CachePosition) > math.MaxUint32 {
+		return nil, nil, nil, newError(CodeInvalidArgument, fn+": CachePosition is too long")
+	}
+	if len(o.CachePosition) > 0 {
+		u.hasCachePosition = 1
+		u.cachePositionLength = uint32(len(o.CachePosition))
+		cp = &o.CachePosition[0]
+	}
+	u.partialRotationSize = o.PartialRotationSize
+	if cos, _, err = describe(fn, plainArg("RopeCos"), o.RopeCos, &u.cos); err != nil {
+		return nil, nil, nil, err
+	}
+	if sin, _, err = describe(fn, plainArg("RopeSin"), o.RopeSin, &u.sin); err != nil {
+		return nil, nil, nil, err
+	}
+	return cp, cos, sin, nil
+}
+
+// Update stores the new tokens of one layer and returns the keys and values
+// attention must use now (update(key, value, layer)): every stored token for
+// dynamic layers; the kept tail plus the new tokens for sliding ones; the
+// whole buffer for static layers. key is [batch, heads, new, k_head_dim],
+// value [batch, heads, new, v_head_dim], of the cache's dtype and device;
+// both are copied. The first update of a layer fixes its batch, heads, head
+// dims and dtype; a lazy cache creates missing layers up to layer.
+//
+// The returned views are zero-copy windows onto the cache's storage, valid
+// until its next mutating call. In steady decoding nothing is allocated,
+// in the library or in this package.
+func (c *Cache) Update(layer int, key, value Input, opts *UpdateOptions) (KV, error) {
+	const fn = "Update"
+	l, err := layerIndex(fn, layer)
+	if err != nil {
+		return KV{}, err
+	}
+	var kd, vd tdesc
+	kp, _, err := describe(fn, plainArg("key"), key, &kd)
+	if err != nil {
+		return KV{}, err
+	}
+	vp, _, err := describe(fn, plainArg("value"), value, &vd)
+	if err != nil {
+		return KV{}, err
+	}
+	var u uopts
+	var cp *int64
+	var cos, sin unsafe.Pointer
+	if opts != nil {
+		if cp, cos, sin, err = opts.prepare(fn, &u); err != nil {
+			return KV{}, err
+		}
+	}
+	p, err := c.mut()
+	if err != nil {
+		return KV{}, err
+	}
+	var out ckv
+	if opts == nil {
+		err = cUpdate(p, l, kp, vp, &kd, &vd, &out)
+	} else {
+		err = cUpdateOpts(p, l, kp, vp, &kd, &vd, &u, cp, cos, sin, &out)
+		runtime.KeepAlive(opts)
+	}
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(key)
+	runtime.KeepAlive(value)
+	if err != nil {
+		return KV{}, err
+	}
+	return KV{viewFromC(&out.key, c), viewFromC(&out.value, c)}, nil
+}
+
+// UpdateAll does one decode or prefill step for layers 0..len(keys)-1 in
+// one call: like Update for each layer in order, but validated as a whole
+// first, so that either every layer is updated or none is. If out is not
+// nil it must have len(keys) entries and receives the views.
+//
+// UpdateAll pins the inputs' Go memory for the duration of the call, which
+// costs about as much as a small copy per tensor; a decode loop that reuses
+// its input buffers calls PrepareStep once and Step.Update per step.
+func (c *Cache) UpdateAll(keys, values []Input, opts *UpdateOptions, out []KV) error {
+	const fn = "UpdateAll"
+	if out != nil && len(out) != len(keys) {
+		return newError(CodeInvalidArgument, fmt.Sprintf("%s: out has %d entries for %d layers", fn, len(out), len(keys)))
+	}
+	if _, err := c.get(); err != nil {
+		return err
+	}
+	arr, err := newTensorArrays(fn, keys, values, out != nil)
+	if err != nil {
+		return err
+	}
+	defer arr.free()
+	var u uopts
+	var cp *int64
+	var cos, sin unsafe.Pointer
+	up := (*uopts)(nil)
+	if opts != nil {
+		if cp, cos, sin, err = opts.prepare(fn, &u); err != nil {
+			return err
+		}
+		up = &u
+	}
+	p, err := c.mut()
+	if err != nil {
+		return err
+	}
+	err = cUpdateAll(p, uint32(arr.n), arr.keys(), arr.values(), up, cp, cos, sin, arr.out())
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(opts)
+	runtime.KeepAlive(keys)
+	runtime.KeepAlive(values)
+	if err != nil {
+		return err
+	}
+	for i := range out {
+		kv := arr.kv(i)
+		out[i] = KV{viewFromC(&kv.key, c), viewFromC(&kv.value, c)}
+	}
+	return nil
+}
+
+// Crop is crop(tokens) on every layer: tokens < 0 removes the last |tokens|
+// tokens, tokens > 0 keeps the first tokens (legacy absolute length), 0 is a
+// no-op except on recording sliding layers. A sliding layer that has seen
+// its window can only be cropped after ActivatePastRecording, with tokens
+// <= 0. Static layers refuse (ErrUnsupported).
+func (c *Cache) Crop(tokens int64) error {
+	p, err := c.mut()
+	if err != nil {
+		return err
+	}
+	err = cCrop(p, tokens)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// ActivatePastRecording makes sliding layers keep every token they receive
+// from now on, so that assisted decoding can roll back rejected tokens with
+// a negative Crop (activate_past_recording).
+func (c *Cache) ActivatePastRecording() error {
+	p, err := c.mut()
+	if err != nil {
+		return err
+	}
+	err = cActivatePastRecording(p)
+	runtime.KeepAlive(c)
+	return err
+}
+
+func int64sPtr(s []int64) *int64 {
+	if len(s) == 0 {
+		return nil
+	}
+	return &s[0]
+}
+
+// Reorder is reorder_cache(beamIdx) for beam search: row b of every
+// non-empty layer becomes former row beamIdx[b]. When len(beamIdx) is the
+// batch size only the rows that change are copied.
+func (c *Cache) Reorder(beamIdx []int64) error {
+	p, err := c.mut()
+	if err != nil {
+		return err
+	}
+	err = cReorder(p, int64sPtr(beamIdx), len(beamIdx))
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(beamIdx)
+	return err
+}
+
+// BatchRepeatInterleave is batch_repeat_interleave(repeats): row i becomes
+// rows i*repeats .. i*repeats+repeats-1 (contrastive search). Dynamic kinds
+// only.
+func (c *Cache) BatchRepeatInterleave(repeats int64) error {
+	p, err := c.mut()
+	if err != nil {
+		return err
+	}
+	err = cRepeatInterleave(p, repeats)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// BatchSelectIndices is batch_select_indices(indices): keeps those rows, in
+// that order. Dynamic kinds only.
+func (c *Cache) BatchSelectIndices(indices []int64) error {
+	p, err := c.mut()
+	if err != nil {
+		return err
+	}
+	err = cSelectIndices(p, int64sPtr(indices), len(indices))
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(indices)
+	return err
+}
+
+// splitCapacity is how many handles batch_split may write: the number of
+// splits for valid arguments; the library reports invalid ones.
+func splitCapacity(full, split int64) int {
+	if full < 1 || split < 1 {
+		return 0
+	}
+	n := (full + split - 1) / split
+	if n > 1<<20 {
+		return 0
+	}
+	return int(n)
+}
+
+// BatchSplit is batch_split(fullBatchSize, splitSize): new caches holding
+// batch rows [i, i+splitSize) for i = 0, splitSize, ... < fullBatchSize,
+// with the same layers, counters and flags. fullBatchSize must be the
+// cache's batch size. The cache itself is unchanged.
+func (c *Cache) BatchSplit(fullBatchSize, splitSize int64) ([]*Cache, error) {
+	p, err := c.get()
+	if err != nil {
+		return nil, err
+	}
+	// Never NULL: the library checks its arguments before the capacity.
+	handles := make([]unsafe.Pointer, max(1, splitCapacity(fullBatchSize, splitSize)))
+	n, err := cBatchSplit(p, fullBatchSize, splitSize, handles)
+	runtime.KeepAlive(c)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Cache, n)
+	for i := range out {
+		out[i] = newCache(handles[i])
+	}
+	return out, nil
+}
+
+// FromBatchSplits is from_batch_splits(splits): one new cache whose rows are
+// the splits' rows stacked in order. The splits must agree in layer kinds,
+// heads, head dims, dtype and stored lengths; they are left unchanged.
+func FromBatchSplits(splits []*Cache) (*Cache, error) {
+	if err := checkVersion(); err != nil {
+		return nil, err
+	}
+	handles := make([]unsafe.Pointer, len(splits))
+	for i, s := range splits {
+		if handles[i] = s.handle(); handles[i] == nil {
+			return nil, ErrClosed
+		}
+	}
+	p, err := cFromBatchSplits(handles)
+	runtime.KeepAlive(splits)
+	for _, s := range splits {
+		runtime.KeepAlive(s)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return newCache(p), nil
+}
+
+// Reserve reserves room for tokens tokens in every dynamic full-attention
+// layer, like a slice's capacity: updates up to that length then neither
+// allocate nor copy history.
+func (c *Cache) Reserve(tokens int64) error {
+	p, err := c.mut()
+	if err != nil {
+		return err
+	}
+	err = cReserve(p, tokens)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// Reset empties every layer: static buffers are zeroed and their counters
+// set to 0; dynamic layers drop their tokens and keep their storage.
+func (c *Cache) Reset() error {
+	p, err := c.mut()
+	if err != nil {
+		return err
+	}
+	err = cReset(p)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// Offload moves a layer's K/V to the host tier (kvc_cache_offload). A
+// cache created with offloading does this by itself in Update; this is for
+// callers that drive it themselves.
+func (c *Cache) Offload(layer int) error {
+	l, err := layerIndex("Offload", layer)
+	if err != nil {
+		return err
+	}
+	p, err := c.mut()
+	if err != nil {
+		return err
+	}
+	err = cOffload(p, l)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// Prefetch moves a layer's K/V back to the device tier
+// (kvc_cache_prefetch).
+func (c *Cache) Prefetch(layer int) error {
+	l, err := layerIndex("Prefetch", layer)
+	if err != nil {
+		return err
+	}
+	p, err := c.mut()
+	if err != nil {
+		return err
+	}
+	err = cPrefetch(p, l)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// convOpts mirrors kvcgo_conv_opts: the pointer-free part of
+// kvc_conv_update_options.
+type convOpts struct {
+	stateIndex          uint32
+	hasCachePosition    int32
+	convKernelSize      int64
+	cachePositionLength uint32
+	present             int32
+}
+
+// UpdateConvState is update_conv_state(x, layer, state) of a Linear layer:
+// x is [batch, channels, n]. Without CachePosition (the current API) the
+// first call returns x left-padded with zeros to K columns when n < K, later
+// calls the stored K columns followed by x; the state keeps the last K
+// columns. With CachePosition (legacy MambaCache) the state is rolled left
+// by one, x's columns are written at the clamped positions, and the state is
+// returned. The view is valid until the cache's next mutating call.
+func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (View, error) {
+	const fn = "UpdateConvState"
+	l, err := layerIndex(fn, layer)
+	if err != nil {
+		return View{}, err
+	}
+	var xd tdesc
+	xp, _, err := describe(fn, plainArg("x"), x, &xd)
+	if err != nil {
+		return View{}, err
+	}
+	var o convOpts
+	var cp *int64
+	if opts != nil {
+		if len(opts.CachePosition) > math.MaxUint32 {
+			return View{}, newError(CodeInvalidArgument, fn+": CachePosition is too long")
+		}
+		o.present = 1
+		o.stateIndex = opts.StateIndex
+		o.convKernelSize = opts.ConvKernelSize
+		if len(opts.CachePosition) > 0 {
+			o.hasCachePosition = 1
+			o.cachePositionLength = uint32(len(opts.CachePosition))
+			cp = &opts.CachePosition[0]
+		}
+	}
+	p, err := c.mut()
+	if err != nil {
+		return View{}, err
+	}
+	var out ctensor
+	err = cUpdateConvState(p, l, xp, &xd, &o, cp, &out)
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(x)
+	runtime.KeepAlive(opts)
+	if err != nil {
+		return View{}, err
+	}
+	return viewFromC(&out, c), nil
+}
+
+// UpdateRecurrentState is update_recurrent_state(state, layer, stateIndex)
+// (MambaCache's update_ssm_state): copies state (batch first, 1 to 6
+// dimensions) into the layer's recurrent state and returns a view of it.
+func (c *Cache) UpdateRecurrentState(layer, stateIndex int, state Input) (View, error) {
+	const fn = "UpdateRecurrentState"
+	l, err := layerIndex(fn, layer)
+	if err != nil {
+		return View{}, err
+	}
+	si, err := stateIdx(fn, stateIndex)
+	if err != nil {
+		return View{}, err
+	}
+	var sd tdesc
+	sp, _, err := describe(fn, plainArg("state"), state, &sd)
+	if err != nil {
+		return View{}, err
+	}
+	p, err := c.mut()
+	if err != nil {
+		return View{}, err
+	}
+	var out ctensor
+	err = cUpdateRecurrentState(p, l, si, sp, &sd, &out)
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(state)
+	if err != nil {
+		return View{}, err
+	}
+	return viewFromC(&out, c), nil
+}
+
+func stateIdx(fn string, i int) (uint32, error) {
+	if i < 0 || uint64(i) > math.MaxUint32 {
+		return 0, newError(CodeOutOfRange, fmt.Sprintf("%s: state index %d is out of range", fn, i))
+	}
+	return uint32(i), nil
+}
+
+// StateView returns views of a Linear layer's conv and recurrent states
+// (transformers' conv_states[i], recurrent_states[i]). A state not yet
+// allocated is a View with NDim 0.
+func (c *Cache) StateView(layer, stateIndex int) (conv, recurrent View, err error) {
+	const fn = "StateView"
+	l, err := layerIndex(fn, layer)
+	if err != nil {
+		return View{}, View{}, err
+	}
+	si, err := stateIdx(fn, stateIndex)
+	if err != nil {
+		return View{}, View{}, err
+	}
+	p, err := c.get()
+	if err != nil {
+		return View{}, View{}, err
+	}
+	var cv, rv ctensor
+	err = cStateView(p, l, si, &cv, &rv)
+	runtime.KeepAlive(c)
+	if err != nil {
+		return View{}, View{}, err
+	}
+	return viewFromC(&cv, c), viewFromC(&rv, c), nil
+}
+
+// HasPreviousState is has_previous_state(layer, stateIndex): whether the
+// state(s) have had their first conv update. layer AllLayers means the last
+// linear layer; stateIndex -1 means all states of the layer.
+func (c *Cache) HasPreviousState(layer, stateIndex int) (bool, error) {
+	const fn = "HasPreviousState"
+	l, err := signedLayer(fn, layer)
+	if err != nil {
+		return false, err
+	}
+	if stateIndex < math.MinInt32 || stateIndex > math.MaxInt32 {
+		return false, newError(CodeOutOfRange, fmt.Sprintf("%s: state index %d is out of range", fn, stateIndex))
+	}
+	p, err := c.get()
+	if err != nil {
+		return false, err
+	}
+	b, err := cHasPreviousState(p, l, int32(stateIndex))
+	runtime.KeepAlive(c)
+	return b, err
+}
+
+// ------------------------------------------------------ tensor arrays in C
+
+// tensorArrays lays out kvc_tensor arrays (and optionally a kvc_kv array)
+// in C memory for the calls that take arrays of tensors. Go memory they
+// point to is pinned until free.
+type tensorArrays struct {
+	n    int
+	mem  unsafe.Pointer
+	pin  runtime.Pinner
+	hasO bool
+}
+
+const (
+	ctensorSize = unsafe.Sizeof(ctensor{})
+	ckvSize     = unsafe.Sizeof(ckv{})
+	dimsSize    = 2 * maxDims * 8 // shape and strides of one tensor
+)
+
+func newTensorArrays(fn string, keys, values []Input, withOut bool) (*tensorArrays, error) {
+	if len(keys) != len(values) {
+		return nil, newError(CodeInvalidArgument, fmt.Sprintf("%s: %d keys but %d values", fn, len(keys), len(values)))
+	}
+	n := len(keys)
+	if uint64(n) > math.MaxUint32 {
+		return nil, newError(CodeInvalidArgument, fmt.Sprintf("%s: %d layers is too many", fn, n))
+	}
+	a := &tensorArrays{n: n, hasO: withOut}
+	if n == 0 {
+		return a, nil
+	}
+	size := uintptr(2*n)*(ctensorSize+dimsSize) + uintptr(n)*ckvSize
+	if a.mem = cAlloc(size); a.mem == nil {
+		return nil, newError(CodeOutOfMemory, fmt.Sprintf("%s: cannot allocate %d bytes for the tensor arrays", fn, size))
+	}
+	var last unsafe.Pointer
+	for i := 0; i < 2*n; i++ {
+		in, arg := keys[i%n], "keys"
+		if i >= n {
+			in, arg = values[i-n], "values"
+		}
+		var d tdesc
+		data, pin, err := describe(fn, argName{arg, i % n}, in, &d)
+		if err != nil {
+			a.free()
+			return nil, err
+		}
+		// data is stored in C memory below: its object stays pinned until
+		// free. Consecutive tensors of one backing array need one pin.
+		if pin != nil && pin != last {
+			a.pin.Pin(pin)
+			last = pin
+		}
+		a.set(i, data, &d)
+	}
+	return a, nil
+}
+
+func (a *tensorArrays) tensor(i int) *ctensor {
+	return (*ctensor)(unsafe.Add(a.mem, uintptr(i)*ctensorSize))
+}
+
+func (a *tensorArrays) set(i int, data unsafe.Pointer, d *tdesc) {
+	dims := unsafe.Add(a.mem, uintptr(2*a.n)*ctensorSize+uintptr(i)*dimsSize)
+	shape := (*[maxDims]int64)(dims)
+	strides := (*[maxDims]int64)(unsafe.Add(dims, maxDims*8))
+	*shape = d.shape
+	*strides = d.strides
+	t := a.tensor(i)
+	*t = ctensor{
+		data: data, deviceType: d.deviceType, deviceID: d.deviceID, ndim: d.ndim,
+		code: d.code, bits: d.bits, lanes: d.lanes, shape: dims, byteOffset: d.byteOffset,
+	}
+	if d.hasStrides != 0 {
+		t.strides = unsafe.Pointer(strides)
+	}
+	if d.present == 0 {
+		// A nil entry of an array cannot be NULL: the library reads arrays of
+		// structs. An empty data pointer with ndim 0 is what it refuses.
+		*t = ctensor{}
+	}
+}
+
+func (a *tensorArrays) keys() unsafe.Pointer {
+	if a.n == 0 {
+		return nil
+	}
+	return a.mem
+}
+
+func (a *tensorArrays) values() unsafe.Pointer {
+	if a.n == 0 {
+		return nil
+	}
+	return unsafe.Pointer(a.tensor(a.n))
+}
+
+func (a *tensorArrays) out() unsafe.Pointer {
+	if a.n == 0 || !a.hasO {
+		return nil
+	}
+	return unsafe.Add(a.mem, uintptr(2*a.n)*(ctensorSize+dimsSize))
+}
+
+func (a *tensorArrays) kv(i int) *ckv {
+	return (*ckv)(unsafe.Add(a.out(), uintptr(i)*ckvSize))
+}
+
+func (a *tensorArrays) free() {
+	a.pin.Unpin()
+	if a.mem != nil {
+		cFree(a.mem)
+		a.mem = nil
+	}
+}

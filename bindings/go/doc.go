@@ -1,0 +1,81 @@
+// Package kvcache holds the key/value caches of transformer inference: Go
+// bindings, through cgo, for the kvcache C library (every cache kind Hugging
+// Face transformers has, with transformers' semantics).
+//
+// # Caches
+//
+// A Cache is an ordered list of layers, each of one LayerKind. New builds
+// one from CacheOptions: a Preset that reproduces a transformers class
+// (DynamicCache, StaticCache, SlidingWindowCache, HybridCache,
+// HybridChunkedCache, QuantizedCache, OffloadedCache, OffloadedStaticCache,
+// OffloadedHybridCache, SinkCache, MambaCache,
+// HybridMambaAttentionDynamicCache) from a ModelConfig, or PresetCustom with
+// one LayerOptions per layer. New(nil) makes a lazy DynamicCache.
+// EncoderDecoderCache pairs a self-attention and a cross-attention cache.
+//
+// Update stores a layer's new keys and values and returns the views
+// attention reads; the queries (SeqLength, MaxLength, UsableLength,
+// MaskSizes, LayerInfo, Memory) and operations (Crop, Reorder,
+// BatchRepeatInterleave, BatchSelectIndices, BatchSplit, FromBatchSplits,
+// Reserve, Reset, Clone, Offload, Prefetch, and the conv and recurrent
+// states of linear layers) carry transformers' names.
+//
+// # Tensors and views
+//
+// Inputs are Tensor[T] values: a Go slice of float32, Float16 or BFloat16
+// (the dtype follows from T) with a shape and strides in elements, the
+// layout of DLPack; keys and values are [batch, num_kv_heads, seq, head_dim].
+// The package checks that every element a shape addresses lies inside the
+// slice before the library reads it, and the library copies what it reads.
+// ExternalTensor passes memory Go does not manage (a device pointer, C
+// memory).
+//
+// What the library returns are Views: zero-copy windows onto memory the
+// cache owns, valid until the next call that mutates that cache (Update,
+// Crop, Reorder, the batch operations, Reset, Close; a failed call too).
+// The package tracks this: a stale view's accessors return ErrStaleView (or
+// panic, for those without an error) rather than read reused memory. Copy a
+// view to keep it; As gives a zero-copy Tensor[T] of a valid view.
+//
+// # Errors
+//
+// Every failing call returns an *Error with the library's stable Code and
+// its message (which names the argument, the value and the rule); a failed
+// call has changed nothing. Compare codes with errors.Is and the sentinels
+// (ErrOutOfRange, ErrShapeMismatch, ...), or read Code with errors.As.
+//
+// # Lifetime and goroutines
+//
+// Close frees a cache; it is idempotent. A finalizer closes a cache that
+// was dropped without Close, as a safety net only: C memory does not count
+// towards the Go heap, so the garbage collector sees no hurry. A View keeps
+// its cache reachable. A Cache is not safe for concurrent use (the C rule:
+// one thread per handle at a time); distinct caches are independent and
+// may be used from different goroutines at once. Queries may run
+// concurrently with each other while nothing mutates the cache.
+//
+// # The hot path
+//
+// Update allocates nothing, in Go or in the library, in steady decoding:
+// the inputs cross to C as pointers for the duration of the call (C never
+// keeps a Go pointer). UpdateAll updates all layers in one call but pins its
+// inputs' memory for it; a decode loop that refills the same buffers calls
+// PrepareStep once and Step.Update per token: one C call per step, nothing
+// to pin or allocate.
+//
+// # Building
+//
+// The package links the C library through pkg-config (#cgo pkg-config:
+// kvcache), so an installed kvcache is found by `go build` as is:
+//
+//	cmake --install build --prefix /usr/local      # or: make install PREFIX=...
+//	go get github.com/kvcache/kvcache/bindings/go
+//
+// Against a build tree of the repository instead, source
+// bindings/go/scripts/env.sh BUILD_DIR: it installs that build into
+// BUILD_DIR/go-prefix and exports PKG_CONFIG_PATH and an rpath in
+// CGO_LDFLAGS. Built with CGO_ENABLED=0 the package still compiles, with
+// the same API, and every constructor returns ErrCgoDisabled. The package
+// refuses a library whose ABI major version differs from the header's
+// (ErrVersionMismatch).
+package kvcache

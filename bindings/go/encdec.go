@@ -1,0 +1,300 @@
+package kvcache
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+)
+
+// edOwner holds the C handle of an encoder-decoder pair. It carries the
+// finalizer and points at nothing, so that the pair and its two borrowed
+// caches can all refer to it without forming a cycle through a finalized
+// object: it is collected when none of the three is reachable.
+type edOwner struct {
+	p unsafe.Pointer // *kvc_encoder_decoder_cache; nil once closed
+}
+
+func (o *edOwner) close() {
+	p := atomic.SwapPointer(&o.p, nil)
+	if p == nil {
+		return
+	}
+	runtime.SetFinalizer(o, nil)
+	cEDDestroy(p)
+	liveHandles.Add(-1)
+}
+
+// EncoderDecoderCache is transformers' EncoderDecoderCache: a self-attention
+// cache over the generated tokens, a cross-attention cache over the encoder
+// output, and per layer whether the cross-attention K/V have been computed
+// ("is_updated"). Not safe for concurrent use, like Cache.
+type EncoderDecoderCache struct {
+	o           *edOwner
+	self, cross *Cache
+}
+
+func newEncoderDecoder(p unsafe.Pointer, self, cross *Cache) *EncoderDecoderCache {
+	o := &edOwner{p: p}
+	liveHandles.Add(1)
+	runtime.SetFinalizer(o, (*edOwner).close)
+	if self == nil {
+		self = &Cache{p: cEDSelf(p)}
+	}
+	if cross == nil {
+		cross = &Cache{p: cEDCross(p)}
+	}
+	self.owner, cross.owner = o, o
+	return &EncoderDecoderCache{o: o, self: self, cross: cross}
+}
+
+// NewEncoderDecoder makes a pair of selfAttention and crossAttention, two
+// distinct caches, and takes them over: on success both become borrowed
+// from the pair (their Close is a no-op, closing the pair frees them) and
+// remain usable through the same *Cache values or the accessors. On error
+// the caller still owns both. IsUpdated(i) starts as "cross-attention layer
+// i holds tokens".
+func NewEncoderDecoder(selfAttention, crossAttention *Cache) (*EncoderDecoderCache, error) {
+	const fn = "NewEncoderDecoder"
+	for _, c := range []*Cache{selfAttention, crossAttention} {
+		if c == nil {
+			return nil, newError(CodeInvalidArgument, fn+": a cache is nil")
+		}
+		if c.owner != nil {
+			return nil, newError(CodeInvalidArgument, fn+": a cache already belongs to an EncoderDecoderCache")
+		}
+	}
+	sp, err := selfAttention.get()
+	if err != nil {
+		return nil, err
+	}
+	cp, err := crossAttention.get()
+	if err != nil {
+		return nil, err
+	}
+	p, err := cEDCreate(sp, cp)
+	runtime.KeepAlive(selfAttention)
+	runtime.KeepAlive(crossAttention)
+	if err != nil {
+		return nil, err
+	}
+	// The pair owns both handles now: they are no longer the caches' to free.
+	for _, c := range []*Cache{selfAttention, crossAttention} {
+		runtime.SetFinalizer(c, nil)
+		liveHandles.Add(-1)
+	}
+	return newEncoderDecoder(p, selfAttention, crossAttention), nil
+}
+
+// Close frees the pair and both caches. It is idempotent and always
+// returns nil.
+func (e *EncoderDecoderCache) Close() error {
+	if e == nil {
+		return nil
+	}
+	e.o.close()
+	e.self.gen++
+	e.cross.gen++
+	return nil
+}
+
+// SelfAttention returns the self-attention cache, borrowed from the pair:
+// use it for Update, SeqLength, MaxLength, MaskSizes (transformers
+// delegates those to it). It is usable until the pair is closed.
+func (e *EncoderDecoderCache) SelfAttention() *Cache { return e.self }
+
+// CrossAttention returns the cross-attention cache, borrowed like
+// SelfAttention.
+func (e *EncoderDecoderCache) CrossAttention() *Cache { return e.cross }
+
+func (e *EncoderDecoderCache) get() (unsafe.Pointer, error) {
+	if e == nil || e.o.p == nil {
+		return nil, ErrClosed
+	}
+	return e.o.p, nil
+}
+
+// mut returns the handle for a call that may mutate both caches.
+func (e *EncoderDecoderCache) mut() (unsafe.Pointer, error) {
+	p, err := e.get()
+	if err == nil {
+		e.self.gen++
+		e.cross.gen++
+	}
+	return p, err
+}
+
+// IsUpdated reports whether cross-attention layer layer has been computed;
+// false for indices beyond the layers.
+func (e *EncoderDecoderCache) IsUpdated(layer int) (bool, error) {
+	l, err := layerIndex("IsUpdated", layer)
+	if err != nil {
+		return false, err
+	}
+	p, err := e.get()
+	if err != nil {
+		return false, err
+	}
+	b, err := cEDIsUpdated(p, l)
+	runtime.KeepAlive(e)
+	return b, err
+}
+
+// UpdateCross is the model's cross-attention protocol for one layer: if the
+// layer is not yet updated, store key and value in the cross-attention cache
+// and mark it updated; either way return the cross-attention K/V views.
+// Once the layer is updated, key and value may be nil (they are ignored).
+func (e *EncoderDecoderCache) UpdateCross(layer int, key, value Input) (KV, error) {
+	const fn = "UpdateCross"
+	l, err := layerIndex(fn, layer)
+	if err != nil {
+		return KV{}, err
+	}
+	var kd, vd tdesc
+	kp, _, err := describe(fn, plainArg("key"), key, &kd)
+	if err != nil {
+		return KV{}, err
+	}
+	vp, _, err := describe(fn, plainArg("value"), value, &vd)
+	if err != nil {
+		return KV{}, err
+	}
+	p, err := e.mut()
+	if err != nil {
+		return KV{}, err
+	}
+	var out ckv
+	err = cEDUpdateCross(p, l, kp, vp, &kd, &vd, &out)
+	runtime.KeepAlive(e)
+	runtime.KeepAlive(key)
+	runtime.KeepAlive(value)
+	if err != nil {
+		return KV{}, err
+	}
+	return KV{viewFromC(&out.key, e.cross), viewFromC(&out.value, e.cross)}, nil
+}
+
+// Crop crops the self-attention cache only (cross K/V are never cropped).
+func (e *EncoderDecoderCache) Crop(tokens int64) error {
+	p, err := e.mut()
+	if err != nil {
+		return err
+	}
+	err = cEDCrop(p, tokens)
+	runtime.KeepAlive(e)
+	return err
+}
+
+// Reorder reorders both caches (beam search).
+func (e *EncoderDecoderCache) Reorder(beamIdx []int64) error {
+	p, err := e.mut()
+	if err != nil {
+		return err
+	}
+	err = cEDReorder(p, int64sPtr(beamIdx), len(beamIdx))
+	runtime.KeepAlive(e)
+	runtime.KeepAlive(beamIdx)
+	return err
+}
+
+// BatchRepeatInterleave repeats the rows of both caches; both must be
+// dynamic.
+func (e *EncoderDecoderCache) BatchRepeatInterleave(repeats int64) error {
+	p, err := e.mut()
+	if err != nil {
+		return err
+	}
+	err = cEDRepeatInterleave(p, repeats)
+	runtime.KeepAlive(e)
+	return err
+}
+
+// BatchSelectIndices keeps rows of both caches; both must be dynamic.
+func (e *EncoderDecoderCache) BatchSelectIndices(indices []int64) error {
+	p, err := e.mut()
+	if err != nil {
+		return err
+	}
+	err = cEDSelectIndices(p, int64sPtr(indices), len(indices))
+	runtime.KeepAlive(e)
+	runtime.KeepAlive(indices)
+	return err
+}
+
+// BatchSplit splits both caches (legacy EncoderDecoderCache.batch_split);
+// both must be dynamic. The pair itself is unchanged.
+func (e *EncoderDecoderCache) BatchSplit(fullBatchSize, splitSize int64) ([]*EncoderDecoderCache, error) {
+	p, err := e.get()
+	if err != nil {
+		return nil, err
+	}
+	// Never NULL: the library checks its arguments before the capacity.
+	handles := make([]unsafe.Pointer, max(1, splitCapacity(fullBatchSize, splitSize)))
+	n, err := cEDBatchSplit(p, fullBatchSize, splitSize, handles)
+	runtime.KeepAlive(e)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*EncoderDecoderCache, n)
+	for i := range out {
+		out[i] = newEncoderDecoder(handles[i], nil, nil)
+	}
+	return out, nil
+}
+
+// EncoderDecoderFromBatchSplits stacks splits of both caches into a new
+// pair; its IsUpdated flags are those of splits[0].
+func EncoderDecoderFromBatchSplits(splits []*EncoderDecoderCache) (*EncoderDecoderCache, error) {
+	if err := checkVersion(); err != nil {
+		return nil, err
+	}
+	handles := make([]unsafe.Pointer, len(splits))
+	for i, s := range splits {
+		p, err := s.get()
+		if err != nil {
+			return nil, err
+		}
+		handles[i] = p
+	}
+	p, err := cEDFromBatchSplits(handles)
+	for _, s := range splits {
+		runtime.KeepAlive(s)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return newEncoderDecoder(p, nil, nil), nil
+}
+
+// Reset resets both caches and marks every cross-attention layer as not
+// updated.
+func (e *EncoderDecoderCache) Reset() error {
+	p, err := e.mut()
+	if err != nil {
+		return err
+	}
+	err = cEDReset(p)
+	runtime.KeepAlive(e)
+	return err
+}
+
+// Clone returns a deep copy of both caches and the IsUpdated flags.
+func (e *EncoderDecoderCache) Clone() (*EncoderDecoderCache, error) {
+	p, err := e.get()
+	if err != nil {
+		return nil, err
+	}
+	q, err := cEDClone(p)
+	runtime.KeepAlive(e)
+	if err != nil {
+		return nil, err
+	}
+	return newEncoderDecoder(q, nil, nil), nil
+}
+
+func (e *EncoderDecoderCache) String() string {
+	if e == nil || e.o.p == nil {
+		return "EncoderDecoderCache(closed)"
+	}
+	return fmt.Sprintf("EncoderDecoderCache(self %d layers, cross %d layers)", e.self.NumLayers(), e.cross.NumLayers())
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The Rust bindings' checks, as `make test` runs them: formatting, clippy with
+# warnings as errors, and every test (unit, integration, doc) with the dlpack
+# feature, the examples, then a build with freshly generated bindings when
+# libclang exists.
+# Jobs: $JOBS (default 2). Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "rust: SKIPPED: cargo is not installed (install Rust with rustup)"
+    exit 0
+fi
+export CARGO_BUILD_JOBS=${JOBS:-2}
+features=(--workspace --features kvcache/dlpack)
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy "${features[@]}" --all-targets -- -D warnings
+echo "== cargo test"
+cargo test "${features[@]}" --no-fail-fast
+echo "== examples"
+cargo run -q -p kvcache --example decode >/dev/null
+cargo run -q -p kvcache --example beam_search >/dev/null
+echo "examples decode and beam_search ran"
+
+# kvcache-sys's `bindgen` feature needs libclang at build time.
+if ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* \
+    ${LIBCLANG_PATH:+"$LIBCLANG_PATH"/libclang*.so*} >/dev/null 2>&1; then
+    echo "== cargo check --features kvcache-sys/bindgen"
+    cargo check -p kvcache --features kvcache-sys/bindgen
+else
+    echo "rust: SKIPPED: the build with kvcache-sys/bindgen needs libclang, which is not installed"
+fi
+echo "rust: all checks passed"

@@ -1,0 +1,69 @@
+#![doc = include_str!("../../README.md")]
+//!
+//! # The API at a glance
+//!
+//! | C | Rust |
+//! |---|---|
+//! | `kvc_cache*` | [`Cache`] (owned, `Drop` frees it), [`CacheRef`] (borrowed) |
+//! | `kvc_encoder_decoder_cache*` | [`EncoderDecoderCache`] |
+//! | `kvc_error*` | [`Error`] (code + message), [`ErrorCode`] |
+//! | `kvc_tensor` input | [`TensorRef`] (borrows your data, shape and strides) |
+//! | `kvc_tensor` / `kvc_kv` output | [`TensorView`], [`KvView`]: borrow the cache |
+//! | `kvc_cache_options` | [`CacheBuilder`] with [`ModelConfig`], [`LayerOptions`], [`QuantOptions`] |
+//! | `kvc_update_options`, `kvc_init_options`, `kvc_conv_update_options` | [`UpdateOptions`], [`InitOptions`], [`ConvUpdateOptions`] |
+//! | `kvc_layer_info`, `kvc_memory_info` | [`LayerInfo`], [`MemoryInfo`] |
+//! | `kvc_version`, `kvc_features` | [`version()`], [`features()`], [`check_version()`] |
+//! | `kvc_dtype`, `kvc_data_type`, `kvc_device` | [`DType`], [`DataType`], [`Device`] |
+//!
+//! Every `kvc_*` function of the header is reachable from a method here; the
+//! raw bindings are re-exported as [`sys`].
+//!
+//! # Views and the borrow checker
+//!
+//! The C library returns views into cache-owned memory that are valid until
+//! the next call that mutates the cache. Here every view borrows the cache:
+//! views from `&self` methods ([`CacheRef::layer_view`]) borrow it shared,
+//! views from `&mut self` methods ([`CacheRef::update`]) borrow it
+//! exclusively. Either way no mutating call compiles while a view is alive,
+//! so a view can never dangle. Read what you need from a view (or copy it
+//! with [`TensorView::to_vec`]) before the next step.
+//!
+//! # Features
+//!
+//! - `dlpack`: [`TensorView::to_dlpack`] exports views as DLPack
+//!   `DLManagedTensorVersioned` (zero-copy or copied), and
+//!   [`TensorRef::from_dlpack`] accepts DLPack tensors as inputs; see the
+//!   [`dlpack`] module.
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod cache;
+mod device;
+mod dtype;
+mod encoder_decoder;
+mod error;
+mod options;
+mod tensor;
+mod version;
+
+#[cfg(feature = "dlpack")]
+pub mod dlpack;
+
+pub use cache::{Cache, CacheBuilder, CacheRef, LayerInfo, MaskSizes, MemoryInfo, StateViews};
+pub use device::{Device, DeviceType};
+pub use dtype::{DType, DataType, Element};
+pub use encoder_decoder::EncoderDecoderCache;
+pub use error::{Error, ErrorCode, Result};
+pub use options::{
+    ConvUpdateOptions, InitOptions, LayerKind, LayerOptions, LayerType, ModelConfig, Offload,
+    Preset, QuantMode, QuantOptions, Quantizer, UpdateOptions,
+};
+pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};
+pub use version::{
+    Features, HEADER_VERSION, Version, check_version, features, version, version_string,
+};
+
+/// The half-precision element types (re-exported from the `half` crate).
+pub use half::{bf16, f16};
+/// The raw C ABI (`kvcache-sys`), for what the safe API does not cover.
+pub use kvcache_sys as sys;

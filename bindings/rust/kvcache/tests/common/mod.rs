@@ -1,0 +1,169 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::io::Write;
+
+use kvcache::{CacheRef, DType, LayerInfo, MemoryInfo, TensorRef, TensorView, bf16, f16};
+
+/// Printed past the test harness's output capture.
+pub fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// The value every test tensor holds at `[b, h, t, d]`: a token identity that
+/// survives f32 exactly (t is the absolute position of the token).
+pub fn val(b: i64, h: i64, t: i64, d: i64) -> f32 {
+    (b * 1_000_000 + h * 10_000 + t * 10 + d % 10) as f32
+}
+
+/// A host tensor of f32 owning its data and shape.
+#[derive(Clone, Debug)]
+pub struct Host {
+    pub data: Vec<f32>,
+    pub shape: Vec<i64>,
+}
+
+impl Host {
+    /// `[batch, heads, tokens, dim]` holding tokens `first..first + tokens` (see `val`).
+    pub fn tokens(batch: i64, heads: i64, first: i64, tokens: i64, dim: i64) -> Host {
+        let mut data = Vec::new();
+        for b in 0..batch {
+            for h in 0..heads {
+                for t in first..first + tokens {
+                    for d in 0..dim {
+                        data.push(val(b, h, t, d));
+                    }
+                }
+            }
+        }
+        Host {
+            data,
+            shape: vec![batch, heads, tokens, dim],
+        }
+    }
+
+    /// Any shape filled by `f(flat index)`.
+    pub fn from_fn(shape: &[i64], f: impl Fn(usize) -> f32) -> Host {
+        let n: i64 = shape.iter().product();
+        Host {
+            data: (0..n as usize).map(f).collect(),
+            shape: shape.to_vec(),
+        }
+    }
+
+    pub fn t(&self) -> TensorRef<'_> {
+        TensorRef::new(&self.data, &self.shape).expect("a valid host tensor")
+    }
+}
+
+/// Same as `Host` in another element type.
+#[derive(Clone, Debug)]
+pub struct HostOf<T> {
+    pub data: Vec<T>,
+    pub shape: Vec<i64>,
+}
+
+impl<T: kvcache::Element> HostOf<T> {
+    pub fn convert(host: &Host, f: impl Fn(f32) -> T) -> HostOf<T> {
+        HostOf {
+            data: host.data.iter().map(|&x| f(x)).collect(),
+            shape: host.shape.clone(),
+        }
+    }
+
+    pub fn t(&self) -> TensorRef<'_> {
+        TensorRef::new(&self.data, &self.shape).expect("a valid host tensor")
+    }
+}
+
+/// The token positions a 4-D f32 view holds for row `b`, head `h`.
+pub fn positions(view: &TensorView<'_>, b: i64, h: i64) -> Vec<i64> {
+    let len = view.shape()[2];
+    (0..len)
+        .map(|s| {
+            let v = view.get::<f32>(&[b, h, s, 0]).expect("readable f32 view") as i64;
+            (v - b * 1_000_000 - h * 10_000) / 10
+        })
+        .collect()
+}
+
+/// The elements of a view as bit patterns (any dtype), row-major.
+pub fn bits(view: &TensorView<'_>) -> Vec<u32> {
+    match view.dtype() {
+        Some(DType::F32) => view
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect(),
+        Some(DType::F16) => view
+            .to_vec::<f16>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits() as u32)
+            .collect(),
+        Some(DType::BF16) => view
+            .to_vec::<bf16>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits() as u32)
+            .collect(),
+        other => panic!("unexpected dtype {other:?}"),
+    }
+}
+
+/// A layer's view shape and the bits of its keys and values.
+pub type LayerContents = (Vec<i64>, Vec<u32>, Vec<u32>);
+
+/// Everything observable about a cache, to check that a failed call changed nothing.
+#[derive(Debug, PartialEq)]
+pub struct Snapshot {
+    pub num_layers: u32,
+    pub infos: Vec<LayerInfo>,
+    pub contents: Vec<Option<LayerContents>>,
+    pub memory: MemoryInfo,
+    pub max_length_all: i64,
+}
+
+pub fn snapshot(cache: &CacheRef) -> Snapshot {
+    let num_layers = cache.num_layers();
+    let mut infos = Vec::new();
+    let mut contents = Vec::new();
+    for layer in 0..num_layers {
+        let info = cache.layer_info(layer).expect("layer_info");
+        let content = if info.is_initialized && !info.is_linear {
+            let kv = cache.layer_view(layer).expect("layer_view");
+            Some((kv.key.shape().to_vec(), bits(&kv.key), bits(&kv.value)))
+        } else {
+            None
+        };
+        infos.push(info);
+        contents.push(content);
+    }
+    Snapshot {
+        num_layers,
+        infos,
+        contents,
+        memory: cache.memory().expect("memory"),
+        max_length_all: cache.max_length_all().expect("max_length_all"),
+    }
+}
+
+/// Asserts that `result` is an error of `code` whose message names
+/// `function`, and returns the message.
+#[track_caller]
+pub fn expect_err<T: std::fmt::Debug>(
+    result: kvcache::Result<T>,
+    code: kvcache::ErrorCode,
+    function: &str,
+) -> String {
+    let err = result.expect_err("the call must fail");
+    assert_eq!(err.code(), code, "{err}");
+    assert!(
+        err.message().contains(function),
+        "message does not name {function}: {err}"
+    );
+    assert_eq!(err.raw_code(), code.raw());
+    assert!(err.to_string().contains(code.name()));
+    err.message().to_string()
+}
