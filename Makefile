@@ -21,7 +21,7 @@ BUILD_RELEASE := build-release
 # `make test` prepares the machine once and tells the suites it ran not to repeat it.
 SETUP_DEP := $(if $(SKIP_SETUP),,setup)
 
-.PHONY: all setup build test test-unit test-go test-rust sanitize fuzz demo bench install clean distclean
+.PHONY: all setup build test test-unit test-go test-rust test-python sanitize fuzz demo bench install clean distclean
 
 all: build
 
@@ -37,6 +37,7 @@ test: setup
 	@$(MAKE) --no-print-directory test-unit SKIP_SETUP=1
 	@$(MAKE) --no-print-directory test-go SKIP_SETUP=1
 	@$(MAKE) --no-print-directory test-rust SKIP_SETUP=1
+	@$(MAKE) --no-print-directory test-python SKIP_SETUP=1
 	@$(MAKE) --no-print-directory sanitize SKIP_SETUP=1
 	@$(MAKE) --no-print-directory fuzz SKIP_SETUP=1
 	@echo "make test: all suites passed"
@@ -56,6 +57,11 @@ test-go: build
 # library from these sources into bindings/rust/target.
 test-rust: $(SETUP_DEP)
 	JOBS=$(JOBS) bindings/rust/check.sh
+
+# The Python binding (bindings/python/check.sh): pip-installs the package into .venv (scikit-build-core +
+# SWIG, compiling this tree's C sources; build tree in bindings/python/build), then its pytest suite.
+test-python: $(SETUP_DEP)
+	JOBS=$(JOBS) bindings/python/check.sh
 
 sanitize: $(SETUP_DEP)
 	$(CONFIGURE) -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DKVC_SANITIZE=ON

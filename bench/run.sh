@@ -51,6 +51,16 @@ else
     echo "SKIPPED: the Rust benchmark needs cargo"
 fi
 echo
+echo "== Python (bindings/python: kvcache vs transformers' DynamicCache/StaticCache, torch CPU)"
+if [ -x "$ROOT/.venv/bin/python" ] && "$ROOT/.venv/bin/python" -c 'import torch, transformers, scikit_build_core' >/dev/null 2>&1; then
+    CMAKE_BUILD_PARALLEL_LEVEL=2 "$ROOT/.venv/bin/python" -m pip install -q --disable-pip-version-check \
+        --no-build-isolation --no-deps "$ROOT/bindings/python"
+    "$ROOT/.venv/bin/python" "$ROOT/bench/bench_python.py" --json "$JSON" ${KVC_BENCH_PYTHON_ARGS:-}
+    PY_BENCH=1
+else
+    echo "SKIPPED: the Python benchmark needs .venv with torch, transformers and scikit-build-core (make setup)"
+fi
+echo
 echo "== bench_quantized"
 "$(find_bin bench_quantized)" --json "$JSON" "${EXTRA[@]}"
 echo
@@ -120,6 +130,10 @@ if [ -n "${RUST_BENCH:-}" ]; then
         "x <= 0.05" "$(value decode_append kvcache-rust append_binding_share_of_c_1k)"
     check "Rust safe API: binding cost per append <= 5% of the C append (32 x update, 1k)" \
         "x <= 0.05" "$(value decode_append kvcache-rust append_loop_binding_share_of_c_1k)"
+fi
+if [ -n "${PY_BENCH:-}" ]; then
+    check "Python: kvcache update@8k >= 10x faster than transformers' DynamicCache.update (same tensors)" \
+        "x >= 10" "$(value python_update kvcache-python dynamic_over_kvcache_8k)"
 fi
 if command -v go >/dev/null 2>&1; then
     check "Go binding: Step.Update / C update_all in one process, 1k <= 1.10" \

@@ -1,0 +1,118 @@
+"""kvcache: the key/value caches of transformer inference, over a C library.
+
+Every cache kind of Hugging Face transformers (dynamic, static, sliding window,
+hybrid, chunked, quantized, offloaded, sink, encoder-decoder, Mamba state) with
+transformers' method names and semantics. Inputs are any tensors with
+``__dlpack__`` (torch, numpy >= 2, cupy, jax) or numpy arrays; outputs are
+zero-copy :class:`View` objects over the cache's memory, which
+``torch.from_dlpack(view)`` and ``numpy.from_dlpack(view)`` turn into tensors
+sharing that memory. A view is valid until the next call that mutates its
+cache.
+
+    >>> import numpy as np, kvcache
+    >>> cache = kvcache.DynamicCache()
+    >>> k = np.random.rand(1, 8, 4, 64).astype(np.float32)
+    >>> keys, values = cache.update(k, k, layer_idx=0)
+    >>> np.shares_memory(np.from_dlpack(keys), np.from_dlpack(cache.layer_view(0).keys))
+    True
+
+``kvcache.transformers`` (needs torch and transformers >= 5) has drop-in
+replacements for transformers' caches, usable as ``past_key_values`` in
+``model.generate``.
+"""
+from __future__ import annotations
+
+from . import _lib
+from ._errors import (
+    DeviceMismatchError,
+    DtypeMismatchError,
+    InternalError,
+    InvalidArgumentError,
+    InvalidStateError,
+    KvcacheError,
+    NoDeviceError,
+    OutOfMemoryError,
+    OutOfRangeError,
+    ShapeMismatchError,
+    StaleViewError,
+    UnsupportedError,
+    VersionMismatchError,
+)
+from ._types import (
+    DeviceType,
+    Dtype,
+    LayerInfo,
+    LayerKind,
+    LayerSpec,
+    LayerType,
+    MemoryInfo,
+    ModelConfig,
+    Offload,
+    Preset,
+    QuantMode,
+    QuantOptions,
+    Quantizer,
+)
+from ._cache import (
+    KV,
+    Cache,
+    CustomCache,
+    DynamicCache,
+    EncoderDecoderCache,
+    HybridCache,
+    HybridChunkedCache,
+    HybridMambaAttentionDynamicCache,
+    Layer,
+    MambaCache,
+    OffloadedCache,
+    OffloadedHybridCache,
+    OffloadedStaticCache,
+    QuantizedCache,
+    SinkCache,
+    SlidingWindowCache,
+    StaticCache,
+)
+
+View = _lib.View
+
+#: The version of the C library this package runs on ("MAJOR.MINOR.PATCH").
+__version__: str = _lib.kvc_version_string()
+
+#: The version of the C headers the extension was generated from.
+HEADER_VERSION: int = _lib.KVC_VERSION_NUMBER
+
+
+def version() -> str:
+    """The version of the loaded C library, ``"MAJOR.MINOR.PATCH"``."""
+    return _lib.kvc_version_string()
+
+
+def features() -> set:
+    """Capabilities usable now: a subset of ``{"cpu", "cuda", "hip", "backend_dl"}``."""
+    bits = _lib.kvc_features()
+    names = {"cpu": _lib.KVC_FEATURE_CPU, "cuda": _lib.KVC_FEATURE_CUDA, "hip": _lib.KVC_FEATURE_HIP,
+             "backend_dl": _lib.KVC_FEATURE_BACKEND_DL}
+    return {name for name, bit in names.items() if bits & bit}
+
+
+def _check_abi() -> None:
+    loaded = _lib.kvc_version()
+    if loaded // 10000 != _lib.KVC_VERSION_MAJOR:
+        raise ImportError(f"kvcache: the extension was built for ABI {_lib.KVC_VERSION_MAJOR}.x but the C library "
+                          f"loaded is {_lib.kvc_version_string()}; rebuild the package")
+
+
+_check_abi()
+
+__all__ = [
+    "__version__", "version", "features", "HEADER_VERSION",
+    "View", "KV", "Cache", "Layer",
+    "DynamicCache", "StaticCache", "SlidingWindowCache", "HybridCache", "HybridChunkedCache", "QuantizedCache",
+    "OffloadedCache", "OffloadedStaticCache", "OffloadedHybridCache", "SinkCache", "MambaCache",
+    "HybridMambaAttentionDynamicCache", "CustomCache", "EncoderDecoderCache",
+    "LayerKind", "LayerType", "Preset", "Offload", "Dtype", "Quantizer", "QuantMode", "DeviceType",
+    "LayerSpec", "ModelConfig", "QuantOptions", "LayerInfo", "MemoryInfo",
+    "KvcacheError", "InvalidArgumentError", "OutOfRangeError", "DtypeMismatchError", "ShapeMismatchError",
+    "DeviceMismatchError", "UnsupportedError", "InvalidStateError", "OutOfMemoryError", "NoDeviceError",
+    "VersionMismatchError", "InternalError", "StaleViewError",
+]

@@ -1,0 +1,573 @@
+"""Drop-in replacements for transformers' cache classes, backed by kvcache's C layers.
+
+Needs torch and transformers >= 5 (``pip install kvcache[transformers]``). The
+classes subclass transformers' own (``isinstance(cache, transformers.DynamicCache)``
+holds), their ``layers`` implement transformers' layer interface over the
+layers of one C cache, and every operation ``generate`` uses (update, masks,
+beam reorder, crop for assisted decoding, batch repeat/select, reset, deepcopy)
+runs in C::
+
+    >>> import torch, transformers, kvcache.transformers as kvt
+    >>> config = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64,
+    ...                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    >>> model = transformers.LlamaForCausalLM(config).eval()
+    >>> ids = torch.tensor([[1, 2, 3]])
+    >>> out = model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False,
+    ...                      past_key_values=kvt.DynamicCache(config=model.config))
+    >>> out.shape
+    torch.Size([1, 7])
+
+Tensors returned by ``update`` are zero-copy views of the cache's memory, valid
+until the next update of that cache (transformers' attention consumes them
+before that). The caches live on the CPU.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+import transformers
+from transformers import cache_utils as _tcu
+
+from . import _cache, _lib
+from ._errors import KvcacheError
+from ._types import LayerKind, LayerSpec, Offload, Preset, QuantOptions
+
+__all__ = [
+    "DynamicCache",
+    "StaticCache",
+    "SlidingWindowCache",
+    "HybridCache",
+    "HybridChunkedCache",
+    "OffloadedCache",
+    "OffloadedStaticCache",
+    "QuantizedCache",
+    "EncoderDecoderCache",
+    "KvcacheLayer",
+    "KvcacheLinearLayer",
+    "layer_specs_from_config",
+]
+
+_TRANSFORMERS_MAJOR = int(transformers.__version__.split(".")[0])
+if _TRANSFORMERS_MAJOR < 5:
+    raise ImportError(f"kvcache.transformers needs transformers >= 5 (found {transformers.__version__})")
+
+_from_dlpack = torch.utils.dlpack.from_dlpack
+_update_fast = _lib._update_fast
+
+_SLIDING = {LayerKind.DYNAMIC_SLIDING, LayerKind.DYNAMIC_CHUNKED, LayerKind.STATIC_SLIDING,
+            LayerKind.STATIC_CHUNKED, LayerKind.LINEAR_DYNAMIC_SLIDING, LayerKind.LINEAR_STATIC_SLIDING}
+_LINEAR = {LayerKind.LINEAR, LayerKind.LINEAR_DYNAMIC, LayerKind.LINEAR_DYNAMIC_SLIDING, LayerKind.LINEAR_STATIC,
+           LayerKind.LINEAR_STATIC_SLIDING}
+
+
+def _torch(view: Any) -> Optional[torch.Tensor]:
+    return None if view is None else _from_dlpack(view._capsule())
+
+
+def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len: int = 0) -> List[LayerSpec]:
+    """The kvcache layers transformers builds for ``config`` (``DynamicCache(config)``/``StaticCache(config, n)``).
+
+    Uses transformers' own ``get_layer_types_and_kwargs``, so windows, chunk sizes and state counts are exactly
+    what transformers would use.
+    """
+    text_config = config.get_text_config(decoder=True)
+    layer_types, per_layer_kwargs = _tcu.get_layer_types_and_kwargs(text_config)
+    conv_kernel = int(getattr(text_config, "conv_kernel", 0) or 0)
+    specs: List[LayerSpec] = []
+    for i, (layer_type, kw) in enumerate(zip(layer_types, per_layer_kwargs)):
+        window = int(kw.get("sliding_window") or 0)
+        states = int(kw.get("number_of_states") or 0)
+        if layer_type == "full_attention":
+            specs.append(LayerSpec(LayerKind.STATIC, max_cache_len=max_cache_len) if static
+                         else LayerSpec(LayerKind.DYNAMIC))
+        elif layer_type in ("sliding_attention", "chunked_attention"):
+            chunked = layer_type == "chunked_attention"
+            if static:
+                kind = LayerKind.STATIC_CHUNKED if chunked else LayerKind.STATIC_SLIDING
+                specs.append(LayerSpec(kind, window=window, max_cache_len=max_cache_len))
+            else:
+                kind = LayerKind.DYNAMIC_CHUNKED if chunked else LayerKind.DYNAMIC_SLIDING
+                specs.append(LayerSpec(kind, window=window))
+        elif layer_type in ("conv", "linear_attention"):
+            specs.append(LayerSpec(LayerKind.LINEAR, num_states=states, conv_kernel_size=conv_kernel))
+        elif layer_type == "hybrid":
+            kind = LayerKind.LINEAR_STATIC if static else LayerKind.LINEAR_DYNAMIC
+            specs.append(LayerSpec(kind, max_cache_len=max_cache_len if static else 0, num_states=states,
+                                   conv_kernel_size=conv_kernel))
+        elif layer_type == "hybrid_sliding":
+            kind = LayerKind.LINEAR_STATIC_SLIDING if static else LayerKind.LINEAR_DYNAMIC_SLIDING
+            specs.append(LayerSpec(kind, window=window, max_cache_len=max_cache_len if static else 0,
+                                   num_states=states, conv_kernel_size=conv_kernel))
+        else:
+            raise NotImplementedError(f"kvcache.transformers: layer {i} has layer type {layer_type!r}, which kvcache "
+                                      "has no layer kind for (KV-sharing placeholders, indexed attention)")
+    return specs
+
+
+# ---------------------------------------------------------------- layers
+
+class KvcacheLayer(_tcu.CacheLayerMixin):
+    """One attention layer of a kvcache-backed cache: transformers' layer interface over C layer ``index``.
+
+    ``keys``/``values`` are zero-copy torch views of what the layer stores. Operations that act on the whole
+    cache in C (crop, reorder, batch operations, reset) are called on the cache.
+    """
+
+    def __init__(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
+        self._cache = cache
+        self._index = index
+        self.kind = kind
+        self.is_sliding = kind in _SLIDING
+        self.is_compileable = kind in (LayerKind.STATIC, LayerKind.STATIC_SLIDING, LayerKind.STATIC_CHUNKED)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._index}, {self.kind.name.lower()})"
+
+    @property
+    def is_croppable(self) -> bool:  # type: ignore[override]
+        return self.kind not in (LayerKind.STATIC, LayerKind.STATIC_SLIDING, LayerKind.STATIC_CHUNKED)
+
+    @property
+    def info(self):
+        return self._cache._kv.layer_info(self._index)
+
+    @property
+    def is_initialized(self) -> bool:  # type: ignore[override]
+        return self.info.is_initialized
+
+    @property
+    def keys(self) -> Optional[torch.Tensor]:  # type: ignore[override]
+        kv = self._cache._kv._layer_view_or_none(self._index)
+        return None if kv is None else _torch(kv.keys)
+
+    @property
+    def values(self) -> Optional[torch.Tensor]:  # type: ignore[override]
+        kv = self._cache._kv._layer_view_or_none(self._index)
+        return None if kv is None else _torch(kv.values)
+
+    @property
+    def max_cache_len(self) -> int:
+        return self._cache._kv.get_max_length(self._index)
+
+    @property
+    def sliding_window(self) -> Optional[int]:
+        w = self.info.window
+        return w or None
+
+    @property
+    def cumulative_length(self) -> int:
+        return self.get_seq_length()
+
+    @property
+    def record_past(self) -> bool:
+        return self.info.records_past
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> None:
+        # A zero-token update fixes the layer's batch, heads, head dims and dtype without storing anything.
+        self._cache.update(key_states[..., :0, :], value_states[..., :0, :], self._index)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        return self._cache.update(key_states, value_states, self._index, *args, **kwargs)
+
+    def get_seq_length(self) -> int:
+        return self._cache._kv.get_seq_length(self._index)
+
+    def get_max_length(self) -> int:
+        return self._cache._kv.get_max_length(self._index)
+
+    def get_mask_sizes(self, query_length: int) -> Tuple[int, int]:
+        return self._cache._kv.get_mask_sizes(query_length, self._index)
+
+    def offload(self) -> None:
+        self._cache._kv.offload(self._index)
+
+    def prefetch(self) -> None:
+        self._cache._kv.prefetch(self._index)
+
+    def _whole_cache(self, name: str):
+        raise NotImplementedError(f"kvcache layers are parts of one C cache: call {name} on the cache, which "
+                                  "applies it to every layer in one call")
+
+    def reset(self) -> None:
+        self._whole_cache("reset()")
+
+    def crop(self, tokens_to_remove: int) -> None:
+        self._whole_cache("crop()")
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._whole_cache("reorder_cache()")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._whole_cache("batch_repeat_interleave()")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._whole_cache("batch_select_indices()")
+
+
+class KvcacheLinearLayer(_tcu.LinearAttentionCacheLayerMixin, KvcacheLayer):
+    """A linear-attention layer (conv and SSM states; and K/V for the hybrid kinds) over a C layer."""
+
+    supports_early_init = False
+
+    def __init__(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
+        KvcacheLayer.__init__(self, cache, index, kind)
+        self.supports_early_init = kind != LayerKind.LINEAR
+
+    def __repr__(self) -> str:
+        return KvcacheLayer.__repr__(self)
+
+    @property
+    def number_of_states(self) -> int:
+        return max(1, self.info.num_states)
+
+    @property
+    def conv_states(self) -> dict:
+        return {i: self._cache.get_conv_state(self._index, i) for i in range(self.number_of_states)}
+
+    @property
+    def recurrent_states(self) -> dict:
+        return {i: self._cache.get_recurrent_state(self._index, i) for i in range(self.number_of_states)}
+
+    @property
+    def has_previous_state(self) -> dict:  # type: ignore[override]
+        return {i: self._cache.has_previous_state(self._index, i) for i in range(self.number_of_states)}
+
+    @property
+    def is_croppable(self) -> bool:  # type: ignore[override]
+        return False
+
+    def lazy_initialization(self, *args, **kwargs) -> None:
+        if len(args) == 2 and self.kind != LayerKind.LINEAR:
+            KvcacheLayer.lazy_initialization(self, *args)
+
+    def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
+        return self._cache.update_conv_state(conv_states, self._index, state_idx, **kwargs)
+
+    def update_recurrent_state(self, recurrent_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
+        return self._cache.update_recurrent_state(recurrent_states, self._index, state_idx)
+
+    def get_max_length(self) -> int:
+        return KvcacheLayer.get_max_length(self)
+
+    def offload(self) -> None:
+        KvcacheLayer.offload(self)
+
+    def prefetch(self) -> None:
+        KvcacheLayer.prefetch(self)
+
+    def reset(self) -> None:
+        KvcacheLayer.reset(self)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        KvcacheLayer.crop(self, tokens_to_remove)
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        KvcacheLayer.reorder_cache(self, beam_idx)
+
+    def activate_past_recording(self) -> None:
+        self._whole_cache("activate_past_recording()")
+
+
+# ---------------------------------------------------------------- caches
+
+class _KvcacheCache:
+    """transformers' Cache API over one kvcache cache (``self._kv``); mixed into subclasses of transformers' caches."""
+
+    _kv: _cache.Cache
+    layers: list
+
+    def _attach(self, kv: _cache.Cache, *, offloading: bool = False, offload_only_non_sliding: bool = True) -> None:
+        self._kv = kv
+        self._handle = kv._handle
+        self._recording = False
+        _tcu.Cache.__init__(self, layers=[])
+        # kvcache offloads inside the C update; transformers' stream-based offloading stays off.
+        self.offloading = False
+        self._offloading_requested = offloading
+        self.only_non_sliding = offload_only_non_sliding
+        self._sync_layers()
+
+    def _sync_layers(self) -> None:
+        n = len(self._kv)
+        for i in range(len(self.layers), n):
+            kind = self._kv.layer_info(i).kind
+            cls = KvcacheLinearLayer if kind in _LINEAR else KvcacheLayer
+            self.layers.append(cls(self, i, kind))
+
+    @classmethod
+    def _wrap(cls, kv: _cache.Cache, like: Optional["_KvcacheCache"] = None):
+        obj = cls.__new__(cls)
+        obj._attach(kv)
+        if like is not None:
+            obj._recording = like._recording
+            obj._offloading_requested = like._offloading_requested
+            obj.only_non_sliding = like.only_non_sliding
+        return obj
+
+    # -- update
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        cache_kwargs = args[0] if args else kwargs.get("cache_kwargs")
+        if key_states.requires_grad or value_states.requires_grad:
+            key_states, value_states = key_states.detach(), value_states.detach()
+        if cache_kwargs and any(cache_kwargs.get(k) is not None for k in ("cos", "sin", "cache_position")):
+            kv = self._kv.update(key_states, value_states, layer_idx, cache_kwargs)
+            out = (_torch(kv.keys), _torch(kv.values))
+        else:
+            out = _update_fast(self._handle, layer_idx, key_states, value_states, _from_dlpack)
+        if layer_idx >= len(self.layers):
+            self._sync_layers()
+        return out
+
+    # -- queries
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self._kv.get_seq_length(layer_idx)
+
+    def get_max_length(self, layer_idx: Optional[int] = None) -> int:
+        return self._kv.get_max_length(layer_idx)
+
+    def get_max_cache_shape(self, layer_idx: Optional[int] = None) -> int:
+        return self._kv.get_max_length(layer_idx)
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int) -> Tuple[int, int]:
+        return self._kv.get_mask_sizes(query_length, layer_idx)
+
+    def get_usable_length(self, new_seq_length: int, layer_idx: int = 0) -> int:
+        return self._kv.get_usable_length(new_seq_length, layer_idx)
+
+    @property
+    def batch_size(self) -> int:
+        return self._kv.batch_size
+
+    @property
+    def is_compileable(self) -> bool:
+        return len(self.layers) > 0 and all(layer.is_compileable for layer in self.layers)
+
+    @property
+    def is_initialized(self) -> bool:
+        layers = [layer for layer in self.layers if layer.supports_early_init]
+        return len(layers) > 0 and all(layer.is_initialized for layer in layers)
+
+    @property
+    def is_croppable(self) -> bool:
+        return all(layer.is_croppable for layer in self.layers)
+
+    @property
+    def is_sliding(self) -> List[bool]:
+        return [layer.is_sliding for layer in self.layers]
+
+    @property
+    def is_linear(self) -> List[bool]:
+        return [self._kv.layer_info(i).is_linear if layer.kind in _LINEAR else False
+                for i, layer in enumerate(self.layers)]
+
+    @property
+    def is_dummy(self) -> List[bool]:
+        return [False] * len(self.layers)
+
+    def is_recording_past(self, layer_idx: int) -> bool:
+        return self._recording and (self.layers[layer_idx].is_sliding or self.layers[layer_idx].kind in _LINEAR)
+
+    # -- operations on every layer, one C call each
+    def crop(self, tokens_to_remove: int) -> None:
+        self._kv.crop(tokens_to_remove)
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._kv.reorder_cache(beam_idx.cpu() if isinstance(beam_idx, torch.Tensor) else beam_idx)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._kv.batch_repeat_interleave(repeats)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if isinstance(indices, torch.Tensor):
+            indices = indices.cpu()
+            if indices.dtype == torch.bool:
+                indices = indices.nonzero().flatten()
+        self._kv.batch_select_indices(indices)
+
+    def reset(self) -> None:
+        self._kv.reset()
+
+    def activate_past_recording(self) -> None:
+        self._kv.activate_past_recording()
+        self._recording = True
+
+    def early_initialization(self, batch_size: int, num_heads, head_dim, dtype: torch.dtype,
+                             device: Any = None) -> None:
+        self._kv.early_initialization(batch_size, num_heads, head_dim, dtype)
+
+    def offload(self, layer_idx: int, only_non_sliding: bool = True) -> None:
+        if not (only_non_sliding and self.layers[layer_idx].is_sliding):
+            self._kv.offload(layer_idx)
+
+    def prefetch(self, layer_idx: int, only_non_sliding: bool = True) -> None:
+        self._kv.prefetch(layer_idx)
+
+    # -- linear attention (Mamba, Jamba, Bamba): states are zero-copy torch views of C memory
+    def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> Optional[torch.Tensor]:
+        if not self._kv.has_previous_state(layer_idx, state_idx):
+            return None
+        return _torch(self._kv.get_conv_state(layer_idx, state_idx))
+
+    def get_recurrent_state(self, layer_idx: int, state_idx: int = 0) -> Optional[torch.Tensor]:
+        if not self._kv.has_previous_state(layer_idx, state_idx):
+            return None
+        return _torch(self._kv.get_recurrent_state(layer_idx, state_idx))
+
+    def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, state_idx: int = 0,
+                          **kwargs) -> torch.Tensor:
+        view = self._kv.update_conv_state(conv_states.detach(), layer_idx, state_idx,
+                                          conv_kernel_size=kwargs.get("conv_kernel_size"),
+                                          cache_position=kwargs.get("cache_position"))
+        return _torch(view)
+
+    def update_recurrent_state(self, recurrent_states: torch.Tensor, layer_idx: int, state_idx: int = 0,
+                               **kwargs) -> torch.Tensor:
+        return _torch(self._kv.update_recurrent_state(recurrent_states.detach(), layer_idx, state_idx))
+
+    def has_previous_state(self, layer_idx: Optional[int] = None, state_idx: Optional[int] = None) -> bool:
+        if layer_idx is not None and layer_idx >= len(self.layers):
+            return False
+        try:
+            return self._kv.has_previous_state(layer_idx, state_idx)
+        except KvcacheError as e:
+            raise ValueError(str(e)) from e
+
+    # -- python protocol
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __iter__(self) -> Iterator[Tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]]:
+        for layer in self.layers:
+            w = layer.sliding_window
+            yield layer.keys, layer.values, (torch.tensor(w) if layer.is_sliding and w else None)
+
+    def __deepcopy__(self, memo):
+        return type(self)._wrap(self._kv.clone(), like=self)
+
+    def __copy__(self):
+        return self.__deepcopy__({})
+
+    def __repr__(self) -> str:
+        return f"kvcache.transformers.{type(self).__name__}({self._kv!r})"
+
+    @property
+    def kvcache(self) -> _cache.Cache:
+        """The underlying :class:`kvcache.Cache` (zero-copy views, memory info, update_all ...)."""
+        return self._kv
+
+
+def _offload_mode(offloading: bool, only_non_sliding: bool) -> Offload:
+    if not offloading:
+        return Offload.DEFAULT
+    return Offload.NON_SLIDING if only_non_sliding else Offload.ALL
+
+
+class DynamicCache(_KvcacheCache, _tcu.DynamicCache):
+    """transformers' DynamicCache over kvcache: ``DynamicCache(config=model.config)`` (or lazy without a config)."""
+
+    def __init__(self, ddp_cache_data: Optional[Sequence[Tuple[torch.Tensor, ...]]] = None, config: Any = None,
+                 offloading: bool = False, offload_only_non_sliding: bool = False) -> None:
+        offload = _offload_mode(offloading, offload_only_non_sliding)
+        pairs = None if ddp_cache_data is None else [tuple(p)[:2] for p in ddp_cache_data]
+        kv = _cache.Cache.__new__(_cache.Cache)
+        if config is not None:
+            kv._create(Preset.CUSTOM, None, layers=layer_specs_from_config(config), offload=offload,
+                       from_tensors=pairs)
+        else:
+            kv._create(Preset.DYNAMIC, None, offload=offload, from_tensors=pairs)
+        self._attach(kv, offloading=offloading, offload_only_non_sliding=offload_only_non_sliding)
+
+
+class OffloadedCache(DynamicCache):
+    """DynamicCache(offloading=True): layers rest in the host tier between their updates."""
+
+    def __init__(self, config: Any = None, offload_only_non_sliding: bool = False) -> None:
+        super().__init__(config=config, offloading=True, offload_only_non_sliding=offload_only_non_sliding)
+
+
+class StaticCache(_KvcacheCache, _tcu.StaticCache):
+    """transformers' StaticCache(config, max_cache_len) over kvcache: one static layer per config layer type."""
+
+    def __init__(self, config: Any, max_cache_len: int, offloading: bool = False,
+                 offload_only_non_sliding: bool = True, **kwargs: Any) -> None:
+        kv = _cache.Cache.__new__(_cache.Cache)
+        kv._create(Preset.CUSTOM, None, layers=layer_specs_from_config(config, static=True,
+                                                                        max_cache_len=max_cache_len),
+                   offload=_offload_mode(offloading, offload_only_non_sliding))
+        self._attach(kv, offloading=offloading, offload_only_non_sliding=offload_only_non_sliding)
+        self.max_cache_len = max_cache_len
+
+
+class SlidingWindowCache(StaticCache):
+    """As in transformers 5, an alias of StaticCache: layers follow the config (sliding where it says so)."""
+
+
+class HybridCache(StaticCache):
+    """As in transformers 5, an alias of StaticCache (Gemma 2/3 configs give sliding and full layers)."""
+
+
+class HybridChunkedCache(StaticCache):
+    """As in transformers 5, an alias of StaticCache (chunked layers where the config says so)."""
+
+
+class OffloadedStaticCache(StaticCache):
+    """StaticCache(offloading=True): non-sliding layers rest in the host tier between their updates."""
+
+    def __init__(self, config: Any, max_cache_len: int, offload_only_non_sliding: bool = True, **kwargs: Any):
+        super().__init__(config, max_cache_len, offloading=True, offload_only_non_sliding=offload_only_non_sliding)
+
+
+class QuantizedCache(_KvcacheCache, _tcu.QuantizedCache):
+    """transformers' QuantizedCache(backend, config, ...) over kvcache's quantized layers.
+
+    ``mode="transformers"`` (the default here) follows transformers' quantization timeline exactly, so a model
+    generates the same tokens as with transformers' QuantizedCache; ``mode="incremental"`` quantizes each token
+    once (constant cost per step).
+    """
+
+    def __init__(self, backend: str, config: Any, nbits: Optional[int] = None, axis_key: Optional[int] = None,
+                 axis_value: Optional[int] = None, q_group_size: Optional[int] = None,
+                 residual_length: Optional[int] = None, mode: str = "transformers") -> None:
+        if backend not in ("quanto", "hqq"):
+            raise ValueError(f"kvcache.transformers.QuantizedCache: backend {backend!r}; kvcache implements "
+                             "'quanto' and 'hqq'")
+        text_config = config.get_text_config(decoder=True)
+        layer_types, _ = _tcu.get_layer_types_and_kwargs(text_config)
+        invalid = set(layer_types) - {"full_attention"}
+        if invalid:
+            raise ValueError("`QuantizedCache` is only supported for models with only full attention layers. "
+                             f"We found the following invalid layer types: {invalid}")
+        d = QuantOptions()
+        quant = QuantOptions(quantizer=backend, mode=mode,
+                             nbits=d.nbits if nbits is None else nbits,
+                             axis_key=d.axis_key if axis_key is None else axis_key,
+                             axis_value=d.axis_value if axis_value is None else axis_value,
+                             q_group_size=d.q_group_size if q_group_size is None else q_group_size,
+                             residual_length=d.residual_length if residual_length is None else residual_length)
+        specs = [LayerSpec(LayerKind.QUANTIZED, quant=quant) for _ in range(text_config.num_hidden_layers)]
+        kv = _cache.Cache.__new__(_cache.Cache)
+        kv._create(Preset.CUSTOM, None, layers=specs)
+        self._attach(kv)
+        self.backend = backend
+
+
+class EncoderDecoderCache(_tcu.EncoderDecoderCache):
+    """transformers' EncoderDecoderCache whose two caches are kvcache-backed DynamicCaches.
+
+    ``EncoderDecoderCache(config=model.config)`` builds both; ``EncoderDecoderCache(self_cache, cross_cache)`` takes
+    two caches as transformers does.
+    """
+
+    def __init__(self, *caches: Any, config: Any = None) -> None:
+        if config is not None and not caches:
+            caches = (DynamicCache(config=config), DynamicCache(config=config))
+        if len(caches) != 2:
+            raise ValueError("kvcache.transformers.EncoderDecoderCache(self_attention_cache, cross_attention_cache) "
+                             "or EncoderDecoderCache(config=...)")
+        super().__init__(*caches)
+
+    def __deepcopy__(self, memo):
+        out = type(self)(self.self_attention_cache.__deepcopy__(memo), self.cross_attention_cache.__deepcopy__(memo))
+        out.is_updated = dict(self.is_updated)
+        return out
