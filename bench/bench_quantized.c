@@ -11,7 +11,12 @@
  *     1.2). Transformers mode re-quantizes the whole history every
  *     residual_length steps (as transformers does): reported as the mean
  *     over one such cycle, and split into its ordinary steps and its flush.
- *  3. Dequantization error on random normal data [1, 8, 1024, 128]: mean
+ *  3. Compact mode (KVC_QUANT_MODE_COMPACT): bytes_reserved per cached
+ *     token against a bfloat16 dynamic cache, with and without the working
+ *     copy the cache's compact layers share (a model's 32 layers share one),
+ *     and its per-step cost at 1k and 32k, which grows with the context (each
+ *     step dequantizes the history): reported, no target.
+ *  4. Dequantization error on random normal data [1, 8, 1024, 128]: mean
  *     |error| / mean |x| and max |error| / max |x|, through the cache.
  *
  * Medians over repetitions; repetitions alternate between the lengths, so
@@ -292,6 +297,67 @@ static void bench_steps(bench_results* res, const bench_args* args) {
   inputs_free(&tf_in);
 }
 
+/* ------------------------------------------------------------------ compact mode */
+
+static void bench_compact(bench_results* res, const bench_args* args) {
+  const int64_t n = 1024 + RESIDUAL;
+  kvc_cache* c = make_cache(KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_COMPACT, 4, 0, RESIDUAL);
+  append(c, n, 3);
+  expect(quantized_length(c) == 1024 && seq_length(c) == n, "compact: 1024 quantized tokens");
+  kvc_cache* d = NULL;
+  kvc_cache_options opt = KVC_CACHE_OPTIONS_INIT;
+  bench_check(kvc_cache_create(&opt, &d), "kvc_cache_create");
+  append(d, n, 3);
+  double compact = (double)memory(c).bytes_reserved / (double)n, plain = (double)memory(d).bytes_reserved / (double)n;
+  double copy = (double)(TOKEN_ELEMS * 2 * sizeof(uint16_t)); /* the shared working copy, per token of one layer */
+  printf("compact mode, quanto 4-bit g64, %lld tokens: bytes_reserved per cached token (one layer)\n", (long long)n);
+  printf("  %-40s %8.1f\n", "bfloat16 dynamic", plain);
+  printf("  %-40s %8.1f  (%.2fx of bf16)\n", "compact, with the shared working copy", compact, compact / plain);
+  printf("  %-40s %8.1f  (%.2fx of bf16)\n", "compact, working copy shared by 32 layers", compact - copy + copy / 32,
+         (compact - copy + copy / 32) / plain);
+  bench_add(res, "quantized_compact", "kvcache-c", "bytes_per_token_dynamic_bf16", plain, "bytes");
+  bench_add(res, "quantized_compact", "kvcache-c", "bytes_per_token_compact_q4", compact, "bytes");
+  bench_add(res, "quantized_compact", "kvcache-c", "bytes_per_token_compact_q4_32_layers", compact - copy + copy / 32,
+            "bytes");
+  kvc_cache_destroy(c);
+  kvc_cache_destroy(d);
+
+  /* Per-step cost: few steps and repetitions, a 32k step dequantizes 64 Mi elements. */
+  int reps = args->reps ? (args->reps < 5 ? args->reps : 5) : 5, steps = args->steps < 8 ? args->steps : 8;
+  int64_t defaults[2] = {1024, 32768};
+  const int64_t* lengths = args->context ? &args->context : defaults;
+  int nlengths = args->context ? 1 : 2;
+  step_inputs in;
+  inputs_init(&in, steps);
+  double* each = bench_alloc(sizeof(double) * (size_t)steps);
+  double* per = bench_alloc(sizeof(double) * (size_t)reps);
+  printf("compact mode per-step cost (%d repetitions of %d steps)\n", reps, steps);
+  for (int i = 0; i < nlengths; i++) {
+    kvc_cache* k = make_cache(KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_COMPACT, 4, 0, RESIDUAL);
+    append(k, lengths[i], 7);
+    time_steps(k, &in, each); /* warm-up: the scratch and the group buffers grow */
+    restore_incremental(k, lengths[i], steps);
+    for (int rep = 0; rep < reps; rep++) {
+      time_steps(k, &in, each);
+      double sum = 0;
+      for (int s = 0; s < steps; s++) sum += each[s];
+      per[rep] = sum / steps;
+      restore_incremental(k, lengths[i], steps);
+    }
+    bench_stats st = bench_summarize(per, (size_t)reps);
+    char label[24], m[64];
+    bench_length_label(lengths[i], label, sizeof label);
+    printf("  %-8s median %12.0f ns/step  (min %.0f, max %.0f)\n", label, st.median, st.min, st.max);
+    snprintf(m, sizeof m, "compact_ns_per_step_%s", label);
+    bench_add(res, "quantized_compact", "kvcache-c", m, st.median, "ns");
+    kvc_cache_destroy(k);
+  }
+  printf("\n");
+  free(each);
+  free(per);
+  inputs_free(&in);
+}
+
 /* ------------------------------------------------------------------ error */
 
 static float normal(uint64_t* st) {
@@ -373,6 +439,7 @@ int main(int argc, char** argv) {
          kvc_version_string());
   bench_memory(&res);
   bench_steps(&res, &args);
+  bench_compact(&res, &args);
   bench_error(&res);
   bench_write_json(args.json_path, &res);
   return 0;

@@ -54,6 +54,7 @@ void kvc_cache_destroy(kvc_cache* c) {
   for (uint32_t i = 0; i < c->num_layers; i++) kvc_layer_free(c, c->layers[i]);
   kvc_offload_free_state(c);
   kvc_sink_free_state(c);
+  kvc_quant_scratch_free(c);
   free(c->layers);
   free(c);
 }
@@ -411,9 +412,9 @@ kvc_error* kvc_cache_memory(const kvc_cache* c, kvc_memory_info* out) {
     m.bytes_quantized += quantized;
     m.bytes_state += kvc_layer_row_bytes(l, KVC_ROWS_STATE);
   }
-  uint64_t retired = kvc_offload_retired_bytes(c);
-  m.bytes_reserved += retired;
-  m.bytes_device += retired;
+  uint64_t retired = kvc_offload_retired_bytes(c), scratch = kvc_quant_scratch_bytes(c);
+  m.bytes_reserved += retired + scratch;
+  m.bytes_device += retired + scratch;
   memcpy(out, &m, write);
   return NULL;
 }

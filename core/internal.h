@@ -215,7 +215,11 @@ struct kvc_cache {
   kvc_layer_options lazy_spec; /* the layer a lazy cache creates (a DYNAMIC layer unless a preset says) */
   kvc_offload offload;    /* KVC_OFFLOAD_NONE, _ALL or _NON_SLIDING (never _DEFAULT here) */
   kvc_sink_state* sink;   /* NULL until a SINK layer needs it */
+  struct kvc_quant_scratch* quant_scratch; /* compact quantized layers' working copy (layer_quantized.h) */
   void* offload_state;    /* offload.c: retired device buffers and the like; NULL when unused */
+  /* Layers whose last-returned views (views[1]) the last update handed out: only those may still be live
+   * memory outside the stores (ops_alias.c). */
+  uint32_t returned_first, returned_count;
   int64_t reserve;        /* kvc_cache_reserve hint, given to layers a lazy cache creates later */
   uint32_t num_layers;
   uint32_t cap_layers;
@@ -327,6 +331,23 @@ const char* kvc_dtype_name(kvc_dtype dtype);
 /* Registry (registry.c). */
 kvc_error* kvc_backend_for(const char* fn, const kvc_device* device, const kvc_backend** out);
 
+/*
+ * Update inputs that alias the cache's own memory (ops_alias.c): `keys` and
+ * `values` point at the caller's arrays, or at copies of the tensors that
+ * overlap memory the cache handed out views of; free releases the copies.
+ */
+typedef struct kvc_update_inputs {
+  const kvc_tensor* keys;
+  const kvc_tensor* values;
+  uint32_t count;
+  kvc_tensor* copies; /* NULL when nothing aliases */
+  void** owned;       /* the copies' buffers (backend memory) */
+  int64_t* dims;      /* the copies' shape and strides arrays, 8 per tensor */
+} kvc_update_inputs;
+kvc_error* kvc_update_inputs_unalias(const kvc_cache* cache, uint32_t count, const kvc_tensor* keys,
+                                     const kvc_tensor* values, kvc_update_inputs* in);
+void kvc_update_inputs_free(const kvc_cache* cache, kvc_update_inputs* in);
+
 /* Update engine (ops_update.c), used by create_from_tensors and encoder-decoder. */
 kvc_error* kvc_update_layers(const char* fn, kvc_cache* cache, uint32_t first, uint32_t count, const kvc_tensor* keys,
                              const kvc_tensor* values, const kvc_update_options* opts, kvc_kv* out);
@@ -376,6 +397,16 @@ kvc_error* kvc_sink_clone_state(const kvc_cache* src, kvc_cache* dst);
  */
 kvc_error* kvc_sink_begin_update(const char* fn, kvc_cache* cache, uint32_t first, uint32_t count,
                                  const kvc_tensor* keys, const kvc_update_options* opts);
+
+/*
+ * Compact quantized layers' shared scratch (layer_quantized_compact.c).
+ * begin: phase 1 of an update of layers first..first+count-1: creates the
+ * (empty) scratch if a compact layer is updated and starts the call's
+ * regions. bytes: what it holds (bytes_reserved). free: kvc_cache_destroy.
+ */
+kvc_error* kvc_quant_scratch_begin(kvc_cache* cache, uint32_t first, uint32_t count);
+uint64_t kvc_quant_scratch_bytes(const kvc_cache* cache);
+void kvc_quant_scratch_free(kvc_cache* cache);
 
 /* Row buffers (layer_rows.c): the generic handling of kvc_row_buffer. */
 int kvc_layer_rows(kvc_layer* layer, kvc_row_buffer** out); /* 0 when the kind has none */

@@ -159,6 +159,8 @@ static int ext_shell(const kvc_layer* src, kvc_layer* dst) {
     x->rows[i].ptr = NULL;
     x->staged[i] = x->staged_store[i] = x->ret[i] = NULL;
   }
+  x->ret_base = NULL;
+  x->ret_off = 0;
   x->scratch = NULL;
   x->scratch_bytes = 0;
   x->ret_cap = x->ret_start = 0;
@@ -180,7 +182,8 @@ static void ext_free(const kvc_cache* c, kvc_layer* l) {
 
 /* ------------------------------------------------------------ the kind */
 
-static int incremental(const kvc_layer* l) { return l->quant.mode == KVC_QUANT_MODE_INCREMENTAL; }
+/* Incremental and compact modes share the incremental timeline. */
+static int incremental(const kvc_layer* l) { return l->quant.mode != KVC_QUANT_MODE_TRANSFORMERS; }
 
 static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                const kvc_update_options* o) {
@@ -204,6 +207,7 @@ static kvc_error* prepare_tokens(const char* fn, const kvc_cache* c, kvc_layer* 
   uint32_t index = 0;
   for (uint32_t i = 0; i < c->num_layers; i++)
     if (c->layers[i] == l) index = i;
+  if (kvc_quant_compact(l)) return kvc_quant_compact_prepare(fn, c, l, index, key, value, n);
   return incremental(l) ? kvc_quant_incremental_prepare(fn, c, l, index, key, value, n)
                         : kvc_quant_transformers_prepare(fn, c, l, index, key, value, n);
 }
@@ -212,18 +216,24 @@ static kvc_error* prepare_tokens(const char* fn, const kvc_cache* c, kvc_layer* 
 static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
                                const kvc_update_options* o) {
   (void)k; (void)v; (void)o;
+  if (kvc_quant_compact(l)) return kvc_quant_compact_apply(c, l, n);
   return incremental(l) ? kvc_quant_incremental_apply(c, l, n) : kvc_quant_transformers_apply(c, l, n);
 }
 
 static void set_return(kvc_layer* l, kvc_region r) {
-  if (incremental(l))
+  if (kvc_quant_compact(l))
+    kvc_quant_compact_set_return(l, r);
+  else if (incremental(l))
     kvc_layer_set_return(l, r);
   else
     kvc_quant_transformers_set_return(l, r);
 }
 
-/* Tokens stored: the tokens seen, less what crop removed. */
-static int64_t seq_length(const kvc_layer* l) { return kvc_layer_stored(l); }
+/* Tokens stored: the tokens seen, less what crop removed (compact mode: the store holds the residual only). */
+static int64_t seq_length(const kvc_layer* l) {
+  const kvc_quant_ext* x = kvc_quant_ext_of(l);
+  return kvc_layer_stored(l) + (kvc_quant_compact(l) && x ? x->quantized : 0);
+}
 static int64_t max_length(const kvc_layer* l) { (void)l; return -1; }
 
 static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
@@ -238,11 +248,15 @@ static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
 
 /* The dynamic layer's rules (positive: legacy absolute length), over quantized tokens too. */
 static void apply_crop(kvc_layer* l, int64_t tokens) {
-  int64_t len = kvc_layer_stored(l);
+  int64_t len = seq_length(l);
   if (!l->initialized || tokens == 0) return;
   int64_t keep = tokens > 0 ? tokens : len + tokens;
   if (keep < 0) keep = 0;
   if (keep >= len) return;
+  if (kvc_quant_compact(l) && l->ext) {
+    kvc_quant_compact_crop(l, keep);
+    return;
+  }
   l->end = l->start + keep;
   if (!l->ext) return;
   if (incremental(l))

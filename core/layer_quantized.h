@@ -48,7 +48,29 @@ typedef struct kvc_quant_ext {
   int64_t ret_cap, ret_start;
   uint64_t ret_bytes;       /* of both */
   int64_t ret_len;          /* tokens the last update returned from ret; -1: it returned the store */
+
+  /* Compact mode: the store holds the residual only. The last update's return lives at byte ret_off of the
+   * cache's shared scratch (kvc_quant_scratch). Dequantizing needs no memory of its own (kvc_dequantize_packed
+   * works in fixed chunks), so crop, which cannot fail, can dequantize a block back into the residual. */
+  size_t ret_off;
+  void* ret_base;           /* the region's address, set by apply once the scratch is final */
 } kvc_quant_ext;
+
+/*
+ * The working copy shared by the compact layers of a cache: each update
+ * gives every compact layer of the call its own region (so update_all's
+ * views all stay valid), sized in the room phase (staged when it must grow)
+ * and adopted in the write phase. Grows geometrically; never shrinks.
+ */
+struct kvc_quant_scratch {
+  void* buf;
+  size_t bytes;
+  void* staged;
+  size_t staged_bytes;
+  size_t used; /* bytes given to the layers of the current call */
+};
+
+static inline int kvc_quant_compact(const kvc_layer* l) { return l->quant.mode == KVC_QUANT_MODE_COMPACT; }
 
 static inline kvc_quant_ext* kvc_quant_ext_of(const kvc_layer* l) { return (kvc_quant_ext*)l->ext; }
 
@@ -68,6 +90,12 @@ void kvc_quant_put_record(const kvc_layer* l, unsigned char* rec, const uint8_t*
                           int64_t group);
 void kvc_quant_get_record(const kvc_layer* l, const unsigned char* rec, uint8_t* codes, float* scale, float* zero,
                           int64_t group);
+/* `ngroups` consecutive records of `group` codes from `rec`, as kvc_dequantize_packed reads them. */
+static inline kvc_packed_groups kvc_quant_records(const kvc_layer* l, const unsigned char* rec, int64_t ngroups,
+                                                  int64_t group) {
+  kvc_packed_groups p = {rec + 2 * l->elem, rec, rec + l->elem, kvc_quant_record_bytes(l, group), ngroups, group};
+  return p;
+}
 
 /* Element (b, h, s, d) of the store's keys (which 0) or values (1): s is a physical slot. */
 static inline int64_t kvc_quant_store_index(const kvc_layer* l, int which, int64_t b, int64_t h, int64_t s,
@@ -103,6 +131,23 @@ kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc
                                          const kvc_tensor* key, const kvc_tensor* value, int64_t n);
 kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, int64_t n);
 void kvc_quant_incremental_crop(kvc_layer* l, int64_t keep);
+/* Tokens of one block (incremental and compact modes): q_group_size when either tensor has per-channel groups. */
+int64_t kvc_quant_block_tokens(const kvc_layer* l);
+int64_t kvc_quant_unit_tokens(const kvc_layer* l, int which);
+
+/*
+ * Compact mode (layer_quantized_compact.c): the incremental timeline without
+ * the dequantized history. prepare runs the incremental prepare, then claims
+ * the layer's region of the shared scratch; apply adopts the grown scratch,
+ * drops the quantized tokens from the store and dequantizes the history and
+ * the residual into the region; set_return points the view at it. crop: the
+ * kept tokens of a block it cuts into go back to the store as the residual.
+ */
+kvc_error* kvc_quant_compact_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
+                                     const kvc_tensor* key, const kvc_tensor* value, int64_t n);
+kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, int64_t n);
+void kvc_quant_compact_set_return(kvc_layer* l, kvc_region r);
+void kvc_quant_compact_crop(kvc_layer* l, int64_t keep);
 
 kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n);
 kvc_error* kvc_quant_transformers_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,

@@ -13,6 +13,10 @@
  * block of a per-channel tensor): HQQ's early stop then depends on that
  * unit's values only, so a token's codes do not depend on how it arrived
  * (prefill or decode) nor on the other rows of the batch.
+ *
+ * Compact mode (layer_quantized_compact.c) runs this timeline too, with a
+ * store that holds the residual only: it quantizes from the store's first
+ * slot and drops what it quantized instead of writing it back.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -20,12 +24,12 @@
 #include "half.h"
 #include "layer_quantized.h"
 
-static int64_t block_tokens(const kvc_layer* l) {
+int64_t kvc_quant_block_tokens(const kvc_layer* l) {
   int channel = kvc_quant_per_channel(&l->quant, KVC_Q_KEYS) || kvc_quant_per_channel(&l->quant, KVC_Q_VALUES);
   return channel ? l->quant.q_group_size : 1;
 }
 
-static int64_t unit_tokens(const kvc_layer* l, int which) {
+int64_t kvc_quant_unit_tokens(const kvc_layer* l, int which) {
   return kvc_quant_per_channel(&l->quant, which) ? l->quant.q_group_size : 1;
 }
 
@@ -39,7 +43,7 @@ static int64_t groups_per_head(const kvc_layer* l, int which) {
 
 /* Tokens the next update of n tokens quantizes, from the front of the residual. */
 static int64_t tokens_to_quantize(const kvc_layer* l, int64_t quantized, int64_t total) {
-  int64_t over = total - quantized - l->quant.residual_length, b = block_tokens(l);
+  int64_t over = total - quantized - l->quant.residual_length, b = kvc_quant_block_tokens(l);
   return over > 0 ? over / b * b : 0;
 }
 
@@ -71,7 +75,7 @@ typedef struct unit_scratch {
 static size_t scratch_layout(const kvc_layer* l, int64_t held_tokens, unit_scratch* s, char* base) {
   int64_t unit_elems = 0;
   for (int w = 0; w < 2; w++) {
-    int64_t e = l->heads * dim_of(l, w) * unit_tokens(l, w);
+    int64_t e = l->heads * dim_of(l, w) * kvc_quant_unit_tokens(l, w);
     if (e > unit_elems) unit_elems = e;
   }
   int64_t groups = unit_elems / l->quant.q_group_size, dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim;
@@ -102,7 +106,7 @@ static int quantize_unit(const kvc_layer* l, int which, int64_t b, int64_t s0, i
                          int64_t held_tokens, unsigned char* rec, unit_scratch* s) {
   const int channel = kvc_quant_per_channel(&l->quant, which);
   const int64_t g = l->quant.q_group_size, d = dim_of(l, which), gph = groups_per_head(l, which);
-  const int64_t ut = unit_tokens(l, which), ngroups = l->heads * gph;
+  const int64_t ut = kvc_quant_unit_tokens(l, which), ngroups = l->heads * gph;
   void* base = which ? l->v : l->k;
   /* x[(h*gph + j)*g + i]: per-token j = group along head_dim; per-channel j = channel, i = token. A token's
      head_dim elements are contiguous in the store: converted a row at a time. */
@@ -122,6 +126,7 @@ static int quantize_unit(const kvc_layer* l, int which, int64_t b, int64_t s0, i
   int64_t rb = kvc_quant_record_bytes(l, g);
   for (int64_t k = 0; k < ngroups; k++)
     kvc_quant_put_record(l, rec + k * rb, s->codes + k * g, s->scale[k], s->zero[k], g);
+  if (kvc_quant_compact(l)) return 0; /* the store drops these tokens; updates dequantize the records */
   kvc_dequantize_groups(&spec, s->codes, s->scale, s->zero, ngroups, g, s->x);
   for (int64_t h = 0; h < l->heads; h++)
     for (int64_t t = 0; t < ut; t++) {
@@ -156,12 +161,12 @@ kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc
   }
   kvc_layer_write(c, l, key, value, l->end, NULL, n); /* past the stored region: no view shows them yet */
   const int64_t q = x->quantized, stored = kvc_layer_stored(l);
-  const int64_t t = n ? tokens_to_quantize(l, q, stored + n) : 0;
+  const int64_t t = n ? tokens_to_quantize(l, q, stored + n + (kvc_quant_compact(l) ? q : 0)) : 0;
   if (!t) return NULL;
 
   /* Group buffers: grow geometrically so that appending a unit is amortized O(1). */
   for (int w = 0; w < 2; w++) {
-    int64_t need_units = (q + t) / unit_tokens(l, w), have = x->rows[w].row_bytes / x->unit_bytes[w];
+    int64_t need_units = (q + t) / kvc_quant_unit_tokens(l, w), have = x->rows[w].row_bytes / x->unit_bytes[w];
     if (x->rows[w].ptr && have >= need_units) continue;
     int64_t cap = have * 2 > need_units ? have * 2 : need_units, row_bytes;
     if (cap < 4) cap = 4;
@@ -171,7 +176,10 @@ kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc
       return kvc_err_oom();
     }
   }
-  int64_t held_tokens = stored - q < t ? stored - q : t; /* quantized tokens that views already show */
+  /* Quantized tokens that views already show (compact mode: none kept, the store drops them). */
+  int64_t held_tokens = kvc_quant_compact(l) ? 0 : stored - q < t ? stored - q : t;
+  /* Compact mode: the store begins with the residual. */
+  const int64_t first_slot = l->start + (kvc_quant_compact(l) ? 0 : q);
   unit_scratch s;
   size_t bytes = scratch_layout(l, held_tokens, &s, NULL);
   if (kvc_quant_reserve_scratch(x, bytes)) {
@@ -181,13 +189,13 @@ kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc
   scratch_layout(l, held_tokens, &s, (char*)x->scratch);
   const int64_t visible_end = l->end;
   for (int w = 0; w < 2; w++) {
-    const int64_t ut = unit_tokens(l, w), first = q / ut;
+    const int64_t ut = kvc_quant_unit_tokens(l, w), first = q / ut;
     unsigned char* buf = (unsigned char*)(x->staged[w] ? x->staged[w] : x->rows[w].ptr);
     int64_t row_bytes = x->staged[w] ? x->staged_row_bytes[w] : x->rows[w].row_bytes;
     for (int64_t b = 0; b < l->batch; b++)
       for (int64_t u = 0; u < t / ut; u++) {
         unsigned char* rec = buf + b * row_bytes + (first + u) * x->unit_bytes[w];
-        if (quantize_unit(l, w, b, l->start + q + u * ut, visible_end, q, held_tokens, rec, &s)) {
+        if (quantize_unit(l, w, b, first_slot + u * ut, visible_end, q, held_tokens, rec, &s)) {
           kvc_quant_release_staged(c, x);
           return kvc_err_oom();
         }
@@ -199,7 +207,7 @@ kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc
 kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, int64_t n) {
   kvc_quant_ext* x = kvc_quant_ext_of(l);
   const int64_t q = x->quantized, stored = kvc_layer_stored(l);
-  const int64_t t = n ? tokens_to_quantize(l, q, stored + n) : 0;
+  const int64_t t = n ? tokens_to_quantize(l, q, stored + n + (kvc_quant_compact(l) ? q : 0)) : 0;
   l->end += n;
   if (t) {
     const kvc_backend* be = c->backend;
@@ -218,9 +226,10 @@ kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, int64_t
       x->rows[w].row_bytes = x->staged_row_bytes[w];
       x->staged[w] = NULL;
     }
-    /* Tokens a view already showed get their dequantized values now. */
+    /* Tokens a view already showed get their dequantized values now; compact mode drops them from the store. */
     unit_scratch s;
-    int64_t held_tokens = stored - q < t ? stored - q : t;
+    int64_t held_tokens = kvc_quant_compact(l) ? 0 : stored - q < t ? stored - q : t;
+    if (kvc_quant_compact(l)) l->start += t;
     scratch_layout(l, held_tokens, &s, (char*)x->scratch);
     for (int w = 0; w < 2; w++) {
       void* base = w ? l->v : l->k;
@@ -231,7 +240,7 @@ kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, int64_t
             for (int64_t e = 0; e < d; e++)
               kvc_store_f32(l->dtype, base, kvc_quant_store_index(l, w, b, h, l->start + q + i, e),
                             s.held[w][((b * l->heads + h) * held_tokens + i) * d + e]);
-      x->units[w] = (q + t) / unit_tokens(l, w);
+      x->units[w] = (q + t) / kvc_quant_unit_tokens(l, w);
     }
     x->quantized = q + t;
   }
@@ -243,7 +252,7 @@ kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, int64_t
 void kvc_quant_incremental_crop(kvc_layer* l, int64_t keep) {
   kvc_quant_ext* x = kvc_quant_ext_of(l);
   if (keep >= x->quantized) return;
-  int64_t b = block_tokens(l);
+  int64_t b = kvc_quant_block_tokens(l);
   x->quantized = keep / b * b;
-  for (int w = 0; w < 2; w++) x->units[w] = x->quantized / unit_tokens(l, w);
+  for (int w = 0; w < 2; w++) x->units[w] = x->quantized / kvc_quant_unit_tokens(l, w);
 }

@@ -130,6 +130,7 @@ kvc_error* kvc_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_
 
 void kvc_conv_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kvc_tensor* x, int64_t first_column,
                     int64_t n, int64_t slot) {
+  if (n <= 0) return; /* no columns: x may have no data, which no offset may be added to */
   const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
   const kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s];
   size_t elem = kvc_dtype_size(p->conv_dtype);

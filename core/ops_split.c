@@ -40,7 +40,9 @@ static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kv
       break;
     }
     if (n->ext) {
-      n->batch = rows;
+      /* Only rows that exist are split: a layer whose kind state holds none (a quantized layer whose first
+       * update failed) keeps its batch, 0 while it has no storage, as the source does. */
+      if (kvc_layer_row_bytes(l, 0)) n->batch = rows;
       if (kvc_layer_rows_copy_new(c, l, n, src, rows)) {
         n->initialized = 0;
         kvc_layer_free(s, n);

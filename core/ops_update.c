@@ -93,6 +93,14 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
     kvc_error* e = kvc_sink_begin_update(fn, c, first, count, keys, o);
     if (e) return e;
   }
+  /* Inputs that are views of this cache are copied first: room-making below may move their bytes. */
+  kvc_update_inputs in;
+  {
+    kvc_error* e = kvc_update_inputs_unalias(c, count, keys, values, &in);
+    if (e) return e;
+  }
+  keys = in.keys;
+  values = in.values;
 
   /* Phase 2: room. */
   uint32_t layers_before = c->num_layers;
@@ -117,6 +125,7 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
     if (!e) l->initialized = 2; /* initialized by this call */
   }
   /* Before any store grows: the buffers of the call's tier moves, so that a refusal leaves capacities alone. */
+  if (!e) e = kvc_quant_scratch_begin(c, first, count);
   if (!e) e = kvc_offload_prepare(fn, c, first, count, keys, o);
   for (j = 0; !e && j < count; j++) {
     kvc_layer* l = c->layers[first + j];
@@ -135,6 +144,7 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
       if (l->initialized == 2) kvc_layer_uninitialize(c, l);
     }
     while (c->num_layers > layers_before) kvc_layer_free(c, c->layers[--c->num_layers]);
+    kvc_update_inputs_free(c, &in);
     return e;
   }
 
@@ -153,6 +163,9 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
     if (out) out[j] = l->views[1];
     kvc_offload_after_update(c, first + j);
   }
+  kvc_update_inputs_free(c, &in);
+  c->returned_first = first;
+  c->returned_count = count;
   return NULL;
 }
 

@@ -38,10 +38,12 @@ static kvc_error* check_quant(const char* arg, const kvc_quant_options* q) {
                    "%s: %s.quantizer is %d: unknown quantization backend; use KVC_QUANTIZER_QUANTO (1) or "
                    "KVC_QUANTIZER_HQQ (2)",
                    FN, arg, (int)q->quantizer);
-  if (q->mode != KVC_QUANT_MODE_INCREMENTAL && q->mode != KVC_QUANT_MODE_TRANSFORMERS)
+  if (q->mode != KVC_QUANT_MODE_INCREMENTAL && q->mode != KVC_QUANT_MODE_TRANSFORMERS &&
+      q->mode != KVC_QUANT_MODE_COMPACT)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                   "%s: %s.mode is %d; use KVC_QUANT_MODE_INCREMENTAL (0) or KVC_QUANT_MODE_TRANSFORMERS (1)", FN, arg,
-                   (int)q->mode);
+                   "%s: %s.mode is %d; use KVC_QUANT_MODE_INCREMENTAL (0), KVC_QUANT_MODE_TRANSFORMERS (1) or "
+                   "KVC_QUANT_MODE_COMPACT (2)",
+                   FN, arg, (int)q->mode);
   int quanto = q->quantizer == KVC_QUANTIZER_QUANTO;
   if (quanto ? (q->nbits != 2 && q->nbits != 4)
              : (q->nbits != 1 && q->nbits != 2 && q->nbits != 3 && q->nbits != 4 && q->nbits != 8))

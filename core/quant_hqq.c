@@ -153,16 +153,28 @@ int kvc_hqq_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ngr
   return 0;
 }
 
+/* (code - zero) * scale, each operation rounded to dt (hqq dequantizes in the cache's dtype). */
+static inline float hqq_value(kvc_dtype dt, float s, float z, uint8_t code) {
+  float shifted = kvc_round_to(dt, (float)code - z);
+  return kvc_round_to(dt, shifted * s);
+}
+
+static inline void hqq_group(kvc_dtype dt, const uint8_t* q, float s, float z, int64_t group, float* o) {
+  for (int64_t i = 0; i < group; i++) o[i] = hqq_value(dt, s, z, q[i]);
+}
+
 void kvc_hqq_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale, const float* zero,
                         int64_t ngroups, int64_t group, float* out) {
   const kvc_dtype dt = spec->dtype;
   for (int64_t k = 0; k < ngroups; k++) {
     const uint8_t* q = codes + k * group;
     float* o = out + k * group;
-    const float s = scale[k], z = zero[k];
-    for (int64_t i = 0; i < group; i++) {
-      float shifted = kvc_round_to(dt, (float)q[i] - z);
-      o[i] = kvc_round_to(dt, shifted * s);
-    }
+    /* The dtype as a constant in each loop, so that each compiles to vector code. */
+    if (dt == KVC_DTYPE_BFLOAT16)
+      hqq_group(KVC_DTYPE_BFLOAT16, q, scale[k], zero[k], group, o);
+    else if (dt == KVC_DTYPE_FLOAT16)
+      hqq_group(KVC_DTYPE_FLOAT16, q, scale[k], zero[k], group, o);
+    else
+      hqq_group(KVC_DTYPE_FLOAT32, q, scale[k], zero[k], group, o);
   }
 }

@@ -44,13 +44,30 @@ void kvc_pack_codes(const uint8_t* codes, int64_t n, int nbits, uint8_t* out) {
   }
 }
 
+/* The codes of `bytes` whole bytes; called with a constant nbits, so that the shifts are constants and the loop
+ * vectorizes (compact layers unpack their whole history on every step). */
+static inline void unpack_whole_bytes(const uint8_t* in, int64_t bytes, int nbits, uint8_t* codes) {
+  const int per_byte = 8 / nbits;
+  const unsigned mask = (1u << nbits) - 1u;
+  for (int64_t j = 0; j < bytes; j++)
+    for (int k = 0; k < per_byte; k++) codes[j * per_byte + k] = (uint8_t)((in[j] >> (k * nbits)) & mask);
+}
+
 void kvc_unpack_codes(const uint8_t* in, int64_t n, int nbits, uint8_t* codes) {
   const unsigned mask = (1u << nbits) - 1u;
   if (nbits == 8) {
     memcpy(codes, in, (size_t)n);
   } else if (8 % nbits == 0) {
     const int per_byte = 8 / nbits;
-    for (int64_t i = 0; i < n; i++) codes[i] = (uint8_t)((in[i / per_byte] >> ((i % per_byte) * nbits)) & mask);
+    const int64_t whole = n / per_byte;
+    if (nbits == 4)
+      unpack_whole_bytes(in, whole, 4, codes);
+    else if (nbits == 2)
+      unpack_whole_bytes(in, whole, 2, codes);
+    else
+      unpack_whole_bytes(in, whole, 1, codes);
+    for (int64_t i = whole * per_byte; i < n; i++)
+      codes[i] = (uint8_t)((in[i / per_byte] >> ((i % per_byte) * nbits)) & mask);
   } else {
     uint32_t acc = 0;
     int held = 0;

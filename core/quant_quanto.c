@@ -46,16 +46,29 @@ void kvc_quanto_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t
   }
 }
 
+/* scale * code - shift, each operation rounded to dt as torch computes in it. */
+static inline float quanto_value(kvc_dtype dt, float s, float shift, uint8_t code) {
+  float scaled = kvc_round_to(dt, s * (float)code);
+  return kvc_round_to(dt, scaled - shift);
+}
+
+static inline void quanto_group(kvc_dtype dt, const uint8_t* q, float s, float shift, int64_t group, float* o) {
+  for (int64_t i = 0; i < group; i++) o[i] = quanto_value(dt, s, shift, q[i]);
+}
+
 void kvc_quanto_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale,
                            const float* zero, int64_t ngroups, int64_t group, float* out) {
   const kvc_dtype dt = spec->dtype;
   for (int64_t k = 0; k < ngroups; k++) {
     const uint8_t* q = codes + k * group;
     float* o = out + k * group;
-    const float s = scale[k], shift = zero[k];
-    for (int64_t i = 0; i < group; i++) {
-      float scaled = kvc_round_to(dt, s * (float)q[i]);
-      o[i] = kvc_round_to(dt, scaled - shift);
-    }
+    /* The dtype as a constant in each loop, so that each compiles to vector code (compact layers run this over
+     * their whole history on every step). */
+    if (dt == KVC_DTYPE_BFLOAT16)
+      quanto_group(KVC_DTYPE_BFLOAT16, q, scale[k], zero[k], group, o);
+    else if (dt == KVC_DTYPE_FLOAT16)
+      quanto_group(KVC_DTYPE_FLOAT16, q, scale[k], zero[k], group, o);
+    else
+      quanto_group(KVC_DTYPE_FLOAT32, q, scale[k], zero[k], group, o);
   }
 }

@@ -43,6 +43,45 @@ int kvc_quantize_groups(const kvc_quantizer_spec* spec, const float* x, int64_t 
 void kvc_dequantize_groups(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale,
                            const float* zero, int64_t ngroups, int64_t group, float* out);
 
+/*
+ * Packed groups as a layer keeps them: group k's `group` codes packed
+ * (kvc_pack_codes) at codes + k * stride, its scale and zero point (as
+ * kvc_dequantize_groups takes them) stored in spec->dtype at scale + k *
+ * stride and zero + k * stride; any alignment.
+ */
+typedef struct kvc_packed_groups {
+  const uint8_t* codes;
+  const uint8_t* scale;
+  const uint8_t* zero;
+  int64_t stride; /* bytes from one group to the next */
+  int64_t ngroups, group;
+} kvc_packed_groups;
+
+/*
+ * Where kvc_dequantize_packed writes, in elements of spec->dtype's storage
+ * (float32, or the float16/bfloat16 bit patterns): groups come in rows of
+ * row_groups; value i of group k = r * row_groups + j goes to
+ * base[r * row_stride + j * group_stride + (i - lo) * value_stride].
+ */
+typedef struct kvc_dequant_dst {
+  void* base;
+  int64_t row_groups, row_stride, group_stride, value_stride;
+} kvc_dequant_dst;
+
+/*
+ * Bulk dequantization of packed groups straight into a tensor of the cache's
+ * dtype (a compact layer materializes its whole history with it on every
+ * step): values lo..hi-1 (0 <= lo <= hi <= group) of every group of *src
+ * are written to *dst. Bit for bit kvc_dequantize_groups stored with
+ * kvc_store_f32: it unpacks codes in chunks and either calls
+ * kvc_dequantize_groups on them (whose loops are specialized per dtype so
+ * that they vectorize) or, when a group has many values per possible code,
+ * looks them up in a table of the group's 2^nbits values that
+ * kvc_dequantize_groups computed.
+ */
+void kvc_dequantize_packed(const kvc_quantizer_spec* spec, const kvc_packed_groups* src, int64_t lo, int64_t hi,
+                           const kvc_dequant_dst* dst);
+
 /* Bytes that n codes of nbits take packed. */
 size_t kvc_packed_bytes(int64_t n, int nbits);
 /* Packs n codes (each < 2^nbits) into kvc_packed_bytes(n, nbits) bytes; unpack reverses it exactly. */

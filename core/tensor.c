@@ -58,7 +58,10 @@ void kvc_tensor_strides(const kvc_tensor* t, int64_t out[4]) {
   }
 }
 
-const void* kvc_tensor_base(const kvc_tensor* t) { return (const char*)t->data + t->byte_offset; }
+/* A tensor without elements may have data NULL, which no offset may be added to (undefined behaviour in C). */
+const void* kvc_tensor_base(const kvc_tensor* t) {
+  return t->data ? (const char*)t->data + t->byte_offset : NULL;
+}
 
 static const char* device_name(kvc_device_type t) {
   switch (t) {

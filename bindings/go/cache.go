@@ -74,6 +74,32 @@ type Cache struct {
 	p     unsafe.Pointer // *kvc_cache; nil once closed
 	gen   uint64         // bumped by every mutating call; views remember it
 	owner *edOwner       // non-nil: borrowed from an EncoderDecoderCache
+
+	// C memory that UpdateAll lays its tensor arrays out in, kept from call
+	// to call (one goroutine at a time uses a cache); freed by Close.
+	scratch     unsafe.Pointer
+	scratchSize uintptr
+}
+
+// scratchMem returns the cache's scratch memory, grown to at least size
+// bytes, or nil if C memory is exhausted. A borrowed cache, whose Close does
+// nothing, gets memory of its own per call instead (nil here: the caller
+// allocates).
+func (c *Cache) scratchMem(size uintptr) unsafe.Pointer {
+	if c.owner != nil {
+		return nil
+	}
+	if c.scratchSize < size {
+		if c.scratch != nil {
+			cFree(c.scratch)
+			c.scratch, c.scratchSize = nil, 0
+		}
+		if c.scratch = cAlloc(size); c.scratch == nil {
+			return nil
+		}
+		c.scratchSize = size
+	}
+	return c.scratch
 }
 
 func newCache(p unsafe.Pointer) *Cache {
@@ -98,6 +124,10 @@ func (c *Cache) Close() error {
 	c.gen++
 	cDestroy(p)
 	liveHandles.Add(-1)
+	if c.scratch != nil {
+		cFree(c.scratch)
+		c.scratch, c.scratchSize = nil, 0
+	}
 	return nil
 }
 
@@ -390,6 +420,44 @@ func (o *UpdateOptions) prepare(fn string, u *uopts) (cp *int64, cos, sin unsafe
 // until its next mutating call. In steady decoding nothing is allocated,
 // in the library or in this package.
 func (c *Cache) Update(layer int, key, value Input, opts *UpdateOptions) (KV, error) {
+	if opts == nil && uint64(layer) <= math.MaxUint32 {
+		// The common call, with less to describe: compact tensors.
+		var d cpair
+		kp, _, kn, kt, ok := compactInput(key, &d.shape[0])
+		if ok {
+			var vp unsafe.Pointer
+			var vn int
+			var vt DataType
+			if vp, _, vn, vt, ok = compactInput(value, &d.shape[1]); ok {
+				d.ndim = [2]int32{int32(kn), int32(vn)}
+				d.code = [2]uint8{kt.Code, vt.Code}
+				d.bits = [2]uint8{kt.Bits, vt.Bits}
+				d.lanes = [2]uint16{kt.Lanes, vt.Lanes}
+				return c.updateCompact(uint32(layer), kp, vp, &d, key, value)
+			}
+		}
+	}
+	return c.update(layer, key, value, opts)
+}
+
+func (c *Cache) updateCompact(l uint32, kp, vp unsafe.Pointer, d *cpair, key, value Input) (KV, error) {
+	p, err := c.mut()
+	if err != nil {
+		return KV{}, err
+	}
+	var out ckv
+	err = cUpdateCompact(p, l, kp, vp, d, &out)
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(key)
+	runtime.KeepAlive(value)
+	if err != nil {
+		return KV{}, err
+	}
+	return KV{viewFromC(&out.key, c), viewFromC(&out.value, c)}, nil
+}
+
+// update is Update for any input.
+func (c *Cache) update(layer int, key, value Input, opts *UpdateOptions) (KV, error) {
 	const fn = "Update"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -448,7 +516,8 @@ func (c *Cache) UpdateAll(keys, values []Input, opts *UpdateOptions, out []KV) e
 	if _, err := c.get(); err != nil {
 		return err
 	}
-	arr, err := newTensorArrays(fn, keys, values, out != nil)
+	var arr tensorArrays
+	err := arr.init(fn, keys, values, out != nil, c)
 	if err != nil {
 		return err
 	}
@@ -825,10 +894,11 @@ func (c *Cache) HasPreviousState(layer, stateIndex int) (bool, error) {
 // in C memory for the calls that take arrays of tensors. Go memory they
 // point to is pinned until free.
 type tensorArrays struct {
-	n    int
-	mem  unsafe.Pointer
-	pin  runtime.Pinner
-	hasO bool
+	n      int
+	mem    unsafe.Pointer
+	pin    runtime.Pinner
+	hasO   bool
+	shared bool // mem is a cache's scratch memory, not freed by free
 }
 
 const (
@@ -838,32 +908,60 @@ const (
 )
 
 func newTensorArrays(fn string, keys, values []Input, withOut bool) (*tensorArrays, error) {
+	a := &tensorArrays{}
+	if err := a.init(fn, keys, values, withOut, nil); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// init lays the arrays out in C memory of their own or, if scratch is not
+// nil, in the scratch memory of that cache (see Cache.scratchMem). On error
+// nothing is left pinned or allocated.
+func (a *tensorArrays) init(fn string, keys, values []Input, withOut bool, scratch *Cache) error {
 	if len(keys) != len(values) {
-		return nil, newError(CodeInvalidArgument, fmt.Sprintf("%s: %d keys but %d values", fn, len(keys), len(values)))
+		return newError(CodeInvalidArgument, fmt.Sprintf("%s: %d keys but %d values", fn, len(keys), len(values)))
 	}
 	n := len(keys)
 	if uint64(n) > math.MaxUint32 {
-		return nil, newError(CodeInvalidArgument, fmt.Sprintf("%s: %d layers is too many", fn, n))
+		return newError(CodeInvalidArgument, fmt.Sprintf("%s: %d layers is too many", fn, n))
 	}
-	a := &tensorArrays{n: n, hasO: withOut}
+	a.n, a.hasO = n, withOut
 	if n == 0 {
-		return a, nil
+		return nil
 	}
 	size := uintptr(2*n)*(ctensorSize+dimsSize) + uintptr(n)*ckvSize
-	if a.mem = cAlloc(size); a.mem == nil {
-		return nil, newError(CodeOutOfMemory, fmt.Sprintf("%s: cannot allocate %d bytes for the tensor arrays", fn, size))
+	if scratch != nil {
+		a.mem = scratch.scratchMem(size)
+		a.shared = a.mem != nil
+	}
+	if a.mem == nil {
+		a.mem = cAlloc(size)
+	}
+	if a.mem == nil {
+		return newError(CodeOutOfMemory, fmt.Sprintf("%s: cannot allocate %d bytes for the tensor arrays", fn, size))
 	}
 	var last unsafe.Pointer
 	for i := 0; i < 2*n; i++ {
-		in, arg := keys[i%n], "keys"
+		in := keys[i%n]
 		if i >= n {
-			in, arg = values[i-n], "values"
+			in = values[i-n]
 		}
+		// The common input, compact, has its sizes written straight into
+		// the C array and checked there; anything else is described.
+		shape := a.shape(i)
+		data, pin, nd, dt, ok := compactInput(in, shape)
 		var d tdesc
-		data, pin, err := describe(fn, argName{arg, i % n}, in, &d)
-		if err != nil {
-			a.free()
-			return nil, err
+		if !ok {
+			arg := argName{"keys", i % n}
+			if i >= n {
+				arg.base = "values"
+			}
+			var err error
+			if data, pin, err = describe(fn, arg, in, &d); err != nil {
+				a.free()
+				return err
+			}
 		}
 		// data is stored in C memory below: its object stays pinned until
 		// free. Consecutive tensors of one backing array need one pin.
@@ -871,9 +969,21 @@ func newTensorArrays(fn string, keys, values []Input, withOut bool) (*tensorArra
 			a.pin.Pin(pin)
 			last = pin
 		}
-		a.set(i, data, &d)
+		if ok {
+			*a.tensor(i) = ctensor{
+				data: data, deviceType: int32(DeviceCPU), ndim: int32(nd),
+				code: dt.Code, bits: dt.Bits, lanes: dt.Lanes, shape: unsafe.Pointer(shape),
+			}
+		} else {
+			a.set(i, data, &d)
+		}
 	}
-	return a, nil
+	return nil
+}
+
+// shape is where tensor i's sizes live in the C memory (its strides follow).
+func (a *tensorArrays) shape(i int) *[maxDims]int64 {
+	return (*[maxDims]int64)(unsafe.Add(a.mem, uintptr(2*a.n)*ctensorSize+uintptr(i)*dimsSize))
 }
 
 func (a *tensorArrays) tensor(i int) *ctensor {
@@ -928,8 +1038,8 @@ func (a *tensorArrays) kv(i int) *ckv {
 
 func (a *tensorArrays) free() {
 	a.pin.Unpin()
-	if a.mem != nil {
+	if a.mem != nil && !a.shared {
 		cFree(a.mem)
-		a.mem = nil
 	}
+	a.mem = nil
 }

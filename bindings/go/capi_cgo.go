@@ -13,6 +13,8 @@ package kvcache
 #cgo pkg-config: kvcache
 #cgo noescape kvcgo_update
 #cgo nocallback kvcgo_update
+#cgo noescape kvcgo_update_compact
+#cgo nocallback kvcgo_update_compact
 #cgo noescape kvcgo_update_opts
 #cgo nocallback kvcgo_update_opts
 #cgo noescape kvcgo_update_all
@@ -119,6 +121,39 @@ static kvc_error* kvcgo_update(kvc_cache* c, uint32_t layer, char* kdata, char* 
   return kvc_cache_update(c, layer, kvcgo_tensor(&k, kdata, kd), kvcgo_tensor(&v, vdata, vd), NULL, (kvc_kv*)out);
 }
 
+// The common update: a compact key and value in host memory, no options.
+// Both shapes and dtypes in one pointer-free struct.
+typedef struct kvcgo_pair {
+  int64_t shape[2][KVCGO_MAX_DIMS];
+  int32_t ndim[2];
+  uint8_t code[2];
+  uint8_t bits[2];
+  uint16_t lanes[2];
+} kvcgo_pair;
+
+static void kvcgo_compact(kvc_tensor* t, char* data, const kvcgo_pair* d, int i) {
+  t->data = data;
+  t->device.device_type = KVC_DEVICE_CPU;
+  t->device.device_id = 0;
+  t->ndim = d->ndim[i];
+  t->dtype.code = d->code[i];
+  t->dtype.bits = d->bits[i];
+  t->dtype.lanes = d->lanes[i];
+  t->shape = (int64_t*)d->shape[i];
+  t->strides = NULL;
+  t->byte_offset = 0;
+}
+
+// The handle crosses as char* (it is C memory): cgo checks every argument
+// of a pointer type it cannot see into, an incomplete struct included.
+static kvc_error* kvcgo_update_compact(char* c, uint32_t layer, char* kdata, char* vdata, const kvcgo_pair* d,
+                                       char* out) {
+  kvc_tensor k, v;
+  kvcgo_compact(&k, kdata, d, 0);
+  kvcgo_compact(&v, vdata, d, 1);
+  return kvc_cache_update((kvc_cache*)c, layer, &k, &v, NULL, (kvc_kv*)out);
+}
+
 static void kvcgo_uopts_build(kvc_update_options* o, kvc_tensor* cos, kvc_tensor* sin, const kvcgo_uopts* u,
                               const int64_t* cache_position, char* cos_data, char* sin_data) {
   kvc_update_options_init(o);
@@ -138,8 +173,9 @@ static kvc_error* kvcgo_update_opts(kvc_cache* c, uint32_t layer, char* kdata, c
   return kvc_cache_update(c, layer, kvcgo_tensor(&k, kdata, kd), kvcgo_tensor(&v, vdata, vd), &o, (kvc_kv*)out);
 }
 
-static kvc_error* kvcgo_update_all(kvc_cache* c, uint32_t n, char* keys, char* values, const kvcgo_uopts* u,
+static kvc_error* kvcgo_update_all(char* handle, uint32_t n, char* keys, char* values, const kvcgo_uopts* u,
                                    const int64_t* cache_position, char* cos_data, char* sin_data, char* out) {
+  kvc_cache* c = (kvc_cache*)handle;
   if (!u) return kvc_cache_update_all(c, n, (const kvc_tensor*)keys, (const kvc_tensor*)values, NULL, (kvc_kv*)out);
   kvc_tensor cos, sin;
   kvc_update_options o;
@@ -246,6 +282,17 @@ var (
 	_ [C.sizeof_kvcgo_conv_opts - unsafe.Sizeof(convOpts{})]byte
 	_ [unsafe.Offsetof(convOpts{}.cachePositionLength) - unsafe.Offsetof(C.kvcgo_conv_opts{}.cache_position_length)]byte
 	_ [unsafe.Offsetof(C.kvcgo_conv_opts{}.cache_position_length) - unsafe.Offsetof(convOpts{}.cachePositionLength)]byte
+
+	_ [unsafe.Sizeof(cpair{}) - C.sizeof_kvcgo_pair]byte
+	_ [C.sizeof_kvcgo_pair - unsafe.Sizeof(cpair{})]byte
+	_ [unsafe.Offsetof(cpair{}.ndim) - unsafe.Offsetof(C.kvcgo_pair{}.ndim)]byte
+	_ [unsafe.Offsetof(C.kvcgo_pair{}.ndim) - unsafe.Offsetof(cpair{}.ndim)]byte
+	_ [unsafe.Offsetof(cpair{}.code) - unsafe.Offsetof(C.kvcgo_pair{}.code)]byte
+	_ [unsafe.Offsetof(C.kvcgo_pair{}.code) - unsafe.Offsetof(cpair{}.code)]byte
+	_ [unsafe.Offsetof(cpair{}.bits) - unsafe.Offsetof(C.kvcgo_pair{}.bits)]byte
+	_ [unsafe.Offsetof(C.kvcgo_pair{}.bits) - unsafe.Offsetof(cpair{}.bits)]byte
+	_ [unsafe.Offsetof(cpair{}.lanes) - unsafe.Offsetof(C.kvcgo_pair{}.lanes)]byte
+	_ [unsafe.Offsetof(C.kvcgo_pair{}.lanes) - unsafe.Offsetof(cpair{}.lanes)]byte
 
 	_ [unsafe.Sizeof(ctensor{}) - C.sizeof_kvc_tensor]byte
 	_ [C.sizeof_kvc_tensor - unsafe.Sizeof(ctensor{})]byte
@@ -617,6 +664,11 @@ func cUpdate(p unsafe.Pointer, layer uint32, kdata, vdata unsafe.Pointer, kd, vd
 	return takeError(C.kvcgo_update(cache(p), C.uint32_t(layer), charp(kdata), charp(vdata), desc(kd), desc(vd), kvOut(out)))
 }
 
+func cUpdateCompact(p unsafe.Pointer, layer uint32, kdata, vdata unsafe.Pointer, d *cpair, out *ckv) error {
+	return takeError(C.kvcgo_update_compact(charp(p), C.uint32_t(layer), charp(kdata), charp(vdata),
+		(*C.kvcgo_pair)(unsafe.Pointer(d)), kvOut(out)))
+}
+
 func cUpdateOpts(p unsafe.Pointer, layer uint32, kdata, vdata unsafe.Pointer, kd, vd *tdesc, u *uopts, cp *int64,
 	cos, sin unsafe.Pointer, out *ckv) error {
 	return takeError(C.kvcgo_update_opts(cache(p), C.uint32_t(layer), charp(kdata), charp(vdata), desc(kd), desc(vd),
@@ -625,7 +677,7 @@ func cUpdateOpts(p unsafe.Pointer, layer uint32, kdata, vdata unsafe.Pointer, kd
 
 func cUpdateAll(p unsafe.Pointer, n uint32, keys, values unsafe.Pointer, u *uopts, cp *int64, cos, sin unsafe.Pointer,
 	out unsafe.Pointer) error {
-	return takeError(C.kvcgo_update_all(cache(p), C.uint32_t(n), charp(keys), charp(values),
+	return takeError(C.kvcgo_update_all(charp(p), C.uint32_t(n), charp(keys), charp(values),
 		(*C.kvcgo_uopts)(unsafe.Pointer(u)), (*C.int64_t)(cp), charp(cos), charp(sin), charp(out)))
 }
 

@@ -50,6 +50,9 @@ func cMemory(unsafe.Pointer, *MemoryInfo) error { return ErrCgoDisabled }
 func cUpdate(unsafe.Pointer, uint32, unsafe.Pointer, unsafe.Pointer, *tdesc, *tdesc, *ckv) error {
 	return ErrCgoDisabled
 }
+func cUpdateCompact(unsafe.Pointer, uint32, unsafe.Pointer, unsafe.Pointer, *cpair, *ckv) error {
+	return ErrCgoDisabled
+}
 func cUpdateOpts(unsafe.Pointer, uint32, unsafe.Pointer, unsafe.Pointer, *tdesc, *tdesc, *uopts, *int64,
 	unsafe.Pointer, unsafe.Pointer, *ckv) error {
 	return ErrCgoDisabled

@@ -156,6 +156,8 @@ var (
 	_ [int64(C.KVC_QUANT_MODE_INCREMENTAL) - int64(QuantModeIncremental)]struct{}
 	_ [int64(QuantModeTransformers) - int64(C.KVC_QUANT_MODE_TRANSFORMERS)]struct{}
 	_ [int64(C.KVC_QUANT_MODE_TRANSFORMERS) - int64(QuantModeTransformers)]struct{}
+	_ [int64(QuantModeCompact) - int64(C.KVC_QUANT_MODE_COMPACT)]struct{}
+	_ [int64(C.KVC_QUANT_MODE_COMPACT) - int64(QuantModeCompact)]struct{}
 	_ [int64(AllLayers) - int64(C.KVC_ALL_LAYERS)]struct{}
 	_ [int64(C.KVC_ALL_LAYERS) - int64(AllLayers)]struct{}
 )

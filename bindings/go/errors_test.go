@@ -86,6 +86,8 @@ func TestUpdateErrors(t *testing.T) {
 		{"layer beyond the config", upd(2, good, good, nil), CodeOutOfRange, "layer"},
 		{"negative layer", upd(-1, good, good, nil), CodeOutOfRange, "layer"},
 		{"data shorter than the shape", upd(0, short, good, nil), CodeInvalidArgument, "Data has 11 elements"},
+		{"value data shorter than the shape", upd(0, good, &short, nil), CodeInvalidArgument, "value.Data has 11 elements"},
+		{"offset leaves too few elements", upd(0, Tensor[float32]{Data: good.Data, Shape: good.Shape, Offset: 1}, good, nil), CodeInvalidArgument, "outside"},
 		{"strides of another rank", upd(0, Tensor[float32]{Data: good.Data, Shape: good.Shape, Strides: []int64{1}}, good, nil), CodeInvalidArgument, "strides"},
 		{"strides past the data", upd(0, Tensor[float32]{Data: good.Data, Shape: good.Shape, Strides: []int64{6, 3, 3, 2}}, good, nil), CodeInvalidArgument, "outside"},
 		{"offset past the data", upd(0, Tensor[float32]{Data: good.Data, Shape: good.Shape, Offset: 13}, good, nil), CodeInvalidArgument, "Offset"},

@@ -761,3 +761,31 @@ func TestOffloadedPresets(t *testing.T) {
 		}
 	}
 }
+
+// QuantModeCompact returns the same values as QuantModeIncremental (only
+// where the history lives differs) and keeps less memory.
+func TestQuantizedCompactMatchesIncremental(t *testing.T) {
+	mk := func(mode QuantMode) *Cache {
+		q := DefaultQuantOptions()
+		q.Mode, q.ResidualLength, q.QGroupSize = mode, 4, 16
+		return mkCache(t, &CacheOptions{Preset: PresetQuantized, Config: &ModelConfig{NumHiddenLayers: 1}, Quant: &q})
+	}
+	inc, cmp := mk(QuantModeIncremental), mk(QuantModeCompact)
+	for step := int64(0); step < 40; step++ {
+		n := int64(1)
+		if step == 0 {
+			n = 24
+		}
+		x := fill(1, 2, n, 16, func(_, h, s, d int64) float32 {
+			return float32(math.Sin(float64((step*31+s)*37 + h*11 + d*3)))
+		})
+		a := must[KV](t)(inc.Update(0, x, x, nil))
+		b := must[KV](t)(cmp.Update(0, x, x, nil))
+		if !eqFloats(flat(t, a.Key), flat(t, b.Key)) || !eqFloats(flat(t, a.Value), flat(t, b.Value)) {
+			t.Fatalf("step %d: compact mode returned other values than incremental mode", step)
+		}
+	}
+	if got := must[LayerInfo](t)(cmp.LayerInfo(0)); got.QuantizedLength == 0 {
+		t.Fatalf("nothing was quantized: %+v", got)
+	}
+}

@@ -305,6 +305,75 @@ func describe(fn string, arg argName, in Input, d *tdesc) (unsafe.Pointer, unsaf
 		fn, arg, reflect.TypeOf(in)))
 }
 
+// cpair mirrors kvcgo_pair: the shapes and dtypes of a compact key and
+// value on the host, for Update's fast path (one pointer-free struct).
+type cpair struct {
+	shape [2][maxDims]int64
+	ndim  [2]int32
+	code  [2]uint8
+	bits  [2]uint8
+	lanes [2]uint16
+}
+
+// compactInput is describe's fast path for the common input: a Tensor (or
+// a non-nil *Tensor) with nil Strides, at most maxDims dimensions, no size
+// <= 0, whose elements from Offset on all lie inside Data. It copies the
+// sizes into shape (what the library will read: the check below is made on
+// the copy) and returns the address of the first element, a pointer for
+// pinning (as describe) and the element type; ok false for anything else,
+// which describe handles (and reports, if it is wrong).
+func compactInput(in Input, shape *[maxDims]int64) (data, pin unsafe.Pointer, nd int, dt DataType, ok bool) {
+	switch t := in.(type) {
+	case Tensor[BFloat16]:
+		data, pin, nd, ok = compactGo(t.Data, t.Offset, t.Shape, t.Strides, shape)
+		return data, pin, nd, dtBFloat16, ok
+	case Tensor[Float16]:
+		data, pin, nd, ok = compactGo(t.Data, t.Offset, t.Shape, t.Strides, shape)
+		return data, pin, nd, dtFloat16, ok
+	case Tensor[float32]:
+		data, pin, nd, ok = compactGo(t.Data, t.Offset, t.Shape, t.Strides, shape)
+		return data, pin, nd, dtFloat32, ok
+	case *Tensor[BFloat16]:
+		if t != nil {
+			data, pin, nd, ok = compactGo(t.Data, t.Offset, t.Shape, t.Strides, shape)
+		}
+		return data, pin, nd, dtBFloat16, ok
+	case *Tensor[Float16]:
+		if t != nil {
+			data, pin, nd, ok = compactGo(t.Data, t.Offset, t.Shape, t.Strides, shape)
+		}
+		return data, pin, nd, dtFloat16, ok
+	case *Tensor[float32]:
+		if t != nil {
+			data, pin, nd, ok = compactGo(t.Data, t.Offset, t.Shape, t.Strides, shape)
+		}
+		return data, pin, nd, dtFloat32, ok
+	}
+	return nil, nil, 0, DataType{}, false
+}
+
+func compactGo[T Element](data []T, off int, shape, strides []int64, dst *[maxDims]int64) (unsafe.Pointer, unsafe.Pointer, int, bool) {
+	nd := len(shape)
+	if strides != nil || nd > maxDims || off < 0 || off >= len(data) {
+		return nil, nil, 0, false
+	}
+	avail := uint64(len(data) - off)
+	n := uint64(1)
+	for i := range nd {
+		s := shape[i]
+		dst[i] = s
+		if s <= 0 {
+			return nil, nil, 0, false
+		}
+		h, l := bits.Mul64(n, uint64(s))
+		if h != 0 || l > avail {
+			return nil, nil, 0, false
+		}
+		n = l
+	}
+	return unsafe.Pointer(&data[off]), pinOf(data), nd, true
+}
+
 func setShape(fn string, arg argName, shape, strides []int64, d *tdesc) error {
 	if len(shape) > maxDims {
 		return newError(CodeShapeMismatch, fmt.Sprintf("%s: %s has %d dimensions; tensors have at most %d", fn, arg, len(shape), maxDims))

@@ -256,6 +256,11 @@ const (
 	// QuantModeTransformers follows transformers' QuantizedCache timeline
 	// exactly (the whole history is quantized again at each flush).
 	QuantModeTransformers QuantMode = 1
+	// QuantModeCompact quantizes as QuantModeIncremental but keeps only the
+	// packed groups and the residual; each update dequantizes the history into
+	// a working copy shared by the cache's layers (saves memory; a step costs
+	// O(context)).
+	QuantModeCompact QuantMode = 2
 )
 
 // AllLayers, passed as the layer of MaxLength or HasPreviousState, asks

@@ -46,7 +46,7 @@ static void test_bad_quant_options(void) {
   BAD(base, struct_size, 12, "12");
   BAD(base, quantizer, 0, "0");
   BAD(base, quantizer, 3, "3");
-  BAD(base, mode, 2, "2");
+  BAD(base, mode, 3, "3");
   BAD(base, mode, -1, "-1");
   BAD(base, nbits, 3, "3");
   BAD(hqq, nbits, 5, "5");

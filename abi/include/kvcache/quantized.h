@@ -12,7 +12,7 @@
  *    proximal zero-point refinement with its early stop; nbits 1, 2, 3, 4 or
  *    8; axis 1 (consecutive elements) or 0 (strided groups).
  *
- * Two modes:
+ * Three modes:
  *  - KVC_QUANT_MODE_INCREMENTAL (the default): tokens are quantized once,
  *    when they age out of a residual of residual_length tokens, in whole
  *    groups; history is never quantized again, so an update costs the same
@@ -24,9 +24,11 @@
  *    prefill is returned unquantized, the residual is flushed when the
  *    residual plus the new tokens reach residual_length, and each flush
  *    quantizes the whole history again from its dequantized values, so a
- *    model produces the same tokens as with transformers' QuantizedCache.
+ *    model produces the same tokens as with transformers' QuantizedCache;
+ *  - KVC_QUANT_MODE_COMPACT: incremental mode's tokens and values without
+ *    the full-precision copy of the history (see its definition below).
  *
- * In both modes crop, reorder, batch_select_indices, batch_repeat_interleave
+ * In every mode crop, reorder, batch_select_indices, batch_repeat_interleave
  * and reset act on the quantized tokens as well as on the residual
  * (transformers touches only the residual; see
  * docs/differences-from-transformers.md).
@@ -49,6 +51,24 @@ typedef int32_t kvc_quantizer;
 typedef int32_t kvc_quant_mode;
 #define KVC_QUANT_MODE_INCREMENTAL  0
 #define KVC_QUANT_MODE_TRANSFORMERS 1
+/**
+ * Tokens are quantized exactly as in incremental mode (once, when they leave
+ * the residual, in whole groups, never again) and an update returns the same
+ * values, but the layer keeps only the packed groups and the full-precision
+ * residual. Each update dequantizes the layer's quantized history into a
+ * scratch buffer shared by all layers of the cache (allocated once, grown
+ * geometrically, reused: no allocation per step in steady state), followed
+ * by the residual and the new tokens, and returns a view of it. A call that
+ * updates several layers (kvc_cache_update_all) gives each its own region
+ * of the scratch, so every view it returns stays valid, until the next
+ * mutating call as always. A step costs O(context) dequantization (as
+ * transformers' does, without its allocations); memory is codes + scales +
+ * residual + the working copy of one call's layers. kvc_cache_layer_view of
+ * such a layer shows the residual only (the store; seq_length and the mask
+ * sizes count the quantized tokens too): the view is const, so it cannot
+ * dequantize; the last update's return is the full history.
+ */
+#define KVC_QUANT_MODE_COMPACT      2
 
 /**
  * How a QUANTIZED layer quantizes. Defaults are transformers' (nbits 4,

@@ -37,6 +37,7 @@ pub const KVC_QUANTIZER_QUANTO: kvc_quantizer = 1;
 pub const KVC_QUANTIZER_HQQ: kvc_quantizer = 2;
 pub const KVC_QUANT_MODE_INCREMENTAL: kvc_quant_mode = 0;
 pub const KVC_QUANT_MODE_TRANSFORMERS: kvc_quant_mode = 1;
+pub const KVC_QUANT_MODE_COMPACT: kvc_quant_mode = 2;
 pub const KVC_LAYER_DYNAMIC: kvc_layer_kind = 1;
 pub const KVC_LAYER_DYNAMIC_SLIDING: kvc_layer_kind = 2;
 pub const KVC_LAYER_DYNAMIC_CHUNKED: kvc_layer_kind = 3;

@@ -320,6 +320,11 @@ pub enum QuantMode {
     /// new tokens reach `residual_length`, the whole history re-quantized at
     /// each flush; for identical outputs.
     Transformers,
+    /// `KVC_QUANT_MODE_COMPACT`: quantized as in incremental mode, but only
+    /// the packed groups and the residual are kept; each update dequantizes
+    /// the history into a working copy shared by the cache's layers. Saves
+    /// memory; a step costs O(context).
+    Compact,
 }
 
 impl QuantMode {
@@ -328,6 +333,7 @@ impl QuantMode {
         match self {
             QuantMode::Incremental => sys::KVC_QUANT_MODE_INCREMENTAL,
             QuantMode::Transformers => sys::KVC_QUANT_MODE_TRANSFORMERS,
+            QuantMode::Compact => sys::KVC_QUANT_MODE_COMPACT,
         }
     }
 }

@@ -244,3 +244,47 @@ fn quantized_options_are_validated() {
     );
     assert_eq!(snapshot(&cache), before);
 }
+
+#[test]
+fn compact_mode_returns_what_incremental_mode_returns() {
+    let quant = |mode| {
+        QuantOptions::new()
+            .mode(mode)
+            .nbits(4)
+            .q_group_size(DIM)
+            .residual_length(4)
+    };
+    let mut inc = quantized_cache(quant(QuantMode::Incremental));
+    let mut cmp = quantized_cache(quant(QuantMode::Compact));
+    let prompt = token_values(1, 0, 12);
+    let a = inc
+        .update(0, &prompt.t(), &prompt.t())
+        .unwrap()
+        .key
+        .to_vec::<f32>()
+        .unwrap();
+    let b = cmp
+        .update(0, &prompt.t(), &prompt.t())
+        .unwrap()
+        .key
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(a, b);
+    for t in 12..40 {
+        let x = token_values(1, t, 1);
+        let a = inc
+            .update(0, &x.t(), &x.t())
+            .unwrap()
+            .value
+            .to_vec::<f32>()
+            .unwrap();
+        let b = cmp
+            .update(0, &x.t(), &x.t())
+            .unwrap()
+            .value
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(a, b, "step {t}");
+    }
+    assert_eq!(cmp.layer_info(0).unwrap().quantized_length, 36);
+}

@@ -1,0 +1,231 @@
+/*
+ * core/layer_quantized_compact.c: KVC_QUANT_MODE_COMPACT.
+ *
+ * Tokens are quantized as in incremental mode (layer_quantized_incremental.c
+ * does it), but the store keeps only the full-precision residual: the
+ * quantized history exists as packed groups alone. Each update dequantizes
+ * the history, then copies the residual, into the layer's region of a
+ * scratch buffer the cache's compact layers share (struct
+ * kvc_quant_scratch), and returns a view of that region. A step therefore
+ * costs O(context) dequantization, and the layer holds its codes, scales and
+ * residual only; the scratch holds one call's working copies.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "layer_quantized.h"
+
+/* ------------------------------------------------------------ the shared scratch */
+
+kvc_error* kvc_quant_scratch_begin(kvc_cache* c, uint32_t first, uint32_t count) {
+  int any = 0;
+  for (uint32_t i = first; i < first + count; i++)
+    if (c->layers[i]->kind == KVC_LAYER_QUANTIZED && kvc_quant_compact(c->layers[i])) any = 1;
+  if (!any) return NULL;
+  if (!c->quant_scratch) {
+    c->quant_scratch = (struct kvc_quant_scratch*)calloc(1, sizeof *c->quant_scratch);
+    if (!c->quant_scratch) return kvc_err_oom();
+  }
+  c->quant_scratch->used = 0;
+  return NULL;
+}
+
+uint64_t kvc_quant_scratch_bytes(const kvc_cache* c) {
+  /* A staged buffer (a failed call's) is not counted: it is adopted or replaced by the next update. */
+  return c->quant_scratch ? (uint64_t)c->quant_scratch->bytes : 0;
+}
+
+void kvc_quant_scratch_free(kvc_cache* c) {
+  struct kvc_quant_scratch* s = c->quant_scratch;
+  if (!s) return;
+  const kvc_backend* be = c->backend;
+  if (s->buf) be->free(be->ctx, c->device.device_id, s->buf);
+  if (s->staged) be->free(be->ctx, c->device.device_id, s->staged);
+  free(s);
+  c->quant_scratch = NULL;
+}
+
+/* Claims `bytes` of the call's scratch (room phase), staging a larger buffer when the current one is too small. */
+static int claim_region(const kvc_cache* c, uint64_t bytes, size_t* offset) {
+  struct kvc_quant_scratch* s = c->quant_scratch;
+  const kvc_backend* be = c->backend;
+  uint64_t off = ((uint64_t)s->used + 63) & ~(uint64_t)63, need;
+  if (__builtin_add_overflow(off, bytes, &need) || need > (uint64_t)SIZE_MAX / 4) return -1;
+  if (need > s->bytes && need > s->staged_bytes) {
+    /* Geometric growth: a context that grows token by token reallocates O(log n) times. */
+    uint64_t grown = 2 * (uint64_t)(s->bytes > s->staged_bytes ? s->bytes : s->staged_bytes);
+    if (grown < need) grown = need;
+    void* p = be->alloc_zeroed(be->ctx, c->device.device_id, (size_t)grown);
+    if (!p && grown > need) p = be->alloc_zeroed(be->ctx, c->device.device_id, (size_t)(grown = need));
+    if (!p) return -1;
+    if (s->staged) be->free(be->ctx, c->device.device_id, s->staged);
+    s->staged = p;
+    s->staged_bytes = (size_t)grown;
+  }
+  s->used = (size_t)need;
+  *offset = (size_t)off;
+  return 0;
+}
+
+/* ------------------------------------------------------------ dequantization */
+
+static int64_t dim_of(const kvc_layer* l, int which) { return which ? l->v_dim : l->k_dim; }
+
+/*
+ * Writes tokens lo..hi-1 of quantized unit `unit` of batch row b, tensor
+ * `which`, to an array of the layer's dtype laid out [heads][len][dim]
+ * (`dst` is row b's first element): token i of the unit goes to token
+ * to + i. Straight from the packed records, the whole unit in one call.
+ */
+static void dequantize_unit(const kvc_layer* l, int which, int64_t b, int64_t unit, int64_t lo, int64_t hi,
+                            void* dst, int64_t len, int64_t to) {
+  const kvc_quant_ext* x = kvc_quant_ext_of(l);
+  const int64_t g = l->quant.q_group_size, d = dim_of(l, which);
+  const int channel = kvc_quant_per_channel(&l->quant, which);
+  const unsigned char* rec =
+      (const unsigned char*)x->rows[which].ptr + b * x->rows[which].row_bytes + unit * x->unit_bytes[which];
+  const kvc_quantizer_spec spec = kvc_quant_spec(l, which);
+  const int64_t groups = channel ? d : d / g; /* per head: a unit is [heads][groups] records */
+  const kvc_packed_groups src = kvc_quant_records(l, rec, l->heads * groups, g);
+  /* Per-channel: group j of a head is channel j of tokens 0..g-1 (lo..hi-1 written); per-token: elements j*g.. of
+   * the unit's one token. */
+  const int64_t at = channel ? (to + lo) * d : to * d;
+  const kvc_dequant_dst out = {(unsigned char*)dst + at * (int64_t)l->elem, groups, len * d, channel ? 1 : g,
+                               channel ? d : 1};
+  kvc_dequantize_packed(&spec, &src, channel ? lo : 0, channel ? hi : g, &out);
+}
+
+/* Offset of element (b, h, s, 0) of tensor `which` in [B][H][len][dim] elements. */
+static int64_t row_offset(const kvc_layer* l, int which, int64_t b, int64_t len) {
+  return b * l->heads * len * dim_of(l, which);
+}
+
+/* Dequantized history then residual, into the layer's scratch region. */
+static void materialize(kvc_layer* l) {
+  kvc_quant_ext* x = kvc_quant_ext_of(l);
+  const int64_t q = x->quantized, r = kvc_layer_stored(l), len = q + r;
+  unsigned char* base = (unsigned char*)x->ret_base;
+  for (int w = 0; w < 2; w++) {
+    const int64_t d = dim_of(l, w), ut = kvc_quant_unit_tokens(l, w);
+    unsigned char* t = base + (w ? (uint64_t)(l->batch * l->heads * len * l->k_dim) * l->elem : 0);
+    const unsigned char* store = (const unsigned char*)(w ? l->v : l->k);
+    for (int64_t b = 0; b < l->batch; b++) {
+      unsigned char* row = t + row_offset(l, w, b, len) * (int64_t)l->elem;
+      for (int64_t u = 0; u < x->units[w]; u++) dequantize_unit(l, w, b, u, 0, ut, row, len, u * ut);
+      for (int64_t h = 0; h < l->heads && r; h++)
+        memcpy(row + (h * len + q) * d * (int64_t)l->elem,
+               store + kvc_quant_store_index(l, w, b, h, l->start, 0) * (int64_t)l->elem,
+               (size_t)(r * d) * l->elem);
+    }
+  }
+}
+
+/* ------------------------------------------------------------ the timeline */
+
+/*
+ * A prefill leaves a store sized for every token it brought, most of which
+ * are now codes: the store is cut to the residual plus room for a block and
+ * some steps, so that it costs what the residual does. Best effort (apply
+ * cannot fail): when the smaller store cannot be allocated the large one
+ * stays. The room kept is at least a block, which crop relies on.
+ */
+static void shrink_store(const kvc_cache* c, kvc_layer* l) {
+  const int64_t stored = kvc_layer_stored(l), want = stored + kvc_quant_block_tokens(l) + 32;
+  if (l->cap <= 2 * want) return;
+  void *k = NULL, *v = NULL;
+  if (kvc_store_alloc(c, l->batch, l->heads, want, l->k_dim, l->v_dim, l->elem, &k, &v)) return;
+  kvc_layer_adopt_store(c, l, k, v, want, (kvc_region){l->start, l->end});
+}
+
+kvc_error* kvc_quant_compact_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
+                                     const kvc_tensor* key, const kvc_tensor* value, int64_t n) {
+  kvc_quant_ext* x = kvc_quant_ext_of(l);
+  kvc_error* e = kvc_quant_incremental_prepare(fn, c, l, index, key, value, n);
+  if (e) return e;
+  /* The return holds every token: the history, the residual and the new tokens. */
+  uint64_t len = (uint64_t)(x->quantized + kvc_layer_stored(l) + n), bytes;
+  if (__builtin_mul_overflow((uint64_t)(l->batch * l->heads) * len, (uint64_t)(l->k_dim + l->v_dim) * l->elem,
+                             &bytes) ||
+      claim_region(c, bytes, &x->ret_off)) {
+    kvc_quant_release_staged(c, x);
+    return kvc_err_oom();
+  }
+  return NULL;
+}
+
+kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, int64_t n) {
+  struct kvc_quant_scratch* s = c->quant_scratch;
+  if (s->staged) { /* the first compact layer of the call adopts the grown scratch: older views expire now */
+    const kvc_backend* be = c->backend;
+    if (s->buf) be->free(be->ctx, c->device.device_id, s->buf);
+    s->buf = s->staged;
+    s->bytes = s->staged_bytes;
+    s->staged = NULL;
+    s->staged_bytes = 0;
+  }
+  kvc_region r = kvc_quant_incremental_apply(c, l, n);
+  shrink_store(c, l);
+  kvc_quant_ext_of(l)->ret_base = (unsigned char*)s->buf + kvc_quant_ext_of(l)->ret_off;
+  materialize(l);
+  return r;
+}
+
+void kvc_quant_compact_set_return(kvc_layer* l, kvc_region r) {
+  (void)r;
+  const kvc_quant_ext* x = kvc_quant_ext_of(l);
+  /* The cache is not reachable from here: apply recorded the region's address. */
+  const int64_t len = x->quantized + kvc_layer_stored(l);
+  kvc_data_type dt = kvc_dtype_to_data_type(l->dtype);
+  unsigned char* base = (unsigned char*)x->ret_base;
+  for (int w = 0; w < 2; w++) {
+    kvc_tensor* t = w ? &l->views[1].value : &l->views[1].key;
+    int64_t d = dim_of(l, w);
+    int64_t* shape = l->shape[1][w];
+    int64_t* strides = l->strides[1][w];
+    shape[0] = l->batch;
+    shape[1] = l->heads;
+    shape[2] = len;
+    shape[3] = d;
+    strides[0] = l->heads * len * d;
+    strides[1] = len * d;
+    strides[2] = d;
+    strides[3] = 1;
+    t->data = base;
+    t->byte_offset = w ? (uint64_t)(l->batch * l->heads * len * l->k_dim) * l->elem : 0;
+    t->device = kvc_tier_device(l);
+    t->ndim = 4;
+    t->dtype = dt;
+    t->shape = shape;
+    t->strides = strides;
+  }
+}
+
+/*
+ * Crop into the history: the kept tokens of the block it cuts into become
+ * the residual again, as their dequantized values, at the store's first
+ * slots (the residual after them is cut anyway). The store has room: it
+ * once held that whole block, and capacities never shrink.
+ */
+void kvc_quant_compact_crop(kvc_layer* l, int64_t keep) {
+  kvc_quant_ext* x = kvc_quant_ext_of(l);
+  const int64_t q = x->quantized;
+  if (keep >= q) {
+    l->end = l->start + (keep - q);
+    return;
+  }
+  const int64_t b = kvc_quant_block_tokens(l), nq = keep / b * b;
+  l->start = 0;
+  l->end = keep - nq;
+  for (int w = 0; w < 2; w++) {
+    const int64_t ut = kvc_quant_unit_tokens(l, w);
+    void* store = w ? l->v : l->k;
+    for (int64_t row = 0; row < l->batch; row++) {
+      unsigned char* dst = (unsigned char*)store + row * l->heads * l->cap * dim_of(l, w) * (int64_t)l->elem;
+      /* Tokens nq..keep-1 of the history: whole per-token units, or the head of one per-channel unit. */
+      for (int64_t tok = nq; tok < keep; tok += ut)
+        dequantize_unit(l, w, row, tok / ut, 0, keep - tok < ut ? keep - tok : ut, dst, l->cap, tok - nq);
+    }
+  }
+  x->quantized = nq;
+  for (int w = 0; w < 2; w++) x->units[w] = nq / kvc_quant_unit_tokens(l, w);
+}
