@@ -100,6 +100,9 @@ typedef struct kvc_layer_ops {
   int (*ext_shell)(const kvc_layer* src, kvc_layer* dst);
   void (*ext_free)(const kvc_cache* cache, kvc_layer* layer);
   kvc_error* (*check_batch)(const char* fn, const kvc_layer* layer, uint32_t index, const char* op);
+  /* Phase-1 checks of a layer's first update, which need the inputs' geometry (NULL = none). */
+  kvc_error* (*check_first_update)(const char* fn, uint32_t index, const kvc_layer* layer, const kvc_tensor* key,
+                                   const kvc_tensor* value, const kvc_update_options* opts);
   /* Fills the kind's own fields of kvc_layer_info (quantized_length, has_previous_state, ...). */
   void (*fill_info)(const kvc_layer* layer, kvc_layer_info* info);
   /*

@@ -188,8 +188,27 @@ static int incremental(const kvc_layer* l) { return l->quant.mode != KVC_QUANT_M
 static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                const kvc_update_options* o) {
   (void)o; /* positions are ignored, as by the dynamic layer */
-  if (!l->initialized) return NULL; /* the geometry is checked once the first update has set it (prepare_tokens) */
+  if (!l->initialized) return NULL; /* the geometry is checked from the inputs (check_first_update) */
   return incremental(l) ? kvc_quant_incremental_check(fn, index, l, n) : kvc_quant_transformers_check(fn, index, l, n);
+}
+
+/*
+ * The first update fixes the geometry; the group-size rules depend on it, so they are checked against the
+ * inputs' shapes before anything is allocated (a refusal after another layer of the same update_all made
+ * room would change that layer's capacity).
+ */
+static kvc_error* check_first_update(const char* fn, uint32_t index, const kvc_layer* l, const kvc_tensor* key,
+                                     const kvc_tensor* value, const kvc_update_options* o) {
+  (void)o;
+  kvc_layer as_if = *l;
+  as_if.initialized = 1;
+  as_if.batch = key->shape[0];
+  as_if.heads = key->shape[1];
+  as_if.k_dim = key->shape[3];
+  as_if.v_dim = value->shape[3];
+  as_if.start = as_if.end = 0;
+  return incremental(&as_if) ? kvc_quant_incremental_check(fn, index, &as_if, key->shape[2])
+                             : kvc_quant_transformers_check(fn, index, &as_if, key->shape[2]);
 }
 
 static kvc_error* prepare_tokens(const char* fn, const kvc_cache* c, kvc_layer* l, const kvc_tensor* key,
@@ -335,5 +354,6 @@ const kvc_layer_ops kvc_quantized_layer_ops = {
     .check_stack = check_stack,
     .prepare_tokens = prepare_tokens,
     .set_return = set_return,
+    .check_first_update = check_first_update,
     .memory = memory,
 };

@@ -105,6 +105,7 @@ static void materialize(kvc_layer* l) {
   kvc_quant_ext* x = kvc_quant_ext_of(l);
   const int64_t q = x->quantized, r = kvc_layer_stored(l), len = q + r;
   unsigned char* base = (unsigned char*)x->ret_base;
+  if (len == 0 || !base) return; /* nothing to write (and no scratch to point into) */
   for (int w = 0; w < 2; w++) {
     const int64_t d = dim_of(l, w), ut = kvc_quant_unit_tokens(l, w);
     unsigned char* t = base + (w ? (uint64_t)(l->batch * l->heads * len * l->k_dim) * l->elem : 0);
@@ -165,7 +166,8 @@ kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, int64_t n) 
   }
   kvc_region r = kvc_quant_incremental_apply(c, l, n);
   shrink_store(c, l);
-  kvc_quant_ext_of(l)->ret_base = (unsigned char*)s->buf + kvc_quant_ext_of(l)->ret_off;
+  /* An empty layer's region has no bytes and the scratch may not exist yet: no offset on NULL (undefined in C). */
+  kvc_quant_ext_of(l)->ret_base = s->buf ? (unsigned char*)s->buf + kvc_quant_ext_of(l)->ret_off : NULL;
   materialize(l);
   return r;
 }

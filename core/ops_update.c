@@ -60,6 +60,10 @@ static kvc_error* check_pair(const char* fn, const kvc_cache* c, uint32_t i, int
                      "; new tokens must match the stored head_dim",
                      fn, vname, v->shape[3], i, l->v_dim);
   }
+  if (!l->initialized && l->ops->check_first_update) {
+    kvc_error* e = l->ops->check_first_update(fn, i, l, k, v, o);
+    if (e) return e;
+  }
   return l->ops->check_update(fn, i, l, k->shape[2], o);
 #undef kname
 #undef vname
