@@ -350,7 +350,7 @@ static void gen_options(ctx* c, opt_store* s) {
       switch (rd(r) % 32) { /* rare invalid layer options */
         case 0: s->layers[i].window = 0; break;
         case 1: s->layers[i].max_cache_len = 0; break;
-        case 2: s->layers[i].kind = rd(r) % 2 ? 0 : 7; break;
+        case 2: s->layers[i].kind = rd(r) % 2 ? 0 : KVC_LAYER_LINEAR_STATIC_SLIDING + 1; break; /* no such kind */
         case 3: s->layers[i].struct_size = 4; break;
         default: break;
       }
@@ -377,7 +377,7 @@ static void gen_options(ctx* c, opt_store* s) {
   }
   switch (rd(r) % 64) { /* rare invalid cache options */
     case 0: s->o.struct_size += 8; break;
-    case 1: s->o.preset = 9; break;
+    case 1: s->o.preset = KVC_PRESET_HYBRID_MAMBA + 1; break; /* no such preset (9 is one since 0.2) */
     case 2:
       if (!c->has_cuda) s->o.device.device_type = KVC_DEVICE_CUDA;
       break;

@@ -9,6 +9,7 @@
 
 char* g_trace;
 int g_echo_trace;
+const char* g_fail_title = "kvcache differential fuzzer: the library and the reference model disagree";
 static size_t g_trace_len, g_trace_cap;
 
 void trace(const char* fmt, ...) {
@@ -37,7 +38,7 @@ void trace_reset(void) {
 }
 
 void fail(const char* fmt, ...) {
-  fprintf(stderr, "\n=== kvcache differential fuzzer: the library and the reference model disagree ===\n");
+  fprintf(stderr, "\n=== %s ===\n", g_fail_title);
   fprintf(stderr, "--- operations so far (slot: op args -> expected code) ---\n%s", g_trace ? g_trace : "");
   fprintf(stderr, "--- divergence ---\n");
   va_list ap;
@@ -48,23 +49,24 @@ void fail(const char* fmt, ...) {
   abort();
 }
 
-/* A crash inside the library (a sanitizer report) shows the trace too. */
-#if defined(__GNUC__) || defined(__clang__)
-extern void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
-#endif
+/*
+ * A crash inside the library (a sanitizer report) shows the trace too. The
+ * sanitizers call __sanitizer_report_error_summary as they report, before
+ * they die; the death callback is left to libFuzzer, which saves the input
+ * there (replacing it would lose the artifact of every sanitizer finding).
+ */
+static int g_trace_on_report;
 
-static void dump_trace_on_death(void) {
-  fprintf(stderr, "--- operations before the crash (slot: op args -> expected code) ---\n%s",
-          g_trace ? g_trace : "");
+void __sanitizer_report_error_summary(const char* summary);
+
+void __sanitizer_report_error_summary(const char* summary) {
+  fprintf(stderr, "%s\n", summary ? summary : "");
+  if (g_trace_on_report)
+    fprintf(stderr, "--- operations before the crash (slot: op args -> expected code) ---\n%s",
+            g_trace ? g_trace : "");
 }
 
-void install_death_callback(void) {
-#if defined(__GNUC__) || defined(__clang__)
-  static int done;
-  if (!done && __sanitizer_set_death_callback) __sanitizer_set_death_callback(dump_trace_on_death);
-  done = 1;
-#endif
-}
+void install_death_callback(void) { g_trace_on_report = 1; }
 
 void expect_code(kvc_error* e, kvc_code want, const char* what) {
   kvc_code got = kvc_error_code(e);

@@ -17,6 +17,7 @@
 
 extern char* g_trace;    /* the operations of the current input, one line each */
 extern int g_echo_trace; /* also print each line as it is added (standalone -trace) */
+extern const char* g_fail_title; /* the first line of a divergence report (a target may set its own) */
 
 /* Appends to the trace. */
 KVC_FUZZ_PRINTF void trace(const char* fmt, ...);
@@ -24,7 +25,7 @@ KVC_FUZZ_PRINTF void trace(const char* fmt, ...);
 void trace_reset(void);
 /* Prints the trace and what differed, then aborts (libFuzzer reports a crash). */
 KVC_FUZZ_NORETURN void fail(const char* fmt, ...);
-/* Makes a sanitizer report inside the library print the trace too. */
+/* Makes a sanitizer report inside the library print the trace too (libFuzzer still saves the input). */
 void install_death_callback(void);
 /* Fails unless `e` has code `want` and a message; destroys `e`. */
 void expect_code(kvc_error* e, kvc_code want, const char* what);

@@ -42,9 +42,20 @@ static uint32_t mix32(uint32_t x) {
 }
 
 uint32_t codec_bits(uint32_t tok, int64_t d, int is_value, kvc_dtype dtype) {
+  return codec_bits_ranged(tok, d, is_value, dtype, 0);
+}
+
+uint32_t codec_bits_ranged(uint32_t tok, int64_t d, int is_value, kvc_dtype dtype, int narrow) {
   if (tok == 0) return 0;
   uint32_t h = mix32(tok * 0x9E3779B1U ^ mix32((uint32_t)d * 2U + (uint32_t)(is_value != 0)));
   uint32_t e = mix32(h);
+  if (narrow) {
+    switch (dtype) { /* 10 exponents from -6 (biased: float16 by 15, the others by 127) */
+      case KVC_DTYPE_FLOAT16: return (h & 0x83FFU) | ((9U + e % 10U) << 10);
+      case KVC_DTYPE_BFLOAT16: return (h & 0x807FU) | ((121U + e % 10U) << 7);
+      default: return (h & 0x807FFFFFU) | ((121U + e % 10U) << 23);
+    }
+  }
   switch (dtype) {
     case KVC_DTYPE_FLOAT16: return (h & 0x83FFU) | ((1U + e % 30U) << 10);   /* exponent 1..30 */
     case KVC_DTYPE_BFLOAT16: return (h & 0x807FU) | ((1U + e % 254U) << 7); /* exponent 1..254 */
@@ -122,6 +133,11 @@ void codec_broadcast_tokens(ref_grid* g, int layout) {
 }
 
 void codec_build(codec_tensor* out, const ref_tensor* desc, const ref_grid* tok, int is_value, int layout) {
+  codec_build_ranged(out, desc, tok, is_value, layout, 0);
+}
+
+void codec_build_ranged(codec_tensor* out, const ref_tensor* desc, const ref_grid* tok, int is_value, int layout,
+                        int narrow) {
   memset(out, 0, sizeof *out);
   size_t es = codec_dtype_size(desc->dtype);
   int32_t nd = desc->ndim;
@@ -140,7 +156,8 @@ void codec_build(codec_tensor* out, const ref_tensor* desc, const ref_grid* tok,
       for (int64_t s = 0; s < sh[2]; s++)
         for (int64_t d = 0; d < sh[3]; d++) {
           int64_t e = offset + b * st[0] + h * st[1] + s * st[2] + d * st[3];
-          put_bits(out->mem + (size_t)e * es, codec_bits(token_at(tok, b, h, s), d, is_value, desc->dtype), es);
+          put_bits(out->mem + (size_t)e * es,
+                   codec_bits_ranged(token_at(tok, b, h, s), d, is_value, desc->dtype, narrow), es);
         }
   for (int i = 0; i < 4; i++) {
     out->shape[i] = desc->shape[i];

@@ -34,6 +34,12 @@ kvc_data_type codec_data_type(kvc_dtype dtype);
 const char* codec_dtype_name(kvc_dtype dtype);
 /* The bits of element d of token `tok` (0 for tok == 0). */
 uint32_t codec_bits(uint32_t tok, int64_t d, int is_value, kvc_dtype dtype);
+/*
+ * The same with `narrow` set: magnitudes in [2^-6, 2^4) only, so that
+ * arithmetic on the values (quantizers, RoPE re-rotation) stays finite; any
+ * dtype holds them exactly too. narrow 0 is codec_bits.
+ */
+uint32_t codec_bits_ranged(uint32_t tok, int64_t d, int is_value, kvc_dtype dtype, int narrow);
 
 /* An input tensor the fuzzer owns. */
 typedef struct codec_tensor {
@@ -50,6 +56,9 @@ typedef struct codec_tensor {
  * (or head 0): codec_broadcast_tokens does that.
  */
 void codec_build(codec_tensor* out, const ref_tensor* desc, const ref_grid* tok, int is_value, int layout);
+/* codec_build with the values of codec_bits_ranged(..., narrow). */
+void codec_build_ranged(codec_tensor* out, const ref_tensor* desc, const ref_grid* tok, int is_value, int layout,
+                        int narrow);
 void codec_free(codec_tensor* t);
 void codec_broadcast_tokens(ref_grid* tok, int layout);
 
