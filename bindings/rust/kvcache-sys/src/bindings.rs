@@ -598,7 +598,8 @@ unsafe extern "C" {
  or overflows the window with several tokens.
  `key` is [batch, heads, new, k_head_dim], `value` [batch, heads, new,
  v_head_dim], both of the cache's dtype and device; borrowed for the call and
- copied. `new` may be 0 (nothing is stored; the views are returned as the
+ copied. They may be views this cache returned (even of the layer being
+ updated): such inputs are copied before anything moves. `new` may be 0 (nothing is stored; the views are returned as the
  branch for 0 new tokens gives them). The first update of a layer fixes its batch, heads, head dims and
  dtype. A lazy cache creates missing layers up to `layer`.
  Views in `*out` are owned by the cache, valid until its next mutating call.
