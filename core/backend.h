@@ -10,7 +10,11 @@
  * Conventions: pointers are device pointers of the backend's device type.
  * Strides and shapes are in elements, always 4-D [batch, heads, seq, dim].
  * Functions return 0 on success, non-zero on failure (the core turns that
- * into a kvc_error). `ctx` is the backend's own pointer.
+ * into a kvc_error). `ctx` is the backend's own pointer. Every operation is
+ * given the cache's execution place (kvc_exec): the device, the caller's
+ * stream and the backend's per-cache state. GPU backends issue all work on
+ * that stream and return without waiting for it (no host synchronisation);
+ * the CPU backend ignores the stream and works synchronously.
  */
 #ifndef KVC_CORE_BACKEND_H
 #define KVC_CORE_BACKEND_H
@@ -20,7 +24,33 @@
 
 #include "kvcache/tensor.h"
 
-#define KVC_BACKEND_API_VERSION 2 /* 2: the host tier of offloading */
+/* 2: the host tier of offloading. 3: execution places (streams) and batched copies. */
+#define KVC_BACKEND_API_VERSION 3
+
+/*
+ * Where a cache's work runs. The core owns the struct (one per cache) and
+ * passes it to every call; `state` belongs to the backend (exec_open creates
+ * it, exec_close releases it: a GPU backend keeps the side stream and events
+ * of offloading and its deferred host frees there).
+ */
+typedef struct kvc_exec {
+  int32_t device_id;
+  void* stream; /* cudaStream_t / hipStream_t of the caller; NULL: the default stream */
+  void* state;  /* the backend's; NULL until exec_open */
+} kvc_exec;
+
+/*
+ * One strided 4-D copy of a batch (copy_4d_batch). Copies in one batch never
+ * overlap each other and never overlap within themselves.
+ */
+typedef struct kvc_copy_4d {
+  void* dst;
+  const void* src;
+  int64_t dst_strides[4];
+  int64_t src_strides[4];
+  int64_t shape[4];
+  size_t elem_size;
+} kvc_copy_4d;
 
 typedef struct kvc_backend {
   uint32_t struct_size;     /* sizeof(kvc_backend) of the backend's build */
@@ -32,9 +62,25 @@ typedef struct kvc_backend {
   /* Number of devices of this type, 0 if none. */
   int (*device_count)(void* ctx);
 
-  /* Zero-filled allocation of `bytes` (> 0) on device `device_id`; NULL on failure. */
-  void* (*alloc_zeroed)(void* ctx, int32_t device_id, size_t bytes);
-  void (*free)(void* ctx, int32_t device_id, void* ptr);
+  /*
+   * Prepares `exec` (device_id and stream set by the core) for use: 0 on
+   * success. exec_close releases what exec_open made, after the work issued
+   * on the place has finished with it; it is called once per successful open.
+   */
+  int (*exec_open)(void* ctx, kvc_exec* exec);
+  void (*exec_close)(void* ctx, kvc_exec* exec);
+  /*
+   * Moves the place to `stream` (sets exec->stream): work issued on it
+   * afterwards is ordered after the work issued on the old stream (GPU: an event recorded on the
+   * old stream that the new one waits for; no host synchronisation). 0 on
+   * success; on failure the place is unchanged.
+   */
+  int (*exec_set_stream)(void* ctx, kvc_exec* exec, void* stream);
+
+  /* Zero-filled allocation of `bytes` (> 0) on the place's device, ordered on its stream; NULL on failure. */
+  void* (*alloc_zeroed)(void* ctx, const kvc_exec* exec, size_t bytes);
+  /* Releases after the work issued before on the place's stream (GPU: stream-ordered free). */
+  void (*free)(void* ctx, const kvc_exec* exec, void* ptr);
 
   /*
    * dst[b,h,s,d] = src[b,h,s,d] over `shape`. Source and destination may
@@ -42,11 +88,11 @@ typedef struct kvc_backend {
    * is along the seq axis (window compaction): the copy must then behave like
    * memmove within each (b, h) row.
    */
-  int (*copy_4d)(void* ctx, int32_t device_id, void* dst, const int64_t dst_strides[4], const void* src,
+  int (*copy_4d)(void* ctx, const kvc_exec* exec, void* dst, const int64_t dst_strides[4], const void* src,
                  const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
 
   /* dst[b,h,s,d] = 0 over `shape`. */
-  int (*fill_zero_4d)(void* ctx, int32_t device_id, void* dst, const int64_t strides[4],
+  int (*fill_zero_4d)(void* ctx, const kvc_exec* exec, void* dst, const int64_t strides[4],
                       const int64_t shape[4], size_t elem_size);
 
   /*
@@ -54,7 +100,7 @@ typedef struct kvc_backend {
    * one batch entry: shape[1..3] elements). Index arrays are host memory.
    * Rows do not overlap between dst and src unless the buffers are distinct.
    */
-  int (*copy_rows)(void* ctx, int32_t device_id, void* dst, const int64_t dst_strides[4], const int64_t* dst_rows,
+  int (*copy_rows)(void* ctx, const kvc_exec* exec, void* dst, const int64_t dst_strides[4], const int64_t* dst_rows,
                    const void* src, const int64_t src_strides[4], const int64_t* src_rows, int64_t count,
                    const int64_t row_shape[4], size_t elem_size);
 
@@ -68,8 +114,8 @@ typedef struct kvc_backend {
    * compute stream after the work issued before them, prefetches on a side
    * stream that first waits for the compute stream.
    */
-  void* (*host_alloc_zeroed)(void* ctx, int32_t device_id, size_t bytes); /* NULL on failure */
-  void (*host_free)(void* ctx, int32_t device_id, void* ptr);
+  void* (*host_alloc_zeroed)(void* ctx, const kvc_exec* exec, size_t bytes); /* NULL on failure */
+  void (*host_free)(void* ctx, const kvc_exec* exec, void* ptr);
   /*
    * dst[b,h,s,d] = src[b,h,s,d] from one tier to the other: `to_host` 1 is
    * an offload (src device tier, dst host tier), 0 a prefetch. Buffers never
@@ -78,10 +124,18 @@ typedef struct kvc_backend {
    * a buffer that a copy issued before is still reading; the backend orders
    * the release after it (GPU: stream-ordered free).
    */
-  int (*copy_tier_4d)(void* ctx, int32_t device_id, int to_host, void* dst, const int64_t dst_strides[4],
+  int (*copy_tier_4d)(void* ctx, const kvc_exec* exec, int to_host, void* dst, const int64_t dst_strides[4],
                       const void* src, const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
   /* Work issued after this call waits for every copy_tier_4d issued before it (GPU: an event wait, no host sync). */
-  int (*tier_wait)(void* ctx, int32_t device_id);
+  int (*tier_wait)(void* ctx, const kvc_exec* exec);
+
+  /*
+   * Version 3. All `count` copies in one go: a GPU backend issues them as one
+   * kernel launch (the copies of every layer of a decode step), so the
+   * per-step cost is one launch whatever the number of layers. The
+   * descriptors are host memory, read before the call returns.
+   */
+  int (*copy_4d_batch)(void* ctx, const kvc_exec* exec, const kvc_copy_4d* copies, int32_t count);
 } kvc_backend;
 
 /* The CPU backend, always built in. */

@@ -25,14 +25,26 @@ int kvc_cache_all_dynamic(const kvc_cache* c) {
   return 1;
 }
 
-kvc_error* kvc_cache_new(const kvc_device* device, kvc_cache** out) {
+kvc_error* kvc_cache_new(const kvc_device* device, void* stream, kvc_cache** out) {
   const kvc_backend* b = NULL;
   kvc_error* e = kvc_backend_for("kvc_cache_create", device, &b);
   if (e) return e;
   kvc_cache* c = (kvc_cache*)calloc(1, sizeof(*c));
   if (!c) return kvc_err_oom();
+  if (b->device_type != KVC_DEVICE_CPU && !(c->batch = (kvc_copy_batch*)calloc(1, sizeof(*c->batch)))) {
+    free(c);
+    return kvc_err_oom();
+  }
   c->backend = b;
   c->device = *device;
+  c->exec.device_id = device->device_id;
+  c->exec.stream = stream;
+  if (b->exec_open(b->ctx, &c->exec)) {
+    free(c->batch);
+    free(c);
+    return kvc_err(KVC_ERROR_OUT_OF_MEMORY, "kvc_cache_create: the %s backend could not prepare device %d for a cache (streams, events)", b->name,
+                   (int)device->device_id);
+  }
   *out = c;
   return NULL;
 }
@@ -55,6 +67,9 @@ void kvc_cache_destroy(kvc_cache* c) {
   kvc_offload_free_state(c);
   kvc_sink_free_state(c);
   kvc_quant_scratch_free(c);
+  c->backend->exec_close(c->backend->ctx, &c->exec);
+  if (c->batch) free(c->batch->copies);
+  free(c->batch);
   free(c->layers);
   free(c);
 }
@@ -74,7 +89,7 @@ kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
   e = kvc_preset_layers(o, &specs, &n, &lazy, &lazy_spec, &offload);
   if (e) return e;
   kvc_cache* c = NULL;
-  e = kvc_cache_new(&o->device, &c);
+  e = kvc_cache_new(&o->device, NULL, &c);
   if (!e) {
     c->offload = offload;
     c->lazy_spec = lazy_spec;
@@ -124,7 +139,7 @@ kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
   if (e) return e;
   if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
   kvc_cache* c = NULL;
-  e = kvc_cache_new(&src->device, &c);
+  e = kvc_cache_new(&src->device, src->exec.stream, &c);
   for (uint32_t i = 0; !e && i < src->num_layers; i++) {
     kvc_layer* l = NULL;
     e = kvc_layer_clone(src, src->layers[i], c, &l);
@@ -418,3 +433,21 @@ kvc_error* kvc_cache_memory(const kvc_cache* c, kvc_memory_info* out) {
   memcpy(out, &m, write);
   return NULL;
 }
+
+kvc_error* kvc_cache_set_stream(kvc_cache* c, void* stream) {
+  static const char* FN = "kvc_cache_set_stream";
+  kvc_error* e = kvc_cache_check(FN, c);
+  if (e) return e;
+  if (stream == c->exec.stream) return NULL;
+  if (c->device.device_type == KVC_DEVICE_CPU)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: stream is %p but the cache lives on the CPU, which has no streams; pass NULL", FN, stream);
+  if (c->backend->exec_set_stream(c->backend->ctx, &c->exec, stream))
+    return kvc_err(KVC_ERROR_OUT_OF_MEMORY,
+                   "%s: the %s backend could not order stream %p after the cache's previous stream %p (event "
+                   "creation failed); the cache keeps its stream",
+                   FN, c->backend->name, stream, c->exec.stream);
+  return NULL;
+}
+
+void* kvc_cache_stream(const kvc_cache* c) { return c ? c->exec.stream : NULL; }

@@ -211,9 +211,22 @@ const char* kvc_kind_name(kvc_layer_kind kind);
 /* Cache-wide state of SINK layers (transformers keeps it on the cache, from layer 0's calls). */
 typedef struct kvc_sink_state kvc_sink_state; /* layer_sink.c */
 
+/*
+ * Copies of one update gathered for a single backend call (copy_batch.c):
+ * on a GPU the whole step is one kernel launch. Only device backends gather;
+ * on the CPU every copy runs when it is issued.
+ */
+typedef struct kvc_copy_batch {
+  int active;       /* between kvc_copy_batch_begin and kvc_copy_batch_flush */
+  int32_t count, cap;
+  kvc_copy_4d* copies;
+} kvc_copy_batch;
+
 struct kvc_cache {
   const kvc_backend* backend;
   kvc_device device;
+  kvc_exec exec;          /* the device, the bound stream and the backend's state for them */
+  kvc_copy_batch* batch;  /* NULL on the CPU backend */
   int lazy;               /* lazy cache: layers appear as they are updated, built from lazy_spec */
   kvc_layer_options lazy_spec; /* the layer a lazy cache creates (a DYNAMIC layer unless a preset says) */
   kvc_offload offload;    /* KVC_OFFLOAD_NONE, _ALL or _NON_SLIDING (never _DEFAULT here) */
@@ -228,6 +241,18 @@ struct kvc_cache {
   uint32_t cap_layers;
   kvc_layer** layers;
 };
+
+/* Gathering the copies of an update (copy_batch.c). */
+/* Makes room for `copies` descriptors ahead of a write phase; failing only means more backend calls. */
+void kvc_copy_batch_reserve(const kvc_cache* cache, int64_t copies);
+void kvc_copy_batch_begin(const kvc_cache* cache);
+/* Issues the gathered copies (one backend call) and stops gathering. */
+void kvc_copy_batch_flush(const kvc_cache* cache);
+/* Issues everything gathered so far, and keeps gathering. */
+void kvc_copy_batch_drain(const kvc_cache* cache);
+/* A copy that joins the batch while one is gathering, or runs now. Never overlapping within itself. */
+void kvc_copy_4d_issue(const kvc_cache* cache, void* dst, const int64_t dst_strides[4], const void* src,
+                       const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
 
 /* Layer lifecycle (layer.c). */
 kvc_error* kvc_layer_new(const kvc_layer_options* spec, kvc_layer** out);
@@ -286,7 +311,8 @@ void kvc_store_free(const kvc_cache* cache, int host, void* k, void* v);
 void kvc_store_strides(const kvc_layer* layer, int which, int64_t out[4]);
 
 /* Cache helpers (cache.c). */
-kvc_error* kvc_cache_new(const kvc_device* device, kvc_cache** out);
+/* An empty cache on `device`, its work issued on `stream` (inherited by clones, splits and stacks). */
+kvc_error* kvc_cache_new(const kvc_device* device, void* stream, kvc_cache** out);
 kvc_error* kvc_cache_append_layer(kvc_cache* cache, kvc_layer* layer);
 kvc_error* kvc_cache_check(const char* fn, const kvc_cache* cache);
 kvc_error* kvc_cache_check_layer(const char* fn, const kvc_cache* cache, uint32_t layer);

@@ -140,11 +140,11 @@ int kvc_store_alloc_tier(const kvc_cache* c, int host, int64_t batch, int64_t he
                          int64_t vd, size_t elem, void** k, void** v) {
   size_t kb = store_bytes(batch, heads, cap, kd, elem), vb = store_bytes(batch, heads, cap, vd, elem);
   const kvc_backend* be = c->backend;
-  void* (*alloc)(void*, int32_t, size_t) = host ? be->host_alloc_zeroed : be->alloc_zeroed;
+  void* (*alloc)(void*, const kvc_exec*, size_t) = host ? be->host_alloc_zeroed : be->alloc_zeroed;
   *k = *v = NULL;
   if (!kb || !vb) return -1;
-  *k = alloc(be->ctx, c->device.device_id, kb);
-  *v = alloc(be->ctx, c->device.device_id, vb);
+  *k = alloc(be->ctx, &c->exec, kb);
+  *v = alloc(be->ctx, &c->exec, vb);
   if (*k && *v) return 0;
   kvc_store_free(c, host, *k, *v);
   *k = *v = NULL;
@@ -158,9 +158,9 @@ int kvc_store_alloc(const kvc_cache* c, int64_t batch, int64_t heads, int64_t ca
 
 void kvc_store_free(const kvc_cache* c, int host, void* k, void* v) {
   const kvc_backend* be = c->backend;
-  void (*release)(void*, int32_t, void*) = host ? be->host_free : be->free;
-  if (k) release(be->ctx, c->device.device_id, k);
-  if (v) release(be->ctx, c->device.device_id, v);
+  void (*release)(void*, const kvc_exec*, void*) = host ? be->host_free : be->free;
+  if (k) release(be->ctx, &c->exec, k);
+  if (v) release(be->ctx, &c->exec, v);
 }
 
 kvc_error* kvc_layer_initialize(const kvc_cache* c, kvc_layer* l, kvc_dtype dtype, int64_t batch, int64_t heads,
@@ -199,7 +199,7 @@ static void move_region(const kvc_cache* c, const kvc_layer* l, void* dk, void* 
     kvc_store_strides(l, which, ss);
     int64_t shape[4] = {l->batch, l->heads, len, d};
     const char* src = (const char*)(which ? l->v : l->k) + (size_t)(keep.begin * d) * l->elem;
-    c->backend->copy_4d(c->backend->ctx, c->device.device_id, which ? dv : dk, ds, src, ss, shape, l->elem);
+    c->backend->copy_4d(c->backend->ctx, &c->exec, which ? dv : dk, ds, src, ss, shape, l->elem);
   }
 }
 
@@ -249,12 +249,18 @@ void kvc_layer_zero(const kvc_cache* c, kvc_layer* l, kvc_region r) {
     kvc_store_strides(l, which, st);
     int64_t shape[4] = {l->batch, l->heads, r.end - r.begin, d};
     char* base = (char*)(which ? l->v : l->k) + (size_t)(r.begin * d) * l->elem;
-    c->backend->fill_zero_4d(c->backend->ctx, c->device.device_id, base, st, shape, l->elem);
+    c->backend->fill_zero_4d(c->backend->ctx, &c->exec, base, st, shape, l->elem);
   }
 }
 
 void kvc_layer_write(const kvc_cache* c, kvc_layer* l, const kvc_tensor* key, const kvc_tensor* value, int64_t slot,
                      const int64_t* positions, int64_t n) {
+  /* Gathered copies run in any order: a position written twice must keep the later token, so such a call
+     issues its copies one by one, in order, after everything gathered before. */
+  int increasing = 1;
+  for (int64_t j = 1; positions && j < n; j++)
+    if (positions[j] <= positions[j - 1]) increasing = 0;
+  if (!increasing) kvc_copy_batch_drain(c);
   for (int which = 0; which < 2; which++) {
     const kvc_tensor* t = which ? value : key;
     int64_t d = which ? l->v_dim : l->k_dim, ds[4], ss[4];
@@ -264,14 +270,20 @@ void kvc_layer_write(const kvc_cache* c, kvc_layer* l, const kvc_tensor* key, co
     const char* src = (const char*)kvc_tensor_base(t);
     if (!positions) {
       int64_t shape[4] = {l->batch, l->heads, n, d};
-      c->backend->copy_4d(c->backend->ctx, c->device.device_id, base + (size_t)(slot * d) * l->elem, ds, src, ss,
-                          shape, l->elem);
+      kvc_copy_4d_issue(c, base + (size_t)(slot * d) * l->elem, ds, src, ss, shape, l->elem);
       continue;
     }
-    int64_t shape[4] = {l->batch, l->heads, 1, d};
-    for (int64_t j = 0; j < n; j++)
-      c->backend->copy_4d(c->backend->ctx, c->device.device_id, base + (size_t)(positions[j] * d) * l->elem, ds,
-                          src + (size_t)(j * ss[2]) * kvc_dtype_size(l->dtype), ss, shape, l->elem);
+    /* Runs of consecutive positions (a prefill's arange) are one strided copy each. */
+    for (int64_t j = 0, run; j < n; j += run) {
+      for (run = 1; increasing && j + run < n && positions[j + run] == positions[j] + run;) run++;
+      int64_t shape[4] = {l->batch, l->heads, run, d};
+      char* dst = base + (size_t)(positions[j] * d) * l->elem;
+      const char* from = src + (size_t)(j * ss[2]) * l->elem;
+      if (increasing)
+        kvc_copy_4d_issue(c, dst, ds, from, ss, shape, l->elem);
+      else
+        c->backend->copy_4d(c->backend->ctx, &c->exec, dst, ds, from, ss, shape, l->elem);
+    }
   }
 }
 
@@ -312,7 +324,7 @@ void kvc_layer_copy_rows_to(const kvc_cache* c, const kvc_layer* l, void* dk, vo
     kvc_store_strides(l, which, ss);
     /* The destination has the same per-row layout (heads, cap, dim), only another batch size. */
     for (int64_t i = 0; i < count; i++)
-      c->backend->copy_rows(c->backend->ctx, c->device.device_id, which ? dv : dk, ss, &i, which ? l->v : l->k, ss,
+      c->backend->copy_rows(c->backend->ctx, &c->exec, which ? dv : dk, ss, &i, which ? l->v : l->k, ss,
                             &src_rows[i], 1, rs, l->elem);
   }
 }

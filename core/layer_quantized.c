@@ -83,13 +83,13 @@ int kvc_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes) {
 int kvc_quant_stage_rows(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* x, int which, int64_t row_bytes,
                          int64_t unit_bytes) {
   const kvc_backend* be = c->backend;
-  if (x->staged[which]) be->free(be->ctx, c->device.device_id, x->staged[which]);
+  if (x->staged[which]) be->free(be->ctx, &c->exec, x->staged[which]);
   x->staged[which] = NULL;
   uint64_t bytes;
   if (row_bytes <= 0 || __builtin_mul_overflow((uint64_t)row_bytes, (uint64_t)l->batch, &bytes) ||
       bytes > (uint64_t)SIZE_MAX / 2)
     return -1;
-  x->staged[which] = be->alloc_zeroed(be->ctx, c->device.device_id, (size_t)bytes);
+  x->staged[which] = be->alloc_zeroed(be->ctx, &c->exec, (size_t)bytes);
   if (!x->staged[which]) return -1;
   x->staged_row_bytes[which] = row_bytes;
   x->staged_unit_bytes[which] = unit_bytes;
@@ -108,7 +108,7 @@ void kvc_quant_trim_scratch(kvc_quant_ext* x) {
 void kvc_quant_release_staged(const kvc_cache* c, kvc_quant_ext* x) {
   const kvc_backend* be = c->backend;
   for (int i = 0; i < 2; i++) {
-    if (x->staged[i]) be->free(be->ctx, c->device.device_id, x->staged[i]);
+    if (x->staged[i]) be->free(be->ctx, &c->exec, x->staged[i]);
     x->staged[i] = NULL;
   }
   kvc_store_free(c, 0, x->staged_store[0], x->staged_store[1]);
@@ -126,7 +126,7 @@ void kvc_quant_drop_returned(const kvc_cache* c, kvc_quant_ext* x) {
 
 void kvc_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x) {
   for (int i = 0; i < 2; i++) {
-    if (x->rows[i].ptr) c->backend->free(c->backend->ctx, c->device.device_id, x->rows[i].ptr);
+    if (x->rows[i].ptr) c->backend->free(c->backend->ctx, &c->exec, x->rows[i].ptr);
     x->rows[i].ptr = NULL;
     x->rows[i].row_bytes = 0;
     x->units[i] = 0;

@@ -39,8 +39,8 @@ void kvc_quant_scratch_free(kvc_cache* c) {
   struct kvc_quant_scratch* s = c->quant_scratch;
   if (!s) return;
   const kvc_backend* be = c->backend;
-  if (s->buf) be->free(be->ctx, c->device.device_id, s->buf);
-  if (s->staged) be->free(be->ctx, c->device.device_id, s->staged);
+  if (s->buf) be->free(be->ctx, &c->exec, s->buf);
+  if (s->staged) be->free(be->ctx, &c->exec, s->staged);
   free(s);
   c->quant_scratch = NULL;
 }
@@ -55,10 +55,10 @@ static int claim_region(const kvc_cache* c, uint64_t bytes, size_t* offset) {
     /* Geometric growth: a context that grows token by token reallocates O(log n) times. */
     uint64_t grown = 2 * (uint64_t)(s->bytes > s->staged_bytes ? s->bytes : s->staged_bytes);
     if (grown < need) grown = need;
-    void* p = be->alloc_zeroed(be->ctx, c->device.device_id, (size_t)grown);
-    if (!p && grown > need) p = be->alloc_zeroed(be->ctx, c->device.device_id, (size_t)(grown = need));
+    void* p = be->alloc_zeroed(be->ctx, &c->exec, (size_t)grown);
+    if (!p && grown > need) p = be->alloc_zeroed(be->ctx, &c->exec, (size_t)(grown = need));
     if (!p) return -1;
-    if (s->staged) be->free(be->ctx, c->device.device_id, s->staged);
+    if (s->staged) be->free(be->ctx, &c->exec, s->staged);
     s->staged = p;
     s->staged_bytes = (size_t)grown;
   }
@@ -158,7 +158,7 @@ kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, int64_t n) 
   struct kvc_quant_scratch* s = c->quant_scratch;
   if (s->staged) { /* the first compact layer of the call adopts the grown scratch: older views expire now */
     const kvc_backend* be = c->backend;
-    if (s->buf) be->free(be->ctx, c->device.device_id, s->buf);
+    if (s->buf) be->free(be->ctx, &c->exec, s->buf);
     s->buf = s->staged;
     s->bytes = s->staged_bytes;
     s->staged = NULL;

@@ -219,9 +219,9 @@ kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, int64_t
         int64_t ss[4] = {x->rows[w].row_bytes, x->rows[w].row_bytes, x->rows[w].row_bytes, 1};
         int64_t ds[4] = {x->staged_row_bytes[w], x->staged_row_bytes[w], x->staged_row_bytes[w], 1};
         int64_t shape[4] = {l->batch, 1, 1, used};
-        be->copy_4d(be->ctx, c->device.device_id, x->staged[w], ds, x->rows[w].ptr, ss, shape, 1);
+        be->copy_4d(be->ctx, &c->exec, x->staged[w], ds, x->rows[w].ptr, ss, shape, 1);
       }
-      if (x->rows[w].ptr) be->free(be->ctx, c->device.device_id, x->rows[w].ptr);
+      if (x->rows[w].ptr) be->free(be->ctx, &c->exec, x->rows[w].ptr);
       x->rows[w].ptr = x->staged[w];
       x->rows[w].row_bytes = x->staged_row_bytes[w];
       x->staged[w] = NULL;

@@ -233,7 +233,7 @@ kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, int64_
     l->end = s;
     for (int w = 0; w < 2; w++) {
       /* The new groups replace the old ones; a grouping across rows keeps none (see the top of this file). */
-      if (x->rows[w].ptr) be->free(be->ctx, c->device.device_id, x->rows[w].ptr);
+      if (x->rows[w].ptr) be->free(be->ctx, &c->exec, x->rows[w].ptr);
       x->rows[w].ptr = x->staged[w];
       x->rows[w].row_bytes = x->staged[w] ? x->staged_row_bytes[w] : 0;
       x->unit_bytes[w] = x->staged[w] ? x->staged_unit_bytes[w] : 0;

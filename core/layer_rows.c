@@ -33,7 +33,7 @@ void kvc_layer_rows_free(const kvc_cache* c, kvc_layer* l) {
   kvc_row_buffer* rb = NULL;
   int n = kvc_layer_rows(l, &rb);
   for (int i = 0; i < n; i++) {
-    if (rb[i].ptr) c->backend->free(c->backend->ctx, c->device.device_id, rb[i].ptr);
+    if (rb[i].ptr) c->backend->free(c->backend->ctx, &c->exec, rb[i].ptr);
     rb[i].ptr = NULL;
   }
 }
@@ -57,7 +57,7 @@ int kvc_layer_rows_copy_new(const kvc_cache* c, const kvc_layer* src, kvc_layer*
   int m = kvc_layer_rows(dst, &drb);
   if (n != m) return -1;
   const kvc_backend* be = c->backend;
-  int32_t dev = c->device.device_id;
+  const kvc_exec* dev = &c->exec;
   int64_t* dst_rows = (int64_t*)malloc(sizeof(int64_t) * (size_t)(count > 0 ? count : 1));
   if (!dst_rows) return -1;
   for (int64_t r = 0; r < count; r++) dst_rows[r] = r;

@@ -461,7 +461,7 @@ static void shift(const kvc_cache* c, kvc_layer* l, const kvc_update_options* o,
       count = p.sinks;
     }
     int64_t shape[4] = {l->batch, l->heads, count, d};
-    be->copy_4d(be->ctx, c->device.device_id, base + (size_t)(to * d) * l->elem, st,
+    be->copy_4d(be->ctx, &c->exec, base + (size_t)(to * d) * l->elem, st,
                 base + (size_t)(from * d) * l->elem, st, shape, l->elem);
   }
   if (o && o->rope_cos) rerotate_kept(c, l, o, n, l->start + p.begin, kept); /* checked: kept >= 1, begin >= sinks */

@@ -94,7 +94,7 @@ kvc_error* kvc_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_
     /* Move the kept columns back to slot 0: once per cap - K appended columns. */
     int64_t st[4], shape[4] = {l->batch, 1, keep_len, p->channels};
     conv_strides(p->channels, p->cap, st);
-    be->copy_4d(be->ctx, c->device.device_id, rb->ptr, st, (char*)rb->ptr + slot_bytes(p, from), st, shape, elem);
+    be->copy_4d(be->ctx, &c->exec, rb->ptr, st, (char*)rb->ptr + slot_bytes(p, from), st, shape, elem);
     p->begin = 0;
     p->end = keep_len;
     return NULL;
@@ -106,14 +106,14 @@ kvc_error* kvc_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_
   size_t row_bytes = checked_bytes(row, 3);
   const int64_t all[2] = {(int64_t)row_bytes, batch};
   size_t bytes = row_bytes ? checked_bytes(all, 2) : 0;
-  void* buf = bytes ? be->alloc_zeroed(be->ctx, c->device.device_id, bytes) : NULL;
+  void* buf = bytes ? be->alloc_zeroed(be->ctx, &c->exec, bytes) : NULL;
   if (!buf) return kvc_err_oom();
   if (allocated) {
     int64_t ss[4], ds[4], shape[4] = {l->batch, 1, keep_len, p->channels};
     conv_strides(p->channels, p->cap, ss);
     conv_strides(p->channels, cap, ds);
-    be->copy_4d(be->ctx, c->device.device_id, buf, ds, (char*)rb->ptr + slot_bytes(p, from), ss, shape, elem);
-    be->free(be->ctx, c->device.device_id, rb->ptr);
+    be->copy_4d(be->ctx, &c->exec, buf, ds, (char*)rb->ptr + slot_bytes(p, from), ss, shape, elem);
+    be->free(be->ctx, &c->exec, rb->ptr);
   }
   rb->ptr = buf;
   rb->row_bytes = (int64_t)row_bytes;
@@ -149,7 +149,7 @@ void kvc_conv_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kv
   ss[2] = xs[2];
   ss[3] = xs[1];
   const char* src = (const char*)kvc_tensor_base(x) + (size_t)(first_column * xs[2]) * elem;
-  c->backend->copy_4d(c->backend->ctx, c->device.device_id, (char*)rb->ptr + slot_bytes(p, slot), ds, src, ss, shape,
+  c->backend->copy_4d(c->backend->ctx, &c->exec, (char*)rb->ptr + slot_bytes(p, slot), ds, src, ss, shape,
                       elem);
 }
 
@@ -159,7 +159,7 @@ void kvc_conv_zero(const kvc_cache* c, const kvc_layer* l, uint32_t s, int64_t f
   const kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s];
   int64_t st[4], shape[4] = {l->batch, 1, to - from, p->channels};
   conv_strides(p->channels, p->cap, st);
-  c->backend->fill_zero_4d(c->backend->ctx, c->device.device_id, (char*)rb->ptr + slot_bytes(p, from), st, shape,
+  c->backend->fill_zero_4d(c->backend->ctx, &c->exec, (char*)rb->ptr + slot_bytes(p, from), st, shape,
                            kvc_dtype_size(p->conv_dtype));
 }
 
@@ -169,7 +169,7 @@ void kvc_conv_copy_column(const kvc_cache* c, const kvc_layer* l, uint32_t s, in
   int64_t st[4], shape[4] = {l->batch, 1, 1, p->channels};
   conv_strides(p->channels, p->cap, st);
   char* base = (char*)rb->ptr;
-  c->backend->copy_4d(c->backend->ctx, c->device.device_id, base + slot_bytes(p, to), st, base + slot_bytes(p, from),
+  c->backend->copy_4d(c->backend->ctx, &c->exec, base + slot_bytes(p, to), st, base + slot_bytes(p, from),
                       st, shape, kvc_dtype_size(p->conv_dtype));
 }
 
@@ -186,7 +186,7 @@ kvc_error* kvc_rec_allocate(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_dt
   size_t row_bytes = checked_bytes(f, ndim);
   const int64_t all[2] = {(int64_t)row_bytes, shape[0]};
   size_t bytes = row_bytes ? checked_bytes(all, 2) : 0;
-  void* buf = bytes ? c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, bytes) : NULL;
+  void* buf = bytes ? c->backend->alloc_zeroed(c->backend->ctx, &c->exec, bytes) : NULL;
   if (!buf) return kvc_err_oom();
   rb->ptr = buf;
   rb->row_bytes = (int64_t)row_bytes;
@@ -220,7 +220,7 @@ void kvc_rec_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kvc
   char* dst = (char*)rb->ptr;
   for (int64_t a = 0; a < shape[0]; a++)
     for (int64_t b = 0; b < shape[1]; b++)
-      c->backend->copy_4d(c->backend->ctx, c->device.device_id, dst + (size_t)(a * ds[0] + b * ds[1]) * elem, ds + 2,
+      c->backend->copy_4d(c->backend->ctx, &c->exec, dst + (size_t)(a * ds[0] + b * ds[1]) * elem, ds + 2,
                           src + (ptrdiff_t)(a * ss[0] + b * ss[1]) * (ptrdiff_t)elem, ss + 2, shape + 2, elem);
 }
 
@@ -316,7 +316,7 @@ void kvc_linear_reset(const kvc_cache* c, kvc_layer* l) {
       kvc_row_buffer* b = &rb[2 * i + (uint32_t)r];
       if (!b->ptr) continue;
       int64_t st[4] = {b->row_bytes, b->row_bytes, b->row_bytes, 1}, shape[4] = {l->batch, 1, 1, b->row_bytes};
-      c->backend->fill_zero_4d(c->backend->ctx, c->device.device_id, b->ptr, st, shape, 1);
+      c->backend->fill_zero_4d(c->backend->ctx, &c->exec, b->ptr, st, shape, 1);
     }
   }
 }

@@ -122,7 +122,7 @@ static void move_store(const kvc_cache* c, kvc_layer* l, void* k, void* v, int t
     kvc_store_strides(l, which, st);
     int64_t shape[4] = {l->batch, l->heads, l->end - l->start, d};
     size_t off = (size_t)(l->start * d) * l->elem;
-    be->copy_tier_4d(be->ctx, c->device.device_id, to_host, (char*)(which ? v : k) + off, st,
+    be->copy_tier_4d(be->ctx, &c->exec, to_host, (char*)(which ? v : k) + off, st,
                      (const char*)(which ? l->v : l->k) + off, st, shape, l->elem);
   }
   *old_k = l->k;
@@ -265,7 +265,7 @@ void kvc_offload_before_update(kvc_cache* c, uint32_t layer) {
   run_step(c, st, 3 * j);
   /* The write comes next: it must see this layer's data, whichever call prefetched it (transformers makes the
    * default stream wait for the prefetch stream here). The prefetch issued after it overlaps with the write. */
-  c->backend->tier_wait(c->backend->ctx, c->device.device_id);
+  c->backend->tier_wait(c->backend->ctx, &c->exec);
   run_step(c, st, 3 * j + 1);
 }
 
@@ -298,7 +298,7 @@ static kvc_error* move_now(kvc_cache* c, kvc_layer* l, int to_host) {
   kvc_offload_release_retired(c);
   move_store(c, l, k, v, to_host, &old_k, &old_v);
   kvc_store_free(c, !to_host, old_k, old_v);
-  if (!to_host) c->backend->tier_wait(c->backend->ctx, c->device.device_id);
+  if (!to_host) c->backend->tier_wait(c->backend->ctx, &c->exec);
   return NULL;
 }
 

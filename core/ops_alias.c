@@ -135,11 +135,11 @@ static int owned_overlaps(const owned_spans* o, span s) {
 static int copy_out(const kvc_cache* c, const kvc_tensor* t, kvc_tensor* out, void** owned, int64_t* shape) {
   size_t elem = (size_t)t->dtype.bits / 8u;
   size_t bytes = (size_t)(t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3]) * elem;
-  void* p = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, bytes);
+  void* p = c->backend->alloc_zeroed(c->backend->ctx, &c->exec, bytes);
   if (!p) return -1;
   int64_t src[4], dst[4] = {t->shape[1] * t->shape[2] * t->shape[3], t->shape[2] * t->shape[3], t->shape[3], 1};
   kvc_tensor_strides(t, src);
-  c->backend->copy_4d(c->backend->ctx, c->device.device_id, p, dst, kvc_tensor_base(t), src, t->shape, elem);
+  c->backend->copy_4d(c->backend->ctx, &c->exec, p, dst, kvc_tensor_base(t), src, t->shape, elem);
   *out = *t;
   memcpy(shape, t->shape, sizeof(int64_t) * 4);
   out->shape = shape;
@@ -152,7 +152,7 @@ static int copy_out(const kvc_cache* c, const kvc_tensor* t, kvc_tensor* out, vo
 
 void kvc_update_inputs_free(const kvc_cache* c, kvc_update_inputs* in) {
   for (uint32_t i = 0; in->owned && i < 2 * in->count; i++)
-    if (in->owned[i]) c->backend->free(c->backend->ctx, c->device.device_id, in->owned[i]);
+    if (in->owned[i]) c->backend->free(c->backend->ctx, &c->exec, in->owned[i]);
   free(in->owned);
   free(in->copies);
   free(in->dims);

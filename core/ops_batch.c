@@ -46,7 +46,7 @@ static int alloc_rows(const kvc_cache* c, kvc_layer* l, int64_t batch, new_store
   int n = kvc_layer_rows(l, &rb);
   for (int i = 0; i < n && i < KVC_MAX_ROWBUF; i++) {
     if (!rb[i].ptr) continue;
-    s->rows[i] = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, (size_t)(rb[i].row_bytes * batch));
+    s->rows[i] = c->backend->alloc_zeroed(c->backend->ctx, &c->exec, (size_t)(rb[i].row_bytes * batch));
     if (!s->rows[i]) return -1;
   }
   return 0;
@@ -56,7 +56,7 @@ static void free_stores(const kvc_cache* c, new_store* s, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
     kvc_store_free(c, s[i].host, s[i].k, s[i].v);
     for (int r = 0; r < KVC_MAX_ROWBUF; r++)
-      if (s[i].rows[r]) c->backend->free(c->backend->ctx, c->device.device_id, s[i].rows[r]);
+      if (s[i].rows[r]) c->backend->free(c->backend->ctx, &c->exec, s[i].rows[r]);
   }
   free(s);
 }
@@ -80,8 +80,8 @@ static void swap_rows(const kvc_cache* c, kvc_layer* l, new_store* s, const int6
     if (!rb[i].ptr) continue;
     int64_t st[4], shape[4];
     byte_rows(rb[i].row_bytes, st, shape);
-    be->copy_rows(be->ctx, c->device.device_id, s->rows[i], st, dst, rb[i].ptr, st, rows, nb, shape, 1);
-    be->free(be->ctx, c->device.device_id, rb[i].ptr);
+    be->copy_rows(be->ctx, &c->exec, s->rows[i], st, dst, rb[i].ptr, st, rows, nb, shape, 1);
+    be->free(be->ctx, &c->exec, rb[i].ptr);
     rb[i].ptr = s->rows[i];
     s->rows[i] = NULL;
   }
@@ -222,7 +222,7 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
   }
   void* scratch = NULL;
   if (scratch_bytes) {
-    scratch = c->backend->alloc_zeroed(c->backend->ctx, c->device.device_id, scratch_bytes);
+    scratch = c->backend->alloc_zeroed(c->backend->ctx, &c->exec, scratch_bytes);
     if (!scratch) {
       free(plan.buf);
       return kvc_err_oom();
@@ -235,7 +235,7 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
     for (int r = 0; r < nr; r++) {
       if (!rb[r].ptr) continue;
       const kvc_backend* be = c->backend;
-      int32_t dev = c->device.device_id;
+      const kvc_exec* dev = &c->exec;
       int64_t st[4], shape[4];
       byte_rows(rb[r].row_bytes, st, shape);
       if (plan.nsaved)
@@ -253,7 +253,7 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
       char* base = (char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem;
       int64_t ss[4] = {l->heads * shape[2] * d, shape[2] * d, d, 1}; /* scratch rows: compact [heads, stored, d] */
       const kvc_backend* be = c->backend;
-      int32_t dev = c->device.device_id;
+      const kvc_exec* dev = &c->exec;
       if (plan.nsaved)
         be->copy_rows(be->ctx, dev, scratch, ss, plan.saved_slots, base, st, plan.saved, plan.nsaved, shape, l->elem);
       be->copy_rows(be->ctx, dev, base, st, plan.direct_dst, base, st, plan.direct_src, plan.ndirect, shape, l->elem);
@@ -263,7 +263,7 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
     }
     kvc_layer_sync_view(l);
   }
-  if (scratch) c->backend->free(c->backend->ctx, c->device.device_id, scratch);
+  if (scratch) c->backend->free(c->backend->ctx, &c->exec, scratch);
   free(plan.buf);
   return NULL;
 }

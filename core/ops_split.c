@@ -26,7 +26,7 @@ static kvc_error* common_batch(const char* fn, const kvc_cache* c, int64_t* out)
 /* A copy of `c` holding rows [first, first + rows) of every initialized layer. */
 static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kvc_cache** out) {
   kvc_cache* s = NULL;
-  kvc_error* e = kvc_cache_new(&c->device, &s);
+  kvc_error* e = kvc_cache_new(&c->device, c->exec.stream, &s);
   if (e) return e;
   e = kvc_cache_copy_settings(c, s);
   int64_t* src = (int64_t*)malloc(sizeof(int64_t) * (size_t)rows);
@@ -175,7 +175,7 @@ static int stack_rows(const kvc_cache* r, const kvc_cache* const* splits, size_t
     kvc_row_buffer* src0 = NULL;
     kvc_layer_rows(splits[0]->layers[i], &src0);
     if (!src0[b].ptr) continue;
-    nr[b].ptr = be->alloc_zeroed(be->ctx, r->device.device_id, (size_t)(src0[b].row_bytes * batch));
+    nr[b].ptr = be->alloc_zeroed(be->ctx, &r->exec, (size_t)(src0[b].row_bytes * batch));
     if (!nr[b].ptr) return -1;
     int64_t row = 0;
     for (size_t s = 0; s < count; s++) {
@@ -184,7 +184,7 @@ static int stack_rows(const kvc_cache* r, const kvc_cache* const* splits, size_t
       kvc_layer_rows((kvc_layer*)l, &sr);
       int64_t st[4] = {sr[b].row_bytes, sr[b].row_bytes, sr[b].row_bytes, 1};
       int64_t shape[4] = {l->batch, 1, 1, sr[b].row_bytes};
-      be->copy_4d(be->ctx, r->device.device_id, (char*)nr[b].ptr + row * sr[b].row_bytes, st, sr[b].ptr, st, shape, 1);
+      be->copy_4d(be->ctx, &r->exec, (char*)nr[b].ptr + row * sr[b].row_bytes, st, sr[b].ptr, st, shape, 1);
       row += l->batch;
     }
   }
@@ -205,7 +205,7 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
   }
   const kvc_cache* first = splits[0];
   kvc_cache* r = NULL;
-  kvc_error* e = kvc_cache_new(&first->device, &r);
+  kvc_error* e = kvc_cache_new(&first->device, first->exec.stream, &r);
   if (e) return e;
   e = kvc_cache_copy_settings(first, r);
   for (uint32_t i = 0; !e && i < first->num_layers; i++) {
@@ -245,7 +245,7 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
           kvc_store_strides(l, which, ss);
           kvc_store_strides(n, which, ds);
           int64_t shape[4] = {l->batch, l->heads, len, d};
-          r->backend->copy_4d(r->backend->ctx, r->device.device_id,
+          r->backend->copy_4d(r->backend->ctx, &r->exec,
                               (char*)(which ? n->v : n->k) + (size_t)(row * ds[0]) * n->elem, ds,
                               (const char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem, ss, shape, l->elem);
         }

@@ -152,8 +152,10 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
     return e;
   }
 
-  /* Phase 3: write. */
+  /* Phase 3: write. On a device the new tokens of every layer go out as one batch of copies (copy_batch.c). */
   kvc_offload_release_retired(c); /* device copies kept for the views of the previous update */
+  kvc_copy_batch_reserve(c, 2 * (int64_t)count);
+  kvc_copy_batch_begin(c);
   for (j = 0; j < count; j++) {
     kvc_layer* l = c->layers[first + j];
     kvc_offload_before_update(c, first + j);
@@ -165,8 +167,10 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
     else
       kvc_layer_set_return(l, r);
     if (out) out[j] = l->views[1];
+    if (l->offloadable) kvc_copy_batch_drain(c); /* the layer may leave the device tier next */
     kvc_offload_after_update(c, first + j);
   }
+  kvc_copy_batch_flush(c);
   kvc_update_inputs_free(c, &in);
   c->returned_first = first;
   c->returned_count = count;

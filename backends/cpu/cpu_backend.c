@@ -13,15 +13,15 @@ static int cpu_device_count(void* ctx) {
   return 1;
 }
 
-static void* cpu_alloc_zeroed(void* ctx, int32_t device_id, size_t bytes) {
+static void* cpu_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes) {
   (void)ctx;
-  (void)device_id;
+  (void)exec;
   return calloc(1, bytes);
 }
 
-static void cpu_free(void* ctx, int32_t device_id, void* ptr) {
+static void cpu_free(void* ctx, const kvc_exec* exec, void* ptr) {
   (void)ctx;
-  (void)device_id;
+  (void)exec;
   free(ptr);
 }
 
@@ -62,10 +62,10 @@ static void copy_plane(char* dst, const int64_t ds[4], const char* src, const in
       memcpy(dst + (size_t)(s * ds[2] + d * ds[3]) * elem, src + (size_t)(s * ss[2] + d * ss[3]) * elem, elem);
 }
 
-static int cpu_copy_4d(void* ctx, int32_t device_id, void* dst, const int64_t ds[4], const void* src,
+static int cpu_copy_4d(void* ctx, const kvc_exec* exec, void* dst, const int64_t ds[4], const void* src,
                        const int64_t ss[4], const int64_t shape[4], size_t elem) {
   (void)ctx;
-  (void)device_id;
+  (void)exec;
   if (shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || shape[3] == 0) return 0;
   for (int64_t b = 0; b < shape[0]; b++)
     for (int64_t h = 0; h < shape[1]; h++)
@@ -74,10 +74,10 @@ static int cpu_copy_4d(void* ctx, int32_t device_id, void* dst, const int64_t ds
   return 0;
 }
 
-static int cpu_fill_zero_4d(void* ctx, int32_t device_id, void* dst, const int64_t st[4], const int64_t shape[4],
+static int cpu_fill_zero_4d(void* ctx, const kvc_exec* exec, void* dst, const int64_t st[4], const int64_t shape[4],
                             size_t elem) {
   (void)ctx;
-  (void)device_id;
+  (void)exec;
   for (int64_t b = 0; b < shape[0]; b++)
     for (int64_t h = 0; h < shape[1]; h++) {
       char* row = (char*)dst + (size_t)(b * st[0] + h * st[1]) * elem;
@@ -91,41 +91,66 @@ static int cpu_fill_zero_4d(void* ctx, int32_t device_id, void* dst, const int64
   return 0;
 }
 
-static int cpu_copy_rows(void* ctx, int32_t device_id, void* dst, const int64_t ds[4], const int64_t* dst_rows,
+static int cpu_copy_rows(void* ctx, const kvc_exec* exec, void* dst, const int64_t ds[4], const int64_t* dst_rows,
                          const void* src, const int64_t ss[4], const int64_t* src_rows, int64_t count,
                          const int64_t row_shape[4], size_t elem) {
   int64_t shape[4] = {1, row_shape[1], row_shape[2], row_shape[3]};
   if (shape[1] == 0 || shape[2] == 0 || shape[3] == 0) return 0; /* nothing to copy; pointers may be NULL */
   for (int64_t i = 0; i < count; i++)
-    cpu_copy_4d(ctx, device_id, (char*)dst + (size_t)(dst_rows[i] * ds[0]) * elem, ds,
+    cpu_copy_4d(ctx, exec, (char*)dst + (size_t)(dst_rows[i] * ds[0]) * elem, ds,
                 (const char*)src + (size_t)(src_rows[i] * ss[0]) * elem, ss, shape, elem);
   return 0;
 }
 
 /* The host tier is heap memory like the device tier: offloading moves bytes between two allocations. */
-static void* cpu_host_alloc_zeroed(void* ctx, int32_t device_id, size_t bytes) {
-  return cpu_alloc_zeroed(ctx, device_id, bytes);
+static void* cpu_host_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes) {
+  return cpu_alloc_zeroed(ctx, exec, bytes);
 }
 
-static void cpu_host_free(void* ctx, int32_t device_id, void* ptr) { cpu_free(ctx, device_id, ptr); }
+static void cpu_host_free(void* ctx, const kvc_exec* exec, void* ptr) { cpu_free(ctx, exec, ptr); }
 
-static int cpu_copy_tier_4d(void* ctx, int32_t device_id, int to_host, void* dst, const int64_t ds[4],
+static int cpu_copy_tier_4d(void* ctx, const kvc_exec* exec, int to_host, void* dst, const int64_t ds[4],
                             const void* src, const int64_t ss[4], const int64_t shape[4], size_t elem) {
   (void)to_host;
-  return cpu_copy_4d(ctx, device_id, dst, ds, src, ss, shape, elem);
+  return cpu_copy_4d(ctx, exec, dst, ds, src, ss, shape, elem);
 }
 
 /* Tier copies are synchronous here: nothing is ever in flight. */
-static int cpu_tier_wait(void* ctx, int32_t device_id) {
+static int cpu_tier_wait(void* ctx, const kvc_exec* exec) {
   (void)ctx;
-  (void)device_id;
+  (void)exec;
+  return 0;
+}
+
+/* The CPU has no streams and keeps no per-cache state: work happens when it is issued. */
+static int cpu_exec_open(void* ctx, kvc_exec* exec) {
+  (void)ctx;
+  (void)exec;
+  return 0;
+}
+
+static void cpu_exec_close(void* ctx, kvc_exec* exec) {
+  (void)ctx;
+  (void)exec;
+}
+
+static int cpu_exec_set_stream(void* ctx, kvc_exec* exec, void* stream) {
+  (void)ctx;
+  return stream ? -1 : (exec->stream = NULL, 0);
+}
+
+static int cpu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d* copies, int32_t count) {
+  for (int32_t i = 0; i < count; i++)
+    cpu_copy_4d(ctx, exec, copies[i].dst, copies[i].dst_strides, copies[i].src, copies[i].src_strides, copies[i].shape,
+                copies[i].elem_size);
   return 0;
 }
 
 static const kvc_backend cpu_backend = {
     sizeof(kvc_backend), KVC_BACKEND_API_VERSION, "cpu", KVC_DEVICE_CPU, NULL,
-    cpu_device_count, cpu_alloc_zeroed, cpu_free, cpu_copy_4d, cpu_fill_zero_4d, cpu_copy_rows,
-    cpu_host_alloc_zeroed, cpu_host_free, cpu_copy_tier_4d, cpu_tier_wait,
+    cpu_device_count, cpu_exec_open, cpu_exec_close, cpu_exec_set_stream,
+    cpu_alloc_zeroed, cpu_free, cpu_copy_4d, cpu_fill_zero_4d, cpu_copy_rows,
+    cpu_host_alloc_zeroed, cpu_host_free, cpu_copy_tier_4d, cpu_tier_wait, cpu_copy_4d_batch,
 };
 
 const kvc_backend* kvc_cpu_backend(void) { return &cpu_backend; }

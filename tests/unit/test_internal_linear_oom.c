@@ -15,14 +15,14 @@ static kvc_backend failing;
 static long allocs_left = -1; /* allocations still granted; -1 = all */
 static long live = 0;         /* buffers allocated through the wrapper and not yet freed */
 
-static void* wrap_alloc(void* ctx, int32_t dev, size_t bytes) {
+static void* wrap_alloc(void* ctx, const kvc_exec* dev, size_t bytes) {
   if (allocs_left == 0) return NULL;
   if (allocs_left > 0) allocs_left--;
   void* p = real->alloc_zeroed(ctx, dev, bytes);
   if (p) live++;
   return p;
 }
-static void wrap_free(void* ctx, int32_t dev, void* p) {
+static void wrap_free(void* ctx, const kvc_exec* dev, void* p) {
   if (p) live--;
   real->free(ctx, dev, p);
 }

@@ -22,33 +22,33 @@ static void note(char c) {
   if (log_len + 1 < sizeof log_buf) log_buf[log_len++] = c;
   log_buf[log_len] = '\0';
 }
-static void* log_alloc(void* ctx, int32_t dev, size_t bytes) {
+static void* log_alloc(void* ctx, const kvc_exec* dev, size_t bytes) {
   note('A');
   return real->alloc_zeroed(ctx, dev, bytes);
 }
-static void* log_host_alloc(void* ctx, int32_t dev, size_t bytes) {
+static void* log_host_alloc(void* ctx, const kvc_exec* dev, size_t bytes) {
   note('h');
   return real->host_alloc_zeroed(ctx, dev, bytes);
 }
-static void log_free(void* ctx, int32_t dev, void* p) {
+static void log_free(void* ctx, const kvc_exec* dev, void* p) {
   note('F');
   real->free(ctx, dev, p);
 }
-static void log_host_free(void* ctx, int32_t dev, void* p) {
+static void log_host_free(void* ctx, const kvc_exec* dev, void* p) {
   note('f');
   real->host_free(ctx, dev, p);
 }
-static int log_copy(void* ctx, int32_t dev, void* dst, const int64_t ds[4], const void* src, const int64_t ss[4],
+static int log_copy(void* ctx, const kvc_exec* dev, void* dst, const int64_t ds[4], const void* src, const int64_t ss[4],
                     const int64_t shape[4], size_t elem) {
   note('C');
   return real->copy_4d(ctx, dev, dst, ds, src, ss, shape, elem);
 }
-static int log_tier_copy(void* ctx, int32_t dev, int to_host, void* dst, const int64_t ds[4], const void* src,
+static int log_tier_copy(void* ctx, const kvc_exec* dev, int to_host, void* dst, const int64_t ds[4], const void* src,
                          const int64_t ss[4], const int64_t shape[4], size_t elem) {
   note(to_host ? 'H' : 'D');
   return real->copy_tier_4d(ctx, dev, to_host, dst, ds, src, ss, shape, elem);
 }
-static int log_wait(void* ctx, int32_t dev) {
+static int log_wait(void* ctx, const kvc_exec* dev) {
   note('W');
   return real->tier_wait(ctx, dev);
 }

@@ -17,21 +17,21 @@ static void* granted(void* p) {
   if (p) live++;
   return p;
 }
-static void* wrap_alloc(void* ctx, int32_t dev, size_t bytes) {
+static void* wrap_alloc(void* ctx, const kvc_exec* dev, size_t bytes) {
   if (allocs_left == 0) return NULL;
   if (allocs_left > 0) allocs_left--;
   return granted(real->alloc_zeroed(ctx, dev, bytes));
 }
-static void* wrap_host_alloc(void* ctx, int32_t dev, size_t bytes) {
+static void* wrap_host_alloc(void* ctx, const kvc_exec* dev, size_t bytes) {
   if (allocs_left == 0) return NULL;
   if (allocs_left > 0) allocs_left--;
   return granted(real->host_alloc_zeroed(ctx, dev, bytes));
 }
-static void wrap_free(void* ctx, int32_t dev, void* p) {
+static void wrap_free(void* ctx, const kvc_exec* dev, void* p) {
   if (p) live--;
   real->free(ctx, dev, p);
 }
-static void wrap_host_free(void* ctx, int32_t dev, void* p) {
+static void wrap_host_free(void* ctx, const kvc_exec* dev, void* p) {
   if (p) live--;
   real->host_free(ctx, dev, p);
 }

@@ -259,6 +259,30 @@ KVC_API kvc_error* kvc_cache_clone(const kvc_cache* cache, kvc_cache** out);
 /** Frees `cache` and all memory it owns; views into it become invalid. Accepts NULL. */
 KVC_API void kvc_cache_destroy(kvc_cache* cache);
 
+/* ----------------------------------------------------------------- streams */
+
+/**
+ * Binds a device cache to the caller's stream (a cudaStream_t or hipStream_t
+ * passed as void*; NULL = the device's default stream, the binding of a new
+ * cache). From then on all of the cache's device work (copies, allocations,
+ * frees, the offloading tier moves) is issued on that stream in call order,
+ * and calls return without waiting for it: returned views may be read by
+ * work the caller issues on the same stream next. Work issued before this
+ * call, on the old stream, is ordered before anything issued afterwards (an
+ * event the new stream waits for; no host synchronisation). Clones, batch
+ * splits and stacks inherit the stream of the cache they come from. The
+ * stream is borrowed: it must outlive its use by the cache (rebind or
+ * destroy the cache before destroying the stream). A CPU cache accepts only
+ * NULL. Since 0.3.
+ * Errors: INVALID_ARGUMENT (cache NULL, or a non-NULL stream for a CPU
+ * cache), OUT_OF_MEMORY (the event could not be made; the cache keeps its
+ * stream).
+ */
+KVC_API kvc_error* kvc_cache_set_stream(kvc_cache* cache, void* stream);
+
+/** The stream `cache` is bound to (NULL: the default stream, or a CPU cache, or cache NULL). Since 0.3. */
+KVC_API void* kvc_cache_stream(const kvc_cache* cache);
+
 /** Options of kvc_cache_early_initialization. */
 typedef struct kvc_init_options {
   uint32_t struct_size;        /**< sizeof(kvc_init_options) */
