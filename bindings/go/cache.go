@@ -686,6 +686,34 @@ func FromBatchSplits(splits []*Cache) (*Cache, error) {
 	return newCache(p), nil
 }
 
+// SetStream binds a device cache to a CUDA or HIP stream, given as its
+// handle (a cudaStream_t or hipStream_t as a uintptr; 0 is the default
+// stream): from then on all of the cache's device work is issued on it, in
+// call order, without waiting for it. Work issued before, on the old stream,
+// is ordered before anything issued afterwards. The stream must outlive its
+// use by the cache. A CPU cache accepts only 0.
+func (c *Cache) SetStream(stream uintptr) error {
+	p, err := c.mut()
+	if err != nil {
+		return err
+	}
+	err = cSetStream(p, stream)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// Stream is the handle of the stream the cache is bound to (0: the default
+// stream, or a CPU cache).
+func (c *Cache) Stream() (uintptr, error) {
+	p, err := c.get()
+	if err != nil {
+		return 0, err
+	}
+	s := cStream(p)
+	runtime.KeepAlive(c)
+	return s, nil
+}
+
 // Reserve reserves room for tokens tokens in every dynamic full-attention
 // layer, like a slice's capacity: updates up to that length then neither
 // allocate nor copy history.

@@ -100,6 +100,10 @@ typedef struct kvcgo_init {
   int32_t has_heads, has_dims;
 } kvcgo_init;
 
+// A stream is a driver handle, not memory: Go holds it as an integer, and this shim makes it a pointer on the
+// C side, so that cgo's pointer checks never see it.
+static kvc_error* kvcgo_set_stream(kvc_cache* c, uintptr_t stream) { return kvc_cache_set_stream(c, (void*)stream); }
+static uintptr_t kvcgo_stream(const kvc_cache* c) { return (uintptr_t)kvc_cache_stream(c); }
 static const kvc_tensor* kvcgo_tensor(kvc_tensor* t, char* data, const kvcgo_desc* d) {
   if (!d->present) return NULL;
   t->data = data;
@@ -729,6 +733,12 @@ func cReserve(p unsafe.Pointer, tokens int64) error {
 }
 
 func cReset(p unsafe.Pointer) error { return takeError(C.kvc_cache_reset(cache(p))) }
+
+func cSetStream(p unsafe.Pointer, stream uintptr) error {
+	return takeError(C.kvcgo_set_stream(cache(p), C.uintptr_t(stream)))
+}
+
+func cStream(p unsafe.Pointer) uintptr { return uintptr(C.kvcgo_stream(cache(p))) }
 
 func cOffload(p unsafe.Pointer, layer uint32) error {
 	return takeError(C.kvc_cache_offload(cache(p), C.uint32_t(layer)))

@@ -72,6 +72,8 @@ func cBatchSplit(unsafe.Pointer, int64, int64, []unsafe.Pointer) (int, error) {
 func cFromBatchSplits([]unsafe.Pointer) (unsafe.Pointer, error) { return nil, ErrCgoDisabled }
 func cReserve(unsafe.Pointer, int64) error                      { return ErrCgoDisabled }
 func cReset(unsafe.Pointer) error                               { return ErrCgoDisabled }
+func cSetStream(unsafe.Pointer, uintptr) error                  { return ErrCgoDisabled }
+func cStream(unsafe.Pointer) uintptr                            { return 0 }
 func cOffload(unsafe.Pointer, uint32) error                     { return ErrCgoDisabled }
 func cPrefetch(unsafe.Pointer, uint32) error                    { return ErrCgoDisabled }
 func cUpdateConvState(unsafe.Pointer, uint32, unsafe.Pointer, *tdesc, *convOpts, *int64, *ctensor) error {

@@ -3,6 +3,8 @@
 package kvcache
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -437,4 +439,19 @@ func TestInputForms(t *testing.T) {
 		_, err := c.Update(0, &ExternalTensor{DataType: DTypeFloat32.DataType(), Device: CPU, Shape: make([]int64, 7)}, toks(1), nil)
 		return err
 	}, "dimensions")
+}
+
+func TestStreamBinding(t *testing.T) {
+	c := mkCache(t, nil)
+	if s := must[uintptr](t)(c.Stream()); s != 0 {
+		t.Fatalf("a new cache's stream: %#x", s)
+	}
+	ok(t, c.SetStream(0)) // the default stream: the only one a CPU cache has
+	err := c.SetStream(0x1234)
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "stream") {
+		t.Fatalf("SetStream on a CPU cache: %v", err)
+	}
+	if s := must[uintptr](t)(c.Stream()); s != 0 {
+		t.Fatalf("a refused SetStream changed the stream to %#x", s)
+	}
 }

@@ -1004,6 +1004,41 @@ impl CacheRef {
         check(unsafe { sys::kvc_cache_reserve(self.as_mut_ptr(), tokens) })
     }
 
+    /// Binds a device cache to a CUDA or HIP stream (`kvc_cache_set_stream`):
+    /// from then on all of the cache's device work is issued on `stream`, in
+    /// call order, without waiting for it; work issued before, on the old
+    /// stream, is ordered before anything issued afterwards. A null pointer is
+    /// the default stream; a CPU cache accepts only that.
+    ///
+    /// # Safety
+    ///
+    /// `stream` must be null or a live `cudaStream_t` / `hipStream_t` of the
+    /// cache's device, and must stay alive until the cache is rebound or
+    /// dropped: the cache issues work on it from later calls.
+    ///
+    /// ```
+    /// # use kvcache::{Cache, ErrorCode};
+    /// let mut cache = Cache::new()?;
+    /// // SAFETY: null is the default stream.
+    /// unsafe { cache.set_stream(std::ptr::null_mut())? };
+    /// // A CPU cache has no streams: anything else is refused, and nothing changes.
+    /// let err = unsafe { cache.set_stream(0x1234 as *mut std::ffi::c_void) }.unwrap_err();
+    /// assert_eq!(err.code(), ErrorCode::InvalidArgument);
+    /// assert!(cache.stream().is_null());
+    /// # Ok::<(), kvcache::Error>(())
+    /// ```
+    pub unsafe fn set_stream(&mut self, stream: *mut std::ffi::c_void) -> Result<()> {
+        // SAFETY: a live, exclusively borrowed handle; the caller vouches for the stream.
+        check(unsafe { sys::kvc_cache_set_stream(self.as_mut_ptr(), stream) })
+    }
+
+    /// The stream the cache is bound to (`kvc_cache_stream`): null for the
+    /// default stream and for CPU caches.
+    pub fn stream(&self) -> *mut std::ffi::c_void {
+        // SAFETY: a live handle; the call only reads it.
+        unsafe { sys::kvc_cache_stream(self.as_ptr()) }
+    }
+
     /// `reset()`: every layer becomes empty (static buffers zeroed, counters
     /// 0; dynamic layers keep their storage for reuse).
     ///
