@@ -63,6 +63,7 @@ kvc_error* kvc_cache_append_layer(kvc_cache* c, kvc_layer* l) {
 
 void kvc_cache_destroy(kvc_cache* c) {
   if (!c) return;
+  kvc_offload_settle(c); /* stream-ordered frees must come after a prefetch still writing the stores */
   for (uint32_t i = 0; i < c->num_layers; i++) kvc_layer_free(c, c->layers[i]);
   kvc_offload_free_state(c);
   kvc_sink_free_state(c);
@@ -137,6 +138,7 @@ kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
   static const char* FN = "kvc_cache_clone";
   kvc_error* e = kvc_cache_check(FN, src);
   if (e) return e;
+  kvc_offload_settle(src);
   if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
   kvc_cache* c = NULL;
   e = kvc_cache_new(&src->device, src->exec.stream, &c);
@@ -169,6 +171,7 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
   static const char* FN = "kvc_cache_early_initialization";
   kvc_error* e = kvc_cache_check(FN, c);
   if (e) return e;
+  kvc_offload_settle(c);
   if (!o) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL; pass a kvc_init_options", FN);
   if ((e = kvc_check_struct_size(FN, "options", o->struct_size, sizeof(kvc_init_options)))) return e;
   if (o->batch_size < 1 || o->batch_size > INT32_MAX)
@@ -300,6 +303,7 @@ kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out)
   static const char* FN = "kvc_cache_layer_view";
   kvc_error* e = kvc_cache_check_layer(FN, c, layer);
   if (e) return e;
+  kvc_offload_settle(c);
   if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_kv", FN);
   const kvc_layer* l = c->layers[layer];
   if (!kvc_kind_has_kv(l->kind))

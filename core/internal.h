@@ -413,6 +413,14 @@ void kvc_offload_release_retired(kvc_cache* cache);
 void kvc_offload_before_update(kvc_cache* cache, uint32_t layer);
 void kvc_offload_after_update(kvc_cache* cache, uint32_t layer);
 void kvc_offload_free_state(kvc_cache* cache);
+/*
+ * Orders what comes next after the prefetch the last update left running:
+ * on a GPU it copies on a side stream, so an operation that reads or writes
+ * that layer on the cache's stream (crop, reorder, a view, a clone, ...)
+ * must wait for it first. Updates do not call it: their own tier_wait keeps
+ * the prefetch overlapping with the caller's work between layers.
+ */
+void kvc_offload_settle(const kvc_cache* cache);
 
 /* SINK layers' cache-wide state (layer_sink.c): kvc_cache_destroy frees it, clone and split copy it. */
 void kvc_sink_free_state(kvc_cache* cache);

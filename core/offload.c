@@ -62,6 +62,9 @@ typedef struct offload_state {
   uint32_t first;
   unsigned char* tier; /* simulated tier per layer while planning */
   size_t cap_tier;
+  /* A prefetch was issued that no tier_wait has covered yet: on a GPU it runs on a side stream (see
+   * kvc_offload_settle). */
+  int prefetch_pending;
 } offload_state;
 
 /* Kinds whose K/V can move: transformers' prefetch skips its is_linear layers (every LINEAR kind but
@@ -122,6 +125,7 @@ static void move_store(const kvc_cache* c, kvc_layer* l, void* k, void* v, int t
     kvc_store_strides(l, which, st);
     int64_t shape[4] = {l->batch, l->heads, l->end - l->start, d};
     size_t off = (size_t)(l->start * d) * l->elem;
+    if (!to_host && c->offload_state) ((offload_state*)c->offload_state)->prefetch_pending = 1;
     be->copy_tier_4d(be->ctx, &c->exec, to_host, (char*)(which ? v : k) + off, st,
                      (const char*)(which ? l->v : l->k) + off, st, shape, l->elem);
   }
@@ -266,7 +270,15 @@ void kvc_offload_before_update(kvc_cache* c, uint32_t layer) {
   /* The write comes next: it must see this layer's data, whichever call prefetched it (transformers makes the
    * default stream wait for the prefetch stream here). The prefetch issued after it overlaps with the write. */
   c->backend->tier_wait(c->backend->ctx, &c->exec);
+  st->prefetch_pending = 0;
   run_step(c, st, 3 * j + 1);
+}
+
+void kvc_offload_settle(const kvc_cache* c) {
+  offload_state* st = (offload_state*)c->offload_state;
+  if (!st || !st->prefetch_pending) return;
+  c->backend->tier_wait(c->backend->ctx, &c->exec);
+  st->prefetch_pending = 0;
 }
 
 void kvc_offload_after_update(kvc_cache* c, uint32_t layer) {
@@ -292,13 +304,17 @@ void kvc_offload_free_state(kvc_cache* c) {
 /* Moves a layer to the other tier now, for kvc_cache_offload/prefetch. */
 static kvc_error* move_now(kvc_cache* c, kvc_layer* l, int to_host) {
   void *k, *v, *old_k, *old_v;
+  kvc_offload_settle(c); /* the layer may be the one the last update prefetched */
   if (kvc_store_alloc_tier(c, to_host, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &k, &v))
     return kvc_err_oom();
   /* Both are mutating calls: the views of the last update end here, and their device stores go. */
   kvc_offload_release_retired(c);
   move_store(c, l, k, v, to_host, &old_k, &old_v);
   kvc_store_free(c, !to_host, old_k, old_v);
-  if (!to_host) c->backend->tier_wait(c->backend->ctx, &c->exec);
+  if (!to_host) {
+    c->backend->tier_wait(c->backend->ctx, &c->exec);
+    if (c->offload_state) ((offload_state*)c->offload_state)->prefetch_pending = 0;
+  }
   return NULL;
 }
 

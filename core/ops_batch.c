@@ -327,6 +327,7 @@ kvc_error* kvc_cache_reorder(kvc_cache* c, const int64_t* beam_idx, size_t count
   if (!e) e = kvc_batch_check_kinds(FN, c, "reorder");
   if (!e) e = check_batch_indices(FN, c, "beam_idx", beam_idx, count);
   if (e) return e;
+  kvc_offload_settle(c);
   return gather_batch(c, beam_idx, count, 0);
 }
 
@@ -337,6 +338,7 @@ kvc_error* kvc_cache_batch_select_indices(kvc_cache* c, const int64_t* indices, 
   if (!e) e = kvc_batch_check_kinds(FN, c, "select");
   if (!e) e = check_batch_indices(FN, c, "indices", indices, count);
   if (e) return e;
+  kvc_offload_settle(c);
   return gather_batch(c, indices, count, 0);
 }
 
@@ -347,6 +349,7 @@ kvc_error* kvc_cache_batch_repeat_interleave(kvc_cache* c, int64_t repeats) {
   if (!e) e = kvc_batch_check_kinds(FN, c, "repeat");
   if (!e) e = kvc_batch_check_repeats(FN, c, repeats);
   if (e) return e;
+  kvc_offload_settle(c);
   if (repeats == 1) return NULL;
   return gather_batch(c, NULL, 0, repeats);
 }

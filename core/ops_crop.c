@@ -7,6 +7,7 @@ kvc_error* kvc_cache_crop(kvc_cache* c, int64_t tokens) {
   static const char* FN = "kvc_cache_crop";
   kvc_error* e = kvc_cache_check(FN, c);
   if (e) return e;
+  kvc_offload_settle(c);
   /* All layers are checked before any is cropped: a cache is never left half-cropped. */
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
@@ -37,6 +38,7 @@ kvc_error* kvc_cache_activate_past_recording(kvc_cache* c) {
 kvc_error* kvc_cache_reset(kvc_cache* c) {
   kvc_error* e = kvc_cache_check("kvc_cache_reset", c);
   if (e) return e;
+  kvc_offload_settle(c);
   for (uint32_t i = 0; i < c->num_layers; i++) {
     c->layers[i]->ops->reset(c, c->layers[i]);
     kvc_layer_sync_view(c->layers[i]);

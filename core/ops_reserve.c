@@ -8,6 +8,7 @@ kvc_error* kvc_cache_reserve(kvc_cache* c, int64_t tokens) {
   static const char* FN = "kvc_cache_reserve";
   kvc_error* e = kvc_cache_check(FN, c);
   if (e) return e;
+  kvc_offload_settle(c);
   if (tokens < 0 || tokens > INT32_MAX)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: tokens is %" PRId64 "; it must be in [0, 2^31)", FN, tokens);
   uint32_t n = c->num_layers;

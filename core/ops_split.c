@@ -80,6 +80,7 @@ kvc_error* kvc_cache_batch_split(const kvc_cache* c, int64_t full_batch_size, in
   kvc_error* e = kvc_cache_check(FN, c);
   if (!e) e = kvc_batch_check_kinds(FN, c, "split");
   if (e) return e;
+  kvc_offload_settle(c);
   if (!out || !count) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, out ? "count" : "out");
   if (split_size < 1)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: split_size is %" PRId64 "; it must be >= 1", FN, split_size);
@@ -201,8 +202,15 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
     if (!splits[s]) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] is NULL", FN, s);
     kvc_error* e = check_compatible(FN, splits[0], splits[s], s);
     if (!e) e = kvc_batch_check_kinds(FN, splits[s], "stack");
+    if (!e && splits[s]->exec.stream != splits[0]->exec.stream)
+      /* The stack reads every split on one stream: work still queued on another could be missed. */
+      e = kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                  "%s: splits[%zu] is bound to stream %p but splits[0] to stream %p; bind the splits to one stream "
+                  "(kvc_cache_set_stream) before stacking them",
+                  FN, s, splits[s]->exec.stream, splits[0]->exec.stream);
     if (e) return e;
   }
+  for (size_t s = 0; s < count; s++) kvc_offload_settle(splits[s]);
   const kvc_cache* first = splits[0];
   kvc_cache* r = NULL;
   kvc_error* e = kvc_cache_new(&first->device, first->exec.stream, &r);
