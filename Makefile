@@ -21,6 +21,19 @@ BUILD_RELEASE := build-release
 # `make test` prepares the machine once and tells the suites it ran not to repeat it.
 SETUP_DEP := $(if $(SKIP_SETUP),,setup)
 
+# The GPU backend plugins (libkvcache-cuda.so, libkvcache-hip.so) are built
+# wherever their toolchains are; scripts/setup.sh installs both (CUDA 13 into
+# .venv, HIP from Debian), so CI always compiles them for their real targets
+# and runs the CPU suites with them beside the library. Compiling needs no
+# GPU. Deferred (=): evaluated when a recipe runs, after setup.
+GPU_FLAGS = $(shell scripts/gpu_cmake_flags.sh cuda hip)
+# The benchmarks' GPU rows are CUDA's; the HIP plugin is not built for them.
+BENCH_GPU_FLAGS = $(shell scripts/gpu_cmake_flags.sh cuda) -DKVC_HIP=OFF
+# The sanitized and fuzz builds never build a GPU backend: the GPU runtimes
+# map memory where ASan keeps its shadow (CMake refuses KVC_SANITIZE with
+# them), and the fuzz targets drive CPU caches only.
+NO_GPU_FLAGS = -DKVC_CUDA=OFF -DKVC_HIP=OFF -DKVC_LINK_BACKEND=OFF
+
 .PHONY: all setup build test test-unit test-go test-rust test-python sanitize fuzz demo bench install clean distclean
 
 all: build
@@ -29,7 +42,7 @@ setup:
 	@scripts/setup.sh
 
 build: $(SETUP_DEP)
-	$(CONFIGURE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	$(CONFIGURE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(GPU_FLAGS)
 	$(CMAKE) --build $(BUILD) -j $(JOBS)
 
 # Suites run one after the other and the first failure stops `make test`.
@@ -64,7 +77,7 @@ test-python: $(SETUP_DEP)
 	JOBS=$(JOBS) bindings/python/check.sh
 
 sanitize: $(SETUP_DEP)
-	$(CONFIGURE) -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DKVC_SANITIZE=ON
+	$(CONFIGURE) -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DKVC_SANITIZE=ON $(NO_GPU_FLAGS)
 	$(CMAKE) --build $(BUILD_ASAN) -j $(JOBS)
 	$(CTEST) --test-dir $(BUILD_ASAN) --output-on-failure --no-tests=error -j $(JOBS) -LE fuzz
 
@@ -74,7 +87,7 @@ fuzz: $(SETUP_DEP)
 	  echo "fuzz: SKIPPED: no tests/fuzz/fuzz_*.c targets yet"; \
 	else \
 	  set -e; \
-	  CC=clang CXX=clang++ $(CONFIGURE) -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=RelWithDebInfo; \
+	  CC=clang CXX=clang++ $(CONFIGURE) -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(NO_GPU_FLAGS); \
 	  $(CMAKE) --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_targets; \
 	  $(CTEST) --test-dir $(BUILD_FUZZ) --output-on-failure --no-tests=error -j $(JOBS) -L fuzz; \
 	fi
@@ -86,7 +99,7 @@ demo: build
 # Release is CMake's portable -O3; no -march=native, so numbers are comparable
 # across machines of one architecture.
 bench: $(SETUP_DEP)
-	$(CONFIGURE) -S . -B $(BUILD_RELEASE) -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF
+	$(CONFIGURE) -S . -B $(BUILD_RELEASE) -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF $(BENCH_GPU_FLAGS)
 	$(CMAKE) --build $(BUILD_RELEASE) -j $(JOBS)
 	@if [ -f bench/run.sh ]; then \
 	  KVC_BENCH_JSON=$${KVC_BENCH_JSON:-$(BUILD)/bench/results.json} bash bench/run.sh $(BUILD_RELEASE); \

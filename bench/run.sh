@@ -6,6 +6,9 @@
 # programs can be given in $KVC_BENCH_ARGS (e.g. "--reps 31"), for the
 # transformers benchmark in $KVC_BENCH_TRANSFORMERS_ARGS; $PYTHON picks its
 # interpreter (default: the conformance venv, if it has torch and transformers).
+# GPU rows (bench_gpu and bench/bench_transformers_gpu.py, whose arguments go in
+# $KVC_BENCH_TRANSFORMERS_GPU_ARGS) run where a CUDA device is present; the build
+# must then have bench_gpu (-DKVC_CUDA=ON). Elsewhere they print "GPU rows: SKIPPED".
 # Exit status: 0 when every acceptance check holds, 1 otherwise.
 set -euo pipefail
 
@@ -84,6 +87,51 @@ else
 fi
 echo
 
+echo "== GPU (bench_gpu: the CUDA backend; transformers' caches and the Python binding on the same GPU)"
+# A CUDA device is there when nvidia-smi lists one or torch sees one; the plugin bench_gpu and the Python
+# binding load is the one this build made (KVC_BACKEND_PATH, unless set already; never the emulated test device).
+GPU_PY=""
+for cand in ${PYTHON:-} "$ROOT"/.venv/bin/python "$ROOT"/tests/conformance/.venv-torch/bin/python python3; do
+    if [ -n "$cand" ] && command -v "$cand" >/dev/null 2>&1 &&
+        "$cand" -c 'import torch, transformers' >/dev/null 2>&1; then
+        GPU_PY=$cand
+        break
+    fi
+done
+gpu_why=""
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    :
+elif [ -n "$GPU_PY" ] && "$GPU_PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    >/dev/null 2>&1; then
+    :
+else
+    gpu_why="no CUDA device: nvidia-smi lists none"
+    [ -z "$GPU_PY" ] || gpu_why="$gpu_why and torch.cuda.is_available() is False"
+fi
+GPU_MISSING=""
+if [ -n "$gpu_why" ]; then
+    echo "GPU rows: SKIPPED: $gpu_why"
+elif [ ! -x "$BUILD/bench/bench_gpu" ]; then
+    GPU_MISSING="a CUDA device is present but $BUILD has no bench/bench_gpu: configure with -DKVC_CUDA=ON"
+    echo "GPU rows: $GPU_MISSING"
+else
+    if [ -z "${KVC_BACKEND_PATH:-}" ]; then
+        plugin=$(find "$BUILD" -name libkvcache-cuda.so -not -path '*/tests/gpu/*' -print -quit)
+        [ -n "$plugin" ] && export KVC_BACKEND_PATH="$(cd "$(dirname "$plugin")" && pwd)"
+    fi
+    echo "plugin directory: ${KVC_BACKEND_PATH:-the directory of libkvcache}"
+    "$BUILD/bench/bench_gpu" --json "$JSON" "${EXTRA[@]}"
+    echo
+    if [ -n "$GPU_PY" ]; then
+        echo "python: $GPU_PY"
+        "$GPU_PY" "$ROOT/bench/bench_transformers_gpu.py" --json "$JSON" ${KVC_BENCH_TRANSFORMERS_GPU_ARGS:-}
+    else
+        echo "SKIPPED: the transformers GPU rows need a Python with torch and transformers (make setup)"
+    fi
+    GPU_BENCH=1
+fi
+echo
+
 # value BENCH IMPL METRIC: the value of one row of results.json (one object per line).
 value() {
     grep -F "\"bench\": \"$1\", \"impl\": \"$2\", \"metric\": \"$3\"," "$JSON" |
@@ -139,6 +187,18 @@ if command -v go >/dev/null 2>&1; then
     check "Go binding: Step.Update / C update_all in one process, 1k <= 1.10" \
         "x <= 1.10" "$(value decode_append kvcache-go append_overhead_vs_c_1k)"
 fi
+if [ -n "$GPU_MISSING" ]; then
+    echo "FAIL  GPU rows: $GPU_MISSING"
+    fail=1
+elif [ -n "${GPU_BENCH:-}" ]; then
+    check "GPU: kernel launches per update_all step of a static cache == 1 (counted in its CUDA graph)" \
+        "x == 1" "$(value gpu_launches kvcache-cuda launches_per_step_static_update_all)"
+    check "GPU: kvcache's device copies >= 0.80 of the card's measured D2D bandwidth" \
+        "x >= 0.80" "$(value gpu_d2d kvcache-cuda d2d_fraction_of_peak)"
+    check "GPU: update@8k >= 10x faster than transformers' DynamicCache (one step, all 32 layers)" "x >= 10" \
+        "$(ratio "$(value gpu_decode_step transformers-dynamic step_ns_8k)" \
+            "$(value gpu_decode_step kvcache-cuda step_ns_dynamic_8k)")"
+fi
 echo "bytes moved per {0,0,2,2} reorder: $(num "$(value beam_reorder kvcache-c reorder_bytes_moved)")" \
     "(derived from timings: $(num "$(value beam_reorder kvcache-c reorder_bytes_moved_derived)"))"
 
@@ -153,6 +213,26 @@ row() { # bench metric
 }
 for m in append_ns_per_token_1k append_ns_per_token_8k append_ns_per_token_32k; do row decode_append $m; done
 for m in reorder_ns_0rows reorder_ns_1rows reorder_ns_2rows reorder_ns_3rows; do row beam_reorder $m; done
+if [ -n "${GPU_BENCH:-}" ]; then
+    echo
+    echo "== GPU: one decode step, all 32 layers (median ns of GPU time; last column: transformers' DynamicCache / kvcache-c)"
+    printf "%-8s %12s %12s %12s %12s %14s %14s %9s\n" context kvcache-c kvc-static kvc-python \
+        tf-dynamic tf-static tf-offloaded speedup
+    for ctx in 1k 8k 32k; do
+        c=$(value gpu_decode_step kvcache-cuda "step_ns_dynamic_$ctx")
+        t=$(value gpu_decode_step transformers-dynamic "step_ns_$ctx")
+        printf "%-8s %12s %12s %12s %12s %14s %14s %9s\n" "$ctx" "$(num "$c")" \
+            "$(num "$(value gpu_decode_step kvcache-cuda "step_ns_static_$ctx")")" \
+            "$(num "$(value gpu_decode_step kvcache-python-cuda "step_ns_update_all_$ctx")")" "$(num "$t")" \
+            "$(num "$(value gpu_decode_step transformers-static "step_ns_$ctx")")" \
+            "$(num "$(value gpu_decode_step transformers-offloaded "step_ns_$ctx")")" "$(speedup "$t" "$c")"
+    done
+    echo "D2D: kvcache $(value gpu_d2d kvcache-cuda d2d_gbps_update_all_prefill_8k) GB/s," \
+        "cudaMemcpyAsync $(value gpu_d2d cuda-memcpy d2d_gbps) GB/s"
+    echo "offload (pinned): H2D kvcache $(value gpu_offload kvcache-cuda h2d_gbps_prefetch) GB/s vs" \
+        "$(value gpu_offload cuda-memcpy h2d_gbps_pinned); D2H kvcache $(value gpu_offload kvcache-cuda d2h_gbps_offload)" \
+        "GB/s vs $(value gpu_offload cuda-memcpy d2h_gbps_pinned)"
+fi
 echo "results: $JSON"
 if [ $fail -ne 0 ]; then
     echo "bench: some acceptance checks FAILED"

@@ -19,6 +19,15 @@
 #include <pthread.h>
 #endif
 
+#if defined(KVC_LINKED_BACKEND)
+/*
+ * KVC_LINK_BACKEND=CUDA|HIP (CMake): one GPU backend (backends/gpu) is
+ * linked into this library and serves its device type, KVC_LINKED_BACKEND,
+ * without a plugin; the other GPU type still loads as a plugin.
+ */
+const kvc_backend* kvc_linked_backend(void);
+#endif
+
 #if defined(KVC_BACKEND_DL) && KVC_BACKEND_DL
 typedef const kvc_backend* (*kvc_backend_entry_fn)(uint32_t api_version);
 
@@ -105,6 +114,17 @@ kvc_error* kvc_backend_for(const char* fn, const kvc_device* device, const kvc_b
                    "%s: device.device_type is %d; caches live on KVC_DEVICE_CPU (1), KVC_DEVICE_CUDA (2) or "
                    "KVC_DEVICE_ROCM (10)",
                    fn, (int)device->device_type);
+#if defined(KVC_LINKED_BACKEND)
+  if (device->device_type == KVC_LINKED_BACKEND) {
+    const kvc_backend* linked = kvc_linked_backend();
+    int found = linked->device_count(linked->ctx);
+    if (device->device_id < 0 || device->device_id >= found)
+      return kvc_err(KVC_ERROR_NO_DEVICE, "%s: device.device_id is %d but %d %s device(s) were found", fn,
+                     (int)device->device_id, found, device->device_type == KVC_DEVICE_CUDA ? "CUDA" : "ROCm");
+    *out = linked;
+    return NULL;
+  }
+#endif
 #if defined(KVC_BACKEND_DL) && KVC_BACKEND_DL
   plugin_slot* slot = device->device_type == KVC_DEVICE_CUDA ? &cuda_slot : &hip_slot;
   pthread_once(&slot->once, device->device_type == KVC_DEVICE_CUDA ? load_cuda : load_hip);

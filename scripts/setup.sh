@@ -123,6 +123,48 @@ setup_venv() {
   printf '%s\n' "$want" >"$stamp"
 }
 
+# The GPU toolchains that build the backend plugins (CMake's KVC_CUDA and
+# KVC_HIP; `make build` turns them on where these are present): HIP 5.2 from
+# Debian (hipcc, libamdhip64-dev and their clang 15: 26 packages, about 340 MB)
+# and the CUDA 13 compiler from NVIDIA's pip packages into .venv
+# (scripts/requirements-gpu.txt: nvcc, its front and back ends and the CCCL
+# headers, about 240 MB; the runtime is torch's already). About 20 s on a
+# fresh machine. Neither needs a GPU: they only compile. A stamp of the
+# requirements' hash keeps the fast path free of pip.
+install_gpu_toolchains() {
+  if command -v dpkg-query >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    local arch missing
+    arch="$(dpkg --print-architecture)"
+    if [ "$arch" != amd64 ]; then
+      log "HIP toolchain: Debian packages hipcc for amd64 only, this is $arch; the HIP plugin is not built"
+    else
+      missing="$(missing_debs hipcc libamdhip64-dev)"
+      if [ -n "$missing" ]; then
+        log "updating package lists"
+        as_root apt-get update -qq
+        # shellcheck disable=SC2086
+        log "installing the HIP toolchain:" $missing
+        # shellcheck disable=SC2086
+        as_root env DEBIAN_FRONTEND=noninteractive \
+          apt-get install -y -qq --no-install-recommends $missing >/dev/null
+      fi
+    fi
+  fi
+  local req="scripts/requirements-gpu.txt" stamp=".venv/.requirements-gpu.sha256" want
+  want="$(cat scripts/requirements-dev.txt "$req" | sha256sum | cut -d' ' -f1)"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    return
+  fi
+  log "installing $req into .venv (the CUDA toolkit)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req"
+  local nvcc
+  nvcc="$(ls .venv/lib/python3.*/site-packages/nvidia/cu13/bin/nvcc 2>/dev/null | head -n 1)"
+  if [ -z "$nvcc" ] || ! "$nvcc" --version >/dev/null; then
+    die "$req installed but .venv has no nvcc that runs (expected site-packages/nvidia/cu13/bin/nvcc)"
+  fi
+  printf '%s\n' "$want" >"$stamp"
+}
+
 if command -v dpkg-query >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   install_system_packages
 else
@@ -131,4 +173,5 @@ fi
 check_tools
 check_libfuzzer
 setup_venv
+install_gpu_toolchains
 log "ok"

@@ -278,6 +278,8 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %ignore kvc_cache_update_conv_state;
 %ignore kvc_cache_update_recurrent_state;
 %ignore kvc_cache_state_view;
+%ignore kvc_cache_set_stream;
+%ignore kvc_cache_stream;
 
 /* kvc_kv's tensors are owned by the cache: reach them through View objects, not raw structs. */
 %immutable kvc_kv::key;
@@ -323,6 +325,9 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %feature("nothread") kvc_py_set_error_classes;
 %feature("nothread") kvc_py_close;
 %feature("nothread") kvc_py_update_fast;
+%feature("nothread") kvc_py_cache_set_stream;
+%feature("nothread") kvc_py_cache_stream;
+%feature("nothread") kvc_py_set_stream_waiter;
 
 %rename(kvc_cache_update) kvc_py_cache_update;
 %rename(kvc_cache_update_all) kvc_py_cache_update_all;
@@ -340,9 +345,13 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %rename(_set_error_classes) kvc_py_set_error_classes;
 %rename(close) kvc_py_close;
 %rename(_update_fast) kvc_py_update_fast;
+%rename(kvc_cache_set_stream) kvc_py_cache_set_stream;
+%rename(kvc_cache_stream) kvc_py_cache_stream;
+%rename(_set_stream_waiter) kvc_py_set_stream_waiter;
 
 PyObject* kvc_py_set_error_classes(PyObject* base, PyObject* by_code, PyObject* stale);
 PyObject* kvc_py_close(PyObject* handle);
+PyObject* kvc_py_set_stream_waiter(PyObject* fn);
 
 %{
 /* Tensors of an update: keys/values plus the optional fields of kvc_update_options. */
@@ -565,6 +574,71 @@ done:
   kvc_py_update_args_release(&a);
   kvc_py_guard_leave(guard, 1);
   return result;
+}
+
+/*
+ * kvc_cache_set_stream(handle, stream): stream is the cudaStream_t / hipStream_t
+ * as an int (0 or None: the default stream). Runs with the GIL held (it only
+ * records an event), and does not make views stale: it moves no memory.
+ */
+PyObject* kvc_py_cache_set_stream(PyObject* cache, PyObject* stream) {
+  if (Py_TYPE(cache) != &CacheHandleType) {
+    PyErr_Format(PyExc_TypeError, "kvc_cache_set_stream: expected a CacheHandle, got %.100s", Py_TYPE(cache)->tp_name);
+    return NULL;
+  }
+  CacheHandle* h = (CacheHandle*)cache;
+  if (h->guard->closed) {
+    PyErr_SetString(PyExc_ValueError, "kvcache: the cache is closed");
+    return NULL;
+  }
+  if (h->guard->writers || h->guard->readers) {
+    kvc_py_raise_code(KVC_ERROR_INVALID_STATE,
+                      "kvc_cache_set_stream: the cache is in use by another thread; a cache handle must be used by "
+                      "one thread at a time");
+    return NULL;
+  }
+  void* handle = NULL;
+  if (stream != Py_None) {
+    PyObject* index = PyNumber_Index(stream);
+    if (!index) {
+      PyErr_Format(PyExc_TypeError, "kvc_cache_set_stream: stream must be an int (a stream handle) or None, got %.100s",
+                   Py_TYPE(stream)->tp_name);
+      return NULL;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(index);
+    Py_DECREF(index);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      kvc_py_raise_code(KVC_ERROR_INVALID_ARGUMENT,
+                        "kvc_cache_set_stream: stream is not a stream handle (a non-negative int that fits a pointer)");
+      return NULL;
+    }
+    if ((unsigned long long)(uintptr_t)v != v) {
+      kvc_py_raise_code(KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_set_stream: stream does not fit a pointer");
+      return NULL;
+    }
+    handle = (void*)(uintptr_t)v;
+  }
+  kvc_error* err = kvc_cache_set_stream(h->ptr, handle);
+  if (err) {
+    kvc_py_raise(err);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+/* kvc_cache_stream(handle) -> int: the bound stream's handle, 0 for the default stream. */
+PyObject* kvc_py_cache_stream(PyObject* cache) {
+  if (Py_TYPE(cache) != &CacheHandleType) {
+    PyErr_Format(PyExc_TypeError, "kvc_cache_stream: expected a CacheHandle, got %.100s", Py_TYPE(cache)->tp_name);
+    return NULL;
+  }
+  CacheHandle* h = (CacheHandle*)cache;
+  if (h->guard->closed) {
+    PyErr_SetString(PyExc_ValueError, "kvcache: the cache is closed");
+    return NULL;
+  }
+  return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)kvc_cache_stream(h->ptr));
 }
 
 /* layer_view(layer) -> (keys, values): the stored K/V of one layer. */

@@ -76,6 +76,15 @@ static PyObject* kvc_py_class_for(kvc_code code) {
   return cls ? cls : PyExc_RuntimeError;
 }
 
+/*
+ * kvcache._streams.wait_stream(consumer, producer, device_type, device_id):
+ * makes the consumer stream wait for the work issued so far on the producer
+ * stream (an event, no host synchronisation), or the host when consumer is
+ * None. The extension links no GPU runtime, so the package registers a
+ * function that uses torch's.
+ */
+static PyObject* kvc_py_stream_waiter = NULL;
+
 /* Raises `message` as the class registered for `code`: cls(message, code). */
 static void kvc_py_raise_code(kvc_code code, const char* message) {
   PyObject* cls = kvc_py_class_for(code);
@@ -108,6 +117,16 @@ static PyObject* kvc_py_set_error_classes(PyObject* base, PyObject* by_code, PyO
   Py_XSETREF(kvc_py_error_base, base);
   Py_INCREF(stale);
   Py_XSETREF(kvc_py_stale_error, stale);
+  Py_RETURN_NONE;
+}
+
+static PyObject* kvc_py_set_stream_waiter(PyObject* fn) {
+  if (!PyCallable_Check(fn)) {
+    PyErr_SetString(PyExc_TypeError, "_set_stream_waiter(fn): fn must be callable");
+    return NULL;
+  }
+  Py_INCREF(fn);
+  Py_XSETREF(kvc_py_stream_waiter, fn);
   Py_RETURN_NONE;
 }
 
@@ -609,6 +628,75 @@ static PyObject* kvc_py_view_capsule(View* v, int versioned, uint32_t minor, int
   return capsule;
 }
 
+/* The cache whose memory a view is (its stream orders the view's data). */
+static const kvc_cache* kvc_py_view_cache(const View* v) {
+  if (Py_TYPE(v->owner) == &CacheHandleType) return ((CacheHandle*)v->owner)->ptr;
+  if (Py_TYPE(v->owner) == &EncoderDecoderHandleType) /* update_cross: the cross-attention cache's memory */
+    return kvc_encoder_decoder_cache_cross_attention(((EncoderDecoderHandle*)v->owner)->ptr);
+  return NULL;
+}
+
+/*
+ * DLPack's stream handshake. For a view in device memory the consumer names
+ * the stream it will read on (CUDA: None or 1 the legacy default stream, 2
+ * the per-thread default stream, else a cudaStream_t; ROCm: None or 0 the
+ * default stream, else a hipStream_t; -1: the consumer orders itself), and
+ * the data must be ready there: the cache's work is ordered on its own stream
+ * (kvc_cache_stream; NULL = the default stream), so a different consumer
+ * stream is made to wait for it. A view of the host tier (an offloaded layer,
+ * pinned host memory) is read by the host, so the cache's stream is waited
+ * for (unless the consumer passed -1).
+ */
+static int kvc_py_order_export(const View* v, PyObject* stream) {
+  int32_t type = v->t.device.device_type;
+  int host = type == KVC_DEVICE_CUDA_HOST || type == KVC_DEVICE_ROCM_HOST;
+  if (type != KVC_DEVICE_CUDA && type != KVC_DEVICE_ROCM && !host) return 0;
+  int cuda = type == KVC_DEVICE_CUDA || type == KVC_DEVICE_CUDA_HOST;
+  long long consumer = cuda ? 1 : 0;
+  if (stream != Py_None) {
+    if (!PyLong_Check(stream)) {
+      PyErr_Format(PyExc_TypeError, "__dlpack__: stream must be an int or None, got %.100s", Py_TYPE(stream)->tp_name);
+      return -1;
+    }
+    consumer = PyLong_AsLongLong(stream);
+    if (consumer == -1 && PyErr_Occurred()) return -1;
+  }
+  if (consumer == -1) return 0;
+  if (!host && (consumer < -1 || (cuda && consumer == 0) || (!cuda && (consumer == 1 || consumer == 2)))) {
+    PyErr_Format(PyExc_BufferError,
+                 "__dlpack__: stream=%lld is not a %s stream in DLPack's convention (%s)", consumer,
+                 cuda ? "CUDA" : "ROCm",
+                 cuda ? "None or 1: legacy default, 2: per-thread default, -1: none, else a cudaStream_t"
+                      : "None or 0: default, -1: none, else a hipStream_t");
+    return -1;
+  }
+  const kvc_cache* cache = kvc_py_view_cache(v);
+  long long producer = cache ? (long long)(uintptr_t)kvc_cache_stream(cache) : 0;
+  if (cuda && producer == 0) producer = 1; /* a cache's default stream is the legacy default stream */
+  if (!host && producer == consumer) return 0;
+  if (!kvc_py_stream_waiter) {
+    if (host)
+      PyErr_Format(PyExc_BufferError,
+                   "kvcache: this view is host memory written by the cache's stream 0x%llx, and nothing can wait "
+                   "for that stream here; export with stream=-1 after synchronizing it",
+                   (unsigned long long)producer);
+    else
+      PyErr_Format(PyExc_BufferError,
+                   "kvcache: the view is written on the cache's stream 0x%llx but the consumer reads on stream "
+                   "%lld, and nothing can order them here; bind the cache to the consumer's stream "
+                   "(cache.stream = ...)",
+                   (unsigned long long)producer, consumer);
+    return -1;
+  }
+  PyObject* r = host ? PyObject_CallFunction(kvc_py_stream_waiter, "OLii", Py_None, producer, (int)type,
+                                             (int)v->t.device.device_id)
+                     : PyObject_CallFunction(kvc_py_stream_waiter, "LLii", consumer, producer, (int)type,
+                                             (int)v->t.device.device_id);
+  if (!r) return -1;
+  Py_DECREF(r);
+  return 0;
+}
+
 static PyObject* View_dlpack(View* self, PyObject* args, PyObject* kwargs) {
   static char* kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
   PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
@@ -658,6 +746,7 @@ static PyObject* View_dlpack(View* self, PyObject* args, PyObject* kwargs) {
     if (c < 0) return NULL;
     do_copy = c;
   }
+  if (kvc_py_check_fresh(self, "__dlpack__") < 0 || kvc_py_order_export(self, stream) < 0) return NULL;
   return kvc_py_view_capsule(self, versioned, minor, do_copy);
 }
 

@@ -7,6 +7,7 @@ from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Seq
 
 from . import _lib
 from ._errors import KvcacheError, OutOfRangeError
+from ._streams import StreamLike, stream_handle
 from ._types import (
     DeviceLike,
     DtypeLike,
@@ -377,6 +378,38 @@ class Cache:
         o.v_head_dim = operator.index(v_head_dim)
         _lib.kvc_cache_early_initialization(self._handle, o)
         del keep
+
+    # --------------------------------------------------------------- streams
+
+    @property
+    def stream(self) -> int:
+        """The CUDA/HIP stream all of this cache's device work is ordered on, as an int handle (0: the default).
+
+        Assign a stream to bind the cache to it: ``cache.stream = torch.cuda.current_stream()`` (or any object
+        with ``.cuda_stream``, cupy's ``.ptr``, an int handle, or None for the default stream). Work issued before
+        is ordered before work issued after (an event, no host synchronisation); updates then return without
+        waiting for the device. Inputs must be ready on that stream: make them there, or make it wait for the
+        stream that did. Views exported with ``torch.from_dlpack`` are ordered onto the consumer's stream. The
+        stream must outlive its use by the cache; a CPU cache takes only None/0. Clones and batch splits inherit
+        the stream.
+
+        Example:
+            >>> import kvcache
+            >>> cache = kvcache.DynamicCache()
+            >>> cache.stream = None        # CPU caches have no stream
+            >>> cache.stream
+            0
+        """
+        return _lib.kvc_cache_stream(self._handle)
+
+    @stream.setter
+    def stream(self, stream: StreamLike) -> None:
+        self.set_stream(stream)
+
+    def set_stream(self, stream: StreamLike) -> None:
+        """Binds the cache to ``stream`` (see :attr:`stream`)."""
+        handle = stream_handle(stream)
+        _lib.kvc_cache_set_stream(self._handle, handle or None)
 
     # ------------------------------------------------------------ offloading
 
@@ -765,6 +798,16 @@ class EncoderDecoderCache:
 
     def __len__(self) -> int:
         return len(self._self)
+
+    @property
+    def stream(self) -> int:
+        """The stream of the self-attention cache (see :attr:`Cache.stream`); assigning binds both caches."""
+        return self._self.stream
+
+    @stream.setter
+    def stream(self, stream: StreamLike) -> None:
+        self._self.set_stream(stream)
+        self._cross.set_stream(stream)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self._self.get_seq_length(layer_idx)

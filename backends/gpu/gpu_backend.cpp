@@ -1,0 +1,311 @@
+/*
+ * backends/gpu/gpu_backend.cpp: the backend table of core/backend.h on a
+ * GPU, compiled as CUDA by nvcc (libkvcache-cuda.so) and as HIP by hipcc
+ * (libkvcache-hip.so) from this one source through gpu_vendor.h.
+ *
+ * Every entry makes the place's device current for its duration and issues
+ * its work on the place's stream without waiting for it. Runtime errors
+ * become a non-zero return (or NULL); nothing here aborts or prints.
+ *
+ * Launches: copy_4d, fill_zero_4d: one kernel. copy_4d_batch: one kernel
+ * for up to KVC_GPU_BATCH_CAP copies (CUDA: 292, so a step of up to 146
+ * layers' K and V is one launch; HIP: 31, a 32-layer step is 3 launches).
+ * copy_rows: one kernel per KVC_GPU_ROWS_CAP rows (CUDA: 4078, HIP: 431).
+ * Copies that overlap themselves: the memmove kernel for a seq shift (the
+ * window roll), else two copies through a stream-ordered scratch buffer.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_internal.h"
+#include "gpu_plan.h"
+#include "kernels_batch.cuh"
+#include "kernels_copy.cuh"
+#include "kernels_fill.cuh"
+#include "kernels_rows.cuh"
+
+/*
+ * Bytes of kernel parameters one launch may take. CUDA 12.1 and newer allow
+ * 32764 on Volta and later (every target built here). HIP 5.2 is held to
+ * CUDA's classic 4 KiB, less room for the hidden arguments its runtime
+ * appends to the kernel's own.
+ */
+#if defined(__HIPCC__)
+#define KVC_GPU_PARAM_BYTES 3584
+#else
+#define KVC_GPU_PARAM_BYTES 32764
+#endif
+#define KVC_GPU_BATCH_CAP ((KVC_GPU_PARAM_BYTES - 8) / (int)sizeof(kvc_gpu_copy))
+#define KVC_GPU_ROWS_CAP ((KVC_GPU_PARAM_BYTES - (int)sizeof(kvc_gpu_copy) - 24) / 8)
+/* Blocks per launch: grids stride beyond it (HIP counts gridDim x blockDim in 32 bits). */
+#define KVC_GPU_MAX_GRID (1u << 20)
+
+static_assert(sizeof(kvc_gpu_copy) == 112, "kvc_gpu_copy is the batched kernel's descriptor: keep it compact");
+static_assert(sizeof(gpu_batch_params<KVC_GPU_BATCH_CAP>) <= KVC_GPU_PARAM_BYTES, "batch parameters too large");
+static_assert(sizeof(gpu_rows_params<KVC_GPU_ROWS_CAP>) <= KVC_GPU_PARAM_BYTES, "rows parameters too large");
+
+static unsigned grid_for(uint32_t blocks) { return blocks < KVC_GPU_MAX_GRID ? blocks : KVC_GPU_MAX_GRID; }
+
+static int any_empty(const int64_t shape[4]) { return !shape[0] || !shape[1] || !shape[2] || !shape[3]; }
+
+/* ---- launches -------------------------------------------------------------- */
+
+/* Launches plans[0, count) (first_block set, `blocks` in all) with the smallest parameter block that holds them. */
+template <int N, bool FILL>
+static int launch_batch_n(gpuStream_t stream, const kvc_gpu_copy* plans, int32_t count, uint32_t blocks) {
+  gpu_batch_params<N> p;
+  p.count = count;
+  p.blocks = blocks;
+  memcpy(p.plans, plans, sizeof(kvc_gpu_copy) * (size_t)count);
+  gpu_batch_kernel<N, FILL><<<grid_for(blocks), KVC_GPU_BLOCK, 0, stream>>>(p);
+  return gpu_check(gpuSuccess);
+}
+
+static int launch_batch(gpuStream_t stream, const kvc_gpu_copy* plans, int32_t count, uint32_t blocks) {
+  if (count == 0 || blocks == 0) return 0;
+  if (count == 1) return launch_batch_n<1, false>(stream, plans, count, blocks);
+  if (count <= 8) return launch_batch_n<8, false>(stream, plans, count, blocks);
+  return launch_batch_n<KVC_GPU_BATCH_CAP, false>(stream, plans, count, blocks);
+}
+
+int kvc_gpu_copy_on(gpuStream_t stream, void* dst, const int64_t ds[4], const void* src, const int64_t ss[4],
+                    const int64_t shape[4], size_t elem) {
+  kvc_gpu_copy plan;
+  int rc = kvc_gpu_plan(&plan, dst, ds, src, ss, shape, elem, 0);
+  if (rc) return rc > 0 ? 0 : -1;
+  return launch_batch(stream, &plan, 1, kvc_gpu_plan_blocks(&plan));
+}
+
+static int zero_strided_on(gpuStream_t stream, void* dst, const int64_t st[4], const int64_t shape[4], size_t elem) {
+  kvc_gpu_copy plan;
+  int rc = kvc_gpu_plan(&plan, dst, st, NULL, NULL, shape, elem, 0);
+  if (rc) return rc > 0 ? 0 : -1;
+  return launch_batch_n<1, true>(stream, &plan, 1, kvc_gpu_plan_blocks(&plan));
+}
+
+int kvc_gpu_zero_on(gpuStream_t stream, void* dst, size_t bytes) {
+  if (bytes > (size_t)INT64_MAX) return -1;
+  const int64_t st[4] = {0, 0, 0, 1}, shape[4] = {1, 1, 1, (int64_t)bytes};
+  if (bytes <= (size_t)INT32_MAX) return zero_strided_on(stream, dst, st, shape, 1);
+  /* Past 2^31 bytes: rows of 1 GiB, then the rest. */
+  const int64_t row = (int64_t)1 << 30, rows = (int64_t)bytes / row, rest = (int64_t)bytes % row;
+  const int64_t bst[4] = {0, 0, row, 1}, bshape[4] = {1, 1, rows, row};
+  if (zero_strided_on(stream, dst, bst, bshape, 1)) return -1;
+  const int64_t rshape[4] = {1, 1, 1, rest};
+  return rest ? zero_strided_on(stream, (char*)dst + rows * row, st, rshape, 1) : 0;
+}
+
+/* A seq-axis move within each (b, h) plane of one buffer: memmove semantics (kernels_copy.cuh). */
+static int launch_move(gpuStream_t stream, void* dst, const int64_t st[4], const void* src, const int64_t shape[4],
+                       size_t elem, int64_t shift) {
+  kvc_gpu_copy plan;
+  int rc = kvc_gpu_plan(&plan, dst, st, src, st, shape, elem, 1);
+  if (rc) return rc > 0 ? 0 : -1;
+  int32_t chunk_rows;
+  int staged;
+  kvc_gpu_move_chunking(&plan, shift, &chunk_rows, &staged);
+  int64_t planes = (int64_t)plan.n[0] * plan.n[1];
+  unsigned grid = planes < (int64_t)KVC_GPU_MAX_GRID ? (unsigned)planes : KVC_GPU_MAX_GRID;
+  gpu_move_kernel<<<grid, KVC_GPU_BLOCK, 0, stream>>>(plan, shift, chunk_rows, staged);
+  return gpu_check(gpuSuccess);
+}
+
+/* Any other overlapping copy: through a compact scratch buffer, freed in stream order. */
+static int copy_via_scratch(const gpu_state* state, gpuStream_t stream, void* dst, const int64_t ds[4],
+                            const void* src, const int64_t ss[4], const int64_t shape[4], size_t elem) {
+  size_t bytes = elem;
+  for (int i = 0; i < 4; i++) bytes *= (size_t)shape[i];
+  void* tmp = NULL;
+  if (gpu_check(state && state->pools ? gpuMallocAsync(&tmp, bytes, stream) : gpuMalloc(&tmp, bytes))) return -1;
+  const int64_t ts[4] = {shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3], 1};
+  int rc = kvc_gpu_copy_on(stream, tmp, ts, src, ss, shape, elem);
+  if (!rc) rc = kvc_gpu_copy_on(stream, dst, ds, tmp, ts, shape, elem);
+  gpu_check(state && state->pools ? gpuFreeAsync(tmp, stream) : gpuFree(tmp));
+  return rc;
+}
+
+/* ---- the table's entries ---------------------------------------------------- */
+
+static int gpu_device_count(void* ctx) {
+  (void)ctx;
+  int n = 0;
+  /* No driver, no device, a driver older than the runtime: all are "no device" here, never a crash. */
+  if (gpuGetDeviceCount(&n) != gpuSuccess) {
+    (void)gpuGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+static void* gpu_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes) {
+  (void)ctx;
+  gpu_device_scope scope(exec->device_id);
+  if (!scope.ok || bytes == 0) return NULL;
+  const gpu_state* state = gpu_state_of(exec);
+  gpuStream_t stream = gpu_stream_of(exec);
+  int pools = state && state->pools;
+  void* p = NULL;
+  if (gpu_check(pools ? gpuMallocAsync(&p, bytes, stream) : gpuMalloc(&p, bytes))) return NULL;
+  if (gpu_check(gpuMemsetAsync(p, 0, bytes, stream))) {
+    gpu_check(pools ? gpuFreeAsync(p, stream) : gpuFree(p));
+    return NULL;
+  }
+  return p;
+}
+
+static void gpu_free(void* ctx, const kvc_exec* exec, void* ptr) {
+  (void)ctx;
+  if (!ptr) return;
+  gpu_device_scope scope(exec->device_id);
+  if (!scope.ok) return;
+  const gpu_state* state = gpu_state_of(exec);
+  /* A prefetch still writing into the buffer runs on the side stream: the free waits for it too. */
+  if (state && kvc_gpu_tier_wait(ctx, exec)) return;
+  /* Without the stream-ordered allocator (an old HIP runtime) the plain free waits for the device. */
+  gpu_check(state && state->pools ? gpuFreeAsync(ptr, gpu_stream_of(exec)) : gpuFree(ptr));
+}
+
+static int gpu_copy_4d(void* ctx, const kvc_exec* exec, void* dst, const int64_t ds[4], const void* src,
+                       const int64_t ss[4], const int64_t shape[4], size_t elem) {
+  (void)ctx;
+  if (any_empty(shape)) return 0;
+  gpu_device_scope scope(exec->device_id);
+  if (!scope.ok) return -1;
+  gpuStream_t stream = gpu_stream_of(exec);
+  if (!kvc_gpu_ranges_overlap(dst, ds, src, ss, shape, elem))
+    return kvc_gpu_copy_on(stream, dst, ds, src, ss, shape, elem);
+  if (dst == src && !memcmp(ds, ss, 4 * sizeof(int64_t))) return 0; /* every element onto itself */
+  int64_t shift;
+  if (kvc_gpu_seq_shift(dst, ds, src, ss, elem, &shift) && (shift < 0 ? -shift : shift) < shape[2])
+    return launch_move(stream, dst, ds, src, shape, elem, shift);
+  return copy_via_scratch(gpu_state_of(exec), stream, dst, ds, src, ss, shape, elem);
+}
+
+static int gpu_fill_zero_4d(void* ctx, const kvc_exec* exec, void* dst, const int64_t st[4], const int64_t shape[4],
+                            size_t elem) {
+  (void)ctx;
+  if (any_empty(shape)) return 0;
+  gpu_device_scope scope(exec->device_id);
+  if (!scope.ok) return -1;
+  return zero_strided_on(gpu_stream_of(exec), dst, st, shape, elem);
+}
+
+template <int N>
+static int launch_rows_n(gpuStream_t stream, const kvc_gpu_copy& plan, int64_t dst_row_bytes, int64_t src_row_bytes,
+                         const int64_t* dst_rows, const int64_t* src_rows, int32_t count) {
+  gpu_rows_params<N> p;
+  p.plan = plan;
+  p.dst_row_bytes = dst_row_bytes;
+  p.src_row_bytes = src_row_bytes;
+  p.count = count;
+  for (int32_t i = 0; i < count; i++) {
+    if (dst_rows[i] < 0 || dst_rows[i] > INT32_MAX || src_rows[i] < 0 || src_rows[i] > INT32_MAX) return -1;
+    p.pairs[i][0] = (int32_t)dst_rows[i];
+    p.pairs[i][1] = (int32_t)src_rows[i];
+  }
+  dim3 grid(grid_for(kvc_gpu_plan_blocks(&plan)), (unsigned)count);
+  gpu_rows_kernel<N><<<grid, KVC_GPU_BLOCK, 0, stream>>>(p);
+  return gpu_check(gpuSuccess);
+}
+
+static int gpu_copy_rows(void* ctx, const kvc_exec* exec, void* dst, const int64_t ds[4], const int64_t* dst_rows,
+                         const void* src, const int64_t ss[4], const int64_t* src_rows, int64_t count,
+                         const int64_t row_shape[4], size_t elem) {
+  (void)ctx;
+  if (count < 0) return -1;
+  const int64_t shape[4] = {1, row_shape[1], row_shape[2], row_shape[3]};
+  if (count == 0 || any_empty(shape)) return 0;
+  if (!dst_rows || !src_rows) return -1;
+  gpu_device_scope scope(exec->device_id);
+  if (!scope.ok) return -1;
+  kvc_gpu_copy plan;
+  int rc = kvc_gpu_plan(&plan, dst, ds, src, ss, shape, elem, 0);
+  if (rc) return rc > 0 ? 0 : -1;
+  gpuStream_t stream = gpu_stream_of(exec);
+  const int64_t dst_row_bytes = ds[0] * (int64_t)elem, src_row_bytes = ss[0] * (int64_t)elem;
+  for (int64_t done = 0; done < count;) {
+    int64_t left = count - done;
+    int32_t n = left < KVC_GPU_ROWS_CAP ? (int32_t)left : KVC_GPU_ROWS_CAP;
+    rc = n <= 16 ? launch_rows_n<16>(stream, plan, dst_row_bytes, src_row_bytes, dst_rows + done, src_rows + done, n)
+                 : launch_rows_n<KVC_GPU_ROWS_CAP>(stream, plan, dst_row_bytes, src_row_bytes, dst_rows + done,
+                                                   src_rows + done, n);
+    if (rc) return rc;
+    done += n;
+  }
+  return 0;
+}
+
+static int gpu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d* copies, int32_t count) {
+  if (count < 0 || (count > 0 && !copies)) return -1;
+  if (count == 0) return 0;
+  gpu_device_scope scope(exec->device_id);
+  if (!scope.ok) return -1;
+  gpuStream_t stream = gpu_stream_of(exec);
+  kvc_gpu_copy plans[KVC_GPU_BATCH_CAP];
+  int32_t n = 0;
+  uint32_t blocks = 0;
+  for (int32_t i = 0; i < count; i++) {
+    const kvc_copy_4d* c = &copies[i];
+    if (any_empty(c->shape)) continue;
+    /* core/backend.h promises no overlap within a batch; one that does anyway still moves like memmove. */
+    if (kvc_gpu_ranges_overlap(c->dst, c->dst_strides, c->src, c->src_strides, c->shape, c->elem_size)) {
+      if (gpu_copy_4d(ctx, exec, c->dst, c->dst_strides, c->src, c->src_strides, c->shape, c->elem_size)) return -1;
+      continue;
+    }
+    kvc_gpu_copy plan;
+    int rc = kvc_gpu_plan(&plan, c->dst, c->dst_strides, c->src, c->src_strides, c->shape, c->elem_size, 0);
+    if (rc < 0) return -1;
+    if (rc > 0) continue;
+    uint32_t b = kvc_gpu_plan_blocks(&plan);
+    if (n == KVC_GPU_BATCH_CAP || b > UINT32_MAX - blocks) {
+      if (launch_batch(stream, plans, n, blocks)) return -1;
+      n = 0;
+      blocks = 0;
+    }
+    plan.first_block = blocks;
+    plans[n++] = plan;
+    blocks += b;
+  }
+  return launch_batch(stream, plans, n, blocks);
+}
+
+static const kvc_backend gpu_backend = {
+    sizeof(kvc_backend),
+    KVC_BACKEND_API_VERSION,
+    KVC_GPU_VENDOR, /* name: "cuda" or "hip" */
+#if defined(__HIPCC__)
+    KVC_DEVICE_ROCM,
+#else
+    KVC_DEVICE_CUDA,
+#endif
+    NULL, /* ctx */
+    gpu_device_count,
+    kvc_gpu_exec_open,
+    kvc_gpu_exec_close,
+    kvc_gpu_exec_set_stream,
+    gpu_alloc_zeroed,
+    gpu_free,
+    gpu_copy_4d,
+    gpu_fill_zero_4d,
+    gpu_copy_rows,
+    kvc_gpu_host_alloc_zeroed,
+    kvc_gpu_host_free,
+    kvc_gpu_copy_tier_4d,
+    kvc_gpu_tier_wait,
+    gpu_copy_4d_batch,
+};
+
+#if defined(KVC_GPU_LINKED)
+/* KVC_LINK_BACKEND: this backend is part of libkvcache itself; core/registry.c asks for it by this name. */
+extern "C" const kvc_backend* kvc_linked_backend(void) { return &gpu_backend; }
+#else
+/*
+ * The plugin's one export. The table is returned whatever version the core
+ * asks for: core/registry.c compares the versions and, on a mismatch, says
+ * which versions the plugin and the core speak.
+ */
+extern "C" __attribute__((visibility("default"))) const kvc_backend* kvc_backend_entry(uint32_t api_version) {
+  (void)api_version;
+  return &gpu_backend;
+}
+#endif

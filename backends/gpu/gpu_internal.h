@@ -1,0 +1,91 @@
+/*
+ * backends/gpu/gpu_internal.h: what the files of the GPU backend share: the
+ * per-cache state behind kvc_exec.state, the current-device scope every
+ * entry runs in, and the kernel launches gpu_exec.cpp borrows from
+ * gpu_backend.cpp. Compiled as CUDA or HIP only.
+ */
+#ifndef KVC_GPU_INTERNAL_H
+#define KVC_GPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "gpu_vendor.h"
+
+/* A pinned host buffer given back by host_free: in use until both events pass, then idle (events NULL). */
+typedef struct gpu_host_block {
+  void* base;   /* what the runtime allocated; the caller's pointer is base + KVC_GPU_HOST_HEADER */
+  size_t bytes; /* the caller's size */
+  gpuEvent_t done[2]; /* recorded on the compute and the side stream when it was freed */
+} gpu_host_block;
+
+/* kvc_exec.state: one per cache. */
+typedef struct gpu_state {
+  int pools;             /* the device has the stream-ordered allocator */
+  gpuStream_t side;      /* prefetches run here, beside the compute stream */
+  gpuEvent_t to_side;    /* recorded on the compute stream; a prefetch waits for it */
+  gpuEvent_t to_compute; /* recorded on the side stream; tier_wait makes the compute stream wait for it */
+  gpuEvent_t handover;   /* exec_set_stream: the new stream waits for the old one */
+  int side_busy;         /* a prefetch was issued since the compute stream last waited for the side stream */
+  gpu_host_block* freed; /* host_free'd buffers: pending, or idle and reused by host_alloc_zeroed */
+  size_t nfreed, cap_freed;
+} gpu_state;
+
+/*
+ * Makes `device` current for the scope of an entry and restores the
+ * caller's device after, so that a cache on device 1 works from a thread
+ * whose current device is 0. ok is false when the device cannot be set.
+ */
+struct gpu_device_scope {
+  int prev;
+  bool ok;
+  bool switched;
+  explicit gpu_device_scope(int device) : prev(0), ok(false), switched(false) {
+    if (gpuGetDevice(&prev) != gpuSuccess) {
+      (void)gpuGetLastError();
+      return;
+    }
+    if (prev != device) {
+      if (gpuSetDevice(device) != gpuSuccess) {
+        (void)gpuGetLastError();
+        return;
+      }
+      switched = true;
+    }
+    ok = true;
+  }
+  ~gpu_device_scope() {
+    if (switched && gpuSetDevice(prev) != gpuSuccess) (void)gpuGetLastError();
+  }
+  gpu_device_scope(const gpu_device_scope&) = delete;
+  gpu_device_scope& operator=(const gpu_device_scope&) = delete;
+};
+
+static inline gpuStream_t gpu_stream_of(const kvc_exec* exec) { return (gpuStream_t)exec->stream; }
+static inline gpu_state* gpu_state_of(const kvc_exec* exec) { return (gpu_state*)exec->state; }
+
+/* 0 when the runtime reports no error since the last check (and clears what it reports). */
+static inline int gpu_check(gpuError_t e) {
+  if (e == gpuSuccess) e = gpuGetLastError();
+  else (void)gpuGetLastError();
+  return e == gpuSuccess ? 0 : -1;
+}
+
+/* A non-overlapping strided copy as one kernel on `stream` (the current device is already the place's). */
+int kvc_gpu_copy_on(gpuStream_t stream, void* dst, const int64_t dst_strides[4], const void* src,
+                    const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
+/* Zeroes `bytes` contiguous bytes at dst (device or mapped host memory) on `stream`. */
+int kvc_gpu_zero_on(gpuStream_t stream, void* dst, size_t bytes);
+
+/* gpu_exec.cpp: the entries about places, streams and the host tier. */
+int kvc_gpu_exec_open(void* ctx, kvc_exec* exec);
+void kvc_gpu_exec_close(void* ctx, kvc_exec* exec);
+int kvc_gpu_exec_set_stream(void* ctx, kvc_exec* exec, void* stream);
+void* kvc_gpu_host_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes);
+void kvc_gpu_host_free(void* ctx, const kvc_exec* exec, void* ptr);
+int kvc_gpu_copy_tier_4d(void* ctx, const kvc_exec* exec, int to_host, void* dst, const int64_t dst_strides[4],
+                         const void* src, const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
+int kvc_gpu_tier_wait(void* ctx, const kvc_exec* exec);
+
+#endif /* KVC_GPU_INTERNAL_H */

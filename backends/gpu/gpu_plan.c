@@ -1,0 +1,181 @@
+/*
+ * backends/gpu/gpu_plan.c: from core/backend.h's element-strided 4-D copies
+ * to the kernels' byte-strided, vectorised plans (gpu_plan.h). Host code,
+ * plain C: compiled into the GPU plugins and into the CPU test of plans.
+ */
+#include "gpu_plan.h"
+
+#include <stdint.h>
+#include <string.h>
+
+typedef struct dim {
+  int64_t n, dst, src; /* extent, byte strides */
+} dim;
+
+static int aligned(const void* p, int64_t to) { return ((uintptr_t)p % (uintptr_t)to) == 0; }
+
+/* The widest unit that divides the row, both base addresses and every outer stride. */
+static int32_t widest_unit(int64_t row_bytes, const void* dst, const void* src, const dim* outer, int nouter) {
+  for (int32_t u = 16; u > 1; u /= 2) {
+    if (row_bytes % u || !aligned(dst, u) || !aligned(src, u)) continue;
+    int ok = 1;
+    for (int i = 0; i < nouter && ok; i++) ok = outer[i].n == 1 || (outer[i].dst % u == 0 && outer[i].src % u == 0);
+    if (ok) return u;
+  }
+  return 1;
+}
+
+int kvc_gpu_plan(kvc_gpu_copy* out, void* dst, const int64_t dst_strides[4], const void* src,
+                 const int64_t src_strides[4], const int64_t shape[4], size_t elem_size, int keep_rows) {
+  if (elem_size == 0 || elem_size > INT32_MAX) return -1;
+  for (int i = 0; i < 4; i++)
+    if (shape[i] < 0 || shape[i] > INT32_MAX) return -1;
+  for (int i = 0; i < 4; i++)
+    if (shape[i] == 0) return 1;
+  const int64_t elem = (int64_t)elem_size;
+  const int64_t* ss = src ? src_strides : dst_strides; /* a fill reads nothing: its "source" walks like dst */
+  const void* sbase = src ? src : dst;
+
+  /* dims[0] is the innermost; merged outwards where both tensors continue contiguously. */
+  dim dims[4];
+  int nd = 0;
+  if (keep_rows) {
+    for (int i = 3; i >= 0; i--) {
+      dims[nd].n = shape[i];
+      dims[nd].dst = dst_strides[i] * elem;
+      dims[nd].src = ss[i] * elem;
+      nd++;
+    }
+  } else {
+    for (int i = 3; i >= 0; i--) {
+      if (shape[i] == 1) continue;
+      dim d = {shape[i], dst_strides[i] * elem, ss[i] * elem};
+      if (nd > 0) {
+        dim* in = &dims[nd - 1];
+        if (d.dst == in->n * in->dst && d.src == in->n * in->src && in->n * d.n <= INT32_MAX) {
+          in->n *= d.n;
+          continue;
+        }
+      }
+      dims[nd++] = d;
+    }
+    if (nd == 0) { /* one element */
+      dims[0].n = 1;
+      dims[0].dst = elem;
+      dims[0].src = elem;
+      nd = 1;
+    }
+  }
+
+  /*
+   * Strided elements move one by one, as units of their own size where
+   * that is a loadable, aligned size; any other element becomes a row of
+   * its bytes, one more (innermost) dimension.
+   */
+  int loadable = elem == 1 || elem == 2 || elem == 4 || elem == 8 || elem == 16;
+  int contiguous = dims[0].n == 1 || (dims[0].dst == elem && dims[0].src == elem);
+  int64_t run_elem = elem; /* bytes per step of the innermost dimension when it is contiguous */
+  if (!contiguous && !(loadable && aligned(dst, elem) && aligned(sbase, elem))) {
+    if (nd == 4) return -1;
+    memmove(&dims[1], &dims[0], sizeof(dim) * (size_t)nd);
+    nd++;
+    dims[0].n = elem;
+    dims[0].dst = dims[0].src = 1;
+    contiguous = 1;
+    run_elem = 1;
+  }
+  dim* inner = &dims[0];
+  int32_t unit;
+  int64_t units, ustride_dst, ustride_src;
+  if (contiguous) {
+    unit = widest_unit(inner->n * run_elem, dst, sbase, dims + 1, nd - 1);
+    units = inner->n * run_elem / unit;
+    ustride_dst = ustride_src = unit;
+  } else {
+    unit = (int32_t)elem;
+    units = inner->n;
+    ustride_dst = inner->dst;
+    ustride_src = inner->src;
+  }
+  if (units > INT32_MAX) return -1;
+
+  out->dst = (char*)dst;
+  out->src = (const char*)src;
+  out->unit = unit;
+  out->n[3] = (int32_t)units;
+  out->dst_stride[3] = ustride_dst;
+  out->src_stride[3] = ustride_src;
+  for (int k = 0; k < 3; k++) { /* out dimension 2 - k is dims[1 + k], or extent 1 */
+    int have = 1 + k < nd;
+    out->n[2 - k] = have ? (int32_t)dims[1 + k].n : 1;
+    out->dst_stride[2 - k] = have ? dims[1 + k].dst : 0;
+    out->src_stride[2 - k] = have ? dims[1 + k].src : 0;
+  }
+
+  int64_t rows = (int64_t)out->n[0] * out->n[1] * out->n[2];
+  int64_t blocks;
+  if (units > KVC_GPU_TILE_UNITS) {
+    out->tiles_per_row = (uint32_t)((units + KVC_GPU_TILE_UNITS - 1) / KVC_GPU_TILE_UNITS);
+    out->rows_per_block = 1;
+    if (rows > (int64_t)UINT32_MAX / out->tiles_per_row) return -1;
+    blocks = rows * out->tiles_per_row;
+  } else {
+    out->tiles_per_row = 1;
+    out->rows_per_block = (uint32_t)(KVC_GPU_TILE_UNITS / units);
+    blocks = (rows + out->rows_per_block - 1) / out->rows_per_block;
+  }
+  if (blocks > (int64_t)UINT32_MAX) return -1;
+  out->first_block = 0;
+  return 0;
+}
+
+/* [lo, hi): the bytes a strided tensor spans (strides may be negative). */
+static void span(const void* base, const int64_t strides[4], const int64_t shape[4], int64_t elem, uintptr_t* lo,
+                 uintptr_t* hi) {
+  int64_t low = 0, high = 0;
+  for (int i = 0; i < 4; i++) {
+    int64_t reach = (shape[i] - 1) * strides[i] * elem;
+    if (reach < 0)
+      low += reach;
+    else
+      high += reach;
+  }
+  *lo = (uintptr_t)base + (uintptr_t)low;
+  *hi = (uintptr_t)base + (uintptr_t)high + (uintptr_t)elem;
+}
+
+int kvc_gpu_ranges_overlap(const void* dst, const int64_t dst_strides[4], const void* src,
+                           const int64_t src_strides[4], const int64_t shape[4], size_t elem_size) {
+  for (int i = 0; i < 4; i++)
+    if (shape[i] <= 0) return 0;
+  uintptr_t dlo, dhi, slo, shi;
+  span(dst, dst_strides, shape, (int64_t)elem_size, &dlo, &dhi);
+  span(src, src_strides, shape, (int64_t)elem_size, &slo, &shi);
+  return dlo < shi && slo < dhi;
+}
+
+int kvc_gpu_seq_shift(const void* dst, const int64_t dst_strides[4], const void* src, const int64_t src_strides[4],
+                      size_t elem_size, int64_t* shift) {
+  for (int i = 0; i < 4; i++)
+    if (dst_strides[i] != src_strides[i]) return 0;
+  int64_t row = dst_strides[2] * (int64_t)elem_size;
+  if (row <= 0) return 0;
+  int64_t diff = (int64_t)((intptr_t)dst - (intptr_t)src);
+  if (diff == 0 || diff % row) return 0;
+  *shift = diff / row;
+  return 1;
+}
+
+void kvc_gpu_move_chunking(const kvc_gpu_copy* plan, int64_t shift, int32_t* chunk_rows, int* staged) {
+  int64_t row_bytes = (int64_t)plan->n[3] * plan->unit;
+  int64_t per_stage = KVC_GPU_STAGE_BYTES / row_bytes;
+  int64_t k = shift < 0 ? -shift : shift;
+  int64_t rows = plan->n[2];
+  if (k >= per_stage) { /* a chunk of |shift| rows never reads what it writes */
+    *staged = 0;
+    *chunk_rows = (int32_t)(k < rows ? k : rows);
+  } else {
+    *staged = 1;
+    *chunk_rows = (int32_t)(per_stage < rows ? per_stage : rows);
+  }
+}

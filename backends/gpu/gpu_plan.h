@@ -1,0 +1,177 @@
+/*
+ * backends/gpu/gpu_plan.h: a strided 4-D copy (or zero fill) in the form the
+ * kernels run it, and the arithmetic that maps a kernel block to its share.
+ *
+ * The host plans (gpu_plan.c): byte strides, dimensions of extent 1 dropped,
+ * neighbouring dimensions merged where both tensors are contiguous across
+ * them, and rows cut into the widest units (up to 16 bytes) that every
+ * address and stride allows, so that a contiguous cache region moves with
+ * 16-byte loads and stores. A block then copies either one tile of one long
+ * row or several whole short rows (a decode step's rows are short: one token
+ * of head_dim elements).
+ *
+ * Everything below is plain C so that the CPU test suite checks the plans
+ * and the block arithmetic (tests/unit/gpu_plan) with the very functions the
+ * kernels call; KVC_GPU_HD makes the inline ones device functions too.
+ */
+#ifndef KVC_GPU_PLAN_H
+#define KVC_GPU_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define KVC_GPU_HD static __host__ __device__ __forceinline__
+#else
+#define KVC_GPU_HD static inline
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Threads per block of every kernel: a multiple of every warp/wave size (32, 64). */
+#define KVC_GPU_BLOCK 256
+/* Units one block copies at most: 8 per thread, 32 KiB with 16-byte units. */
+#define KVC_GPU_TILE_UNITS 2048
+/* Shared memory of the overlapping-move kernel: how many rows one chunk stages. */
+#define KVC_GPU_STAGE_BYTES 32768
+
+/*
+ * dst[i0,i1,i2,i3] = src[i0,i1,i2,i3] (or 0 when src is NULL) for i < n,
+ * unit by unit. Strides are in bytes; [3] is the stride between the units of
+ * a row. 112 bytes: the batched kernel takes an array of these by value.
+ */
+typedef struct kvc_gpu_copy {
+  char* dst;
+  const char* src;
+  int64_t dst_stride[4];
+  int64_t src_stride[4];
+  int32_t n[4];
+  int32_t unit;            /* bytes per unit: 1, 2, 4, 8 or 16 */
+  uint32_t rows_per_block; /* 1 when rows are split into tiles */
+  uint32_t tiles_per_row;  /* 1 when a block holds whole rows */
+  uint32_t first_block;    /* in a batch: the first block of this copy */
+} kvc_gpu_copy;
+
+/*
+ * Plans dst = src over `shape` (element strides, as in core/backend.h);
+ * src NULL plans a zero fill of dst. `keep_rows` keeps the four dimensions
+ * as they are (no merging), which the overlapping move needs: its shift is
+ * in rows of dimension 2. Returns 0 with *out filled, 1 when the shape is
+ * empty (nothing to do), -1 when it cannot be planned (negative extent,
+ * elem_size 0, extents past 2^31, elements that cannot be loaded whole
+ * (not 1, 2, 4, 8 or 16 bytes, or not aligned to their size) laid out with
+ * no contiguous dimension in all four dimensions, or more than 2^32 blocks).
+ */
+int kvc_gpu_plan(kvc_gpu_copy* out, void* dst, const int64_t dst_strides[4], const void* src,
+                 const int64_t src_strides[4], const int64_t shape[4], size_t elem_size, int keep_rows);
+
+/* 1 when the bytes src reads and the bytes dst writes may intersect (their address ranges do). */
+int kvc_gpu_ranges_overlap(const void* dst, const int64_t dst_strides[4], const void* src,
+                           const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
+
+/*
+ * 1 when dst is src moved along dimension 2 of the same strides by *shift
+ * rows (non-zero, may be negative): the window roll / compaction case that
+ * core/backend.h allows to overlap, copied like memmove by the move kernel.
+ */
+int kvc_gpu_seq_shift(const void* dst, const int64_t dst_strides[4], const void* src, const int64_t src_strides[4],
+                      size_t elem_size, int64_t* shift);
+
+/*
+ * The move kernel's chunking for a plan of S = n[2] rows of n[3] units
+ * shifted by `shift` rows: chunks of *chunk_rows rows, staged in shared
+ * memory (*staged 1: all of a chunk is read before any of it is written)
+ * or, when the shift is at least as long as a chunk, copied directly.
+ */
+void kvc_gpu_move_chunking(const kvc_gpu_copy* plan, int64_t shift, int32_t* chunk_rows, int* staged);
+
+/* Blocks of a plan (set by kvc_gpu_plan). */
+KVC_GPU_HD uint32_t kvc_gpu_plan_blocks(const kvc_gpu_copy* p) {
+  int64_t rows = (int64_t)p->n[0] * p->n[1] * p->n[2];
+  if (p->tiles_per_row > 1) return (uint32_t)(rows * p->tiles_per_row);
+  return (uint32_t)((rows + p->rows_per_block - 1) / p->rows_per_block);
+}
+
+/* Coordinates (i0, i1, i2) of row `row` in [0, n0*n1*n2). */
+KVC_GPU_HD void kvc_gpu_row_coords(const kvc_gpu_copy* p, int64_t row, int32_t* i0, int32_t* i1, int32_t* i2) {
+  int64_t rest = row / p->n[2];
+  *i2 = (int32_t)(row - rest * p->n[2]);
+  *i0 = (int32_t)(rest / p->n[1]);
+  *i1 = (int32_t)(rest - (int64_t)*i0 * p->n[1]);
+}
+
+/* Moves (i0, i1, i2) on by `by` rows (by >= 0), without a division when they stay in one (i0, i1) plane. */
+KVC_GPU_HD void kvc_gpu_row_advance(const kvc_gpu_copy* p, int32_t by, int32_t* i0, int32_t* i1, int32_t* i2) {
+  int64_t s = (int64_t)*i2 + by;
+  if (s < p->n[2]) {
+    *i2 = (int32_t)s;
+    return;
+  }
+  int64_t carry = s / p->n[2];
+  *i2 = (int32_t)(s - carry * p->n[2]);
+  int64_t h = (int64_t)*i1 + carry;
+  if (h < p->n[1]) {
+    *i1 = (int32_t)h;
+    return;
+  }
+  int64_t carry0 = h / p->n[1];
+  *i1 = (int32_t)(h - carry0 * p->n[1]);
+  *i0 = (int32_t)(*i0 + carry0);
+}
+
+/*
+ * The share of block `local` (0-based within the plan): rows [*row0,
+ * *row0 + *nrows), units [*u0, *u1) of each. Either one row and a tile of
+ * it, or whole rows.
+ */
+KVC_GPU_HD void kvc_gpu_block_share(const kvc_gpu_copy* p, uint32_t local, int64_t* row0, int32_t* nrows, int32_t* u0,
+                                    int32_t* u1) {
+  if (p->tiles_per_row > 1) {
+    uint32_t tile = local % p->tiles_per_row;
+    *row0 = (int64_t)(local / p->tiles_per_row);
+    *nrows = 1;
+    *u0 = (int32_t)(tile * (uint32_t)KVC_GPU_TILE_UNITS);
+    int64_t end = (int64_t)*u0 + KVC_GPU_TILE_UNITS;
+    *u1 = end < p->n[3] ? (int32_t)end : p->n[3];
+    return;
+  }
+  int64_t rows = (int64_t)p->n[0] * p->n[1] * p->n[2];
+  *row0 = (int64_t)local * p->rows_per_block;
+  int64_t left = rows - *row0;
+  *nrows = left < (int64_t)p->rows_per_block ? (int32_t)left : (int32_t)p->rows_per_block;
+  *u0 = 0;
+  *u1 = p->n[3];
+}
+
+/* Chunk c of the move kernel: rows [*a, *b); ascending when moving to lower addresses, else descending. */
+KVC_GPU_HD void kvc_gpu_move_chunk(int32_t rows, int32_t chunk_rows, int64_t shift, int32_t c, int32_t* a, int32_t* b) {
+  if (shift < 0) {
+    *a = c * chunk_rows;
+    int64_t end = (int64_t)*a + chunk_rows;
+    *b = end < rows ? (int32_t)end : rows;
+  } else {
+    *b = rows - c * chunk_rows;
+    *a = *b > chunk_rows ? *b - chunk_rows : 0;
+  }
+}
+
+/* The copy whose blocks include global block `block` of a batch (first_block ascending, copies[0].first_block 0). */
+KVC_GPU_HD int32_t kvc_gpu_batch_find(const kvc_gpu_copy* copies, int32_t count, uint32_t block) {
+  int32_t lo = 0, hi = count - 1;
+  while (lo < hi) {
+    int32_t mid = (lo + hi + 1) / 2;
+    if (copies[mid].first_block <= block)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVC_GPU_PLAN_H */

@@ -1,0 +1,157 @@
+/*
+ * backends/gpu/gpu_vendor.h: the few names the GPU backend uses, mapped to
+ * CUDA (nvcc) or HIP (hipcc), so that one source builds both plugins.
+ *
+ * The vendor is the compiler's: hipcc defines __HIPCC__, nvcc __CUDACC__.
+ * Only what backends/gpu needs is mapped; a name missing here is a name the
+ * backend does not use.
+ *
+ * Warp/wave size: a compile-time fact of the device target, never a literal
+ * in kernels. NVIDIA warps are 32 wide; AMD waves are 64 wide on GCN/CDNA
+ * (gfx9: MI100, MI200, MI300) and 32 wide by default on RDNA (gfx10+), which
+ * the compiler tells through __AMDGCN_WAVEFRONT_SIZE for the target being
+ * compiled: KVC_GPU_WARP. In host code the wave size is not a constant on
+ * HIP (one host pass serves every target); see KVC_GPU_WARP below. Lane
+ * masks are 64-bit on both vendors; shuffles name their width.
+ */
+#ifndef KVC_GPU_VENDOR_H
+#define KVC_GPU_VENDOR_H
+
+#include <stdint.h>
+
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>
+
+#define KVC_GPU_VENDOR "hip"
+typedef hipError_t gpuError_t;
+typedef hipStream_t gpuStream_t;
+typedef hipEvent_t gpuEvent_t;
+#define gpuSuccess hipSuccess
+#define gpuErrorNotReady hipErrorNotReady
+#define gpuMemcpyDefault hipMemcpyDefault
+#define gpuDevAttrMemoryPoolsSupported hipDeviceAttributeMemoryPoolsSupported
+#define gpuGetDeviceCount hipGetDeviceCount
+#define gpuGetDevice hipGetDevice
+#define gpuSetDevice hipSetDevice
+#define gpuDeviceGetAttribute hipDeviceGetAttribute
+#define gpuGetLastError hipGetLastError
+#define gpuGetErrorString hipGetErrorString
+#define gpuMalloc hipMalloc
+#define gpuFree hipFree
+#define gpuMallocAsync hipMallocAsync
+#define gpuFreeAsync hipFreeAsync
+#define gpuMemsetAsync hipMemsetAsync
+#define gpuMemcpy2DAsync hipMemcpy2DAsync
+#define gpuFreeHost hipHostFree
+#define gpuStreamDestroy hipStreamDestroy
+#define gpuStreamSynchronize hipStreamSynchronize
+#define gpuStreamWaitEvent(stream, event) hipStreamWaitEvent((stream), (event), 0)
+#define gpuEventDestroy hipEventDestroy
+#define gpuEventRecord hipEventRecord
+#define gpuEventQuery hipEventQuery
+#define gpuEventSynchronize hipEventSynchronize
+/* Pinned, mapped into every device's address space (same pointer on the device: unified addressing). */
+static inline gpuError_t gpuHostAllocMapped(void** p, size_t bytes) {
+  return hipHostMalloc(p, bytes, hipHostMallocMapped | hipHostMallocPortable);
+}
+static inline gpuError_t gpuStreamCreateNonBlocking(gpuStream_t* s) {
+  return hipStreamCreateWithFlags(s, hipStreamNonBlocking);
+}
+static inline gpuError_t gpuEventCreateNoTiming(gpuEvent_t* e) {
+  return hipEventCreateWithFlags(e, hipEventDisableTiming);
+}
+
+#elif defined(__CUDACC__)
+#include <cuda_runtime.h>
+
+#define KVC_GPU_VENDOR "cuda"
+typedef cudaError_t gpuError_t;
+typedef cudaStream_t gpuStream_t;
+typedef cudaEvent_t gpuEvent_t;
+#define gpuSuccess cudaSuccess
+#define gpuErrorNotReady cudaErrorNotReady
+#define gpuMemcpyDefault cudaMemcpyDefault
+#define gpuDevAttrMemoryPoolsSupported cudaDevAttrMemoryPoolsSupported
+#define gpuGetDeviceCount cudaGetDeviceCount
+#define gpuGetDevice cudaGetDevice
+#define gpuSetDevice cudaSetDevice
+#define gpuDeviceGetAttribute cudaDeviceGetAttribute
+#define gpuGetLastError cudaGetLastError
+#define gpuGetErrorString cudaGetErrorString
+#define gpuMalloc cudaMalloc
+#define gpuFree cudaFree
+#define gpuMallocAsync cudaMallocAsync
+#define gpuFreeAsync cudaFreeAsync
+#define gpuMemsetAsync cudaMemsetAsync
+#define gpuMemcpy2DAsync cudaMemcpy2DAsync
+#define gpuFreeHost cudaFreeHost
+#define gpuStreamDestroy cudaStreamDestroy
+#define gpuStreamSynchronize cudaStreamSynchronize
+#define gpuStreamWaitEvent(stream, event) cudaStreamWaitEvent((stream), (event), 0)
+#define gpuEventDestroy cudaEventDestroy
+#define gpuEventRecord cudaEventRecord
+#define gpuEventQuery cudaEventQuery
+#define gpuEventSynchronize cudaEventSynchronize
+static inline gpuError_t gpuHostAllocMapped(void** p, size_t bytes) {
+  return cudaHostAlloc(p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+}
+static inline gpuError_t gpuStreamCreateNonBlocking(gpuStream_t* s) {
+  return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
+}
+static inline gpuError_t gpuEventCreateNoTiming(gpuEvent_t* e) {
+  return cudaEventCreateWithFlags(e, cudaEventDisableTiming);
+}
+
+#else
+#error "backends/gpu is compiled by nvcc (CUDA) or hipcc (HIP)"
+#endif
+
+/*
+ * Kernel parameters: CUDA passes a `const __grid_constant__` parameter by
+ * reference into parameter space, so that a kernel indexing an array inside
+ * it (the batched copies' descriptors) reads it in place instead of copying
+ * it to the stack; HIP's kernel arguments are plain memory already.
+ */
+#if defined(__CUDACC__)
+#define KVC_GRID_CONSTANT __grid_constant__
+#else
+#define KVC_GRID_CONSTANT
+#endif
+
+/* ---- device side: warp/wave size, shuffles, ballots ---------------------- */
+
+#if defined(__HIP_DEVICE_COMPILE__)
+#define KVC_GPU_WARP __AMDGCN_WAVEFRONT_SIZE
+#elif defined(__CUDA_ARCH__)
+#define KVC_GPU_WARP 32 /* every NVIDIA architecture */
+#else
+/*
+ * The host pass of nvcc/hipcc parses device code but never runs it, and on
+ * HIP no single wave size is true there. 64, the widest, keeps anything
+ * sized by it large enough. Host code that needs the device's wave size
+ * asks the runtime (the device property warpSize).
+ */
+#define KVC_GPU_WARP 64
+#endif
+
+typedef uint64_t gpu_lane_mask; /* one bit per lane, 64 lanes at most */
+
+/* The value of `v` in lane `src_lane` of the caller's warp; every lane of the warp takes part. */
+static __device__ __forceinline__ int gpu_shfl(int v, int src_lane) {
+#if defined(__HIPCC__)
+  return __shfl(v, src_lane, KVC_GPU_WARP);
+#else
+  return __shfl_sync(0xffffffffu, v, src_lane, KVC_GPU_WARP);
+#endif
+}
+
+/* Bit i set when `pred` holds in lane i; every lane of the warp takes part. */
+static __device__ __forceinline__ gpu_lane_mask gpu_ballot(int pred) {
+#if defined(__HIPCC__)
+  return (gpu_lane_mask)__ballot(pred);
+#else
+  return (gpu_lane_mask)__ballot_sync(0xffffffffu, pred);
+#endif
+}
+
+#endif /* KVC_GPU_VENDOR_H */

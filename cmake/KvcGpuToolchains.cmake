@@ -1,0 +1,103 @@
+# The GPU toolchains of the backend plugins (backends/cuda, backends/hip).
+#
+# CUDA: nvcc from CMAKE_CUDA_COMPILER or CUDACXX when given, else from PATH,
+# else the CUDA 13 toolkit that scripts/setup.sh installs into the project's
+# .venv from NVIDIA's pip packages (site-packages/nvidia/cu13). CMake's CUDA
+# language does the rest.
+# HIP: hipcc (Debian's hipcc package, or ROCm's). CMake's HIP language wants
+# ROCm's own directory layout, which Debian's packages do not have, so the
+# HIP plugin's sources are compiled by hipcc through custom commands
+# (backends/hip/CMakeLists.txt).
+#
+# After kvc_enable_cuda(): KVC_CUDA_TOOLKIT_ROOT and KVC_CUDART_STATIC (the
+# static runtime the plugin links, so that it needs only the driver).
+# After kvc_find_hipcc(): KVC_HIPCC and KVC_HIP_ARCHITECTURES.
+
+# Targets of the CUDA plugin: Ampere (A100) and Hopper (H100) by default,
+# each as SASS plus PTX that newer GPUs compile at load time.
+set(KVC_CUDA_DEFAULT_ARCHITECTURES "80;90")
+
+# Targets of the HIP plugin: every GCN/CDNA (gfx9) and RDNA 1/2 (gfx10)
+# target that Debian 12's clang 15 and ROCm device libraries compile for;
+# gfx90a (MI200) is the one CI cares most about. RDNA 3 (gfx11) needs a newer
+# toolchain. Waves are 64 wide on gfx9 and 32 wide on gfx10 (gpu_vendor.h).
+set(KVC_HIP_DEFAULT_ARCHITECTURES
+  "gfx900;gfx902;gfx904;gfx906;gfx908;gfx909;gfx90a;gfx90c;gfx940;gfx1010;gfx1011;gfx1012;gfx1013;gfx1030;gfx1031;gfx1032;gfx1033;gfx1034;gfx1035;gfx1036")
+
+# The nvcc of the project's .venv, or "" when there is none.
+function(kvc_venv_nvcc out)
+  file(GLOB _nvcc LIST_DIRECTORIES false
+    "${PROJECT_SOURCE_DIR}/.venv/lib/python3*/site-packages/nvidia/cu13/bin/nvcc")
+  list(SORT _nvcc)
+  list(LENGTH _nvcc _n)
+  if(_n GREATER 0)
+    list(GET _nvcc -1 _nvcc)
+  endif()
+  set(${out} "${_nvcc}" PARENT_SCOPE)
+endfunction()
+
+# enable_language(CUDA) with nvcc found as above. A macro: enable_language
+# must run in the scope of a directory, not of a function.
+macro(kvc_enable_cuda)
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
+    find_program(KVC_NVCC_ON_PATH nvcc)
+    if(KVC_NVCC_ON_PATH)
+      set(CMAKE_CUDA_COMPILER "${KVC_NVCC_ON_PATH}" CACHE FILEPATH "nvcc")
+    else()
+      kvc_venv_nvcc(_kvc_nvcc)
+      if(NOT _kvc_nvcc)
+        message(FATAL_ERROR
+          "KVC_CUDA=ON (or KVC_LINK_BACKEND=CUDA) needs nvcc: none on PATH, none in CUDACXX or "
+          "CMAKE_CUDA_COMPILER, and none in ${PROJECT_SOURCE_DIR}/.venv (scripts/setup.sh installs the CUDA "
+          "toolkit there from scripts/requirements-gpu.txt)")
+      endif()
+      set(CMAKE_CUDA_COMPILER "${_kvc_nvcc}" CACHE FILEPATH "nvcc")
+    endif()
+  endif()
+  if(NOT CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES "${KVC_CUDA_DEFAULT_ARCHITECTURES}" CACHE STRING
+      "CUDA targets of the CUDA plugin (e.g. 80;90)")
+  endif()
+  enable_language(CUDA)
+  if(CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.1)
+    # The batched copy passes up to 32 KiB of kernel parameters (gpu_backend.cpp).
+    message(FATAL_ERROR "the CUDA plugin needs CUDA 12.1 or newer; ${CMAKE_CUDA_COMPILER} is "
+                        "${CMAKE_CUDA_COMPILER_VERSION}")
+  endif()
+  get_filename_component(KVC_CUDA_TOOLKIT_ROOT "${CMAKE_CUDA_COMPILER}" DIRECTORY)
+  get_filename_component(KVC_CUDA_TOOLKIT_ROOT "${KVC_CUDA_TOOLKIT_ROOT}" DIRECTORY)
+  find_library(KVC_CUDART_STATIC NAMES libcudart_static.a cudart_static
+    HINTS "${KVC_CUDA_TOOLKIT_ROOT}" PATH_SUFFIXES lib lib64 targets/x86_64-linux/lib targets/sbsa-linux/lib
+    NO_DEFAULT_PATH)
+  if(NOT KVC_CUDART_STATIC)
+    message(FATAL_ERROR "no libcudart_static.a next to ${CMAKE_CUDA_COMPILER} (looked in ${KVC_CUDA_TOOLKIT_ROOT}/lib); "
+                        "the CUDA plugin links the runtime statically so that it needs only the driver")
+  endif()
+  message(STATUS "CUDA plugin: ${CMAKE_CUDA_COMPILER} ${CMAKE_CUDA_COMPILER_VERSION}, targets "
+                 "${CMAKE_CUDA_ARCHITECTURES}")
+endmacro()
+
+function(kvc_find_hipcc)
+  find_program(KVC_HIPCC hipcc HINTS /opt/rocm/bin)
+  if(NOT KVC_HIPCC)
+    message(FATAL_ERROR "KVC_HIP=ON (or KVC_LINK_BACKEND=HIP) needs hipcc: scripts/setup.sh installs it (Debian "
+                        "packages hipcc and libamdhip64-dev); or set KVC_HIPCC")
+  endif()
+  set(KVC_HIP_ARCHITECTURES "${KVC_HIP_DEFAULT_ARCHITECTURES}" CACHE STRING
+    "AMD GPU targets of the HIP plugin (e.g. gfx90a;gfx1030)")
+  message(STATUS "HIP plugin: ${KVC_HIPCC}, targets ${KVC_HIP_ARCHITECTURES}")
+endfunction()
+
+# A backend plugin: lib<name>.so beside libkvcache.so, in the build tree and
+# in the install (core/registry.c looks in libkvcache's own directory after
+# $KVC_BACKEND_PATH), exporting kvc_backend_entry and nothing else.
+function(kvc_gpu_plugin target name)
+  set_target_properties(${target} PROPERTIES
+    PREFIX "lib"
+    OUTPUT_NAME ${name}
+    LIBRARY_OUTPUT_DIRECTORY "$<TARGET_FILE_DIR:kvcache>")
+  set(_map "${PROJECT_SOURCE_DIR}/backends/gpu/plugin.map")
+  target_link_options(${target} PRIVATE "LINKER:--version-script=${_map}" "LINKER:--no-undefined")
+  set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS "${_map}")
+  install(TARGETS ${target} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endfunction()

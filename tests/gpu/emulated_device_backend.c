@@ -1,0 +1,647 @@
+/*
+ * tests/gpu/emulated_device_backend.c: a device backend without a device.
+ *
+ * Built as libkvcache-cuda.so in a directory of its own and loaded by the
+ * core through KVC_BACKEND_PATH exactly like the real plugin, so that the
+ * core's device paths run in every build, under AddressSanitizer too, on
+ * machines without a GPU. It keeps device memory in host memory and moves
+ * bytes with the CPU backend's routines (backends/cpu/cpu_backend.c is
+ * compiled into this plugin; its symbols stay hidden here), but:
+ *
+ *  - device buffers are handed out as poisoned pointers (emulated_device.h):
+ *    the core faults on any dereference of device memory;
+ *  - it holds the core to the backend contract of core/backend.h and stops
+ *    the process with a message and a stack when the core breaks it: an
+ *    operation on a place exec_open did not prepare, a buffer freed twice or
+ *    with the wrong free, memory of another device, an access outside a
+ *    buffer, copies of one copy_4d_batch that overlap (a GPU runs them in
+ *    parallel), an overlapping copy_4d that is not a move along the seq axis,
+ *    copy_rows writing a row twice, a tier copy in the wrong direction, and
+ *    any use of a buffer that a prefetch still writes before tier_wait;
+ *  - prefetches are asynchronous as on a GPU's side stream: they complete at
+ *    tier_wait, exec_close or a device synchronisation (a buffer released
+ *    while one still uses it is kept until then), and an operation that
+ *    touches a buffer a pending prefetch writes is a violation;
+ *  - it counts launches, allocations, places and streams for the tests
+ *    (kvc_emulated_read_counters and the other exports, found with dlsym).
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__GLIBC__)
+#include <execinfo.h>
+#endif
+
+#include "backend.h"
+#include "emulated_device.h"
+#include "emulated_regions.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ---------------------------------------------------------- violations */
+
+/* AddressSanitizer's symbolizing stack printer, when the process has it. */
+extern void __sanitizer_print_stack_trace(void) __attribute__((weak));
+
+static void violation(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void violation(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "kvcache emulated device: backend contract violated: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  if (__sanitizer_print_stack_trace) {
+    __sanitizer_print_stack_trace();
+  } else {
+#if defined(__GLIBC__)
+    void* frames[64];
+    int n = backtrace(frames, 64);
+    backtrace_symbols_fd(frames, n, 2);
+#endif
+  }
+  fflush(stderr);
+  abort();
+}
+
+/* ------------------------------------------------------------- state */
+
+typedef struct buffer {
+  uintptr_t lo, hi; /* untagged [lo, hi) */
+  int host;         /* host tier (host_alloc_zeroed) */
+  int32_t device_id;
+  int released;     /* freed by the core while a pending prefetch still uses it: kept until that completes */
+  struct buffer* next;
+} buffer;
+
+typedef struct pending_prefetch {
+  void* dst; /* untagged */
+  const void* src;
+  int64_t ds[4], ss[4], shape[4];
+  size_t elem;
+  const buffer* dst_buf; /* registry entries (one released meanwhile stays until the copy has run) */
+  const buffer* src_buf;
+} pending_prefetch;
+
+#define PLACE_MAGIC UINT64_C(0x6b7663656d75706c) /* "kvcemupl" */
+
+typedef struct place {
+  uint64_t magic;
+  pending_prefetch* pending;
+  int npending, cap;
+  struct place* next; /* every open place, for kvc_emulated_synchronize */
+} place;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static buffer* buffers;
+static place* places;
+static kvc_emulated_counters counters = {.struct_size = sizeof(kvc_emulated_counters), .last_device_id = -1};
+static int expect_stream_on;
+static void* expected_stream;
+
+static const kvc_backend* cpu(void) { return kvc_cpu_backend(); }
+/* The CPU backend works synchronously and ignores its place. */
+static const kvc_exec cpu_place = {0, NULL, NULL};
+
+static int device_count_now(void) {
+  const char* env = getenv(KVC_EMULATED_DEVICES_ENV);
+  if (!env || !*env) return 1;
+  char* end = NULL;
+  long n = strtol(env, &end, 10);
+  if (*end || n < 0 || n > 64) {
+    fprintf(stderr, "kvcache emulated device: %s=\"%s\" is not a device count in [0, 64]; using 1\n",
+            KVC_EMULATED_DEVICES_ENV, env);
+    return 1;
+  }
+  return (int)n;
+}
+
+static const buffer* find_buffer(uintptr_t addr) {
+  for (const buffer* b = buffers; b; b = b->next)
+    if (addr >= b->lo && addr < b->hi) return b;
+  return NULL;
+}
+
+/* -------------------------------------------------------- op checks */
+
+static place* checked_place(const char* op, const kvc_exec* exec) {
+  if (!exec) violation("%s: exec is NULL", op);
+  place* p = (place*)exec->state;
+  if (!p || p->magic != PLACE_MAGIC)
+    violation("%s: the place (device %d, stream %p) was not prepared by exec_open (state %p)", op,
+              (int)exec->device_id, exec->stream, exec->state);
+  if (exec->device_id < 0 || exec->device_id >= device_count_now())
+    violation("%s: the place is on device %d but there are %d emulated devices", op, (int)exec->device_id,
+              device_count_now());
+  counters.last_stream = exec->stream;
+  counters.last_device_id = exec->device_id;
+  if (expect_stream_on && exec->stream != expected_stream) counters.stream_mismatches++;
+  return p;
+}
+
+/* A pending prefetch writes `dst_buf` and reads `src_buf`: nothing may touch the one or write the other. */
+static void check_not_pending(const char* op, const place* p, const buffer* b, int writes) {
+  if (!b) return;
+  for (int i = 0; i < p->npending; i++) {
+    if (p->pending[i].dst_buf == b)
+      violation("%s: uses a buffer [%#" PRIxPTR ", %#" PRIxPTR ") that a prefetch issued before still writes; "
+                "work on it must come after tier_wait",
+                op, b->lo, b->hi);
+    if (writes && p->pending[i].src_buf == b)
+      violation("%s: writes a host-tier buffer [%#" PRIxPTR ", %#" PRIxPTR ") that a prefetch issued before "
+                "still reads; the write must come after tier_wait",
+                op, b->lo, b->hi);
+  }
+}
+
+/*
+ * Checks one region an operation touches: tagged exactly when it is device
+ * memory, inside its buffer, on the place's device, and not in use by a
+ * pending prefetch. Returns the untagged base and the buffer (NULL for
+ * memory the plugin did not allocate: the tests' own device inputs).
+ */
+static void* checked_region(const char* op, const char* what, const kvc_exec* exec, const place* p, const void* ptr,
+                            const int64_t st[4], const int64_t shape[4], size_t elem, int writes,
+                            const buffer** out) {
+  uintptr_t addr = (uintptr_t)kvc_emulated_untag(ptr);
+  const buffer* b = find_buffer(addr);
+  if (out) *out = b;
+  uintptr_t lo, hi;
+  if (!region_extent(addr, st, shape, elem, &lo, &hi)) return (void*)addr;
+  if (!ptr) violation("%s: %s is NULL for a non-empty region", op, what);
+  if (b) {
+    if (b->released)
+      violation("%s: %s %p is in a buffer [%#" PRIxPTR ", %#" PRIxPTR ") that was freed", op, what, ptr, b->lo, b->hi);
+    if (b->host == kvc_emulated_is_tagged(ptr))
+      violation("%s: %s %p is a %s buffer but is %s", op, what, ptr, b->host ? "host-tier" : "device",
+                b->host ? "tagged as device memory" : "missing the device tag");
+    if (hi > b->hi || lo < b->lo)
+      violation("%s: %s spans [%#" PRIxPTR ", %#" PRIxPTR "), outside its buffer [%#" PRIxPTR ", %#" PRIxPTR ")", op,
+                what, lo, hi, b->lo, b->hi);
+    if (!b->host && b->device_id != exec->device_id)
+      violation("%s: %s is memory of device %d but the place is on device %d", op, what, (int)b->device_id,
+                (int)exec->device_id);
+    check_not_pending(op, p, b, writes);
+  }
+  return (void*)addr;
+}
+
+/* The live buffer that starts at `ptr`, released with the right call on the right device. */
+static buffer* checked_buffer_start(const char* op, const kvc_exec* exec, void* ptr, int host) {
+  uintptr_t addr = (uintptr_t)kvc_emulated_untag(ptr);
+  buffer* b = buffers;
+  while (b && b->lo != addr) b = b->next;
+  if (!b || b->released)
+    violation("%s: %p is not a live buffer of this backend (freed twice, or never allocated here)", op, ptr);
+  if (b->host != host)
+    violation("%s: %p is a %s buffer; release it with %s", op, ptr, b->host ? "host-tier" : "device",
+              b->host ? "host_free" : "free");
+  if (b->host == kvc_emulated_is_tagged(ptr))
+    violation("%s: %p has the wrong tag for a %s buffer", op, ptr, host ? "host-tier" : "device");
+  if (!host && b->device_id != exec->device_id)
+    violation("%s: %p is memory of device %d but the place is on device %d", op, ptr, (int)b->device_id,
+              (int)exec->device_id);
+  return b;
+}
+
+/* ------------------------------------------------------ prefetches */
+
+static void run_pending(pending_prefetch* q) {
+  cpu()->copy_tier_4d(cpu()->ctx, &cpu_place, 0, q->dst, q->ds, q->src, q->ss, q->shape, q->elem);
+}
+
+static int pending_uses(const place* p, const buffer* b) {
+  for (int i = 0; i < p->npending; i++)
+    if (p->pending[i].dst_buf == b || p->pending[i].src_buf == b) return 1;
+  return 0;
+}
+
+static void unlink_and_free(buffer* b) {
+  buffer** link = &buffers;
+  while (*link != b) link = &(*link)->next;
+  *link = b->next;
+  free((void*)b->lo);
+  free(b);
+}
+
+/* Releases the memory of buffers the core freed while a prefetch still used them, once none does. */
+static void sweep_released(void) {
+  buffer* b = buffers;
+  while (b) {
+    buffer* next = b->next;
+    int used = 0;
+    for (const place* p = places; p && !used; p = p->next) used = pending_uses(p, b);
+    if (b->released && !used) unlink_and_free(b);
+    b = next;
+  }
+}
+
+/* Completes every pending prefetch of `p`, in issue order (tier_wait, exec_close, a device synchronisation). */
+static void complete_pending(place* p) {
+  for (int i = 0; i < p->npending; i++) run_pending(&p->pending[i]);
+  p->npending = 0;
+  sweep_released();
+}
+
+/* ------------------------------------------------------- the table */
+
+static int emu_device_count(void* ctx) {
+  (void)ctx;
+  return device_count_now();
+}
+
+static int emu_exec_open(void* ctx, kvc_exec* exec) {
+  (void)ctx;
+  pthread_mutex_lock(&lock);
+  if (!exec) violation("exec_open: exec is NULL");
+  if (exec->device_id < 0 || exec->device_id >= device_count_now())
+    violation("exec_open: device %d, but there are %d emulated devices", (int)exec->device_id, device_count_now());
+  if (exec->state) violation("exec_open: the place already has state %p (opened twice?)", exec->state);
+  place* p = (place*)calloc(1, sizeof(place));
+  if (p) {
+    p->magic = PLACE_MAGIC;
+    p->next = places;
+    places = p;
+    exec->state = p;
+    counters.open_places++;
+  }
+  pthread_mutex_unlock(&lock);
+  return p ? 0 : 1;
+}
+
+static void emu_exec_close(void* ctx, kvc_exec* exec) {
+  (void)ctx;
+  pthread_mutex_lock(&lock);
+  place* p = checked_place("exec_close", exec);
+  complete_pending(p);
+  place** link = &places;
+  while (*link != p) link = &(*link)->next;
+  *link = p->next;
+  free(p->pending);
+  p->magic = 0;
+  free(p);
+  exec->state = NULL;
+  counters.open_places--;
+  pthread_mutex_unlock(&lock);
+}
+
+static int emu_exec_set_stream(void* ctx, kvc_exec* exec, void* stream) {
+  (void)ctx;
+  pthread_mutex_lock(&lock);
+  /* The check runs against the stream the place had: that is where the old work was ordered. */
+  int saved = expect_stream_on;
+  expect_stream_on = 0;
+  checked_place("exec_set_stream", exec);
+  expect_stream_on = saved;
+  exec->stream = stream;
+  counters.stream_changes++;
+  counters.last_stream = stream;
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+static void* alloc_buffer(const char* op, const kvc_exec* exec, size_t bytes, int host) {
+  pthread_mutex_lock(&lock);
+  checked_place(op, exec);
+  if (bytes == 0) violation("%s: bytes is 0; the contract asks for > 0", op);
+  counters.allocations++;
+  void* mem = calloc(1, bytes);
+  buffer* b = mem ? (buffer*)calloc(1, sizeof(buffer)) : NULL;
+  if (!b) {
+    free(mem);
+    pthread_mutex_unlock(&lock);
+    return NULL;
+  }
+  b->lo = (uintptr_t)mem;
+  b->hi = b->lo + bytes;
+  b->host = host;
+  b->device_id = exec->device_id;
+  b->next = buffers;
+  buffers = b;
+  if (host) {
+    counters.live_host_buffers++;
+    counters.live_host_bytes += (int64_t)bytes;
+  } else {
+    counters.live_device_buffers++;
+    counters.live_device_bytes += (int64_t)bytes;
+  }
+  pthread_mutex_unlock(&lock);
+  return host ? mem : kvc_emulated_tag(mem);
+}
+
+static void free_buffer(const char* op, const kvc_exec* exec, void* ptr, int host) {
+  if (!ptr) return;
+  pthread_mutex_lock(&lock);
+  place* p = checked_place(op, exec);
+  buffer* b = checked_buffer_start(op, exec, ptr, host);
+  int64_t bytes = (int64_t)(b->hi - b->lo);
+  /* Stream-ordered release: a prefetch issued before may still use the buffer; the memory goes when it is done,
+     and the prefetch stays pending (a release is no synchronisation). */
+  if (pending_uses(p, b))
+    b->released = 1;
+  else
+    unlink_and_free(b);
+  counters.frees++;
+  if (host) {
+    counters.live_host_buffers--;
+    counters.live_host_bytes -= bytes;
+  } else {
+    counters.live_device_buffers--;
+    counters.live_device_bytes -= bytes;
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+static void* emu_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes) {
+  (void)ctx;
+  return alloc_buffer("alloc_zeroed", exec, bytes, 0);
+}
+
+static void emu_free(void* ctx, const kvc_exec* exec, void* ptr) {
+  (void)ctx;
+  free_buffer("free", exec, ptr, 0);
+}
+
+static void* emu_host_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes) {
+  (void)ctx;
+  return alloc_buffer("host_alloc_zeroed", exec, bytes, 1);
+}
+
+static void emu_host_free(void* ctx, const kvc_exec* exec, void* ptr) {
+  (void)ctx;
+  free_buffer("host_free", exec, ptr, 1);
+}
+
+/* An overlapping copy_4d must be a move along the seq axis of one buffer with one set of strides (compaction). */
+static void check_copy_overlap(const char* op, void* dst, const int64_t ds[4], const void* src, const int64_t ss[4],
+                               const int64_t shape[4], size_t elem, int allow_seq_move) {
+  uintptr_t dlo, dhi, slo, shi;
+  if (!region_extent((uintptr_t)dst, ds, shape, elem, &dlo, &dhi) ||
+      !region_extent((uintptr_t)src, ss, shape, elem, &slo, &shi))
+    return;
+  if (dhi <= slo || shi <= dlo) return;
+  region_runs d = {0}, s = {0};
+  region_runs_add(&d, (uintptr_t)dst, ds, shape, elem);
+  region_runs_add(&s, (uintptr_t)src, ss, shape, elem);
+  region_runs_sort(&d);
+  region_runs_sort(&s);
+  int overlap = region_runs_intersect(&d, &s);
+  region_runs_free(&d);
+  region_runs_free(&s);
+  if (!overlap) return;
+  int same_strides = !memcmp(ds, ss, 4 * sizeof(int64_t));
+  intptr_t diff = (intptr_t)((uintptr_t)dst - (uintptr_t)src);
+  intptr_t slot = (intptr_t)(ds[2] * (int64_t)elem);
+  if (!allow_seq_move || !same_strides || slot == 0 || diff % slot != 0)
+    violation("%s: source and destination overlap (dst %p strides {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+              "}, src %p strides {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}, shape {%" PRId64 ", %" PRId64
+              ", %" PRId64 ", %" PRId64 "}) and this is not a move along the seq axis%s",
+              op, dst, ds[0], ds[1], ds[2], ds[3], src, ss[0], ss[1], ss[2], ss[3], shape[0], shape[1], shape[2],
+              shape[3], allow_seq_move ? "" : " (the buffers of this copy never overlap)");
+}
+
+static int emu_copy_4d(void* ctx, const kvc_exec* exec, void* dst, const int64_t ds[4], const void* src,
+                       const int64_t ss[4], const int64_t shape[4], size_t elem) {
+  (void)ctx;
+  pthread_mutex_lock(&lock);
+  place* p = checked_place("copy_4d", exec);
+  counters.launches++;
+  counters.copy_4d_calls++;
+  void* d = checked_region("copy_4d", "dst", exec, p, dst, ds, shape, elem, 1, NULL);
+  const void* s = checked_region("copy_4d", "src", exec, p, src, ss, shape, elem, 0, NULL);
+  check_copy_overlap("copy_4d", d, ds, s, ss, shape, elem, 1);
+  int rc = cpu()->copy_4d(cpu()->ctx, &cpu_place, d, ds, s, ss, shape, elem);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static int emu_fill_zero_4d(void* ctx, const kvc_exec* exec, void* dst, const int64_t st[4], const int64_t shape[4],
+                            size_t elem) {
+  (void)ctx;
+  pthread_mutex_lock(&lock);
+  place* p = checked_place("fill_zero_4d", exec);
+  counters.launches++;
+  counters.fill_zero_calls++;
+  void* d = checked_region("fill_zero_4d", "dst", exec, p, dst, st, shape, elem, 1, NULL);
+  int rc = cpu()->fill_zero_4d(cpu()->ctx, &cpu_place, d, st, shape, elem);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static int emu_copy_rows(void* ctx, const kvc_exec* exec, void* dst, const int64_t ds[4], const int64_t* dst_rows,
+                         const void* src, const int64_t ss[4], const int64_t* src_rows, int64_t count,
+                         const int64_t row_shape[4], size_t elem) {
+  (void)ctx;
+  pthread_mutex_lock(&lock);
+  place* p = checked_place("copy_rows", exec);
+  counters.launches++;
+  counters.copy_rows_calls++;
+  if (count < 0) violation("copy_rows: count is %" PRId64, count);
+  const int64_t one_row[4] = {1, row_shape[1], row_shape[2], row_shape[3]};
+  int empty = one_row[1] <= 0 || one_row[2] <= 0 || one_row[3] <= 0 || count == 0;
+  void* d = kvc_emulated_untag(dst);
+  const void* s = kvc_emulated_untag(src);
+  if (!empty) {
+    if (!dst_rows || !src_rows) violation("copy_rows: row index arrays are NULL for %" PRId64 " rows", count);
+    /* Every row must be inside its buffer; a GPU copies the rows in parallel, so no row is written twice and no
+       row written is read by another. */
+    region_runs w = {0}, r = {0};
+    for (int64_t i = 0; i < count; i++) {
+      if (dst_rows[i] < 0 || src_rows[i] < 0)
+        violation("copy_rows: row %" PRId64 " -> %" PRId64 " (negative index)", src_rows[i], dst_rows[i]);
+      const char* drow = (const char*)dst + dst_rows[i] * ds[0] * (int64_t)elem;
+      const char* srow = (const char*)src + src_rows[i] * ss[0] * (int64_t)elem;
+      uintptr_t du = (uintptr_t)checked_region("copy_rows", "dst row", exec, p, drow, ds, one_row, elem, 1, NULL);
+      uintptr_t su = (uintptr_t)checked_region("copy_rows", "src row", exec, p, srow, ss, one_row, elem, 0, NULL);
+      region_runs_add(&w, du, ds, one_row, elem);
+      region_runs_add(&r, su, ss, one_row, elem);
+    }
+    region_runs_sort(&w);
+    region_runs_sort(&r);
+    int twice = region_runs_self_overlap(&w), clash = region_runs_intersect(&w, &r);
+    region_runs_free(&w);
+    region_runs_free(&r);
+    if (twice) violation("copy_rows: %" PRId64 " rows write some destination bytes twice (a repeated dst row)", count);
+    if (clash) violation("copy_rows: a destination row overlaps a source row of the same call");
+  }
+  int rc = cpu()->copy_rows(cpu()->ctx, &cpu_place, d, ds, dst_rows, s, ss, src_rows, count, row_shape, elem);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static int emu_copy_tier_4d(void* ctx, const kvc_exec* exec, int to_host, void* dst, const int64_t ds[4],
+                            const void* src, const int64_t ss[4], const int64_t shape[4], size_t elem) {
+  (void)ctx;
+  const char* op = to_host ? "copy_tier_4d(offload)" : "copy_tier_4d(prefetch)";
+  pthread_mutex_lock(&lock);
+  place* p = checked_place(op, exec);
+  counters.launches++;
+  counters.tier_copies++;
+  const buffer *db = NULL, *sb = NULL;
+  void* d = checked_region(op, "dst", exec, p, dst, ds, shape, elem, 1, &db);
+  const void* s = checked_region(op, "src", exec, p, src, ss, shape, elem, 0, &sb);
+  uintptr_t lo, hi;
+  int empty = !region_extent((uintptr_t)d, ds, shape, elem, &lo, &hi);
+  if (!empty) {
+    if (!db || !sb) violation("%s: dst %p or src %p is not a buffer of this backend", op, dst, src);
+    if (db->host != (to_host != 0) || sb->host != (to_host == 0))
+      violation("%s: copies from a %s buffer to a %s buffer; an %s goes from the device tier to the host tier", op,
+                sb->host ? "host-tier" : "device", db->host ? "host-tier" : "device",
+                to_host ? "offload" : "prefetch (reversed)");
+    check_copy_overlap(op, d, ds, s, ss, shape, elem, 0);
+  }
+  int rc = 0;
+  if (to_host || empty) {
+    /* Offloads run on the compute stream, after the work issued before them. */
+    rc = cpu()->copy_tier_4d(cpu()->ctx, &cpu_place, to_host, d, ds, s, ss, shape, elem);
+  } else {
+    /* Prefetches run on a side stream: they complete when waited for. */
+    if (p->npending == p->cap) {
+      int cap = p->cap ? p->cap * 2 : 8;
+      pending_prefetch* q = (pending_prefetch*)realloc(p->pending, (size_t)cap * sizeof(*q));
+      if (!q) {
+        pthread_mutex_unlock(&lock);
+        return 1;
+      }
+      p->pending = q;
+      p->cap = cap;
+    }
+    pending_prefetch* q = &p->pending[p->npending++];
+    q->dst = d;
+    q->src = s;
+    memcpy(q->ds, ds, sizeof q->ds);
+    memcpy(q->ss, ss, sizeof q->ss);
+    memcpy(q->shape, shape, sizeof q->shape);
+    q->elem = elem;
+    q->dst_buf = db;
+    q->src_buf = sb;
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static int emu_tier_wait(void* ctx, const kvc_exec* exec) {
+  (void)ctx;
+  pthread_mutex_lock(&lock);
+  place* p = checked_place("tier_wait", exec);
+  counters.tier_waits++;
+  complete_pending(p);
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+static int emu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d* copies, int32_t count) {
+  (void)ctx;
+  pthread_mutex_lock(&lock);
+  place* p = checked_place("copy_4d_batch", exec);
+  counters.launches++;
+  counters.batch_calls++;
+  if (count < 0) violation("copy_4d_batch: count is %d", (int)count);
+  if (count > 0 && !copies) violation("copy_4d_batch: copies is NULL for %d copies", (int)count);
+  counters.batch_copies += (uint64_t)count;
+  /* A GPU runs the copies of a batch in parallel: no destination byte may be written twice or read by any copy. */
+  region_runs w = {0}, r = {0};
+  kvc_copy_4d* plain = (kvc_copy_4d*)malloc(sizeof(kvc_copy_4d) * (size_t)(count > 0 ? count : 1));
+  if (!plain) violation("copy_4d_batch: out of host memory");
+  for (int32_t i = 0; i < count; i++) {
+    const kvc_copy_4d* c = &copies[i];
+    plain[i] = *c;
+    plain[i].dst = checked_region("copy_4d_batch", "a copy's dst", exec, p, c->dst, c->dst_strides, c->shape,
+                                  c->elem_size, 1, NULL);
+    plain[i].src = checked_region("copy_4d_batch", "a copy's src", exec, p, c->src, c->src_strides, c->shape,
+                                  c->elem_size, 0, NULL);
+    region_runs_add(&w, (uintptr_t)plain[i].dst, c->dst_strides, c->shape, c->elem_size);
+    region_runs_add(&r, (uintptr_t)plain[i].src, c->src_strides, c->shape, c->elem_size);
+  }
+  region_runs_sort(&w);
+  region_runs_sort(&r);
+  int twice = region_runs_self_overlap(&w), clash = region_runs_intersect(&w, &r);
+  region_runs_free(&w);
+  region_runs_free(&r);
+  if (twice) violation("copy_4d_batch: %d copies write some destination bytes twice", (int)count);
+  if (clash) violation("copy_4d_batch: a copy's destination overlaps the source of a copy of the same batch");
+  int rc = 0;
+  for (int32_t i = 0; i < count && !rc; i++)
+    rc = cpu()->copy_4d(cpu()->ctx, &cpu_place, plain[i].dst, plain[i].dst_strides, plain[i].src,
+                        plain[i].src_strides, plain[i].shape, plain[i].elem_size);
+  free(plain);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static const kvc_backend emulated_backend = {
+    sizeof(kvc_backend),
+    KVC_BACKEND_API_VERSION,
+    "cuda",
+    KVC_DEVICE_CUDA,
+    NULL,
+    emu_device_count,
+    emu_exec_open,
+    emu_exec_close,
+    emu_exec_set_stream,
+    emu_alloc_zeroed,
+    emu_free,
+    emu_copy_4d,
+    emu_fill_zero_4d,
+    emu_copy_rows,
+    emu_host_alloc_zeroed,
+    emu_host_free,
+    emu_copy_tier_4d,
+    emu_tier_wait,
+    emu_copy_4d_batch,
+};
+
+/* ---------------------------------------------------------- exports */
+
+/*
+ * The plugin entry point the core's registry looks up; the core checks the
+ * version. KVC_EMULATED_API_VERSION=<n> makes the plugin claim another
+ * backend API version, as a plugin of another release would, so that the
+ * tests can see the core refuse it.
+ */
+EXPORT const kvc_backend* kvc_backend_entry(uint32_t api_version) {
+  (void)api_version;
+  static kvc_backend other_release;
+  const char* claimed = getenv(KVC_EMULATED_API_VERSION_ENV);
+  if (!claimed || !*claimed) return &emulated_backend;
+  other_release = emulated_backend;
+  other_release.api_version = (uint32_t)strtoul(claimed, NULL, 10);
+  return &other_release;
+}
+
+EXPORT void kvc_emulated_read_counters(kvc_emulated_counters* out) {
+  pthread_mutex_lock(&lock);
+  *out = counters;
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void kvc_emulated_reset(void) {
+  pthread_mutex_lock(&lock);
+  kvc_emulated_counters keep = counters;
+  memset(&counters, 0, sizeof counters);
+  counters.struct_size = sizeof counters;
+  counters.live_device_buffers = keep.live_device_buffers;
+  counters.live_host_buffers = keep.live_host_buffers;
+  counters.live_device_bytes = keep.live_device_bytes;
+  counters.live_host_bytes = keep.live_host_bytes;
+  counters.open_places = keep.open_places;
+  counters.last_stream = keep.last_stream;
+  counters.last_device_id = keep.last_device_id;
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void kvc_emulated_expect_stream(int enable, void* stream) {
+  pthread_mutex_lock(&lock);
+  expect_stream_on = enable;
+  expected_stream = stream;
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void kvc_emulated_synchronize(void) {
+  pthread_mutex_lock(&lock);
+  for (place* p = places; p; p = p->next) complete_pending(p);
+  pthread_mutex_unlock(&lock);
+}

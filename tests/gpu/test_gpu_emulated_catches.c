@@ -1,0 +1,193 @@
+/*
+ * tests/gpu/test_gpu_emulated_catches.c: the emulated device's checks fire.
+ *
+ * The cross-backend tests rely on the emulated device to stop the process
+ * when the core dereferences device memory or breaks the backend contract.
+ * Each case here breaks one rule on purpose, in a child process, and checks
+ * that the child died and (for contract rules) said which rule: a checker
+ * that never fires would let every other emulated test pass for nothing.
+ */
+#define _POSIX_C_SOURCE 200809L /* fork, pipe, strsignal under -std=c11 */
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "emulated_probe.h"
+#include "gpu_test_util.h"
+
+static const kvc_backend* be;
+
+static void open_place(kvc_exec* place, int device) {
+  memset(place, 0, sizeof *place);
+  place->device_id = device;
+  if (be->exec_open(be->ctx, place)) _exit(3);
+}
+
+static const int64_t compact[4] = {64, 64, 8, 1}; /* [1, 1, 8, 8] */
+static const int64_t block[4] = {1, 1, 8, 8};
+
+static void deref_device_memory(void) {
+  kvc_exec place;
+  open_place(&place, 0);
+  volatile const char* p = (volatile const char*)be->alloc_zeroed(be->ctx, &place, 64);
+  printf("read %d\n", p[3]); /* what a core bug would do */
+}
+
+static void batch_writes_twice(void) {
+  kvc_exec place;
+  open_place(&place, 0);
+  char* dst = (char*)be->alloc_zeroed(be->ctx, &place, 256);
+  char* src = (char*)be->alloc_zeroed(be->ctx, &place, 256);
+  kvc_copy_4d c[2];
+  for (int i = 0; i < 2; i++) {
+    memset(&c[i], 0, sizeof c[i]);
+    c[i].dst = dst + 16 * i; /* the second copy's first row overlaps the first copy's second */
+    c[i].src = src;
+    memcpy(c[i].dst_strides, compact, sizeof compact);
+    memcpy(c[i].src_strides, compact, sizeof compact);
+    memcpy(c[i].shape, block, sizeof block);
+    c[i].elem_size = 2;
+  }
+  be->copy_4d_batch(be->ctx, &place, c, 2);
+}
+
+static void rows_written_twice(void) {
+  kvc_exec place;
+  open_place(&place, 0);
+  char* dst = (char*)be->alloc_zeroed(be->ctx, &place, 4 * 64);
+  char* src = (char*)be->alloc_zeroed(be->ctx, &place, 4 * 64);
+  const int64_t dst_rows[2] = {1, 1}, src_rows[2] = {0, 2};
+  be->copy_rows(be->ctx, &place, dst, compact, dst_rows, src, compact, src_rows, 2, block, 1);
+}
+
+static void transposed_overlap(void) {
+  kvc_exec place;
+  open_place(&place, 0);
+  char* buf = (char*)be->alloc_zeroed(be->ctx, &place, 64 * 4);
+  const int64_t transposed[4] = {64, 64, 1, 8};
+  be->copy_4d(be->ctx, &place, buf, compact, buf, transposed, block, 4);
+}
+
+static void freed_twice(void) {
+  kvc_exec place;
+  open_place(&place, 0);
+  void* p = be->alloc_zeroed(be->ctx, &place, 64);
+  be->free(be->ctx, &place, p);
+  be->free(be->ctx, &place, p);
+}
+
+static void wrong_free(void) {
+  kvc_exec place;
+  open_place(&place, 0);
+  be->free(be->ctx, &place, be->host_alloc_zeroed(be->ctx, &place, 64));
+}
+
+static void unopened_place(void) {
+  kvc_exec place = {0, NULL, NULL};
+  be->alloc_zeroed(be->ctx, &place, 64);
+}
+
+static void past_the_end(void) {
+  kvc_exec place;
+  open_place(&place, 0);
+  char* dst = (char*)be->alloc_zeroed(be->ctx, &place, 64 * 2 - 1);
+  be->fill_zero_4d(be->ctx, &place, dst, compact, block, 2);
+}
+
+static void other_device(void) {
+  kvc_exec zero, one;
+  open_place(&zero, 0);
+  open_place(&one, 1);
+  void* p = be->alloc_zeroed(be->ctx, &one, 128);
+  be->fill_zero_4d(be->ctx, &zero, p, compact, block, 2);
+}
+
+static void read_before_tier_wait(void) {
+  kvc_exec place;
+  open_place(&place, 0);
+  void* host = be->host_alloc_zeroed(be->ctx, &place, 128);
+  void* dev = be->alloc_zeroed(be->ctx, &place, 128);
+  void* other = be->alloc_zeroed(be->ctx, &place, 128);
+  be->copy_tier_4d(be->ctx, &place, 0, dev, compact, host, compact, block, 2);
+  be->copy_4d(be->ctx, &place, other, compact, dev, compact, block, 2); /* no tier_wait in between */
+}
+
+static void prefetch_reversed(void) {
+  kvc_exec place;
+  open_place(&place, 0);
+  void* host = be->host_alloc_zeroed(be->ctx, &place, 128);
+  void* dev = be->alloc_zeroed(be->ctx, &place, 128);
+  be->copy_tier_4d(be->ctx, &place, 0, host, compact, dev, compact, block, 2);
+}
+
+typedef struct rule {
+  const char* name;
+  void (*breaks)(void);
+  const char* says; /* NULL: a fault, whatever it prints */
+} rule;
+
+static const rule rules[] = {
+    {"device memory dereferenced", deref_device_memory, NULL},
+    {"copies of a batch write the same bytes", batch_writes_twice, "write some destination bytes twice"},
+    {"copy_rows writes a row twice", rows_written_twice, "repeated dst row"},
+    {"an overlapping copy that is no seq move", transposed_overlap, "not a move along the seq axis"},
+    {"a buffer freed twice", freed_twice, "freed twice"},
+    {"a host-tier buffer given to free", wrong_free, "release it with host_free"},
+    {"a place exec_open did not prepare", unopened_place, "not prepared by exec_open"},
+    {"a region past the end of its buffer", past_the_end, "outside its buffer"},
+    {"memory of device 1 on a place of device 0", other_device, "memory of device 1"},
+    {"a prefetched buffer read before tier_wait", read_before_tier_wait, "must come after tier_wait"},
+    {"a prefetch from device to host tier", prefetch_reversed, "copies from a device buffer to a host-tier buffer"},
+};
+
+static void check_rule(const rule* r) {
+  int out[2];
+  REQUIRE(pipe(out) == 0);
+  fflush(NULL);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    dup2(out[1], 2);
+    dup2(out[1], 1);
+    close(out[0]);
+    r->breaks();
+    _exit(0); /* the rule was broken and nothing stopped it */
+  }
+  close(out[1]);
+  /* Read to the end (a long report must not block the child), keep the start. */
+  char said[16384], rest[4096];
+  size_t n = 0;
+  ssize_t got;
+  while ((got = read(out[0], n < sizeof said - 1 ? said + n : rest,
+                     n < sizeof said - 1 ? sizeof said - 1 - n : sizeof rest)) > 0)
+    if (n < sizeof said - 1) n += (size_t)got;
+  said[n] = 0;
+  close(out[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  int stopped = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  int named = !r->says || strstr(said, r->says) != NULL;
+  char what[160];
+  snprintf(what, sizeof what, "%s: the process is stopped%s", r->name, r->says ? " with the rule named" : "");
+  if (!tu_report(stopped && named, __FILE__, __LINE__, what))
+    fprintf(stderr, "  child %s %d; it said:\n%s\n", WIFSIGNALED(status) ? "died of signal" : "exited with",
+            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), said);
+  else
+    printf("  %s: stopped (%s)\n", r->name,
+           WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "exit status, sanitizer report");
+}
+
+static void test_every_rule_fires(void) {
+  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) check_rule(&rules[i]);
+}
+
+int main(void) {
+  gt_open_or_skip("test_gpu_emulated_catches");
+  be = emulated_probe_backend();
+  if (drt_device_count() < 2) {
+    printf("FAILED: these cases need 2 emulated devices (%s=2)\n", KVC_EMULATED_DEVICES_ENV);
+    return 1;
+  }
+  TU_RUN(test_every_rule_fires);
+  return tu_finish();
+}
