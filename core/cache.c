@@ -21,7 +21,7 @@ kvc_error* kvc_cache_check_layer(const char* fn, const kvc_cache* c, uint32_t la
 
 int kvc_cache_all_dynamic(const kvc_cache* c) {
   for (uint32_t i = 0; i < c->num_layers; i++)
-    if (kvc_kind_is_static(c->layers[i]->kind)) return 0;
+    if (kvc_layer_is(c->layers[i], KVC_TRAIT_STATIC)) return 0;
   return 1;
 }
 
@@ -66,8 +66,7 @@ void kvc_cache_destroy(kvc_cache* c) {
   kvc_offload_settle(c); /* stream-ordered frees must come after a prefetch still writing the stores */
   for (uint32_t i = 0; i < c->num_layers; i++) kvc_layer_free(c, c->layers[i]);
   kvc_offload_free_state(c);
-  kvc_sink_free_state(c);
-  kvc_quant_scratch_free(c);
+  kvc_kinds_free_state(c);
   c->backend->exec_close(c->backend->ctx, &c->exec);
   if (c->batch) free(c->batch->copies);
   free(c->batch);
@@ -125,7 +124,8 @@ kvc_error* kvc_cache_create_from_tensors(const kvc_cache_options* options, uint3
   kvc_cache* c = NULL;
   kvc_error* e = kvc_cache_create(options, &c);
   if (e) return e;
-  if (num_layers > 0) e = kvc_update_layers(FN, c, 0, num_layers, keys, values, NULL, NULL);
+  const kvc_call call = {FN, KVC_CALL_PER_LAYER_ARGS | KVC_CALL_FILLS_LAYERS};
+  if (num_layers > 0) e = kvc_update_layers(&call, c, 0, num_layers, keys, values, NULL, NULL);
   if (e) {
     kvc_cache_destroy(c);
     return e;
@@ -164,7 +164,7 @@ kvc_error* kvc_cache_copy_settings(const kvc_cache* src, kvc_cache* dst) {
   dst->reserve = src->reserve;
   dst->lazy_spec = src->lazy_spec;
   dst->offload = src->offload;
-  return kvc_sink_clone_state(src, dst);
+  return kvc_kinds_clone_state(src, dst);
 }
 
 kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* o) {
@@ -191,7 +191,7 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->v_head_dim is %" PRId64 "; it must be >= 1 (or 0: same as k_head_dim)", FN,
                    o->v_head_dim);
   for (uint32_t i = 0; i < c->num_layers; i++) {
-    if (kvc_kind_is_linear(c->layers[i]->kind)) continue; /* skipped below: their entries are not used */
+    if (kvc_layer_is(c->layers[i], KVC_TRAIT_LINEAR)) continue; /* skipped below: their entries are not used */
     int64_t h = o->num_kv_heads_per_layer ? o->num_kv_heads_per_layer[i] : o->num_kv_heads;
     int64_t kd = o->head_dim_per_layer ? o->head_dim_per_layer[i] : o->k_head_dim;
     int64_t vd = o->head_dim_per_layer ? kd : (o->v_head_dim ? o->v_head_dim : o->k_head_dim);
@@ -208,7 +208,7 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
   for (uint32_t i = 0; i < c->num_layers; i++, done++) {
     kvc_layer* l = c->layers[i];
     /* Linear kinds (and their hybrids) do not support early initialization (transformers' supports_early_init). */
-    if (l->initialized || kvc_kind_is_linear(l->kind)) continue;
+    if (l->initialized || kvc_layer_is(l, KVC_TRAIT_LINEAR)) continue;
     int64_t h = o->num_kv_heads_per_layer ? o->num_kv_heads_per_layer[i] : o->num_kv_heads;
     int64_t kd = o->head_dim_per_layer ? o->head_dim_per_layer[i] : o->k_head_dim;
     int64_t vd = o->head_dim_per_layer ? kd : (o->v_head_dim ? o->v_head_dim : o->k_head_dim);
@@ -236,14 +236,14 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
  * error, as is a cache with no such layer. Indices beyond the layers pass.
  */
 static kvc_error* attention_layer_for(const char* fn, const kvc_cache* c, uint32_t* layer) {
-  if (*layer >= c->num_layers || kvc_kind_has_kv(c->layers[*layer]->kind)) return NULL;
+  if (*layer >= c->num_layers || kvc_layer_is(c->layers[*layer], KVC_TRAIT_HAS_KV)) return NULL;
   if (*layer != 0)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: layer %u is a linear (recurrent state) layer, which does not track a sequence length; ask "
                    "an attention layer, or layer 0 for the first one",
                    fn, *layer);
   for (uint32_t i = 0; i < c->num_layers; i++)
-    if (kvc_kind_has_kv(c->layers[i]->kind)) {
+    if (kvc_layer_is(c->layers[i], KVC_TRAIT_HAS_KV)) {
       *layer = i;
       return NULL;
     }
@@ -270,15 +270,11 @@ kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_in
   i.kind = l->kind;
   i.window = l->window;
   i.max_cache_len = l->max_cache_len;
-  i.capacity = kvc_kind_is_static(l->kind)    ? l->slots
-               : kvc_kind_is_sliding(l->kind) ? l->window - 1
-               : l->kind == KVC_LAYER_SINK    ? l->window
-               : l->kind == KVC_LAYER_LINEAR  ? 0
-                                              : -1;
+  i.capacity = l->desc->capacity ? l->desc->capacity(l) : -1;
   i.is_initialized = (uint8_t)(l->initialized != 0);
-  i.is_sliding = (uint8_t)kvc_kind_is_sliding(l->kind);
-  i.is_chunked = (uint8_t)kvc_kind_is_chunked(l->kind);
-  i.is_compileable = (uint8_t)kvc_kind_is_static(l->kind);
+  i.is_sliding = (uint8_t)kvc_layer_is(l, KVC_TRAIT_SLIDING);
+  i.is_chunked = (uint8_t)kvc_layer_is(l, KVC_TRAIT_CHUNKED);
+  i.is_compileable = (uint8_t)kvc_layer_is(l, KVC_TRAIT_STATIC);
   i.records_past = (uint8_t)l->record_past;
   i.dtype = l->dtype;
   i.batch_size = l->batch;
@@ -288,11 +284,8 @@ kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_in
   i.seq_length = l->initialized ? l->ops->seq_length(l) : 0;
   i.stored_length = kvc_layer_stored(l);
   /* transformers' is_linear: every linear-attention layer but the plain hybrid with full attention (A.9.3). */
-  i.is_linear = (uint8_t)(kvc_kind_is_linear(l->kind) && l->kind != KVC_LAYER_LINEAR_DYNAMIC);
+  i.is_linear = (uint8_t)kvc_layer_is(l, KVC_TRAIT_IS_LINEAR);
   i.is_offloaded = (uint8_t)(l->offloaded != 0);
-  i.num_states = l->num_states;
-  i.conv_kernel_size = l->conv_kernel;
-  i.num_sink_tokens = l->num_sink;
   if (l->ops->fill_info) l->ops->fill_info(l, &i);
   i.struct_size = out->struct_size;
   memcpy(out, &i, write);
@@ -306,7 +299,7 @@ kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out)
   kvc_offload_settle(c);
   if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_kv", FN);
   const kvc_layer* l = c->layers[layer];
-  if (!kvc_kind_has_kv(l->kind))
+  if (!kvc_layer_is(l, KVC_TRAIT_HAS_KV))
     return kvc_err(KVC_ERROR_UNSUPPORTED,
                    "%s: layer %u is a linear (recurrent state) layer with no keys or values; use kvc_cache_state_view",
                    FN, layer);
@@ -393,7 +386,7 @@ kvc_error* kvc_cache_batch_size(const kvc_cache* c, int64_t* out) {
   int64_t b = -1;
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
-    if (!l->initialized || !kvc_kind_is_static(l->kind)) continue;
+    if (!l->initialized || !kvc_layer_is(l, KVC_TRAIT_STATIC)) continue;
     if (b != -1 && l->batch != b)
       return kvc_err(KVC_ERROR_INVALID_STATE,
                      "%s: the batch size is not consistent across layers: layer %u has %" PRId64 ", earlier layers %" PRId64,
@@ -431,7 +424,7 @@ kvc_error* kvc_cache_memory(const kvc_cache* c, kvc_memory_info* out) {
     m.bytes_quantized += quantized;
     m.bytes_state += kvc_layer_row_bytes(l, KVC_ROWS_STATE);
   }
-  uint64_t retired = kvc_offload_retired_bytes(c), scratch = kvc_quant_scratch_bytes(c);
+  uint64_t retired = kvc_offload_retired_bytes(c), scratch = kvc_kinds_state_bytes(c);
   m.bytes_reserved += retired + scratch;
   m.bytes_device += retired + scratch;
   memcpy(out, &m, write);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "kind.h"
 #include "kvcache.h"
 
 /* ------------------------------------------------------------------ errors */
@@ -31,8 +32,6 @@ kvc_error* kvc_err_oom(void);
 kvc_error* kvc_check_struct_size(const char* fn, const char* arg, uint32_t got, size_t known);
 
 /* ------------------------------------------------------------------ layers */
-
-typedef struct kvc_layer kvc_layer;
 
 
 /* A region of the store, in physical slots. */
@@ -55,8 +54,17 @@ typedef struct kvc_row_buffer {
 #define KVC_ROWS_STATE     2 /* conv and recurrent states */
 #define KVC_ROWS_SCRATCH   3 /* kind-owned working memory */
 
+/* The batch operations a kind may refuse (kvc_layer_ops.check_batch). */
+typedef enum kvc_batch_op {
+  KVC_BATCH_REORDER,
+  KVC_BATCH_SELECT,
+  KVC_BATCH_REPEAT,
+  KVC_BATCH_SPLIT,
+  KVC_BATCH_STACK,
+} kvc_batch_op;
+
 /* Per-kind behaviour: one table per layer kind file. */
-typedef struct kvc_layer_ops {
+struct kvc_layer_ops {
   /* Kind-specific preconditions of update (overflow, positions). */
   kvc_error* (*check_update)(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
                              const kvc_update_options* opts);
@@ -91,15 +99,14 @@ typedef struct kvc_layer_ops {
    *    buffer's ptr NULL (for clone, split and stack, which fill the rows);
    *    returns -1 when out of memory;
    *  - ext_free: frees ext and everything it owns (row buffers included);
-   *  - check_batch: kind-specific refusal of a batch operation
-   *    (op: "reorder", "select", "repeat", "split", "stack").
+   *  - check_batch: kind-specific refusal of a batch operation.
    */
   kvc_error* (*prepare_update)(const char* fn, const kvc_cache* cache, kvc_layer* layer, int64_t n,
                                const kvc_update_options* opts);
   int (*row_buffers)(kvc_layer* layer, kvc_row_buffer** out);
   int (*ext_shell)(const kvc_layer* src, kvc_layer* dst);
   void (*ext_free)(const kvc_cache* cache, kvc_layer* layer);
-  kvc_error* (*check_batch)(const char* fn, const kvc_layer* layer, uint32_t index, const char* op);
+  kvc_error* (*check_batch)(const char* fn, const kvc_layer* layer, uint32_t index, kvc_batch_op op);
   /* Phase-1 checks of a layer's first update, which need the inputs' geometry (NULL = none). */
   kvc_error* (*check_first_update)(const char* fn, uint32_t index, const kvc_layer* layer, const kvc_tensor* key,
                                    const kvc_tensor* value, const kvc_update_options* opts);
@@ -133,11 +140,12 @@ typedef struct kvc_layer_ops {
                                const kvc_tensor* value, const kvc_update_options* opts);
   void (*set_return)(kvc_layer* layer, kvc_region r);
   void (*memory)(const kvc_layer* layer, uint64_t* extra_reserved, uint64_t* quantized);
-} kvc_layer_ops;
+};
 
 struct kvc_layer {
-  kvc_layer_kind kind;
-  const kvc_layer_ops* ops;
+  kvc_layer_kind kind;     /* desc->id */
+  const kvc_kind* desc;    /* the kind's descriptor (kind.h) */
+  const kvc_layer_ops* ops; /* desc->ops */
   int64_t window;        /* sliding/chunked */
   int64_t max_cache_len; /* static kinds: configured */
   int64_t slots;         /* static kinds: min(window, max_cache_len) or max_cache_len */
@@ -158,11 +166,12 @@ struct kvc_layer {
   int64_t reserve;    /* dynamic kind: capacity to allocate at initialization (kvc_cache_reserve) */
   int record_past;
 
-  /* Kind parameters (from kvc_layer_options). */
-  kvc_quant_options quant; /* QUANTIZED */
-  int64_t num_sink;        /* SINK */
-  uint32_t num_states;     /* LINEAR kinds (>= 1) */
-  int64_t conv_kernel;     /* LINEAR kinds: configured K, 0 = from the first input */
+  /* The kind's own parameters (kvc_kind.configure), laid out by the kind's file (kvc_layer_params). */
+  union {
+    int64_t align_;
+    void* align_ptr_;
+    unsigned char bytes[64];
+  } params;
 
   /* Kind-owned extension state (see kvc_layer_ops), NULL for the plain kinds. */
   void* ext;
@@ -195,21 +204,17 @@ kvc_error* kvc_dynamic_check_update(const char* fn, uint32_t index, const kvc_la
                                     const kvc_update_options* opts);
 kvc_region kvc_dynamic_keep_for_update(const kvc_layer* layer, int64_t n, const kvc_update_options* opts,
                                        int64_t* append);
+/* Capacities a kind reports (kvc_kind.capacity): its slots (static kinds), window - 1 (dynamic sliding). */
+int64_t kvc_capacity_slots(const kvc_layer* layer);
+int64_t kvc_capacity_window(const kvc_layer* layer);
 
-int kvc_kind_is_valid(kvc_layer_kind kind);
-int kvc_kind_is_static(kvc_layer_kind kind);
-int kvc_kind_is_sliding(kvc_layer_kind kind);
-int kvc_kind_is_chunked(kvc_layer_kind kind);
-int kvc_kind_is_linear(kvc_layer_kind kind);    /* the five LINEAR kinds */
-int kvc_kind_has_kv(kvc_layer_kind kind);       /* every kind but KVC_LAYER_LINEAR */
-/* The attention kind a kind behaves as for K/V (a hybrid's attention part; the kind itself otherwise). */
-kvc_layer_kind kvc_kind_attention(kvc_layer_kind kind);
-const char* kvc_kind_name(kvc_layer_kind kind);
+/* Whether the layer's kind has any of the traits (KVC_TRAIT_*). */
+static inline int kvc_layer_is(const kvc_layer* l, uint32_t traits) { return (l->desc->traits & traits) != 0; }
+/* The kind's parameter block, as the kind's own struct T (checked to fit by KVC_PARAMS_FIT). */
+#define kvc_layer_params(T, l) ((T*)(void*)(l)->params.bytes)
+#define KVC_PARAMS_FIT(T) _Static_assert(sizeof(T) <= sizeof(((kvc_layer*)0)->params), #T " must fit kvc_layer.params")
 
 /* ------------------------------------------------------------------- cache */
-
-/* Cache-wide state of SINK layers (transformers keeps it on the cache, from layer 0's calls). */
-typedef struct kvc_sink_state kvc_sink_state; /* layer_sink.c */
 
 /*
  * Copies of one update gathered for a single backend call (copy_batch.c):
@@ -230,8 +235,7 @@ struct kvc_cache {
   int lazy;               /* lazy cache: layers appear as they are updated, built from lazy_spec */
   kvc_layer_options lazy_spec; /* the layer a lazy cache creates (a DYNAMIC layer unless a preset says) */
   kvc_offload offload;    /* KVC_OFFLOAD_NONE, _ALL or _NON_SLIDING (never _DEFAULT here) */
-  kvc_sink_state* sink;   /* NULL until a SINK layer needs it */
-  struct kvc_quant_scratch* quant_scratch; /* compact quantized layers' working copy (layer_quantized.h) */
+  void* kind_state[KVC_KIND_SLOTS]; /* cache-wide state of a kind, by kind id (kvc_kind's hooks) */
   void* offload_state;    /* offload.c: retired device buffers and the like; NULL when unused */
   /* Layers whose last-returned views (views[1]) the last update handed out: only those may still be live
    * memory outside the stores (ops_alias.c). */
@@ -317,7 +321,7 @@ kvc_error* kvc_cache_append_layer(kvc_cache* cache, kvc_layer* layer);
 kvc_error* kvc_cache_check(const char* fn, const kvc_cache* cache);
 kvc_error* kvc_cache_check_layer(const char* fn, const kvc_cache* cache, uint32_t layer);
 int kvc_cache_all_dynamic(const kvc_cache* cache);
-/* Copies what a derived cache (clone, split, stack) inherits: laziness, reserve, lazy layer, offloading, sink state. */
+/* Copies what a derived cache (clone, split, stack) inherits: laziness, reserve, lazy layer, offloading, kinds' cache-wide state. */
 kvc_error* kvc_cache_copy_settings(const kvc_cache* src, kvc_cache* dst);
 
 /*
@@ -378,7 +382,7 @@ kvc_error* kvc_update_inputs_unalias(const kvc_cache* cache, uint32_t count, con
 void kvc_update_inputs_free(const kvc_cache* cache, kvc_update_inputs* in);
 
 /* Update engine (ops_update.c), used by create_from_tensors and encoder-decoder. */
-kvc_error* kvc_update_layers(const char* fn, kvc_cache* cache, uint32_t first, uint32_t count, const kvc_tensor* keys,
+kvc_error* kvc_update_layers(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count, const kvc_tensor* keys,
                              const kvc_tensor* values, const kvc_update_options* opts, kvc_kv* out);
 
 /*
@@ -406,7 +410,7 @@ kvc_device kvc_tier_device(const kvc_layer* layer);
  * Neither can fail. free_state releases the cache's offload state
  * (kvc_cache_destroy).
  */
-kvc_error* kvc_offload_prepare(const char* fn, kvc_cache* cache, uint32_t first, uint32_t count,
+kvc_error* kvc_offload_prepare(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count,
                                const kvc_tensor* keys, const kvc_update_options* opts);
 void kvc_offload_abort(kvc_cache* cache);
 void kvc_offload_release_retired(kvc_cache* cache);
@@ -421,29 +425,6 @@ void kvc_offload_free_state(kvc_cache* cache);
  * the prefetch overlapping with the caller's work between layers.
  */
 void kvc_offload_settle(const kvc_cache* cache);
-
-/* SINK layers' cache-wide state (layer_sink.c): kvc_cache_destroy frees it, clone and split copy it. */
-void kvc_sink_free_state(kvc_cache* cache);
-kvc_error* kvc_sink_clone_state(const kvc_cache* src, kvc_cache* dst);
-/*
- * Phase 1 of an update of layers first..first+count-1 (ops_update.c), after
- * the per-layer checks: the rules of sink layers that depend on the whole
- * call (RoPE options, the cos/sin table as the call's earlier layers leave
- * it), checked before anything changes; makes the cache's (empty) sink state
- * if a sink layer is updated. NULL at once when no sink layer is in the range.
- */
-kvc_error* kvc_sink_begin_update(const char* fn, kvc_cache* cache, uint32_t first, uint32_t count,
-                                 const kvc_tensor* keys, const kvc_update_options* opts);
-
-/*
- * Compact quantized layers' shared scratch (layer_quantized_compact.c).
- * begin: phase 1 of an update of layers first..first+count-1: creates the
- * (empty) scratch if a compact layer is updated and starts the call's
- * regions. bytes: what it holds (bytes_reserved). free: kvc_cache_destroy.
- */
-kvc_error* kvc_quant_scratch_begin(kvc_cache* cache, uint32_t first, uint32_t count);
-uint64_t kvc_quant_scratch_bytes(const kvc_cache* cache);
-void kvc_quant_scratch_free(kvc_cache* cache);
 
 /* Row buffers (layer_rows.c): the generic handling of kvc_row_buffer. */
 int kvc_layer_rows(kvc_layer* layer, kvc_row_buffer** out); /* 0 when the kind has none */
@@ -461,6 +442,6 @@ void kvc_layer_rows_free(const kvc_cache* cache, kvc_layer* layer);
 /* Batch helpers (ops_batch.c). */
 kvc_error* kvc_check_indices(const char* fn, const char* arg, const int64_t* idx, size_t count, int64_t batch);
 /* Asks each layer's kind whether it allows the batch operation `op` (kvc_layer_ops.check_batch). */
-kvc_error* kvc_batch_check_kinds(const char* fn, const kvc_cache* cache, const char* op);
+kvc_error* kvc_batch_check_kinds(const char* fn, const kvc_cache* cache, kvc_batch_op op);
 
 #endif /* KVC_CORE_INTERNAL_H */

@@ -8,91 +8,21 @@
 
 #include "internal.h"
 
-int kvc_kind_is_valid(kvc_layer_kind k) { return k >= KVC_LAYER_DYNAMIC && k <= KVC_LAYER_LINEAR_STATIC_SLIDING; }
-
-kvc_layer_kind kvc_kind_attention(kvc_layer_kind k) {
-  switch (k) {
-    case KVC_LAYER_LINEAR_DYNAMIC: return KVC_LAYER_DYNAMIC;
-    case KVC_LAYER_LINEAR_DYNAMIC_SLIDING: return KVC_LAYER_DYNAMIC_SLIDING;
-    case KVC_LAYER_LINEAR_STATIC: return KVC_LAYER_STATIC;
-    case KVC_LAYER_LINEAR_STATIC_SLIDING: return KVC_LAYER_STATIC_SLIDING;
-    default: return k;
-  }
-}
-
-int kvc_kind_is_static(kvc_layer_kind k) {
-  k = kvc_kind_attention(k);
-  return k >= KVC_LAYER_STATIC && k <= KVC_LAYER_STATIC_CHUNKED;
-}
-int kvc_kind_is_sliding(kvc_layer_kind k) {
-  k = kvc_kind_attention(k);
-  return k == KVC_LAYER_DYNAMIC_SLIDING || k == KVC_LAYER_DYNAMIC_CHUNKED || k == KVC_LAYER_STATIC_SLIDING ||
-         k == KVC_LAYER_STATIC_CHUNKED;
-}
-int kvc_kind_is_chunked(kvc_layer_kind k) { return k == KVC_LAYER_DYNAMIC_CHUNKED || k == KVC_LAYER_STATIC_CHUNKED; }
-int kvc_kind_is_linear(kvc_layer_kind k) { return k >= KVC_LAYER_LINEAR && k <= KVC_LAYER_LINEAR_STATIC_SLIDING; }
-int kvc_kind_has_kv(kvc_layer_kind k) { return kvc_kind_is_valid(k) && k != KVC_LAYER_LINEAR; }
-
-const char* kvc_kind_name(kvc_layer_kind k) {
-  switch (k) {
-    case KVC_LAYER_DYNAMIC: return "dynamic";
-    case KVC_LAYER_DYNAMIC_SLIDING: return "dynamic sliding";
-    case KVC_LAYER_DYNAMIC_CHUNKED: return "dynamic chunked";
-    case KVC_LAYER_STATIC: return "static";
-    case KVC_LAYER_STATIC_SLIDING: return "static sliding";
-    case KVC_LAYER_STATIC_CHUNKED: return "static chunked";
-    case KVC_LAYER_QUANTIZED: return "quantized";
-    case KVC_LAYER_SINK: return "sink";
-    case KVC_LAYER_LINEAR: return "linear";
-    case KVC_LAYER_LINEAR_DYNAMIC: return "linear + dynamic";
-    case KVC_LAYER_LINEAR_DYNAMIC_SLIDING: return "linear + dynamic sliding";
-    case KVC_LAYER_LINEAR_STATIC: return "linear + static";
-    case KVC_LAYER_LINEAR_STATIC_SLIDING: return "linear + static sliding";
-    default: return "unknown";
-  }
-}
-
 kvc_error* kvc_layer_new(const kvc_layer_options* spec, kvc_layer** out) {
+  const kvc_kind* kind = kvc_kind_find(spec->kind); /* options were checked by kvc_kind_check_options */
+  if (!kind) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "layer kind %d is not registered", (int)spec->kind);
   kvc_layer* l = (kvc_layer*)calloc(1, sizeof(*l));
   if (!l) return kvc_err_oom();
-  l->kind = spec->kind;
-  l->window = kvc_kind_is_sliding(spec->kind) || spec->kind == KVC_LAYER_SINK ? spec->window : 0;
-  l->max_cache_len = kvc_kind_is_static(spec->kind) ? spec->max_cache_len : 0;
-  if (spec->kind == KVC_LAYER_QUANTIZED) {
-    kvc_quant_options q = KVC_QUANT_OPTIONS_INIT;
-    l->quant = spec->quant ? *spec->quant : q; /* validated by the caller (presets.c) */
-    l->quant.struct_size = sizeof l->quant;
+  l->kind = kind->id;
+  l->desc = kind;
+  l->ops = kind->ops;
+  l->window = kvc_layer_is(l, KVC_TRAIT_SLIDING) ? spec->window : 0;
+  if (kvc_layer_is(l, KVC_TRAIT_STATIC)) {
+    l->max_cache_len = spec->max_cache_len;
+    l->slots = kvc_layer_is(l, KVC_TRAIT_SLIDING) && spec->window < spec->max_cache_len ? spec->window
+                                                                                         : spec->max_cache_len;
   }
-  l->num_sink = spec->kind == KVC_LAYER_SINK ? spec->num_sink_tokens : 0;
-  l->num_states = kvc_kind_is_linear(spec->kind) ? (spec->num_states ? spec->num_states : 1) : 0;
-  l->conv_kernel = kvc_kind_is_linear(spec->kind) ? spec->conv_kernel_size : 0;
-  switch (spec->kind) {
-    case KVC_LAYER_DYNAMIC: l->ops = &kvc_dynamic_layer_ops; break;
-    case KVC_LAYER_DYNAMIC_SLIDING:
-    case KVC_LAYER_DYNAMIC_CHUNKED: l->ops = &kvc_dynamic_sliding_layer_ops; break;
-    case KVC_LAYER_STATIC:
-      l->ops = &kvc_static_layer_ops;
-      l->slots = spec->max_cache_len;
-      break;
-    case KVC_LAYER_STATIC_SLIDING:
-    case KVC_LAYER_STATIC_CHUNKED:
-      l->ops = &kvc_static_sliding_layer_ops;
-      l->slots = spec->window < spec->max_cache_len ? spec->window : spec->max_cache_len;
-      break;
-    case KVC_LAYER_QUANTIZED: l->ops = &kvc_quantized_layer_ops; break;
-    case KVC_LAYER_SINK: l->ops = &kvc_sink_layer_ops; break;
-    case KVC_LAYER_LINEAR: l->ops = &kvc_linear_layer_ops; break;
-    case KVC_LAYER_LINEAR_DYNAMIC: l->ops = &kvc_linear_dynamic_layer_ops; break;
-    case KVC_LAYER_LINEAR_DYNAMIC_SLIDING: l->ops = &kvc_linear_dynamic_sliding_layer_ops; break;
-    case KVC_LAYER_LINEAR_STATIC:
-      l->ops = &kvc_linear_static_layer_ops;
-      l->slots = spec->max_cache_len;
-      break;
-    default:
-      l->ops = &kvc_linear_static_sliding_layer_ops;
-      l->slots = spec->window < spec->max_cache_len ? spec->window : spec->max_cache_len;
-      break;
-  }
+  if (kind->configure) kind->configure(l, spec);
   *out = l;
   return NULL;
 }
@@ -185,7 +115,7 @@ kvc_error* kvc_layer_initialize(const kvc_cache* c, kvc_layer* l, kvc_dtype dtyp
   l->cum = 0;
   /* Static kinds expose their whole buffer from the start; dynamic kinds an empty region. */
   l->start = 0;
-  l->end = kvc_kind_is_static(l->kind) ? l->slots : 0;
+  l->end = kvc_layer_is(l, KVC_TRAIT_STATIC) ? l->slots : 0;
   kvc_layer_sync_view(l);
   return NULL;
 }
@@ -237,7 +167,7 @@ kvc_error* kvc_layer_reserve(const kvc_cache* c, kvc_layer* l, kvc_region keep, 
   /* Slots beyond the kept region may hold stale tokens after a move: static kinds rely on zeros there. */
   l->start -= keep.begin;
   l->end -= keep.begin;
-  if (kvc_kind_is_static(l->kind)) kvc_layer_zero(c, l, (kvc_region){len, l->cap});
+  if (kvc_layer_is(l, KVC_TRAIT_STATIC)) kvc_layer_zero(c, l, (kvc_region){len, l->cap});
   kvc_layer_sync_view(l);
   return NULL;
 }

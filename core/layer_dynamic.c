@@ -66,3 +66,10 @@ const kvc_layer_ops kvc_dynamic_layer_ops = {
     .reset = reset,
     .initial_capacity = initial_capacity,
 };
+
+const kvc_kind kvc_dynamic_kind = {
+    .id = KVC_LAYER_DYNAMIC,
+    .name = "dynamic",
+    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_OFFLOADS | KVC_TRAIT_RESERVABLE,
+    .ops = &kvc_dynamic_layer_ops,
+};

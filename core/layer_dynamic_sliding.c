@@ -48,12 +48,12 @@ static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
                    "kvc_cache_crop: a %s layer (window %" PRId64 ") has seen %" PRId64
                    " tokens, reaching its window, and does not track past states; call "
                    "kvc_cache_activate_past_recording before the updates you may want to crop",
-                   kvc_kind_name(l->kind), l->window, l->cum);
+                   l->desc->name, l->window, l->cum);
   if (tokens > 0)
     return kvc_err(KVC_ERROR_INVALID_STATE,
                    "kvc_cache_crop: tokens is %" PRId64 " but a %s layer that has reached its window (%" PRId64
                    ") can only be cropped by a negative number of tokens or 0",
-                   tokens, kvc_kind_name(l->kind), l->window);
+                   tokens, l->desc->name, l->window);
   return NULL;
 }
 
@@ -99,4 +99,24 @@ const kvc_layer_ops kvc_dynamic_sliding_layer_ops = {
     .apply_crop = apply_crop,
     .reset = reset,
     .initial_capacity = initial_capacity,
+};
+
+/* DynamicSlidingWindowLayer holds window - 1 tokens: the next token completes the window. */
+int64_t kvc_capacity_window(const kvc_layer* l) { return l->window - 1; }
+
+const kvc_kind kvc_dynamic_sliding_kind = {
+    .id = KVC_LAYER_DYNAMIC_SLIDING,
+    .name = "dynamic sliding",
+    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS | KVC_TRAIT_RECORDS_PAST,
+    .ops = &kvc_dynamic_sliding_layer_ops,
+    .capacity = kvc_capacity_window,
+};
+
+/* ChunkedLayer: the same store with window = attention chunk size. */
+const kvc_kind kvc_dynamic_chunked_kind = {
+    .id = KVC_LAYER_DYNAMIC_CHUNKED,
+    .name = "dynamic chunked",
+    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_SLIDING | KVC_TRAIT_CHUNKED | KVC_TRAIT_OFFLOADS | KVC_TRAIT_RECORDS_PAST,
+    .ops = &kvc_dynamic_sliding_layer_ops,
+    .capacity = kvc_capacity_window,
 };

@@ -17,15 +17,8 @@
 
 #include "linear_state.h"
 
-/* The attention part of a hybrid. */
-static const kvc_layer_ops* attention_ops(const kvc_layer* l) {
-  switch (l->kind) {
-    case KVC_LAYER_LINEAR_DYNAMIC: return &kvc_dynamic_layer_ops;
-    case KVC_LAYER_LINEAR_DYNAMIC_SLIDING: return &kvc_dynamic_sliding_layer_ops;
-    case KVC_LAYER_LINEAR_STATIC: return &kvc_static_layer_ops;
-    default: return &kvc_static_sliding_layer_ops;
-  }
-}
+/* The attention part of a hybrid: the table of the kind it combines with (after the descriptors, below). */
+static const kvc_layer_ops* attention_ops(const kvc_layer* l);
 
 /* ------------------------------------------------- shared by all five kinds */
 
@@ -37,17 +30,17 @@ static int64_t max_length(const kvc_layer* l) {
 
 static int row_buffers(kvc_layer* l, kvc_row_buffer** out) {
   *out = kvc_linear_rows(l);
-  return (int)(2 * l->num_states);
+  return (int)(2 * kvc_linear_params_of(l)->num_states);
 }
 
 static int ext_shell(const kvc_layer* src, kvc_layer* dst) {
-  size_t bytes = kvc_linear_ext_bytes(src->num_states);
+  size_t bytes = kvc_linear_ext_bytes(kvc_linear_params_of(src)->num_states);
   void* x = malloc(bytes);
   if (!x) return -1;
   memcpy(x, src->ext, bytes);
   dst->ext = x;
   kvc_row_buffer* rb = kvc_linear_rows(dst);
-  for (uint32_t i = 0; i < 2 * src->num_states; i++) rb[i].ptr = NULL;
+  for (uint32_t i = 0; i < 2 * kvc_linear_params_of(src)->num_states; i++) rb[i].ptr = NULL;
   return 0;
 }
 
@@ -59,15 +52,17 @@ static void ext_free(const kvc_cache* c, kvc_layer* l) {
 
 static void fill_info(const kvc_layer* l, kvc_layer_info* info) {
   const kvc_linear_pair* p = kvc_linear_pairs(l);
+  info->num_states = kvc_linear_params_of(l)->num_states;
+  info->conv_kernel_size = kvc_linear_params_of(l)->conv_kernel;
   info->has_previous_state = (uint8_t)kvc_linear_all_previous(l);
   if (p && p[0].conv_dtype != KVC_DTYPE_UNSET) info->conv_kernel_size = p[0].kernel;
-  if (l->kind != KVC_LAYER_LINEAR) return;
+  if (kvc_layer_is(l, KVC_TRAIT_HAS_KV)) return; /* the hybrids: their attention part answers */
   /* No K/V: "initialized" means a state exists; LinearAttentionLayer is compileable (static shapes). */
   info->is_compileable = 1;
   info->is_initialized = (uint8_t)kvc_linear_any_state(l);
   /* The dtype of the first allocated state, conv states first (states may differ: SSM states are often float32). */
-  for (uint32_t i = 0; p && i < l->num_states && info->dtype == KVC_DTYPE_UNSET; i++) info->dtype = p[i].conv_dtype;
-  for (uint32_t i = 0; p && i < l->num_states && info->dtype == KVC_DTYPE_UNSET; i++) info->dtype = p[i].rec_dtype;
+  for (uint32_t i = 0; p && i < kvc_linear_params_of(l)->num_states && info->dtype == KVC_DTYPE_UNSET; i++) info->dtype = p[i].conv_dtype;
+  for (uint32_t i = 0; p && i < kvc_linear_params_of(l)->num_states && info->dtype == KVC_DTYPE_UNSET; i++) info->dtype = p[i].rec_dtype;
 }
 
 static kvc_error* check_stack(const char* fn, const kvc_layer* a, const kvc_layer* b, uint32_t index, size_t which) {
@@ -77,10 +72,10 @@ static kvc_error* check_stack(const char* fn, const kvc_layer* a, const kvc_laye
                  "; the recurrent states of splits must agree to be stacked (splits of one cache that received " \
                  "the same calls do)",                                                                         \
                  fn, index, which, what, (int64_t)(vb), (int64_t)(va))
-  if (a->num_states != b->num_states) KVC_STACK_DIFF("num_states", a->num_states, b->num_states);
+  if (kvc_linear_params_of(a)->num_states != kvc_linear_params_of(b)->num_states) KVC_STACK_DIFF("num_states", kvc_linear_params_of(a)->num_states, kvc_linear_params_of(b)->num_states);
   if (a->record_past != b->record_past) KVC_STACK_DIFF("past recording", a->record_past, b->record_past);
   const kvc_linear_pair *pa = kvc_linear_pairs(a), *pb = kvc_linear_pairs(b);
-  for (uint32_t i = 0; i < a->num_states; i++) {
+  for (uint32_t i = 0; i < kvc_linear_params_of(a)->num_states; i++) {
     kvc_linear_pair za, zb;
     memset(&za, 0, sizeof za);
     memset(&zb, 0, sizeof zb);
@@ -205,3 +200,87 @@ const kvc_layer_ops kvc_linear_dynamic_layer_ops = KVC_HYBRID_OPS;
 const kvc_layer_ops kvc_linear_dynamic_sliding_layer_ops = KVC_HYBRID_OPS;
 const kvc_layer_ops kvc_linear_static_layer_ops = KVC_HYBRID_OPS;
 const kvc_layer_ops kvc_linear_static_sliding_layer_ops = KVC_HYBRID_OPS;
+
+/* ------------------------------------------------------------ the kinds */
+
+static kvc_error* check_options(const char* fn, uint32_t i, const kvc_layer_options* l) {
+  if (l->num_states > 64)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->layers[%u].num_states is %u; it must be in [0, 64]", fn,
+                   i, l->num_states);
+  if (l->conv_kernel_size < 0 || l->conv_kernel_size > INT32_MAX)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: options->layers[%u].conv_kernel_size is %" PRId64 "; use 0 (from the first input) or [1, 2^31)",
+                   fn, i, l->conv_kernel_size);
+  return NULL;
+}
+
+static void configure(kvc_layer* l, const kvc_layer_options* spec) {
+  kvc_linear_params* p = kvc_layer_params(kvc_linear_params, l);
+  p->num_states = spec->num_states ? spec->num_states : 1;
+  p->conv_kernel = spec->conv_kernel_size;
+}
+
+static int64_t no_capacity(const kvc_layer* l) {
+  (void)l;
+  return 0;
+}
+
+/* Past recording (conv and SSM inputs) is a trait of the whole family. */
+#define KVC_LINEAR_TRAITS (KVC_TRAIT_LINEAR | KVC_TRAIT_RECORDS_PAST)
+
+const kvc_kind kvc_linear_kind = {
+    .id = KVC_LAYER_LINEAR,
+    .name = "linear",
+    .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_IS_LINEAR,
+    .ops = &kvc_linear_layer_ops,
+    .check_options = check_options,
+    .configure = configure,
+    .capacity = no_capacity,
+};
+
+/* transformers' prefetch offloads the full-attention hybrid only: it is the one that is not is_linear. */
+const kvc_kind kvc_linear_dynamic_kind = {
+    .id = KVC_LAYER_LINEAR_DYNAMIC,
+    .name = "linear + dynamic",
+    .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_HAS_KV | KVC_TRAIT_OFFLOADS,
+    .ops = &kvc_linear_dynamic_layer_ops,
+    .check_options = check_options,
+    .configure = configure,
+};
+
+const kvc_kind kvc_linear_dynamic_sliding_kind = {
+    .id = KVC_LAYER_LINEAR_DYNAMIC_SLIDING,
+    .name = "linear + dynamic sliding",
+    .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_IS_LINEAR | KVC_TRAIT_HAS_KV | KVC_TRAIT_SLIDING,
+    .ops = &kvc_linear_dynamic_sliding_layer_ops,
+    .check_options = check_options,
+    .configure = configure,
+    .capacity = kvc_capacity_window,
+};
+
+const kvc_kind kvc_linear_static_kind = {
+    .id = KVC_LAYER_LINEAR_STATIC,
+    .name = "linear + static",
+    .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_IS_LINEAR | KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC,
+    .ops = &kvc_linear_static_layer_ops,
+    .check_options = check_options,
+    .configure = configure,
+    .capacity = kvc_capacity_slots,
+};
+
+const kvc_kind kvc_linear_static_sliding_kind = {
+    .id = KVC_LAYER_LINEAR_STATIC_SLIDING,
+    .name = "linear + static sliding",
+    .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_IS_LINEAR | KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING,
+    .ops = &kvc_linear_static_sliding_layer_ops,
+    .check_options = check_options,
+    .configure = configure,
+    .capacity = kvc_capacity_slots,
+};
+
+static const kvc_layer_ops* attention_ops(const kvc_layer* l) {
+  if (l->desc == &kvc_linear_dynamic_kind) return &kvc_dynamic_layer_ops;
+  if (l->desc == &kvc_linear_dynamic_sliding_kind) return &kvc_dynamic_sliding_layer_ops;
+  if (l->desc == &kvc_linear_static_kind) return &kvc_static_layer_ops;
+  return &kvc_static_sliding_layer_ops;
+}

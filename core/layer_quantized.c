@@ -6,6 +6,7 @@
  * layout of the state is described in layer_quantized.h.
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,15 +23,15 @@ int kvc_quant_per_channel(const kvc_quant_options* q, int which) {
 kvc_quantizer_spec kvc_quant_spec(const kvc_layer* l, int which) {
   kvc_quantizer_spec s;
   memset(&s, 0, sizeof s);
-  s.quantizer = l->quant.quantizer;
-  s.nbits = l->quant.nbits;
+  s.quantizer = kvc_quant_opts(l)->quantizer;
+  s.nbits = kvc_quant_opts(l)->nbits;
   s.dtype = l->dtype;
-  s.axis = kvc_quant_axis(&l->quant, which);
+  s.axis = kvc_quant_axis(kvc_quant_opts(l), which);
   return s;
 }
 
 int64_t kvc_quant_record_bytes(const kvc_layer* l, int64_t group) {
-  return 2 * (int64_t)l->elem + (int64_t)kvc_packed_bytes(group, l->quant.nbits);
+  return 2 * (int64_t)l->elem + (int64_t)kvc_packed_bytes(group, kvc_quant_opts(l)->nbits);
 }
 
 /* A scale or zero point in the layer's dtype, at an address of any alignment. */
@@ -58,14 +59,14 @@ void kvc_quant_put_record(const kvc_layer* l, unsigned char* rec, const uint8_t*
                           int64_t group) {
   put_param(l->dtype, rec, scale);
   put_param(l->dtype, rec + l->elem, zero);
-  kvc_pack_codes(codes, group, l->quant.nbits, rec + 2 * l->elem);
+  kvc_pack_codes(codes, group, kvc_quant_opts(l)->nbits, rec + 2 * l->elem);
 }
 
 void kvc_quant_get_record(const kvc_layer* l, const unsigned char* rec, uint8_t* codes, float* scale, float* zero,
                           int64_t group) {
   *scale = get_param(l->dtype, rec);
   *zero = get_param(l->dtype, rec + l->elem);
-  kvc_unpack_codes(rec + 2 * l->elem, group, l->quant.nbits, codes);
+  kvc_unpack_codes(rec + 2 * l->elem, group, kvc_quant_opts(l)->nbits, codes);
 }
 
 /* ------------------------------------------------------------ ext state */
@@ -180,10 +181,60 @@ static void ext_free(const kvc_cache* c, kvc_layer* l) {
   l->ext = NULL;
 }
 
+/* ------------------------------------------------------------ options */
+
+/*
+ * transformers' validation of quantized layers (spec A.8.1, A.8.2, E.1),
+ * plus our own bounds; `arg` names the struct in messages.
+ */
+static kvc_error* check_quant(const char* fn, const char* arg, const kvc_quant_options* q) {
+  if (q->quantizer != KVC_QUANTIZER_QUANTO && q->quantizer != KVC_QUANTIZER_HQQ)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: %s.quantizer is %d: unknown quantization backend; use KVC_QUANTIZER_QUANTO (1) or "
+                   "KVC_QUANTIZER_HQQ (2)",
+                   fn, arg, (int)q->quantizer);
+  if (q->mode != KVC_QUANT_MODE_INCREMENTAL && q->mode != KVC_QUANT_MODE_TRANSFORMERS &&
+      q->mode != KVC_QUANT_MODE_COMPACT)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: %s.mode is %d; use KVC_QUANT_MODE_INCREMENTAL (0), KVC_QUANT_MODE_TRANSFORMERS (1) or "
+                   "KVC_QUANT_MODE_COMPACT (2)",
+                   fn, arg, (int)q->mode);
+  int quanto = q->quantizer == KVC_QUANTIZER_QUANTO;
+  if (quanto ? (q->nbits != 2 && q->nbits != 4)
+             : (q->nbits != 1 && q->nbits != 2 && q->nbits != 3 && q->nbits != 4 && q->nbits != 8))
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.nbits for the %s quantizer has to be one of %s but got %d", fn,
+                   arg, quanto ? "quanto" : "hqq", quanto ? "[2, 4]" : "[1, 2, 3, 4, 8]", (int)q->nbits);
+  const char* axes = quanto ? "[0, -1]" : "[0, 1]";
+  int32_t other = quanto ? -1 : 1;
+  if (q->axis_key != 0 && q->axis_key != other)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.axis_key for the %s quantizer has to be one of %s but got %d", fn,
+                   arg, quanto ? "quanto" : "hqq", axes, (int)q->axis_key);
+  if (q->axis_value != 0 && q->axis_value != other)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.axis_value for the %s quantizer has to be one of %s but got %d",
+                   fn, arg, quanto ? "quanto" : "hqq", axes, (int)q->axis_value);
+  if (q->q_group_size < 1 || q->q_group_size > INT32_MAX)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.q_group_size is %" PRId64 "; it must be in [1, 2^31)", fn, arg,
+                   q->q_group_size);
+  if (q->residual_length < 0 || q->residual_length > INT32_MAX)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.residual_length is %" PRId64 "; it must be in [0, 2^31)", fn,
+                   arg, q->residual_length);
+  return NULL;
+}
+
+kvc_error* kvc_quant_read_checked(const char* fn, const char* arg, const kvc_quant_options* in,
+                                  kvc_quant_options* out) {
+  *out = (kvc_quant_options)KVC_QUANT_OPTIONS_INIT;
+  if (in) {
+    kvc_error* e = kvc_read_quant_options(fn, arg, in, out);
+    if (e) return e;
+  }
+  return check_quant(fn, arg, out);
+}
+
 /* ------------------------------------------------------------ the kind */
 
 /* Incremental and compact modes share the incremental timeline. */
-static int incremental(const kvc_layer* l) { return l->quant.mode != KVC_QUANT_MODE_TRANSFORMERS; }
+static int incremental(const kvc_layer* l) { return kvc_quant_opts(l)->mode != KVC_QUANT_MODE_TRANSFORMERS; }
 
 static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                const kvc_update_options* o) {
@@ -356,4 +407,31 @@ const kvc_layer_ops kvc_quantized_layer_ops = {
     .set_return = set_return,
     .check_first_update = check_first_update,
     .memory = memory,
+};
+
+static kvc_error* check_options(const char* fn, uint32_t index, const kvc_layer_options* spec) {
+  char arg[48];
+  snprintf(arg, sizeof arg, "options->layers[%u].quant", index);
+  kvc_quant_options q;
+  return kvc_quant_read_checked(fn, arg, spec->quant, &q);
+}
+
+KVC_PARAMS_FIT(kvc_quant_options);
+
+static void configure(kvc_layer* l, const kvc_layer_options* spec) {
+  kvc_quant_options* q = kvc_layer_params(kvc_quant_options, l);
+  *q = (kvc_quant_options)KVC_QUANT_OPTIONS_INIT;
+  if (spec->quant) kvc_read_quant_options("kvc_cache_create", "quant", spec->quant, q); /* checked: cannot fail */
+}
+
+const kvc_kind kvc_quantized_kind = {
+    .id = KVC_LAYER_QUANTIZED,
+    .name = "quantized",
+    .traits = KVC_TRAIT_HAS_KV, /* its groups are tied to the store: no offloading (no offloaded class either) */
+    .ops = &kvc_quantized_layer_ops,
+    .check_options = check_options,
+    .configure = configure,
+    .prepare_call = kvc_quant_scratch_begin,
+    .state_bytes = kvc_quant_scratch_bytes,
+    .free_state = kvc_quant_scratch_free,
 };

@@ -70,9 +70,27 @@ struct kvc_quant_scratch {
   size_t used; /* bytes given to the layers of the current call */
 };
 
-static inline int kvc_quant_compact(const kvc_layer* l) { return l->quant.mode == KVC_QUANT_MODE_COMPACT; }
+/* The layer's quantization options (its parameter block). */
+static inline const kvc_quant_options* kvc_quant_opts(const kvc_layer* l) {
+  return kvc_layer_params(const kvc_quant_options, l);
+}
+
+static inline int kvc_quant_compact(const kvc_layer* l) { return kvc_quant_opts(l)->mode == KVC_QUANT_MODE_COMPACT; }
+
+/* Reads quant options (NULL: defaults) into *out and checks them as transformers does, plus our bounds. */
+kvc_error* kvc_quant_read_checked(const char* fn, const char* arg, const kvc_quant_options* in,
+                                  kvc_quant_options* out);
 
 static inline kvc_quant_ext* kvc_quant_ext_of(const kvc_layer* l) { return (kvc_quant_ext*)l->ext; }
+
+/*
+ * The compact layers' shared scratch, the kind's cache-wide state
+ * (kvc_kind hooks): begin is prepare_call (creates it, starts the call's
+ * regions), bytes is state_bytes, free is free_state.
+ */
+kvc_error* kvc_quant_scratch_begin(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count);
+uint64_t kvc_quant_scratch_bytes(const kvc_cache* cache);
+void kvc_quant_scratch_free(kvc_cache* cache);
 
 /* Per-channel groups (quanto axis -1, HQQ axis 0): a channel over tokens; else consecutive head_dim elements. */
 int kvc_quant_per_channel(const kvc_quant_options* q, int which);

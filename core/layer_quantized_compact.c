@@ -17,37 +17,39 @@
 
 /* ------------------------------------------------------------ the shared scratch */
 
-kvc_error* kvc_quant_scratch_begin(kvc_cache* c, uint32_t first, uint32_t count) {
+/* The cache-wide scratch lives in the quantized kind's slot of the cache. */
+#define SCRATCH(c) ((struct kvc_quant_scratch*)(c)->kind_state[KVC_LAYER_QUANTIZED])
+
+kvc_error* kvc_quant_scratch_begin(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count) {
+  (void)call;
   int any = 0;
   for (uint32_t i = first; i < first + count; i++)
     if (c->layers[i]->kind == KVC_LAYER_QUANTIZED && kvc_quant_compact(c->layers[i])) any = 1;
   if (!any) return NULL;
-  if (!c->quant_scratch) {
-    c->quant_scratch = (struct kvc_quant_scratch*)calloc(1, sizeof *c->quant_scratch);
-    if (!c->quant_scratch) return kvc_err_oom();
-  }
-  c->quant_scratch->used = 0;
+  if (!SCRATCH(c) && !(c->kind_state[KVC_LAYER_QUANTIZED] = calloc(1, sizeof(struct kvc_quant_scratch))))
+    return kvc_err_oom();
+  SCRATCH(c)->used = 0;
   return NULL;
 }
 
 uint64_t kvc_quant_scratch_bytes(const kvc_cache* c) {
   /* A staged buffer (a failed call's) is not counted: it is adopted or replaced by the next update. */
-  return c->quant_scratch ? (uint64_t)c->quant_scratch->bytes : 0;
+  return SCRATCH(c) ? (uint64_t)SCRATCH(c)->bytes : 0;
 }
 
 void kvc_quant_scratch_free(kvc_cache* c) {
-  struct kvc_quant_scratch* s = c->quant_scratch;
+  struct kvc_quant_scratch* s = SCRATCH(c);
   if (!s) return;
   const kvc_backend* be = c->backend;
   if (s->buf) be->free(be->ctx, &c->exec, s->buf);
   if (s->staged) be->free(be->ctx, &c->exec, s->staged);
   free(s);
-  c->quant_scratch = NULL;
+  c->kind_state[KVC_LAYER_QUANTIZED] = NULL;
 }
 
 /* Claims `bytes` of the call's scratch (room phase), staging a larger buffer when the current one is too small. */
 static int claim_region(const kvc_cache* c, uint64_t bytes, size_t* offset) {
-  struct kvc_quant_scratch* s = c->quant_scratch;
+  struct kvc_quant_scratch* s = SCRATCH(c);
   const kvc_backend* be = c->backend;
   uint64_t off = ((uint64_t)s->used + 63) & ~(uint64_t)63, need;
   if (__builtin_add_overflow(off, bytes, &need) || need > (uint64_t)SIZE_MAX / 4) return -1;
@@ -80,8 +82,8 @@ static int64_t dim_of(const kvc_layer* l, int which) { return which ? l->v_dim :
 static void dequantize_unit(const kvc_layer* l, int which, int64_t b, int64_t unit, int64_t lo, int64_t hi,
                             void* dst, int64_t len, int64_t to) {
   const kvc_quant_ext* x = kvc_quant_ext_of(l);
-  const int64_t g = l->quant.q_group_size, d = dim_of(l, which);
-  const int channel = kvc_quant_per_channel(&l->quant, which);
+  const int64_t g = kvc_quant_opts(l)->q_group_size, d = dim_of(l, which);
+  const int channel = kvc_quant_per_channel(kvc_quant_opts(l), which);
   const unsigned char* rec =
       (const unsigned char*)x->rows[which].ptr + b * x->rows[which].row_bytes + unit * x->unit_bytes[which];
   const kvc_quantizer_spec spec = kvc_quant_spec(l, which);
@@ -155,7 +157,7 @@ kvc_error* kvc_quant_compact_prepare(const char* fn, const kvc_cache* c, kvc_lay
 }
 
 kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, int64_t n) {
-  struct kvc_quant_scratch* s = c->quant_scratch;
+  struct kvc_quant_scratch* s = SCRATCH(c);
   if (s->staged) { /* the first compact layer of the call adopts the grown scratch: older views expire now */
     const kvc_backend* be = c->backend;
     if (s->buf) be->free(be->ctx, &c->exec, s->buf);

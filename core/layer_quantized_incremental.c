@@ -25,12 +25,12 @@
 #include "layer_quantized.h"
 
 int64_t kvc_quant_block_tokens(const kvc_layer* l) {
-  int channel = kvc_quant_per_channel(&l->quant, KVC_Q_KEYS) || kvc_quant_per_channel(&l->quant, KVC_Q_VALUES);
-  return channel ? l->quant.q_group_size : 1;
+  int channel = kvc_quant_per_channel(kvc_quant_opts(l), KVC_Q_KEYS) || kvc_quant_per_channel(kvc_quant_opts(l), KVC_Q_VALUES);
+  return channel ? kvc_quant_opts(l)->q_group_size : 1;
 }
 
 int64_t kvc_quant_unit_tokens(const kvc_layer* l, int which) {
-  return kvc_quant_per_channel(&l->quant, which) ? l->quant.q_group_size : 1;
+  return kvc_quant_per_channel(kvc_quant_opts(l), which) ? kvc_quant_opts(l)->q_group_size : 1;
 }
 
 static int64_t dim_of(const kvc_layer* l, int which) { return which ? l->v_dim : l->k_dim; }
@@ -38,27 +38,27 @@ static int64_t dim_of(const kvc_layer* l, int which) { return which ? l->v_dim :
 /* Groups of one head in one unit: every channel (per-channel), or head_dim / q_group_size (per-token). */
 static int64_t groups_per_head(const kvc_layer* l, int which) {
   int64_t d = dim_of(l, which);
-  return kvc_quant_per_channel(&l->quant, which) ? d : d / l->quant.q_group_size;
+  return kvc_quant_per_channel(kvc_quant_opts(l), which) ? d : d / kvc_quant_opts(l)->q_group_size;
 }
 
 /* Tokens the next update of n tokens quantizes, from the front of the residual. */
 static int64_t tokens_to_quantize(const kvc_layer* l, int64_t quantized, int64_t total) {
-  int64_t over = total - quantized - l->quant.residual_length, b = kvc_quant_block_tokens(l);
+  int64_t over = total - quantized - kvc_quant_opts(l)->residual_length, b = kvc_quant_block_tokens(l);
   return over > 0 ? over / b * b : 0;
 }
 
 kvc_error* kvc_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n) {
   (void)n;
-  int64_t g = l->quant.q_group_size;
+  int64_t g = kvc_quant_opts(l)->q_group_size;
   for (int which = 0; which < 2; which++) {
-    if (kvc_quant_per_channel(&l->quant, which) || dim_of(l, which) % g == 0) continue;
+    if (kvc_quant_per_channel(kvc_quant_opts(l), which) || dim_of(l, which) % g == 0) continue;
     const char* who = which ? "value" : "key";
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: layer %u: the %s head_dim is %" PRId64 " but q_group_size is %" PRId64
                    "; incremental quantization with axis_%s %d (%s) groups q_group_size consecutive head_dim elements "
                    "of one token, so head_dim must be a multiple of q_group_size",
-                   fn, index, who, dim_of(l, which), g, who, (int)kvc_quant_axis(&l->quant, which),
-                   l->quant.quantizer == KVC_QUANTIZER_QUANTO ? "quanto" : "hqq");
+                   fn, index, who, dim_of(l, which), g, who, (int)kvc_quant_axis(kvc_quant_opts(l), which),
+                   kvc_quant_opts(l)->quantizer == KVC_QUANTIZER_QUANTO ? "quanto" : "hqq");
   }
   return NULL;
 }
@@ -78,7 +78,7 @@ static size_t scratch_layout(const kvc_layer* l, int64_t held_tokens, unit_scrat
     int64_t e = l->heads * dim_of(l, w) * kvc_quant_unit_tokens(l, w);
     if (e > unit_elems) unit_elems = e;
   }
-  int64_t groups = unit_elems / l->quant.q_group_size, dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim;
+  int64_t groups = unit_elems / kvc_quant_opts(l)->q_group_size, dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim;
   size_t at = 0;
 #define KVC_TAKE(ptr, type, count)                          \
   do {                                                      \
@@ -104,8 +104,8 @@ static size_t scratch_layout(const kvc_layer* l, int64_t held_tokens, unit_scrat
  */
 static int quantize_unit(const kvc_layer* l, int which, int64_t b, int64_t s0, int64_t visible_end, int64_t q0,
                          int64_t held_tokens, unsigned char* rec, unit_scratch* s) {
-  const int channel = kvc_quant_per_channel(&l->quant, which);
-  const int64_t g = l->quant.q_group_size, d = dim_of(l, which), gph = groups_per_head(l, which);
+  const int channel = kvc_quant_per_channel(kvc_quant_opts(l), which);
+  const int64_t g = kvc_quant_opts(l)->q_group_size, d = dim_of(l, which), gph = groups_per_head(l, which);
   const int64_t ut = kvc_quant_unit_tokens(l, which), ngroups = l->heads * gph;
   void* base = which ? l->v : l->k;
   /* x[(h*gph + j)*g + i]: per-token j = group along head_dim; per-channel j = channel, i = token. A token's
@@ -153,7 +153,7 @@ kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc
   if (e) return e;
   kvc_quant_ext* x = kvc_quant_ext_of(l);
   kvc_quant_release_staged(c, x); /* what an earlier failed update left */
-  const int64_t g = l->quant.q_group_size, rb = kvc_quant_record_bytes(l, g);
+  const int64_t g = kvc_quant_opts(l)->q_group_size, rb = kvc_quant_record_bytes(l, g);
   for (int w = 0; w < 2; w++) {
     int64_t ub;
     if (__builtin_mul_overflow(l->heads * groups_per_head(l, w), rb, &ub)) return kvc_err_oom();

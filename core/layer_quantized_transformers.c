@@ -37,18 +37,18 @@ static int64_t quantizing_length(const kvc_layer* l, int64_t n) {
   int64_t stored = kvc_layer_stored(l), q = x ? x->quantized : 0;
   if (stored == 0) return n;
   /* transformers 5.23: the residual's length (0 while it is the 1-D empty tensor) plus the new tokens. */
-  return stored - q + n >= l->quant.residual_length ? stored + n : 0;
+  return stored - q + n >= kvc_quant_opts(l)->residual_length ? stored + n : 0;
 }
 
 /* transformers' grouping of one [B, H, S, D] tensor, or transformers' error for it. */
 static kvc_error* check_grouping(const char* fn, uint32_t index, const kvc_layer* l, int which, int64_t s,
                                  kvc_quant_layout* lay) {
-  const int64_t d = which ? l->v_dim : l->k_dim, g = l->quant.q_group_size;
+  const int64_t d = which ? l->v_dim : l->k_dim, g = kvc_quant_opts(l)->q_group_size;
   const int64_t shape[4] = {l->batch, l->heads, s, d};
-  const int axis = kvc_quant_axis(&l->quant, which);
-  if (kvc_quant_layout_init(lay, l->quant.quantizer, axis, g, shape) == 0) return NULL;
+  const int axis = kvc_quant_axis(kvc_quant_opts(l), which);
+  if (kvc_quant_layout_init(lay, kvc_quant_opts(l)->quantizer, axis, g, shape) == 0) return NULL;
   const char* who = which ? "values" : "keys";
-  if (l->quant.quantizer == KVC_QUANTIZER_QUANTO)
+  if (kvc_quant_opts(l)->quantizer == KVC_QUANTIZER_QUANTO)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: layer %u: this update quantizes the %s, of shape [%" PRId64 ", %" PRId64 ", %" PRId64
                    ", %" PRId64 "], on axis %d, and quanto requires q_group_size to divide %s and not exceed it: "
@@ -74,10 +74,10 @@ kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kv
 
 /* Whether every group of the grouping lies within one batch row (the rows can then be moved alone). */
 static int groups_within_rows(const kvc_layer* l, int which, int64_t s) {
-  const int64_t g = l->quant.q_group_size, d = which ? l->v_dim : l->k_dim;
+  const int64_t g = kvc_quant_opts(l)->q_group_size, d = which ? l->v_dim : l->k_dim;
   if (l->batch == 1) return 1;
-  int channel = kvc_quant_per_channel(&l->quant, which);
-  if (l->quant.quantizer == KVC_QUANTIZER_QUANTO) return !channel || (l->heads * s) % g == 0;
+  int channel = kvc_quant_per_channel(kvc_quant_opts(l), which);
+  if (kvc_quant_opts(l)->quantizer == KVC_QUANTIZER_QUANTO) return !channel || (l->heads * s) % g == 0;
   return channel ? g == 1 : (l->heads * s * d) % g == 0;
 }
 

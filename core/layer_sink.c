@@ -44,7 +44,7 @@ typedef struct sink_rotation {
   int cast_done[2];
 } sink_rotation;
 
-struct kvc_sink_state {
+typedef struct kvc_sink_state {
   uint32_t record_layer; /* the first sink layer: its updates record the table (transformers: layer 0) */
   int64_t max_window;    /* the table grows while shorter than this (the largest sink window) */
   /* transformers' _cos_cache/_sin_cache: `len` rows of `dim`; rows past max_window are never read, not kept. */
@@ -57,7 +57,18 @@ struct kvc_sink_state {
   int nrot, rot_cap;
   float* row; /* scratch: one key row's rotary channels */
   int64_t row_cap;
-};
+} kvc_sink_state;
+
+/* The cache-wide state lives in the sink kind's slot of the cache (transformers keeps it on the cache). */
+#define SINK_STATE(c) ((kvc_sink_state*)(c)->kind_state[KVC_LAYER_SINK])
+
+/* The kind's own parameters (kvc_layer.params). */
+typedef struct sink_params {
+  int64_t num_sink; /* num_sink_tokens */
+} sink_params;
+KVC_PARAMS_FIT(sink_params);
+#define NUM_SINK(l) (kvc_layer_params(const sink_params, l)->num_sink)
+
 
 /* ------------------------------------------------------------ small rules */
 
@@ -93,7 +104,7 @@ static int64_t largest_window(const kvc_cache* c) {
 }
 
 static int is_record_layer(const kvc_cache* c, const kvc_layer* l) {
-  return c->sink->record_layer < c->num_layers && c->layers[c->sink->record_layer] == l;
+  return SINK_STATE(c)->record_layer < c->num_layers && c->layers[SINK_STATE(c)->record_layer] == l;
 }
 
 static int64_t rotary_size(const kvc_update_options* o, int64_t head_dim) {
@@ -125,7 +136,7 @@ static sink_plan plan_shift(int64_t stored, int64_t n, int64_t window, int64_t n
 static int64_t length_after(const kvc_layer* l, int64_t n) {
   int64_t len = kvc_layer_stored(l);
   if (!shifts(len, n, l->window)) return len + n;
-  sink_plan p = plan_shift(len, n, l->window, l->num_sink);
+  sink_plan p = plan_shift(len, n, l->window, NUM_SINK(l));
   return p.sinks + (len - p.begin) + n;
 }
 
@@ -222,12 +233,12 @@ static int cast_index(kvc_dtype dtype) { return dtype == KVC_DTYPE_BFLOAT16; }
 /* Re-rotates the `rows` kept keys starting at physical slot `first` for a shift by n. */
 static void rerotate_kept(const kvc_cache* c, kvc_layer* l, const kvc_update_options* o, int64_t n, int64_t first,
                           int64_t rows) {
-  kvc_sink_state* s = c->sink;
-  sink_rotation* r = find_rotation(s, n, l->num_sink, l->window); /* made by prepare_update */
+  kvc_sink_state* s = SINK_STATE(c);
+  sink_rotation* r = find_rotation(s, n, NUM_SINK(l), l->window); /* made by prepare_update */
   int64_t dim = rotary_size(o, l->k_dim);
   if (!r->computed) {
     /* From the table as it is now, once: later table changes do not reach it (transformers' dict). */
-    kvc_rerotation_tables(s->cos, s->sin, dim, l->num_sink, n, rows, r->raw, r->raw + rows * dim);
+    kvc_rerotation_tables(s->cos, s->sin, dim, NUM_SINK(l), n, rows, r->raw, r->raw + rows * dim);
     r->rows = rows;
     r->dim = dim;
     r->computed = 1;
@@ -321,9 +332,9 @@ static kvc_sink_state* new_state(const kvc_cache* c) {
 /* One layer's RoPE rules, against the table as the call's earlier layers leave it (*t). */
 static kvc_error* check_layer_rope(const char* fn, const kvc_cache* c, uint32_t idx, const char* key,
                                    const kvc_tensor* k, const kvc_update_options* o, table_shape* t) {
-  const kvc_sink_state* s = c->sink;
+  const kvc_sink_state* s = SINK_STATE(c);
   const kvc_layer* l = idx < c->num_layers ? c->layers[idx] : NULL;
-  int64_t window = l ? l->window : c->lazy_spec.window, sinks = l ? l->num_sink : c->lazy_spec.num_sink_tokens;
+  int64_t window = l ? l->window : c->lazy_spec.window, sinks = l ? NUM_SINK(l) : c->lazy_spec.num_sink_tokens;
   int64_t head_dim = l && l->initialized ? l->k_dim : k->shape[3];
   int64_t stored = l ? kvc_layer_stored(l) : 0, n = k->shape[2];
   const kvc_tensor* cos = o->rope_cos;
@@ -381,17 +392,19 @@ static kvc_error* check_layer_rope(const char* fn, const kvc_cache* c, uint32_t 
   return NULL;
 }
 
-kvc_error* kvc_sink_begin_update(const char* fn, kvc_cache* c, uint32_t first, uint32_t count, const kvc_tensor* keys,
-                                 const kvc_update_options* o) {
+/* check_call: the rules of sink layers that depend on the whole call, checked before anything changes. */
+static kvc_error* check_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count,
+                             const kvc_tensor* keys, const kvc_update_options* o) {
+  const char* fn = call->fn;
   uint32_t j = 0;
   while (j < count && kind_at(c, first + j) != KVC_LAYER_SINK) j++;
   if (j == count) return NULL;
   kvc_error* e = o ? check_rope(fn, c, o) : NULL;
   if (e) return e;
-  if (!c->sink && !(c->sink = new_state(c))) return kvc_err_oom();
+  if (!SINK_STATE(c) && !(c->kind_state[KVC_LAYER_SINK] = new_state(c))) return kvc_err_oom();
   if (!o || !o->rope_cos) return NULL;
-  int indexed = strcmp(fn, "kvc_cache_update") != 0;
-  table_shape t = shape_of(c->sink);
+  int indexed = (call->flags & KVC_CALL_PER_LAYER_ARGS) != 0;
+  table_shape t = shape_of(SINK_STATE(c));
   for (; j < count; j++) {
     if (kind_at(c, first + j) != KVC_LAYER_SINK) continue;
     char buf[48];
@@ -409,7 +422,7 @@ static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_updat
   int64_t len = kvc_layer_stored(l);
   *append = n;
   if (shifts(len, n, l->window)) {
-    sink_plan p = plan_shift(len, n, l->window, l->num_sink);
+    sink_plan p = plan_shift(len, n, l->window, NUM_SINK(l));
     if (p.begin < p.sinks) *append += p.sinks - p.begin; /* the kept tokens move right, behind a second copy of the sinks */
   }
   return (kvc_region){l->start, l->end};
@@ -418,7 +431,7 @@ static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_updat
 static kvc_error* prepare_update(const char* fn, const kvc_cache* c, kvc_layer* l, int64_t n,
                                  const kvc_update_options* o) {
   (void)fn;
-  kvc_sink_state* s = c->sink; /* made by kvc_sink_begin_update */
+  kvc_sink_state* s = SINK_STATE(c); /* made by kvc_sink_begin_update */
   if (!o || !o->rope_cos) return NULL;
   int64_t dim = rotary_size(o, l->k_dim);
   if (is_record_layer(c, l)) {
@@ -428,9 +441,9 @@ static kvc_error* prepare_update(const char* fn, const kvc_cache* c, kvc_layer* 
     if (reserve_floats(&s->cos, &s->cos_cap, need) || reserve_floats(&s->sin, &s->sin_cap, need)) return kvc_err_oom();
   }
   if (!shifts(kvc_layer_stored(l), n, l->window)) return NULL;
-  sink_rotation* r = find_rotation(s, n, l->num_sink, l->window);
-  if (!r && !(r = add_rotation(s, n, l->num_sink, l->window))) return kvc_err_oom();
-  int64_t rows = l->window - l->num_sink - n, values = 2 * rows * dim;
+  sink_rotation* r = find_rotation(s, n, NUM_SINK(l), l->window);
+  if (!r && !(r = add_rotation(s, n, NUM_SINK(l), l->window))) return kvc_err_oom();
+  int64_t rows = l->window - NUM_SINK(l) - n, values = 2 * rows * dim;
   if (!r->computed && reserve_floats(&r->raw, &r->raw_cap, values)) return kvc_err_oom();
   if (l->dtype != KVC_DTYPE_FLOAT32) {
     int w = cast_index(l->dtype);
@@ -443,7 +456,7 @@ static kvc_error* prepare_update(const char* fn, const kvc_cache* c, kvc_layer* 
 /* Keeps the sinks and the tokens from plan.begin on, contiguous at the start of the stored region. */
 static void shift(const kvc_cache* c, kvc_layer* l, const kvc_update_options* o, int64_t n) {
   int64_t len = kvc_layer_stored(l);
-  sink_plan p = plan_shift(len, n, l->window, l->num_sink);
+  sink_plan p = plan_shift(len, n, l->window, NUM_SINK(l));
   int64_t kept = len - p.begin;
   const kvc_backend* be = c->backend;
   for (int which = 0; which < 2 && (p.begin != p.sinks); which++) {
@@ -474,7 +487,7 @@ static void shift(const kvc_cache* c, kvc_layer* l, const kvc_update_options* o,
 static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
                                const kvc_update_options* o) {
   int rope = o && o->rope_cos;
-  if (rope && is_record_layer(c, l)) record_table(c->sink, o); /* before this layer's own shift, as transformers */
+  if (rope && is_record_layer(c, l)) record_table(SINK_STATE(c), o); /* before this layer's own shift, as transformers */
   if (shifts(kvc_layer_stored(l), n, l->window)) shift(c, l, rope ? o : NULL, n);
   kvc_layer_write(c, l, k, v, l->end, NULL, n);
   l->end += n;
@@ -498,7 +511,7 @@ static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off
 /* SinkCache has no reset in transformers; here it empties the layers and forgets the table, like a new cache. */
 static void reset(const kvc_cache* c, kvc_layer* l) {
   l->start = l->end = 0;
-  kvc_sink_state* s = c->sink;
+  kvc_sink_state* s = SINK_STATE(c);
   if (!s) return;
   s->has_table = 0;
   s->len = s->dim = 0;
@@ -511,21 +524,21 @@ static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
   return cap < 16 ? 16 : cap;
 }
 
-static kvc_error* check_batch(const char* fn, const kvc_layer* l, uint32_t index, const char* op) {
+static kvc_error* check_batch(const char* fn, const kvc_layer* l, uint32_t index, kvc_batch_op op) {
   (void)l;
-  if (strcmp(op, "select") && strcmp(op, "repeat")) return NULL;
+  if (op != KVC_BATCH_SELECT && op != KVC_BATCH_REPEAT) return NULL;
   return kvc_err(KVC_ERROR_UNSUPPORTED,
                  "%s: layer %u is a sink layer; SinkCache has no batch_%s (transformers raises AttributeError)", fn,
-                 index, strcmp(op, "select") ? "repeat_interleave" : "select_indices");
+                 index, op == KVC_BATCH_REPEAT ? "repeat_interleave" : "select_indices");
 }
 
 static void fill_info(const kvc_layer* l, kvc_layer_info* info) {
-  (void)l;
   info->is_sliding = 1; /* SinkCache.is_sliding = True in transformers 4.52 */
+  info->num_sink_tokens = NUM_SINK(l);
 }
 
 const kvc_layer_ops kvc_sink_layer_ops = {
-    .check_update = kvc_dynamic_check_update, /* the sink rules need the whole call: kvc_sink_begin_update */
+    .check_update = kvc_dynamic_check_update, /* the sink rules need the whole call: check_call */
     .keep_for_update = keep_for_update,
     .apply_update = apply_update,
     .seq_length = seq_length,
@@ -540,8 +553,8 @@ const kvc_layer_ops kvc_sink_layer_ops = {
 
 /* ------------------------------------------------------- cache-wide state */
 
-void kvc_sink_free_state(kvc_cache* c) {
-  kvc_sink_state* s = c->sink;
+static void free_state(kvc_cache* c) {
+  kvc_sink_state* s = SINK_STATE(c);
   if (!s) return;
   for (int i = 0; i < s->nrot; i++) {
     free(s->rot[i].raw);
@@ -553,7 +566,7 @@ void kvc_sink_free_state(kvc_cache* c) {
   free(s->sin);
   free(s->row);
   free(s);
-  c->sink = NULL;
+  c->kind_state[KVC_LAYER_SINK] = NULL;
 }
 
 /* A copy of n floats (NULL for none); *ok is cleared when out of memory. */
@@ -568,8 +581,8 @@ static float* copy_floats(const float* src, int64_t n, int* ok) {
   return p;
 }
 
-kvc_error* kvc_sink_clone_state(const kvc_cache* src, kvc_cache* dst) {
-  const kvc_sink_state* s = src->sink;
+static kvc_error* clone_state(const kvc_cache* src, kvc_cache* dst) {
+  const kvc_sink_state* s = SINK_STATE(src);
   if (!s) return NULL;
   kvc_sink_state* d = (kvc_sink_state*)calloc(1, sizeof(*d));
   if (!d) return kvc_err_oom();
@@ -578,7 +591,7 @@ kvc_error* kvc_sink_clone_state(const kvc_cache* src, kvc_cache* dst) {
   d->rot = NULL;
   d->nrot = d->rot_cap = 0;
   d->cos_cap = d->sin_cap = d->row_cap = 0;
-  dst->sink = d; /* from here on kvc_sink_free_state releases whatever was copied */
+  dst->kind_state[KVC_LAYER_SINK] = d; /* from here on free_state releases whatever was copied */
   int ok = 1;
   int64_t rows = min64(s->len, s->max_window) * s->dim;
   if (s->has_table && rows > 0) {
@@ -606,8 +619,44 @@ kvc_error* kvc_sink_clone_state(const kvc_cache* src, kvc_cache* dst) {
   }
   if (d->rot) d->rot_cap = s->nrot;
   if (!ok) {
-    kvc_sink_free_state(dst);
+    free_state(dst);
     return kvc_err_oom();
   }
   return NULL;
 }
+
+/* ------------------------------------------------------------ the kind */
+
+static kvc_error* check_options(const char* fn, uint32_t i, const kvc_layer_options* l) {
+  if (l->num_sink_tokens < 0 || l->num_sink_tokens >= INT32_MAX)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: options->layers[%u].num_sink_tokens is %" PRId64 "; it must be in [0, 2^31 - 1)", fn, i,
+                   l->num_sink_tokens);
+  if (l->window <= l->num_sink_tokens || l->window > INT32_MAX)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: options->layers[%u].window (window_length) is %" PRId64 " but a sink layer needs it in "
+                   "[num_sink_tokens + 1, 2^31) with num_sink_tokens %" PRId64,
+                   fn, i, l->window, l->num_sink_tokens);
+  return NULL;
+}
+
+static void configure(kvc_layer* l, const kvc_layer_options* spec) {
+  l->window = spec->window;
+  kvc_layer_params(sink_params, l)->num_sink = spec->num_sink_tokens;
+}
+
+/* SinkCache holds window_length tokens. */
+static int64_t capacity(const kvc_layer* l) { return l->window; }
+
+const kvc_kind kvc_sink_kind = {
+    .id = KVC_LAYER_SINK,
+    .name = "sink",
+    .traits = KVC_TRAIT_HAS_KV, /* re-rotation state tied to the store: no offloading (no offloaded class either) */
+    .ops = &kvc_sink_layer_ops,
+    .check_options = check_options,
+    .configure = configure,
+    .capacity = capacity,
+    .check_call = check_call,
+    .clone_state = clone_state,
+    .free_state = free_state,
+};

@@ -23,7 +23,7 @@ kvc_error* kvc_check_positions(const char* fn, uint32_t index, const kvc_layer* 
       return kvc_err(KVC_ERROR_OUT_OF_RANGE,
                      "%s: options->cache_position[%" PRId64 "] is %" PRId64 " but layer %u (%s) has %" PRId64
                      " slots; positions must be in [0, %" PRId64 ")",
-                     fn, j, p, index, kvc_kind_name(l->kind), limit, limit);
+                     fn, j, p, index, l->desc->name, limit, limit);
   }
   return NULL;
 }
@@ -86,4 +86,14 @@ const kvc_layer_ops kvc_static_layer_ops = {
     .mask_sizes = mask_sizes,
     .reset = reset,
     .initial_capacity = initial_capacity,
+};
+
+int64_t kvc_capacity_slots(const kvc_layer* l) { return l->slots; }
+
+const kvc_kind kvc_static_kind = {
+    .id = KVC_LAYER_STATIC,
+    .name = "static",
+    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_OFFLOADS,
+    .ops = &kvc_static_layer_ops,
+    .capacity = kvc_capacity_slots,
 };

@@ -24,18 +24,18 @@ kvc_row_buffer* kvc_linear_rows(const kvc_layer* l) {
 
 int kvc_linear_ext_ensure(kvc_layer* l) {
   if (l->ext) return 0;
-  kvc_linear_ext* x = (kvc_linear_ext*)calloc(1, kvc_linear_ext_bytes(l->num_states));
+  kvc_linear_ext* x = (kvc_linear_ext*)calloc(1, kvc_linear_ext_bytes(kvc_linear_params_of(l)->num_states));
   if (!x) return -1;
-  x->num_states = l->num_states;
+  x->num_states = kvc_linear_params_of(l)->num_states;
   l->ext = x;
   kvc_row_buffer* rb = kvc_linear_rows(l);
-  for (uint32_t i = 0; i < 2 * l->num_states; i++) rb[i].role = KVC_ROWS_STATE;
+  for (uint32_t i = 0; i < 2 * kvc_linear_params_of(l)->num_states; i++) rb[i].role = KVC_ROWS_STATE;
   return 0;
 }
 
 int kvc_linear_any_state(const kvc_layer* l) {
   const kvc_linear_pair* p = kvc_linear_pairs(l);
-  for (uint32_t i = 0; p && i < l->num_states; i++)
+  for (uint32_t i = 0; p && i < kvc_linear_params_of(l)->num_states; i++)
     if (p[i].conv_dtype != KVC_DTYPE_UNSET || p[i].rec_dtype != KVC_DTYPE_UNSET) return 1;
   return 0;
 }
@@ -43,7 +43,7 @@ int kvc_linear_any_state(const kvc_layer* l) {
 int kvc_linear_all_previous(const kvc_layer* l) {
   const kvc_linear_pair* p = kvc_linear_pairs(l);
   if (!p) return 0;
-  for (uint32_t i = 0; i < l->num_states; i++)
+  for (uint32_t i = 0; i < kvc_linear_params_of(l)->num_states; i++)
     if (!p[i].has_previous) return 0;
   return 1;
 }
@@ -228,7 +228,7 @@ void kvc_rec_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kvc
 
 void kvc_linear_sync(kvc_layer* l) {
   kvc_linear_pair* ps = kvc_linear_pairs(l);
-  for (uint32_t i = 0; ps && i < l->num_states; i++) {
+  for (uint32_t i = 0; ps && i < kvc_linear_params_of(l)->num_states; i++) {
     kvc_linear_pair* p = &ps[i];
     if (p->conv_dtype != KVC_DTYPE_UNSET) {
       p->conv_shape[0] = l->batch;
@@ -309,7 +309,7 @@ void kvc_linear_conv_return(kvc_layer* l, uint32_t s, int64_t from, int64_t to, 
 void kvc_linear_reset(const kvc_cache* c, kvc_layer* l) {
   kvc_linear_pair* ps = kvc_linear_pairs(l);
   kvc_row_buffer* rb = kvc_linear_rows(l);
-  for (uint32_t i = 0; ps && i < l->num_states; i++) {
+  for (uint32_t i = 0; ps && i < kvc_linear_params_of(l)->num_states; i++) {
     ps[i].has_previous = 0;
     /* Zeroed in place: the states keep their shapes and addresses (transformers' zero_()). */
     for (int r = 0; r < 2; r++) {
@@ -326,19 +326,19 @@ kvc_error* kvc_linear_check_crop(const kvc_layer* l, int64_t tokens) {
     return kvc_err(KVC_ERROR_INVALID_STATE,
                    "kvc_cache_crop: a %s layer does not track past states (tokens %" PRId64
                    "); call kvc_cache_activate_past_recording before the updates you may want to roll back",
-                   kvc_kind_name(l->kind), tokens);
+                   l->desc->name, tokens);
   if (tokens > 0)
     return kvc_err(KVC_ERROR_INVALID_STATE,
                    "kvc_cache_crop: tokens is %" PRId64 " but a %s layer can only be cropped by a negative number "
                    "of tokens (how many to remove) or 0",
-                   tokens, kvc_kind_name(l->kind));
+                   tokens, l->desc->name);
   return NULL;
 }
 
 void kvc_linear_apply_crop(kvc_layer* l, int64_t tokens) {
   kvc_linear_pair* ps = kvc_linear_pairs(l);
   int64_t t = tokens == INT64_MIN ? INT64_MAX : -tokens; /* "remove everything" without overflow */
-  for (uint32_t i = 0; ps && i < l->num_states; i++) {
+  for (uint32_t i = 0; ps && i < kvc_linear_params_of(l)->num_states; i++) {
     kvc_linear_pair* p = &ps[i];
     if (p->conv_dtype == KVC_DTYPE_UNSET) continue; /* nothing recorded (transformers: None[...] raises) */
     /* Python's conv[..., -t-K : -t] (t > 0) or conv[..., -K:] (t == 0), slice bounds clamped at 0. */

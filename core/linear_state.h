@@ -60,6 +60,16 @@ kvc_linear_pair* kvc_linear_pairs(const kvc_layer* layer); /* NULL while ext is 
 kvc_row_buffer* kvc_linear_rows(const kvc_layer* layer);
 /* Allocates the (empty) extension state if the layer has none; -1 when out of memory. */
 int kvc_linear_ext_ensure(kvc_layer* layer);
+/* The LINEAR kinds' parameters (kvc_layer.params). */
+typedef struct kvc_linear_params {
+  uint32_t num_states; /* >= 1 */
+  int64_t conv_kernel; /* configured K, 0 = from the first input */
+} kvc_linear_params;
+KVC_PARAMS_FIT(kvc_linear_params);
+static inline const kvc_linear_params* kvc_linear_params_of(const kvc_layer* l) {
+  return kvc_layer_params(const kvc_linear_params, l);
+}
+
 size_t kvc_linear_ext_bytes(uint32_t num_states);
 
 /* Whether any state of the layer is allocated (then layer->batch is fixed). */

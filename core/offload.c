@@ -67,17 +67,10 @@ typedef struct offload_state {
   int prefetch_pending;
 } offload_state;
 
-/* Kinds whose K/V can move: transformers' prefetch skips its is_linear layers (every LINEAR kind but
- * LINEAR_DYNAMIC); QUANTIZED and SINK keep state tied to their store and have no offloaded class there. */
-static int kind_can_offload(kvc_layer_kind k) {
-  if (!kvc_kind_has_kv(k) || k == KVC_LAYER_QUANTIZED || k == KVC_LAYER_SINK) return 0;
-  return !kvc_kind_is_linear(k) || k == KVC_LAYER_LINEAR_DYNAMIC;
-}
-
 int kvc_offload_layer_takes_part(kvc_offload mode, const kvc_layer* l) {
   if (mode != KVC_OFFLOAD_ALL && mode != KVC_OFFLOAD_NON_SLIDING) return 0;
-  if (!kind_can_offload(l->kind)) return 0;
-  return !(mode == KVC_OFFLOAD_NON_SLIDING && kvc_kind_is_sliding(l->kind));
+  if (!kvc_layer_is(l, KVC_TRAIT_OFFLOADS)) return 0; /* see the kinds' descriptors */
+  return !(mode == KVC_OFFLOAD_NON_SLIDING && kvc_layer_is(l, KVC_TRAIT_SLIDING));
 }
 
 uint64_t kvc_offload_retired_bytes(const kvc_cache* c) {
@@ -172,12 +165,12 @@ static int64_t capacity_at_write(const kvc_cache* c, uint32_t i, uint32_t first,
   return kvc_layer_reserved_capacity(l, keep, append);
 }
 
-kvc_error* kvc_offload_prepare(const char* fn, kvc_cache* c, uint32_t first, uint32_t count, const kvc_tensor* keys,
+kvc_error* kvc_offload_prepare(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count, const kvc_tensor* keys,
                                const kvc_update_options* o) {
   offload_state* st = (offload_state*)c->offload_state;
   if (st) free_plan_buffers(c, st);
   /* transformers' DynamicCache(ddp_cache_data) fills its layers directly, without the offloading update path. */
-  int offloading = c->offload != KVC_OFFLOAD_NONE && strcmp(fn, "kvc_cache_create_from_tensors") != 0;
+  int offloading = c->offload != KVC_OFFLOAD_NONE && !(call->flags & KVC_CALL_FILLS_LAYERS);
   int any = offloading;
   for (uint32_t j = 0; j < count && !any; j++) any = c->layers[first + j]->offloaded;
   if (!any) return NULL; /* nothing moves: no allocation on the hot path of a cache that does not offload */
@@ -322,7 +315,7 @@ kvc_error* kvc_cache_offload(kvc_cache* c, uint32_t layer) {
   kvc_error* e = kvc_cache_check_layer("kvc_cache_offload", c, layer);
   if (e) return e;
   kvc_layer* l = c->layers[layer];
-  if (l->offloaded || !l->initialized || !kind_can_offload(l->kind)) return NULL;
+  if (l->offloaded || !l->initialized || !kvc_layer_is(l, KVC_TRAIT_OFFLOADS)) return NULL;
   return move_now(c, l, 1);
 }
 

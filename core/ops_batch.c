@@ -283,14 +283,14 @@ static kvc_error* check_batch_indices(const char* fn, const kvc_cache* c, const 
 
 static kvc_error* require_dynamic(const char* fn, const kvc_cache* c) {
   for (uint32_t i = 0; i < c->num_layers; i++)
-    if (kvc_kind_is_static(c->layers[i]->kind))
+    if (kvc_layer_is(c->layers[i], KVC_TRAIT_STATIC))
       return kvc_err(KVC_ERROR_UNSUPPORTED, "%s: layer %u is a %s layer; this operation is only defined for dynamic kinds",
-                     fn, i, kvc_kind_name(c->layers[i]->kind));
+                     fn, i, c->layers[i]->desc->name);
   return NULL;
 }
 
 /* Kind-specific refusals (kvc_layer_ops.check_batch). */
-kvc_error* kvc_batch_check_kinds(const char* fn, const kvc_cache* c, const char* op) {
+kvc_error* kvc_batch_check_kinds(const char* fn, const kvc_cache* c, kvc_batch_op op) {
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
     if (l->ops->check_batch) {
@@ -324,7 +324,7 @@ kvc_error* kvc_batch_check_repeats(const char* fn, const kvc_cache* c, int64_t r
 kvc_error* kvc_cache_reorder(kvc_cache* c, const int64_t* beam_idx, size_t count) {
   static const char* FN = "kvc_cache_reorder";
   kvc_error* e = kvc_cache_check(FN, c);
-  if (!e) e = kvc_batch_check_kinds(FN, c, "reorder");
+  if (!e) e = kvc_batch_check_kinds(FN, c, KVC_BATCH_REORDER);
   if (!e) e = check_batch_indices(FN, c, "beam_idx", beam_idx, count);
   if (e) return e;
   kvc_offload_settle(c);
@@ -335,7 +335,7 @@ kvc_error* kvc_cache_batch_select_indices(kvc_cache* c, const int64_t* indices, 
   static const char* FN = "kvc_cache_batch_select_indices";
   kvc_error* e = kvc_cache_check(FN, c);
   if (!e) e = require_dynamic(FN, c);
-  if (!e) e = kvc_batch_check_kinds(FN, c, "select");
+  if (!e) e = kvc_batch_check_kinds(FN, c, KVC_BATCH_SELECT);
   if (!e) e = check_batch_indices(FN, c, "indices", indices, count);
   if (e) return e;
   kvc_offload_settle(c);
@@ -346,7 +346,7 @@ kvc_error* kvc_cache_batch_repeat_interleave(kvc_cache* c, int64_t repeats) {
   static const char* FN = "kvc_cache_batch_repeat_interleave";
   kvc_error* e = kvc_cache_check(FN, c);
   if (!e) e = require_dynamic(FN, c);
-  if (!e) e = kvc_batch_check_kinds(FN, c, "repeat");
+  if (!e) e = kvc_batch_check_kinds(FN, c, KVC_BATCH_REPEAT);
   if (!e) e = kvc_batch_check_repeats(FN, c, repeats);
   if (e) return e;
   kvc_offload_settle(c);

@@ -15,7 +15,7 @@ kvc_error* kvc_cache_crop(kvc_cache* c, int64_t tokens) {
       return kvc_err(KVC_ERROR_UNSUPPORTED,
                      "%s: layer %u is a %s layer, which cannot be cropped (tokens %" PRId64
                      "); only dynamic kinds support crop",
-                     FN, i, kvc_kind_name(l->kind), tokens);
+                     FN, i, l->desc->name, tokens);
     e = l->ops->check_crop(l, tokens);
     if (e) return e;
   }
@@ -30,8 +30,7 @@ kvc_error* kvc_cache_activate_past_recording(kvc_cache* c) {
   kvc_error* e = kvc_cache_check("kvc_cache_activate_past_recording", c);
   if (e) return e;
   for (uint32_t i = 0; i < c->num_layers; i++)
-    if (c->layers[i]->ops == &kvc_dynamic_sliding_layer_ops || kvc_kind_is_linear(c->layers[i]->kind))
-      c->layers[i]->record_past = 1;
+    if (kvc_layer_is(c->layers[i], KVC_TRAIT_RECORDS_PAST)) c->layers[i]->record_past = 1;
   return NULL;
 }
 

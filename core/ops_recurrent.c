@@ -16,20 +16,20 @@ static kvc_error* linear_layer(const char* fn, const char* what, const kvc_cache
   kvc_error* e = kvc_cache_check_layer(fn, c, layer);
   if (e) return e;
   kvc_layer* l = c->layers[layer];
-  if (!kvc_kind_is_linear(l->kind))
+  if (!kvc_layer_is(l, KVC_TRAIT_LINEAR))
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: layer %u is a %s layer; cannot call %s on a non-LinearAttention layer (only the LINEAR kinds "
                    "hold recurrent states)",
-                   fn, layer, kvc_kind_name(l->kind), what);
+                   fn, layer, l->desc->name, what);
   *out = l;
   return NULL;
 }
 
 static kvc_error* check_state_index(const char* fn, const kvc_layer* l, uint32_t layer, uint32_t state) {
-  if (state >= l->num_states)
+  if (state >= kvc_linear_params_of(l)->num_states)
     return kvc_err(KVC_ERROR_OUT_OF_RANGE,
                    "%s: state_index is %u but layer %u has %u state pair%s (valid: 0..%u)", fn, state, layer,
-                   l->num_states, l->num_states == 1 ? "" : "s", l->num_states - 1);
+                   kvc_linear_params_of(l)->num_states, kvc_linear_params_of(l)->num_states == 1 ? "" : "s", kvc_linear_params_of(l)->num_states - 1);
   return NULL;
 }
 
@@ -89,7 +89,7 @@ static kvc_error* conv_kernel(const char* fn, const kvc_layer* l, uint32_t layer
                               int64_t n, int64_t* out) {
   const kvc_linear_pair* p = kvc_linear_pairs(l);
   int allocated = p && p[s].conv_dtype != KVC_DTYPE_UNSET;
-  int64_t fixed = allocated ? p[s].kernel : l->conv_kernel;
+  int64_t fixed = allocated ? p[s].kernel : kvc_linear_params_of(l)->conv_kernel;
   if (fixed > 0) {
     if (option > 0 && option != fixed)
       return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
@@ -293,7 +293,7 @@ kvc_error* kvc_cache_has_previous_state(const kvc_cache* c, int32_t layer, int32
   uint32_t i;
   if (layer == KVC_ALL_LAYERS) {
     /* The last linear layer (transformers: the last LinearAttentionCacheLayerMixin, hybrids included). */
-    for (i = c->num_layers; i > 0 && !kvc_kind_is_linear(c->layers[i - 1]->kind); i--) {
+    for (i = c->num_layers; i > 0 && !kvc_layer_is(c->layers[i - 1], KVC_TRAIT_LINEAR); i--) {
     }
     if (i == 0)
       return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
@@ -306,16 +306,16 @@ kvc_error* kvc_cache_has_previous_state(const kvc_cache* c, int32_t layer, int32
     return NULL;
   } else {
     i = (uint32_t)layer;
-    if (!kvc_kind_is_linear(c->layers[i]->kind))
+    if (!kvc_layer_is(c->layers[i], KVC_TRAIT_LINEAR))
       return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                      "%s: layer %u is a %s layer, not a linear (recurrent state) layer; has_previous_state can only "
                      "be asked of LinearAttention layers",
-                     FN, i, kvc_kind_name(c->layers[i]->kind));
+                     FN, i, c->layers[i]->desc->name);
   }
   const kvc_layer* l = c->layers[i];
-  if (s >= 0 && (uint32_t)s >= l->num_states)
+  if (s >= 0 && (uint32_t)s >= kvc_linear_params_of(l)->num_states)
     return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: state_index is %d but layer %u has %u state pair%s (valid: 0..%u)", FN,
-                   (int)s, i, l->num_states, l->num_states == 1 ? "" : "s", l->num_states - 1);
+                   (int)s, i, kvc_linear_params_of(l)->num_states, kvc_linear_params_of(l)->num_states == 1 ? "" : "s", kvc_linear_params_of(l)->num_states - 1);
   const kvc_linear_pair* p = kvc_linear_pairs(l);
   *out = s < 0 ? kvc_linear_all_previous(l) : (p ? p[s].has_previous : 0);
   return NULL;

@@ -17,7 +17,7 @@ kvc_error* kvc_cache_reserve(kvc_cache* c, int64_t tokens) {
   /* Allocate every new store before moving any history: all layers grow, or none. */
   for (uint32_t i = 0; i < n; i++) {
     const kvc_layer* l = c->layers[i];
-    if (l->kind != KVC_LAYER_DYNAMIC || !l->initialized || l->cap >= tokens) continue;
+    if (!kvc_layer_is(l, KVC_TRAIT_RESERVABLE) || !l->initialized || l->cap >= tokens) continue;
     /* In the tier the layer is in: an offloaded layer grows in the host tier. */
     if (kvc_store_alloc_tier(c, l->offloaded, l->batch, l->heads, tokens, l->k_dim, l->v_dim, l->elem,
                              &stores[2 * i], &stores[2 * i + 1])) {
@@ -28,7 +28,7 @@ kvc_error* kvc_cache_reserve(kvc_cache* c, int64_t tokens) {
   }
   for (uint32_t i = 0; i < n; i++) {
     kvc_layer* l = c->layers[i];
-    if (l->kind != KVC_LAYER_DYNAMIC) continue;
+    if (!kvc_layer_is(l, KVC_TRAIT_RESERVABLE)) continue;
     if (stores[2 * i]) kvc_layer_adopt_store(c, l, stores[2 * i], stores[2 * i + 1], tokens, (kvc_region){l->start, l->end});
     if (l->reserve < tokens) l->reserve = tokens;
   }

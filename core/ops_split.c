@@ -78,7 +78,7 @@ kvc_error* kvc_cache_batch_split(const kvc_cache* c, int64_t full_batch_size, in
                                  size_t capacity, size_t* count) {
   static const char* FN = "kvc_cache_batch_split";
   kvc_error* e = kvc_cache_check(FN, c);
-  if (!e) e = kvc_batch_check_kinds(FN, c, "split");
+  if (!e) e = kvc_batch_check_kinds(FN, c, KVC_BATCH_SPLIT);
   if (e) return e;
   kvc_offload_settle(c);
   if (!out || !count) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, out ? "count" : "out");
@@ -129,7 +129,7 @@ static kvc_error* check_compatible(const char* fn, const kvc_cache* a, const kvc
   return kvc_err(code, "%s: layer %u of splits[%zu] has " what " " fmt " but splits[0] has " fmt               \
                  "; splits must agree to be stacked",                                                            \
                  fn, i, which, vb, va)
-    if (x->kind != y->kind) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "kind", "%s", kvc_kind_name(y->kind), kvc_kind_name(x->kind));
+    if (x->kind != y->kind) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "kind", "%s", y->desc->name, x->desc->name);
     if (x->ops->check_stack) {
       kvc_error* e = x->ops->check_stack(fn, x, y, i, which);
       if (e) return e;
@@ -201,7 +201,7 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
   for (size_t s = 0; s < count; s++) {
     if (!splits[s]) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] is NULL", FN, s);
     kvc_error* e = check_compatible(FN, splits[0], splits[s], s);
-    if (!e) e = kvc_batch_check_kinds(FN, splits[s], "stack");
+    if (!e) e = kvc_batch_check_kinds(FN, splits[s], KVC_BATCH_STACK);
     if (!e && splits[s]->exec.stream != splits[0]->exec.stream)
       /* The stack reads every split on one stream: work still queued on another could be missed. */
       e = kvc_err(KVC_ERROR_INVALID_ARGUMENT,

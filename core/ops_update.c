@@ -69,8 +69,10 @@ static kvc_error* check_pair(const char* fn, const kvc_cache* c, uint32_t i, int
 #undef vname
 }
 
-kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint32_t count, const kvc_tensor* keys,
-                             const kvc_tensor* values, const kvc_update_options* options, kvc_kv* out) {
+kvc_error* kvc_update_layers(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count,
+                             const kvc_tensor* keys, const kvc_tensor* values, const kvc_update_options* options,
+                             kvc_kv* out) {
+  const char* fn = call->fn;
   kvc_update_options opts;
   const kvc_update_options* o = NULL;
   if (options) {
@@ -88,13 +90,13 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
   if (last > (1u << 20))
     return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer %u is out of range: a cache has at most 1048576 layers", fn,
                    (unsigned)(last - 1));
-  int indexed = strcmp(fn, "kvc_cache_update") != 0;
+  int indexed = (call->flags & KVC_CALL_PER_LAYER_ARGS) != 0;
   for (uint32_t j = 0; j < count; j++) {
     kvc_error* e = check_pair(fn, c, first + j, indexed, &keys[j], &values[j], o);
     if (e) return e;
   }
   {
-    kvc_error* e = kvc_sink_begin_update(fn, c, first, count, keys, o);
+    kvc_error* e = kvc_kinds_check_call(call, c, first, count, keys, o);
     if (e) return e;
   }
   /* Inputs that are views of this cache are copied first: room-making below may move their bytes. */
@@ -129,8 +131,8 @@ kvc_error* kvc_update_layers(const char* fn, kvc_cache* c, uint32_t first, uint3
     if (!e) l->initialized = 2; /* initialized by this call */
   }
   /* Before any store grows: the buffers of the call's tier moves, so that a refusal leaves capacities alone. */
-  if (!e) e = kvc_quant_scratch_begin(c, first, count);
-  if (!e) e = kvc_offload_prepare(fn, c, first, count, keys, o);
+  if (!e) e = kvc_kinds_prepare_call(call, c, first, count);
+  if (!e) e = kvc_offload_prepare(call, c, first, count, keys, o);
   for (j = 0; !e && j < count; j++) {
     kvc_layer* l = c->layers[first + j];
     const kvc_tensor *k = &keys[j], *v = &values[j];
@@ -185,7 +187,8 @@ kvc_error* kvc_cache_update(kvc_cache* c, uint32_t layer, const kvc_tensor* key,
   if (!key || !value)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a 4-D [batch, heads, seq, head_dim] tensor", FN,
                    key ? "value" : "key");
-  return kvc_update_layers(FN, c, layer, 1, key, value, options, out);
+  const kvc_call call = {FN, 0};
+  return kvc_update_layers(&call, c, layer, 1, key, value, options, out);
 }
 
 kvc_error* kvc_cache_update_all(kvc_cache* c, uint32_t num_layers, const kvc_tensor* keys, const kvc_tensor* values,
@@ -197,5 +200,6 @@ kvc_error* kvc_cache_update_all(kvc_cache* c, uint32_t num_layers, const kvc_ten
   if (!keys || !values)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but num_layers is %u", FN, keys ? "values" : "keys",
                    num_layers);
-  return kvc_update_layers(FN, c, 0, num_layers, keys, values, options, out);
+  const kvc_call call = {FN, KVC_CALL_PER_LAYER_ARGS};
+  return kvc_update_layers(&call, c, 0, num_layers, keys, values, options, out);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "layer_quantized.h"
 
 static const char* FN = "kvc_cache_create";
 
@@ -26,98 +27,6 @@ static const char* preset_name(kvc_preset p) {
     case KVC_PRESET_HYBRID_MAMBA: return "KVC_PRESET_HYBRID_MAMBA";
     default: return "KVC_PRESET_CUSTOM";
   }
-}
-
-/*
- * transformers' validation of quantized layers (spec A.8.1, A.8.2, E.1),
- * plus our own bounds; `arg` names the struct in messages.
- */
-static kvc_error* check_quant(const char* arg, const kvc_quant_options* q) {
-  if (q->quantizer != KVC_QUANTIZER_QUANTO && q->quantizer != KVC_QUANTIZER_HQQ)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                   "%s: %s.quantizer is %d: unknown quantization backend; use KVC_QUANTIZER_QUANTO (1) or "
-                   "KVC_QUANTIZER_HQQ (2)",
-                   FN, arg, (int)q->quantizer);
-  if (q->mode != KVC_QUANT_MODE_INCREMENTAL && q->mode != KVC_QUANT_MODE_TRANSFORMERS &&
-      q->mode != KVC_QUANT_MODE_COMPACT)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                   "%s: %s.mode is %d; use KVC_QUANT_MODE_INCREMENTAL (0), KVC_QUANT_MODE_TRANSFORMERS (1) or "
-                   "KVC_QUANT_MODE_COMPACT (2)",
-                   FN, arg, (int)q->mode);
-  int quanto = q->quantizer == KVC_QUANTIZER_QUANTO;
-  if (quanto ? (q->nbits != 2 && q->nbits != 4)
-             : (q->nbits != 1 && q->nbits != 2 && q->nbits != 3 && q->nbits != 4 && q->nbits != 8))
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.nbits for the %s quantizer has to be one of %s but got %d", FN,
-                   arg, quanto ? "quanto" : "hqq", quanto ? "[2, 4]" : "[1, 2, 3, 4, 8]", (int)q->nbits);
-  const char* axes = quanto ? "[0, -1]" : "[0, 1]";
-  int32_t other = quanto ? -1 : 1;
-  if (q->axis_key != 0 && q->axis_key != other)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.axis_key for the %s quantizer has to be one of %s but got %d", FN,
-                   arg, quanto ? "quanto" : "hqq", axes, (int)q->axis_key);
-  if (q->axis_value != 0 && q->axis_value != other)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.axis_value for the %s quantizer has to be one of %s but got %d",
-                   FN, arg, quanto ? "quanto" : "hqq", axes, (int)q->axis_value);
-  if (q->q_group_size < 1 || q->q_group_size > INT32_MAX)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.q_group_size is %" PRId64 "; it must be in [1, 2^31)", FN, arg,
-                   q->q_group_size);
-  if (q->residual_length < 0 || q->residual_length > INT32_MAX)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.residual_length is %" PRId64 "; it must be in [0, 2^31)", FN,
-                   arg, q->residual_length);
-  return NULL;
-}
-
-/* Reads and validates quant options (NULL = defaults) into *out. */
-static kvc_error* read_quant(const char* arg, const kvc_quant_options* in, kvc_quant_options* out) {
-  *out = (kvc_quant_options)KVC_QUANT_OPTIONS_INIT;
-  if (in) {
-    kvc_error* e = kvc_read_quant_options(FN, arg, in, out);
-    if (e) return e;
-  }
-  return check_quant(arg, out);
-}
-
-static kvc_error* check_layer(uint32_t i, const kvc_layer_options* l) {
-  if (!kvc_kind_is_valid(l->kind))
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                   "%s: options->layers[%u].kind is %d; valid kinds are KVC_LAYER_DYNAMIC (1) .. "
-                   "KVC_LAYER_LINEAR_STATIC_SLIDING (13)",
-                   FN, i, (int)l->kind);
-  if (kvc_kind_is_sliding(l->kind) && (l->window < 1 || l->window > INT32_MAX))
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                   "%s: options->layers[%u].window is %" PRId64 "; a %s layer needs window in [1, 2^31)", FN, i,
-                   l->window, kvc_kind_name(l->kind));
-  if (kvc_kind_is_static(l->kind) && (l->max_cache_len < 1 || l->max_cache_len > INT32_MAX))
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                   "%s: options->layers[%u].max_cache_len is %" PRId64 "; a %s layer needs max_cache_len in [1, 2^31)",
-                   FN, i, l->max_cache_len, kvc_kind_name(l->kind));
-  if (l->kind == KVC_LAYER_SINK) {
-    if (l->num_sink_tokens < 0 || l->num_sink_tokens >= INT32_MAX)
-      return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                     "%s: options->layers[%u].num_sink_tokens is %" PRId64 "; it must be in [0, 2^31 - 1)", FN, i,
-                     l->num_sink_tokens);
-    if (l->window <= l->num_sink_tokens || l->window > INT32_MAX)
-      return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                     "%s: options->layers[%u].window (window_length) is %" PRId64 " but a sink layer needs it in "
-                     "[num_sink_tokens + 1, 2^31) with num_sink_tokens %" PRId64,
-                     FN, i, l->window, l->num_sink_tokens);
-  }
-  if (kvc_kind_is_linear(l->kind)) {
-    if (l->num_states > 64)
-      return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->layers[%u].num_states is %u; it must be in [0, 64]", FN,
-                     i, l->num_states);
-    if (l->conv_kernel_size < 0 || l->conv_kernel_size > INT32_MAX)
-      return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
-                     "%s: options->layers[%u].conv_kernel_size is %" PRId64 "; use 0 (from the first input) or [1, 2^31)",
-                     FN, i, l->conv_kernel_size);
-  }
-  if (l->kind == KVC_LAYER_QUANTIZED) {
-    char arg[48];
-    snprintf(arg, sizeof arg, "options->layers[%u].quant", i);
-    kvc_quant_options q;
-    kvc_error* e = read_quant(arg, l->quant, &q);
-    if (e) return e;
-  }
-  return NULL;
 }
 
 /* Layer types as transformers derives them (A.10 steps 1-2). */
@@ -222,7 +131,7 @@ kvc_error* kvc_preset_layers(const kvc_cache_options* o, kvc_layer_options** out
       char arg[48];
       snprintf(arg, sizeof arg, "options->layers[%u]", i);
       e = kvc_read_layer_options(FN, arg, kvc_layer_options_at(o->layers, i), &l[i]);
-      if (!e) e = check_layer(i, &l[i]);
+      if (!e) e = kvc_kind_check_options(FN, i, &l[i]);
       if (e) {
         free(l);
         return e;
@@ -260,7 +169,7 @@ kvc_error* kvc_preset_layers(const kvc_cache_options* o, kvc_layer_options** out
   if (e) return e;
   const kvc_model_config* c = &cfg;
   if (p == KVC_PRESET_QUANTIZED) {
-    e = read_quant("options->quant", o->quant, &preset_quant);
+    e = kvc_quant_read_checked(FN, "options->quant", o->quant, &preset_quant);
     if (e) return e;
   }
   if (p == KVC_PRESET_HYBRID_MAMBA && !c->layer_types)
@@ -359,7 +268,7 @@ kvc_error* kvc_preset_layers(const kvc_cache_options* o, kvc_layer_options** out
       lo.window = o->window_length;
       lo.num_sink_tokens = o->num_sink_tokens;
     }
-    if (kvc_kind_is_sliding(lo.kind) && lo.window < 1) {
+    if ((kvc_kind_find(lo.kind)->traits & KVC_TRAIT_SLIDING) && lo.window < 1) {
       kvc_error* err = kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                                "%s: layer %u is %s attention but config->%s is 0; set it to the window size", FN, i,
                                types[i] == KVC_LAYER_TYPE_CHUNKED_ATTENTION ? "chunked" : "sliding",

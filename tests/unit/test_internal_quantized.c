@@ -41,9 +41,9 @@ static void check_record(const kvc_layer* l, int which, const unsigned char* rec
 static decode_result decode_incremental(const kvc_layer* l) {
   const kvc_quant_ext* x = kvc_quant_ext_of(l);
   decode_result r = {0, 0};
-  const int64_t g = l->quant.q_group_size;
+  const int64_t g = kvc_quant_opts(l)->q_group_size;
   for (int w = 0; w < 2; w++) {
-    int channel = kvc_quant_per_channel(&l->quant, w);
+    int channel = kvc_quant_per_channel(kvc_quant_opts(l), w);
     int64_t d = w ? l->v_dim : l->k_dim, ut = channel ? g : 1, gph = channel ? d : d / g;
     int64_t rb = kvc_quant_record_bytes(l, g), at[512];
     for (int64_t b = 0; b < l->batch; b++)
@@ -75,7 +75,7 @@ static decode_result decode_transformers(const kvc_layer* l) {
     int64_t d = w ? l->v_dim : l->k_dim, s = x->quantized;
     const int64_t shape[4] = {l->batch, l->heads, s, d};
     kvc_quant_layout lay;
-    if (kvc_quant_layout_init(&lay, l->quant.quantizer, kvc_quant_axis(&l->quant, w), l->quant.q_group_size, shape))
+    if (kvc_quant_layout_init(&lay, kvc_quant_opts(l)->quantizer, kvc_quant_axis(kvc_quant_opts(l), w), kvc_quant_opts(l)->q_group_size, shape))
       abort();
     int64_t numel = l->batch * l->heads * s * d, at[512];
     float* idx = (float*)malloc(sizeof(float) * (size_t)numel);
@@ -105,7 +105,7 @@ static decode_result decode_transformers(const kvc_layer* l) {
 
 static decode_result decode(const kvc_cache* c) {
   const kvc_layer* l = c->layers[0];
-  return l->quant.mode == KVC_QUANT_MODE_INCREMENTAL ? decode_incremental(l) : decode_transformers(l);
+  return kvc_quant_opts(l)->mode == KVC_QUANT_MODE_INCREMENTAL ? decode_incremental(l) : decode_transformers(l);
 }
 
 /* Every group decodes to the store (and there are `min_groups` of them at least). */

@@ -1,0 +1,105 @@
+/*
+ * core/kind.h: what a layer kind is to the rest of the core.
+ *
+ * Every kind's file defines one descriptor (struct kvc_kind) and
+ * core/kinds.c lists them. The rest of the core never asks "which kind is
+ * this?": it asks the descriptor for a trait, an option check, the capacity
+ * it reports, its per-layer operations (kvc_layer_ops, internal.h) or its
+ * cache-wide hooks. Adding a kind is its own file plus one line in
+ * core/kinds.c (docs/adding-a-layer-kind.md).
+ */
+#ifndef KVC_CORE_KIND_H
+#define KVC_CORE_KIND_H
+
+#include <stdint.h>
+
+#include "kvcache.h"
+
+typedef struct kvc_layer kvc_layer;
+typedef struct kvc_layer_ops kvc_layer_ops;
+
+/*
+ * Traits: facts about a kind that generic code acts on. A hybrid (linear
+ * state + attention) carries the traits of its attention part too.
+ */
+enum {
+  KVC_TRAIT_HAS_KV = 1u << 0,       /* holds keys and values (a store) */
+  KVC_TRAIT_STATIC = 1u << 1,       /* fixed slots from initialization (max_cache_len); compileable */
+  KVC_TRAIT_SLIDING = 1u << 2,      /* keeps a window of `window` tokens (is_sliding) */
+  KVC_TRAIT_CHUNKED = 1u << 3,      /* the window is an attention chunk (is_chunked) */
+  KVC_TRAIT_LINEAR = 1u << 4,       /* conv and recurrent states (the LINEAR family): no early initialization */
+  KVC_TRAIT_IS_LINEAR = 1u << 5,    /* transformers' is_linear (every LINEAR kind but the full-attention hybrid) */
+  KVC_TRAIT_OFFLOADS = 1u << 6,     /* its K/V moves to the host tier when the cache offloads */
+  KVC_TRAIT_RECORDS_PAST = 1u << 7, /* kvc_cache_activate_past_recording switches it on */
+  KVC_TRAIT_RESERVABLE = 1u << 8,   /* kvc_cache_reserve pre-sizes its store */
+};
+
+/*
+ * The call an operation runs for. Behaviour that depends on the caller
+ * reads the flags; `fn` is for messages only.
+ */
+typedef struct kvc_call {
+  const char* fn;
+  uint32_t flags;
+} kvc_call;
+enum {
+  KVC_CALL_PER_LAYER_ARGS = 1u << 0, /* inputs are keys[i]/values[i] (update_all and friends), not key/value */
+  KVC_CALL_FILLS_LAYERS = 1u << 1,   /* builds a cache from tensors: no offloading path (transformers' ddp data) */
+};
+
+typedef struct kvc_kind {
+  kvc_layer_kind id;
+  const char* name; /* in messages: "dynamic sliding" */
+  uint32_t traits;
+  const kvc_layer_ops* ops;
+  /*
+   * Checks the kind's own fields of options->layers[index] (NULL: none).
+   * The generic check already covered window (SLIDING) and max_cache_len
+   * (STATIC).
+   */
+  kvc_error* (*check_options)(const char* fn, uint32_t index, const kvc_layer_options* spec);
+  /* Copies the kind's parameters from a checked spec into a new layer (NULL: none). */
+  void (*configure)(kvc_layer* layer, const kvc_layer_options* spec);
+  /* kvc_layer_info.capacity: tokens it holds at most, 0 for none, -1 unbounded (NULL: -1). */
+  int64_t (*capacity)(const kvc_layer* layer);
+
+  /*
+   * Cache-wide state of the kind (kvc_cache.kind_state[id]): all optional,
+   * called only when the update names a layer of the kind.
+   *  - check_call: phase 1 of an update of layers first..first+count-1:
+   *    rules that depend on the whole call; may create the (empty) state;
+   *  - prepare_call: phase 2 (room), after new layers are initialized and
+   *    before any store grows; nothing visible may change on error;
+   *  - state_bytes / clone_state / free_state: memory accounting, clone and
+   *    split, kvc_cache_destroy.
+   */
+  kvc_error* (*check_call)(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count,
+                           const kvc_tensor* keys, const kvc_update_options* opts);
+  kvc_error* (*prepare_call)(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count);
+  uint64_t (*state_bytes)(const kvc_cache* cache);
+  kvc_error* (*clone_state)(const kvc_cache* src, kvc_cache* dst);
+  void (*free_state)(kvc_cache* cache);
+} kvc_kind;
+
+/* Slots of kvc_cache.kind_state: one per kind id. */
+#define KVC_KIND_SLOTS 32
+
+/* The descriptor of a kind id, NULL when no kind has that id. */
+const kvc_kind* kvc_kind_find(kvc_layer_kind id);
+/* Every registered kind's "NAME (id)" list, for messages. */
+const char* kvc_kind_list(void);
+/*
+ * Validates options->layers[index]: a registered kind, the window and
+ * max_cache_len its traits need, then the kind's own check_options.
+ */
+kvc_error* kvc_kind_check_options(const char* fn, uint32_t index, const kvc_layer_options* spec);
+
+/* The cache-wide hooks of the kinds an update of layers first..first+count-1 names (kinds.c). */
+kvc_error* kvc_kinds_check_call(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count,
+                                const kvc_tensor* keys, const kvc_update_options* opts);
+kvc_error* kvc_kinds_prepare_call(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count);
+uint64_t kvc_kinds_state_bytes(const kvc_cache* cache);
+kvc_error* kvc_kinds_clone_state(const kvc_cache* src, kvc_cache* dst);
+void kvc_kinds_free_state(kvc_cache* cache);
+
+#endif /* KVC_CORE_KIND_H */

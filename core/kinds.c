@@ -1,0 +1,130 @@
+/*
+ * core/kinds.c: the registry of layer kinds, and the generic code that asks
+ * their descriptors (option checks, cache-wide hooks).
+ *
+ * To add a kind: write its file with its descriptor, then add one line to
+ * KVC_KINDS below (docs/adding-a-layer-kind.md).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define KVC_KINDS(X)              \
+  X(kvc_dynamic_kind)             \
+  X(kvc_dynamic_sliding_kind)     \
+  X(kvc_dynamic_chunked_kind)     \
+  X(kvc_static_kind)              \
+  X(kvc_static_sliding_kind)      \
+  X(kvc_static_chunked_kind)      \
+  X(kvc_quantized_kind)           \
+  X(kvc_sink_kind)                \
+  X(kvc_linear_kind)              \
+  X(kvc_linear_dynamic_kind)      \
+  X(kvc_linear_dynamic_sliding_kind) \
+  X(kvc_linear_static_kind)       \
+  X(kvc_linear_static_sliding_kind)
+
+#define KVC_DECLARE_KIND(k) extern const kvc_kind k;
+#define KVC_LIST_KIND(k) &k,
+KVC_KINDS(KVC_DECLARE_KIND)
+static const kvc_kind* const KINDS[] = {KVC_KINDS(KVC_LIST_KIND)};
+#define NUM_KINDS (sizeof KINDS / sizeof KINDS[0])
+
+const kvc_kind* kvc_kind_find(kvc_layer_kind id) {
+  for (size_t i = 0; i < NUM_KINDS; i++)
+    if (KINDS[i]->id == id) return KINDS[i];
+  return NULL;
+}
+
+const char* kvc_kind_list(void) {
+  static char text[1024];
+  if (!text[0]) { /* the same bytes on every call, so concurrent first calls write the same text */
+    size_t used = 0;
+    for (size_t i = 0; i < NUM_KINDS && used < sizeof text; i++)
+      used += (size_t)snprintf(text + used, sizeof text - used, "%s%d (%s)", i ? ", " : "", (int)KINDS[i]->id,
+                               KINDS[i]->name);
+  }
+  return text;
+}
+
+kvc_error* kvc_kind_check_options(const char* fn, uint32_t i, const kvc_layer_options* l) {
+  const kvc_kind* k = kvc_kind_find(l->kind);
+  if (!k)
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->layers[%u].kind is %d; valid kinds are %s", fn, i,
+                   (int)l->kind, kvc_kind_list());
+  if ((k->traits & KVC_TRAIT_SLIDING) && (l->window < 1 || l->window > INT32_MAX))
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: options->layers[%u].window is %" PRId64 "; a %s layer needs window in [1, 2^31)", fn, i,
+                   l->window, k->name);
+  if ((k->traits & KVC_TRAIT_STATIC) && (l->max_cache_len < 1 || l->max_cache_len > INT32_MAX))
+    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+                   "%s: options->layers[%u].max_cache_len is %" PRId64 "; a %s layer needs max_cache_len in [1, 2^31)",
+                   fn, i, l->max_cache_len, k->name);
+  return k->check_options ? k->check_options(fn, i, l) : NULL;
+}
+
+/* ------------------------------------------------------ cache-wide hooks */
+
+/* Bit `id` set: a layer of kind id is among first..first+count-1 (lazy layers the call creates included). */
+static uint64_t kinds_named(const kvc_cache* c, uint32_t first, uint32_t count) {
+  uint64_t mask = 0;
+  for (uint64_t i = first; i < (uint64_t)first + count; i++) {
+    if (i >= c->num_layers) {
+      if (c->lazy) mask |= 1ull << (c->lazy_spec.kind & 63);
+      break;
+    }
+    mask |= 1ull << (c->layers[i]->kind & 63);
+  }
+  return mask;
+}
+
+kvc_error* kvc_kinds_check_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count,
+                                const kvc_tensor* keys, const kvc_update_options* o) {
+  uint64_t named = 0;
+  int computed = 0;
+  for (size_t k = 0; k < NUM_KINDS; k++) {
+    if (!KINDS[k]->check_call) continue;
+    if (!computed) named = kinds_named(c, first, count), computed = 1;
+    if (named & (1ull << KINDS[k]->id)) {
+      kvc_error* e = KINDS[k]->check_call(call, c, first, count, keys, o);
+      if (e) return e;
+    }
+  }
+  return NULL;
+}
+
+kvc_error* kvc_kinds_prepare_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count) {
+  uint64_t named = 0;
+  int computed = 0;
+  for (size_t k = 0; k < NUM_KINDS; k++) {
+    if (!KINDS[k]->prepare_call) continue;
+    if (!computed) named = kinds_named(c, first, count), computed = 1;
+    if (named & (1ull << KINDS[k]->id)) {
+      kvc_error* e = KINDS[k]->prepare_call(call, c, first, count);
+      if (e) return e;
+    }
+  }
+  return NULL;
+}
+
+uint64_t kvc_kinds_state_bytes(const kvc_cache* c) {
+  uint64_t bytes = 0;
+  for (size_t k = 0; k < NUM_KINDS; k++)
+    if (KINDS[k]->state_bytes) bytes += KINDS[k]->state_bytes(c);
+  return bytes;
+}
+
+kvc_error* kvc_kinds_clone_state(const kvc_cache* src, kvc_cache* dst) {
+  for (size_t k = 0; k < NUM_KINDS; k++) {
+    kvc_error* e = KINDS[k]->clone_state ? KINDS[k]->clone_state(src, dst) : NULL;
+    if (e) return e; /* what was cloned so far is freed with dst (kvc_kinds_free_state) */
+  }
+  return NULL;
+}
+
+void kvc_kinds_free_state(kvc_cache* c) {
+  for (size_t k = 0; k < NUM_KINDS; k++)
+    if (KINDS[k]->free_state) KINDS[k]->free_state(c);
+}
