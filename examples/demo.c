@@ -34,12 +34,13 @@
 
 /*
  * The sink rows' keys are rotated on entry and then back by one position at
- * every shift, with float32 products of table entries (spec C.6); the
- * reference rotates each unrotated key once, straight to its slot. A key is
- * re-rotated at most WINDOW - SINK_TOKENS - 1 = 5 times before it is evicted,
- * so the keys differ by a few float32 roundings (~1e-7 relative) and the
- * logits (of magnitude up to ~3.5) by ~1e-6. 1e-4 leaves a wide margin, while
- * a key one slot off, or kept keys left unrotated, change them by units.
+ * every shift, with float32 products of table entries (docs/semantics.md,
+ * 'Sink layers'); the reference rotates each unrotated key once, straight to
+ * its slot. A key is re-rotated at most WINDOW - SINK_TOKENS - 1 = 5 times
+ * before it is evicted, so the keys differ by a few float32 roundings (~1e-7
+ * relative) and the logits (of magnitude up to ~3.5) by ~1e-6. 1e-4 leaves a
+ * wide margin, while a key one slot off, or kept keys left unrotated, change
+ * them by units.
  */
 #define SINK_BOUND 1e-4f
 /*
@@ -79,11 +80,12 @@ static int argmax(const float* v) {
  * are measured so, to compare every step's logits with the same history).
  *
  * A sink row prefills only its first WINDOW tokens and feeds the rest of the
- * prompt one at a time: spec C.6 rotates kept keys back by n positions at a
- * shift of n new tokens, which is how far they move only when the cache held
- * window_length tokens before it. A first update of exactly window_length
- * tokens makes that true of every shift after it (a longer one is stored
- * whole and moves the next shift's keys further than they are rotated).
+ * prompt one at a time: a sink layer (docs/semantics.md, 'Sink layers')
+ * rotates kept keys back by n positions at a shift of n new tokens, which is
+ * how far they move only when the cache held window_length tokens before it.
+ * A first update of exactly window_length tokens makes that true of every
+ * shift after it (a longer one is stored whole and moves the next shift's
+ * keys further than they are rotated).
  */
 static void generate(run* r, const model* m, const int* forced, result* out) {
   int prefill = r->sink_window && r->sink_window < PROMPT_LEN ? (int)r->sink_window : PROMPT_LEN;

@@ -133,7 +133,8 @@ static void sink_rope_options(const run* r, const model* m, int n, int64_t pos0,
  * the first SINK_TOKENS tokens and the last window_length - SINK_TOKENS - 1
  * before it, plus itself. Each key is rotated straight to the slot it holds
  * in such a cache (`k` arrives unrotated), where the cache instead rotated it
- * once on entry and then back by one position at every shift (spec C.6).
+ * once on entry and then back by one position at every shift
+ * (docs/semantics.md, 'Sink layers').
  */
 static void streaming_reference(run* r, const model* m, uint32_t layer, int n, int64_t pos0, const float* q,
                                 const float* k, const float* v, float* out) {

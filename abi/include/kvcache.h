@@ -4,6 +4,7 @@
  * kvcache holds every kind of KV cache Hugging Face transformers has, with
  * transformers' semantics (same returned shapes, same positions kept, same
  * lengths and mask sizes), on interchangeable CPU, CUDA and ROCm backends.
+ * docs/semantics.md describes what every layer kind and operation does.
  *
  * Conventions that hold for every function of this header:
  *

@@ -43,7 +43,7 @@ func pos(b, h, start, n, d int64) Tensor[float32] {
 }
 
 // toks is the [1, 1, n, 1] tensor of the values, the notation of the
-// spec's traces.
+// worked examples in docs/semantics.md.
 func toks(vals ...float32) Tensor[float32] {
 	return Tensor[float32]{Data: append([]float32(nil), vals...), Shape: []int64{1, 1, int64(len(vals)), 1}}
 }

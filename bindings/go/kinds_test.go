@@ -8,10 +8,10 @@ import (
 )
 
 // The cache kinds of the library, each driven through the binding along the
-// traces of the specification (shared/spec/hf-cache-spec.md, part D): one
-// batch, one head, head_dim 1, tensors written as their token values.
+// worked examples of docs/semantics.md ('Worked examples'): one batch, one
+// head, head_dim 1, tensors written as their token values.
 
-func TestDynamicTrace(t *testing.T) { // D.1
+func TestDynamicTrace(t *testing.T) { // 'Dynamic layer trace'
 	c := mkCache(t, nil)
 	if c.NumLayers() != 0 {
 		t.Fatalf("a lazy cache starts with %d layers", c.NumLayers())
@@ -67,7 +67,7 @@ func TestDynamicTrace(t *testing.T) { // D.1
 	}
 }
 
-func TestDynamicBatchSelect(t *testing.T) { // D.1, batch part
+func TestDynamicBatchSelect(t *testing.T) { // 'Dynamic layer trace', batch part
 	c := mkCache(t, nil)
 	rows := fill(3, 1, 2, 1, func(b, _, s, _ int64) float32 { return float32([]int{1, 10, 100}[b] * int(s+1)) })
 	must[KV](t)(c.Update(0, rows, rows, nil))
@@ -78,7 +78,7 @@ func TestDynamicBatchSelect(t *testing.T) { // D.1, batch part
 	}
 }
 
-func TestDynamicSlidingTrace(t *testing.T) { // D.2, W = 4
+func TestDynamicSlidingTrace(t *testing.T) { // 'Dynamic sliding layer trace', W = 4
 	c := mkCache(t, &CacheOptions{Preset: PresetDynamic, Config: &ModelConfig{NumHiddenLayers: 1, SlidingWindow: 4}})
 	steps := []struct {
 		in, ret, stored []float32
@@ -112,7 +112,7 @@ func TestDynamicSlidingTrace(t *testing.T) { // D.2, W = 4
 	wantErr(t, c.Crop(-1), CodeInvalidState)
 }
 
-func TestDynamicSlidingRecording(t *testing.T) { // D.2, record_past
+func TestDynamicSlidingRecording(t *testing.T) { // 'Dynamic sliding layer trace', record_past
 	c := mkCache(t, &CacheOptions{Preset: PresetCustom, Layers: []LayerOptions{{Kind: LayerDynamicSliding, Window: 12}}})
 	ok(t, c.ActivatePastRecording())
 	in := make([]float32, 45)
@@ -130,7 +130,7 @@ func TestDynamicSlidingRecording(t *testing.T) { // D.2, record_past
 	}
 }
 
-func TestStaticTrace(t *testing.T) { // D.3, M = 4
+func TestStaticTrace(t *testing.T) { // 'Static layer trace', M = 4
 	c := mkCache(t, &CacheOptions{Preset: PresetStatic, Config: &ModelConfig{NumHiddenLayers: 1}, MaxCacheLen: 4})
 	for i, s := range []struct{ in, ret []float32 }{
 		{[]float32{1, 2}, []float32{1, 2, 0, 0}},
@@ -165,7 +165,7 @@ func TestStaticTrace(t *testing.T) { // D.3, M = 4
 	})
 }
 
-func TestStaticSlidingTrace(t *testing.T) { // D.4, M' = 4
+func TestStaticSlidingTrace(t *testing.T) { // 'Static sliding layer trace', M' = 4
 	c := mkCache(t, &CacheOptions{Preset: PresetCustom, Layers: []LayerOptions{{Kind: LayerStaticSliding, Window: 4, MaxCacheLen: 16}}})
 	for i, s := range []struct {
 		in, ret, stored  []float32
@@ -336,7 +336,7 @@ func quantTolerance(lo, hi float32, nbits int) float64 {
 	return float64(hi-lo)/float64(int(1)<<nbits-1) + 1e-5
 }
 
-func TestQuantizedTransformersTrace(t *testing.T) { // D.5, R = 4
+func TestQuantizedTransformersTrace(t *testing.T) { // 'Quantized layer trace', R = 4
 	q := DefaultQuantOptions()
 	q.Mode, q.ResidualLength, q.QGroupSize = QuantModeTransformers, 4, 16
 	c := mkCache(t, &CacheOptions{Preset: PresetQuantized, Config: &ModelConfig{NumHiddenLayers: 1}, Quant: &q})
@@ -458,7 +458,7 @@ func TestQuantizedOptionErrors(t *testing.T) {
 	wantErr(t, err, CodeUnsupported)
 }
 
-func TestSinkTrace(t *testing.T) { // D.6, Wl = 6, S = 2
+func TestSinkTrace(t *testing.T) { // 'Sink layer trace', Wl = 6, S = 2
 	c := mkCache(t, &CacheOptions{Preset: PresetSink, WindowLength: 6, NumSinkTokens: 2})
 	for i, s := range []struct{ in, ret []float32 }{
 		{[]float32{0, 1, 2, 3}, []float32{0, 1, 2, 3}},
@@ -501,7 +501,7 @@ func rope(seq, dim int64) (cos, sin Tensor[float32]) {
 	return cos, sin
 }
 
-func TestSinkRerotation(t *testing.T) { // C.6: kept keys are rotated back by the shift
+func TestSinkRerotation(t *testing.T) { // 'Sink layers': kept keys are rotated back by the shift
 	const w, sinks, dim = 6, 2, 4
 	c := mkCache(t, &CacheOptions{Preset: PresetCustom, Layers: []LayerOptions{{Kind: LayerSink, Window: w, NumSinkTokens: sinks}}})
 	cos, sin := rope(16, dim)
@@ -550,7 +550,7 @@ func TestSinkRerotation(t *testing.T) { // C.6: kept keys are rotated back by th
 	}
 }
 
-func TestLinearConvTrace(t *testing.T) { // D.7, K = 4
+func TestLinearConvTrace(t *testing.T) { // 'Linear conv state trace', K = 4
 	c := mkCache(t, &CacheOptions{Preset: PresetCustom, Layers: []LayerOptions{{Kind: LayerLinear, ConvKernelSize: 4}}})
 	conv := func(vals ...float32) Tensor[float32] {
 		return Tensor[float32]{Data: vals, Shape: []int64{1, 1, int64(len(vals))}}
@@ -600,7 +600,7 @@ func must2(t testing.TB) func(View, View, error) (View, View) {
 	}
 }
 
-func TestLinearLegacyConv(t *testing.T) { // D.8, legacy MambaCache, K = 4
+func TestLinearLegacyConv(t *testing.T) { // 'Legacy MambaCache conv trace', K = 4
 	c := mkCache(t, &CacheOptions{Preset: PresetMamba, Config: &ModelConfig{NumHiddenLayers: 2, ConvKernel: 4}})
 	x := Tensor[float32]{Data: []float32{3, 4, 5, 6}, Shape: []int64{1, 1, 4}}
 	got := must[View](t)(c.UpdateConvState(1, x, &ConvUpdateOptions{CachePosition: []int64{0, 1, 2, 3}}))

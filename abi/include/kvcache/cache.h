@@ -30,7 +30,7 @@ typedef struct kvc_cache kvc_cache;
 /* ---------------------------------------------------------------- layers */
 
 /*
- * Layer kinds (spec A.2, A.3, A.5, A.6, A.8, A.9, C.6). The chunked kinds
+ * Layer kinds (docs/semantics.md, 'Layer kinds at a glance'). The chunked kinds
  * behave exactly like the sliding kinds with the chunk size as window
  * (transformers uses the same classes); they differ only in how the attention
  * mask is built, which kvc_layer_info.is_chunked reports.
@@ -98,7 +98,8 @@ typedef int32_t kvc_layer_type;
 
 /**
  * The parts of a transformers model configuration that decide a cache's
- * layers (spec A.10). Zero means "absent" for every field.
+ * layers (docs/semantics.md, 'Layer types and presets'). Zero means "absent"
+ * for every field.
  * Published sizes: 40 (0.1), 56 (0.2).
  */
 typedef struct kvc_model_config {
@@ -161,7 +162,8 @@ KVC_API void kvc_model_config_init(kvc_model_config* config);
  *   builds for such models in transformers >= 5.5.
  *
  * With KVC_PRESET_DYNAMIC and KVC_PRESET_STATIC, LINEAR_ATTENTION, HYBRID and
- * HYBRID_SLIDING layer types map to the LINEAR kinds as in spec A.10.
+ * HYBRID_SLIDING layer types map to the LINEAR kinds as in docs/semantics.md,
+ * 'Layer types and presets'.
  *
  * Layer types are derived as transformers does: without layer_types, all
  * layers are sliding if sliding_window is set, else chunked if
@@ -184,7 +186,7 @@ typedef int32_t kvc_preset;
 #define KVC_PRESET_HYBRID_MAMBA   12
 
 /*
- * Offloading (spec A.11, E.2 item 10): layers keep their K/V in the host tier
+ * Offloading (docs/semantics.md, 'Offloading'): layers keep their K/V in the host tier
  * between updates. Before layer i is updated the next offloadable layer is
  * prefetched to the device tier; after it, layer i is offloaded. Linear
  * layers are never offloaded; with KVC_OFFLOAD_NON_SLIDING sliding layers stay

@@ -1,5 +1,6 @@
 /*
- * kvcache/encoder_decoder.h: EncoderDecoderCache (spec A.15, C.12).
+ * kvcache/encoder_decoder.h: EncoderDecoderCache (docs/semantics.md,
+ * 'Encoder-decoder caches').
  *
  * A pair of caches (self-attention over the generated tokens, cross-attention
  * over the encoder output) plus, per layer, whether the cross-attention K/V

@@ -1,6 +1,6 @@
 /*
  * kvcache/offload.h: moving a layer's K/V between the device tier and the
- * host tier (spec A.11, C.4, C.10, C.11).
+ * host tier (docs/semantics.md, 'Offloading').
  *
  * A cache created with offloading (kvc_cache_options.offload, or the
  * OFFLOADED presets) does this by itself in kvc_cache_update, in

@@ -77,7 +77,7 @@ KVC_API kvc_error* kvc_cache_update_all(kvc_cache* cache, uint32_t num_layers, c
                                         kvc_kv* out);
 
 /**
- * crop(tokens) on every layer (spec A.2, A.3):
+ * crop(tokens) on every layer (docs/semantics.md, 'Crop and past recording'):
  *  - tokens < 0: remove the last |tokens| tokens (all of them if there are fewer);
  *  - tokens == 0: no-op on full-attention layers; a recording sliding layer
  *    drops the extra recorded tokens;

@@ -1,5 +1,6 @@
 /*
- * kvcache/quantized.h: the options of quantized layers (spec A.8, C.5).
+ * kvcache/quantized.h: the options of quantized layers (docs/semantics.md,
+ * 'Quantized layers').
  *
  * A quantized layer keeps old tokens as bit-packed integer codes with one
  * scale and zero point per group, and the most recent tokens in full

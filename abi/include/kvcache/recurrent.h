@@ -1,6 +1,6 @@
 /*
  * kvcache/recurrent.h: conv and SSM states of linear-attention layers
- * (Mamba, Mamba2, Jamba, Bamba; spec A.9, C.13, C.14).
+ * (Mamba, Mamba2, Jamba, Bamba; docs/semantics.md, 'Linear-attention layers').
  *
  * A layer of a LINEAR kind holds num_states pairs of states:
  *  - a conv state [batch, channels, K] with the time axis last, K the conv

@@ -1,5 +1,6 @@
-"""transformers' own cache unit tests (tests/utils/test_cache_utils.py at 5.23, spec F.1) ported to run against
-kvcache's drop-in classes: SyntheticCacheTest, CacheCroppingTests and the model-free CacheTest cases."""
+"""transformers' own cache unit tests (tests/utils/test_cache_utils.py at 5.23; docs/semantics.md, 'Synthetic
+and cropping tests of transformers') ported to run against kvcache's drop-in classes: SyntheticCacheTest,
+CacheCroppingTests and the model-free CacheTest cases."""
 from __future__ import annotations
 
 import pytest

@@ -38,7 +38,8 @@ class LayerType(enum.IntEnum):
     HYBRID_SLIDING = _lib.KVC_LAYER_TYPE_HYBRID_SLIDING
 
 
-#: transformers' layer type strings and the LayerType each maps to (spec A.10).
+#: transformers' layer type strings and the LayerType each maps to
+#: (docs/semantics.md, 'Layer types and presets').
 LAYER_TYPE_NAMES: Mapping[str, LayerType] = {
     "full_attention": LayerType.FULL_ATTENTION,
     "attention": LayerType.FULL_ATTENTION,

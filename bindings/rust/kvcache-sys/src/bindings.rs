@@ -255,7 +255,8 @@ unsafe extern "C" {
 }
 pub type kvc_layer_type = i32;
 /** The parts of a transformers model configuration that decide a cache's
- layers (spec A.10). Zero means "absent" for every field.
+ layers (docs/semantics.md, 'Layer types and presets'). Zero means "absent"
+ for every field.
  Published sizes: 40 (0.1), 56 (0.2).*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -657,7 +658,7 @@ unsafe extern "C" {
     ) -> *mut kvc_error;
 }
 unsafe extern "C" {
-    /** crop(tokens) on every layer (spec A.2, A.3):
+    /** crop(tokens) on every layer (docs/semantics.md, 'Crop and past recording'):
  - tokens < 0: remove the last |tokens| tokens (all of them if there are fewer);
  - tokens == 0: no-op on full-attention layers; a recording sliding layer
  drops the extra recorded tokens;

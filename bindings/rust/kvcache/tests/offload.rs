@@ -1,4 +1,4 @@
-//! Offloading (ABI 0.2, spec A.11): the offloaded presets move layers to the
+//! Offloading (ABI 0.2, docs/semantics.md, 'Offloading'): the offloaded presets move layers to the
 //! host tier in transformers' order, and offload/prefetch move them by hand.
 
 mod common;

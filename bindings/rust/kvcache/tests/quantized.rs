@@ -1,4 +1,4 @@
-//! Quantized layers (ABI 0.2, spec A.8): QuantizedCache with the quanto and
+//! Quantized layers (ABI 0.2, docs/semantics.md, 'Quantized layers'): QuantizedCache with the quanto and
 //! HQQ quantizers, in incremental and transformers mode.
 
 mod common;

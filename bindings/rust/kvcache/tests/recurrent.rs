@@ -1,4 +1,4 @@
-//! Linear-attention layers (ABI 0.2, spec A.9, C.13, C.14): conv and SSM
+//! Linear-attention layers (ABI 0.2, docs/semantics.md, 'Linear-attention layers'): conv and SSM
 //! states, the Mamba and hybrid presets, and the hybrid layer kinds.
 
 mod common;
@@ -41,7 +41,7 @@ fn linear(states: u32, k: i64) -> Cache {
         .unwrap()
 }
 
-/// Spec D.7: K = 4, no recording.
+/// docs/semantics.md, 'Linear conv state trace': K = 4, no recording.
 #[test]
 fn conv_state_trace_d7() {
     let mut cache = linear(1, 4);
@@ -75,7 +75,8 @@ fn conv_state_trace_d7() {
     assert_eq!(full.get::<f32>(&[1, 1, 3]).unwrap(), 102.0);
 }
 
-/// Spec D.8: the legacy MambaCache protocol with cache_position.
+/// docs/semantics.md, 'Legacy MambaCache conv trace': the legacy MambaCache protocol
+/// with cache_position.
 #[test]
 fn conv_state_trace_d8_legacy_positions() {
     let mut cache = linear(1, 4);

@@ -1,4 +1,4 @@
-//! Sink layers (ABI 0.2, SinkCache, spec C.6): the first tokens plus the
+//! Sink layers (ABI 0.2, SinkCache, docs/semantics.md, 'Sink layers'): the first tokens plus the
 //! most recent ones, with the kept keys re-rotated when RoPE tables are given.
 
 mod common;
@@ -30,7 +30,7 @@ fn sink_cache(window: i64, sinks: i64) -> Cache {
         .unwrap()
 }
 
-/// Spec D.6: window 6, 2 sink tokens.
+/// docs/semantics.md, 'Sink layer trace': window 6, 2 sink tokens.
 #[test]
 fn keeps_the_sinks_and_the_most_recent_tokens() {
     let mut cache = sink_cache(6, 2);
