@@ -16,6 +16,7 @@ function(kvc_library_settings target scope)
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_include_directories(${target} PRIVATE
     ${PROJECT_SOURCE_DIR}/core
+    ${PROJECT_SOURCE_DIR}/abi/backend
     ${PROJECT_SOURCE_DIR}/backends)
   target_compile_definitions(${target} PRIVATE KVC_BUILDING_LIBRARY
     $<$<BOOL:${KVC_BACKEND_DL}>:KVC_BACKEND_DL=1>)

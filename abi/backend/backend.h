@@ -1,5 +1,9 @@
 /*
- * core/backend.h: the backend table (DESIGN.md section 5).
+ * abi/backend/backend.h: the backend table, the interface between the core
+ * and its backends (built in or plugins). It lives beside the public ABI,
+ * not in core/ or backends/, because both sides compile against it and
+ * neither may depend on the other's folder. Not installed: it is the
+ * plugins' contract with this release of the core, checked by api_version.
  *
  * A backend moves bytes on one device type; it knows nothing about caches,
  * windows or layers. The core reaches every byte of K/V storage only through
@@ -16,8 +20,8 @@
  * that stream and return without waiting for it (no host synchronisation);
  * the CPU backend ignores the stream and works synchronously.
  */
-#ifndef KVC_CORE_BACKEND_H
-#define KVC_CORE_BACKEND_H
+#ifndef KVC_BACKEND_H
+#define KVC_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -141,4 +145,4 @@ typedef struct kvc_backend {
 /* The CPU backend, always built in. */
 const kvc_backend* kvc_cpu_backend(void);
 
-#endif /* KVC_CORE_BACKEND_H */
+#endif /* KVC_BACKEND_H */
