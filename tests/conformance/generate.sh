@@ -49,3 +49,7 @@ mkdir -p "$OUT"
 "$BASE/bin/python" "$HERE/generate_linear.py" --suite v5 --out "$OUT"
 "$HERE/.venv-tf$TF_457/bin/python" "$HERE/generate_linear.py" --suite v457 --out "$OUT"
 "$HERE/.venv-tf$TF_453/bin/python" "$HERE/generate_linear.py" --suite v453 --out "$OUT"
+# FP8 quantized cache (transformers' Fp8QuantizedLayer): torch's e4m3fn arithmetic for the unit test, and the
+# cache vectors (written to vectors/pending/ until kvcache has the layer kind).
+"$BASE/bin/python" "$HERE/generate_fp8_table.py" --out "$OUT"
+"$BASE/bin/python" "$HERE/generate_fp8.py" --out "$OUT"
