@@ -24,7 +24,8 @@
   X(kvc_linear_dynamic_kind)      \
   X(kvc_linear_dynamic_sliding_kind) \
   X(kvc_linear_static_kind)       \
-  X(kvc_linear_static_sliding_kind)
+  X(kvc_linear_static_sliding_kind) \
+  X(kvc_quantized_fp8_kind)
 
 #define KVC_DECLARE_KIND(k) extern const kvc_kind k;
 #define KVC_LIST_KIND(k) &k,

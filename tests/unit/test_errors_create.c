@@ -104,7 +104,7 @@ static void test_create_bad_custom_layers(void) {
   o = custom_options(0, &one);
   EXPECT_CREATE_ERR(&o, KVC_ERROR_INVALID_ARGUMENT, "num_layers", "0");
 
-  static const kvc_layer_kind bad_kinds[] = {0, 14, -1, 1000};
+  static const kvc_layer_kind bad_kinds[] = {0, 15, -1, 1000};
   char num[32];
   for (size_t i = 0; i < sizeof bad_kinds / sizeof bad_kinds[0]; i++) {
     kvc_layer_options l[2] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(bad_kinds[i], 4, 8)};

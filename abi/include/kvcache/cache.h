@@ -58,6 +58,10 @@ typedef int32_t kvc_layer_kind;
 #define KVC_LAYER_LINEAR_DYNAMIC_SLIDING 11 /**< recurrent state + KVC_LAYER_DYNAMIC_SLIDING */
 #define KVC_LAYER_LINEAR_STATIC         12 /**< recurrent state + KVC_LAYER_STATIC */
 #define KVC_LAYER_LINEAR_STATIC_SLIDING 13 /**< recurrent state + KVC_LAYER_STATIC_SLIDING */
+#define KVC_LAYER_QUANTIZED_FP8         14 /**< Fp8QuantizedLayer (transformers >= 5.21): float8 e4m3fn with one
+                                                scale per tensor, fixed by the layer's first update; no residual.
+                                                The first update returns its inputs, later ones the dequantized
+                                                history. CPU caches only (since 0.4). */
 
 /**
  * One layer of a custom cache.
