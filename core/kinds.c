@@ -11,21 +11,22 @@
 
 #include "internal.h"
 
-#define KVC_KINDS(X)              \
-  X(kvc_dynamic_kind)             \
-  X(kvc_dynamic_sliding_kind)     \
-  X(kvc_dynamic_chunked_kind)     \
-  X(kvc_static_kind)              \
-  X(kvc_static_sliding_kind)      \
-  X(kvc_static_chunked_kind)      \
-  X(kvc_quantized_kind)           \
-  X(kvc_sink_kind)                \
-  X(kvc_linear_kind)              \
-  X(kvc_linear_dynamic_kind)      \
+#define KVC_KINDS(X)                 \
+  X(kvc_dynamic_kind)                \
+  X(kvc_dynamic_sliding_kind)        \
+  X(kvc_dynamic_chunked_kind)        \
+  X(kvc_static_kind)                 \
+  X(kvc_static_sliding_kind)         \
+  X(kvc_static_chunked_kind)         \
+  X(kvc_quantized_kind)              \
+  X(kvc_sink_kind)                   \
+  X(kvc_linear_kind)                 \
+  X(kvc_linear_dynamic_kind)         \
   X(kvc_linear_dynamic_sliding_kind) \
-  X(kvc_linear_static_kind)       \
-  X(kvc_linear_static_sliding_kind) \
-  X(kvc_quantized_fp8_kind)
+  X(kvc_linear_static_kind)          \
+  X(kvc_linear_static_sliding_kind)  \
+  X(kvc_quantized_fp8_kind)          \
+  /* one line per kind, above this one */
 
 #define KVC_DECLARE_KIND(k) extern const kvc_kind k;
 #define KVC_LIST_KIND(k) &k,
