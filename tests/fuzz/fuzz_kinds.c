@@ -59,7 +59,7 @@
  * model for the types tensor_codec.c builds inputs from): kinds_state.c
  * holds the groups of caches, kinds_inputs.c makes options and inputs,
  * kinds_checks.c the invariants and row checks. */
-#include "cache_snapshot.c"
+#include "../common/cache_snapshot.c"
 #include "reference_model.c"
 #include "report.c"
 #include "tensor_codec.c"
