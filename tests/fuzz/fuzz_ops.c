@@ -433,6 +433,21 @@ static void describe_plan(const plan* p) {
         (long long)p->H[0], (long long)p->Dk[0], (long long)p->Dv[0]);
 }
 
+/* A created cache goes to slot i; a failed creation must have left its out-parameter (sentinel) alone. */
+static void slot_take(ctx* c, int i, kvc_code want, kvc_cache* out, const kvc_cache* sentinel, const char* what,
+                      const ref_cache* ref, const plan* p) {
+  if (want != KVC_OK) {
+    if (out != sentinel) fail("a failed %s wrote its out-parameter", what);
+    return;
+  }
+  slot* sl = &c->s[i];
+  memset(sl, 0, sizeof *sl);
+  sl->used = 1;
+  sl->cache = out;
+  sl->ref = *ref;
+  sl->p = *p;
+}
+
 static void op_create(ctx* c) {
   int i = pick_free(c);
   if (i < 0) {
@@ -454,16 +469,7 @@ static void op_create(ctx* c) {
   kvc_cache* sentinel = (kvc_cache*)&s;
   kvc_cache* out = sentinel;
   expect_code(kvc_cache_create(o, &out), want, "cache_create");
-  if (want != KVC_OK) {
-    if (out != sentinel) fail("a failed cache_create wrote its out-parameter");
-    return;
-  }
-  slot* sl = &c->s[i];
-  memset(sl, 0, sizeof *sl);
-  sl->used = 1;
-  sl->cache = out;
-  sl->ref = ref;
-  sl->p = p;
+  slot_take(c, i, want, out, sentinel, "cache_create", &ref, &p);
 }
 
 static void op_create_from_tensors(ctx* c) {
@@ -507,16 +513,7 @@ static void op_create_from_tensors(ctx* c) {
   kvc_cache* out = sentinel;
   expect_code(kvc_cache_create_from_tensors(o, n, keys, values, &out), want, "create_from_tensors");
   for (uint32_t l = 0; l < n; l++) gen_free(&g[l]);
-  if (want != KVC_OK) {
-    if (out != sentinel) fail("a failed create_from_tensors wrote its out-parameter");
-    return;
-  }
-  slot* sl = &c->s[i];
-  memset(sl, 0, sizeof *sl);
-  sl->used = 1;
-  sl->cache = out;
-  sl->ref = ref;
-  sl->p = p;
+  slot_take(c, i, want, out, sentinel, "create_from_tensors", &ref, &p);
 }
 
 /* ---------------------------------------------------------------- update */
@@ -883,13 +880,11 @@ static void op_split(ctx* c) {
   trace("%s: batch_split full=%lld split=%lld capacity=%zu -> %s\n", t.name, (long long)full, (long long)split, cap,
         kvc_code_name(want));
   kvc_cache* out[MAX_SPLITS];
-  for (size_t k = 0; k < MAX_SPLITS; k++) out[k] = (kvc_cache*)&out[k];
-  size_t count = 12345;
+  split_outputs_mark(out, MAX_SPLITS);
+  size_t count = SPLIT_COUNT_UNSET;
   expect_code(kvc_cache_batch_split(t.c, full, split, out, cap, &count), want, "batch_split");
   if (want != KVC_OK) {
-    if (count != 12345) fail("a failed batch_split wrote *count");
-    for (size_t k = 0; k < MAX_SPLITS; k++)
-      if (out[k] != (kvc_cache*)&out[k]) fail("a failed batch_split wrote out[%zu]", k);
+    split_outputs_untouched(out, MAX_SPLITS, count);
     return;
   }
   if (count != want_count) fail("batch_split made %zu splits, reference %zu", count, want_count);
@@ -1041,11 +1036,11 @@ static void op_ed_split(ctx* c, int i) {
         (long long)split, cap, kvc_code_name(want));
   kvc_encoder_decoder_cache* out[MAX_SPLITS];
   for (size_t k = 0; k < MAX_SPLITS; k++) out[k] = (kvc_encoder_decoder_cache*)&out[k];
-  size_t count = 12345;
+  size_t count = SPLIT_COUNT_UNSET;
   expect_code(kvc_encoder_decoder_cache_batch_split(s->ed, full, split, out, cap, &count), want,
               "encoder_decoder batch_split");
   if (want != KVC_OK) {
-    if (count != 12345) fail("a failed encoder_decoder batch_split wrote *count");
+    if (count != SPLIT_COUNT_UNSET) fail("a failed encoder_decoder batch_split wrote *count");
     for (size_t k = 0; k < MAX_SPLITS; k++)
       if (out[k] != (kvc_encoder_decoder_cache*)&out[k])
         fail("a failed encoder_decoder batch_split wrote out[%zu]", k);
