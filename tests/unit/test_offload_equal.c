@@ -167,12 +167,7 @@ static void op_split_stack(pair* p) {
     return;
   CHECK_EQ_I64(na, nb);
   for (size_t i = 0; i < na && i < nb; i++) {
-    tu_snapshot x, y;
-    snapshot(sa[i], &x);
-    snapshot(sb[i], &y);
-    CHECK_SNAPSHOT_EQUAL_CONTENTS(&x, &y);
-    snapshot_free(&x);
-    snapshot_free(&y);
+    CHECK_CACHES_EQUAL_CONTENTS(sa[i], sb[i]);
   }
   kvc_cache *ra = NULL, *rb = NULL;
   if (same_outcome(p, kvc_cache_from_batch_splits((const kvc_cache* const*)sa, na, &ra),

@@ -847,6 +847,33 @@ static TU_UNUSED int snapshot_equal_contents(const tu_snapshot* a, const tu_snap
   tu_report(snapshot_equal_contents((a), (b)), __FILE__, __LINE__, "snapshot_equal_contents(" #a ", " #b ")")
 #define CHECK_SNAPSHOT_EQUAL(a, b) tu_report(snapshot_equal((a), (b)), __FILE__, __LINE__, "snapshot_equal(" #a ", " #b ")")
 
+/* Runs the statements (with their own checks) and checks that `cache` is observably unchanged afterwards. */
+#define CHECK_UNCHANGED_BY(cache, ...)       \
+  do {                                       \
+    tu_snapshot before_, after_;             \
+    snapshot((cache), &before_);             \
+    __VA_ARGS__;                             \
+    snapshot((cache), &after_);              \
+    CHECK_SNAPSHOT_EQUAL(&before_, &after_); \
+    snapshot_free(&before_);                 \
+    snapshot_free(&after_);                  \
+  } while (0)
+
+/* Whether two caches agree on everything observable (all but reserved capacity with ignore_reserved). */
+static TU_UNUSED int tu_caches_equal(const kvc_cache* x, const kvc_cache* y, int ignore_reserved) {
+  tu_snapshot a, b;
+  snapshot(x, &a);
+  snapshot(y, &b);
+  int same = snapshot_equal_ex(&a, &b, ignore_reserved);
+  snapshot_free(&a);
+  snapshot_free(&b);
+  return same;
+}
+
+#define CHECK_CACHES_EQUAL(x, y) tu_report(tu_caches_equal((x), (y), 0), __FILE__, __LINE__, "caches_equal(" #x ", " #y ")")
+#define CHECK_CACHES_EQUAL_CONTENTS(x, y) \
+  tu_report(tu_caches_equal((x), (y), 1), __FILE__, __LINE__, "caches_equal_contents(" #x ", " #y ")")
+
 /* Encoder-decoder: both caches plus the is_updated flags. */
 #define TU_ED_MAX_FLAGS 64
 typedef struct tu_ed_snapshot {
