@@ -43,17 +43,6 @@ typedef struct {
   uint32_t cache_position_length;
 } update_options_01;
 
-/* A compact float32 [shape] view of `data` (shape borrowed). */
-static kvc_tensor f32_tensor(float* data, int64_t* shape) {
-  kvc_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = KVC_DEVICE_CPU;
-  t.ndim = 4;
-  t.dtype = tu_data_type(KVC_DTYPE_FLOAT32);
-  t.shape = shape;
-  return t;
-}
 
 static void test_sizes_are_the_published_ones(void) {
   CHECK_EQ_I64(sizeof(layer_options_01), 24);
@@ -93,7 +82,7 @@ static void test_old_preset_and_update(void) {
   CHECK_EQ_I64(kvc_cache_num_layers(c), 2);
   float k[4] = {1, 2, 3, 4};
   int64_t shape[4] = {1, 1, 2, 2};
-  kvc_tensor t = f32_tensor(k, shape);
+  kvc_tensor t = tu_f32_view(k, shape);
   int64_t pos[2] = {1, 2};
   update_options_01 u = {24, pos, 2};
   kvc_kv out;
@@ -112,7 +101,7 @@ static void test_old_output_structs(void) {
   REQUIRE_OK(kvc_cache_create(NULL, &c));
   float k[2] = {1, 2};
   int64_t shape[4] = {1, 1, 1, 2};
-  kvc_tensor t = f32_tensor(k, shape);
+  kvc_tensor t = tu_f32_view(k, shape);
   REQUIRE_OK(kvc_cache_update(c, 0, &t, &t, NULL, NULL));
 
   unsigned char buf[sizeof(kvc_layer_info)];
@@ -150,7 +139,7 @@ static void test_new_output_fields(void) {
   REQUIRE_OK(kvc_cache_create(NULL, &c));
   float k[2] = {1, 2};
   int64_t shape[4] = {1, 1, 1, 2};
-  kvc_tensor t = f32_tensor(k, shape);
+  kvc_tensor t = tu_f32_view(k, shape);
   REQUIRE_OK(kvc_cache_update(c, 0, &t, &t, NULL, NULL));
   kvc_memory_info m = {.struct_size = sizeof m};
   CHECK_OK(kvc_cache_memory(c, &m));

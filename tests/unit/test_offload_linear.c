@@ -26,14 +26,7 @@ static kvc_cache* make(kvc_offload offload) {
     l[i] = tu_layer(kinds[i], 0, kinds[i] == KVC_LAYER_LINEAR_STATIC ? 8 : 0);
     l[i].conv_kernel_size = kinds[i] == KVC_LAYER_DYNAMIC ? 0 : K;
   }
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
-  o.num_layers = 4;
-  o.layers = l;
-  o.offload = offload;
-  kvc_cache* c = NULL;
-  CHECK_OK(kvc_cache_create(&o, &c));
-  return c;
+  return tu_custom_offload_cache(4, l, offload);
 }
 
 /* A [rows, cols, depth] conv input, or with depth 0 a [rows, cols] recurrent state, of random finite floats. */

@@ -407,6 +407,18 @@ static TU_UNUSED kvc_data_type tu_data_type(kvc_dtype dt) {
   return r;
 }
 
+/* A compact float32 view of `data` with the 4-D `shape` (both borrowed). */
+static TU_UNUSED kvc_tensor tu_f32_view(float* data, int64_t* shape) {
+  kvc_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = KVC_DEVICE_CPU;
+  t.ndim = 4;
+  t.dtype = tu_data_type(KVC_DTYPE_FLOAT32);
+  t.shape = shape;
+  return t;
+}
+
 static TU_UNUSED void tu_store_float(kvc_dtype dt, unsigned char* p, float f) {
   if (dt == KVC_DTYPE_FLOAT32) {
     memcpy(p, &f, 4);
@@ -688,14 +700,22 @@ static TU_UNUSED kvc_layer_options tu_layer(kvc_layer_kind kind, int64_t window,
 }
 
 /* A custom cache of n layers, or NULL (the error is printed and counted). */
-static TU_UNUSED kvc_cache* tu_custom_cache(uint32_t n, const kvc_layer_options* layers) {
+/* The same, offloading the layers `offload` names. */
+static TU_UNUSED kvc_cache* tu_custom_offload_cache(uint32_t n, const kvc_layer_options* layers,
+                                                    kvc_offload offload) {
   kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
   o.preset = KVC_PRESET_CUSTOM;
   o.num_layers = n;
   o.layers = layers;
+  o.offload = offload;
   kvc_cache* c = NULL;
   if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
   return c;
+}
+
+static TU_UNUSED kvc_cache* tu_custom_cache(uint32_t n, const kvc_layer_options* layers) {
+  const kvc_cache_options defaults = KVC_CACHE_OPTIONS_INIT;
+  return tu_custom_offload_cache(n, layers, defaults.offload);
 }
 
 /* A one-layer custom cache of one kind. */
