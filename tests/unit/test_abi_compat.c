@@ -95,14 +95,24 @@ static void test_old_preset_and_update(void) {
   kvc_cache_destroy(c);
 }
 
-/* Output structs: a 0.1 caller's struct_size bounds what the library writes. */
-static void test_old_output_structs(void) {
+/* A DynamicCache holding one token of head_dim 2 in layer 0, or NULL (counted). */
+static kvc_cache* one_token_cache(void) {
   kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  if (!CHECK_OK(kvc_cache_create(NULL, &c))) return NULL;
   float k[2] = {1, 2};
   int64_t shape[4] = {1, 1, 1, 2};
   kvc_tensor t = tu_f32_view(k, shape);
-  REQUIRE_OK(kvc_cache_update(c, 0, &t, &t, NULL, NULL));
+  if (!CHECK_OK(kvc_cache_update(c, 0, &t, &t, NULL, NULL))) {
+    kvc_cache_destroy(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* Output structs: a 0.1 caller's struct_size bounds what the library writes. */
+static void test_old_output_structs(void) {
+  kvc_cache* c = one_token_cache();
+  REQUIRE(c != NULL);
 
   unsigned char buf[sizeof(kvc_layer_info)];
   memset(buf, 0xA5, sizeof buf);
@@ -135,12 +145,8 @@ static void test_old_output_structs(void) {
 
 /* The current sizes fill the new fields. */
 static void test_new_output_fields(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
-  float k[2] = {1, 2};
-  int64_t shape[4] = {1, 1, 1, 2};
-  kvc_tensor t = tu_f32_view(k, shape);
-  REQUIRE_OK(kvc_cache_update(c, 0, &t, &t, NULL, NULL));
+  kvc_cache* c = one_token_cache();
+  REQUIRE(c != NULL);
   kvc_memory_info m = {.struct_size = sizeof m};
   CHECK_OK(kvc_cache_memory(c, &m));
   CHECK_EQ_U64(m.bytes_device, m.bytes_reserved); /* nothing offloaded */

@@ -14,17 +14,7 @@
 static kvc_cache* const SENTINEL = (kvc_cache*)(uintptr_t)0x5a5a;
 
 /* kvc_cache_create with KVC_PRESET_QUANTIZED and these options (and a 2-layer config). */
-static kvc_error* create_with(const kvc_quant_options* q, kvc_cache** out) {
-  kvc_model_config cfg;
-  kvc_model_config_init(&cfg);
-  cfg.num_hidden_layers = 2;
-  kvc_cache_options o;
-  kvc_cache_options_init(&o);
-  o.preset = KVC_PRESET_QUANTIZED;
-  o.config = &cfg;
-  o.quant = q;
-  return kvc_cache_create(&o, out);
-}
+static kvc_error* create_with(const kvc_quant_options* q, kvc_cache** out) { return tq_create(q, 2, out); }
 
 static void test_bad_quant_options(void) {
   struct {
