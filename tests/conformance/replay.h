@@ -1,8 +1,9 @@
 /*
- * replay.h: what the conformance replay's operation files share: the replay
- * state, the vector-file tokenizer, tensor and outcome parsing and checking.
- * replay.c holds the core operations and main(); each replay_<family>.c adds
- * the operations of one family of cache kinds as a table of replay_op.
+ * replay.h: the conformance replay engine (replay_engine.c) that every
+ * operation is built from: the replay state, the vector-file tokenizer,
+ * tensor and outcome parsing, bit-exact checking, slots, options and the
+ * steps operations share. replay.c runs the files; replay_core.c and each
+ * replay_<family>.c contribute a table of replay_op.
  */
 #ifndef KVC_REPLAY_H
 #define KVC_REPLAY_H
@@ -86,7 +87,8 @@ typedef struct replay_op {
   void (*run)(replay*);
 } replay_op;
 
-/* The families' tables, each ended by {NULL, NULL}. */
+/* The tables, each ended by {NULL, NULL}. */
+extern const replay_op replay_ops_core[];
 extern const replay_op replay_ops_quantized[];
 extern const replay_op replay_ops_sink[];
 extern const replay_op replay_ops_linear[];
@@ -115,10 +117,60 @@ int check_outcome(replay* r, kvc_error* e, const outcome* o);
 int must(replay* r, kvc_error* e, const char* call);
 void check_int(replay* r, const char* what, int64_t got, vint want);
 void slot_clear(slot* s);
+void slots_clear(replay* r);
 slot* slot_at(replay* r, int64_t i);
 kvc_cache* cache_at(replay* r, int64_t i);
 kvc_layer_kind kind_of(replay* r, const char* t);
 void parse_options(replay* r, optspec* o);
 int parse_indices(replay* r, int64_t* idx, int64_t* count);
+
+/* Which create operation accepts a preset name: `create`'s `preset` (and `ocreate`) or `lcreate`. */
+enum { PRESETS_ATTENTION = 1, PRESETS_LINEAR = 2 };
+kvc_preset preset_of(replay* r, const char* name, unsigned family);
+/* Reads TYPES (`-` or a letter a layer, letter i of `letters` being layer type i) into cfg->layer_types. */
+void parse_layer_types(replay* r, const char* letters, kvc_model_config* cfg, kvc_layer_type* out);
+
+/* ---------------------------------------------------------- shared steps */
+
+/* 1 when the operation is to run: the file is well formed and the case has not failed. */
+int runnable(const replay* r);
+/* Replaces slot s's cache by a new one made from o. */
+void create_in(replay* r, slot* s, const kvc_cache_options* o);
+/* `-` or `p N p1..pN` (the legacy cache_position protocol, min_count <= N <= 256) into *out and *len. */
+void parse_positions(replay* r, int64_t min_count, int64_t pos[256], const int64_t** out, uint32_t* len);
+/* An update's K and V inputs, its outcome, the expected returned K and V, and where the call returns them. */
+typedef struct kv_update {
+  vtensor k, v;
+  outcome o;
+  vtensor rk, rv;
+  kvc_kv out;
+} kv_update;
+/* Zeroes u and reads its K and V; the operation's options, then parse_kv_result(r, &u->o, &u->rk, &u->rv) follow. */
+void parse_kv_update(replay* r, kv_update* u);
+void kv_update_free(kv_update* u);
+/* The rest of a kvc_cache_update with options uo: OUTCOME [RK RV], the call and its check; frees u. */
+void finish_kv_update(replay* r, int64_t si, int64_t layer, kv_update* u, const kvc_update_options* uo);
+/* An outcome, then on success the expected K and V (zeroed otherwise, so tensor_free is always safe). */
+void parse_kv_result(replay* r, outcome* o, vtensor* k, vtensor* v);
+/* Checks e against o (consuming e), then got's keys and values ("WHAT keys", "WHAT values"). */
+int check_kv_result(replay* r, kvc_error* e, const outcome* o, const kvc_kv* got, const vtensor* k,
+                    const vtensor* v, const char* what);
+/* An outcome, then on success one expected integer ({0, -1}, never checked, otherwise). */
+vint parse_outcome_num(replay* r, outcome* o);
+/* A layer count, 0 to MAX_LAYERS; -1 (and the file malformed) otherwise. */
+int64_t layer_count(replay* r);
+/* kvc_cache_layer_info of layer i; 0 after failing the case when the call fails. */
+int layer_info_of(replay* r, kvc_cache* c, int64_t i, kvc_layer_info* info);
+/* Checks one field of layer i ("layer I FIELD" in a mismatch). */
+void check_layer_int(replay* r, int64_t i, const char* field, int64_t got, vint want);
+/* Checks kvc_cache_max_length of layer i; 0 after failing the case when the call fails. */
+int check_layer_max_length(replay* r, kvc_cache* c, int64_t i, vint want);
+/* Checks the number of layers of slot si's cache against n, then calls row on each of the first n.v layers
+ * (with its kvc_layer_info) while the case passes; row returns 0 to stop. Runs nothing unless runnable. */
+typedef int (*layer_row)(replay* r, kvc_cache* c, int64_t i, const kvc_layer_info* info, const void* arg);
+void each_layer(replay* r, int64_t si, vint n, layer_row row, const void* arg);
+/* `S N (KIND WINDOW MAXLEN [LINEAR])xN`: the layer count, then each layer's kind (read by `kind`), window,
+ * kvc_cache_max_length and, with_linear, is_linear. */
+void replay_layout(replay* r, kvc_layer_kind (*kind)(replay*, const char*), int with_linear);
 
 #endif /* KVC_REPLAY_H */

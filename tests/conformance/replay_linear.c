@@ -28,7 +28,6 @@
  * K/V updates, views, crop, reorder, reset, clone, record, early and maxlen
  * use the core operations of replay.c.
  */
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,51 +94,22 @@ static int check_nd(replay* r, const char* what, const kvc_tensor* got, const nd
 
 static void op_lcreate(replay* r) {
   slot* s = slot_at(r, num(r));
-  char* name = tok(r);
-  int64_t maxlen = num(r), nl = num(r), sw = num(r), states = num(r), k = num(r);
-  char* types = tok(r);
-  static const struct {
-    const char* name;
-    kvc_preset preset;
-  } presets[] = {{"dynamic", KVC_PRESET_DYNAMIC},
-                 {"static", KVC_PRESET_STATIC},
-                 {"mamba", KVC_PRESET_MAMBA},
-                 {"hybrid_mamba", KVC_PRESET_HYBRID_MAMBA}};
   kvc_cache_options o;
   kvc_model_config cfg;
   kvc_layer_type lt[MAX_LAYERS];
   kvc_cache_options_init(&o);
   kvc_model_config_init(&cfg);
-  o.preset = -1;
-  for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
-    if (is(name, presets[i].name)) o.preset = presets[i].preset;
-  if (o.preset < 0) malformed(r, "unknown preset");
+  o.preset = preset_of(r, tok(r), PRESETS_LINEAR);
+  o.max_cache_len = num(r);
+  int64_t nl = num(r);
+  cfg.sliding_window = num(r);
+  cfg.number_of_conv_states = (uint32_t)num(r);
+  cfg.conv_kernel = num(r);
   if (nl < 1 || nl > MAX_LAYERS) malformed(r, "layer count");
-  if (r->case_failed || r->malformed) return;
-  if (types && !is(types, "-")) {
-    if ((int64_t)strlen(types) != nl) {
-      malformed(r, "layer_types length");
-      return;
-    }
-    for (int64_t i = 0; i < nl; i++) {
-      const char* letters = "fsclhw";
-      const char* at = strchr(letters, types[i]);
-      if (!at || !types[i]) {
-        malformed(r, "unknown layer type letter");
-        return;
-      }
-      lt[i] = KVC_LAYER_TYPE_FULL_ATTENTION + (kvc_layer_type)(at - letters);
-    }
-    cfg.layer_types = lt;
-  }
   cfg.num_hidden_layers = (uint32_t)nl;
-  cfg.sliding_window = sw;
-  cfg.number_of_conv_states = (uint32_t)states;
-  cfg.conv_kernel = k;
+  parse_layer_types(r, "fsclhw", &cfg, lt);
   o.config = &cfg;
-  o.max_cache_len = maxlen;
-  slot_clear(s);
-  must(r, kvc_cache_create(&o, &s->cache), "kvc_cache_create");
+  if (runnable(r)) create_in(r, s, &o);
 }
 
 static kvc_layer_kind linear_kind_of(replay* r, const char* t) {
@@ -151,44 +121,33 @@ static kvc_layer_kind linear_kind_of(replay* r, const char* t) {
   return kind_of(r, t);
 }
 
-static void op_llayout(replay* r) {
-  int64_t si = num(r);
-  vint n = {num(r), -1}; /* structure, not a corruptible expectation: the self-check must not desynchronize the parse */
-  vint kinds[MAX_LAYERS], windows[MAX_LAYERS], maxlens[MAX_LAYERS], linear[MAX_LAYERS];
-  if (n.v < 0 || n.v > MAX_LAYERS) {
-    malformed(r, "layer count");
-    return;
-  }
-  for (int64_t i = 0; i < n.v; i++) {
-    kinds[i].v = linear_kind_of(r, tok(r));
-    kinds[i].index = -1;
-    windows[i] = expected_num(r);
-    maxlens[i] = expected_num(r);
-    linear[i] = expected_num(r);
-  }
-  if (r->case_failed || r->malformed) return;
-  kvc_cache* c = cache_at(r, si);
-  check_int(r, "number of layers", kvc_cache_num_layers(c), n);
-  for (int64_t i = 0; i < n.v && !r->case_failed; i++) {
-    kvc_layer_info info;
-    memset(&info, 0, sizeof(info));
-    info.struct_size = sizeof(info);
-    if (!must(r, kvc_cache_layer_info(c, (uint32_t)i, &info), "kvc_cache_layer_info")) return;
-    char what[64];
-    snprintf(what, sizeof(what), "layer %" PRId64 " kind", i);
-    check_int(r, what, info.kind, kinds[i]);
-    snprintf(what, sizeof(what), "layer %" PRId64 " window", i);
-    check_int(r, what, info.window, windows[i]);
-    snprintf(what, sizeof(what), "layer %" PRId64 " is_linear", i);
-    check_int(r, what, info.is_linear, linear[i]);
-    int64_t m = 0;
-    if (!must(r, kvc_cache_max_length(c, (int32_t)i, &m), "kvc_cache_max_length")) return;
-    snprintf(what, sizeof(what), "layer %" PRId64 " max_length", i);
-    check_int(r, what, m, maxlens[i]);
+static void op_llayout(replay* r) { replay_layout(r, linear_kind_of, 1); }
+
+/* ------------------------------------------------------------------ states */
+
+/* OUTCOME [RET] after the input X of a state update: RET is "not checked" when absent, and X must be a tensor. */
+static void parse_state_result(replay* r, const ndtensor* x, const char* op, outcome* oc, ndtensor* ret) {
+  parse_outcome(r, oc);
+  memset(ret, 0, sizeof(*ret));
+  ret->unchecked = 1;
+  if (oc->ok) parse_nd(r, ret);
+  if (x->ndim == 0 && !r->malformed) {
+    char what[48];
+    snprintf(what, sizeof(what), "%s needs an input", op);
+    malformed(r, what);
   }
 }
 
-/* ------------------------------------------------------------------ states */
+/* Checks a state update's outcome (consuming e), then the state it returned. */
+static void check_state_result(replay* r, kvc_error* e, const outcome* oc, const kvc_tensor* out, const ndtensor* ret,
+                               const char* what) {
+  if (check_outcome(r, e, oc)) check_nd(r, what, out, ret);
+}
+
+static void free_nd(ndtensor* a, ndtensor* b) {
+  tensor_free(&a->t);
+  tensor_free(&b->t);
+}
 
 static void op_conv(replay* r) {
   int64_t si = num(r), layer = num(r), state = num(r), k = num(r);
@@ -199,30 +158,15 @@ static void op_conv(replay* r) {
   kvc_conv_update_options_init(&o);
   o.state_index = (uint32_t)state;
   o.conv_kernel_size = k;
-  char* p = tok(r);
-  if (is(p, "p")) {
-    int64_t n = num(r);
-    if (n < 0 || n > 256) malformed(r, "position count");
-    for (int64_t i = 0; i < n && i < 256; i++) pos[i] = num(r);
-    o.cache_position = pos;
-    o.cache_position_length = (uint32_t)n;
-  } else if (!is(p, "-")) {
-    malformed(r, "expected - or p");
-  }
+  parse_positions(r, 0, pos, &o.cache_position, &o.cache_position_length);
   outcome oc;
-  parse_outcome(r, &oc);
-  memset(&ret, 0, sizeof(ret));
-  ret.unchecked = 1;
-  if (oc.ok) parse_nd(r, &ret);
-  if (x.ndim == 0 && !r->malformed) malformed(r, "conv needs an input");
-  if (!r->case_failed && !r->malformed) {
-    kvc_tensor out;
-    memset(&out, 0, sizeof(out));
-    kvc_error* e = kvc_cache_update_conv_state(cache_at(r, si), (uint32_t)layer, &x.view, &o, &out);
-    if (check_outcome(r, e, &oc)) check_nd(r, "returned conv state", &out, &ret);
-  }
-  tensor_free(&x.t);
-  tensor_free(&ret.t);
+  parse_state_result(r, &x, "conv", &oc, &ret);
+  kvc_tensor out;
+  memset(&out, 0, sizeof(out));
+  if (runnable(r))
+    check_state_result(r, kvc_cache_update_conv_state(cache_at(r, si), (uint32_t)layer, &x.view, &o, &out), &oc,
+                       &out, &ret, "returned conv state");
+  free_nd(&x, &ret);
 }
 
 static void op_rec(replay* r) {
@@ -230,19 +174,15 @@ static void op_rec(replay* r) {
   ndtensor x, ret;
   parse_nd(r, &x);
   outcome oc;
-  parse_outcome(r, &oc);
-  memset(&ret, 0, sizeof(ret));
-  ret.unchecked = 1;
-  if (oc.ok) parse_nd(r, &ret);
-  if (x.ndim == 0 && !r->malformed) malformed(r, "rec needs an input");
-  if (!r->case_failed && !r->malformed) {
-    kvc_tensor out;
-    memset(&out, 0, sizeof(out));
-    kvc_error* e = kvc_cache_update_recurrent_state(cache_at(r, si), (uint32_t)layer, (uint32_t)state, &x.view, &out);
-    if (check_outcome(r, e, &oc)) check_nd(r, "returned recurrent state", &out, &ret);
-  }
-  tensor_free(&x.t);
-  tensor_free(&ret.t);
+  parse_state_result(r, &x, "rec", &oc, &ret);
+  kvc_tensor out;
+  memset(&out, 0, sizeof(out));
+  if (runnable(r))
+    check_state_result(r,
+                       kvc_cache_update_recurrent_state(cache_at(r, si), (uint32_t)layer, (uint32_t)state, &x.view,
+                                                        &out),
+                       &oc, &out, &ret, "returned recurrent state");
+  free_nd(&x, &ret);
 }
 
 static void op_state(replay* r) {
@@ -250,7 +190,7 @@ static void op_state(replay* r) {
   ndtensor cv, rv;
   parse_nd(r, &cv);
   parse_nd(r, &rv);
-  if (!r->case_failed && !r->malformed) {
+  if (runnable(r)) {
     kvc_tensor a, b;
     memset(&a, 0, sizeof(a));
     memset(&b, 0, sizeof(b));
@@ -259,17 +199,14 @@ static void op_state(replay* r) {
         check_nd(r, "conv state", &a, &cv))
       check_nd(r, "recurrent state", &b, &rv);
   }
-  tensor_free(&cv.t);
-  tensor_free(&rv.t);
+  free_nd(&cv, &rv);
 }
 
 static void op_hasprev(replay* r) {
   int64_t si = num(r), layer = num(r), state = num(r);
   outcome oc;
-  parse_outcome(r, &oc);
-  vint want = {0, -1};
-  if (oc.ok) want = expected_num(r);
-  if (r->case_failed || r->malformed) return;
+  vint want = parse_outcome_num(r, &oc);
+  if (!runnable(r)) return;
   int got = -1;
   if (check_outcome(r, kvc_cache_has_previous_state(cache_at(r, si), (int32_t)layer, (int32_t)state, &got), &oc))
     check_int(r, "has_previous_state", got, want);
@@ -280,10 +217,8 @@ static void op_hasprev(replay* r) {
 static void op_lseqlen(replay* r) {
   int64_t si = num(r), layer = num(r);
   outcome oc;
-  parse_outcome(r, &oc);
-  vint want = {0, -1};
-  if (oc.ok) want = expected_num(r);
-  if (r->case_failed || r->malformed) return;
+  vint want = parse_outcome_num(r, &oc);
+  if (!runnable(r)) return;
   int64_t got = -12345;
   if (check_outcome(r, kvc_cache_seq_length(cache_at(r, si), (uint32_t)layer, &got), &oc))
     check_int(r, "seq_length", got, want);
@@ -292,13 +227,9 @@ static void op_lseqlen(replay* r) {
 static void op_lmask(replay* r) {
   int64_t si = num(r), q = num(r), layer = num(r);
   outcome oc;
-  parse_outcome(r, &oc);
-  vint len = {0, -1}, off = {0, -1};
-  if (oc.ok) {
-    len = expected_num(r);
-    off = expected_num(r);
-  }
-  if (r->case_failed || r->malformed) return;
+  vint len = parse_outcome_num(r, &oc), off = {0, -1};
+  if (oc.ok) off = expected_num(r);
+  if (!runnable(r)) return;
   int64_t l = -12345, o = -12345;
   if (check_outcome(r, kvc_cache_mask_sizes(cache_at(r, si), q, (uint32_t)layer, &l, &o), &oc)) {
     check_int(r, "mask kv_length", l, len);

@@ -26,7 +26,7 @@ static void op_ocreate(replay* r) {
   char* mode = tok(r);
   optspec o;
   parse_options(r, &o);
-  if (r->case_failed || r->malformed) return;
+  if (!runnable(r)) return;
   if (is(mode, "all")) {
     o.options.offload = KVC_OFFLOAD_ALL;
   } else if (is(mode, "nonsliding")) {
@@ -45,8 +45,15 @@ static void op_ocreate(replay* r) {
     malformed(r, "offload mode");
     return;
   }
-  slot_clear(s);
-  must(r, kvc_cache_create(&o.options, &s->cache), "kvc_cache_create");
+  create_in(r, s, &o.options);
+}
+
+/* -1: transformers' layer holds nothing, so there is no tier to compare. */
+static int tier_row(replay* r, kvc_cache* c, int64_t i, const kvc_layer_info* info, const void* arg) {
+  const vint* tiers = arg;
+  (void)c;
+  if (tiers[i].v >= 0) check_layer_int(r, i, "is_offloaded", info->is_offloaded, tiers[i]);
+  return 1;
 }
 
 static void op_tiers(replay* r) {
@@ -58,19 +65,7 @@ static void op_tiers(replay* r) {
     return;
   }
   for (int64_t i = 0; i < n.v; i++) tiers[i] = expected_num(r);
-  if (r->case_failed || r->malformed) return;
-  kvc_cache* c = cache_at(r, si);
-  check_int(r, "number of layers", kvc_cache_num_layers(c), n);
-  for (int64_t i = 0; i < n.v && !r->case_failed; i++) {
-    if (tiers[i].v < 0) continue;
-    kvc_layer_info info;
-    memset(&info, 0, sizeof(info));
-    info.struct_size = sizeof(info);
-    if (!must(r, kvc_cache_layer_info(c, (uint32_t)i, &info), "kvc_cache_layer_info")) return;
-    char what[64];
-    snprintf(what, sizeof(what), "layer %d is_offloaded", (int)i);
-    check_int(r, what, info.is_offloaded, tiers[i]);
-  }
+  each_layer(r, si, n, tier_row, tiers);
 }
 
 const replay_op replay_ops_offload[] = {{"ocreate", op_ocreate}, {"tiers", op_tiers}, {NULL, NULL}};

@@ -31,7 +31,7 @@ static void op_qcreate(replay* r) {
   else
     malformed(r, "backend: quanto or hqq");
   if (layers < 1 || layers > MAX_LAYERS) malformed(r, "layer count");
-  if (r->case_failed || r->malformed) return;
+  if (!runnable(r)) return;
   q.mode = KVC_QUANT_MODE_TRANSFORMERS;
   q.nbits = (int32_t)nbits;
   q.axis_key = (int32_t)axis_key;
@@ -46,27 +46,23 @@ static void op_qcreate(replay* r) {
   o.preset = KVC_PRESET_QUANTIZED;
   o.config = &cfg;
   o.quant = &q;
-  slot_clear(s);
-  must(r, kvc_cache_create(&o, &s->cache), "kvc_cache_create");
+  create_in(r, s, &o);
+}
+
+static int quantized_row(replay* r, kvc_cache* c, int64_t i, const kvc_layer_info* info, const void* arg) {
+  (void)arg;
+  int64_t m = 0;
+  if (!must(r, kvc_cache_max_length(c, (int32_t)i, &m), "kvc_cache_max_length")) return 0;
+  if (info->kind != KVC_LAYER_QUANTIZED || info->is_sliding || m != -1)
+    fail(r, "layer %lld: kind %d, is_sliding %d, max_length %lld; expected a quantized layer (%d), 0, -1",
+         (long long)i, (int)info->kind, (int)info->is_sliding, (long long)m, (int)KVC_LAYER_QUANTIZED);
+  return 1;
 }
 
 static void op_qlayout(replay* r) {
   int64_t si = num(r);
   vint n = expected_num(r);
-  if (r->case_failed || r->malformed) return;
-  kvc_cache* c = cache_at(r, si);
-  check_int(r, "number of layers", kvc_cache_num_layers(c), n);
-  for (int64_t i = 0; i < n.v && !r->case_failed; i++) {
-    kvc_layer_info info;
-    memset(&info, 0, sizeof(info));
-    info.struct_size = sizeof(info);
-    if (!must(r, kvc_cache_layer_info(c, (uint32_t)i, &info), "kvc_cache_layer_info")) return;
-    int64_t m = 0;
-    if (!must(r, kvc_cache_max_length(c, (int32_t)i, &m), "kvc_cache_max_length")) return;
-    if (info.kind != KVC_LAYER_QUANTIZED || info.is_sliding || m != -1)
-      fail(r, "layer %lld: kind %d, is_sliding %d, max_length %lld; expected a quantized layer (%d), 0, -1",
-           (long long)i, (int)info.kind, (int)info.is_sliding, (long long)m, (int)KVC_LAYER_QUANTIZED);
-  }
+  each_layer(r, si, n, quantized_row, NULL);
 }
 
 const replay_op replay_ops_quantized[] = {{"qcreate", op_qcreate}, {"qlayout", op_qlayout}, {NULL, NULL}};

@@ -23,7 +23,7 @@
 static void op_screate(replay* r) {
   slot* s = slot_at(r, num(r));
   int64_t window = num(r), sinks = num(r), layers = num(r);
-  if (r->case_failed || r->malformed) return;
+  if (!runnable(r)) return;
   kvc_cache_options o;
   kvc_model_config cfg;
   kvc_cache_options_init(&o);
@@ -35,49 +35,38 @@ static void op_screate(replay* r) {
     cfg.num_hidden_layers = (uint32_t)layers;
     o.config = &cfg;
   }
-  slot_clear(s);
-  must(r, kvc_cache_create(&o, &s->cache), "kvc_cache_create");
+  create_in(r, s, &o);
+}
+
+typedef struct sink_rows {
+  vint windows[MAX_LAYERS], sinks[MAX_LAYERS], maxlens[MAX_LAYERS];
+} sink_rows;
+
+static int sink_row(replay* r, kvc_cache* c, int64_t i, const kvc_layer_info* info, const void* arg) {
+  const sink_rows* x = arg;
+  if (info->kind != KVC_LAYER_SINK || !info->is_sliding || info->capacity != info->window) {
+    fail(r, "layer %lld: kind %d, is_sliding %d, capacity %lld; expected a sink layer (%d), is_sliding 1, capacity = "
+            "window %lld",
+         (long long)i, (int)info->kind, (int)info->is_sliding, (long long)info->capacity, (int)KVC_LAYER_SINK,
+         (long long)info->window);
+    return 0;
+  }
+  check_layer_int(r, i, "window", info->window, x->windows[i]);
+  check_layer_int(r, i, "num_sink_tokens", info->num_sink_tokens, x->sinks[i]);
+  return check_layer_max_length(r, c, i, x->maxlens[i]);
 }
 
 static void op_slayout(replay* r) {
   int64_t si = num(r);
   /* The count shapes the rest of the operation, so it is read as structure (the self-check never corrupts it). */
-  vint n = {num(r), -1};
-  vint windows[MAX_LAYERS], sinks[MAX_LAYERS], maxlens[MAX_LAYERS];
-  if (n.v < 0 || n.v > MAX_LAYERS) {
-    malformed(r, "layer count");
-    return;
-  }
+  vint n = {layer_count(r), -1};
+  sink_rows x;
   for (int64_t i = 0; i < n.v; i++) {
-    windows[i] = expected_num(r);
-    sinks[i] = expected_num(r);
-    maxlens[i] = expected_num(r);
+    x.windows[i] = expected_num(r);
+    x.sinks[i] = expected_num(r);
+    x.maxlens[i] = expected_num(r);
   }
-  if (r->case_failed || r->malformed) return;
-  kvc_cache* c = cache_at(r, si);
-  check_int(r, "number of layers", kvc_cache_num_layers(c), n);
-  for (int64_t i = 0; i < n.v && !r->case_failed; i++) {
-    kvc_layer_info info;
-    memset(&info, 0, sizeof(info));
-    info.struct_size = sizeof(info);
-    if (!must(r, kvc_cache_layer_info(c, (uint32_t)i, &info), "kvc_cache_layer_info")) return;
-    char what[64];
-    if (info.kind != KVC_LAYER_SINK || !info.is_sliding || info.capacity != info.window) {
-      fail(r, "layer %lld: kind %d, is_sliding %d, capacity %lld; expected a sink layer (%d), is_sliding 1, capacity = "
-              "window %lld",
-           (long long)i, (int)info.kind, (int)info.is_sliding, (long long)info.capacity, (int)KVC_LAYER_SINK,
-           (long long)info.window);
-      return;
-    }
-    snprintf(what, sizeof(what), "layer %lld window", (long long)i);
-    check_int(r, what, info.window, windows[i]);
-    snprintf(what, sizeof(what), "layer %lld num_sink_tokens", (long long)i);
-    check_int(r, what, info.num_sink_tokens, sinks[i]);
-    int64_t m = 0;
-    if (!must(r, kvc_cache_max_length(c, (int32_t)i, &m), "kvc_cache_max_length")) return;
-    snprintf(what, sizeof(what), "layer %lld max_length", (long long)i);
-    check_int(r, what, m, maxlens[i]);
-  }
+  each_layer(r, si, n, sink_row, &x);
 }
 
 /* A RoPE cos or sin given as a 4-D `x` tensor [1, B, SEQ, DIM], passed with `ndim` dimensions. */
@@ -88,13 +77,11 @@ static void rope_view(vtensor* t, int ndim) {
 
 static void op_supdate(replay* r) {
   int64_t si = num(r), layer = num(r);
-  vtensor k, v, cos, sin, rk, rv;
+  vtensor cos, sin;
   memset(&cos, 0, sizeof(cos));
   memset(&sin, 0, sizeof(sin));
-  memset(&rk, 0, sizeof(rk));
-  memset(&rv, 0, sizeof(rv));
-  parse_tensor(r, &k);
-  parse_tensor(r, &v);
+  kv_update u;
+  parse_kv_update(r, &u);
   kvc_update_options uo;
   kvc_update_options_init(&uo);
   char* t = tok(r);
@@ -115,25 +102,9 @@ static void op_supdate(replay* r) {
   } else if (!is(t, "-")) {
     malformed(r, "expected - or r");
   }
-  outcome o;
-  parse_outcome(r, &o);
-  if (o.ok) {
-    parse_tensor(r, &rk);
-    parse_tensor(r, &rv);
-  }
-  if (!r->case_failed && !r->malformed) {
-    kvc_kv out;
-    memset(&out, 0, sizeof(out));
-    kvc_error* e = kvc_cache_update(cache_at(r, si), (uint32_t)layer, &k.view, &v.view, &uo, &out);
-    if (check_outcome(r, e, &o) && check_tensor(r, "returned keys", &out.key, &rk))
-      check_tensor(r, "returned values", &out.value, &rv);
-  }
-  tensor_free(&k);
-  tensor_free(&v);
+  finish_kv_update(r, si, layer, &u, &uo);
   tensor_free(&cos);
   tensor_free(&sin);
-  tensor_free(&rk);
-  tensor_free(&rv);
 }
 
 const replay_op replay_ops_sink[] = {

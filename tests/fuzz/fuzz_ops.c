@@ -11,19 +11,14 @@
  * reports as a crash.
  *
  * Without libFuzzer (KVC_FUZZ_STANDALONE, any C11 compiler) the same target
- * replays files and runs pseudo-random inputs:
- *   fuzz_ops_standalone [-runs=N] [-seed=S] [-len=L] [-trace] [FILE|DIR ...]
- * N defaults to 20000 without files and to 0 with them; L is the largest
- * input; -trace prints each operation before it runs.
+ * replays files and runs pseudo-random inputs, see driver.c.
  */
 #define _POSIX_C_SOURCE 200809L /* opendir and stat, for the standalone replay */
 
-#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "kvcache.h"
 
@@ -33,6 +28,9 @@
 #include "reference_model.c"
 #include "report.c"
 #include "tensor_codec.c"
+
+#define FUZZ_TARGET_NAME "fuzz_ops"
+#include "driver.c"
 
 #define MAX_SLOTS 4
 #define MAX_LAYERS 8   /* lazy caches grow no further, plans repeat beyond */
@@ -435,6 +433,21 @@ static void describe_plan(const plan* p) {
         (long long)p->H[0], (long long)p->Dk[0], (long long)p->Dv[0]);
 }
 
+/* A created cache goes to slot i; a failed creation must have left its out-parameter (sentinel) alone. */
+static void slot_take(ctx* c, int i, kvc_code want, kvc_cache* out, const kvc_cache* sentinel, const char* what,
+                      const ref_cache* ref, const plan* p) {
+  if (want != KVC_OK) {
+    if (out != sentinel) fail("a failed %s wrote its out-parameter", what);
+    return;
+  }
+  slot* sl = &c->s[i];
+  memset(sl, 0, sizeof *sl);
+  sl->used = 1;
+  sl->cache = out;
+  sl->ref = *ref;
+  sl->p = *p;
+}
+
 static void op_create(ctx* c) {
   int i = pick_free(c);
   if (i < 0) {
@@ -456,16 +469,7 @@ static void op_create(ctx* c) {
   kvc_cache* sentinel = (kvc_cache*)&s;
   kvc_cache* out = sentinel;
   expect_code(kvc_cache_create(o, &out), want, "cache_create");
-  if (want != KVC_OK) {
-    if (out != sentinel) fail("a failed cache_create wrote its out-parameter");
-    return;
-  }
-  slot* sl = &c->s[i];
-  memset(sl, 0, sizeof *sl);
-  sl->used = 1;
-  sl->cache = out;
-  sl->ref = ref;
-  sl->p = p;
+  slot_take(c, i, want, out, sentinel, "cache_create", &ref, &p);
 }
 
 static void op_create_from_tensors(ctx* c) {
@@ -509,16 +513,7 @@ static void op_create_from_tensors(ctx* c) {
   kvc_cache* out = sentinel;
   expect_code(kvc_cache_create_from_tensors(o, n, keys, values, &out), want, "create_from_tensors");
   for (uint32_t l = 0; l < n; l++) gen_free(&g[l]);
-  if (want != KVC_OK) {
-    if (out != sentinel) fail("a failed create_from_tensors wrote its out-parameter");
-    return;
-  }
-  slot* sl = &c->s[i];
-  memset(sl, 0, sizeof *sl);
-  sl->used = 1;
-  sl->cache = out;
-  sl->ref = ref;
-  sl->p = p;
+  slot_take(c, i, want, out, sentinel, "create_from_tensors", &ref, &p);
 }
 
 /* ---------------------------------------------------------------- update */
@@ -885,13 +880,11 @@ static void op_split(ctx* c) {
   trace("%s: batch_split full=%lld split=%lld capacity=%zu -> %s\n", t.name, (long long)full, (long long)split, cap,
         kvc_code_name(want));
   kvc_cache* out[MAX_SPLITS];
-  for (size_t k = 0; k < MAX_SPLITS; k++) out[k] = (kvc_cache*)&out[k];
-  size_t count = 12345;
+  split_outputs_mark(out, MAX_SPLITS);
+  size_t count = SPLIT_COUNT_UNSET;
   expect_code(kvc_cache_batch_split(t.c, full, split, out, cap, &count), want, "batch_split");
   if (want != KVC_OK) {
-    if (count != 12345) fail("a failed batch_split wrote *count");
-    for (size_t k = 0; k < MAX_SPLITS; k++)
-      if (out[k] != (kvc_cache*)&out[k]) fail("a failed batch_split wrote out[%zu]", k);
+    split_outputs_untouched(out, MAX_SPLITS, count);
     return;
   }
   if (count != want_count) fail("batch_split made %zu splits, reference %zu", count, want_count);
@@ -1043,11 +1036,11 @@ static void op_ed_split(ctx* c, int i) {
         (long long)split, cap, kvc_code_name(want));
   kvc_encoder_decoder_cache* out[MAX_SPLITS];
   for (size_t k = 0; k < MAX_SPLITS; k++) out[k] = (kvc_encoder_decoder_cache*)&out[k];
-  size_t count = 12345;
+  size_t count = SPLIT_COUNT_UNSET;
   expect_code(kvc_encoder_decoder_cache_batch_split(s->ed, full, split, out, cap, &count), want,
               "encoder_decoder batch_split");
   if (want != KVC_OK) {
-    if (count != 12345) fail("a failed encoder_decoder batch_split wrote *count");
+    if (count != SPLIT_COUNT_UNSET) fail("a failed encoder_decoder batch_split wrote *count");
     for (size_t k = 0; k < MAX_SPLITS; k++)
       if (out[k] != (kvc_encoder_decoder_cache*)&out[k])
         fail("a failed encoder_decoder batch_split wrote out[%zu]", k);
@@ -1222,32 +1215,6 @@ static void run_op(ctx* c, int op) {
   }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
-
-#ifndef KVC_FUZZ_STANDALONE
-int LLVMFuzzerInitialize(int* argc, char*** argv);
-
-/*
- * libFuzzer exits with 77 after a crash or a divergence (abort), and 77 is
- * the code by which this project's tests say SKIPPED. So a finding would
- * read as a skip: put -error_exitcode=1 first, where a flag the caller gives
- * explicitly still overrides it (later flags win).
- */
-int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  static char flag[] = "-error_exitcode=1";
-  static char** args;
-  if (args || *argc < 1) return 0;
-  args = calloc((size_t)*argc + 2, sizeof *args);
-  if (!args) return 0;
-  args[0] = (*argv)[0];
-  args[1] = flag;
-  for (int i = 1; i < *argc; i++) args[i + 1] = (*argv)[i];
-  *argc += 1;
-  *argv = args;
-  return 0;
-}
-#endif
-
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ctx c;
   memset(&c, 0, sizeof c);
@@ -1266,94 +1233,3 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (c.s[i].used) slot_clear(&c.s[i]);
   return 0;
 }
-
-#ifdef KVC_FUZZ_STANDALONE
-/* Without libFuzzer: replay files and directories, or run pseudo-random inputs. */
-
-static void run_one(const uint8_t* data, size_t size) {
-  if (g_echo_trace) printf("=== input of %zu bytes\n", size);
-  LLVMFuzzerTestOneInput(data, size);
-}
-
-static int run_file(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return 0;
-  uint8_t* buf = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len == cap) {
-      cap = cap ? cap * 2 : 4096;
-      uint8_t* grown = realloc(buf, cap);
-      if (!grown) abort();
-      buf = grown;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    if (!got) break;
-    len += got;
-  }
-  fclose(f);
-  run_one(buf, len);
-  free(buf);
-  return 1;
-}
-
-static long run_path(const char* path) {
-  struct stat st;
-  if (stat(path, &st) != 0) {
-    fprintf(stderr, "fuzz_ops: cannot read %s\n", path);
-    exit(2);
-  }
-  if (!S_ISDIR(st.st_mode)) return run_file(path);
-  DIR* d = opendir(path);
-  if (!d) return 0;
-  long n = 0;
-  struct dirent* e;
-  while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    char full[4096];
-    snprintf(full, sizeof full, "%s/%s", path, e->d_name);
-    n += run_file(full);
-  }
-  closedir(d);
-  return n;
-}
-
-int main(int argc, char** argv) {
-  long runs = -1, files = 0;
-  unsigned long long seed = 1;
-  size_t max_len = 600;
-  int had_paths = 0;
-  for (int i = 1; i < argc; i++) {
-    if (!strncmp(argv[i], "-runs=", 6)) runs = atol(argv[i] + 6);
-    else if (!strncmp(argv[i], "-seed=", 6)) seed = strtoull(argv[i] + 6, NULL, 10);
-    else if (!strncmp(argv[i], "-len=", 5)) max_len = (size_t)atol(argv[i] + 5);
-    else if (!strcmp(argv[i], "-trace")) g_echo_trace = 1;
-    else {
-      had_paths = 1;
-      files += run_path(argv[i]);
-    }
-  }
-  if (runs < 0) runs = had_paths ? 0 : 20000; /* files alone: only replay them */
-  uint8_t* buf = malloc(max_len ? max_len : 1);
-  if (!buf) return 1;
-  unsigned long long x = seed * 0x9E3779B97F4A7C15ULL + 1;
-  for (long run = 0; run < runs; run++) {
-    size_t len = 0;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    len = max_len ? (size_t)(x % max_len) : 0;
-    for (size_t k = 0; k < len; k++) {
-      x ^= x << 13;
-      x ^= x >> 7;
-      x ^= x << 17;
-      buf[k] = (uint8_t)(x >> 32);
-    }
-    run_one(buf, len);
-  }
-  free(buf);
-  free(g_trace);
-  printf("fuzz_ops: %ld replayed and %ld pseudo-random inputs (seed %llu), no divergence\n", files, runs, seed);
-  return 0;
-}
-#endif

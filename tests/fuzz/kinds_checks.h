@@ -7,7 +7,7 @@
 #ifndef KVC_FUZZ_KINDS_CHECKS_H
 #define KVC_FUZZ_KINDS_CHECKS_H
 
-#include "cache_snapshot.h"
+#include "../common/cache_snapshot.h"
 #include "kinds_state.h"
 
 void check_invariants(const group* g, const cache_snap* s, int flipped, const char* who);

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache_snapshot.h"
+#include "../common/cache_snapshot.h"
 #include "kvcache.h"
 
 #define MAX_GROUPS 2

@@ -77,3 +77,13 @@ void expect_code(kvc_error* e, kvc_code want, const char* what) {
   if (e && (!msg || !msg[0])) fail("%s: error %s has an empty message", what, kvc_code_name(got));
   kvc_error_destroy(e);
 }
+
+void split_outputs_mark(kvc_cache** out, size_t n) {
+  for (size_t k = 0; k < n; k++) out[k] = (kvc_cache*)&out[k];
+}
+
+void split_outputs_untouched(kvc_cache* const* out, size_t n, size_t count) {
+  if (count != SPLIT_COUNT_UNSET) fail("a failed batch_split wrote *count");
+  for (size_t k = 0; k < n; k++)
+    if (out[k] != (const kvc_cache*)&out[k]) fail("a failed batch_split wrote out[%zu]", k);
+}

@@ -5,6 +5,8 @@
 #ifndef KVC_FUZZ_REPORT_H
 #define KVC_FUZZ_REPORT_H
 
+#include <stddef.h>
+
 #include "kvcache.h"
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -29,5 +31,12 @@ KVC_FUZZ_NORETURN void fail(const char* fmt, ...);
 void install_death_callback(void);
 /* Fails unless `e` has code `want` and a message; destroys `e`. */
 void expect_code(kvc_error* e, kvc_code want, const char* what);
+
+/* A batch split's out-parameters, which a failed split must leave alone: out[k] starts as &out[k] (marked
+ * here) and the count as 12345. */
+#define SPLIT_COUNT_UNSET 12345u
+void split_outputs_mark(kvc_cache** out, size_t n);
+/* Fails when a failed batch_split wrote *count or one of out[0..n). */
+void split_outputs_untouched(kvc_cache* const* out, size_t n, size_t count);
 
 #endif /* KVC_FUZZ_REPORT_H */

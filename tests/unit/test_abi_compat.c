@@ -43,17 +43,6 @@ typedef struct {
   uint32_t cache_position_length;
 } update_options_01;
 
-/* A compact float32 [shape] view of `data` (shape borrowed). */
-static kvc_tensor f32_tensor(float* data, int64_t* shape) {
-  kvc_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = KVC_DEVICE_CPU;
-  t.ndim = 4;
-  t.dtype = tu_data_type(KVC_DTYPE_FLOAT32);
-  t.shape = shape;
-  return t;
-}
 
 static void test_sizes_are_the_published_ones(void) {
   CHECK_EQ_I64(sizeof(layer_options_01), 24);
@@ -93,7 +82,7 @@ static void test_old_preset_and_update(void) {
   CHECK_EQ_I64(kvc_cache_num_layers(c), 2);
   float k[4] = {1, 2, 3, 4};
   int64_t shape[4] = {1, 1, 2, 2};
-  kvc_tensor t = f32_tensor(k, shape);
+  kvc_tensor t = tu_f32_view(k, shape);
   int64_t pos[2] = {1, 2};
   update_options_01 u = {24, pos, 2};
   kvc_kv out;
@@ -106,14 +95,24 @@ static void test_old_preset_and_update(void) {
   kvc_cache_destroy(c);
 }
 
-/* Output structs: a 0.1 caller's struct_size bounds what the library writes. */
-static void test_old_output_structs(void) {
+/* A DynamicCache holding one token of head_dim 2 in layer 0, or NULL (counted). */
+static kvc_cache* one_token_cache(void) {
   kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  if (!CHECK_OK(kvc_cache_create(NULL, &c))) return NULL;
   float k[2] = {1, 2};
   int64_t shape[4] = {1, 1, 1, 2};
-  kvc_tensor t = f32_tensor(k, shape);
-  REQUIRE_OK(kvc_cache_update(c, 0, &t, &t, NULL, NULL));
+  kvc_tensor t = tu_f32_view(k, shape);
+  if (!CHECK_OK(kvc_cache_update(c, 0, &t, &t, NULL, NULL))) {
+    kvc_cache_destroy(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* Output structs: a 0.1 caller's struct_size bounds what the library writes. */
+static void test_old_output_structs(void) {
+  kvc_cache* c = one_token_cache();
+  REQUIRE(c != NULL);
 
   unsigned char buf[sizeof(kvc_layer_info)];
   memset(buf, 0xA5, sizeof buf);
@@ -146,12 +145,8 @@ static void test_old_output_structs(void) {
 
 /* The current sizes fill the new fields. */
 static void test_new_output_fields(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
-  float k[2] = {1, 2};
-  int64_t shape[4] = {1, 1, 1, 2};
-  kvc_tensor t = f32_tensor(k, shape);
-  REQUIRE_OK(kvc_cache_update(c, 0, &t, &t, NULL, NULL));
+  kvc_cache* c = one_token_cache();
+  REQUIRE(c != NULL);
   kvc_memory_info m = {.struct_size = sizeof m};
   CHECK_OK(kvc_cache_memory(c, &m));
   CHECK_EQ_U64(m.bytes_device, m.bytes_reserved); /* nothing offloaded */

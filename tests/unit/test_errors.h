@@ -42,15 +42,6 @@ static int expect_err(const char* file, int line, const char* expr, kvc_error* e
   expect_err(__FILE__, __LINE__, #expr, (expr), (code), (const char* const[]){__VA_ARGS__, NULL})
 
 /* EXPECT_ERR, plus: everything observable about `cache` is the same after the call. */
-#define EXPECT_ERR_UNCHANGED(cache, expr, code, ...)  \
-  do {                                                \
-    tu_snapshot before_, after_;                      \
-    snapshot((cache), &before_);                      \
-    EXPECT_ERR(expr, code, __VA_ARGS__);              \
-    snapshot((cache), &after_);                       \
-    CHECK_SNAPSHOT_EQUAL(&before_, &after_);          \
-    snapshot_free(&before_);                          \
-    snapshot_free(&after_);                           \
-  } while (0)
+#define EXPECT_ERR_UNCHANGED(cache, expr, code, ...) CHECK_UNCHANGED_BY(cache, EXPECT_ERR(expr, code, __VA_ARGS__))
 
 #endif /* KVC_TEST_ERRORS_H */

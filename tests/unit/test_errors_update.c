@@ -144,14 +144,20 @@ static void test_update_bad_tensors_fresh_layers(void) {
   kvc_cache_destroy(lazy);
 }
 
+/* One token per row for every layer of make_cache(), and an out-parameter filled with OUT_FILL (a failed call
+ * must leave it so). */
+static void one_token_inputs(tu_tensor* k, tu_tensor* v, kvc_kv* out) {
+  tu_tensor_tokens(k, B, H, 1, DK, 10, 0);
+  tu_tensor_tokens(v, B, H, 1, DV, 10, 1);
+  memset(out, OUT_FILL, sizeof *out);
+}
+
 static void test_update_null_arguments(void) {
   kvc_cache* c = make_cache();
   REQUIRE(c != NULL);
   tu_tensor k, v;
-  tu_tensor_tokens(&k, B, H, 1, DK, 10, 0);
-  tu_tensor_tokens(&v, B, H, 1, DV, 10, 1);
   kvc_kv out;
-  memset(&out, OUT_FILL, sizeof out);
+  one_token_inputs(&k, &v, &out);
   EXPECT_ERR(kvc_cache_update(NULL, 0, &k.t, &v.t, NULL, &out), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_update",
              "cache", "NULL");
   EXPECT_ERR_UNCHANGED(c, kvc_cache_update(c, 0, NULL, &v.t, NULL, &out), KVC_ERROR_INVALID_ARGUMENT,
@@ -275,10 +281,8 @@ static void test_update_layer_out_of_range(void) {
   kvc_cache* c = make_cache();
   REQUIRE(c != NULL);
   tu_tensor k, v;
-  tu_tensor_tokens(&k, B, H, 1, DK, 10, 0);
-  tu_tensor_tokens(&v, B, H, 1, DV, 10, 1);
   kvc_kv out;
-  memset(&out, OUT_FILL, sizeof out);
+  one_token_inputs(&k, &v, &out);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_update(c, NL, &k.t, &v.t, NULL, &out), KVC_ERROR_OUT_OF_RANGE,
                        "kvc_cache_update", "layer", "4");
   EXPECT_ERR_UNCHANGED(c, kvc_cache_update(c, 1000, &k.t, &v.t, NULL, &out), KVC_ERROR_OUT_OF_RANGE,

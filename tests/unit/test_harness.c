@@ -146,7 +146,7 @@ static void test_snapshot_detects_changes(void) {
   tu_snapshot sa, sb;
   snapshot(a, &sa);
   snapshot(b, &sb);
-  CHECK(sa.num_layers == 2 && sa.layers[0].seq_length == 3 && sa.layers[1].info.kind == KVC_LAYER_DYNAMIC_SLIDING);
+  CHECK(sa.num_layers == 2 && sa.layers[0].seq == 3 && sa.layers[1].info.kind == KVC_LAYER_DYNAMIC_SLIDING);
   quiet(1);
   CHECK(!snapshot_equal(&sa, &sb));
   quiet(0);

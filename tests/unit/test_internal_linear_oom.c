@@ -1,42 +1,20 @@
 /*
  * Out of memory anywhere in an operation on recurrent states leaves the
  * cache exactly as it was (states, has_previous_state, K/V, bytes) with
- * nothing leaked. The cache's backend is the CPU backend behind a wrapper
- * that refuses the n-th allocation; each operation runs with n = 0, 1, 2, ...
- * until it succeeds. (Clone, split and stack allocate through the new
- * cache's own backend, which this wrapper cannot reach; their failure paths
- * are the generic ones of every kind.)
+ * nothing leaked (oom_sweep.h refuses the n-th allocation, n = 0, 1, 2, ...).
+ * Clone, split and stack allocate through the new cache's own backend,
+ * which the wrapper cannot reach; their failure paths are the generic ones
+ * of every kind.
  */
-#include "internal.h"
+#include "oom_sweep.h"
 #include "test_linear.h"
-
-static const kvc_backend* real;
-static kvc_backend failing;
-static long allocs_left = -1; /* allocations still granted; -1 = all */
-static long live = 0;         /* buffers allocated through the wrapper and not yet freed */
-
-static void* wrap_alloc(void* ctx, const kvc_exec* dev, size_t bytes) {
-  if (allocs_left == 0) return NULL;
-  if (allocs_left > 0) allocs_left--;
-  void* p = real->alloc_zeroed(ctx, dev, bytes);
-  if (p) live++;
-  return p;
-}
-static void wrap_free(void* ctx, const kvc_exec* dev, void* p) {
-  if (p) live--;
-  real->free(ctx, dev, p);
-}
 
 /* Layers: LINEAR (2 pairs, K = 3) and a dynamic hybrid; conv, recurrent and K/V filled, batch 2. */
 static kvc_cache* filled(void) {
   const kvc_layer_kind kinds[2] = {KVC_LAYER_LINEAR, KVC_LAYER_LINEAR_DYNAMIC};
   kvc_cache* c = tl_cache(2, kinds, 0, 0, 2, 3);
   if (!c) return NULL;
-  real = kvc_cpu_backend();
-  failing = *real;
-  failing.alloc_zeroed = wrap_alloc;
-  failing.free = wrap_free;
-  c->backend = &failing;
+  oom_install(c);
   const int64_t shape[3] = {2, 3, 2};
   tl_tensor s;
   tl_rec_input(&s, KVC_DTYPE_FLOAT32, 3, shape, 1.0f);
@@ -74,44 +52,6 @@ static kvc_error* select_rows(kvc_cache* c) { return kvc_cache_batch_select_indi
 static kvc_error* repeat_rows(kvc_cache* c) { return kvc_cache_batch_repeat_interleave(c, 2); }
 static kvc_error* kv_grow(kvc_cache* c) { return tu_update_tokens(c, 1, 2, 1, 90, 2, 2, 3, NULL, NULL); }
 
-typedef struct oom_case {
-  const char* name;
-  kvc_cache* (*make)(void);
-  kvc_error* (*op)(kvc_cache*);
-  int min_allocs;
-} oom_case;
-
-static void sweep(const oom_case* oc) {
-  long n = 0;
-  for (; n < 64; n++) {
-    kvc_cache* c = oc->make();
-    if (!c) return;
-    tu_snapshot before, after;
-    snapshot(c, &before);
-    long live_before = live;
-    allocs_left = n;
-    kvc_error* e = oc->op(c);
-    allocs_left = -1;
-    if (!e) {
-      snapshot_free(&before);
-      kvc_cache_destroy(c);
-      CHECK_EQ_I64(live, 0);
-      break;
-    }
-    if (!CHECK_EQ_I64(kvc_error_code(e), KVC_ERROR_OUT_OF_MEMORY))
-      fprintf(TU_LOG, "    %s with %ld allocations granted: %s\n", oc->name, n, kvc_error_message(e));
-    kvc_error_destroy(e);
-    snapshot(c, &after);
-    if (!CHECK_SNAPSHOT_EQUAL(&before, &after)) fprintf(TU_LOG, "    %s, allocation %ld refused\n", oc->name, n);
-    CHECK_EQ_I64(live, live_before);
-    snapshot_free(&before);
-    snapshot_free(&after);
-    kvc_cache_destroy(c);
-    CHECK_EQ_I64(live, 0);
-  }
-  if (!CHECK(n >= oc->min_allocs && n < 64)) fprintf(TU_LOG, "    %s succeeded after %ld refusals\n", oc->name, n);
-}
-
 static void test_oom_leaves_cache_unchanged(void) {
   static const oom_case cases[] = {
       {"first conv update of a state", filled, first_conv_of_state1, 1},
@@ -122,7 +62,7 @@ static void test_oom_leaves_cache_unchanged(void) {
       {"repeat_interleave", filled, repeat_rows, 6},
       {"K/V update of a hybrid that grows its store", filled, kv_grow, 2},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) sweep(&cases[i]);
+  oom_sweep_all(cases, sizeof cases / sizeof cases[0], NULL);
 }
 
 int main(void) {

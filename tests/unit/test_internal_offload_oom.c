@@ -1,56 +1,33 @@
 /*
  * Out of memory anywhere in an operation on an offloading cache leaves the
  * cache exactly as it was: every layer's tier, contents, counters and bytes,
- * with nothing leaked. The cache's backend is replaced by the CPU backend
- * behind a wrapper that refuses the n-th allocation (device or host tier);
- * each operation is run with n = 0, 1, 2, ... until it succeeds.
+ * with nothing leaked (oom_sweep.h refuses the n-th allocation, device or
+ * host tier, n = 0, 1, 2, ...).
  */
-#include "internal.h"
+#include "oom_sweep.h"
 #include "test_offload_util.h"
 
-static const kvc_backend* real;
-static kvc_backend failing;
-static long allocs_left = -1; /* allocations still granted; -1 = all */
-static long live = 0;         /* buffers allocated through the wrapper and not yet freed */
+/* Besides the snapshot, a refused operation leaves every layer's tier and the device and host bytes. */
+static char tiers_before[16];
+static kvc_memory_info mem_before;
 
-static void* granted(void* p) {
-  if (p) live++;
-  return p;
-}
-static void* wrap_alloc(void* ctx, const kvc_exec* dev, size_t bytes) {
-  if (allocs_left == 0) return NULL;
-  if (allocs_left > 0) allocs_left--;
-  return granted(real->alloc_zeroed(ctx, dev, bytes));
-}
-static void* wrap_host_alloc(void* ctx, const kvc_exec* dev, size_t bytes) {
-  if (allocs_left == 0) return NULL;
-  if (allocs_left > 0) allocs_left--;
-  return granted(real->host_alloc_zeroed(ctx, dev, bytes));
-}
-static void wrap_free(void* ctx, const kvc_exec* dev, void* p) {
-  if (p) live--;
-  real->free(ctx, dev, p);
-}
-static void wrap_host_free(void* ctx, const kvc_exec* dev, void* p) {
-  if (p) live--;
-  real->host_free(ctx, dev, p);
-}
-
-static void install(kvc_cache* c) {
-  real = kvc_cpu_backend();
-  failing = *real;
-  failing.alloc_zeroed = wrap_alloc;
-  failing.host_alloc_zeroed = wrap_host_alloc;
-  failing.free = wrap_free;
-  failing.host_free = wrap_host_free;
-  c->backend = &failing;
+static void same_tiers_and_bytes(const kvc_cache* c, int after, const char* name) {
+  if (!after) {
+    ot_tiers(c, tiers_before);
+    mem_before = tu_memory(c);
+    return;
+  }
+  CHECK_TIERS(c, tiers_before, name);
+  kvc_memory_info m = tu_memory(c);
+  CHECK_EQ_U64(m.bytes_device, mem_before.bytes_device);
+  CHECK_EQ_U64(m.bytes_host, mem_before.bytes_host);
 }
 
 /* Layers f s f, every layer offloaded, one step done (tiers 011), allocating through the wrapper. */
 static kvc_cache* stepped(void) {
   kvc_cache* c = ot_cache(KVC_PRESET_DYNAMIC, "fsf", 3, 0, 0, KVC_OFFLOAD_ALL);
   if (!c) return NULL;
-  install(c);
+  oom_install(c);
   for (uint32_t i = 0; i < 3; i++) CHECK_OK(ot_update(c, i, KVC_DTYPE_FLOAT16, 2, 2, 3, 3, 2, i, NULL));
   return c;
 }
@@ -59,7 +36,7 @@ static kvc_cache* stepped(void) {
 static kvc_cache* stepped_static(void) {
   kvc_cache* c = ot_cache(KVC_PRESET_OFFLOADED_STATIC, "fsf", 3, 0, 8, KVC_OFFLOAD_DEFAULT);
   if (!c) return NULL;
-  install(c);
+  oom_install(c);
   for (uint32_t i = 0; i < 3; i++) CHECK_OK(ot_update(c, i, KVC_DTYPE_FLOAT32, 2, 2, 2, 3, 2, i, NULL));
   return c;
 }
@@ -97,51 +74,6 @@ static kvc_error* static_decode_layer2(kvc_cache* c) {
   return ot_update(c, 2, KVC_DTYPE_FLOAT32, 2, 2, 1, 3, 2, 44, NULL);
 }
 
-typedef struct oom_case {
-  const char* name;
-  kvc_cache* (*make)(void);
-  kvc_error* (*op)(kvc_cache*);
-  int min_allocs; /* allocations the operation needs at least (it must fail at each of them) */
-} oom_case;
-
-static void sweep(const oom_case* oc) {
-  long n = 0;
-  for (; n < 64; n++) {
-    kvc_cache* c = oc->make();
-    if (!c) return;
-    tu_snapshot before, after;
-    snapshot(c, &before);
-    char tiers[16];
-    ot_tiers(c, tiers);
-    kvc_memory_info mem = tu_memory(c);
-    long live_before = live;
-    allocs_left = n;
-    kvc_error* e = oc->op(c);
-    allocs_left = -1;
-    if (!e) {
-      snapshot_free(&before);
-      kvc_cache_destroy(c);
-      CHECK_EQ_I64(live, 0);
-      break;
-    }
-    if (!CHECK_EQ_I64(kvc_error_code(e), KVC_ERROR_OUT_OF_MEMORY))
-      fprintf(TU_LOG, "    %s with %ld allocations granted: %s\n", oc->name, n, kvc_error_message(e));
-    kvc_error_destroy(e);
-    snapshot(c, &after);
-    if (!CHECK_SNAPSHOT_EQUAL(&before, &after)) fprintf(TU_LOG, "    %s, allocation %ld refused\n", oc->name, n);
-    CHECK_TIERS(c, tiers, oc->name);
-    kvc_memory_info m = tu_memory(c);
-    CHECK_EQ_U64(m.bytes_device, mem.bytes_device);
-    CHECK_EQ_U64(m.bytes_host, mem.bytes_host);
-    CHECK_EQ_I64(live, live_before); /* nothing leaked */
-    snapshot_free(&before);
-    snapshot_free(&after);
-    kvc_cache_destroy(c);
-    CHECK_EQ_I64(live, 0);
-  }
-  if (!CHECK(n >= oc->min_allocs && n < 64)) fprintf(TU_LOG, "    %s succeeded after %ld refusals\n", oc->name, n);
-}
-
 static void test_oom_leaves_cache_unchanged(void) {
   static const oom_case cases[] = {
       /* prefetch of layer 1 (k, v) and the host store for layer 0's offload (k, v) */
@@ -158,7 +90,7 @@ static void test_oom_leaves_cache_unchanged(void) {
       {"reserve (offloaded layers grow in the host tier)", stepped, reserve_100, 4},
       {"OffloadedStaticCache decode update", stepped_static, static_decode_layer2, 4},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) sweep(&cases[i]);
+  oom_sweep_all(cases, sizeof cases / sizeof cases[0], same_tiers_and_bytes);
 }
 
 /* Which layers an update offloads, kind by kind (transformers' is_linear layers and QUANTIZED/SINK never). */

@@ -167,12 +167,7 @@ static void op_split_stack(pair* p) {
     return;
   CHECK_EQ_I64(na, nb);
   for (size_t i = 0; i < na && i < nb; i++) {
-    tu_snapshot x, y;
-    snapshot(sa[i], &x);
-    snapshot(sb[i], &y);
-    CHECK_SNAPSHOT_EQUAL_CONTENTS(&x, &y);
-    snapshot_free(&x);
-    snapshot_free(&y);
+    CHECK_CACHES_EQUAL_CONTENTS(sa[i], sb[i]);
   }
   kvc_cache *ra = NULL, *rb = NULL;
   if (same_outcome(p, kvc_cache_from_batch_splits((const kvc_cache* const*)sa, na, &ra),
@@ -267,14 +262,7 @@ static const kvc_layer_kind custom_kinds[4] = {KVC_LAYER_DYNAMIC, KVC_LAYER_STAT
 static kvc_cache* custom_cache(kvc_offload offload) {
   kvc_layer_options l[4];
   for (int i = 0; i < 4; i++) l[i] = tu_layer(custom_kinds[i], 3, 9);
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
-  o.num_layers = 4;
-  o.layers = l;
-  o.offload = offload;
-  kvc_cache* c = NULL;
-  CHECK_OK(kvc_cache_create(&o, &c));
-  return c;
+  return tu_custom_offload_cache(4, l, offload);
 }
 
 static void run_config(const config* cf, uint64_t seed, int ops) {

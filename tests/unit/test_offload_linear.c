@@ -26,14 +26,7 @@ static kvc_cache* make(kvc_offload offload) {
     l[i] = tu_layer(kinds[i], 0, kinds[i] == KVC_LAYER_LINEAR_STATIC ? 8 : 0);
     l[i].conv_kernel_size = kinds[i] == KVC_LAYER_DYNAMIC ? 0 : K;
   }
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
-  o.num_layers = 4;
-  o.layers = l;
-  o.offload = offload;
-  kvc_cache* c = NULL;
-  CHECK_OK(kvc_cache_create(&o, &c));
-  return c;
+  return tu_custom_offload_cache(4, l, offload);
 }
 
 /* A [rows, cols, depth] conv input, or with depth 0 a [rows, cols] recurrent state, of random finite floats. */
@@ -74,12 +67,7 @@ static void step(kvc_cache* plain, kvc_cache* offl, int64_t n, uint64_t seed, co
     }
     if (tiers_after[i]) CHECK_TIERS(offl, tiers_after[i], "an update of a step");
   }
-  tu_snapshot x, y;
-  snapshot(plain, &x);
-  snapshot(offl, &y);
-  CHECK_SNAPSHOT_EQUAL_CONTENTS(&x, &y);
-  snapshot_free(&x);
-  snapshot_free(&y);
+  CHECK_CACHES_EQUAL_CONTENTS(plain, offl);
 }
 
 static void test_linear_layers_with_offloading(void) {

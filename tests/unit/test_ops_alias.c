@@ -20,27 +20,13 @@ static kvc_tensor copy_of(const kvc_tensor* v, int64_t* shape, float** data) {
   *data = (float*)malloc(sizeof(float) * (size_t)(n ? n : 1));
   tu_read_view(v, *data);
   memcpy(shape, v->shape, sizeof(int64_t) * 4);
-  kvc_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = *data;
-  t.device.device_type = KVC_DEVICE_CPU;
-  t.ndim = 4;
-  t.dtype = tu_data_type(KVC_DTYPE_FLOAT32);
-  t.shape = shape;
-  return t;
+  return tu_f32_view(*data, shape);
 }
 
 static kvc_tensor fresh(float* data, int64_t* shape, int64_t s, float base) {
   shape[0] = 1, shape[1] = H, shape[2] = s, shape[3] = D;
   for (int64_t i = 0; i < H * s * D; i++) data[i] = base + (float)i * 0.25f;
-  kvc_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = KVC_DEVICE_CPU;
-  t.ndim = 4;
-  t.dtype = tu_data_type(KVC_DTYPE_FLOAT32);
-  t.shape = shape;
-  return t;
+  return tu_f32_view(data, shape);
 }
 
 static void strides_of(const kvc_tensor* t, int64_t out[4]) {

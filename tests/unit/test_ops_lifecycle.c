@@ -85,12 +85,7 @@ static void test_reset_then_reuse_equals_fresh(void) {
   REQUIRE_OK(kvc_cache_reset(used));
   REQUIRE(feed(used, 6, SIZES, 4, 100));
   REQUIRE(feed(fresh, 6, SIZES, 4, 100));
-  tu_snapshot a, b;
-  snapshot(used, &a);
-  snapshot(fresh, &b);
-  CHECK_SNAPSHOT_EQUAL_CONTENTS(&a, &b);
-  snapshot_free(&a);
-  snapshot_free(&b);
+  CHECK_CACHES_EQUAL_CONTENTS(used, fresh);
   kvc_cache_destroy(used);
   kvc_cache_destroy(fresh);
 }
@@ -144,12 +139,7 @@ static void test_clone_equal_and_independent(void) {
 
   /* the clone goes on exactly as the original would */
   REQUIRE(feed(d, 6, SIZES, 1, 8));
-  tu_snapshot a, b;
-  snapshot(c, &a);
-  snapshot(d, &b);
-  CHECK_SNAPSHOT_EQUAL_CONTENTS(&a, &b);
-  snapshot_free(&a);
-  snapshot_free(&b);
+  CHECK_CACHES_EQUAL_CONTENTS(c, d);
   snapshot_free(&orig);
   snapshot_free(&copy);
   kvc_cache_destroy(c);
@@ -163,13 +153,7 @@ static void test_clone_outlives_original(void) {
   REQUIRE(feed(c, 6, SIZES, 3, 0));
   kvc_cache* d = NULL;
   REQUIRE_OK(kvc_cache_clone(c, &d));
-  tu_snapshot before, after;
-  snapshot(d, &before);
-  kvc_cache_destroy(c);
-  snapshot(d, &after);
-  CHECK_SNAPSHOT_EQUAL(&before, &after);
-  snapshot_free(&before);
-  snapshot_free(&after);
+  CHECK_UNCHANGED_BY(d, kvc_cache_destroy(c));
   kvc_cache_destroy(d);
 }
 
@@ -190,12 +174,7 @@ static void test_clone_lazy_and_uninitialized(void) {
   REQUIRE(c != NULL);
   d = NULL;
   REQUIRE_OK(kvc_cache_clone(c, &d));
-  tu_snapshot a, b;
-  snapshot(c, &a);
-  snapshot(d, &b);
-  CHECK_SNAPSHOT_EQUAL(&a, &b);
-  snapshot_free(&a);
-  snapshot_free(&b);
+  CHECK_CACHES_EQUAL(c, d);
   for (uint32_t i = 0; i < 6; i++) CHECK_EQ_I64(tu_info(d, i).is_initialized, 0);
   kvc_cache_destroy(c);
   kvc_cache_destroy(d);

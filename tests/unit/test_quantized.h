@@ -31,9 +31,8 @@ static TU_UNUSED kvc_quant_options tq_options(const tq_setting* s) {
   return q;
 }
 
-/* KVC_PRESET_QUANTIZED with `layers` layers, or NULL (the error is counted). */
-static TU_UNUSED kvc_cache* tq_cache(const tq_setting* s, uint32_t layers) {
-  kvc_quant_options q = tq_options(s);
+/* kvc_cache_create of KVC_PRESET_QUANTIZED with `layers` layers and the quantizer options q. */
+static TU_UNUSED kvc_error* tq_create(const kvc_quant_options* q, uint32_t layers, kvc_cache** out) {
   kvc_model_config cfg;
   kvc_model_config_init(&cfg);
   cfg.num_hidden_layers = layers;
@@ -41,10 +40,31 @@ static TU_UNUSED kvc_cache* tq_cache(const tq_setting* s, uint32_t layers) {
   kvc_cache_options_init(&o);
   o.preset = KVC_PRESET_QUANTIZED;
   o.config = &cfg;
-  o.quant = &q;
+  o.quant = q;
+  return kvc_cache_create(&o, out);
+}
+
+/* KVC_PRESET_QUANTIZED with `layers` layers, or NULL (the error is counted). */
+static TU_UNUSED kvc_cache* tq_cache(const tq_setting* s, uint32_t layers) {
+  kvc_quant_options q = tq_options(s);
   kvc_cache* c = NULL;
-  if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
+  if (!CHECK_OK(tq_create(&q, layers, &c))) return NULL;
   return c;
+}
+
+/* Bytes of quantized data an incremental layer holds (layer_quantized.h's records), from the shapes:
+ * per-token groups (D / G per token and head) or per-channel groups (D per block of G tokens). */
+static TU_UNUSED uint64_t tq_incremental_bytes(const tq_setting* s, int64_t b, int64_t h, int64_t dk, int64_t dv,
+                                               int64_t q, size_t elem) {
+  uint64_t total = 0;
+  for (int w = 0; w < 2; w++) {
+    int axis = w ? s->axis_value : s->axis_key;
+    int channel = s->quantizer == KVC_QUANTIZER_QUANTO ? axis == -1 : axis == 0;
+    int64_t d = w ? dv : dk, groups = channel ? (q / s->group) * d : q * (d / s->group);
+    uint64_t packed = (uint64_t)(s->group * s->nbits + 7) / 8;
+    total += (uint64_t)(b * h * groups) * (2 * elem + packed);
+  }
+  return total;
 }
 
 /* Deterministic standard normal numbers (xorshift64* and Box-Muller). */

@@ -205,16 +205,8 @@ static void test_memory(void) {
 static void test_errors(void) {
   kvc_quant_options q = KVC_QUANT_OPTIONS_INIT;
   q.mode = 3;
-  kvc_model_config cfg;
-  kvc_model_config_init(&cfg);
-  cfg.num_hidden_layers = 1;
-  kvc_cache_options o;
-  kvc_cache_options_init(&o);
-  o.preset = KVC_PRESET_QUANTIZED;
-  o.config = &cfg;
-  o.quant = &q;
   kvc_cache* c = NULL;
-  EXPECT_ERR(kvc_cache_create(&o, &c), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_create", "mode is 3",
+  EXPECT_ERR(tq_create(&q, 1, &c), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_create", "mode is 3",
              "KVC_QUANT_MODE_COMPACT (2)");
   CHECK(c == NULL);
 

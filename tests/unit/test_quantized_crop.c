@@ -14,20 +14,6 @@ static void ref_view(tq_ref* r, const kvc_cache* c) {
   tq_ref_from_kv(r, &kv);
 }
 
-/* Bytes of quantized data an incremental layer holds (layer_quantized.h's records), from the shapes. */
-static uint64_t incremental_bytes(const tq_setting* s, int64_t b, int64_t h, int64_t dk, int64_t dv, int64_t q,
-                                  size_t elem) {
-  uint64_t total = 0;
-  for (int w = 0; w < 2; w++) {
-    int axis = w ? s->axis_value : s->axis_key;
-    int channel = s->quantizer == KVC_QUANTIZER_QUANTO ? axis == -1 : axis == 0;
-    int64_t d = w ? dv : dk, groups = channel ? (q / s->group) * d : q * (d / s->group);
-    uint64_t packed = (uint64_t)(s->group * s->nbits + 7) / 8;
-    total += (uint64_t)(b * h * groups) * (2 * elem + packed);
-  }
-  return total;
-}
-
 /* A crop into a per-channel block gives the block's kept tokens back to the residual, values unchanged. */
 static void test_crop_across_a_block(void) {
   tq_setting set = {KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 4, -1, 0, 4, 2};
@@ -36,7 +22,7 @@ static void test_crop_across_a_block(void) {
   tq_rng rng = {1};
   REQUIRE_OK(tq_update(c, 0, F32, 2, 2, 13, 8, 4, &rng, NULL, NULL, NULL));
   CHECK_EQ_I64(tq_quantized(c, 0), 8);
-  CHECK_EQ_U64(tu_memory(c).bytes_quantized, incremental_bytes(&set, 2, 2, 8, 4, 8, 4));
+  CHECK_EQ_U64(tu_memory(c).bytes_quantized, tq_incremental_bytes(&set, 2, 2, 8, 4, 8, 4));
   tq_ref ref;
   memset(&ref, 0, sizeof ref);
   ref_view(&ref, c);
@@ -54,7 +40,7 @@ static void test_crop_across_a_block(void) {
   CHECK(tq_equal(&view, &ref, 0));
   CHECK_EQ_I64(tq_quantized(c, 0), 4);
   CHECK_EQ_I64(tu_seq(c, 0), 7);
-  CHECK_EQ_U64(tu_memory(c).bytes_quantized, incremental_bytes(&set, 2, 2, 8, 4, 4, 4));
+  CHECK_EQ_U64(tu_memory(c).bytes_quantized, tq_incremental_bytes(&set, 2, 2, 8, 4, 4, 4));
 
   /* The next update returns the cropped history and the new token; the block fills again later. */
   float k[2 * 2 * 8], v[2 * 2 * 4];

@@ -9,19 +9,6 @@
 
 static uint64_t packed(int64_t n, int nbits) { return (uint64_t)(n * nbits + 7) / 8; }
 
-/* Incremental mode: per-token groups (D / G per token and head) or per-channel groups (D per block of G tokens). */
-static uint64_t incremental_bytes(const tq_setting* s, int64_t b, int64_t h, int64_t dk, int64_t dv, int64_t q,
-                                  size_t elem) {
-  uint64_t total = 0;
-  for (int w = 0; w < 2; w++) {
-    int axis = w ? s->axis_value : s->axis_key;
-    int channel = s->quantizer == KVC_QUANTIZER_QUANTO ? axis == -1 : axis == 0;
-    int64_t d = w ? dv : dk, groups = channel ? (q / s->group) * d : q * (d / s->group);
-    total += (uint64_t)(b * h * groups) * (2 * elem + packed(s->group, s->nbits));
-  }
-  return total;
-}
-
 static void test_incremental_exact(void) {
   static const tq_setting sets[] = {
       {KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 4, 0, 0, 4, 5},
@@ -43,7 +30,7 @@ static void test_incremental_exact(void) {
         REQUIRE_OK(tq_update(c, 0, dts[di], b, h, step ? 1 : 9, dk, dv, &rng, NULL, NULL, NULL));
         kvc_memory_info m = tu_memory(c);
         int64_t q = tq_quantized(c, 0), s = tu_seq(c, 0);
-        CHECK_EQ_U64(m.bytes_quantized, incremental_bytes(&sets[i], b, h, dk, dv, q, elem));
+        CHECK_EQ_U64(m.bytes_quantized, tq_incremental_bytes(&sets[i], b, h, dk, dv, q, elem));
         CHECK_EQ_U64(m.bytes_used, (uint64_t)(b * h * s * (dk + dv)) * elem);
         CHECK(m.bytes_reserved >= m.bytes_used + m.bytes_quantized);
         CHECK_EQ_U64(m.bytes_device, m.bytes_reserved);

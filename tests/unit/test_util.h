@@ -407,6 +407,18 @@ static TU_UNUSED kvc_data_type tu_data_type(kvc_dtype dt) {
   return r;
 }
 
+/* A compact float32 view of `data` with the 4-D `shape` (both borrowed). */
+static TU_UNUSED kvc_tensor tu_f32_view(float* data, int64_t* shape) {
+  kvc_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = KVC_DEVICE_CPU;
+  t.ndim = 4;
+  t.dtype = tu_data_type(KVC_DTYPE_FLOAT32);
+  t.shape = shape;
+  return t;
+}
+
 static TU_UNUSED void tu_store_float(kvc_dtype dt, unsigned char* p, float f) {
   if (dt == KVC_DTYPE_FLOAT32) {
     memcpy(p, &f, 4);
@@ -688,14 +700,22 @@ static TU_UNUSED kvc_layer_options tu_layer(kvc_layer_kind kind, int64_t window,
 }
 
 /* A custom cache of n layers, or NULL (the error is printed and counted). */
-static TU_UNUSED kvc_cache* tu_custom_cache(uint32_t n, const kvc_layer_options* layers) {
+/* The same, offloading the layers `offload` names. */
+static TU_UNUSED kvc_cache* tu_custom_offload_cache(uint32_t n, const kvc_layer_options* layers,
+                                                    kvc_offload offload) {
   kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
   o.preset = KVC_PRESET_CUSTOM;
   o.num_layers = n;
   o.layers = layers;
+  o.offload = offload;
   kvc_cache* c = NULL;
   if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
   return c;
+}
+
+static TU_UNUSED kvc_cache* tu_custom_cache(uint32_t n, const kvc_layer_options* layers) {
+  const kvc_cache_options defaults = KVC_CACHE_OPTIONS_INIT;
+  return tu_custom_offload_cache(n, layers, defaults.offload);
 }
 
 /* A one-layer custom cache of one kind. */
@@ -783,182 +803,34 @@ static TU_UNUSED kvc_memory_info tu_memory(const kvc_cache* c) {
 
 /* ------------------------------------------------------------ snapshots */
 
-/* Query lengths whose mask sizes and usable lengths a snapshot records. */
-#define TU_SNAP_NQ 4
-static const int64_t tu_snap_q[TU_SNAP_NQ] = {1, 2, 5, 40};
+/* One snapshot implementation for every test: ../common/cache_snapshot.h. A unit test is one source, so the
+ * implementation is part of it. */
+#include "../common/cache_snapshot.c"
 
-typedef struct tu_tensor_snap {
-  int32_t ndim;
-  int64_t shape[4];
-  kvc_data_type dtype;
-  kvc_device device;
-  unsigned char* bytes; /* compact row-major copy of the elements */
-  size_t nbytes;
-} tu_tensor_snap;
-
-/* A state view of a LINEAR kind (any ndim up to 8): shape, dtype and compact bytes; ndim 0 = not allocated. */
-typedef struct tu_nd_snap {
-  int32_t ndim;
-  int64_t shape[8];
-  kvc_data_type dtype;
-  unsigned char* bytes;
-  size_t nbytes;
-} tu_nd_snap;
-
-/* One state pair of a LINEAR kind: both views and has_previous_state. */
-typedef struct tu_state_snap {
-  kvc_code view_code;
-  tu_nd_snap conv, rec;
-  kvc_code prev_code;
-  int has_previous;
-} tu_state_snap;
-
-typedef struct tu_layer_snap {
-  kvc_code info_code;
-  kvc_layer_info info;
-  kvc_code view_code; /* KVC_OK when the view exists */
-  tu_tensor_snap key, value;
-  int64_t seq_length;
-  int64_t max_length;
-  int64_t mask_len[TU_SNAP_NQ], mask_off[TU_SNAP_NQ];
-  int64_t usable[TU_SNAP_NQ];
-  uint32_t num_states; /* LINEAR kinds: state pairs captured in `states` */
-  tu_state_snap* states;
-} tu_layer_snap;
-
-typedef struct tu_snapshot {
-  uint32_t num_layers;
-  tu_layer_snap* layers;
-  int64_t max_length_all;
-  kvc_code batch_size_code;
-  int64_t batch_size;
-  kvc_code memory_code;
-  kvc_memory_info memory;
-  /* queries for the index one past the last layer (the lazy-cache rules) */
-  int64_t beyond_seq, beyond_max, beyond_mask_len, beyond_mask_off;
-} tu_snapshot;
-
-static TU_UNUSED kvc_code tu_take_code(kvc_error* e) {
-  kvc_code c = kvc_error_code(e);
-  kvc_error_destroy(e);
-  return c;
-}
-
-static TU_UNUSED void tu_tensor_snap_take(const kvc_tensor* t, tu_tensor_snap* s) {
-  s->ndim = t->ndim;
-  for (int i = 0; i < 4; i++) s->shape[i] = i < t->ndim ? t->shape[i] : 0;
-  s->dtype = t->dtype;
-  s->device = t->device;
-  s->bytes = t->ndim == 4 ? tu_view_bytes_alloc(t, &s->nbytes) : NULL;
-  if (t->ndim != 4) s->nbytes = 0;
-}
-
-static TU_UNUSED void tu_nd_snap_take(const kvc_tensor* t, tu_nd_snap* s) {
-  memset(s, 0, sizeof *s);
-  s->ndim = t->ndim > 8 ? 8 : t->ndim;
-  for (int32_t i = 0; i < s->ndim; i++) s->shape[i] = t->shape[i];
-  s->dtype = t->dtype;
-  if (t->ndim > 0 && t->ndim <= 8) s->bytes = tu_view_bytes_alloc(t, &s->nbytes);
-}
-
-/* The states of a LINEAR kind's layer: views of every pair and has_previous_state of each. */
-static TU_UNUSED void tu_states_take(const kvc_cache* c, uint32_t layer, tu_layer_snap* L) {
-  if (L->info_code != KVC_OK || L->info.kind < KVC_LAYER_LINEAR || L->info.kind > KVC_LAYER_LINEAR_STATIC_SLIDING)
-    return;
-  L->num_states = L->info.num_states;
-  L->states = (tu_state_snap*)calloc(L->num_states ? L->num_states : 1, sizeof(tu_state_snap));
-  if (!L->states) abort();
-  for (uint32_t i = 0; i < L->num_states; i++) {
-    tu_state_snap* S = &L->states[i];
-    kvc_tensor cv, rv;
-    memset(&cv, 0, sizeof cv);
-    memset(&rv, 0, sizeof rv);
-    S->view_code = tu_take_code(kvc_cache_state_view(c, layer, i, &cv, &rv));
-    if (S->view_code == KVC_OK) {
-      tu_nd_snap_take(&cv, &S->conv);
-      tu_nd_snap_take(&rv, &S->rec);
-    }
-    S->has_previous = -1;
-    S->prev_code = tu_take_code(kvc_cache_has_previous_state(c, (int32_t)layer, (int32_t)i, &S->has_previous));
-  }
-}
+typedef cache_snap tu_snapshot;
+typedef snap_tensor tu_tensor_snap;
 
 /* Captures everything observable about `c` (free with snapshot_free). */
-static TU_UNUSED void snapshot(const kvc_cache* c, tu_snapshot* s) {
-  memset(s, 0, sizeof *s);
-  s->num_layers = kvc_cache_num_layers(c);
-  s->layers = (tu_layer_snap*)calloc(s->num_layers ? s->num_layers : 1, sizeof(tu_layer_snap));
-  if (!s->layers) abort();
-  for (uint32_t i = 0; i < s->num_layers; i++) {
-    tu_layer_snap* L = &s->layers[i];
-    L->info.struct_size = sizeof L->info;
-    L->info_code = tu_take_code(kvc_cache_layer_info(c, i, &L->info));
-    kvc_kv kv;
-    memset(&kv, 0, sizeof kv);
-    L->view_code = tu_take_code(kvc_cache_layer_view(c, i, &kv));
-    if (L->view_code == KVC_OK) {
-      tu_tensor_snap_take(&kv.key, &L->key);
-      tu_tensor_snap_take(&kv.value, &L->value);
-    }
-    L->seq_length = -999;
-    L->max_length = -999;
-    kvc_error_destroy(kvc_cache_seq_length(c, i, &L->seq_length));
-    kvc_error_destroy(kvc_cache_max_length(c, (int32_t)i, &L->max_length));
-    for (int q = 0; q < TU_SNAP_NQ; q++) {
-      L->mask_len[q] = L->mask_off[q] = L->usable[q] = -999;
-      kvc_error_destroy(kvc_cache_mask_sizes(c, tu_snap_q[q], i, &L->mask_len[q], &L->mask_off[q]));
-      kvc_error_destroy(kvc_cache_usable_length(c, tu_snap_q[q], i, &L->usable[q]));
-    }
-    tu_states_take(c, i, L);
-  }
-  s->max_length_all = s->batch_size = -999;
-  kvc_error_destroy(kvc_cache_max_length(c, KVC_ALL_LAYERS, &s->max_length_all));
-  s->batch_size_code = tu_take_code(kvc_cache_batch_size(c, &s->batch_size));
-  s->memory.struct_size = sizeof s->memory;
-  s->memory_code = tu_take_code(kvc_cache_memory(c, &s->memory));
-  s->beyond_seq = s->beyond_max = s->beyond_mask_len = s->beyond_mask_off = -999;
-  kvc_error_destroy(kvc_cache_seq_length(c, s->num_layers, &s->beyond_seq));
-  kvc_error_destroy(kvc_cache_max_length(c, (int32_t)s->num_layers, &s->beyond_max));
-  kvc_error_destroy(kvc_cache_mask_sizes(c, 3, s->num_layers, &s->beyond_mask_len, &s->beyond_mask_off));
+static TU_UNUSED void snapshot(const kvc_cache* c, tu_snapshot* s) { snap_take(c, s); }
+static TU_UNUSED void snapshot_free(tu_snapshot* s) { snap_free(s); }
+
+/* A view's descriptor and compact bytes (free its .bytes). */
+static TU_UNUSED void tu_tensor_snap_take(const kvc_tensor* t, tu_tensor_snap* s) { snap_tensor_take(t, s, NULL); }
+
+static TU_UNUSED int tu_tensor_snap_equal(const tu_tensor_snap* a, const tu_tensor_snap* b, uint32_t layer,
+                                          const char* which) {
+  char why[160];
+  if (snap_tensor_equal(a, b, 0, why, sizeof why)) return 1;
+  fprintf(TU_LOG, "  snapshot: layer %u %s: %s\n", layer, which, why);
+  return 0;
 }
 
-static TU_UNUSED void snapshot_free(tu_snapshot* s) {
-  for (uint32_t i = 0; s->layers && i < s->num_layers; i++) {
-    free(s->layers[i].key.bytes);
-    free(s->layers[i].value.bytes);
-    for (uint32_t j = 0; s->layers[i].states && j < s->layers[i].num_states; j++) {
-      free(s->layers[i].states[j].conv.bytes);
-      free(s->layers[i].states[j].rec.bytes);
-    }
-    free(s->layers[i].states);
-  }
-  free(s->layers);
-  s->layers = NULL;
-  s->num_layers = 0;
-}
-
-static TU_UNUSED int tu_tensor_snap_equal(const tu_tensor_snap* a, const tu_tensor_snap* b,
-                                          uint32_t layer, const char* which) {
-  if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof a->shape) != 0) {
-    fprintf(TU_LOG, "  snapshot: layer %u %s shape differs ([%lld,%lld,%lld,%lld] vs [%lld,%lld,%lld,%lld])\n",
-            layer, which, (long long)a->shape[0], (long long)a->shape[1], (long long)a->shape[2],
-            (long long)a->shape[3], (long long)b->shape[0], (long long)b->shape[1],
-            (long long)b->shape[2], (long long)b->shape[3]);
-    return 0;
-  }
-  if (a->dtype.code != b->dtype.code || a->dtype.bits != b->dtype.bits || a->dtype.lanes != b->dtype.lanes ||
-      a->device.device_type != b->device.device_type || a->device.device_id != b->device.device_id) {
-    fprintf(TU_LOG, "  snapshot: layer %u %s dtype or device differs\n", layer, which);
-    return 0;
-  }
-  if (a->nbytes != b->nbytes || (a->nbytes && memcmp(a->bytes, b->bytes, a->nbytes) != 0)) {
-    size_t at = 0;
-    while (at < a->nbytes && at < b->nbytes && a->bytes[at] == b->bytes[at]) at++;
-    fprintf(TU_LOG, "  snapshot: layer %u %s contents differ (first at byte %zu of %zu)\n", layer, which,
-            at, a->nbytes);
-    return 0;
-  }
-  return 1;
+/* Layer i's kvc_layer_info of two caches, tiers aside; prints the first difference. */
+static TU_UNUSED int tu_layer_info_equal(const kvc_layer_info* a, const kvc_layer_info* b, uint32_t i) {
+  char why[160];
+  if (snap_info_equal(a, b, i, SNAP_IGNORE_TIERS, why, sizeof why)) return 1;
+  fprintf(TU_LOG, "  snapshot: %s differs\n", why);
+  return 0;
 }
 
 #define TU_SNAP_FIELD(fa, fb, label)                                                           \
@@ -969,115 +841,17 @@ static TU_UNUSED int tu_tensor_snap_equal(const tu_tensor_snap* a, const tu_tens
     }                                                                                          \
   } while (0)
 
-static TU_UNUSED int tu_layer_info_equal(const kvc_layer_info* a, const kvc_layer_info* b, uint32_t i) {
-  char label[64];
-#define TU_INFO_FIELD(f)                                         \
-  do {                                                           \
-    snprintf(label, sizeof label, "layer %u info." #f, i);       \
-    TU_SNAP_FIELD(a->f, b->f, label);                            \
-  } while (0)
-  TU_INFO_FIELD(kind);
-  TU_INFO_FIELD(window);
-  TU_INFO_FIELD(max_cache_len);
-  TU_INFO_FIELD(capacity);
-  TU_INFO_FIELD(is_initialized);
-  TU_INFO_FIELD(is_sliding);
-  TU_INFO_FIELD(is_chunked);
-  TU_INFO_FIELD(is_compileable);
-  TU_INFO_FIELD(records_past);
-  TU_INFO_FIELD(dtype);
-  TU_INFO_FIELD(batch_size);
-  TU_INFO_FIELD(num_kv_heads);
-  TU_INFO_FIELD(k_head_dim);
-  TU_INFO_FIELD(v_head_dim);
-  TU_INFO_FIELD(seq_length);
-  TU_INFO_FIELD(stored_length);
-  TU_INFO_FIELD(is_linear);
-  TU_INFO_FIELD(has_previous_state);
-  TU_INFO_FIELD(num_states);
-  TU_INFO_FIELD(conv_kernel_size);
-  TU_INFO_FIELD(quantized_length);
-#undef TU_INFO_FIELD
-  return 1;
-}
-
-static TU_UNUSED int tu_nd_snap_equal(const tu_nd_snap* a, const tu_nd_snap* b, const char* label) {
-  if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof a->shape) != 0 || a->dtype.code != b->dtype.code ||
-      a->dtype.bits != b->dtype.bits || a->nbytes != b->nbytes ||
-      (a->nbytes && memcmp(a->bytes, b->bytes, a->nbytes) != 0)) {
-    fprintf(TU_LOG, "  snapshot: %s differs (ndim %d vs %d, %zu vs %zu bytes)\n", label, (int)a->ndim, (int)b->ndim,
-            a->nbytes, b->nbytes);
-    return 0;
-  }
-  return 1;
-}
-
-static TU_UNUSED int tu_states_equal(const tu_layer_snap* x, const tu_layer_snap* y, uint32_t layer) {
-  char label[96];
-  snprintf(label, sizeof label, "layer %u number of state pairs", layer);
-  TU_SNAP_FIELD(x->num_states, y->num_states, label);
-  for (uint32_t i = 0; i < x->num_states; i++) {
-    const tu_state_snap *a = &x->states[i], *b = &y->states[i];
-    snprintf(label, sizeof label, "layer %u state %u view error code", layer, i);
-    TU_SNAP_FIELD(a->view_code, b->view_code, label);
-    snprintf(label, sizeof label, "layer %u conv state %u", layer, i);
-    if (!tu_nd_snap_equal(&a->conv, &b->conv, label)) return 0;
-    snprintf(label, sizeof label, "layer %u recurrent state %u", layer, i);
-    if (!tu_nd_snap_equal(&a->rec, &b->rec, label)) return 0;
-    snprintf(label, sizeof label, "layer %u state %u has_previous_state", layer, i);
-    TU_SNAP_FIELD(a->prev_code, b->prev_code, label);
-    TU_SNAP_FIELD(a->has_previous, b->has_previous, label);
-  }
-  return 1;
-}
-
 /*
  * 1 if the two snapshots agree on everything, else 0 after printing the
  * first difference to stderr. Does not count as a check (see CHECK_SNAPSHOT_EQUAL).
- * ignore_reserved skips memory.bytes_reserved.
+ * Tiers (is_offloaded, bytes on the device and the host) are the offload
+ * tests' own checks; ignore_reserved also skips memory.bytes_reserved.
  */
 static TU_UNUSED int snapshot_equal_ex(const tu_snapshot* a, const tu_snapshot* b, int ignore_reserved) {
-  char label[96];
-  TU_SNAP_FIELD(a->num_layers, b->num_layers, "num_layers");
-  for (uint32_t i = 0; i < a->num_layers; i++) {
-    const tu_layer_snap* x = &a->layers[i];
-    const tu_layer_snap* y = &b->layers[i];
-    snprintf(label, sizeof label, "layer %u layer_info error code", i);
-    TU_SNAP_FIELD(x->info_code, y->info_code, label);
-    if (x->info_code == KVC_OK && !tu_layer_info_equal(&x->info, &y->info, i)) return 0;
-    snprintf(label, sizeof label, "layer %u layer_view error code", i);
-    TU_SNAP_FIELD(x->view_code, y->view_code, label);
-    if (x->view_code == KVC_OK) {
-      if (!tu_tensor_snap_equal(&x->key, &y->key, i, "key")) return 0;
-      if (!tu_tensor_snap_equal(&x->value, &y->value, i, "value")) return 0;
-    }
-    snprintf(label, sizeof label, "layer %u seq_length", i);
-    TU_SNAP_FIELD(x->seq_length, y->seq_length, label);
-    snprintf(label, sizeof label, "layer %u max_length", i);
-    TU_SNAP_FIELD(x->max_length, y->max_length, label);
-    for (int q = 0; q < TU_SNAP_NQ; q++) {
-      snprintf(label, sizeof label, "layer %u mask_sizes(%lld) kv_length", i, (long long)tu_snap_q[q]);
-      TU_SNAP_FIELD(x->mask_len[q], y->mask_len[q], label);
-      snprintf(label, sizeof label, "layer %u mask_sizes(%lld) kv_offset", i, (long long)tu_snap_q[q]);
-      TU_SNAP_FIELD(x->mask_off[q], y->mask_off[q], label);
-      snprintf(label, sizeof label, "layer %u usable_length(%lld)", i, (long long)tu_snap_q[q]);
-      TU_SNAP_FIELD(x->usable[q], y->usable[q], label);
-    }
-    if (!tu_states_equal(x, y, i)) return 0;
-  }
-  TU_SNAP_FIELD(a->max_length_all, b->max_length_all, "max_length(KVC_ALL_LAYERS)");
-  TU_SNAP_FIELD(a->batch_size_code, b->batch_size_code, "batch_size error code");
-  TU_SNAP_FIELD(a->batch_size, b->batch_size, "batch_size");
-  TU_SNAP_FIELD(a->memory_code, b->memory_code, "memory error code");
-  TU_SNAP_FIELD(a->memory.bytes_used, b->memory.bytes_used, "memory.bytes_used");
-  TU_SNAP_FIELD(a->memory.bytes_quantized, b->memory.bytes_quantized, "memory.bytes_quantized");
-  if (!ignore_reserved)
-    TU_SNAP_FIELD(a->memory.bytes_reserved, b->memory.bytes_reserved, "memory.bytes_reserved");
-  TU_SNAP_FIELD(a->beyond_seq, b->beyond_seq, "seq_length(num_layers)");
-  TU_SNAP_FIELD(a->beyond_max, b->beyond_max, "max_length(num_layers)");
-  TU_SNAP_FIELD(a->beyond_mask_len, b->beyond_mask_len, "mask_sizes(3, num_layers) kv_length");
-  TU_SNAP_FIELD(a->beyond_mask_off, b->beyond_mask_off, "mask_sizes(3, num_layers) kv_offset");
-  return 1;
+  char why[256];
+  if (snap_equal(a, b, SNAP_IGNORE_TIERS | (ignore_reserved ? SNAP_IGNORE_RESERVED : 0u), why, sizeof why)) return 1;
+  fprintf(TU_LOG, "  snapshot: %s differs\n", why);
+  return 0;
 }
 
 static TU_UNUSED int snapshot_equal(const tu_snapshot* a, const tu_snapshot* b) {
@@ -1092,6 +866,33 @@ static TU_UNUSED int snapshot_equal_contents(const tu_snapshot* a, const tu_snap
 #define CHECK_SNAPSHOT_EQUAL_CONTENTS(a, b) \
   tu_report(snapshot_equal_contents((a), (b)), __FILE__, __LINE__, "snapshot_equal_contents(" #a ", " #b ")")
 #define CHECK_SNAPSHOT_EQUAL(a, b) tu_report(snapshot_equal((a), (b)), __FILE__, __LINE__, "snapshot_equal(" #a ", " #b ")")
+
+/* Runs the statements (with their own checks) and checks that `cache` is observably unchanged afterwards. */
+#define CHECK_UNCHANGED_BY(cache, ...)       \
+  do {                                       \
+    tu_snapshot before_, after_;             \
+    snapshot((cache), &before_);             \
+    __VA_ARGS__;                             \
+    snapshot((cache), &after_);              \
+    CHECK_SNAPSHOT_EQUAL(&before_, &after_); \
+    snapshot_free(&before_);                 \
+    snapshot_free(&after_);                  \
+  } while (0)
+
+/* Whether two caches agree on everything observable (all but reserved capacity with ignore_reserved). */
+static TU_UNUSED int tu_caches_equal(const kvc_cache* x, const kvc_cache* y, int ignore_reserved) {
+  tu_snapshot a, b;
+  snapshot(x, &a);
+  snapshot(y, &b);
+  int same = snapshot_equal_ex(&a, &b, ignore_reserved);
+  snapshot_free(&a);
+  snapshot_free(&b);
+  return same;
+}
+
+#define CHECK_CACHES_EQUAL(x, y) tu_report(tu_caches_equal((x), (y), 0), __FILE__, __LINE__, "caches_equal(" #x ", " #y ")")
+#define CHECK_CACHES_EQUAL_CONTENTS(x, y) \
+  tu_report(tu_caches_equal((x), (y), 1), __FILE__, __LINE__, "caches_equal_contents(" #x ", " #y ")")
 
 /* Encoder-decoder: both caches plus the is_updated flags. */
 #define TU_ED_MAX_FLAGS 64

@@ -1,8 +1,10 @@
 /*
  * cache_snapshot.h: everything a caller can observe of one cache, captured
- * through the public ABI, for the fuzzers that compare a cache with itself
- * (before and after a failed call) or with another library cache that must
- * behave the same (an offloaded twin, a clone, a stack of its splits).
+ * through the public ABI, for the tests that compare a cache with itself
+ * (before and after a failed call: the unit tests' snapshot() in
+ * test_util.h, the fuzzers) or with another library cache that must behave
+ * the same (an offloaded twin, a clone, a stack of its splits). The test
+ * programs are one source each, so they include cache_snapshot.c itself.
  *
  * A snapshot holds, for every layer: kvc_layer_info, the stored K/V views
  * (shape, dtype, device and every byte, copied compact), seq_length,
@@ -13,8 +15,8 @@
  * and has_previous_state of the last linear layer. Every call's error code
  * is part of it.
  */
-#ifndef KVC_FUZZ_CACHE_SNAPSHOT_H
-#define KVC_FUZZ_CACHE_SNAPSHOT_H
+#ifndef KVC_TESTS_CACHE_SNAPSHOT_H
+#define KVC_TESTS_CACHE_SNAPSHOT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -22,7 +24,7 @@
 #include "kvcache.h"
 
 #define SNAP_MAX_NDIM 8
-#define SNAP_NQ 4 /* query lengths of mask_sizes and usable_length: snap_queries[] */
+#define SNAP_NQ 5 /* query lengths of mask_sizes and usable_length: snap_queries[] */
 extern const int64_t snap_queries[SNAP_NQ];
 
 /* One tensor view: its descriptor and its elements, read through its strides into a compact copy. */
@@ -94,6 +96,8 @@ enum {
                                  (what a layer keeps in full precision differs between quantizer modes) */
 };
 /* 1 when equal under `flags`, else 0 with the first difference in `why`. */
+int snap_info_equal(const kvc_layer_info* a, const kvc_layer_info* b, uint32_t layer, unsigned flags, char* why,
+                    size_t n);
 int snap_equal(const cache_snap* a, const cache_snap* b, unsigned flags, char* why, size_t n);
 
-#endif /* KVC_FUZZ_CACHE_SNAPSHOT_H */
+#endif /* KVC_TESTS_CACHE_SNAPSHOT_H */
