@@ -1,14 +1,16 @@
 /*
  * replay_quantized.c: the conformance operations of QuantizedCache
- * (transformers 5.23, spec A.8, A.14; generate_quantized.py):
+ * (transformers 5.23, spec A.8, A.14; generate_quantized.py, generate_fp8.py):
  *
  *   qcreate S BACKEND NLAYERS NBITS AXIS_KEY AXIS_VALUE GROUP RESIDUAL
- *       kvc_cache_create with KVC_PRESET_QUANTIZED, a config of NLAYERS
- *       layers, and kvc_quant_options {BACKEND quanto|hqq, NBITS, axes,
+ *       quanto|hqq: kvc_cache_create with KVC_PRESET_QUANTIZED, a config of
+ *       NLAYERS layers, and kvc_quant_options {BACKEND, NBITS, axes,
  *       q_group_size GROUP, residual_length RESIDUAL} in
- *       KVC_QUANT_MODE_TRANSFORMERS
+ *       KVC_QUANT_MODE_TRANSFORMERS;
+ *       fp8: NLAYERS KVC_LAYER_QUANTIZED_FP8 layers (KVC_PRESET_CUSTOM); the
+ *       five group-wise fields are 0 ("not given": transformers refuses them)
  *   qlayout S N
- *       N layers, each QUANTIZED with kvc_cache_max_length -1
+ *       N layers, each of the slot's quantized kind with kvc_cache_max_length -1
  *
  * Updates, sequence lengths, mask sizes, reorder, reset and clone use the
  * core operations of replay.c.
@@ -17,11 +19,32 @@
 
 #include "replay.h"
 
+/* QuantizedCache("fp8", config): every layer an FP8 layer, no options. */
+static void create_fp8(replay* r, slot* s, int64_t layers) {
+  kvc_layer_options l[MAX_LAYERS];
+  for (int64_t i = 0; i < layers; i++) {
+    kvc_layer_options_init(&l[i]);
+    l[i].kind = KVC_LAYER_QUANTIZED_FP8;
+  }
+  kvc_cache_options o;
+  kvc_cache_options_init(&o);
+  o.preset = KVC_PRESET_CUSTOM;
+  o.num_layers = (uint32_t)layers;
+  o.layers = l;
+  create_in(r, s, &o);
+}
+
 static void op_qcreate(replay* r) {
   slot* s = slot_at(r, num(r));
   char* backend = tok(r);
   int64_t layers = num(r), nbits = num(r), axis_key = num(r), axis_value = num(r), group = num(r),
           residual = num(r);
+  if (layers < 1 || layers > MAX_LAYERS) malformed(r, "layer count");
+  if (is(backend, "fp8")) {
+    if (nbits || axis_key || axis_value || group || residual) malformed(r, "fp8 takes no group-wise options");
+    if (runnable(r)) create_fp8(r, s, layers);
+    return;
+  }
   kvc_quant_options q;
   kvc_quant_options_init(&q);
   if (is(backend, "quanto"))
@@ -29,8 +52,7 @@ static void op_qcreate(replay* r) {
   else if (is(backend, "hqq"))
     q.quantizer = KVC_QUANTIZER_HQQ;
   else
-    malformed(r, "backend: quanto or hqq");
-  if (layers < 1 || layers > MAX_LAYERS) malformed(r, "layer count");
+    malformed(r, "backend: quanto, hqq or fp8");
   if (!runnable(r)) return;
   q.mode = KVC_QUANT_MODE_TRANSFORMERS;
   q.nbits = (int32_t)nbits;
@@ -49,13 +71,21 @@ static void op_qcreate(replay* r) {
   create_in(r, s, &o);
 }
 
+/* The slot's quantized kind is its first layer's (QUANTIZED or QUANTIZED_FP8); every layer must have it. */
 static int quantized_row(replay* r, kvc_cache* c, int64_t i, const kvc_layer_info* info, const void* arg) {
   (void)arg;
   int64_t m = 0;
+  kvc_layer_info first;
+  memset(&first, 0, sizeof first);
+  first.struct_size = sizeof first;
   if (!must(r, kvc_cache_max_length(c, (int32_t)i, &m), "kvc_cache_max_length")) return 0;
-  if (info->kind != KVC_LAYER_QUANTIZED || info->is_sliding || m != -1)
-    fail(r, "layer %lld: kind %d, is_sliding %d, max_length %lld; expected a quantized layer (%d), 0, -1",
-         (long long)i, (int)info->kind, (int)info->is_sliding, (long long)m, (int)KVC_LAYER_QUANTIZED);
+  if (!must(r, kvc_cache_layer_info(c, 0, &first), "kvc_cache_layer_info")) return 0;
+  int quantized = info->kind == KVC_LAYER_QUANTIZED || info->kind == KVC_LAYER_QUANTIZED_FP8;
+  if (!quantized || info->kind != first.kind || info->is_sliding || m != -1)
+    fail(r, "layer %lld: kind %d, is_sliding %d, max_length %lld; expected a quantized layer (%d or %d, as layer 0), "
+         "0, -1",
+         (long long)i, (int)info->kind, (int)info->is_sliding, (long long)m, (int)KVC_LAYER_QUANTIZED,
+         (int)KVC_LAYER_QUANTIZED_FP8);
   return 1;
 }
 
