@@ -145,7 +145,7 @@ struct kvc_layer_ops {
 struct kvc_layer {
   kvc_layer_kind kind;     /* desc->id */
   const kvc_kind* desc;    /* the kind's descriptor (kind.h) */
-  const kvc_layer_ops* ops; /* desc->ops */
+  const kvc_layer_ops* ops; /* desc->ops, or what the kind's configure chose (a quantized mode's) */
   int64_t window;        /* sliding/chunked */
   int64_t max_cache_len; /* static kinds: configured */
   int64_t slots;         /* static kinds: min(window, max_cache_len) or max_cache_len */
@@ -191,7 +191,6 @@ extern const kvc_layer_ops kvc_dynamic_layer_ops;
 extern const kvc_layer_ops kvc_dynamic_sliding_layer_ops;
 extern const kvc_layer_ops kvc_static_layer_ops;
 extern const kvc_layer_ops kvc_static_sliding_layer_ops;
-extern const kvc_layer_ops kvc_quantized_layer_ops;   /* layer_quantized.c */
 extern const kvc_layer_ops kvc_sink_layer_ops;        /* layer_sink.c */
 extern const kvc_layer_ops kvc_linear_layer_ops;      /* layer_linear.c: LINEAR and the four hybrids */
 extern const kvc_layer_ops kvc_linear_dynamic_layer_ops;
@@ -204,6 +203,18 @@ kvc_error* kvc_dynamic_check_update(const char* fn, uint32_t index, const kvc_la
                                     const kvc_update_options* opts);
 kvc_region kvc_dynamic_keep_for_update(const kvc_layer* layer, int64_t n, const kvc_update_options* opts,
                                        int64_t* append);
+int64_t kvc_dynamic_seq_length(const kvc_layer* layer);               /* the stored tokens */
+void kvc_dynamic_mask_sizes(const kvc_layer* layer, int64_t q, int64_t* kv_length, int64_t* kv_offset);
+int64_t kvc_dynamic_initial_capacity(const kvc_layer* layer, int64_t n); /* 64 slots at least, or the reserve */
+/*
+ * The dynamic crop rule over a layer holding `len` tokens: positive `tokens`
+ * is the legacy absolute length, negative the tokens to remove. Returns 1
+ * and the tokens to keep when the crop cuts anything.
+ */
+int kvc_dynamic_crop_keep(const kvc_layer* layer, int64_t len, int64_t tokens, int64_t* keep);
+/* For kinds with no maximum length (-1), and kinds that accept any crop. */
+int64_t kvc_unbounded_max_length(const kvc_layer* layer);
+kvc_error* kvc_crop_allowed(const kvc_layer* layer, int64_t tokens);
 /* Capacities a kind reports (kvc_kind.capacity): its slots (static kinds), window - 1 (dynamic sliding). */
 int64_t kvc_capacity_slots(const kvc_layer* layer);
 int64_t kvc_capacity_window(const kvc_layer* layer);

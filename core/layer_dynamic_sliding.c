@@ -70,9 +70,8 @@ static void apply_crop(kvc_layer* l, int64_t tokens) {
   }
   if (!l->initialized) return;
   /* Below the window the counter follows what is stored, also after crop(0) (as transformers). */
-  int64_t keep = tokens > 0 ? tokens : len + tokens;
-  if (keep < 0) keep = 0;
-  if (tokens != 0 && keep < len) l->end = l->start + keep;
+  int64_t keep;
+  if (kvc_dynamic_crop_keep(l, len, tokens, &keep)) l->end = l->start + keep;
   l->cum = l->end - l->start;
 }
 
