@@ -122,6 +122,24 @@ static inline int64_t kvc_quant_store_index(const kvc_layer* l, int which, int64
   return ((b * l->heads + h) * l->cap + s) * dim + d;
 }
 
+/*
+ * Lays out a scratch block: the part of `bytes` bytes at *at (16-byte
+ * aligned), and *at moves past it. With base NULL it only measures (the
+ * first pass of a layout) and returns NULL.
+ */
+static inline void* kvc_quant_take(char* base, size_t* at, size_t bytes) {
+  void* p = base ? (void*)(base + *at) : NULL;
+  *at = (*at + bytes + 15) & ~(size_t)15;
+  return p;
+}
+
+/*
+ * Points the returned view's keys (which 0) or values (1) at `len` tokens
+ * of a [B, H, cap, D] buffer other than the store: the modes whose return
+ * is a copy of their own.
+ */
+void kvc_quant_set_view(kvc_layer* l, int which, void* data, uint64_t byte_offset, int64_t len, int64_t cap);
+
 /* Host scratch of at least `bytes` in ext (prepare phase); -1 when out of memory. */
 int kvc_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes);
 /* Stages a zeroed group buffer of `row_bytes` per row for tensor `which` (prepare phase); -1 when out of memory. */

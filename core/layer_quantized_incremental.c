@@ -80,19 +80,12 @@ static size_t scratch_layout(const kvc_layer* l, int64_t held_tokens, unit_scrat
   }
   int64_t groups = unit_elems / kvc_quant_opts(l)->q_group_size, dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim;
   size_t at = 0;
-#define KVC_TAKE(ptr, type, count)                          \
-  do {                                                      \
-    if (base) (ptr) = (type*)(void*)(base + at);            \
-    at += sizeof(type) * (size_t)(count);                   \
-    at = (at + 15) & ~(size_t)15;                           \
-  } while (0)
-  KVC_TAKE(s->x, float, unit_elems + dmax); /* and one token of one head */
-  KVC_TAKE(s->scale, float, groups);
-  KVC_TAKE(s->zero, float, groups);
-  KVC_TAKE(s->held[0], float, l->batch * l->heads * held_tokens * l->k_dim);
-  KVC_TAKE(s->held[1], float, l->batch * l->heads * held_tokens * l->v_dim);
-  KVC_TAKE(s->codes, uint8_t, unit_elems);
-#undef KVC_TAKE
+  s->x = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)(unit_elems + dmax)); /* and one token of one head */
+  s->scale = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)groups);
+  s->zero = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)groups);
+  s->held[0] = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)(l->batch * l->heads * held_tokens * l->k_dim));
+  s->held[1] = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)(l->batch * l->heads * held_tokens * l->v_dim));
+  s->codes = (uint8_t*)kvc_quant_take(base, &at, (size_t)unit_elems);
   return at;
 }
 

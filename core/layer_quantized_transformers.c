@@ -97,20 +97,13 @@ static size_t flush_layout(const kvc_layer* l, int64_t s, const kvc_quant_layout
   int64_t dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim, most = l->batch * l->heads * s * dmax;
   int64_t most_groups = lay[0].ngroups > lay[1].ngroups ? lay[0].ngroups : lay[1].ngroups;
   size_t at = 0;
-#define KVC_TAKE(ptr, type, count)               \
-  do {                                           \
-    if (base) (ptr) = (type*)(void*)(base + at); \
-    at += sizeof(type) * (size_t)(count);        \
-    at = (at + 15) & ~(size_t)15;                \
-  } while (0)
-  KVC_TAKE(f->values, float, most);
-  KVC_TAKE(f->groups, float, most);
-  KVC_TAKE(f->scale, float, most_groups);
-  KVC_TAKE(f->zero, float, most_groups);
-  KVC_TAKE(f->group_row, int64_t, most_groups);
-  KVC_TAKE(f->filled, int64_t, l->batch);
-  KVC_TAKE(f->codes, uint8_t, most);
-#undef KVC_TAKE
+  f->values = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)most);
+  f->groups = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)most);
+  f->scale = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)most_groups);
+  f->zero = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)most_groups);
+  f->group_row = (int64_t*)kvc_quant_take(base, &at, sizeof(int64_t) * (size_t)most_groups);
+  f->filled = (int64_t*)kvc_quant_take(base, &at, sizeof(int64_t) * (size_t)l->batch);
+  f->codes = (uint8_t*)kvc_quant_take(base, &at, (size_t)most);
   return at;
 }
 
@@ -252,28 +245,9 @@ void kvc_quant_transformers_set_return(kvc_layer* l, kvc_region r) {
     kvc_layer_set_return(l, r);
     return;
   }
-  kvc_data_type dt = kvc_dtype_to_data_type(l->dtype);
-  for (int w = 0; w < 2; w++) {
-    kvc_tensor* t = w ? &l->views[1].value : &l->views[1].key;
-    int64_t d = w ? l->v_dim : l->k_dim;
-    int64_t* shape = l->shape[1][w];
-    int64_t* strides = l->strides[1][w];
-    shape[0] = l->batch;
-    shape[1] = l->heads;
-    shape[2] = x->ret_len;
-    shape[3] = d;
-    strides[0] = l->heads * x->ret_cap * d;
-    strides[1] = x->ret_cap * d;
-    strides[2] = d;
-    strides[3] = 1;
-    t->data = x->ret[w];
-    t->byte_offset = (uint64_t)(x->ret_start * d) * l->elem;
-    t->device = kvc_tier_device(l);
-    t->ndim = 4;
-    t->dtype = dt;
-    t->shape = shape;
-    t->strides = strides;
-  }
+  for (int w = 0; w < 2; w++)
+    kvc_quant_set_view(l, w, x->ret[w], (uint64_t)(x->ret_start * (w ? l->v_dim : l->k_dim)) * l->elem, x->ret_len,
+                       x->ret_cap);
 }
 
 /* The groups described the cut tokens too: the store's dequantized values are the history until the next quantization. */
