@@ -48,6 +48,28 @@ void kvc_quant_get_record(const kvc_layer* l, const unsigned char* rec, uint8_t*
   kvc_unpack_codes(rec + 2 * l->elem, group, kvc_quant_opts(l)->nbits, codes);
 }
 
+void kvc_quant_set_view(kvc_layer* l, int which, void* data, uint64_t byte_offset, int64_t len, int64_t cap) {
+  kvc_tensor* t = which ? &l->views[1].value : &l->views[1].key;
+  const int64_t d = which ? l->v_dim : l->k_dim;
+  int64_t* shape = l->shape[1][which];
+  int64_t* strides = l->strides[1][which];
+  shape[0] = l->batch;
+  shape[1] = l->heads;
+  shape[2] = len;
+  shape[3] = d;
+  strides[0] = l->heads * cap * d;
+  strides[1] = cap * d;
+  strides[2] = d;
+  strides[3] = 1;
+  t->data = data;
+  t->byte_offset = byte_offset;
+  t->device = kvc_tier_device(l);
+  t->ndim = 4;
+  t->dtype = kvc_dtype_to_data_type(l->dtype);
+  t->shape = shape;
+  t->strides = strides;
+}
+
 /* ------------------------------------------------------------ ext state */
 
 int kvc_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes) {
