@@ -215,6 +215,14 @@ int kvc_dynamic_crop_keep(const kvc_layer* layer, int64_t len, int64_t tokens, i
 /* For kinds with no maximum length (-1), and kinds that accept any crop. */
 int64_t kvc_unbounded_max_length(const kvc_layer* layer);
 kvc_error* kvc_crop_allowed(const kvc_layer* layer, int64_t tokens);
+/* Shared by the static kinds (layer_static.c): explicit positions must be in [0, limit). */
+kvc_error* kvc_check_positions(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
+                               const kvc_update_options* opts, int64_t limit);
+int64_t kvc_static_seq_length(const kvc_layer* layer); /* the counter */
+int64_t kvc_static_max_length(const kvc_layer* layer); /* the slots */
+void kvc_static_reset(const kvc_cache* cache, kvc_layer* layer);
+/* Kinds that hold a window of tokens at most (dynamic sliding, sink): the window. */
+int64_t kvc_window_max_length(const kvc_layer* layer);
 /* Capacities a kind reports (kvc_kind.capacity): its slots (static kinds), window - 1 (dynamic sliding). */
 int64_t kvc_capacity_slots(const kvc_layer* layer);
 int64_t kvc_capacity_window(const kvc_layer* layer);

@@ -33,7 +33,7 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
 }
 
 static int64_t seq_length(const kvc_layer* l) { return l->cum; }
-static int64_t max_length(const kvc_layer* l) { return l->window; }
+int64_t kvc_window_max_length(const kvc_layer* l) { return l->window; }
 
 static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
   int64_t c = l->cum, w = l->window;
@@ -92,7 +92,7 @@ const kvc_layer_ops kvc_dynamic_sliding_layer_ops = {
     .keep_for_update = kvc_dynamic_keep_for_update,
     .apply_update = apply_update,
     .seq_length = seq_length,
-    .max_length = max_length,
+    .max_length = kvc_window_max_length,
     .mask_sizes = mask_sizes,
     .check_crop = check_crop,
     .apply_crop = apply_crop,
