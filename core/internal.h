@@ -336,10 +336,15 @@ void kvc_store_strides(const kvc_layer* layer, int which, int64_t out[4]);
 /* Cache helpers (cache.c). */
 /* An empty cache on `device`, its work issued on `stream` (inherited by clones, splits and stacks). */
 kvc_error* kvc_cache_new(const kvc_device* device, void* stream, kvc_cache** out);
+/* The cache owns `layer` from this call on: on failure it is freed. */
 kvc_error* kvc_cache_append_layer(kvc_cache* cache, kvc_layer* layer);
+/* The prologue of a query: a valid cache and a non-NULL out. */
+kvc_error* kvc_cache_check_query(const char* fn, const kvc_cache* cache, const void* out);
 kvc_error* kvc_cache_check(const char* fn, const kvc_cache* cache);
 kvc_error* kvc_cache_check_layer(const char* fn, const kvc_cache* cache, uint32_t layer);
 int kvc_cache_all_dynamic(const kvc_cache* cache);
+/* An empty cache derived from src (split, stack): its device, stream and settings (kvc_cache_copy_settings). */
+kvc_error* kvc_cache_new_like(const kvc_cache* src, kvc_cache** out);
 /* Copies what a derived cache (clone, split, stack) inherits: laziness, reserve, lazy layer, offloading, kinds' cache-wide state. */
 kvc_error* kvc_cache_copy_settings(const kvc_cache* src, kvc_cache* dst);
 

@@ -281,9 +281,8 @@ kvc_error* kvc_cache_state_view(const kvc_cache* c, uint32_t layer, uint32_t s, 
 
 kvc_error* kvc_cache_has_previous_state(const kvc_cache* c, int32_t layer, int32_t s, int* out) {
   static const char* FN = "kvc_cache_has_previous_state";
-  kvc_error* e = kvc_cache_check(FN, c);
+  kvc_error* e = kvc_cache_check_query(FN, c, out);
   if (e) return e;
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   if (layer < KVC_ALL_LAYERS)
     return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %d; pass a layer index >= 0 or KVC_ALL_LAYERS (-1)", FN,
                    (int)layer);

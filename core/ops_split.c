@@ -26,9 +26,8 @@ static kvc_error* common_batch(const char* fn, const kvc_cache* c, int64_t* out)
 /* A copy of `c` holding rows [first, first + rows) of every initialized layer. */
 static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kvc_cache** out) {
   kvc_cache* s = NULL;
-  kvc_error* e = kvc_cache_new(&c->device, c->exec.stream, &s);
+  kvc_error* e = kvc_cache_new_like(c, &s);
   if (e) return e;
-  e = kvc_cache_copy_settings(c, s);
   int64_t* src = (int64_t*)malloc(sizeof(int64_t) * (size_t)rows);
   if (!src) e = kvc_err_oom();
   for (int64_t r = 0; src && r < rows; r++) src[r] = first + r;
@@ -63,7 +62,6 @@ static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kv
       kvc_layer_sync_view(n);
     }
     e = kvc_cache_append_layer(s, n);
-    if (e) kvc_layer_free(s, n);
   }
   free(src);
   if (e) {
@@ -213,9 +211,8 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
   for (size_t s = 0; s < count; s++) kvc_offload_settle(splits[s]);
   const kvc_cache* first = splits[0];
   kvc_cache* r = NULL;
-  kvc_error* e = kvc_cache_new(&first->device, first->exec.stream, &r);
+  kvc_error* e = kvc_cache_new_like(first, &r);
   if (e) return e;
-  e = kvc_cache_copy_settings(first, r);
   for (uint32_t i = 0; !e && i < first->num_layers; i++) {
     const kvc_layer* l0 = first->layers[i];
     kvc_layer* n = kvc_layer_shell(l0);
@@ -264,7 +261,6 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
       kvc_layer_sync_view(n);
     }
     e = kvc_cache_append_layer(r, n);
-    if (e) kvc_layer_free(r, n);
   }
   if (e) {
     kvc_cache_destroy(r);
