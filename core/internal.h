@@ -375,6 +375,8 @@ kvc_error* kvc_out_struct_size(const char* fn, const char* arg, uint32_t got, co
 
 /* Tensors (tensor.c). */
 int kvc_data_type_equal(kvc_data_type a, kvc_data_type b);
+/* The error for an input whose dtype kvcache cannot store (not float32, float16 or bfloat16 with lanes 1). */
+kvc_error* kvc_err_unstorable(const char* fn, const char* arg, kvc_data_type dtype);
 /* Validates one K or V input tensor on its own (ndim, dtype, device, shape, data). */
 kvc_error* kvc_check_input_tensor(const char* fn, const char* base, int64_t index, const kvc_tensor* t,
                                   const kvc_device* device);
