@@ -257,21 +257,13 @@ static kvc_error* check_first_update(const char* fn, uint32_t index, const kvc_l
   return l->ops->check_update(fn, index, &as_if, key->shape[2], o);
 }
 
-/* positions are ignored, as by the dynamic layer; an uninitialized layer was checked by check_first_update. */
-static kvc_error* check_incremental(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
-                                    const kvc_update_options* o) {
-  (void)o;
-  return l->initialized ? kvc_quant_incremental_check(fn, index, l, n) : NULL;
-}
+/* A mode's room phase, given the layer's index (layer_quantized.h). */
+typedef kvc_error* (*mode_prepare)(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
+                                   const kvc_tensor* key, const kvc_tensor* value, int64_t n);
 
-static kvc_error* check_transformers(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
-                                     const kvc_update_options* o) {
-  (void)o;
-  return l->initialized ? kvc_quant_transformers_check(fn, index, l, n) : NULL;
-}
-
-/* What every mode's prepare_tokens needs first: a CPU cache, the extension state and the layer's index. */
-static kvc_error* begin_tokens(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t* index) {
+/* What every mode's prepare_tokens runs first: a CPU cache, the extension state and the layer's index. */
+static kvc_error* prepare_with(mode_prepare prepare, const char* fn, const kvc_cache* c, kvc_layer* l,
+                               const kvc_tensor* key, const kvc_tensor* value) {
   if (c->device.device_type != KVC_DEVICE_CPU)
     return kvc_err(KVC_ERROR_UNSUPPORTED,
                    "%s: quantized layers quantize on the host and need a CPU cache (device type %d); use "
@@ -279,54 +271,23 @@ static kvc_error* begin_tokens(const char* fn, const kvc_cache* c, kvc_layer* l,
                    fn, (int)c->device.device_type);
   if (!ext_for_update(l)) return kvc_err_oom();
   /* The layer index is not known here; the caller's checks named it for initialized layers already. */
-  *index = 0;
+  uint32_t index = 0;
   for (uint32_t i = 0; i < c->num_layers; i++)
-    if (c->layers[i] == l) *index = i;
-  return NULL;
+    if (c->layers[i] == l) index = i;
+  return prepare(fn, c, l, index, key, value, key->shape[2]);
 }
 
-static kvc_error* prepare_incremental(const char* fn, const kvc_cache* c, kvc_layer* l, const kvc_tensor* key,
-                                      const kvc_tensor* value, const kvc_update_options* o) {
-  (void)o;
-  uint32_t index;
-  kvc_error* e = begin_tokens(fn, c, l, &index);
-  return e ? e : kvc_quant_incremental_prepare(fn, c, l, index, key, value, key->shape[2]);
-}
-
-static kvc_error* prepare_transformers(const char* fn, const kvc_cache* c, kvc_layer* l, const kvc_tensor* key,
-                                       const kvc_tensor* value, const kvc_update_options* o) {
-  (void)o;
-  uint32_t index;
-  kvc_error* e = begin_tokens(fn, c, l, &index);
-  return e ? e : kvc_quant_transformers_prepare(fn, c, l, index, key, value, key->shape[2]);
-}
-
-static kvc_error* prepare_compact(const char* fn, const kvc_cache* c, kvc_layer* l, const kvc_tensor* key,
-                                  const kvc_tensor* value, const kvc_update_options* o) {
-  (void)o;
-  uint32_t index;
-  kvc_error* e = begin_tokens(fn, c, l, &index);
-  return e ? e : kvc_quant_compact_prepare(fn, c, l, index, key, value, key->shape[2]);
-}
-
-/* The new tokens were written by prepare_tokens, past the stored region. */
-static kvc_region apply_incremental(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
-                                    int64_t n, const kvc_update_options* o) {
-  (void)k; (void)v; (void)o;
-  return kvc_quant_incremental_apply(c, l, n);
-}
-
-static kvc_region apply_transformers(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
-                                     int64_t n, const kvc_update_options* o) {
-  (void)k; (void)v; (void)o;
-  return kvc_quant_transformers_apply(c, l, n);
-}
-
-static kvc_region apply_compact(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
-                                int64_t n, const kvc_update_options* o) {
-  (void)k; (void)v; (void)o;
-  return kvc_quant_compact_apply(c, l, n);
-}
+/* A mode's prepare_tokens: prepare_with over the mode's room phase. */
+#define KVC_QUANT_PREPARE(name, mode)                                                                         \
+  static kvc_error* name(const char* fn, const kvc_cache* c, kvc_layer* l, const kvc_tensor* key,            \
+                         const kvc_tensor* value, const kvc_update_options* o) {                             \
+    (void)o;                                                                                                 \
+    return prepare_with(mode, fn, c, l, key, value);                                                         \
+  }
+KVC_QUANT_PREPARE(prepare_incremental, kvc_quant_incremental_prepare)
+KVC_QUANT_PREPARE(prepare_transformers, kvc_quant_transformers_prepare)
+KVC_QUANT_PREPARE(prepare_compact, kvc_quant_compact_prepare)
+#undef KVC_QUANT_PREPARE
 
 /* Compact mode's store holds the residual only: the quantized tokens count too. */
 static int64_t seq_length_compact(const kvc_layer* l) {
@@ -339,19 +300,16 @@ static int crop_keep(const kvc_layer* l, int64_t tokens, int64_t* keep) {
   return kvc_dynamic_crop_keep(l, l->ops->seq_length(l), tokens, keep);
 }
 
-static void crop_incremental(kvc_layer* l, int64_t tokens) {
+/* Incremental and transformers modes: the store holds every token; the mode then forgets the groups cut. */
+static void crop_store_then(kvc_layer* l, int64_t tokens, void (*crop_groups)(kvc_layer* l, int64_t keep)) {
   int64_t keep;
   if (!crop_keep(l, tokens, &keep)) return;
   l->end = l->start + keep;
-  if (l->ext) kvc_quant_incremental_crop(l, keep);
+  if (l->ext) crop_groups(l, keep);
 }
 
-static void crop_transformers(kvc_layer* l, int64_t tokens) {
-  int64_t keep;
-  if (!crop_keep(l, tokens, &keep)) return;
-  l->end = l->start + keep;
-  if (l->ext) kvc_quant_transformers_crop(l, keep);
-}
+static void crop_incremental(kvc_layer* l, int64_t tokens) { crop_store_then(l, tokens, kvc_quant_incremental_crop); }
+static void crop_transformers(kvc_layer* l, int64_t tokens) { crop_store_then(l, tokens, kvc_quant_transformers_crop); }
 
 static void crop_compact(kvc_layer* l, int64_t tokens) {
   int64_t keep;
@@ -420,18 +378,18 @@ static kvc_error* check_stack(const char* fn, const kvc_layer* first, const kvc_
 /* KVC_QUANT_MODE_INCREMENTAL: its tokens return from the store (set_return NULL). */
 static const kvc_layer_ops incremental_ops = {
     KVC_QUANT_SHARED_OPS,
-    .check_update = check_incremental,
+    .check_update = kvc_quant_incremental_check, /* positions are ignored, as by the dynamic layer */
     .prepare_tokens = prepare_incremental,
-    .apply_update = apply_incremental,
+    .apply_update = kvc_quant_incremental_apply,
     .seq_length = kvc_dynamic_seq_length,
     .apply_crop = crop_incremental,
 };
 
 static const kvc_layer_ops transformers_ops = {
     KVC_QUANT_SHARED_OPS,
-    .check_update = check_transformers,
+    .check_update = kvc_quant_transformers_check,
     .prepare_tokens = prepare_transformers,
-    .apply_update = apply_transformers,
+    .apply_update = kvc_quant_transformers_apply,
     .set_return = kvc_quant_transformers_set_return,
     .seq_length = kvc_dynamic_seq_length,
     .apply_crop = crop_transformers,
@@ -440,9 +398,9 @@ static const kvc_layer_ops transformers_ops = {
 /* Compact mode runs the incremental checks: its timeline is the incremental one without the history. */
 static const kvc_layer_ops compact_ops = {
     KVC_QUANT_SHARED_OPS,
-    .check_update = check_incremental,
+    .check_update = kvc_quant_incremental_check, /* positions are ignored, as by the dynamic layer */
     .prepare_tokens = prepare_compact,
-    .apply_update = apply_compact,
+    .apply_update = kvc_quant_compact_apply,
     .set_return = kvc_quant_compact_set_return,
     .seq_length = seq_length_compact,
     .apply_crop = crop_compact,

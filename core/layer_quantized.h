@@ -155,17 +155,20 @@ void kvc_quant_drop_returned(const kvc_cache* c, kvc_quant_ext* x);
 void kvc_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x);
 
 /*
- * The two update timelines. check: the kind's preconditions of an update of
- * an initialized layer (const). prepare: the room phase, once the store has
+ * The two update timelines, check and apply as the ops table's. check: the
+ * kind's preconditions of an update (const; none for an uninitialized layer,
+ * whose first update check_first_update checks). prepare: the room phase, once the store has
  * room for the n new tokens: writes them past the stored region, quantizes
  * and stages everything apply will adopt (may fail, changing nothing
  * visible). apply: the write phase (cannot fail). crop: after the store was
  * cut to `keep` tokens.
  */
-kvc_error* kvc_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n);
+kvc_error* kvc_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                                       const kvc_update_options* o);
 kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                          const kvc_tensor* key, const kvc_tensor* value, int64_t n);
-kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, int64_t n);
+kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+                                       int64_t n, const kvc_update_options* o);
 void kvc_quant_incremental_crop(kvc_layer* l, int64_t keep);
 /* Tokens of one block (incremental and compact modes): q_group_size when either tensor has per-channel groups. */
 int64_t kvc_quant_block_tokens(const kvc_layer* l);
@@ -181,14 +184,17 @@ int64_t kvc_quant_unit_tokens(const kvc_layer* l, int which);
  */
 kvc_error* kvc_quant_compact_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                      const kvc_tensor* key, const kvc_tensor* value, int64_t n);
-kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, int64_t n);
+kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+                                   int64_t n, const kvc_update_options* o);
 void kvc_quant_compact_set_return(kvc_layer* l, kvc_region r);
 void kvc_quant_compact_crop(kvc_layer* l, int64_t keep);
 
-kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n);
+kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                                        const kvc_update_options* o);
 kvc_error* kvc_quant_transformers_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                           const kvc_tensor* key, const kvc_tensor* value, int64_t n);
-kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, int64_t n);
+kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+                                        int64_t n, const kvc_update_options* o);
 void kvc_quant_transformers_crop(kvc_layer* l, int64_t keep);
 /* Points the returned view at the last quantizing update's own copy (transformers mode). */
 void kvc_quant_transformers_set_return(kvc_layer* l, kvc_region r);

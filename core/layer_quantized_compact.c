@@ -156,7 +156,8 @@ kvc_error* kvc_quant_compact_prepare(const char* fn, const kvc_cache* c, kvc_lay
   return NULL;
 }
 
-kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, int64_t n) {
+kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+                                   int64_t n, const kvc_update_options* o) {
   struct kvc_quant_scratch* s = SCRATCH(c);
   if (s->staged) { /* the first compact layer of the call adopts the grown scratch: older views expire now */
     const kvc_backend* be = c->backend;
@@ -166,7 +167,7 @@ kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, int64_t n) 
     s->staged = NULL;
     s->staged_bytes = 0;
   }
-  kvc_region r = kvc_quant_incremental_apply(c, l, n);
+  kvc_region r = kvc_quant_incremental_apply(c, l, k, v, n, o);
   shrink_store(c, l);
   /* An empty layer's region has no bytes and the scratch may not exist yet: no offset on NULL (undefined in C). */
   kvc_quant_ext_of(l)->ret_base = s->buf ? (unsigned char*)s->buf + kvc_quant_ext_of(l)->ret_off : NULL;

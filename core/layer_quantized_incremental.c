@@ -47,8 +47,10 @@ static int64_t tokens_to_quantize(const kvc_layer* l, int64_t quantized, int64_t
   return over > 0 ? over / b * b : 0;
 }
 
-kvc_error* kvc_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n) {
-  (void)n;
+kvc_error* kvc_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                                       const kvc_update_options* o) {
+  (void)n; (void)o;
+  if (!l->initialized) return NULL; /* the geometry comes from the inputs: check_first_update */
   int64_t g = kvc_quant_opts(l)->q_group_size;
   for (int which = 0; which < 2; which++) {
     if (kvc_quant_per_channel(kvc_quant_opts(l), which) || dim_of(l, which) % g == 0) continue;
@@ -142,7 +144,7 @@ static int quantize_unit(const kvc_layer* l, int which, int64_t b, int64_t s0, i
 
 kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                          const kvc_tensor* key, const kvc_tensor* value, int64_t n) {
-  kvc_error* e = kvc_quant_incremental_check(fn, index, l, n);
+  kvc_error* e = kvc_quant_incremental_check(fn, index, l, n, NULL);
   if (e) return e;
   kvc_quant_ext* x = kvc_quant_ext_of(l);
   kvc_quant_release_staged(c, x); /* what an earlier failed update left */
@@ -197,7 +199,9 @@ kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc
   return NULL;
 }
 
-kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, int64_t n) {
+kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+                                       int64_t n, const kvc_update_options* o) {
+  (void)k; (void)v; (void)o; /* prepare_tokens wrote the new tokens, past the stored region */
   kvc_quant_ext* x = kvc_quant_ext_of(l);
   const int64_t q = x->quantized, stored = kvc_layer_stored(l);
   const int64_t t = n ? tokens_to_quantize(l, q, stored + n + (kvc_quant_compact(l) ? q : 0)) : 0;

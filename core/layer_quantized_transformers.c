@@ -62,7 +62,10 @@ static kvc_error* check_grouping(const char* fn, uint32_t index, const kvc_layer
                  fn, index, who, l->batch, l->heads, s, d, lay->axis_numel, g);
 }
 
-kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n) {
+kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                                        const kvc_update_options* o) {
+  (void)o;
+  if (!l->initialized) return NULL; /* the geometry comes from the inputs: check_first_update */
   int64_t s = quantizing_length(l, n);
   kvc_quant_layout lay;
   for (int which = 0; s && which < 2; which++) {
@@ -169,7 +172,7 @@ kvc_error* kvc_quant_transformers_prepare(const char* fn, const kvc_cache* c, kv
                                           const kvc_tensor* key, const kvc_tensor* value, int64_t n) {
   kvc_quant_ext* x = kvc_quant_ext_of(l);
   kvc_quant_release_staged(c, x); /* what an earlier failed update left */
-  kvc_error* e = kvc_quant_transformers_check(fn, index, l, n);
+  kvc_error* e = kvc_quant_transformers_check(fn, index, l, n, NULL);
   if (e) return e;
   kvc_layer_write(c, l, key, value, l->end, NULL, n); /* past the stored region: no view shows them yet */
   const int64_t s = quantizing_length(l, n);
@@ -205,7 +208,9 @@ oom:
   return kvc_err_oom();
 }
 
-kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, int64_t n) {
+kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+                                        int64_t n, const kvc_update_options* o) {
+  (void)k; (void)v; (void)o; /* prepare_tokens wrote the new tokens, past the stored region */
   kvc_quant_ext* x = kvc_quant_ext_of(l);
   const int64_t s = quantizing_length(l, n);
   const kvc_backend* be = c->backend;

@@ -222,10 +222,9 @@ kvc_error* kvc_cache_update_conv_state(kvc_cache* c, uint32_t layer, const kvc_t
 kvc_error* kvc_cache_update_recurrent_state(kvc_cache* c, uint32_t layer, uint32_t s, const kvc_tensor* state,
                                             kvc_tensor* out) {
   static const char* FN = "kvc_cache_update_recurrent_state";
-  kvc_error* e = kvc_cache_check(FN, c);
-  if (e) return e;
   kvc_layer* l = NULL;
-  if ((e = linear_state(FN, "update_recurrent_state", c, layer, s, &l))) return e;
+  kvc_error* e = linear_state(FN, "update_recurrent_state", c, layer, s, &l); /* checks the cache too */
+  if (e) return e;
   if ((e = check_input(FN, "state", state, &c->device, 1, KVC_LINEAR_MAX_REC_DIMS, "[batch, ...], batch first", 0)))
     return e;
   kvc_dtype dtype = kvc_dtype_from_data_type(state->dtype);
@@ -263,10 +262,9 @@ kvc_error* kvc_cache_update_recurrent_state(kvc_cache* c, uint32_t layer, uint32
 kvc_error* kvc_cache_state_view(const kvc_cache* c, uint32_t layer, uint32_t s, kvc_tensor* conv_state,
                                 kvc_tensor* recurrent_state) {
   static const char* FN = "kvc_cache_state_view";
-  kvc_error* e = kvc_cache_check(FN, c);
-  if (e) return e;
   kvc_layer* l = NULL;
-  if ((e = linear_state(FN, "state_view", c, layer, s, &l))) return e;
+  kvc_error* e = linear_state(FN, "state_view", c, layer, s, &l); /* checks the cache too */
+  if (e) return e;
   /* The cache's device also for a state not allocated yet (its layer has not been told the device). */
   if (conv_state) {
     kvc_linear_conv_view(l, s, conv_state);
