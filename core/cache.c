@@ -55,6 +55,15 @@ kvc_error* kvc_cache_check_query(const char* fn, const kvc_cache* c, const void*
   return out ? NULL : kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
 }
 
+kvc_error* kvc_cache_check_query_any(const char* fn, const kvc_cache* c, int32_t layer, const void* out) {
+  kvc_error* e = kvc_cache_check_query(fn, c, out);
+  if (e) return e;
+  if (layer < KVC_ALL_LAYERS)
+    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %d; pass a layer index >= 0 or KVC_ALL_LAYERS (-1)", fn,
+                   (int)layer);
+  return NULL;
+}
+
 kvc_error* kvc_cache_append_layer(kvc_cache* c, kvc_layer* l) {
   if (c->num_layers == c->cap_layers) {
     uint32_t cap = c->cap_layers ? c->cap_layers * 2 : 8;
@@ -336,11 +345,8 @@ kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out
 
 kvc_error* kvc_cache_max_length(const kvc_cache* c, int32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_max_length";
-  kvc_error* e = kvc_cache_check_query(FN, c, out);
+  kvc_error* e = kvc_cache_check_query_any(FN, c, layer, out);
   if (e) return e;
-  if (layer < KVC_ALL_LAYERS)
-    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %d; pass a layer index >= 0 or KVC_ALL_LAYERS (-1)", FN,
-                   (int)layer);
   if (layer >= 0) {
     *out = (uint32_t)layer < c->num_layers ? c->layers[layer]->ops->max_length(c->layers[layer]) : -1;
     return NULL;

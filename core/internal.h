@@ -340,6 +340,8 @@ kvc_error* kvc_cache_new(const kvc_device* device, void* stream, kvc_cache** out
 kvc_error* kvc_cache_append_layer(kvc_cache* cache, kvc_layer* layer);
 /* The prologue of a query: a valid cache and a non-NULL out. */
 kvc_error* kvc_cache_check_query(const char* fn, const kvc_cache* cache, const void* out);
+/* The same for a query of one layer or of them all (KVC_ALL_LAYERS): layer must be >= -1. */
+kvc_error* kvc_cache_check_query_any(const char* fn, const kvc_cache* cache, int32_t layer, const void* out);
 kvc_error* kvc_cache_check(const char* fn, const kvc_cache* cache);
 kvc_error* kvc_cache_check_layer(const char* fn, const kvc_cache* cache, uint32_t layer);
 int kvc_cache_all_dynamic(const kvc_cache* cache);

@@ -279,11 +279,8 @@ kvc_error* kvc_cache_state_view(const kvc_cache* c, uint32_t layer, uint32_t s, 
 
 kvc_error* kvc_cache_has_previous_state(const kvc_cache* c, int32_t layer, int32_t s, int* out) {
   static const char* FN = "kvc_cache_has_previous_state";
-  kvc_error* e = kvc_cache_check_query(FN, c, out);
+  kvc_error* e = kvc_cache_check_query_any(FN, c, layer, out);
   if (e) return e;
-  if (layer < KVC_ALL_LAYERS)
-    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %d; pass a layer index >= 0 or KVC_ALL_LAYERS (-1)", FN,
-                   (int)layer);
   if (s < -1)
     return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: state_index is %d; pass a state index >= 0 or -1 (all states)", FN,
                    (int)s);
