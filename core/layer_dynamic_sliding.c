@@ -103,19 +103,15 @@ const kvc_layer_ops kvc_dynamic_sliding_layer_ops = {
 /* DynamicSlidingWindowLayer holds window - 1 tokens: the next token completes the window. */
 int64_t kvc_capacity_window(const kvc_layer* l) { return l->window - 1; }
 
-const kvc_kind kvc_dynamic_sliding_kind = {
-    .id = KVC_LAYER_DYNAMIC_SLIDING,
-    .name = "dynamic sliding",
-    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS | KVC_TRAIT_RECORDS_PAST,
-    .ops = &kvc_dynamic_sliding_layer_ops,
-    .capacity = kvc_capacity_window,
-};
+/* The sliding kind and its chunked twin: one store and table, the chunked one's window an attention chunk. */
+#define KVC_DYNAMIC_SLIDING_KIND(ID, NAME, TRAITS)                                                      \
+  {                                                                                                   \
+    .id = ID, .name = NAME,                                                                           \
+    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS | KVC_TRAIT_RECORDS_PAST | (TRAITS), \
+    .ops = &kvc_dynamic_sliding_layer_ops, .capacity = kvc_capacity_window,                           \
+  }
 
-/* ChunkedLayer: the same store with window = attention chunk size. */
-const kvc_kind kvc_dynamic_chunked_kind = {
-    .id = KVC_LAYER_DYNAMIC_CHUNKED,
-    .name = "dynamic chunked",
-    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_SLIDING | KVC_TRAIT_CHUNKED | KVC_TRAIT_OFFLOADS | KVC_TRAIT_RECORDS_PAST,
-    .ops = &kvc_dynamic_sliding_layer_ops,
-    .capacity = kvc_capacity_window,
-};
+const kvc_kind kvc_dynamic_sliding_kind = KVC_DYNAMIC_SLIDING_KIND(KVC_LAYER_DYNAMIC_SLIDING, "dynamic sliding", 0);
+/* ChunkedLayer. */
+const kvc_kind kvc_dynamic_chunked_kind =
+    KVC_DYNAMIC_SLIDING_KIND(KVC_LAYER_DYNAMIC_CHUNKED, "dynamic chunked", KVC_TRAIT_CHUNKED);

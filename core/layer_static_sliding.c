@@ -96,19 +96,14 @@ const kvc_layer_ops kvc_static_sliding_layer_ops = {
     .initial_capacity = initial_capacity,
 };
 
-const kvc_kind kvc_static_sliding_kind = {
-    .id = KVC_LAYER_STATIC_SLIDING,
-    .name = "static sliding",
-    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS,
-    .ops = &kvc_static_sliding_layer_ops,
-    .capacity = kvc_capacity_slots,
-};
+/* The sliding kind and its chunked twin (StaticSlidingWindowLayer with window = attention chunk size). */
+#define KVC_STATIC_SLIDING_KIND(ID, NAME, TRAITS)                                                   \
+  {                                                                                                \
+    .id = ID, .name = NAME,                                                                        \
+    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS | (TRAITS), \
+    .ops = &kvc_static_sliding_layer_ops, .capacity = kvc_capacity_slots,                          \
+  }
 
-/* StaticSlidingWindowLayer with window = attention chunk size. */
-const kvc_kind kvc_static_chunked_kind = {
-    .id = KVC_LAYER_STATIC_CHUNKED,
-    .name = "static chunked",
-    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING | KVC_TRAIT_CHUNKED | KVC_TRAIT_OFFLOADS,
-    .ops = &kvc_static_sliding_layer_ops,
-    .capacity = kvc_capacity_slots,
-};
+const kvc_kind kvc_static_sliding_kind = KVC_STATIC_SLIDING_KIND(KVC_LAYER_STATIC_SLIDING, "static sliding", 0);
+const kvc_kind kvc_static_chunked_kind =
+    KVC_STATIC_SLIDING_KIND(KVC_LAYER_STATIC_CHUNKED, "static chunked", KVC_TRAIT_CHUNKED);
