@@ -155,13 +155,14 @@ void kvc_quant_drop_returned(const kvc_cache* c, kvc_quant_ext* x);
 void kvc_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x);
 
 /*
- * The two update timelines, check and apply as the ops table's. check: the
- * kind's preconditions of an update (const; none for an uninitialized layer,
- * whose first update check_first_update checks). prepare: the room phase, once the store has
- * room for the n new tokens: writes them past the stored region, quantizes
- * and stages everything apply will adopt (may fail, changing nothing
- * visible). apply: the write phase (cannot fail). crop: after the store was
- * cut to `keep` tokens.
+ * The modes' update timelines (incremental below; compact and transformers
+ * after it). check and apply are the mode's ops-table entries. check: the
+ * kind's preconditions of an update (const; none for an uninitialized
+ * layer, whose first update check_first_update checks). prepare: the room
+ * phase, once the store has room for the n new tokens: writes them past the
+ * stored region, quantizes and stages everything apply will adopt (may
+ * fail, changing nothing visible). apply: the write phase (cannot fail).
+ * crop: after the store was cut to `keep` tokens.
  */
 kvc_error* kvc_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                        const kvc_update_options* o);
@@ -189,6 +190,7 @@ kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_t
 void kvc_quant_compact_set_return(kvc_layer* l, kvc_region r);
 void kvc_quant_compact_crop(kvc_layer* l, int64_t keep);
 
+/* Transformers mode (layer_quantized_transformers.c): transformers' own timeline, requantizing the whole tensor. */
 kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                         const kvc_update_options* o);
 kvc_error* kvc_quant_transformers_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
