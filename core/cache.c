@@ -49,11 +49,29 @@ kvc_error* kvc_cache_new(const kvc_device* device, void* stream, kvc_cache** out
   return NULL;
 }
 
+kvc_error* kvc_cache_check_query(const char* fn, const kvc_cache* c, const void* out) {
+  kvc_error* e = kvc_cache_check(fn, c);
+  if (e) return e;
+  return out ? NULL : kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+}
+
+kvc_error* kvc_cache_check_query_any(const char* fn, const kvc_cache* c, int32_t layer, const void* out) {
+  kvc_error* e = kvc_cache_check_query(fn, c, out);
+  if (e) return e;
+  if (layer < KVC_ALL_LAYERS)
+    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %d; pass a layer index >= 0 or KVC_ALL_LAYERS (-1)", fn,
+                   (int)layer);
+  return NULL;
+}
+
 kvc_error* kvc_cache_append_layer(kvc_cache* c, kvc_layer* l) {
   if (c->num_layers == c->cap_layers) {
     uint32_t cap = c->cap_layers ? c->cap_layers * 2 : 8;
     kvc_layer** p = (kvc_layer**)realloc(c->layers, sizeof(*p) * cap);
-    if (!p) return kvc_err_oom();
+    if (!p) {
+      kvc_layer_free(c, l); /* every caller hands the layer over: it would free it here anyway */
+      return kvc_err_oom();
+    }
     c->layers = p;
     c->cap_layers = cap;
   }
@@ -101,7 +119,6 @@ kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
     if (!e) {
       l->offloadable = kvc_offload_layer_takes_part(offload, l);
       e = kvc_cache_append_layer(c, l);
-      if (e) kvc_layer_free(c, l);
     }
   }
   free(specs);
@@ -145,10 +162,7 @@ kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
   for (uint32_t i = 0; !e && i < src->num_layers; i++) {
     kvc_layer* l = NULL;
     e = kvc_layer_clone(src, src->layers[i], c, &l);
-    if (!e) {
-      e = kvc_cache_append_layer(c, l);
-      if (e) kvc_layer_free(c, l);
-    }
+    if (!e) e = kvc_cache_append_layer(c, l);
   }
   if (!e) e = kvc_cache_copy_settings(src, c);
   if (e) {
@@ -157,6 +171,14 @@ kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
   }
   *out = c;
   return NULL;
+}
+
+kvc_error* kvc_cache_new_like(const kvc_cache* src, kvc_cache** out) {
+  kvc_cache* c = NULL;
+  kvc_error* e = kvc_cache_new(&src->device, src->exec.stream, &c);
+  if (!e && (e = kvc_cache_copy_settings(src, c))) kvc_cache_destroy(c);
+  if (!e) *out = c;
+  return e;
 }
 
 kvc_error* kvc_cache_copy_settings(const kvc_cache* src, kvc_cache* dst) {
@@ -313,9 +335,8 @@ kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out)
 
 kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_seq_length";
-  kvc_error* e = kvc_cache_check(FN, c);
+  kvc_error* e = kvc_cache_check_query(FN, c, out);
   if (e) return e;
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   if ((e = attention_layer_for(FN, c, &layer))) return e;
   const kvc_layer* l = layer < c->num_layers ? c->layers[layer] : NULL;
   *out = l && l->initialized ? l->ops->seq_length(l) : 0;
@@ -324,12 +345,8 @@ kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out
 
 kvc_error* kvc_cache_max_length(const kvc_cache* c, int32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_max_length";
-  kvc_error* e = kvc_cache_check(FN, c);
+  kvc_error* e = kvc_cache_check_query_any(FN, c, layer, out);
   if (e) return e;
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
-  if (layer < KVC_ALL_LAYERS)
-    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %d; pass a layer index >= 0 or KVC_ALL_LAYERS (-1)", FN,
-                   (int)layer);
   if (layer >= 0) {
     *out = (uint32_t)layer < c->num_layers ? c->layers[layer]->ops->max_length(c->layers[layer]) : -1;
     return NULL;
@@ -345,9 +362,8 @@ kvc_error* kvc_cache_max_length(const kvc_cache* c, int32_t layer, int64_t* out)
 
 kvc_error* kvc_cache_usable_length(const kvc_cache* c, int64_t new_seq_length, uint32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_usable_length";
-  kvc_error* e = kvc_cache_check(FN, c);
+  kvc_error* e = kvc_cache_check_query(FN, c, out);
   if (e) return e;
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   if (new_seq_length < 0 || new_seq_length > INT32_MAX)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: new_seq_length is %" PRId64 "; it must be in [0, 2^31)", FN,
                    new_seq_length);
@@ -380,9 +396,8 @@ kvc_error* kvc_cache_mask_sizes(const kvc_cache* c, int64_t q, uint32_t layer, i
 
 kvc_error* kvc_cache_batch_size(const kvc_cache* c, int64_t* out) {
   static const char* FN = "kvc_cache_batch_size";
-  kvc_error* e = kvc_cache_check(FN, c);
+  kvc_error* e = kvc_cache_check_query(FN, c, out);
   if (e) return e;
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   int64_t b = -1;
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];

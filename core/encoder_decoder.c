@@ -17,6 +17,13 @@ static kvc_error* check_ed(const char* fn, const kvc_encoder_decoder_cache* c) {
   return NULL;
 }
 
+/* The prologue of a query: a cache and a non-NULL out (as kvc_cache_check_query). */
+static kvc_error* check_ed_query(const char* fn, const kvc_encoder_decoder_cache* c, const void* out) {
+  kvc_error* e = check_ed(fn, c);
+  if (e) return e;
+  return out ? NULL : kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+}
+
 /* An inner call's error, said in the words of the function the caller called. */
 static kvc_error* rewrap(const char* fn, const char* which, kvc_error* e) {
   if (!e || e == kvc_err_oom()) return e;
@@ -91,9 +98,8 @@ kvc_cache* kvc_encoder_decoder_cache_cross_attention(kvc_encoder_decoder_cache* 
 
 kvc_error* kvc_encoder_decoder_cache_is_updated(const kvc_encoder_decoder_cache* c, uint32_t layer, int32_t* out) {
   static const char* FN = "kvc_encoder_decoder_cache_is_updated";
-  kvc_error* e = check_ed(FN, c);
+  kvc_error* e = check_ed_query(FN, c, out);
   if (e) return e;
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   *out = layer < c->num_flags ? c->is_updated[layer] : 0;
   return NULL;
 }
@@ -286,9 +292,8 @@ kvc_error* kvc_encoder_decoder_cache_reset(kvc_encoder_decoder_cache* c) {
 
 kvc_error* kvc_encoder_decoder_cache_clone(const kvc_encoder_decoder_cache* c, kvc_encoder_decoder_cache** out) {
   static const char* FN = "kvc_encoder_decoder_cache_clone";
-  kvc_error* e = check_ed(FN, c);
+  kvc_error* e = check_ed_query(FN, c, out);
   if (e) return e;
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   kvc_cache *s = NULL, *x = NULL;
   e = kvc_cache_clone(c->self_attention, &s);
   if (!e) e = kvc_cache_clone(c->cross_attention, &x);

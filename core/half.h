@@ -94,4 +94,25 @@ static inline void kvc_store_f32(kvc_dtype dtype, void* base, int64_t i, float f
     ((float*)base)[i] = f;
 }
 
+/* A float32 stored in `dtype` at an address of any alignment (quantization records' scales and zero points). */
+static inline float kvc_load_f32_unaligned(kvc_dtype dtype, const void* p) {
+  if (dtype == KVC_DTYPE_FLOAT32) {
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+  }
+  uint16_t h;
+  memcpy(&h, p, sizeof h);
+  return dtype == KVC_DTYPE_FLOAT16 ? kvc_f16_to_f32(h) : kvc_bf16_to_f32(h);
+}
+
+static inline void kvc_store_f32_unaligned(kvc_dtype dtype, void* p, float f) {
+  if (dtype == KVC_DTYPE_FLOAT32) {
+    memcpy(p, &f, sizeof f);
+    return;
+  }
+  uint16_t h = dtype == KVC_DTYPE_FLOAT16 ? kvc_f32_to_f16(f) : kvc_f32_to_bf16(f);
+  memcpy(p, &h, sizeof h);
+}
+
 #endif /* KVC_CORE_HALF_H */

@@ -145,7 +145,7 @@ struct kvc_layer_ops {
 struct kvc_layer {
   kvc_layer_kind kind;     /* desc->id */
   const kvc_kind* desc;    /* the kind's descriptor (kind.h) */
-  const kvc_layer_ops* ops; /* desc->ops */
+  const kvc_layer_ops* ops; /* desc->ops, or what the kind's configure chose (a quantized mode's) */
   int64_t window;        /* sliding/chunked */
   int64_t max_cache_len; /* static kinds: configured */
   int64_t slots;         /* static kinds: min(window, max_cache_len) or max_cache_len */
@@ -191,7 +191,6 @@ extern const kvc_layer_ops kvc_dynamic_layer_ops;
 extern const kvc_layer_ops kvc_dynamic_sliding_layer_ops;
 extern const kvc_layer_ops kvc_static_layer_ops;
 extern const kvc_layer_ops kvc_static_sliding_layer_ops;
-extern const kvc_layer_ops kvc_quantized_layer_ops;   /* layer_quantized.c */
 extern const kvc_layer_ops kvc_sink_layer_ops;        /* layer_sink.c */
 extern const kvc_layer_ops kvc_linear_layer_ops;      /* layer_linear.c: LINEAR and the four hybrids */
 extern const kvc_layer_ops kvc_linear_dynamic_layer_ops;
@@ -204,6 +203,26 @@ kvc_error* kvc_dynamic_check_update(const char* fn, uint32_t index, const kvc_la
                                     const kvc_update_options* opts);
 kvc_region kvc_dynamic_keep_for_update(const kvc_layer* layer, int64_t n, const kvc_update_options* opts,
                                        int64_t* append);
+int64_t kvc_dynamic_seq_length(const kvc_layer* layer);               /* the stored tokens */
+void kvc_dynamic_mask_sizes(const kvc_layer* layer, int64_t q, int64_t* kv_length, int64_t* kv_offset);
+int64_t kvc_dynamic_initial_capacity(const kvc_layer* layer, int64_t n); /* 64 slots at least, or the reserve */
+/*
+ * The dynamic crop rule over a layer holding `len` tokens: positive `tokens`
+ * is the legacy absolute length, negative the tokens to remove. Returns 1
+ * and the tokens to keep when the crop cuts anything.
+ */
+int kvc_dynamic_crop_keep(const kvc_layer* layer, int64_t len, int64_t tokens, int64_t* keep);
+/* For kinds with no maximum length (-1), and kinds that accept any crop. */
+int64_t kvc_unbounded_max_length(const kvc_layer* layer);
+kvc_error* kvc_crop_allowed(const kvc_layer* layer, int64_t tokens);
+/* Shared by the static kinds (layer_static.c): explicit positions must be in [0, limit). */
+kvc_error* kvc_check_positions(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
+                               const kvc_update_options* opts, int64_t limit);
+int64_t kvc_static_seq_length(const kvc_layer* layer); /* the counter */
+int64_t kvc_static_max_length(const kvc_layer* layer); /* the slots */
+void kvc_static_reset(const kvc_cache* cache, kvc_layer* layer);
+/* Kinds that hold a window of tokens at most (dynamic sliding, sink): the window. */
+int64_t kvc_window_max_length(const kvc_layer* layer);
 /* Capacities a kind reports (kvc_kind.capacity): its slots (static kinds), window - 1 (dynamic sliding). */
 int64_t kvc_capacity_slots(const kvc_layer* layer);
 int64_t kvc_capacity_window(const kvc_layer* layer);
@@ -317,10 +336,17 @@ void kvc_store_strides(const kvc_layer* layer, int which, int64_t out[4]);
 /* Cache helpers (cache.c). */
 /* An empty cache on `device`, its work issued on `stream` (inherited by clones, splits and stacks). */
 kvc_error* kvc_cache_new(const kvc_device* device, void* stream, kvc_cache** out);
+/* The cache owns `layer` from this call on: on failure it is freed. */
 kvc_error* kvc_cache_append_layer(kvc_cache* cache, kvc_layer* layer);
+/* The prologue of a query: a valid cache and a non-NULL out. */
+kvc_error* kvc_cache_check_query(const char* fn, const kvc_cache* cache, const void* out);
+/* The same for a query of one layer or of them all (KVC_ALL_LAYERS): layer must be >= -1. */
+kvc_error* kvc_cache_check_query_any(const char* fn, const kvc_cache* cache, int32_t layer, const void* out);
 kvc_error* kvc_cache_check(const char* fn, const kvc_cache* cache);
 kvc_error* kvc_cache_check_layer(const char* fn, const kvc_cache* cache, uint32_t layer);
 int kvc_cache_all_dynamic(const kvc_cache* cache);
+/* An empty cache derived from src (split, stack): its device, stream and settings (kvc_cache_copy_settings). */
+kvc_error* kvc_cache_new_like(const kvc_cache* src, kvc_cache** out);
 /* Copies what a derived cache (clone, split, stack) inherits: laziness, reserve, lazy layer, offloading, kinds' cache-wide state. */
 kvc_error* kvc_cache_copy_settings(const kvc_cache* src, kvc_cache* dst);
 
@@ -351,6 +377,8 @@ kvc_error* kvc_out_struct_size(const char* fn, const char* arg, uint32_t got, co
 
 /* Tensors (tensor.c). */
 int kvc_data_type_equal(kvc_data_type a, kvc_data_type b);
+/* The error for an input whose dtype kvcache cannot store (not float32, float16 or bfloat16 with lanes 1). */
+kvc_error* kvc_err_unstorable(const char* fn, const char* arg, kvc_data_type dtype);
 /* Validates one K or V input tensor on its own (ndim, dtype, device, shape, data). */
 kvc_error* kvc_check_input_tensor(const char* fn, const char* base, int64_t index, const kvc_tensor* t,
                                   const kvc_device* device);

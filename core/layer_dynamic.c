@@ -22,26 +22,31 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
   return (kvc_region){l->start, l->end};
 }
 
-static int64_t seq_length(const kvc_layer* l) { return kvc_layer_stored(l); }
-static int64_t max_length(const kvc_layer* l) { (void)l; return -1; }
+int64_t kvc_dynamic_seq_length(const kvc_layer* l) { return kvc_layer_stored(l); }
+int64_t kvc_unbounded_max_length(const kvc_layer* l) { (void)l; return -1; }
 
-static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
-  *len = seq_length(l) + q;
+/* Through the table: a kind with its own seq_length (compact quantized layers) shares the rule. */
+void kvc_dynamic_mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
+  *len = l->ops->seq_length(l) + q;
   *off = 0;
 }
 
-static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
+kvc_error* kvc_crop_allowed(const kvc_layer* l, int64_t tokens) {
   (void)l; (void)tokens;
   return NULL;
 }
 
-static void apply_crop(kvc_layer* l, int64_t tokens) {
-  int64_t len = kvc_layer_stored(l);
-  if (!l->initialized || tokens == 0) return;
+int kvc_dynamic_crop_keep(const kvc_layer* l, int64_t len, int64_t tokens, int64_t* keep) {
+  if (!l->initialized || tokens == 0) return 0;
   /* Positive: legacy absolute length. Negative: tokens to remove. */
-  int64_t keep = tokens > 0 ? tokens : len + tokens;
-  if (keep < 0) keep = 0;
-  if (keep < len) l->end = l->start + keep;
+  *keep = tokens > 0 ? tokens : len + tokens;
+  if (*keep < 0) *keep = 0;
+  return *keep < len;
+}
+
+static void apply_crop(kvc_layer* l, int64_t tokens) {
+  int64_t keep;
+  if (kvc_dynamic_crop_keep(l, kvc_layer_stored(l), tokens, &keep)) l->end = l->start + keep;
 }
 
 static void reset(const kvc_cache* c, kvc_layer* l) {
@@ -49,7 +54,7 @@ static void reset(const kvc_cache* c, kvc_layer* l) {
   l->start = l->end = 0;
 }
 
-static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
+int64_t kvc_dynamic_initial_capacity(const kvc_layer* l, int64_t n) {
   int64_t cap = n < 64 ? 64 : n;
   return cap < l->reserve ? l->reserve : cap;
 }
@@ -58,13 +63,13 @@ const kvc_layer_ops kvc_dynamic_layer_ops = {
     .check_update = kvc_dynamic_check_update,
     .keep_for_update = kvc_dynamic_keep_for_update,
     .apply_update = apply_update,
-    .seq_length = seq_length,
-    .max_length = max_length,
-    .mask_sizes = mask_sizes,
-    .check_crop = check_crop,
+    .seq_length = kvc_dynamic_seq_length,
+    .max_length = kvc_unbounded_max_length,
+    .mask_sizes = kvc_dynamic_mask_sizes,
+    .check_crop = kvc_crop_allowed,
     .apply_crop = apply_crop,
     .reset = reset,
-    .initial_capacity = initial_capacity,
+    .initial_capacity = kvc_dynamic_initial_capacity,
 };
 
 const kvc_kind kvc_dynamic_kind = {

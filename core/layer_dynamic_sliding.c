@@ -33,7 +33,7 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
 }
 
 static int64_t seq_length(const kvc_layer* l) { return l->cum; }
-static int64_t max_length(const kvc_layer* l) { return l->window; }
+int64_t kvc_window_max_length(const kvc_layer* l) { return l->window; }
 
 static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
   int64_t c = l->cum, w = l->window;
@@ -70,9 +70,8 @@ static void apply_crop(kvc_layer* l, int64_t tokens) {
   }
   if (!l->initialized) return;
   /* Below the window the counter follows what is stored, also after crop(0) (as transformers). */
-  int64_t keep = tokens > 0 ? tokens : len + tokens;
-  if (keep < 0) keep = 0;
-  if (tokens != 0 && keep < len) l->end = l->start + keep;
+  int64_t keep;
+  if (kvc_dynamic_crop_keep(l, len, tokens, &keep)) l->end = l->start + keep;
   l->cum = l->end - l->start;
 }
 
@@ -93,7 +92,7 @@ const kvc_layer_ops kvc_dynamic_sliding_layer_ops = {
     .keep_for_update = kvc_dynamic_keep_for_update,
     .apply_update = apply_update,
     .seq_length = seq_length,
-    .max_length = max_length,
+    .max_length = kvc_window_max_length,
     .mask_sizes = mask_sizes,
     .check_crop = check_crop,
     .apply_crop = apply_crop,
@@ -104,19 +103,15 @@ const kvc_layer_ops kvc_dynamic_sliding_layer_ops = {
 /* DynamicSlidingWindowLayer holds window - 1 tokens: the next token completes the window. */
 int64_t kvc_capacity_window(const kvc_layer* l) { return l->window - 1; }
 
-const kvc_kind kvc_dynamic_sliding_kind = {
-    .id = KVC_LAYER_DYNAMIC_SLIDING,
-    .name = "dynamic sliding",
-    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS | KVC_TRAIT_RECORDS_PAST,
-    .ops = &kvc_dynamic_sliding_layer_ops,
-    .capacity = kvc_capacity_window,
-};
+/* The sliding kind and its chunked twin: one store and table, the chunked one's window an attention chunk. */
+#define KVC_DYNAMIC_SLIDING_KIND(ID, NAME, TRAITS)                                                      \
+  {                                                                                                   \
+    .id = ID, .name = NAME,                                                                           \
+    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS | KVC_TRAIT_RECORDS_PAST | (TRAITS), \
+    .ops = &kvc_dynamic_sliding_layer_ops, .capacity = kvc_capacity_window,                           \
+  }
 
-/* ChunkedLayer: the same store with window = attention chunk size. */
-const kvc_kind kvc_dynamic_chunked_kind = {
-    .id = KVC_LAYER_DYNAMIC_CHUNKED,
-    .name = "dynamic chunked",
-    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_SLIDING | KVC_TRAIT_CHUNKED | KVC_TRAIT_OFFLOADS | KVC_TRAIT_RECORDS_PAST,
-    .ops = &kvc_dynamic_sliding_layer_ops,
-    .capacity = kvc_capacity_window,
-};
+const kvc_kind kvc_dynamic_sliding_kind = KVC_DYNAMIC_SLIDING_KIND(KVC_LAYER_DYNAMIC_SLIDING, "dynamic sliding", 0);
+/* ChunkedLayer. */
+const kvc_kind kvc_dynamic_chunked_kind =
+    KVC_DYNAMIC_SLIDING_KIND(KVC_LAYER_DYNAMIC_CHUNKED, "dynamic chunked", KVC_TRAIT_CHUNKED);

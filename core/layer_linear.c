@@ -22,12 +22,6 @@ static const kvc_layer_ops* attention_ops(const kvc_layer* l);
 
 /* ------------------------------------------------- shared by all five kinds */
 
-/* LinearAttentionCacheLayerMixin.get_max_length, which the hybrids inherit first. */
-static int64_t max_length(const kvc_layer* l) {
-  (void)l;
-  return -1;
-}
-
 static int row_buffers(kvc_layer* l, kvc_row_buffer** out) {
   *out = kvc_linear_rows(l);
   return (int)(2 * kvc_linear_params_of(l)->num_states);
@@ -131,7 +125,7 @@ static void reset_linear(const kvc_cache* c, kvc_layer* l) { kvc_linear_reset(c,
 const kvc_layer_ops kvc_linear_layer_ops = {
     .check_update = refuse_update,
     .seq_length = no_tokens,
-    .max_length = max_length,
+    .max_length = kvc_unbounded_max_length, /* LinearAttentionCacheLayerMixin.get_max_length */
     .mask_sizes = query_only,
     .check_crop = kvc_linear_check_crop,
     .apply_crop = kvc_linear_apply_crop,
@@ -190,7 +184,7 @@ static void reset(const kvc_cache* c, kvc_layer* l) {
 #define KVC_HYBRID_OPS                                                                                       \
   {                                                                                                          \
     .check_update = check_update, .keep_for_update = keep_for_update, .apply_update = apply_update,          \
-    .seq_length = seq_length, .max_length = max_length, .mask_sizes = mask_sizes, .check_crop = check_crop,  \
+    .seq_length = seq_length, .max_length = kvc_unbounded_max_length, .mask_sizes = mask_sizes, .check_crop = check_crop,  \
     .apply_crop = apply_crop, .reset = reset, .initial_capacity = initial_capacity,                          \
     .row_buffers = row_buffers, .ext_shell = ext_shell, .ext_free = ext_free, .fill_info = fill_info,        \
     .check_stack = check_stack, .sync_ext = kvc_linear_sync,                                                 \
@@ -238,45 +232,26 @@ const kvc_kind kvc_linear_kind = {
     .capacity = no_capacity,
 };
 
+/* A hybrid: the family's traits and options, plus its attention part's traits and capacity. */
+#define KVC_HYBRID_KIND(ID, NAME, TRAITS, OPS, CAPACITY)                                              \
+  {                                                                                                   \
+    .id = ID, .name = NAME, .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_HAS_KV | (TRAITS), .ops = &(OPS), \
+    .check_options = check_options, .configure = configure, .capacity = CAPACITY,                     \
+  }
+
 /* transformers' prefetch offloads the full-attention hybrid only: it is the one that is not is_linear. */
-const kvc_kind kvc_linear_dynamic_kind = {
-    .id = KVC_LAYER_LINEAR_DYNAMIC,
-    .name = "linear + dynamic",
-    .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_HAS_KV | KVC_TRAIT_OFFLOADS,
-    .ops = &kvc_linear_dynamic_layer_ops,
-    .check_options = check_options,
-    .configure = configure,
-};
-
-const kvc_kind kvc_linear_dynamic_sliding_kind = {
-    .id = KVC_LAYER_LINEAR_DYNAMIC_SLIDING,
-    .name = "linear + dynamic sliding",
-    .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_IS_LINEAR | KVC_TRAIT_HAS_KV | KVC_TRAIT_SLIDING,
-    .ops = &kvc_linear_dynamic_sliding_layer_ops,
-    .check_options = check_options,
-    .configure = configure,
-    .capacity = kvc_capacity_window,
-};
-
-const kvc_kind kvc_linear_static_kind = {
-    .id = KVC_LAYER_LINEAR_STATIC,
-    .name = "linear + static",
-    .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_IS_LINEAR | KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC,
-    .ops = &kvc_linear_static_layer_ops,
-    .check_options = check_options,
-    .configure = configure,
-    .capacity = kvc_capacity_slots,
-};
-
-const kvc_kind kvc_linear_static_sliding_kind = {
-    .id = KVC_LAYER_LINEAR_STATIC_SLIDING,
-    .name = "linear + static sliding",
-    .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_IS_LINEAR | KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING,
-    .ops = &kvc_linear_static_sliding_layer_ops,
-    .check_options = check_options,
-    .configure = configure,
-    .capacity = kvc_capacity_slots,
-};
+const kvc_kind kvc_linear_dynamic_kind = KVC_HYBRID_KIND(KVC_LAYER_LINEAR_DYNAMIC, "linear + dynamic", KVC_TRAIT_OFFLOADS,
+                                                         kvc_linear_dynamic_layer_ops, NULL);
+const kvc_kind kvc_linear_dynamic_sliding_kind =
+    KVC_HYBRID_KIND(KVC_LAYER_LINEAR_DYNAMIC_SLIDING, "linear + dynamic sliding",
+                    KVC_TRAIT_IS_LINEAR | KVC_TRAIT_SLIDING, kvc_linear_dynamic_sliding_layer_ops, kvc_capacity_window);
+const kvc_kind kvc_linear_static_kind =
+    KVC_HYBRID_KIND(KVC_LAYER_LINEAR_STATIC, "linear + static", KVC_TRAIT_IS_LINEAR | KVC_TRAIT_STATIC,
+                    kvc_linear_static_layer_ops, kvc_capacity_slots);
+const kvc_kind kvc_linear_static_sliding_kind =
+    KVC_HYBRID_KIND(KVC_LAYER_LINEAR_STATIC_SLIDING, "linear + static sliding",
+                    KVC_TRAIT_IS_LINEAR | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING, kvc_linear_static_sliding_layer_ops,
+                    kvc_capacity_slots);
 
 static const kvc_layer_ops* attention_ops(const kvc_layer* l) {
   if (l->desc == &kvc_linear_dynamic_kind) return &kvc_dynamic_layer_ops;

@@ -34,39 +34,40 @@ int64_t kvc_quant_record_bytes(const kvc_layer* l, int64_t group) {
   return 2 * (int64_t)l->elem + (int64_t)kvc_packed_bytes(group, kvc_quant_opts(l)->nbits);
 }
 
-/* A scale or zero point in the layer's dtype, at an address of any alignment. */
-static void put_param(kvc_dtype dt, unsigned char* p, float f) {
-  if (dt == KVC_DTYPE_FLOAT32) {
-    memcpy(p, &f, sizeof f);
-    return;
-  }
-  uint16_t h = dt == KVC_DTYPE_FLOAT16 ? kvc_f32_to_f16(f) : kvc_f32_to_bf16(f);
-  memcpy(p, &h, sizeof h);
-}
-
-static float get_param(kvc_dtype dt, const unsigned char* p) {
-  if (dt == KVC_DTYPE_FLOAT32) {
-    float f;
-    memcpy(&f, p, sizeof f);
-    return f;
-  }
-  uint16_t h;
-  memcpy(&h, p, sizeof h);
-  return dt == KVC_DTYPE_FLOAT16 ? kvc_f16_to_f32(h) : kvc_bf16_to_f32(h);
-}
-
 void kvc_quant_put_record(const kvc_layer* l, unsigned char* rec, const uint8_t* codes, float scale, float zero,
                           int64_t group) {
-  put_param(l->dtype, rec, scale);
-  put_param(l->dtype, rec + l->elem, zero);
+  kvc_store_f32_unaligned(l->dtype, rec, scale);
+  kvc_store_f32_unaligned(l->dtype, rec + l->elem, zero);
   kvc_pack_codes(codes, group, kvc_quant_opts(l)->nbits, rec + 2 * l->elem);
 }
 
 void kvc_quant_get_record(const kvc_layer* l, const unsigned char* rec, uint8_t* codes, float* scale, float* zero,
                           int64_t group) {
-  *scale = get_param(l->dtype, rec);
-  *zero = get_param(l->dtype, rec + l->elem);
+  *scale = kvc_load_f32_unaligned(l->dtype, rec);
+  *zero = kvc_load_f32_unaligned(l->dtype, rec + l->elem);
   kvc_unpack_codes(rec + 2 * l->elem, group, kvc_quant_opts(l)->nbits, codes);
+}
+
+void kvc_quant_set_view(kvc_layer* l, int which, void* data, uint64_t byte_offset, int64_t len, int64_t cap) {
+  kvc_tensor* t = which ? &l->views[1].value : &l->views[1].key;
+  const int64_t d = which ? l->v_dim : l->k_dim;
+  int64_t* shape = l->shape[1][which];
+  int64_t* strides = l->strides[1][which];
+  shape[0] = l->batch;
+  shape[1] = l->heads;
+  shape[2] = len;
+  shape[3] = d;
+  strides[0] = l->heads * cap * d;
+  strides[1] = cap * d;
+  strides[2] = d;
+  strides[3] = 1;
+  t->data = data;
+  t->byte_offset = byte_offset;
+  t->device = kvc_tier_device(l);
+  t->ndim = 4;
+  t->dtype = kvc_dtype_to_data_type(l->dtype);
+  t->shape = shape;
+  t->strides = strides;
 }
 
 /* ------------------------------------------------------------ ext state */
@@ -233,15 +234,11 @@ kvc_error* kvc_quant_read_checked(const char* fn, const char* arg, const kvc_qua
 
 /* ------------------------------------------------------------ the kind */
 
-/* Incremental and compact modes share the incremental timeline. */
-static int incremental(const kvc_layer* l) { return kvc_quant_opts(l)->mode != KVC_QUANT_MODE_TRANSFORMERS; }
-
-static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
-                               const kvc_update_options* o) {
-  (void)o; /* positions are ignored, as by the dynamic layer */
-  if (!l->initialized) return NULL; /* the geometry is checked from the inputs (check_first_update) */
-  return incremental(l) ? kvc_quant_incremental_check(fn, index, l, n) : kvc_quant_transformers_check(fn, index, l, n);
-}
+/*
+ * One table per mode (configure picks it), over the operations every mode
+ * shares: the modes differ in their update timeline (check, prepare, apply,
+ * return), their crop and, for compact, the tokens the store holds.
+ */
 
 /*
  * The first update fixes the geometry; the group-size rules depend on it, so they are checked against the
@@ -250,7 +247,6 @@ static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* 
  */
 static kvc_error* check_first_update(const char* fn, uint32_t index, const kvc_layer* l, const kvc_tensor* key,
                                      const kvc_tensor* value, const kvc_update_options* o) {
-  (void)o;
   kvc_layer as_if = *l;
   as_if.initialized = 1;
   as_if.batch = key->shape[0];
@@ -258,81 +254,70 @@ static kvc_error* check_first_update(const char* fn, uint32_t index, const kvc_l
   as_if.k_dim = key->shape[3];
   as_if.v_dim = value->shape[3];
   as_if.start = as_if.end = 0;
-  return incremental(&as_if) ? kvc_quant_incremental_check(fn, index, &as_if, key->shape[2])
-                             : kvc_quant_transformers_check(fn, index, &as_if, key->shape[2]);
+  return l->ops->check_update(fn, index, &as_if, key->shape[2], o);
 }
 
-static kvc_error* prepare_tokens(const char* fn, const kvc_cache* c, kvc_layer* l, const kvc_tensor* key,
-                                 const kvc_tensor* value, const kvc_update_options* o) {
-  (void)o;
+/* A mode's room phase, given the layer's index (layer_quantized.h). */
+typedef kvc_error* (*mode_prepare)(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
+                                   const kvc_tensor* key, const kvc_tensor* value, int64_t n);
+
+/* What every mode's prepare_tokens runs first: a CPU cache, the extension state and the layer's index. */
+static kvc_error* prepare_with(mode_prepare prepare, const char* fn, const kvc_cache* c, kvc_layer* l,
+                               const kvc_tensor* key, const kvc_tensor* value) {
   if (c->device.device_type != KVC_DEVICE_CPU)
     return kvc_err(KVC_ERROR_UNSUPPORTED,
                    "%s: quantized layers quantize on the host and need a CPU cache (device type %d); use "
                    "KVC_DEVICE_CPU",
                    fn, (int)c->device.device_type);
-  kvc_quant_ext* x = ext_for_update(l);
-  if (!x) return kvc_err_oom();
-  int64_t n = key->shape[2];
+  if (!ext_for_update(l)) return kvc_err_oom();
   /* The layer index is not known here; the caller's checks named it for initialized layers already. */
   uint32_t index = 0;
   for (uint32_t i = 0; i < c->num_layers; i++)
     if (c->layers[i] == l) index = i;
-  if (kvc_quant_compact(l)) return kvc_quant_compact_prepare(fn, c, l, index, key, value, n);
-  return incremental(l) ? kvc_quant_incremental_prepare(fn, c, l, index, key, value, n)
-                        : kvc_quant_transformers_prepare(fn, c, l, index, key, value, n);
+  return prepare(fn, c, l, index, key, value, key->shape[2]);
 }
 
-/* The new tokens were written by prepare_tokens, past the stored region. */
-static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
-                               const kvc_update_options* o) {
-  (void)k; (void)v; (void)o;
-  if (kvc_quant_compact(l)) return kvc_quant_compact_apply(c, l, n);
-  return incremental(l) ? kvc_quant_incremental_apply(c, l, n) : kvc_quant_transformers_apply(c, l, n);
-}
+/* A mode's prepare_tokens: prepare_with over the mode's room phase. */
+#define KVC_QUANT_PREPARE(name, mode)                                                                         \
+  static kvc_error* name(const char* fn, const kvc_cache* c, kvc_layer* l, const kvc_tensor* key,            \
+                         const kvc_tensor* value, const kvc_update_options* o) {                             \
+    (void)o;                                                                                                 \
+    return prepare_with(mode, fn, c, l, key, value);                                                         \
+  }
+KVC_QUANT_PREPARE(prepare_incremental, kvc_quant_incremental_prepare)
+KVC_QUANT_PREPARE(prepare_transformers, kvc_quant_transformers_prepare)
+KVC_QUANT_PREPARE(prepare_compact, kvc_quant_compact_prepare)
+#undef KVC_QUANT_PREPARE
 
-static void set_return(kvc_layer* l, kvc_region r) {
-  if (kvc_quant_compact(l))
-    kvc_quant_compact_set_return(l, r);
-  else if (incremental(l))
-    kvc_layer_set_return(l, r);
-  else
-    kvc_quant_transformers_set_return(l, r);
-}
-
-/* Tokens stored: the tokens seen, less what crop removed (compact mode: the store holds the residual only). */
-static int64_t seq_length(const kvc_layer* l) {
+/* Compact mode's store holds the residual only: the quantized tokens count too. */
+static int64_t seq_length_compact(const kvc_layer* l) {
   const kvc_quant_ext* x = kvc_quant_ext_of(l);
-  return kvc_layer_stored(l) + (kvc_quant_compact(l) && x ? x->quantized : 0);
-}
-static int64_t max_length(const kvc_layer* l) { (void)l; return -1; }
-
-static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
-  *len = seq_length(l) + q;
-  *off = 0;
-}
-
-static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
-  (void)l; (void)tokens;
-  return NULL;
+  return kvc_layer_stored(l) + (x ? x->quantized : 0);
 }
 
 /* The dynamic layer's rules (positive: legacy absolute length), over quantized tokens too. */
-static void apply_crop(kvc_layer* l, int64_t tokens) {
-  int64_t len = seq_length(l);
-  if (!l->initialized || tokens == 0) return;
-  int64_t keep = tokens > 0 ? tokens : len + tokens;
-  if (keep < 0) keep = 0;
-  if (keep >= len) return;
-  if (kvc_quant_compact(l) && l->ext) {
-    kvc_quant_compact_crop(l, keep);
-    return;
-  }
+static int crop_keep(const kvc_layer* l, int64_t tokens, int64_t* keep) {
+  return kvc_dynamic_crop_keep(l, l->ops->seq_length(l), tokens, keep);
+}
+
+/* Incremental and transformers modes: the store holds every token; the mode then forgets the groups cut. */
+static void crop_store_then(kvc_layer* l, int64_t tokens, void (*crop_groups)(kvc_layer* l, int64_t keep)) {
+  int64_t keep;
+  if (!crop_keep(l, tokens, &keep)) return;
   l->end = l->start + keep;
-  if (!l->ext) return;
-  if (incremental(l))
-    kvc_quant_incremental_crop(l, keep);
+  if (l->ext) crop_groups(l, keep);
+}
+
+static void crop_incremental(kvc_layer* l, int64_t tokens) { crop_store_then(l, tokens, kvc_quant_incremental_crop); }
+static void crop_transformers(kvc_layer* l, int64_t tokens) { crop_store_then(l, tokens, kvc_quant_transformers_crop); }
+
+static void crop_compact(kvc_layer* l, int64_t tokens) {
+  int64_t keep;
+  if (!crop_keep(l, tokens, &keep)) return;
+  if (l->ext)
+    kvc_quant_compact_crop(l, keep);
   else
-    kvc_quant_transformers_crop(l, keep);
+    l->end = l->start + keep; /* nothing quantized yet: the store holds every token */
 }
 
 /* transformers >= 5.2x drops the quantized states too: the next update starts afresh. */
@@ -344,11 +329,6 @@ static void reset(const kvc_cache* c, kvc_layer* l) {
   kvc_quant_release_staged(c, x);
   kvc_quant_drop_returned(c, x);
   x->quantized = 0;
-}
-
-static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
-  int64_t cap = n < 64 ? 64 : n;
-  return cap < l->reserve ? l->reserve : cap;
 }
 
 static void fill_info(const kvc_layer* l, kvc_layer_info* info) {
@@ -387,26 +367,43 @@ static kvc_error* check_stack(const char* fn, const kvc_layer* first, const kvc_
   return NULL;
 }
 
-const kvc_layer_ops kvc_quantized_layer_ops = {
-    .check_update = check_update,
-    .keep_for_update = kvc_dynamic_keep_for_update,
-    .apply_update = apply_update,
-    .seq_length = seq_length,
-    .max_length = max_length,
-    .mask_sizes = mask_sizes,
-    .check_crop = check_crop,
-    .apply_crop = apply_crop,
-    .reset = reset,
-    .initial_capacity = initial_capacity,
-    .row_buffers = row_buffers,
-    .ext_shell = ext_shell,
-    .ext_free = ext_free,
-    .fill_info = fill_info,
-    .check_stack = check_stack,
-    .prepare_tokens = prepare_tokens,
-    .set_return = set_return,
-    .check_first_update = check_first_update,
-    .memory = memory,
+/* The entries every mode's table shares: the dynamic layer's growth and lengths, and the extension state. */
+#define KVC_QUANT_SHARED_OPS                                                                                  \
+  .keep_for_update = kvc_dynamic_keep_for_update, .max_length = kvc_unbounded_max_length,                   \
+  .mask_sizes = kvc_dynamic_mask_sizes, .check_crop = kvc_crop_allowed, .reset = reset,                     \
+  .initial_capacity = kvc_dynamic_initial_capacity, .check_first_update = check_first_update,               \
+  .row_buffers = row_buffers, .ext_shell = ext_shell, .ext_free = ext_free, .fill_info = fill_info,         \
+  .check_stack = check_stack, .memory = memory
+
+/* KVC_QUANT_MODE_INCREMENTAL: its tokens return from the store (set_return NULL). */
+static const kvc_layer_ops incremental_ops = {
+    KVC_QUANT_SHARED_OPS,
+    .check_update = kvc_quant_incremental_check, /* positions are ignored, as by the dynamic layer */
+    .prepare_tokens = prepare_incremental,
+    .apply_update = kvc_quant_incremental_apply,
+    .seq_length = kvc_dynamic_seq_length,
+    .apply_crop = crop_incremental,
+};
+
+static const kvc_layer_ops transformers_ops = {
+    KVC_QUANT_SHARED_OPS,
+    .check_update = kvc_quant_transformers_check,
+    .prepare_tokens = prepare_transformers,
+    .apply_update = kvc_quant_transformers_apply,
+    .set_return = kvc_quant_transformers_set_return,
+    .seq_length = kvc_dynamic_seq_length,
+    .apply_crop = crop_transformers,
+};
+
+/* Compact mode runs the incremental checks: its timeline is the incremental one without the history. */
+static const kvc_layer_ops compact_ops = {
+    KVC_QUANT_SHARED_OPS,
+    .check_update = kvc_quant_incremental_check, /* positions are ignored, as by the dynamic layer */
+    .prepare_tokens = prepare_compact,
+    .apply_update = kvc_quant_compact_apply,
+    .set_return = kvc_quant_compact_set_return,
+    .seq_length = seq_length_compact,
+    .apply_crop = crop_compact,
 };
 
 static kvc_error* check_options(const char* fn, uint32_t index, const kvc_layer_options* spec) {
@@ -422,13 +419,16 @@ static void configure(kvc_layer* l, const kvc_layer_options* spec) {
   kvc_quant_options* q = kvc_layer_params(kvc_quant_options, l);
   *q = (kvc_quant_options)KVC_QUANT_OPTIONS_INIT;
   if (spec->quant) kvc_read_quant_options("kvc_cache_create", "quant", spec->quant, q); /* checked: cannot fail */
+  l->ops = q->mode == KVC_QUANT_MODE_TRANSFORMERS ? &transformers_ops
+           : q->mode == KVC_QUANT_MODE_COMPACT    ? &compact_ops
+                                                  : &incremental_ops;
 }
 
 const kvc_kind kvc_quantized_kind = {
     .id = KVC_LAYER_QUANTIZED,
     .name = "quantized",
     .traits = KVC_TRAIT_HAS_KV, /* its groups are tied to the store: no offloading (no offloaded class either) */
-    .ops = &kvc_quantized_layer_ops,
+    .ops = &incremental_ops, /* the default mode's; configure sets the layer's mode's */
     .check_options = check_options,
     .configure = configure,
     .prepare_call = kvc_quant_scratch_begin,

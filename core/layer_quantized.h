@@ -122,6 +122,24 @@ static inline int64_t kvc_quant_store_index(const kvc_layer* l, int which, int64
   return ((b * l->heads + h) * l->cap + s) * dim + d;
 }
 
+/*
+ * Lays out a scratch block: the part of `bytes` bytes at *at (16-byte
+ * aligned), and *at moves past it. With base NULL it only measures (the
+ * first pass of a layout) and returns NULL.
+ */
+static inline void* kvc_quant_take(char* base, size_t* at, size_t bytes) {
+  void* p = base ? (void*)(base + *at) : NULL;
+  *at = (*at + bytes + 15) & ~(size_t)15;
+  return p;
+}
+
+/*
+ * Points the returned view's keys (which 0) or values (1) at `len` tokens
+ * of a [B, H, cap, D] buffer other than the store: the modes whose return
+ * is a copy of their own.
+ */
+void kvc_quant_set_view(kvc_layer* l, int which, void* data, uint64_t byte_offset, int64_t len, int64_t cap);
+
 /* Host scratch of at least `bytes` in ext (prepare phase); -1 when out of memory. */
 int kvc_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes);
 /* Stages a zeroed group buffer of `row_bytes` per row for tensor `which` (prepare phase); -1 when out of memory. */
@@ -137,17 +155,21 @@ void kvc_quant_drop_returned(const kvc_cache* c, kvc_quant_ext* x);
 void kvc_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x);
 
 /*
- * The two update timelines. check: the kind's preconditions of an update of
- * an initialized layer (const). prepare: the room phase, once the store has
- * room for the n new tokens: writes them past the stored region, quantizes
- * and stages everything apply will adopt (may fail, changing nothing
- * visible). apply: the write phase (cannot fail). crop: after the store was
- * cut to `keep` tokens.
+ * The modes' update timelines (incremental below; compact and transformers
+ * after it). check and apply are the mode's ops-table entries. check: the
+ * kind's preconditions of an update (const; none for an uninitialized
+ * layer, whose first update check_first_update checks). prepare: the room
+ * phase, once the store has room for the n new tokens: writes them past the
+ * stored region, quantizes and stages everything apply will adopt (may
+ * fail, changing nothing visible). apply: the write phase (cannot fail).
+ * crop: after the store was cut to `keep` tokens.
  */
-kvc_error* kvc_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n);
+kvc_error* kvc_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                                       const kvc_update_options* o);
 kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                          const kvc_tensor* key, const kvc_tensor* value, int64_t n);
-kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, int64_t n);
+kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+                                       int64_t n, const kvc_update_options* o);
 void kvc_quant_incremental_crop(kvc_layer* l, int64_t keep);
 /* Tokens of one block (incremental and compact modes): q_group_size when either tensor has per-channel groups. */
 int64_t kvc_quant_block_tokens(const kvc_layer* l);
@@ -163,14 +185,18 @@ int64_t kvc_quant_unit_tokens(const kvc_layer* l, int which);
  */
 kvc_error* kvc_quant_compact_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                      const kvc_tensor* key, const kvc_tensor* value, int64_t n);
-kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, int64_t n);
+kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+                                   int64_t n, const kvc_update_options* o);
 void kvc_quant_compact_set_return(kvc_layer* l, kvc_region r);
 void kvc_quant_compact_crop(kvc_layer* l, int64_t keep);
 
-kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n);
+/* Transformers mode (layer_quantized_transformers.c): transformers' own timeline, requantizing the whole tensor. */
+kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                                        const kvc_update_options* o);
 kvc_error* kvc_quant_transformers_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                           const kvc_tensor* key, const kvc_tensor* value, int64_t n);
-kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, int64_t n);
+kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+                                        int64_t n, const kvc_update_options* o);
 void kvc_quant_transformers_crop(kvc_layer* l, int64_t keep);
 /* Points the returned view at the last quantizing update's own copy (transformers mode). */
 void kvc_quant_transformers_set_return(kvc_layer* l, kvc_region r);

@@ -156,7 +156,8 @@ kvc_error* kvc_quant_compact_prepare(const char* fn, const kvc_cache* c, kvc_lay
   return NULL;
 }
 
-kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, int64_t n) {
+kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+                                   int64_t n, const kvc_update_options* o) {
   struct kvc_quant_scratch* s = SCRATCH(c);
   if (s->staged) { /* the first compact layer of the call adopts the grown scratch: older views expire now */
     const kvc_backend* be = c->backend;
@@ -166,7 +167,7 @@ kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, int64_t n) 
     s->staged = NULL;
     s->staged_bytes = 0;
   }
-  kvc_region r = kvc_quant_incremental_apply(c, l, n);
+  kvc_region r = kvc_quant_incremental_apply(c, l, k, v, n, o);
   shrink_store(c, l);
   /* An empty layer's region has no bytes and the scratch may not exist yet: no offset on NULL (undefined in C). */
   kvc_quant_ext_of(l)->ret_base = s->buf ? (unsigned char*)s->buf + kvc_quant_ext_of(l)->ret_off : NULL;
@@ -179,29 +180,9 @@ void kvc_quant_compact_set_return(kvc_layer* l, kvc_region r) {
   const kvc_quant_ext* x = kvc_quant_ext_of(l);
   /* The cache is not reachable from here: apply recorded the region's address. */
   const int64_t len = x->quantized + kvc_layer_stored(l);
-  kvc_data_type dt = kvc_dtype_to_data_type(l->dtype);
-  unsigned char* base = (unsigned char*)x->ret_base;
-  for (int w = 0; w < 2; w++) {
-    kvc_tensor* t = w ? &l->views[1].value : &l->views[1].key;
-    int64_t d = dim_of(l, w);
-    int64_t* shape = l->shape[1][w];
-    int64_t* strides = l->strides[1][w];
-    shape[0] = l->batch;
-    shape[1] = l->heads;
-    shape[2] = len;
-    shape[3] = d;
-    strides[0] = l->heads * len * d;
-    strides[1] = len * d;
-    strides[2] = d;
-    strides[3] = 1;
-    t->data = base;
-    t->byte_offset = w ? (uint64_t)(l->batch * l->heads * len * l->k_dim) * l->elem : 0;
-    t->device = kvc_tier_device(l);
-    t->ndim = 4;
-    t->dtype = dt;
-    t->shape = shape;
-    t->strides = strides;
-  }
+  for (int w = 0; w < 2; w++) /* keys, then values, each [B, H, len, D] */
+    kvc_quant_set_view(l, w, x->ret_base, w ? (uint64_t)(l->batch * l->heads * len * l->k_dim) * l->elem : 0, len,
+                       len);
 }
 
 /*

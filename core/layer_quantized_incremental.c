@@ -47,8 +47,10 @@ static int64_t tokens_to_quantize(const kvc_layer* l, int64_t quantized, int64_t
   return over > 0 ? over / b * b : 0;
 }
 
-kvc_error* kvc_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n) {
-  (void)n;
+kvc_error* kvc_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                                       const kvc_update_options* o) {
+  (void)n; (void)o;
+  if (!l->initialized) return NULL; /* the geometry comes from the inputs: check_first_update */
   int64_t g = kvc_quant_opts(l)->q_group_size;
   for (int which = 0; which < 2; which++) {
     if (kvc_quant_per_channel(kvc_quant_opts(l), which) || dim_of(l, which) % g == 0) continue;
@@ -80,19 +82,12 @@ static size_t scratch_layout(const kvc_layer* l, int64_t held_tokens, unit_scrat
   }
   int64_t groups = unit_elems / kvc_quant_opts(l)->q_group_size, dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim;
   size_t at = 0;
-#define KVC_TAKE(ptr, type, count)                          \
-  do {                                                      \
-    if (base) (ptr) = (type*)(void*)(base + at);            \
-    at += sizeof(type) * (size_t)(count);                   \
-    at = (at + 15) & ~(size_t)15;                           \
-  } while (0)
-  KVC_TAKE(s->x, float, unit_elems + dmax); /* and one token of one head */
-  KVC_TAKE(s->scale, float, groups);
-  KVC_TAKE(s->zero, float, groups);
-  KVC_TAKE(s->held[0], float, l->batch * l->heads * held_tokens * l->k_dim);
-  KVC_TAKE(s->held[1], float, l->batch * l->heads * held_tokens * l->v_dim);
-  KVC_TAKE(s->codes, uint8_t, unit_elems);
-#undef KVC_TAKE
+  s->x = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)(unit_elems + dmax)); /* and one token of one head */
+  s->scale = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)groups);
+  s->zero = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)groups);
+  s->held[0] = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)(l->batch * l->heads * held_tokens * l->k_dim));
+  s->held[1] = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)(l->batch * l->heads * held_tokens * l->v_dim));
+  s->codes = (uint8_t*)kvc_quant_take(base, &at, (size_t)unit_elems);
   return at;
 }
 
@@ -149,7 +144,7 @@ static int quantize_unit(const kvc_layer* l, int which, int64_t b, int64_t s0, i
 
 kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                          const kvc_tensor* key, const kvc_tensor* value, int64_t n) {
-  kvc_error* e = kvc_quant_incremental_check(fn, index, l, n);
+  kvc_error* e = kvc_quant_incremental_check(fn, index, l, n, NULL);
   if (e) return e;
   kvc_quant_ext* x = kvc_quant_ext_of(l);
   kvc_quant_release_staged(c, x); /* what an earlier failed update left */
@@ -204,7 +199,9 @@ kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc
   return NULL;
 }
 
-kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, int64_t n) {
+kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+                                       int64_t n, const kvc_update_options* o) {
+  (void)k; (void)v; (void)o; /* prepare_tokens wrote the new tokens, past the stored region */
   kvc_quant_ext* x = kvc_quant_ext_of(l);
   const int64_t q = x->quantized, stored = kvc_layer_stored(l);
   const int64_t t = n ? tokens_to_quantize(l, q, stored + n + (kvc_quant_compact(l) ? q : 0)) : 0;

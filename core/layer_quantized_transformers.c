@@ -62,7 +62,10 @@ static kvc_error* check_grouping(const char* fn, uint32_t index, const kvc_layer
                  fn, index, who, l->batch, l->heads, s, d, lay->axis_numel, g);
 }
 
-kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n) {
+kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+                                        const kvc_update_options* o) {
+  (void)o;
+  if (!l->initialized) return NULL; /* the geometry comes from the inputs: check_first_update */
   int64_t s = quantizing_length(l, n);
   kvc_quant_layout lay;
   for (int which = 0; s && which < 2; which++) {
@@ -97,20 +100,13 @@ static size_t flush_layout(const kvc_layer* l, int64_t s, const kvc_quant_layout
   int64_t dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim, most = l->batch * l->heads * s * dmax;
   int64_t most_groups = lay[0].ngroups > lay[1].ngroups ? lay[0].ngroups : lay[1].ngroups;
   size_t at = 0;
-#define KVC_TAKE(ptr, type, count)               \
-  do {                                           \
-    if (base) (ptr) = (type*)(void*)(base + at); \
-    at += sizeof(type) * (size_t)(count);        \
-    at = (at + 15) & ~(size_t)15;                \
-  } while (0)
-  KVC_TAKE(f->values, float, most);
-  KVC_TAKE(f->groups, float, most);
-  KVC_TAKE(f->scale, float, most_groups);
-  KVC_TAKE(f->zero, float, most_groups);
-  KVC_TAKE(f->group_row, int64_t, most_groups);
-  KVC_TAKE(f->filled, int64_t, l->batch);
-  KVC_TAKE(f->codes, uint8_t, most);
-#undef KVC_TAKE
+  f->values = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)most);
+  f->groups = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)most);
+  f->scale = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)most_groups);
+  f->zero = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)most_groups);
+  f->group_row = (int64_t*)kvc_quant_take(base, &at, sizeof(int64_t) * (size_t)most_groups);
+  f->filled = (int64_t*)kvc_quant_take(base, &at, sizeof(int64_t) * (size_t)l->batch);
+  f->codes = (uint8_t*)kvc_quant_take(base, &at, (size_t)most);
   return at;
 }
 
@@ -176,7 +172,7 @@ kvc_error* kvc_quant_transformers_prepare(const char* fn, const kvc_cache* c, kv
                                           const kvc_tensor* key, const kvc_tensor* value, int64_t n) {
   kvc_quant_ext* x = kvc_quant_ext_of(l);
   kvc_quant_release_staged(c, x); /* what an earlier failed update left */
-  kvc_error* e = kvc_quant_transformers_check(fn, index, l, n);
+  kvc_error* e = kvc_quant_transformers_check(fn, index, l, n, NULL);
   if (e) return e;
   kvc_layer_write(c, l, key, value, l->end, NULL, n); /* past the stored region: no view shows them yet */
   const int64_t s = quantizing_length(l, n);
@@ -212,7 +208,9 @@ oom:
   return kvc_err_oom();
 }
 
-kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, int64_t n) {
+kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+                                        int64_t n, const kvc_update_options* o) {
+  (void)k; (void)v; (void)o; /* prepare_tokens wrote the new tokens, past the stored region */
   kvc_quant_ext* x = kvc_quant_ext_of(l);
   const int64_t s = quantizing_length(l, n);
   const kvc_backend* be = c->backend;
@@ -252,28 +250,9 @@ void kvc_quant_transformers_set_return(kvc_layer* l, kvc_region r) {
     kvc_layer_set_return(l, r);
     return;
   }
-  kvc_data_type dt = kvc_dtype_to_data_type(l->dtype);
-  for (int w = 0; w < 2; w++) {
-    kvc_tensor* t = w ? &l->views[1].value : &l->views[1].key;
-    int64_t d = w ? l->v_dim : l->k_dim;
-    int64_t* shape = l->shape[1][w];
-    int64_t* strides = l->strides[1][w];
-    shape[0] = l->batch;
-    shape[1] = l->heads;
-    shape[2] = x->ret_len;
-    shape[3] = d;
-    strides[0] = l->heads * x->ret_cap * d;
-    strides[1] = x->ret_cap * d;
-    strides[2] = d;
-    strides[3] = 1;
-    t->data = x->ret[w];
-    t->byte_offset = (uint64_t)(x->ret_start * d) * l->elem;
-    t->device = kvc_tier_device(l);
-    t->ndim = 4;
-    t->dtype = dt;
-    t->shape = shape;
-    t->strides = strides;
-  }
+  for (int w = 0; w < 2; w++)
+    kvc_quant_set_view(l, w, x->ret[w], (uint64_t)(x->ret_start * (w ? l->v_dim : l->k_dim)) * l->elem, x->ret_len,
+                       x->ret_cap);
 }
 
 /* The groups described the cut tokens too: the store's dequantized values are the history until the next quantization. */

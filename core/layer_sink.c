@@ -494,9 +494,6 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
   return (kvc_region){l->start, l->end};
 }
 
-/* get_seq_length: the stored length (spec E.2 item 4). */
-static int64_t seq_length(const kvc_layer* l) { return kvc_layer_stored(l); }
-static int64_t max_length(const kvc_layer* l) { return l->window; }
 
 /*
  * transformers 4.52 has no get_mask_sizes; kvcache's contract is the length
@@ -541,8 +538,8 @@ const kvc_layer_ops kvc_sink_layer_ops = {
     .check_update = kvc_dynamic_check_update, /* the sink rules need the whole call: check_call */
     .keep_for_update = keep_for_update,
     .apply_update = apply_update,
-    .seq_length = seq_length,
-    .max_length = max_length,
+    .seq_length = kvc_dynamic_seq_length, /* get_seq_length: the stored length (spec E.2 item 4) */
+    .max_length = kvc_window_max_length,
     .mask_sizes = mask_sizes,
     .reset = reset,
     .initial_capacity = initial_capacity,

@@ -8,7 +8,6 @@
 
 #include "internal.h"
 
-/* Shared with the static sliding layer: explicit positions must be in [0, limit). */
 kvc_error* kvc_check_positions(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                const kvc_update_options* o, int64_t limit) {
   if (!o || !o->cache_position) return NULL;
@@ -58,8 +57,9 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
   return (kvc_region){0, l->slots};
 }
 
-static int64_t seq_length(const kvc_layer* l) { return l->cum; }
-static int64_t max_length(const kvc_layer* l) { return l->slots; }
+/* Shared with the static sliding layer: tokens seen (the counter), and its slots. */
+int64_t kvc_static_seq_length(const kvc_layer* l) { return l->cum; }
+int64_t kvc_static_max_length(const kvc_layer* l) { return l->slots; }
 
 static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
   (void)q;
@@ -67,7 +67,8 @@ static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off
   *off = 0;
 }
 
-static void reset(const kvc_cache* c, kvc_layer* l) {
+/* Shared with the static sliding layer: a zeroed buffer and a new counter. */
+void kvc_static_reset(const kvc_cache* c, kvc_layer* l) {
   if (l->initialized) kvc_layer_zero(c, l, (kvc_region){0, l->cap});
   l->cum = 0;
 }
@@ -81,10 +82,10 @@ const kvc_layer_ops kvc_static_layer_ops = {
     .check_update = check_update,
     .keep_for_update = keep_for_update,
     .apply_update = apply_update,
-    .seq_length = seq_length,
-    .max_length = max_length,
+    .seq_length = kvc_static_seq_length,
+    .max_length = kvc_static_max_length,
     .mask_sizes = mask_sizes,
-    .reset = reset,
+    .reset = kvc_static_reset,
     .initial_capacity = initial_capacity,
 };
 

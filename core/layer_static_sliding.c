@@ -9,9 +9,6 @@
  */
 #include "internal.h"
 
-kvc_error* kvc_check_positions(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
-                               const kvc_update_options* o, int64_t limit);
-
 static int is_full(const kvc_layer* l) { return l->cum >= l->slots; }
 
 static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
@@ -63,9 +60,6 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
   return (kvc_region){0, m};
 }
 
-static int64_t seq_length(const kvc_layer* l) { return l->cum; }
-static int64_t max_length(const kvc_layer* l) { return l->slots; }
-
 static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
   int64_t c = l->cum, w = l->slots;
   *off = c - w + 1 > 0 ? c - w + 1 : 0;
@@ -77,13 +71,13 @@ static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off
     *len = w;
 }
 
+/* The static reset, and the window back at the front of the buffer. */
 static void reset(const kvc_cache* c, kvc_layer* l) {
+  kvc_static_reset(c, l);
   if (l->initialized) {
-    kvc_layer_zero(c, l, (kvc_region){0, l->cap});
     l->start = 0;
     l->end = l->slots;
   }
-  l->cum = 0;
 }
 
 static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
@@ -95,26 +89,21 @@ const kvc_layer_ops kvc_static_sliding_layer_ops = {
     .check_update = check_update,
     .keep_for_update = keep_for_update,
     .apply_update = apply_update,
-    .seq_length = seq_length,
-    .max_length = max_length,
+    .seq_length = kvc_static_seq_length,
+    .max_length = kvc_static_max_length,
     .mask_sizes = mask_sizes,
     .reset = reset,
     .initial_capacity = initial_capacity,
 };
 
-const kvc_kind kvc_static_sliding_kind = {
-    .id = KVC_LAYER_STATIC_SLIDING,
-    .name = "static sliding",
-    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS,
-    .ops = &kvc_static_sliding_layer_ops,
-    .capacity = kvc_capacity_slots,
-};
+/* The sliding kind and its chunked twin (StaticSlidingWindowLayer with window = attention chunk size). */
+#define KVC_STATIC_SLIDING_KIND(ID, NAME, TRAITS)                                                   \
+  {                                                                                                \
+    .id = ID, .name = NAME,                                                                        \
+    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS | (TRAITS), \
+    .ops = &kvc_static_sliding_layer_ops, .capacity = kvc_capacity_slots,                          \
+  }
 
-/* StaticSlidingWindowLayer with window = attention chunk size. */
-const kvc_kind kvc_static_chunked_kind = {
-    .id = KVC_LAYER_STATIC_CHUNKED,
-    .name = "static chunked",
-    .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING | KVC_TRAIT_CHUNKED | KVC_TRAIT_OFFLOADS,
-    .ops = &kvc_static_sliding_layer_ops,
-    .capacity = kvc_capacity_slots,
-};
+const kvc_kind kvc_static_sliding_kind = KVC_STATIC_SLIDING_KIND(KVC_LAYER_STATIC_SLIDING, "static sliding", 0);
+const kvc_kind kvc_static_chunked_kind =
+    KVC_STATIC_SLIDING_KIND(KVC_LAYER_STATIC_CHUNKED, "static chunked", KVC_TRAIT_CHUNKED);

@@ -254,37 +254,26 @@ static void empty_view(const kvc_layer* l, kvc_tensor* out) {
   out->device = l->device;
 }
 
-void kvc_linear_conv_view(const kvc_layer* l, uint32_t s, kvc_tensor* out) {
+/* State s's conv (rec 0) or recurrent (rec 1) view; an empty one on the layer's device while it is unallocated. */
+static void state_view(const kvc_layer* l, uint32_t s, int rec, kvc_tensor* out) {
   const kvc_linear_pair* ps = kvc_linear_pairs(l);
-  if (!ps || ps[s].conv_dtype == KVC_DTYPE_UNSET) {
+  const kvc_dtype dt = !ps ? KVC_DTYPE_UNSET : rec ? ps[s].rec_dtype : ps[s].conv_dtype;
+  if (dt == KVC_DTYPE_UNSET) {
     empty_view(l, out);
     return;
   }
   kvc_linear_pair* p = &((kvc_linear_pair*)ps)[s];
-  out->data = kvc_linear_rows(l)[2 * s].ptr;
+  out->data = kvc_linear_rows(l)[2 * s + (uint32_t)rec].ptr;
   out->device = l->device;
-  out->ndim = 3;
-  out->dtype = kvc_dtype_to_data_type(p->conv_dtype);
-  out->shape = p->conv_shape;
-  out->strides = p->conv_strides;
-  out->byte_offset = slot_bytes(p, p->begin);
+  out->ndim = rec ? p->rec_ndim : 3;
+  out->dtype = kvc_dtype_to_data_type(dt);
+  out->shape = rec ? p->rec_shape : p->conv_shape;
+  out->strides = rec ? p->rec_strides : p->conv_strides;
+  out->byte_offset = rec ? 0 : slot_bytes(p, p->begin); /* the conv window starts at its `begin` slot */
 }
 
-void kvc_linear_rec_view(const kvc_layer* l, uint32_t s, kvc_tensor* out) {
-  const kvc_linear_pair* ps = kvc_linear_pairs(l);
-  if (!ps || ps[s].rec_dtype == KVC_DTYPE_UNSET) {
-    empty_view(l, out);
-    return;
-  }
-  kvc_linear_pair* p = &((kvc_linear_pair*)ps)[s];
-  out->data = kvc_linear_rows(l)[2 * s + 1].ptr;
-  out->device = l->device;
-  out->ndim = p->rec_ndim;
-  out->dtype = kvc_dtype_to_data_type(p->rec_dtype);
-  out->shape = p->rec_shape;
-  out->strides = p->rec_strides;
-  out->byte_offset = 0;
-}
+void kvc_linear_conv_view(const kvc_layer* l, uint32_t s, kvc_tensor* out) { state_view(l, s, 0, out); }
+void kvc_linear_rec_view(const kvc_layer* l, uint32_t s, kvc_tensor* out) { state_view(l, s, 1, out); }
 
 void kvc_linear_conv_return(kvc_layer* l, uint32_t s, int64_t from, int64_t to, kvc_tensor* out) {
   kvc_linear_ext* x = (kvc_linear_ext*)l->ext;

@@ -33,6 +33,13 @@ static kvc_error* check_state_index(const char* fn, const kvc_layer* l, uint32_t
   return NULL;
 }
 
+/* State pair s of linear layer `layer`, for the entry point `what` (spec A.11's refusals). */
+static kvc_error* linear_state(const char* fn, const char* what, const kvc_cache* c, uint32_t layer, uint32_t s,
+                               kvc_layer** out) {
+  kvc_error* e = linear_layer(fn, what, c, layer, out);
+  return e ? e : check_state_index(fn, *out, layer, s);
+}
+
 /*
  * A state input on its own: `ndim` in [min_ndim, max_ndim], a storable dtype,
  * the cache's device, sizes in [1, 2^31) (the last one of a conv input may be
@@ -45,11 +52,7 @@ static kvc_error* check_input(const char* fn, const char* arg, const kvc_tensor*
     return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.ndim is %d but must be in [%d, %d] (%s)", fn, arg, (int)t->ndim,
                    (int)min_ndim, (int)max_ndim, layout);
   if (!t->shape) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.shape is NULL but ndim is %d", fn, arg, (int)t->ndim);
-  if (kvc_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET)
-    return kvc_err(KVC_ERROR_DTYPE_MISMATCH,
-                   "%s: %s.dtype is {code %u, bits %u, lanes %u}; kvcache stores float32, float16 or bfloat16 with "
-                   "lanes 1",
-                   fn, arg, (unsigned)t->dtype.code, (unsigned)t->dtype.bits, (unsigned)t->dtype.lanes);
+  if (kvc_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET) return kvc_err_unstorable(fn, arg, t->dtype);
   if (t->device.device_type != dev->device_type || t->device.device_id != dev->device_id)
     return kvc_err(KVC_ERROR_DEVICE_MISMATCH,
                    "%s: %s is on device %d:%d but the cache lives on %d:%d; kvcache does not copy between devices "
@@ -120,9 +123,8 @@ kvc_error* kvc_cache_update_conv_state(kvc_cache* c, uint32_t layer, const kvc_t
     o = *options;
   }
   kvc_layer* l = NULL;
-  if ((e = linear_layer(FN, "update_conv_state", c, layer, &l))) return e;
   uint32_t s = o.state_index;
-  if ((e = check_state_index(FN, l, layer, s))) return e;
+  if ((e = linear_state(FN, "update_conv_state", c, layer, s, &l))) return e;
   if (o.conv_kernel_size < 0 || o.conv_kernel_size > INT32_MAX)
     return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->conv_kernel_size is %" PRId64 "; use 0 (the configured or the input's size) or [1, 2^31)",
@@ -220,11 +222,9 @@ kvc_error* kvc_cache_update_conv_state(kvc_cache* c, uint32_t layer, const kvc_t
 kvc_error* kvc_cache_update_recurrent_state(kvc_cache* c, uint32_t layer, uint32_t s, const kvc_tensor* state,
                                             kvc_tensor* out) {
   static const char* FN = "kvc_cache_update_recurrent_state";
-  kvc_error* e = kvc_cache_check(FN, c);
-  if (e) return e;
   kvc_layer* l = NULL;
-  if ((e = linear_layer(FN, "update_recurrent_state", c, layer, &l))) return e;
-  if ((e = check_state_index(FN, l, layer, s))) return e;
+  kvc_error* e = linear_state(FN, "update_recurrent_state", c, layer, s, &l); /* checks the cache too */
+  if (e) return e;
   if ((e = check_input(FN, "state", state, &c->device, 1, KVC_LINEAR_MAX_REC_DIMS, "[batch, ...], batch first", 0)))
     return e;
   kvc_dtype dtype = kvc_dtype_from_data_type(state->dtype);
@@ -262,11 +262,9 @@ kvc_error* kvc_cache_update_recurrent_state(kvc_cache* c, uint32_t layer, uint32
 kvc_error* kvc_cache_state_view(const kvc_cache* c, uint32_t layer, uint32_t s, kvc_tensor* conv_state,
                                 kvc_tensor* recurrent_state) {
   static const char* FN = "kvc_cache_state_view";
-  kvc_error* e = kvc_cache_check(FN, c);
-  if (e) return e;
   kvc_layer* l = NULL;
-  if ((e = linear_layer(FN, "state_view", c, layer, &l))) return e;
-  if ((e = check_state_index(FN, l, layer, s))) return e;
+  kvc_error* e = linear_state(FN, "state_view", c, layer, s, &l); /* checks the cache too */
+  if (e) return e;
   /* The cache's device also for a state not allocated yet (its layer has not been told the device). */
   if (conv_state) {
     kvc_linear_conv_view(l, s, conv_state);
@@ -281,12 +279,8 @@ kvc_error* kvc_cache_state_view(const kvc_cache* c, uint32_t layer, uint32_t s, 
 
 kvc_error* kvc_cache_has_previous_state(const kvc_cache* c, int32_t layer, int32_t s, int* out) {
   static const char* FN = "kvc_cache_has_previous_state";
-  kvc_error* e = kvc_cache_check(FN, c);
+  kvc_error* e = kvc_cache_check_query_any(FN, c, layer, out);
   if (e) return e;
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
-  if (layer < KVC_ALL_LAYERS)
-    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %d; pass a layer index >= 0 or KVC_ALL_LAYERS (-1)", FN,
-                   (int)layer);
   if (s < -1)
     return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: state_index is %d; pass a state index >= 0 or -1 (all states)", FN,
                    (int)s);

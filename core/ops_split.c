@@ -23,55 +23,71 @@ static kvc_error* common_batch(const char* fn, const kvc_cache* c, int64_t* out)
   return NULL;
 }
 
-/* A copy of `c` holding rows [first, first + rows) of every initialized layer. */
-static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kvc_cache** out) {
-  kvc_cache* s = NULL;
-  kvc_error* e = kvc_cache_new(&c->device, c->exec.stream, &s);
+/*
+ * A cache derived from `src` (split, stack): each layer a shell of src's
+ * that fill() completes (rows, store) from the caches in ctx; fill returns
+ * -1 when out of memory, and the shell, which owns no store, is freed.
+ */
+typedef int (*fill_layer)(const kvc_cache* dst, kvc_layer* n, uint32_t i, const void* ctx);
+static kvc_error* derive(const kvc_cache* src, fill_layer fill, const void* ctx, kvc_cache** out) {
+  kvc_cache* d = NULL;
+  kvc_error* e = kvc_cache_new_like(src, &d);
   if (e) return e;
-  e = kvc_cache_copy_settings(c, s);
-  int64_t* src = (int64_t*)malloc(sizeof(int64_t) * (size_t)rows);
-  if (!src) e = kvc_err_oom();
-  for (int64_t r = 0; src && r < rows; r++) src[r] = first + r;
-  for (uint32_t i = 0; !e && i < c->num_layers; i++) {
-    const kvc_layer* l = c->layers[i];
-    kvc_layer* n = kvc_layer_shell(l);
-    if (!n) {
-      e = kvc_err_oom();
-      break;
+  for (uint32_t i = 0; !e && i < src->num_layers; i++) {
+    kvc_layer* n = kvc_layer_shell(src->layers[i]);
+    if (n && fill(d, n, i, ctx)) {
+      n->initialized = 0;
+      kvc_layer_free(d, n);
+      n = NULL;
     }
-    if (n->ext) {
-      /* Only rows that exist are split: a layer whose kind state holds none (a quantized layer whose first
-       * update failed) keeps its batch, 0 while it has no storage, as the source does. */
-      if (kvc_layer_row_bytes(l, 0)) n->batch = rows;
-      if (kvc_layer_rows_copy_new(c, l, n, src, rows)) {
-        n->initialized = 0;
-        kvc_layer_free(s, n);
-        e = kvc_err_oom();
-        break;
-      }
-      kvc_layer_sync_view(n);
-    }
-    if (l->initialized) {
-      if (kvc_store_alloc(c, rows, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &n->k, &n->v)) {
-        n->initialized = 0;
-        kvc_layer_free(s, n);
-        e = kvc_err_oom();
-        break;
-      }
-      kvc_layer_copy_rows_to(c, l, n->k, n->v, src, rows);
-      n->batch = rows;
-      kvc_layer_sync_view(n);
-    }
-    e = kvc_cache_append_layer(s, n);
-    if (e) kvc_layer_free(s, n);
+    e = n ? kvc_cache_append_layer(d, n) : kvc_err_oom();
   }
-  free(src);
   if (e) {
-    kvc_cache_destroy(s);
+    kvc_cache_destroy(d);
     return e;
   }
-  *out = s;
+  *out = d;
   return NULL;
+}
+
+/* Rows src[0..rows) of the source cache's layers. */
+typedef struct slice {
+  const kvc_cache* c;
+  const int64_t* src;
+  int64_t rows;
+} slice;
+
+static int fill_slice(const kvc_cache* dst, kvc_layer* n, uint32_t i, const void* ctx) {
+  (void)dst;
+  const slice* sl = (const slice*)ctx;
+  const kvc_cache* c = sl->c;
+  const kvc_layer* l = c->layers[i];
+  const int64_t rows = sl->rows;
+  if (n->ext) {
+    /* Only rows that exist are split: a layer whose kind state holds none (a quantized layer whose first
+     * update failed) keeps its batch, 0 while it has no storage, as the source does. */
+    if (kvc_layer_row_bytes(l, 0)) n->batch = rows;
+    if (kvc_layer_rows_copy_new(c, l, n, sl->src, rows)) return -1;
+    kvc_layer_sync_view(n);
+  }
+  if (l->initialized) {
+    if (kvc_store_alloc(c, rows, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &n->k, &n->v)) return -1;
+    kvc_layer_copy_rows_to(c, l, n->k, n->v, sl->src, rows);
+    n->batch = rows;
+    kvc_layer_sync_view(n);
+  }
+  return 0;
+}
+
+/* A copy of `c` holding rows [first, first + rows) of every initialized layer. */
+static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kvc_cache** out) {
+  int64_t* src = (int64_t*)malloc(sizeof(int64_t) * (size_t)rows);
+  if (!src) return kvc_err_oom();
+  for (int64_t r = 0; r < rows; r++) src[r] = first + r;
+  slice sl = {c, src, rows};
+  kvc_error* e = derive(c, fill_slice, &sl, out);
+  free(src);
+  return e;
 }
 
 kvc_error* kvc_cache_batch_split(const kvc_cache* c, int64_t full_batch_size, int64_t split_size, kvc_cache** out,
@@ -192,6 +208,50 @@ static int stack_rows(const kvc_cache* r, const kvc_cache* const* splits, size_t
   return 0;
 }
 
+/* Layer i of every split, stacked along the batch. */
+typedef struct stack {
+  const kvc_cache* const* splits;
+  size_t count;
+} stack;
+
+static int fill_stack(const kvc_cache* r, kvc_layer* n, uint32_t i, const void* ctx) {
+  const stack* st = (const stack*)ctx;
+  const kvc_cache* const* splits = st->splits;
+  const size_t count = st->count;
+  const kvc_layer* l0 = splits[0]->layers[i];
+  if (n->ext && stack_rows(r, splits, count, i, n)) return -1;
+  if (n->ext) kvc_layer_sync_view(n);
+  if (l0->initialized) {
+    int64_t batch = 0, cap = 0, len = l0->end - l0->start;
+    for (size_t s = 0; s < count; s++) {
+      batch += splits[s]->layers[i]->batch;
+      if (splits[s]->layers[i]->cap > cap) cap = splits[s]->layers[i]->cap;
+    }
+    n->batch = batch;
+    n->cap = cap;
+    if (kvc_store_alloc(r, batch, n->heads, n->cap, n->k_dim, n->v_dim, n->elem, &n->k, &n->v)) return -1;
+    /* Each split's stored region goes to [0, len) of its rows: positions are relative to start. */
+    int64_t row = 0;
+    for (size_t s = 0; s < count; s++) {
+      const kvc_layer* l = splits[s]->layers[i];
+      for (int which = 0; which < 2; which++) {
+        int64_t d = which ? l->v_dim : l->k_dim, ss[4], ds[4];
+        kvc_store_strides(l, which, ss);
+        kvc_store_strides(n, which, ds);
+        int64_t shape[4] = {l->batch, l->heads, len, d};
+        r->backend->copy_4d(r->backend->ctx, &r->exec,
+                            (char*)(which ? n->v : n->k) + (size_t)(row * ds[0]) * n->elem, ds,
+                            (const char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem, ss, shape, l->elem);
+      }
+      row += l->batch;
+    }
+    n->end -= n->start;
+    n->start = 0;
+    kvc_layer_sync_view(n);
+  }
+  return 0;
+}
+
 kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t count, kvc_cache** out) {
   static const char* FN = "kvc_cache_from_batch_splits";
   if (!splits || count == 0)
@@ -211,65 +271,6 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
     if (e) return e;
   }
   for (size_t s = 0; s < count; s++) kvc_offload_settle(splits[s]);
-  const kvc_cache* first = splits[0];
-  kvc_cache* r = NULL;
-  kvc_error* e = kvc_cache_new(&first->device, first->exec.stream, &r);
-  if (e) return e;
-  e = kvc_cache_copy_settings(first, r);
-  for (uint32_t i = 0; !e && i < first->num_layers; i++) {
-    const kvc_layer* l0 = first->layers[i];
-    kvc_layer* n = kvc_layer_shell(l0);
-    if (!n) {
-      e = kvc_err_oom();
-      break;
-    }
-    if (n->ext && stack_rows(r, splits, count, i, n)) {
-      n->initialized = 0;
-      kvc_layer_free(r, n);
-      e = kvc_err_oom();
-      break;
-    }
-    if (n->ext) kvc_layer_sync_view(n);
-    if (l0->initialized) {
-      int64_t batch = 0, cap = 0, len = l0->end - l0->start;
-      for (size_t s = 0; s < count; s++) {
-        batch += splits[s]->layers[i]->batch;
-        if (splits[s]->layers[i]->cap > cap) cap = splits[s]->layers[i]->cap;
-      }
-      n->batch = batch;
-      n->cap = cap;
-      if (kvc_store_alloc(r, batch, n->heads, n->cap, n->k_dim, n->v_dim, n->elem, &n->k, &n->v)) {
-        n->initialized = 0;
-        kvc_layer_free(r, n);
-        e = kvc_err_oom();
-        break;
-      }
-      /* Each split's stored region goes to [0, len) of its rows: positions are relative to start. */
-      int64_t row = 0;
-      for (size_t s = 0; s < count; s++) {
-        const kvc_layer* l = splits[s]->layers[i];
-        for (int which = 0; which < 2; which++) {
-          int64_t d = which ? l->v_dim : l->k_dim, ss[4], ds[4];
-          kvc_store_strides(l, which, ss);
-          kvc_store_strides(n, which, ds);
-          int64_t shape[4] = {l->batch, l->heads, len, d};
-          r->backend->copy_4d(r->backend->ctx, &r->exec,
-                              (char*)(which ? n->v : n->k) + (size_t)(row * ds[0]) * n->elem, ds,
-                              (const char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem, ss, shape, l->elem);
-        }
-        row += l->batch;
-      }
-      n->end -= n->start;
-      n->start = 0;
-      kvc_layer_sync_view(n);
-    }
-    e = kvc_cache_append_layer(r, n);
-    if (e) kvc_layer_free(r, n);
-  }
-  if (e) {
-    kvc_cache_destroy(r);
-    return e;
-  }
-  *out = r;
-  return NULL;
+  stack st = {splits, count};
+  return derive(splits[0], fill_stack, &st, out);
 }

@@ -118,7 +118,6 @@ kvc_error* kvc_update_layers(const kvc_call* call, kvc_cache* c, uint32_t first,
       l->reserve = c->reserve;
       l->offloadable = kvc_offload_layer_takes_part(c->offload, l);
       e = kvc_cache_append_layer(c, l);
-      if (e) kvc_layer_free(c, l);
     }
   }
   uint32_t j = 0;

@@ -10,27 +10,19 @@
 
 #include "internal.h"
 
-void kvc_layer_options_init(kvc_layer_options* o) {
-  if (o) *o = (kvc_layer_options)KVC_LAYER_OPTIONS_INIT;
-}
-void kvc_model_config_init(kvc_model_config* o) {
-  if (o) *o = (kvc_model_config)KVC_MODEL_CONFIG_INIT;
-}
-void kvc_cache_options_init(kvc_cache_options* o) {
-  if (o) *o = (kvc_cache_options)KVC_CACHE_OPTIONS_INIT;
-}
-void kvc_init_options_init(kvc_init_options* o) {
-  if (o) *o = (kvc_init_options)KVC_INIT_OPTIONS_INIT;
-}
-void kvc_update_options_init(kvc_update_options* o) {
-  if (o) *o = (kvc_update_options)KVC_UPDATE_OPTIONS_INIT;
-}
-void kvc_quant_options_init(kvc_quant_options* o) {
-  if (o) *o = (kvc_quant_options)KVC_QUANT_OPTIONS_INIT;
-}
-void kvc_conv_update_options_init(kvc_conv_update_options* o) {
-  if (o) *o = (kvc_conv_update_options)KVC_CONV_UPDATE_OPTIONS_INIT;
-}
+/* Each init function sets *o to its struct's INIT macro (NULL is ignored). */
+#define KVC_DEFINE_INIT(name, type, init) \
+  void name(type* o) {                    \
+    if (o) *o = (type)init;               \
+  }
+KVC_DEFINE_INIT(kvc_layer_options_init, kvc_layer_options, KVC_LAYER_OPTIONS_INIT)
+KVC_DEFINE_INIT(kvc_model_config_init, kvc_model_config, KVC_MODEL_CONFIG_INIT)
+KVC_DEFINE_INIT(kvc_cache_options_init, kvc_cache_options, KVC_CACHE_OPTIONS_INIT)
+KVC_DEFINE_INIT(kvc_init_options_init, kvc_init_options, KVC_INIT_OPTIONS_INIT)
+KVC_DEFINE_INIT(kvc_update_options_init, kvc_update_options, KVC_UPDATE_OPTIONS_INIT)
+KVC_DEFINE_INIT(kvc_quant_options_init, kvc_quant_options, KVC_QUANT_OPTIONS_INIT)
+KVC_DEFINE_INIT(kvc_conv_update_options_init, kvc_conv_update_options, KVC_CONV_UPDATE_OPTIONS_INIT)
+#undef KVC_DEFINE_INIT
 
 /* The published sizes (the header lists them too); the last is the current one. */
 #define KVC_CHECK_SIZE(type, size) _Static_assert(sizeof(type) == (size), #type " changed size")

@@ -41,34 +41,34 @@ static int consecutive(const kvc_quant_layout* l) {
   return l->quantizer == KVC_QUANTIZER_QUANTO ? l->axis == 0 : l->axis == 1;
 }
 
-void kvc_quant_gather(const kvc_quant_layout* l, const float* x, float* groups) {
+static inline void copy_one(float* group_elem, float* x_elem, int to_groups) {
+  if (to_groups)
+    *group_elem = *x_elem;
+  else
+    *x_elem = *group_elem;
+}
+
+/* Moves values between x and the groups: gather (to_groups 1) or scatter (0), by one index map. */
+static void move(const kvc_quant_layout* l, float* x, float* groups, int to_groups) {
   const int64_t numel = l->ngroups * l->group;
   if (consecutive(l)) {
-    memcpy(groups, x, (size_t)numel * sizeof *x);
+    if (to_groups)
+      memcpy(groups, x, (size_t)numel * sizeof *x);
+    else
+      memcpy(x, groups, (size_t)numel * sizeof *x);
   } else if (l->quantizer == KVC_QUANTIZER_QUANTO) {
     /* rows of D values, one per (b, h, s) position n; position n is element n % G of group d * N/G + n / G */
     const int64_t dim = l->shape[3], positions = numel / dim, per_channel = positions / l->group;
     for (int64_t n = 0; n < positions; n++)
       for (int64_t d = 0; d < dim; d++)
-        groups[(d * per_channel + n / l->group) * l->group + n % l->group] = x[n * dim + d];
+        copy_one(&groups[(d * per_channel + n / l->group) * l->group + n % l->group], &x[n * dim + d], to_groups);
   } else {
     /* x viewed as [G][ngroups]: a transpose */
     for (int64_t i = 0; i < l->group; i++)
-      for (int64_t k = 0; k < l->ngroups; k++) groups[k * l->group + i] = x[i * l->ngroups + k];
+      for (int64_t k = 0; k < l->ngroups; k++)
+        copy_one(&groups[k * l->group + i], &x[i * l->ngroups + k], to_groups);
   }
 }
 
-void kvc_quant_scatter(const kvc_quant_layout* l, const float* groups, float* x) {
-  const int64_t numel = l->ngroups * l->group;
-  if (consecutive(l)) {
-    memcpy(x, groups, (size_t)numel * sizeof *x);
-  } else if (l->quantizer == KVC_QUANTIZER_QUANTO) {
-    const int64_t dim = l->shape[3], positions = numel / dim, per_channel = positions / l->group;
-    for (int64_t n = 0; n < positions; n++)
-      for (int64_t d = 0; d < dim; d++)
-        x[n * dim + d] = groups[(d * per_channel + n / l->group) * l->group + n % l->group];
-  } else {
-    for (int64_t i = 0; i < l->group; i++)
-      for (int64_t k = 0; k < l->ngroups; k++) x[i * l->ngroups + k] = groups[k * l->group + i];
-  }
-}
+void kvc_quant_gather(const kvc_quant_layout* l, const float* x, float* groups) { move(l, (float*)x, groups, 1); }
+void kvc_quant_scatter(const kvc_quant_layout* l, const float* groups, float* x) { move(l, x, (float*)groups, 0); }

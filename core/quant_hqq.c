@@ -169,12 +169,6 @@ void kvc_hqq_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes, co
   for (int64_t k = 0; k < ngroups; k++) {
     const uint8_t* q = codes + k * group;
     float* o = out + k * group;
-    /* The dtype as a constant in each loop, so that each compiles to vector code. */
-    if (dt == KVC_DTYPE_BFLOAT16)
-      hqq_group(KVC_DTYPE_BFLOAT16, q, scale[k], zero[k], group, o);
-    else if (dt == KVC_DTYPE_FLOAT16)
-      hqq_group(KVC_DTYPE_FLOAT16, q, scale[k], zero[k], group, o);
-    else
-      hqq_group(KVC_DTYPE_FLOAT32, q, scale[k], zero[k], group, o);
+    KVC_WITH_CONST_DTYPE(dt, hqq_group, q, scale[k], zero[k], group, o);
   }
 }

@@ -62,13 +62,6 @@ void kvc_quanto_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes,
   for (int64_t k = 0; k < ngroups; k++) {
     const uint8_t* q = codes + k * group;
     float* o = out + k * group;
-    /* The dtype as a constant in each loop, so that each compiles to vector code (compact layers run this over
-     * their whole history on every step). */
-    if (dt == KVC_DTYPE_BFLOAT16)
-      quanto_group(KVC_DTYPE_BFLOAT16, q, scale[k], zero[k], group, o);
-    else if (dt == KVC_DTYPE_FLOAT16)
-      quanto_group(KVC_DTYPE_FLOAT16, q, scale[k], zero[k], group, o);
-    else
-      quanto_group(KVC_DTYPE_FLOAT32, q, scale[k], zero[k], group, o);
+    KVC_WITH_CONST_DTYPE(dt, quanto_group, q, scale[k], zero[k], group, o);
   }
 }

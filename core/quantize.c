@@ -97,18 +97,6 @@ static inline void look_up(const unsigned char* table, size_t elem, const uint8_
   }
 }
 
-/* A scale or zero point stored in dt at an address of any alignment. */
-static float load_param(kvc_dtype dt, const uint8_t* p) {
-  if (dt == KVC_DTYPE_FLOAT32) {
-    float f;
-    memcpy(&f, p, sizeof f);
-    return f;
-  }
-  uint16_t h;
-  memcpy(&h, p, sizeof h);
-  return dt == KVC_DTYPE_FLOAT16 ? kvc_f16_to_f32(h) : kvc_bf16_to_f32(h);
-}
-
 void kvc_dequantize_packed(const kvc_quantizer_spec* spec, const kvc_packed_groups* src, int64_t lo, int64_t hi,
                            const kvc_dequant_dst* dst) {
   uint8_t codes[DEQUANT_CHUNK], every_code[DEQUANT_TABLE];
@@ -135,8 +123,8 @@ void kvc_dequantize_packed(const kvc_quantizer_spec* spec, const kvc_packed_grou
   for (int64_t k0 = 0; k0 < src->ngroups; k0 += batch) {
     const int64_t nb = src->ngroups - k0 < batch ? src->ngroups - k0 : batch;
     for (int64_t b = 0; b < nb; b++) {
-      scale[b] = load_param(dt, src->scale + (k0 + b) * src->stride);
-      zero[b] = load_param(dt, src->zero + (k0 + b) * src->stride);
+      scale[b] = kvc_load_f32_unaligned(dt, src->scale + (k0 + b) * src->stride);
+      zero[b] = kvc_load_f32_unaligned(dt, src->zero + (k0 + b) * src->stride);
     }
     if (by_table) {
       kvc_dequantize_groups(spec, every_code, scale, zero, nb, ncodes, values);

@@ -149,4 +149,19 @@ static inline float kvc_round_half_even(float v) {
   return v < 0.0f ? -a : a;
 }
 
+/*
+ * Calls FN(dtype, ...) with the value's dtype as a constant in each branch,
+ * so that each branch inlines to its own vector loop (the quantizers'
+ * dequantization runs over a compact layer's whole history every step).
+ */
+#define KVC_WITH_CONST_DTYPE(dt, FN, ...)      \
+  do {                                         \
+    if ((dt) == KVC_DTYPE_BFLOAT16)            \
+      FN(KVC_DTYPE_BFLOAT16, __VA_ARGS__);     \
+    else if ((dt) == KVC_DTYPE_FLOAT16)        \
+      FN(KVC_DTYPE_FLOAT16, __VA_ARGS__);      \
+    else                                       \
+      FN(KVC_DTYPE_FLOAT32, __VA_ARGS__);      \
+  } while (0)
+
 #endif /* KVC_CORE_QUANTIZE_H */

@@ -80,6 +80,12 @@ const char* kvc_arg_name(char buf[48], const char* base, int64_t index) {
   return buf;
 }
 
+kvc_error* kvc_err_unstorable(const char* fn, const char* arg, kvc_data_type dtype) {
+  return kvc_err(KVC_ERROR_DTYPE_MISMATCH,
+                 "%s: %s.dtype is {code %u, bits %u, lanes %u}; kvcache stores float32, float16 or bfloat16 with lanes 1",
+                 fn, arg, (unsigned)dtype.code, (unsigned)dtype.bits, (unsigned)dtype.lanes);
+}
+
 kvc_error* kvc_check_input_tensor(const char* fn, const char* base, int64_t index, const kvc_tensor* t,
                                   const kvc_device* device) {
   /* The argument's name ("key" or "keys[3]") is formatted only on the error path: this runs per layer per step. */
@@ -90,11 +96,7 @@ kvc_error* kvc_check_input_tensor(const char* fn, const char* base, int64_t inde
     return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.ndim is %d but must be 4 ([batch, heads, seq, head_dim])", fn,
                    arg, (int)t->ndim);
   if (!t->shape) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.shape is NULL; a 4-D tensor needs 4 sizes", fn, arg);
-  if (kvc_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET)
-    return kvc_err(KVC_ERROR_DTYPE_MISMATCH,
-                   "%s: %s.dtype is {code %u, bits %u, lanes %u}; kvcache stores float32, float16 or bfloat16 "
-                   "with lanes 1",
-                   fn, arg, (unsigned)t->dtype.code, (unsigned)t->dtype.bits, (unsigned)t->dtype.lanes);
+  if (kvc_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET) return kvc_err_unstorable(fn, arg, t->dtype);
   if (t->device.device_type != device->device_type || t->device.device_id != device->device_id)
     return kvc_err(KVC_ERROR_DEVICE_MISMATCH,
                    "%s: %s is on %s:%d but the cache lives on %s:%d; kvcache does not copy between devices "
