@@ -102,6 +102,8 @@ var (
 	_ [int64(C.KVC_LAYER_LINEAR_STATIC) - int64(LayerLinearStatic)]struct{}
 	_ [int64(LayerLinearStaticSliding) - int64(C.KVC_LAYER_LINEAR_STATIC_SLIDING)]struct{}
 	_ [int64(C.KVC_LAYER_LINEAR_STATIC_SLIDING) - int64(LayerLinearStaticSliding)]struct{}
+	_ [int64(LayerQuantizedFp8) - int64(C.KVC_LAYER_QUANTIZED_FP8)]struct{}
+	_ [int64(C.KVC_LAYER_QUANTIZED_FP8) - int64(LayerQuantizedFp8)]struct{}
 	_ [int64(LayerTypeFullAttention) - int64(C.KVC_LAYER_TYPE_FULL_ATTENTION)]struct{}
 	_ [int64(C.KVC_LAYER_TYPE_FULL_ATTENTION) - int64(LayerTypeFullAttention)]struct{}
 	_ [int64(LayerTypeSlidingAttention) - int64(C.KVC_LAYER_TYPE_SLIDING_ATTENTION)]struct{}

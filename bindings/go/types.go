@@ -10,7 +10,7 @@ import (
 // library whose major differs (see Version).
 const (
 	HeaderVersionMajor  = 0
-	HeaderVersionMinor  = 3
+	HeaderVersionMinor  = 4
 	HeaderVersionPatch  = 0
 	HeaderVersionNumber = HeaderVersionMajor*10000 + HeaderVersionMinor*100 + HeaderVersionPatch
 )
@@ -170,6 +170,11 @@ const (
 	LayerLinearDynamicSliding LayerKind = 11 // recurrent state + LayerDynamicSliding
 	LayerLinearStatic         LayerKind = 12 // recurrent state + LayerStatic
 	LayerLinearStaticSliding  LayerKind = 13 // recurrent state + LayerStaticSliding
+	// transformers' Fp8QuantizedLayer: float8 e4m3fn with one scale per
+	// tensor (keys, values) fixed by the first update, no residual; the
+	// first update returns its inputs, later ones the dequantized history.
+	// CPU caches only.
+	LayerQuantizedFp8 LayerKind = 14
 )
 
 var layerKindNames = [...]string{
@@ -177,7 +182,7 @@ var layerKindNames = [...]string{
 	LayerStatic: "static", LayerStaticSliding: "static_sliding", LayerStaticChunked: "static_chunked",
 	LayerQuantized: "quantized", LayerSink: "sink", LayerLinear: "linear", LayerLinearDynamic: "linear_dynamic",
 	LayerLinearDynamicSliding: "linear_dynamic_sliding", LayerLinearStatic: "linear_static",
-	LayerLinearStaticSliding: "linear_static_sliding",
+	LayerLinearStaticSliding: "linear_static_sliding", LayerQuantizedFp8: "quantized_fp8",
 }
 
 func (k LayerKind) String() string {

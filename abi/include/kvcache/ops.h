@@ -89,10 +89,17 @@ KVC_API kvc_error* kvc_cache_update_all(kvc_cache* cache, uint32_t num_layers, c
 KVC_API kvc_error* kvc_cache_crop(kvc_cache* cache, int64_t tokens);
 
 /**
- * activate_past_recording(): from now on, sliding layers keep every token they
- * receive instead of only the last window-1, so that assisted decoding can roll
- * back rejected tokens with a negative crop; each crop (also crop(0)) trims the
- * layer back to its window. Recording stays on for the life of the cache.
+ * activate_past_recording(): switches recording on for the layers that record
+ * their past: the dynamic sliding and chunked layers (KVC_LAYER_DYNAMIC_SLIDING,
+ * KVC_LAYER_DYNAMIC_CHUNKED) and every linear-attention kind (KVC_LAYER_LINEAR
+ * and the hybrids KVC_LAYER_LINEAR_*). From now on a dynamic sliding or chunked
+ * layer (also the K/V of KVC_LAYER_LINEAR_DYNAMIC_SLIDING) keeps every token it
+ * receives instead of only the last window-1, and a linear-attention layer keeps
+ * every column of its conv/SSM state inputs instead of only the last
+ * conv_kernel_size, so that assisted decoding can roll back rejected tokens
+ * with a negative crop; each crop (also crop(0)) trims the layer back to its
+ * window (its kernel size for the states). Other layers are left as they are.
+ * Recording stays on for the life of the cache.
  */
 KVC_API kvc_error* kvc_cache_activate_past_recording(kvc_cache* cache);
 

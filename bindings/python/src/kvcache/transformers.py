@@ -164,6 +164,10 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
         return self.info.records_past
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> None:
+        if self.kind == LayerKind.QUANTIZED_FP8:
+            # Its first update calibrates the fp8 scales on the states: empty ones would fix them to the minimum.
+            raise NotImplementedError("kvcache.transformers: an fp8 quantized layer calibrates its scales on its "
+                                      "first update and cannot be initialized with empty states")
         # A zero-token update fixes the layer's batch, heads, head dims and dtype without storing anything.
         self._cache.update(key_states[..., :0, :], value_states[..., :0, :], self._index)
 
@@ -521,31 +525,44 @@ class OffloadedStaticCache(StaticCache):
 class QuantizedCache(_KvcacheCache, _tcu.QuantizedCache):
     """transformers' QuantizedCache(backend, config, ...) over kvcache's quantized layers.
 
-    ``mode="transformers"`` (the default here) follows transformers' quantization timeline exactly, so a model
-    generates the same tokens as with transformers' QuantizedCache; ``mode="incremental"`` quantizes each token
-    once (constant cost per step).
+    ``backend="quanto"`` / ``"hqq"``: group-wise integer layers; ``mode="transformers"`` (the default here) follows
+    transformers' quantization timeline exactly, so a model generates the same tokens as with transformers'
+    QuantizedCache; ``mode="incremental"`` quantizes each token once (constant cost per step).
+    ``backend="fp8"``: transformers' Fp8QuantizedLayer (float8 e4m3fn, one scale per tensor fixed by the first
+    update; CPU caches only), which takes none of the group-wise options.
     """
+
+    _GROUP_WISE = ("nbits", "axis_key", "axis_value", "q_group_size", "residual_length")
 
     def __init__(self, backend: str, config: Any, nbits: Optional[int] = None, axis_key: Optional[int] = None,
                  axis_value: Optional[int] = None, q_group_size: Optional[int] = None,
                  residual_length: Optional[int] = None, mode: str = "transformers") -> None:
-        if backend not in ("quanto", "hqq"):
+        if backend not in ("quanto", "hqq", "fp8"):
             raise ValueError(f"kvcache.transformers.QuantizedCache: backend {backend!r}; kvcache implements "
-                             "'quanto' and 'hqq'")
+                             "'quanto', 'hqq' and 'fp8'")
+        group_wise = dict(zip(self._GROUP_WISE, (nbits, axis_key, axis_value, q_group_size, residual_length)))
+        if backend == "fp8":
+            unsupported = [name for name, value in group_wise.items() if value is not None]
+            if unsupported:
+                raise ValueError(f"The `fp8` backend quantizes per-tensor and does not support {unsupported}. Use "
+                                 "the `quanto` or `hqq` backend to quantize group-wise.")
+            if mode != "transformers":
+                raise ValueError(f"kvcache.transformers.QuantizedCache: mode {mode!r} is for the group-wise "
+                                 "backends; the `fp8` backend quantizes each token once with fixed scales")
         text_config = config.get_text_config(decoder=True)
         layer_types, _ = _tcu.get_layer_types_and_kwargs(text_config)
         invalid = set(layer_types) - {"full_attention"}
         if invalid:
             raise ValueError("`QuantizedCache` is only supported for models with only full attention layers. "
                              f"We found the following invalid layer types: {invalid}")
-        d = QuantOptions()
-        quant = QuantOptions(quantizer=backend, mode=mode,
-                             nbits=d.nbits if nbits is None else nbits,
-                             axis_key=d.axis_key if axis_key is None else axis_key,
-                             axis_value=d.axis_value if axis_value is None else axis_value,
-                             q_group_size=d.q_group_size if q_group_size is None else q_group_size,
-                             residual_length=d.residual_length if residual_length is None else residual_length)
-        specs = [LayerSpec(LayerKind.QUANTIZED, quant=quant) for _ in range(text_config.num_hidden_layers)]
+        if backend == "fp8":
+            specs = [LayerSpec(LayerKind.QUANTIZED_FP8) for _ in range(text_config.num_hidden_layers)]
+        else:
+            d = QuantOptions()
+            quant = QuantOptions(quantizer=backend, mode=mode,
+                                 **{name: getattr(d, name) if value is None else value
+                                    for name, value in group_wise.items()})
+            specs = [LayerSpec(LayerKind.QUANTIZED, quant=quant) for _ in range(text_config.num_hidden_layers)]
         kv = _cache.Cache.__new__(_cache.Cache)
         kv._create(Preset.CUSTOM, None, layers=specs)
         self._attach(kv)

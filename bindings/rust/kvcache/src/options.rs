@@ -180,6 +180,10 @@ pub enum LayerKind {
     LinearStatic,
     /// `KVC_LAYER_LINEAR_STATIC_SLIDING`: recurrent state + static sliding.
     LinearStaticSliding,
+    /// `KVC_LAYER_QUANTIZED_FP8`: transformers' `Fp8QuantizedLayer`: float8
+    /// e4m3fn with one scale per tensor (keys, values) fixed by the first
+    /// update, no residual; CPU caches only.
+    QuantizedFp8,
     /// A kind this crate does not know (from a newer library).
     Unknown(i32),
 }
@@ -201,6 +205,7 @@ impl LayerKind {
             LayerKind::LinearDynamicSliding => sys::KVC_LAYER_LINEAR_DYNAMIC_SLIDING,
             LayerKind::LinearStatic => sys::KVC_LAYER_LINEAR_STATIC,
             LayerKind::LinearStaticSliding => sys::KVC_LAYER_LINEAR_STATIC_SLIDING,
+            LayerKind::QuantizedFp8 => sys::KVC_LAYER_QUANTIZED_FP8,
             LayerKind::Unknown(raw) => raw,
         }
     }
@@ -221,6 +226,7 @@ impl LayerKind {
             sys::KVC_LAYER_LINEAR_DYNAMIC_SLIDING => LayerKind::LinearDynamicSliding,
             sys::KVC_LAYER_LINEAR_STATIC => LayerKind::LinearStatic,
             sys::KVC_LAYER_LINEAR_STATIC_SLIDING => LayerKind::LinearStaticSliding,
+            sys::KVC_LAYER_QUANTIZED_FP8 => LayerKind::QuantizedFp8,
             other => LayerKind::Unknown(other),
         }
     }
@@ -477,6 +483,11 @@ impl LayerOptions {
     /// `KVC_LAYER_QUANTIZED` with `quant`.
     pub fn quantized(quant: QuantOptions) -> LayerOptions {
         LayerOptions::new(LayerKind::Quantized).quant(quant)
+    }
+
+    /// `KVC_LAYER_QUANTIZED_FP8` (no options).
+    pub fn quantized_fp8() -> LayerOptions {
+        LayerOptions::new(LayerKind::QuantizedFp8)
     }
 
     /// `KVC_LAYER_SINK`: `num_sink_tokens` kept at the start, `window_length`
