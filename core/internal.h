@@ -198,6 +198,19 @@ extern const kvc_layer_ops kvc_linear_dynamic_sliding_layer_ops;
 extern const kvc_layer_ops kvc_linear_static_layer_ops;
 extern const kvc_layer_ops kvc_linear_static_sliding_layer_ops;
 
+/*
+ * The dynamic layer's entries, for kinds whose store behaves like it (tokens appended after the stored ones,
+ * any number of them, no maximum, the dynamic crop): a kind's ops table starts with KVC_DYNAMIC_STORE_OPS
+ * and adds its apply_update and reset (kvc_dynamic_reset: empty the region).
+ */
+#define KVC_DYNAMIC_STORE_OPS                                                                              \
+  .check_update = kvc_dynamic_check_update, .keep_for_update = kvc_dynamic_keep_for_update,                \
+  .seq_length = kvc_dynamic_seq_length, .max_length = kvc_unbounded_max_length,                            \
+  .mask_sizes = kvc_dynamic_mask_sizes, .check_crop = kvc_crop_allowed, .apply_crop = kvc_dynamic_apply_crop, \
+  .initial_capacity = kvc_dynamic_initial_capacity
+void kvc_dynamic_apply_crop(kvc_layer* layer, int64_t tokens);
+void kvc_dynamic_reset(const kvc_cache* cache, kvc_layer* layer);
+
 /* Shared by the dynamic kinds. */
 kvc_error* kvc_dynamic_check_update(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
                                     const kvc_update_options* opts);

@@ -82,33 +82,29 @@ static uint64_t kinds_named(const kvc_cache* c, uint32_t first, uint32_t count) 
   return mask;
 }
 
-kvc_error* kvc_kinds_check_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count,
-                                const kvc_tensor* keys, const kvc_update_options* o) {
+/* Runs the check_call (prepare 0) or prepare_call (1) hooks of the kinds the update names, in registry order. */
+static kvc_error* run_call_hooks(int prepare, const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count,
+                                 const kvc_tensor* keys, const kvc_update_options* o) {
   uint64_t named = 0;
-  int computed = 0;
+  int computed = 0; /* the layers are scanned only if some kind has the hook */
   for (size_t k = 0; k < NUM_KINDS; k++) {
-    if (!KINDS[k]->check_call) continue;
+    const kvc_kind* d = KINDS[k];
+    if (!(prepare ? d->prepare_call != NULL : d->check_call != NULL)) continue;
     if (!computed) named = kinds_named(c, first, count), computed = 1;
-    if (named & (1ull << KINDS[k]->id)) {
-      kvc_error* e = KINDS[k]->check_call(call, c, first, count, keys, o);
-      if (e) return e;
-    }
+    if (!(named & (1ull << d->id))) continue;
+    kvc_error* e = prepare ? d->prepare_call(call, c, first, count) : d->check_call(call, c, first, count, keys, o);
+    if (e) return e;
   }
   return NULL;
 }
 
+kvc_error* kvc_kinds_check_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count,
+                                const kvc_tensor* keys, const kvc_update_options* o) {
+  return run_call_hooks(0, call, c, first, count, keys, o);
+}
+
 kvc_error* kvc_kinds_prepare_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count) {
-  uint64_t named = 0;
-  int computed = 0;
-  for (size_t k = 0; k < NUM_KINDS; k++) {
-    if (!KINDS[k]->prepare_call) continue;
-    if (!computed) named = kinds_named(c, first, count), computed = 1;
-    if (named & (1ull << KINDS[k]->id)) {
-      kvc_error* e = KINDS[k]->prepare_call(call, c, first, count);
-      if (e) return e;
-    }
-  }
-  return NULL;
+  return run_call_hooks(1, call, c, first, count, NULL, NULL);
 }
 
 uint64_t kvc_kinds_state_bytes(const kvc_cache* c) {

@@ -44,12 +44,12 @@ int kvc_dynamic_crop_keep(const kvc_layer* l, int64_t len, int64_t tokens, int64
   return *keep < len;
 }
 
-static void apply_crop(kvc_layer* l, int64_t tokens) {
+void kvc_dynamic_apply_crop(kvc_layer* l, int64_t tokens) {
   int64_t keep;
   if (kvc_dynamic_crop_keep(l, kvc_layer_stored(l), tokens, &keep)) l->end = l->start + keep;
 }
 
-static void reset(const kvc_cache* c, kvc_layer* l) {
+void kvc_dynamic_reset(const kvc_cache* c, kvc_layer* l) {
   (void)c;
   l->start = l->end = 0;
 }
@@ -60,16 +60,9 @@ int64_t kvc_dynamic_initial_capacity(const kvc_layer* l, int64_t n) {
 }
 
 const kvc_layer_ops kvc_dynamic_layer_ops = {
-    .check_update = kvc_dynamic_check_update,
-    .keep_for_update = kvc_dynamic_keep_for_update,
+    KVC_DYNAMIC_STORE_OPS,
     .apply_update = apply_update,
-    .seq_length = kvc_dynamic_seq_length,
-    .max_length = kvc_unbounded_max_length,
-    .mask_sizes = kvc_dynamic_mask_sizes,
-    .check_crop = kvc_crop_allowed,
-    .apply_crop = apply_crop,
-    .reset = reset,
-    .initial_capacity = kvc_dynamic_initial_capacity,
+    .reset = kvc_dynamic_reset,
 };
 
 const kvc_kind kvc_dynamic_kind = {

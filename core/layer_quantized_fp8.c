@@ -166,19 +166,9 @@ static void set_return(kvc_layer* l, kvc_region r) {
   }
 }
 
-/* The dynamic layer's queries and crop apply to the dequantized store as they are. */
-static int64_t seq_length(const kvc_layer* l) { return kvc_dynamic_layer_ops.seq_length(l); }
-static int64_t max_length(const kvc_layer* l) { return kvc_dynamic_layer_ops.max_length(l); }
-static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
-  kvc_dynamic_layer_ops.mask_sizes(l, q, len, off);
-}
-static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) { return kvc_dynamic_layer_ops.check_crop(l, tokens); }
-static void apply_crop(kvc_layer* l, int64_t tokens) { kvc_dynamic_layer_ops.apply_crop(l, tokens); }
-static int64_t initial_capacity(const kvc_layer* l, int64_t n) { return kvc_dynamic_layer_ops.initial_capacity(l, n); }
-
 /* Drops the scales too: the next update calibrates afresh (BaseQuantizedLayer.reset). */
 static void reset(const kvc_cache* c, kvc_layer* l) {
-  kvc_dynamic_layer_ops.reset(c, l);
+  kvc_dynamic_reset(c, l);
   fp8_ext* x = ext_of(l);
   if (!x) return;
   free_first(c, x);
@@ -221,17 +211,11 @@ static kvc_error* check_stack(const char* fn, const kvc_layer* first, const kvc_
                  ca ? a->scale[1] : 0.0);
 }
 
+/* The dynamic layer's queries and crop apply to the dequantized store as they are. */
 static const kvc_layer_ops fp8_ops = {
-    .check_update = kvc_dynamic_check_update,
-    .keep_for_update = kvc_dynamic_keep_for_update,
+    KVC_DYNAMIC_STORE_OPS,
     .apply_update = apply_update,
-    .seq_length = seq_length,
-    .max_length = max_length,
-    .mask_sizes = mask_sizes,
-    .check_crop = check_crop,
-    .apply_crop = apply_crop,
     .reset = reset,
-    .initial_capacity = initial_capacity,
     .ext_shell = ext_shell,
     .ext_free = ext_free,
     .check_stack = check_stack,
