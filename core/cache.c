@@ -253,7 +253,7 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
 /* ----------------------------------------------------------------- queries */
 
 /*
- * Sequence-length queries on a layer without K/V (spec A.11): index 0 means
+ * Sequence-length queries on a layer without K/V (docs/semantics.md, 'The cache as a whole'): index 0 means
  * "the cache", answered by the first layer with K/V; another index is an
  * error, as is a cache with no such layer. Indices beyond the layers pass.
  */
@@ -305,7 +305,7 @@ kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_in
   i.v_head_dim = l->v_dim;
   i.seq_length = l->initialized ? l->ops->seq_length(l) : 0;
   i.stored_length = kvc_layer_stored(l);
-  /* transformers' is_linear: every linear-attention layer but the plain hybrid with full attention (A.9.3). */
+  /* transformers' is_linear: every linear-attention layer but the plain hybrid with full attention (docs/semantics.md, 'Hybrid linear-attention layers'). */
   i.is_linear = (uint8_t)kvc_layer_is(l, KVC_TRAIT_IS_LINEAR);
   i.is_offloaded = (uint8_t)(l->offloaded != 0);
   if (l->ops->fill_info) l->ops->fill_info(l, &i);

@@ -1,4 +1,4 @@
-/* core/encoder_decoder.c: EncoderDecoderCache (spec A.15): two caches and per-layer is_updated. */
+/* core/encoder_decoder.c: EncoderDecoderCache (docs/semantics.md, 'Encoder-decoder caches'): two caches and per-layer is_updated. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>

@@ -439,8 +439,8 @@ int kvc_offload_layer_takes_part(kvc_offload mode, const kvc_layer* layer);
 uint64_t kvc_offload_retired_bytes(const kvc_cache* cache);
 kvc_device kvc_tier_device(const kvc_layer* layer);
 /*
- * The update path (ops_update.c), in transformers' order (spec A.11, E.2
- * item 10). prepare runs in the room phase after new layers are initialized
+ * The update path (ops_update.c), in transformers' order (docs/semantics.md,
+ * 'Offloading'). prepare runs in the room phase after new layers are initialized
  * and before any store grows: it plans the tier moves of the whole call and
  * allocates every buffer they need, sized for the capacities the stores will
  * have once grown (on error it frees them and nothing visible has changed);

@@ -1,4 +1,4 @@
-/* core/layer_dynamic.c: DynamicLayer (spec A.2), a growing full-attention layer. */
+/* core/layer_dynamic.c: DynamicLayer (docs/semantics.md, 'Dynamic layers'), a growing full-attention layer. */
 #include "internal.h"
 
 /* Dynamic kinds accept any number of tokens and append them after what they store. */

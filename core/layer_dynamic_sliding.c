@@ -1,5 +1,5 @@
 /*
- * core/layer_dynamic_sliding.c: DynamicSlidingWindowLayer (spec A.3), also
+ * core/layer_dynamic_sliding.c: DynamicSlidingWindowLayer (docs/semantics.md, 'Dynamic sliding and chunked layers'), also
  * used for chunked attention with the chunk size as window.
  *
  * It keeps the last window-1 tokens (a query sees itself and the window-1

@@ -1,12 +1,12 @@
 /*
- * core/layer_linear.c: the linear-attention kinds (spec A.9): LINEAR
+ * core/layer_linear.c: the linear-attention kinds (docs/semantics.md, 'Linear-attention layers'): LINEAR
  * (LinearAttentionLayer: conv and recurrent states, no K/V) and its four
  * hybrids with an attention part (LinearAttentionAnd{Full,SlidingWindow,
  * StaticFull,StaticSlidingWindow}AttentionLayer).
  *
  * The hybrids take K/V behaviour from their attention kind's table and the
  * state behaviour from here, resolving each method the way Python's MRO does
- * for those classes (A.9.3): get_max_length is the linear mixin's (-1), crop
+ * for those classes (docs/semantics.md, 'Hybrid linear-attention layers'): get_max_length is the linear mixin's (-1), crop
  * is linear-then-attention for the dynamic hybrids but linear only for the
  * static ones, reset touches both parts. The states themselves live in
  * linear_state.c; the entry points that write them in ops_recurrent.c.
@@ -107,7 +107,7 @@ static kvc_error* refuse_update(const char* fn, uint32_t index, const kvc_layer*
                  fn, index, n);
 }
 
-/* Only reached directly: the cache-level queries send a linear layer's index to an attention layer (A.11). */
+/* Only reached directly: the cache-level queries send a linear layer's index to an attention layer ('The cache as a whole'). */
 static int64_t no_tokens(const kvc_layer* l) {
   (void)l;
   return 0;
@@ -162,7 +162,7 @@ static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off
 
 static int64_t initial_capacity(const kvc_layer* l, int64_t n) { return attention_ops(l)->initial_capacity(l, n); }
 
-/* Dynamic hybrids crop the linear part, then the attention part; static ones only the linear part (A.9.3). */
+/* Dynamic hybrids crop the linear part, then the attention part; static ones only the linear part ('Hybrid linear-attention layers'). */
 static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
   kvc_error* e = kvc_linear_check_crop(l, tokens);
   const kvc_layer_ops* a = attention_ops(l);

@@ -1,5 +1,5 @@
 /*
- * core/layer_quantized.c: QuantizedLayer (spec A.8, A.14, C.5), the parts
+ * core/layer_quantized.c: QuantizedLayer (docs/semantics.md, 'Quantized layers'), the parts
  * both modes share: the kind table, the group records, crop, reset, memory
  * and the extension state's lifecycle. The update timelines are in
  * layer_quantized_incremental.c and layer_quantized_transformers.c; the
@@ -185,7 +185,7 @@ static void ext_free(const kvc_cache* c, kvc_layer* l) {
 /* ------------------------------------------------------------ options */
 
 /*
- * transformers' validation of quantized layers (spec A.8.1, A.8.2, E.1),
+ * transformers' validation of quantized layers (docs/semantics.md, 'quanto quantizer', 'HQQ quantizer' and 'Errors'),
  * plus our own bounds; `arg` names the struct in messages.
  */
 static kvc_error* check_quant(const char* fn, const char* arg, const kvc_quant_options* q) {

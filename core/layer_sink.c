@@ -1,5 +1,5 @@
 /*
- * core/layer_sink.c: SinkCache (spec C.6; transformers 4.36-4.52) as a layer
+ * core/layer_sink.c: SinkCache (docs/semantics.md, 'Sink layers'; transformers 4.36-4.52) as a layer
  * kind: the first num_sink_tokens tokens plus the most recent ones,
  * window_length in all, with kept keys re-rotated when they move.
  *
@@ -150,7 +150,7 @@ typedef struct table_shape {
 enum { TABLE_REPLACE, TABLE_APPEND, TABLE_KEEP };
 
 /*
- * How an update with `cos` changes the table (spec C.6 step 2): a 2-D cos is
+ * How an update with `cos` changes the table (docs/semantics.md, 'Sink layers' (the cos/sin table)): a 2-D cos is
  * the whole table; a 3-D one's batch row 0 starts the table or is appended to
  * it while it is shorter than the window.
  */
@@ -538,7 +538,7 @@ const kvc_layer_ops kvc_sink_layer_ops = {
     .check_update = kvc_dynamic_check_update, /* the sink rules need the whole call: check_call */
     .keep_for_update = keep_for_update,
     .apply_update = apply_update,
-    .seq_length = kvc_dynamic_seq_length, /* get_seq_length: the stored length (spec E.2 item 4) */
+    .seq_length = kvc_dynamic_seq_length, /* get_seq_length: the stored length (docs/semantics.md, 'Edge cases', item 4) */
     .max_length = kvc_window_max_length,
     .mask_sizes = mask_sizes,
     .reset = reset,

@@ -1,5 +1,5 @@
 /*
- * core/layer_static.c: StaticLayer (spec A.5): max_cache_len pre-allocated
+ * core/layer_static.c: StaticLayer (docs/semantics.md, 'Static layers'): max_cache_len pre-allocated
  * slots, written at an internal counter (transformers >= 5.3) or at explicit
  * cache positions (transformers 4.57). Update returns the whole buffer;
  * unwritten slots are zero and must be masked.

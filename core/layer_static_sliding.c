@@ -1,5 +1,5 @@
 /*
- * core/layer_static_sliding.c: StaticSlidingWindowLayer (spec A.6), also used
+ * core/layer_static_sliding.c: StaticSlidingWindowLayer (docs/semantics.md, 'Static sliding and chunked layers'), also used
  * for chunked attention. It holds M' = min(window, max_cache_len) tokens.
  *
  * transformers rolls the buffer by one slot per decoded token (O(M') per
@@ -16,7 +16,7 @@ static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* 
   if (!o || !o->cache_position) return NULL;
   /*
    * Positions are absolute token positions; they pick slots only while the
-   * window is not yet full (A.6 branch 4, as in 4.57). Once the window fills
+   * window is not yet full (docs/semantics.md, 'Static sliding and chunked layers', case 4, as in 4.57). Once the window fills
    * or is full, the layer's own counter decides, and positions beyond the
    * window are normal.
    */

@@ -1,6 +1,6 @@
 /*
  * core/linear_state.h: the conv and recurrent states of the LINEAR kinds
- * (spec A.9), shared by layer_linear.c (the kind tables) and ops_recurrent.c
+ * (docs/semantics.md, 'Linear-attention layers'), shared by layer_linear.c (the kind tables) and ops_recurrent.c
  * (the entry points); linear_state.c implements the storage.
  *
  * A layer's states live in its extension state (layer->ext): num_states
@@ -110,7 +110,7 @@ void kvc_linear_conv_return(kvc_layer* layer, uint32_t state, int64_t from, int6
 
 /* Zeroes every allocated state and clears has_previous (transformers' reset of the linear part). */
 void kvc_linear_reset(const kvc_cache* cache, kvc_layer* layer);
-/* The linear part of crop (A.9.1): check refuses unless recording and tokens <= 0; apply trims conv states. */
+/* The linear part of crop (docs/semantics.md, 'Linear-attention layers'): check refuses unless recording and tokens <= 0; apply trims conv states. */
 kvc_error* kvc_linear_check_crop(const kvc_layer* layer, int64_t tokens);
 void kvc_linear_apply_crop(kvc_layer* layer, int64_t tokens);
 

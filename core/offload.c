@@ -1,5 +1,5 @@
 /*
- * core/offload.c: offloading, a property of the cache (spec A.11, E.2 item 10).
+ * core/offload.c: offloading, a property of the cache (docs/semantics.md, 'Offloading').
  *
  * An offloaded layer keeps its store (K and V) in the backend's host tier;
  * every other field stays as it is, so every operation keeps working on it,

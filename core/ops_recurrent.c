@@ -11,7 +11,7 @@
 
 #include "linear_state.h"
 
-/* The layer `layer` if it is one of the LINEAR kinds (spec A.11: "Cannot call ... on a non-LinearAttention layer"). */
+/* The layer `layer` if it is one of the LINEAR kinds (docs/semantics.md, 'The cache as a whole': "Cannot call ... on a non-LinearAttention layer"). */
 static kvc_error* linear_layer(const char* fn, const char* what, const kvc_cache* c, uint32_t layer, kvc_layer** out) {
   kvc_error* e = kvc_cache_check_layer(fn, c, layer);
   if (e) return e;
@@ -33,7 +33,7 @@ static kvc_error* check_state_index(const char* fn, const kvc_layer* l, uint32_t
   return NULL;
 }
 
-/* State pair s of linear layer `layer`, for the entry point `what` (spec A.11's refusals). */
+/* State pair s of linear layer `layer`, for the entry point `what` (docs/semantics.md, 'The cache as a whole''s refusals). */
 static kvc_error* linear_state(const char* fn, const char* what, const kvc_cache* c, uint32_t layer, uint32_t s,
                                kvc_layer** out) {
   kvc_error* e = linear_layer(fn, what, c, layer, out);

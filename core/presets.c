@@ -1,6 +1,6 @@
 /*
- * core/presets.c: the layer lists of transformers' cache classes (spec A.10,
- * A.12, A.13, C.8-C.10), built from the parts of a model config that matter.
+ * core/presets.c: the layer lists of transformers' cache classes (docs/semantics.md,
+ * 'Layer types and presets'), built from the parts of a model config that matter.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -29,7 +29,7 @@ static const char* preset_name(kvc_preset p) {
   }
 }
 
-/* Layer types as transformers derives them (A.10 steps 1-2). */
+/* Layer types as transformers derives them (docs/semantics.md, 'Layer types and presets', steps 1-2). */
 static kvc_error* layer_types(const kvc_model_config* c, kvc_layer_type* out, uint32_t* n) {
   for (uint32_t i = 0; i < c->num_hidden_layers; i++) {
     kvc_layer_type t;

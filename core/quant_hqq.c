@@ -1,7 +1,7 @@
 /*
  * core/quant_hqq.c: HQQ's quantizer (hqq.core.quantize.Quantizer.quantize
  * with transformers' arguments: channel-wise groups, optimize=True,
- * round_zero=False; spec A.8.2). hqq computes in float32 on CPU and keeps
+ * round_zero=False; docs/semantics.md, 'HQQ quantizer'). hqq computes in float32 on CPU and keeps
  * scale and zero point in the cache's dtype.
  *
  * The zero point is refined by hqq's proximal solver: per iteration the

@@ -1,6 +1,6 @@
 /*
  * core/quant_quanto.c: optimum-quanto's MaxOptimizer and affine quantizer
- * (spec A.8.1), as transformers' QuantoQuantizedLayer calls them. quanto
+ * (docs/semantics.md, 'quanto quantizer'), as transformers' QuantoQuantizedLayer calls them. quanto
  * computes in the tensor's dtype: for float16/bfloat16 every operation is
  * a float32 operation rounded to that dtype (torch's CPU kernels), so each
  * step below rounds where torch does. Division stays a division: multiplying

@@ -1,6 +1,6 @@
 /*
  * core/quantize.h: the group quantizers of quantized layers and their bit
- * packing (spec A.8.1, A.8.2). Pure arithmetic on host memory: the layer
+ * packing (docs/semantics.md, 'quanto quantizer' and 'HQQ quantizer'). Pure arithmetic on host memory: the layer
  * (layer_quantized.c) decides which values form a group, gathers them here
  * as float32 (exact for float16/bfloat16) and scatters the results back.
  */
@@ -90,7 +90,7 @@ void kvc_unpack_codes(const uint8_t* in, int64_t n, int nbits, uint8_t* codes);
 
 /*
  * How transformers splits a contiguous [B, H, S, D] tensor into the groups
- * of one quantizer call (spec A.8.1, A.8.2):
+ * of one quantizer call (docs/semantics.md, 'quanto quantizer' and 'HQQ quantizer'):
  *  - quanto axis 0: G consecutive elements of the row-major flattening
  *    (optimum-quanto's group(): G must divide H*S*D and not exceed it). When
  *    the whole tensor is one group (B == 1, H*S*D == G), quanto's optimizer

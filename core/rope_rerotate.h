@@ -1,6 +1,6 @@
 /*
- * core/rope_rerotate.h: the arithmetic of SinkCache's key re-rotation (spec
- * C.6), on host memory.
+ * core/rope_rerotate.h: the arithmetic of SinkCache's key re-rotation (docs/semantics.md,
+ * 'Sink layers'), on host memory.
  *
  * When a sink layer drops tokens, every kept key moves `shift` slots towards
  * the sinks, and its rotary phase must follow: transformers multiplies it by

@@ -1,7 +1,7 @@
 /*
  * core/torch_cpu_math.h: float32 arithmetic whose rounding depends on how
  * torch's CPU kernels are written, reproduced so that the HQQ quantizer
- * gets the bits hqq gets (spec A.8.2).
+ * gets the bits hqq gets (docs/semantics.md, 'HQQ quantizer').
  *
  * Float addition is not associative, so a sum's last bits depend on its
  * order: torch sums with a cascade of partial sums over 8-float vectors

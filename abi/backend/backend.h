@@ -109,8 +109,8 @@ typedef struct kvc_backend {
                    const int64_t row_shape[4], size_t elem_size);
 
   /*
-   * Version 2: the host tier, where offloaded layers keep their K/V (spec
-   * A.11). On the CPU backend it is ordinary heap memory and every copy is
+   * Version 2: the host tier, where offloaded layers keep their K/V (docs/semantics.md,
+   * 'Offloading'). On the CPU backend it is ordinary heap memory and every copy is
    * synchronous. A GPU backend allocates it as pinned host memory mapped into
    * the device's address space, so every entry above also accepts host-tier
    * pointers (operations on an offloaded layer run there, through unified
