@@ -5,35 +5,35 @@
 
 #include "internal.h"
 
-kvc_error* kvc_cache_check(const char* fn, const kvc_cache* cache) {
-  if (!cache) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
+kvc_error* kvci_cache_check(const char* fn, const kvc_cache* cache) {
+  if (!cache) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
   return NULL;
 }
 
-kvc_error* kvc_cache_check_layer(const char* fn, const kvc_cache* c, uint32_t layer) {
-  kvc_error* e = kvc_cache_check(fn, c);
+kvc_error* kvci_cache_check_layer(const char* fn, const kvc_cache* c, uint32_t layer) {
+  kvc_error* e = kvci_cache_check(fn, c);
   if (e) return e;
   if (layer >= c->num_layers)
-    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %u but the cache has %u layer%s (valid: 0..%d)", fn, layer,
+    return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %u but the cache has %u layer%s (valid: 0..%d)", fn, layer,
                    c->num_layers, c->num_layers == 1 ? "" : "s", (int)c->num_layers - 1);
   return NULL;
 }
 
-int kvc_cache_all_dynamic(const kvc_cache* c) {
+int kvci_cache_all_dynamic(const kvc_cache* c) {
   for (uint32_t i = 0; i < c->num_layers; i++)
-    if (kvc_layer_is(c->layers[i], KVC_TRAIT_STATIC)) return 0;
+    if (kvci_layer_is(c->layers[i], KVC_TRAIT_STATIC)) return 0;
   return 1;
 }
 
-kvc_error* kvc_cache_new(const kvc_device* device, void* stream, kvc_cache** out) {
+kvc_error* kvci_cache_new(const kvc_device* device, void* stream, kvc_cache** out) {
   const kvc_backend* b = NULL;
-  kvc_error* e = kvc_backend_for("kvc_cache_create", device, &b);
+  kvc_error* e = kvci_backend_for("kvc_cache_create", device, &b);
   if (e) return e;
   kvc_cache* c = (kvc_cache*)calloc(1, sizeof(*c));
-  if (!c) return kvc_err_oom();
+  if (!c) return kvci_err_oom();
   if (b->device_type != KVC_DEVICE_CPU && !(c->batch = (kvc_copy_batch*)calloc(1, sizeof(*c->batch)))) {
     free(c);
-    return kvc_err_oom();
+    return kvci_err_oom();
   }
   c->backend = b;
   c->device = *device;
@@ -42,35 +42,35 @@ kvc_error* kvc_cache_new(const kvc_device* device, void* stream, kvc_cache** out
   if (b->exec_open(b->ctx, &c->exec)) {
     free(c->batch);
     free(c);
-    return kvc_err(KVC_ERROR_OUT_OF_MEMORY, "kvc_cache_create: the %s backend could not prepare device %d for a cache (streams, events)", b->name,
+    return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "kvc_cache_create: the %s backend could not prepare device %d for a cache (streams, events)", b->name,
                    (int)device->device_id);
   }
   *out = c;
   return NULL;
 }
 
-kvc_error* kvc_cache_check_query(const char* fn, const kvc_cache* c, const void* out) {
-  kvc_error* e = kvc_cache_check(fn, c);
+kvc_error* kvci_cache_check_query(const char* fn, const kvc_cache* c, const void* out) {
+  kvc_error* e = kvci_cache_check(fn, c);
   if (e) return e;
-  return out ? NULL : kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  return out ? NULL : kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
 }
 
-kvc_error* kvc_cache_check_query_any(const char* fn, const kvc_cache* c, int32_t layer, const void* out) {
-  kvc_error* e = kvc_cache_check_query(fn, c, out);
+kvc_error* kvci_cache_check_query_any(const char* fn, const kvc_cache* c, int32_t layer, const void* out) {
+  kvc_error* e = kvci_cache_check_query(fn, c, out);
   if (e) return e;
   if (layer < KVC_ALL_LAYERS)
-    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %d; pass a layer index >= 0 or KVC_ALL_LAYERS (-1)", fn,
+    return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %d; pass a layer index >= 0 or KVC_ALL_LAYERS (-1)", fn,
                    (int)layer);
   return NULL;
 }
 
-kvc_error* kvc_cache_append_layer(kvc_cache* c, kvc_layer* l) {
+kvc_error* kvci_cache_append_layer(kvc_cache* c, kvc_layer* l) {
   if (c->num_layers == c->cap_layers) {
     uint32_t cap = c->cap_layers ? c->cap_layers * 2 : 8;
     kvc_layer** p = (kvc_layer**)realloc(c->layers, sizeof(*p) * cap);
     if (!p) {
-      kvc_layer_free(c, l); /* every caller hands the layer over: it would free it here anyway */
-      return kvc_err_oom();
+      kvci_layer_free(c, l); /* every caller hands the layer over: it would free it here anyway */
+      return kvci_err_oom();
     }
     c->layers = p;
     c->cap_layers = cap;
@@ -81,10 +81,10 @@ kvc_error* kvc_cache_append_layer(kvc_cache* c, kvc_layer* l) {
 
 void kvc_cache_destroy(kvc_cache* c) {
   if (!c) return;
-  kvc_offload_settle(c); /* stream-ordered frees must come after a prefetch still writing the stores */
-  for (uint32_t i = 0; i < c->num_layers; i++) kvc_layer_free(c, c->layers[i]);
-  kvc_offload_free_state(c);
-  kvc_kinds_free_state(c);
+  kvci_offload_settle(c); /* stream-ordered frees must come after a prefetch still writing the stores */
+  for (uint32_t i = 0; i < c->num_layers; i++) kvci_layer_free(c, c->layers[i]);
+  kvci_offload_free_state(c);
+  kvci_kinds_free_state(c);
   c->backend->exec_close(c->backend->ctx, &c->exec);
   if (c->batch) free(c->batch->copies);
   free(c->batch);
@@ -94,9 +94,9 @@ void kvc_cache_destroy(kvc_cache* c) {
 
 kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
   static const char* FN = "kvc_cache_create";
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
   kvc_cache_options opts = KVC_CACHE_OPTIONS_INIT;
-  kvc_error* e = options ? kvc_read_cache_options(FN, "options", options, &opts) : NULL;
+  kvc_error* e = options ? kvci_read_cache_options(FN, "options", options, &opts) : NULL;
   if (e) return e;
   const kvc_cache_options* o = &opts;
   kvc_layer_options* specs = NULL;
@@ -104,10 +104,10 @@ kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
   kvc_offload offload = KVC_OFFLOAD_NONE;
   uint32_t n = 0;
   int lazy = 0;
-  e = kvc_preset_layers(o, &specs, &n, &lazy, &lazy_spec, &offload);
+  e = kvci_preset_layers(o, &specs, &n, &lazy, &lazy_spec, &offload);
   if (e) return e;
   kvc_cache* c = NULL;
-  e = kvc_cache_new(&o->device, NULL, &c);
+  e = kvci_cache_new(&o->device, NULL, &c);
   if (!e) {
     c->offload = offload;
     c->lazy_spec = lazy_spec;
@@ -115,10 +115,10 @@ kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
   }
   for (uint32_t i = 0; !e && i < n; i++) {
     kvc_layer* l = NULL;
-    e = kvc_layer_new(&specs[i], &l);
+    e = kvci_layer_new(&specs[i], &l);
     if (!e) {
-      l->offloadable = kvc_offload_layer_takes_part(offload, l);
-      e = kvc_cache_append_layer(c, l);
+      l->offloadable = kvci_offload_layer_takes_part(offload, l);
+      e = kvci_cache_append_layer(c, l);
     }
   }
   free(specs);
@@ -134,15 +134,15 @@ kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
 kvc_error* kvc_cache_create_from_tensors(const kvc_cache_options* options, uint32_t num_layers,
                                          const kvc_tensor* keys, const kvc_tensor* values, kvc_cache** out) {
   static const char* FN = "kvc_cache_create_from_tensors";
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
   if (num_layers > 0 && (!keys || !values))
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but num_layers is %u", FN, keys ? "values" : "keys",
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but num_layers is %u", FN, keys ? "values" : "keys",
                    num_layers);
   kvc_cache* c = NULL;
   kvc_error* e = kvc_cache_create(options, &c);
   if (e) return e;
   const kvc_call call = {FN, KVC_CALL_PER_LAYER_ARGS | KVC_CALL_FILLS_LAYERS};
-  if (num_layers > 0) e = kvc_update_layers(&call, c, 0, num_layers, keys, values, NULL, NULL);
+  if (num_layers > 0) e = kvci_update_layers(&call, c, 0, num_layers, keys, values, NULL, NULL);
   if (e) {
     kvc_cache_destroy(c);
     return e;
@@ -153,18 +153,18 @@ kvc_error* kvc_cache_create_from_tensors(const kvc_cache_options* options, uint3
 
 kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
   static const char* FN = "kvc_cache_clone";
-  kvc_error* e = kvc_cache_check(FN, src);
+  kvc_error* e = kvci_cache_check(FN, src);
   if (e) return e;
-  kvc_offload_settle(src);
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
+  kvci_offload_settle(src);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
   kvc_cache* c = NULL;
-  e = kvc_cache_new(&src->device, src->exec.stream, &c);
+  e = kvci_cache_new(&src->device, src->exec.stream, &c);
   for (uint32_t i = 0; !e && i < src->num_layers; i++) {
     kvc_layer* l = NULL;
-    e = kvc_layer_clone(src, src->layers[i], c, &l);
-    if (!e) e = kvc_cache_append_layer(c, l);
+    e = kvci_layer_clone(src, src->layers[i], c, &l);
+    if (!e) e = kvci_cache_append_layer(c, l);
   }
-  if (!e) e = kvc_cache_copy_settings(src, c);
+  if (!e) e = kvci_cache_copy_settings(src, c);
   if (e) {
     kvc_cache_destroy(c);
     return e;
@@ -173,55 +173,55 @@ kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
   return NULL;
 }
 
-kvc_error* kvc_cache_new_like(const kvc_cache* src, kvc_cache** out) {
+kvc_error* kvci_cache_new_like(const kvc_cache* src, kvc_cache** out) {
   kvc_cache* c = NULL;
-  kvc_error* e = kvc_cache_new(&src->device, src->exec.stream, &c);
-  if (!e && (e = kvc_cache_copy_settings(src, c))) kvc_cache_destroy(c);
+  kvc_error* e = kvci_cache_new(&src->device, src->exec.stream, &c);
+  if (!e && (e = kvci_cache_copy_settings(src, c))) kvc_cache_destroy(c);
   if (!e) *out = c;
   return e;
 }
 
-kvc_error* kvc_cache_copy_settings(const kvc_cache* src, kvc_cache* dst) {
+kvc_error* kvci_cache_copy_settings(const kvc_cache* src, kvc_cache* dst) {
   dst->lazy = src->lazy;
   dst->reserve = src->reserve;
   dst->lazy_spec = src->lazy_spec;
   dst->offload = src->offload;
-  return kvc_kinds_clone_state(src, dst);
+  return kvci_kinds_clone_state(src, dst);
 }
 
 kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* o) {
   static const char* FN = "kvc_cache_early_initialization";
-  kvc_error* e = kvc_cache_check(FN, c);
+  kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
-  kvc_offload_settle(c);
-  if (!o) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL; pass a kvc_init_options", FN);
-  if ((e = kvc_check_struct_size(FN, "options", o->struct_size, sizeof(kvc_init_options)))) return e;
+  kvci_offload_settle(c);
+  if (!o) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL; pass a kvc_init_options", FN);
+  if ((e = kvci_check_struct_size(FN, "options", o->struct_size, sizeof(kvc_init_options)))) return e;
   if (o->batch_size < 1 || o->batch_size > INT32_MAX)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->batch_size is %" PRId64 "; it must be in [1, 2^31)", FN,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->batch_size is %" PRId64 "; it must be in [1, 2^31)", FN,
                    o->batch_size);
   if (kvc_dtype_size(o->dtype) == 0)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->dtype is %d; use KVC_DTYPE_FLOAT32 (1), KVC_DTYPE_FLOAT16 (2) or KVC_DTYPE_BFLOAT16 (3)",
                    FN, (int)o->dtype);
   if (!o->num_kv_heads_per_layer && o->num_kv_heads < 1)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->num_kv_heads is %" PRId64 "; it must be >= 1", FN,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->num_kv_heads is %" PRId64 "; it must be >= 1", FN,
                    o->num_kv_heads);
   if (!o->head_dim_per_layer && o->k_head_dim < 1)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->k_head_dim is %" PRId64 "; it must be >= 1", FN,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->k_head_dim is %" PRId64 "; it must be >= 1", FN,
                    o->k_head_dim);
   if (!o->head_dim_per_layer && o->v_head_dim < 0)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->v_head_dim is %" PRId64 "; it must be >= 1 (or 0: same as k_head_dim)", FN,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->v_head_dim is %" PRId64 "; it must be >= 1 (or 0: same as k_head_dim)", FN,
                    o->v_head_dim);
   for (uint32_t i = 0; i < c->num_layers; i++) {
-    if (kvc_layer_is(c->layers[i], KVC_TRAIT_LINEAR)) continue; /* skipped below: their entries are not used */
+    if (kvci_layer_is(c->layers[i], KVC_TRAIT_LINEAR)) continue; /* skipped below: their entries are not used */
     int64_t h = o->num_kv_heads_per_layer ? o->num_kv_heads_per_layer[i] : o->num_kv_heads;
     int64_t kd = o->head_dim_per_layer ? o->head_dim_per_layer[i] : o->k_head_dim;
     int64_t vd = o->head_dim_per_layer ? kd : (o->v_head_dim ? o->v_head_dim : o->k_head_dim);
     if (h < 1)
-      return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is %" PRId64 " for layer %u; it must be >= 1", FN,
+      return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is %" PRId64 " for layer %u; it must be >= 1", FN,
                      o->num_kv_heads_per_layer ? "options->num_kv_heads_per_layer[i]" : "options->num_kv_heads", h, i);
     if (kd < 1 || vd < 1)
-      return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is %" PRId64 " for layer %u; head dims must be >= 1", FN,
+      return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is %" PRId64 " for layer %u; head dims must be >= 1", FN,
                      o->head_dim_per_layer ? "options->head_dim_per_layer[i]"
                                            : (kd < 1 ? "options->k_head_dim" : "options->v_head_dim"),
                      kd < 1 ? kd : vd, i);
@@ -230,11 +230,11 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
   for (uint32_t i = 0; i < c->num_layers; i++, done++) {
     kvc_layer* l = c->layers[i];
     /* Linear kinds (and their hybrids) do not support early initialization (transformers' supports_early_init). */
-    if (l->initialized || kvc_layer_is(l, KVC_TRAIT_LINEAR)) continue;
+    if (l->initialized || kvci_layer_is(l, KVC_TRAIT_LINEAR)) continue;
     int64_t h = o->num_kv_heads_per_layer ? o->num_kv_heads_per_layer[i] : o->num_kv_heads;
     int64_t kd = o->head_dim_per_layer ? o->head_dim_per_layer[i] : o->k_head_dim;
     int64_t vd = o->head_dim_per_layer ? kd : (o->v_head_dim ? o->v_head_dim : o->k_head_dim);
-    e = kvc_layer_initialize(c, l, o->dtype, o->batch_size, h, kd, vd, 0);
+    e = kvci_layer_initialize(c, l, o->dtype, o->batch_size, h, kd, vd, 0);
     if (e) break;
     l->initialized = 2; /* marks "initialized by this call" for the rollback below */
   }
@@ -242,7 +242,7 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
     kvc_layer* l = c->layers[i];
     if (l->initialized == 2) {
       if (e)
-        kvc_layer_uninitialize(c, l);
+        kvci_layer_uninitialize(c, l);
       else
         l->initialized = 1;
     }
@@ -258,18 +258,18 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
  * error, as is a cache with no such layer. Indices beyond the layers pass.
  */
 static kvc_error* attention_layer_for(const char* fn, const kvc_cache* c, uint32_t* layer) {
-  if (*layer >= c->num_layers || kvc_layer_is(c->layers[*layer], KVC_TRAIT_HAS_KV)) return NULL;
+  if (*layer >= c->num_layers || kvci_layer_is(c->layers[*layer], KVC_TRAIT_HAS_KV)) return NULL;
   if (*layer != 0)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: layer %u is a linear (recurrent state) layer, which does not track a sequence length; ask "
                    "an attention layer, or layer 0 for the first one",
                    fn, *layer);
   for (uint32_t i = 0; i < c->num_layers; i++)
-    if (kvc_layer_is(c->layers[i], KVC_TRAIT_HAS_KV)) {
+    if (kvci_layer_is(c->layers[i], KVC_TRAIT_HAS_KV)) {
       *layer = i;
       return NULL;
     }
-  return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+  return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                  "%s: layer 0 is a linear (recurrent state) layer and the cache has no attention layer; sequence "
                  "lengths exist only on attention layers",
                  fn);
@@ -279,12 +279,12 @@ uint32_t kvc_cache_num_layers(const kvc_cache* c) { return c ? c->num_layers : 0
 
 kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_info* out) {
   static const char* FN = "kvc_cache_layer_info";
-  kvc_error* e = kvc_cache_check_layer(FN, c, layer);
+  kvc_error* e = kvci_cache_check_layer(FN, c, layer);
   if (e) return e;
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_layer_info", FN);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_layer_info", FN);
   static const uint32_t SIZES[] = {96, 128};
   size_t write = 0;
-  if ((e = kvc_out_struct_size(FN, "out", out->struct_size, SIZES, 2, &write))) return e;
+  if ((e = kvci_out_struct_size(FN, "out", out->struct_size, SIZES, 2, &write))) return e;
   const kvc_layer* l = c->layers[layer];
   kvc_layer_info i;
   memset(&i, 0, sizeof i);
@@ -294,9 +294,9 @@ kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_in
   i.max_cache_len = l->max_cache_len;
   i.capacity = l->desc->capacity ? l->desc->capacity(l) : -1;
   i.is_initialized = (uint8_t)(l->initialized != 0);
-  i.is_sliding = (uint8_t)kvc_layer_is(l, KVC_TRAIT_SLIDING);
-  i.is_chunked = (uint8_t)kvc_layer_is(l, KVC_TRAIT_CHUNKED);
-  i.is_compileable = (uint8_t)kvc_layer_is(l, KVC_TRAIT_STATIC);
+  i.is_sliding = (uint8_t)kvci_layer_is(l, KVC_TRAIT_SLIDING);
+  i.is_chunked = (uint8_t)kvci_layer_is(l, KVC_TRAIT_CHUNKED);
+  i.is_compileable = (uint8_t)kvci_layer_is(l, KVC_TRAIT_STATIC);
   i.records_past = (uint8_t)l->record_past;
   i.dtype = l->dtype;
   i.batch_size = l->batch;
@@ -304,9 +304,9 @@ kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_in
   i.k_head_dim = l->k_dim;
   i.v_head_dim = l->v_dim;
   i.seq_length = l->initialized ? l->ops->seq_length(l) : 0;
-  i.stored_length = kvc_layer_stored(l);
+  i.stored_length = kvci_layer_stored(l);
   /* transformers' is_linear: every linear-attention layer but the plain hybrid with full attention (docs/semantics.md, 'Hybrid linear-attention layers'). */
-  i.is_linear = (uint8_t)kvc_layer_is(l, KVC_TRAIT_IS_LINEAR);
+  i.is_linear = (uint8_t)kvci_layer_is(l, KVC_TRAIT_IS_LINEAR);
   i.is_offloaded = (uint8_t)(l->offloaded != 0);
   if (l->ops->fill_info) l->ops->fill_info(l, &i);
   i.struct_size = out->struct_size;
@@ -316,17 +316,17 @@ kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_in
 
 kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out) {
   static const char* FN = "kvc_cache_layer_view";
-  kvc_error* e = kvc_cache_check_layer(FN, c, layer);
+  kvc_error* e = kvci_cache_check_layer(FN, c, layer);
   if (e) return e;
-  kvc_offload_settle(c);
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_kv", FN);
+  kvci_offload_settle(c);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_kv", FN);
   const kvc_layer* l = c->layers[layer];
-  if (!kvc_layer_is(l, KVC_TRAIT_HAS_KV))
-    return kvc_err(KVC_ERROR_UNSUPPORTED,
+  if (!kvci_layer_is(l, KVC_TRAIT_HAS_KV))
+    return kvci_err(KVC_ERROR_UNSUPPORTED,
                    "%s: layer %u is a linear (recurrent state) layer with no keys or values; use kvc_cache_state_view",
                    FN, layer);
   if (!l->initialized)
-    return kvc_err(KVC_ERROR_INVALID_STATE,
+    return kvci_err(KVC_ERROR_INVALID_STATE,
                    "%s: layer %u is not initialized (no update or early initialization yet), so it has no storage", FN,
                    layer);
   *out = l->views[0];
@@ -335,7 +335,7 @@ kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out)
 
 kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_seq_length";
-  kvc_error* e = kvc_cache_check_query(FN, c, out);
+  kvc_error* e = kvci_cache_check_query(FN, c, out);
   if (e) return e;
   if ((e = attention_layer_for(FN, c, &layer))) return e;
   const kvc_layer* l = layer < c->num_layers ? c->layers[layer] : NULL;
@@ -345,7 +345,7 @@ kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out
 
 kvc_error* kvc_cache_max_length(const kvc_cache* c, int32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_max_length";
-  kvc_error* e = kvc_cache_check_query_any(FN, c, layer, out);
+  kvc_error* e = kvci_cache_check_query_any(FN, c, layer, out);
   if (e) return e;
   if (layer >= 0) {
     *out = (uint32_t)layer < c->num_layers ? c->layers[layer]->ops->max_length(c->layers[layer]) : -1;
@@ -362,10 +362,10 @@ kvc_error* kvc_cache_max_length(const kvc_cache* c, int32_t layer, int64_t* out)
 
 kvc_error* kvc_cache_usable_length(const kvc_cache* c, int64_t new_seq_length, uint32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_usable_length";
-  kvc_error* e = kvc_cache_check_query(FN, c, out);
+  kvc_error* e = kvci_cache_check_query(FN, c, out);
   if (e) return e;
   if (new_seq_length < 0 || new_seq_length > INT32_MAX)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: new_seq_length is %" PRId64 "; it must be in [0, 2^31)", FN,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: new_seq_length is %" PRId64 "; it must be in [0, 2^31)", FN,
                    new_seq_length);
   const kvc_layer* l = layer < c->num_layers ? c->layers[layer] : NULL;
   int64_t max = l ? l->ops->max_length(l) : -1;
@@ -377,12 +377,12 @@ kvc_error* kvc_cache_usable_length(const kvc_cache* c, int64_t new_seq_length, u
 kvc_error* kvc_cache_mask_sizes(const kvc_cache* c, int64_t q, uint32_t layer, int64_t* kv_length,
                                 int64_t* kv_offset) {
   static const char* FN = "kvc_cache_mask_sizes";
-  kvc_error* e = kvc_cache_check(FN, c);
+  kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   if (!kv_length || !kv_offset)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, kv_length ? "kv_offset" : "kv_length");
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, kv_length ? "kv_offset" : "kv_length");
   if (q < 0 || q > INT32_MAX)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: query_length is %" PRId64 "; it must be in [0, 2^31)", FN, q);
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: query_length is %" PRId64 "; it must be in [0, 2^31)", FN, q);
   if (layer >= c->num_layers) {
     *kv_length = q;
     *kv_offset = 0;
@@ -396,14 +396,14 @@ kvc_error* kvc_cache_mask_sizes(const kvc_cache* c, int64_t q, uint32_t layer, i
 
 kvc_error* kvc_cache_batch_size(const kvc_cache* c, int64_t* out) {
   static const char* FN = "kvc_cache_batch_size";
-  kvc_error* e = kvc_cache_check_query(FN, c, out);
+  kvc_error* e = kvci_cache_check_query(FN, c, out);
   if (e) return e;
   int64_t b = -1;
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
-    if (!l->initialized || !kvc_layer_is(l, KVC_TRAIT_STATIC)) continue;
+    if (!l->initialized || !kvci_layer_is(l, KVC_TRAIT_STATIC)) continue;
     if (b != -1 && l->batch != b)
-      return kvc_err(KVC_ERROR_INVALID_STATE,
+      return kvci_err(KVC_ERROR_INVALID_STATE,
                      "%s: the batch size is not consistent across layers: layer %u has %" PRId64 ", earlier layers %" PRId64,
                      FN, i, l->batch, b);
     b = l->batch;
@@ -414,22 +414,22 @@ kvc_error* kvc_cache_batch_size(const kvc_cache* c, int64_t* out) {
 
 kvc_error* kvc_cache_memory(const kvc_cache* c, kvc_memory_info* out) {
   static const char* FN = "kvc_cache_memory";
-  kvc_error* e = kvc_cache_check(FN, c);
+  kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_memory_info", FN);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_memory_info", FN);
   static const uint32_t SIZES[] = {24, 56};
   size_t write = 0;
-  if ((e = kvc_out_struct_size(FN, "out", out->struct_size, SIZES, 2, &write))) return e;
+  if ((e = kvci_out_struct_size(FN, "out", out->struct_size, SIZES, 2, &write))) return e;
   kvc_memory_info m;
   memset(&m, 0, sizeof m);
   m.struct_size = out->struct_size;
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
-    uint64_t all = kvc_layer_bytes_reserved(l), rows = kvc_layer_row_bytes(l, 0);
-    uint64_t extra = 0, quantized = kvc_layer_row_bytes(l, KVC_ROWS_QUANTIZED);
+    uint64_t all = kvci_layer_bytes_reserved(l), rows = kvci_layer_row_bytes(l, 0);
+    uint64_t extra = 0, quantized = kvci_layer_row_bytes(l, KVC_ROWS_QUANTIZED);
     if (l->ops->memory) l->ops->memory(l, &extra, &quantized); /* kind memory beyond store and rows */
     m.bytes_reserved += all;
-    m.bytes_used += (uint64_t)(l->batch * l->heads * kvc_layer_stored(l) * (l->k_dim + l->v_dim)) * l->elem;
+    m.bytes_used += (uint64_t)(l->batch * l->heads * kvci_layer_stored(l) * (l->k_dim + l->v_dim)) * l->elem;
     if (l->offloaded) {
       m.bytes_host += all - rows - extra; /* K/V in the host tier; kind state stays on the device */
       m.bytes_device += rows + extra;
@@ -437,9 +437,9 @@ kvc_error* kvc_cache_memory(const kvc_cache* c, kvc_memory_info* out) {
       m.bytes_device += all;
     }
     m.bytes_quantized += quantized;
-    m.bytes_state += kvc_layer_row_bytes(l, KVC_ROWS_STATE);
+    m.bytes_state += kvci_layer_row_bytes(l, KVC_ROWS_STATE);
   }
-  uint64_t retired = kvc_offload_retired_bytes(c), scratch = kvc_kinds_state_bytes(c);
+  uint64_t retired = kvci_offload_retired_bytes(c), scratch = kvci_kinds_state_bytes(c);
   m.bytes_reserved += retired + scratch;
   m.bytes_device += retired + scratch;
   memcpy(out, &m, write);
@@ -448,14 +448,14 @@ kvc_error* kvc_cache_memory(const kvc_cache* c, kvc_memory_info* out) {
 
 kvc_error* kvc_cache_set_stream(kvc_cache* c, void* stream) {
   static const char* FN = "kvc_cache_set_stream";
-  kvc_error* e = kvc_cache_check(FN, c);
+  kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   if (stream == c->exec.stream) return NULL;
   if (c->device.device_type == KVC_DEVICE_CPU)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: stream is %p but the cache lives on the CPU, which has no streams; pass NULL", FN, stream);
   if (c->backend->exec_set_stream(c->backend->ctx, &c->exec, stream))
-    return kvc_err(KVC_ERROR_OUT_OF_MEMORY,
+    return kvci_err(KVC_ERROR_OUT_OF_MEMORY,
                    "%s: the %s backend could not order stream %p after the cache's previous stream %p (event "
                    "creation failed); the cache keeps its stream",
                    FN, c->backend->name, stream, c->exec.stream);

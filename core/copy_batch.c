@@ -5,7 +5,7 @@
  * On a GPU each would be a kernel launch (a few microseconds each, more than
  * the bytes cost), so a device cache gathers the writes of an update and
  * hands them to copy_4d_batch at the end: one launch per step, however many
- * layers. Only writes of new tokens are gathered (kvc_layer_write); every
+ * layers. Only writes of new tokens are gathered (kvci_layer_write); every
  * other backend call runs when issued, which is why gathering starts only
  * after the room-making phase and why an offloading cache drains before it
  * moves a layer between tiers. The CPU backend gains nothing from this and
@@ -15,32 +15,32 @@
 
 #include "internal.h"
 
-void kvc_copy_batch_reserve(const kvc_cache* c, int64_t copies) {
+void kvci_copy_batch_reserve(const kvc_cache* c, int64_t copies) {
   kvc_copy_batch* b = c->batch;
   if (!b || copies <= b->cap || copies > INT32_MAX) return;
   kvc_copy_4d* p = (kvc_copy_4d*)realloc(b->copies, sizeof(*p) * (size_t)copies);
-  if (!p) return; /* kvc_copy_4d_issue drains when full: more launches, same bytes */
+  if (!p) return; /* kvci_copy_4d_issue drains when full: more launches, same bytes */
   b->copies = p;
   b->cap = (int32_t)copies;
 }
 
-void kvc_copy_batch_begin(const kvc_cache* c) {
+void kvci_copy_batch_begin(const kvc_cache* c) {
   if (c->batch) c->batch->active = 1;
 }
 
-void kvc_copy_batch_drain(const kvc_cache* c) {
+void kvci_copy_batch_drain(const kvc_cache* c) {
   kvc_copy_batch* b = c->batch;
   if (!b || !b->count) return;
   c->backend->copy_4d_batch(c->backend->ctx, &c->exec, b->copies, b->count);
   b->count = 0;
 }
 
-void kvc_copy_batch_flush(const kvc_cache* c) {
-  kvc_copy_batch_drain(c);
+void kvci_copy_batch_flush(const kvc_cache* c) {
+  kvci_copy_batch_drain(c);
   if (c->batch) c->batch->active = 0;
 }
 
-void kvc_copy_4d_issue(const kvc_cache* c, void* dst, const int64_t ds[4], const void* src, const int64_t ss[4],
+void kvci_copy_4d_issue(const kvc_cache* c, void* dst, const int64_t ds[4], const void* src, const int64_t ss[4],
                        const int64_t shape[4], size_t elem) {
   kvc_copy_batch* b = c->batch;
   if (!b || !b->active) {
@@ -48,7 +48,7 @@ void kvc_copy_4d_issue(const kvc_cache* c, void* dst, const int64_t ds[4], const
     return;
   }
   if (shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || shape[3] == 0) return;
-  if (b->count == b->cap) kvc_copy_batch_drain(c);
+  if (b->count == b->cap) kvci_copy_batch_drain(c);
   if (!b->cap) { /* no room could be reserved at all */
     c->backend->copy_4d(c->backend->ctx, &c->exec, dst, ds, src, ss, shape, elem);
     return;

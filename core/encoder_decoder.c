@@ -13,21 +13,21 @@ struct kvc_encoder_decoder_cache {
 };
 
 static kvc_error* check_ed(const char* fn, const kvc_encoder_decoder_cache* c) {
-  if (!c) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
+  if (!c) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
   return NULL;
 }
 
-/* The prologue of a query: a cache and a non-NULL out (as kvc_cache_check_query). */
+/* The prologue of a query: a cache and a non-NULL out (as kvci_cache_check_query). */
 static kvc_error* check_ed_query(const char* fn, const kvc_encoder_decoder_cache* c, const void* out) {
   kvc_error* e = check_ed(fn, c);
   if (e) return e;
-  return out ? NULL : kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  return out ? NULL : kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
 }
 
 /* An inner call's error, said in the words of the function the caller called. */
 static kvc_error* rewrap(const char* fn, const char* which, kvc_error* e) {
-  if (!e || e == kvc_err_oom()) return e;
-  kvc_error* w = kvc_err(kvc_error_code(e), "%s (%s): %s", fn, which, kvc_error_message(e));
+  if (!e || e == kvci_err_oom()) return e;
+  kvc_error* w = kvci_err(kvc_error_code(e), "%s (%s): %s", fn, which, kvc_error_message(e));
   kvc_error_destroy(e);
   return w;
 }
@@ -36,7 +36,7 @@ static kvc_error* rewrap(const char* fn, const char* which, kvc_error* e) {
 static kvc_error* ensure_flags(kvc_encoder_decoder_cache* c, uint32_t n) {
   if (n <= c->num_flags) return NULL;
   uint8_t* f = (uint8_t*)realloc(c->is_updated, n);
-  if (!f) return kvc_err_oom();
+  if (!f) return kvci_err_oom();
   memset(f + c->num_flags, 0, n - c->num_flags);
   c->is_updated = f;
   c->num_flags = n;
@@ -46,12 +46,12 @@ static kvc_error* ensure_flags(kvc_encoder_decoder_cache* c, uint32_t n) {
 static kvc_error* wrap(kvc_cache* self, kvc_cache* cross, const uint8_t* flags, uint32_t nflags,
                        kvc_encoder_decoder_cache** out) {
   kvc_encoder_decoder_cache* c = (kvc_encoder_decoder_cache*)calloc(1, sizeof(*c));
-  if (!c) return kvc_err_oom();
+  if (!c) return kvci_err_oom();
   c->self_attention = self;
   c->cross_attention = cross;
   if (ensure_flags(c, nflags)) {
     free(c);
-    return kvc_err_oom();
+    return kvci_err_oom();
   }
   if (nflags) memcpy(c->is_updated, flags, nflags);
   *out = c;
@@ -61,15 +61,15 @@ static kvc_error* wrap(kvc_cache* self, kvc_cache* cross, const uint8_t* flags, 
 kvc_error* kvc_encoder_decoder_cache_create(kvc_cache* self, kvc_cache* cross, kvc_encoder_decoder_cache** out) {
   static const char* FN = "kvc_encoder_decoder_cache_create";
   if (!self || !cross)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass two caches", FN,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass two caches", FN,
                    self ? "cross_attention" : "self_attention");
   if (self == cross)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: self_attention and cross_attention are the same cache; pass two distinct caches", FN);
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   uint32_t n = cross->num_layers;
   uint8_t* flags = (uint8_t*)calloc(n ? n : 1, 1);
-  if (!flags) return kvc_err_oom();
+  if (!flags) return kvci_err_oom();
   for (uint32_t i = 0; i < n; i++) {
     int64_t s = 0;
     kvc_cache_seq_length(cross, i, &s);
@@ -115,12 +115,12 @@ kvc_error* kvc_encoder_decoder_cache_update_cross(kvc_encoder_decoder_cache* c, 
     return NULL;
   }
   if (!key || !value)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: %s is NULL but cross-attention layer %u is not computed yet; pass the encoder's K/V", FN,
                    key ? "value" : "key", layer);
   /* Validate the index before growing the flags: a bad index must not allocate. */
   if (layer >= (c->cross_attention->lazy ? (1u << 20) : c->cross_attention->num_layers))
-    return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %u but the cross-attention cache has %s%u layers", FN, layer,
+    return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %u but the cross-attention cache has %s%u layers", FN, layer,
                    c->cross_attention->lazy ? "at most " : "", c->cross_attention->lazy ? (1u << 20) : c->cross_attention->num_layers);
   if ((e = ensure_flags(c, layer + 1))) return e;
   kvc_kv tmp;
@@ -132,12 +132,12 @@ kvc_error* kvc_encoder_decoder_cache_update_cross(kvc_encoder_decoder_cache* c, 
 }
 
 static kvc_error* require_dynamic_pair(const char* fn, const kvc_encoder_decoder_cache* c) {
-  if (!kvc_cache_all_dynamic(c->self_attention) || !kvc_cache_all_dynamic(c->cross_attention))
-    return kvc_err(KVC_ERROR_UNSUPPORTED,
+  if (!kvci_cache_all_dynamic(c->self_attention) || !kvci_cache_all_dynamic(c->cross_attention))
+    return kvci_err(KVC_ERROR_UNSUPPORTED,
                    "%s: this operation is only defined when both caches are dynamic, got a %s self-attention cache "
                    "and a %s cross-attention cache",
-                   fn, kvc_cache_all_dynamic(c->self_attention) ? "dynamic" : "static",
-                   kvc_cache_all_dynamic(c->cross_attention) ? "dynamic" : "static");
+                   fn, kvci_cache_all_dynamic(c->self_attention) ? "dynamic" : "static",
+                   kvci_cache_all_dynamic(c->cross_attention) ? "dynamic" : "static");
   return NULL;
 }
 
@@ -149,18 +149,18 @@ kvc_error* kvc_encoder_decoder_cache_crop(kvc_encoder_decoder_cache* c, int64_t 
   return rewrap(FN, "self-attention cache", kvc_cache_crop(c->self_attention, tokens));
 }
 
-kvc_error* kvc_batch_check_indices(const char* fn, const kvc_cache* c, const char* arg, const int64_t* idx,
+kvc_error* kvci_batch_check_indices(const char* fn, const kvc_cache* c, const char* arg, const int64_t* idx,
                                    size_t count);
-kvc_error* kvc_batch_check_repeats(const char* fn, const kvc_cache* c, int64_t repeats);
+kvc_error* kvci_batch_check_repeats(const char* fn, const kvc_cache* c, int64_t repeats);
 
 typedef enum { PAIR_REORDER, PAIR_SELECT, PAIR_REPEAT } pair_op;
 
 static kvc_error* pair_check(const char* fn, const kvc_cache* x, pair_op op, const int64_t* idx, size_t count,
                              int64_t repeats) {
   switch (op) {
-    case PAIR_REORDER: return kvc_batch_check_indices(fn, x, "beam_idx", idx, count);
-    case PAIR_SELECT: return kvc_batch_check_indices(fn, x, "indices", idx, count);
-    default: return kvc_batch_check_repeats(fn, x, repeats);
+    case PAIR_REORDER: return kvci_batch_check_indices(fn, x, "beam_idx", idx, count);
+    case PAIR_SELECT: return kvci_batch_check_indices(fn, x, "indices", idx, count);
+    default: return kvci_batch_check_repeats(fn, x, repeats);
   }
 }
 
@@ -217,17 +217,17 @@ kvc_error* kvc_encoder_decoder_cache_batch_split(const kvc_encoder_decoder_cache
   kvc_error* e = check_ed(FN, c);
   if (!e) e = require_dynamic_pair(FN, c);
   if (e) return e;
-  if (!out || !count) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, out ? "count" : "out");
+  if (!out || !count) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, out ? "count" : "out");
   size_t n = capacity;
   kvc_cache** selfs = (kvc_cache**)calloc(n ? n : 1, sizeof(*selfs));
   kvc_cache** crosses = (kvc_cache**)calloc(n ? n : 1, sizeof(*crosses));
   kvc_encoder_decoder_cache** made = (kvc_encoder_decoder_cache**)calloc(n ? n : 1, sizeof(*made));
   size_t ns = 0, nc = 0;
-  if (!selfs || !crosses || !made) e = kvc_err_oom();
+  if (!selfs || !crosses || !made) e = kvci_err_oom();
   if (!e) e = rewrap(FN, "self-attention cache", kvc_cache_batch_split(c->self_attention, full_batch_size, split_size, selfs, capacity, &ns));
   if (!e) e = rewrap(FN, "cross-attention cache", kvc_cache_batch_split(c->cross_attention, full_batch_size, split_size, crosses, capacity, &nc));
   if (!e && ns != nc)
-    e = kvc_err(KVC_ERROR_INVALID_STATE, "%s: the self-attention cache splits into %zu caches but the cross-attention "
+    e = kvci_err(KVC_ERROR_INVALID_STATE, "%s: the self-attention cache splits into %zu caches but the cross-attention "
                 "cache into %zu", FN, ns, nc);
   size_t made_n = 0;
   for (size_t i = 0; !e && i < ns; i++) {
@@ -254,14 +254,14 @@ kvc_error* kvc_encoder_decoder_cache_from_batch_splits(const kvc_encoder_decoder
                                                        kvc_encoder_decoder_cache** out) {
   static const char* FN = "kvc_encoder_decoder_cache_from_batch_splits";
   if (!splits || count == 0)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s; pass at least one split", FN,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s; pass at least one split", FN,
                    splits ? "count is 0" : "splits is NULL");
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   const kvc_cache** selfs = (const kvc_cache**)calloc(count, sizeof(*selfs));
   const kvc_cache** crosses = (const kvc_cache**)calloc(count, sizeof(*crosses));
-  kvc_error* e = (!selfs || !crosses) ? kvc_err_oom() : NULL;
+  kvc_error* e = (!selfs || !crosses) ? kvci_err_oom() : NULL;
   for (size_t i = 0; !e && i < count; i++) {
-    if (!splits[i]) e = kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] is NULL", FN, i);
+    if (!splits[i]) e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] is NULL", FN, i);
     if (!e) e = require_dynamic_pair(FN, splits[i]);
     if (!e) {
       selfs[i] = splits[i]->self_attention;

@@ -15,9 +15,9 @@ struct kvc_error {
 static char oom_message[] = "out of memory: an allocation failed; the cache is unchanged";
 static struct kvc_error oom_error = {KVC_ERROR_OUT_OF_MEMORY, oom_message};
 
-kvc_error* kvc_err_oom(void) { return &oom_error; }
+kvc_error* kvci_err_oom(void) { return &oom_error; }
 
-kvc_error* kvc_err(kvc_code code, const char* fmt, ...) {
+kvc_error* kvci_err(kvc_code code, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   int len = vsnprintf(NULL, 0, fmt, ap);
@@ -38,9 +38,9 @@ kvc_error* kvc_err(kvc_code code, const char* fmt, ...) {
   return e;
 }
 
-kvc_error* kvc_check_struct_size(const char* fn, const char* arg, uint32_t got, size_t known) {
+kvc_error* kvci_check_struct_size(const char* fn, const char* arg, uint32_t got, size_t known) {
   if (got != known)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: %s.struct_size is %u but this library knows only %zu; "
                    "initialize the struct with its _INIT macro or init function",
                    fn, arg, got, known);

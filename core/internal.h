@@ -21,15 +21,15 @@
 
 /* ------------------------------------------------------------------ errors */
 
-kvc_error* kvc_err(kvc_code code, const char* fmt, ...)
+kvc_error* kvci_err(kvc_code code, const char* fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-kvc_error* kvc_err_oom(void);
+kvc_error* kvci_err_oom(void);
 
 /* Struct-size check for option structs: known sizes are `known` only. */
-kvc_error* kvc_check_struct_size(const char* fn, const char* arg, uint32_t got, size_t known);
+kvc_error* kvci_check_struct_size(const char* fn, const char* arg, uint32_t got, size_t known);
 
 /* ------------------------------------------------------------------ layers */
 
@@ -118,7 +118,7 @@ struct kvc_layer_ops {
    *    with that of splits[0] (`first`): their ext descriptions must agree
    *    (the generic check compares row buffer sizes only);
    *  - sync_ext: recomputes ext's view descriptors after the generic code
-   *    changed the layer's batch or row buffers (kvc_layer_sync_view calls it).
+   *    changed the layer's batch or row buffers (kvci_layer_sync_view calls it).
    */
   kvc_error* (*check_stack)(const char* fn, const kvc_layer* first, const kvc_layer* other, uint32_t index,
                             size_t which);
@@ -131,7 +131,7 @@ struct kvc_layer_ops {
    *    the stored region, which no view shows; on error nothing visible has
    *    changed;
    *  - set_return: fills views[1] after apply_update (NULL:
-   *    kvc_layer_set_return, the returned region of the store);
+   *    kvci_layer_set_return, the returned region of the store);
    *  - memory: bytes the kind holds outside the store and its row buffers
    *    (added to bytes_reserved), and its bytes_quantized (NULL: its
    *    KVC_ROWS_QUANTIZED row buffers in full).
@@ -166,7 +166,7 @@ struct kvc_layer {
   int64_t reserve;    /* dynamic kind: capacity to allocate at initialization (kvc_cache_reserve) */
   int record_past;
 
-  /* The kind's own parameters (kvc_kind.configure), laid out by the kind's file (kvc_layer_params). */
+  /* The kind's own parameters (kvc_kind.configure), laid out by the kind's file (kvci_layer_params). */
   union {
     int64_t align_;
     void* align_ptr_;
@@ -201,49 +201,49 @@ extern const kvc_layer_ops kvc_linear_static_sliding_layer_ops;
 /*
  * The dynamic layer's entries, for kinds whose store behaves like it (tokens appended after the stored ones,
  * any number of them, no maximum, the dynamic crop): a kind's ops table starts with KVC_DYNAMIC_STORE_OPS
- * and adds its apply_update and reset (kvc_dynamic_reset: empty the region).
+ * and adds its apply_update and reset (kvci_dynamic_reset: empty the region).
  */
 #define KVC_DYNAMIC_STORE_OPS                                                                              \
-  .check_update = kvc_dynamic_check_update, .keep_for_update = kvc_dynamic_keep_for_update,                \
-  .seq_length = kvc_dynamic_seq_length, .max_length = kvc_unbounded_max_length,                            \
-  .mask_sizes = kvc_dynamic_mask_sizes, .check_crop = kvc_crop_allowed, .apply_crop = kvc_dynamic_apply_crop, \
-  .initial_capacity = kvc_dynamic_initial_capacity
-void kvc_dynamic_apply_crop(kvc_layer* layer, int64_t tokens);
-void kvc_dynamic_reset(const kvc_cache* cache, kvc_layer* layer);
+  .check_update = kvci_dynamic_check_update, .keep_for_update = kvci_dynamic_keep_for_update,                \
+  .seq_length = kvci_dynamic_seq_length, .max_length = kvci_unbounded_max_length,                            \
+  .mask_sizes = kvci_dynamic_mask_sizes, .check_crop = kvci_crop_allowed, .apply_crop = kvci_dynamic_apply_crop, \
+  .initial_capacity = kvci_dynamic_initial_capacity
+void kvci_dynamic_apply_crop(kvc_layer* layer, int64_t tokens);
+void kvci_dynamic_reset(const kvc_cache* cache, kvc_layer* layer);
 
 /* Shared by the dynamic kinds. */
-kvc_error* kvc_dynamic_check_update(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
+kvc_error* kvci_dynamic_check_update(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
                                     const kvc_update_options* opts);
-kvc_region kvc_dynamic_keep_for_update(const kvc_layer* layer, int64_t n, const kvc_update_options* opts,
+kvc_region kvci_dynamic_keep_for_update(const kvc_layer* layer, int64_t n, const kvc_update_options* opts,
                                        int64_t* append);
-int64_t kvc_dynamic_seq_length(const kvc_layer* layer);               /* the stored tokens */
-void kvc_dynamic_mask_sizes(const kvc_layer* layer, int64_t q, int64_t* kv_length, int64_t* kv_offset);
-int64_t kvc_dynamic_initial_capacity(const kvc_layer* layer, int64_t n); /* 64 slots at least, or the reserve */
+int64_t kvci_dynamic_seq_length(const kvc_layer* layer);               /* the stored tokens */
+void kvci_dynamic_mask_sizes(const kvc_layer* layer, int64_t q, int64_t* kv_length, int64_t* kv_offset);
+int64_t kvci_dynamic_initial_capacity(const kvc_layer* layer, int64_t n); /* 64 slots at least, or the reserve */
 /*
  * The dynamic crop rule over a layer holding `len` tokens: positive `tokens`
  * is the legacy absolute length, negative the tokens to remove. Returns 1
  * and the tokens to keep when the crop cuts anything.
  */
-int kvc_dynamic_crop_keep(const kvc_layer* layer, int64_t len, int64_t tokens, int64_t* keep);
+int kvci_dynamic_crop_keep(const kvc_layer* layer, int64_t len, int64_t tokens, int64_t* keep);
 /* For kinds with no maximum length (-1), and kinds that accept any crop. */
-int64_t kvc_unbounded_max_length(const kvc_layer* layer);
-kvc_error* kvc_crop_allowed(const kvc_layer* layer, int64_t tokens);
+int64_t kvci_unbounded_max_length(const kvc_layer* layer);
+kvc_error* kvci_crop_allowed(const kvc_layer* layer, int64_t tokens);
 /* Shared by the static kinds (layer_static.c): explicit positions must be in [0, limit). */
-kvc_error* kvc_check_positions(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
+kvc_error* kvci_check_positions(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
                                const kvc_update_options* opts, int64_t limit);
-int64_t kvc_static_seq_length(const kvc_layer* layer); /* the counter */
-int64_t kvc_static_max_length(const kvc_layer* layer); /* the slots */
-void kvc_static_reset(const kvc_cache* cache, kvc_layer* layer);
+int64_t kvci_static_seq_length(const kvc_layer* layer); /* the counter */
+int64_t kvci_static_max_length(const kvc_layer* layer); /* the slots */
+void kvci_static_reset(const kvc_cache* cache, kvc_layer* layer);
 /* Kinds that hold a window of tokens at most (dynamic sliding, sink): the window. */
-int64_t kvc_window_max_length(const kvc_layer* layer);
+int64_t kvci_window_max_length(const kvc_layer* layer);
 /* Capacities a kind reports (kvc_kind.capacity): its slots (static kinds), window - 1 (dynamic sliding). */
-int64_t kvc_capacity_slots(const kvc_layer* layer);
-int64_t kvc_capacity_window(const kvc_layer* layer);
+int64_t kvci_capacity_slots(const kvc_layer* layer);
+int64_t kvci_capacity_window(const kvc_layer* layer);
 
 /* Whether the layer's kind has any of the traits (KVC_TRAIT_*). */
-static inline int kvc_layer_is(const kvc_layer* l, uint32_t traits) { return (l->desc->traits & traits) != 0; }
+static inline int kvci_layer_is(const kvc_layer* l, uint32_t traits) { return (l->desc->traits & traits) != 0; }
 /* The kind's parameter block, as the kind's own struct T (checked to fit by KVC_PARAMS_FIT). */
-#define kvc_layer_params(T, l) ((T*)(void*)(l)->params.bytes)
+#define kvci_layer_params(T, l) ((T*)(void*)(l)->params.bytes)
 #define KVC_PARAMS_FIT(T) _Static_assert(sizeof(T) <= sizeof(((kvc_layer*)0)->params), #T " must fit kvc_layer.params")
 
 /* ------------------------------------------------------------------- cache */
@@ -254,7 +254,7 @@ static inline int kvc_layer_is(const kvc_layer* l, uint32_t traits) { return (l-
  * on the CPU every copy runs when it is issued.
  */
 typedef struct kvc_copy_batch {
-  int active;       /* between kvc_copy_batch_begin and kvc_copy_batch_flush */
+  int active;       /* between kvci_copy_batch_begin and kvci_copy_batch_flush */
   int32_t count, cap;
   kvc_copy_4d* copies;
 } kvc_copy_batch;
@@ -280,95 +280,95 @@ struct kvc_cache {
 
 /* Gathering the copies of an update (copy_batch.c). */
 /* Makes room for `copies` descriptors ahead of a write phase; failing only means more backend calls. */
-void kvc_copy_batch_reserve(const kvc_cache* cache, int64_t copies);
-void kvc_copy_batch_begin(const kvc_cache* cache);
+void kvci_copy_batch_reserve(const kvc_cache* cache, int64_t copies);
+void kvci_copy_batch_begin(const kvc_cache* cache);
 /* Issues the gathered copies (one backend call) and stops gathering. */
-void kvc_copy_batch_flush(const kvc_cache* cache);
+void kvci_copy_batch_flush(const kvc_cache* cache);
 /* Issues everything gathered so far, and keeps gathering. */
-void kvc_copy_batch_drain(const kvc_cache* cache);
+void kvci_copy_batch_drain(const kvc_cache* cache);
 /* A copy that joins the batch while one is gathering, or runs now. Never overlapping within itself. */
-void kvc_copy_4d_issue(const kvc_cache* cache, void* dst, const int64_t dst_strides[4], const void* src,
+void kvci_copy_4d_issue(const kvc_cache* cache, void* dst, const int64_t dst_strides[4], const void* src,
                        const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
 
 /* Layer lifecycle (layer.c). */
-kvc_error* kvc_layer_new(const kvc_layer_options* spec, kvc_layer** out);
-void kvc_layer_free(const kvc_cache* cache, kvc_layer* layer);
+kvc_error* kvci_layer_new(const kvc_layer_options* spec, kvc_layer** out);
+void kvci_layer_free(const kvc_cache* cache, kvc_layer* layer);
 /* Allocates the store for the given geometry; the layer stays untouched on failure. */
-kvc_error* kvc_layer_initialize(const kvc_cache* cache, kvc_layer* layer, kvc_dtype dtype, int64_t batch,
+kvc_error* kvci_layer_initialize(const kvc_cache* cache, kvc_layer* layer, kvc_dtype dtype, int64_t batch,
                                 int64_t heads, int64_t k_dim, int64_t v_dim, int64_t n_first);
 /* Frees the store and returns the layer to "not initialized". */
-void kvc_layer_uninitialize(const kvc_cache* cache, kvc_layer* layer);
+void kvci_layer_uninitialize(const kvc_cache* cache, kvc_layer* layer);
 /* Makes [keep.begin, keep.end) followed by `extra` slots fit in the store (compacting or growing). */
-kvc_error* kvc_layer_reserve(const kvc_cache* cache, kvc_layer* layer, kvc_region keep, int64_t extra);
-/* The capacity the store has after kvc_layer_reserve(layer, keep, extra). */
-int64_t kvc_layer_reserved_capacity(const kvc_layer* layer, kvc_region keep, int64_t extra);
+kvc_error* kvci_layer_reserve(const kvc_cache* cache, kvc_layer* layer, kvc_region keep, int64_t extra);
+/* The capacity the store has after kvci_layer_reserve(layer, keep, extra). */
+int64_t kvci_layer_reserved_capacity(const kvc_layer* layer, kvc_region keep, int64_t extra);
 /* Moves [keep.begin, keep.end) into the new store (k, v, cap) at slot 0, frees the old one and adopts the new. */
-void kvc_layer_adopt_store(const kvc_cache* cache, kvc_layer* layer, void* k, void* v, int64_t cap, kvc_region keep);
+void kvci_layer_adopt_store(const kvc_cache* cache, kvc_layer* layer, void* k, void* v, int64_t cap, kvc_region keep);
 /*
  * Copies rows src_rows[0..count) of the layer's store, whole capacity (so
  * start and end stay valid), into rows 0..count of a new store (dk, dv) of
  * the same heads, capacity and dims.
  */
-void kvc_layer_copy_rows_to(const kvc_cache* cache, const kvc_layer* layer, void* dk, void* dv,
+void kvci_layer_copy_rows_to(const kvc_cache* cache, const kvc_layer* layer, void* dk, void* dv,
                             const int64_t* src_rows, int64_t count);
 /* Recomputes the stored view descriptors after a mutation. */
-void kvc_layer_sync_view(kvc_layer* layer);
+void kvci_layer_sync_view(kvc_layer* layer);
 /* Sets the return view to `r`. */
-void kvc_layer_set_return(kvc_layer* layer, kvc_region r);
+void kvci_layer_set_return(kvc_layer* layer, kvc_region r);
 /* Copies the new tokens into the store at physical slot `slot` (contiguous) or at `positions`. */
-void kvc_layer_write(const kvc_cache* cache, kvc_layer* layer, const kvc_tensor* key, const kvc_tensor* value,
+void kvci_layer_write(const kvc_cache* cache, kvc_layer* layer, const kvc_tensor* key, const kvc_tensor* value,
                      int64_t slot, const int64_t* positions, int64_t n);
 /* Zeroes physical slots [r.begin, r.end). */
-void kvc_layer_zero(const kvc_cache* cache, kvc_layer* layer, kvc_region r);
+void kvci_layer_zero(const kvc_cache* cache, kvc_layer* layer, kvc_region r);
 /* A copy of the layer's description and counters without storage or views (NULL when out of memory). */
-kvc_layer* kvc_layer_shell(const kvc_layer* src);
+kvc_layer* kvci_layer_shell(const kvc_layer* src);
 /* Deep copy of a layer (same capacity layout compacted to the stored region). */
-kvc_error* kvc_layer_clone(const kvc_cache* src_cache, const kvc_layer* src, const kvc_cache* dst_cache,
+kvc_error* kvci_layer_clone(const kvc_cache* src_cache, const kvc_layer* src, const kvc_cache* dst_cache,
                            kvc_layer** out);
-uint64_t kvc_layer_bytes_reserved(const kvc_layer* layer);
+uint64_t kvci_layer_bytes_reserved(const kvc_layer* layer);
 
 /* The stored region length. */
-static inline int64_t kvc_layer_stored(const kvc_layer* l) { return l->initialized ? l->end - l->start : 0; }
+static inline int64_t kvci_layer_stored(const kvc_layer* l) { return l->initialized ? l->end - l->start : 0; }
 
 /* Zeroed K and V buffers [batch, heads, cap, kd|vd]; 0 on success, -1 (nothing allocated) on failure or overflow. */
-int kvc_store_alloc(const kvc_cache* cache, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,
+int kvci_store_alloc(const kvc_cache* cache, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,
                     size_t elem, void** k, void** v);
 /*
  * The same in a given tier: `host` 1 is the host tier of offloading. A store
  * that replaces an offloaded layer's store is allocated with host =
  * layer->offloaded, so operations keep a layer in the tier it is in, and is
- * freed with kvc_store_free in that tier (NULL pointers are skipped).
+ * freed with kvci_store_free in that tier (NULL pointers are skipped).
  */
-int kvc_store_alloc_tier(const kvc_cache* cache, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
+int kvci_store_alloc_tier(const kvc_cache* cache, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
                          int64_t vd, size_t elem, void** k, void** v);
-void kvc_store_free(const kvc_cache* cache, int host, void* k, void* v);
+void kvci_store_free(const kvc_cache* cache, int host, void* k, void* v);
 
 /* Strides of the store for K (which = 0) or V (which = 1). */
-void kvc_store_strides(const kvc_layer* layer, int which, int64_t out[4]);
+void kvci_store_strides(const kvc_layer* layer, int which, int64_t out[4]);
 
 /* Cache helpers (cache.c). */
 /* An empty cache on `device`, its work issued on `stream` (inherited by clones, splits and stacks). */
-kvc_error* kvc_cache_new(const kvc_device* device, void* stream, kvc_cache** out);
+kvc_error* kvci_cache_new(const kvc_device* device, void* stream, kvc_cache** out);
 /* The cache owns `layer` from this call on: on failure it is freed. */
-kvc_error* kvc_cache_append_layer(kvc_cache* cache, kvc_layer* layer);
+kvc_error* kvci_cache_append_layer(kvc_cache* cache, kvc_layer* layer);
 /* The prologue of a query: a valid cache and a non-NULL out. */
-kvc_error* kvc_cache_check_query(const char* fn, const kvc_cache* cache, const void* out);
+kvc_error* kvci_cache_check_query(const char* fn, const kvc_cache* cache, const void* out);
 /* The same for a query of one layer or of them all (KVC_ALL_LAYERS): layer must be >= -1. */
-kvc_error* kvc_cache_check_query_any(const char* fn, const kvc_cache* cache, int32_t layer, const void* out);
-kvc_error* kvc_cache_check(const char* fn, const kvc_cache* cache);
-kvc_error* kvc_cache_check_layer(const char* fn, const kvc_cache* cache, uint32_t layer);
-int kvc_cache_all_dynamic(const kvc_cache* cache);
-/* An empty cache derived from src (split, stack): its device, stream and settings (kvc_cache_copy_settings). */
-kvc_error* kvc_cache_new_like(const kvc_cache* src, kvc_cache** out);
+kvc_error* kvci_cache_check_query_any(const char* fn, const kvc_cache* cache, int32_t layer, const void* out);
+kvc_error* kvci_cache_check(const char* fn, const kvc_cache* cache);
+kvc_error* kvci_cache_check_layer(const char* fn, const kvc_cache* cache, uint32_t layer);
+int kvci_cache_all_dynamic(const kvc_cache* cache);
+/* An empty cache derived from src (split, stack): its device, stream and settings (kvci_cache_copy_settings). */
+kvc_error* kvci_cache_new_like(const kvc_cache* src, kvc_cache** out);
 /* Copies what a derived cache (clone, split, stack) inherits: laziness, reserve, lazy layer, offloading, kinds' cache-wide state. */
-kvc_error* kvc_cache_copy_settings(const kvc_cache* src, kvc_cache* dst);
+kvc_error* kvci_cache_copy_settings(const kvc_cache* src, kvc_cache* dst);
 
 /*
  * Presets (presets.c): the layer list of a preset. `*out` is malloc'd. For a
  * lazy preset, *count is 0 and *lazy_spec the layer it creates on demand.
  * *offload is the resolved offloading mode.
  */
-kvc_error* kvc_preset_layers(const kvc_cache_options* options, kvc_layer_options** out, uint32_t* count,
+kvc_error* kvci_preset_layers(const kvc_cache_options* options, kvc_layer_options** out, uint32_t* count,
                              int* lazy, kvc_layer_options* lazy_spec, kvc_offload* offload);
 
 /*
@@ -377,33 +377,33 @@ kvc_error* kvc_preset_layers(const kvc_cache_options* options, kvc_layer_options
  * with the newer fields at their defaults. kvc_*_out_size checks an output
  * struct's size and returns how many bytes to write.
  */
-kvc_error* kvc_read_layer_options(const char* fn, const char* arg, const kvc_layer_options* in, kvc_layer_options* out);
+kvc_error* kvci_read_layer_options(const char* fn, const char* arg, const kvc_layer_options* in, kvc_layer_options* out);
 /* The i-th element of a caller's kvc_layer_options array: its stride is layers[0].struct_size. */
-const kvc_layer_options* kvc_layer_options_at(const kvc_layer_options* layers, uint32_t i);
-kvc_error* kvc_read_model_config(const char* fn, const char* arg, const kvc_model_config* in, kvc_model_config* out);
-kvc_error* kvc_read_cache_options(const char* fn, const char* arg, const kvc_cache_options* in, kvc_cache_options* out);
-kvc_error* kvc_read_update_options(const char* fn, const char* arg, const kvc_update_options* in,
+const kvc_layer_options* kvci_layer_options_at(const kvc_layer_options* layers, uint32_t i);
+kvc_error* kvci_read_model_config(const char* fn, const char* arg, const kvc_model_config* in, kvc_model_config* out);
+kvc_error* kvci_read_cache_options(const char* fn, const char* arg, const kvc_cache_options* in, kvc_cache_options* out);
+kvc_error* kvci_read_update_options(const char* fn, const char* arg, const kvc_update_options* in,
                                    kvc_update_options* out);
-kvc_error* kvc_read_quant_options(const char* fn, const char* arg, const kvc_quant_options* in, kvc_quant_options* out);
-kvc_error* kvc_out_struct_size(const char* fn, const char* arg, uint32_t got, const uint32_t* published, int n,
+kvc_error* kvci_read_quant_options(const char* fn, const char* arg, const kvc_quant_options* in, kvc_quant_options* out);
+kvc_error* kvci_out_struct_size(const char* fn, const char* arg, uint32_t got, const uint32_t* published, int n,
                                size_t* write);
 
 /* Tensors (tensor.c). */
-int kvc_data_type_equal(kvc_data_type a, kvc_data_type b);
+int kvci_data_type_equal(kvc_data_type a, kvc_data_type b);
 /* The error for an input whose dtype kvcache cannot store (not float32, float16 or bfloat16 with lanes 1). */
-kvc_error* kvc_err_unstorable(const char* fn, const char* arg, kvc_data_type dtype);
+kvc_error* kvci_err_unstorable(const char* fn, const char* arg, kvc_data_type dtype);
 /* Validates one K or V input tensor on its own (ndim, dtype, device, shape, data). */
-kvc_error* kvc_check_input_tensor(const char* fn, const char* base, int64_t index, const kvc_tensor* t,
+kvc_error* kvci_check_input_tensor(const char* fn, const char* base, int64_t index, const kvc_tensor* t,
                                   const kvc_device* device);
 /* "base" when index < 0, else "base[index]" formatted into buf. */
-const char* kvc_arg_name(char buf[48], const char* base, int64_t index);
+const char* kvci_arg_name(char buf[48], const char* base, int64_t index);
 /* Element strides of a tensor (computing compact ones when strides is NULL). */
-void kvc_tensor_strides(const kvc_tensor* t, int64_t out[4]);
-const void* kvc_tensor_base(const kvc_tensor* t);
-const char* kvc_dtype_name(kvc_dtype dtype);
+void kvci_tensor_strides(const kvc_tensor* t, int64_t out[4]);
+const void* kvci_tensor_base(const kvc_tensor* t);
+const char* kvci_dtype_name(kvc_dtype dtype);
 
 /* Registry (registry.c). */
-kvc_error* kvc_backend_for(const char* fn, const kvc_device* device, const kvc_backend** out);
+kvc_error* kvci_backend_for(const char* fn, const kvc_device* device, const kvc_backend** out);
 
 /*
  * Update inputs that alias the cache's own memory (ops_alias.c): `keys` and
@@ -418,26 +418,26 @@ typedef struct kvc_update_inputs {
   void** owned;       /* the copies' buffers (backend memory) */
   int64_t* dims;      /* the copies' shape and strides arrays, 8 per tensor */
 } kvc_update_inputs;
-kvc_error* kvc_update_inputs_unalias(const kvc_cache* cache, uint32_t count, const kvc_tensor* keys,
+kvc_error* kvci_update_inputs_unalias(const kvc_cache* cache, uint32_t count, const kvc_tensor* keys,
                                      const kvc_tensor* values, kvc_update_inputs* in);
-void kvc_update_inputs_free(const kvc_cache* cache, kvc_update_inputs* in);
+void kvci_update_inputs_free(const kvc_cache* cache, kvc_update_inputs* in);
 
 /* Update engine (ops_update.c), used by create_from_tensors and encoder-decoder. */
-kvc_error* kvc_update_layers(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count, const kvc_tensor* keys,
+kvc_error* kvci_update_layers(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count, const kvc_tensor* keys,
                              const kvc_tensor* values, const kvc_update_options* opts, kvc_kv* out);
 
 /*
- * Offloading (offload.c). kvc_offload_layer_takes_part: whether a new layer of
+ * Offloading (offload.c). kvci_offload_layer_takes_part: whether a new layer of
  * a cache with this mode is offloaded by updates (kinds with K/V that
  * transformers' prefetch does not skip: not its is_linear kinds, not QUANTIZED
- * or SINK; sliding ones only with KVC_OFFLOAD_ALL). kvc_offload_retired_bytes:
+ * or SINK; sliding ones only with KVC_OFFLOAD_ALL). kvci_offload_retired_bytes:
  * device bytes kept alive for the views of the last update after its layers
- * were offloaded. kvc_tier_device: the device a view of the layer's store
+ * were offloaded. kvci_tier_device: the device a view of the layer's store
  * reports (the host tier's device type when offloaded).
  */
-int kvc_offload_layer_takes_part(kvc_offload mode, const kvc_layer* layer);
-uint64_t kvc_offload_retired_bytes(const kvc_cache* cache);
-kvc_device kvc_tier_device(const kvc_layer* layer);
+int kvci_offload_layer_takes_part(kvc_offload mode, const kvc_layer* layer);
+uint64_t kvci_offload_retired_bytes(const kvc_cache* cache);
+kvc_device kvci_tier_device(const kvc_layer* layer);
 /*
  * The update path (ops_update.c), in transformers' order (docs/semantics.md,
  * 'Offloading'). prepare runs in the room phase after new layers are initialized
@@ -451,13 +451,13 @@ kvc_device kvc_tier_device(const kvc_layer* layer);
  * Neither can fail. free_state releases the cache's offload state
  * (kvc_cache_destroy).
  */
-kvc_error* kvc_offload_prepare(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count,
+kvc_error* kvci_offload_prepare(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count,
                                const kvc_tensor* keys, const kvc_update_options* opts);
-void kvc_offload_abort(kvc_cache* cache);
-void kvc_offload_release_retired(kvc_cache* cache);
-void kvc_offload_before_update(kvc_cache* cache, uint32_t layer);
-void kvc_offload_after_update(kvc_cache* cache, uint32_t layer);
-void kvc_offload_free_state(kvc_cache* cache);
+void kvci_offload_abort(kvc_cache* cache);
+void kvci_offload_release_retired(kvc_cache* cache);
+void kvci_offload_before_update(kvc_cache* cache, uint32_t layer);
+void kvci_offload_after_update(kvc_cache* cache, uint32_t layer);
+void kvci_offload_free_state(kvc_cache* cache);
 /*
  * Orders what comes next after the prefetch the last update left running:
  * on a GPU it copies on a side stream, so an operation that reads or writes
@@ -465,24 +465,24 @@ void kvc_offload_free_state(kvc_cache* cache);
  * must wait for it first. Updates do not call it: their own tier_wait keeps
  * the prefetch overlapping with the caller's work between layers.
  */
-void kvc_offload_settle(const kvc_cache* cache);
+void kvci_offload_settle(const kvc_cache* cache);
 
 /* Row buffers (layer_rows.c): the generic handling of kvc_row_buffer. */
-int kvc_layer_rows(kvc_layer* layer, kvc_row_buffer** out); /* 0 when the kind has none */
+int kvci_layer_rows(kvc_layer* layer, kvc_row_buffer** out); /* 0 when the kind has none */
 /* Whether the layer holds anything a batch operation must move (tokens or allocated row buffers). */
-int kvc_layer_holds_rows(const kvc_layer* layer);
+int kvci_layer_holds_rows(const kvc_layer* layer);
 /* Bytes of allocated row buffers with the given role (0 = every role). */
-uint64_t kvc_layer_row_bytes(const kvc_layer* layer, int role);
+uint64_t kvci_layer_row_bytes(const kvc_layer* layer, int role);
 /* Allocates rows for `batch` rows of every row buffer of `dst` (whose ptrs are NULL) and copies src rows
  * src_rows[0..count) into rows 0..count. Returns -1 (nothing left allocated) when out of memory. */
-int kvc_layer_rows_copy_new(const kvc_cache* cache, const kvc_layer* src, kvc_layer* dst, const int64_t* src_rows,
+int kvci_layer_rows_copy_new(const kvc_cache* cache, const kvc_layer* src, kvc_layer* dst, const int64_t* src_rows,
                             int64_t count);
 /* Frees every allocated row buffer of the layer (sets ptr NULL). */
-void kvc_layer_rows_free(const kvc_cache* cache, kvc_layer* layer);
+void kvci_layer_rows_free(const kvc_cache* cache, kvc_layer* layer);
 
 /* Batch helpers (ops_batch.c). */
-kvc_error* kvc_check_indices(const char* fn, const char* arg, const int64_t* idx, size_t count, int64_t batch);
+kvc_error* kvci_check_indices(const char* fn, const char* arg, const int64_t* idx, size_t count, int64_t batch);
 /* Asks each layer's kind whether it allows the batch operation `op` (kvc_layer_ops.check_batch). */
-kvc_error* kvc_batch_check_kinds(const char* fn, const kvc_cache* cache, kvc_batch_op op);
+kvc_error* kvci_batch_check_kinds(const char* fn, const kvc_cache* cache, kvc_batch_op op);
 
 #endif /* KVC_CORE_INTERNAL_H */

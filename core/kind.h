@@ -85,21 +85,21 @@ typedef struct kvc_kind {
 #define KVC_KIND_SLOTS 32
 
 /* The descriptor of a kind id, NULL when no kind has that id. */
-const kvc_kind* kvc_kind_find(kvc_layer_kind id);
+const kvc_kind* kvci_kind_find(kvc_layer_kind id);
 /* Every registered kind's "NAME (id)" list, for messages. */
-const char* kvc_kind_list(void);
+const char* kvci_kind_list(void);
 /*
  * Validates options->layers[index]: a registered kind, the window and
  * max_cache_len its traits need, then the kind's own check_options.
  */
-kvc_error* kvc_kind_check_options(const char* fn, uint32_t index, const kvc_layer_options* spec);
+kvc_error* kvci_kind_check_options(const char* fn, uint32_t index, const kvc_layer_options* spec);
 
 /* The cache-wide hooks of the kinds an update of layers first..first+count-1 names (kinds.c). */
-kvc_error* kvc_kinds_check_call(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count,
+kvc_error* kvci_kinds_check_call(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count,
                                 const kvc_tensor* keys, const kvc_update_options* opts);
-kvc_error* kvc_kinds_prepare_call(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count);
-uint64_t kvc_kinds_state_bytes(const kvc_cache* cache);
-kvc_error* kvc_kinds_clone_state(const kvc_cache* src, kvc_cache* dst);
-void kvc_kinds_free_state(kvc_cache* cache);
+kvc_error* kvci_kinds_prepare_call(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count);
+uint64_t kvci_kinds_state_bytes(const kvc_cache* cache);
+kvc_error* kvci_kinds_clone_state(const kvc_cache* src, kvc_cache* dst);
+void kvci_kinds_free_state(kvc_cache* cache);
 
 #endif /* KVC_CORE_KIND_H */

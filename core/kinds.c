@@ -34,13 +34,13 @@ KVC_KINDS(KVC_DECLARE_KIND)
 static const kvc_kind* const KINDS[] = {KVC_KINDS(KVC_LIST_KIND)};
 #define NUM_KINDS (sizeof KINDS / sizeof KINDS[0])
 
-const kvc_kind* kvc_kind_find(kvc_layer_kind id) {
+const kvc_kind* kvci_kind_find(kvc_layer_kind id) {
   for (size_t i = 0; i < NUM_KINDS; i++)
     if (KINDS[i]->id == id) return KINDS[i];
   return NULL;
 }
 
-const char* kvc_kind_list(void) {
+const char* kvci_kind_list(void) {
   static char text[1024];
   if (!text[0]) { /* the same bytes on every call, so concurrent first calls write the same text */
     size_t used = 0;
@@ -51,17 +51,17 @@ const char* kvc_kind_list(void) {
   return text;
 }
 
-kvc_error* kvc_kind_check_options(const char* fn, uint32_t i, const kvc_layer_options* l) {
-  const kvc_kind* k = kvc_kind_find(l->kind);
+kvc_error* kvci_kind_check_options(const char* fn, uint32_t i, const kvc_layer_options* l) {
+  const kvc_kind* k = kvci_kind_find(l->kind);
   if (!k)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->layers[%u].kind is %d; valid kinds are %s", fn, i,
-                   (int)l->kind, kvc_kind_list());
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->layers[%u].kind is %d; valid kinds are %s", fn, i,
+                   (int)l->kind, kvci_kind_list());
   if ((k->traits & KVC_TRAIT_SLIDING) && (l->window < 1 || l->window > INT32_MAX))
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->layers[%u].window is %" PRId64 "; a %s layer needs window in [1, 2^31)", fn, i,
                    l->window, k->name);
   if ((k->traits & KVC_TRAIT_STATIC) && (l->max_cache_len < 1 || l->max_cache_len > INT32_MAX))
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->layers[%u].max_cache_len is %" PRId64 "; a %s layer needs max_cache_len in [1, 2^31)",
                    fn, i, l->max_cache_len, k->name);
   return k->check_options ? k->check_options(fn, i, l) : NULL;
@@ -98,31 +98,31 @@ static kvc_error* run_call_hooks(int prepare, const kvc_call* call, kvc_cache* c
   return NULL;
 }
 
-kvc_error* kvc_kinds_check_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count,
+kvc_error* kvci_kinds_check_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count,
                                 const kvc_tensor* keys, const kvc_update_options* o) {
   return run_call_hooks(0, call, c, first, count, keys, o);
 }
 
-kvc_error* kvc_kinds_prepare_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count) {
+kvc_error* kvci_kinds_prepare_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count) {
   return run_call_hooks(1, call, c, first, count, NULL, NULL);
 }
 
-uint64_t kvc_kinds_state_bytes(const kvc_cache* c) {
+uint64_t kvci_kinds_state_bytes(const kvc_cache* c) {
   uint64_t bytes = 0;
   for (size_t k = 0; k < NUM_KINDS; k++)
     if (KINDS[k]->state_bytes) bytes += KINDS[k]->state_bytes(c);
   return bytes;
 }
 
-kvc_error* kvc_kinds_clone_state(const kvc_cache* src, kvc_cache* dst) {
+kvc_error* kvci_kinds_clone_state(const kvc_cache* src, kvc_cache* dst) {
   for (size_t k = 0; k < NUM_KINDS; k++) {
     kvc_error* e = KINDS[k]->clone_state ? KINDS[k]->clone_state(src, dst) : NULL;
-    if (e) return e; /* what was cloned so far is freed with dst (kvc_kinds_free_state) */
+    if (e) return e; /* what was cloned so far is freed with dst (kvci_kinds_free_state) */
   }
   return NULL;
 }
 
-void kvc_kinds_free_state(kvc_cache* c) {
+void kvci_kinds_free_state(kvc_cache* c) {
   for (size_t k = 0; k < NUM_KINDS; k++)
     if (KINDS[k]->free_state) KINDS[k]->free_state(c);
 }

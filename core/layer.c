@@ -8,18 +8,18 @@
 
 #include "internal.h"
 
-kvc_error* kvc_layer_new(const kvc_layer_options* spec, kvc_layer** out) {
-  const kvc_kind* kind = kvc_kind_find(spec->kind); /* options were checked by kvc_kind_check_options */
-  if (!kind) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "layer kind %d is not registered", (int)spec->kind);
+kvc_error* kvci_layer_new(const kvc_layer_options* spec, kvc_layer** out) {
+  const kvc_kind* kind = kvci_kind_find(spec->kind); /* options were checked by kvci_kind_check_options */
+  if (!kind) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "layer kind %d is not registered", (int)spec->kind);
   kvc_layer* l = (kvc_layer*)calloc(1, sizeof(*l));
-  if (!l) return kvc_err_oom();
+  if (!l) return kvci_err_oom();
   l->kind = kind->id;
   l->desc = kind;
   l->ops = kind->ops;
-  l->window = kvc_layer_is(l, KVC_TRAIT_SLIDING) ? spec->window : 0;
-  if (kvc_layer_is(l, KVC_TRAIT_STATIC)) {
+  l->window = kvci_layer_is(l, KVC_TRAIT_SLIDING) ? spec->window : 0;
+  if (kvci_layer_is(l, KVC_TRAIT_STATIC)) {
     l->max_cache_len = spec->max_cache_len;
-    l->slots = kvc_layer_is(l, KVC_TRAIT_SLIDING) && spec->window < spec->max_cache_len ? spec->window
+    l->slots = kvci_layer_is(l, KVC_TRAIT_SLIDING) && spec->window < spec->max_cache_len ? spec->window
                                                                                          : spec->max_cache_len;
   }
   if (kind->configure) kind->configure(l, spec);
@@ -27,29 +27,29 @@ kvc_error* kvc_layer_new(const kvc_layer_options* spec, kvc_layer** out) {
   return NULL;
 }
 
-void kvc_layer_uninitialize(const kvc_cache* cache, kvc_layer* l) {
-  kvc_store_free(cache, l->offloaded, l->k, l->v);
+void kvci_layer_uninitialize(const kvc_cache* cache, kvc_layer* l) {
+  kvci_store_free(cache, l->offloaded, l->k, l->v);
   l->k = l->v = NULL;
   l->offloaded = 0; /* no store, no tier: the next initialization allocates on the device */
   l->initialized = 0;
   l->dtype = KVC_DTYPE_UNSET;
   l->elem = 0;
-  if (!kvc_layer_row_bytes(l, 0)) l->batch = 0; /* allocated recurrent states keep the batch */
+  if (!kvci_layer_row_bytes(l, 0)) l->batch = 0; /* allocated recurrent states keep the batch */
   l->heads = l->k_dim = l->v_dim = 0;
   l->cap = l->start = l->end = 0;
   l->cum = 0;
   memset(l->views, 0, sizeof l->views);
 }
 
-void kvc_layer_free(const kvc_cache* cache, kvc_layer* l) {
+void kvci_layer_free(const kvc_cache* cache, kvc_layer* l) {
   if (!l) return;
-  kvc_layer_uninitialize(cache, l);
+  kvci_layer_uninitialize(cache, l);
   if (l->ext && l->ops->ext_free) l->ops->ext_free(cache, l);
   l->ext = NULL;
   free(l);
 }
 
-void kvc_store_strides(const kvc_layer* l, int which, int64_t out[4]) {
+void kvci_store_strides(const kvc_layer* l, int which, int64_t out[4]) {
   int64_t d = which ? l->v_dim : l->k_dim;
   out[3] = 1;
   out[2] = d;
@@ -66,7 +66,7 @@ static size_t store_bytes(int64_t b, int64_t h, int64_t cap, int64_t d, size_t e
   return n > (uint64_t)SIZE_MAX / 2 ? 0 : (size_t)n;
 }
 
-int kvc_store_alloc_tier(const kvc_cache* c, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
+int kvci_store_alloc_tier(const kvc_cache* c, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
                          int64_t vd, size_t elem, void** k, void** v) {
   size_t kb = store_bytes(batch, heads, cap, kd, elem), vb = store_bytes(batch, heads, cap, vd, elem);
   const kvc_backend* be = c->backend;
@@ -76,31 +76,31 @@ int kvc_store_alloc_tier(const kvc_cache* c, int host, int64_t batch, int64_t he
   *k = alloc(be->ctx, &c->exec, kb);
   *v = alloc(be->ctx, &c->exec, vb);
   if (*k && *v) return 0;
-  kvc_store_free(c, host, *k, *v);
+  kvci_store_free(c, host, *k, *v);
   *k = *v = NULL;
   return -1;
 }
 
-int kvc_store_alloc(const kvc_cache* c, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,
+int kvci_store_alloc(const kvc_cache* c, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,
                     size_t elem, void** k, void** v) {
-  return kvc_store_alloc_tier(c, 0, batch, heads, cap, kd, vd, elem, k, v);
+  return kvci_store_alloc_tier(c, 0, batch, heads, cap, kd, vd, elem, k, v);
 }
 
-void kvc_store_free(const kvc_cache* c, int host, void* k, void* v) {
+void kvci_store_free(const kvc_cache* c, int host, void* k, void* v) {
   const kvc_backend* be = c->backend;
   void (*release)(void*, const kvc_exec*, void*) = host ? be->host_free : be->free;
   if (k) release(be->ctx, &c->exec, k);
   if (v) release(be->ctx, &c->exec, v);
 }
 
-kvc_error* kvc_layer_initialize(const kvc_cache* c, kvc_layer* l, kvc_dtype dtype, int64_t batch, int64_t heads,
+kvc_error* kvci_layer_initialize(const kvc_cache* c, kvc_layer* l, kvc_dtype dtype, int64_t batch, int64_t heads,
                                 int64_t kd, int64_t vd, int64_t n_first) {
   kvc_layer probe = *l;
   probe.dtype = dtype;
   int64_t cap = l->ops->initial_capacity(&probe, n_first);
   size_t elem = kvc_dtype_size(dtype);
   void *k, *v;
-  if (kvc_store_alloc(c, batch, heads, cap, kd, vd, elem, &k, &v)) return kvc_err_oom();
+  if (kvci_store_alloc(c, batch, heads, cap, kd, vd, elem, &k, &v)) return kvci_err_oom();
   l->k = k;
   l->v = v;
   l->cap = cap;
@@ -115,8 +115,8 @@ kvc_error* kvc_layer_initialize(const kvc_cache* c, kvc_layer* l, kvc_dtype dtyp
   l->cum = 0;
   /* Static kinds expose their whole buffer from the start; dynamic kinds an empty region. */
   l->start = 0;
-  l->end = kvc_layer_is(l, KVC_TRAIT_STATIC) ? l->slots : 0;
-  kvc_layer_sync_view(l);
+  l->end = kvci_layer_is(l, KVC_TRAIT_STATIC) ? l->slots : 0;
+  kvci_layer_sync_view(l);
   return NULL;
 }
 
@@ -126,81 +126,81 @@ static void move_region(const kvc_cache* c, const kvc_layer* l, void* dk, void* 
   for (int which = 0; which < 2; which++) {
     int64_t d = which ? l->v_dim : l->k_dim;
     int64_t ss[4], ds[4] = {l->heads * dcap * d, dcap * d, d, 1};
-    kvc_store_strides(l, which, ss);
+    kvci_store_strides(l, which, ss);
     int64_t shape[4] = {l->batch, l->heads, len, d};
     const char* src = (const char*)(which ? l->v : l->k) + (size_t)(keep.begin * d) * l->elem;
     c->backend->copy_4d(c->backend->ctx, &c->exec, which ? dv : dk, ds, src, ss, shape, l->elem);
   }
 }
 
-void kvc_layer_adopt_store(const kvc_cache* c, kvc_layer* l, void* k, void* v, int64_t cap, kvc_region keep) {
+void kvci_layer_adopt_store(const kvc_cache* c, kvc_layer* l, void* k, void* v, int64_t cap, kvc_region keep) {
   move_region(c, l, k, v, cap, keep);
-  kvc_store_free(c, l->offloaded, l->k, l->v); /* the new store is in the same tier (kvc_store_alloc_tier) */
+  kvci_store_free(c, l->offloaded, l->k, l->v); /* the new store is in the same tier (kvci_store_alloc_tier) */
   l->k = k;
   l->v = v;
   l->cap = cap;
   l->start -= keep.begin;
   l->end -= keep.begin;
-  kvc_layer_sync_view(l);
+  kvci_layer_sync_view(l);
 }
 
-int64_t kvc_layer_reserved_capacity(const kvc_layer* l, kvc_region keep, int64_t extra) {
+int64_t kvci_layer_reserved_capacity(const kvc_layer* l, kvc_region keep, int64_t extra) {
   int64_t len = keep.end - keep.begin;
   if (keep.end + extra <= l->cap || (len + extra <= l->cap && keep.begin > 0)) return l->cap; /* fits, or compacts */
   return l->cap * 2 < len + extra ? len + extra : l->cap * 2;
 }
 
-kvc_error* kvc_layer_reserve(const kvc_cache* c, kvc_layer* l, kvc_region keep, int64_t extra) {
+kvc_error* kvci_layer_reserve(const kvc_cache* c, kvc_layer* l, kvc_region keep, int64_t extra) {
   int64_t len = keep.end - keep.begin;
   if (keep.end + extra <= l->cap) return NULL;
   if (len + extra <= l->cap && keep.begin > 0) {
     /* Compaction: amortized O(1) per token because it happens once per (cap - len) appended tokens. */
     move_region(c, l, l->k, l->v, l->cap, keep);
   } else {
-    int64_t cap = kvc_layer_reserved_capacity(l, keep, extra);
+    int64_t cap = kvci_layer_reserved_capacity(l, keep, extra);
     void *k, *v;
-    if (kvc_store_alloc_tier(c, l->offloaded, l->batch, l->heads, cap, l->k_dim, l->v_dim, l->elem, &k, &v))
-      return kvc_err_oom();
-    kvc_layer_adopt_store(c, l, k, v, cap, keep);
+    if (kvci_store_alloc_tier(c, l->offloaded, l->batch, l->heads, cap, l->k_dim, l->v_dim, l->elem, &k, &v))
+      return kvci_err_oom();
+    kvci_layer_adopt_store(c, l, k, v, cap, keep);
     return NULL;
   }
   /* Slots beyond the kept region may hold stale tokens after a move: static kinds rely on zeros there. */
   l->start -= keep.begin;
   l->end -= keep.begin;
-  if (kvc_layer_is(l, KVC_TRAIT_STATIC)) kvc_layer_zero(c, l, (kvc_region){len, l->cap});
-  kvc_layer_sync_view(l);
+  if (kvci_layer_is(l, KVC_TRAIT_STATIC)) kvci_layer_zero(c, l, (kvc_region){len, l->cap});
+  kvci_layer_sync_view(l);
   return NULL;
 }
 
-void kvc_layer_zero(const kvc_cache* c, kvc_layer* l, kvc_region r) {
+void kvci_layer_zero(const kvc_cache* c, kvc_layer* l, kvc_region r) {
   if (r.end <= r.begin) return;
   for (int which = 0; which < 2; which++) {
     int64_t d = which ? l->v_dim : l->k_dim, st[4];
-    kvc_store_strides(l, which, st);
+    kvci_store_strides(l, which, st);
     int64_t shape[4] = {l->batch, l->heads, r.end - r.begin, d};
     char* base = (char*)(which ? l->v : l->k) + (size_t)(r.begin * d) * l->elem;
     c->backend->fill_zero_4d(c->backend->ctx, &c->exec, base, st, shape, l->elem);
   }
 }
 
-void kvc_layer_write(const kvc_cache* c, kvc_layer* l, const kvc_tensor* key, const kvc_tensor* value, int64_t slot,
+void kvci_layer_write(const kvc_cache* c, kvc_layer* l, const kvc_tensor* key, const kvc_tensor* value, int64_t slot,
                      const int64_t* positions, int64_t n) {
   /* Gathered copies run in any order: a position written twice must keep the later token, so such a call
      issues its copies one by one, in order, after everything gathered before. */
   int increasing = 1;
   for (int64_t j = 1; positions && j < n; j++)
     if (positions[j] <= positions[j - 1]) increasing = 0;
-  if (!increasing) kvc_copy_batch_drain(c);
+  if (!increasing) kvci_copy_batch_drain(c);
   for (int which = 0; which < 2; which++) {
     const kvc_tensor* t = which ? value : key;
     int64_t d = which ? l->v_dim : l->k_dim, ds[4], ss[4];
-    kvc_store_strides(l, which, ds);
-    kvc_tensor_strides(t, ss);
+    kvci_store_strides(l, which, ds);
+    kvci_tensor_strides(t, ss);
     char* base = (char*)(which ? l->v : l->k);
-    const char* src = (const char*)kvc_tensor_base(t);
+    const char* src = (const char*)kvci_tensor_base(t);
     if (!positions) {
       int64_t shape[4] = {l->batch, l->heads, n, d};
-      kvc_copy_4d_issue(c, base + (size_t)(slot * d) * l->elem, ds, src, ss, shape, l->elem);
+      kvci_copy_4d_issue(c, base + (size_t)(slot * d) * l->elem, ds, src, ss, shape, l->elem);
       continue;
     }
     /* Runs of consecutive positions (a prefill's arange) are one strided copy each. */
@@ -210,7 +210,7 @@ void kvc_layer_write(const kvc_cache* c, kvc_layer* l, const kvc_tensor* key, co
       char* dst = base + (size_t)(positions[j] * d) * l->elem;
       const char* from = src + (size_t)(j * ss[2]) * l->elem;
       if (increasing)
-        kvc_copy_4d_issue(c, dst, ds, from, ss, shape, l->elem);
+        kvci_copy_4d_issue(c, dst, ds, from, ss, shape, l->elem);
       else
         c->backend->copy_4d(c->backend->ctx, &c->exec, dst, ds, from, ss, shape, l->elem);
     }
@@ -228,10 +228,10 @@ static void fill_view(kvc_layer* l, int view, kvc_region r) {
     shape[1] = l->heads;
     shape[2] = r.end - r.begin;
     shape[3] = d;
-    kvc_store_strides(l, which, strides);
+    kvci_store_strides(l, which, strides);
     t->data = which ? l->v : l->k;
     t->byte_offset = (uint64_t)(r.begin * d) * l->elem;
-    t->device = kvc_tier_device(l);
+    t->device = kvci_tier_device(l);
     t->ndim = 4;
     t->dtype = dt;
     t->shape = shape;
@@ -239,19 +239,19 @@ static void fill_view(kvc_layer* l, int view, kvc_region r) {
   }
 }
 
-void kvc_layer_sync_view(kvc_layer* l) {
+void kvci_layer_sync_view(kvc_layer* l) {
   if (l->ext && l->ops->sync_ext) l->ops->sync_ext(l);
   if (!l->initialized) return;
   fill_view(l, 0, (kvc_region){l->start, l->end});
 }
 
-void kvc_layer_set_return(kvc_layer* l, kvc_region r) { fill_view(l, 1, r); }
+void kvci_layer_set_return(kvc_layer* l, kvc_region r) { fill_view(l, 1, r); }
 
-void kvc_layer_copy_rows_to(const kvc_cache* c, const kvc_layer* l, void* dk, void* dv, const int64_t* src_rows,
+void kvci_layer_copy_rows_to(const kvc_cache* c, const kvc_layer* l, void* dk, void* dv, const int64_t* src_rows,
                             int64_t count) {
   for (int which = 0; which < 2; which++) {
     int64_t ss[4], rs[4] = {1, l->heads, l->cap, which ? l->v_dim : l->k_dim};
-    kvc_store_strides(l, which, ss);
+    kvci_store_strides(l, which, ss);
     /* The destination has the same per-row layout (heads, cap, dim), only another batch size. */
     for (int64_t i = 0; i < count; i++)
       c->backend->copy_rows(c->backend->ctx, &c->exec, which ? dv : dk, ss, &i, which ? l->v : l->k, ss,
@@ -259,14 +259,14 @@ void kvc_layer_copy_rows_to(const kvc_cache* c, const kvc_layer* l, void* dk, vo
   }
 }
 
-uint64_t kvc_layer_bytes_reserved(const kvc_layer* l) {
-  uint64_t rows = kvc_layer_row_bytes(l, 0), extra = 0, quantized = 0;
+uint64_t kvci_layer_bytes_reserved(const kvc_layer* l) {
+  uint64_t rows = kvci_layer_row_bytes(l, 0), extra = 0, quantized = 0;
   if (l->ops->memory) l->ops->memory(l, &extra, &quantized);
   if (!l->initialized) return rows + extra;
   return (uint64_t)(l->batch * l->heads * l->cap * (l->k_dim + l->v_dim)) * l->elem + rows + extra;
 }
 
-kvc_layer* kvc_layer_shell(const kvc_layer* src) {
+kvc_layer* kvci_layer_shell(const kvc_layer* src) {
   kvc_layer* l = (kvc_layer*)malloc(sizeof(*l));
   if (!l) return NULL;
   *l = *src;
@@ -281,34 +281,34 @@ kvc_layer* kvc_layer_shell(const kvc_layer* src) {
   return l;
 }
 
-kvc_error* kvc_layer_clone(const kvc_cache* sc, const kvc_layer* src, const kvc_cache* dc, kvc_layer** out) {
-  kvc_layer* l = kvc_layer_shell(src);
-  if (!l) return kvc_err_oom();
+kvc_error* kvci_layer_clone(const kvc_cache* sc, const kvc_layer* src, const kvc_cache* dc, kvc_layer** out) {
+  kvc_layer* l = kvci_layer_shell(src);
+  if (!l) return kvci_err_oom();
   if (l->ext) {
     int64_t* rows = (int64_t*)malloc(sizeof(int64_t) * (size_t)(src->batch > 0 ? src->batch : 1));
     for (int64_t r = 0; rows && r < src->batch; r++) rows[r] = r;
-    int failed = !rows || kvc_layer_rows_copy_new(dc, src, l, rows, src->batch);
+    int failed = !rows || kvci_layer_rows_copy_new(dc, src, l, rows, src->batch);
     free(rows);
     if (failed) {
-      kvc_layer_free(dc, l);
-      return kvc_err_oom();
+      kvci_layer_free(dc, l);
+      return kvci_err_oom();
     }
   }
   if (src->initialized) {
     /* Same capacity so that the clone behaves (and allocates) exactly like the original from here on, and
      * the same tier: a deep copy of an offloaded layer is offloaded too (as copy.deepcopy keeps devices). */
     l->offloaded = src->offloaded;
-    if (kvc_store_alloc_tier(dc, l->offloaded, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &l->k,
+    if (kvci_store_alloc_tier(dc, l->offloaded, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &l->k,
                              &l->v)) {
       l->offloaded = 0;
       l->initialized = 0;
-      kvc_layer_free(dc, l);
-      return kvc_err_oom();
+      kvci_layer_free(dc, l);
+      return kvci_err_oom();
     }
     kvc_layer tmp = *src;
     (void)sc;
     move_region(dc, &tmp, l->k, l->v, l->cap, (kvc_region){0, src->cap});
-    kvc_layer_sync_view(l);
+    kvci_layer_sync_view(l);
   }
   *out = l;
   return NULL;

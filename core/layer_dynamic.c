@@ -2,13 +2,13 @@
 #include "internal.h"
 
 /* Dynamic kinds accept any number of tokens and append them after what they store. */
-kvc_error* kvc_dynamic_check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+kvc_error* kvci_dynamic_check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                     const kvc_update_options* o) {
   (void)fn; (void)index; (void)l; (void)n; (void)o;
   return NULL;
 }
 
-kvc_region kvc_dynamic_keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t* append) {
+kvc_region kvci_dynamic_keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t* append) {
   (void)o;
   *append = n;
   return (kvc_region){l->start, l->end};
@@ -17,26 +17,26 @@ kvc_region kvc_dynamic_keep_for_update(const kvc_layer* l, int64_t n, const kvc_
 static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
                                const kvc_update_options* o) {
   (void)o;
-  kvc_layer_write(c, l, k, v, l->end, NULL, n);
+  kvci_layer_write(c, l, k, v, l->end, NULL, n);
   l->end += n;
   return (kvc_region){l->start, l->end};
 }
 
-int64_t kvc_dynamic_seq_length(const kvc_layer* l) { return kvc_layer_stored(l); }
-int64_t kvc_unbounded_max_length(const kvc_layer* l) { (void)l; return -1; }
+int64_t kvci_dynamic_seq_length(const kvc_layer* l) { return kvci_layer_stored(l); }
+int64_t kvci_unbounded_max_length(const kvc_layer* l) { (void)l; return -1; }
 
 /* Through the table: a kind with its own seq_length (compact quantized layers) shares the rule. */
-void kvc_dynamic_mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
+void kvci_dynamic_mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
   *len = l->ops->seq_length(l) + q;
   *off = 0;
 }
 
-kvc_error* kvc_crop_allowed(const kvc_layer* l, int64_t tokens) {
+kvc_error* kvci_crop_allowed(const kvc_layer* l, int64_t tokens) {
   (void)l; (void)tokens;
   return NULL;
 }
 
-int kvc_dynamic_crop_keep(const kvc_layer* l, int64_t len, int64_t tokens, int64_t* keep) {
+int kvci_dynamic_crop_keep(const kvc_layer* l, int64_t len, int64_t tokens, int64_t* keep) {
   if (!l->initialized || tokens == 0) return 0;
   /* Positive: legacy absolute length. Negative: tokens to remove. */
   *keep = tokens > 0 ? tokens : len + tokens;
@@ -44,17 +44,17 @@ int kvc_dynamic_crop_keep(const kvc_layer* l, int64_t len, int64_t tokens, int64
   return *keep < len;
 }
 
-void kvc_dynamic_apply_crop(kvc_layer* l, int64_t tokens) {
+void kvci_dynamic_apply_crop(kvc_layer* l, int64_t tokens) {
   int64_t keep;
-  if (kvc_dynamic_crop_keep(l, kvc_layer_stored(l), tokens, &keep)) l->end = l->start + keep;
+  if (kvci_dynamic_crop_keep(l, kvci_layer_stored(l), tokens, &keep)) l->end = l->start + keep;
 }
 
-void kvc_dynamic_reset(const kvc_cache* c, kvc_layer* l) {
+void kvci_dynamic_reset(const kvc_cache* c, kvc_layer* l) {
   (void)c;
   l->start = l->end = 0;
 }
 
-int64_t kvc_dynamic_initial_capacity(const kvc_layer* l, int64_t n) {
+int64_t kvci_dynamic_initial_capacity(const kvc_layer* l, int64_t n) {
   int64_t cap = n < 64 ? 64 : n;
   return cap < l->reserve ? l->reserve : cap;
 }
@@ -62,7 +62,7 @@ int64_t kvc_dynamic_initial_capacity(const kvc_layer* l, int64_t n) {
 const kvc_layer_ops kvc_dynamic_layer_ops = {
     KVC_DYNAMIC_STORE_OPS,
     .apply_update = apply_update,
-    .reset = kvc_dynamic_reset,
+    .reset = kvci_dynamic_reset,
 };
 
 const kvc_kind kvc_dynamic_kind = {

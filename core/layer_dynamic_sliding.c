@@ -20,7 +20,7 @@ static void trim_to_window(kvc_layer* l) {
 static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
                                const kvc_update_options* o) {
   (void)o;
-  kvc_layer_write(c, l, k, v, l->end, NULL, n);
+  kvci_layer_write(c, l, k, v, l->end, NULL, n);
   kvc_region full = {l->start, l->end + n};
   l->end += n;
   l->cum += n;
@@ -33,7 +33,7 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
 }
 
 static int64_t seq_length(const kvc_layer* l) { return l->cum; }
-int64_t kvc_window_max_length(const kvc_layer* l) { return l->window; }
+int64_t kvci_window_max_length(const kvc_layer* l) { return l->window; }
 
 static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
   int64_t c = l->cum, w = l->window;
@@ -44,13 +44,13 @@ static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off
 static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
   if (l->cum < l->window) return NULL;
   if (!l->record_past)
-    return kvc_err(KVC_ERROR_INVALID_STATE,
+    return kvci_err(KVC_ERROR_INVALID_STATE,
                    "kvc_cache_crop: a %s layer (window %" PRId64 ") has seen %" PRId64
                    " tokens, reaching its window, and does not track past states; call "
                    "kvc_cache_activate_past_recording before the updates you may want to crop",
                    l->desc->name, l->window, l->cum);
   if (tokens > 0)
-    return kvc_err(KVC_ERROR_INVALID_STATE,
+    return kvci_err(KVC_ERROR_INVALID_STATE,
                    "kvc_cache_crop: tokens is %" PRId64 " but a %s layer that has reached its window (%" PRId64
                    ") can only be cropped by a negative number of tokens or 0",
                    tokens, l->desc->name, l->window);
@@ -58,7 +58,7 @@ static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
 }
 
 static void apply_crop(kvc_layer* l, int64_t tokens) {
-  int64_t len = kvc_layer_stored(l);
+  int64_t len = kvci_layer_stored(l);
   if (l->cum >= l->window) {
     /* Recording past the window (checked): drop the last |tokens|, keep the last window-1 of the rest. */
     int64_t t = tokens == INT64_MIN ? INT64_MAX : -tokens; /* "remove everything" without overflow */
@@ -71,7 +71,7 @@ static void apply_crop(kvc_layer* l, int64_t tokens) {
   if (!l->initialized) return;
   /* Below the window the counter follows what is stored, also after crop(0) (as transformers). */
   int64_t keep;
-  if (kvc_dynamic_crop_keep(l, len, tokens, &keep)) l->end = l->start + keep;
+  if (kvci_dynamic_crop_keep(l, len, tokens, &keep)) l->end = l->start + keep;
   l->cum = l->end - l->start;
 }
 
@@ -88,11 +88,11 @@ static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
 }
 
 const kvc_layer_ops kvc_dynamic_sliding_layer_ops = {
-    .check_update = kvc_dynamic_check_update,
-    .keep_for_update = kvc_dynamic_keep_for_update,
+    .check_update = kvci_dynamic_check_update,
+    .keep_for_update = kvci_dynamic_keep_for_update,
     .apply_update = apply_update,
     .seq_length = seq_length,
-    .max_length = kvc_window_max_length,
+    .max_length = kvci_window_max_length,
     .mask_sizes = mask_sizes,
     .check_crop = check_crop,
     .apply_crop = apply_crop,
@@ -101,14 +101,14 @@ const kvc_layer_ops kvc_dynamic_sliding_layer_ops = {
 };
 
 /* DynamicSlidingWindowLayer holds window - 1 tokens: the next token completes the window. */
-int64_t kvc_capacity_window(const kvc_layer* l) { return l->window - 1; }
+int64_t kvci_capacity_window(const kvc_layer* l) { return l->window - 1; }
 
 /* The sliding kind and its chunked twin: one store and table, the chunked one's window an attention chunk. */
 #define KVC_DYNAMIC_SLIDING_KIND(ID, NAME, TRAITS)                                                      \
   {                                                                                                   \
     .id = ID, .name = NAME,                                                                           \
     .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS | KVC_TRAIT_RECORDS_PAST | (TRAITS), \
-    .ops = &kvc_dynamic_sliding_layer_ops, .capacity = kvc_capacity_window,                           \
+    .ops = &kvc_dynamic_sliding_layer_ops, .capacity = kvci_capacity_window,                           \
   }
 
 const kvc_kind kvc_dynamic_sliding_kind = KVC_DYNAMIC_SLIDING_KIND(KVC_LAYER_DYNAMIC_SLIDING, "dynamic sliding", 0);

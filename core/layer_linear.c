@@ -23,53 +23,53 @@ static const kvc_layer_ops* attention_ops(const kvc_layer* l);
 /* ------------------------------------------------- shared by all five kinds */
 
 static int row_buffers(kvc_layer* l, kvc_row_buffer** out) {
-  *out = kvc_linear_rows(l);
-  return (int)(2 * kvc_linear_params_of(l)->num_states);
+  *out = kvci_linear_rows(l);
+  return (int)(2 * kvci_linear_params_of(l)->num_states);
 }
 
 static int ext_shell(const kvc_layer* src, kvc_layer* dst) {
-  size_t bytes = kvc_linear_ext_bytes(kvc_linear_params_of(src)->num_states);
+  size_t bytes = kvci_linear_ext_bytes(kvci_linear_params_of(src)->num_states);
   void* x = malloc(bytes);
   if (!x) return -1;
   memcpy(x, src->ext, bytes);
   dst->ext = x;
-  kvc_row_buffer* rb = kvc_linear_rows(dst);
-  for (uint32_t i = 0; i < 2 * kvc_linear_params_of(src)->num_states; i++) rb[i].ptr = NULL;
+  kvc_row_buffer* rb = kvci_linear_rows(dst);
+  for (uint32_t i = 0; i < 2 * kvci_linear_params_of(src)->num_states; i++) rb[i].ptr = NULL;
   return 0;
 }
 
 static void ext_free(const kvc_cache* c, kvc_layer* l) {
-  kvc_layer_rows_free(c, l);
+  kvci_layer_rows_free(c, l);
   free(l->ext);
   l->ext = NULL;
 }
 
 static void fill_info(const kvc_layer* l, kvc_layer_info* info) {
-  const kvc_linear_pair* p = kvc_linear_pairs(l);
-  info->num_states = kvc_linear_params_of(l)->num_states;
-  info->conv_kernel_size = kvc_linear_params_of(l)->conv_kernel;
-  info->has_previous_state = (uint8_t)kvc_linear_all_previous(l);
+  const kvc_linear_pair* p = kvci_linear_pairs(l);
+  info->num_states = kvci_linear_params_of(l)->num_states;
+  info->conv_kernel_size = kvci_linear_params_of(l)->conv_kernel;
+  info->has_previous_state = (uint8_t)kvci_linear_all_previous(l);
   if (p && p[0].conv_dtype != KVC_DTYPE_UNSET) info->conv_kernel_size = p[0].kernel;
-  if (kvc_layer_is(l, KVC_TRAIT_HAS_KV)) return; /* the hybrids: their attention part answers */
+  if (kvci_layer_is(l, KVC_TRAIT_HAS_KV)) return; /* the hybrids: their attention part answers */
   /* No K/V: "initialized" means a state exists; LinearAttentionLayer is compileable (static shapes). */
   info->is_compileable = 1;
-  info->is_initialized = (uint8_t)kvc_linear_any_state(l);
+  info->is_initialized = (uint8_t)kvci_linear_any_state(l);
   /* The dtype of the first allocated state, conv states first (states may differ: SSM states are often float32). */
-  for (uint32_t i = 0; p && i < kvc_linear_params_of(l)->num_states && info->dtype == KVC_DTYPE_UNSET; i++) info->dtype = p[i].conv_dtype;
-  for (uint32_t i = 0; p && i < kvc_linear_params_of(l)->num_states && info->dtype == KVC_DTYPE_UNSET; i++) info->dtype = p[i].rec_dtype;
+  for (uint32_t i = 0; p && i < kvci_linear_params_of(l)->num_states && info->dtype == KVC_DTYPE_UNSET; i++) info->dtype = p[i].conv_dtype;
+  for (uint32_t i = 0; p && i < kvci_linear_params_of(l)->num_states && info->dtype == KVC_DTYPE_UNSET; i++) info->dtype = p[i].rec_dtype;
 }
 
 static kvc_error* check_stack(const char* fn, const kvc_layer* a, const kvc_layer* b, uint32_t index, size_t which) {
 #define KVC_STACK_DIFF(what, va, vb)                                                                           \
-  return kvc_err(KVC_ERROR_INVALID_STATE,                                                                      \
+  return kvci_err(KVC_ERROR_INVALID_STATE,                                                                      \
                  "%s: layer %u of splits[%zu] has %s %" PRId64 " but splits[0] has %" PRId64                   \
                  "; the recurrent states of splits must agree to be stacked (splits of one cache that received " \
                  "the same calls do)",                                                                         \
                  fn, index, which, what, (int64_t)(vb), (int64_t)(va))
-  if (kvc_linear_params_of(a)->num_states != kvc_linear_params_of(b)->num_states) KVC_STACK_DIFF("num_states", kvc_linear_params_of(a)->num_states, kvc_linear_params_of(b)->num_states);
+  if (kvci_linear_params_of(a)->num_states != kvci_linear_params_of(b)->num_states) KVC_STACK_DIFF("num_states", kvci_linear_params_of(a)->num_states, kvci_linear_params_of(b)->num_states);
   if (a->record_past != b->record_past) KVC_STACK_DIFF("past recording", a->record_past, b->record_past);
-  const kvc_linear_pair *pa = kvc_linear_pairs(a), *pb = kvc_linear_pairs(b);
-  for (uint32_t i = 0; i < kvc_linear_params_of(a)->num_states; i++) {
+  const kvc_linear_pair *pa = kvci_linear_pairs(a), *pb = kvci_linear_pairs(b);
+  for (uint32_t i = 0; i < kvci_linear_params_of(a)->num_states; i++) {
     kvc_linear_pair za, zb;
     memset(&za, 0, sizeof za);
     memset(&zb, 0, sizeof zb);
@@ -101,7 +101,7 @@ static kvc_error* refuse_update(const char* fn, uint32_t index, const kvc_layer*
                                 const kvc_update_options* o) {
   (void)l;
   (void)o;
-  return kvc_err(KVC_ERROR_UNSUPPORTED,
+  return kvci_err(KVC_ERROR_UNSUPPORTED,
                  "%s: layer %u is a linear (recurrent state) layer with no key/value cache, so it cannot take %" PRId64
                  " tokens; use kvc_cache_update_conv_state and kvc_cache_update_recurrent_state",
                  fn, index, n);
@@ -119,23 +119,23 @@ static void query_only(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off
   *off = 0;
 }
 
-static void reset_linear(const kvc_cache* c, kvc_layer* l) { kvc_linear_reset(c, l); }
+static void reset_linear(const kvc_cache* c, kvc_layer* l) { kvci_linear_reset(c, l); }
 
 /* keep_for_update, apply_update and initial_capacity stay NULL: check_update refuses every update first. */
 const kvc_layer_ops kvc_linear_layer_ops = {
     .check_update = refuse_update,
     .seq_length = no_tokens,
-    .max_length = kvc_unbounded_max_length, /* LinearAttentionCacheLayerMixin.get_max_length */
+    .max_length = kvci_unbounded_max_length, /* LinearAttentionCacheLayerMixin.get_max_length */
     .mask_sizes = query_only,
-    .check_crop = kvc_linear_check_crop,
-    .apply_crop = kvc_linear_apply_crop,
+    .check_crop = kvci_linear_check_crop,
+    .apply_crop = kvci_linear_apply_crop,
     .reset = reset_linear,
     .row_buffers = row_buffers,
     .ext_shell = ext_shell,
     .ext_free = ext_free,
     .fill_info = fill_info,
     .check_stack = check_stack,
-    .sync_ext = kvc_linear_sync,
+    .sync_ext = kvci_linear_sync,
 };
 
 /* ------------------------------------------------------------ hybrids */
@@ -164,30 +164,30 @@ static int64_t initial_capacity(const kvc_layer* l, int64_t n) { return attentio
 
 /* Dynamic hybrids crop the linear part, then the attention part; static ones only the linear part ('Hybrid linear-attention layers'). */
 static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
-  kvc_error* e = kvc_linear_check_crop(l, tokens);
+  kvc_error* e = kvci_linear_check_crop(l, tokens);
   const kvc_layer_ops* a = attention_ops(l);
   if (!e && a->check_crop) e = a->check_crop(l, tokens);
   return e;
 }
 
 static void apply_crop(kvc_layer* l, int64_t tokens) {
-  kvc_linear_apply_crop(l, tokens);
+  kvci_linear_apply_crop(l, tokens);
   const kvc_layer_ops* a = attention_ops(l);
   if (a->apply_crop) a->apply_crop(l, tokens);
 }
 
 static void reset(const kvc_cache* c, kvc_layer* l) {
-  kvc_linear_reset(c, l);
+  kvci_linear_reset(c, l);
   attention_ops(l)->reset(c, l);
 }
 
 #define KVC_HYBRID_OPS                                                                                       \
   {                                                                                                          \
     .check_update = check_update, .keep_for_update = keep_for_update, .apply_update = apply_update,          \
-    .seq_length = seq_length, .max_length = kvc_unbounded_max_length, .mask_sizes = mask_sizes, .check_crop = check_crop,  \
+    .seq_length = seq_length, .max_length = kvci_unbounded_max_length, .mask_sizes = mask_sizes, .check_crop = check_crop,  \
     .apply_crop = apply_crop, .reset = reset, .initial_capacity = initial_capacity,                          \
     .row_buffers = row_buffers, .ext_shell = ext_shell, .ext_free = ext_free, .fill_info = fill_info,        \
-    .check_stack = check_stack, .sync_ext = kvc_linear_sync,                                                 \
+    .check_stack = check_stack, .sync_ext = kvci_linear_sync,                                                 \
   }
 
 const kvc_layer_ops kvc_linear_dynamic_layer_ops = KVC_HYBRID_OPS;
@@ -199,17 +199,17 @@ const kvc_layer_ops kvc_linear_static_sliding_layer_ops = KVC_HYBRID_OPS;
 
 static kvc_error* check_options(const char* fn, uint32_t i, const kvc_layer_options* l) {
   if (l->num_states > 64)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->layers[%u].num_states is %u; it must be in [0, 64]", fn,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->layers[%u].num_states is %u; it must be in [0, 64]", fn,
                    i, l->num_states);
   if (l->conv_kernel_size < 0 || l->conv_kernel_size > INT32_MAX)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->layers[%u].conv_kernel_size is %" PRId64 "; use 0 (from the first input) or [1, 2^31)",
                    fn, i, l->conv_kernel_size);
   return NULL;
 }
 
 static void configure(kvc_layer* l, const kvc_layer_options* spec) {
-  kvc_linear_params* p = kvc_layer_params(kvc_linear_params, l);
+  kvc_linear_params* p = kvci_layer_params(kvc_linear_params, l);
   p->num_states = spec->num_states ? spec->num_states : 1;
   p->conv_kernel = spec->conv_kernel_size;
 }
@@ -244,14 +244,14 @@ const kvc_kind kvc_linear_dynamic_kind = KVC_HYBRID_KIND(KVC_LAYER_LINEAR_DYNAMI
                                                          kvc_linear_dynamic_layer_ops, NULL);
 const kvc_kind kvc_linear_dynamic_sliding_kind =
     KVC_HYBRID_KIND(KVC_LAYER_LINEAR_DYNAMIC_SLIDING, "linear + dynamic sliding",
-                    KVC_TRAIT_IS_LINEAR | KVC_TRAIT_SLIDING, kvc_linear_dynamic_sliding_layer_ops, kvc_capacity_window);
+                    KVC_TRAIT_IS_LINEAR | KVC_TRAIT_SLIDING, kvc_linear_dynamic_sliding_layer_ops, kvci_capacity_window);
 const kvc_kind kvc_linear_static_kind =
     KVC_HYBRID_KIND(KVC_LAYER_LINEAR_STATIC, "linear + static", KVC_TRAIT_IS_LINEAR | KVC_TRAIT_STATIC,
-                    kvc_linear_static_layer_ops, kvc_capacity_slots);
+                    kvc_linear_static_layer_ops, kvci_capacity_slots);
 const kvc_kind kvc_linear_static_sliding_kind =
     KVC_HYBRID_KIND(KVC_LAYER_LINEAR_STATIC_SLIDING, "linear + static sliding",
                     KVC_TRAIT_IS_LINEAR | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING, kvc_linear_static_sliding_layer_ops,
-                    kvc_capacity_slots);
+                    kvci_capacity_slots);
 
 static const kvc_layer_ops* attention_ops(const kvc_layer* l) {
   if (l->desc == &kvc_linear_dynamic_kind) return &kvc_dynamic_layer_ops;

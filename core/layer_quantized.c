@@ -13,42 +13,42 @@
 #include "half.h"
 #include "layer_quantized.h"
 
-int kvc_quant_axis(const kvc_quant_options* q, int which) { return which ? q->axis_value : q->axis_key; }
+int kvci_quant_axis(const kvc_quant_options* q, int which) { return which ? q->axis_value : q->axis_key; }
 
-int kvc_quant_per_channel(const kvc_quant_options* q, int which) {
-  int axis = kvc_quant_axis(q, which);
+int kvci_quant_per_channel(const kvc_quant_options* q, int which) {
+  int axis = kvci_quant_axis(q, which);
   return q->quantizer == KVC_QUANTIZER_QUANTO ? axis == -1 : axis == 0;
 }
 
-kvc_quantizer_spec kvc_quant_spec(const kvc_layer* l, int which) {
+kvc_quantizer_spec kvci_quant_spec(const kvc_layer* l, int which) {
   kvc_quantizer_spec s;
   memset(&s, 0, sizeof s);
-  s.quantizer = kvc_quant_opts(l)->quantizer;
-  s.nbits = kvc_quant_opts(l)->nbits;
+  s.quantizer = kvci_quant_opts(l)->quantizer;
+  s.nbits = kvci_quant_opts(l)->nbits;
   s.dtype = l->dtype;
-  s.axis = kvc_quant_axis(kvc_quant_opts(l), which);
+  s.axis = kvci_quant_axis(kvci_quant_opts(l), which);
   return s;
 }
 
-int64_t kvc_quant_record_bytes(const kvc_layer* l, int64_t group) {
-  return 2 * (int64_t)l->elem + (int64_t)kvc_packed_bytes(group, kvc_quant_opts(l)->nbits);
+int64_t kvci_quant_record_bytes(const kvc_layer* l, int64_t group) {
+  return 2 * (int64_t)l->elem + (int64_t)kvci_packed_bytes(group, kvci_quant_opts(l)->nbits);
 }
 
-void kvc_quant_put_record(const kvc_layer* l, unsigned char* rec, const uint8_t* codes, float scale, float zero,
+void kvci_quant_put_record(const kvc_layer* l, unsigned char* rec, const uint8_t* codes, float scale, float zero,
                           int64_t group) {
-  kvc_store_f32_unaligned(l->dtype, rec, scale);
-  kvc_store_f32_unaligned(l->dtype, rec + l->elem, zero);
-  kvc_pack_codes(codes, group, kvc_quant_opts(l)->nbits, rec + 2 * l->elem);
+  kvci_store_f32_unaligned(l->dtype, rec, scale);
+  kvci_store_f32_unaligned(l->dtype, rec + l->elem, zero);
+  kvci_pack_codes(codes, group, kvci_quant_opts(l)->nbits, rec + 2 * l->elem);
 }
 
-void kvc_quant_get_record(const kvc_layer* l, const unsigned char* rec, uint8_t* codes, float* scale, float* zero,
+void kvci_quant_get_record(const kvc_layer* l, const unsigned char* rec, uint8_t* codes, float* scale, float* zero,
                           int64_t group) {
-  *scale = kvc_load_f32_unaligned(l->dtype, rec);
-  *zero = kvc_load_f32_unaligned(l->dtype, rec + l->elem);
-  kvc_unpack_codes(rec + 2 * l->elem, group, kvc_quant_opts(l)->nbits, codes);
+  *scale = kvci_load_f32_unaligned(l->dtype, rec);
+  *zero = kvci_load_f32_unaligned(l->dtype, rec + l->elem);
+  kvci_unpack_codes(rec + 2 * l->elem, group, kvci_quant_opts(l)->nbits, codes);
 }
 
-void kvc_quant_set_view(kvc_layer* l, int which, void* data, uint64_t byte_offset, int64_t len, int64_t cap) {
+void kvci_quant_set_view(kvc_layer* l, int which, void* data, uint64_t byte_offset, int64_t len, int64_t cap) {
   kvc_tensor* t = which ? &l->views[1].value : &l->views[1].key;
   const int64_t d = which ? l->v_dim : l->k_dim;
   int64_t* shape = l->shape[1][which];
@@ -63,7 +63,7 @@ void kvc_quant_set_view(kvc_layer* l, int which, void* data, uint64_t byte_offse
   strides[3] = 1;
   t->data = data;
   t->byte_offset = byte_offset;
-  t->device = kvc_tier_device(l);
+  t->device = kvci_tier_device(l);
   t->ndim = 4;
   t->dtype = kvc_dtype_to_data_type(l->dtype);
   t->shape = shape;
@@ -72,7 +72,7 @@ void kvc_quant_set_view(kvc_layer* l, int which, void* data, uint64_t byte_offse
 
 /* ------------------------------------------------------------ ext state */
 
-int kvc_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes) {
+int kvci_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes) {
   if (x->scratch_bytes >= bytes) return 0;
   void* p = malloc(bytes ? bytes : 1);
   if (!p) return -1;
@@ -82,7 +82,7 @@ int kvc_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes) {
   return 0;
 }
 
-int kvc_quant_stage_rows(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* x, int which, int64_t row_bytes,
+int kvci_quant_stage_rows(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* x, int which, int64_t row_bytes,
                          int64_t unit_bytes) {
   const kvc_backend* be = c->backend;
   if (x->staged[which]) be->free(be->ctx, &c->exec, x->staged[which]);
@@ -98,7 +98,7 @@ int kvc_quant_stage_rows(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* 
   return 0;
 }
 
-void kvc_quant_trim_scratch(kvc_quant_ext* x) {
+void kvci_quant_trim_scratch(kvc_quant_ext* x) {
   /* A prefill's or a flush's working memory is large and not needed again soon; a decode step's is kept. */
   if (x->scratch_bytes > ((size_t)1 << 20)) {
     free(x->scratch);
@@ -107,26 +107,26 @@ void kvc_quant_trim_scratch(kvc_quant_ext* x) {
   }
 }
 
-void kvc_quant_release_staged(const kvc_cache* c, kvc_quant_ext* x) {
+void kvci_quant_release_staged(const kvc_cache* c, kvc_quant_ext* x) {
   const kvc_backend* be = c->backend;
   for (int i = 0; i < 2; i++) {
     if (x->staged[i]) be->free(be->ctx, &c->exec, x->staged[i]);
     x->staged[i] = NULL;
   }
-  kvc_store_free(c, 0, x->staged_store[0], x->staged_store[1]);
+  kvci_store_free(c, 0, x->staged_store[0], x->staged_store[1]);
   x->staged_store[0] = x->staged_store[1] = NULL;
-  kvc_quant_trim_scratch(x);
+  kvci_quant_trim_scratch(x);
 }
 
-void kvc_quant_drop_returned(const kvc_cache* c, kvc_quant_ext* x) {
-  kvc_store_free(c, 0, x->ret[0], x->ret[1]);
+void kvci_quant_drop_returned(const kvc_cache* c, kvc_quant_ext* x) {
+  kvci_store_free(c, 0, x->ret[0], x->ret[1]);
   x->ret[0] = x->ret[1] = NULL;
   x->ret_cap = x->ret_start = 0;
   x->ret_bytes = 0;
   x->ret_len = -1;
 }
 
-void kvc_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x) {
+void kvci_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x) {
   for (int i = 0; i < 2; i++) {
     if (x->rows[i].ptr) c->backend->free(c->backend->ctx, &c->exec, x->rows[i].ptr);
     x->rows[i].ptr = NULL;
@@ -144,18 +144,18 @@ static kvc_quant_ext* ext_for_update(kvc_layer* l) {
     x->ret_len = -1;
     l->ext = x;
   }
-  return kvc_quant_ext_of(l);
+  return kvci_quant_ext_of(l);
 }
 
 static int row_buffers(kvc_layer* l, kvc_row_buffer** out) {
-  *out = kvc_quant_ext_of(l)->rows;
+  *out = kvci_quant_ext_of(l)->rows;
   return 2;
 }
 
 static int ext_shell(const kvc_layer* src, kvc_layer* dst) {
   kvc_quant_ext* x = (kvc_quant_ext*)malloc(sizeof *x);
   if (!x) return -1;
-  *x = *kvc_quant_ext_of(src);
+  *x = *kvci_quant_ext_of(src);
   /* Rows are filled by the caller; staged memory, scratch and the last return belong to the source. */
   for (int i = 0; i < 2; i++) {
     x->rows[i].ptr = NULL;
@@ -173,10 +173,10 @@ static int ext_shell(const kvc_layer* src, kvc_layer* dst) {
 }
 
 static void ext_free(const kvc_cache* c, kvc_layer* l) {
-  kvc_quant_ext* x = kvc_quant_ext_of(l);
-  kvc_quant_drop_groups(c, x);
-  kvc_quant_release_staged(c, x);
-  kvc_quant_drop_returned(c, x);
+  kvc_quant_ext* x = kvci_quant_ext_of(l);
+  kvci_quant_drop_groups(c, x);
+  kvci_quant_release_staged(c, x);
+  kvci_quant_drop_returned(c, x);
   free(x->scratch);
   free(x);
   l->ext = NULL;
@@ -190,43 +190,43 @@ static void ext_free(const kvc_cache* c, kvc_layer* l) {
  */
 static kvc_error* check_quant(const char* fn, const char* arg, const kvc_quant_options* q) {
   if (q->quantizer != KVC_QUANTIZER_QUANTO && q->quantizer != KVC_QUANTIZER_HQQ)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: %s.quantizer is %d: unknown quantization backend; use KVC_QUANTIZER_QUANTO (1) or "
                    "KVC_QUANTIZER_HQQ (2)",
                    fn, arg, (int)q->quantizer);
   if (q->mode != KVC_QUANT_MODE_INCREMENTAL && q->mode != KVC_QUANT_MODE_TRANSFORMERS &&
       q->mode != KVC_QUANT_MODE_COMPACT)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: %s.mode is %d; use KVC_QUANT_MODE_INCREMENTAL (0), KVC_QUANT_MODE_TRANSFORMERS (1) or "
                    "KVC_QUANT_MODE_COMPACT (2)",
                    fn, arg, (int)q->mode);
   int quanto = q->quantizer == KVC_QUANTIZER_QUANTO;
   if (quanto ? (q->nbits != 2 && q->nbits != 4)
              : (q->nbits != 1 && q->nbits != 2 && q->nbits != 3 && q->nbits != 4 && q->nbits != 8))
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.nbits for the %s quantizer has to be one of %s but got %d", fn,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.nbits for the %s quantizer has to be one of %s but got %d", fn,
                    arg, quanto ? "quanto" : "hqq", quanto ? "[2, 4]" : "[1, 2, 3, 4, 8]", (int)q->nbits);
   const char* axes = quanto ? "[0, -1]" : "[0, 1]";
   int32_t other = quanto ? -1 : 1;
   if (q->axis_key != 0 && q->axis_key != other)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.axis_key for the %s quantizer has to be one of %s but got %d", fn,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.axis_key for the %s quantizer has to be one of %s but got %d", fn,
                    arg, quanto ? "quanto" : "hqq", axes, (int)q->axis_key);
   if (q->axis_value != 0 && q->axis_value != other)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.axis_value for the %s quantizer has to be one of %s but got %d",
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.axis_value for the %s quantizer has to be one of %s but got %d",
                    fn, arg, quanto ? "quanto" : "hqq", axes, (int)q->axis_value);
   if (q->q_group_size < 1 || q->q_group_size > INT32_MAX)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.q_group_size is %" PRId64 "; it must be in [1, 2^31)", fn, arg,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.q_group_size is %" PRId64 "; it must be in [1, 2^31)", fn, arg,
                    q->q_group_size);
   if (q->residual_length < 0 || q->residual_length > INT32_MAX)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.residual_length is %" PRId64 "; it must be in [0, 2^31)", fn,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.residual_length is %" PRId64 "; it must be in [0, 2^31)", fn,
                    arg, q->residual_length);
   return NULL;
 }
 
-kvc_error* kvc_quant_read_checked(const char* fn, const char* arg, const kvc_quant_options* in,
+kvc_error* kvci_quant_read_checked(const char* fn, const char* arg, const kvc_quant_options* in,
                                   kvc_quant_options* out) {
   *out = (kvc_quant_options)KVC_QUANT_OPTIONS_INIT;
   if (in) {
-    kvc_error* e = kvc_read_quant_options(fn, arg, in, out);
+    kvc_error* e = kvci_read_quant_options(fn, arg, in, out);
     if (e) return e;
   }
   return check_quant(fn, arg, out);
@@ -265,11 +265,11 @@ typedef kvc_error* (*mode_prepare)(const char* fn, const kvc_cache* c, kvc_layer
 static kvc_error* prepare_with(mode_prepare prepare, const char* fn, const kvc_cache* c, kvc_layer* l,
                                const kvc_tensor* key, const kvc_tensor* value) {
   if (c->device.device_type != KVC_DEVICE_CPU)
-    return kvc_err(KVC_ERROR_UNSUPPORTED,
+    return kvci_err(KVC_ERROR_UNSUPPORTED,
                    "%s: quantized layers quantize on the host and need a CPU cache (device type %d); use "
                    "KVC_DEVICE_CPU",
                    fn, (int)c->device.device_type);
-  if (!ext_for_update(l)) return kvc_err_oom();
+  if (!ext_for_update(l)) return kvci_err_oom();
   /* The layer index is not known here; the caller's checks named it for initialized layers already. */
   uint32_t index = 0;
   for (uint32_t i = 0; i < c->num_layers; i++)
@@ -284,20 +284,20 @@ static kvc_error* prepare_with(mode_prepare prepare, const char* fn, const kvc_c
     (void)o;                                                                                                 \
     return prepare_with(mode, fn, c, l, key, value);                                                         \
   }
-KVC_QUANT_PREPARE(prepare_incremental, kvc_quant_incremental_prepare)
-KVC_QUANT_PREPARE(prepare_transformers, kvc_quant_transformers_prepare)
-KVC_QUANT_PREPARE(prepare_compact, kvc_quant_compact_prepare)
+KVC_QUANT_PREPARE(prepare_incremental, kvci_quant_incremental_prepare)
+KVC_QUANT_PREPARE(prepare_transformers, kvci_quant_transformers_prepare)
+KVC_QUANT_PREPARE(prepare_compact, kvci_quant_compact_prepare)
 #undef KVC_QUANT_PREPARE
 
 /* Compact mode's store holds the residual only: the quantized tokens count too. */
 static int64_t seq_length_compact(const kvc_layer* l) {
-  const kvc_quant_ext* x = kvc_quant_ext_of(l);
-  return kvc_layer_stored(l) + (x ? x->quantized : 0);
+  const kvc_quant_ext* x = kvci_quant_ext_of(l);
+  return kvci_layer_stored(l) + (x ? x->quantized : 0);
 }
 
 /* The dynamic layer's rules (positive: legacy absolute length), over quantized tokens too. */
 static int crop_keep(const kvc_layer* l, int64_t tokens, int64_t* keep) {
-  return kvc_dynamic_crop_keep(l, l->ops->seq_length(l), tokens, keep);
+  return kvci_dynamic_crop_keep(l, l->ops->seq_length(l), tokens, keep);
 }
 
 /* Incremental and transformers modes: the store holds every token; the mode then forgets the groups cut. */
@@ -308,14 +308,14 @@ static void crop_store_then(kvc_layer* l, int64_t tokens, void (*crop_groups)(kv
   if (l->ext) crop_groups(l, keep);
 }
 
-static void crop_incremental(kvc_layer* l, int64_t tokens) { crop_store_then(l, tokens, kvc_quant_incremental_crop); }
-static void crop_transformers(kvc_layer* l, int64_t tokens) { crop_store_then(l, tokens, kvc_quant_transformers_crop); }
+static void crop_incremental(kvc_layer* l, int64_t tokens) { crop_store_then(l, tokens, kvci_quant_incremental_crop); }
+static void crop_transformers(kvc_layer* l, int64_t tokens) { crop_store_then(l, tokens, kvci_quant_transformers_crop); }
 
 static void crop_compact(kvc_layer* l, int64_t tokens) {
   int64_t keep;
   if (!crop_keep(l, tokens, &keep)) return;
   if (l->ext)
-    kvc_quant_compact_crop(l, keep);
+    kvci_quant_compact_crop(l, keep);
   else
     l->end = l->start + keep; /* nothing quantized yet: the store holds every token */
 }
@@ -323,21 +323,21 @@ static void crop_compact(kvc_layer* l, int64_t tokens) {
 /* transformers >= 5.2x drops the quantized states too: the next update starts afresh. */
 static void reset(const kvc_cache* c, kvc_layer* l) {
   l->start = l->end = 0;
-  kvc_quant_ext* x = kvc_quant_ext_of(l);
+  kvc_quant_ext* x = kvci_quant_ext_of(l);
   if (!x) return;
-  kvc_quant_drop_groups(c, x);
-  kvc_quant_release_staged(c, x);
-  kvc_quant_drop_returned(c, x);
+  kvci_quant_drop_groups(c, x);
+  kvci_quant_release_staged(c, x);
+  kvci_quant_drop_returned(c, x);
   x->quantized = 0;
 }
 
 static void fill_info(const kvc_layer* l, kvc_layer_info* info) {
-  const kvc_quant_ext* x = kvc_quant_ext_of(l);
+  const kvc_quant_ext* x = kvci_quant_ext_of(l);
   info->quantized_length = x ? x->quantized : 0;
 }
 
 static void memory(const kvc_layer* l, uint64_t* extra_reserved, uint64_t* quantized) {
-  const kvc_quant_ext* x = kvc_quant_ext_of(l);
+  const kvc_quant_ext* x = kvci_quant_ext_of(l);
   *extra_reserved = 0;
   *quantized = 0;
   if (!x) return;
@@ -348,10 +348,10 @@ static void memory(const kvc_layer* l, uint64_t* extra_reserved, uint64_t* quant
 
 static kvc_error* check_stack(const char* fn, const kvc_layer* first, const kvc_layer* other, uint32_t index,
                               size_t which) {
-  const kvc_quant_ext *a = kvc_quant_ext_of(first), *b = kvc_quant_ext_of(other);
+  const kvc_quant_ext *a = kvci_quant_ext_of(first), *b = kvci_quant_ext_of(other);
   int64_t qa = a ? a->quantized : 0, qb = b ? b->quantized : 0;
   if (qa != qb)
-    return kvc_err(KVC_ERROR_INVALID_STATE,
+    return kvci_err(KVC_ERROR_INVALID_STATE,
                    "%s: layer %u of splits[%zu] has quantized_length %" PRId64 " but splits[0] has %" PRId64
                    "; splits must agree to be stacked",
                    fn, index, which, qb, qa);
@@ -359,7 +359,7 @@ static kvc_error* check_stack(const char* fn, const kvc_layer* first, const kvc_
     int64_t ua = a && a->rows[i].ptr ? a->units[i] : 0, ub = b && b->rows[i].ptr ? b->units[i] : 0;
     int64_t ba = a ? a->unit_bytes[i] : 0, bb = b ? b->unit_bytes[i] : 0;
     if (ua != ub || (ua && ba != bb))
-      return kvc_err(KVC_ERROR_INVALID_STATE,
+      return kvci_err(KVC_ERROR_INVALID_STATE,
                      "%s: layer %u of splits[%zu] holds %" PRId64 " quantized %s units of %" PRId64
                      " bytes but splits[0] holds %" PRId64 " of %" PRId64 "; splits must agree to be stacked",
                      fn, index, which, ub, i ? "value" : "key", bb, ua, ba);
@@ -369,39 +369,39 @@ static kvc_error* check_stack(const char* fn, const kvc_layer* first, const kvc_
 
 /* The entries every mode's table shares: the dynamic layer's growth and lengths, and the extension state. */
 #define KVC_QUANT_SHARED_OPS                                                                                  \
-  .keep_for_update = kvc_dynamic_keep_for_update, .max_length = kvc_unbounded_max_length,                   \
-  .mask_sizes = kvc_dynamic_mask_sizes, .check_crop = kvc_crop_allowed, .reset = reset,                     \
-  .initial_capacity = kvc_dynamic_initial_capacity, .check_first_update = check_first_update,               \
+  .keep_for_update = kvci_dynamic_keep_for_update, .max_length = kvci_unbounded_max_length,                   \
+  .mask_sizes = kvci_dynamic_mask_sizes, .check_crop = kvci_crop_allowed, .reset = reset,                     \
+  .initial_capacity = kvci_dynamic_initial_capacity, .check_first_update = check_first_update,               \
   .row_buffers = row_buffers, .ext_shell = ext_shell, .ext_free = ext_free, .fill_info = fill_info,         \
   .check_stack = check_stack, .memory = memory
 
 /* KVC_QUANT_MODE_INCREMENTAL: its tokens return from the store (set_return NULL). */
 static const kvc_layer_ops incremental_ops = {
     KVC_QUANT_SHARED_OPS,
-    .check_update = kvc_quant_incremental_check, /* positions are ignored, as by the dynamic layer */
+    .check_update = kvci_quant_incremental_check, /* positions are ignored, as by the dynamic layer */
     .prepare_tokens = prepare_incremental,
-    .apply_update = kvc_quant_incremental_apply,
-    .seq_length = kvc_dynamic_seq_length,
+    .apply_update = kvci_quant_incremental_apply,
+    .seq_length = kvci_dynamic_seq_length,
     .apply_crop = crop_incremental,
 };
 
 static const kvc_layer_ops transformers_ops = {
     KVC_QUANT_SHARED_OPS,
-    .check_update = kvc_quant_transformers_check,
+    .check_update = kvci_quant_transformers_check,
     .prepare_tokens = prepare_transformers,
-    .apply_update = kvc_quant_transformers_apply,
-    .set_return = kvc_quant_transformers_set_return,
-    .seq_length = kvc_dynamic_seq_length,
+    .apply_update = kvci_quant_transformers_apply,
+    .set_return = kvci_quant_transformers_set_return,
+    .seq_length = kvci_dynamic_seq_length,
     .apply_crop = crop_transformers,
 };
 
 /* Compact mode runs the incremental checks: its timeline is the incremental one without the history. */
 static const kvc_layer_ops compact_ops = {
     KVC_QUANT_SHARED_OPS,
-    .check_update = kvc_quant_incremental_check, /* positions are ignored, as by the dynamic layer */
+    .check_update = kvci_quant_incremental_check, /* positions are ignored, as by the dynamic layer */
     .prepare_tokens = prepare_compact,
-    .apply_update = kvc_quant_compact_apply,
-    .set_return = kvc_quant_compact_set_return,
+    .apply_update = kvci_quant_compact_apply,
+    .set_return = kvci_quant_compact_set_return,
     .seq_length = seq_length_compact,
     .apply_crop = crop_compact,
 };
@@ -410,15 +410,15 @@ static kvc_error* check_options(const char* fn, uint32_t index, const kvc_layer_
   char arg[48];
   snprintf(arg, sizeof arg, "options->layers[%u].quant", index);
   kvc_quant_options q;
-  return kvc_quant_read_checked(fn, arg, spec->quant, &q);
+  return kvci_quant_read_checked(fn, arg, spec->quant, &q);
 }
 
 KVC_PARAMS_FIT(kvc_quant_options);
 
 static void configure(kvc_layer* l, const kvc_layer_options* spec) {
-  kvc_quant_options* q = kvc_layer_params(kvc_quant_options, l);
+  kvc_quant_options* q = kvci_layer_params(kvc_quant_options, l);
   *q = (kvc_quant_options)KVC_QUANT_OPTIONS_INIT;
-  if (spec->quant) kvc_read_quant_options("kvc_cache_create", "quant", spec->quant, q); /* checked: cannot fail */
+  if (spec->quant) kvci_read_quant_options("kvc_cache_create", "quant", spec->quant, q); /* checked: cannot fail */
   l->ops = q->mode == KVC_QUANT_MODE_TRANSFORMERS ? &transformers_ops
            : q->mode == KVC_QUANT_MODE_COMPACT    ? &compact_ops
                                                   : &incremental_ops;
@@ -431,7 +431,7 @@ const kvc_kind kvc_quantized_kind = {
     .ops = &incremental_ops, /* the default mode's; configure sets the layer's mode's */
     .check_options = check_options,
     .configure = configure,
-    .prepare_call = kvc_quant_scratch_begin,
-    .state_bytes = kvc_quant_scratch_bytes,
-    .free_state = kvc_quant_scratch_free,
+    .prepare_call = kvci_quant_scratch_begin,
+    .state_bytes = kvci_quant_scratch_bytes,
+    .free_state = kvci_quant_scratch_free,
 };

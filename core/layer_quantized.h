@@ -50,7 +50,7 @@ typedef struct kvc_quant_ext {
   int64_t ret_len;          /* tokens the last update returned from ret; -1: it returned the store */
 
   /* Compact mode: the store holds the residual only. The last update's return lives at byte ret_off of the
-   * cache's shared scratch (kvc_quant_scratch). Dequantizing needs no memory of its own (kvc_dequantize_packed
+   * cache's shared scratch (kvc_quant_scratch). Dequantizing needs no memory of its own (kvci_dequantize_packed
    * works in fixed chunks), so crop, which cannot fail, can dequantize a block back into the residual. */
   size_t ret_off;
   void* ret_base;           /* the region's address, set by apply once the scratch is final */
@@ -71,52 +71,52 @@ struct kvc_quant_scratch {
 };
 
 /* The layer's quantization options (its parameter block). */
-static inline const kvc_quant_options* kvc_quant_opts(const kvc_layer* l) {
-  return kvc_layer_params(const kvc_quant_options, l);
+static inline const kvc_quant_options* kvci_quant_opts(const kvc_layer* l) {
+  return kvci_layer_params(const kvc_quant_options, l);
 }
 
-static inline int kvc_quant_compact(const kvc_layer* l) { return kvc_quant_opts(l)->mode == KVC_QUANT_MODE_COMPACT; }
+static inline int kvci_quant_compact(const kvc_layer* l) { return kvci_quant_opts(l)->mode == KVC_QUANT_MODE_COMPACT; }
 
 /* Reads quant options (NULL: defaults) into *out and checks them as transformers does, plus our bounds. */
-kvc_error* kvc_quant_read_checked(const char* fn, const char* arg, const kvc_quant_options* in,
+kvc_error* kvci_quant_read_checked(const char* fn, const char* arg, const kvc_quant_options* in,
                                   kvc_quant_options* out);
 
-static inline kvc_quant_ext* kvc_quant_ext_of(const kvc_layer* l) { return (kvc_quant_ext*)l->ext; }
+static inline kvc_quant_ext* kvci_quant_ext_of(const kvc_layer* l) { return (kvc_quant_ext*)l->ext; }
 
 /*
  * The compact layers' shared scratch, the kind's cache-wide state
  * (kvc_kind hooks): begin is prepare_call (creates it, starts the call's
  * regions), bytes is state_bytes, free is free_state.
  */
-kvc_error* kvc_quant_scratch_begin(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count);
-uint64_t kvc_quant_scratch_bytes(const kvc_cache* cache);
-void kvc_quant_scratch_free(kvc_cache* cache);
+kvc_error* kvci_quant_scratch_begin(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count);
+uint64_t kvci_quant_scratch_bytes(const kvc_cache* cache);
+void kvci_quant_scratch_free(kvc_cache* cache);
 
 /* Per-channel groups (quanto axis -1, HQQ axis 0): a channel over tokens; else consecutive head_dim elements. */
-int kvc_quant_per_channel(const kvc_quant_options* q, int which);
-int kvc_quant_axis(const kvc_quant_options* q, int which);
+int kvci_quant_per_channel(const kvc_quant_options* q, int which);
+int kvci_quant_axis(const kvc_quant_options* q, int which);
 /* The quantizer arithmetic's description for the layer's dtype and the keys' (0) or values' (1) axis. */
-kvc_quantizer_spec kvc_quant_spec(const kvc_layer* l, int which);
+kvc_quantizer_spec kvci_quant_spec(const kvc_layer* l, int which);
 /* Bytes of one group's record: scale, zero point and packed codes. */
-int64_t kvc_quant_record_bytes(const kvc_layer* l, int64_t group);
+int64_t kvci_quant_record_bytes(const kvc_layer* l, int64_t group);
 
 /*
  * Writes group `g` of a quantizer call (codes unpacked, [ngroups][group]) as
  * a record at `rec`; reads one back into unpacked codes and float32 params.
  */
-void kvc_quant_put_record(const kvc_layer* l, unsigned char* rec, const uint8_t* codes, float scale, float zero,
+void kvci_quant_put_record(const kvc_layer* l, unsigned char* rec, const uint8_t* codes, float scale, float zero,
                           int64_t group);
-void kvc_quant_get_record(const kvc_layer* l, const unsigned char* rec, uint8_t* codes, float* scale, float* zero,
+void kvci_quant_get_record(const kvc_layer* l, const unsigned char* rec, uint8_t* codes, float* scale, float* zero,
                           int64_t group);
-/* `ngroups` consecutive records of `group` codes from `rec`, as kvc_dequantize_packed reads them. */
-static inline kvc_packed_groups kvc_quant_records(const kvc_layer* l, const unsigned char* rec, int64_t ngroups,
+/* `ngroups` consecutive records of `group` codes from `rec`, as kvci_dequantize_packed reads them. */
+static inline kvc_packed_groups kvci_quant_records(const kvc_layer* l, const unsigned char* rec, int64_t ngroups,
                                                   int64_t group) {
-  kvc_packed_groups p = {rec + 2 * l->elem, rec, rec + l->elem, kvc_quant_record_bytes(l, group), ngroups, group};
+  kvc_packed_groups p = {rec + 2 * l->elem, rec, rec + l->elem, kvci_quant_record_bytes(l, group), ngroups, group};
   return p;
 }
 
 /* Element (b, h, s, d) of the store's keys (which 0) or values (1): s is a physical slot. */
-static inline int64_t kvc_quant_store_index(const kvc_layer* l, int which, int64_t b, int64_t h, int64_t s,
+static inline int64_t kvci_quant_store_index(const kvc_layer* l, int which, int64_t b, int64_t h, int64_t s,
                                             int64_t d) {
   int64_t dim = which ? l->v_dim : l->k_dim;
   return ((b * l->heads + h) * l->cap + s) * dim + d;
@@ -127,7 +127,7 @@ static inline int64_t kvc_quant_store_index(const kvc_layer* l, int which, int64
  * aligned), and *at moves past it. With base NULL it only measures (the
  * first pass of a layout) and returns NULL.
  */
-static inline void* kvc_quant_take(char* base, size_t* at, size_t bytes) {
+static inline void* kvci_quant_take(char* base, size_t* at, size_t bytes) {
   void* p = base ? (void*)(base + *at) : NULL;
   *at = (*at + bytes + 15) & ~(size_t)15;
   return p;
@@ -138,21 +138,21 @@ static inline void* kvc_quant_take(char* base, size_t* at, size_t bytes) {
  * of a [B, H, cap, D] buffer other than the store: the modes whose return
  * is a copy of their own.
  */
-void kvc_quant_set_view(kvc_layer* l, int which, void* data, uint64_t byte_offset, int64_t len, int64_t cap);
+void kvci_quant_set_view(kvc_layer* l, int which, void* data, uint64_t byte_offset, int64_t len, int64_t cap);
 
 /* Host scratch of at least `bytes` in ext (prepare phase); -1 when out of memory. */
-int kvc_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes);
+int kvci_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes);
 /* Stages a zeroed group buffer of `row_bytes` per row for tensor `which` (prepare phase); -1 when out of memory. */
-int kvc_quant_stage_rows(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* x, int which, int64_t row_bytes,
+int kvci_quant_stage_rows(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* x, int which, int64_t row_bytes,
                          int64_t unit_bytes);
 /* Frees what prepare_tokens staged and apply did not adopt (apply phase or a later prepare), and large scratch. */
-void kvc_quant_release_staged(const kvc_cache* c, kvc_quant_ext* x);
+void kvci_quant_release_staged(const kvc_cache* c, kvc_quant_ext* x);
 /* Frees the host scratch when it is large (a prefill's or a flush's). */
-void kvc_quant_trim_scratch(kvc_quant_ext* x);
+void kvci_quant_trim_scratch(kvc_quant_ext* x);
 /* Frees the store the last quantizing update returned from (transformers mode). */
-void kvc_quant_drop_returned(const kvc_cache* c, kvc_quant_ext* x);
+void kvci_quant_drop_returned(const kvc_cache* c, kvc_quant_ext* x);
 /* Frees the group buffers and forgets their units. */
-void kvc_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x);
+void kvci_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x);
 
 /*
  * The modes' update timelines (incremental below; compact and transformers
@@ -164,16 +164,16 @@ void kvc_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x);
  * fail, changing nothing visible). apply: the write phase (cannot fail).
  * crop: after the store was cut to `keep` tokens.
  */
-kvc_error* kvc_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+kvc_error* kvci_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                        const kvc_update_options* o);
-kvc_error* kvc_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
+kvc_error* kvci_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                          const kvc_tensor* key, const kvc_tensor* value, int64_t n);
-kvc_region kvc_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+kvc_region kvci_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
                                        int64_t n, const kvc_update_options* o);
-void kvc_quant_incremental_crop(kvc_layer* l, int64_t keep);
+void kvci_quant_incremental_crop(kvc_layer* l, int64_t keep);
 /* Tokens of one block (incremental and compact modes): q_group_size when either tensor has per-channel groups. */
-int64_t kvc_quant_block_tokens(const kvc_layer* l);
-int64_t kvc_quant_unit_tokens(const kvc_layer* l, int which);
+int64_t kvci_quant_block_tokens(const kvc_layer* l);
+int64_t kvci_quant_unit_tokens(const kvc_layer* l, int which);
 
 /*
  * Compact mode (layer_quantized_compact.c): the incremental timeline without
@@ -183,22 +183,22 @@ int64_t kvc_quant_unit_tokens(const kvc_layer* l, int which);
  * the residual into the region; set_return points the view at it. crop: the
  * kept tokens of a block it cuts into go back to the store as the residual.
  */
-kvc_error* kvc_quant_compact_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
+kvc_error* kvci_quant_compact_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                      const kvc_tensor* key, const kvc_tensor* value, int64_t n);
-kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+kvc_region kvci_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
                                    int64_t n, const kvc_update_options* o);
-void kvc_quant_compact_set_return(kvc_layer* l, kvc_region r);
-void kvc_quant_compact_crop(kvc_layer* l, int64_t keep);
+void kvci_quant_compact_set_return(kvc_layer* l, kvc_region r);
+void kvci_quant_compact_crop(kvc_layer* l, int64_t keep);
 
 /* Transformers mode (layer_quantized_transformers.c): transformers' own timeline, requantizing the whole tensor. */
-kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+kvc_error* kvci_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                         const kvc_update_options* o);
-kvc_error* kvc_quant_transformers_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
+kvc_error* kvci_quant_transformers_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                           const kvc_tensor* key, const kvc_tensor* value, int64_t n);
-kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+kvc_region kvci_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
                                         int64_t n, const kvc_update_options* o);
-void kvc_quant_transformers_crop(kvc_layer* l, int64_t keep);
+void kvci_quant_transformers_crop(kvc_layer* l, int64_t keep);
 /* Points the returned view at the last quantizing update's own copy (transformers mode). */
-void kvc_quant_transformers_set_return(kvc_layer* l, kvc_region r);
+void kvci_quant_transformers_set_return(kvc_layer* l, kvc_region r);
 
 #endif /* KVC_CORE_LAYER_QUANTIZED_H */

@@ -20,24 +20,24 @@
 /* The cache-wide scratch lives in the quantized kind's slot of the cache. */
 #define SCRATCH(c) ((struct kvc_quant_scratch*)(c)->kind_state[KVC_LAYER_QUANTIZED])
 
-kvc_error* kvc_quant_scratch_begin(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count) {
+kvc_error* kvci_quant_scratch_begin(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count) {
   (void)call;
   int any = 0;
   for (uint32_t i = first; i < first + count; i++)
-    if (c->layers[i]->kind == KVC_LAYER_QUANTIZED && kvc_quant_compact(c->layers[i])) any = 1;
+    if (c->layers[i]->kind == KVC_LAYER_QUANTIZED && kvci_quant_compact(c->layers[i])) any = 1;
   if (!any) return NULL;
   if (!SCRATCH(c) && !(c->kind_state[KVC_LAYER_QUANTIZED] = calloc(1, sizeof(struct kvc_quant_scratch))))
-    return kvc_err_oom();
+    return kvci_err_oom();
   SCRATCH(c)->used = 0;
   return NULL;
 }
 
-uint64_t kvc_quant_scratch_bytes(const kvc_cache* c) {
+uint64_t kvci_quant_scratch_bytes(const kvc_cache* c) {
   /* A staged buffer (a failed call's) is not counted: it is adopted or replaced by the next update. */
   return SCRATCH(c) ? (uint64_t)SCRATCH(c)->bytes : 0;
 }
 
-void kvc_quant_scratch_free(kvc_cache* c) {
+void kvci_quant_scratch_free(kvc_cache* c) {
   struct kvc_quant_scratch* s = SCRATCH(c);
   if (!s) return;
   const kvc_backend* be = c->backend;
@@ -81,20 +81,20 @@ static int64_t dim_of(const kvc_layer* l, int which) { return which ? l->v_dim :
  */
 static void dequantize_unit(const kvc_layer* l, int which, int64_t b, int64_t unit, int64_t lo, int64_t hi,
                             void* dst, int64_t len, int64_t to) {
-  const kvc_quant_ext* x = kvc_quant_ext_of(l);
-  const int64_t g = kvc_quant_opts(l)->q_group_size, d = dim_of(l, which);
-  const int channel = kvc_quant_per_channel(kvc_quant_opts(l), which);
+  const kvc_quant_ext* x = kvci_quant_ext_of(l);
+  const int64_t g = kvci_quant_opts(l)->q_group_size, d = dim_of(l, which);
+  const int channel = kvci_quant_per_channel(kvci_quant_opts(l), which);
   const unsigned char* rec =
       (const unsigned char*)x->rows[which].ptr + b * x->rows[which].row_bytes + unit * x->unit_bytes[which];
-  const kvc_quantizer_spec spec = kvc_quant_spec(l, which);
+  const kvc_quantizer_spec spec = kvci_quant_spec(l, which);
   const int64_t groups = channel ? d : d / g; /* per head: a unit is [heads][groups] records */
-  const kvc_packed_groups src = kvc_quant_records(l, rec, l->heads * groups, g);
+  const kvc_packed_groups src = kvci_quant_records(l, rec, l->heads * groups, g);
   /* Per-channel: group j of a head is channel j of tokens 0..g-1 (lo..hi-1 written); per-token: elements j*g.. of
    * the unit's one token. */
   const int64_t at = channel ? (to + lo) * d : to * d;
   const kvc_dequant_dst out = {(unsigned char*)dst + at * (int64_t)l->elem, groups, len * d, channel ? 1 : g,
                                channel ? d : 1};
-  kvc_dequantize_packed(&spec, &src, channel ? lo : 0, channel ? hi : g, &out);
+  kvci_dequantize_packed(&spec, &src, channel ? lo : 0, channel ? hi : g, &out);
 }
 
 /* Offset of element (b, h, s, 0) of tensor `which` in [B][H][len][dim] elements. */
@@ -104,12 +104,12 @@ static int64_t row_offset(const kvc_layer* l, int which, int64_t b, int64_t len)
 
 /* Dequantized history then residual, into the layer's scratch region. */
 static void materialize(kvc_layer* l) {
-  kvc_quant_ext* x = kvc_quant_ext_of(l);
-  const int64_t q = x->quantized, r = kvc_layer_stored(l), len = q + r;
+  kvc_quant_ext* x = kvci_quant_ext_of(l);
+  const int64_t q = x->quantized, r = kvci_layer_stored(l), len = q + r;
   unsigned char* base = (unsigned char*)x->ret_base;
   if (len == 0 || !base) return; /* nothing to write (and no scratch to point into) */
   for (int w = 0; w < 2; w++) {
-    const int64_t d = dim_of(l, w), ut = kvc_quant_unit_tokens(l, w);
+    const int64_t d = dim_of(l, w), ut = kvci_quant_unit_tokens(l, w);
     unsigned char* t = base + (w ? (uint64_t)(l->batch * l->heads * len * l->k_dim) * l->elem : 0);
     const unsigned char* store = (const unsigned char*)(w ? l->v : l->k);
     for (int64_t b = 0; b < l->batch; b++) {
@@ -117,7 +117,7 @@ static void materialize(kvc_layer* l) {
       for (int64_t u = 0; u < x->units[w]; u++) dequantize_unit(l, w, b, u, 0, ut, row, len, u * ut);
       for (int64_t h = 0; h < l->heads && r; h++)
         memcpy(row + (h * len + q) * d * (int64_t)l->elem,
-               store + kvc_quant_store_index(l, w, b, h, l->start, 0) * (int64_t)l->elem,
+               store + kvci_quant_store_index(l, w, b, h, l->start, 0) * (int64_t)l->elem,
                (size_t)(r * d) * l->elem);
     }
   }
@@ -133,30 +133,30 @@ static void materialize(kvc_layer* l) {
  * stays. The room kept is at least a block, which crop relies on.
  */
 static void shrink_store(const kvc_cache* c, kvc_layer* l) {
-  const int64_t stored = kvc_layer_stored(l), want = stored + kvc_quant_block_tokens(l) + 32;
+  const int64_t stored = kvci_layer_stored(l), want = stored + kvci_quant_block_tokens(l) + 32;
   if (l->cap <= 2 * want) return;
   void *k = NULL, *v = NULL;
-  if (kvc_store_alloc(c, l->batch, l->heads, want, l->k_dim, l->v_dim, l->elem, &k, &v)) return;
-  kvc_layer_adopt_store(c, l, k, v, want, (kvc_region){l->start, l->end});
+  if (kvci_store_alloc(c, l->batch, l->heads, want, l->k_dim, l->v_dim, l->elem, &k, &v)) return;
+  kvci_layer_adopt_store(c, l, k, v, want, (kvc_region){l->start, l->end});
 }
 
-kvc_error* kvc_quant_compact_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
+kvc_error* kvci_quant_compact_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                      const kvc_tensor* key, const kvc_tensor* value, int64_t n) {
-  kvc_quant_ext* x = kvc_quant_ext_of(l);
-  kvc_error* e = kvc_quant_incremental_prepare(fn, c, l, index, key, value, n);
+  kvc_quant_ext* x = kvci_quant_ext_of(l);
+  kvc_error* e = kvci_quant_incremental_prepare(fn, c, l, index, key, value, n);
   if (e) return e;
   /* The return holds every token: the history, the residual and the new tokens. */
-  uint64_t len = (uint64_t)(x->quantized + kvc_layer_stored(l) + n), bytes;
+  uint64_t len = (uint64_t)(x->quantized + kvci_layer_stored(l) + n), bytes;
   if (__builtin_mul_overflow((uint64_t)(l->batch * l->heads) * len, (uint64_t)(l->k_dim + l->v_dim) * l->elem,
                              &bytes) ||
       claim_region(c, bytes, &x->ret_off)) {
-    kvc_quant_release_staged(c, x);
-    return kvc_err_oom();
+    kvci_quant_release_staged(c, x);
+    return kvci_err_oom();
   }
   return NULL;
 }
 
-kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+kvc_region kvci_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
                                    int64_t n, const kvc_update_options* o) {
   struct kvc_quant_scratch* s = SCRATCH(c);
   if (s->staged) { /* the first compact layer of the call adopts the grown scratch: older views expire now */
@@ -167,21 +167,21 @@ kvc_region kvc_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_t
     s->staged = NULL;
     s->staged_bytes = 0;
   }
-  kvc_region r = kvc_quant_incremental_apply(c, l, k, v, n, o);
+  kvc_region r = kvci_quant_incremental_apply(c, l, k, v, n, o);
   shrink_store(c, l);
   /* An empty layer's region has no bytes and the scratch may not exist yet: no offset on NULL (undefined in C). */
-  kvc_quant_ext_of(l)->ret_base = s->buf ? (unsigned char*)s->buf + kvc_quant_ext_of(l)->ret_off : NULL;
+  kvci_quant_ext_of(l)->ret_base = s->buf ? (unsigned char*)s->buf + kvci_quant_ext_of(l)->ret_off : NULL;
   materialize(l);
   return r;
 }
 
-void kvc_quant_compact_set_return(kvc_layer* l, kvc_region r) {
+void kvci_quant_compact_set_return(kvc_layer* l, kvc_region r) {
   (void)r;
-  const kvc_quant_ext* x = kvc_quant_ext_of(l);
+  const kvc_quant_ext* x = kvci_quant_ext_of(l);
   /* The cache is not reachable from here: apply recorded the region's address. */
-  const int64_t len = x->quantized + kvc_layer_stored(l);
+  const int64_t len = x->quantized + kvci_layer_stored(l);
   for (int w = 0; w < 2; w++) /* keys, then values, each [B, H, len, D] */
-    kvc_quant_set_view(l, w, x->ret_base, w ? (uint64_t)(l->batch * l->heads * len * l->k_dim) * l->elem : 0, len,
+    kvci_quant_set_view(l, w, x->ret_base, w ? (uint64_t)(l->batch * l->heads * len * l->k_dim) * l->elem : 0, len,
                        len);
 }
 
@@ -191,18 +191,18 @@ void kvc_quant_compact_set_return(kvc_layer* l, kvc_region r) {
  * slots (the residual after them is cut anyway). The store has room: it
  * once held that whole block, and capacities never shrink.
  */
-void kvc_quant_compact_crop(kvc_layer* l, int64_t keep) {
-  kvc_quant_ext* x = kvc_quant_ext_of(l);
+void kvci_quant_compact_crop(kvc_layer* l, int64_t keep) {
+  kvc_quant_ext* x = kvci_quant_ext_of(l);
   const int64_t q = x->quantized;
   if (keep >= q) {
     l->end = l->start + (keep - q);
     return;
   }
-  const int64_t b = kvc_quant_block_tokens(l), nq = keep / b * b;
+  const int64_t b = kvci_quant_block_tokens(l), nq = keep / b * b;
   l->start = 0;
   l->end = keep - nq;
   for (int w = 0; w < 2; w++) {
-    const int64_t ut = kvc_quant_unit_tokens(l, w);
+    const int64_t ut = kvci_quant_unit_tokens(l, w);
     void* store = w ? l->v : l->k;
     for (int64_t row = 0; row < l->batch; row++) {
       unsigned char* dst = (unsigned char*)store + row * l->heads * l->cap * dim_of(l, w) * (int64_t)l->elem;
@@ -212,5 +212,5 @@ void kvc_quant_compact_crop(kvc_layer* l, int64_t keep) {
     }
   }
   x->quantized = nq;
-  for (int w = 0; w < 2; w++) x->units[w] = nq / kvc_quant_unit_tokens(l, w);
+  for (int w = 0; w < 2; w++) x->units[w] = nq / kvci_quant_unit_tokens(l, w);
 }

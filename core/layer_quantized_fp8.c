@@ -62,14 +62,14 @@ static int64_t at(const int64_t st[4], int64_t b, int64_t h, int64_t s, int64_t 
 /* torch's t.abs().amax() of a strided [B, H, n, D] input: exact; a NaN anywhere gives NaN. */
 static float input_amax(kvc_dtype dt, const kvc_tensor* t) {
   int64_t st[4];
-  kvc_tensor_strides(t, st);
-  const void* base = kvc_tensor_base(t);
+  kvci_tensor_strides(t, st);
+  const void* base = kvci_tensor_base(t);
   float m = 0.0f;
   for (int64_t b = 0; b < t->shape[0]; b++)
     for (int64_t h = 0; h < t->shape[1]; h++)
       for (int64_t s = 0; s < t->shape[2]; s++)
         for (int64_t d = 0; d < t->shape[3]; d++) {
-          float a = fabsf(kvc_load_f32(dt, base, at(st, b, h, s, d)));
+          float a = fabsf(kvci_load_f32(dt, base, at(st, b, h, s, d)));
           if (isnan(a)) return a;
           if (a > m) m = a;
         }
@@ -79,16 +79,16 @@ static float input_amax(kvc_dtype dt, const kvc_tensor* t) {
 /* Writes dequantize(quantize(input)) into store slots [slot, slot + n) of keys (w 0) or values (w 1). */
 static void write_round_trip(kvc_layer* l, int w, const kvc_tensor* t, float scale, int64_t slot) {
   int64_t ss[4], ds[4];
-  kvc_tensor_strides(t, ss);
-  kvc_store_strides(l, w, ds);
-  const void* src = kvc_tensor_base(t);
+  kvci_tensor_strides(t, ss);
+  kvci_store_strides(l, w, ds);
+  const void* src = kvci_tensor_base(t);
   void* dst = w ? l->v : l->k;
   for (int64_t b = 0; b < t->shape[0]; b++)
     for (int64_t h = 0; h < t->shape[1]; h++)
       for (int64_t s = 0; s < t->shape[2]; s++)
         for (int64_t d = 0; d < t->shape[3]; d++) {
-          uint8_t code = kvc_fp8_e4m3fn_from_f32(kvc_load_f32(l->dtype, src, at(ss, b, h, s, d)) / scale);
-          kvc_store_f32(l->dtype, dst, at(ds, b, h, slot + s, d), kvc_fp8_e4m3fn_to_f32(code) * scale);
+          uint8_t code = kvci_fp8_e4m3fn_from_f32(kvci_load_f32(l->dtype, src, at(ss, b, h, s, d)) / scale);
+          kvci_store_f32(l->dtype, dst, at(ds, b, h, slot + s, d), kvci_fp8_e4m3fn_to_f32(code) * scale);
         }
 }
 
@@ -101,21 +101,21 @@ static kvc_error* prepare_tokens(const char* fn, const kvc_cache* c, kvc_layer* 
                                  const kvc_tensor* value, const kvc_update_options* o) {
   (void)o;
   if (c->device.device_type != KVC_DEVICE_CPU)
-    return kvc_err(KVC_ERROR_UNSUPPORTED,
+    return kvci_err(KVC_ERROR_UNSUPPORTED,
                    "%s: fp8 quantized layers quantize on the host and need a CPU cache (device type %d); use "
                    "KVC_DEVICE_CPU",
                    fn, (int)c->device.device_type);
-  if (!l->ext && !(l->ext = calloc(1, sizeof(fp8_ext)))) return kvc_err_oom();
+  if (!l->ext && !(l->ext = calloc(1, sizeof(fp8_ext)))) return kvci_err_oom();
   fp8_ext* x = ext_of(l);
   const kvc_tensor* in[2] = {key, value};
   free_buffers(c, x->next_first, x->next_bytes); /* a failed call's */
   if (!x->calibrated) {
     for (int w = 0; w < 2; w++) {
       size_t bytes = (size_t)(in[w]->shape[0] * in[w]->shape[1] * in[w]->shape[2] * in[w]->shape[3]) * l->elem;
-      x->pending[w] = kvc_fp8_scale(input_amax(l->dtype, in[w]));
+      x->pending[w] = kvci_fp8_scale(input_amax(l->dtype, in[w]));
       if (bytes && !(x->next_first[w] = c->backend->alloc_zeroed(c->backend->ctx, &c->exec, bytes))) {
         free_buffers(c, x->next_first, x->next_bytes);
-        return kvc_err_oom();
+        return kvci_err_oom();
       }
       x->next_bytes[w] = bytes;
     }
@@ -139,11 +139,11 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
       int64_t ss[4];
       memcpy(shape, in[w]->shape, sizeof x->first_shape[w]);
       st[3] = 1, st[2] = shape[3], st[1] = shape[2] * shape[3], st[0] = shape[1] * st[1];
-      kvc_tensor_strides(in[w], ss);
+      kvci_tensor_strides(in[w], ss);
       x->first[w] = x->next_first[w], x->first_bytes[w] = x->next_bytes[w];
       x->next_first[w] = NULL, x->next_bytes[w] = 0;
       if (x->first[w])
-        c->backend->copy_4d(c->backend->ctx, &c->exec, x->first[w], st, kvc_tensor_base(in[w]), ss, shape, l->elem);
+        c->backend->copy_4d(c->backend->ctx, &c->exec, x->first[w], st, kvci_tensor_base(in[w]), ss, shape, l->elem);
       x->scale[w] = x->pending[w];
     }
     x->calibrated = 1;
@@ -155,7 +155,7 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
 
 static void set_return(kvc_layer* l, kvc_region r) {
   const fp8_ext* x = ext_of(l);
-  kvc_layer_set_return(l, r);
+  kvci_layer_set_return(l, r);
   if (!x->first_len) return;
   for (int w = 0; w < 2; w++) { /* the same view, pointed at the copy of the first update's inputs */
     kvc_tensor* t = w ? &l->views[1].value : &l->views[1].key;
@@ -168,7 +168,7 @@ static void set_return(kvc_layer* l, kvc_region r) {
 
 /* Drops the scales too: the next update calibrates afresh (BaseQuantizedLayer.reset). */
 static void reset(const kvc_cache* c, kvc_layer* l) {
-  kvc_dynamic_reset(c, l);
+  kvci_dynamic_reset(c, l);
   fp8_ext* x = ext_of(l);
   if (!x) return;
   free_first(c, x);
@@ -204,7 +204,7 @@ static kvc_error* check_stack(const char* fn, const kvc_layer* first, const kvc_
   const fp8_ext *a = ext_of(first), *b = ext_of(other);
   int ca = a && a->calibrated, cb = b && b->calibrated;
   if (ca == cb && (!ca || !memcmp(a->scale, b->scale, sizeof a->scale))) return NULL;
-  return kvc_err(KVC_ERROR_INVALID_STATE,
+  return kvci_err(KVC_ERROR_INVALID_STATE,
                  "%s: layer %u of splits[%zu] has fp8 scales (%.9g, %.9g) but splits[0] has (%.9g, %.9g); splits "
                  "must share their calibration to be stacked",
                  fn, index, which, cb ? b->scale[0] : 0.0, cb ? b->scale[1] : 0.0, ca ? a->scale[0] : 0.0,

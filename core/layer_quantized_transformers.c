@@ -33,36 +33,36 @@
 /* Tokens the update quantizes: all of them (S), or 0 when it only appends to the residual. */
 static int64_t quantizing_length(const kvc_layer* l, int64_t n) {
   if (n == 0) return 0; /* nothing to store: nothing to quantize (transformers would fail on an empty tensor) */
-  const kvc_quant_ext* x = kvc_quant_ext_of(l);
-  int64_t stored = kvc_layer_stored(l), q = x ? x->quantized : 0;
+  const kvc_quant_ext* x = kvci_quant_ext_of(l);
+  int64_t stored = kvci_layer_stored(l), q = x ? x->quantized : 0;
   if (stored == 0) return n;
   /* transformers 5.23: the residual's length (0 while it is the 1-D empty tensor) plus the new tokens. */
-  return stored - q + n >= kvc_quant_opts(l)->residual_length ? stored + n : 0;
+  return stored - q + n >= kvci_quant_opts(l)->residual_length ? stored + n : 0;
 }
 
 /* transformers' grouping of one [B, H, S, D] tensor, or transformers' error for it. */
 static kvc_error* check_grouping(const char* fn, uint32_t index, const kvc_layer* l, int which, int64_t s,
                                  kvc_quant_layout* lay) {
-  const int64_t d = which ? l->v_dim : l->k_dim, g = kvc_quant_opts(l)->q_group_size;
+  const int64_t d = which ? l->v_dim : l->k_dim, g = kvci_quant_opts(l)->q_group_size;
   const int64_t shape[4] = {l->batch, l->heads, s, d};
-  const int axis = kvc_quant_axis(kvc_quant_opts(l), which);
-  if (kvc_quant_layout_init(lay, kvc_quant_opts(l)->quantizer, axis, g, shape) == 0) return NULL;
+  const int axis = kvci_quant_axis(kvci_quant_opts(l), which);
+  if (kvci_quant_layout_init(lay, kvci_quant_opts(l)->quantizer, axis, g, shape) == 0) return NULL;
   const char* who = which ? "values" : "keys";
-  if (kvc_quant_opts(l)->quantizer == KVC_QUANTIZER_QUANTO)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+  if (kvci_quant_opts(l)->quantizer == KVC_QUANTIZER_QUANTO)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: layer %u: this update quantizes the %s, of shape [%" PRId64 ", %" PRId64 ", %" PRId64
                    ", %" PRId64 "], on axis %d, and quanto requires q_group_size to divide %s and not exceed it: "
                    "Group size (%" PRId64 ") must be a divisor of (%" PRId64 ")",
                    fn, index, who, l->batch, l->heads, s, d, axis,
                    axis == 0 ? "heads*seq*head_dim" : "batch*heads*seq", g, lay->axis_numel);
-  return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+  return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                  "%s: layer %u: this update quantizes the %s, of shape [%" PRId64 ", %" PRId64 ", %" PRId64
                  ", %" PRId64 "] (%" PRId64 " elements), and hqq requires q_group_size (%" PRId64
                  ") to divide the element count: group_size should be divisble by the total tensor dimensions",
                  fn, index, who, l->batch, l->heads, s, d, lay->axis_numel, g);
 }
 
-kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+kvc_error* kvci_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                         const kvc_update_options* o) {
   (void)o;
   if (!l->initialized) return NULL; /* the geometry comes from the inputs: check_first_update */
@@ -77,10 +77,10 @@ kvc_error* kvc_quant_transformers_check(const char* fn, uint32_t index, const kv
 
 /* Whether every group of the grouping lies within one batch row (the rows can then be moved alone). */
 static int groups_within_rows(const kvc_layer* l, int which, int64_t s) {
-  const int64_t g = kvc_quant_opts(l)->q_group_size, d = which ? l->v_dim : l->k_dim;
+  const int64_t g = kvci_quant_opts(l)->q_group_size, d = which ? l->v_dim : l->k_dim;
   if (l->batch == 1) return 1;
-  int channel = kvc_quant_per_channel(kvc_quant_opts(l), which);
-  if (kvc_quant_opts(l)->quantizer == KVC_QUANTIZER_QUANTO) return !channel || (l->heads * s) % g == 0;
+  int channel = kvci_quant_per_channel(kvci_quant_opts(l), which);
+  if (kvci_quant_opts(l)->quantizer == KVC_QUANTIZER_QUANTO) return !channel || (l->heads * s) % g == 0;
   return channel ? g == 1 : (l->heads * s * d) % g == 0;
 }
 
@@ -100,13 +100,13 @@ static size_t flush_layout(const kvc_layer* l, int64_t s, const kvc_quant_layout
   int64_t dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim, most = l->batch * l->heads * s * dmax;
   int64_t most_groups = lay[0].ngroups > lay[1].ngroups ? lay[0].ngroups : lay[1].ngroups;
   size_t at = 0;
-  f->values = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)most);
-  f->groups = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)most);
-  f->scale = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)most_groups);
-  f->zero = (float*)kvc_quant_take(base, &at, sizeof(float) * (size_t)most_groups);
-  f->group_row = (int64_t*)kvc_quant_take(base, &at, sizeof(int64_t) * (size_t)most_groups);
-  f->filled = (int64_t*)kvc_quant_take(base, &at, sizeof(int64_t) * (size_t)l->batch);
-  f->codes = (uint8_t*)kvc_quant_take(base, &at, (size_t)most);
+  f->values = (float*)kvci_quant_take(base, &at, sizeof(float) * (size_t)most);
+  f->groups = (float*)kvci_quant_take(base, &at, sizeof(float) * (size_t)most);
+  f->scale = (float*)kvci_quant_take(base, &at, sizeof(float) * (size_t)most_groups);
+  f->zero = (float*)kvci_quant_take(base, &at, sizeof(float) * (size_t)most_groups);
+  f->group_row = (int64_t*)kvci_quant_take(base, &at, sizeof(int64_t) * (size_t)most_groups);
+  f->filled = (int64_t*)kvci_quant_take(base, &at, sizeof(int64_t) * (size_t)l->batch);
+  f->codes = (uint8_t*)kvci_quant_take(base, &at, (size_t)most);
   return at;
 }
 
@@ -126,7 +126,7 @@ static int quantize_all(const kvc_layer* l, kvc_quant_ext* x, int which, int64_t
   if (x->staged[which]) {
     /* Each group's batch row: the grouping applied to a tensor holding its element's row. */
     for (int64_t i = 0; i < l->batch * row_elems; i++) v[i] = (float)(i / row_elems);
-    kvc_quant_gather(lay, v, f->groups);
+    kvci_quant_gather(lay, v, f->groups);
     for (int64_t k = 0; k < ngroups; k++) {
       f->group_row[k] = (int64_t)f->groups[k * g];
       for (int64_t i = 1; i < g; i++)
@@ -136,26 +136,26 @@ static int quantize_all(const kvc_layer* l, kvc_quant_ext* x, int which, int64_t
   for (int64_t b = 0; b < l->batch; b++)
     for (int64_t h = 0; h < l->heads; h++)
       for (int64_t t = 0; t < s; t++) {
-        int64_t at = kvc_quant_store_index(l, which, b, h, l->start + t, 0);
+        int64_t at = kvci_quant_store_index(l, which, b, h, l->start + t, 0);
         float* row = v + ((b * l->heads + h) * s + t) * d;
-        for (int64_t e = 0; e < d; e++) row[e] = kvc_load_f32(l->dtype, base, at + e);
+        for (int64_t e = 0; e < d; e++) row[e] = kvci_load_f32(l->dtype, base, at + e);
       }
-  kvc_quant_gather(lay, v, f->groups);
-  kvc_quantizer_spec spec = kvc_quant_spec(l, which);
-  if (kvc_quantize_groups(&spec, f->groups, ngroups, g, f->codes, f->scale, f->zero)) return -1;
+  kvci_quant_gather(lay, v, f->groups);
+  kvc_quantizer_spec spec = kvci_quant_spec(l, which);
+  if (kvci_quantize_groups(&spec, f->groups, ngroups, g, f->codes, f->scale, f->zero)) return -1;
   if (x->staged[which]) {
-    const int64_t rb = kvc_quant_record_bytes(l, g), per_row = ngroups / l->batch;
+    const int64_t rb = kvci_quant_record_bytes(l, g), per_row = ngroups / l->batch;
     memset(f->filled, 0, sizeof(int64_t) * (size_t)l->batch);
     unsigned char* buf = (unsigned char*)x->staged[which];
     for (int64_t k = 0; k < ngroups; k++) {
       int64_t r = f->group_row[k];
       if (r < 0 || r >= l->batch || f->filled[r] >= per_row) return -2;
-      kvc_quant_put_record(l, buf + r * x->staged_row_bytes[which] + f->filled[r]++ * rb, f->codes + k * g,
+      kvci_quant_put_record(l, buf + r * x->staged_row_bytes[which] + f->filled[r]++ * rb, f->codes + k * g,
                            f->scale[k], f->zero[k], g);
     }
   }
-  kvc_dequantize_groups(&spec, f->codes, f->scale, f->zero, ngroups, g, f->groups);
-  kvc_quant_scatter(lay, f->groups, v);
+  kvci_dequantize_groups(&spec, f->codes, f->scale, f->zero, ngroups, g, f->groups);
+  kvci_quant_scatter(lay, f->groups, v);
   /* The new store has the old one's capacity; its tokens start at slot 0. */
   void* dst = x->staged_store[which];
   for (int64_t b = 0; b < l->batch; b++)
@@ -163,59 +163,59 @@ static int quantize_all(const kvc_layer* l, kvc_quant_ext* x, int which, int64_t
       for (int64_t t = 0; t < s; t++) {
         int64_t at = ((b * l->heads + h) * l->cap + t) * d;
         const float* row = v + ((b * l->heads + h) * s + t) * d;
-        for (int64_t e = 0; e < d; e++) kvc_store_f32(l->dtype, dst, at + e, row[e]);
+        for (int64_t e = 0; e < d; e++) kvci_store_f32(l->dtype, dst, at + e, row[e]);
       }
   return 0;
 }
 
-kvc_error* kvc_quant_transformers_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
+kvc_error* kvci_quant_transformers_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                           const kvc_tensor* key, const kvc_tensor* value, int64_t n) {
-  kvc_quant_ext* x = kvc_quant_ext_of(l);
-  kvc_quant_release_staged(c, x); /* what an earlier failed update left */
-  kvc_error* e = kvc_quant_transformers_check(fn, index, l, n, NULL);
+  kvc_quant_ext* x = kvci_quant_ext_of(l);
+  kvci_quant_release_staged(c, x); /* what an earlier failed update left */
+  kvc_error* e = kvci_quant_transformers_check(fn, index, l, n, NULL);
   if (e) return e;
-  kvc_layer_write(c, l, key, value, l->end, NULL, n); /* past the stored region: no view shows them yet */
+  kvci_layer_write(c, l, key, value, l->end, NULL, n); /* past the stored region: no view shows them yet */
   const int64_t s = quantizing_length(l, n);
   if (!s) return NULL;
   kvc_quant_layout lay[2];
   for (int w = 0; w < 2; w++) check_grouping(fn, index, l, w, s, &lay[w]); /* checked above: cannot fail */
   for (int w = 0; w < 2; w++) {
     if (!groups_within_rows(l, w, s)) continue;
-    int64_t row_bytes, rb = kvc_quant_record_bytes(l, lay[w].group);
+    int64_t row_bytes, rb = kvci_quant_record_bytes(l, lay[w].group);
     if (__builtin_mul_overflow(lay[w].ngroups / l->batch, rb, &row_bytes) ||
-        kvc_quant_stage_rows(c, l, x, w, row_bytes, row_bytes))
+        kvci_quant_stage_rows(c, l, x, w, row_bytes, row_bytes))
       goto oom;
   }
-  if (kvc_store_alloc(c, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &x->staged_store[0],
+  if (kvci_store_alloc(c, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &x->staged_store[0],
                       &x->staged_store[1]))
     goto oom;
   flush_scratch f;
-  if (kvc_quant_reserve_scratch(x, flush_layout(l, s, lay, &f, NULL))) goto oom;
+  if (kvci_quant_reserve_scratch(x, flush_layout(l, s, lay, &f, NULL))) goto oom;
   flush_layout(l, s, lay, &f, (char*)x->scratch);
   for (int w = 0; w < 2; w++) {
     int r = quantize_all(l, x, w, s, &lay[w], &f);
     if (r == -1) goto oom;
     if (r == -2) {
-      kvc_quant_release_staged(c, x);
-      return kvc_err(KVC_ERROR_INTERNAL, "%s: layer %u: the %s groups of the quantizer do not split into batch rows",
+      kvci_quant_release_staged(c, x);
+      return kvci_err(KVC_ERROR_INTERNAL, "%s: layer %u: the %s groups of the quantizer do not split into batch rows",
                      fn, index, w ? "value" : "key");
     }
   }
-  kvc_quant_trim_scratch(x); /* every layer of an update_all prepares before any applies: keep only the results */
+  kvci_quant_trim_scratch(x); /* every layer of an update_all prepares before any applies: keep only the results */
   return NULL;
 oom:
-  kvc_quant_release_staged(c, x);
-  return kvc_err_oom();
+  kvci_quant_release_staged(c, x);
+  return kvci_err_oom();
 }
 
-kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+kvc_region kvci_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
                                         int64_t n, const kvc_update_options* o) {
   (void)k; (void)v; (void)o; /* prepare_tokens wrote the new tokens, past the stored region */
-  kvc_quant_ext* x = kvc_quant_ext_of(l);
+  kvc_quant_ext* x = kvci_quant_ext_of(l);
   const int64_t s = quantizing_length(l, n);
   const kvc_backend* be = c->backend;
   l->end += n;
-  kvc_quant_drop_returned(c, x); /* the store the previous call returned from: its views end with this call */
+  kvci_quant_drop_returned(c, x); /* the store the previous call returned from: its views end with this call */
   if (s) {
     /* The old store, holding the values as they were before this quantization, is what this call returns. */
     x->ret[0] = l->k;
@@ -240,24 +240,24 @@ kvc_region kvc_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, const 
     }
     x->quantized = s;
   }
-  kvc_quant_release_staged(c, x);
+  kvci_quant_release_staged(c, x);
   return (kvc_region){l->start, l->end};
 }
 
-void kvc_quant_transformers_set_return(kvc_layer* l, kvc_region r) {
-  const kvc_quant_ext* x = kvc_quant_ext_of(l);
+void kvci_quant_transformers_set_return(kvc_layer* l, kvc_region r) {
+  const kvc_quant_ext* x = kvci_quant_ext_of(l);
   if (x->ret_len < 0) {
-    kvc_layer_set_return(l, r);
+    kvci_layer_set_return(l, r);
     return;
   }
   for (int w = 0; w < 2; w++)
-    kvc_quant_set_view(l, w, x->ret[w], (uint64_t)(x->ret_start * (w ? l->v_dim : l->k_dim)) * l->elem, x->ret_len,
+    kvci_quant_set_view(l, w, x->ret[w], (uint64_t)(x->ret_start * (w ? l->v_dim : l->k_dim)) * l->elem, x->ret_len,
                        x->ret_cap);
 }
 
 /* The groups described the cut tokens too: the store's dequantized values are the history until the next quantization. */
-void kvc_quant_transformers_crop(kvc_layer* l, int64_t keep) {
-  kvc_quant_ext* x = kvc_quant_ext_of(l);
+void kvci_quant_transformers_crop(kvc_layer* l, int64_t keep) {
+  kvc_quant_ext* x = kvci_quant_ext_of(l);
   if (keep >= x->quantized) return;
   x->quantized = keep;
   x->units[KVC_Q_KEYS] = x->units[KVC_Q_VALUES] = 0;

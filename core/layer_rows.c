@@ -9,29 +9,29 @@
 
 #include "internal.h"
 
-int kvc_layer_rows(kvc_layer* l, kvc_row_buffer** out) {
+int kvci_layer_rows(kvc_layer* l, kvc_row_buffer** out) {
   *out = NULL;
   if (!l->ext || !l->ops->row_buffers) return 0;
   return l->ops->row_buffers(l, out);
 }
 
-uint64_t kvc_layer_row_bytes(const kvc_layer* l, int role) {
+uint64_t kvci_layer_row_bytes(const kvc_layer* l, int role) {
   kvc_row_buffer* rb = NULL;
-  int n = kvc_layer_rows((kvc_layer*)l, &rb);
+  int n = kvci_layer_rows((kvc_layer*)l, &rb);
   uint64_t total = 0;
   for (int i = 0; i < n; i++)
     if (rb[i].ptr && (role == 0 || rb[i].role == role)) total += (uint64_t)rb[i].row_bytes * (uint64_t)l->batch;
   return total;
 }
 
-int kvc_layer_holds_rows(const kvc_layer* l) {
+int kvci_layer_holds_rows(const kvc_layer* l) {
   if (l->initialized && l->ops->seq_length(l) > 0) return 1;
-  return kvc_layer_row_bytes(l, 0) > 0;
+  return kvci_layer_row_bytes(l, 0) > 0;
 }
 
-void kvc_layer_rows_free(const kvc_cache* c, kvc_layer* l) {
+void kvci_layer_rows_free(const kvc_cache* c, kvc_layer* l) {
   kvc_row_buffer* rb = NULL;
-  int n = kvc_layer_rows(l, &rb);
+  int n = kvci_layer_rows(l, &rb);
   for (int i = 0; i < n; i++) {
     if (rb[i].ptr) c->backend->free(c->backend->ctx, &c->exec, rb[i].ptr);
     rb[i].ptr = NULL;
@@ -50,11 +50,11 @@ static void byte_rows(int64_t row_bytes, int64_t strides[4], int64_t shape[4]) {
   shape[3] = row_bytes;
 }
 
-int kvc_layer_rows_copy_new(const kvc_cache* c, const kvc_layer* src, kvc_layer* dst, const int64_t* src_rows,
+int kvci_layer_rows_copy_new(const kvc_cache* c, const kvc_layer* src, kvc_layer* dst, const int64_t* src_rows,
                             int64_t count) {
   kvc_row_buffer *srb = NULL, *drb = NULL;
-  int n = kvc_layer_rows((kvc_layer*)src, &srb);
-  int m = kvc_layer_rows(dst, &drb);
+  int n = kvci_layer_rows((kvc_layer*)src, &srb);
+  int m = kvci_layer_rows(dst, &drb);
   if (n != m) return -1;
   const kvc_backend* be = c->backend;
   const kvc_exec* dev = &c->exec;

@@ -67,7 +67,7 @@ typedef struct sink_params {
   int64_t num_sink; /* num_sink_tokens */
 } sink_params;
 KVC_PARAMS_FIT(sink_params);
-#define NUM_SINK(l) (kvc_layer_params(const sink_params, l)->num_sink)
+#define NUM_SINK(l) (kvci_layer_params(const sink_params, l)->num_sink)
 
 
 /* ------------------------------------------------------------ small rules */
@@ -134,7 +134,7 @@ static sink_plan plan_shift(int64_t stored, int64_t n, int64_t window, int64_t n
 
 /* Length of what an update of n tokens returns (and stores). */
 static int64_t length_after(const kvc_layer* l, int64_t n) {
-  int64_t len = kvc_layer_stored(l);
+  int64_t len = kvci_layer_stored(l);
   if (!shifts(len, n, l->window)) return len + n;
   sink_plan p = plan_shift(len, n, l->window, NUM_SINK(l));
   return p.sinks + (len - p.begin) + n;
@@ -184,9 +184,9 @@ static void read_rope_rows(const kvc_tensor* t, int64_t rows, float* out) {
     size *= t->shape[i];
   }
   kvc_dtype dtype = kvc_dtype_from_data_type(t->dtype);
-  const void* base = kvc_tensor_base(t);
+  const void* base = kvci_tensor_base(t);
   for (int64_t r = 0; r < rows; r++)
-    for (int64_t d = 0; d < dim; d++) out[r * dim + d] = kvc_load_f32(dtype, base, r * st[nd - 2] + d * st[nd - 1]);
+    for (int64_t d = 0; d < dim; d++) out[r * dim + d] = kvci_load_f32(dtype, base, r * st[nd - 2] + d * st[nd - 1]);
 }
 
 static void record_table(kvc_sink_state* s, const kvc_update_options* o) {
@@ -238,7 +238,7 @@ static void rerotate_kept(const kvc_cache* c, kvc_layer* l, const kvc_update_opt
   int64_t dim = rotary_size(o, l->k_dim);
   if (!r->computed) {
     /* From the table as it is now, once: later table changes do not reach it (transformers' dict). */
-    kvc_rerotation_tables(s->cos, s->sin, dim, NUM_SINK(l), n, rows, r->raw, r->raw + rows * dim);
+    kvci_rerotation_tables(s->cos, s->sin, dim, NUM_SINK(l), n, rows, r->raw, r->raw + rows * dim);
     r->rows = rows;
     r->dim = dim;
     r->computed = 1;
@@ -248,14 +248,14 @@ static void rerotate_kept(const kvc_cache* c, kvc_layer* l, const kvc_update_opt
   if (l->dtype != KVC_DTYPE_FLOAT32) {
     int w = cast_index(l->dtype);
     if (!r->cast_done[w]) {
-      kvc_round_to_dtype(l->dtype, r->raw, 2 * rows * dim, r->cast[w]);
+      kvci_round_to_dtype(l->dtype, r->raw, 2 * rows * dim, r->cast[w]);
       r->cast_done[w] = 1;
     }
     tab = r->cast[w];
   }
   int64_t strides[4], shape[4] = {l->batch, l->heads, rows, dim};
-  kvc_store_strides(l, 0, strides);
-  kvc_rerotate_keys(l->dtype, (char*)l->k + (size_t)(first * l->k_dim) * l->elem, strides, shape, tab,
+  kvci_store_strides(l, 0, strides);
+  kvci_rerotate_keys(l->dtype, (char*)l->k + (size_t)(first * l->k_dim) * l->elem, strides, shape, tab,
                     tab + rows * dim, s->row);
 }
 
@@ -263,58 +263,58 @@ static void rerotate_kept(const kvc_cache* c, kvc_layer* l, const kvc_update_opt
 
 static kvc_error* check_rope_tensor(const char* fn, const char* arg, const kvc_tensor* t, const kvc_device* dev) {
   if (t->ndim != 2 && t->ndim != 3)
-    return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+    return kvci_err(KVC_ERROR_SHAPE_MISMATCH,
                    "%s: %s.ndim is %d; RoPE cos/sin are [seq, dim] (the whole table) or [batch, seq, dim]", fn, arg,
                    (int)t->ndim);
-  if (!t->shape) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.shape is NULL", fn, arg);
+  if (!t->shape) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.shape is NULL", fn, arg);
   if (kvc_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET)
-    return kvc_err(KVC_ERROR_DTYPE_MISMATCH,
+    return kvci_err(KVC_ERROR_DTYPE_MISMATCH,
                    "%s: %s.dtype is {code %u, bits %u, lanes %u}; RoPE cos/sin must be float32, float16 or bfloat16", fn,
                    arg, (unsigned)t->dtype.code, (unsigned)t->dtype.bits, (unsigned)t->dtype.lanes);
   if (t->device.device_type != dev->device_type || t->device.device_id != dev->device_id)
-    return kvc_err(KVC_ERROR_DEVICE_MISMATCH, "%s: %s is on device %d:%d but the cache lives on %d:%d", fn, arg,
+    return kvci_err(KVC_ERROR_DEVICE_MISMATCH, "%s: %s is on device %d:%d but the cache lives on %d:%d", fn, arg,
                    (int)t->device.device_type, (int)t->device.device_id, (int)dev->device_type, (int)dev->device_id);
   int64_t numel = 1;
   for (int i = 0; i < t->ndim; i++) {
     if (t->shape[i] < 0 || t->shape[i] > INT32_MAX)
-      return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] is %" PRId64 "; sizes must be in [0, 2^31)", fn, arg,
+      return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] is %" PRId64 "; sizes must be in [0, 2^31)", fn, arg,
                      i, t->shape[i]);
     numel *= t->shape[i];
     if (numel > (INT64_C(1) << 48))
-      return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s has more than 2^48 elements", fn, arg);
+      return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s has more than 2^48 elements", fn, arg);
   }
   if (t->ndim == 3 && t->shape[0] < 1)
-    return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[0] (batch) is 0; the table is taken from batch row 0", fn,
+    return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[0] (batch) is 0; the table is taken from batch row 0", fn,
                    arg);
   if (numel > 0 && !t->data)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.data is NULL but the tensor has %" PRId64 " elements", fn, arg,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.data is NULL but the tensor has %" PRId64 " elements", fn, arg,
                    numel);
   return NULL;
 }
 
 static kvc_error* check_rope(const char* fn, const kvc_cache* c, const kvc_update_options* o) {
   if (!o->rope_cos != !o->rope_sin)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->%s is NULL but options->%s is not; pass both RoPE tensors (cos and sin) or neither",
                    fn, o->rope_cos ? "rope_sin" : "rope_cos", o->rope_cos ? "rope_cos" : "rope_sin");
   if (o->partial_rotation_size < 0)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->partial_rotation_size is %" PRId64 "; use 0 (every key channel is rotary) or the "
                    "number of rotary channels",
                    fn, o->partial_rotation_size);
   if (!o->rope_cos) return NULL;
   if (c->device.device_type != KVC_DEVICE_CPU)
-    return kvc_err(KVC_ERROR_UNSUPPORTED, "%s: re-rotating sink keys (options->rope_cos) runs on the CPU backend only",
+    return kvci_err(KVC_ERROR_UNSUPPORTED, "%s: re-rotating sink keys (options->rope_cos) runs on the CPU backend only",
                    fn);
   kvc_error* e = check_rope_tensor(fn, "options->rope_cos", o->rope_cos, &c->device);
   if (!e) e = check_rope_tensor(fn, "options->rope_sin", o->rope_sin, &c->device);
   if (e) return e;
   if (o->rope_sin->ndim != o->rope_cos->ndim)
-    return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: options->rope_sin.ndim is %d but options->rope_cos.ndim is %d", fn,
+    return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: options->rope_sin.ndim is %d but options->rope_cos.ndim is %d", fn,
                    (int)o->rope_sin->ndim, (int)o->rope_cos->ndim);
   for (int i = 0; i < o->rope_cos->ndim; i++)
     if (o->rope_sin->shape[i] != o->rope_cos->shape[i])
-      return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+      return kvci_err(KVC_ERROR_SHAPE_MISMATCH,
                      "%s: options->rope_sin.shape[%d] is %" PRId64 " but options->rope_cos.shape[%d] is %" PRId64
                      "; they must agree",
                      fn, i, o->rope_sin->shape[i], i, o->rope_cos->shape[i]);
@@ -336,17 +336,17 @@ static kvc_error* check_layer_rope(const char* fn, const kvc_cache* c, uint32_t 
   const kvc_layer* l = idx < c->num_layers ? c->layers[idx] : NULL;
   int64_t window = l ? l->window : c->lazy_spec.window, sinks = l ? NUM_SINK(l) : c->lazy_spec.num_sink_tokens;
   int64_t head_dim = l && l->initialized ? l->k_dim : k->shape[3];
-  int64_t stored = l ? kvc_layer_stored(l) : 0, n = k->shape[2];
+  int64_t stored = l ? kvci_layer_stored(l) : 0, n = k->shape[2];
   const kvc_tensor* cos = o->rope_cos;
   int64_t dim = cos->shape[cos->ndim - 1];
   if (o->partial_rotation_size > head_dim)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->partial_rotation_size is %" PRId64 " but layer %u has head_dim %" PRId64
                    "; it must be in [0, head_dim]",
                    fn, o->partial_rotation_size, idx, head_dim);
   int64_t rot = rotary_size(o, head_dim);
   if (dim != rot)
-    return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+    return kvci_err(KVC_ERROR_SHAPE_MISMATCH,
                    "%s: options->rope_cos.shape[%d] is %" PRId64 " but layer %u rotates %" PRId64
                    " key channels (%s); they must be equal",
                    fn, cos->ndim - 1, dim, idx, rot,
@@ -355,7 +355,7 @@ static kvc_error* check_layer_rope(const char* fn, const kvc_cache* c, uint32_t 
     int mode;
     table_shape next = after_record(*t, cos, s->max_window, &mode);
     if (mode == TABLE_APPEND && dim != t->dim)
-      return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+      return kvci_err(KVC_ERROR_SHAPE_MISMATCH,
                      "%s: options->rope_cos.shape[2] is %" PRId64 " but the cos/sin table recorded so far has %" PRId64
                      " channels; a [batch, seq, dim] cos/sin extends the table and must match it",
                      fn, dim, t->dim);
@@ -363,29 +363,29 @@ static kvc_error* check_layer_rope(const char* fn, const kvc_cache* c, uint32_t 
   }
   if (!shifts(stored, n, window)) return NULL;
   if (n < 1 || window - sinks - n < 1)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: %s.shape[2] (new tokens) is %" PRId64 " but layer %u holds %" PRId64
                    " tokens (window_length %" PRId64 ", num_sink_tokens %" PRId64
                    "): with RoPE a shift must keep at least one token to re-rotate, so the new tokens must be in "
                    "[1, window_length - num_sink_tokens - 1] (transformers fails here)",
                    fn, key, n, idx, stored, window, sinks);
   if (!t->has)
-    return kvc_err(KVC_ERROR_INVALID_STATE,
+    return kvci_err(KVC_ERROR_INVALID_STATE,
                    "%s: layer %u must re-rotate its kept keys but no cos/sin table has been recorded: the table comes "
                    "from the updates of layer %u (the first sink layer) that pass options->rope_cos/rope_sin",
                    fn, idx, s->record_layer);
   if (t->len < window)
-    return kvc_err(KVC_ERROR_INVALID_STATE,
+    return kvci_err(KVC_ERROR_INVALID_STATE,
                    "%s: layer %u must re-rotate its kept keys but the recorded cos/sin table has %" PRId64
                    " rows; a window_length of %" PRId64 " needs one row per cache slot, %" PRId64 " in all",
                    fn, idx, t->len, window, window);
   if (t->dim != rot)
-    return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+    return kvci_err(KVC_ERROR_SHAPE_MISMATCH,
                    "%s: layer %u rotates %" PRId64 " key channels but the recorded cos/sin table has %" PRId64, fn, idx,
                    rot, t->dim);
   const sink_rotation* r = find_rotation(s, n, sinks, window);
   if (r && r->computed && r->dim != rot)
-    return kvc_err(KVC_ERROR_SHAPE_MISMATCH,
+    return kvci_err(KVC_ERROR_SHAPE_MISMATCH,
                    "%s: layer %u rotates %" PRId64 " key channels but the re-rotation for %" PRId64
                    " new tokens was computed for %" PRId64 " (it is computed once per number of new tokens)",
                    fn, idx, rot, n, r->dim);
@@ -401,14 +401,14 @@ static kvc_error* check_call(const kvc_call* call, kvc_cache* c, uint32_t first,
   if (j == count) return NULL;
   kvc_error* e = o ? check_rope(fn, c, o) : NULL;
   if (e) return e;
-  if (!SINK_STATE(c) && !(c->kind_state[KVC_LAYER_SINK] = new_state(c))) return kvc_err_oom();
+  if (!SINK_STATE(c) && !(c->kind_state[KVC_LAYER_SINK] = new_state(c))) return kvci_err_oom();
   if (!o || !o->rope_cos) return NULL;
   int indexed = (call->flags & KVC_CALL_PER_LAYER_ARGS) != 0;
   table_shape t = shape_of(SINK_STATE(c));
   for (; j < count; j++) {
     if (kind_at(c, first + j) != KVC_LAYER_SINK) continue;
     char buf[48];
-    e = check_layer_rope(fn, c, first + j, kvc_arg_name(buf, indexed ? "keys" : "key", indexed ? (int64_t)j : -1),
+    e = check_layer_rope(fn, c, first + j, kvci_arg_name(buf, indexed ? "keys" : "key", indexed ? (int64_t)j : -1),
                          &keys[j], o, &t);
     if (e) return e;
   }
@@ -419,7 +419,7 @@ static kvc_error* check_call(const kvc_call* call, kvc_cache* c, uint32_t first,
 
 static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t* append) {
   (void)o;
-  int64_t len = kvc_layer_stored(l);
+  int64_t len = kvci_layer_stored(l);
   *append = n;
   if (shifts(len, n, l->window)) {
     sink_plan p = plan_shift(len, n, l->window, NUM_SINK(l));
@@ -438,30 +438,30 @@ static kvc_error* prepare_update(const char* fn, const kvc_cache* c, kvc_layer* 
     int mode;
     table_shape t = after_record(shape_of(s), o->rope_cos, s->max_window, &mode);
     int64_t need = min64(t.len, s->max_window) * t.dim;
-    if (reserve_floats(&s->cos, &s->cos_cap, need) || reserve_floats(&s->sin, &s->sin_cap, need)) return kvc_err_oom();
+    if (reserve_floats(&s->cos, &s->cos_cap, need) || reserve_floats(&s->sin, &s->sin_cap, need)) return kvci_err_oom();
   }
-  if (!shifts(kvc_layer_stored(l), n, l->window)) return NULL;
+  if (!shifts(kvci_layer_stored(l), n, l->window)) return NULL;
   sink_rotation* r = find_rotation(s, n, NUM_SINK(l), l->window);
-  if (!r && !(r = add_rotation(s, n, NUM_SINK(l), l->window))) return kvc_err_oom();
+  if (!r && !(r = add_rotation(s, n, NUM_SINK(l), l->window))) return kvci_err_oom();
   int64_t rows = l->window - NUM_SINK(l) - n, values = 2 * rows * dim;
-  if (!r->computed && reserve_floats(&r->raw, &r->raw_cap, values)) return kvc_err_oom();
+  if (!r->computed && reserve_floats(&r->raw, &r->raw_cap, values)) return kvci_err_oom();
   if (l->dtype != KVC_DTYPE_FLOAT32) {
     int w = cast_index(l->dtype);
-    if (!r->cast_done[w] && reserve_floats(&r->cast[w], &r->cast_cap[w], values)) return kvc_err_oom();
+    if (!r->cast_done[w] && reserve_floats(&r->cast[w], &r->cast_cap[w], values)) return kvci_err_oom();
   }
-  if (reserve_floats(&s->row, &s->row_cap, dim)) return kvc_err_oom();
+  if (reserve_floats(&s->row, &s->row_cap, dim)) return kvci_err_oom();
   return NULL;
 }
 
 /* Keeps the sinks and the tokens from plan.begin on, contiguous at the start of the stored region. */
 static void shift(const kvc_cache* c, kvc_layer* l, const kvc_update_options* o, int64_t n) {
-  int64_t len = kvc_layer_stored(l);
+  int64_t len = kvci_layer_stored(l);
   sink_plan p = plan_shift(len, n, l->window, NUM_SINK(l));
   int64_t kept = len - p.begin;
   const kvc_backend* be = c->backend;
   for (int which = 0; which < 2 && (p.begin != p.sinks); which++) {
     int64_t d = which ? l->v_dim : l->k_dim, st[4];
-    kvc_store_strides(l, which, st);
+    kvci_store_strides(l, which, st);
     char* base = (char*)(which ? l->v : l->k);
     int64_t from, to, count;
     if (p.begin < p.sinks) { /* Python's slice kept some sinks twice: the kept block moves right (no RoPE here) */
@@ -488,8 +488,8 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
                                const kvc_update_options* o) {
   int rope = o && o->rope_cos;
   if (rope && is_record_layer(c, l)) record_table(SINK_STATE(c), o); /* before this layer's own shift, as transformers */
-  if (shifts(kvc_layer_stored(l), n, l->window)) shift(c, l, rope ? o : NULL, n);
-  kvc_layer_write(c, l, k, v, l->end, NULL, n);
+  if (shifts(kvci_layer_stored(l), n, l->window)) shift(c, l, rope ? o : NULL, n);
+  kvci_layer_write(c, l, k, v, l->end, NULL, n);
   l->end += n;
   return (kvc_region){l->start, l->end};
 }
@@ -524,7 +524,7 @@ static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
 static kvc_error* check_batch(const char* fn, const kvc_layer* l, uint32_t index, kvc_batch_op op) {
   (void)l;
   if (op != KVC_BATCH_SELECT && op != KVC_BATCH_REPEAT) return NULL;
-  return kvc_err(KVC_ERROR_UNSUPPORTED,
+  return kvci_err(KVC_ERROR_UNSUPPORTED,
                  "%s: layer %u is a sink layer; SinkCache has no batch_%s (transformers raises AttributeError)", fn,
                  index, op == KVC_BATCH_REPEAT ? "repeat_interleave" : "select_indices");
 }
@@ -535,11 +535,11 @@ static void fill_info(const kvc_layer* l, kvc_layer_info* info) {
 }
 
 const kvc_layer_ops kvc_sink_layer_ops = {
-    .check_update = kvc_dynamic_check_update, /* the sink rules need the whole call: check_call */
+    .check_update = kvci_dynamic_check_update, /* the sink rules need the whole call: check_call */
     .keep_for_update = keep_for_update,
     .apply_update = apply_update,
-    .seq_length = kvc_dynamic_seq_length, /* get_seq_length: the stored length (docs/semantics.md, 'Edge cases', item 4) */
-    .max_length = kvc_window_max_length,
+    .seq_length = kvci_dynamic_seq_length, /* get_seq_length: the stored length (docs/semantics.md, 'Edge cases', item 4) */
+    .max_length = kvci_window_max_length,
     .mask_sizes = mask_sizes,
     .reset = reset,
     .initial_capacity = initial_capacity,
@@ -582,7 +582,7 @@ static kvc_error* clone_state(const kvc_cache* src, kvc_cache* dst) {
   const kvc_sink_state* s = SINK_STATE(src);
   if (!s) return NULL;
   kvc_sink_state* d = (kvc_sink_state*)calloc(1, sizeof(*d));
-  if (!d) return kvc_err_oom();
+  if (!d) return kvci_err_oom();
   *d = *s;
   d->cos = d->sin = d->row = NULL;
   d->rot = NULL;
@@ -617,7 +617,7 @@ static kvc_error* clone_state(const kvc_cache* src, kvc_cache* dst) {
   if (d->rot) d->rot_cap = s->nrot;
   if (!ok) {
     free_state(dst);
-    return kvc_err_oom();
+    return kvci_err_oom();
   }
   return NULL;
 }
@@ -626,11 +626,11 @@ static kvc_error* clone_state(const kvc_cache* src, kvc_cache* dst) {
 
 static kvc_error* check_options(const char* fn, uint32_t i, const kvc_layer_options* l) {
   if (l->num_sink_tokens < 0 || l->num_sink_tokens >= INT32_MAX)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->layers[%u].num_sink_tokens is %" PRId64 "; it must be in [0, 2^31 - 1)", fn, i,
                    l->num_sink_tokens);
   if (l->window <= l->num_sink_tokens || l->window > INT32_MAX)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->layers[%u].window (window_length) is %" PRId64 " but a sink layer needs it in "
                    "[num_sink_tokens + 1, 2^31) with num_sink_tokens %" PRId64,
                    fn, i, l->window, l->num_sink_tokens);
@@ -639,7 +639,7 @@ static kvc_error* check_options(const char* fn, uint32_t i, const kvc_layer_opti
 
 static void configure(kvc_layer* l, const kvc_layer_options* spec) {
   l->window = spec->window;
-  kvc_layer_params(sink_params, l)->num_sink = spec->num_sink_tokens;
+  kvci_layer_params(sink_params, l)->num_sink = spec->num_sink_tokens;
 }
 
 /* SinkCache holds window_length tokens. */

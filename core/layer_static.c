@@ -8,18 +8,18 @@
 
 #include "internal.h"
 
-kvc_error* kvc_check_positions(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+kvc_error* kvci_check_positions(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                const kvc_update_options* o, int64_t limit) {
   if (!o || !o->cache_position) return NULL;
   if ((int64_t)o->cache_position_length != n)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->cache_position_length is %u but %" PRId64
                    " new tokens were given for layer %u; pass one position per new token",
                    fn, o->cache_position_length, n, index);
   for (int64_t j = 0; j < n; j++) {
     int64_t p = o->cache_position[j];
     if (p < 0 || p >= limit)
-      return kvc_err(KVC_ERROR_OUT_OF_RANGE,
+      return kvci_err(KVC_ERROR_OUT_OF_RANGE,
                      "%s: options->cache_position[%" PRId64 "] is %" PRId64 " but layer %u (%s) has %" PRId64
                      " slots; positions must be in [0, %" PRId64 ")",
                      fn, j, p, index, l->desc->name, limit, limit);
@@ -29,9 +29,9 @@ kvc_error* kvc_check_positions(const char* fn, uint32_t index, const kvc_layer* 
 
 static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                const kvc_update_options* o) {
-  if (o && o->cache_position) return kvc_check_positions(fn, index, l, n, o, l->slots);
+  if (o && o->cache_position) return kvci_check_positions(fn, index, l, n, o, l->slots);
   if (l->cum + n > l->slots)
-    return kvc_err(KVC_ERROR_OUT_OF_RANGE,
+    return kvci_err(KVC_ERROR_OUT_OF_RANGE,
                    "%s: static layer %u holds %" PRId64 " of max_cache_len %" PRId64
                    " tokens; %" PRId64 " more would overflow it (a static cache never grows)",
                    fn, index, l->cum, l->slots, n);
@@ -47,19 +47,19 @@ static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_updat
 static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
                                const kvc_update_options* o) {
   if (o && o->cache_position) {
-    kvc_layer_write(c, l, k, v, 0, o->cache_position, n);
+    kvci_layer_write(c, l, k, v, 0, o->cache_position, n);
     for (int64_t j = 0; j < n; j++)
       if (o->cache_position[j] + 1 > l->cum) l->cum = o->cache_position[j] + 1;
   } else {
-    kvc_layer_write(c, l, k, v, l->cum, NULL, n);
+    kvci_layer_write(c, l, k, v, l->cum, NULL, n);
     l->cum += n;
   }
   return (kvc_region){0, l->slots};
 }
 
 /* Shared with the static sliding layer: tokens seen (the counter), and its slots. */
-int64_t kvc_static_seq_length(const kvc_layer* l) { return l->cum; }
-int64_t kvc_static_max_length(const kvc_layer* l) { return l->slots; }
+int64_t kvci_static_seq_length(const kvc_layer* l) { return l->cum; }
+int64_t kvci_static_max_length(const kvc_layer* l) { return l->slots; }
 
 static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
   (void)q;
@@ -68,8 +68,8 @@ static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off
 }
 
 /* Shared with the static sliding layer: a zeroed buffer and a new counter. */
-void kvc_static_reset(const kvc_cache* c, kvc_layer* l) {
-  if (l->initialized) kvc_layer_zero(c, l, (kvc_region){0, l->cap});
+void kvci_static_reset(const kvc_cache* c, kvc_layer* l) {
+  if (l->initialized) kvci_layer_zero(c, l, (kvc_region){0, l->cap});
   l->cum = 0;
 }
 
@@ -82,19 +82,19 @@ const kvc_layer_ops kvc_static_layer_ops = {
     .check_update = check_update,
     .keep_for_update = keep_for_update,
     .apply_update = apply_update,
-    .seq_length = kvc_static_seq_length,
-    .max_length = kvc_static_max_length,
+    .seq_length = kvci_static_seq_length,
+    .max_length = kvci_static_max_length,
     .mask_sizes = mask_sizes,
-    .reset = kvc_static_reset,
+    .reset = kvci_static_reset,
     .initial_capacity = initial_capacity,
 };
 
-int64_t kvc_capacity_slots(const kvc_layer* l) { return l->slots; }
+int64_t kvci_capacity_slots(const kvc_layer* l) { return l->slots; }
 
 const kvc_kind kvc_static_kind = {
     .id = KVC_LAYER_STATIC,
     .name = "static",
     .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_OFFLOADS,
     .ops = &kvc_static_layer_ops,
-    .capacity = kvc_capacity_slots,
+    .capacity = kvci_capacity_slots,
 };

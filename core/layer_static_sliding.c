@@ -20,8 +20,8 @@ static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* 
    * or is full, the layer's own counter decides, and positions beyond the
    * window are normal.
    */
-  if (!is_full(l) && l->cum + n <= l->slots) return kvc_check_positions(fn, index, l, n, o, l->slots);
-  return kvc_check_positions(fn, index, l, n, o, INT64_MAX);
+  if (!is_full(l) && l->cum + n <= l->slots) return kvci_check_positions(fn, index, l, n, o, l->slots);
+  return kvci_check_positions(fn, index, l, n, o, INT64_MAX);
 }
 
 static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t* append) {
@@ -39,7 +39,7 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
   l->cum += n;
   if (cum >= m) {
     /* Branches 1 and 2: already full. Return the previous tail (minus the oldest) plus the new tokens. */
-    kvc_layer_write(c, l, k, v, l->end, NULL, n);
+    kvci_layer_write(c, l, k, v, l->end, NULL, n);
     kvc_region full = {l->start + 1, l->end + n};
     l->end += n;
     l->start = l->end - m;
@@ -47,16 +47,16 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
   }
   if (cum + n > m) {
     /* Branch 3: this call fills the window. Return everything; keep the last M'. */
-    kvc_layer_write(c, l, k, v, cum, NULL, n);
+    kvci_layer_write(c, l, k, v, cum, NULL, n);
     l->end = cum + n;
     l->start = l->end - m;
     return (kvc_region){0, cum + n};
   }
   /* Branch 4: still room. Return the whole zero-padded buffer. */
   if (o && o->cache_position)
-    kvc_layer_write(c, l, k, v, 0, o->cache_position, n);
+    kvci_layer_write(c, l, k, v, 0, o->cache_position, n);
   else
-    kvc_layer_write(c, l, k, v, cum, NULL, n);
+    kvci_layer_write(c, l, k, v, cum, NULL, n);
   return (kvc_region){0, m};
 }
 
@@ -73,7 +73,7 @@ static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off
 
 /* The static reset, and the window back at the front of the buffer. */
 static void reset(const kvc_cache* c, kvc_layer* l) {
-  kvc_static_reset(c, l);
+  kvci_static_reset(c, l);
   if (l->initialized) {
     l->start = 0;
     l->end = l->slots;
@@ -89,8 +89,8 @@ const kvc_layer_ops kvc_static_sliding_layer_ops = {
     .check_update = check_update,
     .keep_for_update = keep_for_update,
     .apply_update = apply_update,
-    .seq_length = kvc_static_seq_length,
-    .max_length = kvc_static_max_length,
+    .seq_length = kvci_static_seq_length,
+    .max_length = kvci_static_max_length,
     .mask_sizes = mask_sizes,
     .reset = reset,
     .initial_capacity = initial_capacity,
@@ -101,7 +101,7 @@ const kvc_layer_ops kvc_static_sliding_layer_ops = {
   {                                                                                                \
     .id = ID, .name = NAME,                                                                        \
     .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS | (TRAITS), \
-    .ops = &kvc_static_sliding_layer_ops, .capacity = kvc_capacity_slots,                          \
+    .ops = &kvc_static_sliding_layer_ops, .capacity = kvci_capacity_slots,                          \
   }
 
 const kvc_kind kvc_static_sliding_kind = KVC_STATIC_SLIDING_KIND(KVC_LAYER_STATIC_SLIDING, "static sliding", 0);

@@ -8,42 +8,42 @@
 
 #include "linear_state.h"
 
-size_t kvc_linear_ext_bytes(uint32_t n) {
+size_t kvci_linear_ext_bytes(uint32_t n) {
   return sizeof(kvc_linear_ext) + (size_t)n * (sizeof(kvc_linear_pair) + 2 * sizeof(kvc_row_buffer));
 }
 
-kvc_linear_pair* kvc_linear_pairs(const kvc_layer* l) {
+kvc_linear_pair* kvci_linear_pairs(const kvc_layer* l) {
   return l->ext ? (kvc_linear_pair*)((char*)l->ext + sizeof(kvc_linear_ext)) : NULL;
 }
 
-kvc_row_buffer* kvc_linear_rows(const kvc_layer* l) {
+kvc_row_buffer* kvci_linear_rows(const kvc_layer* l) {
   if (!l->ext) return NULL;
   const kvc_linear_ext* x = (const kvc_linear_ext*)l->ext;
   return (kvc_row_buffer*)((char*)l->ext + sizeof(kvc_linear_ext) + x->num_states * sizeof(kvc_linear_pair));
 }
 
-int kvc_linear_ext_ensure(kvc_layer* l) {
+int kvci_linear_ext_ensure(kvc_layer* l) {
   if (l->ext) return 0;
-  kvc_linear_ext* x = (kvc_linear_ext*)calloc(1, kvc_linear_ext_bytes(kvc_linear_params_of(l)->num_states));
+  kvc_linear_ext* x = (kvc_linear_ext*)calloc(1, kvci_linear_ext_bytes(kvci_linear_params_of(l)->num_states));
   if (!x) return -1;
-  x->num_states = kvc_linear_params_of(l)->num_states;
+  x->num_states = kvci_linear_params_of(l)->num_states;
   l->ext = x;
-  kvc_row_buffer* rb = kvc_linear_rows(l);
-  for (uint32_t i = 0; i < 2 * kvc_linear_params_of(l)->num_states; i++) rb[i].role = KVC_ROWS_STATE;
+  kvc_row_buffer* rb = kvci_linear_rows(l);
+  for (uint32_t i = 0; i < 2 * kvci_linear_params_of(l)->num_states; i++) rb[i].role = KVC_ROWS_STATE;
   return 0;
 }
 
-int kvc_linear_any_state(const kvc_layer* l) {
-  const kvc_linear_pair* p = kvc_linear_pairs(l);
-  for (uint32_t i = 0; p && i < kvc_linear_params_of(l)->num_states; i++)
+int kvci_linear_any_state(const kvc_layer* l) {
+  const kvc_linear_pair* p = kvci_linear_pairs(l);
+  for (uint32_t i = 0; p && i < kvci_linear_params_of(l)->num_states; i++)
     if (p[i].conv_dtype != KVC_DTYPE_UNSET || p[i].rec_dtype != KVC_DTYPE_UNSET) return 1;
   return 0;
 }
 
-int kvc_linear_all_previous(const kvc_layer* l) {
-  const kvc_linear_pair* p = kvc_linear_pairs(l);
+int kvci_linear_all_previous(const kvc_layer* l) {
+  const kvc_linear_pair* p = kvci_linear_pairs(l);
   if (!p) return 0;
-  for (uint32_t i = 0; i < kvc_linear_params_of(l)->num_states; i++)
+  for (uint32_t i = 0; i < kvci_linear_params_of(l)->num_states; i++)
     if (!p[i].has_previous) return 0;
   return 1;
 }
@@ -77,11 +77,11 @@ static size_t slot_bytes(const kvc_linear_pair* p, int64_t slot) {
   return (size_t)(slot * p->channels) * kvc_dtype_size(p->conv_dtype);
 }
 
-kvc_error* kvc_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_dtype dtype, int64_t batch,
+kvc_error* kvci_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_dtype dtype, int64_t batch,
                               int64_t channels, int64_t kernel, int64_t keep_len, int64_t need) {
-  if (kvc_linear_ext_ensure(l)) return kvc_err_oom();
-  kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
-  kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s];
+  if (kvci_linear_ext_ensure(l)) return kvci_err_oom();
+  kvc_linear_pair* p = &kvci_linear_pairs(l)[s];
+  kvc_row_buffer* rb = &kvci_linear_rows(l)[2 * s];
   const kvc_backend* be = c->backend;
   int allocated = p->conv_dtype != KVC_DTYPE_UNSET;
   int64_t from = allocated ? p->end - keep_len : 0;
@@ -107,7 +107,7 @@ kvc_error* kvc_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_
   const int64_t all[2] = {(int64_t)row_bytes, batch};
   size_t bytes = row_bytes ? checked_bytes(all, 2) : 0;
   void* buf = bytes ? be->alloc_zeroed(be->ctx, &c->exec, bytes) : NULL;
-  if (!buf) return kvc_err_oom();
+  if (!buf) return kvci_err_oom();
   if (allocated) {
     int64_t ss[4], ds[4], shape[4] = {l->batch, 1, keep_len, p->channels};
     conv_strides(p->channels, p->cap, ss);
@@ -128,11 +128,11 @@ kvc_error* kvc_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_
   return NULL;
 }
 
-void kvc_conv_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kvc_tensor* x, int64_t first_column,
+void kvci_conv_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kvc_tensor* x, int64_t first_column,
                     int64_t n, int64_t slot) {
   if (n <= 0) return; /* no columns: x may have no data, which no offset may be added to */
-  const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
-  const kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s];
+  const kvc_linear_pair* p = &kvci_linear_pairs(l)[s];
+  const kvc_row_buffer* rb = &kvci_linear_rows(l)[2 * s];
   size_t elem = kvc_dtype_size(p->conv_dtype);
   int64_t ds[4], xs[3], ss[4], shape[4] = {l->batch, 1, n, p->channels};
   conv_strides(p->channels, p->cap, ds);
@@ -148,24 +148,24 @@ void kvc_conv_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kv
   ss[1] = 0;
   ss[2] = xs[2];
   ss[3] = xs[1];
-  const char* src = (const char*)kvc_tensor_base(x) + (size_t)(first_column * xs[2]) * elem;
+  const char* src = (const char*)kvci_tensor_base(x) + (size_t)(first_column * xs[2]) * elem;
   c->backend->copy_4d(c->backend->ctx, &c->exec, (char*)rb->ptr + slot_bytes(p, slot), ds, src, ss, shape,
                       elem);
 }
 
-void kvc_conv_zero(const kvc_cache* c, const kvc_layer* l, uint32_t s, int64_t from, int64_t to) {
+void kvci_conv_zero(const kvc_cache* c, const kvc_layer* l, uint32_t s, int64_t from, int64_t to) {
   if (to <= from) return;
-  const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
-  const kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s];
+  const kvc_linear_pair* p = &kvci_linear_pairs(l)[s];
+  const kvc_row_buffer* rb = &kvci_linear_rows(l)[2 * s];
   int64_t st[4], shape[4] = {l->batch, 1, to - from, p->channels};
   conv_strides(p->channels, p->cap, st);
   c->backend->fill_zero_4d(c->backend->ctx, &c->exec, (char*)rb->ptr + slot_bytes(p, from), st, shape,
                            kvc_dtype_size(p->conv_dtype));
 }
 
-void kvc_conv_copy_column(const kvc_cache* c, const kvc_layer* l, uint32_t s, int64_t from, int64_t to) {
-  const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
-  const kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s];
+void kvci_conv_copy_column(const kvc_cache* c, const kvc_layer* l, uint32_t s, int64_t from, int64_t to) {
+  const kvc_linear_pair* p = &kvci_linear_pairs(l)[s];
+  const kvc_row_buffer* rb = &kvci_linear_rows(l)[2 * s];
   int64_t st[4], shape[4] = {l->batch, 1, 1, p->channels};
   conv_strides(p->channels, p->cap, st);
   char* base = (char*)rb->ptr;
@@ -175,11 +175,11 @@ void kvc_conv_copy_column(const kvc_cache* c, const kvc_layer* l, uint32_t s, in
 
 /* ------------------------------------------------------- recurrent state */
 
-kvc_error* kvc_rec_allocate(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_dtype dtype, int32_t ndim,
+kvc_error* kvci_rec_allocate(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_dtype dtype, int32_t ndim,
                             const int64_t* shape) {
-  if (kvc_linear_ext_ensure(l)) return kvc_err_oom();
-  kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
-  kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s + 1];
+  if (kvci_linear_ext_ensure(l)) return kvci_err_oom();
+  kvc_linear_pair* p = &kvci_linear_pairs(l)[s];
+  kvc_row_buffer* rb = &kvci_linear_rows(l)[2 * s + 1];
   int64_t f[KVC_LINEAR_MAX_REC_DIMS + 1];
   f[0] = (int64_t)kvc_dtype_size(dtype);
   for (int32_t i = 1; i < ndim; i++) f[i] = shape[i];
@@ -187,7 +187,7 @@ kvc_error* kvc_rec_allocate(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_dt
   const int64_t all[2] = {(int64_t)row_bytes, shape[0]};
   size_t bytes = row_bytes ? checked_bytes(all, 2) : 0;
   void* buf = bytes ? c->backend->alloc_zeroed(c->backend->ctx, &c->exec, bytes) : NULL;
-  if (!buf) return kvc_err_oom();
+  if (!buf) return kvci_err_oom();
   rb->ptr = buf;
   rb->row_bytes = (int64_t)row_bytes;
   p->rec_dtype = dtype;
@@ -198,9 +198,9 @@ kvc_error* kvc_rec_allocate(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_dt
   return NULL;
 }
 
-void kvc_rec_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kvc_tensor* x) {
-  const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
-  const kvc_row_buffer* rb = &kvc_linear_rows(l)[2 * s + 1];
+void kvci_rec_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kvc_tensor* x) {
+  const kvc_linear_pair* p = &kvci_linear_pairs(l)[s];
+  const kvc_row_buffer* rb = &kvci_linear_rows(l)[2 * s + 1];
   size_t elem = kvc_dtype_size(p->rec_dtype);
   /* Left-pad to 6 dims with size-1 axes; the last 4 go through one 4-D copy, the first 2 are looped here. */
   int64_t shape[6], ss[6], ds[6];
@@ -216,7 +216,7 @@ void kvc_rec_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kvc
   } else {
     for (int i = pad; i < 6; i++) ss[i] = ds[i];
   }
-  const char* src = (const char*)kvc_tensor_base(x);
+  const char* src = (const char*)kvci_tensor_base(x);
   char* dst = (char*)rb->ptr;
   for (int64_t a = 0; a < shape[0]; a++)
     for (int64_t b = 0; b < shape[1]; b++)
@@ -226,9 +226,9 @@ void kvc_rec_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kvc
 
 /* ------------------------------------------------------------------ views */
 
-void kvc_linear_sync(kvc_layer* l) {
-  kvc_linear_pair* ps = kvc_linear_pairs(l);
-  for (uint32_t i = 0; ps && i < kvc_linear_params_of(l)->num_states; i++) {
+void kvci_linear_sync(kvc_layer* l) {
+  kvc_linear_pair* ps = kvci_linear_pairs(l);
+  for (uint32_t i = 0; ps && i < kvci_linear_params_of(l)->num_states; i++) {
     kvc_linear_pair* p = &ps[i];
     if (p->conv_dtype != KVC_DTYPE_UNSET) {
       p->conv_shape[0] = l->batch;
@@ -256,14 +256,14 @@ static void empty_view(const kvc_layer* l, kvc_tensor* out) {
 
 /* State s's conv (rec 0) or recurrent (rec 1) view; an empty one on the layer's device while it is unallocated. */
 static void state_view(const kvc_layer* l, uint32_t s, int rec, kvc_tensor* out) {
-  const kvc_linear_pair* ps = kvc_linear_pairs(l);
+  const kvc_linear_pair* ps = kvci_linear_pairs(l);
   const kvc_dtype dt = !ps ? KVC_DTYPE_UNSET : rec ? ps[s].rec_dtype : ps[s].conv_dtype;
   if (dt == KVC_DTYPE_UNSET) {
     empty_view(l, out);
     return;
   }
   kvc_linear_pair* p = &((kvc_linear_pair*)ps)[s];
-  out->data = kvc_linear_rows(l)[2 * s + (uint32_t)rec].ptr;
+  out->data = kvci_linear_rows(l)[2 * s + (uint32_t)rec].ptr;
   out->device = l->device;
   out->ndim = rec ? p->rec_ndim : 3;
   out->dtype = kvc_dtype_to_data_type(dt);
@@ -272,19 +272,19 @@ static void state_view(const kvc_layer* l, uint32_t s, int rec, kvc_tensor* out)
   out->byte_offset = rec ? 0 : slot_bytes(p, p->begin); /* the conv window starts at its `begin` slot */
 }
 
-void kvc_linear_conv_view(const kvc_layer* l, uint32_t s, kvc_tensor* out) { state_view(l, s, 0, out); }
-void kvc_linear_rec_view(const kvc_layer* l, uint32_t s, kvc_tensor* out) { state_view(l, s, 1, out); }
+void kvci_linear_conv_view(const kvc_layer* l, uint32_t s, kvc_tensor* out) { state_view(l, s, 0, out); }
+void kvci_linear_rec_view(const kvc_layer* l, uint32_t s, kvc_tensor* out) { state_view(l, s, 1, out); }
 
-void kvc_linear_conv_return(kvc_layer* l, uint32_t s, int64_t from, int64_t to, kvc_tensor* out) {
+void kvci_linear_conv_return(kvc_layer* l, uint32_t s, int64_t from, int64_t to, kvc_tensor* out) {
   kvc_linear_ext* x = (kvc_linear_ext*)l->ext;
-  const kvc_linear_pair* p = &kvc_linear_pairs(l)[s];
+  const kvc_linear_pair* p = &kvci_linear_pairs(l)[s];
   x->ret_shape[0] = l->batch;
   x->ret_shape[1] = p->channels;
   x->ret_shape[2] = to - from;
   x->ret_strides[0] = p->channels * p->cap;
   x->ret_strides[1] = 1;
   x->ret_strides[2] = p->channels;
-  out->data = kvc_linear_rows(l)[2 * s].ptr;
+  out->data = kvci_linear_rows(l)[2 * s].ptr;
   out->device = l->device;
   out->ndim = 3;
   out->dtype = kvc_dtype_to_data_type(p->conv_dtype);
@@ -295,10 +295,10 @@ void kvc_linear_conv_return(kvc_layer* l, uint32_t s, int64_t from, int64_t to, 
 
 /* ------------------------------------------------------- reset and crop */
 
-void kvc_linear_reset(const kvc_cache* c, kvc_layer* l) {
-  kvc_linear_pair* ps = kvc_linear_pairs(l);
-  kvc_row_buffer* rb = kvc_linear_rows(l);
-  for (uint32_t i = 0; ps && i < kvc_linear_params_of(l)->num_states; i++) {
+void kvci_linear_reset(const kvc_cache* c, kvc_layer* l) {
+  kvc_linear_pair* ps = kvci_linear_pairs(l);
+  kvc_row_buffer* rb = kvci_linear_rows(l);
+  for (uint32_t i = 0; ps && i < kvci_linear_params_of(l)->num_states; i++) {
     ps[i].has_previous = 0;
     /* Zeroed in place: the states keep their shapes and addresses (transformers' zero_()). */
     for (int r = 0; r < 2; r++) {
@@ -310,24 +310,24 @@ void kvc_linear_reset(const kvc_cache* c, kvc_layer* l) {
   }
 }
 
-kvc_error* kvc_linear_check_crop(const kvc_layer* l, int64_t tokens) {
+kvc_error* kvci_linear_check_crop(const kvc_layer* l, int64_t tokens) {
   if (!l->record_past)
-    return kvc_err(KVC_ERROR_INVALID_STATE,
+    return kvci_err(KVC_ERROR_INVALID_STATE,
                    "kvc_cache_crop: a %s layer does not track past states (tokens %" PRId64
                    "); call kvc_cache_activate_past_recording before the updates you may want to roll back",
                    l->desc->name, tokens);
   if (tokens > 0)
-    return kvc_err(KVC_ERROR_INVALID_STATE,
+    return kvci_err(KVC_ERROR_INVALID_STATE,
                    "kvc_cache_crop: tokens is %" PRId64 " but a %s layer can only be cropped by a negative number "
                    "of tokens (how many to remove) or 0",
                    tokens, l->desc->name);
   return NULL;
 }
 
-void kvc_linear_apply_crop(kvc_layer* l, int64_t tokens) {
-  kvc_linear_pair* ps = kvc_linear_pairs(l);
+void kvci_linear_apply_crop(kvc_layer* l, int64_t tokens) {
+  kvc_linear_pair* ps = kvci_linear_pairs(l);
   int64_t t = tokens == INT64_MIN ? INT64_MAX : -tokens; /* "remove everything" without overflow */
-  for (uint32_t i = 0; ps && i < kvc_linear_params_of(l)->num_states; i++) {
+  for (uint32_t i = 0; ps && i < kvci_linear_params_of(l)->num_states; i++) {
     kvc_linear_pair* p = &ps[i];
     if (p->conv_dtype == KVC_DTYPE_UNSET) continue; /* nothing recorded (transformers: None[...] raises) */
     /* Python's conv[..., -t-K : -t] (t > 0) or conv[..., -K:] (t == 0), slice bounds clamped at 0. */
@@ -337,5 +337,5 @@ void kvc_linear_apply_crop(kvc_layer* l, int64_t tokens) {
     p->end = p->begin + keep_end;
     p->begin += keep_begin;
   }
-  kvc_linear_sync(l);
+  kvci_linear_sync(l);
 }

@@ -56,62 +56,62 @@ typedef struct kvc_linear_ext {
   int64_t ret_shape[3], ret_strides[3]; /* the last update_conv_state return */
 } kvc_linear_ext;
 
-kvc_linear_pair* kvc_linear_pairs(const kvc_layer* layer); /* NULL while ext is not allocated */
-kvc_row_buffer* kvc_linear_rows(const kvc_layer* layer);
+kvc_linear_pair* kvci_linear_pairs(const kvc_layer* layer); /* NULL while ext is not allocated */
+kvc_row_buffer* kvci_linear_rows(const kvc_layer* layer);
 /* Allocates the (empty) extension state if the layer has none; -1 when out of memory. */
-int kvc_linear_ext_ensure(kvc_layer* layer);
+int kvci_linear_ext_ensure(kvc_layer* layer);
 /* The LINEAR kinds' parameters (kvc_layer.params). */
 typedef struct kvc_linear_params {
   uint32_t num_states; /* >= 1 */
   int64_t conv_kernel; /* configured K, 0 = from the first input */
 } kvc_linear_params;
 KVC_PARAMS_FIT(kvc_linear_params);
-static inline const kvc_linear_params* kvc_linear_params_of(const kvc_layer* l) {
-  return kvc_layer_params(const kvc_linear_params, l);
+static inline const kvc_linear_params* kvci_linear_params_of(const kvc_layer* l) {
+  return kvci_layer_params(const kvc_linear_params, l);
 }
 
-size_t kvc_linear_ext_bytes(uint32_t num_states);
+size_t kvci_linear_ext_bytes(uint32_t num_states);
 
 /* Whether any state of the layer is allocated (then layer->batch is fixed). */
-int kvc_linear_any_state(const kvc_layer* layer);
+int kvci_linear_any_state(const kvc_layer* layer);
 /* Every state pair has had its first conv update. */
-int kvc_linear_all_previous(const kvc_layer* layer);
+int kvci_linear_all_previous(const kvc_layer* layer);
 
 /*
- * The conv state's storage. kvc_conv_make_room is the only step that can
+ * The conv state's storage. kvci_conv_make_room is the only step that can
  * fail (and then changes nothing): it makes the region the last `keep_len`
  * of its columns (0 for a state not allocated yet, which it allocates with
  * the given geometry) followed by `need` free slots, moving the region back
  * to slot 0 or growing the buffer when needed. The write functions that
  * follow cannot fail.
  */
-kvc_error* kvc_conv_make_room(const kvc_cache* cache, kvc_layer* layer, uint32_t state, kvc_dtype dtype,
+kvc_error* kvci_conv_make_room(const kvc_cache* cache, kvc_layer* layer, uint32_t state, kvc_dtype dtype,
                               int64_t batch, int64_t channels, int64_t kernel, int64_t keep_len, int64_t need);
 /* Copies x [batch, channels, n] (any strides) into time slots [slot, slot + n). */
-void kvc_conv_write(const kvc_cache* cache, const kvc_layer* layer, uint32_t state, const kvc_tensor* x,
+void kvci_conv_write(const kvc_cache* cache, const kvc_layer* layer, uint32_t state, const kvc_tensor* x,
                     int64_t first_column, int64_t n, int64_t slot);
-void kvc_conv_zero(const kvc_cache* cache, const kvc_layer* layer, uint32_t state, int64_t from, int64_t to);
+void kvci_conv_zero(const kvc_cache* cache, const kvc_layer* layer, uint32_t state, int64_t from, int64_t to);
 /* Copies time slot `from` to slot `to` for every row and channel. */
-void kvc_conv_copy_column(const kvc_cache* cache, const kvc_layer* layer, uint32_t state, int64_t from, int64_t to);
+void kvci_conv_copy_column(const kvc_cache* cache, const kvc_layer* layer, uint32_t state, int64_t from, int64_t to);
 
 /* Allocates the recurrent state zeroed with the given shape (batch first); on failure nothing changed. */
-kvc_error* kvc_rec_allocate(const kvc_cache* cache, kvc_layer* layer, uint32_t state, kvc_dtype dtype, int32_t ndim,
+kvc_error* kvci_rec_allocate(const kvc_cache* cache, kvc_layer* layer, uint32_t state, kvc_dtype dtype, int32_t ndim,
                             const int64_t* shape);
 /* Copies s (same shape, any strides) into the recurrent state. */
-void kvc_rec_write(const kvc_cache* cache, const kvc_layer* layer, uint32_t state, const kvc_tensor* s);
+void kvci_rec_write(const kvc_cache* cache, const kvc_layer* layer, uint32_t state, const kvc_tensor* s);
 
 /* Recomputes every view descriptor from the states and layer->batch. */
-void kvc_linear_sync(kvc_layer* layer);
+void kvci_linear_sync(kvc_layer* layer);
 /* Views of pair `state`'s states: data NULL and ndim 0 for a state not allocated. */
-void kvc_linear_conv_view(const kvc_layer* layer, uint32_t state, kvc_tensor* out);
-void kvc_linear_rec_view(const kvc_layer* layer, uint32_t state, kvc_tensor* out);
+void kvci_linear_conv_view(const kvc_layer* layer, uint32_t state, kvc_tensor* out);
+void kvci_linear_rec_view(const kvc_layer* layer, uint32_t state, kvc_tensor* out);
 /* The view of conv time slots [from, to) described by ext's ret_* arrays (set by this call). */
-void kvc_linear_conv_return(kvc_layer* layer, uint32_t state, int64_t from, int64_t to, kvc_tensor* out);
+void kvci_linear_conv_return(kvc_layer* layer, uint32_t state, int64_t from, int64_t to, kvc_tensor* out);
 
 /* Zeroes every allocated state and clears has_previous (transformers' reset of the linear part). */
-void kvc_linear_reset(const kvc_cache* cache, kvc_layer* layer);
+void kvci_linear_reset(const kvc_cache* cache, kvc_layer* layer);
 /* The linear part of crop (docs/semantics.md, 'Linear-attention layers'): check refuses unless recording and tokens <= 0; apply trims conv states. */
-kvc_error* kvc_linear_check_crop(const kvc_layer* layer, int64_t tokens);
-void kvc_linear_apply_crop(kvc_layer* layer, int64_t tokens);
+kvc_error* kvci_linear_check_crop(const kvc_layer* layer, int64_t tokens);
+void kvci_linear_apply_crop(kvc_layer* layer, int64_t tokens);
 
 #endif /* KVC_CORE_LINEAR_STATE_H */

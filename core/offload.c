@@ -4,7 +4,7 @@
  * An offloaded layer keeps its store (K and V) in the backend's host tier;
  * every other field stays as it is, so every operation keeps working on it,
  * and the stores operations allocate for it go to the same tier
- * (kvc_store_alloc_tier). Only updates and kvc_cache_offload/prefetch move a
+ * (kvci_store_alloc_tier). Only updates and kvc_cache_offload/prefetch move a
  * layer between the tiers.
  *
  * An update of layer i on an offloading cache does what transformers'
@@ -24,7 +24,7 @@
  * device memory once more. The per-layer kvc_cache_update, which a model's
  * forward pass uses (as transformers does), holds one retired store at a time.
  *
- * A failed call changes nothing: kvc_offload_prepare plans every move of the
+ * A failed call changes nothing: kvci_offload_prepare plans every move of the
  * call and allocates every buffer those moves need (sized for the capacities
  * the stores reach in the room phase) before any store grows or anything is
  * written; the moves themselves cannot fail.
@@ -63,22 +63,22 @@ typedef struct offload_state {
   unsigned char* tier; /* simulated tier per layer while planning */
   size_t cap_tier;
   /* A prefetch was issued that no tier_wait has covered yet: on a GPU it runs on a side stream (see
-   * kvc_offload_settle). */
+   * kvci_offload_settle). */
   int prefetch_pending;
 } offload_state;
 
-int kvc_offload_layer_takes_part(kvc_offload mode, const kvc_layer* l) {
+int kvci_offload_layer_takes_part(kvc_offload mode, const kvc_layer* l) {
   if (mode != KVC_OFFLOAD_ALL && mode != KVC_OFFLOAD_NON_SLIDING) return 0;
-  if (!kvc_layer_is(l, KVC_TRAIT_OFFLOADS)) return 0; /* see the kinds' descriptors */
-  return !(mode == KVC_OFFLOAD_NON_SLIDING && kvc_layer_is(l, KVC_TRAIT_SLIDING));
+  if (!kvci_layer_is(l, KVC_TRAIT_OFFLOADS)) return 0; /* see the kinds' descriptors */
+  return !(mode == KVC_OFFLOAD_NON_SLIDING && kvci_layer_is(l, KVC_TRAIT_SLIDING));
 }
 
-uint64_t kvc_offload_retired_bytes(const kvc_cache* c) {
+uint64_t kvci_offload_retired_bytes(const kvc_cache* c) {
   const offload_state* st = (const offload_state*)c->offload_state;
   return st ? st->retired_bytes : 0;
 }
 
-kvc_device kvc_tier_device(const kvc_layer* l) {
+kvc_device kvci_tier_device(const kvc_layer* l) {
   kvc_device d = l->device;
   if (!l->offloaded) return d;
   /* DLPack's names for pinned host memory of a GPU: what the host tier is on those backends. */
@@ -115,7 +115,7 @@ static void move_store(const kvc_cache* c, kvc_layer* l, void* k, void* v, int t
   const kvc_backend* be = c->backend;
   for (int which = 0; which < 2; which++) {
     int64_t d = which ? l->v_dim : l->k_dim, st[4];
-    kvc_store_strides(l, which, st);
+    kvci_store_strides(l, which, st);
     int64_t shape[4] = {l->batch, l->heads, l->end - l->start, d};
     size_t off = (size_t)(l->start * d) * l->elem;
     if (!to_host && c->offload_state) ((offload_state*)c->offload_state)->prefetch_pending = 1;
@@ -127,7 +127,7 @@ static void move_store(const kvc_cache* c, kvc_layer* l, void* k, void* v, int t
   l->k = k;
   l->v = v;
   l->offloaded = to_host;
-  kvc_layer_sync_view(l);
+  kvci_layer_sync_view(l);
 }
 
 /* ------------------------------------------------------------ update path */
@@ -142,7 +142,7 @@ static int64_t prefetch_target(const kvc_cache* c, uint32_t i) {
 }
 
 static void free_plan_buffers(const kvc_cache* c, offload_state* st) {
-  for (size_t m = st->next; m < st->nmoves; m++) kvc_store_free(c, st->moves[m].to_host, st->moves[m].k, st->moves[m].v);
+  for (size_t m = st->next; m < st->nmoves; m++) kvci_store_free(c, st->moves[m].to_host, st->moves[m].k, st->moves[m].v);
   st->nmoves = st->next = 0;
 }
 
@@ -162,10 +162,10 @@ static int64_t capacity_at_write(const kvc_cache* c, uint32_t i, uint32_t first,
   if (i < first || i - first >= count) return l->cap;
   int64_t append = 0;
   kvc_region keep = l->ops->keep_for_update(l, keys[i - first].shape[2], o, &append);
-  return kvc_layer_reserved_capacity(l, keep, append);
+  return kvci_layer_reserved_capacity(l, keep, append);
 }
 
-kvc_error* kvc_offload_prepare(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count, const kvc_tensor* keys,
+kvc_error* kvci_offload_prepare(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count, const kvc_tensor* keys,
                                const kvc_update_options* o) {
   offload_state* st = (offload_state*)c->offload_state;
   if (st) free_plan_buffers(c, st);
@@ -175,10 +175,10 @@ kvc_error* kvc_offload_prepare(const kvc_call* call, kvc_cache* c, uint32_t firs
   for (uint32_t j = 0; j < count && !any; j++) any = c->layers[first + j]->offloaded;
   if (!any) return NULL; /* nothing moves: no allocation on the hot path of a cache that does not offload */
 
-  if (!(st = state_of(c))) return kvc_err_oom();
+  if (!(st = state_of(c))) return kvci_err_oom();
   int failed = grow((void**)&st->moves, &st->cap_moves, 3 * (size_t)count, sizeof(tier_move)) ||
                grow((void**)&st->tier, &st->cap_tier, c->num_layers, 1);
-  if (failed) return kvc_err_oom();
+  if (failed) return kvci_err_oom();
   for (uint32_t i = 0; i < c->num_layers; i++) st->tier[i] = (unsigned char)(c->layers[i]->offloaded != 0);
 
   /* Replay transformers' order on the simulated tiers; every move gets its own destination store. */
@@ -199,19 +199,19 @@ kvc_error* kvc_offload_prepare(const kvc_call* call, kvc_cache* c, uint32_t firs
     tier_move* mv = &st->moves[m];
     const kvc_layer* l = c->layers[mv->layer];
     mv->cap = capacity_at_write(c, mv->layer, first, count, keys, o);
-    failed = kvc_store_alloc_tier(c, mv->to_host, l->batch, l->heads, mv->cap, l->k_dim, l->v_dim, l->elem, &mv->k,
+    failed = kvci_store_alloc_tier(c, mv->to_host, l->batch, l->heads, mv->cap, l->k_dim, l->v_dim, l->elem, &mv->k,
                                   &mv->v);
   }
   if (failed) {
     free_plan_buffers(c, st);
-    return kvc_err_oom();
+    return kvci_err_oom();
   }
   st->first = first;
   st->next = 0;
   return NULL;
 }
 
-void kvc_offload_abort(kvc_cache* c) {
+void kvci_offload_abort(kvc_cache* c) {
   offload_state* st = (offload_state*)c->offload_state;
   if (st) free_plan_buffers(c, st);
 }
@@ -224,10 +224,10 @@ static void retire(offload_state* st, void* k, void* v, uint64_t bytes) {
   st->retired_bytes += bytes;
 }
 
-void kvc_offload_release_retired(kvc_cache* c) {
+void kvci_offload_release_retired(kvc_cache* c) {
   offload_state* st = (offload_state*)c->offload_state;
   if (!st) return;
-  for (size_t i = 0; i < st->nretired; i++) kvc_store_free(c, 0, st->retired[i].k, st->retired[i].v);
+  for (size_t i = 0; i < st->nretired; i++) kvci_store_free(c, 0, st->retired[i].k, st->retired[i].v);
   st->nretired = 0;
   st->retired_bytes = 0;
 }
@@ -240,9 +240,9 @@ static void run_step(kvc_cache* c, offload_state* st, uint32_t step) {
     uint64_t bytes = store_bytes(l);
     void *old_k, *old_v;
     if (m->cap != l->cap) {
-      /* Only kvc_layer_reserve changes a capacity, and prepare sized the buffer for it: never taken. Staying
+      /* Only kvci_layer_reserve changes a capacity, and prepare sized the buffer for it: never taken. Staying
        * in the current tier beats writing past the buffer. */
-      kvc_store_free(c, m->to_host, m->k, m->v);
+      kvci_store_free(c, m->to_host, m->k, m->v);
       m->k = m->v = NULL;
       continue;
     }
@@ -251,11 +251,11 @@ static void run_step(kvc_cache* c, offload_state* st, uint32_t step) {
     if (m->to_host)
       retire(st, old_k, old_v, bytes); /* the views this update returns point there */
     else
-      kvc_store_free(c, 1, old_k, old_v);
+      kvci_store_free(c, 1, old_k, old_v);
   }
 }
 
-void kvc_offload_before_update(kvc_cache* c, uint32_t layer) {
+void kvci_offload_before_update(kvc_cache* c, uint32_t layer) {
   offload_state* st = (offload_state*)c->offload_state;
   if (!st || st->next >= st->nmoves) return;
   uint32_t j = layer - st->first;
@@ -267,23 +267,23 @@ void kvc_offload_before_update(kvc_cache* c, uint32_t layer) {
   run_step(c, st, 3 * j + 1);
 }
 
-void kvc_offload_settle(const kvc_cache* c) {
+void kvci_offload_settle(const kvc_cache* c) {
   offload_state* st = (offload_state*)c->offload_state;
   if (!st || !st->prefetch_pending) return;
   c->backend->tier_wait(c->backend->ctx, &c->exec);
   st->prefetch_pending = 0;
 }
 
-void kvc_offload_after_update(kvc_cache* c, uint32_t layer) {
+void kvci_offload_after_update(kvc_cache* c, uint32_t layer) {
   offload_state* st = (offload_state*)c->offload_state;
   if (!st || st->next >= st->nmoves) return;
   run_step(c, st, 3 * (layer - st->first) + 2);
 }
 
-void kvc_offload_free_state(kvc_cache* c) {
+void kvci_offload_free_state(kvc_cache* c) {
   offload_state* st = (offload_state*)c->offload_state;
   if (!st) return;
-  kvc_offload_release_retired(c);
+  kvci_offload_release_retired(c);
   free_plan_buffers(c, st);
   free(st->retired);
   free(st->moves);
@@ -297,13 +297,13 @@ void kvc_offload_free_state(kvc_cache* c) {
 /* Moves a layer to the other tier now, for kvc_cache_offload/prefetch. */
 static kvc_error* move_now(kvc_cache* c, kvc_layer* l, int to_host) {
   void *k, *v, *old_k, *old_v;
-  kvc_offload_settle(c); /* the layer may be the one the last update prefetched */
-  if (kvc_store_alloc_tier(c, to_host, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &k, &v))
-    return kvc_err_oom();
+  kvci_offload_settle(c); /* the layer may be the one the last update prefetched */
+  if (kvci_store_alloc_tier(c, to_host, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &k, &v))
+    return kvci_err_oom();
   /* Both are mutating calls: the views of the last update end here, and their device stores go. */
-  kvc_offload_release_retired(c);
+  kvci_offload_release_retired(c);
   move_store(c, l, k, v, to_host, &old_k, &old_v);
-  kvc_store_free(c, !to_host, old_k, old_v);
+  kvci_store_free(c, !to_host, old_k, old_v);
   if (!to_host) {
     c->backend->tier_wait(c->backend->ctx, &c->exec);
     if (c->offload_state) ((offload_state*)c->offload_state)->prefetch_pending = 0;
@@ -312,15 +312,15 @@ static kvc_error* move_now(kvc_cache* c, kvc_layer* l, int to_host) {
 }
 
 kvc_error* kvc_cache_offload(kvc_cache* c, uint32_t layer) {
-  kvc_error* e = kvc_cache_check_layer("kvc_cache_offload", c, layer);
+  kvc_error* e = kvci_cache_check_layer("kvc_cache_offload", c, layer);
   if (e) return e;
   kvc_layer* l = c->layers[layer];
-  if (l->offloaded || !l->initialized || !kvc_layer_is(l, KVC_TRAIT_OFFLOADS)) return NULL;
+  if (l->offloaded || !l->initialized || !kvci_layer_is(l, KVC_TRAIT_OFFLOADS)) return NULL;
   return move_now(c, l, 1);
 }
 
 kvc_error* kvc_cache_prefetch(kvc_cache* c, uint32_t layer) {
-  kvc_error* e = kvc_cache_check_layer("kvc_cache_prefetch", c, layer);
+  kvc_error* e = kvci_cache_check_layer("kvc_cache_prefetch", c, layer);
   if (e) return e;
   kvc_layer* l = c->layers[layer];
   if (!l->offloaded) return NULL;

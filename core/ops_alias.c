@@ -26,10 +26,10 @@ typedef struct span {
 /* The bytes a 4-D tensor's elements cover (strides may be negative). */
 static span tensor_span(const kvc_tensor* t) {
   span s = {0, 0};
-  const char* base = (const char*)kvc_tensor_base(t);
+  const char* base = (const char*)kvci_tensor_base(t);
   if (!base || t->ndim != 4 || !t->shape) return s;
   int64_t st[4], lo = 0, hi = 0;
-  kvc_tensor_strides(t, st);
+  kvci_tensor_strides(t, st);
   for (int i = 0; i < 4; i++) {
     if (t->shape[i] <= 0) return s;
     int64_t reach = (t->shape[i] - 1) * st[i];
@@ -138,8 +138,8 @@ static int copy_out(const kvc_cache* c, const kvc_tensor* t, kvc_tensor* out, vo
   void* p = c->backend->alloc_zeroed(c->backend->ctx, &c->exec, bytes);
   if (!p) return -1;
   int64_t src[4], dst[4] = {t->shape[1] * t->shape[2] * t->shape[3], t->shape[2] * t->shape[3], t->shape[3], 1};
-  kvc_tensor_strides(t, src);
-  c->backend->copy_4d(c->backend->ctx, &c->exec, p, dst, kvc_tensor_base(t), src, t->shape, elem);
+  kvci_tensor_strides(t, src);
+  c->backend->copy_4d(c->backend->ctx, &c->exec, p, dst, kvci_tensor_base(t), src, t->shape, elem);
   *out = *t;
   memcpy(shape, t->shape, sizeof(int64_t) * 4);
   out->shape = shape;
@@ -150,7 +150,7 @@ static int copy_out(const kvc_cache* c, const kvc_tensor* t, kvc_tensor* out, vo
   return 0;
 }
 
-void kvc_update_inputs_free(const kvc_cache* c, kvc_update_inputs* in) {
+void kvci_update_inputs_free(const kvc_cache* c, kvc_update_inputs* in) {
   for (uint32_t i = 0; in->owned && i < 2 * in->count; i++)
     if (in->owned[i]) c->backend->free(c->backend->ctx, &c->exec, in->owned[i]);
   free(in->owned);
@@ -159,7 +159,7 @@ void kvc_update_inputs_free(const kvc_cache* c, kvc_update_inputs* in) {
   memset(in, 0, sizeof *in);
 }
 
-kvc_error* kvc_update_inputs_unalias(const kvc_cache* c, uint32_t count, const kvc_tensor* keys,
+kvc_error* kvci_update_inputs_unalias(const kvc_cache* c, uint32_t count, const kvc_tensor* keys,
                                      const kvc_tensor* values, kvc_update_inputs* in) {
   memset(in, 0, sizeof *in);
   in->keys = keys;
@@ -167,7 +167,7 @@ kvc_error* kvc_update_inputs_unalias(const kvc_cache* c, uint32_t count, const k
   in->count = count;
   if (c->num_layers == 0) return NULL; /* nothing handed out yet */
   owned_spans own;
-  if (owned_build(c, &own)) return kvc_err_oom();
+  if (owned_build(c, &own)) return kvci_err_oom();
   int any = 0;
   for (uint32_t j = 0; j < 2 * count && !any; j++) {
     const kvc_tensor* t = j < count ? &keys[j] : &values[j - count];
@@ -182,8 +182,8 @@ kvc_error* kvc_update_inputs_unalias(const kvc_cache* c, uint32_t count, const k
   in->dims = (int64_t*)malloc(sizeof(int64_t) * 8 * 2 * (size_t)count);
   if (!in->copies || !in->owned || !in->dims) {
     owned_free(&own);
-    kvc_update_inputs_free(c, in);
-    return kvc_err_oom();
+    kvci_update_inputs_free(c, in);
+    return kvci_err_oom();
   }
   for (uint32_t j = 0; j < 2 * count; j++) {
     const kvc_tensor* t = j < count ? &keys[j] : &values[j - count];
@@ -192,8 +192,8 @@ kvc_error* kvc_update_inputs_unalias(const kvc_cache* c, uint32_t count, const k
     if (owned_overlaps(&own, tensor_span(t))) {
       if (copy_out(c, t, &in->copies[j], &in->owned[j], shape)) {
         owned_free(&own);
-        kvc_update_inputs_free(c, in);
-        return kvc_err_oom();
+        kvci_update_inputs_free(c, in);
+        return kvci_err_oom();
       }
     } else if (descriptor_owned(c, t)) { /* the data is the caller's, the descriptor ours */
       memcpy(shape, t->shape, sizeof(int64_t) * 4);

@@ -11,12 +11,12 @@
 
 #include "internal.h"
 
-kvc_error* kvc_check_indices(const char* fn, const char* arg, const int64_t* idx, size_t count, int64_t batch) {
-  if (count == 0) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: count is 0; %s needs at least one index", fn, arg);
-  if (!idx) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but count is %zu", fn, arg, count);
+kvc_error* kvci_check_indices(const char* fn, const char* arg, const int64_t* idx, size_t count, int64_t batch) {
+  if (count == 0) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: count is 0; %s needs at least one index", fn, arg);
+  if (!idx) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but count is %zu", fn, arg, count);
   for (size_t i = 0; i < count; i++)
     if (idx[i] < 0 || idx[i] >= batch)
-      return kvc_err(KVC_ERROR_OUT_OF_RANGE, "%s: %s[%zu] is %" PRId64 " but the batch has %" PRId64
+      return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: %s[%zu] is %" PRId64 " but the batch has %" PRId64
                      " rows; indices must be in [0, %" PRId64 ")",
                      fn, arg, i, idx[i], batch, batch);
   return NULL;
@@ -25,7 +25,7 @@ kvc_error* kvc_check_indices(const char* fn, const char* arg, const int64_t* idx
 /* K/V the batch operations move: transformers skips layers that hold nothing. */
 static int holds_tokens(const kvc_layer* l) { return l->initialized && l->ops->seq_length(l) > 0; }
 /* Layers the batch operations act on: K/V holding tokens, or allocated row buffers (kind state). */
-static int takes_part(const kvc_layer* l) { return kvc_layer_holds_rows(l); }
+static int takes_part(const kvc_layer* l) { return kvci_layer_holds_rows(l); }
 
 #define KVC_MAX_ROWBUF 136 /* LINEAR kinds: 2 per state pair, up to 64 pairs */
 
@@ -38,12 +38,12 @@ typedef struct new_store {
 
 static int alloc_store(const kvc_cache* c, const kvc_layer* l, int64_t batch, new_store* s) {
   s->host = l->offloaded;
-  return kvc_store_alloc_tier(c, s->host, batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &s->k, &s->v);
+  return kvci_store_alloc_tier(c, s->host, batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &s->k, &s->v);
 }
 
 static int alloc_rows(const kvc_cache* c, kvc_layer* l, int64_t batch, new_store* s) {
   kvc_row_buffer* rb = NULL;
-  int n = kvc_layer_rows(l, &rb);
+  int n = kvci_layer_rows(l, &rb);
   for (int i = 0; i < n && i < KVC_MAX_ROWBUF; i++) {
     if (!rb[i].ptr) continue;
     s->rows[i] = c->backend->alloc_zeroed(c->backend->ctx, &c->exec, (size_t)(rb[i].row_bytes * batch));
@@ -54,7 +54,7 @@ static int alloc_rows(const kvc_cache* c, kvc_layer* l, int64_t batch, new_store
 
 static void free_stores(const kvc_cache* c, new_store* s, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
-    kvc_store_free(c, s[i].host, s[i].k, s[i].v);
+    kvci_store_free(c, s[i].host, s[i].k, s[i].v);
     for (int r = 0; r < KVC_MAX_ROWBUF; r++)
       if (s[i].rows[r]) c->backend->free(c->backend->ctx, &c->exec, s[i].rows[r]);
   }
@@ -72,7 +72,7 @@ static void byte_rows(int64_t row_bytes, int64_t strides[4], int64_t shape[4]) {
 /* Copies rows[b] -> b of every row buffer into the new ones and adopts them. */
 static void swap_rows(const kvc_cache* c, kvc_layer* l, new_store* s, const int64_t* rows, int64_t nb) {
   kvc_row_buffer* rb = NULL;
-  int n = kvc_layer_rows(l, &rb);
+  int n = kvci_layer_rows(l, &rb);
   const kvc_backend* be = c->backend;
   int64_t* dst = (int64_t*)rows + nb; /* caller's array has room for 2*nb: the identity after the sources */
   for (int64_t b = 0; b < nb; b++) dst[b] = b;
@@ -89,13 +89,13 @@ static void swap_rows(const kvc_cache* c, kvc_layer* l, new_store* s, const int6
 
 static void swap_store(const kvc_cache* c, kvc_layer* l, new_store* s, int64_t batch) {
   if (s->k) {
-    kvc_store_free(c, l->offloaded, l->k, l->v);
+    kvci_store_free(c, l->offloaded, l->k, l->v);
     l->k = s->k;
     l->v = s->v;
     s->k = s->v = NULL;
   }
   l->batch = batch;
-  kvc_layer_sync_view(l); /* K/V views when initialized, a kind's state views always */
+  kvci_layer_sync_view(l); /* K/V views when initialized, a kind's state views always */
 }
 
 /*
@@ -165,7 +165,7 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
 
   if (!in_place) {
     new_store* s = (new_store*)calloc(n ? n : 1, sizeof(*s));
-    if (!s) return kvc_err_oom();
+    if (!s) return kvci_err_oom();
     int64_t max_rows = 1;
     for (uint32_t i = 0; i < n; i++) {
       kvc_layer* l = c->layers[i];
@@ -176,20 +176,20 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
          state rows), so that the layer's batch describes every buffer it owns. */
       if ((l->initialized && alloc_store(c, l, nb, &s[i])) || alloc_rows(c, l, nb, &s[i])) {
         free_stores(c, s, n);
-        return kvc_err_oom();
+        return kvci_err_oom();
       }
     }
     int64_t* rows = (int64_t*)malloc(sizeof(int64_t) * 2 * (size_t)max_rows);
     if (!rows) {
       free_stores(c, s, n);
-      return kvc_err_oom();
+      return kvci_err_oom();
     }
     for (uint32_t i = 0; i < n; i++) {
       kvc_layer* l = c->layers[i];
       if (!takes_part(l)) continue;
       int64_t nb = repeats ? l->batch * repeats : (int64_t)count;
       for (int64_t b = 0; b < nb; b++) rows[b] = repeats ? b / repeats : idx[b];
-      if (holds_tokens(l)) kvc_layer_copy_rows_to(c, l, s[i].k, s[i].v, rows, nb);
+      if (holds_tokens(l)) kvci_layer_copy_rows_to(c, l, s[i].k, s[i].v, rows, nb);
       swap_rows(c, l, &s[i], rows, nb);
       swap_store(c, l, &s[i], nb);
     }
@@ -200,7 +200,7 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
 
   /* In place: only rows with idx[b] != b are written, only their stored region. */
   row_plan plan;
-  if (plan_rows(idx, count, &plan)) return kvc_err_oom();
+  if (plan_rows(idx, count, &plan)) return kvci_err_oom();
   if (plan.ndirect + plan.nscratch == 0) {
     free(plan.buf);
     return NULL;
@@ -215,7 +215,7 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
       if (b > scratch_bytes) scratch_bytes = b;
     }
     kvc_row_buffer* rb = NULL;
-    int nr = kvc_layer_rows(l, &rb);
+    int nr = kvci_layer_rows(l, &rb);
     for (int r = 0; r < nr; r++)
       if (rb[r].ptr && (size_t)(plan.nsaved * rb[r].row_bytes) > scratch_bytes)
         scratch_bytes = (size_t)(plan.nsaved * rb[r].row_bytes);
@@ -225,13 +225,13 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
     scratch = c->backend->alloc_zeroed(c->backend->ctx, &c->exec, scratch_bytes);
     if (!scratch) {
       free(plan.buf);
-      return kvc_err_oom();
+      return kvci_err_oom();
     }
   }
   for (uint32_t i = 0; i < n; i++) {
     kvc_layer* l = c->layers[i];
     kvc_row_buffer* rb = NULL;
-    int nr = kvc_layer_rows(l, &rb);
+    int nr = kvci_layer_rows(l, &rb);
     for (int r = 0; r < nr; r++) {
       if (!rb[r].ptr) continue;
       const kvc_backend* be = c->backend;
@@ -249,7 +249,7 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
     for (int which = 0; which < 2; which++) {
       int64_t d = which ? l->v_dim : l->k_dim;
       int64_t st[4], shape[4] = {1, l->heads, l->end - l->start, d};
-      kvc_store_strides(l, which, st);
+      kvci_store_strides(l, which, st);
       char* base = (char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem;
       int64_t ss[4] = {l->heads * shape[2] * d, shape[2] * d, d, 1}; /* scratch rows: compact [heads, stored, d] */
       const kvc_backend* be = c->backend;
@@ -261,7 +261,7 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
         be->copy_rows(be->ctx, dev, base, st, plan.scratch_dst, scratch, ss, plan.scratch_src, plan.nscratch, shape,
                       l->elem);
     }
-    kvc_layer_sync_view(l);
+    kvci_layer_sync_view(l);
   }
   if (scratch) c->backend->free(c->backend->ctx, &c->exec, scratch);
   free(plan.buf);
@@ -273,24 +273,24 @@ static kvc_error* check_batch_indices(const char* fn, const kvc_cache* c, const 
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
     if (!takes_part(l)) continue;
-    kvc_error* e = kvc_check_indices(fn, arg, idx, count, l->batch);
+    kvc_error* e = kvci_check_indices(fn, arg, idx, count, l->batch);
     if (e) return e;
   }
-  if (count == 0) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: count is 0; %s needs at least one index", fn, arg);
-  if (!idx) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but count is %zu", fn, arg, count);
+  if (count == 0) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: count is 0; %s needs at least one index", fn, arg);
+  if (!idx) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but count is %zu", fn, arg, count);
   return NULL;
 }
 
 static kvc_error* require_dynamic(const char* fn, const kvc_cache* c) {
   for (uint32_t i = 0; i < c->num_layers; i++)
-    if (kvc_layer_is(c->layers[i], KVC_TRAIT_STATIC))
-      return kvc_err(KVC_ERROR_UNSUPPORTED, "%s: layer %u is a %s layer; this operation is only defined for dynamic kinds",
+    if (kvci_layer_is(c->layers[i], KVC_TRAIT_STATIC))
+      return kvci_err(KVC_ERROR_UNSUPPORTED, "%s: layer %u is a %s layer; this operation is only defined for dynamic kinds",
                      fn, i, c->layers[i]->desc->name);
   return NULL;
 }
 
 /* Kind-specific refusals (kvc_layer_ops.check_batch). */
-kvc_error* kvc_batch_check_kinds(const char* fn, const kvc_cache* c, kvc_batch_op op) {
+kvc_error* kvci_batch_check_kinds(const char* fn, const kvc_cache* c, kvc_batch_op op) {
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
     if (l->ops->check_batch) {
@@ -301,7 +301,7 @@ kvc_error* kvc_batch_check_kinds(const char* fn, const kvc_cache* c, kvc_batch_o
   return NULL;
 }
 
-kvc_error* kvc_batch_check_indices(const char* fn, const kvc_cache* c, const char* arg, const int64_t* idx,
+kvc_error* kvci_batch_check_indices(const char* fn, const kvc_cache* c, const char* arg, const int64_t* idx,
                                    size_t count) {
   return check_batch_indices(fn, c, arg, idx, count);
 }
@@ -309,12 +309,12 @@ kvc_error* kvc_batch_check_indices(const char* fn, const kvc_cache* c, const cha
 /* The largest batch a repeat-interleave may produce: keeps every size computation far from overflow. */
 #define KVC_MAX_BATCH (INT64_C(1) << 31)
 
-kvc_error* kvc_batch_check_repeats(const char* fn, const kvc_cache* c, int64_t repeats) {
-  if (repeats < 1) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: repeats is %" PRId64 "; it must be >= 1", fn, repeats);
+kvc_error* kvci_batch_check_repeats(const char* fn, const kvc_cache* c, int64_t repeats) {
+  if (repeats < 1) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: repeats is %" PRId64 "; it must be >= 1", fn, repeats);
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
     if (takes_part(l) && repeats > KVC_MAX_BATCH / l->batch)
-      return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+      return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                      "%s: repeats is %" PRId64 " but layer %u holds %" PRId64 " rows; the repeated batch must not exceed %" PRId64,
                      fn, repeats, i, l->batch, KVC_MAX_BATCH);
   }
@@ -323,33 +323,33 @@ kvc_error* kvc_batch_check_repeats(const char* fn, const kvc_cache* c, int64_t r
 
 kvc_error* kvc_cache_reorder(kvc_cache* c, const int64_t* beam_idx, size_t count) {
   static const char* FN = "kvc_cache_reorder";
-  kvc_error* e = kvc_cache_check(FN, c);
-  if (!e) e = kvc_batch_check_kinds(FN, c, KVC_BATCH_REORDER);
+  kvc_error* e = kvci_cache_check(FN, c);
+  if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_REORDER);
   if (!e) e = check_batch_indices(FN, c, "beam_idx", beam_idx, count);
   if (e) return e;
-  kvc_offload_settle(c);
+  kvci_offload_settle(c);
   return gather_batch(c, beam_idx, count, 0);
 }
 
 kvc_error* kvc_cache_batch_select_indices(kvc_cache* c, const int64_t* indices, size_t count) {
   static const char* FN = "kvc_cache_batch_select_indices";
-  kvc_error* e = kvc_cache_check(FN, c);
+  kvc_error* e = kvci_cache_check(FN, c);
   if (!e) e = require_dynamic(FN, c);
-  if (!e) e = kvc_batch_check_kinds(FN, c, KVC_BATCH_SELECT);
+  if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_SELECT);
   if (!e) e = check_batch_indices(FN, c, "indices", indices, count);
   if (e) return e;
-  kvc_offload_settle(c);
+  kvci_offload_settle(c);
   return gather_batch(c, indices, count, 0);
 }
 
 kvc_error* kvc_cache_batch_repeat_interleave(kvc_cache* c, int64_t repeats) {
   static const char* FN = "kvc_cache_batch_repeat_interleave";
-  kvc_error* e = kvc_cache_check(FN, c);
+  kvc_error* e = kvci_cache_check(FN, c);
   if (!e) e = require_dynamic(FN, c);
-  if (!e) e = kvc_batch_check_kinds(FN, c, KVC_BATCH_REPEAT);
-  if (!e) e = kvc_batch_check_repeats(FN, c, repeats);
+  if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_REPEAT);
+  if (!e) e = kvci_batch_check_repeats(FN, c, repeats);
   if (e) return e;
-  kvc_offload_settle(c);
+  kvci_offload_settle(c);
   if (repeats == 1) return NULL;
   return gather_batch(c, NULL, 0, repeats);
 }

@@ -5,14 +5,14 @@
 
 kvc_error* kvc_cache_crop(kvc_cache* c, int64_t tokens) {
   static const char* FN = "kvc_cache_crop";
-  kvc_error* e = kvc_cache_check(FN, c);
+  kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
-  kvc_offload_settle(c);
+  kvci_offload_settle(c);
   /* All layers are checked before any is cropped: a cache is never left half-cropped. */
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
     if (!l->ops->check_crop)
-      return kvc_err(KVC_ERROR_UNSUPPORTED,
+      return kvci_err(KVC_ERROR_UNSUPPORTED,
                      "%s: layer %u is a %s layer, which cannot be cropped (tokens %" PRId64
                      "); only dynamic kinds support crop",
                      FN, i, l->desc->name, tokens);
@@ -21,26 +21,26 @@ kvc_error* kvc_cache_crop(kvc_cache* c, int64_t tokens) {
   }
   for (uint32_t i = 0; i < c->num_layers; i++) {
     c->layers[i]->ops->apply_crop(c->layers[i], tokens);
-    kvc_layer_sync_view(c->layers[i]);
+    kvci_layer_sync_view(c->layers[i]);
   }
   return NULL;
 }
 
 kvc_error* kvc_cache_activate_past_recording(kvc_cache* c) {
-  kvc_error* e = kvc_cache_check("kvc_cache_activate_past_recording", c);
+  kvc_error* e = kvci_cache_check("kvc_cache_activate_past_recording", c);
   if (e) return e;
   for (uint32_t i = 0; i < c->num_layers; i++)
-    if (kvc_layer_is(c->layers[i], KVC_TRAIT_RECORDS_PAST)) c->layers[i]->record_past = 1;
+    if (kvci_layer_is(c->layers[i], KVC_TRAIT_RECORDS_PAST)) c->layers[i]->record_past = 1;
   return NULL;
 }
 
 kvc_error* kvc_cache_reset(kvc_cache* c) {
-  kvc_error* e = kvc_cache_check("kvc_cache_reset", c);
+  kvc_error* e = kvci_cache_check("kvc_cache_reset", c);
   if (e) return e;
-  kvc_offload_settle(c);
+  kvci_offload_settle(c);
   for (uint32_t i = 0; i < c->num_layers; i++) {
     c->layers[i]->ops->reset(c, c->layers[i]);
-    kvc_layer_sync_view(c->layers[i]);
+    kvci_layer_sync_view(c->layers[i]);
   }
   return NULL;
 }

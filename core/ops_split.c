@@ -13,9 +13,9 @@ static kvc_error* common_batch(const char* fn, const kvc_cache* c, int64_t* out)
   int64_t b = -1;
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
-    if (!l->initialized && !kvc_layer_row_bytes(l, 0)) continue;
+    if (!l->initialized && !kvci_layer_row_bytes(l, 0)) continue;
     if (b != -1 && l->batch != b)
-      return kvc_err(KVC_ERROR_INVALID_STATE, "%s: layer %u has batch %" PRId64 " but earlier layers have %" PRId64,
+      return kvci_err(KVC_ERROR_INVALID_STATE, "%s: layer %u has batch %" PRId64 " but earlier layers have %" PRId64,
                      fn, i, l->batch, b);
     b = l->batch;
   }
@@ -31,16 +31,16 @@ static kvc_error* common_batch(const char* fn, const kvc_cache* c, int64_t* out)
 typedef int (*fill_layer)(const kvc_cache* dst, kvc_layer* n, uint32_t i, const void* ctx);
 static kvc_error* derive(const kvc_cache* src, fill_layer fill, const void* ctx, kvc_cache** out) {
   kvc_cache* d = NULL;
-  kvc_error* e = kvc_cache_new_like(src, &d);
+  kvc_error* e = kvci_cache_new_like(src, &d);
   if (e) return e;
   for (uint32_t i = 0; !e && i < src->num_layers; i++) {
-    kvc_layer* n = kvc_layer_shell(src->layers[i]);
+    kvc_layer* n = kvci_layer_shell(src->layers[i]);
     if (n && fill(d, n, i, ctx)) {
       n->initialized = 0;
-      kvc_layer_free(d, n);
+      kvci_layer_free(d, n);
       n = NULL;
     }
-    e = n ? kvc_cache_append_layer(d, n) : kvc_err_oom();
+    e = n ? kvci_cache_append_layer(d, n) : kvci_err_oom();
   }
   if (e) {
     kvc_cache_destroy(d);
@@ -66,15 +66,15 @@ static int fill_slice(const kvc_cache* dst, kvc_layer* n, uint32_t i, const void
   if (n->ext) {
     /* Only rows that exist are split: a layer whose kind state holds none (a quantized layer whose first
      * update failed) keeps its batch, 0 while it has no storage, as the source does. */
-    if (kvc_layer_row_bytes(l, 0)) n->batch = rows;
-    if (kvc_layer_rows_copy_new(c, l, n, sl->src, rows)) return -1;
-    kvc_layer_sync_view(n);
+    if (kvci_layer_row_bytes(l, 0)) n->batch = rows;
+    if (kvci_layer_rows_copy_new(c, l, n, sl->src, rows)) return -1;
+    kvci_layer_sync_view(n);
   }
   if (l->initialized) {
-    if (kvc_store_alloc(c, rows, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &n->k, &n->v)) return -1;
-    kvc_layer_copy_rows_to(c, l, n->k, n->v, sl->src, rows);
+    if (kvci_store_alloc(c, rows, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &n->k, &n->v)) return -1;
+    kvci_layer_copy_rows_to(c, l, n->k, n->v, sl->src, rows);
     n->batch = rows;
-    kvc_layer_sync_view(n);
+    kvci_layer_sync_view(n);
   }
   return 0;
 }
@@ -82,7 +82,7 @@ static int fill_slice(const kvc_cache* dst, kvc_layer* n, uint32_t i, const void
 /* A copy of `c` holding rows [first, first + rows) of every initialized layer. */
 static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kvc_cache** out) {
   int64_t* src = (int64_t*)malloc(sizeof(int64_t) * (size_t)rows);
-  if (!src) return kvc_err_oom();
+  if (!src) return kvci_err_oom();
   for (int64_t r = 0; r < rows; r++) src[r] = first + r;
   slice sl = {c, src, rows};
   kvc_error* e = derive(c, fill_slice, &sl, out);
@@ -93,28 +93,28 @@ static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kv
 kvc_error* kvc_cache_batch_split(const kvc_cache* c, int64_t full_batch_size, int64_t split_size, kvc_cache** out,
                                  size_t capacity, size_t* count) {
   static const char* FN = "kvc_cache_batch_split";
-  kvc_error* e = kvc_cache_check(FN, c);
-  if (!e) e = kvc_batch_check_kinds(FN, c, KVC_BATCH_SPLIT);
+  kvc_error* e = kvci_cache_check(FN, c);
+  if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_SPLIT);
   if (e) return e;
-  kvc_offload_settle(c);
-  if (!out || !count) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, out ? "count" : "out");
+  kvci_offload_settle(c);
+  if (!out || !count) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, out ? "count" : "out");
   if (split_size < 1)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: split_size is %" PRId64 "; it must be >= 1", FN, split_size);
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: split_size is %" PRId64 "; it must be >= 1", FN, split_size);
   int64_t batch = -1;
   if ((e = common_batch(FN, c, &batch))) return e;
   if (batch == -1)
-    return kvc_err(KVC_ERROR_INVALID_STATE, "%s: the cache has no initialized layer, so it has no batch to split (full_batch_size %" PRId64 ")", FN, full_batch_size);
+    return kvci_err(KVC_ERROR_INVALID_STATE, "%s: the cache has no initialized layer, so it has no batch to split (full_batch_size %" PRId64 ")", FN, full_batch_size);
   if (full_batch_size != batch)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: full_batch_size is %" PRId64 " but the cache holds %" PRId64
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: full_batch_size is %" PRId64 " but the cache holds %" PRId64
                    " rows; they must be equal",
                    FN, full_batch_size, batch);
   size_t n = (size_t)((batch + split_size - 1) / split_size);
   if (capacity < n)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: capacity is %zu but splitting %" PRId64 " rows by %" PRId64
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: capacity is %zu but splitting %" PRId64 " rows by %" PRId64
                    " makes %zu caches; pass room for %zu",
                    FN, capacity, batch, split_size, n, n);
   kvc_cache** made = (kvc_cache**)calloc(n, sizeof(*made));
-  if (!made) return kvc_err_oom();
+  if (!made) return kvci_err_oom();
   for (size_t i = 0; i < n && !e; i++) {
     int64_t first = (int64_t)i * split_size;
     int64_t rows = batch - first < split_size ? batch - first : split_size;
@@ -133,16 +133,16 @@ kvc_error* kvc_cache_batch_split(const kvc_cache* c, int64_t full_batch_size, in
 
 static kvc_error* check_compatible(const char* fn, const kvc_cache* a, const kvc_cache* b, size_t which) {
   if (a->num_layers != b->num_layers)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] has %u layers but splits[0] has %u; splits must have the same layers",
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] has %u layers but splits[0] has %u; splits must have the same layers",
                    fn, which, b->num_layers, a->num_layers);
   if (a->device.device_type != b->device.device_type || a->device.device_id != b->device.device_id)
-    return kvc_err(KVC_ERROR_DEVICE_MISMATCH, "%s: splits[%zu] lives on device %d:%d but splits[0] on %d:%d", fn, which,
+    return kvci_err(KVC_ERROR_DEVICE_MISMATCH, "%s: splits[%zu] lives on device %d:%d but splits[0] on %d:%d", fn, which,
                    (int)b->device.device_type, (int)b->device.device_id, (int)a->device.device_type,
                    (int)a->device.device_id);
   for (uint32_t i = 0; i < a->num_layers; i++) {
     const kvc_layer *x = a->layers[i], *y = b->layers[i];
 #define KVC_SPLIT_DIFF(code, what, fmt, vb, va)                                                                  \
-  return kvc_err(code, "%s: layer %u of splits[%zu] has " what " " fmt " but splits[0] has " fmt               \
+  return kvci_err(code, "%s: layer %u of splits[%zu] has " what " " fmt " but splits[0] has " fmt               \
                  "; splits must agree to be stacked",                                                            \
                  fn, i, which, vb, va)
     if (x->kind != y->kind) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "kind", "%s", y->desc->name, x->desc->name);
@@ -154,7 +154,7 @@ static kvc_error* check_compatible(const char* fn, const kvc_cache* a, const kvc
     if (x->max_cache_len != y->max_cache_len)
       KVC_SPLIT_DIFF(KVC_ERROR_INVALID_ARGUMENT, "max_cache_len", "%" PRId64, y->max_cache_len, x->max_cache_len);
     kvc_row_buffer *xr = NULL, *yr = NULL;
-    int nx = kvc_layer_rows((kvc_layer*)x, &xr), ny = kvc_layer_rows((kvc_layer*)y, &yr);
+    int nx = kvci_layer_rows((kvc_layer*)x, &xr), ny = kvci_layer_rows((kvc_layer*)y, &yr);
     if (nx != ny) KVC_SPLIT_DIFF(KVC_ERROR_INVALID_STATE, "state buffers", "%d", ny, nx);
     for (int r = 0; r < nx; r++) {
       if (!xr[r].ptr != !yr[r].ptr)
@@ -166,7 +166,7 @@ static kvc_error* check_compatible(const char* fn, const kvc_cache* a, const kvc
       KVC_SPLIT_DIFF(KVC_ERROR_INVALID_STATE, "is_initialized", "%d", y->initialized != 0, x->initialized != 0);
     if (!x->initialized) continue;
     if (x->dtype != y->dtype)
-      KVC_SPLIT_DIFF(KVC_ERROR_DTYPE_MISMATCH, "dtype", "%s", kvc_dtype_name(y->dtype), kvc_dtype_name(x->dtype));
+      KVC_SPLIT_DIFF(KVC_ERROR_DTYPE_MISMATCH, "dtype", "%s", kvci_dtype_name(y->dtype), kvci_dtype_name(x->dtype));
     if (x->heads != y->heads) KVC_SPLIT_DIFF(KVC_ERROR_SHAPE_MISMATCH, "num_kv_heads", "%" PRId64, y->heads, x->heads);
     if (x->k_dim != y->k_dim) KVC_SPLIT_DIFF(KVC_ERROR_SHAPE_MISMATCH, "k_head_dim", "%" PRId64, y->k_dim, x->k_dim);
     if (x->v_dim != y->v_dim) KVC_SPLIT_DIFF(KVC_ERROR_SHAPE_MISMATCH, "v_head_dim", "%" PRId64, y->v_dim, x->v_dim);
@@ -183,14 +183,14 @@ static kvc_error* check_compatible(const char* fn, const kvc_cache* a, const kvc
 /* Row buffers of layer i of every split, stacked into the shell `n` (whose ptrs are NULL). */
 static int stack_rows(const kvc_cache* r, const kvc_cache* const* splits, size_t count, uint32_t i, kvc_layer* n) {
   kvc_row_buffer* nr = NULL;
-  int nb = kvc_layer_rows(n, &nr);
+  int nb = kvci_layer_rows(n, &nr);
   int64_t batch = 0;
   for (size_t s = 0; s < count; s++) batch += splits[s]->layers[i]->batch;
   n->batch = batch;
   const kvc_backend* be = r->backend;
   for (int b = 0; b < nb; b++) {
     kvc_row_buffer* src0 = NULL;
-    kvc_layer_rows(splits[0]->layers[i], &src0);
+    kvci_layer_rows(splits[0]->layers[i], &src0);
     if (!src0[b].ptr) continue;
     nr[b].ptr = be->alloc_zeroed(be->ctx, &r->exec, (size_t)(src0[b].row_bytes * batch));
     if (!nr[b].ptr) return -1;
@@ -198,7 +198,7 @@ static int stack_rows(const kvc_cache* r, const kvc_cache* const* splits, size_t
     for (size_t s = 0; s < count; s++) {
       const kvc_layer* l = splits[s]->layers[i];
       kvc_row_buffer* sr = NULL;
-      kvc_layer_rows((kvc_layer*)l, &sr);
+      kvci_layer_rows((kvc_layer*)l, &sr);
       int64_t st[4] = {sr[b].row_bytes, sr[b].row_bytes, sr[b].row_bytes, 1};
       int64_t shape[4] = {l->batch, 1, 1, sr[b].row_bytes};
       be->copy_4d(be->ctx, &r->exec, (char*)nr[b].ptr + row * sr[b].row_bytes, st, sr[b].ptr, st, shape, 1);
@@ -220,7 +220,7 @@ static int fill_stack(const kvc_cache* r, kvc_layer* n, uint32_t i, const void* 
   const size_t count = st->count;
   const kvc_layer* l0 = splits[0]->layers[i];
   if (n->ext && stack_rows(r, splits, count, i, n)) return -1;
-  if (n->ext) kvc_layer_sync_view(n);
+  if (n->ext) kvci_layer_sync_view(n);
   if (l0->initialized) {
     int64_t batch = 0, cap = 0, len = l0->end - l0->start;
     for (size_t s = 0; s < count; s++) {
@@ -229,15 +229,15 @@ static int fill_stack(const kvc_cache* r, kvc_layer* n, uint32_t i, const void* 
     }
     n->batch = batch;
     n->cap = cap;
-    if (kvc_store_alloc(r, batch, n->heads, n->cap, n->k_dim, n->v_dim, n->elem, &n->k, &n->v)) return -1;
+    if (kvci_store_alloc(r, batch, n->heads, n->cap, n->k_dim, n->v_dim, n->elem, &n->k, &n->v)) return -1;
     /* Each split's stored region goes to [0, len) of its rows: positions are relative to start. */
     int64_t row = 0;
     for (size_t s = 0; s < count; s++) {
       const kvc_layer* l = splits[s]->layers[i];
       for (int which = 0; which < 2; which++) {
         int64_t d = which ? l->v_dim : l->k_dim, ss[4], ds[4];
-        kvc_store_strides(l, which, ss);
-        kvc_store_strides(n, which, ds);
+        kvci_store_strides(l, which, ss);
+        kvci_store_strides(n, which, ds);
         int64_t shape[4] = {l->batch, l->heads, len, d};
         r->backend->copy_4d(r->backend->ctx, &r->exec,
                             (char*)(which ? n->v : n->k) + (size_t)(row * ds[0]) * n->elem, ds,
@@ -247,7 +247,7 @@ static int fill_stack(const kvc_cache* r, kvc_layer* n, uint32_t i, const void* 
     }
     n->end -= n->start;
     n->start = 0;
-    kvc_layer_sync_view(n);
+    kvci_layer_sync_view(n);
   }
   return 0;
 }
@@ -255,22 +255,22 @@ static int fill_stack(const kvc_cache* r, kvc_layer* n, uint32_t i, const void* 
 kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t count, kvc_cache** out) {
   static const char* FN = "kvc_cache_from_batch_splits";
   if (!splits || count == 0)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s; pass at least one split", FN,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s; pass at least one split", FN,
                    splits ? "count is 0" : "splits is NULL");
-  if (!out) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   for (size_t s = 0; s < count; s++) {
-    if (!splits[s]) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] is NULL", FN, s);
+    if (!splits[s]) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] is NULL", FN, s);
     kvc_error* e = check_compatible(FN, splits[0], splits[s], s);
-    if (!e) e = kvc_batch_check_kinds(FN, splits[s], KVC_BATCH_STACK);
+    if (!e) e = kvci_batch_check_kinds(FN, splits[s], KVC_BATCH_STACK);
     if (!e && splits[s]->exec.stream != splits[0]->exec.stream)
       /* The stack reads every split on one stream: work still queued on another could be missed. */
-      e = kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+      e = kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                   "%s: splits[%zu] is bound to stream %p but splits[0] to stream %p; bind the splits to one stream "
                   "(kvc_cache_set_stream) before stacking them",
                   FN, s, splits[s]->exec.stream, splits[0]->exec.stream);
     if (e) return e;
   }
-  for (size_t s = 0; s < count; s++) kvc_offload_settle(splits[s]);
+  for (size_t s = 0; s < count; s++) kvci_offload_settle(splits[s]);
   stack st = {splits, count};
   return derive(splits[0], fill_stack, &st, out);
 }

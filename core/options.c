@@ -57,7 +57,7 @@ static kvc_error* size_error(const char* fn, const char* arg, uint32_t got, cons
     if (w < 0) break;
     at += (size_t)w;
   }
-  return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+  return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                  "%s: %s.struct_size is %u but this library knows only %s; "
                  "initialize the struct with its _INIT macro or init function",
                  fn, arg, got, list);
@@ -72,12 +72,12 @@ static kvc_error* read_struct(const char* fn, const char* arg, const void* in, u
   return NULL;
 }
 
-kvc_error* kvc_read_layer_options(const char* fn, const char* arg, const kvc_layer_options* in, kvc_layer_options* out) {
+kvc_error* kvci_read_layer_options(const char* fn, const char* arg, const kvc_layer_options* in, kvc_layer_options* out) {
   *out = (kvc_layer_options)KVC_LAYER_OPTIONS_INIT;
   return read_struct(fn, arg, in, in->struct_size, out, sizeof *out, LAYER_OPTIONS_SIZES, COUNT(LAYER_OPTIONS_SIZES));
 }
 
-const kvc_layer_options* kvc_layer_options_at(const kvc_layer_options* layers, uint32_t i) {
+const kvc_layer_options* kvci_layer_options_at(const kvc_layer_options* layers, uint32_t i) {
   /* An older caller's array has elements of its own (smaller) size. */
   size_t stride = published(layers[0].struct_size, LAYER_OPTIONS_SIZES, COUNT(LAYER_OPTIONS_SIZES))
                       ? layers[0].struct_size
@@ -85,28 +85,28 @@ const kvc_layer_options* kvc_layer_options_at(const kvc_layer_options* layers, u
   return (const kvc_layer_options*)((const char*)layers + (size_t)i * stride);
 }
 
-kvc_error* kvc_read_model_config(const char* fn, const char* arg, const kvc_model_config* in, kvc_model_config* out) {
+kvc_error* kvci_read_model_config(const char* fn, const char* arg, const kvc_model_config* in, kvc_model_config* out) {
   *out = (kvc_model_config)KVC_MODEL_CONFIG_INIT;
   return read_struct(fn, arg, in, in->struct_size, out, sizeof *out, MODEL_CONFIG_SIZES, COUNT(MODEL_CONFIG_SIZES));
 }
 
-kvc_error* kvc_read_cache_options(const char* fn, const char* arg, const kvc_cache_options* in, kvc_cache_options* out) {
+kvc_error* kvci_read_cache_options(const char* fn, const char* arg, const kvc_cache_options* in, kvc_cache_options* out) {
   *out = (kvc_cache_options)KVC_CACHE_OPTIONS_INIT;
   return read_struct(fn, arg, in, in->struct_size, out, sizeof *out, CACHE_OPTIONS_SIZES, COUNT(CACHE_OPTIONS_SIZES));
 }
 
-kvc_error* kvc_read_update_options(const char* fn, const char* arg, const kvc_update_options* in,
+kvc_error* kvci_read_update_options(const char* fn, const char* arg, const kvc_update_options* in,
                                    kvc_update_options* out) {
   *out = (kvc_update_options)KVC_UPDATE_OPTIONS_INIT;
   return read_struct(fn, arg, in, in->struct_size, out, sizeof *out, UPDATE_OPTIONS_SIZES, COUNT(UPDATE_OPTIONS_SIZES));
 }
 
-kvc_error* kvc_read_quant_options(const char* fn, const char* arg, const kvc_quant_options* in, kvc_quant_options* out) {
+kvc_error* kvci_read_quant_options(const char* fn, const char* arg, const kvc_quant_options* in, kvc_quant_options* out) {
   *out = (kvc_quant_options)KVC_QUANT_OPTIONS_INIT;
   return read_struct(fn, arg, in, in->struct_size, out, sizeof *out, QUANT_OPTIONS_SIZES, COUNT(QUANT_OPTIONS_SIZES));
 }
 
-kvc_error* kvc_out_struct_size(const char* fn, const char* arg, uint32_t got, const uint32_t* sizes, int n,
+kvc_error* kvci_out_struct_size(const char* fn, const char* arg, uint32_t got, const uint32_t* sizes, int n,
                                size_t* write) {
   if (!published(got, sizes, n)) return size_error(fn, arg, got, sizes, n);
   *write = got;

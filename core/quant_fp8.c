@@ -17,8 +17,8 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-uint8_t kvc_fp8_e4m3fn_from_f32(float f) {
-  uint32_t bits = kvc_f32_bits(f);
+uint8_t kvci_fp8_e4m3fn_from_f32(float f) {
+  uint32_t bits = kvci_f32_bits(f);
   uint8_t sign = (uint8_t)((bits >> 24) & 0x80u);
   uint32_t a = bits & 0x7fffffffu;
   uint8_t code;
@@ -48,46 +48,46 @@ uint8_t kvc_fp8_e4m3fn_from_f32(float f) {
   return (uint8_t)(code | sign);
 }
 
-float kvc_fp8_e4m3fn_to_f32(uint8_t code) {
+float kvci_fp8_e4m3fn_to_f32(uint8_t code) {
   uint32_t sign = (uint32_t)(code & 0x80u) << 24;
   uint32_t exp = (code >> 3) & 0xfu, man = code & 0x7u;
-  if (exp == 0xfu && man == 0x7u) return kvc_f32_from_bits(sign | 0x7ff00000u); /* torch's NaN */
+  if (exp == 0xfu && man == 0x7u) return kvci_f32_from_bits(sign | 0x7ff00000u); /* torch's NaN */
   if (exp == 0) {
     float v = (float)man * (1.0f / 512.0f); /* subnormal: man * 2^-9, exact */
     return sign ? -v : v;
   }
-  return kvc_f32_from_bits(sign | ((exp + 120u) << 23) | (man << 20));
+  return kvci_f32_from_bits(sign | ((exp + 120u) << 23) | (man << 20));
 }
 
-float kvc_fp8_amax(kvc_dtype dtype, const void* data, int64_t n) {
+float kvci_fp8_amax(kvc_dtype dtype, const void* data, int64_t n) {
   float m = 0.0f;
   int nan = 0;
   for (int64_t i = 0; i < n; i++) {
-    float a = fabsf(kvc_load_f32(dtype, data, i));
+    float a = fabsf(kvci_load_f32(dtype, data, i));
     if (a != a)
       nan = 1;
     else if (a > m)
       m = a;
   }
-  return nan ? kvc_f32_from_bits(0x7fc00000u) : m;
+  return nan ? kvci_f32_from_bits(0x7fc00000u) : m;
 }
 
-float kvc_fp8_scale(float amax) {
+float kvci_fp8_scale(float amax) {
   float s = amax / KVC_FP8_E4M3FN_MAX;
   if (s < FLT_MIN) s = FLT_MIN; /* clamp(min=tiny); a NaN fails the test and stays */
   return s;
 }
 
-float kvc_fp8_calibrate(kvc_dtype dtype, const void* data, int64_t n) {
-  return kvc_fp8_scale(kvc_fp8_amax(dtype, data, n));
+float kvci_fp8_calibrate(kvc_dtype dtype, const void* data, int64_t n) {
+  return kvci_fp8_scale(kvci_fp8_amax(dtype, data, n));
 }
 
-void kvc_fp8_quantize(kvc_dtype dtype, const void* x, int64_t n, float scale, uint8_t* codes) {
-  for (int64_t i = 0; i < n; i++) codes[i] = kvc_fp8_e4m3fn_from_f32(kvc_load_f32(dtype, x, i) / scale);
+void kvci_fp8_quantize(kvc_dtype dtype, const void* x, int64_t n, float scale, uint8_t* codes) {
+  for (int64_t i = 0; i < n; i++) codes[i] = kvci_fp8_e4m3fn_from_f32(kvci_load_f32(dtype, x, i) / scale);
 }
 
-void kvc_fp8_dequantize(const uint8_t* codes, int64_t n, float scale, kvc_dtype dtype, void* out) {
+void kvci_fp8_dequantize(const uint8_t* codes, int64_t n, float scale, kvc_dtype dtype, void* out) {
   float table[256];
-  for (int c = 0; c < 256; c++) table[c] = kvc_fp8_e4m3fn_to_f32((uint8_t)c) * scale;
-  for (int64_t i = 0; i < n; i++) kvc_store_f32(dtype, out, i, table[codes[i]]);
+  for (int c = 0; c < 256; c++) table[c] = kvci_fp8_e4m3fn_to_f32((uint8_t)c) * scale;
+  for (int64_t i = 0; i < n; i++) kvci_store_f32(dtype, out, i, table[codes[i]]);
 }

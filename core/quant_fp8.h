@@ -29,10 +29,10 @@
 #define KVC_FP8_E4M3FN_NAN 0x7fu  /* | 0x80 for the negative one */
 
 /* float32 -> e4m3fn code, as torch's `.to(torch.float8_e4m3fn)`. */
-uint8_t kvc_fp8_e4m3fn_from_f32(float f);
+uint8_t kvci_fp8_e4m3fn_from_f32(float f);
 
 /* e4m3fn code -> float32 (exact; NaN as torch decodes it). */
-float kvc_fp8_e4m3fn_to_f32(uint8_t code);
+float kvci_fp8_e4m3fn_to_f32(uint8_t code);
 
 /*
  * t.abs().amax() of n elements of `dtype` (float32, float16 or bfloat16
@@ -41,7 +41,7 @@ float kvc_fp8_e4m3fn_to_f32(uint8_t code);
  * which NaN's payload is not specified). n == 0 gives 0 (torch raises on an
  * empty tensor: the caller must not calibrate on one).
  */
-float kvc_fp8_amax(kvc_dtype dtype, const void* data, int64_t n);
+float kvci_fp8_amax(kvc_dtype dtype, const void* data, int64_t n);
 
 /*
  * The scale transformers calibrates from an amax: float32 amax / 448 (one
@@ -49,15 +49,15 @@ float kvc_fp8_amax(kvc_dtype dtype, const void* data, int64_t n);
  * below FLT_MIN (amax 0, or amax < 448 * FLT_MIN) becomes FLT_MIN; NaN
  * stays NaN, +inf stays +inf.
  */
-float kvc_fp8_scale(float amax);
+float kvci_fp8_scale(float amax);
 
-/* kvc_fp8_scale(kvc_fp8_amax(...)): the scale of the first update's keys (or values). */
-float kvc_fp8_calibrate(kvc_dtype dtype, const void* data, int64_t n);
+/* kvci_fp8_scale(kvci_fp8_amax(...)): the scale of the first update's keys (or values). */
+float kvci_fp8_calibrate(kvc_dtype dtype, const void* data, int64_t n);
 
 /* codes[i] = e4m3fn(float32(x[i]) / scale) for n elements of `dtype`. */
-void kvc_fp8_quantize(kvc_dtype dtype, const void* x, int64_t n, float scale, uint8_t* codes);
+void kvci_fp8_quantize(kvc_dtype dtype, const void* x, int64_t n, float scale, uint8_t* codes);
 
 /* out[i] = dtype(float32(codes[i]) * scale): float32 product rounded once to `dtype` (nearest even). */
-void kvc_fp8_dequantize(const uint8_t* codes, int64_t n, float scale, kvc_dtype dtype, void* out);
+void kvci_fp8_dequantize(const uint8_t* codes, int64_t n, float scale, kvc_dtype dtype, void* out);
 
 #endif /* KVC_CORE_QUANT_FP8_H */

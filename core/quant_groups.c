@@ -3,7 +3,7 @@
 
 #include "quantize.h"
 
-int kvc_quant_layout_init(kvc_quant_layout* layout, kvc_quantizer q, int axis, int64_t group, const int64_t shape[4]) {
+int kvci_quant_layout_init(kvc_quant_layout* layout, kvc_quantizer q, int axis, int64_t group, const int64_t shape[4]) {
   kvc_quant_layout l;
   memset(&l, 0, sizeof l);
   l.quantizer = q;
@@ -70,5 +70,5 @@ static void move(const kvc_quant_layout* l, float* x, float* groups, int to_grou
   }
 }
 
-void kvc_quant_gather(const kvc_quant_layout* l, const float* x, float* groups) { move(l, (float*)x, groups, 1); }
-void kvc_quant_scatter(const kvc_quant_layout* l, const float* groups, float* x) { move(l, x, (float*)groups, 0); }
+void kvci_quant_gather(const kvc_quant_layout* l, const float* x, float* groups) { move(l, (float*)x, groups, 1); }
+void kvci_quant_scatter(const kvc_quant_layout* l, const float* groups, float* x) { move(l, x, (float*)groups, 0); }

@@ -34,7 +34,7 @@ static const float HQQ_SHRINK = 0.1f; /* 1 / beta, beta = 10; kappa is unused by
  * the tail of the loop a vector does not cover in double, with the exponent
  * Python computed (0.7 - 1 = -0.30000000000000004). */
 static float shrink_pow(float a, int vector_lane) {
-  return vector_lane ? kvc_torch_powf_vec(a, (float)(0.7 - 1.0)) : (float)pow((double)a, 0.7 - 1.0);
+  return vector_lane ? kvci_torch_powf_vec(a, (float)(0.7 - 1.0)) : (float)pow((double)a, 0.7 - 1.0);
 }
 
 static float clamp_code(float v, float max_code) { /* torch.clamp: NaN stays, -0 stays */
@@ -61,7 +61,7 @@ static float solver_step(hqq_work* h, float max_code) {
     const float w = h->w[i], s = h->s[k], z = h->z[k];
     float t = w * s;
     t = t + z;
-    const float q = clamp_code(kvc_round_half_even(t), max_code);
+    const float q = clamp_code(kvci_round_half_even(t), max_code);
     float r = q - z;
     r = r / s;
     const float d = w - r;
@@ -78,14 +78,14 @@ static float solver_step(hqq_work* h, float max_code) {
   }
   const int64_t groups = h->by_column ? h->cols : h->rows, group = h->by_column ? h->rows : h->cols;
   for (int64_t k = 0; k < groups; k++) {
-    float sum = h->by_column ? kvc_torch_sum_column(h->target, h->rows, h->cols, k)
-                             : kvc_torch_sum_contiguous(h->target + k * h->cols, h->cols);
+    float sum = h->by_column ? kvci_torch_sum_column(h->target, h->rows, h->cols, k)
+                             : kvci_torch_sum_contiguous(h->target + k * h->cols, h->cols);
     h->z_next[k] = sum / (float)group;
   }
-  return kvc_torch_sum_contiguous(h->err, h->n) / (float)h->n;
+  return kvci_torch_sum_contiguous(h->err, h->n) / (float)h->n;
 }
 
-int kvc_hqq_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group, uint8_t* codes,
+int kvci_hqq_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group, uint8_t* codes,
                      float* scale, float* zero) {
   hqq_work h;
   h.n = ngroups * group;
@@ -108,7 +108,7 @@ int kvc_hqq_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ngr
     h.w = x;
   }
 
-  const float max_code = kvc_quant_max_code(spec->nbits);
+  const float max_code = kvci_quant_max_code(spec->nbits);
   for (int64_t k = 0; k < ngroups; k++) {
     const float* v = x + k * group;
     float lo = v[0], hi = v[0];
@@ -141,13 +141,13 @@ int kvc_hqq_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ngr
     const int64_t k = group_of(&h, i);
     float t = h.w[i] * h.s[k];
     t = t + h.z[k];
-    const float q = clamp_code(kvc_round_half_even(t), max_code);
+    const float q = clamp_code(kvci_round_half_even(t), max_code);
     const int64_t at = h.by_column ? k * group + i / h.cols : i;
-    codes[at] = kvc_quant_code(q, max_code);
+    codes[at] = kvci_quant_code(q, max_code);
   }
   for (int64_t k = 0; k < ngroups; k++) {
-    scale[k] = kvc_round_to(spec->dtype, 1.0f / h.s[k]);
-    zero[k] = kvc_round_to(spec->dtype, h.z[k]);
+    scale[k] = kvci_round_to(spec->dtype, 1.0f / h.s[k]);
+    zero[k] = kvci_round_to(spec->dtype, h.z[k]);
   }
   free(buf);
   return 0;
@@ -155,15 +155,15 @@ int kvc_hqq_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ngr
 
 /* (code - zero) * scale, each operation rounded to dt (hqq dequantizes in the cache's dtype). */
 static inline float hqq_value(kvc_dtype dt, float s, float z, uint8_t code) {
-  float shifted = kvc_round_to(dt, (float)code - z);
-  return kvc_round_to(dt, shifted * s);
+  float shifted = kvci_round_to(dt, (float)code - z);
+  return kvci_round_to(dt, shifted * s);
 }
 
 static inline void hqq_group(kvc_dtype dt, const uint8_t* q, float s, float z, int64_t group, float* o) {
   for (int64_t i = 0; i < group; i++) o[i] = hqq_value(dt, s, z, q[i]);
 }
 
-void kvc_hqq_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale, const float* zero,
+void kvci_hqq_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale, const float* zero,
                         int64_t ngroups, int64_t group, float* out) {
   const kvc_dtype dt = spec->dtype;
   for (int64_t k = 0; k < ngroups; k++) {

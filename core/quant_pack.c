@@ -8,9 +8,9 @@
 
 #include "quantize.h"
 
-size_t kvc_packed_bytes(int64_t n, int nbits) { return (size_t)((n * nbits + 7) / 8); }
+size_t kvci_packed_bytes(int64_t n, int nbits) { return (size_t)((n * nbits + 7) / 8); }
 
-void kvc_pack_codes(const uint8_t* codes, int64_t n, int nbits, uint8_t* out) {
+void kvci_pack_codes(const uint8_t* codes, int64_t n, int nbits, uint8_t* out) {
   const unsigned mask = (1u << nbits) - 1u;
   if (nbits == 8) {
     memcpy(out, codes, (size_t)n);
@@ -53,7 +53,7 @@ static inline void unpack_whole_bytes(const uint8_t* in, int64_t bytes, int nbit
     for (int k = 0; k < per_byte; k++) codes[j * per_byte + k] = (uint8_t)((in[j] >> (k * nbits)) & mask);
 }
 
-void kvc_unpack_codes(const uint8_t* in, int64_t n, int nbits, uint8_t* codes) {
+void kvci_unpack_codes(const uint8_t* in, int64_t n, int nbits, uint8_t* codes) {
   const unsigned mask = (1u << nbits) - 1u;
   if (nbits == 8) {
     memcpy(codes, in, (size_t)n);

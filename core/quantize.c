@@ -4,39 +4,39 @@
 #include "half.h"
 #include "quantize.h"
 
-int kvc_quantize_groups(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group,
+int kvci_quantize_groups(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group,
                         uint8_t* codes, float* scale, float* zero) {
-  if (spec->quantizer == KVC_QUANTIZER_HQQ) return kvc_hqq_quantize(spec, x, ngroups, group, codes, scale, zero);
-  kvc_quanto_quantize(spec, x, ngroups, group, codes, scale, zero);
+  if (spec->quantizer == KVC_QUANTIZER_HQQ) return kvci_hqq_quantize(spec, x, ngroups, group, codes, scale, zero);
+  kvci_quanto_quantize(spec, x, ngroups, group, codes, scale, zero);
   return 0;
 }
 
-void kvc_dequantize_groups(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale,
+void kvci_dequantize_groups(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale,
                            const float* zero, int64_t ngroups, int64_t group, float* out) {
   if (spec->quantizer == KVC_QUANTIZER_HQQ)
-    kvc_hqq_dequantize(spec, codes, scale, zero, ngroups, group, out);
+    kvci_hqq_dequantize(spec, codes, scale, zero, ngroups, group, out);
   else
-    kvc_quanto_dequantize(spec, codes, scale, zero, ngroups, group, out);
+    kvci_quanto_dequantize(spec, codes, scale, zero, ngroups, group, out);
 }
 
-/* Codes per step of kvc_dequantize_packed: a multiple of 8, so that every chunk starts on a byte of any nbits. */
+/* Codes per step of kvci_dequantize_packed: a multiple of 8, so that every chunk starts on a byte of any nbits. */
 enum { DEQUANT_CHUNK = 256 };
 /* Groups whose scales and zero points are read at a time, and the entries of their value tables. */
 enum { DEQUANT_BATCH = 256, DEQUANT_TABLE = 1024 };
 
 /* n float32 values (each exact in dt) to dt's storage at base[at], base[at + stride], ...; one loop per dtype and
  * stride 1 apart, so that the common case compiles to vector code. A bfloat16 value's storage is its top half:
- * kvc_f32_to_bf16 of it rounds nothing away (and a NaN from kvc_round_to already has its quiet bit). */
+ * kvci_f32_to_bf16 of it rounds nothing away (and a NaN from kvci_round_to already has its quiet bit). */
 static void store_values(kvc_dtype dt, const float* v, int64_t n, void* base, int64_t at, int64_t stride) {
   if (dt == KVC_DTYPE_BFLOAT16) {
     uint16_t* o = (uint16_t*)base + at;
     if (stride == 1)
-      for (int64_t i = 0; i < n; i++) o[i] = (uint16_t)(kvc_f32_bits(v[i]) >> 16);
+      for (int64_t i = 0; i < n; i++) o[i] = (uint16_t)(kvci_f32_bits(v[i]) >> 16);
     else
-      for (int64_t i = 0; i < n; i++) o[i * stride] = (uint16_t)(kvc_f32_bits(v[i]) >> 16);
+      for (int64_t i = 0; i < n; i++) o[i * stride] = (uint16_t)(kvci_f32_bits(v[i]) >> 16);
   } else if (dt == KVC_DTYPE_FLOAT16) {
     uint16_t* o = (uint16_t*)base + at;
-    for (int64_t i = 0; i < n; i++) o[i * stride] = kvc_f32_to_f16(v[i]);
+    for (int64_t i = 0; i < n; i++) o[i * stride] = kvci_f32_to_f16(v[i]);
   } else {
     float* o = (float*)base + at;
     if (stride == 1)
@@ -92,12 +92,12 @@ static inline void look_up(const unsigned char* table, size_t elem, const uint8_
     }
   }
   if (i < n) { /* 3 bits, or the codes after the last whole byte */
-    kvc_unpack_codes(in, n, nbits, codes);
+    kvci_unpack_codes(in, n, nbits, codes);
     for (; i < n; i++) memcpy(out + i * stride, table + codes[i] * elem, elem);
   }
 }
 
-void kvc_dequantize_packed(const kvc_quantizer_spec* spec, const kvc_packed_groups* src, int64_t lo, int64_t hi,
+void kvci_dequantize_packed(const kvc_quantizer_spec* spec, const kvc_packed_groups* src, int64_t lo, int64_t hi,
                            const kvc_dequant_dst* dst) {
   uint8_t codes[DEQUANT_CHUNK], every_code[DEQUANT_TABLE];
   float values[DEQUANT_TABLE], scale[DEQUANT_BATCH], zero[DEQUANT_BATCH];
@@ -116,18 +116,18 @@ void kvc_dequantize_packed(const kvc_quantizer_spec* spec, const kvc_packed_grou
   const int by_table = hi - lo >= 2 * ncodes;
   int64_t batch = by_table ? DEQUANT_TABLE / ncodes : DEQUANT_BATCH;
   if (batch > DEQUANT_BATCH) batch = DEQUANT_BATCH;
-  if (by_table) /* the codes of kvc_dequantize_groups' call: every code, once per group of a batch */
+  if (by_table) /* the codes of kvci_dequantize_groups' call: every code, once per group of a batch */
     for (int64_t b = 0; b < (src->ngroups < batch ? src->ngroups : batch); b++)
       for (int c = 0; c < (int)ncodes; c++) every_code[b * ncodes + c] = (uint8_t)c;
   int64_t row = 0, col = 0; /* group k's place in *dst */
   for (int64_t k0 = 0; k0 < src->ngroups; k0 += batch) {
     const int64_t nb = src->ngroups - k0 < batch ? src->ngroups - k0 : batch;
     for (int64_t b = 0; b < nb; b++) {
-      scale[b] = kvc_load_f32_unaligned(dt, src->scale + (k0 + b) * src->stride);
-      zero[b] = kvc_load_f32_unaligned(dt, src->zero + (k0 + b) * src->stride);
+      scale[b] = kvci_load_f32_unaligned(dt, src->scale + (k0 + b) * src->stride);
+      zero[b] = kvci_load_f32_unaligned(dt, src->zero + (k0 + b) * src->stride);
     }
     if (by_table) {
-      kvc_dequantize_groups(spec, every_code, scale, zero, nb, ncodes, values);
+      kvci_dequantize_groups(spec, every_code, scale, zero, nb, ncodes, values);
       store_values(dt, values, nb * ncodes, &tables, 0, 1);
     }
     for (int64_t b = 0; b < nb; b++) {
@@ -149,13 +149,13 @@ void kvc_dequantize_packed(const kvc_quantizer_spec* spec, const kvc_packed_grou
             look_up((const unsigned char*)tables.f32 + b * ncodes * 4, 4, p + c / 8 * nbits, nbits, n, codes, out,
                     dst->value_stride * 4);
         } else if (by_table) { /* a chunk that starts before lo: its codes unpacked, one a byte, as 8-bit codes */
-          kvc_unpack_codes(p + c / 8 * nbits, n, nbits, codes);
+          kvci_unpack_codes(p + c / 8 * nbits, n, nbits, codes);
           look_up((const unsigned char*)&tables + b * ncodes * elem, elem, codes + skip, 8, n - skip, codes,
                   (unsigned char*)dst->base + at * (int64_t)elem, dst->value_stride * (int64_t)elem);
         } else {
-          kvc_unpack_codes(p + c / 8 * nbits, n, nbits, codes);
+          kvci_unpack_codes(p + c / 8 * nbits, n, nbits, codes);
           /* The chunk as one group of n values, under the group's scale and zero point. */
-          kvc_dequantize_groups(spec, codes, scale + b, zero + b, 1, n, values);
+          kvci_dequantize_groups(spec, codes, scale + b, zero + b, 1, n, values);
           store_values(dt, values + skip, n - skip, dst->base, at, dst->value_stride);
         }
       }

@@ -16,7 +16,7 @@ typedef struct kvc_quantizer_spec {
   kvc_quantizer quantizer; /* KVC_QUANTIZER_QUANTO or KVC_QUANTIZER_HQQ */
   int nbits;               /* validated by the caller */
   kvc_dtype dtype;         /* the cache's dtype: quanto computes in it, HQQ dequantizes to it */
-  int axis;                /* HQQ: the axis the groups were formed along (kvc_quant_layout_init):
+  int axis;                /* HQQ: the axis the groups were formed along (kvci_quant_layout_init):
                               hqq works on the tensor in its own memory order, which decides
                               how its float sums round; ignored by quanto */
 } kvc_quantizer_spec;
@@ -36,17 +36,17 @@ typedef struct kvc_quantizer_spec {
  * quantizes together. Returns 0, or -1 when out of memory (outputs
  * unspecified).
  */
-int kvc_quantize_groups(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group,
+int kvci_quantize_groups(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group,
                         uint8_t* codes, float* scale, float* zero);
 
 /* The dequantized values of the groups, [ngroups][group], rounded to spec->dtype. */
-void kvc_dequantize_groups(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale,
+void kvci_dequantize_groups(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale,
                            const float* zero, int64_t ngroups, int64_t group, float* out);
 
 /*
  * Packed groups as a layer keeps them: group k's `group` codes packed
- * (kvc_pack_codes) at codes + k * stride, its scale and zero point (as
- * kvc_dequantize_groups takes them) stored in spec->dtype at scale + k *
+ * (kvci_pack_codes) at codes + k * stride, its scale and zero point (as
+ * kvci_dequantize_groups takes them) stored in spec->dtype at scale + k *
  * stride and zero + k * stride; any alignment.
  */
 typedef struct kvc_packed_groups {
@@ -58,7 +58,7 @@ typedef struct kvc_packed_groups {
 } kvc_packed_groups;
 
 /*
- * Where kvc_dequantize_packed writes, in elements of spec->dtype's storage
+ * Where kvci_dequantize_packed writes, in elements of spec->dtype's storage
  * (float32, or the float16/bfloat16 bit patterns): groups come in rows of
  * row_groups; value i of group k = r * row_groups + j goes to
  * base[r * row_stride + j * group_stride + (i - lo) * value_stride].
@@ -72,21 +72,21 @@ typedef struct kvc_dequant_dst {
  * Bulk dequantization of packed groups straight into a tensor of the cache's
  * dtype (a compact layer materializes its whole history with it on every
  * step): values lo..hi-1 (0 <= lo <= hi <= group) of every group of *src
- * are written to *dst. Bit for bit kvc_dequantize_groups stored with
- * kvc_store_f32: it unpacks codes in chunks and either calls
- * kvc_dequantize_groups on them (whose loops are specialized per dtype so
+ * are written to *dst. Bit for bit kvci_dequantize_groups stored with
+ * kvci_store_f32: it unpacks codes in chunks and either calls
+ * kvci_dequantize_groups on them (whose loops are specialized per dtype so
  * that they vectorize) or, when a group has many values per possible code,
  * looks them up in a table of the group's 2^nbits values that
- * kvc_dequantize_groups computed.
+ * kvci_dequantize_groups computed.
  */
-void kvc_dequantize_packed(const kvc_quantizer_spec* spec, const kvc_packed_groups* src, int64_t lo, int64_t hi,
+void kvci_dequantize_packed(const kvc_quantizer_spec* spec, const kvc_packed_groups* src, int64_t lo, int64_t hi,
                            const kvc_dequant_dst* dst);
 
 /* Bytes that n codes of nbits take packed. */
-size_t kvc_packed_bytes(int64_t n, int nbits);
-/* Packs n codes (each < 2^nbits) into kvc_packed_bytes(n, nbits) bytes; unpack reverses it exactly. */
-void kvc_pack_codes(const uint8_t* codes, int64_t n, int nbits, uint8_t* out);
-void kvc_unpack_codes(const uint8_t* in, int64_t n, int nbits, uint8_t* codes);
+size_t kvci_packed_bytes(int64_t n, int nbits);
+/* Packs n codes (each < 2^nbits) into kvci_packed_bytes(n, nbits) bytes; unpack reverses it exactly. */
+void kvci_pack_codes(const uint8_t* codes, int64_t n, int nbits, uint8_t* out);
+void kvci_unpack_codes(const uint8_t* in, int64_t n, int nbits, uint8_t* codes);
 
 /*
  * How transformers splits a contiguous [B, H, S, D] tensor into the groups
@@ -119,30 +119,30 @@ typedef struct kvc_quant_layout {
  * the group size for this shape (or the tensor is empty); then only
  * layout->axis_numel is meaningful, for the caller's error message.
  */
-int kvc_quant_layout_init(kvc_quant_layout* layout, kvc_quantizer q, int axis, int64_t group, const int64_t shape[4]);
+int kvci_quant_layout_init(kvc_quant_layout* layout, kvc_quantizer q, int axis, int64_t group, const int64_t shape[4]);
 /* Copies the contiguous tensor x into groups [ngroups][group], and back. */
-void kvc_quant_gather(const kvc_quant_layout* layout, const float* x, float* groups);
-void kvc_quant_scatter(const kvc_quant_layout* layout, const float* groups, float* x);
+void kvci_quant_gather(const kvc_quant_layout* layout, const float* x, float* groups);
+void kvci_quant_scatter(const kvc_quant_layout* layout, const float* groups, float* x);
 
-/* The two quantizers behind kvc_quantize_groups / kvc_dequantize_groups (quant_quanto.c, quant_hqq.c). */
-void kvc_quanto_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group,
+/* The two quantizers behind kvci_quantize_groups / kvci_dequantize_groups (quant_quanto.c, quant_hqq.c). */
+void kvci_quanto_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group,
                          uint8_t* codes, float* scale, float* zero);
-void kvc_quanto_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale,
+void kvci_quanto_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale,
                            const float* zero, int64_t ngroups, int64_t group, float* out);
-int kvc_hqq_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group, uint8_t* codes,
+int kvci_hqq_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group, uint8_t* codes,
                      float* scale, float* zero);
-void kvc_hqq_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale, const float* zero,
+void kvci_hqq_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale, const float* zero,
                         int64_t ngroups, int64_t group, float* out);
 
 /* The largest code of nbits, and the code torch's clamp-and-convert gives a rounded value (NaN: 0). */
-static inline float kvc_quant_max_code(int nbits) { return (float)((1 << nbits) - 1); }
-static inline uint8_t kvc_quant_code(float rounded, float max_code) {
+static inline float kvci_quant_max_code(int nbits) { return (float)((1 << nbits) - 1); }
+static inline uint8_t kvci_quant_code(float rounded, float max_code) {
   if (!(rounded > 0.0f)) return 0;
   return rounded < max_code ? (uint8_t)rounded : (uint8_t)max_code;
 }
 
 /* Round half to even, as torch.round (exact for |v| < 2^23; larger values are already integers). */
-static inline float kvc_round_half_even(float v) {
+static inline float kvci_round_half_even(float v) {
   float a = v < 0.0f ? -v : v;
   if (!(a < 8388608.0f)) return v;
   a = (a + 8388608.0f) - 8388608.0f;

@@ -25,7 +25,7 @@
  * linked into this library and serves its device type, KVC_LINKED_BACKEND,
  * without a plugin; the other GPU type still loads as a plugin.
  */
-const kvc_backend* kvc_linked_backend(void);
+const kvc_backend* kvci_linked_backend(void);
 #endif
 
 #if defined(KVC_BACKEND_DL) && KVC_BACKEND_DL
@@ -101,25 +101,25 @@ static void load_cuda(void) { load_plugin(&cuda_slot); }
 static void load_hip(void) { load_plugin(&hip_slot); }
 #endif
 
-kvc_error* kvc_backend_for(const char* fn, const kvc_device* device, const kvc_backend** out) {
+kvc_error* kvci_backend_for(const char* fn, const kvc_device* device, const kvc_backend** out) {
   if (device->device_type == KVC_DEVICE_CPU) {
     if (device->device_id != 0)
-      return kvc_err(KVC_ERROR_NO_DEVICE, "%s: device.device_id is %d but the CPU device has id 0", fn,
+      return kvci_err(KVC_ERROR_NO_DEVICE, "%s: device.device_id is %d but the CPU device has id 0", fn,
                      (int)device->device_id);
-    *out = kvc_cpu_backend();
+    *out = kvci_cpu_backend();
     return NULL;
   }
   if (device->device_type != KVC_DEVICE_CUDA && device->device_type != KVC_DEVICE_ROCM)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: device.device_type is %d; caches live on KVC_DEVICE_CPU (1), KVC_DEVICE_CUDA (2) or "
                    "KVC_DEVICE_ROCM (10)",
                    fn, (int)device->device_type);
 #if defined(KVC_LINKED_BACKEND)
   if (device->device_type == KVC_LINKED_BACKEND) {
-    const kvc_backend* linked = kvc_linked_backend();
+    const kvc_backend* linked = kvci_linked_backend();
     int found = linked->device_count(linked->ctx);
     if (device->device_id < 0 || device->device_id >= found)
-      return kvc_err(KVC_ERROR_NO_DEVICE, "%s: device.device_id is %d but %d %s device(s) were found", fn,
+      return kvci_err(KVC_ERROR_NO_DEVICE, "%s: device.device_id is %d but %d %s device(s) were found", fn,
                      (int)device->device_id, found, device->device_type == KVC_DEVICE_CUDA ? "CUDA" : "ROCm");
     *out = linked;
     return NULL;
@@ -129,16 +129,16 @@ kvc_error* kvc_backend_for(const char* fn, const kvc_device* device, const kvc_b
   plugin_slot* slot = device->device_type == KVC_DEVICE_CUDA ? &cuda_slot : &hip_slot;
   pthread_once(&slot->once, device->device_type == KVC_DEVICE_CUDA ? load_cuda : load_hip);
   if (!slot->backend)
-    return kvc_err(KVC_ERROR_NO_DEVICE, "%s: no %s device: %s", fn,
+    return kvci_err(KVC_ERROR_NO_DEVICE, "%s: no %s device: %s", fn,
                    device->device_type == KVC_DEVICE_CUDA ? "CUDA" : "ROCm", slot->why);
   int count = slot->backend->device_count(slot->backend->ctx);
   if (device->device_id < 0 || device->device_id >= count)
-    return kvc_err(KVC_ERROR_NO_DEVICE, "%s: device.device_id is %d but %d device(s) were found", fn,
+    return kvci_err(KVC_ERROR_NO_DEVICE, "%s: device.device_id is %d but %d device(s) were found", fn,
                    (int)device->device_id, count);
   *out = slot->backend;
   return NULL;
 #else
-  return kvc_err(KVC_ERROR_NO_DEVICE,
+  return kvci_err(KVC_ERROR_NO_DEVICE,
                  "%s: no %s device: this build of kvcache has no GPU backend (built without KVC_BACKEND_DL)", fn,
                  device->device_type == KVC_DEVICE_CUDA ? "CUDA" : "ROCm");
 #endif

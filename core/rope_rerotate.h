@@ -24,11 +24,11 @@
  *   rcos = cos[p]*cos[q] + sin[p]*sin[q],  rsin = -sin[p]*cos[q] + cos[p]*sin[q]
  * with p = num_sink+shift+j, q = num_sink+j, in float32.
  */
-void kvc_rerotation_tables(const float* cos, const float* sin, int64_t dim, int64_t num_sink, int64_t shift,
+void kvci_rerotation_tables(const float* cos, const float* sin, int64_t dim, int64_t num_sink, int64_t shift,
                            int64_t rows, float* rcos, float* rsin);
 
 /* out[i] = in[i] rounded to `dtype` (the cast of the tables to the key dtype). */
-void kvc_round_to_dtype(kvc_dtype dtype, const float* in, int64_t count, float* out);
+void kvci_round_to_dtype(kvc_dtype dtype, const float* in, int64_t count, float* out);
 
 /*
  * Rotates the first shape[3] channels of keys [shape[0], shape[1], shape[2], *]
@@ -38,7 +38,7 @@ void kvc_round_to_dtype(kvc_dtype dtype, const float* in, int64_t count, float* 
  * operation rounded to `dtype`. rcos/rsin are [shape[2]][shape[3]] values of
  * `dtype`; `row` is scratch for shape[3] floats.
  */
-void kvc_rerotate_keys(kvc_dtype dtype, void* keys, const int64_t strides[4], const int64_t shape[4],
+void kvci_rerotate_keys(kvc_dtype dtype, void* keys, const int64_t strides[4], const int64_t shape[4],
                        const float* rcos, const float* rsin, float* row);
 
 #endif /* KVC_CORE_ROPE_REROTATE_H */

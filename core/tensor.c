@@ -32,7 +32,7 @@ size_t kvc_dtype_size(kvc_dtype dtype) {
   }
 }
 
-const char* kvc_dtype_name(kvc_dtype dtype) {
+const char* kvci_dtype_name(kvc_dtype dtype) {
   switch (dtype) {
     case KVC_DTYPE_FLOAT32: return "float32";
     case KVC_DTYPE_FLOAT16: return "float16";
@@ -42,11 +42,11 @@ const char* kvc_dtype_name(kvc_dtype dtype) {
   }
 }
 
-int kvc_data_type_equal(kvc_data_type a, kvc_data_type b) {
+int kvci_data_type_equal(kvc_data_type a, kvc_data_type b) {
   return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
 }
 
-void kvc_tensor_strides(const kvc_tensor* t, int64_t out[4]) {
+void kvci_tensor_strides(const kvc_tensor* t, int64_t out[4]) {
   if (t->strides) {
     for (int i = 0; i < 4; i++) out[i] = t->strides[i];
     return;
@@ -59,7 +59,7 @@ void kvc_tensor_strides(const kvc_tensor* t, int64_t out[4]) {
 }
 
 /* A tensor without elements may have data NULL, which no offset may be added to (undefined behaviour in C). */
-const void* kvc_tensor_base(const kvc_tensor* t) {
+const void* kvci_tensor_base(const kvc_tensor* t) {
   return t->data ? (const char*)t->data + t->byte_offset : NULL;
 }
 
@@ -74,31 +74,31 @@ static const char* device_name(kvc_device_type t) {
   }
 }
 
-const char* kvc_arg_name(char buf[48], const char* base, int64_t index) {
+const char* kvci_arg_name(char buf[48], const char* base, int64_t index) {
   if (index < 0) return base;
   snprintf(buf, 48, "%s[%" PRId64 "]", base, index);
   return buf;
 }
 
-kvc_error* kvc_err_unstorable(const char* fn, const char* arg, kvc_data_type dtype) {
-  return kvc_err(KVC_ERROR_DTYPE_MISMATCH,
+kvc_error* kvci_err_unstorable(const char* fn, const char* arg, kvc_data_type dtype) {
+  return kvci_err(KVC_ERROR_DTYPE_MISMATCH,
                  "%s: %s.dtype is {code %u, bits %u, lanes %u}; kvcache stores float32, float16 or bfloat16 with lanes 1",
                  fn, arg, (unsigned)dtype.code, (unsigned)dtype.bits, (unsigned)dtype.lanes);
 }
 
-kvc_error* kvc_check_input_tensor(const char* fn, const char* base, int64_t index, const kvc_tensor* t,
+kvc_error* kvci_check_input_tensor(const char* fn, const char* base, int64_t index, const kvc_tensor* t,
                                   const kvc_device* device) {
   /* The argument's name ("key" or "keys[3]") is formatted only on the error path: this runs per layer per step. */
   char buf[48];
-#define arg kvc_arg_name(buf, base, index)
-  if (!t) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a 4-D [batch, heads, seq, head_dim] tensor", fn, arg);
+#define arg kvci_arg_name(buf, base, index)
+  if (!t) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a 4-D [batch, heads, seq, head_dim] tensor", fn, arg);
   if (t->ndim != 4)
-    return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.ndim is %d but must be 4 ([batch, heads, seq, head_dim])", fn,
+    return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.ndim is %d but must be 4 ([batch, heads, seq, head_dim])", fn,
                    arg, (int)t->ndim);
-  if (!t->shape) return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.shape is NULL; a 4-D tensor needs 4 sizes", fn, arg);
-  if (kvc_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET) return kvc_err_unstorable(fn, arg, t->dtype);
+  if (!t->shape) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.shape is NULL; a 4-D tensor needs 4 sizes", fn, arg);
+  if (kvc_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET) return kvci_err_unstorable(fn, arg, t->dtype);
   if (t->device.device_type != device->device_type || t->device.device_id != device->device_id)
-    return kvc_err(KVC_ERROR_DEVICE_MISMATCH,
+    return kvci_err(KVC_ERROR_DEVICE_MISMATCH,
                    "%s: %s is on %s:%d but the cache lives on %s:%d; kvcache does not copy between devices "
                    "implicitly",
                    fn, arg, device_name(t->device.device_type), (int)t->device.device_id,
@@ -106,27 +106,27 @@ kvc_error* kvc_check_input_tensor(const char* fn, const char* base, int64_t inde
   static const char* dims[4] = {"batch", "heads", "seq", "head_dim"};
   for (int i = 0; i < 4; i++) {
     if (t->shape[i] < 0)
-      return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] (%s) is %" PRId64 "; sizes must be >= 0", fn, arg, i,
+      return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] (%s) is %" PRId64 "; sizes must be >= 0", fn, arg, i,
                      dims[i], t->shape[i]);
   }
   for (int i = 0; i < 4; i += (i == 1 ? 2 : 1)) {
     if (t->shape[i] == 0)
-      return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] (%s) is 0; %s must be >= 1", fn, arg, i, dims[i],
+      return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] (%s) is 0; %s must be >= 1", fn, arg, i, dims[i],
                      dims[i]);
   }
   int64_t numel = 1;
   for (int i = 0; i < 4; i++) {
     /* Bounds that keep every size and offset computation of the core far from int64 overflow. */
     if (t->shape[i] > INT32_MAX)
-      return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] (%s) is %" PRId64 "; sizes must be < 2^31", fn, arg, i,
+      return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] (%s) is %" PRId64 "; sizes must be < 2^31", fn, arg, i,
                      dims[i], t->shape[i]);
     numel *= t->shape[i];
     if (numel > (INT64_C(1) << 48))
-      return kvc_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s has more than 2^48 elements (shape [%" PRId64 ", %" PRId64
+      return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s has more than 2^48 elements (shape [%" PRId64 ", %" PRId64
                      ", %" PRId64 ", %" PRId64 "])", fn, arg, t->shape[0], t->shape[1], t->shape[2], t->shape[3]);
   }
   if (numel > 0 && !t->data)
-    return kvc_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.data is NULL but the tensor has %" PRId64 " elements", fn, arg,
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.data is NULL but the tensor has %" PRId64 " elements", fn, arg,
                    numel);
   return NULL;
 #undef arg

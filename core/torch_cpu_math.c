@@ -89,15 +89,15 @@ static float vector_row_sum(const float* x, int64_t n) {
 /* torch adds each sum into an output it filled with zeros: -0 becomes +0. */
 static float stored(float sum) { return 0.0f + sum; }
 
-float kvc_torch_sum_contiguous(const float* x, int64_t n) {
+float kvci_torch_sum_contiguous(const float* x, int64_t n) {
   return stored(n >= KVC_TORCH_VEC_FLOATS ? vector_row_sum(x, n) : row_sum(x, 1, n));
 }
 
-float kvc_torch_sum_column(const float* x, int64_t rows, int64_t cols, int64_t col) {
+float kvci_torch_sum_column(const float* x, int64_t rows, int64_t cols, int64_t col) {
   /* Columns in whole blocks (4 vectors wide when the row holds a vector,
    * else 4 floats) are summed by one cascade down the rows; the rest by the
    * interleaved row sum. */
-  if (cols == 1) return kvc_torch_sum_contiguous(x, rows); /* torch drops the unit dimension */
+  if (cols == 1) return kvci_torch_sum_contiguous(x, rows); /* torch drops the unit dimension */
   int64_t block = cols >= KVC_TORCH_VEC_FLOATS ? 4 * KVC_TORCH_VEC_FLOATS : 4;
   float sum;
   if (col < cols / block * block)
@@ -307,7 +307,7 @@ __attribute__((target("fma"))) static float powf_vec_fma(float x, float y) { ret
 #define KVC_POWF_FMA_COPY 1
 #endif
 
-float kvc_torch_powf_vec(float x, float y) {
+float kvci_torch_powf_vec(float x, float y) {
 #ifdef KVC_POWF_FMA_COPY
   if (__builtin_cpu_supports("fma")) return powf_vec_fma(x, y);
 #endif

@@ -23,15 +23,15 @@
 
 /* torch's sum of n contiguous floats: a whole contiguous tensor, or one row
  * of a reduction over the last dimension. */
-float kvc_torch_sum_contiguous(const float* x, int64_t n);
+float kvci_torch_sum_contiguous(const float* x, int64_t n);
 
 /* torch's sum of column `col` of a row-major [rows][cols] matrix `x`, when
  * reducing over the first dimension. */
-float kvc_torch_sum_column(const float* x, int64_t rows, int64_t cols, int64_t col);
+float kvci_torch_sum_column(const float* x, int64_t rows, int64_t cols, int64_t col);
 
 /* x^y as torch's vectorized pow computes it for float32 (SLEEF's powf,
  * 1-ulp, with fused multiply-adds), for x >= 0 (or NaN) and any y that is
  * not an integer. */
-float kvc_torch_powf_vec(float x, float y);
+float kvci_torch_powf_vec(float x, float y);
 
 #endif /* KVC_CORE_TORCH_CPU_MATH_H */

@@ -17,10 +17,10 @@ uint64_t kvc_features(void) {
 #endif
   const kvc_backend* b = NULL;
   kvc_device cuda = {KVC_DEVICE_CUDA, 0}, rocm = {KVC_DEVICE_ROCM, 0};
-  kvc_error* e = kvc_backend_for("kvc_features", &cuda, &b);
+  kvc_error* e = kvci_backend_for("kvc_features", &cuda, &b);
   if (!e) f |= KVC_FEATURE_CUDA;
   kvc_error_destroy(e);
-  e = kvc_backend_for("kvc_features", &rocm, &b);
+  e = kvci_backend_for("kvc_features", &rocm, &b);
   if (!e) f |= KVC_FEATURE_HIP;
   kvc_error_destroy(e);
   return f;

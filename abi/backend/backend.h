@@ -143,6 +143,6 @@ typedef struct kvc_backend {
 } kvc_backend;
 
 /* The CPU backend, always built in. */
-const kvc_backend* kvc_cpu_backend(void);
+const kvc_backend* kvci_cpu_backend(void);
 
 #endif /* KVC_BACKEND_H */

@@ -153,4 +153,4 @@ static const kvc_backend cpu_backend = {
     cpu_host_alloc_zeroed, cpu_host_free, cpu_copy_tier_4d, cpu_tier_wait, cpu_copy_4d_batch,
 };
 
-const kvc_backend* kvc_cpu_backend(void) { return &cpu_backend; }
+const kvc_backend* kvci_cpu_backend(void) { return &cpu_backend; }

@@ -297,7 +297,7 @@ static const kvc_backend gpu_backend = {
 
 #if defined(KVC_GPU_LINKED)
 /* KVC_LINK_BACKEND: this backend is part of libkvcache itself; core/registry.c asks for it by this name. */
-extern "C" const kvc_backend* kvc_linked_backend(void) { return &gpu_backend; }
+extern "C" const kvc_backend* kvci_linked_backend(void) { return &gpu_backend; }
 #else
 /*
  * The plugin's one export. The table is returned whatever version the core

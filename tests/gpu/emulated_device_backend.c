@@ -102,7 +102,7 @@ static kvc_emulated_counters counters = {.struct_size = sizeof(kvc_emulated_coun
 static int expect_stream_on;
 static void* expected_stream;
 
-static const kvc_backend* cpu(void) { return kvc_cpu_backend(); }
+static const kvc_backend* cpu(void) { return kvci_cpu_backend(); }
 /* The CPU backend works synchronously and ignores its place. */
 static const kvc_exec cpu_place = {0, NULL, NULL};
 

@@ -8,7 +8,7 @@
  * whole, so bytes an op must not touch are checked as well as the ones it
  * writes. Shapes, strides, element sizes (1, 2, 4, 8) and offsets are random
  * from a fixed seed. The device backend is the one the core's registry
- * loads (kvc_backend_for), so this also exercises the plugin loading.
+ * loads (kvci_backend_for), so this also exercises the plugin loading.
  */
 #include "gpu_test_util.h"
 #include "internal.h"
@@ -596,9 +596,9 @@ static void test_second_device(void) {
 
 int main(void) {
   gt_open_or_skip("test_gpu_backend_ops");
-  cpu = kvc_cpu_backend();
+  cpu = kvci_cpu_backend();
   kvc_device where = {drt_device_type(), 0};
-  kvc_error* e = kvc_backend_for("test_gpu_backend_ops", &where, &dev);
+  kvc_error* e = kvci_backend_for("test_gpu_backend_ops", &where, &dev);
   if (e) {
     /* The runtime sees a device, so the plugin must load: this is a failure, not a skip. */
     printf("FAILED: the core found no backend for the device: %s\n", kvc_error_message(e));

@@ -48,7 +48,7 @@ static void oom_host_free(void* ctx, const kvc_exec* dev, void* p) {
 /* Makes c allocate through the wrapper. (Clone, split and stack allocate through the new cache's own
  * backend, which the wrapper cannot reach.) */
 static TU_UNUSED void oom_install(kvc_cache* c) {
-  oom_real = kvc_cpu_backend();
+  oom_real = kvci_cpu_backend();
   oom_backend = *oom_real;
   oom_backend.alloc_zeroed = oom_alloc;
   oom_backend.host_alloc_zeroed = oom_host_alloc;

@@ -54,7 +54,7 @@ static int log_wait(void* ctx, const kvc_exec* dev) {
 }
 
 static void install(kvc_cache* c) {
-  real = kvc_cpu_backend();
+  real = kvci_cpu_backend();
   logging = *real;
   logging.alloc_zeroed = log_alloc;
   logging.host_alloc_zeroed = log_host_alloc;

@@ -117,10 +117,10 @@ static void test_layers_taking_part(void) {
     kvc_layer l;
     memset(&l, 0, sizeof l);
     l.kind = rows[i].kind;
-    l.desc = kvc_kind_find(rows[i].kind);
-    CHECK_EQ_I64(kvc_offload_layer_takes_part(KVC_OFFLOAD_ALL, &l), rows[i].all);
-    CHECK_EQ_I64(kvc_offload_layer_takes_part(KVC_OFFLOAD_NON_SLIDING, &l), rows[i].non_sliding);
-    CHECK_EQ_I64(kvc_offload_layer_takes_part(KVC_OFFLOAD_NONE, &l), 0);
+    l.desc = kvci_kind_find(rows[i].kind);
+    CHECK_EQ_I64(kvci_offload_layer_takes_part(KVC_OFFLOAD_ALL, &l), rows[i].all);
+    CHECK_EQ_I64(kvci_offload_layer_takes_part(KVC_OFFLOAD_NON_SLIDING, &l), rows[i].non_sliding);
+    CHECK_EQ_I64(kvci_offload_layer_takes_part(KVC_OFFLOAD_NONE, &l), 0);
   }
 }
 

@@ -1,7 +1,7 @@
 /*
- * kvc_dequantize_packed (core/quantize.h), the bulk dequantization compact
+ * kvci_dequantize_packed (core/quantize.h), the bulk dequantization compact
  * layers materialize their history with, against the per-group reference:
- * kvc_dequantize_groups of the unpacked codes, stored with kvc_store_f32.
+ * kvci_dequantize_groups of the unpacked codes, stored with kvci_store_f32.
  * Bit for bit, for every quantizer, nbits and dtype, with group sizes that
  * take its table path and its direct path, groups longer than one chunk,
  * partial ranges lo..hi, unaligned records, both destination layouts a
@@ -24,13 +24,13 @@ static uint32_t next_u32(void) {
 }
 
 /* Uniform in [-2, 2), rounded to dt. */
-static float next_value(kvc_dtype dt) { return kvc_round_to(dt, (float)next_u32() / 1073741824.0f - 2.0f); }
+static float next_value(kvc_dtype dt) { return kvci_round_to(dt, (float)next_u32() / 1073741824.0f - 2.0f); }
 
 static size_t elem_of(kvc_dtype dt) { return dt == KVC_DTYPE_FLOAT32 ? 4 : 2; }
 
 static void put_param(kvc_dtype dt, unsigned char* p, float f) {
   unsigned char tmp[4];
-  kvc_store_f32(dt, tmp, 0, f);
+  kvci_store_f32(dt, tmp, 0, f);
   memcpy(p, tmp, elem_of(dt));
 }
 
@@ -51,22 +51,22 @@ static void check_case(kvc_quantizer q, int nbits, kvc_dtype dt, int64_t group, 
   const int64_t ngroups = MAX_GROUPS;
   const kvc_quantizer_spec spec = {q, nbits, dt, channel ? 0 : 1};
   for (int64_t i = 0; i < ngroups * group; i++) x[i] = next_value(dt);
-  REQUIRE(kvc_quantize_groups(&spec, x, ngroups, group, codes, scale, zero) == 0);
+  REQUIRE(kvci_quantize_groups(&spec, x, ngroups, group, codes, scale, zero) == 0);
   if (odd) {
     scale[1] = 0.0f; /* every value is -zero (quanto) or 0 */
     zero[1] = -0.0f;
-    scale[2] = kvc_round_to(dt, dt == KVC_DTYPE_FLOAT32 ? 3e38f : dt == KVC_DTYPE_FLOAT16 ? 60000.0f : 3e38f);
+    scale[2] = kvci_round_to(dt, dt == KVC_DTYPE_FLOAT32 ? 3e38f : dt == KVC_DTYPE_FLOAT16 ? 60000.0f : 3e38f);
     zero[2] = -scale[2]; /* overflows to infinity, and inf - inf is NaN */
     scale[3] = NAN;
   }
   const size_t elem = elem_of(dt);
-  const int64_t stride = PAD + 2 * (int64_t)elem + (int64_t)kvc_packed_bytes(group, nbits) + 1; /* unaligned */
+  const int64_t stride = PAD + 2 * (int64_t)elem + (int64_t)kvci_packed_bytes(group, nbits) + 1; /* unaligned */
   memset(records, 0xEE, sizeof records);
   for (int64_t k = 0; k < ngroups; k++) {
     unsigned char* r = records + k * stride + PAD;
     put_param(dt, r, scale[k]);
     put_param(dt, r + elem, zero[k]);
-    kvc_pack_codes(codes + k * group, group, nbits, r + 2 * elem);
+    kvci_pack_codes(codes + k * group, group, nbits, r + 2 * elem);
   }
   /* Rows of 2 groups (per-token: a token's groups side by side; per-channel: channels, values down columns). */
   const int64_t row_groups = 2, n = hi - lo;
@@ -76,19 +76,19 @@ static void check_case(kvc_quantizer q, int nbits, kvc_dtype dt, int64_t group, 
   REQUIRE((size_t)total * elem <= sizeof out);
 
   /* The reference: per-group dequantization, then each value stored where the layout puts it. */
-  kvc_dequantize_groups(&spec, codes, scale, zero, ngroups, group, ref);
+  kvci_dequantize_groups(&spec, codes, scale, zero, ngroups, group, ref);
   memset(expect, 0xA5, sizeof expect);
   memset(out, 0xA5, sizeof out);
   for (int64_t k = 0; k < ngroups; k++)
     for (int64_t i = lo; i < hi; i++)
-      kvc_store_f32(dt, expect,
+      kvci_store_f32(dt, expect,
                     k / row_groups * row_stride + k % row_groups * group_stride + (i - lo) * value_stride,
                     ref[k * group + i]);
 
   const kvc_packed_groups src = {records + PAD + 2 * elem, records + PAD, records + PAD + elem, stride, ngroups,
                                  group};
   const kvc_dequant_dst dst = {out, row_groups, row_stride, group_stride, value_stride};
-  kvc_dequantize_packed(&spec, &src, lo, hi, &dst);
+  kvci_dequantize_packed(&spec, &src, lo, hi, &dst);
   int64_t at = -1;
   for (size_t b = 0; b < sizeof out && at < 0; b++)
     if (out[b] != expect[b]) at = (int64_t)b;
@@ -129,16 +129,16 @@ static void test_round_to_bf16_edges(void) {
                                   0x00000001u, 0x807fffffu, 0x7f7f8000u, 0x4b7fffffu};
   int ok = 1;
   for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++) {
-    const float f = kvc_f32_from_bits(bits[i]);
-    const uint32_t a = kvc_f32_bits(kvc_round_to_bf16(f)), b = kvc_f32_bits(kvc_bf16_to_f32(kvc_f32_to_bf16(f)));
+    const float f = kvci_f32_from_bits(bits[i]);
+    const uint32_t a = kvci_f32_bits(kvci_round_to_bf16(f)), b = kvci_f32_bits(kvci_bf16_to_f32(kvci_f32_to_bf16(f)));
     if (a != b) {
       ok = 0;
       fprintf(TU_LOG, "    %08x: %08x, round trip %08x\n", (unsigned)bits[i], (unsigned)a, (unsigned)b);
     }
   }
   for (int i = 0; i < 1000000 && ok; i++) {
-    const float f = kvc_f32_from_bits(next_u32() ^ (next_u32() << 16));
-    ok = kvc_f32_bits(kvc_round_to_bf16(f)) == kvc_f32_bits(kvc_bf16_to_f32(kvc_f32_to_bf16(f)));
+    const float f = kvci_f32_from_bits(next_u32() ^ (next_u32() << 16));
+    ok = kvci_f32_bits(kvci_round_to_bf16(f)) == kvci_f32_bits(kvci_bf16_to_f32(kvci_f32_to_bf16(f)));
   }
   CHECK(ok);
 }

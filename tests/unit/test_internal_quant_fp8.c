@@ -152,7 +152,7 @@ static void test_decode_all_256(void) {
   REQUIRE(table.loaded);
   int bad = 0;
   for (int c = 0; c < 256; c++) {
-    uint32_t got = kvc_f32_bits(kvc_fp8_e4m3fn_to_f32((uint8_t)c));
+    uint32_t got = kvci_f32_bits(kvci_fp8_e4m3fn_to_f32((uint8_t)c));
     if (got != table.decode[c] && bad++ < 10)
       fprintf(stderr, "  decode 0x%02x: got 0x%08x, torch 0x%08x\n", c, (unsigned)got, (unsigned)table.decode[c]);
   }
@@ -167,7 +167,7 @@ static void test_encode_every_float32(void) {
     uint64_t lo = table.run_start[r], hi = r + 1 < table.nruns ? table.run_start[r + 1] : (uint64_t)1 << 32;
     uint8_t want = table.run_code[r];
     for (uint64_t u = lo; u < hi; u++) {
-      uint8_t got = kvc_fp8_e4m3fn_from_f32(kvc_f32_from_bits((uint32_t)u));
+      uint8_t got = kvci_fp8_e4m3fn_from_f32(kvci_f32_from_bits((uint32_t)u));
       if (got != want && bad++ < 10)
         fprintf(stderr, "  encode 0x%08x: got 0x%02x, torch 0x%02x\n", (unsigned)u, got, want);
     }
@@ -177,9 +177,9 @@ static void test_encode_every_float32(void) {
 }
 
 static float load_bits(kvc_dtype dt, uint32_t bits) {
-  if (dt == KVC_DTYPE_FLOAT16) return kvc_f16_to_f32((uint16_t)bits);
-  if (dt == KVC_DTYPE_BFLOAT16) return kvc_bf16_to_f32((uint16_t)bits);
-  return kvc_f32_from_bits(bits);
+  if (dt == KVC_DTYPE_FLOAT16) return kvci_f16_to_f32((uint16_t)bits);
+  if (dt == KVC_DTYPE_BFLOAT16) return kvci_bf16_to_f32((uint16_t)bits);
+  return kvci_f32_from_bits(bits);
 }
 
 static void test_scale_samples(void) {
@@ -195,9 +195,9 @@ static void test_scale_samples(void) {
     REQUIRE(d && dtype_of(d, &dt) && hex_u32(&at, &x) && hex_u32(&at, &want));
     uint16_t h = (uint16_t)x;
     const void* data = dt == KVC_DTYPE_FLOAT32 ? (const void*)&x : (const void*)&h;
-    uint32_t got = kvc_f32_bits(kvc_fp8_calibrate(dt, data, 1));
-    float wf = kvc_f32_from_bits(want);
-    int same = got == want || (wf != wf && isnan(kvc_f32_from_bits(got))); /* a NaN's payload is not specified */
+    uint32_t got = kvci_f32_bits(kvci_fp8_calibrate(dt, data, 1));
+    float wf = kvci_f32_from_bits(want);
+    int same = got == want || (wf != wf && isnan(kvci_f32_from_bits(got))); /* a NaN's payload is not specified */
     if (!same && bad++ < 10)
       fprintf(stderr, "  scale %s 0x%x: got 0x%08x, torch 0x%08x\n", d, (unsigned)x, (unsigned)got, (unsigned)want);
   }
@@ -219,7 +219,7 @@ static void test_quantize_samples(void) {
     uint16_t h = (uint16_t)x;
     const void* data = dt == KVC_DTYPE_FLOAT32 ? (const void*)&x : (const void*)&h;
     uint8_t got = 0;
-    kvc_fp8_quantize(dt, data, 1, kvc_f32_from_bits(scale), &got);
+    kvci_fp8_quantize(dt, data, 1, kvci_f32_from_bits(scale), &got);
     int nan_code = (got & 0x7f) == 0x7f && (want & 0x7f) == 0x7f;
     if (dt != KVC_DTYPE_FLOAT32 && isnan(load_bits(dt, x)) && nan_code) {
       /* a float16/bfloat16 NaN loses its sign in torch's scalar .float() (0x7fffffff), not in its vectorized one */
@@ -249,7 +249,7 @@ static void test_dequantize_samples(void) {
     uint8_t c = (uint8_t)code;
     uint32_t got = 0;
     uint16_t got16 = 0;
-    kvc_fp8_dequantize(&c, 1, kvc_f32_from_bits(scale), dt, dt == KVC_DTYPE_FLOAT32 ? (void*)&got : (void*)&got16);
+    kvci_fp8_dequantize(&c, 1, kvci_f32_from_bits(scale), dt, dt == KVC_DTYPE_FLOAT32 ? (void*)&got : (void*)&got16);
     if (dt != KVC_DTYPE_FLOAT32) got = got16;
     if (isnan(load_bits(dt, want))) {
       /* torch's NaN bits after a cast to float16/bfloat16 depend on its kernel (scalar or vectorized) */
@@ -267,23 +267,23 @@ static void test_dequantize_samples(void) {
 
 /* Facts of e4m3fn and transformers' formula, written out (the table above is the authority). */
 static void test_known_points(void) {
-  CHECK(kvc_fp8_e4m3fn_from_f32(448.0f) == 0x7e);
-  CHECK(kvc_fp8_e4m3fn_from_f32(464.0f) == 0x7e); /* the tie between 448 and 480 goes to the even 448 */
-  CHECK(kvc_fp8_e4m3fn_from_f32(nextafterf(464.0f, 1000.0f)) == 0x7e); /* saturation, not NaN */
-  CHECK(kvc_fp8_e4m3fn_from_f32(-1000.0f) == 0xfe);
-  CHECK(kvc_fp8_e4m3fn_from_f32(INFINITY) == 0x7e);
-  CHECK(kvc_fp8_e4m3fn_from_f32(-NAN) == 0xff);
-  CHECK(kvc_fp8_e4m3fn_from_f32(1.0f / 1024.0f) == 0x00);          /* half the smallest subnormal: tie to 0 */
-  CHECK(kvc_fp8_e4m3fn_from_f32(3.0f / 1024.0f) == 0x02);          /* 1.5 steps: tie to even 2 */
-  CHECK(kvc_fp8_e4m3fn_from_f32(-0.0f) == 0x80);
-  CHECK(kvc_fp8_e4m3fn_to_f32(0x01) == 1.0f / 512.0f);
-  CHECK(kvc_fp8_e4m3fn_to_f32(0x08) == 1.0f / 64.0f);
-  CHECK(kvc_fp8_scale(0.0f) == FLT_MIN);
-  CHECK(kvc_fp8_scale(448.0f) == 1.0f);
-  CHECK(isnan(kvc_fp8_scale(NAN)));
+  CHECK(kvci_fp8_e4m3fn_from_f32(448.0f) == 0x7e);
+  CHECK(kvci_fp8_e4m3fn_from_f32(464.0f) == 0x7e); /* the tie between 448 and 480 goes to the even 448 */
+  CHECK(kvci_fp8_e4m3fn_from_f32(nextafterf(464.0f, 1000.0f)) == 0x7e); /* saturation, not NaN */
+  CHECK(kvci_fp8_e4m3fn_from_f32(-1000.0f) == 0xfe);
+  CHECK(kvci_fp8_e4m3fn_from_f32(INFINITY) == 0x7e);
+  CHECK(kvci_fp8_e4m3fn_from_f32(-NAN) == 0xff);
+  CHECK(kvci_fp8_e4m3fn_from_f32(1.0f / 1024.0f) == 0x00);          /* half the smallest subnormal: tie to 0 */
+  CHECK(kvci_fp8_e4m3fn_from_f32(3.0f / 1024.0f) == 0x02);          /* 1.5 steps: tie to even 2 */
+  CHECK(kvci_fp8_e4m3fn_from_f32(-0.0f) == 0x80);
+  CHECK(kvci_fp8_e4m3fn_to_f32(0x01) == 1.0f / 512.0f);
+  CHECK(kvci_fp8_e4m3fn_to_f32(0x08) == 1.0f / 64.0f);
+  CHECK(kvci_fp8_scale(0.0f) == FLT_MIN);
+  CHECK(kvci_fp8_scale(448.0f) == 1.0f);
+  CHECK(isnan(kvci_fp8_scale(NAN)));
   const uint16_t half[3] = {0x3c00, 0xdc00, 0x0001}; /* 1, -256, the smallest subnormal */
-  CHECK(kvc_fp8_amax(KVC_DTYPE_FLOAT16, half, 3) == 256.0f);
-  CHECK(kvc_fp8_amax(KVC_DTYPE_FLOAT32, NULL, 0) == 0.0f);
+  CHECK(kvci_fp8_amax(KVC_DTYPE_FLOAT16, half, 3) == 256.0f);
+  CHECK(kvci_fp8_amax(KVC_DTYPE_FLOAT32, NULL, 0) == 0.0f);
 }
 
 int main(int argc, char** argv) {

@@ -24,28 +24,28 @@ static void check_record(const kvc_layer* l, int which, const unsigned char* rec
   uint8_t codes[512];
   float out[512], scale, zero;
   if (group > 512) abort();
-  kvc_quant_get_record(l, rec, codes, &scale, &zero, group);
-  kvc_quantizer_spec spec = kvc_quant_spec(l, which);
-  kvc_dequantize_groups(&spec, codes, &scale, &zero, 1, group, out);
+  kvci_quant_get_record(l, rec, codes, &scale, &zero, group);
+  kvc_quantizer_spec spec = kvci_quant_spec(l, which);
+  kvci_dequantize_groups(&spec, codes, &scale, &zero, 1, group, out);
   const void* base = which ? l->v : l->k;
   for (int64_t i = 0; i < group; i++)
-    if (tu_f32_bits(out[i]) != tu_f32_bits(kvc_load_f32(l->dtype, base, at[i]))) {
+    if (tu_f32_bits(out[i]) != tu_f32_bits(kvci_load_f32(l->dtype, base, at[i]))) {
       if (r->mismatches++ == 0)
         fprintf(TU_LOG, "  %s group %lld element %lld: decoded %.9g, store %.9g\n", which ? "value" : "key",
-                (long long)r->groups, (long long)i, out[i], kvc_load_f32(l->dtype, base, at[i]));
+                (long long)r->groups, (long long)i, out[i], kvci_load_f32(l->dtype, base, at[i]));
     }
   r->groups++;
 }
 
 /* Incremental mode: unit u of row b holds tokens [u*ut, (u+1)*ut), [heads][groups per head] records. */
 static decode_result decode_incremental(const kvc_layer* l) {
-  const kvc_quant_ext* x = kvc_quant_ext_of(l);
+  const kvc_quant_ext* x = kvci_quant_ext_of(l);
   decode_result r = {0, 0};
-  const int64_t g = kvc_quant_opts(l)->q_group_size;
+  const int64_t g = kvci_quant_opts(l)->q_group_size;
   for (int w = 0; w < 2; w++) {
-    int channel = kvc_quant_per_channel(kvc_quant_opts(l), w);
+    int channel = kvci_quant_per_channel(kvci_quant_opts(l), w);
     int64_t d = w ? l->v_dim : l->k_dim, ut = channel ? g : 1, gph = channel ? d : d / g;
-    int64_t rb = kvc_quant_record_bytes(l, g), at[512];
+    int64_t rb = kvci_quant_record_bytes(l, g), at[512];
     for (int64_t b = 0; b < l->batch; b++)
       for (int64_t u = 0; u < x->units[w]; u++)
         for (int64_t h = 0; h < l->heads; h++)
@@ -53,8 +53,8 @@ static decode_result decode_incremental(const kvc_layer* l) {
             const unsigned char* rec = (const unsigned char*)x->rows[w].ptr + b * x->rows[w].row_bytes +
                                        u * x->unit_bytes[w] + (h * gph + j) * rb;
             for (int64_t i = 0; i < g; i++)
-              at[i] = channel ? kvc_quant_store_index(l, w, b, h, l->start + u * ut + i, j)
-                              : kvc_quant_store_index(l, w, b, h, l->start + u, j * g + i);
+              at[i] = channel ? kvci_quant_store_index(l, w, b, h, l->start + u * ut + i, j)
+                              : kvci_quant_store_index(l, w, b, h, l->start + u, j * g + i);
             check_record(l, w, rec, g, at, &r);
           }
   }
@@ -68,14 +68,14 @@ static decode_result decode_incremental(const kvc_layer* l) {
  * tensor of element indices.
  */
 static decode_result decode_transformers(const kvc_layer* l) {
-  const kvc_quant_ext* x = kvc_quant_ext_of(l);
+  const kvc_quant_ext* x = kvci_quant_ext_of(l);
   decode_result r = {0, 0};
   for (int w = 0; w < 2; w++) {
     if (!x->rows[w].ptr || !x->units[w]) continue;
     int64_t d = w ? l->v_dim : l->k_dim, s = x->quantized;
     const int64_t shape[4] = {l->batch, l->heads, s, d};
     kvc_quant_layout lay;
-    if (kvc_quant_layout_init(&lay, kvc_quant_opts(l)->quantizer, kvc_quant_axis(kvc_quant_opts(l), w), kvc_quant_opts(l)->q_group_size, shape))
+    if (kvci_quant_layout_init(&lay, kvci_quant_opts(l)->quantizer, kvci_quant_axis(kvci_quant_opts(l), w), kvci_quant_opts(l)->q_group_size, shape))
       abort();
     int64_t numel = l->batch * l->heads * s * d, at[512];
     float* idx = (float*)malloc(sizeof(float) * (size_t)numel);
@@ -83,14 +83,14 @@ static decode_result decode_transformers(const kvc_layer* l) {
     int64_t* filled = (int64_t*)calloc((size_t)l->batch, sizeof(int64_t));
     if (!idx || !grouped || !filled || numel >= (1 << 24)) abort();
     for (int64_t e = 0; e < numel; e++) idx[e] = (float)e;
-    kvc_quant_gather(&lay, idx, grouped);
-    int64_t rb = kvc_quant_record_bytes(l, lay.group);
+    kvci_quant_gather(&lay, idx, grouped);
+    int64_t rb = kvci_quant_record_bytes(l, lay.group);
     for (int64_t k = 0; k < lay.ngroups; k++) {
       int64_t row = (int64_t)grouped[k * lay.group] / (l->heads * s * d);
       for (int64_t i = 0; i < lay.group; i++) {
         int64_t e = (int64_t)grouped[k * lay.group + i];
         int64_t bb = e / (l->heads * s * d), hh = e / (s * d) % l->heads, t = e / d % s, ee = e % d;
-        at[i] = kvc_quant_store_index(l, w, bb, hh, l->start + t, ee);
+        at[i] = kvci_quant_store_index(l, w, bb, hh, l->start + t, ee);
       }
       const unsigned char* rec =
           (const unsigned char*)x->rows[w].ptr + row * x->rows[w].row_bytes + filled[row]++ * rb;
@@ -105,7 +105,7 @@ static decode_result decode_transformers(const kvc_layer* l) {
 
 static decode_result decode(const kvc_cache* c) {
   const kvc_layer* l = c->layers[0];
-  return kvc_quant_opts(l)->mode == KVC_QUANT_MODE_INCREMENTAL ? decode_incremental(l) : decode_transformers(l);
+  return kvci_quant_opts(l)->mode == KVC_QUANT_MODE_INCREMENTAL ? decode_incremental(l) : decode_transformers(l);
 }
 
 /* Every group decodes to the store (and there are `min_groups` of them at least). */
@@ -179,7 +179,7 @@ static void test_groups_across_rows_not_kept(void) {
   REQUIRE(c);
   tq_rng rng = {5};
   REQUIRE_OK(tq_update(c, 0, F32, 2, 2, 4, 4, 4, &rng, NULL, NULL, NULL));
-  const kvc_quant_ext* x = kvc_quant_ext_of(c->layers[0]);
+  const kvc_quant_ext* x = kvci_quant_ext_of(c->layers[0]);
   CHECK(x->rows[0].ptr == NULL && x->rows[1].ptr == NULL);
   CHECK_EQ_I64(x->quantized, 4);
   CHECK_EQ_U64(tu_memory(c).bytes_quantized, 0);

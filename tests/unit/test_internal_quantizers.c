@@ -115,15 +115,15 @@ static int read_tensor(qv_file* f, qv_tensor* t) {
 }
 
 static float bits_to_f32(kvc_dtype dt, uint32_t b) {
-  if (dt == KVC_DTYPE_FLOAT16) return kvc_f16_to_f32((uint16_t)b);
-  if (dt == KVC_DTYPE_BFLOAT16) return kvc_bf16_to_f32((uint16_t)b);
-  return kvc_f32_from_bits(b);
+  if (dt == KVC_DTYPE_FLOAT16) return kvci_f16_to_f32((uint16_t)b);
+  if (dt == KVC_DTYPE_BFLOAT16) return kvci_bf16_to_f32((uint16_t)b);
+  return kvci_f32_from_bits(b);
 }
 
 static uint32_t f32_to_bits(kvc_dtype dt, float f) {
-  if (dt == KVC_DTYPE_FLOAT16) return kvc_f32_to_f16(f);
-  if (dt == KVC_DTYPE_BFLOAT16) return kvc_f32_to_bf16(f);
-  return kvc_f32_bits(f);
+  if (dt == KVC_DTYPE_FLOAT16) return kvci_f32_to_f16(f);
+  if (dt == KVC_DTYPE_BFLOAT16) return kvci_f32_to_bf16(f);
+  return kvci_f32_bits(f);
 }
 
 static int read_case(qv_file* f, qv_case* c) {
@@ -233,7 +233,7 @@ static int64_t first_bits_mismatch(const qv_tensor* want, const float* got, int6
 static int case_mismatches(const qv_case* c, FILE* log) {
   int bad = 0;
   kvc_quant_layout lay;
-  int rc = kvc_quant_layout_init(&lay, c->quantizer, c->axis, c->group, c->in.shape);
+  int rc = kvci_quant_layout_init(&lay, c->quantizer, c->axis, c->group, c->in.shape);
   if (c->refused >= 0) {
     if (rc != -1 || lay.axis_numel != c->refused) {
       if (log) fprintf(log, "%s: layout rc %d N %lld, transformers refuses with N %lld\n", c->name, rc,
@@ -252,7 +252,7 @@ static int case_mismatches(const qv_case* c, FILE* log) {
   float* grouped = (float*)malloc((size_t)n * sizeof *grouped);
   float* back = (float*)malloc((size_t)n * sizeof *back);
   uint8_t* codes = (uint8_t*)malloc((size_t)n);
-  uint8_t* packed = (uint8_t*)malloc(kvc_packed_bytes(n, c->nbits) + 1);
+  uint8_t* packed = (uint8_t*)malloc(kvci_packed_bytes(n, c->nbits) + 1);
   float* scale = (float*)malloc((size_t)ng * sizeof *scale);
   float* zero = (float*)malloc((size_t)ng * sizeof *zero);
   if (!x || !grouped || !back || !codes || !packed || !scale || !zero) {
@@ -261,15 +261,15 @@ static int case_mismatches(const qv_case* c, FILE* log) {
     goto done;
   }
   for (int64_t i = 0; i < n; i++) x[i] = bits_to_f32(c->in.dtype, c->in.bits[i]);
-  kvc_quant_gather(&lay, x, grouped);
-  kvc_quant_scatter(&lay, grouped, back);
+  kvci_quant_gather(&lay, x, grouped);
+  kvci_quant_scatter(&lay, grouped, back);
   if (memcmp(x, back, (size_t)n * sizeof *x) != 0) {
     if (log) fprintf(log, "%s: scatter(gather(x)) != x\n", c->name);
     bad++;
   }
   kvc_quantizer_spec spec = {c->quantizer, c->nbits, c->in.dtype, c->axis};
-  if (kvc_quantize_groups(&spec, grouped, ng, lay.group, codes, scale, zero) != 0) {
-    if (log) fprintf(log, "%s: kvc_quantize_groups failed\n", c->name);
+  if (kvci_quantize_groups(&spec, grouped, ng, lay.group, codes, scale, zero) != 0) {
+    if (log) fprintf(log, "%s: kvci_quantize_groups failed\n", c->name);
     bad++;
     goto done;
   }
@@ -298,15 +298,15 @@ static int case_mismatches(const qv_case* c, FILE* log) {
     scale_lib[k] = bits_to_f32(c->scale.dtype, c->scale.bits[k]);
     zero_lib[k] = bits_to_f32(c->zero.dtype, c->zero.bits[k]);
   }
-  packed[kvc_packed_bytes(n, c->nbits)] = 0xA5;
-  kvc_pack_codes(c->codes, n, c->nbits, packed);
-  kvc_unpack_codes(packed, n, c->nbits, codes);
-  if (memcmp(codes, c->codes, (size_t)n) != 0 || packed[kvc_packed_bytes(n, c->nbits)] != 0xA5) {
+  packed[kvci_packed_bytes(n, c->nbits)] = 0xA5;
+  kvci_pack_codes(c->codes, n, c->nbits, packed);
+  kvci_unpack_codes(packed, n, c->nbits, codes);
+  if (memcmp(codes, c->codes, (size_t)n) != 0 || packed[kvci_packed_bytes(n, c->nbits)] != 0xA5) {
     if (log) fprintf(log, "%s: packing the codes does not round-trip\n", c->name);
     bad++;
   }
-  kvc_dequantize_groups(&spec, codes, scale_lib, zero_lib, ng, lay.group, grouped);
-  kvc_quant_scatter(&lay, grouped, back);
+  kvci_dequantize_groups(&spec, codes, scale_lib, zero_lib, ng, lay.group, grouped);
+  kvci_quant_scatter(&lay, grouped, back);
   if ((at = first_bits_mismatch(&c->deq, back, n)) >= 0) {
     if (log) fprintf(log, "%s: dequantized %lld is %.9g (0x%x), the library's 0x%x\n", c->name, (long long)at,
                      back[at], f32_to_bits(c->deq.dtype, back[at]), c->deq.bits[at]);
@@ -379,39 +379,39 @@ static void test_layouts(void) {
   float x[8], g[8], back[8];
   for (int i = 0; i < 8; i++) x[i] = (float)i;
   kvc_quant_layout l;
-  REQUIRE(kvc_quant_layout_init(&l, KVC_QUANTIZER_QUANTO, -1, 2, shape) == 0);
+  REQUIRE(kvci_quant_layout_init(&l, KVC_QUANTIZER_QUANTO, -1, 2, shape) == 0);
   CHECK_EQ_I64(l.ngroups, 4);
   CHECK_EQ_I64(l.group, 2);
-  kvc_quant_gather(&l, x, g);
+  kvci_quant_gather(&l, x, g);
   const float per_channel[8] = {0, 2, 4, 6, 1, 3, 5, 7};
   CHECK(memcmp(g, per_channel, sizeof g) == 0);
-  kvc_quant_scatter(&l, g, back);
+  kvci_quant_scatter(&l, g, back);
   CHECK(memcmp(back, x, sizeof x) == 0);
   /* HQQ axis 0, G 2: reshape(2, -1), group j = {x[j], x[j + 4]} */
-  REQUIRE(kvc_quant_layout_init(&l, KVC_QUANTIZER_HQQ, 0, 2, shape) == 0);
+  REQUIRE(kvci_quant_layout_init(&l, KVC_QUANTIZER_HQQ, 0, 2, shape) == 0);
   CHECK_EQ_I64(l.ngroups, 4);
-  kvc_quant_gather(&l, x, g);
+  kvci_quant_gather(&l, x, g);
   const float strided[8] = {0, 4, 1, 5, 2, 6, 3, 7};
   CHECK(memcmp(g, strided, sizeof g) == 0);
   /* consecutive layouts are plain copies */
-  REQUIRE(kvc_quant_layout_init(&l, KVC_QUANTIZER_HQQ, 1, 4, shape) == 0);
+  REQUIRE(kvci_quant_layout_init(&l, KVC_QUANTIZER_HQQ, 1, 4, shape) == 0);
   CHECK_EQ_I64(l.ngroups, 2);
-  kvc_quant_gather(&l, x, g);
+  kvci_quant_gather(&l, x, g);
   CHECK(memcmp(g, x, sizeof x) == 0);
   /* quanto axis 0 over the whole tensor: one scale per element */
-  REQUIRE(kvc_quant_layout_init(&l, KVC_QUANTIZER_QUANTO, 0, 8, shape) == 0);
+  REQUIRE(kvci_quant_layout_init(&l, KVC_QUANTIZER_QUANTO, 0, 8, shape) == 0);
   CHECK_EQ_I64(l.ngroups, 8);
   CHECK_EQ_I64(l.group, 1);
   /* refusals, with transformers' N */
-  CHECK(kvc_quant_layout_init(&l, KVC_QUANTIZER_QUANTO, 0, 16, shape) == -1);
+  CHECK(kvci_quant_layout_init(&l, KVC_QUANTIZER_QUANTO, 0, 16, shape) == -1);
   CHECK_EQ_I64(l.axis_numel, 8);
-  CHECK(kvc_quant_layout_init(&l, KVC_QUANTIZER_QUANTO, -1, 3, shape) == -1);
+  CHECK(kvci_quant_layout_init(&l, KVC_QUANTIZER_QUANTO, -1, 3, shape) == -1);
   CHECK_EQ_I64(l.axis_numel, 4);
-  CHECK(kvc_quant_layout_init(&l, KVC_QUANTIZER_HQQ, 1, 3, shape) == -1);
+  CHECK(kvci_quant_layout_init(&l, KVC_QUANTIZER_HQQ, 1, 3, shape) == -1);
   CHECK_EQ_I64(l.axis_numel, 8);
   const int64_t empty[4] = {1, 1, 0, 2};
-  CHECK(kvc_quant_layout_init(&l, KVC_QUANTIZER_HQQ, 1, 2, empty) == -1);
-  CHECK(kvc_quant_layout_init(&l, KVC_QUANTIZER_QUANTO, 0, 2, empty) == -1);
+  CHECK(kvci_quant_layout_init(&l, KVC_QUANTIZER_HQQ, 1, 2, empty) == -1);
+  CHECK(kvci_quant_layout_init(&l, KVC_QUANTIZER_QUANTO, 0, 2, empty) == -1);
 }
 
 /* ------------------------------------------------------------ properties */
@@ -434,16 +434,16 @@ static void test_pack_round_trip(void) {
   for (int nbits = 1; nbits <= 8; nbits++) {
     for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
       const int64_t n = counts[ci];
-      const size_t bytes = kvc_packed_bytes(n, nbits);
+      const size_t bytes = kvci_packed_bytes(n, nbits);
       CHECK_EQ_U64(bytes, (uint64_t)((n * nbits + 7) / 8));
       for (int64_t i = 0; i < n; i++) codes[i] = (uint8_t)(rng_u32() & ((1u << nbits) - 1u));
       memset(packed, 0xA5, sizeof packed);
-      kvc_pack_codes(codes, n, nbits, packed);
+      kvci_pack_codes(codes, n, nbits, packed);
       int untouched = 1;
       for (size_t i = bytes; i < sizeof packed; i++) untouched &= packed[i] == 0xA5;
       CHECK(untouched);
       memset(back, 0xFF, sizeof back);
-      kvc_unpack_codes(packed, n, nbits, back);
+      kvci_unpack_codes(packed, n, nbits, back);
       int same = memcmp(back, codes, (size_t)n) == 0, rest = 1;
       for (size_t i = (size_t)n; i < sizeof back; i++) rest &= back[i] == 0xFF;
       if (!tu_report(same && rest, __FILE__, __LINE__, "unpack(pack(codes)) == codes, nothing else written"))
@@ -457,7 +457,7 @@ static float eps_of(kvc_dtype dt) {
 }
 
 static void fill_normal(float* x, int64_t n, kvc_dtype dt, float scale) {
-  for (int64_t i = 0; i < n; i++) x[i] = kvc_round_to(dt, rng_normal() * scale);
+  for (int64_t i = 0; i < n; i++) x[i] = kvci_round_to(dt, rng_normal() * scale);
 }
 
 /* quanto: |x^ - x| <= scale / 2, plus the rounding of the dtype's arithmetic. */
@@ -473,8 +473,8 @@ static void test_quanto_error_bound(void) {
         const kvc_quantizer_spec spec = {KVC_QUANTIZER_QUANTO, nbits, dt, 0};
         fill_normal(x, N, dt, 3.0f);
         for (int64_t i = 0; i < group; i++) x[i] = x[0]; /* a constant group dequantizes exactly */
-        kvc_quantize_groups(&spec, x, N / group, group, codes, scale, zero);
-        kvc_dequantize_groups(&spec, codes, scale, zero, N / group, group, deq);
+        kvci_quantize_groups(&spec, x, N / group, group, codes, scale, zero);
+        kvci_dequantize_groups(&spec, codes, scale, zero, N / group, group, deq);
         int ok = 1;
         const float eps = eps_of(dt);
         for (int64_t i = 0; i < N && ok; i++) {
@@ -502,12 +502,12 @@ static void test_hqq_beats_min_max(void) {
       const int nbits = bits[bi];
       const int64_t group = 64, ng = N / group;
       const kvc_quantizer_spec spec = {KVC_QUANTIZER_HQQ, nbits, KVC_DTYPE_FLOAT32, axis};
-      const float max_code = kvc_quant_max_code(nbits);
+      const float max_code = kvci_quant_max_code(nbits);
       double hqq_err = 0, minmax_err = 0;
       for (int call = 0; call < CALLS; call++) {
         fill_normal(x, N, KVC_DTYPE_FLOAT32, 1.0f);
-        REQUIRE(kvc_quantize_groups(&spec, x, ng, group, codes, scale, zero) == 0);
-        kvc_dequantize_groups(&spec, codes, scale, zero, ng, group, deq);
+        REQUIRE(kvci_quantize_groups(&spec, x, ng, group, codes, scale, zero) == 0);
+        kvci_dequantize_groups(&spec, codes, scale, zero, ng, group, deq);
         for (int64_t k = 0; k < ng; k++) {
           float lo = x[k * group], hi = lo;
           for (int64_t i = 0; i < group; i++) {
@@ -517,7 +517,7 @@ static void test_hqq_beats_min_max(void) {
           const float s = max_code / (hi - lo), z = -lo * s;
           for (int64_t i = 0; i < group; i++) {
             const float v = x[k * group + i];
-            const float q = fminf(fmaxf(kvc_round_half_even(v * s + z), 0.0f), max_code);
+            const float q = fminf(fmaxf(kvci_round_half_even(v * s + z), 0.0f), max_code);
             minmax_err += fabs((double)((q - z) / s) - v);
             hqq_err += fabs((double)deq[k * group + i] - v);
           }
@@ -549,14 +549,14 @@ static void measure(kvc_quantizer q, int axis, int nbits) {
   rng_state = 42;
   fill_normal(x, n, KVC_DTYPE_FLOAT16, 1.0f);
   kvc_quant_layout l;
-  kvc_quant_layout_init(&l, q, axis, group, shape);
+  kvci_quant_layout_init(&l, q, axis, group, shape);
   const kvc_quantizer_spec spec = {q, nbits, KVC_DTYPE_FLOAT16, axis};
   double t0 = seconds();
-  kvc_quant_gather(&l, x, g);
-  kvc_quantize_groups(&spec, g, l.ngroups, l.group, codes, scale, zero);
+  kvci_quant_gather(&l, x, g);
+  kvci_quantize_groups(&spec, g, l.ngroups, l.group, codes, scale, zero);
   double t1 = seconds();
-  kvc_dequantize_groups(&spec, codes, scale, zero, l.ngroups, l.group, g);
-  kvc_quant_scatter(&l, g, d);
+  kvci_dequantize_groups(&spec, codes, scale, zero, l.ngroups, l.group, g);
+  kvci_quant_scatter(&l, g, d);
   double t2 = seconds();
   double sum_err = 0, sum_abs = 0, max_err = 0, max_abs = 0, sum_rel = 0;
   int64_t rel_n = 0;
