@@ -86,8 +86,6 @@ typedef struct kvc_kind {
 
 /* The descriptor of a kind id, NULL when no kind has that id. */
 const kvc_kind* kvci_kind_find(kvc_layer_kind id);
-/* Every registered kind's "NAME (id)" list, for messages. */
-const char* kvci_kind_list(void);
 /*
  * Validates options->layers[index]: a registered kind, the window and
  * max_cache_len its traits need, then the kind's own check_options.

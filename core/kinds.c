@@ -40,22 +40,23 @@ const kvc_kind* kvci_kind_find(kvc_layer_kind id) {
   return NULL;
 }
 
-const char* kvci_kind_list(void) {
-  static char text[1024];
-  if (!text[0]) { /* the same bytes on every call, so concurrent first calls write the same text */
-    size_t used = 0;
-    for (size_t i = 0; i < NUM_KINDS && used < sizeof text; i++)
-      used += (size_t)snprintf(text + used, sizeof text - used, "%s%d (%s)", i ? ", " : "", (int)KINDS[i]->id,
-                               KINDS[i]->name);
-  }
-  return text;
+/* "1 (dynamic), 2 (dynamic sliding), ...": every registered kind, for the message of an unknown one. */
+static void kind_list(char* text, size_t size) {
+  size_t used = 0;
+  text[0] = 0;
+  for (size_t i = 0; i < NUM_KINDS && used < size; i++)
+    used += (size_t)snprintf(text + used, size - used, "%s%d (%s)", i ? ", " : "", (int)KINDS[i]->id,
+                             KINDS[i]->name);
 }
 
 kvc_error* kvci_kind_check_options(const char* fn, uint32_t i, const kvc_layer_options* l) {
   const kvc_kind* k = kvci_kind_find(l->kind);
-  if (!k)
+  if (!k) {
+    char kinds[1024];
+    kind_list(kinds, sizeof kinds);
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->layers[%u].kind is %d; valid kinds are %s", fn, i,
-                   (int)l->kind, kvci_kind_list());
+                    (int)l->kind, kinds);
+  }
   if ((k->traits & KVC_TRAIT_SLIDING) && (l->window < 1 || l->window > INT32_MAX))
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: options->layers[%u].window is %" PRId64 "; a %s layer needs window in [1, 2^31)", fn, i,
