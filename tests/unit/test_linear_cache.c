@@ -158,11 +158,7 @@ static void test_config_layer_types(void) {
   CHECK_EQ_I64(tu_max_len(s, KVC_ALL_LAYERS), 6);
   CHECK_EQ_I64(tu_max_len(d, KVC_ALL_LAYERS), -1);
   /* Early initialization skips every linear kind (supports_early_init is False for all five). */
-  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
-  io.batch_size = 2;
-  io.num_kv_heads = 1;
-  io.k_head_dim = 4;
-  io.dtype = KVC_DTYPE_FLOAT16;
+  kvc_init_options io = tu_init_options(2, 1, 4, 0, KVC_DTYPE_FLOAT16);
   REQUIRE_OK(kvc_cache_early_initialization(s, &io));
   for (uint32_t i = 0; i < 3; i++) CHECK(!tu_info(s, i).is_initialized);
   CHECK(tu_info(s, 3).is_initialized);
