@@ -725,6 +725,31 @@ static TU_UNUSED kvc_init_options tu_init_options(int64_t batch, int64_t heads, 
   return io;
 }
 
+/* A model config of n layers of `types`, sliding window `window` and chunk
+ * size `chunk` (0: none); the other fields keep their defaults. */
+static TU_UNUSED kvc_model_config tu_config(uint32_t n, const kvc_layer_type* types, int64_t window, int64_t chunk) {
+  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
+  cfg.num_hidden_layers = n;
+  cfg.layer_types = types;
+  cfg.sliding_window = window;
+  cfg.attention_chunk_size = chunk;
+  return cfg;
+}
+
+/* A `preset` cache over `cfg` (NULL: none) and max_cache_len, offloading as
+ * `offload` says; NULL when creation fails (printed and counted). */
+static TU_UNUSED kvc_cache* tu_preset_cache(kvc_preset preset, const kvc_model_config* cfg, int64_t max_cache_len,
+                                            kvc_offload offload) {
+  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
+  o.preset = preset;
+  o.config = cfg;
+  o.max_cache_len = max_cache_len;
+  o.offload = offload;
+  kvc_cache* c = NULL;
+  if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
+  return c;
+}
+
 /* A custom cache of n layers, or NULL (the error is printed and counted). */
 /* The same, offloading the layers `offload` names. */
 static TU_UNUSED kvc_cache* tu_custom_offload_cache(uint32_t n, const kvc_layer_options* layers,
