@@ -15,16 +15,14 @@ docs/conformance.md. Run through generate.sh, which installs the versions.
     transformers may have half-applied it (layer 0 cropped, layer 1 raising).
   * The deliberate differences listed in docs/conformance.md are avoided.
 """
-import argparse
-import collections
 import copy
-import os
-import random
 
 import numpy as np
 import torch
 import transformers
 from transformers import cache_utils as cu
+
+from vectorgen import Out, Planned, Skip, arguments, run_skipping, write_files  # noqa: F401  (re-exported)
 
 TF_VERSION = tuple(int(x) for x in transformers.__version__.split(".")[:2])
 IS_V5 = TF_VERSION[0] >= 5
@@ -81,19 +79,6 @@ def expect(t, dt):
     if t.numel() == 0:
         return f"z {dt} {shape}"
     return f"x {dt} {shape} {t.contiguous().view(INT_VIEW[dt]).numpy().tobytes().hex()}"
-
-
-# ------------------------------------------------------------------ errors
-
-
-class Planned(Exception):
-    def __init__(self, code, cls):
-        super().__init__(code)
-        self.code, self.cls = code, cls
-
-
-class Skip(Exception):
-    pass
 
 
 # ------------------------------------------------------------------ configs
@@ -200,38 +185,6 @@ def max_length(layer):
     return int(layer.get_max_length() if IS_V5 else layer.get_max_cache_shape())
 
 
-# ------------------------------------------------------------------ output
-
-
-class Out:
-    def __init__(self, path, suite, seed):
-        self.path, self.lines, self.ops = path, [], 0
-        self.stats = collections.Counter()  # coverage, printed, not written
-        self.line("KVCONF 1")
-        self.line(f"meta transformers {transformers.__version__} torch {torch.__version__.split('+')[0]} "
-                  f"suite {suite} seed {seed}")
-
-    def line(self, text):
-        self.lines.append(text)
-
-    def op(self, text):
-        self.lines.append(text)
-        self.ops += 1
-        words = text.split()
-        self.stats[words[0]] += 1
-        if "err" in words:
-            self.stats[f"{words[0]} -> {words[words.index('err') + 1]}"] += 1
-
-    def write(self):
-        with open(self.path, "w") as f:
-            f.write("\n".join(self.lines) + "\nend\n")
-        size = os.path.getsize(self.path)
-        print(f"{os.path.basename(self.path)}: {self.ops} ops, {size} bytes", flush=True)
-        for key, count in sorted(self.stats.items()):
-            print(f"    {count:5d}  {key}")
-        return self.ops, size
-
-
 # ------------------------------------------------------------------ a case
 
 
@@ -253,8 +206,12 @@ class Case:
             i += 1
         return i
 
+    def snapshot(self):
+        """The slots as they are, restored when an operation fails."""
+        return copy.deepcopy(self.slots)
+
     def attempt(self, fn):
-        saved = copy.deepcopy(self.slots)
+        saved = self.snapshot()
         try:
             return fn()
         except (Planned, Skip):
@@ -706,12 +663,16 @@ class Walker:
         return list(range(layer.cumulative_length, layer.cumulative_length + n))
 
     def do_update(self, s, i, n):
-        slot = self.case.slots[s]
         room = self.static_room(s, i)
         if room is not None and n > room and self.rng.random() < 0.85:
             if room <= 0:
                 raise Skip("full static layer")
             n = self.rng.randint(1, room)
+        self.update_at(s, i, n)
+
+    def update_at(self, s, i, n):
+        """Updates layer i with n tokens at the positions it expects next, and
+        remembers where the next update of that layer starts."""
         pos = self.positions(s, i, n)
         ok = self.case.update(s, i, n, pos)
         if ok and pos is not None:
@@ -737,7 +698,6 @@ class Walker:
             except Skip:
                 pass
         n = tokens(self.rng)
-        slot = self.case.slots[s]
         nl = self.n_layers(s)
         rooms = [r for r in (self.static_room(s, i) for i in range(nl)) if r is not None]
         if rooms and n > min(rooms) and self.rng.random() < 0.85:
@@ -748,11 +708,7 @@ class Walker:
         for i in range(nl):
             if self.rng.random() < 0.7 and WITH_MASKS:
                 self.case.mask(s, n, i)
-            pos = self.positions(s, i, n)
-            ok = self.case.update(s, i, n, pos)
-            if ok and pos is not None:
-                slot = self.case.slots[s]
-                slot.next_pos[i] = max(slot.next_pos.get(i, 0), max(pos) + 1)
+            self.update_at(s, i, n)
 
     def crop_value(self, s):
         slot = self.case.slots[s]
@@ -836,11 +792,7 @@ class Walker:
             case.view(s, rng.randrange(nl), cross=True)
 
     def run(self, count):
-        for _ in range(count):
-            try:
-                self.one()
-            except Skip:
-                pass
+        run_skipping(self.one, count)
 
 
 
@@ -940,13 +892,14 @@ def v5_static_sliding(case):
     Walker(case, BASIC | BATCH | {"crop", "reset"}).run(40)
 
 
-def v5_custom(case):
-    rng = case.rng
-    dt, b, h, dk, dv = geometry(rng)
-    n = rng.randint(1, 4)
+def custom_layers(rng, n, kind_of):
+    """n layers of the kinds kind_of(i) names (d, ds, dc, s, ss, sc), each
+    drawing its window and length from rng right after its kind: the
+    layers, the `layers` spec of the create operation, the windows of the
+    static sliding layers and the chunked layers' indices."""
     layers, specs, windows, chunked = [], [], {}, []
     for i in range(n):
-        kind = rng.choice(["d", "ds", "dc", "s", "ss", "sc"])
+        kind = kind_of(i)
         w = rng.randint(2, 8) if kind in ("ds", "dc") else rng.randint(1, 8)
         m = rng.randint(1, 12)
         if kind == "d":
@@ -964,8 +917,16 @@ def v5_custom(case):
             windows[i] = w
         if kind in ("dc", "sc"):
             chunked.append(i)
+    return layers, f"layers {n} " + " ".join(specs), windows, chunked
+
+
+def v5_custom(case):
+    rng = case.rng
+    dt, b, h, dk, dv = geometry(rng)
+    n = rng.randint(1, 4)
+    layers, spec, windows, chunked = custom_layers(rng, n, lambda i: rng.choice(["d", "ds", "dc", "s", "ss", "sc"]))
     cache = cu.Cache(layers=layers)
-    s = case.create(cache, f"layers {n} " + " ".join(specs), dt, b, h, dk, dv, chunked, windows)
+    s = case.create(cache, spec, dt, b, h, dk, dv, chunked, windows)
     if rng.random() < 0.3:
         case.early(s, b, [rng.randint(1, 3) for _ in range(n)], [rng.randint(1, 4) for _ in range(n)])
     Walker(case, BASIC | BATCH | {"crop", "record", "reset"}).run(40)
@@ -1169,20 +1130,9 @@ SUITES = {
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--suite", required=True, choices=sorted(SUITES))
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=20260)
-    args = ap.parse_args()
-    torch.manual_seed(0)
-    os.makedirs(args.out, exist_ok=True)
-    for fi, (name, family, cases) in enumerate(SUITES[args.suite]):
-        seed = args.seed * 100 + fi
-        rng = random.Random(seed)
-        out = Out(os.path.join(args.out, name + ".kvv"), args.suite, seed)
-        for c in range(cases):
-            family(Case(out, f"{name}_{c}", rng))
-        out.write()
+    args = arguments(20260, SUITES)
+    write_files(args.out, args.seed, args.suite, SUITES[args.suite],
+                lambda family, out, label, rng, c: family(Case(out, label, rng)))
 
 
 if __name__ == "__main__":

@@ -36,16 +36,15 @@ to vectors/ is the switch that turns it on once kvcache has an FP8 layer.
 Run with the pinned venv (transformers 5.23.0, torch 2.15.0); regenerating
 with the same versions gives identical files.
 """
-import argparse
 import os
-import random
 
 import torch
 import transformers
 from transformers import cache_utils as cu
 
-from generate import DTYPES, Out, Skip, expect, gen_spec, make_config, make_tensor
+from generate import DTYPES, Skip, expect, gen_spec, make_config, make_tensor
 from generate_quantized import QCase, QSlot, QWalker
+from vectorgen import arguments, write_files
 
 if not hasattr(cu, "Fp8QuantizedLayer"):
     raise SystemExit(f"generate_fp8.py needs transformers with Fp8QuantizedLayer, not {transformers.__version__}")
@@ -214,27 +213,14 @@ def crafted_family(case):
         raise RuntimeError(f"a crafted operation failed in transformers: {exc}") from exc
 
 
-FILES = [("v5_quantized_fp8", [(random_family, 24), (crafted_family, 10)])]
+FILES = [("v5_quantized_fp8", lambda c: random_family if c < 24 else crafted_family, 24 + 10)]
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True, help="the vectors directory (the file goes to its pending/ folder)")
-    ap.add_argument("--seed", type=int, default=20268)
-    args = ap.parse_args()
-    torch.manual_seed(0)
-    out_dir = os.path.join(args.out, "pending")
-    os.makedirs(out_dir, exist_ok=True)
-    for fi, (name, families) in enumerate(FILES):
-        seed = args.seed * 100 + fi
-        rng = random.Random(seed)
-        out = Out(os.path.join(out_dir, name + ".kvv"), "v5", seed)
-        c = 0
-        for fam, count in families:
-            for _ in range(count):
-                fam(FCase(out, f"{name}_{c}", rng))
-                c += 1
-        out.write()
+    args = arguments(20268, out_help="the vectors directory (the file goes to its pending/ folder)")
+    # The FP8 file's cases: the random ones first, then the crafted ones, numbered on.
+    write_files(os.path.join(args.out, "pending"), args.seed, "v5", FILES,
+                lambda fam, out, label, rng, c: fam(c)(FCase(out, label, rng)))
 
 
 if __name__ == "__main__":

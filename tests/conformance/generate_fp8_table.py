@@ -26,12 +26,13 @@ The encode table is exhaustive: the generator converts all 2^32 patterns
 every code before writing it. Run with the pinned venv (torch 2.15); about
 two minutes on two cores.
 """
-import argparse
 import os
 import random
 
 import numpy as np
 import torch
+
+from vectorgen import arguments, write_table
 
 FP8 = torch.float8_e4m3fn
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -152,10 +153,7 @@ def dequant_lines(rng):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=8)
-    args = ap.parse_args()
+    args = arguments(8)
     rng = random.Random(args.seed)
     torch.manual_seed(0)
     lines = ["KVFP8 1", f"meta torch {torch.__version__.split('+')[0]}"]
@@ -171,9 +169,7 @@ def main():
         lines.append(f"{name} {len(part)}")
         lines += part
     lines.append("end")
-    path = os.path.join(args.out, "fp8_e4m3fn.tbl")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    path = write_table(args.out, "fp8_e4m3fn.tbl", lines)
     print(f"{path}: {len(runs)} encode runs, {os.path.getsize(path)} bytes")
 
 

@@ -38,16 +38,13 @@ after reset() of a dynamic attention part.
 Run: .venv-torch/bin/python generate_linear.py --suite v5 --out vectors (and
 the v453 / v457 suites with their venvs' python).
 """
-import argparse
-import os
-import random
-
 import torch
 import torch.nn.functional as F
 import transformers
 from transformers import cache_utils as cu
 
-from generate import DTYPES, Case, Out, Planned, Skip, Slot, expect, gen_spec, make_tensor
+from generate import DTYPES, Case, Planned, Skip, Slot, expect, gen_spec, make_tensor
+from vectorgen import arguments, run_skipping, write_files
 
 TF_VERSION = tuple(int(x) for x in transformers.__version__.split(".")[:2])
 IS_V5 = TF_VERSION[0] >= 5
@@ -587,11 +584,7 @@ class Walk:
             case.state(s, i, rng.randrange(ls[i].number_of_states))
 
     def run(self, count):
-        for _ in range(count):
-            try:
-                self.one()
-            except Skip:
-                pass
+        run_skipping(self.one, count)
 
 
 def v5_family(case, letters, presets, states_choices, window_choices, models=()):
@@ -747,20 +740,9 @@ SUITES = {
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--suite", required=True, choices=sorted(SUITES))
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=20261)
-    args = ap.parse_args()
-    torch.manual_seed(0)
-    os.makedirs(args.out, exist_ok=True)
-    for fi, (name, family, cases) in enumerate(SUITES[args.suite]):
-        seed = args.seed * 100 + fi
-        rng = random.Random(seed)
-        out = Out(os.path.join(args.out, name + ".kvv"), args.suite, seed)
-        for c in range(cases):
-            family(LinearCase(out, f"{name}_{c}", rng))
-        out.write()
+    args = arguments(20261, SUITES)
+    write_files(args.out, args.seed, args.suite, SUITES[args.suite],
+                lambda family, out, label, rng, c: family(LinearCase(out, label, rng)))
 
 
 if __name__ == "__main__":

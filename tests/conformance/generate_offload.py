@@ -30,16 +30,13 @@ Recording rules are those of generate.py (imported, not copied), plus:
 Run with the .venv-torch environment of generate.sh:
   tests/conformance/.venv-torch/bin/python tests/conformance/generate_offload.py --out tests/conformance/vectors
 """
-import argparse
-import os
-import random
-
 import torch
 import transformers
 from transformers import cache_utils as cu
 
-from generate import (BASIC, BATCH, Case, Out, Skip, Slot, Walker, derived_types, geometry, make_config,
+from generate import (BASIC, BATCH, Case, Skip, Slot, Walker, custom_layers, derived_types, geometry, make_config,
                       preset_spec, random_types, static_sliding_setup)
+from vectorgen import arguments, write_files
 
 if not transformers.__version__.startswith("5."):
     raise SystemExit(f"generate_offload.py needs transformers 5.x, not {transformers.__version__}")
@@ -210,27 +207,9 @@ def v5_offload_custom(case):
         only_non_sliding = rng.random() < 0.5
         if not only_non_sliding or any(k in ("d", "s") for k in kinds):
             break
-    layers, specs, windows, chunked = [], [], {}, []
-    for i, kind in enumerate(kinds):
-        w = rng.randint(2, 8) if kind in ("ds", "dc") else rng.randint(1, 8)
-        m = rng.randint(1, 12)
-        if kind == "d":
-            layers.append(cu.DynamicLayer())
-            specs.append("d 0 0")
-        elif kind in ("ds", "dc"):
-            layers.append(cu.DynamicSlidingWindowLayer(sliding_window=w))
-            specs.append(f"{kind} {w} 0")
-        elif kind == "s":
-            layers.append(cu.StaticLayer(max_cache_len=m))
-            specs.append(f"s 0 {m}")
-        else:
-            layers.append(cu.StaticSlidingWindowLayer(max_cache_len=m, sliding_window=w))
-            specs.append(f"{kind} {w} {m}")
-            windows[i] = w
-        if kind in ("dc", "sc"):
-            chunked.append(i)
+    layers, spec, windows, chunked = custom_layers(rng, n, lambda i: kinds[i])
     s = case.ocreate(cu.Cache(layers=layers), only_non_sliding, "nonsliding" if only_non_sliding else "all",
-                     f"layers {n} " + " ".join(specs), dt, b, h, dk, dv, chunked, windows)
+                     spec, dt, b, h, dk, dv, chunked, windows)
     if rng.random() < 0.3:
         case.early(s, b, [rng.randint(1, 3) for _ in range(n)], [rng.randint(1, 4) for _ in range(n)])
     Walker(case, BASIC | BATCH | {"crop", "record", "reset"}).run(40)
@@ -254,19 +233,9 @@ FAMILIES = [("v5_offload_dynamic", v5_offload_dynamic, 12), ("v5_offload_config"
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=20264)
-    args = ap.parse_args()
-    torch.manual_seed(0)
-    os.makedirs(args.out, exist_ok=True)
-    for fi, (name, family, cases) in enumerate(FAMILIES):
-        seed = args.seed * 100 + fi
-        rng = random.Random(seed)
-        out = Out(os.path.join(args.out, name + ".kvv"), "v5", seed)
-        for c in range(cases):
-            family(OffloadCase(out, f"{name}_{c}", rng))
-        out.write()
+    args = arguments(20264)
+    write_files(args.out, args.seed, "v5", FAMILIES,
+                lambda family, out, label, rng, c: family(OffloadCase(out, label, rng)))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ Format (whitespace-separated tokens; tensors as generate.py's `x` records):
                deq x DT B H S D HEX
   end                                         (after the last case)
 """
-import argparse
 import importlib.metadata as md
 import os
 import sys
@@ -36,6 +35,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from generate import DTYPES, expect  # noqa: E402  (the .kvv writer's tensor records)
+from vectorgen import arguments, write_table  # noqa: E402
 
 from hqq.core.quantize import Quantizer  # noqa: E402
 from optimum.quanto import MaxOptimizer, qint2, qint4, quantize_weight  # noqa: E402
@@ -225,10 +225,7 @@ def cases(gen):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True, help="directory of the vectors")
-    ap.add_argument("--seed", type=int, default=20263)
-    args = ap.parse_args()
+    args = arguments(20263, out_help="directory of the vectors")
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(args.seed)
     versions = " ".join(f"{p} {md.version(p)}" for p in ("optimum-quanto", "hqq"))
@@ -240,9 +237,7 @@ def main():
         record(lines, name, quantizer, nbits, axis, group, t)
         count += 1
     print(f"hqq cases recorded from the unpacked path: {sum(' unpacked' in line for line in lines)}")
-    path = os.path.join(args.out, "quant_math.qv")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\nend\n")
+    path = write_table(args.out, "quant_math.qv", lines + ["end"])
     print(f"quant_math.qv: {count} cases, {os.path.getsize(path)} bytes")
 
 

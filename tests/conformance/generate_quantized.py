@@ -30,17 +30,14 @@ before changing anything; generate.py's Case restores the Python cache.
 Run through generate.sh (it installs the venv); regenerating with the same
 versions gives identical files.
 """
-import argparse
 import copy
 import importlib.metadata as md
-import os
-import random
 
-import torch
 import transformers
 from transformers import cache_utils as cu
 
-from generate import Case, Out, Planned, Skip, Slot, expect, gen_spec, make_config, make_tensor
+from generate import Case, Planned, Slot, expect, gen_spec, make_config, make_tensor
+from vectorgen import arguments, run_skipping, write_files
 
 if not transformers.__version__.startswith("5."):
     raise SystemExit(f"generate_quantized.py needs transformers 5.x, not {transformers.__version__}")
@@ -74,16 +71,8 @@ def copy_slot(slot):
 
 
 class QCase(Case):
-    def attempt(self, fn):
-        saved = {k: copy_slot(v) for k, v in self.slots.items()}
-        try:
-            return fn()
-        except (Planned, Skip):
-            self.slots = saved
-            raise
-        except Exception as exc:  # noqa: BLE001 - unplanned: never recorded
-            self.slots = saved
-            raise Skip(repr(exc)) from exc
+    def snapshot(self):
+        return {k: copy_slot(v) for k, v in self.slots.items()}
 
     def clone(self, s):
         d = self.new_slot()
@@ -249,11 +238,7 @@ class QWalker:
             c.qlayout(s)
 
     def run(self, count):
-        for _ in range(count):
-            try:
-                self.one()
-            except Skip:
-                pass
+        run_skipping(self.one, count)
 
 
 def family(backend):
@@ -273,21 +258,10 @@ FILES = [("v5_quantized_quanto", family("quanto"), 26), ("v5_quantized_hqq", fam
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=20261)
-    args = ap.parse_args()
-    torch.manual_seed(0)
-    os.makedirs(args.out, exist_ok=True)
+    args = arguments(20261)
     versions = f"optimum-quanto {md.version('optimum-quanto')} hqq {md.version('hqq')}"
-    for fi, (name, fam, cases) in enumerate(FILES):
-        seed = args.seed * 100 + fi
-        rng = random.Random(seed)
-        out = Out(os.path.join(args.out, name + ".kvv"), "v5", seed)
-        out.lines[1] += " " + versions
-        for c in range(cases):
-            fam(QCase(out, f"{name}_{c}", rng))
-        out.write()
+    write_files(args.out, args.seed, "v5", FILES, lambda fam, out, label, rng, c: fam(QCase(out, label, rng)),
+                meta=versions)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,6 @@ predict() states those rules; an update is recorded as an error only when the
 rule predicts one and transformers raised too, and is left out when only one
 of them fails (see the report of the run for how many).
 """
-import argparse
-import os
-import random
 import warnings
 
 import torch
@@ -30,7 +27,8 @@ from transformers import LlamaConfig
 from transformers import cache_utils as cu
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from generate import DTYPES, INT_VIEW, Case, Out, Planned, Skip, Slot, expect, gen_spec, make_tensor
+from generate import DTYPES, INT_VIEW, Case, Planned, Skip, Slot, expect, gen_spec, make_tensor
+from vectorgen import arguments, run_skipping, write_files
 
 if not transformers.__version__.startswith("4.52."):
     raise SystemExit(f"generate_sink.py needs transformers 4.52.x (the last SinkCache), not {transformers.__version__}")
@@ -337,11 +335,7 @@ class SinkWalker:
                 pass
 
     def run(self, count):
-        for _ in range(count):
-            try:
-                self.one()
-            except Skip:
-                pass
+        run_skipping(self.one, count)
         for i in range(self.layers):
             self.case.seqlen(self.s, i)
             self.case.sview(self.s, i)
@@ -402,19 +396,9 @@ SUITE = [("v452_sink", v452_sink, 16), ("v452_sink_table", v452_sink_table, 16),
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=20452)
-    args = ap.parse_args()
-    torch.manual_seed(0)
-    os.makedirs(args.out, exist_ok=True)
-    for fi, (name, family, cases) in enumerate(SUITE):
-        seed = args.seed * 100 + fi
-        rng = random.Random(seed)
-        out = Out(os.path.join(args.out, name + ".kvv"), "v452", seed)
-        for c in range(cases):
-            family(SinkCase(out, f"{name}_{c}", rng, c))
-        out.write()
+    args = arguments(20452)
+    write_files(args.out, args.seed, "v452", SUITE,
+                lambda family, out, label, rng, c: family(SinkCase(out, label, rng, c)))
 
 
 if __name__ == "__main__":

@@ -159,6 +159,7 @@ int check_kv_result(replay* r, kvc_error* e, const outcome* o, const kvc_kv* got
 vint parse_outcome_num(replay* r, outcome* o);
 /* A layer count, 0 to MAX_LAYERS; -1 (and the file malformed) otherwise. */
 int64_t layer_count(replay* r);
+vint expected_layer_count(replay* r, int64_t* recorded);
 /* kvc_cache_layer_info of layer i; 0 after failing the case when the call fails. */
 int layer_info_of(replay* r, kvc_cache* c, int64_t i, kvc_layer_info* info);
 /* Checks one field of layer i ("layer I FIELD" in a mismatch). */

@@ -86,11 +86,13 @@ uint64_t unum(replay* r) {
 }
 
 /* An expected integer: numbered, and corrupted on request by the self-check. */
-vint expected_num(replay* r) {
-  vint e = {num(r), r->ints_seen++};
+static vint expect(replay* r, int64_t v) {
+  vint e = {v, r->ints_seen++};
   if (e.index == r->corrupt_int) e.v += 1;
   return e;
 }
+
+vint expected_num(replay* r) { return expect(r, num(r)); }
 
 int is(const char* t, const char* s) { return t && strcmp(t, s) == 0; }
 
@@ -539,6 +541,16 @@ int64_t layer_count(replay* r) {
   return n;
 }
 
+/* An expected layer count that is also the number of per-layer values that
+ * follow it. The parse must read the recorded count (*recorded); only the
+ * comparison takes the expected one, which the self-check may corrupt: a
+ * corrupted count must fail the layer-count comparison, not desynchronize
+ * the parse (#959). */
+vint expected_layer_count(replay* r, int64_t* recorded) {
+  *recorded = layer_count(r);
+  return expect(r, *recorded);
+}
+
 int layer_info_of(replay* r, kvc_cache* c, int64_t i, kvc_layer_info* info) {
   memset(info, 0, sizeof(*info));
   info->struct_size = sizeof(*info);
@@ -583,10 +595,11 @@ static int layout_row(replay* r, kvc_cache* c, int64_t i, const kvc_layer_info* 
 
 void replay_layout(replay* r, kvc_layer_kind (*kind)(replay*, const char*), int with_linear) {
   int64_t si = num(r);
-  vint n = {layer_count(r), -1}; /* structure: corrupting it would desynchronize the parse, not test a comparison */
+  int64_t count;
+  vint n = expected_layer_count(r, &count);
   layout_rows x;
   x.with_linear = with_linear;
-  for (int64_t i = 0; i < n.v; i++) {
+  for (int64_t i = 0; i < count; i++) {
     x.kinds[i].v = kind(r, tok(r));
     x.kinds[i].index = -1;
     x.windows[i] = expected_num(r);

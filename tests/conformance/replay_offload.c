@@ -58,13 +58,10 @@ static int tier_row(replay* r, kvc_cache* c, int64_t i, const kvc_layer_info* in
 
 static void op_tiers(replay* r) {
   int64_t si = num(r);
-  vint n = expected_num(r);
+  int64_t count;
+  vint n = expected_layer_count(r, &count);
   vint tiers[MAX_LAYERS];
-  if (n.v < 0 || n.v > MAX_LAYERS) {
-    malformed(r, "layer count");
-    return;
-  }
-  for (int64_t i = 0; i < n.v; i++) tiers[i] = expected_num(r);
+  for (int64_t i = 0; i < count; i++) tiers[i] = expected_num(r);
   each_layer(r, si, n, tier_row, tiers);
 }
 

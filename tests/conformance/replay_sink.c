@@ -58,10 +58,10 @@ static int sink_row(replay* r, kvc_cache* c, int64_t i, const kvc_layer_info* in
 
 static void op_slayout(replay* r) {
   int64_t si = num(r);
-  /* The count shapes the rest of the operation, so it is read as structure (the self-check never corrupts it). */
-  vint n = {layer_count(r), -1};
+  int64_t count;
+  vint n = expected_layer_count(r, &count);
   sink_rows x;
-  for (int64_t i = 0; i < n.v; i++) {
+  for (int64_t i = 0; i < count; i++) {
     x.windows[i] = expected_num(r);
     x.sinks[i] = expected_num(r);
     x.maxlens[i] = expected_num(r);

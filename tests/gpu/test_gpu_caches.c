@@ -160,12 +160,7 @@ static void test_static(void) {
   o.max_cache_len = 12;
   twin t;
   REQUIRE(tw_create(&t, &o, device_under_test));
-  kvc_init_options init = KVC_INIT_OPTIONS_INIT;
-  init.batch_size = 2;
-  init.num_kv_heads = 2;
-  init.k_head_dim = 8;
-  init.v_head_dim = 16;
-  init.dtype = KVC_DTYPE_FLOAT32;
+  kvc_init_options init = tu_init_options(2, 2, 8, 16, KVC_DTYPE_FLOAT32);
   TW_OK(tw_early_init(&t, &init));
   tw_geom prefill = geom(2, 2, 5, 8, 16, KVC_DTYPE_FLOAT32, TW_STRIDED);
   TW_OK(TW_UPDATE_ALL(&t, 3, &prefill));

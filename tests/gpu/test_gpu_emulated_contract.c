@@ -231,11 +231,7 @@ static void test_launches_static(void) {
   kvc_model_config cfg = config(4);
   kvc_cache* c = device_cache(preset(KVC_PRESET_STATIC, &cfg, 32), 0);
   REQUIRE(c != NULL);
-  kvc_init_options init = KVC_INIT_OPTIONS_INIT;
-  init.batch_size = 2;
-  init.num_kv_heads = 2;
-  init.k_head_dim = 16;
-  init.dtype = KVC_DTYPE_BFLOAT16;
+  kvc_init_options init = tu_init_options(2, 2, 16, 0, KVC_DTYPE_BFLOAT16);
   CHECK_OK(kvc_cache_early_initialization(c, &init));
   dev_kv prefill, token;
   kv_make(&prefill, 0, 2, 2, 5, 16, KVC_DTYPE_BFLOAT16);

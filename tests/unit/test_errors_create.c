@@ -335,16 +335,6 @@ static void test_clone_bad_input(void) {
 
 /* ------------------------------------------------ early_initialization */
 
-static kvc_init_options init_options(int64_t batch, int64_t heads, int64_t kd, int64_t vd, kvc_dtype dt) {
-  kvc_init_options o = KVC_INIT_OPTIONS_INIT;
-  o.batch_size = batch;
-  o.num_kv_heads = heads;
-  o.k_head_dim = kd;
-  o.v_head_dim = vd;
-  o.dtype = dt;
-  return o;
-}
-
 /* Every bad option set, tried on the cache `c` which must not change. */
 static void early_init_cases(kvc_cache* c) {
   const char* FN = "kvc_cache_early_initialization";
@@ -352,36 +342,36 @@ static void early_init_cases(kvc_cache* c) {
                        "NULL");
   char num[32];
   for (size_t i = 0; i < N_BAD_SIZES; i++) {
-    kvc_init_options o = init_options(2, 2, 4, 4, KVC_DTYPE_FLOAT32);
+    kvc_init_options o = tu_init_options(2, 2, 4, 4, KVC_DTYPE_FLOAT32);
     o.struct_size = bad_size(i, sizeof o);
     snprintf(num, sizeof num, "%u", o.struct_size);
     EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &o), KVC_ERROR_INVALID_ARGUMENT, FN, "struct_size",
                          num);
   }
-  kvc_init_options o = init_options(0, 2, 4, 4, KVC_DTYPE_FLOAT32);
+  kvc_init_options o = tu_init_options(0, 2, 4, 4, KVC_DTYPE_FLOAT32);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &o), KVC_ERROR_INVALID_ARGUMENT, FN, "batch_size", "0");
-  o = init_options(-1, 2, 4, 4, KVC_DTYPE_FLOAT32);
+  o = tu_init_options(-1, 2, 4, 4, KVC_DTYPE_FLOAT32);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &o), KVC_ERROR_INVALID_ARGUMENT, FN, "batch_size",
                        "-1");
-  o = init_options(2, 0, 4, 4, KVC_DTYPE_FLOAT32);
+  o = tu_init_options(2, 0, 4, 4, KVC_DTYPE_FLOAT32);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &o), KVC_ERROR_INVALID_ARGUMENT, FN, "num_kv_heads",
                        "0");
-  o = init_options(2, -2, 4, 4, KVC_DTYPE_FLOAT32);
+  o = tu_init_options(2, -2, 4, 4, KVC_DTYPE_FLOAT32);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &o), KVC_ERROR_INVALID_ARGUMENT, FN, "num_kv_heads",
                        "-2");
-  o = init_options(2, 2, 0, 4, KVC_DTYPE_FLOAT32);
+  o = tu_init_options(2, 2, 0, 4, KVC_DTYPE_FLOAT32);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &o), KVC_ERROR_INVALID_ARGUMENT, FN, "k_head_dim", "0");
-  o = init_options(2, 2, -7, 4, KVC_DTYPE_FLOAT32);
+  o = tu_init_options(2, 2, -7, 4, KVC_DTYPE_FLOAT32);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &o), KVC_ERROR_INVALID_ARGUMENT, FN, "k_head_dim",
                        "-7");
-  o = init_options(2, 2, 4, -1, KVC_DTYPE_FLOAT32);
+  o = tu_init_options(2, 2, 4, -1, KVC_DTYPE_FLOAT32);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &o), KVC_ERROR_INVALID_ARGUMENT, FN, "v_head_dim",
                        "-1");
-  o = init_options(2, 2, 4, 4, KVC_DTYPE_UNSET);
+  o = tu_init_options(2, 2, 4, 4, KVC_DTYPE_UNSET);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &o), KVC_ERROR_INVALID_ARGUMENT, FN, "dtype", "0");
-  o = init_options(2, 2, 4, 4, 9);
+  o = tu_init_options(2, 2, 4, 4, 9);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &o), KVC_ERROR_INVALID_ARGUMENT, FN, "dtype", "9");
-  o = init_options(2, 2, 4, 4, -1);
+  o = tu_init_options(2, 2, 4, 4, -1);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &o), KVC_ERROR_INVALID_ARGUMENT, FN, "dtype", "-1");
 }
 
@@ -392,13 +382,13 @@ static void early_init_per_layer_cases(kvc_cache* c, uint32_t n) {
   int64_t dims[4] = {4, 4, 4, 4};
   char num[32];
   heads[n - 1] = 0;
-  kvc_init_options o = init_options(2, 2, 4, 4, KVC_DTYPE_FLOAT32);
+  kvc_init_options o = tu_init_options(2, 2, 4, 4, KVC_DTYPE_FLOAT32);
   o.num_kv_heads_per_layer = heads;
   EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &o), KVC_ERROR_INVALID_ARGUMENT, FN,
                        "num_kv_heads_per_layer", "0");
   heads[n - 1] = 2;
   dims[n - 1] = -3;
-  o = init_options(2, 2, 4, 4, KVC_DTYPE_FLOAT32);
+  o = tu_init_options(2, 2, 4, 4, KVC_DTYPE_FLOAT32);
   o.head_dim_per_layer = dims;
   snprintf(num, sizeof num, "%u", n - 1);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &o), KVC_ERROR_INVALID_ARGUMENT, FN,
@@ -406,7 +396,7 @@ static void early_init_per_layer_cases(kvc_cache* c, uint32_t n) {
 }
 
 static void test_early_initialization_bad_input(void) {
-  kvc_init_options good = init_options(2, 2, 4, 4, KVC_DTYPE_FLOAT32);
+  kvc_init_options good = tu_init_options(2, 2, 4, 4, KVC_DTYPE_FLOAT32);
   EXPECT_ERR(kvc_cache_early_initialization(NULL, &good), KVC_ERROR_INVALID_ARGUMENT,
              "kvc_cache_early_initialization", "cache", "NULL");
 

@@ -49,12 +49,7 @@ static kvc_encoder_decoder_cache* make_ed(kvc_layer_kind self_kind, kvc_layer_ki
   kvc_cache* self = make_cache(self_kind, self_batch, 2);
   kvc_cache* cross = make_cache(cross_kind, cross_batch, 0);
   if (!self || !cross) goto fail;
-  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
-  io.batch_size = cross_batch;
-  io.num_kv_heads = 2;
-  io.k_head_dim = 4;
-  io.v_head_dim = 3;
-  io.dtype = KVC_DTYPE_FLOAT32;
+  kvc_init_options io = tu_init_options(cross_batch, 2, 4, 3, KVC_DTYPE_FLOAT32);
   if (!CHECK_OK(kvc_cache_early_initialization(cross, &io))) goto fail;
   kvc_encoder_decoder_cache* ed = NULL;
   if (!CHECK_OK(kvc_encoder_decoder_cache_create(self, cross, &ed))) goto fail;

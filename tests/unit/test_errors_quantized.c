@@ -95,8 +95,7 @@ static void test_bad_preset_use(void) {
 
 /* Incremental per-token groups need head_dim to be a multiple of q_group_size: refused before anything changes. */
 static void test_incremental_head_dim(void) {
-  tq_setting set = {KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 4, 0, 0, 4, 4};
-  kvc_cache* c = tq_cache(&set, 1);
+  kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 4, 0, 0, 4, 4}, 1);
   REQUIRE(c);
   tq_rng rng = {1};
   EXPECT_ERR_UNCHANGED(c, tq_update(c, 0, F32, 1, 2, 3, 6, 8, &rng, NULL, NULL, NULL), KVC_ERROR_INVALID_ARGUMENT,
@@ -152,8 +151,7 @@ static void test_transformers_group_sizes(void) {
 
 static void test_dtype_and_shape(void) {
   for (int mode = 0; mode < 2; mode++) {
-    tq_setting set = {KVC_QUANTIZER_QUANTO, mode, 4, 0, 0, 4, 3};
-    kvc_cache* c = tq_cache(&set, 1);
+    kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, mode, 4, 0, 0, 4, 3}, 1);
     REQUIRE(c);
     tq_rng rng = {3};
     REQUIRE_OK(tq_update(c, 0, F32, 2, 2, 5, 8, 8, &rng, NULL, NULL, NULL));
@@ -178,8 +176,7 @@ static void test_dtype_and_shape(void) {
  */
 static void test_update_all_refused_late(void) {
   for (int fresh = 0; fresh < 2; fresh++) {
-    tq_setting set = {KVC_QUANTIZER_HQQ, KVC_QUANT_MODE_TRANSFORMERS, 4, 1, 1, 8, 2};
-    kvc_cache* c = tq_cache(&set, 3);
+    kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_HQQ, KVC_QUANT_MODE_TRANSFORMERS, 4, 1, 1, 8, 2}, 3);
     REQUIRE(c);
     tq_rng rng = {4};
     const int64_t dim[3] = {4, 4, 1};
@@ -219,8 +216,7 @@ static void test_update_all_refused_late(void) {
 
 /* Splits that disagree on their quantized tokens are refused by stack, which changes nothing. */
 static void test_stack_mismatch(void) {
-  tq_setting set = {KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 4, 0, 0, 4, 2};
-  kvc_cache* c = tq_cache(&set, 1);
+  kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 4, 0, 0, 4, 2}, 1);
   REQUIRE(c);
   tq_rng rng = {5};
   REQUIRE_OK(tq_update(c, 0, F32, 2, 1, 6, 4, 4, &rng, NULL, NULL, NULL));

@@ -257,12 +257,7 @@ static void test_update_disagrees_with_early_initialization(void) {
   kvc_layer_options l[2] = {tu_layer(KVC_LAYER_STATIC, 0, 6), tu_layer(KVC_LAYER_DYNAMIC, 0, 0)};
   kvc_cache* c = tu_custom_cache(2, l);
   REQUIRE(c != NULL);
-  kvc_init_options o = KVC_INIT_OPTIONS_INIT;
-  o.batch_size = B;
-  o.num_kv_heads = H;
-  o.k_head_dim = DK;
-  o.v_head_dim = DV;
-  o.dtype = KVC_DTYPE_BFLOAT16;
+  kvc_init_options o = tu_init_options(B, H, DK, DV, KVC_DTYPE_BFLOAT16);
   REQUIRE_OK(kvc_cache_early_initialization(c, &o));
   for (uint32_t layer = 0; layer < 2; layer++) {
     expect_stored_mismatch(c, layer, KVC_DTYPE_FLOAT32, B, H, DK, DV, KVC_ERROR_DTYPE_MISMATCH, "key", "float32",

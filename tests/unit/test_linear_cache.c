@@ -11,19 +11,11 @@
 
 static kvc_cache* preset_cache(kvc_preset preset, const kvc_layer_type* types, uint32_t n, int64_t window,
                                int64_t max_len, uint32_t states, int64_t kernel) {
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = n;
-  cfg.layer_types = types;
-  cfg.sliding_window = window;
+  kvc_model_config cfg = tu_config(n, types, window, 0);
   cfg.number_of_conv_states = states;
   cfg.conv_kernel = kernel;
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = preset;
-  o.config = &cfg;
-  o.max_cache_len = max_len;
-  kvc_cache* c = NULL;
-  CHECK_OK(kvc_cache_create(&o, &c));
-  return c;
+  const kvc_cache_options defaults = KVC_CACHE_OPTIONS_INIT;
+  return tu_preset_cache(preset, &cfg, max_len, defaults.offload);
 }
 
 static kvc_error* seq_err(const kvc_cache* c, uint32_t layer) {
@@ -158,11 +150,7 @@ static void test_config_layer_types(void) {
   CHECK_EQ_I64(tu_max_len(s, KVC_ALL_LAYERS), 6);
   CHECK_EQ_I64(tu_max_len(d, KVC_ALL_LAYERS), -1);
   /* Early initialization skips every linear kind (supports_early_init is False for all five). */
-  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
-  io.batch_size = 2;
-  io.num_kv_heads = 1;
-  io.k_head_dim = 4;
-  io.dtype = KVC_DTYPE_FLOAT16;
+  kvc_init_options io = tu_init_options(2, 1, 4, 0, KVC_DTYPE_FLOAT16);
   REQUIRE_OK(kvc_cache_early_initialization(s, &io));
   for (uint32_t i = 0; i < 3; i++) CHECK(!tu_info(s, i).is_initialized);
   CHECK(tu_info(s, 3).is_initialized);

@@ -289,12 +289,7 @@ static void run_config(const config* cf, uint64_t seed, int ops) {
   }
   p.layers = kvc_cache_num_layers(p.plain) ? kvc_cache_num_layers(p.plain) : 4;
   if (cf->early) {
-    kvc_init_options io = KVC_INIT_OPTIONS_INIT;
-    io.batch_size = p.batch;
-    io.num_kv_heads = p.heads;
-    io.k_head_dim = p.dk;
-    io.v_head_dim = p.dv;
-    io.dtype = p.dt;
+    kvc_init_options io = tu_init_options(p.batch, p.heads, p.dk, p.dv, p.dt);
     same_outcome(&p, kvc_cache_early_initialization(p.plain, &io), kvc_cache_early_initialization(p.offl, &io),
                  "early_initialization");
   }

@@ -261,11 +261,7 @@ static void test_other_operations_keep_tiers(void) {
   REQUIRE(c);
   REQUIRE_OK(ot_update(c, 0, KVC_DTYPE_FLOAT32, 2, 2, 3, 3, 3, 1, NULL));
   CHECK_TIERS(c, "100", "update of layer 0");
-  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
-  io.batch_size = 2;
-  io.num_kv_heads = 2;
-  io.k_head_dim = 3;
-  io.dtype = KVC_DTYPE_FLOAT32;
+  kvc_init_options io = tu_init_options(2, 2, 3, 0, KVC_DTYPE_FLOAT32);
   REQUIRE_OK(kvc_cache_early_initialization(c, &io));
   CHECK_TIERS(c, "100", "early initialization");
   REQUIRE_OK(ot_update(c, 1, KVC_DTYPE_FLOAT32, 2, 2, 3, 3, 3, 2, NULL)); /* prefetches 2 (there), offloads 1 */

@@ -22,19 +22,8 @@ static TU_UNUSED kvc_cache* ot_cache(kvc_preset preset, const char* types, int64
             : types[i] == 'c' ? KVC_LAYER_TYPE_CHUNKED_ATTENTION
             : types[i] == 'l' ? KVC_LAYER_TYPE_LINEAR_ATTENTION
                               : KVC_LAYER_TYPE_FULL_ATTENTION;
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = n;
-  cfg.layer_types = lt;
-  cfg.sliding_window = window;
-  cfg.attention_chunk_size = chunk;
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = preset;
-  o.config = n ? &cfg : NULL;
-  o.max_cache_len = max_cache_len;
-  o.offload = offload;
-  kvc_cache* c = NULL;
-  if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
-  return c;
+  kvc_model_config cfg = tu_config(n, lt, window, chunk);
+  return tu_preset_cache(preset, n ? &cfg : NULL, max_cache_len, offload);
 }
 
 /* is_offloaded of every layer, '1' or '0', as a string. */

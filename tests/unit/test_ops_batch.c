@@ -14,13 +14,8 @@
 
 static const kvc_layer_options* all_kinds(void) {
   static kvc_layer_options l[6];
-  l[0] = tu_layer(KVC_LAYER_DYNAMIC, 0, 0);
-  l[1] = tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 3, 0);
-  l[2] = tu_layer(KVC_LAYER_DYNAMIC_CHUNKED, 4, 0);
-  l[3] = tu_layer(KVC_LAYER_STATIC, 0, 8);
-  l[4] = tu_layer(KVC_LAYER_STATIC_SLIDING, 3, 8);
-  l[5] = tu_layer(KVC_LAYER_STATIC_CHUNKED, 6, 8);
-  return l;
+  static const int64_t wm[6][2] = {{0, 0}, {3, 0}, {4, 0}, {0, 8}, {3, 8}, {6, 8}}; /* window, max_cache_len */
+  return tu_layers(l, 6, TU_SIX_KINDS, wm);
 }
 
 /* What each kind of all_kinds() stores after tokens 0..NT-1. */
@@ -297,12 +292,7 @@ static void test_batch_ops_skip_empty_layers(void) {
                             tu_layer(KVC_LAYER_STATIC, 0, 4)};
   kvc_cache* c = tu_custom_cache(3, l);
   REQUIRE(c != NULL);
-  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
-  io.batch_size = 3;
-  io.num_kv_heads = NH;
-  io.k_head_dim = DK;
-  io.v_head_dim = DV;
-  io.dtype = KVC_DTYPE_FLOAT32;
+  kvc_init_options io = tu_init_options(3, NH, DK, DV, KVC_DTYPE_FLOAT32);
   REQUIRE_OK(kvc_cache_early_initialization(c, &io));
   REQUIRE_OK(tu_update_tokens(c, 0, 3, NH, 2, DK, DV, 0, NULL, NULL));
   const int64_t beam[2] = {2, 0};

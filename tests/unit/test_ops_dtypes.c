@@ -87,13 +87,8 @@ static int check_bits(const kvc_tensor* t, kvc_dtype dt, int which, const int64_
 
 static const kvc_layer_options* all_kinds(void) {
   static kvc_layer_options l[6];
-  l[0] = tu_layer(KVC_LAYER_DYNAMIC, 0, 0);
-  l[1] = tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 3, 0);
-  l[2] = tu_layer(KVC_LAYER_DYNAMIC_CHUNKED, 5, 0);
-  l[3] = tu_layer(KVC_LAYER_STATIC, 0, NPOS);
-  l[4] = tu_layer(KVC_LAYER_STATIC_SLIDING, 4, NPOS);
-  l[5] = tu_layer(KVC_LAYER_STATIC_CHUNKED, 3, NPOS);
-  return l;
+  static const int64_t wm[6][2] = {{0, 0}, {3, 0}, {5, 0}, {0, NPOS}, {4, NPOS}, {3, NPOS}}; /* window, max_cache_len */
+  return tu_layers(l, 6, TU_SIX_KINDS, wm);
 }
 
 /* Steps that go through every update branch of every kind. */

@@ -60,22 +60,16 @@ static void test_lazy_preset_without_config(void) {
 
 static const kvc_layer_options* four_kinds(void) {
   static kvc_layer_options l[4];
-  l[0] = tu_layer(KVC_LAYER_STATIC, 0, 5);
-  l[1] = tu_layer(KVC_LAYER_DYNAMIC, 0, 0);
-  l[2] = tu_layer(KVC_LAYER_STATIC_SLIDING, 3, 5);
-  l[3] = tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 3, 0);
-  return l;
+  static const kvc_layer_kind kinds[4] = {KVC_LAYER_STATIC, KVC_LAYER_DYNAMIC, KVC_LAYER_STATIC_SLIDING,
+                                          KVC_LAYER_DYNAMIC_SLIDING};
+  static const int64_t wm[4][2] = {{0, 5}, {0, 0}, {3, 5}, {3, 0}}; /* window, max_cache_len */
+  return tu_layers(l, 4, kinds, wm);
 }
 
 static void test_early_initialization(void) {
   kvc_cache* c = tu_custom_cache(4, four_kinds());
   REQUIRE(c != NULL);
-  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
-  io.batch_size = 2;
-  io.num_kv_heads = 3;
-  io.k_head_dim = 4;
-  io.v_head_dim = 6;
-  io.dtype = KVC_DTYPE_FLOAT16;
+  kvc_init_options io = tu_init_options(2, 3, 4, 6, KVC_DTYPE_FLOAT16);
   REQUIRE_OK(kvc_cache_early_initialization(c, &io));
   for (uint32_t i = 0; i < 4; i++) {
     kvc_layer_info li = tu_info(c, i);
@@ -119,11 +113,7 @@ static void test_early_initialization_skips_initialized(void) {
   REQUIRE(c != NULL);
   REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 2, 2, 2, 0, NULL, NULL));
   REQUIRE_OK(tu_update_tokens(c, 3, 1, 1, 2, 2, 2, 0, NULL, NULL));
-  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
-  io.batch_size = 4;
-  io.num_kv_heads = 2;
-  io.k_head_dim = 8;
-  io.dtype = KVC_DTYPE_BFLOAT16;
+  kvc_init_options io = tu_init_options(4, 2, 8, 0, KVC_DTYPE_BFLOAT16);
   REQUIRE_OK(kvc_cache_early_initialization(c, &io));
   const uint32_t touched[2] = {0, 3};
   for (int j = 0; j < 2; j++) {
@@ -174,11 +164,7 @@ static void test_early_initialization_per_layer(void) {
 static void test_early_initialization_lazy(void) {
   kvc_cache* c = NULL;
   REQUIRE_OK(kvc_cache_create(NULL, &c));
-  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
-  io.batch_size = 1;
-  io.num_kv_heads = 1;
-  io.k_head_dim = 2;
-  io.dtype = KVC_DTYPE_FLOAT32;
+  kvc_init_options io = tu_init_options(1, 1, 2, 0, KVC_DTYPE_FLOAT32);
   CHECK_OK(kvc_cache_early_initialization(c, &io));
   CHECK_EQ_I64(kvc_cache_num_layers(c), 0);
   kvc_cache_destroy(c);

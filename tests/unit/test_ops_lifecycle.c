@@ -13,13 +13,8 @@
 
 static const kvc_layer_options* all_kinds(void) {
   static kvc_layer_options l[6];
-  l[0] = tu_layer(KVC_LAYER_DYNAMIC, 0, 0);
-  l[1] = tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 3, 0);
-  l[2] = tu_layer(KVC_LAYER_DYNAMIC_CHUNKED, 5, 0);
-  l[3] = tu_layer(KVC_LAYER_STATIC, 0, 20);
-  l[4] = tu_layer(KVC_LAYER_STATIC_SLIDING, 4, 10);
-  l[5] = tu_layer(KVC_LAYER_STATIC_CHUNKED, 20, 6);
-  return l;
+  static const int64_t wm[6][2] = {{0, 0}, {3, 0}, {5, 0}, {0, 20}, {4, 10}, {20, 6}}; /* window, max_cache_len */
+  return tu_layers(l, 6, TU_SIX_KINDS, wm);
 }
 
 static int feed(kvc_cache* c, uint32_t layers, const int64_t* sizes, size_t steps, int64_t first) {

@@ -137,11 +137,7 @@ static void test_static_allocates_once_exactly(void) {
   const int64_t M = 60;
   kvc_cache* c = tu_one_layer_cache(KVC_LAYER_STATIC, 0, M);
   REQUIRE(c != NULL);
-  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
-  io.batch_size = NB;
-  io.num_kv_heads = NH;
-  io.k_head_dim = D;
-  io.dtype = KVC_DTYPE_FLOAT32;
+  kvc_init_options io = tu_init_options(NB, NH, D, 0, KVC_DTYPE_FLOAT32);
   REQUIRE_OK(kvc_cache_early_initialization(c, &io));
   const uint64_t exact = (uint64_t)(NB * NH * M * (D + D)) * sizeof(float);
   CHECK_EQ_I64((int64_t)tu_memory(c).bytes_reserved, (int64_t)exact);

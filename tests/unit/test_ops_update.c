@@ -141,13 +141,8 @@ static void test_static_sliding_branches(void) {
 /* A cache of every kind, updated layer by layer and through update_all, ends identical. */
 static const kvc_layer_options* mixed_layers(void) {
   static kvc_layer_options l[6];
-  l[0] = tu_layer(KVC_LAYER_DYNAMIC, 0, 0);
-  l[1] = tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 3, 0);
-  l[2] = tu_layer(KVC_LAYER_DYNAMIC_CHUNKED, 4, 0);
-  l[3] = tu_layer(KVC_LAYER_STATIC, 0, 12);
-  l[4] = tu_layer(KVC_LAYER_STATIC_SLIDING, 3, 12);
-  l[5] = tu_layer(KVC_LAYER_STATIC_CHUNKED, 5, 12);
-  return l;
+  static const int64_t wm[6][2] = {{0, 0}, {3, 0}, {4, 0}, {0, 12}, {3, 12}, {5, 12}}; /* window, max_cache_len */
+  return tu_layers(l, 6, TU_SIX_KINDS, wm);
 }
 
 static void make_step(tu_tensor* k, tu_tensor* v, int64_t n, int64_t first) {

@@ -58,8 +58,7 @@ static void test_crop_across_a_block(void) {
 /* The argument rules: 0 does nothing, positive is an absolute length, too much empties. */
 static void test_crop_arguments(void) {
   for (int mode = 0; mode < 2; mode++) {
-    tq_setting set = {KVC_QUANTIZER_HQQ, mode, 4, 1, 1, 4, 3};
-    kvc_cache* c = tq_cache(&set, 1);
+    kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_HQQ, mode, 4, 1, 1, 4, 3}, 1);
     REQUIRE(c);
     tq_rng rng = {2};
     REQUIRE_OK(tq_update(c, 0, F32, 1, 2, 9, 4, 4, &rng, NULL, NULL, NULL));
@@ -94,8 +93,7 @@ static void test_crop_arguments(void) {
  * tokens too and are dropped until then.
  */
 static void test_crop_transformers_mode(void) {
-  tq_setting set = {KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_TRANSFORMERS, 4, 0, 0, 4, 3};
-  kvc_cache* c = tq_cache(&set, 1);
+  kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_TRANSFORMERS, 4, 0, 0, 4, 3}, 1);
   REQUIRE(c);
   tq_rng rng = {3};
   REQUIRE_OK(tq_update(c, 0, F32, 2, 2, 6, 8, 8, &rng, NULL, NULL, NULL));
@@ -132,8 +130,7 @@ static void test_crop_transformers_mode(void) {
 /* reset drops everything, quantized tokens and packed groups included; the layer stays initialized. */
 static void test_reset(void) {
   for (int mode = 0; mode < 2; mode++) {
-    tq_setting set = {KVC_QUANTIZER_QUANTO, mode, 2, 0, -1, 2, 2};
-    kvc_cache* c = tq_cache(&set, 2);
+    kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, mode, 2, 0, -1, 2, 2}, 2);
     REQUIRE(c);
     tq_rng rng = {4};
     for (uint32_t l = 0; l < 2; l++) {

@@ -182,8 +182,7 @@ static void test_transformers_all_dtypes(void) {
 /* Tokens whose group has a single value (max == min): quanto's scale is 0, the value survives exactly. */
 static void test_constant_groups(void) {
   for (int di = 0; di < 3; di++) {
-    tq_setting set = {KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 4, 0, 0, 4, 0};
-    kvc_cache* c = tq_cache(&set, 1);
+    kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 4, 0, 0, 4, 0}, 1);
     REQUIRE(c);
     float vals[2 * 8];
     for (int i = 0; i < 16; i++) vals[i] = i < 8 ? 1.5f : -0.25f;

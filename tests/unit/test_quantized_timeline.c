@@ -57,8 +57,7 @@ static int within_steps(const kvc_tensor* got, const float* exact, int64_t group
 
 /* Spec D.5 with R = 4 (the same in 5.23 for one-token steps), in transformers mode. */
 static void test_d5_trace(void) {
-  tq_setting set = {KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_TRANSFORMERS, 4, 0, 0, 4, 4};
-  kvc_cache* c = tq_cache(&set, 1);
+  kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_TRANSFORMERS, 4, 0, 0, 4, 4}, 1);
   REQUIRE(c);
   enum { B = 2, H = 2, D = 8 };
   tq_rng rng = {42};
@@ -107,8 +106,7 @@ static void test_d5_trace(void) {
 
 /* transformers 5.23: flush when the residual plus the new tokens reach residual_length (several tokens). */
 static void test_flush_rule_with_several_tokens(void) {
-  tq_setting set = {KVC_QUANTIZER_HQQ, KVC_QUANT_MODE_TRANSFORMERS, 4, 1, 1, 4, 4};
-  kvc_cache* c = tq_cache(&set, 1);
+  kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_HQQ, KVC_QUANT_MODE_TRANSFORMERS, 4, 1, 1, 4, 4}, 1);
   REQUIRE(c);
   tq_rng rng = {7};
   static const struct {
@@ -126,8 +124,7 @@ static void test_flush_rule_with_several_tokens(void) {
 /* residual_length 0 and 1: every call after the first quantizes everything. */
 static void test_tiny_residual(void) {
   for (int64_t r = 0; r <= 1; r++) {
-    tq_setting set = {KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_TRANSFORMERS, 2, -1, 0, 2, r};
-    kvc_cache* c = tq_cache(&set, 1);
+    kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_TRANSFORMERS, 2, -1, 0, 2, r}, 1);
     REQUIRE(c);
     tq_rng rng = {11};
     int64_t seq = 0;
@@ -144,8 +141,7 @@ static void test_tiny_residual(void) {
 /* Nothing to store: the stored history comes back and nothing is quantized, in both modes. */
 static void test_zero_tokens(void) {
   for (int mode = 0; mode < 2; mode++) {
-    tq_setting set = {KVC_QUANTIZER_QUANTO, mode, 4, 0, 0, 4, 3};
-    kvc_cache* c = tq_cache(&set, 1);
+    kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, mode, 4, 0, 0, 4, 3}, 1);
     REQUIRE(c);
     tq_rng rng = {5};
     REQUIRE_OK(tq_update(c, 0, F32, 1, 2, 6, 4, 4, &rng, NULL, NULL, NULL));
@@ -208,8 +204,7 @@ static void test_lazy_and_early_initialization(void) {
 
 /* update_all over several layers: each layer keeps its own timeline. */
 static void test_several_layers(void) {
-  tq_setting set = {KVC_QUANTIZER_HQQ, KVC_QUANT_MODE_TRANSFORMERS, 2, 0, 1, 4, 3};
-  kvc_cache* c = tq_cache(&set, 3);
+  kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_HQQ, KVC_QUANT_MODE_TRANSFORMERS, 2, 0, 1, 4, 3}, 3);
   REQUIRE(c);
   tq_rng rng = {9};
   for (int step = 0; step < 6; step++) {
@@ -240,8 +235,7 @@ static void test_several_layers(void) {
  * quantized one by one, once; what was returned for them never changes again.
  */
 static void test_incremental_per_token(void) {
-  tq_setting set = {KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 4, 0, 0, 4, 4};
-  kvc_cache* c = tq_cache(&set, 1);
+  kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 4, 0, 0, 4, 4}, 1);
   REQUIRE(c);
   enum { B = 2, H = 2, D = 8 };
   tq_rng rng = {21};
@@ -287,8 +281,7 @@ static void test_incremental_per_token(void) {
 
 /* Per-channel groups quantize q_group_size tokens at a time, for keys and values alike. */
 static void test_incremental_blocks(void) {
-  tq_setting set = {KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 2, -1, 0, 4, 2};
-  kvc_cache* c = tq_cache(&set, 1);
+  kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 2, -1, 0, 4, 2}, 1);
   REQUIRE(c);
   tq_rng rng = {33};
   REQUIRE_OK(tq_update(c, 0, F32, 1, 2, 10, 4, 8, &rng, NULL, NULL, NULL));

@@ -7,18 +7,9 @@
 
 static kvc_cache* preset_cache(kvc_preset preset, uint32_t layers, const kvc_layer_type* types,
                                int64_t sliding_window, int64_t chunk, int64_t max_cache_len) {
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = layers;
-  cfg.layer_types = types;
-  cfg.sliding_window = sliding_window;
-  cfg.attention_chunk_size = chunk;
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = preset;
-  o.config = &cfg;
-  o.max_cache_len = max_cache_len;
-  kvc_cache* c = NULL;
-  if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
-  return c;
+  kvc_model_config cfg = tu_config(layers, types, sliding_window, chunk);
+  const kvc_cache_options defaults = KVC_CACHE_OPTIONS_INIT;
+  return tu_preset_cache(preset, &cfg, max_cache_len, defaults.offload);
 }
 
 static const kvc_layer_type FULL[1] = {KVC_LAYER_TYPE_FULL_ATTENTION};

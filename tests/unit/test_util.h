@@ -699,6 +699,57 @@ static TU_UNUSED kvc_layer_options tu_layer(kvc_layer_kind kind, int64_t window,
   return o;
 }
 
+/* l[0..n-1] of the kinds `kinds` names, layer i with window wm[i][0] and
+ * max_cache_len wm[i][1]: one line of sizes per test, since each test picks
+ * the sizes that reach the branches it is about. Returns l. */
+static TU_UNUSED const kvc_layer_options* tu_layers(kvc_layer_options* l, uint32_t n, const kvc_layer_kind* kinds,
+                                                    const int64_t (*wm)[2]) {
+  for (uint32_t i = 0; i < n; i++) l[i] = tu_layer(kinds[i], wm[i][0], wm[i][1]);
+  return l;
+}
+
+/* The six attention kinds, in the order the tests' every-kind caches use. */
+static const kvc_layer_kind TU_SIX_KINDS[6] = {KVC_LAYER_DYNAMIC, KVC_LAYER_DYNAMIC_SLIDING, KVC_LAYER_DYNAMIC_CHUNKED,
+                                               KVC_LAYER_STATIC,  KVC_LAYER_STATIC_SLIDING,  KVC_LAYER_STATIC_CHUNKED};
+
+/* Early-initialization options: a batch of `batch`, `heads` KV heads, key
+ * and value head dims `k_dim` and `v_dim` (0: the same as k_dim), `dtype`. */
+static TU_UNUSED kvc_init_options tu_init_options(int64_t batch, int64_t heads, int64_t k_dim, int64_t v_dim,
+                                                  kvc_dtype dtype) {
+  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
+  io.batch_size = batch;
+  io.num_kv_heads = heads;
+  io.k_head_dim = k_dim;
+  io.v_head_dim = v_dim;
+  io.dtype = dtype;
+  return io;
+}
+
+/* A model config of n layers of `types`, sliding window `window` and chunk
+ * size `chunk` (0: none); the other fields keep their defaults. */
+static TU_UNUSED kvc_model_config tu_config(uint32_t n, const kvc_layer_type* types, int64_t window, int64_t chunk) {
+  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
+  cfg.num_hidden_layers = n;
+  cfg.layer_types = types;
+  cfg.sliding_window = window;
+  cfg.attention_chunk_size = chunk;
+  return cfg;
+}
+
+/* A `preset` cache over `cfg` (NULL: none) and max_cache_len, offloading as
+ * `offload` says; NULL when creation fails (printed and counted). */
+static TU_UNUSED kvc_cache* tu_preset_cache(kvc_preset preset, const kvc_model_config* cfg, int64_t max_cache_len,
+                                            kvc_offload offload) {
+  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
+  o.preset = preset;
+  o.config = cfg;
+  o.max_cache_len = max_cache_len;
+  o.offload = offload;
+  kvc_cache* c = NULL;
+  if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
+  return c;
+}
+
 /* A custom cache of n layers, or NULL (the error is printed and counted). */
 /* The same, offloading the layers `offload` names. */
 static TU_UNUSED kvc_cache* tu_custom_offload_cache(uint32_t n, const kvc_layer_options* layers,
