@@ -569,28 +569,28 @@ class Case:
 
 
 def classify(layer, n, positions):
-    """Which branch of spec A.2-A.6 an update takes (for the coverage table)."""
+    """Which case of docs/semantics.md (the dynamic to static sliding layer sections) an update takes (for the coverage table)."""
     if layer is None or type(layer).__name__ == "DynamicLayer":
-        return "A.2 dynamic"
+        return "dynamic"
     if is_dyn_sliding(layer):
         c, w = layer.cumulative_length, layer.sliding_window
         if getattr(layer, "record_past", False):
-            return "A.3 dynamic sliding, recording past"
+            return "dynamic sliding, recording past"
         if c == 0 and n >= w:
-            return "A.3 dynamic sliding, prefill longer than the window"
-        return "A.3 dynamic sliding, reaching the window" if c + n >= w else "A.3 dynamic sliding, below the window"
+            return "dynamic sliding, prefill longer than the window"
+        return "dynamic sliding, reaching the window" if c + n >= w else "dynamic sliding, below the window"
     if is_static_full(layer):
         if positions is None:
-            return "A.5 static"
-        return "A.5 static, cache_position" + ("" if positions == sorted(positions) else " (unordered)")
+            return "static"
+        return "static, cache_position" + ("" if positions == sorted(positions) else " (unordered)")
     c = layer.cumulative_length_int if IS_V5 else layer.cumulative_length
     m = layer.max_cache_len
     if c >= m:
-        return "A.6 static sliding, full, one token (roll)" if n == 1 else "A.6 static sliding, full, several tokens"
+        return "static sliding, full, one token (roll)" if n == 1 else "static sliding, full, several tokens"
     if c + n > m:
-        return "A.6 static sliding, empty, prefill longer than the window" if c == 0 else \
-            "A.6 static sliding, becoming full"
-    return "A.6 static sliding, not full"
+        return "static sliding, empty, prefill longer than the window" if c == 0 else \
+            "static sliding, becoming full"
+    return "static sliding, not full"
 
 
 def pos_spec(positions):

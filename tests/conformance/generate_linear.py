@@ -5,16 +5,16 @@ Three transformers versions hold the reference behaviour:
 
   * v5 (5.23, `.venv-torch`): LinearAttentionLayer and its four hybrids with
     attention, as DynamicCache(config) and StaticCache(config) build them from
-    Mamba-, Jamba-, Bamba-, Qwen3-Next- and hybrid-like configs (spec A.9-A.11):
+    Mamba-, Jamba-, Bamba-, Qwen3-Next- and hybrid-like configs (docs/semantics.md, 'Linear-attention layers', 'Layer types and presets' and 'The cache as a whole'):
     update_conv_state, update_recurrent_state, K/V updates of the attention
     parts, crop with past recording, reorder, reset, early initialization,
     has_previous_state, get_seq_length / get_mask_sizes (redirected from
     linear layers), get_max_length.  Files v5_linear*.kvv.
-  * v453 (4.53.3, `.venv-tf4.53.3`): the legacy MambaCache (spec C.13,
+  * v453 (4.53.3, `.venv-tf4.53.3`): the legacy MambaCache (docs/semantics.md, 'Legacy Mamba caches';
     generation 2): update_conv_state with cache_position (roll left by one,
     write at the clamped positions), update_ssm_state, reset.  v453_mamba.kvv.
   * v457 (4.57.6, `.venv-tf4.57.6`): Jamba's HybridMambaAttentionDynamicCache
-    (spec C.14), driven the way JambaMambaMixer's slow path drives it, and its
+    (docs/semantics.md, 'Legacy Mamba caches'), driven the way JambaMambaMixer's slow path drives it, and its
     reorder_cache over key, value, conv and ssm entries.  v457_jamba.kvv.
 
 The format, the seeded inputs and the recording rules are those of
@@ -117,18 +117,19 @@ class LinearSlot(Slot):
 
 
 def conv_branch(slot, i, st, n, kw, positions):
-    """Which rule of A.9.2 / C.13 an update_conv_state follows (for the coverage table)."""
+    """Which rule of docs/semantics.md ('Linear-attention layers', 'Legacy Mamba caches') an update_conv_state follows
+    (for the coverage table)."""
     if positions is not None:
-        return "C.13 legacy cache_position (roll, clamped write)"
+        return "legacy cache_position (roll, clamped write)"
     layer = slot.layers()[i] if slot.layers() is not None else None
     if layer is None or not is_linear(layer) or st >= layer.number_of_states:
         return "refused"
     k = layer.conv_kernel_size[st] or kw or n
     if not layer.has_previous_state[st]:
         if layer.record_past:
-            return "A.9.2 first call, recording (not padded)"
-        return "A.9.2 first call, padded to K" if n < k else "A.9.2 first call, n >= K"
-    return "A.9.2 later call, recording (state grows)" if layer.record_past else "A.9.2 later call (keeps the last K)"
+            return "first call, recording (not padded)"
+        return "first call, padded to K" if n < k else "first call, n >= K"
+    return "later call, recording (state grows)" if layer.record_past else "later call (keeps the last K)"
 
 
 class LinearCase(Case):
@@ -377,7 +378,8 @@ class LinearCase(Case):
                   {ValueError: "INVALID_ARGUMENT"}, predicted, lambda r: f"{int(r[0])} {int(r[1])}")
 
     def lcrop(self, s, x):
-        """crop(x), x <= 0, with the errors transformers raises layer by layer (A.9.1, A.9.3)."""
+        """crop(x), x <= 0, with the errors transformers raises layer by layer
+        (docs/semantics.md, 'Linear-attention layers' and 'Hybrid linear-attention layers')."""
         slot = self.slots[s]
         predicted = set()
         for layer in slot.layers():
@@ -634,7 +636,7 @@ def v5_linear_hybrid(case):
 
 
 def v5_linear_layers(case):
-    """hybrid and hybrid_sliding layer types: linear state and attention in one layer (A.9.3)."""
+    """hybrid and hybrid_sliding layer types: linear state and attention in one layer (docs/semantics.md, 'Hybrid linear-attention layers')."""
     v5_family(case, "hhwwlf", ["dynamic", "static"], [0, 1, 2], [2, 3, 6])  # window 1: a documented difference
 
 

@@ -3,7 +3,7 @@
 
 transformers 5.23 offloads with `Cache(offloading=True)` (DynamicCache,
 StaticCache, Cache(layers=...)): Cache.update prefetches the next offloaded
-layer on a side stream, updates, then offloads the updated layer (spec A.11).
+layer on a side stream, updates, then offloads the updated layer (docs/semantics.md, 'The cache as a whole').
 Its constructor creates a `torch.Stream()` and its update synchronizes with
 `torch.cuda.default_stream`, so it cannot run without a GPU: on a CPU-only
 machine both raise a CUDA error. This generator therefore builds the same

@@ -1,6 +1,6 @@
 /*
  * replay_linear.c: the conformance operations of linear-attention layers
- * (recurrent conv and SSM states; spec A.9-A.11, C.13, C.14):
+ * (recurrent conv and SSM states; docs/semantics.md, 'Linear-attention layers', 'Legacy Mamba caches', 'Layer types and presets' and 'The cache as a whole'):
  *
  *   lcreate S PRESET MAXLEN NL SW NSTATES K TYPES
  *        kvc_cache_create with PRESET dynamic | static | mamba | hybrid_mamba, a config of NL layers,

@@ -1,6 +1,6 @@
 /*
  * replay_offload.c: the conformance operations of offloading caches
- * (transformers 5.x Cache(offloading=True), spec A.11; generate_offload.py):
+ * (transformers 5.x Cache(offloading=True), docs/semantics.md, 'The cache as a whole'; generate_offload.py):
  *
  *   ocreate S MODE OPTS   kvc_cache_create with OPTS as for `create`, offloading:
  *                         MODE `all` (KVC_OFFLOAD_ALL: offload_only_non_sliding=False),

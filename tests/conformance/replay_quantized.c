@@ -1,6 +1,6 @@
 /*
  * replay_quantized.c: the conformance operations of QuantizedCache
- * (transformers 5.23, spec A.8, A.14; generate_quantized.py, generate_fp8.py):
+ * (transformers 5.23, docs/semantics.md, 'Quantized layers'; generate_quantized.py, generate_fp8.py):
  *
  *   qcreate S BACKEND NLAYERS NBITS AXIS_KEY AXIS_VALUE GROUP RESIDUAL
  *       quanto|hqq: kvc_cache_create with KVC_PRESET_QUANTIZED, a config of

@@ -1,6 +1,6 @@
 /*
  * replay_sink.c: the conformance operations of SinkCache (transformers 4.52,
- * spec C.6):
+ * docs/semantics.md, 'Sink layers'):
  *
  *   screate S WL NSINK NLAYERS        kvc_cache_create with KVC_PRESET_SINK (NLAYERS 0: no config, lazy)
  *   slayout S N (WINDOW NSINK MAXLEN)xN   layer count; each layer a SINK layer with that window and

@@ -148,7 +148,7 @@ void ref_cache_copy(const ref_cache* from, ref_cache* out) {
 
 /* -------------------------------------------------------------- presets */
 
-/* Layer types as transformers derives them (spec A.10 steps 1-2). */
+/* Layer types as transformers derives them (docs/semantics.md, 'Layer types and presets', steps 1-2). */
 static kvc_code derive_types(const kvc_model_config* cfg, kvc_layer_type** types, uint32_t* n) {
   if (cfg->struct_size != sizeof(kvc_model_config)) return KVC_ERROR_INVALID_ARGUMENT;
   if (cfg->num_hidden_layers < 1 || cfg->sliding_window < 0 || cfg->attention_chunk_size < 0)
@@ -171,7 +171,7 @@ static kvc_code derive_types(const kvc_model_config* cfg, kvc_layer_type** types
 }
 
 /* DYNAMIC and STATIC presets. transformers 5.x shares one window kwarg in
- * which the chunk size overwrites the sliding window (spec A.10 step 3);
+ * which the chunk size overwrites the sliding window (docs/semantics.md, 'Layer types and presets', step 3);
  * kvcache gives each layer type its own parameter, as 4.57 did
  * (docs/differences-from-transformers.md, item 6). */
 static kvc_code preset_by_types(const kvc_model_config* cfg, int is_static, int64_t M, ref_cache* out) {
@@ -313,7 +313,7 @@ static kvc_code check_state(const ref_layer* L, int64_t n, const ref_positions* 
     if (!L || !ref_is_static_kind(L->kind)) return KVC_OK; /* ignored by dynamic layers, as in 4.57 */
     if (pos->count != (uint64_t)n) return KVC_ERROR_INVALID_ARGUMENT;
     /* Positions pick slots of a static layer, and of a static sliding layer
-     * while the call leaves it not full (A.6 branch 4, as in 4.57); once the
+     * while the call leaves it not full ('Static sliding and chunked layers', case 4, as in 4.57); once the
      * window fills, the counter decides and positions are only sanity-checked. */
     int64_t cap = ref_layer_capacity(L);
     int picks_slots = L->kind == KVC_LAYER_STATIC || L->cum + n <= cap;
@@ -340,7 +340,7 @@ static void update_dynamic(ref_layer* L, const ref_grid* nw, ref_grid* ret) {
   if (ret) *ret = grid_copy(&full);
 }
 
-/* spec A.3: return the kept tail plus the new tokens, then keep the last
+/* docs/semantics.md, 'Dynamic sliding and chunked layers': return the kept tail plus the new tokens, then keep the last
  * W-1 (kvcache: W == 1 keeps none). A recording layer keeps everything but
  * still returns only the last W-1 stored tokens plus the new ones, as
  * transformers 5.23 does (docs/differences-from-transformers.md). */
@@ -361,7 +361,7 @@ static void write_slots(ref_layer* L, const ref_grid* nw, const int64_t* slots) 
       for (int64_t s = 0; s < nw->L; s++) *at(&L->stored, b, h, slots[s]) = *at(nw, b, h, s);
 }
 
-/* spec A.5 (the counter) and part B (explicit cache_position). */
+/* docs/semantics.md, 'Static layers' (the counter, and explicit cache_position). */
 static void update_static(ref_layer* L, const ref_grid* nw, const ref_positions* pos, ref_grid* ret) {
   int64_t* slots = xcalloc((size_t)nw->L, sizeof *slots);
   for (int64_t s = 0; s < nw->L; s++) slots[s] = pos && pos->pos ? pos->pos[s] : L->cum + s;
@@ -376,7 +376,7 @@ static void update_static(ref_layer* L, const ref_grid* nw, const ref_positions*
   if (ret) *ret = grid_copy(&L->stored);
 }
 
-/* spec A.6, the four branches. */
+/* docs/semantics.md, 'Static sliding and chunked layers', the four branches. */
 static void update_static_sliding(ref_layer* L, const ref_grid* nw, const ref_positions* pos, ref_grid* ret) {
   int64_t cap = ref_layer_capacity(L), c = L->cum, n = nw->L;
   L->cum += n;
@@ -459,7 +459,7 @@ static kvc_code crop_check_layer(const ref_layer* L, int64_t x) {
   return KVC_OK;
 }
 
-/* spec A.2: negative removes, zero keeps, positive is an absolute length. */
+/* docs/semantics.md, 'Dynamic layers': negative removes, zero keeps, positive is an absolute length. */
 static void crop_dynamic(ref_layer* L, int64_t x) {
   int64_t len = L->stored.L;
   if (x > 0) {

@@ -4,10 +4,10 @@
  *
  * Every layer is a plain [batch][head][position] grid of token ids (0 is a
  * zero slot); every operation rebuilds grids with the obvious loops, written
- * from the specification (hf-cache-spec A.2, A.3, A.5, A.6, A.10, A.11, A.15)
+ * from the specification (docs/semantics.md (the dynamic, dynamic sliding, static and static sliding layer sections, 'Layer types and presets', 'The cache as a whole', 'Encoder-decoder caches'))
  * and from kvcache's documented differences from transformers. It never looks
  * at how the library stores anything: if the two disagree, one of them is
- * wrong, and the specification decides which.
+ * wrong, and docs/semantics.md decides which.
  *
  * Each mutating function first decides the error code the library must
  * return; a non-OK code leaves the model untouched (a failed call changes

@@ -1,5 +1,5 @@
 /*
- * EncoderDecoderCache (spec A.15, C.12): the is_updated protocol of
+ * EncoderDecoderCache (docs/semantics.md, 'Encoder-decoder caches'): the is_updated protocol of
  * cross-attention, which operations reach which of the two caches, and the
  * dynamic-only batch operations.
  */

@@ -1,7 +1,7 @@
 /*
  * test_errors_linear.c: bad input to the recurrent-state entry points
  * (update_conv_state, update_recurrent_state, state_view,
- * has_previous_state) and to the cache-level rules on linear layers (A.11:
+ * has_previous_state) and to the cache-level rules on linear layers ('The cache as a whole':
  * sequence-length queries, K/V updates, views, crop, options). Each case
  * checks the exact code, that the message names the function, the argument
  * and the value, that out-parameters are untouched and that the cache is

@@ -1,7 +1,7 @@
 /*
  * test_errors_quantized.c: bad input to QUANTIZED layers: every field of
- * kvc_quant_options, the group sizes transformers refuses for a shape (spec
- * A.8.1, A.8.2, E.1), and dtype and shape mismatches. Each error names the
+ * kvc_quant_options, the group sizes transformers refuses for a shape (docs/semantics.md,
+ * 'quanto quantizer', 'HQQ quantizer' and 'Errors'), and dtype and shape mismatches. Each error names the
  * function, the argument and the value, and leaves the cache exactly as it
  * was, including updates of several layers that fail at the last one after
  * the first ones were ready to quantize.

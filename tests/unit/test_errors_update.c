@@ -391,7 +391,7 @@ static void test_update_bad_options(void) {
   }
   /*
    * The static sliding layer (layer 2) has min(3, 8) = 3 slots and holds 2
-   * tokens. Positions are read while the window still has room (A.6 branch 4):
+   * tokens. Positions are read while the window still has room ('Static sliding and chunked layers', case 4):
    * one more token at slot 3 is beyond it.
    */
   kvc_update_options o = KVC_UPDATE_OPTIONS_INIT;

@@ -1,11 +1,11 @@
 /*
  * test_linear_cache.c: linear-attention layers inside caches: the MAMBA and
  * HYBRID_MAMBA presets and the LINEAR layer types of DynamicCache(config) and
- * StaticCache(config) (A.10), layer info, the cache-level rules of A.11
+ * StaticCache(config) ('Layer types and presets'), layer info, the cache-level rules of 'The cache as a whole'
  * (sequence-length queries redirected to the first attention layer,
  * has_previous_state, max length, early initialization), and the hybrids'
  * K/V and states together, including crop and reset as Python's MRO
- * resolves them (A.9.3).
+ * resolves them ('Hybrid linear-attention layers').
  */
 #include "test_linear.h"
 
@@ -46,7 +46,7 @@ static void test_mamba_preset(void) {
     CHECK_EQ_I64(tu_max_len(c, (int32_t)i), -1);
   }
   CHECK_EQ_I64(tu_max_len(c, KVC_ALL_LAYERS), -1);
-  /* No attention layer: sequence lengths do not exist (A.11), except beyond the layers. */
+  /* No attention layer: sequence lengths do not exist ('The cache as a whole'), except beyond the layers. */
   CHECK_ERR(seq_err(c, 0), KVC_ERROR_INVALID_ARGUMENT);
   CHECK_ERR(seq_err(c, 1), KVC_ERROR_INVALID_ARGUMENT);
   CHECK_ERR(mask_err(c, 0), KVC_ERROR_INVALID_ARGUMENT);
@@ -111,7 +111,7 @@ static void test_hybrid_mamba_preset(void) {
   kvc_cache_destroy(c);
 }
 
-/* DynamicCache(config) / StaticCache(config) map linear_attention, hybrid and hybrid_sliding (A.10). */
+/* DynamicCache(config) / StaticCache(config) map linear_attention, hybrid and hybrid_sliding ('Layer types and presets'). */
 static void test_config_layer_types(void) {
   const kvc_layer_type t[4] = {KVC_LAYER_TYPE_HYBRID, KVC_LAYER_TYPE_HYBRID_SLIDING, KVC_LAYER_TYPE_LINEAR_ATTENTION,
                                KVC_LAYER_TYPE_FULL_ATTENTION};
@@ -141,7 +141,7 @@ static void test_config_layer_types(void) {
   }
   CHECK_EQ_I64(tu_info(s, 0).max_cache_len, 6);
   CHECK_EQ_I64(tu_info(s, 1).capacity, 3);
-  /* get_max_length of every linear kind is -1, even the static hybrids (MRO, H.13); the cache's is the static M. */
+  /* get_max_length of every linear kind is -1, even the static hybrids (MRO, 'Hybrid linear-attention layers'); the cache's is the static M. */
   for (int32_t i = 0; i < 3; i++) {
     CHECK_EQ_I64(tu_max_len(d, i), -1);
     CHECK_EQ_I64(tu_max_len(s, i), -1);

@@ -1,14 +1,14 @@
 /*
  * test_linear_conv.c: the conv state of linear-attention layers: the worked
- * traces D.7 (LinearAttentionLayer) and D.8 (legacy MambaCache), the first
- * call's padding, past recording and crop (A.9.1), reset, has_previous_state,
- * and long random sequences against a model written from the spec's rules.
+ * traces 'Linear conv state trace' (LinearAttentionLayer) and 'Legacy MambaCache conv trace' (legacy MambaCache), the first
+ * call's padding, past recording and crop ('Linear-attention layers'), reset, has_previous_state,
+ * and long random sequences against a model written from the rules of docs/semantics.md.
  */
 #include "test_linear.h"
 
 /* ------------------------------------------------- a reference conv state */
 
-/* Times stored, oldest first (-1 = a zero column), and the rules of A.9.2 / C.13 on them. */
+/* Times stored, oldest first (-1 = a zero column), and the rules of 'Linear-attention layers' / 'Legacy Mamba caches' on them. */
 typedef struct conv_model {
   int64_t k;
   int record, has_prev;
@@ -59,7 +59,7 @@ static void model_crop(conv_model* m, int64_t tokens) {
 
 /* ------------------------------------------------------------------ traces */
 
-/* D.7: K = 4, no recording. */
+/* 'Linear conv state trace': K = 4, no recording. */
 static void test_trace_d7(void) {
   kvc_cache* c = tl_linear(1, 4);
   REQUIRE(c != NULL);
@@ -88,7 +88,7 @@ static void test_trace_d7(void) {
   kvc_cache_destroy(c);
 }
 
-/* D.8: legacy MambaCache (generation 2), K = 4: prefill positions 0..3, then [4] clamped to 3. */
+/* 'Legacy MambaCache conv trace': legacy MambaCache (generation 2), K = 4: prefill positions 0..3, then [4] clamped to 3. */
 static void test_trace_d8(void) {
   kvc_cache* c = tl_linear(1, 4);
   REQUIRE(c != NULL);
@@ -188,7 +188,7 @@ static void test_zero_columns(void) {
 static void test_recording_and_crop(void) {
   kvc_cache* c = tl_linear(1, 3);
   REQUIRE(c != NULL);
-  /* Not recording: crop refuses, whatever the argument, even before any update (A.9.1). */
+  /* Not recording: crop refuses, whatever the argument, even before any update ('Linear-attention layers'). */
   CHECK_ERR(kvc_cache_crop(c, 0), KVC_ERROR_INVALID_STATE);
   CHECK_ERR(kvc_cache_crop(c, -1), KVC_ERROR_INVALID_STATE);
   REQUIRE_OK(kvc_cache_activate_past_recording(c));

@@ -1,6 +1,6 @@
 /*
  * test_model.h: a reference model of what one layer stores and returns,
- * written from the spec's update rules (A.2, A.3, A.5, A.6), for tests that
+ * written from the update rules of docs/semantics.md (dynamic, dynamic sliding, static and static sliding layers), for tests that
  * feed a layer tokens 0, 1, 2, ... (token = absolute position).
  * Positions are listed oldest first; -1 stands for a zero (unwritten) slot.
  * Dynamic sliding layers with window 1 and recording layers are not modelled.

@@ -1,6 +1,6 @@
 /*
- * Which layers are offloaded after every update: transformers' order (spec
- * A.11, E.2 item 10), derived by hand below for each case. An update of
+ * Which layers are offloaded after every update: transformers' order (docs/semantics.md,
+ * 'Offloading'), derived by hand below for each case. An update of
  * layer i prefetches the first offloadable layer j >= i + 1 (wrapping to the
  * first offloadable layer overall; an uninitialized layer has nothing to
  * fetch), writes layer i, then offloads it unless it is not offloadable.

@@ -1,5 +1,5 @@
 /*
- * crop and activate_past_recording (spec A.2, A.3, E.2.7-8), including the
+ * crop and activate_past_recording (docs/semantics.md, 'Crop and past recording' and 'Edge cases', items 7-8), including the
  * attention-layer parts of transformers' CacheCroppingTests: keys shaped
  * (2, 32, 45, 32), W = 12, past recording activated.
  */
@@ -160,7 +160,7 @@ static void test_sliding_recording_positive_crop(void) {
 /*
  * Recording stores everything it receives, but an update returns only what
  * attention needs, the last window-1 stored tokens plus the new ones, so the
- * returned length equals kv_length (transformers 5.23; the spec's 5.15 text
+ * returned length equals kv_length (transformers 5.23; transformers 5.15 (docs/semantics.md, 'Version notes')
  * returned the whole record).
  */
 static void test_recording_returns_and_mask(void) {
@@ -185,7 +185,7 @@ static void test_recording_returns_and_mask(void) {
   kvc_cache_destroy(c);
 }
 
-/* D.2 continued: after crop(-2) on 45 recorded tokens, recording goes on. */
+/* 'Dynamic sliding layer trace' continued: after crop(-2) on 45 recorded tokens, recording goes on. */
 static void test_recording_continues_after_crop(void) {
   kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC_CHUNKED, 12, 0);
   REQUIRE(c != NULL);

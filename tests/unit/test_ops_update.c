@@ -1,6 +1,6 @@
 /*
- * update on every layer kind against a reference model of the spec (A.2,
- * A.3, A.5, A.6): random sequences of update sizes, with each token's value
+ * update on every layer kind against a reference model of docs/semantics.md (dynamic,
+ * dynamic sliding, static and static sliding layers): random sequences of update sizes, with each token's value
  * naming its absolute position. Before every update the mask sizes, usable
  * length and max length are checked against the view that update then
  * returns; after it, the stored view and the counters.
@@ -110,7 +110,7 @@ static void test_model_static_sliding(void) {
     }
 }
 
-/* Each branch of A.6 reached on purpose, with the returned view checked against the model. */
+/* Each case of 'Static sliding and chunked layers' reached on purpose, with the returned view checked against the model. */
 static void test_static_sliding_branches(void) {
   model m = model_new(KVC_LAYER_STATIC_SLIDING, 5, 10);
   kvc_cache* c = cache_for(&m);

@@ -1,8 +1,8 @@
 /*
  * The presets: the layer lists kvc_cache_create builds from a model config,
  * as transformers' DynamicCache(config), StaticCache(config, max_cache_len),
- * SlidingWindowCache, HybridCache and HybridChunkedCache do (spec A.10,
- * A.12, A.13, C.8-C.10), and KVC_PRESET_CUSTOM.
+ * SlidingWindowCache, HybridCache and HybridChunkedCache do (docs/semantics.md,
+ * 'Layer types and presets'), and KVC_PRESET_CUSTOM.
  */
 #include "test_util.h"
 

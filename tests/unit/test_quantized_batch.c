@@ -2,7 +2,7 @@
  * test_quantized_batch.c: beam search and the other batch operations on
  * QUANTIZED layers after flushes, against a full-precision reference of what
  * the layer returned, to which the same operation is applied. transformers
- * up to 5.22 reordered only the residual (spec E.2 item 13); a reference
+ * up to 5.22 reordered only the residual (docs/semantics.md, 'Edge cases', item 13); a reference
  * built that way is shown to disagree, so these tests would catch that bug.
  * Also split, stack and clone.
  */

@@ -1,7 +1,7 @@
 /*
  * test_quantized_crop.c: crop and reset of QUANTIZED layers act on the
  * quantized tokens as well as on the residual (transformers cropped and
- * reset only the residual up to 5.22, spec E.2 item 13). Crop follows the
+ * reset only the residual up to 5.22, docs/semantics.md, 'Edge cases', item 13). Crop follows the
  * dynamic layer's argument rules (negative removes, positive is the legacy
  * absolute length, 0 does nothing).
  */

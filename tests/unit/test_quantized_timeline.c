@@ -1,6 +1,6 @@
 /*
  * test_quantized_timeline.c: when QUANTIZED layers quantize and what their
- * updates return, in both modes: the D.5 trace of the spec, transformers
+ * updates return, in both modes: the quantized layer trace of docs/semantics.md, transformers
  * 5.23's flush rule with several tokens, residual_length 0 and 1, zero-token
  * updates, lazy and early initialization, several layers, and the
  * incremental mode's blocks.
@@ -55,7 +55,7 @@ static int within_steps(const kvc_tensor* got, const float* exact, int64_t group
   return 1;
 }
 
-/* Spec D.5 with R = 4 (the same in 5.23 for one-token steps), in transformers mode. */
+/* docs/semantics.md's quantized layer trace with R = 4 (the same in 5.23 for one-token steps), in transformers mode. */
 static void test_d5_trace(void) {
   kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_TRANSFORMERS, 4, 0, 0, 4, 4}, 1);
   REQUIRE(c);

@@ -1,5 +1,5 @@
 /*
- * Sink layers (SinkCache, spec C.6) without RoPE: the D.6 trace, the storage
+ * Sink layers (SinkCache, docs/semantics.md, 'Sink layers') without RoPE: the 'Sink layer trace' trace, the storage
  * rules of every branch including transformers' oversized shifts, updates of
  * zero tokens, mask sizes, presets and layer info, batch operations, clone,
  * reset and the steady state of a full window.
@@ -13,7 +13,7 @@
                          NULL, (out)));                                                                         \
   } while (0)
 
-/* D.6: window 6, 2 sinks; each step asks the mask sizes first. */
+/* 'Sink layer trace': window 6, 2 sinks; each step asks the mask sizes first. */
 static void test_d6_trace(void) {
   kvc_cache* c = sk_cache(6, 2, 0);
   REQUIRE(c != NULL);

@@ -1,5 +1,5 @@
 /*
- * Sink layers with RoPE (spec C.6, D.6, H.10): kept keys are re-rotated by
+ * Sink layers with RoPE (docs/semantics.md, 'Sink layers' and 'Sink layer trace'): kept keys are re-rotated by
  * the angle of the new tokens, also at the first shift; the cos/sin table
  * comes from the first sink layer's updates only, as [batch, seq, dim] rows
  * appended up to the window or as a whole [seq, dim] table; a re-rotation is
@@ -33,7 +33,7 @@ static kvc_error* step2(kvc_cache* c, uint32_t layer, int64_t b, int64_t dk, int
 }
 
 /*
- * D.6 with RoPE: at the first shift tokens 2, 3, 4 stay in slots 2..4 and are
+ * 'Sink layer trace' with RoPE: at the first shift tokens 2, 3, 4 stay in slots 2..4 and are
  * still rotated back by one position (transformers' first-shift quirk); from
  * then on every kept key turns once per shift of one token, twice for two.
  */

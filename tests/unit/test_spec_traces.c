@@ -1,5 +1,5 @@
 /*
- * The worked traces of the specification (part D.1-D.4 and the A.6 examples):
+ * The worked traces of docs/semantics.md (the dynamic, dynamic sliding, static and static sliding layer traces, and the examples of 'Static sliding and chunked layers'):
  * one batch row, one head, head_dim 1, each tensor written as its tokens.
  * Every step checks the mask sizes asked before the call, the returned view,
  * the stored view and the sequence length.
@@ -17,7 +17,7 @@
     REQUIRE_OK(tu_update_list((c), 0, B, H, D, D, TU_LIST(__VA_ARGS__), TU_COUNT(__VA_ARGS__), NULL, (out))); \
   } while (0)
 
-/* D.1 */
+/* 'Dynamic layer trace' */
 static void test_d1_dynamic_layer(void) {
   kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC, 0, 0);
   REQUIRE(c != NULL);
@@ -53,7 +53,7 @@ static void test_d1_dynamic_layer(void) {
   kvc_cache_destroy(c);
 }
 
-/* D.1, batch part: rows [[1,2],[10,20],[100,200]], select (0, 2). */
+/* 'Dynamic layer trace', batch part: rows [[1,2],[10,20],[100,200]], select (0, 2). */
 static void test_d1_batch_select(void) {
   kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC, 0, 0);
   REQUIRE(c != NULL);
@@ -67,7 +67,7 @@ static void test_d1_batch_select(void) {
   kvc_cache_destroy(c);
 }
 
-/* D.2, for the sliding and the chunked kind (same storage rules). */
+/* 'Dynamic sliding layer trace', for the sliding and the chunked kind (same storage rules). */
 static void d2_dynamic_sliding(kvc_layer_kind kind) {
   kvc_cache* c = tu_one_layer_cache(kind, 4, 0);
   REQUIRE(c != NULL);
@@ -96,7 +96,7 @@ static void d2_dynamic_sliding(kvc_layer_kind kind) {
 static void test_d2_dynamic_sliding(void) { d2_dynamic_sliding(KVC_LAYER_DYNAMIC_SLIDING); }
 static void test_d2_dynamic_chunked(void) { d2_dynamic_sliding(KVC_LAYER_DYNAMIC_CHUNKED); }
 
-/* D.2, record_past: everything is kept until crop(0) shrinks it back to W-1. */
+/* 'Dynamic sliding layer trace', record_past: everything is kept until crop(0) shrinks it back to W-1. */
 static void test_d2_record_past_crop_zero(void) {
   kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC_SLIDING, 4, 0);
   REQUIRE(c != NULL);
@@ -114,7 +114,7 @@ static void test_d2_record_past_crop_zero(void) {
   kvc_cache_destroy(c);
 }
 
-/* D.2, record_past: crop(-2) on 45 recorded tokens with W = 12 keeps 32..42, cum 43. */
+/* 'Dynamic sliding layer trace', record_past: crop(-2) on 45 recorded tokens with W = 12 keeps 32..42, cum 43. */
 static void test_d2_record_past_crop_negative(void) {
   kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC_SLIDING, 12, 0);
   REQUIRE(c != NULL);
@@ -129,7 +129,7 @@ static void test_d2_record_past_crop_negative(void) {
   kvc_cache_destroy(c);
 }
 
-/* D.3 */
+/* 'Static layer trace' */
 static void test_d3_static_layer(void) {
   kvc_cache* c = tu_one_layer_cache(KVC_LAYER_STATIC, 0, 4);
   REQUIRE(c != NULL);
@@ -153,7 +153,7 @@ static void test_d3_static_layer(void) {
   kvc_cache_destroy(c);
 }
 
-/* D.4, sliding and chunked kinds; the capacity is min(window, max_cache_len). */
+/* 'Static sliding layer trace', sliding and chunked kinds; the capacity is min(window, max_cache_len). */
 static void d4_static_sliding(kvc_layer_kind kind, int64_t window, int64_t max_cache_len) {
   kvc_cache* c = tu_one_layer_cache(kind, window, max_cache_len);
   REQUIRE(c != NULL);
@@ -188,7 +188,7 @@ static void test_d4_static_chunked(void) {
   d4_static_sliding(KVC_LAYER_STATIC_CHUNKED, 4, 9);
 }
 
-/* A.6 worked examples: M' = 2, 3, 4. */
+/* 'Static sliding and chunked layers' worked examples: M' = 2, 3, 4. */
 static void test_a6_examples(void) {
   kvc_kv out, st;
   kvc_cache* c = tu_one_layer_cache(KVC_LAYER_STATIC_SLIDING, 2, 4);
