@@ -348,7 +348,7 @@ static void gen_options(ctx* c, opt_store* s) {
       switch (rd(r) % 32) { /* rare invalid layer options */
         case 0: s->layers[i].window = 0; break;
         case 1: s->layers[i].max_cache_len = 0; break;
-        case 2: s->layers[i].kind = rd(r) % 2 ? 0 : KVC_LAYER_LINEAR_STATIC_SLIDING + 1; break; /* no such kind */
+        case 2: s->layers[i].kind = rd(r) % 2 ? 0 : 1000; break; /* no such kind (ids only grow: far above them) */
         case 3: s->layers[i].struct_size = 4; break;
         default: break;
       }
