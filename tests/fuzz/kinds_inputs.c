@@ -248,11 +248,13 @@ static void gen_quant(reader* r, kvc_quant_options* q) {
   }
 }
 
+static int is_linear_kind(kvc_layer_kind k) { return k >= KVC_LAYER_LINEAR && k <= KVC_LAYER_LINEAR_STATIC_SLIDING; }
+
 static const kvc_layer_kind custom_kinds[] = {
     KVC_LAYER_QUANTIZED, KVC_LAYER_QUANTIZED, KVC_LAYER_QUANTIZED, KVC_LAYER_SINK, KVC_LAYER_SINK,
     KVC_LAYER_LINEAR, KVC_LAYER_LINEAR, KVC_LAYER_LINEAR_DYNAMIC, KVC_LAYER_LINEAR_DYNAMIC_SLIDING,
     KVC_LAYER_LINEAR_STATIC, KVC_LAYER_LINEAR_STATIC_SLIDING, KVC_LAYER_DYNAMIC, KVC_LAYER_DYNAMIC_SLIDING,
-    KVC_LAYER_DYNAMIC_CHUNKED, KVC_LAYER_STATIC, KVC_LAYER_STATIC_SLIDING};
+    KVC_LAYER_DYNAMIC_CHUNKED, KVC_LAYER_STATIC, KVC_LAYER_STATIC_SLIDING, KVC_LAYER_QUANTIZED_FP8};
 
 static void gen_custom_layer(reader* r, opt_store* s, int i) {
   kvc_layer_options* L = &s->layers[i];
@@ -264,7 +266,7 @@ static void gen_custom_layer(reader* r, opt_store* s, int i) {
     L->num_sink_tokens = rd(r) % 4;
     L->window = L->num_sink_tokens + rd_range(r, 1, 6);
   }
-  if (L->kind >= KVC_LAYER_LINEAR) {
+  if (is_linear_kind(L->kind)) {
     L->num_states = (uint32_t)(rd(r) % 4);
     L->conv_kernel_size = rd(r) % 2 ? 0 : rd_range(r, 1, 4);
   }
@@ -274,7 +276,7 @@ static void gen_custom_layer(reader* r, opt_store* s, int i) {
   }
   switch (39 - rd(r) % 40) { /* rare invalid layer options */
     case 0: L->window = 0; break;
-    case 1: L->kind = rd(r) % 2 ? 0 : 14; break;
+    case 1: L->kind = rd(r) % 2 ? 0 : 1000; break; /* no such kind (ids only grow: far above them) */
     case 2: L->struct_size = 4; break;
     case 3: L->num_states = 65; break;
     case 4: L->conv_kernel_size = -1; break;
@@ -373,7 +375,7 @@ void describe_options(const opt_store* s) {
       const kvc_layer_options* L = &s->layers[i];
       trace("%s{kind %d W %lld M %lld", i ? " " : "", L->kind, (long long)L->window, (long long)L->max_cache_len);
       if (L->kind == KVC_LAYER_SINK) trace(" sinks %lld", (long long)L->num_sink_tokens);
-      if (L->kind >= KVC_LAYER_LINEAR) trace(" states %u K %lld", L->num_states, (long long)L->conv_kernel_size);
+      if (is_linear_kind(L->kind)) trace(" states %u K %lld", L->num_states, (long long)L->conv_kernel_size);
       if (s->has_lquant[i]) {
         trace(" ");
         describe_quant(&s->lquant[i]);
