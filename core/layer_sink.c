@@ -33,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "half.h"
 #include "internal.h"
 #include "rope_tables.h"
 
@@ -193,7 +192,8 @@ static table_write plan_record(const kvc_sink_state* s, const kvc_tensor* cos) {
   table_write w;
   w.next = after_record(shape_of(s), cos, s->max_window, &w.mode);
   w.from = w.mode == TABLE_REPLACE ? 0 : s->len;
-  w.rows = w.mode == TABLE_KEEP ? 0 : min64(w.next.len, s->max_window) - w.from; /* rows past the largest window are never read */
+  /* Rows past the largest window are never read, so never kept. */
+  w.rows = w.mode == TABLE_KEEP ? 0 : min64(w.next.len, s->max_window) - w.from;
   if (w.rows < 0) w.rows = 0;
   return w;
 }

@@ -346,7 +346,8 @@ static int tw_update_impl(twin* t, uint32_t layer, const tw_geom* g, const kvc_u
 }
 #define TW_UPDATE(t, layer, g, o) tw_update_impl((t), (layer), (g), (o), (o), __FILE__, __LINE__)
 /* `o` is an array of two options, [TW_CPU] and [TW_DEV] (each with its side's tensors). */
-#define TW_UPDATE_SIDES(t, layer, g, o) tw_update_impl((t), (layer), (g), &(o)[TW_CPU], &(o)[TW_DEV], __FILE__, __LINE__)
+#define TW_UPDATE_SIDES(t, layer, g, o) \
+  tw_update_impl((t), (layer), (g), &(o)[TW_CPU], &(o)[TW_DEV], __FILE__, __LINE__)
 
 /* update_all over layers 0..count-1, layer i with geometry g[i] (g[0] for all when `same`). */
 static int tw_update_all_impl(twin* t, uint32_t count, const tw_geom* g, int same, const kvc_update_options* o_cpu,
