@@ -23,14 +23,18 @@
  * re-rotation tables, computed at the first shift of each size and never
  * recomputed, even if the table changes afterwards (transformers' dict keyed
  * by the number of new tokens).
+ *
+ * Memory: the keys and the caller's cos/sin tensors live on the cache's
+ * device, so they are reached only through the backend table (the keys are
+ * rotated by rerotate_keys_4d, the table rows are read by read_f32_4d); the
+ * tables above are host memory, computed here once per shift size.
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "half.h"
 #include "internal.h"
-#include "rope_rerotate.h"
+#include "rope_tables.h"
 
 /* transformers' cos_sin_rerotation_cache[n], keyed here by the window and sinks too (custom caches may mix them). */
 typedef struct sink_rotation {
@@ -55,8 +59,10 @@ typedef struct kvc_sink_state {
   int64_t cos_cap, sin_cap;
   sink_rotation* rot;
   int nrot, rot_cap;
-  float* row; /* scratch: one key row's rotary channels */
-  int64_t row_cap;
+  /* The rows an update's record layer adds to the table, read from the device in prepare_update (where a failed
+     read can still fail the call) and copied into cos/sin by apply_update: [2][rows][dim], cos then sin. */
+  float* staged;
+  int64_t staged_cap;
 } kvc_sink_state;
 
 /* The cache-wide state lives in the sink kind's slot of the cache (transformers keeps it on the cache). */
@@ -175,33 +181,66 @@ static table_shape shape_of(const kvc_sink_state* s) {
   return t;
 }
 
-/* Copies rows [0, rows) of a rope tensor ([seq, dim], or batch row 0 of [batch, seq, dim]) to out, as float32. */
-static void read_rope_rows(const kvc_tensor* t, int64_t rows, float* out) {
+/* How an update that passes `cos` changes the table: its shape after, and the rows [from, from + rows) it writes. */
+typedef struct table_write {
+  table_shape next;
+  int mode;
+  int64_t from, rows;
+} table_write;
+
+static table_write plan_record(const kvc_sink_state* s, const kvc_tensor* cos) {
+  table_write w;
+  w.next = after_record(shape_of(s), cos, s->max_window, &w.mode);
+  w.from = w.mode == TABLE_REPLACE ? 0 : s->len;
+  /* Rows past the largest window are never read, so never kept. */
+  w.rows = w.mode == TABLE_KEEP ? 0 : min64(w.next.len, s->max_window) - w.from;
+  if (w.rows < 0) w.rows = 0;
+  return w;
+}
+
+/*
+ * Reads rows [0, rows) of a rope tensor ([seq, dim], or batch row 0 of
+ * [batch, seq, dim]) from the cache's device into out, as float32, through
+ * the backend: on a device the tensor's data is a device pointer.
+ */
+static int read_rope_rows(const kvc_cache* c, const kvc_tensor* t, int64_t rows, float* out) {
   int nd = t->ndim;
-  int64_t st[3], size = 1, dim = t->shape[nd - 1];
+  int64_t st[3], size = 1;
   for (int i = nd - 1; i >= 0; i--) {
     st[i] = t->strides ? t->strides[i] : size;
     size *= t->shape[i];
   }
-  kvc_dtype dtype = kvc_dtype_from_data_type(t->dtype);
-  const void* base = kvci_tensor_base(t);
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t d = 0; d < dim; d++) out[r * dim + d] = kvci_load_f32(dtype, base, r * st[nd - 2] + d * st[nd - 1]);
+  const int64_t strides[4] = {0, 0, st[nd - 2], st[nd - 1]}, shape[4] = {1, 1, rows, t->shape[nd - 1]};
+  const kvc_backend* be = c->backend;
+  return be->read_f32_4d(be->ctx, &c->exec, out, kvci_tensor_base(t), kvc_dtype_from_data_type(t->dtype), strides,
+                         shape);
 }
 
+/* prepare_update of the record layer: the rows this update adds to the table, read into s->staged. */
+static kvc_error* stage_table(const char* fn, const kvc_cache* c, kvc_sink_state* s, const kvc_update_options* o) {
+  table_write w = plan_record(s, o->rope_cos);
+  if (w.rows == 0) return NULL;
+  int64_t values = w.rows * w.next.dim;
+  if (reserve_floats(&s->staged, &s->staged_cap, 2 * values)) return kvci_err_oom();
+  if (read_rope_rows(c, o->rope_cos, w.rows, s->staged) || read_rope_rows(c, o->rope_sin, w.rows, s->staged + values))
+    return kvci_err(KVC_ERROR_OUT_OF_MEMORY,
+                   "%s: the %s backend could not read options->rope_cos/rope_sin into host memory (the cos/sin table "
+                   "of the sink layers); the cache is unchanged",
+                   fn, c->backend->name);
+  return NULL;
+}
+
+/* apply_update of the record layer: the table takes the rows stage_table read (transformers' _cos_cache/_sin_cache). */
 static void record_table(kvc_sink_state* s, const kvc_update_options* o) {
-  int mode;
-  int64_t from = s->len;
-  table_shape t = after_record(shape_of(s), o->rope_cos, s->max_window, &mode);
-  if (mode == TABLE_KEEP) return;
-  if (mode == TABLE_REPLACE) from = 0;
+  table_write w = plan_record(s, o->rope_cos);
+  if (w.mode == TABLE_KEEP) return;
   s->has_table = 1;
-  s->len = t.len;
-  s->dim = t.dim;
-  int64_t rows = min64(t.len, s->max_window) - from; /* rows past the largest window are never read */
-  if (rows <= 0) return;
-  read_rope_rows(o->rope_cos, rows, s->cos + from * t.dim);
-  read_rope_rows(o->rope_sin, rows, s->sin + from * t.dim);
+  s->len = w.next.len;
+  s->dim = w.next.dim;
+  int64_t values = w.rows * w.next.dim;
+  if (values == 0) return;
+  memcpy(s->cos + w.from * w.next.dim, s->staged, (size_t)values * sizeof(float));
+  memcpy(s->sin + w.from * w.next.dim, s->staged + values, (size_t)values * sizeof(float));
 }
 
 /* ---------------------------------------------- re-rotation tables */
@@ -255,8 +294,9 @@ static void rerotate_kept(const kvc_cache* c, kvc_layer* l, const kvc_update_opt
   }
   int64_t strides[4], shape[4] = {l->batch, l->heads, rows, dim};
   kvci_store_strides(l, 0, strides);
-  kvci_rerotate_keys(l->dtype, (char*)l->k + (size_t)(first * l->k_dim) * l->elem, strides, shape, tab,
-                    tab + rows * dim, s->row);
+  const kvc_backend* be = c->backend; /* has the entry: check_rope refused the call otherwise */
+  be->rerotate_keys_4d(be->ctx, &c->exec, l->dtype, (char*)l->k + (size_t)(first * l->k_dim) * l->elem, strides,
+                       shape, tab, tab + rows * dim);
 }
 
 /* ------------------------------------------------------ per-call checks */
@@ -303,9 +343,13 @@ static kvc_error* check_rope(const char* fn, const kvc_cache* c, const kvc_updat
                    "number of rotary channels",
                    fn, o->partial_rotation_size);
   if (!o->rope_cos) return NULL;
-  if (c->device.device_type != KVC_DEVICE_CPU)
-    return kvci_err(KVC_ERROR_UNSUPPORTED, "%s: re-rotating sink keys (options->rope_cos) runs on the CPU backend only",
-                   fn);
+  const kvc_backend* be = c->backend;
+  if (!be->rerotate_keys_4d || !be->read_f32_4d)
+    return kvci_err(KVC_ERROR_UNSUPPORTED,
+                   "%s: RoPE re-rotation of sink keys has no kernel on the %s backend yet (its table has no %s): "
+                   "sink layers with options->rope_cos/rope_sin run on backends that have it (the CPU backend does); "
+                   "on this device, sink layers run without RoPE",
+                   fn, be->name, !be->rerotate_keys_4d ? "rerotate_keys_4d" : "read_f32_4d");
   kvc_error* e = check_rope_tensor(fn, "options->rope_cos", o->rope_cos, &c->device);
   if (!e) e = check_rope_tensor(fn, "options->rope_sin", o->rope_sin, &c->device);
   if (e) return e;
@@ -430,7 +474,6 @@ static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_updat
 
 static kvc_error* prepare_update(const char* fn, const kvc_cache* c, kvc_layer* l, int64_t n,
                                  const kvc_update_options* o) {
-  (void)fn;
   kvc_sink_state* s = SINK_STATE(c); /* made by kvc_sink_begin_update */
   if (!o || !o->rope_cos) return NULL;
   int64_t dim = rotary_size(o, l->k_dim);
@@ -439,6 +482,8 @@ static kvc_error* prepare_update(const char* fn, const kvc_cache* c, kvc_layer* 
     table_shape t = after_record(shape_of(s), o->rope_cos, s->max_window, &mode);
     int64_t need = min64(t.len, s->max_window) * t.dim;
     if (reserve_floats(&s->cos, &s->cos_cap, need) || reserve_floats(&s->sin, &s->sin_cap, need)) return kvci_err_oom();
+    kvc_error* e = stage_table(fn, c, s, o);
+    if (e) return e;
   }
   if (!shifts(kvci_layer_stored(l), n, l->window)) return NULL;
   sink_rotation* r = find_rotation(s, n, NUM_SINK(l), l->window);
@@ -449,7 +494,6 @@ static kvc_error* prepare_update(const char* fn, const kvc_cache* c, kvc_layer* 
     int w = cast_index(l->dtype);
     if (!r->cast_done[w] && reserve_floats(&r->cast[w], &r->cast_cap[w], values)) return kvci_err_oom();
   }
-  if (reserve_floats(&s->row, &s->row_cap, dim)) return kvci_err_oom();
   return NULL;
 }
 
@@ -561,7 +605,7 @@ static void free_state(kvc_cache* c) {
   free(s->rot);
   free(s->cos);
   free(s->sin);
-  free(s->row);
+  free(s->staged);
   free(s);
   c->kind_state[KVC_LAYER_SINK] = NULL;
 }
@@ -584,10 +628,10 @@ static kvc_error* clone_state(const kvc_cache* src, kvc_cache* dst) {
   kvc_sink_state* d = (kvc_sink_state*)calloc(1, sizeof(*d));
   if (!d) return kvci_err_oom();
   *d = *s;
-  d->cos = d->sin = d->row = NULL;
+  d->cos = d->sin = d->staged = NULL;
   d->rot = NULL;
   d->nrot = d->rot_cap = 0;
-  d->cos_cap = d->sin_cap = d->row_cap = 0;
+  d->cos_cap = d->sin_cap = d->staged_cap = 0;
   dst->kind_state[KVC_LAYER_SINK] = d; /* from here on free_state releases whatever was copied */
   int ok = 1;
   int64_t rows = min64(s->len, s->max_window) * s->dim;

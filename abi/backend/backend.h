@@ -19,6 +19,13 @@
  * stream and the backend's per-cache state. GPU backends issue all work on
  * that stream and return without waiting for it (no host synchronisation);
  * the CPU backend ignores the stream and works synchronously.
+ *
+ * Entries documented as optional may be NULL: the backend has no
+ * implementation yet. The core then refuses, before changing anything, the
+ * calls that would need the entry (KVC_ERROR_UNSUPPORTED, naming the
+ * operation and the backend), so a cache kind can run on every backend that
+ * implements what it needs, and a missing kernel never shows up half-way
+ * through an update.
  */
 #ifndef KVC_BACKEND_H
 #define KVC_BACKEND_H
@@ -28,8 +35,11 @@
 
 #include "kvcache/tensor.h"
 
-/* 2: the host tier of offloading. 3: execution places (streams) and batched copies. */
-#define KVC_BACKEND_API_VERSION 3
+/*
+ * 2: the host tier of offloading. 3: execution places (streams) and batched copies.
+ * 4: sink layers' RoPE operations (key re-rotation, reads of cos/sin as float32).
+ */
+#define KVC_BACKEND_API_VERSION 4
 
 /*
  * Where a cache's work runs. The core owns the struct (one per cache) and
@@ -140,6 +150,42 @@ typedef struct kvc_backend {
    * descriptors are host memory, read before the call returns.
    */
   int (*copy_4d_batch)(void* ctx, const kvc_exec* exec, const kvc_copy_4d* copies, int32_t count);
+
+  /* ---- Version 4: sink layers ---- */
+
+  /*
+   * Sink layers with RoPE (docs/semantics.md, 'Sink layers'). Optional (NULL:
+   * the core refuses sink updates that pass options->rope_cos/rope_sin on
+   * this backend with KVC_ERROR_UNSUPPORTED, before changing anything).
+   * A backend provides both or neither.
+   *
+   * rerotate_keys_4d: rotates the first shape[3] channels of keys
+   * [shape[0], shape[1], shape[2], *] of `dtype` (float32, float16 or
+   * bfloat16; element strides `strides`, strides[3] == 1) in place:
+   *   k' = k * rcos[j] + rotate_half(k) * rsin[j]   for seq row j,
+   * rotate_half(x) = concat(-x[h:], x[:h]) with h = shape[3] / 2, each of
+   * the two products and the sum rounded to `dtype` on its own (no fused
+   * multiply-add): torch's three tensor operations, bit for bit. rcos/rsin
+   * are host memory, [shape[2]][shape[3]] float32 values already rounded to
+   * `dtype`, read before the call returns. The core issues it only after
+   * every check of the update, like the copies: it must not fail for
+   * valid arguments.
+   */
+  int (*rerotate_keys_4d)(void* ctx, const kvc_exec* exec, kvc_dtype dtype, void* keys, const int64_t strides[4],
+                          const int64_t shape[4], const float* rcos, const float* rsin);
+  /*
+   * read_f32_4d: dst[((b * shape[1] + h) * shape[2] + s) * shape[3] + d] =
+   * src[b,h,s,d] as float32 (exact), for src of `dtype` (float32, float16 or
+   * bfloat16) with element strides `src_strides` (any sign, 0 included) on
+   * the place's device; dst is host memory. Ordered after the work issued
+   * before on the place's stream; dst holds the values when the call
+   * returns (GPU: a copy and a wait for the stream, a host synchronisation:
+   * it serves only the recording of a sink cache's cos/sin table). On
+   * failure dst's contents are unspecified and the core fails the update
+   * before changing anything.
+   */
+  int (*read_f32_4d)(void* ctx, const kvc_exec* exec, float* dst, const void* src, kvc_dtype dtype,
+                     const int64_t src_strides[4], const int64_t shape[4]);
 } kvc_backend;
 
 /* The CPU backend, always built in. */

@@ -16,8 +16,10 @@
  *    with the wrong free, memory of another device, an access outside a
  *    buffer, copies of one copy_4d_batch that overlap (a GPU runs them in
  *    parallel), an overlapping copy_4d that is not a move along the seq axis,
- *    copy_rows writing a row twice, a tier copy in the wrong direction, and
- *    any use of a buffer that a prefetch still writes before tier_wait;
+ *    copy_rows writing a row twice, a tier copy in the wrong direction,
+ *    any use of a buffer that a prefetch still writes before tier_wait, and
+ *    a RoPE operation of sink layers given host memory for device memory or
+ *    the reverse;
  *  - prefetches are asynchronous as on a GPU's side stream: they complete at
  *    tier_wait, exec_close or a device synchronisation (a buffer released
  *    while one still uses it is kept until then), and an operation that
@@ -572,6 +574,60 @@ static int emu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d*
   return rc;
 }
 
+/* ---- Version 4: sink layers ---- */
+
+/*
+ * The RoPE operations of sink layers, with the CPU backend's arithmetic on
+ * the real memory: the keys must be one of this backend's device buffers on
+ * the place's device (a GPU kernel would rotate them there); the cos/sin
+ * tensors are device memory of the caller (tagged), read back as a GPU
+ * backend would, by a copy the host waits for.
+ */
+static int emu_rerotate_keys_4d(void* ctx, const kvc_exec* exec, kvc_dtype dtype, void* keys, const int64_t st[4],
+                                const int64_t shape[4], const float* rcos, const float* rsin) {
+  (void)ctx;
+  pthread_mutex_lock(&lock);
+  place* p = checked_place("rerotate_keys_4d", exec);
+  counters.launches++;
+  counters.rerotate_calls++;
+  if (dtype != KVC_DTYPE_FLOAT32 && dtype != KVC_DTYPE_FLOAT16 && dtype != KVC_DTYPE_BFLOAT16)
+    violation("rerotate_keys_4d: dtype is %d; keys are float32, float16 or bfloat16", (int)dtype);
+  size_t elem = dtype == KVC_DTYPE_FLOAT32 ? 4 : 2;
+  const buffer* b = NULL;
+  void* k = checked_region("rerotate_keys_4d", "keys", exec, p, keys, st, shape, elem, 1, &b);
+  uintptr_t lo, hi;
+  if (region_extent((uintptr_t)k, st, shape, elem, &lo, &hi)) {
+    if (!b || b->host) violation("rerotate_keys_4d: keys %p are not a device buffer of this backend", keys);
+    if (st[3] != 1) violation("rerotate_keys_4d: strides[3] is %" PRId64 "; key channels are contiguous", st[3]);
+    if (!rcos || !rsin) violation("rerotate_keys_4d: the host tables rcos/rsin are NULL");
+    if (kvc_emulated_is_tagged(rcos) || kvc_emulated_is_tagged(rsin))
+      violation("rerotate_keys_4d: the tables rcos/rsin are device memory; the contract passes them in host memory");
+  }
+  int rc = cpu()->rerotate_keys_4d(cpu()->ctx, &cpu_place, dtype, k, st, shape, rcos, rsin);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static int emu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const void* src, kvc_dtype dtype,
+                           const int64_t ss[4], const int64_t shape[4]) {
+  (void)ctx;
+  pthread_mutex_lock(&lock);
+  place* p = checked_place("read_f32_4d", exec);
+  counters.host_reads++;
+  if (dtype != KVC_DTYPE_FLOAT32 && dtype != KVC_DTYPE_FLOAT16 && dtype != KVC_DTYPE_BFLOAT16)
+    violation("read_f32_4d: dtype is %d; cos/sin are float32, float16 or bfloat16", (int)dtype);
+  size_t elem = dtype == KVC_DTYPE_FLOAT32 ? 4 : 2;
+  const void* s = checked_region("read_f32_4d", "src", exec, p, src, ss, shape, elem, 0, NULL);
+  uintptr_t lo, hi;
+  if (region_extent((uintptr_t)s, ss, shape, elem, &lo, &hi)) {
+    if (!kvc_emulated_is_tagged(src)) violation("read_f32_4d: src %p is not device memory", src);
+    if (!dst || kvc_emulated_is_tagged(dst)) violation("read_f32_4d: dst %p is not host memory", (void*)dst);
+  }
+  int rc = cpu()->read_f32_4d(cpu()->ctx, &cpu_place, dst, s, dtype, ss, shape);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
 static const kvc_backend emulated_backend = {
     sizeof(kvc_backend),
     KVC_BACKEND_API_VERSION,
@@ -592,6 +648,9 @@ static const kvc_backend emulated_backend = {
     emu_copy_tier_4d,
     emu_tier_wait,
     emu_copy_4d_batch,
+    /* Version 4: sink layers */
+    emu_rerotate_keys_4d,
+    emu_read_f32_4d,
 };
 
 /* ---------------------------------------------------------- exports */

@@ -325,16 +325,17 @@ static int tw_kv_make(tw_input* k, tw_input* v, const tw_geom* g, int device) {
 
 /* ----------------------------------------------------------------- updates */
 
-static int tw_update_impl(twin* t, uint32_t layer, const tw_geom* g, const kvc_update_options* o, const char* file,
-                          int line) {
+/* Options are given per side (o_cpu, o_dev): options that hold tensors (RoPE cos/sin) hold each side's own. */
+static int tw_update_impl(twin* t, uint32_t layer, const tw_geom* g, const kvc_update_options* o_cpu,
+                          const kvc_update_options* o_dev, const char* file, int line) {
   char what[160];
   snprintf(what, sizeof what, "update(layer %u, %lld new tokens)", layer, (long long)g->n);
   tw_input k, v;
   int both = 0;
   if (tw_kv_make(&k, &v, g, t->device)) {
     kvc_kv out0, out1;
-    both = tw_same_impl(kvc_cache_update(t->c[TW_CPU], layer, &k.t[TW_CPU], &v.t[TW_CPU], o, &out0),
-                        kvc_cache_update(t->c[TW_DEV], layer, &k.t[TW_DEV], &v.t[TW_DEV], o, &out1), file, line,
+    both = tw_same_impl(kvc_cache_update(t->c[TW_CPU], layer, &k.t[TW_CPU], &v.t[TW_CPU], o_cpu, &out0),
+                        kvc_cache_update(t->c[TW_DEV], layer, &k.t[TW_DEV], &v.t[TW_DEV], o_dev, &out1), file, line,
                         what);
     if (both) tw_same_kv(&out0, &out1, t->device, what);
   }
@@ -343,11 +344,14 @@ static int tw_update_impl(twin* t, uint32_t layer, const tw_geom* g, const kvc_u
   tw_check(t, what);
   return both;
 }
-#define TW_UPDATE(t, layer, g, o) tw_update_impl((t), (layer), (g), (o), __FILE__, __LINE__)
+#define TW_UPDATE(t, layer, g, o) tw_update_impl((t), (layer), (g), (o), (o), __FILE__, __LINE__)
+/* `o` is an array of two options, [TW_CPU] and [TW_DEV] (each with its side's tensors). */
+#define TW_UPDATE_SIDES(t, layer, g, o) \
+  tw_update_impl((t), (layer), (g), &(o)[TW_CPU], &(o)[TW_DEV], __FILE__, __LINE__)
 
 /* update_all over layers 0..count-1, layer i with geometry g[i] (g[0] for all when `same`). */
-static int tw_update_all_impl(twin* t, uint32_t count, const tw_geom* g, int same, const kvc_update_options* o,
-                              const char* file, int line) {
+static int tw_update_all_impl(twin* t, uint32_t count, const tw_geom* g, int same, const kvc_update_options* o_cpu,
+                              const kvc_update_options* o_dev, const char* file, int line) {
   char what[160];
   snprintf(what, sizeof what, "update_all(%u layers, %lld new tokens)", count, (long long)g[0].n);
   tw_input* k = (tw_input*)calloc(count, sizeof(tw_input));
@@ -372,8 +376,8 @@ static int tw_update_all_impl(twin* t, uint32_t count, const tw_geom* g, int sam
   }
   int both = 0;
   if (CHECK(ok)) {
-    both = tw_same_impl(kvc_cache_update_all(t->c[TW_CPU], count, kt[TW_CPU], vt[TW_CPU], o, out[TW_CPU]),
-                        kvc_cache_update_all(t->c[TW_DEV], count, kt[TW_DEV], vt[TW_DEV], o, out[TW_DEV]), file,
+    both = tw_same_impl(kvc_cache_update_all(t->c[TW_CPU], count, kt[TW_CPU], vt[TW_CPU], o_cpu, out[TW_CPU]),
+                        kvc_cache_update_all(t->c[TW_DEV], count, kt[TW_DEV], vt[TW_DEV], o_dev, out[TW_DEV]), file,
                         line, what);
     for (uint32_t i = 0; both && i < count; i++) {
       char w[200];
@@ -395,8 +399,11 @@ static int tw_update_all_impl(twin* t, uint32_t count, const tw_geom* g, int sam
   tw_check(t, what);
   return both;
 }
-#define TW_UPDATE_ALL(t, count, g) tw_update_all_impl((t), (count), (g), 1, NULL, __FILE__, __LINE__)
-#define TW_UPDATE_ALL_EACH(t, count, g) tw_update_all_impl((t), (count), (g), 0, NULL, __FILE__, __LINE__)
+#define TW_UPDATE_ALL(t, count, g) tw_update_all_impl((t), (count), (g), 1, NULL, NULL, __FILE__, __LINE__)
+#define TW_UPDATE_ALL_EACH(t, count, g) tw_update_all_impl((t), (count), (g), 0, NULL, NULL, __FILE__, __LINE__)
+/* update_all with per-side options, `o` as in TW_UPDATE_SIDES. */
+#define TW_UPDATE_ALL_SIDES(t, count, g, o) \
+  tw_update_all_impl((t), (count), (g), 1, &(o)[TW_CPU], &(o)[TW_DEV], __FILE__, __LINE__)
 
 /* Layer `dst` updated with the stored view of layer `src` of the same cache (inputs that alias the cache). */
 static void tw_update_from_view(twin* t, uint32_t dst, uint32_t src) {

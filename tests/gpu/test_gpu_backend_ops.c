@@ -1,6 +1,7 @@
 /*
  * tests/gpu/test_gpu_backend_ops.c: every op of the device backend's table
- * (core/backend.h) against the CPU backend, bit-exact.
+ * (core/backend.h) against the CPU backend, bit-exact (the optional ones of
+ * sink layers where the device backend has them).
  *
  * Each case keeps two copies of the same random bytes: one in buffers of the
  * device backend (device memory or its host tier), one in buffers of the
@@ -11,6 +12,7 @@
  * loads (kvci_backend_for), so this also exercises the plugin loading.
  */
 #include "gpu_test_util.h"
+#include "half.h"
 #include "internal.h"
 
 static const kvc_backend* dev;
@@ -152,6 +154,10 @@ static void test_table(void) {
   CHECK(dev->exec_open && dev->exec_close && dev->exec_set_stream && dev->alloc_zeroed && dev->free &&
         dev->copy_4d && dev->fill_zero_4d && dev->copy_rows && dev->host_alloc_zeroed && dev->host_free &&
         dev->copy_tier_4d && dev->tier_wait && dev->copy_4d_batch);
+  /* Version 4: optional, both or neither; the emulated device has them (the CPU backend's code). */
+  CHECK(!dev->rerotate_keys_4d == !dev->read_f32_4d);
+  if (!strcmp(drt_name(), "emulated")) CHECK(dev->rerotate_keys_4d && dev->read_f32_4d);
+  CHECK(cpu->rerotate_keys_4d && cpu->read_f32_4d);
 }
 
 static void test_alloc_zeroed(void) {
@@ -594,6 +600,107 @@ static void test_second_device(void) {
   drt_stream_destroy(1, s);
 }
 
+/* ---- Version 4: sink layers ---- */
+
+static const kvc_dtype rope_dtypes[3] = {KVC_DTYPE_FLOAT32, KVC_DTYPE_FLOAT16, KVC_DTYPE_BFLOAT16};
+
+/* Whether the device backend has the optional sink operations; says so when it has not. */
+static int has_sink_ops(const char* test) {
+  if (dev->rerotate_keys_4d && dev->read_f32_4d) return 1;
+  printf("  %s: SKIPPED: the %s backend has no RoPE operations of sink layers (NULL entries)\n", test, drt_name());
+  return 0;
+}
+
+/*
+ * rerotate_keys_4d on random keys of every dtype (random bytes: NaNs,
+ * infinities and subnormals too), random rotary sizes (odd ones and past the
+ * CPU backend's block of 64 pairs), rows padded past the rotary channels,
+ * heads and batch in any order: every byte of the buffer, untouched ones
+ * included, as the CPU backend leaves it.
+ */
+static void test_rerotate_keys(void) {
+  if (!has_sink_ops("test_rerotate_keys")) return;
+  for (int it = 0; it < 120; it++) {
+    kvc_dtype dt = rope_dtypes[it % 3];
+    size_t elem = kvc_dtype_size(dt);
+    int64_t shape[4];
+    random_shape(shape, 12, it % 4 == 0 ? 300 : 40);
+    int64_t st[4];
+    int64_t span = random_layout(shape, st, 0); /* channels innermost, stride 1, as in a store */
+    int64_t off = gt_range(0, 5);
+    int64_t table = shape[2] * shape[3];
+    float* rc = (float*)malloc((size_t)(table > 0 ? table : 1) * sizeof(float));
+    float* rs = (float*)malloc((size_t)(table > 0 ? table : 1) * sizeof(float));
+    pair keys = {0};
+    if (!CHECK(rc && rs) || !pair_make(&keys, &place0, (size_t)(span + off) * elem, 0)) {
+      free(rc);
+      free(rs);
+      pair_free(&keys);
+      return;
+    }
+    for (int64_t i = 0; i < table; i++) { /* already rounded to the key dtype, as the core passes them */
+      uint32_t u[2] = {(uint32_t)gt_next(), (uint32_t)gt_next()};
+      float f[2];
+      for (int w = 0; w < 2; w++)
+        f[w] = gt_range(0, 7) ? (float)((int32_t)u[w]) / 1e9f : kvci_f32_from_bits(u[w]);
+      rc[i] = kvci_round_to(dt, f[0]);
+      rs[i] = kvci_round_to(dt, f[1]);
+    }
+    CHECK_EQ_I64(dev->rerotate_keys_4d(dev->ctx, &place0, dt, keys.d + off * (int64_t)elem, st, shape, rc, rs), 0);
+    CHECK_EQ_I64(cpu->rerotate_keys_4d(cpu->ctx, &cpu_place, dt, keys.h + off * (int64_t)elem, st, shape, rc, rs), 0);
+    if (!CHECK_PAIR(&keys, "rerotate_keys_4d keys"))
+      fprintf(stderr, "  dtype %d, shape {%lld, %lld, %lld, %lld}, strides {%lld, %lld, %lld, %lld}\n", (int)dt,
+              (long long)shape[0], (long long)shape[1], (long long)shape[2], (long long)shape[3], (long long)st[0],
+              (long long)st[1], (long long)st[2], (long long)st[3]);
+    pair_free(&keys);
+    free(rc);
+    free(rs);
+  }
+}
+
+/* read_f32_4d of random strided regions (any order, read backwards, broadcast dims) in every RoPE dtype. */
+static void test_read_f32(void) {
+  if (!has_sink_ops("test_read_f32")) return;
+  for (int it = 0; it < 120; it++) {
+    kvc_dtype dt = rope_dtypes[it % 3];
+    size_t elem = kvc_dtype_size(dt);
+    int64_t shape[4], ss[4];
+    random_shape(shape, 20, 40);
+    int64_t span = random_layout(shape, ss, 1);
+    int64_t off = gt_range(0, 5) + maybe_reverse(shape, ss);
+    if (shape[0] == 1 && gt_range(0, 1)) ss[0] = 0; /* a broadcast dim */
+    int64_t count = shape[0] * shape[1] * shape[2] * shape[3];
+    size_t bytes = (size_t)(count > 0 ? count : 1) * sizeof(float);
+    float* got = (float*)malloc(bytes);
+    float* want = (float*)malloc(bytes);
+    pair src = {0};
+    if (!CHECK(got && want) || !pair_make(&src, &place0, (size_t)(span + off) * elem, 0)) {
+      free(got);
+      free(want);
+      pair_free(&src);
+      return;
+    }
+    memset(got, 0xa5, bytes);
+    memset(want, 0xa5, bytes);
+    /* After work issued before on the stream: the read must see this fill's zeros. */
+    const int64_t whole[4] = {1, 1, 1, span + off}, dense[4] = {0, 0, 0, 1};
+    if (it % 5 == 0) {
+      CHECK_EQ_I64(dev->fill_zero_4d(dev->ctx, &place0, src.d, dense, whole, elem), 0);
+      CHECK_EQ_I64(cpu->fill_zero_4d(cpu->ctx, &cpu_place, src.h, dense, whole, elem), 0);
+    }
+    CHECK_EQ_I64(dev->read_f32_4d(dev->ctx, &place0, got, src.d + off * (int64_t)elem, dt, ss, shape), 0);
+    CHECK_EQ_I64(cpu->read_f32_4d(cpu->ctx, &cpu_place, want, src.h + off * (int64_t)elem, dt, ss, shape), 0);
+    if (!CHECK(!memcmp(got, want, bytes)))
+      fprintf(stderr, "  dtype %d, shape {%lld, %lld, %lld, %lld}, strides {%lld, %lld, %lld, %lld}\n", (int)dt,
+              (long long)shape[0], (long long)shape[1], (long long)shape[2], (long long)shape[3], (long long)ss[0],
+              (long long)ss[1], (long long)ss[2], (long long)ss[3]);
+    CHECK_PAIR(&src, "read_f32_4d source (unchanged)");
+    pair_free(&src);
+    free(got);
+    free(want);
+  }
+}
+
 int main(void) {
   gt_open_or_skip("test_gpu_backend_ops");
   cpu = kvci_cpu_backend();
@@ -625,6 +732,8 @@ int main(void) {
   TU_RUN(test_copy_tier);
   TU_RUN(test_streams);
   TU_RUN(test_second_device);
+  TU_RUN(test_rerotate_keys);
+  TU_RUN(test_read_f32);
   dev->exec_close(dev->ctx, &place0);
   cpu->exec_close(cpu->ctx, &cpu_place);
   drt_stream_destroy(0, stream_a);

@@ -6,13 +6,15 @@
  * Kinds: dynamic (lazy and from a config), dynamic sliding and chunked,
  * static, static sliding and chunked, the hybrid presets, encoder-decoder,
  * linear (Mamba) states with the conv roll, the linear hybrids, offloaded
- * caches with their prefetches and offloads, sink layers without RoPE.
+ * caches with their prefetches and offloads, sink layers without RoPE and,
+ * where the backend re-rotates sink keys (the emulated device does), with.
  * Operations: update, update_all, crop, reorder, select, repeat-interleave,
  * split and stack, clone, reset, reserve, early initialization, creation from
  * tensors, past recording, explicit offload and prefetch. Inputs come in
  * every layout (strided, broadcast, offset, padded) and dtype.
- * Quantized layers and RoPE re-rotation of sink keys run on the host only:
- * asking for them on a device must give a clear UNSUPPORTED error.
+ * Quantized layers run on the host only, and so do sink layers with RoPE on a
+ * backend without the re-rotation operations (the CUDA and HIP plugins for
+ * now): asking for them on a device must give a clear UNSUPPORTED error.
  *
  * Built once per device runtime (emulated, CUDA, HIP); device caches are
  * bound to a stream of the test unless a case says otherwise.
@@ -704,6 +706,164 @@ static void test_sink_without_rope(void) {
   tw_destroy(&t);
 }
 
+/* ------------------------------------------------------ sink with RoPE */
+
+/* RoPE cos/sin for one update, the same random bytes on both sides, and the options of each side holding them. */
+typedef struct tw_rope {
+  tw_input cos, sin;
+  kvc_update_options o[2];
+} tw_rope;
+
+/* cos/sin of [seq, dim] (ndim 2: the whole table) or [batch, seq, dim] (ndim 3: rows appended to it). */
+static int rope_make(tw_rope* r, kvc_dtype dt, int ndim, int64_t batch, int64_t seq, int64_t dim, int layout,
+                     int64_t partial) {
+  int64_t shape[3] = {batch, seq, dim};
+  const int64_t* sh = ndim == 3 ? shape : shape + 1;
+  int ok = tw_input_make(&r->cos, dt, ndim, sh, layout, device_under_test);
+  ok &= tw_input_make(&r->sin, dt, ndim, sh, (layout + 1) % TW_LAYOUTS, device_under_test);
+  for (int side = 0; side < 2; side++) {
+    kvc_update_options o = KVC_UPDATE_OPTIONS_INIT;
+    o.rope_cos = &r->cos.t[side];
+    o.rope_sin = &r->sin.t[side];
+    o.partial_rotation_size = partial;
+    r->o[side] = o;
+  }
+  return ok;
+}
+
+static void rope_free(tw_rope* r) {
+  tw_input_free(&r->cos);
+  tw_input_free(&r->sin);
+}
+
+/* update_all of `layers` layers with RoPE tables of `cos_dt`: both caches alike (1 when both succeeded). */
+static int rope_step(twin* t, uint32_t layers, const tw_geom* g, kvc_dtype cos_dt, int ndim, int64_t table_rows,
+                     int64_t partial) {
+  tw_rope r;
+  int both = 0;
+  if (rope_make(&r, cos_dt, ndim, g->b, table_rows, partial ? partial : g->dk, g->layout, partial))
+    both = TW_UPDATE_ALL_SIDES(t, layers, g, r.o);
+  rope_free(&r);
+  return both;
+}
+
+/*
+ * Whether the device's backend re-rotates sink keys: asked of the backend
+ * itself, by a first sink update with RoPE on a device cache. A backend
+ * without the operations must refuse it with a clear UNSUPPORTED error and
+ * change nothing; the emulated device implements them, so there the update
+ * must go through.
+ */
+static int device_rerotates_sink_keys(void) {
+  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
+  cfg.num_hidden_layers = 1;
+  kvc_cache_options o = options(KVC_PRESET_SINK, &cfg);
+  o.window_length = 4;
+  o.num_sink_tokens = 1;
+  o.device.device_type = drt_device_type();
+  o.device.device_id = device_under_test;
+  kvc_cache* c = NULL;
+  if (!CHECK_OK(kvc_cache_create(&o, &c))) return 0;
+  tw_input k, v;
+  tw_rope r;
+  tw_geom g = geom(1, 2, 3, 8, 8, KVC_DTYPE_FLOAT16, TW_COMPACT);
+  int has = 0;
+  if (CHECK(tw_kv_make(&k, &v, &g, device_under_test) & rope_make(&r, KVC_DTYPE_FLOAT16, 2, 1, 8, 8, TW_COMPACT, 0))) {
+    kvc_error* e = kvc_cache_update(c, 0, &k.t[TW_DEV], &v.t[TW_DEV], &r.o[TW_DEV], NULL);
+    has = e == NULL;
+    if (e && kvc_error_code(e) == KVC_ERROR_UNSUPPORTED && strstr(kvc_error_message(e), "no kernel")) {
+      printf("  the %s backend has no re-rotation of sink keys: %s\n", drt_name(), kvc_error_message(e));
+      int64_t len = -1;
+      CHECK_OK(kvc_cache_seq_length(c, 0, &len));
+      CHECK_EQ_I64(len, 0); /* the refused update changed nothing */
+    } else if (e) {
+      CHECK_OK(e); /* any other failure is one */
+      e = NULL;
+    }
+    kvc_error_destroy(e);
+  }
+  rope_free(&r);
+  tw_input_free(&k);
+  tw_input_free(&v);
+  kvc_cache_destroy(c);
+  if (!strcmp(drt_name(), "emulated")) CHECK(has); /* it implements them with the CPU backend's code */
+  return has;
+}
+
+/*
+ * SinkCache with RoPE on the device: the cos/sin table recorded from layer
+ * 0's updates (3-D rows appended up to the window, then a whole 2-D table),
+ * kept keys re-rotated at every shift, re-rotations of several sizes,
+ * partial rotation, refusals that change nothing, reorder, clone, split and
+ * stack and reset, which forgets the table. Key dtype and cos/sin dtype vary
+ * independently; every input is random bytes, so NaNs and infinities go
+ * through the arithmetic too.
+ */
+static void sink_rope_run(kvc_dtype key_dt, kvc_dtype cos_dt, int64_t partial) {
+  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
+  cfg.num_hidden_layers = 3;
+  kvc_cache_options o = options(KVC_PRESET_SINK, &cfg);
+  o.window_length = 7;
+  o.num_sink_tokens = 2;
+  twin t;
+  REQUIRE(tw_create(&t, &o, device_under_test));
+  const int64_t B = 2, dk = partial ? 12 : 8;
+  int64_t pos = 0;
+  tw_geom prefill = geom(B, 2, 4, dk, 8, key_dt, TW_STRIDED);
+  TW_OK(rope_step(&t, 3, &prefill, cos_dt, 3, 4, partial));
+  pos += 4;
+  /* Decode: the table reaches the window at the first shift; then shifts of one, two and three tokens. */
+  static const int64_t news[12] = {1, 1, 1, 2, 1, 3, 1, 1, 2, 2, 1, 3};
+  for (int step = 0; step < 12; step++) {
+    tw_geom g = geom(B, 2, news[step], dk, 8, key_dt, step % TW_LAYOUTS);
+    TW_OK(rope_step(&t, 3, &g, cos_dt, 3, news[step], partial));
+    pos += news[step];
+  }
+  /* Too many new tokens for a shift with RoPE (window - sinks - n < 1): refused on both, nothing changed. */
+  tw_geom big = geom(B, 2, 5, dk, 8, key_dt, TW_COMPACT);
+  TW_REFUSED(rope_step(&t, 3, &big, cos_dt, 3, 5, partial));
+  /* A whole 2-D table replaces the recorded one; one layer at a time, the record layer first. */
+  for (uint32_t l = 0; l < 3; l++) {
+    tw_rope r;
+    tw_geom g = geom(B, 2, 1, dk, 8, key_dt, (int)l);
+    if (rope_make(&r, cos_dt, 2, 1, 16, partial ? partial : dk, TW_PADDED, partial))
+      TW_OK(TW_UPDATE_SIDES(&t, l, &g, r.o));
+    rope_free(&r);
+  }
+  const int64_t beams[2] = {1, 0};
+  TW_OK(tw_reorder(&t, beams, 2));
+  twin copy;
+  if (CHECK(tw_clone(&t, &copy))) {
+    /* The clone carries the table and the re-rotations: both go on separately. */
+    tw_geom g = geom(B, 2, 2, dk, 8, key_dt, TW_REVERSED);
+    TW_OK(rope_step(&copy, 3, &g, cos_dt, 3, 2, partial));
+    TW_OK(rope_step(&t, 3, &g, cos_dt, 3, 2, partial));
+    tw_destroy(&copy);
+  }
+  tw_split_and_stack(&t, B, 1);
+  tw_geom g = geom(B, 2, 1, dk, 8, key_dt, TW_OFFSET);
+  TW_OK(rope_step(&t, 3, &g, cos_dt, 3, 1, partial));
+  /* After a reset the table is gone: a shift before it is recorded again is refused on both. */
+  TW_OK(tw_reset(&t));
+  tw_geom fill = geom(B, 2, 6, dk, 8, key_dt, TW_COMPACT);
+  TW_OK(TW_UPDATE_ALL(&t, 3, &fill));
+  TW_REFUSED(rope_step(&t, 3, &g, cos_dt, 3, 1, partial));
+  tw_destroy(&t);
+}
+
+static void test_sink_with_rope(void) {
+  if (!device_rerotates_sink_keys()) {
+    printf("  sink layers with RoPE on the device: SKIPPED: the %s backend has no re-rotation of sink keys (checked "
+           "to be refused in test_cpu_only_kinds)\n",
+           drt_name());
+    return;
+  }
+  sink_rope_run(KVC_DTYPE_FLOAT16, KVC_DTYPE_FLOAT32, 0);
+  sink_rope_run(KVC_DTYPE_BFLOAT16, KVC_DTYPE_BFLOAT16, 0);
+  sink_rope_run(KVC_DTYPE_FLOAT32, KVC_DTYPE_FLOAT16, 0);
+  sink_rope_run(KVC_DTYPE_FLOAT16, KVC_DTYPE_FLOAT16, 6); /* partial rotation: 6 of 12 key channels */
+}
+
 /* An error that says what is wrong: UNSUPPORTED, naming the CPU as where it runs. */
 static void check_cpu_only_error(kvc_error* e, const char* what) {
   char label[160];
@@ -748,7 +908,13 @@ static void test_cpu_only_kinds(void) {
   }
   kvc_cache_destroy(c);
 
-  /* Sink keys re-rotated with RoPE: host arithmetic. */
+  /* Sink keys re-rotated with RoPE, on a backend without the operations. */
+  if (device_rerotates_sink_keys()) {
+    printf("  a sink update with RoPE on a device: runs on the %s backend (test_sink_with_rope)\n", drt_name());
+    tw_input_free(&k);
+    tw_input_free(&v);
+    return;
+  }
   o = options(KVC_PRESET_SINK, &cfg);
   o.window_length = 4;
   o.num_sink_tokens = 1;
@@ -789,6 +955,7 @@ static void run_all(void) {
   TU_RUN(test_offloaded_static_and_hybrid);
   TU_RUN(test_create_from_tensors);
   TU_RUN(test_sink_without_rope);
+  TU_RUN(test_sink_with_rope);
   TU_RUN(test_cpu_only_kinds);
 }
 
