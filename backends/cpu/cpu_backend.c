@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu_quant_ops.h"
 
 static int cpu_device_count(void* ctx) {
   (void)ctx;
@@ -151,6 +152,8 @@ static const kvc_backend cpu_backend = {
     cpu_device_count, cpu_exec_open, cpu_exec_close, cpu_exec_set_stream,
     cpu_alloc_zeroed, cpu_free, cpu_copy_4d, cpu_fill_zero_4d, cpu_copy_rows,
     cpu_host_alloc_zeroed, cpu_host_free, cpu_copy_tier_4d, cpu_tier_wait, cpu_copy_4d_batch,
+    /* Version 4: quantized layers (cpu_quant_ops.c) */
+    kvci_cpu_quantize_groups, kvci_cpu_dequantize_groups, kvci_cpu_fp8_calibrate, kvci_cpu_fp8_round_trip,
 };
 
 const kvc_backend* kvci_cpu_backend(void) { return &cpu_backend; }

@@ -11,7 +11,7 @@
 #include <math.h>
 
 #include "half.h"
-#include "quantize.h"
+#include "cpu/quantize.h"
 #include "test_util.h"
 
 static uint64_t bulk_rng = 0x9E3779B97F4A7C15ULL;

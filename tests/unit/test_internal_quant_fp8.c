@@ -15,7 +15,7 @@
 #include <math.h>
 
 #include "half.h"
-#include "quant_fp8.h"
+#include "cpu/quant_fp8.h"
 #include "test_util.h"
 
 typedef struct fp8_table {

@@ -16,7 +16,8 @@
 #include <time.h>
 
 #include "half.h"
-#include "quantize.h"
+#include "cpu/quantize.h"
+#include "quant_layout.h"
 #include "test_util.h"
 
 /* ------------------------------------------------------------ the vector file */
