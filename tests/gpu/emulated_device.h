@@ -48,7 +48,7 @@ static inline int kvc_emulated_is_tagged(const void* p) { return ((uintptr_t)p &
 typedef struct kvc_emulated_counters {
   uint32_t struct_size;
   /* Kernel launches a GPU backend would make: one per copy_4d, fill_zero_4d,
-     copy_rows, copy_4d_batch and copy_tier_4d call. */
+     copy_rows, copy_4d_batch, copy_tier_4d and quantizer call. */
   uint64_t launches;
   uint64_t copy_4d_calls;
   uint64_t fill_zero_calls;
@@ -71,6 +71,8 @@ typedef struct kvc_emulated_counters {
   int32_t last_device_id;
   uint64_t stream_mismatches;
   uint64_t stream_changes; /* exec_set_stream calls */
+  /* Version 4: quantize_groups, dequantize_groups, fp8_calibrate and fp8_round_trip calls (each one launch). */
+  uint64_t quant_calls;
 } kvc_emulated_counters;
 
 /* Exported by the plugin; the tests look them up with dlsym. */
