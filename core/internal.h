@@ -82,7 +82,7 @@ struct kvc_layer_ops {
   void (*mask_sizes)(const kvc_layer* layer, int64_t q, int64_t* kv_length, int64_t* kv_offset);
   /* NULL = the kind has no crop (static kinds). check_crop decides, apply_crop cannot fail. */
   kvc_error* (*check_crop)(const kvc_layer* layer, int64_t tokens);
-  void (*apply_crop)(kvc_layer* layer, int64_t tokens);
+  void (*apply_crop)(const kvc_cache* cache, kvc_layer* layer, int64_t tokens); /* cache: its backend and place */
   void (*reset)(const kvc_cache* cache, kvc_layer* layer);
   /* Slots to allocate at initialization, before the first update of n tokens. */
   int64_t (*initial_capacity)(const kvc_layer* layer, int64_t n);
@@ -208,7 +208,7 @@ extern const kvc_layer_ops kvc_linear_static_sliding_layer_ops;
   .seq_length = kvci_dynamic_seq_length, .max_length = kvci_unbounded_max_length,                            \
   .mask_sizes = kvci_dynamic_mask_sizes, .check_crop = kvci_crop_allowed, .apply_crop = kvci_dynamic_apply_crop, \
   .initial_capacity = kvci_dynamic_initial_capacity
-void kvci_dynamic_apply_crop(kvc_layer* layer, int64_t tokens);
+void kvci_dynamic_apply_crop(const kvc_cache* cache, kvc_layer* layer, int64_t tokens);
 void kvci_dynamic_reset(const kvc_cache* cache, kvc_layer* layer);
 
 /* Shared by the dynamic kinds. */

@@ -44,7 +44,8 @@ int kvci_dynamic_crop_keep(const kvc_layer* l, int64_t len, int64_t tokens, int6
   return *keep < len;
 }
 
-void kvci_dynamic_apply_crop(kvc_layer* l, int64_t tokens) {
+void kvci_dynamic_apply_crop(const kvc_cache* c, kvc_layer* l, int64_t tokens) {
+  (void)c;
   int64_t keep;
   if (kvci_dynamic_crop_keep(l, kvci_layer_stored(l), tokens, &keep)) l->end = l->start + keep;
 }

@@ -57,7 +57,8 @@ static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
   return NULL;
 }
 
-static void apply_crop(kvc_layer* l, int64_t tokens) {
+static void apply_crop(const kvc_cache* c, kvc_layer* l, int64_t tokens) {
+  (void)c;
   int64_t len = kvci_layer_stored(l);
   if (l->cum >= l->window) {
     /* Recording past the window (checked): drop the last |tokens|, keep the last window-1 of the rest. */

@@ -170,10 +170,10 @@ static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
   return e;
 }
 
-static void apply_crop(kvc_layer* l, int64_t tokens) {
-  kvci_linear_apply_crop(l, tokens);
+static void apply_crop(const kvc_cache* c, kvc_layer* l, int64_t tokens) {
+  kvci_linear_apply_crop(c, l, tokens);
   const kvc_layer_ops* a = attention_ops(l);
-  if (a->apply_crop) a->apply_crop(l, tokens);
+  if (a->apply_crop) a->apply_crop(c, l, tokens);
 }
 
 static void reset(const kvc_cache* c, kvc_layer* l) {

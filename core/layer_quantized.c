@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "half.h"
 #include "layer_quantized.h"
 
 int kvci_quant_axis(const kvc_quant_options* q, int which) { return which ? q->axis_value : q->axis_key; }
@@ -20,32 +19,26 @@ int kvci_quant_per_channel(const kvc_quant_options* q, int which) {
   return q->quantizer == KVC_QUANTIZER_QUANTO ? axis == -1 : axis == 0;
 }
 
-kvc_quantizer_spec kvci_quant_spec(const kvc_layer* l, int which) {
-  kvc_quantizer_spec s;
+kvc_quant_spec kvci_quant_spec(const kvc_layer* l, int which) {
+  kvc_quant_spec s;
   memset(&s, 0, sizeof s);
-  s.quantizer = kvci_quant_opts(l)->quantizer;
-  s.nbits = kvci_quant_opts(l)->nbits;
-  s.dtype = l->dtype;
-  s.axis = kvci_quant_axis(kvci_quant_opts(l), which);
+  s.quantizer = (int32_t)kvci_quant_opts(l)->quantizer;
+  s.nbits = (int32_t)kvci_quant_opts(l)->nbits;
+  s.dtype = (int32_t)l->dtype;
+  s.axis = (int32_t)kvci_quant_axis(kvci_quant_opts(l), which);
   return s;
 }
 
 int64_t kvci_quant_record_bytes(const kvc_layer* l, int64_t group) {
-  return 2 * (int64_t)l->elem + (int64_t)kvci_packed_bytes(group, kvci_quant_opts(l)->nbits);
+  return kvc_quant_record_bytes(group, (int32_t)kvci_quant_opts(l)->nbits, l->elem);
 }
 
-void kvci_quant_put_record(const kvc_layer* l, unsigned char* rec, const uint8_t* codes, float scale, float zero,
-                          int64_t group) {
-  kvci_store_f32_unaligned(l->dtype, rec, scale);
-  kvci_store_f32_unaligned(l->dtype, rec + l->elem, zero);
-  kvci_pack_codes(codes, group, kvci_quant_opts(l)->nbits, rec + 2 * l->elem);
-}
-
-void kvci_quant_get_record(const kvc_layer* l, const unsigned char* rec, uint8_t* codes, float* scale, float* zero,
-                          int64_t group) {
-  *scale = kvci_load_f32_unaligned(l->dtype, rec);
-  *zero = kvci_load_f32_unaligned(l->dtype, rec + l->elem);
-  kvci_unpack_codes(rec + 2 * l->elem, group, kvci_quant_opts(l)->nbits, codes);
+kvc_error* kvci_quant_unsupported(const char* fn, const kvc_cache* c, const char* what, const char* op, int rc) {
+  if (rc && rc != KVC_BACKEND_UNSUPPORTED) return kvci_err_oom();
+  return kvci_err(KVC_ERROR_UNSUPPORTED,
+                 "%s: %s layers quantize through the backend table's %s operation, which the %s backend %s; "
+                 "use a cache on a backend that implements it, such as the CPU (KVC_DEVICE_CPU)",
+                 fn, what, op, c->backend->name, rc ? "refused for this layer" : "does not provide");
 }
 
 void kvci_quant_set_view(kvc_layer* l, int which, void* data, uint64_t byte_offset, int64_t len, int64_t cap) {
@@ -72,11 +65,12 @@ void kvci_quant_set_view(kvc_layer* l, int which, void* data, uint64_t byte_offs
 
 /* ------------------------------------------------------------ ext state */
 
-int kvci_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes) {
+int kvci_quant_reserve_scratch(const kvc_cache* c, kvc_quant_ext* x, size_t bytes) {
   if (x->scratch_bytes >= bytes) return 0;
-  void* p = malloc(bytes ? bytes : 1);
+  const kvc_backend* be = c->backend;
+  void* p = be->alloc_zeroed(be->ctx, &c->exec, bytes ? bytes : 1);
   if (!p) return -1;
-  free(x->scratch);
+  if (x->scratch) be->free(be->ctx, &c->exec, x->scratch);
   x->scratch = p;
   x->scratch_bytes = bytes;
   return 0;
@@ -98,10 +92,10 @@ int kvci_quant_stage_rows(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext*
   return 0;
 }
 
-void kvci_quant_trim_scratch(kvc_quant_ext* x) {
+void kvci_quant_trim_scratch(const kvc_cache* c, kvc_quant_ext* x) {
   /* A prefill's or a flush's working memory is large and not needed again soon; a decode step's is kept. */
   if (x->scratch_bytes > ((size_t)1 << 20)) {
-    free(x->scratch);
+    c->backend->free(c->backend->ctx, &c->exec, x->scratch);
     x->scratch = NULL;
     x->scratch_bytes = 0;
   }
@@ -115,7 +109,7 @@ void kvci_quant_release_staged(const kvc_cache* c, kvc_quant_ext* x) {
   }
   kvci_store_free(c, 0, x->staged_store[0], x->staged_store[1]);
   x->staged_store[0] = x->staged_store[1] = NULL;
-  kvci_quant_trim_scratch(x);
+  kvci_quant_trim_scratch(c, x);
 }
 
 void kvci_quant_drop_returned(const kvc_cache* c, kvc_quant_ext* x) {
@@ -177,7 +171,7 @@ static void ext_free(const kvc_cache* c, kvc_layer* l) {
   kvci_quant_drop_groups(c, x);
   kvci_quant_release_staged(c, x);
   kvci_quant_drop_returned(c, x);
-  free(x->scratch);
+  if (x->scratch) c->backend->free(c->backend->ctx, &c->exec, x->scratch);
   free(x);
   l->ext = NULL;
 }
@@ -261,14 +255,13 @@ static kvc_error* check_first_update(const char* fn, uint32_t index, const kvc_l
 typedef kvc_error* (*mode_prepare)(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                    const kvc_tensor* key, const kvc_tensor* value, int64_t n);
 
-/* What every mode's prepare_tokens runs first: a CPU cache, the extension state and the layer's index. */
+/* What every mode's prepare_tokens runs first: a backend with the quantizer entries, the extension state and the
+ * layer's index. Refused before the layer's tokens are written: a backend without the entries never holds groups. */
 static kvc_error* prepare_with(mode_prepare prepare, const char* fn, const kvc_cache* c, kvc_layer* l,
                                const kvc_tensor* key, const kvc_tensor* value) {
-  if (c->device.device_type != KVC_DEVICE_CPU)
-    return kvci_err(KVC_ERROR_UNSUPPORTED,
-                   "%s: quantized layers quantize on the host and need a CPU cache (device type %d); use "
-                   "KVC_DEVICE_CPU",
-                   fn, (int)c->device.device_type);
+  const kvc_backend* be = c->backend;
+  if (!be->quantize_groups || !be->dequantize_groups)
+    return kvci_quant_unsupported(fn, c, "quantized", be->quantize_groups ? "dequantize_groups" : "quantize_groups", 0);
   if (!ext_for_update(l)) return kvci_err_oom();
   /* The layer index is not known here; the caller's checks named it for initialized layers already. */
   uint32_t index = 0;
@@ -308,14 +301,20 @@ static void crop_store_then(kvc_layer* l, int64_t tokens, void (*crop_groups)(kv
   if (l->ext) crop_groups(l, keep);
 }
 
-static void crop_incremental(kvc_layer* l, int64_t tokens) { crop_store_then(l, tokens, kvci_quant_incremental_crop); }
-static void crop_transformers(kvc_layer* l, int64_t tokens) { crop_store_then(l, tokens, kvci_quant_transformers_crop); }
+static void crop_incremental(const kvc_cache* c, kvc_layer* l, int64_t tokens) {
+  (void)c;
+  crop_store_then(l, tokens, kvci_quant_incremental_crop);
+}
+static void crop_transformers(const kvc_cache* c, kvc_layer* l, int64_t tokens) {
+  (void)c;
+  crop_store_then(l, tokens, kvci_quant_transformers_crop);
+}
 
-static void crop_compact(kvc_layer* l, int64_t tokens) {
+static void crop_compact(const kvc_cache* c, kvc_layer* l, int64_t tokens) {
   int64_t keep;
   if (!crop_keep(l, tokens, &keep)) return;
   if (l->ext)
-    kvci_quant_compact_crop(l, keep);
+    kvci_quant_compact_crop(c, l, keep);
   else
     l->end = l->start + keep; /* nothing quantized yet: the store holds every token */
 }

@@ -22,8 +22,8 @@
 #ifndef KVC_CORE_LAYER_QUANTIZED_H
 #define KVC_CORE_LAYER_QUANTIZED_H
 
+#include "backend.h"
 #include "internal.h"
-#include "quantize.h"
 
 enum { KVC_Q_KEYS = 0, KVC_Q_VALUES = 1 };
 
@@ -37,7 +37,7 @@ typedef struct kvc_quant_ext {
   void* staged[2];          /* a group buffer replacing rows[i] (grown, or a flush's new groups) */
   int64_t staged_row_bytes[2];
   int64_t staged_unit_bytes[2];
-  void* scratch;            /* host working memory of the quantizer */
+  void* scratch;            /* the backend's memory: the quantizer's working memory and staged dequantized values */
   size_t scratch_bytes;
 
   /* Transformers mode. A quantizing update computes the dequantization of what it quantized into a new store
@@ -50,8 +50,8 @@ typedef struct kvc_quant_ext {
   int64_t ret_len;          /* tokens the last update returned from ret; -1: it returned the store */
 
   /* Compact mode: the store holds the residual only. The last update's return lives at byte ret_off of the
-   * cache's shared scratch (kvc_quant_scratch). Dequantizing needs no memory of its own (kvci_dequantize_packed
-   * works in fixed chunks), so crop, which cannot fail, can dequantize a block back into the residual. */
+   * cache's shared scratch (kvc_quant_scratch). Dequantizing needs no memory of its own (the backend's
+   * dequantize_groups takes no scratch), so crop, which cannot fail, can dequantize a block back into the residual. */
   size_t ret_off;
   void* ret_base;           /* the region's address, set by apply once the scratch is final */
 } kvc_quant_ext;
@@ -95,25 +95,18 @@ void kvci_quant_scratch_free(kvc_cache* cache);
 /* Per-channel groups (quanto axis -1, HQQ axis 0): a channel over tokens; else consecutive head_dim elements. */
 int kvci_quant_per_channel(const kvc_quant_options* q, int which);
 int kvci_quant_axis(const kvc_quant_options* q, int which);
-/* The quantizer arithmetic's description for the layer's dtype and the keys' (0) or values' (1) axis. */
-kvc_quantizer_spec kvci_quant_spec(const kvc_layer* l, int which);
+/* The quantizer's description (backend table) for the layer's dtype and the keys' (0) or values' (1) axis. */
+kvc_quant_spec kvci_quant_spec(const kvc_layer* l, int which);
 /* Bytes of one group's record: scale, zero point and packed codes. */
 int64_t kvci_quant_record_bytes(const kvc_layer* l, int64_t group);
 
 /*
- * Writes group `g` of a quantizer call (codes unpacked, [ngroups][group]) as
- * a record at `rec`; reads one back into unpacked codes and float32 params.
+ * The error of a quantizer entry of the backend table for layers of `what`
+ * ("quantized", "fp8 quantized"): rc 0, the backend lacks the entry (NULL);
+ * KVC_BACKEND_UNSUPPORTED, it refused the job: both UNSUPPORTED, naming the
+ * operation and the backend; any other rc: out of (device) memory.
  */
-void kvci_quant_put_record(const kvc_layer* l, unsigned char* rec, const uint8_t* codes, float scale, float zero,
-                          int64_t group);
-void kvci_quant_get_record(const kvc_layer* l, const unsigned char* rec, uint8_t* codes, float* scale, float* zero,
-                          int64_t group);
-/* `ngroups` consecutive records of `group` codes from `rec`, as kvci_dequantize_packed reads them. */
-static inline kvc_packed_groups kvci_quant_records(const kvc_layer* l, const unsigned char* rec, int64_t ngroups,
-                                                  int64_t group) {
-  kvc_packed_groups p = {rec + 2 * l->elem, rec, rec + l->elem, kvci_quant_record_bytes(l, group), ngroups, group};
-  return p;
-}
+kvc_error* kvci_quant_unsupported(const char* fn, const kvc_cache* c, const char* what, const char* op, int rc);
 
 /* Element (b, h, s, d) of the store's keys (which 0) or values (1): s is a physical slot. */
 static inline int64_t kvci_quant_store_index(const kvc_layer* l, int which, int64_t b, int64_t h, int64_t s,
@@ -140,15 +133,15 @@ static inline void* kvci_quant_take(char* base, size_t* at, size_t bytes) {
  */
 void kvci_quant_set_view(kvc_layer* l, int which, void* data, uint64_t byte_offset, int64_t len, int64_t cap);
 
-/* Host scratch of at least `bytes` in ext (prepare phase); -1 when out of memory. */
-int kvci_quant_reserve_scratch(kvc_quant_ext* x, size_t bytes);
+/* Scratch of at least `bytes` in ext, the backend's memory (prepare phase); -1 when out of memory. */
+int kvci_quant_reserve_scratch(const kvc_cache* c, kvc_quant_ext* x, size_t bytes);
 /* Stages a zeroed group buffer of `row_bytes` per row for tensor `which` (prepare phase); -1 when out of memory. */
 int kvci_quant_stage_rows(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* x, int which, int64_t row_bytes,
                          int64_t unit_bytes);
 /* Frees what prepare_tokens staged and apply did not adopt (apply phase or a later prepare), and large scratch. */
 void kvci_quant_release_staged(const kvc_cache* c, kvc_quant_ext* x);
-/* Frees the host scratch when it is large (a prefill's or a flush's). */
-void kvci_quant_trim_scratch(kvc_quant_ext* x);
+/* Frees the scratch when it is large (a prefill's or a flush's). */
+void kvci_quant_trim_scratch(const kvc_cache* c, kvc_quant_ext* x);
 /* Frees the store the last quantizing update returned from (transformers mode). */
 void kvci_quant_drop_returned(const kvc_cache* c, kvc_quant_ext* x);
 /* Frees the group buffers and forgets their units. */
@@ -188,7 +181,7 @@ kvc_error* kvci_quant_compact_prepare(const char* fn, const kvc_cache* c, kvc_la
 kvc_region kvci_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
                                    int64_t n, const kvc_update_options* o);
 void kvci_quant_compact_set_return(kvc_layer* l, kvc_region r);
-void kvci_quant_compact_crop(kvc_layer* l, int64_t keep);
+void kvci_quant_compact_crop(const kvc_cache* c, kvc_layer* l, int64_t keep);
 
 /* Transformers mode (layer_quantized_transformers.c): transformers' own timeline, requantizing the whole tensor. */
 kvc_error* kvci_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,

@@ -74,52 +74,61 @@ static int claim_region(const kvc_cache* c, uint64_t bytes, size_t* offset) {
 static int64_t dim_of(const kvc_layer* l, int which) { return which ? l->v_dim : l->k_dim; }
 
 /*
- * Writes tokens lo..hi-1 of quantized unit `unit` of batch row b, tensor
- * `which`, to an array of the layer's dtype laid out [heads][len][dim]
- * (`dst` is row b's first element): token i of the unit goes to token
- * to + i. Straight from the packed records, the whole unit in one call.
+ * Tokens lo..hi-1 of `units` quantized units from unit `first` of every
+ * batch row of tensor `which`, dequantized by the backend into a
+ * [B][H][slots][D] buffer of the layer's dtype (`dst` is element (0, 0, 0,
+ * 0)): token i of unit first + u goes to slot `to` + u * unit_tokens + i - lo.
+ * One dequantize_groups job for every row and unit: one launch on a device.
  */
-static void dequantize_unit(const kvc_layer* l, int which, int64_t b, int64_t unit, int64_t lo, int64_t hi,
-                            void* dst, int64_t len, int64_t to) {
+static void dequantize_units(const kvc_cache* c, const kvc_layer* l, int which, int64_t first, int64_t units,
+                             int64_t lo, int64_t hi, void* dst, int64_t slots, int64_t to) {
   const kvc_quant_ext* x = kvci_quant_ext_of(l);
-  const int64_t g = kvci_quant_opts(l)->q_group_size, d = dim_of(l, which);
+  const int64_t g = kvci_quant_opts(l)->q_group_size, d = dim_of(l, which), ut = kvci_quant_unit_tokens(l, which);
   const int channel = kvci_quant_per_channel(kvci_quant_opts(l), which);
-  const unsigned char* rec =
-      (const unsigned char*)x->rows[which].ptr + b * x->rows[which].row_bytes + unit * x->unit_bytes[which];
-  const kvc_quantizer_spec spec = kvci_quant_spec(l, which);
-  const int64_t groups = channel ? d : d / g; /* per head: a unit is [heads][groups] records */
-  const kvc_packed_groups src = kvci_quant_records(l, rec, l->heads * groups, g);
-  /* Per-channel: group j of a head is channel j of tokens 0..g-1 (lo..hi-1 written); per-token: elements j*g.. of
-   * the unit's one token. */
-  const int64_t at = channel ? (to + lo) * d : to * d;
-  const kvc_dequant_dst out = {(unsigned char*)dst + at * (int64_t)l->elem, groups, len * d, channel ? 1 : g,
-                               channel ? d : 1};
-  kvci_dequantize_packed(&spec, &src, channel ? lo : 0, channel ? hi : g, &out);
-}
-
-/* Offset of element (b, h, s, 0) of tensor `which` in [B][H][len][dim] elements. */
-static int64_t row_offset(const kvc_layer* l, int which, int64_t b, int64_t len) {
-  return b * l->heads * len * dim_of(l, which);
+  if (units <= 0 || l->batch <= 0) return;
+  kvc_dequantize_job job;
+  memset(&job, 0, sizeof job);
+  job.spec = kvci_quant_spec(l, which);
+  job.group = g;
+  /* Per-channel: value i of a group is token i of the unit (lo..hi-1 written); per-token: all g elements of the
+     unit's one token. */
+  job.lo = channel ? lo : 0;
+  job.hi = channel ? hi : g;
+  job.records.base = (unsigned char*)x->rows[which].ptr + first * x->unit_bytes[which];
+  job.records.call_strides[0] = x->rows[which].row_bytes;
+  job.records.call_strides[1] = x->unit_bytes[which];
+  job.records.record_stride = kvci_quant_record_bytes(l, g);
+  job.dst = (unsigned char*)dst + to * d * (int64_t)l->elem;
+  kvc_quant_span* s = &job.dst_span;
+  s->calls[0] = l->batch;
+  s->calls[1] = units;
+  s->call_strides[0] = l->heads * slots * d;
+  s->call_strides[1] = ut * d;
+  s->groups[0] = l->heads;
+  s->groups[1] = channel ? d : d / g;
+  s->group_strides[0] = slots * d;
+  s->group_strides[1] = channel ? 1 : g;
+  s->value_stride = channel ? d : 1;
+  /* Cannot fail: the backend quantized these groups, so it has the entry, and dequantizing takes no memory. */
+  c->backend->dequantize_groups(c->backend->ctx, &c->exec, &job);
 }
 
 /* Dequantized history then residual, into the layer's scratch region. */
-static void materialize(kvc_layer* l) {
+static void materialize(const kvc_cache* c, kvc_layer* l) {
   kvc_quant_ext* x = kvci_quant_ext_of(l);
   const int64_t q = x->quantized, r = kvci_layer_stored(l), len = q + r;
   unsigned char* base = (unsigned char*)x->ret_base;
   if (len == 0 || !base) return; /* nothing to write (and no scratch to point into) */
+  const kvc_backend* be = c->backend;
   for (int w = 0; w < 2; w++) {
     const int64_t d = dim_of(l, w), ut = kvci_quant_unit_tokens(l, w);
     unsigned char* t = base + (w ? (uint64_t)(l->batch * l->heads * len * l->k_dim) * l->elem : 0);
-    const unsigned char* store = (const unsigned char*)(w ? l->v : l->k);
-    for (int64_t b = 0; b < l->batch; b++) {
-      unsigned char* row = t + row_offset(l, w, b, len) * (int64_t)l->elem;
-      for (int64_t u = 0; u < x->units[w]; u++) dequantize_unit(l, w, b, u, 0, ut, row, len, u * ut);
-      for (int64_t h = 0; h < l->heads && r; h++)
-        memcpy(row + (h * len + q) * d * (int64_t)l->elem,
-               store + kvci_quant_store_index(l, w, b, h, l->start, 0) * (int64_t)l->elem,
-               (size_t)(r * d) * l->elem);
-    }
+    dequantize_units(c, l, w, 0, x->units[w], 0, ut, t, len, 0);
+    if (!r) continue;
+    int64_t ss[4], ds[4] = {l->heads * len * d, len * d, d, 1}, shape[4] = {l->batch, l->heads, r, d};
+    kvci_store_strides(l, w, ss);
+    be->copy_4d(be->ctx, &c->exec, t + (size_t)(q * d) * l->elem, ds,
+                (const char*)(w ? l->v : l->k) + (size_t)(l->start * d) * l->elem, ss, shape, l->elem);
   }
 }
 
@@ -171,7 +180,7 @@ kvc_region kvci_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_
   shrink_store(c, l);
   /* An empty layer's region has no bytes and the scratch may not exist yet: no offset on NULL (undefined in C). */
   kvci_quant_ext_of(l)->ret_base = s->buf ? (unsigned char*)s->buf + kvci_quant_ext_of(l)->ret_off : NULL;
-  materialize(l);
+  materialize(c, l);
   return r;
 }
 
@@ -191,7 +200,7 @@ void kvci_quant_compact_set_return(kvc_layer* l, kvc_region r) {
  * slots (the residual after them is cut anyway). The store has room: it
  * once held that whole block, and capacities never shrink.
  */
-void kvci_quant_compact_crop(kvc_layer* l, int64_t keep) {
+void kvci_quant_compact_crop(const kvc_cache* c, kvc_layer* l, int64_t keep) {
   kvc_quant_ext* x = kvci_quant_ext_of(l);
   const int64_t q = x->quantized;
   if (keep >= q) {
@@ -202,14 +211,11 @@ void kvci_quant_compact_crop(kvc_layer* l, int64_t keep) {
   l->start = 0;
   l->end = keep - nq;
   for (int w = 0; w < 2; w++) {
+    /* Tokens nq..keep-1 of the history: whole per-token units, or the head of one per-channel unit. */
     const int64_t ut = kvci_quant_unit_tokens(l, w);
-    void* store = w ? l->v : l->k;
-    for (int64_t row = 0; row < l->batch; row++) {
-      unsigned char* dst = (unsigned char*)store + row * l->heads * l->cap * dim_of(l, w) * (int64_t)l->elem;
-      /* Tokens nq..keep-1 of the history: whole per-token units, or the head of one per-channel unit. */
-      for (int64_t tok = nq; tok < keep; tok += ut)
-        dequantize_unit(l, w, row, tok / ut, 0, keep - tok < ut ? keep - tok : ut, dst, l->cap, tok - nq);
-    }
+    if (keep > nq)
+      dequantize_units(c, l, w, nq / ut, (keep - nq + ut - 1) / ut, 0, ut == 1 ? 1 : keep - nq, w ? l->v : l->k,
+                       l->cap, 0);
   }
   x->quantized = nq;
   for (int w = 0; w < 2; w++) x->units[w] = nq / kvci_quant_unit_tokens(l, w);

@@ -15,16 +15,15 @@
  * (docs/differences-from-transformers.md).
  *
  * The first update's return is a copy of its inputs, kept in the extension
- * until the next update. The codec (core/quant_fp8.c) reads host memory, so
- * the kind runs on CPU caches only for now.
+ * until the next update. The arithmetic (calibration, the e4m3fn round trip)
+ * runs behind the backend table (fp8_calibrate, fp8_round_trip), so the kind
+ * runs on every backend that has those entries.
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "half.h"
 #include "internal.h"
-#include "quant_fp8.h"
+#include "layer_quantized.h"
 
 typedef struct fp8_ext {
   float scale[2];     /* keys, values: fixed by the first update */
@@ -54,42 +53,14 @@ static void free_first(const kvc_cache* c, fp8_ext* x) {
   x->first_len = 0;
 }
 
-/* The element offset of (b, h, s, d) in a tensor with `strides`. */
-static int64_t at(const int64_t st[4], int64_t b, int64_t h, int64_t s, int64_t d) {
-  return b * st[0] + h * st[1] + s * st[2] + d * st[3];
-}
-
-/* torch's t.abs().amax() of a strided [B, H, n, D] input: exact; a NaN anywhere gives NaN. */
-static float input_amax(kvc_dtype dt, const kvc_tensor* t) {
-  int64_t st[4];
-  kvci_tensor_strides(t, st);
-  const void* base = kvci_tensor_base(t);
-  float m = 0.0f;
-  for (int64_t b = 0; b < t->shape[0]; b++)
-    for (int64_t h = 0; h < t->shape[1]; h++)
-      for (int64_t s = 0; s < t->shape[2]; s++)
-        for (int64_t d = 0; d < t->shape[3]; d++) {
-          float a = fabsf(kvci_load_f32(dt, base, at(st, b, h, s, d)));
-          if (isnan(a)) return a;
-          if (a > m) m = a;
-        }
-  return m;
-}
-
 /* Writes dequantize(quantize(input)) into store slots [slot, slot + n) of keys (w 0) or values (w 1). */
-static void write_round_trip(kvc_layer* l, int w, const kvc_tensor* t, float scale, int64_t slot) {
+static int write_round_trip(const kvc_cache* c, kvc_layer* l, int w, const kvc_tensor* t, float scale, int64_t slot) {
   int64_t ss[4], ds[4];
   kvci_tensor_strides(t, ss);
   kvci_store_strides(l, w, ds);
-  const void* src = kvci_tensor_base(t);
-  void* dst = w ? l->v : l->k;
-  for (int64_t b = 0; b < t->shape[0]; b++)
-    for (int64_t h = 0; h < t->shape[1]; h++)
-      for (int64_t s = 0; s < t->shape[2]; s++)
-        for (int64_t d = 0; d < t->shape[3]; d++) {
-          uint8_t code = kvci_fp8_e4m3fn_from_f32(kvci_load_f32(l->dtype, src, at(ss, b, h, s, d)) / scale);
-          kvci_store_f32(l->dtype, dst, at(ds, b, h, slot + s, d), kvci_fp8_e4m3fn_to_f32(code) * scale);
-        }
+  char* dst = (char*)(w ? l->v : l->k) + (size_t)(slot * ds[2]) * l->elem;
+  const kvc_backend* be = c->backend;
+  return be->fp8_round_trip(be->ctx, &c->exec, dst, ds, kvci_tensor_base(t), ss, t->shape, (int32_t)l->dtype, scale);
 }
 
 /*
@@ -100,11 +71,9 @@ static void write_round_trip(kvc_layer* l, int w, const kvc_tensor* t, float sca
 static kvc_error* prepare_tokens(const char* fn, const kvc_cache* c, kvc_layer* l, const kvc_tensor* key,
                                  const kvc_tensor* value, const kvc_update_options* o) {
   (void)o;
-  if (c->device.device_type != KVC_DEVICE_CPU)
-    return kvci_err(KVC_ERROR_UNSUPPORTED,
-                   "%s: fp8 quantized layers quantize on the host and need a CPU cache (device type %d); use "
-                   "KVC_DEVICE_CPU",
-                   fn, (int)c->device.device_type);
+  const kvc_backend* be = c->backend;
+  if (!be->fp8_calibrate || !be->fp8_round_trip)
+    return kvci_quant_unsupported(fn, c, "fp8 quantized", be->fp8_calibrate ? "fp8_round_trip" : "fp8_calibrate", 0);
   if (!l->ext && !(l->ext = calloc(1, sizeof(fp8_ext)))) return kvci_err_oom();
   fp8_ext* x = ext_of(l);
   const kvc_tensor* in[2] = {key, value};
@@ -112,7 +81,14 @@ static kvc_error* prepare_tokens(const char* fn, const kvc_cache* c, kvc_layer* 
   if (!x->calibrated) {
     for (int w = 0; w < 2; w++) {
       size_t bytes = (size_t)(in[w]->shape[0] * in[w]->shape[1] * in[w]->shape[2] * in[w]->shape[3]) * l->elem;
-      x->pending[w] = kvci_fp8_scale(input_amax(l->dtype, in[w]));
+      int64_t st[4];
+      kvci_tensor_strides(in[w], st);
+      int rc = be->fp8_calibrate(be->ctx, &c->exec, kvci_tensor_base(in[w]), st, in[w]->shape, (int32_t)l->dtype,
+                                 &x->pending[w]);
+      if (rc) {
+        free_buffers(c, x->next_first, x->next_bytes);
+        return kvci_quant_unsupported(fn, c, "fp8 quantized", "fp8_calibrate", rc);
+      }
       if (bytes && !(x->next_first[w] = c->backend->alloc_zeroed(c->backend->ctx, &c->exec, bytes))) {
         free_buffers(c, x->next_first, x->next_bytes);
         return kvci_err_oom();
@@ -120,8 +96,14 @@ static kvc_error* prepare_tokens(const char* fn, const kvc_cache* c, kvc_layer* 
       x->next_bytes[w] = bytes;
     }
   }
-  for (int w = 0; w < 2; w++)
-    write_round_trip(l, w, in[w], x->calibrated ? x->scale[w] : x->pending[w], l->end);
+  for (int w = 0; w < 2; w++) {
+    /* Past the stored region: a failure here leaves nothing a view shows. */
+    int rc = write_round_trip(c, l, w, in[w], x->calibrated ? x->scale[w] : x->pending[w], l->end);
+    if (rc) {
+      free_buffers(c, x->next_first, x->next_bytes);
+      return kvci_quant_unsupported(fn, c, "fp8 quantized", "fp8_round_trip", rc);
+    }
+  }
   return NULL;
 }
 

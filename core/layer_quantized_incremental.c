@@ -12,7 +12,10 @@
  * The quantizer is called once per batch row and unit (one token, or one
  * block of a per-channel tensor): HQQ's early stop then depends on that
  * unit's values only, so a token's codes do not depend on how it arrived
- * (prefill or decode) nor on the other rows of the batch.
+ * (prefill or decode) nor on the other rows of the batch. Every call of an
+ * update goes to the backend as one quantize_groups job per tensor (calls
+ * [batch rows][units], groups [heads][groups per head]); the dequantized
+ * values come back in a staging buffer and reach the store in apply.
  *
  * Compact mode (layer_quantized_compact.c) runs this timeline too, with a
  * store that holds the residual only: it quantizes from the store's first
@@ -21,7 +24,6 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "half.h"
 #include "layer_quantized.h"
 
 int64_t kvci_quant_block_tokens(const kvc_layer* l) {
@@ -65,81 +67,64 @@ kvc_error* kvci_quant_incremental_check(const char* fn, uint32_t index, const kv
   return NULL;
 }
 
-/* The host scratch of one update: one unit's groups, and the dequantized values of visible tokens. */
+/*
+ * The scratch of one update (the backend's memory): the quantizer's working
+ * memory, then the dequantized values of the quantized tokens, keys and
+ * values each [B][H][tokens][D] in the layer's dtype (none in compact mode:
+ * the store drops those tokens). Byte offsets from the scratch's start.
+ */
 typedef struct unit_scratch {
-  float* x;        /* one unit's values, [groups][q_group_size] */
-  uint8_t* codes;  /* their codes */
-  float* scale;
-  float* zero;
-  float* held[2];  /* dequantized values of tokens already stored, [B][H][tokens][D] */
+  size_t work, work_bytes;
+  size_t deq[2];
 } unit_scratch;
 
-static size_t scratch_layout(const kvc_layer* l, int64_t held_tokens, unit_scratch* s, char* base) {
-  int64_t unit_elems = 0;
-  for (int w = 0; w < 2; w++) {
-    int64_t e = l->heads * dim_of(l, w) * kvci_quant_unit_tokens(l, w);
-    if (e > unit_elems) unit_elems = e;
-  }
-  int64_t groups = unit_elems / kvci_quant_opts(l)->q_group_size, dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim;
+static size_t scratch_layout(const kvc_layer* l, int64_t tokens, unit_scratch* s) {
+  int64_t groups = 0;
+  for (int w = 0; w < 2; w++)
+    if (l->heads * groups_per_head(l, w) > groups) groups = l->heads * groups_per_head(l, w);
   size_t at = 0;
-  s->x = (float*)kvci_quant_take(base, &at, sizeof(float) * (size_t)(unit_elems + dmax)); /* and one token of one head */
-  s->scale = (float*)kvci_quant_take(base, &at, sizeof(float) * (size_t)groups);
-  s->zero = (float*)kvci_quant_take(base, &at, sizeof(float) * (size_t)groups);
-  s->held[0] = (float*)kvci_quant_take(base, &at, sizeof(float) * (size_t)(l->batch * l->heads * held_tokens * l->k_dim));
-  s->held[1] = (float*)kvci_quant_take(base, &at, sizeof(float) * (size_t)(l->batch * l->heads * held_tokens * l->v_dim));
-  s->codes = (uint8_t*)kvci_quant_take(base, &at, (size_t)unit_elems);
+  s->work_bytes = kvc_quantize_scratch_bytes(groups, kvci_quant_opts(l)->q_group_size);
+  s->work = 0;
+  kvci_quant_take(NULL, &at, s->work_bytes);
+  const int64_t keep = kvci_quant_compact(l) ? 0 : tokens;
+  for (int w = 0; w < 2; w++) {
+    s->deq[w] = at;
+    kvci_quant_take(NULL, &at, (size_t)(l->batch * l->heads * keep * dim_of(l, w)) * l->elem);
+  }
   return at;
 }
 
 /*
- * Quantizes unit u (the unit index within the row buffer) of row b, whose
- * first token is at physical slot s0, writing its records at `rec`; the
- * dequantized values go to the store (tokens at or past `visible_end`,
- * which no view shows yet) or to `held` (tokens before it).
+ * The span of the groups of t tokens from `first` in a [B][H][slots][D]
+ * buffer of `slots` slots: calls [batch row][unit], groups [head][group of
+ * the head] (per-token: q_group_size consecutive elements; per-channel: one
+ * channel over the unit's tokens).
  */
-static int quantize_unit(const kvc_layer* l, int which, int64_t b, int64_t s0, int64_t visible_end, int64_t q0,
-                         int64_t held_tokens, unsigned char* rec, unit_scratch* s) {
+static kvc_quant_span unit_span(const kvc_layer* l, int which, int64_t t, int64_t slots) {
   const int channel = kvci_quant_per_channel(kvci_quant_opts(l), which);
-  const int64_t g = kvci_quant_opts(l)->q_group_size, d = dim_of(l, which), gph = groups_per_head(l, which);
-  const int64_t ut = kvci_quant_unit_tokens(l, which), ngroups = l->heads * gph;
-  void* base = which ? l->v : l->k;
-  /* x[(h*gph + j)*g + i]: per-token j = group along head_dim; per-channel j = channel, i = token. A token's
-     head_dim elements are contiguous in the store: converted a row at a time. */
-  float* row = s->x + ngroups * g; /* one token of one head */
-  for (int64_t h = 0; h < l->heads; h++)
-    for (int64_t t = 0; t < ut; t++) {
-      int64_t at = kvci_quant_store_index(l, which, b, h, s0 + t, 0);
-      if (!channel) {
-        for (int64_t e = 0; e < d; e++) s->x[h * d + e] = kvci_load_f32(l->dtype, base, at + e);
-        continue;
-      }
-      for (int64_t e = 0; e < d; e++) row[e] = kvci_load_f32(l->dtype, base, at + e);
-      for (int64_t e = 0; e < d; e++) s->x[(h * d + e) * g + t] = row[e];
-    }
-  kvc_quantizer_spec spec = kvci_quant_spec(l, which);
-  if (kvci_quantize_groups(&spec, s->x, ngroups, g, s->codes, s->scale, s->zero)) return -1;
-  int64_t rb = kvci_quant_record_bytes(l, g);
-  for (int64_t k = 0; k < ngroups; k++)
-    kvci_quant_put_record(l, rec + k * rb, s->codes + k * g, s->scale[k], s->zero[k], g);
-  if (kvci_quant_compact(l)) return 0; /* the store drops these tokens; updates dequantize the records */
-  kvci_dequantize_groups(&spec, s->codes, s->scale, s->zero, ngroups, g, s->x);
-  for (int64_t h = 0; h < l->heads; h++)
-    for (int64_t t = 0; t < ut; t++) {
-      int64_t slot = s0 + t;
-      const float* src = s->x + h * d;
-      if (channel) {
-        for (int64_t e = 0; e < d; e++) row[e] = s->x[(h * d + e) * g + t];
-        src = row;
-      }
-      if (slot >= visible_end) {
-        int64_t at = kvci_quant_store_index(l, which, b, h, slot, 0);
-        for (int64_t e = 0; e < d; e++) kvci_store_f32(l->dtype, base, at + e, src[e]);
-      } else {
-        memcpy(s->held[which] + ((b * l->heads + h) * held_tokens + (slot - l->start - q0)) * d, src,
-               sizeof(float) * (size_t)d);
-      }
-    }
-  return 0;
+  const int64_t g = kvci_quant_opts(l)->q_group_size, d = dim_of(l, which), ut = kvci_quant_unit_tokens(l, which);
+  kvc_quant_span s;
+  s.calls[0] = l->batch;
+  s.calls[1] = t / ut;
+  s.call_strides[0] = l->heads * slots * d;
+  s.call_strides[1] = ut * d;
+  s.groups[0] = l->heads;
+  s.groups[1] = groups_per_head(l, which);
+  s.group_strides[0] = slots * d;
+  s.group_strides[1] = channel ? 1 : g;
+  s.value_stride = channel ? d : 1;
+  return s;
+}
+
+/* Records of units first.. of every row of a group buffer (rows of row_bytes). */
+static kvc_quant_records unit_records(const kvc_layer* l, void* buf, int64_t row_bytes,
+                                      int64_t unit_bytes, int64_t first) {
+  kvc_quant_records r;
+  r.base = (unsigned char*)buf + first * unit_bytes;
+  r.call_strides[0] = row_bytes;
+  r.call_strides[1] = unit_bytes;
+  r.record_stride = kvci_quant_record_bytes(l, kvci_quant_opts(l)->q_group_size);
+  return r;
 }
 
 kvc_error* kvci_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
@@ -171,30 +156,37 @@ kvc_error* kvci_quant_incremental_prepare(const char* fn, const kvc_cache* c, kv
       return kvci_err_oom();
     }
   }
-  /* Quantized tokens that views already show (compact mode: none kept, the store drops them). */
-  int64_t held_tokens = kvci_quant_compact(l) ? 0 : stored - q < t ? stored - q : t;
   /* Compact mode: the store begins with the residual. */
   const int64_t first_slot = l->start + (kvci_quant_compact(l) ? 0 : q);
   unit_scratch s;
-  size_t bytes = scratch_layout(l, held_tokens, &s, NULL);
-  if (kvci_quant_reserve_scratch(x, bytes)) {
+  if (kvci_quant_reserve_scratch(c, x, scratch_layout(l, t, &s))) {
     kvci_quant_release_staged(c, x);
     return kvci_err_oom();
   }
-  scratch_layout(l, held_tokens, &s, (char*)x->scratch);
-  const int64_t visible_end = l->end;
+  const kvc_backend* be = c->backend;
   for (int w = 0; w < 2; w++) {
-    const int64_t ut = kvci_quant_unit_tokens(l, w), first = q / ut;
-    unsigned char* buf = (unsigned char*)(x->staged[w] ? x->staged[w] : x->rows[w].ptr);
+    const int64_t ut = kvci_quant_unit_tokens(l, w), first = q / ut, d = dim_of(l, w);
+    void* buf = x->staged[w] ? x->staged[w] : x->rows[w].ptr;
     int64_t row_bytes = x->staged[w] ? x->staged_row_bytes[w] : x->rows[w].row_bytes;
-    for (int64_t b = 0; b < l->batch; b++)
-      for (int64_t u = 0; u < t / ut; u++) {
-        unsigned char* rec = buf + b * row_bytes + (first + u) * x->unit_bytes[w];
-        if (quantize_unit(l, w, b, first_slot + u * ut, visible_end, q, held_tokens, rec, &s)) {
-          kvci_quant_release_staged(c, x);
-          return kvci_err_oom();
-        }
-      }
+    kvc_quantize_job job;
+    memset(&job, 0, sizeof job);
+    job.spec = kvci_quant_spec(l, w);
+    job.group = kvci_quant_opts(l)->q_group_size;
+    job.src = (char*)(w ? l->v : l->k) + (size_t)(first_slot * d) * l->elem;
+    job.src_span = unit_span(l, w, t, l->cap);
+    job.records = unit_records(l, buf, row_bytes, x->unit_bytes[w], first);
+    /* The dequantized values wait in the scratch: views may show some of these tokens until apply. */
+    if (!kvci_quant_compact(l)) {
+      job.dequant = (char*)x->scratch + s.deq[w];
+      job.dequant_span = unit_span(l, w, t, t);
+    }
+    job.scratch = (char*)x->scratch + s.work;
+    job.scratch_bytes = s.work_bytes;
+    int rc = be->quantize_groups(be->ctx, &c->exec, &job);
+    if (rc) {
+      kvci_quant_release_staged(c, x);
+      return kvci_quant_unsupported(fn, c, "quantized", "quantize_groups", rc);
+    }
   }
   return NULL;
 }
@@ -223,20 +215,19 @@ kvc_region kvci_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, const 
       x->rows[w].row_bytes = x->staged_row_bytes[w];
       x->staged[w] = NULL;
     }
-    /* Tokens a view already showed get their dequantized values now; compact mode drops them from the store. */
+    /* The quantized tokens get their dequantized values now (views showed some of them until this call);
+       compact mode drops them from the store. */
     unit_scratch s;
-    int64_t held_tokens = kvci_quant_compact(l) ? 0 : stored - q < t ? stored - q : t;
+    scratch_layout(l, t, &s);
     if (kvci_quant_compact(l)) l->start += t;
-    scratch_layout(l, held_tokens, &s, (char*)x->scratch);
     for (int w = 0; w < 2; w++) {
-      void* base = w ? l->v : l->k;
-      int64_t d = dim_of(l, w);
-      for (int64_t b = 0; b < l->batch; b++)
-        for (int64_t h = 0; h < l->heads; h++)
-          for (int64_t i = 0; i < held_tokens; i++)
-            for (int64_t e = 0; e < d; e++)
-              kvci_store_f32(l->dtype, base, kvci_quant_store_index(l, w, b, h, l->start + q + i, e),
-                            s.held[w][((b * l->heads + h) * held_tokens + i) * d + e]);
+      const int64_t d = dim_of(l, w);
+      if (!kvci_quant_compact(l)) {
+        int64_t ds[4], ss[4] = {l->heads * t * d, t * d, d, 1}, shape[4] = {l->batch, l->heads, t, d};
+        kvci_store_strides(l, w, ds);
+        be->copy_4d(be->ctx, &c->exec, (char*)(w ? l->v : l->k) + (size_t)((l->start + q) * d) * l->elem, ds,
+                    (char*)x->scratch + s.deq[w], ss, shape, l->elem);
+      }
       x->units[w] = (q + t) / kvci_quant_unit_tokens(l, w);
     }
     x->quantized = q + t;

@@ -23,12 +23,19 @@
  * that history only as the store's dequantized values (bytes_quantized 0)
  * until the next quantization: transformers quantizes from those values
  * anyway, so no output changes.
+ *
+ * A flush copies the s tokens of each tensor to a contiguous [B, H, s, D]
+ * buffer of the layer's scratch, where transformers' grouping is an affine
+ * span (quant_layout.h), quantizes it there with one quantize_groups job
+ * (HQQ's early stop sees the whole tensor, as in transformers; quanto, which
+ * has no state across groups, gets one call per row so that a row's records
+ * are contiguous), and copies the dequantized values to the new store.
  */
 #include <inttypes.h>
 #include <string.h>
 
-#include "half.h"
 #include "layer_quantized.h"
+#include "quant_layout.h"
 
 /* Tokens the update quantizes: all of them (S), or 0 when it only appends to the residual. */
 static int64_t quantizing_length(const kvc_layer* l, int64_t n) {
@@ -84,29 +91,24 @@ static int groups_within_rows(const kvc_layer* l, int which, int64_t s) {
   return channel ? g == 1 : (l->heads * s * d) % g == 0;
 }
 
-/* Scratch of one quantization, for one tensor at a time: its values (contiguous [B,H,S,D]) and its groups. */
+/* Scratch of one quantization (byte offsets), for one tensor at a time: its values as a contiguous
+ * [B, H, s, D] tensor (in: the store's; out: their dequantization), then the quantizer's working memory. */
 typedef struct flush_scratch {
-  float* values;     /* in: the store's values; out: their dequantization */
-  float* groups;     /* [ngroups][group] */
-  float* scale;
-  float* zero;
-  int64_t* group_row;/* batch row of each group */
-  int64_t* filled;   /* per row: records written */
-  uint8_t* codes;
+  size_t values, work, work_bytes;
 } flush_scratch;
 
-static size_t flush_layout(const kvc_layer* l, int64_t s, const kvc_quant_layout lay[2], flush_scratch* f,
-                           char* base) {
-  int64_t dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim, most = l->batch * l->heads * s * dmax;
-  int64_t most_groups = lay[0].ngroups > lay[1].ngroups ? lay[0].ngroups : lay[1].ngroups;
+static size_t flush_layout(const kvc_layer* l, int64_t s, const kvc_quant_layout lay[2], flush_scratch* f) {
+  const int64_t dmax = l->k_dim > l->v_dim ? l->k_dim : l->v_dim;
   size_t at = 0;
-  f->values = (float*)kvci_quant_take(base, &at, sizeof(float) * (size_t)most);
-  f->groups = (float*)kvci_quant_take(base, &at, sizeof(float) * (size_t)most);
-  f->scale = (float*)kvci_quant_take(base, &at, sizeof(float) * (size_t)most_groups);
-  f->zero = (float*)kvci_quant_take(base, &at, sizeof(float) * (size_t)most_groups);
-  f->group_row = (int64_t*)kvci_quant_take(base, &at, sizeof(int64_t) * (size_t)most_groups);
-  f->filled = (int64_t*)kvci_quant_take(base, &at, sizeof(int64_t) * (size_t)l->batch);
-  f->codes = (uint8_t*)kvci_quant_take(base, &at, (size_t)most);
+  f->values = at;
+  kvci_quant_take(NULL, &at, (size_t)(l->batch * l->heads * s * dmax) * l->elem);
+  f->work_bytes = 0;
+  for (int w = 0; w < 2; w++) {
+    size_t b = kvc_quantize_scratch_bytes(lay[w].ngroups, lay[w].group);
+    if (b > f->work_bytes) f->work_bytes = b;
+  }
+  f->work = at;
+  kvci_quant_take(NULL, &at, f->work_bytes);
   return at;
 }
 
@@ -114,57 +116,36 @@ static size_t flush_layout(const kvc_layer* l, int64_t s, const kvc_quant_layout
  * Quantizes the first s tokens of the store's keys or values (the new ones
  * included, written past the stored region) and writes their dequantization
  * to slots [0, s) of the staged store and, when the groups stay within rows,
- * their records to the staged group buffer. -1 when the quantizer runs out
- * of memory, -2 when a group is not where groups_within_rows said.
+ * their records to the staged group buffer. Returns the backend's code.
  */
-static int quantize_all(const kvc_layer* l, kvc_quant_ext* x, int which, int64_t s, const kvc_quant_layout* lay,
-                        flush_scratch* f) {
-  const int64_t g = lay->group, ngroups = lay->ngroups, d = which ? l->v_dim : l->k_dim;
-  const int64_t row_elems = l->heads * s * d;
-  float* v = f->values;
-  const void* base = which ? l->v : l->k;
-  if (x->staged[which]) {
-    /* Each group's batch row: the grouping applied to a tensor holding its element's row. */
-    for (int64_t i = 0; i < l->batch * row_elems; i++) v[i] = (float)(i / row_elems);
-    kvci_quant_gather(lay, v, f->groups);
-    for (int64_t k = 0; k < ngroups; k++) {
-      f->group_row[k] = (int64_t)f->groups[k * g];
-      for (int64_t i = 1; i < g; i++)
-        if (f->groups[k * g + i] != f->groups[k * g]) return -2;
-    }
+static int quantize_all(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* x, int which, int64_t s,
+                        const kvc_quant_layout* lay, const flush_scratch* f) {
+  const kvc_backend* be = c->backend;
+  const int64_t d = which ? l->v_dim : l->k_dim;
+  void* values = (char*)x->scratch + f->values;
+  int64_t st[4], ct[4] = {l->heads * s * d, s * d, d, 1}, shape[4] = {l->batch, l->heads, s, d};
+  kvci_store_strides(l, which, st);
+  const char* from = (const char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem;
+  be->copy_4d(be->ctx, &c->exec, values, ct, from, st, shape, l->elem);
+  kvc_quantize_job job;
+  memset(&job, 0, sizeof job);
+  job.spec = kvci_quant_spec(l, which);
+  job.group = lay->group;
+  job.src = values;
+  job.src_span = kvci_quant_layout_span(lay, x->staged[which] != NULL);
+  if (x->staged[which]) { /* the groups in row order: row r's at r * row_bytes */
+    job.records.base = x->staged[which];
+    job.records.call_strides[0] = x->staged_row_bytes[which];
+    job.records.record_stride = kvci_quant_record_bytes(l, lay->group);
   }
-  for (int64_t b = 0; b < l->batch; b++)
-    for (int64_t h = 0; h < l->heads; h++)
-      for (int64_t t = 0; t < s; t++) {
-        int64_t at = kvci_quant_store_index(l, which, b, h, l->start + t, 0);
-        float* row = v + ((b * l->heads + h) * s + t) * d;
-        for (int64_t e = 0; e < d; e++) row[e] = kvci_load_f32(l->dtype, base, at + e);
-      }
-  kvci_quant_gather(lay, v, f->groups);
-  kvc_quantizer_spec spec = kvci_quant_spec(l, which);
-  if (kvci_quantize_groups(&spec, f->groups, ngroups, g, f->codes, f->scale, f->zero)) return -1;
-  if (x->staged[which]) {
-    const int64_t rb = kvci_quant_record_bytes(l, g), per_row = ngroups / l->batch;
-    memset(f->filled, 0, sizeof(int64_t) * (size_t)l->batch);
-    unsigned char* buf = (unsigned char*)x->staged[which];
-    for (int64_t k = 0; k < ngroups; k++) {
-      int64_t r = f->group_row[k];
-      if (r < 0 || r >= l->batch || f->filled[r] >= per_row) return -2;
-      kvci_quant_put_record(l, buf + r * x->staged_row_bytes[which] + f->filled[r]++ * rb, f->codes + k * g,
-                           f->scale[k], f->zero[k], g);
-    }
-  }
-  kvci_dequantize_groups(&spec, f->codes, f->scale, f->zero, ngroups, g, f->groups);
-  kvci_quant_scatter(lay, f->groups, v);
+  job.dequant = values; /* in place: a call reads its values before it writes */
+  job.dequant_span = job.src_span;
+  job.scratch = (char*)x->scratch + f->work;
+  job.scratch_bytes = f->work_bytes;
+  int rc = be->quantize_groups(be->ctx, &c->exec, &job);
+  if (rc) return rc;
   /* The new store has the old one's capacity; its tokens start at slot 0. */
-  void* dst = x->staged_store[which];
-  for (int64_t b = 0; b < l->batch; b++)
-    for (int64_t h = 0; h < l->heads; h++)
-      for (int64_t t = 0; t < s; t++) {
-        int64_t at = ((b * l->heads + h) * l->cap + t) * d;
-        const float* row = v + ((b * l->heads + h) * s + t) * d;
-        for (int64_t e = 0; e < d; e++) kvci_store_f32(l->dtype, dst, at + e, row[e]);
-      }
+  be->copy_4d(be->ctx, &c->exec, x->staged_store[which], st, values, ct, shape, l->elem);
   return 0;
 }
 
@@ -190,18 +171,15 @@ kvc_error* kvci_quant_transformers_prepare(const char* fn, const kvc_cache* c, k
                       &x->staged_store[1]))
     goto oom;
   flush_scratch f;
-  if (kvci_quant_reserve_scratch(x, flush_layout(l, s, lay, &f, NULL))) goto oom;
-  flush_layout(l, s, lay, &f, (char*)x->scratch);
+  if (kvci_quant_reserve_scratch(c, x, flush_layout(l, s, lay, &f))) goto oom;
   for (int w = 0; w < 2; w++) {
-    int r = quantize_all(l, x, w, s, &lay[w], &f);
-    if (r == -1) goto oom;
-    if (r == -2) {
+    int rc = quantize_all(c, l, x, w, s, &lay[w], &f);
+    if (rc) {
       kvci_quant_release_staged(c, x);
-      return kvci_err(KVC_ERROR_INTERNAL, "%s: layer %u: the %s groups of the quantizer do not split into batch rows",
-                     fn, index, w ? "value" : "key");
+      return kvci_quant_unsupported(fn, c, "quantized", "quantize_groups", rc);
     }
   }
-  kvci_quant_trim_scratch(x); /* every layer of an update_all prepares before any applies: keep only the results */
+  kvci_quant_trim_scratch(c, x); /* every layer of an update_all prepares before any applies: keep only the results */
   return NULL;
 oom:
   kvci_quant_release_staged(c, x);

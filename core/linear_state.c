@@ -324,7 +324,8 @@ kvc_error* kvci_linear_check_crop(const kvc_layer* l, int64_t tokens) {
   return NULL;
 }
 
-void kvci_linear_apply_crop(kvc_layer* l, int64_t tokens) {
+void kvci_linear_apply_crop(const kvc_cache* c, kvc_layer* l, int64_t tokens) {
+  (void)c;
   kvc_linear_pair* ps = kvci_linear_pairs(l);
   int64_t t = tokens == INT64_MIN ? INT64_MAX : -tokens; /* "remove everything" without overflow */
   for (uint32_t i = 0; ps && i < kvci_linear_params_of(l)->num_states; i++) {

@@ -112,6 +112,6 @@ void kvci_linear_conv_return(kvc_layer* layer, uint32_t state, int64_t from, int
 void kvci_linear_reset(const kvc_cache* cache, kvc_layer* layer);
 /* The linear part of crop (docs/semantics.md, 'Linear-attention layers'): check refuses unless recording and tokens <= 0; apply trims conv states. */
 kvc_error* kvci_linear_check_crop(const kvc_layer* layer, int64_t tokens);
-void kvci_linear_apply_crop(kvc_layer* layer, int64_t tokens);
+void kvci_linear_apply_crop(const kvc_cache* cache, kvc_layer* layer, int64_t tokens);
 
 #endif /* KVC_CORE_LINEAR_STATE_H */

@@ -20,7 +20,7 @@ kvc_error* kvc_cache_crop(kvc_cache* c, int64_t tokens) {
     if (e) return e;
   }
   for (uint32_t i = 0; i < c->num_layers; i++) {
-    c->layers[i]->ops->apply_crop(c->layers[i], tokens);
+    c->layers[i]->ops->apply_crop(c, c->layers[i], tokens);
     kvci_layer_sync_view(c->layers[i]);
   }
   return NULL;

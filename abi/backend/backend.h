@@ -37,7 +37,8 @@
 
 /*
  * 2: the host tier of offloading. 3: execution places (streams) and batched copies.
- * 4: sink layers' RoPE operations (key re-rotation, reads of cos/sin as float32).
+ * 4: sink layers' RoPE operations (key re-rotation, reads of cos/sin as float32) and quantized layers
+ * (quantize and dequantize groups, FP8 calibration and round trip).
  */
 #define KVC_BACKEND_API_VERSION 4
 
@@ -65,6 +66,106 @@ typedef struct kvc_copy_4d {
   int64_t shape[4];
   size_t elem_size;
 } kvc_copy_4d;
+
+/* ------------------------------------------------------------------ */
+/* Version 4: quantized layers (types of the entries at the end of the table)
+ *
+ * The core plans (which tokens, which groups, where their records go); the
+ * backend does the arithmetic, bit for bit as the CPU backend does it
+ * (docs/semantics.md, 'quanto quantizer', 'HQQ quantizer', 'FP8'). Every
+ * descriptor is host memory, read before the call returns; the buffers it
+ * points to are device memory of the place (or host-tier memory).
+ */
+
+/* A return of the quantizer entries: the backend has no kernel for this job (a dtype, an nbits); the core reports
+   KVC_ERROR_UNSUPPORTED naming the operation and the backend. Any other non-zero return is a failure. */
+#define KVC_BACKEND_UNSUPPORTED 95
+
+/* The arithmetic of a group quantizer. */
+typedef struct kvc_quant_spec {
+  int32_t quantizer; /* kvc_quantizer: KVC_QUANTIZER_QUANTO or KVC_QUANTIZER_HQQ */
+  int32_t nbits;     /* quanto 2 or 4; HQQ 1, 2, 3, 4 or 8 */
+  int32_t dtype;     /* kvc_dtype of the values, the scales and the zero points */
+  int32_t axis;      /* HQQ: 1, groups are the rows of its work; 0, the columns (it decides how float sums round) */
+} kvc_quant_spec;
+
+/*
+ * Where the values of groups sit in a buffer of `dtype` elements, as a small
+ * affine map. A job is a set of independent quantizer *calls* (HQQ's early
+ * stop looks at the mean error over the groups of one call, so a call is
+ * exactly the groups transformers quantizes together); value i of group
+ * k = k0 * groups[1] + k1 of call c = c0 * calls[1] + c1 is the element at
+ *   c0 * call_strides[0] + c1 * call_strides[1]
+ *   + k0 * group_strides[0] + k1 * group_strides[1] + i * value_stride
+ * from the base pointer (strides in elements, any sign).
+ */
+typedef struct kvc_quant_span {
+  int64_t calls[2];
+  int64_t call_strides[2];
+  int64_t groups[2];
+  int64_t group_strides[2];
+  int64_t value_stride;
+} kvc_quant_span;
+
+/*
+ * Packed records: the record of group k of call c starts at byte
+ * c0 * call_strides[0] + c1 * call_strides[1] + k * record_stride of `base`.
+ * A record is [scale][zero point][codes]: scale and zero point in `dtype`
+ * (unaligned), then the group's codes packed little-endian, code i in bits
+ * [i * nbits, (i + 1) * nbits) (kvc_quant_record_bytes).
+ */
+typedef struct kvc_quant_records {
+  void* base;              /* NULL in a quantize job: the records are not kept */
+  int64_t call_strides[2]; /* bytes */
+  int64_t record_stride;   /* bytes */
+} kvc_quant_records;
+
+/* Bytes of one record of `group` codes of nbits, with scale and zero point of elem bytes each. */
+static inline int64_t kvc_quant_record_bytes(int64_t group, int32_t nbits, size_t elem) {
+  return 2 * (int64_t)elem + (group * nbits + 7) / 8;
+}
+
+/*
+ * quantize_groups: every call of src_span (groups of `group` values read
+ * from src) is quantized; its records are written to `records` and, when
+ * `dequant` is not NULL, the dequantized values (rounded to dtype) to
+ * dequant + dequant_span, which has src_span's calls and groups (it may be
+ * src itself with the same span: a call reads all its values first).
+ * `scratch` is device memory of at least kvc_quantize_scratch_bytes(groups
+ * of one call, group) bytes, for the backend's use during the call.
+ */
+typedef struct kvc_quantize_job {
+  kvc_quant_spec spec;
+  int64_t group;
+  const void* src;
+  kvc_quant_span src_span;
+  kvc_quant_records records;
+  void* dequant;
+  kvc_quant_span dequant_span;
+  void* scratch;
+  size_t scratch_bytes;
+} kvc_quantize_job;
+
+/* Working memory of a quantize job whose calls have `ngroups` groups of `group` values: the values as float32,
+   their codes, per-group parameters, and HQQ's solver state (two or three floats per value, three per group). */
+static inline size_t kvc_quantize_scratch_bytes(int64_t ngroups, int64_t group) {
+  const size_t n = (size_t)(ngroups * group), g = (size_t)ngroups;
+  return n * (sizeof(float) + 1 + 3 * sizeof(float)) + g * 5 * sizeof(float) + 6 * 64;
+}
+
+/*
+ * dequantize_groups: values lo..hi-1 (0 <= lo <= hi <= group) of every
+ * group of the records are dequantized to `dtype` and written to dst +
+ * dst_span, value i at i - lo (dst_span gives the calls and groups). The
+ * bits are those of quantize_groups' dequantized values. Needs no scratch.
+ */
+typedef struct kvc_dequantize_job {
+  kvc_quant_spec spec;
+  int64_t group, lo, hi;
+  kvc_quant_records records;
+  void* dst;
+  kvc_quant_span dst_span;
+} kvc_dequantize_job;
 
 typedef struct kvc_backend {
   uint32_t struct_size;     /* sizeof(kvc_backend) of the backend's build */
@@ -186,6 +287,29 @@ typedef struct kvc_backend {
    */
   int (*read_f32_4d)(void* ctx, const kvc_exec* exec, float* dst, const void* src, kvc_dtype dtype,
                      const int64_t src_strides[4], const int64_t shape[4]);
+  /*
+   * Version 4: quantized layers. The core quantizes and dequantizes K/V only
+   * through these entries; a backend without them (NULL) gets
+   * KVC_ERROR_UNSUPPORTED for quantized layers, before anything is written.
+   * They run in the room phase of an update (quantize, calibrate, round
+   * trip: a failure there changes nothing visible) or in the write phase and
+   * crop (dequantize, which cannot fail once quantize_groups has run on the
+   * backend).
+   */
+  int (*quantize_groups)(void* ctx, const kvc_exec* exec, const kvc_quantize_job* job);
+  int (*dequantize_groups)(void* ctx, const kvc_exec* exec, const kvc_dequantize_job* job);
+  /*
+   * FP8 (e4m3fn, transformers' per-tensor scale): *scale = max(amax / 448,
+   * FLT_MIN) over a strided 4-D region of `dtype` elements (amax: NaN when
+   * any element is NaN). The scale is host memory: a GPU backend waits for
+   * its stream here, once per layer (the first update calibrates, later ones
+   * reuse the scale).
+   */
+  int (*fp8_calibrate)(void* ctx, const kvc_exec* exec, const void* src, const int64_t strides[4],
+                       const int64_t shape[4], int32_t dtype, float* scale);
+  /* dst = dtype(float32(e4m3fn(float32(src) / scale)) * scale) over `shape`; src and dst do not overlap. */
+  int (*fp8_round_trip)(void* ctx, const kvc_exec* exec, void* dst, const int64_t dst_strides[4], const void* src,
+                        const int64_t src_strides[4], const int64_t shape[4], int32_t dtype, float scale);
 } kvc_backend;
 
 /* The CPU backend, always built in. */

@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "cpu_rope.h"
+#include "cpu_quant_ops.h"
 
 static int cpu_device_count(void* ctx) {
   (void)ctx;
@@ -154,6 +155,8 @@ static const kvc_backend cpu_backend = {
     cpu_host_alloc_zeroed, cpu_host_free, cpu_copy_tier_4d, cpu_tier_wait, cpu_copy_4d_batch,
     /* Version 4: sink layers (cpu_rope.c) */
     kvci_cpu_rerotate_keys_4d, kvci_cpu_read_f32_4d,
+    /* Version 4: quantized layers (cpu_quant_ops.c) */
+    kvci_cpu_quantize_groups, kvci_cpu_dequantize_groups, kvci_cpu_fp8_calibrate, kvci_cpu_fp8_round_trip,
 };
 
 const kvc_backend* kvci_cpu_backend(void) { return &cpu_backend; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes vectors/fp8_e4m3fn.tbl: torch's float8_e4m3fn arithmetic, read by
-tests/unit/test_internal_quant_fp8.c to check core/quant_fp8.c.
+tests/unit/test_internal_quant_fp8.c to check backends/cpu/quant_fp8.c.
 
 Everything in the file is what torch computed; nothing comes from kvcache.
 

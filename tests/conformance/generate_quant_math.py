@@ -7,12 +7,12 @@ Each case quantizes one [B, H, S, D] tensor the way transformers' layers do
 HQQQuantizedLayer: hqq's Quantizer.quantize with its defaults, compute dtype
 and device of the cache, then Quantizer.dequantize) and records the codes,
 scales, zero points and dequantized values. tests/unit/test_internal_quantizers.c
-replays them through core/quantize.h. The file is not a .kvv: the conformance
+replays them through backends/cpu/quantize.h. The file is not a .kvv: the conformance
 replay does not read it.
 
 hqq's float32 sums are split between torch's threads above 32768 elements,
 which may change their last bit, so generation runs on one thread (the
-order core/quant_hqq.c reproduces).
+order backends/cpu/quant_hqq.c reproduces).
 
 Format (whitespace-separated tokens; tensors as generate.py's `x` records):
   QUANTMATH 1

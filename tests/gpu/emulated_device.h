@@ -48,7 +48,7 @@ static inline int kvc_emulated_is_tagged(const void* p) { return ((uintptr_t)p &
 typedef struct kvc_emulated_counters {
   uint32_t struct_size;
   /* Kernel launches a GPU backend would make: one per copy_4d, fill_zero_4d,
-     copy_rows, copy_4d_batch, copy_tier_4d and rerotate_keys_4d call. */
+     copy_rows, copy_4d_batch, copy_tier_4d, rerotate_keys_4d and quantizer call. */
   uint64_t launches;
   uint64_t copy_4d_calls;
   uint64_t fill_zero_calls;
@@ -74,6 +74,8 @@ typedef struct kvc_emulated_counters {
   /* Version 4: sink layers. rerotate_keys_4d is a launch too; read_f32_4d is a copy the host waits for. */
   uint64_t rerotate_calls;
   uint64_t host_reads;
+  /* Version 4: quantize_groups, dequantize_groups, fp8_calibrate and fp8_round_trip calls (each one launch). */
+  uint64_t quant_calls;
 } kvc_emulated_counters;
 
 /* Exported by the plugin; the tests look them up with dlsym. */

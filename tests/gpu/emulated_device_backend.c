@@ -38,6 +38,7 @@
 #endif
 
 #include "backend.h"
+#include "cpu_quant_ops.h"
 #include "emulated_device.h"
 #include "emulated_regions.h"
 
@@ -165,14 +166,12 @@ static void check_not_pending(const char* op, const place* p, const buffer* b, i
  * pending prefetch. Returns the untagged base and the buffer (NULL for
  * memory the plugin did not allocate: the tests' own device inputs).
  */
-static void* checked_region(const char* op, const char* what, const kvc_exec* exec, const place* p, const void* ptr,
-                            const int64_t st[4], const int64_t shape[4], size_t elem, int writes,
-                            const buffer** out) {
+static void* checked_bytes(const char* op, const char* what, const kvc_exec* exec, const place* p, const void* ptr,
+                           int nonempty, uintptr_t lo, uintptr_t hi, int writes, const buffer** out) {
   uintptr_t addr = (uintptr_t)kvc_emulated_untag(ptr);
   const buffer* b = find_buffer(addr);
   if (out) *out = b;
-  uintptr_t lo, hi;
-  if (!region_extent(addr, st, shape, elem, &lo, &hi)) return (void*)addr;
+  if (!nonempty) return (void*)addr;
   if (!ptr) violation("%s: %s is NULL for a non-empty region", op, what);
   if (b) {
     if (b->released)
@@ -189,6 +188,15 @@ static void* checked_region(const char* op, const char* what, const kvc_exec* ex
     check_not_pending(op, p, b, writes);
   }
   return (void*)addr;
+}
+
+/* checked_bytes over the bytes of a strided 4-D region whose element [0, 0, 0, 0] is at ptr. */
+static void* checked_region(const char* op, const char* what, const kvc_exec* exec, const place* p, const void* ptr,
+                            const int64_t st[4], const int64_t shape[4], size_t elem, int writes,
+                            const buffer** out) {
+  uintptr_t lo = 0, hi = 0;
+  int nonempty = region_extent((uintptr_t)kvc_emulated_untag(ptr), st, shape, elem, &lo, &hi);
+  return checked_bytes(op, what, exec, p, ptr, nonempty, lo, hi, writes, out);
 }
 
 /* The live buffer that starts at `ptr`, released with the right call on the right device. */
@@ -608,6 +616,114 @@ static int emu_rerotate_keys_4d(void* ctx, const kvc_exec* exec, kvc_dtype dtype
   return rc;
 }
 
+/* ------------------------------------- Version 4: quantized layers */
+
+/*
+ * The quantizer entries run the CPU backend's code on the untagged memory,
+ * after checking that every span of the job stays inside its buffer (a
+ * kernel would read or write exactly those bytes) and that the job's
+ * outputs do not overlap its inputs or each other (a GPU runs its groups in
+ * parallel), except a dequantization written in place over the very span it
+ * was read from.
+ */
+
+static size_t dtype_elem(int32_t dt) { return dt == KVC_DTYPE_FLOAT32 ? 4 : 2; }
+
+/* The [lo, hi) of n items `stride` bytes apart, each `size` bytes, over up to five axes; 0 when empty. */
+static int axes_extent(uintptr_t base, const int64_t* n, const int64_t* stride, int axes, int64_t size, uintptr_t* lo,
+                       uintptr_t* hi) {
+  int64_t min = 0, max = 0;
+  for (int i = 0; i < axes; i++) {
+    if (n[i] <= 0) return 0;
+    int64_t reach = (n[i] - 1) * stride[i];
+    if (reach < 0)
+      min += reach;
+    else
+      max += reach;
+  }
+  if (size <= 0) return 0;
+  *lo = base + (uintptr_t)min;
+  *hi = base + (uintptr_t)max + (uintptr_t)size;
+  return 1;
+}
+
+/* The bytes values lo..hi-1 of every group of a span cover (strides in elements of `elem` bytes). */
+static int span_extent(const void* ptr, const kvc_quant_span* s, int64_t values, size_t elem, uintptr_t* lo,
+                       uintptr_t* hi) {
+  const int64_t e = (int64_t)elem;
+  const int64_t n[5] = {s->calls[0], s->calls[1], s->groups[0], s->groups[1], values};
+  const int64_t st[5] = {s->call_strides[0] * e, s->call_strides[1] * e, s->group_strides[0] * e,
+                         s->group_strides[1] * e, s->value_stride * e};
+  return axes_extent((uintptr_t)kvc_emulated_untag(ptr), n, st, 5, e, lo, hi);
+}
+
+static int records_extent(const kvc_quant_records* r, const kvc_quant_span* s, int64_t record_bytes, uintptr_t* lo,
+                          uintptr_t* hi) {
+  const int64_t n[3] = {s->calls[0], s->calls[1], s->groups[0] * s->groups[1]};
+  const int64_t st[3] = {r->call_strides[0], r->call_strides[1], r->record_stride};
+  return axes_extent((uintptr_t)kvc_emulated_untag(r->base), n, st, 3, record_bytes, lo, hi);
+}
+
+static void check_apart(const char* op, const char* a, uintptr_t alo, uintptr_t ahi, const char* b, uintptr_t blo,
+                        uintptr_t bhi) {
+  if (alo < bhi && blo < ahi)
+    violation("%s: the job's %s [%#" PRIxPTR ", %#" PRIxPTR ") overlaps its %s [%#" PRIxPTR ", %#" PRIxPTR ")", op, a,
+              alo, ahi, b, blo, bhi);
+}
+
+static void check_spec(const char* op, const kvc_quant_spec* s, int64_t group) {
+  if (s->dtype != KVC_DTYPE_FLOAT16 && s->dtype != KVC_DTYPE_BFLOAT16 && s->dtype != KVC_DTYPE_FLOAT32)
+    violation("%s: dtype %d is not a floating dtype of the cache", op, (int)s->dtype);
+  if (s->nbits < 1 || s->nbits > 8 || group < 1) violation("%s: nbits %d, group %" PRId64, op, (int)s->nbits, group);
+}
+
+static int emu_quantize_groups(void* ctx, const kvc_exec* exec, const kvc_quantize_job* job) {
+  (void)ctx;
+  const char* op = "quantize_groups";
+  pthread_mutex_lock(&lock);
+  place* p = checked_place(op, exec);
+  counters.launches++;
+  counters.quant_calls++;
+  if (!job) violation("%s: job is NULL", op);
+  check_spec(op, &job->spec, job->group);
+  kvc_quantize_job plain = *job;
+  const size_t elem = dtype_elem(job->spec.dtype);
+  const kvc_quant_span* s = &job->src_span;
+  uintptr_t slo = 0, shi = 0, rlo = 0, rhi = 0, dlo = 0, dhi = 0;
+  int any = span_extent(job->src, s, job->group, elem, &slo, &shi);
+  plain.src = checked_bytes(op, "src", exec, p, job->src, any, slo, shi, 0, NULL);
+  if (any) {
+    const int64_t ngroups = s->groups[0] * s->groups[1];
+    if (job->scratch_bytes < kvc_quantize_scratch_bytes(ngroups, job->group))
+      violation("%s: scratch of %zu bytes for calls of %" PRId64 " groups of %" PRId64 " (%zu needed)", op,
+                job->scratch_bytes, ngroups, job->group, kvc_quantize_scratch_bytes(ngroups, job->group));
+    uintptr_t xlo = (uintptr_t)kvc_emulated_untag(job->scratch), xhi = xlo + job->scratch_bytes;
+    plain.scratch = checked_bytes(op, "scratch", exec, p, job->scratch, 1, xlo, xhi, 1, NULL);
+    check_apart(op, "scratch", xlo, xhi, "src", slo, shi);
+    if (job->records.base) {
+      int64_t rb = kvc_quant_record_bytes(job->group, job->spec.nbits, elem);
+      records_extent(&job->records, s, rb, &rlo, &rhi);
+      plain.records.base = checked_bytes(op, "records", exec, p, job->records.base, 1, rlo, rhi, 1, NULL);
+      check_apart(op, "records", rlo, rhi, "src", slo, shi);
+      check_apart(op, "records", rlo, rhi, "scratch", xlo, xhi);
+    }
+    if (job->dequant) {
+      const kvc_quant_span* d = &job->dequant_span;
+      if (memcmp(d->calls, s->calls, sizeof d->calls) || memcmp(d->groups, s->groups, sizeof d->groups))
+        violation("%s: the dequantized span's calls and groups differ from the source's", op);
+      span_extent(job->dequant, d, job->group, elem, &dlo, &dhi);
+      plain.dequant = checked_bytes(op, "dequant", exec, p, job->dequant, 1, dlo, dhi, 1, NULL);
+      int in_place = kvc_emulated_untag(job->dequant) == kvc_emulated_untag(job->src) && !memcmp(d, s, sizeof *d);
+      if (!in_place) check_apart(op, "dequantized values", dlo, dhi, "src", slo, shi);
+      check_apart(op, "dequantized values", dlo, dhi, "scratch", xlo, xhi);
+      if (job->records.base) check_apart(op, "dequantized values", dlo, dhi, "records", rlo, rhi);
+    }
+  }
+  int rc = kvci_cpu_quantize_groups(NULL, &cpu_place, &plain);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
 static int emu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const void* src, kvc_dtype dtype,
                            const int64_t ss[4], const int64_t shape[4]) {
   (void)ctx;
@@ -624,6 +740,65 @@ static int emu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const vo
     if (!dst || kvc_emulated_is_tagged(dst)) violation("read_f32_4d: dst %p is not host memory", (void*)dst);
   }
   int rc = cpu()->read_f32_4d(cpu()->ctx, &cpu_place, dst, s, dtype, ss, shape);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static int emu_dequantize_groups(void* ctx, const kvc_exec* exec, const kvc_dequantize_job* job) {
+  (void)ctx;
+  const char* op = "dequantize_groups";
+  pthread_mutex_lock(&lock);
+  place* p = checked_place(op, exec);
+  counters.launches++;
+  counters.quant_calls++;
+  if (!job) violation("%s: job is NULL", op);
+  check_spec(op, &job->spec, job->group);
+  if (job->lo < 0 || job->hi > job->group || job->lo > job->hi)
+    violation("%s: values %" PRId64 "..%" PRId64 " of groups of %" PRId64, op, job->lo, job->hi, job->group);
+  kvc_dequantize_job plain = *job;
+  const size_t elem = dtype_elem(job->spec.dtype);
+  uintptr_t dlo = 0, dhi = 0, rlo = 0, rhi = 0;
+  int any = span_extent(job->dst, &job->dst_span, job->hi - job->lo, elem, &dlo, &dhi);
+  plain.dst = checked_bytes(op, "dst", exec, p, job->dst, any, dlo, dhi, 1, NULL);
+  if (any) {
+    records_extent(&job->records, &job->dst_span, kvc_quant_record_bytes(job->group, job->spec.nbits, elem), &rlo,
+                   &rhi);
+    plain.records.base = checked_bytes(op, "records", exec, p, job->records.base, 1, rlo, rhi, 0, NULL);
+    check_apart(op, "dst", dlo, dhi, "records", rlo, rhi);
+  }
+  int rc = kvci_cpu_dequantize_groups(NULL, &cpu_place, &plain);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static int emu_fp8_calibrate(void* ctx, const kvc_exec* exec, const void* src, const int64_t st[4],
+                             const int64_t shape[4], int32_t dtype, float* scale) {
+  (void)ctx;
+  const char* op = "fp8_calibrate";
+  pthread_mutex_lock(&lock);
+  place* p = checked_place(op, exec);
+  counters.launches++;
+  counters.quant_calls++;
+  if (!scale || kvc_emulated_is_tagged(scale)) violation("%s: scale %p is not host memory", op, (void*)scale);
+  const void* s = checked_region(op, "src", exec, p, src, st, shape, dtype_elem(dtype), 0, NULL);
+  int rc = kvci_cpu_fp8_calibrate(NULL, &cpu_place, s, st, shape, dtype, scale);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static int emu_fp8_round_trip(void* ctx, const kvc_exec* exec, void* dst, const int64_t ds[4], const void* src,
+                              const int64_t ss[4], const int64_t shape[4], int32_t dtype, float scale) {
+  (void)ctx;
+  const char* op = "fp8_round_trip";
+  pthread_mutex_lock(&lock);
+  place* p = checked_place(op, exec);
+  counters.launches++;
+  counters.quant_calls++;
+  const size_t elem = dtype_elem(dtype);
+  void* d = checked_region(op, "dst", exec, p, dst, ds, shape, elem, 1, NULL);
+  const void* s = checked_region(op, "src", exec, p, src, ss, shape, elem, 0, NULL);
+  check_copy_overlap(op, d, ds, s, ss, shape, elem, 0);
+  int rc = kvci_cpu_fp8_round_trip(NULL, &cpu_place, d, ds, s, ss, shape, dtype, scale);
   pthread_mutex_unlock(&lock);
   return rc;
 }
@@ -651,6 +826,11 @@ static const kvc_backend emulated_backend = {
     /* Version 4: sink layers */
     emu_rerotate_keys_4d,
     emu_read_f32_4d,
+    /* Version 4: quantized layers */
+    emu_quantize_groups,
+    emu_dequantize_groups,
+    emu_fp8_calibrate,
+    emu_fp8_round_trip,
 };
 
 /* ---------------------------------------------------------- exports */

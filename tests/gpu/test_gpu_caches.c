@@ -12,9 +12,11 @@
  * split and stack, clone, reset, reserve, early initialization, creation from
  * tensors, past recording, explicit offload and prefetch. Inputs come in
  * every layout (strided, broadcast, offset, padded) and dtype.
- * Quantized layers run on the host only, and so do sink layers with RoPE on a
- * backend without the re-rotation operations (the CUDA and HIP plugins for
- * now): asking for them on a device must give a clear UNSUPPORTED error.
+ * Quantized layers (quanto and HQQ in every mode, and FP8) and sink layers
+ * with RoPE run on a device whose backend has the version-4 entries (the
+ * emulated device has them) and are compared like every other kind; on a
+ * backend without them (the CUDA and HIP plugins until they get kernels)
+ * such an update must give a clear UNSUPPORTED error and change nothing.
  *
  * Built once per device runtime (emulated, CUDA, HIP); device caches are
  * bound to a stream of the test unless a case says otherwise.
@@ -864,6 +866,88 @@ static void test_sink_with_rope(void) {
   sink_rope_run(KVC_DTYPE_FLOAT16, KVC_DTYPE_FLOAT16, 6); /* partial rotation: 6 of 12 key channels */
 }
 
+/* ------------------------------------------------------------ quantized */
+
+static int device_quantizes(kvc_layer_kind kind);
+
+/* Batch operations, clone, split and stack, crop and reset on a twin of `layers` layers holding a batch of 2. */
+static void quantized_ops(twin* t, uint32_t layers, kvc_dtype dt) {
+  const int64_t beams[2] = {1, 0};
+  TW_OK(tw_reorder(t, beams, 2));
+  const int64_t keep[2] = {1, 1};
+  TW_OK(tw_select(t, keep, 2));
+  TW_OK(tw_repeat(t, 2)); /* batch 4 */
+  tw_geom step = geom(4, 2, 1, 16, 16, dt, TW_STRIDED);
+  for (int i = 0; i < 5; i++) TW_OK(TW_UPDATE_ALL(t, layers, &step));
+  twin copy;
+  if (CHECK(tw_clone(t, &copy))) {
+    TW_OK(TW_UPDATE_ALL(&copy, layers, &step));
+    tw_check(t, "the original after its clone moved on");
+    tw_destroy(&copy);
+  }
+  tw_split_and_stack(t, 4, 1);
+  tw_split_and_stack(t, 4, 2);
+  TW_OK(tw_crop(t, -5)); /* into the quantized history of the incremental and compact modes */
+  for (int i = 0; i < 3; i++) TW_OK(TW_UPDATE_ALL(t, layers, &step));
+  TW_OK(tw_crop(t, -1));
+  TW_OK(tw_reset(t));
+  tw_geom again = geom(4, 2, 6, 16, 16, dt, TW_PADDED);
+  TW_OK(TW_UPDATE_ALL(t, layers, &again));
+  TW_OK(TW_UPDATE_ALL(t, layers, &step));
+}
+
+/*
+ * Every mode with both quantizers (keys and values on their two axes, so
+ * that per-token and per-channel groups both run) and an FP8 layer in one
+ * cache: prefill, decode through several quantizations, then every
+ * operation. Groups of 4 keep transformers' grouping valid for any length.
+ */
+static void test_quantized(void) {
+  if (!device_quantizes(KVC_LAYER_QUANTIZED) || !device_quantizes(KVC_LAYER_QUANTIZED_FP8)) {
+    printf("  quantized caches on the device: SKIPPED: the %s backend has no quantizer entries\n", drt_name());
+    return;
+  }
+  const kvc_quant_mode modes[3] = {KVC_QUANT_MODE_INCREMENTAL, KVC_QUANT_MODE_TRANSFORMERS, KVC_QUANT_MODE_COMPACT};
+  for (int m = 0; m < 3; m++) {
+    kvc_quant_options q[2];
+    kvc_layer_options layers[3];
+    for (int i = 0; i < 2; i++) {
+      kvc_quant_options_init(&q[i]);
+      q[i].mode = modes[m];
+      q[i].quantizer = i ? KVC_QUANTIZER_HQQ : KVC_QUANTIZER_QUANTO;
+      q[i].nbits = i ? 3 : 2;
+      q[i].axis_key = i ? 1 : 0;   /* per-token groups */
+      q[i].axis_value = i ? 0 : -1; /* per-channel groups */
+      q[i].q_group_size = 4;
+      q[i].residual_length = 3;
+      kvc_layer_options_init(&layers[i]);
+      layers[i].kind = KVC_LAYER_QUANTIZED;
+      layers[i].quant = &q[i];
+    }
+    kvc_layer_options_init(&layers[2]);
+    layers[2].kind = KVC_LAYER_QUANTIZED_FP8;
+    kvc_cache_options o = options(KVC_PRESET_CUSTOM, NULL);
+    o.num_layers = 3;
+    o.layers = layers;
+    const kvc_dtype dt = dtypes[m];
+    printf("  mode %d, %s\n", (int)modes[m], dt == KVC_DTYPE_FLOAT32 ? "float32" : dt == KVC_DTYPE_FLOAT16 ? "float16" : "bfloat16");
+    twin t;
+    REQUIRE(tw_create(&t, &o, device_under_test));
+    tw_geom prefill = geom(2, 2, 6, 16, 16, dt, TW_STRIDED);
+    TW_OK(TW_UPDATE_ALL(&t, 3, &prefill));
+    for (int step = 0; step < 12; step++) {
+      tw_geom g = geom(2, 2, step == 5 ? 3 : 1, 16, 16, dt, step % TW_LAYOUTS);
+      TW_OK(TW_UPDATE_ALL(&t, 3, &g));
+    }
+    tw_geom one = geom(2, 2, 2, 16, 16, dt, TW_REVERSED);
+    TW_OK(TW_UPDATE(&t, 1, &one, NULL)); /* a per-layer update */
+    TW_OK(TW_UPDATE(&t, 0, &one, NULL));
+    TW_OK(TW_UPDATE(&t, 2, &one, NULL));
+    quantized_ops(&t, 3, dt);
+    tw_destroy(&t);
+  }
+}
+
 /* An error that says what is wrong: UNSUPPORTED, naming the CPU as where it runs. */
 static void check_cpu_only_error(kvc_error* e, const char* what) {
   char label[160];
@@ -888,27 +972,48 @@ static kvc_cache* device_cache(kvc_cache_options* o) {
   return c;
 }
 
+/*
+ * Whether the device's backend quantizes layers of `kind`: an update of a
+ * one-layer cache succeeds, or is refused with a clear UNSUPPORTED error and
+ * changes nothing. The emulated device must quantize (it has the entries).
+ */
+static int device_quantizes(kvc_layer_kind kind) {
+  tw_input k, v;
+  tw_geom g = geom(1, 2, 3, 64, 64, KVC_DTYPE_FLOAT16, TW_COMPACT);
+  if (!tw_kv_make(&k, &v, &g, device_under_test)) return 0;
+  kvc_layer_options layer = KVC_LAYER_OPTIONS_INIT;
+  layer.kind = kind;
+  kvc_cache_options o = options(KVC_PRESET_CUSTOM, NULL);
+  o.num_layers = 1;
+  o.layers = &layer;
+  int works = 0;
+  kvc_cache* c = device_cache(&o);
+  if (c) {
+    kvc_error* e = kvc_cache_update(c, 0, &k.t[TW_DEV], &v.t[TW_DEV], NULL, NULL);
+    works = e == NULL;
+    int64_t len = -1;
+    if (!works) {
+      check_cpu_only_error(e, kind == KVC_LAYER_QUANTIZED_FP8 ? "an fp8 quantized update" : "a quantized update");
+      CHECK_OK(kvc_cache_seq_length(c, 0, &len));
+      CHECK_EQ_I64(len, 0); /* the refused update changed nothing */
+    }
+  }
+  kvc_cache_destroy(c);
+  tw_input_free(&k);
+  tw_input_free(&v);
+  if (!strcmp(drt_name(), "emulated")) CHECK(works); /* its table has the quantizer entries */
+  return works;
+}
+
 static void test_cpu_only_kinds(void) {
   tw_input k, v;
   tw_geom g = geom(1, 2, 3, 64, 64, KVC_DTYPE_FLOAT16, TW_COMPACT);
   REQUIRE(tw_kv_make(&k, &v, &g, device_under_test));
   kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
   cfg.num_hidden_layers = 1;
-  kvc_cache_options o = options(KVC_PRESET_QUANTIZED, &cfg);
-  kvc_cache* c = device_cache(&o);
-  if (c) {
-    kvc_memory_info before;
-    memset(&before, 0, sizeof before);
-    before.struct_size = sizeof before;
-    CHECK_OK(kvc_cache_memory(c, &before));
-    check_cpu_only_error(kvc_cache_update(c, 0, &k.t[TW_DEV], &v.t[TW_DEV], NULL, NULL), "a quantized update");
-    int64_t len = -1;
-    CHECK_OK(kvc_cache_seq_length(c, 0, &len));
-    CHECK_EQ_I64(len, 0); /* the refused update changed nothing */
-  }
-  kvc_cache_destroy(c);
-
-  /* Sink keys re-rotated with RoPE, on a backend without the operations. */
+  kvc_cache_options o;
+  kvc_cache* c;
+  /* Sink keys re-rotated with RoPE, on a backend without the operations (quantized layers: device_quantizes). */
   if (device_rerotates_sink_keys()) {
     printf("  a sink update with RoPE on a device: runs on the %s backend (test_sink_with_rope)\n", drt_name());
     tw_input_free(&k);
@@ -956,6 +1061,7 @@ static void run_all(void) {
   TU_RUN(test_create_from_tensors);
   TU_RUN(test_sink_without_rope);
   TU_RUN(test_sink_with_rope);
+  TU_RUN(test_quantized);
   TU_RUN(test_cpu_only_kinds);
 }
 

@@ -1,5 +1,5 @@
 /*
- * kvci_dequantize_packed (core/quantize.h), the bulk dequantization compact
+ * kvci_dequantize_packed (backends/cpu/quantize.h), the bulk dequantization compact
  * layers materialize their history with, against the per-group reference:
  * kvci_dequantize_groups of the unpacked codes, stored with kvci_store_f32.
  * Bit for bit, for every quantizer, nbits and dtype, with group sizes that
@@ -11,7 +11,7 @@
 #include <math.h>
 
 #include "half.h"
-#include "quantize.h"
+#include "cpu/quantize.h"
 #include "test_util.h"
 
 static uint64_t bulk_rng = 0x9E3779B97F4A7C15ULL;

@@ -1,5 +1,5 @@
 /*
- * core/quant_fp8.c against torch: tests/conformance/vectors/fp8_e4m3fn.tbl
+ * backends/cpu/quant_fp8.c against torch: tests/conformance/vectors/fp8_e4m3fn.tbl
  * (written by tests/conformance/generate_fp8_table.py with torch 2.15; the
  * format is described there) holds what torch computed:
  *   - the float32 value of all 256 e4m3fn codes (exact bits, NaN included);
@@ -15,7 +15,7 @@
 #include <math.h>
 
 #include "half.h"
-#include "quant_fp8.h"
+#include "cpu/quant_fp8.h"
 #include "test_util.h"
 
 typedef struct fp8_table {

@@ -8,9 +8,11 @@
  */
 #include "test_quantized.h"
 
+#include "cpu/quantize.h"
 #include "half.h"
 #include "internal.h"
 #include "layer_quantized.h"
+#include "quant_layout.h"
 
 #define F32 KVC_DTYPE_FLOAT32
 
@@ -24,8 +26,12 @@ static void check_record(const kvc_layer* l, int which, const unsigned char* rec
   uint8_t codes[512];
   float out[512], scale, zero;
   if (group > 512) abort();
-  kvci_quant_get_record(l, rec, codes, &scale, &zero, group);
-  kvc_quantizer_spec spec = kvci_quant_spec(l, which);
+  /* A record is [scale][zero point][packed codes] (abi/backend/backend.h). */
+  scale = kvci_load_f32_unaligned(l->dtype, rec);
+  zero = kvci_load_f32_unaligned(l->dtype, rec + l->elem);
+  kvci_unpack_codes(rec + 2 * l->elem, group, kvci_quant_opts(l)->nbits, codes);
+  const kvc_quant_spec q = kvci_quant_spec(l, which);
+  kvc_quantizer_spec spec = {(kvc_quantizer)q.quantizer, q.nbits, (kvc_dtype)q.dtype, q.axis};
   kvci_dequantize_groups(&spec, codes, &scale, &zero, 1, group, out);
   const void* base = which ? l->v : l->k;
   for (int64_t i = 0; i < group; i++)

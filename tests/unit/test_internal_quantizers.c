@@ -1,5 +1,5 @@
 /*
- * The quantizer arithmetic of core/quantize.h against optimum-quanto and hqq
+ * The quantizer arithmetic of backends/cpu/quantize.h against optimum-quanto and hqq
  * themselves: tests/conformance/vectors/quant_math.qv (written by
  * tests/conformance/generate_quant_math.py, format described there) holds
  * inputs with the codes, scales, zero points and dequantized values the
@@ -16,7 +16,8 @@
 #include <time.h>
 
 #include "half.h"
-#include "quantize.h"
+#include "cpu/quantize.h"
+#include "quant_layout.h"
 #include "test_util.h"
 
 /* ------------------------------------------------------------ the vector file */

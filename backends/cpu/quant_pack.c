@@ -1,5 +1,5 @@
 /*
- * core/quant_pack.c: bit packing of quantized codes (quantize.h). Code i
+ * backends/cpu/quant_pack.c: bit packing of quantized codes (quantize.h). Code i
  * takes bits [i*nbits, (i+1)*nbits) of a little-endian bit stream: byte j
  * holds bits 8j .. 8j+7, lowest first. The format is ours (it never leaves
  * the cache), so it is chosen to be dense for every nbits, 3 included.

@@ -1,5 +1,5 @@
 /*
- * core/quant_quanto.c: optimum-quanto's MaxOptimizer and affine quantizer
+ * backends/cpu/quant_quanto.c: optimum-quanto's MaxOptimizer and affine quantizer
  * (docs/semantics.md, 'quanto quantizer'), as transformers' QuantoQuantizedLayer calls them. quanto
  * computes in the tensor's dtype: for float16/bfloat16 every operation is
  * a float32 operation rounded to that dtype (torch's CPU kernels), so each

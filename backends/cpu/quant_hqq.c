@@ -1,5 +1,5 @@
 /*
- * core/quant_hqq.c: HQQ's quantizer (hqq.core.quantize.Quantizer.quantize
+ * backends/cpu/quant_hqq.c: HQQ's quantizer (hqq.core.quantize.Quantizer.quantize
  * with transformers' arguments: channel-wise groups, optimize=True,
  * round_zero=False; docs/semantics.md, 'HQQ quantizer'). hqq computes in float32 on CPU and keeps
  * scale and zero point in the cache's dtype.
@@ -86,15 +86,17 @@ static float solver_step(hqq_work* h, float max_code) {
 }
 
 int kvci_hqq_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group, uint8_t* codes,
-                     float* scale, float* zero) {
+                     float* scale, float* zero, float* work) {
   hqq_work h;
   h.n = ngroups * group;
   h.by_column = spec->axis == 0;
   h.rows = h.by_column ? group : ngroups;
   h.cols = h.by_column ? ngroups : group;
-  float* buf = (float*)malloc(((size_t)(h.by_column ? 3 : 2) * (size_t)h.n + 3 * (size_t)ngroups) * sizeof(float));
-  if (!buf) return -1;
-  h.err = buf;
+  /* A device-style caller gives the memory (allocated before anything is written); the others let us allocate. */
+  float* buf = work ? NULL
+                    : (float*)malloc(((size_t)(h.by_column ? 3 : 2) * (size_t)h.n + 3 * (size_t)ngroups) * sizeof(float));
+  if (!work && !buf) return -1;
+  h.err = work ? work : buf;
   h.target = h.err + h.n;
   h.s = h.target + h.n;
   h.z = h.s + ngroups;

@@ -1,7 +1,7 @@
-/* core/quant_groups.c: transformers' grouping of a [B, H, S, D] tensor for each quantizer and axis (quantize.h). */
+/* core/quant_layout.c: transformers' grouping of a [B, H, S, D] tensor for each quantizer and axis (quant_layout.h). */
 #include <string.h>
 
-#include "quantize.h"
+#include "quant_layout.h"
 
 int kvci_quant_layout_init(kvc_quant_layout* layout, kvc_quantizer q, int axis, int64_t group, const int64_t shape[4]) {
   kvc_quant_layout l;
@@ -72,3 +72,33 @@ static void move(const kvc_quant_layout* l, float* x, float* groups, int to_grou
 
 void kvci_quant_gather(const kvc_quant_layout* l, const float* x, float* groups) { move(l, (float*)x, groups, 1); }
 void kvci_quant_scatter(const kvc_quant_layout* l, const float* groups, float* x) { move(l, x, (float*)groups, 0); }
+
+kvc_quant_span kvci_quant_layout_span(const kvc_quant_layout* l, int per_row) {
+  kvc_quant_span s;
+  memset(&s, 0, sizeof s);
+  s.calls[0] = s.calls[1] = 1;
+  s.groups[0] = 1;
+  if (consecutive(l)) { /* G consecutive elements (the per-tensor fallback too: groups of one) */
+    s.groups[1] = l->ngroups;
+    s.group_strides[1] = l->group;
+    s.value_stride = 1;
+  } else if (l->quantizer == KVC_QUANTIZER_QUANTO) {
+    /* group d * (P/G) + j holds channel d of positions j*G .. j*G + G-1 (P positions (b, h, s), D values each) */
+    const int64_t dim = l->shape[3], positions = l->ngroups * l->group / dim;
+    s.groups[0] = dim;
+    s.groups[1] = positions / l->group;
+    s.group_strides[0] = 1;
+    s.group_strides[1] = l->group * dim;
+    s.value_stride = dim;
+    if (per_row && l->shape[0] > 1) { /* a row's groups: every channel, over that row's positions */
+      s.calls[0] = l->shape[0];
+      s.call_strides[0] = positions / l->shape[0] * dim;
+      s.groups[1] /= l->shape[0];
+    }
+  } else { /* HQQ axis 0: [G][ngroups], group k is column k */
+    s.groups[1] = l->ngroups;
+    s.group_strides[1] = 1;
+    s.value_stride = l->ngroups;
+  }
+  return s;
+}

@@ -1,5 +1,5 @@
 /*
- * core/torch_cpu_math.c: torch's CPU summation order and vectorized powf
+ * backends/cpu/torch_cpu_math.c: torch's CPU summation order and vectorized powf
  * (see torch_cpu_math.h). Every operation is written as its own statement:
  * fusing a multiply and an add, or reassociating, changes the bits.
  *

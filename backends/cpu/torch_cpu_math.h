@@ -1,5 +1,5 @@
 /*
- * core/torch_cpu_math.h: float32 arithmetic whose rounding depends on how
+ * backends/cpu/torch_cpu_math.h: float32 arithmetic whose rounding depends on how
  * torch's CPU kernels are written, reproduced so that the HQQ quantizer
  * gets the bits hqq gets (docs/semantics.md, 'HQQ quantizer').
  *
@@ -12,8 +12,8 @@
  * multiply-adds on AVX2), while the tail a vector does not cover goes through
  * the C library's double pow: both are reproduced, the first here.
  */
-#ifndef KVC_CORE_TORCH_CPU_MATH_H
-#define KVC_CORE_TORCH_CPU_MATH_H
+#ifndef KVC_CPU_TORCH_CPU_MATH_H
+#define KVC_CPU_TORCH_CPU_MATH_H
 
 #include <stdint.h>
 
@@ -34,4 +34,4 @@ float kvci_torch_sum_column(const float* x, int64_t rows, int64_t cols, int64_t 
  * not an integer. */
 float kvci_torch_powf_vec(float x, float y);
 
-#endif /* KVC_CORE_TORCH_CPU_MATH_H */
+#endif /* KVC_CPU_TORCH_CPU_MATH_H */

@@ -1,5 +1,5 @@
 /*
- * core/quant_fp8.c: float8 e4m3fn and transformers' per-tensor FP8 scale
+ * backends/cpu/quant_fp8.c: float8 e4m3fn and transformers' per-tensor FP8 scale
  * (see quant_fp8.h). The conversion follows torch's c10::Float8_e4m3fn bit
  * for bit (as torch 2.15 converts on CPU: saturating), with integer
  * arithmetic only, so that no floating-point environment setting (flush to

@@ -1,5 +1,5 @@
 /*
- * core/quant_fp8.h: float8 e4m3fn ("fn": finite, no infinities; one NaN
+ * backends/cpu/quant_fp8.h: float8 e4m3fn ("fn": finite, no infinities; one NaN
  * pattern per sign, 0x7f and 0xff; largest finite 448) and the per-tensor
  * scale of transformers' FP8 quantized cache layer (Fp8QuantizedLayer,
  * transformers >= 5.21), bit for bit as torch computes them on CPU:
@@ -16,10 +16,10 @@
  * e4m3fn -> float32 is exact; NaN decodes to 0x7ff00000 (0xfff00000 for 0xff),
  * as torch's.
  *
- * Pure arithmetic on host memory; no other core file than half.h.
+ * Pure arithmetic on host memory, private to the CPU backend (cpu_quant_ops.c).
  */
-#ifndef KVC_CORE_QUANT_FP8_H
-#define KVC_CORE_QUANT_FP8_H
+#ifndef KVC_CPU_QUANT_FP8_H
+#define KVC_CPU_QUANT_FP8_H
 
 #include <stdint.h>
 
@@ -60,4 +60,4 @@ void kvci_fp8_quantize(kvc_dtype dtype, const void* x, int64_t n, float scale, u
 /* out[i] = dtype(float32(codes[i]) * scale): float32 product rounded once to `dtype` (nearest even). */
 void kvci_fp8_dequantize(const uint8_t* codes, int64_t n, float scale, kvc_dtype dtype, void* out);
 
-#endif /* KVC_CORE_QUANT_FP8_H */
+#endif /* KVC_CPU_QUANT_FP8_H */

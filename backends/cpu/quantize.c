@@ -1,14 +1,19 @@
-/* core/quantize.c: the quantizer entry points of quantize.h, dispatching to quant_quanto.c and quant_hqq.c. */
+/* backends/cpu/quantize.c: the quantizer entry points of quantize.h, dispatching to quant_quanto.c and quant_hqq.c. */
 #include <string.h>
 
 #include "half.h"
 #include "quantize.h"
 
-int kvci_quantize_groups(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group,
-                        uint8_t* codes, float* scale, float* zero) {
-  if (spec->quantizer == KVC_QUANTIZER_HQQ) return kvci_hqq_quantize(spec, x, ngroups, group, codes, scale, zero);
+int kvci_quantize_groups_in(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group,
+                           uint8_t* codes, float* scale, float* zero, float* work) {
+  if (spec->quantizer == KVC_QUANTIZER_HQQ) return kvci_hqq_quantize(spec, x, ngroups, group, codes, scale, zero, work);
   kvci_quanto_quantize(spec, x, ngroups, group, codes, scale, zero);
   return 0;
+}
+
+int kvci_quantize_groups(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group,
+                        uint8_t* codes, float* scale, float* zero) {
+  return kvci_quantize_groups_in(spec, x, ngroups, group, codes, scale, zero, NULL);
 }
 
 void kvci_dequantize_groups(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale,

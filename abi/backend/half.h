@@ -1,10 +1,13 @@
 /*
- * core/half.h: float16 and bfloat16 <-> float32, with round-to-nearest-even
- * as torch does on CPU. Quantizers and RoPE re-rotation compute in float32
- * and must round to the cache dtype exactly where transformers does.
+ * abi/backend/half.h: float16 and bfloat16 <-> float32, with
+ * round-to-nearest-even as torch does on CPU. Quantizers and RoPE
+ * re-rotation compute in float32 and must round to the cache dtype exactly
+ * where transformers does. It lives beside the backend table because both
+ * sides use it: the core (RoPE re-rotation, record scales) and the CPU
+ * backend's quantizers.
  */
-#ifndef KVC_CORE_HALF_H
-#define KVC_CORE_HALF_H
+#ifndef KVC_BACKEND_HALF_H
+#define KVC_BACKEND_HALF_H
 
 #include <stdint.h>
 #include <string.h>
@@ -115,4 +118,4 @@ static inline void kvci_store_f32_unaligned(kvc_dtype dtype, void* p, float f) {
   memcpy(p, &h, sizeof h);
 }
 
-#endif /* KVC_CORE_HALF_H */
+#endif /* KVC_BACKEND_HALF_H */

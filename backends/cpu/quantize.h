@@ -1,11 +1,14 @@
 /*
- * core/quantize.h: the group quantizers of quantized layers and their bit
- * packing (docs/semantics.md, 'quanto quantizer' and 'HQQ quantizer'). Pure arithmetic on host memory: the layer
- * (layer_quantized.c) decides which values form a group, gathers them here
- * as float32 (exact for float16/bfloat16) and scatters the results back.
+ * backends/cpu/quantize.h: the group quantizers of quantized layers and
+ * their bit packing (docs/semantics.md, 'quanto quantizer' and 'HQQ
+ * quantizer'). Pure arithmetic on host memory, private to the CPU backend
+ * (and the emulated device, which compiles it): the core plans which values
+ * form a group and reaches this code only through the backend table's
+ * quantize_groups / dequantize_groups (cpu_quant_ops.c gathers the values
+ * as float32, exact for float16/bfloat16, and scatters the results back).
  */
-#ifndef KVC_CORE_QUANTIZE_H
-#define KVC_CORE_QUANTIZE_H
+#ifndef KVC_CPU_QUANTIZE_H
+#define KVC_CPU_QUANTIZE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -38,6 +41,9 @@ typedef struct kvc_quantizer_spec {
  */
 int kvci_quantize_groups(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group,
                         uint8_t* codes, float* scale, float* zero);
+/* The same with HQQ's working memory given (kvci_hqq_quantize's `work`): cannot fail. */
+int kvci_quantize_groups_in(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group,
+                           uint8_t* codes, float* scale, float* zero, float* work);
 
 /* The dequantized values of the groups, [ngroups][group], rounded to spec->dtype. */
 void kvci_dequantize_groups(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale,
@@ -88,49 +94,14 @@ size_t kvci_packed_bytes(int64_t n, int nbits);
 void kvci_pack_codes(const uint8_t* codes, int64_t n, int nbits, uint8_t* out);
 void kvci_unpack_codes(const uint8_t* in, int64_t n, int nbits, uint8_t* codes);
 
-/*
- * How transformers splits a contiguous [B, H, S, D] tensor into the groups
- * of one quantizer call (docs/semantics.md, 'quanto quantizer' and 'HQQ quantizer'):
- *  - quanto axis 0: G consecutive elements of the row-major flattening
- *    (optimum-quanto's group(): G must divide H*S*D and not exceed it). When
- *    the whole tensor is one group (B == 1, H*S*D == G), quanto's optimizer
- *    falls back to one scale per element: group 1, G groups (lossless).
- *  - quanto axis -1: channel d over G consecutive positions of the flattened
- *    (b, h, s) order (G must divide B*H*S and not exceed it); group
- *    d * (B*H*S/G) + j holds positions j*G .. j*G + G-1.
- *  - HQQ axis 1: reshape(-1, G), G consecutive elements (G must divide the
- *    element count).
- *  - HQQ axis 0: reshape(G, -1), group j = elements j + k * (numel/G),
- *    k < G (G must divide the element count).
- */
-typedef struct kvc_quant_layout {
-  kvc_quantizer quantizer;
-  int axis;
-  int64_t shape[4];   /* B, H, S, D */
-  int64_t ngroups;    /* groups of one call */
-  int64_t group;      /* values per group */
-  int64_t axis_numel; /* the N of transformers' error: quanto "Group size (G) must be a divisor of
-                         (N)" (numel / shape[axis]); HQQ's element count */
-} kvc_quant_layout;
-
-/*
- * Fills *layout for quantizer `q` along `axis` (quanto 0 or -1, HQQ 1 or 0)
- * with group size `group` >= 1. Returns 0, or -1 when transformers refuses
- * the group size for this shape (or the tensor is empty); then only
- * layout->axis_numel is meaningful, for the caller's error message.
- */
-int kvci_quant_layout_init(kvc_quant_layout* layout, kvc_quantizer q, int axis, int64_t group, const int64_t shape[4]);
-/* Copies the contiguous tensor x into groups [ngroups][group], and back. */
-void kvci_quant_gather(const kvc_quant_layout* layout, const float* x, float* groups);
-void kvci_quant_scatter(const kvc_quant_layout* layout, const float* groups, float* x);
-
 /* The two quantizers behind kvci_quantize_groups / kvci_dequantize_groups (quant_quanto.c, quant_hqq.c). */
 void kvci_quanto_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group,
                          uint8_t* codes, float* scale, float* zero);
 void kvci_quanto_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale,
                            const float* zero, int64_t ngroups, int64_t group, float* out);
+/* work: (axis 0 ? 3 : 2) * ngroups * group + 3 * ngroups floats, or NULL to allocate them (-1: out of memory). */
 int kvci_hqq_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ngroups, int64_t group, uint8_t* codes,
-                     float* scale, float* zero);
+                     float* scale, float* zero, float* work);
 void kvci_hqq_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale, const float* zero,
                         int64_t ngroups, int64_t group, float* out);
 
@@ -164,4 +135,4 @@ static inline float kvci_round_half_even(float v) {
       FN(KVC_DTYPE_FLOAT32, __VA_ARGS__);      \
   } while (0)
 
-#endif /* KVC_CORE_QUANTIZE_H */
+#endif /* KVC_CPU_QUANTIZE_H */
