@@ -59,10 +59,7 @@ static void test_bad_quant_options(void) {
   kvc_layer_options layers[2] = {KVC_LAYER_OPTIONS_INIT, KVC_LAYER_OPTIONS_INIT};
   layers[0].kind = layers[1].kind = KVC_LAYER_QUANTIZED;
   layers[1].quant = &bad[7].q; /* quanto axis_key 1 */
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
-  o.num_layers = 2;
-  o.layers = layers;
+  kvc_cache_options o = tu_custom_options(2, layers);
   kvc_cache* c = SENTINEL;
   EXPECT_ERR(kvc_cache_create(&o, &c), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_create", "options->layers[1].quant",
              "axis_key", "[0, -1]", "got 1");

@@ -194,10 +194,7 @@ static void test_create_from_tensors(void) {
   /* the tensors were copied: changing them afterwards does not reach the cache */
   kvc_layer_options l[3] = {tu_layer(KVC_LAYER_STATIC, 0, 8), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 3, 0),
                             tu_layer(KVC_LAYER_STATIC_SLIDING, 4, 8)};
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
-  o.num_layers = 3;
-  o.layers = l;
+  kvc_cache_options o = tu_custom_options(3, l);
   c = NULL;
   REQUIRE_OK(kvc_cache_create_from_tensors(&o, 3, ka, va, &c));
   for (int i = 0; i < 3; i++) memset(k[i].alloc, 0, 4);

@@ -280,21 +280,10 @@ static void test_update_all(void) {
   kvc_cache* c = sk_cache(4, 1, 3);
   REQUIRE(c != NULL);
   for (int64_t t = 0; t < 6; t++) {
-    tu_tensor k[3], v[3];
-    kvc_tensor kt[3], vt[3];
-    for (int i = 0; i < 3; i++) {
-      sk_make_kv(&k[i], &v[i], KVC_DTYPE_FLOAT32, 1, 1, 2, 2, &t, 1);
-      kt[i] = k[i].t;
-      vt[i] = v[i].t;
-    }
     kvc_kv out[3];
-    CHECK_OK(kvc_cache_update_all(c, 3, kt, vt, NULL, out));
+    CHECK_OK(sk_update_all(c, 3, 2, 2, &t, 1, NULL, out));
     if (t == 5)
       for (int i = 0; i < 3; i++) CHECK_SINK_TOKENS(out[i], 0, 3, 4, 5);
-    for (int i = 0; i < 3; i++) {
-      tu_tensor_free(&k[i]);
-      tu_tensor_free(&v[i]);
-    }
   }
   kvc_cache_destroy(c);
 }

@@ -123,6 +123,26 @@ static TU_UNUSED kvc_error* sk_update(kvc_cache* c, uint32_t layer, kvc_dtype dt
   return e;
 }
 
+/* update_all of num_layers (at most 4) float32 layers, [1, 1, n, dk] / [1, 1, n, dv], every layer given the
+ * same listed tokens; out (may be NULL) receives num_layers views. */
+static TU_UNUSED kvc_error* sk_update_all(kvc_cache* c, uint32_t num_layers, int64_t dk, int64_t dv,
+                                          const int64_t* tokens, int64_t n, const kvc_update_options* o, kvc_kv* out) {
+  tu_tensor k[4], v[4];
+  kvc_tensor kt[4], vt[4];
+  if (num_layers > 4) abort();
+  for (uint32_t i = 0; i < num_layers; i++) {
+    sk_make_kv(&k[i], &v[i], KVC_DTYPE_FLOAT32, 1, 1, dk, dv, tokens, n);
+    kt[i] = k[i].t;
+    vt[i] = v[i].t;
+  }
+  kvc_error* e = kvc_cache_update_all(c, num_layers, kt, vt, o, out);
+  for (uint32_t i = 0; i < num_layers; i++) {
+    tu_tensor_free(&k[i]);
+    tu_tensor_free(&v[i]);
+  }
+  return e;
+}
+
 /* A SinkCache preset: lazy (num_layers 0) or with a config of num_layers layers; NULL on error (counted). */
 static TU_UNUSED kvc_cache* sk_cache(int64_t window, int64_t sinks, uint32_t num_layers) {
   kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;

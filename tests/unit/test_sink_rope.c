@@ -154,34 +154,16 @@ static void test_failed_call_keeps_the_table(void) {
   layers[1].num_sink_tokens = 1;
   kvc_cache* c = tu_custom_cache(2, layers);
   REQUIRE(c != NULL);
-  tu_tensor k[2], v[2];
-  kvc_tensor kt[2], vt[2];
   sk_rope r;
   sk_rope_make(&r, KVC_DTYPE_FLOAT32, 3, 1, 0, 6, 2, 1);
   kvc_update_options o = sk_opts(&r, 0);
-  for (int i = 0; i < 2; i++) {
-    sk_make_kv(&k[i], &v[i], KVC_DTYPE_FLOAT32, 1, 1, 2, 1, TU_LIST(0, 1, 2, 3, 4, 5), 6);
-    kt[i] = k[i].t;
-    vt[i] = v[i].t;
-  }
-  REQUIRE_OK(kvc_cache_update_all(c, 2, kt, vt, &o, NULL));
+  REQUIRE_OK(sk_update_all(c, 2, 2, 1, TU_LIST(0, 1, 2, 3, 4, 5), 6, &o, NULL));
   sk_rope_free(&r);
-  for (int i = 0; i < 2; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-    sk_make_kv(&k[i], &v[i], KVC_DTYPE_FLOAT32, 1, 1, 2, 1, TU_LIST(6, 7), 2);
-    kt[i] = k[i].t;
-    vt[i] = v[i].t;
-  }
   sk_rope_make(&r, KVC_DTYPE_FLOAT32, 2, 1, 0, 8, 2, 0);
   o = sk_opts(&r, 0);
   /* layer 1: 3 - 1 - 2 = 0 */
-  CHECK_UNCHANGED_BY(c, CHECK_ERR(kvc_cache_update_all(c, 2, kt, vt, &o, NULL), KVC_ERROR_INVALID_ARGUMENT));
+  CHECK_UNCHANGED_BY(c, CHECK_ERR(sk_update_all(c, 2, 2, 1, TU_LIST(6, 7), 2, &o, NULL), KVC_ERROR_INVALID_ARGUMENT));
   sk_rope_free(&r);
-  for (int i = 0; i < 2; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
   kvc_kv out;
   REQUIRE_OK(step3(c, 0, KVC_DTYPE_FLOAT32, KVC_DTYPE_FLOAT32, 1, 1, 2, 0, TU_LIST(6), 1, 6, 0, &out));
   CHECK_SINK(out, TU_LIST(1, 2, 3, 4, 5, 6), ((const int[]){1, 1, 1, 1, 1, 0}), 6, 2);

@@ -63,45 +63,43 @@ static TU_UNUSED int tu_report(int ok, const char* file, int line, const char* w
 #define CHECK(cond) tu_report((cond) ? 1 : 0, __FILE__, __LINE__, #cond)
 #define REQUIRE(cond) do { if (!CHECK(cond)) return; } while (0)
 
+/* Counts one comparison check; on failure prints "ea op eb: values", the values formatted by the caller. */
+static TU_UNUSED int tu_check_cmp(int ok, const char* file, int line, const char* ea, const char* op, const char* eb,
+                                  const char* values) {
+  tu_checks_total++;
+  if (ok) return 1;
+  tu_failures_total++;
+  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s %s %s: %s\n", file, line, tu_current_test, ea, op, eb, values);
+  return 0;
+}
+
 static TU_UNUSED int tu_check_i64(int64_t a, int64_t b, const char* file, int line, const char* ea,
                                   const char* eb) {
-  tu_checks_total++;
-  if (a == b) return 1;
-  tu_failures_total++;
-  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s == %s: %lld != %lld\n", file, line, tu_current_test, ea,
-          eb, (long long)a, (long long)b);
-  return 0;
+  char v[64];
+  snprintf(v, sizeof v, "%lld != %lld", (long long)a, (long long)b);
+  return tu_check_cmp(a == b, file, line, ea, "==", eb, v);
 }
 
 static TU_UNUSED int tu_check_u64(uint64_t a, uint64_t b, const char* file, int line, const char* ea,
                                   const char* eb) {
-  tu_checks_total++;
-  if (a == b) return 1;
-  tu_failures_total++;
-  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s == %s: %llu (0x%llx) != %llu (0x%llx)\n", file, line,
-          tu_current_test, ea, eb, (unsigned long long)a, (unsigned long long)a,
-          (unsigned long long)b, (unsigned long long)b);
-  return 0;
+  char v[112];
+  snprintf(v, sizeof v, "%llu (0x%llx) != %llu (0x%llx)", (unsigned long long)a, (unsigned long long)a,
+           (unsigned long long)b, (unsigned long long)b);
+  return tu_check_cmp(a == b, file, line, ea, "==", eb, v);
 }
 
 static TU_UNUSED int tu_check_ptr(const void* a, const void* b, int want_equal, const char* file,
                                   int line, const char* ea, const char* eb) {
-  tu_checks_total++;
-  if ((a == b) == (want_equal != 0)) return 1;
-  tu_failures_total++;
-  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s %s %s: %p vs %p\n", file, line, tu_current_test, ea,
-          want_equal ? "==" : "!=", eb, a, b);
-  return 0;
+  char v[64];
+  snprintf(v, sizeof v, "%p vs %p", a, b);
+  return tu_check_cmp((a == b) == (want_equal != 0), file, line, ea, want_equal ? "==" : "!=", eb, v);
 }
 
 static TU_UNUSED int tu_check_f64(double a, double b, const char* file, int line, const char* ea,
                                   const char* eb) {
-  tu_checks_total++;
-  if (a == b) return 1;
-  tu_failures_total++;
-  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s == %s: %.9g != %.9g\n", file, line, tu_current_test, ea,
-          eb, a, b);
-  return 0;
+  char v[64];
+  snprintf(v, sizeof v, "%.9g != %.9g", a, b);
+  return tu_check_cmp(a == b, file, line, ea, "==", eb, v);
 }
 
 #define CHECK_EQ_I64(a, b) tu_check_i64((int64_t)(a), (int64_t)(b), __FILE__, __LINE__, #a, #b)
@@ -750,20 +748,26 @@ static TU_UNUSED kvc_cache* tu_preset_cache(kvc_preset preset, const kvc_model_c
   return c;
 }
 
-/* A custom cache of n layers, or NULL (the error is printed and counted). */
-/* The same, offloading the layers `offload` names. */
-static TU_UNUSED kvc_cache* tu_custom_offload_cache(uint32_t n, const kvc_layer_options* layers,
-                                                    kvc_offload offload) {
+/* Options of a custom cache of n layers; the bad-input tests start from these and break one field. */
+static TU_UNUSED kvc_cache_options tu_custom_options(uint32_t n, const kvc_layer_options* layers) {
   kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
   o.preset = KVC_PRESET_CUSTOM;
   o.num_layers = n;
   o.layers = layers;
+  return o;
+}
+
+/* A custom cache of n layers offloading the layers `offload` names, or NULL (the error is printed and counted). */
+static TU_UNUSED kvc_cache* tu_custom_offload_cache(uint32_t n, const kvc_layer_options* layers,
+                                                    kvc_offload offload) {
+  kvc_cache_options o = tu_custom_options(n, layers);
   o.offload = offload;
   kvc_cache* c = NULL;
   if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
   return c;
 }
 
+/* The same, nothing offloaded. */
 static TU_UNUSED kvc_cache* tu_custom_cache(uint32_t n, const kvc_layer_options* layers) {
   const kvc_cache_options defaults = KVC_CACHE_OPTIONS_INIT;
   return tu_custom_offload_cache(n, layers, defaults.offload);
@@ -995,18 +999,10 @@ static TU_UNUSED int snapshot_ed_equal_ex(const tu_ed_snapshot* a, const tu_ed_s
   return 1;
 }
 
-static TU_UNUSED int snapshot_ed_equal(const tu_ed_snapshot* a, const tu_ed_snapshot* b) {
-  return snapshot_ed_equal_ex(a, b, 0);
-}
-
-/* The same, except memory.bytes_reserved of both caches. */
-static TU_UNUSED int snapshot_ed_equal_contents(const tu_ed_snapshot* a, const tu_ed_snapshot* b) {
-  return snapshot_ed_equal_ex(a, b, 1);
-}
-
+/* The _CONTENTS form skips memory.bytes_reserved of both caches. */
 #define CHECK_ED_SNAPSHOT_EQUAL_CONTENTS(a, b) \
-  tu_report(snapshot_ed_equal_contents((a), (b)), __FILE__, __LINE__, "snapshot_ed_equal_contents(" #a ", " #b ")")
+  tu_report(snapshot_ed_equal_ex((a), (b), 1), __FILE__, __LINE__, "snapshot_ed_equal_contents(" #a ", " #b ")")
 #define CHECK_ED_SNAPSHOT_EQUAL(a, b) \
-  tu_report(snapshot_ed_equal((a), (b)), __FILE__, __LINE__, "snapshot_ed_equal(" #a ", " #b ")")
+  tu_report(snapshot_ed_equal_ex((a), (b), 0), __FILE__, __LINE__, "snapshot_ed_equal(" #a ", " #b ")")
 
 #endif /* KVCACHE_TEST_UTIL_H */
