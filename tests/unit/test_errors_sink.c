@@ -187,9 +187,7 @@ static void test_rope_shift_sizes(void) {
 
 /* update_all names the layer's argument keys[i], and refuses the whole call. */
 static void test_update_all_names_the_layer(void) {
-  kvc_layer_options layers[2] = {tu_layer(KVC_LAYER_SINK, 8, 0), tu_layer(KVC_LAYER_SINK, 4, 0)};
-  layers[1].num_sink_tokens = 1;
-  kvc_cache* c = tu_custom_cache(2, layers);
+  kvc_cache* c = sk_two_layers(8, 4);
   REQUIRE(c != NULL);
   CHECK_OK(sk_update_all(c, 2, 2, 2, TU_LIST(0, 1, 2, 3), 4, NULL, NULL));
   sk_rope r;

@@ -143,6 +143,14 @@ static TU_UNUSED kvc_error* sk_update_all(kvc_cache* c, uint32_t num_layers, int
   return e;
 }
 
+/* A custom cache of two sink layers of windows w0 and w1, the second with one sink token; NULL on error (counted).
+ * Layers that disagree let update_all pass one layer and refuse the other. */
+static TU_UNUSED kvc_cache* sk_two_layers(int64_t w0, int64_t w1) {
+  kvc_layer_options layers[2] = {tu_layer(KVC_LAYER_SINK, w0, 0), tu_layer(KVC_LAYER_SINK, w1, 0)};
+  layers[1].num_sink_tokens = 1;
+  return tu_custom_cache(2, layers);
+}
+
 /* A SinkCache preset: lazy (num_layers 0) or with a config of num_layers layers; NULL on error (counted). */
 static TU_UNUSED kvc_cache* sk_cache(int64_t window, int64_t sinks, uint32_t num_layers) {
   kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;

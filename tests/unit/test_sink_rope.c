@@ -150,9 +150,7 @@ static void test_rerotation_is_computed_once_per_size(void) {
  * layer 1's refusal leaves the quarter table in place for the next call.
  */
 static void test_failed_call_keeps_the_table(void) {
-  kvc_layer_options layers[2] = {tu_layer(KVC_LAYER_SINK, 6, 0), tu_layer(KVC_LAYER_SINK, 3, 0)};
-  layers[1].num_sink_tokens = 1;
-  kvc_cache* c = tu_custom_cache(2, layers);
+  kvc_cache* c = sk_two_layers(6, 3);
   REQUIRE(c != NULL);
   sk_rope r;
   sk_rope_make(&r, KVC_DTYPE_FLOAT32, 3, 1, 0, 6, 2, 1);
@@ -291,12 +289,7 @@ static void test_steady_decoding_with_rope(void) {
 /* ------------------------------------------------------------ a scalar reference */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15u;
-static uint32_t rnd(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return (uint32_t)(rng_state >> 16);
-}
+static uint32_t rnd(void) { return tu_xorshift32(&rng_state); }
 
 /* A random finite value of dtype dt (any magnitude, subnormals included; a quarter near the largest), as float. */
 static float random_value(kvc_dtype dt) {

@@ -513,10 +513,11 @@ static TU_UNUSED float tu_token_value(int64_t token, int64_t b, int64_t h, int64
   return is_value ? -v : v;
 }
 
-/* Fills x with tokens first_token .. first_token+s-1 (same token for every batch row). */
-static TU_UNUSED void tu_tensor_tokens_ex(tu_tensor* x, kvc_dtype dt, int64_t b, int64_t h, int64_t s,
-                                          int64_t d, int64_t first_token, int is_value,
-                                          const tu_layout* lay) {
+/* Fills x ([b,h,s,d] of dt, layout lay) with tokens[i] at seq position i, or first_token + i where tokens is NULL
+ * (the same token for every batch row). */
+static TU_UNUSED void tu_tensor_fill_tokens(tu_tensor* x, kvc_dtype dt, int64_t b, int64_t h, int64_t s, int64_t d,
+                                            const int64_t* tokens, int64_t first_token, int is_value,
+                                            const tu_layout* lay) {
   size_t n = (size_t)(b * h * s * d);
   float* f = (float*)malloc((n ? n : 1) * sizeof(float));
   if (!f) abort();
@@ -524,9 +525,17 @@ static TU_UNUSED void tu_tensor_tokens_ex(tu_tensor* x, kvc_dtype dt, int64_t b,
   for (int64_t i0 = 0; i0 < b; i0++)
     for (int64_t i1 = 0; i1 < h; i1++)
       for (int64_t i2 = 0; i2 < s; i2++)
-        for (int64_t i3 = 0; i3 < d; i3++) f[k++] = tu_token_value(first_token + i2, i0, i1, i3, is_value);
+        for (int64_t i3 = 0; i3 < d; i3++)
+          f[k++] = tu_token_value(tokens ? tokens[i2] : first_token + i2, i0, i1, i3, is_value);
   tu_tensor_make_ex(x, dt, b, h, s, d, lay, f, NULL);
   free(f);
+}
+
+/* Fills x with tokens first_token .. first_token+s-1. */
+static TU_UNUSED void tu_tensor_tokens_ex(tu_tensor* x, kvc_dtype dt, int64_t b, int64_t h, int64_t s,
+                                          int64_t d, int64_t first_token, int is_value,
+                                          const tu_layout* lay) {
+  tu_tensor_fill_tokens(x, dt, b, h, s, d, NULL, first_token, is_value, lay);
 }
 
 static TU_UNUSED void tu_tensor_tokens(tu_tensor* x, int64_t b, int64_t h, int64_t s, int64_t d,
@@ -537,16 +546,7 @@ static TU_UNUSED void tu_tensor_tokens(tu_tensor* x, int64_t b, int64_t h, int64
 /* Fills x with the given tokens along seq (tokens[i] at position i). */
 static TU_UNUSED void tu_tensor_token_list(tu_tensor* x, int64_t b, int64_t h, int64_t d, const int64_t* tokens,
                                            int64_t s, int is_value) {
-  size_t n = (size_t)(b * h * s * d);
-  float* f = (float*)malloc((n ? n : 1) * sizeof(float));
-  if (!f) abort();
-  size_t k = 0;
-  for (int64_t i0 = 0; i0 < b; i0++)
-    for (int64_t i1 = 0; i1 < h; i1++)
-      for (int64_t i2 = 0; i2 < s; i2++)
-        for (int64_t i3 = 0; i3 < d; i3++) f[k++] = tu_token_value(tokens[i2], i0, i1, i3, is_value);
-  tu_tensor_make_ex(x, KVC_DTYPE_FLOAT32, b, h, s, d, NULL, f, NULL);
-  free(f);
+  tu_tensor_fill_tokens(x, KVC_DTYPE_FLOAT32, b, h, s, d, tokens, 0, is_value, NULL);
 }
 
 /*
@@ -687,6 +687,17 @@ static TU_UNUSED int tu_check_shape_impl(const char* file, int line, const char*
 }
 #define CHECK_SHAPE(tensor, b, h, s, d) tu_check_shape_impl(__FILE__, __LINE__, #tensor, &(tensor), b, h, s, d)
 
+/* ------------------------------------------------------------ random */
+
+/* One xorshift64 step of *state, the upper bits returned: the tests' reproducible pseudo-random inputs (each file
+ * keeps its own state and seed, so its inputs do not depend on the other files). */
+static TU_UNUSED uint32_t tu_xorshift32(uint64_t* state) {
+  *state ^= *state << 13;
+  *state ^= *state >> 7;
+  *state ^= *state << 17;
+  return (uint32_t)(*state >> 16);
+}
+
 /* ------------------------------------------------------ cache helpers */
 
 static TU_UNUSED kvc_layer_options tu_layer(kvc_layer_kind kind, int64_t window, int64_t max_cache_len) {
@@ -714,12 +725,9 @@ static const kvc_layer_kind TU_SIX_KINDS[6] = {KVC_LAYER_DYNAMIC, KVC_LAYER_DYNA
  * and value head dims `k_dim` and `v_dim` (0: the same as k_dim), `dtype`. */
 static TU_UNUSED kvc_init_options tu_init_options(int64_t batch, int64_t heads, int64_t k_dim, int64_t v_dim,
                                                   kvc_dtype dtype) {
-  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
-  io.batch_size = batch;
-  io.num_kv_heads = heads;
-  io.k_head_dim = k_dim;
-  io.v_head_dim = v_dim;
-  io.dtype = dtype;
+  /* the fields KVC_INIT_OPTIONS_INIT leaves at zero, named; the per-layer lists stay NULL */
+  const kvc_init_options io = {.struct_size = sizeof(kvc_init_options), .batch_size = batch, .num_kv_heads = heads,
+                               .k_head_dim = k_dim, .v_head_dim = v_dim, .dtype = dtype};
   return io;
 }
 
@@ -779,33 +787,32 @@ static TU_UNUSED kvc_cache* tu_one_layer_cache(kvc_layer_kind kind, int64_t wind
   return tu_custom_cache(1, &l);
 }
 
-/*
- * update(layer) with float32 token-encoded key [b,h,s,dk] and value
- * [b,h,s,dv] holding tokens first..first+s-1. Returns the library's result.
- */
-static TU_UNUSED kvc_error* tu_update_tokens(kvc_cache* c, uint32_t layer, int64_t b, int64_t h,
-                                             int64_t s, int64_t dk, int64_t dv, int64_t first,
-                                             const kvc_update_options* opts, kvc_kv* out) {
+/* update(layer) with float32 token-encoded key [b,h,s,dk] and value [b,h,s,dv] holding tokens[i] at position i, or
+ * first + i where tokens is NULL. Returns the library's result. */
+static TU_UNUSED kvc_error* tu_update_kv(kvc_cache* c, uint32_t layer, int64_t b, int64_t h, int64_t s, int64_t dk,
+                                         int64_t dv, const int64_t* tokens, int64_t first,
+                                         const kvc_update_options* opts, kvc_kv* out) {
   tu_tensor k, v;
-  tu_tensor_tokens(&k, b, h, s, dk, first, 0);
-  tu_tensor_tokens(&v, b, h, s, dv, first, 1);
+  tu_tensor_fill_tokens(&k, KVC_DTYPE_FLOAT32, b, h, s, dk, tokens, first, 0, NULL);
+  tu_tensor_fill_tokens(&v, KVC_DTYPE_FLOAT32, b, h, s, dv, tokens, first, 1, NULL);
   kvc_error* e = kvc_cache_update(c, layer, &k.t, &v.t, opts, out);
   tu_tensor_free(&k);
   tu_tensor_free(&v);
   return e;
 }
 
+/* update(layer) of tokens first..first+s-1. */
+static TU_UNUSED kvc_error* tu_update_tokens(kvc_cache* c, uint32_t layer, int64_t b, int64_t h,
+                                             int64_t s, int64_t dk, int64_t dv, int64_t first,
+                                             const kvc_update_options* opts, kvc_kv* out) {
+  return tu_update_kv(c, layer, b, h, s, dk, dv, NULL, first, opts, out);
+}
+
 /* update(layer) with the listed tokens along seq. */
 static TU_UNUSED kvc_error* tu_update_list(kvc_cache* c, uint32_t layer, int64_t b, int64_t h, int64_t dk,
                                            int64_t dv, const int64_t* tokens, int64_t s,
                                            const kvc_update_options* opts, kvc_kv* out) {
-  tu_tensor k, v;
-  tu_tensor_token_list(&k, b, h, dk, tokens, s, 0);
-  tu_tensor_token_list(&v, b, h, dv, tokens, s, 1);
-  kvc_error* e = kvc_cache_update(c, layer, &k.t, &v.t, opts, out);
-  tu_tensor_free(&k);
-  tu_tensor_free(&v);
-  return e;
+  return tu_update_kv(c, layer, b, h, s, dk, dv, tokens, 0, opts, out);
 }
 
 /* The stored view of a layer (an all-zero kvc_kv, counted as a failure, on error). */
