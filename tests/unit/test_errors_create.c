@@ -317,8 +317,7 @@ static void test_clone_bad_input(void) {
   EXPECT_ERR(kvc_cache_clone(NULL, &out), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_clone", "cache", "NULL");
   CHECK_EQ_PTR(out, SENTINEL_CACHE);
 
-  kvc_layer_options l[2] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC, 0, 5)};
-  kvc_cache* c = tu_custom_cache(2, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC, 0, 5));
   REQUIRE(c != NULL);
   CHECK_OK(tu_update_tokens(c, 0, 2, 2, 3, 4, 4, 0, NULL, NULL));
   EXPECT_ERR_UNCHANGED(c, kvc_cache_clone(c, NULL), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_clone", "out", "NULL");

@@ -127,8 +127,7 @@ static void test_update_bad_tensors_every_layer_kind(void) {
 
 /* Uninitialized layers (first update) and a lazy cache (which must not grow). */
 static void test_update_bad_tensors_fresh_layers(void) {
-  kvc_layer_options l[2] = {tu_layer(KVC_LAYER_STATIC, 0, 6), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 3, 0)};
-  kvc_cache* fresh = tu_custom_cache(2, l);
+  kvc_cache* fresh = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_STATIC, 0, 6), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 3, 0));
   REQUIRE(fresh != NULL);
   kvc_cache* lazy = NULL;
   REQUIRE_OK(kvc_cache_create(NULL, &lazy));
@@ -254,8 +253,7 @@ static void test_update_disagrees_with_stored(void) {
 
 /* A layer initialized by early_initialization holds no token but has fixed its geometry. */
 static void test_update_disagrees_with_early_initialization(void) {
-  kvc_layer_options l[2] = {tu_layer(KVC_LAYER_STATIC, 0, 6), tu_layer(KVC_LAYER_DYNAMIC, 0, 0)};
-  kvc_cache* c = tu_custom_cache(2, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_STATIC, 0, 6), tu_layer(KVC_LAYER_DYNAMIC, 0, 0));
   REQUIRE(c != NULL);
   kvc_init_options o = tu_init_options(B, H, DK, DV, KVC_DTYPE_BFLOAT16);
   REQUIRE_OK(kvc_cache_early_initialization(c, &o));

@@ -65,9 +65,8 @@ static void test_layer_info_per_kind(void) {
 
 /* max_length over all layers is the maximum; a layer index beyond gives -1. */
 static void test_max_length_all_layers(void) {
-  kvc_layer_options l[3] = {tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 6, 0), tu_layer(KVC_LAYER_STATIC, 0, 11),
-                            tu_layer(KVC_LAYER_STATIC_SLIDING, 4, 11)};
-  kvc_cache* c = tu_custom_cache(3, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 6, 0), tu_layer(KVC_LAYER_STATIC, 0, 11),
+                                 tu_layer(KVC_LAYER_STATIC_SLIDING, 4, 11));
   REQUIRE(c != NULL);
   CHECK_EQ_I64(tu_max_len(c, KVC_ALL_LAYERS), 11);
   CHECK_EQ_I64(tu_max_len(c, 3), -1);
@@ -88,8 +87,7 @@ static void test_max_length_all_layers(void) {
 
 /* Views: 4-D, CPU, the cache dtype, head_dim contiguous; index and state errors. */
 static void test_layer_view(void) {
-  kvc_layer_options l[2] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC_SLIDING, 3, 8)};
-  kvc_cache* c = tu_custom_cache(2, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC_SLIDING, 3, 8));
   REQUIRE(c != NULL);
   kvc_kv v;
   memset(&v, 0x5a, sizeof v);
@@ -123,9 +121,8 @@ static void test_layer_view(void) {
 
 /* bytes_used is the stored views; bytes_reserved covers it. */
 static void test_memory_info(void) {
-  kvc_layer_options l[4] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 4, 0),
-                            tu_layer(KVC_LAYER_STATIC, 0, 10), tu_layer(KVC_LAYER_STATIC_SLIDING, 4, 10)};
-  kvc_cache* c = tu_custom_cache(4, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 4, 0),
+                                 tu_layer(KVC_LAYER_STATIC, 0, 10), tu_layer(KVC_LAYER_STATIC_SLIDING, 4, 10));
   REQUIRE(c != NULL);
   kvc_memory_info m = tu_memory(c);
   CHECK_EQ_U64(m.bytes_used, 0);

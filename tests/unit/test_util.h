@@ -781,6 +781,11 @@ static TU_UNUSED kvc_cache* tu_custom_cache(uint32_t n, const kvc_layer_options*
   return tu_custom_offload_cache(n, layers, defaults.offload);
 }
 
+/* A custom cache of the listed kvc_layer_options (tu_layer() values), or NULL (counted). */
+#define TU_CUSTOM_CACHE(...)                                                                            \
+  tu_custom_cache((uint32_t)(sizeof((kvc_layer_options[]){__VA_ARGS__}) / sizeof(kvc_layer_options)), \
+                  (kvc_layer_options[]){__VA_ARGS__})
+
 /* A one-layer custom cache of one kind. */
 static TU_UNUSED kvc_cache* tu_one_layer_cache(kvc_layer_kind kind, int64_t window, int64_t max_cache_len) {
   kvc_layer_options l = tu_layer(kind, window, max_cache_len);
@@ -1011,5 +1016,17 @@ static TU_UNUSED int snapshot_ed_equal_ex(const tu_ed_snapshot* a, const tu_ed_s
   tu_report(snapshot_ed_equal_ex((a), (b), 1), __FILE__, __LINE__, "snapshot_ed_equal_contents(" #a ", " #b ")")
 #define CHECK_ED_SNAPSHOT_EQUAL(a, b) \
   tu_report(snapshot_ed_equal_ex((a), (b), 0), __FILE__, __LINE__, "snapshot_ed_equal(" #a ", " #b ")")
+
+/* CHECK_UNCHANGED_BY for an encoder-decoder cache: both caches and the is_updated flags. */
+#define CHECK_ED_UNCHANGED_BY(ed, ...)          \
+  do {                                          \
+    tu_ed_snapshot before_, after_;             \
+    snapshot_ed((ed), &before_);                \
+    __VA_ARGS__;                                \
+    snapshot_ed((ed), &after_);                 \
+    CHECK_ED_SNAPSHOT_EQUAL(&before_, &after_); \
+    snapshot_ed_free(&before_);                 \
+    snapshot_ed_free(&after_);                  \
+  } while (0)
 
 #endif /* KVCACHE_TEST_UTIL_H */
