@@ -10,16 +10,10 @@
 #define DV 4
 #define ENC 5 /* encoder tokens, numbered from 100 */
 
-static kvc_cache* lazy(void) {
-  kvc_cache* c = NULL;
-  CHECK_OK(kvc_cache_create(NULL, &c));
-  return c;
-}
-
 /* A pair of lazy dynamic caches; self holds `self_tokens` on layers 0 and 1. */
 static kvc_encoder_decoder_cache* make_pair(int64_t batch, int64_t self_tokens, int fill_cross) {
-  kvc_cache* self = lazy();
-  kvc_cache* cross = lazy();
+  kvc_cache* self = tu_lazy_cache();
+  kvc_cache* cross = tu_lazy_cache();
   if (!self || !cross) return NULL;
   kvc_encoder_decoder_cache* ed = NULL;
   if (!CHECK_OK(kvc_encoder_decoder_cache_create(self, cross, &ed))) {
@@ -99,7 +93,7 @@ static void test_initial_is_updated(void) {
   REQUIRE_OK(kvc_cache_update(cross, 0, &ka[0], &va[0], NULL, NULL));
   REQUIRE_OK(kvc_cache_update(cross, 2, &ka[1], &va[1], NULL, NULL));
   kvc_encoder_decoder_cache* ed = NULL;
-  kvc_cache* self = lazy();
+  kvc_cache* self = tu_lazy_cache();
   REQUIRE_OK(kvc_encoder_decoder_cache_create(self, cross, &ed));
   CHECK_EQ_I64(updated(ed, 0), 1);
   CHECK_EQ_I64(updated(ed, 1), 0);
@@ -111,7 +105,7 @@ static void test_initial_is_updated(void) {
 
   cross = NULL;
   REQUIRE_OK(kvc_cache_create_from_tensors(NULL, 2, ka, va, &cross));
-  self = lazy();
+  self = tu_lazy_cache();
   REQUIRE_OK(kvc_encoder_decoder_cache_create(self, cross, &ed));
   CHECK_EQ_I64(updated(ed, 0), 1);
   CHECK_EQ_I64(updated(ed, 1), 1);
@@ -124,7 +118,7 @@ static void test_initial_is_updated(void) {
 
 /* The same handle twice is refused and ownership stays with the caller. */
 static void test_create_distinct(void) {
-  kvc_cache* c = lazy();
+  kvc_cache* c = tu_lazy_cache();
   REQUIRE(c != NULL);
   kvc_encoder_decoder_cache* ed = NULL;
   CHECK_ERR(kvc_encoder_decoder_cache_create(c, c, &ed), KVC_ERROR_INVALID_ARGUMENT);
@@ -242,7 +236,7 @@ static void test_non_dynamic_refused(void) {
   for (int static_side = 0; static_side < 2; static_side++) {
     kvc_layer_options l = tu_layer(KVC_LAYER_STATIC, 0, 8);
     kvc_cache* st_cache = tu_custom_cache(1, &l);
-    kvc_cache* dyn = lazy();
+    kvc_cache* dyn = tu_lazy_cache();
     REQUIRE(st_cache && dyn);
     REQUIRE_OK(tu_update_tokens(st_cache, 0, 2, NH, 3, DK, DV, 0, NULL, NULL));
     REQUIRE_OK(tu_update_tokens(dyn, 0, 2, NH, 3, DK, DV, 0, NULL, NULL));

@@ -139,8 +139,8 @@ static void test_reorder_bad_indices(void) {
 
 /* Layers of different batch sizes: an index valid for one layer but not another changes neither. */
 static void test_reorder_index_valid_for_one_layer_only(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  kvc_cache* c = tu_lazy_cache();
+  REQUIRE(c != NULL);
   REQUIRE_OK(tu_update_tokens(c, 0, 4, 2, 3, 4, 3, 0, NULL, NULL));
   REQUIRE_OK(tu_update_tokens(c, 1, 2, 2, 3, 4, 3, 0, NULL, NULL));
   int64_t idx[2] = {1, 3};
@@ -312,8 +312,8 @@ static void test_from_batch_splits_mismatched(void) {
   kvc_cache* longer = make_pair(KVC_LAYER_DYNAMIC, KVC_LAYER_DYNAMIC_SLIDING, 8, 0, 2, 2, 4, 3, KVC_DTYPE_FLOAT32, 5);
   kvc_cache* window = make_pair(KVC_LAYER_DYNAMIC, KVC_LAYER_DYNAMIC_SLIDING, 6, 0, 2, 2, 4, 3, KVC_DTYPE_FLOAT32, 3);
   kvc_cache* kind = make_pair(KVC_LAYER_DYNAMIC, KVC_LAYER_DYNAMIC, 0, 0, 2, 2, 4, 3, KVC_DTYPE_FLOAT32, 3);
-  kvc_cache* three = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &three));
+  kvc_cache* three = tu_lazy_cache();
+  REQUIRE(three != NULL);
   for (uint32_t i = 0; i < 3; i++) REQUIRE_OK(tu_update_tokens(three, i, 2, 2, 3, 4, 3, 0, NULL, NULL));
   REQUIRE(heads && kdim && vdim && f16 && longer && window && kind);
 

@@ -240,8 +240,8 @@ static void test_crop_uninitialized(void) {
 
 /* A lazy DynamicCache crops all its layers. */
 static void test_crop_lazy_cache(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  kvc_cache* c = tu_lazy_cache();
+  REQUIRE(c != NULL);
   for (uint32_t i = 0; i < 3; i++) REQUIRE_OK(tu_update_tokens(c, i, 2, 1, 5, 2, 2, 0, NULL, NULL));
   REQUIRE_OK(kvc_cache_crop(c, -2));
   for (uint32_t i = 0; i < 3; i++) {

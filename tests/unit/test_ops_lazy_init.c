@@ -8,8 +8,8 @@
 
 /* Skipped indices of a lazy cache get uninitialized layers with the lazy-cache answers. */
 static void test_lazy_cache_layers(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  kvc_cache* c = tu_lazy_cache();
+  REQUIRE(c != NULL);
   CHECK_EQ_I64(kvc_cache_num_layers(c), 0);
   CHECK_EQ_I64(tu_max_len(c, KVC_ALL_LAYERS), -1);
   CHECK_EQ_I64(tu_seq(c, 0), 0);
@@ -162,8 +162,8 @@ static void test_early_initialization_per_layer(void) {
 
 /* A lazy cache without layers has nothing to initialize. */
 static void test_early_initialization_lazy(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  kvc_cache* c = tu_lazy_cache();
+  REQUIRE(c != NULL);
   kvc_init_options io = tu_init_options(1, 1, 2, 0, KVC_DTYPE_FLOAT32);
   CHECK_OK(kvc_cache_early_initialization(c, &io));
   CHECK_EQ_I64(kvc_cache_num_layers(c), 0);

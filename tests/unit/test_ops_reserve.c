@@ -32,8 +32,8 @@ static void test_reserve_initialized_layer(void) {
 
 /* Before the first update, and for layers a lazy cache creates later, the hint sizes the first allocation. */
 static void test_reserve_as_hint(void) {
-  kvc_cache* lazy = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &lazy));
+  kvc_cache* lazy = tu_lazy_cache();
+  REQUIRE(lazy != NULL);
   REQUIRE_OK(kvc_cache_reserve(lazy, 300));
   REQUIRE_OK(tu_update_tokens(lazy, 2, NB, NH, 5, D, D, 0, NULL, NULL));
   CHECK_EQ_I64(kvc_cache_num_layers(lazy), 3);

@@ -82,8 +82,8 @@ static void test_sliding_window_cache(void) {
 
 /* Layers of a DynamicCache append independently, in any interleaving. */
 static void test_dynamic_cache(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  kvc_cache* c = tu_lazy_cache();
+  REQUIRE(c != NULL);
   for (int64_t t = 1; t <= 4; t++) {
     REQUIRE_OK(tu_update_list(c, 0, 1, 1, 1, 1, TU_LIST(t), 1, NULL, NULL));
     REQUIRE_OK(tu_update_list(c, 1, 1, 1, 1, 1, TU_LIST(10 * t), 1, NULL, NULL));
@@ -97,8 +97,8 @@ static void test_dynamic_cache(void) {
 }
 
 static void test_dynamic_cache_batch_select_indices(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  kvc_cache* c = tu_lazy_cache();
+  REQUIRE(c != NULL);
   REQUIRE_OK(tu_update_list(c, 0, 3, 1, 1, 1, TU_LIST(1, 2), 2, NULL, NULL));
   const int64_t idx[2] = {0, 2};
   REQUIRE_OK(kvc_cache_batch_select_indices(c, idx, 2));

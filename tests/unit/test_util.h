@@ -781,6 +781,13 @@ static TU_UNUSED kvc_cache* tu_custom_cache(uint32_t n, const kvc_layer_options*
   return tu_custom_offload_cache(n, layers, defaults.offload);
 }
 
+/* A DynamicCache created without options (layers appear as they are updated), or NULL (counted). */
+static TU_UNUSED kvc_cache* tu_lazy_cache(void) {
+  kvc_cache* c = NULL;
+  if (!CHECK_OK(kvc_cache_create(NULL, &c))) return NULL;
+  return c;
+}
+
 /* A custom cache of the listed kvc_layer_options (tu_layer() values), or NULL (counted). */
 #define TU_CUSTOM_CACHE(...)                                                                            \
   tu_custom_cache((uint32_t)(sizeof((kvc_layer_options[]){__VA_ARGS__}) / sizeof(kvc_layer_options)), \
@@ -934,17 +941,22 @@ static TU_UNUSED int snapshot_equal_contents(const tu_snapshot* a, const tu_snap
   tu_report(snapshot_equal_contents((a), (b)), __FILE__, __LINE__, "snapshot_equal_contents(" #a ", " #b ")")
 #define CHECK_SNAPSHOT_EQUAL(a, b) tu_report(snapshot_equal((a), (b)), __FILE__, __LINE__, "snapshot_equal(" #a ", " #b ")")
 
-/* Runs the statements (with their own checks) and checks that `cache` is observably unchanged afterwards. */
-#define CHECK_UNCHANGED_BY(cache, ...)       \
-  do {                                       \
-    tu_snapshot before_, after_;             \
-    snapshot((cache), &before_);             \
-    __VA_ARGS__;                             \
-    snapshot((cache), &after_);              \
-    CHECK_SNAPSHOT_EQUAL(&before_, &after_); \
-    snapshot_free(&before_);                 \
-    snapshot_free(&after_);                  \
+/* Runs the statements (with their own checks) around two snapshots of `obj` of type snap_type, taken and freed
+ * by take and release, and compares them with the check macro `check`. */
+#define TU_UNCHANGED_BY(snap_type, take, release, check, obj, ...) \
+  do {                                                             \
+    snap_type before_, after_;                                     \
+    take((obj), &before_);                                         \
+    __VA_ARGS__;                                                   \
+    take((obj), &after_);                                          \
+    check(&before_, &after_);                                      \
+    release(&before_);                                             \
+    release(&after_);                                              \
   } while (0)
+
+/* Runs the statements and checks that `cache` is observably unchanged afterwards. */
+#define CHECK_UNCHANGED_BY(cache, ...) \
+  TU_UNCHANGED_BY(tu_snapshot, snapshot, snapshot_free, CHECK_SNAPSHOT_EQUAL, cache, __VA_ARGS__)
 
 /* Whether two caches agree on everything observable (all but reserved capacity with ignore_reserved). */
 static TU_UNUSED int tu_caches_equal(const kvc_cache* x, const kvc_cache* y, int ignore_reserved) {
@@ -1018,15 +1030,7 @@ static TU_UNUSED int snapshot_ed_equal_ex(const tu_ed_snapshot* a, const tu_ed_s
   tu_report(snapshot_ed_equal_ex((a), (b), 0), __FILE__, __LINE__, "snapshot_ed_equal(" #a ", " #b ")")
 
 /* CHECK_UNCHANGED_BY for an encoder-decoder cache: both caches and the is_updated flags. */
-#define CHECK_ED_UNCHANGED_BY(ed, ...)          \
-  do {                                          \
-    tu_ed_snapshot before_, after_;             \
-    snapshot_ed((ed), &before_);                \
-    __VA_ARGS__;                                \
-    snapshot_ed((ed), &after_);                 \
-    CHECK_ED_SNAPSHOT_EQUAL(&before_, &after_); \
-    snapshot_ed_free(&before_);                 \
-    snapshot_ed_free(&after_);                  \
-  } while (0)
+#define CHECK_ED_UNCHANGED_BY(ed, ...) \
+  TU_UNCHANGED_BY(tu_ed_snapshot, snapshot_ed, snapshot_ed_free, CHECK_ED_SNAPSHOT_EQUAL, ed, __VA_ARGS__)
 
 #endif /* KVCACHE_TEST_UTIL_H */
