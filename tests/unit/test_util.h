@@ -661,6 +661,8 @@ static TU_UNUSED int tu_check_kv_tokens(const char* file, int line, const char* 
 #define TU_COUNT(...) ((int64_t)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
 #define CHECK_KV_SEQ(kv, ...) CHECK_TOKENS(kv, TU_LIST(__VA_ARGS__), TU_COUNT(__VA_ARGS__))
 #define CHECK_KV_EMPTY(kv) CHECK_TOKENS(kv, NULL, 0)
+/* CHECK_KV_SEQ of the stored view of c's layer (a one-element array makes it an lvalue). */
+#define CHECK_LAYER_SEQ(c, layer, ...) CHECK_KV_SEQ((kvc_kv[1]){tu_view((c), (layer))}[0], __VA_ARGS__)
 
 /* Tokens lo..hi-1 into buf (returns buf) for CHECK_TOKENS. */
 static TU_UNUSED int64_t* tu_range(int64_t* buf, int64_t lo, int64_t hi) {
