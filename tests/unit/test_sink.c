@@ -208,10 +208,8 @@ static void test_reorder(void) {
 
 /* A clone holds the same tokens and goes on independently. */
 static void test_clone_is_independent(void) {
-  kvc_cache* c = sk_cache(5, 2, 2);
+  kvc_cache* c = sk_filled(5, 2, 2, 2, 2, TU_LIST(0, 1, 2, 3, 4), 5);
   REQUIRE(c != NULL);
-  for (uint32_t i = 0; i < 2; i++)
-    REQUIRE_OK(sk_update(c, i, KVC_DTYPE_FLOAT32, 1, 1, 2, 2, TU_LIST(0, 1, 2, 3, 4), 5, NULL, NULL));
   kvc_cache* d = NULL;
   REQUIRE_OK(kvc_cache_clone(c, &d));
   CHECK_CACHES_EQUAL(c, d);
@@ -227,10 +225,8 @@ static void test_clone_is_independent(void) {
 
 /* reset empties every layer; the next update is a first one again (stored whole). */
 static void test_reset(void) {
-  kvc_cache* c = sk_cache(4, 1, 0);
+  kvc_cache* c = sk_filled(4, 1, 0, 2, 1, TU_LIST(0, 1, 2, 3, 4), 5);
   REQUIRE(c != NULL);
-  for (uint32_t i = 0; i < 2; i++)
-    REQUIRE_OK(sk_update(c, i, KVC_DTYPE_FLOAT32, 1, 1, 1, 1, TU_LIST(0, 1, 2, 3, 4), 5, NULL, NULL));
   REQUIRE_OK(kvc_cache_reset(c));
   CHECK_EQ_I64(kvc_cache_num_layers(c), 2);
   for (uint32_t i = 0; i < 2; i++) {

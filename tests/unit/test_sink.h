@@ -167,6 +167,19 @@ static TU_UNUSED kvc_cache* sk_cache(int64_t window, int64_t sinks, uint32_t num
   return c;
 }
 
+/* sk_cache(window, sinks, num_layers) whose layers 0..fill-1 hold the listed tokens, float32 [1, 1, n, d] keys and
+ * values; NULL on error (counted). */
+static TU_UNUSED kvc_cache* sk_filled(int64_t window, int64_t sinks, uint32_t num_layers, uint32_t fill, int64_t d,
+                                      const int64_t* tokens, int64_t n) {
+  kvc_cache* c = sk_cache(window, sinks, num_layers);
+  for (uint32_t i = 0; c && i < fill; i++)
+    if (!CHECK_OK(sk_update(c, i, KVC_DTYPE_FLOAT32, 1, 1, d, d, tokens, n, NULL, NULL))) {
+      kvc_cache_destroy(c);
+      return NULL;
+    }
+  return c;
+}
+
 /* The expected key channel d of token t (batch row b, head h) after q quarter turns of its first rot channels. */
 static TU_UNUSED float sk_turned(int64_t t, int64_t b, int64_t h, int64_t d, int q, int64_t rot) {
   if (d >= rot) return sk_key(t, b, h, d);
