@@ -48,13 +48,7 @@ static void test_layer_info_per_kind(void) {
 
     REQUIRE_OK(tu_update_tokens(c, 0, 3, 2, 3, 4, 6, 0, NULL, NULL));
     li = tu_info(c, 0);
-    CHECK_EQ_I64(li.is_initialized, 1);
-    CHECK_EQ_I64(li.dtype, KVC_DTYPE_FLOAT32);
-    CHECK_EQ_I64(li.batch_size, 3);
-    CHECK_EQ_I64(li.num_kv_heads, 2);
-    CHECK_EQ_I64(li.k_head_dim, 4);
-    CHECK_EQ_I64(li.v_head_dim, 6);
-    CHECK_EQ_I64(li.seq_length, 3);
+    CHECK_GEOMETRY(li, KVC_DTYPE_FLOAT32, 3, 2, 4, 6, 3);
     CHECK_EQ_I64(li.capacity, k->capacity);
     kvc_kv st = tu_view(c, 0);
     CHECK_EQ_I64(li.stored_length, st.key.shape[2]);

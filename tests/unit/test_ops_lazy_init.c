@@ -73,13 +73,7 @@ static void test_early_initialization(void) {
   REQUIRE_OK(kvc_cache_early_initialization(c, &io));
   for (uint32_t i = 0; i < 4; i++) {
     kvc_layer_info li = tu_info(c, i);
-    CHECK_EQ_I64(li.is_initialized, 1);
-    CHECK_EQ_I64(li.dtype, KVC_DTYPE_FLOAT16);
-    CHECK_EQ_I64(li.batch_size, 2);
-    CHECK_EQ_I64(li.num_kv_heads, 3);
-    CHECK_EQ_I64(li.k_head_dim, 4);
-    CHECK_EQ_I64(li.v_head_dim, 6);
-    CHECK_EQ_I64(li.seq_length, 0);
+    CHECK_GEOMETRY(li, KVC_DTYPE_FLOAT16, 2, 3, 4, 6, 0);
     CHECK_EQ_I64(tu_seq(c, i), 0);
   }
   /* static buffers exist, zeroed; dynamic layers are empty */

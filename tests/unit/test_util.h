@@ -869,6 +869,22 @@ static TU_UNUSED kvc_layer_info tu_info(const kvc_cache* c, uint32_t layer) {
   return li;
 }
 
+/* An initialized layer's geometry as kvc_layer_info reports it: dtype, batch, KV heads, key and value head dims and
+ * seq_length, each its own check (the line of the failing field is the caller's). */
+static TU_UNUSED int tu_check_geometry(const char* file, int line, const kvc_layer_info* li, kvc_dtype dtype,
+                                       int64_t batch, int64_t heads, int64_t k_dim, int64_t v_dim, int64_t seq) {
+  const int64_t got[7] = {li->is_initialized, li->dtype, li->batch_size, li->num_kv_heads,
+                          li->k_head_dim, li->v_head_dim, li->seq_length};
+  const int64_t want[7] = {1, dtype, batch, heads, k_dim, v_dim, seq};
+  static const char* const names[7] = {"is_initialized", "dtype", "batch_size", "num_kv_heads",
+                                       "k_head_dim", "v_head_dim", "seq_length"};
+  int ok = 1;
+  for (int i = 0; i < 7; i++) ok &= tu_check_i64(got[i], want[i], file, line, names[i], "expected");
+  return ok;
+}
+#define CHECK_GEOMETRY(li, dtype, batch, heads, k_dim, v_dim, seq) \
+  tu_check_geometry(__FILE__, __LINE__, &(li), (dtype), (batch), (heads), (k_dim), (v_dim), (seq))
+
 static TU_UNUSED kvc_memory_info tu_memory(const kvc_cache* c) {
   kvc_memory_info m;
   memset(&m, 0, sizeof m);
