@@ -348,7 +348,9 @@ static void gen_options(ctx* c, opt_store* s) {
       switch (rd(r) % 32) { /* rare invalid layer options */
         case 0: s->layers[i].window = 0; break;
         case 1: s->layers[i].max_cache_len = 0; break;
-        case 2: s->layers[i].kind = rd(r) % 2 ? 0 : KVC_LAYER_LINEAR_STATIC_SLIDING + 1; break; /* no such kind */
+        /* no such kind: 0, or one past the newest kind (move it when a kind is added: a real kind here is
+         * accepted by the library and refused by the reference model) */
+        case 2: s->layers[i].kind = rd(r) % 2 ? 0 : KVC_LAYER_QUANTIZED_FP8 + 1; break;
         case 3: s->layers[i].struct_size = 4; break;
         default: break;
       }
