@@ -21,14 +21,6 @@ static char sentinel_storage;
     if (out_ != SENTINEL_CACHE) kvc_cache_destroy(out_);                     \
   } while (0)
 
-static kvc_cache_options custom_options(uint32_t n, const kvc_layer_options* layers) {
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
-  o.num_layers = n;
-  o.layers = layers;
-  return o;
-}
-
 static kvc_cache_options preset_options(kvc_preset preset, const kvc_model_config* config,
                                         int64_t max_cache_len) {
   kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
@@ -80,7 +72,7 @@ static void test_create_bad_struct_sizes(void) {
     kvc_layer_options layers[2] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC, 0, 4)};
     layers[1].struct_size = bad_size(i, sizeof layers[1]);
     snprintf(num, sizeof num, "%u", layers[1].struct_size);
-    kvc_cache_options co = custom_options(2, layers);
+    kvc_cache_options co = tu_custom_options(2, layers);
     EXPECT_CREATE_ERR(&co, KVC_ERROR_INVALID_ARGUMENT, "layers[1]", "struct_size", num);
   }
 }
@@ -97,18 +89,18 @@ static void test_create_bad_preset(void) {
 }
 
 static void test_create_bad_custom_layers(void) {
-  kvc_cache_options o = custom_options(2, NULL);
+  kvc_cache_options o = tu_custom_options(2, NULL);
   EXPECT_CREATE_ERR(&o, KVC_ERROR_INVALID_ARGUMENT, "layers", "NULL");
 
   kvc_layer_options one = tu_layer(KVC_LAYER_DYNAMIC, 0, 0);
-  o = custom_options(0, &one);
+  o = tu_custom_options(0, &one);
   EXPECT_CREATE_ERR(&o, KVC_ERROR_INVALID_ARGUMENT, "num_layers", "0");
 
   static const kvc_layer_kind bad_kinds[] = {0, 15, -1, 1000};
   char num[32];
   for (size_t i = 0; i < sizeof bad_kinds / sizeof bad_kinds[0]; i++) {
     kvc_layer_options l[2] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(bad_kinds[i], 4, 8)};
-    o = custom_options(2, l);
+    o = tu_custom_options(2, l);
     snprintf(num, sizeof num, "%d", (int)bad_kinds[i]);
     EXPECT_CREATE_ERR(&o, KVC_ERROR_INVALID_ARGUMENT, "layers[1]", "kind", num);
   }
@@ -120,7 +112,7 @@ static void test_create_bad_custom_layers(void) {
   for (size_t k = 0; k < sizeof windowed / sizeof windowed[0]; k++)
     for (size_t w = 0; w < sizeof bad_windows / sizeof bad_windows[0]; w++) {
       kvc_layer_options l[2] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(windowed[k], bad_windows[w], 8)};
-      o = custom_options(2, l);
+      o = tu_custom_options(2, l);
       snprintf(num, sizeof num, "%lld", (long long)bad_windows[w]);
       EXPECT_CREATE_ERR(&o, KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_create", "layers[1]", "window", num);
     }
@@ -129,7 +121,7 @@ static void test_create_bad_custom_layers(void) {
   for (size_t k = 0; k < sizeof statics / sizeof statics[0]; k++)
     for (size_t m = 0; m < sizeof bad_lens / sizeof bad_lens[0]; m++) {
       kvc_layer_options l[2] = {tu_layer(statics[k], 4, bad_lens[m]), tu_layer(KVC_LAYER_DYNAMIC, 0, 0)};
-      o = custom_options(2, l);
+      o = tu_custom_options(2, l);
       snprintf(num, sizeof num, "%lld", (long long)bad_lens[m]);
       EXPECT_CREATE_ERR(&o, KVC_ERROR_INVALID_ARGUMENT, "layers[0]", "max_cache_len", num);
     }
@@ -226,7 +218,7 @@ static void test_create_bad_device(void) {
 
   /* The layers are valid: the device alone must be the reason (for a custom cache too). */
   kvc_layer_options l = tu_layer(KVC_LAYER_STATIC, 0, 4);
-  kvc_cache_options co = custom_options(1, &l);
+  kvc_cache_options co = tu_custom_options(1, &l);
   co.device.device_type = 99;
   EXPECT_CREATE_ERR(&co, KVC_ERROR_INVALID_ARGUMENT, "device_type", "99");
 }
@@ -297,7 +289,7 @@ static void test_create_from_tensors_bad_input(void) {
 
   /* More tensors than a non-lazy cache has layers. */
   kvc_layer_options one = tu_layer(KVC_LAYER_DYNAMIC, 0, 0);
-  kvc_cache_options co = custom_options(1, &one);
+  kvc_cache_options co = tu_custom_options(1, &one);
   EXPECT_FROM_TENSORS_ERR(&co, 2, t.keys, t.values, KVC_ERROR_OUT_OF_RANGE, FN, "1");
 
   /* 3 tokens do not fit a static cache of 2 slots. */
@@ -325,8 +317,7 @@ static void test_clone_bad_input(void) {
   EXPECT_ERR(kvc_cache_clone(NULL, &out), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_clone", "cache", "NULL");
   CHECK_EQ_PTR(out, SENTINEL_CACHE);
 
-  kvc_layer_options l[2] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC, 0, 5)};
-  kvc_cache* c = tu_custom_cache(2, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC, 0, 5));
   REQUIRE(c != NULL);
   CHECK_OK(tu_update_tokens(c, 0, 2, 2, 3, 4, 4, 0, NULL, NULL));
   EXPECT_ERR_UNCHANGED(c, kvc_cache_clone(c, NULL), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_clone", "out", "NULL");

@@ -10,16 +10,7 @@
 
 
 /* Same as EXPECT_ERR_UNCHANGED, for an encoder-decoder cache (both caches and the flags). */
-#define EXPECT_ED_ERR_UNCHANGED(ed, expr, code, ...) \
-  do {                                               \
-    tu_ed_snapshot before_, after_;                  \
-    snapshot_ed((ed), &before_);                     \
-    EXPECT_ERR(expr, code, __VA_ARGS__);             \
-    snapshot_ed((ed), &after_);                      \
-    CHECK_ED_SNAPSHOT_EQUAL(&before_, &after_);      \
-    snapshot_ed_free(&before_);                      \
-    snapshot_ed_free(&after_);                       \
-  } while (0)
+#define EXPECT_ED_ERR_UNCHANGED(ed, expr, code, ...) CHECK_ED_UNCHANGED_BY(ed, EXPECT_ERR(expr, code, __VA_ARGS__))
 
 static char sentinel_storage;
 #define SENTINEL_ED ((kvc_encoder_decoder_cache*)(void*)&sentinel_storage)
@@ -34,8 +25,7 @@ static int kv_untouched(const kvc_kv* kv) {
 
 /* Two layers of `kind` (window 3 / 6 slots where it matters), each holding `tokens` tokens of batch `batch`. */
 static kvc_cache* make_cache(kvc_layer_kind kind, int64_t batch, int64_t tokens) {
-  kvc_layer_options l[2] = {tu_layer(kind, 3, 6), tu_layer(kind, 3, 6)};
-  kvc_cache* c = tu_custom_cache(2, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(kind, 3, 6), tu_layer(kind, 3, 6));
   for (uint32_t i = 0; c && i < 2 && tokens > 0; i++) CHECK_OK(tu_update_tokens(c, i, batch, 2, tokens, 4, 3, 0, NULL, NULL));
   return c;
 }

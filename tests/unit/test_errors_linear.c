@@ -29,10 +29,7 @@ static kvc_cache* make_cache(void) {
     lo[i].num_states = i == 0 ? 2 : 1;
     lo[i].conv_kernel_size = i == 0 ? 3 : 0;
   }
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
-  o.num_layers = NL;
-  o.layers = lo;
+  kvc_cache_options o = tu_custom_options(NL, lo);
   kvc_cache* c = NULL;
   if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
   const int64_t rec[3] = {B, 4, 2};
@@ -350,10 +347,7 @@ static void test_create_options(void) {
   kvc_layer_options lo = KVC_LAYER_OPTIONS_INIT;
   lo.kind = KVC_LAYER_LINEAR;
   lo.num_states = 65;
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
-  o.num_layers = 1;
-  o.layers = &lo;
+  kvc_cache_options o = tu_custom_options(1, &lo);
   kvc_cache* c = NULL;
   EXPECT_ERR(kvc_cache_create(&o, &c), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_create", "num_states is 65");
   lo.num_states = 1;

@@ -18,8 +18,7 @@ static char sentinel_storage;
  */
 static kvc_cache* make_pair(kvc_layer_kind kind0, kvc_layer_kind kind1, int64_t window, int64_t max_len,
                             int64_t batch, int64_t heads, int64_t dk, int64_t dv, kvc_dtype dt, int64_t tokens) {
-  kvc_layer_options l[2] = {tu_layer(kind0, window, max_len), tu_layer(kind1, window, max_len)};
-  kvc_cache* c = tu_custom_cache(2, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(kind0, window, max_len), tu_layer(kind1, window, max_len));
   if (!c) return NULL;
   for (uint32_t i = 0; i < 2; i++) {
     tu_tensor k, v;
@@ -140,8 +139,8 @@ static void test_reorder_bad_indices(void) {
 
 /* Layers of different batch sizes: an index valid for one layer but not another changes neither. */
 static void test_reorder_index_valid_for_one_layer_only(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  kvc_cache* c = tu_lazy_cache();
+  REQUIRE(c != NULL);
   REQUIRE_OK(tu_update_tokens(c, 0, 4, 2, 3, 4, 3, 0, NULL, NULL));
   REQUIRE_OK(tu_update_tokens(c, 1, 2, 2, 3, 4, 3, 0, NULL, NULL));
   int64_t idx[2] = {1, 3};
@@ -167,8 +166,7 @@ static void test_batch_ops_on_static_layers(void) {
     kvc_cache_destroy(c);
   }
   /* A static layer that holds nothing yet is still a static layer. */
-  kvc_layer_options l[2] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC, 0, 6)};
-  kvc_cache* c = tu_custom_cache(2, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC, 0, 6));
   REQUIRE(c != NULL);
   REQUIRE_OK(tu_update_tokens(c, 0, 2, 2, 3, 4, 3, 0, NULL, NULL));
   EXPECT_ERR_UNCHANGED(c, kvc_cache_batch_repeat_interleave(c, 2), KVC_ERROR_UNSUPPORTED,
@@ -314,8 +312,8 @@ static void test_from_batch_splits_mismatched(void) {
   kvc_cache* longer = make_pair(KVC_LAYER_DYNAMIC, KVC_LAYER_DYNAMIC_SLIDING, 8, 0, 2, 2, 4, 3, KVC_DTYPE_FLOAT32, 5);
   kvc_cache* window = make_pair(KVC_LAYER_DYNAMIC, KVC_LAYER_DYNAMIC_SLIDING, 6, 0, 2, 2, 4, 3, KVC_DTYPE_FLOAT32, 3);
   kvc_cache* kind = make_pair(KVC_LAYER_DYNAMIC, KVC_LAYER_DYNAMIC, 0, 0, 2, 2, 4, 3, KVC_DTYPE_FLOAT32, 3);
-  kvc_cache* three = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &three));
+  kvc_cache* three = tu_lazy_cache();
+  REQUIRE(three != NULL);
   for (uint32_t i = 0; i < 3; i++) REQUIRE_OK(tu_update_tokens(three, i, 2, 2, 3, 4, 3, 0, NULL, NULL));
   REQUIRE(heads && kdim && vdim && f16 && longer && window && kind);
 

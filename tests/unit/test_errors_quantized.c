@@ -59,10 +59,7 @@ static void test_bad_quant_options(void) {
   kvc_layer_options layers[2] = {KVC_LAYER_OPTIONS_INIT, KVC_LAYER_OPTIONS_INIT};
   layers[0].kind = layers[1].kind = KVC_LAYER_QUANTIZED;
   layers[1].quant = &bad[7].q; /* quanto axis_key 1 */
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
-  o.num_layers = 2;
-  o.layers = layers;
+  kvc_cache_options o = tu_custom_options(2, layers);
   kvc_cache* c = SENTINEL;
   EXPECT_ERR(kvc_cache_create(&o, &c), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_create", "options->layers[1].quant",
              "axis_key", "[0, -1]", "got 1");
@@ -151,10 +148,9 @@ static void test_transformers_group_sizes(void) {
 
 static void test_dtype_and_shape(void) {
   for (int mode = 0; mode < 2; mode++) {
-    kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, mode, 4, 0, 0, 4, 3}, 1);
-    REQUIRE(c);
     tq_rng rng = {3};
-    REQUIRE_OK(tq_update(c, 0, F32, 2, 2, 5, 8, 8, &rng, NULL, NULL, NULL));
+    kvc_cache* c = tq_cache_holding(&(tq_setting){KVC_QUANTIZER_QUANTO, mode, 4, 0, 0, 4, 3}, 1, &rng, 2, 2, 5, 8, 8);
+    REQUIRE(c);
     EXPECT_ERR_UNCHANGED(c, tq_update(c, 0, KVC_DTYPE_FLOAT16, 2, 2, 1, 8, 8, &rng, NULL, NULL, NULL),
                          KVC_ERROR_DTYPE_MISMATCH, "kvc_cache_update", "key.dtype is float16", "float32");
     EXPECT_ERR_UNCHANGED(c, tq_update(c, 0, F32, 2, 3, 1, 8, 8, &rng, NULL, NULL, NULL), KVC_ERROR_SHAPE_MISMATCH,
@@ -216,10 +212,9 @@ static void test_update_all_refused_late(void) {
 
 /* Splits that disagree on their quantized tokens are refused by stack, which changes nothing. */
 static void test_stack_mismatch(void) {
-  kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 4, 0, 0, 4, 2}, 1);
-  REQUIRE(c);
   tq_rng rng = {5};
-  REQUIRE_OK(tq_update(c, 0, F32, 2, 1, 6, 4, 4, &rng, NULL, NULL, NULL));
+  kvc_cache* c = tq_cache_holding(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 4, 0, 0, 4, 2}, 1, &rng, 2, 1, 6, 4, 4);
+  REQUIRE(c);
   kvc_cache* splits[2] = {NULL, NULL};
   size_t count = 0;
   REQUIRE_OK(kvc_cache_batch_split(c, 2, 1, splits, 2, &count));

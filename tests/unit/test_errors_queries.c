@@ -11,9 +11,8 @@
 
 /* Dynamic, dynamic sliding (window 4) and static (6 slots) layers holding 2 tokens, and an untouched static layer. */
 static kvc_cache* make_cache(void) {
-  kvc_layer_options l[4] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 4, 0),
-                            tu_layer(KVC_LAYER_STATIC, 0, 6), tu_layer(KVC_LAYER_STATIC, 0, 6)};
-  kvc_cache* c = tu_custom_cache(4, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 4, 0),
+                                 tu_layer(KVC_LAYER_STATIC, 0, 6), tu_layer(KVC_LAYER_STATIC, 0, 6));
   if (!c) return NULL;
   for (uint32_t i = 0; i < 3; i++) {
     if (!CHECK_OK(tu_update_tokens(c, i, 2, 2, 2, 4, 3, 0, NULL, NULL))) {
@@ -115,9 +114,8 @@ static void test_out_struct_sizes(void) {
 /* layer_info and layer_view address existing layers only (the others answer "beyond" without error). */
 static void test_layer_out_of_range(void) {
   kvc_cache* c = make_cache();
-  kvc_cache* lazy = NULL;
-  REQUIRE(c != NULL);
-  REQUIRE_OK(kvc_cache_create(NULL, &lazy));
+  kvc_cache* lazy = tu_lazy_cache();
+  REQUIRE(c != NULL && lazy != NULL);
   static const uint32_t bad[] = {4, 5, 1000, UINT32_MAX};
   char num[32];
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -188,9 +186,8 @@ static void test_negative_lengths(void) {
 
 /* Static layers of one cache filled with different batch sizes: Cache.batch_size raises. */
 static void test_batch_size_inconsistent(void) {
-  kvc_layer_options l[3] = {tu_layer(KVC_LAYER_STATIC, 0, 4), tu_layer(KVC_LAYER_DYNAMIC, 0, 0),
-                            tu_layer(KVC_LAYER_STATIC_SLIDING, 2, 4)};
-  kvc_cache* c = tu_custom_cache(3, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_STATIC, 0, 4), tu_layer(KVC_LAYER_DYNAMIC, 0, 0),
+                                 tu_layer(KVC_LAYER_STATIC_SLIDING, 2, 4));
   REQUIRE(c != NULL);
   REQUIRE_OK(tu_update_tokens(c, 0, 2, 1, 1, 4, 4, 0, NULL, NULL));
   REQUIRE_OK(tu_update_tokens(c, 1, 5, 1, 1, 4, 4, 0, NULL, NULL));

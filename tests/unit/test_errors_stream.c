@@ -6,8 +6,7 @@
 #include "test_errors.h"
 
 static void test_cpu_cache_has_only_the_default_stream(void) {
-  kvc_layer_options l[2] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC, 0, 6)};
-  kvc_cache* c = tu_custom_cache(2, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC, 0, 6));
   REQUIRE(c != NULL);
   for (uint32_t i = 0; i < 2; i++) CHECK_OK(tu_update_tokens(c, i, 2, 2, 2, 4, 3, 0, NULL, NULL));
   CHECK_EQ_PTR(kvc_cache_stream(c), NULL);

@@ -127,11 +127,10 @@ static void test_update_bad_tensors_every_layer_kind(void) {
 
 /* Uninitialized layers (first update) and a lazy cache (which must not grow). */
 static void test_update_bad_tensors_fresh_layers(void) {
-  kvc_layer_options l[2] = {tu_layer(KVC_LAYER_STATIC, 0, 6), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 3, 0)};
-  kvc_cache* fresh = tu_custom_cache(2, l);
+  kvc_cache* fresh = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_STATIC, 0, 6), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 3, 0));
   REQUIRE(fresh != NULL);
-  kvc_cache* lazy = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &lazy));
+  kvc_cache* lazy = tu_lazy_cache();
+  REQUIRE(lazy != NULL);
   for (size_t i = 0; i < N_DEFECTS; i++)
     for (int which = 0; which < 2; which++) {
       expect_defect_rejected(fresh, 0, &defects[i], which);
@@ -174,9 +173,8 @@ static void test_update_null_arguments(void) {
 
 static void test_update_key_value_disagree(void) {
   kvc_cache* c = make_cache();
-  kvc_cache* lazy = NULL;
-  REQUIRE(c != NULL);
-  REQUIRE_OK(kvc_cache_create(NULL, &lazy));
+  kvc_cache* lazy = tu_lazy_cache();
+  REQUIRE(c != NULL && lazy != NULL);
   kvc_cache* caches[2] = {c, lazy};
   for (int ci = 0; ci < 2; ci++) {
     kvc_cache* cc = caches[ci];
@@ -254,8 +252,7 @@ static void test_update_disagrees_with_stored(void) {
 
 /* A layer initialized by early_initialization holds no token but has fixed its geometry. */
 static void test_update_disagrees_with_early_initialization(void) {
-  kvc_layer_options l[2] = {tu_layer(KVC_LAYER_STATIC, 0, 6), tu_layer(KVC_LAYER_DYNAMIC, 0, 0)};
-  kvc_cache* c = tu_custom_cache(2, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_STATIC, 0, 6), tu_layer(KVC_LAYER_DYNAMIC, 0, 0));
   REQUIRE(c != NULL);
   kvc_init_options o = tu_init_options(B, H, DK, DV, KVC_DTYPE_BFLOAT16);
   REQUIRE_OK(kvc_cache_early_initialization(c, &o));
@@ -285,8 +282,8 @@ static void test_update_layer_out_of_range(void) {
   EXPECT_ERR_UNCHANGED(c, kvc_cache_update(c, UINT32_MAX, &k.t, &v.t, NULL, &out), KVC_ERROR_OUT_OF_RANGE,
                        "kvc_cache_update", "layer", "4294967295");
   /* A lazy cache grows on demand, but not to four billion layers. */
-  kvc_cache* lazy = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &lazy));
+  kvc_cache* lazy = tu_lazy_cache();
+  REQUIRE(lazy != NULL);
   EXPECT_ERR_UNCHANGED(lazy, kvc_cache_update(lazy, UINT32_MAX, &k.t, &v.t, NULL, &out), KVC_ERROR_OUT_OF_RANGE,
                        "kvc_cache_update", "layer", "4294967295");
   CHECK(kv_untouched(&out, 1));
@@ -407,23 +404,34 @@ static void test_update_bad_options(void) {
 
 /* ---------------------------------------------------------- update_all */
 
-/* NL layers of one token each, K and V. */
+/* The keys and values of one update_all call: up to NL + 1 layers (one too many) of n tokens each. */
 typedef struct step {
-  tu_tensor k[NL], v[NL];
-  kvc_tensor keys[NL], values[NL];
+  int count;
+  tu_tensor k[NL + 1], v[NL + 1];
+  kvc_tensor keys[NL + 1], values[NL + 1];
 } step;
 
-static void step_make(step* s, int64_t n) {
-  for (int i = 0; i < NL; i++) {
-    tu_tensor_tokens(&s->k[i], B, H, n, DK, 10, 0);
-    tu_tensor_tokens(&s->v[i], B, H, n, DV, 10, 1);
+/* `count` layers of float32 [B, H, n, DK] keys and [B, H, n, DV] values, except that the last layer's pair is of
+ * dtype last_dt, batch last_b and head dims last_dk / last_dv: the one layer a test makes disagree. */
+static void step_make_ex(step* s, int count, int64_t n, kvc_dtype last_dt, int64_t last_b, int64_t last_dk,
+                         int64_t last_dv) {
+  s->count = count;
+  for (int i = 0; i < count; i++) {
+    int last = i == count - 1;
+    kvc_dtype dt = last ? last_dt : KVC_DTYPE_FLOAT32;
+    int64_t b = last ? last_b : B;
+    tu_tensor_tokens_ex(&s->k[i], dt, b, H, n, last ? last_dk : DK, 10, 0, NULL);
+    tu_tensor_tokens_ex(&s->v[i], dt, b, H, n, last ? last_dv : DV, 10, 1, NULL);
     s->keys[i] = s->k[i].t;
     s->values[i] = s->v[i].t;
   }
 }
 
+/* NL layers that agree. */
+static void step_make(step* s, int64_t n) { step_make_ex(s, NL, n, KVC_DTYPE_FLOAT32, B, DK, DV); }
+
 static void step_free(step* s) {
-  for (int i = 0; i < NL; i++) {
+  for (int i = 0; i < s->count; i++) {
     tu_tensor_free(&s->k[i]);
     tu_tensor_free(&s->v[i]);
   }
@@ -451,23 +459,14 @@ static void test_update_all_null_arguments(void) {
 static void test_update_all_too_many_layers(void) {
   kvc_cache* c = make_cache();
   REQUIRE(c != NULL);
-  tu_tensor k[NL + 1], v[NL + 1];
-  kvc_tensor keys[NL + 1], values[NL + 1];
-  for (int i = 0; i < NL + 1; i++) {
-    tu_tensor_tokens(&k[i], B, H, 1, DK, 10, 0);
-    tu_tensor_tokens(&v[i], B, H, 1, DV, 10, 1);
-    keys[i] = k[i].t;
-    values[i] = v[i].t;
-  }
+  step s;
+  step_make_ex(&s, NL + 1, 1, KVC_DTYPE_FLOAT32, B, DK, DV);
   kvc_kv out[NL + 1];
   memset(out, OUT_FILL, sizeof out);
-  EXPECT_ERR_UNCHANGED(c, kvc_cache_update_all(c, NL + 1, keys, values, NULL, out), KVC_ERROR_OUT_OF_RANGE,
+  EXPECT_ERR_UNCHANGED(c, kvc_cache_update_all(c, NL + 1, s.keys, s.values, NULL, out), KVC_ERROR_OUT_OF_RANGE,
                        "kvc_cache_update_all", "4");
   CHECK(kv_untouched(out, NL + 1));
-  for (int i = 0; i < NL + 1; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  step_free(&s);
   kvc_cache_destroy(c);
 }
 
@@ -490,9 +489,8 @@ static void expect_all_last_defect(kvc_cache* c, uint32_t n, const tensor_defect
 
 static void test_update_all_last_layer_tensor_defect(void) {
   kvc_cache* c = make_cache();
-  kvc_cache* lazy = NULL;
-  REQUIRE(c != NULL);
-  REQUIRE_OK(kvc_cache_create(NULL, &lazy));
+  kvc_cache* lazy = tu_lazy_cache();
+  REQUIRE(c != NULL && lazy != NULL);
   for (size_t i = 0; i < N_DEFECTS; i++)
     for (int which = 0; which < 2; which++) {
       expect_all_last_defect(c, NL, &defects[i], which);
@@ -512,34 +510,19 @@ static void test_update_all_last_layer_disagrees(void) {
   step s;
 
   /* Batch of the last layer's pair only. */
-  step_make(&s, 1);
-  tu_tensor_free(&s.k[NL - 1]);
-  tu_tensor_free(&s.v[NL - 1]);
-  tu_tensor_tokens(&s.k[NL - 1], 3, H, 1, DK, 10, 0);
-  tu_tensor_tokens(&s.v[NL - 1], 3, H, 1, DV, 10, 1);
-  s.keys[NL - 1] = s.k[NL - 1].t;
-  s.values[NL - 1] = s.v[NL - 1].t;
+  step_make_ex(&s, NL, 1, KVC_DTYPE_FLOAT32, 3, DK, DV);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_update_all(c, NL, s.keys, s.values, NULL, out), KVC_ERROR_SHAPE_MISMATCH, FN,
                        "keys[3]", "batch", "3", "layer 3");
   step_free(&s);
 
   /* Value head_dim of the last layer. */
-  step_make(&s, 1);
-  tu_tensor_free(&s.v[NL - 1]);
-  tu_tensor_tokens(&s.v[NL - 1], B, H, 1, DV + 2, 10, 1);
-  s.values[NL - 1] = s.v[NL - 1].t;
+  step_make_ex(&s, NL, 1, KVC_DTYPE_FLOAT32, B, DK, DV + 2);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_update_all(c, NL, s.keys, s.values, NULL, out), KVC_ERROR_SHAPE_MISMATCH, FN,
                        "values[3]", "head_dim", "5", "layer 3");
   step_free(&s);
 
   /* Dtype of the last layer (both K and V, so only the stored dtype disagrees). */
-  step_make(&s, 1);
-  tu_tensor_free(&s.k[NL - 1]);
-  tu_tensor_free(&s.v[NL - 1]);
-  tu_tensor_tokens_ex(&s.k[NL - 1], KVC_DTYPE_FLOAT16, B, H, 1, DK, 10, 0, NULL);
-  tu_tensor_tokens_ex(&s.v[NL - 1], KVC_DTYPE_FLOAT16, B, H, 1, DV, 10, 1, NULL);
-  s.keys[NL - 1] = s.k[NL - 1].t;
-  s.values[NL - 1] = s.v[NL - 1].t;
+  step_make_ex(&s, NL, 1, KVC_DTYPE_FLOAT16, B, DK, DV);
   EXPECT_ERR_UNCHANGED(c, kvc_cache_update_all(c, NL, s.keys, s.values, NULL, out), KVC_ERROR_DTYPE_MISMATCH, FN,
                        "keys[3]", "float16", "float32");
   step_free(&s);
@@ -563,8 +546,8 @@ static void test_update_all_last_layer_disagrees(void) {
 
 /* A lazy cache with one layer: update_all over 3 layers, the third bad, must not add layers 1 and 2. */
 static void test_update_all_lazy_does_not_grow(void) {
-  kvc_cache* lazy = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &lazy));
+  kvc_cache* lazy = tu_lazy_cache();
+  REQUIRE(lazy != NULL);
   REQUIRE_OK(tu_update_tokens(lazy, 0, B, H, 2, DK, DV, 0, NULL, NULL));
   step s;
   step_make(&s, 1);

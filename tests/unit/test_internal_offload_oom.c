@@ -23,22 +23,22 @@ static void same_tiers_and_bytes(const kvc_cache* c, int after, const char* name
   CHECK_EQ_U64(m.bytes_host, mem_before.bytes_host);
 }
 
-/* Layers f s f, every layer offloaded, one step done (tiers 011), allocating through the wrapper. */
-static kvc_cache* stepped(void) {
-  kvc_cache* c = ot_cache(KVC_PRESET_DYNAMIC, "fsf", 3, 0, 0, KVC_OFFLOAD_ALL);
+/* Layers f s f of `preset` (max_cache_len max_len, offloading `offload`) allocating through the wrapper, after one
+ * step of n tokens of dtype dt on every layer; NULL if creation fails (counted). */
+static kvc_cache* stepped_ex(kvc_preset preset, int64_t max_len, kvc_offload offload, kvc_dtype dt, int64_t n) {
+  kvc_cache* c = ot_cache(preset, "fsf", 3, 0, max_len, offload);
   if (!c) return NULL;
   oom_install(c);
-  for (uint32_t i = 0; i < 3; i++) CHECK_OK(ot_update(c, i, KVC_DTYPE_FLOAT16, 2, 2, 3, 3, 2, i, NULL));
+  for (uint32_t i = 0; i < 3; i++) CHECK_OK(ot_update(c, i, dt, 2, 2, n, 3, 2, i, NULL));
   return c;
 }
 
-/* OffloadedStaticCache f s f after one step (tiers 001). */
+/* Every layer offloaded, one step done (tiers 011). */
+static kvc_cache* stepped(void) { return stepped_ex(KVC_PRESET_DYNAMIC, 0, KVC_OFFLOAD_ALL, KVC_DTYPE_FLOAT16, 3); }
+
+/* OffloadedStaticCache after one step (tiers 001). */
 static kvc_cache* stepped_static(void) {
-  kvc_cache* c = ot_cache(KVC_PRESET_OFFLOADED_STATIC, "fsf", 3, 0, 8, KVC_OFFLOAD_DEFAULT);
-  if (!c) return NULL;
-  oom_install(c);
-  for (uint32_t i = 0; i < 3; i++) CHECK_OK(ot_update(c, i, KVC_DTYPE_FLOAT32, 2, 2, 2, 3, 2, i, NULL));
-  return c;
+  return stepped_ex(KVC_PRESET_OFFLOADED_STATIC, 8, KVC_OFFLOAD_DEFAULT, KVC_DTYPE_FLOAT32, 2);
 }
 
 static kvc_error* decode_layer0(kvc_cache* c) { return ot_update(c, 0, KVC_DTYPE_FLOAT16, 2, 2, 1, 3, 2, 40, NULL); }

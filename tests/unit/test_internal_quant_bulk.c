@@ -16,12 +16,7 @@
 
 static uint64_t bulk_rng = 0x9E3779B97F4A7C15ULL;
 
-static uint32_t next_u32(void) {
-  bulk_rng ^= bulk_rng << 13;
-  bulk_rng ^= bulk_rng >> 7;
-  bulk_rng ^= bulk_rng << 17;
-  return (uint32_t)(bulk_rng >> 16);
-}
+static uint32_t next_u32(void) { return tu_xorshift32(&bulk_rng); }
 
 /* Uniform in [-2, 2), rounded to dt. */
 static float next_value(kvc_dtype dt) { return kvci_round_to(dt, (float)next_u32() / 1073741824.0f - 2.0f); }

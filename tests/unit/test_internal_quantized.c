@@ -181,10 +181,9 @@ static void test_groups_follow_every_operation(void) {
 /* Groups across batch rows (HQQ axis 0 over several rows) are not kept; the store alone holds that history. */
 static void test_groups_across_rows_not_kept(void) {
   tq_setting set = {KVC_QUANTIZER_HQQ, KVC_QUANT_MODE_TRANSFORMERS, 4, 0, 0, 4, 3};
-  kvc_cache* c = tq_cache(&set, 1);
-  REQUIRE(c);
   tq_rng rng = {5};
-  REQUIRE_OK(tq_update(c, 0, F32, 2, 2, 4, 4, 4, &rng, NULL, NULL, NULL));
+  kvc_cache* c = tq_cache_holding(&set, 1, &rng, 2, 2, 4, 4, 4);
+  REQUIRE(c);
   const kvc_quant_ext* x = kvci_quant_ext_of(c->layers[0]);
   CHECK(x->rows[0].ptr == NULL && x->rows[1].ptr == NULL);
   CHECK_EQ_I64(x->quantized, 4);

@@ -418,12 +418,7 @@ static void test_layouts(void) {
 /* ------------------------------------------------------------ properties */
 
 static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
-static uint32_t rng_u32(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return (uint32_t)(rng_state >> 16);
-}
+static uint32_t rng_u32(void) { return tu_xorshift32(&rng_state); }
 static float rng_normal(void) {
   double u1 = ((double)rng_u32() + 1.0) / 4294967297.0, u2 = (double)rng_u32() / 4294967296.0;
   return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));

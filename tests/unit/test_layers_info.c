@@ -48,13 +48,7 @@ static void test_layer_info_per_kind(void) {
 
     REQUIRE_OK(tu_update_tokens(c, 0, 3, 2, 3, 4, 6, 0, NULL, NULL));
     li = tu_info(c, 0);
-    CHECK_EQ_I64(li.is_initialized, 1);
-    CHECK_EQ_I64(li.dtype, KVC_DTYPE_FLOAT32);
-    CHECK_EQ_I64(li.batch_size, 3);
-    CHECK_EQ_I64(li.num_kv_heads, 2);
-    CHECK_EQ_I64(li.k_head_dim, 4);
-    CHECK_EQ_I64(li.v_head_dim, 6);
-    CHECK_EQ_I64(li.seq_length, 3);
+    CHECK_GEOMETRY(li, KVC_DTYPE_FLOAT32, 3, 2, 4, 6, 3);
     CHECK_EQ_I64(li.capacity, k->capacity);
     kvc_kv st = tu_view(c, 0);
     CHECK_EQ_I64(li.stored_length, st.key.shape[2]);
@@ -65,9 +59,8 @@ static void test_layer_info_per_kind(void) {
 
 /* max_length over all layers is the maximum; a layer index beyond gives -1. */
 static void test_max_length_all_layers(void) {
-  kvc_layer_options l[3] = {tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 6, 0), tu_layer(KVC_LAYER_STATIC, 0, 11),
-                            tu_layer(KVC_LAYER_STATIC_SLIDING, 4, 11)};
-  kvc_cache* c = tu_custom_cache(3, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 6, 0), tu_layer(KVC_LAYER_STATIC, 0, 11),
+                                 tu_layer(KVC_LAYER_STATIC_SLIDING, 4, 11));
   REQUIRE(c != NULL);
   CHECK_EQ_I64(tu_max_len(c, KVC_ALL_LAYERS), 11);
   CHECK_EQ_I64(tu_max_len(c, 3), -1);
@@ -88,8 +81,7 @@ static void test_max_length_all_layers(void) {
 
 /* Views: 4-D, CPU, the cache dtype, head_dim contiguous; index and state errors. */
 static void test_layer_view(void) {
-  kvc_layer_options l[2] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC_SLIDING, 3, 8)};
-  kvc_cache* c = tu_custom_cache(2, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC_SLIDING, 3, 8));
   REQUIRE(c != NULL);
   kvc_kv v;
   memset(&v, 0x5a, sizeof v);
@@ -123,9 +115,8 @@ static void test_layer_view(void) {
 
 /* bytes_used is the stored views; bytes_reserved covers it. */
 static void test_memory_info(void) {
-  kvc_layer_options l[4] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 4, 0),
-                            tu_layer(KVC_LAYER_STATIC, 0, 10), tu_layer(KVC_LAYER_STATIC_SLIDING, 4, 10)};
-  kvc_cache* c = tu_custom_cache(4, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 4, 0),
+                                 tu_layer(KVC_LAYER_STATIC, 0, 10), tu_layer(KVC_LAYER_STATIC_SLIDING, 4, 10));
   REQUIRE(c != NULL);
   kvc_memory_info m = tu_memory(c);
   CHECK_EQ_U64(m.bytes_used, 0);
@@ -138,8 +129,8 @@ static void test_memory_info(void) {
   CHECK(m.bytes_reserved >= m.bytes_used);
   kvc_cache_destroy(c);
 
-  kvc_cache* d = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &d));
+  kvc_cache* d = tu_lazy_cache();
+  REQUIRE(d != NULL);
   REQUIRE_OK(tu_update_tokens(d, 0, b, h, 7, dk, dv, 0, NULL, NULL));
   m = tu_memory(d);
   CHECK_EQ_U64(m.bytes_used, per_token * 7);
@@ -149,8 +140,8 @@ static void test_memory_info(void) {
   kvc_cache_destroy(d);
 
   /* float16 halves it */
-  kvc_cache* e = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &e));
+  kvc_cache* e = tu_lazy_cache();
+  REQUIRE(e != NULL);
   tu_tensor k, v;
   tu_tensor_make(&k, KVC_DTYPE_FLOAT16, b, h, 7, dk, NULL);
   tu_tensor_make(&v, KVC_DTYPE_FLOAT16, b, h, 7, dv, NULL);

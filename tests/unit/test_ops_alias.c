@@ -91,20 +91,9 @@ static void refeed(kvc_cache* c, kvc_cache* ref, int steps, int64_t take) {
 }
 
 static kvc_cache* make(kvc_layer_kind kind, int64_t window, int64_t max_len, kvc_offload offload) {
-  kvc_layer_options l = KVC_LAYER_OPTIONS_INIT;
-  l.kind = kind;
-  l.window = window;
-  l.max_cache_len = max_len;
+  kvc_layer_options l = tu_layer(kind, window, max_len);
   kvc_layer_options layers[2] = {l, l};
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
-  o.num_layers = 2;
-  o.layers = layers;
-  o.offload = offload;
-  kvc_cache* c = NULL;
-  kvc_error* e = kvc_cache_create(&o, &c);
-  CHECK_OK(e);
-  return c;
+  return tu_custom_offload_cache(2, layers, offload);
 }
 
 static void test_dynamic_growth(void) { /* the store doubles under the input several times */

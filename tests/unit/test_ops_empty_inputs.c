@@ -24,8 +24,8 @@ static kvc_error* update_empty(kvc_cache* c, uint32_t layer, int64_t b, int64_t 
 }
 
 static void test_update_without_data(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  kvc_cache* c = tu_lazy_cache();
+  REQUIRE(c != NULL);
   kvc_kv out;
   REQUIRE_OK(tu_update_tokens(c, 0, 2, 1, 3, 4, 4, 0, NULL, NULL));
   REQUIRE_OK(update_empty(c, 0, 2, 1, 4, 4, 0, &out));

@@ -8,8 +8,8 @@
 
 /* Skipped indices of a lazy cache get uninitialized layers with the lazy-cache answers. */
 static void test_lazy_cache_layers(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  kvc_cache* c = tu_lazy_cache();
+  REQUIRE(c != NULL);
   CHECK_EQ_I64(kvc_cache_num_layers(c), 0);
   CHECK_EQ_I64(tu_max_len(c, KVC_ALL_LAYERS), -1);
   CHECK_EQ_I64(tu_seq(c, 0), 0);
@@ -73,13 +73,7 @@ static void test_early_initialization(void) {
   REQUIRE_OK(kvc_cache_early_initialization(c, &io));
   for (uint32_t i = 0; i < 4; i++) {
     kvc_layer_info li = tu_info(c, i);
-    CHECK_EQ_I64(li.is_initialized, 1);
-    CHECK_EQ_I64(li.dtype, KVC_DTYPE_FLOAT16);
-    CHECK_EQ_I64(li.batch_size, 2);
-    CHECK_EQ_I64(li.num_kv_heads, 3);
-    CHECK_EQ_I64(li.k_head_dim, 4);
-    CHECK_EQ_I64(li.v_head_dim, 6);
-    CHECK_EQ_I64(li.seq_length, 0);
+    CHECK_GEOMETRY(li, KVC_DTYPE_FLOAT16, 2, 3, 4, 6, 0);
     CHECK_EQ_I64(tu_seq(c, i), 0);
   }
   /* static buffers exist, zeroed; dynamic layers are empty */
@@ -162,8 +156,8 @@ static void test_early_initialization_per_layer(void) {
 
 /* A lazy cache without layers has nothing to initialize. */
 static void test_early_initialization_lazy(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  kvc_cache* c = tu_lazy_cache();
+  REQUIRE(c != NULL);
   kvc_init_options io = tu_init_options(1, 1, 2, 0, KVC_DTYPE_FLOAT32);
   CHECK_OK(kvc_cache_early_initialization(c, &io));
   CHECK_EQ_I64(kvc_cache_num_layers(c), 0);
@@ -194,10 +188,7 @@ static void test_create_from_tensors(void) {
   /* the tensors were copied: changing them afterwards does not reach the cache */
   kvc_layer_options l[3] = {tu_layer(KVC_LAYER_STATIC, 0, 8), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 3, 0),
                             tu_layer(KVC_LAYER_STATIC_SLIDING, 4, 8)};
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
-  o.num_layers = 3;
-  o.layers = l;
+  kvc_cache_options o = tu_custom_options(3, l);
   c = NULL;
   REQUIRE_OK(kvc_cache_create_from_tensors(&o, 3, ka, va, &c));
   for (int i = 0; i < 3; i++) memset(k[i].alloc, 0, 4);

@@ -87,8 +87,8 @@ static void test_reset_then_reuse_equals_fresh(void) {
 
 /* reset on a lazy cache keeps its layers; on a cache without layers it is a no-op. */
 static void test_reset_lazy(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  kvc_cache* c = tu_lazy_cache();
+  REQUIRE(c != NULL);
   CHECK_OK(kvc_cache_reset(c));
   CHECK_EQ_I64(kvc_cache_num_layers(c), 0);
   REQUIRE_OK(tu_update_tokens(c, 2, NB, NH, 3, DK, DV, 0, NULL, NULL));
@@ -154,8 +154,8 @@ static void test_clone_outlives_original(void) {
 
 /* A clone of a lazy cache stays lazy; a clone of an untouched custom cache stays untouched. */
 static void test_clone_lazy_and_uninitialized(void) {
-  kvc_cache* c = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &c));
+  kvc_cache* c = tu_lazy_cache();
+  REQUIRE(c != NULL);
   kvc_cache* d = NULL;
   REQUIRE_OK(kvc_cache_clone(c, &d));
   CHECK_EQ_I64(kvc_cache_num_layers(d), 0);

@@ -32,8 +32,8 @@ static void test_reserve_initialized_layer(void) {
 
 /* Before the first update, and for layers a lazy cache creates later, the hint sizes the first allocation. */
 static void test_reserve_as_hint(void) {
-  kvc_cache* lazy = NULL;
-  REQUIRE_OK(kvc_cache_create(NULL, &lazy));
+  kvc_cache* lazy = tu_lazy_cache();
+  REQUIRE(lazy != NULL);
   REQUIRE_OK(kvc_cache_reserve(lazy, 300));
   REQUIRE_OK(tu_update_tokens(lazy, 2, NB, NH, 5, D, D, 0, NULL, NULL));
   CHECK_EQ_I64(kvc_cache_num_layers(lazy), 3);
@@ -48,8 +48,7 @@ static void test_reserve_as_hint(void) {
 
 /* Bounded kinds ignore the hint. */
 static void test_reserve_ignores_bounded_layers(void) {
-  kvc_layer_options l[2] = {tu_layer(KVC_LAYER_STATIC, 0, 16), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 4, 0)};
-  kvc_cache* c = tu_custom_cache(2, l);
+  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_STATIC, 0, 16), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 4, 0));
   REQUIRE(c != NULL);
   REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 3, D, D, 0, NULL, NULL));
   REQUIRE_OK(tu_update_tokens(c, 1, NB, NH, 3, D, D, 0, NULL, NULL));

@@ -13,13 +13,7 @@ static kvc_cache* dynamic_and_quantized(void) {
   kvc_layer_options_init(&lo[0]);
   kvc_layer_options_init(&lo[1]);
   lo[1].kind = KVC_LAYER_QUANTIZED; /* NULL quant: KVC_QUANT_OPTIONS_INIT, q_group_size 64 */
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
-  o.num_layers = 2;
-  o.layers = lo;
-  kvc_cache* c = NULL;
-  if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
-  return c;
+  return tu_custom_cache(2, lo);
 }
 
 static void test_split_keeps_failed_quantized_layer_empty(void) {

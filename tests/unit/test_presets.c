@@ -23,11 +23,7 @@ typedef struct cfg_case {
 } cfg_case;
 
 static kvc_error* create(kvc_preset preset, const cfg_case* k, int64_t max_cache_len, kvc_cache** out) {
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = k->layers;
-  cfg.layer_types = k->types;
-  cfg.sliding_window = k->sliding_window;
-  cfg.attention_chunk_size = k->chunk;
+  kvc_model_config cfg = tu_config(k->layers, k->types, k->sliding_window, k->chunk);
   cfg.num_kv_shared_layers = k->shared;
   cfg.sliding_window_pattern = k->pattern;
   kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;

@@ -17,10 +17,9 @@ static void ref_view(tq_ref* r, const kvc_cache* c) {
 /* A crop into a per-channel block gives the block's kept tokens back to the residual, values unchanged. */
 static void test_crop_across_a_block(void) {
   tq_setting set = {KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 4, -1, 0, 4, 2};
-  kvc_cache* c = tq_cache(&set, 1);
-  REQUIRE(c);
   tq_rng rng = {1};
-  REQUIRE_OK(tq_update(c, 0, F32, 2, 2, 13, 8, 4, &rng, NULL, NULL, NULL));
+  kvc_cache* c = tq_cache_holding(&set, 1, &rng, 2, 2, 13, 8, 4);
+  REQUIRE(c);
   CHECK_EQ_I64(tq_quantized(c, 0), 8);
   CHECK_EQ_U64(tu_memory(c).bytes_quantized, tq_incremental_bytes(&set, 2, 2, 8, 4, 8, 4));
   tq_ref ref;
@@ -58,10 +57,9 @@ static void test_crop_across_a_block(void) {
 /* The argument rules: 0 does nothing, positive is an absolute length, too much empties. */
 static void test_crop_arguments(void) {
   for (int mode = 0; mode < 2; mode++) {
-    kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_HQQ, mode, 4, 1, 1, 4, 3}, 1);
-    REQUIRE(c);
     tq_rng rng = {2};
-    REQUIRE_OK(tq_update(c, 0, F32, 1, 2, 9, 4, 4, &rng, NULL, NULL, NULL));
+    kvc_cache* c = tq_cache_holding(&(tq_setting){KVC_QUANTIZER_HQQ, mode, 4, 1, 1, 4, 3}, 1, &rng, 1, 2, 9, 4, 4);
+    REQUIRE(c);
     REQUIRE_OK(tq_update(c, 0, F32, 1, 2, 1, 4, 4, &rng, NULL, NULL, NULL));
     int64_t q = tq_quantized(c, 0);
     REQUIRE_OK(kvc_cache_crop(c, 0));
@@ -93,10 +91,9 @@ static void test_crop_arguments(void) {
  * tokens too and are dropped until then.
  */
 static void test_crop_transformers_mode(void) {
-  kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_TRANSFORMERS, 4, 0, 0, 4, 3}, 1);
-  REQUIRE(c);
   tq_rng rng = {3};
-  REQUIRE_OK(tq_update(c, 0, F32, 2, 2, 6, 8, 8, &rng, NULL, NULL, NULL));
+  kvc_cache* c = tq_cache_holding(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_TRANSFORMERS, 4, 0, 0, 4, 3}, 1, &rng, 2, 2, 6, 8, 8);
+  REQUIRE(c);
   REQUIRE_OK(tq_update(c, 0, F32, 2, 2, 1, 8, 8, &rng, NULL, NULL, NULL));
   CHECK_EQ_I64(tq_quantized(c, 0), 6);
   uint64_t six = tu_memory(c).bytes_quantized;

@@ -141,10 +141,9 @@ static void test_tiny_residual(void) {
 /* Nothing to store: the stored history comes back and nothing is quantized, in both modes. */
 static void test_zero_tokens(void) {
   for (int mode = 0; mode < 2; mode++) {
-    kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, mode, 4, 0, 0, 4, 3}, 1);
-    REQUIRE(c);
     tq_rng rng = {5};
-    REQUIRE_OK(tq_update(c, 0, F32, 1, 2, 6, 4, 4, &rng, NULL, NULL, NULL));
+    kvc_cache* c = tq_cache_holding(&(tq_setting){KVC_QUANTIZER_QUANTO, mode, 4, 0, 0, 4, 3}, 1, &rng, 1, 2, 6, 4, 4);
+    REQUIRE(c);
     REQUIRE_OK(tq_update(c, 0, F32, 1, 2, 2, 4, 4, &rng, NULL, NULL, NULL));
     int64_t q = tq_quantized(c, 0);
     tq_ref before;
@@ -281,10 +280,9 @@ static void test_incremental_per_token(void) {
 
 /* Per-channel groups quantize q_group_size tokens at a time, for keys and values alike. */
 static void test_incremental_blocks(void) {
-  kvc_cache* c = tq_cache(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 2, -1, 0, 4, 2}, 1);
-  REQUIRE(c);
   tq_rng rng = {33};
-  REQUIRE_OK(tq_update(c, 0, F32, 1, 2, 10, 4, 8, &rng, NULL, NULL, NULL));
+  kvc_cache* c = tq_cache_holding(&(tq_setting){KVC_QUANTIZER_QUANTO, KVC_QUANT_MODE_INCREMENTAL, 2, -1, 0, 4, 2}, 1, &rng, 1, 2, 10, 4, 8);
+  REQUIRE(c);
   CHECK_EQ_I64(tq_quantized(c, 0), 8); /* 10 - 2 = 8 over the residual: two blocks */
   static const int64_t expect_q[] = {8, 8, 8, 12, 12, 12, 12, 16};
   for (int i = 0; i < 8; i++) {

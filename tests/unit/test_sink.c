@@ -208,10 +208,8 @@ static void test_reorder(void) {
 
 /* A clone holds the same tokens and goes on independently. */
 static void test_clone_is_independent(void) {
-  kvc_cache* c = sk_cache(5, 2, 2);
+  kvc_cache* c = sk_filled(5, 2, 2, 2, 2, TU_LIST(0, 1, 2, 3, 4), 5);
   REQUIRE(c != NULL);
-  for (uint32_t i = 0; i < 2; i++)
-    REQUIRE_OK(sk_update(c, i, KVC_DTYPE_FLOAT32, 1, 1, 2, 2, TU_LIST(0, 1, 2, 3, 4), 5, NULL, NULL));
   kvc_cache* d = NULL;
   REQUIRE_OK(kvc_cache_clone(c, &d));
   CHECK_CACHES_EQUAL(c, d);
@@ -227,10 +225,8 @@ static void test_clone_is_independent(void) {
 
 /* reset empties every layer; the next update is a first one again (stored whole). */
 static void test_reset(void) {
-  kvc_cache* c = sk_cache(4, 1, 0);
+  kvc_cache* c = sk_filled(4, 1, 0, 2, 1, TU_LIST(0, 1, 2, 3, 4), 5);
   REQUIRE(c != NULL);
-  for (uint32_t i = 0; i < 2; i++)
-    REQUIRE_OK(sk_update(c, i, KVC_DTYPE_FLOAT32, 1, 1, 1, 1, TU_LIST(0, 1, 2, 3, 4), 5, NULL, NULL));
   REQUIRE_OK(kvc_cache_reset(c));
   CHECK_EQ_I64(kvc_cache_num_layers(c), 2);
   for (uint32_t i = 0; i < 2; i++) {
@@ -280,21 +276,10 @@ static void test_update_all(void) {
   kvc_cache* c = sk_cache(4, 1, 3);
   REQUIRE(c != NULL);
   for (int64_t t = 0; t < 6; t++) {
-    tu_tensor k[3], v[3];
-    kvc_tensor kt[3], vt[3];
-    for (int i = 0; i < 3; i++) {
-      sk_make_kv(&k[i], &v[i], KVC_DTYPE_FLOAT32, 1, 1, 2, 2, &t, 1);
-      kt[i] = k[i].t;
-      vt[i] = v[i].t;
-    }
     kvc_kv out[3];
-    CHECK_OK(kvc_cache_update_all(c, 3, kt, vt, NULL, out));
+    CHECK_OK(sk_update_all(c, 3, 2, 2, &t, 1, NULL, out));
     if (t == 5)
       for (int i = 0; i < 3; i++) CHECK_SINK_TOKENS(out[i], 0, 3, 4, 5);
-    for (int i = 0; i < 3; i++) {
-      tu_tensor_free(&k[i]);
-      tu_tensor_free(&v[i]);
-    }
   }
   kvc_cache_destroy(c);
 }

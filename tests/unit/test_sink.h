@@ -123,6 +123,34 @@ static TU_UNUSED kvc_error* sk_update(kvc_cache* c, uint32_t layer, kvc_dtype dt
   return e;
 }
 
+/* update_all of num_layers (at most 4) float32 layers, [1, 1, n, dk] / [1, 1, n, dv], every layer given the
+ * same listed tokens; out (may be NULL) receives num_layers views. */
+static TU_UNUSED kvc_error* sk_update_all(kvc_cache* c, uint32_t num_layers, int64_t dk, int64_t dv,
+                                          const int64_t* tokens, int64_t n, const kvc_update_options* o, kvc_kv* out) {
+  tu_tensor k[4], v[4];
+  kvc_tensor kt[4], vt[4];
+  if (num_layers > 4) abort();
+  for (uint32_t i = 0; i < num_layers; i++) {
+    sk_make_kv(&k[i], &v[i], KVC_DTYPE_FLOAT32, 1, 1, dk, dv, tokens, n);
+    kt[i] = k[i].t;
+    vt[i] = v[i].t;
+  }
+  kvc_error* e = kvc_cache_update_all(c, num_layers, kt, vt, o, out);
+  for (uint32_t i = 0; i < num_layers; i++) {
+    tu_tensor_free(&k[i]);
+    tu_tensor_free(&v[i]);
+  }
+  return e;
+}
+
+/* A custom cache of two sink layers of windows w0 and w1, the second with one sink token; NULL on error (counted).
+ * Layers that disagree let update_all pass one layer and refuse the other. */
+static TU_UNUSED kvc_cache* sk_two_layers(int64_t w0, int64_t w1) {
+  kvc_layer_options layers[2] = {tu_layer(KVC_LAYER_SINK, w0, 0), tu_layer(KVC_LAYER_SINK, w1, 0)};
+  layers[1].num_sink_tokens = 1;
+  return tu_custom_cache(2, layers);
+}
+
 /* A SinkCache preset: lazy (num_layers 0) or with a config of num_layers layers; NULL on error (counted). */
 static TU_UNUSED kvc_cache* sk_cache(int64_t window, int64_t sinks, uint32_t num_layers) {
   kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
@@ -136,6 +164,19 @@ static TU_UNUSED kvc_cache* sk_cache(int64_t window, int64_t sinks, uint32_t num
   }
   kvc_cache* c = NULL;
   if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
+  return c;
+}
+
+/* sk_cache(window, sinks, num_layers) whose layers 0..fill-1 hold the listed tokens, float32 [1, 1, n, d] keys and
+ * values; NULL on error (counted). */
+static TU_UNUSED kvc_cache* sk_filled(int64_t window, int64_t sinks, uint32_t num_layers, uint32_t fill, int64_t d,
+                                      const int64_t* tokens, int64_t n) {
+  kvc_cache* c = sk_cache(window, sinks, num_layers);
+  for (uint32_t i = 0; c && i < fill; i++)
+    if (!CHECK_OK(sk_update(c, i, KVC_DTYPE_FLOAT32, 1, 1, d, d, tokens, n, NULL, NULL))) {
+      kvc_cache_destroy(c);
+      return NULL;
+    }
   return c;
 }
 

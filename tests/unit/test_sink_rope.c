@@ -150,38 +150,18 @@ static void test_rerotation_is_computed_once_per_size(void) {
  * layer 1's refusal leaves the quarter table in place for the next call.
  */
 static void test_failed_call_keeps_the_table(void) {
-  kvc_layer_options layers[2] = {tu_layer(KVC_LAYER_SINK, 6, 0), tu_layer(KVC_LAYER_SINK, 3, 0)};
-  layers[1].num_sink_tokens = 1;
-  kvc_cache* c = tu_custom_cache(2, layers);
+  kvc_cache* c = sk_two_layers(6, 3);
   REQUIRE(c != NULL);
-  tu_tensor k[2], v[2];
-  kvc_tensor kt[2], vt[2];
   sk_rope r;
   sk_rope_make(&r, KVC_DTYPE_FLOAT32, 3, 1, 0, 6, 2, 1);
   kvc_update_options o = sk_opts(&r, 0);
-  for (int i = 0; i < 2; i++) {
-    sk_make_kv(&k[i], &v[i], KVC_DTYPE_FLOAT32, 1, 1, 2, 1, TU_LIST(0, 1, 2, 3, 4, 5), 6);
-    kt[i] = k[i].t;
-    vt[i] = v[i].t;
-  }
-  REQUIRE_OK(kvc_cache_update_all(c, 2, kt, vt, &o, NULL));
+  REQUIRE_OK(sk_update_all(c, 2, 2, 1, TU_LIST(0, 1, 2, 3, 4, 5), 6, &o, NULL));
   sk_rope_free(&r);
-  for (int i = 0; i < 2; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-    sk_make_kv(&k[i], &v[i], KVC_DTYPE_FLOAT32, 1, 1, 2, 1, TU_LIST(6, 7), 2);
-    kt[i] = k[i].t;
-    vt[i] = v[i].t;
-  }
   sk_rope_make(&r, KVC_DTYPE_FLOAT32, 2, 1, 0, 8, 2, 0);
   o = sk_opts(&r, 0);
   /* layer 1: 3 - 1 - 2 = 0 */
-  CHECK_UNCHANGED_BY(c, CHECK_ERR(kvc_cache_update_all(c, 2, kt, vt, &o, NULL), KVC_ERROR_INVALID_ARGUMENT));
+  CHECK_UNCHANGED_BY(c, CHECK_ERR(sk_update_all(c, 2, 2, 1, TU_LIST(6, 7), 2, &o, NULL), KVC_ERROR_INVALID_ARGUMENT));
   sk_rope_free(&r);
-  for (int i = 0; i < 2; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
   kvc_kv out;
   REQUIRE_OK(step3(c, 0, KVC_DTYPE_FLOAT32, KVC_DTYPE_FLOAT32, 1, 1, 2, 0, TU_LIST(6), 1, 6, 0, &out));
   CHECK_SINK(out, TU_LIST(1, 2, 3, 4, 5, 6), ((const int[]){1, 1, 1, 1, 1, 0}), 6, 2);
@@ -309,12 +289,7 @@ static void test_steady_decoding_with_rope(void) {
 /* ------------------------------------------------------------ a scalar reference */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15u;
-static uint32_t rnd(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return (uint32_t)(rng_state >> 16);
-}
+static uint32_t rnd(void) { return tu_xorshift32(&rng_state); }
 
 /* A random finite value of dtype dt (any magnitude, subnormals included; a quarter near the largest), as float. */
 static float random_value(kvc_dtype dt) {

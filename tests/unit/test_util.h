@@ -63,45 +63,43 @@ static TU_UNUSED int tu_report(int ok, const char* file, int line, const char* w
 #define CHECK(cond) tu_report((cond) ? 1 : 0, __FILE__, __LINE__, #cond)
 #define REQUIRE(cond) do { if (!CHECK(cond)) return; } while (0)
 
+/* Counts one comparison check; on failure prints "ea op eb: values", the values formatted by the caller. */
+static TU_UNUSED int tu_check_cmp(int ok, const char* file, int line, const char* ea, const char* op, const char* eb,
+                                  const char* values) {
+  tu_checks_total++;
+  if (ok) return 1;
+  tu_failures_total++;
+  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s %s %s: %s\n", file, line, tu_current_test, ea, op, eb, values);
+  return 0;
+}
+
 static TU_UNUSED int tu_check_i64(int64_t a, int64_t b, const char* file, int line, const char* ea,
                                   const char* eb) {
-  tu_checks_total++;
-  if (a == b) return 1;
-  tu_failures_total++;
-  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s == %s: %lld != %lld\n", file, line, tu_current_test, ea,
-          eb, (long long)a, (long long)b);
-  return 0;
+  char v[64];
+  snprintf(v, sizeof v, "%lld != %lld", (long long)a, (long long)b);
+  return tu_check_cmp(a == b, file, line, ea, "==", eb, v);
 }
 
 static TU_UNUSED int tu_check_u64(uint64_t a, uint64_t b, const char* file, int line, const char* ea,
                                   const char* eb) {
-  tu_checks_total++;
-  if (a == b) return 1;
-  tu_failures_total++;
-  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s == %s: %llu (0x%llx) != %llu (0x%llx)\n", file, line,
-          tu_current_test, ea, eb, (unsigned long long)a, (unsigned long long)a,
-          (unsigned long long)b, (unsigned long long)b);
-  return 0;
+  char v[112];
+  snprintf(v, sizeof v, "%llu (0x%llx) != %llu (0x%llx)", (unsigned long long)a, (unsigned long long)a,
+           (unsigned long long)b, (unsigned long long)b);
+  return tu_check_cmp(a == b, file, line, ea, "==", eb, v);
 }
 
 static TU_UNUSED int tu_check_ptr(const void* a, const void* b, int want_equal, const char* file,
                                   int line, const char* ea, const char* eb) {
-  tu_checks_total++;
-  if ((a == b) == (want_equal != 0)) return 1;
-  tu_failures_total++;
-  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s %s %s: %p vs %p\n", file, line, tu_current_test, ea,
-          want_equal ? "==" : "!=", eb, a, b);
-  return 0;
+  char v[64];
+  snprintf(v, sizeof v, "%p vs %p", a, b);
+  return tu_check_cmp((a == b) == (want_equal != 0), file, line, ea, want_equal ? "==" : "!=", eb, v);
 }
 
 static TU_UNUSED int tu_check_f64(double a, double b, const char* file, int line, const char* ea,
                                   const char* eb) {
-  tu_checks_total++;
-  if (a == b) return 1;
-  tu_failures_total++;
-  fprintf(TU_LOG, "%s:%d: FAILED in %s: %s == %s: %.9g != %.9g\n", file, line, tu_current_test, ea,
-          eb, a, b);
-  return 0;
+  char v[64];
+  snprintf(v, sizeof v, "%.9g != %.9g", a, b);
+  return tu_check_cmp(a == b, file, line, ea, "==", eb, v);
 }
 
 #define CHECK_EQ_I64(a, b) tu_check_i64((int64_t)(a), (int64_t)(b), __FILE__, __LINE__, #a, #b)
@@ -515,10 +513,11 @@ static TU_UNUSED float tu_token_value(int64_t token, int64_t b, int64_t h, int64
   return is_value ? -v : v;
 }
 
-/* Fills x with tokens first_token .. first_token+s-1 (same token for every batch row). */
-static TU_UNUSED void tu_tensor_tokens_ex(tu_tensor* x, kvc_dtype dt, int64_t b, int64_t h, int64_t s,
-                                          int64_t d, int64_t first_token, int is_value,
-                                          const tu_layout* lay) {
+/* Fills x ([b,h,s,d] of dt, layout lay) with tokens[i] at seq position i, or first_token + i where tokens is NULL
+ * (the same token for every batch row). */
+static TU_UNUSED void tu_tensor_fill_tokens(tu_tensor* x, kvc_dtype dt, int64_t b, int64_t h, int64_t s, int64_t d,
+                                            const int64_t* tokens, int64_t first_token, int is_value,
+                                            const tu_layout* lay) {
   size_t n = (size_t)(b * h * s * d);
   float* f = (float*)malloc((n ? n : 1) * sizeof(float));
   if (!f) abort();
@@ -526,9 +525,17 @@ static TU_UNUSED void tu_tensor_tokens_ex(tu_tensor* x, kvc_dtype dt, int64_t b,
   for (int64_t i0 = 0; i0 < b; i0++)
     for (int64_t i1 = 0; i1 < h; i1++)
       for (int64_t i2 = 0; i2 < s; i2++)
-        for (int64_t i3 = 0; i3 < d; i3++) f[k++] = tu_token_value(first_token + i2, i0, i1, i3, is_value);
+        for (int64_t i3 = 0; i3 < d; i3++)
+          f[k++] = tu_token_value(tokens ? tokens[i2] : first_token + i2, i0, i1, i3, is_value);
   tu_tensor_make_ex(x, dt, b, h, s, d, lay, f, NULL);
   free(f);
+}
+
+/* Fills x with tokens first_token .. first_token+s-1. */
+static TU_UNUSED void tu_tensor_tokens_ex(tu_tensor* x, kvc_dtype dt, int64_t b, int64_t h, int64_t s,
+                                          int64_t d, int64_t first_token, int is_value,
+                                          const tu_layout* lay) {
+  tu_tensor_fill_tokens(x, dt, b, h, s, d, NULL, first_token, is_value, lay);
 }
 
 static TU_UNUSED void tu_tensor_tokens(tu_tensor* x, int64_t b, int64_t h, int64_t s, int64_t d,
@@ -539,16 +546,7 @@ static TU_UNUSED void tu_tensor_tokens(tu_tensor* x, int64_t b, int64_t h, int64
 /* Fills x with the given tokens along seq (tokens[i] at position i). */
 static TU_UNUSED void tu_tensor_token_list(tu_tensor* x, int64_t b, int64_t h, int64_t d, const int64_t* tokens,
                                            int64_t s, int is_value) {
-  size_t n = (size_t)(b * h * s * d);
-  float* f = (float*)malloc((n ? n : 1) * sizeof(float));
-  if (!f) abort();
-  size_t k = 0;
-  for (int64_t i0 = 0; i0 < b; i0++)
-    for (int64_t i1 = 0; i1 < h; i1++)
-      for (int64_t i2 = 0; i2 < s; i2++)
-        for (int64_t i3 = 0; i3 < d; i3++) f[k++] = tu_token_value(tokens[i2], i0, i1, i3, is_value);
-  tu_tensor_make_ex(x, KVC_DTYPE_FLOAT32, b, h, s, d, NULL, f, NULL);
-  free(f);
+  tu_tensor_fill_tokens(x, KVC_DTYPE_FLOAT32, b, h, s, d, tokens, 0, is_value, NULL);
 }
 
 /*
@@ -663,6 +661,8 @@ static TU_UNUSED int tu_check_kv_tokens(const char* file, int line, const char* 
 #define TU_COUNT(...) ((int64_t)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
 #define CHECK_KV_SEQ(kv, ...) CHECK_TOKENS(kv, TU_LIST(__VA_ARGS__), TU_COUNT(__VA_ARGS__))
 #define CHECK_KV_EMPTY(kv) CHECK_TOKENS(kv, NULL, 0)
+/* CHECK_KV_SEQ of the stored view of c's layer (a one-element array makes it an lvalue). */
+#define CHECK_LAYER_SEQ(c, layer, ...) CHECK_KV_SEQ((kvc_kv[1]){tu_view((c), (layer))}[0], __VA_ARGS__)
 
 /* Tokens lo..hi-1 into buf (returns buf) for CHECK_TOKENS. */
 static TU_UNUSED int64_t* tu_range(int64_t* buf, int64_t lo, int64_t hi) {
@@ -688,6 +688,17 @@ static TU_UNUSED int tu_check_shape_impl(const char* file, int line, const char*
   return 0;
 }
 #define CHECK_SHAPE(tensor, b, h, s, d) tu_check_shape_impl(__FILE__, __LINE__, #tensor, &(tensor), b, h, s, d)
+
+/* ------------------------------------------------------------ random */
+
+/* One xorshift64 step of *state, the upper bits returned: the tests' reproducible pseudo-random inputs (each file
+ * keeps its own state and seed, so its inputs do not depend on the other files). */
+static TU_UNUSED uint32_t tu_xorshift32(uint64_t* state) {
+  *state ^= *state << 13;
+  *state ^= *state >> 7;
+  *state ^= *state << 17;
+  return (uint32_t)(*state >> 16);
+}
 
 /* ------------------------------------------------------ cache helpers */
 
@@ -716,12 +727,9 @@ static const kvc_layer_kind TU_SIX_KINDS[6] = {KVC_LAYER_DYNAMIC, KVC_LAYER_DYNA
  * and value head dims `k_dim` and `v_dim` (0: the same as k_dim), `dtype`. */
 static TU_UNUSED kvc_init_options tu_init_options(int64_t batch, int64_t heads, int64_t k_dim, int64_t v_dim,
                                                   kvc_dtype dtype) {
-  kvc_init_options io = KVC_INIT_OPTIONS_INIT;
-  io.batch_size = batch;
-  io.num_kv_heads = heads;
-  io.k_head_dim = k_dim;
-  io.v_head_dim = v_dim;
-  io.dtype = dtype;
+  /* the fields KVC_INIT_OPTIONS_INIT leaves at zero, named; the per-layer lists stay NULL */
+  const kvc_init_options io = {.struct_size = sizeof(kvc_init_options), .batch_size = batch, .num_kv_heads = heads,
+                               .k_head_dim = k_dim, .v_head_dim = v_dim, .dtype = dtype};
   return io;
 }
 
@@ -750,24 +758,42 @@ static TU_UNUSED kvc_cache* tu_preset_cache(kvc_preset preset, const kvc_model_c
   return c;
 }
 
-/* A custom cache of n layers, or NULL (the error is printed and counted). */
-/* The same, offloading the layers `offload` names. */
-static TU_UNUSED kvc_cache* tu_custom_offload_cache(uint32_t n, const kvc_layer_options* layers,
-                                                    kvc_offload offload) {
+/* Options of a custom cache of n layers; the bad-input tests start from these and break one field. */
+static TU_UNUSED kvc_cache_options tu_custom_options(uint32_t n, const kvc_layer_options* layers) {
   kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
   o.preset = KVC_PRESET_CUSTOM;
   o.num_layers = n;
   o.layers = layers;
+  return o;
+}
+
+/* A custom cache of n layers offloading the layers `offload` names, or NULL (the error is printed and counted). */
+static TU_UNUSED kvc_cache* tu_custom_offload_cache(uint32_t n, const kvc_layer_options* layers,
+                                                    kvc_offload offload) {
+  kvc_cache_options o = tu_custom_options(n, layers);
   o.offload = offload;
   kvc_cache* c = NULL;
   if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
   return c;
 }
 
+/* The same, nothing offloaded. */
 static TU_UNUSED kvc_cache* tu_custom_cache(uint32_t n, const kvc_layer_options* layers) {
   const kvc_cache_options defaults = KVC_CACHE_OPTIONS_INIT;
   return tu_custom_offload_cache(n, layers, defaults.offload);
 }
+
+/* A DynamicCache created without options (layers appear as they are updated), or NULL (counted). */
+static TU_UNUSED kvc_cache* tu_lazy_cache(void) {
+  kvc_cache* c = NULL;
+  if (!CHECK_OK(kvc_cache_create(NULL, &c))) return NULL;
+  return c;
+}
+
+/* A custom cache of the listed kvc_layer_options (tu_layer() values), or NULL (counted). */
+#define TU_CUSTOM_CACHE(...)                                                                            \
+  tu_custom_cache((uint32_t)(sizeof((kvc_layer_options[]){__VA_ARGS__}) / sizeof(kvc_layer_options)), \
+                  (kvc_layer_options[]){__VA_ARGS__})
 
 /* A one-layer custom cache of one kind. */
 static TU_UNUSED kvc_cache* tu_one_layer_cache(kvc_layer_kind kind, int64_t window, int64_t max_cache_len) {
@@ -775,33 +801,32 @@ static TU_UNUSED kvc_cache* tu_one_layer_cache(kvc_layer_kind kind, int64_t wind
   return tu_custom_cache(1, &l);
 }
 
-/*
- * update(layer) with float32 token-encoded key [b,h,s,dk] and value
- * [b,h,s,dv] holding tokens first..first+s-1. Returns the library's result.
- */
-static TU_UNUSED kvc_error* tu_update_tokens(kvc_cache* c, uint32_t layer, int64_t b, int64_t h,
-                                             int64_t s, int64_t dk, int64_t dv, int64_t first,
-                                             const kvc_update_options* opts, kvc_kv* out) {
+/* update(layer) with float32 token-encoded key [b,h,s,dk] and value [b,h,s,dv] holding tokens[i] at position i, or
+ * first + i where tokens is NULL. Returns the library's result. */
+static TU_UNUSED kvc_error* tu_update_kv(kvc_cache* c, uint32_t layer, int64_t b, int64_t h, int64_t s, int64_t dk,
+                                         int64_t dv, const int64_t* tokens, int64_t first,
+                                         const kvc_update_options* opts, kvc_kv* out) {
   tu_tensor k, v;
-  tu_tensor_tokens(&k, b, h, s, dk, first, 0);
-  tu_tensor_tokens(&v, b, h, s, dv, first, 1);
+  tu_tensor_fill_tokens(&k, KVC_DTYPE_FLOAT32, b, h, s, dk, tokens, first, 0, NULL);
+  tu_tensor_fill_tokens(&v, KVC_DTYPE_FLOAT32, b, h, s, dv, tokens, first, 1, NULL);
   kvc_error* e = kvc_cache_update(c, layer, &k.t, &v.t, opts, out);
   tu_tensor_free(&k);
   tu_tensor_free(&v);
   return e;
 }
 
+/* update(layer) of tokens first..first+s-1. */
+static TU_UNUSED kvc_error* tu_update_tokens(kvc_cache* c, uint32_t layer, int64_t b, int64_t h,
+                                             int64_t s, int64_t dk, int64_t dv, int64_t first,
+                                             const kvc_update_options* opts, kvc_kv* out) {
+  return tu_update_kv(c, layer, b, h, s, dk, dv, NULL, first, opts, out);
+}
+
 /* update(layer) with the listed tokens along seq. */
 static TU_UNUSED kvc_error* tu_update_list(kvc_cache* c, uint32_t layer, int64_t b, int64_t h, int64_t dk,
                                            int64_t dv, const int64_t* tokens, int64_t s,
                                            const kvc_update_options* opts, kvc_kv* out) {
-  tu_tensor k, v;
-  tu_tensor_token_list(&k, b, h, dk, tokens, s, 0);
-  tu_tensor_token_list(&v, b, h, dv, tokens, s, 1);
-  kvc_error* e = kvc_cache_update(c, layer, &k.t, &v.t, opts, out);
-  tu_tensor_free(&k);
-  tu_tensor_free(&v);
-  return e;
+  return tu_update_kv(c, layer, b, h, s, dk, dv, tokens, 0, opts, out);
 }
 
 /* The stored view of a layer (an all-zero kvc_kv, counted as a failure, on error). */
@@ -843,6 +868,22 @@ static TU_UNUSED kvc_layer_info tu_info(const kvc_cache* c, uint32_t layer) {
   CHECK_OK(kvc_cache_layer_info(c, layer, &li));
   return li;
 }
+
+/* An initialized layer's geometry as kvc_layer_info reports it: dtype, batch, KV heads, key and value head dims and
+ * seq_length, each its own check (the line of the failing field is the caller's). */
+static TU_UNUSED int tu_check_geometry(const char* file, int line, const kvc_layer_info* li, kvc_dtype dtype,
+                                       int64_t batch, int64_t heads, int64_t k_dim, int64_t v_dim, int64_t seq) {
+  const int64_t got[7] = {li->is_initialized, li->dtype, li->batch_size, li->num_kv_heads,
+                          li->k_head_dim, li->v_head_dim, li->seq_length};
+  const int64_t want[7] = {1, dtype, batch, heads, k_dim, v_dim, seq};
+  static const char* const names[7] = {"is_initialized", "dtype", "batch_size", "num_kv_heads",
+                                       "k_head_dim", "v_head_dim", "seq_length"};
+  int ok = 1;
+  for (int i = 0; i < 7; i++) ok &= tu_check_i64(got[i], want[i], file, line, names[i], "expected");
+  return ok;
+}
+#define CHECK_GEOMETRY(li, dtype, batch, heads, k_dim, v_dim, seq) \
+  tu_check_geometry(__FILE__, __LINE__, &(li), (dtype), (batch), (heads), (k_dim), (v_dim), (seq))
 
 static TU_UNUSED kvc_memory_info tu_memory(const kvc_cache* c) {
   kvc_memory_info m;
@@ -918,17 +959,22 @@ static TU_UNUSED int snapshot_equal_contents(const tu_snapshot* a, const tu_snap
   tu_report(snapshot_equal_contents((a), (b)), __FILE__, __LINE__, "snapshot_equal_contents(" #a ", " #b ")")
 #define CHECK_SNAPSHOT_EQUAL(a, b) tu_report(snapshot_equal((a), (b)), __FILE__, __LINE__, "snapshot_equal(" #a ", " #b ")")
 
-/* Runs the statements (with their own checks) and checks that `cache` is observably unchanged afterwards. */
-#define CHECK_UNCHANGED_BY(cache, ...)       \
-  do {                                       \
-    tu_snapshot before_, after_;             \
-    snapshot((cache), &before_);             \
-    __VA_ARGS__;                             \
-    snapshot((cache), &after_);              \
-    CHECK_SNAPSHOT_EQUAL(&before_, &after_); \
-    snapshot_free(&before_);                 \
-    snapshot_free(&after_);                  \
+/* Runs the statements (with their own checks) around two snapshots of `obj` of type snap_type, taken and freed
+ * by take and release, and compares them with the check macro `check`. */
+#define TU_UNCHANGED_BY(snap_type, take, release, check, obj, ...) \
+  do {                                                             \
+    snap_type before_, after_;                                     \
+    take((obj), &before_);                                         \
+    __VA_ARGS__;                                                   \
+    take((obj), &after_);                                          \
+    check(&before_, &after_);                                      \
+    release(&before_);                                             \
+    release(&after_);                                              \
   } while (0)
+
+/* Runs the statements and checks that `cache` is observably unchanged afterwards. */
+#define CHECK_UNCHANGED_BY(cache, ...) \
+  TU_UNCHANGED_BY(tu_snapshot, snapshot, snapshot_free, CHECK_SNAPSHOT_EQUAL, cache, __VA_ARGS__)
 
 /* Whether two caches agree on everything observable (all but reserved capacity with ignore_reserved). */
 static TU_UNUSED int tu_caches_equal(const kvc_cache* x, const kvc_cache* y, int ignore_reserved) {
@@ -995,18 +1041,14 @@ static TU_UNUSED int snapshot_ed_equal_ex(const tu_ed_snapshot* a, const tu_ed_s
   return 1;
 }
 
-static TU_UNUSED int snapshot_ed_equal(const tu_ed_snapshot* a, const tu_ed_snapshot* b) {
-  return snapshot_ed_equal_ex(a, b, 0);
-}
-
-/* The same, except memory.bytes_reserved of both caches. */
-static TU_UNUSED int snapshot_ed_equal_contents(const tu_ed_snapshot* a, const tu_ed_snapshot* b) {
-  return snapshot_ed_equal_ex(a, b, 1);
-}
-
+/* The _CONTENTS form skips memory.bytes_reserved of both caches. */
 #define CHECK_ED_SNAPSHOT_EQUAL_CONTENTS(a, b) \
-  tu_report(snapshot_ed_equal_contents((a), (b)), __FILE__, __LINE__, "snapshot_ed_equal_contents(" #a ", " #b ")")
+  tu_report(snapshot_ed_equal_ex((a), (b), 1), __FILE__, __LINE__, "snapshot_ed_equal_contents(" #a ", " #b ")")
 #define CHECK_ED_SNAPSHOT_EQUAL(a, b) \
-  tu_report(snapshot_ed_equal((a), (b)), __FILE__, __LINE__, "snapshot_ed_equal(" #a ", " #b ")")
+  tu_report(snapshot_ed_equal_ex((a), (b), 0), __FILE__, __LINE__, "snapshot_ed_equal(" #a ", " #b ")")
+
+/* CHECK_UNCHANGED_BY for an encoder-decoder cache: both caches and the is_updated flags. */
+#define CHECK_ED_UNCHANGED_BY(ed, ...) \
+  TU_UNCHANGED_BY(tu_ed_snapshot, snapshot_ed, snapshot_ed_free, CHECK_ED_SNAPSHOT_EQUAL, ed, __VA_ARGS__)
 
 #endif /* KVCACHE_TEST_UTIL_H */
