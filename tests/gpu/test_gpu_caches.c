@@ -38,12 +38,49 @@ static kvc_cache_options options(kvc_preset preset, const kvc_model_config* conf
   return o;
 }
 
+/* A model config of n layers of `types` (NULL: the preset's), sliding window,
+ * chunk size and conv kernel (0: none): each test names only the sizes that
+ * reach its branches. */
+static kvc_model_config config(uint32_t n, const kvc_layer_type* types, int64_t window, int64_t chunk,
+                               int64_t conv_kernel) {
+  kvc_model_config cfg = tu_config(n, types, window, chunk);
+  cfg.conv_kernel = conv_kernel;
+  return cfg;
+}
+
+/* Creates the twin t of a `preset` cache over cfg (NULL: none) with
+ * max_cache_len (0: none) on the device under test; 0 when that fails
+ * (counted by tw_create). */
+static int twin_preset(twin* t, kvc_preset preset, const kvc_model_config* cfg, int64_t max_cache_len) {
+  kvc_cache_options o = options(preset, cfg);
+  o.max_cache_len = max_cache_len;
+  return tw_create(t, &o, device_under_test);
+}
+
+/* The same over a config built in the call (config()): one line per test. */
+static int twin_config(twin* t, kvc_preset preset, kvc_model_config cfg, int64_t max_cache_len) {
+  return twin_preset(t, preset, &cfg, max_cache_len);
+}
+
+/* Points update options (KV or conv) at the listed cache positions; the list
+ * is a compound literal, alive to the end of the enclosing block. */
+#define AT_POSITIONS(opts, ...)                                 \
+  ((opts).cache_position = (const int64_t[]){__VA_ARGS__}, \
+   (opts).cache_position_length = (uint32_t)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+
+/* Options of a SinkCache over cfg: `window` tokens kept, the first `sinks` of them for good. */
+static kvc_cache_options sink_options(const kvc_model_config* cfg, int64_t window, int64_t sinks) {
+  kvc_cache_options o = options(KVC_PRESET_SINK, cfg);
+  o.window_length = window;
+  o.num_sink_tokens = sinks;
+  return o;
+}
+
 /* ------------------------------------------------------------- dynamic */
 
 static void test_dynamic_lazy(void) {
-  kvc_cache_options o = options(KVC_PRESET_DYNAMIC, NULL);
   twin t;
-  REQUIRE(tw_create(&t, &o, device_under_test));
+  REQUIRE(twin_preset(&t, KVC_PRESET_DYNAMIC, NULL, 0));
   int64_t B = 3;
   /* Prefill of each layer, one layout each, then decode steps through several growths. */
   for (uint32_t l = 0; l < 3; l++) {
@@ -96,9 +133,8 @@ static void test_dynamic_lazy(void) {
 /* Every dtype with every input layout, and layers of different heads and dims in one update_all. */
 static void test_dtypes_and_layouts(void) {
   for (int d = 0; d < 3; d++) {
-    kvc_cache_options o = options(KVC_PRESET_DYNAMIC, NULL);
     twin t;
-    REQUIRE(tw_create(&t, &o, device_under_test));
+    REQUIRE(twin_preset(&t, KVC_PRESET_DYNAMIC, NULL, 0));
     for (int layout = 0; layout < TW_LAYOUTS; layout++) {
       tw_geom g = geom(2, 3, 1 + layout, 8, 8, dtypes[d], layout);
       TW_OK(TW_UPDATE(&t, 0, &g, NULL));
@@ -114,14 +150,8 @@ static void test_dtypes_and_layouts(void) {
 static void test_dynamic_sliding_and_chunked(void) {
   const kvc_layer_type types[4] = {KVC_LAYER_TYPE_FULL_ATTENTION, KVC_LAYER_TYPE_SLIDING_ATTENTION,
                                    KVC_LAYER_TYPE_CHUNKED_ATTENTION, KVC_LAYER_TYPE_SLIDING_ATTENTION};
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 4;
-  cfg.layer_types = types;
-  cfg.sliding_window = 4;
-  cfg.attention_chunk_size = 3;
-  kvc_cache_options o = options(KVC_PRESET_DYNAMIC, &cfg);
   twin t;
-  REQUIRE(tw_create(&t, &o, device_under_test));
+  REQUIRE(twin_config(&t, KVC_PRESET_DYNAMIC, config(4, types, 4, 3, 0), 0));
   tw_geom prefill = geom(2, 2, 6, 8, 8, KVC_DTYPE_BFLOAT16, TW_STRIDED); /* longer than the window */
   TW_OK(TW_UPDATE_ALL(&t, 4, &prefill));
   for (int step = 0; step < 25; step++) { /* through several compactions of the sliding stores */
@@ -155,15 +185,8 @@ static void test_dynamic_sliding_and_chunked(void) {
 static void test_static(void) {
   const kvc_layer_type types[3] = {KVC_LAYER_TYPE_FULL_ATTENTION, KVC_LAYER_TYPE_SLIDING_ATTENTION,
                                    KVC_LAYER_TYPE_CHUNKED_ATTENTION};
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 3;
-  cfg.layer_types = types;
-  cfg.sliding_window = 4;
-  cfg.attention_chunk_size = 3;
-  kvc_cache_options o = options(KVC_PRESET_STATIC, &cfg);
-  o.max_cache_len = 12;
   twin t;
-  REQUIRE(tw_create(&t, &o, device_under_test));
+  REQUIRE(twin_config(&t, KVC_PRESET_STATIC, config(3, types, 4, 3, 0), 12));
   kvc_init_options init = tu_init_options(2, 2, 8, 16, KVC_DTYPE_FLOAT32);
   TW_OK(tw_early_init(&t, &init));
   tw_geom prefill = geom(2, 2, 5, 8, 16, KVC_DTYPE_FLOAT32, TW_STRIDED);
@@ -189,30 +212,19 @@ static void test_static(void) {
 
 /* StaticCache with explicit cache_position writes (transformers 4.57's protocol), repeated positions included. */
 static void test_static_cache_position(void) {
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 2;
-  kvc_cache_options o = options(KVC_PRESET_STATIC, &cfg);
-  o.max_cache_len = 10;
   twin t;
-  REQUIRE(tw_create(&t, &o, device_under_test));
+  REQUIRE(twin_config(&t, KVC_PRESET_STATIC, config(2, NULL, 0, 0, 0), 10));
   kvc_update_options u = KVC_UPDATE_OPTIONS_INIT;
-  const int64_t prefill_pos[4] = {0, 1, 2, 3};
-  u.cache_position = prefill_pos;
-  u.cache_position_length = 4;
+  AT_POSITIONS(u, 0, 1, 2, 3);
   tw_geom g4 = geom(1, 2, 4, 8, 8, KVC_DTYPE_FLOAT16, TW_STRIDED);
   TW_OK(TW_UPDATE(&t, 0, &g4, &u));
   TW_OK(TW_UPDATE(&t, 1, &g4, &u));
-  const int64_t scattered[3] = {7, 5, 6};
-  u.cache_position = scattered;
-  u.cache_position_length = 3;
+  AT_POSITIONS(u, 7, 5, 6); /* scattered */
   tw_geom g3 = geom(1, 2, 3, 8, 8, KVC_DTYPE_FLOAT16, TW_PADDED);
   TW_OK(TW_UPDATE(&t, 0, &g3, &u));
-  const int64_t repeated[3] = {4, 4, 2}; /* the last token written to a slot wins */
-  u.cache_position = repeated;
+  AT_POSITIONS(u, 4, 4, 2); /* repeated: the last token written to a slot wins */
   TW_OK(TW_UPDATE(&t, 1, &g3, &u));
-  const int64_t beyond[1] = {10};
-  u.cache_position = beyond;
-  u.cache_position_length = 1;
+  AT_POSITIONS(u, 10); /* beyond max_cache_len */
   tw_geom g1 = geom(1, 2, 1, 8, 8, KVC_DTYPE_FLOAT16, TW_COMPACT);
   TW_REFUSED(TW_UPDATE(&t, 0, &g1, &u)); /* out of range on both */
   tw_destroy(&t);
@@ -222,15 +234,10 @@ static void test_static_cache_position(void) {
 static void test_static_sliding_presets(void) {
   static const kvc_preset presets[3] = {KVC_PRESET_SLIDING_WINDOW, KVC_PRESET_HYBRID, KVC_PRESET_HYBRID_CHUNKED};
   for (int p = 0; p < 3; p++) {
-    kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-    cfg.num_hidden_layers = 4;
-    cfg.sliding_window = 4;
+    kvc_model_config cfg = config(4, NULL, 4, presets[p] == KVC_PRESET_HYBRID_CHUNKED ? 3 : 0, 0);
     cfg.sliding_window_pattern = 2;
-    if (presets[p] == KVC_PRESET_HYBRID_CHUNKED) cfg.attention_chunk_size = 3;
-    kvc_cache_options o = options(presets[p], &cfg);
-    o.max_cache_len = 16;
     twin t;
-    REQUIRE(tw_create(&t, &o, device_under_test));
+    REQUIRE(twin_preset(&t, presets[p], &cfg, 16));
     tw_geom prefill = geom(2, 1, 3, 8, 8, dtypes[p], TW_STRIDED);
     TW_OK(TW_UPDATE_ALL(&t, 4, &prefill));
     for (int step = 0; step < 9; step++) { /* the windows fill, then shift one slot per token */
@@ -315,10 +322,9 @@ static void ed_destroy(ed_twin* t) {
 }
 
 static void test_encoder_decoder(void) {
-  kvc_cache_options o = options(KVC_PRESET_DYNAMIC, NULL);
   twin self, cross;
-  REQUIRE(tw_create(&self, &o, device_under_test));
-  REQUIRE(tw_create(&cross, &o, device_under_test));
+  REQUIRE(twin_preset(&self, KVC_PRESET_DYNAMIC, NULL, 0));
+  REQUIRE(twin_preset(&cross, KVC_PRESET_DYNAMIC, NULL, 0));
   ed_twin t;
   t.device = device_under_test;
   for (int s = 0; s < 2; s++) REQUIRE_OK(kvc_encoder_decoder_cache_create(self.c[s], cross.c[s], &t.e[s]));
@@ -392,13 +398,10 @@ static void linear_batch_ops(twin* t, int64_t batch) {
 
 /* MambaCache: two state pairs per layer, conv states through their rolls and compactions, SSM states of 3 to 6 dims. */
 static void test_mamba(void) {
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 2;
-  cfg.conv_kernel = 4;
+  kvc_model_config cfg = config(2, NULL, 0, 0, 4);
   cfg.number_of_conv_states = 2;
-  kvc_cache_options o = options(KVC_PRESET_MAMBA, &cfg);
   twin t;
-  REQUIRE(tw_create(&t, &o, device_under_test));
+  REQUIRE(twin_preset(&t, KVC_PRESET_MAMBA, &cfg, 0));
   const int64_t B = 2, C = 12;
   kvc_conv_update_options second = KVC_CONV_UPDATE_OPTIONS_INIT;
   second.state_index = 1;
@@ -426,24 +429,14 @@ static void test_mamba(void) {
 
 /* The legacy MambaCache protocol: cache_position rolls the state and writes at clamped positions. */
 static void test_mamba_legacy_roll(void) {
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 1;
-  cfg.conv_kernel = 4;
-  kvc_cache_options o = options(KVC_PRESET_MAMBA, &cfg);
   twin t;
-  REQUIRE(tw_create(&t, &o, device_under_test));
+  REQUIRE(twin_config(&t, KVC_PRESET_MAMBA, config(1, NULL, 0, 0, 4), 0));
   kvc_conv_update_options legacy = KVC_CONV_UPDATE_OPTIONS_INIT;
-  const int64_t init[4] = {0, 1, 2, 3};
-  legacy.cache_position = init;
-  legacy.cache_position_length = 4;
+  AT_POSITIONS(legacy, 0, 1, 2, 3);
   TW_OK(TW_CONV(&t, 0, 3, 10, 4, KVC_DTYPE_FLOAT16, TW_STRIDED, &legacy));
-  const int64_t last[1] = {3};
-  legacy.cache_position = last;
-  legacy.cache_position_length = 1;
+  AT_POSITIONS(legacy, 3); /* the last slot: every decode step rolls */
   for (int step = 0; step < 20; step++) TW_OK(TW_CONV(&t, 0, 3, 10, 1, KVC_DTYPE_FLOAT16, step % TW_LAYOUTS, &legacy));
-  const int64_t clamped[2] = {9, -2}; /* positions beyond [0, K) clamp */
-  legacy.cache_position = clamped;
-  legacy.cache_position_length = 2;
+  AT_POSITIONS(legacy, 9, -2); /* positions beyond [0, K) clamp */
   TW_OK(TW_CONV(&t, 0, 3, 10, 2, KVC_DTYPE_FLOAT16, TW_COMPACT, &legacy));
   const int64_t beams[3] = {2, 2, 0};
   TW_OK(tw_reorder(&t, beams, 3));
@@ -454,13 +447,8 @@ static void test_mamba_legacy_roll(void) {
 static void test_linear_hybrids(void) {
   const kvc_layer_type types[4] = {KVC_LAYER_TYPE_LINEAR_ATTENTION, KVC_LAYER_TYPE_FULL_ATTENTION,
                                    KVC_LAYER_TYPE_LINEAR_ATTENTION, KVC_LAYER_TYPE_FULL_ATTENTION};
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 4;
-  cfg.layer_types = types;
-  cfg.conv_kernel = 3;
-  kvc_cache_options o = options(KVC_PRESET_HYBRID_MAMBA, &cfg);
   twin t;
-  REQUIRE(tw_create(&t, &o, device_under_test));
+  REQUIRE(twin_config(&t, KVC_PRESET_HYBRID_MAMBA, config(4, types, 0, 0, 3), 0));
   TW_OK(tw_record_past(&t)); /* conv states keep every column (their buffers double) until a crop */
   const int64_t ssm[3] = {2, 5, 4};
   for (int step = 0; step < 12; step++) {
@@ -491,9 +479,7 @@ static void test_linear_hybrids(void) {
     layers[i].max_cache_len = 16;
     layers[i].conv_kernel_size = 3;
   }
-  kvc_cache_options c = options(KVC_PRESET_CUSTOM, NULL);
-  c.num_layers = 4;
-  c.layers = layers;
+  const kvc_cache_options c = tu_custom_options(4, layers);
   REQUIRE(tw_create(&t, &c, device_under_test));
   for (int step = 0; step < 7; step++) {
     int64_t n = step == 0 ? 4 : 1;
@@ -551,18 +537,14 @@ static void offloaded_ops(twin* t, uint32_t layers, int64_t batch, int dynamic) 
 }
 
 static void test_offloaded(void) {
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 4;
-  kvc_cache_options o = options(KVC_PRESET_OFFLOADED, &cfg);
   twin t;
-  REQUIRE(tw_create(&t, &o, device_under_test));
+  REQUIRE(twin_config(&t, KVC_PRESET_OFFLOADED, config(4, NULL, 0, 0, 0), 0));
   forward_steps(&t, 4, 6, 2, 5, KVC_DTYPE_FLOAT16);
   offloaded_ops(&t, 4, 2, 1);
   tw_destroy(&t);
 
   /* OffloadedCache without a config: lazy layers that offload as they appear. */
-  o = options(KVC_PRESET_OFFLOADED, NULL);
-  REQUIRE(tw_create(&t, &o, device_under_test));
+  REQUIRE(twin_preset(&t, KVC_PRESET_OFFLOADED, NULL, 0));
   forward_steps(&t, 3, 4, 2, 4, KVC_DTYPE_FLOAT16);
   tw_destroy(&t);
 }
@@ -576,11 +558,8 @@ static void test_offloaded(void) {
  */
 static void test_offloaded_forward_unsynchronized(void) {
   enum { LAYERS = 4, STEPS = 5 };
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = LAYERS;
-  kvc_cache_options o = options(KVC_PRESET_OFFLOADED, &cfg);
   twin t;
-  REQUIRE(tw_create(&t, &o, device_under_test));
+  REQUIRE(twin_config(&t, KVC_PRESET_OFFLOADED, config(LAYERS, NULL, 0, 0, 0), 0));
   tw_input k[STEPS][LAYERS], v[STEPS][LAYERS];
   int ok = 1;
   for (int s = 0; s < STEPS; s++)
@@ -603,36 +582,23 @@ static void test_offloaded_forward_unsynchronized(void) {
 }
 
 static void test_offloaded_static_and_hybrid(void) {
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 3;
-  kvc_cache_options o = options(KVC_PRESET_OFFLOADED_STATIC, &cfg);
-  o.max_cache_len = 16;
   twin t;
-  REQUIRE(tw_create(&t, &o, device_under_test));
+  REQUIRE(twin_config(&t, KVC_PRESET_OFFLOADED_STATIC, config(3, NULL, 0, 0, 0), 16));
   forward_steps(&t, 3, 5, 2, 4, KVC_DTYPE_FLOAT16);
   offloaded_ops(&t, 3, 2, 0);
   tw_destroy(&t);
 
   const kvc_layer_type types[4] = {KVC_LAYER_TYPE_CHUNKED_ATTENTION, KVC_LAYER_TYPE_FULL_ATTENTION,
                                    KVC_LAYER_TYPE_CHUNKED_ATTENTION, KVC_LAYER_TYPE_FULL_ATTENTION};
-  kvc_model_config hy = KVC_MODEL_CONFIG_INIT;
-  hy.num_hidden_layers = 4;
-  hy.layer_types = types;
-  hy.attention_chunk_size = 3;
-  o = options(KVC_PRESET_OFFLOADED_HYBRID, &hy);
-  o.max_cache_len = 16;
-  REQUIRE(tw_create(&t, &o, device_under_test));
+  REQUIRE(twin_config(&t, KVC_PRESET_OFFLOADED_HYBRID, config(4, types, 0, 3, 0), 16));
   forward_steps(&t, 4, 6, 2, 2, KVC_DTYPE_FLOAT16);
   offloaded_ops(&t, 4, 2, 0);
   tw_destroy(&t);
 
   /* Every layer offloaded, sliding ones too, on a dynamic config with sliding layers. */
   const kvc_layer_type mixed[2] = {KVC_LAYER_TYPE_SLIDING_ATTENTION, KVC_LAYER_TYPE_FULL_ATTENTION};
-  kvc_model_config mc = KVC_MODEL_CONFIG_INIT;
-  mc.num_hidden_layers = 2;
-  mc.layer_types = mixed;
-  mc.sliding_window = 3;
-  o = options(KVC_PRESET_DYNAMIC, &mc);
+  const kvc_model_config mc = config(2, mixed, 3, 0, 0);
+  kvc_cache_options o = options(KVC_PRESET_DYNAMIC, &mc);
   o.offload = KVC_OFFLOAD_ALL;
   REQUIRE(tw_create(&t, &o, device_under_test));
   forward_steps(&t, 2, 9, 2, 4, KVC_DTYPE_FLOAT16);
@@ -643,8 +609,7 @@ static void test_offloaded_static_and_hybrid(void) {
 
 static void test_create_from_tensors(void) {
   for (int preset = 0; preset < 2; preset++) {
-    kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-    cfg.num_hidden_layers = 3;
+    const kvc_model_config cfg = config(3, NULL, 0, 0, 0);
     kvc_cache_options o = options(KVC_PRESET_DYNAMIC, preset ? &cfg : NULL);
     tw_input k[3], v[3];
     kvc_tensor kt[2][3], vt[2][3];
@@ -688,11 +653,8 @@ static void test_create_from_tensors(void) {
 
 /* SinkCache without RoPE is copies only, so it runs on the device like any other kind. */
 static void test_sink_without_rope(void) {
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 2;
-  kvc_cache_options o = options(KVC_PRESET_SINK, &cfg);
-  o.window_length = 6;
-  o.num_sink_tokens = 2;
+  const kvc_model_config cfg = config(2, NULL, 0, 0, 0);
+  const kvc_cache_options o = sink_options(&cfg, 6, 2);
   twin t;
   REQUIRE(tw_create(&t, &o, device_under_test));
   tw_geom prefill = geom(2, 2, 4, 8, 8, KVC_DTYPE_FLOAT16, TW_STRIDED);
@@ -757,11 +719,8 @@ static int rope_step(twin* t, uint32_t layers, const tw_geom* g, kvc_dtype cos_d
  * must go through.
  */
 static int device_rerotates_sink_keys(void) {
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 1;
-  kvc_cache_options o = options(KVC_PRESET_SINK, &cfg);
-  o.window_length = 4;
-  o.num_sink_tokens = 1;
+  const kvc_model_config cfg = config(1, NULL, 0, 0, 0);
+  kvc_cache_options o = sink_options(&cfg, 4, 1);
   o.device.device_type = drt_device_type();
   o.device.device_id = device_under_test;
   kvc_cache* c = NULL;
@@ -802,11 +761,8 @@ static int device_rerotates_sink_keys(void) {
  * through the arithmetic too.
  */
 static void sink_rope_run(kvc_dtype key_dt, kvc_dtype cos_dt, int64_t partial) {
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 3;
-  kvc_cache_options o = options(KVC_PRESET_SINK, &cfg);
-  o.window_length = 7;
-  o.num_sink_tokens = 2;
+  const kvc_model_config cfg = config(3, NULL, 0, 0, 0);
+  const kvc_cache_options o = sink_options(&cfg, 7, 2);
   twin t;
   REQUIRE(tw_create(&t, &o, device_under_test));
   const int64_t B = 2, dk = partial ? 12 : 8;
@@ -926,9 +882,7 @@ static void test_quantized(void) {
     }
     kvc_layer_options_init(&layers[2]);
     layers[2].kind = KVC_LAYER_QUANTIZED_FP8;
-    kvc_cache_options o = options(KVC_PRESET_CUSTOM, NULL);
-    o.num_layers = 3;
-    o.layers = layers;
+    const kvc_cache_options o = tu_custom_options(3, layers);
     const kvc_dtype dt = dtypes[m];
     printf("  mode %d, %s\n", (int)modes[m], dt == KVC_DTYPE_FLOAT32 ? "float32" : dt == KVC_DTYPE_FLOAT16 ? "float16" : "bfloat16");
     twin t;
@@ -983,9 +937,7 @@ static int device_quantizes(kvc_layer_kind kind) {
   if (!tw_kv_make(&k, &v, &g, device_under_test)) return 0;
   kvc_layer_options layer = KVC_LAYER_OPTIONS_INIT;
   layer.kind = kind;
-  kvc_cache_options o = options(KVC_PRESET_CUSTOM, NULL);
-  o.num_layers = 1;
-  o.layers = &layer;
+  kvc_cache_options o = tu_custom_options(1, &layer);
   int works = 0;
   kvc_cache* c = device_cache(&o);
   if (c) {
@@ -1009,8 +961,7 @@ static void test_cpu_only_kinds(void) {
   tw_input k, v;
   tw_geom g = geom(1, 2, 3, 64, 64, KVC_DTYPE_FLOAT16, TW_COMPACT);
   REQUIRE(tw_kv_make(&k, &v, &g, device_under_test));
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 1;
+  const kvc_model_config cfg = config(1, NULL, 0, 0, 0);
   kvc_cache_options o;
   kvc_cache* c;
   /* Sink keys re-rotated with RoPE, on a backend without the operations (quantized layers: device_quantizes). */
@@ -1020,9 +971,7 @@ static void test_cpu_only_kinds(void) {
     tw_input_free(&v);
     return;
   }
-  o = options(KVC_PRESET_SINK, &cfg);
-  o.window_length = 4;
-  o.num_sink_tokens = 1;
+  o = sink_options(&cfg, 4, 1);
   c = device_cache(&o);
   if (c) {
     int64_t table[2] = {8, 64};
