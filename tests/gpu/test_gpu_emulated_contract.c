@@ -123,6 +123,34 @@ static void check_memory_is_held(const kvc_cache* cache, const char* when) {
 
 /* -------------------------------------------------------------- launches */
 
+/* What a cost test runs on: a cache of `layers` layers of a preset on device
+ * 0, room reserved for `reserve` tokens (0: none), and a prefill of n tokens
+ * and a one-token step of one shape. */
+typedef struct bench {
+  kvc_cache* c;
+  dev_kv prefill, token;
+} bench;
+
+/* 0, with nothing made, when the cache cannot be created (the caller's REQUIRE counts it). */
+static int bench_open(bench* x, kvc_preset p, uint32_t layers, int64_t max_cache_len, int64_t reserve, int64_t b,
+                      int64_t h, int64_t n, int64_t d, kvc_dtype dt) {
+  kvc_model_config cfg = config(layers);
+  x->c = device_cache(preset(p, &cfg, max_cache_len), 0);
+  if (x->c == NULL) return 0;
+  if (reserve) CHECK_OK(kvc_cache_reserve(x->c, reserve));
+  kv_make(&x->prefill, 0, b, h, n, d, dt);
+  kv_make(&x->token, 0, b, h, 1, d, dt);
+  return 1;
+}
+
+/* Destroys the cache and the inputs, then checks that the backend holds nothing `when`. */
+static void bench_close(bench* x, const char* when) {
+  kvc_cache_destroy(x->c);
+  kv_free(&x->prefill);
+  kv_free(&x->token);
+  check_nothing_held(when);
+}
+
 /* Counts since `before`: launches, and whether anything was allocated or freed. */
 typedef struct cost {
   uint64_t launches, allocations, frees, copies;
@@ -137,22 +165,17 @@ static cost since(const kvc_emulated_counters* before) {
 
 /* The steady decode step of a dynamic cache with reserved room: one launch per update and per update_all. */
 static void test_launches_dynamic(void) {
-  kvc_model_config cfg = config(4);
-  kvc_cache* c = device_cache(preset(KVC_PRESET_DYNAMIC, &cfg, 0), 0);
-  REQUIRE(c != NULL);
-  CHECK_OK(kvc_cache_reserve(c, 64));
-  dev_kv prefill, token;
-  kv_make(&prefill, 0, 2, 2, 8, 16, KVC_DTYPE_FLOAT16);
-  kv_make(&token, 0, 2, 2, 1, 16, KVC_DTYPE_FLOAT16);
+  bench x;
+  REQUIRE(bench_open(&x, KVC_PRESET_DYNAMIC, 4, 0, 64, 2, 2, 8, 16, KVC_DTYPE_FLOAT16));
   kvc_emulated_counters before = now();
-  CHECK_OK(step_all(c, 4, &prefill));
+  CHECK_OK(step_all(x.c, 4, &x.prefill));
   cost k = since(&before);
   printf("  prefill of 4 reserved dynamic layers: %llu launch(es), %llu allocation(s)\n",
          (unsigned long long)k.launches, (unsigned long long)k.allocations);
   CHECK_EQ_U64(k.launches, 1); /* the stores are zeroed when allocated: only the writes, batched */
   for (int s = 0; s < 10; s++) {
     before = now();
-    CHECK_OK(step_all(c, 4, &token));
+    CHECK_OK(step_all(x.c, 4, &x.token));
     k = since(&before);
     CHECK_EQ_U64(k.launches, 1);
     CHECK_EQ_U64(k.copies, 8); /* K and V of 4 layers in that one launch */
@@ -160,41 +183,30 @@ static void test_launches_dynamic(void) {
     CHECK_EQ_U64(k.frees, 0);
     for (uint32_t l = 0; l < 4; l++) {
       before = now();
-      CHECK_OK(kvc_cache_update(c, l, &token.k, &token.v, NULL, NULL));
+      CHECK_OK(kvc_cache_update(x.c, l, &x.token.k, &x.token.v, NULL, NULL));
       k = since(&before);
       CHECK_EQ_U64(k.launches, 1);
       CHECK_EQ_U64(k.allocations + k.frees, 0);
     }
   }
-  check_memory_is_held(c, "dynamic cache");
-  kvc_cache_destroy(c);
-  kv_free(&prefill);
-  kv_free(&token);
-  check_nothing_held("after the dynamic cache");
+  check_memory_is_held(x.c, "dynamic cache");
+  bench_close(&x, "after the dynamic cache");
 }
 
 /* A Llama-3-8B-like step: 32 layers, 8 KV heads, head dim 128, bfloat16. */
 static void test_launches_llama_step(void) {
-  kvc_model_config cfg = config(32);
-  kvc_cache* c = device_cache(preset(KVC_PRESET_DYNAMIC, &cfg, 0), 0);
-  REQUIRE(c != NULL);
-  CHECK_OK(kvc_cache_reserve(c, 48));
-  dev_kv prefill, token;
-  kv_make(&prefill, 0, 1, 8, 16, 128, KVC_DTYPE_BFLOAT16);
-  kv_make(&token, 0, 1, 8, 1, 128, KVC_DTYPE_BFLOAT16);
-  CHECK_OK(step_all(c, 32, &prefill));
+  bench x;
+  REQUIRE(bench_open(&x, KVC_PRESET_DYNAMIC, 32, 0, 48, 1, 8, 16, 128, KVC_DTYPE_BFLOAT16));
+  CHECK_OK(step_all(x.c, 32, &x.prefill));
   for (int s = 0; s < 8; s++) {
     kvc_emulated_counters before = now();
-    CHECK_OK(step_all(c, 32, &token));
+    CHECK_OK(step_all(x.c, 32, &x.token));
     cost k = since(&before);
     CHECK_EQ_U64(k.launches, 1);
     CHECK_EQ_U64(k.copies, 64);
     CHECK_EQ_U64(k.allocations + k.frees, 0);
   }
-  kvc_cache_destroy(c);
-  kv_free(&prefill);
-  kv_free(&token);
-  check_nothing_held("after the 32-layer cache");
+  bench_close(&x, "after the 32-layer cache");
 }
 
 /* Without reserve the stores double: steps in between cost one launch; a growth step costs the copy of each
@@ -228,22 +240,18 @@ static void test_launches_growth(void) {
 /* Static caches: nothing allocated, freed or synchronised by an update, from the first step after early
    initialization; one launch per update_all, prefill included. */
 static void test_launches_static(void) {
-  kvc_model_config cfg = config(4);
-  kvc_cache* c = device_cache(preset(KVC_PRESET_STATIC, &cfg, 32), 0);
-  REQUIRE(c != NULL);
+  bench x;
+  REQUIRE(bench_open(&x, KVC_PRESET_STATIC, 4, 32, 0, 2, 2, 5, 16, KVC_DTYPE_BFLOAT16));
   kvc_init_options init = tu_init_options(2, 2, 16, 0, KVC_DTYPE_BFLOAT16);
-  CHECK_OK(kvc_cache_early_initialization(c, &init));
-  dev_kv prefill, token;
-  kv_make(&prefill, 0, 2, 2, 5, 16, KVC_DTYPE_BFLOAT16);
-  kv_make(&token, 0, 2, 2, 1, 16, KVC_DTYPE_BFLOAT16);
+  CHECK_OK(kvc_cache_early_initialization(x.c, &init));
   kvc_emulated_counters before = now();
-  CHECK_OK(step_all(c, 4, &prefill));
+  CHECK_OK(step_all(x.c, 4, &x.prefill));
   cost k = since(&before);
   CHECK_EQ_U64(k.launches, 1);
   CHECK_EQ_U64(k.allocations + k.frees, 0);
   for (int s = 0; s < 12; s++) {
     before = now();
-    CHECK_OK(step_all(c, 4, &token));
+    CHECK_OK(step_all(x.c, 4, &x.token));
     k = since(&before);
     CHECK_EQ_U64(k.launches, 1);
     CHECK_EQ_U64(k.allocations + k.frees, 0);
@@ -254,15 +262,12 @@ static void test_launches_static(void) {
   u.cache_position = pos;
   u.cache_position_length = 1;
   before = now();
-  CHECK_OK(kvc_cache_update(c, 0, &token.k, &token.v, &u, NULL));
+  CHECK_OK(kvc_cache_update(x.c, 0, &x.token.k, &x.token.v, &u, NULL));
   k = since(&before);
   CHECK_EQ_U64(k.launches, 1);
   CHECK_EQ_U64(k.allocations + k.frees, 0);
-  check_memory_is_held(c, "static cache");
-  kvc_cache_destroy(c);
-  kv_free(&prefill);
-  kv_free(&token);
-  check_nothing_held("after the static cache");
+  check_memory_is_held(x.c, "static cache");
+  bench_close(&x, "after the static cache");
 }
 
 /*
@@ -327,18 +332,13 @@ static void test_launches_sliding(void) {
 
 /* Offloading: what a layer's step costs in the forward-pass order, and the bytes of both tiers. */
 static void test_offload_costs_and_tiers(void) {
-  kvc_model_config cfg = config(4);
-  kvc_cache* c = device_cache(preset(KVC_PRESET_OFFLOADED, &cfg, 0), 0);
-  REQUIRE(c != NULL);
-  CHECK_OK(kvc_cache_reserve(c, 40));
-  dev_kv prefill, token;
-  kv_make(&prefill, 0, 1, 2, 6, 16, KVC_DTYPE_FLOAT16);
-  kv_make(&token, 0, 1, 2, 1, 16, KVC_DTYPE_FLOAT16);
-  for (uint32_t l = 0; l < 4; l++) CHECK_OK(kvc_cache_update(c, l, &prefill.k, &prefill.v, NULL, NULL));
-  check_memory_is_held(c, "offloaded cache after prefill");
+  bench x;
+  REQUIRE(bench_open(&x, KVC_PRESET_OFFLOADED, 4, 0, 40, 1, 2, 6, 16, KVC_DTYPE_FLOAT16));
+  for (uint32_t l = 0; l < 4; l++) CHECK_OK(kvc_cache_update(x.c, l, &x.prefill.k, &x.prefill.v, NULL, NULL));
+  check_memory_is_held(x.c, "offloaded cache after prefill");
   kvc_emulated_counters before = now();
   for (int s = 0; s < 5; s++)
-    for (uint32_t l = 0; l < 4; l++) CHECK_OK(kvc_cache_update(c, l, &token.k, &token.v, NULL, NULL));
+    for (uint32_t l = 0; l < 4; l++) CHECK_OK(kvc_cache_update(x.c, l, &x.token.k, &x.token.v, NULL, NULL));
   kvc_emulated_counters after = now();
   double per_layer = (double)(after.launches - before.launches) / 20.0;
   printf("  offloaded layer step: %.2f launches (%.2f tier copies, %.2f tier waits) per layer update\n", per_layer,
@@ -347,14 +347,11 @@ static void test_offload_costs_and_tiers(void) {
   /* A prefetch and an offload of K and V, and the write: no more. */
   CHECK(after.launches - before.launches <= 20 * 5);
   CHECK(after.tier_copies - before.tier_copies >= 20 * 2);
-  check_memory_is_held(c, "offloaded cache while decoding");
-  CHECK_OK(kvc_cache_offload(c, 0));
-  CHECK_OK(kvc_cache_prefetch(c, 2));
-  check_memory_is_held(c, "offloaded cache after an explicit offload and prefetch");
-  kvc_cache_destroy(c);
-  kv_free(&prefill);
-  kv_free(&token);
-  check_nothing_held("after the offloaded cache");
+  check_memory_is_held(x.c, "offloaded cache while decoding");
+  CHECK_OK(kvc_cache_offload(x.c, 0));
+  CHECK_OK(kvc_cache_prefetch(x.c, 2));
+  check_memory_is_held(x.c, "offloaded cache after an explicit offload and prefetch");
+  bench_close(&x, "after the offloaded cache");
 }
 
 /* ------------------------------------------------------------------ leaks */
