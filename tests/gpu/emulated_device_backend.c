@@ -629,6 +629,22 @@ static int emu_rerotate_keys_4d(void* ctx, const kvc_exec* exec, kvc_dtype dtype
 
 static size_t dtype_elem(int32_t dt) { return dt == KVC_DTYPE_FLOAT32 ? 4 : 2; }
 
+/* How every quantizer entry starts: the backend's lock taken, the execution
+ * place checked, one launch counted. Returns the place. */
+static place* quant_entry(const char* op, const kvc_exec* exec) {
+  pthread_mutex_lock(&lock);
+  place* p = checked_place(op, exec);
+  counters.launches++;
+  counters.quant_calls++;
+  return p;
+}
+
+/* How it ends: the CPU code's result `rc` (computed under the lock) returned with the lock released. */
+static int quant_exit(int rc) {
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
 /* The [lo, hi) of n items `stride` bytes apart, each `size` bytes, over up to five axes; 0 when empty. */
 static int axes_extent(uintptr_t base, const int64_t* n, const int64_t* stride, int axes, int64_t size, uintptr_t* lo,
                        uintptr_t* hi) {
@@ -680,10 +696,7 @@ static void check_spec(const char* op, const kvc_quant_spec* s, int64_t group) {
 static int emu_quantize_groups(void* ctx, const kvc_exec* exec, const kvc_quantize_job* job) {
   (void)ctx;
   const char* op = "quantize_groups";
-  pthread_mutex_lock(&lock);
-  place* p = checked_place(op, exec);
-  counters.launches++;
-  counters.quant_calls++;
+  place* p = quant_entry(op, exec);
   if (!job) violation("%s: job is NULL", op);
   check_spec(op, &job->spec, job->group);
   kvc_quantize_job plain = *job;
@@ -719,9 +732,7 @@ static int emu_quantize_groups(void* ctx, const kvc_exec* exec, const kvc_quanti
       if (job->records.base) check_apart(op, "dequantized values", dlo, dhi, "records", rlo, rhi);
     }
   }
-  int rc = kvci_cpu_quantize_groups(NULL, &cpu_place, &plain);
-  pthread_mutex_unlock(&lock);
-  return rc;
+  return quant_exit(kvci_cpu_quantize_groups(NULL, &cpu_place, &plain));
 }
 
 static int emu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const void* src, kvc_dtype dtype,
@@ -747,10 +758,7 @@ static int emu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const vo
 static int emu_dequantize_groups(void* ctx, const kvc_exec* exec, const kvc_dequantize_job* job) {
   (void)ctx;
   const char* op = "dequantize_groups";
-  pthread_mutex_lock(&lock);
-  place* p = checked_place(op, exec);
-  counters.launches++;
-  counters.quant_calls++;
+  place* p = quant_entry(op, exec);
   if (!job) violation("%s: job is NULL", op);
   check_spec(op, &job->spec, job->group);
   if (job->lo < 0 || job->hi > job->group || job->lo > job->hi)
@@ -766,41 +774,29 @@ static int emu_dequantize_groups(void* ctx, const kvc_exec* exec, const kvc_dequ
     plain.records.base = checked_bytes(op, "records", exec, p, job->records.base, 1, rlo, rhi, 0, NULL);
     check_apart(op, "dst", dlo, dhi, "records", rlo, rhi);
   }
-  int rc = kvci_cpu_dequantize_groups(NULL, &cpu_place, &plain);
-  pthread_mutex_unlock(&lock);
-  return rc;
+  return quant_exit(kvci_cpu_dequantize_groups(NULL, &cpu_place, &plain));
 }
 
 static int emu_fp8_calibrate(void* ctx, const kvc_exec* exec, const void* src, const int64_t st[4],
                              const int64_t shape[4], int32_t dtype, float* scale) {
   (void)ctx;
   const char* op = "fp8_calibrate";
-  pthread_mutex_lock(&lock);
-  place* p = checked_place(op, exec);
-  counters.launches++;
-  counters.quant_calls++;
+  place* p = quant_entry(op, exec);
   if (!scale || kvc_emulated_is_tagged(scale)) violation("%s: scale %p is not host memory", op, (void*)scale);
   const void* s = checked_region(op, "src", exec, p, src, st, shape, dtype_elem(dtype), 0, NULL);
-  int rc = kvci_cpu_fp8_calibrate(NULL, &cpu_place, s, st, shape, dtype, scale);
-  pthread_mutex_unlock(&lock);
-  return rc;
+  return quant_exit(kvci_cpu_fp8_calibrate(NULL, &cpu_place, s, st, shape, dtype, scale));
 }
 
 static int emu_fp8_round_trip(void* ctx, const kvc_exec* exec, void* dst, const int64_t ds[4], const void* src,
                               const int64_t ss[4], const int64_t shape[4], int32_t dtype, float scale) {
   (void)ctx;
   const char* op = "fp8_round_trip";
-  pthread_mutex_lock(&lock);
-  place* p = checked_place(op, exec);
-  counters.launches++;
-  counters.quant_calls++;
+  place* p = quant_entry(op, exec);
   const size_t elem = dtype_elem(dtype);
   void* d = checked_region(op, "dst", exec, p, dst, ds, shape, elem, 1, NULL);
   const void* s = checked_region(op, "src", exec, p, src, ss, shape, elem, 0, NULL);
   check_copy_overlap(op, d, ds, s, ss, shape, elem, 0);
-  int rc = kvci_cpu_fp8_round_trip(NULL, &cpu_place, d, ds, s, ss, shape, dtype, scale);
-  pthread_mutex_unlock(&lock);
-  return rc;
+  return quant_exit(kvci_cpu_fp8_round_trip(NULL, &cpu_place, d, ds, s, ss, shape, dtype, scale));
 }
 
 static const kvc_backend emulated_backend = {
