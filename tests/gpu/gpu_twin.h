@@ -443,42 +443,25 @@ static int tw_crop(twin* t, int64_t tokens) {
   return tw_last_ok;
 }
 
-static int tw_reorder(twin* t, const int64_t* idx, size_t n) {
-  TW_OP(t, kvc_cache_reorder(c, idx, n), "reorder");
-  return tw_last_ok;
-}
-static int tw_select(twin* t, const int64_t* idx, size_t n) {
-  TW_OP(t, kvc_cache_batch_select_indices(c, idx, n), "batch_select_indices");
-  return tw_last_ok;
-}
-static int tw_repeat(twin* t, int64_t r) {
-  TW_OP(t, kvc_cache_batch_repeat_interleave(c, r), "batch_repeat_interleave");
-  return tw_last_ok;
-}
-static int tw_reserve(twin* t, int64_t tokens) {
-  TW_OP(t, kvc_cache_reserve(c, tokens), "reserve");
-  return tw_last_ok;
-}
-static int tw_reset(twin* t) {
-  TW_OP(t, kvc_cache_reset(c), "reset");
-  return tw_last_ok;
-}
-static int tw_record_past(twin* t) {
-  TW_OP(t, kvc_cache_activate_past_recording(c), "activate_past_recording");
-  return tw_last_ok;
-}
-static int tw_offload(twin* t, uint32_t layer) {
-  TW_OP(t, kvc_cache_offload(c, layer), "offload");
-  return tw_last_ok;
-}
-static int tw_prefetch(twin* t, uint32_t layer) {
-  TW_OP(t, kvc_cache_prefetch(c, layer), "prefetch");
-  return tw_last_ok;
-}
-static int tw_early_init(twin* t, const kvc_init_options* o) {
-  TW_OP(t, kvc_cache_early_initialization(c, o), "early_initialization");
-  return tw_last_ok;
-}
+/* Defines `static int fn params`, the one-call operations below: `call` on
+ * both caches (TW_OP), and whether both succeeded. */
+#define TW_OP_FN(fn, params, call, what) \
+  static int fn params {                 \
+    TW_OP(t, call, what);                \
+    return tw_last_ok;                   \
+  }
+
+TW_OP_FN(tw_reorder, (twin* t, const int64_t* idx, size_t n), kvc_cache_reorder(c, idx, n), "reorder")
+TW_OP_FN(tw_select, (twin* t, const int64_t* idx, size_t n), kvc_cache_batch_select_indices(c, idx, n),
+         "batch_select_indices")
+TW_OP_FN(tw_repeat, (twin* t, int64_t r), kvc_cache_batch_repeat_interleave(c, r), "batch_repeat_interleave")
+TW_OP_FN(tw_reserve, (twin* t, int64_t tokens), kvc_cache_reserve(c, tokens), "reserve")
+TW_OP_FN(tw_reset, (twin* t), kvc_cache_reset(c), "reset")
+TW_OP_FN(tw_record_past, (twin* t), kvc_cache_activate_past_recording(c), "activate_past_recording")
+TW_OP_FN(tw_offload, (twin* t, uint32_t layer), kvc_cache_offload(c, layer), "offload")
+TW_OP_FN(tw_prefetch, (twin* t, uint32_t layer), kvc_cache_prefetch(c, layer), "prefetch")
+TW_OP_FN(tw_early_init, (twin* t, const kvc_init_options* o), kvc_cache_early_initialization(c, o),
+         "early_initialization")
 
 /* A deep copy of both; the clones must agree and inherit the device cache's stream. */
 static int tw_clone(const twin* t, twin* out) {
