@@ -136,6 +136,14 @@ static TU_UNUSED void tq_ref_from_kv(tq_ref* r, const kvc_kv* kv) {
   tu_read_view(&kv->value, r->v);
 }
 
+/* A new reference holding a copy of the view (tq_ref_from_kv on an empty one). */
+static TU_UNUSED tq_ref tq_ref_of_kv(const kvc_kv* kv) {
+  tq_ref r;
+  memset(&r, 0, sizeof r);
+  tq_ref_from_kv(&r, kv);
+  return r;
+}
+
 /* Rows rows[0..count) of the reference, in that order (reorder, select, repeat-interleave). */
 static TU_UNUSED void tq_ref_rows(tq_ref* r, const int64_t* rows, int64_t count) {
   for (int w = 0; w < 2; w++) {

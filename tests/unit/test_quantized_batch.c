@@ -22,8 +22,10 @@ static const tq_setting SETTINGS[] = {
 };
 #define NSETTINGS (sizeof SETTINGS / sizeof SETTINGS[0])
 
-/* A cache after a prefill of 5 and `steps` one-token steps; its layer view is what the next update builds on. */
-static kvc_cache* grown(const tq_setting* s, int steps, tq_rng* rng) {
+/* A cache after a prefill of 5 and `steps` one-token steps; its layer view is what the next update builds on.
+ * The inputs come from *rng, started at `seed` and left where they stop, for the steps that follow. */
+static kvc_cache* grown(const tq_setting* s, int steps, uint64_t seed, tq_rng* rng) {
+  rng->s = seed;
   kvc_cache* c = tq_cache(s, 1);
   if (!c) return NULL;
   if (!CHECK_OK(tq_update(c, 0, F32, B, H, 5, D, D, rng, NULL, NULL, NULL))) return c;
@@ -34,6 +36,26 @@ static kvc_cache* grown(const tq_setting* s, int steps, tq_rng* rng) {
 static void ref_view(tq_ref* r, const kvc_cache* c) {
   kvc_kv kv = tu_view(c, 0);
   tq_ref_from_kv(r, &kv);
+}
+
+/* A new reference holding the cache's layer view. */
+static tq_ref viewed(const kvc_cache* c) {
+  kvc_kv kv = tu_view(c, 0);
+  return tq_ref_of_kv(&kv);
+}
+
+/* Given the same `steps` one-token updates (rng copied for each), `second` returns what `first` does. */
+static void expect_same_steps(kvc_cache* first, kvc_cache* second, const tq_rng* rng, int steps) {
+  tq_rng a = *rng, b = *rng;
+  for (int step = 0; step < steps; step++) {
+    kvc_kv x, y;
+    if (!CHECK_OK(tq_update(first, 0, F32, B, H, 1, D, D, &a, NULL, NULL, &x)) ||
+        !CHECK_OK(tq_update(second, 0, F32, B, H, 1, D, D, &b, NULL, NULL, &y)))
+      return;
+    tq_ref want = tq_ref_of_kv(&x);
+    CHECK(tq_equal(&y, &want, 0));
+    tq_ref_free(&want);
+  }
 }
 
 /*
@@ -77,16 +99,12 @@ static void expect_follows(kvc_cache* c, const tq_setting* s, tq_ref* ref, tq_rn
 static void test_reorder_after_flushes(void) {
   static const int64_t idx[B] = {2, 2, 0, 1};
   for (size_t i = 0; i < NSETTINGS; i++) {
-    tq_rng rng = {100 + i};
-    kvc_cache* c = grown(&SETTINGS[i], 5, &rng);
+    tq_rng rng;
+    kvc_cache* c = grown(&SETTINGS[i], 5, 100 + i, &rng);
     REQUIRE(c);
     int64_t q = tq_quantized(c, 0);
     CHECK(q > 0 && q < tu_seq(c, 0)); /* a quantized part and a residual */
-    tq_ref ref, residual_only;
-    memset(&ref, 0, sizeof ref);
-    memset(&residual_only, 0, sizeof residual_only);
-    ref_view(&ref, c);
-    ref_view(&residual_only, c);
+    tq_ref ref = viewed(c), residual_only = viewed(c);
     REQUIRE_OK(kvc_cache_reorder(c, idx, B));
     tq_ref_rows(&ref, idx, B);
     tq_ref_rows_from(&residual_only, idx, q);
@@ -103,12 +121,10 @@ static void test_reorder_after_flushes(void) {
 static void test_select_and_repeat(void) {
   static const int64_t pick[4] = {3, 0, 3, 1}; /* four rows: quanto's axis -1 groups must divide batch*heads*seq */
   for (size_t i = 0; i < NSETTINGS; i++) {
-    tq_rng rng = {200 + i};
-    kvc_cache* c = grown(&SETTINGS[i], 4, &rng);
+    tq_rng rng;
+    kvc_cache* c = grown(&SETTINGS[i], 4, 200 + i, &rng);
     REQUIRE(c);
-    tq_ref ref;
-    memset(&ref, 0, sizeof ref);
-    ref_view(&ref, c);
+    tq_ref ref = viewed(c);
     REQUIRE_OK(kvc_cache_batch_select_indices(c, pick, 4));
     tq_ref_rows(&ref, pick, 4);
     expect_follows(c, &SETTINGS[i], &ref, &rng, 3);
@@ -132,8 +148,8 @@ static void test_select_and_repeat(void) {
 static void test_flush_after_reorder(void) {
   static const int64_t idx[B] = {3, 1, 1, 0};
   for (size_t i = 0; i < 3; i++) {
-    tq_rng rng = {300 + i};
-    kvc_cache* c = grown(&SETTINGS[i], 4, &rng);
+    tq_rng rng;
+    kvc_cache* c = grown(&SETTINGS[i], 4, 300 + i, &rng);
     REQUIRE(c);
     REQUIRE_OK(kvc_cache_reorder(c, idx, B));
     /* Step until the next flush, then the fresh cache gets what that flush quantized, as its prefill. */
@@ -142,24 +158,14 @@ static void test_flush_after_reorder(void) {
     do {
       REQUIRE_OK(tq_update(c, 0, F32, B, H, 1, D, D, &rng, NULL, NULL, &out));
     } while (tq_quantized(c, 0) == before);
-    tq_ref flushed;
-    memset(&flushed, 0, sizeof flushed);
-    tq_ref_from_kv(&flushed, &out);
+    tq_ref flushed = tq_ref_of_kv(&out);
     kvc_cache* fresh = tq_cache(&SETTINGS[i], 1);
     REQUIRE(fresh);
     tu_tensor k, v;
     tu_tensor_make(&k, F32, B, H, flushed.s, D, flushed.k);
     tu_tensor_make(&v, F32, B, H, flushed.s, D, flushed.v);
     REQUIRE_OK(kvc_cache_update(fresh, 0, &k.t, &v.t, NULL, NULL));
-    tq_rng a = rng, b = rng;
-    kvc_kv x, y;
-    REQUIRE_OK(tq_update(c, 0, F32, B, H, 1, D, D, &a, NULL, NULL, &x));
-    REQUIRE_OK(tq_update(fresh, 0, F32, B, H, 1, D, D, &b, NULL, NULL, &y));
-    tq_ref want;
-    memset(&want, 0, sizeof want);
-    tq_ref_from_kv(&want, &y);
-    CHECK(tq_equal(&x, &want, 0));
-    tq_ref_free(&want);
+    expect_same_steps(fresh, c, &rng, 1);
     tq_ref_free(&flushed);
     tu_tensor_free(&k);
     tu_tensor_free(&v);
@@ -171,13 +177,11 @@ static void test_flush_after_reorder(void) {
 /* Split rows and stack them back: the stacked cache continues exactly as the original would. */
 static void test_split_and_stack(void) {
   for (size_t i = 0; i < NSETTINGS; i++) {
-    tq_rng rng = {400 + i};
-    kvc_cache* c = grown(&SETTINGS[i], 5, &rng);
+    tq_rng rng;
+    kvc_cache* c = grown(&SETTINGS[i], 5, 400 + i, &rng);
     REQUIRE(c);
-    tq_ref ref, part;
-    memset(&ref, 0, sizeof ref);
+    tq_ref ref = viewed(c), part;
     memset(&part, 0, sizeof part);
-    ref_view(&ref, c);
     kvc_cache* splits[2] = {NULL, NULL};
     size_t count = 0;
     REQUIRE_OK(kvc_cache_batch_split(c, B, 2, splits, 2, &count));
@@ -196,17 +200,7 @@ static void test_split_and_stack(void) {
     REQUIRE_OK(kvc_cache_from_batch_splits((const kvc_cache* const*)splits, 2, &stacked));
     kvc_memory_info m1 = tu_memory(c), m2 = tu_memory(stacked);
     CHECK_EQ_U64(m2.bytes_quantized, m1.bytes_quantized);
-    tq_rng a = rng, b = rng;
-    for (int step = 0; step < 5; step++) {
-      kvc_kv x, y;
-      REQUIRE_OK(tq_update(c, 0, F32, B, H, 1, D, D, &a, NULL, NULL, &x));
-      REQUIRE_OK(tq_update(stacked, 0, F32, B, H, 1, D, D, &b, NULL, NULL, &y));
-      tq_ref want;
-      memset(&want, 0, sizeof want);
-      tq_ref_from_kv(&want, &x);
-      CHECK(tq_equal(&y, &want, 0));
-      tq_ref_free(&want);
-    }
+    expect_same_steps(c, stacked, &rng, 5);
     tq_ref_free(&ref);
     kvc_cache_destroy(stacked);
     kvc_cache_destroy(splits[0]);
@@ -217,8 +211,8 @@ static void test_split_and_stack(void) {
 
 /* Splits that no longer agree on their quantized tokens cannot be stacked. */
 static void test_stack_refuses_diverged_splits(void) {
-  tq_rng rng = {500};
-  kvc_cache* c = grown(&SETTINGS[3], 2, &rng);
+  tq_rng rng;
+  kvc_cache* c = grown(&SETTINGS[3], 2, 500, &rng);
   REQUIRE(c);
   kvc_cache* splits[2] = {NULL, NULL};
   size_t count = 0;
@@ -242,27 +236,15 @@ static void test_stack_refuses_diverged_splits(void) {
 /* A clone is deep: both continue identically, and changing one leaves the other alone. */
 static void test_clone(void) {
   for (size_t i = 0; i < NSETTINGS; i++) {
-    tq_rng rng = {600 + i};
-    kvc_cache* c = grown(&SETTINGS[i], 4, &rng);
+    tq_rng rng;
+    kvc_cache* c = grown(&SETTINGS[i], 4, 600 + i, &rng);
     REQUIRE(c);
     kvc_cache* d = NULL;
     REQUIRE_OK(kvc_cache_clone(c, &d));
     CHECK_EQ_U64(tu_memory(d).bytes_quantized, tu_memory(c).bytes_quantized);
     CHECK_EQ_I64(tq_quantized(d, 0), tq_quantized(c, 0));
-    tq_ref before;
-    memset(&before, 0, sizeof before);
-    ref_view(&before, c);
-    tq_rng a = rng, b = rng;
-    for (int step = 0; step < 5; step++) {
-      kvc_kv x, y;
-      REQUIRE_OK(tq_update(c, 0, F32, B, H, 1, D, D, &a, NULL, NULL, &x));
-      REQUIRE_OK(tq_update(d, 0, F32, B, H, 1, D, D, &b, NULL, NULL, &y));
-      tq_ref want;
-      memset(&want, 0, sizeof want);
-      tq_ref_from_kv(&want, &x);
-      CHECK(tq_equal(&y, &want, 0));
-      tq_ref_free(&want);
-    }
+    tq_ref before = viewed(c);
+    expect_same_steps(c, d, &rng, 5);
     kvc_cache* e = NULL;
     REQUIRE_OK(kvc_cache_clone(c, &e));
     REQUIRE_OK(kvc_cache_reset(e));
