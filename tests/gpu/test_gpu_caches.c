@@ -62,12 +62,6 @@ static int twin_config(twin* t, kvc_preset preset, kvc_model_config cfg, int64_t
   return twin_preset(t, preset, &cfg, max_cache_len);
 }
 
-/* Points update options (KV or conv) at the listed cache positions; the list
- * is a compound literal, alive to the end of the enclosing block. */
-#define AT_POSITIONS(opts, ...)                                 \
-  ((opts).cache_position = (const int64_t[]){__VA_ARGS__}, \
-   (opts).cache_position_length = (uint32_t)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
-
 /* Options of a SinkCache over cfg: `window` tokens kept, the first `sinks` of them for good. */
 static kvc_cache_options sink_options(const kvc_model_config* cfg, int64_t window, int64_t sinks) {
   kvc_cache_options o = options(KVC_PRESET_SINK, cfg);
@@ -215,16 +209,16 @@ static void test_static_cache_position(void) {
   twin t;
   REQUIRE(twin_config(&t, KVC_PRESET_STATIC, config(2, NULL, 0, 0, 0), 10));
   kvc_update_options u = KVC_UPDATE_OPTIONS_INIT;
-  AT_POSITIONS(u, 0, 1, 2, 3);
+  TU_POSITIONS(u, 0, 1, 2, 3);
   tw_geom g4 = geom(1, 2, 4, 8, 8, KVC_DTYPE_FLOAT16, TW_STRIDED);
   TW_OK(TW_UPDATE(&t, 0, &g4, &u));
   TW_OK(TW_UPDATE(&t, 1, &g4, &u));
-  AT_POSITIONS(u, 7, 5, 6); /* scattered */
+  TU_POSITIONS(u, 7, 5, 6); /* scattered */
   tw_geom g3 = geom(1, 2, 3, 8, 8, KVC_DTYPE_FLOAT16, TW_PADDED);
   TW_OK(TW_UPDATE(&t, 0, &g3, &u));
-  AT_POSITIONS(u, 4, 4, 2); /* repeated: the last token written to a slot wins */
+  TU_POSITIONS(u, 4, 4, 2); /* repeated: the last token written to a slot wins */
   TW_OK(TW_UPDATE(&t, 1, &g3, &u));
-  AT_POSITIONS(u, 10); /* beyond max_cache_len */
+  TU_POSITIONS(u, 10); /* beyond max_cache_len */
   tw_geom g1 = geom(1, 2, 1, 8, 8, KVC_DTYPE_FLOAT16, TW_COMPACT);
   TW_REFUSED(TW_UPDATE(&t, 0, &g1, &u)); /* out of range on both */
   tw_destroy(&t);
@@ -432,11 +426,11 @@ static void test_mamba_legacy_roll(void) {
   twin t;
   REQUIRE(twin_config(&t, KVC_PRESET_MAMBA, config(1, NULL, 0, 0, 4), 0));
   kvc_conv_update_options legacy = KVC_CONV_UPDATE_OPTIONS_INIT;
-  AT_POSITIONS(legacy, 0, 1, 2, 3);
+  TU_POSITIONS(legacy, 0, 1, 2, 3);
   TW_OK(TW_CONV(&t, 0, 3, 10, 4, KVC_DTYPE_FLOAT16, TW_STRIDED, &legacy));
-  AT_POSITIONS(legacy, 3); /* the last slot: every decode step rolls */
+  TU_POSITIONS(legacy, 3); /* the last slot: every decode step rolls */
   for (int step = 0; step < 20; step++) TW_OK(TW_CONV(&t, 0, 3, 10, 1, KVC_DTYPE_FLOAT16, step % TW_LAYOUTS, &legacy));
-  AT_POSITIONS(legacy, 9, -2); /* positions beyond [0, K) clamp */
+  TU_POSITIONS(legacy, 9, -2); /* positions beyond [0, K) clamp */
   TW_OK(TW_CONV(&t, 0, 3, 10, 2, KVC_DTYPE_FLOAT16, TW_COMPACT, &legacy));
   const int64_t beams[3] = {2, 2, 0};
   TW_OK(tw_reorder(&t, beams, 3));

@@ -151,6 +151,10 @@ static TU_UNUSED int tl_check_conv_impl(const char* file, int line, const char* 
 }
 #define CHECK_CONV(t, B, C, tokens, n, rows) \
   tl_check_conv_impl(__FILE__, __LINE__, #t, (t), (B), (C), (tokens), (n), (rows))
+/* CHECK_CONV of the listed times, rows in order: one line a check where the times are read nowhere else. */
+#define CHECK_CONV_IS(t, B, C, ...)                                                                         \
+  tl_check_conv_impl(__FILE__, __LINE__, #t, (t), (B), (C), (const int64_t[]){__VA_ARGS__},                \
+                     (int64_t)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), NULL)
 
 /* The conv and recurrent views of state `s` of `layer` (a failed call counts as a failure). */
 static TU_UNUSED kvc_tensor tl_conv_view(const kvc_cache* c, uint32_t layer, uint32_t s) {
@@ -159,6 +163,17 @@ static TU_UNUSED kvc_tensor tl_conv_view(const kvc_cache* c, uint32_t layer, uin
   CHECK_OK(kvc_cache_state_view(c, layer, s, &t, NULL));
   return t;
 }
+
+/* CHECK_CONV of conv state s of `layer` as its view shows it now. */
+static TU_UNUSED int tl_check_conv_state_impl(const char* file, int line, const kvc_cache* c, uint32_t layer, uint32_t s,
+                                              int64_t B, int64_t C, const int64_t* tokens, int64_t n) {
+  char label[64];
+  snprintf(label, sizeof label, "conv state %u of layer %u", (unsigned)s, (unsigned)layer);
+  kvc_tensor t = tl_conv_view(c, layer, s);
+  return tl_check_conv_impl(file, line, label, &t, B, C, tokens, n, NULL);
+}
+#define CHECK_CONV_STATE(c, layer, s, B, C, tokens, n) \
+  tl_check_conv_state_impl(__FILE__, __LINE__, (c), (layer), (s), (B), (C), (tokens), (n))
 
 static TU_UNUSED kvc_tensor tl_rec_view(const kvc_cache* c, uint32_t layer, uint32_t s) {
   kvc_tensor t;

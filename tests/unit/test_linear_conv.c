@@ -68,13 +68,11 @@ static void test_trace_d7(void) {
   REQUIRE_OK(tl_conv(c, 0, 1, 3, 0, 6, NULL, &ret)); /* [a..f] */
   const int64_t a_f[6] = {0, 1, 2, 3, 4, 5}, c_f[4] = {2, 3, 4, 5}, c_g[5] = {2, 3, 4, 5, 6}, d_g[4] = {3, 4, 5, 6};
   CHECK_CONV(&ret, 1, 3, a_f, 6, NULL); /* no padding: 6 >= K */
-  kvc_tensor st = tl_conv_view(c, 0, 0);
-  CHECK_CONV(&st, 1, 3, c_f, 4, NULL);
+  CHECK_CONV_STATE(c, 0, 0, 1, 3, c_f, 4);
   CHECK_EQ_I64(tl_has_prev(c, 0, 0), 1);
   REQUIRE_OK(tl_conv(c, 0, 1, 3, 6, 1, NULL, &ret)); /* [g] */
   CHECK_CONV(&ret, 1, 3, c_g, 5, NULL);
-  st = tl_conv_view(c, 0, 0);
-  CHECK_CONV(&st, 1, 3, d_g, 4, NULL);
+  CHECK_CONV_STATE(c, 0, 0, 1, 3, d_g, 4);
   kvc_cache_destroy(c);
 
   /* A prefill of length 2 returns [0, 0, a, b] and stores it. */
@@ -83,8 +81,7 @@ static void test_trace_d7(void) {
   REQUIRE_OK(tl_conv(c, 0, 2, 2, 0, 2, NULL, &ret));
   const int64_t padded[4] = {-1, -1, 0, 1};
   CHECK_CONV(&ret, 2, 2, padded, 4, NULL);
-  st = tl_conv_view(c, 0, 0);
-  CHECK_CONV(&st, 2, 2, padded, 4, NULL);
+  CHECK_CONV_STATE(c, 0, 0, 2, 2, padded, 4);
   kvc_cache_destroy(c);
 }
 
@@ -93,24 +90,19 @@ static void test_trace_d8(void) {
   kvc_cache* c = tl_linear(1, 4);
   REQUIRE(c != NULL);
   kvc_conv_update_options o = KVC_CONV_UPDATE_OPTIONS_INIT;
-  const int64_t prefill_pos[4] = {0, 1, 2, 3}, decode_pos[1] = {4};
-  o.cache_position = prefill_pos;
-  o.cache_position_length = 4;
+  TU_POSITIONS(o, 0, 1, 2, 3);
   kvc_tensor ret;
   /* The mixer passes pad(x, (4 - 6, 0)): the last 4 of 6 prefill columns, times 2..5 (c..f). */
   REQUIRE_OK(tl_conv(c, 0, 1, 2, 2, 4, &o, &ret));
   const int64_t c_f[4] = {2, 3, 4, 5}, d_g[4] = {3, 4, 5, 6};
   CHECK_CONV(&ret, 1, 2, c_f, 4, NULL);
-  o.cache_position = decode_pos;
-  o.cache_position_length = 1;
+  TU_POSITIONS(o, 4);
   REQUIRE_OK(tl_conv(c, 0, 1, 2, 6, 1, &o, &ret));
   CHECK_CONV(&ret, 1, 2, d_g, 4, NULL);
-  kvc_tensor st = tl_conv_view(c, 0, 0);
-  CHECK_CONV(&st, 1, 2, d_g, 4, NULL);
+  CHECK_CONV_STATE(c, 0, 0, 1, 2, d_g, 4);
   CHECK_EQ_I64(tl_has_prev(c, 0, 0), 1);
   /* The roll is exact: a position that is not the last keeps the rolled-in oldest column at the end. */
-  const int64_t mid_pos[1] = {1};
-  o.cache_position = mid_pos;
+  TU_POSITIONS(o, 1); /* mid */
   REQUIRE_OK(tl_conv(c, 0, 1, 2, 7, 1, &o, &ret));
   const int64_t rolled[4] = {4, 7, 6, 3};
   CHECK_CONV(&ret, 1, 2, rolled, 4, NULL);
@@ -122,19 +114,14 @@ static void test_legacy_cache_init_equivalence(void) {
   kvc_cache* c = tl_linear(1, 3);
   REQUIRE(c != NULL);
   kvc_conv_update_options o = KVC_CONV_UPDATE_OPTIONS_INIT;
-  const int64_t init[3] = {0, 1, 2}, last[1] = {2};
-  o.cache_position = init;
-  o.cache_position_length = 3;
+  TU_POSITIONS(o, 0, 1, 2);
   REQUIRE_OK(tl_conv(c, 0, 2, 3, 10, 3, &o, NULL));
   REQUIRE_OK(tl_conv(c, 0, 2, 3, 20, 3, &o, NULL)); /* a second cache_init overwrites everything */
   const int64_t want[3] = {20, 21, 22}, after[3] = {21, 22, 23};
-  kvc_tensor st = tl_conv_view(c, 0, 0);
-  CHECK_CONV(&st, 2, 3, want, 3, NULL);
-  o.cache_position = last;
-  o.cache_position_length = 1;
+  CHECK_CONV_STATE(c, 0, 0, 2, 3, want, 3);
+  TU_POSITIONS(o, 2); /* the last */
   REQUIRE_OK(tl_conv(c, 0, 2, 3, 23, 1, &o, NULL));
-  st = tl_conv_view(c, 0, 0);
-  CHECK_CONV(&st, 2, 3, after, 3, NULL);
+  CHECK_CONV_STATE(c, 0, 0, 2, 3, after, 3);
   kvc_cache_destroy(c);
 }
 
@@ -148,21 +135,18 @@ static void test_kernel_from_first_input(void) {
   CHECK_EQ_I64(li.conv_kernel_size, 5);
   REQUIRE_OK(tl_conv(c, 0, 1, 1, 5, 1, NULL, &ret));
   const int64_t five[5] = {1, 2, 3, 4, 5};
-  kvc_tensor st = tl_conv_view(c, 0, 0);
-  CHECK_CONV(&st, 1, 1, five, 5, NULL);
+  CHECK_CONV_STATE(c, 0, 0, 1, 1, five, 5);
   /* State 1 with an explicit K = 3 and a first input of 1 column: padded to 3. */
   kvc_conv_update_options o = KVC_CONV_UPDATE_OPTIONS_INIT;
   o.state_index = 1;
   o.conv_kernel_size = 3;
   REQUIRE_OK(tl_conv(c, 0, 1, 1, 0, 1, &o, &ret));
-  const int64_t pad[3] = {-1, -1, 0};
-  CHECK_CONV(&ret, 1, 1, pad, 3, NULL);
+  CHECK_CONV_IS(&ret, 1, 1, -1, -1, 0);
   /* Later calls may pass the same K (as Mamba does on every call) or none. */
   REQUIRE_OK(tl_conv(c, 0, 1, 1, 1, 2, &o, &ret));
   o.conv_kernel_size = 0;
   REQUIRE_OK(tl_conv(c, 0, 1, 1, 3, 1, &o, &ret));
-  const int64_t s1[4] = {0, 1, 2, 3};
-  CHECK_CONV(&ret, 1, 1, s1, 4, NULL);
+  CHECK_CONV_IS(&ret, 1, 1, 0, 1, 2, 3);
   kvc_cache_destroy(c);
 }
 
@@ -172,14 +156,11 @@ static void test_zero_columns(void) {
   REQUIRE(c != NULL);
   kvc_tensor ret;
   REQUIRE_OK(tl_conv(c, 0, 1, 2, 0, 0, NULL, &ret));
-  const int64_t zeros[3] = {-1, -1, -1};
-  CHECK_CONV(&ret, 1, 2, zeros, 3, NULL);
+  CHECK_CONV_IS(&ret, 1, 2, -1, -1, -1);
   REQUIRE_OK(tl_conv(c, 0, 1, 2, 0, 2, NULL, &ret));
-  const int64_t later[5] = {-1, -1, -1, 0, 1};
-  CHECK_CONV(&ret, 1, 2, later, 5, NULL);
+  CHECK_CONV_IS(&ret, 1, 2, -1, -1, -1, 0, 1);
   REQUIRE_OK(tl_conv(c, 0, 1, 2, 2, 0, NULL, &ret));
-  const int64_t same[3] = {-1, 0, 1};
-  CHECK_CONV(&ret, 1, 2, same, 3, NULL);
+  CHECK_CONV_IS(&ret, 1, 2, -1, 0, 1);
   kvc_cache_destroy(c);
 }
 
@@ -198,19 +179,16 @@ static void test_recording_and_crop(void) {
   kvc_tensor ret;
   /* Recording: the first call is not padded and the state keeps everything. */
   REQUIRE_OK(tl_conv(c, 0, 1, 2, 0, 2, NULL, &ret));
-  const int64_t two[2] = {0, 1};
-  CHECK_CONV(&ret, 1, 2, two, 2, NULL);
+  CHECK_CONV_IS(&ret, 1, 2, 0, 1);
   REQUIRE_OK(tl_conv(c, 0, 1, 2, 2, 3, NULL, &ret));
-  const int64_t five[5] = {0, 1, 2, 3, 4};
-  CHECK_CONV(&ret, 1, 2, five, 5, NULL);
+  CHECK_CONV_IS(&ret, 1, 2, 0, 1, 2, 3, 4);
   for (int64_t t = 5; t < 40; t++) REQUIRE_OK(tl_conv(c, 0, 1, 2, t, 1, NULL, &ret));
   kvc_tensor st = tl_conv_view(c, 0, 0);
   CHECK_EQ_I64(st.shape[2], 40);
   /* crop(-2): conv[..., -2-3 : -2] = times 35..37. */
   REQUIRE_OK(kvc_cache_crop(c, -2));
   const int64_t cropped[3] = {35, 36, 37};
-  st = tl_conv_view(c, 0, 0);
-  CHECK_CONV(&st, 1, 2, cropped, 3, NULL);
+  CHECK_CONV_STATE(c, 0, 0, 1, 2, cropped, 3);
   CHECK_EQ_I64(tl_has_prev(c, 0, 0), 1); /* crop keeps has_previous_state */
   /* Going on from the rolled-back state. */
   REQUIRE_OK(tl_conv(c, 0, 1, 2, 38, 2, NULL, &ret));
@@ -219,20 +197,17 @@ static void test_recording_and_crop(void) {
   /* crop(0): back to the last K. */
   REQUIRE_OK(kvc_cache_crop(c, 0));
   const int64_t last3[3] = {37, 38, 39};
-  st = tl_conv_view(c, 0, 0);
-  CHECK_CONV(&st, 1, 2, last3, 3, NULL);
+  CHECK_CONV_STATE(c, 0, 0, 1, 2, last3, 3);
   /* Removing more than K + stored: Python's slice clamps to an empty state; later updates start from nothing. */
   REQUIRE_OK(kvc_cache_crop(c, -1));
   const int64_t left[2] = {37, 38};
-  st = tl_conv_view(c, 0, 0);
-  CHECK_CONV(&st, 1, 2, left, 2, NULL);
+  CHECK_CONV_STATE(c, 0, 0, 1, 2, left, 2);
   REQUIRE_OK(kvc_cache_crop(c, INT64_MIN));
   st = tl_conv_view(c, 0, 0);
   CHECK_EQ_I64(st.ndim, 3);
   CHECK_EQ_I64(st.shape[2], 0);
   REQUIRE_OK(tl_conv(c, 0, 1, 2, 50, 1, NULL, &ret));
-  const int64_t one[1] = {50};
-  CHECK_CONV(&ret, 1, 2, one, 1, NULL);
+  CHECK_CONV_IS(&ret, 1, 2, 50);
   kvc_cache_destroy(c);
 }
 
@@ -245,8 +220,7 @@ static void test_recording_after_decoding(void) {
   REQUIRE_OK(kvc_cache_activate_past_recording(c));
   REQUIRE_OK(tl_conv(c, 0, 1, 1, 2, 3, NULL, NULL));
   const int64_t all[5] = {0, 1, 2, 3, 4};
-  kvc_tensor st = tl_conv_view(c, 0, 0);
-  CHECK_CONV(&st, 1, 1, all, 5, NULL);
+  CHECK_CONV_STATE(c, 0, 0, 1, 1, all, 5);
   kvc_cache_destroy(c);
 }
 
@@ -270,8 +244,7 @@ static void test_reset(void) {
   CHECK_EQ_I64(tl_has_prev(c, 0, 0), 0);
   /* States keep their shape, zeroed in place. */
   const int64_t zeros[3] = {-1, -1, -1};
-  kvc_tensor st = tl_conv_view(c, 0, 0);
-  CHECK_CONV(&st, 2, 2, zeros, 3, NULL);
+  CHECK_CONV_STATE(c, 0, 0, 2, 2, zeros, 3);
   kvc_tensor rv = tl_rec_view(c, 0, 1);
   REQUIRE_EQ_I64(rv.ndim, 3);
   float f[24];
@@ -281,8 +254,7 @@ static void test_reset(void) {
   CHECK_EQ_I64(nonzero, 0);
   /* The next call is a first call again: padded. */
   REQUIRE_OK(tl_conv(c, 0, 2, 2, 9, 1, NULL, &ret));
-  const int64_t pad[3] = {-1, -1, 9};
-  CHECK_CONV(&ret, 2, 2, pad, 3, NULL);
+  CHECK_CONV_IS(&ret, 2, 2, -1, -1, 9);
   kvc_cache_destroy(c);
 }
 

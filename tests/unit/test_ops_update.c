@@ -321,26 +321,20 @@ static void test_static_cache_position(void) {
   kvc_cache* c = tu_one_layer_cache(KVC_LAYER_STATIC, 0, 6);
   REQUIRE(c != NULL);
   kvc_update_options o = KVC_UPDATE_OPTIONS_INIT;
-  const int64_t pos[2] = {3, 1};
-  o.cache_position = pos;
-  o.cache_position_length = 2;
+  TU_POSITIONS(o, 3, 1);
   kvc_kv out;
   REQUIRE_OK(tu_update_list(c, 0, NB, NH, DK, DV, TU_LIST(30, 10), 2, &o, &out));
   CHECK_KV_SEQ(out, -1, 10, -1, 30, -1, -1);
   CHECK_EQ_I64(tu_seq(c, 0), 4); /* max(counter, largest written position + 1) */
-  const int64_t pos2[1] = {5};
-  o.cache_position = pos2;
-  o.cache_position_length = 1;
+  TU_POSITIONS(o, 5);
   REQUIRE_OK(tu_update_list(c, 0, NB, NH, DK, DV, TU_LIST(50), 1, &o, &out));
   CHECK_KV_SEQ(out, -1, 10, -1, 30, -1, 50);
-  const int64_t pos3[1] = {1};
-  o.cache_position = pos3;
+  TU_POSITIONS(o, 1);
   REQUIRE_OK(tu_update_list(c, 0, NB, NH, DK, DV, TU_LIST(11), 1, &o, &out)); /* overwrite */
   kvc_kv st = tu_view(c, 0);
   CHECK_KV_SEQ(st, -1, 11, -1, 30, -1, 50);
   CHECK_EQ_I64(tu_seq(c, 0), 6);
-  const int64_t beyond[1] = {6};
-  o.cache_position = beyond;
+  TU_POSITIONS(o, 6); /* beyond max_cache_len */
   CHECK_ERR(tu_update_list(c, 0, NB, NH, DK, DV, TU_LIST(60), 1, &o, NULL), KVC_ERROR_OUT_OF_RANGE);
   st = tu_view(c, 0);
   CHECK_KV_SEQ(st, -1, 11, -1, 30, -1, 50);

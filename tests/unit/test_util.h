@@ -790,6 +790,13 @@ static TU_UNUSED kvc_cache* tu_lazy_cache(void) {
   return c;
 }
 
+/* Points update options (kvc_update_options or kvc_conv_update_options) at
+ * the listed cache positions; the list is a compound literal, alive to the
+ * end of the enclosing block. */
+#define TU_POSITIONS(opts, ...)                             \
+  ((opts).cache_position = (const int64_t[]){__VA_ARGS__}, \
+   (opts).cache_position_length = (uint32_t)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+
 /* A custom cache of the listed kvc_layer_options (tu_layer() values), or NULL (counted). */
 #define TU_CUSTOM_CACHE(...)                                                                            \
   tu_custom_cache((uint32_t)(sizeof((kvc_layer_options[]){__VA_ARGS__}) / sizeof(kvc_layer_options)), \
