@@ -1161,12 +1161,7 @@ static void run_op(ctx* c, int op) {
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ctx c;
-  memset(&c, 0, sizeof c);
-  c.r.p = data;
-  c.r.n = size;
-  c.has_cuda = (kvc_features() & KVC_FEATURE_CUDA) != 0;
-  trace_reset();
-  install_death_callback();
+  FUZZ_START_INPUT(c, data, size);
   g_fail_title = "kvcache differential fuzzer of the kinds: library caches that must agree do not";
 #ifdef KVC_FUZZ_STANDALONE
   g_fuzz_summary = print_summary;

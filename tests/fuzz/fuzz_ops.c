@@ -272,21 +272,9 @@ static void gen_make(ctx* c, const target* t, uint32_t layer, int64_t n, int fau
     case F_NODATA: k->no_data = 1; break;
     default: break;
   }
-  int64_t ks[4] = {kb, kh, n, dk}, vsh[4] = {kb, vh, vs, dv};
-  memcpy(k->shape, ks, sizeof ks);
-  memcpy(v->shape, vsh, sizeof vsh);
-  if (k->ndim == 3) k->shape[3] = 0;
-  g->tok.B = kb;
-  g->tok.H = kh;
-  g->tok.L = n;
-  g->tok.tok = fz_calloc((size_t)(kb * kh * n), sizeof(uint32_t));
-  for (int64_t i = 0; i < kb * kh * n; i++) g->tok.tok[i] = ++c->next_tok;
-  if (fault != F_NONE) lk = lv = LAYOUT_COMPACT;
-  if (lk == LAYOUT_BCAST_BATCH || lk == LAYOUT_BCAST_HEADS) codec_broadcast_tokens(&g->tok, lk);
-  if (lv == LAYOUT_BCAST_BATCH || lv == LAYOUT_BCAST_HEADS) codec_broadcast_tokens(&g->tok, lv);
+  const int64_t ks[4] = {kb, kh, n, dk}, vsh[4] = {kb, vh, vs, dv};
+  codec_build_kv(&g->k, &g->v, k, v, ks, vsh, &g->tok, n, &c->next_tok, fault != F_NONE, lk, lv, 0);
   g->in.tok = g->tok.tok;
-  codec_build(&g->k, k, &g->tok, 0, lk);
-  codec_build(&g->v, v, &g->tok, 1, lv);
   g->Dk = Dk;
   g->Dv = Dv;
   g->dt = dt;
@@ -434,18 +422,32 @@ static void describe_plan(const plan* p) {
 }
 
 /* A created cache goes to slot i; a failed creation must have left its out-parameter (sentinel) alone. */
+/* Puts a plain cache, its reference (now the slot's) and its plan into slot i. */
+static slot* slot_put(ctx* c, int i, kvc_cache* cache, const ref_cache* ref, const plan* p) {
+  slot* s = &c->s[i];
+  memset(s, 0, sizeof *s);
+  s->used = 1;
+  s->cache = cache;
+  s->ref = *ref;
+  s->p = *p;
+  return s;
+}
+
 static void slot_take(ctx* c, int i, kvc_code want, kvc_cache* out, const kvc_cache* sentinel, const char* what,
                       const ref_cache* ref, const plan* p) {
   if (want != KVC_OK) {
     if (out != sentinel) fail("a failed %s wrote its out-parameter", what);
     return;
   }
-  slot* sl = &c->s[i];
-  memset(sl, 0, sizeof *sl);
-  sl->used = 1;
-  sl->cache = out;
-  sl->ref = *ref;
-  sl->p = *p;
+  slot_put(c, i, out, ref, p);
+}
+
+/* The options (*o: NULL or &s->o) and plan of a new cache, and what the reference makes of them. */
+static kvc_code gen_cache(ctx* c, opt_store* s, plan* p, const kvc_cache_options** o, ref_cache* ref) {
+  gen_options(c, s);
+  gen_plan(c, p);
+  *o = s->null_options ? NULL : &s->o;
+  return ref_cache_create(*o, ref);
 }
 
 static void op_create(ctx* c) {
@@ -456,12 +458,10 @@ static void op_create(ctx* c) {
     slot_clear(&c->s[i]);
   }
   opt_store s;
-  gen_options(c, &s);
   plan p;
-  gen_plan(c, &p);
-  const kvc_cache_options* o = s.null_options ? NULL : &s.o;
+  const kvc_cache_options* o;
   ref_cache ref;
-  kvc_code want = ref_cache_create(o, &ref);
+  kvc_code want = gen_cache(c, &s, &p, &o, &ref);
   trace("s%d: create", i);
   describe_options(&s);
   describe_plan(&p);
@@ -476,12 +476,10 @@ static void op_create_from_tensors(ctx* c) {
   int i = pick_free(c);
   if (i < 0) return;
   opt_store s;
-  gen_options(c, &s);
   plan p;
-  gen_plan(c, &p);
-  const kvc_cache_options* o = s.null_options ? NULL : &s.o;
+  const kvc_cache_options* o;
   ref_cache ref;
-  kvc_code want = ref_cache_create(o, &ref);
+  kvc_code want = gen_cache(c, &s, &p, &o, &ref);
   uint32_t n = (uint32_t)rd_range(&c->r, 1, 4);
   int64_t ntok = rd_range(&c->r, 1, 9);
   int fault = rd(&c->r) % 8 == 0 ? (int)rd_range(&c->r, 1, F_COUNT - 1) : F_NONE;
@@ -696,12 +694,17 @@ static void op_crop(ctx* c) {
   expect_code(kvc_cache_crop(t.c, x), want, "crop");
 }
 
-static void op_activate(ctx* c) {
+/* An operation of the whole cache without arguments (`what`), on the reference and the cache alike. */
+static void op_whole(ctx* c, const char* what, kvc_code (*ref_op)(ref_cache*), kvc_error* (*op)(kvc_cache*)) {
   target t;
   if (!pick_target(c, &t)) return;
-  kvc_code want = ref_activate_past_recording(t.ref);
-  trace("%s: activate_past_recording -> %s\n", t.name, kvc_code_name(want));
-  expect_code(kvc_cache_activate_past_recording(t.c), want, "activate_past_recording");
+  kvc_code want = ref_op(t.ref);
+  trace("%s: %s -> %s\n", t.name, what, kvc_code_name(want));
+  expect_code(op(t.c), want, what);
+}
+
+static void op_activate(ctx* c) {
+  op_whole(c, "activate_past_recording", ref_activate_past_recording, kvc_cache_activate_past_recording);
 }
 
 /* Indices in [0, B), now and then one out of range. */
@@ -720,17 +723,21 @@ static void trace_indices(const int64_t* idx, size_t count) {
   trace("]");
 }
 
-static void op_reorder(ctx* c) {
+/* An operation on batch indices (`what`: reorder, batch_select_indices), on the reference and the cache alike. */
+static void op_indices(ctx* c, const char* what, kvc_code (*ref_op)(ref_cache*, const int64_t*, size_t),
+                       kvc_error* (*op)(kvc_cache*, const int64_t*, size_t)) {
   target t;
   if (!pick_target(c, &t)) return;
   int64_t idx[MAX_BATCH];
   size_t count = gen_indices(&c->r, gen_batch(&t), 0, idx);
-  kvc_code want = ref_reorder(t.ref, idx, count);
-  trace("%s: reorder", t.name);
+  kvc_code want = ref_op(t.ref, idx, count);
+  trace("%s: %s", t.name, what);
   trace_indices(idx, count);
   trace(" -> %s\n", kvc_code_name(want));
-  expect_code(kvc_cache_reorder(t.c, idx, count), want, "reorder");
+  expect_code(op(t.c, idx, count), want, what);
 }
+
+static void op_reorder(ctx* c) { op_indices(c, "reorder", ref_reorder, kvc_cache_reorder); }
 
 static int64_t gen_repeats(reader* r, int64_t B) {
   int64_t rep = rd(r) % 4;
@@ -748,24 +755,10 @@ static void op_repeat(ctx* c) {
 }
 
 static void op_select(ctx* c) {
-  target t;
-  if (!pick_target(c, &t)) return;
-  int64_t idx[MAX_BATCH];
-  size_t count = gen_indices(&c->r, gen_batch(&t), 0, idx);
-  kvc_code want = ref_select_indices(t.ref, idx, count);
-  trace("%s: batch_select_indices", t.name);
-  trace_indices(idx, count);
-  trace(" -> %s\n", kvc_code_name(want));
-  expect_code(kvc_cache_batch_select_indices(t.c, idx, count), want, "batch_select_indices");
+  op_indices(c, "batch_select_indices", ref_select_indices, kvc_cache_batch_select_indices);
 }
 
-static void op_reset(ctx* c) {
-  target t;
-  if (!pick_target(c, &t)) return;
-  kvc_code want = ref_reset(t.ref);
-  trace("%s: reset -> %s\n", t.name, kvc_code_name(want));
-  expect_code(kvc_cache_reset(t.c), want, "reset");
-}
+static void op_reset(ctx* c) { op_whole(c, "reset", ref_reset, kvc_cache_reset); }
 
 /* Puts a new plain cache into a free slot, or checks and frees it. */
 static void adopt(ctx* c, kvc_cache* cache, ref_cache* ref, const plan* p, const char* what) {
@@ -779,12 +772,7 @@ static void adopt(ctx* c, kvc_cache* cache, ref_cache* ref, const plan* p, const
     return;
   }
   trace("  -> kept as s%d\n", i);
-  slot* s = &c->s[i];
-  memset(s, 0, sizeof *s);
-  s->used = 1;
-  s->cache = cache;
-  s->ref = *ref;
-  s->p = *p;
+  slot* s = slot_put(c, i, cache, ref, p);
   s->p.B = layer_batch(ref) ? layer_batch(ref) : p->B;
 }
 
@@ -1073,13 +1061,24 @@ static void op_ed_split(ctx* c, int i) {
   }
 }
 
+/* op_indices on the encoder-decoder pair in slot i (`what`: its reorder or batch_select_indices). */
+static void ed_indices(ctx* c, int i, const char* what, kvc_code (*ref_op)(ref_ed*, const int64_t*, size_t),
+                       kvc_error* (*op)(kvc_encoder_decoder_cache*, const int64_t*, size_t)) {
+  slot* s = &c->s[i];
+  int64_t idx[MAX_BATCH];
+  size_t count = gen_indices(&c->r, ed_batch(s), 0, idx);
+  kvc_code want = ref_op(&s->red, idx, count);
+  trace("s%d: %s", i, what);
+  trace_indices(idx, count);
+  trace(" -> %s\n", kvc_code_name(want));
+  expect_code(op(s->ed, idx, count), want, what);
+}
+
 static void op_ed_misc(ctx* c) {
   int i = pick_used(c, 1);
   if (i < 0) return;
   reader* r = &c->r;
   slot* s = &c->s[i];
-  int64_t idx[MAX_BATCH];
-  size_t count;
   kvc_code want;
   switch (rd(r) % 6) {
     case 0: {
@@ -1089,14 +1088,7 @@ static void op_ed_misc(ctx* c) {
       expect_code(kvc_encoder_decoder_cache_crop(s->ed, x), want, "encoder_decoder crop");
       break;
     }
-    case 1:
-      count = gen_indices(r, ed_batch(s), 0, idx);
-      want = ref_ed_reorder(&s->red, idx, count);
-      trace("s%d: encoder_decoder reorder", i);
-      trace_indices(idx, count);
-      trace(" -> %s\n", kvc_code_name(want));
-      expect_code(kvc_encoder_decoder_cache_reorder(s->ed, idx, count), want, "encoder_decoder reorder");
-      break;
+    case 1: ed_indices(c, i, "encoder_decoder reorder", ref_ed_reorder, kvc_encoder_decoder_cache_reorder); break;
     case 2: {
       int64_t mb = max_batch(&s->red.self) > max_batch(&s->red.cross) ? max_batch(&s->red.self) : max_batch(&s->red.cross);
       int64_t rep = gen_repeats(r, mb > s->p.B ? mb : s->p.B);
@@ -1107,13 +1099,8 @@ static void op_ed_misc(ctx* c) {
       break;
     }
     case 3:
-      count = gen_indices(r, ed_batch(s), 0, idx);
-      want = ref_ed_select_indices(&s->red, idx, count);
-      trace("s%d: encoder_decoder batch_select_indices", i);
-      trace_indices(idx, count);
-      trace(" -> %s\n", kvc_code_name(want));
-      expect_code(kvc_encoder_decoder_cache_batch_select_indices(s->ed, idx, count), want,
-                  "encoder_decoder batch_select_indices");
+      ed_indices(c, i, "encoder_decoder batch_select_indices", ref_ed_select_indices,
+                 kvc_encoder_decoder_cache_batch_select_indices);
       break;
     case 4: op_ed_split(c, i); break;
     default:
@@ -1217,12 +1204,7 @@ static void run_op(ctx* c, int op) {
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ctx c;
-  memset(&c, 0, sizeof c);
-  c.r.p = data;
-  c.r.n = size;
-  c.has_cuda = (kvc_features() & KVC_FEATURE_CUDA) != 0;
-  trace_reset();
-  install_death_callback();
+  FUZZ_START_INPUT(c, data, size);
   op_create(&c);
   check_all(&c);
   for (int ops = 0; ops < MAX_OPS && c.r.i < c.r.n; ops++) {

@@ -99,20 +99,8 @@ void kv_make(ctx* c, const group* g, geom x, int64_t n, int fault, int lk, int l
     case F_NODATA: k->no_data = 1; break;
     default: break;
   }
-  int64_t ks[4] = {kb, kh, n, dk}, vsh[4] = {kb, kh, vs, dv};
-  memcpy(k->shape, ks, sizeof ks);
-  memcpy(v->shape, vsh, sizeof vsh);
-  if (k->ndim == 3) k->shape[3] = 0;
-  in->tok.B = kb;
-  in->tok.H = kh;
-  in->tok.L = vs;
-  in->tok.tok = fz_calloc((size_t)(kb * kh * vs), sizeof(uint32_t));
-  for (int64_t i = 0; i < kb * kh * vs; i++) in->tok.tok[i] = ++c->next_tok;
-  if (fault != F_NONE) lk = lv = LAYOUT_COMPACT;
-  if (lk == LAYOUT_BCAST_BATCH || lk == LAYOUT_BCAST_HEADS) codec_broadcast_tokens(&in->tok, lk);
-  if (lv == LAYOUT_BCAST_BATCH || lv == LAYOUT_BCAST_HEADS) codec_broadcast_tokens(&in->tok, lv);
-  codec_build_ranged(&in->k, k, &in->tok, 0, lk, g->narrow);
-  codec_build_ranged(&in->v, v, &in->tok, 1, lv, g->narrow);
+  const int64_t ks[4] = {kb, kh, n, dk}, vsh[4] = {kb, kh, vs, dv};
+  codec_build_kv(&in->k, &in->v, k, v, ks, vsh, &in->tok, vs, &c->next_tok, fault != F_NONE, lk, lv, g->narrow);
 }
 
 const kvc_tensor* kv_key(kv_input* in) { return in->kd.present ? &in->k.t : NULL; }

@@ -6,6 +6,7 @@
 #define KVC_FUZZ_REPORT_H
 
 #include <stddef.h>
+#include <string.h> /* memset, in FUZZ_START_INPUT */
 
 #include "kvcache.h"
 
@@ -29,6 +30,19 @@ void trace_reset(void);
 KVC_FUZZ_NORETURN void fail(const char* fmt, ...);
 /* Makes a sanitizer report inside the library print the trace too (libFuzzer still saves the input). */
 void install_death_callback(void);
+/* How each target's LLVMFuzzerTestOneInput starts: its state `c` (a ctx with
+ * a reader r and has_cuda) zeroed and reading the input, a new trace, and
+ * sanitizer reports inside the library that print it. */
+#define FUZZ_START_INPUT(c, data, size)                      \
+  do {                                                       \
+    memset(&(c), 0, sizeof(c));                              \
+    (c).r.p = (data);                                        \
+    (c).r.n = (size);                                        \
+    (c).has_cuda = (kvc_features() & KVC_FEATURE_CUDA) != 0; \
+    trace_reset();                                           \
+    install_death_callback();                                \
+  } while (0)
+
 /* Fails unless `e` has code `want` and a message; destroys `e`. */
 void expect_code(kvc_error* e, kvc_code want, const char* what);
 

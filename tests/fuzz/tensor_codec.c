@@ -132,6 +132,26 @@ void codec_broadcast_tokens(ref_grid* g, int layout) {
       }
 }
 
+void codec_build_kv(codec_tensor* kt, codec_tensor* vt, ref_tensor* k, ref_tensor* v, const int64_t ks[4],
+                    const int64_t vs[4], ref_grid* tok, int64_t L, uint32_t* next_tok, int faulty, int lk, int lv,
+                    int narrow) {
+  memcpy(k->shape, ks, 4 * sizeof(int64_t));
+  memcpy(v->shape, vs, 4 * sizeof(int64_t));
+  if (k->ndim == 3) k->shape[3] = 0;
+  tok->B = ks[0];
+  tok->H = ks[1];
+  tok->L = L;
+  size_t n = (size_t)(ks[0] * ks[1] * L);
+  tok->tok = calloc(n ? n : 1, sizeof(uint32_t));
+  if (!tok->tok) abort();
+  for (size_t i = 0; i < n; i++) tok->tok[i] = ++*next_tok;
+  if (faulty) lk = lv = LAYOUT_COMPACT;
+  if (lk == LAYOUT_BCAST_BATCH || lk == LAYOUT_BCAST_HEADS) codec_broadcast_tokens(tok, lk);
+  if (lv == LAYOUT_BCAST_BATCH || lv == LAYOUT_BCAST_HEADS) codec_broadcast_tokens(tok, lv);
+  codec_build_ranged(kt, k, tok, 0, lk, narrow);
+  codec_build_ranged(vt, v, tok, 1, lv, narrow);
+}
+
 void codec_build(codec_tensor* out, const ref_tensor* desc, const ref_grid* tok, int is_value, int layout) {
   codec_build_ranged(out, desc, tok, is_value, layout, 0);
 }

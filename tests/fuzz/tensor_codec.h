@@ -63,6 +63,19 @@ void codec_free(codec_tensor* t);
 void codec_broadcast_tokens(ref_grid* tok, int layout);
 
 /*
+ * One layer's K/V pair, after the fuzzer has picked its shapes ks and vs
+ * (a fault may make them disagree) and set the rest of the descriptors k and
+ * v: their shapes set (a 3-D key drops the last dim), a grid `tok` of
+ * ks[0] x ks[1] x L fresh token ids counted on from *next_tok and broadcast
+ * as the layouts lk and lv read it, then both tensors (codec_build_ranged).
+ * A pair with a fault (`faulty`) is built compact, so that the fault is the
+ * one thing wrong with it.
+ */
+void codec_build_kv(codec_tensor* kt, codec_tensor* vt, ref_tensor* k, ref_tensor* v, const int64_t ks[4],
+                    const int64_t vs[4], ref_grid* tok, int64_t L, uint32_t* next_tok, int faulty, int lk, int lv,
+                    int narrow);
+
+/*
  * Compares a view returned by the library with the expected token grid:
  * device, ndim, dtype, shape [B, H, L, D], stride rules and every element's
  * bits. Returns 1 when equal, else 0 with a description in `why`.
