@@ -182,17 +182,35 @@ static float load_bits(kvc_dtype dt, uint32_t bits) {
   return kvci_f32_from_bits(bits);
 }
 
+/* One sample row of the table: its dtype (name: its name, for messages) and
+ * then n hex words; 0 when the row does not read so. */
+typedef struct sample {
+  char name[16];
+  kvc_dtype dt;
+  uint32_t v[3];
+} sample;
+
+static int read_sample(const char* row, int n, sample* out) {
+  char line[128];
+  snprintf(line, sizeof line, "%s", row);
+  char* at = line;
+  char* d = next_token(&at);
+  if (!d || !dtype_of(d, &out->dt)) return 0;
+  snprintf(out->name, sizeof out->name, "%s", d);
+  for (int i = 0; i < n; i++)
+    if (!hex_u32(&at, &out->v[i])) return 0;
+  return 1;
+}
+
 static void test_scale_samples(void) {
   REQUIRE(table.loaded);
   int bad = 0;
   for (size_t i = 0; i < table.nscale; i++) {
-    char line[128];
-    snprintf(line, sizeof line, "%s", table.scale[i]);
-    char* at = line;
-    kvc_dtype dt;
-    uint32_t x, want;
-    char* d = next_token(&at);
-    REQUIRE(d && dtype_of(d, &dt) && hex_u32(&at, &x) && hex_u32(&at, &want));
+    sample r;
+    REQUIRE(read_sample(table.scale[i], 2, &r));
+    const kvc_dtype dt = r.dt;
+    const char* d = r.name;
+    uint32_t x = r.v[0], want = r.v[1];
     uint16_t h = (uint16_t)x;
     const void* data = dt == KVC_DTYPE_FLOAT32 ? (const void*)&x : (const void*)&h;
     uint32_t got = kvci_f32_bits(kvci_fp8_calibrate(dt, data, 1));
@@ -209,13 +227,11 @@ static void test_quantize_samples(void) {
   REQUIRE(table.loaded);
   int bad = 0, nan_sign_free = 0;
   for (size_t i = 0; i < table.nquant; i++) {
-    char line[128];
-    snprintf(line, sizeof line, "%s", table.quant[i]);
-    char* at = line;
-    kvc_dtype dt;
-    uint32_t x, scale, want;
-    char* d = next_token(&at);
-    REQUIRE(d && dtype_of(d, &dt) && hex_u32(&at, &x) && hex_u32(&at, &scale) && hex_u32(&at, &want));
+    sample r;
+    REQUIRE(read_sample(table.quant[i], 3, &r));
+    const kvc_dtype dt = r.dt;
+    const char* d = r.name;
+    uint32_t x = r.v[0], scale = r.v[1], want = r.v[2];
     uint16_t h = (uint16_t)x;
     const void* data = dt == KVC_DTYPE_FLOAT32 ? (const void*)&x : (const void*)&h;
     uint8_t got = 0;
@@ -239,13 +255,11 @@ static void test_dequantize_samples(void) {
   REQUIRE(table.loaded);
   int bad = 0, nan_skipped = 0;
   for (size_t i = 0; i < table.ndequant; i++) {
-    char line[128];
-    snprintf(line, sizeof line, "%s", table.dequant[i]);
-    char* at = line;
-    kvc_dtype dt;
-    uint32_t code, scale, want;
-    char* d = next_token(&at);
-    REQUIRE(d && dtype_of(d, &dt) && hex_u32(&at, &code) && hex_u32(&at, &scale) && hex_u32(&at, &want));
+    sample r;
+    REQUIRE(read_sample(table.dequant[i], 3, &r));
+    const kvc_dtype dt = r.dt;
+    const char* d = r.name;
+    uint32_t code = r.v[0], scale = r.v[1], want = r.v[2];
     uint8_t c = (uint8_t)code;
     uint32_t got = 0;
     uint16_t got16 = 0;
