@@ -3,31 +3,20 @@
  * the read of RoPE cos/sin tensors as float32 (see cpu_rope.h).
  *
  * Bit-exactness with torch depends on rounding every product and sum on its
- * own: no fused multiply-add may be formed here. The conversions below are
+ * own: no fused multiply-add may be formed here. The roundings below are
  * written without branches (selects only) so that the loops vectorize; they
- * give the same bits as the core's (core/half.h), which a backend may not
- * include.
+ * give the same bits as half.h's (whose bit casts they use).
  */
 #include "cpu_rope.h"
 
 #include <string.h>
 
+#include "half.h"
+
 /* gcc never contracts in ISO C mode (-std=c11, as this project builds); clang needs telling. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
-
-static inline uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-static inline float f32_from_bits(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 static inline uint32_t select_u32(int cond, uint32_t a, uint32_t b) {
   uint32_t m = 0u - (uint32_t)(cond != 0);
@@ -36,41 +25,43 @@ static inline uint32_t select_u32(int cond, uint32_t a, uint32_t b) {
 
 /* Rounding to the key dtype, kept in float32: the rotation rounds three times per key channel. */
 static inline float round_bf16(float f) {
-  uint32_t u = f32_bits(f);
+  uint32_t u = kvci_f32_bits(f);
   uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  return f32_from_bits(select_u32((u & 0x7fffffffu) > 0x7f800000u, (u | 0x00400000u) & 0xffff0000u, r));
+  return kvci_f32_from_bits(select_u32((u & 0x7fffffffu) > 0x7f800000u, (u | 0x00400000u) & 0xffff0000u, r));
 }
 
 static inline float round_f16(float f) {
-  uint32_t u = f32_bits(f), a = u & 0x7fffffffu, sign = u ^ a;
+  uint32_t u = kvci_f32_bits(f), a = u & 0x7fffffffu, sign = u ^ a;
   uint32_t n = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u; /* nearest even at 10 mantissa bits */
   n = select_u32(n >= 0x47800000u, 0x7f800000u, n);            /* 65520 and above: infinity */
   /* below 2^-14 float16 is subnormal: a multiple of 2^-24, the float32 ulp of 0.5 */
-  float t = f32_from_bits(a) + 0.5f;
+  float t = kvci_f32_from_bits(a) + 0.5f;
   t -= 0.5f;
-  uint32_t r = select_u32(a < 0x38800000u, f32_bits(t), n);
-  return f32_from_bits(select_u32(a > 0x7f800000u, 0x7fc00000u, r) | sign);
+  uint32_t r = select_u32(a < 0x38800000u, kvci_f32_bits(t), n);
+  return kvci_f32_from_bits(select_u32(a > 0x7f800000u, 0x7fc00000u, r) | sign);
 }
 
 static inline float round_f32(float f) { return f; }
 
 static inline float load_f32(const void* p, int64_t i) { return ((const float*)p)[i]; }
-static inline float load_bf16(const void* p, int64_t i) { return f32_from_bits((uint32_t)((const uint16_t*)p)[i] << 16); }
+static inline float load_bf16(const void* p, int64_t i) {
+  return kvci_f32_from_bits((uint32_t)((const uint16_t*)p)[i] << 16);
+}
 static inline float load_f16(const void* p, int64_t i) {
   uint32_t h = ((const uint16_t*)p)[i], em = h & 0x7fffu;
   /* the exponent rebias as a product by 2^112, which also normalizes subnormals; then infinity and NaN */
-  uint32_t u = f32_bits(f32_from_bits(em << 13) * f32_from_bits(0x77800000u));
+  uint32_t u = kvci_f32_bits(kvci_f32_from_bits(em << 13) * kvci_f32_from_bits(0x77800000u));
   u = select_u32(em >= 0x7c00u, u | 0x7f800000u, u);
-  return f32_from_bits(u | ((h & 0x8000u) << 16));
+  return kvci_f32_from_bits(u | ((h & 0x8000u) << 16));
 }
 /* Stores of values already rounded to the dtype: the conversions are exact. */
 static inline void store_f32(void* p, int64_t i, float f) { ((float*)p)[i] = f; }
-static inline void store_bf16(void* p, int64_t i, float f) { ((uint16_t*)p)[i] = (uint16_t)(f32_bits(f) >> 16); }
+static inline void store_bf16(void* p, int64_t i, float f) { ((uint16_t*)p)[i] = (uint16_t)(kvci_f32_bits(f) >> 16); }
 static inline void store_f16(void* p, int64_t i, float f) {
-  uint32_t u = f32_bits(f), a = u & 0x7fffffffu;
+  uint32_t u = kvci_f32_bits(f), a = u & 0x7fffffffu;
   uint32_t normal = (a >> 13) - (112u << 10);
   /* below 2^-14 a multiple of 2^-24 (larger values are zeroed first: their conversion to int would overflow) */
-  uint32_t sub = (uint32_t)(int32_t)(f32_from_bits(select_u32(a < 0x38800000u, a, 0u)) * 16777216.0f);
+  uint32_t sub = (uint32_t)(int32_t)(kvci_f32_from_bits(select_u32(a < 0x38800000u, a, 0u)) * 16777216.0f);
   uint32_t special = 0x7c00u | ((a >> 13) & 0x3ffu);              /* infinity, NaN */
   uint32_t h = select_u32(a >= 0x7f800000u, special, select_u32(a < 0x38800000u, sub, normal));
   ((uint16_t*)p)[i] = (uint16_t)(h | ((u >> 16) & 0x8000u));
