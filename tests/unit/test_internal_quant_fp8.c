@@ -303,17 +303,7 @@ static void test_known_points(void) {
 int main(int argc, char** argv) {
   char path[4096];
   const char* table_path = argc > 1 ? argv[1] : NULL;
-  if (!table_path) { /* tests/unit/<this file> -> tests/conformance/vectors/fp8_e4m3fn.tbl */
-    snprintf(path, sizeof path, "%s", __FILE__);
-    char* slash = strrchr(path, '/');
-    if (slash) *slash = '\0';
-    slash = strrchr(path, '/');
-    if (slash) *slash = '\0';
-    size_t len = strlen(path);
-    snprintf(path + len, sizeof path - len, "%s",
-             slash ? "/conformance/vectors/fp8_e4m3fn.tbl" : "../conformance/vectors/fp8_e4m3fn.tbl");
-    table_path = path;
-  }
+  if (!table_path) table_path = tu_vector_path(path, sizeof path, __FILE__, "fp8_e4m3fn.tbl");
   table.loaded = load_table(table_path);
   if (!table.loaded) fprintf(stderr, "could not read the table %s\n", table_path);
   TU_RUN(test_table_loaded);

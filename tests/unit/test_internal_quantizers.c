@@ -588,17 +588,7 @@ int main(int argc, char** argv) {
       vectors_path = argv[i];
   }
   char path[4096];
-  if (!vectors_path) { /* tests/unit/<this file> -> tests/conformance/vectors/quant_math.qv */
-    snprintf(path, sizeof path, "%s", __FILE__);
-    char* slash = strrchr(path, '/');
-    if (slash) *slash = '\0';
-    slash = strrchr(path, '/');
-    if (slash) *slash = '\0';
-    size_t len = strlen(path);
-    snprintf(path + len, sizeof path - len, "%s", slash ? "/conformance/vectors/quant_math.qv"
-                                                         : "../conformance/vectors/quant_math.qv");
-    vectors_path = path;
-  }
+  if (!vectors_path) vectors_path = tu_vector_path(path, sizeof path, __FILE__, "quant_math.qv");
   vectors_loaded = load_file(vectors_path, &vectors);
   if (!vectors_loaded) fprintf(stderr, "could not read the vectors %s\n", vectors_path);
   TU_RUN(test_vectors_agree_with_the_libraries);

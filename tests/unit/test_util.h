@@ -180,6 +180,24 @@ static TU_UNUSED int tu_finish(void) {
   return tu_failures_total == 0 ? 0 : 1;
 }
 
+/* ------------------------------------------------------ vector files */
+
+/*
+ * tests/conformance/vectors/NAME, found from `unit_file` (the __FILE__ of a
+ * tests/unit source), so a test finds its checked-in vectors from any
+ * working directory. Written into out[size]; returns out.
+ */
+static TU_UNUSED const char* tu_vector_path(char* out, size_t size, const char* unit_file, const char* name) {
+  snprintf(out, size, "%s", unit_file);
+  char* slash = strrchr(out, '/');
+  if (slash) *slash = '\0';
+  slash = strrchr(out, '/');
+  if (slash) *slash = '\0';
+  size_t len = strlen(out);
+  snprintf(out + len, size - len, "%s/conformance/vectors/%s", slash ? "" : "..", name);
+  return out;
+}
+
 /* ---------------------------------------------------- bit conversions */
 
 static TU_UNUSED uint32_t tu_f32_bits(float f) {
