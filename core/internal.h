@@ -341,6 +341,13 @@ int kvci_store_alloc(const kvc_cache* cache, int64_t batch, int64_t heads, int64
  */
 int kvci_store_alloc_tier(const kvc_cache* cache, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
                          int64_t vd, size_t elem, void** k, void** v);
+/*
+ * The same for the store of a tier move, which copies the stored region into
+ * it: in the host tier its other slots may be left unzeroed (version 5's
+ * host_alloc, where the backend has it; core/offload.c says why).
+ */
+int kvci_store_alloc_to_fill(const kvc_cache* cache, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
+                            int64_t vd, size_t elem, void** k, void** v);
 void kvci_store_free(const kvc_cache* cache, int host, void* k, void* v);
 
 /* Strides of the store for K (which = 0) or V (which = 1). */

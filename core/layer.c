@@ -66,11 +66,10 @@ static size_t store_bytes(int64_t b, int64_t h, int64_t cap, int64_t d, size_t e
   return n > (uint64_t)SIZE_MAX / 2 ? 0 : (size_t)n;
 }
 
-int kvci_store_alloc_tier(const kvc_cache* c, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
-                         int64_t vd, size_t elem, void** k, void** v) {
+static int store_alloc_with(const kvc_cache* c, int host, void* (*alloc)(void*, const kvc_exec*, size_t), int64_t batch,
+                            int64_t heads, int64_t cap, int64_t kd, int64_t vd, size_t elem, void** k, void** v) {
   size_t kb = store_bytes(batch, heads, cap, kd, elem), vb = store_bytes(batch, heads, cap, vd, elem);
   const kvc_backend* be = c->backend;
-  void* (*alloc)(void*, const kvc_exec*, size_t) = host ? be->host_alloc_zeroed : be->alloc_zeroed;
   *k = *v = NULL;
   if (!kb || !vb) return -1;
   *k = alloc(be->ctx, &c->exec, kb);
@@ -79,6 +78,20 @@ int kvci_store_alloc_tier(const kvc_cache* c, int host, int64_t batch, int64_t h
   kvci_store_free(c, host, *k, *v);
   *k = *v = NULL;
   return -1;
+}
+
+int kvci_store_alloc_tier(const kvc_cache* c, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
+                         int64_t vd, size_t elem, void** k, void** v) {
+  const kvc_backend* be = c->backend;
+  return store_alloc_with(c, host, host ? be->host_alloc_zeroed : be->alloc_zeroed, batch, heads, cap, kd, vd, elem, k,
+                          v);
+}
+
+int kvci_store_alloc_to_fill(const kvc_cache* c, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
+                            int64_t vd, size_t elem, void** k, void** v) {
+  const kvc_backend* be = c->backend;
+  if (!(host && be->host_alloc)) return kvci_store_alloc_tier(c, host, batch, heads, cap, kd, vd, elem, k, v);
+  return store_alloc_with(c, host, be->host_alloc, batch, heads, cap, kd, vd, elem, k, v);
 }
 
 int kvci_store_alloc(const kvc_cache* c, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,

@@ -11,9 +11,13 @@
  * Cache.update does: bring layer i to the device tier (normally the previous
  * update prefetched it already), prefetch the next offloadable layer (the
  * first j > i, wrapping to the first one overall), write, then offload layer
- * i. A move copies only the stored region [start, end) into a zeroed store of
- * the same capacity, so slots, counters and the views' layout are the same in
- * both tiers.
+ * i. A move copies only the stored region [start, end) into a store of the
+ * same capacity, so slots, counters and the views' layout are the same in
+ * both tiers. The slots outside the stored region are not part of a layer's
+ * contents (a compaction leaves stale tokens there too, and zeroes them
+ * itself where a static kind shows them, kvci_layer_reserve), so an offload's
+ * host store is not zeroed first: on a GPU that zeroing is a kernel writing
+ * the whole store across the bus, which halved the offload's bandwidth.
  *
  * The views an update returns point into the device store the layer had
  * while it was written. That store is "retired", not freed, when the layer is
@@ -107,9 +111,9 @@ static int grow(void** arr, size_t* cap, size_t want, size_t size) {
 }
 
 /*
- * Copies the layer's stored region into (k, v), a zeroed store of the same
- * geometry in the other tier, and makes it the layer's store. The old store
- * is returned through old_k/old_v for the caller to free or retire.
+ * Copies the layer's stored region into (k, v), a store of the same geometry
+ * in the other tier, and makes it the layer's store. The old store is
+ * returned through old_k/old_v for the caller to free or retire.
  */
 static void move_store(const kvc_cache* c, kvc_layer* l, void* k, void* v, int to_host, void** old_k, void** old_v) {
   const kvc_backend* be = c->backend;
@@ -199,8 +203,8 @@ kvc_error* kvci_offload_prepare(const kvc_call* call, kvc_cache* c, uint32_t fir
     tier_move* mv = &st->moves[m];
     const kvc_layer* l = c->layers[mv->layer];
     mv->cap = capacity_at_write(c, mv->layer, first, count, keys, o);
-    failed = kvci_store_alloc_tier(c, mv->to_host, l->batch, l->heads, mv->cap, l->k_dim, l->v_dim, l->elem, &mv->k,
-                                  &mv->v);
+    failed = kvci_store_alloc_to_fill(c, mv->to_host, l->batch, l->heads, mv->cap, l->k_dim, l->v_dim, l->elem,
+                                     &mv->k, &mv->v);
   }
   if (failed) {
     free_plan_buffers(c, st);
@@ -298,7 +302,7 @@ void kvci_offload_free_state(kvc_cache* c) {
 static kvc_error* move_now(kvc_cache* c, kvc_layer* l, int to_host) {
   void *k, *v, *old_k, *old_v;
   kvci_offload_settle(c); /* the layer may be the one the last update prefetched */
-  if (kvci_store_alloc_tier(c, to_host, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &k, &v))
+  if (kvci_store_alloc_to_fill(c, to_host, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &k, &v))
     return kvci_err_oom();
   /* Both are mutating calls: the views of the last update end here, and their device stores go. */
   kvci_offload_release_retired(c);

@@ -39,8 +39,9 @@
  * 2: the host tier of offloading. 3: execution places (streams) and batched copies.
  * 4: sink layers' RoPE operations (key re-rotation, reads of cos/sin as float32) and quantized layers
  * (quantize and dequantize groups, FP8 calibration and round trip).
+ * 5: host-tier allocations without zeroing, for the stores an offload overwrites.
  */
-#define KVC_BACKEND_API_VERSION 4
+#define KVC_BACKEND_API_VERSION 5
 
 /*
  * Where a cache's work runs. The core owns the struct (one per cache) and
@@ -310,6 +311,18 @@ typedef struct kvc_backend {
   /* dst = dtype(float32(e4m3fn(float32(src) / scale)) * scale) over `shape`; src and dst do not overlap. */
   int (*fp8_round_trip)(void* ctx, const kvc_exec* exec, void* dst, const int64_t dst_strides[4], const void* src,
                         const int64_t src_strides[4], const int64_t shape[4], int32_t dtype, float scale);
+
+  /* ---- Version 5: offloading at the bus's speed ---- */
+
+  /*
+   * host_alloc_zeroed without the zeroing: the contents are unspecified, and
+   * the buffer is released with host_free. Optional (NULL: the core uses
+   * host_alloc_zeroed). The core asks for it only for the store an offload
+   * is about to fill with a layer's contents. On a GPU backend zeroing a
+   * pinned buffer is a kernel writing across the bus, so an offload that
+   * zeroed the whole store first moved its bytes twice in one direction.
+   */
+  void* (*host_alloc)(void* ctx, const kvc_exec* exec, size_t bytes); /* NULL on failure */
 } kvc_backend;
 
 /* The CPU backend, always built in. */

@@ -109,6 +109,14 @@ static void* cpu_host_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes
   return cpu_alloc_zeroed(ctx, exec, bytes);
 }
 
+/* Version 5: the store an offload fills; the core zeroes what the copy leaves (under test, any missed byte
+   shows: malloc's memory is not zeroed, and AddressSanitizer builds fill it with garbage). */
+static void* cpu_host_alloc(void* ctx, const kvc_exec* exec, size_t bytes) {
+  (void)ctx;
+  (void)exec;
+  return malloc(bytes);
+}
+
 static void cpu_host_free(void* ctx, const kvc_exec* exec, void* ptr) { cpu_free(ctx, exec, ptr); }
 
 static int cpu_copy_tier_4d(void* ctx, const kvc_exec* exec, int to_host, void* dst, const int64_t ds[4],
@@ -157,6 +165,8 @@ static const kvc_backend cpu_backend = {
     kvci_cpu_rerotate_keys_4d, kvci_cpu_read_f32_4d,
     /* Version 4: quantized layers (cpu_quant_ops.c) */
     kvci_cpu_quantize_groups, kvci_cpu_dequantize_groups, kvci_cpu_fp8_calibrate, kvci_cpu_fp8_round_trip,
+    /* Version 5 */
+    cpu_host_alloc,
 };
 
 const kvc_backend* kvci_cpu_backend(void) { return &cpu_backend; }

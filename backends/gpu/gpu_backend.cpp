@@ -307,6 +307,8 @@ static const kvc_backend gpu_backend = {
     NULL, /* dequantize_groups */
     NULL, /* fp8_calibrate */
     NULL, /* fp8_round_trip */
+    /* Version 5: the pinned store an offload fills is not zeroed across the bus first. */
+    kvc_gpu_host_alloc,
 };
 
 #if defined(KVC_GPU_LINKED)

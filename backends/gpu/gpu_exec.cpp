@@ -123,30 +123,44 @@ int kvc_gpu_exec_set_stream(void* ctx, kvc_exec* exec, void* stream) {
   return 0;
 }
 
-void* kvc_gpu_host_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes) {
-  (void)ctx;
+/* A pinned, mapped buffer of `bytes`: a parked one of the same size whose streams have passed it, else a new one. */
+static void* host_block(const kvc_exec* exec, size_t bytes) {
   if (bytes == 0 || bytes > SIZE_MAX - KVC_GPU_HOST_HEADER) return NULL;
-  gpu_device_scope scope(exec->device_id);
-  if (!scope.ok) return NULL;
   gpu_state* st = gpu_state_of(exec);
-  void* base = NULL;
   if (st) {
     reap(st);
     for (size_t i = 0; i < st->nfreed; i++) {
       gpu_host_block* b = &st->freed[i];
       if (b->bytes == bytes && !b->done[0] && !b->done[1]) {
-        base = b->base;
+        void* base = b->base;
         drop_block(st, i);
-        break;
+        return base;
       }
     }
   }
-  if (!base) {
-    if (gpu_check(gpuHostAllocMapped(&base, bytes + KVC_GPU_HOST_HEADER))) return NULL;
-    memcpy(base, &bytes, sizeof bytes);
-  }
+  void* base = NULL;
+  if (gpu_check(gpuHostAllocMapped(&base, bytes + KVC_GPU_HOST_HEADER))) return NULL;
+  memcpy(base, &bytes, sizeof bytes);
+  return base;
+}
+
+void* kvc_gpu_host_alloc(void* ctx, const kvc_exec* exec, size_t bytes) {
+  (void)ctx;
+  gpu_device_scope scope(exec->device_id);
+  if (!scope.ok) return NULL;
+  void* base = host_block(exec, bytes);
+  return base ? (char*)base + KVC_GPU_HOST_HEADER : NULL;
+}
+
+void* kvc_gpu_host_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes) {
+  (void)ctx;
+  gpu_device_scope scope(exec->device_id);
+  if (!scope.ok) return NULL;
+  void* base = host_block(exec, bytes);
+  if (!base) return NULL;
   char* p = (char*)base + KVC_GPU_HOST_HEADER;
-  /* Zeroed in stream order, like device allocations: the host does not wait here. */
+  /* Zeroed in stream order, like device allocations: the host does not wait here (but the kernel writes every
+     byte across the bus: an offload asks for host_alloc instead). */
   if (kvc_gpu_zero_on(gpu_stream_of(exec), p, bytes)) {
     gpu_check(gpuFreeHost(base));
     return NULL;

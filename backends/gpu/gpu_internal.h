@@ -83,6 +83,7 @@ int kvc_gpu_exec_open(void* ctx, kvc_exec* exec);
 void kvc_gpu_exec_close(void* ctx, kvc_exec* exec);
 int kvc_gpu_exec_set_stream(void* ctx, kvc_exec* exec, void* stream);
 void* kvc_gpu_host_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes);
+void* kvc_gpu_host_alloc(void* ctx, const kvc_exec* exec, size_t bytes); /* not zeroed (version 5) */
 void kvc_gpu_host_free(void* ctx, const kvc_exec* exec, void* ptr);
 int kvc_gpu_copy_tier_4d(void* ctx, const kvc_exec* exec, int to_host, void* dst, const int64_t dst_strides[4],
                          const void* src, const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);

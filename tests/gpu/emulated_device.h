@@ -57,7 +57,7 @@ typedef struct kvc_emulated_counters {
   uint64_t batch_copies; /* descriptors given to copy_4d_batch, all calls */
   uint64_t tier_copies;  /* copy_tier_4d calls (both directions) */
   uint64_t tier_waits;
-  uint64_t allocations;  /* alloc_zeroed + host_alloc_zeroed calls */
+  uint64_t allocations;  /* alloc_zeroed + host_alloc_zeroed + host_alloc calls */
   uint64_t frees;        /* free + host_free calls */
   /* Outstanding allocations and places right now (not reset). */
   int64_t live_device_buffers;

@@ -380,6 +380,15 @@ static void* emu_host_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes
   return alloc_buffer("host_alloc_zeroed", exec, bytes, 1);
 }
 
+/* Version 5: not zeroed. Filled with a pattern instead, so that a byte the core forgets to write or zero shows
+   in the tests' comparisons (calloc's zeroes would hide it). */
+static void* emu_host_alloc(void* ctx, const kvc_exec* exec, size_t bytes) {
+  (void)ctx;
+  void* p = alloc_buffer("host_alloc", exec, bytes, 1);
+  if (p) memset(p, 0xA5, bytes);
+  return p;
+}
+
 static void emu_host_free(void* ctx, const kvc_exec* exec, void* ptr) {
   (void)ctx;
   free_buffer("host_free", exec, ptr, 1);
@@ -827,6 +836,8 @@ static const kvc_backend emulated_backend = {
     emu_dequantize_groups,
     emu_fp8_calibrate,
     emu_fp8_round_trip,
+    /* Version 5 */
+    emu_host_alloc,
 };
 
 /* ---------------------------------------------------------- exports */

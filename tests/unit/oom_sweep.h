@@ -36,6 +36,9 @@ static void* oom_alloc(void* ctx, const kvc_exec* dev, size_t bytes) {
 static void* oom_host_alloc(void* ctx, const kvc_exec* dev, size_t bytes) {
   return oom_refuse() ? NULL : oom_granted(oom_real->host_alloc_zeroed(ctx, dev, bytes));
 }
+static void* oom_host_alloc_unzeroed(void* ctx, const kvc_exec* dev, size_t bytes) {
+  return oom_refuse() ? NULL : oom_granted(oom_real->host_alloc(ctx, dev, bytes));
+}
 static void oom_free(void* ctx, const kvc_exec* dev, void* p) {
   if (p) oom_live--;
   oom_real->free(ctx, dev, p);
@@ -52,6 +55,7 @@ static TU_UNUSED void oom_install(kvc_cache* c) {
   oom_backend = *oom_real;
   oom_backend.alloc_zeroed = oom_alloc;
   oom_backend.host_alloc_zeroed = oom_host_alloc;
+  oom_backend.host_alloc = oom_host_alloc_unzeroed;
   oom_backend.free = oom_free;
   oom_backend.host_free = oom_host_free;
   c->backend = &oom_backend;

@@ -30,6 +30,10 @@ static void* log_host_alloc(void* ctx, const kvc_exec* dev, size_t bytes) {
   note('h');
   return real->host_alloc_zeroed(ctx, dev, bytes);
 }
+static void* log_host_alloc_unzeroed(void* ctx, const kvc_exec* dev, size_t bytes) {
+  note('h');
+  return real->host_alloc(ctx, dev, bytes);
+}
 static void log_free(void* ctx, const kvc_exec* dev, void* p) {
   note('F');
   real->free(ctx, dev, p);
@@ -58,6 +62,7 @@ static void install(kvc_cache* c) {
   logging = *real;
   logging.alloc_zeroed = log_alloc;
   logging.host_alloc_zeroed = log_host_alloc;
+  logging.host_alloc = log_host_alloc_unzeroed;
   logging.free = log_free;
   logging.host_free = log_host_free;
   logging.copy_4d = log_copy;
