@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh [OUT]: everything a machine with an NVIDIA GPU can show about kvcache, in one run.
+#
+#   1. builds with the machine's own CUDA toolkit (nvcc on PATH, else /usr/local/cuda/bin) for the card's own
+#      architecture (nvidia-smi's compute capability), Release, $JOBS jobs (default 16);
+#   2. runs every CTest test of that build;
+#   3. runs compute-sanitizer memcheck (leak check included) over every gpu-labelled test;
+#   4. builds the Python package with the machine's python3 (torch and transformers already installed there)
+#      from wheels in $KVC_WHEELS (default .gpu-wheels/, made beforehand by scripts/gpu-check-wheels.sh on a
+#      machine with a network: SWIG, scikit-build-core, pytest, psutil), and runs its tests on torch CUDA
+#      tensors (tests/test_gpu.py);
+#   5. runs the GPU benchmarks (bench_gpu, then transformers' caches and the Python binding on the same GPU).
+#
+# Every log, results.json (the bench rows plus one "gpu_check" row per step) and summary.txt go into OUT
+# (default gpu-check-<date>/). Each step has a time limit, so the whole run stays within about five minutes
+# on an H100 or H200; a step that fails or times out is recorded and the next one still runs. Exit status:
+# 0 when every step passed, 1 otherwise. Nothing here reaches the network.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${1:-$root/gpu-check-$(date -u +%Y%m%d-%H%M%S)}"
+jobs="${JOBS:-16}"
+wheels="${KVC_WHEELS:-$root/.gpu-wheels}"
+build="$root/build-gpu-check"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+summary="$out/summary.txt"
+: >"$summary"
+steps_json="$out/steps.jsonl"
+: >"$steps_json"
+failed=0
+
+say() { echo "$*" | tee -a "$summary"; }
+
+# step NAME LIMIT_SECONDS LOG COMMAND...: runs COMMAND with its output in OUT/LOG, records status and seconds.
+step() {
+  local name="$1" limit="$2" log="$out/$3"
+  shift 3
+  local t0 rc t1
+  t0=$(date +%s.%N)
+  timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+  rc=$?
+  t1=$(date +%s.%N)
+  local secs
+  secs=$(python3 -c "print(round($t1 - $t0, 1))")
+  local status=passed
+  [ "$rc" -eq 0 ] || status=failed
+  [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && status="timed out after ${limit}s"
+  [ "$rc" -eq 0 ] || failed=1
+  say "$(printf '%-22s %-24s %6ss  (%s)' "$name" "$status" "$secs" "$(basename "$log")")"
+  printf '{"bench": "gpu_check", "impl": "%s", "metric": "exit_status", "value": %d, "unit": "rc"}\n' "$name" "$rc" >>"$steps_json"
+  printf '{"bench": "gpu_check", "impl": "%s", "metric": "seconds", "value": %s, "unit": "s"}\n' "$name" "$secs" >>"$steps_json"
+  return "$rc"
+}
+
+# ---- the machine ---------------------------------------------------------------------------------------------
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
+nvcc_path="$(command -v nvcc || true)"
+sanitizer="$(command -v compute-sanitizer || true)"
+[ -n "$sanitizer" ] || [ ! -x /usr/local/cuda/bin/compute-sanitizer ] || sanitizer=/usr/local/cuda/bin/compute-sanitizer
+arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')"
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with local changes)')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv 2>&1 || true
+  echo "nvcc: ${nvcc_path:-none}"; [ -z "$nvcc_path" ] || nvcc --version | tail -n2
+  echo "compute-sanitizer: ${sanitizer:-none}"
+  echo "python3: $(command -v python3) $(python3 -c 'import sys; print(sys.version.split()[0])')"
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "| transformers", transformers.__version__)' 2>&1
+  echo "cmake: $(cmake --version | head -n1)"
+} >"$out/machine.txt" 2>&1
+say "gpu-check: $(head -n2 "$out/machine.txt" | tr '\n' ' ')"
+say "logs in $out"
+if [ -z "$nvcc_path" ] || [ -z "$arch" ]; then
+  say "gpu-check: needs nvcc (PATH or /usr/local/cuda/bin) and a GPU that nvidia-smi reports (see machine.txt)"
+  exit 1
+fi
+
+# ---- 1. build ------------------------------------------------------------------------------------------------
+step build 240 build.log bash -c "
+  cmake -G Ninja -S '$root' -B '$build' -DCMAKE_BUILD_TYPE=Release -DKVC_CUDA=ON -DKVC_HIP=OFF \
+        -DCMAKE_CUDA_COMPILER='$nvcc_path' -DCMAKE_CUDA_ARCHITECTURES='$arch' &&
+  cmake --build '$build' -j '$jobs'" || { say "gpu-check: the build failed; nothing else can run"; exit 1; }
+export KVC_BACKEND_PATH="$build"
+
+# ---- 2. every CTest test -------------------------------------------------------------------------------------
+step ctest 240 ctest.log ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 200 \
+  --output-junit "$out/ctest-junit.xml"
+grep -E "tests passed|SKIPPED|Not Run|\*\*\*" "$out/ctest.log" | tee -a "$summary" >/dev/null
+# On this machine a skipped CUDA test means the plugin could not reach the card: that is a failure here.
+if grep -qE "test_gpu_[a-z_]+_cuda .*Skipped" "$out/ctest.log"; then
+  say "ctest: CUDA tests were SKIPPED on a machine with a GPU (see ctest.log for the reason)"
+  failed=1
+fi
+
+# ---- 3. compute-sanitizer over the gpu-labelled tests --------------------------------------------------------
+if [ -n "$sanitizer" ]; then
+  ctest --test-dir "$build" -L '^gpu$' --show-only=json-v1 >"$out/gpu-tests.json" 2>/dev/null
+  # One line per test: its environment (the CTest ENVIRONMENT property), a tab, its command.
+  python3 - "$out/gpu-tests.json" >"$out/gpu-tests.txt" <<'EOF'
+import json, shlex, sys
+for t in json.load(open(sys.argv[1])).get("tests", []):
+    env = [v for p in t.get("properties", []) if p["name"] == "ENVIRONMENT" for v in p["value"]]
+    print(shlex.join(env) + "\t" + shlex.join(t["command"]))
+EOF
+  while IFS=$'\t' read -r env cmd; do
+    [ -n "$cmd" ] || continue
+    name="$(basename "${cmd%% *}")"
+    step "memcheck:$name" 200 "memcheck-$name.log" \
+      bash -c "env $env '$sanitizer' --tool memcheck --leak-check full --error-exitcode 3 $cmd"
+    grep -E "ERROR SUMMARY|LEAK SUMMARY" "$out/memcheck-$name.log" | sed "s/^/  $name: /" | tee -a "$summary" >/dev/null
+  done <"$out/gpu-tests.txt"
+else
+  say "memcheck               SKIPPED: no compute-sanitizer on PATH or in /usr/local/cuda/bin"
+  failed=1
+fi
+
+# ---- 4. the Python package on torch CUDA tensors -------------------------------------------------------------
+# pip --target folders rather than a virtual environment: a system Python may lack ensurepip, and an
+# externally managed one refuses installs into itself; torch and transformers are the system's own.
+deps="$build/python-deps" pkg="$build/python-pkg"
+py=python3
+if [ -d "$wheels" ]; then
+  need="$(python3 -c '
+import importlib.util
+print(" ".join(p for m, p in [("scikit_build_core", "scikit-build-core"), ("pytest", "pytest"), ("psutil", "psutil")]
+               if importlib.util.find_spec(m) is None), "swig")')"
+  step python-deps 120 python-deps.log python3 -m pip install -q --disable-pip-version-check --no-index \
+    --find-links "$wheels" --target "$deps" $need
+  step python-build 180 python-build.log env PATH="$deps/bin:$PATH" PYTHONPATH="$deps" CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
+    python3 -m pip install --disable-pip-version-check --no-index --no-build-isolation --no-deps --target "$pkg" \
+    "$root/bindings/python"
+  step python-tests 180 pytest-gpu.log bash -c "cd '$root/bindings/python' &&
+    PYTHONPATH='$pkg:$deps' python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py"
+  tail -n 3 "$out/pytest-gpu.log" | sed 's/^/  /' | tee -a "$summary" >/dev/null
+  export PYTHONPATH="$pkg:$deps"
+else
+  say "python                 SKIPPED: no wheel folder $wheels (scripts/gpu-check-wheels.sh makes it)"
+  failed=1
+fi
+
+# ---- 5. the GPU benchmarks -----------------------------------------------------------------------------------
+rm -f "$out/results.json"
+step bench-gpu 240 bench-gpu.log "$build/bench/bench_gpu" --json "$out/results.json"
+step bench-transformers 240 bench-transformers.log bash -c "cd '$root/bench' && $py bench_transformers_gpu.py --json '$out/results.json'"
+
+# ---- results.json and the summary ----------------------------------------------------------------------------
+python3 - "$out" <<'EOF' | tee -a "$summary"
+import json, os, sys
+out = sys.argv[1]
+path = os.path.join(out, "results.json")
+rows = json.load(open(path)) if os.path.exists(path) else []
+rows += [json.loads(l) for l in open(os.path.join(out, "steps.jsonl")) if l.strip()]
+json.dump(rows, open(path, "w"), indent=0)
+value = {(r["bench"], r["impl"], r["metric"]): r["value"] for r in rows}
+def show(label, key, fmt="{:.2f}"):
+    v = value.get(key)
+    print(f"{label:<52} {fmt.format(v) if v is not None else 'not measured'}")
+print("-- numbers the issue asks for")
+show("D2H offload / pinned cudaMemcpyAsync (>= 0.8)", ("gpu_offload", "kvcache-cuda", "d2h_fraction_of_pinned"))
+show("H2D prefetch / pinned cudaMemcpyAsync (>= 0.8)", ("gpu_offload", "kvcache-cuda", "h2d_fraction_of_pinned"))
+for ctx in ("1k", "8k", "32k"):
+    show(f"host ns to issue a 32-layer update_all at {ctx} (<= 8000)",
+         ("gpu_decode_step", "kvcache-cuda", f"step_host_ns_dynamic_{ctx}"), "{:.0f}")
+show("offloaded 32-layer step at 8k, kvcache (ns)", ("gpu_decode_step", "kvcache-cuda", "step_ns_offloaded_8k"), "{:.0f}")
+show("offloaded 32-layer step at 8k, transformers (ns)", ("gpu_decode_step", "transformers-offloaded", "step_ns_8k"), "{:.0f}")
+for k, v in sorted(value.items()):
+    if k[0] == "gpu_quant" and k[2].endswith("fraction_of_d2d"):
+        show(f"{k[2]} ({k[1]})", k)
+EOF
+if [ "$failed" -eq 0 ]; then say "gpu-check: every step passed"; else say "gpu-check: some steps failed (see above)"; fi
+exit "$failed"
