@@ -13,6 +13,9 @@
  * copy_rows: one kernel per KVC_GPU_ROWS_CAP rows (CUDA: 4078, HIP: 431).
  * Copies that overlap themselves: the memmove kernel for a seq shift (the
  * window roll), else two copies through a stream-ordered scratch buffer.
+ * Every launch's plan, and so its unit size, comes from gpu_plan.c, which
+ * sees every address the kernel will form (copy_rows: kvc_gpu_plan_rows);
+ * the emulated test device checks those plans with gpu_plan_walk.c.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -38,7 +38,8 @@ static void walk_share(const kvc_gpu_copy* p, uint32_t local, kvc_gpu_visit visi
 }
 
 void kvc_gpu_walk_plan(const kvc_gpu_copy* p, kvc_gpu_visit visit, void* ctx) {
-  kvc_gpu_walk_batch(p, 1, kvc_gpu_plan_blocks(p), visit, ctx);
+  const uint32_t blocks = kvc_gpu_plan_blocks(p);
+  for (uint32_t block = 0; block < blocks; block++) walk_share(p, block, visit, ctx);
 }
 
 void kvc_gpu_walk_batch(const kvc_gpu_copy* plans, int32_t count, uint32_t blocks, kvc_gpu_visit visit, void* ctx) {
@@ -136,7 +137,10 @@ static int unit_is_a_load(int32_t unit, char* why, size_t why_size) {
 }
 
 int kvc_gpu_check_plan(const kvc_gpu_copy* p, char* why, size_t why_size) {
-  return kvc_gpu_check_batch(p, 1, kvc_gpu_plan_blocks(p), why, why_size);
+  if (!unit_is_a_load(p->unit, why, why_size)) return -1;
+  check c = {NULL, 0, 0, why, why_size};
+  kvc_gpu_walk_plan(p, check_visit, &c);
+  return c.bad ? -1 : 0;
 }
 
 int kvc_gpu_check_batch(const kvc_gpu_copy* plans, int32_t count, uint32_t blocks, char* why, size_t why_size) {

@@ -33,7 +33,7 @@ extern "C" {
  */
 typedef void (*kvc_gpu_visit)(void* ctx, char* dst, const char* src, int32_t unit);
 
-/* The batched kernel over one plan (copy_4d's COPY route, fills, tier copies through a kernel). */
+/* The batched kernel over one plan, blocks from 0 (copy_4d's COPY route, fills, tier copies through a kernel). */
 void kvc_gpu_walk_plan(const kvc_gpu_copy* p, kvc_gpu_visit visit, void* ctx);
 
 /* The batched kernel: `blocks` blocks over plans[0, count), first_block ascending from 0. */
