@@ -13,6 +13,9 @@
  * copy_rows: one kernel per KVC_GPU_ROWS_CAP rows (CUDA: 4078, HIP: 431).
  * Copies that overlap themselves: the memmove kernel for a seq shift (the
  * window roll), else two copies through a stream-ordered scratch buffer.
+ * Every launch's plan, and so its unit size, comes from gpu_plan.c, which
+ * sees every address the kernel will form (copy_rows: kvc_gpu_plan_rows);
+ * the emulated test device checks those plans with gpu_plan_walk.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +39,7 @@
 #define KVC_GPU_PARAM_BYTES 32764
 #endif
 #define KVC_GPU_BATCH_CAP ((KVC_GPU_PARAM_BYTES - 8) / (int)sizeof(kvc_gpu_copy))
-#define KVC_GPU_ROWS_CAP ((KVC_GPU_PARAM_BYTES - (int)sizeof(kvc_gpu_copy) - 24) / 8)
+#define KVC_GPU_ROWS_CAP ((KVC_GPU_PARAM_BYTES - (int)sizeof(kvc_gpu_rows) - 8) / 8)
 /* Blocks per launch: grids stride beyond it (HIP counts gridDim x blockDim in 32 bits). */
 #define KVC_GPU_MAX_GRID (1u << 20)
 
@@ -76,31 +79,28 @@ int kvc_gpu_copy_on(gpuStream_t stream, void* dst, const int64_t ds[4], const vo
   return launch_batch(stream, &plan, 1, kvc_gpu_plan_blocks(&plan));
 }
 
+static int launch_fill(gpuStream_t stream, const kvc_gpu_copy& plan) {
+  return launch_batch_n<1, true>(stream, &plan, 1, kvc_gpu_plan_blocks(&plan));
+}
+
 static int zero_strided_on(gpuStream_t stream, void* dst, const int64_t st[4], const int64_t shape[4], size_t elem) {
   kvc_gpu_copy plan;
   int rc = kvc_gpu_plan(&plan, dst, st, NULL, NULL, shape, elem, 0);
   if (rc) return rc > 0 ? 0 : -1;
-  return launch_batch_n<1, true>(stream, &plan, 1, kvc_gpu_plan_blocks(&plan));
+  return launch_fill(stream, plan);
 }
 
 int kvc_gpu_zero_on(gpuStream_t stream, void* dst, size_t bytes) {
-  if (bytes > (size_t)INT64_MAX) return -1;
-  const int64_t st[4] = {0, 0, 0, 1}, shape[4] = {1, 1, 1, (int64_t)bytes};
-  if (bytes <= (size_t)INT32_MAX) return zero_strided_on(stream, dst, st, shape, 1);
-  /* Past 2^31 bytes: rows of 1 GiB, then the rest. */
-  const int64_t row = (int64_t)1 << 30, rows = (int64_t)bytes / row, rest = (int64_t)bytes % row;
-  const int64_t bst[4] = {0, 0, row, 1}, bshape[4] = {1, 1, rows, row};
-  if (zero_strided_on(stream, dst, bst, bshape, 1)) return -1;
-  const int64_t rshape[4] = {1, 1, 1, rest};
-  return rest ? zero_strided_on(stream, (char*)dst + rows * row, st, rshape, 1) : 0;
+  kvc_gpu_copy plans[2];
+  int n = kvc_gpu_plan_zero_bytes(plans, dst, bytes);
+  if (n < 0) return -1;
+  for (int i = 0; i < n; i++)
+    if (launch_fill(stream, plans[i])) return -1;
+  return 0;
 }
 
 /* A seq-axis move within each (b, h) plane of one buffer: memmove semantics (kernels_copy.cuh). */
-static int launch_move(gpuStream_t stream, void* dst, const int64_t st[4], const void* src, const int64_t shape[4],
-                       size_t elem, int64_t shift) {
-  kvc_gpu_copy plan;
-  int rc = kvc_gpu_plan(&plan, dst, st, src, st, shape, elem, 1);
-  if (rc) return rc > 0 ? 0 : -1;
+static int launch_move(gpuStream_t stream, const kvc_gpu_copy& plan, int64_t shift) {
   int32_t chunk_rows;
   int staged;
   kvc_gpu_move_chunking(&plan, shift, &chunk_rows, &staged);
@@ -172,12 +172,18 @@ static int gpu_copy_4d(void* ctx, const kvc_exec* exec, void* dst, const int64_t
   gpu_device_scope scope(exec->device_id);
   if (!scope.ok) return -1;
   gpuStream_t stream = gpu_stream_of(exec);
-  if (!kvc_gpu_ranges_overlap(dst, ds, src, ss, shape, elem))
-    return kvc_gpu_copy_on(stream, dst, ds, src, ss, shape, elem);
-  if (dst == src && !memcmp(ds, ss, 4 * sizeof(int64_t))) return 0; /* every element onto itself */
-  int64_t shift;
-  if (kvc_gpu_seq_shift(dst, ds, src, ss, elem, &shift) && (shift < 0 ? -shift : shift) < shape[2])
-    return launch_move(stream, dst, ds, src, shape, elem, shift);
+  kvc_gpu_copy move;
+  int64_t shift = 0;
+  switch (kvc_gpu_copy_route(dst, ds, src, ss, shape, elem, &move, &shift)) {
+    case KVC_GPU_ROUTE_NONE:
+      return 0;
+    case KVC_GPU_ROUTE_COPY:
+      return kvc_gpu_copy_on(stream, dst, ds, src, ss, shape, elem);
+    case KVC_GPU_ROUTE_MOVE:
+      return launch_move(stream, move, shift);
+    case KVC_GPU_ROUTE_SCRATCH:
+      break;
+  }
   return copy_via_scratch(gpu_state_of(exec), stream, dst, ds, src, ss, shape, elem);
 }
 
@@ -191,19 +197,17 @@ static int gpu_fill_zero_4d(void* ctx, const kvc_exec* exec, void* dst, const in
 }
 
 template <int N>
-static int launch_rows_n(gpuStream_t stream, const kvc_gpu_copy& plan, int64_t dst_row_bytes, int64_t src_row_bytes,
-                         const int64_t* dst_rows, const int64_t* src_rows, int32_t count) {
+static int launch_rows_n(gpuStream_t stream, const kvc_gpu_rows& rows, const int64_t* dst_rows,
+                         const int64_t* src_rows, int32_t count) {
   gpu_rows_params<N> p;
-  p.plan = plan;
-  p.dst_row_bytes = dst_row_bytes;
-  p.src_row_bytes = src_row_bytes;
+  p.rows = rows;
   p.count = count;
   for (int32_t i = 0; i < count; i++) {
     if (dst_rows[i] < 0 || dst_rows[i] > INT32_MAX || src_rows[i] < 0 || src_rows[i] > INT32_MAX) return -1;
     p.pairs[i][0] = (int32_t)dst_rows[i];
     p.pairs[i][1] = (int32_t)src_rows[i];
   }
-  dim3 grid(grid_for(kvc_gpu_plan_blocks(&plan)), (unsigned)count);
+  dim3 grid(grid_for(kvc_gpu_plan_blocks(&rows.plan)), (unsigned)count);
   gpu_rows_kernel<N><<<grid, KVC_GPU_BLOCK, 0, stream>>>(p);
   return gpu_check(gpuSuccess);
 }
@@ -218,17 +222,16 @@ static int gpu_copy_rows(void* ctx, const kvc_exec* exec, void* dst, const int64
   if (!dst_rows || !src_rows) return -1;
   gpu_device_scope scope(exec->device_id);
   if (!scope.ok) return -1;
-  kvc_gpu_copy plan;
-  int rc = kvc_gpu_plan(&plan, dst, ds, src, ss, shape, elem, 0);
+  /* The unit divides the batch-row strides too: each pair adds row x stride to every address. */
+  kvc_gpu_rows rows;
+  int rc = kvc_gpu_plan_rows(&rows, dst, ds, src, ss, row_shape, elem);
   if (rc) return rc > 0 ? 0 : -1;
   gpuStream_t stream = gpu_stream_of(exec);
-  const int64_t dst_row_bytes = ds[0] * (int64_t)elem, src_row_bytes = ss[0] * (int64_t)elem;
   for (int64_t done = 0; done < count;) {
     int64_t left = count - done;
     int32_t n = left < KVC_GPU_ROWS_CAP ? (int32_t)left : KVC_GPU_ROWS_CAP;
-    rc = n <= 16 ? launch_rows_n<16>(stream, plan, dst_row_bytes, src_row_bytes, dst_rows + done, src_rows + done, n)
-                 : launch_rows_n<KVC_GPU_ROWS_CAP>(stream, plan, dst_row_bytes, src_row_bytes, dst_rows + done,
-                                                   src_rows + done, n);
+    rc = n <= 16 ? launch_rows_n<16>(stream, rows, dst_rows + done, src_rows + done, n)
+                 : launch_rows_n<KVC_GPU_ROWS_CAP>(stream, rows, dst_rows + done, src_rows + done, n);
     if (rc) return rc;
     done += n;
   }

@@ -14,19 +14,29 @@ typedef struct dim {
 
 static int aligned(const void* p, int64_t to) { return ((uintptr_t)p % (uintptr_t)to) == 0; }
 
-/* The widest unit that divides the row, both base addresses and every outer stride. */
-static int32_t widest_unit(int64_t row_bytes, const void* dst, const void* src, const dim* outer, int nouter) {
-  for (int32_t u = 16; u > 1; u /= 2) {
-    if (row_bytes % u || !aligned(dst, u) || !aligned(src, u)) continue;
-    int ok = 1;
-    for (int i = 0; i < nouter && ok; i++) ok = outer[i].n == 1 || (outer[i].dst % u == 0 && outer[i].src % u == 0);
-    if (ok) return u;
-  }
+static int divides(int32_t u, const dim* d, int n) {
+  for (int i = 0; i < n; i++)
+    if (d[i].n != 1 && (d[i].dst % u || d[i].src % u)) return 0;
   return 1;
 }
 
-int kvc_gpu_plan(kvc_gpu_copy* out, void* dst, const int64_t dst_strides[4], const void* src,
-                 const int64_t src_strides[4], const int64_t shape[4], size_t elem_size, int keep_rows) {
+/*
+ * The widest unit that divides the row, both base addresses, every outer
+ * stride and every `extra` step the kernel adds on top of the plan (the
+ * rows kernel's batch-row strides).
+ */
+static int32_t widest_unit(int64_t row_bytes, const void* dst, const void* src, const dim* outer, int nouter,
+                           const dim* extra, int nextra) {
+  for (int32_t u = 16; u > 1; u /= 2)
+    if (!(row_bytes % u) && aligned(dst, u) && aligned(src, u) && divides(u, outer, nouter) &&
+        divides(u, extra, nextra))
+      return u;
+  return 1;
+}
+
+static int plan_with(kvc_gpu_copy* out, void* dst, const int64_t dst_strides[4], const void* src,
+                     const int64_t src_strides[4], const int64_t shape[4], size_t elem_size, int keep_rows,
+                     const dim* extra, int nextra) {
   if (elem_size == 0 || elem_size > INT32_MAX) return -1;
   for (int i = 0; i < 4; i++)
     if (shape[i] < 0 || shape[i] > INT32_MAX) return -1;
@@ -88,7 +98,7 @@ int kvc_gpu_plan(kvc_gpu_copy* out, void* dst, const int64_t dst_strides[4], con
   int32_t unit;
   int64_t units, ustride_dst, ustride_src;
   if (contiguous) {
-    unit = widest_unit(inner->n * run_elem, dst, sbase, dims + 1, nd - 1);
+    unit = widest_unit(inner->n * run_elem, dst, sbase, dims + 1, nd - 1, extra, nextra);
     units = inner->n * run_elem / unit;
     ustride_dst = ustride_src = unit;
   } else {
@@ -127,6 +137,39 @@ int kvc_gpu_plan(kvc_gpu_copy* out, void* dst, const int64_t dst_strides[4], con
   if (blocks > (int64_t)UINT32_MAX) return -1;
   out->first_block = 0;
   return 0;
+}
+
+int kvc_gpu_plan(kvc_gpu_copy* out, void* dst, const int64_t dst_strides[4], const void* src,
+                 const int64_t src_strides[4], const int64_t shape[4], size_t elem_size, int keep_rows) {
+  return plan_with(out, dst, dst_strides, src, src_strides, shape, elem_size, keep_rows, NULL, 0);
+}
+
+/*
+ * A strided element moves as a unit of its own size only when it is
+ * aligned to it, and batch-row strides are whole elements, so only the
+ * units cut from contiguous runs (widest_unit) need the row strides.
+ */
+int kvc_gpu_plan_rows(kvc_gpu_rows* out, void* dst, const int64_t dst_strides[4], const void* src,
+                      const int64_t src_strides[4], const int64_t row_shape[4], size_t elem_size) {
+  const int64_t one_row[4] = {1, row_shape[1], row_shape[2], row_shape[3]};
+  out->dst_row_bytes = dst_strides[0] * (int64_t)elem_size;
+  out->src_row_bytes = src_strides[0] * (int64_t)elem_size;
+  const dim rows = {2, out->dst_row_bytes, out->src_row_bytes}; /* n 2: a step that is taken */
+  return plan_with(&out->plan, dst, dst_strides, src, src_strides, one_row, elem_size, 0, &rows, 1);
+}
+
+int kvc_gpu_plan_zero_bytes(kvc_gpu_copy out[2], void* dst, size_t bytes) {
+  if (bytes == 0) return 0;
+  if (bytes > (size_t)INT64_MAX) return -1;
+  const int64_t st[4] = {0, 0, 0, 1}, shape[4] = {1, 1, 1, (int64_t)bytes};
+  if (bytes <= (size_t)INT32_MAX) return kvc_gpu_plan(&out[0], dst, st, NULL, NULL, shape, 1, 0) ? -1 : 1;
+  /* Past 2^31 bytes: rows of 1 GiB, then the rest. */
+  const int64_t row = (int64_t)1 << 30, rows = (int64_t)bytes / row, rest = (int64_t)bytes % row;
+  const int64_t bst[4] = {0, 0, row, 1}, bshape[4] = {1, 1, rows, row};
+  if (kvc_gpu_plan(&out[0], dst, bst, NULL, NULL, bshape, 1, 0)) return -1;
+  if (!rest) return 1;
+  const int64_t rshape[4] = {1, 1, 1, rest};
+  return kvc_gpu_plan(&out[1], (char*)dst + rows * row, st, NULL, NULL, rshape, 1, 0) ? -1 : 2;
 }
 
 /* [lo, hi): the bytes a strided tensor spans (strides may be negative). */
@@ -178,4 +221,17 @@ void kvc_gpu_move_chunking(const kvc_gpu_copy* plan, int64_t shift, int32_t* chu
     *staged = 1;
     *chunk_rows = (int32_t)(per_stage < rows ? per_stage : rows);
   }
+}
+
+kvc_gpu_route kvc_gpu_copy_route(void* dst, const int64_t dst_strides[4], const void* src, const int64_t src_strides[4],
+                                 const int64_t shape[4], size_t elem_size, kvc_gpu_copy* move, int64_t* shift) {
+  for (int i = 0; i < 4; i++)
+    if (shape[i] <= 0) return KVC_GPU_ROUTE_NONE;
+  if (!kvc_gpu_ranges_overlap(dst, dst_strides, src, src_strides, shape, elem_size)) return KVC_GPU_ROUTE_COPY;
+  if (dst == src && !memcmp(dst_strides, src_strides, 4 * sizeof(int64_t))) return KVC_GPU_ROUTE_NONE;
+  if (kvc_gpu_seq_shift(dst, dst_strides, src, src_strides, elem_size, shift) &&
+      (*shift < 0 ? -*shift : *shift) < shape[2] &&
+      kvc_gpu_plan(move, dst, dst_strides, src, src_strides, shape, elem_size, 1) == 0)
+    return KVC_GPU_ROUTE_MOVE;
+  return KVC_GPU_ROUTE_SCRATCH;
 }

@@ -10,6 +10,12 @@
  * row or several whole short rows (a decode step's rows are short: one token
  * of head_dim elements).
  *
+ * Alignment by construction: a unit is only as wide as what divides every
+ * address the kernel will form, so every operand's base, every stride the
+ * kernel multiplies by an index (including the batch-row strides that the
+ * rows kernel adds: kvc_gpu_plan_rows) and the row length enter the choice.
+ * gpu_plan_walk.h walks those addresses on the CPU to prove it per plan.
+ *
  * Everything below is plain C so that the CPU test suite checks the plans
  * and the block arithmetic (tests/unit/gpu_plan) with the very functions the
  * kernels call; KVC_GPU_HD makes the inline ones device functions too.
@@ -87,6 +93,48 @@ int kvc_gpu_seq_shift(const void* dst, const int64_t dst_strides[4], const void*
  */
 void kvc_gpu_move_chunking(const kvc_gpu_copy* plan, int64_t shift, int32_t* chunk_rows, int* staged);
 
+/*
+ * A copy_rows launch: the plan of batch row 0 of dst and src, and the byte
+ * strides between batch rows that the rows kernel adds for each pair.
+ */
+typedef struct kvc_gpu_rows {
+  kvc_gpu_copy plan;
+  int64_t dst_row_bytes;
+  int64_t src_row_bytes;
+} kvc_gpu_rows;
+
+/*
+ * Plans copy_rows over one batch row [1, row_shape[1..3]] with the unit also
+ * dividing the batch-row strides ds[0] and ss[0] (in bytes): the kernel
+ * moves each pair's plan by dst_row x ds[0] and src_row x ss[0] bytes, an
+ * offset the plan of one row alone never sees. Returns as kvc_gpu_plan.
+ */
+int kvc_gpu_plan_rows(kvc_gpu_rows* out, void* dst, const int64_t dst_strides[4], const void* src,
+                      const int64_t src_strides[4], const int64_t row_shape[4], size_t elem_size);
+
+/*
+ * Plans the zeroing of `bytes` contiguous bytes at dst: one plan, or past
+ * 2^31 bytes two (rows of 1 GiB, then the rest). Returns how many plans it
+ * wrote (0 for no bytes), -1 when it cannot be planned.
+ */
+int kvc_gpu_plan_zero_bytes(kvc_gpu_copy out[2], void* dst, size_t bytes);
+
+/* How copy_4d runs a copy (kvc_gpu_copy_route). */
+typedef enum kvc_gpu_route {
+  KVC_GPU_ROUTE_NONE,    /* nothing to move: empty, or every element onto itself */
+  KVC_GPU_ROUTE_COPY,    /* src and dst do not intersect: one plan (kvc_gpu_plan) */
+  KVC_GPU_ROUTE_MOVE,    /* a seq shift within one buffer: the move kernel with *move (keep_rows) and *shift */
+  KVC_GPU_ROUTE_SCRATCH, /* any other overlap: two copies through a compact scratch buffer */
+} kvc_gpu_route;
+
+/*
+ * The route of copy_4d for dst = src over `shape` (non-empty). For MOVE,
+ * *move is the move kernel's plan and *shift its shift in rows; a seq shift
+ * the move kernel cannot plan goes through scratch instead.
+ */
+kvc_gpu_route kvc_gpu_copy_route(void* dst, const int64_t dst_strides[4], const void* src, const int64_t src_strides[4],
+                                 const int64_t shape[4], size_t elem_size, kvc_gpu_copy* move, int64_t* shift);
+
 /* Blocks of a plan (set by kvc_gpu_plan). */
 KVC_GPU_HD uint32_t kvc_gpu_plan_blocks(const kvc_gpu_copy* p) {
   int64_t rows = (int64_t)p->n[0] * p->n[1] * p->n[2];
@@ -155,6 +203,14 @@ KVC_GPU_HD void kvc_gpu_move_chunk(int32_t rows, int32_t chunk_rows, int64_t shi
     *b = rows - c * chunk_rows;
     *a = *b > chunk_rows ? *b - chunk_rows : 0;
   }
+}
+
+/* The plan pair (dst_row, src_row) of a copy_rows launch runs: row 0's plan moved to those batch rows. */
+KVC_GPU_HD kvc_gpu_copy kvc_gpu_rows_pair(const kvc_gpu_rows* r, int32_t dst_row, int32_t src_row) {
+  kvc_gpu_copy p = r->plan;
+  p.dst += dst_row * r->dst_row_bytes;
+  p.src += src_row * r->src_row_bytes;
+  return p;
 }
 
 /* The copy whose blocks include global block `block` of a batch (first_block ascending, copies[0].first_block 0). */

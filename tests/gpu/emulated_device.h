@@ -43,6 +43,12 @@ static inline int kvc_emulated_is_tagged(const void* p) { return ((uintptr_t)p &
    claims instead of its own (to see the core refuse a plugin of another release). */
 #define KVC_EMULATED_DEVICES_ENV "KVC_EMULATED_DEVICES"
 #define KVC_EMULATED_API_VERSION_ENV "KVC_EMULATED_API_VERSION"
+/* Test only: "1" plans copy_rows as the CUDA plugin did before its fix, one batch row alone, blind to the
+   batch-row strides its kernel adds, so that the alignment check can be seen to stop such a plan. */
+#define KVC_EMULATED_BLIND_ROWS_PLAN_ENV "KVC_EMULATED_BLIND_ROWS_PLAN"
+/* Test only: "<n>" makes every plan the emulated device checks claim n-byte units (a forged plan), so that the
+   check of each operation can be seen to fire. */
+#define KVC_EMULATED_FORGE_UNIT_ENV "KVC_EMULATED_FORGE_UNIT"
 
 /* What the plugin has seen since it was loaded (or since the last reset). */
 typedef struct kvc_emulated_counters {

@@ -20,6 +20,10 @@
  *    any use of a buffer that a prefetch still writes before tier_wait, and
  *    a RoPE operation of sink layers given host memory for device memory or
  *    the reverse;
+ *  - it plans every copy, fill, row gather, batch and tier copy the way the
+ *    CUDA/HIP backend plans its kernels (backends/gpu/gpu_plan.c) and stops
+ *    the process when a plan's unit does not divide every address its
+ *    kernel would form, a fault on a real GPU (emulated_alignment.h);
  *  - prefetches are asynchronous as on a GPU's side stream: they complete at
  *    tier_wait, exec_close or a device synchronisation (a buffer released
  *    while one still uses it is kept until then), and an operation that
@@ -39,6 +43,7 @@
 
 #include "backend.h"
 #include "cpu_quant_ops.h"
+#include "emulated_alignment.h"
 #include "emulated_device.h"
 #include "emulated_regions.h"
 
@@ -394,6 +399,11 @@ static void emu_host_free(void* ctx, const kvc_exec* exec, void* ptr) {
   free_buffer("host_free", exec, ptr, 1);
 }
 
+/* Stops the process when a plan the GPU backend would launch is misaligned (`why` from emulated_alignment.h). */
+static void check_plans(const char* op, const char* why) {
+  if (why) violation("%s: %s", op, why);
+}
+
 /* An overlapping copy_4d must be a move along the seq axis of one buffer with one set of strides (compaction). */
 static void check_copy_overlap(const char* op, void* dst, const int64_t ds[4], const void* src, const int64_t ss[4],
                                const int64_t shape[4], size_t elem, int allow_seq_move) {
@@ -432,6 +442,7 @@ static int emu_copy_4d(void* ctx, const kvc_exec* exec, void* dst, const int64_t
   void* d = checked_region("copy_4d", "dst", exec, p, dst, ds, shape, elem, 1, NULL);
   const void* s = checked_region("copy_4d", "src", exec, p, src, ss, shape, elem, 0, NULL);
   check_copy_overlap("copy_4d", d, ds, s, ss, shape, elem, 1);
+  check_plans("copy_4d", emulated_plans_copy_4d(d, ds, s, ss, shape, elem));
   int rc = cpu()->copy_4d(cpu()->ctx, &cpu_place, d, ds, s, ss, shape, elem);
   pthread_mutex_unlock(&lock);
   return rc;
@@ -445,6 +456,7 @@ static int emu_fill_zero_4d(void* ctx, const kvc_exec* exec, void* dst, const in
   counters.launches++;
   counters.fill_zero_calls++;
   void* d = checked_region("fill_zero_4d", "dst", exec, p, dst, st, shape, elem, 1, NULL);
+  check_plans("fill_zero_4d", emulated_plans_fill(d, st, shape, elem));
   int rc = cpu()->fill_zero_4d(cpu()->ctx, &cpu_place, d, st, shape, elem);
   pthread_mutex_unlock(&lock);
   return rc;
@@ -485,6 +497,9 @@ static int emu_copy_rows(void* ctx, const kvc_exec* exec, void* dst, const int64
     region_runs_free(&r);
     if (twice) violation("copy_rows: %" PRId64 " rows write some destination bytes twice (a repeated dst row)", count);
     if (clash) violation("copy_rows: a destination row overlaps a source row of the same call");
+    const char* blind = getenv(KVC_EMULATED_BLIND_ROWS_PLAN_ENV);
+    check_plans("copy_rows", emulated_plans_rows(d, ds, dst_rows, s, ss, src_rows, count, row_shape, elem,
+                                                 blind && !strcmp(blind, "1")));
   }
   int rc = cpu()->copy_rows(cpu()->ctx, &cpu_place, d, ds, dst_rows, s, ss, src_rows, count, row_shape, elem);
   pthread_mutex_unlock(&lock);
@@ -511,6 +526,9 @@ static int emu_copy_tier_4d(void* ctx, const kvc_exec* exec, int to_host, void* 
                 sb->host ? "host-tier" : "device", db->host ? "host-tier" : "device",
                 to_host ? "offload" : "prefetch (reversed)");
     check_copy_overlap(op, d, ds, s, ss, shape, elem, 0);
+    /* The backend gives a tier copy to the copy engines when it can, else to the copy kernel: checked as if
+       always the kernel, so no layout that reaches the kernel escapes. */
+    check_plans(op, emulated_plans_copy(d, ds, s, ss, shape, elem));
   }
   int rc = 0;
   if (to_host || empty) {
@@ -582,6 +600,7 @@ static int emu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d*
   region_runs_free(&r);
   if (twice) violation("copy_4d_batch: %d copies write some destination bytes twice", (int)count);
   if (clash) violation("copy_4d_batch: a copy's destination overlaps the source of a copy of the same batch");
+  check_plans("copy_4d_batch", emulated_plans_batch(plain, count));
   int rc = 0;
   for (int32_t i = 0; i < count && !rc; i++)
     rc = cpu()->copy_4d(cpu()->ctx, &cpu_place, plain[i].dst, plain[i].dst_strides, plain[i].src,

@@ -120,6 +120,71 @@ static void prefetch_reversed(void) {
   be->copy_tier_4d(be->ctx, &place, 0, host, compact, dev, compact, block, 2);
 }
 
+/*
+ * The copy_rows of the real-GPU failure (an H200 run, compute-sanitizer:
+ * 8-byte loads at 4-byte aligned addresses): float32 rows of 2 values,
+ * batch rows 3 values apart. Row 0 alone moves as 8-byte units; rows 1 and
+ * 2 start 12 and 24 bytes further. Planned the old way (row 0 alone), the
+ * alignment check must stop it.
+ */
+static void rows_planned_blind(void) {
+  kvc_exec place;
+  open_place(&place, 0);
+  const int64_t st[4] = {3, 2, 2, 1}, row[4] = {1, 1, 1, 2}, dst_rows[2] = {0, 2}, src_rows[2] = {1, 2};
+  char* dst = (char*)be->alloc_zeroed(be->ctx, &place, 3 * 3 * 4);
+  char* src = (char*)be->alloc_zeroed(be->ctx, &place, 3 * 3 * 4);
+  setenv(KVC_EMULATED_BLIND_ROWS_PLAN_ENV, "1", 1);
+  be->copy_rows(be->ctx, &place, dst, st, dst_rows, src, st, src_rows, 2, row, 4);
+}
+
+/* Every other kernel's check: a 16-byte unit forged onto copies 4 bytes off a 16-byte boundary. */
+static void forged_unit(void (*issue)(const kvc_exec* place, char* dst, char* src, char* host)) {
+  kvc_exec place;
+  open_place(&place, 0);
+  char* dst = (char*)be->alloc_zeroed(be->ctx, &place, 256);
+  char* src = (char*)be->alloc_zeroed(be->ctx, &place, 256);
+  char* host = (char*)be->host_alloc_zeroed(be->ctx, &place, 256);
+  setenv(KVC_EMULATED_FORGE_UNIT_ENV, "16", 1);
+  issue(&place, dst + 4, src + 4, host + 4);
+}
+
+static void copy_4d_forged(const kvc_exec* place, char* dst, char* src, char* host) {
+  (void)host;
+  be->copy_4d(be->ctx, place, dst, compact, src, compact, block, 2);
+}
+static void move_forged(const kvc_exec* place, char* dst, char* src, char* host) {
+  (void)src;
+  (void)host;
+  const int64_t seven[4] = {1, 1, 7, 8};
+  be->copy_4d(be->ctx, place, dst + 16, compact, dst, compact, seven, 2); /* a seq move by one row */
+}
+static void fill_forged(const kvc_exec* place, char* dst, char* src, char* host) {
+  (void)src;
+  (void)host;
+  be->fill_zero_4d(be->ctx, place, dst, compact, block, 2);
+}
+static void batch_forged(const kvc_exec* place, char* dst, char* src, char* host) {
+  (void)host;
+  kvc_copy_4d c;
+  memset(&c, 0, sizeof c);
+  c.dst = dst;
+  c.src = src;
+  memcpy(c.dst_strides, compact, sizeof compact);
+  memcpy(c.src_strides, compact, sizeof compact);
+  memcpy(c.shape, block, sizeof block);
+  c.elem_size = 2;
+  be->copy_4d_batch(be->ctx, place, &c, 1);
+}
+static void tier_forged(const kvc_exec* place, char* dst, char* src, char* host) {
+  (void)src;
+  be->copy_tier_4d(be->ctx, place, 1, host, compact, dst, compact, block, 2);
+}
+static void copy_4d_unit_forged(void) { forged_unit(copy_4d_forged); }
+static void move_unit_forged(void) { forged_unit(move_forged); }
+static void fill_unit_forged(void) { forged_unit(fill_forged); }
+static void batch_unit_forged(void) { forged_unit(batch_forged); }
+static void tier_unit_forged(void) { forged_unit(tier_forged); }
+
 typedef struct rule {
   const char* name;
   void (*breaks)(void);
@@ -138,6 +203,13 @@ static const rule rules[] = {
     {"memory of device 1 on a place of device 0", other_device, "memory of device 1"},
     {"a prefetched buffer read before tier_wait", read_before_tier_wait, "must come after tier_wait"},
     {"a prefetch from device to host tier", prefetch_reversed, "copies from a device buffer to a host-tier buffer"},
+    {"copy_rows planned blind to its row strides", rows_planned_blind,
+     "copy_rows: the rows kernel: misaligned plan: access 0 of the kernel is a 8-byte unit at src address"},
+    {"copy_4d with a forged 16-byte unit", copy_4d_unit_forged, "copy_4d: the copy kernel: misaligned plan"},
+    {"a seq move with a forged 16-byte unit", move_unit_forged, "copy_4d: the move kernel: misaligned plan"},
+    {"fill_zero_4d with a forged 16-byte unit", fill_unit_forged, "fill_zero_4d: the fill kernel: misaligned plan"},
+    {"copy_4d_batch with a forged 16-byte unit", batch_unit_forged, "copy_4d_batch: the batch kernel: misaligned plan"},
+    {"an offload with a forged 16-byte unit", tier_unit_forged, "copy_tier_4d(offload): the copy kernel: misaligned"},
 };
 
 static void check_rule(const rule* r) {

@@ -16,26 +16,8 @@
 #include <string.h>
 
 #include "gpu_plan.h"
+#include "plan_test_util.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                               \
-      fprintf(stderr, "\n");                                      \
-      failures++;                                                 \
-    }                                                             \
-  } while (0)
-
-static uint64_t rng = 0x9e3779b97f4a7c15u;
-static uint64_t next_rand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-static int64_t rand_in(int64_t lo, int64_t hi) { return lo + (int64_t)(next_rand() % (uint64_t)(hi - lo + 1)); }
 
 /* Byte offset of element (b, h, s, d). */
 static int64_t offset_of(const int64_t st[4], int64_t b, int64_t h, int64_t s, int64_t d, int64_t elem) {
@@ -115,12 +97,6 @@ static void store_strides(int64_t st[4], const int64_t shape[4], int64_t cap, in
     st[1] = cap * shape[3];
   }
   st[0] = st[1] * shape[1];
-}
-
-static size_t extent_bytes(const int64_t st[4], const int64_t shape[4], int64_t elem) {
-  int64_t last = 0;
-  for (int i = 0; i < 4; i++) last += (shape[i] - 1) * st[i];
-  return (size_t)((last + 1) * elem);
 }
 
 static layout random_layout(void) {
