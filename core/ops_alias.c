@@ -63,9 +63,15 @@ kvc_error* kvci_update_inputs_unalias(kvc_cache* c, uint32_t count, const kvc_te
   if (c->num_layers == 0) return NULL; /* nothing handed out yet */
   if (kvci_alias_index_refresh(c)) return kvci_err_oom();
   int any = 0;
+  const int64_t *shape_seen = NULL, *strides_seen = NULL; /* inputs usually share one descriptor: look it up once */
   for (uint32_t j = 0; j < 2 * count && !any; j++) {
     const kvc_tensor* t = j < count ? &keys[j] : &values[j - count];
-    any = descriptor_owned(c, t) || kvci_alias_index_overlaps(c, kvci_tensor_span(t));
+    if (t->shape != shape_seen || t->strides != strides_seen) {
+      any = descriptor_owned(c, t);
+      shape_seen = t->shape;
+      strides_seen = t->strides;
+    }
+    any = any || kvci_alias_index_overlaps(c, kvci_tensor_span(t));
   }
   if (!any) return NULL; /* the common case */
   in->copies = (kvc_tensor*)malloc(sizeof(kvc_tensor) * 2 * count);
