@@ -4,6 +4,7 @@
 #   make test        unit/conformance/header/abi tests, then the same under
 #                    ASan+UBSan, then the bounded fuzz runs
 #   make bench       optimised build, then the benchmarks; results in build/bench/results.json
+#   make bench-host-issue  only the host cost of issuing a decode step on the emulated device
 #   make sanitize    only the ASan+UBSan suite      make fuzz   only the fuzz suite
 #   make install PREFIX=/usr/local                  make clean  remove build dirs
 
@@ -17,6 +18,8 @@ BUILD         := build
 BUILD_ASAN    := build-asan
 BUILD_FUZZ    := build-fuzz
 BUILD_RELEASE := build-release
+# The emulated device plugin (tests/gpu), optimised, for bench_host_issue: the Release build above has no tests.
+BUILD_EMULATED := build-release-emulated
 
 # `make test` prepares the machine once and tells the suites it ran not to repeat it.
 SETUP_DEP := $(if $(SKIP_SETUP),,setup)
@@ -34,7 +37,7 @@ BENCH_GPU_FLAGS = $(shell scripts/gpu_cmake_flags.sh cuda) -DKVC_HIP=OFF
 # them), and the fuzz targets drive CPU caches only.
 NO_GPU_FLAGS = -DKVC_CUDA=OFF -DKVC_HIP=OFF -DKVC_LINK_BACKEND=OFF
 
-.PHONY: all setup build test test-unit test-go test-rust test-python sanitize fuzz demo bench install clean distclean
+.PHONY: all setup build test test-unit test-go test-rust test-python sanitize fuzz demo bench bench-host-issue emulated-plugin install clean distclean
 
 all: build
 
@@ -101,7 +104,9 @@ demo: build
 bench: $(SETUP_DEP)
 	$(CONFIGURE) -S . -B $(BUILD_RELEASE) -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF $(BENCH_GPU_FLAGS)
 	$(CMAKE) --build $(BUILD_RELEASE) -j $(JOBS)
+	@$(MAKE) --no-print-directory emulated-plugin SKIP_SETUP=1
 	@if [ -f bench/run.sh ]; then \
+	  KVC_BENCH_EMULATED_DIR=$(BUILD_EMULATED)/tests/gpu/emulated \
 	  KVC_BENCH_JSON=$${KVC_BENCH_JSON:-$(BUILD)/bench/results.json} bash bench/run.sh $(BUILD_RELEASE); \
 	else \
 	  set -e; found=0; \
@@ -111,11 +116,24 @@ bench: $(SETUP_DEP)
 	  [ $$found -eq 1 ] || { echo "bench: no bench/bench_*.c programs" >&2; exit 1; }; \
 	fi
 
+# Only the emulated device plugin is built there (no tests): what bench_host_issue loads.
+emulated-plugin: $(SETUP_DEP)
+	$(CONFIGURE) -S . -B $(BUILD_EMULATED) -DCMAKE_BUILD_TYPE=Release $(NO_GPU_FLAGS)
+	$(CMAKE) --build $(BUILD_EMULATED) -j $(JOBS) --target kvc_emulated_device
+
+# bench_host_issue alone (bench/bench_host_issue.c): the core's host cost of one 32-layer update_all step.
+bench-host-issue: $(SETUP_DEP)
+	$(CONFIGURE) -S . -B $(BUILD_RELEASE) -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF $(BENCH_GPU_FLAGS)
+	$(CMAKE) --build $(BUILD_RELEASE) -j $(JOBS) --target bench_host_issue
+	@$(MAKE) --no-print-directory emulated-plugin SKIP_SETUP=1
+	KVC_BACKEND_PATH=$(BUILD_EMULATED)/tests/gpu/emulated $(BUILD_RELEASE)/bench/bench_host_issue \
+	  --json $${KVC_BENCH_JSON:-$(BUILD)/bench/results.json}
+
 install: build
 	$(CMAKE) --install $(BUILD) --prefix "$(PREFIX)"
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ) $(BUILD_RELEASE)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ) $(BUILD_RELEASE) $(BUILD_EMULATED)
 
 # Also the Python environment that setup.sh made.
 distclean: clean

@@ -9,6 +9,9 @@
 # GPU rows (bench_gpu and bench/bench_transformers_gpu.py, whose arguments go in
 # $KVC_BENCH_TRANSFORMERS_GPU_ARGS) run where a CUDA device is present; the build
 # must then have bench_gpu (-DKVC_CUDA=ON). Elsewhere they print "GPU rows: SKIPPED".
+# bench_host_issue (the core's host cost of issuing a decode step) runs against the emulated device plugin
+# in $KVC_BENCH_EMULATED_DIR (default BUILDDIR/tests/gpu/emulated; `make bench` builds one); without one it
+# prints SKIPPED.
 # Exit status: 0 when every acceptance check holds, 1 otherwise.
 set -euo pipefail
 
@@ -62,6 +65,14 @@ if [ -x "$ROOT/.venv/bin/python" ] && "$ROOT/.venv/bin/python" -c 'import torch,
     PY_BENCH=1
 else
     echo "SKIPPED: the Python benchmark needs .venv with torch, transformers and scikit-build-core (make setup)"
+fi
+echo
+echo "== bench_host_issue (host cost of issuing one update_all step, emulated device)"
+EMU_DIR=${KVC_BENCH_EMULATED_DIR:-$BUILD/tests/gpu/emulated}
+if [ -f "$EMU_DIR/libkvcache-cuda.so" ]; then
+    KVC_BACKEND_PATH="$EMU_DIR" "$(find_bin bench_host_issue)" --json "$JSON" "${EXTRA[@]}"
+else
+    echo "bench_host_issue: SKIPPED: no emulated device plugin in $EMU_DIR (make emulated-plugin builds one)"
 fi
 echo
 echo "== bench_quantized"
@@ -212,6 +223,10 @@ row() { # bench metric
     printf "%-26s %14s %14s %16s %10s\n" "$2" "$(num "$c")" "$(num "$m")" "$(num "$t")" "$(speedup "$t" "$c")"
 }
 for m in append_ns_per_token_1k append_ns_per_token_8k append_ns_per_token_32k; do row decode_append $m; done
+echo "append / memcpy (target <= 2): $(for l in 1k 8k 32k; do
+    printf '%s %s  ' "$l" "$(value decode_append kvcache-c "append_ratio_to_memcpy_$l")"; done)"
+hi=$(value host_issue kvcache-emulated core_issue_ns)
+[ -z "$hi" ] || echo "host issue of one 32-layer update_all step on the emulated device (core only): $(num "$hi") ns"
 for m in reorder_ns_0rows reorder_ns_1rows reorder_ns_2rows reorder_ns_3rows; do row beam_reorder $m; done
 if [ -n "${GPU_BENCH:-}" ]; then
     echo

@@ -85,6 +85,7 @@ void kvc_cache_destroy(kvc_cache* c) {
   for (uint32_t i = 0; i < c->num_layers; i++) kvci_layer_free(c, c->layers[i]);
   kvci_offload_free_state(c);
   kvci_kinds_free_state(c);
+  kvci_alias_index_free(c);
   c->backend->exec_close(c->backend->ctx, &c->exec);
   if (c->batch) free(c->batch->copies);
   free(c->batch);

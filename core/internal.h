@@ -272,6 +272,7 @@ struct kvc_cache {
   /* Layers whose last-returned views (views[1]) the last update handed out: only those may still be live
    * memory outside the stores (ops_alias.c). */
   uint32_t returned_first, returned_count;
+  struct kvc_alias_index* alias_index; /* ops_alias.c's index of the memory handed out; NULL until an update */
   int64_t reserve;        /* kvc_cache_reserve hint, given to layers a lazy cache creates later */
   uint32_t num_layers;
   uint32_t cap_layers;
@@ -425,8 +426,25 @@ typedef struct kvc_update_inputs {
   void** owned;       /* the copies' buffers (backend memory) */
   int64_t* dims;      /* the copies' shape and strides arrays, 8 per tensor */
 } kvc_update_inputs;
-kvc_error* kvci_update_inputs_unalias(const kvc_cache* cache, uint32_t count, const kvc_tensor* keys,
+kvc_error* kvci_update_inputs_unalias(kvc_cache* cache, uint32_t count, const kvc_tensor* keys,
                                      const kvc_tensor* values, kvc_update_inputs* in);
+
+/*
+ * The memory a cache has handed out (every store, the stored views, the
+ * views the last update returned) and its layer structs, kept sorted
+ * between updates (alias_index.c). refresh brings the index up to date with
+ * the layers (-1: out of memory, nothing else changed); overlaps and
+ * in_layer answer from the last refresh; free is kvc_cache_destroy's.
+ */
+typedef struct kvc_span {
+  uintptr_t lo, hi; /* [lo, hi); lo == hi: no bytes */
+} kvc_span;
+/* The bytes a 4-D tensor's elements cover (strides may be negative); empty when it has none. */
+kvc_span kvci_tensor_span(const kvc_tensor* t);
+int kvci_alias_index_refresh(kvc_cache* cache);
+int kvci_alias_index_overlaps(const kvc_cache* cache, kvc_span s);
+int kvci_alias_index_in_layer(const kvc_cache* cache, const void* p); /* p inside one of the layer structs */
+void kvci_alias_index_free(kvc_cache* cache);
 void kvci_update_inputs_free(const kvc_cache* cache, kvc_update_inputs* in);
 
 /* Update engine (ops_update.c), used by create_from_tensors and encoder-decoder. */

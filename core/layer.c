@@ -231,7 +231,9 @@ void kvci_layer_write(const kvc_cache* c, kvc_layer* l, const kvc_tensor* key, c
 }
 
 static void fill_view(kvc_layer* l, int view, kvc_region r) {
-  kvc_data_type dt = kvc_dtype_to_data_type(l->dtype);
+  /* Runs twice per layer per update: what K and V share is computed once. */
+  const kvc_data_type dt = kvc_dtype_to_data_type(l->dtype);
+  const kvc_device device = kvci_tier_device(l);
   for (int which = 0; which < 2; which++) {
     kvc_tensor* t = which ? &l->views[view].value : &l->views[view].key;
     int64_t d = which ? l->v_dim : l->k_dim;
@@ -244,7 +246,7 @@ static void fill_view(kvc_layer* l, int view, kvc_region r) {
     kvci_store_strides(l, which, strides);
     t->data = which ? l->v : l->k;
     t->byte_offset = (uint64_t)(r.begin * d) * l->elem;
-    t->device = kvci_tier_device(l);
+    t->device = device;
     t->ndim = 4;
     t->dtype = dt;
     t->shape = shape;

@@ -64,10 +64,17 @@ static int launch_batch_n(gpuStream_t stream, const kvc_gpu_copy* plans, int32_t
   return gpu_check(gpuSuccess);
 }
 
+/*
+ * A launch copies its whole parameter block, used or not, so the block is sized to the count: a 32-layer
+ * decode step (64 copies) takes 7 KiB instead of the 32 KiB of KVC_GPU_BATCH_CAP plans (and the host
+ * fills a smaller struct). Where the cap is below 64 (HIP), the step block is the cap's.
+ */
+static constexpr int kvc_gpu_batch_step = KVC_GPU_BATCH_CAP > 64 ? 64 : KVC_GPU_BATCH_CAP;
 static int launch_batch(gpuStream_t stream, const kvc_gpu_copy* plans, int32_t count, uint32_t blocks) {
   if (count == 0 || blocks == 0) return 0;
   if (count == 1) return launch_batch_n<1, false>(stream, plans, count, blocks);
   if (count <= 8) return launch_batch_n<8, false>(stream, plans, count, blocks);
+  if (count <= kvc_gpu_batch_step) return launch_batch_n<kvc_gpu_batch_step, false>(stream, plans, count, blocks);
   return launch_batch_n<KVC_GPU_BATCH_CAP, false>(stream, plans, count, blocks);
 }
 

@@ -144,10 +144,49 @@ static void test_across_layers(void) { /* layer 0's returned keys become layer 1
   kvc_cache_destroy(r);
 }
 
+/*
+ * The cache keeps what it handed out between updates and rebuilds that only when stores or views changed
+ * (core/alias_index.c): stores moved by another operation between two updates must be seen by the next
+ * one. kvc_cache_reserve moves every store to one slot more than it holds; then layer 1's stored view
+ * feeds both layers, so both stores grow (move again) under that input.
+ */
+static void test_stores_moved_between_updates(void) {
+  kvc_cache *c = make(KVC_LAYER_DYNAMIC, 0, 0, KVC_OFFLOAD_DEFAULT), *r = make(KVC_LAYER_DYNAMIC, 0, 0, KVC_OFFLOAD_DEFAULT);
+  enum { PROMPT = 80 }; /* more than the 64 slots a store starts with */
+  float* buf = (float*)malloc(sizeof(float) * H * PROMPT * D);
+  int64_t shape[4];
+  kvc_tensor x = fresh(buf, shape, PROMPT, 3.0f);
+  kvc_tensor xs[2] = {x, x};
+  kvc_kv a[2], b[2];
+  for (int i = 0; i < 2; i++) { /* the second update finds the stores the first one allocated */
+    REQUIRE_OK(kvc_cache_update_all(c, 2, xs, xs, NULL, a));
+    REQUIRE_OK(kvc_cache_update_all(r, 2, xs, xs, NULL, b));
+  }
+  for (int round = 0; round < 3; round++) {
+    REQUIRE_OK(kvc_cache_reserve(c, tu_view(c, 1).key.shape[2] + 1)); /* every store moves */
+    kvc_kv v = tu_view(c, 1);
+    int64_t s1[4], s2[4];
+    float *d1, *d2;
+    kvc_tensor kc = copy_of(&v.key, s1, &d1), vc = copy_of(&v.value, s2, &d2);
+    kvc_tensor ks[2] = {v.key, v.key}, vs[2] = {v.value, v.value};
+    kvc_tensor kr[2] = {kc, kc}, vr[2] = {vc, vc};
+    REQUIRE_OK(kvc_cache_update_all(c, 2, ks, vs, NULL, a));
+    REQUIRE_OK(kvc_cache_update_all(r, 2, kr, vr, NULL, b));
+    free(d1);
+    free(d2);
+    CHECK(views_equal(&a[0], &b[0]));
+    CHECK(views_equal(&a[1], &b[1]));
+  }
+  free(buf);
+  kvc_cache_destroy(c);
+  kvc_cache_destroy(r);
+}
+
 int main(void) {
   TU_RUN(test_dynamic_growth);
   TU_RUN(test_sliding_compaction);
   TU_RUN(test_offloaded);
   TU_RUN(test_across_layers);
+  TU_RUN(test_stores_moved_between_updates);
   return tu_finish();
 }

@@ -1,0 +1,178 @@
+/*
+ * core/alias_index.c: the memory a cache has handed out, kept between
+ * updates, for the alias check of update inputs (ops_alias.c).
+ *
+ * That memory is every layer's store, the stored views and the views the
+ * last update returned; an input overlapping it is copied before anything
+ * moves. Sorting those spans on every update cost more than a decode step's
+ * copies (a 32-layer step sorted ~130 spans), yet they change only when a
+ * store is reallocated or a view points outside its store. So the index
+ * keeps the spans it sorted and, per update, only recomputes the raw spans
+ * in layer order (cheap: a view that starts at its layer's own store
+ * pointer is a window of that store, covered by the store's span, and
+ * contributes nothing) and sorts again only when they differ from last time.
+ * The same holds for the layer structs (a view's shape and strides arrays
+ * live there): rebuilt when the list of layers changed.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct kvc_span_set {
+  kvc_span* raw;    /* in layer order, as computed: what the next update compares against */
+  kvc_span* sorted; /* sorted by start and merged: disjoint */
+  size_t nraw, nsorted, cap;
+} kvc_span_set;
+
+typedef struct kvc_alias_index kvc_alias_index;
+struct kvc_alias_index {
+  kvc_span_set memory;  /* stores and views */
+  kvc_span_set layers;  /* the layer structs */
+  kvc_span* scratch;    /* where the update's raw spans are computed */
+  size_t scratch_cap;
+};
+
+static void add(kvc_span* at, size_t* n, kvc_span s) {
+  if (s.lo < s.hi) at[(*n)++] = s;
+}
+
+kvc_span kvci_tensor_span(const kvc_tensor* t) {
+  kvc_span s = {0, 0};
+  const char* base = (const char*)kvci_tensor_base(t);
+  if (!base || t->ndim != 4 || !t->shape) return s;
+  int64_t st[4], lo = 0, hi = 0;
+  kvci_tensor_strides(t, st);
+  for (int i = 0; i < 4; i++) {
+    if (t->shape[i] <= 0) return s;
+    int64_t reach = (t->shape[i] - 1) * st[i];
+    if (reach < 0) lo += reach;
+    else hi += reach;
+  }
+  size_t elem = (size_t)t->dtype.bits / 8u;
+  s.lo = (uintptr_t)(base + lo * (int64_t)elem);
+  s.hi = (uintptr_t)(base + hi * (int64_t)elem) + elem;
+  return s;
+}
+
+static kvc_span store_span(const void* p, const kvc_layer* l, int64_t d) {
+  kvc_span s = {0, 0};
+  if (!p) return s;
+  s.lo = (uintptr_t)p;
+  s.hi = s.lo + (uintptr_t)(l->batch * l->heads * l->cap * d) * l->elem;
+  return s;
+}
+
+/* A view's span, or nothing when it is a window of its layer's store (`store`: that store's pointer). */
+static kvc_span view_span(const kvc_tensor* t, const void* store) {
+  kvc_span none = {0, 0};
+  return t->data && t->data == store ? none : kvci_tensor_span(t);
+}
+
+static int cmp_span(const void* a, const void* b) {
+  uintptr_t x = ((const kvc_span*)a)->lo, y = ((const kvc_span*)b)->lo;
+  return x < y ? -1 : x > y;
+}
+
+static int grow(kvc_span** p, size_t n) {
+  kvc_span* q = (kvc_span*)realloc(*p, sizeof(kvc_span) * (n ? n : 1));
+  if (!q) return -1;
+  *p = q;
+  return 0;
+}
+
+/* Makes `set` hold the raw spans raw[0..n): nothing to do when they are those of last time. -1: out of memory. */
+static int set_refresh(kvc_span_set* set, const kvc_span* raw, size_t n) {
+  if (n == set->nraw && (n == 0 || !memcmp(raw, set->raw, sizeof(kvc_span) * n))) return 0;
+  if (n > set->cap) {
+    if (grow(&set->raw, n) || grow(&set->sorted, n)) {
+      set->nraw = set->nsorted = 0; /* stale contents must not match next time */
+      set->cap = 0;
+      return -1;
+    }
+    set->cap = n;
+  }
+  memcpy(set->raw, raw, sizeof(kvc_span) * n);
+  memcpy(set->sorted, raw, sizeof(kvc_span) * n);
+  set->nraw = n;
+  qsort(set->sorted, n, sizeof(kvc_span), cmp_span);
+  size_t m = 0; /* merge overlapping spans, so the spans are disjoint and sorted by both ends */
+  for (size_t i = 0; i < n; i++) {
+    if (m && set->sorted[i].lo < set->sorted[m - 1].hi) {
+      if (set->sorted[i].hi > set->sorted[m - 1].hi) set->sorted[m - 1].hi = set->sorted[i].hi;
+    } else {
+      set->sorted[m++] = set->sorted[i];
+    }
+  }
+  set->nsorted = m;
+  return 0;
+}
+
+/* Whether `s` overlaps one of the set's spans: the last span starting before s.hi decides. */
+static int set_overlaps(const kvc_span_set* set, kvc_span s) {
+  if (s.lo >= s.hi) return 0;
+  size_t lo = 0, hi = set->nsorted;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (set->sorted[mid].lo < s.hi) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo > 0 && set->sorted[lo - 1].hi > s.lo;
+}
+
+static int scratch_reserve(kvc_alias_index* x, size_t n) {
+  if (n <= x->scratch_cap) return 0;
+  if (grow(&x->scratch, n)) return -1;
+  x->scratch_cap = n;
+  return 0;
+}
+
+int kvci_alias_index_refresh(kvc_cache* c) {
+  kvc_alias_index* x = c->alias_index;
+  if (!x && !(x = c->alias_index = (kvc_alias_index*)calloc(1, sizeof(*x)))) return -1;
+  size_t n = 0;
+  if (scratch_reserve(x, 6 * (size_t)c->num_layers)) return -1;
+  for (uint32_t i = 0; i < c->num_layers; i++) {
+    const kvc_layer* l = c->layers[i];
+    if (l->initialized) {
+      add(x->scratch, &n, store_span(l->k, l, l->k_dim));
+      add(x->scratch, &n, store_span(l->v, l, l->v_dim));
+    }
+    add(x->scratch, &n, view_span(&l->views[0].key, l->k));
+    add(x->scratch, &n, view_span(&l->views[0].value, l->v));
+  }
+  /* What the last update returned may live outside the stores (an offloaded layer's retired device copy, a
+   * quantized layer's working buffer) until the next update; older returns point at memory already freed,
+   * which an input may legitimately occupy now. */
+  for (uint32_t i = c->returned_first; i < c->returned_first + c->returned_count && i < c->num_layers; i++) {
+    const kvc_layer* l = c->layers[i];
+    add(x->scratch, &n, view_span(&l->views[1].key, l->k));
+    add(x->scratch, &n, view_span(&l->views[1].value, l->v));
+  }
+  if (set_refresh(&x->memory, x->scratch, n)) return -1;
+  n = 0;
+  for (uint32_t i = 0; i < c->num_layers; i++) {
+    kvc_span s = {(uintptr_t)c->layers[i], (uintptr_t)c->layers[i] + sizeof(kvc_layer)};
+    add(x->scratch, &n, s);
+  }
+  return set_refresh(&x->layers, x->scratch, n);
+}
+
+int kvci_alias_index_overlaps(const kvc_cache* c, kvc_span s) {
+  return c->alias_index && set_overlaps(&c->alias_index->memory, s);
+}
+
+int kvci_alias_index_in_layer(const kvc_cache* c, const void* p) {
+  kvc_span s = {(uintptr_t)p, (uintptr_t)p + 1};
+  return p && c->alias_index && set_overlaps(&c->alias_index->layers, s);
+}
+
+void kvci_alias_index_free(kvc_cache* c) {
+  kvc_alias_index* x = c->alias_index;
+  if (!x) return;
+  free(x->memory.raw), free(x->memory.sorted);
+  free(x->layers.raw), free(x->layers.sorted);
+  free(x->scratch);
+  free(x);
+  c->alias_index = NULL;
+}
