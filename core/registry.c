@@ -133,8 +133,8 @@ kvc_error* kvci_backend_for(const char* fn, const kvc_device* device, const kvc_
                    device->device_type == KVC_DEVICE_CUDA ? "CUDA" : "ROCm", slot->why);
   int count = slot->backend->device_count(slot->backend->ctx);
   if (device->device_id < 0 || device->device_id >= count)
-    return kvci_err(KVC_ERROR_NO_DEVICE, "%s: device.device_id is %d but %d device(s) were found", fn,
-                   (int)device->device_id, count);
+    return kvci_err(KVC_ERROR_NO_DEVICE, "%s: device.device_id is %d but %d %s device(s) were found", fn,
+                   (int)device->device_id, count, device->device_type == KVC_DEVICE_CUDA ? "CUDA" : "ROCm");
   *out = slot->backend;
   return NULL;
 #else

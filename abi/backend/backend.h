@@ -267,7 +267,10 @@ typedef struct kvc_backend {
    *   k' = k * rcos[j] + rotate_half(k) * rsin[j]   for seq row j,
    * rotate_half(x) = concat(-x[h:], x[:h]) with h = shape[3] / 2, each of
    * the two products and the sum rounded to `dtype` on its own (no fused
-   * multiply-add): torch's three tensor operations, bit for bit. rcos/rsin
+   * multiply-add): torch's three tensor operations, bit for bit, except
+   * that every rounding makes a NaN the canonical quiet NaN (float32
+   * 0x7fc00000), so that backends agree where torch's NaN depends on the
+   * hardware and the compiler's operand order. rcos/rsin
    * are host memory, [shape[2]][shape[3]] float32 values already rounded to
    * `dtype`, read before the call returns. The core issues it only after
    * every check of the update, like the copies: it must not fail for

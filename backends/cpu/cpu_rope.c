@@ -5,7 +5,13 @@
  * Bit-exactness with torch depends on rounding every product and sum on its
  * own: no fused multiply-add may be formed here. The roundings below are
  * written without branches (selects only) so that the loops vectorize; they
- * give the same bits as half.h's (whose bit casts they use).
+ * give the same bits as half.h's (whose bit casts they use), except for NaN:
+ * every rounding (for float32: the store) makes a NaN the canonical quiet
+ * NaN 0x7fc00000, because
+ * which NaN an operation returns depends on the compiler's order of operands
+ * (x86 returns the first NaN operand) and on the hardware (a GPU returns its
+ * own), so that the GPU kernels (backends/gpu/gpu_rope.h), which round the
+ * same way, give these very bits (abi/backend/backend.h, rerotate_keys_4d).
  */
 #include "cpu_rope.h"
 
@@ -23,11 +29,13 @@ static inline uint32_t select_u32(int cond, uint32_t a, uint32_t b) {
   return (a & m) | (b & ~m);
 }
 
+#define CANONICAL_NAN 0x7fc00000u
+
 /* Rounding to the key dtype, kept in float32: the rotation rounds three times per key channel. */
 static inline float round_bf16(float f) {
   uint32_t u = kvci_f32_bits(f);
   uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  return kvci_f32_from_bits(select_u32((u & 0x7fffffffu) > 0x7f800000u, (u | 0x00400000u) & 0xffff0000u, r));
+  return kvci_f32_from_bits(select_u32((u & 0x7fffffffu) > 0x7f800000u, CANONICAL_NAN, r));
 }
 
 static inline float round_f16(float f) {
@@ -37,8 +45,8 @@ static inline float round_f16(float f) {
   /* below 2^-14 float16 is subnormal: a multiple of 2^-24, the float32 ulp of 0.5 */
   float t = kvci_f32_from_bits(a) + 0.5f;
   t -= 0.5f;
-  uint32_t r = select_u32(a < 0x38800000u, kvci_f32_bits(t), n);
-  return kvci_f32_from_bits(select_u32(a > 0x7f800000u, 0x7fc00000u, r) | sign);
+  uint32_t r = select_u32(a < 0x38800000u, kvci_f32_bits(t), n) | sign;
+  return kvci_f32_from_bits(select_u32(a > 0x7f800000u, CANONICAL_NAN, r));
 }
 
 static inline float round_f32(float f) { return f; }
@@ -54,8 +62,14 @@ static inline float load_f16(const void* p, int64_t i) {
   u = select_u32(em >= 0x7c00u, u | 0x7f800000u, u);
   return kvci_f32_from_bits(u | ((h & 0x8000u) << 16));
 }
-/* Stores of values already rounded to the dtype: the conversions are exact. */
-static inline void store_f32(void* p, int64_t i, float f) { ((float*)p)[i] = f; }
+/*
+ * Stores of values already rounded to the dtype: the conversions are exact.
+ * float32's rounding is the identity, so its store makes a NaN canonical
+ * (a NaN product makes the sum NaN: once, at the end, is enough).
+ */
+static inline void store_f32(void* p, int64_t i, float f) {
+  ((float*)p)[i] = f != f ? kvci_f32_from_bits(CANONICAL_NAN) : f;
+}
 static inline void store_bf16(void* p, int64_t i, float f) { ((uint16_t*)p)[i] = (uint16_t)(kvci_f32_bits(f) >> 16); }
 static inline void store_f16(void* p, int64_t i, float f) {
   uint32_t u = kvci_f32_bits(f), a = u & 0x7fffffffu;

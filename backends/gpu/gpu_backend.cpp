@@ -303,14 +303,9 @@ static const kvc_backend gpu_backend = {
     kvc_gpu_copy_tier_4d,
     kvc_gpu_tier_wait,
     gpu_copy_4d_batch,
-    /*
-     * Version 4: sink layers. No kernels yet: NULL entries, so the core
-     * refuses sink updates with RoPE on this backend up front
-     * (KVC_ERROR_UNSUPPORTED naming the operation and "cuda"/"hip") instead
-     * of meeting a failure half-way through an update.
-     */
-    NULL, /* rerotate_keys_4d */
-    NULL, /* read_f32_4d */
+    /* Version 4: sink layers (gpu_rope.cpp). */
+    kvc_gpu_rerotate_keys_4d,
+    kvc_gpu_read_f32_4d,
     /* Version 4: quantized layers. No kernels yet: the core refuses quantized layers on this backend with
        KVC_ERROR_UNSUPPORTED, naming the missing entry, before anything is written. */
     NULL, /* quantize_groups */

@@ -89,4 +89,10 @@ int kvc_gpu_copy_tier_4d(void* ctx, const kvc_exec* exec, int to_host, void* dst
                          const void* src, const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
 int kvc_gpu_tier_wait(void* ctx, const kvc_exec* exec);
 
+/* gpu_rope.cpp: the entries of sink layers. */
+int kvc_gpu_rerotate_keys_4d(void* ctx, const kvc_exec* exec, kvc_dtype dtype, void* keys, const int64_t strides[4],
+                             const int64_t shape[4], const float* rcos, const float* rsin);
+int kvc_gpu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const void* src, kvc_dtype dtype,
+                        const int64_t src_strides[4], const int64_t shape[4]);
+
 #endif /* KVC_GPU_INTERNAL_H */

@@ -42,6 +42,7 @@ typedef hipEvent_t gpuEvent_t;
 #define gpuFreeAsync hipFreeAsync
 #define gpuMemsetAsync hipMemsetAsync
 #define gpuMemcpy2DAsync hipMemcpy2DAsync
+#define gpuMemcpyAsync hipMemcpyAsync
 #define gpuFreeHost hipHostFree
 #define gpuStreamDestroy hipStreamDestroy
 #define gpuStreamSynchronize hipStreamSynchronize
@@ -59,6 +60,15 @@ static inline gpuError_t gpuStreamCreateNonBlocking(gpuStream_t* s) {
 }
 static inline gpuError_t gpuEventCreateNoTiming(gpuEvent_t* e) {
   return hipEventCreateWithFlags(e, hipEventDisableTiming);
+}
+/* 1 while `s` is being captured into a graph (or when the runtime cannot tell): no host memory may be read then. */
+static inline int gpuStreamCapturing(gpuStream_t s) {
+  hipStreamCaptureStatus st = hipStreamCaptureStatusNone;
+  if (hipStreamIsCapturing(s, &st) != hipSuccess) {
+    (void)hipGetLastError();
+    return 1;
+  }
+  return st != hipStreamCaptureStatusNone;
 }
 
 #elif defined(__CUDACC__)
@@ -84,6 +94,7 @@ typedef cudaEvent_t gpuEvent_t;
 #define gpuFreeAsync cudaFreeAsync
 #define gpuMemsetAsync cudaMemsetAsync
 #define gpuMemcpy2DAsync cudaMemcpy2DAsync
+#define gpuMemcpyAsync cudaMemcpyAsync
 #define gpuFreeHost cudaFreeHost
 #define gpuStreamDestroy cudaStreamDestroy
 #define gpuStreamSynchronize cudaStreamSynchronize
@@ -100,6 +111,14 @@ static inline gpuError_t gpuStreamCreateNonBlocking(gpuStream_t* s) {
 }
 static inline gpuError_t gpuEventCreateNoTiming(gpuEvent_t* e) {
   return cudaEventCreateWithFlags(e, cudaEventDisableTiming);
+}
+static inline int gpuStreamCapturing(gpuStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return st != cudaStreamCaptureStatusNone;
 }
 
 #else

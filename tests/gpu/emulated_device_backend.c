@@ -6,7 +6,8 @@
  * core's device paths run in every build, under AddressSanitizer too, on
  * machines without a GPU. It keeps device memory in host memory and moves
  * bytes with the CPU backend's routines (backends/cpu/cpu_backend.c is
- * compiled into this plugin; its symbols stay hidden here), but:
+ * compiled into this plugin; its symbols stay hidden here) and re-rotates
+ * sink keys with the GPU kernels' arithmetic (backends/gpu/gpu_rope.h), but:
  *
  *  - device buffers are handed out as poisoned pointers (emulated_device.h):
  *    the core faults on any dereference of device memory;
@@ -46,6 +47,7 @@
 #include "emulated_alignment.h"
 #include "emulated_device.h"
 #include "emulated_regions.h"
+#include "simulated_rope_grid.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -613,11 +615,12 @@ static int emu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d*
 /* ---- Version 4: sink layers ---- */
 
 /*
- * The RoPE operations of sink layers, with the CPU backend's arithmetic on
- * the real memory: the keys must be one of this backend's device buffers on
- * the place's device (a GPU kernel would rotate them there); the cos/sin
- * tensors are device memory of the caller (tagged), read back as a GPU
- * backend would, by a copy the host waits for.
+ * The RoPE operations of sink layers, with the GPU kernels' arithmetic
+ * (backends/gpu/gpu_rope.h, run as a simulated grid of the size the GPU
+ * backend launches) on the real memory: the keys must be one of this
+ * backend's device buffers on the place's device (a GPU kernel would rotate
+ * them there); the cos/sin tensors are device memory of the caller (tagged),
+ * read back as a GPU backend would, by a copy the host waits for.
  */
 static int emu_rerotate_keys_4d(void* ctx, const kvc_exec* exec, kvc_dtype dtype, void* keys, const int64_t st[4],
                                 const int64_t shape[4], const float* rcos, const float* rsin) {
@@ -639,9 +642,13 @@ static int emu_rerotate_keys_4d(void* ctx, const kvc_exec* exec, kvc_dtype dtype
     if (kvc_emulated_is_tagged(rcos) || kvc_emulated_is_tagged(rsin))
       violation("rerotate_keys_4d: the tables rcos/rsin are device memory; the contract passes them in host memory");
   }
-  int rc = cpu()->rerotate_keys_4d(cpu()->ctx, &cpu_place, dtype, k, st, shape, rcos, rsin);
+  int rc = kvc_gpu_rope_extents(shape);
+  if (rc > 0) {
+    kvc_gpu_rope r = kvc_gpu_rope_of(dtype, k, st, shape);
+    kvc_sim_rerotate(&r, rcos, rsin, kvc_gpu_rope_grid(kvc_gpu_rope_items(&r)));
+  }
   pthread_mutex_unlock(&lock);
-  return rc;
+  return rc < 0 ? -1 : 0;
 }
 
 /* ------------------------------------- Version 4: quantized layers */
@@ -778,9 +785,13 @@ static int emu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const vo
     if (!kvc_emulated_is_tagged(src)) violation("read_f32_4d: src %p is not device memory", src);
     if (!dst || kvc_emulated_is_tagged(dst)) violation("read_f32_4d: dst %p is not host memory", (void*)dst);
   }
-  int rc = cpu()->read_f32_4d(cpu()->ctx, &cpu_place, dst, s, dtype, ss, shape);
+  int rc = kvc_gpu_rope_extents(shape);
+  if (rc > 0) {
+    kvc_gpu_read r = kvc_gpu_read_of(dtype, s, ss, shape);
+    kvc_sim_read_f32(&r, (uint32_t*)dst, kvc_gpu_rope_grid(kvc_gpu_read_items(&r)));
+  }
   pthread_mutex_unlock(&lock);
-  return rc;
+  return rc < 0 ? -1 : 0;
 }
 
 static int emu_dequantize_groups(void* ctx, const kvc_exec* exec, const kvc_dequantize_job* job) {

@@ -13,35 +13,13 @@
  */
 #include "backend.h"
 #include "half.h"
+#include "rope_random.h"
 #include "test_util.h"
 
 /* As the backend: every product and sum rounded on its own. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t next_u64(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return rng_state;
-}
-
-static int64_t range(int64_t lo, int64_t hi) { return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1)); }
-
-/* A value of `dt` as float32: mostly ordinary numbers, sometimes any bit pattern of the dtype. */
-static float random_value(kvc_dtype dt) {
-  if (range(0, 7) == 0) {
-    uint32_t u = (uint32_t)next_u64();
-    if (dt == KVC_DTYPE_FLOAT16) return kvci_f16_to_f32((uint16_t)u);
-    if (dt == KVC_DTYPE_BFLOAT16) return kvci_bf16_to_f32((uint16_t)u);
-    return kvci_f32_from_bits(u);
-  }
-  float f = (float)((double)(int64_t)(next_u64() >> 11) / (double)(1ull << 52) - 1.0) * 4.0f;
-  return kvci_round_to(dt, f);
-}
 
 static void reference_rerotate(kvc_dtype dt, void* keys, const int64_t st[4], const int64_t sh[4], const float* rcos,
                                const float* rsin) {
@@ -130,16 +108,8 @@ static void test_read_f32(void) {
   const kvc_exec place = {0, NULL, NULL};
   for (int rep = 0; rep < 200; rep++) {
     kvc_dtype dt = dtypes[rep % 3];
-    int64_t sh[4] = {range(1, 2), range(1, 2), range(1, 6), range(1, 9)}, st[4], origin = 0, span = 1;
-    for (int i = 3; i >= 0; i--) {
-      st[i] = sh[i] == 1 && range(0, 1) ? 0 : span; /* stride 0: a broadcast dim */
-      span *= sh[i] + range(0, 1);
-    }
-    int flip = (int)range(0, 5);
-    if (flip < 4) { /* one dim read backwards */
-      origin = (sh[flip] - 1) * st[flip];
-      st[flip] = -st[flip];
-    }
+    int64_t sh[4], st[4], origin;
+    int64_t span = random_read_region(sh, st, 9, &origin);
     size_t elem = kvc_dtype_size(dt);
     unsigned char* src = (unsigned char*)malloc((size_t)span * elem);
     float* got = (float*)malloc((size_t)(sh[0] * sh[1] * sh[2] * sh[3]) * sizeof(float));

@@ -43,8 +43,10 @@ def rand(*shape, dtype=torch.bfloat16, seed=0):
 
 
 def host(view):
-    """A view's contents as a CPU tensor (a copy), read on the current stream."""
-    return torch.from_dlpack(view).cpu()
+    """A view's contents as a CPU tensor, read on the current stream: always a copy. (`.cpu()` alone copies a CUDA
+    view but returns a CPU view itself, the cache's memory, which later mutating calls rewrite: a view is valid
+    only until the next one, README "Views".)"""
+    return torch.from_dlpack(view).to("cpu", copy=True)
 
 
 def busy(stream, cycles=10**8):
@@ -54,6 +56,18 @@ def busy(stream, cycles=10**8):
 
 
 # ------------------------------------------------------------- anywhere
+
+
+def test_host_copies_a_cpu_view_that_later_calls_rewrite():
+    """host() is the CPU reference of test_results_equal_the_cpu_cache: it must not alias the cache's memory."""
+    cache = kvcache.DynamicCache(num_hidden_layers=1)
+    k = torch.arange(2 * 2 * 3 * 4, dtype=torch.float32).reshape(2, 2, 3, 4)
+    keys, _ = cache.update(k, k, 0)
+    view, kept = torch.from_dlpack(keys), host(keys)
+    assert view.cpu().data_ptr() == view.data_ptr()  # .cpu() of a CPU view: the same memory
+    assert kept.data_ptr() != view.data_ptr()
+    cache.reorder_cache([1, 0])  # on the CPU this rewrites the stored rows in place, under the old view
+    assert torch.equal(kept, k)
 
 
 def test_stream_of_a_cpu_cache_is_the_default_and_only_none_binds():
