@@ -301,12 +301,11 @@ static const kvc_backend gpu_backend = {
      */
     NULL, /* rerotate_keys_4d */
     NULL, /* read_f32_4d */
-    /* Version 4: quantized layers. No kernels yet: the core refuses quantized layers on this backend with
-       KVC_ERROR_UNSUPPORTED, naming the missing entry, before anything is written. */
-    NULL, /* quantize_groups */
-    NULL, /* dequantize_groups */
-    NULL, /* fp8_calibrate */
-    NULL, /* fp8_round_trip */
+    /* Version 4: quantized layers (gpu_quant.cpp). */
+    kvc_gpu_quantize_groups,
+    kvc_gpu_dequantize_groups,
+    kvc_gpu_fp8_calibrate,
+    kvc_gpu_fp8_round_trip,
 };
 
 #if defined(KVC_GPU_LINKED)

@@ -42,6 +42,8 @@ typedef hipEvent_t gpuEvent_t;
 #define gpuFreeAsync hipFreeAsync
 #define gpuMemsetAsync hipMemsetAsync
 #define gpuMemcpy2DAsync hipMemcpy2DAsync
+#define gpuMemcpyAsync hipMemcpyAsync
+#define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
 #define gpuFreeHost hipHostFree
 #define gpuStreamDestroy hipStreamDestroy
 #define gpuStreamSynchronize hipStreamSynchronize
@@ -84,6 +86,8 @@ typedef cudaEvent_t gpuEvent_t;
 #define gpuFreeAsync cudaFreeAsync
 #define gpuMemsetAsync cudaMemsetAsync
 #define gpuMemcpy2DAsync cudaMemcpy2DAsync
+#define gpuMemcpyAsync cudaMemcpyAsync
+#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
 #define gpuFreeHost cudaFreeHost
 #define gpuStreamDestroy cudaStreamDestroy
 #define gpuStreamSynchronize cudaStreamSynchronize

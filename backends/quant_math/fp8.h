@@ -68,10 +68,12 @@ KVC_QM_FN float kvci_fp8_scale(float amax) {
   return s;
 }
 
-/* One element of the round trip: dtype(float32(e4m3fn(v / scale)) * scale), before the rounding to dtype. */
+/* One element of the round trip: dtype(float32(e4m3fn(v / scale)) * scale), before the rounding to dtype. A NaN
+   code gives torch's NaN itself (what x86 returns for the product), so that the result does not depend on which
+   NaN operand a compiler or a device propagates when the scale is a NaN too. */
 KVC_QM_FN float kvc_qm_fp8_round_trip(float v, float scale) {
-  const uint8_t code = kvci_fp8_e4m3fn_from_f32(v / scale);
-  return kvci_fp8_e4m3fn_to_f32(code) * scale;
+  const float decoded = kvci_fp8_e4m3fn_to_f32(kvci_fp8_e4m3fn_from_f32(v / scale));
+  return decoded != decoded ? decoded : decoded * scale;
 }
 
 #endif /* KVC_QUANT_MATH_FP8_H */
