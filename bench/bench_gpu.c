@@ -20,6 +20,9 @@
  *   gpu_offload      host<->device bandwidth of an offloaded layer
  *                    (kvc_cache_prefetch / kvc_cache_offload, pinned host
  *                    tier) against cudaMemcpyAsync with pinned memory.
+ *   gpu_dequant      compact quantized mode's decode step, which dequantizes
+ *                    the whole 8k history of 32 layers (dequantize_groups),
+ *                    as memory traffic against a device-to-device copy.
  *
  * Without a usable CUDA device it prints "bench_gpu: SKIPPED: <why>" and
  * exits 0. Results go to results.json like the other benchmarks.
@@ -274,6 +277,7 @@ int main(int argc, char** argv) {
   gpu_bench_launches(&gb);
   gpu_bench_d2d(&gb);
   gpu_bench_offload(&gb);
+  gpu_bench_dequant(&gb);
 
   gpu_check(cudaEventDestroy(gb.start), "cudaEventDestroy");
   gpu_check(cudaEventDestroy(gb.stop), "cudaEventDestroy");

@@ -206,6 +206,8 @@ elif [ -n "${GPU_BENCH:-}" ]; then
         "x == 1" "$(value gpu_launches kvcache-cuda launches_per_step_static_update_all)"
     check "GPU: kvcache's device copies >= 0.80 of the card's measured D2D bandwidth" \
         "x >= 0.80" "$(value gpu_d2d kvcache-cuda d2d_fraction_of_peak)"
+    check "GPU: compact quantized step (dequantizes the 8k history) >= 0.80 of the D2D traffic rate" \
+        "x >= 0.80" "$(value gpu_dequant kvcache-cuda compact_step_fraction_of_d2d)"
     check "GPU: update@8k >= 10x faster than transformers' DynamicCache (one step, all 32 layers)" "x >= 10" \
         "$(ratio "$(value gpu_decode_step transformers-dynamic step_ns_8k)" \
             "$(value gpu_decode_step kvcache-cuda step_ns_dynamic_8k)")"

@@ -146,8 +146,8 @@ int kvci_cpu_fp8_round_trip(void* ctx, const kvc_exec* exec, void* dst, const in
     for (int64_t h = 0; h < shape[1]; h++)
       for (int64_t s = 0; s < shape[2]; s++)
         for (int64_t d = 0; d < shape[3]; d++) {
-          uint8_t code = kvci_fp8_e4m3fn_from_f32(kvci_load_f32(dt, src, at4(ss, b, h, s, d)) / scale);
-          kvci_store_f32(dt, dst, at4(ds, b, h, s, d), kvci_fp8_e4m3fn_to_f32(code) * scale);
+          const float v = kvci_load_f32(dt, src, at4(ss, b, h, s, d));
+          kvci_store_f32(dt, dst, at4(ds, b, h, s, d), kvc_qm_fp8_round_trip(v, scale));
         }
   return 0;
 }

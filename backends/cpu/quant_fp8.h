@@ -16,7 +16,8 @@
  * e4m3fn -> float32 is exact; NaN decodes to 0x7ff00000 (0xfff00000 for 0xff),
  * as torch's.
  *
- * Pure arithmetic on host memory, private to the CPU backend (cpu_quant_ops.c).
+ * Pure arithmetic on host memory, private to the CPU backend (cpu_quant_ops.c); the per-value arithmetic is
+ * backends/quant_math/fp8.h.
  */
 #ifndef KVC_CPU_QUANT_FP8_H
 #define KVC_CPU_QUANT_FP8_H
@@ -25,14 +26,10 @@
 
 #include "kvcache/tensor.h"
 
-#define KVC_FP8_E4M3FN_MAX 448.0f /* torch.finfo(torch.float8_e4m3fn).max */
-#define KVC_FP8_E4M3FN_NAN 0x7fu  /* | 0x80 for the negative one */
-
-/* float32 -> e4m3fn code, as torch's `.to(torch.float8_e4m3fn)`. */
-uint8_t kvci_fp8_e4m3fn_from_f32(float f);
-
-/* e4m3fn code -> float32 (exact; NaN as torch decodes it). */
-float kvci_fp8_e4m3fn_to_f32(uint8_t code);
+/* kvci_fp8_e4m3fn_from_f32 (float32 -> e4m3fn code, as torch's `.to(torch.float8_e4m3fn)`),
+   kvci_fp8_e4m3fn_to_f32 (e4m3fn code -> float32, exact; NaN as torch decodes it) and kvci_fp8_scale below are
+   defined there, shared with the GPU kernels. */
+#include "quant_math/fp8.h"
 
 /*
  * t.abs().amax() of n elements of `dtype` (float32, float16 or bfloat16
@@ -47,9 +44,8 @@ float kvci_fp8_amax(kvc_dtype dtype, const void* data, int64_t n);
  * The scale transformers calibrates from an amax: float32 amax / 448 (one
  * correctly rounded float32 division), then clamp(min=FLT_MIN): a result
  * below FLT_MIN (amax 0, or amax < 448 * FLT_MIN) becomes FLT_MIN; NaN
- * stays NaN, +inf stays +inf.
+ * stays NaN, +inf stays +inf: kvci_fp8_scale (backends/quant_math/fp8.h).
  */
-float kvci_fp8_scale(float amax);
 
 /* kvci_fp8_scale(kvci_fp8_amax(...)): the scale of the first update's keys (or values). */
 float kvci_fp8_calibrate(kvc_dtype dtype, const void* data, int64_t n);

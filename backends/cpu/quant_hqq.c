@@ -21,26 +21,18 @@
 
 #include "half.h"
 #include "quantize.h"
+#include "quant_math/torch_pow.h"
 #include "torch_cpu_math.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-enum { HQQ_ITERS = 20 };
-static const float HQQ_SHRINK = 0.1f; /* 1 / beta, beta = 10; kappa is unused by the solver transformers gets */
-
 /* |x|^(lp - 1) with lp = 0.7 as torch computes it: vector lanes in float,
  * the tail of the loop a vector does not cover in double, with the exponent
  * Python computed (0.7 - 1 = -0.30000000000000004). */
 static float shrink_pow(float a, int vector_lane) {
-  return vector_lane ? kvci_torch_powf_vec(a, (float)(0.7 - 1.0)) : (float)pow((double)a, 0.7 - 1.0);
-}
-
-static float clamp_code(float v, float max_code) { /* torch.clamp: NaN stays, -0 stays */
-  if (v < 0.0f) return 0.0f;
-  if (v > max_code) return max_code;
-  return v;
+  return vector_lane ? kvci_torch_powf_vec(a, (float)KVC_HQQ_POW_EXPONENT) : kvc_qm_pow_tail(a);
 }
 
 typedef struct hqq_work {
@@ -59,22 +51,11 @@ static float solver_step(hqq_work* h, float max_code) {
   for (int64_t i = 0; i < h->n; i++) {
     const int64_t k = group_of(h, i);
     const float w = h->w[i], s = h->s[k], z = h->z[k];
-    float t = w * s;
-    t = t + z;
-    const float q = clamp_code(kvci_round_half_even(t), max_code);
-    float r = q - z;
-    r = r / s;
-    const float d = w - r;
+    float q;
+    const float d = kvc_qm_hqq_error(w, s, z, max_code, &q);
     const float a = fabsf(d);
     h->err[i] = a;
-    float shrunk = HQQ_SHRINK * shrink_pow(a, i < vector_end);
-    shrunk = a - shrunk;
-    if (shrunk < 0.0f) shrunk = 0.0f;
-    const float sign = d > 0.0f ? 1.0f : (d < 0.0f ? -1.0f : 0.0f);
-    const float e = shrunk * sign;
-    float target = w - e;
-    target = target * s;
-    h->target[i] = q - target;
+    h->target[i] = kvc_qm_hqq_target(w, s, q, d, a, shrink_pow(a, i < vector_end));
   }
   const int64_t groups = h->by_column ? h->cols : h->rows, group = h->by_column ? h->rows : h->cols;
   for (int64_t k = 0; k < groups; k++) {
@@ -114,23 +95,12 @@ int kvci_hqq_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ng
   for (int64_t k = 0; k < ngroups; k++) {
     const float* v = x + k * group;
     float lo = v[0], hi = v[0];
-    for (int64_t i = 1; i < group; i++) {
-      if (v[i] < lo) lo = v[i];
-      if (v[i] > hi) hi = v[i];
-    }
-    /* s = (2^b - 1) / (max - min), which torch computes as a reciprocal times 2^b - 1 */
-    const float range = hi - lo;
-    float s = 1.0f / range;
-    s = s * max_code;
-    if (fabsf(range) <= 1e-4f) s = 1.0f;
-    if (s > 2e4f) s = 2e4f;
-    const float neg = -lo;
-    h.s[k] = s;
-    h.z[k] = neg * s;
+    for (int64_t i = 1; i < group; i++) kvc_qm_min_max(v[i], &lo, &hi);
+    kvc_qm_hqq_start(lo, hi, max_code, &h.s[k], &h.z[k]);
   }
 
   float best = INFINITY;
-  for (int it = 0; it < HQQ_ITERS; it++) {
+  for (int it = 0; it < KVC_HQQ_ITERS; it++) {
     const float err = solver_step(&h, max_code);
     float* t = h.z;
     h.z = h.z_next;
@@ -141,28 +111,20 @@ int kvci_hqq_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ng
 
   for (int64_t i = 0; i < h.n; i++) {
     const int64_t k = group_of(&h, i);
-    float t = h.w[i] * h.s[k];
-    t = t + h.z[k];
-    const float q = clamp_code(kvci_round_half_even(t), max_code);
+    const float q = kvc_qm_hqq_rounded(h.w[i], h.s[k], h.z[k], max_code);
     const int64_t at = h.by_column ? k * group + i / h.cols : i;
     codes[at] = kvci_quant_code(q, max_code);
   }
   for (int64_t k = 0; k < ngroups; k++) {
-    scale[k] = kvci_round_to(spec->dtype, 1.0f / h.s[k]);
+    scale[k] = kvc_qm_hqq_scale(spec->dtype, h.s[k]);
     zero[k] = kvci_round_to(spec->dtype, h.z[k]);
   }
   free(buf);
   return 0;
 }
 
-/* (code - zero) * scale, each operation rounded to dt (hqq dequantizes in the cache's dtype). */
-static inline float hqq_value(kvc_dtype dt, float s, float z, uint8_t code) {
-  float shifted = kvci_round_to(dt, (float)code - z);
-  return kvci_round_to(dt, shifted * s);
-}
-
 static inline void hqq_group(kvc_dtype dt, const uint8_t* q, float s, float z, int64_t group, float* o) {
-  for (int64_t i = 0; i < group; i++) o[i] = hqq_value(dt, s, z, q[i]);
+  for (int64_t i = 0; i < group; i++) o[i] = kvc_qm_hqq_value(dt, s, z, q[i]);
 }
 
 void kvci_hqq_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale, const float* zero,

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kvcache.h"
+#include "quant_math/quant_math.h" /* the per-value arithmetic, shared with the GPU kernels */
 
 typedef struct kvc_quantizer_spec {
   kvc_quantizer quantizer; /* KVC_QUANTIZER_QUANTO or KVC_QUANTIZER_HQQ */
@@ -104,21 +105,6 @@ int kvci_hqq_quantize(const kvc_quantizer_spec* spec, const float* x, int64_t ng
                      float* scale, float* zero, float* work);
 void kvci_hqq_dequantize(const kvc_quantizer_spec* spec, const uint8_t* codes, const float* scale, const float* zero,
                         int64_t ngroups, int64_t group, float* out);
-
-/* The largest code of nbits, and the code torch's clamp-and-convert gives a rounded value (NaN: 0). */
-static inline float kvci_quant_max_code(int nbits) { return (float)((1 << nbits) - 1); }
-static inline uint8_t kvci_quant_code(float rounded, float max_code) {
-  if (!(rounded > 0.0f)) return 0;
-  return rounded < max_code ? (uint8_t)rounded : (uint8_t)max_code;
-}
-
-/* Round half to even, as torch.round (exact for |v| < 2^23; larger values are already integers). */
-static inline float kvci_round_half_even(float v) {
-  float a = v < 0.0f ? -v : v;
-  if (!(a < 8388608.0f)) return v;
-  a = (a + 8388608.0f) - 8388608.0f;
-  return v < 0.0f ? -a : a;
-}
 
 /*
  * Calls FN(dtype, ...) with the value's dtype as a constant in each branch,

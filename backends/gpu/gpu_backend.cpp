@@ -306,12 +306,11 @@ static const kvc_backend gpu_backend = {
     /* Version 4: sink layers (gpu_rope.cpp). */
     kvc_gpu_rerotate_keys_4d,
     kvc_gpu_read_f32_4d,
-    /* Version 4: quantized layers. No kernels yet: the core refuses quantized layers on this backend with
-       KVC_ERROR_UNSUPPORTED, naming the missing entry, before anything is written. */
-    NULL, /* quantize_groups */
-    NULL, /* dequantize_groups */
-    NULL, /* fp8_calibrate */
-    NULL, /* fp8_round_trip */
+    /* Version 4: quantized layers (gpu_quant.cpp). */
+    kvc_gpu_quantize_groups,
+    kvc_gpu_dequantize_groups,
+    kvc_gpu_fp8_calibrate,
+    kvc_gpu_fp8_round_trip,
     /* Version 5: the pinned store an offload fills is not zeroed across the bus first. */
     kvc_gpu_host_alloc,
 };

@@ -95,4 +95,12 @@ int kvc_gpu_rerotate_keys_4d(void* ctx, const kvc_exec* exec, kvc_dtype dtype, v
 int kvc_gpu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const void* src, kvc_dtype dtype,
                         const int64_t src_strides[4], const int64_t shape[4]);
 
+/* gpu_quant.cpp: the quantizer entries (backend table version 4). */
+int kvc_gpu_quantize_groups(void* ctx, const kvc_exec* exec, const kvc_quantize_job* job);
+int kvc_gpu_dequantize_groups(void* ctx, const kvc_exec* exec, const kvc_dequantize_job* job);
+int kvc_gpu_fp8_calibrate(void* ctx, const kvc_exec* exec, const void* src, const int64_t strides[4],
+                          const int64_t shape[4], int32_t dtype, float* scale);
+int kvc_gpu_fp8_round_trip(void* ctx, const kvc_exec* exec, void* dst, const int64_t dst_strides[4], const void* src,
+                           const int64_t src_strides[4], const int64_t shape[4], int32_t dtype, float scale);
+
 #endif /* KVC_GPU_INTERNAL_H */

@@ -43,6 +43,7 @@ typedef hipEvent_t gpuEvent_t;
 #define gpuMemsetAsync hipMemsetAsync
 #define gpuMemcpy2DAsync hipMemcpy2DAsync
 #define gpuMemcpyAsync hipMemcpyAsync
+#define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
 #define gpuFreeHost hipHostFree
 #define gpuStreamDestroy hipStreamDestroy
 #define gpuStreamSynchronize hipStreamSynchronize
@@ -95,6 +96,7 @@ typedef cudaEvent_t gpuEvent_t;
 #define gpuMemsetAsync cudaMemsetAsync
 #define gpuMemcpy2DAsync cudaMemcpy2DAsync
 #define gpuMemcpyAsync cudaMemcpyAsync
+#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
 #define gpuFreeHost cudaFreeHost
 #define gpuStreamDestroy cudaStreamDestroy
 #define gpuStreamSynchronize cudaStreamSynchronize

@@ -6,8 +6,10 @@
  * core's device paths run in every build, under AddressSanitizer too, on
  * machines without a GPU. It keeps device memory in host memory and moves
  * bytes with the CPU backend's routines (backends/cpu/cpu_backend.c is
- * compiled into this plugin; its symbols stay hidden here) and re-rotates
- * sink keys with the GPU kernels' arithmetic (backends/gpu/gpu_rope.h), but:
+ * compiled into this plugin; its symbols stay hidden here), re-rotates sink
+ * keys with the GPU kernels' arithmetic (backends/gpu/gpu_rope.h) and
+ * quantizes with the GPU backend's kernel code run over simulated grids
+ * (quant_grid.h), but:
  *
  *  - device buffers are handed out as poisoned pointers (emulated_device.h):
  *    the core faults on any dereference of device memory;
@@ -43,11 +45,11 @@
 #endif
 
 #include "backend.h"
-#include "cpu_quant_ops.h"
 #include "emulated_alignment.h"
 #include "emulated_device.h"
 #include "emulated_regions.h"
 #include "simulated_rope_grid.h"
+#include "quant_grid.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -654,8 +656,11 @@ static int emu_rerotate_keys_4d(void* ctx, const kvc_exec* exec, kvc_dtype dtype
 /* ------------------------------------- Version 4: quantized layers */
 
 /*
- * The quantizer entries run the CPU backend's code on the untagged memory,
- * after checking that every span of the job stays inside its buffer (a
+ * The quantizer entries run the GPU backend's kernels as the device runs
+ * them (quant_grid.h: the plans of backends/gpu/gpu_quant_plan.c, every
+ * launch, every thread of its grid) on the untagged memory, so the emulated
+ * suite compares the kernels' arithmetic with the CPU caches byte for byte;
+ * before that they check that every span of the job stays inside its buffer (a
  * kernel would read or write exactly those bytes) and that the job's
  * outputs do not overlap its inputs or each other (a GPU runs its groups in
  * parallel), except a dequantization written in place over the very span it
@@ -767,7 +772,7 @@ static int emu_quantize_groups(void* ctx, const kvc_exec* exec, const kvc_quanti
       if (job->records.base) check_apart(op, "dequantized values", dlo, dhi, "records", rlo, rhi);
     }
   }
-  return quant_exit(kvci_cpu_quantize_groups(NULL, &cpu_place, &plain));
+  return quant_exit(kvc_grid_quantize_groups(&plain));
 }
 
 static int emu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const void* src, kvc_dtype dtype,
@@ -813,7 +818,7 @@ static int emu_dequantize_groups(void* ctx, const kvc_exec* exec, const kvc_dequ
     plain.records.base = checked_bytes(op, "records", exec, p, job->records.base, 1, rlo, rhi, 0, NULL);
     check_apart(op, "dst", dlo, dhi, "records", rlo, rhi);
   }
-  return quant_exit(kvci_cpu_dequantize_groups(NULL, &cpu_place, &plain));
+  return quant_exit(kvc_grid_dequantize_groups(&plain));
 }
 
 static int emu_fp8_calibrate(void* ctx, const kvc_exec* exec, const void* src, const int64_t st[4],
@@ -823,7 +828,7 @@ static int emu_fp8_calibrate(void* ctx, const kvc_exec* exec, const void* src, c
   place* p = quant_entry(op, exec);
   if (!scale || kvc_emulated_is_tagged(scale)) violation("%s: scale %p is not host memory", op, (void*)scale);
   const void* s = checked_region(op, "src", exec, p, src, st, shape, dtype_elem(dtype), 0, NULL);
-  return quant_exit(kvci_cpu_fp8_calibrate(NULL, &cpu_place, s, st, shape, dtype, scale));
+  return quant_exit(kvc_grid_fp8_calibrate(s, st, shape, dtype, scale));
 }
 
 static int emu_fp8_round_trip(void* ctx, const kvc_exec* exec, void* dst, const int64_t ds[4], const void* src,
@@ -835,7 +840,7 @@ static int emu_fp8_round_trip(void* ctx, const kvc_exec* exec, void* dst, const 
   void* d = checked_region(op, "dst", exec, p, dst, ds, shape, elem, 1, NULL);
   const void* s = checked_region(op, "src", exec, p, src, ss, shape, elem, 0, NULL);
   check_copy_overlap(op, d, ds, s, ss, shape, elem, 0);
-  return quant_exit(kvci_cpu_fp8_round_trip(NULL, &cpu_place, d, ds, s, ss, shape, dtype, scale));
+  return quant_exit(kvc_grid_fp8_round_trip(d, ds, s, ss, shape, dtype, scale));
 }
 
 static const kvc_backend emulated_backend = {

@@ -61,6 +61,41 @@ static int tw_same_impl(kvc_error* a, kvc_error* b, const char* file, int line, 
 
 /* ------------------------------------------------------------ comparing */
 
+/*
+ * Set while quantized layers are compared: a float element that is a NaN on both sides counts as equal whatever
+ * its payload and sign, the one thing the device's quantizer arithmetic does not reproduce (which NaN an operation
+ * returns: docs/design.md, 'Quantizing on devices'). Every other bit is still compared.
+ */
+static int tw_nan_equal;
+
+/* 1 when the element of `elem` bytes at p (a float tensor of type code `code`) is a NaN. */
+static int tw_is_nan(const unsigned char* p, uint8_t code, size_t elem) {
+  uint32_t u = 0;
+  if (elem == 4) {
+    memcpy(&u, p, 4);
+    return (u & 0x7fffffffu) > 0x7f800000u;
+  }
+  if (elem != 2) return 0;
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return code == KVC_TYPE_CODE_BFLOAT ? (h & 0x7fffu) > 0x7f80u : (h & 0x7fffu) > 0x7c00u;
+}
+
+/* Bytes [0, n) of x and y equal, or (tw_nan_equal) differing only inside elements that are NaN on both sides;
+   returns the first byte that differs otherwise (n when none). */
+static size_t tw_first_difference(const unsigned char* x, const unsigned char* y, size_t n, const kvc_tensor* t) {
+  const size_t elem = gt_elem(t);
+  const int floats = t->dtype.code == KVC_TYPE_CODE_FLOAT || t->dtype.code == KVC_TYPE_CODE_BFLOAT;
+  for (size_t at = 0; at < n; at++) {
+    if (x[at] == y[at]) continue;
+    if (!tw_nan_equal || !floats || !elem) return at;
+    const size_t e = at - at % elem;
+    if (!tw_is_nan(x + e, t->dtype.code, elem) || !tw_is_nan(y + e, t->dtype.code, elem)) return at;
+    at = e + elem - 1;
+  }
+  return n;
+}
+
 static int tw_same_tensor_impl(const kvc_tensor* a, const kvc_tensor* b, int device, const char* file, int line,
                                const char* what) {
   char label[200];
@@ -90,8 +125,7 @@ static int tw_same_tensor_impl(const kvc_tensor* a, const kvc_tensor* b, int dev
   unsigned char* y = gt_read_tensor(b, &nb);
   size_t at = 0;
   ok = na == nb && (na == 0 || (x && y));
-  if (ok)
-    while (at < na && x[at] == y[at]) at++;
+  if (ok) at = tw_first_difference(x, y, na, a);
   ok = ok && at == na;
   tu_report(ok, file, line, label);
   if (!ok) {
