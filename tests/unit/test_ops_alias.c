@@ -118,6 +118,22 @@ static void test_offloaded(void) { /* the device copy the views point at is rele
   kvc_cache_destroy(r);
 }
 
+/* Feeds the view `v` of cache c to both of its layers in one update_all, and a copy of it to both layers of
+ * the reference r; the views each returns (a, b) must be equal. */
+static void feed_both_layers(kvc_cache* c, kvc_cache* r, kvc_kv v, kvc_kv a[2], kvc_kv b[2]) {
+  int64_t s1[4], s2[4];
+  float *d1, *d2;
+  kvc_tensor kc = copy_of(&v.key, s1, &d1), vc = copy_of(&v.value, s2, &d2);
+  kvc_tensor ks[2] = {v.key, v.key}, vs[2] = {v.value, v.value};
+  kvc_tensor kr[2] = {kc, kc}, vr[2] = {vc, vc};
+  REQUIRE_OK(kvc_cache_update_all(c, 2, ks, vs, NULL, a));
+  REQUIRE_OK(kvc_cache_update_all(r, 2, kr, vr, NULL, b));
+  free(d1);
+  free(d2);
+  CHECK(views_equal(&a[0], &b[0]));
+  CHECK(views_equal(&a[1], &b[1]));
+}
+
 static void test_across_layers(void) { /* layer 0's returned keys become layer 1's input in one update_all */
   kvc_cache *c = make(KVC_LAYER_DYNAMIC, 0, 0, KVC_OFFLOAD_DEFAULT), *r = make(KVC_LAYER_DYNAMIC, 0, 0, KVC_OFFLOAD_DEFAULT);
   float buf[H * 6 * D];
@@ -128,17 +144,7 @@ static void test_across_layers(void) { /* layer 0's returned keys become layer 1
   REQUIRE_OK(kvc_cache_update_all(c, 2, xs, xs, NULL, a));
   REQUIRE_OK(kvc_cache_update_all(r, 2, xs, xs, NULL, b));
   for (int s = 0; s < 6; s++) {
-    int64_t s1[4], s2[4];
-    float *d1, *d2;
-    kvc_tensor kc = copy_of(&a[0].key, s1, &d1), vc = copy_of(&a[0].value, s2, &d2);
-    kvc_tensor ks[2] = {a[0].key, a[0].key}, vs[2] = {a[0].value, a[0].value};
-    kvc_tensor kr[2] = {kc, kc}, vr[2] = {vc, vc};
-    REQUIRE_OK(kvc_cache_update_all(c, 2, ks, vs, NULL, a));
-    REQUIRE_OK(kvc_cache_update_all(r, 2, kr, vr, NULL, b));
-    free(d1);
-    free(d2);
-    CHECK(views_equal(&a[0], &b[0]));
-    CHECK(views_equal(&a[1], &b[1]));
+    feed_both_layers(c, r, a[0], a, b);
   }
   kvc_cache_destroy(c);
   kvc_cache_destroy(r);
@@ -164,18 +170,7 @@ static void test_stores_moved_between_updates(void) {
   }
   for (int round = 0; round < 3; round++) {
     REQUIRE_OK(kvc_cache_reserve(c, tu_view(c, 1).key.shape[2] + 1)); /* every store moves */
-    kvc_kv v = tu_view(c, 1);
-    int64_t s1[4], s2[4];
-    float *d1, *d2;
-    kvc_tensor kc = copy_of(&v.key, s1, &d1), vc = copy_of(&v.value, s2, &d2);
-    kvc_tensor ks[2] = {v.key, v.key}, vs[2] = {v.value, v.value};
-    kvc_tensor kr[2] = {kc, kc}, vr[2] = {vc, vc};
-    REQUIRE_OK(kvc_cache_update_all(c, 2, ks, vs, NULL, a));
-    REQUIRE_OK(kvc_cache_update_all(r, 2, kr, vr, NULL, b));
-    free(d1);
-    free(d2);
-    CHECK(views_equal(&a[0], &b[0]));
-    CHECK(views_equal(&a[1], &b[1]));
+    feed_both_layers(c, r, tu_view(c, 1), a, b);
   }
   free(buf);
   kvc_cache_destroy(c);
