@@ -163,9 +163,8 @@ for ctx in ("1k", "8k", "32k"):
          ("gpu_decode_step", "kvcache-cuda", f"step_host_ns_dynamic_{ctx}"), "{:.0f}")
 show("offloaded 32-layer step at 8k, kvcache (ns)", ("gpu_decode_step", "kvcache-cuda", "step_ns_offloaded_8k"), "{:.0f}")
 show("offloaded 32-layer step at 8k, transformers (ns)", ("gpu_decode_step", "transformers-offloaded", "step_ns_8k"), "{:.0f}")
-for k, v in sorted(value.items()):
-    if k[0] == "gpu_quant" and k[2].endswith("fraction_of_d2d"):
-        show(f"{k[2]} ({k[1]})", k)
+show("compact quantized step's dequantization / D2D traffic rate", ("gpu_dequant", "kvcache-cuda", "compact_step_fraction_of_d2d"))
+show("update_all copies / the card's D2D bandwidth", ("gpu_d2d", "kvcache-cuda", "d2d_fraction_of_peak"))
 EOF
 if [ "$failed" -eq 0 ]; then say "gpu-check: every step passed"; else say "gpu-check: some steps failed (see above)"; fi
 exit "$failed"
