@@ -61,8 +61,7 @@ typedef int32_t kvc_layer_kind;
 #define KVC_LAYER_QUANTIZED_FP8         14 /**< Fp8QuantizedLayer (transformers >= 5.21): float8 e4m3fn with one
                                                 scale per tensor, fixed by the layer's first update; no residual.
                                                 The first update returns its inputs, later ones the dequantized
-                                                history. The GPU backends refuse it (UNSUPPORTED) until they
-                                                get FP8 kernels. Since 0.4. */
+                                                history. Runs on every backend (CPU, CUDA, ROCm). Since 0.4. */
 
 /**
  * One layer of a custom cache.
