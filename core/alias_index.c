@@ -51,22 +51,34 @@ static void add(kvc_span* at, size_t* n, kvc_span s) {
   if (s.lo < s.hi) at[(*n)++] = s;
 }
 
-kvc_span kvci_tensor_span(const kvc_tensor* t) {
-  kvc_span s = {0, 0};
-  const char* base = (const char*)kvci_tensor_base(t);
-  if (!base || t->ndim != 4 || !t->shape) return s;
+int kvci_tensor_extent(const kvc_tensor* t, kvc_extent* out) {
+  if (t->ndim != 4 || !t->shape) return 0;
   int64_t st[4], lo = 0, hi = 0;
   kvci_tensor_strides(t, st);
   for (int i = 0; i < 4; i++) {
-    if (t->shape[i] <= 0) return s;
+    if (t->shape[i] <= 0) return 0;
     int64_t reach = (t->shape[i] - 1) * st[i];
     if (reach < 0) lo += reach;
     else hi += reach;
   }
-  size_t elem = (size_t)t->dtype.bits / 8u;
-  s.lo = (uintptr_t)(base + lo * (int64_t)elem);
-  s.hi = (uintptr_t)(base + hi * (int64_t)elem) + elem;
+  int64_t elem = (int64_t)t->dtype.bits / 8;
+  out->lo = lo * elem;
+  out->hi = hi * elem + elem;
+  return 1;
+}
+
+kvc_span kvci_span_at(const void* base, kvc_extent x) {
+  kvc_span s = {0, 0};
+  if (!base) return s;
+  s.lo = (uintptr_t)base + (uintptr_t)x.lo; /* x.lo <= 0: wraps to the subtraction */
+  s.hi = (uintptr_t)base + (uintptr_t)x.hi;
   return s;
+}
+
+kvc_span kvci_tensor_span(const kvc_tensor* t) {
+  kvc_span none = {0, 0};
+  kvc_extent x;
+  return kvci_tensor_extent(t, &x) ? kvci_span_at(kvci_tensor_base(t), x) : none;
 }
 
 static kvc_span store_span(const void* p, const kvc_layer* l, int64_t d) {

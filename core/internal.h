@@ -447,6 +447,13 @@ typedef struct kvc_span {
 } kvc_span;
 /* The bytes a 4-D tensor's elements cover (strides may be negative); empty when it has none. */
 kvc_span kvci_tensor_span(const kvc_tensor* t);
+/* The same in two steps, for tensors that share a descriptor: the byte offsets from the base that the elements
+ * cover ([lo, hi), lo <= 0), 0 when there are none; then the span at a given base (empty for NULL). */
+typedef struct kvc_extent {
+  int64_t lo, hi;
+} kvc_extent;
+int kvci_tensor_extent(const kvc_tensor* t, kvc_extent* out);
+kvc_span kvci_span_at(const void* base, kvc_extent x);
 int kvci_alias_index_refresh(kvc_cache* cache);
 int kvci_alias_index_overlaps(const kvc_cache* cache, kvc_span s);
 int kvci_alias_index_in_layer(const kvc_cache* cache, const void* p); /* p inside one of the layer structs */
