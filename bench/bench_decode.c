@@ -9,7 +9,16 @@
  * at the given context, then crops them off again so every repetition starts
  * from the same length. Reported: median, min and max over repetitions of the
  * time per token, for one kvc_cache_update_all call and for 32
- * kvc_cache_update calls, and the memcpy roofline measured in the same run.
+ * kvc_cache_update calls, and two memcpy rooflines measured in the same run:
+ *  - memcpy: the step's bytes from the same 64 sources per token to
+ *    consecutive addresses of a small buffer that stays hot in the caches
+ *    and the TLB. The software floor: what moving the bytes costs at best.
+ *  - slot memcpy: the same bytes, one head row (256 bytes) per memcpy, to the
+ *    very slots the cache writes (taken from the views the updates returned):
+ *    512 rows per token spread over 64 stores of up to gigabytes, a page
+ *    apart or more, so it pays the TLB and cache misses the cache pays. What
+ *    the cache costs above it is software; what this costs above the first
+ *    roofline is the memory system.
  * Repetitions visit the lengths in turn, so drift hits them alike. The one
  * step where a store grows past its prefill size is timed apart, once.
  */
@@ -163,6 +172,67 @@ static double time_memcpy(const step_data* d, char* dst) {
   return per_token;
 }
 
+/* Where the cache writes each step's head rows: [steps][LAYERS][2][KV_HEADS]. */
+typedef struct slot_map {
+  char** dst;
+  const void* stores[LAYERS][2]; /* the views' data pointers when recorded: the slots are valid while they hold */
+} slot_map;
+
+static char** slot_at(const slot_map* m, int step, int layer, int is_value) {
+  return m->dst + (((size_t)step * LAYERS + (size_t)layer) * 2 + (size_t)is_value) * KV_HEADS;
+}
+
+/* The newest token's head rows in the views the update of one step returned. */
+static void record_step_slots(slot_map* m, const kvc_kv* out, int step) {
+  for (int l = 0; l < LAYERS; l++)
+    for (int is_value = 0; is_value < 2; is_value++) {
+      const kvc_tensor* t = is_value ? &out[l].value : &out[l].key;
+      char* base = (char*)t->data + t->byte_offset;
+      char** slot = slot_at(m, step, l, is_value);
+      for (int h = 0; h < KV_HEADS; h++)
+        slot[h] = base + (h * bench_stride(t, 1) + (t->shape[2] - 1) * bench_stride(t, 2)) * 2;
+      m->stores[l][is_value] = t->data;
+    }
+}
+
+/* Runs the steps once with update_all (untimed), records every slot, crops back. */
+static void record_slots(kvc_cache* cache, const step_data* d, int64_t context, slot_map* m) {
+  kvc_kv out[LAYERS];
+  m->dst = bench_alloc((size_t)d->steps * LAYERS * 2 * KV_HEADS * sizeof(char*));
+  for (int s = 0; s < d->steps; s++) {
+    bench_check(kvc_cache_update_all(cache, LAYERS, &d->keys[s * LAYERS], &d->values[s * LAYERS], NULL, out),
+                "kvc_cache_update_all");
+    record_step_slots(m, out, s);
+  }
+  crop_back(cache, d->steps, context);
+}
+
+/* The slot roofline writes into the cache's stores: they must not have moved since the slots were recorded. */
+static void check_slots_valid(const slot_map* m, const kvc_kv* out) {
+  for (int l = 0; l < LAYERS; l++)
+    if (out[l].key.data != m->stores[l][0] || out[l].value.data != m->stores[l][1]) {
+      fprintf(stderr, "bench: layer %d's store moved after its slots were recorded\n", l);
+      exit(1);
+    }
+}
+
+/* The second roofline: the same bytes, one head row per memcpy, into the
+ * slots the cache writes (the bytes the cache wrote there, so the cache's
+ * contents stay what they are); ns per token. */
+static double time_slot_memcpy(const step_data* d, const slot_map* m) {
+  double t0 = bench_now_ns();
+  for (int s = 0; s < d->steps; s++)
+    for (int l = 0; l < LAYERS; l++)
+      for (int is_value = 0; is_value < 2; is_value++) {
+        char** slot = slot_at(m, s, l, is_value);
+        const uint16_t* src = token_src(d, s, l, is_value);
+        for (int h = 0; h < KV_HEADS; h++) memcpy(slot[h], src + (size_t)h * HEAD_DIM, HEAD_DIM * 2);
+      }
+  double per_token = (bench_now_ns() - t0) / d->steps;
+  bench_sink += (uint64_t)(unsigned char)slot_at(m, d->steps - 1, LAYERS - 1, 1)[KV_HEADS - 1][0];
+  return per_token;
+}
+
 static uint64_t bytes_reserved(const kvc_cache* cache) {
   kvc_memory_info mem;
   memset(&mem, 0, sizeof mem);
@@ -200,7 +270,8 @@ static void measure_growth(kvc_cache* cache, const step_data* d, int64_t context
 typedef struct length_samples {
   int64_t context;
   kvc_cache* cache;
-  double *all, *loop, *roof;
+  slot_map slots;
+  double *all, *loop, *roof, *slot_roof;
 } length_samples;
 
 static void add_stats(bench_results* res, const char* impl, const char* prefix, const char* label,
@@ -214,8 +285,9 @@ static void add_stats(bench_results* res, const char* impl, const char* prefix, 
   bench_add(res, "decode_append", impl, m, s.max, "ns");
 }
 
-static void print_row(const char* label, const char* impl, bench_stats s, double roof) {
-  printf("%-8s %-22s %12.0f %12.0f %12.0f %9.2f\n", label, impl, s.median, s.min, s.max, s.median / roof);
+static void print_row(const char* label, const char* impl, bench_stats s, double roof, double slot_roof) {
+  printf("%-8s %-22s %12.0f %12.0f %12.0f %9.2f %9.2f\n", label, impl, s.median, s.min, s.max, s.median / roof,
+         s.median / slot_roof);
 }
 
 int main(int argc, char** argv) {
@@ -252,9 +324,11 @@ int main(int argc, char** argv) {
       verify_appended(ls[i].cache, &d, lengths[i]);
       crop_back(ls[i].cache, d.steps, lengths[i]);
     }
+    record_slots(ls[i].cache, &d, lengths[i], &ls[i].slots);
     ls[i].all = bench_alloc((size_t)reps * sizeof(double));
     ls[i].loop = bench_alloc((size_t)reps * sizeof(double));
     ls[i].roof = bench_alloc((size_t)reps * sizeof(double));
+    ls[i].slot_roof = bench_alloc((size_t)reps * sizeof(double));
   }
   time_memcpy(&d, roof_dst);
   for (int r = 0; r < reps; r++)
@@ -262,12 +336,15 @@ int main(int argc, char** argv) {
       ls[i].all[r] = time_steps(ls[i].cache, &d, 1, out);
       crop_back(ls[i].cache, d.steps, ls[i].context);
       ls[i].loop[r] = time_steps(ls[i].cache, &d, 0, out);
+      check_slots_valid(&ls[i].slots, out);
       crop_back(ls[i].cache, d.steps, ls[i].context);
       ls[i].roof[r] = time_memcpy(&d, roof_dst);
+      ls[i].slot_roof[r] = time_slot_memcpy(&d, &ls[i].slots);
     }
   free(roof_dst);
 
-  printf("\n%-8s %-22s %12s %12s %12s %9s\n", "context", "impl", "median ns/tok", "min", "max", "x memcpy");
+  printf("\n%-8s %-22s %12s %12s %12s %9s %9s\n", "context", "impl", "median ns/tok", "min", "max", "x memcpy",
+         "x slots");
   double first = 0, last = 0;
   char first_label[24] = "", last_label[24] = "";
   for (int i = 0; i < nlengths; i++) {
@@ -277,19 +354,26 @@ int main(int argc, char** argv) {
     bench_stats all = bench_summarize(ls[i].all, (size_t)reps);
     bench_stats loop = bench_summarize(ls[i].loop, (size_t)reps);
     bench_stats roof = bench_summarize(ls[i].roof, (size_t)reps);
-    free(ls[i].all), free(ls[i].loop), free(ls[i].roof);
+    bench_stats slot = bench_summarize(ls[i].slot_roof, (size_t)reps);
+    free(ls[i].all), free(ls[i].loop), free(ls[i].roof), free(ls[i].slot_roof), free(ls[i].slots.dst);
 
-    print_row(label, "kvc_cache_update_all", all, roof.median);
-    print_row(label, "32 x kvc_cache_update", loop, roof.median);
-    print_row(label, "memcpy (roofline)", roof, roof.median);
+    print_row(label, "kvc_cache_update_all", all, roof.median, slot.median);
+    print_row(label, "32 x kvc_cache_update", loop, roof.median, slot.median);
+    print_row(label, "memcpy (roofline)", roof, roof.median, slot.median);
+    print_row(label, "memcpy to the slots", slot, roof.median, slot.median);
 
     add_stats(&res, "kvcache-c", "append", label, all);
     add_stats(&res, "kvcache-c", "append_loop", label, loop);
     add_stats(&res, "memcpy", "append", label, roof);
+    add_stats(&res, "memcpy-slots", "append", label, slot);
     snprintf(m, sizeof m, "append_ratio_to_memcpy_%s", label);
     bench_add(&res, "decode_append", "kvcache-c", m, all.median / roof.median, "x");
     snprintf(m, sizeof m, "append_loop_ratio_to_memcpy_%s", label);
     bench_add(&res, "decode_append", "kvcache-c", m, loop.median / roof.median, "x");
+    snprintf(m, sizeof m, "append_ratio_to_slot_memcpy_%s", label);
+    bench_add(&res, "decode_append", "kvcache-c", m, all.median / slot.median, "x");
+    snprintf(m, sizeof m, "append_loop_ratio_to_slot_memcpy_%s", label);
+    bench_add(&res, "decode_append", "kvcache-c", m, loop.median / slot.median, "x");
 
     if (i == 0) {
       first = all.median;

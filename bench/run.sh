@@ -227,6 +227,8 @@ row() { # bench metric
 for m in append_ns_per_token_1k append_ns_per_token_8k append_ns_per_token_32k; do row decode_append $m; done
 echo "append / memcpy (target <= 2): $(for l in 1k 8k 32k; do
     printf '%s %s  ' "$l" "$(value decode_append kvcache-c "append_ratio_to_memcpy_$l")"; done)"
+echo "append / memcpy into the cache's own slots: $(for l in 1k 8k 32k; do
+    printf '%s %s  ' "$l" "$(value decode_append kvcache-c "append_ratio_to_slot_memcpy_$l")"; done)"
 hi=$(value host_issue kvcache-emulated core_issue_ns)
 [ -z "$hi" ] || echo "host issue of one 32-layer update_all step on the emulated device (core only): $(num "$hi") ns"
 for m in reorder_ns_0rows reorder_ns_1rows reorder_ns_2rows reorder_ns_3rows; do row beam_reorder $m; done

@@ -65,7 +65,9 @@ endfunction()
 
 # Properties every CTest test of the tree gets: kvc_test_properties(<test>
 #   LABELS <label>... [TIMEOUT <s>]). Exit code 77 marks a test that skipped
-# (it prints SKIPPED and why); sanitizer findings stop the test.
+# (it prints SKIPPED and why); sanitizer findings stop the test, and so does
+# an alias index kept between updates that a fresh one contradicts
+# (KVC_CHECK_ALIAS_INDEX, core/alias_index.c).
 function(kvc_test_properties test)
   cmake_parse_arguments(T "" "TIMEOUT" "LABELS" ${ARGN})
   if(NOT T_TIMEOUT)
@@ -75,7 +77,7 @@ function(kvc_test_properties test)
     LABELS "${T_LABELS}"
     TIMEOUT ${T_TIMEOUT}
     SKIP_RETURN_CODE 77
-    ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+    ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1;KVC_CHECK_ALIAS_INDEX=1")
 endfunction()
 
 # A directory for kvcache.pc: absolute ones stay, relative ones hang off ${prefix}.

@@ -5,15 +5,27 @@
  * That memory is every layer's store, the stored views and the views the
  * last update returned; an input overlapping it is copied before anything
  * moves. Sorting those spans on every update cost more than a decode step's
- * copies (a 32-layer step sorted ~130 spans), yet they change only when a
- * store is reallocated or a view points outside its store. So the index
- * keeps the spans it sorted and, per update, only recomputes the raw spans
- * in layer order (cheap: a view that starts at its layer's own store
- * pointer is a window of that store, covered by the store's span, and
- * contributes nothing) and sorts again only when they differ from last time.
- * The same holds for the layer structs (a view's shape and strides arrays
- * live there): rebuilt when the list of layers changed.
+ * copies, and even recomputing them (six per layer) on every call made a
+ * loop of per-layer kvc_cache_update calls quadratic in the layers. Yet they
+ * change only when a store is allocated, freed or moved, the list of layers
+ * changes, or a view is pointed outside its layer's store (a quantized
+ * layer's working buffer, an offloaded layer's retired device copy): an
+ * ordinary update writes into its stores and moves counters, and the views
+ * it fills are windows of those stores (covered by the stores' spans). So
+ * every site that does one of those things calls kvci_alias_index_touch,
+ * and the next update recomputes the spans (sorting again only when they
+ * differ); otherwise it reuses them. A view outside its store lasts until
+ * the next update rewrites it, so while the spans include any, every update
+ * recomputes them (as every update did before); in the steady state of the
+ * plain kinds they include none, and the returned range (the last update's
+ * layers) may move freely: the views it brings in are windows of stores.
+ *
+ * A missed touch would let an aliasing input through, so with the
+ * environment variable KVC_CHECK_ALIAS_INDEX set (CTest sets it for every
+ * test) each update also computes the index afresh and aborts when the kept
+ * one differs.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,28 +43,42 @@ struct kvc_alias_index {
   kvc_span_set layers;  /* the layer structs */
   kvc_span* scratch;    /* where the update's raw spans are computed */
   size_t scratch_cap;
+  int current;          /* 0: touched since the spans were computed */
+  size_t view_spans;    /* spans of views outside their stores among them */
 };
 
 static void add(kvc_span* at, size_t* n, kvc_span s) {
   if (s.lo < s.hi) at[(*n)++] = s;
 }
 
-kvc_span kvci_tensor_span(const kvc_tensor* t) {
-  kvc_span s = {0, 0};
-  const char* base = (const char*)kvci_tensor_base(t);
-  if (!base || t->ndim != 4 || !t->shape) return s;
+int kvci_tensor_extent(const kvc_tensor* t, kvc_extent* out) {
+  if (t->ndim != 4 || !t->shape) return 0;
   int64_t st[4], lo = 0, hi = 0;
   kvci_tensor_strides(t, st);
   for (int i = 0; i < 4; i++) {
-    if (t->shape[i] <= 0) return s;
+    if (t->shape[i] <= 0) return 0;
     int64_t reach = (t->shape[i] - 1) * st[i];
     if (reach < 0) lo += reach;
     else hi += reach;
   }
-  size_t elem = (size_t)t->dtype.bits / 8u;
-  s.lo = (uintptr_t)(base + lo * (int64_t)elem);
-  s.hi = (uintptr_t)(base + hi * (int64_t)elem) + elem;
+  int64_t elem = (int64_t)t->dtype.bits / 8;
+  out->lo = lo * elem;
+  out->hi = hi * elem + elem;
+  return 1;
+}
+
+kvc_span kvci_span_at(const void* base, kvc_extent x) {
+  kvc_span s = {0, 0};
+  if (!base) return s;
+  s.lo = (uintptr_t)base + (uintptr_t)x.lo; /* x.lo <= 0: wraps to the subtraction */
+  s.hi = (uintptr_t)base + (uintptr_t)x.hi;
   return s;
+}
+
+kvc_span kvci_tensor_span(const kvc_tensor* t) {
+  kvc_span none = {0, 0};
+  kvc_extent x;
+  return kvci_tensor_extent(t, &x) ? kvci_span_at(kvci_tensor_base(t), x) : none;
 }
 
 static kvc_span store_span(const void* p, const kvc_layer* l, int64_t d) {
@@ -127,19 +153,22 @@ static int scratch_reserve(kvc_alias_index* x, size_t n) {
   return 0;
 }
 
-int kvci_alias_index_refresh(kvc_cache* c) {
-  kvc_alias_index* x = c->alias_index;
-  if (!x && !(x = c->alias_index = (kvc_alias_index*)calloc(1, sizeof(*x)))) return -1;
-  size_t n = 0;
+/* Computes the spans of what `c` has handed out into `mem` and `lay`, using x's scratch; *views: how many of
+ * them are views outside their stores. -1: out of memory. */
+static int compute(const kvc_cache* c, kvc_alias_index* x, kvc_span_set* mem, kvc_span_set* lay, size_t* views) {
+  size_t n = 0, stores = 0;
   if (scratch_reserve(x, 6 * (size_t)c->num_layers)) return -1;
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
     if (l->initialized) {
       add(x->scratch, &n, store_span(l->k, l, l->k_dim));
       add(x->scratch, &n, store_span(l->v, l, l->v_dim));
+      stores = n;
     }
     add(x->scratch, &n, view_span(&l->views[0].key, l->k));
     add(x->scratch, &n, view_span(&l->views[0].value, l->v));
+    *views += n - stores;
+    stores = n;
   }
   /* What the last update returned may live outside the stores (an offloaded layer's retired device copy, a
    * quantized layer's working buffer) until the next update; older returns point at memory already freed,
@@ -149,13 +178,57 @@ int kvci_alias_index_refresh(kvc_cache* c) {
     add(x->scratch, &n, view_span(&l->views[1].key, l->k));
     add(x->scratch, &n, view_span(&l->views[1].value, l->v));
   }
-  if (set_refresh(&x->memory, x->scratch, n)) return -1;
+  *views += n - stores;
+  if (set_refresh(mem, x->scratch, n)) return -1;
   n = 0;
   for (uint32_t i = 0; i < c->num_layers; i++) {
     kvc_span s = {(uintptr_t)c->layers[i], (uintptr_t)c->layers[i] + sizeof(kvc_layer)};
     add(x->scratch, &n, s);
   }
-  return set_refresh(&x->layers, x->scratch, n);
+  return set_refresh(lay, x->scratch, n);
+}
+
+static int set_equal(const kvc_span_set* a, const kvc_span_set* b) {
+  return a->nsorted == b->nsorted && (!a->nsorted || !memcmp(a->sorted, b->sorted, sizeof(kvc_span) * a->nsorted));
+}
+
+static void set_free(kvc_span_set* set) {
+  free(set->raw);
+  free(set->sorted);
+}
+
+int kvci_alias_index_verify(const kvc_cache* c) {
+  kvc_alias_index* x = c->alias_index;
+  if (!x || !x->current) return 0; /* nothing kept: the next refresh computes afresh anyway */
+  kvc_span_set mem = {0}, lay = {0};
+  size_t views = 0;
+  int rc = compute(c, x, &mem, &lay, &views);
+  if (rc == 0) rc = set_equal(&mem, &x->memory) && set_equal(&lay, &x->layers) ? 0 : 1;
+  else rc = 0; /* out of memory: nothing proven either way */
+  set_free(&mem);
+  set_free(&lay);
+  return rc;
+}
+
+void kvci_alias_index_touch(const kvc_cache* c) {
+  if (c->alias_index) c->alias_index->current = 0;
+}
+
+int kvci_alias_index_refresh(kvc_cache* c) {
+  kvc_alias_index* x = c->alias_index;
+  if (!x && !(x = c->alias_index = (kvc_alias_index*)calloc(1, sizeof(*x)))) return -1;
+  if (!x->current || x->view_spans) {
+    x->current = 0; /* until computed in full */
+    x->view_spans = 0;
+    if (compute(c, x, &x->memory, &x->layers, &x->view_spans)) return -1;
+    x->current = 1;
+  }
+  if (c->check_alias_index && kvci_alias_index_verify(c)) {
+    fprintf(stderr, "kvcache: internal error: the alias index kept since the last update differs from the memory "
+                    "the cache has handed out (a store or view changed without kvci_alias_index_touch)\n");
+    abort();
+  }
+  return 0;
 }
 
 int kvci_alias_index_overlaps(const kvc_cache* c, kvc_span s) {
@@ -170,8 +243,8 @@ int kvci_alias_index_in_layer(const kvc_cache* c, const void* p) {
 void kvci_alias_index_free(kvc_cache* c) {
   kvc_alias_index* x = c->alias_index;
   if (!x) return;
-  free(x->memory.raw), free(x->memory.sorted);
-  free(x->layers.raw), free(x->layers.sorted);
+  set_free(&x->memory);
+  set_free(&x->layers);
   free(x->scratch);
   free(x);
   c->alias_index = NULL;

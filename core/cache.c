@@ -37,6 +37,8 @@ kvc_error* kvci_cache_new(const kvc_device* device, void* stream, kvc_cache** ou
   }
   c->backend = b;
   c->device = *device;
+  const char* check = getenv("KVC_CHECK_ALIAS_INDEX");
+  c->check_alias_index = check && *check && strcmp(check, "0") != 0;
   c->exec.device_id = device->device_id;
   c->exec.stream = stream;
   if (b->exec_open(b->ctx, &c->exec)) {
@@ -76,6 +78,7 @@ kvc_error* kvci_cache_append_layer(kvc_cache* c, kvc_layer* l) {
     c->cap_layers = cap;
   }
   c->layers[c->num_layers++] = l;
+  kvci_alias_index_touch(c);
   return NULL;
 }
 

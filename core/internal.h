@@ -273,6 +273,7 @@ struct kvc_cache {
    * memory outside the stores (ops_alias.c). */
   uint32_t returned_first, returned_count;
   struct kvc_alias_index* alias_index; /* ops_alias.c's index of the memory handed out; NULL until an update */
+  int check_alias_index;  /* compare that index with a fresh one on every update (alias_index.c) */
   int64_t reserve;        /* kvc_cache_reserve hint, given to layers a lazy cache creates later */
   uint32_t num_layers;
   uint32_t cap_layers;
@@ -435,16 +436,30 @@ kvc_error* kvci_update_inputs_unalias(kvc_cache* cache, uint32_t count, const kv
  * between updates (alias_index.c). refresh brings the index up to date with
  * the layers (-1: out of memory, nothing else changed); overlaps and
  * in_layer answer from the last refresh; free is kvc_cache_destroy's.
+ * touch: whoever allocates, frees or moves a store, adds or removes a layer,
+ * or points a view outside its layer's store calls it (the index keeps its
+ * spans until then). verify: 1 when the kept index differs from a fresh one
+ * (a missed touch); refresh aborts then when the cache's check_alias_index
+ * is set (KVC_CHECK_ALIAS_INDEX in the environment at creation).
  */
 typedef struct kvc_span {
   uintptr_t lo, hi; /* [lo, hi); lo == hi: no bytes */
 } kvc_span;
 /* The bytes a 4-D tensor's elements cover (strides may be negative); empty when it has none. */
 kvc_span kvci_tensor_span(const kvc_tensor* t);
+/* The same in two steps, for tensors that share a descriptor: the byte offsets from the base that the elements
+ * cover ([lo, hi), lo <= 0), 0 when there are none; then the span at a given base (empty for NULL). */
+typedef struct kvc_extent {
+  int64_t lo, hi;
+} kvc_extent;
+int kvci_tensor_extent(const kvc_tensor* t, kvc_extent* out);
+kvc_span kvci_span_at(const void* base, kvc_extent x);
 int kvci_alias_index_refresh(kvc_cache* cache);
 int kvci_alias_index_overlaps(const kvc_cache* cache, kvc_span s);
 int kvci_alias_index_in_layer(const kvc_cache* cache, const void* p); /* p inside one of the layer structs */
 void kvci_alias_index_free(kvc_cache* cache);
+void kvci_alias_index_touch(const kvc_cache* cache);
+int kvci_alias_index_verify(const kvc_cache* cache);
 void kvci_update_inputs_free(const kvc_cache* cache, kvc_update_inputs* in);
 
 /* Update engine (ops_update.c), used by create_from_tensors and encoder-decoder. */

@@ -28,6 +28,7 @@ kvc_error* kvci_layer_new(const kvc_layer_options* spec, kvc_layer** out) {
 }
 
 void kvci_layer_uninitialize(const kvc_cache* cache, kvc_layer* l) {
+  kvci_alias_index_touch(cache);
   kvci_store_free(cache, l->offloaded, l->k, l->v);
   l->k = l->v = NULL;
   l->offloaded = 0; /* no store, no tier: the next initialization allocates on the device */
@@ -114,6 +115,7 @@ kvc_error* kvci_layer_initialize(const kvc_cache* c, kvc_layer* l, kvc_dtype dty
   size_t elem = kvc_dtype_size(dtype);
   void *k, *v;
   if (kvci_store_alloc(c, batch, heads, cap, kd, vd, elem, &k, &v)) return kvci_err_oom();
+  kvci_alias_index_touch(c);
   l->k = k;
   l->v = v;
   l->cap = cap;
@@ -149,6 +151,7 @@ static void move_region(const kvc_cache* c, const kvc_layer* l, void* dk, void* 
 void kvci_layer_adopt_store(const kvc_cache* c, kvc_layer* l, void* k, void* v, int64_t cap, kvc_region keep) {
   move_region(c, l, k, v, cap, keep);
   kvci_store_free(c, l->offloaded, l->k, l->v); /* the new store is in the same tier (kvci_store_alloc_tier) */
+  kvci_alias_index_touch(c);
   l->k = k;
   l->v = v;
   l->cap = cap;

@@ -125,6 +125,7 @@ kvc_error* kvci_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc
   p->end = keep_len;
   l->batch = batch;
   l->device = c->device;
+  kvci_alias_index_touch(c); /* the batch sizes the store's span */
   return NULL;
 }
 
@@ -195,6 +196,7 @@ kvc_error* kvci_rec_allocate(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc_d
   for (int32_t i = 0; i < ndim; i++) p->rec_shape[i] = shape[i];
   l->batch = shape[0];
   l->device = c->device;
+  kvci_alias_index_touch(c);
   return NULL;
 }
 

@@ -128,6 +128,7 @@ static void move_store(const kvc_cache* c, kvc_layer* l, void* k, void* v, int t
   }
   *old_k = l->k;
   *old_v = l->v;
+  kvci_alias_index_touch(c);
   l->k = k;
   l->v = v;
   l->offloaded = to_host;

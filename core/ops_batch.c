@@ -88,6 +88,7 @@ static void swap_rows(const kvc_cache* c, kvc_layer* l, new_store* s, const int6
 }
 
 static void swap_store(const kvc_cache* c, kvc_layer* l, new_store* s, int64_t batch) {
+  kvci_alias_index_touch(c);
   if (s->k) {
     kvci_store_free(c, l->offloaded, l->k, l->v);
     l->k = s->k;

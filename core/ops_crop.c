@@ -23,6 +23,7 @@ kvc_error* kvc_cache_crop(kvc_cache* c, int64_t tokens) {
     c->layers[i]->ops->apply_crop(c, c->layers[i], tokens);
     kvci_layer_sync_view(c->layers[i]);
   }
+  kvci_alias_index_touch(c); /* kinds with their own state may free or repoint buffers views show */
   return NULL;
 }
 
@@ -42,5 +43,6 @@ kvc_error* kvc_cache_reset(kvc_cache* c) {
     c->layers[i]->ops->reset(c, c->layers[i]);
     kvci_layer_sync_view(c->layers[i]);
   }
+  kvci_alias_index_touch(c);
   return NULL;
 }

@@ -143,6 +143,7 @@ kvc_error* kvci_update_layers(const kvc_call* call, kvc_cache* c, uint32_t first
     if (!e && l->ops->prepare_tokens) e = l->ops->prepare_tokens(fn, c, l, k, v, o);
   }
   if (e) {
+    kvci_alias_index_touch(c); /* what room-making did for the kinds with their own state is undone or kept */
     kvci_offload_abort(c);
     for (uint32_t i = 0; i < count; i++) {
       kvc_layer* l = c->layers[first + i];
@@ -166,7 +167,9 @@ kvc_error* kvci_update_layers(const kvc_call* call, kvc_cache* c, uint32_t first
     if (l->ops->set_return)
       l->ops->set_return(l, r);
     else
-      kvci_layer_set_return(l, r);
+      kvci_layer_set_return(l, r); /* a window of the store */
+    /* Kinds with their own state or return may point views at working buffers or swap stores. */
+    if (l->ext || l->ops->set_return) kvci_alias_index_touch(c);
     if (out) out[j] = l->views[1];
     if (l->offloadable) kvci_copy_batch_drain(c); /* the layer may leave the device tier next */
     kvci_offload_after_update(c, first + j);

@@ -69,6 +69,18 @@ static int cpu_copy_4d(void* ctx, const kvc_exec* exec, void* dst, const int64_t
   (void)ctx;
   (void)exec;
   if (shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || shape[3] == 0) return 0;
+  if (ds[3] == 1 && ss[3] == 1 && (shape[2] == 1 || (ds[2] == shape[3] && ss[2] == shape[3]))) {
+    /* Each (b, h) plane is one contiguous run on both sides (a decode step's head rows): one memmove per plane,
+     * in the order copy_plane would run them, with the pointers stepped instead of every plane re-dispatched. */
+    size_t bytes = (size_t)(shape[2] * shape[3]) * elem;
+    for (int64_t b = 0; b < shape[0]; b++) {
+      char* d = (char*)dst + (size_t)(b * ds[0]) * elem;
+      const char* s = (const char*)src + (size_t)(b * ss[0]) * elem;
+      for (int64_t h = 0; h < shape[1]; h++, d += ds[1] * (int64_t)elem, s += ss[1] * (int64_t)elem)
+        memmove(d, s, bytes);
+    }
+    return 0;
+  }
   for (int64_t b = 0; b < shape[0]; b++)
     for (int64_t h = 0; h < shape[1]; h++)
       copy_plane((char*)dst + (size_t)(b * ds[0] + h * ds[1]) * elem,
