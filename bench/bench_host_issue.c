@@ -25,6 +25,11 @@
  *   step_wall     kvc_cache_update_all as the caller sees it (core + plugin)
  *   plugin_batch  the plugin's copy_4d_batch of the same 64 copies
  *   core_issue    step_wall - plugin_batch: the core's host issue cost
+ *   gpu_planning  the host work the CUDA/HIP plugin's copy_4d_batch does
+ *                 before its launch, on the same 64 copies: the overlap
+ *                 check, the plan and its block count of every copy
+ *                 (backends/gpu/gpu_plan.c, the plugin's own code). What a
+ *                 real GPU adds on top, the launch itself, needs a GPU.
  * The shape is the GPU benchmark's (Llama-3-8B: 8 KV heads x head_dim 128,
  * bfloat16, batch 1), the cache a DynamicCache reserved for context + steps
  * tokens, as bench_gpu's decode step, so no step grows a store.
@@ -38,12 +43,15 @@
 
 #include "backend.h"
 #include "emulated_device.h"
+#include "gpu_plan.h"
 
 #define LAYERS 32
 #define KV_HEADS 8
 #define HEAD_DIM 128
 #define TOKEN_ELEMS ((size_t)KV_HEADS * HEAD_DIM)
 #define COPIES (2 * LAYERS)
+
+static volatile uint64_t bench_sink; /* keeps the planning's results observable */
 
 /* The emulated plugin, as loaded by the core (same handle: one copy of its state). */
 typedef struct plugin {
@@ -207,6 +215,27 @@ static double time_plugin(const plugin* p, const kvc_cache* cache, const steps_d
   return (bench_now_ns() - t0) / d->steps;
 }
 
+/* The CUDA/HIP plugin's host work per copy of a batch before the launch (gpu_copy_4d_batch); ns per step. */
+static double time_gpu_planning(const steps_data* d, const kvc_copy_4d* batches) {
+  kvc_gpu_copy plans[COPIES];
+  uint64_t blocks = 0;
+  double t0 = bench_now_ns();
+  for (int s = 0; s < d->steps; s++)
+    for (int i = 0; i < COPIES; i++) {
+      const kvc_copy_4d* c = &batches[(size_t)s * COPIES + (size_t)i];
+      if (kvc_gpu_ranges_overlap(c->dst, c->dst_strides, c->src, c->src_strides, c->shape, c->elem_size) ||
+          kvc_gpu_plan(&plans[i], c->dst, c->dst_strides, c->src, c->src_strides, c->shape, c->elem_size, 0)) {
+        fprintf(stderr, "bench_host_issue: copy %d of step %d is not one the batch kernel runs\n", i, s);
+        exit(1);
+      }
+      plans[i].first_block = (uint32_t)blocks;
+      blocks += kvc_gpu_plan_blocks(&plans[i]);
+    }
+  double per_step = (bench_now_ns() - t0) / d->steps;
+  bench_sink += blocks + (uint64_t)plans[blocks % COPIES].unit;
+  return per_step;
+}
+
 /* The length, and the newest token of the last layer holds the last step's bytes. */
 static void verify_newest(const kvc_cache* cache, const steps_data* d, int64_t context) {
   if (seq_length(cache) != context + d->steps) {
@@ -291,9 +320,11 @@ int main(int argc, char** argv) {
   double* wall = bench_alloc((size_t)reps * sizeof(double));
   double* batch = bench_alloc((size_t)reps * sizeof(double));
   double* core = bench_alloc((size_t)reps * sizeof(double));
+  double* planning = bench_alloc((size_t)reps * sizeof(double));
   for (int r = 0; r < reps; r++) {
     wall[r] = time_steps(cache, &d);
     batch[r] = time_plugin(&p, cache, &d, context, batches);
+    planning[r] = time_gpu_planning(&d, batches);
     core[r] = wall[r] - batch[r];
     crop_back(cache, d.steps, context);
   }
@@ -302,8 +333,9 @@ int main(int argc, char** argv) {
   report(&res, "kvc_cache_update_all (core + plugin)", "step_wall_ns", bench_summarize(wall, (size_t)reps));
   report(&res, "the plugin's copy_4d_batch of the same copies", "plugin_batch_ns", bench_summarize(batch, (size_t)reps));
   report(&res, "core issue cost (difference, per repetition)", "core_issue_ns", bench_summarize(core, (size_t)reps));
+  report(&res, "a GPU plugin's planning of the same batch", "gpu_planning_ns", bench_summarize(planning, (size_t)reps));
 
-  free(wall), free(batch), free(core), free(batches);
+  free(wall), free(batch), free(core), free(planning), free(batches);
   kvc_cache_destroy(cache);
   p.table->exec_close(p.table->ctx, &p.exec);
   steps_free(&d);
