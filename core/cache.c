@@ -103,6 +103,12 @@ kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
   kvc_error* e = options ? kvci_read_cache_options(FN, "options", options, &opts) : NULL;
   if (e) return e;
   const kvc_cache_options* o = &opts;
+  if ((e = kvci_query_offset_check(FN, o->query_offset_rule))) return e;
+  if (o->transformers_release != 0 && (o->transformers_release < 40000 || o->transformers_release >= 1000000))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
+                    "%s: options->transformers_release is %u; pass 0 (the newest) or MAJOR*10000 + MINOR*100 of a "
+                    "4.x or later release, e.g. 52300 for 5.23",
+                    FN, o->transformers_release);
   kvc_layer_options* specs = NULL;
   kvc_layer_options lazy_spec = KVC_LAYER_OPTIONS_INIT;
   kvc_offload offload = KVC_OFFLOAD_NONE;
@@ -114,6 +120,8 @@ kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
   e = kvci_cache_new(&o->device, NULL, &c);
   if (!e) {
     c->offload = offload;
+    c->transformers_release = o->transformers_release;
+    c->query_offset_rule = o->query_offset_rule;
     c->lazy_spec = lazy_spec;
     c->lazy_spec.quant = NULL; /* the preset's quant options are borrowed; lazy quantized layers do not exist */
   }
@@ -190,6 +198,9 @@ kvc_error* kvci_cache_copy_settings(const kvc_cache* src, kvc_cache* dst) {
   dst->reserve = src->reserve;
   dst->lazy_spec = src->lazy_spec;
   dst->offload = src->offload;
+  dst->transformers_release = src->transformers_release;
+  dst->query_offset_rule = src->query_offset_rule;
+  dst->accepted_tokens = src->accepted_tokens;
   return kvci_kinds_clone_state(src, dst);
 }
 
@@ -387,14 +398,16 @@ kvc_error* kvc_cache_mask_sizes(const kvc_cache* c, int64_t q, uint32_t layer, i
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, kv_length ? "kv_offset" : "kv_length");
   if (q < 0 || q > INT32_MAX)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: query_length is %" PRId64 "; it must be in [0, 2^31)", FN, q);
+  uint32_t asked = layer;
   if (layer >= c->num_layers) {
     *kv_length = q;
     *kv_offset = 0;
-    return NULL;
+  } else {
+    if ((e = attention_layer_for(FN, c, &layer))) return e;
+    const kvc_layer* l = c->layers[layer];
+    l->ops->mask_sizes(l, q, kv_length, kv_offset);
   }
-  if ((e = attention_layer_for(FN, c, &layer))) return e;
-  const kvc_layer* l = c->layers[layer];
-  l->ops->mask_sizes(l, q, kv_length, kv_offset);
+  kvci_query_offset_mask(c, asked, kv_length, kv_offset);
   return NULL;
 }
 

@@ -238,6 +238,9 @@ void kvci_static_reset(const kvc_cache* cache, kvc_layer* layer);
 int64_t kvci_window_max_length(const kvc_layer* layer);
 /* Capacities a kind reports (kvc_kind.capacity): its slots (static kinds), window - 1 (dynamic sliding). */
 int64_t kvci_capacity_slots(const kvc_layer* layer);
+/* layer_static.c: the counter after crop(tokens), and StaticLayer.is_croppable by release (kvc_kind.is_croppable). */
+int64_t kvci_static_crop_counter(int64_t cum, int64_t tokens);
+int kvci_static_is_croppable(const kvc_layer* layer, uint32_t release);
 int64_t kvci_capacity_window(const kvc_layer* layer);
 
 /* Whether the layer's kind has any of the traits (KVC_TRAIT_*). */
@@ -275,6 +278,9 @@ struct kvc_cache {
   struct kvc_alias_index* alias_index; /* ops_alias.c's index of the memory handed out; NULL until an update */
   int check_alias_index;  /* compare that index with a fresh one on every update (alias_index.c) */
   int64_t reserve;        /* kvc_cache_reserve hint, given to layers a lazy cache creates later */
+  uint32_t transformers_release; /* kvc_cache_options.transformers_release (0: the newest) */
+  kvc_query_offset_rule query_offset_rule; /* MtpCache / DFlashCache offsets (query_offset.c) */
+  int64_t accepted_tokens; /* DFLASH: kvc_cache_set_previous_accepted_tokens */
   uint32_t num_layers;
   uint32_t cap_layers;
   kvc_layer** layers;
@@ -371,6 +377,9 @@ int kvci_cache_all_dynamic(const kvc_cache* cache);
 kvc_error* kvci_cache_new_like(const kvc_cache* src, kvc_cache** out);
 /* Copies what a derived cache (clone, split, stack) inherits: laziness, reserve, lazy layer, offloading, kinds' cache-wide state. */
 kvc_error* kvci_cache_copy_settings(const kvc_cache* src, kvc_cache* dst);
+/* query_offset.c: the options check, and what the cache's rule adds to the mask sizes of `layer`. */
+kvc_error* kvci_query_offset_check(const char* fn, kvc_query_offset_rule rule);
+void kvci_query_offset_mask(const kvc_cache* cache, uint32_t layer, int64_t* kv_length, int64_t* kv_offset);
 
 /*
  * Presets (presets.c): the layer list of a preset. `*out` is malloc'd. For a

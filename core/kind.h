@@ -62,6 +62,12 @@ typedef struct kvc_kind {
   void (*configure)(kvc_layer* layer, const kvc_layer_options* spec);
   /* kvc_layer_info.capacity: tokens it holds at most, 0 for none, -1 unbounded (NULL: -1). */
   int64_t (*capacity)(const kvc_layer* layer);
+  /*
+   * transformers' is_croppable of the layer, as the release `release`
+   * (MAJOR*10000 + MINOR*100; 0 = the newest) reports it (NULL: always, as
+   * DynamicLayer). kvc_cache_is_croppable asks it.
+   */
+  int (*is_croppable)(const kvc_layer* layer, uint32_t release);
 
   /*
    * Cache-wide state of the kind (kvc_cache.kind_state[id]): all optional,

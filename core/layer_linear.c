@@ -163,17 +163,35 @@ static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off
 static int64_t initial_capacity(const kvc_layer* l, int64_t n) { return attention_ops(l)->initial_capacity(l, n); }
 
 /* Dynamic hybrids crop the linear part, then the attention part; static ones only the linear part ('Hybrid linear-attention layers'). */
+static int crops_attention(const kvc_layer* l) { return !kvci_layer_is(l, KVC_TRAIT_STATIC); }
+
 static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
   kvc_error* e = kvci_linear_check_crop(l, tokens);
-  const kvc_layer_ops* a = attention_ops(l);
-  if (!e && a->check_crop) e = a->check_crop(l, tokens);
+  if (!e && crops_attention(l)) e = attention_ops(l)->check_crop(l, tokens);
   return e;
 }
 
 static void apply_crop(const kvc_cache* c, kvc_layer* l, int64_t tokens) {
   kvci_linear_apply_crop(c, l, tokens);
-  const kvc_layer_ops* a = attention_ops(l);
-  if (a->apply_crop) a->apply_crop(c, l, tokens);
+  if (crops_attention(l)) attention_ops(l)->apply_crop(c, l, tokens);
+}
+
+/*
+ * LinearAttentionCacheLayerMixin.is_croppable (5.17), also the hybrids' (the
+ * MRO puts the mixin first): a recurrent state cannot be rolled back, and
+ * before any state exists the layer cannot tell yet.
+ */
+static int is_croppable(const kvc_layer* l, uint32_t release) {
+  (void)release;
+  const kvc_linear_pair* p = kvci_linear_pairs(l);
+  if (!p) return 0;
+  uint32_t n = ((const kvc_linear_ext*)l->ext)->num_states;
+  int conv = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (p[i].rec_dtype != KVC_DTYPE_UNSET) return 0;
+    if (p[i].conv_dtype != KVC_DTYPE_UNSET) conv = 1;
+  }
+  return conv;
 }
 
 static void reset(const kvc_cache* c, kvc_layer* l) {
@@ -230,6 +248,7 @@ const kvc_kind kvc_linear_kind = {
     .check_options = check_options,
     .configure = configure,
     .capacity = no_capacity,
+    .is_croppable = is_croppable,
 };
 
 /* A hybrid: the family's traits and options, plus its attention part's traits and capacity. */
@@ -237,6 +256,7 @@ const kvc_kind kvc_linear_kind = {
   {                                                                                                   \
     .id = ID, .name = NAME, .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_HAS_KV | (TRAITS), .ops = &(OPS), \
     .check_options = check_options, .configure = configure, .capacity = CAPACITY,                     \
+    .is_croppable = is_croppable,                                                                     \
   }
 
 /* transformers' prefetch offloads the full-attention hybrid only: it is the one that is not is_linear. */

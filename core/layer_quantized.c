@@ -423,6 +423,11 @@ static void configure(kvc_layer* l, const kvc_layer_options* spec) {
                                                   : &incremental_ops;
 }
 
+int kvci_quant_is_croppable(const kvc_layer* l, uint32_t release) {
+  (void)l;
+  return release != 0 && release < 52400;
+}
+
 const kvc_kind kvc_quantized_kind = {
     .id = KVC_LAYER_QUANTIZED,
     .name = "quantized",
@@ -430,6 +435,7 @@ const kvc_kind kvc_quantized_kind = {
     .ops = &incremental_ops, /* the default mode's; configure sets the layer's mode's */
     .check_options = check_options,
     .configure = configure,
+    .is_croppable = kvci_quant_is_croppable,
     .prepare_call = kvci_quant_scratch_begin,
     .state_bytes = kvci_quant_scratch_bytes,
     .free_state = kvci_quant_scratch_free,

@@ -183,6 +183,12 @@ kvc_region kvci_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_
 void kvci_quant_compact_set_return(kvc_layer* l, kvc_region r);
 void kvci_quant_compact_crop(const kvc_cache* c, kvc_layer* l, int64_t keep);
 
+/*
+ * BaseQuantizedLayer.is_croppable: False since 5.24 (5.23 inherited
+ * DynamicLayer's True); the kvc_kind.is_croppable of both quantized kinds.
+ */
+int kvci_quant_is_croppable(const kvc_layer* layer, uint32_t release);
+
 /* Transformers mode (layer_quantized_transformers.c): transformers' own timeline, requantizing the whole tensor. */
 kvc_error* kvci_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                         const kvc_update_options* o);

@@ -211,4 +211,5 @@ const kvc_kind kvc_quantized_fp8_kind = {
     .name = "fp8 quantized",
     .traits = KVC_TRAIT_HAS_KV, /* no offloaded class in transformers */
     .ops = &fp8_ops,
+    .is_croppable = kvci_quant_is_croppable,
 };

@@ -689,6 +689,12 @@ static void configure(kvc_layer* l, const kvc_layer_options* spec) {
 /* SinkCache holds window_length tokens. */
 static int64_t capacity(const kvc_layer* l) { return l->window; }
 
+/* SinkCache has no crop. */
+static int never_croppable(const kvc_layer* l, uint32_t release) {
+  (void)l; (void)release;
+  return 0;
+}
+
 const kvc_kind kvc_sink_kind = {
     .id = KVC_LAYER_SINK,
     .name = "sink",
@@ -697,6 +703,7 @@ const kvc_kind kvc_sink_kind = {
     .check_options = check_options,
     .configure = configure,
     .capacity = capacity,
+    .is_croppable = never_croppable,
     .check_call = check_call,
     .clone_state = clone_state,
     .free_state = free_state,

@@ -67,6 +67,24 @@ static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off
   *off = 0;
 }
 
+/*
+ * crop (transformers 5.24): the counter moves back and the slots stay as they
+ * are; the next update overwrites them. Negative: tokens to remove (clamped
+ * at 0, difference 3); positive: the legacy absolute length, as the dynamic
+ * kinds take it (transformers raises RuntimeError).
+ */
+int64_t kvci_static_crop_counter(int64_t cum, int64_t tokens) {
+  if (tokens == 0) return cum;
+  int64_t keep = tokens > 0 ? tokens : cum + tokens;
+  if (keep < 0) keep = 0;
+  return keep < cum ? keep : cum;
+}
+
+static void apply_crop(const kvc_cache* c, kvc_layer* l, int64_t tokens) {
+  (void)c;
+  l->cum = kvci_static_crop_counter(l->cum, tokens);
+}
+
 /* Shared with the static sliding layer: a zeroed buffer and a new counter. */
 void kvci_static_reset(const kvc_cache* c, kvc_layer* l) {
   if (l->initialized) kvci_layer_zero(c, l, (kvc_region){0, l->cap});
@@ -85,11 +103,19 @@ const kvc_layer_ops kvc_static_layer_ops = {
     .seq_length = kvci_static_seq_length,
     .max_length = kvci_static_max_length,
     .mask_sizes = mask_sizes,
+    .check_crop = kvci_crop_allowed,
+    .apply_crop = apply_crop,
     .reset = kvci_static_reset,
     .initial_capacity = initial_capacity,
 };
 
 int64_t kvci_capacity_slots(const kvc_layer* l) { return l->slots; }
+
+/* StaticLayer.is_croppable: True since 5.24 (5.23: False, it had no crop). */
+int kvci_static_is_croppable(const kvc_layer* l, uint32_t release) {
+  (void)l;
+  return release == 0 || release >= 52400;
+}
 
 const kvc_kind kvc_static_kind = {
     .id = KVC_LAYER_STATIC,
@@ -97,4 +123,5 @@ const kvc_kind kvc_static_kind = {
     .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_OFFLOADS,
     .ops = &kvc_static_layer_ops,
     .capacity = kvci_capacity_slots,
+    .is_croppable = kvci_static_is_croppable,
 };

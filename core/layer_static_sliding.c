@@ -7,6 +7,8 @@
  * once every M' steps, so steady decoding costs O(1) amortized and the
  * returned view is the same oldest-to-newest sequence.
  */
+#include <inttypes.h>
+
 #include "internal.h"
 
 static int is_full(const kvc_layer* l) { return l->cum >= l->slots; }
@@ -71,6 +73,30 @@ static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off
     *len = w;
 }
 
+/*
+ * crop (transformers 5.24): exact while the window has not moved (every token
+ * seen is still in its slot); after that the evicted tokens are gone, and
+ * transformers would rewind its counters over a rolled buffer.
+ */
+static kvc_error* check_crop(const kvc_layer* l, int64_t tokens) {
+  if (tokens == 0 || l->cum <= l->slots) return NULL;
+  return kvci_err(KVC_ERROR_INVALID_STATE,
+                  "kvc_cache_crop: a %s layer holding %" PRId64 " slots has seen %" PRId64
+                  " tokens, so its window has moved and the evicted tokens cannot be restored (tokens %" PRId64
+                  "); crop it before it sees more tokens than it holds",
+                  l->desc->name, l->slots, l->cum, tokens);
+}
+
+static void apply_crop(const kvc_cache* c, kvc_layer* l, int64_t tokens) {
+  (void)c;
+  l->cum = kvci_static_crop_counter(l->cum, tokens);
+}
+
+/* StaticSlidingWindowLayer.is_croppable (5.24): only a layer whose window never moves, max_cache_len <= window. */
+static int is_croppable(const kvc_layer* l, uint32_t release) {
+  return kvci_static_is_croppable(l, release) && l->max_cache_len <= l->window;
+}
+
 /* The static reset, and the window back at the front of the buffer. */
 static void reset(const kvc_cache* c, kvc_layer* l) {
   kvci_static_reset(c, l);
@@ -92,6 +118,8 @@ const kvc_layer_ops kvc_static_sliding_layer_ops = {
     .seq_length = kvci_static_seq_length,
     .max_length = kvci_static_max_length,
     .mask_sizes = mask_sizes,
+    .check_crop = check_crop,
+    .apply_crop = apply_crop,
     .reset = reset,
     .initial_capacity = initial_capacity,
 };
@@ -101,7 +129,7 @@ const kvc_layer_ops kvc_static_sliding_layer_ops = {
   {                                                                                                \
     .id = ID, .name = NAME,                                                                        \
     .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS | (TRAITS), \
-    .ops = &kvc_static_sliding_layer_ops, .capacity = kvci_capacity_slots,                          \
+    .ops = &kvc_static_sliding_layer_ops, .capacity = kvci_capacity_slots, .is_croppable = is_croppable, \
   }
 
 const kvc_kind kvc_static_sliding_kind = KVC_STATIC_SLIDING_KIND(KVC_LAYER_STATIC_SLIDING, "static sliding", 0);

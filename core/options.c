@@ -28,12 +28,12 @@ KVC_DEFINE_INIT(kvc_conv_update_options_init, kvc_conv_update_options, KVC_CONV_
 #define KVC_CHECK_SIZE(type, size) _Static_assert(sizeof(type) == (size), #type " changed size")
 static const uint32_t LAYER_OPTIONS_SIZES[] = {24, 56};
 static const uint32_t MODEL_CONFIG_SIZES[] = {40, 56};
-static const uint32_t CACHE_OPTIONS_SIZES[] = {48, 80};
+static const uint32_t CACHE_OPTIONS_SIZES[] = {48, 80, 88};
 static const uint32_t UPDATE_OPTIONS_SIZES[] = {24, 48};
 static const uint32_t QUANT_OPTIONS_SIZES[] = {40};
 KVC_CHECK_SIZE(kvc_layer_options, 56);
 KVC_CHECK_SIZE(kvc_model_config, 56);
-KVC_CHECK_SIZE(kvc_cache_options, 80);
+KVC_CHECK_SIZE(kvc_cache_options, 88);
 KVC_CHECK_SIZE(kvc_update_options, 48);
 KVC_CHECK_SIZE(kvc_quant_options, 40);
 KVC_CHECK_SIZE(kvc_layer_info, 128);

@@ -33,6 +33,7 @@ int main(void) {
   OFF(kvc_cache_options, config); OFF(kvc_cache_options, max_cache_len); OFF(kvc_cache_options, num_layers);
   OFF(kvc_cache_options, layers); OFF(kvc_cache_options, device); OFF(kvc_cache_options, quant);
   OFF(kvc_cache_options, offload); OFF(kvc_cache_options, window_length); OFF(kvc_cache_options, num_sink_tokens);
+  OFF(kvc_cache_options, transformers_release); OFF(kvc_cache_options, query_offset_rule);
   SIZE(kvc_init_options); OFF(kvc_init_options, struct_size); OFF(kvc_init_options, batch_size);
   OFF(kvc_init_options, num_kv_heads); OFF(kvc_init_options, k_head_dim); OFF(kvc_init_options, v_head_dim);
   OFF(kvc_init_options, dtype); OFF(kvc_init_options, num_kv_heads_per_layer); OFF(kvc_init_options, head_dim_per_layer);
@@ -68,6 +69,7 @@ int main(void) {
   VAL(KVC_DTYPE_UNSET); VAL(KVC_DTYPE_FLOAT32); VAL(KVC_DTYPE_FLOAT16); VAL(KVC_DTYPE_BFLOAT16);
   VAL(KVC_LAYER_DYNAMIC); VAL(KVC_LAYER_DYNAMIC_SLIDING); VAL(KVC_LAYER_DYNAMIC_CHUNKED); VAL(KVC_LAYER_STATIC);
   VAL(KVC_LAYER_STATIC_SLIDING); VAL(KVC_LAYER_STATIC_CHUNKED);
+  VAL(KVC_QUERY_OFFSET_PLAIN); VAL(KVC_QUERY_OFFSET_MTP); VAL(KVC_QUERY_OFFSET_DFLASH);
   VAL(KVC_LAYER_QUANTIZED); VAL(KVC_LAYER_QUANTIZED_FP8); VAL(KVC_LAYER_SINK); VAL(KVC_LAYER_LINEAR); VAL(KVC_LAYER_LINEAR_DYNAMIC);
   VAL(KVC_LAYER_LINEAR_DYNAMIC_SLIDING); VAL(KVC_LAYER_LINEAR_STATIC); VAL(KVC_LAYER_LINEAR_STATIC_SLIDING);
   VAL(KVC_LAYER_TYPE_FULL_ATTENTION); VAL(KVC_LAYER_TYPE_SLIDING_ATTENTION); VAL(KVC_LAYER_TYPE_CHUNKED_ATTENTION);

@@ -37,10 +37,26 @@ static void (*find_op(const char* t))(replay*) {
   return NULL;
 }
 
+/*
+ * "transformers 5.23.0 ..." in a meta line: MAJOR*10000 + MINOR*100, the
+ * transformers_release every cache of the file is created with, so each family
+ * replays the semantics of the release that recorded it (0 when absent).
+ */
+static uint32_t release_of(const char* line, const char* end) {
+  static const char KEY[] = "transformers ";
+  for (const char* p = line; p + sizeof KEY - 1 < end; p++) {
+    if (strncmp(p, KEY, sizeof KEY - 1) != 0) continue;
+    unsigned major = 0, minor = 0;
+    if (sscanf(p + sizeof KEY - 1, "%u.%u", &major, &minor) == 2) return major * 10000 + minor * 100;
+  }
+  return 0;
+}
+
 /* Replays one file held in `text` (modified in place). */
 static void replay_text(replay* r, char* text, size_t len) {
   r->cur = text;
   r->end = text + len;
+  r->transformers_release = 0;
   char* magic = tok(r);
   char* ver = tok(r);
   if (!is(magic, "KVCONF") || !is(ver, "1")) {
@@ -51,7 +67,9 @@ static void replay_text(replay* r, char* text, size_t len) {
     char* t = tok(r);
     if (!t || is(t, "end")) break;
     if (is(t, "meta")) { /* the rest of the line: producer versions */
+      char* line = r->cur;
       while (r->cur < r->end && *r->cur != '\n') r->cur++;
+      r->transformers_release = release_of(line, r->cur);
       continue;
     }
     if (is(t, "case")) {

@@ -60,6 +60,7 @@ typedef struct replay {
   long checked;
   long failed;
   int malformed;
+  uint32_t transformers_release; /* from the file's meta line: every cache follows the release that made it */
   slot slots[MAX_SLOTS];
   /* self-check: counters of expected values seen, which one to corrupt, and
    * (in the clean run) which ones were checked successfully */

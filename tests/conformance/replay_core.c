@@ -37,6 +37,7 @@ static void op_tensors(replay* r) {
   }
   if (runnable(r)) {
     slot_clear(s);
+    o.options.transformers_release = r->transformers_release;
     must(r, kvc_cache_create_from_tensors(&o.options, (uint32_t)n, kt, vt, &s->cache),
          "kvc_cache_create_from_tensors");
   }

@@ -469,7 +469,9 @@ int runnable(const replay* r) { return !r->case_failed && !r->malformed; }
 
 void create_in(replay* r, slot* s, const kvc_cache_options* o) {
   slot_clear(s);
-  must(r, kvc_cache_create(o, &s->cache), "kvc_cache_create");
+  kvc_cache_options with_release = *o;
+  with_release.transformers_release = r->transformers_release;
+  must(r, kvc_cache_create(&with_release, &s->cache), "kvc_cache_create");
 }
 
 /* `-` or `p N p1..pN`, the legacy cache_position protocol; N from min_count to 256. */

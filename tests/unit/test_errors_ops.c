@@ -62,21 +62,23 @@ static void test_null_cache(void) {
   CHECK_EQ_U64(count, 777);
 }
 
-static void test_crop_static_layers(void) {
-  static const kvc_layer_kind statics[] = {KVC_LAYER_STATIC, KVC_LAYER_STATIC_SLIDING, KVC_LAYER_STATIC_CHUNKED};
-  static const int64_t tokens[] = {-1, 0, 2, -100};
+/* Static sliding layers whose window has moved (5 tokens seen, 4 slots) cannot be cropped (5.24 would rewind a rolled buffer). */
+static void test_crop_static_sliding_after_window(void) {
+  static const kvc_layer_kind statics[] = {KVC_LAYER_STATIC_SLIDING, KVC_LAYER_STATIC_CHUNKED};
+  static const char* names[] = {"static sliding", "static chunked"};
+  static const int64_t tokens[] = {-1, 2, -100};
   char num[32];
   for (size_t k = 0; k < sizeof statics / sizeof statics[0]; k++) {
     /* The dynamic layer comes first: it must not be cropped before the static one refuses. */
-    kvc_cache* c = make_pair(KVC_LAYER_DYNAMIC, statics[k], 4, 6, 2, 2, 4, 3, KVC_DTYPE_FLOAT32, 3);
-    kvc_cache* r = make_pair(statics[k], KVC_LAYER_DYNAMIC, 4, 6, 2, 2, 4, 3, KVC_DTYPE_FLOAT32, 3);
+    kvc_cache* c = make_pair(KVC_LAYER_DYNAMIC, statics[k], 4, 6, 2, 2, 4, 3, KVC_DTYPE_FLOAT32, 5);
+    kvc_cache* r = make_pair(statics[k], KVC_LAYER_DYNAMIC, 4, 6, 2, 2, 4, 3, KVC_DTYPE_FLOAT32, 5);
     REQUIRE(c != NULL && r != NULL);
     for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++) {
       snprintf(num, sizeof num, "%lld", (long long)tokens[t]);
-      EXPECT_ERR_UNCHANGED(c, kvc_cache_crop(c, tokens[t]), KVC_ERROR_UNSUPPORTED, "kvc_cache_crop", "layer 1",
-                           "static", num);
-      EXPECT_ERR_UNCHANGED(r, kvc_cache_crop(r, tokens[t]), KVC_ERROR_UNSUPPORTED, "kvc_cache_crop", "layer 0",
-                           "static", num);
+      EXPECT_ERR_UNCHANGED(c, kvc_cache_crop(c, tokens[t]), KVC_ERROR_INVALID_STATE, "kvc_cache_crop", names[k],
+                           "seen 5", num);
+      EXPECT_ERR_UNCHANGED(r, kvc_cache_crop(r, tokens[t]), KVC_ERROR_INVALID_STATE, "kvc_cache_crop", names[k],
+                           "seen 5", num);
     }
     kvc_cache_destroy(c);
     kvc_cache_destroy(r);
@@ -332,7 +334,7 @@ static void test_from_batch_splits_mismatched(void) {
 
 int main(void) {
   TU_RUN(test_null_cache);
-  TU_RUN(test_crop_static_layers);
+  TU_RUN(test_crop_static_sliding_after_window);
   TU_RUN(test_crop_sliding_after_window);
   TU_RUN(test_reorder_bad_indices);
   TU_RUN(test_reorder_index_valid_for_one_layer_only);

@@ -197,19 +197,6 @@ static void test_recording_continues_after_crop(void) {
   kvc_cache_destroy(c);
 }
 
-/* Static kinds have no crop; a cache holding one refuses the call for every layer. */
-static void test_static_crop_unsupported(void) {
-  const kvc_layer_kind kinds[3] = {KVC_LAYER_STATIC, KVC_LAYER_STATIC_SLIDING, KVC_LAYER_STATIC_CHUNKED};
-  for (int i = 0; i < 3; i++) {
-    kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(kinds[i], 4, 8));
-    REQUIRE(c != NULL);
-    REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 3, 2, 2, 0, NULL, NULL));
-    REQUIRE_OK(tu_update_tokens(c, 1, 1, 1, 3, 2, 2, 0, NULL, NULL));
-    CHECK_UNCHANGED_BY(c, CHECK_ERR(kvc_cache_crop(c, -1), KVC_ERROR_UNSUPPORTED));
-    kvc_cache_destroy(c);
-  }
-}
-
 /* activate_past_recording marks only dynamic sliding layers. */
 static void test_activate_past_recording_flags(void) {
   kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 4, 0),
@@ -262,7 +249,6 @@ int main(void) {
   TU_RUN(test_sliding_recording_positive_crop);
   TU_RUN(test_recording_returns_and_mask);
   TU_RUN(test_recording_continues_after_crop);
-  TU_RUN(test_static_crop_unsupported);
   TU_RUN(test_activate_past_recording_flags);
   TU_RUN(test_crop_uninitialized);
   TU_RUN(test_crop_lazy_cache);

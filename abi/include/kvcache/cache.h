@@ -204,9 +204,27 @@ typedef int32_t kvc_offload;
 #define KVC_OFFLOAD_ALL         2 /**< offload_only_non_sliding=False */
 #define KVC_OFFLOAD_NON_SLIDING 3 /**< offload_only_non_sliding=True */
 
+/*
+ * Query offset rules (transformers >= 5.14/5.15): where the queries of the
+ * next forward start, relative to the cache (kvc_cache_query_offset), and what
+ * the mask sizes add.
+ *
+ * KVC_QUERY_OFFSET_PLAIN: every Cache: the query offset is get_seq_length.
+ * KVC_QUERY_OFFSET_MTP: MtpCache (5.14), multi-token prediction: the queries
+ *   of depth (layer) k run k+1 tokens ahead, so the query offset and the
+ *   kv_offset of the mask sizes add layer + 1.
+ * KVC_QUERY_OFFSET_DFLASH: DFlashCache (5.15): the query offset and the
+ *   kv_length of the mask sizes add the number of tokens the previous step
+ *   accepted (kvc_cache_set_previous_accepted_tokens, 0 at creation).
+ */
+typedef int32_t kvc_query_offset_rule;
+#define KVC_QUERY_OFFSET_PLAIN  0
+#define KVC_QUERY_OFFSET_MTP    1
+#define KVC_QUERY_OFFSET_DFLASH 2
+
 /**
  * Options of kvc_cache_create.
- * Published sizes: 48 (0.1), 80 (0.2).
+ * Published sizes: 48 (0.1), 80 (0.2), 88 (0.5).
  */
 typedef struct kvc_cache_options {
   uint32_t struct_size;                 /**< sizeof(kvc_cache_options) */
@@ -221,11 +239,20 @@ typedef struct kvc_cache_options {
   kvc_offload offload;                  /**< any preset; default KVC_OFFLOAD_DEFAULT */
   int64_t window_length;                /**< SINK: window_length, >= num_sink_tokens + 1 */
   int64_t num_sink_tokens;              /**< SINK: num_sink_tokens, >= 0 */
+  /* since 0.5 */
+  uint32_t transformers_release;        /**< the transformers release whose behaviour to follow where
+                                             releases differ, as MAJOR*10000 + MINOR*100 (52300 for
+                                             5.23); 0 = the newest kvcache follows (5.24). Below 52400
+                                             static layers have no crop (UNSUPPORTED) and report
+                                             is_croppable as 5.23 did (docs/transformers-5.24.md) */
+  kvc_query_offset_rule query_offset_rule; /**< KVC_QUERY_OFFSET_PLAIN (0), _MTP (MtpCache) or
+                                             _DFLASH (DFlashCache): what kvc_cache_query_offset and
+                                             kvc_cache_mask_sizes add; any preset */
 } kvc_cache_options;
 
 #define KVC_CACHE_OPTIONS_INIT                                                                 \
   {sizeof(kvc_cache_options), KVC_PRESET_DYNAMIC, NULL, 0, 0, NULL, {KVC_DEVICE_CPU, 0}, NULL, \
-   KVC_OFFLOAD_DEFAULT, 0, 0}
+   KVC_OFFLOAD_DEFAULT, 0, 0, 0, KVC_QUERY_OFFSET_PLAIN}
 /** Sets `options` to KVC_CACHE_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_cache_options_init(kvc_cache_options* options);
 
@@ -410,6 +437,36 @@ KVC_API kvc_error* kvc_cache_mask_sizes(const kvc_cache* cache, int64_t query_le
  * layers disagree.
  */
 KVC_API kvc_error* kvc_cache_batch_size(const kvc_cache* cache, int64_t* out);
+
+/**
+ * get_query_offset(layer) (transformers >= 5.14): where the queries of the
+ * next forward start: kvc_cache_seq_length(layer) plus what the cache's
+ * query_offset_rule adds (layer + 1 for MTP, the previously accepted tokens
+ * for DFLASH). Since 0.5.
+ */
+KVC_API kvc_error* kvc_cache_query_offset(const kvc_cache* cache, uint32_t layer, int64_t* out);
+
+/**
+ * DFlashCache.set_previous_accepted_tokens: the number of tokens the previous
+ * step accepted, which a KVC_QUERY_OFFSET_DFLASH cache adds to the query
+ * offset and to kv_length. Errors: INVALID_ARGUMENT when tokens is outside
+ * [0, 2^31), and UNSUPPORTED for a cache of another rule (DFlashCache is the
+ * only class with the method). Since 0.5.
+ */
+KVC_API kvc_error* kvc_cache_set_previous_accepted_tokens(kvc_cache* cache, int64_t tokens);
+
+/**
+ * is_croppable (transformers >= 5.17): whether kvc_cache_crop can put `layer`
+ * (KVC_ALL_LAYERS: every layer) back as it was, as transformers reports it:
+ * dynamic and dynamic sliding layers yes; static layers yes (5.24); static
+ * sliding and chunked layers when their configured max_cache_len is at most
+ * the window (5.24); quantized layers no (5.24); linear kinds once a conv
+ * state is written and while no recurrent state is; sink layers no. With
+ * transformers_release below 52400, 5.23's answers: static kinds no,
+ * quantized kinds yes. A layer index beyond the layers is OUT_OF_RANGE.
+ * Since 0.5.
+ */
+KVC_API kvc_error* kvc_cache_is_croppable(const kvc_cache* cache, int32_t layer, uint8_t* out);
 
 /**
  * Memory a cache holds. Fill struct_size before the call; the library writes

@@ -84,7 +84,15 @@ KVC_API kvc_error* kvc_cache_update_all(kvc_cache* cache, uint32_t num_layers, c
  *  - tokens > 0: legacy absolute length: keep the first `tokens` tokens.
  * A sliding layer that has seen its window can only be cropped after
  * kvc_cache_activate_past_recording and only with tokens <= 0.
- * Errors: UNSUPPORTED (static layers), INVALID_STATE (sliding rules).
+ * Static layers (transformers 5.24) move their counter back and leave the
+ * slots as they are (the next update overwrites them); a static sliding or
+ * chunked layer only until its window has moved (more tokens seen than it
+ * holds: INVALID_STATE, the evicted tokens are gone). The static hybrids
+ * (LINEAR_STATIC, LINEAR_STATIC_SLIDING) crop their linear part only, as in
+ * transformers. A cache created with transformers_release below 52400
+ * refuses to crop static kinds (UNSUPPORTED), as 5.23 did.
+ * Errors: UNSUPPORTED (sink layers; static kinds before 5.24), INVALID_STATE
+ * (sliding rules).
  */
 KVC_API kvc_error* kvc_cache_crop(kvc_cache* cache, int64_t tokens);
 
