@@ -199,6 +199,8 @@
 %typemap(in, numinputs=0) int32_t* out (int32_t tmp = 0) "$1 = &tmp;"
 %typemap(argout) int32_t* out { $result = SWIG_Python_AppendOutput($result, PyBool_FromLong(*$1), 1); }
 %typemap(in, numinputs=0) int* out (int tmp = 0) "$1 = &tmp;"
+%typemap(in, numinputs=0) uint8_t* out (uint8_t tmp = 0) "$1 = &tmp;"
+%typemap(argout) uint8_t* out { $result = SWIG_Python_AppendOutput($result, PyBool_FromLong(*$1), 1); }
 %typemap(argout) int* out { $result = SWIG_Python_AppendOutput($result, PyBool_FromLong(*$1), 1); }
 
 /* Output structs: a new object with struct_size filled in; fields the library writes. */

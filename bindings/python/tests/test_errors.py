@@ -80,7 +80,10 @@ def test_static_overflow_and_positions(static):
 
 
 def test_crop_errors(dyn, static):
-    e = check(static, lambda: static.crop(-1), AttributeError, E.KVC_ERROR_UNSUPPORTED)
+    # transformers 5.23's static layers had no crop; a cache following that release keeps the refusal
+    old = kvcache.StaticCache(num_hidden_layers=1, max_cache_len=4, transformers_release=52300)
+    old.update(f32(1, 2, 1, 4), f32(1, 2, 1, 4), 0)
+    e = check(old, lambda: old.crop(-1), AttributeError, E.KVC_ERROR_UNSUPPORTED)
     assert isinstance(e, kvcache.UnsupportedError)
     check(dyn, lambda: dyn.crop(-1), RuntimeError, E.KVC_ERROR_INVALID_STATE)  # window reached, no recording
     check(dyn, lambda: dyn.crop("1"), TypeError)

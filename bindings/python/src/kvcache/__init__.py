@@ -58,6 +58,8 @@ from ._cache import (
     Cache,
     CustomCache,
     DynamicCache,
+    MtpCache,
+    DFlashCache,
     EncoderDecoderCache,
     HybridCache,
     HybridChunkedCache,
@@ -107,7 +109,7 @@ _check_abi()
 __all__ = [
     "__version__", "version", "features", "HEADER_VERSION",
     "View", "KV", "Cache", "Layer",
-    "DynamicCache", "StaticCache", "SlidingWindowCache", "HybridCache", "HybridChunkedCache", "QuantizedCache",
+    "DynamicCache", "MtpCache", "DFlashCache", "StaticCache", "SlidingWindowCache", "HybridCache", "HybridChunkedCache", "QuantizedCache",
     "OffloadedCache", "OffloadedStaticCache", "OffloadedHybridCache", "SinkCache", "MambaCache",
     "HybridMambaAttentionDynamicCache", "CustomCache", "EncoderDecoderCache",
     "LayerKind", "LayerType", "Preset", "Offload", "Dtype", "Quantizer", "QuantMode", "DeviceType",

@@ -157,10 +157,13 @@ class Cache:
                 layers: Optional[Sequence[LayerSpec]] = None, device: DeviceLike = "cpu",
                 quant: Optional[QuantOptions] = None, offload: Union[Offload, int] = Offload.DEFAULT,
                 window_length: int = 0, num_sink_tokens: int = 0,
-                from_tensors: Optional[Sequence[Tuple[TensorLike, TensorLike]]] = None) -> None:
+                from_tensors: Optional[Sequence[Tuple[TensorLike, TensorLike]]] = None,
+                transformers_release: int = 0, query_offset_rule: int = 0) -> None:
         options, keep = _options(preset, config, max_cache_len=max_cache_len, layers=layers, device=device,
                                  quant=quant, offload=offload, window_length=window_length,
                                  num_sink_tokens=num_sink_tokens)
+        options.transformers_release = operator.index(transformers_release)
+        options.query_offset_rule = operator.index(query_offset_rule)
         if from_tensors is not None:
             self._handle = _lib.kvc_cache_create_from_tensors(options, list(from_tensors))
         else:
@@ -259,6 +262,25 @@ class Cache:
     def batch_size(self) -> int:
         """Batch size of the initialized static layers (-1 if there are none)."""
         return _lib.kvc_cache_batch_size(self._handle)
+
+    def get_query_offset(self, layer_idx: int = 0) -> int:
+        """Where the next forward's queries start (transformers 5.14): ``get_seq_length`` plus what an
+        MTP (``layer_idx + 1``) or DFlash (the previously accepted tokens) cache adds."""
+        return _lib.kvc_cache_query_offset(self._handle, _layer(layer_idx))
+
+    def set_previous_accepted_tokens(self, number_of_accepted_tokens: int) -> None:
+        """DFlashCache's method: the tokens the previous step accepted (a DFlash cache only)."""
+        _lib.kvc_cache_set_previous_accepted_tokens(self._handle, operator.index(number_of_accepted_tokens))
+
+    @property
+    def is_croppable(self) -> bool:
+        """Whether ``crop`` can put every layer back as it was (transformers 5.17; 5.24's answers unless the
+        cache follows an older ``transformers_release``)."""
+        return _lib.kvc_cache_is_croppable(self._handle, _lib.KVC_ALL_LAYERS)
+
+    def layer_is_croppable(self, layer_idx: int) -> bool:
+        """``is_croppable`` of one layer."""
+        return _lib.kvc_cache_is_croppable(self._handle, _layer(layer_idx))
 
     def memory(self) -> MemoryInfo:
         """Bytes reserved and used, per tier and kind of storage."""
@@ -598,6 +620,24 @@ class DynamicCache(Cache):
         return cls(past_key_values, config, **config_fields)
 
 
+class MtpCache(DynamicCache):
+    """transformers' MtpCache (5.14): a DynamicCache whose layer k holds multi-token-prediction depth k, whose
+    queries run k + 1 tokens ahead (``get_query_offset`` and the mask's ``kv_offset`` add ``k + 1``)."""
+
+    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", **config_fields: Any) -> None:
+        self._create(Preset.DYNAMIC, ModelConfig.from_any(config, **config_fields), device=device,
+                     query_offset_rule=_lib.KVC_QUERY_OFFSET_MTP)
+
+
+class DFlashCache(DynamicCache):
+    """transformers' DFlashCache (5.15): a DynamicCache whose next forward also attends to the tokens the
+    previous step accepted (``set_previous_accepted_tokens``), added to ``get_query_offset`` and ``kv_length``."""
+
+    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", **config_fields: Any) -> None:
+        self._create(Preset.DYNAMIC, ModelConfig.from_any(config, **config_fields), device=device,
+                     query_offset_rule=_lib.KVC_QUERY_OFFSET_DFLASH)
+
+
 class StaticCache(Cache):
     """transformers' StaticCache(config, max_cache_len): pre-allocated layers; sliding layers keep min(window, max).
 
@@ -611,14 +651,18 @@ class StaticCache(Cache):
     _preset = Preset.STATIC
 
     def __init__(self, config: Any = None, max_cache_len: Optional[int] = None, *, device: DeviceLike = "cpu",
-                 offloading: bool = False, offload_only_non_sliding: bool = True, **config_fields: Any) -> None:
+                 offloading: bool = False, offload_only_non_sliding: bool = True, transformers_release: int = 0,
+                 **config_fields: Any) -> None:
+        """``transformers_release`` (e.g. 52300 for 5.23; 0: the newest, 5.24) picks the release whose
+        behaviour to follow where releases differ: before 5.24 static layers have no ``crop``."""
         if max_cache_len is None:
             raise TypeError(f"{type(self).__name__} needs max_cache_len")
         cfg = ModelConfig.from_any(config, **config_fields)
         offload = Offload.DEFAULT
         if offloading:
             offload = Offload.NON_SLIDING if offload_only_non_sliding else Offload.ALL
-        self._create(self._preset, cfg, max_cache_len=max_cache_len, device=device, offload=offload)
+        self._create(self._preset, cfg, max_cache_len=max_cache_len, device=device, offload=offload,
+                     transformers_release=transformers_release)
 
 
 class SlidingWindowCache(StaticCache):

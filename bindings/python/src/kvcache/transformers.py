@@ -49,6 +49,16 @@ __all__ = [
 ]
 
 _TRANSFORMERS_MAJOR = int(transformers.__version__.split(".")[0])
+
+
+def _installed_release() -> int:
+    """The installed transformers as MAJOR*10000 + MINOR*100: the C caches follow its semantics where releases
+    differ (kvc_cache_options.transformers_release), e.g. StaticCache.crop exists from 5.24 on."""
+    parts = (transformers.__version__.split(".") + ["0"])[:2]
+    try:
+        return int(parts[0]) * 10000 + int("".join(ch for ch in parts[1] if ch.isdigit()) or 0) * 100
+    except ValueError:
+        return 0
 if _TRANSFORMERS_MAJOR < 5:
     raise ImportError(f"kvcache.transformers needs transformers >= 5 (found {transformers.__version__})")
 
@@ -126,7 +136,7 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
 
     @property
     def is_croppable(self) -> bool:  # type: ignore[override]
-        return self.kind not in (LayerKind.STATIC, LayerKind.STATIC_SLIDING, LayerKind.STATIC_CHUNKED)
+        return self._cache._kv.layer_is_croppable(self._index)
 
     @property
     def info(self):
@@ -239,7 +249,7 @@ class KvcacheLinearLayer(_tcu.LinearAttentionCacheLayerMixin, KvcacheLayer):
 
     @property
     def is_croppable(self) -> bool:  # type: ignore[override]
-        return False
+        return self._cache._kv.layer_is_croppable(self._index)
 
     def lazy_initialization(self, *args, **kwargs) -> None:
         if len(args) == 2 and self.kind != LayerKind.LINEAR:
@@ -336,6 +346,9 @@ class _KvcacheCache:
     def get_mask_sizes(self, query_length: int, layer_idx: int) -> Tuple[int, int]:
         return self._kv.get_mask_sizes(query_length, layer_idx)
 
+    def get_query_offset(self, layer_idx: int = 0) -> int:
+        return self._kv.get_query_offset(layer_idx)
+
     def get_usable_length(self, new_seq_length: int, layer_idx: int = 0) -> int:
         return self._kv.get_usable_length(new_seq_length, layer_idx)
 
@@ -354,7 +367,7 @@ class _KvcacheCache:
 
     @property
     def is_croppable(self) -> bool:
-        return all(layer.is_croppable for layer in self.layers)
+        return self._kv.is_croppable
 
     @property
     def is_sliding(self) -> List[bool]:
@@ -498,7 +511,8 @@ class StaticCache(_KvcacheCache, _tcu.StaticCache):
         kv = _cache.Cache.__new__(_cache.Cache)
         kv._create(Preset.CUSTOM, None, layers=layer_specs_from_config(config, static=True,
                                                                         max_cache_len=max_cache_len),
-                   offload=_offload_mode(offloading, offload_only_non_sliding))
+                   offload=_offload_mode(offloading, offload_only_non_sliding),
+                   transformers_release=_installed_release())
         self._attach(kv, offloading=offloading, offload_only_non_sliding=offload_only_non_sliding)
         self.max_cache_len = max_cache_len
 
