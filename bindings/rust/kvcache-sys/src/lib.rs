@@ -98,6 +98,8 @@ impl Default for kvc_cache_options {
             offload: KVC_OFFLOAD_DEFAULT,
             window_length: 0,
             num_sink_tokens: 0,
+            transformers_release: 0,
+            query_offset_rule: KVC_QUERY_OFFSET_PLAIN as _,
         }
     }
 }

@@ -77,7 +77,7 @@ structs! {
     }
     kvc_cache_options {
         struct_size, preset, config, max_cache_len, num_layers, layers, device, quant, offload,
-        window_length, num_sink_tokens
+        window_length, num_sink_tokens, transformers_release, query_offset_rule
     }
     kvc_init_options {
         struct_size, batch_size, num_kv_heads, k_head_dim, v_head_dim, dtype,
@@ -143,6 +143,7 @@ constants! {
     KVC_PRESET_OFFLOADED_STATIC, KVC_PRESET_OFFLOADED_HYBRID, KVC_PRESET_SINK, KVC_PRESET_MAMBA,
     KVC_PRESET_HYBRID_MAMBA,
     KVC_OFFLOAD_DEFAULT, KVC_OFFLOAD_NONE, KVC_OFFLOAD_ALL, KVC_OFFLOAD_NON_SLIDING,
+    KVC_QUERY_OFFSET_PLAIN, KVC_QUERY_OFFSET_MTP, KVC_QUERY_OFFSET_DFLASH,
     KVC_ALL_LAYERS,
 }
 

@@ -632,6 +632,39 @@ impl CacheRef {
         Ok((out >= 0).then_some(out))
     }
 
+    /// `get_query_offset(layer)` (`kvc_cache_query_offset`, transformers 5.14): where the next
+    /// forward's queries start: `seq_length(layer)` plus what the cache's [`QueryOffsetRule`] adds.
+    pub fn query_offset(&self, layer: u32) -> Result<i64> {
+        let mut out = 0;
+        // SAFETY: a live handle and a valid out-pointer.
+        check(unsafe { sys::kvc_cache_query_offset(self.as_ptr(), layer, &mut out) })?;
+        Ok(out)
+    }
+
+    /// `is_croppable` of one layer, or of every layer for `None` (`kvc_cache_is_croppable`,
+    /// transformers 5.17; 5.24's answers unless the cache follows an older release).
+    pub fn is_croppable(&self, layer: Option<u32>) -> Result<bool> {
+        let layer = match layer {
+            None => sys::KVC_ALL_LAYERS,
+            Some(i) => i32::try_from(i).map_err(|_| {
+                invalid_argument(format!(
+                    "kvc_cache_is_croppable: layer is {i}; it must be below 2^31"
+                ))
+            })?,
+        };
+        let mut out = 0u8;
+        // SAFETY: a live handle and a valid out-pointer.
+        check(unsafe { sys::kvc_cache_is_croppable(self.as_ptr(), layer, &mut out) })?;
+        Ok(out != 0)
+    }
+
+    /// `DFlashCache.set_previous_accepted_tokens` (`kvc_cache_set_previous_accepted_tokens`):
+    /// only on a cache built with [`QueryOffsetRule::DFlash`].
+    pub fn set_previous_accepted_tokens(&mut self, tokens: i64) -> Result<()> {
+        // SAFETY: a live handle.
+        check(unsafe { sys::kvc_cache_set_previous_accepted_tokens(self.as_mut_ptr(), tokens) })
+    }
+
     /// The memory the cache holds (`kvc_cache_memory`).
     ///
     /// ```
@@ -1258,6 +1291,30 @@ pub struct CacheBuilder {
     offload: Offload,
     window_length: i64,
     num_sink_tokens: i64,
+    transformers_release: u32,
+    query_offset_rule: QueryOffsetRule,
+}
+
+/// What the query offset and the mask sizes add (`kvc_query_offset_rule`, transformers 5.14/5.15).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueryOffsetRule {
+    /// Every `Cache`: the query offset is the sequence length.
+    #[default]
+    Plain,
+    /// `MtpCache`: layer k's queries run k + 1 tokens ahead (query offset and `kv_offset`).
+    Mtp,
+    /// `DFlashCache`: the previously accepted tokens are added (query offset and `kv_length`).
+    DFlash,
+}
+
+impl QueryOffsetRule {
+    fn raw(self) -> sys::kvc_query_offset_rule {
+        match self {
+            QueryOffsetRule::Plain => sys::KVC_QUERY_OFFSET_PLAIN as _,
+            QueryOffsetRule::Mtp => sys::KVC_QUERY_OFFSET_MTP as _,
+            QueryOffsetRule::DFlash => sys::KVC_QUERY_OFFSET_DFLASH as _,
+        }
+    }
 }
 
 impl CacheBuilder {
@@ -1329,6 +1386,20 @@ impl CacheBuilder {
         self
     }
 
+    /// The transformers release whose behaviour to follow where releases differ, as
+    /// `MAJOR * 10000 + MINOR * 100` (0, the default: the newest, 5.24). Below 52400 static
+    /// layers have no `crop`, as in 5.23.
+    pub fn transformers_release(mut self, release: u32) -> Self {
+        self.transformers_release = release;
+        self
+    }
+
+    /// The [`QueryOffsetRule`] (`MtpCache`, `DFlashCache`); default [`QueryOffsetRule::Plain`].
+    pub fn query_offset_rule(mut self, rule: QueryOffsetRule) -> Self {
+        self.query_offset_rule = rule;
+        self
+    }
+
     /// Calls `f` with the raw options, whose pointers stay valid during `f`.
     fn with_raw<R>(&self, f: impl FnOnce(&sys::kvc_cache_options) -> Result<R>) -> Result<R> {
         const FN: &str = "kvc_cache_create";
@@ -1356,6 +1427,8 @@ impl CacheBuilder {
             offload: self.offload.raw(),
             window_length: self.window_length,
             num_sink_tokens: self.num_sink_tokens,
+            transformers_release: self.transformers_release,
+            query_offset_rule: self.query_offset_rule.raw(),
             ..sys::kvc_cache_options::default()
         };
         if let Some((config, _, _)) = &config {

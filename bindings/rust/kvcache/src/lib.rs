@@ -49,7 +49,9 @@ mod version;
 #[cfg(feature = "dlpack")]
 pub mod dlpack;
 
-pub use cache::{Cache, CacheBuilder, CacheRef, LayerInfo, MaskSizes, MemoryInfo, StateViews};
+pub use cache::{
+    Cache, CacheBuilder, CacheRef, LayerInfo, MaskSizes, MemoryInfo, QueryOffsetRule, StateViews,
+};
 pub use device::{Device, DeviceType};
 pub use dtype::{DType, DataType, Element};
 pub use encoder_decoder::EncoderDecoderCache;

@@ -339,7 +339,11 @@ fn early_initialization_rejects_bad_options() {
 
 #[test]
 fn operations_reject_bad_arguments() {
-    refused(ErrorCode::Unsupported, "kvc_cache_crop", |c| c.crop(-1));
+    refused(
+        ErrorCode::Unsupported,
+        "kvc_cache_set_previous_accepted_tokens",
+        |c| c.set_previous_accepted_tokens(1),
+    );
     refused(ErrorCode::OutOfRange, "kvc_cache_reorder", |c| {
         c.reorder(&[0, 2])
     });

@@ -173,8 +173,11 @@ fn static_layers_return_the_whole_buffer() {
     let err = cache.update(0, &x.t(), &x.t()).unwrap_err();
     assert_eq!(err.code(), ErrorCode::OutOfRange);
     assert_eq!(cache.seq_length(0).unwrap(), 6);
-    // Static layers have no crop and no batch_select_indices.
-    assert_eq!(cache.crop(-1).unwrap_err().code(), ErrorCode::Unsupported);
+    // Static layers crop by moving their counter back (transformers 5.24); no batch_select_indices.
+    assert!(cache.is_croppable(None).unwrap());
+    cache.crop(-1).unwrap();
+    assert_eq!(cache.seq_length(0).unwrap(), 5);
+    assert_eq!(cache.query_offset(0).unwrap(), 5);
     assert_eq!(
         cache.batch_select_indices(&[0]).unwrap_err().code(),
         ErrorCode::Unsupported
