@@ -368,6 +368,43 @@ func (c *Cache) BatchSize() (int64, error) {
 	return n, err
 }
 
+// QueryOffset returns transformers' get_query_offset(layer) (5.14): where the
+// next forward's queries start, the sequence length plus what the cache's
+// QueryOffsetRule adds.
+func (c *Cache) QueryOffset(layer uint32) (int64, error) {
+	p, err := c.get()
+	if err != nil {
+		return 0, err
+	}
+	n, err := cQueryOffset(p, layer)
+	runtime.KeepAlive(c)
+	return n, err
+}
+
+// IsCroppable reports transformers' is_croppable (5.17) of one layer, or of
+// every layer with AllLayers: whether Crop can put it back as it was.
+func (c *Cache) IsCroppable(layer int32) (bool, error) {
+	p, err := c.get()
+	if err != nil {
+		return false, err
+	}
+	v, err := cIsCroppable(p, layer)
+	runtime.KeepAlive(c)
+	return v, err
+}
+
+// SetPreviousAcceptedTokens is DFlashCache.set_previous_accepted_tokens: only
+// on a cache created with QueryOffsetDFlash.
+func (c *Cache) SetPreviousAcceptedTokens(tokens int64) error {
+	p, err := c.get()
+	if err != nil {
+		return err
+	}
+	err = cSetPreviousAcceptedTokens(p, tokens)
+	runtime.KeepAlive(c)
+	return err
+}
+
 // Memory returns the memory the cache holds.
 func (c *Cache) Memory() (MemoryInfo, error) {
 	p, err := c.get()

@@ -392,6 +392,7 @@ func cDefaultCacheOptions() CacheOptions {
 		Preset: Preset(o.preset), MaxCacheLen: int64(o.max_cache_len),
 		Device:  Device{Type: DeviceType(o.device.device_type), ID: int32(o.device.device_id)},
 		Offload: Offload(o.offload), WindowLength: int64(o.window_length), NumSinkTokens: int64(o.num_sink_tokens),
+		TransformersRelease: uint32(o.transformers_release), QueryOffsetRule: QueryOffsetRule(o.query_offset_rule),
 	}
 }
 
@@ -475,6 +476,8 @@ func (a *arena) cacheOptions(o *CacheOptions) (*C.kvc_cache_options, error) {
 	c.offload = C.kvc_offload(o.Offload)
 	c.window_length = C.int64_t(o.WindowLength)
 	c.num_sink_tokens = C.int64_t(o.NumSinkTokens)
+	c.transformers_release = C.uint32_t(o.TransformersRelease)
+	c.query_offset_rule = C.kvc_query_offset_rule(o.QueryOffsetRule)
 	if m := o.Config; m != nil {
 		cfg := (*C.kvc_model_config)(a.alloc(C.sizeof_kvc_model_config))
 		C.kvc_model_config_init(cfg)
@@ -637,6 +640,22 @@ func cMaskSizes(p unsafe.Pointer, q int64, layer uint32) (int64, int64, error) {
 	var l, o C.int64_t
 	err := takeError(C.kvc_cache_mask_sizes(cache(p), C.int64_t(q), C.uint32_t(layer), &l, &o))
 	return int64(l), int64(o), err
+}
+
+func cQueryOffset(p unsafe.Pointer, layer uint32) (int64, error) {
+	var n C.int64_t
+	err := takeError(C.kvc_cache_query_offset(cache(p), C.uint32_t(layer), &n))
+	return int64(n), err
+}
+
+func cIsCroppable(p unsafe.Pointer, layer int32) (bool, error) {
+	var v C.uint8_t
+	err := takeError(C.kvc_cache_is_croppable(cache(p), C.int32_t(layer), &v))
+	return v != 0, err
+}
+
+func cSetPreviousAcceptedTokens(p unsafe.Pointer, tokens int64) error {
+	return takeError(C.kvc_cache_set_previous_accepted_tokens(cache(p), C.int64_t(tokens)))
 }
 
 func cBatchSize(p unsafe.Pointer) (int64, error) {

@@ -45,7 +45,12 @@ func cUsableLength(unsafe.Pointer, int64, uint32) (int64, error) { return 0, Err
 func cMaskSizes(unsafe.Pointer, int64, uint32) (int64, int64, error) {
 	return 0, 0, ErrCgoDisabled
 }
-func cBatchSize(unsafe.Pointer) (int64, error)  { return 0, ErrCgoDisabled }
+func cBatchSize(unsafe.Pointer) (int64, error)           { return 0, ErrCgoDisabled }
+func cQueryOffset(unsafe.Pointer, uint32) (int64, error) { return 0, ErrCgoDisabled }
+func cIsCroppable(unsafe.Pointer, int32) (bool, error)   { return false, ErrCgoDisabled }
+func cSetPreviousAcceptedTokens(unsafe.Pointer, int64) error {
+	return ErrCgoDisabled
+}
 func cMemory(unsafe.Pointer, *MemoryInfo) error { return ErrCgoDisabled }
 func cUpdate(unsafe.Pointer, uint32, unsafe.Pointer, unsafe.Pointer, *tdesc, *tdesc, *ckv) error {
 	return ErrCgoDisabled

@@ -155,7 +155,7 @@ func TestOperationErrors(t *testing.T) {
 		{"UsableLength of 2^31 tokens", dyn, func(c *Cache) error { _, err := c.UsableLength(1<<31, 0); return err }, CodeInvalidArgument, "new_seq_length"},
 		{"MaskSizes of -1 tokens", dyn, func(c *Cache) error { _, _, err := c.MaskSizes(-1, 0); return err }, CodeInvalidArgument, "query_length"},
 		{"BatchSize of disagreeing static layers", mixed, func(c *Cache) error { _, err := c.BatchSize(); return err }, CodeInvalidState, "batch"},
-		{"Crop of a static cache", st, func(c *Cache) error { return c.Crop(-1) }, CodeUnsupported, ""},
+		{"SetPreviousAcceptedTokens of a plain cache", st, func(c *Cache) error { return c.SetPreviousAcceptedTokens(1) }, CodeUnsupported, "DFlash"},
 		{"Crop past a sliding window", sl, func(c *Cache) error { return c.Crop(-1) }, CodeInvalidState, "activate_past_recording"},
 		{"Reorder beyond the batch", dyn, func(c *Cache) error { return c.Reorder([]int64{0, 2}) }, CodeOutOfRange, "beam_idx"},
 		{"Reorder with a negative index", dyn, func(c *Cache) error { return c.Reorder([]int64{-1, 0}) }, CodeOutOfRange, "beam_idx"},

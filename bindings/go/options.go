@@ -57,6 +57,10 @@ type CacheOptions struct {
 	Offload       Offload        // any preset
 	WindowLength  int64          // PresetSink: window_length, >= NumSinkTokens + 1
 	NumSinkTokens int64          // PresetSink
+	// TransformersRelease is the transformers release whose behaviour to follow where releases
+	// differ, as MAJOR*10000 + MINOR*100 (0: the newest, 5.24); below 52400 static layers have no Crop.
+	TransformersRelease uint32
+	QueryOffsetRule     QueryOffsetRule // MtpCache / DFlashCache offsets; default QueryOffsetPlain
 }
 
 // InitOptions are the options of EarlyInitialization (kvc_init_options).

@@ -240,6 +240,17 @@ const (
 	OffloadNonSliding Offload = 3 // offload_only_non_sliding=True
 )
 
+// QueryOffsetRule is what the query offset and the mask sizes add
+// (kvc_query_offset_rule, transformers 5.14/5.15).
+type QueryOffsetRule int32
+
+// Rules of CacheOptions.QueryOffsetRule.
+const (
+	QueryOffsetPlain  QueryOffsetRule = 0 // every Cache: the query offset is the sequence length
+	QueryOffsetMTP    QueryOffsetRule = 1 // MtpCache: layer k's queries run k+1 tokens ahead
+	QueryOffsetDFlash QueryOffsetRule = 2 // DFlashCache: the previously accepted tokens are added
+)
+
 // Quantizer is the quantization algorithm of a quantized layer
 // (kvc_quantizer).
 type Quantizer int32
