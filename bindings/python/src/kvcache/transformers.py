@@ -660,7 +660,7 @@ class QuantizedCache(_KvcacheCache, _tcu.QuantizedCache):
     transformers' quantization timeline exactly, so a model generates the same tokens as with transformers'
     QuantizedCache; ``mode="incremental"`` quantizes each token once (constant cost per step).
     ``backend="fp8"``: transformers' Fp8QuantizedLayer (float8 e4m3fn, one scale per tensor fixed by the first
-    update; CPU caches only), which takes none of the group-wise options.
+    update), which takes none of the group-wise options.
     """
 
     _GROUP_WISE = ("nbits", "axis_key", "axis_value", "q_group_size", "residual_length")
