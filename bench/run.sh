@@ -62,6 +62,7 @@ if [ -x "$ROOT/.venv/bin/python" ] && "$ROOT/.venv/bin/python" -c 'import torch,
     CMAKE_BUILD_PARALLEL_LEVEL=2 "$ROOT/.venv/bin/python" -m pip install -q --disable-pip-version-check \
         --no-build-isolation --no-deps "$ROOT/bindings/python"
     "$ROOT/.venv/bin/python" "$ROOT/bench/bench_python.py" --json "$JSON" ${KVC_BENCH_PYTHON_ARGS:-}
+    "$ROOT/.venv/bin/python" "$ROOT/bench/bench_python_call.py" --json "$JSON"
     PY_BENCH=1
 else
     echo "SKIPPED: the Python benchmark needs .venv with torch, transformers and scikit-build-core (make setup)"

@@ -14,6 +14,7 @@
 
 %{
 #include "kvcache_py.h"
+#include "kvcache_torch.h"
 %}
 
 %include <stdint.i>
@@ -299,8 +300,10 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 
 %init %{
   if (PyType_Ready(&CacheHandleType) < 0 || PyType_Ready(&EncoderDecoderHandleType) < 0 ||
-      PyType_Ready(&ViewType) < 0)
+      PyType_Ready(&ViewType) < 0 || PyType_Ready(&TorchViewsType) < 0)
     return -1;
+  /* kvcache.transformers' hot path (kvcache_torch.h): METH_FASTCALL functions, not SWIG wrappers */
+  if (PyModule_AddFunctions(m, kvc_py_torch_methods) < 0) return -1;
   Py_INCREF(&CacheHandleType);
   PyModule_AddObject(m, "CacheHandle", (PyObject*)&CacheHandleType);
   Py_INCREF(&EncoderDecoderHandleType);
@@ -326,7 +329,6 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %feature("nothread") kvc_py_cache_state_view;
 %feature("nothread") kvc_py_set_error_classes;
 %feature("nothread") kvc_py_close;
-%feature("nothread") kvc_py_update_fast;
 %feature("nothread") kvc_py_cache_set_stream;
 %feature("nothread") kvc_py_cache_stream;
 %feature("nothread") kvc_py_set_stream_waiter;
@@ -346,7 +348,6 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %rename(kvc_cache_state_view) kvc_py_cache_state_view;
 %rename(_set_error_classes) kvc_py_set_error_classes;
 %rename(close) kvc_py_close;
-%rename(_update_fast) kvc_py_update_fast;
 %rename(kvc_cache_set_stream) kvc_py_cache_set_stream;
 %rename(kvc_cache_stream) kvc_py_cache_stream;
 %rename(_set_stream_waiter) kvc_py_set_stream_waiter;
@@ -445,60 +446,6 @@ PyObject* kvc_py_cache_update(PyObject* cache, unsigned int layer, PyObject* key
   kvc_py_tensor_release(&k);
   kvc_py_tensor_release(&v);
   kvc_py_update_args_release(&a);
-  kvc_py_guard_leave(guard, 1);
-  return result;
-}
-
-/*
- * _update_fast(cache, layer, key, value, convert) -> (convert(k_capsule), convert(v_capsule)):
- * the hot path of kvcache.transformers. The outputs are made from legacy
- * DLPack capsules by `convert` (torch.utils.dlpack.from_dlpack) without an
- * intermediate View.
- */
-PyObject* kvc_py_update_fast(PyObject* cache, unsigned int layer, PyObject* key, PyObject* value,
-                             PyObject* convert) {
-  kvc_py_guard* guard = NULL;
-  kvc_cache* c = NULL;
-  PyObject* result = NULL;
-  kvc_py_tensor_in k, v;
-  memset(&v, 0, sizeof v);
-  if (kvc_py_tensor_in_from(key, "key", &k) == 0 && kvc_py_tensor_in_from(value, "value", &v) == 0 &&
-      (c = kvc_py_cache_enter(cache, 1, &guard)) != NULL) {
-    kvc_kv out;
-    kvc_error* err;
-    Py_BEGIN_ALLOW_THREADS
-    err = kvc_cache_update(c, (uint32_t)layer, &k.t, &v.t, NULL, &out);
-    Py_END_ALLOW_THREADS
-    if (err) {
-      kvc_py_raise(err);
-    } else {
-      View kv, vv; /* stack views: only their tensors are read by the capsule maker */
-      PyObject *kc = NULL, *vc = NULL, *kt = NULL, *vt = NULL;
-      memset(&kv, 0, sizeof kv);
-      memset(&vv, 0, sizeof vv);
-      kv.owner = vv.owner = cache;
-      kv.guard = vv.guard = guard;
-      kv.epoch = vv.epoch = guard->epoch;
-      if (out.key.ndim > KVC_PY_MAX_NDIM || out.value.ndim > KVC_PY_MAX_NDIM) {
-        PyErr_SetString(PyExc_RuntimeError, "kvcache: a view has too many dimensions");
-        goto fast_done;
-      }
-      kvc_py_view_fill(&kv, &out.key);
-      kvc_py_view_fill(&vv, &out.value);
-      kc = kvc_py_view_capsule(&kv, 0, 0, 0);
-      if (kc) kt = PyObject_CallOneArg(convert, kc);
-      if (kt) vc = kvc_py_view_capsule(&vv, 0, 0, 0);
-      if (vc) vt = PyObject_CallOneArg(convert, vc);
-      if (vt) result = PyTuple_Pack(2, kt, vt);
-      Py_XDECREF(kc);
-      Py_XDECREF(vc);
-      Py_XDECREF(kt);
-      Py_XDECREF(vt);
-    }
-  }
-fast_done:
-  kvc_py_tensor_release(&k);
-  kvc_py_tensor_release(&v);
   kvc_py_guard_leave(guard, 1);
   return result;
 }

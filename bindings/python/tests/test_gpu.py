@@ -6,6 +6,8 @@ reason. The stream API's checks that need no device run everywhere.
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 import kvcache
@@ -336,3 +338,113 @@ def test_a_device_view_cannot_be_an_input_and_copies_need_the_cpu():
     with pytest.raises(BufferError):
         keys.__dlpack__(stream=0)  # DLPack: 0 is ambiguous for CUDA
     assert torch.equal(torch.from_dlpack(keys), x)  # the failed calls changed nothing
+
+
+# ------------------------------------------------- kvcache.transformers on CUDA
+
+
+def _tiny_llama_config():
+    transformers = pytest.importorskip("transformers")
+    return transformers.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                    initializer_range=0.6, bos_token_id=1, eos_token_id=None, pad_token_id=0)
+
+
+def _tiny_llama(dtype=torch.bfloat16):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(_tiny_llama_config()).eval().to(DEV, dtype)
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = None
+    return model
+
+
+@needs_plugin
+def test_drop_in_caches_are_placed_on_the_device_of_their_first_tensors():
+    kvt = pytest.importorskip("kvcache.transformers")
+    cache = kvt.DynamicCache(config=_tiny_llama_config())
+    assert cache.device is None
+    x = rand(1, 2, 3, 16, seed=100)
+    keys, values = cache.update(x, x, 0)
+    assert cache.device == torch.device(DEV) and cache.kvcache.layer_info(0).is_initialized
+    assert keys.is_cuda and keys.dtype == torch.bfloat16 and torch.equal(keys, x) and torch.equal(values, x)
+    assert keys.data_ptr() != x.data_ptr()
+    y = rand(1, 2, 1, 16, seed=101)
+    keys, _ = cache.update(y, y, 0)
+    assert torch.equal(keys, torch.cat([x, y], dim=2)) and cache.layers[0].keys.is_cuda
+    with pytest.raises(kvcache.DeviceMismatchError):  # one cache, one device
+        cache.update(y.cpu(), y.cpu(), 1)
+
+
+@needs_plugin
+def test_drop_in_static_cache_made_on_the_device_keeps_its_addresses():
+    kvt = pytest.importorskip("kvcache.transformers")
+    cache = kvt.StaticCache(_tiny_llama_config(), max_cache_len=8, device="cuda")
+    assert cache.device == torch.device(DEV)
+    first = cache.update(rand(1, 2, 3, 16, seed=102), rand(1, 2, 3, 16, seed=103), 0)
+    ptr = first[0].data_ptr()
+    for step in range(3):
+        out = cache.update(rand(1, 2, 1, 16, seed=104 + step), rand(1, 2, 1, 16, seed=104 + step), 0)
+        assert out[0] is first[0] and out[0].data_ptr() == ptr
+    cache.reset()
+    assert cache.update(rand(1, 2, 1, 16), rand(1, 2, 1, 16), 0)[0].data_ptr() == ptr
+    other = kvt.StaticCache(_tiny_llama_config(), max_cache_len=8)
+    other.early_initialization(1, 2, 16, torch.bfloat16, torch.device(DEV))
+    assert other.device == torch.device(DEV) and other.layers[1].keys.is_cuda
+
+
+@needs_plugin
+def test_drop_in_cache_follows_torchs_current_stream():
+    kvt = pytest.importorskip("kvcache.transformers")
+    cache = kvt.DynamicCache()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        x = rand(1, 2, 4, 8, seed=110)
+        busy(side)  # the update's copy waits behind this on `side`; reading on `side` sees it done
+        keys, _ = cache.update(x, x, 0)
+        assert cache.kvcache.stream == side.cuda_stream
+        got = keys.clone()
+    side.synchronize()
+    assert torch.equal(got, x)
+    cache.update(x[:, :, :1], x[:, :, :1], 0)
+    assert cache.kvcache.stream == torch.cuda.current_stream().cuda_stream
+
+
+@needs_plugin
+def test_drop_in_whole_cache_operations_take_device_tensors():
+    kvt = pytest.importorskip("kvcache.transformers")
+    cache = kvt.DynamicCache(config=_tiny_llama_config())
+    x = rand(3, 2, 4, 8, seed=120)
+    cache.update(x, x, 0)
+    cache.reorder_cache(torch.tensor([2, 0, 1], device=DEV))
+    assert torch.equal(cache.layers[0].keys, x[[2, 0, 1]])
+    cache.batch_select_indices(torch.tensor([True, False, True], device=DEV))
+    assert torch.equal(cache.layers[0].keys, x[[2, 1]])
+    cache.batch_repeat_interleave(2)
+    cache.crop(-1)
+    assert cache.layers[0].keys.shape == (4, 2, 3, 8) and cache.layers[0].keys.is_cuda
+    clone = copy.deepcopy(cache)
+    assert clone.device == torch.device(DEV) and torch.equal(clone.layers[0].keys, cache.layers[0].keys)
+    cache.reset()
+    assert cache.get_seq_length() == 0 and clone.get_seq_length() == 3
+
+
+@needs_plugin
+@pytest.mark.parametrize("cache_name", ["DynamicCache", "StaticCache", "OffloadedCache"])
+def test_drop_in_generates_the_tokens_of_transformers_caches_on_cuda_bf16(cache_name):
+    kvt = pytest.importorskip("kvcache.transformers")
+    model = _tiny_llama()
+    ids = torch.tensor([[1, 5, 9, 2, 7]], device=DEV)
+    kw = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    want = model.generate(ids, **kw)
+    if cache_name == "StaticCache":
+        cache = kvt.StaticCache(model.config, max_cache_len=16)
+    else:
+        cache = getattr(kvt, cache_name)(config=model.config)
+    got = model.generate(ids, past_key_values=cache, **kw)
+    assert torch.equal(got, want) and cache.device == torch.device(DEV)
+    beams = model.generate(ids, num_beams=3, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    got = model.generate(ids, num_beams=3, max_new_tokens=6, min_new_tokens=6, do_sample=False,
+                         past_key_values=kvt.DynamicCache(config=model.config))
+    assert torch.equal(got, beams)

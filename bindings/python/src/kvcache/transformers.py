@@ -19,7 +19,15 @@ runs in C::
 
 Tensors returned by ``update`` are zero-copy views of the cache's memory, valid
 until the next update of that cache (transformers' attention consumes them
-before that). The caches live on the CPU.
+before that).
+
+Devices: like transformers' lazy layers, a cache lives where the first tensors
+it is given live (CPU, or a CUDA/ROCm device: ``update``, ``early_initialization``,
+``ddp_cache_data``), with their dtype; ``device=`` places it at construction
+instead. Until placed, a CPU cache without storage answers queries (an empty
+cache). A device cache follows torch's current stream: its work is ordered on
+the stream the model runs on, and its tensors are read there without copies
+through the host.
 """
 from __future__ import annotations
 
@@ -31,6 +39,7 @@ from transformers import cache_utils as _tcu
 
 from . import _cache, _lib
 from ._errors import KvcacheError
+from ._torch_device import CPU, DevicePair, default_device, device_pair, torch_views
 from ._types import LayerKind, LayerSpec, Offload, Preset, QuantOptions
 
 __all__ = [
@@ -63,16 +72,27 @@ if _TRANSFORMERS_MAJOR < 5:
     raise ImportError(f"kvcache.transformers needs transformers >= 5 (found {transformers.__version__})")
 
 _from_dlpack = torch.utils.dlpack.from_dlpack
-_update_fast = _lib._update_fast
+_update_torch = _lib._update_torch
+_torch_layer_view = _lib._torch_layer_view
+_torch_follow_stream = _lib._torch_follow_stream
 
 _SLIDING = {LayerKind.DYNAMIC_SLIDING, LayerKind.DYNAMIC_CHUNKED, LayerKind.STATIC_SLIDING,
             LayerKind.STATIC_CHUNKED, LayerKind.LINEAR_DYNAMIC_SLIDING, LayerKind.LINEAR_STATIC_SLIDING}
+_STATIC = {LayerKind.STATIC, LayerKind.STATIC_SLIDING, LayerKind.STATIC_CHUNKED, LayerKind.LINEAR_STATIC,
+           LayerKind.LINEAR_STATIC_SLIDING}
 _LINEAR = {LayerKind.LINEAR, LayerKind.LINEAR_DYNAMIC, LayerKind.LINEAR_DYNAMIC_SLIDING, LayerKind.LINEAR_STATIC,
            LayerKind.LINEAR_STATIC_SLIDING}
 
 
 def _torch(view: Any) -> Optional[torch.Tensor]:
     return None if view is None else _from_dlpack(view._capsule())
+
+
+def _host_indices(indices: Any) -> Any:
+    """Index tensors as the C API reads them: in host memory (a device tensor is read back, a small sync)."""
+    if isinstance(indices, torch.Tensor) and indices.device.type != "cpu":
+        return indices.cpu()
+    return indices
 
 
 def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len: int = 0) -> List[LayerSpec]:
@@ -148,13 +168,18 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
 
     @property
     def keys(self) -> Optional[torch.Tensor]:  # type: ignore[override]
-        kv = self._cache._kv._layer_view_or_none(self._index)
-        return None if kv is None else _torch(kv.keys)
+        kv = self._cache._layer_tensors(self._index)
+        return None if kv is None else kv[0]
 
     @property
     def values(self) -> Optional[torch.Tensor]:  # type: ignore[override]
-        kv = self._cache._kv._layer_view_or_none(self._index)
-        return None if kv is None else _torch(kv.values)
+        kv = self._cache._layer_tensors(self._index)
+        return None if kv is None else kv[1]
+
+    @property
+    def device(self) -> Optional[torch.device]:
+        """The cache's torch device once it is placed (None before, as a lazy transformers layer)."""
+        return self._cache.device
 
     @property
     def max_cache_len(self) -> int:
@@ -286,21 +311,58 @@ class KvcacheLinearLayer(_tcu.LinearAttentionCacheLayerMixin, KvcacheLayer):
 # ---------------------------------------------------------------- caches
 
 class _KvcacheCache:
-    """transformers' Cache API over one kvcache cache (``self._kv``); mixed into subclasses of transformers' caches."""
+    """transformers' Cache API over one kvcache cache (``self._kv``); mixed into subclasses of transformers' caches.
+
+    ``self._make(device)`` creates the C cache on a kvcache device pair. Until the cache is placed (``device=``, or
+    the first tensors) ``_kv`` is a CPU cache without storage and ``_views`` is None; placing recreates it on the
+    tensors' device if that is not the CPU. ``_views`` (the extension's TorchViews) makes the per-layer update one
+    C call and remembers the tensors it returned (static layers return the same tensors at every step).
+    """
 
     _kv: _cache.Cache
     layers: list
 
-    def _attach(self, kv: _cache.Cache, *, offloading: bool = False, offload_only_non_sliding: bool = True) -> None:
-        self._kv = kv
-        self._handle = kv._handle
+    def _attach(self, make, device: Any = None, from_tensors: Optional[list] = None, *, offloading: bool = False,
+                offload_only_non_sliding: bool = True) -> None:
+        if device is None and from_tensors:
+            device = next((k.device for k, _ in from_tensors if isinstance(k, torch.Tensor)), None)
+        self._make = make
         self._recording = False
         _tcu.Cache.__init__(self, layers=[])
         # kvcache offloads inside the C update; transformers' stream-based offloading stays off.
         self.offloading = False
         self._offloading_requested = offloading
         self.only_non_sliding = offload_only_non_sliding
+        pair = CPU if device is None else device_pair(device)
+        kv = make(pair) if from_tensors is None else make(pair, from_tensors)
+        self._bind(kv, pair, placed=device is not None)
+
+    def _bind(self, kv: _cache.Cache, device: DevicePair, placed: bool) -> None:
+        self._kv = kv
+        self._device = device
+        self._views = torch_views(kv._handle, device) if placed else None
+        self._num_layers = 0
         self._sync_layers()
+
+    def _place(self, device: Any) -> None:
+        """Fixes the cache's device at its first tensors (a lazy layer's lazy_initialization)."""
+        pair = device_pair(device)
+        if self._views is not None:
+            if pair != self._device:
+                raise ValueError(f"kvcache.transformers: the cache lives on {self.device} but was given tensors on "
+                                 f"{device}; one cache lives on one device")
+            return
+        kv = self._kv
+        if pair != self._device:  # the stand-in stored nothing: the cache is made again where the tensors are
+            kv = self._make(pair)
+            if self._recording:
+                kv.activate_past_recording()
+        self._bind(kv, pair, placed=True)
+
+    def _follow_stream(self) -> None:
+        """Orders the C calls that follow on torch's current stream (update does this itself)."""
+        if self._views is not None and self._device != CPU:
+            _torch_follow_stream(self._views)
 
     def _sync_layers(self) -> None:
         n = len(self._kv)
@@ -308,28 +370,51 @@ class _KvcacheCache:
             kind = self._kv.layer_info(i).kind
             cls = KvcacheLinearLayer if kind in _LINEAR else KvcacheLayer
             self.layers.append(cls(self, i, kind))
+        self._num_layers = len(self.layers)
+
+    def _layer_tensors(self, layer_idx: int) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+        if self._views is None:
+            return None
+        return _torch_layer_view(self._views, layer_idx)
+
+    @property
+    def device(self) -> Optional[torch.device]:
+        """Where the cache lives (None until its first tensors or ``device=`` place it)."""
+        if self._views is None:
+            return None
+        if self._device == CPU:
+            return torch.device("cpu")
+        return torch.device("cuda", self._device[1])
 
     @classmethod
-    def _wrap(cls, kv: _cache.Cache, like: Optional["_KvcacheCache"] = None):
+    def _wrap(cls, kv: _cache.Cache, like: "_KvcacheCache"):
+        """A cache of ``like``'s class and settings over ``kv`` (a clone of like's C cache)."""
         obj = cls.__new__(cls)
-        obj._attach(kv)
-        if like is not None:
-            obj._recording = like._recording
-            obj._offloading_requested = like._offloading_requested
-            obj.only_non_sliding = like.only_non_sliding
+        own = ("layers", "_kv", "_views", "_device", "_num_layers")
+        obj.__dict__.update({k: v for k, v in like.__dict__.items() if k not in own})
+        obj.layers = []
+        obj._bind(kv, like._device, placed=like._views is not None)
         return obj
 
     # -- update
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        cache_kwargs = args[0] if args else kwargs.get("cache_kwargs")
-        if key_states.requires_grad or value_states.requires_grad:
-            key_states, value_states = key_states.detach(), value_states.detach()
-        if cache_kwargs and any(cache_kwargs.get(k) is not None for k in ("cos", "sin", "cache_position")):
-            kv = self._kv.update(key_states, value_states, layer_idx, cache_kwargs)
-            out = (_torch(kv.keys), _torch(kv.values))
-        else:
-            out = _update_fast(self._handle, layer_idx, key_states, value_states, _from_dlpack)
-        if layer_idx >= len(self.layers):
+        # The per-layer hot path of a decode step: one C call (kvcache_torch.h), no tensor made in Python.
+        views = self._views
+        if views is not None and not args and not kwargs and layer_idx < self._num_layers:
+            return _update_torch(views, layer_idx, key_states, value_states)
+        return self._update(key_states, value_states, layer_idx, args[0] if args else kwargs.get("cache_kwargs"))
+
+    def _update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, cache_kwargs: Any):
+        if self._views is None:
+            self._place(key_states.device)
+        # The drop-in's layers read no RoPE tables (no sink layers); cache_position matters to static layers only.
+        positions = None
+        if cache_kwargs and layer_idx < self._num_layers and self.layers[layer_idx].kind in _STATIC:
+            positions = cache_kwargs.get("cache_position")
+            if isinstance(positions, torch.Tensor) and positions.device.type != "cpu":
+                positions = positions.cpu()  # the C API takes host positions: one small read from the device
+        out = _update_torch(self._views, layer_idx, key_states, value_states, positions)
+        if layer_idx >= self._num_layers:
             self._sync_layers()
         return out
 
@@ -385,24 +470,33 @@ class _KvcacheCache:
     def is_recording_past(self, layer_idx: int) -> bool:
         return self._recording and (self.layers[layer_idx].is_sliding or self.layers[layer_idx].kind in _LINEAR)
 
-    # -- operations on every layer, one C call each
+    # -- operations on every layer, one C call each (issued on torch's current stream for a device cache)
     def crop(self, tokens_to_remove: int) -> None:
+        self._follow_stream()
         self._kv.crop(tokens_to_remove)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self._kv.reorder_cache(beam_idx.cpu() if isinstance(beam_idx, torch.Tensor) else beam_idx)
+        # kvc_cache_reorder takes host indices (it plans which rows move on the host, copying only those): a device
+        # beam_idx costs one read of batch int64s to the host. Beam search reads its scores on the host at every
+        # step anyway.
+        self._follow_stream()
+        self._kv.reorder_cache(_host_indices(beam_idx))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
+        self._follow_stream()
         self._kv.batch_repeat_interleave(repeats)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
+        # As reorder_cache: the C API takes host indices (a boolean mask's indices are found on the host too).
         if isinstance(indices, torch.Tensor):
-            indices = indices.cpu()
+            indices = _host_indices(indices)
             if indices.dtype == torch.bool:
                 indices = indices.nonzero().flatten()
+        self._follow_stream()
         self._kv.batch_select_indices(indices)
 
     def reset(self) -> None:
+        self._follow_stream()
         self._kv.reset()
 
     def activate_past_recording(self) -> None:
@@ -411,35 +505,49 @@ class _KvcacheCache:
 
     def early_initialization(self, batch_size: int, num_heads, head_dim, dtype: torch.dtype,
                              device: Any = None) -> None:
+        """Allocates every layer now, on ``device`` (transformers' default device when None), in ``dtype``."""
+        self._place(default_device() if device is None else device)
+        self._follow_stream()
         self._kv.early_initialization(batch_size, num_heads, head_dim, dtype)
 
     def offload(self, layer_idx: int, only_non_sliding: bool = True) -> None:
         if not (only_non_sliding and self.layers[layer_idx].is_sliding):
+            self._follow_stream()
             self._kv.offload(layer_idx)
 
     def prefetch(self, layer_idx: int, only_non_sliding: bool = True) -> None:
+        self._follow_stream()
         self._kv.prefetch(layer_idx)
 
     # -- linear attention (Mamba, Jamba, Bamba): states are zero-copy torch views of C memory
     def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> Optional[torch.Tensor]:
         if not self._kv.has_previous_state(layer_idx, state_idx):
             return None
+        self._follow_stream()
         return _torch(self._kv.get_conv_state(layer_idx, state_idx))
 
     def get_recurrent_state(self, layer_idx: int, state_idx: int = 0) -> Optional[torch.Tensor]:
         if not self._kv.has_previous_state(layer_idx, state_idx):
             return None
+        self._follow_stream()
         return _torch(self._kv.get_recurrent_state(layer_idx, state_idx))
 
     def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, state_idx: int = 0,
                           **kwargs) -> torch.Tensor:
+        if self._views is None:
+            self._place(conv_states.device)
+        self._follow_stream()
+        positions = kwargs.get("cache_position")
         view = self._kv.update_conv_state(conv_states.detach(), layer_idx, state_idx,
                                           conv_kernel_size=kwargs.get("conv_kernel_size"),
-                                          cache_position=kwargs.get("cache_position"))
+                                          cache_position=None if positions is None else _host_indices(positions))
         return _torch(view)
 
     def update_recurrent_state(self, recurrent_states: torch.Tensor, layer_idx: int, state_idx: int = 0,
                                **kwargs) -> torch.Tensor:
+        if self._views is None:
+            self._place(recurrent_states.device)
+        self._follow_stream()
         return _torch(self._kv.update_recurrent_state(recurrent_states.detach(), layer_idx, state_idx))
 
     def has_previous_state(self, layer_idx: Optional[int] = None, state_idx: Optional[int] = None) -> bool:
@@ -460,7 +568,8 @@ class _KvcacheCache:
             yield layer.keys, layer.values, (torch.tensor(w) if layer.is_sliding and w else None)
 
     def __deepcopy__(self, memo):
-        return type(self)._wrap(self._kv.clone(), like=self)
+        self._follow_stream()
+        return type(self)._wrap(self._kv.clone(), like=self)  # on the same device, with the same stream
 
     def __copy__(self):
         return self.__deepcopy__({})
@@ -470,7 +579,10 @@ class _KvcacheCache:
 
     @property
     def kvcache(self) -> _cache.Cache:
-        """The underlying :class:`kvcache.Cache` (zero-copy views, memory info, update_all ...)."""
+        """The underlying :class:`kvcache.Cache` (zero-copy views, memory info, update_all ...).
+
+        Before the cache is placed (see the module's docstring) this is the CPU stand-in, which placing replaces.
+        """
         return self._kv
 
 
@@ -480,40 +592,58 @@ def _offload_mode(offloading: bool, only_non_sliding: bool) -> Offload:
     return Offload.NON_SLIDING if only_non_sliding else Offload.ALL
 
 
+def _maker(preset: Preset, **options: Any):
+    """make(device[, from_tensors]) -> a new C cache of these options on ``device`` (for _KvcacheCache._attach)."""
+
+    def make(device: DevicePair, from_tensors: Optional[list] = None) -> _cache.Cache:
+        kv = _cache.Cache.__new__(_cache.Cache)
+        kv._create(preset, None, device=device, from_tensors=from_tensors, **options)
+        return kv
+
+    return make
+
+
 class DynamicCache(_KvcacheCache, _tcu.DynamicCache):
-    """transformers' DynamicCache over kvcache: ``DynamicCache(config=model.config)`` (or lazy without a config)."""
+    """transformers' DynamicCache over kvcache: ``DynamicCache(config=model.config)`` (or lazy without a config).
+
+    ``device=`` places the cache at construction; without it the first tensors do.
+    """
 
     def __init__(self, ddp_cache_data: Optional[Sequence[Tuple[torch.Tensor, ...]]] = None, config: Any = None,
-                 offloading: bool = False, offload_only_non_sliding: bool = False) -> None:
+                 offloading: bool = False, offload_only_non_sliding: bool = False, *, device: Any = None) -> None:
         offload = _offload_mode(offloading, offload_only_non_sliding)
         pairs = None if ddp_cache_data is None else [tuple(p)[:2] for p in ddp_cache_data]
-        kv = _cache.Cache.__new__(_cache.Cache)
         if config is not None:
-            kv._create(Preset.CUSTOM, None, layers=layer_specs_from_config(config), offload=offload,
-                       from_tensors=pairs)
+            make = _maker(Preset.CUSTOM, layers=layer_specs_from_config(config), offload=offload)
         else:
-            kv._create(Preset.DYNAMIC, None, offload=offload, from_tensors=pairs)
-        self._attach(kv, offloading=offloading, offload_only_non_sliding=offload_only_non_sliding)
+            make = _maker(Preset.DYNAMIC, offload=offload)
+        self._attach(make, device, pairs, offloading=offloading, offload_only_non_sliding=offload_only_non_sliding)
 
 
 class OffloadedCache(DynamicCache):
     """DynamicCache(offloading=True): layers rest in the host tier between their updates."""
 
-    def __init__(self, config: Any = None, offload_only_non_sliding: bool = False) -> None:
-        super().__init__(config=config, offloading=True, offload_only_non_sliding=offload_only_non_sliding)
+    def __init__(self, config: Any = None, offload_only_non_sliding: bool = False, *, device: Any = None) -> None:
+        super().__init__(config=config, offloading=True, offload_only_non_sliding=offload_only_non_sliding,
+                         device=device)
 
 
 class StaticCache(_KvcacheCache, _tcu.StaticCache):
-    """transformers' StaticCache(config, max_cache_len) over kvcache: one static layer per config layer type."""
+    """transformers' StaticCache(config, max_cache_len) over kvcache: one static layer per config layer type.
+
+    ``device=`` (a keyword, as transformers 4 took it) creates the cache on that device at once; its layers take
+    their buffers at the first update or ``early_initialization``, as transformers' StaticLayer, and keep them:
+    ``update`` returns the same tensors (same addresses) at every step. Other keywords are accepted and ignored,
+    as transformers 5 does.
+    """
 
     def __init__(self, config: Any, max_cache_len: int, offloading: bool = False,
                  offload_only_non_sliding: bool = True, **kwargs: Any) -> None:
-        kv = _cache.Cache.__new__(_cache.Cache)
-        kv._create(Preset.CUSTOM, None, layers=layer_specs_from_config(config, static=True,
-                                                                        max_cache_len=max_cache_len),
-                   offload=_offload_mode(offloading, offload_only_non_sliding),
-                   transformers_release=_installed_release())
-        self._attach(kv, offloading=offloading, offload_only_non_sliding=offload_only_non_sliding)
+        specs = layer_specs_from_config(config, static=True, max_cache_len=max_cache_len)
+        make = _maker(Preset.CUSTOM, layers=specs, offload=_offload_mode(offloading, offload_only_non_sliding),
+                      transformers_release=_installed_release())
+        self._attach(make, kwargs.get("device"), offloading=offloading,
+                     offload_only_non_sliding=offload_only_non_sliding)
         self.max_cache_len = max_cache_len
 
 
@@ -533,7 +663,8 @@ class OffloadedStaticCache(StaticCache):
     """StaticCache(offloading=True): non-sliding layers rest in the host tier between their updates."""
 
     def __init__(self, config: Any, max_cache_len: int, offload_only_non_sliding: bool = True, **kwargs: Any):
-        super().__init__(config, max_cache_len, offloading=True, offload_only_non_sliding=offload_only_non_sliding)
+        super().__init__(config, max_cache_len, offloading=True, offload_only_non_sliding=offload_only_non_sliding,
+                         **kwargs)
 
 
 class QuantizedCache(_KvcacheCache, _tcu.QuantizedCache):
@@ -543,14 +674,14 @@ class QuantizedCache(_KvcacheCache, _tcu.QuantizedCache):
     transformers' quantization timeline exactly, so a model generates the same tokens as with transformers'
     QuantizedCache; ``mode="incremental"`` quantizes each token once (constant cost per step).
     ``backend="fp8"``: transformers' Fp8QuantizedLayer (float8 e4m3fn, one scale per tensor fixed by the first
-    update; CPU caches only), which takes none of the group-wise options.
+    update), which takes none of the group-wise options.
     """
 
     _GROUP_WISE = ("nbits", "axis_key", "axis_value", "q_group_size", "residual_length")
 
     def __init__(self, backend: str, config: Any, nbits: Optional[int] = None, axis_key: Optional[int] = None,
                  axis_value: Optional[int] = None, q_group_size: Optional[int] = None,
-                 residual_length: Optional[int] = None, mode: str = "transformers") -> None:
+                 residual_length: Optional[int] = None, mode: str = "transformers", *, device: Any = None) -> None:
         if backend not in ("quanto", "hqq", "fp8"):
             raise ValueError(f"kvcache.transformers.QuantizedCache: backend {backend!r}; kvcache implements "
                              "'quanto', 'hqq' and 'fp8'")
@@ -577,9 +708,7 @@ class QuantizedCache(_KvcacheCache, _tcu.QuantizedCache):
                                  **{name: getattr(d, name) if value is None else value
                                     for name, value in group_wise.items()})
             specs = [LayerSpec(LayerKind.QUANTIZED, quant=quant) for _ in range(text_config.num_hidden_layers)]
-        kv = _cache.Cache.__new__(_cache.Cache)
-        kv._create(Preset.CUSTOM, None, layers=specs)
-        self._attach(kv)
+        self._attach(_maker(Preset.CUSTOM, layers=specs), device)
         self.backend = backend
 
 
@@ -590,9 +719,9 @@ class EncoderDecoderCache(_tcu.EncoderDecoderCache):
     two caches as transformers does.
     """
 
-    def __init__(self, *caches: Any, config: Any = None) -> None:
+    def __init__(self, *caches: Any, config: Any = None, device: Any = None) -> None:
         if config is not None and not caches:
-            caches = (DynamicCache(config=config), DynamicCache(config=config))
+            caches = (DynamicCache(config=config, device=device), DynamicCache(config=config, device=device))
         if len(caches) != 2:
             raise ValueError("kvcache.transformers.EncoderDecoderCache(self_attention_cache, cross_attention_cache) "
                              "or EncoderDecoderCache(config=...)")
