@@ -204,6 +204,14 @@ kvc_error* kvci_cache_copy_settings(const kvc_cache* src, kvc_cache* dst) {
   return kvci_kinds_clone_state(src, dst);
 }
 
+/*
+ * transformers' supports_early_init is False for the linear kinds (their hybrids too) and for layers
+ * without K/V (DummyLayer): they have nothing an early initialization could allocate.
+ */
+static int skips_early_init(const kvc_layer* l) {
+  return kvci_layer_is(l, KVC_TRAIT_LINEAR) || !kvci_layer_is(l, KVC_TRAIT_HAS_KV);
+}
+
 kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* o) {
   static const char* FN = "kvc_cache_early_initialization";
   kvc_error* e = kvci_cache_check(FN, c);
@@ -228,7 +236,7 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->v_head_dim is %" PRId64 "; it must be >= 1 (or 0: same as k_head_dim)", FN,
                    o->v_head_dim);
   for (uint32_t i = 0; i < c->num_layers; i++) {
-    if (kvci_layer_is(c->layers[i], KVC_TRAIT_LINEAR)) continue; /* skipped below: their entries are not used */
+    if (skips_early_init(c->layers[i])) continue; /* skipped below: their entries are not used */
     int64_t h = o->num_kv_heads_per_layer ? o->num_kv_heads_per_layer[i] : o->num_kv_heads;
     int64_t kd = o->head_dim_per_layer ? o->head_dim_per_layer[i] : o->k_head_dim;
     int64_t vd = o->head_dim_per_layer ? kd : (o->v_head_dim ? o->v_head_dim : o->k_head_dim);
@@ -244,8 +252,7 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
   uint32_t done = 0;
   for (uint32_t i = 0; i < c->num_layers; i++, done++) {
     kvc_layer* l = c->layers[i];
-    /* Linear kinds (and their hybrids) do not support early initialization (transformers' supports_early_init). */
-    if (l->initialized || kvci_layer_is(l, KVC_TRAIT_LINEAR)) continue;
+    if (l->initialized || skips_early_init(l)) continue;
     int64_t h = o->num_kv_heads_per_layer ? o->num_kv_heads_per_layer[i] : o->num_kv_heads;
     int64_t kd = o->head_dim_per_layer ? o->head_dim_per_layer[i] : o->k_head_dim;
     int64_t vd = o->head_dim_per_layer ? kd : (o->v_head_dim ? o->v_head_dim : o->k_head_dim);
@@ -268,26 +275,26 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
 /* ----------------------------------------------------------------- queries */
 
 /*
- * Sequence-length queries on a layer without K/V (docs/semantics.md, 'The cache as a whole'): index 0 means
- * "the cache", answered by the first layer with K/V; another index is an
+ * Sequence-length queries on a layer without K/V (linear or dummy; docs/semantics.md, 'The cache as a
+ * whole'): index 0 means "the cache", answered by the first layer with K/V; another index is an
  * error, as is a cache with no such layer. Indices beyond the layers pass.
  */
 static kvc_error* attention_layer_for(const char* fn, const kvc_cache* c, uint32_t* layer) {
   if (*layer >= c->num_layers || kvci_layer_is(c->layers[*layer], KVC_TRAIT_HAS_KV)) return NULL;
   if (*layer != 0)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
-                   "%s: layer %u is a linear (recurrent state) layer, which does not track a sequence length; ask "
-                   "an attention layer, or layer 0 for the first one",
-                   fn, *layer);
+                   "%s: layer %u is a %s layer, which does not track a sequence length; ask an attention layer, "
+                   "or layer 0 for the first one",
+                   fn, *layer, c->layers[*layer]->desc->name);
   for (uint32_t i = 0; i < c->num_layers; i++)
     if (kvci_layer_is(c->layers[i], KVC_TRAIT_HAS_KV)) {
       *layer = i;
       return NULL;
     }
   return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
-                 "%s: layer 0 is a linear (recurrent state) layer and the cache has no attention layer; sequence "
-                 "lengths exist only on attention layers",
-                 fn);
+                 "%s: layer 0 is a %s layer and the cache has no attention layer; sequence lengths exist only on "
+                 "attention layers",
+                 fn, c->layers[0]->desc->name);
 }
 
 uint32_t kvc_cache_num_layers(const kvc_cache* c) { return c ? c->num_layers : 0; }
@@ -337,9 +344,9 @@ kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out)
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_kv", FN);
   const kvc_layer* l = c->layers[layer];
   if (!kvci_layer_is(l, KVC_TRAIT_HAS_KV))
-    return kvci_err(KVC_ERROR_UNSUPPORTED,
-                   "%s: layer %u is a linear (recurrent state) layer with no keys or values; use kvc_cache_state_view",
-                   FN, layer);
+    return kvci_err(KVC_ERROR_UNSUPPORTED, "%s: layer %u is a %s layer with no keys or values%s", FN, layer,
+                    l->desc->name,
+                    kvci_layer_is(l, KVC_TRAIT_LINEAR) ? "; use kvc_cache_state_view" : " (it stores nothing)");
   if (!l->initialized)
     return kvci_err(KVC_ERROR_INVALID_STATE,
                    "%s: layer %u is not initialized (no update or early initialization yet), so it has no storage", FN,

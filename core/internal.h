@@ -242,6 +242,13 @@ int64_t kvci_capacity_slots(const kvc_layer* layer);
 int64_t kvci_static_crop_counter(int64_t cum, int64_t tokens);
 int kvci_static_is_croppable(const kvc_layer* layer, uint32_t release);
 int64_t kvci_capacity_window(const kvc_layer* layer);
+/*
+ * Kinds without K/V (layer_linear.c: LINEAR, and DUMMY): seq_length 0 and mask sizes (q, 0), which only
+ * kvc_layer_info reaches (the cache-level queries redirect such a layer to an attention layer), and capacity 0.
+ */
+int64_t kvci_no_kv_seq_length(const kvc_layer* layer);
+void kvci_no_kv_mask_sizes(const kvc_layer* layer, int64_t q, int64_t* kv_length, int64_t* kv_offset);
+int64_t kvci_no_kv_capacity(const kvc_layer* layer);
 
 /* Whether the layer's kind has any of the traits (KVC_TRAIT_*). */
 static inline int kvci_layer_is(const kvc_layer* l, uint32_t traits) { return (l->desc->traits & traits) != 0; }

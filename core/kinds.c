@@ -26,6 +26,7 @@
   X(kvc_linear_static_kind)          \
   X(kvc_linear_static_sliding_kind)  \
   X(kvc_quantized_fp8_kind)          \
+  X(kvc_dummy_kind)                  \
   /* one line per kind, above this one */
 
 #define KVC_DECLARE_KIND(k) extern const kvc_kind k;

@@ -108,15 +108,20 @@ static kvc_error* refuse_update(const char* fn, uint32_t index, const kvc_layer*
 }
 
 /* Only reached directly: the cache-level queries send a linear layer's index to an attention layer ('The cache as a whole'). */
-static int64_t no_tokens(const kvc_layer* l) {
+int64_t kvci_no_kv_seq_length(const kvc_layer* l) {
   (void)l;
   return 0;
 }
 
-static void query_only(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
+void kvci_no_kv_mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
   (void)l;
   *len = q;
   *off = 0;
+}
+
+int64_t kvci_no_kv_capacity(const kvc_layer* l) {
+  (void)l;
+  return 0;
 }
 
 static void reset_linear(const kvc_cache* c, kvc_layer* l) { kvci_linear_reset(c, l); }
@@ -124,9 +129,9 @@ static void reset_linear(const kvc_cache* c, kvc_layer* l) { kvci_linear_reset(c
 /* keep_for_update, apply_update and initial_capacity stay NULL: check_update refuses every update first. */
 const kvc_layer_ops kvc_linear_layer_ops = {
     .check_update = refuse_update,
-    .seq_length = no_tokens,
+    .seq_length = kvci_no_kv_seq_length,
     .max_length = kvci_unbounded_max_length, /* LinearAttentionCacheLayerMixin.get_max_length */
-    .mask_sizes = query_only,
+    .mask_sizes = kvci_no_kv_mask_sizes,
     .check_crop = kvci_linear_check_crop,
     .apply_crop = kvci_linear_apply_crop,
     .reset = reset_linear,
@@ -232,11 +237,6 @@ static void configure(kvc_layer* l, const kvc_layer_options* spec) {
   p->conv_kernel = spec->conv_kernel_size;
 }
 
-static int64_t no_capacity(const kvc_layer* l) {
-  (void)l;
-  return 0;
-}
-
 /* Past recording (conv and SSM inputs) is a trait of the whole family. */
 #define KVC_LINEAR_TRAITS (KVC_TRAIT_LINEAR | KVC_TRAIT_RECORDS_PAST)
 
@@ -247,7 +247,7 @@ const kvc_kind kvc_linear_kind = {
     .ops = &kvc_linear_layer_ops,
     .check_options = check_options,
     .configure = configure,
-    .capacity = no_capacity,
+    .capacity = kvci_no_kv_capacity,
     .is_croppable = is_croppable,
 };
 

@@ -104,6 +104,8 @@ var (
 	_ [int64(C.KVC_LAYER_LINEAR_STATIC_SLIDING) - int64(LayerLinearStaticSliding)]struct{}
 	_ [int64(LayerQuantizedFp8) - int64(C.KVC_LAYER_QUANTIZED_FP8)]struct{}
 	_ [int64(C.KVC_LAYER_QUANTIZED_FP8) - int64(LayerQuantizedFp8)]struct{}
+	_ [int64(LayerDummy) - int64(C.KVC_LAYER_DUMMY)]struct{}
+	_ [int64(C.KVC_LAYER_DUMMY) - int64(LayerDummy)]struct{}
 	_ [int64(LayerTypeFullAttention) - int64(C.KVC_LAYER_TYPE_FULL_ATTENTION)]struct{}
 	_ [int64(C.KVC_LAYER_TYPE_FULL_ATTENTION) - int64(LayerTypeFullAttention)]struct{}
 	_ [int64(LayerTypeSlidingAttention) - int64(C.KVC_LAYER_TYPE_SLIDING_ATTENTION)]struct{}
@@ -116,6 +118,8 @@ var (
 	_ [int64(C.KVC_LAYER_TYPE_HYBRID) - int64(LayerTypeHybrid)]struct{}
 	_ [int64(LayerTypeHybridSliding) - int64(C.KVC_LAYER_TYPE_HYBRID_SLIDING)]struct{}
 	_ [int64(C.KVC_LAYER_TYPE_HYBRID_SLIDING) - int64(LayerTypeHybridSliding)]struct{}
+	_ [int64(LayerTypeDummy) - int64(C.KVC_LAYER_TYPE_DUMMY)]struct{}
+	_ [int64(C.KVC_LAYER_TYPE_DUMMY) - int64(LayerTypeDummy)]struct{}
 	_ [int64(PresetCustom) - int64(C.KVC_PRESET_CUSTOM)]struct{}
 	_ [int64(C.KVC_PRESET_CUSTOM) - int64(PresetCustom)]struct{}
 	_ [int64(PresetDynamic) - int64(C.KVC_PRESET_DYNAMIC)]struct{}

@@ -175,6 +175,10 @@ const (
 	// first update returns its inputs, later ones the dequantized history.
 	// CPU caches only.
 	LayerQuantizedFp8 LayerKind = 14
+	// transformers' DummyLayer (5.23): stores nothing, for blocks without
+	// attention and layers that reuse another layer's K/V. Updates are
+	// refused (ErrUnsupported); every other operation leaves it as it is.
+	LayerDummy LayerKind = 15
 )
 
 var layerKindNames = [...]string{
@@ -182,7 +186,7 @@ var layerKindNames = [...]string{
 	LayerStatic: "static", LayerStaticSliding: "static_sliding", LayerStaticChunked: "static_chunked",
 	LayerQuantized: "quantized", LayerSink: "sink", LayerLinear: "linear", LayerLinearDynamic: "linear_dynamic",
 	LayerLinearDynamicSliding: "linear_dynamic_sliding", LayerLinearStatic: "linear_static",
-	LayerLinearStaticSliding: "linear_static_sliding", LayerQuantizedFp8: "quantized_fp8",
+	LayerLinearStaticSliding: "linear_static_sliding", LayerQuantizedFp8: "quantized_fp8", LayerDummy: "dummy",
 }
 
 func (k LayerKind) String() string {
@@ -201,9 +205,12 @@ const (
 	LayerTypeFullAttention    LayerType = 1 // "full_attention"
 	LayerTypeSlidingAttention LayerType = 2 // "sliding_attention"
 	LayerTypeChunkedAttention LayerType = 3 // "chunked_attention"
-	LayerTypeLinearAttention  LayerType = 4 // "linear_attention", "conv", "mamba", "moe", "mlp"
+	LayerTypeLinearAttention  LayerType = 4 // "linear_attention", "conv", "mamba" ("moe", "mlp" before transformers 5.23)
 	LayerTypeHybrid           LayerType = 5 // "hybrid"
 	LayerTypeHybridSliding    LayerType = 6 // "hybrid_sliding"
+	// "dummy", and since transformers 5.23 "moe", "mlp" and the layers whose
+	// kv_sharing_modes entry is "reuse": a LayerDummy layer.
+	LayerTypeDummy LayerType = 7
 )
 
 // Preset says how New builds the layer list (kvc_preset): the cache classes

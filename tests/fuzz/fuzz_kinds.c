@@ -446,13 +446,13 @@ static int too_long(const group* g, uint32_t layer, int64_t n) {
   return layer < s->num_layers && s->layers[layer].info.stored_length + n > MAX_LEN;
 }
 
-/* A layer to update: one with K/V most of the time, now and then a LINEAR one or one past the end. */
+/* A layer to update: one with K/V most of the time, now and then a LINEAR or DUMMY one or one past the end. */
 static uint32_t pick_layer(ctx* c, const group* g) {
   const cache_snap* s = &g->snap[0];
   uint32_t nl = s->num_layers;
   uint8_t lb = rd(&c->r);
   uint32_t layer = lb % 16 == 15 ? nl + lb / 16 % 2 : (uint32_t)(lb / 16 % (nl ? nl : 1));
-  for (uint32_t k = 0; lb % 16 < 14 && k < nl && layer < nl && s->layers[layer].info.kind == KVC_LAYER_LINEAR; k++)
+  for (uint32_t k = 0; lb % 16 < 14 && k < nl && layer < nl && !kind_has_kv(s->layers[layer].info.kind); k++)
     layer = (layer + 1) % nl;
   if (is_lazy(g)) layer %= MAX_LAYERS;
   return layer;

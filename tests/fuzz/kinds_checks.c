@@ -124,7 +124,7 @@ void check_invariants(const group* g, const cache_snap* s, int flipped, const ch
     const snap_layer* L = &s->layers[l];
     const kvc_layer_info* I = &L->info;
     if (L->info_code != KVC_OK) fail("%s: layer_info(%u) returned %s", who, l, kvc_code_name(L->info_code));
-    int has_kv = I->kind != KVC_LAYER_LINEAR;
+    int has_kv = kind_has_kv(I->kind);
     if (has_kv) {
       kvc_code want = I->is_initialized ? KVC_OK : KVC_ERROR_INVALID_STATE;
       if (L->view_code != want)
@@ -157,7 +157,8 @@ void check_invariants(const group* g, const cache_snap* s, int flipped, const ch
           fail("%s layer %u: mask_sizes(%lld) returned %s", who, l, (long long)snap_queries[q],
                kvc_code_name(L->mask_code[q]));
     } else if (L->view_code != KVC_ERROR_UNSUPPORTED) {
-      fail("%s layer %u: layer_view of a LINEAR layer returned %s", who, l, kvc_code_name(L->view_code));
+      fail("%s layer %u: layer_view of a layer without K/V (kind %d) returned %s", who, l, I->kind,
+           kvc_code_name(L->view_code));
     }
     if (I->kind == KVC_LAYER_QUANTIZED)
       check_quantized_layer(g, L, l, flipped, who, &qbase, qitems, &nitems);

@@ -116,6 +116,8 @@ int is_offloading_kind(kvc_layer_kind k) {
   return (k >= KVC_LAYER_DYNAMIC && k <= KVC_LAYER_STATIC_CHUNKED) || k == KVC_LAYER_LINEAR_DYNAMIC;
 }
 
+int kind_has_kv(kvc_layer_kind k) { return k != KVC_LAYER_LINEAR && k != KVC_LAYER_DUMMY; }
+
 kvc_dtype other_dtype(kvc_dtype d) { return d == KVC_DTYPE_BFLOAT16 ? KVC_DTYPE_FLOAT32 : d + 1; }
 
 /* The shape of the next tokens of layer l: the layer's own, or the plan's. */

@@ -115,6 +115,8 @@ int64_t rows_batch(const cache_snap* s);
 int64_t dtype_bytes(kvc_dtype d);
 /* Kinds whose K/V may be in the host tier: the attention kinds of 0.1 and LINEAR_DYNAMIC. */
 int is_offloading_kind(kvc_layer_kind k);
+/* Whether layers of kind k store keys and values (all but LINEAR and DUMMY). */
+int kind_has_kv(kvc_layer_kind k);
 /* A dtype other than d (for dtype faults). */
 kvc_dtype other_dtype(kvc_dtype d);
 /* The shape of the next tokens of layer l: the layer's own, or the plan's. */

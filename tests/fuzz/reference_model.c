@@ -453,7 +453,9 @@ static int64_t seq_of(const ref_layer* L) {
 }
 
 static kvc_code crop_check_layer(const ref_layer* L, int64_t x) {
-  if (ref_is_static_kind(L->kind)) return KVC_ERROR_UNSUPPORTED;
+  /* transformers 5.24: a static layer crops; a static sliding one only while its window has not moved. */
+  if (ref_is_static_kind(L->kind))
+    return L->kind != KVC_LAYER_STATIC && x != 0 && L->cum > ref_layer_capacity(L) ? KVC_ERROR_INVALID_STATE : KVC_OK;
   if (!L->initialized || !is_dyn_sliding(L->kind) || L->cum < L->window) return KVC_OK;
   if (!L->record || x > 0) return KVC_ERROR_INVALID_STATE;
   return KVC_OK;
@@ -470,8 +472,18 @@ static void crop_dynamic(ref_layer* L, int64_t x) {
   }
 }
 
+/* docs/semantics.md, 'Static layers': the counter moves back (clamped at 0; positive: the absolute length), the slots stay. */
+static void crop_static(ref_layer* L, int64_t x) {
+  int64_t keep = x > 0 ? x : x == INT64_MIN ? 0 : L->cum + x;
+  if (x != 0 && keep < L->cum) L->cum = keep < 0 ? 0 : keep;
+}
+
 static void crop_layer(ref_layer* L, int64_t x) {
   if (!L->initialized) return; /* kvcache: cropping a layer that never saw a token is a no-op */
+  if (ref_is_static_kind(L->kind)) {
+    crop_static(L, x);
+    return;
+  }
   if (!is_dyn_sliding(L->kind)) {
     crop_dynamic(L, x);
     return;

@@ -38,7 +38,7 @@ typedef struct kvc_cache kvc_cache;
  * The LINEAR kinds hold recurrent state (conv and SSM states, see
  * kvcache/recurrent.h) instead of, or next to, K/V: KVC_LAYER_LINEAR is
  * transformers' LinearAttentionLayer (Mamba, conv, and the empty layers of
- * moe/mlp blocks); the four LINEAR_* kinds are its hybrids with an attention
+ * moe/mlp blocks before transformers 5.23); the four LINEAR_* kinds are its hybrids with an attention
  * part of the named kind (LinearAttentionAnd{Full,SlidingWindow,
  * StaticFull,StaticSlidingWindow}AttentionLayer).
  */
@@ -62,6 +62,13 @@ typedef int32_t kvc_layer_kind;
                                                 scale per tensor, fixed by the layer's first update; no residual.
                                                 The first update returns its inputs, later ones the dequantized
                                                 history. Runs on every backend (CPU, CUDA, ROCm). Since 0.4. */
+#define KVC_LAYER_DUMMY                 15 /**< DummyLayer (transformers >= 5.23): a layer that stores nothing, for
+                                                blocks without attention ("moe", "mlp") and layers that reuse
+                                                another layer's K/V (kv_sharing_modes "reuse"). update is
+                                                UNSUPPORTED; crop, reset and the batch operations leave it as it
+                                                is; max_length -1; compileable and croppable; skipped by early
+                                                initialization; length queries treat it as a linear layer.
+                                                Since 0.5. */
 
 /**
  * One layer of a custom cache.
@@ -94,11 +101,16 @@ typedef int32_t kvc_layer_type;
 #define KVC_LAYER_TYPE_FULL_ATTENTION    1 /**< "full_attention" */
 #define KVC_LAYER_TYPE_SLIDING_ATTENTION 2 /**< "sliding_attention" */
 #define KVC_LAYER_TYPE_CHUNKED_ATTENTION 3 /**< "chunked_attention" */
-#define KVC_LAYER_TYPE_LINEAR_ATTENTION  4 /**< "linear_attention", "conv", "mamba", "moe", "mlp":
-                                                a KVC_LAYER_LINEAR layer */
+#define KVC_LAYER_TYPE_LINEAR_ATTENTION  4 /**< "linear_attention", "conv", "mamba" (and "moe", "mlp"
+                                                before transformers 5.23): a KVC_LAYER_LINEAR layer */
 #define KVC_LAYER_TYPE_HYBRID            5 /**< "hybrid": LINEAR_DYNAMIC / LINEAR_STATIC */
 #define KVC_LAYER_TYPE_HYBRID_SLIDING    6 /**< "hybrid_sliding": LINEAR_DYNAMIC_SLIDING /
                                                 LINEAR_STATIC_SLIDING */
+#define KVC_LAYER_TYPE_DUMMY             7 /**< "dummy", and since transformers 5.23 "moe", "mlp" and every
+                                                layer whose config.kv_sharing_modes entry is "reuse": a
+                                                KVC_LAYER_DUMMY layer in every preset that takes layer types
+                                                (QUANTIZED refuses it, as it refuses every type but full
+                                                attention). Since 0.5. */
 
 /**
  * The parts of a transformers model configuration that decide a cache's

@@ -164,10 +164,16 @@ class Cache:
                                  num_sink_tokens=num_sink_tokens)
         options.transformers_release = operator.index(transformers_release)
         options.query_offset_rule = operator.index(query_offset_rule)
-        if from_tensors is not None:
-            self._handle = _lib.kvc_cache_create_from_tensors(options, list(from_tensors))
+        pairs = None if from_tensors is None else list(from_tensors)
+        if pairs is not None and not any(k is None and v is None for k, v in pairs):
+            self._handle = _lib.kvc_cache_create_from_tensors(options, pairs)
         else:
-            self._handle = _lib.kvc_cache_create(options)
+            handle = _lib.kvc_cache_create(options)
+            # transformers' DynamicCache(ddp_cache_data) skips (None, None) pairs (the dummy layers' entries)
+            for i, (k, v) in enumerate(pairs or []):
+                if not (k is None and v is None):
+                    _lib.kvc_cache_update(handle, i, k, v, None, None, None, 0)
+            self._handle = handle
         del keep
 
     @classmethod
@@ -193,9 +199,14 @@ class Cache:
             >>> cache.update(x, x, 0).keys.shape    # static layers return the whole buffer
             (1, 1, 8, 4)
         """
+        if key_states is None and value_states is None and self._is_dummy_layer(_layer(layer_idx)):
+            return KV(None, None)  # transformers' DummyLayer tolerates (None, None), e.g. from a DDP reconstruction
         pos, cos, sin, prs = _kwargs_options(cache_kwargs)
         return KV(*_lib.kvc_cache_update(self._handle, _layer(layer_idx), key_states, value_states, pos, cos,
                                          sin, prs))
+
+    def _is_dummy_layer(self, i: int) -> bool:
+        return i < len(self) and self.layer_info(i).kind == LayerKind.DUMMY
 
     def update_all(self, key_states: Sequence[TensorLike], value_states: Sequence[TensorLike],
                    cache_kwargs: Optional[Mapping[str, Any]] = None) -> List[KV]:
@@ -295,14 +306,20 @@ class Cache:
         return [self.layer_info(i).is_linear for i in range(len(self))]
 
     @property
+    def is_dummy(self) -> List[bool]:
+        """Which layers are dummy layers (transformers 5.23's ``DummyLayer``: they store nothing)."""
+        return [self.layer_info(i).kind == LayerKind.DUMMY for i in range(len(self))]
+
+    @property
     def is_compileable(self) -> bool:
         n = len(self)
         return n > 0 and all(self.layer_info(i).is_compileable for i in range(n))
 
     @property
     def is_initialized(self) -> bool:
-        n = len(self)
-        return n > 0 and all(self.layer_info(i).is_initialized for i in range(n))
+        """Whether every layer that can be initialized is (dummy layers, which never are, do not count)."""
+        infos = [info for info in (self.layer_info(i) for i in range(len(self))) if info.kind != LayerKind.DUMMY]
+        return len(infos) > 0 and all(info.is_initialized for info in infos)
 
     def __iter__(self) -> Iterator[KV]:
         """``(keys, values)`` of every layer (``None`` pairs for layers never updated)."""

@@ -26,6 +26,7 @@ class LayerKind(enum.IntEnum):
     LINEAR_STATIC = _lib.KVC_LAYER_LINEAR_STATIC
     LINEAR_STATIC_SLIDING = _lib.KVC_LAYER_LINEAR_STATIC_SLIDING
     QUANTIZED_FP8 = _lib.KVC_LAYER_QUANTIZED_FP8
+    DUMMY = _lib.KVC_LAYER_DUMMY
 
 
 class LayerType(enum.IntEnum):
@@ -37,10 +38,12 @@ class LayerType(enum.IntEnum):
     LINEAR_ATTENTION = _lib.KVC_LAYER_TYPE_LINEAR_ATTENTION
     HYBRID = _lib.KVC_LAYER_TYPE_HYBRID
     HYBRID_SLIDING = _lib.KVC_LAYER_TYPE_HYBRID_SLIDING
+    DUMMY = _lib.KVC_LAYER_TYPE_DUMMY
 
 
 #: transformers' layer type strings and the LayerType each maps to
-#: (docs/semantics.md, 'Layer types and presets').
+#: (docs/semantics.md, 'Layer types and presets'), as transformers 5.23 and later map them:
+#: "moe" and "mlp" are dummy layers there (LINEAR_ATTENTION before 5.23; pass a LayerType to choose).
 LAYER_TYPE_NAMES: Mapping[str, LayerType] = {
     "full_attention": LayerType.FULL_ATTENTION,
     "attention": LayerType.FULL_ATTENTION,
@@ -49,10 +52,11 @@ LAYER_TYPE_NAMES: Mapping[str, LayerType] = {
     "linear_attention": LayerType.LINEAR_ATTENTION,
     "conv": LayerType.LINEAR_ATTENTION,
     "mamba": LayerType.LINEAR_ATTENTION,
-    "moe": LayerType.LINEAR_ATTENTION,
-    "mlp": LayerType.LINEAR_ATTENTION,
+    "moe": LayerType.DUMMY,
+    "mlp": LayerType.DUMMY,
     "hybrid": LayerType.HYBRID,
     "hybrid_sliding": LayerType.HYBRID_SLIDING,
+    "dummy": LayerType.DUMMY,
 }
 
 
@@ -234,6 +238,9 @@ class ModelConfig:
     sliding_window_pattern: int = 0
     number_of_conv_states: int = 0
     conv_kernel: int = 0
+    #: transformers >= 5.23: per layer, "reuse" makes the layer a dummy layer (it reads another layer's K/V);
+    #: when given, num_kv_shared_layers drops no layer (transformers 5.23 ignores it)
+    kv_sharing_modes: Optional[Sequence[str]] = None
 
     @classmethod
     def from_any(cls, config: Any = None, **overrides: Any) -> Optional["ModelConfig"]:
@@ -269,8 +276,8 @@ class ModelConfig:
         c = _lib.kvc_model_config()
         keep: list = []
         c.num_hidden_layers = _int(self.num_hidden_layers, "num_hidden_layers", 0, 2**32 - 1)
-        if self.layer_types is not None:
-            types = list(self.layer_types)
+        types = self._types_with_sharing()
+        if types is not None:
             arr = _lib.Int32Array(max(len(types), 1))
             for i, t in enumerate(types):
                 if isinstance(t, str):
@@ -286,11 +293,28 @@ class ModelConfig:
             keep.append(arr)
         c.sliding_window = _opt_int(self.sliding_window)
         c.attention_chunk_size = _opt_int(self.attention_chunk_size)
-        c.num_kv_shared_layers = _opt_int(self.num_kv_shared_layers)
+        # kv_sharing_modes (5.23) supersedes num_kv_shared_layers, from which configs such as Gemma 4's derive it:
+        # the shared layers are dummy layers then, not dropped ones (difference 18).
+        c.num_kv_shared_layers = 0 if self.kv_sharing_modes is not None else _opt_int(self.num_kv_shared_layers)
         c.sliding_window_pattern = _opt_int(self.sliding_window_pattern)
         c.number_of_conv_states = _opt_int(self.number_of_conv_states)
         c.conv_kernel = _opt_int(self.conv_kernel)
         return c, keep
+
+    def _types_with_sharing(self) -> Optional[list]:
+        """layer_types with the layers kv_sharing_modes marks "reuse" made dummy (transformers 5.23's
+        get_layer_types_and_kwargs); without layer_types they are first derived as kvcache derives them."""
+        if self.kv_sharing_modes is None:
+            return None if self.layer_types is None else list(self.layer_types)
+        if self.layer_types is not None:
+            types: list = list(self.layer_types)
+        else:
+            default = (LayerType.SLIDING_ATTENTION if _opt_int(self.sliding_window)
+                       else LayerType.CHUNKED_ATTENTION if _opt_int(self.attention_chunk_size)
+                       else LayerType.FULL_ATTENTION)
+            types = [default] * operator.index(self.num_hidden_layers)
+        # zip, as transformers does (lists of different lengths then fail the length check of _to_lib)
+        return [LayerType.DUMMY if mode == "reuse" else t for t, mode in zip(types, self.kv_sharing_modes)]
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,10 @@ pub enum LayerKind {
     /// e4m3fn with one scale per tensor (keys, values) fixed by the first
     /// update, no residual; CPU caches only.
     QuantizedFp8,
+    /// `KVC_LAYER_DUMMY`: transformers' `DummyLayer` (5.23): stores nothing,
+    /// for blocks without attention and layers that reuse another layer's
+    /// K/V. Updates are refused; every other operation leaves it as it is.
+    Dummy,
     /// A kind this crate does not know (from a newer library).
     Unknown(i32),
 }
@@ -206,6 +210,7 @@ impl LayerKind {
             LayerKind::LinearStatic => sys::KVC_LAYER_LINEAR_STATIC,
             LayerKind::LinearStaticSliding => sys::KVC_LAYER_LINEAR_STATIC_SLIDING,
             LayerKind::QuantizedFp8 => sys::KVC_LAYER_QUANTIZED_FP8,
+            LayerKind::Dummy => sys::KVC_LAYER_DUMMY,
             LayerKind::Unknown(raw) => raw,
         }
     }
@@ -227,6 +232,7 @@ impl LayerKind {
             sys::KVC_LAYER_LINEAR_STATIC => LayerKind::LinearStatic,
             sys::KVC_LAYER_LINEAR_STATIC_SLIDING => LayerKind::LinearStaticSliding,
             sys::KVC_LAYER_QUANTIZED_FP8 => LayerKind::QuantizedFp8,
+            sys::KVC_LAYER_DUMMY => LayerKind::Dummy,
             other => LayerKind::Unknown(other),
         }
     }
@@ -244,12 +250,16 @@ pub enum LayerType {
     SlidingAttention = sys::KVC_LAYER_TYPE_SLIDING_ATTENTION,
     /// `"chunked_attention"`.
     ChunkedAttention = sys::KVC_LAYER_TYPE_CHUNKED_ATTENTION,
-    /// `"linear_attention"`, `"conv"`, `"mamba"`, `"moe"`, `"mlp"`: a linear layer.
+    /// `"linear_attention"`, `"conv"`, `"mamba"` (and `"moe"`, `"mlp"` before
+    /// transformers 5.23): a linear layer.
     LinearAttention = sys::KVC_LAYER_TYPE_LINEAR_ATTENTION,
     /// `"hybrid"`: linear state + full attention.
     Hybrid = sys::KVC_LAYER_TYPE_HYBRID,
     /// `"hybrid_sliding"`: linear state + sliding attention.
     HybridSliding = sys::KVC_LAYER_TYPE_HYBRID_SLIDING,
+    /// `"dummy"`, and since transformers 5.23 `"moe"`, `"mlp"` and the layers
+    /// whose `kv_sharing_modes` entry is `"reuse"`: a [`LayerKind::Dummy`] layer.
+    Dummy = sys::KVC_LAYER_TYPE_DUMMY,
 }
 
 impl LayerType {
@@ -488,6 +498,11 @@ impl LayerOptions {
     /// `KVC_LAYER_QUANTIZED_FP8` (no options).
     pub fn quantized_fp8() -> LayerOptions {
         LayerOptions::new(LayerKind::QuantizedFp8)
+    }
+
+    /// `KVC_LAYER_DUMMY`: transformers' `DummyLayer`, a layer that stores nothing.
+    pub fn dummy() -> LayerOptions {
+        LayerOptions::new(LayerKind::Dummy)
     }
 
     /// `KVC_LAYER_SINK`: `num_sink_tokens` kept at the start, `window_length`
