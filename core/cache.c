@@ -327,8 +327,11 @@ kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_in
   i.v_head_dim = l->v_dim;
   i.seq_length = l->initialized ? l->ops->seq_length(l) : 0;
   i.stored_length = kvci_layer_stored(l);
-  /* transformers' is_linear: every linear-attention layer but the plain hybrid with full attention (docs/semantics.md, 'Hybrid linear-attention layers'). */
-  i.is_linear = (uint8_t)kvci_layer_is(l, KVC_TRAIT_IS_LINEAR);
+  /* transformers' is_linear (docs/semantics.md, 'Hybrid linear-attention layers'): 5.24 counts the linear layers
+   * without K/V only; up to 5.23 every linear-attention layer but the plain hybrid with full attention. */
+  i.is_linear = (uint8_t)(kvci_layer_is(l, KVC_TRAIT_IS_LINEAR) &&
+                          ((c->transformers_release != 0 && c->transformers_release < 52400) ||
+                           !kvci_layer_is(l, KVC_TRAIT_HAS_KV)));
   i.is_offloaded = (uint8_t)(l->offloaded != 0);
   if (l->ops->fill_info) l->ops->fill_info(l, &i);
   i.struct_size = out->struct_size;

@@ -29,6 +29,8 @@ IS_V5 = TF_VERSION[0] >= 5
 Config = getattr(transformers, "PreTrainedConfig", None) or transformers.PretrainedConfig
 # Before 4.54 get_mask_sizes ignored its layer index (layer 0's length for every layer).
 WITH_MASKS = TF_VERSION >= (4, 54)
+# 5.24 gave static layers a crop (5.23: AttributeError, replayed as UNSUPPORTED).
+STATIC_CROP = TF_VERSION >= (5, 24)
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 INT_VIEW = {"f32": torch.int32, "f16": torch.int16, "bf16": torch.int16}
@@ -326,6 +328,34 @@ class Case:
     def isupd(self, s, i):
         self.out.op(f"isupd {s} {i} {int(bool(self.slots[s].obj.is_updated.get(i, False)))}")
 
+    # 5.14-5.24 queries: is_croppable, get_query_offset, Cache.batch_size; DFlashCache's accepted tokens
+
+    def croppable(self, s, i):
+        """Layer i's is_croppable, or the cache's (i = -1)."""
+        cache = self.slots[s].cache()
+        v = cache.is_croppable if i < 0 else layers_of(cache)[i].is_croppable
+        self.out.op(f"croppable {s} {i} {int(bool(v))}")
+
+    def qoffset(self, s, i):
+        self.out.op(f"qoffset {s} {i} {int(self.slots[s].obj.get_query_offset(i))}")
+
+    def accepted(self, s, n):
+        self.slots[s].obj.set_previous_accepted_tokens(n)
+        self.out.op(f"accepted {s} {n} ok")
+
+    def bsize(self, s):
+        def run():
+            try:
+                return self.slots[s].cache().batch_size
+            except ValueError as exc:
+                raise Planned("INVALID_STATE", "ValueError") from exc
+        try:
+            v = self.attempt(run)
+        except Planned as p:
+            self.out.op(f"bsize {s} err {p.code} {p.cls}")
+            return
+        self.out.op(f"bsize {s} ok {int(v)}")
+
     # ----------------------------------------------------------- update
 
     def update(self, s, i, n, positions=None):
@@ -433,10 +463,15 @@ class Case:
         slot = self.slots[s]
         cache = slot.cache()
         ls = layers_of(cache)
+        if STATIC_CROP and not slot.ed and any(is_static(layer) for layer in ls):
+            reason = static_crop_difference(ls, x)
+            if reason is not None:
+                return self.crop_differing(s, x, reason)
         predicted = set()
         for layer in ls:
             if is_static(layer):
-                predicted.add("UNSUPPORTED")
+                if not STATIC_CROP:
+                    predicted.add("UNSUPPORTED")
             elif is_dyn_sliding(layer) and layer.is_initialized and layer.cumulative_length >= layer.sliding_window:
                 recording = getattr(layer, "record_past", False)
                 if not IS_V5 or not recording or x > 0:
@@ -451,6 +486,44 @@ class Case:
             raise Skip("EncoderDecoderCache.crop on static caches raises TypeError before looking at layers")
         return self.mutate(f"crop {s} {x}", lambda: self.slots[s].obj.crop(x), errors,
                            next(iter(predicted)) if predicted else None)
+
+    def crop_differing(self, s, x, diff):
+        """A 5.24 static crop where kvcache deliberately differs (differences 61 and 62): what
+        transformers did (its outcome and every layer's counter after the call) is written down,
+        then what kvcache does instead, and the Python cache is brought to kvcache's result so the
+        case goes on comparing."""
+        ls = layers_of(self.slots[s].cache())
+        if any(is_dyn_sliding(layer) and layer.is_initialized and layer.cumulative_length >= layer.sliding_window
+               for layer in ls):
+            raise Skip("a full dynamic sliding layer as well: its own rules would mix in")
+        before = [layer_counter(layer) for layer in ls]
+        saved = self.snapshot()
+        try:
+            self.slots[s].obj.crop(x)
+            tf_outcome = "ok"
+        except (RuntimeError, ValueError) as exc:
+            tf_outcome = f"raise:{type(exc).__name__}"
+        tf_after = [layer_counter(layer) for layer in layers_of(self.slots[s].cache())]
+        self.slots = saved
+        if x > 0 and not all(is_static(layer) for layer in ls):
+            raise Skip("positive crop of dynamic layers: 5.x refuses (ValueError), kvcache keeps the legacy meaning")
+        if diff == 61 and tf_outcome != "ok":  # both refuse (a positive crop): an ordinary planned error
+            self.out.op(f"crop {s} {x} err INVALID_STATE {tf_outcome.split(':')[1]}")
+            return False
+        if diff == 61:  # kvcache refuses: the cache unchanged
+            kv_outcome, kv_after = "err INVALID_STATE -", before
+        else:  # 62: a positive argument is the legacy absolute length; a crop past the start stops at 0
+            kv_outcome = "ok"
+            kv_after = [c if x == 0 else max(0, c + x) if x < 0 else min(c, x) for c in before]
+            for layer, c, k in zip(layers_of(self.slots[s].cache()), before, kv_after):
+                if k < c:
+                    layer.crop(k - c)
+        if (tf_outcome, tf_after) == (kv_outcome, kv_after):
+            raise RuntimeError("a crop recorded as a difference agrees with kvcache")
+        counters = lambda cs: f"{len(cs)} " + " ".join(map(str, cs))  # noqa: E731
+        self.out.op(f"dcrop {s} {x} {diff} tf {tf_outcome} {counters(tf_after)} kv {kv_outcome} {counters(kv_after)}")
+        self.out.stats[f"dcrop difference {diff} ({'positive' if x > 0 else 'negative'})"] += 1
+        return kv_outcome == "ok"
 
     def record(self, s):
         self.slots[s].obj.activate_past_recording()
@@ -568,10 +641,38 @@ class Case:
         return d
 
 
+def layer_counter(layer):
+    """The count crop moves: a static layer's own counter, which transformers 5.24 lets go negative, even
+    before the first update; the stored length of a dynamic layer."""
+    if isinstance(layer, cu.StaticSlidingWindowLayer):
+        return int(layer.cumulative_length_int)
+    if is_static(layer):
+        return int(layer.cumulative_length)
+    return int(layer.get_seq_length()) if layer.is_initialized else 0
+
+
+def static_crop_difference(layers, x):
+    """The difference (docs/differences-from-transformers.md) by which kvcache's crop(x) of a cache with
+    static layers departs from transformers 5.24's, or None where they agree: 61, a static sliding layer
+    whose window has moved (kvcache refuses); 62, a positive argument (transformers raises, kvcache takes
+    the legacy absolute length) or a crop past the start (transformers' counter goes negative, kvcache
+    stops at 0)."""
+    if x == 0:
+        return None
+    if any(isinstance(layer, cu.StaticSlidingWindowLayer) and layer.cumulative_length_int > layer.max_cache_len
+           for layer in layers):
+        return 61
+    if x > 0 or any(layer_counter(layer) + x < 0 for layer in layers if is_static(layer)):
+        return 62
+    return None
+
+
 def classify(layer, n, positions):
     """Which case of docs/semantics.md (the dynamic to static sliding layer sections) an update takes (for the coverage table)."""
     if layer is None or type(layer).__name__ == "DynamicLayer":
         return "dynamic"
+    if not is_static(layer) and not is_dyn_sliding(layer):
+        return type(layer).__name__  # the quantized layers of v5_queries
     if is_dyn_sliding(layer):
         c, w = layer.cumulative_length, layer.sliding_window
         if getattr(layer, "record_past", False):
@@ -1120,10 +1221,125 @@ def v453_static_usable(case):
         pos += k
 
 
+# ------------------------------------------------------------------ 5.24 families
+
+
+def ask_queries(case, s, rng):
+    """What generate asks a cache between forwards: is_croppable of the cache and of a layer, the query
+    offset and mask sizes of a layer (one past the last too), get_max_length(layer), Cache.batch_size."""
+    nl = len(case.slots[s].cache())
+    case.croppable(s, -1)
+    if nl:
+        case.croppable(s, rng.randrange(nl))
+    i = rng.randrange(nl + 1)
+    case.qoffset(s, i)
+    case.mask(s, tokens(rng), i)
+    case.maxlen(s, rng.randrange(-1, nl + 1))
+    case.bsize(s)
+
+
+def v5_static_crop(case):
+    """5.24's crop of static, static sliding and static chunked layers as assisted decoding uses it: a
+    forward of n candidate tokens, then a crop of the rejected ones, the stale slots left in place
+    (returned by views and by the next update until it overwrites them); now and then a crop past the
+    start, a positive crop, and static sliding layers whose window has moved (differences 61, 62)."""
+    rng = case.rng
+    dt, b, h, dk, dv = geometry(rng)
+    if rng.random() < 0.6:
+        preset = rng.choice(["static", "sliding_window", "hybrid", "hybrid_chunked"])
+        n, types, sw, chunk, windows, chunked = static_sliding_setup(rng, preset)
+        m = rng.randint(1, 12)
+        s = case.create(cu.StaticCache(config=make_config(n, types, sw, chunk), max_cache_len=m),
+                        preset_spec(preset, m, n, types, sw, chunk), dt, b, h, dk, dv, chunked, windows)
+    else:
+        n = rng.randint(1, 3)
+        layers, spec, windows, chunked = custom_layers(rng, n, lambda i: rng.choice(["s", "ss", "sc"]))
+        s = case.create(cu.Cache(layers=layers), spec, dt, b, h, dk, dv, chunked, windows)
+    if rng.random() < 0.3:
+        case.early(s, b, h, dk)
+    w = Walker(case, BASIC | {"crop", "reset"})
+    for _ in range(14):
+        try:
+            w.step(s)
+            if rng.random() < 0.3:
+                case.view(s, rng.randrange(n))
+            r = rng.random()
+            x = -rng.randint(0, w.last_n) if r < 0.75 else rng.randint(1, 6) if r < 0.85 else -rng.randint(1, 14)
+            case.crop(s, x)
+            case.seqlen(s, rng.randrange(n))
+            case.view(s, rng.randrange(n))
+            if rng.random() < 0.3:
+                ask_queries(case, s, rng)
+        except Skip:
+            pass
+    w.run(10)
+
+
+def v5_queries(case):
+    """is_croppable per kind and for the cache, get_query_offset and get_mask_sizes of MtpCache
+    (layer + 1 ahead) and DFlashCache (the previous step's accepted tokens), get_max_length(layer),
+    Cache.batch_size (-1 without static layers, ValueError when they disagree) and an FP8 quantized
+    cache's is_croppable (5.23: yes, 5.24: no)."""
+    rng = case.rng
+    dt, b, h, dk, dv = geometry(rng)
+    r = rng.random()
+    n = rng.randint(1, 4)
+    if r < 0.5:
+        rule = "mtp" if r < 0.25 else "dflash"
+        cls = cu.MtpCache if rule == "mtp" else getattr(cu, "DFlashCache")
+        if rng.random() < 0.5:
+            obj, spec = cls(), "lazy"
+            chunked = []
+        else:
+            types = random_types(rng, n, "fsc")
+            sw = rng.randint(2, 8) if "s" in types else 0
+            chunk = rng.randint(2, 8) if "c" in types else 0
+            obj = cls(config=make_config(n, types, sw, chunk))
+            spec = preset_spec("dynamic", 0, n, types, sw, chunk)
+            chunked = [i for i, t in enumerate(types) if t == "c"]
+        sl = case.new_slot()
+        case.slots[sl] = Slot(obj, dt, b, h, dk, dv, chunked)
+        case.out.op(f"rcreate {sl} {rule} {spec}")
+        case.layout(sl)
+    elif r < 0.85:
+        layers, spec, windows, chunked = custom_layers(rng, n, lambda i: rng.choice(["d", "ds", "dc", "s", "ss", "sc"]))
+        sl = case.create(cu.Cache(layers=layers), spec, dt, b, h, dk, dv, chunked, windows)
+        if rng.random() < 0.3 and n > 1 and any(is_static(layer) for layer in layers):
+            # static layers of different batches: Cache.batch_size raises
+            i = next(i for i, layer in enumerate(layers) if is_static(layer))
+            case.update(sl, i, 1)
+            case.bsize(sl)
+            case.slots[sl].batch = b + 1 if b < 4 else b - 1
+            for j in range(n):
+                if j != i and is_static(layers[j]):
+                    case.update(sl, j, 1)
+            case.bsize(sl)
+            return
+    else:
+        sl = case.new_slot()
+        case.slots[sl] = Slot(cu.QuantizedCache("fp8", make_config(n)), dt, b, h, dk, dv)
+        case.out.op(f"qcreate {sl} fp8 {n} 0 0 0 0 0")
+    ask_queries(case, sl, rng)
+    w = Walker(case, BASIC | {"crop", "record", "reset"} if r < 0.85 else {"update", "maxlen"})
+    for _ in range(10):
+        try:
+            w.step(sl)
+            if case.slots[sl].obj.__class__.__name__ == "DFlashCache" and rng.random() < 0.6:
+                case.accepted(sl, rng.randint(0, 5))
+            ask_queries(case, sl, rng)
+            if r < 0.85 and rng.random() < 0.4:
+                case.crop(sl, -rng.randint(0, w.last_n))
+                ask_queries(case, sl, rng)
+        except Skip:
+            pass
+
+
+ONLY_524 = {"v5_static_crop"}
 SUITES = {
     "v5": [("v5_dynamic", v5_dynamic_lazy, 14), ("v5_dynamic_config", v5_dynamic_config, 16),
            ("v5_static", v5_static, 14), ("v5_static_sliding", v5_static_sliding, 22),
-           ("v5_custom", v5_custom, 14), ("v5_encdec", v5_encdec, 12), ("v5_from_tensors", v5_from_tensors, 10)],
+           ("v5_custom", v5_custom, 14), ("v5_encdec", v5_encdec, 12), ("v5_from_tensors", v5_from_tensors, 10),
+           ("v5_queries", v5_queries, 24), ("v5_static_crop", v5_static_crop, 24)],
     "v457": [("v457_static_positions", v457_static_positions, 18), ("v457_legacy", v457_legacy, 14)],
     "v453": [("v453_batch_split", v453_batch_split, 7), ("v453_static_usable", v453_static_usable, 12)],
 }
@@ -1131,7 +1347,9 @@ SUITES = {
 
 def main():
     args = arguments(20260, SUITES)
-    write_files(args.out, args.seed, args.suite, SUITES[args.suite],
+    # Families of what only 5.24 has (static crop) are not written by older releases.
+    files = [f for f in SUITES[args.suite] if STATIC_CROP or f[0] not in ONLY_524]
+    write_files(args.out, args.seed, args.suite, files,
                 lambda family, out, label, rng, c: family(Case(out, label, rng)))
 
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates tests/conformance/vectors/ by running transformers' own cache
-# classes. Three transformers versions are needed because some behaviours the
-# library mirrors exist only in older releases (see docs/conformance.md).
+# classes. Several transformers versions are needed because some behaviours the
+# library mirrors exist only in older releases (see docs/conformance.md). The
+# 5.x families are written by TF_NEW and by TF_PREV and merged
+# (merge_releases.py): one file where both wrote the same, both where they differ.
 # One torch install is shared: the older-version venvs see it through a .pth
 # file placed after their own site-packages.
 set -euo pipefail
@@ -9,7 +11,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-python3}
 TORCH_VERSION=${TORCH_VERSION:-2.15.0}
-TF_NEW=${TF_NEW:-5.23.0}
+TF_NEW=${TF_NEW:-5.24.0}
+TF_PREV=${TF_PREV:-5.23.0}
 TF_457=${TF_457:-4.57.6}
 TF_453=${TF_453:-4.53.3}
 OUT=${1:-$HERE/vectors}
@@ -29,27 +32,36 @@ make_venv "$BASE" "torch==$TORCH_VERSION" "transformers==$TF_NEW" numpy \
     "optimum-quanto==$QUANTO_VERSION" "hqq==$HQQ_VERSION"
 TORCH_SITE=$(site_packages "$BASE")
 
-for v in "$TF_457" "$TF_453"; do
+for v in "$TF_PREV" "$TF_457" "$TF_453"; do
     dir=$HERE/.venv-tf$v
     make_venv "$dir" "transformers==$v" numpy
     echo "$TORCH_SITE" > "$(site_packages "$dir")/zz_shared_torch.pth"
 done
 
 mkdir -p "$OUT"
-"$BASE/bin/python" "$HERE/generate.py" --suite v5 --out "$OUT"
-# The quantizers' arithmetic (read by tests/unit/test_internal_quantizers.c, not by the replay).
-"$BASE/bin/python" "$HERE/generate_quant_math.py" --out "$OUT"
-"$BASE/bin/python" "$HERE/generate_quantized.py" --out "$OUT"
-# Offloaded caches: transformers' own offloading path with stand-in streams (it needs CUDA otherwise).
-"$BASE/bin/python" "$HERE/generate_offload.py" --out "$OUT"
+# The 5.x families, once per release, then merged into $OUT.
+V5_TMP=$(mktemp -d)
+trap 'rm -rf "$V5_TMP"' EXIT
+v5_families() { # python, out dir
+    "$1" "$HERE/generate.py" --suite v5 --out "$2"
+    # The quantizers' arithmetic (read by tests/unit/test_internal_quantizers.c, not by the replay).
+    "$1" "$HERE/generate_quant_math.py" --out "$2"
+    "$1" "$HERE/generate_quantized.py" --out "$2"
+    # Offloaded caches: transformers' own offloading path with stand-in streams (it needs CUDA otherwise).
+    "$1" "$HERE/generate_offload.py" --out "$2"
+    # Linear-attention (recurrent state) layers.
+    "$1" "$HERE/generate_linear.py" --suite v5 --out "$2"
+    # FP8 quantized cache (transformers' Fp8QuantizedLayer): torch's e4m3fn arithmetic for the unit test, and the
+    # cache vectors.
+    "$1" "$HERE/generate_fp8_table.py" --out "$2"
+    "$1" "$HERE/generate_fp8.py" --out "$2"
+}
+v5_families "$BASE/bin/python" "$V5_TMP/new"
+v5_families "$HERE/.venv-tf$TF_PREV/bin/python" "$V5_TMP/prev"
+"$BASE/bin/python" "$HERE/merge_releases.py" "$V5_TMP/new" "$V5_TMP/prev" "$OUT"
 "$HERE/.venv-tf$TF_457/bin/python" "$HERE/generate.py" --suite v457 --out "$OUT"
 "$HERE/.venv-tf$TF_453/bin/python" "$HERE/generate.py" --suite v453 --out "$OUT"
 "$HERE/generate_sink.sh" "$OUT"
-# Linear-attention (recurrent state) layers: current layers, legacy MambaCache (4.53), Jamba's hybrid cache (4.57).
-"$BASE/bin/python" "$HERE/generate_linear.py" --suite v5 --out "$OUT"
+# Legacy recurrent-state caches: MambaCache (4.53), Jamba's hybrid cache (4.57).
 "$HERE/.venv-tf$TF_457/bin/python" "$HERE/generate_linear.py" --suite v457 --out "$OUT"
 "$HERE/.venv-tf$TF_453/bin/python" "$HERE/generate_linear.py" --suite v453 --out "$OUT"
-# FP8 quantized cache (transformers' Fp8QuantizedLayer): torch's e4m3fn arithmetic for the unit test, and the
-# cache vectors (written to vectors/pending/ until kvcache has the layer kind).
-"$BASE/bin/python" "$HERE/generate_fp8_table.py" --out "$OUT"
-"$BASE/bin/python" "$HERE/generate_fp8.py" --out "$OUT"

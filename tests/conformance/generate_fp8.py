@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the FP8 QuantizedCache conformance vectors (vectors/pending/v5_quantized_fp8.kvv).
+"""Writes the FP8 QuantizedCache conformance vectors (vectors/v5_quantized_fp8.kvv).
 
 transformers 5.23's QuantizedCache("fp8", config) (Fp8QuantizedLayer: float8
 e4m3fn codes, one float32 scale per layer for the keys and one for the
@@ -31,12 +31,10 @@ batch_repeat_interleave (a silent no-op on the codes: the next update then
 fails to concatenate), layer views (`keys` is an empty 1-D tensor), and any
 update returning NaN (none can: the inputs are finite and torch saturates).
 
-The file goes to vectors/pending/, which the replay does not read: moving it
-to vectors/ is the switch that turns it on once kvcache has an FP8 layer.
-Run with the pinned venv (transformers 5.23.0, torch 2.15.0); regenerating
-with the same versions gives identical files.
+The file goes to vectors/ with the others (kvcache has the FP8 kind; it went
+to a pending/ folder the replay does not read until then). Run through
+generate.sh; regenerating with the same versions gives identical files.
 """
-import os
 
 import torch
 import transformers
@@ -217,9 +215,9 @@ FILES = [("v5_quantized_fp8", lambda c: random_family if c < 24 else crafted_fam
 
 
 def main():
-    args = arguments(20268, out_help="the vectors directory (the file goes to its pending/ folder)")
+    args = arguments(20268, out_help="the vectors directory")
     # The FP8 file's cases: the random ones first, then the crafted ones, numbered on.
-    write_files(os.path.join(args.out, "pending"), args.seed, "v5", FILES,
+    write_files(args.out, args.seed, "v5", FILES,
                 lambda fam, out, label, rng, c: fam(c)(FCase(out, label, rng)))
 
 

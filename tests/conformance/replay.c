@@ -30,7 +30,7 @@
 /* The operation named `t` in the families' tables, or NULL. */
 static void (*find_op(const char* t))(replay*) {
   static const replay_op* const FAMILIES[] = {replay_ops_core, replay_ops_quantized, replay_ops_sink,
-                                              replay_ops_linear, replay_ops_offload};
+                                              replay_ops_linear, replay_ops_offload, replay_ops_assisted};
   for (size_t f = 0; f < sizeof(FAMILIES) / sizeof(FAMILIES[0]); f++)
     for (const replay_op* op = FAMILIES[f]; op->name; op++)
       if (is(t, op->name)) return op->run;
@@ -38,18 +38,24 @@ static void (*find_op(const char* t))(replay*) {
 }
 
 /*
- * "transformers 5.23.0 ..." in a meta line: MAJOR*10000 + MINOR*100, the
- * transformers_release every cache of the file is created with, so each family
- * replays the semantics of the release that recorded it (0 when absent).
+ * "transformers 5.24.0 ... also transformers 5.23.0" in a meta line: each
+ * release as MAJOR*10000 + MINOR*100, the transformers_release every cache of
+ * the file is created with, so a family replays the semantics of the release
+ * that recorded it; a file that several releases recorded identically names
+ * them all and is replayed once per release. Sets r->release_count and
+ * returns the release_pick-th release (0 when absent).
  */
-static uint32_t release_of(const char* line, const char* end) {
+static uint32_t release_of(replay* r, const char* line, const char* end) {
   static const char KEY[] = "transformers ";
+  uint32_t picked = 0;
+  r->release_count = 0;
   for (const char* p = line; p + sizeof KEY - 1 < end; p++) {
     if (strncmp(p, KEY, sizeof KEY - 1) != 0) continue;
     unsigned major = 0, minor = 0;
-    if (sscanf(p + sizeof KEY - 1, "%u.%u", &major, &minor) == 2) return major * 10000 + minor * 100;
+    if (sscanf(p + sizeof KEY - 1, "%u.%u", &major, &minor) != 2) continue;
+    if (r->release_count++ == r->release_pick) picked = major * 10000 + minor * 100;
   }
-  return 0;
+  return picked;
 }
 
 /* Replays one file held in `text` (modified in place). */
@@ -69,7 +75,7 @@ static void replay_text(replay* r, char* text, size_t len) {
     if (is(t, "meta")) { /* the rest of the line: producer versions */
       char* line = r->cur;
       while (r->cur < r->end && *r->cur != '\n') r->cur++;
-      r->transformers_release = release_of(line, r->cur);
+      r->transformers_release = release_of(r, line, r->cur);
       continue;
     }
     if (is(t, "case")) {
@@ -113,9 +119,11 @@ static char* read_file(const char* path, size_t* len) {
 }
 
 /* Replays a file; returns the replay's counters. */
-static replay run_file(const char* path, const char* display, int quiet, long corrupt_tensor, long corrupt_int) {
+static replay run_file(const char* path, const char* display, int quiet, long corrupt_tensor, long corrupt_int,
+                       int release_pick) {
   replay r;
   memset(&r, 0, sizeof(r));
+  r.release_pick = release_pick;
   r.file = display;
   r.quiet = quiet;
   r.corrupt_tensor = corrupt_tensor;
@@ -164,8 +172,8 @@ static int self_check(const char* path, const char* name, const replay* clean) {
     return 0;
   }
   long ti = clean->good_tensors.at[clean->good_tensors.n / 2], ii = clean->good_ints.at[clean->good_ints.n / 2];
-  replay t = run_file(path, name, 1, ti, -1);
-  replay i = run_file(path, name, 1, -1, ii);
+  replay t = run_file(path, name, 1, ti, -1, 0);
+  replay i = run_file(path, name, 1, -1, ii, 0);
   /* A corrupted value must fail a comparison; a file that no longer parses
    * would prove nothing about the comparisons. */
   int t_ok = t.failed > clean->failed && !t.malformed, i_ok = i.failed > clean->failed && !i.malformed;
@@ -195,12 +203,19 @@ int main(int argc, char** argv) {
   char path[4096];
   for (size_t i = 0; i < n; i++) {
     snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-    replay r = run_file(path, names[i], self_test_only, -1, -1);
-    if (!self_test_only)
-      printf("%-32s %6ld ops checked, %ld failed%s\n", names[i], r.checked, r.failed,
-             r.malformed ? " (MALFORMED FILE)" : "");
-    total += r.checked;
-    if (r.failed || r.malformed) files_failed++;
+    replay r = run_file(path, names[i], self_test_only, -1, -1, 0);
+    int failed = r.failed || r.malformed;
+    /* A file that several releases recorded identically replays once per release; the self-check uses the first. */
+    for (int k = 0; k < (r.release_count > 1 ? r.release_count : 1) && !self_test_only; k++) {
+      replay again = k == 0 ? r : run_file(path, names[i], 0, -1, -1, k);
+      printf("%-32s %6ld ops checked, %ld failed%s (transformers %u.%u)\n", names[i], again.checked, again.failed,
+             again.malformed ? " (MALFORMED FILE)" : "", (unsigned)again.transformers_release / 10000,
+             (unsigned)again.transformers_release / 100 % 100);
+      total += again.checked;
+      failed = failed || again.failed || again.malformed;
+      if (k > 0) replay_free(&again);
+    }
+    if (failed) files_failed++;
     if (!self_check(path, names[i], &r)) self_failed++;
     replay_free(&r);
   }

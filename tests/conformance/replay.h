@@ -61,6 +61,8 @@ typedef struct replay {
   long failed;
   int malformed;
   uint32_t transformers_release; /* from the file's meta line: every cache follows the release that made it */
+  int release_pick;              /* which of the meta line's releases this run follows (from 0) */
+  int release_count;             /* how many the meta line names: each replays the whole file */
   slot slots[MAX_SLOTS];
   /* self-check: counters of expected values seen, which one to corrupt, and
    * (in the clean run) which ones were checked successfully */
@@ -94,6 +96,7 @@ extern const replay_op replay_ops_quantized[];
 extern const replay_op replay_ops_sink[];
 extern const replay_op replay_ops_linear[];
 extern const replay_op replay_ops_offload[];
+extern const replay_op replay_ops_assisted[];
 
 void note_good(goodlist* g, long index);
 void fail(replay* r, const char* fmt, ...)

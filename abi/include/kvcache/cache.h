@@ -382,8 +382,8 @@ typedef struct kvc_layer_info {
   int64_t seq_length;       /**< what kvc_cache_seq_length returns */
   int64_t stored_length;    /**< tokens physically stored (view length) */
   /* since 0.2 */
-  uint8_t is_linear;        /**< LINEAR kinds (transformers' is_linear: also true for the
-                                 sliding and static hybrids, false for LINEAR_DYNAMIC) */
+  uint8_t is_linear;        /**< transformers' is_linear: LINEAR (5.24); with transformers_release
+                                 below 52400 also the sliding and static hybrids, as 5.23 */
   uint8_t is_offloaded;     /**< K/V currently in the host tier */
   uint8_t has_previous_state; /**< LINEAR kinds: every state has had its first conv update */
   uint8_t reserved0;
