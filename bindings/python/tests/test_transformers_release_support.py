@@ -51,7 +51,7 @@ def test_linear_layer_class_is_there_or_says_which_release_has_it():
         assert issubclass(KvcacheLinearLayer, transformers.cache_utils.LinearAttentionCacheLayerMixin)
         assert "KvcacheLinearLayer" in kvt.__all__
         return
-    with pytest.raises(ImportError, match=rf"KvcacheLinearLayer needs .*transformers {VERSION} lacks.*5\.5"):
+    with pytest.raises(ImportError, match=rf"KvcacheLinearLayer needs .*transformers {VERSION} lacks.*5\.14"):
         from kvcache.transformers import KvcacheLinearLayer  # noqa: F401
     assert "KvcacheLinearLayer" not in kvt.__all__
     star = {}
@@ -59,7 +59,7 @@ def test_linear_layer_class_is_there_or_says_which_release_has_it():
     assert "DynamicCache" in star and "KvcacheLinearLayer" not in star
     config = tiny_models.BUILDERS["llama"]().config
     config.layer_types = ["full_attention", "linear_attention"]
-    with pytest.raises(NotImplementedError, match=r"layer 1 has layer type 'linear_attention'.*5\.5"):
+    with pytest.raises(NotImplementedError, match=r"layer 1 has layer type 'linear_attention'.*5\.14"):
         kvt.DynamicCache(config=config)
 
 

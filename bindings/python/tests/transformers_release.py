@@ -14,11 +14,13 @@ from transformers.generation import GenerateDecoderOnlyOutput  # noqa: E402
 
 VERSION = transformers.__version__
 
-# Linear-attention (recurrent state) layers in cache_utils: from 5.5; before, Mamba and Jamba kept their own caches.
-HAS_LINEAR_LAYERS = hasattr(cache_utils, "LinearAttentionCacheLayerMixin")
+# Linear-attention (recurrent state) layers with states by index, which kvcache's linear kinds follow: from 5.14.
+# Before 5.5 Mamba and Jamba kept caches of their own; 5.5 to 5.13 had one state per layer, of other semantics.
+_MIXIN = getattr(cache_utils, "LinearAttentionCacheLayerMixin", None)
+HAS_LINEAR_LAYERS = _MIXIN is not None and "state_idx" in inspect.signature(_MIXIN.update_conv_state).parameters
 needs_linear_layers = pytest.mark.skipif(
-    not HAS_LINEAR_LAYERS, reason=f"SKIPPED: transformers {VERSION} has no linear-attention cache layers "
-                                  "(Mamba and Jamba use cache_utils' caches from 5.5 on)")
+    not HAS_LINEAR_LAYERS, reason=f"SKIPPED: transformers {VERSION} has no linear-attention cache layers with "
+                                  "states by index (5.14 on; kvcache's drop-in caches Mamba and Jamba from there)")
 
 # generate(cache=...) and outputs' .cache: 5.24 renamed past_key_values so (the old name is deprecated).
 HAS_GENERATE_CACHE_KWARG = "cache" in {f.name for f in dataclasses.fields(GenerateDecoderOnlyOutput)}

@@ -1,7 +1,7 @@
 """Drop-in replacements for transformers' cache classes, backed by kvcache's C layers.
 
 Needs torch and transformers 5.0 to 5.24 (``pip install kvcache[transformers]``); where a release lacks what a
-class needs, only that class is missing (``KvcacheLinearLayer`` before 5.5: an ImportError names the release). The
+class needs, only that class is missing (``KvcacheLinearLayer`` before 5.14: an ImportError names the release). The
 classes subclass transformers' own (``isinstance(cache, transformers.DynamicCache)``
 holds), their ``layers`` implement transformers' layer interface over the
 layers of one C cache, and every operation ``generate`` uses (update, masks,
@@ -24,6 +24,7 @@ before that). The caches live on the CPU.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -115,13 +116,15 @@ def _layer_types_and_kwargs(text_config: Any) -> Tuple[List[str], List[dict]]:
 # Layer types whose transformers layer keeps recurrent states only ("mamba" and "moe" are the names of 5.5 to 5.23
 # for layers of hybrid models that hold a state or nothing).
 _LINEAR_LAYER_TYPES = ("conv", "linear_attention", "mamba", "moe")
-_HAS_LINEAR_LAYERS = hasattr(_tcu, "LinearAttentionCacheLayerMixin")
-_LINEAR_SINCE = "transformers 5.5"
+_HAS_LINEAR_LAYERS = hasattr(_tcu, "LinearAttentionCacheLayerMixin") and "state_idx" in inspect.signature(
+    _tcu.LinearAttentionCacheLayerMixin.update_conv_state).parameters
+_LINEAR_SINCE = "transformers 5.14"
 
 # Classes of this module that the installed transformers release cannot support: name -> (what they need, the
 # first release that has it). They are absent from the module; asking for one raises ImportError (__getattr__).
 _UNAVAILABLE = {} if _HAS_LINEAR_LAYERS else {
-    "KvcacheLinearLayer": ("transformers.cache_utils.LinearAttentionCacheLayerMixin", _LINEAR_SINCE)}
+    "KvcacheLinearLayer": ("transformers.cache_utils.LinearAttentionCacheLayerMixin with states by index "
+                           "(update_conv_state(..., state_idx))", _LINEAR_SINCE)}
 
 
 def _unavailable(name: str) -> ImportError:
@@ -157,9 +160,9 @@ def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len:
         states = int(kw.get("number_of_states") or 0)
         if layer_type in _LINEAR_LAYER_TYPES + ("hybrid", "hybrid_sliding") and not _HAS_LINEAR_LAYERS:
             raise NotImplementedError(
-                f"kvcache.transformers: layer {i} has layer type {layer_type!r}; transformers "
-                f"{transformers.__version__} caches such models in the model's own cache class, not in "
-                f"cache_utils' DynamicCache: the drop-in caches them from {_LINEAR_SINCE} on")
+                f"kvcache.transformers: layer {i} has layer type {layer_type!r}; the linear-attention layers of "
+                f"transformers {transformers.__version__} (none before 5.5, one state of other update semantics "
+                f"until 5.13) are not kvcache's: the drop-in caches such models from {_LINEAR_SINCE} on")
         if layer_type == "full_attention":
             specs.append(LayerSpec(LayerKind.STATIC, max_cache_len=max_cache_len) if static
                          else LayerSpec(LayerKind.DYNAMIC))
@@ -195,6 +198,8 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
     ``keys``/``values`` are zero-copy torch views of what the layer stores. Operations that act on the whole
     cache in C (crop, reorder, batch operations, reset) are called on the cache.
     """
+
+    supports_early_init = True  # CacheLayerMixin has it from 5.14; the cache's is_initialized reads it
 
     def __init__(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
         self._cache = cache
@@ -300,8 +305,10 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
         self._whole_cache("batch_select_indices()")
 
 
-# transformers 5.0 to 5.4 have no linear-attention layers in cache_utils (Mamba and Jamba kept their own caches):
-# there this class is left out of the module, and asking for it raises an ImportError that says so (__getattr__).
+# transformers 5.0 to 5.4 have no linear-attention layers in cache_utils (Mamba and Jamba kept their own caches),
+# 5.5 to 5.13 layers of one conv and one recurrent state with conv-state updates of other semantics; the C linear
+# kinds follow 5.14 on (states by index). Before that this class is left out of the module, and asking for it
+# raises an ImportError that says so (__getattr__).
 _LinearAttentionMixin = getattr(_tcu, "LinearAttentionCacheLayerMixin", None)
 
 
