@@ -123,6 +123,42 @@ setup_venv() {
   printf '%s\n' "$want" >"$stamp"
 }
 
+# Side-by-side transformers releases for the Python binding's tests (scripts/transformers-releases.txt): each in
+# .venv-transformers/<release>/, selected by PYTHONPATH, without torch (about 120 MB and a few seconds each). A
+# stamp of the release's line keeps the fast path free of pip; folders of releases no longer listed are removed.
+setup_transformers_releases() {
+  local list="scripts/transformers-releases.txt" dir=".venv-transformers" line release extras want dest
+  mkdir -p "$dir"
+  local keep=()
+  while read -r line; do
+    line="${line%%#*}"
+    read -r release extras <<<"$line" || true
+    [ -n "${release:-}" ] || continue
+    keep+=("$release")
+    dest="$dir/$release"
+    want="$(printf '%s\n' "$line" | sha256sum | cut -d' ' -f1)"
+    if [ -f "$dest/.stamp" ] && [ "$(cat "$dest/.stamp")" = "$want" ]; then
+      continue
+    fi
+    log "installing transformers $release into $dest"
+    rm -rf "$dest" "$dest.tmp"
+    # shellcheck disable=SC2086
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --target "$dest.tmp" \
+      "transformers==$release" $extras
+    PYTHONPATH="$dest.tmp" .venv/bin/python -c "
+import sys, transformers, transformers.cache_utils
+sys.exit(0 if transformers.__version__ == '$release' else 'imported transformers %s' % transformers.__version__)" ||
+      die "transformers $release in $dest.tmp does not import"
+    printf '%s\n' "$want" >"$dest.tmp/.stamp"
+    mv "$dest.tmp" "$dest"
+  done <"$list"
+  local old
+  for old in "$dir"/*; do
+    [ -d "$old" ] || continue
+    case " ${keep[*]} " in *" $(basename "$old") "*) ;; *) log "removing $old (not listed in $list)"; rm -rf "$old" ;; esac
+  done
+}
+
 # The GPU toolchains that build the backend plugins (CMake's KVC_CUDA and
 # KVC_HIP; `make build` turns them on where these are present): HIP 5.2 from
 # Debian (hipcc, libamdhip64-dev and their clang 15: 26 packages, about 340 MB)
@@ -173,5 +209,6 @@ fi
 check_tools
 check_libfuzzer
 setup_venv
+setup_transformers_releases
 install_gpu_toolchains
 log "ok"

@@ -5,7 +5,8 @@
 # offline, without build isolation) and the test requirements (pytest, numpy, torch, transformers, psutil,
 # optimum-quanto and hqq for the quantized references): scripts/requirements-dev.txt lists them. JOBS sets
 # the build's parallelism (default 2). The CMake build tree stays in bindings/python/build/, so a second run
-# only recompiles what changed.
+# only recompiles what changed. The transformers tests then run once more under each transformers release in
+# .venv-transformers/ (scripts/transformers-releases.txt).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -24,5 +25,15 @@ CMAKE_BUILD_PARALLEL_LEVEL="${JOBS:-2}" "$py" -m pip install -q --disable-pip-ve
   --no-build-isolation --no-deps --force-reinstall "$here"
 cd "$here"
 "$py" -c 'import kvcache; print("kvcache", kvcache.__version__, "from", kvcache.__file__)'
-echo "== pytest bindings/python/tests"
-exec "$py" -m pytest -q -rs -p no:cacheprovider tests
+echo "== pytest bindings/python/tests (transformers $("$py" -c 'import transformers; print(transformers.__version__)'))"
+"$py" -m pytest -q -rs -p no:cacheprovider tests
+# The drop-in's tests again under each transformers release installed beside the environment's own
+# (scripts/transformers-releases.txt, put there by scripts/setup.sh): that release first on PYTHONPATH.
+for release_dir in "$root"/.venv-transformers/*/; do
+  [ -f "$release_dir/.stamp" ] || continue
+  release="$(basename "$release_dir")"
+  echo "== pytest bindings/python/tests/test_transformers_*.py (transformers $release)"
+  # The quanto reference of the quantized cache (about a minute of optimum-quanto on 2 cores) runs only above.
+  PYTHONPATH="${release_dir%/}${PYTHONPATH:+:$PYTHONPATH}" "$py" -m pytest -q -rs -p no:cacheprovider \
+    -k "not quantized_cache_generates_the_same_tokens[quanto" tests/test_transformers_*.py
+done

@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 import kvcache.transformers as kvt  # noqa: E402
+from transformers_release import needs_linear_layers  # noqa: E402
 
 
 def t(values, batch=1):
@@ -144,6 +145,7 @@ def conv_state(cache, i):
     return cache.layers[i].conv_states[0]
 
 
+@needs_linear_layers
 def test_crop_with_past():
     cache, keys, conv = cropping_cache()
     for i in (0, 1, 3, 4):
@@ -159,6 +161,7 @@ def test_crop_with_past():
         assert torch.equal(conv_state(cache, i), conv[..., -K - 3:-3])
 
 
+@needs_linear_layers
 def test_crop_with_zero_still_shrink_states():
     cache, keys, conv = cropping_cache()
     cache.crop(0)
@@ -170,6 +173,7 @@ def test_crop_with_zero_still_shrink_states():
         assert torch.equal(conv_state(cache, i), conv[..., -K:])
 
 
+@needs_linear_layers
 def test_crop_outside_range():
     cache, _, _ = cropping_cache()
     cache.crop(-(T + 1))
@@ -204,6 +208,7 @@ def hybrid_static():
     return kvt.StaticCache(cfg, max_cache_len=8)
 
 
+@needs_linear_layers
 def test_early_initialization_does_not_corrupt_linear_attention_layers():
     cache = hybrid_static()
     assert [layer.supports_early_init for layer in cache.layers] == [True, False]
@@ -214,5 +219,6 @@ def test_early_initialization_does_not_corrupt_linear_attention_layers():
     assert cache.is_initialized
 
 
+@needs_linear_layers
 def test_max_cache_len_ignores_linear_attention_layers():
     assert hybrid_static().get_max_length() == 8

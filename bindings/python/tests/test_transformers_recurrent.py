@@ -2,14 +2,14 @@
 same tokens with kvcache's DynamicCache as with transformers' own cache."""
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 import kvcache  # noqa: E402
 import kvcache.transformers as kvt  # noqa: E402
+import tiny_models  # noqa: E402
+from transformers_release import generate_cache_kwarg, needs_linear_layers  # noqa: E402
 
 torch.set_num_threads(1)
 IDS = torch.tensor([[5, 17, 33, 2, 61, 8, 44, 12]])
@@ -20,30 +20,12 @@ MODES = {
 }
 
 
-def mamba():
-    cfg = transformers.MambaConfig(vocab_size=97, hidden_size=32, state_size=8, num_hidden_layers=2, conv_kernel=4,
-                                   expand=2, initializer_range=0.6, pad_token_id=0, eos_token_id=None,
-                                   bos_token_id=1)
-    torch.manual_seed(0)
-    return transformers.MambaForCausalLM(cfg).eval(), "cache_params"
-
-
-def jamba():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cfg = transformers.JambaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                                       num_attention_heads=4, num_key_value_heads=2, attn_layer_period=2,
-                                       attn_layer_offset=1, expert_layer_period=4, expert_layer_offset=3,
-                                       mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=4,
-                                       initializer_range=0.6, pad_token_id=0, eos_token_id=None)
-    torch.manual_seed(0)
-    return transformers.JambaForCausalLM(cfg).eval(), "past_key_values"
-
-
+@needs_linear_layers
 @pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("build", [mamba, jamba], ids=["mamba", "jamba"])
-def test_recurrent_models_generate_the_same_tokens(build, mode):
-    model, arg = build()
+@pytest.mark.parametrize("name", ["mamba", "jamba"])
+def test_recurrent_models_generate_the_same_tokens(name, mode):
+    model = tiny_models.BUILDERS[name]()
+    arg = generate_cache_kwarg(model)  # Mamba's cache_params= and Jamba's past_key_values= became cache= in 5.24
     kw = dict(MODES[mode], input_ids=IDS)
     torch.manual_seed(1)
     with torch.no_grad():

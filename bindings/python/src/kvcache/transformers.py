@@ -1,6 +1,7 @@
 """Drop-in replacements for transformers' cache classes, backed by kvcache's C layers.
 
-Needs torch and transformers >= 5 (``pip install kvcache[transformers]``). The
+Needs torch and transformers 5.0 to 5.24 (``pip install kvcache[transformers]``); where a release lacks what a
+class needs, only that class is missing (``KvcacheLinearLayer`` before 5.14: an ImportError names the release). The
 classes subclass transformers' own (``isinstance(cache, transformers.DynamicCache)``
 holds), their ``layers`` implement transformers' layer interface over the
 layers of one C cache, and every operation ``generate`` uses (update, masks,
@@ -31,6 +32,7 @@ through the host.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -95,19 +97,102 @@ def _host_indices(indices: Any) -> Any:
     return indices
 
 
+def _query_length(query_length: Any) -> int:
+    """transformers 5.0 to 5.4 ask for mask sizes with the step's ``cache_position`` tensor, later ones with its
+    length."""
+    return query_length.shape[0] if isinstance(query_length, torch.Tensor) else query_length
+
+
+def _layer_types_and_kwargs(text_config: Any) -> Tuple[List[str], List[dict]]:
+    """transformers' layer types of ``text_config`` and one dict of layer kwargs per layer, on every 5.x release.
+
+    Releases with ``get_layer_types_and_kwargs`` (5.14 on) answer themselves; until 5.18 it returns one kwargs
+    dict shared by all layers, from 5.19 one per layer. Older releases inferred the types inside
+    ``DynamicCache``/``StaticCache.__init__``, which this follows: the config's ``layer_types``, else all sliding,
+    chunked or full from ``sliding_window`` / ``attention_chunk_size``, less the trailing KV-shared layers.
+    """
+    get = getattr(_tcu, "get_layer_types_and_kwargs", None)
+    if get is not None:
+        layer_types, kwargs = get(text_config)
+        layer_types = list(layer_types)
+        if isinstance(kwargs, dict):
+            kwargs = [kwargs] * len(layer_types)
+        return layer_types, list(kwargs)
+    layer_types = getattr(text_config, "layer_types", None)
+    if layer_types is None:
+        if getattr(text_config, "sliding_window", None) is not None:
+            layer_type = "sliding_attention"
+        elif getattr(text_config, "attention_chunk_size", None) is not None:
+            layer_type = "chunked_attention"
+        else:
+            layer_type = "full_attention"
+        layer_types = [layer_type] * text_config.num_hidden_layers
+    shared = getattr(text_config, "num_kv_shared_layers", None) or 0
+    layer_types = list(layer_types[:-shared] if shared > 0 else layer_types)
+    states = getattr(text_config, "number_of_conv_states", 1)
+    kwargs = []
+    for layer_type in layer_types:
+        kw: dict = {}
+        if layer_type == "chunked_attention":
+            kw["sliding_window"] = text_config.attention_chunk_size
+        elif layer_type in ("sliding_attention", "hybrid_sliding"):
+            kw["sliding_window"] = text_config.sliding_window
+        if layer_type in _LINEAR_LAYER_TYPES + ("hybrid", "hybrid_sliding"):
+            kw["number_of_states"] = states
+        kwargs.append(kw)
+    return layer_types, kwargs
+
+
+# Layer types whose transformers layer keeps recurrent states only ("mamba" and "moe" are the names of 5.5 to 5.23
+# for layers of hybrid models that hold a state or nothing).
+_LINEAR_LAYER_TYPES = ("conv", "linear_attention", "mamba", "moe")
+_HAS_LINEAR_LAYERS = hasattr(_tcu, "LinearAttentionCacheLayerMixin") and "state_idx" in inspect.signature(
+    _tcu.LinearAttentionCacheLayerMixin.update_conv_state).parameters
+_LINEAR_SINCE = "transformers 5.14"
+
+# Classes of this module that the installed transformers release cannot support: name -> (what they need, the
+# first release that has it). They are absent from the module; asking for one raises ImportError (__getattr__).
+_UNAVAILABLE = {} if _HAS_LINEAR_LAYERS else {
+    "KvcacheLinearLayer": ("transformers.cache_utils.LinearAttentionCacheLayerMixin with states by index "
+                           "(update_conv_state(..., state_idx))", _LINEAR_SINCE)}
+
+
+def _unavailable(name: str) -> ImportError:
+    needs, since = _UNAVAILABLE[name]
+    return ImportError(f"kvcache.transformers.{name} needs {needs}, which transformers {transformers.__version__} "
+                       f"lacks; {since} and later have it")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _UNAVAILABLE:
+        raise _unavailable(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _linear_layer_class() -> type:
+    if "KvcacheLinearLayer" in _UNAVAILABLE:
+        raise _unavailable("KvcacheLinearLayer")
+    return KvcacheLinearLayer
+
+
 def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len: int = 0) -> List[LayerSpec]:
     """The kvcache layers transformers builds for ``config`` (``DynamicCache(config)``/``StaticCache(config, n)``).
 
-    Uses transformers' own ``get_layer_types_and_kwargs``, so windows, chunk sizes and state counts are exactly
-    what transformers would use.
+    Follows transformers' own choice of layer types (``get_layer_types_and_kwargs`` where the installed release
+    has it), so windows, chunk sizes and state counts are exactly what transformers would use.
     """
     text_config = config.get_text_config(decoder=True)
-    layer_types, per_layer_kwargs = _tcu.get_layer_types_and_kwargs(text_config)
+    layer_types, per_layer_kwargs = _layer_types_and_kwargs(text_config)
     conv_kernel = int(getattr(text_config, "conv_kernel", 0) or 0)
     specs: List[LayerSpec] = []
     for i, (layer_type, kw) in enumerate(zip(layer_types, per_layer_kwargs)):
         window = int(kw.get("sliding_window") or 0)
         states = int(kw.get("number_of_states") or 0)
+        if layer_type in _LINEAR_LAYER_TYPES + ("hybrid", "hybrid_sliding") and not _HAS_LINEAR_LAYERS:
+            raise NotImplementedError(
+                f"kvcache.transformers: layer {i} has layer type {layer_type!r}; the linear-attention layers of "
+                f"transformers {transformers.__version__} (none before 5.5, one state of other update semantics "
+                f"until 5.13) are not kvcache's: the drop-in caches such models from {_LINEAR_SINCE} on")
         if layer_type == "full_attention":
             specs.append(LayerSpec(LayerKind.STATIC, max_cache_len=max_cache_len) if static
                          else LayerSpec(LayerKind.DYNAMIC))
@@ -119,7 +204,7 @@ def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len:
             else:
                 kind = LayerKind.DYNAMIC_CHUNKED if chunked else LayerKind.DYNAMIC_SLIDING
                 specs.append(LayerSpec(kind, window=window))
-        elif layer_type in ("conv", "linear_attention"):
+        elif layer_type in _LINEAR_LAYER_TYPES:
             specs.append(LayerSpec(LayerKind.LINEAR, num_states=states, conv_kernel_size=conv_kernel))
         elif layer_type == "hybrid":
             kind = LayerKind.LINEAR_STATIC if static else LayerKind.LINEAR_DYNAMIC
@@ -144,15 +229,22 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
     cache in C (crop, reorder, batch operations, reset) are called on the cache.
     """
 
+    supports_early_init = True  # CacheLayerMixin has it from 5.14; the cache's is_initialized reads it
+
     def __init__(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
         self._cache = cache
         self._index = index
         self.kind = kind
         self.is_sliding = kind in _SLIDING
-        self.is_compileable = kind in (LayerKind.STATIC, LayerKind.STATIC_SLIDING, LayerKind.STATIC_CHUNKED)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._index}, {self.kind.name.lower()})"
+
+    @property
+    def is_compileable(self) -> bool:  # type: ignore[override]
+        # A property, not an attribute: transformers 5.24's linear-attention mixin makes it one, which an
+        # assignment in __init__ could not override.
+        return self.kind in (LayerKind.STATIC, LayerKind.STATIC_SLIDING, LayerKind.STATIC_CHUNKED)
 
     @property
     def is_croppable(self) -> bool:  # type: ignore[override]
@@ -215,8 +307,12 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
     def get_max_length(self) -> int:
         return self._cache._kv.get_max_length(self._index)
 
+    def get_max_cache_shape(self) -> int:
+        # transformers 5.0 to 5.13 name get_max_length so (an abstract method of their CacheLayerMixin)
+        return self.get_max_length()
+
     def get_mask_sizes(self, query_length: int) -> Tuple[int, int]:
-        return self._cache._kv.get_mask_sizes(query_length, self._index)
+        return self._cache._kv.get_mask_sizes(_query_length(query_length), self._index)
 
     def offload(self) -> None:
         self._cache._kv.offload(self._index)
@@ -244,10 +340,18 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
         self._whole_cache("batch_select_indices()")
 
 
-class KvcacheLinearLayer(_tcu.LinearAttentionCacheLayerMixin, KvcacheLayer):
+# transformers 5.0 to 5.4 have no linear-attention layers in cache_utils (Mamba and Jamba kept their own caches),
+# 5.5 to 5.13 layers of one conv and one recurrent state with conv-state updates of other semantics; the C linear
+# kinds follow 5.14 on (states by index). Before that this class is left out of the module, and asking for it
+# raises an ImportError that says so (__getattr__).
+_LinearAttentionMixin = getattr(_tcu, "LinearAttentionCacheLayerMixin", None)
+
+
+class KvcacheLinearLayer(*([_LinearAttentionMixin] if _LinearAttentionMixin else []), KvcacheLayer):
     """A linear-attention layer (conv and SSM states; and K/V for the hybrid kinds) over a C layer."""
 
     supports_early_init = False
+    is_compileable = KvcacheLayer.is_compileable  # ahead of the mixin's own property (5.24)
 
     def __init__(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
         KvcacheLayer.__init__(self, cache, index, kind)
@@ -368,7 +472,7 @@ class _KvcacheCache:
         n = len(self._kv)
         for i in range(len(self.layers), n):
             kind = self._kv.layer_info(i).kind
-            cls = KvcacheLinearLayer if kind in _LINEAR else KvcacheLayer
+            cls = _linear_layer_class() if kind in _LINEAR else KvcacheLayer
             self.layers.append(cls(self, i, kind))
         self._num_layers = len(self.layers)
 
@@ -425,11 +529,12 @@ class _KvcacheCache:
     def get_max_length(self, layer_idx: Optional[int] = None) -> int:
         return self._kv.get_max_length(layer_idx)
 
-    def get_max_cache_shape(self, layer_idx: Optional[int] = None) -> int:
+    def get_max_cache_shape(self, layer_idx: int = 0) -> int:
+        # transformers 5.0 to 5.19 (deprecated from 5.14): get_max_length of one layer, the first by default
         return self._kv.get_max_length(layer_idx)
 
     def get_mask_sizes(self, query_length: int, layer_idx: int) -> Tuple[int, int]:
-        return self._kv.get_mask_sizes(query_length, layer_idx)
+        return self._kv.get_mask_sizes(_query_length(query_length), layer_idx)
 
     def get_query_offset(self, layer_idx: int = 0) -> int:
         return self._kv.get_query_offset(layer_idx)
@@ -644,7 +749,13 @@ class StaticCache(_KvcacheCache, _tcu.StaticCache):
                       transformers_release=_installed_release())
         self._attach(make, kwargs.get("device"), offloading=offloading,
                      offload_only_non_sliding=offload_only_non_sliding)
-        self.max_cache_len = max_cache_len
+        self._max_cache_len = max_cache_len
+
+    @property
+    def max_cache_len(self) -> int:  # type: ignore[override]
+        # A property: transformers 5.0 to 5.19 define a read-only (deprecated) one on Cache. A deep copy (made by
+        # _wrap, without __init__) asks the C cache, whose full-attention layers hold max_cache_len slots.
+        return self.__dict__.get("_max_cache_len") or max(self._kv.get_max_length(i) for i in range(len(self)))
 
 
 class SlidingWindowCache(StaticCache):
@@ -695,7 +806,7 @@ class QuantizedCache(_KvcacheCache, _tcu.QuantizedCache):
                 raise ValueError(f"kvcache.transformers.QuantizedCache: mode {mode!r} is for the group-wise "
                                  "backends; the `fp8` backend quantizes each token once with fixed scales")
         text_config = config.get_text_config(decoder=True)
-        layer_types, _ = _tcu.get_layer_types_and_kwargs(text_config)
+        layer_types, _ = _layer_types_and_kwargs(text_config)
         invalid = set(layer_types) - {"full_attention"}
         if invalid:
             raise ValueError("`QuantizedCache` is only supported for models with only full attention layers. "
@@ -731,3 +842,8 @@ class EncoderDecoderCache(_tcu.EncoderDecoderCache):
         out = type(self)(self.self_attention_cache.__deepcopy__(memo), self.cross_attention_cache.__deepcopy__(memo))
         out.is_updated = dict(self.is_updated)
         return out
+
+
+for _name in _UNAVAILABLE:
+    del globals()[_name]
+    __all__.remove(_name)
