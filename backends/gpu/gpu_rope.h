@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "gpu_plan.h" /* KVC_GPU_HD, KVC_GPU_BLOCK */
+#include "half.h"     /* kvci_f32_bits, kvci_f32_from_bits: host and device */
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,26 +53,6 @@ extern "C" {
 #else
 #define KVC_GPU_NO_CONTRACT /* gcc contracts nothing in ISO C mode; nvcc's device code uses __fmul_rn/__fadd_rn */
 #endif
-
-KVC_GPU_HD uint32_t kvc_gpu_bits(float f) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-#endif
-}
-
-KVC_GPU_HD float kvc_gpu_float(uint32_t u) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  return __uint_as_float(u);
-#else
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
 
 KVC_GPU_HD int kvc_gpu_is_nan(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
 
@@ -98,7 +79,7 @@ KVC_GPU_HD float kvc_gpu_add(float a, float b) {
 }
 
 /* m * 2^-24 for 0 < m < 2^24, exactly: a float16 subnormal's value (m units of 2^-24), through the integer m. */
-KVC_GPU_HD uint32_t kvc_gpu_units_2m24(uint32_t m) { return kvc_gpu_bits((float)m) - (24u << 23); }
+KVC_GPU_HD uint32_t kvc_gpu_units_2m24(uint32_t m) { return kvci_f32_bits((float)m) - (24u << 23); }
 
 /* The float32 bits of float16 bits h: exact; NaN payloads kept, not quieted. */
 KVC_GPU_HD uint32_t kvc_gpu_f16_bits_to_f32(uint32_t h) {
@@ -161,10 +142,10 @@ KVC_GPU_HD void kvc_gpu_store_bits(int32_t dtype, void* base, int64_t i, uint32_
 
 /* f rounded to `dtype` (float32: itself), a NaN made the canonical NaN. */
 KVC_GPU_HD float kvc_gpu_round_to(int32_t dtype, float f) {
-  uint32_t u = kvc_gpu_bits(f);
-  if (dtype == KVC_GPU_ROPE_F16) return kvc_gpu_float(kvc_gpu_round_f16(u));
-  if (dtype == KVC_GPU_ROPE_BF16) return kvc_gpu_float(kvc_gpu_round_bf16(u));
-  return kvc_gpu_is_nan(u) ? kvc_gpu_float(KVC_GPU_CANONICAL_NAN) : f;
+  uint32_t u = kvci_f32_bits(f);
+  if (dtype == KVC_GPU_ROPE_F16) return kvci_f32_from_bits(kvc_gpu_round_f16(u));
+  if (dtype == KVC_GPU_ROPE_BF16) return kvci_f32_from_bits(kvc_gpu_round_bf16(u));
+  return kvc_gpu_is_nan(u) ? kvci_f32_from_bits(KVC_GPU_CANONICAL_NAN) : f;
 }
 
 /*
@@ -174,10 +155,10 @@ KVC_GPU_HD float kvc_gpu_round_to(int32_t dtype, float f) {
 KVC_GPU_HD uint32_t kvc_gpu_rotated(int32_t dtype, float x, float partner, float c, float s) {
   float a = kvc_gpu_round_to(dtype, kvc_gpu_mul(x, c));
   float r = kvc_gpu_round_to(dtype, kvc_gpu_mul(partner, s));
-  return kvc_gpu_bits(kvc_gpu_round_to(dtype, kvc_gpu_add(a, r)));
+  return kvci_f32_bits(kvc_gpu_round_to(dtype, kvc_gpu_add(a, r)));
 }
 
-KVC_GPU_HD float kvc_gpu_negated(float f) { return kvc_gpu_float(kvc_gpu_bits(f) ^ 0x80000000u); }
+KVC_GPU_HD float kvc_gpu_negated(float f) { return kvci_f32_from_bits(kvci_f32_bits(f) ^ 0x80000000u); }
 
 /*
  * rerotate_keys_4d's work: keys [n[0], n[1], n[2], dim] (the first `dim`
@@ -265,8 +246,8 @@ KVC_GPU_HD void kvc_gpu_rerotate_item(const kvc_gpu_rope* p, int32_t dtype, cons
     char* k = kvc_gpu_rope_row(p, row, &j, elem);
     const float* c = rcos + (int64_t)j * dim;
     const float* s = rsin + (int64_t)j * dim;
-    float lo = kvc_gpu_float(kvc_gpu_load_bits(dtype, k, d));
-    float hi = kvc_gpu_float(kvc_gpu_load_bits(dtype, k, half + d));
+    float lo = kvci_f32_from_bits(kvc_gpu_load_bits(dtype, k, d));
+    float hi = kvci_f32_from_bits(kvc_gpu_load_bits(dtype, k, half + d));
     kvc_gpu_store_bits(dtype, k, d, kvc_gpu_rotated(dtype, lo, kvc_gpu_negated(hi), c[d], s[d]));
     kvc_gpu_store_bits(dtype, k, half + d, kvc_gpu_rotated(dtype, hi, lo, c[half + d], s[half + d]));
     return;
@@ -275,11 +256,11 @@ KVC_GPU_HD void kvc_gpu_rerotate_item(const kvc_gpu_rope* p, int32_t dtype, cons
   char* k = kvc_gpu_rope_row(p, item, &j, elem);
   const float* c = rcos + (int64_t)j * dim;
   const float* s = rsin + (int64_t)j * dim;
-  float first = kvc_gpu_float(kvc_gpu_load_bits(dtype, k, 0)), x = first;
+  float first = kvci_f32_from_bits(kvc_gpu_load_bits(dtype, k, 0)), x = first;
   int32_t d = 0;
   for (int32_t step = 0; step < dim; step++) {
     int32_t next = d + half < dim ? d + half : d + half - dim;
-    float partner = step == dim - 1 ? first : kvc_gpu_float(kvc_gpu_load_bits(dtype, k, next));
+    float partner = step == dim - 1 ? first : kvci_f32_from_bits(kvc_gpu_load_bits(dtype, k, next));
     kvc_gpu_store_bits(dtype, k, d, kvc_gpu_rotated(dtype, x, d < upper ? kvc_gpu_negated(partner) : partner, c[d], s[d]));
     x = partner;
     d = next;
