@@ -79,7 +79,8 @@ _torch_follow_stream = _lib._torch_follow_stream
 _SLIDING = {LayerKind.DYNAMIC_SLIDING, LayerKind.DYNAMIC_CHUNKED, LayerKind.STATIC_SLIDING,
             LayerKind.STATIC_CHUNKED, LayerKind.LINEAR_DYNAMIC_SLIDING, LayerKind.LINEAR_STATIC_SLIDING}
 _STATIC = {LayerKind.STATIC, LayerKind.STATIC_SLIDING, LayerKind.STATIC_CHUNKED, LayerKind.LINEAR_STATIC,
-           LayerKind.LINEAR_STATIC_SLIDING}
+           LayerKind.LINEAR_STATIC_SLIDING, LayerKind.STATIC_INDEXED}
+_INDEXED = {LayerKind.DYNAMIC_INDEXED, LayerKind.STATIC_INDEXED}
 _LINEAR = {LayerKind.LINEAR, LayerKind.LINEAR_DYNAMIC, LayerKind.LINEAR_DYNAMIC_SLIDING, LayerKind.LINEAR_STATIC,
            LayerKind.LINEAR_STATIC_SLIDING}
 
@@ -129,9 +130,12 @@ def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len:
             kind = LayerKind.LINEAR_STATIC_SLIDING if static else LayerKind.LINEAR_DYNAMIC_SLIDING
             specs.append(LayerSpec(kind, window=window, max_cache_len=max_cache_len if static else 0,
                                    num_states=states, conv_kernel_size=conv_kernel))
+        elif layer_type == "indexed_attention":  # DynamicIndexedLayer / StaticIndexedLayer (transformers >= 5.11)
+            specs.append(LayerSpec(LayerKind.STATIC_INDEXED, max_cache_len=max_cache_len) if static
+                         else LayerSpec(LayerKind.DYNAMIC_INDEXED))
         else:
             raise NotImplementedError(f"kvcache.transformers: layer {i} has layer type {layer_type!r}, which kvcache "
-                                      "has no layer kind for (KV-sharing placeholders, indexed attention)")
+                                      "has no layer kind for (KV-sharing placeholders)")
     return specs
 
 
@@ -149,7 +153,8 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
         self._index = index
         self.kind = kind
         self.is_sliding = kind in _SLIDING
-        self.is_compileable = kind in (LayerKind.STATIC, LayerKind.STATIC_SLIDING, LayerKind.STATIC_CHUNKED)
+        self.is_compileable = kind in (LayerKind.STATIC, LayerKind.STATIC_SLIDING, LayerKind.STATIC_CHUNKED,
+                                       LayerKind.STATIC_INDEXED)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._index}, {self.kind.name.lower()})"
@@ -308,6 +313,29 @@ class KvcacheLinearLayer(_tcu.LinearAttentionCacheLayerMixin, KvcacheLayer):
         self._whole_cache("activate_past_recording()")
 
 
+class KvcacheIndexedLayer(KvcacheLayer):
+    """DynamicIndexedLayer / StaticIndexedLayer over a C layer: K/V plus the sparse-attention indexer's keys.
+
+    ``indexer_position_ids`` is model-side state the cache never writes (transformers crops and reorders it);
+    it is kept as a plain attribute here and not cropped or reordered (docs/differences-from-transformers.md).
+    """
+
+    def __init__(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
+        KvcacheLayer.__init__(self, cache, index, kind)
+        self.indexer_position_ids: Optional[torch.Tensor] = None
+
+    @property
+    def indexer_keys(self) -> Optional[torch.Tensor]:
+        return _torch(self._cache._kv.get_indexer_keys(self._index))
+
+    @property
+    def is_indexer_initialized(self) -> bool:
+        return self._cache._kv.get_indexer_keys(self._index) is not None
+
+    def update_indexer(self, indexer_key_states: torch.Tensor) -> torch.Tensor:
+        return self._cache.update_indexer(indexer_key_states, self._index)
+
+
 # ---------------------------------------------------------------- caches
 
 class _KvcacheCache:
@@ -368,7 +396,7 @@ class _KvcacheCache:
         n = len(self._kv)
         for i in range(len(self.layers), n):
             kind = self._kv.layer_info(i).kind
-            cls = KvcacheLinearLayer if kind in _LINEAR else KvcacheLayer
+            cls = KvcacheLinearLayer if kind in _LINEAR else KvcacheIndexedLayer if kind in _INDEXED else KvcacheLayer
             self.layers.append(cls(self, i, kind))
         self._num_layers = len(self.layers)
 
@@ -531,6 +559,13 @@ class _KvcacheCache:
             return None
         self._follow_stream()
         return _torch(self._kv.get_recurrent_state(layer_idx, state_idx))
+
+    def update_indexer(self, indexer_key_states: torch.Tensor, layer_idx: int) -> torch.Tensor:
+        """Cache.update_indexer (transformers >= 5.11): the layer's whole indexer store, as a torch view."""
+        if self._views is None:
+            self._place(indexer_key_states.device)
+        self._follow_stream()
+        return _torch(self._kv.update_indexer(indexer_key_states.detach(), layer_idx))
 
     def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, state_idx: int = 0,
                           **kwargs) -> torch.Tensor:
