@@ -53,6 +53,7 @@ typedef struct kvc_row_buffer {
 #define KVC_ROWS_QUANTIZED 1 /* packed codes, scales, zero points */
 #define KVC_ROWS_STATE     2 /* conv and recurrent states */
 #define KVC_ROWS_SCRATCH   3 /* kind-owned working memory */
+#define KVC_ROWS_INDEXER   4 /* indexer keys of the indexed kinds (counted in bytes_reserved only) */
 
 /* The batch operations a kind may refuse (kvc_layer_ops.check_batch). */
 typedef enum kvc_batch_op {
@@ -210,6 +211,24 @@ extern const kvc_layer_ops kvc_linear_static_sliding_layer_ops;
   .initial_capacity = kvci_dynamic_initial_capacity
 void kvci_dynamic_apply_crop(const kvc_cache* cache, kvc_layer* layer, int64_t tokens);
 void kvci_dynamic_reset(const kvc_cache* cache, kvc_layer* layer);
+
+/*
+ * The K/V entries of a kind that adds state to another kind's store (kvc_kind.store_ops): each calls the same
+ * entry of that kind's table (layer_delegate.c). max_length, crop, reset and the ext entries stay the kind's.
+ */
+kvc_error* kvci_store_check_update(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
+                                  const kvc_update_options* opts);
+kvc_region kvci_store_keep_for_update(const kvc_layer* layer, int64_t n, const kvc_update_options* opts,
+                                     int64_t* append);
+kvc_region kvci_store_apply_update(const kvc_cache* cache, kvc_layer* layer, const kvc_tensor* key,
+                                  const kvc_tensor* value, int64_t n, const kvc_update_options* opts);
+int64_t kvci_store_seq_length(const kvc_layer* layer);
+void kvci_store_mask_sizes(const kvc_layer* layer, int64_t q, int64_t* kv_length, int64_t* kv_offset);
+int64_t kvci_store_initial_capacity(const kvc_layer* layer, int64_t n);
+#define KVC_STORE_DELEGATE_OPS                                                                          \
+  .check_update = kvci_store_check_update, .keep_for_update = kvci_store_keep_for_update,                 \
+  .apply_update = kvci_store_apply_update, .seq_length = kvci_store_seq_length,                           \
+  .mask_sizes = kvci_store_mask_sizes, .initial_capacity = kvci_store_initial_capacity
 
 /* Shared by the dynamic kinds. */
 kvc_error* kvci_dynamic_check_update(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
@@ -417,6 +436,13 @@ kvc_error* kvci_out_struct_size(const char* fn, const char* arg, uint32_t got, c
 int kvci_data_type_equal(kvc_data_type a, kvc_data_type b);
 /* The error for an input whose dtype kvcache cannot store (not float32, float16 or bfloat16 with lanes 1). */
 kvc_error* kvci_err_unstorable(const char* fn, const char* arg, kvc_data_type dtype);
+/*
+ * A state or indexer input on its own (ops_recurrent.c, ops_indexer.c): `ndim` in [min_ndim, max_ndim], a
+ * storable dtype, the cache's device, sizes in [1, 2^31) except dimension `empty_dim` (-1: none), which may be
+ * 0 (no new columns or tokens); `layout` names the expected layout in messages.
+ */
+kvc_error* kvci_check_nd_input(const char* fn, const char* arg, const kvc_tensor* t, const kvc_device* dev,
+                               int32_t min_ndim, int32_t max_ndim, const char* layout, int32_t empty_dim);
 /* Validates one K or V input tensor on its own (ndim, dtype, device, shape, data). */
 kvc_error* kvci_check_input_tensor(const char* fn, const char* base, int64_t index, const kvc_tensor* t,
                                   const kvc_device* device);

@@ -68,6 +68,12 @@ typedef struct kvc_kind {
    * DynamicLayer). kvc_cache_is_croppable asks it.
    */
   int (*is_croppable)(const kvc_layer* layer, uint32_t release);
+  /*
+   * A kind that adds state to another kind's K/V store (the linear hybrids,
+   * the indexed kinds): that kind's ops table, which the kvci_store_*
+   * entries (KVC_STORE_DELEGATE_OPS, internal.h) call. NULL for the others.
+   */
+  const kvc_layer_ops* store_ops;
 
   /*
    * Cache-wide state of the kind (kvc_cache.kind_state[id]): all optional,

@@ -27,6 +27,8 @@
   X(kvc_linear_static_sliding_kind)  \
   X(kvc_quantized_fp8_kind)          \
   X(kvc_dummy_kind)                  \
+  X(kvc_dynamic_indexed_kind)        \
+  X(kvc_static_indexed_kind)         \
   /* one line per kind, above this one */
 
 #define KVC_DECLARE_KIND(k) extern const kvc_kind k;

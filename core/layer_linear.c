@@ -17,8 +17,8 @@
 
 #include "linear_state.h"
 
-/* The attention part of a hybrid: the table of the kind it combines with (after the descriptors, below). */
-static const kvc_layer_ops* attention_ops(const kvc_layer* l);
+/* The attention part of a hybrid: the table of the kind it combines with (kvc_kind.store_ops). */
+static const kvc_layer_ops* attention_ops(const kvc_layer* l) { return l->desc->store_ops; }
 
 /* ------------------------------------------------- shared by all five kinds */
 
@@ -145,28 +145,6 @@ const kvc_layer_ops kvc_linear_layer_ops = {
 
 /* ------------------------------------------------------------ hybrids */
 
-static kvc_error* check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
-                               const kvc_update_options* o) {
-  return attention_ops(l)->check_update(fn, index, l, n, o);
-}
-
-static kvc_region keep_for_update(const kvc_layer* l, int64_t n, const kvc_update_options* o, int64_t* append) {
-  return attention_ops(l)->keep_for_update(l, n, o, append);
-}
-
-static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v, int64_t n,
-                               const kvc_update_options* o) {
-  return attention_ops(l)->apply_update(c, l, k, v, n, o);
-}
-
-static int64_t seq_length(const kvc_layer* l) { return attention_ops(l)->seq_length(l); }
-
-static void mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
-  attention_ops(l)->mask_sizes(l, q, len, off);
-}
-
-static int64_t initial_capacity(const kvc_layer* l, int64_t n) { return attention_ops(l)->initial_capacity(l, n); }
-
 /* Dynamic hybrids crop the linear part, then the attention part; static ones only the linear part ('Hybrid linear-attention layers'). */
 static int crops_attention(const kvc_layer* l) { return !kvci_layer_is(l, KVC_TRAIT_STATIC); }
 
@@ -206,9 +184,8 @@ static void reset(const kvc_cache* c, kvc_layer* l) {
 
 #define KVC_HYBRID_OPS                                                                                       \
   {                                                                                                          \
-    .check_update = check_update, .keep_for_update = keep_for_update, .apply_update = apply_update,          \
-    .seq_length = seq_length, .max_length = kvci_unbounded_max_length, .mask_sizes = mask_sizes, .check_crop = check_crop,  \
-    .apply_crop = apply_crop, .reset = reset, .initial_capacity = initial_capacity,                          \
+    KVC_STORE_DELEGATE_OPS, .max_length = kvci_unbounded_max_length, .check_crop = check_crop,              \
+    .apply_crop = apply_crop, .reset = reset,                                                                \
     .row_buffers = row_buffers, .ext_shell = ext_shell, .ext_free = ext_free, .fill_info = fill_info,        \
     .check_stack = check_stack, .sync_ext = kvci_linear_sync,                                                 \
   }
@@ -252,30 +229,24 @@ const kvc_kind kvc_linear_kind = {
 };
 
 /* A hybrid: the family's traits and options, plus its attention part's traits and capacity. */
-#define KVC_HYBRID_KIND(ID, NAME, TRAITS, OPS, CAPACITY)                                              \
+#define KVC_HYBRID_KIND(ID, NAME, TRAITS, OPS, CAPACITY, STORE)                                       \
   {                                                                                                   \
     .id = ID, .name = NAME, .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_HAS_KV | (TRAITS), .ops = &(OPS), \
     .check_options = check_options, .configure = configure, .capacity = CAPACITY,                     \
-    .is_croppable = is_croppable,                                                                     \
+    .is_croppable = is_croppable, .store_ops = &(STORE),                                              \
   }
 
 /* transformers' prefetch offloads the full-attention hybrid only: it is the one that is not is_linear. */
 const kvc_kind kvc_linear_dynamic_kind = KVC_HYBRID_KIND(KVC_LAYER_LINEAR_DYNAMIC, "linear + dynamic", KVC_TRAIT_OFFLOADS,
-                                                         kvc_linear_dynamic_layer_ops, NULL);
+                                                         kvc_linear_dynamic_layer_ops, NULL, kvc_dynamic_layer_ops);
 const kvc_kind kvc_linear_dynamic_sliding_kind =
     KVC_HYBRID_KIND(KVC_LAYER_LINEAR_DYNAMIC_SLIDING, "linear + dynamic sliding",
-                    KVC_TRAIT_IS_LINEAR | KVC_TRAIT_SLIDING, kvc_linear_dynamic_sliding_layer_ops, kvci_capacity_window);
+                    KVC_TRAIT_IS_LINEAR | KVC_TRAIT_SLIDING, kvc_linear_dynamic_sliding_layer_ops, kvci_capacity_window,
+                    kvc_dynamic_sliding_layer_ops);
 const kvc_kind kvc_linear_static_kind =
     KVC_HYBRID_KIND(KVC_LAYER_LINEAR_STATIC, "linear + static", KVC_TRAIT_IS_LINEAR | KVC_TRAIT_STATIC,
-                    kvc_linear_static_layer_ops, kvci_capacity_slots);
+                    kvc_linear_static_layer_ops, kvci_capacity_slots, kvc_static_layer_ops);
 const kvc_kind kvc_linear_static_sliding_kind =
     KVC_HYBRID_KIND(KVC_LAYER_LINEAR_STATIC_SLIDING, "linear + static sliding",
                     KVC_TRAIT_IS_LINEAR | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING, kvc_linear_static_sliding_layer_ops,
-                    kvci_capacity_slots);
-
-static const kvc_layer_ops* attention_ops(const kvc_layer* l) {
-  if (l->desc == &kvc_linear_dynamic_kind) return &kvc_dynamic_layer_ops;
-  if (l->desc == &kvc_linear_dynamic_sliding_kind) return &kvc_dynamic_sliding_layer_ops;
-  if (l->desc == &kvc_linear_static_kind) return &kvc_static_layer_ops;
-  return &kvc_static_sliding_layer_ops;
-}
+                    kvci_capacity_slots, kvc_static_sliding_layer_ops);

@@ -40,41 +40,6 @@ static kvc_error* linear_state(const char* fn, const char* what, const kvc_cache
   return e ? e : check_state_index(fn, *out, layer, s);
 }
 
-/*
- * A state input on its own: `ndim` in [min_ndim, max_ndim], a storable dtype,
- * the cache's device, sizes in [1, 2^31) (the last one of a conv input may be
- * 0: no new columns).
- */
-static kvc_error* check_input(const char* fn, const char* arg, const kvc_tensor* t, const kvc_device* dev,
-                              int32_t min_ndim, int32_t max_ndim, const char* layout, int last_may_be_empty) {
-  if (!t) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a %s tensor", fn, arg, layout);
-  if (t->ndim < min_ndim || t->ndim > max_ndim)
-    return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.ndim is %d but must be in [%d, %d] (%s)", fn, arg, (int)t->ndim,
-                   (int)min_ndim, (int)max_ndim, layout);
-  if (!t->shape) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.shape is NULL but ndim is %d", fn, arg, (int)t->ndim);
-  if (kvc_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET) return kvci_err_unstorable(fn, arg, t->dtype);
-  if (t->device.device_type != dev->device_type || t->device.device_id != dev->device_id)
-    return kvci_err(KVC_ERROR_DEVICE_MISMATCH,
-                   "%s: %s is on device %d:%d but the cache lives on %d:%d; kvcache does not copy between devices "
-                   "implicitly",
-                   fn, arg, (int)t->device.device_type, (int)t->device.device_id, (int)dev->device_type,
-                   (int)dev->device_id);
-  int64_t numel = 1;
-  for (int32_t i = 0; i < t->ndim; i++) {
-    int64_t lo = last_may_be_empty && i == t->ndim - 1 ? 0 : 1;
-    if (t->shape[i] < lo || t->shape[i] > INT32_MAX)
-      return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] is %" PRId64 "; it must be in [%" PRId64 ", 2^31)",
-                     fn, arg, (int)i, t->shape[i], lo);
-    numel *= t->shape[i];
-    if (numel > (INT64_C(1) << 48))
-      return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s has more than 2^48 elements", fn, arg);
-  }
-  if (numel > 0 && !t->data)
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.data is NULL but the tensor has %" PRId64 " elements", fn, arg,
-                   numel);
-  return NULL;
-}
-
 /* The layer's batch is fixed once it holds K/V or a state; new states must agree (ops_update.c checks K/V). */
 static kvc_error* check_batch(const char* fn, const char* arg, const kvc_layer* l, uint32_t layer, int64_t batch) {
   if ((l->initialized || kvci_linear_any_state(l)) && batch != l->batch)
@@ -132,7 +97,7 @@ kvc_error* kvc_cache_update_conv_state(kvc_cache* c, uint32_t layer, const kvc_t
   if (!o.cache_position && o.cache_position_length)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->cache_position is NULL but cache_position_length is %u",
                    FN, o.cache_position_length);
-  if ((e = check_input(FN, "x", x, &c->device, 3, 3, "[batch, channels, n] with time last", 1))) return e;
+  if ((e = kvci_check_nd_input(FN, "x", x, &c->device, 3, 3, "[batch, channels, n] with time last", 2))) return e;
   int64_t n = x->shape[2];
   int legacy = o.cache_position != NULL;
   if (legacy && (int64_t)o.cache_position_length != n)
@@ -225,7 +190,7 @@ kvc_error* kvc_cache_update_recurrent_state(kvc_cache* c, uint32_t layer, uint32
   kvc_layer* l = NULL;
   kvc_error* e = linear_state(FN, "update_recurrent_state", c, layer, s, &l); /* checks the cache too */
   if (e) return e;
-  if ((e = check_input(FN, "state", state, &c->device, 1, KVC_LINEAR_MAX_REC_DIMS, "[batch, ...], batch first", 0)))
+  if ((e = kvci_check_nd_input(FN, "state", state, &c->device, 1, KVC_LINEAR_MAX_REC_DIMS, "[batch, ...], batch first", -1)))
     return e;
   kvc_dtype dtype = kvc_dtype_from_data_type(state->dtype);
   kvc_linear_pair* ps = kvci_linear_pairs(l);

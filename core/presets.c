@@ -35,10 +35,10 @@ static kvc_error* layer_types(const kvc_model_config* c, kvc_layer_type* out, ui
     kvc_layer_type t;
     if (c->layer_types) {
       t = c->layer_types[i];
-      if (t < KVC_LAYER_TYPE_FULL_ATTENTION || t > KVC_LAYER_TYPE_DUMMY)
+      if (t < KVC_LAYER_TYPE_FULL_ATTENTION || t > KVC_LAYER_TYPE_INDEXED_ATTENTION)
         return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                        "%s: config->layer_types[%u] is %d; valid types are KVC_LAYER_TYPE_FULL_ATTENTION (1) .. "
-                       "KVC_LAYER_TYPE_DUMMY (7)",
+                       "KVC_LAYER_TYPE_INDEXED_ATTENTION (8)",
                        FN, i, (int)t);
     } else if (c->sliding_window > 0) {
       t = KVC_LAYER_TYPE_SLIDING_ATTENTION;
@@ -245,6 +245,7 @@ kvc_error* kvci_preset_layers(const kvc_cache_options* o, kvc_layer_options** ou
     switch (types[i]) {
       case KVC_LAYER_TYPE_LINEAR_ATTENTION: lo.kind = KVC_LAYER_LINEAR; break;
       case KVC_LAYER_TYPE_DUMMY: lo.kind = KVC_LAYER_DUMMY; break; /* DummyLayer in both of transformers' mappings */
+      case KVC_LAYER_TYPE_INDEXED_ATTENTION: lo.kind = is_static ? KVC_LAYER_STATIC_INDEXED : KVC_LAYER_DYNAMIC_INDEXED; break;
       case KVC_LAYER_TYPE_HYBRID: lo.kind = is_static ? KVC_LAYER_LINEAR_STATIC : KVC_LAYER_LINEAR_DYNAMIC; break;
       case KVC_LAYER_TYPE_HYBRID_SLIDING:
         lo.kind = is_static ? KVC_LAYER_LINEAR_STATIC_SLIDING : KVC_LAYER_LINEAR_DYNAMIC_SLIDING;

@@ -131,3 +131,33 @@ kvc_error* kvci_check_input_tensor(const char* fn, const char* base, int64_t ind
   return NULL;
 #undef arg
 }
+
+kvc_error* kvci_check_nd_input(const char* fn, const char* arg, const kvc_tensor* t, const kvc_device* dev,
+                              int32_t min_ndim, int32_t max_ndim, const char* layout, int32_t empty_dim) {
+  if (!t) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a %s tensor", fn, arg, layout);
+  if (t->ndim < min_ndim || t->ndim > max_ndim)
+    return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.ndim is %d but must be in [%d, %d] (%s)", fn, arg, (int)t->ndim,
+                   (int)min_ndim, (int)max_ndim, layout);
+  if (!t->shape) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.shape is NULL but ndim is %d", fn, arg, (int)t->ndim);
+  if (kvc_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET) return kvci_err_unstorable(fn, arg, t->dtype);
+  if (t->device.device_type != dev->device_type || t->device.device_id != dev->device_id)
+    return kvci_err(KVC_ERROR_DEVICE_MISMATCH,
+                   "%s: %s is on device %d:%d but the cache lives on %d:%d; kvcache does not copy between devices "
+                   "implicitly",
+                   fn, arg, (int)t->device.device_type, (int)t->device.device_id, (int)dev->device_type,
+                   (int)dev->device_id);
+  int64_t numel = 1;
+  for (int32_t i = 0; i < t->ndim; i++) {
+    int64_t lo = i == empty_dim ? 0 : 1;
+    if (t->shape[i] < lo || t->shape[i] > INT32_MAX)
+      return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.shape[%d] is %" PRId64 "; it must be in [%" PRId64 ", 2^31)",
+                     fn, arg, (int)i, t->shape[i], lo);
+    numel *= t->shape[i];
+    if (numel > (INT64_C(1) << 48))
+      return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s has more than 2^48 elements", fn, arg);
+  }
+  if (numel > 0 && !t->data)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.data is NULL but the tensor has %" PRId64 " elements", fn, arg,
+                   numel);
+  return NULL;
+}

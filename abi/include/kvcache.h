@@ -47,5 +47,6 @@
 #include "kvcache/offload.h"
 #include "kvcache/quantized.h"
 #include "kvcache/recurrent.h"
+#include "kvcache/indexer.h"
 
 #endif /* KVCACHE_H */

@@ -932,6 +932,60 @@ func (c *Cache) StateView(layer, stateIndex int) (conv, recurrent View, err erro
 	return viewFromC(&cv, c), viewFromC(&rv, c), nil
 }
 
+// UpdateIndexer is Cache.update_indexer(indexer_key_states, layer)
+// (transformers >= 5.11): x is [batch, n, index_head_dim]. A
+// LayerDynamicIndexed layer appends it and returns every stored indexer key
+// [batch, total, index_head_dim]; a LayerStaticIndexed layer writes it at its
+// counter and returns the whole [batch, max_cache_len, index_head_dim]
+// buffer. The view is valid until the next mutating call; errors leave the
+// cache unchanged.
+func (c *Cache) UpdateIndexer(layer int, x Input) (View, error) {
+	const fn = "UpdateIndexer"
+	l, err := layerIndex(fn, layer)
+	if err != nil {
+		return View{}, err
+	}
+	var xd tdesc
+	xp, _, err := describe(fn, plainArg("x"), x, &xd)
+	if err != nil {
+		return View{}, err
+	}
+	p, err := c.mut()
+	if err != nil {
+		return View{}, err
+	}
+	var out ctensor
+	err = cUpdateIndexer(p, l, xp, &xd, &out)
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(x)
+	if err != nil {
+		return View{}, err
+	}
+	return viewFromC(&out, c), nil
+}
+
+// IndexerView is layers[layer].indexer_keys of an indexed layer, as
+// UpdateIndexer returns it; an empty View (no data, no dimensions) before
+// its first UpdateIndexer, as transformers' None.
+func (c *Cache) IndexerView(layer int) (View, error) {
+	const fn = "IndexerView"
+	l, err := layerIndex(fn, layer)
+	if err != nil {
+		return View{}, err
+	}
+	p, err := c.get()
+	if err != nil {
+		return View{}, err
+	}
+	var out ctensor
+	err = cIndexerView(p, l, &out)
+	runtime.KeepAlive(c)
+	if err != nil {
+		return View{}, err
+	}
+	return viewFromC(&out, c), nil
+}
+
 // HasPreviousState is has_previous_state(layer, stateIndex): whether the
 // state(s) have had their first conv update. layer AllLayers means the last
 // linear layer; stateIndex -1 means all states of the layer.

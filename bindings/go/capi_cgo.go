@@ -215,6 +215,15 @@ static kvc_error* kvcgo_update_recurrent_state(kvc_cache* c, uint32_t layer, uin
   return kvc_cache_update_recurrent_state(c, layer, state_index, kvcgo_tensor(&s, sdata, sd), (kvc_tensor*)out);
 }
 
+static kvc_error* kvcgo_update_indexer(kvc_cache* c, uint32_t layer, char* xdata, const kvcgo_desc* xd, char* out) {
+  kvc_tensor x;
+  return kvc_cache_update_indexer(c, layer, kvcgo_tensor(&x, xdata, xd), (kvc_tensor*)out);
+}
+
+static kvc_error* kvcgo_indexer_view(const kvc_cache* c, uint32_t layer, char* out) {
+  return kvc_cache_indexer_view(c, layer, (kvc_tensor*)out);
+}
+
 static kvc_error* kvcgo_early_init(kvc_cache* c, const kvcgo_init* g, const int64_t* heads, const int64_t* dims) {
   kvc_init_options o;
   kvc_init_options_init(&o);
@@ -783,6 +792,14 @@ func cUpdateRecurrentState(p unsafe.Pointer, layer, state uint32, sdata unsafe.P
 func cStateView(p unsafe.Pointer, layer, state uint32, conv, rec *ctensor) error {
 	return takeError(C.kvcgo_state_view(cache(p), C.uint32_t(layer), C.uint32_t(state), tensorOut(conv),
 		tensorOut(rec)))
+}
+
+func cUpdateIndexer(p unsafe.Pointer, layer uint32, xdata unsafe.Pointer, xd *tdesc, out *ctensor) error {
+	return takeError(C.kvcgo_update_indexer(cache(p), C.uint32_t(layer), charp(xdata), desc(xd), tensorOut(out)))
+}
+
+func cIndexerView(p unsafe.Pointer, layer uint32, out *ctensor) error {
+	return takeError(C.kvcgo_indexer_view(cache(p), C.uint32_t(layer), tensorOut(out)))
 }
 
 func cHasPreviousState(p unsafe.Pointer, layer, state int32) (bool, error) {

@@ -89,6 +89,10 @@ func cUpdateRecurrentState(unsafe.Pointer, uint32, uint32, unsafe.Pointer, *tdes
 }
 func cStateView(unsafe.Pointer, uint32, uint32, *ctensor, *ctensor) error { return ErrCgoDisabled }
 func cHasPreviousState(unsafe.Pointer, int32, int32) (bool, error)        { return false, ErrCgoDisabled }
+func cUpdateIndexer(unsafe.Pointer, uint32, unsafe.Pointer, *tdesc, *ctensor) error {
+	return ErrCgoDisabled
+}
+func cIndexerView(unsafe.Pointer, uint32, *ctensor) error { return ErrCgoDisabled }
 
 func cEDCreate(unsafe.Pointer, unsafe.Pointer) (unsafe.Pointer, error) { return nil, ErrCgoDisabled }
 func cEDDestroy(unsafe.Pointer)                                        {}

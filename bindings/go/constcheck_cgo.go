@@ -120,6 +120,12 @@ var (
 	_ [int64(C.KVC_LAYER_TYPE_HYBRID_SLIDING) - int64(LayerTypeHybridSliding)]struct{}
 	_ [int64(LayerTypeDummy) - int64(C.KVC_LAYER_TYPE_DUMMY)]struct{}
 	_ [int64(C.KVC_LAYER_TYPE_DUMMY) - int64(LayerTypeDummy)]struct{}
+	_ [int64(LayerDynamicIndexed) - int64(C.KVC_LAYER_DYNAMIC_INDEXED)]struct{}
+	_ [int64(C.KVC_LAYER_DYNAMIC_INDEXED) - int64(LayerDynamicIndexed)]struct{}
+	_ [int64(LayerStaticIndexed) - int64(C.KVC_LAYER_STATIC_INDEXED)]struct{}
+	_ [int64(C.KVC_LAYER_STATIC_INDEXED) - int64(LayerStaticIndexed)]struct{}
+	_ [int64(LayerTypeIndexedAttention) - int64(C.KVC_LAYER_TYPE_INDEXED_ATTENTION)]struct{}
+	_ [int64(C.KVC_LAYER_TYPE_INDEXED_ATTENTION) - int64(LayerTypeIndexedAttention)]struct{}
 	_ [int64(PresetCustom) - int64(C.KVC_PRESET_CUSTOM)]struct{}
 	_ [int64(C.KVC_PRESET_CUSTOM) - int64(PresetCustom)]struct{}
 	_ [int64(PresetDynamic) - int64(C.KVC_PRESET_DYNAMIC)]struct{}

@@ -179,6 +179,12 @@ const (
 	// attention and layers that reuse another layer's K/V. Updates are
 	// refused (ErrUnsupported); every other operation leaves it as it is.
 	LayerDummy LayerKind = 15
+	// transformers' DynamicIndexedLayer (5.11): LayerDynamic plus the keys
+	// of a sparse-attention indexer (Cache.UpdateIndexer).
+	LayerDynamicIndexed LayerKind = 16
+	// transformers' StaticIndexedLayer (5.24): LayerStatic plus an indexer
+	// buffer of MaxCacheLen slots written at its own counter.
+	LayerStaticIndexed LayerKind = 17
 )
 
 var layerKindNames = [...]string{
@@ -187,6 +193,7 @@ var layerKindNames = [...]string{
 	LayerQuantized: "quantized", LayerSink: "sink", LayerLinear: "linear", LayerLinearDynamic: "linear_dynamic",
 	LayerLinearDynamicSliding: "linear_dynamic_sliding", LayerLinearStatic: "linear_static",
 	LayerLinearStaticSliding: "linear_static_sliding", LayerQuantizedFp8: "quantized_fp8", LayerDummy: "dummy",
+	LayerDynamicIndexed: "dynamic_indexed", LayerStaticIndexed: "static_indexed",
 }
 
 func (k LayerKind) String() string {
@@ -211,6 +218,9 @@ const (
 	// "dummy", and since transformers 5.23 "moe", "mlp" and the layers whose
 	// kv_sharing_modes entry is "reuse": a LayerDummy layer.
 	LayerTypeDummy LayerType = 7
+	// "indexed_attention" (DeepSeek V3.2, GLM-MoE-DSA): a LayerDynamicIndexed
+	// layer in the dynamic presets, a LayerStaticIndexed one in the static ones.
+	LayerTypeIndexedAttention LayerType = 8
 )
 
 // Preset says how New builds the layer list (kvc_preset): the cache classes

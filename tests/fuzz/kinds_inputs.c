@@ -242,7 +242,8 @@ static const kvc_layer_kind custom_kinds[] = {
     KVC_LAYER_QUANTIZED, KVC_LAYER_QUANTIZED, KVC_LAYER_QUANTIZED, KVC_LAYER_SINK, KVC_LAYER_SINK,
     KVC_LAYER_LINEAR, KVC_LAYER_LINEAR, KVC_LAYER_LINEAR_DYNAMIC, KVC_LAYER_LINEAR_DYNAMIC_SLIDING,
     KVC_LAYER_LINEAR_STATIC, KVC_LAYER_LINEAR_STATIC_SLIDING, KVC_LAYER_DYNAMIC, KVC_LAYER_DYNAMIC_SLIDING,
-    KVC_LAYER_DYNAMIC_CHUNKED, KVC_LAYER_STATIC, KVC_LAYER_STATIC_SLIDING, KVC_LAYER_QUANTIZED_FP8, KVC_LAYER_DUMMY};
+    KVC_LAYER_DYNAMIC_CHUNKED, KVC_LAYER_STATIC, KVC_LAYER_STATIC_SLIDING, KVC_LAYER_QUANTIZED_FP8, KVC_LAYER_DUMMY,
+    KVC_LAYER_DYNAMIC_INDEXED, KVC_LAYER_STATIC_INDEXED};
 
 static void gen_custom_layer(reader* r, opt_store* s, int i) {
   kvc_layer_options* L = &s->layers[i];
@@ -305,7 +306,7 @@ void gen_options(ctx* c, opt_store* s) {
     if (types) {
       s->has_types = 1;
       for (uint32_t i = 0; i < s->cfg.num_hidden_layers; i++) {
-        kvc_layer_type t = (kvc_layer_type)rd_range(r, 1, 7); /* FULL_ATTENTION .. DUMMY */
+        kvc_layer_type t = (kvc_layer_type)rd_range(r, 1, 8); /* FULL_ATTENTION .. INDEXED_ATTENTION */
         if (s->o.preset == KVC_PRESET_HYBRID_MAMBA)
           t = rd(r) % 2 ? KVC_LAYER_TYPE_LINEAR_ATTENTION : KVC_LAYER_TYPE_FULL_ATTENTION;
         if (s->o.preset == KVC_PRESET_QUANTIZED && rd(r) % 4) t = KVC_LAYER_TYPE_FULL_ATTENTION;

@@ -113,7 +113,8 @@ int64_t rows_batch(const cache_snap* s) {
 int64_t dtype_bytes(kvc_dtype d) { return d == KVC_DTYPE_FLOAT32 ? 4 : 2; }
 
 int is_offloading_kind(kvc_layer_kind k) {
-  return (k >= KVC_LAYER_DYNAMIC && k <= KVC_LAYER_STATIC_CHUNKED) || k == KVC_LAYER_LINEAR_DYNAMIC;
+  return (k >= KVC_LAYER_DYNAMIC && k <= KVC_LAYER_STATIC_CHUNKED) || k == KVC_LAYER_LINEAR_DYNAMIC ||
+         k == KVC_LAYER_DYNAMIC_INDEXED || k == KVC_LAYER_STATIC_INDEXED;
 }
 
 int kind_has_kv(kvc_layer_kind k) { return k != KVC_LAYER_LINEAR && k != KVC_LAYER_DUMMY; }
@@ -142,7 +143,7 @@ geom layer_geom(const group* g, uint32_t l) {
 
 int is_static_kind(kvc_layer_kind k) {
   return k == KVC_LAYER_STATIC || k == KVC_LAYER_STATIC_SLIDING || k == KVC_LAYER_STATIC_CHUNKED ||
-         k == KVC_LAYER_LINEAR_STATIC || k == KVC_LAYER_LINEAR_STATIC_SLIDING;
+         k == KVC_LAYER_LINEAR_STATIC || k == KVC_LAYER_LINEAR_STATIC_SLIDING || k == KVC_LAYER_STATIC_INDEXED;
 }
 
 int is_dynamic_sliding_kind(kvc_layer_kind k) {

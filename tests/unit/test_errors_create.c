@@ -96,7 +96,7 @@ static void test_create_bad_custom_layers(void) {
   o = tu_custom_options(0, &one);
   EXPECT_CREATE_ERR(&o, KVC_ERROR_INVALID_ARGUMENT, "num_layers", "0");
 
-  static const kvc_layer_kind bad_kinds[] = {0, 16, -1, 1000};
+  static const kvc_layer_kind bad_kinds[] = {0, 18, -1, 1000};
   char num[32];
   for (size_t i = 0; i < sizeof bad_kinds / sizeof bad_kinds[0]; i++) {
     kvc_layer_options l[2] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(bad_kinds[i], 4, 8)};
@@ -144,11 +144,11 @@ static void test_create_bad_presets_config(void) {
   kvc_cache_options o = preset_options(KVC_PRESET_DYNAMIC, &c, 0);
   EXPECT_CREATE_ERR(&o, KVC_ERROR_INVALID_ARGUMENT, "num_hidden_layers", "0");
 
-  kvc_layer_type types[3] = {KVC_LAYER_TYPE_FULL_ATTENTION, 8, KVC_LAYER_TYPE_FULL_ATTENTION};
+  kvc_layer_type types[3] = {KVC_LAYER_TYPE_FULL_ATTENTION, 9, KVC_LAYER_TYPE_FULL_ATTENTION};
   c = config_of(3, 4, 0);
   c.layer_types = types;
   o = preset_options(KVC_PRESET_STATIC, &c, 8);
-  EXPECT_CREATE_ERR(&o, KVC_ERROR_INVALID_ARGUMENT, "layer_types[1]", "8");
+  EXPECT_CREATE_ERR(&o, KVC_ERROR_INVALID_ARGUMENT, "layer_types[1]", "9");
   types[1] = 0;
   o = preset_options(KVC_PRESET_DYNAMIC, &c, 0);
   EXPECT_CREATE_ERR(&o, KVC_ERROR_INVALID_ARGUMENT, "layer_types[1]", "0");

@@ -69,6 +69,12 @@ typedef int32_t kvc_layer_kind;
                                                 is; max_length -1; compileable and croppable; skipped by early
                                                 initialization; length queries treat it as a linear layer.
                                                 Since 0.5. */
+#define KVC_LAYER_DYNAMIC_INDEXED       16 /**< DynamicIndexedLayer (transformers >= 5.11): KVC_LAYER_DYNAMIC plus
+                                                the keys of a sparse-attention indexer [batch, seq, index_head_dim]
+                                                (kvcache/indexer.h), appended by kvc_cache_update_indexer. Since 0.5. */
+#define KVC_LAYER_STATIC_INDEXED        17 /**< StaticIndexedLayer (transformers 5.24): KVC_LAYER_STATIC plus an
+                                                indexer buffer [batch, max_cache_len, index_head_dim] written at its
+                                                own counter. Since 0.5. */
 
 /**
  * One layer of a custom cache.
@@ -111,6 +117,10 @@ typedef int32_t kvc_layer_type;
                                                 KVC_LAYER_DUMMY layer in every preset that takes layer types
                                                 (QUANTIZED refuses it, as it refuses every type but full
                                                 attention). Since 0.5. */
+#define KVC_LAYER_TYPE_INDEXED_ATTENTION 8 /**< "indexed_attention" (DeepSeek V3.2, GLM-MoE-DSA, ...): a
+                                                KVC_LAYER_DYNAMIC_INDEXED layer in the dynamic presets, a
+                                                KVC_LAYER_STATIC_INDEXED one in the static presets (QUANTIZED
+                                                refuses it). Since 0.5. */
 
 /**
  * The parts of a transformers model configuration that decide a cache's

@@ -281,6 +281,8 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %ignore kvc_cache_update_conv_state;
 %ignore kvc_cache_update_recurrent_state;
 %ignore kvc_cache_state_view;
+%ignore kvc_cache_update_indexer;
+%ignore kvc_cache_indexer_view;
 %ignore kvc_cache_set_stream;
 %ignore kvc_cache_stream;
 
@@ -297,6 +299,7 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %include "kvcache/encoder_decoder.h"
 %include "kvcache/offload.h"
 %include "kvcache/recurrent.h"
+%include "kvcache/indexer.h"
 
 %init %{
   if (PyType_Ready(&CacheHandleType) < 0 || PyType_Ready(&EncoderDecoderHandleType) < 0 ||
@@ -327,6 +330,8 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %feature("nothread") kvc_py_cache_update_conv_state;
 %feature("nothread") kvc_py_cache_update_recurrent_state;
 %feature("nothread") kvc_py_cache_state_view;
+%feature("nothread") kvc_py_cache_update_indexer;
+%feature("nothread") kvc_py_cache_indexer_view;
 %feature("nothread") kvc_py_set_error_classes;
 %feature("nothread") kvc_py_close;
 %feature("nothread") kvc_py_cache_set_stream;
@@ -346,6 +351,8 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %rename(kvc_cache_update_conv_state) kvc_py_cache_update_conv_state;
 %rename(kvc_cache_update_recurrent_state) kvc_py_cache_update_recurrent_state;
 %rename(kvc_cache_state_view) kvc_py_cache_state_view;
+%rename(kvc_cache_update_indexer) kvc_py_cache_update_indexer;
+%rename(kvc_cache_indexer_view) kvc_py_cache_indexer_view;
 %rename(_set_error_classes) kvc_py_set_error_classes;
 %rename(close) kvc_py_close;
 %rename(kvc_cache_set_stream) kvc_py_cache_set_stream;
@@ -844,6 +851,42 @@ PyObject* kvc_py_cache_update_recurrent_state(PyObject* cache, unsigned int laye
   }
   kvc_py_tensor_release(&t);
   kvc_py_guard_leave(guard, 1);
+  return result;
+}
+
+/* update_indexer(layer, x) -> View of the whole indexer store (kvcache/indexer.h). */
+PyObject* kvc_py_cache_update_indexer(PyObject* cache, unsigned int layer, PyObject* x) {
+  kvc_py_guard* guard = NULL;
+  kvc_cache* c = NULL;
+  PyObject* result = NULL;
+  kvc_py_tensor_in t;
+  if (kvc_py_tensor_in_from(x, "indexer_key_states", &t) == 0 && (c = kvc_py_cache_enter(cache, 1, &guard)) != NULL) {
+    kvc_tensor out;
+    kvc_error* err;
+    memset(&out, 0, sizeof out);
+    Py_BEGIN_ALLOW_THREADS
+    err = kvc_cache_update_indexer(c, (uint32_t)layer, &t.t, &out);
+    Py_END_ALLOW_THREADS
+    if (err) kvc_py_raise(err);
+    else result = kvc_py_view_new(cache, guard, &out);
+  }
+  kvc_py_tensor_release(&t);
+  kvc_py_guard_leave(guard, 1);
+  return result;
+}
+
+/* indexer_view(layer) -> View of the indexer store, or None before its first update_indexer. */
+PyObject* kvc_py_cache_indexer_view(PyObject* cache, unsigned int layer) {
+  kvc_py_guard* guard = NULL;
+  kvc_cache* c = kvc_py_cache_enter(cache, 0, &guard);
+  if (!c) return NULL;
+  PyObject* result = NULL;
+  kvc_tensor out;
+  memset(&out, 0, sizeof out);
+  kvc_error* err = kvc_cache_indexer_view(c, (uint32_t)layer, &out);
+  if (err) kvc_py_raise(err);
+  else result = kvc_py_view_new(cache, guard, &out);
+  kvc_py_guard_leave(guard, 0);
   return result;
 }
 

@@ -487,6 +487,21 @@ class Cache:
         """The recurrent (SSM) state, or None before its first update."""
         return _lib.kvc_cache_state_view(self._handle, _layer(layer_idx), operator.index(state_idx))[1]
 
+    # ------------------------------------------------ indexed (sparse-attention) layers
+
+    def update_indexer(self, indexer_key_states: TensorLike, layer_idx: int) -> View:
+        """Cache.update_indexer (transformers >= 5.11): ``indexer_key_states`` is ``[batch, n, index_head_dim]``.
+
+        Returns the layer's whole indexer store: ``[batch, total, index_head_dim]`` for a dynamic indexed
+        layer, the ``[batch, max_cache_len, index_head_dim]`` buffer for a static one. Raises ValueError
+        (kvcache.InvalidArgumentError) on a layer that is not indexed.
+        """
+        return _lib.kvc_cache_update_indexer(self._handle, _layer(layer_idx), indexer_key_states)
+
+    def get_indexer_keys(self, layer_idx: int) -> Optional[View]:
+        """``layers[layer_idx].indexer_keys``: the indexer store, or None before its first update_indexer."""
+        return _lib.kvc_cache_indexer_view(self._handle, _layer(layer_idx))
+
     def has_previous_state(self, layer_idx: Optional[int] = None, state_idx: Optional[int] = None) -> bool:
         """Whether a linear layer's states had their first conv update (the last linear layer for None)."""
         layer = _lib.KVC_ALL_LAYERS if layer_idx is None else _layer(layer_idx)

@@ -27,6 +27,8 @@ class LayerKind(enum.IntEnum):
     LINEAR_STATIC_SLIDING = _lib.KVC_LAYER_LINEAR_STATIC_SLIDING
     QUANTIZED_FP8 = _lib.KVC_LAYER_QUANTIZED_FP8
     DUMMY = _lib.KVC_LAYER_DUMMY
+    DYNAMIC_INDEXED = _lib.KVC_LAYER_DYNAMIC_INDEXED
+    STATIC_INDEXED = _lib.KVC_LAYER_STATIC_INDEXED
 
 
 class LayerType(enum.IntEnum):
@@ -39,6 +41,7 @@ class LayerType(enum.IntEnum):
     HYBRID = _lib.KVC_LAYER_TYPE_HYBRID
     HYBRID_SLIDING = _lib.KVC_LAYER_TYPE_HYBRID_SLIDING
     DUMMY = _lib.KVC_LAYER_TYPE_DUMMY
+    INDEXED_ATTENTION = _lib.KVC_LAYER_TYPE_INDEXED_ATTENTION
 
 
 #: transformers' layer type strings and the LayerType each maps to
@@ -57,6 +60,7 @@ LAYER_TYPE_NAMES: Mapping[str, LayerType] = {
     "hybrid": LayerType.HYBRID,
     "hybrid_sliding": LayerType.HYBRID_SLIDING,
     "dummy": LayerType.DUMMY,
+    "indexed_attention": LayerType.INDEXED_ATTENTION,
 }
 
 

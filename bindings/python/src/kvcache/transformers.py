@@ -81,7 +81,8 @@ _torch_follow_stream = _lib._torch_follow_stream
 _SLIDING = {LayerKind.DYNAMIC_SLIDING, LayerKind.DYNAMIC_CHUNKED, LayerKind.STATIC_SLIDING,
             LayerKind.STATIC_CHUNKED, LayerKind.LINEAR_DYNAMIC_SLIDING, LayerKind.LINEAR_STATIC_SLIDING}
 _STATIC = {LayerKind.STATIC, LayerKind.STATIC_SLIDING, LayerKind.STATIC_CHUNKED, LayerKind.LINEAR_STATIC,
-           LayerKind.LINEAR_STATIC_SLIDING}
+           LayerKind.LINEAR_STATIC_SLIDING, LayerKind.STATIC_INDEXED}
+_INDEXED = {LayerKind.DYNAMIC_INDEXED, LayerKind.STATIC_INDEXED}
 _LINEAR = {LayerKind.LINEAR, LayerKind.LINEAR_DYNAMIC, LayerKind.LINEAR_DYNAMIC_SLIDING, LayerKind.LINEAR_STATIC,
            LayerKind.LINEAR_STATIC_SLIDING}
 
@@ -214,9 +215,12 @@ def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len:
             kind = LayerKind.LINEAR_STATIC_SLIDING if static else LayerKind.LINEAR_DYNAMIC_SLIDING
             specs.append(LayerSpec(kind, window=window, max_cache_len=max_cache_len if static else 0,
                                    num_states=states, conv_kernel_size=conv_kernel))
+        elif layer_type == "indexed_attention":  # DynamicIndexedLayer / StaticIndexedLayer (transformers >= 5.11)
+            specs.append(LayerSpec(LayerKind.STATIC_INDEXED, max_cache_len=max_cache_len) if static
+                         else LayerSpec(LayerKind.DYNAMIC_INDEXED))
         else:
             raise NotImplementedError(f"kvcache.transformers: layer {i} has layer type {layer_type!r}, which kvcache "
-                                      "has no layer kind for (KV-sharing placeholders, indexed attention)")
+                                      "has no layer kind for (KV-sharing placeholders)")
     return specs
 
 
@@ -244,7 +248,8 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
     def is_compileable(self) -> bool:  # type: ignore[override]
         # A property, not an attribute: transformers 5.24's linear-attention mixin makes it one, which an
         # assignment in __init__ could not override.
-        return self.kind in (LayerKind.STATIC, LayerKind.STATIC_SLIDING, LayerKind.STATIC_CHUNKED)
+        return self.kind in (LayerKind.STATIC, LayerKind.STATIC_SLIDING, LayerKind.STATIC_CHUNKED,
+                             LayerKind.STATIC_INDEXED)
 
     @property
     def is_croppable(self) -> bool:  # type: ignore[override]
@@ -412,6 +417,29 @@ class KvcacheLinearLayer(*([_LinearAttentionMixin] if _LinearAttentionMixin else
         self._whole_cache("activate_past_recording()")
 
 
+class KvcacheIndexedLayer(KvcacheLayer):
+    """DynamicIndexedLayer / StaticIndexedLayer over a C layer: K/V plus the sparse-attention indexer's keys.
+
+    ``indexer_position_ids`` is model-side state the cache never writes (transformers crops and reorders it);
+    it is kept as a plain attribute here and not cropped or reordered (docs/differences-from-transformers.md).
+    """
+
+    def __init__(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
+        KvcacheLayer.__init__(self, cache, index, kind)
+        self.indexer_position_ids: Optional[torch.Tensor] = None
+
+    @property
+    def indexer_keys(self) -> Optional[torch.Tensor]:
+        return _torch(self._cache._kv.get_indexer_keys(self._index))
+
+    @property
+    def is_indexer_initialized(self) -> bool:
+        return self._cache._kv.get_indexer_keys(self._index) is not None
+
+    def update_indexer(self, indexer_key_states: torch.Tensor) -> torch.Tensor:
+        return self._cache.update_indexer(indexer_key_states, self._index)
+
+
 # ---------------------------------------------------------------- caches
 
 class _KvcacheCache:
@@ -472,7 +500,7 @@ class _KvcacheCache:
         n = len(self._kv)
         for i in range(len(self.layers), n):
             kind = self._kv.layer_info(i).kind
-            cls = _linear_layer_class() if kind in _LINEAR else KvcacheLayer
+            cls = _linear_layer_class() if kind in _LINEAR else KvcacheIndexedLayer if kind in _INDEXED else KvcacheLayer
             self.layers.append(cls(self, i, kind))
         self._num_layers = len(self.layers)
 
@@ -636,6 +664,13 @@ class _KvcacheCache:
             return None
         self._follow_stream()
         return _torch(self._kv.get_recurrent_state(layer_idx, state_idx))
+
+    def update_indexer(self, indexer_key_states: torch.Tensor, layer_idx: int) -> torch.Tensor:
+        """Cache.update_indexer (transformers >= 5.11): the layer's whole indexer store, as a torch view."""
+        if self._views is None:
+            self._place(indexer_key_states.device)
+        self._follow_stream()
+        return _torch(self._kv.update_indexer(indexer_key_states.detach(), layer_idx))
 
     def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, state_idx: int = 0,
                           **kwargs) -> torch.Tensor:

@@ -53,6 +53,8 @@ pub const KVC_LAYER_LINEAR_STATIC: kvc_layer_kind = 12;
 pub const KVC_LAYER_LINEAR_STATIC_SLIDING: kvc_layer_kind = 13;
 pub const KVC_LAYER_QUANTIZED_FP8: kvc_layer_kind = 14;
 pub const KVC_LAYER_DUMMY: kvc_layer_kind = 15;
+pub const KVC_LAYER_DYNAMIC_INDEXED: kvc_layer_kind = 16;
+pub const KVC_LAYER_STATIC_INDEXED: kvc_layer_kind = 17;
 pub const KVC_LAYER_TYPE_FULL_ATTENTION: kvc_layer_type = 1;
 pub const KVC_LAYER_TYPE_SLIDING_ATTENTION: kvc_layer_type = 2;
 pub const KVC_LAYER_TYPE_CHUNKED_ATTENTION: kvc_layer_type = 3;
@@ -60,6 +62,7 @@ pub const KVC_LAYER_TYPE_LINEAR_ATTENTION: kvc_layer_type = 4;
 pub const KVC_LAYER_TYPE_HYBRID: kvc_layer_type = 5;
 pub const KVC_LAYER_TYPE_HYBRID_SLIDING: kvc_layer_type = 6;
 pub const KVC_LAYER_TYPE_DUMMY: kvc_layer_type = 7;
+pub const KVC_LAYER_TYPE_INDEXED_ATTENTION: kvc_layer_type = 8;
 pub const KVC_PRESET_CUSTOM: kvc_preset = 0;
 pub const KVC_PRESET_DYNAMIC: kvc_preset = 1;
 pub const KVC_PRESET_STATIC: kvc_preset = 2;
@@ -1043,5 +1046,42 @@ unsafe extern "C" {
         layer: i32,
         state_index: i32,
         out: *mut ::core::ffi::c_int,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** Cache.update_indexer(indexer_key_states, layer_idx): `x` is
+ [batch, n, index_head_dim] (any strides, n >= 0).
+ KVC_LAYER_DYNAMIC_INDEXED appends x after the stored indexer keys and
+ returns them all, [batch, total, index_head_dim]. KVC_LAYER_STATIC_INDEXED
+ allocates a zeroed [batch, max_cache_len, index_head_dim] buffer on its
+ first call, writes x at its counter, advances the counter by n and returns
+ the whole buffer. The returned view (`*out`, may be NULL) is owned by the
+ cache and valid until its next mutating call; it is strided (rows of the
+ buffer's capacity).
+ Errors, each leaving the cache unchanged: OUT_OF_RANGE (layer beyond the
+ layers; a static write past max_cache_len), INVALID_ARGUMENT (the layer is
+ not indexed: "Cannot call update_indexer on layer i which is a ... layer";
+ x NULL), SHAPE_MISMATCH (x not 3-D, a batch other than the layer's, a
+ width other than the stored one), DTYPE_MISMATCH (a dtype other than the
+ stored one, or one kvcache cannot store), DEVICE_MISMATCH, OUT_OF_MEMORY.
+ Since 0.5.*/
+    pub fn kvc_cache_update_indexer(
+        cache: *mut kvc_cache,
+        layer: u32,
+        x: *const kvc_tensor,
+        out: *mut kvc_tensor,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** layers[layer].indexer_keys: the indexer store as kvc_cache_update_indexer
+ returns it; data NULL and ndim 0 before the first update_indexer (and
+ after a reset of a dynamic indexed layer), as transformers' None. The view
+ is owned by the cache, valid until its next mutating call. Errors:
+ OUT_OF_RANGE (layer), INVALID_ARGUMENT (not an indexed layer, out NULL).
+ Since 0.5.*/
+    pub fn kvc_cache_indexer_view(
+        cache: *const kvc_cache,
+        layer: u32,
+        out: *mut kvc_tensor,
     ) -> *mut kvc_error;
 }

@@ -1212,6 +1212,48 @@ impl CacheRef {
         Ok(unsafe { TensorView::from_raw(out) })
     }
 
+    /// `Cache.update_indexer(indexer_key_states, layer)` (transformers >=
+    /// 5.11): `x` is `[batch, n, index_head_dim]`. A
+    /// [`LayerKind::DynamicIndexed`](crate::LayerKind::DynamicIndexed) layer
+    /// appends it and returns every stored indexer key `[batch, total,
+    /// index_head_dim]`; a [`LayerKind::StaticIndexed`](crate::LayerKind::StaticIndexed)
+    /// one writes it at its counter and returns the whole `[batch,
+    /// max_cache_len, index_head_dim]` buffer. Errors leave the cache unchanged.
+    ///
+    /// ```
+    /// use kvcache::{Cache, LayerOptions, Preset, TensorRef};
+    /// let mut cache = Cache::builder(Preset::Custom).layer(LayerOptions::dynamic_indexed()).build()?;
+    /// let x = [1.0f32, 2.0, 3.0, 4.0]; // [batch 1, 2 tokens, index_head_dim 2]
+    /// let shape = [1, 2, 2];
+    /// let all = cache.update_indexer(0, &TensorRef::new(&x, &shape)?)?;
+    /// assert_eq!(all.shape(), &[1, 2, 2]);
+    /// let y = [5.0f32, 6.0];
+    /// let one = [1, 1, 2];
+    /// let all = cache.update_indexer(0, &TensorRef::new(&y, &one)?)?;
+    /// assert_eq!(all.to_vec::<f32>()?, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    /// # Ok::<(), kvcache::Error>(())
+    /// ```
+    pub fn update_indexer(&mut self, layer: u32, x: &TensorRef<'_>) -> Result<TensorView<'_>> {
+        let mut out = sys::kvc_tensor::default();
+        // SAFETY: a live, exclusively borrowed handle; the input borrowed for the call.
+        check(unsafe {
+            sys::kvc_cache_update_indexer(self.as_mut_ptr(), layer, x.as_raw(), &mut out)
+        })?;
+        // SAFETY: valid until the next mutating call, excluded by the borrow.
+        Ok(unsafe { TensorView::from_raw(out) })
+    }
+
+    /// `layers[layer].indexer_keys`: the indexer store of an indexed layer,
+    /// as [`update_indexer`](Self::update_indexer) returns it; `None` before
+    /// its first update (transformers' `None`).
+    pub fn indexer_view(&self, layer: u32) -> Result<Option<TensorView<'_>>> {
+        let mut out = sys::kvc_tensor::default();
+        // SAFETY: a live handle and a valid out-pointer.
+        check(unsafe { sys::kvc_cache_indexer_view(self.as_ptr(), layer, &mut out) })?;
+        // SAFETY: valid until the next mutating call, excluded by the borrow.
+        Ok((!out.data.is_null() || out.ndim != 0).then(|| unsafe { TensorView::from_raw(out) }))
+    }
+
     /// Views of a linear layer's state pair `state_index` (transformers'
     /// `conv_states[i]` and `recurrent_states[i]`).
     pub fn state_view(&self, layer: u32, state_index: u32) -> Result<StateViews<'_>> {

@@ -188,6 +188,13 @@ pub enum LayerKind {
     /// for blocks without attention and layers that reuse another layer's
     /// K/V. Updates are refused; every other operation leaves it as it is.
     Dummy,
+    /// `KVC_LAYER_DYNAMIC_INDEXED`: transformers' `DynamicIndexedLayer`
+    /// (5.11): a dynamic layer plus the keys of a sparse-attention indexer
+    /// ([`Cache::update_indexer`](crate::Cache::update_indexer)).
+    DynamicIndexed,
+    /// `KVC_LAYER_STATIC_INDEXED`: transformers' `StaticIndexedLayer` (5.24):
+    /// a static layer plus an indexer buffer of `max_cache_len` slots.
+    StaticIndexed,
     /// A kind this crate does not know (from a newer library).
     Unknown(i32),
 }
@@ -211,6 +218,8 @@ impl LayerKind {
             LayerKind::LinearStaticSliding => sys::KVC_LAYER_LINEAR_STATIC_SLIDING,
             LayerKind::QuantizedFp8 => sys::KVC_LAYER_QUANTIZED_FP8,
             LayerKind::Dummy => sys::KVC_LAYER_DUMMY,
+            LayerKind::DynamicIndexed => sys::KVC_LAYER_DYNAMIC_INDEXED,
+            LayerKind::StaticIndexed => sys::KVC_LAYER_STATIC_INDEXED,
             LayerKind::Unknown(raw) => raw,
         }
     }
@@ -233,6 +242,8 @@ impl LayerKind {
             sys::KVC_LAYER_LINEAR_STATIC_SLIDING => LayerKind::LinearStaticSliding,
             sys::KVC_LAYER_QUANTIZED_FP8 => LayerKind::QuantizedFp8,
             sys::KVC_LAYER_DUMMY => LayerKind::Dummy,
+            sys::KVC_LAYER_DYNAMIC_INDEXED => LayerKind::DynamicIndexed,
+            sys::KVC_LAYER_STATIC_INDEXED => LayerKind::StaticIndexed,
             other => LayerKind::Unknown(other),
         }
     }
@@ -260,6 +271,10 @@ pub enum LayerType {
     /// `"dummy"`, and since transformers 5.23 `"moe"`, `"mlp"` and the layers
     /// whose `kv_sharing_modes` entry is `"reuse"`: a [`LayerKind::Dummy`] layer.
     Dummy = sys::KVC_LAYER_TYPE_DUMMY,
+    /// `"indexed_attention"` (DeepSeek V3.2, GLM-MoE-DSA): a
+    /// [`LayerKind::DynamicIndexed`] layer in the dynamic presets, a
+    /// [`LayerKind::StaticIndexed`] one in the static presets.
+    IndexedAttention = sys::KVC_LAYER_TYPE_INDEXED_ATTENTION,
 }
 
 impl LayerType {
@@ -503,6 +518,16 @@ impl LayerOptions {
     /// `KVC_LAYER_DUMMY`: transformers' `DummyLayer`, a layer that stores nothing.
     pub fn dummy() -> LayerOptions {
         LayerOptions::new(LayerKind::Dummy)
+    }
+
+    /// `KVC_LAYER_DYNAMIC_INDEXED`: transformers' `DynamicIndexedLayer`.
+    pub fn dynamic_indexed() -> LayerOptions {
+        LayerOptions::new(LayerKind::DynamicIndexed)
+    }
+
+    /// `KVC_LAYER_STATIC_INDEXED` with `max_cache_len` slots: transformers' `StaticIndexedLayer`.
+    pub fn static_indexed(max_cache_len: i64) -> LayerOptions {
+        LayerOptions::new(LayerKind::StaticIndexed).max_cache_len(max_cache_len)
     }
 
     /// `KVC_LAYER_SINK`: `num_sink_tokens` kept at the start, `window_length`
