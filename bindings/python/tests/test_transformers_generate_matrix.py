@@ -128,7 +128,11 @@ def _check_assisted(name, model, cache, kw, device):
         raise
     if ref is not None:
         assert torch.equal(ref.sequences, got.sequences), f"\n{ref.sequences}\n{got.sequences}"
-    assert torch.equal(plain.sequences, got.sequences), f"\n{plain.sequences}\n{got.sequences}"
+    # Where transformers' own caches give other tokens with an assistant than without (a model whose verification
+    # of a multi-token draft is not exact, e.g. DeepSeek-V3.2's top-k sparse attention over the draft's queries),
+    # the drop-in is held to transformers' assisted tokens, checked above; elsewhere also to plain greedy search.
+    if ref is None or torch.equal(ref.sequences, plain.sequences):
+        assert torch.equal(plain.sequences, got.sequences), f"\n{plain.sequences}\n{got.sequences}"
     assert_used(name, cache, got)
 
 

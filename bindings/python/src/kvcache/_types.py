@@ -61,6 +61,7 @@ LAYER_TYPE_NAMES: Mapping[str, LayerType] = {
     "hybrid_sliding": LayerType.HYBRID_SLIDING,
     "dummy": LayerType.DUMMY,
     "indexed_attention": LayerType.INDEXED_ATTENTION,
+    "deepseek_sparse_attention": LayerType.INDEXED_ATTENTION,  # its name in earlier releases (5.17)
 }
 
 

@@ -215,7 +215,9 @@ def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len:
             kind = LayerKind.LINEAR_STATIC_SLIDING if static else LayerKind.LINEAR_DYNAMIC_SLIDING
             specs.append(LayerSpec(kind, window=window, max_cache_len=max_cache_len if static else 0,
                                    num_states=states, conv_kernel_size=conv_kernel))
-        elif layer_type == "indexed_attention":  # DynamicIndexedLayer / StaticIndexedLayer (transformers >= 5.11)
+        elif layer_type in ("indexed_attention", "deepseek_sparse_attention"):
+            # DynamicIndexedLayer / StaticIndexedLayer (transformers >= 5.11; the type's name until some release
+            # after 5.17 was "deepseek_sparse_attention")
             specs.append(LayerSpec(LayerKind.STATIC_INDEXED, max_cache_len=max_cache_len) if static
                          else LayerSpec(LayerKind.DYNAMIC_INDEXED))
         else:

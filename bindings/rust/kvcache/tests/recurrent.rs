@@ -250,11 +250,11 @@ fn hybrid_presets_and_layer_types() {
         .unwrap();
     let kinds: Vec<_> = (0..4).map(|l| stat.layer_info(l).unwrap().kind).collect();
     assert_eq!(kinds, [LinearStatic, LinearStaticSliding, Linear, Static]);
-    // is_linear: every linear kind but LINEAR_DYNAMIC.
+    // is_linear (transformers 5.24's Cache.is_linear): only the layers without K/V.
     let linear: Vec<_> = (0..4)
         .map(|l| dynamic.layer_info(l).unwrap().is_linear)
         .collect();
-    assert_eq!(linear, [false, true, true, false]);
+    assert_eq!(linear, [false, false, true, false]);
 }
 
 #[test]
