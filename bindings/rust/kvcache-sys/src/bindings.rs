@@ -481,8 +481,8 @@ pub struct kvc_layer_info {
     pub seq_length: i64,
     /// tokens physically stored (view length)
     pub stored_length: i64,
-    /** LINEAR kinds (transformers' is_linear: also true for the
- sliding and static hybrids, false for LINEAR_DYNAMIC)*/
+    /** transformers' is_linear: LINEAR (5.24); with transformers_release
+ below 52400 also the sliding and static hybrids, as 5.23*/
     pub is_linear: u8,
     /// K/V currently in the host tier
     pub is_offloaded: u8,
