@@ -8,6 +8,7 @@
 #define KVCACHE_ROPE_RANDOM_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "half.h"
 
@@ -57,6 +58,15 @@ static int64_t random_read_region(int64_t sh[4], int64_t st[4], int64_t max_dim,
     st[flip] = -st[flip];
   }
   return span;
+}
+
+/* Says where a re-rotation's result first differs from the one it is checked against (`against` names it). */
+static void rope_report_mismatch(FILE* log, const char* case_name, kvc_dtype dt, int64_t dim, const int64_t sh[4],
+                                 size_t at, const void* got, const void* want, const char* against) {
+  fprintf(log, "  dtype %d, rotary size %lld, shape {%lld, %lld, %lld}%s: element %zu is %08x, %s %08x\n", (int)dt,
+          (long long)dim, (long long)sh[0], (long long)sh[1], (long long)sh[2], case_name, at,
+          (unsigned)kvci_f32_bits(kvci_load_f32(dt, got, (int64_t)at)), against,
+          (unsigned)kvci_f32_bits(kvci_load_f32(dt, want, (int64_t)at)));
 }
 
 #endif /* KVCACHE_ROPE_RANDOM_H */

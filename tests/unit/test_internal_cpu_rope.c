@@ -76,11 +76,7 @@ static void one_rerotation(kvc_dtype dt, int64_t dim) {
     float g = kvci_load_f32(dt, got, (int64_t)at), w = kvci_load_f32(dt, want, (int64_t)at);
     if (memcmp(got + at * elem, want + at * elem, elem) && !(g != g && w != w)) break;
   }
-  if (!CHECK(at == count))
-    fprintf(TU_LOG, "  dtype %d, rotary size %lld, shape {%lld, %lld, %lld}: element %zu is %08x, the reference %08x\n",
-            (int)dt, (long long)dim, (long long)sh[0], (long long)sh[1], (long long)sh[2], at,
-            (unsigned)kvci_f32_bits(kvci_load_f32(dt, got, (int64_t)at)),
-            (unsigned)kvci_f32_bits(kvci_load_f32(dt, want, (int64_t)at)));
+  if (!CHECK(at == count)) rope_report_mismatch(TU_LOG, "", dt, dim, sh, at, got, want, "the reference");
   free(got);
   free(want);
   free(rc);

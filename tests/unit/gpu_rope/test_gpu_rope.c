@@ -133,11 +133,11 @@ static void one_rerotation(kvc_dtype dt, int64_t dim, enum launch how) {
   simulate(how, &r, rc, rs);
   size_t at = 0;
   while (at < count && !memcmp(got + at * elem, want + at * elem, elem)) at++;
-  if (!CHECK(at == count))
-    fprintf(TU_LOG, "  dtype %d, dim %lld, shape {%lld, %lld, %lld}, launch %d: element %zu is %08x, the CPU's %08x\n",
-            (int)dt, (long long)dim, (long long)sh[0], (long long)sh[1], (long long)sh[2], (int)how, at,
-            (unsigned)kvci_f32_bits(kvci_load_f32(dt, got, (int64_t)at)),
-            (unsigned)kvci_f32_bits(kvci_load_f32(dt, want, (int64_t)at)));
+  if (!CHECK(at == count)) {
+    char launch[32];
+    snprintf(launch, sizeof launch, ", launch %d", (int)how);
+    rope_report_mismatch(TU_LOG, launch, dt, dim, sh, at, got, want, "the CPU's");
+  }
   free(got);
   free(want);
   free(rc);
