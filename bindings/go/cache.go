@@ -880,8 +880,18 @@ func (c *Cache) UpdateRecurrentState(layer, stateIndex int, state Input) (View, 
 	if err != nil {
 		return View{}, err
 	}
-	var sd tdesc
-	sp, _, err := describe(fn, plainArg("state"), state, &sd)
+	return c.updateFromOne(fn, "state", state, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
+		return cUpdateRecurrentState(p, l, si, data, d, out)
+	})
+}
+
+// updateFromOne runs a mutating call that reads one input tensor (argument
+// name arg) and returns one view: the input described, the cache taken for
+// the change, call made, and its view wrapped; both kept alive across it.
+func (c *Cache) updateFromOne(fn, arg string, in Input,
+	call func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error) (View, error) {
+	var d tdesc
+	data, _, err := describe(fn, plainArg(arg), in, &d)
 	if err != nil {
 		return View{}, err
 	}
@@ -890,9 +900,9 @@ func (c *Cache) UpdateRecurrentState(layer, stateIndex int, state Input) (View, 
 		return View{}, err
 	}
 	var out ctensor
-	err = cUpdateRecurrentState(p, l, si, sp, &sd, &out)
+	err = call(p, data, &d, &out)
 	runtime.KeepAlive(c)
-	runtime.KeepAlive(state)
+	runtime.KeepAlive(in)
 	if err != nil {
 		return View{}, err
 	}
@@ -945,23 +955,9 @@ func (c *Cache) UpdateIndexer(layer int, x Input) (View, error) {
 	if err != nil {
 		return View{}, err
 	}
-	var xd tdesc
-	xp, _, err := describe(fn, plainArg("x"), x, &xd)
-	if err != nil {
-		return View{}, err
-	}
-	p, err := c.mut()
-	if err != nil {
-		return View{}, err
-	}
-	var out ctensor
-	err = cUpdateIndexer(p, l, xp, &xd, &out)
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(x)
-	if err != nil {
-		return View{}, err
-	}
-	return viewFromC(&out, c), nil
+	return c.updateFromOne(fn, "x", x, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
+		return cUpdateIndexer(p, l, data, d, out)
+	})
 }
 
 // IndexerView is layers[layer].indexer_keys of an indexed layer, as
