@@ -40,8 +40,9 @@
  * 4: sink layers' RoPE operations (key re-rotation, reads of cos/sin as float32) and quantized layers
  * (quantize and dequantize groups, FP8 calibration and round trip).
  * 5: host-tier allocations without zeroing, for the stores an offload overwrites.
+ * 6: batched row copies (the pool's step write through a slot mapping).
  */
-#define KVC_BACKEND_API_VERSION 5
+#define KVC_BACKEND_API_VERSION 6
 
 /*
  * Where a cache's work runs. The core owns the struct (one per cache) and
@@ -67,6 +68,24 @@ typedef struct kvc_copy_4d {
   int64_t shape[4];
   size_t elem_size;
 } kvc_copy_4d;
+
+/*
+ * One copy_rows of a batch (copy_rows_batch): for i in [0, count), dst row
+ * dst_rows[i] = src row src_rows[i], a row being row_shape[1..3] elements
+ * (row_shape[0] is 1). Index arrays are host memory. Jobs of one batch never
+ * write the same bytes.
+ */
+typedef struct kvc_copy_rows_job {
+  void* dst;
+  const void* src;
+  const int64_t* dst_rows;
+  const int64_t* src_rows;
+  int64_t dst_strides[4];
+  int64_t src_strides[4];
+  int64_t row_shape[4];
+  int64_t count;
+  size_t elem_size;
+} kvc_copy_rows_job;
 
 /* ------------------------------------------------------------------ */
 /* Version 4: quantized layers (types of the entries at the end of the table)
@@ -326,6 +345,14 @@ typedef struct kvc_backend {
    * zeroed the whole store first moved its bytes twice in one direction.
    */
   void* (*host_alloc)(void* ctx, const kvc_exec* exec, size_t bytes); /* NULL on failure */
+
+  /*
+   * Version 6. Every job's copy_rows in one go: a GPU backend issues one
+   * kernel launch for all of them (the K and V of every layer of a pool's
+   * step write). Descriptors and index arrays are host memory, read before
+   * the call returns. Optional (NULL: the core calls copy_rows per job).
+   */
+  int (*copy_rows_batch)(void* ctx, const kvc_exec* exec, const kvc_copy_rows_job* jobs, int32_t count);
 } kvc_backend;
 
 /* The CPU backend, always built in. */

@@ -1,0 +1,417 @@
+/*
+ * kvcache/pool.h: paged KV for serving stacks. Since 0.6.
+ *
+ * A pool is a fixed set of blocks on one device for one model, shared by many
+ * sequences (requests) that join and leave every step: the model vLLM,
+ * SGLang and TensorRT-LLM use for continuous batching, as a library a Go or
+ * Rust server links. docs/pool.md explains the design; this header is the
+ * contract.
+ *
+ * Layers and groups. The model's layers are described once, at creation;
+ * each belongs to a group of one attention kind (full, sliding window,
+ * chunked, or recurrent state). A group has its own block size and block
+ * count; all layers of a group share its block tables (block i of a group
+ * holds tokens [i*block_size, (i+1)*block_size) of every layer of the
+ * group). K and V of a layer may have different head_dims.
+ *
+ * Block 0 of every group is the null block: never handed out, it is what a
+ * block table holds where a sliding or chunked group has freed a block that
+ * left the window (vLLM's convention), so an exported table never holds an
+ * invalid index. A group of num_blocks blocks has num_blocks - 1 usable ones.
+ *
+ * Sequences. A sequence holds its token ids and one block table per group.
+ * Its blocks are reference counted: match_prefix attaches cached blocks,
+ * fork shares every block, and a block is written only by a sequence that
+ * holds its only reference and while it is not cached (hashed); otherwise
+ * reserve copies it first (copy-on-write). Full blocks whose tokens are
+ * committed are hashed (docs/block-hash.md: a SHA-256 chain from the pool's
+ * seed and the sequence's salt) and become reusable by later requests; a
+ * cached block nobody references stays in the pool until space is needed
+ * (least recently used first) unless pinned.
+ *
+ * The step of a serving loop:
+ *   for a new request: kvc_pool_sequence_create, kvc_pool_match_prefix
+ *   admission:         kvc_pool_blocks_needed against kvc_pool_stats' free counts
+ *   every step:        kvc_pool_reserve (slot mapping of the step's tokens),
+ *                      kvc_pool_block_table (views for the attention kernel),
+ *                      kvc_pool_write (the K/V of every layer, one launch),
+ *                      kvc_pool_commit
+ *   sampling n > 1:    kvc_pool_fork; speculative decoding: kvc_pool_truncate
+ *   request done:      kvc_pool_sequence_destroy (blocks stay cached) or
+ *                      kvc_pool_sequence_pin first
+ *
+ * Errors. Every function that can fail returns a kvc_error* (NULL on
+ * success) whose message names the argument, the value and the rule; a
+ * failed call changes nothing (no block allocated, evicted, copied or
+ * freed, no event queued). Running out of blocks is KVC_ERROR_OUT_OF_MEMORY
+ * with the group and the numbers, never an abort.
+ *
+ * Threads. A pool and all its sequences are one object for threading: calls
+ * on it must not overlap (serialize them, as a serving loop's scheduler
+ * thread does). Distinct pools are independent. Views returned by the pool
+ * are valid until the next call that mutates the pool or any of its
+ * sequences.
+ *
+ * Devices. A pool on a GPU keeps its blocks and the exported tables in
+ * device memory and issues its work on the stream it is bound to
+ * (kvc_pool_set_stream), like a cache; its bookkeeping (tables, hashes,
+ * reference counts) lives on the host, so scheduling calls never wait for
+ * the device.
+ */
+#ifndef KVCACHE_POOL_H
+#define KVCACHE_POOL_H
+
+#include "kvcache/block_hash.h"
+#include "kvcache/error.h"
+#include "kvcache/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Opaque pool handle. */
+typedef struct kvc_pool kvc_pool;
+/** Opaque sequence handle; belongs to one pool. */
+typedef struct kvc_pool_sequence kvc_pool_sequence;
+
+/* ------------------------------------------------------------- options */
+
+/* The attention kind of a group. */
+typedef int32_t kvc_pool_group_kind;
+#define KVC_POOL_GROUP_FULL      1 /**< every block of a sequence is kept */
+#define KVC_POOL_GROUP_SLIDING   2 /**< tokens older than `window` are not attended: blocks holding only
+                                        such tokens go back to the pool (the table keeps block 0) */
+#define KVC_POOL_GROUP_CHUNKED   3 /**< attention within chunks of `window` tokens: blocks wholly before
+                                        the current chunk go back to the pool */
+#define KVC_POOL_GROUP_RECURRENT 4 /**< recurrent (Mamba/SSM) layers: one live state per sequence, and a
+                                        checkpoint of it at every block boundary a commit reaches, so
+                                        prefix reuse works for hybrid models */
+
+/** One group of layers. Published sizes: 32 (0.6). */
+typedef struct kvc_pool_group_options {
+  uint32_t struct_size;      /**< sizeof(kvc_pool_group_options) */
+  kvc_pool_group_kind kind;  /**< default KVC_POOL_GROUP_FULL */
+  uint32_t block_size;       /**< tokens per block, >= 1 (RECURRENT: tokens between checkpoints) */
+  uint32_t num_blocks;       /**< blocks of the group, >= 2 (block 0 is the null block). RECURRENT: the
+                                  state slots, live states and checkpoints together */
+  int64_t window;            /**< SLIDING: the sliding window in tokens (a query attends to itself and
+                                  window - 1 tokens before it), >= 1; CHUNKED: the chunk size, >= 1;
+                                  0 for FULL and RECURRENT */
+  uint64_t reserved;         /**< 0 */
+} kvc_pool_group_options;
+
+#define KVC_POOL_GROUP_OPTIONS_INIT {sizeof(kvc_pool_group_options), KVC_POOL_GROUP_FULL, 16, 0, 0, 0}
+
+/**
+ * One layer of the model. Attention groups: K is [num_kv_heads, key_head_dim]
+ * per token, V [num_kv_heads, value_head_dim]. Recurrent groups: the live
+ * state of a sequence is a conv state [conv_dim, conv_kernel] and an SSM
+ * state [num_kv_heads, key_head_dim, ssm_state_size] (Mamba2's heads,
+ * head_dim, d_state; Mamba: num_kv_heads = 1, key_head_dim = d_inner).
+ * Published sizes: 40 (0.6).
+ */
+typedef struct kvc_pool_layer_options {
+  uint32_t struct_size;      /**< sizeof(kvc_pool_layer_options) */
+  uint32_t group;            /**< index into kvc_pool_options.groups */
+  uint32_t num_kv_heads;     /**< >= 1 */
+  uint32_t key_head_dim;     /**< >= 1 */
+  uint32_t value_head_dim;   /**< attention groups: >= 1; 0 = key_head_dim. RECURRENT: 0 */
+  uint32_t conv_dim;         /**< RECURRENT: channels of the conv state, >= 1; attention: 0 */
+  uint32_t conv_kernel;      /**< RECURRENT: conv kernel size, >= 1; attention: 0 */
+  uint32_t ssm_state_size;   /**< RECURRENT: d_state, >= 1; attention: 0 */
+  uint64_t reserved;         /**< 0 */
+} kvc_pool_layer_options;
+
+#define KVC_POOL_LAYER_OPTIONS_INIT {sizeof(kvc_pool_layer_options), 0, 0, 0, 0, 0, 0, 0, 0}
+
+/* Physical layout of the K/V storage of a layer (views in either layout are zero-copy; see
+ * kvc_pool_layer_storage). */
+typedef int32_t kvc_pool_layout;
+#define KVC_POOL_LAYOUT_NHD 0 /**< [num_blocks, block_size, num_kv_heads, head_dim] (vLLM, FlashInfer NHD) */
+#define KVC_POOL_LAYOUT_HND 1 /**< [num_blocks, num_kv_heads, block_size, head_dim] (FlashInfer HND) */
+
+/** Options of kvc_pool_create. Published sizes: 80 (0.6). */
+typedef struct kvc_pool_options {
+  uint32_t struct_size;                        /**< sizeof(kvc_pool_options) */
+  kvc_dtype dtype;                             /**< K/V and state dtype; required (not UNSET) */
+  kvc_device device;                           /**< default {KVC_DEVICE_CPU, 0} */
+  uint32_t num_groups;                         /**< >= 1 */
+  const kvc_pool_group_options* groups;        /**< num_groups entries; borrowed for the call */
+  uint32_t num_layers;                         /**< >= 1 */
+  const kvc_pool_layer_options* layers;        /**< num_layers entries; borrowed for the call */
+  kvc_pool_layout layout;                      /**< default KVC_POOL_LAYOUT_NHD */
+  const void* hash_seed;                       /**< the pool's hash namespace (name the model and its
+                                                    weights with it); borrowed for the call */
+  size_t hash_seed_len;                        /**< bytes of hash_seed; 0 = empty seed */
+  int32_t enable_prefix_caching;               /**< 1 (default): full committed blocks are hashed and
+                                                    reused; 0: never hashed, released blocks are freed */
+  uint32_t event_capacity;                     /**< events kept until pulled; 0 = no events (default).
+                                                    When full, the oldest are dropped (ids show the gap) */
+} kvc_pool_options;
+
+#define KVC_POOL_OPTIONS_INIT \
+  {sizeof(kvc_pool_options), KVC_DTYPE_UNSET, {KVC_DEVICE_CPU, 0}, 0, NULL, 0, NULL, KVC_POOL_LAYOUT_NHD, NULL, 0, 1, 0}
+/** Sets `options` to KVC_POOL_OPTIONS_INIT. Never fails; NULL is ignored. */
+KVC_API void kvc_pool_options_init(kvc_pool_options* options);
+
+/* ---------------------------------------------------------- pool itself */
+
+/**
+ * Creates a pool: allocates every group's blocks (zeroed) on the device.
+ * On success `*out` is owned by the caller (kvc_pool_destroy); on error it
+ * is untouched. Errors: INVALID_ARGUMENT (options, naming the field and
+ * the group or layer), NO_DEVICE, OUT_OF_MEMORY.
+ */
+KVC_API kvc_error* kvc_pool_create(const kvc_pool_options* options, kvc_pool** out);
+
+/**
+ * Frees the pool and its storage. Its sequences must have been destroyed
+ * before; a pool still holding sequences frees them too (their handles
+ * become invalid). Accepts NULL.
+ */
+KVC_API void kvc_pool_destroy(kvc_pool* pool);
+
+/** Binds a device pool to the caller's stream, with kvc_cache_set_stream's rules. */
+KVC_API kvc_error* kvc_pool_set_stream(kvc_pool* pool, void* stream);
+
+/** Counters of one group. Fill struct_size before the call. Published sizes: 72 (0.6). */
+typedef struct kvc_pool_stats {
+  uint32_t struct_size;        /**< set by the caller: sizeof(kvc_pool_stats) */
+  uint32_t group;              /**< the group these counters are of */
+  uint64_t num_blocks;         /**< usable blocks (num_blocks - 1) */
+  uint64_t free_blocks;        /**< neither referenced nor cached */
+  uint64_t cached_blocks;      /**< cached and unreferenced: evictable, reusable by match_prefix */
+  uint64_t used_blocks;        /**< referenced by at least one sequence */
+  uint64_t pinned_blocks;      /**< cached blocks kept from eviction by kvc_pool_sequence_pin */
+  uint64_t prefix_queries;     /**< blocks looked up by match_prefix since creation */
+  uint64_t prefix_hits;        /**< of which were found */
+  uint64_t evictions;          /**< cached blocks reclaimed for new data since creation */
+} kvc_pool_stats;
+
+/** Fills `*out` for `group`. Errors: INVALID_ARGUMENT (NULL, struct_size), OUT_OF_RANGE (group). */
+KVC_API kvc_error* kvc_pool_stats_get(const kvc_pool* pool, uint32_t group, kvc_pool_stats* out);
+
+/**
+ * Evicts every cached, unreferenced, unpinned block (a weights update makes
+ * them stale) and queues a KVC_POOL_EVENT_ALL_CLEARED event. Blocks in use
+ * are untouched.
+ */
+KVC_API kvc_error* kvc_pool_clear_cache(kvc_pool* pool);
+
+/* ------------------------------------------------------------ sequences */
+
+/** Options of kvc_pool_sequence_create. Published sizes: 24 (0.6). */
+typedef struct kvc_pool_sequence_options {
+  uint32_t struct_size;  /**< sizeof(kvc_pool_sequence_options) */
+  const void* salt;      /**< cache salt (per tenant): blocks are reused only between sequences with the
+                              same salt (docs/block-hash.md); borrowed for the call */
+  size_t salt_len;       /**< bytes of salt; 0 = no salt */
+} kvc_pool_sequence_options;
+
+#define KVC_POOL_SEQUENCE_OPTIONS_INIT {sizeof(kvc_pool_sequence_options), NULL, 0}
+
+/** Creates an empty sequence (no tokens, no blocks). `options` NULL = defaults. */
+KVC_API kvc_error* kvc_pool_sequence_create(kvc_pool* pool, const kvc_pool_sequence_options* options,
+                                            kvc_pool_sequence** out);
+
+/**
+ * Releases the sequence's blocks and frees the handle. Blocks that are cached
+ * stay in the pool, reusable, until evicted (or kept while pinned); the
+ * others are free at once. Accepts NULL.
+ */
+KVC_API void kvc_pool_sequence_destroy(kvc_pool_sequence* sequence);
+
+/** Tokens the sequence holds (reserved, whether committed or not). 0 for NULL. */
+KVC_API uint64_t kvc_pool_sequence_length(const kvc_pool_sequence* sequence);
+
+/** Tokens committed (written and declared by kvc_pool_commit or matched). 0 for NULL. */
+KVC_API uint64_t kvc_pool_sequence_committed(const kvc_pool_sequence* sequence);
+
+/**
+ * Matches the longest cached prefix of `tokens` and attaches its blocks to
+ * `sequence`, which must be empty. The prefix is a whole number of blocks of
+ * every group, found in every group: a full group needs every block of it,
+ * a sliding or chunked group those the last token still attends to, a
+ * recurrent group a checkpoint at its end. At most num_tokens - 1 tokens are
+ * matched: the last token of a prompt is always computed (its logits are
+ * needed). The matched tokens become the sequence's committed tokens;
+ * `*matched_tokens` says how many (0 when nothing matched). The rest of
+ * `tokens` is not recorded: reserve it. A recurrent group's live state is set
+ * from the checkpoint.
+ * Errors: INVALID_ARGUMENT (NULL, negative token id naming its index, a
+ * sequence that is not empty), OUT_OF_MEMORY (no slot for a recurrent
+ * group's live state).
+ */
+KVC_API kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* sequence, const int32_t* tokens, size_t num_tokens,
+                                         uint64_t* matched_tokens);
+
+/**
+ * Appends `tokens` to the sequence and gives each a slot in every attention
+ * group: slot = block * block_size + offset in the block, the index
+ * kvc_pool_write and attention kernels use (vLLM's slot mapping).
+ * `slot_mapping` receives num_groups * num_tokens entries, group-major
+ * (entry g * num_tokens + i for token i in group g; -1 for a recurrent
+ * group). Blocks are taken from the free list, then by evicting the least
+ * recently used cached blocks; a shared or cached last block is first copied
+ * (copy-on-write, all layers of its group). Sliding and chunked groups give
+ * back the blocks that left the window.
+ * Errors: INVALID_ARGUMENT (NULL, num_tokens 0, negative token id),
+ * OUT_OF_MEMORY (naming the group, the blocks needed and the blocks
+ * available; nothing changes).
+ */
+KVC_API kvc_error* kvc_pool_reserve(kvc_pool_sequence* sequence, const int32_t* tokens, size_t num_tokens,
+                                    int64_t* slot_mapping);
+
+/**
+ * Declares every reserved token written: blocks that became full are hashed
+ * and cached (with a KVC_POOL_EVENT_BLOCK_STORED event each), and a
+ * recurrent group checkpoints the live state when the committed length is a
+ * multiple of its block size.
+ */
+KVC_API kvc_error* kvc_pool_commit(kvc_pool_sequence* sequence);
+
+/**
+ * A new sequence sharing every block of `sequence` (its tokens, committed
+ * count and salt too; a recurrent group's live state is copied). Nothing is
+ * copied for attention groups until one of the two writes into a shared
+ * partial block (copy-on-write in kvc_pool_reserve).
+ * Errors: INVALID_ARGUMENT (NULL), OUT_OF_MEMORY (recurrent state slot).
+ */
+KVC_API kvc_error* kvc_pool_fork(const kvc_pool_sequence* sequence, kvc_pool_sequence** out);
+
+/**
+ * Keeps the first `num_tokens` tokens (speculative decoding's rollback):
+ * blocks wholly past them are released. A block that is cached keeps its
+ * contents; the next reserve into it copies it. Truncating below the
+ * committed length lowers it too; a recurrent group's live state cannot be
+ * rolled back without a checkpoint at `num_tokens` (restored if one exists;
+ * otherwise INVALID_STATE and nothing changes).
+ * Errors: INVALID_ARGUMENT (NULL), OUT_OF_RANGE (num_tokens > length).
+ */
+KVC_API kvc_error* kvc_pool_truncate(kvc_pool_sequence* sequence, uint64_t num_tokens);
+
+/**
+ * Pins the sequence's cached blocks: they are never evicted, even after the
+ * sequence is destroyed, until kvc_pool_unpin_all (a system prompt every
+ * request shares). Pinning a block twice is pinning it.
+ */
+KVC_API kvc_error* kvc_pool_sequence_pin(kvc_pool_sequence* sequence);
+
+/** Unpins every block; they stay cached, evictable again. */
+KVC_API kvc_error* kvc_pool_unpin_all(kvc_pool* pool);
+
+/**
+ * Admission control: the blocks of each group that reserving
+ * `new_tokens[i]` more tokens for each of `sequences[i]` would take,
+ * copy-on-write copies and recurrent slots included, minus the blocks
+ * sliding groups would give back. `blocks_needed` receives num_groups
+ * entries. Compare with kvc_pool_stats' free_blocks + cached_blocks.
+ */
+KVC_API kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_sequence* const* sequences,
+                                          const uint64_t* new_tokens, size_t num_sequences,
+                                          uint64_t* blocks_needed);
+
+/* ------------------------------------------------------------- data path */
+
+/**
+ * Writes one step's K/V through a slot mapping: for layer l and token i,
+ * keys[l][i] (a [num_tokens, num_kv_heads, key_head_dim] tensor) goes to
+ * slot slot_mapping[group(l) * num_tokens + i] of layer l, and values
+ * likewise. A slot of -1 is skipped (padding). `keys` and `values` hold
+ * num_layers entries (one per layer, recurrent layers' entries ignored, may
+ * be zeroed); they live on the pool's device, any strides. `slot_mapping`
+ * is host memory in kvc_pool_reserve's form, so the tokens of many
+ * sequences are written in one call: concatenate their mappings group by
+ * group. A GPU pool issues one kernel launch for all layers.
+ * Errors: INVALID_ARGUMENT (a slot out of range naming the token, group and
+ * value), SHAPE_MISMATCH, DTYPE_MISMATCH, DEVICE_MISMATCH; nothing written.
+ */
+KVC_API kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tensor* values,
+                                  uint32_t num_layers, const int64_t* slot_mapping, size_t num_tokens);
+
+/**
+ * The K and V storage of `layer` as 4-D views over all its group's blocks
+ * in `layout` ([num_blocks, block_size, heads, head_dim] for NHD,
+ * [num_blocks, heads, block_size, head_dim] for HND). The layout the pool
+ * was created with gives compact tensors; the other the same memory with
+ * strides. Valid until kvc_pool_destroy: a pool's storage never moves.
+ * Errors: OUT_OF_RANGE (layer), INVALID_ARGUMENT (a recurrent layer, layout).
+ */
+KVC_API kvc_error* kvc_pool_layer_storage(const kvc_pool* pool, uint32_t layer, kvc_pool_layout layout,
+                                          kvc_kv* out);
+
+/* Block table formats of kvc_pool_block_table. */
+typedef int32_t kvc_pool_table_format;
+#define KVC_POOL_TABLE_PADDED 0 /**< vLLM / FlashAttention: int32 [batch, max_blocks], rows padded with 0 */
+#define KVC_POOL_TABLE_CSR    1 /**< FlashInfer: int32 indptr [batch + 1], indices [indptr[batch]],
+                                     last_page_len [batch] */
+
+/** Block tables of a batch in one format. Owned by the pool. */
+typedef struct kvc_pool_table {
+  kvc_tensor table;          /**< PADDED: the table. CSR: indices */
+  kvc_tensor indptr;         /**< CSR only (zeroed for PADDED) */
+  kvc_tensor last_page_len;  /**< CSR only: tokens in each sequence's last block, 1..block_size */
+} kvc_pool_table;
+
+/**
+ * The block tables of `sequences` in `group`, in `format`, as int32 tensors
+ * in the pool's device memory (one host-to-device copy into a buffer the
+ * pool owns). Valid until the next call that mutates the pool or a sequence.
+ * Errors: INVALID_ARGUMENT (NULL, a sequence of another pool, a recurrent
+ * group), OUT_OF_RANGE (group).
+ */
+KVC_API kvc_error* kvc_pool_block_table(kvc_pool* pool, const kvc_pool_sequence* const* sequences,
+                                        size_t num_sequences, uint32_t group, kvc_pool_table_format format,
+                                        kvc_pool_table* out);
+
+/**
+ * Copies the K/V of `sequence`'s tokens [0, length) of `layer` into
+ * caller-owned contiguous-or-strided tensors of shape [1, num_kv_heads,
+ * length, head_dim] on the pool's device: the transformers layout, for
+ * attention code that needs contiguous tensors and to move a sequence into
+ * a kvc_cache. Sliding and chunked groups have no bytes for freed blocks:
+ * gathering such a sequence is INVALID_STATE naming the first missing token.
+ */
+KVC_API kvc_error* kvc_pool_gather(const kvc_pool_sequence* sequence, uint32_t layer, const kvc_tensor* keys,
+                                   const kvc_tensor* values);
+
+/**
+ * The live recurrent state of `sequence` in recurrent `layer`: conv
+ * [1, conv_dim, conv_kernel] and SSM [1, num_kv_heads, key_head_dim,
+ * ssm_state_size] views the model reads and writes in place. Valid until
+ * the next call that mutates the pool or a sequence.
+ * Errors: INVALID_ARGUMENT (not a recurrent layer), OUT_OF_RANGE (layer).
+ */
+KVC_API kvc_error* kvc_pool_recurrent_state(kvc_pool_sequence* sequence, uint32_t layer, kvc_tensor* conv_state,
+                                            kvc_tensor* ssm_state);
+
+/* --------------------------------------------------------------- events */
+
+typedef int32_t kvc_pool_event_kind;
+#define KVC_POOL_EVENT_BLOCK_STORED  1 /**< a full block was hashed and cached */
+#define KVC_POOL_EVENT_BLOCK_REMOVED 2 /**< a cached block was evicted (its hash is no longer found) */
+#define KVC_POOL_EVENT_ALL_CLEARED   3 /**< kvc_pool_clear_cache */
+
+/** One event. Published sizes: 96 (0.6). */
+typedef struct kvc_pool_event {
+  uint64_t id;                              /**< 1, 2, 3, ... per pool; a gap means dropped events */
+  kvc_pool_event_kind kind;
+  uint32_t group;                           /**< STORED / REMOVED */
+  uint8_t block_hash[KVC_BLOCK_HASH_SIZE];  /**< STORED / REMOVED */
+  uint8_t parent_hash[KVC_BLOCK_HASH_SIZE]; /**< STORED: the previous block's hash, or the chain's root */
+  uint32_t num_tokens;                      /**< STORED: tokens in the block (the group's block size) */
+  uint32_t block_id;                        /**< STORED / REMOVED: the block's index in its group */
+  uint64_t reserved;
+} kvc_pool_event;
+
+/**
+ * Takes up to `capacity` queued events, oldest first, into `events`;
+ * `*count` says how many. Pulled events leave the queue.
+ */
+KVC_API kvc_error* kvc_pool_events_pull(kvc_pool* pool, kvc_pool_event* events, size_t capacity, size_t* count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVCACHE_POOL_H */
