@@ -75,6 +75,14 @@ from ._cache import (
     StaticCache,
 )
 
+from ._block_hash import (
+    BLOCK_HASH_SIZE,
+    BLOCK_HASH_VERSION,
+    block_hash,
+    block_hash_chain,
+    block_hash_root,
+)
+
 View = _lib.View
 
 #: The version of the C library this package runs on ("MAJOR.MINOR.PATCH").
@@ -117,4 +125,5 @@ __all__ = [
     "KvcacheError", "InvalidArgumentError", "OutOfRangeError", "DtypeMismatchError", "ShapeMismatchError",
     "DeviceMismatchError", "UnsupportedError", "InvalidStateError", "OutOfMemoryError", "NoDeviceError",
     "VersionMismatchError", "InternalError", "StaleViewError",
+    "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
 ]

@@ -84,6 +84,8 @@ pub const KVC_QUERY_OFFSET_PLAIN: u32 = 0;
 pub const KVC_QUERY_OFFSET_MTP: u32 = 1;
 pub const KVC_QUERY_OFFSET_DFLASH: u32 = 2;
 pub const KVC_ALL_LAYERS: i32 = -1;
+pub const KVC_BLOCK_HASH_SIZE: usize = 32;
+pub const KVC_BLOCK_HASH_VERSION: usize = 1;
 unsafe extern "C" {
     /// Version of the library actually loaded, as KVC_VERSION_NUMBER. Never fails.
     pub fn kvc_version() -> u32;
@@ -1083,5 +1085,67 @@ unsafe extern "C" {
         cache: *const kvc_cache,
         layer: u32,
         out: *mut kvc_tensor,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** The root of a hash chain: the "parent" of the first block of every
+ sequence hashed with this seed and salt. `seed` (seed_len bytes) and `salt`
+ (salt_len bytes) are opaque bytes, not strings: no terminator is hashed and
+ a NUL byte is data. Either may be NULL exactly when its length is 0; the
+ empty seed and the empty salt are valid and distinct from every non-empty
+ one. Writes 32 bytes to `out`.
+ Errors (INVALID_ARGUMENT, `out` untouched): seed or salt NULL with a
+ nonzero length, a length above 4294967295 (it is hashed as a le32), out NULL.
+ Since 0.5.*/
+    pub fn kvc_block_hash_root(
+        seed: *const ::core::ffi::c_void,
+        seed_len: usize,
+        salt: *const ::core::ffi::c_void,
+        salt_len: usize,
+        out: *mut u8,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** The hash of one full block: `tokens` (num_tokens >= 1 ids, each >= 0)
+ following the block whose hash is `parent` (the root for a chain's first
+ block), with `extra` (extra_len bytes, NULL exactly when extra_len is 0) as
+ the block's extra keys. Writes 32 bytes to `out`, which may be the same
+ array as `parent` (hashing a chain in place).
+ Errors (INVALID_ARGUMENT, `out` untouched): parent, tokens or out NULL;
+ num_tokens 0 or above 4294967295; a negative token id (the message names
+ its index and value); extra NULL with a nonzero extra_len; extra_len above
+ 4294967295.
+ Since 0.5.*/
+    pub fn kvc_block_hash(
+        parent: *const u8,
+        tokens: *const i32,
+        num_tokens: usize,
+        extra: *const ::core::ffi::c_void,
+        extra_len: usize,
+        out: *mut u8,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** The hashes of every FULL block of a token list, with empty extra keys: what
+ a router computes per request. Block i holds tokens[i*block_size ..
+ (i+1)*block_size); out[0] = kvc_block_hash(root, block 0), out[i] =
+ kvc_block_hash(out[i-1], block i). The num_tokens % block_size tokens of a
+ partial tail are not hashed. Writes num_tokens / block_size hashes to
+ out[0..] and that count to `*out_count` (0 when no block is full; `tokens`
+ may then be NULL if num_tokens is 0, and `out` NULL if out_capacity is 0).
+ Errors (INVALID_ARGUMENT; nothing written, `*out_count` included): root or
+ out_count NULL; tokens NULL with num_tokens > 0; out NULL with
+ out_capacity > 0; block_size 0; a negative token id anywhere in the list,
+ the tail included (the message names its index and value); out_capacity
+ smaller than the number of full blocks (the message names both numbers).
+ Since 0.5.*/
+    pub fn kvc_block_hash_chain(
+        root: *const u8,
+        tokens: *const i32,
+        num_tokens: usize,
+        block_size: u32,
+        out: *mut [u8; 32usize],
+        out_capacity: usize,
+        out_count: *mut usize,
     ) -> *mut kvc_error;
 }
