@@ -1096,7 +1096,7 @@ unsafe extern "C" {
  one. Writes 32 bytes to `out`.
  Errors (INVALID_ARGUMENT, `out` untouched): seed or salt NULL with a
  nonzero length, a length above 4294967295 (it is hashed as a le32), out NULL.
- Since 0.5.*/
+ Since 0.6.*/
     pub fn kvc_block_hash_root(
         seed: *const ::core::ffi::c_void,
         seed_len: usize,
@@ -1115,7 +1115,7 @@ unsafe extern "C" {
  num_tokens 0 or above 4294967295; a negative token id (the message names
  its index and value); extra NULL with a nonzero extra_len; extra_len above
  4294967295.
- Since 0.5.*/
+ Since 0.6.*/
     pub fn kvc_block_hash(
         parent: *const u8,
         tokens: *const i32,
@@ -1138,7 +1138,7 @@ unsafe extern "C" {
  out_capacity > 0; block_size 0; a negative token id anywhere in the list,
  the tail included (the message names its index and value); out_capacity
  smaller than the number of full blocks (the message names both numbers).
- Since 0.5.*/
+ Since 0.6.*/
     pub fn kvc_block_hash_chain(
         root: *const u8,
         tokens: *const i32,
