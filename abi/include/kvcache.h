@@ -48,5 +48,7 @@
 #include "kvcache/quantized.h"
 #include "kvcache/recurrent.h"
 #include "kvcache/indexer.h"
+#include "kvcache/block_hash.h"
+#include "kvcache/pool.h"
 
 #endif /* KVCACHE_H */
