@@ -103,6 +103,9 @@ static kvc_error* check_options(const char* fn, const kvc_pool_options* o) {
   if (!o->hash_seed && o->hash_seed_len)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.hash_seed is NULL but hash_seed_len is %zu", fn,
                     o->hash_seed_len);
+  if (o->hash_seed_len > UINT32_MAX)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.hash_seed_len is %zu; the block hash takes at most "
+                    "4294967295 bytes of seed", fn, o->hash_seed_len);
   if (o->enable_prefix_caching != 0 && o->enable_prefix_caching != 1)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.enable_prefix_caching is %d; it must be 0 or 1", fn,
                     (int)o->enable_prefix_caching);
