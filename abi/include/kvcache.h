@@ -49,5 +49,6 @@
 #include "kvcache/recurrent.h"
 #include "kvcache/indexer.h"
 #include "kvcache/block_hash.h"
+#include "kvcache/pool.h"
 
 #endif /* KVCACHE_H */
