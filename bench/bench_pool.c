@@ -18,7 +18,10 @@
  *                  (one full-attention group) and hybrid (a full group and a
  *                  sliding group of window 128, gpt-oss-like). Reported: the
  *                  median over the measured steps of every run of the whole
- *                  step, and of each part. The storage's shape does not
+ *                  step, and of each part, and the cost of one block's
+ *                  hash (kvc_block_hash), which most of a step is: an
+ *                  arrival hashes its prompt's blocks up to the first miss,
+ *                  a commit every block that filled. The storage's shape does not
  *                  enter (no step copies K/V bytes: nothing forks, a match
  *                  ends on a block boundary), so the pools are small.
  *   pool_partial   the memory lost to partial blocks, measured at every step
@@ -248,6 +251,25 @@ static void sched_run(uint32_t num_groups, sched_result* res) {
   kvc_pool_destroy(pool);
 }
 
+/* What one block's key costs (kvc_block_hash: SHA-256 over the parent and 16 token ids), ns: the match of an
+   arrival hashes each block of its prompt up to the first miss, and a commit each block that became full. */
+static double block_hash_ns(int runs) {
+  enum { HASHES = 4096 };
+  int32_t tokens[SCHED_BLOCK];
+  uint8_t chain[2][KVC_BLOCK_HASH_SIZE] = {{0}};
+  for (int t = 0; t < SCHED_BLOCK; t++) tokens[t] = 1 + t;
+  double* ns = bench_alloc((size_t)runs * sizeof(double));
+  for (int r = 0; r < runs; r++) {
+    double t0 = bench_now_ns();
+    for (int i = 0; i < HASHES; i++) /* each hash the next one's parent, as in a chain */
+      bench_check(kvc_block_hash(chain[i & 1], tokens, SCHED_BLOCK, NULL, 0, chain[(i + 1) & 1]), "kvc_block_hash");
+    ns[r] = (bench_now_ns() - t0) / HASHES;
+  }
+  double median = bench_summarize(ns, (size_t)runs).median;
+  free(ns);
+  return median;
+}
+
 static void bench_schedule(int runs, bench_results* out) {
   static const char* const model_names[2] = {"llama", "hybrid"};
   static const char* const group_names[2] = {"full", "sliding"};
@@ -309,6 +331,13 @@ static void bench_schedule(int runs, bench_results* out) {
       snprintf(metric, sizeof metric, "waste_fraction_%s_%s", name, group_names[g]);
       bench_add(out, "pool_partial", "kvcache-c", metric,
                 (double)res.waste_sum[g] / (double)(res.slots_sum[g] ? res.slots_sum[g] : 1), "ratio");
+    }
+    if (num_groups == 1) {
+      double hash = block_hash_ns(runs);
+      printf("          one block's hash (SHA-256 of the parent and 16 token ids): %.0f ns; a step hashes about %.0f "
+             "blocks (every prompt block an arrival looks up, and every block that fills)\n",
+             hash, per_step * (double)(SCHED_SYSTEM + 64) / SCHED_BLOCK + (SCHED_SEQS - per_step) / SCHED_BLOCK);
+      bench_add(out, "pool_schedule", "kvcache-c", "block_hash_ns_16", hash, "ns");
     }
     free(res.step_ns);
     for (int p = 0; p < SCHED_PARTS; p++) free(res.part_ns[p]);
