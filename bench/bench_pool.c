@@ -21,9 +21,13 @@
  *                  step, and of each part, and the cost of one block's
  *                  hash (kvc_block_hash), which most of a step is: an
  *                  arrival hashes its prompt's blocks up to the first miss,
- *                  a commit every block that filled. The storage's shape does not
- *                  enter (no step copies K/V bytes: nothing forks, a match
- *                  ends on a block boundary), so the pools are small.
+ *                  a commit every block that filled. Timed apart, outside
+ *                  the step: admission (kvc_pool_blocks_needed for the 256
+ *                  sequences' tokens of the step) and the block tables
+ *                  (kvc_pool_block_table, padded, every group). The
+ *                  storage's shape does not enter (no step copies K/V
+ *                  bytes: nothing forks, a match ends on a block boundary),
+ *                  so the pools are small.
  *   pool_partial   the memory lost to partial blocks, measured at every step
  *                  of the same runs from the block tables
  *                  (kvc_pool_block_table): per sequence and group, the token
@@ -104,7 +108,8 @@ static kvc_pool* make_pool(kvc_dtype dtype, uint32_t num_groups, uint32_t block_
 #define SCHED_MAX_TOKENS 1024
 #define SCHED_WARMUP 512     /* steps before measuring: lengths mix, the cache fills, eviction starts */
 #define SCHED_MEASURED 512   /* steps measured per run */
-#define SCHED_PARTS 4        /* release, match (with create), reserve, commit */
+#define SCHED_PARTS 6        /* release, match (with create), reserve, commit: the step; admission, tables */
+#define SCHED_STEP_PARTS 4   /* the parts summed into the step */
 
 typedef struct sched_seq {
   kvc_pool_sequence* seq;
@@ -123,7 +128,8 @@ typedef struct sched_result {
   int64_t held_max[2];             /* blocks a sequence holds in the group, at most */
 } sched_result;
 
-static const char* const part_names[SCHED_PARTS] = {"release", "match", "reserve", "commit"};
+static const char* const part_names[SCHED_PARTS] = {"release", "match", "reserve", "commit", "admission",
+                                                     "tables"};
 
 static uint64_t sched_rng = 0x5c4ed;
 
@@ -140,14 +146,18 @@ static void new_request(sched_seq* s, const int32_t* system) {
   for (int t = prompt; t < s->total; t++) s->tokens[t] = 1 + sched_rand(32000);
 }
 
-/* Waste of partial blocks, from the padded block tables: slots held minus tokens held, per sequence and group. */
-static void measure_partial(kvc_pool* pool, uint32_t num_groups, sched_seq* seqs, sched_result* res) {
+/* Waste of partial blocks, from the padded block tables: slots held minus tokens held, per sequence and group.
+   Returns the ns the tables took (what the step's attention kernels would be handed). */
+static double measure_partial(kvc_pool* pool, uint32_t num_groups, sched_seq* seqs, sched_result* res) {
   const kvc_pool_sequence* handles[SCHED_SEQS];
+  double tables_ns = 0;
   for (int i = 0; i < SCHED_SEQS; i++) handles[i] = seqs[i].seq;
   for (uint32_t g = 0; g < num_groups; g++) {
     kvc_pool_table t;
+    double t0 = bench_now_ns();
     bench_check(kvc_pool_block_table(pool, handles, SCHED_SEQS, g, KVC_POOL_TABLE_PADDED, &t),
                 "kvc_pool_block_table");
+    tables_ns += bench_now_ns() - t0;
     int64_t width = t.table.shape[1];
     int64_t rs = t.table.strides ? t.table.strides[0] : width, cs = t.table.strides ? t.table.strides[1] : 1;
     const int32_t* base = (const int32_t*)((const char*)t.table.data + t.table.byte_offset);
@@ -174,6 +184,7 @@ static void measure_partial(kvc_pool* pool, uint32_t num_groups, sched_seq* seqs
       res->holders[g]++;
     }
   }
+  return tables_ns;
 }
 
 /* One step; part times in `ns` when measuring. */
@@ -201,9 +212,20 @@ static void sched_step(kvc_pool* pool, sched_seq* seqs, const int32_t* system, s
     res->prompt_tokens += (uint64_t)s->prompt;
   }
   double t3 = bench_now_ns();
+  /* Admission control, timed apart (not part of the step): what the step's reserves will take. */
+  const kvc_pool_sequence* handles[SCHED_SEQS];
+  uint64_t counts[SCHED_SEQS], needed[2];
+  for (int i = 0; i < SCHED_SEQS; i++) {
+    handles[i] = seqs[i].seq;
+    counts[i] = seqs[i].fed < seqs[i].prompt ? (uint64_t)(seqs[i].prompt - seqs[i].fed) : 1;
+  }
+  double a0 = bench_now_ns();
+  bench_check(kvc_pool_blocks_needed(pool, handles, counts, SCHED_SEQS, needed), "kvc_pool_blocks_needed");
+  double a1 = bench_now_ns();
+  t3 += a1 - a0;
   for (int i = 0; i < SCHED_SEQS; i++) {
     sched_seq* s = &seqs[i];
-    size_t n = s->fed < s->prompt ? (size_t)(s->prompt - s->fed) : 1;
+    size_t n = (size_t)counts[i];
     bench_check(kvc_pool_reserve(s->seq, s->tokens + s->fed, n, slots), "kvc_pool_reserve");
     s->fed += (int)n;
   }
@@ -216,6 +238,7 @@ static void sched_step(kvc_pool* pool, sched_seq* seqs, const int32_t* system, s
     ns[1] = t3 - t2;
     ns[2] = t4 - t3;
     ns[3] = t5 - t4;
+    ns[4] = a1 - a0;
   }
 }
 
@@ -237,13 +260,13 @@ static void sched_run(uint32_t num_groups, sched_result* res) {
   for (int s = 0; s < SCHED_MEASURED; s++) {
     double ns[SCHED_PARTS];
     sched_step(pool, seqs, system, res, ns);
+    ns[5] = measure_partial(pool, num_groups, seqs, res);
     double total = 0;
     for (int p = 0; p < SCHED_PARTS; p++) {
       res->part_ns[p][res->samples] = ns[p];
-      total += ns[p];
+      if (p < SCHED_STEP_PARTS) total += ns[p];
     }
     res->step_ns[res->samples++] = total;
-    measure_partial(pool, num_groups, seqs, res);
   }
   for (uint32_t g = 0; g < num_groups; g++) res->evictions += stats_of(pool, g).evictions;
   res->evictions -= evictions0;
@@ -298,7 +321,7 @@ static void bench_schedule(int runs, bench_results* out) {
     char metric[64];
     for (int p = 0; p < SCHED_PARTS; p++) {
       double part = bench_summarize(res.part_ns[p], res.samples).median;
-      printf(" %s %.0f", part_names[p], part);
+      printf("%s %s %.0f", p == SCHED_STEP_PARTS ? "; apart:" : "", part_names[p], part);
       snprintf(metric, sizeof metric, "%s_ns_256_%s", part_names[p], name);
       bench_add(out, "pool_schedule", "kvcache-c", metric, part, "ns");
     }
