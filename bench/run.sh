@@ -267,7 +267,9 @@ for dt in bf16 fp16; do
     echo "step write 256 x 32 layers x K,V ($dt): kvc_pool_write $(num "$(value pool_write kvcache-c "step_ns_256x32_$dt")") ns," \
         "memcpy $(num "$(value pool_write memcpy "step_ns_256x32_$dt")"), slot memcpy $(num "$(value pool_write slot-memcpy "step_ns_256x32_$dt")");" \
         "write / memcpy $(r2 "$(value pool_write kvcache-c "write_over_memcpy_$dt")")," \
-        "/ slot memcpy $(r2 "$(value pool_write kvcache-c "write_over_slot_memcpy_$dt")")"
+        "/ slot memcpy $(r2 "$(value pool_write kvcache-c "write_over_slot_memcpy_$dt")");" \
+        "in thread CPU time $(r2 "$(value pool_write kvcache-c "write_over_memcpy_cpu_$dt")")," \
+        "$(r2 "$(value pool_write kvcache-c "write_over_slot_memcpy_cpu_$dt")")"
 done
 if [ -n "${GPU_BENCH:-}" ]; then
     echo
