@@ -90,7 +90,8 @@ typedef struct output {
 
 /* What pool_self_attention needs of the sequence forward() is running. */
 struct pool_seq_step {
-  const int32_t* table[NUM_GROUPS]; /* the sequence's row of each group's block table */
+  const kvc_tensor* table[NUM_GROUPS]; /* each group's padded block table of the step's batch */
+  int64_t row;                        /* the sequence's row in them */
   const kvc_kv* storage;            /* [N_LAYERS]: the layers' K/V storage, NHD */
   float *step_k, *step_v;           /* [N_LAYERS][step_tokens][KV_DIM]: the step's new K/V */
   int64_t step_tokens, offset;      /* the sequence's first token in the step's K/V */
@@ -114,6 +115,12 @@ static int next_rand(int bound) { /* an LCG: a fixed request mix */
 }
 
 /* ------------------------------------------------------------- attention */
+
+/* Entry [row, col] of a padded block table (int32), whatever its strides. */
+static int32_t table_at(const kvc_tensor* t, int64_t row, int64_t col) {
+  int64_t rs = t->strides ? t->strides[0] : t->shape[1], cs = t->strides ? t->strides[1] : 1;
+  return ((const int32_t*)((const char*)t->data + t->byte_offset))[row * rs + col * cs];
+}
 
 /* Element [a, b, c, d] of a 4-D float32 view, whatever its strides. */
 static float at4(const kvc_tensor* t, int64_t a, int64_t b, int64_t c, int64_t d) {
@@ -141,7 +148,7 @@ void pool_self_attention(run* r, uint32_t layer, int n, int64_t pos0, const floa
         memcpy(g.k[g.count], k + (p - pos0) * KV_DIM, sizeof g.k[0]);
         memcpy(g.v[g.count], v + (p - pos0) * KV_DIM, sizeof g.v[0]);
       } else { /* history: slot p % bs of the block the table names */
-        int32_t block = s->table[group][p / bs];
+        int32_t block = table_at(s->table[group], s->row, p / bs);
         s->null_reads += block == 0;
         for (int h = 0; h < N_KV_HEADS; h++)
           for (int d = 0; d < HEAD_DIM; d++) {
@@ -297,26 +304,13 @@ static void admit(pool_run* pr, int step) {
   }
 }
 
-/* The padded block tables of the batch, copied: a table view lasts only until the next call on the pool. */
-static int32_t* copy_table(pool_run* pr, const kvc_pool_sequence* const* seqs, size_t n, uint32_t group,
-                           int64_t* width) {
-  kvc_pool_table t;
-  check(kvc_pool_block_table(pr->pool, seqs, n, group, KVC_POOL_TABLE_PADDED, &t), "kvc_pool_block_table");
-  *width = t.table.shape[1];
-  int64_t row = t.table.strides ? t.table.strides[0] : *width, col = t.table.strides ? t.table.strides[1] : 1;
-  int32_t* copy = alloc_or_exit(sizeof(int32_t) * n * (size_t)*width);
-  const int32_t* base = (const int32_t*)((const char*)t.table.data + t.table.byte_offset);
-  for (size_t b = 0; b < n; b++)
-    for (int64_t j = 0; j < *width; j++) copy[b * (size_t)*width + (size_t)j] = base[(int64_t)b * row + j * col];
-  return copy;
-}
-
 /* Blocks in use (the pool's count) against the references the block tables hold (without sharing, each a block). */
-static void count_blocks(pool_run* pr, int32_t* const* tables, const int64_t* width, size_t n) {
+static void count_blocks(pool_run* pr, const kvc_pool_table* tables, size_t n) {
   uint64_t used_total = 0, unshared_total = 0;
   for (uint32_t g = 0; g < NUM_GROUPS; g++) {
     uint64_t used = stats_of(pr->pool, g).used_blocks, refs = 0;
-    for (size_t i = 0; i < n * (size_t)width[g]; i++) refs += tables[g][i] != 0;
+    for (size_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < tables[g].table.shape[1]; j++) refs += table_at(&tables[g].table, (int64_t)i, j) != 0;
     if (used > pr->peak_used[g]) pr->peak_used[g] = used;
     if (refs > pr->peak_unshared[g]) pr->peak_unshared[g] = refs;
     used_total += used;
@@ -383,10 +377,13 @@ static void step(pool_run* pr) {
       memcpy(slots + g * total + offset, own + (size_t)g * count, sizeof(int64_t) * count);
     offset += (int64_t)count;
   }
-  int32_t* tables[NUM_GROUPS];
-  int64_t width[NUM_GROUPS];
-  for (uint32_t g = 0; g < NUM_GROUPS; g++) tables[g] = copy_table(pr, seqs, (size_t)n, g, &width[g]);
-  count_blocks(pr, tables, width, (size_t)n);
+  /* Views in the pool's memory, those of the two groups side by side, valid until the next call that changes
+     the pool: the forward below makes none. */
+  kvc_pool_table tables[NUM_GROUPS];
+  for (uint32_t g = 0; g < NUM_GROUPS; g++)
+    check(kvc_pool_block_table(pr->pool, seqs, (size_t)n, g, KVC_POOL_TABLE_PADDED, &tables[g]),
+          "kvc_pool_block_table");
+  count_blocks(pr, tables, (size_t)n);
   if (n > pr->peak_running) pr->peak_running = n;
 
   /* forward: one sequence at a time on this CPU; attention reads the pool */
@@ -394,11 +391,11 @@ static void step(pool_run* pr) {
   memset(&r, 0, sizeof r);
   r.dtype = KVC_DTYPE_FLOAT32;
   memcpy(r.masks, layer_masks, sizeof r.masks);
-  struct pool_seq_step ctx = {{NULL, NULL}, pr->storage, step_k, step_v, total, 0, 0};
+  struct pool_seq_step ctx = {{&tables[0].table, &tables[1].table}, 0, pr->storage, step_k, step_v, total, 0, 0};
   r.pool = &ctx;
   for (int b = 0; b < n; b++) {
     output* o = &pr->out[pr->running[b]];
-    for (int g = 0; g < NUM_GROUPS; g++) ctx.table[g] = tables[g] + (size_t)b * (size_t)width[g];
+    ctx.row = b;
     forward(&r, pr->m, o->tokens + o->fed, o->len - o->fed, o->fed, logits[b]);
     ctx.offset += o->len - o->fed;
   }
@@ -425,7 +422,6 @@ static void step(pool_run* pr) {
     }
   }
   sample(pr, (const float(*)[VOCAB])logits);
-  for (int g = 0; g < NUM_GROUPS; g++) free(tables[g]);
   free(slots), free(step_k), free(step_v), free(logits);
 }
 
