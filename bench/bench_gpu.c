@@ -23,6 +23,10 @@
  *   gpu_dequant      compact quantized mode's decode step, which dequantizes
  *                    the whole 8k history of 32 layers (dequantize_groups),
  *                    as memory traffic against a device-to-device copy.
+ *   gpu_pool_write   a device pool's kvc_pool_write of one decode step of 256
+ *                    sequences (all 32 layers, K and V) through the slot
+ *                    mapping, against a device-to-device copy of the same
+ *                    bytes; its launches counted in a captured graph.
  *
  * Without a usable CUDA device it prints "bench_gpu: SKIPPED: <why>" and
  * exits 0. Results go to results.json like the other benchmarks.
@@ -278,6 +282,7 @@ int main(int argc, char** argv) {
   gpu_bench_d2d(&gb);
   gpu_bench_offload(&gb);
   gpu_bench_dequant(&gb);
+  gpu_bench_pool_write(&gb);
 
   gpu_check(cudaEventDestroy(gb.start), "cudaEventDestroy");
   gpu_check(cudaEventDestroy(gb.stop), "cudaEventDestroy");
