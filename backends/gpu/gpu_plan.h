@@ -301,10 +301,10 @@ KVC_GPU_HD int32_t kvc_gpu_rows_job_units(const kvc_gpu_rows_job* j) {
 KVC_GPU_HD void kvc_gpu_rows_job_unit(const kvc_gpu_rows_job* j, const int32_t* index, int32_t pair0, int32_t t,
                                       char** dst, const char** src) {
   const kvc_gpu_copy* p = &j->rows.plan;
+  /* 32-bit arithmetic throughout (a pair's plan is one block: 2048 units at most); 64-bit division is slow on GPUs. */
   const int32_t units = p->n[3], row = t / units, u = t - row * units;
-  const int32_t rows = p->n[0] * p->n[1] * p->n[2], pair = pair0 + row / rows, r = row - (row / rows) * rows;
-  int32_t i0, i1, i2;
-  kvc_gpu_row_coords(p, r, &i0, &i1, &i2);
+  const int32_t rows = p->n[0] * p->n[1] * p->n[2], k = row / rows, r = row - k * rows, pair = pair0 + k;
+  const int32_t rest = r / p->n[2], i2 = r - rest * p->n[2], i0 = rest / p->n[1], i1 = rest - i0 * p->n[1];
   const int64_t drow = index[j->dst_index + (uint32_t)pair], srow = index[j->src_index + (uint32_t)pair];
   *dst = p->dst + drow * j->rows.dst_row_bytes + i0 * p->dst_stride[0] + i1 * p->dst_stride[1] +
          i2 * p->dst_stride[2] + u * p->dst_stride[3];
