@@ -23,6 +23,10 @@
  *   gpu_dequant      compact quantized mode's decode step, which dequantizes
  *                    the whole 8k history of 32 layers (dequantize_groups),
  *                    as memory traffic against a device-to-device copy.
+ *   gpu_rows_batch   the paged pool's step write through the plugin's
+ *                    copy_rows_batch (256 sequences x 32 layers x K,V, NHD
+ *                    and HND; a 4096-token prefill, staged and captured)
+ *                    against cudaMemcpyAsync of the same bytes.
  *
  * Without a usable CUDA device it prints "bench_gpu: SKIPPED: <why>" and
  * exits 0. Results go to results.json like the other benchmarks.
@@ -196,6 +200,29 @@ int gpu_fits(size_t bytes, const char* what) {
   return 0;
 }
 
+node_counts count_nodes(cudaGraph_t graph) {
+  node_counts c;
+  memset(&c, 0, sizeof c);
+  size_t n = 0;
+  gpu_check(cudaGraphGetNodes(graph, NULL, &n), "cudaGraphGetNodes");
+  cudaGraphNode_t* nodes = bench_alloc((n ? n : 1) * sizeof *nodes);
+  gpu_check(cudaGraphGetNodes(graph, nodes, &n), "cudaGraphGetNodes");
+  for (size_t i = 0; i < n; i++) {
+    enum cudaGraphNodeType type;
+    gpu_check(cudaGraphNodeGetType(nodes[i], &type), "cudaGraphNodeGetType");
+    switch (type) {
+      case cudaGraphNodeTypeKernel: c.kernels++; break;
+      case cudaGraphNodeTypeMemcpy: c.copies++; break;
+      case cudaGraphNodeTypeMemset: c.memsets++; break;
+      case cudaGraphNodeTypeMemAlloc: c.allocs++; break;
+      case cudaGraphNodeTypeMemFree: c.frees++; break;
+      default: c.other++; break;
+    }
+  }
+  free(nodes);
+  return c;
+}
+
 /* Whether this machine can run the benchmark; `why` says why not. */
 static int gpu_usable(char* why, size_t len) {
   int count = 0;
@@ -278,6 +305,7 @@ int main(int argc, char** argv) {
   gpu_bench_d2d(&gb);
   gpu_bench_offload(&gb);
   gpu_bench_dequant(&gb);
+  gpu_bench_rows_batch(&gb);
 
   gpu_check(cudaEventDestroy(gb.start), "cudaEventDestroy");
   gpu_check(cudaEventDestroy(gb.stop), "cudaEventDestroy");

@@ -12,34 +12,7 @@
  */
 #include "bench_gpu.h"
 
-typedef struct node_counts {
-  size_t kernels, copies, memsets, allocs, frees, other;
-} node_counts;
-
 static size_t launches(node_counts c) { return c.kernels + c.copies + c.memsets; }
-
-static node_counts count_nodes(cudaGraph_t graph) {
-  node_counts c;
-  memset(&c, 0, sizeof c);
-  size_t n = 0;
-  gpu_check(cudaGraphGetNodes(graph, NULL, &n), "cudaGraphGetNodes");
-  cudaGraphNode_t* nodes = bench_alloc((n ? n : 1) * sizeof *nodes);
-  gpu_check(cudaGraphGetNodes(graph, nodes, &n), "cudaGraphGetNodes");
-  for (size_t i = 0; i < n; i++) {
-    enum cudaGraphNodeType type;
-    gpu_check(cudaGraphNodeGetType(nodes[i], &type), "cudaGraphNodeGetType");
-    switch (type) {
-      case cudaGraphNodeTypeKernel: c.kernels++; break;
-      case cudaGraphNodeTypeMemcpy: c.copies++; break;
-      case cudaGraphNodeTypeMemset: c.memsets++; break;
-      case cudaGraphNodeTypeMemAlloc: c.allocs++; break;
-      case cudaGraphNodeTypeMemFree: c.frees++; break;
-      default: c.other++; break;
-    }
-  }
-  free(nodes);
-  return c;
-}
 
 /*
  * Captures step `step` of `d` (one update_all, or one update per layer) on
