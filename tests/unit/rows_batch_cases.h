@@ -31,6 +31,12 @@
 
 #include "backend.h"
 
+#if defined(__GNUC__) || defined(__clang__)
+#define RBC_UNUSED __attribute__((unused))
+#else
+#define RBC_UNUSED
+#endif
+
 static uint64_t rbc_state = UINT64_C(0x9b6c1f3e2d4a5c87);
 
 static uint64_t rbc_next(void) {
@@ -287,8 +293,8 @@ static void rbc_bind(const rbc_case* c, unsigned char* const* bufs, kvc_copy_row
   }
 }
 
-/* The plain reference: element by element, job by job (strides in elements, any sign). */
-static void rbc_reference(const kvc_copy_rows_job* jobs, int32_t count) {
+/* The plain reference: element by element, job by job (strides in elements, any sign). Not every test needs it. */
+RBC_UNUSED static void rbc_reference(const kvc_copy_rows_job* jobs, int32_t count) {
   for (int32_t i = 0; i < count; i++) {
     const kvc_copy_rows_job* j = &jobs[i];
     const int64_t e = (int64_t)j->elem_size;
