@@ -46,6 +46,9 @@ echo
 echo "== bench_reorder"
 "$(find_bin bench_reorder)" --json "$JSON" "${EXTRA[@]}"
 echo
+echo "== bench_rows_batch (the pool's step write: the CPU backend's copy_rows_batch against memcpy)"
+"$(find_bin bench_rows_batch)" --json "$JSON" "${EXTRA[@]}"
+echo
 echo "== Go (bindings/go: Step.Update, UpdateAll and Update against C in one process)"
 bash "$ROOT/bindings/go/scripts/bench.sh" "$BUILD" "$JSON"
 echo
