@@ -916,3 +916,6 @@ PyObject* kvc_py_cache_state_view(PyObject* cache, unsigned int layer, unsigned 
   return result;
 }
 %}
+
+/* The pool (kvcache/pool.h): its handles, typemaps and hand-written functions. */
+%include "kvcache_pool.i"

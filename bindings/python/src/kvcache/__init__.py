@@ -18,7 +18,8 @@ cache.
 
 ``kvcache.transformers`` (needs torch and transformers >= 5) has drop-in
 replacements for transformers' caches, usable as ``past_key_values`` in
-``model.generate``.
+``model.generate``. :class:`Pool` is the paged block pool of serving stacks
+(continuous batching, prefix reuse, copy-on-write, events; ``kvcache.pool``).
 """
 from __future__ import annotations
 
@@ -75,6 +76,22 @@ from ._cache import (
     StaticCache,
 )
 
+from .pool import (
+    CsrBlockTable,
+    EventKind,
+    GroupKind,
+    Layout,
+    Pool,
+    PoolEvent,
+    PoolGroup,
+    PoolLayer,
+    PoolStats,
+    RecurrentState,
+    Sequence,
+    SlotMapping,
+    describe_config,
+)
+
 View = _lib.View
 
 #: The version of the C library this package runs on ("MAJOR.MINOR.PATCH").
@@ -117,4 +134,6 @@ __all__ = [
     "KvcacheError", "InvalidArgumentError", "OutOfRangeError", "DtypeMismatchError", "ShapeMismatchError",
     "DeviceMismatchError", "UnsupportedError", "InvalidStateError", "OutOfMemoryError", "NoDeviceError",
     "VersionMismatchError", "InternalError", "StaleViewError",
+    "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
+    "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
 ]
