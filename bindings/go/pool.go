@@ -309,11 +309,16 @@ func groupIndex(fn string, group int) (uint32, error) {
 // with Cache.SetStream's rules: 0 is the default stream, a CPU pool takes
 // only that.
 func (p *Pool) SetStream(stream uintptr) error {
-	h, err := p.enter(false)
+	return p.call(false, func(h unsafe.Pointer) error { return cPoolSetStream(h, stream) })
+}
+
+// call runs f on the pool's handle (see enter).
+func (p *Pool) call(stale bool, f func(unsafe.Pointer) error) error {
+	h, err := p.enter(stale)
 	if err != nil {
 		return err
 	}
-	err = cPoolSetStream(h, stream)
+	err = f(h)
 	runtime.KeepAlive(p)
 	return err
 }
@@ -351,26 +356,10 @@ func (p *Pool) Stats(group int) (PoolStats, error) {
 
 // ClearCache evicts every cached, unreferenced, unpinned block (a weights
 // update makes them stale) and queues an EventAllCleared.
-func (p *Pool) ClearCache() error {
-	h, err := p.enter(true)
-	if err != nil {
-		return err
-	}
-	err = cPoolClearCache(h)
-	runtime.KeepAlive(p)
-	return err
-}
+func (p *Pool) ClearCache() error { return p.call(true, cPoolClearCache) }
 
 // UnpinAll unpins every block Sequence.Pin pinned; they stay cached.
-func (p *Pool) UnpinAll() error {
-	h, err := p.enter(true)
-	if err != nil {
-		return err
-	}
-	err = cPoolUnpinAll(h)
-	runtime.KeepAlive(p)
-	return err
-}
+func (p *Pool) UnpinAll() error { return p.call(true, cPoolUnpinAll) }
 
 // handles returns the C handles of seqs, which must be open sequences of p.
 func (p *Pool) handles(fn string, seqs []*Sequence) ([]unsafe.Pointer, error) {
@@ -796,12 +785,15 @@ func (s *Sequence) ReserveInto(tokens []int32, m *SlotMapping) error {
 // Commit declares every reserved token written: blocks that became full are
 // hashed and cached (an EventBlockStored each), recurrent groups checkpoint
 // their state at block boundaries.
-func (s *Sequence) Commit() error {
+func (s *Sequence) Commit() error { return s.call(cPoolCommit) }
+
+// call runs a call that changes blocks or tables on the sequence's handle.
+func (s *Sequence) call(f func(unsafe.Pointer) error) error {
 	h, err := s.enter(true)
 	if err != nil {
 		return err
 	}
-	err = cPoolCommit(h)
+	err = f(h)
 	runtime.KeepAlive(s)
 	return err
 }
@@ -827,26 +819,12 @@ func (s *Sequence) Truncate(n int64) error {
 	if n < 0 {
 		return newError(CodeInvalidArgument, fmt.Sprintf("Truncate: n is %d; it must be >= 0", n))
 	}
-	h, err := s.enter(true)
-	if err != nil {
-		return err
-	}
-	err = cPoolTruncate(h, uint64(n))
-	runtime.KeepAlive(s)
-	return err
+	return s.call(func(h unsafe.Pointer) error { return cPoolTruncate(h, uint64(n)) })
 }
 
 // Pin pins the sequence's cached blocks: never evicted, even after it is
 // closed, until Pool.UnpinAll.
-func (s *Sequence) Pin() error {
-	h, err := s.enter(true)
-	if err != nil {
-		return err
-	}
-	err = cPoolPin(h)
-	runtime.KeepAlive(s)
-	return err
-}
+func (s *Sequence) Pin() error { return s.call(cPoolPin) }
 
 // Gather copies the sequence's K and V of layer into keys and values,
 // [1, num_kv_heads, Len(), head_dim] tensors on the pool's device (a Tensor
