@@ -51,14 +51,6 @@ const (
 	EventAllCleared   PoolEventKind = 3 // ClearCache
 )
 
-// BlockHashSize is the size of a block hash (KVC_BLOCK_HASH_SIZE, a SHA-256
-// digest); BlockHashVersion the version of the block-hash specification
-// (docs/block-hash.md).
-const (
-	BlockHashSize    = 32
-	BlockHashVersion = 1
-)
-
 // Errors of closed pools and sequences; both match ErrInvalidState.
 var (
 	ErrPoolClosed     = &Error{Code: CodeInvalidState, Message: "use of a closed pool"}
@@ -197,7 +189,9 @@ func (o *poolOwner) close() {
 //
 // Views: BlockTable, BlockTableCSR and Sequence.RecurrentState return views
 // valid until the next call that changes the pool's blocks or tables (every
-// call but the queries, Write, Gather, LayerStorage and RecurrentState);
+// call but the queries, Write, Gather, LayerStorage, BlockTable and
+// RecurrentState), a table also until the next table of its group and
+// format (the tables of several groups coexist);
 // LayerStorage's views are valid until Close, the storage never moves. The
 // package tracks this like a cache's views (ErrStaleView).
 //
@@ -206,13 +200,18 @@ func (o *poolOwner) close() {
 // pools are independent. A pool or sequence dropped without Close is closed
 // by a finalizer, as a safety net only.
 type Pool struct {
-	o      *poolOwner
-	gen    uint64 // bumped by calls that change blocks or tables: table and state views remember it
-	dtype  DType
-	device Device
-	layout PoolLayout
-	groups []PoolGroup
-	layers []PoolLayer
+	o   *poolOwner
+	gen uint64 // bumped by calls that change blocks or tables: state views remember it
+	// tableGen[2*group+format] is the serial of the live table of that group
+	// and format (0: none): every call that changes blocks or tables clears
+	// them, the next table of the same group and format replaces its entry.
+	tableGen []uint64
+	serial   uint64
+	dtype    DType
+	device   Device
+	layout   PoolLayout
+	groups   []PoolGroup
+	layers   []PoolLayer
 }
 
 // NewPool creates a pool (kvc_pool_create), allocating every group's
@@ -237,7 +236,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		device = CPU
 	}
 	return &Pool{
-		o: o, dtype: opts.DType, device: device, layout: opts.Layout,
+		o: o, dtype: opts.DType, device: device, layout: opts.Layout, tableGen: make([]uint64, 2*len(opts.Groups)),
 		groups: append([]PoolGroup(nil), opts.Groups...), layers: append([]PoolLayer(nil), opts.Layers...),
 	}, nil
 }
@@ -278,10 +277,11 @@ func (p *Pool) enter(stale bool) (unsafe.Pointer, error) {
 		for _, s := range dropped {
 			cPoolSequenceDestroy(s)
 		}
-		p.gen++
+		stale = true // blocks were released
 	}
 	if stale {
 		p.gen++
+		clear(p.tableGen)
 	}
 	return h, nil
 }
@@ -508,40 +508,48 @@ type ctable struct {
 	table, indptr, lastPageLen ctensor
 }
 
-func (p *Pool) blockTable(fn string, seqs []*Sequence, group int, format tableFormat) (*ctable, error) {
+func (p *Pool) blockTable(fn string, seqs []*Sequence, group int, format tableFormat) (*ctable, int32, error) {
 	g, err := groupIndex(fn, group)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	raw, err := p.handles(fn, seqs)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	h, err := p.enter(true)
+	h, err := p.enter(false)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var out ctable
 	err = cPoolBlockTable(h, raw, g, format, &out)
 	runtime.KeepAlive(p)
 	runtime.KeepAlive(seqs)
 	if err != nil {
-		return nil, err
+		return nil, 0, err // nothing changed: the previous table of this group and format stays valid
 	}
-	return &out, nil
+	// The group is in range (the call succeeded): its table of this format was rewritten.
+	slot := int32(2*int(g) + int(format))
+	p.serial++
+	p.tableGen[slot] = p.serial
+	return &out, slot, nil
+}
+
+func (p *Pool) tableView(t *ctensor, slot int32) View {
+	return View{t: *t, pool: p, gen: p.tableGen[slot], kind: viewPoolTable, table: slot}
 }
 
 // BlockTable returns the block tables of seqs in group as an int32
 // [batch, max_blocks] view on the pool's device, rows padded with 0 (vLLM,
 // FlashAttention); Int32s reads it on the host. Valid until the next call
-// that changes blocks or tables (another BlockTable included): copy it
-// before asking for another.
+// that changes blocks or tables, or the next BlockTable of the same group:
+// the tables of several groups coexist.
 func (p *Pool) BlockTable(seqs []*Sequence, group int) (View, error) {
-	t, err := p.blockTable("BlockTable", seqs, group, tablePadded)
+	t, slot, err := p.blockTable("BlockTable", seqs, group, tablePadded)
 	if err != nil {
 		return View{}, err
 	}
-	return p.view(&t.table, viewPool), nil
+	return p.tableView(&t.table, slot), nil
 }
 
 // CSRTable is a batch's block tables in FlashInfer's CSR form: int32
@@ -554,11 +562,11 @@ type CSRTable struct {
 // BlockTableCSR returns the block tables in the CSR form; validity as
 // BlockTable.
 func (p *Pool) BlockTableCSR(seqs []*Sequence, group int) (CSRTable, error) {
-	t, err := p.blockTable("BlockTableCSR", seqs, group, tableCSR)
+	t, slot, err := p.blockTable("BlockTableCSR", seqs, group, tableCSR)
 	if err != nil {
 		return CSRTable{}, err
 	}
-	return CSRTable{p.view(&t.indptr, viewPool), p.view(&t.table, viewPool), p.view(&t.lastPageLen, viewPool)}, nil
+	return CSRTable{p.tableView(&t.indptr, slot), p.tableView(&t.table, slot), p.tableView(&t.lastPageLen, slot)}, nil
 }
 
 // Int32s returns a copy of an int32 view in host memory (block tables), in

@@ -81,10 +81,6 @@ var (
 	_ [int64(C.KVC_POOL_EVENT_BLOCK_REMOVED) - int64(EventBlockRemoved)]struct{}
 	_ [int64(EventAllCleared) - int64(C.KVC_POOL_EVENT_ALL_CLEARED)]struct{}
 	_ [int64(C.KVC_POOL_EVENT_ALL_CLEARED) - int64(EventAllCleared)]struct{}
-	_ [int64(BlockHashSize) - int64(C.KVC_BLOCK_HASH_SIZE)]struct{}
-	_ [int64(C.KVC_BLOCK_HASH_SIZE) - int64(BlockHashSize)]struct{}
-	_ [int64(BlockHashVersion) - int64(C.KVC_BLOCK_HASH_VERSION)]struct{}
-	_ [int64(C.KVC_BLOCK_HASH_VERSION) - int64(BlockHashVersion)]struct{}
 
 	_ [unsafe.Sizeof(ctable{}) - C.sizeof_kvc_pool_table]byte
 	_ [C.sizeof_kvc_pool_table - unsafe.Sizeof(ctable{})]byte
@@ -197,13 +193,6 @@ func cPoolSequenceLength(s unsafe.Pointer) uint64 {
 
 func cPoolSequenceCommitted(s unsafe.Pointer) uint64 {
 	return uint64(C.kvc_pool_sequence_committed(poolSeq(s)))
-}
-
-func tokensPtr(tokens []int32) *C.int32_t {
-	if len(tokens) == 0 {
-		return nil
-	}
-	return (*C.int32_t)(unsafe.Pointer(&tokens[0]))
 }
 
 func cPoolMatchPrefix(s unsafe.Pointer, tokens []int32) (uint64, error) {

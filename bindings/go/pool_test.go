@@ -4,8 +4,6 @@ package kvcache
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"runtime"
 	"slices"
@@ -244,8 +242,12 @@ func TestPoolTableViews(t *testing.T) {
 		t.Fatalf("padded %v, want %v", got, want)
 	}
 	csr := must[CSRTable](t)(p.BlockTableCSR([]*Sequence{a, b}, 0))
-	if padded.Valid() {
-		t.Fatal("a block table call leaves the previous table valid")
+	if !padded.Valid() {
+		t.Fatal("a CSR table invalidated the padded one (another buffer)")
+	}
+	again := must[View](t)(p.BlockTable([]*Sequence{a}, 0))
+	if padded.Valid() || !again.Valid() || !csr.Indices.Valid() {
+		t.Fatal("the next padded table of the group must replace the previous one, and only it")
 	}
 	if got := must[[]int32](t)(csr.Indptr.Int32s()); !slices.Equal(got, []int32{0, 3, 4}) {
 		t.Fatalf("indptr %v", got)
@@ -265,6 +267,36 @@ func TestPoolTableViews(t *testing.T) {
 	_, err := csr.Indptr.Int32s()
 	if !errors.Is(err, ErrStaleView) {
 		t.Fatalf("a stale table read: %v", err)
+	}
+}
+
+func TestPoolTablesOfSeveralGroupsCoexist(t *testing.T) {
+	p, err := NewPool(PoolOptions{DType: DTypeFloat32, Groups: []PoolGroup{FullGroup(pBlock, 16), SlidingGroup(2, 16, 4)},
+		Layers: []PoolLayer{AttentionLayer(0, pHeads, pDim), AttentionLayer(1, pHeads, pDim)}})
+	ok(t, err)
+	defer p.Close()
+	s := mkSeq(t, p, nil)
+	slots := must[SlotMapping](t)(s.Reserve(make([]int32, 6)))
+	blocks := func(group int, size int64) []int32 {
+		var out []int32
+		for _, sl := range slots.Group(group) {
+			if b := int32(sl / size); len(out) == 0 || out[len(out)-1] != b {
+				out = append(out, b)
+			}
+		}
+		return out
+	}
+	full := must[View](t)(p.BlockTable([]*Sequence{s}, 0))
+	sliding := must[View](t)(p.BlockTable([]*Sequence{s}, 1))
+	if got := must[[]int32](t)(full.Int32s()); !slices.Equal(got, blocks(0, pBlock)) {
+		t.Fatalf("full table %v", got)
+	}
+	if got := must[[]int32](t)(sliding.Int32s()); !slices.Equal(got, blocks(1, 2)) {
+		t.Fatalf("sliding table %v", got)
+	}
+	must[SlotMapping](t)(s.Reserve([]int32{1}))
+	if full.Valid() || sliding.Valid() {
+		t.Fatal("a reserve left tables valid")
 	}
 }
 
@@ -304,31 +336,6 @@ func TestPoolLayerStorageInBothLayouts(t *testing.T) {
 	}
 }
 
-// chain is docs/block-hash.md's hash chain, computed here with crypto/sha256.
-func chain(seed, salt []byte, tokens []int32, blockSize int) (root [32]byte, hashes [][32]byte) {
-	le32 := func(b *bytes.Buffer, v uint32) { _ = binary.Write(b, binary.LittleEndian, v) }
-	var r bytes.Buffer
-	r.WriteString("kvcache/block-hash/v1")
-	le32(&r, uint32(len(seed)))
-	r.Write(seed)
-	le32(&r, uint32(len(salt)))
-	r.Write(salt)
-	root = sha256.Sum256(r.Bytes())
-	parent := root
-	for b := 0; (b+1)*blockSize <= len(tokens); b++ {
-		var m bytes.Buffer
-		m.Write(parent[:])
-		le32(&m, uint32(blockSize))
-		for _, tok := range tokens[b*blockSize : (b+1)*blockSize] {
-			le32(&m, uint32(tok))
-		}
-		le32(&m, 0) // no extra keys
-		parent = sha256.Sum256(m.Bytes())
-		hashes = append(hashes, parent)
-	}
-	return root, hashes
-}
-
 func TestPoolEventsCarryTheBlockHashChain(t *testing.T) {
 	seed, salt := []byte("llama-3-8b"), []byte("tenant-7")
 	p := mkPool(t, 16, string(seed))
@@ -336,7 +343,8 @@ func TestPoolEventsCarryTheBlockHashChain(t *testing.T) {
 	s := mkSeq(t, p, salt)
 	prefillSeq(t, p, s, tokens, 0)
 	ok(t, s.Close())
-	root, hashes := chain(seed, salt, tokens, pBlock)
+	root := must[[32]byte](t)(BlockHashRoot(seed, salt))
+	hashes := must[[][32]byte](t)(BlockHashChain(root, tokens, pBlock))
 	events := must[[]PoolEvent](t)(p.Events())
 	if len(events) != 2 {
 		t.Fatalf("%d events", len(events))

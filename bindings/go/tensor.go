@@ -529,8 +529,9 @@ const (
 	viewNone        viewKind = iota // the zero View
 	viewCache                       // memory of a cache, valid until its next mutating call
 	viewOwned                       // a Copy in Go memory, valid for as long as it is referenced
-	viewPool                        // a pool's block table or recurrent state, valid until a call changes its blocks or tables
+	viewPool                        // a pool's recurrent state, valid until a call changes its blocks or tables
 	viewPoolStorage                 // a pool's K/V storage, valid until the pool is closed
+	viewPoolTable                   // a pool's block table: viewPool's rule, and until the next table of its group and format
 )
 
 // View is a tensor the library returned: a window onto memory the cache
@@ -547,9 +548,10 @@ type View struct {
 	t     ctensor     // as the library returned it: shape and strides point into the cache
 	owner *Cache      // viewCache: the cache whose memory it is
 	pool  *Pool       // viewPool, viewPoolStorage: the pool whose memory it is
-	gen   uint64      // viewCache: owner.gen when it was returned; viewPool: pool.gen
+	gen   uint64      // viewCache: owner.gen when it was returned; viewPool: pool.gen; viewPoolTable: its serial
 	own   *ownedShape // viewOwned: the shape and strides t points at
 	kind  viewKind
+	table int32 // viewPoolTable: 2 * group + format, its entry of pool.tableGen
 }
 
 type ownedShape struct {
@@ -582,6 +584,8 @@ func (v View) Valid() bool {
 		return v.pool.handle() != nil && v.pool.gen == v.gen
 	case viewPoolStorage:
 		return v.pool.handle() != nil
+	case viewPoolTable:
+		return v.pool.handle() != nil && v.pool.tableGen[v.table] == v.gen
 	}
 	return false
 }

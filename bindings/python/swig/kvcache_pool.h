@@ -9,8 +9,14 @@
  *    storage views have a guard of their own (`storage`) whose epoch changes only at close.
  *  - SequenceHandle owns a kvc_pool_sequence and holds a reference to its PoolHandle, so a pool outlives its
  *    sequences (and the tensors exported from its views, which hold the PoolHandle too).
+ *  - Block tables have a guard per group and format (`tables`): the header keeps a table valid until the next
+ *    call that changes blocks or tables, or the next kvc_pool_block_table of the same group and format, so the
+ *    tables of several groups coexist (a hybrid model's forward needs them all).
  *  - A sequence handle dropped while another thread is inside a call on its pool (the GIL released) cannot be
  *    destroyed then: its C handle waits in the pool's `dropped` list and is destroyed at the pool's next call.
+ *
+ * Token and byte arguments are read with kvcache.i's block-hash helpers (kvc_py_tokens_in, kvc_py_bytes_in),
+ * which precede this file in the generated module.
  */
 #ifndef KVCACHE_POOL_PY_H
 #define KVCACHE_POOL_PY_H
@@ -23,6 +29,7 @@ typedef struct PoolHandle {
   kvc_pool* ptr;
   kvc_py_guard own;             /* threads, closed, and the epoch of table and state views */
   kvc_py_guard storage;         /* storage views: the epoch changes at close only */
+  kvc_py_guard* tables;         /* block tables: one guard per group and format (2 * num_groups) */
   uint32_t num_groups;          /* from the options: the header has no getter, and reserve sizes its output */
   uint32_t num_layers;
   uintptr_t stream;             /* the stream bound with kvc_pool_set_stream (orders DLPack exports) */
@@ -39,10 +46,19 @@ typedef struct SequenceHandle {
 static PyTypeObject PoolHandleType;
 static PyTypeObject SequenceHandleType;
 
+/* A call that changes blocks or tables: every table and state view goes stale (close: `closed` too). */
+static void kvc_py_pool_stale(PoolHandle* p, int closed) {
+  p->own.epoch++;
+  for (uint32_t i = 0; i < 2 * p->num_groups; i++) {
+    p->tables[i].epoch++;
+    if (closed) p->tables[i].closed = 1;
+  }
+}
+
 static void kvc_py_pool_destroy_dropped(PoolHandle* p) {
   for (size_t i = 0; i < p->num_dropped; i++) kvc_pool_sequence_destroy(p->dropped[i]);
   p->num_dropped = 0;
-  p->own.epoch++; /* blocks were released: a mutation of the pool */
+  kvc_py_pool_stale(p, 0); /* blocks were released: a mutation of the pool */
 }
 
 static void PoolHandle_dealloc(PoolHandle* self) {
@@ -50,6 +66,7 @@ static void PoolHandle_dealloc(PoolHandle* self) {
   if (self->ptr) kvc_pool_destroy(self->ptr);
   self->ptr = NULL;
   PyMem_Free(self->dropped);
+  PyMem_Free(self->tables);
   Py_TYPE(self)->tp_free((PyObject*)self);
 }
 
@@ -70,7 +87,7 @@ static void SequenceHandle_dealloc(SequenceHandle* self) {
       if (pool->num_dropped < pool->cap_dropped) pool->dropped[pool->num_dropped++] = self->ptr;
     } else {
       kvc_pool_sequence_destroy(self->ptr);
-      pool->own.epoch++;
+      kvc_py_pool_stale(pool, 0);
     }
   }
   self->ptr = NULL;
@@ -155,12 +172,15 @@ static PyTypeObject SequenceHandleType = {
 };
 
 static PyObject* kvc_py_pool_handle_new(kvc_pool* ptr, uint32_t num_groups, uint32_t num_layers) {
-  PoolHandle* h = PyObject_New(PoolHandle, &PoolHandleType);
+  kvc_py_guard* tables = (kvc_py_guard*)PyMem_Calloc(2 * (size_t)num_groups + 1, sizeof *tables);
+  PoolHandle* h = tables ? PyObject_New(PoolHandle, &PoolHandleType) : NULL;
   if (!h) {
+    PyMem_Free(tables);
     kvc_pool_destroy(ptr);
-    return NULL;
+    return tables ? NULL : PyErr_NoMemory();
   }
   h->ptr = ptr;
+  h->tables = tables;
   memset(&h->own, 0, sizeof h->own);
   memset(&h->storage, 0, sizeof h->storage);
   h->num_groups = num_groups;
@@ -218,7 +238,7 @@ static int kvc_py_pool_guard_enter(PoolHandle* p, int mode) {
   }
   if (p->num_dropped) kvc_py_pool_destroy_dropped(p);
   p->own.writers++;
-  if (mode == KVC_PY_POOL_STALE_VIEWS) p->own.epoch++; /* stale whether the call succeeds or not */
+  if (mode == KVC_PY_POOL_STALE_VIEWS) kvc_py_pool_stale(p, 0); /* stale whether the call succeeds or not */
   return 0;
 }
 
@@ -252,60 +272,6 @@ static long long kvc_py_pool_stream_of(PyObject* owner) {
 }
 
 /* ----------------------------------------------------------------- arguments */
-
-/* Token ids: a sequence of ints or a 1-D integer tensor on the CPU, as int32 (the ids the header takes). */
-typedef struct kvc_py_tokens {
-  int32_t* data;
-  size_t count;
-} kvc_py_tokens;
-
-static void kvc_py_tokens_release(kvc_py_tokens* t) {
-  PyMem_Free(t->data);
-  t->data = NULL;
-  t->count = 0;
-}
-
-static int kvc_py_tokens_from(PyObject* obj, const char* name, kvc_py_tokens* out) {
-  memset(out, 0, sizeof *out);
-  kvc_py_i64 ids;
-  if (kvc_py_i64_from(obj, name, &ids) < 0) return -1;
-  out->data = (int32_t*)PyMem_Malloc((ids.count ? ids.count : 1) * sizeof(int32_t));
-  if (!out->data) {
-    kvc_py_i64_release(&ids);
-    PyErr_NoMemory();
-    return -1;
-  }
-  for (size_t i = 0; i < ids.count; i++) {
-    if (ids.data[i] < INT32_MIN || ids.data[i] > INT32_MAX) {
-      char msg[192];
-      snprintf(msg, sizeof msg, "%s[%zu] is %lld; token ids are int32 values >= 0", name, i, (long long)ids.data[i]);
-      kvc_py_raise_code(KVC_ERROR_INVALID_ARGUMENT, msg);
-      kvc_py_i64_release(&ids);
-      kvc_py_tokens_release(out);
-      return -1;
-    }
-    out->data[i] = (int32_t)ids.data[i];
-  }
-  out->count = ids.count;
-  kvc_py_i64_release(&ids);
-  return 0;
-}
-
-/* Optional bytes (a seed or a salt): None or any object with the buffer protocol. */
-static int kvc_py_bytes_arg(PyObject* obj, const char* name, Py_buffer* buf, int* has) {
-  *has = 0;
-  if (obj == Py_None) return 0;
-  if (PyUnicode_Check(obj)) {
-    PyErr_Format(PyExc_TypeError, "%s: expected bytes (encode the string first), got str", name);
-    return -1;
-  }
-  if (PyObject_GetBuffer(obj, buf, PyBUF_SIMPLE) < 0) {
-    PyErr_Format(PyExc_TypeError, "%s: expected bytes or None, got %.100s", name, Py_TYPE(obj)->tp_name);
-    return -1;
-  }
-  *has = 1;
-  return 0;
-}
 
 /* A list of sequence handles of one pool, borrowed for the call. */
 static int kvc_py_seq_list(PyObject* obj, PyObject* pool, const char* name, const kvc_pool_sequence*** out,

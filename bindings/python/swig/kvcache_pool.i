@@ -35,12 +35,13 @@
 %typemap(freearg) const kvc_pool_sequence* sequence "kvc_py_pool_leave(guard$argnum);"
 
 /* Token ids: a sequence of ints or a 1-D integer tensor on the CPU. */
-%typemap(in) (const int32_t* tokens, size_t num_tokens) (kvc_py_tokens ids = {NULL, 0}) {
-  if (kvc_py_tokens_from($input, "tokens", &ids) < 0) SWIG_fail;
-  $1 = ids.data;
-  $2 = ids.count;
+%typemap(in) (const int32_t* tokens, size_t num_tokens) (int32_t* ids = NULL, size_t n = 0) {
+  ids = kvc_py_tokens_in($input, "$symname", &n);
+  if (!ids) SWIG_fail;
+  $1 = ids;
+  $2 = n;
 }
-%typemap(freearg) (const int32_t* tokens, size_t num_tokens) "kvc_py_tokens_release(&ids$argnum);"
+%typemap(freearg) (const int32_t* tokens, size_t num_tokens) "PyMem_Free(ids$argnum);"
 
 %typemap(in, numinputs=0) uint64_t* matched_tokens (uint64_t tmp = 0) "$1 = &tmp;"
 %typemap(argout) uint64_t* matched_tokens {
@@ -160,8 +161,8 @@ PyObject* kvc_py_pool_create(const kvc_pool_options* options, PyObject* hash_see
     return NULL;
   }
   Py_buffer seed;
-  int has_seed = 0;
-  if (kvc_py_bytes_arg(hash_seed, "hash_seed", &seed, &has_seed) < 0) return NULL;
+  int has_seed = hash_seed != Py_None;
+  if (has_seed && kvc_py_bytes_in(hash_seed, "kvc_pool_create", "hash_seed", &seed) < 0) return NULL;
   kvc_pool_options o = *options;
   if (has_seed) {
     o.hash_seed = seed.buf;
@@ -194,7 +195,7 @@ PyObject* kvc_py_pool_destroy(PyObject* pool) {
     return NULL;
   }
   p->own.closed = 1;
-  p->own.epoch++;
+  kvc_py_pool_stale(p, 1);
   p->storage.closed = 1;
   p->storage.epoch++;
   Py_RETURN_NONE;
@@ -236,8 +237,8 @@ PyObject* kvc_py_pool_set_stream(PyObject* pool, PyObject* stream) {
 /* kvc_pool_sequence_create(pool, salt) -> SequenceHandle; salt is bytes or None. */
 PyObject* kvc_py_pool_sequence_create(PyObject* pool, PyObject* salt) {
   Py_buffer buf;
-  int has_salt = 0;
-  if (kvc_py_bytes_arg(salt, "salt", &buf, &has_salt) < 0) return NULL;
+  int has_salt = salt != Py_None;
+  if (has_salt && kvc_py_bytes_in(salt, "kvc_pool_sequence_create", "salt", &buf) < 0) return NULL;
   kvc_py_guard* guard = NULL;
   kvc_pool* p = kvc_py_pool_enter(pool, KVC_PY_POOL_STALE_VIEWS, &guard);
   PyObject* result = NULL;
@@ -280,10 +281,11 @@ PyObject* kvc_py_pool_sequence_destroy(PyObject* sequence) {
  */
 PyObject* kvc_py_pool_reserve(PyObject* sequence, PyObject* tokens) {
   if (!kvc_py_seq_arg(sequence, "kvc_pool_reserve")) return NULL;
-  kvc_py_tokens ids;
-  if (kvc_py_tokens_from(tokens, "tokens", &ids) < 0) return NULL;
+  size_t count = 0;
+  int32_t* ids = kvc_py_tokens_in(tokens, "kvc_pool_reserve", &count);
+  if (!ids) return NULL;
   PoolHandle* pool = (PoolHandle*)((SequenceHandle*)sequence)->pool;
-  PyObject* out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(ids.count * pool->num_groups * sizeof(int64_t)));
+  PyObject* out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(count * pool->num_groups * sizeof(int64_t)));
   PyObject* result = NULL;
   kvc_py_guard* guard = NULL;
   kvc_pool_sequence* s = out ? kvc_py_seq_enter(sequence, KVC_PY_POOL_STALE_VIEWS, &guard) : NULL;
@@ -291,14 +293,14 @@ PyObject* kvc_py_pool_reserve(PyObject* sequence, PyObject* tokens) {
     int64_t* slots = (int64_t*)PyByteArray_AS_STRING(out);
     kvc_error* err;
     Py_BEGIN_ALLOW_THREADS
-    err = kvc_pool_reserve(s, ids.data, ids.count, slots);
+    err = kvc_pool_reserve(s, ids, count, slots);
     Py_END_ALLOW_THREADS
     kvc_py_pool_leave(guard);
     if (err) kvc_py_raise(err);
     else result = out;
   }
   if (!result) Py_XDECREF(out);
-  kvc_py_tokens_release(&ids);
+  PyMem_Free(ids);
   return result;
 }
 
@@ -474,8 +476,8 @@ PyObject* kvc_py_pool_layer_storage(PyObject* pool, unsigned int layer, int layo
 
 /*
  * kvc_pool_block_table(pool, sequences, group, format) -> (table, indptr, last_page_len): int32 Views over the
- * pool's table buffer (indptr and last_page_len None for the padded format), valid until the next call that
- * changes the pool's blocks or tables (this one included).
+ * pool's table buffer of that group and format (indptr and last_page_len None for the padded format), valid
+ * until the next call that changes the pool's blocks or tables, or the next table of the same group and format.
  */
 PyObject* kvc_py_pool_block_table(PyObject* pool, PyObject* sequences, unsigned int group, int format) {
   if (!kvc_py_pool_arg(pool, "kvc_pool_block_table")) return NULL;
@@ -484,7 +486,7 @@ PyObject* kvc_py_pool_block_table(PyObject* pool, PyObject* sequences, unsigned 
   if (kvc_py_seq_list(sequences, pool, "sequences", &seqs, &n) < 0) return NULL;
   kvc_py_guard* guard = NULL;
   PyObject* result = NULL;
-  kvc_pool* p = kvc_py_pool_enter(pool, KVC_PY_POOL_STALE_VIEWS, &guard);
+  kvc_pool* p = kvc_py_pool_enter(pool, KVC_PY_POOL_KEEP_VIEWS, &guard);
   if (p) {
     kvc_pool_table out;
     memset(&out, 0, sizeof out);
@@ -494,11 +496,14 @@ PyObject* kvc_py_pool_block_table(PyObject* pool, PyObject* sequences, unsigned 
     Py_END_ALLOW_THREADS
     kvc_py_pool_leave(guard);
     if (err) {
-      kvc_py_raise(err);
+      kvc_py_raise(err); /* nothing changed: the previous table of this group and format stays valid */
     } else {
-      PyObject* t = kvc_py_view_new(pool, guard, &out.table);
-      PyObject* i = t ? kvc_py_view_new(pool, guard, &out.indptr) : NULL;
-      PyObject* l = i ? kvc_py_view_new(pool, guard, &out.last_page_len) : NULL;
+      /* the group is in range (the call succeeded): its table of this format was rewritten */
+      kvc_py_guard* tg = &((PoolHandle*)pool)->tables[2 * (size_t)group + (format == KVC_POOL_TABLE_CSR)];
+      tg->epoch++;
+      PyObject* t = kvc_py_view_new(pool, tg, &out.table);
+      PyObject* i = t ? kvc_py_view_new(pool, tg, &out.indptr) : NULL;
+      PyObject* l = i ? kvc_py_view_new(pool, tg, &out.last_page_len) : NULL;
       if (l) result = PyTuple_Pack(3, t, i, l);
       Py_XDECREF(t);
       Py_XDECREF(i);

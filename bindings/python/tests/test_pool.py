@@ -3,8 +3,6 @@ zero-copy table and storage views, events and their hashes, errors, and lifetime
 from __future__ import annotations
 
 import gc
-import hashlib
-import struct
 
 import numpy as np
 import pytest
@@ -48,20 +46,6 @@ def prefill(pool, seq, tokens, start=0.0):
 def as_token_major(x):
     """[1, heads, n, dim] (gather's layout) -> [n, heads, dim] (write's layout)."""
     return x[0].permute(1, 0, 2)
-
-
-def sha_chain(seed, salt, tokens, block_size, extra=b""):
-    """docs/block-hash.md, v1, computed here with hashlib (independently of the library)."""
-    root = hashlib.sha256(b"kvcache/block-hash/v1" + struct.pack("<I", len(seed)) + seed +
-                          struct.pack("<I", len(salt)) + salt).digest()
-    out, parent = [], root
-    for b in range(len(tokens) // block_size):
-        block = tokens[b * block_size:(b + 1) * block_size]
-        h = hashlib.sha256(parent + struct.pack("<I", len(block)) + struct.pack(f"<{len(block)}I", *block) +
-                           struct.pack("<I", len(extra)) + extra).digest()
-        out.append((h, parent))
-        parent = h
-    return root, out
 
 
 # ----------------------------------------------------------------- the data path
@@ -282,6 +266,12 @@ def test_table_views_go_stale_and_storage_views_do_not():
         seq.commit()
         assert not table.is_valid
         assert storage_k.is_valid and storage_v.is_valid
+        # a table stays valid until the next table of the same group and format
+        padded = pool.block_table([seq])
+        csr = pool.block_table_csr([seq])
+        assert padded.is_valid and csr.indices.is_valid
+        again = pool.block_table([seq])
+        assert not padded.is_valid and again.is_valid and csr.indices.is_valid
         torch.from_dlpack(storage_k)
     assert not storage_k.is_valid
     with pytest.raises(kvcache.StaleViewError):
@@ -377,6 +367,21 @@ def test_recurrent_checkpoints_make_prefix_reuse_work_for_hybrid_models():
             pool.layer_storage(1)  # a recurrent layer has no K/V storage
 
 
+def test_tables_of_several_groups_coexist():
+    with kvcache.Pool(dtype=torch.float32,
+                      groups=[kvcache.PoolGroup("full", block_size=BLOCK, num_blocks=16),
+                              kvcache.PoolGroup("sliding", block_size=2, num_blocks=16, window=4)],
+                      layers=[kvcache.PoolLayer(group=0, num_kv_heads=HEADS, head_dim=DIM),
+                              kvcache.PoolLayer(group=1, num_kv_heads=HEADS, head_dim=DIM)]) as pool:
+        with pool.sequence() as seq:
+            slots = seq.reserve(list(range(6)))
+            full = pool.block_table([seq], group=0)
+            sliding = pool.block_table([seq], group=1)
+            assert full.is_valid and sliding.is_valid
+            assert torch.from_dlpack(full).tolist() == [list(dict.fromkeys(s // BLOCK for s in slots.group(0)))]
+            assert torch.from_dlpack(sliding).tolist() == [list(dict.fromkeys(s // 2 for s in slots.group(1)))]
+
+
 def test_sliding_groups_free_blocks_that_leave_the_window():
     with kvcache.Pool(dtype=torch.float32, groups=[kvcache.PoolGroup("sliding", block_size=BLOCK, num_blocks=16,
                                                                       window=6)],
@@ -405,7 +410,9 @@ def test_events_carry_the_block_hash_chain_of_the_specification():
         with pool.sequence(salt=salt) as seq:
             prefill(pool, seq, tokens)
         events = pool.events()
-        root, chain = sha_chain(seed, salt, tokens, BLOCK)
+        root = kvcache.block_hash_root(seed, salt)
+        hashes = kvcache.block_hash_chain(root, tokens, BLOCK)
+        chain = list(zip(hashes, [root] + hashes[:-1]))
         assert [e.kind for e in events] == [kvcache.EventKind.BLOCK_STORED] * 2
         assert [e.id for e in events] == [1, 2]
         assert [(e.block_hash, e.parent_hash) for e in events] == chain

@@ -39,6 +39,11 @@ fn macro_type(name: &str) -> Option<IntKind> {
         _ if name.starts_with("KVC_POOL_EVENT_") => custom("kvc_pool_event_kind"),
         _ if name.starts_with("KVC_FEATURE_") => Some(IntKind::U64),
         _ if name.starts_with("KVC_VERSION_") => Some(IntKind::U32),
+        // A byte count and a version number: the sizes of Rust arrays and slices.
+        "KVC_BLOCK_HASH_SIZE" | "KVC_BLOCK_HASH_VERSION" => Some(IntKind::Custom {
+            name: "usize",
+            is_signed: false,
+        }),
         _ => None,
     }
 }

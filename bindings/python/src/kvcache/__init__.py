@@ -76,6 +76,13 @@ from ._cache import (
     StaticCache,
 )
 
+from ._block_hash import (
+    BLOCK_HASH_SIZE,
+    BLOCK_HASH_VERSION,
+    block_hash,
+    block_hash_chain,
+    block_hash_root,
+)
 from .pool import (
     CsrBlockTable,
     EventKind,
@@ -134,6 +141,7 @@ __all__ = [
     "KvcacheError", "InvalidArgumentError", "OutOfRangeError", "DtypeMismatchError", "ShapeMismatchError",
     "DeviceMismatchError", "UnsupportedError", "InvalidStateError", "OutOfMemoryError", "NoDeviceError",
     "VersionMismatchError", "InternalError", "StaleViewError",
+    "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
     "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
     "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
 ]

@@ -28,9 +28,9 @@ Views (:meth:`Pool.block_table`, :meth:`Pool.layer_storage`, :meth:`Sequence.rec
 :class:`kvcache.View` objects that ``torch.from_dlpack`` turns into tensors sharing the pool's memory. Block
 tables and recurrent states are valid until the next call that changes the pool's blocks or tables (every
 call but the queries, :meth:`Pool.write`, :meth:`Pool.layer_storage`, :meth:`Sequence.gather` and
-:meth:`Sequence.recurrent_state`); the K/V storage never moves, so its views are valid until the pool is
-closed. Exporting a stale view raises :class:`kvcache.StaleViewError`; copy a table (``.clone()``) before asking
-for another one.
+:meth:`Sequence.recurrent_state`) and, for a table, until the next table of the same group and format (the
+tables of several groups coexist); the K/V storage never moves, so its views are valid until the pool is
+closed. Exporting a stale view raises :class:`kvcache.StaleViewError`.
 
 A pool and its sequences are one object for threading: one thread at a time (a second thread entering gets an
 :class:`kvcache.InvalidStateError`). Sequences keep their pool alive; closing a pool closes its sequences.
@@ -499,7 +499,7 @@ class Pool:
     def block_table(self, sequences: Seq["Sequence"], group: int = 0) -> View:
         """The block tables of ``sequences`` in ``group`` as an int32 ``[batch, max_blocks]`` view on the pool's
         device, rows padded with 0 (vLLM, FlashAttention). Valid until the next call that changes blocks or
-        tables (another block_table included)."""
+        tables, or the next padded table of the same group."""
         table, _, _ = _lib.kvc_pool_block_table(self._handle, self._seq_handles(sequences), _u32(group, "group"),
                                                 _lib.KVC_POOL_TABLE_PADDED)
         return table

@@ -84,8 +84,8 @@ pub const KVC_QUERY_OFFSET_PLAIN: u32 = 0;
 pub const KVC_QUERY_OFFSET_MTP: u32 = 1;
 pub const KVC_QUERY_OFFSET_DFLASH: u32 = 2;
 pub const KVC_ALL_LAYERS: i32 = -1;
-pub const KVC_BLOCK_HASH_SIZE: u32 = 32;
-pub const KVC_BLOCK_HASH_VERSION: u32 = 1;
+pub const KVC_BLOCK_HASH_SIZE: usize = 32;
+pub const KVC_BLOCK_HASH_VERSION: usize = 1;
 pub const KVC_POOL_GROUP_FULL: kvc_pool_group_kind = 1;
 pub const KVC_POOL_GROUP_SLIDING: kvc_pool_group_kind = 2;
 pub const KVC_POOL_GROUP_CHUNKED: kvc_pool_group_kind = 3;
@@ -1107,7 +1107,7 @@ unsafe extern "C" {
  one. Writes 32 bytes to `out`.
  Errors (INVALID_ARGUMENT, `out` untouched): seed or salt NULL with a
  nonzero length, a length above 4294967295 (it is hashed as a le32), out NULL.
- Since 0.5.*/
+ Since 0.6.*/
     pub fn kvc_block_hash_root(
         seed: *const ::core::ffi::c_void,
         seed_len: usize,
@@ -1126,7 +1126,7 @@ unsafe extern "C" {
  num_tokens 0 or above 4294967295; a negative token id (the message names
  its index and value); extra NULL with a nonzero extra_len; extra_len above
  4294967295.
- Since 0.5.*/
+ Since 0.6.*/
     pub fn kvc_block_hash(
         parent: *const u8,
         tokens: *const i32,
@@ -1149,7 +1149,7 @@ unsafe extern "C" {
  out_capacity > 0; block_size 0; a negative token id anywhere in the list,
  the tail included (the message names its index and value); out_capacity
  smaller than the number of full blocks (the message names both numbers).
- Since 0.5.*/
+ Since 0.6.*/
     pub fn kvc_block_hash_chain(
         root: *const u8,
         tokens: *const i32,
@@ -1293,15 +1293,17 @@ pub struct kvc_pool_stats {
     pub num_blocks: u64,
     /// neither referenced nor cached
     pub free_blocks: u64,
-    /// cached and unreferenced: evictable, reusable by match_prefix
+    /// cached, unreferenced and not pinned: evictable, reusable by match_prefix
     pub cached_blocks: u64,
     /// referenced by at least one sequence
     pub used_blocks: u64,
-    /// cached blocks kept from eviction by kvc_pool_sequence_pin
+    /** cached blocks kept from eviction by kvc_pool_sequence_pin (referenced or
+ not; free + cached + used + unreferenced pinned = num_blocks)*/
     pub pinned_blocks: u64,
-    /// blocks looked up by match_prefix since creation
+    /** blocks match_prefix could have matched since creation ((num_tokens - 1) /
+ block_size per call)*/
     pub prefix_queries: u64,
-    /// of which were found
+    /// of which the matches covered
     pub prefix_hits: u64,
     /// cached blocks reclaimed for new data since creation
     pub evictions: u64,
@@ -1384,7 +1386,9 @@ unsafe extern "C" {
  group). Blocks are taken from the free list, then by evicting the least
  recently used cached blocks; a shared or cached last block is first copied
  (copy-on-write, all layers of its group). Sliding and chunked groups give
- back the blocks that left the window.
+ back the blocks that left the window of the first uncommitted token (the
+ window is judged from the committed length, so a prefill keeps its blocks
+ until it is committed).
  Errors: INVALID_ARGUMENT (NULL, num_tokens 0, negative token id),
  OUT_OF_MEMORY (naming the group, the blocks needed and the blocks
  available; nothing changes).*/
@@ -1399,7 +1403,8 @@ unsafe extern "C" {
     /** Declares every reserved token written: blocks that became full are hashed
  and cached (with a KVC_POOL_EVENT_BLOCK_STORED event each), and a
  recurrent group checkpoints the live state when the committed length is a
- multiple of its block size.*/
+ multiple of its block size (skipped, not an error, when no state slot is
+ free or evictable).*/
     pub fn kvc_pool_commit(sequence: *mut kvc_pool_sequence) -> *mut kvc_error;
 }
 unsafe extern "C" {
@@ -1419,8 +1424,11 @@ unsafe extern "C" {
  contents; the next reserve into it copies it. Truncating below the
  committed length lowers it too; a recurrent group's live state cannot be
  rolled back without a checkpoint at `num_tokens` (restored if one exists;
- otherwise INVALID_STATE and nothing changes).
- Errors: INVALID_ARGUMENT (NULL), OUT_OF_RANGE (num_tokens > length).*/
+ otherwise INVALID_STATE and nothing changes; at 0 tokens the state is
+ zeroed). A sliding or chunked group that already gave back a block the
+ token after `num_tokens` attends to refuses too (INVALID_STATE).
+ Errors: INVALID_ARGUMENT (NULL), OUT_OF_RANGE (num_tokens > length),
+ INVALID_STATE.*/
     pub fn kvc_pool_truncate(
         sequence: *mut kvc_pool_sequence,
         num_tokens: u64,
@@ -1440,8 +1448,13 @@ unsafe extern "C" {
     /** Admission control: the blocks of each group that reserving
  `new_tokens[i]` more tokens for each of `sequences[i]` would take,
  copy-on-write copies and recurrent slots included, minus the blocks
- sliding groups would give back. `blocks_needed` receives num_groups
- entries. Compare with kvc_pool_stats' free_blocks + cached_blocks.*/
+ sliding groups would give back (0 for a group that gets back at least
+ as many as it takes). The sequences are taken in order, as reserves in
+ that order run (a block two of them share is copied once), and exactly:
+ reserving them in that order succeeds when each group's entry is at most
+ kvc_pool_stats' free_blocks + cached_blocks. A new_tokens[i] of 0 counts
+ nothing. `blocks_needed` receives num_groups entries.
+ Errors: INVALID_ARGUMENT (NULL, a sequence of another pool).*/
     pub fn kvc_pool_blocks_needed(
         pool: *const kvc_pool,
         sequences: *const *const kvc_pool_sequence,
@@ -1460,8 +1473,10 @@ unsafe extern "C" {
  is host memory in kvc_pool_reserve's form, so the tokens of many
  sequences are written in one call: concatenate their mappings group by
  group. A GPU pool issues one kernel launch for all layers.
- Errors: INVALID_ARGUMENT (a slot out of range naming the token, group and
- value), SHAPE_MISMATCH, DTYPE_MISMATCH, DEVICE_MISMATCH; nothing written.*/
+ Errors: INVALID_ARGUMENT (a slot out of range, in the null block, in a
+ block no sequence holds, or twice in one group, naming the token, group
+ and value), SHAPE_MISMATCH, DTYPE_MISMATCH, DEVICE_MISMATCH; nothing
+ written.*/
     pub fn kvc_pool_write(
         pool: *mut kvc_pool,
         keys: *const kvc_tensor,
@@ -1509,7 +1524,10 @@ impl Default for kvc_pool_table {
 unsafe extern "C" {
     /** The block tables of `sequences` in `group`, in `format`, as int32 tensors
  in the pool's device memory (one host-to-device copy into a buffer the
- pool owns). Valid until the next call that mutates the pool or a sequence.
+ pool owns per group and format). Valid until the next call that mutates
+ the pool or a sequence, or the next kvc_pool_block_table of the same group
+ and format (tables of several groups coexist). An empty sequence has no
+ entries and a last_page_len of 0.
  Errors: INVALID_ARGUMENT (NULL, a sequence of another pool, a recurrent
  group), OUT_OF_RANGE (group).*/
     pub fn kvc_pool_block_table(
@@ -1540,7 +1558,8 @@ unsafe extern "C" {
  [1, conv_dim, conv_kernel] and SSM [1, num_kv_heads, key_head_dim,
  ssm_state_size] views the model reads and writes in place. Valid until
  the next call that mutates the pool or a sequence.
- Errors: INVALID_ARGUMENT (not a recurrent layer), OUT_OF_RANGE (layer).*/
+ Errors: INVALID_ARGUMENT (not a recurrent layer), OUT_OF_RANGE (layer),
+ INVALID_STATE (no live state yet: kvc_pool_reserve or a match gives one).*/
     pub fn kvc_pool_recurrent_state(
         sequence: *mut kvc_pool_sequence,
         layer: u32,

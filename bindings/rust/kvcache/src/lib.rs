@@ -16,6 +16,7 @@
 //! | `kvc_pool*`, `kvc_pool_sequence*` (`kvcache/pool.h`) | [`Pool`] (built by [`PoolBuilder`] from [`PoolGroup`]s and [`PoolLayer`]s), [`Sequence`] (borrows its pool; `Drop` releases its blocks) |
 //! | pool views, events, stats | [`BlockTable`], [`CsrBlockTable`], [`LayerStorage`], [`RecurrentState`], [`PoolEvent`], [`PoolStats`], [`SlotMapping`]; see the [`pool`] module |
 //! | `kvc_dtype`, `kvc_data_type`, `kvc_device` | [`DType`], [`DataType`], [`Device`] |
+//! | `kvc_block_hash_root`, `kvc_block_hash`, `kvc_block_hash_chain` | [`block_hash_root()`], [`block_hash()`], [`block_hash_chain()`] ([`BlockHash`]) |
 //!
 //! Every `kvc_*` function of the header is reachable from a method here; the
 //! raw bindings are re-exported as [`sys`].
@@ -39,6 +40,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod block_hash;
 mod cache;
 mod device;
 mod dtype;
@@ -52,6 +54,9 @@ mod version;
 #[cfg(feature = "dlpack")]
 pub mod dlpack;
 
+pub use block_hash::{
+    BLOCK_HASH_SIZE, BLOCK_HASH_VERSION, BlockHash, block_hash, block_hash_chain, block_hash_root,
+};
 pub use cache::{
     Cache, CacheBuilder, CacheRef, LayerInfo, MaskSizes, MemoryInfo, QueryOffsetRule, StateViews,
 };

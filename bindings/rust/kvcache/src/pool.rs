@@ -47,7 +47,9 @@
 //! returns [`ErrorCode::InvalidState`] and changes nothing. [`Pool::write`]
 //! only writes K/V, so it runs while block tables and recurrent states are
 //! alive (the serving step: tables, then the write, then attention) but not
-//! while a layer-storage view is. A view's raw pointers
+//! while a layer-storage view is. A block table is rewritten only by the next
+//! table of the same group and format, so the tables of several groups (a
+//! hybrid model's forward) are alive together. A view's raw pointers
 //! ([`TensorView::data_ptr`]) of the storage, which never moves, stay valid
 //! until the pool is dropped, for device kernels.
 //!
@@ -89,17 +91,12 @@ use std::ptr::NonNull;
 
 use kvcache_sys as sys;
 
+use crate::block_hash::BlockHash;
 use crate::device::Device;
 use crate::dtype::{DType, DataType, Element};
 use crate::error::{Error, ErrorCode, Result, check, invalid_argument};
 use crate::tensor::{KvView, TensorRef, TensorView};
 use crate::version::check_version;
-
-/// Bytes of a block hash (`KVC_BLOCK_HASH_SIZE`, a SHA-256 digest).
-pub const BLOCK_HASH_SIZE: usize = sys::KVC_BLOCK_HASH_SIZE as usize;
-
-/// A block hash (docs/block-hash.md).
-pub type BlockHash = [u8; BLOCK_HASH_SIZE];
 
 /// The attention kind of a group (`kvc_pool_group_kind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -406,6 +403,7 @@ impl PoolBuilder {
             dtype: self.dtype,
             device: self.device,
             layout: self.layout,
+            tables: RefCell::new(vec![0; 2 * self.groups.len()]),
             groups: self.groups,
             layers: self.layers,
             views: Cell::new(0),
@@ -430,6 +428,9 @@ pub struct Pool {
     views: Cell<usize>,
     /// Of which layer-storage views: they block writes.
     storage_views: Cell<usize>,
+    /// Live block tables per group and format (`2 * group + format`): they
+    /// block the next table of the same group and format.
+    tables: RefCell<Vec<usize>>,
     /// Sequences dropped while views were alive, destroyed once none is.
     dropped: RefCell<Vec<NonNull<sys::kvc_pool_sequence>>>,
 }
@@ -655,20 +656,22 @@ impl Pool {
             // SAFETY: the storage stays valid and unchanged while the guard
             // blocks writes and every mutation.
             kv: unsafe { KvView::from_raw(raw) },
-            _guard: ViewGuard::new(self, true),
+            _guard: ViewGuard::new(self, true, None),
         })
     }
 
     /// The block tables of `sequences` in `group` as an int32
     /// `[batch, max_blocks]` tensor on the pool's device, rows padded with 0
-    /// (vLLM, FlashAttention). Refused while another view is alive (the pool
-    /// rewrites its table buffer).
+    /// (vLLM, FlashAttention). Refused while the previous padded table of the
+    /// same group is alive (the pool rewrites that buffer); the tables of other
+    /// groups and formats stay valid.
     pub fn block_table(&self, sequences: &[&Sequence<'_>], group: u32) -> Result<BlockTable<'_>> {
-        let raw = self.table(sequences, group, sys::KVC_POOL_TABLE_PADDED)?;
+        let (raw, guard) = self.table(sequences, group, sys::KVC_POOL_TABLE_PADDED)?;
         Ok(BlockTable {
-            // SAFETY: the table buffer stays valid while the guard blocks mutations.
+            // SAFETY: the table buffer stays valid while the guard blocks mutations
+            // and the next table of this group and format.
             table: unsafe { TensorView::from_raw(raw.table) },
-            _guard: ViewGuard::new(self, false),
+            _guard: guard,
         })
     }
 
@@ -679,14 +682,14 @@ impl Pool {
         sequences: &[&Sequence<'_>],
         group: u32,
     ) -> Result<CsrBlockTable<'_>> {
-        let raw = self.table(sequences, group, sys::KVC_POOL_TABLE_CSR)?;
+        let (raw, guard) = self.table(sequences, group, sys::KVC_POOL_TABLE_CSR)?;
         // SAFETY: as in block_table.
         unsafe {
             Ok(CsrBlockTable {
                 indptr: TensorView::from_raw(raw.indptr),
                 indices: TensorView::from_raw(raw.table),
                 last_page_len: TensorView::from_raw(raw.last_page_len),
-                _guard: ViewGuard::new(self, false),
+                _guard: guard,
             })
         }
     }
@@ -696,9 +699,24 @@ impl Pool {
         sequences: &[&Sequence<'_>],
         group: u32,
         format: sys::kvc_pool_table_format,
-    ) -> Result<sys::kvc_pool_table> {
+    ) -> Result<(sys::kvc_pool_table, ViewGuard<'_>)> {
         const FN: &str = "kvc_pool_block_table";
-        self.begin(FN)?;
+        // An out-of-range group has no slot: the library refuses it below.
+        let slot = (group as usize)
+            .checked_mul(2)
+            .map(|i| i + usize::from(format == sys::KVC_POOL_TABLE_CSR))
+            .filter(|&i| i < self.tables.borrow().len());
+        if let Some(i) = slot {
+            if self.tables.borrow()[i] > 0 {
+                return Err(Error::new(
+                    ErrorCode::InvalidState,
+                    format!(
+                        "{FN}: the previous table of group {group} in this format is alive, and this call \
+                         rewrites it; drop it first"
+                    ),
+                ));
+            }
+        }
         let raw = self.handles(FN, sequences)?;
         let mut out = sys::kvc_pool_table::default();
         // SAFETY: live handles of this pool, borrowed for the call.
@@ -712,7 +730,7 @@ impl Pool {
                 &mut out,
             )
         })?;
-        Ok(out)
+        Ok((out, ViewGuard::new(self, false, slot)))
     }
 
     /// Binds a device pool to a CUDA or HIP stream (`kvc_pool_set_stream`),
@@ -793,19 +811,28 @@ impl fmt::Debug for Pool {
     }
 }
 
-/// Counts a live view in its pool.
+/// Counts a live view in its pool (a storage view, a block table of one
+/// group and format, or a recurrent state).
 struct ViewGuard<'p> {
     pool: &'p Pool,
     storage: bool,
+    table: Option<usize>,
 }
 
 impl<'p> ViewGuard<'p> {
-    fn new(pool: &'p Pool, storage: bool) -> ViewGuard<'p> {
+    fn new(pool: &'p Pool, storage: bool, table: Option<usize>) -> ViewGuard<'p> {
         pool.views.set(pool.views.get() + 1);
         if storage {
             pool.storage_views.set(pool.storage_views.get() + 1);
         }
-        ViewGuard { pool, storage }
+        if let Some(i) = table {
+            pool.tables.borrow_mut()[i] += 1;
+        }
+        ViewGuard {
+            pool,
+            storage,
+            table,
+        }
     }
 }
 
@@ -815,6 +842,9 @@ impl Drop for ViewGuard<'_> {
         pool.views.set(pool.views.get() - 1);
         if self.storage {
             pool.storage_views.set(pool.storage_views.get() - 1);
+        }
+        if let Some(i) = self.table {
+            pool.tables.borrow_mut()[i] -= 1;
         }
         if pool.views.get() == 0 {
             pool.destroy_dropped();
@@ -1051,7 +1081,7 @@ impl<'p> Sequence<'p> {
             Ok(RecurrentState {
                 conv: TensorView::from_raw(conv),
                 ssm: TensorView::from_raw(ssm),
-                _guard: ViewGuard::new(self.pool, false),
+                _guard: ViewGuard::new(self.pool, false, None),
             })
         }
     }

@@ -2,11 +2,9 @@
 //! slot mapping read back by gather, table and storage views, events whose
 //! hashes are the block-hash chain, errors, and the view rules.
 
-use kvcache::pool::BlockHash;
-use kvcache::sys;
 use kvcache::{
-    DType, ErrorCode, Layout, Pool, PoolEvent, PoolGroup, PoolLayer, Sequence, SlotMapping,
-    TensorRef, bf16,
+    BlockHash, DType, ErrorCode, Layout, Pool, PoolEvent, PoolGroup, PoolLayer, Sequence,
+    SlotMapping, TensorRef, bf16, block_hash_chain, block_hash_root,
 };
 
 const BLOCK: u32 = 4;
@@ -335,10 +333,11 @@ fn views_block_the_calls_that_would_invalidate_them() {
         "{err}"
     );
     assert_eq!(seq.len(), 3);
-    assert_eq!(
-        pool.block_table(&[&seq], 0).unwrap_err().code(),
-        ErrorCode::InvalidState
-    );
+    // the next table of the same group and format would rewrite it; the other format is another buffer
+    let err = pool.block_table(&[&seq], 0).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidState);
+    assert!(err.message().contains("previous table of group 0"), "{err}");
+    drop(pool.block_table_csr(&[&seq], 0).unwrap());
     assert_eq!(pool.events().unwrap_err().code(), ErrorCode::InvalidState);
     // the serving step: a write while the table is alive
     Step::new(1, 0.0).write(&pool, &[-1]).unwrap();
@@ -361,6 +360,40 @@ fn views_block_the_calls_that_would_invalidate_them() {
 }
 
 #[test]
+fn tables_of_several_groups_coexist() {
+    let pool = Pool::builder(DType::F32)
+        .group(PoolGroup::full(BLOCK, 16))
+        .group(PoolGroup::sliding(2, 16, 4))
+        .layer(PoolLayer::attention(0, HEADS, DIM))
+        .layer(PoolLayer::attention(1, HEADS, DIM))
+        .build()
+        .unwrap();
+    let mut seq = pool.sequence().unwrap();
+    let slots = seq.reserve(&[0; 6]).unwrap();
+    let blocks = |group: usize, size: i64| {
+        let mut b: Vec<i32> = slots
+            .group(group)
+            .iter()
+            .map(|s| (s / size) as i32)
+            .collect();
+        b.dedup();
+        b
+    };
+    let full = pool.block_table(&[&seq], 0).unwrap();
+    let sliding = pool.block_table(&[&seq], 1).unwrap();
+    assert_eq!(full.rows().unwrap(), [blocks(0, i64::from(BLOCK))]);
+    assert_eq!(sliding.rows().unwrap(), [blocks(1, 2)]);
+    drop(full);
+    // one is still alive: a reserve would invalidate it
+    assert_eq!(
+        seq.reserve(&[1]).unwrap_err().code(),
+        ErrorCode::InvalidState
+    );
+    drop(sliding);
+    seq.reserve(&[1]).unwrap();
+}
+
+#[test]
 fn events_carry_the_block_hash_chain() {
     let (seed, salt) = (b"llama-3-8b".as_slice(), b"tenant-7".as_slice());
     let pool = pool_with(16, seed);
@@ -369,35 +402,9 @@ fn events_carry_the_block_hash_chain() {
         let mut seq = pool.sequence_with_salt(salt).unwrap();
         prefill(&pool, &mut seq, &tokens, 0.0);
     }
-    let mut root: BlockHash = [0; 32];
-    let mut chain: [BlockHash; 2] = [[0; 32]; 2];
-    let mut count = 0usize;
-    // SAFETY: every pointer is valid for the calls.
-    unsafe {
-        assert!(
-            sys::kvc_block_hash_root(
-                seed.as_ptr().cast(),
-                seed.len(),
-                salt.as_ptr().cast(),
-                salt.len(),
-                root.as_mut_ptr()
-            )
-            .is_null()
-        );
-        assert!(
-            sys::kvc_block_hash_chain(
-                root.as_ptr(),
-                tokens.as_ptr(),
-                tokens.len(),
-                BLOCK,
-                chain.as_mut_ptr(),
-                2,
-                &mut count
-            )
-            .is_null()
-        );
-    }
-    assert_eq!(count, 2);
+    let root = block_hash_root(seed, salt).unwrap();
+    let chain = block_hash_chain(&root, &tokens, BLOCK).unwrap();
+    assert_eq!(chain.len(), 2);
     let events = pool.events().unwrap();
     let expected: Vec<(u64, BlockHash, BlockHash)> =
         vec![(1, chain[0], root), (2, chain[1], chain[0])];
