@@ -567,6 +567,46 @@ def test_dropped_sequences_release_their_blocks():
         assert pool.stats(0).used_blocks == 0
 
 
+def test_a_second_thread_is_refused_and_a_sequence_it_drops_waits_for_the_call():
+    import threading
+    import time
+    n = 16 * 2000
+    with kvcache.Pool(dtype=torch.float32, groups=[kvcache.PoolGroup("full", block_size=16, num_blocks=2002)],
+                      layers=[kvcache.PoolLayer(group=0, num_kv_heads=4, head_dim=64)]) as pool:
+        big = pool.sequence()
+        slots = big.reserve(list(range(n)))
+        holder = [pool.sequence()]
+        holder[0].reserve([1])
+        keys = [torch.ones(n, 4, 64)]
+        outcome = {}
+        stop = threading.Event()
+
+        def other():
+            while not stop.is_set():
+                try:
+                    pool.stats(0)  # microseconds: a write (milliseconds) is most likely running meanwhile
+                except kvcache.InvalidStateError as e:  # the writer is inside the pool, the GIL released
+                    outcome["refused"] = str(e)
+                    holder.clear()  # the last reference: destroyed at the pool's next call
+                    return
+                time.sleep(0.0002)
+
+        th = threading.Thread(target=other)
+        th.start()
+        deadline = time.monotonic() + 20
+        while "refused" not in outcome and time.monotonic() < deadline:
+            try:
+                pool.write(keys, keys, slots)
+            except kvcache.InvalidStateError:
+                pass  # the other thread was inside (a query): the rule holds both ways
+        stop.set()
+        th.join()
+        pool.write(keys, keys, slots)  # the pool's next call: the dropped sequence is destroyed
+        assert "another thread" in outcome.get("refused", ""), outcome
+        assert pool.stats(0).used_blocks == n // 16  # the dropped sequence's block went back
+        big.close()
+
+
 def test_no_leak_over_many_pools_and_sequences():
     import tracemalloc
     tokens = list(range(9))
