@@ -1,12 +1,12 @@
 """Drop-in replacements for transformers' cache classes, backed by kvcache's C layers.
 
 Needs torch and transformers 5.0 to 5.24 (``pip install kvcache[transformers]``); where a release lacks what a
-class needs, only that class is missing (``KvcacheLinearLayer`` before 5.14: an ImportError names the release). The
-classes subclass transformers' own (``isinstance(cache, transformers.DynamicCache)``
-holds), their ``layers`` implement transformers' layer interface over the
-layers of one C cache, and every operation ``generate`` uses (update, masks,
-beam reorder, crop for assisted decoding, batch repeat/select, reset, deepcopy)
-runs in C::
+class needs, only that class is missing (``KvcacheLinearLayer`` before 5.14, ``KvcacheDummyLayer`` before 5.23:
+an ImportError names the release). The classes subclass transformers' own
+(``isinstance(cache, transformers.DynamicCache)`` holds), their ``layers``
+implement transformers' layer interface over the layers of one C cache, and
+every operation ``generate`` uses (update, masks, beam reorder, crop for
+assisted decoding, batch repeat/select, reset, deepcopy) runs in C::
 
     >>> import torch, transformers, kvcache.transformers as kvt
     >>> config = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64,
@@ -56,6 +56,7 @@ __all__ = [
     "EncoderDecoderCache",
     "KvcacheLayer",
     "KvcacheLinearLayer",
+    "KvcacheDummyLayer",
     "layer_specs_from_config",
 ]
 
@@ -144,18 +145,25 @@ def _layer_types_and_kwargs(text_config: Any) -> Tuple[List[str], List[dict]]:
     return layer_types, kwargs
 
 
-# Layer types whose transformers layer keeps recurrent states only ("mamba" and "moe" are the names of 5.5 to 5.23
-# for layers of hybrid models that hold a state or nothing).
-_LINEAR_LAYER_TYPES = ("conv", "linear_attention", "mamba", "moe")
+# Layer types whose transformers layer keeps recurrent states only ("mamba", and "moe" / "mlp" for the blocks of
+# hybrid models without attention, which 5.5 to 5.22 give a LinearAttentionLayer that stays empty; from 5.23
+# get_layer_types_and_kwargs names those "dummy").
+_LINEAR_LAYER_TYPES = ("conv", "linear_attention", "mamba", "moe", "mlp")
 _HAS_LINEAR_LAYERS = hasattr(_tcu, "LinearAttentionCacheLayerMixin") and "state_idx" in inspect.signature(
     _tcu.LinearAttentionCacheLayerMixin.update_conv_state).parameters
 _LINEAR_SINCE = "transformers 5.14"
+# transformers' DummyLayer (5.23): the layer of a block without attention or of a KV-sharing consumer.
+_DummyLayer = getattr(_tcu, "DummyLayer", None)
+_DUMMY_SINCE = "transformers 5.23"
 
 # Classes of this module that the installed transformers release cannot support: name -> (what they need, the
 # first release that has it). They are absent from the module; asking for one raises ImportError (__getattr__).
-_UNAVAILABLE = {} if _HAS_LINEAR_LAYERS else {
-    "KvcacheLinearLayer": ("transformers.cache_utils.LinearAttentionCacheLayerMixin with states by index "
-                           "(update_conv_state(..., state_idx))", _LINEAR_SINCE)}
+_UNAVAILABLE = {}
+if not _HAS_LINEAR_LAYERS:
+    _UNAVAILABLE["KvcacheLinearLayer"] = ("transformers.cache_utils.LinearAttentionCacheLayerMixin with states by "
+                                          "index (update_conv_state(..., state_idx))", _LINEAR_SINCE)
+if _DummyLayer is None:
+    _UNAVAILABLE["KvcacheDummyLayer"] = ("transformers.cache_utils.DummyLayer", _DUMMY_SINCE)
 
 
 def _unavailable(name: str) -> ImportError:
@@ -170,10 +178,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _linear_layer_class() -> type:
-    if "KvcacheLinearLayer" in _UNAVAILABLE:
-        raise _unavailable("KvcacheLinearLayer")
-    return KvcacheLinearLayer
+def _layer_class(kind: LayerKind) -> type:
+    """The drop-in layer class of a C layer of ``kind`` (ImportError where the installed transformers lacks it)."""
+    name = ("KvcacheLinearLayer" if kind in _LINEAR else "KvcacheDummyLayer" if kind == LayerKind.DUMMY
+            else "KvcacheIndexedLayer" if kind in _INDEXED else "KvcacheLayer")
+    if name in _UNAVAILABLE:
+        raise _unavailable(name)
+    return globals()[name]
 
 
 def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len: int = 0) -> List[LayerSpec]:
@@ -215,6 +226,14 @@ def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len:
             kind = LayerKind.LINEAR_STATIC_SLIDING if static else LayerKind.LINEAR_DYNAMIC_SLIDING
             specs.append(LayerSpec(kind, window=window, max_cache_len=max_cache_len if static else 0,
                                    num_states=states, conv_kernel_size=conv_kernel))
+        elif layer_type == "dummy":
+            # DummyLayer (5.23 on; get_layer_types_and_kwargs also names "moe"/"mlp" blocks and the layers that
+            # kv_sharing_modes marks "reuse" so): no storage, in DynamicCache and StaticCache alike.
+            if _DummyLayer is None:
+                raise NotImplementedError(
+                    f"kvcache.transformers: layer {i} has layer type 'dummy', for which transformers "
+                    f"{transformers.__version__} has no DummyLayer; {_DUMMY_SINCE} and later have it")
+            specs.append(LayerSpec(LayerKind.DUMMY))
         elif layer_type in ("indexed_attention", "deepseek_sparse_attention"):
             # DynamicIndexedLayer / StaticIndexedLayer (transformers >= 5.11; the type's name until some release
             # after 5.17 was "deepseek_sparse_attention")
@@ -222,7 +241,7 @@ def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len:
                          else LayerSpec(LayerKind.DYNAMIC_INDEXED))
         else:
             raise NotImplementedError(f"kvcache.transformers: layer {i} has layer type {layer_type!r}, which kvcache "
-                                      "has no layer kind for (KV-sharing placeholders)")
+                                      "has no layer kind for")
     return specs
 
 
@@ -442,6 +461,26 @@ class KvcacheIndexedLayer(KvcacheLayer):
         return self._cache.update_indexer(indexer_key_states, self._index)
 
 
+class KvcacheDummyLayer(*([_DummyLayer] if _DummyLayer else [])):
+    """transformers' DummyLayer (5.23) over a C layer of kind DUMMY: a block without attention ("moe", "mlp") or a
+    layer that reads another layer's keys and values (``kv_sharing_modes`` "reuse").
+
+    It is a ``DummyLayer`` and, like it, no ``CacheLayerMixin``: it stores nothing (``keys``/``values`` None, always
+    initialized), ``update`` raises ``NotImplementedError`` but for ``(None, None)``, which it returns, and its other
+    operations do nothing; the cache's operations pass over the C layer the same way. Left out of the module, with
+    an ImportError naming the release, before 5.23.
+    """
+
+    def __init__(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
+        _DummyLayer.__init__(self)
+        self._cache = cache
+        self._index = index
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._index}, dummy)"
+
+
 # ---------------------------------------------------------------- caches
 
 class _KvcacheCache:
@@ -502,9 +541,12 @@ class _KvcacheCache:
         n = len(self._kv)
         for i in range(len(self.layers), n):
             kind = self._kv.layer_info(i).kind
-            cls = _linear_layer_class() if kind in _LINEAR else KvcacheIndexedLayer if kind in _INDEXED else KvcacheLayer
-            self.layers.append(cls(self, i, kind))
+            self.layers.append(_layer_class(kind)(self, i, kind))
         self._num_layers = len(self.layers)
+        # What never changes per layer, kept as Python lists: masks ask for them at every forward.
+        self._dummy = [layer.kind == LayerKind.DUMMY for layer in self.layers]
+        self._linear = [self._kv.layer_info(i).is_linear if layer.kind in _LINEAR else False
+                        for i, layer in enumerate(self.layers)]
 
     def _layer_tensors(self, layer_idx: int) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
         if self._views is None:
@@ -524,7 +566,7 @@ class _KvcacheCache:
     def _wrap(cls, kv: _cache.Cache, like: "_KvcacheCache"):
         """A cache of ``like``'s class and settings over ``kv`` (a clone of like's C cache)."""
         obj = cls.__new__(cls)
-        own = ("layers", "_kv", "_views", "_device", "_num_layers")
+        own = ("layers", "_kv", "_views", "_device", "_num_layers", "_dummy", "_linear")
         obj.__dict__.update({k: v for k, v in like.__dict__.items() if k not in own})
         obj.layers = []
         obj._bind(kv, like._device, placed=like._views is not None)
@@ -535,10 +577,18 @@ class _KvcacheCache:
         # The per-layer hot path of a decode step: one C call (kvcache_torch.h), no tensor made in Python.
         views = self._views
         if views is not None and not args and not kwargs and layer_idx < self._num_layers:
-            return _update_torch(views, layer_idx, key_states, value_states)
+            try:
+                return _update_torch(views, layer_idx, key_states, value_states)
+            except (KvcacheError, TypeError):
+                if not self._dummy[layer_idx]:
+                    raise
         return self._update(key_states, value_states, layer_idx, args[0] if args else kwargs.get("cache_kwargs"))
 
     def _update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, cache_kwargs: Any):
+        if layer_idx < self._num_layers and self._dummy[layer_idx]:
+            # As transformers' Cache.update, the dummy layer answers: (None, None) for (None, None), else
+            # NotImplementedError (the C layer refuses every update, as UNSUPPORTED, and stays unplaced).
+            return self.layers[layer_idx].update(key_states, value_states)
         if self._views is None:
             self._place(key_states.device)
         # The drop-in's layers read no RoPE tables (no sink layers); cache_position matters to static layers only.
@@ -591,19 +641,19 @@ class _KvcacheCache:
 
     @property
     def is_sliding(self) -> List[bool]:
-        return [layer.is_sliding for layer in self.layers]
+        return [getattr(layer, "is_sliding", False) for layer in self.layers]  # a DummyLayer has no is_sliding
 
     @property
     def is_linear(self) -> List[bool]:
-        return [self._kv.layer_info(i).is_linear if layer.kind in _LINEAR else False
-                for i, layer in enumerate(self.layers)]
+        return list(self._linear)
 
     @property
     def is_dummy(self) -> List[bool]:
-        return [False] * len(self.layers)
+        return list(self._dummy)
 
     def is_recording_past(self, layer_idx: int) -> bool:
-        return self._recording and (self.layers[layer_idx].is_sliding or self.layers[layer_idx].kind in _LINEAR)
+        layer = self.layers[layer_idx]
+        return self._recording and (getattr(layer, "is_sliding", False) or layer.kind in _LINEAR)
 
     # -- operations on every layer, one C call each (issued on torch's current stream for a device cache)
     def crop(self, tokens_to_remove: int) -> None:
@@ -646,7 +696,7 @@ class _KvcacheCache:
         self._kv.early_initialization(batch_size, num_heads, head_dim, dtype)
 
     def offload(self, layer_idx: int, only_non_sliding: bool = True) -> None:
-        if not (only_non_sliding and self.layers[layer_idx].is_sliding):
+        if not (only_non_sliding and getattr(self.layers[layer_idx], "is_sliding", False)):
             self._follow_stream()
             self._kv.offload(layer_idx)
 
@@ -706,8 +756,8 @@ class _KvcacheCache:
 
     def __iter__(self) -> Iterator[Tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]]:
         for layer in self.layers:
-            w = layer.sliding_window
-            yield layer.keys, layer.values, (torch.tensor(w) if layer.is_sliding and w else None)
+            w = getattr(layer, "sliding_window", None)  # None on a DummyLayer, as its keys and values
+            yield layer.keys, layer.values, (torch.tensor(w) if getattr(layer, "is_sliding", False) and w else None)
 
     def __deepcopy__(self, memo):
         self._follow_stream()
