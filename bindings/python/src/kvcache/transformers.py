@@ -29,6 +29,15 @@ instead. Until placed, a CPU cache without storage answers queries (an empty
 cache). A device cache follows torch's current stream: its work is ordered on
 the stream the model runs on, and its tensors are read there without copies
 through the host.
+
+torch.compile (docs/torch-compile.md): a StaticCache's full-attention layers
+compile without graph breaks (``fullgraph=True``; ``generate`` with a compiled
+forward gives transformers' tokens): their update is the custom op
+``kvcache::update_static`` over the layer's stable tensors. Other layers, and a
+static layer before its first update, make their C calls at graph breaks.
+CUDA graphs (``mode="reduce-overhead"``): the cache ops run outside them, on
+the host, where the C counters live; a CUDA graph captured by hand around
+``update`` replays one step's slots and is not supported.
 """
 from __future__ import annotations
 
@@ -39,7 +48,7 @@ import torch
 import transformers
 from transformers import cache_utils as _tcu
 
-from . import _cache, _lib
+from . import _cache, _lib, _torch_compile
 from ._errors import KvcacheError
 from ._torch_device import CPU, DevicePair, default_device, device_pair, torch_views
 from ._types import LayerKind, LayerSpec, Offload, Preset, QuantOptions
@@ -78,6 +87,7 @@ _from_dlpack = torch.utils.dlpack.from_dlpack
 _update_torch = _lib._update_torch
 _torch_layer_view = _lib._torch_layer_view
 _torch_follow_stream = _lib._torch_follow_stream
+_is_compiling = _torch_compile.is_compiling
 
 _SLIDING = {LayerKind.DYNAMIC_SLIDING, LayerKind.DYNAMIC_CHUNKED, LayerKind.STATIC_SLIDING,
             LayerKind.STATIC_CHUNKED, LayerKind.LINEAR_DYNAMIC_SLIDING, LayerKind.LINEAR_STATIC_SLIDING}
@@ -490,10 +500,15 @@ class _KvcacheCache:
     the first tensors) ``_kv`` is a CPU cache without storage and ``_views`` is None; placing recreates it on the
     tensors' device if that is not the CPU. ``_views`` (the extension's TorchViews) makes the per-layer update one
     C call and remembers the tensors it returned (static layers return the same tensors at every step).
+
+    ``update`` of layers below ``_fast_layers`` is that one call. A cache that compiles (``_compiles``: StaticCache,
+    kvcache/_torch_compile.py) publishes the stable tensors of its STATIC layers for compiled code; the first
+    update of such a layer, before its buffers exist, goes through ``_update``, which publishes them.
     """
 
     _kv: _cache.Cache
     layers: list
+    _compiles = False
 
     def _attach(self, make, device: Any = None, from_tensors: Optional[list] = None, *, offloading: bool = False,
                 offload_only_non_sliding: bool = True) -> None:
@@ -516,6 +531,8 @@ class _KvcacheCache:
         self._views = torch_views(kv._handle, device) if placed else None
         self._num_layers = 0
         self._sync_layers()
+        if self._compiles and self._views is not None:
+            self._publish()
 
     def _place(self, device: Any) -> None:
         """Fixes the cache's device at its first tensors (a lazy layer's lazy_initialization)."""
@@ -542,11 +559,43 @@ class _KvcacheCache:
         for i in range(len(self.layers), n):
             kind = self._kv.layer_info(i).kind
             self.layers.append(_layer_class(kind)(self, i, kind))
-        self._num_layers = len(self.layers)
-        # What never changes per layer, kept as Python lists: masks ask for them at every forward.
+        self._num_layers = self._fast_layers = len(self.layers)
+        # What never changes per layer, kept as Python lists: masks ask for them at every forward (compiled too).
         self._dummy = [layer.kind == LayerKind.DUMMY for layer in self.layers]
         self._linear = [self._kv.layer_info(i).is_linear if layer.kind in _LINEAR else False
                         for i, layer in enumerate(self.layers)]
+        # The layer answering length queries for layer 0 when layer 0 has no K/V (core/cache.c).
+        self._first_kv = next((i for i, layer in enumerate(self.layers)
+                               if layer.kind not in (LayerKind.LINEAR, LayerKind.DUMMY)), 0)
+
+    # -- torch.compile (kvcache/_torch_compile.py)
+    def _publish(self) -> None:
+        """Publishes the (keys, values) of every STATIC layer whose buffers exist; updates of the others go through
+        _update until they do."""
+        stores = [_torch_layer_view(self._views, i) if layer.kind == LayerKind.STATIC else None
+                  for i, layer in enumerate(self.layers)]
+        _torch_compile.publish(self, self._views, stores)
+        self._fast_layers = next((i for i, (layer, store) in enumerate(zip(self.layers, stores))
+                                  if layer.kind == LayerKind.STATIC and store is None), self._num_layers)
+
+    def _publish_layer(self, layer_idx: int) -> None:
+        """After the first update of a STATIC layer: publishes its tensors alone (a prefill updates every layer)."""
+        stores = list(self._views.record.stores)
+        stores[layer_idx] = _torch_layer_view(self._views, layer_idx)
+        _torch_compile.publish(self, self._views, stores)
+        self._fast_layers = next((i for i in range(self._fast_layers, self._num_layers)
+                                  if self.layers[i].kind == LayerKind.STATIC and stores[i] is None), self._num_layers)
+
+    def _compiled_store(self, layer_idx: int):
+        """In compiled code: (store, token) of the published STATIC layer that answers for ``layer_idx``, or None
+        (the query is then a C call at a graph break)."""
+        record = None if self._views is None else self._views.record
+        if record is None or not 0 <= layer_idx < self._num_layers:
+            return None
+        if layer_idx == 0:
+            layer_idx = self._first_kv
+        store = record.stores[layer_idx] if layer_idx < len(record.stores) else None
+        return None if store is None else (store, record.token)
 
     def _layer_tensors(self, layer_idx: int) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
         if self._views is None:
@@ -566,7 +615,7 @@ class _KvcacheCache:
     def _wrap(cls, kv: _cache.Cache, like: "_KvcacheCache"):
         """A cache of ``like``'s class and settings over ``kv`` (a clone of like's C cache)."""
         obj = cls.__new__(cls)
-        own = ("layers", "_kv", "_views", "_device", "_num_layers", "_dummy", "_linear")
+        own = ("layers", "_kv", "_views", "_device", "_num_layers", "_fast_layers", "_dummy", "_linear", "_first_kv")
         obj.__dict__.update({k: v for k, v in like.__dict__.items() if k not in own})
         obj.layers = []
         obj._bind(kv, like._device, placed=like._views is not None)
@@ -576,7 +625,7 @@ class _KvcacheCache:
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         # The per-layer hot path of a decode step: one C call (kvcache_torch.h), no tensor made in Python.
         views = self._views
-        if views is not None and not args and not kwargs and layer_idx < self._num_layers:
+        if views is not None and not args and not kwargs and layer_idx < self._fast_layers:
             try:
                 return _update_torch(views, layer_idx, key_states, value_states)
             except (KvcacheError, TypeError):
@@ -600,10 +649,19 @@ class _KvcacheCache:
         out = _update_torch(self._views, layer_idx, key_states, value_states, positions)
         if layer_idx >= self._num_layers:
             self._sync_layers()
+            if self._compiles:
+                self._publish()
+        elif layer_idx >= self._fast_layers and self._compiles:
+            self._publish_layer(layer_idx)
         return out
 
-    # -- queries
+    # -- queries (in compiled code a published STATIC layer answers without a C call, as transformers' StaticLayer:
+    # lengths as 0-d tensors, mask sizes from its shape)
     def get_seq_length(self, layer_idx: int = 0) -> int:
+        if _is_compiling():
+            compiled = self._compiled_store(layer_idx)
+            if compiled is not None:
+                return _torch_compile.seq_length(*compiled, layer_idx)
         return self._kv.get_seq_length(layer_idx)
 
     def get_max_length(self, layer_idx: Optional[int] = None) -> int:
@@ -614,9 +672,17 @@ class _KvcacheCache:
         return self._kv.get_max_length(layer_idx)
 
     def get_mask_sizes(self, query_length: int, layer_idx: int) -> Tuple[int, int]:
+        if _is_compiling():
+            compiled = self._compiled_store(layer_idx)
+            if compiled is not None:  # a STATIC layer's mask spans all its slots from 0 (core/layer_static.c)
+                return compiled[0][0].shape[2], 0
         return self._kv.get_mask_sizes(_query_length(query_length), layer_idx)
 
     def get_query_offset(self, layer_idx: int = 0) -> int:
+        if _is_compiling():  # the drop-in's caches have the standard rule: the offset is the layer's length
+            compiled = self._compiled_store(layer_idx)
+            if compiled is not None:
+                return _torch_compile.seq_length(*compiled, layer_idx)
         return self._kv.get_query_offset(layer_idx)
 
     def get_usable_length(self, new_seq_length: int, layer_idx: int = 0) -> int:
@@ -665,7 +731,12 @@ class _KvcacheCache:
         # beam_idx costs one read of batch int64s to the host. Beam search reads its scores on the host at every
         # step anyway.
         self._follow_stream()
-        self._kv.reorder_cache(_host_indices(beam_idx))
+        indices = _host_indices(beam_idx)
+        # To another batch size the layers get new buffers, which compiled code must see (the same size: in place).
+        moved = self._compiles and self._views is not None and len(indices) != self._kv.batch_size
+        self._kv.reorder_cache(indices)
+        if moved:
+            self._publish()
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         self._follow_stream()
@@ -694,6 +765,8 @@ class _KvcacheCache:
         self._place(default_device() if device is None else device)
         self._follow_stream()
         self._kv.early_initialization(batch_size, num_heads, head_dim, dtype)
+        if self._compiles:
+            self._publish()
 
     def offload(self, layer_idx: int, only_non_sliding: bool = True) -> None:
         if not (only_non_sliding and getattr(self.layers[layer_idx], "is_sliding", False)):
@@ -827,11 +900,17 @@ class StaticCache(_KvcacheCache, _tcu.StaticCache):
     their buffers at the first update or ``early_initialization``, as transformers' StaticLayer, and keep them:
     ``update`` returns the same tensors (same addresses) at every step. Other keywords are accepted and ignored,
     as transformers 5 does.
+
+    Under ``torch.compile`` the full-attention layers' update, length and mask queries are graph operations (the
+    custom ops of kvcache/_torch_compile.py over those tensors, marked as static addresses); see the module's
+    docstring for what does not compile and for CUDA graphs.
     """
 
     def __init__(self, config: Any, max_cache_len: int, offloading: bool = False,
                  offload_only_non_sliding: bool = True, **kwargs: Any) -> None:
         specs = layer_specs_from_config(config, static=True, max_cache_len=max_cache_len)
+        # Its STATIC layers compile (kvcache/_torch_compile.py); offloaded ones move between tiers, so they do not.
+        self._compiles = _torch_compile.SUPPORTED and not offloading
         make = _maker(Preset.CUSTOM, layers=specs, offload=_offload_mode(offloading, offload_only_non_sliding),
                       transformers_release=_installed_release())
         self._attach(make, kwargs.get("device"), offloading=offloading,
