@@ -1068,3 +1068,6 @@ PyObject* kvc_py_block_hash_chain(PyObject* root, PyObject* tokens, long long bl
   return result;
 }
 %}
+
+/* Cache files: their section needs the helpers above (kvc_py_bytes_in). */
+%include "persist.i"

@@ -27,6 +27,7 @@ from ._errors import (
     DeviceMismatchError,
     DtypeMismatchError,
     InternalError,
+    IoError,
     InvalidArgumentError,
     InvalidStateError,
     KvcacheError,
@@ -83,6 +84,8 @@ from ._block_hash import (
     block_hash_root,
 )
 
+from .persist import FILE_FORMAT_VERSION, load, load_encoder_decoder
+
 View = _lib.View
 
 #: The version of the C library this package runs on ("MAJOR.MINOR.PATCH").
@@ -124,6 +127,7 @@ __all__ = [
     "LayerSpec", "ModelConfig", "QuantOptions", "LayerInfo", "MemoryInfo",
     "KvcacheError", "InvalidArgumentError", "OutOfRangeError", "DtypeMismatchError", "ShapeMismatchError",
     "DeviceMismatchError", "UnsupportedError", "InvalidStateError", "OutOfMemoryError", "NoDeviceError",
-    "VersionMismatchError", "InternalError", "StaleViewError",
+    "VersionMismatchError", "InternalError", "IoError", "StaleViewError",
     "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
+    "load", "load_encoder_decoder", "FILE_FORMAT_VERSION",
 ]
