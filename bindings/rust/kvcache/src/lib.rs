@@ -45,6 +45,7 @@ mod dtype;
 mod encoder_decoder;
 mod error;
 mod options;
+mod persist;
 mod tensor;
 mod version;
 
@@ -65,6 +66,7 @@ pub use options::{
     ConvUpdateOptions, InitOptions, LayerKind, LayerOptions, LayerType, ModelConfig, Offload,
     Preset, QuantMode, QuantOptions, Quantizer, UpdateOptions,
 };
+pub use persist::FILE_FORMAT_VERSION;
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};
 pub use version::{
     Features, HEADER_VERSION, Version, check_version, features, version, version_string,
