@@ -12,6 +12,8 @@
 # bench_host_issue (the core's host cost of issuing a decode step) runs against the emulated device plugin
 # in $KVC_BENCH_EMULATED_DIR (default BUILDDIR/tests/gpu/emulated; `make bench` builds one); without one it
 # prints SKIPPED.
+# bench_persist writes its files next to the results (or in $KVC_BENCH_PERSIST_DIR); its arguments go in
+# $KVC_BENCH_PERSIST_ARGS.
 # Exit status: 0 when every acceptance check holds, 1 otherwise.
 set -euo pipefail
 
@@ -78,6 +80,11 @@ fi
 echo
 echo "== bench_quantized"
 "$(find_bin bench_quantized)" --json "$JSON" "${EXTRA[@]}"
+echo
+echo "== bench_persist (cache files: save and restore against plain write/read of the same bytes, same disk)"
+# A 1 GiB cache by default; $KVC_BENCH_PERSIST_ARGS overrides (e.g. "--context 1024 --reps 3": 128 MiB).
+read -r -a PERSIST_ARGS <<< "${KVC_BENCH_PERSIST_ARGS:-}"
+"$(find_bin bench_persist)" --json "$JSON" "${PERSIST_ARGS[@]}"
 echo
 
 echo "== transformers (CPU, torch)"
