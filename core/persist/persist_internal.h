@@ -61,14 +61,17 @@ void kvci_out_fail(kvci_out* out, kvc_error* e); /* keeps the first error */
  * be read or reused.
  */
 typedef struct kvci_stage {
-  const kvc_cache* cache;
+  const kvc_backend* backend;
+  const kvc_exec* exec;
   unsigned char* host;
   size_t bytes;
   void* barrier;
 } kvci_stage;
 
-/* Opens the stage for a cache (nothing for a CPU cache); UNSUPPORTED when the backend cannot synchronise. */
-kvc_error* kvci_stage_open(const char* fn, const kvc_cache* cache, uint64_t bytes, kvci_stage* out);
+/* Opens the stage for a cache's or a pool's place (nothing on the CPU); UNSUPPORTED when the backend cannot
+ * synchronise. `bytes` 0: 8 MiB. */
+kvc_error* kvci_stage_open(const char* fn, const kvc_backend* backend, const kvc_exec* exec, kvc_device device,
+                           uint64_t bytes, kvci_stage* out);
 void kvci_stage_close(kvci_stage* stage);
 
 /*
