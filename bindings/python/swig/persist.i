@@ -7,6 +7,11 @@
  * readers take any bytes-like object.
  */
 %ignore kvc_write_fn;
+/* Pool sequence files take pool handles: they are bound with the pool (bindings of kvcache/pool.h). */
+%ignore kvc_pool_sequence_save;
+%ignore kvc_pool_sequence_save_to;
+%ignore kvc_pool_sequence_load;
+%ignore kvc_pool_sequence_load_buffer;
 %feature("nothread") kvc_py_cache_save_to;
 %feature("nothread") kvc_py_encoder_decoder_cache_save_to;
 %feature("nothread") kvc_py_cache_load_buffer;

@@ -1766,3 +1766,33 @@ unsafe extern "C" {
         bytes: usize,
     ) -> *mut kvc_error;
 }
+unsafe extern "C" {
+    pub fn kvc_pool_sequence_save(
+        sequence: *const kvc_pool_sequence,
+        path: *const ::core::ffi::c_char,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_pool_sequence_save_to(
+        sequence: *const kvc_pool_sequence,
+        write: kvc_write_fn,
+        user: *mut ::core::ffi::c_void,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_pool_sequence_load(
+        pool: *mut kvc_pool,
+        path: *const ::core::ffi::c_char,
+        out: *mut *mut kvc_pool_sequence,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_pool_sequence_load_buffer(
+        pool: *mut kvc_pool,
+        data: *const ::core::ffi::c_void,
+        bytes: usize,
+        out: *mut *mut kvc_pool_sequence,
+    ) -> *mut kvc_error;
+}
