@@ -433,13 +433,19 @@ kvc_error* kvc_encoder_decoder_cache_restore_buffer(kvc_encoder_decoder_cache* c
 
 /* ------------------------------------------------------- pool sequences */
 
+/* The prologue of both saves of a sequence: the sequence, the target (a path or a callback), the options. */
+static kvc_error* check_sequence_save(const char* fn, const kvc_pool_sequence* sequence, const void* target,
+                                      const char* target_name, const kvc_save_options* options, uint64_t* staging) {
+  if (!sequence) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", fn);
+  if (!target) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn, target_name);
+  return read_save_options(fn, options, staging);
+}
+
 kvc_error* kvc_pool_sequence_save(const kvc_pool_sequence* sequence, const char* path,
                                   const kvc_save_options* options) {
   static const char* FN = "kvc_pool_sequence_save";
   uint64_t staging;
-  kvc_error* e = sequence ? NULL : kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
-  if (!e && !path) e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: path is NULL", FN);
-  if (!e) e = read_save_options(FN, options, &staging);
+  kvc_error* e = check_sequence_save(FN, sequence, path, "path", options, &staging);
   const object o = {NULL, NULL, NULL, 0, sequence};
   return e ? e : save_path(FN, path, &o, staging);
 }
@@ -448,9 +454,7 @@ kvc_error* kvc_pool_sequence_save_to(const kvc_pool_sequence* sequence, kvc_writ
                                      const kvc_save_options* options) {
   static const char* FN = "kvc_pool_sequence_save_to";
   uint64_t staging;
-  kvc_error* e = sequence ? NULL : kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
-  if (!e && !write) e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: write is NULL", FN);
-  if (!e) e = read_save_options(FN, options, &staging);
+  kvc_error* e = check_sequence_save(FN, sequence, (const void*)(uintptr_t)write, "write", options, &staging);
   const object o = {NULL, NULL, NULL, 0, sequence};
   return e ? e : save_object(FN, &o, write, user, staging);
 }
