@@ -198,8 +198,13 @@ static kvc_error* map_path(const char* fn, const char* path, mapped* m) {
   else if (st.st_size == 0)
     e = kvci_err(KVC_ERROR_IO, "%s: not a kvcache file: %s is empty", fn, path);
   if (!e) {
-    /* MAP_POPULATE: the kernel reads the whole file ahead in large requests, instead of a fault per page. */
-    void* p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    /* MAP_POPULATE (Linux): the kernel reads the whole file ahead in large requests, instead of a fault per page. */
+#ifdef MAP_POPULATE
+    const int flags = MAP_PRIVATE | MAP_POPULATE;
+#else
+    const int flags = MAP_PRIVATE;
+#endif
+    void* p = mmap(NULL, (size_t)st.st_size, PROT_READ, flags, fd, 0);
     if (p == MAP_FAILED) {
       e = kvci_err(KVC_ERROR_IO, "%s: cannot map %s: %s", fn, path, strerror(errno));
     } else {
