@@ -13,6 +13,8 @@
 # in $KVC_BENCH_EMULATED_DIR (default BUILDDIR/tests/gpu/emulated; `make bench` builds one); without one it
 # prints SKIPPED.
 # bench_pool (the paged pool, CPU) runs everywhere; its GPU rows are bench_gpu's gpu_pool_write.
+# bench_persist writes its files next to the results (or in $KVC_BENCH_PERSIST_DIR); its arguments go in
+# $KVC_BENCH_PERSIST_ARGS.
 # Exit status: 0 when every acceptance check holds, 1 otherwise.
 set -euo pipefail
 
@@ -85,6 +87,10 @@ echo "== bench_quantized"
 echo
 echo "== bench_pool (the paged pool on the CPU: scheduling, partial blocks, fork, step write)"
 "$(find_bin bench_pool)" --json "$JSON" "${EXTRA[@]}"
+echo "== bench_persist (cache files: save and restore against plain write/read of the same bytes, same disk)"
+# A 1 GiB cache by default; $KVC_BENCH_PERSIST_ARGS overrides (e.g. "--context 1024 --reps 3": 128 MiB).
+read -r -a PERSIST_ARGS <<< "${KVC_BENCH_PERSIST_ARGS:-}"
+"$(find_bin bench_persist)" --json "$JSON" "${PERSIST_ARGS[@]}"
 echo
 
 echo "== transformers (CPU, torch)"

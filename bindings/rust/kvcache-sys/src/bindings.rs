@@ -20,6 +20,7 @@ pub const KVC_ERROR_OUT_OF_MEMORY: kvc_code = 8;
 pub const KVC_ERROR_NO_DEVICE: kvc_code = 9;
 pub const KVC_ERROR_VERSION_MISMATCH: kvc_code = 10;
 pub const KVC_ERROR_INTERNAL: kvc_code = 11;
+pub const KVC_ERROR_IO: kvc_code = 12;
 pub const KVC_DEVICE_CPU: kvc_device_type = 1;
 pub const KVC_DEVICE_CUDA: kvc_device_type = 2;
 pub const KVC_DEVICE_CUDA_HOST: kvc_device_type = 3;
@@ -97,6 +98,7 @@ pub const KVC_POOL_TABLE_CSR: kvc_pool_table_format = 1;
 pub const KVC_POOL_EVENT_BLOCK_STORED: kvc_pool_event_kind = 1;
 pub const KVC_POOL_EVENT_BLOCK_REMOVED: kvc_pool_event_kind = 2;
 pub const KVC_POOL_EVENT_ALL_CLEARED: kvc_pool_event_kind = 3;
+pub const KVC_FILE_FORMAT_VERSION: u32 = 1;
 unsafe extern "C" {
     /// Version of the library actually loaded, as KVC_VERSION_NUMBER. Never fails.
     pub fn kvc_version() -> u32;
@@ -1595,5 +1597,184 @@ unsafe extern "C" {
         events: *mut kvc_pool_event,
         capacity: usize,
         count: *mut usize,
+    ) -> *mut kvc_error;
+}
+/** A caller's sink for a file's bytes: called in file order with `bytes` >
+ 0; returns 0 when it took them all, non-zero to stop the save (which then
+ fails with KVC_ERROR_IO). `data` is valid during the call only.*/
+pub type kvc_write_fn = ::core::option::Option<
+    unsafe extern "C" fn(
+        user: *mut ::core::ffi::c_void,
+        data: *const ::core::ffi::c_void,
+        bytes: usize,
+    ) -> ::core::ffi::c_int,
+>;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct kvc_save_options {
+    /// sizeof(kvc_save_options)
+    pub struct_size: u32,
+    /// 0
+    pub reserved: u32,
+    /// device caches: the host staging buffer, in [4096, 2^40); 0 = 8 MiB
+    pub staging_bytes: u64,
+}
+unsafe extern "C" {
+    /// Sets `options` to KVC_SAVE_OPTIONS_INIT. Never fails; NULL is ignored.
+    pub fn kvc_save_options_init(options: *mut kvc_save_options);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kvc_load_options {
+    /// sizeof(kvc_load_options)
+    pub struct_size: u32,
+    /// where the new cache lives (default: the CPU); any device, whatever the saved one
+    pub device: kvc_device,
+    /// the new cache's stream (NULL: the device's default stream)
+    pub stream: *mut ::core::ffi::c_void,
+}
+impl Default for kvc_load_options {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+unsafe extern "C" {
+    /// Sets `options` to KVC_LOAD_OPTIONS_INIT. Never fails; NULL is ignored.
+    pub fn kvc_load_options_init(options: *mut kvc_load_options);
+}
+unsafe extern "C" {
+    /** Writes `cache` to the file `path` (created or replaced: written to a
+ temporary file beside it, then renamed, so a crash never leaves a partial
+ file under `path`). `options` NULL = KVC_SAVE_OPTIONS_INIT. The cache is
+ not changed. Errors: INVALID_ARGUMENT (NULL, options), IO (the file could
+ not be written: the message has the system's reason), OUT_OF_MEMORY.*/
+    pub fn kvc_cache_save(
+        cache: *const kvc_cache,
+        path: *const ::core::ffi::c_char,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /// The same bytes as kvc_cache_save, given to `write` as they are produced.
+    pub fn kvc_cache_save_to(
+        cache: *const kvc_cache,
+        write: kvc_write_fn,
+        user: *mut ::core::ffi::c_void,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** A new cache from the file `path` (read through mmap), on options->device
+ (NULL options = KVC_LOAD_OPTIONS_INIT). Errors: INVALID_ARGUMENT, IO
+ (unreadable, truncated, corrupted, not a cache file), VERSION_MISMATCH,
+ OUT_OF_MEMORY, NO_DEVICE; *out is written on success only.*/
+    pub fn kvc_cache_load(
+        path: *const ::core::ffi::c_char,
+        options: *const kvc_load_options,
+        out: *mut *mut kvc_cache,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /// The same from `bytes` bytes at `data` (a file's contents; borrowed for the call).
+    pub fn kvc_cache_load_buffer(
+        data: *const ::core::ffi::c_void,
+        bytes: usize,
+        options: *const kvc_load_options,
+        out: *mut *mut kvc_cache,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** Replaces the contents of `cache` with the file's: the file's fingerprint
+ must equal the cache's (INVALID_ARGUMENT naming the first difference
+ otherwise). The cache keeps its device and stream. Views the cache handed
+ out before are invalid afterwards. On error the cache is unchanged.*/
+    pub fn kvc_cache_restore(
+        cache: *mut kvc_cache,
+        path: *const ::core::ffi::c_char,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_cache_restore_buffer(
+        cache: *mut kvc_cache,
+        data: *const ::core::ffi::c_void,
+        bytes: usize,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /// The same four for an encoder-decoder cache (both halves and the is_updated flags).
+    pub fn kvc_encoder_decoder_cache_save(
+        cache: *const kvc_encoder_decoder_cache,
+        path: *const ::core::ffi::c_char,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_encoder_decoder_cache_save_to(
+        cache: *const kvc_encoder_decoder_cache,
+        write: kvc_write_fn,
+        user: *mut ::core::ffi::c_void,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_encoder_decoder_cache_load(
+        path: *const ::core::ffi::c_char,
+        options: *const kvc_load_options,
+        out: *mut *mut kvc_encoder_decoder_cache,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_encoder_decoder_cache_load_buffer(
+        data: *const ::core::ffi::c_void,
+        bytes: usize,
+        options: *const kvc_load_options,
+        out: *mut *mut kvc_encoder_decoder_cache,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_encoder_decoder_cache_restore(
+        cache: *mut kvc_encoder_decoder_cache,
+        path: *const ::core::ffi::c_char,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_encoder_decoder_cache_restore_buffer(
+        cache: *mut kvc_encoder_decoder_cache,
+        data: *const ::core::ffi::c_void,
+        bytes: usize,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_pool_sequence_save(
+        sequence: *const kvc_pool_sequence,
+        path: *const ::core::ffi::c_char,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_pool_sequence_save_to(
+        sequence: *const kvc_pool_sequence,
+        write: kvc_write_fn,
+        user: *mut ::core::ffi::c_void,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_pool_sequence_load(
+        pool: *mut kvc_pool,
+        path: *const ::core::ffi::c_char,
+        out: *mut *mut kvc_pool_sequence,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_pool_sequence_load_buffer(
+        pool: *mut kvc_pool,
+        data: *const ::core::ffi::c_void,
+        bytes: usize,
+        out: *mut *mut kvc_pool_sequence,
     ) -> *mut kvc_error;
 }
