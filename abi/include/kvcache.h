@@ -33,7 +33,7 @@
  * handle do not modify it, so several threads may call them concurrently as
  * long as no thread mutates that cache meanwhile. Error objects are
  * independent values. Global functions (kvc_version, kvc_features, the
- * *_init functions, kvc_dtype_*) are thread-safe.
+ * *_init functions, kvc_dtype_*, kvc_block_hash*) are thread-safe.
  */
 #ifndef KVCACHE_H
 #define KVCACHE_H
@@ -48,5 +48,7 @@
 #include "kvcache/quantized.h"
 #include "kvcache/recurrent.h"
 #include "kvcache/indexer.h"
+#include "kvcache/block_hash.h"
+#include "kvcache/pool.h"
 
 #endif /* KVCACHE_H */

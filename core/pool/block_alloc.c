@@ -1,0 +1,156 @@
+/*
+ * core/pool/block_alloc.c: the life of a block in its group.
+ *
+ * A usable block (1 .. num_blocks - 1) is in exactly one of four states:
+ *   free            ref 0, not cached: on the free list
+ *   cached          ref 0, cached, not pinned: on the LRU list (evictable)
+ *   pinned          ref 0, cached, pinned: on no list, never evicted
+ *   used            ref >= 1 (cached or not, pinned or not)
+ * Taking a block prefers the free list (no cached data is lost) and then
+ * evicts the least recently released cached block (vLLM's rule; a sequence
+ * releases its blocks last first, so a prompt's tail goes before its head,
+ * which more requests share). The cache key is (group, hash): every group
+ * has its own map, since groups of different block sizes have different
+ * chains and even groups of one size hold different bytes.
+ */
+#include "pool_internal.h"
+
+static uint32_t map_slot(const kvci_pool_group* g, const uint8_t hash[KVC_BLOCK_HASH_SIZE]) {
+  uint32_t h;
+  memcpy(&h, hash, sizeof h); /* SHA-256 bytes are uniform: the first four are a fine bucket index */
+  return h & g->map_mask;
+}
+
+uint32_t kvci_pool_map_find(const kvci_pool_group* g, const uint8_t hash[KVC_BLOCK_HASH_SIZE]) {
+  for (uint32_t i = map_slot(g, hash);; i = (i + 1) & g->map_mask) {
+    uint32_t b = g->map[i];
+    if (!b) return 0;
+    if (!memcmp(g->blocks[b].hash, hash, KVC_BLOCK_HASH_SIZE)) return b;
+  }
+}
+
+static void map_insert(kvci_pool_group* g, uint32_t block) {
+  uint32_t i = map_slot(g, g->blocks[block].hash);
+  while (g->map[i]) i = (i + 1) & g->map_mask;
+  g->map[i] = block;
+}
+
+/* Linear probing's deletion by backward shift: no tombstones, so lookups stay short however long the pool runs. */
+static void map_remove(kvci_pool_group* g, uint32_t block) {
+  uint32_t i = map_slot(g, g->blocks[block].hash);
+  while (g->map[i] != block) i = (i + 1) & g->map_mask;
+  for (uint32_t j = (i + 1) & g->map_mask; g->map[j]; j = (j + 1) & g->map_mask) {
+    uint32_t home = map_slot(g, g->blocks[g->map[j]].hash);
+    /* Entry j may move to the hole at i when its home is not in (i, j] (cyclically). */
+    int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (!stays) {
+      g->map[i] = g->map[j];
+      i = j;
+    }
+  }
+  g->map[i] = 0;
+}
+
+static void lru_unlink(kvci_pool_group* g, uint32_t b) {
+  kvci_pool_block* x = &g->blocks[b];
+  if (x->prev != KVCI_NIL) g->blocks[x->prev].next = x->next; else g->lru_head = x->next;
+  if (x->next != KVCI_NIL) g->blocks[x->next].prev = x->prev; else g->lru_tail = x->prev;
+  x->prev = x->next = KVCI_NIL;
+  g->n_lru--;
+}
+
+static void lru_push_recent(kvci_pool_group* g, uint32_t b) {
+  kvci_pool_block* x = &g->blocks[b];
+  x->prev = g->lru_tail;
+  x->next = KVCI_NIL;
+  if (g->lru_tail != KVCI_NIL) g->blocks[g->lru_tail].next = b; else g->lru_head = b;
+  g->lru_tail = b;
+  g->n_lru++;
+}
+
+static void free_push(kvci_pool_group* g, uint32_t b) {
+  g->blocks[b].next = g->free_head;
+  g->blocks[b].prev = KVCI_NIL;
+  g->free_head = b;
+  g->n_free++;
+}
+
+uint32_t kvci_pool_block_take(kvc_pool* pool, uint32_t group) {
+  kvci_pool_group* g = &pool->groups[group];
+  uint32_t b = g->free_head;
+  if (b != KVCI_NIL) {
+    g->free_head = g->blocks[b].next;
+    g->n_free--;
+  } else {
+    b = g->lru_head; /* the caller checked kvci_pool_available */
+    kvci_pool_block* x = &g->blocks[b];
+    lru_unlink(g, b);
+    map_remove(g, b);
+    x->cached = 0;
+    g->evictions++;
+    kvci_pool_event_push(pool, KVC_POOL_EVENT_BLOCK_REMOVED, group, b, x->hash, NULL, 0);
+  }
+  kvci_pool_block* x = &g->blocks[b];
+  x->prev = x->next = KVCI_NIL;
+  x->ref = 1;
+  g->n_used++;
+  return b;
+}
+
+void kvci_pool_block_ref(kvci_pool_group* g, uint32_t block) {
+  kvci_pool_block* x = &g->blocks[block];
+  if (x->ref++ == 0) {
+    if (!x->pinned) lru_unlink(g, block); /* an unreferenced block reached by a hash is cached */
+    g->n_used++;
+  }
+}
+
+void kvci_pool_block_release(kvci_pool_group* g, uint32_t block) {
+  kvci_pool_block* x = &g->blocks[block];
+  if (--x->ref) return;
+  g->n_used--;
+  if (!x->cached)
+    free_push(g, block);
+  else if (!x->pinned)
+    lru_push_recent(g, block);
+}
+
+int kvci_pool_block_cache(kvc_pool* pool, uint32_t group, uint32_t block, const uint8_t hash[KVC_BLOCK_HASH_SIZE],
+                          const uint8_t parent[KVC_BLOCK_HASH_SIZE]) {
+  kvci_pool_group* g = &pool->groups[group];
+  kvci_pool_block* x = &g->blocks[block];
+  /* Two sequences that computed the same block without sharing it: the first one cached stays the key's block. */
+  if (x->cached || kvci_pool_map_find(g, hash)) return 0;
+  memcpy(x->hash, hash, KVC_BLOCK_HASH_SIZE);
+  x->cached = 1;
+  map_insert(g, block);
+  if (!x->ref) lru_push_recent(g, block); /* a recurrent checkpoint: nobody holds it */
+  kvci_pool_event_push(pool, KVC_POOL_EVENT_BLOCK_STORED, group, block, hash, parent, g->block_size);
+  return 1;
+}
+
+void kvci_pool_block_evict_quietly(kvci_pool_group* g, uint32_t block) {
+  kvci_pool_block* x = &g->blocks[block];
+  lru_unlink(g, block);
+  map_remove(g, block);
+  x->cached = 0;
+  free_push(g, block);
+}
+
+void kvci_pool_block_touch(kvci_pool_group* g, uint32_t block) {
+  lru_unlink(g, block);
+  lru_push_recent(g, block);
+}
+
+void kvci_pool_block_set_pinned(kvci_pool_group* g, uint32_t block, int pinned) {
+  kvci_pool_block* x = &g->blocks[block];
+  if (x->pinned == (pinned != 0)) return;
+  x->pinned = (uint8_t)(pinned != 0);
+  if (pinned) {
+    g->n_pinned++;
+    if (!x->ref) lru_unlink(g, block);
+  } else {
+    g->n_pinned--;
+    if (!x->ref) lru_push_recent(g, block);
+  }
+}

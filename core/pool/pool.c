@@ -1,0 +1,344 @@
+/*
+ * core/pool/pool.c: creating and destroying a pool (options checked field
+ * by field), its stream, its counters, and the cache-wide operations
+ * (kvc_pool_clear_cache, kvc_pool_unpin_all).
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "pool_internal.h"
+
+/* Bounds that keep every size and slot computation far from overflow (and the tables' int32 entries valid). */
+#define MAX_BLOCK_SIZE (UINT32_C(1) << 20)
+#define MAX_BLOCKS     (UINT32_C(1) << 30)
+#define MAX_DIM        (INT64_C(1) << 20)
+#define MAX_EVENTS     (UINT32_C(1) << 24)
+#define MAX_ELEMS      (INT64_C(1) << 44)
+
+void kvc_pool_options_init(kvc_pool_options* options) {
+  if (!options) return;
+  kvc_pool_options init = KVC_POOL_OPTIONS_INIT;
+  *options = init;
+}
+
+static kvc_error* check_group(const char* fn, uint32_t i, const kvc_pool_group_options* g) {
+  if (g->struct_size != sizeof(*g))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].struct_size is %u but this library knows only %zu; "
+                    "initialize it with KVC_POOL_GROUP_OPTIONS_INIT", fn, i, g->struct_size, sizeof(*g));
+  if (g->kind < KVC_POOL_GROUP_FULL || g->kind > KVC_POOL_GROUP_RECURRENT)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].kind is %d; it must be KVC_POOL_GROUP_FULL (1), "
+                    "SLIDING (2), CHUNKED (3) or RECURRENT (4)", fn, i, (int)g->kind);
+  if (g->block_size < 1 || g->block_size > MAX_BLOCK_SIZE)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].block_size is %u; it must be in [1, %u]", fn, i,
+                    g->block_size, MAX_BLOCK_SIZE);
+  if (g->num_blocks < 2 || g->num_blocks > MAX_BLOCKS)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].num_blocks is %u; it must be in [2, %u] (block 0 is "
+                    "the null block)", fn, i, g->num_blocks, MAX_BLOCKS);
+  int windowed = g->kind == KVC_POOL_GROUP_SLIDING || g->kind == KVC_POOL_GROUP_CHUNKED;
+  if (windowed && g->window < 1)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].window is %" PRId64 "; a %s group needs a window "
+                    ">= 1", fn, i, g->window, g->kind == KVC_POOL_GROUP_SLIDING ? "sliding" : "chunked");
+  if (!windowed && g->window != 0)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].window is %" PRId64 "; it must be 0 for a %s group",
+                    fn, i, g->window, g->kind == KVC_POOL_GROUP_FULL ? "full" : "recurrent");
+  if (g->reserved)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].reserved is %" PRIu64 "; it must be 0", fn, i,
+                    g->reserved);
+  return NULL;
+}
+
+static kvc_error* check_dim(const char* fn, uint32_t i, const char* field, uint32_t v, int64_t lo, const char* why) {
+  if ((int64_t)v < lo || (int64_t)v > MAX_DIM)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].%s is %u; %s it must be in [%" PRId64 ", %" PRId64 "]",
+                    fn, i, field, v, why, lo, MAX_DIM);
+  return NULL;
+}
+
+static kvc_error* check_layer(const char* fn, uint32_t i, const kvc_pool_layer_options* l,
+                              const kvc_pool_options* o) {
+  if (l->struct_size != sizeof(*l))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].struct_size is %u but this library knows only %zu; "
+                    "initialize it with KVC_POOL_LAYER_OPTIONS_INIT", fn, i, l->struct_size, sizeof(*l));
+  if (l->group >= o->num_groups)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].group is %u but there are %u groups", fn, i, l->group,
+                    o->num_groups);
+  int rec = o->groups[l->group].kind == KVC_POOL_GROUP_RECURRENT;
+  const char* in = rec ? "in a recurrent group" : "in an attention group";
+  kvc_error* e = check_dim(fn, i, "num_kv_heads", l->num_kv_heads, 1, "");
+  if (!e) e = check_dim(fn, i, "key_head_dim", l->key_head_dim, 1, "");
+  if (!e && !rec) e = check_dim(fn, i, "value_head_dim", l->value_head_dim, 0, "(0 = key_head_dim)");
+  if (!e && rec && l->value_head_dim)
+    e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].value_head_dim is %u; it must be 0 %s", fn, i,
+                 l->value_head_dim, in);
+  const uint32_t* rf[3] = {&l->conv_dim, &l->conv_kernel, &l->ssm_state_size};
+  static const char* rn[3] = {"conv_dim", "conv_kernel", "ssm_state_size"};
+  for (int k = 0; !e && k < 3; k++) {
+    if (rec)
+      e = check_dim(fn, i, rn[k], *rf[k], 1, "in a recurrent group");
+    else if (*rf[k])
+      e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].%s is %u; it must be 0 %s", fn, i, rn[k], *rf[k], in);
+  }
+  if (!e && l->reserved)
+    e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].reserved is %" PRIu64 "; it must be 0", fn, i,
+                 l->reserved);
+  return e;
+}
+
+static kvc_error* check_options(const char* fn, const kvc_pool_options* o) {
+  if (o->struct_size != sizeof(*o))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.struct_size is %u but this library knows only %zu; "
+                    "initialize it with KVC_POOL_OPTIONS_INIT or kvc_pool_options_init", fn, o->struct_size, sizeof(*o));
+  if (!kvc_dtype_size(o->dtype))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.dtype is %d; pass KVC_DTYPE_FLOAT32, FLOAT16 or "
+                    "BFLOAT16 (a pool's dtype is fixed at creation)", fn, (int)o->dtype);
+  if (!o->num_groups || !o->groups)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.num_groups is %u and options.groups is %s; pass at least "
+                    "one group", fn, o->num_groups, o->groups ? "set" : "NULL");
+  if (!o->num_layers || !o->layers)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.num_layers is %u and options.layers is %s; pass at least "
+                    "one layer", fn, o->num_layers, o->layers ? "set" : "NULL");
+  if (o->layout != KVC_POOL_LAYOUT_NHD && o->layout != KVC_POOL_LAYOUT_HND)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.layout is %d; it must be KVC_POOL_LAYOUT_NHD (0) or "
+                    "KVC_POOL_LAYOUT_HND (1)", fn, (int)o->layout);
+  if (!o->hash_seed && o->hash_seed_len)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.hash_seed is NULL but hash_seed_len is %zu", fn,
+                    o->hash_seed_len);
+  if (o->hash_seed_len > UINT32_MAX)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.hash_seed_len is %zu; the block hash takes at most "
+                    "4294967295 bytes of seed", fn, o->hash_seed_len);
+  if (o->enable_prefix_caching != 0 && o->enable_prefix_caching != 1)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.enable_prefix_caching is %d; it must be 0 or 1", fn,
+                    (int)o->enable_prefix_caching);
+  if (o->event_capacity > MAX_EVENTS)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.event_capacity is %u; it must be at most %u", fn,
+                    o->event_capacity, MAX_EVENTS);
+  kvc_error* e = NULL;
+  for (uint32_t i = 0; !e && i < o->num_groups; i++) e = check_group(fn, i, &o->groups[i]);
+  for (uint32_t i = 0; !e && i < o->num_layers; i++) e = check_layer(fn, i, &o->layers[i], o);
+  for (uint32_t g = 0; !e && g < o->num_groups; g++) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < o->num_layers; i++) n += o->layers[i].group == g;
+    if (!n) e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u] has no layer; every group needs one", fn, g);
+  }
+  return e;
+}
+
+/* The storage view descriptors of an attention layer: [layout][k|v] over its group's blocks. */
+static void layer_views(kvc_pool* p, kvci_pool_layer* l, const kvci_pool_group* g) {
+  int64_t nb = g->num_blocks, bs = g->block_size, h = l->heads;
+  for (int kv = 0; kv < 2; kv++) {
+    int64_t d = kv ? l->vdim : l->kdim, blk = bs * h * d;
+    /* Strides of the physical layout along (token in block, head). */
+    int64_t s_tok = p->layout == KVC_POOL_LAYOUT_NHD ? h * d : d;
+    int64_t s_head = p->layout == KVC_POOL_LAYOUT_NHD ? d : bs * d;
+    int64_t nhd[4] = {nb, bs, h, d}, nhd_s[4] = {blk, s_tok, s_head, 1};
+    int64_t hnd[4] = {nb, h, bs, d}, hnd_s[4] = {blk, s_head, s_tok, 1};
+    memcpy(l->shape[KVC_POOL_LAYOUT_NHD][kv], nhd, sizeof nhd);
+    memcpy(l->strides[KVC_POOL_LAYOUT_NHD][kv], nhd_s, sizeof nhd_s);
+    memcpy(l->shape[KVC_POOL_LAYOUT_HND][kv], hnd, sizeof hnd);
+    memcpy(l->strides[KVC_POOL_LAYOUT_HND][kv], hnd_s, sizeof hnd_s);
+  }
+}
+
+static kvc_error* build_groups(kvc_pool* p, const kvc_pool_options* o) {
+  for (uint32_t gi = 0; gi < p->num_groups; gi++) {
+    kvci_pool_group* g = &p->groups[gi];
+    const kvc_pool_group_options* go = &o->groups[gi];
+    g->kind = go->kind;
+    g->block_size = go->block_size;
+    g->num_blocks = go->num_blocks;
+    g->window = go->window;
+    uint32_t map_size = 4;
+    while (map_size < 2 * (uint64_t)go->num_blocks) map_size *= 2; /* load at most 1/2 */
+    g->map_mask = map_size - 1;
+    g->blocks = (kvci_pool_block*)calloc(go->num_blocks, sizeof(*g->blocks));
+    g->map = (uint32_t*)calloc(map_size, sizeof(*g->map));
+    for (uint32_t i = 0; i < o->num_layers; i++) g->num_layers += o->layers[i].group == gi;
+    g->layers = (uint32_t*)calloc(g->num_layers, sizeof(*g->layers));
+    if (!g->blocks || !g->map || !g->layers) return kvci_err_oom();
+    g->num_layers = 0;
+    for (uint32_t i = 0; i < o->num_layers; i++)
+      if (o->layers[i].group == gi) g->layers[g->num_layers++] = i;
+    g->lru_head = g->lru_tail = KVCI_NIL;
+    g->free_head = KVCI_NIL;
+    /* Pushed from the top, so that block 1 is taken first: block ids in order of first use, easy to read. */
+    for (uint32_t b = go->num_blocks - 1; b >= 1; b--) {
+      g->blocks[b].next = g->free_head;
+      g->blocks[b].prev = KVCI_NIL;
+      g->free_head = b;
+    }
+    g->n_free = go->num_blocks - 1;
+  }
+  return NULL;
+}
+
+static kvc_error* alloc_storage(const char* fn, kvc_pool* p, const kvc_pool_options* o) {
+  for (uint32_t i = 0; i < p->num_layers; i++) {
+    const kvc_pool_layer_options* lo = &o->layers[i];
+    kvci_pool_layer* l = &p->layers[i];
+    const kvci_pool_group* g = &p->groups[lo->group];
+    l->group = lo->group;
+    l->heads = lo->num_kv_heads;
+    l->kdim = lo->key_head_dim;
+    if (kvci_pool_is_recurrent(g)) {
+      l->conv_dim = lo->conv_dim;
+      l->conv_kernel = lo->conv_kernel;
+      l->dstate = lo->ssm_state_size;
+      l->k_block = l->conv_dim * l->conv_kernel;
+      l->v_block = l->heads * l->kdim * l->dstate;
+      int64_t conv[4] = {1, l->conv_dim, l->conv_kernel, 0}, ssm[4] = {1, l->heads, l->kdim, l->dstate};
+      memcpy(l->state_shape[0], conv, sizeof conv);
+      memcpy(l->state_shape[1], ssm, sizeof ssm);
+    } else {
+      l->vdim = lo->value_head_dim ? lo->value_head_dim : lo->key_head_dim;
+      l->k_block = (int64_t)g->block_size * l->heads * l->kdim;
+      l->v_block = (int64_t)g->block_size * l->heads * l->vdim;
+      layer_views(p, l, g);
+    }
+    if (l->k_block * (int64_t)g->num_blocks > MAX_ELEMS || l->v_block * (int64_t)g->num_blocks > MAX_ELEMS)
+      return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u] would hold more than 2^44 elements per buffer "
+                      "(groups[%u].num_blocks %u)", fn, i, lo->group, g->num_blocks);
+    size_t kb = (size_t)(l->k_block * g->num_blocks) * p->elem, vb = (size_t)(l->v_block * g->num_blocks) * p->elem;
+    l->k = p->backend->alloc_zeroed(p->backend->ctx, &p->exec, kb);
+    l->v = l->k ? p->backend->alloc_zeroed(p->backend->ctx, &p->exec, vb) : NULL;
+    if (!l->v)
+      return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend could not allocate %zu bytes for layers[%u] "
+                      "(groups[%u]: %u blocks)", fn, p->backend->name, l->k ? vb : kb, i, lo->group, g->num_blocks);
+  }
+  return NULL;
+}
+
+kvc_error* kvc_pool_create(const kvc_pool_options* options, kvc_pool** out) {
+  static const char* FN = "kvc_pool_create";
+  if (!options) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL; pass a kvc_pool_options", FN);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  kvc_error* e = check_options(FN, options);
+  if (e) return e;
+  const kvc_backend* b = NULL;
+  e = kvci_backend_for(FN, &options->device, &b);
+  if (e) return e;
+  kvc_pool* p = (kvc_pool*)calloc(1, sizeof(*p));
+  if (!p) return kvci_err_oom();
+  p->backend = b;
+  p->device = options->device;
+  p->dtype = options->dtype;
+  p->elem = kvc_dtype_size(options->dtype);
+  p->layout = options->layout;
+  p->prefix_caching = options->enable_prefix_caching;
+  p->num_groups = options->num_groups;
+  p->num_layers = options->num_layers;
+  p->event_cap = options->event_capacity;
+  p->groups = (kvci_pool_group*)calloc(p->num_groups, sizeof(*p->groups));
+  p->layers = (kvci_pool_layer*)calloc(p->num_layers, sizeof(*p->layers));
+  p->seed = malloc(options->hash_seed_len ? options->hash_seed_len : 1);
+  p->events = p->event_cap ? (kvc_pool_event*)calloc(p->event_cap, sizeof(*p->events)) : NULL;
+  if (!p->groups || !p->layers || !p->seed || (p->event_cap && !p->events)) {
+    free(p->groups);
+    free(p->layers);
+    free(p->seed);
+    free(p->events);
+    free(p);
+    return kvci_err_oom();
+  }
+  if (options->hash_seed_len) memcpy(p->seed, options->hash_seed, options->hash_seed_len);
+  p->seed_len = options->hash_seed_len;
+  p->exec.device_id = options->device.device_id;
+  if (b->exec_open(b->ctx, &p->exec)) {
+    free(p->groups);
+    free(p->layers);
+    free(p->seed);
+    free(p->events);
+    free(p);
+    return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend could not prepare device %d for a pool (streams, "
+                    "events)", FN, b->name, (int)options->device.device_id);
+  }
+  e = build_groups(p, options);
+  if (!e) e = alloc_storage(FN, p, options);
+  if (e) {
+    kvc_pool_destroy(p);
+    return e;
+  }
+  *out = p;
+  return NULL;
+}
+
+void kvc_pool_destroy(kvc_pool* pool) {
+  if (!pool) return;
+  while (pool->sequences) kvc_pool_sequence_destroy(pool->sequences);
+  const kvc_backend* b = pool->backend;
+  for (uint32_t i = 0; i < pool->num_layers; i++) {
+    if (pool->layers[i].k) b->free(b->ctx, &pool->exec, pool->layers[i].k);
+    if (pool->layers[i].v) b->free(b->ctx, &pool->exec, pool->layers[i].v);
+  }
+  for (uint32_t g = 0; g < pool->num_groups; g++) {
+    kvci_pool_group* grp = &pool->groups[g];
+    for (int f = 0; f < 2; f++)
+      if (grp->table_buf[f]) b->free(b->ctx, &pool->exec, grp->table_buf[f]);
+    free(grp->blocks);
+    free(grp->map);
+    free(grp->layers);
+  }
+  b->exec_close(b->ctx, &pool->exec);
+  free(pool->groups);
+  free(pool->layers);
+  free(pool->seed);
+  free(pool->events);
+  free(pool);
+}
+
+kvc_error* kvc_pool_set_stream(kvc_pool* pool, void* stream) {
+  static const char* FN = "kvc_pool_set_stream";
+  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
+  if (stream == pool->exec.stream) return NULL;
+  if (pool->device.device_type == KVC_DEVICE_CPU)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: stream is %p but the pool lives on the CPU, which has no "
+                    "streams; pass NULL", FN, stream);
+  if (pool->backend->exec_set_stream(pool->backend->ctx, &pool->exec, stream))
+    return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend could not order stream %p after the pool's previous "
+                    "stream %p (event creation failed); the pool keeps its stream", FN, pool->backend->name, stream,
+                    pool->exec.stream);
+  return NULL;
+}
+
+kvc_error* kvc_pool_stats_get(const kvc_pool* pool, uint32_t group, kvc_pool_stats* out) {
+  static const char* FN = "kvc_pool_stats_get";
+  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  if (out->struct_size != sizeof(*out))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out->struct_size is %u but this library knows only %zu; set it "
+                    "to sizeof(kvc_pool_stats) before the call", FN, out->struct_size, sizeof(*out));
+  if (group >= pool->num_groups)
+    return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: group is %u but the pool has %u groups", FN, group,
+                    pool->num_groups);
+  const kvci_pool_group* g = &pool->groups[group];
+  out->group = group;
+  out->num_blocks = g->num_blocks - 1;
+  out->free_blocks = g->n_free;
+  out->cached_blocks = g->n_lru;
+  out->used_blocks = g->n_used;
+  out->pinned_blocks = g->n_pinned;
+  out->prefix_queries = g->prefix_queries;
+  out->prefix_hits = g->prefix_hits;
+  out->evictions = g->evictions;
+  return NULL;
+}
+
+kvc_error* kvc_pool_clear_cache(kvc_pool* pool) {
+  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_clear_cache: pool is NULL");
+  for (uint32_t gi = 0; gi < pool->num_groups; gi++) {
+    kvci_pool_group* g = &pool->groups[gi];
+    while (g->lru_head != KVCI_NIL) kvci_pool_block_evict_quietly(g, g->lru_head);
+  }
+  kvci_pool_event_push(pool, KVC_POOL_EVENT_ALL_CLEARED, 0, 0, NULL, NULL, 0);
+  return NULL;
+}
+
+kvc_error* kvc_pool_unpin_all(kvc_pool* pool) {
+  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_unpin_all: pool is NULL");
+  for (uint32_t gi = 0; gi < pool->num_groups; gi++) {
+    kvci_pool_group* g = &pool->groups[gi];
+    for (uint32_t b = 1; g->n_pinned && b < g->num_blocks; b++)
+      if (g->blocks[b].pinned) kvci_pool_block_set_pinned(g, b, 0);
+  }
+  return NULL;
+}

@@ -1,0 +1,168 @@
+/*
+ * core/pool/pool_internal.h: the paged KV pool's structures, shared by the
+ * files of core/pool/ (kvcache/pool.h is the contract, docs/pool.md the
+ * design).
+ *
+ * Bookkeeping lives on the host: per group an array of block records
+ * (reference count, cached flag and hash, pinned flag, list links), a free
+ * list, an LRU list of cached blocks nobody references, and an open-addressed
+ * map hash -> block (the cache key is (group, hash): each group has its own
+ * map). Device bytes are reached only through the backend table.
+ */
+#ifndef KVC_CORE_POOL_INTERNAL_H
+#define KVC_CORE_POOL_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define KVCI_NIL UINT32_MAX
+
+/* One block (attention groups) or state slot (recurrent groups). */
+typedef struct kvci_pool_block {
+  uint32_t ref;     /* sequences holding it */
+  uint8_t cached;   /* its hash is in the group's map */
+  uint8_t pinned;   /* kept from eviction (cached blocks only) */
+  uint32_t prev;    /* LRU links (cached, ref 0, not pinned) */
+  uint32_t next;    /* LRU links, or the free list's next */
+  uint8_t hash[KVC_BLOCK_HASH_SIZE];
+} kvci_pool_block;
+
+typedef struct kvci_pool_group {
+  kvc_pool_group_kind kind;
+  uint32_t block_size;
+  uint32_t num_blocks; /* with the null block 0 */
+  int64_t window;
+  kvci_pool_block* blocks;
+  uint32_t free_head;            /* a stack: the block freed last is taken first */
+  uint32_t lru_head, lru_tail;   /* head: least recently used, evicted first */
+  uint64_t n_free, n_lru, n_used, n_pinned;
+  uint64_t prefix_queries, prefix_hits, evictions;
+  uint32_t* map;                 /* block ids (0 = empty slot), linear probing */
+  uint32_t map_mask;
+  uint32_t num_layers;
+  uint32_t* layers;              /* the pool's layer indices of the group */
+  /* The exported block tables (views.c): one device buffer per format. */
+  void* table_buf[2];
+  size_t table_bytes[2];
+  int64_t table_shape[2][3][2];  /* [format][table|indptr|last_page_len][dims] */
+} kvci_pool_group;
+
+typedef struct kvci_pool_layer {
+  uint32_t group;
+  int64_t heads, kdim, vdim;               /* recurrent: vdim 0 */
+  int64_t conv_dim, conv_kernel, dstate;   /* recurrent only */
+  int64_t k_block, v_block;                /* elements per block (recurrent: conv and SSM state per slot) */
+  void* k;                                 /* attention K blocks; recurrent: conv states */
+  void* v;                                 /* attention V blocks; recurrent: SSM states */
+  int64_t shape[2][2][4], strides[2][2][4]; /* storage views: [layout][k|v][dim] */
+  int64_t state_shape[2][4];               /* recurrent views: conv [1, C, K], SSM [1, H, D, N] */
+} kvci_pool_layer;
+
+/* A sequence's state in one group. */
+typedef struct kvci_pool_seq_group {
+  uint32_t* table;        /* block ids, 0 where a window freed the block; attention groups */
+  uint64_t num_blocks;    /* entries of table: ceil(length / block_size) */
+  uint64_t table_cap;
+  uint64_t window_from;   /* entries before it were given back by the window (all 0) */
+  uint8_t (*hashes)[KVC_BLOCK_HASH_SIZE]; /* the chain of the first `hashed` committed full blocks */
+  uint64_t hashed;
+  uint64_t hash_cap;
+  uint32_t live;          /* recurrent: the live state's slot, 0 = none yet */
+} kvci_pool_seq_group;
+
+struct kvc_pool_sequence {
+  kvc_pool* pool;
+  kvc_pool_sequence* prev;
+  kvc_pool_sequence* next;
+  uint8_t root[KVC_BLOCK_HASH_SIZE];
+  int32_t* tokens;
+  uint64_t length, committed, token_cap;
+  kvci_pool_seq_group* groups;
+};
+
+struct kvc_pool {
+  const kvc_backend* backend;
+  kvc_device device;
+  kvc_exec exec;
+  kvc_dtype dtype;
+  size_t elem;
+  kvc_pool_layout layout;
+  int prefix_caching;
+  void* seed;
+  size_t seed_len;
+  uint32_t num_groups, num_layers;
+  kvci_pool_group* groups;
+  kvci_pool_layer* layers;
+  kvc_pool_sequence* sequences; /* every live sequence, for kvc_pool_destroy */
+  /* Events (events.c): a ring of `event_cap`, `event_count` queued from `event_head`. */
+  kvc_pool_event* events;
+  uint32_t event_cap;
+  uint32_t event_head, event_count;
+  uint64_t next_event_id;
+};
+
+static inline int kvci_pool_is_recurrent(const kvci_pool_group* g) { return g->kind == KVC_POOL_GROUP_RECURRENT; }
+/* Blocks an allocation can take now: free ones, then evictable cached ones. */
+static inline uint64_t kvci_pool_available(const kvci_pool_group* g) { return g->n_free + g->n_lru; }
+static inline uint64_t kvci_pool_blocks_for(uint64_t tokens, uint32_t block_size) {
+  return (tokens + block_size - 1) / block_size;
+}
+
+/* block_alloc.c: the life of a block. */
+/* Takes a block (ref 1): the free list first, else evicts the LRU head. The caller checked availability. */
+uint32_t kvci_pool_block_take(kvc_pool* pool, uint32_t group);
+/* One more reference (a match or fork): a cached block leaves the LRU. */
+void kvci_pool_block_ref(kvci_pool_group* g, uint32_t block);
+/* One reference less: at 0 a cached block joins the LRU's recent end (or stays, pinned), another the free list. */
+void kvci_pool_block_release(kvci_pool_group* g, uint32_t block);
+/* Whether dropping one reference makes `block` available to allocations (it was the last and it is not pinned). */
+static inline int kvci_pool_release_gains(const kvci_pool_group* g, uint32_t block, uint32_t others_released) {
+  const kvci_pool_block* b = &g->blocks[block];
+  return b->ref == others_released + 1 && !b->pinned;
+}
+/* The cached block of `hash`, or 0. */
+uint32_t kvci_pool_map_find(const kvci_pool_group* g, const uint8_t hash[KVC_BLOCK_HASH_SIZE]);
+/* Caches `block` under `hash` (a STORED event); 0 when the hash is cached already (the block stays uncached). */
+int kvci_pool_block_cache(kvc_pool* pool, uint32_t group, uint32_t block, const uint8_t hash[KVC_BLOCK_HASH_SIZE],
+                          const uint8_t parent[KVC_BLOCK_HASH_SIZE]);
+/* Uncaches an unreferenced cached block: out of the map and the LRU, onto the free list. No event. */
+void kvci_pool_block_evict_quietly(kvci_pool_group* g, uint32_t block);
+/* Moves a cached unreferenced unpinned block to the LRU's recent end (it was just used). */
+void kvci_pool_block_touch(kvci_pool_group* g, uint32_t block);
+/* Sets or clears the pinned flag, keeping the lists and counters right. */
+void kvci_pool_block_set_pinned(kvci_pool_group* g, uint32_t block, int pinned);
+
+/* events.c */
+void kvci_pool_event_push(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t block,
+                          const uint8_t* hash, const uint8_t* parent, uint32_t num_tokens);
+
+/* Device work (views.c, recurrent.c): copies of whole blocks or slots of every layer of a group. */
+void kvci_pool_copy_block(kvc_pool* pool, uint32_t group, uint32_t src, uint32_t dst);
+/* Zeroes a recurrent slot of every layer of the group (a new sequence's state). */
+void kvci_pool_zero_slot(kvc_pool* pool, uint32_t group, uint32_t slot);
+/* Issues `count` 4-D copies: one backend call when the backend batches them. */
+void kvci_pool_issue_copies(kvc_pool* pool, const kvc_copy_4d* copies, int32_t count);
+
+/* sequence.c: growth of a sequence's arrays ahead of a mutation (-1: out of memory, nothing changed). */
+int kvci_pool_seq_grow(kvc_pool_sequence* s, uint64_t tokens);
+/* Releases the blocks of entries [from, num_blocks) of a group's table, last first, and shortens it. */
+void kvci_pool_seq_drop_blocks(kvc_pool_sequence* s, uint32_t group, uint64_t from);
+/* Validation shared by the sequence operations: non-NULL, and the token ids. */
+kvc_error* kvci_pool_check_tokens(const char* fn, const int32_t* tokens, size_t num_tokens);
+
+/* prefix.c: the chain hashes of `tokens` in blocks of `block_size` from `parent`, `count` of them. */
+void kvci_pool_chain(const uint8_t parent[KVC_BLOCK_HASH_SIZE], const int32_t* tokens, uint32_t block_size,
+                     uint64_t count, uint8_t (*out)[KVC_BLOCK_HASH_SIZE]);
+
+/* reserve.c: the first token position a sliding or chunked group still needs when `committed` are computed. */
+uint64_t kvci_pool_window_start(const kvci_pool_group* g, uint64_t committed);
+
+/* recurrent.c */
+/* After a commit that reached `committed`: a checkpoint of the live state if it is at a block boundary. */
+void kvci_pool_checkpoint(kvc_pool* pool, kvc_pool_sequence* s, uint32_t group);
+/* Copies the checkpoint slot `from` into the live slot (or zeroes it when `from` is 0). */
+void kvci_pool_restore(kvc_pool* pool, uint32_t group, uint32_t from, uint32_t live);
+
+#endif /* KVC_CORE_POOL_INTERNAL_H */

@@ -1,0 +1,161 @@
+/*
+ * core/pool/prefix.c: the hash chain (kvc_pool_commit) and its use
+ * (kvc_pool_match_prefix).
+ *
+ * A block's key is its chain hash (docs/block-hash.md): the root from the
+ * pool's seed and the sequence's salt, then one SHA-256 per full block over
+ * its parent and its tokens. Only committed full blocks are hashed, so a
+ * cached block's bytes are final. A match must be a whole number of blocks
+ * of every group and present in every group (for a sliding or chunked group,
+ * the blocks the next token attends to; for a recurrent group, a checkpoint
+ * at its end): the longest such prefix, as vLLM's hybrid allocator finds it.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "pool/block_hash.h"
+#include "pool_internal.h"
+
+void kvci_pool_chain(const uint8_t parent[KVC_BLOCK_HASH_SIZE], const int32_t* tokens, uint32_t block_size,
+                     uint64_t count, uint8_t (*out)[KVC_BLOCK_HASH_SIZE]) {
+  for (uint64_t i = 0; i < count; i++) {
+    /* Unchecked: token ids were checked (>= 0) when they entered the sequence. */
+    kvci_block_hash(parent, tokens + i * block_size, block_size, NULL, 0, out[i]);
+    parent = out[i];
+  }
+}
+
+static const uint8_t* parent_of(const kvc_pool_sequence* s, const kvci_pool_seq_group* sg, uint64_t i) {
+  return i ? sg->hashes[i - 1] : s->root;
+}
+
+kvc_error* kvc_pool_commit(kvc_pool_sequence* s) {
+  if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_commit: sequence is NULL");
+  kvc_pool* p = s->pool;
+  if (s->committed == s->length) return NULL;
+  s->committed = s->length;
+  if (!p->prefix_caching) return NULL;
+  for (uint32_t g = 0; g < p->num_groups; g++) {
+    kvci_pool_seq_group* sg = &s->groups[g];
+    const kvci_pool_group* grp = &p->groups[g];
+    uint64_t full = s->committed / grp->block_size;
+    if (full <= sg->hashed) continue;
+    kvci_pool_chain(parent_of(s, sg, sg->hashed), s->tokens + sg->hashed * grp->block_size, grp->block_size,
+                    full - sg->hashed, sg->hashes + sg->hashed);
+    if (!kvci_pool_is_recurrent(grp)) {
+      for (uint64_t i = sg->hashed; i < full; i++)
+        if (sg->table[i]) kvci_pool_block_cache(p, g, sg->table[i], sg->hashes[i], parent_of(s, sg, i));
+    }
+    sg->hashed = full;
+    if (kvci_pool_is_recurrent(grp) && s->committed % grp->block_size == 0) kvci_pool_checkpoint(p, s, g);
+  }
+  return NULL;
+}
+
+/* Whether a match of L tokens holds in group gi (whose chain is computed that far). */
+static int group_matches(const kvc_pool* p, const kvc_pool_sequence* s, uint32_t gi, uint64_t L) {
+  const kvci_pool_group* g = &p->groups[gi];
+  const kvci_pool_seq_group* sg = &s->groups[gi];
+  if (kvci_pool_is_recurrent(g)) return kvci_pool_map_find(g, sg->hashes[L / g->block_size - 1]) != 0;
+  for (uint64_t i = kvci_pool_window_start(g, L) / g->block_size; i < L / g->block_size; i++)
+    if (!kvci_pool_map_find(g, sg->hashes[i])) return 0;
+  return 1;
+}
+
+static uint64_t gcd64(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+/* The longest match: computes the chains it needs into the sequence's (invisible until hashed is set) arrays. */
+static uint64_t longest_match(const kvc_pool* p, kvc_pool_sequence* s, const int32_t* tokens, uint64_t limit) {
+  /* Full groups first: each caps the match at its first miss, and their chains stop there. */
+  for (uint32_t gi = 0; gi < p->num_groups; gi++) {
+    const kvci_pool_group* g = &p->groups[gi];
+    if (g->kind != KVC_POOL_GROUP_FULL) continue;
+    kvci_pool_seq_group* sg = &s->groups[gi];
+    uint64_t hit = 0, n = limit / g->block_size;
+    while (hit < n) {
+      kvci_pool_chain(parent_of(s, sg, hit), tokens + hit * g->block_size, g->block_size, 1, sg->hashes + hit);
+      if (!kvci_pool_map_find(g, sg->hashes[hit])) break;
+      hit++;
+    }
+    if (hit * g->block_size < limit) limit = hit * g->block_size;
+  }
+  uint64_t step = 1;
+  for (uint32_t gi = 0; gi < p->num_groups && step <= limit; gi++) {
+    const kvci_pool_group* g = &p->groups[gi];
+    step = step / gcd64(step, g->block_size) * g->block_size;
+    if (g->kind != KVC_POOL_GROUP_FULL)
+      kvci_pool_chain(s->root, tokens, g->block_size, limit / g->block_size, s->groups[gi].hashes);
+  }
+  if (step > limit) return 0;
+  for (uint64_t L = limit / step * step; L; L -= step) {
+    int ok = 1;
+    for (uint32_t gi = 0; ok && gi < p->num_groups; gi++) ok = group_matches(p, s, gi, L);
+    if (ok) return L;
+  }
+  return 0;
+}
+
+kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens,
+                                 uint64_t* matched_tokens) {
+  static const char* FN = "kvc_pool_match_prefix";
+  if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
+  if (!matched_tokens) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: matched_tokens is NULL", FN);
+  kvc_error* e = kvci_pool_check_tokens(FN, tokens, num_tokens);
+  if (e) return e;
+  if (s->length)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: the sequence holds %" PRIu64 " tokens; match a prefix into an "
+                    "empty sequence (a new request)", FN, s->length);
+  if (num_tokens > (UINT64_C(1) << 40))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_tokens is %zu; a sequence holds at most 2^40 tokens", FN,
+                    num_tokens);
+  kvc_pool* p = s->pool;
+  uint64_t limit = num_tokens ? num_tokens - 1 : 0; /* the last token is always computed: its logits are needed */
+  if (kvci_pool_seq_grow(s, limit)) return kvci_err_oom();
+  uint64_t L = p->prefix_caching ? longest_match(p, s, tokens, limit) : 0;
+  /* A recurrent group restores its checkpoint into a live slot: one must be available besides the checkpoint. */
+  for (uint32_t gi = 0; L && gi < p->num_groups; gi++) {
+    const kvci_pool_group* g = &p->groups[gi];
+    if (!kvci_pool_is_recurrent(g) || s->groups[gi].live) continue;
+    uint32_t ck = kvci_pool_map_find(g, s->groups[gi].hashes[L / g->block_size - 1]);
+    if (kvci_pool_available(g) - (g->blocks[ck].pinned ? 0 : 1) < 1)
+      return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: group %u (recurrent) needs 1 state slot for the live state "
+                      "restored from the matched checkpoint but none is free or evictable (%u slots); nothing changed",
+                      FN, gi, g->num_blocks - 1);
+  }
+  for (uint32_t gi = 0; gi < p->num_groups; gi++) {
+    kvci_pool_group* g = &p->groups[gi];
+    kvci_pool_seq_group* sg = &s->groups[gi];
+    uint64_t n = L / g->block_size;
+    g->prefix_queries += limit / g->block_size;
+    g->prefix_hits += n;
+    if (!L) continue;
+    sg->hashed = n;
+    if (kvci_pool_is_recurrent(g)) {
+      uint32_t ck = kvci_pool_map_find(g, sg->hashes[n - 1]);
+      kvci_pool_block_ref(g, ck); /* held while the live slot is taken, so that taking cannot evict it */
+      if (!sg->live) sg->live = kvci_pool_block_take(p, gi);
+      kvci_pool_restore(p, gi, ck, sg->live);
+      kvci_pool_block_release(g, ck); /* back at the LRU's recent end: it was just used */
+      continue;
+    }
+    uint64_t first = kvci_pool_window_start(g, L) / g->block_size;
+    for (uint64_t i = 0; i < n; i++) {
+      uint32_t b = i < first ? 0 : kvci_pool_map_find(g, sg->hashes[i]);
+      if (b) kvci_pool_block_ref(g, b);
+      sg->table[i] = b;
+    }
+    sg->num_blocks = n;
+    sg->window_from = first < n ? first : n;
+  }
+  if (L) memcpy(s->tokens, tokens, L * sizeof(int32_t));
+  s->length = s->committed = L;
+  *matched_tokens = L;
+  return NULL;
+}

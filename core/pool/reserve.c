@@ -1,0 +1,186 @@
+/*
+ * core/pool/reserve.c: kvc_pool_reserve and kvc_pool_blocks_needed.
+ *
+ * Both run one plan per group: the blocks a window gives back (sliding and
+ * chunked groups: those wholly before the first position the next computed
+ * token attends to, judged from the committed length, so a prefill's own
+ * early tokens keep their blocks until they are committed), a copy of the
+ * last block when it is shared or cached (copy-on-write), and the new
+ * blocks. Every release happens before any take, so a reserve succeeds
+ * exactly when take - gain <= free + evictable, which is what
+ * kvc_pool_blocks_needed reports: admission control and reserve agree.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "pool_internal.h"
+
+#define MAX_TOKENS (UINT64_C(1) << 40)
+
+uint64_t kvci_pool_window_start(const kvci_pool_group* g, uint64_t committed) {
+  uint64_t w = (uint64_t)g->window;
+  if (g->kind == KVC_POOL_GROUP_SLIDING) return committed + 1 > w ? committed + 1 - w : 0;
+  if (g->kind == KVC_POOL_GROUP_CHUNKED) return committed / w * w;
+  return 0;
+}
+
+typedef struct group_plan {
+  uint64_t take; /* blocks taken from free + evictable */
+  uint64_t gain; /* blocks the releases make available first */
+} group_plan;
+
+/* The window's first block still needed, bounded by the table. */
+static uint64_t window_first(const kvci_pool_group* g, const kvc_pool_sequence* s, const kvci_pool_seq_group* sg) {
+  uint64_t first = kvci_pool_window_start(g, s->committed) / g->block_size;
+  return first < sg->num_blocks ? first : sg->num_blocks;
+}
+
+/* Whether the sequence's last block is partial and must be copied before it is written. */
+static int needs_copy(const kvci_pool_group* g, const kvc_pool_sequence* s, const kvci_pool_seq_group* sg,
+                      uint32_t released_before) {
+  if (!(s->length % g->block_size)) return 0;
+  uint32_t last = sg->table[s->length / g->block_size];
+  return last && (g->blocks[last].ref - released_before > 1 || g->blocks[last].cached);
+}
+
+/*
+ * The plan of reserving n more tokens for s in group gi. `released` (NULL, or
+ * per block of the group) counts the references that sequences planned
+ * before this one release, so that shared blocks are judged as they will be
+ * when this sequence's turn comes; the plan adds its own releases to it.
+ */
+static group_plan plan_group(const kvc_pool* p, const kvc_pool_sequence* s, uint32_t gi, uint64_t n,
+                             uint32_t* released) {
+  const kvci_pool_group* g = &p->groups[gi];
+  const kvci_pool_seq_group* sg = &s->groups[gi];
+  group_plan plan = {0, 0};
+  if (kvci_pool_is_recurrent(g)) {
+    plan.take = sg->live ? 0 : 1;
+    return plan;
+  }
+  uint64_t first = window_first(g, s, sg);
+  for (uint64_t i = sg->window_from; i < first; i++) {
+    uint32_t b = sg->table[i];
+    if (!b) continue;
+    plan.gain += (uint64_t)kvci_pool_release_gains(g, b, released ? released[b] : 0);
+    if (released) released[b]++;
+  }
+  if (s->length % g->block_size) {
+    uint32_t last = sg->table[s->length / g->block_size];
+    uint32_t before = released && last ? released[last] : 0;
+    if (needs_copy(g, s, sg, before)) {
+      plan.take++;
+      plan.gain += (uint64_t)kvci_pool_release_gains(g, last, before);
+      if (released) released[last]++;
+    }
+  }
+  plan.take += kvci_pool_blocks_for(s->length + n, g->block_size) - sg->num_blocks;
+  return plan;
+}
+
+static void apply_group(kvc_pool* p, kvc_pool_sequence* s, uint32_t gi, uint64_t n) {
+  kvci_pool_group* g = &p->groups[gi];
+  kvci_pool_seq_group* sg = &s->groups[gi];
+  if (kvci_pool_is_recurrent(g)) {
+    if (!sg->live) {
+      sg->live = kvci_pool_block_take(p, gi);
+      kvci_pool_restore(p, gi, 0, sg->live); /* a slot may hold an evicted checkpoint: a new state is zero */
+    }
+    return;
+  }
+  uint64_t first = window_first(g, s, sg);
+  for (uint64_t i = sg->window_from; i < first; i++) {
+    if (sg->table[i]) kvci_pool_block_release(g, sg->table[i]);
+    sg->table[i] = 0;
+  }
+  if (first > sg->window_from) sg->window_from = first;
+  if (needs_copy(g, s, sg, 0)) {
+    uint32_t* last = &sg->table[s->length / g->block_size];
+    /* Released before the take: when nothing else is available the take evicts this very block, whose bytes
+       are then already in place (no copy). */
+    uint32_t old = *last;
+    kvci_pool_block_release(g, old);
+    uint32_t b = kvci_pool_block_take(p, gi);
+    if (b != old) kvci_pool_copy_block(p, gi, old, b);
+    *last = b;
+  }
+  uint64_t need = kvci_pool_blocks_for(s->length + n, g->block_size);
+  while (sg->num_blocks < need) sg->table[sg->num_blocks++] = kvci_pool_block_take(p, gi);
+}
+
+static kvc_error* oom(const char* fn, const kvc_pool* p, uint32_t gi, uint64_t need) {
+  const kvci_pool_group* g = &p->groups[gi];
+  return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: group %u needs %" PRIu64 " more %s but %" PRIu64 " are available (%"
+                  PRIu64 " free, %" PRIu64 " cached evictable, %" PRIu64 " in use, %" PRIu64 " pinned, of %u); nothing "
+                  "changed", fn, gi, need, kvci_pool_is_recurrent(g) ? "state slots" : "blocks",
+                  kvci_pool_available(g), g->n_free, g->n_lru, g->n_used, g->n_pinned, g->num_blocks - 1);
+}
+
+kvc_error* kvc_pool_reserve(kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens, int64_t* slot_mapping) {
+  static const char* FN = "kvc_pool_reserve";
+  if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
+  if (!num_tokens) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_tokens is 0; reserve at least one token", FN);
+  if (!slot_mapping)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: slot_mapping is NULL; pass num_groups * num_tokens entries", FN);
+  kvc_error* e = kvci_pool_check_tokens(FN, tokens, num_tokens);
+  if (e) return e;
+  if (num_tokens > MAX_TOKENS - s->length)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_tokens is %zu; a sequence holds at most 2^40 tokens (it has %"
+                    PRIu64 ")", FN, num_tokens, s->length);
+  kvc_pool* p = s->pool;
+  for (uint32_t g = 0; g < p->num_groups; g++) {
+    group_plan plan = plan_group(p, s, g, num_tokens, NULL);
+    if (plan.take > plan.gain + kvci_pool_available(&p->groups[g])) return oom(FN, p, g, plan.take - plan.gain);
+  }
+  if (kvci_pool_seq_grow(s, s->length + num_tokens)) return kvci_err_oom();
+  for (uint32_t g = 0; g < p->num_groups; g++) apply_group(p, s, g, num_tokens);
+  memcpy(s->tokens + s->length, tokens, num_tokens * sizeof(int32_t));
+  for (uint32_t g = 0; g < p->num_groups; g++) {
+    const kvci_pool_group* grp = &p->groups[g];
+    int64_t* out = slot_mapping + (size_t)g * num_tokens;
+    for (size_t i = 0; i < num_tokens; i++) {
+      uint64_t pos = s->length + i, bs = grp->block_size;
+      out[i] = kvci_pool_is_recurrent(grp) ? -1 : (int64_t)(s->groups[g].table[pos / bs] * bs + pos % bs);
+    }
+  }
+  s->length += num_tokens;
+  return NULL;
+}
+
+kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_sequence* const* sequences,
+                                  const uint64_t* new_tokens, size_t num_sequences, uint64_t* blocks_needed) {
+  static const char* FN = "kvc_pool_blocks_needed";
+  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
+  if (!blocks_needed)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: blocks_needed is NULL; pass num_groups (%u) entries", FN,
+                    pool->num_groups);
+  if (num_sequences && (!sequences || !new_tokens))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but num_sequences is %zu", FN,
+                    sequences ? "new_tokens" : "sequences", num_sequences);
+  for (size_t i = 0; i < num_sequences; i++) {
+    if (!sequences[i]) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequences[%zu] is NULL", FN, i);
+    if (sequences[i]->pool != pool)
+      return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequences[%zu] belongs to another pool", FN, i);
+    if (new_tokens[i] > MAX_TOKENS - sequences[i]->length)
+      return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: new_tokens[%zu] is %" PRIu64 "; a sequence holds at most 2^40 "
+                      "tokens", FN, i, new_tokens[i]);
+  }
+  uint32_t most = 0;
+  for (uint32_t g = 0; g < pool->num_groups; g++)
+    if (pool->groups[g].num_blocks > most) most = pool->groups[g].num_blocks;
+  uint32_t* released = num_sequences > 1 ? (uint32_t*)malloc(most * sizeof(uint32_t)) : NULL;
+  if (num_sequences > 1 && !released) return kvci_err_oom();
+  for (uint32_t g = 0; g < pool->num_groups; g++) {
+    if (released) memset(released, 0, pool->groups[g].num_blocks * sizeof(uint32_t));
+    uint64_t take = 0, gain = 0;
+    for (size_t i = 0; i < num_sequences; i++) {
+      if (!new_tokens[i]) continue; /* not reserved this step: it changes nothing */
+      group_plan plan = plan_group(pool, sequences[i], g, new_tokens[i], released);
+      take += plan.take;
+      gain += plan.gain;
+    }
+    blocks_needed[g] = take > gain ? take - gain : 0;
+  }
+  free(released);
+  return NULL;
+}

@@ -1,0 +1,136 @@
+/*
+ * hash_vectors.h: reading the vector files of tests/pool (written by
+ * make_block_hash_vectors.py): the folder from argv, a whole file, lines cut
+ * into space-separated fields in place, hex bytes and hex dumps for messages.
+ * Everything is static: one translation unit per test includes it.
+ */
+#ifndef KVC_TESTS_POOL_HASH_VECTORS_H
+#define KVC_TESTS_POOL_HASH_VECTORS_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+/* The folder of the vector files: argv[1] (CTest passes tests/pool), else the folder of `file` (a __FILE__). */
+static TU_UNUSED const char* hv_folder(int argc, char** argv, const char* file, char* buf, size_t size) {
+  if (argc > 1) return argv[1];
+  snprintf(buf, size, "%s", file);
+  char* slash = strrchr(buf, '/');
+  if (slash) *slash = '\0';
+  else snprintf(buf, size, ".");
+  return buf;
+}
+
+/* The whole file folder/name, NUL-terminated, to free(); NULL (and a message) when it cannot be read. */
+static TU_UNUSED char* hv_read_file(const char* folder, const char* name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", folder, name);
+  FILE* f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "cannot open %s\n", path);
+    return NULL;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char* text = (char*)malloc(cap);
+  while (text) {
+    len += fread(text + len, 1, cap - 1 - len, f);
+    if (len < cap - 1) break;
+    char* bigger = (char*)realloc(text, cap * 2);
+    if (!bigger) free(text);
+    text = bigger;
+    cap *= 2;
+  }
+  int failed = ferror(f);
+  fclose(f);
+  if (!text || failed) {
+    fprintf(stderr, "cannot read %s\n", path);
+    free(text);
+    return NULL;
+  }
+  text[len] = '\0';
+  return text;
+}
+
+/* The next line of *cursor, NUL-terminated in place (the '\n' replaced); NULL at the end. */
+static TU_UNUSED char* hv_next_line(char** cursor) {
+  char* line = *cursor;
+  if (!line || !*line) return NULL;
+  char* nl = strchr(line, '\n');
+  if (nl) {
+    *nl = '\0';
+    *cursor = nl + 1;
+  } else {
+    *cursor = line + strlen(line);
+  }
+  return line;
+}
+
+/* Cuts `line` at single spaces into at most `max` fields; returns how many there are (more than max: max + 1). */
+static TU_UNUSED int hv_fields(char* line, char** fields, int max) {
+  int n = 0;
+  for (char* p = line; p;) {
+    if (n == max) return max + 1;
+    fields[n++] = p;
+    p = strchr(p, ' ');
+    if (p) *p++ = '\0';
+  }
+  return n;
+}
+
+static TU_UNUSED int hv_nibble(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+/*
+ * Lowercase hex ("-" = no bytes) into a malloc'd buffer (never NULL on success, even when empty) and *len.
+ * Returns NULL on a malformed field.
+ */
+static TU_UNUSED uint8_t* hv_hex(const char* hex, size_t* len) {
+  size_t chars = strcmp(hex, "-") == 0 ? 0 : strlen(hex);
+  if (chars % 2) return NULL;
+  uint8_t* out = (uint8_t*)malloc(chars / 2 + 1);
+  if (!out) return NULL;
+  for (size_t i = 0; i < chars / 2; i++) {
+    int hi = hv_nibble(hex[2 * i]), lo = hv_nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      free(out);
+      return NULL;
+    }
+    out[i] = (uint8_t)(hi << 4 | lo);
+  }
+  *len = chars / 2;
+  return out;
+}
+
+/* Exactly 32 bytes of hex into out; 0 when the field is anything else. */
+static TU_UNUSED int hv_hash(const char* hex, uint8_t out[32]) {
+  size_t len = 0;
+  uint8_t* b = hv_hex(hex, &len);
+  int ok = b && len == 32;
+  if (ok) memcpy(out, b, 32);
+  free(b);
+  return ok;
+}
+
+/* bytes as lowercase hex into out (2 * n + 1 chars), for failure messages. */
+static TU_UNUSED const char* hv_dump(const uint8_t* bytes, size_t n, char* out) {
+  for (size_t i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", bytes[i]);
+  out[2 * n] = '\0';
+  return out;
+}
+
+/* Counts one check: `got` equals `want` (32 bytes); on failure prints both in hex with `what` and the vector's name. */
+static TU_UNUSED int hv_check_hash(const uint8_t* got, const uint8_t* want, const char* what, const char* name,
+                                   const char* file, int line) {
+  char g[65], w[65], msg[256];
+  snprintf(msg, sizeof msg, "%s of %s: got %s, want %s", what, name, hv_dump(got, 32, g), hv_dump(want, 32, w));
+  return tu_report(memcmp(got, want, 32) == 0, file, line, msg);
+}
+#define CHECK_HASH(got, want, what, name) hv_check_hash((got), (want), (what), (name), __FILE__, __LINE__)
+
+#endif /* KVC_TESTS_POOL_HASH_VECTORS_H */
