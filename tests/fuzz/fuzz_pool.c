@@ -76,10 +76,12 @@ enum {
   OP_COUNT
 };
 
+#ifdef KVC_FUZZ_STANDALONE /* the names are for the summary only */
 static const char* const op_names[OP_COUNT] = {
     "sequence_create", "match_prefix", "reserve",     "write",         "recurrent state write", "commit",
-    "step (reserve+write+commit)",     "fork",        "truncate",      "sequence_pin",          "unpin_all",
+    "step: its reserves, writes, commits",     "fork",        "truncate",      "sequence_pin",          "unpin_all",
     "sequence_destroy",                "clear_cache", "blocks_needed", "events_pull",           "bad input"};
+#endif
 
 /* How often each operation is drawn (out of the sum): the serving loop's calls most. */
 static const uint8_t op_weights[OP_COUNT] = {6, 6, 12, 10, 3, 8, 8, 4, 5, 2, 1, 3, 1, 4, 3, 6};
@@ -116,6 +118,7 @@ enum {
   P_COUNT
 };
 
+#ifdef KVC_FUZZ_STANDALONE
 static const char* const path_names[P_COUNT] = {
     "cached blocks evicted",
     "copy-on-write copies",
@@ -133,6 +136,7 @@ static const char* const path_names[P_COUNT] = {
     "unreferenced pinned blocks (at checks)",
     "gathers refused (freed blocks)",
     "pools refused (bad options)"};
+#endif
 
 static long g_ok[OP_COUNT], g_err[OP_COUNT];
 static unsigned long long g_path[P_COUNT];
@@ -210,7 +214,10 @@ static void gen_options(ctx* c) {
     static const uint32_t pow2[4] = {1, 2, 4, 8};
     int b = rd(r);
     go.block_size = b % 4 == 3 ? 1 + (uint32_t)(b >> 2) % PM_BS : pow2[(b >> 2) % 4];
-    go.num_blocks = go.kind == KVC_POOL_GROUP_RECURRENT ? 3 + rd(r) % (PM_BLOCKS - 2) : 2 + rd(r) % (PM_BLOCKS - 1);
+    int nb = rd(r);
+    go.num_blocks = go.kind == KVC_POOL_GROUP_RECURRENT ? 3 + nb % (PM_BLOCKS - 2)
+                    : nb % 4 == 3                      ? 2 + nb % 4 /* very small: out of blocks at once */
+                                                       : 5 + nb % (PM_BLOCKS - 4);
     if (go.kind == KVC_POOL_GROUP_SLIDING || go.kind == KVC_POOL_GROUP_CHUNKED) go.window = 1 + rd(r) % 12;
     c->go[g] = go;
   }
@@ -365,7 +372,7 @@ static int pick_free(ctx* c) {
 
 /* The next token of sequence i at position `pos`: its prompt's, now and then another. */
 static int32_t next_token(ctx* c, int i, uint32_t pos) {
-  if (rare(&c->r, 12)) return (int32_t)(rd(&c->r) % PF_ALPHABET);
+  if (rare(&c->r, 40)) return (int32_t)(rd(&c->r) % PF_ALPHABET);
   return c->prompt[c->prompt_of[i]][pos];
 }
 
@@ -390,12 +397,14 @@ static void library_row(ctx* c, int i, uint32_t g, int32_t* row, uint32_t n) {
 
 /* ------------------------------------------------------ sequence ops */
 
-static void op_create(ctx* c) {
+/* A new sequence; `salt_like` >= 0: with the salt of that sequence (a request of the same tenant). */
+static void create_seq(ctx* c, int salt_like) {
   int i = pick_free(c);
   if (i < 0) return;
   static const char* salts[3] = {NULL, "tenant-a", "b"};
-  int which = rd(&c->r) % 6;
-  const char* salt = which < 4 ? NULL : salts[which - 3];
+  int which = salt_like >= 0 ? c->salt_of[salt_like] : rd(&c->r) % 6 < 4 ? 0 : 1 + rd(&c->r) % 2;
+  const char* salt = salts[which];
+  c->salt_of[i] = which;
   kvc_pool_sequence_options so = KVC_POOL_SEQUENCE_OPTIONS_INIT;
   so.salt = salt;
   so.salt_len = salt ? strlen(salt) : 0;
@@ -410,13 +419,22 @@ static void op_create(ctx* c) {
   pm_seq_create(&c->m, i, salt, so.salt_len);
 }
 
+static void op_create(ctx* c) { create_seq(c, -1); }
+
+/* A new request: match_prefix on an empty sequence (a new one when none is empty, mostly with the salt and
+ * prompt of a running one, so that it hits); now and then on one that is not empty. */
 static void op_match(ctx* c) {
-  int i = -1;
+  int i = -1, like = pick_used(c);
+  if (like >= 0 && rd(&c->r) % 4 == 0) like = -1;
   for (int k = 0; k < PM_SEQS; k++)
     if (c->m.s[k].used && c->m.s[k].len == 0) i = k;
-  if (i < 0 || rare(&c->r, 10)) i = pick_used(c); /* now and then a sequence that is not empty */
+  if (i < 0 && pick_free(c) >= 0) {
+    i = pick_free(c);
+    create_seq(c, like);
+  }
+  if (i < 0 || rare(&c->r, 16)) i = pick_used(c);
   if (i < 0) return;
-  int p = rd(&c->r) % PF_PROMPTS;
+  int p = like >= 0 ? c->prompt_of[like] : rd(&c->r) % PF_PROMPTS;
   size_t n = rd(&c->r) % 2 ? (size_t)(PM_LEN - rd(&c->r) % 8) : (size_t)(1 + rd(&c->r) % PM_LEN);
   int32_t tokens[PM_LEN];
   memcpy(tokens, c->prompt[p], n * sizeof *tokens);
@@ -455,7 +473,7 @@ static void op_match(ctx* c) {
 
 /* Reserves n tokens of sequence i (the model decides the code) and checks the slot mapping. */
 static kvc_code do_reserve(ctx* c, int i, size_t n) {
-  int32_t tokens[PM_LEN];
+  int32_t tokens[PM_LEN] = {0};
   for (size_t k = 0; k < n; k++) tokens[k] = next_token(c, i, c->m.s[i].len + (uint32_t)k);
   uint32_t oom_group = 0;
   kvc_code want = pm_reserve(&c->m, i, tokens, n, &oom_group);
@@ -494,11 +512,21 @@ static kvc_code do_reserve(ctx* c, int i, size_t n) {
   return got;
 }
 
+/* The tokens of a prompt's prefill (a chunk of it): up to about half of what the smallest attention group holds,
+ * so that a few requests fit and the pool still runs out of blocks now and then. */
+static size_t prefill_size(ctx* c) {
+  uint32_t cap = PM_LEN;
+  for (uint32_t g = 0; g < c->m.ng; g++)
+    if (c->m.g[g].kind == KVC_POOL_GROUP_FULL && (c->m.g[g].nb - 1) * c->m.g[g].bs < cap)
+      cap = (c->m.g[g].nb - 1) * c->m.g[g].bs;
+  return 1 + rd(&c->r) % (cap / 2 + 1);
+}
+
 static void op_reserve(ctx* c) {
   int i = pick_used(c);
   if (i < 0) return;
+  size_t n = c->m.s[i].len < 8 ? prefill_size(c) : rare(&c->r, 4) ? 1 + rd(&c->r) % 12u : 1 + rd(&c->r) % 4u;
   size_t room = PM_LEN - c->m.s[i].len;
-  size_t n = rare(&c->r, 4) ? 1 + rd(&c->r) % 12 : 1 + rd(&c->r) % 4;
   if (n > room) n = room;
   if (!n) return;
   count_result(do_reserve(c, i, n));
@@ -777,7 +805,17 @@ static void op_step(ctx* c) {
   for (int i = 0; i < PM_SEQS; i++) {
     const pm_seq* s = &c->m.s[i];
     if (!s->used || s->len >= PM_LEN) continue;
-    if (s->len > s->committed || do_reserve(c, i, 1) == KVC_OK) seqs[n++] = i;
+    size_t more = 1; /* decoding; a new request prefills */
+    if (s->len == 0) more = prefill_size(c);
+    if (s->len > s->committed || do_reserve(c, i, more) == KVC_OK) {
+      seqs[n++] = i;
+    } else if (rd(&c->r) % 2) { /* out of blocks: the scheduler preempts the request */
+      trace("s%d: preempted\n", i);
+      begin(c);
+      kvc_pool_sequence_destroy(c->h[i]);
+      c->h[i] = NULL;
+      pm_seq_destroy(&c->m, i);
+    }
   }
   if (n) do_write(c, seqs, n, 0);
   for (int k = 0; k < n; k++) do_commit(c, seqs[k]);
@@ -836,6 +874,14 @@ static void op_pin(ctx* c) {
 }
 
 static void op_unpin(ctx* c) {
+  /* Checkpoints unpinned together are equally recent, and which of them goes first is the library's choice,
+   * which the model cannot see (recurrent slots have no table): such a pool is not unpinned. */
+  for (uint32_t g = 0; g < c->m.ng; g++) {
+    int n = 0;
+    for (uint32_t x = 1; !pm_is_attention(&c->m, g) && x < c->m.g[g].nb; x++)
+      n += c->m.b[g][x].pinned && !c->m.b[g][x].ref;
+    if (n > 1) return;
+  }
   trace("unpin_all\n");
   begin(c);
   count_result(call_code(kvc_pool_unpin_all(c->pool), KVC_OK, "kvc_pool_unpin_all"));
@@ -892,7 +938,9 @@ static void op_needed(ctx* c) {
   if (n != 1 || rd(&c->r) % 2) return;
   int short_of_blocks = 0;
   for (uint32_t g = 0; g < c->m.ng; g++) {
-    kvc_pool_stats st = {sizeof st};
+    kvc_pool_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
     call_code(kvc_pool_stats_get(c->pool, g, &st), KVC_OK, "kvc_pool_stats_get");
     short_of_blocks |= got[g] > st.free_blocks + st.cached_blocks;
   }
@@ -918,7 +966,7 @@ static void op_pull(ctx* c) {
 static void op_bad(ctx* c) {
   pool_model* m = &c->m;
   int i = pick_used(c);
-  int which = rd(&c->r) % 40;
+  int which = rd(&c->r) % 41;
   int want = ANY_ERROR;
   kvc_error* e = NULL;
   char what[96];
@@ -1119,6 +1167,14 @@ static void op_bad(ctx* c) {
       snprintf(what, sizeof what, "events_pull %s",
                k == 0 ? "events NULL" : k == 1 ? "count NULL" : "pool NULL");
       e = kvc_pool_events_pull(k == 2 ? NULL : c->pool, k == 0 ? NULL : ev, 2, k == 1 ? NULL : &count);
+      break;
+    }
+    case 38: {
+      /* "with kvc_cache_set_stream's rules": a CPU pool accepts only NULL. */
+      int k = rd(&c->r) % 3;
+      snprintf(what, sizeof what, "set_stream %s", k == 0 ? "pool NULL" : k == 1 ? "a stream on a CPU pool" : "NULL");
+      want = k == 2 ? KVC_OK : KVC_ERROR_INVALID_ARGUMENT;
+      e = kvc_pool_set_stream(k == 0 ? NULL : c->pool, k == 1 ? (void*)&k : NULL);
       break;
     }
     case 37:

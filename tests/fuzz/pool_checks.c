@@ -20,19 +20,24 @@ uint32_t pf_bits(uint32_t nonce, int64_t d, int kv, kvc_dtype dtype) {
   return nonce == PM_ZERO ? 0 : codec_bits(nonce, d, kv, dtype);
 }
 
-static unsigned char* elem_ptr(const kvc_tensor* t, const int64_t* idx) {
-  size_t es = t->dtype.bits / 8;
-  int64_t off = 0, stride = 1;
+/* The element strides of t (its own, or the compact ones). */
+static void strides_of(const kvc_tensor* t, int64_t* st) {
+  int64_t stride = 1;
   for (int32_t k = t->ndim; k-- > 0;) {
-    off += idx[k] * (t->strides ? t->strides[k] : stride);
+    st[k] = t->strides ? t->strides[k] : stride;
     stride *= t->shape[k];
   }
-  return (unsigned char*)t->data + t->byte_offset + (size_t)off * es;
 }
 
-uint32_t pf_read(const kvc_tensor* t, const int64_t* idx) {
-  const unsigned char* p = elem_ptr(t, idx);
-  if (t->dtype.bits == 32) {
+static unsigned char* elem_ptr(const kvc_tensor* t, const int64_t* idx) {
+  int64_t st[8], off = 0;
+  strides_of(t, st);
+  for (int32_t k = 0; k < t->ndim; k++) off += idx[k] * st[k];
+  return (unsigned char*)t->data + t->byte_offset + (size_t)off * (t->dtype.bits / 8);
+}
+
+static uint32_t pf_get_bits(const unsigned char* p, size_t es) {
+  if (es == 4) {
     uint32_t b;
     memcpy(&b, p, 4);
     return b;
@@ -41,6 +46,8 @@ uint32_t pf_read(const kvc_tensor* t, const int64_t* idx) {
   memcpy(&b, p, 2);
   return b;
 }
+
+uint32_t pf_read(const kvc_tensor* t, const int64_t* idx) { return pf_get_bits(elem_ptr(t, idx), t->dtype.bits / 8); }
 
 void pf_write_elem(const kvc_tensor* t, const int64_t* idx, uint32_t bits) {
   unsigned char* p = elem_ptr(t, idx);
@@ -174,12 +181,6 @@ static void check_tables(ctx* c) {
 
 /* ------------------------------------------------------------ storage */
 
-/* The element (block x, row r, head h, dim d) of a storage view in `layout`. */
-static uint32_t storage_elem(const kvc_tensor* t, kvc_pool_layout layout, int64_t x, int64_t r, int64_t h,
-                             int64_t d) {
-  int64_t nhd[4] = {x, r, h, d}, hnd[4] = {x, h, r, d};
-  return pf_read(t, layout == KVC_POOL_LAYOUT_NHD ? nhd : hnd);
-}
 
 static void check_storage(ctx* c) {
   const pool_model* m = &c->m;
@@ -202,14 +203,26 @@ static void check_storage(ctx* c) {
         check_tensor(c, t, 4, shape, m->dtype, what);
         if (t->data != t0->data || t->byte_offset != t0->byte_offset)
           fail("%s: the storage moved (\"a pool's storage never moves\")", what);
-        /* Both layouts are views of one memory. */
+        /* Both layouts are views of one memory: each element at the same address. Both address maps are
+         * affine, so the first element and the last along each dimension decide it. */
         if (lay == KVC_POOL_LAYOUT_HND) {
           const kvc_tensor* a = kvi ? &c->storage[l][0].value : &c->storage[l][0].key;
-          int64_t last[4] = {G->nb - 1, G->bs - 1, L->H - 1, D - 1}, hl[4] = {G->nb - 1, L->H - 1, G->bs - 1, D - 1};
-          int64_t mid[4] = {G->nb / 2, G->bs / 2, 0, D / 2}, hm[4] = {G->nb / 2, 0, G->bs / 2, D / 2};
-          if (elem_ptr(a, last) != elem_ptr(t, hl) || elem_ptr(a, mid) != elem_ptr(t, hm))
-            fail("%s: the NHD and HND views address different memory", what);
+          int64_t hi[4] = {G->nb - 1, G->bs - 1, L->H - 1, D - 1};
+          for (int k = -1; k < 4; k++) {
+            int64_t in_nhd[4] = {0, 0, 0, 0};
+            if (k >= 0) in_nhd[k] = hi[k];
+            int64_t in_hnd[4] = {in_nhd[0], in_nhd[2], in_nhd[1], in_nhd[3]};
+            if (elem_ptr(a, in_nhd) != elem_ptr(t, in_hnd))
+              fail("%s: element [%lld, %lld, %lld, %lld] (NHD) is at another address than in the NHD view", what,
+                   (long long)in_nhd[0], (long long)in_nhd[1], (long long)in_nhd[2], (long long)in_nhd[3]);
+          }
         }
+        if (lay != m->layout) continue; /* the other layout: the same memory (checked above), read once */
+        int64_t st[4];
+        size_t es = pf_elem(m->dtype);
+        strides_of(t, st);
+        int64_t sr = lay == KVC_POOL_LAYOUT_NHD ? st[1] : st[2], sh = lay == KVC_POOL_LAYOUT_NHD ? st[2] : st[1];
+        const unsigned char* base = (const unsigned char*)t->data + t->byte_offset;
         for (uint32_t x = 0; x < G->nb; x++) {
           const pm_block* b = &m->b[g][x];
           if (x && !b->ref && !b->cached) continue;
@@ -220,7 +233,7 @@ static void check_storage(ctx* c) {
             for (int64_t h = 0; h < L->H; h++)
               for (int64_t d = 0; d < D; d++) {
                 uint32_t want = pf_bits(nonce, h * D + d, kvi, m->dtype);
-                uint32_t got = storage_elem(t, lay, x, r, h, d);
+                uint32_t got = pf_get_bits(base + (size_t)(x * st[0] + r * sr + h * sh + d * st[3]) * es, es);
                 if (got != want)
                   fail("%s %s: block %u row %u head %lld dim %lld holds 0x%x, the model says 0x%x (block ref %d%s)",
                        what, kvi ? "V" : "K", x, r, (long long)h, (long long)d, got, want, b->ref,
@@ -276,7 +289,7 @@ static void out4_make(out4* o, kvc_dtype dtype, int64_t H, int64_t T, int64_t D,
   size_t n = (size_t)(H * T * D);
   o->mem = malloc(n * es + 1);
   if (!o->mem) abort();
-  memset(o->mem, 0x5A, n * es + 1);
+  memset(o->mem, 0x5A, n * es + 1); /* what the gather must overwrite */
   o->shape[0] = 1;
   o->shape[1] = H;
   o->shape[2] = T;
@@ -323,17 +336,21 @@ static void check_gather(ctx* c) {
         c->gathers_refused++;
       } else {
         expect_code(e, KVC_OK, what);
+        size_t es = pf_elem(m->dtype);
+        int64_t kst[4], vst[4];
+        strides_of(&k.t, kst);
+        strides_of(&v.t, vst);
         for (uint32_t p = 0; p < s->len; p++) {
           uint32_t nonce = s->want[p][l];
           if (nonce == PM_UNKNOWN) continue;
           for (int kvi = 0; kvi < 2; kvi++) {
             const out4* o = kvi ? &v : &k;
+            const int64_t* st = kvi ? vst : kst;
             int64_t D = kvi ? L->Dv : L->Dk;
             for (int64_t h = 0; h < L->H; h++)
               for (int64_t d = 0; d < D; d++) {
-                int64_t idx[4] = {0, h, p, d};
                 uint32_t want = pf_bits(nonce, h * D + d, kvi, m->dtype);
-                uint32_t got = pf_read(&o->t, idx);
+                uint32_t got = pf_get_bits(o->mem + (size_t)(h * st[1] + p * st[2] + d * st[3]) * es, es);
                 if (got != want)
                   fail("%s %s: token %u head %lld dim %lld is 0x%x, the sequence wrote 0x%x", what, kvi ? "V" : "K", p,
                        (long long)h, (long long)d, got, want);

@@ -30,6 +30,7 @@ typedef struct ctx {
   pool_model m;
   kvc_pool_sequence* h[PM_SEQS];
   int prompt_of[PM_SEQS];
+  int salt_of[PM_SEQS]; /* 0: none, 1 and 2: two tenants */
   int32_t prompt[PF_PROMPTS][PM_LEN + 1];
   uint32_t next_nonce;
   /* The storage of every attention layer (it never moves): base pointers and bytes, for the checks. */

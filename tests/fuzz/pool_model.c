@@ -283,8 +283,9 @@ int pm_match_apply(pool_model* m, int i, const int32_t* tokens, size_t n, uint64
                    const int32_t* const* tables, char* why, size_t why_size) {
   pm_seq* s = &m->s[i];
   /* CHOICE: "prefix_queries: blocks looked up by match_prefix; prefix_hits: of which were found": the full
-   * blocks of the first num_tokens - 1 tokens are looked up in each group, the blocks matched are found. */
-  for (uint32_t g = 0; g < m->ng && m->caching && n >= 2; g++) {
+   * blocks of the first num_tokens - 1 tokens count as looked up in each group (with prefix caching off too),
+   * the blocks of the matched prefix as found (in a sliding group, also those outside the window). */
+  for (uint32_t g = 0; g < m->ng && n >= 1; g++) {
     m->queries[g] += (n - 1) / m->g[g].bs;
     m->hits[g] += matched / m->g[g].bs;
   }
@@ -344,18 +345,22 @@ void pm_reserve_need(const pool_model* m, int i, uint64_t n, uint64_t take[PM_GR
     }
     uint32_t old_blocks = ceil_div(s->len, G->bs);
     take[g] = ceil_div(s->len + n, G->bs) - old_blocks;
-    if (s->len % G->bs) {
-      uint32_t last = s->table[g][s->len / G->bs];
-      /* "a shared or cached last block is first copied". CHOICE: a last block a window freed (after a
-       * truncate) is replaced by a new one, nothing to copy. */
-      if (last == 0 || m->b[g][last].ref > 1 || m->b[g][last].cached) take[g]++;
-    }
     /* "Sliding and chunked groups give back the blocks that left the window": those nobody else holds become
      * available (unless pinned). */
     uint64_t start = pm_window_start(G, s->committed);
     for (uint32_t b = 0; b < old_blocks; b++) {
       uint32_t x = s->table[g][b];
       if (x && left_window(G, b, start) && m->b[g][x].ref == 1 && !m->b[g][x].pinned) give[g]++;
+    }
+    if (s->len % G->bs) {
+      uint32_t last = s->table[g][s->len / G->bs];
+      /* "a shared or cached last block is first copied". CHOICE (the header leaves the order open): the
+       * sequence lets go of the block before the copy is taken, so when it held the block alone the release
+       * counts like a window's (and the take may evict that very block, whose bytes are then in place). */
+      if (last && (m->b[g][last].ref > 1 || m->b[g][last].cached)) {
+        take[g]++;
+        if (m->b[g][last].ref == 1 && !m->b[g][last].pinned) give[g]++;
+      }
     }
   }
 }
@@ -465,11 +470,14 @@ int pm_reserve_apply(pool_model* m, int i, const int32_t* tokens, size_t n, cons
       }
     /* The block indices that get a new block, and where each one's first new token is. */
     uint32_t pos[PM_LEN + 1], ids[PM_LEN + 1], k = 0, cow_src = 0;
+    uint32_t cow_rows[PM_BS][PM_LAYERS];
     if (L % G->bs) {
       uint32_t last = s->table[g][L / G->bs];
-      if (last == 0 || m->b[g][last].ref > 1 || m->b[g][last].cached) {
+      if (last && (m->b[g][last].ref > 1 || m->b[g][last].cached)) {
         cow_src = last;
         pos[k++] = L / G->bs;
+        memcpy(cow_rows, m->b[g][last].row, sizeof cow_rows);
+        release(m, g, last);
       }
     }
     for (uint32_t b = old_blocks; b < ceil_div(L + n, G->bs); b++) pos[k++] = b;
@@ -486,12 +494,9 @@ int pm_reserve_apply(pool_model* m, int i, const int32_t* tokens, size_t n, cons
     }
     if (!take_learned(m, g, ids, k, why, why_size)) return 0;
     for (uint32_t a = 0; a < k; a++) {
-      if (a == 0 && pos[0] == L / G->bs && L % G->bs && cow_src) {
-        /* "copy-on-write, all layers of its group": the rows the sequence holds. */
+      if (a == 0 && cow_src) /* "copy-on-write, all layers of its group": the rows the sequence holds */
         for (uint32_t r = 0; r < L % G->bs; r++)
-          for (uint32_t l = 0; l < m->nl; l++) m->b[g][ids[0]].row[r][l] = m->b[g][cow_src].row[r][l];
-        release(m, g, cow_src);
-      }
+          for (uint32_t l = 0; l < m->nl; l++) m->b[g][ids[0]].row[r][l] = cow_rows[r][l];
       s->table[g][pos[a]] = ids[a];
     }
     for (size_t t = 0; t < n; t++) {
@@ -547,7 +552,8 @@ void pm_blocks_needed(const pool_model* m, const int* seqs, const uint64_t* n, s
     for (uint32_t g = 0; g < m->ng; g++) total[g] += (int64_t)take[g] - (int64_t)give[g];
     simulate_reserve(&sim, seqs[k], n[k]);
   }
-  /* CHOICE: "the blocks ... would take ... minus the blocks sliding groups would give back", at least 0. */
+  /* CHOICE: "the blocks ... would take ... minus the blocks sliding groups would give back", at least 0; the
+   * last blocks that copy-on-write lets go of count as given back (pm_reserve_need). */
   for (uint32_t g = 0; g < m->ng; g++) out[g] = total[g] > 0 ? (uint64_t)total[g] : 0;
 }
 
@@ -578,6 +584,8 @@ void pm_state_write(pool_model* m, int i, uint32_t layer, uint32_t nonce) { m->s
 void pm_commit(pool_model* m, int i) {
   pm_seq* s = &m->s[i];
   uint32_t before = s->committed;
+  /* CHOICE: with nothing reserved since the last commit there is nothing to declare (no checkpoint either). */
+  if (before == s->len) return;
   s->committed = s->len;
   if (!m->caching) return;
   for (uint32_t g = 0; g < m->ng; g++) {
@@ -600,7 +608,11 @@ void pm_commit(pool_model* m, int i) {
     if (!s->live[g] || s->committed == 0 || s->committed % G->bs) continue;
     const uint8_t* h = chain[full - 1];
     const uint8_t* parent = full > 1 ? chain[full - 2] : s->root;
-    if (find_cached(m, g, h)) continue;
+    uint32_t have = find_cached(m, g, h);
+    if (have) { /* CHOICE: reaching a checkpoint again is a use of it (LRU) */
+      touch(m, g, have);
+      continue;
+    }
     /* CHOICE: commit has no error; without a free or evictable slot the checkpoint is skipped. */
     uint32_t x = take_slot(m, g, 0);
     if (!x) continue;
@@ -644,9 +656,20 @@ kvc_code pm_truncate(pool_model* m, int i, uint64_t n) {
    * exists; otherwise INVALID_STATE and nothing changes)". CHOICE: keeping every token rolls nothing back, and
    * 0 tokens is the zero state. */
   uint32_t restore[PM_GROUPS] = {0};
+  if (n == s->len) return KVC_OK;
   for (uint32_t g = 0; g < m->ng; g++) {
-    if (pm_is_attention(m, g) || !s->live[g] || n == s->len || n == 0) continue;
-    restore[g] = find_checkpoint(m, g, s->root, s->tok, n);
+    const pm_group* G = &m->g[g];
+    if (pm_is_attention(m, g)) {
+      /* CHOICE (the header names INVALID_STATE for recurrent groups only): a sliding or chunked group that gave
+       * back a block the next token would attend to cannot keep `n` tokens: INVALID_STATE, nothing changes. */
+      uint64_t committed = s->committed < n ? s->committed : n;
+      for (uint64_t b = pm_window_start(G, committed) / G->bs; b < ceil_div(n, G->bs); b++)
+        if (!s->table[g][b]) return KVC_ERROR_INVALID_STATE;
+      continue;
+    }
+    if (!s->live[g] || n == 0) continue;
+    /* CHOICE: "a checkpoint at num_tokens" is one of the sequence's own: at a committed position. */
+    if (n <= s->committed) restore[g] = find_checkpoint(m, g, s->root, s->tok, n);
     if (!restore[g]) return KVC_ERROR_INVALID_STATE;
   }
   for (uint32_t g = 0; g < m->ng; g++) {
@@ -657,10 +680,10 @@ kvc_code pm_truncate(pool_model* m, int i, uint64_t n) {
         if (s->table[g][b]) release(m, g, s->table[g][b]);
         s->table[g][b] = 0;
       }
-    } else if (s->live[g] && n != s->len) {
+    } else if (s->live[g]) {
+      /* CHOICE: a restore for rollback is not a use of the checkpoint (its LRU place stays). */
       for (uint32_t l = 0; l < m->nl; l++)
         if (m->l[l].group == g) s->state[l] = restore[g] ? m->b[g][restore[g]].row[0][l] : PM_ZERO;
-      if (restore[g]) touch(m, g, restore[g]);
     }
   }
   for (uint64_t p = n; p < s->len; p++) {
@@ -674,30 +697,31 @@ kvc_code pm_truncate(pool_model* m, int i, uint64_t n) {
 
 /* -------------------------------------------------- pins and the cache */
 
-/* "Pins the sequence's cached blocks". CHOICE: a recurrent group's are the checkpoints on the sequence's
- * committed chain. */
+/* "Pins the sequence's cached blocks". CHOICE: the cached blocks of the hashes of its committed full blocks in
+ * each group: those a window gave back and recurrent checkpoints included, and the cached block of a hash the
+ * sequence computed a second time (its own copy stayed uncached). */
 void pm_pin(pool_model* m, int i) {
   const pm_seq* s = &m->s[i];
+  if (!m->caching) return;
   for (uint32_t g = 0; g < m->ng; g++) {
-    if (pm_is_attention(m, g)) {
-      for (uint32_t b = 0; b < pm_table_len(m, s, g); b++) {
-        uint32_t x = s->table[g][b];
-        if (x && m->b[g][x].cached) m->b[g][x].pinned = 1;
-      }
-      continue;
-    }
-    for (uint64_t k = m->g[g].bs; k <= s->committed; k += m->g[g].bs) {
-      uint32_t x = find_checkpoint(m, g, s->root, s->tok, k);
+    pm_hash chain[PM_LEN];
+    uint32_t full = chain_of(s->root, s->tok, s->committed, m->g[g].bs, chain);
+    for (uint32_t k = 0; k < full; k++) {
+      uint32_t x = find_cached(m, g, chain[k]);
       if (x) m->b[g][x].pinned = 1;
     }
   }
 }
 
-/* "Unpins every block; they stay cached, evictable again." CHOICE: in their place in the LRU order (the call
- * that released them). */
+/* "Unpins every block; they stay cached, evictable again." CHOICE: as the most recently used (the unpinning
+ * call's stamp), all of one call alike. */
 void pm_unpin_all(pool_model* m) {
   for (uint32_t g = 0; g < m->ng; g++)
-    for (uint32_t x = 1; x < m->g[g].nb; x++) m->b[g][x].pinned = 0;
+    for (uint32_t x = 1; x < m->g[g].nb; x++)
+      if (m->b[g][x].pinned) {
+        m->b[g][x].pinned = 0;
+        if (!m->b[g][x].ref) m->b[g][x].stamp = m->call;
+      }
 }
 
 /* "Evicts every cached, unreferenced, unpinned block ... and queues a KVC_POOL_EVENT_ALL_CLEARED event. Blocks
