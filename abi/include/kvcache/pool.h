@@ -180,11 +180,13 @@ typedef struct kvc_pool_stats {
   uint32_t group;              /**< the group these counters are of */
   uint64_t num_blocks;         /**< usable blocks (num_blocks - 1) */
   uint64_t free_blocks;        /**< neither referenced nor cached */
-  uint64_t cached_blocks;      /**< cached and unreferenced: evictable, reusable by match_prefix */
+  uint64_t cached_blocks;      /**< cached, unreferenced and not pinned: evictable, reusable by match_prefix */
   uint64_t used_blocks;        /**< referenced by at least one sequence */
-  uint64_t pinned_blocks;      /**< cached blocks kept from eviction by kvc_pool_sequence_pin */
-  uint64_t prefix_queries;     /**< blocks looked up by match_prefix since creation */
-  uint64_t prefix_hits;        /**< of which were found */
+  uint64_t pinned_blocks;      /**< cached blocks kept from eviction by kvc_pool_sequence_pin (referenced or
+                                    not; free + cached + used + unreferenced pinned = num_blocks) */
+  uint64_t prefix_queries;     /**< blocks match_prefix could have matched since creation ((num_tokens - 1) /
+                                    block_size per call) */
+  uint64_t prefix_hits;        /**< of which the matches covered */
   uint64_t evictions;          /**< cached blocks reclaimed for new data since creation */
 } kvc_pool_stats;
 
@@ -254,7 +256,9 @@ KVC_API kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* sequence, const int3
  * group). Blocks are taken from the free list, then by evicting the least
  * recently used cached blocks; a shared or cached last block is first copied
  * (copy-on-write, all layers of its group). Sliding and chunked groups give
- * back the blocks that left the window.
+ * back the blocks that left the window of the first uncommitted token (the
+ * window is judged from the committed length, so a prefill keeps its blocks
+ * until it is committed).
  * Errors: INVALID_ARGUMENT (NULL, num_tokens 0, negative token id),
  * OUT_OF_MEMORY (naming the group, the blocks needed and the blocks
  * available; nothing changes).
@@ -266,7 +270,8 @@ KVC_API kvc_error* kvc_pool_reserve(kvc_pool_sequence* sequence, const int32_t* 
  * Declares every reserved token written: blocks that became full are hashed
  * and cached (with a KVC_POOL_EVENT_BLOCK_STORED event each), and a
  * recurrent group checkpoints the live state when the committed length is a
- * multiple of its block size.
+ * multiple of its block size (skipped, not an error, when no state slot is
+ * free or evictable).
  */
 KVC_API kvc_error* kvc_pool_commit(kvc_pool_sequence* sequence);
 
@@ -285,8 +290,11 @@ KVC_API kvc_error* kvc_pool_fork(const kvc_pool_sequence* sequence, kvc_pool_seq
  * contents; the next reserve into it copies it. Truncating below the
  * committed length lowers it too; a recurrent group's live state cannot be
  * rolled back without a checkpoint at `num_tokens` (restored if one exists;
- * otherwise INVALID_STATE and nothing changes).
- * Errors: INVALID_ARGUMENT (NULL), OUT_OF_RANGE (num_tokens > length).
+ * otherwise INVALID_STATE and nothing changes; at 0 tokens the state is
+ * zeroed). A sliding or chunked group that already gave back a block the
+ * token after `num_tokens` attends to refuses too (INVALID_STATE).
+ * Errors: INVALID_ARGUMENT (NULL), OUT_OF_RANGE (num_tokens > length),
+ * INVALID_STATE.
  */
 KVC_API kvc_error* kvc_pool_truncate(kvc_pool_sequence* sequence, uint64_t num_tokens);
 
@@ -304,8 +312,13 @@ KVC_API kvc_error* kvc_pool_unpin_all(kvc_pool* pool);
  * Admission control: the blocks of each group that reserving
  * `new_tokens[i]` more tokens for each of `sequences[i]` would take,
  * copy-on-write copies and recurrent slots included, minus the blocks
- * sliding groups would give back. `blocks_needed` receives num_groups
- * entries. Compare with kvc_pool_stats' free_blocks + cached_blocks.
+ * sliding groups would give back (0 for a group that gets back at least
+ * as many as it takes). The sequences are taken in order, as reserves in
+ * that order run (a block two of them share is copied once), and exactly:
+ * reserving them in that order succeeds when each group's entry is at most
+ * kvc_pool_stats' free_blocks + cached_blocks. A new_tokens[i] of 0 counts
+ * nothing. `blocks_needed` receives num_groups entries.
+ * Errors: INVALID_ARGUMENT (NULL, a sequence of another pool).
  */
 KVC_API kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_sequence* const* sequences,
                                           const uint64_t* new_tokens, size_t num_sequences,
@@ -323,8 +336,10 @@ KVC_API kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_s
  * is host memory in kvc_pool_reserve's form, so the tokens of many
  * sequences are written in one call: concatenate their mappings group by
  * group. A GPU pool issues one kernel launch for all layers.
- * Errors: INVALID_ARGUMENT (a slot out of range naming the token, group and
- * value), SHAPE_MISMATCH, DTYPE_MISMATCH, DEVICE_MISMATCH; nothing written.
+ * Errors: INVALID_ARGUMENT (a slot out of range, in the null block, in a
+ * block no sequence holds, or twice in one group, naming the token, group
+ * and value), SHAPE_MISMATCH, DTYPE_MISMATCH, DEVICE_MISMATCH; nothing
+ * written.
  */
 KVC_API kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tensor* values,
                                   uint32_t num_layers, const int64_t* slot_mapping, size_t num_tokens);
@@ -356,7 +371,10 @@ typedef struct kvc_pool_table {
 /**
  * The block tables of `sequences` in `group`, in `format`, as int32 tensors
  * in the pool's device memory (one host-to-device copy into a buffer the
- * pool owns). Valid until the next call that mutates the pool or a sequence.
+ * pool owns per group and format). Valid until the next call that mutates
+ * the pool or a sequence, or the next kvc_pool_block_table of the same group
+ * and format (tables of several groups coexist). An empty sequence has no
+ * entries and a last_page_len of 0.
  * Errors: INVALID_ARGUMENT (NULL, a sequence of another pool, a recurrent
  * group), OUT_OF_RANGE (group).
  */
@@ -380,7 +398,8 @@ KVC_API kvc_error* kvc_pool_gather(const kvc_pool_sequence* sequence, uint32_t l
  * [1, conv_dim, conv_kernel] and SSM [1, num_kv_heads, key_head_dim,
  * ssm_state_size] views the model reads and writes in place. Valid until
  * the next call that mutates the pool or a sequence.
- * Errors: INVALID_ARGUMENT (not a recurrent layer), OUT_OF_RANGE (layer).
+ * Errors: INVALID_ARGUMENT (not a recurrent layer), OUT_OF_RANGE (layer),
+ * INVALID_STATE (no live state yet: kvc_pool_reserve or a match gives one).
  */
 KVC_API kvc_error* kvc_pool_recurrent_state(kvc_pool_sequence* sequence, uint32_t layer, kvc_tensor* conv_state,
                                             kvc_tensor* ssm_state);

@@ -1,0 +1,194 @@
+/*
+ * tests/gpu/test_gpu_pool.c: the block pool on a device (public ABI): a
+ * step write through the slot mapping, copy-on-write after a fork, a prefix
+ * match, gathers, block tables (padded and CSR) and a recurrent checkpoint,
+ * with every result downloaded and compared with the values written. Under
+ * the emulated device this also proves the core never touches device memory
+ * from the host (its pointers are poisoned) and issues every copy on the
+ * pool's stream.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device_runtime.h"
+#include "gpu_test_util.h"
+#include "kvcache.h"
+#include "test_util.h"
+
+static float value(uint32_t layer, int kv, int64_t token, int64_t head, int64_t dim) {
+  return (float)(layer * 100000 + kv * 50000 + token * 100 + head * 10 + dim) + 0.25f;
+}
+
+static kvc_device dev(void) {
+  kvc_device d = {drt_device_type(), 0};
+  return d;
+}
+
+/* A device tensor of `ndim` sizes holding `host` (n floats), or zeroed when host is NULL. */
+static kvc_tensor dtensor(int64_t* shape, int ndim, const float* host, size_t n) {
+  kvc_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = drt_alloc(0, n * sizeof(float));
+  if (host && t.data) drt_upload(0, t.data, host, n * sizeof(float), NULL);
+  t.device = dev();
+  t.ndim = ndim;
+  t.dtype = kvc_dtype_to_data_type(KVC_DTYPE_FLOAT32);
+  t.shape = shape;
+  return t;
+}
+
+/* Writes tokens [first, first + n) of attention layers 0 and 1 through `slots`. */
+static kvc_error* write_tokens(kvc_pool* p, const int64_t* slots, int64_t first, int64_t n) {
+  int64_t ks[3] = {n, 2, 4}, vs[3] = {n, 2, 3};
+  kvc_tensor k[3], v[3];
+  memset(k, 0, sizeof k);
+  memset(v, 0, sizeof v);
+  float hk[64 * 8], hv[64 * 6];
+  for (uint32_t l = 0; l < 2; l++) {
+    for (int64_t t = 0; t < n; t++)
+      for (int64_t h = 0; h < 2; h++) {
+        for (int64_t d = 0; d < 4; d++) hk[t * 8 + h * 4 + d] = value(l, 0, first + t, h, d);
+        for (int64_t d = 0; d < 3; d++) hv[t * 6 + h * 3 + d] = value(l, 1, first + t, h, d);
+      }
+    k[l] = dtensor(ks, 3, hk, (size_t)(n * 8));
+    v[l] = dtensor(vs, 3, hv, (size_t)(n * 6));
+  }
+  kvc_error* e = kvc_pool_write(p, k, v, 3, slots, (size_t)n);
+  for (int l = 0; l < 2; l++) {
+    drt_free(0, k[l].data);
+    drt_free(0, v[l].data);
+  }
+  return e;
+}
+
+/* Gathers layer `layer` of s on the device, downloads it and counts the elements unlike `value`. */
+static long gather_mismatches(const kvc_pool_sequence* s, uint32_t layer) {
+  int64_t n = (int64_t)kvc_pool_sequence_length(s);
+  int64_t ks[4] = {1, 2, n, 4}, vs[4] = {1, 2, n, 3};
+  kvc_tensor k = dtensor(ks, 4, NULL, (size_t)(n * 8)), v = dtensor(vs, 4, NULL, (size_t)(n * 6));
+  kvc_error* e = kvc_pool_gather(s, layer, &k, &v);
+  long bad = e ? -1 : 0;
+  kvc_error_destroy(e);
+  float* hk = (float*)malloc((size_t)(n * 8) * sizeof(float));
+  float* hv = (float*)malloc((size_t)(n * 6) * sizeof(float));
+  if (!bad && (drt_download(0, hk, k.data, (size_t)(n * 8) * sizeof(float)) ||
+               drt_download(0, hv, v.data, (size_t)(n * 6) * sizeof(float))))
+    bad = -2;
+  for (int64_t h = 0; !bad && h < 2; h++)
+    for (int64_t t = 0; t < n; t++) {
+      for (int64_t d = 0; d < 4; d++) bad += hk[(h * n + t) * 4 + d] != value(layer, 0, t, h, d);
+      for (int64_t d = 0; d < 3; d++) bad += hv[(h * n + t) * 3 + d] != value(layer, 1, t, h, d);
+    }
+  free(hk);
+  free(hv);
+  drt_free(0, k.data);
+  drt_free(0, v.data);
+  return bad;
+}
+
+static int download_ints(const kvc_tensor* t, int32_t* out, size_t n) {
+  return drt_download(0, out, t->data, n * sizeof(int32_t)) == 0;
+}
+
+static void run(kvc_pool_layout layout, void* stream) {
+  kvc_pool_group_options g[2] = {KVC_POOL_GROUP_OPTIONS_INIT, KVC_POOL_GROUP_OPTIONS_INIT};
+  g[0].block_size = 4;
+  g[0].num_blocks = 8;
+  g[1].kind = KVC_POOL_GROUP_RECURRENT;
+  g[1].block_size = 4;
+  g[1].num_blocks = 6;
+  kvc_pool_layer_options l[3] = {KVC_POOL_LAYER_OPTIONS_INIT, KVC_POOL_LAYER_OPTIONS_INIT,
+                                 KVC_POOL_LAYER_OPTIONS_INIT};
+  for (int i = 0; i < 2; i++) {
+    l[i].num_kv_heads = 2;
+    l[i].key_head_dim = 4;
+    l[i].value_head_dim = 3;
+  }
+  l[2].group = 1;
+  l[2].num_kv_heads = 2;
+  l[2].key_head_dim = 4;
+  l[2].conv_dim = 3;
+  l[2].conv_kernel = 2;
+  l[2].ssm_state_size = 2;
+  kvc_pool_options o = KVC_POOL_OPTIONS_INIT;
+  o.dtype = KVC_DTYPE_FLOAT32;
+  o.device = dev();
+  o.num_groups = 2;
+  o.groups = g;
+  o.num_layers = 3;
+  o.layers = l;
+  o.layout = layout;
+  kvc_pool* p = NULL;
+  REQUIRE_OK(kvc_pool_create(&o, &p));
+  if (stream) CHECK_OK(kvc_pool_set_stream(p, stream));
+  kvc_pool_sequence *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &a));
+  int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  int64_t slots[32];
+  REQUIRE_OK(kvc_pool_reserve(a, t, 6, slots));
+  REQUIRE_OK(write_tokens(p, slots, 0, 6));
+  REQUIRE_OK(kvc_pool_commit(a));
+  REQUIRE_OK(kvc_pool_fork(a, &c));
+  REQUIRE_OK(kvc_pool_reserve(c, t + 6, 1, slots));
+  CHECK_EQ_I64(slots[0], 3 * 4 + 2); /* copy-on-write into block 3 */
+  REQUIRE_OK(write_tokens(p, slots, 6, 1));
+  REQUIRE_OK(kvc_pool_reserve(a, t + 6, 1, slots));
+  CHECK_EQ_I64(slots[0], 2 * 4 + 2);
+  REQUIRE_OK(write_tokens(p, slots, 6, 1));
+  for (uint32_t layer = 0; layer < 2; layer++) {
+    CHECK_EQ_I64(gather_mismatches(a, layer), 0);
+    CHECK_EQ_I64(gather_mismatches(c, layer), 0);
+  }
+  const kvc_pool_sequence* both[2] = {a, c};
+  kvc_pool_table tb;
+  int32_t got[8];
+  REQUIRE_OK(kvc_pool_block_table(p, both, 2, 0, KVC_POOL_TABLE_PADDED, &tb));
+  CHECK(tb.table.device.device_type == drt_device_type());
+  int32_t padded[4] = {1, 2, 1, 3};
+  if (CHECK(download_ints(&tb.table, got, 4)))
+    for (int i = 0; i < 4; i++) CHECK_EQ_I64(got[i], padded[i]);
+  REQUIRE_OK(kvc_pool_block_table(p, both, 2, 0, KVC_POOL_TABLE_CSR, &tb));
+  int32_t indptr[3] = {0, 2, 4}, last[2] = {3, 3};
+  if (CHECK(download_ints(&tb.indptr, got, 3)))
+    for (int i = 0; i < 3; i++) CHECK_EQ_I64(got[i], indptr[i]);
+  if (CHECK(download_ints(&tb.last_page_len, got, 2)))
+    for (int i = 0; i < 2; i++) CHECK_EQ_I64(got[i], last[i]);
+  /* A recurrent state written in place on the device, checkpointed at 8 tokens and restored by a match. */
+  kvc_tensor conv, ssm;
+  REQUIRE_OK(kvc_pool_recurrent_state(a, 2, &conv, &ssm));
+  float pattern[6] = {1.5f, 2.5f, 3.5f, 4.5f, 5.5f, 6.5f}, back[6] = {0};
+  REQUIRE(drt_upload(0, conv.data, pattern, sizeof pattern, stream) == 0);
+  REQUIRE_OK(kvc_pool_reserve(a, t + 7, 1, slots));
+  REQUIRE_OK(write_tokens(p, slots, 7, 1));
+  REQUIRE_OK(kvc_pool_commit(a));
+  uint64_t matched = 0;
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &d));
+  REQUIRE_OK(kvc_pool_match_prefix(d, t, 9, &matched));
+  CHECK_EQ_U64(matched, 8);
+  REQUIRE_OK(kvc_pool_recurrent_state(d, 2, &conv, &ssm));
+  CHECK(conv.data != NULL);
+  if (CHECK(drt_download(0, back, conv.data, sizeof back) == 0)) CHECK(memcmp(back, pattern, sizeof back) == 0);
+  CHECK_EQ_I64(gather_mismatches(d, 0), 0);
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &b));
+  REQUIRE_OK(kvc_pool_match_prefix(b, t, 6, &matched));
+  CHECK_EQ_U64(matched, 0); /* the full group holds [0, 4) but the recurrent group has no checkpoint at 4 */
+  kvc_pool_destroy(p);
+}
+
+static void test_pool_nhd_on_stream(void) {
+  void* s = drt_stream_create(0);
+  REQUIRE(s != NULL);
+  run(KVC_POOL_LAYOUT_NHD, s);
+  drt_stream_synchronize(0, s);
+  drt_stream_destroy(0, s);
+}
+
+static void test_pool_hnd_default_stream(void) { run(KVC_POOL_LAYOUT_HND, NULL); }
+
+int main(void) {
+  gt_open_or_skip("test_gpu_pool");
+  TU_RUN(test_pool_nhd_on_stream);
+  TU_RUN(test_pool_hnd_default_stream);
+  return tu_finish();
+}
