@@ -593,13 +593,17 @@ enum {
   WF_NULL_MAP,
   WF_NULL_DATA,
   WF_NULL_POOL,
+  WF_SLOT_NULL_BLOCK,
+  WF_SLOT_UNHELD,
+  WF_SLOT_TWICE,
   WF_COUNT
 };
 
 static const char* const wf_names[WF_COUNT] = {"none",         "slot out of range", "slot below -1", "num_layers",
                                                "dtype",        "heads",             "head_dim",      "tokens",
                                                "ndim",         "device",            "keys NULL",     "slot_mapping NULL",
-                                               "data NULL",    "pool NULL"};
+                                               "data NULL",    "pool NULL",         "slot in the null block",
+                                               "slot of a block nobody holds", "a slot twice"};
 
 /*
  * One kvc_pool_write for the pending tokens of the sequences `seqs` (a
@@ -698,6 +702,25 @@ static void do_write(ctx* c, const int* seqs, int nseq, int fault) {
       case WF_NULL_KEYS: kp = NULL; break;
       case WF_NULL_MAP: mp = NULL; break;
       case WF_NULL_DATA: kt[fl].data = NULL; break;
+      case WF_SLOT_NULL_BLOCK:
+      case WF_SLOT_UNHELD:
+      case WF_SLOT_TWICE: {
+        /* "a slot ... in the null block, in a block no sequence holds, or twice in one group" */
+        uint32_t g = m->l[fl].group, x = 0;
+        for (uint32_t b = 1; b < m->g[g].nb && fault == WF_SLOT_UNHELD; b++)
+          if (!m->b[g][b].ref) x = b;
+        int64_t t = rd(&c->r) % T;
+        if (fault == WF_SLOT_NULL_BLOCK) {
+          slots[g * T + t] = rd(&c->r) % m->g[g].bs;
+        } else if (fault == WF_SLOT_UNHELD && x) {
+          slots[g * T + t] = (int64_t)x * m->g[g].bs + rd(&c->r) % m->g[g].bs;
+        } else if (fault == WF_SLOT_TWICE && T > 1 && some_slot >= 0 && some_group == g) {
+          slots[g * T + (some_token + 1 + rd(&c->r) % (T - 1)) % T] = some_slot;
+        } else {
+          fault = WF_NULL_POOL, pool = NULL;
+        }
+        break;
+      }
       default: pool = NULL; break;
     }
     /* Shapes grown for a fault must still fit the memory: the fault is the shape, not an overrun. */
@@ -917,7 +940,7 @@ static void op_needed(ctx* c) {
     for (int a = 0; a < n; a++) dup |= seqs[a] == i;
     if (!c->m.s[i].used || dup || c->m.s[i].len >= PM_LEN) continue;
     uint64_t room = PM_LEN - c->m.s[i].len;
-    more[n] = 1 + rd(&c->r) % (room < 6 ? room : 6);
+    more[n] = rare(&c->r, 8) ? 0 : 1 + rd(&c->r) % (room < 6 ? room : 6); /* "A new_tokens[i] of 0 counts nothing" */
     seqs[n++] = i;
   }
   if (!n) return;
@@ -935,19 +958,30 @@ static void op_needed(ctx* c) {
     if (got[g] != want[g])
       fail("blocks_needed: group %u needs %llu blocks, the model says %llu", g, (unsigned long long)got[g],
            (unsigned long long)want[g]);
-  if (n != 1 || rd(&c->r) % 2) return;
+  if (rd(&c->r) % 2) return;
+  /* "exactly: reserving them in that order succeeds when each group's entry is at most kvc_pool_stats'
+   * free_blocks + cached_blocks": the reserves, in order, until one fails. */
   int short_of_blocks = 0;
+  uint32_t short_group = 0;
   for (uint32_t g = 0; g < c->m.ng; g++) {
     kvc_pool_stats st;
     memset(&st, 0, sizeof st);
     st.struct_size = sizeof st;
     call_code(kvc_pool_stats_get(c->pool, g, &st), KVC_OK, "kvc_pool_stats_get");
-    short_of_blocks |= got[g] > st.free_blocks + st.cached_blocks;
+    if (got[g] > st.free_blocks + st.cached_blocks && !short_of_blocks) short_of_blocks = 1, short_group = g;
   }
-  kvc_code r = do_reserve(c, seqs[0], (size_t)more[0]);
-  if ((r == KVC_ERROR_OUT_OF_MEMORY) != short_of_blocks)
-    fail("blocks_needed said %s, then the reserve returned %s", short_of_blocks ? "too few blocks" : "enough blocks",
-         kvc_code_name(r));
+  int failed = -1;
+  for (int k = 0; k < n && failed < 0; k++)
+    if (more[k] && do_reserve(c, seqs[k], (size_t)more[k]) != KVC_OK) failed = k;
+  if ((failed >= 0) != short_of_blocks) {
+    if (short_of_blocks)
+      fail("blocks_needed of %d sequences: group %u needs %llu, more than its free + cached blocks, yet reserving "
+           "them in order succeeded",
+           n, short_group, (unsigned long long)got[short_group]);
+    fail("blocks_needed of %d sequences: every group's entry is at most its free + cached blocks, yet reserving "
+         "them in order failed at sequence %d (s%d, +%llu tokens): \"%s\"",
+         n, failed, seqs[failed], (unsigned long long)more[failed], g_last_message);
+  }
   g_path[P_NEEDED_THEN_RESERVE]++;
 }
 

@@ -373,11 +373,15 @@ static void check_recurrent(ctx* c) {
     if (!s->used) continue;
     for (uint32_t l = 0; l < m->nl; l++) {
       uint32_t g = m->l[l].group;
-      if (pm_is_attention(m, g) || !s->live[g]) continue;
+      if (pm_is_attention(m, g)) continue;
       const pm_layer* L = &m->l[l];
       kvc_tensor conv, ssm;
       char what[64];
       snprintf(what, sizeof what, "recurrent state of s%d layer %u", i, l);
+      if (!s->live[g]) { /* "INVALID_STATE (no live state yet: kvc_pool_reserve or a match gives one)" */
+        expect_code(kvc_pool_recurrent_state(c->h[i], l, &conv, &ssm), KVC_ERROR_INVALID_STATE, what);
+        continue;
+      }
       expect_code(kvc_pool_recurrent_state(c->h[i], l, &conv, &ssm), KVC_OK, what);
       int64_t cs[3] = {1, L->C, L->K}, ss[4] = {1, L->H, L->Dk, L->N};
       check_tensor(c, &conv, 3, cs, m->dtype, what);

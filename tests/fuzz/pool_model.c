@@ -545,16 +545,25 @@ void pm_blocks_needed(const pool_model* m, const int* seqs, const uint64_t* n, s
                       uint64_t out[PM_GROUPS]) {
   static pool_model sim; /* large: not on the stack */
   sim = *m;
-  int64_t total[PM_GROUPS] = {0};
+  int64_t total[PM_GROUPS] = {0}, peak[PM_GROUPS] = {0};
   for (size_t k = 0; k < count; k++) {
     uint64_t take[PM_GROUPS], give[PM_GROUPS];
+    if (!n[k]) continue; /* "A new_tokens[i] of 0 counts nothing" */
     pm_reserve_need(&sim, seqs[k], n[k], take, give);
-    for (uint32_t g = 0; g < m->ng; g++) total[g] += (int64_t)take[g] - (int64_t)give[g];
+    for (uint32_t g = 0; g < m->ng; g++) {
+      total[g] += (int64_t)take[g] - (int64_t)give[g];
+      if (total[g] > peak[g]) peak[g] = total[g];
+    }
     simulate_reserve(&sim, seqs[k], n[k]);
   }
-  /* CHOICE: "the blocks ... would take ... minus the blocks sliding groups would give back", at least 0; the
-   * last blocks that copy-on-write lets go of count as given back (pm_reserve_need). */
-  for (uint32_t g = 0; g < m->ng; g++) out[g] = total[g] > 0 ? (uint64_t)total[g] : 0;
+  /* "The sequences are taken in order, as reserves in that order run ..., and exactly: reserving them in that
+   * order succeeds when each group's entry is at most kvc_pool_stats' free_blocks + cached_blocks." A reserve
+   * gets back only its own window's blocks (and its copied last block: CHOICE, pm_reserve_need), so a later
+   * sequence's give-backs cannot pay for an earlier one's takes: what makes that promise exact is the most the
+   * reserves take at once in that order (the largest running total of take - give), not the final total the
+   * sentence before it names ("minus the blocks sliding groups would give back"); for one sequence the two are
+   * the same. The model keeps the promise. */
+  for (uint32_t g = 0; g < m->ng; g++) out[g] = (uint64_t)peak[g];
 }
 
 /* ------------------------------------------------------------ writes */

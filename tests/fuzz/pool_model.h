@@ -160,7 +160,8 @@ kvc_code pm_reserve(const pool_model* m, int i, const int32_t* tokens, size_t n,
 /* Applies a successful reserve, learning the blocks from the library's slot mapping (checked). */
 int pm_reserve_apply(pool_model* m, int i, const int32_t* tokens, size_t n, const int64_t* slots, char* why,
                      size_t why_size);
-/* blocks_needed for several sequences: reserves simulated one after the other on a copy. */
+/* blocks_needed for several sequences: reserves simulated one after the other on a copy; per group the largest
+ * running total of take - give (what reserving them in that order needs at once). */
 void pm_blocks_needed(const pool_model* m, const int* seqs, const uint64_t* n, size_t count,
                       uint64_t out[PM_GROUPS]);
 
