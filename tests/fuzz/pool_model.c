@@ -24,8 +24,8 @@ uint32_t pm_table_len(const pool_model* m, const pm_seq* s, uint32_t g) {
 }
 
 /* "SLIDING: a query attends to itself and window - 1 tokens before it"; "CHUNKED: attention within chunks of
- * `window` tokens". The next token to compute is the first uncommitted one: the window of that query is what
- * the sequence still needs. */
+ * `window` tokens"; "the window of the first uncommitted token (the window is judged from the committed
+ * length ...)". */
 uint64_t pm_window_start(const pm_group* g, uint64_t committed) {
   if (g->kind == KVC_POOL_GROUP_SLIDING)
     return committed + 1 > (uint64_t)g->window ? committed + 1 - (uint64_t)g->window : 0;
@@ -51,9 +51,8 @@ void pm_stats_of(const pool_model* m, uint32_t g, pm_stats* out) {
   for (uint32_t x = 1; x < m->g[g].nb; x++) {
     const pm_block* b = &m->b[g][x];
     if (pm_free(b)) out->free_blocks++;
-    /* "cached_blocks: cached and unreferenced: evictable, reusable by match_prefix". CHOICE: a pinned
-     * unreferenced block is not evictable, so it is counted in pinned_blocks only (free + cached + used +
-     * unreferenced pinned = num_blocks). */
+    /* "cached_blocks: cached, unreferenced and not pinned"; "pinned_blocks: ... (referenced or not; free +
+     * cached + used + unreferenced pinned = num_blocks)". */
     if (pm_evictable(b)) out->cached_blocks++;
     if (b->ref > 0) out->used_blocks++;
     if (b->pinned) out->pinned_blocks++;
@@ -282,9 +281,9 @@ kvc_code pm_match(const pool_model* m, int i, const int32_t* tokens, size_t n, u
 int pm_match_apply(pool_model* m, int i, const int32_t* tokens, size_t n, uint64_t matched,
                    const int32_t* const* tables, char* why, size_t why_size) {
   pm_seq* s = &m->s[i];
-  /* CHOICE: "prefix_queries: blocks looked up by match_prefix; prefix_hits: of which were found": the full
-   * blocks of the first num_tokens - 1 tokens count as looked up in each group (with prefix caching off too),
-   * the blocks of the matched prefix as found (in a sliding group, also those outside the window). */
+  /* "prefix_queries: blocks match_prefix could have matched since creation ((num_tokens - 1) / block_size per
+   * call)"; "prefix_hits: of which the matches covered" (in a sliding group, also those outside the window).
+   * CHOICE: counted with prefix caching off too. */
   for (uint32_t g = 0; g < m->ng && n >= 1; g++) {
     m->queries[g] += (n - 1) / m->g[g].bs;
     m->hits[g] += matched / m->g[g].bs;
@@ -622,7 +621,7 @@ void pm_commit(pool_model* m, int i) {
       touch(m, g, have);
       continue;
     }
-    /* CHOICE: commit has no error; without a free or evictable slot the checkpoint is skipped. */
+    /* "(skipped, not an error, when no state slot is free or evictable)" */
     uint32_t x = take_slot(m, g, 0);
     if (!x) continue;
     pm_block* b = &m->b[g][x];
@@ -662,15 +661,15 @@ kvc_code pm_truncate(pool_model* m, int i, uint64_t n) {
   pm_seq* s = &m->s[i];
   if (n > s->len) return KVC_ERROR_OUT_OF_RANGE;
   /* "a recurrent group's live state cannot be rolled back without a checkpoint at num_tokens (restored if one
-   * exists; otherwise INVALID_STATE and nothing changes)". CHOICE: keeping every token rolls nothing back, and
-   * 0 tokens is the zero state. */
+   * exists; otherwise INVALID_STATE and nothing changes; at 0 tokens the state is zeroed)". CHOICE: keeping
+   * every token rolls nothing back. */
   uint32_t restore[PM_GROUPS] = {0};
   if (n == s->len) return KVC_OK;
   for (uint32_t g = 0; g < m->ng; g++) {
     const pm_group* G = &m->g[g];
     if (pm_is_attention(m, g)) {
-      /* CHOICE (the header names INVALID_STATE for recurrent groups only): a sliding or chunked group that gave
-       * back a block the next token would attend to cannot keep `n` tokens: INVALID_STATE, nothing changes. */
+      /* "A sliding or chunked group that already gave back a block the token after `num_tokens` attends to
+       * refuses too (INVALID_STATE)". */
       uint64_t committed = s->committed < n ? s->committed : n;
       for (uint64_t b = pm_window_start(G, committed) / G->bs; b < ceil_div(n, G->bs); b++)
         if (!s->table[g][b]) return KVC_ERROR_INVALID_STATE;
