@@ -115,6 +115,11 @@ enum {
   P_PINNED_KEPT,
   P_GATHER_MISSING,
   P_BAD_OPTIONS,
+  P_COW_IN_PLACE,
+  P_DEDUP,
+  P_CHECKPOINT_SKIPPED,
+  P_CHECKPOINT_EVICTED,
+  P_TRUNCATE_WINDOW,
   P_COUNT
 };
 
@@ -135,7 +140,12 @@ static const char* const path_names[P_COUNT] = {
     "blocks_needed followed by its reserve",
     "unreferenced pinned blocks (at checks)",
     "gathers refused (freed blocks)",
-    "pools refused (bad options)"};
+    "pools refused (bad options)",
+    "copies that evicted their own source",
+    "blocks of an already cached hash",
+    "checkpoints skipped (no spare slot)",
+    "checkpoints evicted",
+    "truncates refused by a window"};
 #endif
 
 static long g_ok[OP_COUNT], g_err[OP_COUNT];
@@ -881,7 +891,6 @@ static void op_truncate(ctx* c) {
         kvc_code_name(want));
   begin(c);
   count_result(call_code(kvc_pool_truncate(c->h[i], n), want, "kvc_pool_truncate"));
-  if (want == KVC_ERROR_INVALID_STATE) g_path[P_ROLLBACK_REFUSED]++;
   if (want == KVC_OK && n < len)
     for (uint32_t g = 0; g < c->m.ng; g++)
       if (!pm_is_attention(&c->m, g) && c->m.s[i].live[g] && n) g_path[P_RESTORE]++;
@@ -1303,6 +1312,12 @@ static void count_input(const ctx* c) {
   g_path[P_EVENTS] += c->events_compared;
   g_path[P_EVENTS_DROPPED] += c->m.dropped;
   g_path[P_GATHER_MISSING] += c->gathers_refused;
+  g_path[P_COW_IN_PLACE] += c->m.n_cow_in_place;
+  g_path[P_DEDUP] += c->m.n_dedup;
+  g_path[P_CHECKPOINT_SKIPPED] += c->m.n_checkpoint_skipped;
+  g_path[P_CHECKPOINT_EVICTED] += c->m.n_checkpoint_evicted;
+  g_path[P_TRUNCATE_WINDOW] += c->m.n_truncate_window_refused;
+  g_path[P_ROLLBACK_REFUSED] += c->m.n_rollback_refused;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -144,6 +144,7 @@ static void release(pool_model* m, uint32_t g, uint32_t x) {
 /* "a cached block was evicted (its hash is no longer found)". */
 static void evict(pool_model* m, uint32_t g, uint32_t x) {
   pm_block* b = &m->b[g][x];
+  m->n_checkpoint_evicted += !pm_is_attention(m, g);
   push_event(m, KVC_POOL_EVENT_BLOCK_REMOVED, g, x, b->hash, NULL, 0, pm_is_attention(m, g));
   b->cached = 0;
   m->evictions[g]++;
@@ -493,6 +494,7 @@ int pm_reserve_apply(pool_model* m, int i, const int32_t* tokens, size_t n, cons
     }
     if (!take_learned(m, g, ids, k, why, why_size)) return 0;
     for (uint32_t a = 0; a < k; a++) {
+      m->n_cow_in_place += a == 0 && cow_src && ids[0] == cow_src; /* the take evicted the block itself */
       if (a == 0 && cow_src) /* "copy-on-write, all layers of its group": the rows the sequence holds */
         for (uint32_t r = 0; r < L % G->bs; r++)
           for (uint32_t l = 0; l < m->nl; l++) m->b[g][ids[0]].row[r][l] = cow_rows[r][l];
@@ -606,7 +608,10 @@ void pm_commit(pool_model* m, int i) {
         if (!x || m->b[g][x].cached) continue; /* shared with a sequence that committed it already */
         /* CHOICE: a hash already cached (the same tokens computed twice) keeps its block; the new block stays
          * uncached and no event is queued. */
-        if (find_cached(m, g, chain[b])) continue;
+        if (find_cached(m, g, chain[b])) {
+          m->n_dedup++;
+          continue;
+        }
         m->b[g][x].cached = 1;
         memcpy(m->b[g][x].hash, chain[b], 32);
         push_event(m, KVC_POOL_EVENT_BLOCK_STORED, g, x, chain[b], b ? chain[b - 1] : s->root, G->bs, 1);
@@ -623,7 +628,10 @@ void pm_commit(pool_model* m, int i) {
     }
     /* "(skipped, not an error, when no state slot is free or evictable)" */
     uint32_t x = take_slot(m, g, 0);
-    if (!x) continue;
+    if (!x) {
+      m->n_checkpoint_skipped++;
+      continue;
+    }
     pm_block* b = &m->b[g][x];
     b->cached = 1;
     b->ref = 0;
@@ -672,13 +680,19 @@ kvc_code pm_truncate(pool_model* m, int i, uint64_t n) {
        * refuses too (INVALID_STATE)". */
       uint64_t committed = s->committed < n ? s->committed : n;
       for (uint64_t b = pm_window_start(G, committed) / G->bs; b < ceil_div(n, G->bs); b++)
-        if (!s->table[g][b]) return KVC_ERROR_INVALID_STATE;
+        if (!s->table[g][b]) {
+          m->n_truncate_window_refused++;
+          return KVC_ERROR_INVALID_STATE;
+        }
       continue;
     }
     if (!s->live[g] || n == 0) continue;
     /* CHOICE: "a checkpoint at num_tokens" is one of the sequence's own: at a committed position. */
     if (n <= s->committed) restore[g] = find_checkpoint(m, g, s->root, s->tok, n);
-    if (!restore[g]) return KVC_ERROR_INVALID_STATE;
+    if (!restore[g]) {
+      m->n_rollback_refused++;
+      return KVC_ERROR_INVALID_STATE;
+    }
   }
   for (uint32_t g = 0; g < m->ng; g++) {
     const pm_group* G = &m->g[g];

@@ -111,6 +111,9 @@ typedef struct pool_model {
   uint64_t next_id;
   uint64_t last_dropped_call; /* the call whose event was dropped last (the queue was full) */
   uint64_t dropped;           /* events dropped so far */
+  /* How often rare paths ran, for the fuzzer's statistics (no part of the semantics). */
+  uint64_t n_cow_in_place, n_dedup, n_checkpoint_skipped, n_checkpoint_evicted;
+  uint64_t n_truncate_window_refused, n_rollback_refused;
 } pool_model;
 
 /* Counters the checks compare with kvc_pool_stats. */
