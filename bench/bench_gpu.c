@@ -23,6 +23,14 @@
  *   gpu_dequant      compact quantized mode's decode step, which dequantizes
  *                    the whole 8k history of 32 layers (dequantize_groups),
  *                    as memory traffic against a device-to-device copy.
+ *   gpu_pool_write   a device pool's kvc_pool_write of one decode step of 256
+ *                    sequences (all 32 layers, K and V) through the slot
+ *                    mapping, against a device-to-device copy of the same
+ *                    bytes; its launches counted in a captured graph.
+ *   gpu_rows_batch   the paged pool's step write through the plugin's
+ *                    copy_rows_batch (256 sequences x 32 layers x K,V, NHD
+ *                    and HND; a 4096-token prefill, staged and captured)
+ *                    against cudaMemcpyAsync of the same bytes.
  *
  * Without a usable CUDA device it prints "bench_gpu: SKIPPED: <why>" and
  * exits 0. Results go to results.json like the other benchmarks.
@@ -278,6 +286,8 @@ int main(int argc, char** argv) {
   gpu_bench_d2d(&gb);
   gpu_bench_offload(&gb);
   gpu_bench_dequant(&gb);
+  gpu_bench_pool_write(&gb);
+  gpu_bench_rows_batch(&gb);
 
   gpu_check(cudaEventDestroy(gb.start), "cudaEventDestroy");
   gpu_check(cudaEventDestroy(gb.stop), "cudaEventDestroy");

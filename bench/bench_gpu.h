@@ -90,11 +90,20 @@ void gpu_prefill_free(gpu_prefill* p);
 /* Whether `bytes` more fit in the device's free memory with a margin; prints why not when they do not. */
 int gpu_fits(size_t bytes, const char* what);
 
-/* The parts of the benchmark (bench_gpu_step.c, bench_gpu_graph.c, bench_gpu_copy.c, bench_gpu_quant.c). */
+/* The nodes of a captured graph by type (bench_gpu_graph.c): a launch is a kernel, memcpy or memset node. */
+typedef struct gpu_node_counts {
+  size_t kernels, copies, memsets, allocs, frees, other;
+} gpu_node_counts;
+gpu_node_counts gpu_count_nodes(cudaGraph_t graph);
+
+/* The parts of the benchmark (bench_gpu_step.c, bench_gpu_graph.c, bench_gpu_copy.c, bench_gpu_quant.c,
+   bench_gpu_pool.c, bench_gpu_rows.c). */
 void gpu_bench_steps(gpu_bench* gb);
 void gpu_bench_launches(gpu_bench* gb);
 void gpu_bench_d2d(gpu_bench* gb);
 void gpu_bench_offload(gpu_bench* gb);
 void gpu_bench_dequant(gpu_bench* gb);
+void gpu_bench_pool_write(gpu_bench* gb);
+void gpu_bench_rows_batch(gpu_bench* gb);
 
 #endif /* KVC_BENCH_GPU_H */

@@ -12,14 +12,10 @@
  */
 #include "bench_gpu.h"
 
-typedef struct node_counts {
-  size_t kernels, copies, memsets, allocs, frees, other;
-} node_counts;
+static size_t launches(gpu_node_counts c) { return c.kernels + c.copies + c.memsets; }
 
-static size_t launches(node_counts c) { return c.kernels + c.copies + c.memsets; }
-
-static node_counts count_nodes(cudaGraph_t graph) {
-  node_counts c;
+gpu_node_counts gpu_count_nodes(cudaGraph_t graph) {
+  gpu_node_counts c;
   memset(&c, 0, sizeof c);
   size_t n = 0;
   gpu_check(cudaGraphGetNodes(graph, NULL, &n), "cudaGraphGetNodes");
@@ -78,7 +74,7 @@ static int capture_step(gpu_bench* gb, kvc_cache* cache, const gpu_steps* d, int
   return 1;
 }
 
-static void print_counts(const char* what, node_counts c) {
+static void print_counts(const char* what, gpu_node_counts c) {
   printf("%-44s %zu launch(es): %zu kernel, %zu memcpy, %zu memset node(s); %zu alloc, %zu free, %zu other\n",
          what, launches(c), c.kernels, c.copies, c.memsets, c.allocs, c.frees, c.other);
 }
@@ -129,7 +125,7 @@ static void bench_static(gpu_bench* gb, const gpu_steps* d) {
     return;
   }
   bench_add(gb->res, "gpu_launches", "kvcache-cuda", "static_update_all_capturable", 1, "bool");
-  node_counts c = count_nodes(graph);
+  gpu_node_counts c = gpu_count_nodes(graph);
   print_counts("static, one kvc_cache_update_all step:", c);
   bench_add(gb->res, "gpu_launches", "kvcache-cuda", "launches_per_step_static_update_all", (double)launches(c),
             "launches");
@@ -161,7 +157,7 @@ static void bench_static(gpu_bench* gb, const gpu_steps* d) {
 
   /* A model's forward pass updates layer by layer: at most one launch per layer. */
   if (capture_step(gb, cache, d, 1, 1, &graph, why, sizeof why)) {
-    c = count_nodes(graph);
+    c = gpu_count_nodes(graph);
     print_counts("static, 32 kvc_cache_update calls:", c);
     bench_add(gb->res, "gpu_launches", "kvcache-cuda", "launches_per_step_static_32_updates", (double)launches(c),
               "launches");
@@ -179,7 +175,7 @@ static void bench_dynamic(gpu_bench* gb, const gpu_steps* d) {
   char why[512];
   cudaGraph_t graph = NULL;
   if (capture_step(gb, cache, d, 0, 0, &graph, why, sizeof why)) {
-    node_counts c = count_nodes(graph);
+    gpu_node_counts c = gpu_count_nodes(graph);
     print_counts("dynamic (reserved), one update_all step:", c);
     bench_add(gb->res, "gpu_launches", "kvcache-cuda", "launches_per_step_dynamic_update_all", (double)launches(c),
               "launches");

@@ -12,6 +12,7 @@
 # bench_host_issue (the core's host cost of issuing a decode step) runs against the emulated device plugin
 # in $KVC_BENCH_EMULATED_DIR (default BUILDDIR/tests/gpu/emulated; `make bench` builds one); without one it
 # prints SKIPPED.
+# bench_pool (the paged pool, CPU) runs everywhere; its GPU rows are bench_gpu's gpu_pool_write.
 # Exit status: 0 when every acceptance check holds, 1 otherwise.
 set -euo pipefail
 
@@ -44,6 +45,9 @@ echo "== bench_decode"
 echo
 echo "== bench_reorder"
 "$(find_bin bench_reorder)" --json "$JSON" "${EXTRA[@]}"
+echo
+echo "== bench_rows_batch (the pool's step write: the CPU backend's copy_rows_batch against memcpy)"
+"$(find_bin bench_rows_batch)" --json "$JSON" "${EXTRA[@]}"
 echo
 echo "== Go (bindings/go: Step.Update, UpdateAll and Update against C in one process)"
 bash "$ROOT/bindings/go/scripts/bench.sh" "$BUILD" "$JSON"
@@ -78,6 +82,9 @@ fi
 echo
 echo "== bench_quantized"
 "$(find_bin bench_quantized)" --json "$JSON" "${EXTRA[@]}"
+echo
+echo "== bench_pool (the paged pool on the CPU: scheduling, partial blocks, fork, step write)"
+"$(find_bin bench_pool)" --json "$JSON" "${EXTRA[@]}"
 echo
 
 echo "== transformers (CPU, torch)"
@@ -185,6 +192,12 @@ check "quantized 2-bit (quanto g64) bytes per token / bf16 <= 0.18" \
     "x <= 0.18" "$(ratio "$(value quantized_memory kvcache-c bytes_per_token_quanto2_g64)" "$bf16")"
 check "quantized incremental step cost @32k / @1k <= 1.2 (history never re-quantized)" \
     "x <= 1.2" "$(value quantized_update kvcache-c incremental_32k_over_1k)"
+check "pool: scheduling one decode step of 256 running sequences (match + reserve + commit + release) < 50 us" \
+    "x < 50000" "$(value pool_schedule kvcache-c step_ns_256_llama)"
+for pg in llama_full hybrid_full hybrid_sliding; do
+    check "pool: slots lost to partial blocks, per sequence and group ($pg), at most < 1 block" \
+        "x < 1" "$(value pool_partial kvcache-c "waste_max_blocks_$pg")"
+done
 if [ -n "${RUST_BENCH:-}" ]; then
     check "Rust safe API: binding cost per append <= 5% of the C append (update_all, 1k)" \
         "x <= 0.05" "$(value decode_append kvcache-rust append_binding_share_of_c_1k)"
@@ -212,6 +225,14 @@ elif [ -n "${GPU_BENCH:-}" ]; then
     check "GPU: update@8k >= 10x faster than transformers' DynamicCache (one step, all 32 layers)" "x >= 10" \
         "$(ratio "$(value gpu_decode_step transformers-dynamic step_ns_8k)" \
             "$(value gpu_decode_step kvcache-cuda step_ns_dynamic_8k)")"
+    for dt in bf16 fp16; do
+        if [ "$(value gpu_pool_write kvcache-cuda "write_capturable_$dt")" = 1 ]; then
+            check "GPU pool: kernel launches per kvc_pool_write of all 32 layers ($dt) == 1 (counted in a captured graph)" \
+                "x == 1" "$(value gpu_pool_write kvcache-cuda "kernels_per_write_$dt")"
+        else
+            echo "NOTE  GPU pool: kvc_pool_write ($dt) could not be captured into a graph; launches not counted (bench_gpu says why)"
+        fi
+    done
 fi
 echo "bytes moved per {0,0,2,2} reorder: $(num "$(value beam_reorder kvcache-c reorder_bytes_moved)")" \
     "(derived from timings: $(num "$(value beam_reorder kvcache-c reorder_bytes_moved_derived)"))"
@@ -233,6 +254,26 @@ echo "append / memcpy into the cache's own slots: $(for l in 1k 8k 32k; do
 hi=$(value host_issue kvcache-emulated core_issue_ns)
 [ -z "$hi" ] || echo "host issue of one 32-layer update_all step on the emulated device (core only): $(num "$hi") ns"
 for m in reorder_ns_0rows reorder_ns_1rows reorder_ns_2rows reorder_ns_3rows; do row beam_reorder $m; done
+echo
+echo "== pool (CPU, one thread; median ns)"
+r2() { if [ -n "$1" ]; then awk -v x="$1" 'BEGIN { printf "%.2f", x }'; else echo "-"; fi; }
+for model in llama hybrid; do
+    echo "schedule one step of 256 sequences, $model: $(num "$(value pool_schedule kvcache-c "step_ns_256_$model")") ns" \
+        "(release $(num "$(value pool_schedule kvcache-c "release_ns_256_$model")")," \
+        "match $(num "$(value pool_schedule kvcache-c "match_ns_256_$model")")," \
+        "reserve $(num "$(value pool_schedule kvcache-c "reserve_ns_256_$model")")," \
+        "commit $(num "$(value pool_schedule kvcache-c "commit_ns_256_$model")"))"
+done
+echo "fork of a 2k-token sequence: $(num "$(value pool_fork kvcache-c fork_ns_2k)") ns;" \
+    "a fork's first token (copy-on-write of a 2 MiB block): $(num "$(value pool_fork kvcache-c fork_first_token_cow_ns_2k)") ns"
+for dt in bf16 fp16; do
+    echo "step write 256 x 32 layers x K,V ($dt): kvc_pool_write $(num "$(value pool_write kvcache-c "step_ns_256x32_$dt")") ns," \
+        "memcpy $(num "$(value pool_write memcpy "step_ns_256x32_$dt")"), slot memcpy $(num "$(value pool_write slot-memcpy "step_ns_256x32_$dt")");" \
+        "write / memcpy $(r2 "$(value pool_write kvcache-c "write_over_memcpy_$dt")")," \
+        "/ slot memcpy $(r2 "$(value pool_write kvcache-c "write_over_slot_memcpy_$dt")");" \
+        "in thread CPU time $(r2 "$(value pool_write kvcache-c "write_over_memcpy_cpu_$dt")")," \
+        "$(r2 "$(value pool_write kvcache-c "write_over_slot_memcpy_cpu_$dt")")"
+done
 if [ -n "${GPU_BENCH:-}" ]; then
     echo
     echo "== GPU: one decode step, all 32 layers (median ns of GPU time; last column: transformers' DynamicCache / kvcache-c)"
@@ -249,6 +290,11 @@ if [ -n "${GPU_BENCH:-}" ]; then
     done
     echo "D2D: kvcache $(value gpu_d2d kvcache-cuda d2d_gbps_update_all_prefill_8k) GB/s," \
         "cudaMemcpyAsync $(value gpu_d2d cuda-memcpy d2d_gbps) GB/s"
+    for dt in bf16 fp16; do
+        echo "pool step write ($dt): kvc_pool_write $(num "$(value gpu_pool_write kvcache-cuda "step_ns_256x32_$dt")") ns," \
+            "cudaMemcpyAsync $(num "$(value gpu_pool_write cuda-memcpy "step_ns_256x32_$dt")") ns," \
+            "ratio $(r2 "$(value gpu_pool_write kvcache-cuda "write_over_memcpy_$dt")")"
+    done
     echo "offload (pinned): H2D kvcache $(value gpu_offload kvcache-cuda h2d_gbps_prefetch) GB/s vs" \
         "$(value gpu_offload cuda-memcpy h2d_gbps_pinned); D2H kvcache $(value gpu_offload kvcache-cuda d2h_gbps_offload)" \
         "GB/s vs $(value gpu_offload cuda-memcpy d2h_gbps_pinned)"

@@ -1,7 +1,8 @@
 /*
  * examples/demo.h: what the parts of the demo program share (demo.c runs the
  * table; demo_model.c is the decoder; demo_attention.c and demo_mamba.c its
- * two kinds of token mixer; demo_caches.c builds the caches).
+ * two kinds of token mixer; demo_caches.c builds the caches; demo_pool.c
+ * runs continuous batching over a block pool).
  */
 #ifndef KVC_EXAMPLES_DEMO_H
 #define KVC_EXAMPLES_DEMO_H
@@ -76,6 +77,23 @@ typedef struct layer_mask {
 
 typedef enum { MIX_ATTENTION, MIX_MAMBA } mixer;
 
+/* Whether a query at query_pos sees the key at key_pos under mask m (causal, then the window or chunk). */
+int key_visible(layer_mask m, int64_t key_pos, int64_t query_pos);
+
+/* The keys and values one query may see, gathered in position order. Every
+ * path (caches, the pool, the cache-free references) gathers first and then
+ * calls the same kernel, attend(), so equal inputs give bit-identical logits. */
+typedef struct gathered {
+  int count;
+  float k[MAX_LEN + ENC_LEN][N_KV_HEADS][HEAD_DIM], v[MAX_LEN + ENC_LEN][N_KV_HEADS][HEAD_DIM];
+} gathered;
+
+/* Softmax attention of one token's N_HEADS query heads ([N_HEADS][HEAD_DIM]) over g (GQA). */
+void attend(const float* q, const gathered* g, float* out);
+
+/* demo_pool.c: the sequence a continuous-batching step is running through forward(). */
+struct pool_seq_step;
+
 /* How a sink row hands the model's RoPE to kvc_cache_update, so that kept keys are re-rotated. */
 typedef enum { ROPE_NOT_PASSED, ROPE_TABLE_2D, ROPE_PER_CALL_3D } rope_passing;
 
@@ -90,7 +108,8 @@ typedef struct run {
   mixer mix[N_LAYERS];        /* the token mixer of each layer */
   int64_t sink_window;        /* sink rows: window_length; positions are cache slots. 0 otherwise */
   rope_passing rope_pass;     /* sink rows with a cache */
-  layer_mask masks[N_LAYERS]; /* attention references: the mask of each layer */
+  layer_mask masks[N_LAYERS]; /* attention references and the pool run: the mask of each layer */
+  struct pool_seq_step* pool; /* the pool run: attention over the pool's blocks (demo_pool.c), no cache */
   float hist_k[N_LAYERS][MAX_LEN][N_KV_HEADS][HEAD_DIM], hist_v[N_LAYERS][MAX_LEN][N_KV_HEADS][HEAD_DIM];
 } run;
 
@@ -107,6 +126,17 @@ void forward(run* r, const model* m, const int* tokens, int n, int64_t pos0, flo
 void self_attention(run* r, const model* m, uint32_t layer, int n, int64_t pos0, const float* q, float* k, float* v,
                     float* out);
 void cross_attention(run* r, const model* m, uint32_t layer, int n, const float* q, float* out);
+
+/*
+ * demo_pool.c: attention of the pool run for n new tokens at pos0 (q, k
+ * rotated): the history from the pool's blocks, the new tokens from k and v,
+ * which it also keeps for the step's one kvc_pool_write.
+ */
+void pool_self_attention(run* r, uint32_t layer, int n, int64_t pos0, const float* q, const float* k,
+                         const float* v, float* out);
+
+/* demo_pool.c: the continuous-batching run; prints its report and returns the number of failed checks. */
+int run_pool_demo(const model* m);
 
 /* demo_mamba.c: the Mamba-like mixer of `layer` for n new tokens; adds its output to x ([n][D_MODEL]). */
 void mamba_mixer(run* r, const model* m, uint32_t layer, int n, int64_t pos0, float* x);

@@ -21,22 +21,14 @@
 
 #include "demo.h"
 
-static int key_visible(layer_mask m, int64_t key_pos, int64_t query_pos) {
+int key_visible(layer_mask m, int64_t key_pos, int64_t query_pos) {
   if (key_pos > query_pos) return 0; /* causal; also hides unwritten static slots */
   if (m.kind == MASK_SLIDING) return key_pos > query_pos - m.window;
   if (m.kind == MASK_CHUNKED) return key_pos / m.window == query_pos / m.window;
   return 1;
 }
 
-/* The keys and values one query may see, gathered in position order. The
- * cache runs and the cache-free references gather first and then call the
- * same kernel, so equal inputs give bit-identical logits. */
-typedef struct gathered {
-  int count;
-  float k[MAX_LEN + ENC_LEN][N_KV_HEADS][HEAD_DIM], v[MAX_LEN + ENC_LEN][N_KV_HEADS][HEAD_DIM];
-} gathered;
-
-static void attend(const float* q /* [N_HEADS][HEAD_DIM] */, const gathered* g, float* out) {
+void attend(const float* q /* [N_HEADS][HEAD_DIM] */, const gathered* g, float* out) {
   for (int h = 0; h < N_HEADS; h++) {
     int kvh = h / (N_HEADS / N_KV_HEADS);
     float scores[MAX_LEN + ENC_LEN], max = -INFINITY, sum = 0.0f;
@@ -170,6 +162,11 @@ void self_attention(run* r, const model* m, uint32_t layer, int n, int64_t pos0,
   for (int i = 0; i < n; i++) rope(m, k + i * KV_DIM, N_KV_HEADS, rope_position(r, pos0 + i));
   if (r->dtype == KVC_DTYPE_BFLOAT16) /* what the cache will hold, for the reference too */
     for (int i = 0; i < n * KV_DIM; i++) k[i] = bf16_round(k[i]), v[i] = bf16_round(v[i]);
+
+  if (r->pool) { /* continuous batching: the pool holds the history */
+    pool_self_attention(r, layer, n, pos0, q, k, v, out);
+    return;
+  }
 
   if (!r->cache) { /* reference: append to the history, attend over all of it */
     memcpy(r->hist_k[layer][pos0], k, sizeof(float) * n * KV_DIM);

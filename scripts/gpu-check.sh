@@ -9,7 +9,9 @@
 #      from wheels in $KVC_WHEELS (default .gpu-wheels/, made beforehand by scripts/gpu-check-wheels.sh on a
 #      machine with a network: SWIG, scikit-build-core, pytest, psutil), and runs its tests on torch CUDA
 #      tensors (tests/test_gpu.py);
-#   5. runs the GPU benchmarks (bench_gpu, then transformers' caches and the Python binding on the same GPU).
+#   5. runs the GPU benchmarks (bench_gpu, then transformers' caches and the Python binding on the same GPU);
+#      bench_gpu's gpu_rows_batch is the pool's step write (copy_rows_batch), whose bytes and alignment
+#      test_gpu_backend_ops_cuda (step 2, and under memcheck in step 3) checks against the CPU backend.
 #
 # Every log, results.json (the bench rows plus one "gpu_check" row per step) and summary.txt go into OUT
 # (default gpu-check-<date>/). Each step has a time limit, so the whole run stays within about five minutes
@@ -165,6 +167,12 @@ show("offloaded 32-layer step at 8k, kvcache (ns)", ("gpu_decode_step", "kvcache
 show("offloaded 32-layer step at 8k, transformers (ns)", ("gpu_decode_step", "transformers-offloaded", "step_ns_8k"), "{:.0f}")
 show("compact quantized step's dequantization / D2D traffic rate", ("gpu_dequant", "kvcache-cuda", "compact_step_fraction_of_d2d"))
 show("update_all copies / the card's D2D bandwidth", ("gpu_d2d", "kvcache-cuda", "d2d_fraction_of_peak"))
+print("-- the pool's step write (copy_rows_batch: test_gpu_backend_ops_cuda above; bench_gpu's gpu_rows_batch)")
+show("256-seq x 32-layer step write NHD / D2D memcpy (x)", ("gpu_rows_batch", "kvcache-cuda", "step_nhd_ratio_to_memcpy"))
+show("256-seq x 32-layer step write HND / D2D memcpy (x)", ("gpu_rows_batch", "kvcache-cuda", "step_hnd_ratio_to_memcpy"))
+show("host ns to issue that step write (NHD)", ("gpu_rows_batch", "kvcache-cuda", "step_nhd_host_ns"), "{:.0f}")
+show("4096-token prefill write (staged) / D2D memcpy (x)", ("gpu_rows_batch", "kvcache-cuda", "prefill_ratio_to_memcpy"))
+show("launches of that prefill write captured in a graph", ("gpu_rows_batch", "kvcache-cuda", "graph_launches_prefill"), "{:.0f}")
 EOF
 if [ "$failed" -eq 0 ]; then say "gpu-check: every step passed"; else say "gpu-check: some steps failed (see above)"; fi
 exit "$failed"

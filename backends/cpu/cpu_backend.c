@@ -116,6 +116,84 @@ static int cpu_copy_rows(void* ctx, const kvc_exec* exec, void* dst, const int64
   return 0;
 }
 
+/*
+ * copy_rows_batch (version 6): a job's rows all have one layout, so it is
+ * worked out once per job: the row's dimensions of extent > 1, merged where
+ * both sides continue contiguously, innermost first. When the innermost one
+ * is contiguous on both sides it becomes one memcpy per run (a pool's NHD
+ * slot is one run of heads x head_dim elements, an HND one a run per head);
+ * otherwise elements move one at a time. Jobs never overlap (backend.h), so
+ * memcpy, not memmove.
+ */
+typedef struct row_layout {
+  int64_t n[3];         /* loops around the runs, outermost first (extent 1 when unused) */
+  int64_t dst[3], src[3]; /* their byte strides */
+  size_t run;           /* bytes per memcpy */
+} row_layout;
+
+static row_layout row_layout_of(const int64_t ds[4], const int64_t ss[4], const int64_t row_shape[4], size_t elem) {
+  const int64_t e = (int64_t)elem;
+  int64_t n[3], d[3], s[3]; /* innermost first */
+  int k = 0;
+  for (int i = 3; i >= 1; i--) {
+    if (row_shape[i] == 1) continue;
+    if (k > 0 && ds[i] * e == n[k - 1] * d[k - 1] && ss[i] * e == n[k - 1] * s[k - 1]) {
+      n[k - 1] *= row_shape[i];
+      continue;
+    }
+    n[k] = row_shape[i];
+    d[k] = ds[i] * e;
+    s[k] = ss[i] * e;
+    k++;
+  }
+  row_layout l = {{1, 1, 1}, {0, 0, 0}, {0, 0, 0}, elem};
+  int first = 0; /* the dimension of k that the runs cover */
+  if (k > 0 && d[0] == e && s[0] == e) {
+    l.run = (size_t)(n[0] * e);
+    first = 1;
+  }
+  for (int i = first; i < k; i++) { /* into l's loops, innermost last */
+    l.n[2 - (i - first)] = n[i];
+    l.dst[2 - (i - first)] = d[i];
+    l.src[2 - (i - first)] = s[i];
+  }
+  return l;
+}
+
+/* One row: the layout's loops around its runs; a run of one small element is a constant-size copy. */
+static void copy_row(char* dst, const char* src, const row_layout* l) {
+  for (int64_t a = 0; a < l->n[0]; a++)
+    for (int64_t b = 0; b < l->n[1]; b++) {
+      char* d = dst + a * l->dst[0] + b * l->dst[1];
+      const char* s = src + a * l->src[0] + b * l->src[1];
+      switch (l->run) {
+        case 2:
+          for (int64_t c = 0; c < l->n[2]; c++) memcpy(d + c * l->dst[2], s + c * l->src[2], 2);
+          break;
+        case 4:
+          for (int64_t c = 0; c < l->n[2]; c++) memcpy(d + c * l->dst[2], s + c * l->src[2], 4);
+          break;
+        default:
+          for (int64_t c = 0; c < l->n[2]; c++) memcpy(d + c * l->dst[2], s + c * l->src[2], l->run);
+          break;
+      }
+    }
+}
+
+static int cpu_copy_rows_batch(void* ctx, const kvc_exec* exec, const kvc_copy_rows_job* jobs, int32_t count) {
+  (void)ctx;
+  (void)exec;
+  for (int32_t i = 0; i < count; i++) {
+    const kvc_copy_rows_job* j = &jobs[i];
+    if (j->count <= 0 || j->row_shape[1] <= 0 || j->row_shape[2] <= 0 || j->row_shape[3] <= 0) continue;
+    const row_layout l = row_layout_of(j->dst_strides, j->src_strides, j->row_shape, j->elem_size);
+    const int64_t drow = j->dst_strides[0] * (int64_t)j->elem_size, srow = j->src_strides[0] * (int64_t)j->elem_size;
+    for (int64_t r = 0; r < j->count; r++)
+      copy_row((char*)j->dst + j->dst_rows[r] * drow, (const char*)j->src + j->src_rows[r] * srow, &l);
+  }
+  return 0;
+}
+
 /* The host tier is heap memory like the device tier: offloading moves bytes between two allocations. */
 static void* cpu_host_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes) {
   return cpu_alloc_zeroed(ctx, exec, bytes);
@@ -179,6 +257,8 @@ static const kvc_backend cpu_backend = {
     kvci_cpu_quantize_groups, kvci_cpu_dequantize_groups, kvci_cpu_fp8_calibrate, kvci_cpu_fp8_round_trip,
     /* Version 5 */
     cpu_host_alloc,
+    /* Version 6 */
+    cpu_copy_rows_batch,
 };
 
 const kvc_backend* kvci_cpu_backend(void) { return &cpu_backend; }

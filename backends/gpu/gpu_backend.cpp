@@ -11,6 +11,8 @@
  * for up to KVC_GPU_BATCH_CAP copies (CUDA: 292, so a step of up to 146
  * layers' K and V is one launch; HIP: 31, a 32-layer step is 3 launches).
  * copy_rows: one kernel per KVC_GPU_ROWS_CAP rows (CUDA: 4078, HIP: 431).
+ * copy_rows_batch: one kernel for every job and row, by value or staged
+ * (see its section below).
  * Copies that overlap themselves: the memmove kernel for a seq shift (the
  * window roll), else two copies through a stream-ordered scratch buffer.
  * Every launch's plan, and so its unit size, comes from gpu_plan.c, which
@@ -245,6 +247,142 @@ static int gpu_copy_rows(void* ctx, const kvc_exec* exec, void* dst, const int64
   return 0;
 }
 
+/* ---- copy_rows_batch (version 6) ---------------------------------------------------- */
+
+/*
+ * The batch's planned form (gpu_plan.h, kvc_gpu_rows_batch: the jobs, then
+ * their index lists as int32) is what the kernel reads. The descriptors and
+ * index arrays the caller passes are host memory it may reuse as soon as
+ * the call returns, so the kernel never reads them there:
+ *  - a planned batch that fits one launch's parameters travels by value:
+ *    nothing allocated, nothing kept alive. Jobs that share their index
+ *    arrays (the K and V of every layer of a group share the slot mapping)
+ *    share one copy, so on CUDA a decode step of 2 x 80 layers x 256 tokens
+ *    (~26 KiB) is one launch by value;
+ *  - a larger one (prefills, thousands of tokens; on HIP most batches) is
+ *    staged: packed into a pinned host buffer, copied on the stream into a
+ *    stream-ordered device buffer, and read from there by the one launch.
+ *    Pinned, because a copy from pageable memory may make the host wait for
+ *    the stream while the runtime stages it, and a serving loop's host runs
+ *    ahead of its device; host_free parks the pinned buffer until the stream
+ *    has passed the copy, and hands it out again for a later batch of the
+ *    same size class (powers of two, so steps of varying sizes reuse it);
+ *  - while the stream is captured into a graph (a staged copy would be read
+ *    at every replay, from a buffer reused long before), or when staging
+ *    fails, by value in as many launches as the parameters need.
+ */
+#define KVC_GPU_ROWS_BATCH_BYTES ((KVC_GPU_PARAM_BYTES - 8) / 8 * 8)
+/* The smaller by-value launch: a short step's batch does not copy a full 32 KiB parameter block. */
+#define KVC_GPU_ROWS_BATCH_SMALL (KVC_GPU_ROWS_BATCH_BYTES < 4096 ? KVC_GPU_ROWS_BATCH_BYTES : 4096)
+/* Pinned staging buffers come in sizes 2^k from 64 KiB. */
+#define KVC_GPU_ROWS_STAGE_MIN ((size_t)1 << 16)
+
+static_assert(sizeof(kvc_gpu_rows_job) == 152, "kvc_gpu_rows_job is the rows batch kernel's descriptor: keep it compact");
+static_assert(sizeof(gpu_rows_batch_params<KVC_GPU_ROWS_BATCH_BYTES>) <= KVC_GPU_PARAM_BYTES,
+              "rows batch parameters too large");
+
+template <int BYTES>
+static int launch_rows_batch_inline_n(gpuStream_t stream, const kvc_gpu_rows_batch& b) {
+  gpu_rows_batch_params<BYTES> p;
+  p.njobs = b.njobs;
+  p.blocks = b.blocks;
+  memcpy(p.area, b.area, b.bytes);
+  gpu_rows_batch_inline_kernel<BYTES><<<grid_for(b.blocks), KVC_GPU_BLOCK, 0, stream>>>(p);
+  return gpu_check(gpuSuccess);
+}
+
+static int launch_rows_batch_inline(gpuStream_t stream, const kvc_gpu_rows_batch& b) {
+  if (b.bytes <= KVC_GPU_ROWS_BATCH_SMALL) return launch_rows_batch_inline_n<KVC_GPU_ROWS_BATCH_SMALL>(stream, b);
+  return launch_rows_batch_inline_n<KVC_GPU_ROWS_BATCH_BYTES>(stream, b);
+}
+
+/* The staged launch; -1 before anything was issued when a buffer cannot be had (the caller goes by value). */
+static int launch_rows_batch_staged(void* ctx, const kvc_exec* exec, const kvc_gpu_rows_batch& b) {
+  size_t stage = KVC_GPU_ROWS_STAGE_MIN;
+  while (stage < b.bytes) stage *= 2;
+  void* host = kvc_gpu_host_alloc(ctx, exec, stage);
+  if (!host) return -1;
+  memcpy(host, b.area, b.bytes);
+  const gpu_state* state = gpu_state_of(exec);
+  gpuStream_t stream = gpu_stream_of(exec);
+  const int pools = state && state->pools;
+  void* dev = NULL;
+  if (gpu_check(pools ? gpuMallocAsync(&dev, b.bytes, stream) : gpuMalloc(&dev, b.bytes))) {
+    kvc_gpu_host_free(ctx, exec, host);
+    return -1;
+  }
+  int rc = gpu_check(gpuMemcpyAsync(dev, host, b.bytes, gpuMemcpyDefault, stream));
+  if (!rc) {
+    gpu_rows_batch_kernel<<<grid_for(b.blocks), KVC_GPU_BLOCK, 0, stream>>>((const kvc_gpu_rows_job*)dev, b.njobs,
+                                                                          b.blocks);
+    rc = gpu_check(gpuSuccess);
+  }
+  gpu_check(pools ? gpuFreeAsync(dev, stream) : gpuFree(dev));
+  kvc_gpu_host_free(ctx, exec, host); /* parked until the stream has passed the copy */
+  return rc ? 1 : 0; /* 1: work may have been issued; not retried */
+}
+
+/*
+ * By value in as many launches as needed: jobs cut into pieces of at most
+ * `per_piece` pairs, pieces gathered while their planned size (a bound: a
+ * job and two index lists each) fits one parameter block.
+ */
+static int rows_batch_in_parts(gpuStream_t stream, const kvc_copy_rows_job* jobs, int32_t count) {
+  enum { max_pieces = KVC_GPU_ROWS_BATCH_BYTES / (int)sizeof(kvc_gpu_rows_job) };
+  const size_t job_bytes = sizeof(kvc_gpu_rows_job);
+  const int64_t per_piece = (int64_t)((KVC_GPU_ROWS_BATCH_BYTES - job_bytes) / (2 * sizeof(int32_t)));
+  kvc_copy_rows_job pieces[max_pieces];
+  int32_t n = 0;
+  size_t used = 0;
+  for (int32_t i = 0; i <= count; i++) {
+    const kvc_copy_rows_job* c = i < count ? &jobs[i] : NULL;
+    int64_t start = 0;
+    do {
+      const int64_t take = c ? (c->count - start < per_piece ? c->count - start : per_piece) : 0;
+      const size_t need = job_bytes + 2 * sizeof(int32_t) * (size_t)take;
+      if (n > 0 && (!c || n == max_pieces || used + need > KVC_GPU_ROWS_BATCH_BYTES)) {
+        kvc_gpu_rows_batch b;
+        if (kvc_gpu_plan_rows_batch(&b, pieces, n)) return -1;
+        int rc = b.njobs ? launch_rows_batch_inline(stream, b) : 0;
+        kvc_gpu_rows_batch_free(&b);
+        if (rc) return -1;
+        n = 0;
+        used = 0;
+      }
+      if (!c || take == 0) break;
+      pieces[n] = *c;
+      pieces[n].dst_rows = c->dst_rows + start;
+      pieces[n].src_rows = c->src_rows + start;
+      pieces[n].count = take;
+      n++;
+      used += need;
+      start += take;
+    } while (start < c->count);
+  }
+  return 0;
+}
+
+static int gpu_copy_rows_batch(void* ctx, const kvc_exec* exec, const kvc_copy_rows_job* jobs, int32_t count) {
+  if (count < 0 || (count > 0 && !jobs)) return -1;
+  if (count == 0) return 0;
+  gpu_device_scope scope(exec->device_id);
+  if (!scope.ok) return -1;
+  kvc_gpu_rows_batch b;
+  if (kvc_gpu_plan_rows_batch(&b, jobs, count)) return -1; /* refused before anything was issued */
+  gpuStream_t stream = gpu_stream_of(exec);
+  int rc = 0;
+  if (b.njobs == 0) {
+    rc = 0;
+  } else if (b.bytes <= KVC_GPU_ROWS_BATCH_BYTES) {
+    rc = launch_rows_batch_inline(stream, b);
+  } else {
+    rc = gpuStreamCapturing(stream) ? -1 : launch_rows_batch_staged(ctx, exec, b);
+    if (rc < 0) rc = rows_batch_in_parts(stream, jobs, count);
+  }
+  kvc_gpu_rows_batch_free(&b);
+  return rc ? -1 : 0;
+}
+
 static int gpu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d* copies, int32_t count) {
   if (count < 0 || (count > 0 && !copies)) return -1;
   if (count == 0) return 0;
@@ -313,6 +451,8 @@ static const kvc_backend gpu_backend = {
     kvc_gpu_fp8_round_trip,
     /* Version 5: the pinned store an offload fills is not zeroed across the bus first. */
     kvc_gpu_host_alloc,
+    /* Version 6: the pool's step write, one launch. */
+    gpu_copy_rows_batch,
 };
 
 #if defined(KVC_GPU_LINKED)

@@ -6,7 +6,10 @@
 #include "gpu_plan.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "backend.h"
 
 typedef struct dim {
   int64_t n, dst, src; /* extent, byte strides */
@@ -156,6 +159,113 @@ int kvc_gpu_plan_rows(kvc_gpu_rows* out, void* dst, const int64_t dst_strides[4]
   out->src_row_bytes = src_strides[0] * (int64_t)elem_size;
   const dim rows = {2, out->dst_row_bytes, out->src_row_bytes}; /* n 2: a step that is taken */
   return plan_with(&out->plan, dst, dst_strides, src, src_strides, one_row, elem_size, 0, &rows, 1);
+}
+
+/* ---- copy_rows_batch ---------------------------------------------------------- */
+
+/* An index array of the caller's as one list of the batch: where its copy starts. */
+typedef struct index_list {
+  const int64_t* rows;
+  int64_t count;
+  uint32_t at;
+} index_list;
+
+static int job_copies(const kvc_copy_rows_job* j) {
+  return j->count > 0 && j->row_shape[1] > 0 && j->row_shape[2] > 0 && j->row_shape[3] > 0;
+}
+
+/*
+ * The list holding `rows` (count entries): one seen before if the same host
+ * array (same pointer and count) was, else a new one at the end, every
+ * index checked to fit the kernel's int32. -1 for an index out of range.
+ */
+static int64_t list_of(index_list* lists, int32_t* nlists, uint64_t* nindex, const int64_t* rows, int64_t count) {
+  for (int32_t i = 0; i < *nlists; i++)
+    if (lists[i].rows == rows && lists[i].count == count) return lists[i].at;
+  for (int64_t i = 0; i < count; i++)
+    if (rows[i] < 0 || rows[i] > INT32_MAX) return -1;
+  if (*nindex + (uint64_t)count > UINT32_MAX) return -1;
+  index_list* l = &lists[(*nlists)++];
+  l->rows = rows;
+  l->count = count;
+  l->at = (uint32_t)*nindex;
+  *nindex += (uint64_t)count;
+  return l->at;
+}
+
+/* How a job's pairs share the grid (kvc_gpu_rows_job): whole pairs per block when one pair's plan is one block. */
+static void share_blocks(kvc_gpu_rows_job* j) {
+  const uint32_t b = kvc_gpu_plan_blocks(&j->rows.plan);
+  j->pairs_per_block = 1;
+  j->blocks_per_pair = b;
+  if (b != 1) return;
+  uint32_t per = (uint32_t)(KVC_GPU_TILE_UNITS / kvc_gpu_rows_job_units(j));
+  if (per > (uint32_t)j->count) per = (uint32_t)j->count;
+  if (per > 1) j->pairs_per_block = per;
+}
+
+int kvc_gpu_plan_rows_batch(kvc_gpu_rows_batch* out, const kvc_copy_rows_job* jobs, int32_t count) {
+  memset(out, 0, sizeof *out);
+  if (count < 0 || (count > 0 && !jobs)) return -1;
+  int32_t njobs = 0;
+  for (int32_t i = 0; i < count; i++) {
+    if (jobs[i].count < 0 || jobs[i].count > INT32_MAX) return -1;
+    for (int k = 1; k < 4; k++)
+      if (jobs[i].row_shape[k] < 0) return -1;
+    njobs += job_copies(&jobs[i]);
+  }
+  if (njobs == 0) return 0;
+  index_list* lists = (index_list*)malloc(sizeof(index_list) * 2 * (size_t)njobs);
+  kvc_gpu_rows_job* planned = (kvc_gpu_rows_job*)malloc(sizeof(kvc_gpu_rows_job) * (size_t)njobs);
+  int32_t nlists = 0, n = 0;
+  uint64_t nindex = 0, blocks = 0;
+  int rc = lists && planned ? 0 : -1;
+  for (int32_t i = 0; i < count && !rc; i++) {
+    const kvc_copy_rows_job* c = &jobs[i];
+    if (!job_copies(c)) continue;
+    kvc_gpu_rows_job* j = &planned[n++];
+    memset(j, 0, sizeof *j);
+    int64_t d = -1, s = -1;
+    if (c->dst_rows && c->src_rows) {
+      d = list_of(lists, &nlists, &nindex, c->dst_rows, c->count);
+      s = d < 0 ? -1 : list_of(lists, &nlists, &nindex, c->src_rows, c->count);
+    }
+    if (s < 0 || kvc_gpu_plan_rows(&j->rows, c->dst, c->dst_strides, c->src, c->src_strides, c->row_shape,
+                                   c->elem_size) != 0) {
+      rc = -1;
+      break;
+    }
+    j->count = (int32_t)c->count;
+    j->dst_index = (uint32_t)d;
+    j->src_index = (uint32_t)s;
+    share_blocks(j);
+    j->first_block = (uint32_t)blocks;
+    blocks += kvc_gpu_rows_job_blocks(j);
+    if (blocks > UINT32_MAX) rc = -1;
+  }
+  const size_t jobs_bytes = sizeof(kvc_gpu_rows_job) * (size_t)njobs;
+  char* area = rc ? NULL : (char*)malloc(jobs_bytes + sizeof(int32_t) * (size_t)nindex);
+  if (area) {
+    memcpy(area, planned, jobs_bytes);
+    int32_t* index = (int32_t*)(void*)(area + jobs_bytes);
+    for (int32_t i = 0; i < nlists; i++)
+      for (int64_t k = 0; k < lists[i].count; k++) index[lists[i].at + (uint32_t)k] = (int32_t)lists[i].rows[k];
+    out->area = area;
+    out->bytes = jobs_bytes + sizeof(int32_t) * (size_t)nindex;
+    out->jobs = (kvc_gpu_rows_job*)(void*)area;
+    out->njobs = njobs;
+    out->index = index;
+    out->nindex = (uint32_t)nindex;
+    out->blocks = (uint32_t)blocks;
+  }
+  free(lists);
+  free(planned);
+  return area ? 0 : -1;
+}
+
+void kvc_gpu_rows_batch_free(kvc_gpu_rows_batch* b) {
+  free(b->area);
+  memset(b, 0, sizeof *b);
 }
 
 int kvc_gpu_plan_zero_bytes(kvc_gpu_copy out[2], void* dst, size_t bytes) {

@@ -213,18 +213,144 @@ KVC_GPU_HD kvc_gpu_copy kvc_gpu_rows_pair(const kvc_gpu_rows* r, int32_t dst_row
   return p;
 }
 
-/* The copy whose blocks include global block `block` of a batch (first_block ascending, copies[0].first_block 0). */
-KVC_GPU_HD int32_t kvc_gpu_batch_find(const kvc_gpu_copy* copies, int32_t count, uint32_t block) {
+/*
+ * The entry of a batch whose blocks include global block `block`: entries
+ * are `stride` bytes apart and `first` points at entry 0's first_block
+ * (ascending, entry 0's is 0). Both batched kernels find their entry so.
+ */
+KVC_GPU_HD int32_t kvc_gpu_find_entry(const char* first, size_t stride, int32_t count, uint32_t block) {
   int32_t lo = 0, hi = count - 1;
   while (lo < hi) {
     int32_t mid = (lo + hi + 1) / 2;
-    if (copies[mid].first_block <= block)
+    if (*(const uint32_t*)(first + (size_t)mid * stride) <= block)
       lo = mid;
     else
       hi = mid - 1;
   }
   return lo;
 }
+
+/* The copy whose blocks include global block `block` of a batch (first_block ascending, copies[0].first_block 0). */
+KVC_GPU_HD int32_t kvc_gpu_batch_find(const kvc_gpu_copy* copies, int32_t count, uint32_t block) {
+  return kvc_gpu_find_entry((const char*)&copies[0].first_block, sizeof(kvc_gpu_copy), count, block);
+}
+
+/*
+ * copy_rows_batch: the copy_rows of many jobs (the K and V of every layer
+ * of a pool's step write) in one launch. A job is its copy_rows plan
+ * (kvc_gpu_plan_rows: batch row 0's plan, with a unit that divides the
+ * job's batch-row strides too) and its pairs, whose row indices sit in the
+ * batch's index array (int32, after the jobs: kvc_gpu_rows_batch). A job's
+ * blocks follow the previous job's (first_block ascending); a block finds
+ * its job by binary search, as copy_4d_batch's blocks find their copy.
+ *
+ * A pair whose plan fits one block shares that block with the next pairs:
+ * pairs_per_block whole pairs, the block's threads over all their units
+ * (a decode step's row is a few hundred units at most, so one block per
+ * pair would leave most of its threads idle). A longer pair takes
+ * blocks_per_pair blocks of its own, as copy_rows runs it.
+ * 152 bytes: the inline launch carries an array of these by value.
+ */
+typedef struct kvc_gpu_rows_job {
+  kvc_gpu_rows rows;
+  int32_t count;            /* pairs, >= 1 */
+  uint32_t dst_index;       /* pair i copies batch row index[src_index + i] to row index[dst_index + i] */
+  uint32_t src_index;
+  uint32_t first_block;     /* in the batch's grid */
+  uint32_t pairs_per_block; /* > 1: whole pairs per block (the pair's plan is one block), else 1 */
+  uint32_t blocks_per_pair; /* blocks of one pair's plan (1 when pairs_per_block > 1) */
+} kvc_gpu_rows_job;
+
+/* Blocks of a job. */
+KVC_GPU_HD uint32_t kvc_gpu_rows_job_blocks(const kvc_gpu_rows_job* j) {
+  if (j->pairs_per_block > 1) return ((uint32_t)j->count + j->pairs_per_block - 1) / j->pairs_per_block;
+  return (uint32_t)j->count * j->blocks_per_pair;
+}
+
+/* The share of block `local` of job j: pairs [*pair0, *pair0 + *npairs); with one pair, block *plan_block of its plan. */
+KVC_GPU_HD void kvc_gpu_rows_job_share(const kvc_gpu_rows_job* j, uint32_t local, int32_t* pair0, int32_t* npairs,
+                                       uint32_t* plan_block) {
+  if (j->pairs_per_block > 1) {
+    *pair0 = (int32_t)(local * j->pairs_per_block);
+    int32_t left = j->count - *pair0;
+    *npairs = left < (int32_t)j->pairs_per_block ? left : (int32_t)j->pairs_per_block;
+    *plan_block = 0;
+    return;
+  }
+  *pair0 = (int32_t)(local / j->blocks_per_pair);
+  *npairs = 1;
+  *plan_block = local - (uint32_t)*pair0 * j->blocks_per_pair;
+}
+
+/* The plan of pair `pair` of job j: its plan moved to the pair's batch rows. */
+KVC_GPU_HD kvc_gpu_copy kvc_gpu_rows_job_pair(const kvc_gpu_rows_job* j, const int32_t* index, int32_t pair) {
+  return kvc_gpu_rows_pair(&j->rows, index[j->dst_index + (uint32_t)pair], index[j->src_index + (uint32_t)pair]);
+}
+
+/* Units one pair of job j moves, for jobs whose pairs share blocks (their plan is one block: at most 2048 units). */
+KVC_GPU_HD int32_t kvc_gpu_rows_job_units(const kvc_gpu_rows_job* j) {
+  const kvc_gpu_copy* p = &j->rows.plan;
+  return p->n[0] * p->n[1] * p->n[2] * p->n[3];
+}
+
+/*
+ * Unit t of a block that holds pairs [pair0, ...) of job j (pairs_per_block
+ * > 1): thread t takes unit t % units of row (t / units) of the pairs' rows
+ * in order, `units` = the units of one row; *dst and *src are its addresses.
+ */
+KVC_GPU_HD void kvc_gpu_rows_job_unit(const kvc_gpu_rows_job* j, const int32_t* index, int32_t pair0, int32_t t,
+                                      char** dst, const char** src) {
+  const kvc_gpu_copy* p = &j->rows.plan;
+  /* 32-bit arithmetic throughout (a pair's plan is one block: 2048 units at most); 64-bit division is slow on GPUs. */
+  const int32_t units = p->n[3], row = t / units, u = t - row * units;
+  const int32_t rows = p->n[0] * p->n[1] * p->n[2], k = row / rows, r = row - k * rows, pair = pair0 + k;
+  const int32_t rest = r / p->n[2], i2 = r - rest * p->n[2], i0 = rest / p->n[1], i1 = rest - i0 * p->n[1];
+  const int64_t drow = index[j->dst_index + (uint32_t)pair], srow = index[j->src_index + (uint32_t)pair];
+  *dst = p->dst + drow * j->rows.dst_row_bytes + i0 * p->dst_stride[0] + i1 * p->dst_stride[1] +
+         i2 * p->dst_stride[2] + u * p->dst_stride[3];
+  *src = p->src + srow * j->rows.src_row_bytes + i0 * p->src_stride[0] + i1 * p->src_stride[1] +
+         i2 * p->src_stride[2] + u * p->src_stride[3];
+}
+
+/* The job whose blocks include global block `block` of a rows batch. */
+KVC_GPU_HD int32_t kvc_gpu_rows_batch_find(const kvc_gpu_rows_job* jobs, int32_t count, uint32_t block) {
+  return kvc_gpu_find_entry((const char*)&jobs[0].first_block, sizeof(kvc_gpu_rows_job), count, block);
+}
+
+/* The index array of a rows batch laid out as the kernels read it: right after its jobs. */
+KVC_GPU_HD const int32_t* kvc_gpu_rows_batch_index(const kvc_gpu_rows_job* jobs, int32_t count) {
+  return (const int32_t*)(const void*)(jobs + count);
+}
+
+/*
+ * A copy_rows_batch as the kernel reads it: `area` (malloc'd) holds the
+ * jobs, then the index array (int32), `bytes` in all; the jobs point into
+ * it (jobs == area). Jobs that copy nothing are left out; jobs whose index
+ * arrays are the same host arrays (the K and V of every layer of a group
+ * share the slot mapping) share one copy of them in `index`.
+ */
+typedef struct kvc_gpu_rows_batch {
+  void* area;
+  size_t bytes;
+  kvc_gpu_rows_job* jobs;
+  int32_t njobs;
+  int32_t* index;
+  uint32_t nindex;
+  uint32_t blocks; /* sum of the jobs' blocks */
+} kvc_gpu_rows_batch;
+
+struct kvc_copy_rows_job; /* abi/backend/backend.h */
+
+/*
+ * Plans jobs[0, count) of backend.h's copy_rows_batch. Returns 0 with *out
+ * filled (njobs 0, area NULL when nothing is to be copied; release it with
+ * kvc_gpu_rows_batch_free), -1 when it cannot be planned (count < 0, a
+ * negative count, NULL arrays for a job that copies, a row index outside
+ * [0, 2^31), a job kvc_gpu_plan_rows refuses, more than 2^32 - 1 blocks or
+ * index entries, or no memory); *out is then empty.
+ */
+int kvc_gpu_plan_rows_batch(kvc_gpu_rows_batch* out, const struct kvc_copy_rows_job* jobs, int32_t count);
+void kvc_gpu_rows_batch_free(kvc_gpu_rows_batch* b);
 
 #ifdef __cplusplus
 }

@@ -59,6 +59,29 @@ void kvc_gpu_walk_rows(const kvc_gpu_rows* r, const int64_t* dst_rows, const int
   }
 }
 
+void kvc_gpu_walk_rows_batch(const kvc_gpu_rows_job* jobs, int32_t count, const int32_t* index, uint32_t blocks,
+                             kvc_gpu_visit visit, void* ctx) {
+  if (count <= 0) return;
+  for (uint32_t block = 0; block < blocks; block++) {
+    const kvc_gpu_rows_job* j = &jobs[kvc_gpu_rows_batch_find(jobs, count, block)];
+    int32_t pair0, npairs;
+    uint32_t plan_block;
+    kvc_gpu_rows_job_share(j, block - j->first_block, &pair0, &npairs, &plan_block);
+    if (j->pairs_per_block == 1) {
+      kvc_gpu_copy p = kvc_gpu_rows_job_pair(j, index, pair0);
+      walk_share(&p, plan_block, visit, ctx);
+      continue;
+    }
+    const int32_t total = npairs * kvc_gpu_rows_job_units(j);
+    for (int32_t t = 0; t < total; t++) {
+      char* d;
+      const char* s;
+      kvc_gpu_rows_job_unit(j, index, pair0, t, &d, &s);
+      visit(ctx, d, s, j->rows.plan.unit);
+    }
+  }
+}
+
 void kvc_gpu_walk_move(const kvc_gpu_copy* p, int64_t shift, char* stage, kvc_gpu_visit visit, void* ctx) {
   int32_t chunk_rows;
   int staged;
@@ -156,6 +179,14 @@ int kvc_gpu_check_rows(const kvc_gpu_rows* r, const int64_t* dst_rows, const int
   if (!unit_is_a_load(r->plan.unit, why, why_size)) return -1;
   check c = {NULL, 0, 0, why, why_size};
   kvc_gpu_walk_rows(r, dst_rows, src_rows, count, check_visit, &c);
+  return c.bad ? -1 : 0;
+}
+
+int kvc_gpu_check_rows_batch(const kvc_gpu_rows_batch* b, char* why, size_t why_size) {
+  for (int32_t i = 0; i < b->njobs; i++)
+    if (!unit_is_a_load(b->jobs[i].rows.plan.unit, why, why_size)) return -1;
+  check c = {NULL, 0, 0, why, why_size};
+  kvc_gpu_walk_rows_batch(b->jobs, b->njobs, b->index, b->blocks, check_visit, &c);
   return c.bad ? -1 : 0;
 }
 

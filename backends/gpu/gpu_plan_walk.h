@@ -43,6 +43,10 @@ void kvc_gpu_walk_batch(const kvc_gpu_copy* plans, int32_t count, uint32_t block
 void kvc_gpu_walk_rows(const kvc_gpu_rows* r, const int64_t* dst_rows, const int64_t* src_rows, int64_t count,
                        kvc_gpu_visit visit, void* ctx);
 
+/* The rows batch kernel (copy_rows_batch): `blocks` blocks over jobs[0, count), index after them or anywhere. */
+void kvc_gpu_walk_rows_batch(const kvc_gpu_rows_job* jobs, int32_t count, const int32_t* index, uint32_t blocks,
+                             kvc_gpu_visit visit, void* ctx);
+
 /*
  * The move kernel for plan p (planned with keep_rows) shifted by `shift`
  * rows; staged chunks go through `stage`, KVC_GPU_STAGE_BYTES aligned to 16
@@ -59,6 +63,7 @@ int kvc_gpu_check_plan(const kvc_gpu_copy* p, char* why, size_t why_size);
 int kvc_gpu_check_batch(const kvc_gpu_copy* plans, int32_t count, uint32_t blocks, char* why, size_t why_size);
 int kvc_gpu_check_rows(const kvc_gpu_rows* r, const int64_t* dst_rows, const int64_t* src_rows, int64_t count,
                        char* why, size_t why_size);
+int kvc_gpu_check_rows_batch(const kvc_gpu_rows_batch* b, char* why, size_t why_size);
 int kvc_gpu_check_move(const kvc_gpu_copy* p, int64_t shift, char* why, size_t why_size);
 
 #ifdef __cplusplus

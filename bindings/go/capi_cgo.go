@@ -52,6 +52,12 @@ package kvcache
 #cgo noescape kvc_cache_has_previous_state
 #cgo nocallback kvc_cache_has_previous_state
 #cgo nocallback kvc_cache_crop
+#cgo noescape kvc_block_hash_root
+#cgo nocallback kvc_block_hash_root
+#cgo noescape kvc_block_hash
+#cgo nocallback kvc_block_hash
+#cgo noescape kvc_block_hash_chain
+#cgo nocallback kvc_block_hash_chain
 #cgo nocallback kvc_cache_num_layers
 
 #include <stdlib.h>
@@ -889,4 +895,53 @@ func cEDClone(p unsafe.Pointer) (unsafe.Pointer, error) {
 		return nil, err
 	}
 	return unsafe.Pointer(out), nil
+}
+
+// ---------------------------------------------------------------- block hash
+
+// bytesPtr passes a byte slice's memory (which holds no Go pointers); nil for an empty slice, as the library
+// accepts NULL with a length of 0.
+func bytesPtr(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(unsafe.SliceData(b))
+}
+
+func tokensPtr(t []int32) *C.int32_t { return (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(t))) }
+
+func hashPtr(h *[BlockHashSize]byte) *C.uint8_t { return (*C.uint8_t)(unsafe.Pointer(h)) }
+
+func cBlockHashRoot(seed, salt []byte) (out [BlockHashSize]byte, err error) {
+	if err = checkVersion(); err == nil {
+		err = takeError(C.kvc_block_hash_root(bytesPtr(seed), C.size_t(len(seed)), bytesPtr(salt), C.size_t(len(salt)),
+			hashPtr(&out)))
+	}
+	return out, err
+}
+
+func cBlockHash(parent *[BlockHashSize]byte, tokens []int32, extra []byte) (out [BlockHashSize]byte, err error) {
+	if err = checkVersion(); err == nil {
+		err = takeError(C.kvc_block_hash(hashPtr(parent), tokensPtr(tokens), C.size_t(len(tokens)), bytesPtr(extra),
+			C.size_t(len(extra)), hashPtr(&out)))
+	}
+	return out, err
+}
+
+func cBlockHashChain(root *[BlockHashSize]byte, tokens []int32, blockSize uint32) ([][BlockHashSize]byte, error) {
+	if err := checkVersion(); err != nil {
+		return nil, err
+	}
+	full := 0
+	if blockSize > 0 { // 0 is the library's to refuse, with its message
+		full = len(tokens) / int(blockSize)
+	}
+	out := make([][BlockHashSize]byte, full)
+	var count C.size_t
+	err := takeError(C.kvc_block_hash_chain(hashPtr(root), tokensPtr(tokens), C.size_t(len(tokens)), C.uint32_t(blockSize),
+		(*[BlockHashSize]C.uint8_t)(unsafe.Pointer(unsafe.SliceData(out))), C.size_t(full), &count))
+	if err != nil {
+		return nil, err
+	}
+	return out[:count], nil
 }

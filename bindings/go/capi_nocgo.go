@@ -112,3 +112,14 @@ func cEDBatchSplit(unsafe.Pointer, int64, int64, []unsafe.Pointer) (int, error) 
 func cEDFromBatchSplits([]unsafe.Pointer) (unsafe.Pointer, error) { return nil, ErrCgoDisabled }
 func cEDReset(unsafe.Pointer) error                               { return ErrCgoDisabled }
 func cEDClone(unsafe.Pointer) (unsafe.Pointer, error)             { return nil, ErrCgoDisabled }
+
+// The block hash needs no library: the Go implementation (blockhash.go).
+func cBlockHashRoot(seed, salt []byte) ([BlockHashSize]byte, error) {
+	return goBlockHashRoot(seed, salt)
+}
+func cBlockHash(parent *[BlockHashSize]byte, tokens []int32, extra []byte) ([BlockHashSize]byte, error) {
+	return goBlockHash(parent, tokens, extra)
+}
+func cBlockHashChain(root *[BlockHashSize]byte, tokens []int32, blockSize uint32) ([][BlockHashSize]byte, error) {
+	return goBlockHashChain(root, tokens, blockSize)
+}

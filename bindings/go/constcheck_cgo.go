@@ -172,4 +172,8 @@ var (
 	_ [int64(C.KVC_QUANT_MODE_COMPACT) - int64(QuantModeCompact)]struct{}
 	_ [int64(AllLayers) - int64(C.KVC_ALL_LAYERS)]struct{}
 	_ [int64(C.KVC_ALL_LAYERS) - int64(AllLayers)]struct{}
+	_ [int64(BlockHashSize) - int64(C.KVC_BLOCK_HASH_SIZE)]struct{}
+	_ [int64(C.KVC_BLOCK_HASH_SIZE) - int64(BlockHashSize)]struct{}
+	_ [int64(BlockHashVersion) - int64(C.KVC_BLOCK_HASH_VERSION)]struct{}
+	_ [int64(C.KVC_BLOCK_HASH_VERSION) - int64(BlockHashVersion)]struct{}
 )

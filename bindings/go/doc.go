@@ -63,6 +63,14 @@
 // PrepareStep once and Step.Update per token: one C call per step, nothing
 // to pin or allocate.
 //
+// # Block hashes
+//
+// BlockHashRoot, BlockHash and BlockHashChain compute the keys of prefix
+// caching exactly as docs/block-hash.md specifies them (SHA-256 over a fixed
+// little-endian layout), so a router can tell where a prompt's prefix is
+// cached. They touch no cache, are safe for concurrent use, and work in a
+// CGO_ENABLED=0 build too (in Go, with crypto/sha256).
+//
 // # Building
 //
 // The package links the C library through pkg-config (#cgo pkg-config:

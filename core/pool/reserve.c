@@ -172,14 +172,20 @@ kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_sequence*
   if (num_sequences > 1 && !released) return kvci_err_oom();
   for (uint32_t g = 0; g < pool->num_groups; g++) {
     if (released) memset(released, 0, pool->groups[g].num_blocks * sizeof(uint32_t));
-    uint64_t take = 0, gain = 0;
+    /*
+     * The reserves run one after another, each releasing before it takes, so
+     * a sequence early in the order cannot use the blocks a later one gives
+     * back: what the batch needs is the highest running balance of takes
+     * over gains, not the balance at the end.
+     */
+    int64_t balance = 0, highest = 0;
     for (size_t i = 0; i < num_sequences; i++) {
       if (!new_tokens[i]) continue; /* not reserved this step: it changes nothing */
       group_plan plan = plan_group(pool, sequences[i], g, new_tokens[i], released);
-      take += plan.take;
-      gain += plan.gain;
+      balance += (int64_t)plan.take - (int64_t)plan.gain;
+      if (balance > highest) highest = balance;
     }
-    blocks_needed[g] = take > gain ? take - gain : 0;
+    blocks_needed[g] = (uint64_t)highest;
   }
   free(released);
   return NULL;

@@ -5,10 +5,13 @@
  */
 #include "sha256.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
+#include "sha256_x86.h"
+
 /* The first 32 bits of the fractional parts of the cube roots of the first 64 primes (section 4.2.2). */
-static const uint32_t K[64] = {
+const uint32_t kvci_sha256_k[64] = {
     0x428a2f98u, 0x71374491u, 0xb5c0fbcfu, 0xe9b5dba5u, 0x3956c25bu, 0x59f111f1u, 0x923f82a4u, 0xab1c5ed5u,
     0xd807aa98u, 0x12835b01u, 0x243185beu, 0x550c7dc3u, 0x72be5d74u, 0x80deb1feu, 0x9bdc06a7u, 0xc19bf174u,
     0xe49b69c1u, 0xefbe4786u, 0x0fc19dc6u, 0x240ca1ccu, 0x2de92c6fu, 0x4a7484aau, 0x5cb0a9dcu, 0x76f988dau,
@@ -55,7 +58,7 @@ static void compress(uint32_t state[8], const uint8_t block[KVCI_SHA256_BLOCK_SI
       wt = small_sigma1(w[(t - 2) & 15]) + w[(t - 7) & 15] + small_sigma0(w[(t - 15) & 15]) + w[t & 15];
       w[t & 15] = wt;
     }
-    uint32_t t1 = h + big_sigma1(e) + ch(e, f, g) + K[t] + wt;
+    uint32_t t1 = h + big_sigma1(e) + ch(e, f, g) + kvci_sha256_k[t] + wt;
     uint32_t t2 = big_sigma0(a) + maj(a, b, c);
     h = g;
     g = f;
@@ -74,6 +77,27 @@ static void compress(uint32_t state[8], const uint8_t block[KVCI_SHA256_BLOCK_SI
   state[5] += f;
   state[6] += g;
   state[7] += h;
+}
+
+void kvci_sha256_compress_portable(uint32_t state[8], const uint8_t* blocks, size_t count) {
+  for (; count; count--, blocks += KVCI_SHA256_BLOCK_SIZE) compress(state, blocks);
+}
+
+/*
+ * The compression this host runs: the SHA-NI one where the CPU has it.
+ * Chosen at the first hash; threads racing there store the same choice.
+ */
+static void compress_blocks(uint32_t state[8], const uint8_t* blocks, size_t count) {
+  static atomic_int choice; /* 0 unknown, 1 portable, 2 SHA-NI */
+  int c = atomic_load_explicit(&choice, memory_order_relaxed);
+  if (!c) {
+    c = kvci_sha256_x86_available() ? 2 : 1;
+    atomic_store_explicit(&choice, c, memory_order_relaxed);
+  }
+  if (c == 2)
+    kvci_sha256_x86_compress(state, blocks, count);
+  else
+    kvci_sha256_compress_portable(state, blocks, count);
 }
 
 void kvci_sha256_init(kvci_sha256_ctx* h) {
@@ -97,12 +121,14 @@ void kvci_sha256_update(kvci_sha256_ctx* h, const void* data, size_t len) {
     p += take;
     len -= take;
     if (h->used < KVCI_SHA256_BLOCK_SIZE) return;
-    compress(h->state, h->buffer);
+    compress_blocks(h->state, h->buffer, 1);
     h->used = 0;
   }
   /* Whole blocks straight from the input, without a copy. */
-  for (; len >= KVCI_SHA256_BLOCK_SIZE; p += KVCI_SHA256_BLOCK_SIZE, len -= KVCI_SHA256_BLOCK_SIZE)
-    compress(h->state, p);
+  size_t whole = len / KVCI_SHA256_BLOCK_SIZE;
+  if (whole) compress_blocks(h->state, p, whole);
+  p += whole * KVCI_SHA256_BLOCK_SIZE;
+  len -= whole * KVCI_SHA256_BLOCK_SIZE;
   if (len) {
     memcpy(h->buffer, p, len);
     h->used = len;
@@ -115,13 +141,13 @@ void kvci_sha256_final(kvci_sha256_ctx* h, uint8_t out[KVCI_SHA256_DIGEST_SIZE])
   h->buffer[h->used++] = 0x80;
   if (h->used > KVCI_SHA256_BLOCK_SIZE - 8) {
     memset(h->buffer + h->used, 0, KVCI_SHA256_BLOCK_SIZE - h->used);
-    compress(h->state, h->buffer);
+    compress_blocks(h->state, h->buffer, 1);
     h->used = 0;
   }
   memset(h->buffer + h->used, 0, KVCI_SHA256_BLOCK_SIZE - 8 - h->used);
   store_be32(h->buffer + 56, (uint32_t)(bits >> 32));
   store_be32(h->buffer + 60, (uint32_t)bits);
-  compress(h->state, h->buffer);
+  compress_blocks(h->state, h->buffer, 1);
   for (int i = 0; i < 8; i++) store_be32(out + 4 * i, h->state[i]);
   h->used = 0;
 }

@@ -129,6 +129,21 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
     const kvci_pool_group* g = &pool->groups[l->group];
     if (kvci_pool_is_recurrent(g) || !count[l->group]) continue;
     const int64_t* src = src_rows + l->group * num_tokens;
+    /*
+     * Layers whose rows land at the same indices (one group; in HND also the same head count) share one
+     * array: a GPU backend uploads each distinct index array once, which keeps a decode step's batch small
+     * enough to travel in the launch's parameters.
+     */
+    const int64_t* same = NULL;
+    for (uint32_t lj = 0; lj < li && !same; lj++)
+      if (pool->layers[lj].group == l->group &&
+          (pool->layout == KVC_POOL_LAYOUT_NHD || pool->layers[lj].heads == l->heads))
+        same = dst_rows + lj * num_tokens;
+    if (same) {
+      make_job(&jobs[nj++], pool, l, 0, &keys[li], same, src, count[l->group]);
+      make_job(&jobs[nj++], pool, l, 1, &values[li], same, src, count[l->group]);
+      continue;
+    }
     int64_t* dst = dst_rows + li * num_tokens;
     for (size_t k = 0; k < count[l->group]; k++) {
       int64_t s = slot_mapping[l->group * num_tokens + (size_t)src[k]], bs = g->block_size;

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 
 #include "emulated_device.h"
-#include "gpu_plan.h"
 #include "gpu_plan_walk.h"
 
 /* A check's reason, then the verdict: which kernel, and that reason. */
@@ -110,4 +109,12 @@ const char* emulated_plans_batch(const kvc_copy_4d* copies, int32_t count) {
   if (!bad) bad = verdict(kvc_gpu_check_batch(plans, n, blocks, reason, sizeof reason), "the batch kernel");
   free(plans);
   return bad;
+}
+
+const char* emulated_plans_rows_batch(const kvc_copy_rows_job* jobs, int32_t count, kvc_gpu_rows_batch* batch,
+                                      int* refused) {
+  *refused = kvc_gpu_plan_rows_batch(batch, jobs, count) != 0;
+  if (*refused) return NULL;
+  for (int32_t i = 0; i < batch->njobs; i++) forged(&batch->jobs[i].rows.plan);
+  return verdict(kvc_gpu_check_rows_batch(batch, reason, sizeof reason), "the rows batch kernel");
 }

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "gpu_plan.h"
 
 /* copy_4d: the plain copy, the overlapping seq move, or the two copies through scratch. */
 const char* emulated_plans_copy_4d(void* dst, const int64_t ds[4], const void* src, const int64_t ss[4],
@@ -31,5 +32,14 @@ const char* emulated_plans_rows(void* dst, const int64_t ds[4], const int64_t* d
                                 const int64_t row_shape[4], size_t elem, int blind);
 /* copy_4d_batch: the copies' dst and src are untagged. */
 const char* emulated_plans_batch(const kvc_copy_4d* copies, int32_t count);
+
+/*
+ * copy_rows_batch (jobs' dst and src untagged): plans the batch into *batch
+ * as the backend does (gpu_plan.h) and checks the kernel's walk of it.
+ * *refused is 1 when the planner refuses the batch (the backend then fails
+ * the call before launching anything); *batch is then empty.
+ */
+const char* emulated_plans_rows_batch(const kvc_copy_rows_job* jobs, int32_t count, kvc_gpu_rows_batch* batch,
+                                      int* refused);
 
 #endif /* KVC_TESTS_EMULATED_ALIGNMENT_H */

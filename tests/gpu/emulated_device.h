@@ -54,7 +54,7 @@ static inline int kvc_emulated_is_tagged(const void* p) { return ((uintptr_t)p &
 typedef struct kvc_emulated_counters {
   uint32_t struct_size;
   /* Kernel launches a GPU backend would make: one per copy_4d, fill_zero_4d,
-     copy_rows, copy_4d_batch, copy_tier_4d, rerotate_keys_4d and quantizer call. */
+     copy_rows, copy_4d_batch, copy_rows_batch, copy_tier_4d, rerotate_keys_4d and quantizer call. */
   uint64_t launches;
   uint64_t copy_4d_calls;
   uint64_t fill_zero_calls;
@@ -82,6 +82,9 @@ typedef struct kvc_emulated_counters {
   uint64_t host_reads;
   /* Version 4: quantize_groups, dequantize_groups, fp8_calibrate and fp8_round_trip calls (each one launch). */
   uint64_t quant_calls;
+  /* Version 6: copy_rows_batch calls (one launch each) and the jobs given to them, all calls. */
+  uint64_t rows_batch_calls;
+  uint64_t rows_batch_jobs;
 } kvc_emulated_counters;
 
 /* Exported by the plugin; the tests look them up with dlsym. */

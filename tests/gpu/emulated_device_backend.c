@@ -19,7 +19,8 @@
  *    with the wrong free, memory of another device, an access outside a
  *    buffer, copies of one copy_4d_batch that overlap (a GPU runs them in
  *    parallel), an overlapping copy_4d that is not a move along the seq axis,
- *    copy_rows writing a row twice, a tier copy in the wrong direction,
+ *    copy_rows writing a row twice (or copy_rows_batch, across its jobs), a
+ *    tier copy in the wrong direction,
  *    any use of a buffer that a prefetch still writes before tier_wait, and
  *    a RoPE operation of sink layers given host memory for device memory or
  *    the reverse;
@@ -27,6 +28,8 @@
  *    CUDA/HIP backend plans its kernels (backends/gpu/gpu_plan.c) and stops
  *    the process when a plan's unit does not divide every address its
  *    kernel would form, a fault on a real GPU (emulated_alignment.h);
+ *    copy_rows_batch's bytes then move through that plan's walk, the
+ *    kernel's own addressing;
  *  - prefetches are asynchronous as on a GPU's side stream: they complete at
  *    tier_wait, exec_close or a device synchronisation (a buffer released
  *    while one still uses it is kept until then), and an operation that
@@ -48,6 +51,7 @@
 #include "emulated_alignment.h"
 #include "emulated_device.h"
 #include "emulated_regions.h"
+#include "gpu_plan_walk.h"
 #include "simulated_rope_grid.h"
 #include "quant_grid.h"
 
@@ -614,6 +618,83 @@ static int emu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d*
   return rc;
 }
 
+/* ---- Version 6: copy_rows_batch ---- */
+
+/* A unit the rows batch kernel moves (gpu_plan_walk.h's visit): the kernel's own loads and stores, on the CPU. */
+static void move_unit(void* ctx, char* dst, const char* src, int32_t unit) {
+  (void)ctx;
+  if (unit > 0) memcpy(dst, src, (size_t)unit);
+}
+
+/*
+ * Every job's rows in one launch. The contract is checked as for copy_rows,
+ * across the whole batch (a GPU runs all jobs' rows in parallel): every row
+ * inside its buffer, no destination byte written twice or read by any job,
+ * index arrays in host memory. The bytes then move through the CUDA/HIP
+ * backend's own plan of the batch (gpu_plan.c), walked unit by unit as the
+ * kernel does (gpu_plan_walk.c), after the alignment check of that walk: so
+ * the device tests compare the kernel's addressing, not the CPU backend's,
+ * with the CPU backend. A batch the planner refuses fails here as it fails
+ * in the backend, before anything is written.
+ */
+static int emu_copy_rows_batch(void* ctx, const kvc_exec* exec, const kvc_copy_rows_job* jobs, int32_t count) {
+  (void)ctx;
+  const char* op = "copy_rows_batch";
+  pthread_mutex_lock(&lock);
+  place* p = checked_place(op, exec);
+  counters.launches++;
+  counters.rows_batch_calls++;
+  if (count < 0) violation("%s: count is %d", op, (int)count);
+  if (count > 0 && !jobs) violation("%s: jobs is NULL for %d jobs", op, (int)count);
+  counters.rows_batch_jobs += (uint64_t)count;
+  kvc_copy_rows_job* plain = (kvc_copy_rows_job*)malloc(sizeof(kvc_copy_rows_job) * (size_t)(count > 0 ? count : 1));
+  if (!plain) violation("%s: out of host memory", op);
+  region_runs w = {0}, r = {0};
+  for (int32_t i = 0; i < count; i++) {
+    const kvc_copy_rows_job* j = &jobs[i];
+    plain[i] = *j;
+    plain[i].dst = kvc_emulated_untag(j->dst);
+    plain[i].src = kvc_emulated_untag(j->src);
+    if (j->count < 0) violation("%s: job %d has count %" PRId64, op, (int)i, j->count);
+    const int64_t one_row[4] = {1, j->row_shape[1], j->row_shape[2], j->row_shape[3]};
+    if (j->count == 0 || one_row[1] <= 0 || one_row[2] <= 0 || one_row[3] <= 0) continue;
+    if (!j->dst_rows || !j->src_rows)
+      violation("%s: job %d's row index arrays are NULL for %" PRId64 " rows", op, (int)i, j->count);
+    if (kvc_emulated_is_tagged(j->dst_rows) || kvc_emulated_is_tagged(j->src_rows))
+      violation("%s: job %d's row index arrays are device memory; the contract passes them in host memory", op,
+                (int)i);
+    for (int64_t k = 0; k < j->count; k++) {
+      if (j->dst_rows[k] < 0 || j->src_rows[k] < 0)
+        violation("%s: job %d, row %" PRId64 " -> %" PRId64 " (negative index)", op, (int)i, j->src_rows[k],
+                  j->dst_rows[k]);
+      const char* drow = (const char*)j->dst + j->dst_rows[k] * j->dst_strides[0] * (int64_t)j->elem_size;
+      const char* srow = (const char*)j->src + j->src_rows[k] * j->src_strides[0] * (int64_t)j->elem_size;
+      uintptr_t du =
+          (uintptr_t)checked_region(op, "a job's dst row", exec, p, drow, j->dst_strides, one_row, j->elem_size, 1, NULL);
+      uintptr_t su =
+          (uintptr_t)checked_region(op, "a job's src row", exec, p, srow, j->src_strides, one_row, j->elem_size, 0, NULL);
+      region_runs_add(&w, du, j->dst_strides, one_row, j->elem_size);
+      region_runs_add(&r, su, j->src_strides, one_row, j->elem_size);
+    }
+  }
+  region_runs_sort(&w);
+  region_runs_sort(&r);
+  int twice = region_runs_self_overlap(&w), clash = region_runs_intersect(&w, &r);
+  region_runs_free(&w);
+  region_runs_free(&r);
+  if (twice) violation("%s: %d jobs write some destination bytes twice (a row repeated in one job or in two)", op,
+                       (int)count);
+  if (clash) violation("%s: a destination row overlaps a source row of the same batch", op);
+  kvc_gpu_rows_batch b;
+  int refused = 0;
+  check_plans(op, emulated_plans_rows_batch(plain, count, &b, &refused));
+  kvc_gpu_walk_rows_batch(b.jobs, b.njobs, b.index, b.blocks, move_unit, NULL);
+  kvc_gpu_rows_batch_free(&b);
+  free(plain);
+  pthread_mutex_unlock(&lock);
+  return refused ? -1 : 0;
+}
+
 /* ---- Version 4: sink layers ---- */
 
 /*
@@ -873,6 +954,8 @@ static const kvc_backend emulated_backend = {
     emu_fp8_round_trip,
     /* Version 5 */
     emu_host_alloc,
+    /* Version 6 */
+    emu_copy_rows_batch,
 };
 
 /* ---------------------------------------------------------- exports */

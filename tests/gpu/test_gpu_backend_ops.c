@@ -3,6 +3,8 @@
  * (core/backend.h) against the CPU backend, bit-exact (the optional ones of
  * sink layers included: every device backend has them).
  *
+ * copy_rows_batch (version 6) is required of every device backend here.
+ *
  * Each case keeps two copies of the same random bytes: one in buffers of the
  * device backend (device memory or its host tier), one in buffers of the
  * CPU backend. It runs the same op on both and reads the device buffers back
@@ -14,6 +16,7 @@
 #include "gpu_test_util.h"
 #include "half.h"
 #include "internal.h"
+#include "rows_batch_cases.h"
 
 static const kvc_backend* dev;
 static const kvc_backend* cpu;
@@ -376,6 +379,76 @@ static void test_copy_rows_bytes(void) {
   pair_free(&dst);
 }
 
+/* -------------------------------------------------------- row copy batches */
+
+/*
+ * One copy_rows_batch (backend API 6: the pool's step write) on the device
+ * and on the CPU backend, every buffer compared whole. The cases
+ * (unit/rows_batch_cases.h) are step writes into NHD or HND storage with
+ * sources in any layout; a few buffers sit in the host tier. The jobs and
+ * index arrays are scribbled over right after the device call: the backend
+ * must have read them by then (a GPU backend packs them into the launch or
+ * stages them). Returns the rows the batch copied.
+ */
+static int64_t rows_batch_case(const rbc_shape* shape) {
+  rbc_case c;
+  if (!CHECK(rbc_make(&c, shape))) return 0;
+  pair* bufs = (pair*)calloc((size_t)c.nbufs + 1, sizeof(pair));
+  unsigned char** d = (unsigned char**)calloc((size_t)c.nbufs + 1, sizeof(unsigned char*));
+  unsigned char** h = (unsigned char**)calloc((size_t)c.nbufs + 1, sizeof(unsigned char*));
+  kvc_copy_rows_job* dj = (kvc_copy_rows_job*)calloc((size_t)c.njobs + 1, sizeof(kvc_copy_rows_job));
+  kvc_copy_rows_job* hj = (kvc_copy_rows_job*)calloc((size_t)c.njobs + 1, sizeof(kvc_copy_rows_job));
+  int ok = CHECK(bufs && d && h && dj && hj);
+  for (int32_t b = 0; ok && b < c.nbufs; b++) {
+    ok = pair_make(&bufs[b], &place0, c.buf_bytes[b], gt_range(0, 9) == 0);
+    d[b] = bufs[b].d;
+    h[b] = bufs[b].h;
+  }
+  if (ok) {
+    rbc_bind(&c, d, dj);
+    rbc_bind(&c, h, hj);
+    CHECK_EQ_I64(cpu->copy_rows_batch(cpu->ctx, &cpu_place, hj, c.njobs), 0);
+    CHECK_EQ_I64(dev->copy_rows_batch(dev->ctx, &place0, dj, c.njobs), 0);
+    memset(dj, 0xA5, sizeof(kvc_copy_rows_job) * (size_t)c.njobs);
+    for (int32_t a = 0; a < c.narrays; a++) memset(c.arrays[a], 0xA5, sizeof(int64_t)); /* the first entries */
+    for (int32_t b = 0; b < c.nbufs; b++) {
+      char what[96];
+      snprintf(what, sizeof what, "buffer %d of %d of a %s step of %lld tokens, %zu-byte elements", (int)b,
+               (int)c.nbufs, c.hnd ? "HND" : "NHD", (long long)c.tokens, c.elem);
+      CHECK_PAIR(&bufs[b], what);
+    }
+  }
+  for (int32_t b = 0; bufs && b < c.nbufs; b++) pair_free(&bufs[b]);
+  const int64_t rows = c.rows;
+  free(bufs);
+  free(d);
+  free(h);
+  free(dj);
+  free(hj);
+  rbc_free(&c);
+  return rows;
+}
+
+static void test_copy_rows_batch(void) {
+  CHECK(dev->copy_rows_batch != NULL); /* every device backend here has it (version 6) */
+  if (!dev->copy_rows_batch) return;
+  CHECK_EQ_I64(dev->copy_rows_batch(dev->ctx, &place0, NULL, 0), 0);
+  static const size_t elems[4] = {1, 2, 4, 8};
+  int64_t rows = 0;
+  /* Small steps: they fit one launch's parameters on CUDA. */
+  for (int it = 0; it < 48; it++) {
+    const rbc_shape s = {(int32_t)gt_range(1, 6), 0, 40, 4, 40, 4, elems[it % 4]};
+    rows += rows_batch_case(&s);
+  }
+  /* A decode step of a large model (2 x 80 layers, 256 sequences) and a prefill of thousands of tokens: batches
+     too large for the parameters, staged through device memory on a GPU. */
+  const rbc_shape decode = {80, 256, 256, 2, 16, 2, 2};
+  const rbc_shape prefill = {80, 2048, 3000, 2, 6, 3, 0};
+  rows += rows_batch_case(&decode);
+  rows += rows_batch_case(&prefill);
+  CHECK(rows > 2 * 80 * 2048);
+}
+
 /* --------------------------------------------------------- batched copies */
 
 /* One batch whose copies have random shapes, sizes and layouts, each into a buffer of its own. */
@@ -728,6 +801,7 @@ int main(void) {
   TU_RUN(test_copy_rows);
   TU_RUN(test_copy_rows_bytes);
   TU_RUN(test_copy_4d_batch);
+  TU_RUN(test_copy_rows_batch);
   TU_RUN(test_copy_tier);
   TU_RUN(test_streams);
   TU_RUN(test_second_device);

@@ -60,6 +60,64 @@ static void rows_written_twice(void) {
   be->copy_rows(be->ctx, &place, dst, compact, dst_rows, src, compact, src_rows, 2, block, 1);
 }
 
+/* Two jobs of one copy_rows_batch, as a pool's step write makes them: rows of [1, 1, 1, 8] 2-byte elements. */
+static void rows_batch_of_two(const kvc_exec* place, char* dst, char* src, const int64_t* dst_rows[2],
+                              const int64_t* src_rows[2], char* second_dst, char* second_src) {
+  kvc_copy_rows_job j[2];
+  memset(j, 0, sizeof j);
+  const int64_t st[4] = {8, 8, 8, 1}, row[4] = {1, 1, 1, 8};
+  for (int i = 0; i < 2; i++) {
+    j[i].dst = i ? second_dst : dst;
+    j[i].src = i ? second_src : src;
+    j[i].dst_rows = dst_rows[i];
+    j[i].src_rows = src_rows[i];
+    j[i].count = 2;
+    j[i].elem_size = 2;
+    memcpy(j[i].dst_strides, st, sizeof st);
+    memcpy(j[i].src_strides, st, sizeof st);
+    memcpy(j[i].row_shape, row, sizeof row);
+  }
+  be->copy_rows_batch(be->ctx, place, j, 2);
+}
+
+/* Two jobs (the K of two layers, say) given the same storage: row 3 is written by both. */
+static void rows_batch_writes_twice(void) {
+  kvc_exec place;
+  open_place(&place, 0);
+  char* dst = (char*)be->alloc_zeroed(be->ctx, &place, 8 * 16);
+  char* src = (char*)be->alloc_zeroed(be->ctx, &place, 8 * 16);
+  const int64_t a[2] = {1, 3}, b[2] = {3, 5}, t[2] = {0, 1};
+  const int64_t* dr[2] = {a, b};
+  const int64_t* sr[2] = {t, t};
+  rows_batch_of_two(&place, dst, src, dr, sr, dst, src);
+}
+
+/* The second job reads what the first writes: on a GPU the two race. */
+static void rows_batch_reads_a_write(void) {
+  kvc_exec place;
+  open_place(&place, 0);
+  char* dst = (char*)be->alloc_zeroed(be->ctx, &place, 8 * 16);
+  char* src = (char*)be->alloc_zeroed(be->ctx, &place, 8 * 16);
+  char* other = (char*)be->alloc_zeroed(be->ctx, &place, 8 * 16);
+  const int64_t a[2] = {1, 3}, t[2] = {0, 1}, u[2] = {3, 4};
+  const int64_t* dr[2] = {a, t};
+  const int64_t* sr[2] = {t, u};
+  rows_batch_of_two(&place, dst, src, dr, sr, other, dst);
+}
+
+/* Index arrays in device memory: the contract passes them in host memory (the backend packs them itself). */
+static void rows_batch_device_indices(void) {
+  kvc_exec place;
+  open_place(&place, 0);
+  char* dst = (char*)be->alloc_zeroed(be->ctx, &place, 8 * 16);
+  char* src = (char*)be->alloc_zeroed(be->ctx, &place, 8 * 16);
+  const int64_t* on_device = (const int64_t*)be->alloc_zeroed(be->ctx, &place, 16);
+  const int64_t t[2] = {0, 1};
+  const int64_t* dr[2] = {t, on_device};
+  const int64_t* sr[2] = {t, t};
+  rows_batch_of_two(&place, dst, src, dr, sr, dst + 64, src);
+}
+
 static void transposed_overlap(void) {
   kvc_exec place;
   open_place(&place, 0);
@@ -179,7 +237,15 @@ static void tier_forged(const kvc_exec* place, char* dst, char* src, char* host)
   (void)src;
   be->copy_tier_4d(be->ctx, place, 1, host, compact, dst, compact, block, 2);
 }
+static void rows_batch_forged(const kvc_exec* place, char* dst, char* src, char* host) {
+  (void)host;
+  const int64_t d[2] = {0, 1}, r[2] = {1, 0};
+  const int64_t* dr[2] = {d, r};
+  const int64_t* sr[2] = {r, d};
+  rows_batch_of_two(place, dst, src, dr, sr, dst + 64, src + 64);
+}
 static void copy_4d_unit_forged(void) { forged_unit(copy_4d_forged); }
+static void rows_batch_unit_forged(void) { forged_unit(rows_batch_forged); }
 static void move_unit_forged(void) { forged_unit(move_forged); }
 static void fill_unit_forged(void) { forged_unit(fill_forged); }
 static void batch_unit_forged(void) { forged_unit(batch_forged); }
@@ -210,6 +276,13 @@ static const rule rules[] = {
     {"fill_zero_4d with a forged 16-byte unit", fill_unit_forged, "fill_zero_4d: the fill kernel: misaligned plan"},
     {"copy_4d_batch with a forged 16-byte unit", batch_unit_forged, "copy_4d_batch: the batch kernel: misaligned plan"},
     {"an offload with a forged 16-byte unit", tier_unit_forged, "copy_tier_4d(offload): the copy kernel: misaligned"},
+    {"jobs of a rows batch write the same row", rows_batch_writes_twice, "jobs write some destination bytes twice"},
+    {"a rows batch job reads another's destination", rows_batch_reads_a_write,
+     "a destination row overlaps a source row of the same batch"},
+    {"a rows batch's index array in device memory", rows_batch_device_indices,
+     "index arrays are device memory; the contract passes them in host memory"},
+    {"copy_rows_batch with a forged 16-byte unit", rows_batch_unit_forged,
+     "copy_rows_batch: the rows batch kernel: misaligned plan"},
 };
 
 static void check_rule(const rule* r) {

@@ -89,6 +89,7 @@ def vectors() -> list[str]:
         # The lengths keep the fields apart: these two differ.
         ("split-ab-c", b"ab", b"c"),
         ("split-a-bc", b"a", b"bc"),
+        ("doc-example", b"my-model", b"tenant-1"),  # the worked example of docs/block-hash.md
     ]
     for name, s, t in roots:
         lines.append(f"root {name} {hexa(s)} {hexa(t)} {root(s, t).hex()}")
@@ -109,6 +110,7 @@ def vectors() -> list[str]:
         ("sixteen-image", r_full, token_run(16, 128000), image),
         ("parent-ff", ones, token_run(16, 1), b""),
         ("extra-nul", r_empty, [7], b"\x00"),
+        ("doc-example-lora", root(b"my-model", b"tenant-1"), [1, 2, 3, 4], b"lora:7"),
     ]
     for name, parent, tokens, extra in blocks:
         lines.append(f"block {name} {parent.hex()} {ints(tokens)} {hexa(extra)} {block(parent, tokens, extra).hex()}")
@@ -121,6 +123,7 @@ def vectors() -> list[str]:
         ("five-of-256-with-tail", r_full, 256, token_run(5 * 256 + 100, 31337)),
         ("partial-only", r_full, 16, token_run(15, 4)),
         ("no-tokens", r_full, 16, []),
+        ("doc-example", root(b"my-model", b"tenant-1"), 4, [1, 2, 3, 4, 5, 6, 7, 8, 9]),
     ]
     for name, r, bs, tokens in chains:
         hashes = chain(r, tokens, bs)

@@ -372,6 +372,46 @@ static void test_blocks_needed_shared(void) {
   kvc_pool_destroy(p);
 }
 
+/*
+ * A sliding group where y gives a block back and x needs one: x first needs 1 block (its reserve runs before
+ * y's release), y first needs none. The admission check must see the order, or a batch it accepts fails in
+ * reserve (found by the pool demo).
+ */
+static void test_blocks_needed_order(void) {
+  kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
+  g.kind = KVC_POOL_GROUP_SLIDING, g.block_size = 4, g.num_blocks = 5, g.window = 4; /* 4 usable blocks */
+  kvc_pool_layer_options l = KVC_POOL_LAYER_OPTIONS_INIT;
+  l.num_kv_heads = 1, l.key_head_dim = 1;
+  kvc_pool_options o = KVC_POOL_OPTIONS_INIT;
+  o.dtype = KVC_DTYPE_FLOAT32, o.num_groups = 1, o.groups = &g, o.num_layers = 1, o.layers = &l;
+  kvc_pool* p = NULL;
+  REQUIRE_OK(kvc_pool_create(&o, &p));
+  int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  int64_t slots[9];
+  kvc_pool_sequence *x = NULL, *y = NULL;
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &x));
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &y));
+  REQUIRE_OK(kvc_pool_reserve(x, t, 4, slots)); /* one full block */
+  REQUIRE_OK(kvc_pool_commit(x));
+  REQUIRE_OK(kvc_pool_reserve(y, t, 9, slots)); /* three blocks, the first out of the window after the commit */
+  REQUIRE_OK(kvc_pool_commit(y));
+  kvc_pool_stats s = pt_stats(p, 0);
+  CHECK_EQ_U64(s.free_blocks + s.cached_blocks, 0);
+  const kvc_pool_sequence* xy[2] = {x, y};
+  const kvc_pool_sequence* yx[2] = {y, x};
+  uint64_t one[2] = {1, 1}, need = 99;
+  REQUIRE_OK(kvc_pool_blocks_needed(p, xy, one, 2, &need));
+  CHECK_EQ_U64(need, 1);
+  REQUIRE_OK(kvc_pool_blocks_needed(p, yx, one, 2, &need));
+  CHECK_EQ_U64(need, 0);
+  kvc_error* e = kvc_pool_reserve(x, t, 1, slots); /* what admission of [x, y] refuses */
+  CHECK(kvc_error_code(e) == KVC_ERROR_OUT_OF_MEMORY);
+  kvc_error_destroy(e);
+  REQUIRE_OK(kvc_pool_reserve(y, t, 1, slots)); /* [y, x] fits */
+  REQUIRE_OK(kvc_pool_reserve(x, t, 1, slots));
+  kvc_pool_destroy(p);
+}
+
 static void test_hnd_layout_and_views(void) {
   static const uint32_t two[] = {0, 0};
   kvc_pool* p = NULL;
@@ -514,6 +554,7 @@ int main(void) {
   TU_RUN(test_events_ring_and_salt);
   TU_RUN(test_tables);
   TU_RUN(test_blocks_needed_shared);
+  TU_RUN(test_blocks_needed_order);
   TU_RUN(test_hnd_layout_and_views);
   TU_RUN(test_recurrent_checkpoints);
   TU_RUN(test_prefix_caching_off);

@@ -50,7 +50,7 @@ extern "C" {
  * one. Writes 32 bytes to `out`.
  * Errors (INVALID_ARGUMENT, `out` untouched): seed or salt NULL with a
  * nonzero length, a length above 4294967295 (it is hashed as a le32), out NULL.
- * Since 0.5.
+ * Since 0.6.
  */
 KVC_API kvc_error* kvc_block_hash_root(const void* seed, size_t seed_len, const void* salt, size_t salt_len,
                                        uint8_t out[32]);
@@ -65,7 +65,7 @@ KVC_API kvc_error* kvc_block_hash_root(const void* seed, size_t seed_len, const 
  * num_tokens 0 or above 4294967295; a negative token id (the message names
  * its index and value); extra NULL with a nonzero extra_len; extra_len above
  * 4294967295.
- * Since 0.5.
+ * Since 0.6.
  */
 KVC_API kvc_error* kvc_block_hash(const uint8_t parent[32], const int32_t* tokens, size_t num_tokens,
                                   const void* extra, size_t extra_len, uint8_t out[32]);
@@ -83,7 +83,7 @@ KVC_API kvc_error* kvc_block_hash(const uint8_t parent[32], const int32_t* token
  * out_capacity > 0; block_size 0; a negative token id anywhere in the list,
  * the tail included (the message names its index and value); out_capacity
  * smaller than the number of full blocks (the message names both numbers).
- * Since 0.5.
+ * Since 0.6.
  */
 KVC_API kvc_error* kvc_block_hash_chain(const uint8_t root[32], const int32_t* tokens, size_t num_tokens,
                                         uint32_t block_size, uint8_t (*out)[32], size_t out_capacity,

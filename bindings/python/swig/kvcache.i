@@ -285,6 +285,9 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %ignore kvc_cache_indexer_view;
 %ignore kvc_cache_set_stream;
 %ignore kvc_cache_stream;
+%ignore kvc_block_hash_root;
+%ignore kvc_block_hash;
+%ignore kvc_block_hash_chain;
 
 /* kvc_kv's tensors are owned by the cache: reach them through View objects, not raw structs. */
 %immutable kvc_kv::key;
@@ -300,6 +303,7 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %include "kvcache/offload.h"
 %include "kvcache/recurrent.h"
 %include "kvcache/indexer.h"
+%include "kvcache/block_hash.h"
 
 %init %{
   if (PyType_Ready(&CacheHandleType) < 0 || PyType_Ready(&EncoderDecoderHandleType) < 0 ||
@@ -337,6 +341,9 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %feature("nothread") kvc_py_cache_set_stream;
 %feature("nothread") kvc_py_cache_stream;
 %feature("nothread") kvc_py_set_stream_waiter;
+%feature("nothread") kvc_py_block_hash_root;
+%feature("nothread") kvc_py_block_hash;
+%feature("nothread") kvc_py_block_hash_chain;
 
 %rename(kvc_cache_update) kvc_py_cache_update;
 %rename(kvc_cache_update_all) kvc_py_cache_update_all;
@@ -358,6 +365,9 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %rename(kvc_cache_set_stream) kvc_py_cache_set_stream;
 %rename(kvc_cache_stream) kvc_py_cache_stream;
 %rename(_set_stream_waiter) kvc_py_set_stream_waiter;
+%rename(kvc_block_hash_root) kvc_py_block_hash_root;
+%rename(kvc_block_hash) kvc_py_block_hash;
+%rename(kvc_block_hash_chain) kvc_py_block_hash_chain;
 
 PyObject* kvc_py_set_error_classes(PyObject* base, PyObject* by_code, PyObject* stale);
 PyObject* kvc_py_close(PyObject* handle);
@@ -916,3 +926,148 @@ PyObject* kvc_py_cache_state_view(PyObject* cache, unsigned int layer, unsigned 
   return result;
 }
 %}
+
+/* ------------------------------------------------------------ block hash */
+%{
+/* A bytes-like argument (bytes, bytearray, memoryview, a contiguous array) as read-only bytes; str is refused. */
+static int kvc_py_bytes_in(PyObject* obj, const char* fn, const char* name, Py_buffer* view) {
+  memset(view, 0, sizeof *view);
+  if (PyUnicode_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "%s: %s must be bytes, not str; encode it first (%s.encode())", fn, name, name);
+    return -1;
+  }
+  if (PyObject_GetBuffer(obj, view, PyBUF_CONTIG_RO) < 0) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s: %s must be a bytes-like object, got %.100s", fn, name, Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  return 0;
+}
+
+/* A block hash argument: exactly KVC_BLOCK_HASH_SIZE bytes. */
+static int kvc_py_hash_in(PyObject* obj, const char* fn, const char* name, Py_buffer* view) {
+  if (kvc_py_bytes_in(obj, fn, name, view) < 0) return -1;
+  if (view->len != KVC_BLOCK_HASH_SIZE) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s: %s is %zd bytes; a block hash is %d bytes", fn, name, view->len,
+             KVC_BLOCK_HASH_SIZE);
+    PyBuffer_Release(view);
+    kvc_py_raise_code(KVC_ERROR_INVALID_ARGUMENT, msg);
+    return -1;
+  }
+  return 0;
+}
+
+/*
+ * Token ids (a sequence of ints or a 1-D integer tensor) as int32. Ids outside int32 are refused here with the
+ * library's wording; negative int32 ids go through, for the library to refuse with its message.
+ */
+static int32_t* kvc_py_tokens_in(PyObject* obj, const char* fn, size_t* n) {
+  kvc_py_i64 ids;
+  if (kvc_py_i64_from(obj, "tokens", &ids) < 0) return NULL;
+  int32_t* out = (int32_t*)PyMem_Malloc((ids.count + 1) * sizeof *out);
+  if (!out) PyErr_NoMemory();
+  for (size_t i = 0; out && i < ids.count; i++) {
+    if (ids.data[i] < INT32_MIN || ids.data[i] > INT32_MAX) {
+      char msg[200];
+      snprintf(msg, sizeof msg, "%s: tokens[%zu] is %lld; token ids must be >= 0 and fit int32 (at most 2147483647)",
+               fn, i, (long long)ids.data[i]);
+      kvc_py_raise_code(KVC_ERROR_INVALID_ARGUMENT, msg);
+      PyMem_Free(out);
+      out = NULL;
+    } else {
+      out[i] = (int32_t)ids.data[i];
+    }
+  }
+  *n = ids.count;
+  kvc_py_i64_release(&ids);
+  return out;
+}
+%}
+
+%inline %{
+/* kvc_block_hash_root(seed, salt) -> bytes (32): seed and salt are bytes-like, empty allowed. */
+PyObject* kvc_py_block_hash_root(PyObject* seed, PyObject* salt) {
+  static const char* FN = "kvc_block_hash_root";
+  Py_buffer a, b;
+  PyObject* result = NULL;
+  if (kvc_py_bytes_in(seed, FN, "seed", &a) < 0) return NULL;
+  if (kvc_py_bytes_in(salt, FN, "salt", &b) == 0) {
+    uint8_t out[KVC_BLOCK_HASH_SIZE];
+    kvc_error* err = kvc_block_hash_root(a.buf, (size_t)a.len, b.buf, (size_t)b.len, out);
+    if (err) kvc_py_raise(err);
+    else result = PyBytes_FromStringAndSize((const char*)out, KVC_BLOCK_HASH_SIZE);
+    PyBuffer_Release(&b);
+  }
+  PyBuffer_Release(&a);
+  return result;
+}
+
+/* kvc_block_hash(parent, tokens, extra) -> bytes (32). */
+PyObject* kvc_py_block_hash(PyObject* parent, PyObject* tokens, PyObject* extra) {
+  static const char* FN = "kvc_block_hash";
+  Py_buffer p, x;
+  size_t n = 0;
+  PyObject* result = NULL;
+  if (kvc_py_hash_in(parent, FN, "parent", &p) < 0) return NULL;
+  int32_t* ids = kvc_py_tokens_in(tokens, FN, &n);
+  if (ids && kvc_py_bytes_in(extra, FN, "extra", &x) == 0) {
+    uint8_t out[KVC_BLOCK_HASH_SIZE];
+    kvc_error* err;
+    Py_BEGIN_ALLOW_THREADS
+    err = kvc_block_hash((const uint8_t*)p.buf, ids, n, x.buf, (size_t)x.len, out);
+    Py_END_ALLOW_THREADS
+    if (err) kvc_py_raise(err);
+    else result = PyBytes_FromStringAndSize((const char*)out, KVC_BLOCK_HASH_SIZE);
+    PyBuffer_Release(&x);
+  }
+  PyMem_Free(ids);
+  PyBuffer_Release(&p);
+  return result;
+}
+
+/* kvc_block_hash_chain(root, tokens, block_size) -> [bytes (32), ...]: the hashes of the full blocks. */
+PyObject* kvc_py_block_hash_chain(PyObject* root, PyObject* tokens, long long block_size) {
+  static const char* FN = "kvc_block_hash_chain";
+  if (block_size < 0 || block_size > (long long)UINT32_MAX) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s: block_size is %lld; it must be >= 1 and fit uint32", FN, block_size);
+    kvc_py_raise_code(KVC_ERROR_INVALID_ARGUMENT, msg);
+    return NULL;
+  }
+  Py_buffer r;
+  size_t n = 0, count = 0;
+  PyObject* result = NULL;
+  if (kvc_py_hash_in(root, FN, "root", &r) < 0) return NULL;
+  int32_t* ids = kvc_py_tokens_in(tokens, FN, &n);
+  /* block_size 0 is the library's to refuse: room for nothing then. */
+  size_t full = ids && block_size ? n / (size_t)block_size : 0;
+  uint8_t(*out)[KVC_BLOCK_HASH_SIZE] = ids ? (uint8_t(*)[KVC_BLOCK_HASH_SIZE])PyMem_Malloc((full + 1) * KVC_BLOCK_HASH_SIZE) : NULL;
+  if (ids && !out) PyErr_NoMemory();
+  if (out) {
+    kvc_error* err;
+    Py_BEGIN_ALLOW_THREADS
+    err = kvc_block_hash_chain((const uint8_t*)r.buf, ids, n, (uint32_t)block_size, out, full, &count);
+    Py_END_ALLOW_THREADS
+    if (err) {
+      kvc_py_raise(err);
+    } else if ((result = PyList_New((Py_ssize_t)count)) != NULL) {
+      for (size_t i = 0; i < count; i++) {
+        PyObject* h = PyBytes_FromStringAndSize((const char*)out[i], KVC_BLOCK_HASH_SIZE);
+        if (!h) {
+          Py_CLEAR(result);
+          break;
+        }
+        PyList_SET_ITEM(result, (Py_ssize_t)i, h);
+      }
+    }
+  }
+  PyMem_Free(out);
+  PyMem_Free(ids);
+  PyBuffer_Release(&r);
+  return result;
+}
+%}
+
+/* The pool (kvcache/pool.h): its handles, typemaps and hand-written functions. */
+%include "kvcache_pool.i"

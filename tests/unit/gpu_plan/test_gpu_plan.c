@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "gpu_plan.h"
 #include "plan_test_util.h"
 
@@ -382,14 +383,126 @@ static void test_batch_lookup(void) {
   printf("batch: %d copies, %u blocks, each block found its copy\n", n, blocks);
 }
 
+/* ---- copy_rows_batch's planning --------------------------------------------------- */
+
+/* A job of `count` rows [1, heads, 1, dim] of 2 bytes between two compact [rows, heads, dim] buffers. */
+static kvc_copy_rows_job rows_job(void* dst, const void* src, const int64_t* dr, const int64_t* sr, int64_t count,
+                                  int64_t heads, int64_t dim) {
+  kvc_copy_rows_job j;
+  memset(&j, 0, sizeof j);
+  j.dst = dst;
+  j.src = src;
+  j.dst_rows = dr;
+  j.src_rows = sr;
+  j.count = count;
+  j.elem_size = 2;
+  const int64_t st[4] = {heads * dim, dim, heads * dim, 1}, shape[4] = {1, heads, 1, dim};
+  memcpy(j.dst_strides, st, sizeof st);
+  memcpy(j.src_strides, st, sizeof st);
+  memcpy(j.row_shape, shape, sizeof shape);
+  return j;
+}
+
+/*
+ * What the planner makes of a pool's step write: index arrays shared by
+ * pointer are stored once, pairs share blocks when a pair's plan is one
+ * block (and only then), the blocks of the jobs follow one another, empty
+ * jobs are left out, and what cannot be planned is refused.
+ */
+static void test_rows_batch_plans(void) {
+  static uint16_t store[4][64 * 8 * 128] __attribute__((aligned(256)));
+  static uint16_t step[64 * 8 * 128] __attribute__((aligned(256)));
+  int64_t slots[64], tokens[64], other[64];
+  for (int i = 0; i < 64; i++) {
+    slots[i] = 63 - i;
+    tokens[i] = i;
+    other[i] = i;
+  }
+  /* K and V of two layers sharing the slot mapping, a job with its own equal copy, an empty job. */
+  kvc_copy_rows_job jobs[6] = {
+      rows_job(store[0], step, slots, tokens, 64, 8, 128), rows_job(store[1], step, slots, tokens, 64, 8, 128),
+      rows_job(store[2], step, slots, tokens, 64, 8, 128), rows_job(store[3], step, slots, other, 64, 8, 128),
+      rows_job(store[0], step, NULL, NULL, 0, 8, 128),     rows_job(store[1], step, slots, tokens, 1, 8, 0)};
+  kvc_gpu_rows_batch b;
+  CHECK(kvc_gpu_plan_rows_batch(&b, jobs, 6) == 0, "a step write is planned");
+  CHECK(b.njobs == 4, "empty jobs are left out: %d jobs", (int)b.njobs);
+  CHECK(b.nindex == 3 * 64, "shared arrays stored once: %u index entries for 3 distinct arrays", b.nindex);
+  CHECK(b.bytes == 4 * sizeof(kvc_gpu_rows_job) + 3 * 64 * sizeof(int32_t) && (void*)b.jobs == b.area &&
+            (const int32_t*)b.index == kvc_gpu_rows_batch_index(b.jobs, b.njobs),
+        "layout: the jobs, then the index array");
+  uint32_t first = 0;
+  for (int32_t i = 0; i < b.njobs; i++) {
+    const kvc_gpu_rows_job* j = &b.jobs[i];
+    /* 8 x 128 bf16 = 2 KiB a row: 128 units of 16 bytes, 16 pairs to a block. */
+    CHECK(j->rows.plan.unit == 16 && j->pairs_per_block == 16 && j->blocks_per_pair == 1 &&
+              kvc_gpu_rows_job_blocks(j) == 4 && j->first_block == first,
+          "job %d: unit %d, %u pairs per block, first block %u", (int)i, j->rows.plan.unit, j->pairs_per_block,
+          j->first_block);
+    first += kvc_gpu_rows_job_blocks(j);
+    for (int32_t k = 0; k < 64; k++)
+      CHECK(b.index[j->dst_index + (uint32_t)k] == 63 - k && b.index[j->src_index + (uint32_t)k] == k,
+            "job %d pair %d", (int)i, (int)k);
+  }
+  CHECK(b.blocks == first && b.blocks == 16, "%u blocks", b.blocks);
+  for (uint32_t blk = 0; blk < b.blocks; blk++) {
+    int32_t i = kvc_gpu_rows_batch_find(b.jobs, b.njobs, blk);
+    int32_t pair0, npairs;
+    uint32_t plan_block;
+    kvc_gpu_rows_job_share(&b.jobs[i], blk - b.jobs[i].first_block, &pair0, &npairs, &plan_block);
+    CHECK(i == (int32_t)(blk / 4) && pair0 == (int32_t)(blk % 4) * 16 && npairs == 16 && plan_block == 0,
+          "block %u: job %d, pairs %d + %d", blk, (int)i, (int)pair0, (int)npairs);
+  }
+  kvc_gpu_rows_batch_free(&b);
+
+  /* Rows of 64 KiB: a pair's plan takes 2 blocks; a pair of 17 KiB rows (1088 units) one block alone. */
+  kvc_copy_rows_job wide = rows_job(store[0], step, slots, tokens, 3, 2, 16384);
+  CHECK(kvc_gpu_plan_rows_batch(&b, &wide, 1) == 0 && b.jobs[0].pairs_per_block == 1 &&
+            b.jobs[0].blocks_per_pair == 2 && b.blocks == 6,
+        "wide rows: %u blocks per pair, %u blocks", b.njobs ? b.jobs[0].blocks_per_pair : 0, b.blocks);
+  kvc_gpu_rows_batch_free(&b);
+  wide = rows_job(store[0], step, slots, tokens, 3, 1, 8704);
+  CHECK(kvc_gpu_plan_rows_batch(&b, &wide, 1) == 0 && b.jobs[0].pairs_per_block == 1 &&
+            b.jobs[0].blocks_per_pair == 1 && b.blocks == 3,
+        "rows of 1088 units: one block each");
+  kvc_gpu_rows_batch_free(&b);
+
+  /* Nothing to copy: no area, no blocks. */
+  CHECK(kvc_gpu_plan_rows_batch(&b, NULL, 0) == 0 && b.njobs == 0 && !b.area && b.blocks == 0, "no jobs");
+  CHECK(kvc_gpu_plan_rows_batch(&b, &jobs[4], 2) == 0 && b.njobs == 0 && !b.area, "only empty jobs");
+
+  /* Refusals, each leaving *out empty. */
+  int64_t bad[2] = {0, -1}, big[2] = {0, (int64_t)INT32_MAX + 1};
+  kvc_copy_rows_job r = rows_job(store[0], step, bad, tokens, 2, 8, 128);
+  CHECK(kvc_gpu_plan_rows_batch(&b, &r, 1) == -1 && !b.area && b.njobs == 0, "a negative row index");
+  r.dst_rows = big;
+  CHECK(kvc_gpu_plan_rows_batch(&b, &r, 1) == -1, "a row index past int32");
+  r.dst_rows = slots;
+  r.src_rows = NULL;
+  CHECK(kvc_gpu_plan_rows_batch(&b, &r, 1) == -1, "NULL arrays for rows to copy");
+  r.src_rows = tokens;
+  r.count = -1;
+  CHECK(kvc_gpu_plan_rows_batch(&b, &r, 1) == -1, "a negative count");
+  r.count = 2;
+  r.row_shape[1] = -1;
+  CHECK(kvc_gpu_plan_rows_batch(&b, &r, 1) == -1, "a negative row extent");
+  r.row_shape[1] = 8;
+  r.elem_size = 0;
+  CHECK(kvc_gpu_plan_rows_batch(&b, &r, 1) == -1, "elements of 0 bytes");
+  CHECK(kvc_gpu_plan_rows_batch(&b, jobs, -1) == -1 && kvc_gpu_plan_rows_batch(&b, NULL, 1) == -1,
+        "a negative job count, NULL jobs");
+  printf("rows batch: shared index arrays stored once, 16 pairs per block for 2 KiB rows, refusals\n");
+}
+
 int main(void) {
   assert(sizeof(kvc_gpu_copy) == 112);
+  assert(sizeof(kvc_gpu_rows_job) == 152);
   test_decode_write_plan();
   test_refusals_and_empties();
   test_overlap_detection();
   test_random_copies_and_fills();
   test_seq_moves();
   test_batch_lookup();
+  test_rows_batch_plans();
   if (failures) {
     fprintf(stderr, "test_gpu_plan: %d check(s) failed\n", failures);
     return 1;

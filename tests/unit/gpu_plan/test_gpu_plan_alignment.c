@@ -3,7 +3,8 @@
  * makes is aligned by construction, over base offsets 0..15 bytes, odd
  * sizes and every element size (1, 2, 4, 8, 16), for each operation: a
  * copy, a fill, copy_4d's overlapping routes (the move kernel, scratch),
- * copy_rows with odd batch-row strides, batches, and contiguous zeroing.
+ * copy_rows with odd batch-row strides, batches, copy_rows_batch (pool step
+ * writes in NHD and HND storage) and contiguous zeroing.
  *
  * For each: the plan passes the checker (kvc_gpu_check_*, which forms each
  * address the kernel would), and the kernel's walk (gpu_plan_walk.h) run on
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../rows_batch_cases.h"
 #include "gpu_plan.h"
 #include "gpu_plan_walk.h"
 #include "plan_test_util.h"
@@ -462,6 +464,104 @@ static void test_batches(void) {
   printf("batches: %d of %d copies each, random offsets and element sizes\n", batches, N);
 }
 
+/* ---- copy_rows_batch ---------------------------------------------------------------- */
+
+/* What the rows batch cases exercised: jobs whose pairs share blocks, whose pairs take several blocks, units. */
+static int rb_shared = 0, rb_tiled = 0, rb_units[17];
+
+/*
+ * One random step write (rows_batch_cases.h) with every buffer at its own
+ * offset 0..15 from a 16-byte boundary (at 0 when `aligned`, as
+ * allocations are), all in one arena: the batch plan passes the check, and
+ * its walk equals the reference and writes every destination byte once.
+ */
+static void rows_batch_case(const rbc_shape* shape, int aligned) {
+  rbc_case c;
+  if (!rbc_make(&c, shape)) {
+    CHECK(0, "out of memory");
+    return;
+  }
+  size_t* at = (size_t*)malloc(sizeof(size_t) * ((size_t)c.nbufs + 1));
+  size_t total = 0;
+  for (int32_t b = 0; b < c.nbufs; b++) {
+    at[b] = (total + 15) / 16 * 16 + (aligned ? 0 : (size_t)rand_in(0, 15));
+    total = at[b] + c.buf_bytes[b];
+  }
+  char* arena = arena_new(total);
+  char* expect = (char*)malloc(total);
+  memcpy(expect, arena, total);
+  unsigned char** bufs = (unsigned char**)malloc(sizeof(unsigned char*) * ((size_t)c.nbufs + 1));
+  unsigned char** ebufs = (unsigned char**)malloc(sizeof(unsigned char*) * ((size_t)c.nbufs + 1));
+  for (int32_t b = 0; b < c.nbufs; b++) {
+    bufs[b] = (unsigned char*)arena + at[b];
+    ebufs[b] = (unsigned char*)expect + at[b];
+  }
+  kvc_copy_rows_job* jobs = (kvc_copy_rows_job*)calloc((size_t)c.njobs, sizeof(kvc_copy_rows_job));
+  kvc_copy_rows_job* ejobs = (kvc_copy_rows_job*)calloc((size_t)c.njobs, sizeof(kvc_copy_rows_job));
+  rbc_bind(&c, bufs, jobs);
+  rbc_bind(&c, ebufs, ejobs);
+  rbc_reference(ejobs, c.njobs);
+  unsigned char* want = (unsigned char*)calloc(total, 1);
+  for (int32_t i = 0; i < c.njobs; i++) {
+    const kvc_copy_rows_job* j = &jobs[i];
+    const int64_t one_row[4] = {1, j->row_shape[1], j->row_shape[2], j->row_shape[3]};
+    for (int64_t k = 0; k < j->count; k++)
+      region_hits(arena, total, (const char*)j->dst + j->dst_rows[k] * j->dst_strides[0] * (int64_t)j->elem_size,
+                  j->dst_strides, one_row, (int64_t)j->elem_size, want);
+  }
+  char layout[96];
+  snprintf(layout, sizeof layout, "a %s step of %lld tokens, %d jobs, %zu-byte elements", c.hnd ? "HND" : "NHD",
+           (long long)c.tokens, (int)c.njobs, c.elem);
+  kvc_gpu_rows_batch b;
+  int rc = kvc_gpu_plan_rows_batch(&b, jobs, c.njobs);
+  CHECK(rc == 0, "rows batch plan of %s: %d", layout, rc);
+  if (rc == 0) {
+    char why[256] = "";
+    CHECK(kvc_gpu_check_rows_batch(&b, why, sizeof why) == 0, "rows batch of %s: %s", layout, why);
+    interp x = interp_on(arena, total);
+    kvc_gpu_walk_rows_batch(b.jobs, b.njobs, b.index, b.blocks, interp_visit, &x);
+    flush(&x);
+    check_result("copy_rows_batch", arena, expect, total, &x, want, layout);
+    interp_done(&x);
+    for (int32_t i = 0; i < b.njobs; i++) {
+      rb_shared += b.jobs[i].pairs_per_block > 1;
+      rb_tiled += b.jobs[i].blocks_per_pair > 1;
+      rb_units[b.jobs[i].rows.plan.unit]++;
+    }
+    kvc_gpu_rows_batch_free(&b);
+  }
+  free(want);
+  free(jobs);
+  free(ejobs);
+  free(bufs);
+  free(ebufs);
+  free(arena);
+  free(expect);
+  free(at);
+  rbc_free(&c);
+}
+
+static void test_rows_batch(void) {
+  int cases = 0;
+  for (size_t e = 0; e < NELEM; e++)
+    for (int it = 0; it < 60; it++, cases++) {
+      const rbc_shape small = {(int32_t)rand_in(1, 5), 0, 40, 4, 24, 4, (size_t)elem_sizes[e]};
+      rows_batch_case(&small, it % 4 == 0);
+    }
+  /* Rows longer than one block's tile (several blocks per pair), few of them. */
+  for (size_t e = 0; e < NELEM; e++, cases++) {
+    const rbc_shape wide = {2, 1, 3, 3, 3000, 1, (size_t)elem_sizes[e]};
+    rows_batch_case(&wide, 0);
+  }
+  CHECK(rb_shared > 0 && rb_tiled > 0, "jobs with shared blocks: %d, with several blocks per pair: %d", rb_shared,
+        rb_tiled);
+  CHECK(rb_units[1] > 0 && rb_units[16] > 0, "1-byte units in %d jobs, 16-byte units in %d", rb_units[1],
+        rb_units[16]);
+  printf("copy_rows_batch: %d step writes at offsets 0..15, a quarter aligned (jobs by unit 1/2/4/8/16: %d/%d/%d/%d/%d; %d with pairs "
+         "sharing blocks, %d with pairs over several blocks)\n",
+         cases, rb_units[1], rb_units[2], rb_units[4], rb_units[8], rb_units[16], rb_shared, rb_tiled);
+}
+
 /* ---- zeroing, and forged plans ----------------------------------------------------- */
 
 static void test_zero_bytes(void) {
@@ -514,6 +614,32 @@ static void test_forged_plans_fail(void) {
   r.plan.n[3] = 1;
   CHECK(kvc_gpu_check_rows(&r, dr, sr, 2, why, sizeof why) == -1 && strstr(why, "8-byte unit at src address"),
         "8-byte units with 12-byte row strides must fail: \"%s\"", why);
+  /* A rows batch whose second job's unit is forged past what its row strides allow. */
+  kvc_copy_rows_job jobs[2];
+  memset(jobs, 0, sizeof jobs);
+  for (int i = 0; i < 2; i++) {
+    jobs[i].dst = buf + 64 * i;
+    jobs[i].src = buf + 128 + 32 * i;
+    jobs[i].dst_rows = dr;
+    jobs[i].src_rows = sr;
+    jobs[i].count = 2;
+    jobs[i].elem_size = 4;
+    memcpy(jobs[i].dst_strides, rs, sizeof rs);
+    memcpy(jobs[i].src_strides, rs, sizeof rs);
+    memcpy(jobs[i].row_shape, row, sizeof row);
+  }
+  kvc_gpu_rows_batch rb;
+  CHECK(kvc_gpu_plan_rows_batch(&rb, jobs, 2) == 0 && rb.jobs[1].rows.plan.unit == 4, "rows batch: unit %d",
+        rb.njobs == 2 ? rb.jobs[1].rows.plan.unit : -1);
+  CHECK(kvc_gpu_check_rows_batch(&rb, why, sizeof why) == 0, "%s", why);
+  rb.jobs[1].rows.plan.unit = 8;
+  rb.jobs[1].rows.plan.n[3] = 1;
+  CHECK(kvc_gpu_check_rows_batch(&rb, why, sizeof why) == -1 && strstr(why, "8-byte unit at"),
+        "a rows batch job's forged 8-byte unit with 12-byte row strides must fail: \"%s\"", why);
+  rb.jobs[1].rows.plan.unit = 5;
+  CHECK(kvc_gpu_check_rows_batch(&rb, why, sizeof why) == -1 && strstr(why, "1, 2, 4, 8 or 16"),
+        "a 5-byte unit in a rows batch: \"%s\"", why);
+  kvc_gpu_rows_batch_free(&rb);
   /* A seq move by one row, 2 bytes off: 2-byte units; forged to 8, the stage and src accesses are misaligned. */
   const int64_t mst[4] = {0, 0, 32, 1}, mshape[4] = {1, 1, 6, 32};
   CHECK(kvc_gpu_plan(&p, buf + 34, mst, buf + 2, mst, mshape, 1, 1) == 0 && p.unit == 2, "move plan: unit %d",
@@ -532,6 +658,7 @@ int main(void) {
   test_overlapping_copies();
   test_copy_rows();
   test_batches();
+  test_rows_batch();
   test_zero_bytes();
   if (failures) {
     fprintf(stderr, "test_gpu_plan_alignment: %d check(s) failed\n", failures);

@@ -18,7 +18,8 @@ cache.
 
 ``kvcache.transformers`` (needs torch and transformers >= 5) has drop-in
 replacements for transformers' caches, usable as ``past_key_values`` in
-``model.generate``.
+``model.generate``. :class:`Pool` is the paged block pool of serving stacks
+(continuous batching, prefix reuse, copy-on-write, events; ``kvcache.pool``).
 """
 from __future__ import annotations
 
@@ -75,6 +76,29 @@ from ._cache import (
     StaticCache,
 )
 
+from ._block_hash import (
+    BLOCK_HASH_SIZE,
+    BLOCK_HASH_VERSION,
+    block_hash,
+    block_hash_chain,
+    block_hash_root,
+)
+from .pool import (
+    CsrBlockTable,
+    EventKind,
+    GroupKind,
+    Layout,
+    Pool,
+    PoolEvent,
+    PoolGroup,
+    PoolLayer,
+    PoolStats,
+    RecurrentState,
+    Sequence,
+    SlotMapping,
+    describe_config,
+)
+
 View = _lib.View
 
 #: The version of the C library this package runs on ("MAJOR.MINOR.PATCH").
@@ -117,4 +141,7 @@ __all__ = [
     "KvcacheError", "InvalidArgumentError", "OutOfRangeError", "DtypeMismatchError", "ShapeMismatchError",
     "DeviceMismatchError", "UnsupportedError", "InvalidStateError", "OutOfMemoryError", "NoDeviceError",
     "VersionMismatchError", "InternalError", "StaleViewError",
+    "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
+    "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
+    "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
 ]
