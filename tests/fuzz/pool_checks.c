@@ -116,67 +116,86 @@ static int32_t read_i32(const kvc_tensor* t, int64_t i, int64_t j) {
   return (int32_t)pf_read(t, idx);
 }
 
-static void check_tables(ctx* c) {
-  const kvc_pool_sequence* seqs[PM_SEQS];
-  int which[PM_SEQS], n = 0;
+/* The live sequences in slot order (the batch the tables are made of). */
+static int live_batch(const ctx* c, const kvc_pool_sequence** seqs, int* which) {
+  int n = 0;
   for (int i = 0; i < PM_SEQS; i++)
     if (c->m.s[i].used) {
       which[n] = i;
       seqs[n++] = c->h[i];
     }
-  if (!n) return;
-  for (uint32_t g = 0; g < c->m.ng; g++) {
-    if (!pm_is_attention(&c->m, g)) continue;
-    uint32_t maxb = 0, total = 0;
-    for (int k = 0; k < n; k++) {
-      uint32_t len = pm_table_len(&c->m, &c->m.s[which[k]], g);
-      if (len > maxb) maxb = len;
-      total += len;
-    }
-    char what[64];
-    kvc_pool_table t;
-    snprintf(what, sizeof what, "padded block table of group %u", g);
-    expect_code(kvc_pool_block_table(c->pool, seqs, (size_t)n, g, KVC_POOL_TABLE_PADDED, &t), KVC_OK, what);
-    int64_t shape[2] = {n, maxb};
-    check_tensor(c, &t.table, 2, shape, KVC_DTYPE_UNSET, what);
-    for (int k = 0; k < n; k++) {
-      const pm_seq* s = &c->m.s[which[k]];
-      uint32_t len = pm_table_len(&c->m, s, g);
-      for (uint32_t j = 0; j < maxb; j++) {
-        int32_t want = j < len ? (int32_t)s->table[g][j] : 0;
-        int32_t got = read_i32(&t.table, k, j);
-        if (got != want)
-          fail("%s: row %d (s%d) entry %u is %d, the model says %d", what, k, which[k], j, got, want);
-      }
-    }
-    snprintf(what, sizeof what, "CSR block table of group %u", g);
-    expect_code(kvc_pool_block_table(c->pool, seqs, (size_t)n, g, KVC_POOL_TABLE_CSR, &t), KVC_OK, what);
-    int64_t ishape[1] = {n + 1}, xshape[1] = {total}, lshape[1] = {n};
-    check_tensor(c, &t.indptr, 1, ishape, KVC_DTYPE_UNSET, what);
-    check_tensor(c, &t.table, 1, xshape, KVC_DTYPE_UNSET, what);
-    check_tensor(c, &t.last_page_len, 1, lshape, KVC_DTYPE_UNSET, what);
-    uint32_t at = 0;
-    for (int k = 0; k < n; k++) {
-      const pm_seq* s = &c->m.s[which[k]];
-      uint32_t len = pm_table_len(&c->m, s, g);
-      int64_t i0[1] = {k}, i1[1] = {k + 1};
-      if ((int32_t)pf_read(&t.indptr, i0) != (int32_t)at || (int32_t)pf_read(&t.indptr, i1) != (int32_t)(at + len))
-        fail("%s: indptr[%d..%d] = %d..%d, the model says %u..%u", what, k, k + 1, (int32_t)pf_read(&t.indptr, i0),
-             (int32_t)pf_read(&t.indptr, i1), at, at + len);
-      for (uint32_t j = 0; j < len; j++) {
-        int64_t ij[1] = {at + j};
-        if ((int32_t)pf_read(&t.table, ij) != (int32_t)s->table[g][j])
-          fail("%s: s%d entry %u is %d, the model says %u", what, which[k], j, (int32_t)pf_read(&t.table, ij),
-               s->table[g][j]);
-      }
-      at += len;
-      /* "tokens in each sequence's last block, 1..block_size"; an empty sequence has no block: 0. */
-      int32_t last = s->len ? (int32_t)((s->len - 1) % c->m.g[g].bs + 1) : 0;
-      if ((int32_t)pf_read(&t.last_page_len, i0) != last)
-        fail("%s: last_page_len of s%d is %d, the model says %d", what, which[k], (int32_t)pf_read(&t.last_page_len, i0),
-             last);
+  return n;
+}
+
+/* The table views of group g in c->tables against the model. */
+static void verify_tables(ctx* c, uint32_t g, const char* when) {
+  int which[PM_SEQS];
+  const kvc_pool_sequence* seqs[PM_SEQS];
+  int n = live_batch(c, seqs, which);
+  uint32_t maxb = 0, total = 0;
+  for (int k = 0; k < n; k++) {
+    uint32_t len = pm_table_len(&c->m, &c->m.s[which[k]], g);
+    if (len > maxb) maxb = len;
+    total += len;
+  }
+  char what[96];
+  const kvc_pool_table* t = &c->tables[g][KVC_POOL_TABLE_PADDED];
+  snprintf(what, sizeof what, "padded block table of group %u%s", g, when);
+  int64_t shape[2] = {n, maxb};
+  check_tensor(c, &t->table, 2, shape, KVC_DTYPE_UNSET, what);
+  for (int k = 0; k < n; k++) {
+    const pm_seq* s = &c->m.s[which[k]];
+    uint32_t len = pm_table_len(&c->m, s, g);
+    for (uint32_t j = 0; j < maxb; j++) {
+      int32_t want = j < len ? (int32_t)s->table[g][j] : 0;
+      int32_t got = read_i32(&t->table, k, j);
+      if (got != want) fail("%s: row %d (s%d) entry %u is %d, the model says %d", what, k, which[k], j, got, want);
     }
   }
+  t = &c->tables[g][KVC_POOL_TABLE_CSR];
+  snprintf(what, sizeof what, "CSR block table of group %u%s", g, when);
+  int64_t ishape[1] = {n + 1}, xshape[1] = {total}, lshape[1] = {n};
+  check_tensor(c, &t->indptr, 1, ishape, KVC_DTYPE_UNSET, what);
+  check_tensor(c, &t->table, 1, xshape, KVC_DTYPE_UNSET, what);
+  check_tensor(c, &t->last_page_len, 1, lshape, KVC_DTYPE_UNSET, what);
+  uint32_t at = 0;
+  for (int k = 0; k < n; k++) {
+    const pm_seq* s = &c->m.s[which[k]];
+    uint32_t len = pm_table_len(&c->m, s, g);
+    int64_t i0[1] = {k}, i1[1] = {k + 1};
+    if ((int32_t)pf_read(&t->indptr, i0) != (int32_t)at || (int32_t)pf_read(&t->indptr, i1) != (int32_t)(at + len))
+      fail("%s: indptr[%d..%d] = %d..%d, the model says %u..%u", what, k, k + 1, (int32_t)pf_read(&t->indptr, i0),
+           (int32_t)pf_read(&t->indptr, i1), at, at + len);
+    for (uint32_t j = 0; j < len; j++) {
+      int64_t ij[1] = {at + j};
+      if ((int32_t)pf_read(&t->table, ij) != (int32_t)s->table[g][j])
+        fail("%s: s%d entry %u is %d, the model says %u", what, which[k], j, (int32_t)pf_read(&t->table, ij),
+             s->table[g][j]);
+    }
+    at += len;
+    /* "tokens in each sequence's last block, 1..block_size"; "An empty sequence has no entries and a
+     * last_page_len of 0". */
+    int32_t last = s->len ? (int32_t)((s->len - 1) % c->m.g[g].bs + 1) : 0;
+    if ((int32_t)pf_read(&t->last_page_len, i0) != last)
+      fail("%s: last_page_len of s%d is %d, the model says %d", what, which[k], (int32_t)pf_read(&t->last_page_len, i0),
+           last);
+  }
+}
+
+/* The tables of every attention group in both formats, taken one after the other and checked at once: "tables
+ * of several groups coexist" ("kvc_pool_block_table ... replaces only the previous table of the same group and
+ * format"). */
+static void check_tables(ctx* c) {
+  int which[PM_SEQS];
+  const kvc_pool_sequence* seqs[PM_SEQS];
+  int n = live_batch(c, seqs, which);
+  if (!n) return;
+  for (uint32_t g = 0; g < c->m.ng; g++)
+    for (int f = 0; f < 2 && pm_is_attention(&c->m, g); f++)
+      expect_code(kvc_pool_block_table(c->pool, seqs, (size_t)n, g, f, &c->tables[g][f]), KVC_OK,
+                  "kvc_pool_block_table");
+  for (uint32_t g = 0; g < c->m.ng; g++)
+    if (pm_is_attention(&c->m, g)) verify_tables(c, g, "");
 }
 
 /* ------------------------------------------------------------ storage */
@@ -383,6 +402,8 @@ static void check_recurrent(ctx* c) {
         continue;
       }
       expect_code(kvc_pool_recurrent_state(c->h[i], l, &conv, &ssm), KVC_OK, what);
+      c->states[i][l][0] = conv;
+      c->states[i][l][1] = ssm;
       int64_t cs[3] = {1, L->C, L->K}, ss[4] = {1, L->H, L->Dk, L->N};
       check_tensor(c, &conv, 3, cs, m->dtype, what);
       check_tensor(c, &ssm, 4, ss, m->dtype, what);
@@ -409,12 +430,32 @@ static void check_recurrent(ctx* c) {
   }
 }
 
+/* The views taken earlier in check_all, after calls that "do not count as mutating": the tables (the queries,
+ * write-free checks, gathers, storage and state views ran since) and the live states. */
+static void check_views_still_valid(ctx* c) {
+  int which[PM_SEQS];
+  const kvc_pool_sequence* seqs[PM_SEQS];
+  if (live_batch(c, seqs, which))
+    for (uint32_t g = 0; g < c->m.ng; g++)
+      if (pm_is_attention(&c->m, g)) verify_tables(c, g, " (taken before the other checks' calls)");
+  for (int i = 0; i < PM_SEQS; i++)
+    for (uint32_t l = 0; c->m.s[i].used && l < c->m.nl; l++) {
+      uint32_t g = c->m.l[l].group;
+      if (pm_is_attention(&c->m, g) || !c->m.s[i].live[g]) continue;
+      kvc_tensor conv, ssm;
+      expect_code(kvc_pool_recurrent_state(c->h[i], l, &conv, &ssm), KVC_OK, "kvc_pool_recurrent_state");
+      if (conv.data != c->states[i][l][0].data || ssm.data != c->states[i][l][1].data)
+        fail("recurrent state of s%d layer %u moved without a mutating call", i, l);
+    }
+}
+
 void check_all(ctx* c) {
   check_stats(c);
   check_tables(c);
   check_storage(c);
   check_gather(c);
   check_recurrent(c);
+  check_views_still_valid(c);
 }
 
 /* -------------------------------------------------------------- events */

@@ -44,6 +44,10 @@ typedef struct ctx {
   kvc_pool* other;
   kvc_pool_sequence* other_seq;
   unsigned long long events_compared, gathers_refused; /* for the statistics */
+  /* The views the checks took (the tables of every group and format, the live states), checked again after the
+   * calls that must leave them valid. */
+  kvc_pool_table tables[PM_GROUPS][2];
+  kvc_tensor states[PM_SEQS][PM_LAYERS][2];
 } ctx;
 
 /* Bits of element d of a row holding `nonce` (PM_ZERO: 0). kv: 0 key / conv state, 1 value / SSM state. */
