@@ -947,6 +947,7 @@ static void op_early_init(ctx* c) {
       if (!o.head_dim_per_layer) o.k_head_dim = 0;
       break;
     case 3: o.struct_size = 8; break;
+    case 4: o.batch_size += 1; break; /* another batch than the layers': refused where indexer keys hold one */
     default: break;
   }
   kvc_code want = ref_early_initialization(t.ref, &o);
