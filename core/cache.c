@@ -248,6 +248,14 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
                      o->head_dim_per_layer ? "options->head_dim_per_layer[i]"
                                            : (kd < 1 ? "options->k_head_dim" : "options->v_head_dim"),
                      kd < 1 ? kd : vd, i);
+    /* A layer whose kind state already holds rows (an indexed layer's indexer keys) has its batch: the K/V
+     * allocated here must take it, as a first update must (ops_update.c). */
+    const kvc_layer* l = c->layers[i];
+    if (!l->initialized && kvci_layer_row_bytes(l, 0) && o->batch_size != l->batch)
+      return kvci_err(KVC_ERROR_SHAPE_MISMATCH,
+                     "%s: options->batch_size is %" PRId64 " but layer %u already holds rows of batch %" PRId64
+                     " (its indexer keys); keys, values and the layer's other rows share one batch",
+                     FN, o->batch_size, i, l->batch);
   }
   uint32_t done = 0;
   for (uint32_t i = 0; i < c->num_layers; i++, done++) {

@@ -85,8 +85,9 @@ kvc_error* kvc_encoder_decoder_cache_create(kvc_cache* self, kvc_cache* cross, k
   uint8_t* flags = (uint8_t*)calloc(n ? n : 1, 1);
   if (!flags) return kvci_err_oom();
   for (uint32_t i = 0; i < n; i++) {
+    /* A layer without K/V (dummy, linear) other than 0 has no sequence length: not updated. */
     int64_t s = 0;
-    kvc_cache_seq_length(cross, i, &s);
+    kvc_error_destroy(kvc_cache_seq_length(cross, i, &s));
     flags[i] = s > 0;
   }
   kvc_error* e = kvci_encdec_wrap(self, cross, flags, n, out);

@@ -152,6 +152,10 @@ void snap_take(const kvc_cache* c, cache_snap* s) {
       kvc_error_destroy(kvc_cache_usable_length(c, snap_queries[q], i, &L->usable[q]));
     }
     take_states(c, i, L);
+    kvc_tensor ix;
+    memset(&ix, 0, sizeof ix);
+    L->indexer_code = take_code(kvc_cache_indexer_view(c, i, &ix));
+    if (L->indexer_code == KVC_OK) snap_tensor_take(&ix, &L->indexer, NULL);
   }
   s->max_all = s->batch = -7;
   kvc_error_destroy(kvc_cache_max_length(c, KVC_ALL_LAYERS, &s->max_all));
@@ -171,6 +175,7 @@ void snap_free(cache_snap* s) {
     snap_layer* L = &s->layers[i];
     snap_tensor_free(&L->key);
     snap_tensor_free(&L->value);
+    snap_tensor_free(&L->indexer);
     for (uint32_t j = 0; L->states && j < L->num_states; j++) {
       snap_tensor_free(&L->states[j].conv);
       snap_tensor_free(&L->states[j].rec);
@@ -261,7 +266,9 @@ static int layer_equal(const snap_layer* x, const snap_layer* y, uint32_t l, uns
   }
   SNAP_FIELD(x->prev_all_code, y->prev_all_code, "layer %u has_previous_state(-1) code", l);
   SNAP_FIELD(x->prev_all, y->prev_all, "layer %u has_previous_state(-1)", l);
-  return 1;
+  SNAP_FIELD(x->indexer_code, y->indexer_code, "layer %u indexer_view code", l);
+  snprintf(what, sizeof what, "layer %u indexer keys", l);
+  return tensor_field(&x->indexer, &y->indexer, what, why, n);
 }
 
 int snap_equal(const cache_snap* a, const cache_snap* b, unsigned flags, char* why, size_t n) {

@@ -10,7 +10,8 @@
  * (shape, dtype, device and every byte, copied compact), seq_length,
  * max_length, mask_sizes and usable_length for a few query lengths, and for
  * the LINEAR kinds every state pair's conv and recurrent views and
- * has_previous_state; for the cache: num_layers, max_length of all layers,
+ * has_previous_state, and the indexer keys of the indexed kinds
+ * (kvc_cache_indexer_view; its code for every other kind); for the cache: num_layers, max_length of all layers,
  * batch_size, kvc_memory_info, the queries one index past the last layer,
  * and has_previous_state of the last linear layer. Every call's error code
  * is part of it.
@@ -60,6 +61,8 @@ typedef struct snap_layer {
   snap_state* states;
   kvc_code prev_all_code; /* has_previous_state(layer, -1) */
   int prev_all;
+  kvc_code indexer_code; /* kvc_cache_indexer_view */
+  snap_tensor indexer;
 } snap_layer;
 
 typedef struct cache_snap {

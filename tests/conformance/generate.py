@@ -149,6 +149,9 @@ def kind_of(layer, chunked):
         "DynamicSlidingWindowLayer": "dc" if chunked else "ds",
         "StaticLayer": "s",
         "StaticSlidingWindowLayer": "sc" if chunked else "ss",
+        "DynamicIndexedLayer": "di",  # generate_indexed.py's families
+        "StaticIndexedLayer": "si",
+        "DummyLayer": "u",
     }
     return table[name]
 
@@ -194,6 +197,8 @@ class Case:
     """One sequence of operations on one or more caches; every method runs
     the operation on transformers and records it if it is recordable."""
 
+    slot_type = Slot  # what `create` keeps a cache in (a family's cases may know more about their caches)
+
     def __init__(self, out, name, rng):
         self.out, self.rng = out, rng
         self.slots = {}
@@ -227,7 +232,7 @@ class Case:
 
     def create(self, obj, spec, dt, batch, heads, dk, dv, chunked=(), windows=None):
         s = self.new_slot()
-        self.slots[s] = Slot(obj, dt, batch, heads, dk, dv, chunked, windows)
+        self.slots[s] = self.slot_type(obj, dt, batch, heads, dk, dv, chunked, windows)
         self.out.op(f"create {s} {spec}")
         self.layout(s)
         return s

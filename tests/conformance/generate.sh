@@ -55,6 +55,8 @@ v5_families() { # python, out dir
     # cache vectors.
     "$1" "$HERE/generate_fp8_table.py" --out "$2"
     "$1" "$HERE/generate_fp8.py" --out "$2"
+    # Indexed layers (update_indexer) and dummy layers among attention layers.
+    "$1" "$HERE/generate_indexed.py" --out "$2"
 }
 v5_families "$BASE/bin/python" "$V5_TMP/new"
 v5_families "$HERE/.venv-tf$TF_PREV/bin/python" "$V5_TMP/prev"

@@ -29,8 +29,9 @@
 
 /* The operation named `t` in the families' tables, or NULL. */
 static void (*find_op(const char* t))(replay*) {
-  static const replay_op* const FAMILIES[] = {replay_ops_core, replay_ops_quantized, replay_ops_sink,
-                                              replay_ops_linear, replay_ops_offload, replay_ops_assisted};
+  static const replay_op* const FAMILIES[] = {replay_ops_core,    replay_ops_quantized, replay_ops_sink,
+                                              replay_ops_linear,  replay_ops_offload,   replay_ops_assisted,
+                                              replay_ops_indexed};
   for (size_t f = 0; f < sizeof(FAMILIES) / sizeof(FAMILIES[0]); f++)
     for (const replay_op* op = FAMILIES[f]; op->name; op++)
       if (is(t, op->name)) return op->run;

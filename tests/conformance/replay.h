@@ -36,6 +36,15 @@ typedef struct vtensor {
   kvc_tensor view; /* an input descriptor onto data */
 } vtensor;
 
+/* An N-D tensor of the vector file (state and indexer tensors): NDIM, then a 4-D tensor token of the N-D shape
+ * padded with trailing 1s; NDIM 0 is "no tensor" (data NULL, ndim 0) and `-` alone "not checked". */
+typedef struct ndtensor {
+  int unchecked;
+  int ndim; /* 0: no tensor */
+  vtensor t;
+  kvc_tensor view; /* the input descriptor: t's data with ndim dimensions */
+} ndtensor;
+
 /* An expected integer and its number in the file. */
 typedef struct vint {
   int64_t v;
@@ -97,6 +106,7 @@ extern const replay_op replay_ops_sink[];
 extern const replay_op replay_ops_linear[];
 extern const replay_op replay_ops_offload[];
 extern const replay_op replay_ops_assisted[];
+extern const replay_op replay_ops_indexed[];
 
 void note_good(goodlist* g, long index);
 void fail(replay* r, const char* fmt, ...)
@@ -115,9 +125,22 @@ const char* dtype_name(kvc_dtype d);
 void tensor_free(vtensor* t);
 void parse_tensor(replay* r, vtensor* t);
 int check_tensor(replay* r, const char* what, const kvc_tensor* got, const vtensor* exp);
+void parse_nd(replay* r, ndtensor* x);
+/* Compares a returned N-D view with the expected tensor through a 4-D descriptor of the same memory. */
+int check_nd(replay* r, const char* what, const kvc_tensor* got, const ndtensor* exp);
 kvc_code code_of(const char* name);
 void parse_outcome(replay* r, outcome* o);
 int check_outcome(replay* r, kvc_error* e, const outcome* o);
+/* OUTCOME [RET] after the input X of an N-D update `op`: RET is "not checked" when absent, and X must be a tensor. */
+void parse_nd_result(replay* r, const ndtensor* x, const char* op, outcome* oc, ndtensor* ret);
+/* Checks an N-D update's outcome (consuming e), then the tensor it returned ("WHAT" in a mismatch). */
+void check_nd_result(replay* r, kvc_error* e, const outcome* oc, const kvc_tensor* out, const ndtensor* ret,
+                     const char* what);
+void nd_free(ndtensor* a, ndtensor* b);
+/* An N-D update whose input comes next: X OUTCOME [RET]; when the case runs, call(cache of slot si, X, &out, arg)
+ * and the check of its outcome and of what it returned ("WHAT" in a mismatch). */
+typedef kvc_error* (*nd_update_fn)(kvc_cache* c, const kvc_tensor* x, kvc_tensor* out, const void* arg);
+void replay_nd_update(replay* r, int64_t si, const char* op, const char* what, nd_update_fn call, const void* arg);
 int must(replay* r, kvc_error* e, const char* call);
 void check_int(replay* r, const char* what, int64_t got, vint want);
 void slot_clear(slot* s);

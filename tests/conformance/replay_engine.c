@@ -267,6 +267,90 @@ int check_tensor(replay* r, const char* what, const kvc_tensor* got, const vtens
   return 1;
 }
 
+/* ------------------------------------------------------------------ N-D tensors */
+
+
+void parse_nd(replay* r, ndtensor* x) {
+  memset(x, 0, sizeof(*x));
+  char* t = tok(r);
+  if (is(t, "-")) {
+    x->unchecked = 1;
+    return;
+  }
+  x->ndim = t ? atoi(t) : 0;
+  if (x->ndim == 0) return;
+  if (x->ndim < 1 || x->ndim > 4) {
+    malformed(r, "an N-D tensor has 1 to 4 dimensions");
+    return;
+  }
+  parse_tensor(r, &x->t);
+  for (int d = x->ndim; d < 4 && !r->malformed; d++)
+    if (x->t.kind != T_NONE && x->t.shape[d] != 1) malformed(r, "padding dimensions of an N-D tensor must be 1");
+  x->view = x->t.view;
+  x->view.ndim = x->ndim;
+  x->view.shape = x->t.shape;
+}
+
+/* Compares a returned state view with the expected N-D tensor through a 4-D descriptor of the same memory. */
+int check_nd(replay* r, const char* what, const kvc_tensor* got, const ndtensor* exp) {
+  if (exp->unchecked) return 1;
+  if (exp->ndim == 0) {
+    if (got->ndim != 0 || got->data != NULL) {
+      fail(r, "%s: expected no tensor (never written), got %d dimensions", what, (int)got->ndim);
+      return 0;
+    }
+    return 1;
+  }
+  if (got->ndim != exp->ndim) {
+    fail(r, "%s: expected %d dimensions, got %d", what, exp->ndim, (int)got->ndim);
+    return 0;
+  }
+  int64_t shape[4], strides[4], st = 1; /* padding dims have size 1: compact strides stay compact */
+  for (int d = 3; d >= 0; d--) {
+    shape[d] = d < got->ndim ? got->shape[d] : 1;
+    strides[d] = d < got->ndim && got->strides ? got->strides[d] : st;
+    st *= shape[d];
+  }
+  kvc_tensor v4 = *got;
+  v4.ndim = 4;
+  v4.shape = shape;
+  v4.strides = strides;
+  return check_tensor(r, what, &v4, &exp->t);
+}
+
+void parse_nd_result(replay* r, const ndtensor* x, const char* op, outcome* oc, ndtensor* ret) {
+  parse_outcome(r, oc);
+  memset(ret, 0, sizeof(*ret));
+  ret->unchecked = 1;
+  if (oc->ok) parse_nd(r, ret);
+  if (x->ndim == 0 && !r->malformed) {
+    char what[48];
+    snprintf(what, sizeof(what), "%s needs an input", op);
+    malformed(r, what);
+  }
+}
+
+void check_nd_result(replay* r, kvc_error* e, const outcome* oc, const kvc_tensor* out, const ndtensor* ret,
+                     const char* what) {
+  if (check_outcome(r, e, oc)) check_nd(r, what, out, ret);
+}
+
+void nd_free(ndtensor* a, ndtensor* b) {
+  tensor_free(&a->t);
+  tensor_free(&b->t);
+}
+
+void replay_nd_update(replay* r, int64_t si, const char* op, const char* what, nd_update_fn call, const void* arg) {
+  ndtensor x, ret;
+  parse_nd(r, &x);
+  outcome oc;
+  parse_nd_result(r, &x, op, &oc, &ret);
+  kvc_tensor out;
+  memset(&out, 0, sizeof(out));
+  if (runnable(r)) check_nd_result(r, call(cache_at(r, si), &x.view, &out, arg), &oc, &out, &ret, what);
+  nd_free(&x, &ret);
+}
+
 /* ------------------------------------------------------------------ results */
 
 kvc_code code_of(const char* name) {
@@ -370,6 +454,9 @@ kvc_layer_kind kind_of(replay* r, const char* t) {
   if (is(t, "s")) return KVC_LAYER_STATIC;
   if (is(t, "ss")) return KVC_LAYER_STATIC_SLIDING;
   if (is(t, "sc")) return KVC_LAYER_STATIC_CHUNKED;
+  if (is(t, "di")) return KVC_LAYER_DYNAMIC_INDEXED;
+  if (is(t, "si")) return KVC_LAYER_STATIC_INDEXED;
+  if (is(t, "u")) return KVC_LAYER_DUMMY;
   malformed(r, "unknown layer kind");
   return KVC_LAYER_DYNAMIC;
 }
@@ -394,7 +481,8 @@ kvc_preset preset_of(replay* r, const char* name, unsigned family) {
   return (kvc_preset)-1;
 }
 
-/* TYPES is `-` or one letter a layer; the i-th letter of `letters` is layer type i (f s c l h w). */
+/* TYPES is `-` or one letter a layer; the i-th letter of `letters` is layer type i (f s c l h w u i); a space
+ * in `letters` is a type the operation does not take (no token holds a space). */
 void parse_layer_types(replay* r, const char* letters, kvc_model_config* cfg, kvc_layer_type* out) {
   char* types = tok(r);
   if (!types || is(types, "-")) return;
@@ -405,7 +493,7 @@ void parse_layer_types(replay* r, const char* letters, kvc_model_config* cfg, kv
   }
   for (size_t i = 0; i < n; i++) {
     const char* at = strchr(letters, types[i]);
-    if (!at) {
+    if (!at || types[i] == ' ') {
       malformed(r, "unknown layer type letter");
       return;
     }
@@ -413,6 +501,10 @@ void parse_layer_types(replay* r, const char* letters, kvc_model_config* cfg, kv
   }
   cfg->layer_types = out;
 }
+
+/* The layer types `create` and `ocreate` take: full, sliding, chunked, dummy (`u`) and indexed attention (`i`);
+ * the linear ones are `lcreate`'s. */
+#define ATTENTION_TYPE_LETTERS "fsc   ui"
 
 /* `lazy` | `preset NAME MAXLEN NL SW CHUNK SHARED PATTERN TYPES` | `layers N (KIND W M)*` */
 void parse_options(replay* r, optspec* o) {
@@ -429,7 +521,7 @@ void parse_options(replay* r, optspec* o) {
     o->config.attention_chunk_size = num(r);
     o->config.num_kv_shared_layers = (uint32_t)num(r);
     o->config.sliding_window_pattern = (uint32_t)num(r);
-    parse_layer_types(r, "fsc", &o->config, o->types);
+    parse_layer_types(r, ATTENTION_TYPE_LETTERS, &o->config, o->types);
     if (o->config.num_hidden_layers) o->options.config = &o->config;
     return;
   }

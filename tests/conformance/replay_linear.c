@@ -34,62 +34,6 @@
 
 #include "replay.h"
 
-/* An N-D tensor of the vector file. */
-typedef struct ndtensor {
-  int unchecked;
-  int ndim; /* 0: no tensor */
-  vtensor t;
-  kvc_tensor view; /* the input descriptor: t's data with ndim dimensions */
-} ndtensor;
-
-static void parse_nd(replay* r, ndtensor* x) {
-  memset(x, 0, sizeof(*x));
-  char* t = tok(r);
-  if (is(t, "-")) {
-    x->unchecked = 1;
-    return;
-  }
-  x->ndim = t ? atoi(t) : 0;
-  if (x->ndim == 0) return;
-  if (x->ndim < 1 || x->ndim > 4) {
-    malformed(r, "a state tensor has 1 to 4 dimensions");
-    return;
-  }
-  parse_tensor(r, &x->t);
-  for (int d = x->ndim; d < 4 && !r->malformed; d++)
-    if (x->t.kind != T_NONE && x->t.shape[d] != 1) malformed(r, "padding dimensions of a state tensor must be 1");
-  x->view = x->t.view;
-  x->view.ndim = x->ndim;
-  x->view.shape = x->t.shape;
-}
-
-/* Compares a returned state view with the expected N-D tensor through a 4-D descriptor of the same memory. */
-static int check_nd(replay* r, const char* what, const kvc_tensor* got, const ndtensor* exp) {
-  if (exp->unchecked) return 1;
-  if (exp->ndim == 0) {
-    if (got->ndim != 0 || got->data != NULL) {
-      fail(r, "%s: expected no tensor (never written), got %d dimensions", what, (int)got->ndim);
-      return 0;
-    }
-    return 1;
-  }
-  if (got->ndim != exp->ndim) {
-    fail(r, "%s: expected %d dimensions, got %d", what, exp->ndim, (int)got->ndim);
-    return 0;
-  }
-  int64_t shape[4], strides[4], st = 1; /* padding dims have size 1: compact strides stay compact */
-  for (int d = 3; d >= 0; d--) {
-    shape[d] = d < got->ndim ? got->shape[d] : 1;
-    strides[d] = d < got->ndim && got->strides ? got->strides[d] : st;
-    st *= shape[d];
-  }
-  kvc_tensor v4 = *got;
-  v4.ndim = 4;
-  v4.shape = shape;
-  v4.strides = strides;
-  return check_tensor(r, what, &v4, &exp->t);
-}
-
 /* ------------------------------------------------------------------ creation */
 
 static void op_lcreate(replay* r) {
@@ -125,30 +69,6 @@ static void op_llayout(replay* r) { replay_layout(r, linear_kind_of, 1); }
 
 /* ------------------------------------------------------------------ states */
 
-/* OUTCOME [RET] after the input X of a state update: RET is "not checked" when absent, and X must be a tensor. */
-static void parse_state_result(replay* r, const ndtensor* x, const char* op, outcome* oc, ndtensor* ret) {
-  parse_outcome(r, oc);
-  memset(ret, 0, sizeof(*ret));
-  ret->unchecked = 1;
-  if (oc->ok) parse_nd(r, ret);
-  if (x->ndim == 0 && !r->malformed) {
-    char what[48];
-    snprintf(what, sizeof(what), "%s needs an input", op);
-    malformed(r, what);
-  }
-}
-
-/* Checks a state update's outcome (consuming e), then the state it returned. */
-static void check_state_result(replay* r, kvc_error* e, const outcome* oc, const kvc_tensor* out, const ndtensor* ret,
-                               const char* what) {
-  if (check_outcome(r, e, oc)) check_nd(r, what, out, ret);
-}
-
-static void free_nd(ndtensor* a, ndtensor* b) {
-  tensor_free(&a->t);
-  tensor_free(&b->t);
-}
-
 static void op_conv(replay* r) {
   int64_t si = num(r), layer = num(r), state = num(r), k = num(r);
   ndtensor x, ret;
@@ -160,29 +80,28 @@ static void op_conv(replay* r) {
   o.conv_kernel_size = k;
   parse_positions(r, 0, pos, &o.cache_position, &o.cache_position_length);
   outcome oc;
-  parse_state_result(r, &x, "conv", &oc, &ret);
+  parse_nd_result(r, &x, "conv", &oc, &ret);
   kvc_tensor out;
   memset(&out, 0, sizeof(out));
   if (runnable(r))
-    check_state_result(r, kvc_cache_update_conv_state(cache_at(r, si), (uint32_t)layer, &x.view, &o, &out), &oc,
-                       &out, &ret, "returned conv state");
-  free_nd(&x, &ret);
+    check_nd_result(r, kvc_cache_update_conv_state(cache_at(r, si), (uint32_t)layer, &x.view, &o, &out), &oc, &out,
+                    &ret, "returned conv state");
+  nd_free(&x, &ret);
+}
+
+typedef struct rec_target {
+  uint32_t layer, state;
+} rec_target;
+
+static kvc_error* call_rec(kvc_cache* c, const kvc_tensor* x, kvc_tensor* out, const void* arg) {
+  const rec_target* t = arg;
+  return kvc_cache_update_recurrent_state(c, t->layer, t->state, x, out);
 }
 
 static void op_rec(replay* r) {
   int64_t si = num(r), layer = num(r), state = num(r);
-  ndtensor x, ret;
-  parse_nd(r, &x);
-  outcome oc;
-  parse_state_result(r, &x, "rec", &oc, &ret);
-  kvc_tensor out;
-  memset(&out, 0, sizeof(out));
-  if (runnable(r))
-    check_state_result(r,
-                       kvc_cache_update_recurrent_state(cache_at(r, si), (uint32_t)layer, (uint32_t)state, &x.view,
-                                                        &out),
-                       &oc, &out, &ret, "returned recurrent state");
-  free_nd(&x, &ret);
+  rec_target t = {(uint32_t)layer, (uint32_t)state};
+  replay_nd_update(r, si, "rec", "returned recurrent state", call_rec, &t);
 }
 
 static void op_state(replay* r) {
@@ -199,7 +118,7 @@ static void op_state(replay* r) {
         check_nd(r, "conv state", &a, &cv))
       check_nd(r, "recurrent state", &b, &rv);
   }
-  free_nd(&cv, &rv);
+  nd_free(&cv, &rv);
 }
 
 static void op_hasprev(replay* r) {

@@ -2,8 +2,8 @@
  * fuzz_ops.c: differential fuzzer of kvcache's public ABI.
  *
  * The input bytes are decoded into a sequence of operations on up to four
- * caches (plain caches of every layer kind and preset, and encoder-decoder
- * pairs). Each operation runs on the library and on the naive reference model
+ * caches (plain caches of every attention layer kind, dummy layers and every
+ * preset, and encoder-decoder pairs), indexed layers' update_indexer included. Each operation runs on the library and on the naive reference model
  * of reference_model.c; afterwards every observable of every live cache is
  * compared: error codes, returned and stored views (bit-exact, see
  * tensor_codec.h), lengths, mask sizes, layer info, memory accounting. Any
@@ -81,7 +81,7 @@ typedef struct target {
 
 static int64_t layer_batch(const ref_cache* r) {
   for (uint32_t i = 0; i < r->num_layers; i++)
-    if (r->layers[i].initialized) return r->layers[i].B;
+    if (ref_layer_has_batch(&r->layers[i])) return r->layers[i].B;
   return 0;
 }
 
@@ -89,7 +89,7 @@ static int64_t layer_batch(const ref_cache* r) {
 static int64_t max_batch(const ref_cache* r) {
   int64_t b = 1;
   for (uint32_t i = 0; i < r->num_layers; i++)
-    if (r->layers[i].initialized && r->layers[i].B > b) b = r->layers[i].B;
+    if (ref_layer_has_batch(&r->layers[i]) && r->layers[i].B > b) b = r->layers[i].B;
   return b;
 }
 
@@ -110,7 +110,8 @@ static void layer_shape(const target* t, uint32_t layer, int64_t* B, int64_t* H,
     *dt = L->dtype;
     return;
   }
-  *B = gen_batch(t);
+  /* a layer's indexer keys, stored before its K/V, fix its batch */
+  *B = layer < t->ref->num_layers && t->ref->layers[layer].ix_init ? t->ref->layers[layer].B : gen_batch(t);
   *H = t->p->H[layer % MAX_LAYERS];
   *Dk = t->p->Dk[layer % MAX_LAYERS];
   *Dv = t->p->Dv[layer % MAX_LAYERS];
@@ -319,11 +320,19 @@ static void gen_options(ctx* c, opt_store* s) {
       s->layers[i].kind = (kvc_layer_kind)rd_range(r, 1, 6);
       s->layers[i].window = rd_range(r, 1, 6);
       s->layers[i].max_cache_len = rd_range(r, 1, 8);
-      switch (rd(r) % 32) { /* rare invalid layer options */
+      /* rare invalid layer options; the kinds added later take bytes that changed nothing before, so that most
+       * inputs keep their meaning */
+      switch (rd(r) % 32) {
         case 0: s->layers[i].window = 0; break;
         case 1: s->layers[i].max_cache_len = 0; break;
         case 2: s->layers[i].kind = rd(r) % 2 ? 0 : 1000; break; /* no such kind (ids only grow: far above them) */
         case 3: s->layers[i].struct_size = 4; break;
+        case 4:
+        case 5: s->layers[i].kind = KVC_LAYER_DYNAMIC_INDEXED; break;
+        case 6:
+        case 7: s->layers[i].kind = KVC_LAYER_STATIC_INDEXED; break;
+        case 8:
+        case 9: s->layers[i].kind = KVC_LAYER_DUMMY; break;
         default: break;
       }
     }
@@ -337,8 +346,11 @@ static void gen_options(ctx* c, opt_store* s) {
     if (rd(r) % 2) {
       s->cfg.layer_types = s->types;
       for (uint32_t i = 0; i < s->cfg.num_hidden_layers; i++) {
-        kvc_layer_type t = (kvc_layer_type)rd_range(r, 1, 3);
-        /* hybrid presets mix full layers with their own local kind only */
+        uint8_t tb = rd(r);
+        kvc_layer_type t = (kvc_layer_type)(1 + tb % 3);
+        /* the types added later take the top bytes (most inputs keep their meaning) */
+        if (tb >= 208) t = tb % 3 ? KVC_LAYER_TYPE_INDEXED_ATTENTION : KVC_LAYER_TYPE_DUMMY;
+        /* hybrid presets mix full (and dummy and indexed) layers with their own local kind only */
         if (s->o.preset == KVC_PRESET_HYBRID && t == KVC_LAYER_TYPE_CHUNKED_ATTENTION)
           t = KVC_LAYER_TYPE_SLIDING_ATTENTION;
         if (s->o.preset == KVC_PRESET_HYBRID_CHUNKED && t == KVC_LAYER_TYPE_SLIDING_ATTENTION)
@@ -502,6 +514,97 @@ static void op_create_from_tensors(ctx* c) {
 
 /* ---------------------------------------------------------------- update */
 
+/* update_indexer faults, one at a time. */
+enum {
+  X_NONE,
+  X_NULL,    /* x NULL */
+  X_NDIM,    /* x 4-D */
+  X_BADTYPE, /* a type kvcache cannot store (int32) */
+  X_DEVICE,  /* x on a CUDA device */
+  X_DTYPE,   /* another dtype than the stored keys' */
+  X_WIDTH,   /* index_head_dim + 1 */
+  X_BATCH,   /* batch + 1 */
+  X_WIDTH0,  /* index_head_dim 0 */
+  X_NODATA,  /* data NULL */
+  X_COUNT
+};
+
+static const char* x_fault_name(int f) {
+  static const char* n[] = {"none", "null", "ndim", "badtype", "device", "dtype", "width", "batch", "width0", "nodata"};
+  return f >= 0 && f < X_COUNT ? n[f] : "?";
+}
+
+/*
+ * update_indexer of 0-9 keys (docs/semantics.md, 'Indexed layers'), reached from op_update when it picked an
+ * indexed layer, so that inputs without indexed layers decode as before: mostly that layer, now and then
+ * another one or one beyond the layers (which refuse); the stored dtype, width and batch, or new ones.
+ */
+static void op_update_indexer(ctx* c, const target* t, uint32_t layer) {
+  reader* r = &c->r;
+  uint32_t nl = t->ref->num_layers;
+  uint8_t m = rd(r);
+  if (m % 8 == 0) layer = (uint32_t)(m / 8 % (nl + 1));
+  int64_t n = rd(r) % 10;
+  int fault = rd(r) % 4 == 0 ? (int)rd_range(r, 1, X_COUNT - 1) : X_NONE;
+  int layout = rd(r) % LAYOUT_COUNT, want_out = rd(r) % 4 != 0;
+  const ref_layer* L = layer < nl ? &t->ref->layers[layer] : NULL;
+  if (!L || !ref_is_indexed_kind(L->kind)) fault = X_NONE; /* one error at a time */
+  if (L && ref_is_indexed_kind(L->kind) && !ref_is_static_kind(L->kind) && L->ix.L + n > MAX_DYN_LEN) {
+    trace("%s: update_indexer layer %u n=%lld skipped (indexer at the length cap)\n", t->name, layer, (long long)n);
+    return;
+  }
+  ref_tensor x;
+  memset(&x, 0, sizeof x);
+  x.present = x.on_cpu = 1;
+  x.ndim = 3;
+  x.shape[0] = L && ref_layer_has_batch(L) ? L->B : gen_batch(t);
+  x.shape[1] = n;
+  x.shape[2] = L && L->ix_init ? L->ix_D : 1 + (m >> 3) % 4;
+  x.dtype = L && L->ix_init ? L->ix_dtype : (kvc_dtype)(1 + (m >> 5) % 3);
+  switch (fault) {
+    case X_NULL: x.present = 0; break;
+    case X_NDIM: x.ndim = 4; break;
+    case X_BADTYPE: x.dtype = KVC_DTYPE_UNSET; break;
+    case X_DEVICE: x.on_cpu = 0; break;
+    case X_DTYPE: x.dtype = other_dtype(x.dtype); break;
+    case X_WIDTH: x.shape[2] += 1; break;
+    case X_BATCH: x.shape[0] += 1; break;
+    case X_WIDTH0: x.shape[2] = 0; break;
+    case X_NODATA: x.no_data = 1; break;
+    default: break;
+  }
+  if (fault != X_NONE) layout = LAYOUT_COMPACT; /* the fault is the one thing wrong with it */
+  ref_grid tok = {x.shape[0], 1, n, fz_calloc((size_t)(x.shape[0] * n), sizeof(uint32_t))};
+  for (int64_t i = 0; i < x.shape[0] * n; i++) tok.tok[i] = ++c->next_tok;
+  if (layout == LAYOUT_BCAST_BATCH) codec_broadcast_tokens(&tok, layout);
+  codec_tensor ct;
+  codec_build_indexer(&ct, &x, &tok, layout);
+  ref_grid ret = {0, 0, 0, NULL};
+  kvc_code want = ref_update_indexer(t->ref, layer, &x, tok.tok, want_out ? &ret : NULL);
+  trace("%s: update_indexer layer %u n=%lld shape[%lld,*,%lld] %s fault=%s layout=%d%s -> %s\n", t->name, layer,
+        (long long)n, (long long)x.shape[0], (long long)x.shape[2], codec_dtype_name(x.dtype), x_fault_name(fault),
+        layout, want_out ? "" : " out=NULL", kvc_code_name(want));
+  kvc_tensor out, before;
+  memset(&out, 0xA5, sizeof out);
+  before = out;
+  expect_code(kvc_cache_update_indexer(t->c, layer, x.present ? &ct.t : NULL, want_out ? &out : NULL), want,
+              "update_indexer");
+  if (want != KVC_OK) {
+    if (want_out && memcmp(&out, &before, sizeof out)) fail("a failed update_indexer wrote its out-parameter");
+  } else if (want_out) {
+    const ref_layer* U = &t->ref->layers[layer];
+    char why[256];
+    if (!codec_check_indexer_view(&out, &ret, U->ix_D, U->ix_dtype, why, sizeof why))
+      fail("update_indexer's returned view: %s", why);
+    check_all(c); /* queries do not mutate: the returned view must survive them */
+    if (!codec_check_indexer_view(&out, &ret, U->ix_D, U->ix_dtype, why, sizeof why))
+      fail("update_indexer's returned view after queries: %s", why);
+  }
+  ref_grid_free(&ret);
+  ref_grid_free(&tok);
+  codec_free(&ct);
+}
+
 static void op_update(ctx* c, int allow_faults) {
   target t;
   if (!pick_target(c, &t)) return;
@@ -510,6 +613,11 @@ static void op_update(ctx* c, int allow_faults) {
   uint8_t lb = rd(r);
   uint32_t layer = lb % 8 == 0 ? nl + lb / 8 % 2 : (uint32_t)(lb / 8 % (nl ? nl : 1));
   if (t.ref->lazy && layer >= MAX_LAYERS) layer %= MAX_LAYERS;
+  /* An indexed layer's forward writes its indexer keys too: one call in two (a byte read only here). */
+  if (layer < nl && ref_is_indexed_kind(t.ref->layers[layer].kind) && rd(r) % 2 == 0) {
+    op_update_indexer(c, &t, layer);
+    return;
+  }
   int64_t n = rd_range(r, 1, 9);
   int fault = allow_faults && rd(r) % 3 == 0 ? (int)rd_range(r, 1, F_COUNT - 1) : F_NONE;
   int lk = rd(r) % LAYOUT_COUNT, lv = rd(r) % LAYOUT_COUNT;
@@ -825,6 +933,7 @@ static void op_early_init(ctx* c) {
       if (!o.head_dim_per_layer) o.k_head_dim = 0;
       break;
     case 3: o.struct_size = 8; break;
+    case 4: o.batch_size += 1; break; /* another batch than the layers': refused where indexer keys hold one */
     default: break;
   }
   kvc_code want = ref_early_initialization(t.ref, &o);
@@ -1106,8 +1215,9 @@ static void op_query(ctx* c) {
   uint32_t layer = (uint32_t)(rd(r) % (t.ref->num_layers + 1));
   int64_t len = -7, off = -7, wl, wo, v = -7;
   trace("%s: queries q=%lld new=%lld layer %u\n", t.name, (long long)q, (long long)nw, layer);
-  ref_mask_sizes(t.ref, q, layer, &wl, &wo);
-  expect_code(kvc_cache_mask_sizes(t.c, q, layer, &len, &off), KVC_OK, "mask_sizes");
+  kvc_code mc = ref_mask_sizes(t.ref, q, layer, &wl, &wo);
+  if (mc) wl = wo = -7; /* a refusal (a dummy layer) writes nothing */
+  expect_code(kvc_cache_mask_sizes(t.c, q, layer, &len, &off), mc, "mask_sizes");
   if (len != wl || off != wo)
     fail("%s: mask_sizes(q=%lld, layer %u) = (%lld, %lld), reference (%lld, %lld)", t.name, (long long)q, layer,
          (long long)len, (long long)off, (long long)wl, (long long)wo);

@@ -16,6 +16,28 @@ void check_views(const kvc_kv* kv, const ref_grid* g, int64_t Dk, int64_t Dv, kv
   if (!codec_check_view(&kv->value, g, Dv, dt, 1, why, sizeof why)) fail("%s: %s", what, why);
 }
 
+/* The indexer keys of an indexed layer (data NULL before its first update_indexer); any other layer refuses. */
+static void check_indexer(const kvc_cache* c, const ref_layer* L, uint32_t l, const char* name) {
+  kvc_tensor t, before;
+  memset(&t, 0x5C, sizeof t);
+  before = t;
+  char what[64];
+  snprintf(what, sizeof what, "%s layer %u indexer view", name, l);
+  kvc_error* e = kvc_cache_indexer_view(c, l, &t);
+  if (!ref_is_indexed_kind(L->kind)) {
+    expect_code(e, KVC_ERROR_INVALID_ARGUMENT, what);
+    if (memcmp(&t, &before, sizeof t)) fail("%s: a failed indexer_view wrote its out-parameter", what);
+    return;
+  }
+  expect_code(e, KVC_OK, what);
+  if (!L->ix_init) {
+    if (t.data || t.ndim != 0) fail("%s: expected no indexer (data NULL, ndim 0), got ndim %d", what, t.ndim);
+    return;
+  }
+  char why[256];
+  if (!codec_check_indexer_view(&t, &L->ix, L->ix_D, L->ix_dtype, why, sizeof why)) fail("%s: %s", what, why);
+}
+
 static void check_layer(const kvc_cache* c, const ref_cache* r, uint32_t l, const char* name) {
   const ref_layer* L = &r->layers[l];
   kvc_layer_info info;
@@ -36,10 +58,10 @@ static void check_layer(const kvc_cache* c, const ref_cache* r, uint32_t l, cons
       {"is_sliding", info.is_sliding, ref_is_sliding_kind(L->kind)},
       {"is_chunked", info.is_chunked,
        L->kind == KVC_LAYER_DYNAMIC_CHUNKED || L->kind == KVC_LAYER_STATIC_CHUNKED},
-      {"is_compileable", info.is_compileable, ref_is_static_kind(L->kind)},
+      {"is_compileable", info.is_compileable, ref_is_static_kind(L->kind) || L->kind == KVC_LAYER_DUMMY},
       {"records_past", info.records_past, L->record},
       {"dtype", info.dtype, init ? L->dtype : KVC_DTYPE_UNSET},
-      {"batch_size", info.batch_size, init ? L->B : 0},
+      {"batch_size", info.batch_size, ref_layer_has_batch(L) ? L->B : 0},
       {"num_kv_heads", info.num_kv_heads, init ? L->H : 0},
       {"k_head_dim", info.k_head_dim, init ? L->Dk : 0},
       {"v_head_dim", info.v_head_dim, init ? L->Dv : 0},
@@ -51,14 +73,15 @@ static void check_layer(const kvc_cache* c, const ref_cache* r, uint32_t l, cons
       fail("%s layer %u: layer_info.%s is %lld, reference %lld", name, l, f[i].field, (long long)f[i].got,
            (long long)f[i].want);
 
+  check_indexer(c, L, l, name);
   kvc_kv kv, before;
   memset(&kv, 0xA5, sizeof kv);
   before = kv;
   kvc_error* e = kvc_cache_layer_view(c, l, &kv);
   char what[64];
   snprintf(what, sizeof what, "%s layer %u stored view", name, l);
-  if (!init) {
-    expect_code(e, KVC_ERROR_INVALID_STATE, what);
+  if (!init) { /* a dummy layer has no K/V to view at all */
+    expect_code(e, L->kind == KVC_LAYER_DUMMY ? KVC_ERROR_UNSUPPORTED : KVC_ERROR_INVALID_STATE, what);
     if (memcmp(&kv, &before, sizeof kv)) fail("%s: a failed layer_view wrote its out-parameter", what);
     return;
   }
@@ -67,10 +90,10 @@ static void check_layer(const kvc_cache* c, const ref_cache* r, uint32_t l, cons
 }
 
 static void check_lengths(const kvc_cache* c, const ref_cache* r, uint32_t l, const char* name) {
-  int64_t v = -7, len = -7, off = -7;
-  expect_code(kvc_cache_seq_length(c, l, &v), KVC_OK, "seq_length");
-  if (v != ref_seq_length(r, l))
-    fail("%s: seq_length(%u) = %lld, reference %lld", name, l, (long long)v, (long long)ref_seq_length(r, l));
+  int64_t v = -7, len = -7, off = -7, want = -7;
+  kvc_code wc = ref_cache_seq_length(r, l, &want);
+  expect_code(kvc_cache_seq_length(c, l, &v), wc, "seq_length");
+  if (v != want) fail("%s: seq_length(%u) = %lld, reference %lld", name, l, (long long)v, (long long)want);
   expect_code(kvc_cache_max_length(c, (int32_t)l, &v), KVC_OK, "max_length");
   if (v != ref_max_length(r, (int32_t)l))
     fail("%s: max_length(%u) = %lld, reference %lld", name, l, (long long)v,
@@ -78,8 +101,10 @@ static void check_lengths(const kvc_cache* c, const ref_cache* r, uint32_t l, co
   static const int64_t qs[] = {1, 2, 5};
   for (size_t i = 0; i < 3; i++) {
     int64_t wl, wo;
-    ref_mask_sizes(r, qs[i], l, &wl, &wo);
-    expect_code(kvc_cache_mask_sizes(c, qs[i], l, &len, &off), KVC_OK, "mask_sizes");
+    kvc_code mc = ref_mask_sizes(r, qs[i], l, &wl, &wo);
+    if (mc) wl = wo = -7; /* a refusal writes nothing */
+    len = off = -7;
+    expect_code(kvc_cache_mask_sizes(c, qs[i], l, &len, &off), mc, "mask_sizes");
     if (len != wl || off != wo)
       fail("%s: mask_sizes(q=%lld, layer %u) = (%lld, %lld), reference (%lld, %lld)", name, (long long)qs[i], l,
            (long long)len, (long long)off, (long long)wl, (long long)wo);

@@ -69,8 +69,20 @@ static void grid_rows(ref_grid* g, const int64_t* idx, size_t n) {
 /* ---------------------------------------------------------------- kinds */
 
 int ref_is_static_kind(kvc_layer_kind k) {
-  return k == KVC_LAYER_STATIC || k == KVC_LAYER_STATIC_SLIDING || k == KVC_LAYER_STATIC_CHUNKED;
+  return k == KVC_LAYER_STATIC || k == KVC_LAYER_STATIC_SLIDING || k == KVC_LAYER_STATIC_CHUNKED ||
+         k == KVC_LAYER_STATIC_INDEXED;
 }
+
+int ref_is_indexed_kind(kvc_layer_kind k) { return k == KVC_LAYER_DYNAMIC_INDEXED || k == KVC_LAYER_STATIC_INDEXED; }
+
+/* What the K/V of a layer behaves as: an indexed kind is a dynamic or static layer plus its indexer. */
+static kvc_layer_kind kv_kind(kvc_layer_kind k) {
+  if (k == KVC_LAYER_DYNAMIC_INDEXED) return KVC_LAYER_DYNAMIC;
+  if (k == KVC_LAYER_STATIC_INDEXED) return KVC_LAYER_STATIC;
+  return k;
+}
+
+int ref_layer_has_batch(const ref_layer* L) { return L->initialized || L->ix_init; }
 
 int ref_is_sliding_kind(kvc_layer_kind k) {
   return k == KVC_LAYER_DYNAMIC_SLIDING || k == KVC_LAYER_DYNAMIC_CHUNKED || k == KVC_LAYER_STATIC_SLIDING ||
@@ -83,7 +95,8 @@ static int is_dyn_sliding(kvc_layer_kind k) {
 
 
 int64_t ref_layer_capacity(const ref_layer* L) {
-  switch (L->kind) {
+  switch (kv_kind(L->kind)) {
+    case KVC_LAYER_DUMMY: return 0; /* stores nothing */
     case KVC_LAYER_STATIC: return L->max_cache_len;
     case KVC_LAYER_STATIC_SLIDING:
     case KVC_LAYER_STATIC_CHUNKED: return L->window < L->max_cache_len ? L->window : L->max_cache_len;
@@ -131,7 +144,10 @@ static void cache_push(ref_cache* c, ref_layer L) {
 }
 
 void ref_cache_free(ref_cache* c) {
-  for (uint32_t i = 0; i < c->num_layers; i++) ref_grid_free(&c->layers[i].stored);
+  for (uint32_t i = 0; i < c->num_layers; i++) {
+    ref_grid_free(&c->layers[i].stored);
+    ref_grid_free(&c->layers[i].ix);
+  }
   free(c->layers);
   memset(c, 0, sizeof *c);
 }
@@ -142,6 +158,7 @@ void ref_cache_copy(const ref_cache* from, ref_cache* out) {
   for (uint32_t i = 0; i < from->num_layers; i++) {
     ref_layer L = from->layers[i];
     L.stored = L.initialized ? grid_copy(&from->layers[i].stored) : (ref_grid){0, 0, 0, NULL};
+    L.ix = L.ix_init ? grid_copy(&from->layers[i].ix) : (ref_grid){0, 0, 0, NULL};
     cache_push(out, L);
   }
 }
@@ -160,7 +177,9 @@ static kvc_code derive_types(const kvc_model_config* cfg, kvc_layer_type** types
     else if (cfg->sliding_window > 0) t[i] = KVC_LAYER_TYPE_SLIDING_ATTENTION;
     else if (cfg->attention_chunk_size > 0) t[i] = KVC_LAYER_TYPE_CHUNKED_ATTENTION;
     else t[i] = KVC_LAYER_TYPE_FULL_ATTENTION;
-    if (t[i] < KVC_LAYER_TYPE_FULL_ATTENTION || t[i] > KVC_LAYER_TYPE_CHUNKED_ATTENTION) {
+    int known = (t[i] >= KVC_LAYER_TYPE_FULL_ATTENTION && t[i] <= KVC_LAYER_TYPE_CHUNKED_ATTENTION) ||
+                t[i] == KVC_LAYER_TYPE_DUMMY || t[i] == KVC_LAYER_TYPE_INDEXED_ATTENTION;
+    if (!known) {
       free(t);
       return KVC_ERROR_INVALID_ARGUMENT;
     }
@@ -184,6 +203,10 @@ static kvc_code preset_by_types(const kvc_model_config* cfg, int is_static, int6
     int64_t W = 0;
     if (t[i] == KVC_LAYER_TYPE_FULL_ATTENTION) {
       k = is_static ? KVC_LAYER_STATIC : KVC_LAYER_DYNAMIC;
+    } else if (t[i] == KVC_LAYER_TYPE_INDEXED_ATTENTION) {
+      k = is_static ? KVC_LAYER_STATIC_INDEXED : KVC_LAYER_DYNAMIC_INDEXED;
+    } else if (t[i] == KVC_LAYER_TYPE_DUMMY) {
+      k = KVC_LAYER_DUMMY; /* DummyLayer in both of transformers' mappings */
     } else if (t[i] == KVC_LAYER_TYPE_SLIDING_ATTENTION) {
       k = is_static ? KVC_LAYER_STATIC_SLIDING : KVC_LAYER_DYNAMIC_SLIDING;
       W = cfg->sliding_window;
@@ -191,7 +214,7 @@ static kvc_code preset_by_types(const kvc_model_config* cfg, int is_static, int6
       k = is_static ? KVC_LAYER_STATIC_CHUNKED : KVC_LAYER_DYNAMIC_CHUNKED;
       W = cfg->attention_chunk_size;
     }
-    if (k != KVC_LAYER_STATIC && k != KVC_LAYER_DYNAMIC && W < 1) {
+    if (ref_is_sliding_kind(k) && W < 1) {
       free(t);
       ref_cache_free(out);
       return KVC_ERROR_INVALID_ARGUMENT;
@@ -202,7 +225,8 @@ static kvc_code preset_by_types(const kvc_model_config* cfg, int is_static, int6
   return KVC_OK;
 }
 
-/* HYBRID and HYBRID_CHUNKED: layer_types, else every pattern-th layer full. */
+/* HYBRID and HYBRID_CHUNKED: layer_types (dummy and indexed layers as in the STATIC preset), else every
+ * pattern-th layer full. */
 static kvc_code preset_hybrid(const kvc_model_config* cfg, int chunked, int64_t M, ref_cache* out) {
   int64_t W = chunked && cfg->attention_chunk_size > 0 ? cfg->attention_chunk_size : cfg->sliding_window;
   if (W < 1) return KVC_ERROR_INVALID_ARGUMENT;
@@ -214,7 +238,10 @@ static kvc_code preset_hybrid(const kvc_model_config* cfg, int chunked, int64_t 
   kvc_layer_kind local = chunked ? KVC_LAYER_STATIC_CHUNKED : KVC_LAYER_STATIC_SLIDING;
   for (uint32_t i = 0; i < n; i++) {
     int full = cfg->layer_types ? t[i] == KVC_LAYER_TYPE_FULL_ATTENTION : (i + 1) % P == 0;
-    cache_push(out, layer_new(full ? KVC_LAYER_STATIC : local, W, M));
+    kvc_layer_kind k = full ? KVC_LAYER_STATIC : local;
+    if (cfg->layer_types && t[i] == KVC_LAYER_TYPE_DUMMY) k = KVC_LAYER_DUMMY;
+    if (cfg->layer_types && t[i] == KVC_LAYER_TYPE_INDEXED_ATTENTION) k = KVC_LAYER_STATIC_INDEXED;
+    cache_push(out, layer_new(k, W, M));
   }
   free(t);
   return KVC_OK;
@@ -225,7 +252,9 @@ static kvc_code preset_custom(const kvc_cache_options* o, ref_cache* out) {
   for (uint32_t i = 0; i < o->num_layers; i++) {
     const kvc_layer_options* l = &o->layers[i];
     if (l->struct_size != sizeof(kvc_layer_options)) return KVC_ERROR_INVALID_ARGUMENT;
-    if (l->kind < KVC_LAYER_DYNAMIC || l->kind > KVC_LAYER_STATIC_CHUNKED) return KVC_ERROR_INVALID_ARGUMENT;
+    int known = (l->kind >= KVC_LAYER_DYNAMIC && l->kind <= KVC_LAYER_STATIC_CHUNKED) || l->kind == KVC_LAYER_DUMMY ||
+                ref_is_indexed_kind(l->kind);
+    if (!known) return KVC_ERROR_INVALID_ARGUMENT;
     if (ref_is_sliding_kind(l->kind) && l->window < 1) return KVC_ERROR_INVALID_ARGUMENT;
     if (ref_is_static_kind(l->kind) && l->max_cache_len < 1) return KVC_ERROR_INVALID_ARGUMENT;
   }
@@ -301,6 +330,8 @@ static kvc_code check_input(const ref_layer* L, const ref_input* in) {
   if (L && L->initialized && k->dtype != L->dtype) return KVC_ERROR_DTYPE_MISMATCH;
   if (k->shape[0] != v->shape[0] || k->shape[1] != v->shape[1] || k->shape[2] != v->shape[2])
     return KVC_ERROR_SHAPE_MISMATCH;
+  /* indexer keys stored before the K/V's first update fix the layer's batch */
+  if (L && !L->initialized && L->ix_init && k->shape[0] != L->B) return KVC_ERROR_SHAPE_MISMATCH;
   if (L && L->initialized &&
       (k->shape[0] != L->B || k->shape[1] != L->H || k->shape[3] != L->Dk || v->shape[3] != L->Dv))
     return KVC_ERROR_SHAPE_MISMATCH;
@@ -316,12 +347,12 @@ static kvc_code check_state(const ref_layer* L, int64_t n, const ref_positions* 
      * while the call leaves it not full ('Static sliding and chunked layers', case 4, as in 4.57); once the
      * window fills, the counter decides and positions are only sanity-checked. */
     int64_t cap = ref_layer_capacity(L);
-    int picks_slots = L->kind == KVC_LAYER_STATIC || L->cum + n <= cap;
+    int picks_slots = kv_kind(L->kind) == KVC_LAYER_STATIC || L->cum + n <= cap;
     for (uint32_t i = 0; i < pos->count; i++)
       if (pos->pos[i] < 0 || (picks_slots && pos->pos[i] >= cap)) return KVC_ERROR_OUT_OF_RANGE;
     return KVC_OK;
   }
-  if (L && L->kind == KVC_LAYER_STATIC && L->cum + n > L->max_cache_len) return KVC_ERROR_OUT_OF_RANGE;
+  if (L && kv_kind(L->kind) == KVC_LAYER_STATIC && L->cum + n > L->max_cache_len) return KVC_ERROR_OUT_OF_RANGE;
   return KVC_OK;
 }
 
@@ -330,6 +361,7 @@ kvc_code ref_update_check(const ref_cache* c, uint32_t layer, const ref_input* i
   const ref_layer* L = layer < c->num_layers ? &c->layers[layer] : NULL;
   kvc_code code = check_input(L, in);
   if (code) return code;
+  if (L && L->kind == KVC_LAYER_DUMMY) return KVC_ERROR_UNSUPPORTED; /* it stores nothing */
   return check_state(L, in->key.shape[2], pos); /* 0 new tokens is a valid, empty update */
 }
 
@@ -417,7 +449,7 @@ static void apply_update(ref_cache* c, uint32_t layer, const ref_input* in, cons
   const int64_t* ks = in->key.shape;
   if (!L->initialized) layer_init(L, ks[0], ks[1], ks[3], in->value.shape[3], in->key.dtype);
   ref_grid nw = {ks[0], ks[1], ks[2], (uint32_t*)in->tok};
-  switch (L->kind) {
+  switch (kv_kind(L->kind)) {
     case KVC_LAYER_DYNAMIC: update_dynamic(L, &nw, ret); break;
     case KVC_LAYER_DYNAMIC_SLIDING:
     case KVC_LAYER_DYNAMIC_CHUNKED: update_dynamic_sliding(L, &nw, ret); break;
@@ -445,17 +477,66 @@ kvc_code ref_update_all(ref_cache* c, uint32_t n, const ref_input* ins, const re
   return KVC_OK;
 }
 
+/* ------------------------------------------------------- update_indexer */
+
+kvc_code ref_update_indexer_check(const ref_cache* c, uint32_t layer, const ref_tensor* x) {
+  if (layer >= c->num_layers) return KVC_ERROR_OUT_OF_RANGE; /* it never creates layers */
+  const ref_layer* L = &c->layers[layer];
+  if (!ref_is_indexed_kind(L->kind) || !x->present) return KVC_ERROR_INVALID_ARGUMENT;
+  if (x->ndim != 3) return KVC_ERROR_SHAPE_MISMATCH;
+  if (!valid_dtype(x->dtype)) return KVC_ERROR_DTYPE_MISMATCH;
+  if (!x->on_cpu) return KVC_ERROR_DEVICE_MISMATCH;
+  if (x->shape[0] < 1 || x->shape[1] < 0 || x->shape[2] < 1) return KVC_ERROR_SHAPE_MISMATCH;
+  if (x->no_data && x->shape[1] > 0) return KVC_ERROR_INVALID_ARGUMENT;
+  if (L->ix_init && x->dtype != L->ix_dtype) return KVC_ERROR_DTYPE_MISMATCH;
+  if (L->ix_init && x->shape[2] != L->ix_D) return KVC_ERROR_SHAPE_MISMATCH;
+  if (ref_layer_has_batch(L) && x->shape[0] != L->B) return KVC_ERROR_SHAPE_MISMATCH;
+  if (ref_is_static_kind(L->kind) && (L->ix_init ? L->ix_cum : 0) + x->shape[1] > L->max_cache_len)
+    return KVC_ERROR_OUT_OF_RANGE;
+  return KVC_OK;
+}
+
+/* docs/semantics.md, 'Indexed layers': the first call fixes dtype and width; dynamic appends and returns every
+ * key, static writes at its own counter and returns the whole zero-initialized buffer. */
+kvc_code ref_update_indexer(ref_cache* c, uint32_t layer, const ref_tensor* x, const uint32_t* tok, ref_grid* ret) {
+  kvc_code code = ref_update_indexer_check(c, layer, x);
+  if (code) return code;
+  ref_layer* L = &c->layers[layer];
+  int stat = ref_is_static_kind(L->kind);
+  if (!L->ix_init) {
+    L->ix_init = 1;
+    L->ix_dtype = x->dtype;
+    L->ix_D = x->shape[2];
+    L->B = x->shape[0];
+    L->ix = grid_new(L->B, 1, stat ? L->max_cache_len : 0);
+    L->ix_cum = 0;
+  }
+  ref_grid nw = {x->shape[0], 1, x->shape[1], (uint32_t*)tok};
+  if (stat) {
+    for (int64_t b = 0; b < nw.B; b++)
+      for (int64_t s = 0; s < nw.L; s++) *at(&L->ix, b, 0, L->ix_cum + s) = *at(&nw, b, 0, s);
+    L->ix_cum += nw.L;
+  } else {
+    ref_grid all = grid_cat(&L->ix, 0, L->ix.L, &nw);
+    ref_grid_free(&L->ix);
+    L->ix = all;
+  }
+  if (ret) *ret = grid_copy(&L->ix);
+  return KVC_OK;
+}
+
 /* ----------------------------------------------------------------- crop */
 
 static int64_t seq_of(const ref_layer* L) {
   if (!L->initialized) return 0;
-  return L->kind == KVC_LAYER_DYNAMIC ? L->stored.L : L->cum;
+  return kv_kind(L->kind) == KVC_LAYER_DYNAMIC ? L->stored.L : L->cum;
 }
 
 static kvc_code crop_check_layer(const ref_layer* L, int64_t x) {
   /* transformers 5.24: a static layer crops; a static sliding one only while its window has not moved. */
   if (ref_is_static_kind(L->kind))
-    return L->kind != KVC_LAYER_STATIC && x != 0 && L->cum > ref_layer_capacity(L) ? KVC_ERROR_INVALID_STATE : KVC_OK;
+    return kv_kind(L->kind) != KVC_LAYER_STATIC && x != 0 && L->cum > ref_layer_capacity(L) ? KVC_ERROR_INVALID_STATE
+                                                                                              : KVC_OK;
   if (!L->initialized || !is_dyn_sliding(L->kind) || L->cum < L->window) return KVC_OK;
   if (!L->record || x > 0) return KVC_ERROR_INVALID_STATE;
   return KVC_OK;
@@ -473,12 +554,26 @@ static void crop_dynamic(ref_layer* L, int64_t x) {
 }
 
 /* docs/semantics.md, 'Static layers': the counter moves back (clamped at 0; positive: the absolute length), the slots stay. */
-static void crop_static(ref_layer* L, int64_t x) {
-  int64_t keep = x > 0 ? x : x == INT64_MIN ? 0 : L->cum + x;
-  if (x != 0 && keep < L->cum) L->cum = keep < 0 ? 0 : keep;
+static int64_t cropped_counter(int64_t cum, int64_t x) {
+  int64_t keep = x > 0 ? x : x == INT64_MIN ? 0 : cum + x;
+  return x != 0 && keep < cum ? (keep < 0 ? 0 : keep) : cum;
 }
 
-static void crop_layer(ref_layer* L, int64_t x) {
+static void crop_static(ref_layer* L, int64_t x) { L->cum = cropped_counter(L->cum, x); }
+
+/* docs/semantics.md, 'Indexed layers': after the K/V, the dynamic indexer loses tokens as a dynamic layer does
+ * (positive: the absolute length), the static one moves its own counter back as a static layer does. */
+static void crop_indexer(ref_layer* L, int64_t x) {
+  if (!L->ix_init || x == 0) return;
+  if (ref_is_static_kind(L->kind)) {
+    L->ix_cum = cropped_counter(L->ix_cum, x);
+    return;
+  }
+  int64_t len = L->ix.L, keep = x > 0 ? x : (x < -len ? 0 : len + x);
+  if (keep < len) grid_keep(&L->ix, 0, keep);
+}
+
+static void crop_kv(ref_layer* L, int64_t x) {
   if (!L->initialized) return; /* kvcache: cropping a layer that never saw a token is a no-op */
   if (ref_is_static_kind(L->kind)) {
     crop_static(L, x);
@@ -500,6 +595,11 @@ static void crop_layer(ref_layer* L, int64_t x) {
   int64_t start = end > keep ? end - keep : 0;
   grid_keep(&L->stored, start, end);
   L->cum = t >= L->cum ? 0 : L->cum - t; /* kvcache clamps at 0 where transformers goes negative */
+}
+
+static void crop_layer(ref_layer* L, int64_t x) {
+  crop_kv(L, x);
+  crop_indexer(L, x);
 }
 
 kvc_code ref_crop_check(const ref_cache* c, int64_t x) {
@@ -525,9 +625,25 @@ kvc_code ref_activate_past_recording(ref_cache* c) {
 
 /* ---------------------------------------------------------- batch moves */
 
-/* Rows of every layer that has seen a token move (transformers' seq > 0 rule). */
-static int moves_rows(const ref_layer* L) {
-  return L->initialized && seq_of(L) > 0;
+/* K/V that batch operations move: transformers skips layers that hold nothing. */
+static int holds_tokens(const ref_layer* L) { return L->initialized && seq_of(L) > 0; }
+
+/* Layers batch operations act on: K/V holding tokens, or stored indexer keys (a layer's rows move together). */
+static int moves_rows(const ref_layer* L) { return holds_tokens(L) || L->ix_init; }
+
+/* Row b of L becomes its former row idx[b]. An initialized K/V holding no token follows the new batch only
+ * when the batch changes (its slots are not moved: kvcache keeps one batch per layer, transformers moves a
+ * store only when it holds tokens). */
+static void move_layer_rows(ref_layer* L, const int64_t* idx, size_t n, int same_batch) {
+  if (holds_tokens(L)) {
+    grid_rows(&L->stored, idx, n);
+  } else if (L->initialized && !same_batch) {
+    ref_grid z = grid_new((int64_t)n, L->H, L->stored.L);
+    ref_grid_free(&L->stored);
+    L->stored = z;
+  }
+  if (L->ix_init) grid_rows(&L->ix, idx, n);
+  L->B = (int64_t)n;
 }
 
 static kvc_code check_indices(const ref_cache* c, const int64_t* idx, size_t count) {
@@ -540,12 +656,11 @@ static kvc_code check_indices(const ref_cache* c, const int64_t* idx, size_t cou
 }
 
 static void take_rows(ref_cache* c, const int64_t* idx, size_t count) {
-  for (uint32_t l = 0; l < c->num_layers; l++) {
-    ref_layer* L = &c->layers[l];
-    if (!moves_rows(L)) continue;
-    grid_rows(&L->stored, idx, count);
-    L->B = (int64_t)count;
-  }
+  int same_batch = 1;
+  for (uint32_t l = 0; l < c->num_layers; l++)
+    if (moves_rows(&c->layers[l]) && c->layers[l].B != (int64_t)count) same_batch = 0;
+  for (uint32_t l = 0; l < c->num_layers; l++)
+    if (moves_rows(&c->layers[l])) move_layer_rows(&c->layers[l], idx, count, same_batch);
 }
 
 kvc_code ref_reorder_check(const ref_cache* c, const int64_t* idx, size_t count) {
@@ -567,15 +682,14 @@ kvc_code ref_repeat_interleave_check(const ref_cache* c, int64_t r) {
 
 kvc_code ref_repeat_interleave(ref_cache* c, int64_t r) {
   kvc_code code = ref_repeat_interleave_check(c, r);
-  if (code) return code;
+  if (code || r == 1) return code;
   for (uint32_t l = 0; l < c->num_layers; l++) {
     ref_layer* L = &c->layers[l];
     if (!moves_rows(L)) continue;
     size_t n = (size_t)(L->B * r);
     int64_t* idx = xcalloc(n, sizeof *idx);
     for (size_t i = 0; i < n; i++) idx[i] = (int64_t)i / r;
-    grid_rows(&L->stored, idx, n);
-    L->B = (int64_t)n;
+    move_layer_rows(L, idx, n, 0);
     free(idx);
   }
   return KVC_OK;
@@ -601,7 +715,7 @@ kvc_code ref_batch_split_check(const ref_cache* c, int64_t full, int64_t split, 
    * when they disagree, there is no batch to split. */
   int64_t B = -1;
   for (uint32_t l = 0; l < c->num_layers; l++) {
-    if (!c->layers[l].initialized) continue;
+    if (!ref_layer_has_batch(&c->layers[l])) continue;
     if (B >= 0 && c->layers[l].B != B) return KVC_ERROR_INVALID_STATE;
     B = c->layers[l].B;
   }
@@ -625,9 +739,9 @@ kvc_code ref_batch_split(const ref_cache* c, int64_t full, int64_t split, ref_ca
     for (int64_t i = from; i < to; i++) idx[i - from] = i;
     for (uint32_t l = 0; l < out[s].num_layers; l++) {
       ref_layer* L = &out[s].layers[l];
-      if (!L->initialized) continue;
-      grid_rows(&L->stored, idx, (size_t)(to - from));
-      L->B = to - from;
+      if (L->initialized) grid_rows(&L->stored, idx, (size_t)(to - from));
+      if (L->ix_init) grid_rows(&L->ix, idx, (size_t)(to - from));
+      if (ref_layer_has_batch(L)) L->B = to - from;
     }
     free(idx);
   }
@@ -639,9 +753,26 @@ kvc_code ref_batch_split(const ref_cache* c, int64_t full, int64_t split, ref_ca
  * agree on everything but the batch, counters included
  * (docs/differences-from-transformers.md, item 12); each disagreement has
  * the code of its kind, checked in this order. */
+/* The indexer keys of two indexed layers: present in both or neither, then dtype, width, length (the static
+ * counter) and capacity (a static layer's max_cache_len; the dynamic store of the few tokens the fuzzer writes
+ * never outgrows its first 64 slots). */
+static kvc_code indexer_mismatch(const ref_layer* a, const ref_layer* b) {
+  if (a->ix_init != b->ix_init) return KVC_ERROR_INVALID_STATE;
+  if (!a->ix_init) return KVC_OK;
+  if (a->ix_dtype != b->ix_dtype) return KVC_ERROR_DTYPE_MISMATCH;
+  int stat = ref_is_static_kind(a->kind);
+  int64_t la = stat ? a->ix_cum : a->ix.L, lb = stat ? b->ix_cum : b->ix.L;
+  int64_t ca = stat ? a->max_cache_len : 64, cb = stat ? b->max_cache_len : 64;
+  return a->ix_D != b->ix_D || la != lb || ca != cb ? KVC_ERROR_INVALID_STATE : KVC_OK;
+}
+
 static kvc_code stack_mismatch(const ref_layer* a, const ref_layer* b) {
-  if (a->kind != b->kind || a->window != b->window || a->max_cache_len != b->max_cache_len)
-    return KVC_ERROR_INVALID_ARGUMENT;
+  if (a->kind != b->kind) return KVC_ERROR_INVALID_ARGUMENT;
+  if (ref_is_indexed_kind(a->kind)) {
+    kvc_code code = indexer_mismatch(a, b);
+    if (code) return code;
+  }
+  if (a->window != b->window || a->max_cache_len != b->max_cache_len) return KVC_ERROR_INVALID_ARGUMENT;
   if (a->initialized != b->initialized) return KVC_ERROR_INVALID_STATE;
   if (!a->initialized) return KVC_OK;
   if (a->dtype != b->dtype) return KVC_ERROR_DTYPE_MISMATCH;
@@ -649,6 +780,22 @@ static kvc_code stack_mismatch(const ref_layer* a, const ref_layer* b) {
   if (a->stored.L != b->stored.L) return KVC_ERROR_INVALID_ARGUMENT;
   if (a->cum != b->cum || a->record != b->record) return KVC_ERROR_INVALID_STATE;
   return KVC_OK;
+}
+
+/* The K/V grids (indexer 0) or indexer grids of layer l of every split, one after the other along the batch. */
+static void stack_grid(const ref_cache* const* splits, size_t count, uint32_t l, int indexer, int64_t B,
+                       ref_grid* out) {
+  const ref_grid* first = indexer ? &splits[0]->layers[l].ix : &splits[0]->layers[l].stored;
+  ref_grid g = grid_new(B, first->H, first->L);
+  int64_t row = 0;
+  for (size_t s = 0; s < count; s++) {
+    const ref_grid* src = indexer ? &splits[s]->layers[l].ix : &splits[s]->layers[l].stored;
+    for (int64_t b = 0; b < src->B; b++, row++)
+      for (int64_t h = 0; h < src->H; h++)
+        for (int64_t i = 0; i < src->L; i++) *at(&g, row, h, i) = *at(src, b, h, i);
+  }
+  ref_grid_free(out);
+  *out = g;
 }
 
 kvc_code ref_from_batch_splits(const ref_cache* const* splits, size_t count, ref_cache* out) {
@@ -664,19 +811,11 @@ kvc_code ref_from_batch_splits(const ref_cache* const* splits, size_t count, ref
   ref_cache_copy(splits[0], out);
   for (uint32_t l = 0; l < out->num_layers; l++) {
     ref_layer* L = &out->layers[l];
-    if (!L->initialized) continue;
+    if (!ref_layer_has_batch(L)) continue;
     int64_t B = 0;
     for (size_t s = 0; s < count; s++) B += splits[s]->layers[l].B;
-    ref_grid g = grid_new(B, L->H, L->stored.L);
-    int64_t row = 0;
-    for (size_t s = 0; s < count; s++) {
-      const ref_grid* src = &splits[s]->layers[l].stored;
-      for (int64_t b = 0; b < src->B; b++, row++)
-        for (int64_t h = 0; h < src->H; h++)
-          for (int64_t i = 0; i < src->L; i++) *at(&g, row, h, i) = *at(src, b, h, i);
-    }
-    ref_grid_free(&L->stored);
-    L->stored = g;
+    if (L->initialized) stack_grid(splits, count, l, 0, B, &L->stored);
+    if (L->ix_init) stack_grid(splits, count, l, 1, B, &L->ix);
     L->B = B;
   }
   return KVC_OK;
@@ -684,14 +823,25 @@ kvc_code ref_from_batch_splits(const ref_cache* const* splits, size_t count, ref
 
 /* ---------------------------------------------------------- reset, init */
 
-/* kvcache empties dynamic layers (transformers zeroes them and keeps the length). */
+/* kvcache empties dynamic layers (transformers zeroes them and keeps the length). An indexer is dropped by a
+ * dynamic layer (uninitialized again; the batch stays the K/V's, if any) and zeroed by a static one. */
 kvc_code ref_reset(ref_cache* c) {
   for (uint32_t l = 0; l < c->num_layers; l++) {
     ref_layer* L = &c->layers[l];
-    if (!L->initialized) continue;
-    L->cum = 0;
-    if (ref_is_static_kind(L->kind)) memset(L->stored.tok, 0, (size_t)(L->B * L->H * L->stored.L) * 4);
-    else grid_keep(&L->stored, 0, 0);
+    if (L->initialized) {
+      L->cum = 0;
+      if (ref_is_static_kind(L->kind)) memset(L->stored.tok, 0, (size_t)(L->B * L->H * L->stored.L) * 4);
+      else grid_keep(&L->stored, 0, 0);
+    }
+    if (!L->ix_init) continue;
+    if (ref_is_static_kind(L->kind)) {
+      memset(L->ix.tok, 0, (size_t)(L->ix.B * L->ix.L) * 4);
+      L->ix_cum = 0;
+    } else {
+      ref_grid_free(&L->ix);
+      L->ix_init = 0;
+      if (!L->initialized) L->B = 0;
+    }
   }
   return KVC_OK;
 }
@@ -701,13 +851,17 @@ kvc_code ref_early_initialization(ref_cache* c, const kvc_init_options* o) {
   if (o->batch_size < 1 || !valid_dtype(o->dtype) || o->v_head_dim < 0) return KVC_ERROR_INVALID_ARGUMENT;
   if (!o->num_kv_heads_per_layer && o->num_kv_heads < 1) return KVC_ERROR_INVALID_ARGUMENT;
   if (!o->head_dim_per_layer && o->k_head_dim < 1) return KVC_ERROR_INVALID_ARGUMENT;
-  for (uint32_t l = 0; l < c->num_layers; l++) {
+  for (uint32_t l = 0; l < c->num_layers; l++) { /* layer by layer; a dummy layer's entries are not read */
+    const ref_layer* L = &c->layers[l];
+    if (L->kind == KVC_LAYER_DUMMY) continue;
     if (o->num_kv_heads_per_layer && o->num_kv_heads_per_layer[l] < 1) return KVC_ERROR_INVALID_ARGUMENT;
     if (o->head_dim_per_layer && o->head_dim_per_layer[l] < 1) return KVC_ERROR_INVALID_ARGUMENT;
+    /* stored indexer keys fix the batch the K/V must take */
+    if (!L->initialized && L->ix_init && o->batch_size != L->B) return KVC_ERROR_SHAPE_MISMATCH;
   }
   for (uint32_t l = 0; l < c->num_layers; l++) {
     ref_layer* L = &c->layers[l];
-    if (L->initialized) continue;
+    if (L->initialized || L->kind == KVC_LAYER_DUMMY) continue;
     int64_t H = o->num_kv_heads_per_layer ? o->num_kv_heads_per_layer[l] : o->num_kv_heads;
     int64_t Dk = o->head_dim_per_layer ? o->head_dim_per_layer[l] : o->k_head_dim;
     int64_t Dv = o->head_dim_per_layer ? Dk : (o->v_head_dim ? o->v_head_dim : Dk);
@@ -722,8 +876,25 @@ int64_t ref_seq_length(const ref_cache* c, uint32_t layer) {
   return layer < c->num_layers ? seq_of(&c->layers[layer]) : 0;
 }
 
+kvc_code ref_query_layer(const ref_cache* c, uint32_t* layer) {
+  if (*layer >= c->num_layers || c->layers[*layer].kind != KVC_LAYER_DUMMY) return KVC_OK;
+  if (*layer != 0) return KVC_ERROR_INVALID_ARGUMENT;
+  for (uint32_t i = 0; i < c->num_layers; i++)
+    if (c->layers[i].kind != KVC_LAYER_DUMMY) {
+      *layer = i;
+      return KVC_OK;
+    }
+  return KVC_ERROR_INVALID_ARGUMENT;
+}
+
+kvc_code ref_cache_seq_length(const ref_cache* c, uint32_t layer, int64_t* out) {
+  kvc_code code = ref_query_layer(c, &layer);
+  if (!code) *out = ref_seq_length(c, layer);
+  return code;
+}
+
 static int64_t layer_max_length(const ref_layer* L) {
-  if (L->kind == KVC_LAYER_DYNAMIC) return -1;
+  if (kv_kind(L->kind) == KVC_LAYER_DYNAMIC || L->kind == KVC_LAYER_DUMMY) return -1;
   if (is_dyn_sliding(L->kind)) return L->window;
   return ref_layer_capacity(L);
 }
@@ -746,19 +917,22 @@ int64_t ref_usable_length(const ref_cache* c, int64_t n, uint32_t layer) {
   return seq;
 }
 
-void ref_mask_sizes(const ref_cache* c, int64_t q, uint32_t layer, int64_t* len, int64_t* off) {
+kvc_code ref_mask_sizes(const ref_cache* c, int64_t q, uint32_t layer, int64_t* len, int64_t* off) {
   *len = q;
   *off = 0;
-  if (layer >= c->num_layers) return;
+  if (layer >= c->num_layers) return KVC_OK;
+  kvc_code code = ref_query_layer(c, &layer);
+  if (code) return code;
   const ref_layer* L = &c->layers[layer];
   int64_t cum = L->initialized ? L->cum : 0;
-  if (L->kind == KVC_LAYER_DYNAMIC) {
+  kvc_layer_kind k = kv_kind(L->kind);
+  if (k == KVC_LAYER_DYNAMIC) {
     *len = seq_of(L) + q;
   } else if (is_dyn_sliding(L->kind)) {
     int64_t W = L->window;
     *off = cum - W + 1 > 0 ? cum - W + 1 : 0;
     *len = cum >= W ? W - 1 + q : cum + q;
-  } else if (L->kind == KVC_LAYER_STATIC) {
+  } else if (k == KVC_LAYER_STATIC) {
     *len = L->max_cache_len;
   } else {
     int64_t Wm = ref_layer_capacity(L);
@@ -767,6 +941,7 @@ void ref_mask_sizes(const ref_cache* c, int64_t q, uint32_t layer, int64_t* len,
     else if (Wm < cum + q) *len = cum + q;
     else *len = Wm;
   }
+  return KVC_OK;
 }
 
 kvc_code ref_batch_size(const ref_cache* c, int64_t* out) {
@@ -800,7 +975,11 @@ void ref_ed_create(ref_cache* self, ref_cache* cross, ref_ed* out) {
   out->cross = *cross;
   memset(self, 0, sizeof *self);
   memset(cross, 0, sizeof *cross);
-  for (uint32_t i = 0; i < out->cross.num_layers; i++) set_flag(out, i, ref_seq_length(&out->cross, i) > 0);
+  for (uint32_t i = 0; i < out->cross.num_layers; i++) { /* kvc_cache_seq_length of each layer; a refusal reads 0 */
+    int64_t seq = 0;
+    ref_cache_seq_length(&out->cross, i, &seq);
+    set_flag(out, i, seq > 0);
+  }
 }
 
 void ref_ed_free(ref_ed* ed) {
@@ -823,6 +1002,9 @@ int ref_ed_is_updated(const ref_ed* ed, uint32_t layer) {
 
 kvc_code ref_ed_update_cross(ref_ed* ed, uint32_t layer, const ref_input* in, ref_grid* ret) {
   if (ref_ed_is_updated(ed, layer)) {
+    /* the stored K/V is returned (when asked for); a dummy layer 0 counts as updated when the first attention
+     * layer holds tokens (is_updated comes from the redirected seq_length, as in transformers) but has none */
+    if (ed->cross.layers[layer].kind == KVC_LAYER_DUMMY) return ret ? KVC_ERROR_UNSUPPORTED : KVC_OK;
     if (ret) *ret = grid_copy(&ed->cross.layers[layer].stored);
     return KVC_OK;
   }

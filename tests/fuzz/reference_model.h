@@ -4,7 +4,7 @@
  *
  * Every layer is a plain [batch][head][position] grid of token ids (0 is a
  * zero slot); every operation rebuilds grids with the obvious loops, written
- * from the specification (docs/semantics.md (the dynamic, dynamic sliding, static and static sliding layer sections, 'Layer types and presets', 'The cache as a whole', 'Encoder-decoder caches'))
+ * from the specification (docs/semantics.md (the dynamic, dynamic sliding, static and static sliding layer sections, 'Dummy layers', 'Indexed layers', 'Layer types and presets', 'The cache as a whole', 'Encoder-decoder caches'))
  * and from kvcache's documented differences from transformers. It never looks
  * at how the library stores anything: if the two disagree, one of them is
  * wrong, and docs/semantics.md decides which.
@@ -37,6 +37,13 @@ typedef struct ref_layer {
   ref_grid stored; /* dynamic kinds: the kept tokens; static kinds: the whole buffer */
   int64_t cum;     /* tokens seen (sliding and static kinds) */
   int record;      /* dynamic sliding kinds: activate_past_recording was called */
+  /* Indexed kinds: the indexer keys, one head ([B][1][position]); B is the layer's batch, which they share
+   * with the K/V (and which they fix while the K/V is not initialized). */
+  int ix_init;
+  kvc_dtype ix_dtype;
+  int64_t ix_D;
+  ref_grid ix;    /* dynamic: the stored keys; static: the whole buffer of max_cache_len slots */
+  int64_t ix_cum; /* static: the indexer's own counter */
 } ref_layer;
 
 typedef struct ref_cache {
@@ -76,6 +83,9 @@ void ref_cache_copy(const ref_cache* from, ref_cache* out);
 
 int ref_is_static_kind(kvc_layer_kind kind);
 int ref_is_sliding_kind(kvc_layer_kind kind);
+int ref_is_indexed_kind(kvc_layer_kind kind);
+/* The layer's batch exists: K/V initialized, or indexer keys stored. */
+int ref_layer_has_batch(const ref_layer* layer);
 int64_t ref_layer_capacity(const ref_layer* layer);
 /* Tokens the layer's stored view holds (0 when not initialized). */
 int64_t ref_layer_stored_length(const ref_layer* layer);
@@ -91,6 +101,11 @@ kvc_code ref_update(ref_cache* cache, uint32_t layer, const ref_input* in, const
 /* `rets` has n entries (may be NULL). */
 kvc_code ref_update_all(ref_cache* cache, uint32_t n, const ref_input* ins, const ref_positions* pos,
                         ref_grid* rets);
+/* update_indexer of x ([B, n, D]: x->shape[0..2]) whose keys are the token ids tok[b * n + s]; `ret` (may be
+ * NULL) receives the returned keys ([B][1][L]), the caller frees it. */
+kvc_code ref_update_indexer_check(const ref_cache* cache, uint32_t layer, const ref_tensor* x);
+kvc_code ref_update_indexer(ref_cache* cache, uint32_t layer, const ref_tensor* x, const uint32_t* tok,
+                            ref_grid* ret);
 kvc_code ref_crop(ref_cache* cache, int64_t tokens);
 kvc_code ref_crop_check(const ref_cache* cache, int64_t tokens);
 kvc_code ref_activate_past_recording(ref_cache* cache);
@@ -109,12 +124,17 @@ kvc_code ref_from_batch_splits(const ref_cache* const* splits, size_t count, ref
 kvc_code ref_reset(ref_cache* cache);
 kvc_code ref_early_initialization(ref_cache* cache, const kvc_init_options* options);
 
-/* Queries, as the header defines them. */
+/* Queries, as the header defines them. ref_seq_length is a layer's own count (kvc_layer_info.seq_length);
+ * kvc_cache_seq_length and kvc_cache_mask_sizes redirect a layer without K/V (ref_query_layer). */
 int64_t ref_seq_length(const ref_cache* cache, uint32_t layer);
+/* The layer a sequence query of `layer` answers for: a dummy layer 0 stands for the first layer with K/V;
+ * another dummy layer, or a cache of dummy layers only, is INVALID_ARGUMENT. */
+kvc_code ref_query_layer(const ref_cache* cache, uint32_t* layer);
+kvc_code ref_cache_seq_length(const ref_cache* cache, uint32_t layer, int64_t* out);
 int64_t ref_max_length(const ref_cache* cache, int32_t layer);
 int64_t ref_usable_length(const ref_cache* cache, int64_t new_seq_length, uint32_t layer);
-void ref_mask_sizes(const ref_cache* cache, int64_t query_length, uint32_t layer, int64_t* kv_length,
-                    int64_t* kv_offset);
+kvc_code ref_mask_sizes(const ref_cache* cache, int64_t query_length, uint32_t layer, int64_t* kv_length,
+                        int64_t* kv_offset);
 kvc_code ref_batch_size(const ref_cache* cache, int64_t* out);
 
 /* ------------------------------------------------------ encoder-decoder */

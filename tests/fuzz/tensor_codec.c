@@ -193,6 +193,21 @@ void codec_build_ranged(codec_tensor* out, const ref_tensor* desc, const ref_gri
   out->t.byte_offset = (uint64_t)offset * es;
 }
 
+void codec_build_indexer(codec_tensor* out, const ref_tensor* desc, const ref_grid* tok, int layout) {
+  ref_tensor d4 = *desc;
+  d4.ndim = 4;
+  const int64_t shape4[4] = {desc->shape[0], 1, desc->shape[1], desc->shape[2]};
+  memcpy(d4.shape, shape4, sizeof shape4);
+  codec_build(out, &d4, tok, 0, layout);
+  if (desc->ndim != 3) return;
+  int64_t st[3] = {out->strides[0], out->strides[2], out->strides[3]};
+  out->t.ndim = 3;
+  for (int i = 0; i < 3; i++) {
+    out->shape[i] = desc->shape[i];
+    out->strides[i] = st[i];
+  }
+}
+
 void codec_free(codec_tensor* t) {
   free(t->mem);
   memset(t, 0, sizeof *t);
@@ -242,4 +257,19 @@ int codec_check_view(const kvc_tensor* v, const ref_grid* want, int64_t D, kvc_d
                 (long long)b, (long long)h, (long long)l, (long long)d, got, exp, tok, tok ? "" : ", a zero slot");
         }
   return 1;
+}
+
+int codec_check_indexer_view(const kvc_tensor* v, const ref_grid* want, int64_t D, kvc_dtype dtype, char* why,
+                             size_t why_size) {
+  if (v->ndim != 3) WHY("indexer view has ndim %d, want 3", v->ndim);
+  if (!v->shape) WHY("indexer view has no shape");
+  int64_t shape[4] = {v->shape[0], 1, v->shape[1], v->shape[2]};
+  int64_t compact[3] = {v->shape[1] * v->shape[2], v->shape[2], 1};
+  const int64_t* st3 = v->strides ? v->strides : compact;
+  int64_t strides[4] = {st3[0], 0, st3[1], st3[2]}; /* one head: its stride is never used */
+  kvc_tensor v4 = *v;
+  v4.ndim = 4;
+  v4.shape = shape;
+  v4.strides = strides;
+  return codec_check_view(&v4, want, D, dtype, 0, why, why_size);
 }

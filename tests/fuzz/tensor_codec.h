@@ -76,6 +76,15 @@ void codec_build_kv(codec_tensor* kt, codec_tensor* vt, ref_tensor* k, ref_tenso
                     int narrow);
 
 /*
+ * An indexer input [B, n, D] (desc: ndim 3, shape[0..2]; another ndim keeps the 4-D [B, 1, n, D] it is built
+ * as) filled from the token grid `tok` ([B][1][n]) in `layout`, as codec_build lays out a one-head key.
+ */
+void codec_build_indexer(codec_tensor* out, const ref_tensor* desc, const ref_grid* tok, int layout);
+/* codec_check_view for an indexer view [B, L, D] against the grid `want` ([B][1][L]). */
+int codec_check_indexer_view(const kvc_tensor* view, const ref_grid* want, int64_t D, kvc_dtype dtype, char* why,
+                             size_t why_size);
+
+/*
  * Compares a view returned by the library with the expected token grid:
  * device, ndim, dtype, shape [B, H, L, D], stride rules and every element's
  * bits. Returns 1 when equal, else 0 with a description in `why`.

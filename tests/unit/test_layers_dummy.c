@@ -223,6 +223,30 @@ static void test_last_linear_layer_is_not_the_dummy(void) {
   kvc_cache_destroy(c);
 }
 
+/*
+ * A cross-attention cache with dummy layers: is_updated comes from each layer's kvc_cache_seq_length, as
+ * EncoderDecoderCache takes it from get_seq_length: a dummy layer 0 answers for the first attention layer, another
+ * dummy layer has no length (not updated; the refusal is not leaked). The dummy layer 0 then has no K/V to return.
+ */
+static void test_encoder_decoder_cross_with_dummy_layers(void) {
+  kvc_cache* self = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DYNAMIC, 0, 0),
+                                    tu_layer(KVC_LAYER_DYNAMIC, 0, 0));
+  kvc_cache* cross = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DUMMY, 0, 0), tu_layer(KVC_LAYER_DYNAMIC, 0, 0),
+                                     tu_layer(KVC_LAYER_DUMMY, 0, 0));
+  REQUIRE(self != NULL && cross != NULL);
+  REQUIRE_OK(tu_update_tokens(cross, 1, B, H, 3, D, D, 0, NULL, NULL));
+  kvc_encoder_decoder_cache* ed = NULL;
+  REQUIRE_OK(kvc_encoder_decoder_cache_create(self, cross, &ed));
+  int32_t u = -1;
+  for (uint32_t i = 0; i < 3; i++) {
+    REQUIRE_OK(kvc_encoder_decoder_cache_is_updated(ed, i, &u));
+    CHECK_EQ_I64(u, i < 2); /* layer 0: the redirected length of layer 1 */
+  }
+  kvc_kv out;
+  EXPECT_ERR(kvc_encoder_decoder_cache_update_cross(ed, 0, NULL, NULL, &out), KVC_ERROR_UNSUPPORTED, "dummy layer");
+  kvc_encoder_decoder_cache_destroy(ed);
+}
+
 int main(void) {
   TU_RUN(test_info_and_queries);
   TU_RUN(test_layer_zero_asks_the_first_attention_layer);
@@ -231,5 +255,6 @@ int main(void) {
   TU_RUN(test_early_initialization_skips_it);
   TU_RUN(test_presets);
   TU_RUN(test_last_linear_layer_is_not_the_dummy);
+  TU_RUN(test_encoder_decoder_cross_with_dummy_layers);
   return tu_finish();
 }

@@ -342,9 +342,23 @@ static void test_errors_leave_the_cache_unchanged(void) {
   x.dtype.bits = 32;
   x.device.device_type = KVC_DEVICE_CUDA;
   EXPECT_ERR_UNCHANGED(c, kvc_cache_update_indexer(c, 0, &x, NULL), KVC_ERROR_DEVICE_MISMATCH, "x is on device");
-  /* The K/V's first update must take the indexer's batch. */
+  /* The K/V's first update must take the indexer's batch, and so must an early initialization (whose K/V of
+   * another batch would leave the layer's rows and its batch disagreeing). */
   EXPECT_ERR_UNCHANGED(c, tu_update_tokens(c, 0, 3, H, 1, D, D, 0, NULL, NULL), KVC_ERROR_SHAPE_MISMATCH,
                        "batch) is 3", "share one batch");
+  kvc_init_options io;
+  kvc_init_options_init(&io);
+  io.batch_size = 3;
+  io.num_kv_heads = H;
+  io.k_head_dim = D;
+  io.dtype = KVC_DTYPE_FLOAT32;
+  EXPECT_ERR_UNCHANGED(c, kvc_cache_early_initialization(c, &io), KVC_ERROR_SHAPE_MISMATCH,
+                       "kvc_cache_early_initialization", "options->batch_size is 3",
+                       "layer 0 already holds rows of batch 2");
+  io.batch_size = B;
+  REQUIRE_OK(kvc_cache_early_initialization(c, &io));
+  CHECK_EQ_I64(tu_info(c, 0).batch_size, B);
+  CHECK_EQ_I64(tu_info(c, 0).is_initialized, 1);
   CHECK_IX(ix_view(c, 0), B, NULL, 0, 1);
   kvc_cache_destroy(c);
 }
