@@ -47,8 +47,8 @@ mod dtype;
 mod encoder_decoder;
 mod error;
 mod options;
-pub mod pool;
 mod persist;
+pub mod pool;
 mod tensor;
 mod version;
 
@@ -69,11 +69,11 @@ pub use options::{
     ConvUpdateOptions, InitOptions, LayerKind, LayerOptions, LayerType, ModelConfig, Offload,
     Preset, QuantMode, QuantOptions, Quantizer, UpdateOptions,
 };
+pub use persist::FILE_FORMAT_VERSION;
 pub use pool::{
     BlockTable, CsrBlockTable, GroupKind, LayerStorage, Layout, Pool, PoolBuilder, PoolEvent,
     PoolGroup, PoolLayer, PoolStats, RecurrentState, Sequence, SlotMapping,
 };
-pub use persist::FILE_FORMAT_VERSION;
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};
 pub use version::{
     Features, HEADER_VERSION, Version, check_version, features, version, version_string,
