@@ -8,9 +8,13 @@ package kvcache
 // first difference ("layer 3: kind dynamic sliding (file) vs static
 // (cache)"), one of another format version with ErrVersionMismatch, a
 // truncated or corrupted one with ErrIO naming the section and offset; the
-// cache is unchanged on every error.
+// cache is unchanged on every error. A pool sequence has files of its own:
+// Sequence.Save and Pool.LoadSequence.
 
-import "runtime"
+import (
+	"runtime"
+	"unsafe"
+)
 
 // FileFormatVersion is the cache file format version this library writes and reads.
 const FileFormatVersion = 1
@@ -86,4 +90,32 @@ func LoadEncoderDecoder(path string) (*EncoderDecoderCache, error) {
 		return nil, err
 	}
 	return newEncoderDecoder(p, nil, nil), nil
+}
+
+// Save writes the sequence to the file path (created or replaced; written
+// beside it and renamed): its tokens, lengths, hash chain root and every
+// layer's block bytes (recurrent layers: the live state), under a
+// fingerprint of the pool's layout. Pool.LoadSequence makes it again in a
+// pool of the same layout. Nothing changes: views stay valid.
+func (s *Sequence) Save(path string) error {
+	h, err := s.enter(false)
+	if err != nil {
+		return err
+	}
+	err = cPoolSequenceSave(h, path)
+	runtime.KeepAlive(s)
+	return err
+}
+
+// LoadSequence makes a new sequence in p from the file Sequence.Save wrote.
+// p must have the saved pool's layout (dtype, storage layout, hash seed,
+// groups' kinds, block sizes and windows, layers' shapes; block counts may
+// differ): another is refused with ErrInvalidArgument naming the first
+// difference ("group 0: block_size 4 (file) vs 8 (pool)"). The sequence
+// takes the blocks it needs (evicting cached ones as Reserve does;
+// ErrOutOfMemory when they are not there) and its committed full blocks are
+// cached for prefix reuse. A missing, truncated or corrupted file is ErrIO.
+// On any error the pool is unchanged.
+func (p *Pool) LoadSequence(path string) (*Sequence, error) {
+	return p.makeSequence(func(h unsafe.Pointer) (unsafe.Pointer, error) { return cPoolSequenceLoad(h, path) })
 }

@@ -47,3 +47,13 @@ func cEDLoad(path string) (unsafe.Pointer, error) {
 	err := withPath(path, func(s *C.char) *C.kvc_error { return C.kvc_encoder_decoder_cache_load(s, nil, &out) })
 	return unsafe.Pointer(out), err
 }
+
+func cPoolSequenceSave(s unsafe.Pointer, path string) error {
+	return withPath(path, func(c *C.char) *C.kvc_error { return C.kvc_pool_sequence_save(poolSeq(s), c, nil) })
+}
+
+func cPoolSequenceLoad(p unsafe.Pointer, path string) (unsafe.Pointer, error) {
+	var out *C.kvc_pool_sequence
+	err := withPath(path, func(c *C.char) *C.kvc_error { return C.kvc_pool_sequence_load(pool(p), c, &out) })
+	return unsafe.Pointer(out), err
+}

@@ -12,3 +12,6 @@ func cLoad(string) (unsafe.Pointer, error)    { return nil, ErrCgoDisabled }
 func cEDSave(unsafe.Pointer, string) error    { return ErrCgoDisabled }
 func cEDRestore(unsafe.Pointer, string) error { return ErrCgoDisabled }
 func cEDLoad(string) (unsafe.Pointer, error)  { return nil, ErrCgoDisabled }
+
+func cPoolSequenceSave(unsafe.Pointer, string) error                   { return ErrCgoDisabled }
+func cPoolSequenceLoad(unsafe.Pointer, string) (unsafe.Pointer, error) { return nil, ErrCgoDisabled }

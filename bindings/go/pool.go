@@ -614,11 +614,17 @@ func (p *Pool) newSequence(s unsafe.Pointer) *Sequence {
 // salt (per tenant: blocks are reused only between sequences with the same
 // salt); nil for none.
 func (p *Pool) NewSequence(salt []byte) (*Sequence, error) {
+	return p.makeSequence(func(h unsafe.Pointer) (unsafe.Pointer, error) { return cPoolSequenceCreate(h, salt) })
+}
+
+// makeSequence runs create, a call that creates a sequence in the pool (it
+// changes blocks or tables), and wraps the handle it returns.
+func (p *Pool) makeSequence(create func(unsafe.Pointer) (unsafe.Pointer, error)) (*Sequence, error) {
 	h, err := p.enter(true)
 	if err != nil {
 		return nil, err
 	}
-	s, err := cPoolSequenceCreate(h, salt)
+	s, err := create(h)
 	runtime.KeepAlive(p)
 	if err != nil {
 		return nil, err

@@ -5,8 +5,11 @@ package kvcache
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -420,6 +423,90 @@ func TestPoolErrors(t *testing.T) {
 	_, err = NewPool(PoolOptions{DType: DTypeFloat32, Groups: []PoolGroup{FullGroup(0, 8)},
 		Layers: []PoolLayer{AttentionLayer(0, 1, 4)}})
 	wantErr(t, err, CodeInvalidArgument, "groups[0].block_size is 0")
+}
+
+func TestPoolSequenceSavedLoadsIntoAFreshPool(t *testing.T) {
+	a, b := mkPool(t, 16, "test-model"), mkPool(t, 16, "test-model")
+	tokens := seqTokens(300, 11) // two full blocks and a partial one
+	s := mkSeq(t, a, nil)
+	_, first := prefillSeq(t, a, s, tokens[:6], 0)
+	_, rest := prefillSeq(t, a, s, tokens[6:], 0.25)
+	path := filepath.Join(t.TempDir(), "seq.kvc")
+	ok(t, s.Save(path))
+	loaded := must[*Sequence](t)(b.LoadSequence(path))
+	if loaded.Len() != 11 || loaded.Committed() != 11 || loaded.Pool() != b {
+		t.Fatalf("loaded len %d committed %d", loaded.Len(), loaded.Committed())
+	}
+	wantHolds(t, loaded, first.then(rest))
+	request := mkSeq(t, b, nil) // the committed full blocks are cached in the new pool
+	if n := must[int64](t)(request.MatchPrefix(tokens)); n != 8 {
+		t.Fatalf("matched %d in the new pool", n)
+	}
+	ok(t, request.Close())
+	// Both keep stepping alike.
+	_, more := prefillSeq(t, a, s, []int32{400, 401}, 0.5)
+	prefillSeq(t, b, loaded, []int32{400, 401}, 0.5)
+	wantHolds(t, loaded, first.then(rest).then(more))
+	ok(t, loaded.Close())
+	if st := must[PoolStats](t)(b.Stats(0)); st.UsedBlocks != 0 {
+		t.Fatalf("used blocks %d after close", st.UsedBlocks)
+	}
+}
+
+func TestPoolSequenceFileRefusedUnchanged(t *testing.T) {
+	a := mkPool(t, 16, "test-model")
+	s := mkSeq(t, a, nil)
+	prefillSeq(t, a, s, seqTokens(0, 11), 0)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "seq.kvc")
+	ok(t, s.Save(path))
+	wider, err := NewPool(PoolOptions{
+		DType:    DTypeFloat32,
+		Groups:   []PoolGroup{FullGroup(2*pBlock, 16)},
+		Layers:   RepeatLayer(pLayers, PoolLayer{NumKVHeads: pHeads, KeyHeadDim: pDim, ValueHeadDim: pVDim}),
+		HashSeed: []byte("test-model"),
+	})
+	ok(t, err)
+	defer wider.Close()
+	for _, c := range []struct {
+		pool  *Pool
+		code  Code
+		words string
+	}{
+		{wider, CodeInvalidArgument, "group 0: block_size 4 (file) vs 8 (pool)"},
+		{mkPool(t, 3, "test-model"), CodeOutOfMemory, "group 0"},
+		{mkPool(t, 16, "other-model"), CodeInvalidArgument, "hash seed"},
+	} {
+		before := must[PoolStats](t)(c.pool.Stats(0))
+		_, err := c.pool.LoadSequence(path)
+		wantErr(t, err, c.code, c.words)
+		if after := must[PoolStats](t)(c.pool.Stats(0)); after != before {
+			t.Fatalf("a refused load changed the pool: %+v -> %+v", before, after)
+		}
+	}
+	data, err := os.ReadFile(path)
+	ok(t, err)
+	data[len(data)/2] ^= 0x40
+	ok(t, os.WriteFile(path, data, 0o600))
+	before := must[PoolStats](t)(a.Stats(0))
+	// (wantErr's sentinels predate ErrIO: the IO errors are checked as persist_test.go does.)
+	if _, err := a.LoadSequence(path); !errors.Is(err, ErrIO) || !strings.Contains(err.Error(), "corrupted") {
+		t.Fatalf("a corrupted file: %v", err)
+	}
+	if _, err := a.LoadSequence(filepath.Join(dir, "missing.kvc")); !errors.Is(err, ErrIO) ||
+		!strings.Contains(err.Error(), "cannot open") {
+		t.Fatalf("a missing file: %v", err)
+	}
+	if after := must[PoolStats](t)(a.Stats(0)); after != before || s.Len() != 11 || s.Committed() != 11 {
+		t.Fatalf("a refused load changed the pool: %+v -> %+v", before, after)
+	}
+	if err := s.Save(filepath.Join(dir, "no-such-dir", "seq.kvc")); !errors.Is(err, ErrIO) {
+		t.Fatalf("an unwritable path: %v", err)
+	}
+	ok(t, s.Close())
+	if err := s.Save(path); !errors.Is(err, ErrSequenceClosed) {
+		t.Fatalf("Save after Close: %v", err)
+	}
 }
 
 func TestPoolCloseTwiceAndUseAfterClose(t *testing.T) {

@@ -7,8 +7,14 @@
  * readers take any bytes-like object.
  */
 %ignore kvc_write_fn;
-/* Pool sequence files take pool handles: they are bound with the pool (bindings of kvcache/pool.h). */
-%ignore kvc_pool_sequence_save;
+/* Pool sequence files: kvc_pool_sequence_save is generated (kvcache_pool.i's sequence typemap enters the pool's
+   guard); the other three make or feed sequence handles and are written by hand at the end of this file. */
+%feature("nothread") kvc_py_pool_sequence_save_to;
+%feature("nothread") kvc_py_pool_sequence_load;
+%feature("nothread") kvc_py_pool_sequence_load_buffer;
+%rename(kvc_pool_sequence_save_to) kvc_py_pool_sequence_save_to;
+%rename(kvc_pool_sequence_load) kvc_py_pool_sequence_load;
+%rename(kvc_pool_sequence_load_buffer) kvc_py_pool_sequence_load_buffer;
 %ignore kvc_pool_sequence_save_to;
 %ignore kvc_pool_sequence_load;
 %ignore kvc_pool_sequence_load_buffer;
@@ -161,5 +167,56 @@ PyObject* kvc_py_encoder_decoder_cache_restore_buffer(PyObject* cache, PyObject*
   if (!c) return NULL;
   if (err) return kvc_py_raise(err), NULL;
   Py_RETURN_NONE;
+}
+%}
+
+/* ------------------------------------------------------- pool sequence files */
+
+%{
+/* A pool sequence from the file `path` (from_file) or from a file's bytes, as a SequenceHandle of `pool`. A load
+   takes blocks (and may evict cached ones): table and state views go stale. */
+static PyObject* kvc_py_pool_sequence_load_from(PyObject* pool, int from_file, const char* path, const void* data,
+                                                size_t bytes) {
+  kvc_py_guard* guard = NULL;
+  kvc_pool* p = kvc_py_pool_enter(pool, KVC_PY_POOL_STALE_VIEWS, &guard);
+  if (!p) return NULL;
+  kvc_pool_sequence* out = NULL;
+  kvc_error* err;
+  Py_BEGIN_ALLOW_THREADS
+  err = from_file ? kvc_pool_sequence_load(p, path, &out) : kvc_pool_sequence_load_buffer(p, data, bytes, &out);
+  Py_END_ALLOW_THREADS
+  kvc_py_pool_leave(guard);
+  if (err) return kvc_py_raise(err), NULL;
+  return kvc_py_seq_handle_new(out, pool);
+}
+%}
+
+%inline %{
+/* kvc_pool_sequence_save_to(sequence, write): write(bytes) is called with the file's bytes in order. */
+PyObject* kvc_py_pool_sequence_save_to(PyObject* sequence, PyObject* write) {
+  kvc_py_guard* guard = NULL;
+  const kvc_pool_sequence* s = kvc_py_seq_enter(sequence, KVC_PY_POOL_KEEP_VIEWS, &guard);
+  if (!s) return NULL;
+  kvc_py_writer w = {write, NULL, NULL, NULL};
+  kvc_error* err;
+  Py_BEGIN_ALLOW_THREADS
+  err = kvc_pool_sequence_save_to(s, kvc_py_write_chunk, &w, NULL);
+  Py_END_ALLOW_THREADS
+  kvc_py_pool_leave(guard);
+  return kvc_py_save_result(err, &w);
+}
+
+/* kvc_pool_sequence_load(pool, path) -> a new SequenceHandle in `pool`. */
+PyObject* kvc_py_pool_sequence_load(PyObject* pool, const char* path) {
+  return kvc_py_pool_sequence_load_from(pool, 1, path, NULL, 0);
+}
+
+/* kvc_pool_sequence_load_buffer(pool, data) -> a new SequenceHandle in `pool`; data is bytes-like. */
+PyObject* kvc_py_pool_sequence_load_buffer(PyObject* pool, PyObject* data) {
+  Py_buffer b;
+  if (kvc_py_bytes_in(data, "kvc_pool_sequence_load_buffer", "data", &b) < 0) return NULL;
+  PyObject* result = kvc_py_pool_sequence_load_from(pool, 0, NULL, b.buf, (size_t)b.len);
+  PyBuffer_Release(&b);
+  return result;
 }
 %}

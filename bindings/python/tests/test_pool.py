@@ -439,6 +439,78 @@ def test_a_full_event_queue_drops_the_oldest():
         assert ids == [3, 4]
 
 
+# ------------------------------------------------------------------------- files
+
+
+def test_a_saved_sequence_loads_into_a_fresh_pool_with_its_bytes_and_cached_prefix(tmp_path):
+    tokens = list(range(300, 311))  # 11 tokens: 2 full blocks and a partial one
+    with make_pool() as a, make_pool() as b, a.sequence() as seq:
+        prefill(a, seq, tokens[:6])
+        prefill(a, seq, tokens[6:], start=0.25)
+        path = tmp_path / "seq.kvc"
+        seq.save(path)
+        chunks = []
+        seq.save_to(chunks.append)
+        assert b"".join(chunks) == path.read_bytes()
+        loaded, from_bytes = b.load_sequence(path), b.load_sequence_buffer(bytearray(path.read_bytes()))
+        for copy in (loaded, from_bytes):
+            assert (len(copy), copy.committed) == (11, 11) and copy.pool is b
+            for layer in range(a.num_layers):
+                k0, v0 = seq.gather(layer)
+                k1, v1 = copy.gather(layer)
+                assert torch.equal(k0, k1) and torch.equal(v0, v1)
+        with b.sequence() as request:  # the loaded committed full blocks are cached in the new pool
+            assert request.match_prefix(tokens) == 8
+        # both keep stepping alike
+        for s, p in ((seq, a), (loaded, b)):
+            prefill(p, s, [400, 401], start=0.5)
+        assert len(loaded) == 13
+        for layer in range(a.num_layers):
+            assert torch.equal(seq.gather(layer).keys, loaded.gather(layer).keys)
+        loaded.close()
+        from_bytes.close()
+        assert b.stats(0).used_blocks == 0
+
+
+def test_a_pool_of_another_layout_or_without_room_refuses_a_sequence_file_and_is_unchanged(tmp_path):
+    wider = kvcache.Pool(dtype=torch.float32, groups=[kvcache.PoolGroup("full", block_size=2 * BLOCK, num_blocks=16)],
+                         layers=[kvcache.PoolLayer(group=0, num_kv_heads=HEADS, head_dim=DIM, value_head_dim=VDIM)]
+                         * 2, hash_seed=b"test-model")
+    with make_pool() as a, wider, make_pool(num_blocks=3) as small, a.sequence() as seq:
+        prefill(a, seq, list(range(11)))
+        path = tmp_path / "seq.kvc"
+        seq.save(path)
+        for pool, error, words in ((wider, kvcache.InvalidArgumentError, r"group 0: block_size 4 \(file\) vs 8 \(pool\)"),
+                                   (small, kvcache.OutOfMemoryError, "group 0"),
+                                   (make_pool(seed=b"other-model"), kvcache.InvalidArgumentError, "hash")):
+            before = pool.stats(0)
+            with pytest.raises(error, match=words):
+                pool.load_sequence(path)
+            assert pool.stats(0) == before
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        before = a.stats(0)
+        with pytest.raises(kvcache.IoError) as e:
+            a.load_sequence_buffer(data)
+        assert isinstance(e.value, OSError)
+        with pytest.raises(kvcache.IoError, match="cannot open"):
+            a.load_sequence(tmp_path / "missing.kvc")
+        assert a.stats(0) == before and (len(seq), seq.committed) == (11, 11)
+        with pytest.raises(kvcache.IoError):
+            seq.save(tmp_path / "no-such-dir" / "seq.kvc")
+
+        def refuse(chunk):
+            raise RuntimeError("the sink is full")
+        with pytest.raises(RuntimeError, match="the sink is full"):
+            seq.save_to(refuse)
+        with pytest.raises(TypeError):
+            a.load_sequence_buffer("not bytes")
+    seq2 = make_pool().sequence()
+    seq2.close()
+    with pytest.raises(ValueError, match="sequence is closed"):
+        seq2.save(tmp_path / "closed.kvc")
+
+
 # ------------------------------------------------------------------------ errors
 
 

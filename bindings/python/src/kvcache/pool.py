@@ -27,8 +27,8 @@ count) and one :class:`PoolLayer` per layer. A step of a serving loop::
 Views (:meth:`Pool.block_table`, :meth:`Pool.layer_storage`, :meth:`Sequence.recurrent_state`) are
 :class:`kvcache.View` objects that ``torch.from_dlpack`` turns into tensors sharing the pool's memory. Block
 tables and recurrent states are valid until the next call that changes the pool's blocks or tables (every
-call but the queries, :meth:`Pool.write`, :meth:`Pool.layer_storage`, :meth:`Sequence.gather` and
-:meth:`Sequence.recurrent_state`) and, for a table, until the next table of the same group and format (the
+call but the queries, :meth:`Pool.write`, :meth:`Pool.layer_storage`, :meth:`Sequence.gather`,
+:meth:`Sequence.recurrent_state` and :meth:`Sequence.save`) and, for a table, until the next table of the same group and format (the
 tables of several groups coexist); the K/V storage never moves, so its views are valid until the pool is
 closed. Exporting a stale view raises :class:`kvcache.StaleViewError`.
 
@@ -41,9 +41,10 @@ from __future__ import annotations
 import array
 import enum
 import operator
+import os
 from collections.abc import Mapping as _AbcMapping, Sequence as _AbcSequence
 from dataclasses import dataclass, fields
-from typing import Any, Iterable, List, Mapping, NamedTuple, Optional, Sequence as Seq, Tuple, Union
+from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional, Sequence as Seq, Tuple, Union
 
 from . import _lib
 from ._cache import KV, TensorLike, View, _layer
@@ -431,6 +432,23 @@ class Pool:
         """
         return Sequence._from_handle(_lib.kvc_pool_sequence_create(self._handle, salt), self)
 
+    def load_sequence(self, path: Union[str, "os.PathLike[str]"]) -> "Sequence":
+        """A new sequence from the file :meth:`Sequence.save` wrote, in this pool (``docs/file-format.md``).
+
+        The pool must have the saved one's layout (dtype, storage layout, hash seed, groups' kinds, block sizes
+        and windows, layers' shapes; its block counts may differ): another raises
+        :class:`kvcache.InvalidArgumentError` naming the first difference (``group 0: block_size 4 (file) vs 8
+        (pool)``). The sequence takes the blocks it needs (evicting cached ones as :meth:`Sequence.reserve`
+        does; :class:`kvcache.OutOfMemoryError` when they are not there) and its committed full blocks are
+        cached for prefix reuse. A missing, truncated or corrupted file raises :class:`kvcache.IoError`. On any
+        error the pool is unchanged."""
+        return Sequence._from_handle(_lib.kvc_pool_sequence_load(self._handle, os.fspath(path)), self)
+
+    def load_sequence_buffer(self, data: Any) -> "Sequence":
+        """As :meth:`load_sequence`, from a file's bytes (any bytes-like object, as :meth:`Sequence.save_to`
+        produced them)."""
+        return Sequence._from_handle(_lib.kvc_pool_sequence_load_buffer(self._handle, data), self)
+
     def blocks_needed(self, sequences: Seq["Sequence"], new_tokens: Union[int, Seq[int]]) -> List[int]:
         """Admission control: per group, the blocks that reserving ``new_tokens`` more tokens (one count per
         sequence, or one for all) would take, copy-on-write copies and recurrent slots included, minus what
@@ -669,6 +687,21 @@ class Sequence:
         """The live state of recurrent ``layer``: conv and SSM views the model reads and writes in place (valid
         until the next call that changes blocks or tables)."""
         return RecurrentState(*_lib.kvc_pool_recurrent_state(self._handle, _layer(layer, "layer")))
+
+    # ------------------------------------------------------------------ files
+
+    def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Writes the sequence to the file ``path`` (created or replaced; written beside it, then renamed): its
+        tokens, lengths, hash chain root and every layer's block bytes (recurrent layers: the live state), under
+        a fingerprint of the pool's layout. :meth:`Pool.load_sequence` makes it again in a pool of the same
+        layout. The sequence is not changed; views stay valid. Raises :class:`kvcache.IoError` (an
+        ``OSError``) when the file cannot be written."""
+        _lib.kvc_pool_sequence_save(self._handle, os.fspath(path), None)
+
+    def save_to(self, write: Callable[[bytes], Any]) -> None:
+        """The bytes :meth:`save` writes, given to ``write(chunk)`` in order (a socket's ``sendall``, a list's
+        ``append``). An exception ``write`` raises stops the save and is raised here."""
+        _lib.kvc_pool_sequence_save_to(self._handle, write)
 
     # --------------------------------------------------------------- lifetime
 

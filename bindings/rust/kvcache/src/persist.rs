@@ -29,6 +29,9 @@
 //! of another format version with `VersionMismatch`, a truncated or corrupted
 //! one with [`ErrorCode::Io`] naming the section and offset; the cache is
 //! unchanged on every error.
+//!
+//! A pool sequence has files of its own: [`Sequence::save`](crate::Sequence::save)
+//! and [`Pool::load_sequence`](crate::Pool::load_sequence).
 
 use std::ffi::CString;
 use std::path::Path;
@@ -44,7 +47,7 @@ use crate::version::check_version;
 pub const FILE_FORMAT_VERSION: u32 = sys::KVC_FILE_FORMAT_VERSION;
 
 /// A path as the C library takes it: its bytes, NUL-terminated.
-fn c_path(path: &Path) -> Result<CString> {
+pub(crate) fn c_path(path: &Path) -> Result<CString> {
     #[cfg(unix)]
     let bytes = {
         use std::os::unix::ffi::OsStrExt;

@@ -87,6 +87,7 @@ use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::fmt;
 use std::ops::Deref;
+use std::path::Path;
 use std::ptr::NonNull;
 
 use kvcache_sys as sys;
@@ -95,6 +96,7 @@ use crate::block_hash::BlockHash;
 use crate::device::Device;
 use crate::dtype::{DType, DataType, Element};
 use crate::error::{Error, ErrorCode, Result, check, invalid_argument};
+use crate::persist::c_path;
 use crate::tensor::{KvView, TensorRef, TensorView};
 use crate::version::check_version;
 
@@ -500,6 +502,29 @@ impl Pool {
         check(unsafe { sys::kvc_pool_sequence_create(self.as_ptr(), &options, &mut raw) })?;
         Ok(Sequence {
             raw: NonNull::new(raw).expect("kvcache: kvc_pool_sequence_create returned NULL"),
+            pool: self,
+        })
+    }
+
+    /// A new sequence from the file [`Sequence::save`] wrote (`docs/file-format.md`).
+    ///
+    /// The pool must have the saved one's layout (dtype, storage layout, hash
+    /// seed, groups' kinds, block sizes and windows, layers' shapes; block
+    /// counts may differ): another is refused with
+    /// [`ErrorCode::InvalidArgument`] naming the first difference (`group 0:
+    /// block_size 4 (file) vs 8 (pool)`). The sequence takes the blocks it
+    /// needs (evicting cached ones as [`Sequence::reserve`] does;
+    /// [`ErrorCode::OutOfMemory`] when they are not there) and its committed
+    /// full blocks are cached for prefix reuse. A missing, truncated or
+    /// corrupted file is [`ErrorCode::Io`]. On any error the pool is unchanged.
+    pub fn load_sequence(&self, path: impl AsRef<Path>) -> Result<Sequence<'_>> {
+        let path = c_path(path.as_ref())?;
+        self.begin("kvc_pool_sequence_load")?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live pool, a path borrowed for the call, a valid out-pointer.
+        check(unsafe { sys::kvc_pool_sequence_load(self.as_ptr(), path.as_ptr(), &mut raw) })?;
+        Ok(Sequence {
+            raw: NonNull::new(raw).expect("kvcache: kvc_pool_sequence_load returned NULL"),
             pool: self,
         })
     }
@@ -976,6 +1001,19 @@ impl<'p> Sequence<'p> {
         self.pool.begin("kvc_pool_sequence_pin")?;
         // SAFETY: a live sequence.
         check(unsafe { sys::kvc_pool_sequence_pin(self.as_ptr()) })
+    }
+
+    /// Writes the sequence to the file `path` (created or replaced; written
+    /// beside it and renamed): its tokens, lengths, hash chain root and every
+    /// layer's block bytes (recurrent layers: the live state), under a
+    /// fingerprint of the pool's layout. [`Pool::load_sequence`] makes it
+    /// again in a pool of the same layout. Nothing changes: views stay valid.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = c_path(path.as_ref())?;
+        // SAFETY: a live sequence and a path borrowed for the call; NULL options are documented.
+        check(unsafe {
+            sys::kvc_pool_sequence_save(self.as_ptr(), path.as_ptr(), std::ptr::null())
+        })
     }
 
     /// Copies the sequence's K and V of `layer` into new host vectors laid

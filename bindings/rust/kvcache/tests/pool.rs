@@ -445,6 +445,92 @@ fn events_carry_the_block_hash_chain() {
     assert_eq!(pool.events().unwrap(), [PoolEvent::AllCleared { id: 5 }]);
 }
 
+fn temp_file(tag: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "kvcache-rust-pool-{}-{tag}.kvc",
+        std::process::id()
+    ))
+}
+
+#[test]
+fn a_saved_sequence_loads_into_a_fresh_pool_with_its_bytes_and_cached_prefix() {
+    let (a, b) = (pool(16), pool(16));
+    let tokens: Vec<i32> = (300..311).collect(); // two full blocks and a partial one
+    let mut seq = a.sequence().unwrap();
+    let (_, first) = prefill(&a, &mut seq, &tokens[..6], 0.0);
+    let (_, rest) = prefill(&a, &mut seq, &tokens[6..], 0.25);
+    let path = temp_file("round-trip");
+    seq.save(&path).unwrap();
+    let mut loaded = b.load_sequence(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!((loaded.len(), loaded.committed()), (11, 11));
+    assert!(std::ptr::eq(loaded.pool(), &b));
+    assert_holds(&loaded, &first.then(&rest));
+    let mut request = b.sequence().unwrap(); // the committed full blocks are cached in the new pool
+    assert_eq!(request.match_prefix(&tokens).unwrap(), 8);
+    drop(request);
+    // Both keep stepping alike.
+    let (_, more) = prefill(&a, &mut seq, &[400, 401], 0.5);
+    prefill(&b, &mut loaded, &[400, 401], 0.5);
+    assert_eq!(loaded.len(), 13);
+    assert_holds(&loaded, &first.then(&rest).then(&more));
+    drop(loaded);
+    assert_eq!(b.stats(0).unwrap().used_blocks, 0);
+}
+
+#[test]
+fn a_pool_of_another_layout_or_without_room_refuses_a_sequence_file_unchanged() {
+    let a = pool(16);
+    let mut seq = a.sequence().unwrap();
+    prefill(&a, &mut seq, &(0..11).collect::<Vec<i32>>(), 0.0);
+    let path = temp_file("refused");
+    seq.save(&path).unwrap();
+    let wider = Pool::builder(DType::F32)
+        .group(PoolGroup::full(2 * BLOCK, 16))
+        .layers(std::iter::repeat_n(
+            PoolLayer::attention(0, HEADS, DIM).value_head_dim(VDIM),
+            LAYERS,
+        ))
+        .hash_seed(b"test-model")
+        .build()
+        .unwrap();
+    let (small, other_seed) = (pool(3), pool_with(16, b"other-model"));
+    let cases = [
+        (
+            &wider,
+            ErrorCode::InvalidArgument,
+            "group 0: block_size 4 (file) vs 8 (pool)",
+        ),
+        (&small, ErrorCode::OutOfMemory, "group 0"),
+        (&other_seed, ErrorCode::InvalidArgument, "hash seed"),
+    ];
+    for (target, code, words) in cases {
+        let before = target.stats(0).unwrap();
+        let err = target.load_sequence(&path).unwrap_err();
+        assert_eq!(err.code(), code, "{err}");
+        assert!(err.message().contains(words), "{err}");
+        assert_eq!(target.stats(0).unwrap(), before);
+    }
+    let mut data = std::fs::read(&path).unwrap();
+    let middle = data.len() / 2;
+    data[middle] ^= 0x40;
+    std::fs::write(&path, &data).unwrap();
+    let before = a.stats(0).unwrap();
+    assert_eq!(a.load_sequence(&path).unwrap_err().code(), ErrorCode::Io);
+    std::fs::remove_file(&path).unwrap();
+    let err = a.load_sequence(&path).unwrap_err();
+    assert!(
+        err.code() == ErrorCode::Io && err.message().contains("cannot open"),
+        "{err}"
+    );
+    assert_eq!(a.stats(0).unwrap(), before);
+    assert_eq!((seq.len(), seq.committed()), (11, 11));
+    let unwritable = std::env::temp_dir()
+        .join("kvcache-no-such-dir")
+        .join("seq.kvc");
+    assert_eq!(seq.save(&unwritable).unwrap_err().code(), ErrorCode::Io);
+}
+
 #[test]
 fn out_of_blocks_is_out_of_memory_and_changes_nothing() {
     let pool = pool(4); // three usable blocks
