@@ -32,6 +32,20 @@ static kvc_error* rewrap(const char* fn, const char* which, kvc_error* e) {
   return w;
 }
 
+void kvci_encdec_parts(const kvc_encoder_decoder_cache* c, kvc_cache** self, kvc_cache** cross, uint8_t** flags,
+                       uint32_t* num_flags) {
+  *self = c->self_attention;
+  *cross = c->cross_attention;
+  *flags = c->is_updated;
+  *num_flags = c->num_flags;
+}
+
+void kvci_encdec_set_flags(kvc_encoder_decoder_cache* c, uint8_t* flags, uint32_t num_flags) {
+  free(c->is_updated);
+  c->is_updated = flags;
+  c->num_flags = num_flags;
+}
+
 /* Makes room for flags up to `layer` (lazy cross caches grow). */
 static kvc_error* ensure_flags(kvc_encoder_decoder_cache* c, uint32_t n) {
   if (n <= c->num_flags) return NULL;
@@ -43,8 +57,8 @@ static kvc_error* ensure_flags(kvc_encoder_decoder_cache* c, uint32_t n) {
   return NULL;
 }
 
-static kvc_error* wrap(kvc_cache* self, kvc_cache* cross, const uint8_t* flags, uint32_t nflags,
-                       kvc_encoder_decoder_cache** out) {
+kvc_error* kvci_encdec_wrap(kvc_cache* self, kvc_cache* cross, const uint8_t* flags, uint32_t nflags,
+                           kvc_encoder_decoder_cache** out) {
   kvc_encoder_decoder_cache* c = (kvc_encoder_decoder_cache*)calloc(1, sizeof(*c));
   if (!c) return kvci_err_oom();
   c->self_attention = self;
@@ -75,7 +89,7 @@ kvc_error* kvc_encoder_decoder_cache_create(kvc_cache* self, kvc_cache* cross, k
     kvc_cache_seq_length(cross, i, &s);
     flags[i] = s > 0;
   }
-  kvc_error* e = wrap(self, cross, flags, n, out);
+  kvc_error* e = kvci_encdec_wrap(self, cross, flags, n, out);
   free(flags);
   return e;
 }
@@ -231,7 +245,7 @@ kvc_error* kvc_encoder_decoder_cache_batch_split(const kvc_encoder_decoder_cache
                 "cache into %zu", FN, ns, nc);
   size_t made_n = 0;
   for (size_t i = 0; !e && i < ns; i++) {
-    e = wrap(selfs[i], crosses[i], c->is_updated, c->num_flags, &made[i]);
+    e = kvci_encdec_wrap(selfs[i], crosses[i], c->is_updated, c->num_flags, &made[i]);
     if (!e) made_n++;
   }
   if (e) {
@@ -271,7 +285,7 @@ kvc_error* kvc_encoder_decoder_cache_from_batch_splits(const kvc_encoder_decoder
   kvc_cache *s = NULL, *x = NULL;
   if (!e) e = rewrap(FN, "self-attention caches", kvc_cache_from_batch_splits(selfs, count, &s));
   if (!e) e = rewrap(FN, "cross-attention caches", kvc_cache_from_batch_splits(crosses, count, &x));
-  if (!e) e = wrap(s, x, splits[0]->is_updated, splits[0]->num_flags, out);
+  if (!e) e = kvci_encdec_wrap(s, x, splits[0]->is_updated, splits[0]->num_flags, out);
   if (e) {
     kvc_cache_destroy(s);
     kvc_cache_destroy(x);
@@ -297,7 +311,7 @@ kvc_error* kvc_encoder_decoder_cache_clone(const kvc_encoder_decoder_cache* c, k
   kvc_cache *s = NULL, *x = NULL;
   e = kvc_cache_clone(c->self_attention, &s);
   if (!e) e = kvc_cache_clone(c->cross_attention, &x);
-  if (!e) e = wrap(s, x, c->is_updated, c->num_flags, out);
+  if (!e) e = kvci_encdec_wrap(s, x, c->is_updated, c->num_flags, out);
   if (e) {
     kvc_cache_destroy(s);
     kvc_cache_destroy(x);

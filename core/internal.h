@@ -141,6 +141,17 @@ struct kvc_layer_ops {
                                const kvc_tensor* value, const kvc_update_options* opts);
   void (*set_return)(kvc_layer* layer, kvc_region r);
   void (*memory)(const kvc_layer* layer, uint64_t* extra_reserved, uint64_t* quantized);
+  /*
+   * Cache files (core/persist/), for kinds with ext state (both or neither):
+   *  - ext_save: ext's description and counters as a record (not its row
+   *    buffers' bytes, which the file saves generically, nor working memory);
+   *  - ext_load: makes layer->ext from such a record: a shell as ext_shell
+   *    makes (every row buffer's ptr NULL, its row_bytes and role set), after
+   *    the layer's generic fields were loaded; checks what it reads (error
+   *    naming the record, nothing allocated on error).
+   */
+  void (*ext_save)(const kvc_layer* layer, kvci_record* out);
+  kvc_error* (*ext_load)(const char* fn, kvc_layer* layer, kvci_record_reader* in);
 };
 
 struct kvc_layer {
@@ -503,6 +514,17 @@ void kvci_alias_index_free(kvc_cache* cache);
 void kvci_alias_index_touch(const kvc_cache* cache);
 int kvci_alias_index_verify(const kvc_cache* cache);
 void kvci_update_inputs_free(const kvc_cache* cache, kvc_update_inputs* in);
+
+/*
+ * Encoder-decoder caches (encoder_decoder.c), for files (core/persist/): the
+ * two halves and the is_updated flags; one made of two caches (owned by it on
+ * success only) and a copy of the flags; new flags (malloc'd, taken over).
+ */
+void kvci_encdec_parts(const kvc_encoder_decoder_cache* cache, kvc_cache** self, kvc_cache** cross, uint8_t** flags,
+                       uint32_t* num_flags);
+kvc_error* kvci_encdec_wrap(kvc_cache* self, kvc_cache* cross, const uint8_t* flags, uint32_t num_flags,
+                           kvc_encoder_decoder_cache** out);
+void kvci_encdec_set_flags(kvc_encoder_decoder_cache* cache, uint8_t* flags, uint32_t num_flags);
 
 /* Update engine (ops_update.c), used by create_from_tensors and encoder-decoder. */
 kvc_error* kvci_update_layers(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count, const kvc_tensor* keys,

@@ -17,6 +17,8 @@
 
 typedef struct kvc_layer kvc_layer;
 typedef struct kvc_layer_ops kvc_layer_ops;
+typedef struct kvci_record kvci_record;               /* core/persist/record.h */
+typedef struct kvci_record_reader kvci_record_reader;
 
 /*
  * Traits: facts about a kind that generic code acts on. A hybrid (linear
@@ -91,6 +93,22 @@ typedef struct kvc_kind {
   uint64_t (*state_bytes)(const kvc_cache* cache);
   kvc_error* (*clone_state)(const kvc_cache* src, kvc_cache* dst);
   void (*free_state)(kvc_cache* cache);
+
+  /*
+   * Cache files (core/persist/, docs/file-format.md). All optional:
+   *  - describe: the kind's own fields of a layer spec, the inverse of
+   *    configure (quant: storage for the quantizer options it points
+   *    spec->quant at), so a file names a layer by the options that rebuild
+   *    it and restore compares them;
+   *  - save_state / load_state: the cache-wide state (kind_state[id]) as a
+   *    record, when there is one; load_state builds it on a new cache whose
+   *    layers are loaded (it checks what it reads; the cache is discarded on
+   *    error). A kind whose state is only scratch regrown on demand (the
+   *    quantized kind's) has neither.
+   */
+  void (*describe)(const kvc_layer* layer, kvc_layer_options* spec, kvc_quant_options* quant);
+  void (*save_state)(const kvc_cache* cache, kvci_record* out);
+  kvc_error* (*load_state)(const char* fn, kvc_cache* cache, kvci_record_reader* in);
 } kvc_kind;
 
 /* Slots of kvc_cache.kind_state: one per kind id. */
@@ -111,5 +129,7 @@ kvc_error* kvci_kinds_prepare_call(const kvc_call* call, kvc_cache* cache, uint3
 uint64_t kvci_kinds_state_bytes(const kvc_cache* cache);
 kvc_error* kvci_kinds_clone_state(const kvc_cache* src, kvc_cache* dst);
 void kvci_kinds_free_state(kvc_cache* cache);
+/* The kind at position i of the registry (NULL past the end): files save each kind's cache-wide state. */
+const kvc_kind* kvci_kind_at(size_t i);
 
 #endif /* KVC_CORE_KIND_H */

@@ -43,6 +43,8 @@ const kvc_kind* kvci_kind_find(kvc_layer_kind id) {
   return NULL;
 }
 
+const kvc_kind* kvci_kind_at(size_t i) { return i < NUM_KINDS ? KINDS[i] : NULL; }
+
 /* "1 (dynamic), 2 (dynamic sliding), ...": every registered kind, for the message of an unknown one. */
 static void kind_list(char* text, size_t size) {
   size_t used = 0;

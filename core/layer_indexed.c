@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "indexer.h"
+#include "persist/record.h"
 
 /* ----------------------------------------------------------------- storage */
 
@@ -181,6 +182,31 @@ static int ext_shell(const kvc_layer* src, kvc_layer* dst) {
   return 0;
 }
 
+/* Files: the indexer's geometry and length; its keys are the row buffer. */
+static void ext_save(const kvc_layer* l, kvci_record* r) {
+  const kvc_indexer* x = kvci_indexer_of(l);
+  kvci_rec_i64(r, x->dtype);
+  kvci_rec_i64(r, x->width);
+  kvci_rec_i64(r, x->cap);
+  kvci_rec_i64(r, x->len);
+}
+
+static kvc_error* ext_load(const char* fn, kvc_layer* l, kvci_record_reader* in) {
+  int64_t dtype, width, cap, len;
+  if (kvci_rec_get_range(in, 1, 3, &dtype) || kvci_rec_get_range(in, 1, INT32_MAX, &width) ||
+      kvci_rec_get_range(in, 0, INT32_MAX, &cap) || kvci_rec_get_range(in, 0, cap, &len))
+    return kvci_err(KVC_ERROR_IO, "%s: the indexed layer's indexer record is malformed", fn);
+  kvc_indexer* x = (kvc_indexer*)calloc(1, sizeof *x);
+  if (!x) return kvci_err_oom();
+  x->rows.role = KVC_ROWS_INDEXER;
+  x->dtype = (kvc_dtype)dtype;
+  x->width = width;
+  x->cap = cap;
+  x->len = len;
+  l->ext = x;
+  return NULL;
+}
+
 static kvc_error* check_stack(const char* fn, const kvc_layer* first, const kvc_layer* other, uint32_t index,
                               size_t which) {
   const kvc_indexer *a = kvci_indexer_of(first), *b = kvci_indexer_of(other);
@@ -218,6 +244,8 @@ static const kvc_layer_ops indexed_ops = {
     .ext_free = ext_free,
     .check_stack = check_stack,
     .sync_ext = sync_ext,
+    .ext_save = ext_save,
+    .ext_load = ext_load,
 };
 
 const kvc_kind kvc_dynamic_indexed_kind = {

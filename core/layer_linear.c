@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "linear_state.h"
+#include "persist/record.h"
 
 /* The attention part of a hybrid: the table of the kind it combines with (kvc_kind.store_ops). */
 static const kvc_layer_ops* attention_ops(const kvc_layer* l) { return l->desc->store_ops; }
@@ -36,6 +37,47 @@ static int ext_shell(const kvc_layer* src, kvc_layer* dst) {
   kvc_row_buffer* rb = kvci_linear_rows(dst);
   for (uint32_t i = 0; i < 2 * kvci_linear_params_of(src)->num_states; i++) rb[i].ptr = NULL;
   return 0;
+}
+
+/* Files: every pair's geometry, region and flags (the states' bytes are the row buffers; views are recomputed). */
+static void ext_save(const kvc_layer* l, kvci_record* r) {
+  uint32_t n = kvci_linear_params_of(l)->num_states;
+  const kvc_linear_pair* p = kvci_linear_pairs(l);
+  kvci_rec_i64(r, n);
+  for (uint32_t i = 0; i < n; i++) {
+    const int64_t v[9] = {p[i].conv_dtype, p[i].has_previous, p[i].channels, p[i].kernel, p[i].cap,
+                          p[i].begin,      p[i].end,          p[i].rec_dtype, p[i].rec_ndim};
+    for (int k = 0; k < 9; k++) kvci_rec_i64(r, v[k]);
+    for (int k = 0; k < KVC_LINEAR_MAX_REC_DIMS; k++) kvci_rec_i64(r, p[i].rec_shape[k]);
+  }
+}
+
+static kvc_error* ext_load(const char* fn, kvc_layer* l, kvci_record_reader* in) {
+  uint32_t n = kvci_linear_params_of(l)->num_states;
+  int64_t count, v[9 + KVC_LINEAR_MAX_REC_DIMS];
+  if (kvci_rec_get_range(in, n, n, &count))
+    return kvci_err(KVC_ERROR_IO, "%s: the linear layer's record does not have its %u state pairs", fn, n);
+  if (kvci_linear_ext_ensure(l)) return kvci_err_oom();
+  kvc_linear_pair* p = kvci_linear_pairs(l);
+  for (uint32_t i = 0; i < n; i++) {
+    static const int64_t hi[9] = {3, 1, INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, 3,
+                                  KVC_LINEAR_MAX_REC_DIMS};
+    int bad = 0;
+    for (int k = 0; k < 9 + KVC_LINEAR_MAX_REC_DIMS; k++)
+      bad |= kvci_rec_get_range(in, 0, k < 9 ? hi[k] : INT32_MAX, &v[k]);
+    if (bad || v[5] > v[6] || v[6] > v[4]) {
+      free(l->ext); /* no row buffer is allocated yet */
+      l->ext = NULL;
+      return kvci_err(KVC_ERROR_IO, "%s: the linear layer's record of state pair %u is malformed", fn, i);
+    }
+    p[i].conv_dtype = (kvc_dtype)v[0];
+    p[i].has_previous = (int32_t)v[1];
+    p[i].channels = v[2], p[i].kernel = v[3], p[i].cap = v[4], p[i].begin = v[5], p[i].end = v[6];
+    p[i].rec_dtype = (kvc_dtype)v[7];
+    p[i].rec_ndim = (int32_t)v[8];
+    for (int k = 0; k < KVC_LINEAR_MAX_REC_DIMS; k++) p[i].rec_shape[k] = v[9 + k];
+  }
+  return NULL;
 }
 
 static void ext_free(const kvc_cache* c, kvc_layer* l) {
@@ -141,6 +183,8 @@ const kvc_layer_ops kvc_linear_layer_ops = {
     .fill_info = fill_info,
     .check_stack = check_stack,
     .sync_ext = kvci_linear_sync,
+    .ext_save = ext_save,
+    .ext_load = ext_load,
 };
 
 /* ------------------------------------------------------------ hybrids */
@@ -187,7 +231,7 @@ static void reset(const kvc_cache* c, kvc_layer* l) {
     KVC_STORE_DELEGATE_OPS, .max_length = kvci_unbounded_max_length, .check_crop = check_crop,              \
     .apply_crop = apply_crop, .reset = reset,                                                                \
     .row_buffers = row_buffers, .ext_shell = ext_shell, .ext_free = ext_free, .fill_info = fill_info,        \
-    .check_stack = check_stack, .sync_ext = kvci_linear_sync,                                                 \
+    .check_stack = check_stack, .sync_ext = kvci_linear_sync, .ext_save = ext_save, .ext_load = ext_load,    \
   }
 
 const kvc_layer_ops kvc_linear_dynamic_layer_ops = KVC_HYBRID_OPS;
@@ -214,6 +258,12 @@ static void configure(kvc_layer* l, const kvc_layer_options* spec) {
   p->conv_kernel = spec->conv_kernel_size;
 }
 
+static void describe(const kvc_layer* l, kvc_layer_options* spec, kvc_quant_options* quant) {
+  (void)quant;
+  spec->num_states = kvci_linear_params_of(l)->num_states;
+  spec->conv_kernel_size = kvci_linear_params_of(l)->conv_kernel;
+}
+
 /* Past recording (conv and SSM inputs) is a trait of the whole family. */
 #define KVC_LINEAR_TRAITS (KVC_TRAIT_LINEAR | KVC_TRAIT_RECORDS_PAST)
 
@@ -224,6 +274,7 @@ const kvc_kind kvc_linear_kind = {
     .ops = &kvc_linear_layer_ops,
     .check_options = check_options,
     .configure = configure,
+    .describe = describe,
     .capacity = kvci_no_kv_capacity,
     .is_croppable = is_croppable,
 };
@@ -232,7 +283,7 @@ const kvc_kind kvc_linear_kind = {
 #define KVC_HYBRID_KIND(ID, NAME, TRAITS, OPS, CAPACITY, STORE)                                       \
   {                                                                                                   \
     .id = ID, .name = NAME, .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_HAS_KV | (TRAITS), .ops = &(OPS), \
-    .check_options = check_options, .configure = configure, .capacity = CAPACITY,                     \
+    .check_options = check_options, .configure = configure, .describe = describe, .capacity = CAPACITY, \
     .is_croppable = is_croppable, .store_ops = &(STORE),                                              \
   }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "layer_quantized.h"
+#include "persist/record.h"
 
 int kvci_quant_axis(const kvc_quant_options* q, int which) { return which ? q->axis_value : q->axis_key; }
 
@@ -366,13 +367,41 @@ static kvc_error* check_stack(const char* fn, const kvc_layer* first, const kvc_
   return NULL;
 }
 
+/* Files: the groups' geometry and counters; the groups themselves are the row buffers. */
+static void ext_save(const kvc_layer* l, kvci_record* r) {
+  const kvc_quant_ext* x = kvci_quant_ext_of(l);
+  for (int i = 0; i < 2; i++) {
+    kvci_rec_i64(r, x->unit_bytes[i]);
+    kvci_rec_i64(r, x->units[i]);
+  }
+  kvci_rec_i64(r, x->quantized);
+}
+
+static kvc_error* ext_load(const char* fn, kvc_layer* l, kvci_record_reader* in) {
+  int64_t v[5];
+  for (int i = 0; i < 5; i++)
+    if (kvci_rec_get_range(in, 0, INT32_MAX * (int64_t)1024, &v[i]))
+      return kvci_err(KVC_ERROR_IO, "%s: the quantized layer's record is malformed at value %d", fn, i);
+  if (v[4] > l->end)
+    return kvci_err(KVC_ERROR_IO, "%s: the quantized layer's record has %" PRId64 " quantized tokens but the store %" PRId64,
+                    fn, v[4], l->end);
+  kvc_quant_ext* x = ext_for_update(l);
+  if (!x) return kvci_err_oom();
+  for (int i = 0; i < 2; i++) {
+    x->unit_bytes[i] = v[2 * i];
+    x->units[i] = v[2 * i + 1];
+  }
+  x->quantized = v[4];
+  return NULL;
+}
+
 /* The entries every mode's table shares: the dynamic layer's growth and lengths, and the extension state. */
 #define KVC_QUANT_SHARED_OPS                                                                                  \
   .keep_for_update = kvci_dynamic_keep_for_update, .max_length = kvci_unbounded_max_length,                   \
   .mask_sizes = kvci_dynamic_mask_sizes, .check_crop = kvci_crop_allowed, .reset = reset,                     \
   .initial_capacity = kvci_dynamic_initial_capacity, .check_first_update = check_first_update,               \
   .row_buffers = row_buffers, .ext_shell = ext_shell, .ext_free = ext_free, .fill_info = fill_info,         \
-  .check_stack = check_stack, .memory = memory
+  .check_stack = check_stack, .memory = memory, .ext_save = ext_save, .ext_load = ext_load
 
 /* KVC_QUANT_MODE_INCREMENTAL: its tokens return from the store (set_return NULL). */
 static const kvc_layer_ops incremental_ops = {
@@ -423,6 +452,11 @@ static void configure(kvc_layer* l, const kvc_layer_options* spec) {
                                                   : &incremental_ops;
 }
 
+static void describe(const kvc_layer* l, kvc_layer_options* spec, kvc_quant_options* quant) {
+  *quant = *kvci_quant_opts(l);
+  spec->quant = quant;
+}
+
 int kvci_quant_is_croppable(const kvc_layer* l, uint32_t release) {
   (void)l;
   return release != 0 && release < 52400;
@@ -439,4 +473,5 @@ const kvc_kind kvc_quantized_kind = {
     .prepare_call = kvci_quant_scratch_begin,
     .state_bytes = kvci_quant_scratch_bytes,
     .free_state = kvci_quant_scratch_free,
+    .describe = describe,
 };

@@ -24,6 +24,7 @@
 
 #include "internal.h"
 #include "layer_quantized.h"
+#include "persist/record.h"
 
 typedef struct fp8_ext {
   float scale[2];     /* keys, values: fixed by the first update */
@@ -168,6 +169,25 @@ static int ext_shell(const kvc_layer* src, kvc_layer* dst) {
   return 0;
 }
 
+/* Files: the scales (the first update's return is working memory). */
+static void ext_save(const kvc_layer* l, kvci_record* r) {
+  kvci_rec_f32s(r, ext_of(l)->scale, 2);
+  kvci_rec_i64(r, ext_of(l)->calibrated);
+}
+
+static kvc_error* ext_load(const char* fn, kvc_layer* l, kvci_record_reader* in) {
+  float scale[2];
+  int64_t calibrated;
+  if (kvci_rec_get_f32s(in, scale, 2) || kvci_rec_get_range(in, 0, 1, &calibrated))
+    return kvci_err(KVC_ERROR_IO, "%s: the fp8 quantized layer's record is malformed", fn);
+  fp8_ext* x = (fp8_ext*)calloc(1, sizeof *x);
+  if (!x) return kvci_err_oom();
+  memcpy(x->scale, scale, sizeof scale);
+  x->calibrated = (int)calibrated;
+  l->ext = x;
+  return NULL;
+}
+
 static void ext_free(const kvc_cache* c, kvc_layer* l) {
   free_first(c, ext_of(l));
   free(l->ext);
@@ -200,6 +220,8 @@ static const kvc_layer_ops fp8_ops = {
     .reset = reset,
     .ext_shell = ext_shell,
     .ext_free = ext_free,
+    .ext_save = ext_save,
+    .ext_load = ext_load,
     .check_stack = check_stack,
     .prepare_tokens = prepare_tokens,
     .set_return = set_return,

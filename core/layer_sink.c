@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "persist/record.h"
 #include "rope_tables.h"
 
 /* transformers' cos_sin_rerotation_cache[n], keyed here by the window and sinks too (custom caches may mix them). */
@@ -666,6 +667,87 @@ static kvc_error* clone_state(const kvc_cache* src, kvc_cache* dst) {
   return NULL;
 }
 
+/*
+ * Files: the recorded cos/sin table and every computed re-rotation (float32, as
+ * clone_state copies them); the casts to float16/bfloat16 are made again on
+ * first use, from the same float32 values, so they come out the same.
+ */
+static void save_state(const kvc_cache* c, kvci_record* r) {
+  const kvc_sink_state* s = SINK_STATE(c);
+  int64_t rows = s->has_table ? min64(s->len, s->max_window) * s->dim : 0;
+  const int64_t head[6] = {s->record_layer, s->max_window, s->has_table, s->len, s->dim, rows};
+  for (int i = 0; i < 6; i++) kvci_rec_i64(r, head[i]);
+  kvci_rec_f32s(r, s->cos, rows);
+  kvci_rec_f32s(r, s->sin, rows);
+  int64_t computed = 0;
+  for (int i = 0; i < s->nrot; i++) computed += s->rot[i].computed != 0;
+  kvci_rec_i64(r, computed);
+  for (int i = 0; i < s->nrot; i++) {
+    const sink_rotation* q = &s->rot[i];
+    if (!q->computed) continue;
+    const int64_t key[5] = {q->shift, q->num_sink, q->window, q->rows, q->dim};
+    for (int k = 0; k < 5; k++) kvci_rec_i64(r, key[k]);
+    kvci_rec_f32s(r, q->raw, 2 * q->rows * q->dim);
+  }
+}
+
+static kvc_error* malformed(const char* fn, kvc_cache* c, const char* what) {
+  free_state(c);
+  return kvci_err(KVC_ERROR_IO, "%s: the sink kind's state record is malformed (%s)", fn, what);
+}
+
+static kvc_error* load_oom(kvc_cache* c) {
+  free_state(c);
+  return kvci_err_oom();
+}
+
+/* A float buffer of n values read from the record (NULL for none); -1 when out of memory, -2 when it is short. */
+static int read_floats(kvci_record_reader* in, float** out, int64_t n) {
+  if (n <= 0) return 0;
+  if (n > (int64_t)(kvci_rec_left(in) / 4)) return -2;
+  if (!(*out = (float*)malloc((size_t)n * sizeof(float)))) return -1;
+  kvci_rec_get_f32s(in, *out, n);
+  return 0;
+}
+
+static kvc_error* load_state(const char* fn, kvc_cache* c, kvci_record_reader* in) {
+  int64_t h[6], nrot;
+  static const int64_t hi[6] = {UINT32_MAX, INT32_MAX, 1, INT32_MAX, 1 << 20, (int64_t)1 << 40};
+  for (int i = 0; i < 6; i++)
+    if (kvci_rec_get_range(in, 0, hi[i], &h[i])) return kvci_err(KVC_ERROR_IO, "%s: the sink kind's state record is malformed (table)", fn);
+  if (h[5] != (h[2] ? min64(h[3], h[1]) * h[4] : 0))
+    return kvci_err(KVC_ERROR_IO, "%s: the sink kind's state record is malformed (table size)", fn);
+  kvc_sink_state* s = (kvc_sink_state*)calloc(1, sizeof(*s));
+  if (!s) return kvci_err_oom();
+  c->kind_state[KVC_LAYER_SINK] = s; /* free_state releases whatever is read from here on */
+  s->record_layer = (uint32_t)h[0], s->max_window = h[1], s->has_table = (int)h[2], s->len = h[3], s->dim = h[4];
+  s->cos_cap = s->sin_cap = h[5];
+  int rc = read_floats(in, &s->cos, h[5]);
+  if (!rc) rc = read_floats(in, &s->sin, h[5]);
+  if (rc == -1) return load_oom(c);
+  if (rc || kvci_rec_get_range(in, 0, (int64_t)kvci_rec_left(in) / 40, &nrot)) return malformed(fn, c, "table values");
+  if (nrot > 0 && !(s->rot = (sink_rotation*)calloc((size_t)nrot, sizeof(*s->rot)))) return load_oom(c);
+  s->rot_cap = (int)nrot;
+  for (int64_t i = 0; i < nrot; i++) {
+    int64_t k[5];
+    for (int j = 0; j < 5; j++)
+      if (kvci_rec_get_range(in, 0, INT32_MAX, &k[j])) return malformed(fn, c, "re-rotation key");
+    sink_rotation* q = &s->rot[s->nrot++];
+    q->shift = k[0], q->num_sink = k[1], q->window = k[2], q->rows = k[3], q->dim = k[4];
+    q->computed = 1;
+    q->raw_cap = 2 * k[3] * k[4];
+    rc = read_floats(in, &q->raw, q->raw_cap);
+    if (rc == -1) return load_oom(c);
+    if (rc) return malformed(fn, c, "re-rotation values");
+  }
+  return NULL;
+}
+
+static void describe(const kvc_layer* l, kvc_layer_options* spec, kvc_quant_options* quant) {
+  (void)quant;
+  spec->num_sink_tokens = NUM_SINK(l);
+}
+
 /* ------------------------------------------------------------ the kind */
 
 static kvc_error* check_options(const char* fn, uint32_t i, const kvc_layer_options* l) {
@@ -707,4 +789,7 @@ const kvc_kind kvc_sink_kind = {
     .check_call = check_call,
     .clone_state = clone_state,
     .free_state = free_state,
+    .describe = describe,
+    .save_state = save_state,
+    .load_state = load_state,
 };

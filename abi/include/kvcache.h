@@ -50,5 +50,6 @@
 #include "kvcache/indexer.h"
 #include "kvcache/block_hash.h"
 #include "kvcache/pool.h"
+#include "kvcache/persist.h"
 
 #endif /* KVCACHE_H */

@@ -42,6 +42,8 @@ typedef int32_t kvc_code;
 #define KVC_ERROR_NO_DEVICE          9  /**< no backend or no device for the requested device type */
 #define KVC_ERROR_VERSION_MISMATCH  10  /**< a backend plugin speaks another backend API version */
 #define KVC_ERROR_INTERNAL          11  /**< a bug in kvcache; please report it */
+#define KVC_ERROR_IO                12  /**< OSError: a file or stream could not be read or written, or is not
+                                             a valid kvcache file (truncated, corrupted). Since 0.6. */
 
 /**
  * The code of `error`. `error` is borrowed for the call. Returns KVC_OK for

@@ -1,0 +1,420 @@
+/*
+ * core/persist/api.c: the entry points of kvcache/persist.h: files written
+ * beside their path and renamed, files read through mmap, caller buffers and
+ * callbacks, and restore, which builds the file's cache aside and swaps it
+ * in only when everything succeeded (the target is unchanged on error).
+ */
+/* mkstemp, O_CLOEXEC and madvise are POSIX and BSD, outside strict C11. */
+#define _DEFAULT_SOURCE 1
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "persist_internal.h"
+
+void kvc_save_options_init(kvc_save_options* o) {
+  if (o) *o = (kvc_save_options)KVC_SAVE_OPTIONS_INIT;
+}
+
+void kvc_load_options_init(kvc_load_options* o) {
+  if (o) *o = (kvc_load_options)KVC_LOAD_OPTIONS_INIT;
+}
+
+static kvc_error* read_save_options(const char* fn, const kvc_save_options* o, uint64_t* staging) {
+  *staging = 0;
+  if (!o) return NULL;
+  kvc_error* e = kvci_check_struct_size(fn, "options", o->struct_size, sizeof(kvc_save_options));
+  if (e) return e;
+  if (o->staging_bytes && (o->staging_bytes < 4096 || o->staging_bytes >= ((uint64_t)1 << 40)))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
+                    "%s: options->staging_bytes is %llu; pass 0 (8 MiB) or a size in [4096, 2^40)", fn,
+                    (unsigned long long)o->staging_bytes);
+  *staging = o->staging_bytes;
+  return NULL;
+}
+
+static kvc_error* read_load_options(const char* fn, const kvc_load_options* o, kvc_load_options* out) {
+  *out = (kvc_load_options)KVC_LOAD_OPTIONS_INIT;
+  if (!o) return NULL;
+  kvc_error* e = kvci_check_struct_size(fn, "options", o->struct_size, sizeof(kvc_load_options));
+  if (!e) *out = *o;
+  return e;
+}
+
+/* ------------------------------------------------------------ writing */
+
+/* The sections of a cache or of both halves of an encoder-decoder cache, framed. */
+static kvc_error* save_object(const char* fn, const kvc_cache* a, const kvc_cache* b, const uint8_t* flags,
+                              uint32_t nflags, kvc_write_fn write, void* user, uint64_t staging) {
+  unsigned char digest[16];
+  if (kvci_fingerprint_digest(a, digest)) return kvci_err_oom();
+  kvci_out out;
+  memset(&out, 0, sizeof out);
+  out.fn = fn, out.write = write, out.user = user, out.staging_bytes = staging;
+  kvci_out_file_header(&out, b ? KVCF_OBJECT_ENCODER_DECODER : KVCF_OBJECT_CACHE, digest);
+  kvci_save_cache(&out, a, 0);
+  if (b) {
+    kvci_save_cache(&out, b, 1);
+    kvcf_section s;
+    memset(&s, 0, sizeof s);
+    s.type = KVCF_ENCDEC, s.payload_bytes = nflags;
+    kvci_out_begin(&out, &s);
+    kvci_out_bytes(&out, flags, nflags);
+    kvci_out_end(&out);
+  }
+  return kvci_out_finish(&out);
+}
+
+typedef struct fd_sink {
+  int fd;
+  int error; /* errno of the failed write */
+} fd_sink;
+
+static int fd_write(void* user, const void* data, size_t bytes) {
+  fd_sink* s = (fd_sink*)user;
+  const char* p = (const char*)data;
+  while (bytes > 0) {
+    ssize_t n = write(s->fd, p, bytes > ((size_t)1 << 30) ? ((size_t)1 << 30) : bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      s->error = n < 0 ? errno : EIO;
+      return -1;
+    }
+    p += n;
+    bytes -= (size_t)n;
+  }
+  return 0;
+}
+
+/* Saves into path + ".tmp-XXXXXX" beside it, then renames: a crash never leaves a partial file under `path`. */
+static kvc_error* save_path(const char* fn, const char* path, const kvc_cache* a, const kvc_cache* b,
+                            const uint8_t* flags, uint32_t nflags, uint64_t staging) {
+  size_t n = strlen(path);
+  char* tmp = (char*)malloc(n + 12);
+  if (!tmp) return kvci_err_oom();
+  memcpy(tmp, path, n);
+  memcpy(tmp + n, ".tmp-XXXXXX", 12);
+  fd_sink sink = {mkstemp(tmp), 0};
+  if (sink.fd < 0) {
+    kvc_error* e = kvci_err(KVC_ERROR_IO, "%s: cannot create a file beside %s: %s", fn, path, strerror(errno));
+    free(tmp);
+    return e;
+  }
+  kvc_error* e = save_object(fn, a, b, flags, nflags, fd_write, &sink, staging);
+  if (e && sink.error) {
+    kvc_error_destroy(e);
+    e = kvci_err(KVC_ERROR_IO, "%s: writing %s failed: %s", fn, tmp, strerror(sink.error));
+  }
+  if (close(sink.fd) && !e) e = kvci_err(KVC_ERROR_IO, "%s: writing %s failed: %s", fn, tmp, strerror(errno));
+  if (!e && rename(tmp, path)) e = kvci_err(KVC_ERROR_IO, "%s: cannot rename %s to %s: %s", fn, tmp, path, strerror(errno));
+  if (e) unlink(tmp);
+  free(tmp);
+  return e;
+}
+
+static kvc_error* check_save(const char* fn, const void* cache, const void* target, const char* target_name) {
+  if (!cache) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
+  if (!target) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn, target_name);
+  return NULL;
+}
+
+kvc_error* kvc_cache_save(const kvc_cache* cache, const char* path, const kvc_save_options* options) {
+  static const char* FN = "kvc_cache_save";
+  uint64_t staging;
+  kvc_error* e = check_save(FN, cache, path, "path");
+  if (!e) e = read_save_options(FN, options, &staging);
+  return e ? e : save_path(FN, path, cache, NULL, NULL, 0, staging);
+}
+
+kvc_error* kvc_cache_save_to(const kvc_cache* cache, kvc_write_fn write, void* user, const kvc_save_options* options) {
+  static const char* FN = "kvc_cache_save_to";
+  uint64_t staging;
+  kvc_error* e = check_save(FN, cache, (const void*)(uintptr_t)write, "write");
+  if (!e) e = read_save_options(FN, options, &staging);
+  return e ? e : save_object(FN, cache, NULL, NULL, 0, write, user, staging);
+}
+
+kvc_error* kvc_encoder_decoder_cache_save(const kvc_encoder_decoder_cache* cache, const char* path,
+                                          const kvc_save_options* options) {
+  static const char* FN = "kvc_encoder_decoder_cache_save";
+  uint64_t staging;
+  kvc_error* e = check_save(FN, cache, path, "path");
+  if (!e) e = read_save_options(FN, options, &staging);
+  if (e) return e;
+  kvc_cache *a, *b;
+  uint8_t* flags;
+  uint32_t n;
+  kvci_encdec_parts(cache, &a, &b, &flags, &n);
+  return save_path(FN, path, a, b, flags, n, staging);
+}
+
+kvc_error* kvc_encoder_decoder_cache_save_to(const kvc_encoder_decoder_cache* cache, kvc_write_fn write, void* user,
+                                             const kvc_save_options* options) {
+  static const char* FN = "kvc_encoder_decoder_cache_save_to";
+  uint64_t staging;
+  kvc_error* e = check_save(FN, cache, (const void*)(uintptr_t)write, "write");
+  if (!e) e = read_save_options(FN, options, &staging);
+  if (e) return e;
+  kvc_cache *a, *b;
+  uint8_t* flags;
+  uint32_t n;
+  kvci_encdec_parts(cache, &a, &b, &flags, &n);
+  return save_object(FN, a, b, flags, n, write, user, staging);
+}
+
+/* ------------------------------------------------------------ reading */
+
+/* A file's bytes: mapped from a path, or a caller's buffer. */
+typedef struct mapped {
+  const unsigned char* data;
+  size_t len;
+  void* map; /* non-NULL when mapped */
+} mapped;
+
+static kvc_error* map_path(const char* fn, const char* path, mapped* m) {
+  memset(m, 0, sizeof *m);
+  if (!path) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: path is NULL", fn);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return kvci_err(KVC_ERROR_IO, "%s: cannot open %s: %s", fn, path, strerror(errno));
+  struct stat st;
+  kvc_error* e = NULL;
+  if (fstat(fd, &st))
+    e = kvci_err(KVC_ERROR_IO, "%s: cannot stat %s: %s", fn, path, strerror(errno));
+  else if (st.st_size == 0)
+    e = kvci_err(KVC_ERROR_IO, "%s: not a kvcache file: %s is empty", fn, path);
+  if (!e) {
+    void* p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      e = kvci_err(KVC_ERROR_IO, "%s: cannot map %s: %s", fn, path, strerror(errno));
+    } else {
+      madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
+      m->map = p;
+      m->data = (const unsigned char*)p;
+      m->len = (size_t)st.st_size;
+    }
+  }
+  close(fd);
+  return e;
+}
+
+static kvc_error* map_buffer(const char* fn, const void* data, size_t bytes, mapped* m) {
+  memset(m, 0, sizeof *m);
+  if (!data) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: data is NULL", fn);
+  m->data = (const unsigned char*)data;
+  m->len = bytes;
+  return NULL;
+}
+
+static void unmap(mapped* m) {
+  if (m->map) munmap(m->map, m->len);
+  memset(m, 0, sizeof *m);
+}
+
+/* Parses the bytes and checks that they hold the object the caller asked for. */
+static kvc_error* parse_object(const char* fn, const mapped* m, uint32_t object, kvci_file* f) {
+  kvc_error* e = kvci_file_parse(fn, m->data, m->len, f);
+  if (e) return e;
+  if (f->object != object) {
+    static const char* const NAMES[] = {"", "a cache", "an encoder-decoder cache", "a pool sequence"};
+    e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: the file holds %s, not %s", fn, NAMES[f->object], NAMES[object]);
+    kvci_file_free(f);
+  }
+  return e;
+}
+
+/* The new cache(s) of a parsed file; an encoder-decoder file gives both halves and a copy of the flags. */
+static kvc_error* build(const char* fn, const kvci_file* f, const kvc_device* dev, void* stream, kvc_cache** a,
+                        kvc_cache** b, uint8_t** flags, uint32_t* nflags) {
+  kvc_error* e = kvci_load_cache(fn, f, 0, dev, stream, a);
+  if (e || !b) return e;
+  const kvci_file_section* s = kvci_file_find(f, KVCF_ENCDEC, 0, 0, 0);
+  if (!s || s->h.payload_bytes > UINT32_MAX) e = kvci_err(KVC_ERROR_IO, "%s: the file has no is_updated section (EDEC)", fn);
+  if (!e) e = kvci_load_cache(fn, f, 1, dev, stream, b);
+  if (!e) {
+    *nflags = (uint32_t)s->h.payload_bytes;
+    *flags = (uint8_t*)malloc(*nflags ? *nflags : 1);
+    if (!*flags) {
+      kvc_cache_destroy(*b);
+      e = kvci_err_oom();
+    } else if (*nflags) {
+      memcpy(*flags, s->payload, *nflags);
+    }
+  }
+  if (e) kvc_cache_destroy(*a);
+  return e;
+}
+
+/* What a reader of bytes is asked: load options and an out-parameter, or a target to restore. */
+typedef struct request {
+  const kvc_load_options* options;
+  void* out;    /* kvc_cache** or kvc_encoder_decoder_cache** */
+  void* target; /* kvc_cache* or kvc_encoder_decoder_cache* */
+} request;
+typedef kvc_error* (*reader)(const char* fn, const mapped* m, const request* r);
+
+static kvc_error* from_path(const char* fn, const char* path, reader use, const request* r) {
+  mapped m;
+  kvc_error* e = map_path(fn, path, &m);
+  if (e) return e;
+  e = use(fn, &m, r);
+  unmap(&m);
+  return e;
+}
+
+static kvc_error* from_buffer(const char* fn, const void* data, size_t bytes, reader use, const request* r) {
+  mapped m;
+  kvc_error* e = map_buffer(fn, data, bytes, &m);
+  return e ? e : use(fn, &m, r);
+}
+
+/* The prologue of a load: out and options, then the parsed file of the expected object. */
+static kvc_error* load_prologue(const char* fn, const mapped* m, const request* r, uint32_t object,
+                                kvc_load_options* o, kvci_file* f) {
+  if (!r->out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a handle", fn);
+  kvc_error* e = read_load_options(fn, r->options, o);
+  return e ? e : parse_object(fn, m, object, f);
+}
+
+static kvc_error* load_cache(const char* fn, const mapped* m, const request* r) {
+  kvc_load_options o;
+  kvci_file f;
+  kvc_error* e = load_prologue(fn, m, r, KVCF_OBJECT_CACHE, &o, &f);
+  if (e) return e;
+  e = build(fn, &f, &o.device, o.stream, (kvc_cache**)r->out, NULL, NULL, NULL);
+  kvci_file_free(&f);
+  return e;
+}
+
+static kvc_error* load_encdec(const char* fn, const mapped* m, const request* r) {
+  kvc_load_options o;
+  kvci_file f;
+  kvc_error* e = load_prologue(fn, m, r, KVCF_OBJECT_ENCODER_DECODER, &o, &f);
+  if (e) return e;
+  kvc_cache *a = NULL, *b = NULL;
+  uint8_t* flags = NULL;
+  uint32_t n = 0;
+  e = build(fn, &f, &o.device, o.stream, &a, &b, &flags, &n);
+  kvci_file_free(&f);
+  if (!e && (e = kvci_encdec_wrap(a, b, flags, n, (kvc_encoder_decoder_cache**)r->out))) {
+    kvc_cache_destroy(a);
+    kvc_cache_destroy(b);
+  }
+  free(flags);
+  return e;
+}
+
+kvc_error* kvc_cache_load(const char* path, const kvc_load_options* options, kvc_cache** out) {
+  const request r = {options, out, NULL};
+  return from_path("kvc_cache_load", path, load_cache, &r);
+}
+
+kvc_error* kvc_cache_load_buffer(const void* data, size_t bytes, const kvc_load_options* options, kvc_cache** out) {
+  const request r = {options, out, NULL};
+  return from_buffer("kvc_cache_load_buffer", data, bytes, load_cache, &r);
+}
+
+kvc_error* kvc_encoder_decoder_cache_load(const char* path, const kvc_load_options* options,
+                                          kvc_encoder_decoder_cache** out) {
+  const request r = {options, out, NULL};
+  return from_path("kvc_encoder_decoder_cache_load", path, load_encdec, &r);
+}
+
+kvc_error* kvc_encoder_decoder_cache_load_buffer(const void* data, size_t bytes, const kvc_load_options* options,
+                                                 kvc_encoder_decoder_cache** out) {
+  const request r = {options, out, NULL};
+  return from_buffer("kvc_encoder_decoder_cache_load_buffer", data, bytes, load_encdec, &r);
+}
+
+/* ------------------------------------------------------------ restore */
+
+static kvc_error* compare_part(const char* fn, const kvci_file* f, uint32_t part, const kvc_cache* c,
+                               const char* name) {
+  const kvci_file_section* s = kvci_file_find(f, KVCF_FINGERPRINT, part, 0, 0);
+  if (!s) return kvci_err(KVC_ERROR_IO, "%s: the file has no fingerprint section (FPRT)", fn);
+  kvci_fingerprint fp;
+  kvc_error* e = kvci_fingerprint_read(fn, s->payload, (size_t)s->h.payload_bytes, &fp);
+  if (!e) e = kvci_fingerprint_compare(fn, &fp, c, name);
+  kvci_fingerprint_free(&fp);
+  return e;
+}
+
+/*
+ * Gives `dst` the contents of `fresh` (a cache built from the file on dst's
+ * device and stream) and destroys what dst held. dst keeps what ties it to
+ * its caller: backend, device, execution place, copy batch, alias index.
+ */
+static void adopt(kvc_cache* dst, kvc_cache* fresh) {
+  kvci_offload_settle(dst);
+  kvc_cache old = *dst, made = *fresh;
+  *dst = made;
+  *fresh = old;
+  dst->backend = old.backend, dst->device = old.device, dst->exec = old.exec, dst->batch = old.batch;
+  dst->alias_index = old.alias_index, dst->check_alias_index = old.check_alias_index;
+  fresh->backend = made.backend, fresh->device = made.device, fresh->exec = made.exec, fresh->batch = made.batch;
+  fresh->alias_index = made.alias_index, fresh->check_alias_index = made.check_alias_index;
+  kvci_alias_index_touch(dst);
+  kvci_alias_index_touch(fresh);
+  kvc_cache_destroy(fresh);
+}
+
+static kvc_error* restore_cache(const char* fn, const mapped* m, const request* r) {
+  kvc_cache* cache = (kvc_cache*)r->target;
+  kvci_file f;
+  kvc_error* e = parse_object(fn, m, KVCF_OBJECT_CACHE, &f);
+  if (e) return e;
+  kvc_cache* fresh = NULL;
+  e = compare_part(fn, &f, 0, cache, "");
+  if (!e) e = build(fn, &f, &cache->device, cache->exec.stream, &fresh, NULL, NULL, NULL);
+  kvci_file_free(&f);
+  if (!e) adopt(cache, fresh);
+  return e;
+}
+
+static kvc_error* restore_encdec(const char* fn, const mapped* m, const request* r) {
+  kvc_encoder_decoder_cache* cache = (kvc_encoder_decoder_cache*)r->target;
+  kvci_file f;
+  kvc_error* e = parse_object(fn, m, KVCF_OBJECT_ENCODER_DECODER, &f);
+  if (e) return e;
+  kvc_cache *self, *cross, *a = NULL, *b = NULL;
+  uint8_t *old_flags, *flags = NULL;
+  uint32_t nold, n = 0;
+  kvci_encdec_parts(cache, &self, &cross, &old_flags, &nold);
+  e = compare_part(fn, &f, 0, self, "the self-attention cache's ");
+  if (!e) e = compare_part(fn, &f, 1, cross, "the cross-attention cache's ");
+  if (!e) e = build(fn, &f, &self->device, self->exec.stream, &a, &b, &flags, &n);
+  kvci_file_free(&f);
+  if (e) return e;
+  adopt(self, a);
+  adopt(cross, b);
+  kvci_encdec_set_flags(cache, flags, n);
+  return NULL;
+}
+
+static kvc_error* null_cache(const char* fn) { return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn); }
+
+kvc_error* kvc_cache_restore(kvc_cache* cache, const char* path) {
+  const request r = {NULL, NULL, cache};
+  return cache ? from_path("kvc_cache_restore", path, restore_cache, &r) : null_cache("kvc_cache_restore");
+}
+
+kvc_error* kvc_cache_restore_buffer(kvc_cache* cache, const void* data, size_t bytes) {
+  const request r = {NULL, NULL, cache};
+  return cache ? from_buffer("kvc_cache_restore_buffer", data, bytes, restore_cache, &r)
+               : null_cache("kvc_cache_restore_buffer");
+}
+
+kvc_error* kvc_encoder_decoder_cache_restore(kvc_encoder_decoder_cache* cache, const char* path) {
+  static const char* FN = "kvc_encoder_decoder_cache_restore";
+  const request r = {NULL, NULL, cache};
+  return cache ? from_path(FN, path, restore_encdec, &r) : null_cache(FN);
+}
+
+kvc_error* kvc_encoder_decoder_cache_restore_buffer(kvc_encoder_decoder_cache* cache, const void* data, size_t bytes) {
+  static const char* FN = "kvc_encoder_decoder_cache_restore_buffer";
+  const request r = {NULL, NULL, cache};
+  return cache ? from_buffer(FN, data, bytes, restore_encdec, &r) : null_cache(FN);
+}

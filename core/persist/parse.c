@@ -1,0 +1,182 @@
+/*
+ * core/persist/parse.c: a file's bytes checked before anything is built from
+ * them (docs/file-format.md, 'Reading'): the magic, the format version, the
+ * footer and the table, then every section in file order: its header's
+ * checksum, its agreement with the table, its payload's checksum and its
+ * zero padding. Every byte of a valid file is covered by one of these
+ * checks, so any changed byte and any truncation is refused, naming the part
+ * of the file and its offset.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "crc32c.h"
+#include "persist_internal.h"
+
+static kvc_error* corrupt(const char* fn, const char* what, unsigned long long offset, const char* detail) {
+  return kvci_err(KVC_ERROR_IO, "%s: the file is corrupted or truncated: %s at offset %llu: %s", fn, what, offset,
+                  detail);
+}
+
+static kvc_error* bad_crc(const char* fn, const char* what, unsigned long long offset, uint32_t stored,
+                          uint32_t computed) {
+  char detail[96];
+  snprintf(detail, sizeof detail, "checksum 0x%08x (stored) vs 0x%08x (computed)", stored, computed);
+  return corrupt(fn, what, offset, detail);
+}
+
+static void read_section_header(const unsigned char* h, kvcf_section* s) {
+  s->type = kvcf_get32(h + 0);
+  s->part = kvcf_get32(h + 4);
+  s->index = kvcf_get32(h + 8);
+  s->sub = kvcf_get32(h + 12);
+  s->payload_bytes = kvcf_get64(h + 16);
+  for (int i = 0; i < 4; i++) s->dims[i] = kvcf_get32(h + 24 + 4 * i);
+  s->dtype = kvcf_get32(h + 40);
+  s->elem_bytes = kvcf_get32(h + 44);
+}
+
+static int all_zero(const unsigned char* p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i]) return 0;
+  return 1;
+}
+
+/* "section 4 (KEYS, part 0, index 2)" */
+static const char* section_name(char* buf, size_t n, size_t i, const kvcf_section* s) {
+  char tag[5];
+  snprintf(buf, n, "section %zu (%s, part %u, index %u)", i, kvcf_tag_name(s->type, tag), s->part, s->index);
+  return buf;
+}
+
+static kvc_error* check_header(const char* fn, const unsigned char* d, size_t len, kvci_file* f) {
+  const size_t least = KVCF_HEADER_BYTES + KVCF_SECTION_HEADER_BYTES + KVCF_FOOTER_BYTES;
+  if (len < 8 || memcmp(d, KVCF_MAGIC, 8))
+    return kvci_err(KVC_ERROR_IO, "%s: not a kvcache file: %s", fn,
+                    len < 8 ? "it is shorter than the 8-byte magic" : "the first 8 bytes are not the kvcache magic");
+  if (len < 12) return corrupt(fn, "the file header", 0, "the file ends inside it");
+  uint32_t version = kvcf_get32(d + 8);
+  if (version != KVCF_VERSION)
+    return kvci_err(KVC_ERROR_VERSION_MISMATCH, "%s: format version %u (file) vs %u (reader); this library reads version %u only",
+                    fn, version, KVCF_VERSION, KVCF_VERSION);
+  if (len < least) {
+    char detail[96];
+    snprintf(detail, sizeof detail, "the file is %zu bytes; a cache file has at least %zu", len, least);
+    return corrupt(fn, "the file", 0, detail);
+  }
+  uint32_t crc = kvci_crc32c_update(0, d, 60);
+  if (crc != kvcf_get32(d + 60)) return bad_crc(fn, "the file header", 0, kvcf_get32(d + 60), crc);
+  f->object = kvcf_get32(d + 28);
+  if (kvcf_get32(d + 12) != KVCF_HEADER_BYTES || f->object < KVCF_OBJECT_CACHE || f->object > KVCF_OBJECT_POOL_SEQUENCE)
+    return corrupt(fn, "the file header", 0, "its header size or object kind is not one this reader knows");
+  for (int i = 0; i < 3; i++) f->lib_version[i] = kvcf_get32(d + 16 + 4 * i);
+  return NULL;
+}
+
+/* The footer and the table: *table_offset, *count and the table's entries. */
+static kvc_error* check_footer(const char* fn, const unsigned char* d, size_t len, uint64_t* table_offset,
+                               uint64_t* count, const unsigned char** entries) {
+  size_t at = len - KVCF_FOOTER_BYTES;
+  const unsigned char* ft = d + at;
+  if (memcmp(ft, KVCF_FOOTER_MAGIC, 8))
+    return corrupt(fn, "the footer", at, "the last 64 bytes are not a footer (a truncated file?)");
+  uint32_t crc = kvci_crc32c_update(0, ft, 60);
+  if (crc != kvcf_get32(ft + 60)) return bad_crc(fn, "the footer", at, kvcf_get32(ft + 60), crc);
+  uint64_t file_bytes = kvcf_get64(ft + 24);
+  if (file_bytes != len) {
+    char detail[96];
+    snprintf(detail, sizeof detail, "the file should be %llu bytes but is %zu", (unsigned long long)file_bytes, len);
+    return corrupt(fn, "the footer", at, detail);
+  }
+  *table_offset = kvcf_get64(ft + 8);
+  *count = kvcf_get64(ft + 16);
+  uint64_t t = *table_offset;
+  if (t % KVCF_ALIGN || t < KVCF_HEADER_BYTES || t > at - KVCF_SECTION_HEADER_BYTES ||
+      *count > (at - t) / KVCF_TABLE_ENTRY_BYTES)
+    return corrupt(fn, "the footer", at, "its table offset or section count is outside the file");
+  const unsigned char* th = d + t;
+  crc = kvci_crc32c_update(0, th, 60);
+  if (crc != kvcf_get32(th + 60)) return bad_crc(fn, "the table's section header", t, kvcf_get32(th + 60), crc);
+  kvcf_section s;
+  read_section_header(th, &s);
+  uint64_t payload = *count * KVCF_TABLE_ENTRY_BYTES;
+  if (s.type != KVCF_TABLE || s.payload_bytes != payload ||
+      t + KVCF_SECTION_HEADER_BYTES + kvcf_padded(payload) != at)
+    return corrupt(fn, "the table's section header", t, "it does not describe the table the footer points at");
+  *entries = th + KVCF_SECTION_HEADER_BYTES;
+  crc = kvci_crc32c_update(0, *entries, (size_t)payload);
+  if (crc != kvcf_get32(ft + 32)) return bad_crc(fn, "the table", t + KVCF_SECTION_HEADER_BYTES, kvcf_get32(ft + 32), crc);
+  if (!all_zero(*entries + payload, (size_t)(kvcf_padded(payload) - payload)))
+    return corrupt(fn, "the table's padding", t + KVCF_SECTION_HEADER_BYTES + payload, "padding must be zero");
+  return NULL;
+}
+
+/* Section i at `at`: its header, its agreement with table entry `e`, its payload's checksum and padding. */
+static kvc_error* check_section(const char* fn, const unsigned char* d, uint64_t at, uint64_t end, size_t i,
+                                const unsigned char* e, kvci_file_section* out) {
+  char name[96];
+  if (kvcf_get64(e) != at || at + KVCF_SECTION_HEADER_BYTES > end) {
+    snprintf(name, sizeof name, "section %zu", i);
+    return corrupt(fn, name, at, "the table places it elsewhere");
+  }
+  const unsigned char* h = d + at;
+  read_section_header(h, &out->h);
+  section_name(name, sizeof name, i, &out->h);
+  uint32_t crc = kvci_crc32c_update(0, h, 60);
+  if (crc != kvcf_get32(h + 60)) return bad_crc(fn, name, at, kvcf_get32(h + 60), crc);
+  const kvcf_section* s = &out->h;
+  if (s->type != kvcf_get32(e + 16) || s->part != kvcf_get32(e + 20) || s->index != kvcf_get32(e + 24) ||
+      s->payload_bytes != kvcf_get64(e + 8))
+    return corrupt(fn, name, at, "its header and its table entry disagree");
+  uint64_t room = end - at - KVCF_SECTION_HEADER_BYTES;
+  if (s->payload_bytes > room || kvcf_padded(s->payload_bytes) > room)
+    return corrupt(fn, name, at, "its payload runs past the table");
+  out->offset = at;
+  out->payload = h + KVCF_SECTION_HEADER_BYTES;
+  crc = kvci_crc32c_update(0, out->payload, (size_t)s->payload_bytes);
+  if (crc != kvcf_get32(e + 28))
+    return bad_crc(fn, name, at + KVCF_SECTION_HEADER_BYTES, kvcf_get32(e + 28), crc);
+  uint64_t pad = kvcf_padded(s->payload_bytes) - s->payload_bytes;
+  if (!all_zero(out->payload + s->payload_bytes, (size_t)pad))
+    return corrupt(fn, name, at + KVCF_SECTION_HEADER_BYTES + s->payload_bytes, "its padding must be zero");
+  return NULL;
+}
+
+kvc_error* kvci_file_parse(const char* fn, const unsigned char* d, size_t len, kvci_file* f) {
+  memset(f, 0, sizeof *f);
+  kvc_error* e = check_header(fn, d, len, f);
+  uint64_t table_offset = 0, count = 0;
+  const unsigned char* entries = NULL;
+  if (!e) e = check_footer(fn, d, len, &table_offset, &count, &entries);
+  if (e) return e;
+  f->sections = (kvci_file_section*)calloc(count ? (size_t)count : 1, sizeof(*f->sections));
+  if (!f->sections) return kvci_err_oom();
+  uint64_t at = KVCF_HEADER_BYTES;
+  for (size_t i = 0; i < count; i++) {
+    if ((e = check_section(fn, d, at, table_offset, i, entries + i * KVCF_TABLE_ENTRY_BYTES, &f->sections[i]))) {
+      kvci_file_free(f);
+      return e;
+    }
+    at += KVCF_SECTION_HEADER_BYTES + kvcf_padded(f->sections[i].h.payload_bytes);
+  }
+  if (at != table_offset) {
+    kvci_file_free(f);
+    return corrupt(fn, "the sections", at, "they end before the table starts");
+  }
+  f->count = (size_t)count;
+  return NULL;
+}
+
+void kvci_file_free(kvci_file* f) {
+  free(f->sections);
+  memset(f, 0, sizeof *f);
+}
+
+const kvci_file_section* kvci_file_find(const kvci_file* f, uint32_t type, uint32_t part, uint32_t index,
+                                        uint32_t sub) {
+  for (size_t i = 0; i < f->count; i++) {
+    const kvcf_section* s = &f->sections[i].h;
+    if (s->type == type && s->part == part && s->index == index && s->sub == sub) return &f->sections[i];
+  }
+  return NULL;
+}

@@ -1,0 +1,142 @@
+/*
+ * core/persist/persist_internal.h: what the files of core/persist/ share.
+ *
+ *  output.c       the writer of sections: header, sections, table, footer
+ *  transfer.c     bytes between a cache's memory (any device, any tier) and the host
+ *  fingerprint.c  the model fingerprint: built from a cache, compared with one
+ *  save_cache.c   a cache's sections
+ *  parse.c        a file's bytes checked (every checksum) and indexed
+ *  load_cache.c   a new cache from a parsed file
+ *  api.c          the public entry points (files, buffers, callbacks, restore)
+ */
+#ifndef KVC_CORE_PERSIST_INTERNAL_H
+#define KVC_CORE_PERSIST_INTERNAL_H
+
+#include "../internal.h"
+#include "format.h"
+#include "record.h"
+
+/* ------------------------------------------------------------- writing */
+
+typedef struct kvci_table_entry {
+  uint64_t offset, payload_bytes;
+  uint32_t type, part, index, crc;
+} kvci_table_entry;
+
+typedef struct kvci_out {
+  const char* fn;
+  kvc_write_fn write;
+  void* user;
+  uint64_t offset;          /* bytes written so far */
+  uint64_t staging_bytes;   /* device caches: the host staging buffer's size */
+  /* The open section. */
+  int open;
+  uint64_t declared, written;
+  uint32_t crc;
+  kvci_table_entry* table;
+  size_t count, cap;
+  kvc_error* err;           /* the first error; later writes do nothing */
+} kvci_out;
+
+/* The file header: `object` is a KVCF_OBJECT_*, digest the fingerprint's first 16 SHA-256 bytes. */
+void kvci_out_file_header(kvci_out* out, uint32_t object, const unsigned char digest[16]);
+/* Opens a section (writes its header); its payload must then be exactly s->payload_bytes bytes. */
+void kvci_out_begin(kvci_out* out, const kvcf_section* s);
+void kvci_out_bytes(kvci_out* out, const void* data, size_t bytes);
+/* Closes the section: pads with zeros and records its table entry. */
+void kvci_out_end(kvci_out* out);
+/* A whole section holding a record. */
+void kvci_out_record(kvci_out* out, uint32_t type, uint32_t part, uint32_t index, const kvci_record* rec);
+/* The table and the footer; returns out->err (NULL on success) and frees the table. */
+kvc_error* kvci_out_finish(kvci_out* out);
+void kvci_out_fail(kvci_out* out, kvc_error* e); /* keeps the first error */
+
+/* ------------------------------------------------------------ transfer */
+
+/*
+ * The host staging buffer through which a device cache's bytes pass (the CPU
+ * backend's memory is read and written in place: no stage). `barrier` is a
+ * 4-byte device buffer whose read (read_f32_4d, a host synchronisation)
+ * tells the host that the copies issued before it are done, so the stage can
+ * be read or reused.
+ */
+typedef struct kvci_stage {
+  const kvc_cache* cache;
+  unsigned char* host;
+  size_t bytes;
+  void* barrier;
+} kvci_stage;
+
+/* Opens the stage for a cache (nothing for a CPU cache); UNSUPPORTED when the backend cannot synchronise. */
+kvc_error* kvci_stage_open(const char* fn, const kvc_cache* cache, uint64_t bytes, kvci_stage* out);
+void kvci_stage_close(kvci_stage* stage);
+
+/*
+ * A 4-D region of cache memory in elements of `elem` bytes (any tier):
+ * written to the open section in [b, h, s, d] order (save), or filled from
+ * `src`, which holds it compact (load; -1 when the backend failed).
+ */
+void kvci_xfer_save(kvci_out* out, kvci_stage* stage, const void* base, const int64_t strides[4],
+                    const int64_t shape[4], size_t elem);
+int kvci_xfer_load(kvci_stage* stage, void* base, const int64_t strides[4], const int64_t shape[4], size_t elem,
+                   const unsigned char* src);
+
+/* --------------------------------------------------------- fingerprint */
+
+/* The fingerprint record of a cache (FPRT payload). */
+void kvci_fingerprint_write(const kvc_cache* cache, kvci_record* out);
+
+/* One layer as a file describes it. */
+typedef struct kvci_layer_print {
+  kvc_layer_options spec;
+  kvc_quant_options quant; /* spec.quant points here when the kind has a quantizer */
+  int64_t initialized, dtype, heads, k_dim, v_dim;
+} kvci_layer_print;
+
+typedef struct kvci_fingerprint {
+  int64_t lazy, offload, transformers_release, query_offset_rule;
+  kvci_layer_print lazy_layer;
+  uint32_t num_layers;
+  kvci_layer_print* layers;
+} kvci_fingerprint;
+
+/* Reads and checks a fingerprint record (every spec passes the options check). */
+kvc_error* kvci_fingerprint_read(const char* fn, const unsigned char* bytes, size_t len, kvci_fingerprint* out);
+void kvci_fingerprint_free(kvci_fingerprint* f);
+/* NULL when the cache has this fingerprint, else INVALID_ARGUMENT naming the first difference ("layer 3: ..."). */
+kvc_error* kvci_fingerprint_compare(const char* fn, const kvci_fingerprint* file, const kvc_cache* cache,
+                                   const char* part);
+
+/* --------------------------------------------------------------- files */
+
+typedef struct kvci_file_section {
+  kvcf_section h;
+  uint64_t offset; /* of the section header */
+  const unsigned char* payload;
+} kvci_file_section;
+
+typedef struct kvci_file {
+  uint32_t object;
+  uint32_t lib_version[3];
+  size_t count;
+  kvci_file_section* sections;
+} kvci_file;
+
+/* Checks every byte of data[0, len) (magic, version, checksums, layout) and indexes its sections. */
+kvc_error* kvci_file_parse(const char* fn, const unsigned char* data, size_t len, kvci_file* out);
+void kvci_file_free(kvci_file* f);
+/* The section of that type, part and index (sub 0 unless given), NULL when absent. */
+const kvci_file_section* kvci_file_find(const kvci_file* f, uint32_t type, uint32_t part, uint32_t index,
+                                        uint32_t sub);
+
+/* ------------------------------------------------------- caches <-> files */
+
+/* Every section of `cache` as part `part` (0, or 1 for an encoder-decoder cache's cross-attention half). */
+void kvci_save_cache(kvci_out* out, const kvc_cache* cache, uint32_t part);
+/* The fingerprint digest of a cache (SHA-256 of its fingerprint record, first 16 bytes); -1 when out of memory. */
+int kvci_fingerprint_digest(const kvc_cache* cache, unsigned char digest[16]);
+/* A new cache on `device`/`stream` from part `part` of a parsed file. */
+kvc_error* kvci_load_cache(const char* fn, const kvci_file* f, uint32_t part, const kvc_device* device,
+                           void* stream, kvc_cache** out);
+
+#endif /* KVC_CORE_PERSIST_INTERNAL_H */
