@@ -5,12 +5,11 @@
  * limit is refused, and a restarted tier rebuilds its order from the files'
  * modification times and enforces a smaller limit at once.
  */
-#define _DEFAULT_SOURCE 1 /* mkdtemp, utimes */
-#define _XOPEN_SOURCE 700 /* nftw */
+#include "tier_test.h" /* first: it sets the feature macros */
+
 #include <sys/time.h>
 
 #include "tier/tier_internal.h"
-#include "tier_test.h"
 
 enum { PAYLOAD = 1000 };
 #define FRAME (KVCI_TIER_HEADER_SIZE + PAYLOAD + KVCI_TIER_TRAILER_SIZE)

@@ -7,11 +7,9 @@
  * pools of different fingerprints never share; bad input is refused with
  * the target unchanged.
  */
-#define _DEFAULT_SOURCE 1 /* mkdtemp, truncate */
-#define _XOPEN_SOURCE 700 /* nftw */
-#include <sys/stat.h>
+#include "tier_test.h" /* first: it sets the feature macros */
 
-#include "tier_test.h"
+#include <sys/stat.h>
 
 enum { PROMPT = 17 }; /* 4 full blocks and one token */
 

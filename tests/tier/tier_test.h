@@ -6,7 +6,9 @@
 #ifndef KVC_TESTS_TIER_TEST_H
 #define KVC_TESTS_TIER_TEST_H
 
-/* Includers define _DEFAULT_SOURCE before any system header (mkdtemp, nftw, truncate). */
+/* Included first by the tier tests, before any system header: mkdtemp, truncate, utimes, nftw. */
+#define _DEFAULT_SOURCE 1
+#define _XOPEN_SOURCE 700
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
