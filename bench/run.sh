@@ -13,6 +13,7 @@
 # in $KVC_BENCH_EMULATED_DIR (default BUILDDIR/tests/gpu/emulated; `make bench` builds one); without one it
 # prints SKIPPED.
 # bench_pool (the paged pool, CPU) runs everywhere; its GPU rows are bench_gpu's gpu_pool_write.
+# bench_tier (the disk tier, CPU pool) runs everywhere, in a directory next to the results file.
 # Exit status: 0 when every acceptance check holds, 1 otherwise.
 set -euo pipefail
 
@@ -85,6 +86,9 @@ echo "== bench_quantized"
 echo
 echo "== bench_pool (the paged pool on the CPU: scheduling, partial blocks, fork, step write)"
 "$(find_bin bench_pool)" --json "$JSON" "${EXTRA[@]}"
+echo
+echo "== bench_tier (the pool's disk tier against a plain write/read of the same bytes in the same directory)"
+"$(find_bin bench_tier)" --json "$JSON" "${EXTRA[@]}"
 echo
 
 echo "== transformers (CPU, torch)"
