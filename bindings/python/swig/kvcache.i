@@ -1071,3 +1071,4 @@ PyObject* kvc_py_block_hash_chain(PyObject* root, PyObject* tokens, long long bl
 
 /* The pool (kvcache/pool.h): its handles, typemaps and hand-written functions. */
 %include "kvcache_pool.i"
+%include "kvcache_tier.i"

@@ -83,6 +83,7 @@ from ._block_hash import (
     block_hash_chain,
     block_hash_root,
 )
+from .tier import DiskTier, TierStats, TierWrite
 from .pool import (
     CsrBlockTable,
     EventKind,
@@ -142,6 +143,7 @@ __all__ = [
     "DeviceMismatchError", "UnsupportedError", "InvalidStateError", "OutOfMemoryError", "NoDeviceError",
     "VersionMismatchError", "InternalError", "StaleViewError",
     "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
+    "DiskTier", "TierStats", "TierWrite",
     "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
     "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
 ]
