@@ -6,8 +6,6 @@
  * store, C callbacks) has no Python form in 0.6: a Python store would run Python code inside every pool call.
  */
 
-%ignore kvc_tier_key;
-%ignore kvc_tier_ops;
 %ignore kvc_tier_create;
 %ignore kvc_tier_destroy;
 %ignore kvc_disk_tier_create;
@@ -16,6 +14,23 @@
 %ignore kvc_pool_tier;
 %ignore kvc_pool_fingerprint;
 %include "kvcache/tier.h"
+
+/* Structs start as their _INIT macros (struct_size set), as every option struct of the module does. */
+KVC_OPTIONS_CTOR_MACRO(kvc_disk_tier_options, KVC_DISK_TIER_OPTIONS_INIT)
+%extend kvc_tier_stats {
+  kvc_tier_stats() {
+    kvc_tier_stats* o = (kvc_tier_stats*)calloc(1, sizeof(kvc_tier_stats));
+    if (o) o->struct_size = (uint32_t)sizeof(kvc_tier_stats);
+    return o;
+  }
+}
+%extend kvc_tier_ops {
+  kvc_tier_ops() {
+    kvc_tier_ops* o = (kvc_tier_ops*)calloc(1, sizeof(kvc_tier_ops));
+    if (o) o->struct_size = (uint32_t)sizeof(kvc_tier_ops);
+    return o;
+  }
+}
 
 %{
 static const char KVC_PY_TIER_CAPSULE[] = "kvcache.tier";
