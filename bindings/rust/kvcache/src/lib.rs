@@ -49,6 +49,7 @@ mod error;
 mod options;
 pub mod pool;
 mod tensor;
+pub mod tier;
 mod version;
 
 #[cfg(feature = "dlpack")]
@@ -73,6 +74,7 @@ pub use pool::{
     PoolGroup, PoolLayer, PoolStats, RecurrentState, Sequence, SlotMapping,
 };
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};
+pub use tier::{DiskTier, TierStats, TierWrite};
 pub use version::{
     Features, HEADER_VERSION, Version, check_version, features, version, version_string,
 };
