@@ -109,6 +109,9 @@ struct kvc_pool {
   uint32_t* pending;                             /* (group, block) pairs */
   uint32_t pending_count, pending_cap;
   uint8_t fingerprint[KVC_BLOCK_HASH_SIZE];      /* set by the first kvc_pool_add_tier */
+  void* stage_cache;                             /* tier_stage.c: the last staging buffer, kept for the next */
+  size_t stage_cache_bytes;
+  int stage_cache_busy;                          /* lent out (a fetch that evicts stores while it holds one) */
 };
 
 static inline int kvci_pool_is_recurrent(const kvci_pool_group* g) { return g->kind == KVC_POOL_GROUP_RECURRENT; }
@@ -193,7 +196,8 @@ size_t kvci_pool_stage_batch(size_t frame);
 /* tier_stage.c: a block's bytes of every layer of its group to and from host buffers (0, or -1: failed). */
 size_t kvci_pool_block_payload(const kvc_pool* pool, uint32_t group);
 void* kvci_pool_stage_alloc(kvc_pool* pool, size_t bytes); /* host memory the backend copies to; NULL: none */
-void kvci_pool_stage_free(kvc_pool* pool, void* buf);
+void kvci_pool_stage_free(kvc_pool* pool, void* buf, size_t bytes); /* keeps it for the next call, or frees it */
+void kvci_pool_stage_release(kvc_pool* pool);              /* frees the kept buffer (kvc_pool_destroy) */
 int kvci_pool_stage_out(kvc_pool* pool, uint32_t group, const uint32_t* blocks, size_t count, uint8_t* const* out);
 int kvci_pool_stage_in(kvc_pool* pool, uint32_t group, const uint32_t* blocks, size_t count,
                        const uint8_t* const* in);

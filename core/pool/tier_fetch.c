@@ -32,7 +32,7 @@ typedef struct fetch_buf {
 } fetch_buf;
 
 static void buf_free(kvc_pool* p, fetch_buf* f) {
-  kvci_pool_stage_free(p, f->frames);
+  kvci_pool_stage_free(p, f->frames, f->cap * f->frame);
   free(f->keys);
   free(f->values);
   free(f->payloads);

@@ -10,6 +10,9 @@
  * to and from) with copy_tier_4d; the host then waits for the stream with
  * a 4-byte read_f32_4d, the backend's one entry that synchronises the host
  * (core/persist/transfer.c does the same), before it reads or reuses them.
+ * The last staging buffer is kept for the next store or fetch: a fresh one
+ * costs a page fault per 4 KiB on first touch (and pinned memory costs a
+ * driver call), which would otherwise be paid for every block batch.
  */
 #include <stdlib.h>
 
@@ -27,19 +30,44 @@ size_t kvci_pool_block_payload(const kvc_pool* p, uint32_t group) {
   return n;
 }
 
+static void stage_free_now(kvc_pool* p, void* buf) {
+  if (on_cpu(p))
+    free(buf);
+  else
+    p->backend->host_free(p->backend->ctx, &p->exec, buf);
+}
+
 void* kvci_pool_stage_alloc(kvc_pool* p, size_t bytes) {
+  if (!p->stage_cache_busy && p->stage_cache && p->stage_cache_bytes >= bytes) {
+    p->stage_cache_busy = 1;
+    return p->stage_cache;
+  }
   if (on_cpu(p)) return malloc(bytes);
   const kvc_backend* b = p->backend;
   if (!b->copy_tier_4d || !b->read_f32_4d || !b->host_free) return NULL; /* no way to stage: the tiers are skipped */
   return b->host_alloc ? b->host_alloc(b->ctx, &p->exec, bytes) : b->host_alloc_zeroed(b->ctx, &p->exec, bytes);
 }
 
-void kvci_pool_stage_free(kvc_pool* p, void* buf) {
+void kvci_pool_stage_free(kvc_pool* p, void* buf, size_t bytes) {
   if (!buf) return;
-  if (on_cpu(p))
-    free(buf);
-  else
-    p->backend->host_free(p->backend->ctx, &p->exec, buf);
+  if (buf == p->stage_cache) {
+    p->stage_cache_busy = 0;
+    return;
+  }
+  if (p->stage_cache_busy || (p->stage_cache && p->stage_cache_bytes >= bytes)) {
+    stage_free_now(p, buf); /* the kept one is lent out or larger: this one goes */
+    return;
+  }
+  if (p->stage_cache) stage_free_now(p, p->stage_cache);
+  p->stage_cache = buf;
+  p->stage_cache_bytes = bytes;
+}
+
+void kvci_pool_stage_release(kvc_pool* p) {
+  if (p->stage_cache) stage_free_now(p, p->stage_cache);
+  p->stage_cache = NULL;
+  p->stage_cache_bytes = 0;
+  p->stage_cache_busy = 0;
 }
 
 /* Waits on the host for the work issued before on the pool's stream. */

@@ -56,6 +56,7 @@ void kvci_pool_tiers_free(kvc_pool* pool) {
   free(pool->tiers);
   free(pool->tier_policy);
   free(pool->pending);
+  kvci_pool_stage_release(pool);
   pool->tiers = NULL;
   pool->tier_policy = NULL;
   pool->pending = NULL;
@@ -107,7 +108,7 @@ static void store(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t co
     for (uint32_t t = 0; t < p->num_tiers; t++)
       if (p->tier_policy[t] == policy) p->tiers[t]->stats.put_failures += count;
   }
-  kvci_pool_stage_free(p, buf);
+  kvci_pool_stage_free(p, buf, batch * frame);
   free(keys);
   free(payloads);
   free(values);
