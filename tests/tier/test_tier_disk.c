@@ -4,12 +4,14 @@
  * same directory) matches from disk and gathers the original bytes; eviction
  * to disk (WRITE_ON_EVICT) and back; a crash in the middle of a write (a
  * leftover temporary file, a truncated block file) is never read as data;
- * pools of different fingerprints never share; bad input is refused with
- * the target unchanged.
+ * pools of different fingerprints never share; processes writing and
+ * evicting the same blocks in one directory never give a reader a torn
+ * block; bad input is refused with the target unchanged.
  */
 #include "tier_test.h" /* first: it sets the feature macros */
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 enum { PROMPT = 17 }; /* 4 full blocks and one token */
 
@@ -141,6 +143,59 @@ static void test_evicted_blocks_come_back(void) {
   tt_rmtree(dir);
 }
 
+/* Removes every block file under `dir` (another process's eviction, as the others see it; temporary files are
+   a live writer's and stay). */
+static void remove_blocks(const char* dir) {
+  char files[64][4096];
+  size_t n = tt_files(dir, files, 64);
+  for (size_t i = 0; i < n; i++) {
+    size_t len = strlen(files[i]);
+    if (len > 5 && !strcmp(files[i] + len - 5, ".kvtb")) unlink(files[i]);
+  }
+}
+
+static void test_processes_sharing_a_directory_never_read_a_torn_block(void) {
+  char dir[4096];
+  REQUIRE(tt_tempdir(dir, sizeof dir, "shared"));
+  enum { WRITERS = 3, ROUNDS = 40 };
+  pid_t kids[WRITERS];
+  for (int w = 0; w < WRITERS; w++) {
+    kids[w] = fork();
+    REQUIRE(kids[w] >= 0);
+    if (kids[w] == 0) { /* a writer: evicts everything and writes the same blocks again, over and over */
+      for (int r = 0; r < ROUNDS; r++) {
+        remove_blocks(dir);
+        fill(dir, KVC_TIER_WRITE_ON_COMMIT, KVC_POOL_LAYOUT_NHD);
+      }
+      _exit(tu_failures_total ? 1 : 0);
+    }
+  }
+  /* The reader: whatever it finds verifies and gathers right; it reads until every writer is done, then once
+     more (the last writer left the blocks in place, so the reader has found some at least then). */
+  uint64_t corrupt = 0, hits = 0;
+  for (int running = WRITERS;;) {
+    kvc_tier_stats st;
+    int last = !running; /* every writer had exited before this round */
+    restart_match(dir, KVC_POOL_LAYOUT_NHD, &st);
+    corrupt += st.corrupt;
+    hits += st.hits;
+    for (int w = 0; w < WRITERS; w++) {
+      int status = 0;
+      if (kids[w] > 0 && waitpid(kids[w], &status, WNOHANG) == kids[w]) {
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        kids[w] = 0;
+        running--;
+      }
+    }
+    if (last) break;
+  }
+  CHECK(hits > 0);
+  CHECK_EQ_U64(corrupt, 0);
+  printf("  shared directory: the reader found %llu blocks while %d writers rewrote them, %llu corrupt\n",
+         (unsigned long long)hits, WRITERS, (unsigned long long)corrupt);
+  tt_rmtree(dir);
+}
+
 static void test_bad_input(void) {
   char dir[4096], file[4200];
   REQUIRE(tt_tempdir(dir, sizeof dir, "bad"));
@@ -203,6 +258,7 @@ int main(void) {
   TU_RUN(test_restart_hits_from_disk);
   TU_RUN(test_crash_leftovers_are_never_data);
   TU_RUN(test_evicted_blocks_come_back);
+  TU_RUN(test_processes_sharing_a_directory_never_read_a_torn_block);
   TU_RUN(test_bad_input);
   return tu_finish();
 }
