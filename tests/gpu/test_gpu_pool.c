@@ -5,8 +5,13 @@
  * with every result downloaded and compared with the values written. Under
  * the emulated device this also proves the core never touches device memory
  * from the host (its pointers are poisoned) and issues every copy on the
- * pool's stream.
+ * pool's stream. Last, a disk tier under a device pool: blocks staged
+ * through host memory on commit and copied back in by a match after a
+ * restart, and shared with a CPU pool of the same model (the fingerprint
+ * leaves the device out).
  */
+#include "../tier/tier_test.h" /* first: it sets the feature macros (mkdtemp, nftw) */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +43,8 @@ static kvc_tensor dtensor(int64_t* shape, int ndim, const float* host, size_t n)
   return t;
 }
 
-/* Writes tokens [first, first + n) of attention layers 0 and 1 through `slots`. */
-static kvc_error* write_tokens(kvc_pool* p, const int64_t* slots, int64_t first, int64_t n) {
+/* Writes tokens [first, first + n) of attention layers 0 and 1 (of `nl` layers) through `slots`. */
+static kvc_error* write_tokens(kvc_pool* p, uint32_t nl, const int64_t* slots, int64_t first, int64_t n) {
   int64_t ks[3] = {n, 2, 4}, vs[3] = {n, 2, 3};
   kvc_tensor k[3], v[3];
   memset(k, 0, sizeof k);
@@ -54,7 +59,7 @@ static kvc_error* write_tokens(kvc_pool* p, const int64_t* slots, int64_t first,
     k[l] = dtensor(ks, 3, hk, (size_t)(n * 8));
     v[l] = dtensor(vs, 3, hv, (size_t)(n * 6));
   }
-  kvc_error* e = kvc_pool_write(p, k, v, 3, slots, (size_t)n);
+  kvc_error* e = kvc_pool_write(p, k, v, nl, slots, (size_t)n);
   for (int l = 0; l < 2; l++) {
     drt_free(0, k[l].data);
     drt_free(0, v[l].data);
@@ -62,19 +67,23 @@ static kvc_error* write_tokens(kvc_pool* p, const int64_t* slots, int64_t first,
   return e;
 }
 
-/* Gathers layer `layer` of s on the device, downloads it and counts the elements unlike `value`. */
-static long gather_mismatches(const kvc_pool_sequence* s, uint32_t layer) {
+/* Gathers layer `layer` of s (on the device, or into host memory for a CPU pool's sequence), downloads it and
+   counts the elements unlike `value`. */
+static long gather_mismatches_on(const kvc_pool_sequence* s, uint32_t layer, int on_host) {
   int64_t n = (int64_t)kvc_pool_sequence_length(s);
   int64_t ks[4] = {1, 2, n, 4}, vs[4] = {1, 2, n, 3};
+  size_t kn = (size_t)(n * 8) * sizeof(float), vn = (size_t)(n * 6) * sizeof(float);
   kvc_tensor k = dtensor(ks, 4, NULL, (size_t)(n * 8)), v = dtensor(vs, 4, NULL, (size_t)(n * 6));
-  kvc_error* e = kvc_pool_gather(s, layer, &k, &v);
+  float* hk = (float*)malloc(kn);
+  float* hv = (float*)malloc(vn);
+  kvc_tensor hkt = k, hvt = v;
+  hkt.data = hk;
+  hvt.data = hv;
+  hkt.device.device_type = hvt.device.device_type = KVC_DEVICE_CPU;
+  kvc_error* e = on_host ? kvc_pool_gather(s, layer, &hkt, &hvt) : kvc_pool_gather(s, layer, &k, &v);
   long bad = e ? -1 : 0;
   kvc_error_destroy(e);
-  float* hk = (float*)malloc((size_t)(n * 8) * sizeof(float));
-  float* hv = (float*)malloc((size_t)(n * 6) * sizeof(float));
-  if (!bad && (drt_download(0, hk, k.data, (size_t)(n * 8) * sizeof(float)) ||
-               drt_download(0, hv, v.data, (size_t)(n * 6) * sizeof(float))))
-    bad = -2;
+  if (!bad && !on_host && (drt_download(0, hk, k.data, kn) || drt_download(0, hv, v.data, vn))) bad = -2;
   for (int64_t h = 0; !bad && h < 2; h++)
     for (int64_t t = 0; t < n; t++) {
       for (int64_t d = 0; d < 4; d++) bad += hk[(h * n + t) * 4 + d] != value(layer, 0, t, h, d);
@@ -86,6 +95,8 @@ static long gather_mismatches(const kvc_pool_sequence* s, uint32_t layer) {
   drt_free(0, v.data);
   return bad;
 }
+
+static long gather_mismatches(const kvc_pool_sequence* s, uint32_t layer) { return gather_mismatches_on(s, layer, 0); }
 
 static int download_ints(const kvc_tensor* t, int32_t* out, size_t n) {
   return drt_download(0, out, t->data, n * sizeof(int32_t)) == 0;
@@ -127,15 +138,15 @@ static void run(kvc_pool_layout layout, void* stream) {
   int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   int64_t slots[32];
   REQUIRE_OK(kvc_pool_reserve(a, t, 6, slots));
-  REQUIRE_OK(write_tokens(p, slots, 0, 6));
+  REQUIRE_OK(write_tokens(p, 3, slots, 0, 6));
   REQUIRE_OK(kvc_pool_commit(a));
   REQUIRE_OK(kvc_pool_fork(a, &c));
   REQUIRE_OK(kvc_pool_reserve(c, t + 6, 1, slots));
   CHECK_EQ_I64(slots[0], 3 * 4 + 2); /* copy-on-write into block 3 */
-  REQUIRE_OK(write_tokens(p, slots, 6, 1));
+  REQUIRE_OK(write_tokens(p, 3, slots, 6, 1));
   REQUIRE_OK(kvc_pool_reserve(a, t + 6, 1, slots));
   CHECK_EQ_I64(slots[0], 2 * 4 + 2);
-  REQUIRE_OK(write_tokens(p, slots, 6, 1));
+  REQUIRE_OK(write_tokens(p, 3, slots, 6, 1));
   for (uint32_t layer = 0; layer < 2; layer++) {
     CHECK_EQ_I64(gather_mismatches(a, layer), 0);
     CHECK_EQ_I64(gather_mismatches(c, layer), 0);
@@ -160,7 +171,7 @@ static void run(kvc_pool_layout layout, void* stream) {
   float pattern[6] = {1.5f, 2.5f, 3.5f, 4.5f, 5.5f, 6.5f}, back[6] = {0};
   REQUIRE(drt_upload(0, conv.data, pattern, sizeof pattern, stream) == 0);
   REQUIRE_OK(kvc_pool_reserve(a, t + 7, 1, slots));
-  REQUIRE_OK(write_tokens(p, slots, 7, 1));
+  REQUIRE_OK(write_tokens(p, 3, slots, 7, 1));
   REQUIRE_OK(kvc_pool_commit(a));
   uint64_t matched = 0;
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &d));
@@ -186,9 +197,74 @@ static void test_pool_nhd_on_stream(void) {
 
 static void test_pool_hnd_default_stream(void) { run(KVC_POOL_LAYOUT_HND, NULL); }
 
+/* An attention-only pool of 2 layers on `device` with a disk tier on `dir`. */
+static kvc_pool* tier_pool(kvc_device device, const char* dir) {
+  kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
+  g.block_size = 4;
+  g.num_blocks = 8;
+  kvc_pool_layer_options l[2] = {KVC_POOL_LAYER_OPTIONS_INIT, KVC_POOL_LAYER_OPTIONS_INIT};
+  for (int i = 0; i < 2; i++) {
+    l[i].num_kv_heads = 2;
+    l[i].key_head_dim = 4;
+    l[i].value_head_dim = 3;
+  }
+  kvc_pool_options o = KVC_POOL_OPTIONS_INIT;
+  o.dtype = KVC_DTYPE_FLOAT32;
+  o.device = device;
+  o.num_groups = 1;
+  o.groups = &g;
+  o.num_layers = 2;
+  o.layers = l;
+  kvc_pool* p = NULL;
+  if (!CHECK_OK(kvc_pool_create(&o, &p))) return NULL;
+  kvc_tier* t = tt_disk(dir, 0);
+  if (!CHECK(t != NULL) || !CHECK_OK(kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT))) {
+    kvc_tier_destroy(t);
+    kvc_pool_destroy(p);
+    return NULL;
+  }
+  return p;
+}
+
+static void test_disk_tier_through_host_memory(void) {
+  char dir[4096];
+  REQUIRE(tt_tempdir(dir, sizeof dir, "gpu-tier"));
+  int32_t t[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+  int64_t slots[16];
+  kvc_pool* p = tier_pool(dev(), dir);
+  REQUIRE(p != NULL);
+  kvc_pool_sequence* s = NULL;
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
+  REQUIRE_OK(kvc_pool_reserve(s, t, 12, slots));
+  REQUIRE_OK(write_tokens(p, 2, slots, 0, 12));
+  REQUIRE_OK(kvc_pool_commit(s));
+  CHECK_EQ_U64(tt_stats(kvc_pool_tier(p, 0)).puts, 3);
+  kvc_pool_destroy(p);
+  /* A restarted device pool, then a CPU pool of the same model: both match from disk with the same bytes. */
+  uint64_t matched = 0;
+  p = tier_pool(dev(), dir);
+  REQUIRE(p != NULL);
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
+  REQUIRE_OK(kvc_pool_match_prefix(s, t, 13, &matched));
+  CHECK_EQ_U64(matched, 12);
+  for (uint32_t layer = 0; layer < 2; layer++) CHECK_EQ_I64(gather_mismatches(s, layer), 0);
+  CHECK_EQ_U64(tt_stats(kvc_pool_tier(p, 0)).hits, 3);
+  kvc_pool_destroy(p);
+  kvc_device cpu = {KVC_DEVICE_CPU, 0};
+  p = tier_pool(cpu, dir);
+  REQUIRE(p != NULL);
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
+  REQUIRE_OK(kvc_pool_match_prefix(s, t, 13, &matched));
+  CHECK_EQ_U64(matched, 12);
+  for (uint32_t layer = 0; layer < 2; layer++) CHECK_EQ_I64(gather_mismatches_on(s, layer, 1), 0);
+  kvc_pool_destroy(p);
+  tt_rmtree(dir);
+}
+
 int main(void) {
   gt_open_or_skip("test_gpu_pool");
   TU_RUN(test_pool_nhd_on_stream);
   TU_RUN(test_pool_hnd_default_stream);
+  TU_RUN(test_disk_tier_through_host_memory);
   return tu_finish();
 }

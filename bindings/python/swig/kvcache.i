@@ -1073,3 +1073,4 @@ PyObject* kvc_py_block_hash_chain(PyObject* root, PyObject* tokens, long long bl
 %include "kvcache_pool.i"
 /* Cache files: their section needs the helpers above (kvc_py_bytes_in). */
 %include "persist.i"
+%include "kvcache_tier.i"

@@ -23,7 +23,8 @@ def test_every_function_is_bound():
     text = header_text()
     names = re.findall(r"KVC_API\s+[^;()]*?\b(kvc_\w+)\s*\(", text)
     assert len(names) > 60
-    missing = [n for n in names if not callable(getattr(_lib, n, None))]
+    # kvc_tier_create takes a program's store as C callbacks: no Python form (kvcache_tier.i says why).
+    missing = [n for n in names if not callable(getattr(_lib, n, None)) and n != "kvc_tier_create"]
     assert not missing, missing
 
 

@@ -84,6 +84,7 @@ from ._block_hash import (
     block_hash_chain,
     block_hash_root,
 )
+from .tier import DiskTier, TierStats, TierWrite
 from .pool import (
     CsrBlockTable,
     EventKind,
@@ -145,6 +146,7 @@ __all__ = [
     "DeviceMismatchError", "UnsupportedError", "InvalidStateError", "OutOfMemoryError", "NoDeviceError",
     "VersionMismatchError", "InternalError", "IoError", "StaleViewError",
     "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
+    "DiskTier", "TierStats", "TierWrite",
     "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
     "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
     "load", "load_encoder_decoder", "FILE_FORMAT_VERSION",

@@ -375,6 +375,7 @@ class Pool:
         o.event_capacity = _u32(events, "events")
         self._handle = _lib.kvc_pool_create(o, hash_seed)
         self._hash_seed = bytes(hash_seed or b"")
+        self._num_tiers = 0
         del garr, larr
 
     @classmethod
@@ -467,6 +468,28 @@ class Pool:
     def stats(self, group: int = 0) -> PoolStats:
         """The counters of ``group``."""
         return PoolStats._from_lib(_lib.kvc_pool_stats_get(self._handle, _u32(group, "group")))
+
+    # ------------------------------------------------------------------ tiers
+
+    def add_tier(self, tier: Any, write: Any = "commit") -> None:
+        """Gives ``tier`` (a :class:`kvcache.DiskTier`) to the pool, after the tiers added before (match_prefix
+        asks them in that order). ``write``: ``"commit"`` (store blocks when they become cached) or ``"evict"``
+        (when they are evicted from memory). See :mod:`kvcache.tier`."""
+        from . import tier as _tier
+
+        _tier.add_tier(self, tier, write)
+
+    def tier_stats(self, index: int = 0) -> Any:
+        """The :class:`kvcache.TierStats` of tier ``index`` (order of :meth:`add_tier`)."""
+        from . import tier as _tier
+
+        return _tier.tier_stats(self, _u32(index, "index"))
+
+    def fingerprint(self) -> bytes:
+        """The pool's model fingerprint (32 bytes, the first part of every tier key; docs/tiers.md)."""
+        from . import tier as _tier
+
+        return _tier.fingerprint(self)
 
     def events(self) -> List[PoolEvent]:
         """Takes every queued event, oldest first (the queue is empty afterwards)."""

@@ -50,6 +50,7 @@ mod options;
 mod persist;
 pub mod pool;
 mod tensor;
+pub mod tier;
 mod version;
 
 #[cfg(feature = "dlpack")]
@@ -75,6 +76,7 @@ pub use pool::{
     PoolGroup, PoolLayer, PoolStats, RecurrentState, Sequence, SlotMapping,
 };
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};
+pub use tier::{DiskTier, TierStats, TierWrite};
 pub use version::{
     Features, HEADER_VERSION, Version, check_version, features, version, version_string,
 };

@@ -1,0 +1,142 @@
+/*
+ * kvcache/tier.h: tiers below a pool's memory, where blocks are kept by
+ * their hash: a local directory (kvc_disk_tier_create, built in), a shared
+ * Redis or Valkey deployment (libkvcache_redis, kvcache/redis_tier.h), or
+ * any store a program brings through kvc_tier_ops. Since 0.6.
+ *
+ * A pool with tiers (kvc_pool_add_tier) stores a block's bytes in them when
+ * it becomes cached (KVC_TIER_WRITE_ON_COMMIT: other processes and a
+ * restarted one find it at once) or when it is evicted from memory
+ * (KVC_TIER_WRITE_ON_EVICT: the tier only extends the memory), and
+ * kvc_pool_match_prefix continues past the blocks found in memory with the
+ * tiers, nearest first: a hit is copied into a fresh block, which then
+ * counts as cached in memory.
+ *
+ * Keys and values (docs/tiers.md gives the bytes). A block is stored under
+ * its key: the pool's model fingerprint (SHA-256 of the layer and group
+ * description, dtype, layout and hash seed: two pools share blocks exactly
+ * when their fingerprints agree), the group and the block hash (which
+ * already covers the tokens, the prefix before them and the salt). The
+ * value is the block's K/V of every layer of the group, framed with the key
+ * and a CRC-32C: a value that does not verify is a miss, never data.
+ *
+ * A tier is a cache: it may drop anything at any time. Every failure of a
+ * tier (I/O error, timeout, dead node, corrupt value) turns into a miss or a
+ * skipped store, counted in kvc_tier_stats; the pool's calls never fail
+ * because of a tier and never wait longer than the tier's timeout.
+ */
+#ifndef KVCACHE_TIER_H
+#define KVCACHE_TIER_H
+
+#include "kvcache/block_hash.h"
+#include "kvcache/error.h"
+#include "kvcache/pool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The key of one block in a tier. */
+typedef struct kvc_tier_key {
+  uint8_t fingerprint[KVC_BLOCK_HASH_SIZE]; /**< the pool's model fingerprint (kvc_pool_fingerprint) */
+  uint8_t block_hash[KVC_BLOCK_HASH_SIZE];  /**< the block's hash (docs/block-hash.md) */
+  uint32_t group;                           /**< the group the block belongs to */
+  uint32_t reserved;                        /**< 0 */
+} kvc_tier_key;
+
+/**
+ * A tier's operations, for stores a program brings. All calls come from the
+ * thread calling the pool (a pool's calls never overlap). Values are
+ * opaque, framed bytes (docs/tiers.md): a tier stores and returns them
+ * unchanged. Published sizes: 32 (0.6).
+ */
+typedef struct kvc_tier_ops {
+  uint32_t struct_size; /**< sizeof(kvc_tier_ops) */
+  /** Stores `count` values; returns how many were stored (a tier may store fewer, or none). */
+  size_t (*put_many)(void* ctx, const kvc_tier_key* keys, const void* const* values, const size_t* sizes,
+                     size_t count);
+  /**
+   * Looks up `count` keys (a run of consecutive blocks: pipeline them). For each key found, copies its value
+   * into values[i] (capacity `capacity` bytes each) and sets sizes[i]; a miss sets sizes[i] to 0. Returns the
+   * number of leading keys found (the pool stops at the first miss, so a tier may stop there too).
+   */
+  size_t (*get_many)(void* ctx, const kvc_tier_key* keys, void* const* values, size_t capacity, size_t* sizes,
+                     size_t count);
+  /** Frees the tier's context. */
+  void (*destroy)(void* ctx);
+} kvc_tier_ops;
+
+/** Opaque tier handle: owned by the caller until kvc_pool_add_tier takes it. */
+typedef struct kvc_tier kvc_tier;
+
+/** When a pool stores blocks in a tier. */
+typedef int32_t kvc_tier_write_policy;
+#define KVC_TIER_WRITE_ON_COMMIT 0 /**< when a block becomes cached (shared tiers; survives a restart) */
+#define KVC_TIER_WRITE_ON_EVICT  1 /**< when a cached block is evicted from memory (capacity extension) */
+
+/**
+ * Wraps a program's store as a tier. `ops` is copied; `ctx` is owned by the
+ * tier from then on (ops->destroy(ctx) when the tier is destroyed; also on
+ * error). `name` (copied) appears in stats and messages.
+ */
+KVC_API kvc_error* kvc_tier_create(const kvc_tier_ops* ops, void* ctx, const char* name, kvc_tier** out);
+
+/** Frees a tier not given to a pool. Accepts NULL. */
+KVC_API void kvc_tier_destroy(kvc_tier* tier);
+
+/** Options of kvc_disk_tier_create. Published sizes: 32 (0.6). */
+typedef struct kvc_disk_tier_options {
+  uint32_t struct_size;  /**< sizeof(kvc_disk_tier_options) */
+  const char* directory; /**< created if missing; borrowed for the call */
+  uint64_t max_bytes;    /**< size limit; the least recently used blocks go first; 0 = no limit */
+  uint64_t reserved;     /**< 0 */
+} kvc_disk_tier_options;
+
+#define KVC_DISK_TIER_OPTIONS_INIT {sizeof(kvc_disk_tier_options), NULL, 0, 0}
+
+/**
+ * A tier in a local directory: one file per block, named by its key, written
+ * to a temporary name and renamed (a crash never leaves a block that reads
+ * back wrong), found again by a restarted process. Several processes may
+ * share the directory. Errors: INVALID_ARGUMENT, IO (the directory cannot
+ * be created or read).
+ */
+KVC_API kvc_error* kvc_disk_tier_create(const kvc_disk_tier_options* options, kvc_tier** out);
+
+/** Counters of a tier. Fill struct_size before the call. Published sizes: 64 (0.6). */
+typedef struct kvc_tier_stats {
+  uint32_t struct_size;  /**< set by the caller: sizeof(kvc_tier_stats) */
+  uint32_t reserved;
+  uint64_t puts;         /**< values stored */
+  uint64_t put_failures; /**< stores that failed or were refused (counted, never raised) */
+  uint64_t gets;         /**< keys looked up */
+  uint64_t hits;         /**< of which were found and verified */
+  uint64_t corrupt;      /**< values found that did not verify (a miss) */
+  uint64_t bytes_written;
+  uint64_t bytes_read;
+} kvc_tier_stats;
+
+/** Fills `*out`. Errors: INVALID_ARGUMENT (NULL, struct_size). */
+KVC_API kvc_error* kvc_tier_stats_get(const kvc_tier* tier, kvc_tier_stats* out);
+
+/* ----------------------------------------------------------- on a pool */
+
+/**
+ * Gives `tier` to `pool` (which destroys it with itself), after the tiers
+ * added before: match_prefix asks them in that order. On error the caller
+ * keeps the tier. Errors: INVALID_ARGUMENT (NULL, a tier already given,
+ * policy).
+ */
+KVC_API kvc_error* kvc_pool_add_tier(kvc_pool* pool, kvc_tier* tier, kvc_tier_write_policy policy);
+
+/** A tier of `pool` by index (order of kvc_pool_add_tier), NULL past the end. The pool owns it. */
+KVC_API kvc_tier* kvc_pool_tier(const kvc_pool* pool, uint32_t index);
+
+/** The pool's model fingerprint, the first part of every tier key. */
+KVC_API kvc_error* kvc_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BLOCK_HASH_SIZE]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVCACHE_TIER_H */

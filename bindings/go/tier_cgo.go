@@ -1,0 +1,98 @@
+//go:build cgo
+
+package kvcache
+
+// The tiers' calls into the C library (kvcache/tier.h). The directory
+// crosses as a C string freed after the call; stats and fingerprints as Go
+// memory that holds no Go pointers; tier handles are C memory.
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include <kvcache.h>
+
+static kvc_error* kvcgo_disk_tier_create(const char* dir, uint64_t max_bytes, kvc_tier** out) {
+  kvc_disk_tier_options o = KVC_DISK_TIER_OPTIONS_INIT;
+  o.directory = dir;
+  o.max_bytes = max_bytes;
+  return kvc_disk_tier_create(&o, out);
+}
+
+static kvc_error* kvcgo_tier_stats(const kvc_tier* t, kvc_tier_stats* out) {
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
+  return kvc_tier_stats_get(t, out);
+}
+
+// kvc_pool_tier's result stays in C: NULL (past the end) is reported as such.
+static kvc_error* kvcgo_pool_tier_stats(const kvc_pool* p, uint32_t index, kvc_tier_stats* out, int* found) {
+  const kvc_tier* t = kvc_pool_tier(p, index);
+  *found = t != NULL;
+  return t ? kvcgo_tier_stats(t, out) : NULL;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Compile-time checks of the Go constants against the header's.
+var (
+	_ [int64(TierWriteOnCommit) - int64(C.KVC_TIER_WRITE_ON_COMMIT)]struct{}
+	_ [int64(C.KVC_TIER_WRITE_ON_COMMIT) - int64(TierWriteOnCommit)]struct{}
+	_ [int64(TierWriteOnEvict) - int64(C.KVC_TIER_WRITE_ON_EVICT)]struct{}
+	_ [int64(C.KVC_TIER_WRITE_ON_EVICT) - int64(TierWriteOnEvict)]struct{}
+)
+
+func tier(t unsafe.Pointer) *C.kvc_tier { return (*C.kvc_tier)(t) }
+
+func cDiskTierCreate(directory string, maxBytes uint64) (unsafe.Pointer, error) {
+	dir := C.CString(directory)
+	defer C.free(unsafe.Pointer(dir))
+	var out *C.kvc_tier
+	if err := takeError(C.kvcgo_disk_tier_create(dir, C.uint64_t(maxBytes), &out)); err != nil {
+		return nil, err
+	}
+	return unsafe.Pointer(out), nil
+}
+
+func cTierDestroy(t unsafe.Pointer) { C.kvc_tier_destroy(tier(t)) }
+
+func goTierStats(s *C.kvc_tier_stats) TierStats {
+	return TierStats{
+		Puts: uint64(s.puts), PutFailures: uint64(s.put_failures), Gets: uint64(s.gets), Hits: uint64(s.hits),
+		Corrupt: uint64(s.corrupt), BytesWritten: uint64(s.bytes_written), BytesRead: uint64(s.bytes_read),
+	}
+}
+
+func cTierStats(t unsafe.Pointer) (TierStats, error) {
+	var s C.kvc_tier_stats
+	if err := takeError(C.kvcgo_tier_stats(tier(t), &s)); err != nil {
+		return TierStats{}, err
+	}
+	return goTierStats(&s), nil
+}
+
+func cPoolAddTier(p, t unsafe.Pointer, write TierWrite) error {
+	return takeError(C.kvc_pool_add_tier(pool(p), tier(t), C.kvc_tier_write_policy(write)))
+}
+
+func cPoolTierStats(p unsafe.Pointer, index uint32) (TierStats, error) {
+	var s C.kvc_tier_stats
+	var found C.int
+	if err := takeError(C.kvcgo_pool_tier_stats(pool(p), C.uint32_t(index), &s, &found)); err != nil {
+		return TierStats{}, err
+	}
+	if found == 0 {
+		return TierStats{}, newError(CodeOutOfRange, fmt.Sprintf("TierStats: index %d is past the pool's tiers", index))
+	}
+	return goTierStats(&s), nil
+}
+
+func cPoolFingerprint(p unsafe.Pointer) ([BlockHashSize]byte, error) {
+	var fp [BlockHashSize]byte
+	err := takeError(C.kvc_pool_fingerprint(pool(p), (*C.uint8_t)(unsafe.Pointer(&fp[0]))))
+	return fp, err
+}
