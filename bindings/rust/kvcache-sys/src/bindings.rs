@@ -98,6 +98,8 @@ pub const KVC_POOL_TABLE_CSR: kvc_pool_table_format = 1;
 pub const KVC_POOL_EVENT_BLOCK_STORED: kvc_pool_event_kind = 1;
 pub const KVC_POOL_EVENT_BLOCK_REMOVED: kvc_pool_event_kind = 2;
 pub const KVC_POOL_EVENT_ALL_CLEARED: kvc_pool_event_kind = 3;
+pub const KVC_TIER_WRITE_ON_COMMIT: u32 = 0;
+pub const KVC_TIER_WRITE_ON_EVICT: u32 = 1;
 pub const KVC_FILE_FORMAT_VERSION: u32 = 1;
 unsafe extern "C" {
     /// Version of the library actually loaded, as KVC_VERSION_NUMBER. Never fails.
@@ -1603,6 +1605,158 @@ unsafe extern "C" {
         capacity: usize,
         count: *mut usize,
     ) -> *mut kvc_error;
+}
+/// The key of one block in a tier.
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct kvc_tier_key {
+    /// the pool's model fingerprint (kvc_pool_fingerprint)
+    pub fingerprint: [u8; 32usize],
+    /// the block's hash (docs/block-hash.md)
+    pub block_hash: [u8; 32usize],
+    /// the group the block belongs to
+    pub group: u32,
+    /// 0
+    pub reserved: u32,
+}
+/** A tier's operations, for stores a program brings. All calls come from the
+ thread calling the pool (a pool's calls never overlap). Values are
+ opaque, framed bytes (docs/tiers.md): a tier stores and returns them
+ unchanged. Published sizes: 32 (0.6).*/
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct kvc_tier_ops {
+    /// sizeof(kvc_tier_ops)
+    pub struct_size: u32,
+    /// Stores `count` values; returns how many were stored (a tier may store fewer, or none).
+    pub put_many: ::core::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::core::ffi::c_void,
+            keys: *const kvc_tier_key,
+            values: *const *const ::core::ffi::c_void,
+            sizes: *const usize,
+            count: usize,
+        ) -> usize,
+    >,
+    /** Looks up `count` keys (a run of consecutive blocks: pipeline them). For each key found, copies its value
+ into values[i] (capacity `capacity` bytes each) and sets sizes[i]; a miss sets sizes[i] to 0. Returns the
+ number of leading keys found (the pool stops at the first miss, so a tier may stop there too).*/
+    pub get_many: ::core::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::core::ffi::c_void,
+            keys: *const kvc_tier_key,
+            values: *const *mut ::core::ffi::c_void,
+            capacity: usize,
+            sizes: *mut usize,
+            count: usize,
+        ) -> usize,
+    >,
+    /// Frees the tier's context.
+    pub destroy: ::core::option::Option<
+        unsafe extern "C" fn(ctx: *mut ::core::ffi::c_void),
+    >,
+}
+/// Opaque tier handle: owned by the caller until kvc_pool_add_tier takes it.
+#[repr(C)]
+#[derive(Debug)]
+pub struct kvc_tier {
+    _unused: [u8; 0],
+}
+/// When a pool stores blocks in a tier.
+pub type kvc_tier_write_policy = i32;
+unsafe extern "C" {
+    /** Wraps a program's store as a tier. `ops` is copied; `ctx` is owned by the
+ tier from then on (ops->destroy(ctx) when the tier is destroyed; also on
+ error). `name` (copied) appears in stats and messages.*/
+    pub fn kvc_tier_create(
+        ops: *const kvc_tier_ops,
+        ctx: *mut ::core::ffi::c_void,
+        name: *const ::core::ffi::c_char,
+        out: *mut *mut kvc_tier,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /// Frees a tier not given to a pool. Accepts NULL.
+    pub fn kvc_tier_destroy(tier: *mut kvc_tier);
+}
+/// Options of kvc_disk_tier_create. Published sizes: 32 (0.6).
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kvc_disk_tier_options {
+    /// sizeof(kvc_disk_tier_options)
+    pub struct_size: u32,
+    /// created if missing; borrowed for the call
+    pub directory: *const ::core::ffi::c_char,
+    /// size limit; the least recently used blocks go first; 0 = no limit
+    pub max_bytes: u64,
+    /// 0
+    pub reserved: u64,
+}
+impl Default for kvc_disk_tier_options {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+unsafe extern "C" {
+    /** A tier in a local directory: one file per block, named by its key, written
+ to a temporary name and renamed (a crash never leaves a block that reads
+ back wrong), found again by a restarted process. Several processes may
+ share the directory. Errors: INVALID_ARGUMENT, IO (the directory cannot
+ be created or read).*/
+    pub fn kvc_disk_tier_create(
+        options: *const kvc_disk_tier_options,
+        out: *mut *mut kvc_tier,
+    ) -> *mut kvc_error;
+}
+/// Counters of a tier. Fill struct_size before the call. Published sizes: 64 (0.6).
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct kvc_tier_stats {
+    /// set by the caller: sizeof(kvc_tier_stats)
+    pub struct_size: u32,
+    pub reserved: u32,
+    /// values stored
+    pub puts: u64,
+    /// stores that failed or were refused (counted, never raised)
+    pub put_failures: u64,
+    /// keys looked up
+    pub gets: u64,
+    /// of which were found and verified
+    pub hits: u64,
+    /// values found that did not verify (a miss)
+    pub corrupt: u64,
+    pub bytes_written: u64,
+    pub bytes_read: u64,
+}
+unsafe extern "C" {
+    /// Fills `*out`. Errors: INVALID_ARGUMENT (NULL, struct_size).
+    pub fn kvc_tier_stats_get(
+        tier: *const kvc_tier,
+        out: *mut kvc_tier_stats,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** Gives `tier` to `pool` (which destroys it with itself), after the tiers
+ added before: match_prefix asks them in that order. On error the caller
+ keeps the tier. Errors: INVALID_ARGUMENT (NULL, a tier already given,
+ policy).*/
+    pub fn kvc_pool_add_tier(
+        pool: *mut kvc_pool,
+        tier: *mut kvc_tier,
+        policy: kvc_tier_write_policy,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /// A tier of `pool` by index (order of kvc_pool_add_tier), NULL past the end. The pool owns it.
+    pub fn kvc_pool_tier(pool: *const kvc_pool, index: u32) -> *mut kvc_tier;
+}
+unsafe extern "C" {
+    /// The pool's model fingerprint, the first part of every tier key.
+    pub fn kvc_pool_fingerprint(pool: *const kvc_pool, out: *mut u8) -> *mut kvc_error;
 }
 /** A caller's sink for a file's bytes: called in file order with `bytes` >
  0; returns 0 when it took them all, non-zero to stop the save (which then
