@@ -54,7 +54,8 @@ static int read_replies(kvci_redis_tier* t, kvci_redis_conn* c, uint32_t k, int 
     if (asking || !kvci_redis_redirect(t, k, err)) t->state[k] = KVCI_KEY_MISS;
     return 0;
   }
-  int done = t->call.put ? kind == KVCI_RESP_STATUS : kind == KVCI_RESP_VALUE;
+  /* An empty value is a miss: sizes[i] == 0 means a miss to the pool, and a framed value is never empty. */
+  int done = t->call.put ? kind == KVCI_RESP_STATUS : kind == KVCI_RESP_VALUE && size > 0;
   t->state[k] = done ? KVCI_KEY_DONE : KVCI_KEY_MISS;
   if (done && !t->call.put) t->call.sizes[k] = size;
   return 0;

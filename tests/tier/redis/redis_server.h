@@ -11,7 +11,7 @@
 #ifndef KVC_TESTS_REDIS_SERVER_H
 #define KVC_TESTS_REDIS_SERVER_H
 
-#define _GNU_SOURCE
+/* The including test defines _GNU_SOURCE before any system header (mkdtemp, nftw, popen, prctl). */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -34,31 +34,33 @@ typedef struct rs_server {
   char dir[64];
 } rs_server;
 
-static int rs_on_path(const char* tool) {
+#define RS_UNUSED __attribute__((unused))
+
+static RS_UNUSED int rs_on_path(const char* tool) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", tool);
   return system(cmd) == 0;
 }
 
-static void rs_require(void) {
+static RS_UNUSED void rs_require(void) {
   if (rs_on_path("redis-server") && rs_on_path("redis-cli")) return;
   printf("SKIPPED: redis-server or redis-cli is not on PATH (scripts/setup.sh installs Debian's redis-server)\n");
   exit(77);
 }
 
-static void rs_sleep_ms(int ms) {
+static RS_UNUSED void rs_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
 }
 
-static double rs_now_ms(void) {
+static RS_UNUSED double rs_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static int rs_port_free(int port) {
+static RS_UNUSED int rs_port_free(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a;
   memset(&a, 0, sizeof a);
@@ -71,7 +73,7 @@ static int rs_port_free(int port) {
 }
 
 /* A port that is free, and whose cluster bus port (+10000) is free too. */
-static int rs_free_port(void) {
+static RS_UNUSED int rs_free_port(void) {
   static unsigned seed;
   if (!seed) seed = (unsigned)getpid() ^ (unsigned)time(NULL);
   for (int tries = 0; tries < 1000; tries++) {
@@ -82,7 +84,7 @@ static int rs_free_port(void) {
 }
 
 /* Output of redis-cli -p port <args> (stdout and stderr) in out; its exit status. */
-static int rs_cli(int port, char* out, size_t cap, const char* fmt, ...) {
+static RS_UNUSED int rs_cli(int port, char* out, size_t cap, const char* fmt, ...) {
   char args[512], cmd[700];
   va_list ap;
   va_start(ap, fmt);
@@ -99,13 +101,13 @@ static int rs_cli(int port, char* out, size_t cap, const char* fmt, ...) {
   return pclose(p);
 }
 
-static int rs_ping(int port) {
+static RS_UNUSED int rs_ping(int port) {
   char out[64];
   return rs_cli(port, out, sizeof out, "ping") == 0 && strstr(out, "PONG") != NULL;
 }
 
 /* Starts (or restarts, same port and directory) the server; 0 once it answers PING. */
-static int rs_launch(rs_server* s) {
+static RS_UNUSED int rs_launch(rs_server* s) {
   char port[16];
   snprintf(port, sizeof port, "%d", s->port);
   pid_t pid = fork();
@@ -151,7 +153,7 @@ static int rs_launch(rs_server* s) {
   return -1;
 }
 
-static int rs_start(rs_server* s, int cluster) {
+static RS_UNUSED int rs_start(rs_server* s, int cluster) {
   memset(s, 0, sizeof *s);
   s->cluster = cluster;
   snprintf(s->dir, sizeof s->dir, "/tmp/kvc-redis-XXXXXX");
@@ -164,7 +166,7 @@ static int rs_start(rs_server* s, int cluster) {
 }
 
 /* Kills the process (SIGKILL: no goodbye to the cluster), keeps the directory for a restart. */
-static void rs_kill(rs_server* s) {
+static RS_UNUSED void rs_kill(rs_server* s) {
   if (s->pid > 0) {
     kill(s->pid, SIGCONT);
     kill(s->pid, SIGKILL);
@@ -173,19 +175,19 @@ static void rs_kill(rs_server* s) {
   s->pid = 0;
 }
 
-static int rs_remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+static RS_UNUSED int rs_remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
   (void)st, (void)flag, (void)ftw;
   return remove(path);
 }
 
-static void rs_stop(rs_server* s) {
+static RS_UNUSED void rs_stop(rs_server* s) {
   rs_kill(s);
   if (s->dir[0]) nftw(s->dir, rs_remove_entry, 8, FTW_DEPTH | FTW_PHYS);
   s->dir[0] = 0;
 }
 
 /* Waits until `cluster info` of node says cluster_state:ok; 0 or -1. */
-static int rs_cluster_wait_ok(const rs_server* node, int timeout_ms) {
+static RS_UNUSED int rs_cluster_wait_ok(const rs_server* node, int timeout_ms) {
   char out[2048];
   double end = rs_now_ms() + timeout_ms;
   while (rs_now_ms() < end) {
@@ -196,7 +198,7 @@ static int rs_cluster_wait_ok(const rs_server* node, int timeout_ms) {
 }
 
 /* Starts n cluster nodes and joins them into one cluster without replicas; 0 once every node says ok. */
-static int rs_cluster_start(rs_server* nodes, int n) {
+static RS_UNUSED int rs_cluster_start(rs_server* nodes, int n) {
   char addrs[256] = "";
   for (int i = 0; i < n; i++) {
     if (rs_start(&nodes[i], 1) != 0) return -1;
