@@ -50,6 +50,7 @@
 #include "kvcache/indexer.h"
 #include "kvcache/block_hash.h"
 #include "kvcache/pool.h"
+#include "kvcache/tier.h"
 #include "kvcache/persist.h"
 
 #endif /* KVCACHE_H */

@@ -84,6 +84,7 @@ uint32_t kvci_pool_block_take(kvc_pool* pool, uint32_t group) {
   } else {
     b = g->lru_head; /* the caller checked kvci_pool_available */
     kvci_pool_block* x = &g->blocks[b];
+    if (pool->evict_tiers) kvci_pool_tiers_evicting(pool, group, b);
     lru_unlink(g, b);
     map_remove(g, b);
     x->cached = 0;

@@ -265,6 +265,7 @@ kvc_error* kvc_pool_create(const kvc_pool_options* options, kvc_pool** out) {
 void kvc_pool_destroy(kvc_pool* pool) {
   if (!pool) return;
   while (pool->sequences) kvc_pool_sequence_destroy(pool->sequences);
+  kvci_pool_tiers_free(pool);
   const kvc_backend* b = pool->backend;
   for (uint32_t i = 0; i < pool->num_layers; i++) {
     if (pool->layers[i].k) b->free(b->ctx, &pool->exec, pool->layers[i].k);

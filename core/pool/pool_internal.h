@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "kvcache/tier.h"
 
 #define KVCI_NIL UINT32_MAX
 
@@ -101,6 +102,13 @@ struct kvc_pool {
   uint32_t event_cap;
   uint32_t event_head, event_count;
   uint64_t next_event_id;
+  /* Tiers below memory (tiers.c): asked in this order; pending: blocks cached by a commit, stored at its end. */
+  struct kvc_tier** tiers;
+  kvc_tier_write_policy* tier_policy;
+  uint32_t num_tiers, commit_tiers, evict_tiers; /* how many tiers have each policy */
+  uint32_t* pending;                             /* (group, block) pairs */
+  uint32_t pending_count, pending_cap;
+  uint8_t fingerprint[KVC_BLOCK_HASH_SIZE];      /* set by the first kvc_pool_add_tier */
 };
 
 static inline int kvci_pool_is_recurrent(const kvci_pool_group* g) { return g->kind == KVC_POOL_GROUP_RECURRENT; }
@@ -164,5 +172,34 @@ uint64_t kvci_pool_window_start(const kvci_pool_group* g, uint64_t committed);
 void kvci_pool_checkpoint(kvc_pool* pool, kvc_pool_sequence* s, uint32_t group);
 /* Copies the checkpoint slot `from` into the live slot (or zeroes it when `from` is 0). */
 void kvci_pool_restore(kvc_pool* pool, uint32_t group, uint32_t from, uint32_t live);
+
+/* tiers.c: the pool's side of its tiers (kvcache/tier.h, docs/tiers.md). */
+/* A block a commit cached: stored in the commit tiers by kvci_pool_tiers_flush at the commit's end. */
+void kvci_pool_tiers_committed(kvc_pool* pool, uint32_t group, uint32_t block);
+void kvci_pool_tiers_flush(kvc_pool* pool);
+/* A cached block about to be evicted from memory (its bytes still there): stored in the evict tiers. */
+void kvci_pool_tiers_evicting(kvc_pool* pool, uint32_t group, uint32_t block);
+/*
+ * Continues a match of `matched` tokens (of `limit`) with the tiers: copies the blocks they hold into fresh
+ * cached blocks, so that a second longest match finds them in memory. Returns whether any block was added.
+ */
+int kvci_pool_tiers_fetch(kvc_pool* pool, kvc_pool_sequence* s, const int32_t* tokens, uint64_t limit,
+                          uint64_t matched);
+/* The tier key of a block of `group` (the pool's fingerprint is set once a tier is added). */
+void kvci_pool_tier_key(const kvc_pool* pool, uint32_t group, const uint8_t hash[KVC_BLOCK_HASH_SIZE],
+                        kvc_tier_key* key);
+/* Blocks of `frame` bytes staged in one batch (bounded host memory). */
+size_t kvci_pool_stage_batch(size_t frame);
+/* tier_stage.c: a block's bytes of every layer of its group to and from host buffers (0, or -1: failed). */
+size_t kvci_pool_block_payload(const kvc_pool* pool, uint32_t group);
+void* kvci_pool_stage_alloc(kvc_pool* pool, size_t bytes); /* host memory the backend copies to; NULL: none */
+void kvci_pool_stage_free(kvc_pool* pool, void* buf);
+int kvci_pool_stage_out(kvc_pool* pool, uint32_t group, const uint32_t* blocks, size_t count, uint8_t* const* out);
+int kvci_pool_stage_in(kvc_pool* pool, uint32_t group, const uint32_t* blocks, size_t count,
+                       const uint8_t* const* in);
+/* tier_fingerprint.c: the pool's model fingerprint (docs/tiers.md). */
+void kvci_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BLOCK_HASH_SIZE]);
+/* Frees the tiers and the pending list (kvc_pool_destroy). */
+void kvci_pool_tiers_free(kvc_pool* pool);
 
 #endif /* KVC_CORE_POOL_INTERNAL_H */

@@ -44,11 +44,14 @@ kvc_error* kvc_pool_commit(kvc_pool_sequence* s) {
                     full - sg->hashed, sg->hashes + sg->hashed);
     if (!kvci_pool_is_recurrent(grp)) {
       for (uint64_t i = sg->hashed; i < full; i++)
-        if (sg->table[i]) kvci_pool_block_cache(p, g, sg->table[i], sg->hashes[i], parent_of(s, sg, i));
+        if (sg->table[i] && kvci_pool_block_cache(p, g, sg->table[i], sg->hashes[i], parent_of(s, sg, i)) &&
+            p->commit_tiers)
+          kvci_pool_tiers_committed(p, g, sg->table[i]);
     }
     sg->hashed = full;
     if (kvci_pool_is_recurrent(grp) && s->committed % grp->block_size == 0) kvci_pool_checkpoint(p, s, g);
   }
+  if (p->pending_count) kvci_pool_tiers_flush(p);
   return NULL;
 }
 
@@ -119,6 +122,9 @@ kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* s, const int32_t* tokens, si
   uint64_t limit = num_tokens ? num_tokens - 1 : 0; /* the last token is always computed: its logits are needed */
   if (kvci_pool_seq_grow(s, limit)) return kvci_err_oom();
   uint64_t L = p->prefix_caching ? longest_match(p, s, tokens, limit) : 0;
+  /* The tiers continue where memory stops; what they add is then in memory, so the same rule finds it. */
+  if (p->prefix_caching && p->num_tiers && L < limit && kvci_pool_tiers_fetch(p, s, tokens, limit, L))
+    L = longest_match(p, s, tokens, limit);
   /* A recurrent group restores its checkpoint into a live slot: one must be available besides the checkpoint. */
   for (uint32_t gi = 0; L && gi < p->num_groups; gi++) {
     const kvci_pool_group* g = &p->groups[gi];

@@ -94,6 +94,16 @@ int main(void) {
   SIZE(kvc_pool_event); OFF(kvc_pool_event, id); OFF(kvc_pool_event, kind); OFF(kvc_pool_event, group);
   OFF(kvc_pool_event, block_hash); OFF(kvc_pool_event, parent_hash); OFF(kvc_pool_event, num_tokens);
   OFF(kvc_pool_event, block_id); OFF(kvc_pool_event, reserved);
+  SIZE(kvc_tier_key); OFF(kvc_tier_key, fingerprint); OFF(kvc_tier_key, block_hash); OFF(kvc_tier_key, group);
+  OFF(kvc_tier_key, reserved);
+  SIZE(kvc_tier_ops); OFF(kvc_tier_ops, struct_size); OFF(kvc_tier_ops, put_many); OFF(kvc_tier_ops, get_many);
+  OFF(kvc_tier_ops, destroy);
+  SIZE(kvc_disk_tier_options); OFF(kvc_disk_tier_options, struct_size); OFF(kvc_disk_tier_options, directory);
+  OFF(kvc_disk_tier_options, max_bytes); OFF(kvc_disk_tier_options, reserved);
+  SIZE(kvc_tier_stats); OFF(kvc_tier_stats, struct_size); OFF(kvc_tier_stats, reserved); OFF(kvc_tier_stats, puts);
+  OFF(kvc_tier_stats, put_failures); OFF(kvc_tier_stats, gets); OFF(kvc_tier_stats, hits);
+  OFF(kvc_tier_stats, corrupt); OFF(kvc_tier_stats, bytes_written); OFF(kvc_tier_stats, bytes_read);
+  VAL(KVC_TIER_WRITE_ON_COMMIT); VAL(KVC_TIER_WRITE_ON_EVICT);
   VAL(KVC_POOL_GROUP_FULL); VAL(KVC_POOL_GROUP_SLIDING); VAL(KVC_POOL_GROUP_CHUNKED); VAL(KVC_POOL_GROUP_RECURRENT);
   VAL(KVC_POOL_LAYOUT_NHD); VAL(KVC_POOL_LAYOUT_HND); VAL(KVC_POOL_TABLE_PADDED); VAL(KVC_POOL_TABLE_CSR);
   VAL(KVC_POOL_EVENT_BLOCK_STORED); VAL(KVC_POOL_EVENT_BLOCK_REMOVED); VAL(KVC_POOL_EVENT_ALL_CLEARED);

@@ -48,7 +48,7 @@ typedef struct kvc_tier_key {
  * A tier's operations, for stores a program brings. All calls come from the
  * thread calling the pool (a pool's calls never overlap). Values are
  * opaque, framed bytes (docs/tiers.md): a tier stores and returns them
- * unchanged. Published sizes: 48 (0.6).
+ * unchanged. Published sizes: 32 (0.6).
  */
 typedef struct kvc_tier_ops {
   uint32_t struct_size; /**< sizeof(kvc_tier_ops) */

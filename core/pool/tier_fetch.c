@@ -1,0 +1,164 @@
+/*
+ * core/pool/tier_fetch.c: match_prefix's continuation in the tiers.
+ *
+ * Memory matched `matched` tokens; for every group the chain is computed
+ * to the limit and the blocks memory lacks are asked of the tiers, a run of
+ * consecutive missing blocks at a time (one pipelined get for a shared
+ * tier), nearest tier first, the farther ones for what the nearer lacked.
+ * Each value found is verified (its frame: key, size, layers, CRC-32C); a
+ * verified one is copied into a block taken as reserve takes them (free
+ * ones, then evicting the least recently used) and cached there (a STORED
+ * event: it is in memory now), so that the ordinary match then finds it,
+ * with the rule "a whole number of blocks of every group" unchanged. The
+ * group's blocks already in memory are held meanwhile, so taking a block
+ * never evicts a part of the chain. A group stops at its first miss, a
+ * value that does not verify, or when no block can be taken: never an
+ * error. Pools with a recurrent group do not fetch (checkpoints stay in
+ * memory, docs/tiers.md).
+ */
+#include <stdlib.h>
+
+#include "pool_internal.h"
+#include "tier/tier_internal.h"
+
+typedef struct fetch_buf {
+  size_t payload, frame, cap; /* cap: blocks per batch */
+  uint8_t* frames;
+  kvc_tier_key* keys;
+  void** values;
+  const uint8_t** payloads;
+  size_t* sizes;
+  uint32_t* blocks;
+} fetch_buf;
+
+static void buf_free(kvc_pool* p, fetch_buf* f) {
+  kvci_pool_stage_free(p, f->frames);
+  free(f->keys);
+  free(f->values);
+  free(f->payloads);
+  free(f->sizes);
+  free(f->blocks);
+}
+
+static int buf_open(kvc_pool* p, uint32_t group, fetch_buf* f, size_t most) {
+  memset(f, 0, sizeof *f);
+  f->payload = kvci_pool_block_payload(p, group);
+  f->frame = kvci_tier_frame_size(f->payload);
+  f->cap = kvci_pool_stage_batch(f->frame);
+  if (f->cap > most) f->cap = most;
+  f->frames = kvci_pool_stage_alloc(p, f->cap * f->frame);
+  f->keys = malloc(f->cap * sizeof(*f->keys));
+  f->values = malloc(f->cap * sizeof(*f->values));
+  f->payloads = malloc(f->cap * sizeof(*f->payloads));
+  f->sizes = malloc(f->cap * sizeof(*f->sizes));
+  f->blocks = malloc(f->cap * sizeof(*f->blocks));
+  if (f->frames && f->keys && f->values && f->payloads && f->sizes && f->blocks) {
+    for (size_t j = 0; j < f->cap; j++) f->values[j] = f->frames + j * f->frame;
+    return 0;
+  }
+  buf_free(p, f);
+  return -1;
+}
+
+/* Looks up `count` (<= cap) blocks in the tiers; returns the leading run found and verified. */
+static size_t lookup(kvc_pool* p, uint32_t group, fetch_buf* f, size_t count) {
+  uint32_t layers = p->groups[group].num_layers;
+  size_t done = 0;
+  for (uint32_t t = 0; t < p->num_tiers && done < count; t++) {
+    kvc_tier* tier = p->tiers[t];
+    size_t got = kvci_tier_get_many(tier, f->keys + done, f->values + done, f->frame, f->sizes + done,
+                                    count - done);
+    for (size_t j = done; j < done + got; j++) {
+      f->payloads[j] = kvci_tier_frame_open(f->values[j], f->sizes[j], &f->keys[j], f->payload, layers);
+      if (!f->payloads[j]) {
+        tier->stats.corrupt++;
+        got = j - done;
+        break;
+      }
+      tier->stats.hits++;
+    }
+    done += got;
+  }
+  return done;
+}
+
+/* Fetches the run hashes[from, to) of a group into fresh cached blocks; returns how many leading ones it did. */
+static uint64_t fetch_run(kvc_pool* p, kvc_pool_sequence* s, uint32_t gi, fetch_buf* f, uint64_t from,
+                          uint64_t to) {
+  kvci_pool_group* g = &p->groups[gi];
+  kvci_pool_seq_group* sg = &s->groups[gi];
+  uint64_t at = from;
+  while (at < to) {
+    size_t n = (size_t)(to - at < f->cap ? to - at : f->cap);
+    if (n > kvci_pool_available(g)) n = (size_t)kvci_pool_available(g);
+    if (!n) break;
+    for (size_t j = 0; j < n; j++) kvci_pool_tier_key(p, gi, sg->hashes[at + j], &f->keys[j]);
+    size_t found = lookup(p, gi, f, n);
+    for (size_t j = 0; j < found; j++) f->blocks[j] = kvci_pool_block_take(p, gi);
+    if (found && kvci_pool_stage_in(p, gi, f->blocks, found, f->payloads)) {
+      for (size_t j = 0; j < found; j++) kvci_pool_block_release(g, f->blocks[j]);
+      break;
+    }
+    for (size_t j = 0; j < found; j++) {
+      uint64_t i = at + j;
+      kvci_pool_block_cache(p, gi, f->blocks[j], sg->hashes[i], i ? sg->hashes[i - 1] : s->root);
+      kvci_pool_block_release(g, f->blocks[j]); /* cached, unreferenced: the match takes it from the LRU */
+    }
+    at += found;
+    if (found < n) break;
+  }
+  return at - from;
+}
+
+/* A group's part: returns the blocks it added; *reach is the first block index neither in memory nor fetched. */
+static uint64_t fetch_group(kvc_pool* p, kvc_pool_sequence* s, const int32_t* tokens, uint32_t gi, uint64_t limit,
+                            uint64_t* reach) {
+  kvci_pool_group* g = &p->groups[gi];
+  kvci_pool_seq_group* sg = &s->groups[gi];
+  uint64_t n = limit / g->block_size, added = 0;
+  *reach = 0;
+  if (!n) return 0;
+  kvci_pool_chain(s->root, tokens, g->block_size, n, sg->hashes);
+  uint32_t* held = calloc((size_t)n, sizeof(uint32_t));
+  if (!held) return 0;
+  for (uint64_t i = 0; i < n; i++)
+    if ((held[i] = kvci_pool_map_find(g, sg->hashes[i]))) kvci_pool_block_ref(g, held[i]);
+  fetch_buf f;
+  uint64_t i = 0;
+  while (i < n && held[i]) i++;
+  if (i < n && !buf_open(p, gi, &f, (size_t)(n - i))) {
+    while (i < n) {
+      uint64_t end = i;
+      while (end < n && !held[end]) end++;
+      uint64_t got = fetch_run(p, s, gi, &f, i, end);
+      added += got;
+      i += got;
+      if (i < end) break;
+      while (i < n && held[i]) i++;
+    }
+    buf_free(p, &f);
+  }
+  *reach = i;
+  for (uint64_t k = n; k-- > 0;)
+    if (held[k]) kvci_pool_block_release(g, held[k]);
+  free(held);
+  return added;
+}
+
+int kvci_pool_tiers_fetch(kvc_pool* p, kvc_pool_sequence* s, const int32_t* tokens, uint64_t limit,
+                          uint64_t matched) {
+  for (uint32_t gi = 0; gi < p->num_groups; gi++)
+    if (kvci_pool_is_recurrent(&p->groups[gi])) return 0;
+  (void)matched;
+  uint64_t added = 0;
+  /* Full groups first: each caps what the others need at its first miss. */
+  for (int pass = 0; pass < 2; pass++)
+    for (uint32_t gi = 0; gi < p->num_groups && limit; gi++) {
+      const kvci_pool_group* g = &p->groups[gi];
+      if ((g->kind == KVC_POOL_GROUP_FULL) != (pass == 0)) continue;
+      uint64_t reach;
+      added += fetch_group(p, s, tokens, gi, limit, &reach);
+      if (g->kind == KVC_POOL_GROUP_FULL && reach * g->block_size < limit) limit = reach * g->block_size;
+    }
+  return added != 0;
+}

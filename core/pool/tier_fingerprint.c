@@ -1,0 +1,58 @@
+/*
+ * core/pool/tier_fingerprint.c: kvc_pool_fingerprint, the first part of
+ * every tier key (docs/tiers.md, 'Fingerprint').
+ *
+ * SHA-256 over a canonical little-endian encoding of what decides the bytes
+ * of a block and the meaning of its hash: dtype, layout, every group's kind,
+ * block size and window, every layer's group and shape, the hash seed. Not
+ * the device (a CPU and a GPU pool hold the same bytes) nor the number of
+ * blocks (capacity), so pools that differ only there share their tiers.
+ */
+#include "pool/sha256.h"
+#include "pool_internal.h"
+
+static void put_u32(kvci_sha256_ctx* h, uint32_t v) {
+  uint8_t b[4];
+  for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
+  kvci_sha256_update(h, b, 4);
+}
+
+static void put_u64(kvci_sha256_ctx* h, uint64_t v) {
+  uint8_t b[8];
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+  kvci_sha256_update(h, b, 8);
+}
+
+/* The domain tag: a fingerprint can never equal a block hash or another format's digest. */
+static const char TAG[] = "kvcache pool fingerprint v1";
+
+void kvci_pool_fingerprint(const kvc_pool* p, uint8_t out[KVC_BLOCK_HASH_SIZE]) {
+  kvci_sha256_ctx h;
+  kvci_sha256_init(&h);
+  kvci_sha256_update(&h, TAG, sizeof TAG - 1);
+  put_u32(&h, (uint32_t)p->dtype);
+  put_u32(&h, (uint32_t)p->layout);
+  put_u32(&h, p->num_groups);
+  for (uint32_t g = 0; g < p->num_groups; g++) {
+    const kvci_pool_group* grp = &p->groups[g];
+    put_u32(&h, (uint32_t)grp->kind);
+    put_u32(&h, grp->block_size);
+    put_u64(&h, (uint64_t)grp->window);
+  }
+  put_u32(&h, p->num_layers);
+  for (uint32_t i = 0; i < p->num_layers; i++) {
+    const kvci_pool_layer* l = &p->layers[i];
+    const int64_t v[7] = {l->group, l->heads, l->kdim, l->vdim, l->conv_dim, l->conv_kernel, l->dstate};
+    for (int k = 0; k < 7; k++) put_u64(&h, (uint64_t)v[k]);
+  }
+  put_u64(&h, p->seed_len);
+  kvci_sha256_update(&h, p->seed, p->seed_len);
+  kvci_sha256_final(&h, out);
+}
+
+kvc_error* kvc_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BLOCK_HASH_SIZE]) {
+  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_fingerprint: pool is NULL");
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_fingerprint: out is NULL");
+  kvci_pool_fingerprint(pool, out);
+  return NULL;
+}

@@ -1,0 +1,144 @@
+/*
+ * core/pool/tiers.c: a pool's tiers (kvc_pool_add_tier) and the stores into
+ * them: blocks a commit cached go to the WRITE_ON_COMMIT tiers at the end
+ * of the commit, in one batch (one pipelined put for a shared tier); a
+ * cached block about to be evicted goes to the WRITE_ON_EVICT tiers while
+ * its bytes are still in memory. A store that fails is the tier's loss
+ * (counted in its stats), never the pool's: nothing here returns an error.
+ * The fetch side is tier_fetch.c.
+ */
+#include <stdlib.h>
+
+#include "pool_internal.h"
+#include "tier/tier_internal.h"
+
+/* Staging buffers of a batch stay under this size; a larger block is staged alone. */
+#define STAGE_BATCH_BYTES ((size_t)32 << 20)
+
+kvc_error* kvc_pool_add_tier(kvc_pool* pool, kvc_tier* tier, kvc_tier_write_policy policy) {
+  static const char* FN = "kvc_pool_add_tier";
+  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
+  if (!tier) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: tier is NULL", FN);
+  if (tier->owner)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: tier '%s' was given to a pool already (a tier belongs to one "
+                    "pool; create another on the same store)", FN, tier->name);
+  if (policy != KVC_TIER_WRITE_ON_COMMIT && policy != KVC_TIER_WRITE_ON_EVICT)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: policy is %d; it is KVC_TIER_WRITE_ON_COMMIT (0) or "
+                    "KVC_TIER_WRITE_ON_EVICT (1)", FN, (int)policy);
+  kvc_tier** tiers = realloc(pool->tiers, (pool->num_tiers + 1) * sizeof(*tiers));
+  if (!tiers) return kvci_err_oom();
+  pool->tiers = tiers;
+  kvc_tier_write_policy* pol = realloc(pool->tier_policy, (pool->num_tiers + 1) * sizeof(*pol));
+  if (!pol) return kvci_err_oom();
+  pool->tier_policy = pol;
+  if (!pool->num_tiers) kvci_pool_fingerprint(pool, pool->fingerprint);
+  tiers[pool->num_tiers] = tier;
+  pol[pool->num_tiers] = policy;
+  pool->num_tiers++;
+  if (policy == KVC_TIER_WRITE_ON_COMMIT) pool->commit_tiers++; else pool->evict_tiers++;
+  tier->owner = pool;
+  return NULL;
+}
+
+kvc_tier* kvc_pool_tier(const kvc_pool* pool, uint32_t index) {
+  return pool && index < pool->num_tiers ? pool->tiers[index] : NULL;
+}
+
+void kvci_pool_tiers_free(kvc_pool* pool) {
+  for (uint32_t i = 0; i < pool->num_tiers; i++) kvc_tier_destroy(pool->tiers[i]);
+  free(pool->tiers);
+  free(pool->tier_policy);
+  free(pool->pending);
+  pool->tiers = NULL;
+  pool->tier_policy = NULL;
+  pool->pending = NULL;
+  pool->num_tiers = pool->commit_tiers = pool->evict_tiers = pool->pending_count = pool->pending_cap = 0;
+}
+
+void kvci_pool_tier_key(const kvc_pool* pool, uint32_t group, const uint8_t hash[KVC_BLOCK_HASH_SIZE],
+                        kvc_tier_key* key) {
+  memcpy(key->fingerprint, pool->fingerprint, KVC_BLOCK_HASH_SIZE);
+  memcpy(key->block_hash, hash, KVC_BLOCK_HASH_SIZE);
+  key->group = group;
+  key->reserved = 0;
+}
+
+size_t kvci_pool_stage_batch(size_t frame) {
+  return frame >= STAGE_BATCH_BYTES ? 1 : STAGE_BATCH_BYTES / frame;
+}
+
+/* Stores `count` cached blocks of `group` in the tiers of `policy`, in batches of bounded staging memory. */
+static void store(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t count, kvc_tier_write_policy policy) {
+  const kvci_pool_group* g = &p->groups[group];
+  if (kvci_pool_is_recurrent(g)) return; /* checkpoints stay in memory (docs/tiers.md) */
+  size_t payload = kvci_pool_block_payload(p, group), frame = kvci_tier_frame_size(payload);
+  size_t batch = kvci_pool_stage_batch(frame);
+  if (batch > count) batch = count;
+  uint8_t* buf = kvci_pool_stage_alloc(p, batch * frame);
+  kvc_tier_key* keys = malloc(batch * sizeof(*keys));
+  uint8_t** payloads = malloc(batch * sizeof(*payloads));
+  const void** values = malloc(batch * sizeof(*values));
+  size_t* sizes = malloc(batch * sizeof(*sizes));
+  if (buf && keys && payloads && values && sizes) {
+    for (size_t at = 0; at < count; at += batch) {
+      size_t n = count - at < batch ? count - at : batch;
+      for (size_t j = 0; j < n; j++) {
+        payloads[j] = buf + j * frame + KVCI_TIER_HEADER_SIZE;
+        values[j] = buf + j * frame;
+        sizes[j] = frame;
+      }
+      if (kvci_pool_stage_out(p, group, blocks + at, n, payloads)) break;
+      for (size_t j = 0; j < n; j++) {
+        kvci_pool_tier_key(p, group, g->blocks[blocks[at + j]].hash, &keys[j]);
+        kvci_tier_frame_seal(buf + j * frame, &keys[j], payload, g->num_layers);
+      }
+      for (uint32_t t = 0; t < p->num_tiers; t++)
+        if (p->tier_policy[t] == policy) kvci_tier_put_many(p->tiers[t], keys, values, sizes, n);
+    }
+  } else {
+    /* No staging memory: the stores are skipped, and counted as such. */
+    for (uint32_t t = 0; t < p->num_tiers; t++)
+      if (p->tier_policy[t] == policy) p->tiers[t]->stats.put_failures += count;
+  }
+  kvci_pool_stage_free(p, buf);
+  free(keys);
+  free(payloads);
+  free(values);
+  free(sizes);
+}
+
+void kvci_pool_tiers_committed(kvc_pool* pool, uint32_t group, uint32_t block) {
+  if (pool->pending_count == pool->pending_cap) {
+    uint32_t cap = pool->pending_cap ? 2 * pool->pending_cap : 64;
+    uint32_t* grown = realloc(pool->pending, 2 * (size_t)cap * sizeof(uint32_t));
+    if (!grown) {
+      for (uint32_t t = 0; t < pool->num_tiers; t++)
+        if (pool->tier_policy[t] == KVC_TIER_WRITE_ON_COMMIT) pool->tiers[t]->stats.put_failures++;
+      return;
+    }
+    pool->pending = grown;
+    pool->pending_cap = cap;
+  }
+  pool->pending[2 * pool->pending_count] = group;
+  pool->pending[2 * pool->pending_count + 1] = block;
+  pool->pending_count++;
+}
+
+void kvci_pool_tiers_flush(kvc_pool* pool) {
+  /* Pending pairs arrive group by group (a commit walks the groups in order): one store per group's run. */
+  uint32_t* blocks = malloc(pool->pending_count * sizeof(uint32_t));
+  for (uint32_t i = 0; i < pool->pending_count;) {
+    uint32_t group = pool->pending[2 * i], n = 0;
+    for (; i < pool->pending_count && pool->pending[2 * i] == group; i++) {
+      if (blocks) blocks[n++] = pool->pending[2 * i + 1];
+      else store(pool, group, &pool->pending[2 * i + 1], 1, KVC_TIER_WRITE_ON_COMMIT);
+    }
+    if (blocks) store(pool, group, blocks, n, KVC_TIER_WRITE_ON_COMMIT);
+  }
+  free(blocks);
+  pool->pending_count = 0;
+}
+
+void kvci_pool_tiers_evicting(kvc_pool* pool, uint32_t group, uint32_t block) {
+  store(pool, group, &block, 1, KVC_TIER_WRITE_ON_EVICT);
+}

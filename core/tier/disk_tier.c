@@ -1,0 +1,336 @@
+/*
+ * core/tier/disk_tier.c: kvc_disk_tier_create, a tier in a local directory
+ * (docs/tiers.md, 'The disk tier').
+ *
+ * One file per block, DIR/XX/<hex of the 72-byte key>.kvtb, XX the block
+ * hash's first byte (256 subdirectories: no directory grows past what a
+ * file system lists quickly). A value is written to a temporary name in the
+ * same subdirectory and renamed over the final one: rename is atomic, so a
+ * reader (this process, another sharing the directory, a restarted one)
+ * sees the whole old file, the whole new one, or none, never a torn one.
+ * No fsync: a tier is a cache, and a power loss that leaves a renamed file
+ * short or zeroed leaves one the frame's size and CRC-32C refuse (a miss
+ * counted corrupt), so syncing would buy durability the contract does not
+ * promise at a cost of milliseconds per block. The size limit is kept with
+ * an in-memory LRU index (disk_index.c) rebuilt at creation by scanning the
+ * directory, oldest modification first; with several processes each evicts
+ * from what it knows, so a shared directory can exceed the limit by what the
+ * others wrote since they started.
+ */
+#define _DEFAULT_SOURCE 1 /* O_CLOEXEC, st_mtim (POSIX 2008) */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "disk_index.h"
+
+#define SUFFIX ".kvtb"
+#define NAME_LEN (2 * KVCI_TIER_KEY_SIZE + sizeof(SUFFIX) - 1)
+/* Temporary files older than this at creation are a crashed writer's: removed. */
+#define STALE_TEMP_SECONDS 3600
+
+typedef struct disk_tier {
+  char* dir;
+  size_t dir_len;
+  uint64_t max_bytes;
+  uint64_t temp_counter;
+  kvci_disk_index index;
+} disk_tier;
+
+static const char HEX[] = "0123456789abcdef";
+
+/* DIR/XX/NAME.kvtb of a key, into `path` (dir_len + 4 + NAME_LEN + 32 bytes at least). */
+static void block_path(const disk_tier* d, const uint8_t key[KVCI_TIER_KEY_SIZE], char* path) {
+  memcpy(path, d->dir, d->dir_len);
+  char* at = path + d->dir_len;
+  *at++ = '/';
+  *at++ = HEX[key[32] >> 4];
+  *at++ = HEX[key[32] & 15];
+  *at++ = '/';
+  for (size_t i = 0; i < KVCI_TIER_KEY_SIZE; i++) {
+    *at++ = HEX[key[i] >> 4];
+    *at++ = HEX[key[i] & 15];
+  }
+  memcpy(at, SUFFIX, sizeof(SUFFIX));
+}
+
+static size_t path_size(const disk_tier* d) { return d->dir_len + 4 + NAME_LEN + 64; }
+
+/* Removes least recently used files until `incoming` more bytes fit under the limit. */
+static void make_room(disk_tier* d, uint64_t incoming, char* path) {
+  if (!d->max_bytes) return;
+  while (d->index.count && d->index.bytes + incoming > d->max_bytes) {
+    uint32_t e = d->index.lru_head;
+    block_path(d, d->index.entries[e].key, path);
+    unlink(path); /* already gone (another process evicted it): the same */
+    kvci_disk_index_remove(&d->index, e);
+  }
+}
+
+/* Writes the whole buffer; 0 or -1. */
+static int write_all(int fd, const uint8_t* p, size_t n) {
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Stores one value: temporary file, then rename. 0 or -1. */
+static int put_one(disk_tier* d, const uint8_t key[KVCI_TIER_KEY_SIZE], const void* value, size_t size, char* path,
+                   char* temp, char* scratch) {
+  if (d->max_bytes && size > d->max_bytes) return -1; /* never fits */
+  block_path(d, key, path);
+  uint32_t e = kvci_disk_index_find(&d->index, key);
+  struct stat st;
+  if (e != UINT32_MAX && stat(path, &st) == 0 && (uint64_t)st.st_size == size) {
+    kvci_disk_index_touch(&d->index, e); /* stored already (the same key is the same bytes) */
+    return 0;
+  }
+  if (e != UINT32_MAX) kvci_disk_index_remove(&d->index, e);
+  path[d->dir_len + 3] = '\0';
+  if (mkdir(path, 0755) && errno != EEXIST) return -1;
+  path[d->dir_len + 3] = '/';
+  snprintf(temp, path_size(d), "%s.tmp.%ld.%" PRIu64, path, (long)getpid(), ++d->temp_counter);
+  int fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  int rc = write_all(fd, value, size);
+  if (close(fd)) rc = -1;
+  if (!rc) {
+    make_room(d, size, scratch);
+    rc = rename(temp, path);
+  }
+  if (rc) {
+    unlink(temp);
+    return -1;
+  }
+  kvci_disk_index_add(&d->index, key, size); /* out of memory: the file stays, found by the next scan */
+  return 0;
+}
+
+static size_t disk_put_many(void* ctx, const kvc_tier_key* keys, const void* const* values, const size_t* sizes,
+                            size_t count) {
+  disk_tier* d = ctx;
+  size_t n = path_size(d), stored = 0;
+  char *path = malloc(n), *temp = malloc(n), *scratch = malloc(n);
+  for (; path && temp && scratch && stored < count; stored++) {
+    uint8_t key[KVCI_TIER_KEY_SIZE];
+    kvci_tier_key_encode(&keys[stored], key);
+    if (put_one(d, key, values[stored], sizes[stored], path, temp, scratch)) break;
+  }
+  free(path);
+  free(temp);
+  free(scratch);
+  return stored;
+}
+
+/* Reads one value into `out`; its size, or 0 for a miss. */
+static size_t get_one(disk_tier* d, const uint8_t key[KVCI_TIER_KEY_SIZE], void* out, size_t capacity,
+                      char* path) {
+  block_path(d, key, path);
+  uint32_t e = kvci_disk_index_find(&d->index, key);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (e != UINT32_MAX) kvci_disk_index_remove(&d->index, e); /* evicted by another process */
+    return 0;
+  }
+  struct stat st;
+  size_t got = 0;
+  if (fstat(fd, &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= capacity) {
+    size_t want = (size_t)st.st_size;
+    while (got < want) {
+      ssize_t r = read(fd, (uint8_t*)out + got, want - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+    if (got != want) got = 0;
+  }
+  close(fd);
+  if (got) {
+    if (e != UINT32_MAX)
+      kvci_disk_index_touch(&d->index, e);
+    else
+      kvci_disk_index_add(&d->index, key, got); /* written by another process since the scan */
+  }
+  return got;
+}
+
+static size_t disk_get_many(void* ctx, const kvc_tier_key* keys, void* const* values, size_t capacity,
+                            size_t* sizes, size_t count) {
+  disk_tier* d = ctx;
+  char* path = malloc(path_size(d));
+  if (!path) return 0;
+  size_t found = 0;
+  for (; found < count; found++) {
+    uint8_t key[KVCI_TIER_KEY_SIZE];
+    kvci_tier_key_encode(&keys[found], key);
+    sizes[found] = get_one(d, key, values[found], capacity, path);
+    if (!sizes[found]) break;
+  }
+  free(path);
+  return found;
+}
+
+static void disk_destroy(void* ctx) {
+  disk_tier* d = ctx;
+  if (!d) return;
+  kvci_disk_index_free(&d->index);
+  free(d->dir);
+  free(d);
+}
+
+/* ---- the scan of a restarted process ------------------------------------ */
+
+typedef struct found_file {
+  uint8_t key[KVCI_TIER_KEY_SIZE];
+  uint64_t bytes;
+  int64_t mtime_ns;
+} found_file;
+
+static int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+/* Whether `name` is a block file's name; its key into `key`. */
+static int parse_name(const char* name, uint8_t key[KVCI_TIER_KEY_SIZE]) {
+  if (strlen(name) != NAME_LEN || strcmp(name + 2 * KVCI_TIER_KEY_SIZE, SUFFIX)) return 0;
+  for (size_t i = 0; i < KVCI_TIER_KEY_SIZE; i++) {
+    int hi = hex_digit(name[2 * i]), lo = hex_digit(name[2 * i + 1]);
+    if (hi < 0 || lo < 0) return 0;
+    key[i] = (uint8_t)(hi << 4 | lo);
+  }
+  return 1;
+}
+
+static int by_mtime(const void* a, const void* b) {
+  int64_t x = ((const found_file*)a)->mtime_ns, y = ((const found_file*)b)->mtime_ns;
+  return (x > y) - (x < y);
+}
+
+/* Lists DIR/XX/ into `*files`; removes stale temporary files. 0, or -1 (out of memory). */
+static int scan_sub(const disk_tier* d, const char* sub, found_file** files, size_t* n, size_t* cap) {
+  DIR* dir = opendir(sub);
+  if (!dir) return 0;
+  size_t sub_len = strlen(sub);
+  char* path = malloc(sub_len + 512);
+  int rc = path ? 0 : -1;
+  struct dirent* ent;
+  time_t now = time(NULL);
+  while (!rc && (ent = readdir(dir))) {
+    if (ent->d_name[0] == '.' || strlen(ent->d_name) > 400) continue;
+    snprintf(path, sub_len + 512, "%s/%s", sub, ent->d_name);
+    struct stat st;
+    if (stat(path, &st) || !S_ISREG(st.st_mode)) continue;
+    found_file f;
+    if (!parse_name(ent->d_name, f.key)) {
+      if (strstr(ent->d_name, SUFFIX ".tmp.") && now - st.st_mtime > STALE_TEMP_SECONDS) unlink(path);
+      continue;
+    }
+    if (f.key[32] != (uint8_t)(hex_digit(sub[strlen(sub) - 2]) << 4 | hex_digit(sub[strlen(sub) - 1]))) continue;
+    f.bytes = (uint64_t)st.st_size;
+    f.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    if (*n == *cap) {
+      size_t c = *cap ? 2 * *cap : 256;
+      found_file* grown = realloc(*files, c * sizeof(*grown));
+      if (!grown) {
+        rc = -1;
+        break;
+      }
+      *files = grown;
+      *cap = c;
+    }
+    (*files)[(*n)++] = f;
+  }
+  (void)d;
+  free(path);
+  closedir(dir);
+  return rc;
+}
+
+static int scan(disk_tier* d) {
+  found_file* files = NULL;
+  size_t n = 0, cap = 0;
+  char* sub = malloc(d->dir_len + 8);
+  if (!sub) return -1;
+  int rc = 0;
+  for (int x = 0; x < 256 && !rc; x++) {
+    snprintf(sub, d->dir_len + 8, "%s/%c%c", d->dir, HEX[x >> 4], HEX[x & 15]);
+    rc = scan_sub(d, sub, &files, &n, &cap);
+  }
+  free(sub);
+  if (!rc && n) qsort(files, n, sizeof(*files), by_mtime);
+  for (size_t i = 0; !rc && i < n; i++) rc = kvci_disk_index_add(&d->index, files[i].key, files[i].bytes);
+  free(files);
+  return rc;
+}
+
+/* mkdir -p: 0, or -1 with errno. */
+static int make_dirs(char* path) {
+  for (char* p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    int rc = mkdir(path, 0755);
+    *p = '/';
+    if (rc && errno != EEXIST) return -1;
+  }
+  return mkdir(path, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+kvc_error* kvc_disk_tier_create(const kvc_disk_tier_options* options, kvc_tier** out) {
+  static const char* FN = "kvc_disk_tier_create";
+  if (!options) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL", FN);
+  if (options->struct_size != sizeof(*options))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->struct_size is %u but this library knows only %zu; "
+                    "initialize it with KVC_DISK_TIER_OPTIONS_INIT", FN, options->struct_size, sizeof(*options));
+  if (!options->directory || !*options->directory)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->directory is %s; name the tier's directory", FN,
+                    options->directory ? "empty" : "NULL");
+  if (options->reserved)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->reserved is %" PRIu64 "; it is 0", FN,
+                    options->reserved);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  disk_tier* d = calloc(1, sizeof(*d));
+  size_t len = strlen(options->directory);
+  while (len > 1 && options->directory[len - 1] == '/') len--;
+  if (!d || !(d->dir = malloc(len + 1))) {
+    free(d);
+    return kvci_err_oom();
+  }
+  memcpy(d->dir, options->directory, len);
+  d->dir[len] = '\0';
+  d->dir_len = len;
+  d->max_bytes = options->max_bytes;
+  struct stat st;
+  if (make_dirs(d->dir) || stat(d->dir, &st) || !S_ISDIR(st.st_mode) || access(d->dir, R_OK | W_OK | X_OK)) {
+    kvc_error* e = kvci_err(KVC_ERROR_IO, "%s: directory '%s' cannot be created or used: %s", FN, d->dir,
+                            errno ? strerror(errno) : "not a writable directory");
+    disk_destroy(d);
+    return e;
+  }
+  if (scan(d)) {
+    disk_destroy(d);
+    return kvci_err_oom();
+  }
+  if (d->max_bytes && d->index.bytes > d->max_bytes) {
+    char* path = malloc(path_size(d));
+    if (path) make_room(d, 0, path);
+    free(path);
+  }
+  static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), disk_put_many, disk_get_many, disk_destroy};
+  char name[64];
+  snprintf(name, sizeof name, "disk");
+  return kvc_tier_create(&OPS, d, name, out);
+}

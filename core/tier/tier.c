@@ -1,0 +1,99 @@
+/*
+ * core/tier/tier.c: kvc_tier_create and the counters around a store's calls.
+ *
+ * A tier is a cache below the pool: whatever the store does (stores fewer
+ * values, finds fewer keys), the pool only reads the counts it returns, so
+ * a store's answer is clamped to what was asked and a misbehaving store
+ * costs hits, never memory safety.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tier_internal.h"
+
+/* The size of kvc_tier_ops 0.6 (three entries after struct_size). */
+#define OPS_SIZE_0_6 sizeof(kvc_tier_ops)
+
+kvc_error* kvc_tier_create(const kvc_tier_ops* ops, void* ctx, const char* name, kvc_tier** out) {
+  static const char* FN = "kvc_tier_create";
+  kvc_error* e = NULL;
+  if (!ops)
+    e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: ops is NULL", FN);
+  else if (ops->struct_size < OPS_SIZE_0_6)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: ops->struct_size is %u; it is at least %zu "
+                    "(sizeof(kvc_tier_ops)); ctx was not freed: the ops cannot be trusted to free it",
+                    FN, ops->struct_size, OPS_SIZE_0_6);
+  else if (!ops->put_many || !ops->get_many)
+    e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: ops->%s is NULL; a tier needs put_many and get_many", FN,
+                 ops->put_many ? "get_many" : "put_many");
+  else if (!name || !*name)
+    e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: name is %s; give the tier a name for stats and messages", FN,
+                 name ? "empty" : "NULL");
+  else if (!out)
+    e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  kvc_tier* t = NULL;
+  if (!e) {
+    t = calloc(1, sizeof(*t));
+    char* copy = t ? malloc(strlen(name) + 1) : NULL;
+    if (!copy) {
+      free(t);
+      e = kvci_err_oom();
+    } else {
+      t->name = strcpy(copy, name);
+    }
+  }
+  if (e) {
+    /* The contract: ctx belongs to the tier from the call on, so an error frees it too. */
+    if (ops && ops->destroy) ops->destroy(ctx);
+    return e;
+  }
+  memcpy(&t->ops, ops, sizeof(t->ops));
+  t->ops.struct_size = sizeof(t->ops);
+  t->ctx = ctx;
+  t->stats.struct_size = sizeof(t->stats);
+  *out = t;
+  return NULL;
+}
+
+void kvc_tier_destroy(kvc_tier* tier) {
+  if (!tier) return;
+  if (tier->ops.destroy) tier->ops.destroy(tier->ctx);
+  free(tier->name);
+  free(tier);
+}
+
+kvc_error* kvc_tier_stats_get(const kvc_tier* tier, kvc_tier_stats* out) {
+  static const char* FN = "kvc_tier_stats_get";
+  if (!tier) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: tier is NULL", FN);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  if (out->struct_size != sizeof(*out))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out->struct_size is %u but this library knows only %zu; set it "
+                    "to sizeof(kvc_tier_stats) before the call", FN, out->struct_size, sizeof(*out));
+  *out = tier->stats;
+  return NULL;
+}
+
+size_t kvci_tier_put_many(kvc_tier* t, const kvc_tier_key* keys, const void* const* values, const size_t* sizes,
+                          size_t count) {
+  if (!count) return 0;
+  size_t stored = t->ops.put_many(t->ctx, keys, values, sizes, count);
+  if (stored > count) stored = count;
+  t->stats.puts += stored;
+  t->stats.put_failures += count - stored;
+  /* A store that stores fewer stops at its first failure (the usual case), so the leading ones count. */
+  for (size_t i = 0; i < stored; i++) t->stats.bytes_written += sizes[i];
+  return stored;
+}
+
+size_t kvci_tier_get_many(kvc_tier* t, const kvc_tier_key* keys, void* const* values, size_t capacity,
+                          size_t* sizes, size_t count) {
+  if (!count) return 0;
+  for (size_t i = 0; i < count; i++) sizes[i] = 0;
+  size_t found = t->ops.get_many(t->ctx, keys, values, capacity, sizes, count);
+  if (found > count) found = count;
+  t->stats.gets += count;
+  size_t run = 0;
+  while (run < found && sizes[run] && sizes[run] <= capacity) run++; /* a size past capacity is a lie: a miss */
+  for (size_t i = 0; i < run; i++) t->stats.bytes_read += sizes[i];
+  return run;
+}

@@ -1,0 +1,55 @@
+/*
+ * core/tier/tier_internal.h: a tier as the pool sees it (kvcache/tier.h is
+ * the contract, docs/tiers.md the bytes).
+ *
+ * A kvc_tier is a program's kvc_tier_ops (or the built-in disk tier's) with
+ * the counters of kvc_tier_stats around them: the wrapper counts what the
+ * store reports (puts, bytes), the framing (frame.c) what the pool finds
+ * when it verifies a value (hits, corrupt).
+ */
+#ifndef KVC_CORE_TIER_INTERNAL_H
+#define KVC_CORE_TIER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+#include "kvcache/tier.h"
+
+struct kvc_tier {
+  kvc_tier_ops ops;
+  void* ctx;
+  char* name;
+  const kvc_pool* owner; /* the pool it was given to (kvc_pool_add_tier), else NULL */
+  kvc_tier_stats stats;
+};
+
+/* tier.c: the store's calls with their counters. A store's answer is clamped to `count`. */
+size_t kvci_tier_put_many(kvc_tier* t, const kvc_tier_key* keys, const void* const* values, const size_t* sizes,
+                          size_t count);
+/* Looks up `count` keys; returns the leading run found (sizes[i] > 0); the caller verifies and counts hits. */
+size_t kvci_tier_get_many(kvc_tier* t, const kvc_tier_key* keys, void* const* values, size_t capacity,
+                          size_t* sizes, size_t count);
+
+/* frame.c: the value of a block (docs/tiers.md). */
+#define KVCI_TIER_FRAME_MAGIC "KVTB" /* the first four bytes of every value */
+#define KVCI_TIER_FRAME_VERSION 1u
+#define KVCI_TIER_HEADER_SIZE 96u /* magic 4, version 4, key 72, payload length 8, layers 4, reserved 4 */
+#define KVCI_TIER_TRAILER_SIZE 4u /* CRC-32C of header and payload */
+static inline size_t kvci_tier_frame_size(size_t payload) {
+  return KVCI_TIER_HEADER_SIZE + payload + KVCI_TIER_TRAILER_SIZE;
+}
+/* Writes the header at out[0..HEADER_SIZE) for a payload already at out + HEADER_SIZE, then the CRC after it. */
+void kvci_tier_frame_seal(uint8_t* out, const kvc_tier_key* key, size_t payload, uint32_t num_layers);
+/*
+ * Whether `value` (`size` bytes) is the frame of `key` with a payload of `payload` bytes over `num_layers`
+ * layers and an intact CRC. Returns the payload's start, or NULL.
+ */
+const uint8_t* kvci_tier_frame_open(const uint8_t* value, size_t size, const kvc_tier_key* key, size_t payload,
+                                    uint32_t num_layers);
+
+/* The key's bytes as docs/tiers.md writes them (72 bytes, little-endian). */
+#define KVCI_TIER_KEY_SIZE 72u
+void kvci_tier_key_encode(const kvc_tier_key* key, uint8_t out[KVCI_TIER_KEY_SIZE]);
+
+#endif /* KVC_CORE_TIER_INTERNAL_H */
