@@ -1,10 +1,10 @@
 /*
  * kvcache/redis_tier.h: a pool tier shared between processes and machines,
  * on Redis or Valkey (standalone or Redis Cluster), spoken to over RESP2 by
- * the library's own client (no third-party library: docs/tiers.md says
- * why). Since 0.6.
+ * the library's own client (no third-party library: docs/redis-tier.md
+ * says why). Since 0.6.
  *
- * Keys (docs/tiers.md gives the bytes): key_prefix, then the pool's model
+ * Keys (docs/redis-tier.md): key_prefix, then the pool's model
  * fingerprint, the group and the block hash, in lowercase hex:
  *   <prefix><fingerprint 64 hex>:<group>:<block hash 64 hex>
  * with no hash tag, so that in a cluster every block has its own slot and a
@@ -60,6 +60,16 @@ typedef struct kvc_redis_tier_options {
 /** Sets `options` to KVC_REDIS_TIER_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_redis_tier_options_init(kvc_redis_tier_options* options);
 
+
+/**
+ * A tier on Redis or Valkey. Connects to the seeds (and authenticates) to
+ * check the configuration and, in cluster mode, to read the slot map; after
+ * that no failure of a server is an error (see above). The tier's name is
+ * "redis". Errors: INVALID_ARGUMENT (NULL, struct_size, a seed that is not
+ * host:port, a zero timeout, max_pipeline, a key prefix with braces), IO (no
+ * seed answered, AUTH refused, CLUSTER_ON and the seeds are no cluster).
+ */
+KVC_API kvc_error* kvc_redis_tier_create(const kvc_redis_tier_options* options, kvc_tier** out);
 
 #ifdef __cplusplus
 }

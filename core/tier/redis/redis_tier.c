@@ -181,3 +181,12 @@ kvc_error* kvci_redis_tier_open(const kvc_redis_tier_options* o, kvc_tier_ops* o
   *ctx = t;
   return NULL;
 }
+
+kvc_error* kvc_redis_tier_create(const kvc_redis_tier_options* options, kvc_tier** out) {
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  kvc_tier_ops ops;
+  void* ctx = NULL;
+  kvc_error* e = kvci_redis_tier_open(options, &ops, &ctx);
+  if (e) return e;
+  return kvc_tier_create(&ops, ctx, "redis", out); /* it owns ctx from here, on error too */
+}
