@@ -13,6 +13,7 @@
 # in $KVC_BENCH_EMULATED_DIR (default BUILDDIR/tests/gpu/emulated; `make bench` builds one); without one it
 # prints SKIPPED.
 # bench_pool (the paged pool, CPU) runs everywhere; its GPU rows are bench_gpu's gpu_pool_write.
+# bench_redis_tier starts its own redis-server; without redis-server installed it prints SKIPPED.
 # Exit status: 0 when every acceptance check holds, 1 otherwise.
 set -euo pipefail
 
@@ -85,6 +86,14 @@ echo "== bench_quantized"
 echo
 echo "== bench_pool (the paged pool on the CPU: scheduling, partial blocks, fork, step write)"
 "$(find_bin bench_pool)" --json "$JSON" "${EXTRA[@]}"
+echo
+echo "== bench_redis_tier (the Redis tier: runs of 2 MiB blocks against raw pipelined SET/GET and redis-benchmark)"
+if command -v redis-server >/dev/null 2>&1; then
+    "$(find_bin bench_redis_tier)" --json "$JSON" "${EXTRA[@]}"
+    REDIS_BENCH=1
+else
+    echo "bench_redis_tier: SKIPPED: redis-server is not installed (scripts/setup.sh installs it)"
+fi
 echo
 
 echo "== transformers (CPU, torch)"
@@ -194,6 +203,12 @@ check "quantized incremental step cost @32k / @1k <= 1.2 (history never re-quant
     "x <= 1.2" "$(value quantized_update kvcache-c incremental_32k_over_1k)"
 check "pool: scheduling one decode step of 256 running sequences (match + reserve + commit + release) < 50 us" \
     "x < 50000" "$(value pool_schedule kvcache-c step_ns_256_llama)"
+if [ -n "${REDIS_BENCH:-}" ]; then
+    check "redis tier: put GB/s of 2 MiB-block runs / raw pipelined SET through the same client >= 0.75" \
+        "x >= 0.75" "$(value redis_tier kvcache-c put_over_raw)"
+    check "redis tier: get GB/s of 2 MiB-block runs / raw pipelined GET through the same client >= 0.75" \
+        "x >= 0.75" "$(value redis_tier kvcache-c get_over_raw)"
+fi
 for pg in llama_full hybrid_full hybrid_sliding; do
     check "pool: slots lost to partial blocks, per sequence and group ($pg), at most < 1 block" \
         "x < 1" "$(value pool_partial kvcache-c "waste_max_blocks_$pg")"
