@@ -199,6 +199,8 @@ int kvci_pool_stage_in(kvc_pool* pool, uint32_t group, const uint32_t* blocks, s
                        const uint8_t* const* in);
 /* tier_fingerprint.c: the pool's model fingerprint (docs/tiers.md). */
 void kvci_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BLOCK_HASH_SIZE]);
+/* Whether the pool's tiers are left alone: a pool with a recurrent group (docs/tiers.md). */
+int kvci_pool_tiers_skip(const kvc_pool* pool);
 /* Frees the tiers and the pending list (kvc_pool_destroy). */
 void kvci_pool_tiers_free(kvc_pool* pool);
 

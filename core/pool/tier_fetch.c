@@ -147,8 +147,7 @@ static uint64_t fetch_group(kvc_pool* p, kvc_pool_sequence* s, const int32_t* to
 
 int kvci_pool_tiers_fetch(kvc_pool* p, kvc_pool_sequence* s, const int32_t* tokens, uint64_t limit,
                           uint64_t matched) {
-  for (uint32_t gi = 0; gi < p->num_groups; gi++)
-    if (kvci_pool_is_recurrent(&p->groups[gi])) return 0;
+  if (kvci_pool_tiers_skip(p)) return 0;
   (void)matched;
   uint64_t added = 0;
   /* Full groups first: each caps what the others need at its first miss. */

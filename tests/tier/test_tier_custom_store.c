@@ -1,0 +1,131 @@
+/*
+ * test_tier_custom_store.c: a program's own store under a pool
+ * (kvc_tier_create with kvc_tier_ops): a commit stores its blocks in one
+ * put_many, a match asks the run in one get_many, every single-byte flip of
+ * a stored value makes the match miss (counted corrupt, the pool
+ * unchanged), and a pool with a recurrent group leaves its tiers alone.
+ */
+#include "tier_test.h" /* first: it sets the feature macros */
+
+enum { CAP = 8, PROMPT = 17 };
+
+typedef struct mem_store {
+  kvc_tier_key keys[CAP];
+  uint8_t* values[CAP];
+  size_t sizes[CAP];
+  size_t count, put_calls, get_calls;
+  long flip; /* >= 0: get returns the value with this byte flipped */
+} mem_store;
+
+static size_t put_many(void* ctx, const kvc_tier_key* keys, const void* const* values, const size_t* sizes,
+                       size_t count) {
+  mem_store* m = ctx;
+  m->put_calls++;
+  size_t i = 0;
+  for (; i < count && m->count < CAP; i++, m->count++) {
+    m->keys[m->count] = keys[i];
+    m->values[m->count] = malloc(sizes[i]);
+    memcpy(m->values[m->count], values[i], sizes[i]);
+    m->sizes[m->count] = sizes[i];
+  }
+  return i;
+}
+
+static size_t get_many(void* ctx, const kvc_tier_key* keys, void* const* values, size_t capacity, size_t* sizes,
+                       size_t count) {
+  mem_store* m = ctx;
+  m->get_calls++;
+  size_t i = 0;
+  for (; i < count; i++) {
+    size_t j = 0;
+    while (j < m->count && memcmp(&m->keys[j], &keys[i], sizeof keys[i])) j++;
+    if (j == m->count || m->sizes[j] > capacity) break;
+    memcpy(values[i], m->values[j], m->sizes[j]);
+    if (m->flip >= 0 && (size_t)m->flip < m->sizes[j]) ((uint8_t*)values[i])[m->flip] ^= 0x20;
+    sizes[i] = m->sizes[j];
+  }
+  return i;
+}
+
+static void destroy(void* ctx) {
+  mem_store* m = ctx;
+  for (size_t i = 0; i < m->count; i++) free(m->values[i]);
+  free(m);
+}
+
+static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), put_many, get_many, destroy};
+
+static kvc_tier* mem_tier(mem_store** out) {
+  mem_store* m = calloc(1, sizeof *m);
+  m->flip = -1;
+  kvc_tier* t = NULL;
+  kvc_error* e = kvc_tier_create(&OPS, m, "memory", &t);
+  kvc_error_destroy(e);
+  *out = m;
+  return t;
+}
+
+static void test_batches_and_every_flip(void) {
+  kvc_pool* p = NULL;
+  REQUIRE_OK(tt_pool(&p, 16, KVC_POOL_LAYOUT_NHD));
+  mem_store* m;
+  kvc_tier* t = mem_tier(&m);
+  REQUIRE(t != NULL);
+  REQUIRE_OK(kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT));
+  int32_t tok[PROMPT];
+  tt_prompt(tok, PROMPT, 1);
+  kvc_pool_sequence* s = NULL;
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
+  REQUIRE_OK(pt_step(p, 1, 2, s, tok, PROMPT));
+  CHECK_EQ_U64(m->count, 4);
+  CHECK_EQ_U64(m->put_calls, 1); /* one batch for the commit's four blocks */
+  kvc_pool_sequence_destroy(s);
+  REQUIRE_OK(kvc_pool_clear_cache(p));
+  uint64_t matched = 0;
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
+  REQUIRE_OK(kvc_pool_match_prefix(s, tok, PROMPT, &matched));
+  CHECK_EQ_U64(matched, 16);
+  CHECK_EQ_U64(m->get_calls, 1); /* the whole run in one lookup */
+  for (uint32_t l = 0; l < 2; l++) CHECK_EQ_I64(pt_gather_mismatches(s, l), 0);
+  kvc_pool_sequence_destroy(s);
+  /* Every byte of the first block's value flipped in turn: a miss counted corrupt, the pool unchanged. */
+  long opened = 0, bytes = (long)m->sizes[0];
+  uint64_t corrupt_before = tt_stats(t).corrupt;
+  for (m->flip = 0; m->flip < bytes; m->flip++) {
+    REQUIRE_OK(kvc_pool_clear_cache(p));
+    REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
+    REQUIRE_OK(kvc_pool_match_prefix(s, tok, PROMPT, &matched));
+    opened += matched != 0;
+    kvc_pool_sequence_destroy(s);
+    if (pt_stats(p, 0).free_blocks != 15) opened++; /* nothing taken stays taken */
+  }
+  CHECK_EQ_I64(opened, 0);
+  CHECK_EQ_U64(tt_stats(t).corrupt - corrupt_before, (uint64_t)bytes);
+  kvc_pool_destroy(p);
+}
+
+static void test_recurrent_pool_leaves_tiers_alone(void) {
+  const pt_group g[2] = {{KVC_POOL_GROUP_FULL, 4, 16, 0}, {KVC_POOL_GROUP_RECURRENT, 4, 8, 0}};
+  const uint32_t layers[2] = {0, 1};
+  kvc_pool* p = NULL;
+  REQUIRE_OK(pt_pool(&p, g, 2, layers, 2, KVC_POOL_LAYOUT_NHD, 0, 1));
+  mem_store* m;
+  kvc_tier* t = mem_tier(&m);
+  REQUIRE_OK(kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT));
+  int32_t tok[PROMPT];
+  tt_prompt(tok, PROMPT, 1);
+  kvc_pool_sequence* s = NULL;
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
+  int64_t slots[16];
+  REQUIRE_OK(kvc_pool_reserve(s, tok, 8, slots)); /* the bytes do not matter: whether they are stored does */
+  REQUIRE_OK(kvc_pool_commit(s));
+  CHECK_EQ_U64(pt_stats(p, 0).cached_blocks + pt_stats(p, 0).used_blocks, 2);
+  CHECK_EQ_U64(m->put_calls, 0);
+  kvc_pool_destroy(p);
+}
+
+int main(void) {
+  TU_RUN(test_batches_and_every_flip);
+  TU_RUN(test_recurrent_pool_leaves_tiers_alone);
+  return tu_finish();
+}
