@@ -526,9 +526,12 @@ func describeExternal(fn string, arg argName, t *ExternalTensor, d *tdesc) (unsa
 type viewKind uint8
 
 const (
-	viewNone  viewKind = iota // the zero View
-	viewCache                 // memory of a cache, valid until its next mutating call
-	viewOwned                 // a Copy in Go memory, valid for as long as it is referenced
+	viewNone        viewKind = iota // the zero View
+	viewCache                       // memory of a cache, valid until its next mutating call
+	viewOwned                       // a Copy in Go memory, valid for as long as it is referenced
+	viewPool                        // a pool's recurrent state, valid until a call changes its blocks or tables
+	viewPoolStorage                 // a pool's K/V storage, valid until the pool is closed
+	viewPoolTable                   // a pool's block table: viewPool's rule, and until the next table of its group and format
 )
 
 // View is a tensor the library returned: a window onto memory the cache
@@ -544,9 +547,11 @@ const (
 type View struct {
 	t     ctensor     // as the library returned it: shape and strides point into the cache
 	owner *Cache      // viewCache: the cache whose memory it is
-	gen   uint64      // viewCache: owner.gen when it was returned
+	pool  *Pool       // viewPool, viewPoolStorage: the pool whose memory it is
+	gen   uint64      // viewCache: owner.gen when it was returned; viewPool: pool.gen; viewPoolTable: its serial
 	own   *ownedShape // viewOwned: the shape and strides t points at
 	kind  viewKind
+	table int32 // viewPoolTable: 2 * group + format, its entry of pool.tableGen
 }
 
 type ownedShape struct {
@@ -567,13 +572,20 @@ func viewFromC(t *ctensor, owner *Cache) View {
 }
 
 // Valid reports whether the view may still be read: its cache has not been
-// mutated or closed since the view was returned (always true for a Copy).
+// mutated or closed since the view was returned (always true for a Copy; a
+// pool's views: see Pool).
 func (v View) Valid() bool {
 	switch v.kind {
 	case viewOwned:
 		return true
 	case viewCache:
 		return v.owner.handle() != nil && v.owner.gen == v.gen
+	case viewPool:
+		return v.pool.handle() != nil && v.pool.gen == v.gen
+	case viewPoolStorage:
+		return v.pool.handle() != nil
+	case viewPoolTable:
+		return v.pool.handle() != nil && v.pool.tableGen[v.table] == v.gen
 	}
 	return false
 }

@@ -50,7 +50,12 @@
  * on it must not overlap (serialize them, as a serving loop's scheduler
  * thread does). Distinct pools are independent. Views returned by the pool
  * are valid until the next call that mutates the pool or any of its
- * sequences.
+ * sequences. These calls do not count as mutating (the bindings rely on
+ * it): the queries (stats, lengths, blocks_needed), kvc_pool_write,
+ * kvc_pool_gather, kvc_pool_layer_storage (whose views last until
+ * kvc_pool_destroy), kvc_pool_recurrent_state, kvc_pool_set_stream, and
+ * kvc_pool_block_table, which replaces only the previous table of the same
+ * group and format.
  *
  * Devices. A pool on a GPU keeps its blocks and the exported tables in
  * device memory and issues its work on the stream it is bound to

@@ -1068,3 +1068,6 @@ PyObject* kvc_py_block_hash_chain(PyObject* root, PyObject* tokens, long long bl
   return result;
 }
 %}
+
+/* The pool (kvcache/pool.h): its handles, typemaps and hand-written functions. */
+%include "kvcache_pool.i"

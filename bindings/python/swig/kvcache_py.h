@@ -346,10 +346,10 @@ static int kvc_py_check_fresh(const View* v, const char* what) {
     PyObject* exc = PyObject_CallFunction(
         kvc_py_stale_error, "si",
         v->guard->closed
-            ? "kvcache: this view belongs to a closed cache"
-            : "kvcache: this view is stale: the cache was mutated after the view was returned (update, crop, "
-              "reorder, batch operations, reset, ...); views are valid until the next mutating call, copy what "
-              "you need to keep",
+            ? "kvcache: this view belongs to a closed cache (or pool)"
+            : "kvcache: this view is stale: the cache (or pool) was mutated after the view was returned (update, "
+              "crop, reorder, batch operations, reset, reserve, commit, ...); views are valid until the next "
+              "mutating call, copy what you need to keep",
         (int)KVC_ERROR_INVALID_STATE);
     if (exc) {
       PyErr_SetObject(kvc_py_stale_error, exc);
@@ -628,6 +628,9 @@ static PyObject* kvc_py_view_capsule(View* v, int versioned, uint32_t minor, int
   return capsule;
 }
 
+/* The stream of a view owner that is not a cache (a pool: set by kvcache_pool.h), as a DLPack stream value. */
+static long long (*kvc_py_owner_stream)(PyObject* owner) = NULL;
+
 /* The cache whose memory a view is (its stream orders the view's data). */
 static const kvc_cache* kvc_py_view_cache(const View* v) {
   if (Py_TYPE(v->owner) == &CacheHandleType) return ((CacheHandle*)v->owner)->ptr;
@@ -671,7 +674,9 @@ static int kvc_py_order_export(const View* v, PyObject* stream) {
     return -1;
   }
   const kvc_cache* cache = kvc_py_view_cache(v);
-  long long producer = cache ? (long long)(uintptr_t)kvc_cache_stream(cache) : 0;
+  long long producer = cache                 ? (long long)(uintptr_t)kvc_cache_stream(cache)
+                       : kvc_py_owner_stream ? kvc_py_owner_stream(v->owner)
+                                             : 0;
   if (cuda && producer == 0) producer = 1; /* a cache's default stream is the legacy default stream */
   if (!host && producer == consumer) return 0;
   if (!kvc_py_stream_waiter) {

@@ -20,9 +20,17 @@
  * Streams: a TorchViews of a device cache holds torch's current-raw-stream getter; before each call it binds the
  * cache to the stream torch works on now (kvc_cache_set_stream only when it changed), so the inputs are read, and
  * the returned tensors are written, in the order of the caller's stream, with no handshake per tensor.
+ *
+ * torch.compile: dynamo cannot trace these C functions, so kvcache/_torch_compile.py gives it a Python stand-in for
+ * _update_torch, which receives the TorchViews. Its `record` attribute (any Python object, None at first; the drop-in
+ * sets it) is how that stand-in finds the cache's stable tensors through attributes, which dynamo reads again at
+ * every call of a compiled function, rather than through the identity of one cache, which it would compile in.
+ * The record must not refer back to the TorchViews or its cache: a TorchViews is not tracked by the cycle collector.
  */
 #ifndef KVCACHE_TORCH_H
 #define KVCACHE_TORCH_H
+
+#include <structmember.h>
 
 #include "kvcache_py.h"
 
@@ -43,6 +51,7 @@ typedef struct TorchViews {
   PyObject* device_index; /* its argument */
   kvc_py_torch_slot* slots;
   size_t num_layers;      /* slots holds KVC_PY_TORCH_SLOTS entries per layer */
+  PyObject* record;       /* the drop-in's torch.compile record, or NULL (see above) */
 } TorchViews;
 
 static PyTypeObject TorchViewsType;
@@ -58,8 +67,14 @@ static void TorchViews_dealloc(TorchViews* self) {
   Py_CLEAR(self->handle);
   Py_CLEAR(self->stream_fn);
   Py_CLEAR(self->device_index);
+  Py_CLEAR(self->record);
   PyObject_Free(self);
 }
+
+static PyMemberDef TorchViews_members[] = {
+    {"record", T_OBJECT, offsetof(TorchViews, record), 0,
+     "what torch.compile's stand-in for _update_torch reads (kvcache/_torch_compile.py); None until set"},
+    {NULL, 0, 0, 0, NULL}};
 
 static PyTypeObject TorchViewsType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvcache._lib.TorchViews",
@@ -67,6 +82,7 @@ static PyTypeObject TorchViewsType = {
     .tp_dealloc = (destructor)TorchViews_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "The torch tensors a kvcache.transformers cache returned last, per layer (see kvcache_torch.h).",
+    .tp_members = TorchViews_members,
 };
 
 static int kvc_py_torch_load_import(void) {
@@ -115,6 +131,7 @@ static PyObject* kvc_py_torch_views_new(PyObject* module, PyObject* const* args,
   }
   tv->slots = NULL;
   tv->num_layers = 0;
+  tv->record = NULL;
   return (PyObject*)tv;
 }
 

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-MODULES = ["kvcache", "kvcache._cache", "kvcache._errors", "kvcache._types", "kvcache._block_hash"]
+MODULES = ["kvcache", "kvcache._cache", "kvcache._errors", "kvcache._types", "kvcache._block_hash", "kvcache.pool"]
 
 
 @pytest.mark.parametrize("name", MODULES + ["kvcache.transformers"])

@@ -99,6 +99,28 @@ def deepseek_v32(seed=0):
     return _model(model_cls, cfg, seed)
 
 
-BUILDERS = {f.__name__: f for f in (llama, mistral, gemma2, qwen2, gpt2, t5, whisper, mamba, jamba, deepseek_v32)}
+def nemotron_h(seed=0):
+    """A hybrid of Mamba-2, attention and blocks without attention ("moe", "mlp": transformers' DummyLayer from 5.23,
+    an empty LinearAttentionLayer before)."""
+    config_cls, model_cls = _classes("NemotronHConfig", "NemotronHForCausalLM")
+    cfg = config_cls(**dict(COMMON, num_hidden_layers=4), head_dim=8, mamba_num_heads=4, mamba_head_dim=16,
+                     ssm_state_size=8, n_groups=1, conv_kernel=4, expand=2, chunk_size=8, n_routed_experts=4,
+                     moe_intermediate_size=32, moe_shared_expert_intermediate_size=32, num_experts_per_tok=2,
+                     layer_types=["linear_attention", "moe", "full_attention", "mlp"])
+    return _model(model_cls, cfg, seed)
+
+
+def gemma4(seed=0):
+    """Gemma 4's KV sharing: its last layers read the keys and values of earlier ones (kv_sharing_modes "reuse":
+    DummyLayers from 5.23; before, the cache has no layers for them)."""
+    config_cls, model_cls = _classes("Gemma4TextConfig", "Gemma4ForCausalLM")
+    cfg = config_cls(**dict(COMMON, num_hidden_layers=4), head_dim=8, global_head_dim=8, sliding_window=4,
+                     layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
+                     vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=8, tie_word_embeddings=False)
+    return _model(model_cls, cfg, seed)
+
+
+BUILDERS = {f.__name__: f for f in (llama, mistral, gemma2, qwen2, gpt2, t5, whisper, mamba, jamba, deepseek_v32,
+                                    nemotron_h, gemma4)}
 ENCODER_DECODER = {"t5", "whisper"}
-RECURRENT = {"mamba", "jamba"}
+RECURRENT = {"mamba", "jamba", "nemotron_h"}

@@ -45,3 +45,6 @@ def max_length(cache) -> int:
     if hasattr(cache, "get_max_length"):
         return cache.get_max_length()
     return max(cache.get_max_cache_shape(i) for i in range(len(cache.layers)))
+
+# transformers' DummyLayer (the layers of "dummy", "moe", "mlp" blocks and KV-sharing consumers): from 5.23.
+HAS_DUMMY_LAYER = hasattr(cache_utils, "DummyLayer")

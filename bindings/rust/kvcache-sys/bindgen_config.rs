@@ -33,6 +33,10 @@ fn macro_type(name: &str) -> Option<IntKind> {
         _ if name.starts_with("KVC_OFFLOAD_") => custom("kvc_offload"),
         _ if name.starts_with("KVC_QUANTIZER_") => custom("kvc_quantizer"),
         _ if name.starts_with("KVC_QUANT_MODE_") => custom("kvc_quant_mode"),
+        _ if name.starts_with("KVC_POOL_GROUP_") => custom("kvc_pool_group_kind"),
+        _ if name.starts_with("KVC_POOL_LAYOUT_") => custom("kvc_pool_layout"),
+        _ if name.starts_with("KVC_POOL_TABLE_") => custom("kvc_pool_table_format"),
+        _ if name.starts_with("KVC_POOL_EVENT_") => custom("kvc_pool_event_kind"),
         _ if name.starts_with("KVC_FEATURE_") => Some(IntKind::U64),
         _ if name.starts_with("KVC_VERSION_") => Some(IntKind::U32),
         // A byte count and a version number: the sizes of Rust arrays and slices.
@@ -93,6 +97,7 @@ pub fn kvcache_bindings(include_dir: &std::path::Path) -> bindgen::Builder {
         // Option structs get hand-written Default impls equal to their _INIT macros.
         .no_default("kvc_(layer|cache|init|update|quant|conv_update)_options")
         .no_default("kvc_model_config|kvc_layer_info|kvc_memory_info")
+        .no_default("kvc_pool_(options|group_options|layer_options|sequence_options|stats)")
         .generate_comments(true)
         .formatter(bindgen::Formatter::Prettyplease)
 }

@@ -18,7 +18,8 @@ cache.
 
 ``kvcache.transformers`` (needs torch and transformers >= 5) has drop-in
 replacements for transformers' caches, usable as ``past_key_values`` in
-``model.generate``.
+``model.generate``. :class:`Pool` is the paged block pool of serving stacks
+(continuous batching, prefix reuse, copy-on-write, events; ``kvcache.pool``).
 """
 from __future__ import annotations
 
@@ -82,6 +83,21 @@ from ._block_hash import (
     block_hash_chain,
     block_hash_root,
 )
+from .pool import (
+    CsrBlockTable,
+    EventKind,
+    GroupKind,
+    Layout,
+    Pool,
+    PoolEvent,
+    PoolGroup,
+    PoolLayer,
+    PoolStats,
+    RecurrentState,
+    Sequence,
+    SlotMapping,
+    describe_config,
+)
 
 View = _lib.View
 
@@ -126,4 +142,6 @@ __all__ = [
     "DeviceMismatchError", "UnsupportedError", "InvalidStateError", "OutOfMemoryError", "NoDeviceError",
     "VersionMismatchError", "InternalError", "StaleViewError",
     "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
+    "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
+    "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
 ]

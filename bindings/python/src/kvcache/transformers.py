@@ -1,12 +1,12 @@
 """Drop-in replacements for transformers' cache classes, backed by kvcache's C layers.
 
 Needs torch and transformers 5.0 to 5.24 (``pip install kvcache[transformers]``); where a release lacks what a
-class needs, only that class is missing (``KvcacheLinearLayer`` before 5.14: an ImportError names the release). The
-classes subclass transformers' own (``isinstance(cache, transformers.DynamicCache)``
-holds), their ``layers`` implement transformers' layer interface over the
-layers of one C cache, and every operation ``generate`` uses (update, masks,
-beam reorder, crop for assisted decoding, batch repeat/select, reset, deepcopy)
-runs in C::
+class needs, only that class is missing (``KvcacheLinearLayer`` before 5.14, ``KvcacheDummyLayer`` before 5.23:
+an ImportError names the release). The classes subclass transformers' own
+(``isinstance(cache, transformers.DynamicCache)`` holds), their ``layers``
+implement transformers' layer interface over the layers of one C cache, and
+every operation ``generate`` uses (update, masks, beam reorder, crop for
+assisted decoding, batch repeat/select, reset, deepcopy) runs in C::
 
     >>> import torch, transformers, kvcache.transformers as kvt
     >>> config = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64,
@@ -29,6 +29,15 @@ instead. Until placed, a CPU cache without storage answers queries (an empty
 cache). A device cache follows torch's current stream: its work is ordered on
 the stream the model runs on, and its tensors are read there without copies
 through the host.
+
+torch.compile (docs/torch-compile.md): a StaticCache's full-attention layers
+compile without graph breaks (``fullgraph=True``; ``generate`` with a compiled
+forward gives transformers' tokens): their update is the custom op
+``kvcache::update_static`` over the layer's stable tensors. Other layers, and a
+static layer before its first update, make their C calls at graph breaks.
+CUDA graphs (``mode="reduce-overhead"``): the cache ops run outside them, on
+the host, where the C counters live; a CUDA graph captured by hand around
+``update`` replays one step's slots and is not supported.
 """
 from __future__ import annotations
 
@@ -39,7 +48,7 @@ import torch
 import transformers
 from transformers import cache_utils as _tcu
 
-from . import _cache, _lib
+from . import _cache, _lib, _torch_compile
 from ._errors import KvcacheError
 from ._torch_device import CPU, DevicePair, default_device, device_pair, torch_views
 from ._types import LayerKind, LayerSpec, Offload, Preset, QuantOptions
@@ -56,6 +65,7 @@ __all__ = [
     "EncoderDecoderCache",
     "KvcacheLayer",
     "KvcacheLinearLayer",
+    "KvcacheDummyLayer",
     "layer_specs_from_config",
 ]
 
@@ -77,6 +87,7 @@ _from_dlpack = torch.utils.dlpack.from_dlpack
 _update_torch = _lib._update_torch
 _torch_layer_view = _lib._torch_layer_view
 _torch_follow_stream = _lib._torch_follow_stream
+_is_compiling = _torch_compile.is_compiling
 
 _SLIDING = {LayerKind.DYNAMIC_SLIDING, LayerKind.DYNAMIC_CHUNKED, LayerKind.STATIC_SLIDING,
             LayerKind.STATIC_CHUNKED, LayerKind.LINEAR_DYNAMIC_SLIDING, LayerKind.LINEAR_STATIC_SLIDING}
@@ -144,18 +155,25 @@ def _layer_types_and_kwargs(text_config: Any) -> Tuple[List[str], List[dict]]:
     return layer_types, kwargs
 
 
-# Layer types whose transformers layer keeps recurrent states only ("mamba" and "moe" are the names of 5.5 to 5.23
-# for layers of hybrid models that hold a state or nothing).
-_LINEAR_LAYER_TYPES = ("conv", "linear_attention", "mamba", "moe")
+# Layer types whose transformers layer keeps recurrent states only ("mamba", and "moe" / "mlp" for the blocks of
+# hybrid models without attention, which 5.5 to 5.22 give a LinearAttentionLayer that stays empty; from 5.23
+# get_layer_types_and_kwargs names those "dummy").
+_LINEAR_LAYER_TYPES = ("conv", "linear_attention", "mamba", "moe", "mlp")
 _HAS_LINEAR_LAYERS = hasattr(_tcu, "LinearAttentionCacheLayerMixin") and "state_idx" in inspect.signature(
     _tcu.LinearAttentionCacheLayerMixin.update_conv_state).parameters
 _LINEAR_SINCE = "transformers 5.14"
+# transformers' DummyLayer (5.23): the layer of a block without attention or of a KV-sharing consumer.
+_DummyLayer = getattr(_tcu, "DummyLayer", None)
+_DUMMY_SINCE = "transformers 5.23"
 
 # Classes of this module that the installed transformers release cannot support: name -> (what they need, the
 # first release that has it). They are absent from the module; asking for one raises ImportError (__getattr__).
-_UNAVAILABLE = {} if _HAS_LINEAR_LAYERS else {
-    "KvcacheLinearLayer": ("transformers.cache_utils.LinearAttentionCacheLayerMixin with states by index "
-                           "(update_conv_state(..., state_idx))", _LINEAR_SINCE)}
+_UNAVAILABLE = {}
+if not _HAS_LINEAR_LAYERS:
+    _UNAVAILABLE["KvcacheLinearLayer"] = ("transformers.cache_utils.LinearAttentionCacheLayerMixin with states by "
+                                          "index (update_conv_state(..., state_idx))", _LINEAR_SINCE)
+if _DummyLayer is None:
+    _UNAVAILABLE["KvcacheDummyLayer"] = ("transformers.cache_utils.DummyLayer", _DUMMY_SINCE)
 
 
 def _unavailable(name: str) -> ImportError:
@@ -170,10 +188,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _linear_layer_class() -> type:
-    if "KvcacheLinearLayer" in _UNAVAILABLE:
-        raise _unavailable("KvcacheLinearLayer")
-    return KvcacheLinearLayer
+def _layer_class(kind: LayerKind) -> type:
+    """The drop-in layer class of a C layer of ``kind`` (ImportError where the installed transformers lacks it)."""
+    name = ("KvcacheLinearLayer" if kind in _LINEAR else "KvcacheDummyLayer" if kind == LayerKind.DUMMY
+            else "KvcacheIndexedLayer" if kind in _INDEXED else "KvcacheLayer")
+    if name in _UNAVAILABLE:
+        raise _unavailable(name)
+    return globals()[name]
 
 
 def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len: int = 0) -> List[LayerSpec]:
@@ -215,6 +236,14 @@ def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len:
             kind = LayerKind.LINEAR_STATIC_SLIDING if static else LayerKind.LINEAR_DYNAMIC_SLIDING
             specs.append(LayerSpec(kind, window=window, max_cache_len=max_cache_len if static else 0,
                                    num_states=states, conv_kernel_size=conv_kernel))
+        elif layer_type == "dummy":
+            # DummyLayer (5.23 on; get_layer_types_and_kwargs also names "moe"/"mlp" blocks and the layers that
+            # kv_sharing_modes marks "reuse" so): no storage, in DynamicCache and StaticCache alike.
+            if _DummyLayer is None:
+                raise NotImplementedError(
+                    f"kvcache.transformers: layer {i} has layer type 'dummy', for which transformers "
+                    f"{transformers.__version__} has no DummyLayer; {_DUMMY_SINCE} and later have it")
+            specs.append(LayerSpec(LayerKind.DUMMY))
         elif layer_type in ("indexed_attention", "deepseek_sparse_attention"):
             # DynamicIndexedLayer / StaticIndexedLayer (transformers >= 5.11; the type's name until some release
             # after 5.17 was "deepseek_sparse_attention")
@@ -222,7 +251,7 @@ def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len:
                          else LayerSpec(LayerKind.DYNAMIC_INDEXED))
         else:
             raise NotImplementedError(f"kvcache.transformers: layer {i} has layer type {layer_type!r}, which kvcache "
-                                      "has no layer kind for (KV-sharing placeholders)")
+                                      "has no layer kind for")
     return specs
 
 
@@ -442,6 +471,26 @@ class KvcacheIndexedLayer(KvcacheLayer):
         return self._cache.update_indexer(indexer_key_states, self._index)
 
 
+class KvcacheDummyLayer(*([_DummyLayer] if _DummyLayer else [])):
+    """transformers' DummyLayer (5.23) over a C layer of kind DUMMY: a block without attention ("moe", "mlp") or a
+    layer that reads another layer's keys and values (``kv_sharing_modes`` "reuse").
+
+    It is a ``DummyLayer`` and, like it, no ``CacheLayerMixin``: it stores nothing (``keys``/``values`` None, always
+    initialized), ``update`` raises ``NotImplementedError`` but for ``(None, None)``, which it returns, and its other
+    operations do nothing; the cache's operations pass over the C layer the same way. Left out of the module, with
+    an ImportError naming the release, before 5.23.
+    """
+
+    def __init__(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
+        _DummyLayer.__init__(self)
+        self._cache = cache
+        self._index = index
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._index}, dummy)"
+
+
 # ---------------------------------------------------------------- caches
 
 class _KvcacheCache:
@@ -451,10 +500,15 @@ class _KvcacheCache:
     the first tensors) ``_kv`` is a CPU cache without storage and ``_views`` is None; placing recreates it on the
     tensors' device if that is not the CPU. ``_views`` (the extension's TorchViews) makes the per-layer update one
     C call and remembers the tensors it returned (static layers return the same tensors at every step).
+
+    ``update`` of layers below ``_fast_layers`` is that one call. A cache that compiles (``_compiles``: StaticCache,
+    kvcache/_torch_compile.py) publishes the stable tensors of its STATIC layers for compiled code; the first
+    update of such a layer, before its buffers exist, goes through ``_update``, which publishes them.
     """
 
     _kv: _cache.Cache
     layers: list
+    _compiles = False
 
     def _attach(self, make, device: Any = None, from_tensors: Optional[list] = None, *, offloading: bool = False,
                 offload_only_non_sliding: bool = True) -> None:
@@ -477,6 +531,8 @@ class _KvcacheCache:
         self._views = torch_views(kv._handle, device) if placed else None
         self._num_layers = 0
         self._sync_layers()
+        if self._compiles and self._views is not None:
+            self._publish()
 
     def _place(self, device: Any) -> None:
         """Fixes the cache's device at its first tensors (a lazy layer's lazy_initialization)."""
@@ -502,9 +558,44 @@ class _KvcacheCache:
         n = len(self._kv)
         for i in range(len(self.layers), n):
             kind = self._kv.layer_info(i).kind
-            cls = _linear_layer_class() if kind in _LINEAR else KvcacheIndexedLayer if kind in _INDEXED else KvcacheLayer
-            self.layers.append(cls(self, i, kind))
-        self._num_layers = len(self.layers)
+            self.layers.append(_layer_class(kind)(self, i, kind))
+        self._num_layers = self._fast_layers = len(self.layers)
+        # What never changes per layer, kept as Python lists: masks ask for them at every forward (compiled too).
+        self._dummy = [layer.kind == LayerKind.DUMMY for layer in self.layers]
+        self._linear = [self._kv.layer_info(i).is_linear if layer.kind in _LINEAR else False
+                        for i, layer in enumerate(self.layers)]
+        # The layer answering length queries for layer 0 when layer 0 has no K/V (core/cache.c).
+        self._first_kv = next((i for i, layer in enumerate(self.layers)
+                               if layer.kind not in (LayerKind.LINEAR, LayerKind.DUMMY)), 0)
+
+    # -- torch.compile (kvcache/_torch_compile.py)
+    def _publish(self) -> None:
+        """Publishes the (keys, values) of every STATIC layer whose buffers exist; updates of the others go through
+        _update until they do."""
+        stores = [_torch_layer_view(self._views, i) if layer.kind == LayerKind.STATIC else None
+                  for i, layer in enumerate(self.layers)]
+        _torch_compile.publish(self, self._views, stores)
+        self._fast_layers = next((i for i, (layer, store) in enumerate(zip(self.layers, stores))
+                                  if layer.kind == LayerKind.STATIC and store is None), self._num_layers)
+
+    def _publish_layer(self, layer_idx: int) -> None:
+        """After the first update of a STATIC layer: publishes its tensors alone (a prefill updates every layer)."""
+        stores = list(self._views.record.stores)
+        stores[layer_idx] = _torch_layer_view(self._views, layer_idx)
+        _torch_compile.publish(self, self._views, stores)
+        self._fast_layers = next((i for i in range(self._fast_layers, self._num_layers)
+                                  if self.layers[i].kind == LayerKind.STATIC and stores[i] is None), self._num_layers)
+
+    def _compiled_store(self, layer_idx: int):
+        """In compiled code: (store, token) of the published STATIC layer that answers for ``layer_idx``, or None
+        (the query is then a C call at a graph break)."""
+        record = None if self._views is None else self._views.record
+        if record is None or not 0 <= layer_idx < self._num_layers:
+            return None
+        if layer_idx == 0:
+            layer_idx = self._first_kv
+        store = record.stores[layer_idx] if layer_idx < len(record.stores) else None
+        return None if store is None else (store, record.token)
 
     def _layer_tensors(self, layer_idx: int) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
         if self._views is None:
@@ -524,7 +615,7 @@ class _KvcacheCache:
     def _wrap(cls, kv: _cache.Cache, like: "_KvcacheCache"):
         """A cache of ``like``'s class and settings over ``kv`` (a clone of like's C cache)."""
         obj = cls.__new__(cls)
-        own = ("layers", "_kv", "_views", "_device", "_num_layers")
+        own = ("layers", "_kv", "_views", "_device", "_num_layers", "_fast_layers", "_dummy", "_linear", "_first_kv")
         obj.__dict__.update({k: v for k, v in like.__dict__.items() if k not in own})
         obj.layers = []
         obj._bind(kv, like._device, placed=like._views is not None)
@@ -534,11 +625,19 @@ class _KvcacheCache:
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         # The per-layer hot path of a decode step: one C call (kvcache_torch.h), no tensor made in Python.
         views = self._views
-        if views is not None and not args and not kwargs and layer_idx < self._num_layers:
-            return _update_torch(views, layer_idx, key_states, value_states)
+        if views is not None and not args and not kwargs and layer_idx < self._fast_layers:
+            try:
+                return _update_torch(views, layer_idx, key_states, value_states)
+            except (KvcacheError, TypeError):
+                if not self._dummy[layer_idx]:
+                    raise
         return self._update(key_states, value_states, layer_idx, args[0] if args else kwargs.get("cache_kwargs"))
 
     def _update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, cache_kwargs: Any):
+        if layer_idx < self._num_layers and self._dummy[layer_idx]:
+            # As transformers' Cache.update, the dummy layer answers: (None, None) for (None, None), else
+            # NotImplementedError (the C layer refuses every update, as UNSUPPORTED, and stays unplaced).
+            return self.layers[layer_idx].update(key_states, value_states)
         if self._views is None:
             self._place(key_states.device)
         # The drop-in's layers read no RoPE tables (no sink layers); cache_position matters to static layers only.
@@ -550,10 +649,19 @@ class _KvcacheCache:
         out = _update_torch(self._views, layer_idx, key_states, value_states, positions)
         if layer_idx >= self._num_layers:
             self._sync_layers()
+            if self._compiles:
+                self._publish()
+        elif layer_idx >= self._fast_layers and self._compiles:
+            self._publish_layer(layer_idx)
         return out
 
-    # -- queries
+    # -- queries (in compiled code a published STATIC layer answers without a C call, as transformers' StaticLayer:
+    # lengths as 0-d tensors, mask sizes from its shape)
     def get_seq_length(self, layer_idx: int = 0) -> int:
+        if _is_compiling():
+            compiled = self._compiled_store(layer_idx)
+            if compiled is not None:
+                return _torch_compile.seq_length(*compiled, layer_idx)
         return self._kv.get_seq_length(layer_idx)
 
     def get_max_length(self, layer_idx: Optional[int] = None) -> int:
@@ -564,9 +672,17 @@ class _KvcacheCache:
         return self._kv.get_max_length(layer_idx)
 
     def get_mask_sizes(self, query_length: int, layer_idx: int) -> Tuple[int, int]:
+        if _is_compiling():
+            compiled = self._compiled_store(layer_idx)
+            if compiled is not None:  # a STATIC layer's mask spans all its slots from 0 (core/layer_static.c)
+                return compiled[0][0].shape[2], 0
         return self._kv.get_mask_sizes(_query_length(query_length), layer_idx)
 
     def get_query_offset(self, layer_idx: int = 0) -> int:
+        if _is_compiling():  # the drop-in's caches have the standard rule: the offset is the layer's length
+            compiled = self._compiled_store(layer_idx)
+            if compiled is not None:
+                return _torch_compile.seq_length(*compiled, layer_idx)
         return self._kv.get_query_offset(layer_idx)
 
     def get_usable_length(self, new_seq_length: int, layer_idx: int = 0) -> int:
@@ -591,19 +707,19 @@ class _KvcacheCache:
 
     @property
     def is_sliding(self) -> List[bool]:
-        return [layer.is_sliding for layer in self.layers]
+        return [getattr(layer, "is_sliding", False) for layer in self.layers]  # a DummyLayer has no is_sliding
 
     @property
     def is_linear(self) -> List[bool]:
-        return [self._kv.layer_info(i).is_linear if layer.kind in _LINEAR else False
-                for i, layer in enumerate(self.layers)]
+        return list(self._linear)
 
     @property
     def is_dummy(self) -> List[bool]:
-        return [False] * len(self.layers)
+        return list(self._dummy)
 
     def is_recording_past(self, layer_idx: int) -> bool:
-        return self._recording and (self.layers[layer_idx].is_sliding or self.layers[layer_idx].kind in _LINEAR)
+        layer = self.layers[layer_idx]
+        return self._recording and (getattr(layer, "is_sliding", False) or layer.kind in _LINEAR)
 
     # -- operations on every layer, one C call each (issued on torch's current stream for a device cache)
     def crop(self, tokens_to_remove: int) -> None:
@@ -615,7 +731,12 @@ class _KvcacheCache:
         # beam_idx costs one read of batch int64s to the host. Beam search reads its scores on the host at every
         # step anyway.
         self._follow_stream()
-        self._kv.reorder_cache(_host_indices(beam_idx))
+        indices = _host_indices(beam_idx)
+        # To another batch size the layers get new buffers, which compiled code must see (the same size: in place).
+        moved = self._compiles and self._views is not None and len(indices) != self._kv.batch_size
+        self._kv.reorder_cache(indices)
+        if moved:
+            self._publish()
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         self._follow_stream()
@@ -644,9 +765,11 @@ class _KvcacheCache:
         self._place(default_device() if device is None else device)
         self._follow_stream()
         self._kv.early_initialization(batch_size, num_heads, head_dim, dtype)
+        if self._compiles:
+            self._publish()
 
     def offload(self, layer_idx: int, only_non_sliding: bool = True) -> None:
-        if not (only_non_sliding and self.layers[layer_idx].is_sliding):
+        if not (only_non_sliding and getattr(self.layers[layer_idx], "is_sliding", False)):
             self._follow_stream()
             self._kv.offload(layer_idx)
 
@@ -706,8 +829,8 @@ class _KvcacheCache:
 
     def __iter__(self) -> Iterator[Tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]]:
         for layer in self.layers:
-            w = layer.sliding_window
-            yield layer.keys, layer.values, (torch.tensor(w) if layer.is_sliding and w else None)
+            w = getattr(layer, "sliding_window", None)  # None on a DummyLayer, as its keys and values
+            yield layer.keys, layer.values, (torch.tensor(w) if getattr(layer, "is_sliding", False) and w else None)
 
     def __deepcopy__(self, memo):
         self._follow_stream()
@@ -777,11 +900,17 @@ class StaticCache(_KvcacheCache, _tcu.StaticCache):
     their buffers at the first update or ``early_initialization``, as transformers' StaticLayer, and keep them:
     ``update`` returns the same tensors (same addresses) at every step. Other keywords are accepted and ignored,
     as transformers 5 does.
+
+    Under ``torch.compile`` the full-attention layers' update, length and mask queries are graph operations (the
+    custom ops of kvcache/_torch_compile.py over those tensors, marked as static addresses); see the module's
+    docstring for what does not compile and for CUDA graphs.
     """
 
     def __init__(self, config: Any, max_cache_len: int, offloading: bool = False,
                  offload_only_non_sliding: bool = True, **kwargs: Any) -> None:
         specs = layer_specs_from_config(config, static=True, max_cache_len=max_cache_len)
+        # Its STATIC layers compile (kvcache/_torch_compile.py); offloaded ones move between tiers, so they do not.
+        self._compiles = _torch_compile.SUPPORTED and not offloading
         make = _maker(Preset.CUSTOM, layers=specs, offload=_offload_mode(offloading, offload_only_non_sliding),
                       transformers_release=_installed_release())
         self._attach(make, kwargs.get("device"), offloading=offloading,

@@ -86,17 +86,17 @@ pub const KVC_QUERY_OFFSET_DFLASH: u32 = 2;
 pub const KVC_ALL_LAYERS: i32 = -1;
 pub const KVC_BLOCK_HASH_SIZE: usize = 32;
 pub const KVC_BLOCK_HASH_VERSION: usize = 1;
-pub const KVC_POOL_GROUP_FULL: u32 = 1;
-pub const KVC_POOL_GROUP_SLIDING: u32 = 2;
-pub const KVC_POOL_GROUP_CHUNKED: u32 = 3;
-pub const KVC_POOL_GROUP_RECURRENT: u32 = 4;
-pub const KVC_POOL_LAYOUT_NHD: u32 = 0;
-pub const KVC_POOL_LAYOUT_HND: u32 = 1;
-pub const KVC_POOL_TABLE_PADDED: u32 = 0;
-pub const KVC_POOL_TABLE_CSR: u32 = 1;
-pub const KVC_POOL_EVENT_BLOCK_STORED: u32 = 1;
-pub const KVC_POOL_EVENT_BLOCK_REMOVED: u32 = 2;
-pub const KVC_POOL_EVENT_ALL_CLEARED: u32 = 3;
+pub const KVC_POOL_GROUP_FULL: kvc_pool_group_kind = 1;
+pub const KVC_POOL_GROUP_SLIDING: kvc_pool_group_kind = 2;
+pub const KVC_POOL_GROUP_CHUNKED: kvc_pool_group_kind = 3;
+pub const KVC_POOL_GROUP_RECURRENT: kvc_pool_group_kind = 4;
+pub const KVC_POOL_LAYOUT_NHD: kvc_pool_layout = 0;
+pub const KVC_POOL_LAYOUT_HND: kvc_pool_layout = 1;
+pub const KVC_POOL_TABLE_PADDED: kvc_pool_table_format = 0;
+pub const KVC_POOL_TABLE_CSR: kvc_pool_table_format = 1;
+pub const KVC_POOL_EVENT_BLOCK_STORED: kvc_pool_event_kind = 1;
+pub const KVC_POOL_EVENT_BLOCK_REMOVED: kvc_pool_event_kind = 2;
+pub const KVC_POOL_EVENT_ALL_CLEARED: kvc_pool_event_kind = 3;
 unsafe extern "C" {
     /// Version of the library actually loaded, as KVC_VERSION_NUMBER. Never fails.
     pub fn kvc_version() -> u32;
@@ -1175,7 +1175,7 @@ pub struct kvc_pool_sequence {
 pub type kvc_pool_group_kind = i32;
 /// One group of layers. Published sizes: 32 (0.6).
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct kvc_pool_group_options {
     /// sizeof(kvc_pool_group_options)
     pub struct_size: u32,
@@ -1200,7 +1200,7 @@ pub struct kvc_pool_group_options {
  head_dim, d_state; Mamba: num_kv_heads = 1, key_head_dim = d_inner).
  Published sizes: 40 (0.6).*/
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct kvc_pool_layer_options {
     /// sizeof(kvc_pool_layer_options)
     pub struct_size: u32,
@@ -1254,15 +1254,6 @@ pub struct kvc_pool_options {
  When full, the oldest are dropped (ids show the gap)*/
     pub event_capacity: u32,
 }
-impl Default for kvc_pool_options {
-    fn default() -> Self {
-        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
-        unsafe {
-            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
-            s.assume_init()
-        }
-    }
-}
 unsafe extern "C" {
     /// Sets `options` to KVC_POOL_OPTIONS_INIT. Never fails; NULL is ignored.
     pub fn kvc_pool_options_init(options: *mut kvc_pool_options);
@@ -1292,7 +1283,7 @@ unsafe extern "C" {
 }
 /// Counters of one group. Fill struct_size before the call. Published sizes: 72 (0.6).
 #[repr(C)]
-#[derive(Debug, Default, Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct kvc_pool_stats {
     /// set by the caller: sizeof(kvc_pool_stats)
     pub struct_size: u32,
@@ -1342,15 +1333,6 @@ pub struct kvc_pool_sequence_options {
     pub salt: *const ::core::ffi::c_void,
     /// bytes of salt; 0 = no salt
     pub salt_len: usize,
-}
-impl Default for kvc_pool_sequence_options {
-    fn default() -> Self {
-        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
-        unsafe {
-            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
-            s.assume_init()
-        }
-    }
 }
 unsafe extern "C" {
     /// Creates an empty sequence (no tokens, no blocks). `options` NULL = defaults.

@@ -183,3 +183,79 @@ impl Default for kvc_memory_info {
         info
     }
 }
+
+/// `KVC_POOL_GROUP_OPTIONS_INIT`: a full-attention group of 16-token blocks
+/// (`num_blocks` must still be set).
+impl Default for kvc_pool_group_options {
+    fn default() -> Self {
+        Self {
+            struct_size: struct_size::<Self>(),
+            kind: KVC_POOL_GROUP_FULL,
+            block_size: 16,
+            num_blocks: 0,
+            window: 0,
+            reserved: 0,
+        }
+    }
+}
+
+/// `KVC_POOL_LAYER_OPTIONS_INIT`.
+impl Default for kvc_pool_layer_options {
+    fn default() -> Self {
+        Self {
+            struct_size: struct_size::<Self>(),
+            group: 0,
+            num_kv_heads: 0,
+            key_head_dim: 0,
+            value_head_dim: 0,
+            conv_dim: 0,
+            conv_kernel: 0,
+            ssm_state_size: 0,
+            reserved: 0,
+        }
+    }
+}
+
+/// `KVC_POOL_OPTIONS_INIT`.
+impl Default for kvc_pool_options {
+    fn default() -> Self {
+        Self {
+            struct_size: struct_size::<Self>(),
+            dtype: KVC_DTYPE_UNSET,
+            device: kvc_device {
+                device_type: KVC_DEVICE_CPU,
+                device_id: 0,
+            },
+            num_groups: 0,
+            groups: core::ptr::null(),
+            num_layers: 0,
+            layers: core::ptr::null(),
+            layout: KVC_POOL_LAYOUT_NHD,
+            hash_seed: core::ptr::null(),
+            hash_seed_len: 0,
+            enable_prefix_caching: 1,
+            event_capacity: 0,
+        }
+    }
+}
+
+/// `KVC_POOL_SEQUENCE_OPTIONS_INIT`: no salt.
+impl Default for kvc_pool_sequence_options {
+    fn default() -> Self {
+        Self {
+            struct_size: struct_size::<Self>(),
+            salt: core::ptr::null(),
+            salt_len: 0,
+        }
+    }
+}
+
+/// All zero with `struct_size` set, ready for `kvc_pool_stats_get`.
+impl Default for kvc_pool_stats {
+    fn default() -> Self {
+        // SAFETY: every field is an integer (zero is a valid value of each).
+        let mut stats: Self = unsafe { core::mem::zeroed() };
+        stats.struct_size = struct_size::<Self>();
+        stats
+    }
+}

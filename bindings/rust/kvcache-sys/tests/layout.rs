@@ -100,6 +100,24 @@ structs! {
     kvc_conv_update_options {
         struct_size, state_index, conv_kernel_size, cache_position, cache_position_length
     }
+    kvc_pool_group_options { struct_size, kind, block_size, num_blocks, window, reserved }
+    kvc_pool_layer_options {
+        struct_size, group, num_kv_heads, key_head_dim, value_head_dim, conv_dim, conv_kernel,
+        ssm_state_size, reserved
+    }
+    kvc_pool_options {
+        struct_size, dtype, device, num_groups, groups, num_layers, layers, layout, hash_seed,
+        hash_seed_len, enable_prefix_caching, event_capacity
+    }
+    kvc_pool_stats {
+        struct_size, group, num_blocks, free_blocks, cached_blocks, used_blocks, pinned_blocks,
+        prefix_queries, prefix_hits, evictions
+    }
+    kvc_pool_sequence_options { struct_size, salt, salt_len }
+    kvc_pool_table { table, indptr, last_page_len }
+    kvc_pool_event {
+        id, kind, group, block_hash, parent_hash, num_tokens, block_id, reserved
+    }
 }
 
 /// Every constant the headers define, with its value in the bindings.
@@ -146,6 +164,9 @@ constants! {
     KVC_OFFLOAD_DEFAULT, KVC_OFFLOAD_NONE, KVC_OFFLOAD_ALL, KVC_OFFLOAD_NON_SLIDING,
     KVC_QUERY_OFFSET_PLAIN, KVC_QUERY_OFFSET_MTP, KVC_QUERY_OFFSET_DFLASH,
     KVC_ALL_LAYERS, KVC_BLOCK_HASH_SIZE, KVC_BLOCK_HASH_VERSION,
+    KVC_POOL_GROUP_FULL, KVC_POOL_GROUP_SLIDING, KVC_POOL_GROUP_CHUNKED, KVC_POOL_GROUP_RECURRENT,
+    KVC_POOL_LAYOUT_NHD, KVC_POOL_LAYOUT_HND, KVC_POOL_TABLE_PADDED, KVC_POOL_TABLE_CSR,
+    KVC_POOL_EVENT_BLOCK_STORED, KVC_POOL_EVENT_BLOCK_REMOVED, KVC_POOL_EVENT_ALL_CLEARED,
 }
 
 /// Every `#define KVC_<NAME> <value>` of the headers must be in `constants!`
@@ -270,6 +291,7 @@ fn defaults_are_the_init_macros() {
     same_as_init(kvc_update_options_init);
     same_as_init(kvc_quant_options_init);
     same_as_init(kvc_conv_update_options_init);
+    same_as_init(kvc_pool_options_init);
     // The init functions accept NULL.
     // SAFETY: documented: "NULL is ignored".
     unsafe {
@@ -280,6 +302,7 @@ fn defaults_are_the_init_macros() {
         kvc_update_options_init(std::ptr::null_mut());
         kvc_quant_options_init(std::ptr::null_mut());
         kvc_conv_update_options_init(std::ptr::null_mut());
+        kvc_pool_options_init(std::ptr::null_mut());
     }
 }
 

@@ -13,6 +13,8 @@
 //! | `kvc_update_options`, `kvc_init_options`, `kvc_conv_update_options` | [`UpdateOptions`], [`InitOptions`], [`ConvUpdateOptions`] |
 //! | `kvc_layer_info`, `kvc_memory_info` | [`LayerInfo`], [`MemoryInfo`] |
 //! | `kvc_version`, `kvc_features` | [`version()`], [`features()`], [`check_version()`] |
+//! | `kvc_pool*`, `kvc_pool_sequence*` (`kvcache/pool.h`) | [`Pool`] (built by [`PoolBuilder`] from [`PoolGroup`]s and [`PoolLayer`]s), [`Sequence`] (borrows its pool; `Drop` releases its blocks) |
+//! | pool views, events, stats | [`BlockTable`], [`CsrBlockTable`], [`LayerStorage`], [`RecurrentState`], [`PoolEvent`], [`PoolStats`], [`SlotMapping`]; see the [`pool`] module |
 //! | `kvc_dtype`, `kvc_data_type`, `kvc_device` | [`DType`], [`DataType`], [`Device`] |
 //! | `kvc_block_hash_root`, `kvc_block_hash`, `kvc_block_hash_chain` | [`block_hash_root()`], [`block_hash()`], [`block_hash_chain()`] ([`BlockHash`]) |
 //!
@@ -45,6 +47,7 @@ mod dtype;
 mod encoder_decoder;
 mod error;
 mod options;
+pub mod pool;
 mod tensor;
 mod version;
 
@@ -64,6 +67,10 @@ pub use error::{Error, ErrorCode, Result};
 pub use options::{
     ConvUpdateOptions, InitOptions, LayerKind, LayerOptions, LayerType, ModelConfig, Offload,
     Preset, QuantMode, QuantOptions, Quantizer, UpdateOptions,
+};
+pub use pool::{
+    BlockTable, CsrBlockTable, GroupKind, LayerStorage, Layout, Pool, PoolBuilder, PoolEvent,
+    PoolGroup, PoolLayer, PoolStats, RecurrentState, Sequence, SlotMapping,
 };
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};
 pub use version::{

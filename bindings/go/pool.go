@@ -1,0 +1,904 @@
+package kvcache
+
+// The block pool of serving stacks (kvcache/pool.h): paged KV with prefix
+// reuse, copy-on-write and events. See Pool.
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// GroupKind is the attention kind of a pool group (kvc_pool_group_kind).
+type GroupKind int32
+
+// The group kinds of kvcache/pool.h.
+const (
+	GroupFull      GroupKind = 1 // every block of a sequence is kept
+	GroupSliding   GroupKind = 2 // blocks that left the sliding window go back to the pool
+	GroupChunked   GroupKind = 3 // blocks wholly before the current chunk go back to the pool
+	GroupRecurrent GroupKind = 4 // Mamba/SSM layers: a live state per sequence, checkpoints at block boundaries
+)
+
+// PoolLayout is the physical layout of a layer's K/V storage
+// (kvc_pool_layout).
+type PoolLayout int32
+
+// The layouts of kvcache/pool.h.
+const (
+	LayoutNHD PoolLayout = 0 // [num_blocks, block_size, heads, head_dim] (vLLM, FlashInfer NHD)
+	LayoutHND PoolLayout = 1 // [num_blocks, heads, block_size, head_dim] (FlashInfer HND)
+)
+
+// tableFormat is kvc_pool_table_format: BlockTable and BlockTableCSR choose it.
+type tableFormat int32
+
+const (
+	tablePadded tableFormat = 0
+	tableCSR    tableFormat = 1
+)
+
+// PoolEventKind says what a PoolEvent reports (kvc_pool_event_kind).
+type PoolEventKind int32
+
+// The event kinds of kvcache/pool.h.
+const (
+	EventBlockStored  PoolEventKind = 1 // a full block was hashed and cached
+	EventBlockRemoved PoolEventKind = 2 // a cached block was evicted: its hash is no longer found
+	EventAllCleared   PoolEventKind = 3 // ClearCache
+)
+
+// Errors of closed pools and sequences; both match ErrInvalidState.
+var (
+	ErrPoolClosed     = &Error{Code: CodeInvalidState, Message: "use of a closed pool"}
+	ErrSequenceClosed = &Error{Code: CodeInvalidState, Message: "use of a closed sequence"}
+)
+
+// PoolGroup is one group of layers (kvc_pool_group_options): an attention
+// kind with its own block size and block count. Block 0 of every group is the
+// null block, so NumBlocks - 1 are usable.
+type PoolGroup struct {
+	Kind      GroupKind
+	BlockSize uint32 // tokens per block (recurrent: tokens between checkpoints)
+	NumBlocks uint32 // blocks, the null block included (recurrent: state slots)
+	Window    int64  // sliding: the window in tokens; chunked: the chunk size; else 0
+}
+
+// FullGroup is a full-attention group.
+func FullGroup(blockSize, numBlocks uint32) PoolGroup {
+	return PoolGroup{Kind: GroupFull, BlockSize: blockSize, NumBlocks: numBlocks}
+}
+
+// SlidingGroup is a sliding-window group (a query attends to itself and
+// window - 1 tokens before it).
+func SlidingGroup(blockSize, numBlocks uint32, window int64) PoolGroup {
+	return PoolGroup{Kind: GroupSliding, BlockSize: blockSize, NumBlocks: numBlocks, Window: window}
+}
+
+// ChunkedGroup is a chunked-attention group with chunks of chunk tokens.
+func ChunkedGroup(blockSize, numBlocks uint32, chunk int64) PoolGroup {
+	return PoolGroup{Kind: GroupChunked, BlockSize: blockSize, NumBlocks: numBlocks, Window: chunk}
+}
+
+// RecurrentGroup is a group of recurrent layers: a checkpoint every
+// blockSize committed tokens, numSlots state slots (live states and
+// checkpoints together).
+func RecurrentGroup(blockSize, numSlots uint32) PoolGroup {
+	return PoolGroup{Kind: GroupRecurrent, BlockSize: blockSize, NumBlocks: numSlots}
+}
+
+// PoolLayer is one layer of the model (kvc_pool_layer_options). Attention
+// layers: K is [NumKVHeads, KeyHeadDim] per token, V [NumKVHeads,
+// ValueHeadDim] (0: KeyHeadDim). Recurrent layers: a conv state [ConvDim,
+// ConvKernel] and an SSM state [NumKVHeads, KeyHeadDim, SSMStateSize].
+type PoolLayer struct {
+	Group        uint32
+	NumKVHeads   uint32
+	KeyHeadDim   uint32
+	ValueHeadDim uint32
+	ConvDim      uint32
+	ConvKernel   uint32
+	SSMStateSize uint32
+}
+
+// AttentionLayer is an attention layer of group.
+func AttentionLayer(group, numKVHeads, headDim uint32) PoolLayer {
+	return PoolLayer{Group: group, NumKVHeads: numKVHeads, KeyHeadDim: headDim}
+}
+
+// RecurrentLayer is a recurrent layer of group.
+func RecurrentLayer(group, convDim, convKernel, numHeads, headDim, ssmStateSize uint32) PoolLayer {
+	return PoolLayer{Group: group, NumKVHeads: numHeads, KeyHeadDim: headDim, ConvDim: convDim,
+		ConvKernel: convKernel, SSMStateSize: ssmStateSize}
+}
+
+// RepeatLayer returns n copies of l: the layers of a uniform model.
+func RepeatLayer(n int, l PoolLayer) []PoolLayer {
+	out := make([]PoolLayer, n)
+	for i := range out {
+		out[i] = l
+	}
+	return out
+}
+
+func (l PoolLayer) valueDim() uint32 {
+	if l.ValueHeadDim == 0 {
+		return l.KeyHeadDim
+	}
+	return l.ValueHeadDim
+}
+
+// PoolOptions describe a pool (kvc_pool_options).
+type PoolOptions struct {
+	DType  DType       // the K/V and state dtype; required
+	Device Device      // the zero Device is the CPU
+	Groups []PoolGroup // layers name groups by index
+	Layers []PoolLayer // one per layer of the model
+	Layout PoolLayout  // LayoutNHD (the zero value) or LayoutHND
+	// HashSeed is the pool's hash namespace: name the model and its weights
+	// with it. Blocks are reused only within one seed (docs/block-hash.md).
+	HashSeed []byte
+	// DisablePrefixCaching: full committed blocks are not hashed or reused,
+	// and released blocks are freed at once.
+	DisablePrefixCaching bool
+	// EventCapacity is how many events the queue keeps until Events pulls
+	// them (0: none); when it is full the oldest are dropped.
+	EventCapacity uint32
+}
+
+// poolOwner holds the C handle and carries the finalizer. It points at
+// nothing of the Go side, so that a finalized sequence (which references the
+// pool) never forms a cycle with it. Sequences whose finalizer ran while the
+// pool was in use wait in dropped: the finalizer runs on its own goroutine,
+// and the pool's calls must not overlap, so they are destroyed at the pool's
+// next call.
+type poolOwner struct {
+	mu      sync.Mutex
+	p       unsafe.Pointer // *kvc_pool; nil once closed
+	dropped []unsafe.Pointer
+	pending atomic.Int32 // len(dropped), read without the lock
+}
+
+func (o *poolOwner) close() {
+	o.mu.Lock()
+	p := o.p
+	o.p, o.dropped = nil, nil
+	o.pending.Store(0)
+	o.mu.Unlock()
+	if p == nil {
+		return
+	}
+	runtime.SetFinalizer(o, nil)
+	cPoolDestroy(p) // frees the sequences still held, the dropped ones included
+	liveHandles.Add(-1)
+}
+
+// Pool is a block pool (kvc_pool): a fixed set of blocks on one device for
+// one model, shared by many Sequences (requests) that join and leave every
+// step, as vLLM, SGLang and TensorRT-LLM do continuous batching. Create it
+// with NewPool and Close it when done; closing it closes its sequences.
+//
+// A serving step: Sequence.Reserve gives the new tokens slots, BlockTable
+// exports the tables for the attention kernel, Write stores every layer's K/V
+// through the slots in one call, Sequence.Commit makes full blocks reusable.
+// A new request starts with Sequence.MatchPrefix, which attaches the cached
+// blocks of its prompt's longest cached prefix.
+//
+// Views: BlockTable, BlockTableCSR and Sequence.RecurrentState return views
+// valid until the next call that changes the pool's blocks or tables (every
+// call but the queries, Write, Gather, LayerStorage, BlockTable and
+// RecurrentState), a table also until the next table of its group and
+// format (the tables of several groups coexist);
+// LayerStorage's views are valid until Close, the storage never moves. The
+// package tracks this like a cache's views (ErrStaleView).
+//
+// A pool and its sequences are one object for concurrency: one goroutine at
+// a time may call methods of the pool or of any of its sequences. Distinct
+// pools are independent. A pool or sequence dropped without Close is closed
+// by a finalizer, as a safety net only.
+type Pool struct {
+	o   *poolOwner
+	gen uint64 // bumped by calls that change blocks or tables: state views remember it
+	// tableGen[2*group+format] is the serial of the live table of that group
+	// and format (0: none): every call that changes blocks or tables clears
+	// them, the next table of the same group and format replaces its entry.
+	tableGen []uint64
+	serial   uint64
+	dtype    DType
+	device   Device
+	layout   PoolLayout
+	groups   []PoolGroup
+	layers   []PoolLayer
+}
+
+// NewPool creates a pool (kvc_pool_create), allocating every group's
+// blocks. Bad options are ErrInvalidArgument naming the field, group or
+// layer.
+func NewPool(opts PoolOptions) (*Pool, error) {
+	if err := checkVersion(); err != nil {
+		return nil, err
+	}
+	if uint64(len(opts.Groups)) > math.MaxUint32 || uint64(len(opts.Layers)) > math.MaxUint32 {
+		return nil, newError(CodeInvalidArgument, "NewPool: too many groups or layers")
+	}
+	p, err := cPoolCreate(&opts)
+	if err != nil {
+		return nil, err
+	}
+	o := &poolOwner{p: p}
+	liveHandles.Add(1)
+	runtime.SetFinalizer(o, (*poolOwner).close)
+	device := opts.Device
+	if device == (Device{}) {
+		device = CPU
+	}
+	return &Pool{
+		o: o, dtype: opts.DType, device: device, layout: opts.Layout, tableGen: make([]uint64, 2*len(opts.Groups)),
+		groups: append([]PoolGroup(nil), opts.Groups...), layers: append([]PoolLayer(nil), opts.Layers...),
+	}, nil
+}
+
+// Close frees the pool, its storage and its sequences; their views become
+// invalid. It is idempotent and always returns nil.
+func (p *Pool) Close() error {
+	if p == nil {
+		return nil
+	}
+	p.gen++
+	p.o.close()
+	return nil
+}
+
+// handle is the C handle, nil once closed.
+func (p *Pool) handle() unsafe.Pointer {
+	if p == nil {
+		return nil
+	}
+	return p.o.p
+}
+
+// enter returns the handle for a call, after destroying the sequences
+// dropped meanwhile; stale: the call changes blocks or tables (views made
+// before it are invalid afterwards, whether it succeeds or not).
+func (p *Pool) enter(stale bool) (unsafe.Pointer, error) {
+	h := p.handle()
+	if h == nil {
+		return nil, ErrPoolClosed
+	}
+	if p.o.pending.Load() > 0 {
+		p.o.mu.Lock()
+		dropped := p.o.dropped
+		p.o.dropped = nil
+		p.o.pending.Store(0)
+		p.o.mu.Unlock()
+		for _, s := range dropped {
+			cPoolSequenceDestroy(s)
+		}
+		stale = true // blocks were released
+	}
+	if stale {
+		p.gen++
+		clear(p.tableGen)
+	}
+	return h, nil
+}
+
+// Groups returns the groups, as created.
+func (p *Pool) Groups() []PoolGroup { return append([]PoolGroup(nil), p.groups...) }
+
+// Layers returns the layers, as created.
+func (p *Pool) Layers() []PoolLayer { return append([]PoolLayer(nil), p.layers...) }
+
+// DType returns the K/V and state dtype.
+func (p *Pool) DType() DType { return p.dtype }
+
+// Device returns where the blocks live.
+func (p *Pool) Device() Device { return p.device }
+
+func groupIndex(fn string, group int) (uint32, error) {
+	if group < 0 || uint64(group) > math.MaxUint32 {
+		return 0, newError(CodeOutOfRange, fmt.Sprintf("%s: group %d is out of range", fn, group))
+	}
+	return uint32(group), nil
+}
+
+// SetStream binds a device pool to a CUDA or HIP stream (kvc_pool_set_stream),
+// with Cache.SetStream's rules: 0 is the default stream, a CPU pool takes
+// only that.
+func (p *Pool) SetStream(stream uintptr) error {
+	return p.call(false, func(h unsafe.Pointer) error { return cPoolSetStream(h, stream) })
+}
+
+// call runs f on the pool's handle (see enter).
+func (p *Pool) call(stale bool, f func(unsafe.Pointer) error) error {
+	h, err := p.enter(stale)
+	if err != nil {
+		return err
+	}
+	err = f(h)
+	runtime.KeepAlive(p)
+	return err
+}
+
+// PoolStats are the counters of one group (kvc_pool_stats).
+type PoolStats struct {
+	Group         uint32
+	NumBlocks     uint64 // usable blocks (NumBlocks - 1 of the group)
+	FreeBlocks    uint64 // neither referenced nor cached
+	CachedBlocks  uint64 // cached and unreferenced: evictable, reusable by MatchPrefix
+	UsedBlocks    uint64 // referenced by at least one sequence
+	PinnedBlocks  uint64 // cached blocks kept from eviction by Sequence.Pin
+	PrefixQueries uint64 // blocks looked up by MatchPrefix since creation
+	PrefixHits    uint64 // of which were found
+	Evictions     uint64 // cached blocks reclaimed for new data since creation
+}
+
+// AvailableBlocks is what a reserve can take now: free plus evictable blocks.
+func (s PoolStats) AvailableBlocks() uint64 { return s.FreeBlocks + s.CachedBlocks }
+
+// Stats returns the counters of group.
+func (p *Pool) Stats(group int) (PoolStats, error) {
+	g, err := groupIndex("Stats", group)
+	if err != nil {
+		return PoolStats{}, err
+	}
+	h, err := p.enter(false)
+	if err != nil {
+		return PoolStats{}, err
+	}
+	s, err := cPoolStats(h, g)
+	runtime.KeepAlive(p)
+	return s, err
+}
+
+// ClearCache evicts every cached, unreferenced, unpinned block (a weights
+// update makes them stale) and queues an EventAllCleared.
+func (p *Pool) ClearCache() error { return p.call(true, cPoolClearCache) }
+
+// UnpinAll unpins every block Sequence.Pin pinned; they stay cached.
+func (p *Pool) UnpinAll() error { return p.call(true, cPoolUnpinAll) }
+
+// handles returns the C handles of seqs, which must be open sequences of p.
+func (p *Pool) handles(fn string, seqs []*Sequence) ([]unsafe.Pointer, error) {
+	out := make([]unsafe.Pointer, len(seqs))
+	for i, s := range seqs {
+		if s == nil || s.pool != p {
+			return nil, newError(CodeInvalidArgument, fmt.Sprintf("%s: seqs[%d] is nil or belongs to another pool", fn, i))
+		}
+		if s.p == nil {
+			return nil, newError(CodeInvalidState, fmt.Sprintf("%s: seqs[%d] is closed", fn, i))
+		}
+		out[i] = s.p
+	}
+	return out, nil
+}
+
+// BlocksNeeded is admission control: per group, the blocks that reserving
+// newTokens[i] more tokens for each of seqs[i] would take (copy-on-write
+// copies and recurrent slots included, minus what sliding groups give
+// back). Compare with PoolStats.AvailableBlocks.
+func (p *Pool) BlocksNeeded(seqs []*Sequence, newTokens []uint64) ([]uint64, error) {
+	const fn = "BlocksNeeded"
+	if len(seqs) != len(newTokens) {
+		return nil, newError(CodeInvalidArgument, fmt.Sprintf("%s: %d sequences but %d token counts", fn, len(seqs), len(newTokens)))
+	}
+	raw, err := p.handles(fn, seqs)
+	if err != nil {
+		return nil, err
+	}
+	h, err := p.enter(false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint64, max(len(p.groups), 1))
+	err = cPoolBlocksNeeded(h, raw, newTokens, out)
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(seqs)
+	if err != nil {
+		return nil, err
+	}
+	return out[:len(p.groups)], nil
+}
+
+// PoolEvent is one event of the pool's queue (kvc_pool_event), for a router
+// that tracks what each pool caches. IDs count 1, 2, 3, ... per pool; a gap
+// means the queue was full and events were dropped. Group, BlockHash and
+// BlockID are set for stored and removed blocks, ParentHash (the previous
+// block's hash, or the chain's root) and NumTokens for stored ones.
+type PoolEvent struct {
+	ID         uint64
+	Kind       PoolEventKind
+	Group      uint32
+	BlockHash  [BlockHashSize]byte
+	ParentHash [BlockHashSize]byte
+	NumTokens  uint32
+	BlockID    uint32
+}
+
+// Events takes every queued event, oldest first.
+func (p *Pool) Events() ([]PoolEvent, error) {
+	h, err := p.enter(true)
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(p)
+	var out []PoolEvent
+	buf := make([]PoolEvent, 256)
+	for {
+		n, err := cPoolEventsPull(h, buf)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, buf[:n]...)
+		if n < len(buf) {
+			return out, nil
+		}
+	}
+}
+
+// Write stores one step's K/V through a slot mapping, every layer in one
+// call (one kernel launch on a GPU): keys[l] and values[l] are [num_tokens,
+// num_kv_heads, head_dim] on the pool's device (nil for recurrent layers),
+// slots holds num_groups * num_tokens slots in Reserve's group-major form
+// (ConcatSlots joins the sequences of a batch); a slot of -1 is skipped.
+// Table and state views stay valid: a write changes stored K/V only.
+func (p *Pool) Write(keys, values []Input, slots []int64) error {
+	const fn = "Write"
+	if len(keys) != len(p.layers) || len(values) != len(p.layers) {
+		return newError(CodeInvalidArgument, fmt.Sprintf(
+			"%s: %d keys and %d values but the pool has %d layers (one per layer, nil for recurrent layers)",
+			fn, len(keys), len(values), len(p.layers)))
+	}
+	groups := max(len(p.groups), 1)
+	if len(slots)%groups != 0 {
+		return newError(CodeInvalidArgument, fmt.Sprintf(
+			"%s: slots has %d entries, not a multiple of the pool's %d groups (num_groups * num_tokens, group-major)",
+			fn, len(slots), groups))
+	}
+	if p.handle() == nil {
+		return ErrPoolClosed
+	}
+	arr, err := newTensorArrays(fn, keys, values, false)
+	if err != nil {
+		return err
+	}
+	defer arr.free()
+	h, err := p.enter(false)
+	if err != nil {
+		return err
+	}
+	err = cPoolWrite(h, arr.keys(), arr.values(), arr.n, slots, len(slots)/groups)
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(keys)
+	runtime.KeepAlive(values)
+	return err
+}
+
+// LayerStorage returns the K and V storage of layer over all its group's
+// blocks, zero-copy: [num_blocks, block_size, heads, head_dim] (LayoutNHD)
+// or [num_blocks, heads, block_size, head_dim] (LayoutHND); the pool's own
+// layout is compact, the other strided. Valid until Close.
+func (p *Pool) LayerStorage(layer int, layout PoolLayout) (KV, error) {
+	l, err := layerIndex("LayerStorage", layer)
+	if err != nil {
+		return KV{}, err
+	}
+	h, err := p.enter(false)
+	if err != nil {
+		return KV{}, err
+	}
+	var out ckv
+	err = cPoolLayerStorage(h, l, layout, &out)
+	runtime.KeepAlive(p)
+	if err != nil {
+		return KV{}, err
+	}
+	return KV{p.view(&out.key, viewPoolStorage), p.view(&out.value, viewPoolStorage)}, nil
+}
+
+func (p *Pool) view(t *ctensor, kind viewKind) View {
+	return View{t: *t, pool: p, gen: p.gen, kind: kind}
+}
+
+// ctable mirrors kvc_pool_table (checked in pool_cgo.go).
+type ctable struct {
+	table, indptr, lastPageLen ctensor
+}
+
+func (p *Pool) blockTable(fn string, seqs []*Sequence, group int, format tableFormat) (*ctable, int32, error) {
+	g, err := groupIndex(fn, group)
+	if err != nil {
+		return nil, 0, err
+	}
+	raw, err := p.handles(fn, seqs)
+	if err != nil {
+		return nil, 0, err
+	}
+	h, err := p.enter(false)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out ctable
+	err = cPoolBlockTable(h, raw, g, format, &out)
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(seqs)
+	if err != nil {
+		return nil, 0, err // nothing changed: the previous table of this group and format stays valid
+	}
+	// The group is in range (the call succeeded): its table of this format was rewritten.
+	slot := int32(2*int(g) + int(format))
+	p.serial++
+	p.tableGen[slot] = p.serial
+	return &out, slot, nil
+}
+
+func (p *Pool) tableView(t *ctensor, slot int32) View {
+	return View{t: *t, pool: p, gen: p.tableGen[slot], kind: viewPoolTable, table: slot}
+}
+
+// BlockTable returns the block tables of seqs in group as an int32
+// [batch, max_blocks] view on the pool's device, rows padded with 0 (vLLM,
+// FlashAttention); Int32s reads it on the host. Valid until the next call
+// that changes blocks or tables, or the next BlockTable of the same group:
+// the tables of several groups coexist.
+func (p *Pool) BlockTable(seqs []*Sequence, group int) (View, error) {
+	t, slot, err := p.blockTable("BlockTable", seqs, group, tablePadded)
+	if err != nil {
+		return View{}, err
+	}
+	return p.tableView(&t.table, slot), nil
+}
+
+// CSRTable is a batch's block tables in FlashInfer's CSR form: int32
+// Indptr [batch + 1], Indices [Indptr[batch]] and LastPageLen [batch]
+// (tokens in each sequence's last block).
+type CSRTable struct {
+	Indptr, Indices, LastPageLen View
+}
+
+// BlockTableCSR returns the block tables in the CSR form; validity as
+// BlockTable.
+func (p *Pool) BlockTableCSR(seqs []*Sequence, group int) (CSRTable, error) {
+	t, slot, err := p.blockTable("BlockTableCSR", seqs, group, tableCSR)
+	if err != nil {
+		return CSRTable{}, err
+	}
+	return CSRTable{p.tableView(&t.indptr, slot), p.tableView(&t.table, slot), p.tableView(&t.lastPageLen, slot)}, nil
+}
+
+// Int32s returns a copy of an int32 view in host memory (block tables), in
+// row-major order.
+func (v View) Int32s() ([]int32, error) {
+	if !v.Valid() {
+		return nil, ErrStaleView
+	}
+	if t := v.Device().Type; t != DeviceCPU && t != DeviceCUDAHost && t != DeviceROCmHost {
+		return nil, newError(CodeDeviceMismatch, fmt.Sprintf("Int32s: the view lives on device %d:%d; only host memory can be read from Go",
+			v.t.deviceType, v.t.deviceID))
+	}
+	if v.DataType() != (DataType{TypeCodeInt, 32, 1}) {
+		return nil, newError(CodeDTypeMismatch, fmt.Sprintf("Int32s: the view holds %+v, not int32", v.DataType()))
+	}
+	n := v.NumElements()
+	out := make([]int32, n)
+	if n == 0 {
+		return out, nil
+	}
+	strides := make([]int64, v.NDim())
+	for i := range strides {
+		strides[i] = v.stride(i)
+	}
+	copyStrided(unsafe.Pointer(&out[0]), v.first(), 4, v.shapeSlice(), strides)
+	return out, nil
+}
+
+// Sequence is a request in a Pool (kvc_pool_sequence): its tokens and one
+// block table per group. Close it when the request is done: its blocks go
+// back to the pool, the cached ones staying reusable until evicted. It keeps
+// its pool reachable.
+type Sequence struct {
+	p    unsafe.Pointer // *kvc_pool_sequence; nil once closed
+	pool *Pool
+}
+
+func (p *Pool) newSequence(s unsafe.Pointer) *Sequence {
+	seq := &Sequence{p: s, pool: p}
+	runtime.SetFinalizer(seq, (*Sequence).finalize)
+	return seq
+}
+
+// NewSequence returns a new, empty sequence (a request). salt is its cache
+// salt (per tenant: blocks are reused only between sequences with the same
+// salt); nil for none.
+func (p *Pool) NewSequence(salt []byte) (*Sequence, error) {
+	h, err := p.enter(true)
+	if err != nil {
+		return nil, err
+	}
+	s, err := cPoolSequenceCreate(h, salt)
+	runtime.KeepAlive(p)
+	if err != nil {
+		return nil, err
+	}
+	return p.newSequence(s), nil
+}
+
+// finalize runs on the finalizer goroutine, maybe while the pool is in use:
+// it hands the handle to the pool, which destroys it at its next call.
+func (s *Sequence) finalize() {
+	h := atomic.SwapPointer(&s.p, nil)
+	o := s.pool.o
+	o.mu.Lock()
+	if h != nil && o.p != nil {
+		o.dropped = append(o.dropped, h)
+		o.pending.Store(int32(len(o.dropped)))
+	}
+	o.mu.Unlock()
+}
+
+// Close releases the sequence's blocks. It is idempotent, always returns
+// nil, and does nothing once the pool is closed (which freed it).
+func (s *Sequence) Close() error {
+	if s == nil {
+		return nil
+	}
+	h := atomic.SwapPointer(&s.p, nil)
+	if h == nil {
+		return nil
+	}
+	runtime.SetFinalizer(s, nil)
+	if _, err := s.pool.enter(true); err == nil {
+		cPoolSequenceDestroy(h)
+	}
+	runtime.KeepAlive(s)
+	return nil
+}
+
+// Pool returns the pool the sequence belongs to.
+func (s *Sequence) Pool() *Pool { return s.pool }
+
+// enter returns the sequence's handle for a call (see Pool.enter).
+func (s *Sequence) enter(stale bool) (unsafe.Pointer, error) {
+	if s == nil {
+		return nil, ErrSequenceClosed
+	}
+	if _, err := s.pool.enter(stale); err != nil {
+		return nil, err
+	}
+	if s.p == nil {
+		return nil, ErrSequenceClosed
+	}
+	return s.p, nil
+}
+
+// Len returns the tokens the sequence holds (reserved, committed or not);
+// 0 once closed.
+func (s *Sequence) Len() int64 {
+	h, err := s.enter(false)
+	if err != nil {
+		return 0
+	}
+	n := cPoolSequenceLength(h)
+	runtime.KeepAlive(s)
+	return int64(n)
+}
+
+// Committed returns the tokens committed (written and declared by Commit,
+// or matched); 0 once closed.
+func (s *Sequence) Committed() int64 {
+	h, err := s.enter(false)
+	if err != nil {
+		return 0
+	}
+	n := cPoolSequenceCommitted(h)
+	runtime.KeepAlive(s)
+	return int64(n)
+}
+
+// MatchPrefix attaches the longest cached prefix of tokens to this empty
+// sequence and returns how many tokens matched: a whole number of blocks of
+// every group, at most len(tokens) - 1 (the last token is always computed).
+// Reserve the rest.
+func (s *Sequence) MatchPrefix(tokens []int32) (int64, error) {
+	h, err := s.enter(true)
+	if err != nil {
+		return 0, err
+	}
+	n, err := cPoolMatchPrefix(h, tokens)
+	runtime.KeepAlive(s)
+	return int64(n), err
+}
+
+// SlotMapping holds the slots Reserve gave the step's tokens: NumGroups rows
+// of NumTokens() in one group-major slice (Slots[g*NumTokens()+i] is token
+// i's slot in group g: block * block_size + offset, or -1 in a recurrent
+// group), the form Pool.Write takes.
+type SlotMapping struct {
+	Slots     []int64
+	NumGroups int
+}
+
+// NumTokens returns the number of tokens (columns).
+func (m SlotMapping) NumTokens() int {
+	if m.NumGroups == 0 {
+		return 0
+	}
+	return len(m.Slots) / m.NumGroups
+}
+
+// Group returns the slots of group g (a subslice).
+func (m SlotMapping) Group(g int) []int64 {
+	n := m.NumTokens()
+	return m.Slots[g*n : (g+1)*n]
+}
+
+// ConcatSlots joins the mappings of several sequences group by group: what
+// one Pool.Write of a whole batch takes.
+func ConcatSlots(ms ...SlotMapping) (SlotMapping, error) {
+	if len(ms) == 0 {
+		return SlotMapping{}, nil
+	}
+	out := SlotMapping{NumGroups: ms[0].NumGroups}
+	total := 0
+	for i, m := range ms {
+		if m.NumGroups != out.NumGroups {
+			return SlotMapping{}, newError(CodeInvalidArgument, fmt.Sprintf(
+				"ConcatSlots: mapping %d has %d groups but mapping 0 has %d", i, m.NumGroups, out.NumGroups))
+		}
+		total += len(m.Slots)
+	}
+	out.Slots = make([]int64, 0, total)
+	for g := 0; g < out.NumGroups; g++ {
+		for _, m := range ms {
+			out.Slots = append(out.Slots, m.Group(g)...)
+		}
+	}
+	return out, nil
+}
+
+// Reserve appends tokens and gives each a slot in every attention group
+// (copying a shared or cached last block first, evicting least recently
+// used cached blocks when none is free). Out of blocks is ErrOutOfMemory
+// naming the group and the numbers, and nothing changes.
+func (s *Sequence) Reserve(tokens []int32) (SlotMapping, error) {
+	var m SlotMapping
+	err := s.ReserveInto(tokens, &m)
+	return m, err
+}
+
+// ReserveInto is Reserve into a mapping whose memory is reused (a decode
+// loop allocates nothing).
+func (s *Sequence) ReserveInto(tokens []int32, m *SlotMapping) error {
+	h, err := s.enter(true)
+	if err != nil {
+		return err
+	}
+	groups := len(s.pool.groups)
+	n := groups * len(tokens)
+	if cap(m.Slots) < n {
+		m.Slots = make([]int64, n)
+	}
+	m.Slots, m.NumGroups = m.Slots[:n], groups
+	err = cPoolReserve(h, tokens, m.Slots)
+	runtime.KeepAlive(s)
+	if err != nil {
+		m.Slots = m.Slots[:0]
+	}
+	return err
+}
+
+// Commit declares every reserved token written: blocks that became full are
+// hashed and cached (an EventBlockStored each), recurrent groups checkpoint
+// their state at block boundaries.
+func (s *Sequence) Commit() error { return s.call(cPoolCommit) }
+
+// call runs a call that changes blocks or tables on the sequence's handle.
+func (s *Sequence) call(f func(unsafe.Pointer) error) error {
+	h, err := s.enter(true)
+	if err != nil {
+		return err
+	}
+	err = f(h)
+	runtime.KeepAlive(s)
+	return err
+}
+
+// Fork returns a new sequence sharing every block of this one (n > 1
+// sampling, beam search); nothing is copied until one of them writes into a
+// shared partial block (copy-on-write).
+func (s *Sequence) Fork() (*Sequence, error) {
+	h, err := s.enter(true)
+	if err != nil {
+		return nil, err
+	}
+	f, err := cPoolFork(h)
+	runtime.KeepAlive(s)
+	if err != nil {
+		return nil, err
+	}
+	return s.pool.newSequence(f), nil
+}
+
+// Truncate keeps the first n tokens (speculative decoding's rollback).
+func (s *Sequence) Truncate(n int64) error {
+	if n < 0 {
+		return newError(CodeInvalidArgument, fmt.Sprintf("Truncate: n is %d; it must be >= 0", n))
+	}
+	return s.call(func(h unsafe.Pointer) error { return cPoolTruncate(h, uint64(n)) })
+}
+
+// Pin pins the sequence's cached blocks: never evicted, even after it is
+// closed, until Pool.UnpinAll.
+func (s *Sequence) Pin() error { return s.call(cPoolPin) }
+
+// Gather copies the sequence's K and V of layer into keys and values,
+// [1, num_kv_heads, Len(), head_dim] tensors on the pool's device (a Tensor
+// of the pool's element type, or an ExternalTensor), which it writes: the
+// transformers layout.
+func (s *Sequence) Gather(layer int, keys, values Input) error {
+	const fn = "Gather"
+	l, err := layerIndex(fn, layer)
+	if err != nil {
+		return err
+	}
+	if keys == nil || values == nil {
+		return newError(CodeInvalidArgument, fmt.Sprintf("%s: keys and values must not be nil", fn))
+	}
+	arr, err := newTensorArrays(fn, []Input{keys}, []Input{values}, false)
+	if err != nil {
+		return err
+	}
+	defer arr.free()
+	h, err := s.enter(false)
+	if err != nil {
+		return err
+	}
+	err = cPoolGather(h, l, arr.keys(), arr.values())
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(keys)
+	runtime.KeepAlive(values)
+	return err
+}
+
+// GatherTensors is Gather into new host tensors of element type T.
+func GatherTensors[T Element](s *Sequence, layer int) (keys, values Tensor[T], err error) {
+	if s == nil || layer < 0 || layer >= len(s.pool.layers) {
+		n := 0
+		if s != nil {
+			n = len(s.pool.layers)
+		}
+		return keys, values, newError(CodeOutOfRange, fmt.Sprintf("GatherTensors: layer %d is out of range (%d layers)", layer, n))
+	}
+	l := s.pool.layers[layer]
+	n := s.Len()
+	keys = NewTensor[T](1, int64(l.NumKVHeads), n, int64(l.KeyHeadDim))
+	values = NewTensor[T](1, int64(l.NumKVHeads), n, int64(l.valueDim()))
+	err = s.Gather(layer, keys, values)
+	return keys, values, err
+}
+
+// RecurrentState returns the live state of recurrent layer: conv [1,
+// conv_dim, conv_kernel] and SSM [1, heads, head_dim, ssm_state_size] views
+// the model reads and writes in place (As gives a writable Tensor over a
+// host pool's state). Valid until the next call that changes blocks or
+// tables.
+func (s *Sequence) RecurrentState(layer int) (conv, ssm View, err error) {
+	l, err := layerIndex("RecurrentState", layer)
+	if err != nil {
+		return View{}, View{}, err
+	}
+	h, err := s.enter(false)
+	if err != nil {
+		return View{}, View{}, err
+	}
+	var c, m ctensor
+	err = cPoolRecurrentState(h, l, &c, &m)
+	runtime.KeepAlive(s)
+	if err != nil {
+		return View{}, View{}, err
+	}
+	return s.pool.view(&c, viewPool), s.pool.view(&m, viewPool), nil
+}

@@ -1,0 +1,782 @@
+"""The block pool of serving stacks (``kvcache/pool.h``): paged KV with prefix reuse, copy-on-write and events.
+
+A :class:`Pool` is a fixed set of blocks on one device for one model, shared by many :class:`Sequence` objects
+(requests) that join and leave every step, as vLLM, SGLang and TensorRT-LLM do continuous batching. The model
+is described once: :class:`PoolGroup` objects (one per attention kind, each with its block size and block
+count) and one :class:`PoolLayer` per layer. A step of a serving loop::
+
+    >>> import kvcache, numpy as np
+    >>> pool = kvcache.Pool(dtype="float32", groups=[kvcache.PoolGroup("full", block_size=4, num_blocks=16)],
+    ...                     layers=[kvcache.PoolLayer(group=0, num_kv_heads=2, head_dim=8)] * 2,
+    ...                     hash_seed=b"tiny-model", events=64)
+    >>> prompt = list(range(10))
+    >>> with pool.sequence() as seq:
+    ...     slots = seq.reserve(prompt)                       # a slot per token and group
+    ...     k = np.ones((len(prompt), 2, 8), np.float32)      # [tokens, kv_heads, head_dim] per layer
+    ...     pool.write([k, k], [k, k], slots)                 # every layer in one call
+    ...     seq.commit()                                      # full blocks are hashed and cached
+    ...     table = pool.block_table([seq])                   # int32 [batch, max_blocks], zero-copy
+    ...     np.from_dlpack(table).shape
+    (1, 3)
+    >>> with pool.sequence() as again:                        # the same prompt later: its full blocks hit
+    ...     again.match_prefix(prompt)
+    8
+    >>> [e.kind.name for e in pool.events()]
+    ['BLOCK_STORED', 'BLOCK_STORED']
+
+Views (:meth:`Pool.block_table`, :meth:`Pool.layer_storage`, :meth:`Sequence.recurrent_state`) are
+:class:`kvcache.View` objects that ``torch.from_dlpack`` turns into tensors sharing the pool's memory. Block
+tables and recurrent states are valid until the next call that changes the pool's blocks or tables (every
+call but the queries, :meth:`Pool.write`, :meth:`Pool.layer_storage`, :meth:`Sequence.gather` and
+:meth:`Sequence.recurrent_state`) and, for a table, until the next table of the same group and format (the
+tables of several groups coexist); the K/V storage never moves, so its views are valid until the pool is
+closed. Exporting a stale view raises :class:`kvcache.StaleViewError`.
+
+A pool and its sequences are one object for threading: one thread at a time (a second thread entering gets an
+:class:`kvcache.InvalidStateError`). Sequences keep their pool alive; closing a pool closes its sequences.
+Running out of blocks raises :class:`kvcache.OutOfMemoryError` (a ``MemoryError``) and changes nothing.
+"""
+from __future__ import annotations
+
+import array
+import enum
+import operator
+from collections.abc import Mapping as _AbcMapping, Sequence as _AbcSequence
+from dataclasses import dataclass, fields
+from typing import Any, Iterable, List, Mapping, NamedTuple, Optional, Sequence as Seq, Tuple, Union
+
+from . import _lib
+from ._cache import KV, TensorLike, View, _layer
+from ._errors import InvalidArgumentError, OutOfRangeError
+from ._streams import StreamLike, stream_handle
+from ._types import DeviceLike, DeviceType, Dtype, DtypeLike, parse_device, parse_dtype
+
+__all__ = [
+    "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
+    "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
+]
+
+_U32 = 2**32 - 1
+_EVENT_BATCH = 256
+
+
+class GroupKind(enum.IntEnum):
+    """The attention kind of a group (``kvc_pool_group_kind``)."""
+
+    FULL = _lib.KVC_POOL_GROUP_FULL
+    SLIDING = _lib.KVC_POOL_GROUP_SLIDING
+    CHUNKED = _lib.KVC_POOL_GROUP_CHUNKED
+    RECURRENT = _lib.KVC_POOL_GROUP_RECURRENT
+
+
+class Layout(enum.IntEnum):
+    """The layout of a layer's K/V storage (``kvc_pool_layout``)."""
+
+    NHD = _lib.KVC_POOL_LAYOUT_NHD  # [num_blocks, block_size, heads, head_dim] (vLLM, FlashInfer NHD)
+    HND = _lib.KVC_POOL_LAYOUT_HND  # [num_blocks, heads, block_size, head_dim] (FlashInfer HND)
+
+
+class EventKind(enum.IntEnum):
+    """What a :class:`PoolEvent` reports (``kvc_pool_event_kind``)."""
+
+    BLOCK_STORED = _lib.KVC_POOL_EVENT_BLOCK_STORED
+    BLOCK_REMOVED = _lib.KVC_POOL_EVENT_BLOCK_REMOVED
+    ALL_CLEARED = _lib.KVC_POOL_EVENT_ALL_CLEARED
+
+
+def _enum(cls: Any, value: Any, name: str) -> Any:
+    if isinstance(value, str):
+        try:
+            return cls[value.upper()]
+        except KeyError:
+            raise InvalidArgumentError(f"{name} is {value!r}; expected one of "
+                                       f"{[m.name.lower() for m in cls]}", _lib.KVC_ERROR_INVALID_ARGUMENT) from None
+    return cls(operator.index(value)) if operator.index(value) in cls._value2member_map_ else operator.index(value)
+
+
+def _u32(value: Any, name: str) -> int:
+    v = operator.index(value)
+    if v < 0 or v > _U32:
+        raise InvalidArgumentError(f"{name} is {v}; it must be in [0, 2^32)", _lib.KVC_ERROR_INVALID_ARGUMENT)
+    return v
+
+
+@dataclass(frozen=True)
+class PoolGroup:
+    """One group of layers (``kvc_pool_group_options``): an attention kind with its own block size and count.
+
+    ``kind`` is ``"full"``, ``"sliding"`` (``window``: the sliding window in tokens), ``"chunked"``
+    (``window``: the chunk size) or ``"recurrent"`` (Mamba/SSM layers: ``block_size`` tokens between state
+    checkpoints, ``num_blocks`` state slots). Block 0 of every group is the null block: ``num_blocks - 1`` are
+    usable.
+
+    Example:
+        >>> PoolGroup("sliding", block_size=16, num_blocks=256, window=4096)
+        PoolGroup(kind='sliding', block_size=16, num_blocks=256, window=4096)
+    """
+
+    kind: Union[str, GroupKind] = "full"
+    block_size: int = 16
+    num_blocks: int = 0
+    window: int = 0
+
+    def _to_lib(self, index: int) -> Any:
+        g = _lib.kvc_pool_group_options()
+        g.kind = int(_enum(GroupKind, self.kind, f"groups[{index}].kind"))
+        g.block_size = _u32(self.block_size, f"groups[{index}].block_size")
+        g.num_blocks = _u32(self.num_blocks, f"groups[{index}].num_blocks")
+        g.window = operator.index(self.window)
+        return g
+
+
+@dataclass(frozen=True)
+class PoolLayer:
+    """One layer of the model (``kvc_pool_layer_options``).
+
+    Attention layers: K is ``[num_kv_heads, head_dim]`` per token and V ``[num_kv_heads, value_head_dim]``
+    (0: ``head_dim``). Recurrent layers: a conv state ``[conv_dim, conv_kernel]`` and an SSM state
+    ``[num_kv_heads, head_dim, ssm_state_size]`` per sequence (Mamba2's heads, head_dim, d_state).
+
+    Example:
+        >>> PoolLayer(group=0, num_kv_heads=8, head_dim=128)
+        PoolLayer(group=0, num_kv_heads=8, head_dim=128, value_head_dim=0, conv_dim=0, conv_kernel=0, ssm_state_size=0)
+    """
+
+    group: int = 0
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    value_head_dim: int = 0
+    conv_dim: int = 0
+    conv_kernel: int = 0
+    ssm_state_size: int = 0
+
+    def _to_lib(self, index: int) -> Any:
+        lo = _lib.kvc_pool_layer_options()
+        name = f"layers[{index}]"
+        lo.group = _u32(self.group, f"{name}.group")
+        lo.num_kv_heads = _u32(self.num_kv_heads, f"{name}.num_kv_heads")
+        lo.key_head_dim = _u32(self.head_dim, f"{name}.head_dim")
+        lo.value_head_dim = _u32(self.value_head_dim, f"{name}.value_head_dim")
+        lo.conv_dim = _u32(self.conv_dim, f"{name}.conv_dim")
+        lo.conv_kernel = _u32(self.conv_kernel, f"{name}.conv_kernel")
+        lo.ssm_state_size = _u32(self.ssm_state_size, f"{name}.ssm_state_size")
+        return lo
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """Counters of one group (``kvc_pool_stats``); ``num_blocks`` counts the usable blocks."""
+
+    group: int
+    num_blocks: int
+    free_blocks: int
+    cached_blocks: int
+    used_blocks: int
+    pinned_blocks: int
+    prefix_queries: int
+    prefix_hits: int
+    evictions: int
+
+    @property
+    def available_blocks(self) -> int:
+        """Blocks a reserve can take now: the free ones and the evictable cached ones."""
+        return self.free_blocks + self.cached_blocks
+
+    @property
+    def hit_rate(self) -> float:
+        """prefix_hits / prefix_queries (0.0 before any query)."""
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0
+
+    @classmethod
+    def _from_lib(cls, s: Any) -> "PoolStats":
+        return cls(**{f.name: int(getattr(s, f.name)) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class PoolEvent:
+    """One event of the pool's queue (``kvc_pool_event``), for a router that tracks what each pool caches.
+
+    ``id`` counts 1, 2, 3, ... per pool (a gap means events were dropped because the queue was full).
+    ``block_hash`` and ``block_id`` are set for BLOCK_STORED and BLOCK_REMOVED, ``parent_hash`` (the previous
+    block's hash, or the chain's root) and ``num_tokens`` for BLOCK_STORED; the others are None.
+    """
+
+    id: int
+    kind: EventKind
+    group: Optional[int]
+    block_hash: Optional[bytes]
+    parent_hash: Optional[bytes]
+    num_tokens: Optional[int]
+    block_id: Optional[int]
+
+    @classmethod
+    def _from_lib(cls, raw: Tuple[int, int, int, bytes, bytes, int, int]) -> "PoolEvent":
+        eid, kind, group, block_hash, parent_hash, num_tokens, block_id = raw
+        k = EventKind(kind) if kind in EventKind._value2member_map_ else kind
+        stored, removed = k == EventKind.BLOCK_STORED, k == EventKind.BLOCK_REMOVED
+        return cls(id=eid, kind=k, group=group if stored or removed else None,
+                   block_hash=block_hash if stored or removed else None,
+                   parent_hash=parent_hash if stored else None, num_tokens=num_tokens if stored else None,
+                   block_id=block_id if stored or removed else None)
+
+
+class SlotMapping:
+    """The slots :meth:`Sequence.reserve` gave the step's tokens, in every group.
+
+    ``data`` is an ``array('q')`` of ``num_groups * num_tokens`` int64 entries, group-major: entry
+    ``g * num_tokens + i`` is token ``i``'s slot in group ``g`` (``block * block_size + offset``, the index
+    vLLM's slot mapping holds; -1 for a recurrent group). It has the buffer protocol:
+    ``torch.frombuffer(m.data, dtype=torch.int64).view(m.num_groups, -1)`` is a zero-copy tensor.
+
+    Example:
+        >>> m = SlotMapping(array.array("q", [16, 17, 32, 33]), num_groups=2)
+        >>> len(m), m.group(1).tolist()
+        (2, [32, 33])
+        >>> SlotMapping.concat([m, m]).tolist()
+        [[16, 17, 16, 17], [32, 33, 32, 33]]
+    """
+
+    __slots__ = ("data", "num_groups")
+
+    def __init__(self, data: "array.array[int]", num_groups: int) -> None:
+        if data.typecode != "q":
+            raise TypeError(f"SlotMapping: data must be an array('q'), got array({data.typecode!r})")
+        if num_groups <= 0 or len(data) % num_groups:
+            raise InvalidArgumentError(f"SlotMapping: {len(data)} entries are not num_groups ({num_groups}) rows of "
+                                       f"equal length", _lib.KVC_ERROR_INVALID_ARGUMENT)
+        self.data = data
+        self.num_groups = num_groups
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.data) // self.num_groups
+
+    def __len__(self) -> int:
+        return self.num_tokens
+
+    def group(self, group: int) -> "array.array[int]":
+        """The slots of group ``group`` (a copy)."""
+        g = operator.index(group)
+        if not 0 <= g < self.num_groups:
+            raise OutOfRangeError(f"group is {g}; the mapping has {self.num_groups} groups",
+                                  _lib.KVC_ERROR_OUT_OF_RANGE)
+        n = self.num_tokens
+        return self.data[g * n:(g + 1) * n]
+
+    def tolist(self) -> List[List[int]]:
+        return [self.group(g).tolist() for g in range(self.num_groups)]
+
+    @classmethod
+    def concat(cls, mappings: Iterable["SlotMapping"]) -> "SlotMapping":
+        """The mappings of several sequences as one, group by group: the form one :meth:`Pool.write` of a
+        whole batch takes."""
+        ms = list(mappings)
+        if not ms:
+            raise InvalidArgumentError("SlotMapping.concat: no mappings", _lib.KVC_ERROR_INVALID_ARGUMENT)
+        groups = ms[0].num_groups
+        if any(m.num_groups != groups for m in ms):
+            raise InvalidArgumentError("SlotMapping.concat: the mappings have different numbers of groups",
+                                       _lib.KVC_ERROR_INVALID_ARGUMENT)
+        out = array.array("q")
+        for g in range(groups):
+            for m in ms:
+                out.extend(m.group(g))
+        return cls(out, groups)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SlotMapping) and self.num_groups == other.num_groups and self.data == other.data
+
+    def __repr__(self) -> str:
+        return f"SlotMapping({self.tolist()})"
+
+
+class CsrBlockTable(NamedTuple):
+    """Block tables in FlashInfer's CSR form: int32 ``indptr [batch + 1]``, ``indices [indptr[batch]]`` and
+    ``last_page_len [batch]`` (tokens in each sequence's last block), zero-copy :class:`kvcache.View` objects."""
+
+    indptr: View
+    indices: View
+    last_page_len: View
+
+
+class RecurrentState(NamedTuple):
+    """A sequence's live state of one recurrent layer: ``conv [1, conv_dim, conv_kernel]`` and
+    ``ssm [1, num_kv_heads, head_dim, ssm_state_size]`` views, read and written in place by the model."""
+
+    conv: View
+    ssm: View
+
+
+def _torch_device(device: Tuple[int, int]) -> str:
+    kind, index = device
+    if kind == DeviceType.CPU:
+        return "cpu"
+    return f"cuda:{index}"  # torch names CUDA and ROCm devices "cuda"
+
+
+class Pool:
+    """A block pool for one model on one device (``kvc_pool``).
+
+    Args:
+        dtype: the K/V and state dtype (``torch.bfloat16``, ``"float16"``, :class:`kvcache.Dtype` ...).
+        groups: the :class:`PoolGroup` objects; layers name them by index.
+        layers: one :class:`PoolLayer` per layer of the model.
+        device: ``"cpu"``, ``"cuda:0"``, ``torch.device`` ... (default the CPU).
+        layout: the physical layout of the K/V storage, ``"NHD"`` (default) or ``"HND"``; views in the other
+            layout are the same memory with strides.
+        hash_seed: the pool's hash namespace (bytes): name the model and its weights with it. Blocks are reused
+            only within one seed; a router computes the same block hashes from it (docs/block-hash.md).
+        prefix_caching: True (default): full committed blocks are hashed and reused. False: never hashed, and
+            released blocks are freed.
+        events: how many events the queue keeps until :meth:`events` pulls them (0: no events). When full, the
+            oldest are dropped.
+
+    Example:
+        >>> import kvcache
+        >>> pool = kvcache.Pool(dtype="float16", groups=[kvcache.PoolGroup("full", block_size=16, num_blocks=64)],
+        ...                     layers=[kvcache.PoolLayer(group=0, num_kv_heads=8, head_dim=128)] * 4)
+        >>> pool.stats(0).num_blocks, pool.num_layers
+        (63, 4)
+        >>> pool.close()
+    """
+
+    _handle: Any
+
+    def __init__(self, *, dtype: DtypeLike, groups: Seq[PoolGroup], layers: Seq[PoolLayer],
+                 device: DeviceLike = "cpu", layout: Union[str, Layout] = Layout.NHD,
+                 hash_seed: Optional[bytes] = None, prefix_caching: bool = True, events: int = 0) -> None:
+        self._groups: Tuple[PoolGroup, ...] = tuple(groups)
+        self._layers: Tuple[PoolLayer, ...] = tuple(layers)
+        self._dtype = parse_dtype(dtype)
+        self._device = parse_device(device)
+        self._layout = Layout(_enum(Layout, layout, "layout"))
+        o = _lib.kvc_pool_options()
+        o.dtype = int(self._dtype)
+        dev = _lib.kvc_device()
+        dev.device_type, dev.device_id = self._device
+        o.device = dev
+        garr = _lib.PoolGroupOptionsArray(max(len(self._groups), 1))
+        for i, g in enumerate(self._groups):
+            if not isinstance(g, PoolGroup):
+                raise TypeError(f"groups[{i}] is a {type(g).__name__}; expected a kvcache.PoolGroup")
+            garr[i] = g._to_lib(i)
+        larr = _lib.PoolLayerOptionsArray(max(len(self._layers), 1))
+        for i, lay in enumerate(self._layers):
+            if not isinstance(lay, PoolLayer):
+                raise TypeError(f"layers[{i}] is a {type(lay).__name__}; expected a kvcache.PoolLayer")
+            larr[i] = lay._to_lib(i)
+        o.num_groups = len(self._groups)
+        o.groups = garr.cast()
+        o.num_layers = len(self._layers)
+        o.layers = larr.cast()
+        o.layout = int(self._layout)
+        o.enable_prefix_caching = 1 if prefix_caching else 0
+        o.event_capacity = _u32(events, "events")
+        self._handle = _lib.kvc_pool_create(o, hash_seed)
+        self._hash_seed = bytes(hash_seed or b"")
+        del garr, larr
+
+    @classmethod
+    def from_config(cls, config: Any, *, num_blocks: Union[int, Mapping[str, int], Seq[int]],
+                    block_size: int = 16, dtype: Optional[DtypeLike] = None, **kwargs: Any) -> "Pool":
+        """A pool for a transformers model configuration (see :func:`describe_config`); ``dtype`` defaults to
+        the config's ``dtype`` (``torch_dtype``). Other keyword arguments go to :class:`Pool`."""
+        groups, layers = describe_config(config, num_blocks=num_blocks, block_size=block_size)
+        if dtype is None:
+            text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+            dtype = getattr(text, "dtype", None) or getattr(text, "torch_dtype", None)
+            if dtype is None:
+                raise InvalidArgumentError("Pool.from_config: the config names no dtype; pass dtype=",
+                                           _lib.KVC_ERROR_INVALID_ARGUMENT)
+        return cls(dtype=dtype, groups=groups, layers=layers, **kwargs)
+
+    # ------------------------------------------------------------ description
+
+    @property
+    def groups(self) -> Tuple[PoolGroup, ...]:
+        return self._groups
+
+    @property
+    def layers(self) -> Tuple[PoolLayer, ...]:
+        return self._layers
+
+    @property
+    def num_groups(self) -> int:
+        return len(self._groups)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._layers)
+
+    @property
+    def dtype(self) -> Dtype:
+        return self._dtype
+
+    @property
+    def device(self) -> Tuple[int, int]:
+        """The DLPack (device_type, device_id) pair."""
+        return self._device
+
+    @property
+    def hash_seed(self) -> bytes:
+        return self._hash_seed
+
+    # -------------------------------------------------------------- sequences
+
+    def sequence(self, salt: Optional[bytes] = None) -> "Sequence":
+        """A new, empty sequence (a request). ``salt`` is its cache salt (per tenant): blocks are reused only
+        between sequences with the same salt. Use it as a context manager to release it::
+
+            with pool.sequence() as seq: ...
+        """
+        return Sequence._from_handle(_lib.kvc_pool_sequence_create(self._handle, salt), self)
+
+    def blocks_needed(self, sequences: Seq["Sequence"], new_tokens: Union[int, Seq[int]]) -> List[int]:
+        """Admission control: per group, the blocks that reserving ``new_tokens`` more tokens (one count per
+        sequence, or one for all) would take, copy-on-write copies and recurrent slots included, minus what
+        sliding groups give back. Compare with ``stats(g).available_blocks``."""
+        seqs = list(sequences)
+        counts = [operator.index(new_tokens)] * len(seqs) if not isinstance(new_tokens, _AbcSequence) else list(new_tokens)
+        return _lib.kvc_pool_blocks_needed(self._handle, [self._own(s, "sequences")._handle for s in seqs], counts)
+
+    def _own(self, seq: Any, name: str) -> "Sequence":
+        if not isinstance(seq, Sequence):
+            raise TypeError(f"{name}: expected kvcache.Sequence objects, got {type(seq).__name__}")
+        return seq
+
+    # ---------------------------------------------------------------- queries
+
+    def stats(self, group: int = 0) -> PoolStats:
+        """The counters of ``group``."""
+        return PoolStats._from_lib(_lib.kvc_pool_stats_get(self._handle, _u32(group, "group")))
+
+    def events(self) -> List[PoolEvent]:
+        """Takes every queued event, oldest first (the queue is empty afterwards)."""
+        out: List[PoolEvent] = []
+        while True:
+            batch = _lib.kvc_pool_events_pull(self._handle, _EVENT_BATCH)
+            out.extend(PoolEvent._from_lib(e) for e in batch)
+            if len(batch) < _EVENT_BATCH:
+                return out
+
+    # --------------------------------------------------------------- mutation
+
+    def clear_cache(self) -> None:
+        """Evicts every cached, unreferenced, unpinned block (after a weights update) and queues an ALL_CLEARED
+        event; blocks in use are untouched."""
+        _lib.kvc_pool_clear_cache(self._handle)
+
+    def unpin_all(self) -> None:
+        """Unpins every block pinned by :meth:`Sequence.pin`; they stay cached, evictable again."""
+        _lib.kvc_pool_unpin_all(self._handle)
+
+    # -------------------------------------------------------------- data path
+
+    def write(self, keys: Seq[Optional[TensorLike]], values: Seq[Optional[TensorLike]],
+              slot_mapping: Union[SlotMapping, Seq[SlotMapping], Any]) -> None:
+        """Writes one step's K/V through a slot mapping, every layer in one call (one launch on a GPU).
+
+        ``keys[l]`` and ``values[l]`` are ``[num_tokens, num_kv_heads, head_dim]`` tensors on the pool's device
+        (None for recurrent layers). ``slot_mapping`` is a :class:`SlotMapping`, a list of them (the sequences
+        of a batch, concatenated group by group in that order), or ``num_groups * num_tokens`` int64 slots in
+        the same group-major form; a slot of -1 is skipped. Table and state views stay valid.
+        """
+        if isinstance(slot_mapping, SlotMapping):
+            slots: Any = slot_mapping.data
+        elif isinstance(slot_mapping, (list, tuple)) and slot_mapping and isinstance(slot_mapping[0], SlotMapping):
+            slots = SlotMapping.concat(slot_mapping).data
+        else:
+            slots = slot_mapping
+        _lib.kvc_pool_write(self._handle, list(keys), list(values), slots)
+
+    def layer_storage(self, layer: int, layout: Union[str, Layout, None] = None) -> KV:
+        """The K and V storage of ``layer`` over all its group's blocks, zero-copy:
+        ``[num_blocks, block_size, heads, head_dim]`` (NHD) or ``[num_blocks, heads, block_size, head_dim]``
+        (HND; default: the pool's layout). Valid until the pool is closed: the storage never moves."""
+        lay = self._layout if layout is None else Layout(_enum(Layout, layout, "layout"))
+        return KV(*_lib.kvc_pool_layer_storage(self._handle, _layer(layer, "layer"), int(lay)))
+
+    def block_table(self, sequences: Seq["Sequence"], group: int = 0) -> View:
+        """The block tables of ``sequences`` in ``group`` as an int32 ``[batch, max_blocks]`` view on the pool's
+        device, rows padded with 0 (vLLM, FlashAttention). Valid until the next call that changes blocks or
+        tables, or the next padded table of the same group."""
+        table, _, _ = _lib.kvc_pool_block_table(self._handle, self._seq_handles(sequences), _u32(group, "group"),
+                                                _lib.KVC_POOL_TABLE_PADDED)
+        return table
+
+    def block_table_csr(self, sequences: Seq["Sequence"], group: int = 0) -> CsrBlockTable:
+        """The block tables in FlashInfer's CSR form (indptr, indices, last_page_len); validity as
+        :meth:`block_table`."""
+        indices, indptr, last = _lib.kvc_pool_block_table(self._handle, self._seq_handles(sequences),
+                                                          _u32(group, "group"), _lib.KVC_POOL_TABLE_CSR)
+        return CsrBlockTable(indptr, indices, last)
+
+    def _seq_handles(self, sequences: Seq["Sequence"]) -> List[Any]:
+        return [self._own(s, "sequences")._handle for s in sequences]
+
+    # ----------------------------------------------------------------- stream
+
+    @property
+    def stream(self) -> int:
+        """The CUDA/HIP stream the pool's device work is issued on, as an int handle (0: the default stream).
+        Assign a stream (torch/cupy stream object, int handle, None) to bind the pool to it, as
+        :attr:`kvcache.Cache.stream`."""
+        return self._handle.stream
+
+    @stream.setter
+    def stream(self, stream: StreamLike) -> None:
+        _lib.kvc_pool_set_stream(self._handle, stream_handle(stream))
+
+    # --------------------------------------------------------------- lifetime
+
+    def close(self) -> None:
+        """Closes the pool and its sequences: later calls raise ValueError and views go stale. Memory is freed
+        once no sequence object or exported tensor uses it. Closing twice does nothing."""
+        _lib.kvc_pool_destroy(self._handle)
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._handle.closed)
+
+    def __enter__(self) -> "Pool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a kvcache.Pool cannot be pickled")
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "Pool(closed)"
+        groups = ", ".join(f"{GroupKind(_enum(GroupKind, g.kind, 'kind')).name.lower()}({g.block_size}x"
+                           f"{g.num_blocks})" for g in self._groups)
+        return f"Pool({self._dtype.name.lower()}, {self.num_layers} layers, groups=[{groups}])"
+
+
+class Sequence:
+    """A request in a :class:`Pool` (``kvc_pool_sequence``): its tokens and one block table per group.
+
+    Create one with :meth:`Pool.sequence` or :meth:`fork`; close it (or leave its ``with`` block) when the
+    request is done: its blocks go back to the pool, the cached ones staying reusable. A sequence keeps its
+    pool alive.
+    """
+
+    _handle: Any
+    _pool: Pool
+
+    @classmethod
+    def _from_handle(cls, handle: Any, pool: Pool) -> "Sequence":
+        s = cls.__new__(cls)
+        s._handle = handle
+        s._pool = pool
+        return s
+
+    def __init__(self) -> None:
+        raise TypeError("create sequences with Pool.sequence() or Sequence.fork()")
+
+    @property
+    def pool(self) -> Pool:
+        return self._pool
+
+    def __len__(self) -> int:
+        """Tokens the sequence holds (reserved, committed or not)."""
+        return int(_lib.kvc_pool_sequence_length(self._handle))
+
+    @property
+    def length(self) -> int:
+        return len(self)
+
+    @property
+    def committed(self) -> int:
+        """Tokens committed (written and declared by :meth:`commit`, or matched)."""
+        return int(_lib.kvc_pool_sequence_committed(self._handle))
+
+    def match_prefix(self, tokens: Any) -> int:
+        """Attaches the longest cached prefix of ``tokens`` (a whole number of blocks of every group, at most
+        ``len(tokens) - 1`` tokens: the last token is always computed) to this empty sequence and returns how
+        many tokens matched. Reserve the rest: ``seq.reserve(tokens[matched:])``."""
+        return int(_lib.kvc_pool_match_prefix(self._handle, tokens))
+
+    def reserve(self, tokens: Any) -> SlotMapping:
+        """Appends ``tokens`` and gives each a slot in every attention group (copying a shared or cached last
+        block first, evicting least recently used cached blocks when no block is free). Raises
+        :class:`kvcache.OutOfMemoryError` (naming the group and the numbers) when the pool is full; nothing
+        changes then."""
+        raw = _lib.kvc_pool_reserve(self._handle, tokens)
+        data = array.array("q")
+        data.frombytes(raw)
+        return SlotMapping(data, self._pool.num_groups)
+
+    def commit(self) -> None:
+        """Declares every reserved token written: blocks that became full are hashed and cached (a BLOCK_STORED
+        event each), recurrent groups checkpoint their state at block boundaries."""
+        _lib.kvc_pool_commit(self._handle)
+
+    def fork(self) -> "Sequence":
+        """A new sequence sharing every block of this one (``n > 1`` sampling, beam search): nothing is copied
+        until one of them writes into a shared partial block (copy-on-write)."""
+        return Sequence._from_handle(_lib.kvc_pool_fork(self._handle), self._pool)
+
+    def truncate(self, num_tokens: int) -> None:
+        """Keeps the first ``num_tokens`` tokens (speculative decoding's rollback); blocks wholly past them are
+        released."""
+        n = operator.index(num_tokens)
+        if n < 0:
+            raise InvalidArgumentError(f"truncate: num_tokens is {n}; it must be >= 0",
+                                       _lib.KVC_ERROR_INVALID_ARGUMENT)
+        _lib.kvc_pool_truncate(self._handle, n)
+
+    def pin(self) -> None:
+        """Pins the sequence's cached blocks: never evicted, even after the sequence is closed, until
+        :meth:`Pool.unpin_all` (a system prompt every request shares)."""
+        _lib.kvc_pool_sequence_pin(self._handle)
+
+    def gather(self, layer: int, keys: Optional[TensorLike] = None, values: Optional[TensorLike] = None) -> KV:
+        """Copies the sequence's K/V of ``layer`` into contiguous ``[1, num_kv_heads, length, head_dim]`` tensors
+        (the transformers layout) and returns them: ``keys``/``values`` when given (tensors on the pool's
+        device), else new torch tensors (numpy arrays without torch)."""
+        i = _layer(layer, "layer")
+        if keys is None or values is None:
+            if i >= self._pool.num_layers:
+                raise OutOfRangeError(f"layer is {i}; the pool has {self._pool.num_layers} layers",
+                                      _lib.KVC_ERROR_OUT_OF_RANGE)
+            desc = self._pool.layers[i]
+            n = len(self)
+            vdim = desc.value_head_dim or desc.head_dim
+            keys = self._empty((1, desc.num_kv_heads, n, desc.head_dim)) if keys is None else keys
+            values = self._empty((1, desc.num_kv_heads, n, vdim)) if values is None else values
+        _lib.kvc_pool_gather(self._handle, i, keys, values)
+        return KV(keys, values)
+
+    def _empty(self, shape: Tuple[int, ...]) -> Any:
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        dtype = self._pool.dtype
+        if torch is not None:
+            tdt = {Dtype.FLOAT32: torch.float32, Dtype.FLOAT16: torch.float16, Dtype.BFLOAT16: torch.bfloat16}[dtype]
+            return torch.empty(shape, dtype=tdt, device=_torch_device(self._pool.device))
+        import numpy as np
+        if dtype == Dtype.BFLOAT16 or self._pool.device[0] != DeviceType.CPU:
+            raise TypeError("gather: without torch, pass keys= and values= tensors to copy into (numpy has no "
+                            "bfloat16 and no device memory)")
+        return np.empty(shape, dtype=np.float32 if dtype == Dtype.FLOAT32 else np.float16)
+
+    def recurrent_state(self, layer: int) -> RecurrentState:
+        """The live state of recurrent ``layer``: conv and SSM views the model reads and writes in place (valid
+        until the next call that changes blocks or tables)."""
+        return RecurrentState(*_lib.kvc_pool_recurrent_state(self._handle, _layer(layer, "layer")))
+
+    # --------------------------------------------------------------- lifetime
+
+    def close(self) -> None:
+        """Releases the sequence's blocks (cached ones stay reusable until evicted). Closing twice, or after the
+        pool was closed, does nothing."""
+        _lib.kvc_pool_sequence_destroy(self._handle)
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._handle.closed)
+
+    def __enter__(self) -> "Sequence":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a kvcache.Sequence cannot be pickled")
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "Sequence(closed)"
+        return f"Sequence(length={len(self)}, committed={self.committed})"
+
+
+_KIND_OF_LAYER_TYPE = {
+    "full_attention": GroupKind.FULL,
+    "attention": GroupKind.FULL,
+    "sliding_attention": GroupKind.SLIDING,
+    "chunked_attention": GroupKind.CHUNKED,
+}
+
+
+def describe_config(config: Any, *, num_blocks: Union[int, Mapping[str, int], Seq[int]],
+                    block_size: int = 16) -> Tuple[List[PoolGroup], List[PoolLayer]]:
+    """The groups and layers of a pool for a transformers model configuration (its decoder text config).
+
+    Layers come from ``layer_types`` (``full_attention``, ``sliding_attention`` with ``sliding_window``,
+    ``chunked_attention`` with ``attention_chunk_size``; without layer_types every layer is sliding if
+    ``sliding_window`` is set, chunked if ``attention_chunk_size`` is, else full), heads from
+    ``num_key_value_heads`` (else ``num_attention_heads``) and ``head_dim`` (else ``hidden_size //
+    num_attention_heads``). One group per attention kind, in the order the kinds first appear. ``num_blocks``
+    is one count for every group, a mapping from kind (``"full"``, ``"sliding"``, ``"chunked"``) to count, or a
+    list with one count per group. Recurrent layers (Mamba) need their state sizes: describe those with
+    :class:`PoolLayer` yourself.
+
+    Example:
+        >>> cfg = dict(num_hidden_layers=4, layer_types=["sliding_attention", "full_attention"] * 2,
+        ...            sliding_window=4096, num_attention_heads=16, num_key_value_heads=4, hidden_size=2048)
+        >>> groups, layers = describe_config(cfg, num_blocks={"full": 1024, "sliding": 300})
+        >>> [(g.kind, g.num_blocks, g.window) for g in groups]
+        [('sliding', 300, 4096), ('full', 1024, 0)]
+        >>> layers[1]
+        PoolLayer(group=1, num_kv_heads=4, head_dim=128, value_head_dim=0, conv_dim=0, conv_kernel=0, ssm_state_size=0)
+    """
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config(decoder=True)
+
+    def get(name: str) -> Any:
+        return config.get(name) if isinstance(config, _AbcMapping) else getattr(config, name, None)
+
+    types = get("layer_types")
+    if types is None:
+        n = get("num_hidden_layers")
+        if n is None:
+            raise InvalidArgumentError("describe_config: the config has neither layer_types nor num_hidden_layers",
+                                       _lib.KVC_ERROR_INVALID_ARGUMENT)
+        default = ("sliding_attention" if get("sliding_window") else
+                   "chunked_attention" if get("attention_chunk_size") else "full_attention")
+        types = [default] * operator.index(n)
+    heads = get("num_attention_heads")
+    kv_heads = get("num_key_value_heads") or heads
+    head_dim = get("head_dim") or (get("hidden_size") // heads if get("hidden_size") and heads else None)
+    if not kv_heads or not head_dim:
+        raise InvalidArgumentError("describe_config: the config names no num_key_value_heads / num_attention_heads "
+                                   "and head_dim / hidden_size", _lib.KVC_ERROR_INVALID_ARGUMENT)
+    kinds: List[GroupKind] = []
+    layers: List[PoolLayer] = []
+    for i, t in enumerate(types):
+        kind = _KIND_OF_LAYER_TYPE.get(str(t))
+        if kind is None:
+            raise InvalidArgumentError(f"describe_config: layer_types[{i}] is {t!r}; describe_config knows "
+                                       f"{sorted(_KIND_OF_LAYER_TYPE)} (describe other layers with PoolLayer)",
+                                       _lib.KVC_ERROR_INVALID_ARGUMENT)
+        if kind not in kinds:
+            kinds.append(kind)
+        layers.append(PoolLayer(group=kinds.index(kind), num_kv_heads=operator.index(kv_heads),
+                                head_dim=operator.index(head_dim)))
+    groups = []
+    for g, kind in enumerate(kinds):
+        name = kind.name.lower()
+        if isinstance(num_blocks, _AbcMapping):
+            if name not in num_blocks:
+                raise InvalidArgumentError(f"describe_config: num_blocks has no entry for the {name!r} group",
+                                           _lib.KVC_ERROR_INVALID_ARGUMENT)
+            count = num_blocks[name]
+        elif isinstance(num_blocks, _AbcSequence):
+            if len(num_blocks) != len(kinds):
+                raise InvalidArgumentError(f"describe_config: num_blocks has {len(num_blocks)} entries for "
+                                           f"{len(kinds)} groups", _lib.KVC_ERROR_INVALID_ARGUMENT)
+            count = num_blocks[g]
+        else:
+            count = num_blocks
+        window = (get("sliding_window") if kind == GroupKind.SLIDING else
+                  get("attention_chunk_size") if kind == GroupKind.CHUNKED else 0)
+        groups.append(PoolGroup(name, block_size=block_size, num_blocks=operator.index(count),
+                                window=operator.index(window or 0)))
+    return groups, layers
+

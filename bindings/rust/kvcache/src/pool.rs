@@ -1,0 +1,1485 @@
+//! The block pool of serving stacks (`kvcache/pool.h`): paged KV with prefix
+//! reuse, copy-on-write and events.
+//!
+//! A [`Pool`] is a fixed set of blocks on one device for one model, shared by
+//! many [`Sequence`]s (requests) that join and leave every step: continuous
+//! batching as vLLM, SGLang and TensorRT-LLM do it. The model is described
+//! once, with [`PoolGroup`]s (one per attention kind, each with its block size
+//! and count) and one [`PoolLayer`] per layer.
+//!
+//! ```
+//! use kvcache::{DType, Pool, PoolGroup, PoolLayer, TensorRef};
+//!
+//! let pool = Pool::builder(DType::F32)
+//!     .group(PoolGroup::full(4, 16)) // 4-token blocks, 16 of them (block 0 is the null block)
+//!     .layers(std::iter::repeat_n(PoolLayer::attention(0, 2, 8), 2))
+//!     .hash_seed(b"tiny-model")
+//!     .events(64)
+//!     .build()?;
+//!
+//! let prompt: Vec<i32> = (0..10).collect();
+//! let mut seq = pool.sequence()?;
+//! let slots = seq.reserve(&prompt)?; // a slot per token and group
+//! let kv = vec![1.0f32; 10 * 2 * 8]; // [tokens, kv_heads, head_dim] per layer
+//! let shape = [10, 2, 8];
+//! let t = TensorRef::new(&kv, &shape)?;
+//! pool.write(&[t, t], &[t, t], &slots)?; // every layer in one call
+//! seq.commit()?; // full blocks are hashed and cached
+//! drop(seq); // the request is done: its blocks stay cached
+//!
+//! let mut again = pool.sequence()?;
+//! assert_eq!(again.match_prefix(&prompt)?, 8); // two full blocks hit
+//! assert_eq!(pool.events()?.len(), 2); // BlockStored twice
+//! # Ok::<(), kvcache::Error>(())
+//! ```
+//!
+//! # Lifetimes, views and threads
+//!
+//! A `Sequence<'p>` borrows its pool (as git2's objects borrow their
+//! repository): a pool cannot be dropped, or moved to another thread, while a
+//! sequence of it lives, and dropping a sequence releases its blocks.
+//!
+//! The C contract makes views (block tables, layer storage, recurrent states)
+//! valid until the next call that changes the pool's blocks or tables, and
+//! those calls go through any of its sequences, so the borrow checker alone
+//! cannot see them. The pool counts its live views instead, as a `RefCell`
+//! counts its borrows: while a view is alive, a call that would invalidate it
+//! returns [`ErrorCode::InvalidState`] and changes nothing. [`Pool::write`]
+//! only writes K/V, so it runs while block tables and recurrent states are
+//! alive (the serving step: tables, then the write, then attention) but not
+//! while a layer-storage view is. A block table is rewritten only by the next
+//! table of the same group and format, so the tables of several groups (a
+//! hybrid model's forward) are alive together. A view's raw pointers
+//! ([`TensorView::data_ptr`]) of the storage, which never moves, stay valid
+//! until the pool is dropped, for device kernels.
+//!
+//! A pool and its sequences are one object for threading (one thread at a
+//! time): `Pool` is [`Send`] but not [`Sync`], so a `Sequence` is neither.
+//!
+//! ```compile_fail
+//! # use kvcache::{DType, Pool, PoolGroup, PoolLayer};
+//! let seq = {
+//!     let pool = Pool::builder(DType::F32)
+//!         .group(PoolGroup::full(4, 8))
+//!         .layer(PoolLayer::attention(0, 1, 4))
+//!         .build()
+//!         .unwrap();
+//!     pool.sequence().unwrap() // error: `pool` does not live long enough
+//! };
+//! ```
+//!
+//! ```compile_fail
+//! fn shared<T: Sync>() {}
+//! shared::<kvcache::Pool>(); // a Pool is not Sync
+//! ```
+//!
+//! ```compile_fail
+//! fn send<T: Send>() {}
+//! send::<kvcache::Sequence<'static>>(); // nor is a Sequence Send
+//! ```
+//!
+//! ```
+//! fn send<T: Send>() {}
+//! send::<kvcache::Pool>(); // a Pool moves between threads whole
+//! ```
+
+use std::cell::{Cell, RefCell};
+use std::ffi::c_void;
+use std::fmt;
+use std::ops::Deref;
+use std::ptr::NonNull;
+
+use kvcache_sys as sys;
+
+use crate::block_hash::BlockHash;
+use crate::device::Device;
+use crate::dtype::{DType, DataType, Element};
+use crate::error::{Error, ErrorCode, Result, check, invalid_argument};
+use crate::tensor::{KvView, TensorRef, TensorView};
+use crate::version::check_version;
+
+/// The attention kind of a group (`kvc_pool_group_kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupKind {
+    /// Every block of a sequence is kept.
+    Full,
+    /// A sliding window: blocks holding only tokens no query attends to any
+    /// more go back to the pool (the table keeps block 0 there).
+    Sliding,
+    /// Attention within chunks: blocks wholly before the current chunk go back.
+    Chunked,
+    /// Recurrent (Mamba/SSM) layers: one live state per sequence and a
+    /// checkpoint at every block boundary a commit reaches.
+    Recurrent,
+}
+
+impl GroupKind {
+    fn raw(self) -> sys::kvc_pool_group_kind {
+        match self {
+            GroupKind::Full => sys::KVC_POOL_GROUP_FULL,
+            GroupKind::Sliding => sys::KVC_POOL_GROUP_SLIDING,
+            GroupKind::Chunked => sys::KVC_POOL_GROUP_CHUNKED,
+            GroupKind::Recurrent => sys::KVC_POOL_GROUP_RECURRENT,
+        }
+    }
+}
+
+/// One group of layers (`kvc_pool_group_options`): an attention kind with its
+/// own block size and block count. Block 0 of every group is the null block,
+/// so `num_blocks - 1` are usable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolGroup {
+    /// The attention kind.
+    pub kind: GroupKind,
+    /// Tokens per block (recurrent groups: tokens between checkpoints).
+    pub block_size: u32,
+    /// Blocks of the group, null block included (recurrent: state slots).
+    pub num_blocks: u32,
+    /// Sliding: the window in tokens; chunked: the chunk size; else 0.
+    pub window: i64,
+}
+
+impl PoolGroup {
+    /// Full attention.
+    pub const fn full(block_size: u32, num_blocks: u32) -> PoolGroup {
+        PoolGroup {
+            kind: GroupKind::Full,
+            block_size,
+            num_blocks,
+            window: 0,
+        }
+    }
+
+    /// A sliding window of `window` tokens (a query attends to itself and
+    /// `window - 1` tokens before it).
+    pub const fn sliding(block_size: u32, num_blocks: u32, window: i64) -> PoolGroup {
+        PoolGroup {
+            kind: GroupKind::Sliding,
+            block_size,
+            num_blocks,
+            window,
+        }
+    }
+
+    /// Chunked attention in chunks of `chunk` tokens.
+    pub const fn chunked(block_size: u32, num_blocks: u32, chunk: i64) -> PoolGroup {
+        PoolGroup {
+            kind: GroupKind::Chunked,
+            block_size,
+            num_blocks,
+            window: chunk,
+        }
+    }
+
+    /// Recurrent layers: a checkpoint every `block_size` committed tokens,
+    /// `num_slots` state slots (live states and checkpoints together).
+    pub const fn recurrent(block_size: u32, num_slots: u32) -> PoolGroup {
+        PoolGroup {
+            kind: GroupKind::Recurrent,
+            block_size,
+            num_blocks: num_slots,
+            window: 0,
+        }
+    }
+
+    fn raw(&self) -> sys::kvc_pool_group_options {
+        sys::kvc_pool_group_options {
+            kind: self.kind.raw(),
+            block_size: self.block_size,
+            num_blocks: self.num_blocks,
+            window: self.window,
+            ..Default::default()
+        }
+    }
+}
+
+/// One layer of the model (`kvc_pool_layer_options`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolLayer {
+    /// Index of its group.
+    pub group: u32,
+    /// Attention: K/V heads. Recurrent: the SSM state's heads.
+    pub num_kv_heads: u32,
+    /// Attention: K's head_dim. Recurrent: the SSM state's head_dim.
+    pub key_head_dim: u32,
+    /// Attention: V's head_dim (0: `key_head_dim`). Recurrent: 0.
+    pub value_head_dim: u32,
+    /// Recurrent: channels of the conv state.
+    pub conv_dim: u32,
+    /// Recurrent: the conv kernel size.
+    pub conv_kernel: u32,
+    /// Recurrent: `d_state`.
+    pub ssm_state_size: u32,
+}
+
+impl PoolLayer {
+    /// An attention layer of `group`: K and V are `[num_kv_heads, head_dim]`
+    /// per token.
+    pub const fn attention(group: u32, num_kv_heads: u32, head_dim: u32) -> PoolLayer {
+        PoolLayer {
+            group,
+            num_kv_heads,
+            key_head_dim: head_dim,
+            value_head_dim: 0,
+            conv_dim: 0,
+            conv_kernel: 0,
+            ssm_state_size: 0,
+        }
+    }
+
+    /// The same layer with V of another head_dim than K.
+    pub const fn value_head_dim(mut self, value_head_dim: u32) -> PoolLayer {
+        self.value_head_dim = value_head_dim;
+        self
+    }
+
+    /// A recurrent layer of `group`: a conv state `[conv_dim, conv_kernel]`
+    /// and an SSM state `[num_heads, head_dim, ssm_state_size]` per sequence.
+    pub const fn recurrent(
+        group: u32,
+        conv_dim: u32,
+        conv_kernel: u32,
+        num_heads: u32,
+        head_dim: u32,
+        ssm_state_size: u32,
+    ) -> PoolLayer {
+        PoolLayer {
+            group,
+            num_kv_heads: num_heads,
+            key_head_dim: head_dim,
+            value_head_dim: 0,
+            conv_dim,
+            conv_kernel,
+            ssm_state_size,
+        }
+    }
+
+    fn v_dim(&self) -> u32 {
+        if self.value_head_dim == 0 {
+            self.key_head_dim
+        } else {
+            self.value_head_dim
+        }
+    }
+
+    fn raw(&self) -> sys::kvc_pool_layer_options {
+        sys::kvc_pool_layer_options {
+            group: self.group,
+            num_kv_heads: self.num_kv_heads,
+            key_head_dim: self.key_head_dim,
+            value_head_dim: self.value_head_dim,
+            conv_dim: self.conv_dim,
+            conv_kernel: self.conv_kernel,
+            ssm_state_size: self.ssm_state_size,
+            ..Default::default()
+        }
+    }
+}
+
+/// The physical layout of a layer's K/V storage (`kvc_pool_layout`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// `[num_blocks, block_size, heads, head_dim]` (vLLM, FlashInfer NHD).
+    #[default]
+    Nhd,
+    /// `[num_blocks, heads, block_size, head_dim]` (FlashInfer HND).
+    Hnd,
+}
+
+impl Layout {
+    fn raw(self) -> sys::kvc_pool_layout {
+        match self {
+            Layout::Nhd => sys::KVC_POOL_LAYOUT_NHD,
+            Layout::Hnd => sys::KVC_POOL_LAYOUT_HND,
+        }
+    }
+}
+
+/// Options of [`Pool::builder`] (`kvc_pool_options`).
+#[derive(Clone, Debug)]
+pub struct PoolBuilder {
+    dtype: DType,
+    device: Device,
+    groups: Vec<PoolGroup>,
+    layers: Vec<PoolLayer>,
+    layout: Layout,
+    hash_seed: Vec<u8>,
+    prefix_caching: bool,
+    events: u32,
+}
+
+impl PoolBuilder {
+    /// Where the blocks live (default the CPU).
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// Appends a group; layers name groups by their index.
+    pub fn group(mut self, group: PoolGroup) -> Self {
+        self.groups.push(group);
+        self
+    }
+
+    /// Appends a layer.
+    pub fn layer(mut self, layer: PoolLayer) -> Self {
+        self.layers.push(layer);
+        self
+    }
+
+    /// Appends layers (`std::iter::repeat_n(layer, 32)` for a uniform model).
+    pub fn layers(mut self, layers: impl IntoIterator<Item = PoolLayer>) -> Self {
+        self.layers.extend(layers);
+        self
+    }
+
+    /// The physical layout of the K/V storage (default [`Layout::Nhd`]).
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// The pool's hash namespace: name the model and its weights with it.
+    /// Blocks are reused only within one seed (docs/block-hash.md).
+    pub fn hash_seed(mut self, seed: &[u8]) -> Self {
+        self.hash_seed = seed.to_vec();
+        self
+    }
+
+    /// Whether full committed blocks are hashed and reused (default true);
+    /// without, released blocks are freed at once.
+    pub fn prefix_caching(mut self, enable: bool) -> Self {
+        self.prefix_caching = enable;
+        self
+    }
+
+    /// Events kept until [`Pool::events`] pulls them (default 0: none); when
+    /// the queue is full the oldest are dropped.
+    pub fn events(mut self, capacity: u32) -> Self {
+        self.events = capacity;
+        self
+    }
+
+    /// Creates the pool (`kvc_pool_create`), allocating every group's blocks.
+    /// Bad options are [`ErrorCode::InvalidArgument`] naming the field.
+    pub fn build(self) -> Result<Pool> {
+        check_version()?;
+        const FN: &str = "kvc_pool_create";
+        let num_groups = u32::try_from(self.groups.len())
+            .map_err(|_| invalid_argument(format!("{FN}: too many groups")))?;
+        let num_layers = u32::try_from(self.layers.len())
+            .map_err(|_| invalid_argument(format!("{FN}: too many layers")))?;
+        let groups: Vec<sys::kvc_pool_group_options> =
+            self.groups.iter().map(PoolGroup::raw).collect();
+        let layers: Vec<sys::kvc_pool_layer_options> =
+            self.layers.iter().map(PoolLayer::raw).collect();
+        let options = sys::kvc_pool_options {
+            dtype: self.dtype.raw(),
+            device: self.device.raw(),
+            num_groups,
+            groups: if groups.is_empty() {
+                std::ptr::null()
+            } else {
+                groups.as_ptr()
+            },
+            num_layers,
+            layers: if layers.is_empty() {
+                std::ptr::null()
+            } else {
+                layers.as_ptr()
+            },
+            layout: self.layout.raw(),
+            hash_seed: self.hash_seed.as_ptr().cast(),
+            hash_seed_len: self.hash_seed.len(),
+            enable_prefix_caching: i32::from(self.prefix_caching),
+            event_capacity: self.events,
+            ..Default::default()
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: every pointer in `options` is valid for the call.
+        check(unsafe { sys::kvc_pool_create(&options, &mut raw) })?;
+        Ok(Pool {
+            raw: NonNull::new(raw).expect("kvcache: kvc_pool_create returned NULL"),
+            dtype: self.dtype,
+            device: self.device,
+            layout: self.layout,
+            tables: RefCell::new(vec![0; 2 * self.groups.len()]),
+            groups: self.groups,
+            layers: self.layers,
+            views: Cell::new(0),
+            storage_views: Cell::new(0),
+            dropped: RefCell::new(Vec::new()),
+        })
+    }
+}
+
+/// A block pool for one model on one device (`kvc_pool*`); dropping it frees
+/// the pool. See the [module documentation](self) for the rules of its
+/// sequences and views.
+pub struct Pool {
+    raw: NonNull<sys::kvc_pool>,
+    dtype: DType,
+    device: Device,
+    layout: Layout,
+    groups: Vec<PoolGroup>,
+    layers: Vec<PoolLayer>,
+    /// Live views (tables, storage, recurrent states): they block the calls
+    /// that would invalidate them.
+    views: Cell<usize>,
+    /// Of which layer-storage views: they block writes.
+    storage_views: Cell<usize>,
+    /// Live block tables per group and format (`2 * group + format`): they
+    /// block the next table of the same group and format.
+    tables: RefCell<Vec<usize>>,
+    /// Sequences dropped while views were alive, destroyed once none is.
+    dropped: RefCell<Vec<NonNull<sys::kvc_pool_sequence>>>,
+}
+
+// SAFETY: the C rule: a pool and its sequences are used by one thread at a
+// time. Moving the pool moves all of it: no sequence or view borrows it then.
+// It is not Sync (Cell), so `&Pool`, and with it every Sequence, stays on one
+// thread.
+unsafe impl Send for Pool {}
+
+impl Pool {
+    /// A builder for a pool of `dtype` (the K/V and state dtype).
+    pub fn builder(dtype: DType) -> PoolBuilder {
+        PoolBuilder {
+            dtype,
+            device: Device::CPU,
+            groups: Vec::new(),
+            layers: Vec::new(),
+            layout: Layout::Nhd,
+            hash_seed: Vec::new(),
+            prefix_caching: true,
+            events: 0,
+        }
+    }
+
+    /// The raw handle, for calling `kvcache_sys` directly.
+    pub fn as_ptr(&self) -> *mut sys::kvc_pool {
+        self.raw.as_ptr()
+    }
+
+    /// The groups, as built.
+    pub fn groups(&self) -> &[PoolGroup] {
+        &self.groups
+    }
+
+    /// The layers, as built.
+    pub fn layers(&self) -> &[PoolLayer] {
+        &self.layers
+    }
+
+    /// The K/V and state dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Where the blocks live.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// A new, empty sequence (a request) without a cache salt.
+    pub fn sequence(&self) -> Result<Sequence<'_>> {
+        self.sequence_with_salt(&[])
+    }
+
+    /// A new, empty sequence whose blocks are reused only by sequences with
+    /// the same `salt` (a tenant's cache salt).
+    pub fn sequence_with_salt(&self, salt: &[u8]) -> Result<Sequence<'_>> {
+        self.begin("kvc_pool_sequence_create")?;
+        let options = sys::kvc_pool_sequence_options {
+            salt: salt.as_ptr().cast(),
+            salt_len: salt.len(),
+            ..Default::default()
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live pool; the options and salt are valid for the call.
+        check(unsafe { sys::kvc_pool_sequence_create(self.as_ptr(), &options, &mut raw) })?;
+        Ok(Sequence {
+            raw: NonNull::new(raw).expect("kvcache: kvc_pool_sequence_create returned NULL"),
+            pool: self,
+        })
+    }
+
+    /// The counters of `group`.
+    pub fn stats(&self, group: u32) -> Result<PoolStats> {
+        let mut raw = sys::kvc_pool_stats::default();
+        // SAFETY: a live pool and a zeroed out-struct with struct_size set.
+        check(unsafe { sys::kvc_pool_stats_get(self.as_ptr(), group, &mut raw) })?;
+        Ok(PoolStats {
+            group: raw.group,
+            num_blocks: raw.num_blocks,
+            free_blocks: raw.free_blocks,
+            cached_blocks: raw.cached_blocks,
+            used_blocks: raw.used_blocks,
+            pinned_blocks: raw.pinned_blocks,
+            prefix_queries: raw.prefix_queries,
+            prefix_hits: raw.prefix_hits,
+            evictions: raw.evictions,
+        })
+    }
+
+    /// Admission control: per group, the blocks that reserving
+    /// `new_tokens[i]` more tokens for each of `sequences[i]` would take
+    /// (copy-on-write copies and recurrent slots included, minus what sliding
+    /// groups give back). Compare with [`PoolStats::available_blocks`].
+    pub fn blocks_needed(
+        &self,
+        sequences: &[&Sequence<'_>],
+        new_tokens: &[u64],
+    ) -> Result<Vec<u64>> {
+        const FN: &str = "kvc_pool_blocks_needed";
+        if sequences.len() != new_tokens.len() {
+            return Err(invalid_argument(format!(
+                "{FN}: new_tokens has {} entries but sequences has {}",
+                new_tokens.len(),
+                sequences.len()
+            )));
+        }
+        let raw = self.handles(FN, sequences)?;
+        let mut out = vec![0u64; self.groups.len()];
+        // SAFETY: live handles of this pool, `num_groups` out-entries.
+        check(unsafe {
+            sys::kvc_pool_blocks_needed(
+                self.as_ptr(),
+                raw.as_ptr(),
+                new_tokens.as_ptr(),
+                raw.len(),
+                out.as_mut_ptr(),
+            )
+        })?;
+        Ok(out)
+    }
+
+    /// Evicts every cached, unreferenced, unpinned block (a weights update
+    /// makes them stale) and queues an [`PoolEvent::AllCleared`].
+    pub fn clear_cache(&self) -> Result<()> {
+        self.begin("kvc_pool_clear_cache")?;
+        // SAFETY: a live pool, no view alive.
+        check(unsafe { sys::kvc_pool_clear_cache(self.as_ptr()) })
+    }
+
+    /// Unpins every block [`Sequence::pin`] pinned; they stay cached.
+    pub fn unpin_all(&self) -> Result<()> {
+        self.begin("kvc_pool_unpin_all")?;
+        // SAFETY: a live pool, no view alive.
+        check(unsafe { sys::kvc_pool_unpin_all(self.as_ptr()) })
+    }
+
+    /// Takes every queued event, oldest first.
+    pub fn events(&self) -> Result<Vec<PoolEvent>> {
+        self.begin("kvc_pool_events_pull")?;
+        let mut out = Vec::new();
+        let mut buf = vec![sys::kvc_pool_event::default(); 256];
+        loop {
+            let mut count = 0usize;
+            // SAFETY: a live pool; `buf` holds `len` writable events.
+            check(unsafe {
+                sys::kvc_pool_events_pull(self.as_ptr(), buf.as_mut_ptr(), buf.len(), &mut count)
+            })?;
+            out.extend(buf[..count].iter().map(PoolEvent::from_raw));
+            if count < buf.len() {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Writes one step's K/V through a slot mapping, every layer in one call
+    /// (one kernel launch on a GPU): `keys[l]` and `values[l]` are
+    /// `[num_tokens, num_kv_heads, head_dim]` on the pool's device
+    /// ([`TensorRef::empty`] for recurrent layers), and `slot_mapping` holds
+    /// `num_groups * num_tokens` slots in [`Sequence::reserve`]'s group-major
+    /// form (concatenate the sequences of a batch with
+    /// [`SlotMapping::concat`]); a slot of -1 is skipped. Refused while a
+    /// layer-storage view is alive; block tables stay valid.
+    pub fn write(
+        &self,
+        keys: &[TensorRef<'_>],
+        values: &[TensorRef<'_>],
+        slot_mapping: &[i64],
+    ) -> Result<()> {
+        const FN: &str = "kvc_pool_write";
+        if self.storage_views.get() > 0 {
+            return Err(Error::new(
+                ErrorCode::InvalidState,
+                format!(
+                    "{FN}: {} layer-storage view(s) of this pool are alive; drop them before writing",
+                    self.storage_views.get()
+                ),
+            ));
+        }
+        if keys.len() != self.layers.len() || values.len() != self.layers.len() {
+            return Err(invalid_argument(format!(
+                "{FN}: keys has {} and values {} entries but the pool has {} layers (one per layer, \
+                 TensorRef::empty() for recurrent layers)",
+                keys.len(),
+                values.len(),
+                self.layers.len()
+            )));
+        }
+        let groups = self.groups.len().max(1);
+        if slot_mapping.len() % groups != 0 {
+            return Err(invalid_argument(format!(
+                "{FN}: slot_mapping has {} entries, not a multiple of the pool's {groups} groups \
+                 (num_groups * num_tokens, group-major)",
+                slot_mapping.len()
+            )));
+        }
+        // SAFETY: `len` layers of tensors (repr(transparent) kvc_tensor) and a
+        // host slot mapping, all borrowed for the call.
+        check(unsafe {
+            sys::kvc_pool_write(
+                self.as_ptr(),
+                keys.as_ptr().cast(),
+                values.as_ptr().cast(),
+                keys.len() as u32,
+                slot_mapping.as_ptr(),
+                slot_mapping.len() / groups,
+            )
+        })
+    }
+
+    /// The K and V storage of `layer` over all its group's blocks, zero-copy:
+    /// `[num_blocks, block_size, heads, head_dim]` ([`Layout::Nhd`]) or
+    /// `[num_blocks, heads, block_size, head_dim]` ([`Layout::Hnd`]); the
+    /// pool's own layout is compact, the other strided.
+    pub fn layer_storage(&self, layer: u32, layout: Layout) -> Result<LayerStorage<'_>> {
+        let mut raw = sys::kvc_kv::default();
+        // SAFETY: a live pool and a writable out-struct.
+        check(unsafe {
+            sys::kvc_pool_layer_storage(self.as_ptr(), layer, layout.raw(), &mut raw)
+        })?;
+        Ok(LayerStorage {
+            // SAFETY: the storage stays valid and unchanged while the guard
+            // blocks writes and every mutation.
+            kv: unsafe { KvView::from_raw(raw) },
+            _guard: ViewGuard::new(self, true, None),
+        })
+    }
+
+    /// The block tables of `sequences` in `group` as an int32
+    /// `[batch, max_blocks]` tensor on the pool's device, rows padded with 0
+    /// (vLLM, FlashAttention). Refused while the previous padded table of the
+    /// same group is alive (the pool rewrites that buffer); the tables of other
+    /// groups and formats stay valid.
+    pub fn block_table(&self, sequences: &[&Sequence<'_>], group: u32) -> Result<BlockTable<'_>> {
+        let (raw, guard) = self.table(sequences, group, sys::KVC_POOL_TABLE_PADDED)?;
+        Ok(BlockTable {
+            // SAFETY: the table buffer stays valid while the guard blocks mutations
+            // and the next table of this group and format.
+            table: unsafe { TensorView::from_raw(raw.table) },
+            _guard: guard,
+        })
+    }
+
+    /// The block tables in FlashInfer's CSR form (indptr, indices,
+    /// last_page_len); as [`block_table`](Self::block_table).
+    pub fn block_table_csr(
+        &self,
+        sequences: &[&Sequence<'_>],
+        group: u32,
+    ) -> Result<CsrBlockTable<'_>> {
+        let (raw, guard) = self.table(sequences, group, sys::KVC_POOL_TABLE_CSR)?;
+        // SAFETY: as in block_table.
+        unsafe {
+            Ok(CsrBlockTable {
+                indptr: TensorView::from_raw(raw.indptr),
+                indices: TensorView::from_raw(raw.table),
+                last_page_len: TensorView::from_raw(raw.last_page_len),
+                _guard: guard,
+            })
+        }
+    }
+
+    fn table(
+        &self,
+        sequences: &[&Sequence<'_>],
+        group: u32,
+        format: sys::kvc_pool_table_format,
+    ) -> Result<(sys::kvc_pool_table, ViewGuard<'_>)> {
+        const FN: &str = "kvc_pool_block_table";
+        // An out-of-range group has no slot: the library refuses it below.
+        let slot = (group as usize)
+            .checked_mul(2)
+            .map(|i| i + usize::from(format == sys::KVC_POOL_TABLE_CSR))
+            .filter(|&i| i < self.tables.borrow().len());
+        if let Some(i) = slot {
+            if self.tables.borrow()[i] > 0 {
+                return Err(Error::new(
+                    ErrorCode::InvalidState,
+                    format!(
+                        "{FN}: the previous table of group {group} in this format is alive, and this call \
+                         rewrites it; drop it first"
+                    ),
+                ));
+            }
+        }
+        let raw = self.handles(FN, sequences)?;
+        let mut out = sys::kvc_pool_table::default();
+        // SAFETY: live handles of this pool, borrowed for the call.
+        check(unsafe {
+            sys::kvc_pool_block_table(
+                self.as_ptr(),
+                raw.as_ptr(),
+                raw.len(),
+                group,
+                format,
+                &mut out,
+            )
+        })?;
+        Ok((out, ViewGuard::new(self, false, slot)))
+    }
+
+    /// Binds a device pool to a CUDA or HIP stream (`kvc_pool_set_stream`),
+    /// with [`CacheRef::set_stream`](crate::CacheRef::set_stream)'s rules.
+    ///
+    /// # Safety
+    /// `stream` must be null (the default stream) or a live stream of the
+    /// pool's device that outlives its use by the pool.
+    pub unsafe fn set_stream(&self, stream: *mut c_void) -> Result<()> {
+        // SAFETY: a live pool; the caller vouches for the stream.
+        check(unsafe { sys::kvc_pool_set_stream(self.as_ptr(), stream) })
+    }
+
+    /// The raw handles of `sequences`, which must belong to this pool.
+    fn handles(
+        &self,
+        function: &str,
+        sequences: &[&Sequence<'_>],
+    ) -> Result<Vec<*const sys::kvc_pool_sequence>> {
+        sequences
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if std::ptr::eq(s.pool, self) {
+                    Ok(s.raw.as_ptr().cast_const())
+                } else {
+                    Err(invalid_argument(format!(
+                        "{function}: sequences[{i}] belongs to another pool"
+                    )))
+                }
+            })
+            .collect()
+    }
+
+    /// Checks that no view is alive before a call that would invalidate it,
+    /// and destroys the sequences dropped while views were.
+    fn begin(&self, function: &str) -> Result<()> {
+        let views = self.views.get();
+        if views > 0 {
+            return Err(Error::new(
+                ErrorCode::InvalidState,
+                format!(
+                    "{function}: {views} view(s) of this pool (block tables, layer storage, recurrent \
+                     states) are alive, and this call would invalidate them; drop them first"
+                ),
+            ));
+        }
+        self.destroy_dropped();
+        Ok(())
+    }
+
+    fn destroy_dropped(&self) {
+        for seq in self.dropped.borrow_mut().drain(..) {
+            // SAFETY: a live sequence of this pool, no longer referenced.
+            unsafe { sys::kvc_pool_sequence_destroy(seq.as_ptr()) }
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // SAFETY: we own the pool; no sequence or view borrows it any more.
+        // kvc_pool_destroy frees the dropped sequences not destroyed yet.
+        unsafe { sys::kvc_pool_destroy(self.raw.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("dtype", &self.dtype)
+            .field("device", &self.device)
+            .field("layout", &self.layout)
+            .field("groups", &self.groups)
+            .field("layers", &self.layers.len())
+            .field("views", &self.views.get())
+            .finish()
+    }
+}
+
+/// Counts a live view in its pool (a storage view, a block table of one
+/// group and format, or a recurrent state).
+struct ViewGuard<'p> {
+    pool: &'p Pool,
+    storage: bool,
+    table: Option<usize>,
+}
+
+impl<'p> ViewGuard<'p> {
+    fn new(pool: &'p Pool, storage: bool, table: Option<usize>) -> ViewGuard<'p> {
+        pool.views.set(pool.views.get() + 1);
+        if storage {
+            pool.storage_views.set(pool.storage_views.get() + 1);
+        }
+        if let Some(i) = table {
+            pool.tables.borrow_mut()[i] += 1;
+        }
+        ViewGuard {
+            pool,
+            storage,
+            table,
+        }
+    }
+}
+
+impl Drop for ViewGuard<'_> {
+    fn drop(&mut self) {
+        let pool = self.pool;
+        pool.views.set(pool.views.get() - 1);
+        if self.storage {
+            pool.storage_views.set(pool.storage_views.get() - 1);
+        }
+        if let Some(i) = self.table {
+            pool.tables.borrow_mut()[i] -= 1;
+        }
+        if pool.views.get() == 0 {
+            pool.destroy_dropped();
+        }
+    }
+}
+
+/// A request in a [`Pool`] (`kvc_pool_sequence*`): its tokens and one block
+/// table per group. Dropping it releases its blocks (the cached ones stay
+/// reusable until evicted).
+pub struct Sequence<'p> {
+    raw: NonNull<sys::kvc_pool_sequence>,
+    pool: &'p Pool,
+}
+
+impl<'p> Sequence<'p> {
+    /// The pool it belongs to.
+    pub fn pool(&self) -> &'p Pool {
+        self.pool
+    }
+
+    /// The raw handle, for calling `kvcache_sys` directly.
+    pub fn as_ptr(&self) -> *mut sys::kvc_pool_sequence {
+        self.raw.as_ptr()
+    }
+
+    /// Tokens the sequence holds (reserved, committed or not).
+    pub fn len(&self) -> u64 {
+        // SAFETY: a live sequence.
+        unsafe { sys::kvc_pool_sequence_length(self.as_ptr()) }
+    }
+
+    /// Whether it holds no token.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Tokens committed (written and declared by [`commit`](Self::commit), or matched).
+    pub fn committed(&self) -> u64 {
+        // SAFETY: a live sequence.
+        unsafe { sys::kvc_pool_sequence_committed(self.as_ptr()) }
+    }
+
+    /// Attaches the longest cached prefix of `tokens` to this empty sequence
+    /// and returns how many tokens matched (a whole number of blocks of every
+    /// group, at most `tokens.len() - 1`: the last token is always computed).
+    /// Reserve the rest.
+    pub fn match_prefix(&mut self, tokens: &[i32]) -> Result<u64> {
+        self.pool.begin("kvc_pool_match_prefix")?;
+        let mut matched = 0u64;
+        // SAFETY: a live sequence; `tokens` is borrowed for the call.
+        check(unsafe {
+            sys::kvc_pool_match_prefix(self.as_ptr(), tokens.as_ptr(), tokens.len(), &mut matched)
+        })?;
+        Ok(matched)
+    }
+
+    /// Appends `tokens` and gives each a slot in every attention group
+    /// (copying a shared or cached last block first, evicting least recently
+    /// used cached blocks when none is free). Out of blocks is
+    /// [`ErrorCode::OutOfMemory`] naming the group and the numbers, and
+    /// nothing changes.
+    pub fn reserve(&mut self, tokens: &[i32]) -> Result<SlotMapping> {
+        let mut out = SlotMapping::default();
+        self.reserve_into(tokens, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`reserve`](Self::reserve) into a mapping whose memory is reused (a
+    /// decode loop allocates nothing).
+    pub fn reserve_into(&mut self, tokens: &[i32], out: &mut SlotMapping) -> Result<()> {
+        self.pool.begin("kvc_pool_reserve")?;
+        let groups = self.pool.groups.len();
+        let mut slots = std::mem::take(&mut out.slots);
+        slots.clear();
+        slots.resize(groups * tokens.len(), -1);
+        // SAFETY: a live sequence; `slots` has num_groups * num_tokens entries.
+        let result = check(unsafe {
+            sys::kvc_pool_reserve(
+                self.as_ptr(),
+                tokens.as_ptr(),
+                tokens.len(),
+                slots.as_mut_ptr(),
+            )
+        });
+        if result.is_err() {
+            slots.clear();
+        }
+        *out = SlotMapping {
+            slots,
+            num_groups: groups,
+        };
+        result
+    }
+
+    /// Declares every reserved token written: blocks that became full are
+    /// hashed and cached ([`PoolEvent::BlockStored`] each), recurrent groups
+    /// checkpoint their state at block boundaries.
+    pub fn commit(&mut self) -> Result<()> {
+        self.pool.begin("kvc_pool_commit")?;
+        // SAFETY: a live sequence.
+        check(unsafe { sys::kvc_pool_commit(self.as_ptr()) })
+    }
+
+    /// A new sequence sharing every block of this one (`n > 1` sampling, beam
+    /// search); nothing is copied until one of them writes into a shared
+    /// partial block (copy-on-write).
+    pub fn fork(&self) -> Result<Sequence<'p>> {
+        self.pool.begin("kvc_pool_fork")?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live sequence.
+        check(unsafe { sys::kvc_pool_fork(self.as_ptr(), &mut raw) })?;
+        Ok(Sequence {
+            raw: NonNull::new(raw).expect("kvcache: kvc_pool_fork returned NULL"),
+            pool: self.pool,
+        })
+    }
+
+    /// Keeps the first `num_tokens` tokens (speculative decoding's rollback).
+    pub fn truncate(&mut self, num_tokens: u64) -> Result<()> {
+        self.pool.begin("kvc_pool_truncate")?;
+        // SAFETY: a live sequence.
+        check(unsafe { sys::kvc_pool_truncate(self.as_ptr(), num_tokens) })
+    }
+
+    /// Pins the sequence's cached blocks: never evicted, even after it is
+    /// dropped, until [`Pool::unpin_all`].
+    pub fn pin(&mut self) -> Result<()> {
+        self.pool.begin("kvc_pool_sequence_pin")?;
+        // SAFETY: a live sequence.
+        check(unsafe { sys::kvc_pool_sequence_pin(self.as_ptr()) })
+    }
+
+    /// Copies the sequence's K and V of `layer` into new host vectors laid
+    /// out `[1, num_kv_heads, len, head_dim]` (the transformers layout). `T`
+    /// is the pool's element type; the pool must be in host memory.
+    pub fn gather<T: Element>(&self, layer: u32) -> Result<(Vec<T>, Vec<T>)> {
+        let (kn, vn) = self.gather_sizes(layer)?;
+        // SAFETY: every bit pattern of an Element is a valid value (zero included).
+        let zero: T = unsafe { std::mem::zeroed() };
+        let (mut keys, mut values) = (vec![zero; kn], vec![zero; vn]);
+        self.gather_into(layer, &mut keys, &mut values)?;
+        Ok((keys, values))
+    }
+
+    /// [`gather`](Self::gather) into caller memory of exactly the right size.
+    pub fn gather_into<T: Element>(
+        &self,
+        layer: u32,
+        keys: &mut [T],
+        values: &mut [T],
+    ) -> Result<()> {
+        const FN: &str = "kvc_pool_gather";
+        let (kn, vn) = self.gather_sizes(layer)?;
+        if keys.len() != kn || values.len() != vn {
+            return Err(invalid_argument(format!(
+                "{FN}: keys has {} and values {} elements but layer {layer} of {} tokens needs {kn} and {vn}",
+                keys.len(),
+                values.len(),
+                self.len()
+            )));
+        }
+        let l = &self.pool.layers[layer as usize];
+        let len = self.len() as i64;
+        let kshape = [1, i64::from(l.num_kv_heads), len, i64::from(l.key_head_dim)];
+        let vshape = [1, i64::from(l.num_kv_heads), len, i64::from(l.v_dim())];
+        // SAFETY: each slice covers exactly its compact shape, and is
+        // exclusively borrowed for the call, which writes it.
+        unsafe {
+            let dt = T::DTYPE.data_type();
+            let k = TensorRef::from_raw_parts(
+                keys.as_mut_ptr().cast_const().cast(),
+                Device::CPU,
+                dt,
+                &kshape,
+                None,
+                0,
+            );
+            let v = TensorRef::from_raw_parts(
+                values.as_mut_ptr().cast_const().cast(),
+                Device::CPU,
+                dt,
+                &vshape,
+                None,
+                0,
+            );
+            self.gather_raw(layer, &k, &v)
+        }
+    }
+
+    /// `kvc_pool_gather` into any tensors (device memory, strided).
+    ///
+    /// # Safety
+    /// `keys` and `values` must describe writable memory of the pool's device
+    /// that nothing else reads or writes during the call.
+    pub unsafe fn gather_raw(
+        &self,
+        layer: u32,
+        keys: &TensorRef<'_>,
+        values: &TensorRef<'_>,
+    ) -> Result<()> {
+        // SAFETY: a live sequence; the caller vouches for the outputs.
+        check(unsafe { sys::kvc_pool_gather(self.as_ptr(), layer, keys.as_raw(), values.as_raw()) })
+    }
+
+    fn gather_sizes(&self, layer: u32) -> Result<(usize, usize)> {
+        let Some(l) = self.pool.layers.get(layer as usize) else {
+            return Err(Error::new(
+                ErrorCode::OutOfRange,
+                format!(
+                    "kvc_pool_gather: layer is {layer} but the pool has {} layers",
+                    self.pool.layers.len()
+                ),
+            ));
+        };
+        let len = self.len() as usize;
+        let heads = l.num_kv_heads as usize;
+        Ok((
+            heads * len * l.key_head_dim as usize,
+            heads * len * l.v_dim() as usize,
+        ))
+    }
+
+    /// The live state of recurrent `layer`: conv `[1, conv_dim, conv_kernel]`
+    /// and SSM `[1, heads, head_dim, ssm_state_size]` views the model reads
+    /// and writes in place.
+    pub fn recurrent_state(&mut self, layer: u32) -> Result<RecurrentState<'_>> {
+        let (mut conv, mut ssm) = (sys::kvc_tensor::default(), sys::kvc_tensor::default());
+        // SAFETY: a live sequence, writable out-tensors.
+        check(unsafe { sys::kvc_pool_recurrent_state(self.as_ptr(), layer, &mut conv, &mut ssm) })?;
+        // SAFETY: the state stays valid while the guard blocks mutations and
+        // the sequence is exclusively borrowed.
+        unsafe {
+            Ok(RecurrentState {
+                conv: TensorView::from_raw(conv),
+                ssm: TensorView::from_raw(ssm),
+                _guard: ViewGuard::new(self.pool, false, None),
+            })
+        }
+    }
+}
+
+impl Drop for Sequence<'_> {
+    fn drop(&mut self) {
+        if self.pool.views.get() > 0 {
+            // Destroying would invalidate the views: later, when none is alive.
+            self.pool.dropped.borrow_mut().push(self.raw);
+        } else {
+            // SAFETY: we own the sequence; its pool is alive (borrowed).
+            unsafe { sys::kvc_pool_sequence_destroy(self.raw.as_ptr()) }
+        }
+    }
+}
+
+impl fmt::Debug for Sequence<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sequence")
+            .field("len", &self.len())
+            .field("committed", &self.committed())
+            .finish()
+    }
+}
+
+/// The slots [`Sequence::reserve`] gave the step's tokens: `num_groups` rows
+/// of `num_tokens` in one group-major slice (entry `g * num_tokens + i` is
+/// token `i`'s slot in group `g`: `block * block_size + offset`, or -1 in a
+/// recurrent group). It dereferences to that slice, the form
+/// [`Pool::write`] takes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotMapping {
+    slots: Vec<i64>,
+    num_groups: usize,
+}
+
+impl SlotMapping {
+    /// Groups (rows).
+    pub fn num_groups(&self) -> usize {
+        self.num_groups
+    }
+
+    /// Tokens (columns).
+    pub fn num_tokens(&self) -> usize {
+        self.slots.len().checked_div(self.num_groups).unwrap_or(0)
+    }
+
+    /// The slots of `group`.
+    pub fn group(&self, group: usize) -> &[i64] {
+        let n = self.num_tokens();
+        &self.slots[group * n..(group + 1) * n]
+    }
+
+    /// The mappings of several sequences as one, group by group: what one
+    /// [`Pool::write`] of a whole batch takes.
+    pub fn concat(mappings: &[&SlotMapping]) -> Result<SlotMapping> {
+        let groups = mappings.first().map_or(0, |m| m.num_groups);
+        if mappings.iter().any(|m| m.num_groups != groups) {
+            return Err(invalid_argument(
+                "SlotMapping::concat: the mappings have different numbers of groups",
+            ));
+        }
+        let mut slots = Vec::with_capacity(mappings.iter().map(|m| m.slots.len()).sum());
+        for g in 0..groups {
+            for m in mappings {
+                slots.extend_from_slice(m.group(g));
+            }
+        }
+        Ok(SlotMapping {
+            slots,
+            num_groups: groups,
+        })
+    }
+}
+
+impl Deref for SlotMapping {
+    type Target = [i64];
+    fn deref(&self) -> &[i64] {
+        &self.slots
+    }
+}
+
+/// Counters of one group (`kvc_pool_stats`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolStats {
+    /// The group.
+    pub group: u32,
+    /// Usable blocks (`num_blocks - 1`).
+    pub num_blocks: u64,
+    /// Neither referenced nor cached.
+    pub free_blocks: u64,
+    /// Cached and unreferenced: evictable, reusable by match_prefix.
+    pub cached_blocks: u64,
+    /// Referenced by at least one sequence.
+    pub used_blocks: u64,
+    /// Cached blocks kept from eviction by [`Sequence::pin`].
+    pub pinned_blocks: u64,
+    /// Blocks looked up by match_prefix since creation.
+    pub prefix_queries: u64,
+    /// Of which were found.
+    pub prefix_hits: u64,
+    /// Cached blocks reclaimed for new data since creation.
+    pub evictions: u64,
+}
+
+impl PoolStats {
+    /// Blocks a reserve can take now: free plus evictable cached ones.
+    pub fn available_blocks(&self) -> u64 {
+        self.free_blocks + self.cached_blocks
+    }
+}
+
+/// One event of the pool's queue (`kvc_pool_event`), for a router that
+/// tracks what each pool caches. Ids count 1, 2, 3, ... per pool; a gap means
+/// the queue was full and events were dropped.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolEvent {
+    /// A full block was hashed and cached.
+    BlockStored {
+        /// The event's id.
+        id: u64,
+        /// The block's group.
+        group: u32,
+        /// Its hash.
+        block_hash: BlockHash,
+        /// The previous block's hash, or the chain's root.
+        parent_hash: BlockHash,
+        /// Tokens in the block (the group's block size).
+        num_tokens: u32,
+        /// The block's index in its group.
+        block_id: u32,
+    },
+    /// A cached block was evicted: its hash is no longer found.
+    BlockRemoved {
+        /// The event's id.
+        id: u64,
+        /// The block's group.
+        group: u32,
+        /// Its hash.
+        block_hash: BlockHash,
+        /// The block's index in its group.
+        block_id: u32,
+    },
+    /// [`Pool::clear_cache`].
+    AllCleared {
+        /// The event's id.
+        id: u64,
+    },
+    /// A kind this crate does not know (from a newer library).
+    Unknown {
+        /// The event's id.
+        id: u64,
+        /// The raw `kvc_pool_event_kind`.
+        kind: i32,
+    },
+}
+
+impl PoolEvent {
+    fn from_raw(e: &sys::kvc_pool_event) -> PoolEvent {
+        match e.kind {
+            sys::KVC_POOL_EVENT_BLOCK_STORED => PoolEvent::BlockStored {
+                id: e.id,
+                group: e.group,
+                block_hash: e.block_hash,
+                parent_hash: e.parent_hash,
+                num_tokens: e.num_tokens,
+                block_id: e.block_id,
+            },
+            sys::KVC_POOL_EVENT_BLOCK_REMOVED => PoolEvent::BlockRemoved {
+                id: e.id,
+                group: e.group,
+                block_hash: e.block_hash,
+                block_id: e.block_id,
+            },
+            sys::KVC_POOL_EVENT_ALL_CLEARED => PoolEvent::AllCleared { id: e.id },
+            kind => PoolEvent::Unknown { id: e.id, kind },
+        }
+    }
+
+    /// The event's id.
+    pub fn id(&self) -> u64 {
+        match *self {
+            PoolEvent::BlockStored { id, .. }
+            | PoolEvent::BlockRemoved { id, .. }
+            | PoolEvent::AllCleared { id }
+            | PoolEvent::Unknown { id, .. } => id,
+        }
+    }
+}
+
+/// Reads a host int32 view (block tables) in row-major order.
+fn read_i32(view: &TensorView<'_>, function: &str) -> Result<Vec<i32>> {
+    if !view.device().kind.is_host() {
+        return Err(Error::new(
+            ErrorCode::DeviceMismatch,
+            format!(
+                "{function}: the table lives on {}; only host memory can be read",
+                view.device()
+            ),
+        ));
+    }
+    if view.data_type()
+        != (DataType {
+            code: DataType::CODE_INT,
+            bits: 32,
+            lanes: 1,
+        })
+    {
+        return Err(Error::new(
+            ErrorCode::DtypeMismatch,
+            format!("{function}: the view holds {}, not int32", view.data_type()),
+        ));
+    }
+    let shape = view.shape();
+    let strides = view.strides();
+    let numel = view.numel().max(0) as usize;
+    let base =
+        (view.data_ptr() as *const u8).wrapping_add(view.byte_offset() as usize) as *const i32;
+    let mut out = Vec::with_capacity(numel);
+    let mut index = vec![0i64; shape.len()];
+    for _ in 0..numel {
+        let offset: i64 = index.iter().zip(strides.iter()).map(|(i, s)| i * s).sum();
+        // SAFETY: a host int32 view of the library; the index is inside the
+        // shape, and the guard keeps the memory valid.
+        out.push(unsafe { base.wrapping_offset(offset as isize).read_unaligned() });
+        for d in (0..shape.len()).rev() {
+            index[d] += 1;
+            if index[d] < shape[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    Ok(out)
+}
+
+/// Padded block tables (`[batch, max_blocks]` int32), borrowed from the pool.
+pub struct BlockTable<'p> {
+    table: TensorView<'p>,
+    _guard: ViewGuard<'p>,
+}
+
+impl BlockTable<'_> {
+    /// The table as a view (zero-copy; `data_ptr` for kernels, DLPack export).
+    pub fn table(&self) -> TensorView<'_> {
+        self.table
+    }
+
+    /// The rows, copied (host pools).
+    pub fn rows(&self) -> Result<Vec<Vec<i32>>> {
+        let flat = read_i32(&self.table, "BlockTable::rows")?;
+        let width = self.table.shape().get(1).copied().unwrap_or(0).max(1) as usize;
+        Ok(flat.chunks(width).map(<[i32]>::to_vec).collect())
+    }
+}
+
+impl fmt::Debug for BlockTable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockTable")
+            .field("table", &self.table)
+            .finish()
+    }
+}
+
+/// Block tables in FlashInfer's CSR form, borrowed from the pool.
+pub struct CsrBlockTable<'p> {
+    indptr: TensorView<'p>,
+    indices: TensorView<'p>,
+    last_page_len: TensorView<'p>,
+    _guard: ViewGuard<'p>,
+}
+
+impl CsrBlockTable<'_> {
+    /// int32 `[batch + 1]`.
+    pub fn indptr(&self) -> TensorView<'_> {
+        self.indptr
+    }
+
+    /// int32 `[indptr[batch]]`: the blocks of every sequence, one after the other.
+    pub fn indices(&self) -> TensorView<'_> {
+        self.indices
+    }
+
+    /// int32 `[batch]`: tokens in each sequence's last block, 1..=block_size.
+    pub fn last_page_len(&self) -> TensorView<'_> {
+        self.last_page_len
+    }
+
+    /// The three arrays copied (host pools): (indptr, indices, last_page_len).
+    pub fn to_vecs(&self) -> Result<(Vec<i32>, Vec<i32>, Vec<i32>)> {
+        const FN: &str = "CsrBlockTable::to_vecs";
+        Ok((
+            read_i32(&self.indptr, FN)?,
+            read_i32(&self.indices, FN)?,
+            read_i32(&self.last_page_len, FN)?,
+        ))
+    }
+}
+
+impl fmt::Debug for CsrBlockTable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CsrBlockTable")
+            .field("indptr", &self.indptr)
+            .field("indices", &self.indices)
+            .field("last_page_len", &self.last_page_len)
+            .finish()
+    }
+}
+
+/// The K and V storage of one layer, borrowed from the pool.
+pub struct LayerStorage<'p> {
+    kv: KvView<'p>,
+    _guard: ViewGuard<'p>,
+}
+
+impl LayerStorage<'_> {
+    /// `[num_blocks, block_size, heads, head_dim]` or its HND permutation.
+    pub fn keys(&self) -> TensorView<'_> {
+        self.kv.key
+    }
+
+    /// As [`keys`](Self::keys), with V's head_dim.
+    pub fn values(&self) -> TensorView<'_> {
+        self.kv.value
+    }
+}
+
+impl fmt::Debug for LayerStorage<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LayerStorage")
+            .field("kv", &self.kv)
+            .finish()
+    }
+}
+
+/// A sequence's live state of one recurrent layer, borrowed mutably.
+pub struct RecurrentState<'s> {
+    conv: TensorView<'s>,
+    ssm: TensorView<'s>,
+    _guard: ViewGuard<'s>,
+}
+
+impl RecurrentState<'_> {
+    /// The conv state `[1, conv_dim, conv_kernel]`.
+    pub fn conv(&self) -> TensorView<'_> {
+        self.conv
+    }
+
+    /// The SSM state `[1, heads, head_dim, ssm_state_size]`.
+    pub fn ssm(&self) -> TensorView<'_> {
+        self.ssm
+    }
+
+    /// The conv state's elements to write in place (host pools).
+    pub fn conv_mut<T: Element>(&mut self) -> Result<&mut [T]> {
+        let slice = self.conv.as_slice::<T>()?;
+        // SAFETY: the state is exclusively borrowed through `&mut self` (the
+        // sequence is borrowed mutably, no other view of it exists).
+        Ok(unsafe { std::slice::from_raw_parts_mut(slice.as_ptr().cast_mut(), slice.len()) })
+    }
+
+    /// The SSM state's elements to write in place (host pools).
+    pub fn ssm_mut<T: Element>(&mut self) -> Result<&mut [T]> {
+        let slice = self.ssm.as_slice::<T>()?;
+        // SAFETY: as in conv_mut.
+        Ok(unsafe { std::slice::from_raw_parts_mut(slice.as_ptr().cast_mut(), slice.len()) })
+    }
+}
+
+impl fmt::Debug for RecurrentState<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecurrentState")
+            .field("conv", &self.conv)
+            .field("ssm", &self.ssm)
+            .finish()
+    }
+}
+
+impl TensorRef<'static> {
+    /// An empty descriptor (no data, no dimensions): the entry of a recurrent
+    /// layer in [`Pool::write`], which ignores it.
+    pub fn empty() -> TensorRef<'static> {
+        // SAFETY: no element is addressed (no dimensions, never read).
+        unsafe {
+            TensorRef::from_raw_parts(
+                std::ptr::null(),
+                Device::CPU,
+                DataType {
+                    code: 0,
+                    bits: 0,
+                    lanes: 0,
+                },
+                &[],
+                None,
+                0,
+            )
+        }
+    }
+}
