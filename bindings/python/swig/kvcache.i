@@ -1071,3 +1071,6 @@ PyObject* kvc_py_block_hash_chain(PyObject* root, PyObject* tokens, long long bl
 
 /* The pool (kvcache/pool.h): its handles, typemaps and hand-written functions. */
 %include "kvcache_pool.i"
+
+/* The Redis tier of a pool (kvcache/redis_tier.h). */
+%include "kvcache_redis_tier.i"

@@ -98,6 +98,7 @@ from .pool import (
     SlotMapping,
     describe_config,
 )
+from .redis_tier import TierStats, add_redis_tier, tier_stats
 
 View = _lib.View
 
@@ -143,5 +144,6 @@ __all__ = [
     "VersionMismatchError", "InternalError", "StaleViewError",
     "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
     "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
+    "add_redis_tier", "tier_stats", "TierStats",
     "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
 ]
