@@ -20,6 +20,7 @@ pub const KVC_ERROR_OUT_OF_MEMORY: kvc_code = 8;
 pub const KVC_ERROR_NO_DEVICE: kvc_code = 9;
 pub const KVC_ERROR_VERSION_MISMATCH: kvc_code = 10;
 pub const KVC_ERROR_INTERNAL: kvc_code = 11;
+pub const KVC_ERROR_IO: kvc_code = 12;
 pub const KVC_DEVICE_CPU: kvc_device_type = 1;
 pub const KVC_DEVICE_CUDA: kvc_device_type = 2;
 pub const KVC_DEVICE_CUDA_HOST: kvc_device_type = 3;
@@ -97,6 +98,12 @@ pub const KVC_POOL_TABLE_CSR: kvc_pool_table_format = 1;
 pub const KVC_POOL_EVENT_BLOCK_STORED: kvc_pool_event_kind = 1;
 pub const KVC_POOL_EVENT_BLOCK_REMOVED: kvc_pool_event_kind = 2;
 pub const KVC_POOL_EVENT_ALL_CLEARED: kvc_pool_event_kind = 3;
+pub const KVC_TIER_WRITE_ON_COMMIT: u32 = 0;
+pub const KVC_TIER_WRITE_ON_EVICT: u32 = 1;
+pub const KVC_REDIS_CLUSTER_AUTO: u32 = 0;
+pub const KVC_REDIS_CLUSTER_OFF: u32 = 1;
+pub const KVC_REDIS_CLUSTER_ON: u32 = 2;
+pub const KVC_FILE_FORMAT_VERSION: u32 = 1;
 unsafe extern "C" {
     /// Version of the library actually loaded, as KVC_VERSION_NUMBER. Never fails.
     pub fn kvc_version() -> u32;
@@ -1595,5 +1602,362 @@ unsafe extern "C" {
         events: *mut kvc_pool_event,
         capacity: usize,
         count: *mut usize,
+    ) -> *mut kvc_error;
+}
+/// The key of one block in a tier.
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct kvc_tier_key {
+    /// the pool's model fingerprint (kvc_pool_fingerprint)
+    pub fingerprint: [u8; 32usize],
+    /// the block's hash (docs/block-hash.md)
+    pub block_hash: [u8; 32usize],
+    /// the group the block belongs to
+    pub group: u32,
+    /// 0
+    pub reserved: u32,
+}
+/** A tier's operations, for stores a program brings. All calls come from the
+ thread calling the pool (a pool's calls never overlap). Values are
+ opaque, framed bytes (docs/tiers.md): a tier stores and returns them
+ unchanged. Published sizes: 32 (0.6).*/
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct kvc_tier_ops {
+    /// sizeof(kvc_tier_ops)
+    pub struct_size: u32,
+    /// Stores `count` values; returns how many were stored (a tier may store fewer, or none).
+    pub put_many: ::core::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::core::ffi::c_void,
+            keys: *const kvc_tier_key,
+            values: *const *const ::core::ffi::c_void,
+            sizes: *const usize,
+            count: usize,
+        ) -> usize,
+    >,
+    /** Looks up `count` keys (a run of consecutive blocks: pipeline them). For each key found, copies its value
+ into values[i] (capacity `capacity` bytes each) and sets sizes[i]; a miss sets sizes[i] to 0. Returns the
+ number of leading keys found (the pool stops at the first miss, so a tier may stop there too).*/
+    pub get_many: ::core::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::core::ffi::c_void,
+            keys: *const kvc_tier_key,
+            values: *const *mut ::core::ffi::c_void,
+            capacity: usize,
+            sizes: *mut usize,
+            count: usize,
+        ) -> usize,
+    >,
+    /// Frees the tier's context.
+    pub destroy: ::core::option::Option<
+        unsafe extern "C" fn(ctx: *mut ::core::ffi::c_void),
+    >,
+}
+/// Opaque tier handle: owned by the caller until kvc_pool_add_tier takes it.
+#[repr(C)]
+#[derive(Debug)]
+pub struct kvc_tier {
+    _unused: [u8; 0],
+}
+/// When a pool stores blocks in a tier.
+pub type kvc_tier_write_policy = i32;
+unsafe extern "C" {
+    /** Wraps a program's store as a tier. `ops` is copied; `ctx` is owned by the
+ tier from then on (ops->destroy(ctx) when the tier is destroyed; also on
+ error). `name` (copied) appears in stats and messages.*/
+    pub fn kvc_tier_create(
+        ops: *const kvc_tier_ops,
+        ctx: *mut ::core::ffi::c_void,
+        name: *const ::core::ffi::c_char,
+        out: *mut *mut kvc_tier,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /// Frees a tier not given to a pool. Accepts NULL.
+    pub fn kvc_tier_destroy(tier: *mut kvc_tier);
+}
+/// Options of kvc_disk_tier_create. Published sizes: 32 (0.6).
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kvc_disk_tier_options {
+    /// sizeof(kvc_disk_tier_options)
+    pub struct_size: u32,
+    /// created if missing; borrowed for the call
+    pub directory: *const ::core::ffi::c_char,
+    /// size limit; the least recently used blocks go first; 0 = no limit
+    pub max_bytes: u64,
+    /// 0
+    pub reserved: u64,
+}
+impl Default for kvc_disk_tier_options {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+unsafe extern "C" {
+    /** A tier in a local directory: one file per block, named by its key, written
+ to a temporary name and renamed (a crash never leaves a block that reads
+ back wrong), found again by a restarted process. Several processes may
+ share the directory. Errors: INVALID_ARGUMENT, IO (the directory cannot
+ be created or read).*/
+    pub fn kvc_disk_tier_create(
+        options: *const kvc_disk_tier_options,
+        out: *mut *mut kvc_tier,
+    ) -> *mut kvc_error;
+}
+/// Counters of a tier. Fill struct_size before the call. Published sizes: 64 (0.6).
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct kvc_tier_stats {
+    /// set by the caller: sizeof(kvc_tier_stats)
+    pub struct_size: u32,
+    pub reserved: u32,
+    /// values stored
+    pub puts: u64,
+    /// stores that failed or were refused (counted, never raised)
+    pub put_failures: u64,
+    /// keys looked up
+    pub gets: u64,
+    /// of which were found and verified
+    pub hits: u64,
+    /// values found that did not verify (a miss)
+    pub corrupt: u64,
+    pub bytes_written: u64,
+    pub bytes_read: u64,
+}
+unsafe extern "C" {
+    /// Fills `*out`. Errors: INVALID_ARGUMENT (NULL, struct_size).
+    pub fn kvc_tier_stats_get(
+        tier: *const kvc_tier,
+        out: *mut kvc_tier_stats,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** Gives `tier` to `pool` (which destroys it with itself), after the tiers
+ added before: match_prefix asks them in that order. On error the caller
+ keeps the tier. Errors: INVALID_ARGUMENT (NULL, a tier already given,
+ policy).*/
+    pub fn kvc_pool_add_tier(
+        pool: *mut kvc_pool,
+        tier: *mut kvc_tier,
+        policy: kvc_tier_write_policy,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /// A tier of `pool` by index (order of kvc_pool_add_tier), NULL past the end. The pool owns it.
+    pub fn kvc_pool_tier(pool: *const kvc_pool, index: u32) -> *mut kvc_tier;
+}
+unsafe extern "C" {
+    /// The pool's model fingerprint, the first part of every tier key.
+    pub fn kvc_pool_fingerprint(pool: *const kvc_pool, out: *mut u8) -> *mut kvc_error;
+}
+/// Whether the servers are a Redis Cluster.
+pub type kvc_redis_cluster_mode = i32;
+/// Options of kvc_redis_tier_create. Published sizes: 64 (0.6).
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kvc_redis_tier_options {
+    /// sizeof(kvc_redis_tier_options)
+    pub struct_size: u32,
+    /// KVC_REDIS_CLUSTER_*
+    pub cluster: kvc_redis_cluster_mode,
+    /// "host:port[,host:port...]" ("[::1]:6379" for IPv6); borrowed for the call
+    pub seeds: *const ::core::ffi::c_char,
+    /// before every key; no '{' or '}' (a hash tag would put all blocks in one slot)
+    pub key_prefix: *const ::core::ffi::c_char,
+    /// AUTH username (Redis 6 ACL); NULL = the default user
+    pub username: *const ::core::ffi::c_char,
+    /// AUTH password; NULL = no AUTH
+    pub password: *const ::core::ffi::c_char,
+    /// the longest a TCP connect may take (> 0)
+    pub connect_timeout_ms: u32,
+    /// the longest a node may stay silent while a call waits on it (> 0)
+    pub command_timeout_ms: u32,
+    /// how long a failed node is left alone before it is tried again
+    pub reconnect_interval_ms: u32,
+    /// EX of every SET; 0 = none (the server's maxmemory-policy decides)
+    pub ttl_seconds: u32,
+    /// commands in flight on one connection (1..65536)
+    pub max_pipeline: u32,
+    /// 0
+    pub reserved: u32,
+}
+impl Default for kvc_redis_tier_options {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+unsafe extern "C" {
+    /// Sets `options` to KVC_REDIS_TIER_OPTIONS_INIT. Never fails; NULL is ignored.
+    pub fn kvc_redis_tier_options_init(options: *mut kvc_redis_tier_options);
+}
+unsafe extern "C" {
+    /** A tier on Redis or Valkey. Connects to the seeds (and authenticates) to
+ check the configuration and, in cluster mode, to read the slot map; after
+ that no failure of a server is an error (see above). The tier's name is
+ "redis". Errors: INVALID_ARGUMENT (NULL, struct_size, a seed that is not
+ host:port, a zero timeout, max_pipeline, a key prefix with braces), IO (no
+ seed answered, AUTH refused, CLUSTER_ON and the seeds are no cluster).*/
+    pub fn kvc_redis_tier_create(
+        options: *const kvc_redis_tier_options,
+        out: *mut *mut kvc_tier,
+    ) -> *mut kvc_error;
+}
+/** A caller's sink for a file's bytes: called in file order with `bytes` >
+ 0; returns 0 when it took them all, non-zero to stop the save (which then
+ fails with KVC_ERROR_IO). `data` is valid during the call only.*/
+pub type kvc_write_fn = ::core::option::Option<
+    unsafe extern "C" fn(
+        user: *mut ::core::ffi::c_void,
+        data: *const ::core::ffi::c_void,
+        bytes: usize,
+    ) -> ::core::ffi::c_int,
+>;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct kvc_save_options {
+    /// sizeof(kvc_save_options)
+    pub struct_size: u32,
+    /// 0
+    pub reserved: u32,
+    /// device caches: the host staging buffer, in [4096, 2^40); 0 = 8 MiB
+    pub staging_bytes: u64,
+}
+unsafe extern "C" {
+    /// Sets `options` to KVC_SAVE_OPTIONS_INIT. Never fails; NULL is ignored.
+    pub fn kvc_save_options_init(options: *mut kvc_save_options);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kvc_load_options {
+    /// sizeof(kvc_load_options)
+    pub struct_size: u32,
+    /// where the new cache lives (default: the CPU); any device, whatever the saved one
+    pub device: kvc_device,
+    /// the new cache's stream (NULL: the device's default stream)
+    pub stream: *mut ::core::ffi::c_void,
+}
+impl Default for kvc_load_options {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+unsafe extern "C" {
+    /// Sets `options` to KVC_LOAD_OPTIONS_INIT. Never fails; NULL is ignored.
+    pub fn kvc_load_options_init(options: *mut kvc_load_options);
+}
+unsafe extern "C" {
+    /** Writes `cache` to the file `path` (created or replaced: written to a
+ temporary file beside it, then renamed, so a crash never leaves a partial
+ file under `path`). `options` NULL = KVC_SAVE_OPTIONS_INIT. The cache is
+ not changed. Errors: INVALID_ARGUMENT (NULL, options), IO (the file could
+ not be written: the message has the system's reason), OUT_OF_MEMORY.*/
+    pub fn kvc_cache_save(
+        cache: *const kvc_cache,
+        path: *const ::core::ffi::c_char,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /// The same bytes as kvc_cache_save, given to `write` as they are produced.
+    pub fn kvc_cache_save_to(
+        cache: *const kvc_cache,
+        write: kvc_write_fn,
+        user: *mut ::core::ffi::c_void,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** A new cache from the file `path` (read through mmap), on options->device
+ (NULL options = KVC_LOAD_OPTIONS_INIT). Errors: INVALID_ARGUMENT, IO
+ (unreadable, truncated, corrupted, not a cache file), VERSION_MISMATCH,
+ OUT_OF_MEMORY, NO_DEVICE; *out is written on success only.*/
+    pub fn kvc_cache_load(
+        path: *const ::core::ffi::c_char,
+        options: *const kvc_load_options,
+        out: *mut *mut kvc_cache,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /// The same from `bytes` bytes at `data` (a file's contents; borrowed for the call).
+    pub fn kvc_cache_load_buffer(
+        data: *const ::core::ffi::c_void,
+        bytes: usize,
+        options: *const kvc_load_options,
+        out: *mut *mut kvc_cache,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** Replaces the contents of `cache` with the file's: the file's fingerprint
+ must equal the cache's (INVALID_ARGUMENT naming the first difference
+ otherwise). The cache keeps its device and stream. Views the cache handed
+ out before are invalid afterwards. On error the cache is unchanged.*/
+    pub fn kvc_cache_restore(
+        cache: *mut kvc_cache,
+        path: *const ::core::ffi::c_char,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_cache_restore_buffer(
+        cache: *mut kvc_cache,
+        data: *const ::core::ffi::c_void,
+        bytes: usize,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /// The same four for an encoder-decoder cache (both halves and the is_updated flags).
+    pub fn kvc_encoder_decoder_cache_save(
+        cache: *const kvc_encoder_decoder_cache,
+        path: *const ::core::ffi::c_char,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_encoder_decoder_cache_save_to(
+        cache: *const kvc_encoder_decoder_cache,
+        write: kvc_write_fn,
+        user: *mut ::core::ffi::c_void,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_encoder_decoder_cache_load(
+        path: *const ::core::ffi::c_char,
+        options: *const kvc_load_options,
+        out: *mut *mut kvc_encoder_decoder_cache,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_encoder_decoder_cache_load_buffer(
+        data: *const ::core::ffi::c_void,
+        bytes: usize,
+        options: *const kvc_load_options,
+        out: *mut *mut kvc_encoder_decoder_cache,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_encoder_decoder_cache_restore(
+        cache: *mut kvc_encoder_decoder_cache,
+        path: *const ::core::ffi::c_char,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_encoder_decoder_cache_restore_buffer(
+        cache: *mut kvc_encoder_decoder_cache,
+        data: *const ::core::ffi::c_void,
+        bytes: usize,
     ) -> *mut kvc_error;
 }

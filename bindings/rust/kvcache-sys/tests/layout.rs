@@ -118,6 +118,10 @@ structs! {
     kvc_pool_event {
         id, kind, group, block_hash, parent_hash, num_tokens, block_id, reserved
     }
+    kvc_redis_tier_options {
+        struct_size, cluster, seeds, key_prefix, username, password, connect_timeout_ms,
+        command_timeout_ms, reconnect_interval_ms, ttl_seconds, max_pipeline, reserved
+    }
 }
 
 /// Every constant the headers define, with its value in the bindings.
@@ -167,6 +171,7 @@ constants! {
     KVC_POOL_GROUP_FULL, KVC_POOL_GROUP_SLIDING, KVC_POOL_GROUP_CHUNKED, KVC_POOL_GROUP_RECURRENT,
     KVC_POOL_LAYOUT_NHD, KVC_POOL_LAYOUT_HND, KVC_POOL_TABLE_PADDED, KVC_POOL_TABLE_CSR,
     KVC_POOL_EVENT_BLOCK_STORED, KVC_POOL_EVENT_BLOCK_REMOVED, KVC_POOL_EVENT_ALL_CLEARED,
+    KVC_REDIS_CLUSTER_AUTO, KVC_REDIS_CLUSTER_OFF, KVC_REDIS_CLUSTER_ON,
 }
 
 /// Every `#define KVC_<NAME> <value>` of the headers must be in `constants!`

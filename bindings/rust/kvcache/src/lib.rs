@@ -48,6 +48,7 @@ mod encoder_decoder;
 mod error;
 mod options;
 pub mod pool;
+pub mod redis_tier;
 mod tensor;
 mod version;
 
@@ -72,6 +73,7 @@ pub use pool::{
     BlockTable, CsrBlockTable, GroupKind, LayerStorage, Layout, Pool, PoolBuilder, PoolEvent,
     PoolGroup, PoolLayer, PoolStats, RecurrentState, Sequence, SlotMapping,
 };
+pub use redis_tier::{RedisCluster, RedisTierOptions, TierStats, TierWrite};
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};
 pub use version::{
     Features, HEADER_VERSION, Version, check_version, features, version, version_string,
