@@ -1,6 +1,6 @@
 # The project's commands. Each one prepares the machine first (scripts/setup.sh,
 # fast when nothing is missing) and uses CMake + Ninja underneath:
-#   make demo        build and run examples/demo.c
+#   make demo        build and run examples/demo.c, then examples/tier_restart.c
 #   make test        unit/conformance/header/abi tests, then the same under
 #                    ASan+UBSan, then the bounded fuzz runs
 #   make bench       optimised build, then the benchmarks; results in build/bench/results.json
@@ -98,6 +98,8 @@ fuzz: $(SETUP_DEP)
 demo: build
 	@test -x $(BUILD)/examples/demo || { echo "demo: examples/demo.c is missing" >&2; exit 1; }
 	$(BUILD)/examples/demo
+	@echo
+	$(BUILD)/examples/tier_restart
 
 # Release is CMake's portable -O3; no -march=native, so numbers are comparable
 # across machines of one architecture.

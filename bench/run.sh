@@ -13,6 +13,7 @@
 # in $KVC_BENCH_EMULATED_DIR (default BUILDDIR/tests/gpu/emulated; `make bench` builds one); without one it
 # prints SKIPPED.
 # bench_pool (the paged pool, CPU) runs everywhere; its GPU rows are bench_gpu's gpu_pool_write.
+# bench_tier (the disk tier, CPU pool) runs everywhere, in a directory next to the results file.
 # bench_redis_tier starts its own redis-server; without redis-server installed it prints SKIPPED.
 # Exit status: 0 when every acceptance check holds, 1 otherwise.
 set -euo pipefail
@@ -86,6 +87,9 @@ echo "== bench_quantized"
 echo
 echo "== bench_pool (the paged pool on the CPU: scheduling, partial blocks, fork, step write)"
 "$(find_bin bench_pool)" --json "$JSON" "${EXTRA[@]}"
+echo
+echo "== bench_tier (the pool's disk tier against a plain write/read of the same bytes in the same directory)"
+"$(find_bin bench_tier)" --json "$JSON" "${EXTRA[@]}"
 echo
 echo "== bench_redis_tier (the Redis tier: runs of 2 MiB blocks against raw pipelined SET/GET and redis-benchmark)"
 if command -v redis-server >/dev/null 2>&1; then

@@ -1,0 +1,188 @@
+/*
+ * bench/bench_tier.c: the pool's disk tier (docs/tiers.md) against its
+ * roofline, a plain write/read of the same bytes in the same directory.
+ *
+ * A bfloat16 pool of one layer, 8 KV heads of dim 128 and 512-token blocks:
+ * 2 MiB of K/V per block. Per repetition, alternated in one run:
+ *   tier put    kvc_pool_commit of 16 blocks with a WRITE_ON_COMMIT disk
+ *               tier (stage the block, frame it with its CRC-32C, write a
+ *               temporary file, rename);
+ *   plain write the same 16 framed values written to 16 files (open, write,
+ *               close);
+ *   tier get    a new pool and tier on the directory (the index rebuilt by
+ *               scanning it), kvc_pool_match_prefix of the prompt: 16 blocks
+ *               read, verified and copied in;
+ *   plain read  the 16 files read back (open, read, close).
+ * Neither side syncs, so both measure the page cache and the file system's
+ * write path of this machine, which is what a tier costs between syncs.
+ * The directory is made next to the results file (a real disk in `make
+ * bench`'s build folder; /tmp may be memory) and removed afterwards.
+ */
+#include "bench_common.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#define _BENCH_DIR_TEMPLATE "tier-bench-XXXXXX"
+enum { HEADS = 8, DIM = 128, BLOCK = 512, NBLOCKS = 16 };
+#define BLOCK_BYTES ((size_t)2 * BLOCK * HEADS * DIM * 2) /* K and V, bfloat16 */
+#define FRAME_BYTES (BLOCK_BYTES + 100)                   /* docs/tiers.md: header 96, CRC 4 */
+#define TOKENS (NBLOCKS * BLOCK + 1)
+
+char* mkdtemp(char* template); /* POSIX 2008, not in the C11 headers under _POSIX_C_SOURCE alone */
+
+static kvc_pool* make_pool(const char* dir) {
+  kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
+  g.block_size = BLOCK;
+  g.num_blocks = NBLOCKS + 2;
+  kvc_pool_layer_options l = KVC_POOL_LAYER_OPTIONS_INIT;
+  l.num_kv_heads = HEADS;
+  l.key_head_dim = DIM;
+  kvc_pool_options o;
+  kvc_pool_options_init(&o);
+  o.dtype = KVC_DTYPE_BFLOAT16;
+  o.num_groups = 1;
+  o.groups = &g;
+  o.num_layers = 1;
+  o.layers = &l;
+  kvc_pool* p = NULL;
+  bench_check(kvc_pool_create(&o, &p), "kvc_pool_create");
+  kvc_disk_tier_options d = KVC_DISK_TIER_OPTIONS_INIT;
+  d.directory = dir;
+  kvc_tier* t = NULL;
+  bench_check(kvc_disk_tier_create(&d, &t), "kvc_disk_tier_create");
+  bench_check(kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT), "kvc_pool_add_tier");
+  return p;
+}
+
+static void remove_tree(const char* dir) {
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%.1100s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "bench_tier: could not remove %s\n", dir);
+}
+
+static double seconds_since(double t0) { return (bench_now_ns() - t0) * 1e-9; }
+
+static void plain_path(char* out, size_t size, const char* dir, int i) {
+  snprintf(out, size, "%.1000s/plain-%02d.bin", dir, i);
+}
+
+static double plain_write(const char* dir, const uint8_t* bytes) {
+  char path[1100];
+  double t0 = bench_now_ns();
+  for (int i = 0; i < NBLOCKS; i++) {
+    plain_path(path, sizeof path, dir, i);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, bytes + (size_t)i * FRAME_BYTES, FRAME_BYTES) != (ssize_t)FRAME_BYTES || close(fd)) {
+      fprintf(stderr, "bench_tier: plain write of %s failed\n", path);
+      exit(1);
+    }
+  }
+  return seconds_since(t0);
+}
+
+static double plain_read(const char* dir, uint8_t* bytes) {
+  char path[1100];
+  double t0 = bench_now_ns();
+  for (int i = 0; i < NBLOCKS; i++) {
+    plain_path(path, sizeof path, dir, i);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0 || read(fd, bytes + (size_t)i * FRAME_BYTES, FRAME_BYTES) != (ssize_t)FRAME_BYTES || close(fd)) {
+      fprintf(stderr, "bench_tier: plain read of %s failed\n", path);
+      exit(1);
+    }
+  }
+  return seconds_since(t0);
+}
+
+/* A sequence of the prompt computed but not committed (the commit is what a put costs). */
+static kvc_pool_sequence* prefill(kvc_pool* p, const int32_t* tok, uint16_t* kv) {
+  kvc_pool_sequence* s = NULL;
+  bench_check(kvc_pool_sequence_create(p, NULL, &s), "sequence");
+  int64_t* slots = bench_alloc(TOKENS * sizeof(int64_t));
+  bench_check(kvc_pool_reserve(s, tok, TOKENS, slots), "reserve");
+  int64_t shape[3] = {TOKENS, HEADS, DIM};
+  kvc_tensor k = bench_tensor_bf16(kv, shape), v = bench_tensor_bf16(kv + (size_t)TOKENS * HEADS * DIM, shape);
+  k.ndim = v.ndim = 3; /* the pool writes [tokens, heads, dim] */
+  bench_check(kvc_pool_write(p, &k, &v, 1, slots, TOKENS), "write");
+  free(slots);
+  return s;
+}
+
+int main(int argc, char** argv) {
+  bench_args args = bench_parse_args(argc, argv);
+  int reps = args.reps ? args.reps : 9;
+  static bench_results res;
+  char dir[1000];
+  const char* slash = strrchr(args.json_path, '/');
+  int base = slash ? (int)(slash - args.json_path) : 0;
+  if (base > 900) base = 900;
+  snprintf(dir, sizeof dir, "%.*s%s" _BENCH_DIR_TEMPLATE, base, args.json_path, slash ? "/" : "");
+  if (bench_make_parent_dirs(dir) != 0 || !mkdtemp(dir)) {
+    fprintf(stderr, "bench_tier: cannot make a directory like %s\n", dir);
+    return 1;
+  }
+  printf("bench_tier: kvcache %s, disk tier in %s, %d blocks of %.1f MiB, %d alternated repetitions\n",
+         kvc_version_string(), dir, NBLOCKS, BLOCK_BYTES / 1048576.0, reps);
+  int32_t* tok = bench_alloc(TOKENS * sizeof(int32_t));
+  for (int i = 0; i < TOKENS; i++) tok[i] = (int32_t)(i * 7919 % 50000);
+  uint16_t* kv = bench_alloc((size_t)2 * TOKENS * HEADS * DIM * sizeof(uint16_t));
+  bench_fill_bf16(kv, (size_t)2 * TOKENS * HEADS * DIM, 42);
+  uint8_t* plain = bench_alloc((size_t)NBLOCKS * FRAME_BYTES);
+  memset(plain, 0x5a, (size_t)NBLOCKS * FRAME_BYTES);
+  double *put = bench_alloc(reps * sizeof(double)), *get = bench_alloc(reps * sizeof(double));
+  double *pw = bench_alloc(reps * sizeof(double)), *pr = bench_alloc(reps * sizeof(double));
+  char tier_dir[1100];
+  for (int r = 0; r < reps; r++) {
+    snprintf(tier_dir, sizeof tier_dir, "%s/tier-%d", dir, r); /* a fresh tier each time: every put writes */
+    kvc_pool* p = make_pool(tier_dir);
+    kvc_pool_sequence* s = prefill(p, tok, kv);
+    double t0 = bench_now_ns();
+    bench_check(kvc_pool_commit(s), "commit");
+    put[r] = seconds_since(t0);
+    kvc_tier_stats st = {sizeof st, 0, 0, 0, 0, 0, 0, 0, 0};
+    bench_check(kvc_tier_stats_get(kvc_pool_tier(p, 0), &st), "stats");
+    if (st.puts != NBLOCKS) {
+      fprintf(stderr, "bench_tier: %llu blocks stored, not %d\n", (unsigned long long)st.puts, NBLOCKS);
+      return 1;
+    }
+    kvc_pool_destroy(p);
+    pw[r] = plain_write(dir, plain);
+
+    p = make_pool(tier_dir); /* a restart: the new tier scans the directory (not timed: once per process) */
+    bench_check(kvc_pool_sequence_create(p, NULL, &s), "sequence");
+    uint64_t matched = 0;
+    t0 = bench_now_ns();
+    bench_check(kvc_pool_match_prefix(s, tok, TOKENS, &matched), "match_prefix");
+    get[r] = seconds_since(t0);
+    if (matched != (uint64_t)NBLOCKS * BLOCK) {
+      fprintf(stderr, "bench_tier: matched %llu tokens from disk, not %d\n", (unsigned long long)matched,
+              NBLOCKS * BLOCK);
+      return 1;
+    }
+    kvc_pool_destroy(p);
+    pr[r] = plain_read(dir, plain);
+    remove_tree(tier_dir);
+  }
+  double bytes = (double)NBLOCKS * FRAME_BYTES;
+  const struct {
+    const char* impl;
+    const char* metric;
+    double* v;
+  } rows[4] = {{"kvcache", "put_2MiB_GBps", put}, {"plain", "write_2MiB_GBps", pw},
+               {"kvcache", "get_2MiB_GBps", get}, {"plain", "read_2MiB_GBps", pr}};
+  double med[4];
+  for (int i = 0; i < 4; i++) {
+    bench_stats s = bench_summarize(rows[i].v, (size_t)reps);
+    med[i] = bytes / s.median * 1e-9;
+    printf("  %-8s %-16s %7.2f GB/s (median of %d; best %.2f, worst %.2f)\n", rows[i].impl, rows[i].metric, med[i],
+           reps, bytes / s.min * 1e-9, bytes / s.max * 1e-9);
+    bench_add(&res, "tier_disk", rows[i].impl, rows[i].metric, med[i], "GB/s");
+  }
+  printf("  tier put / plain write: %.2f; tier get / plain read: %.2f\n", med[0] / med[1], med[2] / med[3]);
+  bench_add(&res, "tier_disk", "kvcache", "put_over_plain_write", med[0] / med[1], "ratio");
+  bench_add(&res, "tier_disk", "kvcache", "get_over_plain_read", med[2] / med[3], "ratio");
+  remove_tree(dir);
+  bench_write_json(args.json_path, &res);
+  return 0;
+}
