@@ -28,6 +28,7 @@ func startRedis(t *testing.T) string {
 	l.Close()
 	cmd := exec.Command("redis-server", "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", t.TempDir(),
 		"--save", "", "--appendonly", "no", "--logfile", "")
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,12 @@ gathers the same bytes), the tier's counters, and refused options. Skipped, with
 is not installed (scripts/setup.sh installs it)."""
 from __future__ import annotations
 
+import ctypes
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -27,13 +30,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def die_with_parent():
+    """In the server's process before exec: killed when the test process dies, even by a crash (Linux)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 @pytest.fixture(scope="module")
 def redis_port():
     port = free_port()
     with tempfile.TemporaryDirectory() as workdir:
         proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
                                  "--save", "", "--appendonly", "no", "--logfile", ""],
-                                stdout=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, preexec_fn=die_with_parent)
         try:
             for _ in range(250):
                 ping = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True)
