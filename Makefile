@@ -6,6 +6,7 @@
 #   make bench       optimised build, then the benchmarks; results in build/bench/results.json
 #   make bench-host-issue  only the host cost of issuing a decode step on the emulated device
 #   make sanitize    only the ASan+UBSan suite      make fuzz   only the fuzz suite
+#   make fuzz-pool-long  the pool fuzzer: libFuzzer for FUZZ_SECONDS (3600), then FUZZ_OPS (10^7) standalone operations
 #   make install PREFIX=/usr/local                  make clean  remove build dirs
 
 JOBS   ?= 2
@@ -37,7 +38,7 @@ BENCH_GPU_FLAGS = $(shell scripts/gpu_cmake_flags.sh cuda) -DKVC_HIP=OFF
 # them), and the fuzz targets drive CPU caches only.
 NO_GPU_FLAGS = -DKVC_CUDA=OFF -DKVC_HIP=OFF -DKVC_LINK_BACKEND=OFF
 
-.PHONY: all setup build test test-unit test-go test-rust test-python sanitize fuzz demo bench bench-host-issue emulated-plugin install clean distclean
+.PHONY: all setup build test test-unit test-go test-rust test-python sanitize fuzz fuzz-pool-long demo bench bench-host-issue emulated-plugin install clean distclean
 
 all: build
 
@@ -94,6 +95,20 @@ fuzz: $(SETUP_DEP)
 	  $(CMAKE) --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_targets; \
 	  $(CTEST) --test-dir $(BUILD_FUZZ) --output-on-failure --no-tests=error -j $(JOBS) -L fuzz; \
 	fi
+
+# The pool fuzzer beyond its bounded runs: libFuzzer (ASan+UBSan, coverage-guided) for FUZZ_SECONDS over its
+# corpus in build-fuzz/fuzz/pool/corpus and the seeds, then FUZZ_OPS operations of the standalone driver under
+# ASan+UBSan from a seed that changes every run (printed; a failing input is saved in build-asan/tests/fuzz).
+FUZZ_SECONDS ?= 3600
+FUZZ_OPS ?= 10000000
+fuzz-pool-long: $(SETUP_DEP)
+	CC=clang CXX=clang++ $(CONFIGURE) -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(NO_GPU_FLAGS)
+	$(CMAKE) --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_pool
+	$(BUILD_FUZZ)/tests/fuzz/fuzz_pool -error_exitcode=1 -max_total_time=$(FUZZ_SECONDS) -timeout=25 -max_len=4096 \
+	  -artifact_prefix=$(BUILD_FUZZ)/fuzz/pool/artifacts/ $(BUILD_FUZZ)/fuzz/pool/corpus tests/fuzz/corpus/pool
+	$(CONFIGURE) -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DKVC_SANITIZE=ON $(NO_GPU_FLAGS)
+	$(CMAKE) --build $(BUILD_ASAN) -j $(JOBS) --target fuzz_pool_standalone
+	cd $(BUILD_ASAN)/tests/fuzz && ./fuzz_pool_standalone -ops=$(FUZZ_OPS) -len=1500 -seed=$$(date +%s)
 
 demo: build
 	@test -x $(BUILD)/examples/demo || { echo "demo: examples/demo.c is missing" >&2; exit 1; }

@@ -15,6 +15,8 @@
 # bench_pool (the paged pool, CPU) runs everywhere; its GPU rows are bench_gpu's gpu_pool_write.
 # bench_tier (the disk tier, CPU pool) runs everywhere, in a directory next to the results file.
 # bench_redis_tier starts its own redis-server; without redis-server installed it prints SKIPPED.
+# bench_persist writes its files next to the results (or in $KVC_BENCH_PERSIST_DIR); its arguments go in
+# $KVC_BENCH_PERSIST_ARGS.
 # Exit status: 0 when every acceptance check holds, 1 otherwise.
 set -euo pipefail
 
@@ -87,6 +89,10 @@ echo "== bench_quantized"
 echo
 echo "== bench_pool (the paged pool on the CPU: scheduling, partial blocks, fork, step write)"
 "$(find_bin bench_pool)" --json "$JSON" "${EXTRA[@]}"
+echo "== bench_persist (cache files: save and restore against plain write/read of the same bytes, same disk)"
+# A 1 GiB cache by default; $KVC_BENCH_PERSIST_ARGS overrides (e.g. "--context 1024 --reps 3": 128 MiB).
+read -r -a PERSIST_ARGS <<< "${KVC_BENCH_PERSIST_ARGS:-}"
+"$(find_bin bench_persist)" --json "$JSON" "${PERSIST_ARGS[@]}"
 echo
 echo "== bench_tier (the pool's disk tier against a plain write/read of the same bytes in the same directory)"
 "$(find_bin bench_tier)" --json "$JSON" "${EXTRA[@]}"

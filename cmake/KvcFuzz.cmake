@@ -23,6 +23,11 @@ kvc_library_settings(kvcache_fuzz_objects PRIVATE)
 target_compile_options(kvcache_fuzz_objects PRIVATE -fsanitize=fuzzer-no-link,${_san} ${_common})
 kvc_warnings(kvcache_fuzz_objects)
 
+# Seconds of a target's bounded run: 60, or _fuzz_seconds_<name>. fuzz_pool's bounded run of 10^6 operations
+# is the test pool_fuzz of every build (tests/CMakeLists.txt, under ASan+UBSan too); its libFuzzer run here adds
+# coverage-guided inputs in less time.
+set(_fuzz_seconds_pool 30)
+
 # `cmake --build build-fuzz --target fuzz_targets` builds only these.
 add_custom_target(fuzz_targets)
 foreach(_src IN LISTS _fuzz_sources)
@@ -43,9 +48,13 @@ foreach(_src IN LISTS _fuzz_sources)
   if(_seed IN_LIST _seed_dirs AND IS_DIRECTORY "${_seed}")
     list(APPEND _corpora "${_seed}")
   endif()
+  set(_seconds 60)
+  if(DEFINED _fuzz_seconds_${_name})
+    set(_seconds ${_fuzz_seconds_${_name}})
+  endif()
   add_test(NAME ${_target}
     # -error_exitcode=1: libFuzzer's default (77) is CTest's "skipped" code here, which would hide a finding.
-    COMMAND ${_target} -error_exitcode=1 -runs=300000 -max_total_time=60 -timeout=25
+    COMMAND ${_target} -error_exitcode=1 -runs=300000 -max_total_time=${_seconds} -timeout=25
             "-artifact_prefix=${_work}/artifacts/" ${_corpora}
     WORKING_DIRECTORY "${_work}")
   kvc_test_properties(${_target} LABELS fuzz TIMEOUT 180)

@@ -50,6 +50,10 @@ var (
 	_ [int64(C.KVC_ERROR_VERSION_MISMATCH) - int64(CodeVersionMismatch)]struct{}
 	_ [int64(CodeInternal) - int64(C.KVC_ERROR_INTERNAL)]struct{}
 	_ [int64(C.KVC_ERROR_INTERNAL) - int64(CodeInternal)]struct{}
+	_ [int64(CodeIO) - int64(C.KVC_ERROR_IO)]struct{}
+	_ [int64(C.KVC_ERROR_IO) - int64(CodeIO)]struct{}
+	_ [int64(FileFormatVersion) - int64(C.KVC_FILE_FORMAT_VERSION)]struct{}
+	_ [int64(C.KVC_FILE_FORMAT_VERSION) - int64(FileFormatVersion)]struct{}
 	_ [int64(DeviceCPU) - int64(C.KVC_DEVICE_CPU)]struct{}
 	_ [int64(C.KVC_DEVICE_CPU) - int64(DeviceCPU)]struct{}
 	_ [int64(DeviceCUDA) - int64(C.KVC_DEVICE_CUDA)]struct{}

@@ -19,6 +19,7 @@ const (
 	CodeNoDevice        Code = 9  // no backend or no device for the requested device type
 	CodeVersionMismatch Code = 10 // a library or backend plugin speaks another ABI version
 	CodeInternal        Code = 11 // a bug in kvcache; please report it
+	CodeIO              Code = 12 // OSError: a file could not be read or written, or is not a valid kvcache file (since 0.6)
 )
 
 // codeNames are kvc_code_name's answers; the cgo build asks the library
@@ -36,6 +37,7 @@ var codeNames = [...]string{
 	CodeNoDevice:        "KVC_ERROR_NO_DEVICE",
 	CodeVersionMismatch: "KVC_ERROR_VERSION_MISMATCH",
 	CodeInternal:        "KVC_ERROR_INTERNAL",
+	CodeIO:              "KVC_ERROR_IO",
 }
 
 func goCodeName(c Code) string {
@@ -98,6 +100,7 @@ var (
 	ErrNoDevice        = &Error{Code: CodeNoDevice}
 	ErrVersionMismatch = &Error{Code: CodeVersionMismatch}
 	ErrInternal        = &Error{Code: CodeInternal}
+	ErrIO              = &Error{Code: CodeIO}
 )
 
 // Errors of this package's own, each also matching its code's sentinel.

@@ -47,23 +47,37 @@ static kvc_error* read_load_options(const char* fn, const kvc_load_options* o, k
 
 /* ------------------------------------------------------------ writing */
 
-/* The sections of a cache or of both halves of an encoder-decoder cache, framed. */
-static kvc_error* save_object(const char* fn, const kvc_cache* a, const kvc_cache* b, const uint8_t* flags,
-                              uint32_t nflags, kvc_write_fn write, void* user, uint64_t staging) {
+/* What a save writes: a cache, both halves of an encoder-decoder cache (b and the flags), or a pool sequence. */
+typedef struct object {
+  const kvc_cache* a;
+  const kvc_cache* b;
+  const uint8_t* flags;
+  uint32_t nflags;
+  const kvc_pool_sequence* seq;
+} object;
+
+/* The object's sections, framed. */
+static kvc_error* save_object(const char* fn, const object* o, kvc_write_fn write, void* user, uint64_t staging) {
   unsigned char digest[16];
-  if (kvci_fingerprint_digest(a, digest)) return kvci_err_oom();
+  if (o->seq ? kvci_pool_fingerprint_digest(o->seq, digest) : kvci_fingerprint_digest(o->a, digest))
+    return kvci_err_oom();
   kvci_out out;
   memset(&out, 0, sizeof out);
   out.fn = fn, out.write = write, out.user = user, out.staging_bytes = staging;
-  kvci_out_file_header(&out, b ? KVCF_OBJECT_ENCODER_DECODER : KVCF_OBJECT_CACHE, digest);
-  kvci_save_cache(&out, a, 0);
-  if (b) {
-    kvci_save_cache(&out, b, 1);
+  uint32_t kind = o->seq ? KVCF_OBJECT_POOL_SEQUENCE : o->b ? KVCF_OBJECT_ENCODER_DECODER : KVCF_OBJECT_CACHE;
+  kvci_out_file_header(&out, kind, digest);
+  if (o->seq) {
+    kvci_save_pool_sequence(&out, o->seq);
+    return kvci_out_finish(&out);
+  }
+  kvci_save_cache(&out, o->a, 0);
+  if (o->b) {
+    kvci_save_cache(&out, o->b, 1);
     kvcf_section s;
     memset(&s, 0, sizeof s);
-    s.type = KVCF_ENCDEC, s.payload_bytes = nflags;
+    s.type = KVCF_ENCDEC, s.payload_bytes = o->nflags;
     kvci_out_begin(&out, &s);
-    kvci_out_bytes(&out, flags, nflags);
+    kvci_out_bytes(&out, o->flags, o->nflags);
     kvci_out_end(&out);
   }
   return kvci_out_finish(&out);
@@ -91,8 +105,7 @@ static int fd_write(void* user, const void* data, size_t bytes) {
 }
 
 /* Saves into path + ".tmp-XXXXXX" beside it, then renames: a crash never leaves a partial file under `path`. */
-static kvc_error* save_path(const char* fn, const char* path, const kvc_cache* a, const kvc_cache* b,
-                            const uint8_t* flags, uint32_t nflags, uint64_t staging) {
+static kvc_error* save_path(const char* fn, const char* path, const object* o, uint64_t staging) {
   size_t n = strlen(path);
   char* tmp = (char*)malloc(n + 12);
   if (!tmp) return kvci_err_oom();
@@ -104,7 +117,7 @@ static kvc_error* save_path(const char* fn, const char* path, const kvc_cache* a
     free(tmp);
     return e;
   }
-  kvc_error* e = save_object(fn, a, b, flags, nflags, fd_write, &sink, staging);
+  kvc_error* e = save_object(fn, o, fd_write, &sink, staging);
   if (e && sink.error) {
     kvc_error_destroy(e);
     e = kvci_err(KVC_ERROR_IO, "%s: writing %s failed: %s", fn, tmp, strerror(sink.error));
@@ -127,7 +140,8 @@ kvc_error* kvc_cache_save(const kvc_cache* cache, const char* path, const kvc_sa
   uint64_t staging;
   kvc_error* e = check_save(FN, cache, path, "path");
   if (!e) e = read_save_options(FN, options, &staging);
-  return e ? e : save_path(FN, path, cache, NULL, NULL, 0, staging);
+  const object o = {cache, NULL, NULL, 0, NULL};
+  return e ? e : save_path(FN, path, &o, staging);
 }
 
 kvc_error* kvc_cache_save_to(const kvc_cache* cache, kvc_write_fn write, void* user, const kvc_save_options* options) {
@@ -135,7 +149,8 @@ kvc_error* kvc_cache_save_to(const kvc_cache* cache, kvc_write_fn write, void* u
   uint64_t staging;
   kvc_error* e = check_save(FN, cache, (const void*)(uintptr_t)write, "write");
   if (!e) e = read_save_options(FN, options, &staging);
-  return e ? e : save_object(FN, cache, NULL, NULL, 0, write, user, staging);
+  const object o = {cache, NULL, NULL, 0, NULL};
+  return e ? e : save_object(FN, &o, write, user, staging);
 }
 
 kvc_error* kvc_encoder_decoder_cache_save(const kvc_encoder_decoder_cache* cache, const char* path,
@@ -145,11 +160,9 @@ kvc_error* kvc_encoder_decoder_cache_save(const kvc_encoder_decoder_cache* cache
   kvc_error* e = check_save(FN, cache, path, "path");
   if (!e) e = read_save_options(FN, options, &staging);
   if (e) return e;
-  kvc_cache *a, *b;
-  uint8_t* flags;
-  uint32_t n;
-  kvci_encdec_parts(cache, &a, &b, &flags, &n);
-  return save_path(FN, path, a, b, flags, n, staging);
+  object o = {NULL, NULL, NULL, 0, NULL};
+  kvci_encdec_parts(cache, (kvc_cache**)&o.a, (kvc_cache**)&o.b, (uint8_t**)&o.flags, &o.nflags);
+  return save_path(FN, path, &o, staging);
 }
 
 kvc_error* kvc_encoder_decoder_cache_save_to(const kvc_encoder_decoder_cache* cache, kvc_write_fn write, void* user,
@@ -159,11 +172,9 @@ kvc_error* kvc_encoder_decoder_cache_save_to(const kvc_encoder_decoder_cache* ca
   kvc_error* e = check_save(FN, cache, (const void*)(uintptr_t)write, "write");
   if (!e) e = read_save_options(FN, options, &staging);
   if (e) return e;
-  kvc_cache *a, *b;
-  uint8_t* flags;
-  uint32_t n;
-  kvci_encdec_parts(cache, &a, &b, &flags, &n);
-  return save_object(FN, a, b, flags, n, write, user, staging);
+  object o = {NULL, NULL, NULL, 0, NULL};
+  kvci_encdec_parts(cache, (kvc_cache**)&o.a, (kvc_cache**)&o.b, (uint8_t**)&o.flags, &o.nflags);
+  return save_object(FN, &o, write, user, staging);
 }
 
 /* ------------------------------------------------------------ reading */
@@ -187,7 +198,13 @@ static kvc_error* map_path(const char* fn, const char* path, mapped* m) {
   else if (st.st_size == 0)
     e = kvci_err(KVC_ERROR_IO, "%s: not a kvcache file: %s is empty", fn, path);
   if (!e) {
-    void* p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    /* MAP_POPULATE (Linux): the kernel reads the whole file ahead in large requests, instead of a fault per page. */
+#ifdef MAP_POPULATE
+    const int flags = MAP_PRIVATE | MAP_POPULATE;
+#else
+    const int flags = MAP_PRIVATE;
+#endif
+    void* p = mmap(NULL, (size_t)st.st_size, PROT_READ, flags, fd, 0);
     if (p == MAP_FAILED) {
       e = kvci_err(KVC_ERROR_IO, "%s: cannot map %s: %s", fn, path, strerror(errno));
     } else {
@@ -417,4 +434,55 @@ kvc_error* kvc_encoder_decoder_cache_restore_buffer(kvc_encoder_decoder_cache* c
   static const char* FN = "kvc_encoder_decoder_cache_restore_buffer";
   const request r = {NULL, NULL, cache};
   return cache ? from_buffer(FN, data, bytes, restore_encdec, &r) : null_cache(FN);
+}
+
+/* ------------------------------------------------------- pool sequences */
+
+/* The prologue of both saves of a sequence: the sequence, the target (a path or a callback), the options. */
+static kvc_error* check_sequence_save(const char* fn, const kvc_pool_sequence* sequence, const void* target,
+                                      const char* target_name, const kvc_save_options* options, uint64_t* staging) {
+  if (!sequence) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", fn);
+  if (!target) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn, target_name);
+  return read_save_options(fn, options, staging);
+}
+
+kvc_error* kvc_pool_sequence_save(const kvc_pool_sequence* sequence, const char* path,
+                                  const kvc_save_options* options) {
+  static const char* FN = "kvc_pool_sequence_save";
+  uint64_t staging;
+  kvc_error* e = check_sequence_save(FN, sequence, path, "path", options, &staging);
+  const object o = {NULL, NULL, NULL, 0, sequence};
+  return e ? e : save_path(FN, path, &o, staging);
+}
+
+kvc_error* kvc_pool_sequence_save_to(const kvc_pool_sequence* sequence, kvc_write_fn write, void* user,
+                                     const kvc_save_options* options) {
+  static const char* FN = "kvc_pool_sequence_save_to";
+  uint64_t staging;
+  kvc_error* e = check_sequence_save(FN, sequence, (const void*)(uintptr_t)write, "write", options, &staging);
+  const object o = {NULL, NULL, NULL, 0, sequence};
+  return e ? e : save_object(FN, &o, write, user, staging);
+}
+
+static kvc_error* load_sequence(const char* fn, const mapped* m, const request* r) {
+  if (!r->out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_pool_sequence*", fn);
+  kvci_file f;
+  kvc_error* e = parse_object(fn, m, KVCF_OBJECT_POOL_SEQUENCE, &f);
+  if (e) return e;
+  e = kvci_load_pool_sequence(fn, &f, (kvc_pool*)r->target, (kvc_pool_sequence**)r->out);
+  kvci_file_free(&f);
+  return e;
+}
+
+static kvc_error* null_pool(const char* fn) { return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", fn); }
+
+kvc_error* kvc_pool_sequence_load(kvc_pool* pool, const char* path, kvc_pool_sequence** out) {
+  const request r = {NULL, out, pool};
+  return pool ? from_path("kvc_pool_sequence_load", path, load_sequence, &r) : null_pool("kvc_pool_sequence_load");
+}
+
+kvc_error* kvc_pool_sequence_load_buffer(kvc_pool* pool, const void* data, size_t bytes, kvc_pool_sequence** out) {
+  static const char* FN = "kvc_pool_sequence_load_buffer";
+  const request r = {NULL, out, pool};
+  return pool ? from_buffer(FN, data, bytes, load_sequence, &r) : null_pool(FN);
 }

@@ -187,7 +187,7 @@ kvc_error* kvci_load_cache(const char* fn, const kvci_file* f, uint32_t part, co
   if (!e) e = load_settings(fn, f, part, &fp, c);
   kvci_stage st;
   memset(&st, 0, sizeof st);
-  if (!e) e = kvci_stage_open(fn, c, 0, &st);
+  if (!e) e = kvci_stage_open(fn, c->backend, &c->exec, c->device, 0, &st);
   for (uint32_t i = 0; !e && i < fp.num_layers; i++) {
     kvc_layer* l = NULL;
     if ((e = kvci_layer_new(&fp.layers[i].spec, &l))) break;

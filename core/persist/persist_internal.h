@@ -7,6 +7,7 @@
  *  save_cache.c   a cache's sections
  *  parse.c        a file's bytes checked (every checksum) and indexed
  *  load_cache.c   a new cache from a parsed file
+ *  pool_sequence.c  a pool sequence's sections, and a new sequence from them
  *  api.c          the public entry points (files, buffers, callbacks, restore)
  */
 #ifndef KVC_CORE_PERSIST_INTERNAL_H
@@ -61,14 +62,17 @@ void kvci_out_fail(kvci_out* out, kvc_error* e); /* keeps the first error */
  * be read or reused.
  */
 typedef struct kvci_stage {
-  const kvc_cache* cache;
+  const kvc_backend* backend;
+  const kvc_exec* exec;
   unsigned char* host;
   size_t bytes;
   void* barrier;
 } kvci_stage;
 
-/* Opens the stage for a cache (nothing for a CPU cache); UNSUPPORTED when the backend cannot synchronise. */
-kvc_error* kvci_stage_open(const char* fn, const kvc_cache* cache, uint64_t bytes, kvci_stage* out);
+/* Opens the stage for a cache's or a pool's place (nothing on the CPU); UNSUPPORTED when the backend cannot
+ * synchronise. `bytes` 0: 8 MiB. */
+kvc_error* kvci_stage_open(const char* fn, const kvc_backend* backend, const kvc_exec* exec, kvc_device device,
+                           uint64_t bytes, kvci_stage* out);
 void kvci_stage_close(kvci_stage* stage);
 
 /*
@@ -138,5 +142,13 @@ int kvci_fingerprint_digest(const kvc_cache* cache, unsigned char digest[16]);
 /* A new cache on `device`/`stream` from part `part` of a parsed file. */
 kvc_error* kvci_load_cache(const char* fn, const kvci_file* f, uint32_t part, const kvc_device* device,
                            void* stream, kvc_cache** out);
+
+/* ------------------------------------------------------- pool sequences */
+
+/* pool_sequence.c: the digest of a sequence's pool's fingerprint, a sequence's sections, and a new sequence from a
+ * parsed file. */
+int kvci_pool_fingerprint_digest(const kvc_pool_sequence* sequence, unsigned char digest[16]);
+void kvci_save_pool_sequence(kvci_out* out, const kvc_pool_sequence* sequence);
+kvc_error* kvci_load_pool_sequence(const char* fn, const kvci_file* f, kvc_pool* pool, kvc_pool_sequence** out);
 
 #endif /* KVC_CORE_PERSIST_INTERNAL_H */

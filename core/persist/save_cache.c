@@ -77,7 +77,7 @@ static void save_layer(kvci_out* out, kvci_stage* st, const kvc_layer* l, uint32
 void kvci_save_cache(kvci_out* out, const kvc_cache* c, uint32_t part) {
   kvci_offload_settle(c); /* a prefetch may still be writing a store */
   kvci_stage st;
-  kvc_error* e = kvci_stage_open(out->fn, c, out->staging_bytes, &st);
+  kvc_error* e = kvci_stage_open(out->fn, c->backend, &c->exec, c->device, out->staging_bytes, &st);
   if (e) {
     kvci_out_fail(out, e);
     return;

@@ -12,22 +12,21 @@
 
 #include "persist_internal.h"
 
-static int on_cpu(const kvc_cache* c) { return c->device.device_type == KVC_DEVICE_CPU; }
-
-kvc_error* kvci_stage_open(const char* fn, const kvc_cache* c, uint64_t bytes, kvci_stage* st) {
+kvc_error* kvci_stage_open(const char* fn, const kvc_backend* b, const kvc_exec* exec, kvc_device device,
+                           uint64_t bytes, kvci_stage* st) {
   memset(st, 0, sizeof *st);
-  st->cache = c;
-  if (on_cpu(c)) return NULL;
-  const kvc_backend* b = c->backend;
+  st->backend = b;
+  st->exec = exec;
+  if (device.device_type == KVC_DEVICE_CPU) return NULL;
   if (!b->read_f32_4d || !b->host_alloc_zeroed)
     return kvci_err(KVC_ERROR_UNSUPPORTED,
                     "%s: the %s backend has no read_f32_4d or host tier, which files of its caches need to "
                     "synchronise with the device",
                     fn, b->name);
   st->bytes = (size_t)(bytes ? bytes : (uint64_t)8 << 20);
-  st->host = (unsigned char*)(b->host_alloc ? b->host_alloc(b->ctx, &c->exec, st->bytes)
-                                            : b->host_alloc_zeroed(b->ctx, &c->exec, st->bytes));
-  st->barrier = b->alloc_zeroed(b->ctx, &c->exec, 64);
+  st->host = (unsigned char*)(b->host_alloc ? b->host_alloc(b->ctx, exec, st->bytes)
+                                            : b->host_alloc_zeroed(b->ctx, exec, st->bytes));
+  st->barrier = b->alloc_zeroed(b->ctx, exec, 64);
   if (!st->host || !st->barrier) {
     kvci_stage_close(st);
     return kvci_err_oom();
@@ -36,19 +35,19 @@ kvc_error* kvci_stage_open(const char* fn, const kvc_cache* c, uint64_t bytes, k
 }
 
 void kvci_stage_close(kvci_stage* st) {
-  if (!st->cache) return;
-  const kvc_backend* b = st->cache->backend;
-  if (st->host) b->host_free(b->ctx, &st->cache->exec, st->host);
-  if (st->barrier) b->free(b->ctx, &st->cache->exec, st->barrier);
+  if (!st->backend) return;
+  const kvc_backend* b = st->backend;
+  if (st->host) b->host_free(b->ctx, st->exec, st->host);
+  if (st->barrier) b->free(b->ctx, st->exec, st->barrier);
   memset(st, 0, sizeof *st);
 }
 
 /* Waits on the host for the work issued before on the cache's stream. */
 static int stage_wait(kvci_stage* st) {
-  const kvc_backend* b = st->cache->backend;
+  const kvc_backend* b = st->backend;
   float x;
   const int64_t one[4] = {1, 1, 1, 1}, unit[4] = {1, 1, 1, 1};
-  return b->read_f32_4d(b->ctx, &st->cache->exec, &x, st->barrier, KVC_DTYPE_FLOAT32, unit, one);
+  return b->read_f32_4d(b->ctx, st->exec, &x, st->barrier, KVC_DTYPE_FLOAT32, unit, one);
 }
 
 /*
@@ -165,10 +164,10 @@ static uint64_t chunk_bytes(const chunk* c, size_t elem) {
 
 static int save_chunk(void* ctx, const chunk* c) {
   xfer_job* j = (xfer_job*)ctx;
-  const kvc_backend* b = j->st->cache->backend;
+  const kvc_backend* b = j->st->backend;
   int64_t cs[4];
   compact_strides(c->shape, cs);
-  if (b->copy_4d(b->ctx, &j->st->cache->exec, j->st->host, cs, chunk_base(j, c), j->strides, c->shape, j->elem) ||
+  if (b->copy_4d(b->ctx, j->st->exec, j->st->host, cs, chunk_base(j, c), j->strides, c->shape, j->elem) ||
       stage_wait(j->st)) {
     kvci_out_fail(j->out, kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend failed to copy to the host",
                                    j->out->fn, b->name));
@@ -189,7 +188,7 @@ static uint64_t chunk_file_offset(const xfer_job* j, const chunk* c) {
 
 static int load_chunk(void* ctx, const chunk* c) {
   xfer_job* j = (xfer_job*)ctx;
-  const kvc_backend* b = j->st->cache->backend;
+  const kvc_backend* b = j->st->backend;
   int64_t cs[4], full[4];
   compact_strides(c->shape, cs);
   compact_strides(j->shape, full);
@@ -202,7 +201,7 @@ static int load_chunk(void* ctx, const chunk* c) {
       memcpy(dst, j->src + chunk_file_offset(j, &one), row);
       dst += row;
     }
-  if (b->copy_4d(b->ctx, &j->st->cache->exec, chunk_base(j, c), j->strides, j->st->host, cs, c->shape, j->elem))
+  if (b->copy_4d(b->ctx, j->st->exec, chunk_base(j, c), j->strides, j->st->host, cs, c->shape, j->elem))
     return -1;
   return stage_wait(j->st) ? -1 : 0; /* the stage is refilled next */
 }

@@ -9,10 +9,14 @@
  *
  * Without libFuzzer (KVC_FUZZ_STANDALONE, any C11 compiler): a main that
  * replays files and directories and runs pseudo-random inputs:
- *   NAME_standalone [-runs=N] [-seed=S] [-len=L] [-trace] [FILE|DIR ...]
- * N defaults to 20000 without files and to 0 with them; L is the largest
- * input; -trace prints each operation before it runs (report.h's
- * g_echo_trace). A target may set g_fuzz_summary to print what it counted.
+ *   NAME_standalone [-runs=N] [-ops=M] [-seed=S] [-len=L] [-trace] [FILE|DIR ...]
+ * N defaults to 20000 without files and to 0 with them; with -ops=M it runs
+ * pseudo-random inputs until the target has counted M operations
+ * (g_fuzz_ops) too; L is the largest input; -trace prints each operation
+ * before it runs (report.h's g_echo_trace). A target may set g_fuzz_summary
+ * to print what it counted. A pseudo-random input that fails is written to
+ * crash-NAME-sS-rR in the current directory, to replay with -trace or keep
+ * as a seed.
  */
 #ifndef FUZZ_TARGET_NAME
 #  error "define FUZZ_TARGET_NAME before including driver.c"
@@ -24,6 +28,9 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+/* Operations the target ran, for targets that count them (the standalone -ops=M and the last line). */
+unsigned long long g_fuzz_ops;
 
 #ifndef KVC_FUZZ_STANDALONE
 int LLVMFuzzerInitialize(int* argc, char*** argv);
@@ -47,6 +54,23 @@ int LLVMFuzzerInitialize(int* argc, char*** argv) {
 
 /* Called once at the end of a standalone run, when set. */
 static void (*g_fuzz_summary)(void);
+
+/* The pseudo-random input running (NULL while files run), for driver_save_input. */
+static const uint8_t* g_input;
+static size_t g_input_len;
+static unsigned long long g_input_seed;
+static long g_input_run;
+
+static void driver_save_input(void) {
+  if (!g_input) return;
+  char name[128];
+  snprintf(name, sizeof name, "crash-%s-s%llu-r%ld", FUZZ_TARGET_NAME, g_input_seed, g_input_run);
+  FILE* f = fopen(name, "wb");
+  if (f && fwrite(g_input, 1, g_input_len, f) == g_input_len)
+    fprintf(stderr, "the input is saved as %s: replay it with %s_standalone -trace %s\n", name, FUZZ_TARGET_NAME,
+            name);
+  if (f) fclose(f);
+}
 
 static void driver_run_one(const uint8_t* data, size_t size) {
   if (g_echo_trace) printf("=== input of %zu bytes\n", size);
@@ -105,11 +129,12 @@ static uint64_t driver_next(uint64_t* x) {
 
 int main(int argc, char** argv) {
   long runs = -1, files = 0;
-  unsigned long long seed = 1;
+  unsigned long long seed = 1, min_ops = 0;
   size_t max_len = 600;
   int had_paths = 0;
   for (int i = 1; i < argc; i++) {
     if (!strncmp(argv[i], "-runs=", 6)) runs = atol(argv[i] + 6);
+    else if (!strncmp(argv[i], "-ops=", 5)) min_ops = strtoull(argv[i] + 5, NULL, 10);
     else if (!strncmp(argv[i], "-seed=", 6)) seed = strtoull(argv[i] + 6, NULL, 10);
     else if (!strncmp(argv[i], "-len=", 5)) max_len = (size_t)atol(argv[i] + 5);
     else if (!strcmp(argv[i], "-trace")) g_echo_trace = 1;
@@ -118,20 +143,35 @@ int main(int argc, char** argv) {
       files += driver_run_path(argv[i]);
     }
   }
-  if (runs < 0) runs = had_paths ? 0 : 20000; /* files alone: only replay them */
+  if (runs < 0) runs = had_paths || min_ops ? 0 : 20000; /* files alone: only replay them */
   uint8_t* buf = malloc(max_len ? max_len : 1);
   if (!buf) return 1;
+  g_on_fail = driver_save_input;
   uint64_t x = seed * 0x9E3779B97F4A7C15ULL + 1;
-  for (long run = 0; run < runs; run++) {
+  long run = 0;
+  for (; run < runs || g_fuzz_ops < min_ops; run++) {
+    if (run == 1000 && g_fuzz_ops == 0 && min_ops) {
+      fprintf(stderr, "%s: -ops=%llu, but this target counts no operations\n", FUZZ_TARGET_NAME, min_ops);
+      return 2;
+    }
     size_t len = max_len ? (size_t)(driver_next(&x) % max_len) : 0;
     for (size_t k = 0; k < len; k++) buf[k] = (uint8_t)(driver_next(&x) >> 32);
+    g_input = buf;
+    g_input_len = len;
+    g_input_seed = seed;
+    g_input_run = run;
     driver_run_one(buf, len);
   }
+  g_input = NULL;
   free(buf);
   free(g_trace);
   if (g_fuzz_summary) g_fuzz_summary();
-  printf("%s: %ld replayed and %ld pseudo-random inputs (seed %llu), no divergence\n", FUZZ_TARGET_NAME, files, runs,
-         seed);
+  if (g_fuzz_ops)
+    printf("%s: %ld replayed and %ld pseudo-random inputs (seed %llu), %llu operations, no divergence\n",
+           FUZZ_TARGET_NAME, files, run, seed, g_fuzz_ops);
+  else
+    printf("%s: %ld replayed and %ld pseudo-random inputs (seed %llu), no divergence\n", FUZZ_TARGET_NAME, files, run,
+           seed);
   return 0;
 }
 #endif

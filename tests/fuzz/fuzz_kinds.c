@@ -60,6 +60,7 @@
  * holds the groups of caches, kinds_inputs.c makes options and inputs,
  * kinds_checks.c the invariants and row checks. */
 #include "../common/cache_snapshot.c"
+#include "reader.c"
 #include "reference_model.c"
 #include "report.c"
 #include "tensor_codec.c"

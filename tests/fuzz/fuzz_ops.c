@@ -25,6 +25,7 @@
 /* The build compiles one source per fuzz target (tests/fuzz/fuzz_<name>.c),
  * so the target's helpers are part of this translation unit. */
 #include "observe.c"
+#include "reader.c"
 #include "reference_model.c"
 #include "report.c"
 #include "tensor_codec.c"
@@ -43,21 +44,6 @@ static void* fz_calloc(size_t n, size_t size) {
   void* p = calloc(n ? n : 1, size);
   if (!p) abort();
   return p;
-}
-
-/* ----------------------------------------------------------- input bytes */
-
-typedef struct reader {
-  const uint8_t* p;
-  size_t n, i;
-} reader;
-
-static uint8_t rd(reader* r) {
-  return r->i < r->n ? r->p[r->i++] : 0;
-}
-
-static int64_t rd_range(reader* r, int64_t lo, int64_t hi) {
-  return lo + (int64_t)(rd(r) % (uint64_t)(hi - lo + 1));
 }
 
 /* ------------------------------------------------------------ the state */

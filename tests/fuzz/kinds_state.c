@@ -13,16 +13,6 @@ void* fz_calloc(size_t n, size_t size) {
   return p;
 }
 
-uint8_t rd(reader* r) { return r->i < r->n ? r->p[r->i++] : 0; }
-
-int64_t rd_range(reader* r, int64_t lo, int64_t hi) {
-  return lo + (int64_t)(rd(r) % (uint64_t)(hi - lo + 1));
-}
-
-/* True once in `n` bytes, never for byte 0: an input that runs out of bytes reads zeros, which must mean the
- * ordinary choice, not a fault. */
-int rare(reader* r, int n) { return rd(r) % n == (uint8_t)(n - 1); }
-
 void opt_link(opt_store* s) {
   s->o.config = s->has_config ? &s->cfg : NULL;
   s->cfg.layer_types = s->has_types ? s->types : NULL;

@@ -12,6 +12,7 @@
 
 #include "../common/cache_snapshot.h"
 #include "kvcache.h"
+#include "reader.h"
 
 #define MAX_GROUPS 2
 #define MAX_MEMBERS 3
@@ -23,11 +24,6 @@
 #define MAX_SPLITS 6
 #define MAX_STACK 5
 
-/* The input bytes, read front to back (zeros once they run out). */
-typedef struct reader {
-  const uint8_t* p;
-  size_t n, i;
-} reader;
 
 /* Options of a cache, with the pointers between its parts set by opt_link (the store may move). */
 typedef struct opt_store {
@@ -89,11 +85,6 @@ typedef struct geom {
 } geom;
 
 void* fz_calloc(size_t n, size_t size);
-uint8_t rd(reader* r);
-int64_t rd_range(reader* r, int64_t lo, int64_t hi);
-/* True once in `n` bytes, never for byte 0: an input that runs out of bytes reads zeros, which must mean the
- * ordinary choice, not a fault. */
-int rare(reader* r, int n);
 void opt_link(opt_store* s);
 const kvc_cache_options* opt_get(const opt_store* s);
 /* "mI (how it was made)", for messages; the last four results stay valid. */

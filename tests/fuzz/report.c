@@ -10,6 +10,7 @@
 char* g_trace;
 int g_echo_trace;
 const char* g_fail_title = "kvcache differential fuzzer: the library and the reference model disagree";
+void (*g_on_fail)(void);
 static size_t g_trace_len, g_trace_cap;
 
 void trace(const char* fmt, ...) {
@@ -46,6 +47,7 @@ void fail(const char* fmt, ...) {
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fprintf(stderr, "\n");
+  if (g_on_fail) g_on_fail();
   abort();
 }
 
@@ -64,6 +66,7 @@ void __sanitizer_report_error_summary(const char* summary) {
   if (g_trace_on_report)
     fprintf(stderr, "--- operations before the crash (slot: op args -> expected code) ---\n%s",
             g_trace ? g_trace : "");
+  if (g_on_fail) g_on_fail();
 }
 
 void install_death_callback(void) { g_trace_on_report = 1; }

@@ -21,6 +21,7 @@
 extern char* g_trace;    /* the operations of the current input, one line each */
 extern int g_echo_trace; /* also print each line as it is added (standalone -trace) */
 extern const char* g_fail_title; /* the first line of a divergence report (a target may set its own) */
+extern void (*g_on_fail)(void);  /* called when a divergence or a sanitizer report stops the run, when set */
 
 /* Appends to the trace. */
 KVC_FUZZ_PRINTF void trace(const char* fmt, ...);

@@ -13,15 +13,15 @@
 
 #include "test_util.h"
 
-enum { PT_B = 2, PT_H = 2, PT_D = 8, PT_CH = 4, PT_K = 3 };
+enum { PS_B = 2, PS_H = 2, PS_D = 8, PS_CH = 4, PS_K = 3 };
 
 /* Floats from a seed: both caches of a comparison get the same inputs. */
-static TU_UNUSED void pt_fill(float* x, int64_t n, uint64_t seed) {
+static TU_UNUSED void ps_fill(float* x, int64_t n, uint64_t seed) {
   uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
   for (int64_t i = 0; i < n; i++) x[i] = (float)(tu_xorshift32(&s) % 2000) / 1000.0f - 1.0f;
 }
 
-static TU_UNUSED kvc_tensor pt_tensor(float* data, int32_t ndim, int64_t* shape) {
+static TU_UNUSED kvc_tensor ps_tensor(float* data, int32_t ndim, int64_t* shape) {
   kvc_tensor t;
   memset(&t, 0, sizeof t);
   t.data = data;
@@ -33,14 +33,14 @@ static TU_UNUSED kvc_tensor pt_tensor(float* data, int32_t ndim, int64_t* shape)
 }
 
 /* One step of `n` tokens on every layer (step number `step` seeds the inputs; `pos` is the first position). */
-static TU_UNUSED int pt_step(kvc_cache* c, uint32_t layers, int64_t n, int64_t pos, uint64_t step) {
+static TU_UNUSED int ps_step(kvc_cache* c, uint32_t layers, int64_t n, int64_t pos, uint64_t step) {
   int ok = 1;
-  float* k = (float*)malloc(sizeof(float) * PT_B * PT_H * n * PT_D);
-  float* v = (float*)malloc(sizeof(float) * PT_B * PT_H * n * PT_D);
-  float* cs = (float*)malloc(sizeof(float) * 2 * (pos + n) * PT_D);
-  float* x = (float*)malloc(sizeof(float) * PT_B * PT_CH * n);
-  float st[PT_B * 3 * 5];
-  float idx[PT_B * 64 * 4];
+  float* k = (float*)malloc(sizeof(float) * PS_B * PS_H * n * PS_D);
+  float* v = (float*)malloc(sizeof(float) * PS_B * PS_H * n * PS_D);
+  float* cs = (float*)malloc(sizeof(float) * 2 * (pos + n) * PS_D);
+  float* x = (float*)malloc(sizeof(float) * PS_B * PS_CH * n);
+  float st[PS_B * 3 * 5];
+  float idx[PS_B * 64 * 4];
   for (uint32_t l = 0; l < layers; l++) {
     kvc_layer_info info;
     memset(&info, 0, sizeof info);
@@ -52,10 +52,10 @@ static TU_UNUSED int pt_step(kvc_cache* c, uint32_t layers, int64_t n, int64_t p
     }
     uint64_t seed = step * 1000 + l;
     if (snap_kind_is_linear(kind)) {
-      int64_t xs[3] = {PT_B, PT_CH, n}, ss[3] = {PT_B, 3, 5};
-      pt_fill(x, PT_B * PT_CH * n, seed + 7);
-      pt_fill(st, PT_B * 15, seed + 8);
-      kvc_tensor xt = pt_tensor(x, 3, xs), stt = pt_tensor(st, 3, ss);
+      int64_t xs[3] = {PS_B, PS_CH, n}, ss[3] = {PS_B, 3, 5};
+      ps_fill(x, PS_B * PS_CH * n, seed + 7);
+      ps_fill(st, PS_B * 15, seed + 8);
+      kvc_tensor xt = ps_tensor(x, 3, xs), stt = ps_tensor(st, 3, ss);
       kvc_conv_update_options co = KVC_CONV_UPDATE_OPTIONS_INIT;
       ok &= CHECK_OK(kvc_cache_update_conv_state(c, l, &xt, &co, NULL));
       ok &= CHECK_OK(kvc_cache_update_recurrent_state(c, l, 0, &stt, NULL));
@@ -63,22 +63,22 @@ static TU_UNUSED int pt_step(kvc_cache* c, uint32_t layers, int64_t n, int64_t p
     }
     if (kind == KVC_LAYER_DUMMY) continue;
     if ((kind == KVC_LAYER_DYNAMIC_INDEXED || kind == KVC_LAYER_STATIC_INDEXED) && n <= 64) {
-      int64_t is[3] = {PT_B, n, 4};
-      pt_fill(idx, PT_B * n * 4, seed + 9);
-      kvc_tensor it = pt_tensor(idx, 3, is);
+      int64_t is[3] = {PS_B, n, 4};
+      ps_fill(idx, PS_B * n * 4, seed + 9);
+      kvc_tensor it = ps_tensor(idx, 3, is);
       ok &= CHECK_OK(kvc_cache_update_indexer(c, l, &it, NULL));
     }
-    int64_t shape[4] = {PT_B, PT_H, n, PT_D};
-    pt_fill(k, PT_B * PT_H * n * PT_D, seed + 1);
-    pt_fill(v, PT_B * PT_H * n * PT_D, seed + 2);
-    kvc_tensor kt = pt_tensor(k, 4, shape), vt = pt_tensor(v, 4, shape);
+    int64_t shape[4] = {PS_B, PS_H, n, PS_D};
+    ps_fill(k, PS_B * PS_H * n * PS_D, seed + 1);
+    ps_fill(v, PS_B * PS_H * n * PS_D, seed + 2);
+    kvc_tensor kt = ps_tensor(k, 4, shape), vt = ps_tensor(v, 4, shape);
     kvc_update_options o = KVC_UPDATE_OPTIONS_INIT;
-    int64_t rope_shape[2] = {pos + n, PT_D};
+    int64_t rope_shape[2] = {pos + n, PS_D};
     kvc_tensor ct, sn;
     if (kind == KVC_LAYER_SINK) { /* the whole table up to the new positions, as a model passes it */
-      pt_fill(cs, 2 * (pos + n) * PT_D, 77);
-      ct = pt_tensor(cs, 2, rope_shape);
-      sn = pt_tensor(cs + (pos + n) * PT_D, 2, rope_shape);
+      ps_fill(cs, 2 * (pos + n) * PS_D, 77);
+      ct = ps_tensor(cs, 2, rope_shape);
+      sn = ps_tensor(cs + (pos + n) * PS_D, 2, rope_shape);
       o.rope_cos = &ct;
       o.rope_sin = &sn;
     }
@@ -89,13 +89,13 @@ static TU_UNUSED int pt_step(kvc_cache* c, uint32_t layers, int64_t n, int64_t p
 }
 
 /* A growing buffer for kvc_cache_save_to. */
-typedef struct pt_buffer {
+typedef struct ps_buffer {
   unsigned char* data;
   size_t len, cap;
-} pt_buffer;
+} ps_buffer;
 
-static TU_UNUSED int pt_buffer_write(void* user, const void* data, size_t bytes) {
-  pt_buffer* b = (pt_buffer*)user;
+static TU_UNUSED int ps_buffer_write(void* user, const void* data, size_t bytes) {
+  ps_buffer* b = (ps_buffer*)user;
   if (b->len + bytes > b->cap) {
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + bytes) cap *= 2;
@@ -110,7 +110,7 @@ static TU_UNUSED int pt_buffer_write(void* user, const void* data, size_t bytes)
 }
 
 /* 1 when the snapshots of a and b are equal (bytes_reserved aside: working memory is not saved). */
-static TU_UNUSED int pt_same(const kvc_cache* a, const kvc_cache* b, const char* what) {
+static TU_UNUSED int ps_same(const kvc_cache* a, const kvc_cache* b, const char* what) {
   cache_snap x, y;
   char why[512];
   snap_take(a, &x);
@@ -127,7 +127,7 @@ static TU_UNUSED int pt_same(const kvc_cache* a, const kvc_cache* b, const char*
 }
 
 /* A file name under the build's temporary folder, unique per process and tag. */
-static TU_UNUSED const char* pt_path(char* out, size_t n, const char* tag) {
+static TU_UNUSED const char* ps_path(char* out, size_t n, const char* tag) {
   const char* dir = getenv("TMPDIR");
   snprintf(out, n, "%s/kvc-persist-%ld-%s.kvc", dir && *dir ? dir : "/tmp", (long)getpid(), tag);
   return out;

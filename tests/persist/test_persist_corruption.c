@@ -29,7 +29,7 @@ static kvc_error* make(kvc_layer_kind third, kvc_cache** out) {
 
 /* The saved cache's file in memory, and a target cache that differs from it. */
 typedef struct fixture {
-  pt_buffer file;
+  ps_buffer file;
   kvc_cache* target;
   cache_snap before;
   char path[256];
@@ -39,15 +39,15 @@ static int setup(fixture* f) {
   memset(f, 0, sizeof *f);
   kvc_cache* c = NULL;
   if (!CHECK_OK(make(KVC_LAYER_LINEAR_DYNAMIC, &c))) return 0;
-  pt_step(c, 5, 4, 0, 1);
-  pt_step(c, 5, 1, 4, 2);
-  pt_step(c, 5, 1, 5, 3);
-  int ok = CHECK_OK(kvc_cache_save_to(c, pt_buffer_write, &f->file, NULL));
+  ps_step(c, 5, 4, 0, 1);
+  ps_step(c, 5, 1, 4, 2);
+  ps_step(c, 5, 1, 5, 3);
+  int ok = CHECK_OK(kvc_cache_save_to(c, ps_buffer_write, &f->file, NULL));
   kvc_cache_destroy(c);
   if (!ok || !CHECK_OK(make(KVC_LAYER_LINEAR_DYNAMIC, &f->target))) return 0;
-  pt_step(f->target, 5, 2, 0, 9); /* the target holds something else, which every refusal must keep */
+  ps_step(f->target, 5, 2, 0, 9); /* the target holds something else, which every refusal must keep */
   snap_take(f->target, &f->before);
-  pt_path(f->path, sizeof f->path, "corrupt");
+  ps_path(f->path, sizeof f->path, "corrupt");
   return 1;
 }
 
@@ -174,9 +174,9 @@ static void test_other_model(void) {
   /* Same kinds, other geometry: a target that already holds 4 heads where the file has 2. */
   kvc_cache* wide = NULL;
   if (CHECK_OK(make(KVC_LAYER_LINEAR_DYNAMIC, &wide))) {
-    float k[1 * 4 * 1 * PT_D] = {0};
-    int64_t shape[4] = {1, 4, 1, PT_D};
-    kvc_tensor t = pt_tensor(k, 4, shape);
+    float k[1 * 4 * 1 * PS_D] = {0};
+    int64_t shape[4] = {1, 4, 1, PS_D};
+    kvc_tensor t = ps_tensor(k, 4, shape);
     CHECK_OK(kvc_cache_update(wide, 0, &t, &t, NULL, NULL));
     check_message(kvc_cache_restore_buffer(wide, f.file.data, f.file.len), KVC_ERROR_INVALID_ARGUMENT,
                   "layer 0: num_kv_heads 2 (file) vs 4 (cache)");

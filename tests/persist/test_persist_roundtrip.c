@@ -34,10 +34,10 @@ static kvc_error* make(const spec* s, kvc_cache** out) {
 /* Saves `c`, loads it (path and buffer) and restores it into a fresh cache; checks all three, then steps all four. */
 static void round_trip(const spec* s, kvc_cache* c, uint32_t layers, int64_t pos) {
   char path[256];
-  pt_path(path, sizeof path, "roundtrip");
+  ps_path(path, sizeof path, "roundtrip");
   kvc_cache *from_path = NULL, *from_buffer = NULL, *restored = NULL;
-  pt_buffer buf = {0};
-  if (!CHECK_OK(kvc_cache_save(c, path, NULL)) || !CHECK_OK(kvc_cache_save_to(c, pt_buffer_write, &buf, NULL)))
+  ps_buffer buf = {0};
+  if (!CHECK_OK(kvc_cache_save(c, path, NULL)) || !CHECK_OK(kvc_cache_save_to(c, ps_buffer_write, &buf, NULL)))
     goto done;
   if (!CHECK_OK(kvc_cache_load(path, NULL, &from_path)) ||
       !CHECK_OK(kvc_cache_load_buffer(buf.data, buf.len, NULL, &from_buffer)) || !CHECK_OK(make(s, &restored)) ||
@@ -48,16 +48,16 @@ static void round_trip(const spec* s, kvc_cache* c, uint32_t layers, int64_t pos
   const char* names[3] = {"loaded from the path", "loaded from the buffer", "restored"};
   for (int i = 0; i < 3; i++) {
     snprintf(what, sizeof what, "%s: %s", s->name, names[i]);
-    pt_same(c, copies[i], what);
+    ps_same(c, copies[i], what);
   }
   /* The same further steps: prefill-like and decode-like. */
   for (int step = 0; step < 3; step++) {
     int64_t n = step == 0 ? 5 : 1;
-    pt_step(c, layers, n, pos, 100 + step);
+    ps_step(c, layers, n, pos, 100 + step);
     for (int i = 0; i < 3; i++) {
-      pt_step(copies[i], layers, n, pos, 100 + step);
+      ps_step(copies[i], layers, n, pos, 100 + step);
       snprintf(what, sizeof what, "%s: %s, after step %d", s->name, names[i], step);
-      pt_same(c, copies[i], what);
+      ps_same(c, copies[i], what);
     }
     pos += n;
   }
@@ -128,8 +128,8 @@ static void test_every_kind(void) {
       kvc_cache* c = NULL;
       if (!CHECK_OK(make(&specs[i], &c))) continue;
       int64_t pos = 0;
-      if (fills[f][0]) pt_step(c, specs[i].num_layers, fills[f][0], pos, 1), pos += fills[f][0];
-      for (int64_t t = 0; t < fills[f][1] + fills[f][2]; t++, pos++) pt_step(c, specs[i].num_layers, 1, pos, 2 + t);
+      if (fills[f][0]) ps_step(c, specs[i].num_layers, fills[f][0], pos, 1), pos += fills[f][0];
+      for (int64_t t = 0; t < fills[f][1] + fills[f][2]; t++, pos++) ps_step(c, specs[i].num_layers, 1, pos, 2 + t);
       round_trip(&specs[i], c, specs[i].num_layers, pos);
       kvc_cache_destroy(c);
     }
@@ -179,8 +179,8 @@ static void test_every_preset(void) {
     kvc_cache* c = NULL;
     if (!CHECK_OK(make(&s, &c))) continue;
     int64_t pos = 0;
-    pt_step(c, 3, 6, pos, 1), pos += 6;
-    for (int t = 0; t < 4; t++, pos++) pt_step(c, 3, 1, pos, 2 + t);
+    ps_step(c, 3, 6, pos, 1), pos += 6;
+    for (int t = 0; t < 4; t++, pos++) ps_step(c, 3, 1, pos, 2 + t);
     round_trip(&s, c, 3, pos);
     kvc_cache_destroy(c);
   }
@@ -195,16 +195,16 @@ static void test_lazy(void) {
   s.config = (kvc_model_config)KVC_MODEL_CONFIG_INIT;
   kvc_cache* c = NULL;
   REQUIRE_OK(kvc_cache_create(NULL, &c));
-  pt_step(c, 3, 4, 0, 1);
+  ps_step(c, 3, 4, 0, 1);
   char path[256];
-  pt_path(path, sizeof path, "lazy");
+  ps_path(path, sizeof path, "lazy");
   kvc_cache* fresh = NULL;
   if (CHECK_OK(kvc_cache_save(c, path, NULL)) && CHECK_OK(kvc_cache_create(NULL, &fresh)) &&
       CHECK_OK(kvc_cache_restore(fresh, path))) {
-    pt_same(c, fresh, "lazy restored");
-    pt_step(c, 4, 1, 4, 2);
-    pt_step(fresh, 4, 1, 4, 2);
-    pt_same(c, fresh, "lazy restored, after a step that adds a layer");
+    ps_same(c, fresh, "lazy restored");
+    ps_step(c, 4, 1, 4, 2);
+    ps_step(fresh, 4, 1, 4, 2);
+    ps_same(c, fresh, "lazy restored, after a step that adds a layer");
   }
   kvc_cache_destroy(fresh);
   kvc_cache_destroy(c);
@@ -220,22 +220,22 @@ static void test_encoder_decoder(void) {
   REQUIRE_OK(kvc_encoder_decoder_cache_create(self, cross, &ed));
   kvc_cache* s = kvc_encoder_decoder_cache_self_attention(ed);
   kvc_cache* x = kvc_encoder_decoder_cache_cross_attention(ed);
-  pt_step(s, 2, 3, 0, 1);
+  ps_step(s, 2, 3, 0, 1);
   /* Layer 1's cross-attention through the model's protocol (marks it updated); layer 0 stays not updated. */
-  float k[PT_B * PT_H * 5 * PT_D];
-  int64_t shape[4] = {PT_B, PT_H, 5, PT_D};
-  pt_fill(k, PT_B * PT_H * 5 * PT_D, 3);
-  kvc_tensor kt = pt_tensor(k, 4, shape);
+  float k[PS_B * PS_H * 5 * PS_D];
+  int64_t shape[4] = {PS_B, PS_H, 5, PS_D};
+  ps_fill(k, PS_B * PS_H * 5 * PS_D, 3);
+  kvc_tensor kt = ps_tensor(k, 4, shape);
   REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 1, &kt, &kt, NULL));
   char path[256];
-  pt_path(path, sizeof path, "encdec");
+  ps_path(path, sizeof path, "encdec");
   kvc_encoder_decoder_cache* back = NULL;
   if (CHECK_OK(kvc_encoder_decoder_cache_save(ed, path, NULL)) &&
       CHECK_OK(kvc_encoder_decoder_cache_load(path, NULL, &back))) {
     kvc_cache* bs = kvc_encoder_decoder_cache_self_attention(back);
     kvc_cache* bx = kvc_encoder_decoder_cache_cross_attention(back);
-    pt_same(s, bs, "self-attention half");
-    pt_same(x, bx, "cross-attention half");
+    ps_same(s, bs, "self-attention half");
+    ps_same(x, bx, "cross-attention half");
     for (uint32_t l = 0; l < 2; l++) {
       int32_t a = -1, b = -1;
       CHECK_OK(kvc_encoder_decoder_cache_is_updated(ed, l, &a));

@@ -37,6 +37,7 @@
 #include "kvcache/cache.h"
 #include "kvcache/encoder_decoder.h"
 #include "kvcache/error.h"
+#include "kvcache/pool.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -119,6 +120,28 @@ KVC_API kvc_error* kvc_encoder_decoder_cache_load_buffer(const void* data, size_
 KVC_API kvc_error* kvc_encoder_decoder_cache_restore(kvc_encoder_decoder_cache* cache, const char* path);
 KVC_API kvc_error* kvc_encoder_decoder_cache_restore_buffer(kvc_encoder_decoder_cache* cache, const void* data,
                                                             size_t bytes);
+
+/*
+ * Pool sequences (kvcache/pool.h): a file holds one sequence: its tokens,
+ * length and committed count, its hash chain's root (so the salt it was
+ * created with), and for every layer the bytes of its blocks (recurrent
+ * groups: its live conv and SSM state), under a fingerprint of the pool's
+ * layout (dtype, storage layout, hash seed, groups' kinds, block sizes and
+ * windows, layers' shapes; not num_blocks). Loading makes a NEW sequence in
+ * a pool of the same fingerprint: it takes the blocks it needs (evicting
+ * cached ones as an allocation does), fills them, and caches its committed
+ * full blocks under their hashes when the pool caches prefixes. A pool
+ * without enough available blocks for it gives OUT_OF_MEMORY and is
+ * unchanged; a mismatched pool INVALID_ARGUMENT naming the difference.
+ * Recurrent checkpoints other than the live state are not saved.
+ */
+KVC_API kvc_error* kvc_pool_sequence_save(const kvc_pool_sequence* sequence, const char* path,
+                                          const kvc_save_options* options);
+KVC_API kvc_error* kvc_pool_sequence_save_to(const kvc_pool_sequence* sequence, kvc_write_fn write, void* user,
+                                             const kvc_save_options* options);
+KVC_API kvc_error* kvc_pool_sequence_load(kvc_pool* pool, const char* path, kvc_pool_sequence** out);
+KVC_API kvc_error* kvc_pool_sequence_load_buffer(kvc_pool* pool, const void* data, size_t bytes,
+                                                 kvc_pool_sequence** out);
 
 #ifdef __cplusplus
 }

@@ -200,8 +200,9 @@ KVC_API kvc_error* kvc_pool_stats_get(const kvc_pool* pool, uint32_t group, kvc_
 
 /**
  * Evicts every cached, unreferenced, unpinned block (a weights update makes
- * them stale) and queues a KVC_POOL_EVENT_ALL_CLEARED event. Blocks in use
- * are untouched.
+ * them stale) and queues a KVC_POOL_EVENT_ALL_CLEARED event (no REMOVED
+ * events; not counted in kvc_pool_stats.evictions). Blocks in use are
+ * untouched.
  */
 KVC_API kvc_error* kvc_pool_clear_cache(kvc_pool* pool);
 
@@ -273,7 +274,9 @@ KVC_API kvc_error* kvc_pool_reserve(kvc_pool_sequence* sequence, const int32_t* 
 
 /**
  * Declares every reserved token written: blocks that became full are hashed
- * and cached (with a KVC_POOL_EVENT_BLOCK_STORED event each), and a
+ * and cached (with a KVC_POOL_EVENT_BLOCK_STORED event each; a block whose
+ * hash another block already holds in the cache stays uncached, without an
+ * event: the first copy is the one found), and a
  * recurrent group checkpoints the live state when the committed length is a
  * multiple of its block size (skipped, not an error, when no state slot is
  * free or evictable).
@@ -294,9 +297,9 @@ KVC_API kvc_error* kvc_pool_fork(const kvc_pool_sequence* sequence, kvc_pool_seq
  * blocks wholly past them are released. A block that is cached keeps its
  * contents; the next reserve into it copies it. Truncating below the
  * committed length lowers it too; a recurrent group's live state cannot be
- * rolled back without a checkpoint at `num_tokens` (restored if one exists;
- * otherwise INVALID_STATE and nothing changes; at 0 tokens the state is
- * zeroed). A sliding or chunked group that already gave back a block the
+ * rolled back without a checkpoint at `num_tokens` (restored if the cache
+ * holds one for the sequence's own committed tokens up to there; otherwise
+ * INVALID_STATE and nothing changes; at 0 tokens the state is zeroed). A sliding or chunked group that already gave back a block the
  * token after `num_tokens` attends to refuses too (INVALID_STATE).
  * Errors: INVALID_ARGUMENT (NULL), OUT_OF_RANGE (num_tokens > length),
  * INVALID_STATE.
@@ -315,11 +318,13 @@ KVC_API kvc_error* kvc_pool_unpin_all(kvc_pool* pool);
 
 /**
  * Admission control: the blocks of each group that reserving
- * `new_tokens[i]` more tokens for each of `sequences[i]` would take,
- * copy-on-write copies and recurrent slots included, minus the blocks
- * sliding groups would give back (0 for a group that gets back at least
- * as many as it takes). The sequences are taken in order, as reserves in
- * that order run (a block two of them share is copied once), and exactly:
+ * `new_tokens[i]` more tokens for each of `sequences[i]`, in that order,
+ * needs free or evictable beforehand: copy-on-write copies and recurrent
+ * slots included, and the blocks a reserve gives back (window frees, the
+ * old block of a copy-on-write) counted for that reserve and the ones
+ * after it only, so the entry is the highest running total of takes minus
+ * gives (0 for a group that never takes more than it got back). A block
+ * two of the sequences share is copied once. Exactly:
  * reserving them in that order succeeds when each group's entry is at most
  * kvc_pool_stats' free_blocks + cached_blocks. A new_tokens[i] of 0 counts
  * nothing. `blocks_needed` receives num_groups entries.

@@ -1071,6 +1071,8 @@ PyObject* kvc_py_block_hash_chain(PyObject* root, PyObject* tokens, long long bl
 
 /* The pool (kvcache/pool.h): its handles, typemaps and hand-written functions. */
 %include "kvcache_pool.i"
+/* Cache files: their section needs the helpers above (kvc_py_bytes_in). */
+%include "persist.i"
 
 /* The Redis tier of a pool (kvcache/redis_tier.h). */
 %include "kvcache_redis_tier.i"

@@ -6,7 +6,8 @@ import importlib
 
 import pytest
 
-MODULES = ["kvcache", "kvcache._cache", "kvcache._errors", "kvcache._types", "kvcache._block_hash", "kvcache.pool"]
+MODULES = ["kvcache", "kvcache._cache", "kvcache._errors", "kvcache._types", "kvcache._block_hash", "kvcache.pool",
+           "kvcache.persist"]
 
 
 @pytest.mark.parametrize("name", MODULES + ["kvcache.transformers"])

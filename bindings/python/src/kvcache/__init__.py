@@ -28,6 +28,7 @@ from ._errors import (
     DeviceMismatchError,
     DtypeMismatchError,
     InternalError,
+    IoError,
     InvalidArgumentError,
     InvalidStateError,
     KvcacheError,
@@ -100,6 +101,8 @@ from .pool import (
 )
 from .redis_tier import TierStats, add_redis_tier, tier_stats
 
+from .persist import FILE_FORMAT_VERSION, load, load_encoder_decoder
+
 View = _lib.View
 
 #: The version of the C library this package runs on ("MAJOR.MINOR.PATCH").
@@ -141,9 +144,10 @@ __all__ = [
     "LayerSpec", "ModelConfig", "QuantOptions", "LayerInfo", "MemoryInfo",
     "KvcacheError", "InvalidArgumentError", "OutOfRangeError", "DtypeMismatchError", "ShapeMismatchError",
     "DeviceMismatchError", "UnsupportedError", "InvalidStateError", "OutOfMemoryError", "NoDeviceError",
-    "VersionMismatchError", "InternalError", "StaleViewError",
+    "VersionMismatchError", "InternalError", "IoError", "StaleViewError",
     "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
     "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
     "add_redis_tier", "tier_stats", "TierStats",
     "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
+    "load", "load_encoder_decoder", "FILE_FORMAT_VERSION",
 ]

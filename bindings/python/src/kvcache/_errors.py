@@ -32,6 +32,7 @@ __all__ = [
     "NoDeviceError",
     "VersionMismatchError",
     "InternalError",
+    "IoError",
     "StaleViewError",
 ]
 
@@ -127,6 +128,12 @@ class InternalError(KvcacheError, RuntimeError):
     code = _lib.KVC_ERROR_INTERNAL
 
 
+class IoError(KvcacheError, OSError):
+    """KVC_ERROR_IO: a file could not be read or written, or is not a valid kvcache file (OSError)."""
+
+    code = _lib.KVC_ERROR_IO
+
+
 class StaleViewError(InvalidStateError):
     """A :class:`kvcache.View` was used after its cache was mutated or closed.
 
@@ -134,7 +141,7 @@ class StaleViewError(InvalidStateError):
     """
 
 
-_BY_CODE: list[type[KvcacheError] | None] = [None] * 12
+_BY_CODE: list[type[KvcacheError] | None] = [None] * 13
 for _cls in (
     InvalidArgumentError,
     OutOfRangeError,
@@ -147,6 +154,7 @@ for _cls in (
     NoDeviceError,
     VersionMismatchError,
     InternalError,
+    IoError,
 ):
     _BY_CODE[_cls.code] = _cls
 

@@ -1325,8 +1325,9 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     /** Evicts every cached, unreferenced, unpinned block (a weights update makes
- them stale) and queues a KVC_POOL_EVENT_ALL_CLEARED event. Blocks in use
- are untouched.*/
+ them stale) and queues a KVC_POOL_EVENT_ALL_CLEARED event (no REMOVED
+ events; not counted in kvc_pool_stats.evictions). Blocks in use are
+ untouched.*/
     pub fn kvc_pool_clear_cache(pool: *mut kvc_pool) -> *mut kvc_error;
 }
 /// Options of kvc_pool_sequence_create. Published sizes: 24 (0.6).
@@ -1408,7 +1409,9 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     /** Declares every reserved token written: blocks that became full are hashed
- and cached (with a KVC_POOL_EVENT_BLOCK_STORED event each), and a
+ and cached (with a KVC_POOL_EVENT_BLOCK_STORED event each; a block whose
+ hash another block already holds in the cache stays uncached, without an
+ event: the first copy is the one found), and a
  recurrent group checkpoints the live state when the committed length is a
  multiple of its block size (skipped, not an error, when no state slot is
  free or evictable).*/
@@ -1430,9 +1433,9 @@ unsafe extern "C" {
  blocks wholly past them are released. A block that is cached keeps its
  contents; the next reserve into it copies it. Truncating below the
  committed length lowers it too; a recurrent group's live state cannot be
- rolled back without a checkpoint at `num_tokens` (restored if one exists;
- otherwise INVALID_STATE and nothing changes; at 0 tokens the state is
- zeroed). A sliding or chunked group that already gave back a block the
+ rolled back without a checkpoint at `num_tokens` (restored if the cache
+ holds one for the sequence's own committed tokens up to there; otherwise
+ INVALID_STATE and nothing changes; at 0 tokens the state is zeroed). A sliding or chunked group that already gave back a block the
  token after `num_tokens` attends to refuses too (INVALID_STATE).
  Errors: INVALID_ARGUMENT (NULL), OUT_OF_RANGE (num_tokens > length),
  INVALID_STATE.*/
@@ -1453,11 +1456,13 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     /** Admission control: the blocks of each group that reserving
- `new_tokens[i]` more tokens for each of `sequences[i]` would take,
- copy-on-write copies and recurrent slots included, minus the blocks
- sliding groups would give back (0 for a group that gets back at least
- as many as it takes). The sequences are taken in order, as reserves in
- that order run (a block two of them share is copied once), and exactly:
+ `new_tokens[i]` more tokens for each of `sequences[i]`, in that order,
+ needs free or evictable beforehand: copy-on-write copies and recurrent
+ slots included, and the blocks a reserve gives back (window frees, the
+ old block of a copy-on-write) counted for that reserve and the ones
+ after it only, so the entry is the highest running total of takes minus
+ gives (0 for a group that never takes more than it got back). A block
+ two of the sequences share is copied once. Exactly:
  reserving them in that order succeeds when each group's entry is at most
  kvc_pool_stats' free_blocks + cached_blocks. A new_tokens[i] of 0 counts
  nothing. `blocks_needed` receives num_groups entries.
@@ -1959,5 +1964,35 @@ unsafe extern "C" {
         cache: *mut kvc_encoder_decoder_cache,
         data: *const ::core::ffi::c_void,
         bytes: usize,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_pool_sequence_save(
+        sequence: *const kvc_pool_sequence,
+        path: *const ::core::ffi::c_char,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_pool_sequence_save_to(
+        sequence: *const kvc_pool_sequence,
+        write: kvc_write_fn,
+        user: *mut ::core::ffi::c_void,
+        options: *const kvc_save_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_pool_sequence_load(
+        pool: *mut kvc_pool,
+        path: *const ::core::ffi::c_char,
+        out: *mut *mut kvc_pool_sequence,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    pub fn kvc_pool_sequence_load_buffer(
+        pool: *mut kvc_pool,
+        data: *const ::core::ffi::c_void,
+        bytes: usize,
+        out: *mut *mut kvc_pool_sequence,
     ) -> *mut kvc_error;
 }

@@ -122,6 +122,8 @@ structs! {
         struct_size, cluster, seeds, key_prefix, username, password, connect_timeout_ms,
         command_timeout_ms, reconnect_interval_ms, ttl_seconds, max_pipeline, reserved
     }
+    kvc_save_options { struct_size, reserved, staging_bytes }
+    kvc_load_options { struct_size, device, stream }
 }
 
 /// Every constant the headers define, with its value in the bindings.
@@ -147,7 +149,7 @@ constants! {
     KVC_OK, KVC_ERROR_INVALID_ARGUMENT, KVC_ERROR_OUT_OF_RANGE, KVC_ERROR_DTYPE_MISMATCH,
     KVC_ERROR_SHAPE_MISMATCH, KVC_ERROR_DEVICE_MISMATCH, KVC_ERROR_UNSUPPORTED,
     KVC_ERROR_INVALID_STATE, KVC_ERROR_OUT_OF_MEMORY, KVC_ERROR_NO_DEVICE,
-    KVC_ERROR_VERSION_MISMATCH, KVC_ERROR_INTERNAL,
+    KVC_ERROR_VERSION_MISMATCH, KVC_ERROR_INTERNAL, KVC_ERROR_IO, KVC_FILE_FORMAT_VERSION,
     KVC_DEVICE_CPU, KVC_DEVICE_CUDA, KVC_DEVICE_CUDA_HOST, KVC_DEVICE_ROCM, KVC_DEVICE_ROCM_HOST,
     KVC_TYPE_CODE_INT, KVC_TYPE_CODE_UINT, KVC_TYPE_CODE_FLOAT, KVC_TYPE_CODE_BFLOAT,
     KVC_DTYPE_UNSET, KVC_DTYPE_FLOAT32, KVC_DTYPE_FLOAT16, KVC_DTYPE_BFLOAT16,

@@ -106,7 +106,7 @@ impl EncoderDecoderCache {
         Ok(unsafe { EncoderDecoderCache::from_raw(out) })
     }
 
-    fn raw_mut(&mut self) -> *mut sys::kvc_encoder_decoder_cache {
+    pub(crate) fn raw_mut(&mut self) -> *mut sys::kvc_encoder_decoder_cache {
         self.raw.as_ptr()
     }
 

@@ -36,6 +36,9 @@ pub enum ErrorCode {
     VersionMismatch,
     /// `KVC_ERROR_INTERNAL`: a bug in kvcache; please report it.
     Internal,
+    /// `KVC_ERROR_IO` (OSError): a file could not be read or written, or is
+    /// not a valid kvcache file (truncated, corrupted). Since 0.6.
+    Io,
     /// A code this crate does not know (from a newer library).
     Unknown(i32),
 }
@@ -56,6 +59,7 @@ impl ErrorCode {
             sys::KVC_ERROR_NO_DEVICE => ErrorCode::NoDevice,
             sys::KVC_ERROR_VERSION_MISMATCH => ErrorCode::VersionMismatch,
             sys::KVC_ERROR_INTERNAL => ErrorCode::Internal,
+            sys::KVC_ERROR_IO => ErrorCode::Io,
             other => ErrorCode::Unknown(other),
         })
     }
@@ -74,6 +78,7 @@ impl ErrorCode {
             ErrorCode::NoDevice => sys::KVC_ERROR_NO_DEVICE,
             ErrorCode::VersionMismatch => sys::KVC_ERROR_VERSION_MISMATCH,
             ErrorCode::Internal => sys::KVC_ERROR_INTERNAL,
+            ErrorCode::Io => sys::KVC_ERROR_IO,
             ErrorCode::Unknown(code) => code,
         }
     }

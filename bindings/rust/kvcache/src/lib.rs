@@ -47,6 +47,7 @@ mod dtype;
 mod encoder_decoder;
 mod error;
 mod options;
+mod persist;
 pub mod pool;
 pub mod redis_tier;
 mod tensor;
@@ -69,6 +70,7 @@ pub use options::{
     ConvUpdateOptions, InitOptions, LayerKind, LayerOptions, LayerType, ModelConfig, Offload,
     Preset, QuantMode, QuantOptions, Quantizer, UpdateOptions,
 };
+pub use persist::FILE_FORMAT_VERSION;
 pub use pool::{
     BlockTable, CsrBlockTable, GroupKind, LayerStorage, Layout, Pool, PoolBuilder, PoolEvent,
     PoolGroup, PoolLayer, PoolStats, RecurrentState, Sequence, SlotMapping,

@@ -1,0 +1,89 @@
+package kvcache
+
+// Cache files (docs/file-format.md, C header kvcache/persist.h): a file holds
+// everything that makes a cache behave as the one saved (stored keys and
+// values, counters, quantized codes and scales, recurrent states, sink
+// tables, indexer keys, offloaded layers; for an encoder-decoder cache both
+// halves). A mismatched file is refused with ErrInvalidArgument naming the
+// first difference ("layer 3: kind dynamic sliding (file) vs static
+// (cache)"), one of another format version with ErrVersionMismatch, a
+// truncated or corrupted one with ErrIO naming the section and offset; the
+// cache is unchanged on every error.
+
+import "runtime"
+
+// FileFormatVersion is the cache file format version this library writes and reads.
+const FileFormatVersion = 1
+
+// Save writes the cache to the file path (created or replaced; written beside
+// it and renamed, so a crash never leaves a partial file). The cache is not
+// changed.
+func (c *Cache) Save(path string) error {
+	p, err := c.get()
+	if err != nil {
+		return err
+	}
+	err = cSave(p, path)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// Restore replaces the cache's contents with the file's, whose model
+// fingerprint must equal the cache's. Views taken before are invalid
+// afterwards. On error the cache is unchanged.
+func (c *Cache) Restore(path string) error {
+	p, err := c.mut()
+	if err != nil {
+		return err
+	}
+	err = cRestore(p, path)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// Load makes a new cache on the CPU from the file path (read through mmap).
+func Load(path string) (*Cache, error) {
+	if err := cAvailable(); err != nil {
+		return nil, err
+	}
+	p, err := cLoad(path)
+	if err != nil {
+		return nil, err
+	}
+	return newCache(p), nil
+}
+
+// Save writes both halves and the is_updated flags to the file path.
+func (e *EncoderDecoderCache) Save(path string) error {
+	p, err := e.get()
+	if err != nil {
+		return err
+	}
+	err = cEDSave(p, path)
+	runtime.KeepAlive(e)
+	return err
+}
+
+// Restore replaces both halves and the flags with the file's (the
+// fingerprints must match); unchanged on error.
+func (e *EncoderDecoderCache) Restore(path string) error {
+	p, err := e.mut()
+	if err != nil {
+		return err
+	}
+	err = cEDRestore(p, path)
+	runtime.KeepAlive(e)
+	return err
+}
+
+// LoadEncoderDecoder makes a new encoder-decoder cache on the CPU from the file path.
+func LoadEncoderDecoder(path string) (*EncoderDecoderCache, error) {
+	if err := cAvailable(); err != nil {
+		return nil, err
+	}
+	p, err := cEDLoad(path)
+	if err != nil {
+		return nil, err
+	}
+	return newEncoderDecoder(p, nil, nil), nil
+}

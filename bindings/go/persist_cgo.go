@@ -1,0 +1,49 @@
+//go:build cgo
+
+package kvcache
+
+// The cgo side of cache files (persist.go): paths cross as C strings freed
+// after the call.
+
+/*
+#include <stdlib.h>
+#include "kvcache.h"
+*/
+import "C"
+
+import "unsafe"
+
+// withPath calls f with path as a C string.
+func withPath(path string, f func(*C.char) *C.kvc_error) error {
+	s := C.CString(path)
+	defer C.free(unsafe.Pointer(s))
+	return takeError(f(s))
+}
+
+func cSave(p unsafe.Pointer, path string) error {
+	return withPath(path, func(s *C.char) *C.kvc_error { return C.kvc_cache_save(cache(p), s, nil) })
+}
+
+func cRestore(p unsafe.Pointer, path string) error {
+	return withPath(path, func(s *C.char) *C.kvc_error { return C.kvc_cache_restore(cache(p), s) })
+}
+
+func cLoad(path string) (unsafe.Pointer, error) {
+	var out *C.kvc_cache
+	err := withPath(path, func(s *C.char) *C.kvc_error { return C.kvc_cache_load(s, nil, &out) })
+	return unsafe.Pointer(out), err
+}
+
+func cEDSave(p unsafe.Pointer, path string) error {
+	return withPath(path, func(s *C.char) *C.kvc_error { return C.kvc_encoder_decoder_cache_save(edCache(p), s, nil) })
+}
+
+func cEDRestore(p unsafe.Pointer, path string) error {
+	return withPath(path, func(s *C.char) *C.kvc_error { return C.kvc_encoder_decoder_cache_restore(edCache(p), s) })
+}
+
+func cEDLoad(path string) (unsafe.Pointer, error) {
+	var out *C.kvc_encoder_decoder_cache
+	err := withPath(path, func(s *C.char) *C.kvc_error { return C.kvc_encoder_decoder_cache_load(s, nil, &out) })
+	return unsafe.Pointer(out), err
+}

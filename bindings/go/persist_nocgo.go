@@ -1,0 +1,14 @@
+//go:build !cgo
+
+package kvcache
+
+import "unsafe"
+
+// Without cgo no cache exists, so these are never reached past the constructors' ErrCgoDisabled.
+
+func cSave(unsafe.Pointer, string) error      { return ErrCgoDisabled }
+func cRestore(unsafe.Pointer, string) error   { return ErrCgoDisabled }
+func cLoad(string) (unsafe.Pointer, error)    { return nil, ErrCgoDisabled }
+func cEDSave(unsafe.Pointer, string) error    { return ErrCgoDisabled }
+func cEDRestore(unsafe.Pointer, string) error { return ErrCgoDisabled }
+func cEDLoad(string) (unsafe.Pointer, error)  { return nil, ErrCgoDisabled }

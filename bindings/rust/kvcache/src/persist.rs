@@ -1,0 +1,127 @@
+//! Cache files (`docs/file-format.md`, C header `kvcache/persist.h`).
+//!
+//! A file holds everything that makes a cache behave as the one saved (stored
+//! keys and values, counters, quantized codes and scales, recurrent states,
+//! sink tables, indexer keys, offloaded layers; for an encoder-decoder cache
+//! both halves). [`CacheRef::save`] writes one (beside the path, then renamed),
+//! [`Cache::load`] makes a new cache from one (on the CPU), and
+//! [`CacheRef::restore`] replaces a cache's contents with a file's whose model
+//! fingerprint matches:
+//!
+//! ```
+//! # use kvcache::{Cache, ErrorCode, TensorRef};
+//! let data = [1.0f32, 2.0, 3.0, 4.0];
+//! let k = TensorRef::new(&data, &[1, 1, 1, 4])?;
+//! let mut cache = Cache::new()?;
+//! cache.update(0, &k, &k)?;
+//! let path = std::env::temp_dir().join(format!("kvcache-doc-{}.kvc", std::process::id()));
+//! cache.save(&path)?;
+//! let copy = Cache::load(&path)?;
+//! assert_eq!(copy.layer_view(0)?.key.to_vec::<f32>()?, data);
+//! std::fs::write(&path, b"not a cache file")?;
+//! assert_eq!(Cache::load(&path).unwrap_err().code(), ErrorCode::Io);
+//! # std::fs::remove_file(&path)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! A mismatched file is refused with `InvalidArgument` naming the first
+//! difference (`layer 3: kind dynamic sliding (file) vs static (cache)`), one
+//! of another format version with `VersionMismatch`, a truncated or corrupted
+//! one with [`ErrorCode::Io`] naming the section and offset; the cache is
+//! unchanged on every error.
+
+use std::ffi::CString;
+use std::path::Path;
+
+use kvcache_sys as sys;
+
+use crate::cache::{Cache, CacheRef};
+use crate::encoder_decoder::EncoderDecoderCache;
+use crate::error::{Result, check, invalid_argument};
+use crate::version::check_version;
+
+/// The cache file format version this library writes and reads.
+pub const FILE_FORMAT_VERSION: u32 = sys::KVC_FILE_FORMAT_VERSION;
+
+/// A path as the C library takes it: its bytes, NUL-terminated.
+fn c_path(path: &Path) -> Result<CString> {
+    #[cfg(unix)]
+    let bytes = {
+        use std::os::unix::ffi::OsStrExt;
+        path.as_os_str().as_bytes().to_vec()
+    };
+    #[cfg(not(unix))]
+    let bytes = path
+        .to_str()
+        .ok_or_else(|| invalid_argument(format!("path {} is not valid UTF-8", path.display())))?
+        .as_bytes()
+        .to_vec();
+    CString::new(bytes)
+        .map_err(|_| invalid_argument(format!("path {} contains a NUL byte", path.display())))
+}
+
+impl CacheRef {
+    /// Writes the cache to the file `path` (created or replaced; written
+    /// beside it and renamed, so a crash never leaves a partial file). The
+    /// cache is not changed.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = c_path(path.as_ref())?;
+        // SAFETY: a live handle and a NUL-terminated path borrowed for the call; NULL options are documented.
+        check(unsafe { sys::kvc_cache_save(self.as_ptr(), path.as_ptr(), std::ptr::null()) })
+    }
+
+    /// Replaces the cache's contents with the file's. The file's model
+    /// fingerprint must equal the cache's. Views taken before are invalid
+    /// afterwards (the borrow checker already ends them). On error the cache
+    /// is unchanged.
+    pub fn restore(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let path = c_path(path.as_ref())?;
+        // SAFETY: a live handle, exclusively borrowed, and a path borrowed for the call.
+        check(unsafe { sys::kvc_cache_restore(self.as_mut_ptr(), path.as_ptr()) })
+    }
+}
+
+impl Cache {
+    /// A new cache on the CPU from the file `path` (read through mmap).
+    pub fn load(path: impl AsRef<Path>) -> Result<Cache> {
+        check_version()?;
+        let path = c_path(path.as_ref())?;
+        let mut out = std::ptr::null_mut();
+        // SAFETY: a path borrowed for the call, NULL options, a valid out-pointer.
+        check(unsafe { sys::kvc_cache_load(path.as_ptr(), std::ptr::null(), &mut out) })?;
+        // SAFETY: on success a new, owned cache.
+        Ok(unsafe { Cache::from_raw(out) })
+    }
+}
+
+impl EncoderDecoderCache {
+    /// Writes both halves and the is_updated flags to the file `path`.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = c_path(path.as_ref())?;
+        // SAFETY: a live handle and a path borrowed for the call.
+        check(unsafe {
+            sys::kvc_encoder_decoder_cache_save(self.as_ptr(), path.as_ptr(), std::ptr::null())
+        })
+    }
+
+    /// Replaces both halves and the flags with the file's (the fingerprints
+    /// must match); unchanged on error.
+    pub fn restore(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let path = c_path(path.as_ref())?;
+        // SAFETY: a live handle, exclusively borrowed, and a path borrowed for the call.
+        check(unsafe { sys::kvc_encoder_decoder_cache_restore(self.raw_mut(), path.as_ptr()) })
+    }
+
+    /// A new encoder-decoder cache on the CPU from the file `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<EncoderDecoderCache> {
+        check_version()?;
+        let path = c_path(path.as_ref())?;
+        let mut out = std::ptr::null_mut();
+        // SAFETY: a path borrowed for the call, NULL options, a valid out-pointer.
+        check(unsafe {
+            sys::kvc_encoder_decoder_cache_load(path.as_ptr(), std::ptr::null(), &mut out)
+        })?;
+        // SAFETY: on success a new, owned encoder-decoder cache.
+        Ok(unsafe { EncoderDecoderCache::from_raw(out) })
+    }
+}
