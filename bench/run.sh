@@ -13,9 +13,10 @@
 # in $KVC_BENCH_EMULATED_DIR (default BUILDDIR/tests/gpu/emulated; `make bench` builds one); without one it
 # prints SKIPPED.
 # bench_pool (the paged pool, CPU) runs everywhere; its GPU rows are bench_gpu's gpu_pool_write.
+# bench_tier (the disk tier, CPU pool) runs everywhere, in a directory next to the results file.
+# bench_redis_tier starts its own redis-server; without redis-server installed it prints SKIPPED.
 # bench_persist writes its files next to the results (or in $KVC_BENCH_PERSIST_DIR); its arguments go in
 # $KVC_BENCH_PERSIST_ARGS.
-# bench_tier (the disk tier, CPU pool) runs everywhere, in a directory next to the results file.
 # Exit status: 0 when every acceptance check holds, 1 otherwise.
 set -euo pipefail
 
@@ -95,6 +96,14 @@ read -r -a PERSIST_ARGS <<< "${KVC_BENCH_PERSIST_ARGS:-}"
 echo
 echo "== bench_tier (the pool's disk tier against a plain write/read of the same bytes in the same directory)"
 "$(find_bin bench_tier)" --json "$JSON" "${EXTRA[@]}"
+echo
+echo "== bench_redis_tier (the Redis tier: runs of 2 MiB blocks against raw pipelined SET/GET and redis-benchmark)"
+if command -v redis-server >/dev/null 2>&1; then
+    "$(find_bin bench_redis_tier)" --json "$JSON" "${EXTRA[@]}"
+    REDIS_BENCH=1
+else
+    echo "bench_redis_tier: SKIPPED: redis-server is not installed (scripts/setup.sh installs it)"
+fi
 echo
 
 echo "== transformers (CPU, torch)"
@@ -204,6 +213,12 @@ check "quantized incremental step cost @32k / @1k <= 1.2 (history never re-quant
     "x <= 1.2" "$(value quantized_update kvcache-c incremental_32k_over_1k)"
 check "pool: scheduling one decode step of 256 running sequences (match + reserve + commit + release) < 50 us" \
     "x < 50000" "$(value pool_schedule kvcache-c step_ns_256_llama)"
+if [ -n "${REDIS_BENCH:-}" ]; then
+    check "redis tier: put GB/s of 2 MiB-block runs / raw pipelined SET through the same client >= 0.75" \
+        "x >= 0.75" "$(value redis_tier kvcache-c put_over_raw)"
+    check "redis tier: get GB/s of 2 MiB-block runs / raw pipelined GET through the same client >= 0.75" \
+        "x >= 0.75" "$(value redis_tier kvcache-c get_over_raw)"
+fi
 for pg in llama_full hybrid_full hybrid_sliding; do
     check "pool: slots lost to partial blocks, per sequence and group ($pg), at most < 1 block" \
         "x < 1" "$(value pool_partial kvcache-c "waste_max_blocks_$pg")"

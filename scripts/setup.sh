@@ -43,7 +43,8 @@ as_root() {
 }
 
 install_system_packages() {
-  local pkgs=(gcc g++ make clang llvm pkg-config ninja-build cmake binutils)
+  # redis-server (with redis-tools: redis-cli, redis-benchmark): the Redis tier's tests and bench start their own.
+  local pkgs=(gcc g++ make clang llvm pkg-config ninja-build cmake binutils redis-server)
   # The Python that will run `python3 -m venv` needs ensurepip; on Debian it
   # comes from python3-venv unless python3 is a separately installed one.
   python3 -c 'import ensurepip' >/dev/null 2>&1 || pkgs+=(python3 python3-venv)

@@ -51,6 +51,7 @@
 #include "kvcache/block_hash.h"
 #include "kvcache/pool.h"
 #include "kvcache/tier.h"
+#include "kvcache/redis_tier.h"
 #include "kvcache/persist.h"
 
 #endif /* KVCACHE_H */

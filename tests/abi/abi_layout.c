@@ -100,10 +100,17 @@ int main(void) {
   OFF(kvc_tier_ops, destroy);
   SIZE(kvc_disk_tier_options); OFF(kvc_disk_tier_options, struct_size); OFF(kvc_disk_tier_options, directory);
   OFF(kvc_disk_tier_options, max_bytes); OFF(kvc_disk_tier_options, reserved);
+  SIZE(kvc_redis_tier_options); OFF(kvc_redis_tier_options, struct_size); OFF(kvc_redis_tier_options, cluster);
+  OFF(kvc_redis_tier_options, seeds); OFF(kvc_redis_tier_options, key_prefix); OFF(kvc_redis_tier_options, username);
+  OFF(kvc_redis_tier_options, password); OFF(kvc_redis_tier_options, connect_timeout_ms);
+  OFF(kvc_redis_tier_options, command_timeout_ms); OFF(kvc_redis_tier_options, reconnect_interval_ms);
+  OFF(kvc_redis_tier_options, ttl_seconds); OFF(kvc_redis_tier_options, max_pipeline);
+  OFF(kvc_redis_tier_options, reserved);
   SIZE(kvc_tier_stats); OFF(kvc_tier_stats, struct_size); OFF(kvc_tier_stats, reserved); OFF(kvc_tier_stats, puts);
   OFF(kvc_tier_stats, put_failures); OFF(kvc_tier_stats, gets); OFF(kvc_tier_stats, hits);
   OFF(kvc_tier_stats, corrupt); OFF(kvc_tier_stats, bytes_written); OFF(kvc_tier_stats, bytes_read);
   VAL(KVC_TIER_WRITE_ON_COMMIT); VAL(KVC_TIER_WRITE_ON_EVICT);
+  VAL(KVC_REDIS_CLUSTER_AUTO); VAL(KVC_REDIS_CLUSTER_OFF); VAL(KVC_REDIS_CLUSTER_ON);
   VAL(KVC_POOL_GROUP_FULL); VAL(KVC_POOL_GROUP_SLIDING); VAL(KVC_POOL_GROUP_CHUNKED); VAL(KVC_POOL_GROUP_RECURRENT);
   VAL(KVC_POOL_LAYOUT_NHD); VAL(KVC_POOL_LAYOUT_HND); VAL(KVC_POOL_TABLE_PADDED); VAL(KVC_POOL_TABLE_CSR);
   VAL(KVC_POOL_EVENT_BLOCK_STORED); VAL(KVC_POOL_EVENT_BLOCK_REMOVED); VAL(KVC_POOL_EVENT_ALL_CLEARED);

@@ -1,8 +1,9 @@
 /*
  * kvcache/tier.h: tiers below a pool's memory, where blocks are kept by
- * their hash: a local directory (kvc_disk_tier_create, built in), a shared
- * Redis or Valkey deployment (libkvcache_redis, kvcache/redis_tier.h), or
- * any store a program brings through kvc_tier_ops. Since 0.6.
+ * their hash: a local directory (kvc_disk_tier_create), a shared Redis or
+ * Valkey deployment (kvc_redis_tier_create in kvcache/redis_tier.h; the
+ * library speaks RESP itself, so neither needs another library), or any
+ * store a program brings through kvc_tier_ops. Since 0.6.
  *
  * A pool with tiers (kvc_pool_add_tier) stores a block's bytes in them when
  * it becomes cached (KVC_TIER_WRITE_ON_COMMIT: other processes and a

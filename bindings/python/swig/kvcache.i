@@ -1074,3 +1074,6 @@ PyObject* kvc_py_block_hash_chain(PyObject* root, PyObject* tokens, long long bl
 /* Cache files: their section needs the helpers above (kvc_py_bytes_in). */
 %include "persist.i"
 %include "kvcache_tier.i"
+
+/* The Redis tier of a pool (kvcache/redis_tier.h). */
+%include "kvcache_redis_tier.i"

@@ -118,6 +118,10 @@ structs! {
     kvc_pool_event {
         id, kind, group, block_hash, parent_hash, num_tokens, block_id, reserved
     }
+    kvc_redis_tier_options {
+        struct_size, cluster, seeds, key_prefix, username, password, connect_timeout_ms,
+        command_timeout_ms, reconnect_interval_ms, ttl_seconds, max_pipeline, reserved
+    }
     kvc_save_options { struct_size, reserved, staging_bytes }
     kvc_load_options { struct_size, device, stream }
     kvc_tier_key { fingerprint, block_hash, group, reserved }
@@ -176,6 +180,7 @@ constants! {
     KVC_POOL_LAYOUT_NHD, KVC_POOL_LAYOUT_HND, KVC_POOL_TABLE_PADDED, KVC_POOL_TABLE_CSR,
     KVC_POOL_EVENT_BLOCK_STORED, KVC_POOL_EVENT_BLOCK_REMOVED, KVC_POOL_EVENT_ALL_CLEARED,
     KVC_TIER_WRITE_ON_COMMIT, KVC_TIER_WRITE_ON_EVICT,
+    KVC_REDIS_CLUSTER_AUTO, KVC_REDIS_CLUSTER_OFF, KVC_REDIS_CLUSTER_ON,
 }
 
 /// Every `#define KVC_<NAME> <value>` of the headers must be in `constants!`

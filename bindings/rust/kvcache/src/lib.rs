@@ -49,6 +49,7 @@ mod error;
 mod options;
 mod persist;
 pub mod pool;
+pub mod redis_tier;
 mod tensor;
 pub mod tier;
 mod version;
@@ -75,6 +76,7 @@ pub use pool::{
     BlockTable, CsrBlockTable, GroupKind, LayerStorage, Layout, Pool, PoolBuilder, PoolEvent,
     PoolGroup, PoolLayer, PoolStats, RecurrentState, Sequence, SlotMapping,
 };
+pub use redis_tier::{RedisCluster, RedisTierOptions, TierStats, TierWrite};
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};
 pub use tier::{DiskTier, TierStats, TierWrite};
 pub use version::{

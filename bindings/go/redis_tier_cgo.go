@@ -1,0 +1,92 @@
+//go:build cgo
+
+package kvcache
+
+// The Redis tier's calls into the C library (kvcache/redis_tier.h, tier.h):
+// the options' strings live in C memory for the call (arena).
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include <kvcache.h>
+
+// kvc_redis_tier_create + kvc_pool_add_tier; the tier is destroyed when the pool refuses it.
+static kvc_error* kvcgo_pool_add_redis_tier(kvc_pool* p, const kvc_redis_tier_options* o, int32_t policy) {
+  kvc_tier* tier = NULL;
+  kvc_error* e = kvc_redis_tier_create(o, &tier);
+  if (e) return e;
+  e = kvc_pool_add_tier(p, tier, policy);
+  if (e) kvc_tier_destroy(tier);
+  return e;
+}
+
+static uint32_t kvcgo_pool_tier_count(const kvc_pool* p) {
+  uint32_t n = 0;
+  while (kvc_pool_tier(p, n)) n++;
+  return n;
+}
+
+static kvc_error* kvcgo_pool_tier_stats(const kvc_pool* p, uint32_t index, kvc_tier_stats* out) {
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
+  return kvc_tier_stats_get(kvc_pool_tier(p, index), out);
+}
+*/
+import "C"
+
+import "unsafe"
+
+var (
+	_ [int64(RedisClusterAuto) - int64(C.KVC_REDIS_CLUSTER_AUTO)]struct{}
+	_ [int64(C.KVC_REDIS_CLUSTER_AUTO) - int64(RedisClusterAuto)]struct{}
+	_ [int64(RedisClusterOff) - int64(C.KVC_REDIS_CLUSTER_OFF)]struct{}
+	_ [int64(C.KVC_REDIS_CLUSTER_OFF) - int64(RedisClusterOff)]struct{}
+	_ [int64(RedisClusterOn) - int64(C.KVC_REDIS_CLUSTER_ON)]struct{}
+	_ [int64(C.KVC_REDIS_CLUSTER_ON) - int64(RedisClusterOn)]struct{}
+	_ [int64(TierWriteOnCommit) - int64(C.KVC_TIER_WRITE_ON_COMMIT)]struct{}
+	_ [int64(C.KVC_TIER_WRITE_ON_COMMIT) - int64(TierWriteOnCommit)]struct{}
+	_ [int64(TierWriteOnEvict) - int64(C.KVC_TIER_WRITE_ON_EVICT)]struct{}
+	_ [int64(C.KVC_TIER_WRITE_ON_EVICT) - int64(TierWriteOnEvict)]struct{}
+)
+
+// cstring copies s into the arena, NUL-terminated; "" is NULL when empty means "none".
+func (a *arena) cstring(s string, emptyIsNull bool) *C.char {
+	if s == "" && emptyIsNull {
+		return nil
+	}
+	b := unsafe.Slice((*byte)(a.alloc(uintptr(len(s)+1))), len(s)+1)
+	copy(b, s)
+	b[len(s)] = 0
+	return (*C.char)(unsafe.Pointer(&b[0]))
+}
+
+func cPoolAddRedisTier(p unsafe.Pointer, c *redisTierConfig) error {
+	var a arena
+	defer a.free()
+	o := (*C.kvc_redis_tier_options)(a.alloc(C.sizeof_kvc_redis_tier_options))
+	C.kvc_redis_tier_options_init(o)
+	o.cluster = C.kvc_redis_cluster_mode(c.cluster)
+	o.seeds = a.cstring(c.seeds, false)
+	o.key_prefix = a.cstring(c.prefix, false)
+	o.username = a.cstring(c.username, true)
+	o.password = a.cstring(c.password, true)
+	o.connect_timeout_ms = C.uint32_t(c.connectMs)
+	o.command_timeout_ms = C.uint32_t(c.commandMs)
+	o.reconnect_interval_ms = C.uint32_t(c.reconnectMs)
+	o.ttl_seconds = C.uint32_t(c.ttlSeconds)
+	o.max_pipeline = C.uint32_t(c.pipeln)
+	return takeError(C.kvcgo_pool_add_redis_tier(pool(p), o, C.int32_t(c.write)))
+}
+
+func cPoolTierCount(p unsafe.Pointer) int { return int(C.kvcgo_pool_tier_count(pool(p))) }
+
+func cPoolTierStats(p unsafe.Pointer, index uint32) (TierStats, error) {
+	var s C.kvc_tier_stats
+	if err := takeError(C.kvcgo_pool_tier_stats(pool(p), C.uint32_t(index), &s)); err != nil {
+		return TierStats{}, err
+	}
+	return TierStats{
+		Puts: uint64(s.puts), PutFailures: uint64(s.put_failures), Gets: uint64(s.gets), Hits: uint64(s.hits),
+		Corrupt: uint64(s.corrupt), BytesWritten: uint64(s.bytes_written), BytesRead: uint64(s.bytes_read),
+	}, nil
+}

@@ -1,0 +1,11 @@
+//go:build !cgo
+
+package kvcache
+
+// Without cgo no pool exists (NewPool returns ErrCgoDisabled): never reached.
+
+import "unsafe"
+
+func cPoolAddRedisTier(unsafe.Pointer, *redisTierConfig) error { return ErrCgoDisabled }
+func cPoolTierCount(unsafe.Pointer) int                        { return 0 }
+func cPoolTierStats(unsafe.Pointer, uint32) (TierStats, error) { return TierStats{}, ErrCgoDisabled }

@@ -1,0 +1,66 @@
+"""A shared tier of a :class:`kvcache.Pool` on Redis or Valkey (``kvcache/redis_tier.h``, docs/redis-tier.md).
+
+A pool with a Redis tier stores its blocks there when they are committed (``write="commit"``: other processes
+and machines find them at once) or when memory evicts them (``write="evict"``), and
+:meth:`kvcache.Sequence.match_prefix` continues past memory with the tier: two serving processes share a
+prompt's prefix through Redis::
+
+    pool = kvcache.Pool(...)
+    kvcache.add_redis_tier(pool, "10.0.0.1:6379,10.0.0.2:6379")   # standalone or Redis Cluster (auto)
+
+The library speaks RESP itself (no client library needed). A failure of Redis (a dead or slow node, a timeout)
+is a miss or a skipped store, never an exception from the pool; only :func:`add_redis_tier` reports an
+unreachable or misconfigured server, as a :class:`kvcache.KvcacheError` naming the seed and the reason.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence, Union
+
+from . import _lib
+from ._errors import InvalidArgumentError
+
+__all__ = ["add_redis_tier", "tier_stats", "TierStats"]
+
+_CLUSTER = {"auto": _lib.KVC_REDIS_CLUSTER_AUTO, "off": _lib.KVC_REDIS_CLUSTER_OFF, "on": _lib.KVC_REDIS_CLUSTER_ON}
+_WRITE = {"commit": _lib.KVC_TIER_WRITE_ON_COMMIT, "evict": _lib.KVC_TIER_WRITE_ON_EVICT}
+
+
+class TierStats(NamedTuple):
+    """The counters of one tier of a pool (``kvc_tier_stats``)."""
+
+    puts: int
+    put_failures: int
+    gets: int
+    hits: int
+    corrupt: int
+    bytes_written: int
+    bytes_read: int
+
+
+def _choice(value: str, table: dict, name: str) -> int:
+    if value not in table:
+        raise InvalidArgumentError(f"add_redis_tier: {name} is {value!r}; it is one of {sorted(table)}")
+    return table[value]
+
+
+def add_redis_tier(pool, seeds: Union[str, Sequence[str]], *, cluster: str = "auto", key_prefix: str = "kvc:",
+                   username: Optional[str] = None, password: Optional[str] = None, connect_timeout_ms: int = 50,
+                   command_timeout_ms: int = 200, reconnect_interval_ms: int = 1000, ttl_seconds: int = 0,
+                   max_pipeline: int = 32, write: str = "commit") -> int:
+    """Creates a Redis tier (``kvc_redis_tier_create``) and gives it to ``pool`` after its other tiers; returns
+    its index (for :func:`tier_stats`). ``seeds``: ``"host:port"`` strings, or one comma-separated string.
+    ``cluster``: ``"auto"`` (ask the server), ``"off"`` or ``"on"``. ``write``: ``"commit"`` or ``"evict"``.
+    The other options are those of ``kvc_redis_tier_options``."""
+    if not isinstance(seeds, str):
+        seeds = ",".join(seeds)
+    mode = _choice(cluster, _CLUSTER, "cluster")
+    policy = _choice(write, _WRITE, "write")
+    index = _lib.kvc_py_pool_tier_count(pool._handle)
+    _lib.kvc_py_pool_add_redis_tier(pool._handle, seeds, mode, key_prefix, username, password, connect_timeout_ms,
+                                    command_timeout_ms, reconnect_interval_ms, ttl_seconds, max_pipeline, policy)
+    return index
+
+
+def tier_stats(pool, index: int = 0) -> TierStats:
+    """The counters of tier ``index`` of ``pool`` (order of adding)."""
+    return TierStats(*_lib.kvc_py_pool_tier_stats(pool._handle, index))

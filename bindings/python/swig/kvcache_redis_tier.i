@@ -1,0 +1,78 @@
+/*
+ * kvcache_redis_tier.i: the Redis tier (kvcache/redis_tier.h) in the SWIG module, %included by kvcache.i after
+ * the pool (whose `kvc_pool* pool` typemaps enter the pool's guard). The public API is kvcache/redis_tier.py.
+ * A tier is owned by the pool it is given to, so Python never holds a kvc_tier: one call creates the tier and
+ * gives it to the pool, the others count the pool's tiers and read a tier's counters.
+ */
+
+/* Builds Python objects: keeps the GIL (adding a tier talks to the network and runs without it). */
+%feature("nothread") kvc_py_pool_tier_stats;
+
+%inline %{
+/* kvc_redis_tier_create + kvc_pool_add_tier; the tier is destroyed when the pool refuses it. */
+static kvc_error* kvc_py_pool_add_redis_tier(kvc_pool* pool, const char* seeds, int cluster, const char* key_prefix,
+                                             const char* username, const char* password,
+                                             unsigned int connect_timeout_ms, unsigned int command_timeout_ms,
+                                             unsigned int reconnect_interval_ms, unsigned int ttl_seconds,
+                                             unsigned int max_pipeline, int policy) {
+  kvc_redis_tier_options o;
+  kvc_redis_tier_options_init(&o);
+  o.cluster = cluster;
+  o.seeds = seeds;
+  o.key_prefix = key_prefix;
+  o.username = username;
+  o.password = password;
+  o.connect_timeout_ms = connect_timeout_ms;
+  o.command_timeout_ms = command_timeout_ms;
+  o.reconnect_interval_ms = reconnect_interval_ms;
+  o.ttl_seconds = ttl_seconds;
+  o.max_pipeline = max_pipeline;
+  kvc_tier* tier = NULL;
+  kvc_error* e = kvc_redis_tier_create(&o, &tier);
+  if (e) return e;
+  e = kvc_pool_add_tier(pool, tier, policy);
+  if (e) kvc_tier_destroy(tier);
+  return e;
+}
+
+/* How many tiers the pool has. */
+static unsigned int kvc_py_pool_tier_count(const kvc_pool* pool) {
+  unsigned int n = 0;
+  while (kvc_pool_tier(pool, n)) n++;
+  return n;
+}
+
+/* The counters of tier `index` as a tuple (puts, put_failures, gets, hits, corrupt, bytes_written, bytes_read). */
+static PyObject* kvc_py_pool_tier_stats(const kvc_pool* pool, unsigned int index) {
+  kvc_tier* tier = kvc_pool_tier(pool, index);
+  if (!tier) {
+    PyErr_Format(PyExc_IndexError, "tier_stats: index is %u but the pool has %u tiers", index,
+                 kvc_py_pool_tier_count(pool));
+    return NULL;
+  }
+  kvc_tier_stats s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = (uint32_t)sizeof s;
+  kvc_error* e = kvc_tier_stats_get(tier, &s);
+  if (e) {
+    PyErr_SetString(PyExc_RuntimeError, kvc_error_message(e));
+    kvc_error_destroy(e);
+    return NULL;
+  }
+  return Py_BuildValue("(KKKKKKK)", (unsigned long long)s.puts, (unsigned long long)s.put_failures,
+                       (unsigned long long)s.gets, (unsigned long long)s.hits, (unsigned long long)s.corrupt,
+                       (unsigned long long)s.bytes_written, (unsigned long long)s.bytes_read);
+}
+%}
+
+/* The raw ABI of the header, like every other: kvc_redis_tier_create hands back the tier as an opaque pointer
+   for a program that gives it to a pool through the raw ABI itself. */
+%typemap(in, numinputs=0) kvc_tier** out (kvc_tier* tmp = NULL) "$1 = &tmp;"
+%typemap(argout) kvc_tier** out {
+  $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj(tmp$argnum, $*1_descriptor, 0), 1);
+}
+KVC_OPTIONS_CTOR_MACRO(kvc_redis_tier_options, KVC_REDIS_TIER_OPTIONS_INIT)
+%include "kvcache/redis_tier.h"
+
+%constant int KVC_TIER_WRITE_ON_COMMIT = KVC_TIER_WRITE_ON_COMMIT;
+%constant int KVC_TIER_WRITE_ON_EVICT = KVC_TIER_WRITE_ON_EVICT;

@@ -1,0 +1,104 @@
+"""The Redis tier from Python (kvcache.add_redis_tier): two pools with their own connections share a prompt's
+prefix through a redis-server the test starts on 127.0.0.1 (the second pool's prefix comes from Redis and
+gathers the same bytes), the tier's counters, and refused options. Skipped, with the reason, where redis-server
+is not installed (scripts/setup.sh installs it)."""
+from __future__ import annotations
+
+import ctypes
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+import kvcache
+
+torch = pytest.importorskip("torch", reason="SKIPPED: the pool tests use torch tensors (scripts/setup.sh installs torch)")
+if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+    pytest.skip("SKIPPED: redis-server is not installed (scripts/setup.sh installs it)", allow_module_level=True)
+
+BLOCK, HEADS, DIM = 4, 2, 8
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def die_with_parent():
+    """In the server's process before exec: killed when the test process dies, even by a crash (Linux)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@pytest.fixture(scope="module")
+def redis_port():
+    port = free_port()
+    with tempfile.TemporaryDirectory() as workdir:
+        proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
+                                 "--save", "", "--appendonly", "no", "--logfile", ""],
+                                stdout=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        try:
+            for _ in range(250):
+                ping = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True)
+                if "PONG" in ping.stdout:
+                    break
+                time.sleep(0.02)
+            else:
+                pytest.fail("redis-server did not start")
+            yield port
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def make_pool():
+    return kvcache.Pool(dtype=torch.float32, groups=[kvcache.PoolGroup("full", block_size=BLOCK, num_blocks=16)],
+                        layers=[kvcache.PoolLayer(group=0, num_kv_heads=HEADS, head_dim=DIM)] * 2,
+                        hash_seed=b"redis-test-model")
+
+
+def test_two_pools_share_a_prefix_through_redis(redis_port):
+    tokens = list(range(500, 513))  # three full blocks and one token more
+    seeds = f"127.0.0.1:{redis_port}"
+    with make_pool() as writer, make_pool() as reader:
+        assert kvcache.add_redis_tier(writer, seeds, key_prefix="py:") == 0
+        assert kvcache.add_redis_tier(reader, [seeds], key_prefix="py:", cluster="off") == 0
+        with writer.sequence() as seq:
+            slots = seq.reserve(tokens)
+            keys = [torch.randn(len(tokens), HEADS, DIM) for _ in range(2)]
+            values = [torch.randn(len(tokens), HEADS, DIM) for _ in range(2)]
+            writer.write(keys, values, slots)
+            seq.commit()
+        assert kvcache.tier_stats(writer).puts == 3
+        with reader.sequence() as seq:
+            assert seq.match_prefix(tokens) == 12  # nothing in the reader's memory: all from Redis
+            stats = kvcache.tier_stats(reader, 0)
+            assert stats.hits == 3 and stats.corrupt == 0 and stats.bytes_read > 0
+            for layer in range(2):
+                k, v = seq.gather(layer)
+                assert torch.equal(torch.from_dlpack(k)[0].permute(1, 0, 2), keys[layer][:12])
+                assert torch.equal(torch.from_dlpack(v)[0].permute(1, 0, 2), values[layer][:12])
+        with pytest.raises(IndexError, match="index is 1"):
+            kvcache.tier_stats(reader, 1)
+
+
+def test_refused_options(redis_port):
+    with make_pool() as pool:
+        with pytest.raises(kvcache.InvalidArgumentError, match="not host:port"):
+            kvcache.add_redis_tier(pool, "localhost")
+        with pytest.raises(kvcache.InvalidArgumentError, match="hash tag"):
+            kvcache.add_redis_tier(pool, f"127.0.0.1:{redis_port}", key_prefix="{x}")
+        with pytest.raises(kvcache.InvalidArgumentError, match="cluster is 'maybe'"):
+            kvcache.add_redis_tier(pool, f"127.0.0.1:{redis_port}", cluster="maybe")
+        with pytest.raises(kvcache.KvcacheError, match="refused"):
+            kvcache.add_redis_tier(pool, f"127.0.0.1:{free_port()}")
+        with pytest.raises(kvcache.KvcacheError, match="cluster support disabled"):
+            kvcache.add_redis_tier(pool, f"127.0.0.1:{redis_port}", cluster="on")
+        with pytest.raises(IndexError):
+            kvcache.tier_stats(pool, 0)  # every refusal left the pool without a tier

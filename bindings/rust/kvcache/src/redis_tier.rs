@@ -1,0 +1,266 @@
+//! A shared tier of a [`Pool`] on Redis or Valkey (`kvcache/redis_tier.h`,
+//! docs/redis-tier.md): the pool stores its blocks there when they are
+//! committed (or evicted) and [`Sequence::match_prefix`](crate::Sequence::match_prefix)
+//! continues past memory with it, so two processes share a prompt's prefix
+//! through Redis. The library speaks RESP itself; a failure of Redis later is
+//! a miss, never an error: only [`Pool::add_redis_tier`] reports an
+//! unreachable or misconfigured server.
+//!
+//! ```no_run
+//! # use kvcache::{DType, Pool, PoolGroup, PoolLayer, RedisTierOptions};
+//! let pool = Pool::builder(DType::F32)
+//!     .group(PoolGroup::full(16, 1024))
+//!     .layers(std::iter::repeat_n(PoolLayer::attention(0, 8, 128), 32))
+//!     .build()?;
+//! pool.add_redis_tier(&RedisTierOptions::new(["10.0.0.1:6379", "10.0.0.2:6379"]))?;
+//! # Ok::<(), kvcache::Error>(())
+//! ```
+
+use std::ffi::CString;
+use std::time::Duration;
+
+use crate::error::{Error, ErrorCode, Result, check, invalid_argument};
+use crate::pool::Pool;
+use crate::sys;
+
+/// Whether the servers are a Redis Cluster (`kvc_redis_cluster_mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RedisCluster {
+    /// Ask the first seed that answers (`CLUSTER SLOTS`).
+    #[default]
+    Auto,
+    /// One standalone server: the first seed that answers.
+    Off,
+    /// A cluster: refused if the seeds are not one.
+    On,
+}
+
+/// When a pool stores blocks in a tier (`kvc_tier_write_policy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TierWrite {
+    /// When a block becomes cached (shared tiers; survives a restart).
+    #[default]
+    OnCommit,
+    /// When a cached block is evicted from memory (capacity extension).
+    OnEvict,
+}
+
+/// The options of a Redis tier (`kvc_redis_tier_options`), with the
+/// library's defaults; set what differs with the builder methods.
+#[derive(Clone, Debug)]
+pub struct RedisTierOptions {
+    seeds: Vec<String>,
+    cluster: RedisCluster,
+    key_prefix: String,
+    username: Option<String>,
+    password: Option<String>,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    reconnect_interval: Duration,
+    ttl: Duration,
+    max_pipeline: u32,
+    write: TierWrite,
+}
+
+impl RedisTierOptions {
+    /// Options for the servers at `seeds` (`"host:port"`, `"[::1]:6379"` for IPv6).
+    pub fn new<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> RedisTierOptions {
+        RedisTierOptions {
+            seeds: seeds.into_iter().map(Into::into).collect(),
+            cluster: RedisCluster::Auto,
+            key_prefix: "kvc:".into(),
+            username: None,
+            password: None,
+            connect_timeout: Duration::from_millis(50),
+            command_timeout: Duration::from_millis(200),
+            reconnect_interval: Duration::from_secs(1),
+            ttl: Duration::ZERO,
+            max_pipeline: 32,
+            write: TierWrite::OnCommit,
+        }
+    }
+    /// Standalone or cluster (default: ask the server).
+    pub fn cluster(mut self, mode: RedisCluster) -> Self {
+        self.cluster = mode;
+        self
+    }
+    /// The prefix of every key (default `"kvc:"`; no braces).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+    /// `AUTH password`.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+    /// `AUTH username password` (Redis 6 ACL).
+    pub fn auth(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
+        self.username = Some(username.into());
+        self.password = Some(password.into());
+        self
+    }
+    /// The longest a TCP connect may take (default 50 ms).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+    /// The longest a node may stay silent while a call waits on it (default 200 ms).
+    pub fn command_timeout(mut self, d: Duration) -> Self {
+        self.command_timeout = d;
+        self
+    }
+    /// How long a failed node is left alone before it is tried again (default 1 s).
+    pub fn reconnect_interval(mut self, d: Duration) -> Self {
+        self.reconnect_interval = d;
+        self
+    }
+    /// `EX` of every SET, whole seconds; zero (the default) = none.
+    pub fn ttl(mut self, d: Duration) -> Self {
+        self.ttl = d;
+        self
+    }
+    /// Commands in flight on one connection (default 32).
+    pub fn max_pipeline(mut self, n: u32) -> Self {
+        self.max_pipeline = n;
+        self
+    }
+    /// When the pool stores blocks (default on commit).
+    pub fn write(mut self, policy: TierWrite) -> Self {
+        self.write = policy;
+        self
+    }
+}
+
+/// The counters of one tier of a pool (`kvc_tier_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierStats {
+    /// Values stored.
+    pub puts: u64,
+    /// Stores that failed or were refused (counted, never raised).
+    pub put_failures: u64,
+    /// Keys looked up.
+    pub gets: u64,
+    /// Of which were found and verified.
+    pub hits: u64,
+    /// Values found that did not verify (a miss).
+    pub corrupt: u64,
+    /// Bytes stored.
+    pub bytes_written: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+}
+
+fn c_string(name: &str, s: &str) -> Result<CString> {
+    CString::new(s)
+        .map_err(|_| invalid_argument(format!("add_redis_tier: {name} holds a NUL byte")))
+}
+
+fn millis(name: &str, d: Duration) -> Result<u32> {
+    u32::try_from(d.as_millis()).map_err(|_| {
+        invalid_argument(format!(
+            "add_redis_tier: {name} is {d:?}; at most {} ms",
+            u32::MAX
+        ))
+    })
+}
+
+impl Pool {
+    /// Creates a Redis tier (`kvc_redis_tier_create`) and gives it to the
+    /// pool after its other tiers (`kvc_pool_add_tier`); returns its index
+    /// for [`Pool::tier_stats`]. Errors: `InvalidArgument` naming the
+    /// option, `Io` (no seed answered, AUTH refused, no cluster where one
+    /// is required) naming the seed and the reason; the pool is unchanged.
+    pub fn add_redis_tier(&self, options: &RedisTierOptions) -> Result<u32> {
+        let seeds = c_string("seeds", &options.seeds.join(","))?;
+        let prefix = c_string("key_prefix", &options.key_prefix)?;
+        let username = options
+            .username
+            .as_deref()
+            .map(|u| c_string("username", u))
+            .transpose()?;
+        let password = options
+            .password
+            .as_deref()
+            .map(|p| c_string("password", p))
+            .transpose()?;
+        if options.ttl.subsec_nanos() != 0 || options.ttl.as_secs() > u64::from(u32::MAX) {
+            return Err(invalid_argument(format!(
+                "add_redis_tier: ttl is {:?}; it is whole seconds",
+                options.ttl
+            )));
+        }
+        let mut raw = sys::kvc_redis_tier_options::default();
+        // SAFETY: fills the struct with its _INIT values.
+        unsafe { sys::kvc_redis_tier_options_init(&mut raw) };
+        raw.cluster = match options.cluster {
+            RedisCluster::Auto => sys::KVC_REDIS_CLUSTER_AUTO,
+            RedisCluster::Off => sys::KVC_REDIS_CLUSTER_OFF,
+            RedisCluster::On => sys::KVC_REDIS_CLUSTER_ON,
+        } as sys::kvc_redis_cluster_mode;
+        raw.seeds = seeds.as_ptr();
+        raw.key_prefix = prefix.as_ptr();
+        raw.username = username.as_ref().map_or(std::ptr::null(), |u| u.as_ptr());
+        raw.password = password.as_ref().map_or(std::ptr::null(), |p| p.as_ptr());
+        raw.connect_timeout_ms = millis("connect_timeout", options.connect_timeout)?;
+        raw.command_timeout_ms = millis("command_timeout", options.command_timeout)?;
+        raw.reconnect_interval_ms = millis("reconnect_interval", options.reconnect_interval)?;
+        raw.ttl_seconds = options.ttl.as_secs() as u32;
+        raw.max_pipeline = options.max_pipeline;
+        let policy = match options.write {
+            TierWrite::OnCommit => sys::KVC_TIER_WRITE_ON_COMMIT,
+            TierWrite::OnEvict => sys::KVC_TIER_WRITE_ON_EVICT,
+        } as sys::kvc_tier_write_policy;
+        let index = self.tier_count();
+        let mut tier = std::ptr::null_mut();
+        // SAFETY: the options and their strings are valid for the call.
+        check(unsafe { sys::kvc_redis_tier_create(&raw, &mut tier) })?;
+        // SAFETY: a live pool and a tier no pool owns yet; on error the tier stays ours.
+        if let Err(e) = check(unsafe { sys::kvc_pool_add_tier(self.as_ptr(), tier, policy) }) {
+            // SAFETY: the pool refused it: it is still ours to free.
+            unsafe { sys::kvc_tier_destroy(tier) };
+            return Err(e);
+        }
+        Ok(index)
+    }
+
+    /// How many tiers the pool has.
+    pub fn tier_count(&self) -> u32 {
+        let mut n = 0;
+        // SAFETY: a live pool; kvc_pool_tier returns NULL past the end.
+        while !unsafe { sys::kvc_pool_tier(self.as_ptr(), n) }.is_null() {
+            n += 1;
+        }
+        n
+    }
+
+    /// The counters of tier `index` (order of adding).
+    pub fn tier_stats(&self, index: u32) -> Result<TierStats> {
+        // SAFETY: a live pool.
+        let tier = unsafe { sys::kvc_pool_tier(self.as_ptr(), index) };
+        if tier.is_null() {
+            return Err(Error::new(
+                ErrorCode::OutOfRange,
+                format!(
+                    "tier_stats: index is {index} but the pool has {} tiers",
+                    self.tier_count()
+                ),
+            ));
+        }
+        let mut raw = sys::kvc_tier_stats {
+            struct_size: std::mem::size_of::<sys::kvc_tier_stats>() as u32,
+            ..Default::default()
+        };
+        // SAFETY: a tier the pool owns and a zeroed out-struct with struct_size set.
+        check(unsafe { sys::kvc_tier_stats_get(tier, &mut raw) })?;
+        Ok(TierStats {
+            puts: raw.puts,
+            put_failures: raw.put_failures,
+            gets: raw.gets,
+            hits: raw.hits,
+            corrupt: raw.corrupt,
+            bytes_written: raw.bytes_written,
+            bytes_read: raw.bytes_read,
+        })
+    }
+}

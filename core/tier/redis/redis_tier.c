@@ -1,0 +1,192 @@
+/*
+ * core/tier/redis/redis_tier.c: kvc_redis_tier_options checked and copied,
+ * the seeds connected, standalone or cluster decided, and the tier's
+ * kvc_tier_ops (put_many, get_many, destroy) over the client.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "redis_internal.h"
+#include "redis_tier_open.h"
+
+#define FN "kvc_redis_tier_create"
+#define MAX_PREFIX 256
+
+void kvc_redis_tier_options_init(kvc_redis_tier_options* options) {
+  if (options) *options = (kvc_redis_tier_options)KVC_REDIS_TIER_OPTIONS_INIT;
+}
+
+static void tier_free(kvci_redis_tier* t) {
+  if (!t) return;
+  for (size_t i = 0; i < t->nnodes; i++) {
+    kvci_redis_conn_free(&t->nodes[i]->conn);
+    free(t->nodes[i]);
+  }
+  free(t->nodes);
+  free(t->seeds);
+  free(t->prefix);
+  free(t->username);
+  if (t->password) memset(t->password, 0, strlen(t->password));
+  free(t->password);
+  free(t->keys);
+  free(t->key_lens);
+  free(t->state);
+  free(t->node_of);
+  free(t->order);
+  kvci_resp_out_free(&t->out);
+  free(t);
+}
+
+static void destroy_op(void* ctx) { tier_free(ctx); }
+
+/* Scratch for `count` keys; 0 or -1. */
+static int reserve(kvci_redis_tier* t, size_t count) {
+  if (count <= t->scratch_cap) return 0;
+  size_t cap = t->scratch_cap ? t->scratch_cap : 64;
+  while (cap < count) cap *= 2;
+  char* keys = realloc(t->keys, cap * t->key_stride);
+  if (keys) t->keys = keys;
+  uint16_t* lens = realloc(t->key_lens, cap * sizeof *lens);
+  if (lens) t->key_lens = lens;
+  uint8_t* state = realloc(t->state, cap);
+  if (state) t->state = state;
+  int32_t* node_of = realloc(t->node_of, cap * sizeof *node_of);
+  if (node_of) t->node_of = node_of;
+  uint32_t* order = realloc(t->order, cap * sizeof *order);
+  if (order) t->order = order;
+  if (!keys || !lens || !state || !node_of || !order) return -1;
+  t->scratch_cap = cap;
+  return 0;
+}
+
+static size_t put_many_op(void* ctx, const kvc_tier_key* keys, const void* const* values, const size_t* sizes,
+                          size_t count) {
+  kvci_redis_tier* t = ctx;
+  if (count == 0 || count > UINT32_MAX || reserve(t, count) != 0) return 0;
+  t->call = (kvci_redis_call){.put = 1, .count = count, .values = values, .value_sizes = sizes};
+  kvci_redis_execute(t, keys);
+  size_t stored = 0;
+  for (size_t i = 0; i < count; i++) stored += t->state[i] == KVCI_KEY_DONE;
+  return stored;
+}
+
+static size_t get_many_op(void* ctx, const kvc_tier_key* keys, void* const* values, size_t capacity, size_t* sizes,
+                          size_t count) {
+  kvci_redis_tier* t = ctx;
+  for (size_t i = 0; i < count; i++) sizes[i] = 0;
+  if (count == 0 || count > UINT32_MAX || reserve(t, count) != 0) return 0;
+  t->call = (kvci_redis_call){.count = count, .dst = values, .capacity = capacity, .sizes = sizes};
+  kvci_redis_execute(t, keys);
+  size_t leading = 0;
+  while (leading < count && t->state[leading] == KVCI_KEY_DONE) leading++;
+  return leading;
+}
+
+static char* copy_string(const char* s) {
+  size_t n = strlen(s) + 1;
+  char* c = malloc(n);
+  if (c) memcpy(c, s, n);
+  return c;
+}
+
+static kvc_error* check_options(const kvc_redis_tier_options* o) {
+  if (!o) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL", FN);
+  if (o->struct_size != sizeof *o)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.struct_size is %u but this library knows only %zu; "
+                    "initialize it with KVC_REDIS_TIER_OPTIONS_INIT", FN, o->struct_size, sizeof *o);
+  if (o->cluster < KVC_REDIS_CLUSTER_AUTO || o->cluster > KVC_REDIS_CLUSTER_ON)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.cluster is %d; it is KVC_REDIS_CLUSTER_AUTO (0), _OFF "
+                    "(1) or _ON (2)", FN, (int)o->cluster);
+  if (!o->seeds || !o->seeds[0])
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.seeds is %s; it lists host:port[,host:port...]", FN,
+                    o->seeds ? "empty" : "NULL");
+  const char* prefix = o->key_prefix ? o->key_prefix : "";
+  if (strlen(prefix) > MAX_PREFIX)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.key_prefix is %zu bytes long; at most %d", FN,
+                    strlen(prefix), MAX_PREFIX);
+  if (strpbrk(prefix, "{}"))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.key_prefix '%s' contains a brace; no '{' or '}' "
+                    "(a hash tag would put every block in one cluster slot)", FN, prefix);
+  if (o->username && !o->password)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.username is '%s' but password is NULL; AUTH needs a "
+                    "password", FN, o->username);
+  if (o->connect_timeout_ms == 0 || o->command_timeout_ms == 0)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.%s is 0; a timeout must be at least 1 ms", FN,
+                    o->connect_timeout_ms == 0 ? "connect_timeout_ms" : "command_timeout_ms");
+  if (o->max_pipeline == 0 || o->max_pipeline > 65536)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.max_pipeline is %u; it is 1 to 65536", FN,
+                    o->max_pipeline);
+  if (o->reserved != 0)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.reserved is %u; it must be 0", FN, o->reserved);
+  return NULL;
+}
+
+/* Adds every seed to the node table, in order; the count or an error naming the bad seed. */
+static kvc_error* add_seeds(kvci_redis_tier* t, size_t* count) {
+  const char* s = t->seeds;
+  *count = 0;
+  for (;;) {
+    const char* end = strchr(s, ',');
+    size_t len = end ? (size_t)(end - s) : strlen(s);
+    char host[256];
+    uint16_t port;
+    if (kvci_redis_parse_address(s, len, host, sizeof host, &port) != 0)
+      return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.seeds has '%.*s', which is not host:port (port 1 "
+                      "to 65535, [brackets] around an IPv6 address)", FN, (int)len, s);
+    size_t before = t->nnodes;
+    if (kvci_redis_node_find(t, host, port) < 0) return kvci_err_oom();
+    *count += t->nnodes > before;
+    if (!end) return NULL;
+    s = end + 1;
+  }
+}
+
+kvc_error* kvci_redis_tier_open(const kvc_redis_tier_options* o, kvc_tier_ops* ops, void** ctx) {
+  kvc_error* e = check_options(o);
+  if (e) return e;
+  if (!ops || !ctx) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  kvci_redis_tier* t = calloc(1, sizeof *t);
+  if (!t) return kvci_err_oom();
+  t->seeds = copy_string(o->seeds);
+  t->prefix = copy_string(o->key_prefix ? o->key_prefix : "");
+  t->username = o->username ? copy_string(o->username) : NULL;
+  t->password = o->password ? copy_string(o->password) : NULL;
+  if (!t->seeds || !t->prefix || (o->username && !t->username) || (o->password && !t->password)) {
+    tier_free(t);
+    return kvci_err_oom();
+  }
+  t->connect_timeout_ms = o->connect_timeout_ms;
+  t->command_timeout_ms = o->command_timeout_ms;
+  t->reconnect_interval_ms = o->reconnect_interval_ms;
+  t->ttl_seconds = o->ttl_seconds;
+  t->max_pipeline = o->max_pipeline;
+  t->cluster = o->cluster == KVC_REDIS_CLUSTER_AUTO ? -1 : o->cluster == KVC_REDIS_CLUSTER_ON;
+  t->key_stride = kvci_redis_key_bytes(t);
+  for (size_t s = 0; s < KVCI_REDIS_SLOTS; s++) t->slots[s] = -1;
+  size_t seeds = 0;
+  e = add_seeds(t, &seeds);
+  char why[240] = "";
+  if (!e && kvci_redis_detect(t, seeds, why, sizeof why) != 0)
+    e = kvci_err(KVC_ERROR_IO, "%s: no seed could be used%s; the last: %s (seeds '%s', connect_timeout_ms %u, "
+                 "command_timeout_ms %u)", FN, o->cluster == KVC_REDIS_CLUSTER_ON ? " as a Redis Cluster" : "", why,
+                 t->seeds, t->connect_timeout_ms, t->command_timeout_ms);
+  if (e) {
+    tier_free(t);
+    return e;
+  }
+  *ops = (kvc_tier_ops){sizeof(kvc_tier_ops), put_many_op, get_many_op, destroy_op};
+  *ctx = t;
+  return NULL;
+}
+
+kvc_error* kvc_redis_tier_create(const kvc_redis_tier_options* options, kvc_tier** out) {
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  kvc_tier_ops ops;
+  void* ctx = NULL;
+  kvc_error* e = kvci_redis_tier_open(options, &ops, &ctx);
+  if (e) return e;
+  return kvc_tier_create(&ops, ctx, "redis", out); /* it owns ctx from here, on error too */
+}

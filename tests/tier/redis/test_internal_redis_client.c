@@ -1,0 +1,239 @@
+/*
+ * The Redis tier's RESP client without a server: CRC16 and hash slots against
+ * the Redis Cluster specification's values, node addresses, the exact bytes
+ * of encoded commands, and replies parsed from a socket pair, including
+ * replies that arrive one byte at a time, values too large for the
+ * destination, protocol errors, and a peer that never answers (the read
+ * returns after the timeout).
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test_util.h"
+#include "tier/redis/redis_internal.h"
+
+static void test_crc16_and_slots(void) {
+  CHECK_EQ_U64(kvci_redis_crc16("123456789", 9), 0x31C3);
+  CHECK_EQ_U64(kvci_redis_crc16("", 0), 0);
+  /* Values of CLUSTER KEYSLOT on a real server. */
+  CHECK_EQ_U64(kvci_redis_key_slot("123456789", 9), 12739);
+  CHECK_EQ_U64(kvci_redis_key_slot("foo", 3), 12182);
+  CHECK_EQ_U64(kvci_redis_key_slot("somekey", 7), 11058);
+  /* Hash tags: the first {...} that is not empty. */
+  CHECK_EQ_U64(kvci_redis_key_slot("{user1000}.following", 20), kvci_redis_key_slot("user1000", 8));
+  CHECK_EQ_U64(kvci_redis_key_slot("foo{}{bar}", 10), kvci_redis_crc16("foo{}{bar}", 10) & 16383);
+  CHECK_EQ_U64(kvci_redis_key_slot("foo{{bar}}zap", 13), kvci_redis_key_slot("{bar", 4));
+  CHECK_EQ_U64(kvci_redis_key_slot("foo{bar}{zap}", 13), kvci_redis_key_slot("bar", 3));
+  CHECK_EQ_U64(kvci_redis_key_slot("foo{bar", 7), kvci_redis_crc16("foo{bar", 7) & 16383);
+}
+
+static void test_addresses(void) {
+  char host[64];
+  uint16_t port = 0;
+  CHECK(kvci_redis_parse_address("127.0.0.1:6379", 14, host, sizeof host, &port) == 0);
+  CHECK(strcmp(host, "127.0.0.1") == 0 && port == 6379);
+  CHECK(kvci_redis_parse_address("[::1]:7000", 10, host, sizeof host, &port) == 0);
+  CHECK(strcmp(host, "::1") == 0 && port == 7000);
+  CHECK(kvci_redis_parse_address("redis.local:1,x", 13, host, sizeof host, &port) == 0);
+  CHECK(strcmp(host, "redis.local") == 0 && port == 1);
+  const char* bad[] = {"", "host", "host:", ":6379", "host:0", "host:65536", "host:12a", "::1:6379", "[::1]6379",
+                       "host:123456"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    if (!CHECK(kvci_redis_parse_address(bad[i], strlen(bad[i]), host, sizeof host, &port) != 0))
+      fprintf(stderr, "  accepted '%s'\n", bad[i]);
+  CHECK(kvci_redis_parse_address("averyveryverylonghostname:1", 27, host, 8, &port) != 0);
+}
+
+/* The bytes an encoder queue would send. */
+static size_t flatten(kvci_resp_out* o, char* out, size_t cap) {
+  size_t n = 0, count = 0;
+  struct iovec* iov = kvci_resp_out_iov(o, &count);
+  for (size_t i = 0; iov && i < count; i++) {
+    if (n + iov[i].iov_len > cap) return 0;
+    memcpy(out + n, iov[i].iov_base, iov[i].iov_len);
+    n += iov[i].iov_len;
+  }
+  return n;
+}
+
+static void test_encoder(void) {
+  kvci_resp_out o;
+  memset(&o, 0, sizeof o);
+  static const char value[] = "v\r\n$x";
+  kvci_resp_cmd(&o, 3);
+  kvci_resp_arg_str(&o, "SET");
+  kvci_resp_arg(&o, "k", 1);
+  kvci_resp_arg_ref(&o, value, 5);
+  kvci_resp_cmd(&o, 2);
+  kvci_resp_arg_str(&o, "GET");
+  kvci_resp_arg(&o, "", 0);
+  char buf[256];
+  size_t n = flatten(&o, buf, sizeof buf);
+  static const char want[] = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nv\r\n$x\r\n*2\r\n$3\r\nGET\r\n$0\r\n\r\n";
+  CHECK_EQ_U64(n, sizeof want - 1);
+  CHECK(memcmp(buf, want, sizeof want - 1) == 0);
+  /* The value is referenced, not copied: three pieces (before, value, after) and the second is the caller's. */
+  size_t count = 0;
+  struct iovec* iov = kvci_resp_out_iov(&o, &count);
+  REQUIRE(iov != NULL);
+  CHECK_EQ_U64(count, 3);
+  CHECK(iov[1].iov_base == (void*)value);
+  kvci_resp_out_reset(&o);
+  CHECK_EQ_U64(flatten(&o, buf, sizeof buf), 0);
+  kvci_resp_out_free(&o);
+}
+
+/* A connection over one end of a socket pair; the test writes the server's side. */
+static int pair_conn(kvci_redis_conn* c, int* peer) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return -1;
+  kvci_redis_conn_init(c);
+  c->buf = malloc(64 * 1024);
+  c->cap = 64 * 1024;
+  fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
+  c->fd = sv[0];
+  *peer = sv[1];
+  return 0;
+}
+
+static void test_flat_replies(void) {
+  kvci_redis_conn c;
+  int peer;
+  REQUIRE(pair_conn(&c, &peer) == 0);
+  static const char replies[] = "+OK\r\n-MOVED 3999 127.0.0.1:6381\r\n:42\r\n$5\r\nhello\r\n$-1\r\n$0\r\n\r\n"
+                                "$10\r\n0123456789\r\n$3\r\nabc\r\n";
+  CHECK(write(peer, replies, sizeof replies - 1) == (ssize_t)(sizeof replies - 1));
+  char dst[8], err[64];
+  size_t size = 99;
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_STATUS);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_ERROR);
+  CHECK(strcmp(err, "MOVED 3999 127.0.0.1:6381") == 0);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_INTEGER);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_VALUE);
+  CHECK(size == 5 && memcmp(dst, "hello", 5) == 0);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_NIL);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_VALUE);
+  CHECK_EQ_U64(size, 0);
+  /* Too large for 8 bytes: read and dropped, the stream stays in step. */
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_TOO_LARGE);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_VALUE);
+  CHECK(size == 3 && memcmp(dst, "abc", 3) == 0);
+  /* Nothing more comes: the read gives up after its timeout, not later, and closes the connection. */
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 100), -1);
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+  CHECK(ms >= 90 && ms < 1000);
+  CHECK_EQ_I64(c.fd, -1);
+  CHECK(strstr(c.error, "timed out") != NULL);
+  close(peer);
+  kvci_redis_conn_free(&c);
+}
+
+static void test_protocol_errors(void) {
+  static const char* bad[] = {"?what\r\n", "$abc\r\n", "$-2\r\n", "$3\r\nabcXY", ":1x\r\n", "*2\r\n", "\r\n"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    kvci_redis_conn c;
+    int peer;
+    REQUIRE(pair_conn(&c, &peer) == 0);
+    CHECK(write(peer, bad[i], strlen(bad[i])) == (ssize_t)strlen(bad[i]));
+    char dst[8];
+    size_t size;
+    if (!CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, NULL, 0, 200), -1))
+      fprintf(stderr, "  accepted '%s'\n", bad[i]);
+    CHECK_EQ_I64(c.fd, -1);
+    close(peer);
+    kvci_redis_conn_free(&c);
+  }
+}
+
+typedef struct dribble {
+  int fd;
+  const char* bytes;
+  size_t len;
+} dribble;
+
+/* Writes one byte at a time, so every line and value arrives in pieces. */
+static void* dribble_main(void* arg) {
+  dribble* d = arg;
+  for (size_t i = 0; i < d->len; i++) {
+    if (write(d->fd, d->bytes + i, 1) != 1) break;
+    if (i % 7 == 0) usleep(100);
+  }
+  return NULL;
+}
+
+static void test_tree_in_pieces(void) {
+  kvci_redis_conn c;
+  int peer;
+  REQUIRE(pair_conn(&c, &peer) == 0);
+  /* A CLUSTER SLOTS reply of two ranges, then a value of 40000 bytes (read past the buffer, into the destination). */
+  static const char slots[] = "*2\r\n*3\r\n:0\r\n:5460\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$4\r\nabcd\r\n"
+                              "*3\r\n:5461\r\n:16383\r\n*2\r\n$0\r\n\r\n:7001\r\n";
+  size_t big = 40000;
+  char* stream = malloc(sizeof slots + big + 32);
+  char* value = malloc(big);
+  REQUIRE(stream && value);
+  for (size_t i = 0; i < big; i++) value[i] = (char)(i * 31 + 7);
+  size_t n = (size_t)sprintf(stream, "%s$%zu\r\n", slots, big);
+  memcpy(stream + n, value, big);
+  memcpy(stream + n + big, "\r\n", 2);
+  dribble d = {peer, stream, n + big + 2};
+  pthread_t th;
+  REQUIRE(pthread_create(&th, NULL, dribble_main, &d) == 0);
+  kvci_resp_reply r;
+  CHECK_EQ_I64(kvci_resp_read_reply(&c, &r, 5000), 0);
+  CHECK(r.type == '*' && r.count == 2);
+  if (r.count == 2) {
+    CHECK(r.items[0].items[0].integer == 0 && r.items[0].items[1].integer == 5460);
+    CHECK(strcmp(r.items[0].items[2].items[0].str, "127.0.0.1") == 0);
+    CHECK(r.items[0].items[2].items[1].integer == 7000);
+    CHECK(r.items[1].items[2].items[0].len == 0 && r.items[1].items[2].items[1].integer == 7001);
+  }
+  kvci_resp_reply_free(&r);
+  char* dst = malloc(big);
+  size_t size = 0;
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, big, &size, NULL, 0, 5000), KVCI_RESP_VALUE);
+  CHECK(size == big && memcmp(dst, value, big) == 0);
+  pthread_join(th, NULL);
+  free(dst);
+  free(stream);
+  free(value);
+  close(peer);
+  kvci_redis_conn_free(&c);
+}
+
+static void test_connect_refused_and_writes_to_a_closed_peer(void) {
+  /* Port 1 on 127.0.0.1 is closed on every test machine: refused at once, with the reason. */
+  kvci_redis_conn c;
+  kvci_redis_conn_init(&c);
+  CHECK_EQ_I64(kvci_redis_conn_open(&c, "127.0.0.1", 1, 200), -1);
+  CHECK(strstr(c.error, "refused") != NULL);
+  kvci_redis_conn_free(&c);
+  /* A peer gone: the write fails (no SIGPIPE kills the test). */
+  int peer;
+  REQUIRE(pair_conn(&c, &peer) == 0);
+  close(peer);
+  char big[4096] = {0};
+  struct iovec iov = {big, sizeof big};
+  CHECK_EQ_I64(kvci_redis_conn_writev(&c, &iov, 1, 200), -1);
+  CHECK_EQ_I64(c.fd, -1);
+  kvci_redis_conn_free(&c);
+}
+
+int main(void) {
+  TU_RUN(test_crc16_and_slots);
+  TU_RUN(test_addresses);
+  TU_RUN(test_encoder);
+  TU_RUN(test_flat_replies);
+  TU_RUN(test_protocol_errors);
+  TU_RUN(test_tree_in_pieces);
+  TU_RUN(test_connect_refused_and_writes_to_a_closed_peer);
+  return tu_finish();
+}
