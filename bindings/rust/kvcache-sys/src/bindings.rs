@@ -100,6 +100,9 @@ pub const KVC_POOL_EVENT_BLOCK_REMOVED: kvc_pool_event_kind = 2;
 pub const KVC_POOL_EVENT_ALL_CLEARED: kvc_pool_event_kind = 3;
 pub const KVC_TIER_WRITE_ON_COMMIT: u32 = 0;
 pub const KVC_TIER_WRITE_ON_EVICT: u32 = 1;
+pub const KVC_REDIS_CLUSTER_AUTO: u32 = 0;
+pub const KVC_REDIS_CLUSTER_OFF: u32 = 1;
+pub const KVC_REDIS_CLUSTER_ON: u32 = 2;
 pub const KVC_FILE_FORMAT_VERSION: u32 = 1;
 unsafe extern "C" {
     /// Version of the library actually loaded, as KVC_VERSION_NUMBER. Never fails.
@@ -1757,6 +1760,62 @@ unsafe extern "C" {
 unsafe extern "C" {
     /// The pool's model fingerprint, the first part of every tier key.
     pub fn kvc_pool_fingerprint(pool: *const kvc_pool, out: *mut u8) -> *mut kvc_error;
+}
+/// Whether the servers are a Redis Cluster.
+pub type kvc_redis_cluster_mode = i32;
+/// Options of kvc_redis_tier_create. Published sizes: 64 (0.6).
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kvc_redis_tier_options {
+    /// sizeof(kvc_redis_tier_options)
+    pub struct_size: u32,
+    /// KVC_REDIS_CLUSTER_*
+    pub cluster: kvc_redis_cluster_mode,
+    /// "host:port[,host:port...]" ("[::1]:6379" for IPv6); borrowed for the call
+    pub seeds: *const ::core::ffi::c_char,
+    /// before every key; no '{' or '}' (a hash tag would put all blocks in one slot)
+    pub key_prefix: *const ::core::ffi::c_char,
+    /// AUTH username (Redis 6 ACL); NULL = the default user
+    pub username: *const ::core::ffi::c_char,
+    /// AUTH password; NULL = no AUTH
+    pub password: *const ::core::ffi::c_char,
+    /// the longest a TCP connect may take (> 0)
+    pub connect_timeout_ms: u32,
+    /// the longest a node may stay silent while a call waits on it (> 0)
+    pub command_timeout_ms: u32,
+    /// how long a failed node is left alone before it is tried again
+    pub reconnect_interval_ms: u32,
+    /// EX of every SET; 0 = none (the server's maxmemory-policy decides)
+    pub ttl_seconds: u32,
+    /// commands in flight on one connection (1..65536)
+    pub max_pipeline: u32,
+    /// 0
+    pub reserved: u32,
+}
+impl Default for kvc_redis_tier_options {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+unsafe extern "C" {
+    /// Sets `options` to KVC_REDIS_TIER_OPTIONS_INIT. Never fails; NULL is ignored.
+    pub fn kvc_redis_tier_options_init(options: *mut kvc_redis_tier_options);
+}
+unsafe extern "C" {
+    /** A tier on Redis or Valkey. Connects to the seeds (and authenticates) to
+ check the configuration and, in cluster mode, to read the slot map; after
+ that no failure of a server is an error (see above). The tier's name is
+ "redis". Errors: INVALID_ARGUMENT (NULL, struct_size, a seed that is not
+ host:port, a zero timeout, max_pipeline, a key prefix with braces), IO (no
+ seed answered, AUTH refused, CLUSTER_ON and the seeds are no cluster).*/
+    pub fn kvc_redis_tier_create(
+        options: *const kvc_redis_tier_options,
+        out: *mut *mut kvc_tier,
+    ) -> *mut kvc_error;
 }
 /** A caller's sink for a file's bytes: called in file order with `bytes` >
  0; returns 0 when it took them all, non-zero to stop the save (which then
