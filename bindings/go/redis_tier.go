@@ -19,15 +19,6 @@ const (
 	RedisClusterOn   RedisCluster = 2 // a cluster: refused if the seeds are not one
 )
 
-// TierWrite says when a pool stores blocks in a tier (kvc_tier_write_policy).
-type TierWrite int32
-
-// The policies of kvcache/tier.h.
-const (
-	TierWriteOnCommit TierWrite = 0 // when a block becomes cached (shared tiers; survives a restart)
-	TierWriteOnEvict  TierWrite = 1 // when a cached block is evicted from memory (capacity extension)
-)
-
 // RedisTierOptions configure a pool's Redis tier (kvc_redis_tier_options,
 // docs/redis-tier.md). Zero values take the library's defaults.
 type RedisTierOptions struct {
@@ -42,17 +33,6 @@ type RedisTierOptions struct {
 	TTL               time.Duration // EX of every SET, whole seconds; 0 = none (the server's eviction decides)
 	MaxPipeline       uint32        // commands in flight per connection; 0 = 32
 	Write             TierWrite     // when the pool stores blocks; default TierWriteOnCommit
-}
-
-// TierStats are the counters of one tier of a pool (kvc_tier_stats).
-type TierStats struct {
-	Puts         uint64 // values stored
-	PutFailures  uint64 // stores that failed or were refused (counted, never raised)
-	Gets         uint64 // keys looked up
-	Hits         uint64 // of which were found and verified
-	Corrupt      uint64 // values found that did not verify (a miss)
-	BytesWritten uint64
-	BytesRead    uint64
 }
 
 // redisTierConfig is RedisTierOptions as the C options hold them.
@@ -127,19 +107,4 @@ func (p *Pool) AddRedisTier(opts RedisTierOptions) (int, error) {
 		return cPoolAddRedisTier(h, &c)
 	})
 	return index, err
-}
-
-// TierStats returns the counters of tier index (order of adding).
-func (p *Pool) TierStats(index int) (TierStats, error) {
-	var s TierStats
-	err := p.call(false, func(h unsafe.Pointer) error {
-		n := cPoolTierCount(h)
-		if index < 0 || index >= n {
-			return newError(CodeOutOfRange, fmt.Sprintf("TierStats: index is %d but the pool has %d tiers", index, n))
-		}
-		var err error
-		s, err = cPoolTierStats(h, uint32(index))
-		return err
-	})
-	return s, err
 }

@@ -26,11 +26,6 @@ static uint32_t kvcgo_pool_tier_count(const kvc_pool* p) {
   return n;
 }
 
-static kvc_error* kvcgo_pool_tier_stats(const kvc_pool* p, uint32_t index, kvc_tier_stats* out) {
-  memset(out, 0, sizeof *out);
-  out->struct_size = sizeof *out;
-  return kvc_tier_stats_get(kvc_pool_tier(p, index), out);
-}
 */
 import "C"
 
@@ -43,10 +38,6 @@ var (
 	_ [int64(C.KVC_REDIS_CLUSTER_OFF) - int64(RedisClusterOff)]struct{}
 	_ [int64(RedisClusterOn) - int64(C.KVC_REDIS_CLUSTER_ON)]struct{}
 	_ [int64(C.KVC_REDIS_CLUSTER_ON) - int64(RedisClusterOn)]struct{}
-	_ [int64(TierWriteOnCommit) - int64(C.KVC_TIER_WRITE_ON_COMMIT)]struct{}
-	_ [int64(C.KVC_TIER_WRITE_ON_COMMIT) - int64(TierWriteOnCommit)]struct{}
-	_ [int64(TierWriteOnEvict) - int64(C.KVC_TIER_WRITE_ON_EVICT)]struct{}
-	_ [int64(C.KVC_TIER_WRITE_ON_EVICT) - int64(TierWriteOnEvict)]struct{}
 )
 
 // cstring copies s into the arena, NUL-terminated; "" is NULL when empty means "none".
@@ -79,14 +70,3 @@ func cPoolAddRedisTier(p unsafe.Pointer, c *redisTierConfig) error {
 }
 
 func cPoolTierCount(p unsafe.Pointer) int { return int(C.kvcgo_pool_tier_count(pool(p))) }
-
-func cPoolTierStats(p unsafe.Pointer, index uint32) (TierStats, error) {
-	var s C.kvc_tier_stats
-	if err := takeError(C.kvcgo_pool_tier_stats(pool(p), C.uint32_t(index), &s)); err != nil {
-		return TierStats{}, err
-	}
-	return TierStats{
-		Puts: uint64(s.puts), PutFailures: uint64(s.put_failures), Gets: uint64(s.gets), Hits: uint64(s.hits),
-		Corrupt: uint64(s.corrupt), BytesWritten: uint64(s.bytes_written), BytesRead: uint64(s.bytes_read),
-	}, nil
-}

@@ -8,4 +8,3 @@ import "unsafe"
 
 func cPoolAddRedisTier(unsafe.Pointer, *redisTierConfig) error { return ErrCgoDisabled }
 func cPoolTierCount(unsafe.Pointer) int                        { return 0 }
-func cPoolTierStats(unsafe.Pointer, uint32) (TierStats, error) { return TierStats{}, ErrCgoDisabled }
