@@ -15,6 +15,8 @@
 # bench_pool (the paged pool, CPU) runs everywhere; its GPU rows are bench_gpu's gpu_pool_write.
 # bench_tier (the disk tier, CPU pool) runs everywhere, in a directory next to the results file.
 # bench_redis_tier starts its own redis-server; without redis-server installed it prints SKIPPED.
+# bench_tier_prefix (prefix hit from a tier against recomputing with the demo's decoder) runs everywhere; its
+# Redis row needs redis-server (SKIPPED without).
 # bench_persist writes its files next to the results (or in $KVC_BENCH_PERSIST_DIR); its arguments go in
 # $KVC_BENCH_PERSIST_ARGS.
 # Exit status: 0 when every acceptance check holds, 1 otherwise.
@@ -104,6 +106,10 @@ if command -v redis-server >/dev/null 2>&1; then
 else
     echo "bench_redis_tier: SKIPPED: redis-server is not installed (scripts/setup.sh installs it)"
 fi
+echo
+echo "== bench_tier_prefix (a prompt's K/V from the disk or Redis tier after a restart against recomputing it"
+echo "   with the demo's tiny decoder; it starts its own redis-server, and says SKIPPED for that row without one)"
+"$(find_bin bench_tier_prefix)" --json "$JSON" "${EXTRA[@]}"
 echo
 
 echo "== transformers (CPU, torch)"
