@@ -2,11 +2,8 @@
  * kvcache_redis_tier.i: the Redis tier (kvcache/redis_tier.h) in the SWIG module, %included by kvcache.i after
  * the pool (whose `kvc_pool* pool` typemaps enter the pool's guard). The public API is kvcache/redis_tier.py.
  * A tier is owned by the pool it is given to, so Python never holds a kvc_tier: one call creates the tier and
- * gives it to the pool, the others count the pool's tiers and read a tier's counters.
+ * gives it to the pool, the other counts the pool's tiers (a tier's counters: Pool.tier_stats, kvcache_tier.i).
  */
-
-/* Builds Python objects: keeps the GIL (adding a tier talks to the network and runs without it). */
-%feature("nothread") kvc_py_pool_tier_stats;
 
 %inline %{
 /* kvc_redis_tier_create + kvc_pool_add_tier; the tier is destroyed when the pool refuses it. */
@@ -42,27 +39,6 @@ static unsigned int kvc_py_pool_tier_count(const kvc_pool* pool) {
   return n;
 }
 
-/* The counters of tier `index` as a tuple (puts, put_failures, gets, hits, corrupt, bytes_written, bytes_read). */
-static PyObject* kvc_py_pool_tier_stats(const kvc_pool* pool, unsigned int index) {
-  kvc_tier* tier = kvc_pool_tier(pool, index);
-  if (!tier) {
-    PyErr_Format(PyExc_IndexError, "tier_stats: index is %u but the pool has %u tiers", index,
-                 kvc_py_pool_tier_count(pool));
-    return NULL;
-  }
-  kvc_tier_stats s;
-  memset(&s, 0, sizeof s);
-  s.struct_size = (uint32_t)sizeof s;
-  kvc_error* e = kvc_tier_stats_get(tier, &s);
-  if (e) {
-    PyErr_SetString(PyExc_RuntimeError, kvc_error_message(e));
-    kvc_error_destroy(e);
-    return NULL;
-  }
-  return Py_BuildValue("(KKKKKKK)", (unsigned long long)s.puts, (unsigned long long)s.put_failures,
-                       (unsigned long long)s.gets, (unsigned long long)s.hits, (unsigned long long)s.corrupt,
-                       (unsigned long long)s.bytes_written, (unsigned long long)s.bytes_read);
-}
 %}
 
 /* The raw ABI of the header, like every other: kvc_redis_tier_create hands back the tier as an opaque pointer
@@ -74,5 +50,3 @@ static PyObject* kvc_py_pool_tier_stats(const kvc_pool* pool, unsigned int index
 KVC_OPTIONS_CTOR_MACRO(kvc_redis_tier_options, KVC_REDIS_TIER_OPTIONS_INIT)
 %include "kvcache/redis_tier.h"
 
-%constant int KVC_TIER_WRITE_ON_COMMIT = KVC_TIER_WRITE_ON_COMMIT;
-%constant int KVC_TIER_WRITE_ON_EVICT = KVC_TIER_WRITE_ON_EVICT;

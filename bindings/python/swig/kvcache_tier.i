@@ -147,7 +147,9 @@ PyObject* kvc_py_pool_add_tier(kvc_pool* pool, PyObject* tier, int policy) {
 PyObject* kvc_py_pool_tier_stats(const kvc_pool* pool, uint32_t index) {
   const kvc_tier* t = kvc_pool_tier(pool, index);
   if (!t) {
-    PyErr_Format(PyExc_IndexError, "kvc_pool_tier: index %u is past the pool's tiers", (unsigned)index);
+    unsigned n = 0;
+    while (kvc_pool_tier(pool, n)) n++;
+    PyErr_Format(PyExc_IndexError, "tier_stats: index is %u but the pool has %u tiers", (unsigned)index, n);
     return NULL;
   }
   kvc_tier_stats s;

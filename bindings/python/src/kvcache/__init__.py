@@ -100,7 +100,7 @@ from .pool import (
     SlotMapping,
     describe_config,
 )
-from .redis_tier import TierStats, add_redis_tier, tier_stats
+from .redis_tier import add_redis_tier, tier_stats
 
 from .persist import FILE_FORMAT_VERSION, load, load_encoder_decoder
 
@@ -149,7 +149,7 @@ __all__ = [
     "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
     "DiskTier", "TierStats", "TierWrite",
     "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
-    "add_redis_tier", "tier_stats", "TierStats",
+    "add_redis_tier", "tier_stats",
     "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
     "load", "load_encoder_decoder", "FILE_FORMAT_VERSION",
 ]

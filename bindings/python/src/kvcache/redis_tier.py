@@ -14,27 +14,17 @@ unreachable or misconfigured server, as a :class:`kvcache.KvcacheError` naming t
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 from . import _lib
 from ._errors import InvalidArgumentError
+from .tier import TierStats
 
 __all__ = ["add_redis_tier", "tier_stats", "TierStats"]
 
 _CLUSTER = {"auto": _lib.KVC_REDIS_CLUSTER_AUTO, "off": _lib.KVC_REDIS_CLUSTER_OFF, "on": _lib.KVC_REDIS_CLUSTER_ON}
 _WRITE = {"commit": _lib.KVC_TIER_WRITE_ON_COMMIT, "evict": _lib.KVC_TIER_WRITE_ON_EVICT}
 
-
-class TierStats(NamedTuple):
-    """The counters of one tier of a pool (``kvc_tier_stats``)."""
-
-    puts: int
-    put_failures: int
-    gets: int
-    hits: int
-    corrupt: int
-    bytes_written: int
-    bytes_read: int
 
 
 def _choice(value: str, table: dict, name: str) -> int:
@@ -63,4 +53,4 @@ def add_redis_tier(pool, seeds: Union[str, Sequence[str]], *, cluster: str = "au
 
 def tier_stats(pool, index: int = 0) -> TierStats:
     """The counters of tier ``index`` of ``pool`` (order of adding)."""
-    return TierStats(*_lib.kvc_py_pool_tier_stats(pool._handle, index))
+    return pool.tier_stats(index)

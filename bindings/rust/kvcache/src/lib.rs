@@ -76,7 +76,7 @@ pub use pool::{
     BlockTable, CsrBlockTable, GroupKind, LayerStorage, Layout, Pool, PoolBuilder, PoolEvent,
     PoolGroup, PoolLayer, PoolStats, RecurrentState, Sequence, SlotMapping,
 };
-pub use redis_tier::{RedisCluster, RedisTierOptions, TierStats, TierWrite};
+pub use redis_tier::{RedisCluster, RedisTierOptions};
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};
 pub use tier::{DiskTier, TierStats, TierWrite};
 pub use version::{

@@ -19,9 +19,10 @@
 use std::ffi::CString;
 use std::time::Duration;
 
-use crate::error::{Error, ErrorCode, Result, check, invalid_argument};
+use crate::error::{Result, check, invalid_argument};
 use crate::pool::Pool;
 use crate::sys;
+use crate::tier::TierWrite;
 
 /// Whether the servers are a Redis Cluster (`kvc_redis_cluster_mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,16 +34,6 @@ pub enum RedisCluster {
     Off,
     /// A cluster: refused if the seeds are not one.
     On,
-}
-
-/// When a pool stores blocks in a tier (`kvc_tier_write_policy`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum TierWrite {
-    /// When a block becomes cached (shared tiers; survives a restart).
-    #[default]
-    OnCommit,
-    /// When a cached block is evicted from memory (capacity extension).
-    OnEvict,
 }
 
 /// The options of a Redis tier (`kvc_redis_tier_options`), with the
@@ -76,7 +67,7 @@ impl RedisTierOptions {
             reconnect_interval: Duration::from_secs(1),
             ttl: Duration::ZERO,
             max_pipeline: 32,
-            write: TierWrite::OnCommit,
+            write: TierWrite::Commit,
         }
     }
     /// Standalone or cluster (default: ask the server).
@@ -130,25 +121,6 @@ impl RedisTierOptions {
         self.write = policy;
         self
     }
-}
-
-/// The counters of one tier of a pool (`kvc_tier_stats`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TierStats {
-    /// Values stored.
-    pub puts: u64,
-    /// Stores that failed or were refused (counted, never raised).
-    pub put_failures: u64,
-    /// Keys looked up.
-    pub gets: u64,
-    /// Of which were found and verified.
-    pub hits: u64,
-    /// Values found that did not verify (a miss).
-    pub corrupt: u64,
-    /// Bytes stored.
-    pub bytes_written: u64,
-    /// Bytes read.
-    pub bytes_read: u64,
 }
 
 fn c_string(name: &str, s: &str) -> Result<CString> {
@@ -207,10 +179,7 @@ impl Pool {
         raw.reconnect_interval_ms = millis("reconnect_interval", options.reconnect_interval)?;
         raw.ttl_seconds = options.ttl.as_secs() as u32;
         raw.max_pipeline = options.max_pipeline;
-        let policy = match options.write {
-            TierWrite::OnCommit => sys::KVC_TIER_WRITE_ON_COMMIT,
-            TierWrite::OnEvict => sys::KVC_TIER_WRITE_ON_EVICT,
-        } as sys::kvc_tier_write_policy;
+        let policy = options.write.raw();
         let index = self.tier_count();
         let mut tier = std::ptr::null_mut();
         // SAFETY: the options and their strings are valid for the call.
@@ -232,35 +201,5 @@ impl Pool {
             n += 1;
         }
         n
-    }
-
-    /// The counters of tier `index` (order of adding).
-    pub fn tier_stats(&self, index: u32) -> Result<TierStats> {
-        // SAFETY: a live pool.
-        let tier = unsafe { sys::kvc_pool_tier(self.as_ptr(), index) };
-        if tier.is_null() {
-            return Err(Error::new(
-                ErrorCode::OutOfRange,
-                format!(
-                    "tier_stats: index is {index} but the pool has {} tiers",
-                    self.tier_count()
-                ),
-            ));
-        }
-        let mut raw = sys::kvc_tier_stats {
-            struct_size: std::mem::size_of::<sys::kvc_tier_stats>() as u32,
-            ..Default::default()
-        };
-        // SAFETY: a tier the pool owns and a zeroed out-struct with struct_size set.
-        check(unsafe { sys::kvc_tier_stats_get(tier, &mut raw) })?;
-        Ok(TierStats {
-            puts: raw.puts,
-            put_failures: raw.put_failures,
-            gets: raw.gets,
-            hits: raw.hits,
-            corrupt: raw.corrupt,
-            bytes_written: raw.bytes_written,
-            bytes_read: raw.bytes_read,
-        })
     }
 }

@@ -44,7 +44,7 @@ pub enum TierWrite {
 }
 
 impl TierWrite {
-    fn raw(self) -> sys::kvc_tier_write_policy {
+    pub(crate) fn raw(self) -> sys::kvc_tier_write_policy {
         (match self {
             TierWrite::Commit => sys::KVC_TIER_WRITE_ON_COMMIT,
             TierWrite::Evict => sys::KVC_TIER_WRITE_ON_EVICT,
@@ -166,7 +166,10 @@ impl Pool {
         if tier.is_null() {
             return Err(crate::Error::new(
                 crate::ErrorCode::OutOfRange,
-                format!("Pool::tier_stats: index {index} is past the pool's tiers"),
+                format!(
+                    "tier_stats: index is {index} but the pool has {} tiers",
+                    self.tier_count()
+                ),
             ));
         }
         stats_of(tier)
