@@ -462,6 +462,9 @@ const char* kvci_arg_name(char buf[48], const char* base, int64_t index);
 /* Element strides of a tensor (computing compact ones when strides is NULL). */
 void kvci_tensor_strides(const kvc_tensor* t, int64_t out[4]);
 const void* kvci_tensor_base(const kvc_tensor* t);
+/* The signed byte offset of `elems` elements: an input's strides may be negative (DLPack allows it), and made
+   unsigned they would move a pointer out of its object (undefined even where it wraps to the right address). */
+static inline ptrdiff_t kvci_elems_bytes(int64_t elems, size_t elem) { return (ptrdiff_t)elems * (ptrdiff_t)elem; }
 const char* kvci_dtype_name(kvc_dtype dtype);
 
 /* Registry (registry.c). */

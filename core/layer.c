@@ -224,7 +224,7 @@ void kvci_layer_write(const kvc_cache* c, kvc_layer* l, const kvc_tensor* key, c
       for (run = 1; increasing && j + run < n && positions[j + run] == positions[j] + run;) run++;
       int64_t shape[4] = {l->batch, l->heads, run, d};
       char* dst = base + (size_t)(positions[j] * d) * l->elem;
-      const char* from = src + (size_t)(j * ss[2]) * l->elem;
+      const char* from = src + kvci_elems_bytes(j * ss[2], l->elem);
       if (increasing)
         kvci_copy_4d_issue(c, dst, ds, from, ss, shape, l->elem);
       else

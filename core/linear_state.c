@@ -149,7 +149,7 @@ void kvci_conv_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const k
   ss[1] = 0;
   ss[2] = xs[2];
   ss[3] = xs[1];
-  const char* src = (const char*)kvci_tensor_base(x) + (size_t)(first_column * xs[2]) * elem;
+  const char* src = (const char*)kvci_tensor_base(x) + kvci_elems_bytes(first_column * xs[2], elem);
   c->backend->copy_4d(c->backend->ctx, &c->exec, (char*)rb->ptr + slot_bytes(p, slot), ds, src, ss, shape,
                       elem);
 }

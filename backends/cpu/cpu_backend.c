@@ -4,6 +4,7 @@
  * paths only where rows are contiguous (the common case for cache storage).
  */
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "backend.h"
@@ -27,6 +28,14 @@ static void cpu_free(void* ctx, const kvc_exec* exec, void* ptr) {
   free(ptr);
 }
 
+/*
+ * The byte offset of `elems` elements of `elem` bytes, signed: strides may be
+ * negative (DLPack allows it), and a negative count made unsigned would put
+ * the pointer arithmetic out of the object (undefined, even where it wraps
+ * to the right address).
+ */
+static ptrdiff_t elems_bytes(int64_t elems, size_t elem) { return (ptrdiff_t)elems * (ptrdiff_t)elem; }
+
 /* One (b, h) row: seq x dim elements, memmove-safe. */
 static void copy_plane(char* dst, const int64_t ds[4], const char* src, const int64_t ss[4], int64_t seq,
                        int64_t dim, size_t elem) {
@@ -38,10 +47,10 @@ static void copy_plane(char* dst, const int64_t ds[4], const char* src, const in
     /* Moving towards lower addresses in the same row: ascending order is safe; otherwise descending. */
     if (dst <= src) {
       for (int64_t s = 0; s < seq; s++)
-        memmove(dst + (size_t)(s * ds[2]) * elem, src + (size_t)(s * ss[2]) * elem, (size_t)dim * elem);
+        memmove(dst + elems_bytes(s * ds[2], elem), src + elems_bytes(s * ss[2], elem), (size_t)dim * elem);
     } else {
       for (int64_t s = seq - 1; s >= 0; s--)
-        memmove(dst + (size_t)(s * ds[2]) * elem, src + (size_t)(s * ss[2]) * elem, (size_t)dim * elem);
+        memmove(dst + elems_bytes(s * ds[2], elem), src + elems_bytes(s * ss[2], elem), (size_t)dim * elem);
     }
     return;
   }
@@ -49,19 +58,19 @@ static void copy_plane(char* dst, const int64_t ds[4], const char* src, const in
      per storage size compiles to one load and one store (any alignment), instead of a library call per element. */
   if (elem == 2 || elem == 4) {
     for (int64_t s = 0; s < seq; s++) {
-      char* dr = dst + (size_t)(s * ds[2]) * elem;
-      const char* sr = src + (size_t)(s * ss[2]) * elem;
+      char* dr = dst + elems_bytes(s * ds[2], elem);
+      const char* sr = src + elems_bytes(s * ss[2], elem);
       if (elem == 2) {
-        for (int64_t d = 0; d < dim; d++) memcpy(dr + (size_t)(d * ds[3]) * 2, sr + (size_t)(d * ss[3]) * 2, 2);
+        for (int64_t d = 0; d < dim; d++) memcpy(dr + elems_bytes(d * ds[3], 2), sr + elems_bytes(d * ss[3], 2), 2);
       } else {
-        for (int64_t d = 0; d < dim; d++) memcpy(dr + (size_t)(d * ds[3]) * 4, sr + (size_t)(d * ss[3]) * 4, 4);
+        for (int64_t d = 0; d < dim; d++) memcpy(dr + elems_bytes(d * ds[3], 4), sr + elems_bytes(d * ss[3], 4), 4);
       }
     }
     return;
   }
   for (int64_t s = 0; s < seq; s++)
     for (int64_t d = 0; d < dim; d++)
-      memcpy(dst + (size_t)(s * ds[2] + d * ds[3]) * elem, src + (size_t)(s * ss[2] + d * ss[3]) * elem, elem);
+      memcpy(dst + elems_bytes(s * ds[2] + d * ds[3], elem), src + elems_bytes(s * ss[2] + d * ss[3], elem), elem);
 }
 
 static int cpu_copy_4d(void* ctx, const kvc_exec* exec, void* dst, const int64_t ds[4], const void* src,
@@ -74,8 +83,8 @@ static int cpu_copy_4d(void* ctx, const kvc_exec* exec, void* dst, const int64_t
      * in the order copy_plane would run them, with the pointers stepped instead of every plane re-dispatched. */
     size_t bytes = (size_t)(shape[2] * shape[3]) * elem;
     for (int64_t b = 0; b < shape[0]; b++) {
-      char* d = (char*)dst + (size_t)(b * ds[0]) * elem;
-      const char* s = (const char*)src + (size_t)(b * ss[0]) * elem;
+      char* d = (char*)dst + elems_bytes(b * ds[0], elem);
+      const char* s = (const char*)src + elems_bytes(b * ss[0], elem);
       for (int64_t h = 0; h < shape[1]; h++, d += ds[1] * (int64_t)elem, s += ss[1] * (int64_t)elem)
         memmove(d, s, bytes);
     }
@@ -83,8 +92,8 @@ static int cpu_copy_4d(void* ctx, const kvc_exec* exec, void* dst, const int64_t
   }
   for (int64_t b = 0; b < shape[0]; b++)
     for (int64_t h = 0; h < shape[1]; h++)
-      copy_plane((char*)dst + (size_t)(b * ds[0] + h * ds[1]) * elem,
-                 ds, (const char*)src + (size_t)(b * ss[0] + h * ss[1]) * elem, ss, shape[2], shape[3], elem);
+      copy_plane((char*)dst + elems_bytes(b * ds[0] + h * ds[1], elem),
+                 ds, (const char*)src + elems_bytes(b * ss[0] + h * ss[1], elem), ss, shape[2], shape[3], elem);
   return 0;
 }
 
@@ -94,13 +103,13 @@ static int cpu_fill_zero_4d(void* ctx, const kvc_exec* exec, void* dst, const in
   (void)exec;
   for (int64_t b = 0; b < shape[0]; b++)
     for (int64_t h = 0; h < shape[1]; h++) {
-      char* row = (char*)dst + (size_t)(b * st[0] + h * st[1]) * elem;
+      char* row = (char*)dst + elems_bytes(b * st[0] + h * st[1], elem);
       if (st[3] == 1 && st[2] == shape[3]) {
         memset(row, 0, (size_t)(shape[2] * shape[3]) * elem);
         continue;
       }
       for (int64_t s = 0; s < shape[2]; s++)
-        for (int64_t d = 0; d < shape[3]; d++) memset(row + (size_t)(s * st[2] + d * st[3]) * elem, 0, elem);
+        for (int64_t d = 0; d < shape[3]; d++) memset(row + elems_bytes(s * st[2] + d * st[3], elem), 0, elem);
     }
   return 0;
 }
@@ -111,8 +120,8 @@ static int cpu_copy_rows(void* ctx, const kvc_exec* exec, void* dst, const int64
   int64_t shape[4] = {1, row_shape[1], row_shape[2], row_shape[3]};
   if (shape[1] == 0 || shape[2] == 0 || shape[3] == 0) return 0; /* nothing to copy; pointers may be NULL */
   for (int64_t i = 0; i < count; i++)
-    cpu_copy_4d(ctx, exec, (char*)dst + (size_t)(dst_rows[i] * ds[0]) * elem, ds,
-                (const char*)src + (size_t)(src_rows[i] * ss[0]) * elem, ss, shape, elem);
+    cpu_copy_4d(ctx, exec, (char*)dst + elems_bytes(dst_rows[i] * ds[0], elem), ds,
+                (const char*)src + elems_bytes(src_rows[i] * ss[0], elem), ss, shape, elem);
   return 0;
 }
 
