@@ -17,6 +17,13 @@
 #include "test_util.h"
 #include "tier/redis/redis_internal.h"
 
+/* A limit of `ms` from now, for one operation; valid until the next call. */
+static const kvci_redis_limit* lim(uint32_t ms) {
+  static kvci_redis_limit l;
+  l = kvci_redis_limit_in(ms);
+  return &l;
+}
+
 static void test_crc16_and_slots(void) {
   CHECK_EQ_U64(kvci_redis_crc16("123456789", 9), 0x31C3);
   CHECK_EQ_U64(kvci_redis_crc16("", 0), 0);
@@ -110,23 +117,23 @@ static void test_flat_replies(void) {
   CHECK(write(peer, replies, sizeof replies - 1) == (ssize_t)(sizeof replies - 1));
   char dst[8], err[64];
   size_t size = 99;
-  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_STATUS);
-  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_ERROR);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, lim(1000)), KVCI_RESP_STATUS);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, lim(1000)), KVCI_RESP_ERROR);
   CHECK(strcmp(err, "MOVED 3999 127.0.0.1:6381") == 0);
-  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_INTEGER);
-  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_VALUE);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, lim(1000)), KVCI_RESP_INTEGER);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, lim(1000)), KVCI_RESP_VALUE);
   CHECK(size == 5 && memcmp(dst, "hello", 5) == 0);
-  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_NIL);
-  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_VALUE);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, lim(1000)), KVCI_RESP_NIL);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, lim(1000)), KVCI_RESP_VALUE);
   CHECK_EQ_U64(size, 0);
   /* Too large for 8 bytes: read and dropped, the stream stays in step. */
-  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_TOO_LARGE);
-  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 1000), KVCI_RESP_VALUE);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, lim(1000)), KVCI_RESP_TOO_LARGE);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, lim(1000)), KVCI_RESP_VALUE);
   CHECK(size == 3 && memcmp(dst, "abc", 3) == 0);
   /* Nothing more comes: the read gives up after its timeout, not later, and closes the connection. */
   struct timespec a, b;
   clock_gettime(CLOCK_MONOTONIC, &a);
-  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, 100), -1);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, err, sizeof err, lim(100)), -1);
   clock_gettime(CLOCK_MONOTONIC, &b);
   double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
   CHECK(ms >= 90 && ms < 1000);
@@ -145,7 +152,7 @@ static void test_protocol_errors(void) {
     CHECK(write(peer, bad[i], strlen(bad[i])) == (ssize_t)strlen(bad[i]));
     char dst[8];
     size_t size;
-    if (!CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, NULL, 0, 200), -1))
+    if (!CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, sizeof dst, &size, NULL, 0, lim(200)), -1))
       fprintf(stderr, "  accepted '%s'\n", bad[i]);
     CHECK_EQ_I64(c.fd, -1);
     close(peer);
@@ -188,7 +195,7 @@ static void test_tree_in_pieces(void) {
   pthread_t th;
   REQUIRE(pthread_create(&th, NULL, dribble_main, &d) == 0);
   kvci_resp_reply r;
-  CHECK_EQ_I64(kvci_resp_read_reply(&c, &r, 5000), 0);
+  CHECK_EQ_I64(kvci_resp_read_reply(&c, &r, KVCI_REDIS_SLOTS_REPLY_BYTES, KVCI_REDIS_SLOTS_REPLY_ELEMENTS, lim(5000)), 0);
   CHECK(r.type == '*' && r.count == 2);
   if (r.count == 2) {
     CHECK(r.items[0].items[0].integer == 0 && r.items[0].items[1].integer == 5460);
@@ -199,7 +206,7 @@ static void test_tree_in_pieces(void) {
   kvci_resp_reply_free(&r);
   char* dst = malloc(big);
   size_t size = 0;
-  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, big, &size, NULL, 0, 5000), KVCI_RESP_VALUE);
+  CHECK_EQ_I64(kvci_resp_read_flat(&c, dst, big, &size, NULL, 0, lim(5000)), KVCI_RESP_VALUE);
   CHECK(size == big && memcmp(dst, value, big) == 0);
   pthread_join(th, NULL);
   free(dst);
@@ -213,7 +220,7 @@ static void test_connect_refused_and_writes_to_a_closed_peer(void) {
   /* Port 1 on 127.0.0.1 is closed on every test machine: refused at once, with the reason. */
   kvci_redis_conn c;
   kvci_redis_conn_init(&c);
-  CHECK_EQ_I64(kvci_redis_conn_open(&c, "127.0.0.1", 1, 200), -1);
+  CHECK_EQ_I64(kvci_redis_conn_open(&c, "127.0.0.1", 1, lim(200)), -1);
   CHECK(strstr(c.error, "refused") != NULL);
   kvci_redis_conn_free(&c);
   /* A peer gone: the write fails (no SIGPIPE kills the test). */
@@ -222,7 +229,7 @@ static void test_connect_refused_and_writes_to_a_closed_peer(void) {
   close(peer);
   char big[4096] = {0};
   struct iovec iov = {big, sizeof big};
-  CHECK_EQ_I64(kvci_redis_conn_writev(&c, &iov, 1, 200), -1);
+  CHECK_EQ_I64(kvci_redis_conn_writev(&c, &iov, 1, lim(200)), -1);
   CHECK_EQ_I64(c.fd, -1);
   kvci_redis_conn_free(&c);
 }
