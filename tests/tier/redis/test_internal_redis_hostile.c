@@ -285,19 +285,24 @@ static void test_huge_values(void) {
   fs_stop(&f);
 }
 
+/* A tier on the fake server as a cluster of one node holding every slot; its context, or NULL. */
+static kvci_redis_tier* open_cluster(script* s, fs_server* f, const kvc_redis_tier_options* o, rt_tier* t) {
+  s->cluster = 1;
+  s->own_port = f->port;
+  return rt_open(o, t) == NULL ? t->ctx : NULL;
+}
+
 static void test_moved_to_many_dead_nodes(void) {
   static script s;
   fs_server f;
   REQUIRE(fs_start(&f, serve, &s) == 0);
   int dead_fds[50];
   for (int i = 0; i < 50; i++) REQUIRE((dead_fds[i] = fs_listen(&s.dead[i], 64)) >= 0);
-  s.cluster = 1;
-  s.own_port = f.port;
   char seeds[64];
   kvc_redis_tier_options o = fake_options(&f, KVC_REDIS_CLUSTER_ON, seeds, sizeof seeds);
   rt_tier t;
-  REQUIRE(rt_open(&o, &t) == NULL);
-  kvci_redis_tier* in = t.ctx;
+  kvci_redis_tier* in = open_cluster(&s, &f, &o, &t);
+  REQUIRE(in != NULL);
   atomic_store(&s.mode, MOVED_DEAD);
   double ms;
   CHECK_EQ_U64(get_good(&t, 50, &ms), 0); /* once one timeout per address: 10 s */
@@ -359,13 +364,11 @@ static void test_long_host_names(void) {
   s.hosts[0] = h148, s.host_ports[0] = 7123;
   s.hosts[1] = h253, s.host_ports[1] = 7124;
   s.hosts[2] = h254, s.host_ports[2] = 7125;
-  s.cluster = 1;
-  s.own_port = f.port;
   char seeds[64];
   kvc_redis_tier_options o = fake_options(&f, KVC_REDIS_CLUSTER_ON, seeds, sizeof seeds);
   rt_tier t;
-  REQUIRE(rt_open(&o, &t) == NULL);
-  kvci_redis_tier* in = t.ctx;
+  kvci_redis_tier* in = open_cluster(&s, &f, &o, &t);
+  REQUIRE(in != NULL);
   atomic_store(&s.mode, MOVED_HOST);
   double ms;
   CHECK_EQ_U64(get_good(&t, 3, &ms), 0);
