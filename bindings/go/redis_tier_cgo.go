@@ -66,6 +66,7 @@ func cPoolAddRedisTier(p unsafe.Pointer, c *redisTierConfig) error {
 	o.reconnect_interval_ms = C.uint32_t(c.reconnectMs)
 	o.ttl_seconds = C.uint32_t(c.ttlSeconds)
 	o.max_pipeline = C.uint32_t(c.pipeln)
+	o.call_timeout_ms = C.uint32_t(c.callMs)
 	return takeError(C.kvcgo_pool_add_redis_tier(pool(p), o, C.int32_t(c.write)))
 }
 

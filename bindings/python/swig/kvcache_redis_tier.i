@@ -11,7 +11,8 @@ static kvc_error* kvc_py_pool_add_redis_tier(kvc_pool* pool, const char* seeds, 
                                              const char* username, const char* password,
                                              unsigned int connect_timeout_ms, unsigned int command_timeout_ms,
                                              unsigned int reconnect_interval_ms, unsigned int ttl_seconds,
-                                             unsigned int max_pipeline, int policy) {
+                                             unsigned int max_pipeline, unsigned int call_timeout_ms,
+                                             int policy) {
   kvc_redis_tier_options o;
   kvc_redis_tier_options_init(&o);
   o.cluster = cluster;
@@ -24,6 +25,7 @@ static kvc_error* kvc_py_pool_add_redis_tier(kvc_pool* pool, const char* seeds, 
   o.reconnect_interval_ms = reconnect_interval_ms;
   o.ttl_seconds = ttl_seconds;
   o.max_pipeline = max_pipeline;
+  o.call_timeout_ms = call_timeout_ms;
   kvc_tier* tier = NULL;
   kvc_error* e = kvc_redis_tier_create(&o, &tier);
   if (e) return e;
