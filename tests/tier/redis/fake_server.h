@@ -37,6 +37,7 @@ typedef struct fs_conn {
   size_t len;
   size_t argc;
   char* argv[8];
+  size_t argl[8]; /* their lengths (a SET's value may hold any byte) */
   char words[64 * 1024];
 } fs_conn;
 
@@ -111,6 +112,7 @@ static FS_UNUSED size_t fs_parse(fs_conn* c) {
     if (i < sizeof c->argv / sizeof c->argv[0]) {
       memcpy(w, p, n);
       w[n] = 0;
+      c->argl[c->argc] = n;
       c->argv[c->argc++] = w;
       w += n + 1;
     }

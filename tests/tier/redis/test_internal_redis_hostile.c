@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <sys/resource.h>
 
+#include "../../pool/pool_test.h"
 #include "fake_server.h"
 #include "redis_tier_test.h"
 #include "tier/redis/redis_internal.h"
@@ -21,7 +22,7 @@
 #define MAX_GROWTH_KB 262144 /* peak memory a hostile reply may add (the caps allow about 30 MiB) */
 
 enum {
-  GOOD,       /* a store of one value for every key: GET answers it, SET +OK */
+  GOOD,       /* a store: SET keeps the value, GET answers it (a key never set: good_value) */
   DRIBBLE,    /* any command: an endless valid reply, one byte every DRIBBLE_MS */
   LATE_EXTRA, /* GOOD, and 50 ms after each GET's reply another reply nobody asked for */
   DOUBLE,     /* GOOD, but every GET answered twice in one write */
@@ -45,6 +46,34 @@ typedef struct script {
 
 static uint8_t good_value[VALUE];
 
+/* What SET stored, for the pool test (the server's thread alone touches it). */
+typedef struct stored {
+  char key[512];
+  uint8_t value[VALUE];
+  size_t len;
+} stored;
+static stored store[16];
+static size_t nstore;
+
+static stored* store_find(const char* key) {
+  for (size_t i = 0; i < nstore; i++)
+    if (strcmp(store[i].key, key) == 0) return &store[i];
+  return NULL;
+}
+
+/* SET key value: +OK, or an error when the store is full or the value too large. */
+static int store_set(fs_conn* c) {
+  stored* e = store_find(c->argv[1]);
+  if (!e && nstore < sizeof store / sizeof store[0] && strlen(c->argv[1]) < sizeof e->key) {
+    e = &store[nstore++];
+    strcpy(e->key, c->argv[1]);
+  }
+  if (!e || c->argl[2] > VALUE) return fs_send_str(c, "-OOM the fake store is full\r\n");
+  memcpy(e->value, c->argv[2], c->argl[2]);
+  e->len = c->argl[2];
+  return fs_send_str(c, "+OK\r\n");
+}
+
 static double since(double start) { return rs_now_ms() - start; }
 
 static long peak_rss_kb(void) {
@@ -54,9 +83,10 @@ static long peak_rss_kb(void) {
 }
 
 static int send_value(fs_conn* c) {
+  const stored* e = c->argc > 1 ? store_find(c->argv[1]) : NULL;
   char h[32];
-  snprintf(h, sizeof h, "$%d\r\n", VALUE);
-  return fs_send_str(c, h) || fs_send(c, good_value, VALUE) || fs_send_str(c, "\r\n");
+  snprintf(h, sizeof h, "$%zu\r\n", e ? e->len : (size_t)VALUE);
+  return fs_send_str(c, h) || fs_send(c, e ? e->value : good_value, e ? e->len : VALUE) || fs_send_str(c, "\r\n");
 }
 
 static int send_slots(fs_conn* c, script* s) {
@@ -101,6 +131,8 @@ static void serve(fs_conn* c) {
     if (slots) {
       if (s->cluster ? send_slots(c, s) : fs_send_str(c, "-ERR This instance has cluster support disabled\r\n"))
         return;
+    } else if (fs_is(c, "SET") && c->argc >= 3) {
+      if (store_set(c)) return;
     } else if (!fs_is(c, "GET")) {
       if (fs_send_str(c, "+OK\r\n")) return;
     } else if (mode == MOVED_DEAD || mode == MOVED_HOST) {
@@ -344,6 +376,79 @@ static void test_unrequested_replies(void) {
   fs_stop(&f);
 }
 
+/* A pool (one group of 16-token blocks, two layers) with a Redis tier on the fake server. */
+static kvc_pool* pool_on(fs_server* f) {
+  static const pt_group group = {KVC_POOL_GROUP_FULL, 16, 32, 0};
+  static const uint32_t layer_group[2] = {0, 0};
+  kvc_pool* pool = NULL;
+  kvc_error* e = pt_pool(&pool, &group, 1, layer_group, 2, KVC_POOL_LAYOUT_NHD, 0, 1);
+  char seeds[64];
+  kvc_redis_tier_options o = fake_options(f, KVC_REDIS_CLUSTER_OFF, seeds, sizeof seeds);
+  kvc_tier* tier = NULL;
+  if (!e) e = kvc_redis_tier_create(&o, &tier);
+  if (!e && (e = kvc_pool_add_tier(pool, tier, KVC_TIER_WRITE_ON_COMMIT)) != NULL) kvc_tier_destroy(tier);
+  if (!CHECK(e == NULL)) {
+    fprintf(stderr, "  %s\n", kvc_error_message(e));
+    kvc_error_destroy(e);
+    kvc_pool_destroy(pool);
+    return NULL;
+  }
+  return pool;
+}
+
+static kvc_tier_stats tier_stats(kvc_pool* pool) {
+  kvc_tier_stats st = {sizeof st, 0, 0, 0, 0, 0, 0, 0, 0};
+  kvc_error_destroy(kvc_tier_stats_get(kvc_pool_tier(pool, 0), &st));
+  return st;
+}
+
+/* The pool's own calls, through the public API: a commit that stores and a match_prefix that looks up, against a
+ * server that dribbles, each within the tier's deadline (one group: one lookup, the batch of one store). */
+static void test_pool_calls_on_a_dribbling_server(void) {
+  static script s;
+  fs_server f;
+  REQUIRE(fs_start(&f, serve, &s) == 0);
+  kvc_pool* writer = pool_on(&f);
+  kvc_pool* reader = pool_on(&f);
+  REQUIRE(writer && reader);
+  int32_t tokens[65], other[33];
+  for (int i = 0; i < 65; i++) tokens[i] = 1000 + i * 7;
+  for (int i = 0; i < 33; i++) other[i] = 5000 + i;
+  kvc_pool_sequence *w, *w2, *r;
+  REQUIRE(kvc_pool_sequence_create(writer, NULL, &w) == NULL);
+  REQUIRE(pt_step(writer, 1, 2, w, tokens, 65) == NULL); /* four full blocks stored, on a good server */
+  CHECK_EQ_U64(tier_stats(writer).puts, 4);
+  atomic_store(&s.mode, DRIBBLE);
+  REQUIRE(kvc_pool_sequence_create(writer, NULL, &w2) == NULL);
+  double start = rs_now_ms();
+  CHECK(pt_step(writer, 1, 2, w2, other, 33) == NULL); /* two blocks for a tier that never finishes a reply */
+  CHECK(within(since(start), 450, "kvc_pool_commit"));
+  CHECK_EQ_U64(tier_stats(writer).puts, 4);
+  REQUIRE(kvc_pool_sequence_create(reader, NULL, &r) == NULL);
+  uint64_t matched = 99;
+  start = rs_now_ms();
+  CHECK(kvc_pool_match_prefix(r, tokens, 65, &matched) == NULL);
+  CHECK(within(since(start), 450, "kvc_pool_match_prefix"));
+  CHECK_EQ_U64(matched, 0);
+  kvc_pool_sequence_destroy(r);
+  /* The server behaves again: the reader finds the prefix, byte for byte. */
+  atomic_store(&s.mode, GOOD);
+  rs_sleep_ms(150);
+  REQUIRE(kvc_pool_sequence_create(reader, NULL, &r) == NULL);
+  CHECK(kvc_pool_match_prefix(r, tokens, 65, &matched) == NULL);
+  CHECK_EQ_U64(matched, 64);
+  CHECK_EQ_I64(pt_gather_mismatches(r, 0), 0);
+  CHECK_EQ_I64(pt_gather_mismatches(r, 1), 0);
+  kvc_tier_stats st = tier_stats(reader);
+  CHECK(st.hits == 4 && st.corrupt == 0);
+  kvc_pool_sequence_destroy(r);
+  kvc_pool_sequence_destroy(w2);
+  kvc_pool_sequence_destroy(w);
+  kvc_pool_destroy(reader);
+  kvc_pool_destroy(writer);
+  fs_stop(&f);
+}
+
 static char* repeat(char ch, size_t n) {
   char* s = malloc(n + 1);
   if (!s) abort();
@@ -422,5 +527,6 @@ int main(void) {
   TU_RUN(test_moved_to_many_dead_nodes);
   TU_RUN(test_unrequested_replies);
   TU_RUN(test_long_host_names);
+  TU_RUN(test_pool_calls_on_a_dribbling_server);
   return tu_finish();
 }
