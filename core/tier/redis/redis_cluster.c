@@ -104,7 +104,32 @@ static int apply_range(kvci_redis_tier* t, const kvci_resp_reply* e, const char*
   return 0;
 }
 
-/* Asks one node; 0 with the map applied, 1 when the node is no cluster, -1 otherwise (why says). */
+/* After a new slot map: forgets the nodes that are neither seeds nor named by the map (redirect targets, nodes of
+ * older maps), so that what servers once said does not fill the node table for good. */
+static void forget_unmapped(kvci_redis_tier* t) {
+  int32_t* remap = malloc(t->nnodes * sizeof *remap);
+  if (!remap) return; /* they stay: the table is bounded anyway */
+  for (size_t i = 0; i < t->nnodes; i++) remap[i] = i < t->nseeds ? 0 : -1;
+  for (size_t s = 0; s < KVCI_REDIS_SLOTS; s++)
+    if (t->slots[s] >= 0) remap[t->slots[s]] = 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < t->nnodes; i++) {
+    if (remap[i] < 0) {
+      kvci_redis_conn_free(&t->nodes[i]->conn);
+      free(t->nodes[i]);
+      continue;
+    }
+    remap[i] = (int32_t)kept;
+    t->nodes[kept++] = t->nodes[i];
+  }
+  for (size_t s = 0; s < KVCI_REDIS_SLOTS; s++)
+    if (t->slots[s] >= 0) t->slots[s] = remap[t->slots[s]];
+  t->nnodes = kept;
+  free(remap);
+}
+
+/* Asks one node; 0 with the map applied, 1 when the node is no cluster, -1 otherwise (why says). The node table
+ * may be compacted then: indices of nodes taken before do not hold after a success. */
 static int ask_slots(kvci_redis_tier* t, size_t node, char* why, size_t whycap) {
   if (kvci_redis_node_ready(t, node) != 0) {
     snprintf(why, whycap, "%s:%u: %s", t->nodes[node]->host, t->nodes[node]->port, t->nodes[node]->conn.error);
@@ -138,8 +163,11 @@ static int ask_slots(kvci_redis_tier* t, size_t node, char* why, size_t whycap) 
     if (!map) result = -1;
     for (size_t s = 0; map && s < KVCI_REDIS_SLOTS; s++) map[s] = -1;
     for (size_t i = 0; map && i < r.count && result == 0; i++) result = apply_range(t, &r.items[i], host, map);
-    if (result == 0) memcpy(t->slots, map, sizeof t->slots);
-    else snprintf(why, whycap, "%s:%u: CLUSTER SLOTS reply not understood", host, t->nodes[node]->port);
+    if (result == 0) {
+      memcpy(t->slots, map, sizeof t->slots);
+      forget_unmapped(t);
+    } else
+      snprintf(why, whycap, "%s:%u: CLUSTER SLOTS reply not understood", host, t->nodes[node]->port);
     free(map);
   }
   kvci_resp_reply_free(&r);

@@ -215,8 +215,9 @@ typedef struct kvci_redis_tier {
   uint64_t deadline_ms;
   unsigned learned;
 
-  kvci_redis_node** nodes; /* every node seen: seeds, CLUSTER SLOTS, MOVED, ASK */
-  size_t nnodes, nodes_cap;
+  kvci_redis_node** nodes; /* the seeds first, then the nodes of the slot map and those learned since from MOVED
+                              and ASK (a new map forgets those it does not name) */
+  size_t nnodes, nodes_cap, nseeds;
   int32_t slots[KVCI_REDIS_SLOTS]; /* node index of each slot; -1 unknown */
   int refresh_wanted;              /* the slot map may be stale */
   uint64_t next_refresh_ms;
@@ -246,7 +247,8 @@ kvci_redis_limit kvci_redis_connect_limit(const kvci_redis_tier* t);
 /* The index of the node host:port, added if new and `may_add`; -1 when unknown and not added (a host longer than
  * KVCI_REDIS_HOST_MAX, KVCI_REDIS_MAX_NODES known, out of memory). */
 int32_t kvci_redis_node_find(kvci_redis_tier* t, const char* host, uint16_t port, int may_add);
-/* Reads the slot map (CLUSTER SLOTS) from the first node that answers; 0, or -1 with `why`. */
+/* Reads the slot map (CLUSTER SLOTS) from the first node that answers; 0, or -1 with `why`. Node indices taken
+ * before a success do not hold after it (the table is compacted): call it before routing, never during. */
 int kvci_redis_refresh_slots(kvci_redis_tier* t, char* why, size_t whycap);
 /* At creation: standalone or cluster (t->cluster -1 auto, 0 off, 1 on), from seeds nodes[0..seeds); 0 or -1. */
 int kvci_redis_detect(kvci_redis_tier* t, size_t seeds, char* why, size_t whycap);

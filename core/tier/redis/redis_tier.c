@@ -198,6 +198,7 @@ kvc_error* kvci_redis_tier_open(const kvc_redis_tier_options* options, kvc_tier_
   for (size_t s = 0; s < KVCI_REDIS_SLOTS; s++) t->slots[s] = -1;
   size_t seeds = 0;
   e = add_seeds(t, &seeds);
+  t->nseeds = t->nnodes;
   char why[240] = "";
   kvci_redis_call_begin(t);
   if (!e && kvci_redis_detect(t, seeds, why, sizeof why) != 0)
