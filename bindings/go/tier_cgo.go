@@ -49,6 +49,9 @@ var (
 func tier(t unsafe.Pointer) *C.kvc_tier { return (*C.kvc_tier)(t) }
 
 func cDiskTierCreate(directory string, maxBytes uint64) (unsafe.Pointer, error) {
+	if err := noNUL("NewDiskTier", "directory", directory); err != nil {
+		return nil, err
+	}
 	dir := C.CString(directory)
 	defer C.free(unsafe.Pointer(dir))
 	var out *C.kvc_tier
