@@ -35,7 +35,8 @@ foreach(_src IN LISTS _fuzz_sources)
   string(REGEX REPLACE "^fuzz_" "" _name "${_target}")
   kvc_add_program(${_target} SOURCES "${_src}" $<TARGET_OBJECTS:kvcache_fuzz_objects>
     INCLUDE "${PROJECT_SOURCE_DIR}/abi/include" "${PROJECT_SOURCE_DIR}/core" "${PROJECT_SOURCE_DIR}/abi/backend"
-            "${PROJECT_SOURCE_DIR}/backends" "${PROJECT_SOURCE_DIR}/tests/fuzz"
+            "${PROJECT_SOURCE_DIR}/backends" "${PROJECT_SOURCE_DIR}/tests/fuzz" "${PROJECT_SOURCE_DIR}/tests/unit"
+            "${PROJECT_SOURCE_DIR}/tests/persist"
     OUTPUT_DIR tests/fuzz)
   target_compile_options(${_target} PRIVATE -fsanitize=fuzzer,${_san} ${_common})
   target_link_options(${_target} PRIVATE -fsanitize=fuzzer,${_san})
