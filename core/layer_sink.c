@@ -771,6 +771,16 @@ static void configure(kvc_layer* l, const kvc_layer_options* spec) {
 /* SinkCache holds window_length tokens. */
 static int64_t capacity(const kvc_layer* l) { return l->window; }
 
+/* A shift keeps the sinks and the tail of at most `window` stored tokens (plan_shift). */
+static kvc_error* check_loaded(const char* fn, const char* where, const kvc_layer* l) {
+  int64_t stored = kvci_layer_stored(l);
+  if (stored > l->window)
+    return kvci_loaded_refuse(fn, where, "the stored tokens", stored,
+                              "a sink layer (window %" PRId64 ", %" PRId64 " sink tokens) holds %" PRId64 " at most",
+                              l->window, (int64_t)NUM_SINK(l), l->window);
+  return NULL;
+}
+
 /* SinkCache has no crop. */
 static int never_croppable(const kvc_layer* l, uint32_t release) {
   (void)l; (void)release;
@@ -792,4 +802,5 @@ const kvc_kind kvc_sink_kind = {
     .describe = describe,
     .save_state = save_state,
     .load_state = load_state,
+    .check_loaded = check_loaded,
 };

@@ -182,6 +182,7 @@ int main(int argc, char** argv) {
   g_input = NULL;
   free(buf);
   free(g_trace);
+  g_trace = NULL; /* LeakSanitizer reports after main returns, and prints the trace */
   if (g_fuzz_summary) g_fuzz_summary();
   if (g_fuzz_ops)
     printf("%s: %ld replayed and %ld pseudo-random inputs (seed %llu), %llu operations, no divergence\n",
