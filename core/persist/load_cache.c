@@ -91,18 +91,22 @@ static kvc_error* load_store(const char* fn, const kvci_file* f, uint32_t part, 
       mul_fits(bytes, l->k_dim + l->v_dim, &bytes) || mul_fits(bytes, (int64_t)l->elem, &bytes))
     return bad_layer(fn, part, i, "its store's batch x heads x capacity x (key dim + value dim) x element size "
                                   "overflows 64 bits");
+  const unsigned char* src[2] = {NULL, NULL};
+  int64_t shape[2][4];
+  for (int which = 0; which < 2; which++) { /* both sections checked before a byte is allocated */
+    const int64_t sh[4] = {l->batch, l->heads, l->end - l->start, which ? l->v_dim : l->k_dim};
+    memcpy(shape[which], sh, sizeof sh);
+    kvc_error* e = tensor_section(fn, f, which ? KVCF_VALUES : KVCF_KEYS, part, i, 0, shape[which],
+                                  (uint32_t)l->dtype, l->elem, &src[which]);
+    if (e) return e;
+  }
   if (kvci_store_alloc_tier(c, l->offloaded, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &l->k, &l->v))
     return kvci_err_oom();
   for (int which = 0; which < 2; which++) {
-    int64_t d = which ? l->v_dim : l->k_dim, strides[4];
-    const int64_t shape[4] = {l->batch, l->heads, l->end - l->start, d};
-    const unsigned char* src = NULL;
-    kvc_error* e = tensor_section(fn, f, which ? KVCF_VALUES : KVCF_KEYS, part, i, 0, shape, (uint32_t)l->dtype,
-                                  l->elem, &src);
-    if (e) return e;
+    int64_t strides[4];
     kvci_store_strides(l, which, strides);
-    char* base = (char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem;
-    if (kvci_xfer_load(st, base, strides, shape, l->elem, src))
+    char* base = (char*)(which ? l->v : l->k) + (size_t)(l->start * shape[which][3]) * l->elem;
+    if (kvci_xfer_load(st, base, strides, shape[which], l->elem, src[which]))
       return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend failed to copy layer %u to the device", fn,
                       c->backend->name, i);
   }
