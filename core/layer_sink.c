@@ -732,6 +732,15 @@ static kvc_error* load_state(const char* fn, kvc_cache* c, kvci_record_reader* i
     int64_t k[5];
     for (int j = 0; j < 5; j++)
       if (kvci_rec_get_range(in, 0, INT32_MAX, &k[j])) return malformed(fn, c, "re-rotation key");
+    /* A shift by n keeps the last window - sinks - n tokens (plan_shift), and rerotate_kept reads that many rows of
+     * a computed rotation, whatever rows its record claims. */
+    if (k[3] != k[2] - k[1] - k[0] || k[3] < 1 || k[4] < 1) {
+      char what[160];
+      snprintf(what, sizeof what, "re-rotation %" PRId64 ": rows %" PRId64 " and dim %" PRId64 "; a shift by %" PRId64
+               " of a window of %" PRId64 " with %" PRId64 " sinks keeps %" PRId64 " rows, dim >= 1",
+               i, k[3], k[4], k[0], k[2], k[1], k[2] - k[1] - k[0]);
+      return malformed(fn, c, what);
+    }
     sink_rotation* q = &s->rot[s->nrot++];
     q->shift = k[0], q->num_sink = k[1], q->window = k[2], q->rows = k[3], q->dim = k[4];
     q->computed = 1;
