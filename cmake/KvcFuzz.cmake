@@ -27,6 +27,12 @@ kvc_warnings(kvcache_fuzz_objects)
 # is the test pool_fuzz of every build (tests/CMakeLists.txt, under ASan+UBSan too); its libFuzzer run here adds
 # coverage-guided inputs in less time.
 set(_fuzz_seconds_pool 30)
+# fuzz_files: a mutated file may declare a store of terabytes, which the library must refuse with OUT_OF_MEMORY
+# when the allocation fails: libFuzzer's per-malloc limit (which would call that a crash) is lifted to 1 TiB and
+# ASan's allocator returns NULL instead of stopping. Its inputs are mutation programs (a few dozen bytes).
+set(_fuzz_seconds_files 60)
+set(_fuzz_args_files -malloc_limit_mb=1048576 -max_len=128)
+set(_fuzz_asan_files allocator_may_return_null=1)
 
 # `cmake --build build-fuzz --target fuzz_targets` builds only these.
 add_custom_target(fuzz_targets)
@@ -56,7 +62,11 @@ foreach(_src IN LISTS _fuzz_sources)
   add_test(NAME ${_target}
     # -error_exitcode=1: libFuzzer's default (77) is CTest's "skipped" code here, which would hide a finding.
     COMMAND ${_target} -error_exitcode=1 -runs=300000 -max_total_time=${_seconds} -timeout=25
-            "-artifact_prefix=${_work}/artifacts/" ${_corpora}
+            ${_fuzz_args_${_name}} "-artifact_prefix=${_work}/artifacts/" ${_corpora}
     WORKING_DIRECTORY "${_work}")
   kvc_test_properties(${_target} LABELS fuzz TIMEOUT 180)
+  if(DEFINED _fuzz_asan_${_name})
+    set_property(TEST ${_target} APPEND PROPERTY ENVIRONMENT
+      "ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:${_fuzz_asan_${_name}}")
+  endif()
 endforeach()
