@@ -503,11 +503,13 @@ static void run_frame(size_t which, unsigned char* frame, size_t len) {
 
 /* ----------------------------------------------------------------- target */
 
+#ifdef KVC_FUZZ_STANDALONE
 static void summary(void) {
   static const char* names[4] = {"cache files", "encoder-decoder files", "pool sequence files", "tier frames"};
   for (int k = 0; k < 4; k++)
     printf("fuzz_files: %s: %llu refused, %llu accepted\n", names[k], g_outcomes[k][0], g_outcomes[k][1]);
 }
+#endif
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static FILE* quiet;
