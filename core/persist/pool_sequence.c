@@ -208,7 +208,7 @@ typedef struct sequence_rec {
 } sequence_rec;
 
 static kvc_error* bad_sequence(const char* fn, const char* what) {
-  return kvci_err(KVC_ERROR_IO, "%s: the file's sequence record is malformed: %s", fn, what);
+  return kvci_err(KVC_ERROR_IO, "%s: the file's sequence record (PSEQ section) is malformed: %s", fn, what);
 }
 
 static kvc_error* read_sequence(const char* fn, const kvci_file_section* s, const kvc_pool* p, sequence_rec* q) {

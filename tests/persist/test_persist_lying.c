@@ -7,9 +7,11 @@
  * the field and the value, and the target cache is unchanged. Before the
  * kinds' check_loaded hooks (core/kind.h) each of these loaded with "ok" and
  * the next update read or wrote out of bounds (issue: hostile bytes, point
- * 1). A file with a section repeated is refused too.
+ * 1). A file with a section repeated is refused too, and a pool sequence
+ * file whose sliding group's table holds a block the window gave back.
  */
 #include "persist_test.h"
+#include "../pool/pool_test.h"
 
 #include "../fuzz/files_mutator.c"
 #include "../fuzz/reader.c"
@@ -266,6 +268,62 @@ static void test_duplicate_section(void) {
   run_case(KVC_LAYER_DYNAMIC, 7, duplicate_layer_section, "repeats section");
 }
 
+/* A sliding group (block 4, window 8) of a 13-token sequence decoded token by token gave its first blocks back;
+ * the file claims the last of those held and the first in the window given back: the same count, so every
+ * section size agrees. */
+static void test_pool_sequence_window(void) {
+  static const pt_group groups[2] = {{KVC_POOL_GROUP_FULL, 4, 16, 0}, {KVC_POOL_GROUP_SLIDING, 4, 16, 8}};
+  static const uint32_t layer_group[2] = {0, 1};
+  kvc_pool *a = NULL, *b = NULL;
+  kvc_pool_sequence *s = NULL, *t = NULL;
+  ps_buffer buf = {0};
+  fm_file f;
+  memset(&f, 0, sizeof f);
+  int32_t ids[13];
+  for (int i = 0; i < 13; i++) ids[i] = 100 + i;
+  if (!CHECK_OK(pt_pool(&a, groups, 2, layer_group, 2, KVC_POOL_LAYOUT_NHD, 0, 1)) ||
+      !CHECK_OK(pt_pool(&b, groups, 2, layer_group, 2, KVC_POOL_LAYOUT_NHD, 0, 1)) ||
+      !CHECK_OK(kvc_pool_sequence_create(a, NULL, &s)))
+    goto done;
+  for (int i = 0; i < 13; i++) /* decode steps: the window gives blocks back as it moves */
+    if (!CHECK_OK(pt_step(a, 2, 2, s, ids + i, 1))) goto done;
+  if (!CHECK_OK(kvc_pool_sequence_save_to(s, ps_buffer_write, &buf, NULL)) || !CHECK(fm_parse(buf.data, buf.len, &f) == 0))
+    goto done;
+  fm_section* q = find(&f, TAG('P', 'S', 'E', 'Q'), 0, 0);
+  /* length, committed, the 32-byte root, a value per token; then per group: blocks, window start, hashed, live,
+   * and a flag per block. */
+  int g1 = 2 + 4 + 13 + 4 + 4;
+  const int64_t wf = q ? rec_get(q, g1 + 1) : 0; /* blocks before it left the window */
+  if (!CHECK(q && rec_get(q, g1) == 4 && wf >= 1 && wf < 4 && rec_get(q, g1 + 3 + wf) == 0 &&
+             rec_get(q, g1 + 4 + wf) == 1))
+    goto done;
+  rec_set(q, g1 + 3 + wf, 1); /* the last block the window gave back, held again */
+  rec_set(q, g1 + 4 + wf, 0); /* the first block in the window, given back */
+  size_t len = 0;
+  unsigned char* file = fm_write(&f, &len);
+  if (!CHECK(file != NULL)) goto done;
+  kvc_pool_stats before = pt_stats(b, 1);
+  kvc_error* e = kvc_pool_sequence_load_buffer(b, file, len, &t);
+  CHECK_EQ_I64(kvc_error_code(e), KVC_ERROR_IO);
+  char want[96];
+  snprintf(want, sizeof want, "group 1's table entry %lld is 1; entries before window_from (%lld)", (long long)wf - 1,
+           (long long)wf);
+  CHECK(e && strstr(kvc_error_message(e), want) != NULL);
+  if (e) fprintf(TU_LOG, "  (%s)\n", kvc_error_message(e));
+  kvc_error_destroy(e);
+  CHECK(t == NULL);
+  kvc_pool_stats after = pt_stats(b, 1);
+  CHECK(!memcmp(&before, &after, sizeof before));
+  free(file);
+done:
+  fm_free(&f);
+  free(buf.data);
+  kvc_pool_sequence_destroy(t);
+  kvc_pool_sequence_destroy(s);
+  kvc_pool_destroy(a);
+  kvc_pool_destroy(b);
+}
+
 int main(void) {
   TU_RUN(test_static_capacity);
   TU_RUN(test_static_sliding_capacity);
@@ -276,5 +334,6 @@ int main(void) {
   TU_RUN(test_quantized_row_bytes);
   TU_RUN(test_linear_conv_capacity);
   TU_RUN(test_duplicate_section);
+  TU_RUN(test_pool_sequence_window);
   return tu_finish();
 }
