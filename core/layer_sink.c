@@ -717,6 +717,13 @@ static kvc_error* load_state(const char* fn, kvc_cache* c, kvci_record_reader* i
     if (kvci_rec_get_range(in, 0, hi[i], &h[i])) return kvci_err(KVC_ERROR_IO, "%s: the sink kind's state record is malformed (table)", fn);
   if (h[5] != (h[2] ? min64(h[3], h[1]) * h[4] : 0))
     return kvci_err(KVC_ERROR_IO, "%s: the sink kind's state record is malformed (table size)", fn);
+  /* The table is read up to the largest window, by the first sink layer's updates: both follow from the layers
+   * loaded before this record (kvc_cache.kind_state is made the same way, new_state). */
+  if (h[0] != (int64_t)first_sink_layer(c) || h[1] != largest_window(c))
+    return kvci_err(KVC_ERROR_IO,
+                    "%s: the file's sink state (KSTA section): record_layer is %" PRId64 " and max_window %" PRId64
+                    "; the cache's sink layers make them %u (the first sink layer) and %" PRId64 " (the largest window)",
+                    fn, h[0], h[1], first_sink_layer(c), largest_window(c));
   kvc_sink_state* s = (kvc_sink_state*)calloc(1, sizeof(*s));
   if (!s) return kvci_err_oom();
   c->kind_state[KVC_LAYER_SINK] = s; /* free_state releases whatever is read from here on */
