@@ -35,6 +35,7 @@ static kvc_cache* make(kvc_layer_kind kind) {
   quant.residual_length = 2;
   kvc_layer_options l = tu_layer(kind, 6, 16);
   if (kind == KVC_LAYER_QUANTIZED) l.quant = &quant;
+  if (kind == KVC_LAYER_SINK) l.num_sink_tokens = 2;
   kvc_cache_options o = tu_custom_options(1, &l);
   kvc_cache* c = NULL;
   if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
@@ -232,6 +233,24 @@ static int duplicate_layer_section(fm_file* f) {
   return CHECK(push(f, &copy) == 0);
 }
 
+/* The sink kind's table (KSTA): record_layer, max_window, has_table, len, dim, rows, then rows cos and rows sin
+ * floats. A window one smaller, and the table cut to match it, so that every size agrees: the next shift read the
+ * table past its end. */
+static int sink_table_window(fm_file* f) {
+  fm_section* k = find(f, TAG('K', 'S', 'T', 'A'), KVC_LAYER_SINK, 0);
+  if (!CHECK(k && rec_get(k, 2) == 1)) return 0;
+  int64_t window = rec_get(k, 1), len = rec_get(k, 3), dim = rec_get(k, 4), rows = rec_get(k, 5);
+  int64_t keep = (len < window - 1 ? len : window - 1) * dim;
+  if (!CHECK(rows == (len < window ? len : window) * dim && keep < rows)) return 0;
+  rec_set(k, 1, window - 1);
+  rec_set(k, 5, keep);
+  unsigned char* p = k->payload;
+  memmove(p + 48 + 4 * keep, p + 48 + 4 * rows, (size_t)(4 * keep)); /* sin's first rows after cos's */
+  memmove(p + 48 + 8 * keep, p + 48 + 8 * rows, k->len - (size_t)(48 + 8 * rows)); /* the re-rotations */
+  k->len -= (size_t)(8 * (rows - keep));
+  return 1;
+}
+
 static void test_static_capacity(void) {
   run_case(KVC_LAYER_STATIC, 7, static_capacity_below_max_len, "layer 0 (LAYR section, part 0): the store's capacity is 8");
 }
@@ -262,6 +281,10 @@ static void test_quantized_row_bytes(void) {
 
 static void test_linear_conv_capacity(void) {
   run_case(KVC_LAYER_LINEAR, 7, linear_conv_capacity, "state pair 0's conv row bytes is");
+}
+
+static void test_sink_table_window(void) {
+  run_case(KVC_LAYER_SINK, 7, sink_table_window, "record_layer is 0 and max_window 5");
 }
 
 static void test_duplicate_section(void) {
@@ -333,6 +356,7 @@ int main(void) {
   TU_RUN(test_quantized_unit_bytes);
   TU_RUN(test_quantized_row_bytes);
   TU_RUN(test_linear_conv_capacity);
+  TU_RUN(test_sink_table_window);
   TU_RUN(test_duplicate_section);
   TU_RUN(test_pool_sequence_window);
   return tu_finish();
