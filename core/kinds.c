@@ -99,6 +99,12 @@ static kvc_error* check_loaded_generic(const char* fn, const char* where, const 
   if (!l->initialized && (l->cap || l->start || l->end))
     return kvci_loaded_refuse(fn, where, "the store's capacity", l->cap,
                               "a layer that is not initialized has no store (capacity and region 0)");
+  /* The offload code moves stores of the kinds that offload, and only of layers created to take part. */
+  if ((l->offloadable && !kvci_layer_is(l, KVC_TRAIT_OFFLOADS)) || (l->offloaded && !l->offloadable))
+    return kvci_loaded_refuse(fn, where, "offloadable", l->offloadable,
+                              "only layers of kinds that offload take part (a %s layer %s), and only those may be "
+                              "offloaded (offloaded is %d)",
+                              l->desc->name, kvci_layer_is(l, KVC_TRAIT_OFFLOADS) ? "may" : "may not", l->offloaded);
   return NULL;
 }
 
