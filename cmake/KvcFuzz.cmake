@@ -27,6 +27,13 @@ kvc_warnings(kvcache_fuzz_objects)
 # is the test pool_fuzz of every build (tests/CMakeLists.txt, under ASan+UBSan too); its libFuzzer run here adds
 # coverage-guided inputs in less time.
 set(_fuzz_seconds_pool 30)
+# fuzz_files: a mutated file may declare a store of gigabytes or terabytes, which the library must refuse with
+# OUT_OF_MEMORY when the allocation fails: ASan's allocator returns NULL for any allocation above 1 GiB instead of
+# stopping (ASan would otherwise write gigabytes of shadow for it), below libFuzzer's own per-malloc limit. Its
+# inputs are mutation programs (a few dozen bytes).
+set(_fuzz_seconds_files 60)
+set(_fuzz_args_files -max_len=128)
+set(_fuzz_asan_files allocator_may_return_null=1:max_allocation_size_mb=1024)
 
 # `cmake --build build-fuzz --target fuzz_targets` builds only these.
 add_custom_target(fuzz_targets)
@@ -35,7 +42,8 @@ foreach(_src IN LISTS _fuzz_sources)
   string(REGEX REPLACE "^fuzz_" "" _name "${_target}")
   kvc_add_program(${_target} SOURCES "${_src}" $<TARGET_OBJECTS:kvcache_fuzz_objects>
     INCLUDE "${PROJECT_SOURCE_DIR}/abi/include" "${PROJECT_SOURCE_DIR}/core" "${PROJECT_SOURCE_DIR}/abi/backend"
-            "${PROJECT_SOURCE_DIR}/backends" "${PROJECT_SOURCE_DIR}/tests/fuzz"
+            "${PROJECT_SOURCE_DIR}/backends" "${PROJECT_SOURCE_DIR}/tests/fuzz" "${PROJECT_SOURCE_DIR}/tests/unit"
+            "${PROJECT_SOURCE_DIR}/tests/persist"
     OUTPUT_DIR tests/fuzz)
   target_compile_options(${_target} PRIVATE -fsanitize=fuzzer,${_san} ${_common})
   target_link_options(${_target} PRIVATE -fsanitize=fuzzer,${_san})
@@ -55,7 +63,11 @@ foreach(_src IN LISTS _fuzz_sources)
   add_test(NAME ${_target}
     # -error_exitcode=1: libFuzzer's default (77) is CTest's "skipped" code here, which would hide a finding.
     COMMAND ${_target} -error_exitcode=1 -runs=300000 -max_total_time=${_seconds} -timeout=25
-            "-artifact_prefix=${_work}/artifacts/" ${_corpora}
+            ${_fuzz_args_${_name}} "-artifact_prefix=${_work}/artifacts/" ${_corpora}
     WORKING_DIRECTORY "${_work}")
   kvc_test_properties(${_target} LABELS fuzz TIMEOUT 180)
+  if(DEFINED _fuzz_asan_${_name})
+    set_property(TEST ${_target} APPEND PROPERTY ENVIRONMENT
+      "ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:${_fuzz_asan_${_name}}")
+  endif()
 endforeach()

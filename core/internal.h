@@ -273,6 +273,15 @@ int64_t kvci_static_crop_counter(int64_t cum, int64_t tokens);
 int kvci_static_is_croppable(const kvc_layer* layer, uint32_t release);
 int64_t kvci_capacity_window(const kvc_layer* layer);
 /*
+ * kvc_kind.check_loaded of the store kinds, which the kinds that add state to such a store (hybrids, indexed)
+ * call too: the static kinds' store has exactly `slots` slots (layer_static.c); a dynamic sliding store that does
+ * not record past states holds window - 1 tokens at most (layer_dynamic_sliding.c).
+ */
+kvc_error* kvci_static_check_loaded(const char* fn, const char* where, const kvc_layer* layer);
+/* The static sliding kinds' store: `slots` slots at least, and exactly `slots` tokens once full. */
+kvc_error* kvci_static_sliding_check_loaded(const char* fn, const char* where, const kvc_layer* layer);
+kvc_error* kvci_sliding_check_loaded(const char* fn, const char* where, const kvc_layer* layer);
+/*
  * Kinds without K/V (layer_linear.c: LINEAR, and DUMMY): seq_length 0 and mask sizes (q, 0), which only
  * kvc_layer_info reaches (the cache-level queries redirect such a layer to an attention layer), and capacity 0.
  */

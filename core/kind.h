@@ -109,6 +109,22 @@ typedef struct kvc_kind {
   void (*describe)(const kvc_layer* layer, kvc_layer_options* spec, kvc_quant_options* quant);
   void (*save_state)(const kvc_cache* cache, kvci_record* out);
   kvc_error* (*load_state)(const char* fn, kvc_cache* cache, kvci_record_reader* in);
+  /*
+   * REQUIRED of every kind (files: kvci_kind_check_loaded refuses to load a
+   * layer of a kind without it, and tests/unit/test_internal_kinds_registry.c
+   * fails): checks a layer just read from a file (its counters, its store,
+   * its extension state and row buffers, all filled from the file) against
+   * the geometry the kind itself allocates for the layer's options: every
+   * capacity, size, shape and count its operations index memory with. A
+   * checksum only proves the bytes are the ones a writer wrote; this hook is
+   * what keeps a wrong writer's numbers out of the cache's memory. The
+   * generic part (a store only on initialized layers of kinds with K/V, no
+   * size that overflows) ran before. `where` names the layer and its
+   * section ("layer 3 (LAYR section, part 0)"); a refusal is
+   * kvci_loaded_refuse's KVC_ERROR_IO naming the field, its value and the
+   * rule. A kind whose state is only its store returns NULL, explicitly.
+   */
+  kvc_error* (*check_loaded)(const char* fn, const char* where, const kvc_layer* layer);
 } kvc_kind;
 
 /* Slots of kvc_cache.kind_state: one per kind id. */
@@ -121,6 +137,22 @@ const kvc_kind* kvci_kind_find(kvc_layer_kind id);
  * max_cache_len its traits need, then the kind's own check_options.
  */
 kvc_error* kvci_kind_check_options(const char* fn, uint32_t index, const kvc_layer_options* spec);
+
+/*
+ * A layer read from a file, checked against its kind (the generic rules,
+ * then the kind's check_loaded, which must exist); NULL when it is one the
+ * kind could have built.
+ */
+kvc_error* kvci_kind_check_loaded(const char* fn, const char* where, const kvc_layer* layer);
+/* The refusal of a file's value: "<fn>: the file's <where>: <field> is <value>; <rule>" (KVC_ERROR_IO). */
+kvc_error* kvci_loaded_refuse(const char* fn, const char* where, const char* field, int64_t value,
+                              const char* rule, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+/* check_loaded of kinds whose only state is their store (the generic rules cover it). */
+kvc_error* kvci_loaded_store_only(const char* fn, const char* where, const kvc_layer* layer);
 
 /* The cache-wide hooks of the kinds an update of layers first..first+count-1 names (kinds.c). */
 kvc_error* kvci_kinds_check_call(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count,

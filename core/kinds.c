@@ -6,6 +6,7 @@
  * KVC_KINDS below (docs/adding-a-layer-kind.md).
  */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -71,6 +72,50 @@ kvc_error* kvci_kind_check_options(const char* fn, uint32_t i, const kvc_layer_o
                    "%s: options->layers[%u].max_cache_len is %" PRId64 "; a %s layer needs max_cache_len in [1, 2^31)",
                    fn, i, l->max_cache_len, k->name);
   return k->check_options ? k->check_options(fn, i, l) : NULL;
+}
+
+/* ------------------------------------------------------------ files */
+
+kvc_error* kvci_loaded_refuse(const char* fn, const char* where, const char* field, int64_t value,
+                              const char* rule, ...) {
+  char text[384];
+  va_list ap;
+  va_start(ap, rule);
+  vsnprintf(text, sizeof text, rule, ap);
+  va_end(ap);
+  return kvci_err(KVC_ERROR_IO, "%s: the file's %s: %s is %" PRId64 "; %s", fn, where, field, value, text);
+}
+
+kvc_error* kvci_loaded_store_only(const char* fn, const char* where, const kvc_layer* l) {
+  (void)fn, (void)where, (void)l;
+  return NULL;
+}
+
+/* What holds for every kind: a store exactly on initialized layers of kinds that keep K/V. */
+static kvc_error* check_loaded_generic(const char* fn, const char* where, const kvc_layer* l) {
+  if (l->initialized && !kvci_layer_is(l, KVC_TRAIT_HAS_KV))
+    return kvci_loaded_refuse(fn, where, "initialized", l->initialized, "a %s layer keeps no keys and values",
+                              l->desc->name);
+  if (!l->initialized && (l->cap || l->start || l->end))
+    return kvci_loaded_refuse(fn, where, "the store's capacity", l->cap,
+                              "a layer that is not initialized has no store (capacity and region 0)");
+  /* The offload code moves stores of the kinds that offload, and only of layers created to take part. */
+  if ((l->offloadable && !kvci_layer_is(l, KVC_TRAIT_OFFLOADS)) || (l->offloaded && !l->offloadable))
+    return kvci_loaded_refuse(fn, where, "offloadable", l->offloadable,
+                              "only layers of kinds that offload take part (a %s layer %s), and only those may be "
+                              "offloaded (offloaded is %d)",
+                              l->desc->name, kvci_layer_is(l, KVC_TRAIT_OFFLOADS) ? "may" : "may not", l->offloaded);
+  return NULL;
+}
+
+kvc_error* kvci_kind_check_loaded(const char* fn, const char* where, const kvc_layer* l) {
+  if (!l->desc->check_loaded)
+    return kvci_err(KVC_ERROR_INTERNAL,
+                    "%s: the %s kind defines no check_loaded hook, so its layers cannot be read from files "
+                    "(core/kind.h)",
+                    fn, l->desc->name);
+  kvc_error* e = check_loaded_generic(fn, where, l);
+  return e ? e : l->desc->check_loaded(fn, where, l);
 }
 
 /* ------------------------------------------------------ cache-wide hooks */

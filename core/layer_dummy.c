@@ -66,4 +66,5 @@ const kvc_kind kvc_dummy_kind = {
     .ops = &dummy_ops,
     .capacity = kvci_no_kv_capacity,
     .is_croppable = NULL, /* DummyLayer.is_croppable is True */
+    .check_loaded = kvci_loaded_store_only, /* it has none: the generic rules refuse a store */
 };

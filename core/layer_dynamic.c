@@ -71,4 +71,5 @@ const kvc_kind kvc_dynamic_kind = {
     .name = "dynamic",
     .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_OFFLOADS | KVC_TRAIT_RESERVABLE,
     .ops = &kvc_dynamic_layer_ops,
+    .check_loaded = kvci_loaded_store_only, /* any capacity holding the stored region: it grows on demand */
 };

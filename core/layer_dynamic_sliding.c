@@ -104,12 +104,25 @@ const kvc_layer_ops kvc_dynamic_sliding_layer_ops = {
 /* DynamicSlidingWindowLayer holds window - 1 tokens: the next token completes the window. */
 int64_t kvci_capacity_window(const kvc_layer* l) { return l->window - 1; }
 
+/* Without past recording every update trims the store to window - 1 tokens, which the next update's shift of the
+ * kept tokens relies on. */
+kvc_error* kvci_sliding_check_loaded(const char* fn, const char* where, const kvc_layer* l) {
+  int64_t stored = l->end - l->start;
+  if (!l->record_past && stored > l->window - 1)
+    return kvci_loaded_refuse(fn, where, "the stored tokens", stored,
+                              "a %s layer (window %" PRId64 ") that does not record past states holds %" PRId64
+                              " at most",
+                              l->desc->name, l->window, l->window - 1);
+  return NULL;
+}
+
 /* The sliding kind and its chunked twin: one store and table, the chunked one's window an attention chunk. */
 #define KVC_DYNAMIC_SLIDING_KIND(ID, NAME, TRAITS)                                                      \
   {                                                                                                   \
     .id = ID, .name = NAME,                                                                           \
     .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS | KVC_TRAIT_RECORDS_PAST | (TRAITS), \
     .ops = &kvc_dynamic_sliding_layer_ops, .capacity = kvci_capacity_window,                           \
+    .check_loaded = kvci_sliding_check_loaded,                                                        \
   }
 
 const kvc_kind kvc_dynamic_sliding_kind = KVC_DYNAMIC_SLIDING_KIND(KVC_LAYER_DYNAMIC_SLIDING, "dynamic sliding", 0);

@@ -207,6 +207,37 @@ static kvc_error* ext_load(const char* fn, kvc_layer* l, kvci_record_reader* in)
   return NULL;
 }
 
+/*
+ * The indexer's keys are one row buffer of cap x width elements per batch row (allocate above); appends write at
+ * len < cap. A layer without indexer keys yet has neither capacity nor length.
+ */
+static kvc_error* check_indexer(const char* fn, const char* where, const kvc_layer* l) {
+  const kvc_indexer* x = kvci_indexer_of(l);
+  if (!x) return NULL;
+  if (!x->rows.ptr) {
+    if (x->cap || x->len)
+      return kvci_loaded_refuse(fn, where, "the indexer's capacity", x->cap,
+                                "an indexer without keys (no row buffer) has capacity and length 0");
+    return NULL;
+  }
+  int64_t row = row_bytes_for(x->cap, x->width, kvc_dtype_size(x->dtype), l->batch);
+  if (x->rows.row_bytes != row)
+    return kvci_loaded_refuse(fn, where, "the indexer's row bytes", x->rows.row_bytes,
+                              "an indexer of capacity %" PRId64 ", width %" PRId64 " and dtype %s over batch %" PRId64
+                              " has rows of %" PRId64 " bytes",
+                              x->cap, x->width, kvci_dtype_name(x->dtype), l->batch, row);
+  return NULL;
+}
+
+static kvc_error* check_loaded_dynamic(const char* fn, const char* where, const kvc_layer* l) {
+  return check_indexer(fn, where, l);
+}
+
+static kvc_error* check_loaded_static(const char* fn, const char* where, const kvc_layer* l) {
+  kvc_error* e = check_indexer(fn, where, l);
+  return e ? e : kvci_static_check_loaded(fn, where, l);
+}
+
 static kvc_error* check_stack(const char* fn, const kvc_layer* first, const kvc_layer* other, uint32_t index,
                               size_t which) {
   const kvc_indexer *a = kvci_indexer_of(first), *b = kvci_indexer_of(other);
@@ -254,6 +285,7 @@ const kvc_kind kvc_dynamic_indexed_kind = {
     .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_OFFLOADS | KVC_TRAIT_RESERVABLE,
     .ops = &indexed_ops,
     .store_ops = &kvc_dynamic_layer_ops,
+    .check_loaded = check_loaded_dynamic,
 };
 
 const kvc_kind kvc_static_indexed_kind = {
@@ -264,4 +296,5 @@ const kvc_kind kvc_static_indexed_kind = {
     .store_ops = &kvc_static_layer_ops,
     .capacity = kvci_capacity_slots,
     .is_croppable = kvci_static_is_croppable,
+    .check_loaded = check_loaded_static,
 };

@@ -277,27 +277,48 @@ const kvc_kind kvc_linear_kind = {
     .describe = describe,
     .capacity = kvci_no_kv_capacity,
     .is_croppable = is_croppable,
+    .check_loaded = kvci_linear_check_loaded,
 };
 
-/* A hybrid: the family's traits and options, plus its attention part's traits and capacity. */
-#define KVC_HYBRID_KIND(ID, NAME, TRAITS, OPS, CAPACITY, STORE)                                       \
+/* Files: the state pairs, then (hybrids) the attention part's store as its own kind checks it. */
+static kvc_error* check_loaded_with(const char* fn, const char* where, const kvc_layer* l,
+                                    kvc_error* (*store)(const char*, const char*, const kvc_layer*)) {
+  kvc_error* e = kvci_linear_check_loaded(fn, where, l);
+  return e ? e : store(fn, where, l);
+}
+static kvc_error* check_loaded_dynamic(const char* fn, const char* where, const kvc_layer* l) {
+  return check_loaded_with(fn, where, l, kvci_loaded_store_only);
+}
+static kvc_error* check_loaded_sliding(const char* fn, const char* where, const kvc_layer* l) {
+  return check_loaded_with(fn, where, l, kvci_sliding_check_loaded);
+}
+static kvc_error* check_loaded_static(const char* fn, const char* where, const kvc_layer* l) {
+  return check_loaded_with(fn, where, l, kvci_static_check_loaded);
+}
+static kvc_error* check_loaded_static_sliding(const char* fn, const char* where, const kvc_layer* l) {
+  return check_loaded_with(fn, where, l, kvci_static_sliding_check_loaded);
+}
+
+/* A hybrid: the family's traits and options, plus its attention part's traits, capacity and file checks. */
+#define KVC_HYBRID_KIND(ID, NAME, TRAITS, OPS, CAPACITY, STORE, CHECK_LOADED)                         \
   {                                                                                                   \
     .id = ID, .name = NAME, .traits = KVC_LINEAR_TRAITS | KVC_TRAIT_HAS_KV | (TRAITS), .ops = &(OPS), \
     .check_options = check_options, .configure = configure, .describe = describe, .capacity = CAPACITY, \
-    .is_croppable = is_croppable, .store_ops = &(STORE),                                              \
+    .is_croppable = is_croppable, .store_ops = &(STORE), .check_loaded = CHECK_LOADED,               \
   }
 
 /* transformers' prefetch offloads the full-attention hybrid only: it is the one that is not is_linear. */
 const kvc_kind kvc_linear_dynamic_kind = KVC_HYBRID_KIND(KVC_LAYER_LINEAR_DYNAMIC, "linear + dynamic", KVC_TRAIT_OFFLOADS,
-                                                         kvc_linear_dynamic_layer_ops, NULL, kvc_dynamic_layer_ops);
+                                                         kvc_linear_dynamic_layer_ops, NULL, kvc_dynamic_layer_ops,
+                                                         check_loaded_dynamic);
 const kvc_kind kvc_linear_dynamic_sliding_kind =
     KVC_HYBRID_KIND(KVC_LAYER_LINEAR_DYNAMIC_SLIDING, "linear + dynamic sliding",
                     KVC_TRAIT_IS_LINEAR | KVC_TRAIT_SLIDING, kvc_linear_dynamic_sliding_layer_ops, kvci_capacity_window,
-                    kvc_dynamic_sliding_layer_ops);
+                    kvc_dynamic_sliding_layer_ops, check_loaded_sliding);
 const kvc_kind kvc_linear_static_kind =
     KVC_HYBRID_KIND(KVC_LAYER_LINEAR_STATIC, "linear + static", KVC_TRAIT_IS_LINEAR | KVC_TRAIT_STATIC,
-                    kvc_linear_static_layer_ops, kvci_capacity_slots, kvc_static_layer_ops);
+                    kvc_linear_static_layer_ops, kvci_capacity_slots, kvc_static_layer_ops, check_loaded_static);
 const kvc_kind kvc_linear_static_sliding_kind =
     KVC_HYBRID_KIND(KVC_LAYER_LINEAR_STATIC_SLIDING, "linear + static sliding",
                     KVC_TRAIT_IS_LINEAR | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING, kvc_linear_static_sliding_layer_ops,
-                    kvci_capacity_slots, kvc_static_sliding_layer_ops);
+                    kvci_capacity_slots, kvc_static_sliding_layer_ops, check_loaded_static_sliding);

@@ -457,6 +457,13 @@ static void describe(const kvc_layer* l, kvc_layer_options* spec, kvc_quant_opti
   spec->quant = quant;
 }
 
+/* Files: by the layer's mode (configure chose its ops table from it). */
+static kvc_error* check_loaded(const char* fn, const char* where, const kvc_layer* l) {
+  if (kvci_quant_opts(l)->mode == KVC_QUANT_MODE_TRANSFORMERS)
+    return kvci_quant_transformers_check_loaded(fn, where, l);
+  return kvci_quant_incremental_check_loaded(fn, where, l);
+}
+
 int kvci_quant_is_croppable(const kvc_layer* l, uint32_t release) {
   (void)l;
   return release != 0 && release < 52400;
@@ -474,4 +481,5 @@ const kvc_kind kvc_quantized_kind = {
     .state_bytes = kvci_quant_scratch_bytes,
     .free_state = kvci_quant_scratch_free,
     .describe = describe,
+    .check_loaded = check_loaded,
 };

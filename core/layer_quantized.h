@@ -190,6 +190,13 @@ void kvci_quant_compact_crop(const kvc_cache* c, kvc_layer* l, int64_t keep);
 int kvci_quant_is_croppable(const kvc_layer* layer, uint32_t release);
 
 /* Transformers mode (layer_quantized_transformers.c): transformers' own timeline, requantizing the whole tensor. */
+/*
+ * Files (kvc_kind.check_loaded by mode): the groups a layer read from a file holds against what the mode
+ * allocates for its quantized tokens: incremental and compact keep quantized / unit_tokens units of a fixed size
+ * in a buffer that holds them; transformers keeps the groups of its last quantization, when they lie within rows.
+ */
+kvc_error* kvci_quant_incremental_check_loaded(const char* fn, const char* where, const kvc_layer* l);
+kvc_error* kvci_quant_transformers_check_loaded(const char* fn, const char* where, const kvc_layer* l);
 kvc_error* kvci_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                         const kvc_update_options* o);
 kvc_error* kvci_quant_transformers_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,

@@ -234,4 +234,5 @@ const kvc_kind kvc_quantized_fp8_kind = {
     .traits = KVC_TRAIT_HAS_KV, /* no offloaded class in transformers */
     .ops = &fp8_ops,
     .is_croppable = kvci_quant_is_croppable,
+    .check_loaded = kvci_loaded_store_only, /* its store grows as the dynamic one; its scales index nothing */
 };

@@ -43,6 +43,35 @@ static int64_t groups_per_head(const kvc_layer* l, int which) {
   return kvci_quant_per_channel(kvci_quant_opts(l), which) ? d : d / kvci_quant_opts(l)->q_group_size;
 }
 
+kvc_error* kvci_quant_incremental_check_loaded(const char* fn, const char* where, const kvc_layer* l) {
+  const kvc_quant_ext* x = kvci_quant_ext_of(l);
+  if (!x) return NULL;
+  static const char* const units_field[2] = {"the quantized key units", "the quantized value units"};
+  static const char* const bytes_field[2] = {"the quantized key unit bytes", "the quantized value unit bytes"};
+  const int64_t rb = kvci_quant_record_bytes(l, kvci_quant_opts(l)->q_group_size);
+  for (int w = 0; w < 2; w++) {
+    const int64_t ut = kvci_quant_unit_tokens(l, w), want_units = x->quantized / ut;
+    if (x->units[w] != want_units)
+      return kvci_loaded_refuse(fn, where, units_field[w], x->units[w],
+                                "%" PRId64 " quantized tokens make %" PRId64 " units of %" PRId64 " tokens",
+                                x->quantized, want_units, ut);
+    if (!x->rows[w].ptr) {
+      if (x->units[w])
+        return kvci_loaded_refuse(fn, where, units_field[w], x->units[w], "units need their row buffer");
+      continue;
+    }
+    int64_t ub, held;
+    if (__builtin_mul_overflow(l->heads * groups_per_head(l, w), rb, &ub) || x->unit_bytes[w] != ub)
+      return kvci_loaded_refuse(fn, where, bytes_field[w], x->unit_bytes[w],
+                                "%" PRId64 " heads of %" PRId64 " groups of %" PRId64 " bytes make %" PRId64,
+                                l->heads, groups_per_head(l, w), rb, ub);
+    if (__builtin_mul_overflow(x->units[w], ub, &held) || held > x->rows[w].row_bytes)
+      return kvci_loaded_refuse(fn, where, "a quantized row buffer's row bytes", x->rows[w].row_bytes,
+                                "%" PRId64 " units of %" PRId64 " bytes need that many at least", x->units[w], ub);
+  }
+  return NULL;
+}
+
 /* Tokens the next update of n tokens quantizes, from the front of the residual. */
 static int64_t tokens_to_quantize(const kvc_layer* l, int64_t quantized, int64_t total) {
   int64_t over = total - quantized - kvci_quant_opts(l)->residual_length, b = kvci_quant_block_tokens(l);

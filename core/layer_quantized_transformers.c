@@ -91,6 +91,31 @@ static int groups_within_rows(const kvc_layer* l, int which, int64_t s) {
   return channel ? g == 1 : (l->heads * s * d) % g == 0;
 }
 
+kvc_error* kvci_quant_transformers_check_loaded(const char* fn, const char* where, const kvc_layer* l) {
+  const kvc_quant_ext* x = kvci_quant_ext_of(l);
+  if (!x) return NULL;
+  const int64_t s = x->quantized;
+  for (int w = 0; w < 2; w++) {
+    /* apply_update keeps one unit, the groups of the s tokens it quantized, when they lie within rows. */
+    kvc_quant_layout lay;
+    int64_t want = 0;
+    if (s && l->initialized && groups_within_rows(l, w, s)) {
+      kvc_error* ungroupable = check_grouping(fn, 0, l, w, s, &lay); /* no update could have quantized s tokens */
+      if (ungroupable || __builtin_mul_overflow(lay.ngroups / l->batch, kvci_quant_record_bytes(l, lay.group), &want))
+        want = -1;
+      kvc_error_destroy(ungroupable);
+    }
+    int64_t have = x->rows[w].ptr ? x->rows[w].row_bytes : 0;
+    if (have != want || x->units[w] != (want > 0) || (want > 0 && x->unit_bytes[w] != want))
+      return kvci_loaded_refuse(fn, where, w ? "the quantized value groups' bytes" : "the quantized key groups' bytes",
+                                have,
+                                "the groups of %" PRId64 " quantized tokens take %" PRId64
+                                " bytes per row in one unit (0: none kept)",
+                                s, want);
+  }
+  return NULL;
+}
+
 /* Scratch of one quantization (byte offsets), for one tensor at a time: its values as a contiguous
  * [B, H, s, D] tensor (in: the store's; out: their dequantization), then the quantizer's working memory. */
 typedef struct flush_scratch {

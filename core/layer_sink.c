@@ -717,6 +717,13 @@ static kvc_error* load_state(const char* fn, kvc_cache* c, kvci_record_reader* i
     if (kvci_rec_get_range(in, 0, hi[i], &h[i])) return kvci_err(KVC_ERROR_IO, "%s: the sink kind's state record is malformed (table)", fn);
   if (h[5] != (h[2] ? min64(h[3], h[1]) * h[4] : 0))
     return kvci_err(KVC_ERROR_IO, "%s: the sink kind's state record is malformed (table size)", fn);
+  /* The table is read up to the largest window, by the first sink layer's updates: both follow from the layers
+   * loaded before this record (kvc_cache.kind_state is made the same way, new_state). */
+  if (h[0] != (int64_t)first_sink_layer(c) || h[1] != largest_window(c))
+    return kvci_err(KVC_ERROR_IO,
+                    "%s: the file's sink state (KSTA section): record_layer is %" PRId64 " and max_window %" PRId64
+                    "; the cache's sink layers make them %u (the first sink layer) and %" PRId64 " (the largest window)",
+                    fn, h[0], h[1], first_sink_layer(c), largest_window(c));
   kvc_sink_state* s = (kvc_sink_state*)calloc(1, sizeof(*s));
   if (!s) return kvci_err_oom();
   c->kind_state[KVC_LAYER_SINK] = s; /* free_state releases whatever is read from here on */
@@ -732,6 +739,15 @@ static kvc_error* load_state(const char* fn, kvc_cache* c, kvci_record_reader* i
     int64_t k[5];
     for (int j = 0; j < 5; j++)
       if (kvci_rec_get_range(in, 0, INT32_MAX, &k[j])) return malformed(fn, c, "re-rotation key");
+    /* A shift by n keeps the last window - sinks - n tokens (plan_shift), and rerotate_kept reads that many rows of
+     * a computed rotation, whatever rows its record claims. */
+    if (k[3] != k[2] - k[1] - k[0] || k[3] < 1 || k[4] < 1) {
+      char what[160];
+      snprintf(what, sizeof what, "re-rotation %" PRId64 ": rows %" PRId64 " and dim %" PRId64 "; a shift by %" PRId64
+               " of a window of %" PRId64 " with %" PRId64 " sinks keeps %" PRId64 " rows, dim >= 1",
+               i, k[3], k[4], k[0], k[2], k[1], k[2] - k[1] - k[0]);
+      return malformed(fn, c, what);
+    }
     sink_rotation* q = &s->rot[s->nrot++];
     q->shift = k[0], q->num_sink = k[1], q->window = k[2], q->rows = k[3], q->dim = k[4];
     q->computed = 1;
@@ -771,6 +787,16 @@ static void configure(kvc_layer* l, const kvc_layer_options* spec) {
 /* SinkCache holds window_length tokens. */
 static int64_t capacity(const kvc_layer* l) { return l->window; }
 
+/* A shift keeps the sinks and the tail of at most `window` stored tokens (plan_shift). */
+static kvc_error* check_loaded(const char* fn, const char* where, const kvc_layer* l) {
+  int64_t stored = kvci_layer_stored(l);
+  if (stored > l->window)
+    return kvci_loaded_refuse(fn, where, "the stored tokens", stored,
+                              "a sink layer (window %" PRId64 ", %" PRId64 " sink tokens) holds %" PRId64 " at most",
+                              l->window, (int64_t)NUM_SINK(l), l->window);
+  return NULL;
+}
+
 /* SinkCache has no crop. */
 static int never_croppable(const kvc_layer* l, uint32_t release) {
   (void)l; (void)release;
@@ -792,4 +818,5 @@ const kvc_kind kvc_sink_kind = {
     .describe = describe,
     .save_state = save_state,
     .load_state = load_state,
+    .check_loaded = check_loaded,
 };

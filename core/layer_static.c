@@ -111,6 +111,16 @@ const kvc_layer_ops kvc_static_layer_ops = {
 
 int64_t kvci_capacity_slots(const kvc_layer* l) { return l->slots; }
 
+/* Every static update writes inside [0, slots) of a store allocated with exactly that many (initial_capacity). */
+kvc_error* kvci_static_check_loaded(const char* fn, const char* where, const kvc_layer* l) {
+  if (l->initialized && l->cap != l->slots)
+    return kvci_loaded_refuse(fn, where, "the store's capacity", l->cap,
+                              "a %s layer (max_cache_len %" PRId64 ", window %" PRId64 ") has exactly %" PRId64
+                              " slots",
+                              l->desc->name, l->max_cache_len, l->window, l->slots);
+  return NULL;
+}
+
 /* StaticLayer.is_croppable: True since 5.24 (5.23: False, it had no crop). */
 int kvci_static_is_croppable(const kvc_layer* l, uint32_t release) {
   (void)l;
@@ -124,4 +134,5 @@ const kvc_kind kvc_static_kind = {
     .ops = &kvc_static_layer_ops,
     .capacity = kvci_capacity_slots,
     .is_croppable = kvci_static_is_croppable,
+    .check_loaded = kvci_static_check_loaded,
 };

@@ -93,6 +93,22 @@ static void apply_crop(const kvc_cache* c, kvc_layer* l, int64_t tokens) {
 }
 
 /* StaticSlidingWindowLayer.is_croppable (5.24): only a layer whose window never moves, max_cache_len <= window. */
+/* Branch 4 writes inside [0, slots) of a store that initial_capacity made 2 x slots; once full, the store keeps
+ * the last `slots` tokens (branches 1 to 3), which the next update's region is. */
+kvc_error* kvci_static_sliding_check_loaded(const char* fn, const char* where, const kvc_layer* l) {
+  if (!l->initialized) return NULL;
+  if (l->cap < l->slots)
+    return kvci_loaded_refuse(fn, where, "the store's capacity", l->cap,
+                              "a %s layer (max_cache_len %" PRId64 ", window %" PRId64 ") has %" PRId64
+                              " slots at least",
+                              l->desc->name, l->max_cache_len, l->window, l->slots);
+  if (is_full(l) && l->end - l->start != l->slots)
+    return kvci_loaded_refuse(fn, where, "the stored tokens", l->end - l->start,
+                              "a full %s layer (%" PRId64 " tokens seen) keeps exactly its %" PRId64 " slots",
+                              l->desc->name, l->cum, l->slots);
+  return NULL;
+}
+
 static int is_croppable(const kvc_layer* l, uint32_t release) {
   return kvci_static_is_croppable(l, release) && l->max_cache_len <= l->window;
 }
@@ -130,6 +146,7 @@ const kvc_layer_ops kvc_static_sliding_layer_ops = {
     .id = ID, .name = NAME,                                                                        \
     .traits = KVC_TRAIT_HAS_KV | KVC_TRAIT_STATIC | KVC_TRAIT_SLIDING | KVC_TRAIT_OFFLOADS | (TRAITS), \
     .ops = &kvc_static_sliding_layer_ops, .capacity = kvci_capacity_slots, .is_croppable = is_croppable, \
+    .check_loaded = kvci_static_sliding_check_loaded,                                            \
   }
 
 const kvc_kind kvc_static_sliding_kind = KVC_STATIC_SLIDING_KIND(KVC_LAYER_STATIC_SLIDING, "static sliding", 0);

@@ -56,6 +56,86 @@ static size_t checked_bytes(const int64_t* f, int n) {
   return r > (uint64_t)SIZE_MAX / 2 ? 0 : (size_t)r;
 }
 
+/* ------------------------------------------------------------- files */
+
+static int valid_state_dtype(kvc_dtype d) {
+  return d == KVC_DTYPE_FLOAT32 || d == KVC_DTYPE_FLOAT16 || d == KVC_DTYPE_BFLOAT16;
+}
+
+static kvc_error* check_conv(const char* fn, const char* where, const kvc_layer* l, uint32_t s) {
+  const kvc_linear_pair* p = &kvci_linear_pairs(l)[s];
+  const kvc_row_buffer* rb = &kvci_linear_rows(l)[2 * s];
+  char field[64];
+  if (!rb->ptr) { /* the state's code takes a set dtype for an allocated buffer */
+    snprintf(field, sizeof field, "state pair %u's conv dtype", s);
+    if (p->conv_dtype != KVC_DTYPE_UNSET || p->cap || p->begin || p->end)
+      return kvci_loaded_refuse(fn, where, field, p->conv_dtype,
+                                "a conv state without a buffer has no dtype (0), capacity %" PRId64
+                                " and region [%" PRId64 ", %" PRId64 ") must be 0",
+                                p->cap, p->begin, p->end);
+    return NULL;
+  }
+  int64_t want_kernel = kvci_linear_params_of(l)->conv_kernel;
+  snprintf(field, sizeof field, "state pair %u's conv dtype", s);
+  if (!valid_state_dtype(p->conv_dtype))
+    return kvci_loaded_refuse(fn, where, field, p->conv_dtype, "conv states are float32, float16 or bfloat16");
+  snprintf(field, sizeof field, "state pair %u's conv kernel", s);
+  if (p->kernel < 1 || (want_kernel && p->kernel != want_kernel))
+    return kvci_loaded_refuse(fn, where, field, p->kernel, "the layer's conv_kernel is %" PRId64 " (0: any >= 1)",
+                              want_kernel);
+  snprintf(field, sizeof field, "state pair %u's conv capacity", s);
+  if (p->cap < p->kernel)
+    return kvci_loaded_refuse(fn, where, field, p->cap, "a conv state holds its kernel (%" PRId64 ") at least",
+                              p->kernel);
+  const int64_t row[3] = {p->channels, p->cap, (int64_t)kvc_dtype_size(p->conv_dtype)};
+  size_t want = p->channels >= 1 ? checked_bytes(row, 3) : 0;
+  snprintf(field, sizeof field, "state pair %u's conv row bytes", s);
+  if (!want || rb->row_bytes != (int64_t)want)
+    return kvci_loaded_refuse(fn, where, field, rb->row_bytes,
+                              "%" PRId64 " channels x capacity %" PRId64 " of %s make %zu bytes", p->channels, p->cap,
+                              kvci_dtype_name(p->conv_dtype), want);
+  return NULL;
+}
+
+static kvc_error* check_recurrent(const char* fn, const char* where, const kvc_layer* l, uint32_t s) {
+  const kvc_linear_pair* p = &kvci_linear_pairs(l)[s];
+  const kvc_row_buffer* rb = &kvci_linear_rows(l)[2 * s + 1];
+  char field[64];
+  snprintf(field, sizeof field, "state pair %u's recurrent dtype", s);
+  if (!rb->ptr) {
+    if (p->rec_dtype != KVC_DTYPE_UNSET)
+      return kvci_loaded_refuse(fn, where, field, p->rec_dtype, "a recurrent state without a buffer has no dtype (0)");
+    return NULL;
+  }
+  if (!valid_state_dtype(p->rec_dtype))
+    return kvci_loaded_refuse(fn, where, field, p->rec_dtype, "recurrent states are float32, float16 or bfloat16");
+  snprintf(field, sizeof field, "state pair %u's recurrent shape[0]", s);
+  if (p->rec_ndim < 1 || p->rec_shape[0] != l->batch)
+    return kvci_loaded_refuse(fn, where, field, p->rec_ndim < 1 ? 0 : p->rec_shape[0],
+                              "a recurrent state has at least one dimension, the first the layer's batch (%" PRId64 ")",
+                              l->batch);
+  int64_t f[KVC_LINEAR_MAX_REC_DIMS + 1];
+  f[0] = (int64_t)kvc_dtype_size(p->rec_dtype);
+  for (int32_t i = 1; i < p->rec_ndim; i++) f[i] = p->rec_shape[i];
+  size_t want = checked_bytes(f, p->rec_ndim);
+  snprintf(field, sizeof field, "state pair %u's recurrent row bytes", s);
+  if (!want || rb->row_bytes != (int64_t)want)
+    return kvci_loaded_refuse(fn, where, field, rb->row_bytes,
+                              "its shape's dimensions after the batch, in %s, make %zu bytes",
+                              kvci_dtype_name(p->rec_dtype), want);
+  return NULL;
+}
+
+kvc_error* kvci_linear_check_loaded(const char* fn, const char* where, const kvc_layer* l) {
+  if (!l->ext) return NULL;
+  kvc_error* e = NULL;
+  for (uint32_t s = 0; !e && s < kvci_linear_params_of(l)->num_states; s++) {
+    e = check_conv(fn, where, l, s);
+    if (!e) e = check_recurrent(fn, where, l, s);
+  }
+  return e;
+}
+
 /* ------------------------------------------------------------ conv state */
 
 /*

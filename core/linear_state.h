@@ -72,6 +72,13 @@ static inline const kvc_linear_params* kvci_linear_params_of(const kvc_layer* l)
 
 size_t kvci_linear_ext_bytes(uint32_t num_states);
 
+/*
+ * A layer read from a file (kvc_kind.check_loaded of the LINEAR family): every state pair's geometry against the
+ * buffers this file allocates for it (conv: [batch][cap x channels] elements, cap >= the kernel, its live region
+ * inside; recurrent: [batch][shape[1..]] elements, shape[0] the batch; no region without a buffer).
+ */
+kvc_error* kvci_linear_check_loaded(const char* fn, const char* where, const kvc_layer* layer);
+
 /* Whether any state of the layer is allocated (then layer->batch is fixed). */
 int kvci_linear_any_state(const kvc_layer* layer);
 /* Every state pair has had its first conv update. */

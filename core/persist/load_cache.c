@@ -45,20 +45,34 @@ static kvc_error* read_generic(const char* fn, uint32_t part, uint32_t i, kvci_r
   return NULL;
 }
 
-/* A tensor section of the layer, checked against the shape and element size it must have. */
+/* A tensor section of the layer, checked against the shape, dtype and element size it must have: its header's
+ * dims, dtype and elem_bytes, and its payload's size (a ROWS section's dims[3] is 0 past 2^32 bytes). */
 static kvc_error* tensor_section(const char* fn, const kvci_file* f, uint32_t type, uint32_t part, uint32_t i,
-                                 uint32_t sub, const int64_t shape[4], uint64_t elem, const unsigned char** out) {
+                                 uint32_t sub, const int64_t shape[4], uint32_t dtype, uint64_t elem,
+                                 const unsigned char** out) {
   const kvci_file_section* s = kvci_file_find(f, type, part, i, sub);
-  char tag[5];
+  char tag[5], what[192];
   if (!s) {
-    char what[64];
     snprintf(what, sizeof what, "its %s section (sub %u) is missing", kvcf_tag_name(type, tag), sub);
     return bad_layer(fn, part, i, what);
   }
   uint64_t bytes = elem;
   for (int d = 0; d < 4; d++) bytes *= (uint64_t)shape[d];
+  for (int d = 0; d < 4; d++) {
+    uint32_t want = shape[d] > UINT32_MAX ? 0 : (uint32_t)shape[d];
+    if (s->h.dims[d] != want) {
+      snprintf(what, sizeof what, "its %s section (sub %u) at offset %llu has dims[%d] %u; the layer's record makes it %u",
+               kvcf_tag_name(type, tag), sub, (unsigned long long)s->offset, d, s->h.dims[d], want);
+      return bad_layer(fn, part, i, what);
+    }
+  }
+  if (s->h.dtype != dtype || s->h.elem_bytes != elem) {
+    snprintf(what, sizeof what, "its %s section (sub %u) at offset %llu has dtype %u and elem_bytes %u; the layer's "
+             "record makes them %u and %llu", kvcf_tag_name(type, tag), sub, (unsigned long long)s->offset,
+             s->h.dtype, s->h.elem_bytes, dtype, (unsigned long long)elem);
+    return bad_layer(fn, part, i, what);
+  }
   if (s->h.payload_bytes != bytes) {
-    char what[128];
     snprintf(what, sizeof what, "its %s section at offset %llu has %llu bytes, not %llu", kvcf_tag_name(type, tag),
              (unsigned long long)s->offset, (unsigned long long)s->h.payload_bytes, (unsigned long long)bytes);
     return bad_layer(fn, part, i, what);
@@ -67,19 +81,32 @@ static kvc_error* tensor_section(const char* fn, const kvci_file* f, uint32_t ty
   return NULL;
 }
 
+/* a * b into *out, 0; -1 when the product does not fit in int64_t. */
+static int mul_fits(int64_t a, int64_t b, int64_t* out) { return __builtin_mul_overflow(a, b, out) ? -1 : 0; }
+
 static kvc_error* load_store(const char* fn, const kvci_file* f, uint32_t part, uint32_t i, const kvc_cache* c,
                              kvci_stage* st, kvc_layer* l) {
+  int64_t bytes;
+  if (mul_fits(l->batch, l->heads, &bytes) || mul_fits(bytes, l->cap, &bytes) ||
+      mul_fits(bytes, l->k_dim + l->v_dim, &bytes) || mul_fits(bytes, (int64_t)l->elem, &bytes))
+    return bad_layer(fn, part, i, "its store's batch x heads x capacity x (key dim + value dim) x element size "
+                                  "overflows 64 bits");
+  const unsigned char* src[2] = {NULL, NULL};
+  int64_t shape[2][4];
+  for (int which = 0; which < 2; which++) { /* both sections checked before a byte is allocated */
+    const int64_t sh[4] = {l->batch, l->heads, l->end - l->start, which ? l->v_dim : l->k_dim};
+    memcpy(shape[which], sh, sizeof sh);
+    kvc_error* e = tensor_section(fn, f, which ? KVCF_VALUES : KVCF_KEYS, part, i, 0, shape[which],
+                                  (uint32_t)l->dtype, l->elem, &src[which]);
+    if (e) return e;
+  }
   if (kvci_store_alloc_tier(c, l->offloaded, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &l->k, &l->v))
     return kvci_err_oom();
   for (int which = 0; which < 2; which++) {
-    int64_t d = which ? l->v_dim : l->k_dim, strides[4];
-    const int64_t shape[4] = {l->batch, l->heads, l->end - l->start, d};
-    const unsigned char* src = NULL;
-    kvc_error* e = tensor_section(fn, f, which ? KVCF_VALUES : KVCF_KEYS, part, i, 0, shape, l->elem, &src);
-    if (e) return e;
+    int64_t strides[4];
     kvci_store_strides(l, which, strides);
-    char* base = (char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem;
-    if (kvci_xfer_load(st, base, strides, shape, l->elem, src))
+    char* base = (char*)(which ? l->v : l->k) + (size_t)(l->start * shape[which][3]) * l->elem;
+    if (kvci_xfer_load(st, base, strides, shape[which], l->elem, src[which]))
       return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend failed to copy layer %u to the device", fn,
                       c->backend->name, i);
   }
@@ -97,9 +124,11 @@ static kvc_error* load_rows(const char* fn, const kvci_file* f, uint32_t part, u
     if (!r->allocated[j]) continue;
     const int64_t shape[4] = {l->batch, 1, 1, rb[j].row_bytes}, strides[4] = {shape[3], shape[3], shape[3], 1};
     const unsigned char* src = NULL;
-    kvc_error* e = tensor_section(fn, f, KVCF_ROWS, part, i, (uint32_t)j, shape, 1, &src);
-    if (e) return e;
+    int64_t bytes;
     if (l->batch < 1 || rb[j].row_bytes < 1) return bad_layer(fn, part, i, "an allocated row buffer is empty");
+    if (mul_fits(l->batch, rb[j].row_bytes, &bytes)) return bad_layer(fn, part, i, "a row buffer's size overflows");
+    kvc_error* e = tensor_section(fn, f, KVCF_ROWS, part, i, (uint32_t)j, shape, 0, 1, &src);
+    if (e) return e;
     if (!(rb[j].ptr = b->alloc_zeroed(b->ctx, &c->exec, (size_t)(l->batch * rb[j].row_bytes)))) return kvci_err_oom();
     if (kvci_xfer_load(st, rb[j].ptr, strides, shape, 1, src))
       return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend failed to copy layer %u to the device", fn,
@@ -135,6 +164,9 @@ static kvc_error* load_layer(const char* fn, const kvci_file* f, uint32_t part, 
     return bad_layer(fn, part, i, "row buffers without extension state");
   }
   if (kvci_rec_left(&in)) return bad_layer(fn, part, i, "its record has bytes after its kind's record");
+  char where[96];
+  snprintf(where, sizeof where, "%slayer %u (LAYR section, part %u)", part ? "cross-attention " : "", i, part);
+  if ((e = kvci_kind_check_loaded(fn, where, l))) return e;
   kvci_layer_sync_view(l);
   return NULL;
 }
@@ -147,8 +179,14 @@ static kvc_error* load_settings(const char* fn, const kvci_file* f, uint32_t par
   if (!s || kvci_rec_get_range(&in, 0, INT32_MAX, &reserve) || kvci_rec_get_range(&in, 0, INT32_MAX, &accepted) ||
       kvci_rec_left(&in))
     return kvci_err(KVC_ERROR_IO, "%s: the file's cache state section (CSTA) is missing or malformed", fn);
-  if (fp->offload < 0 || fp->offload > 3 || kvci_query_offset_check(fn, (kvc_query_offset_rule)fp->query_offset_rule))
-    return kvci_err(KVC_ERROR_IO, "%s: the file's cache settings are malformed", fn);
+  kvc_error* rule = kvci_query_offset_check(fn, (kvc_query_offset_rule)fp->query_offset_rule);
+  if (rule || fp->offload < 0 || fp->offload > 3) {
+    kvc_error_destroy(rule);
+    return kvci_err(KVC_ERROR_IO,
+                    "%s: the file's fingerprint (FPRT section): offload %" PRId64 " or query_offset_rule %" PRId64
+                    " is not one this library knows",
+                    fn, fp->offload, fp->query_offset_rule);
+  }
   c->lazy = (int)fp->lazy;
   c->offload = (kvc_offload)fp->offload;
   c->transformers_release = (uint32_t)fp->transformers_release;

@@ -142,6 +142,38 @@ static kvc_error* check_section(const char* fn, const unsigned char* d, uint64_t
   return NULL;
 }
 
+/* Sections by identity (type, part, index, sub), then file order. */
+static int by_identity(const void* pa, const void* pb) {
+  const kvci_file_section *a = *(const kvci_file_section* const*)pa, *b = *(const kvci_file_section* const*)pb;
+  const uint32_t ka[4] = {a->h.type, a->h.part, a->h.index, a->h.sub}, kb[4] = {b->h.type, b->h.part, b->h.index, b->h.sub};
+  for (int i = 0; i < 4; i++)
+    if (ka[i] != kb[i]) return ka[i] < kb[i] ? -1 : 1;
+  return a->offset < b->offset ? -1 : a->offset > b->offset;
+}
+
+/* Every section names one thing: a second section of the same type, part, index and sub is refused (a reader that
+ * took the first would let a file say two things). */
+static kvc_error* check_unique(const char* fn, const kvci_file* f) {
+  if (f->count < 2) return NULL;
+  const kvci_file_section** order = (const kvci_file_section**)malloc(f->count * sizeof(*order));
+  if (!order) return kvci_err_oom();
+  for (size_t i = 0; i < f->count; i++) order[i] = &f->sections[i];
+  qsort(order, f->count, sizeof(*order), by_identity);
+  kvc_error* e = NULL;
+  for (size_t i = 1; i < f->count && !e; i++) {
+    const kvcf_section *a = &order[i - 1]->h, *b = &order[i]->h;
+    if (a->type == b->type && a->part == b->part && a->index == b->index && a->sub == b->sub) {
+      char name[96], detail[160];
+      section_name(name, sizeof name, (size_t)(order[i] - f->sections), b);
+      snprintf(detail, sizeof detail, "it repeats section %zu (same type, part %u, index %u and sub %u); each "
+               "section may appear once", (size_t)(order[i - 1] - f->sections), b->part, b->index, b->sub);
+      e = corrupt(fn, name, order[i]->offset, detail);
+    }
+  }
+  free(order);
+  return e;
+}
+
 kvc_error* kvci_file_parse(const char* fn, const unsigned char* d, size_t len, kvci_file* f) {
   memset(f, 0, sizeof *f);
   kvc_error* e = check_header(fn, d, len, f);
@@ -164,6 +196,10 @@ kvc_error* kvci_file_parse(const char* fn, const unsigned char* d, size_t len, k
     return corrupt(fn, "the sections", at, "they end before the table starts");
   }
   f->count = (size_t)count;
+  if ((e = check_unique(fn, f))) {
+    kvci_file_free(f);
+    return e;
+  }
   return NULL;
 }
 

@@ -208,7 +208,7 @@ typedef struct sequence_rec {
 } sequence_rec;
 
 static kvc_error* bad_sequence(const char* fn, const char* what) {
-  return kvci_err(KVC_ERROR_IO, "%s: the file's sequence record is malformed: %s", fn, what);
+  return kvci_err(KVC_ERROR_IO, "%s: the file's sequence record (PSEQ section) is malformed: %s", fn, what);
 }
 
 static kvc_error* read_sequence(const char* fn, const kvci_file_section* s, const kvc_pool* p, sequence_rec* q) {
@@ -231,10 +231,22 @@ static kvc_error* read_sequence(const char* fn, const kvci_file_section* s, cons
         kvci_rec_get_range(&in, 0, kvci_pool_is_recurrent(grp), &r->live) ||
         kvci_rec_get_bytes(&in, &r->present, (size_t)r->num_blocks * 8))
       return bad_sequence(fn, "a group's table");
+    /* The group's geometry (pool_internal.h, kvci_pool_seq_group): an attention group's table has an entry per
+     * block of the sequence; those before window_from were given back by the window, the others are held. */
+    char what[192];
+    if (!kvci_pool_is_recurrent(grp) && r->num_blocks != most) {
+      snprintf(what, sizeof what, "group %u's num_blocks is %" PRId64 "; %" PRId64 " tokens in blocks of %u make %" PRId64,
+               g, r->num_blocks, q->length, grp->block_size, most);
+      return bad_sequence(fn, what);
+    }
     r->held = (uint64_t)r->live;
     for (int64_t i = 0; i < r->num_blocks; i++) {
       uint64_t f = kvcf_get64(r->present + 8 * i);
-      if (f > 1) return bad_sequence(fn, "a table entry's flag");
+      if (f != (uint64_t)(i >= r->window_from)) {
+        snprintf(what, sizeof what, "group %u's table entry %" PRId64 " is %llu; entries before window_from (%" PRId64
+                 ") are given back (0), the others held (1)", g, i, (unsigned long long)f, r->window_from);
+        return bad_sequence(fn, what);
+      }
       r->held += f;
     }
   }
@@ -247,7 +259,15 @@ static kvc_error* slot_section(const char* fn, const kvci_file* f, const kvc_poo
   const kvci_pool_layer* l = &p->layers[layer];
   uint32_t type = kvci_pool_is_recurrent(&p->groups[l->group]) ? KVCF_RECURRENT : KVCF_BLOCKS;
   const kvci_file_section* s = kvci_file_find(f, type, 0, layer, (uint32_t)which);
-  uint64_t bytes = count * (uint64_t)(which ? l->v_block : l->k_block) * p->elem;
+  const uint64_t per = (uint64_t)(which ? l->v_block : l->k_block), bytes = count * per * p->elem;
+  if (s && (s->h.dims[0] != (uint32_t)count || s->h.dims[1] != 1 || s->h.dims[2] != 1 || s->h.dims[3] != (uint32_t)per ||
+            s->h.dtype != (uint32_t)p->dtype || s->h.elem_bytes != (uint32_t)p->elem))
+    return kvci_err(KVC_ERROR_IO,
+                    "%s: the file's %s section of layer %u (sub %d): dims [%u, %u, %u, %u], dtype %u and elem_bytes %u; "
+                    "the pool's layout makes them [%llu, 1, 1, %llu], %u and %u",
+                    fn, type == KVCF_RECURRENT ? "RECS" : "BLKS", layer, which, s->h.dims[0], s->h.dims[1],
+                    s->h.dims[2], s->h.dims[3], s->h.dtype, s->h.elem_bytes, (unsigned long long)count,
+                    (unsigned long long)per, (uint32_t)p->dtype, (uint32_t)p->elem);
   if (!s || s->h.payload_bytes != bytes)
     return kvci_err(KVC_ERROR_IO, "%s: the file's %s bytes of layer %u are %s (%llu bytes expected)", fn,
                     which ? "value" : "key", layer, s ? "of another size" : "missing", (unsigned long long)bytes);
