@@ -289,18 +289,20 @@ static int make_dirs(char* path) {
   return mkdir(path, 0755) && errno != EEXIST ? -1 : 0;
 }
 
-kvc_error* kvc_disk_tier_create(const kvc_disk_tier_options* options, kvc_tier** out) {
+kvc_error* kvc_disk_tier_create(const kvc_disk_tier_options* given, kvc_tier** out) {
   static const char* FN = "kvc_disk_tier_create";
-  if (!options) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL", FN);
-  if (options->struct_size != sizeof(*options))
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->struct_size is %u but this library knows only %zu; "
-                    "initialize it with KVC_DISK_TIER_OPTIONS_INIT", FN, options->struct_size, sizeof(*options));
+  if (!given) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL", FN);
+  kvc_disk_tier_options full;
+  kvc_error* bad = kvci_read_disk_tier_options(FN, "options", given, &full);
+  if (bad) return bad;
+  const kvc_disk_tier_options* options = &full;
   if (!options->directory || !*options->directory)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->directory is %s; name the tier's directory", FN,
                     options->directory ? "empty" : "NULL");
   if (options->reserved)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->reserved is %" PRIu64 "; it is 0", FN,
                     options->reserved);
+  if ((bad = kvci_tier_auth_check(FN, "options->auth_key", options->auth_key, options->auth_key_len))) return bad;
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   disk_tier* d = calloc(1, sizeof(*d));
   size_t len = strlen(options->directory);
@@ -332,5 +334,7 @@ kvc_error* kvc_disk_tier_create(const kvc_disk_tier_options* options, kvc_tier**
   static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), disk_put_many, disk_get_many, disk_destroy};
   char name[64];
   snprintf(name, sizeof name, "disk");
-  return kvc_tier_create(&OPS, d, name, out);
+  kvc_error* e = kvc_tier_create(&OPS, d, name, out);
+  if (!e) kvci_tier_auth_set(*out, options->auth_key, options->auth_key_len);
+  return e;
 }

@@ -11,6 +11,7 @@
 #include "internal.h"
 #include "redis_internal.h"
 #include "redis_tier_open.h"
+#include "tier/tier_internal.h"
 
 #define FN "kvc_redis_tier_create"
 #define MAX_PREFIX 256
@@ -184,9 +185,17 @@ kvc_error* kvci_redis_tier_open(const kvc_redis_tier_options* o, kvc_tier_ops* o
 
 kvc_error* kvc_redis_tier_create(const kvc_redis_tier_options* options, kvc_tier** out) {
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  if (!options) return check_options(NULL);
+  /* A caller built against an older header passes a shorter struct: read it into a full one (options.c). */
+  kvc_redis_tier_options full;
+  kvc_error* e = kvci_read_redis_tier_options(FN, "options", options, &full);
+  if (!e) e = kvci_tier_auth_check(FN, "options.auth_key", full.auth_key, full.auth_key_len);
+  if (e) return e;
   kvc_tier_ops ops;
   void* ctx = NULL;
-  kvc_error* e = kvci_redis_tier_open(options, &ops, &ctx);
+  e = kvci_redis_tier_open(&full, &ops, &ctx);
   if (e) return e;
-  return kvc_tier_create(&ops, ctx, "redis", out); /* it owns ctx from here, on error too */
+  e = kvc_tier_create(&ops, ctx, "redis", out); /* it owns ctx from here, on error too */
+  if (!e) kvci_tier_auth_set(*out, full.auth_key, full.auth_key_len);
+  return e;
 }
