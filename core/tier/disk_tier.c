@@ -86,6 +86,21 @@ static int write_all(int fd, const uint8_t* p, size_t n) {
   return 0;
 }
 
+/*
+ * Whether the file at `path` (already known to be `size` bytes) ends as `value` does. A frame's last bytes are its
+ * CRC or MAC, so equal ends mean the same frame in practice; a file written under another authentication key (or
+ * flipped in place) differs there, and is replaced instead of being kept as "stored already" for good.
+ */
+static int same_trailer(const char* path, const uint8_t* value, size_t size) {
+  uint8_t end[KVCI_TIER_MAC_SIZE];
+  size_t n = size < sizeof end ? size : sizeof end;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return 0;
+  ssize_t got = pread(fd, end, n, (off_t)(size - n));
+  close(fd);
+  return got == (ssize_t)n && memcmp(end, value + size - n, n) == 0;
+}
+
 /* Stores one value: temporary file, then rename. 0 or -1. */
 static int put_one(disk_tier* d, const uint8_t key[KVCI_TIER_KEY_SIZE], const void* value, size_t size, char* path,
                    char* temp, char* scratch) {
@@ -93,7 +108,7 @@ static int put_one(disk_tier* d, const uint8_t key[KVCI_TIER_KEY_SIZE], const vo
   block_path(d, key, path);
   uint32_t e = kvci_disk_index_find(&d->index, key);
   struct stat st;
-  if (e != UINT32_MAX && stat(path, &st) == 0 && (uint64_t)st.st_size == size) {
+  if (e != UINT32_MAX && stat(path, &st) == 0 && (uint64_t)st.st_size == size && same_trailer(path, value, size)) {
     kvci_disk_index_touch(&d->index, e); /* stored already (the same key is the same bytes) */
     return 0;
   }

@@ -6,7 +6,8 @@
  * keyed reader of keyless frames misses (counted corrupt); a frame moved
  * under another block's file name with its header rewritten (and, in a
  * keyless tier, its CRC recomputed) serves the wrong K/V without a key -- the
- * trust the docs state -- and is refused with one; bad keys are refused
+ * trust the docs state -- and is refused with one; a writer with a new key
+ * replaces the old key's frames; bad keys are refused
  * naming the option, and a struct of 0.6's size is still accepted.
  */
 #include "tier_test.h" /* first: it sets the feature macros */
@@ -177,6 +178,23 @@ static void test_frame_under_another_key(void) {
   }
 }
 
+/* A new key on a directory of old frames: the new writer replaces them (same size, another MAC), not skips them. */
+static void test_key_rotation_rewrites_frames(void) {
+  char dir[4096];
+  REQUIRE(tt_tempdir(dir, sizeof dir, "auth-rotate"));
+  fill(dir, KEY_A, sizeof KEY_A);
+  fill(dir, KEY_B, sizeof KEY_B);
+  long wrong;
+  kvc_tier_stats st;
+  CHECK_EQ_U64(match(dir, KEY_B, sizeof KEY_B, &wrong, &st), 16);
+  CHECK_EQ_I64(wrong, 0);
+  CHECK_EQ_U64(match(dir, KEY_A, sizeof KEY_A, &wrong, &st), 0);
+  CHECK_EQ_U64(st.corrupt, 1);
+  char files[FILES + 1][4096];
+  CHECK_EQ_U64(tt_files(dir, files, FILES + 1), FILES); /* replaced, not added */
+  tt_rmtree(dir);
+}
+
 static void test_bad_keys_refused(void) {
   char dir[4096];
   REQUIRE(tt_tempdir(dir, sizeof dir, "auth-bad"));
@@ -214,6 +232,7 @@ int main(void) {
   TU_RUN(test_same_key_round_trips_and_restarts);
   TU_RUN(test_another_key_or_none_misses);
   TU_RUN(test_frame_under_another_key);
+  TU_RUN(test_key_rotation_rewrites_frames);
   TU_RUN(test_bad_keys_refused);
   return tu_finish();
 }
