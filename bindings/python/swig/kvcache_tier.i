@@ -80,17 +80,31 @@ static PyObject* kvc_py_tier_stats_out(const kvc_tier_stats* s) {
 %rename(kvc_pool_tier_stats) kvc_py_pool_tier_stats;
 %rename(kvc_pool_fingerprint) kvc_py_pool_fingerprint;
 
+%{
+/* An optional authentication key (None: no key) as a buffer; its length is checked by the library. */
+static int kvc_py_auth_key_in(PyObject* key, const char* fn, Py_buffer* view) {
+  memset(view, 0, sizeof *view);
+  if (key == Py_None) return 0;
+  return kvc_py_bytes_in(key, fn, "auth_key", view);
+}
+%}
+
 %inline %{
-/* kvc_disk_tier_create(directory, max_bytes) -> capsule. */
-PyObject* kvc_py_disk_tier_create(const char* directory, unsigned long long max_bytes) {
+/* kvc_disk_tier_create(directory, max_bytes, auth_key) -> capsule; auth_key is None or bytes-like. */
+PyObject* kvc_py_disk_tier_create(const char* directory, unsigned long long max_bytes, PyObject* auth_key) {
+  Py_buffer key;
+  if (kvc_py_auth_key_in(auth_key, "DiskTier", &key) < 0) return NULL;
   kvc_disk_tier_options o = KVC_DISK_TIER_OPTIONS_INIT;
   o.directory = directory;
   o.max_bytes = (uint64_t)max_bytes;
+  o.auth_key = (const uint8_t*)key.buf;
+  o.auth_key_len = (size_t)key.len;
   kvc_tier* t = NULL;
   kvc_error* err;
   Py_BEGIN_ALLOW_THREADS
   err = kvc_disk_tier_create(&o, &t);
   Py_END_ALLOW_THREADS
+  if (key.obj) PyBuffer_Release(&key);
   if (err) {
     kvc_py_raise(err);
     return NULL;
