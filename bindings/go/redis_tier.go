@@ -33,6 +33,13 @@ type RedisTierOptions struct {
 	TTL               time.Duration // EX of every SET, whole seconds; 0 = none (the server's eviction decides)
 	MaxPipeline       uint32        // commands in flight per connection; 0 = 32
 	Write             TierWrite     // when the pool stores blocks; default TierWriteOnCommit
+	// AuthKey is the tier's authentication key (TierAuthKeyMin to
+	// TierAuthKeyMax random bytes, the same for every writer and reader;
+	// docs/redis-tier.md); nil = no key, and then any client that can SET
+	// the tier's keys can serve K/V to every pool reading them. With a key,
+	// values carry an HMAC-SHA256 and those written without it, or moved
+	// under another key, are misses. Since 0.7.
+	AuthKey []byte
 }
 
 // redisTierConfig is RedisTierOptions as the C options hold them.
@@ -41,6 +48,7 @@ type redisTierConfig struct {
 	cluster                                               int32
 	connectMs, commandMs, reconnectMs, ttlSeconds, pipeln uint32
 	write                                                 int32
+	authKey                                               []byte
 }
 
 func millis(fn, name string, d, def time.Duration) (uint32, error) {
@@ -58,7 +66,7 @@ func millis(fn, name string, d, def time.Duration) (uint32, error) {
 func (o *RedisTierOptions) config(fn string) (redisTierConfig, error) {
 	c := redisTierConfig{
 		seeds: strings.Join(o.Seeds, ","), prefix: o.KeyPrefix, username: o.Username, password: o.Password,
-		cluster: int32(o.Cluster), pipeln: o.MaxPipeline, write: int32(o.Write),
+		cluster: int32(o.Cluster), pipeln: o.MaxPipeline, write: int32(o.Write), authKey: o.AuthKey,
 	}
 	if c.prefix == "" {
 		c.prefix = "kvc:"
