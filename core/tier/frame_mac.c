@@ -34,6 +34,18 @@ void kvci_tier_auth_set(kvc_tier* t, const uint8_t* key, size_t len) {
   if (len) kvci_hmac_sha256_key_init(&t->auth.key, key, len);
 }
 
+kvc_error* kvc_tier_set_auth_key(kvc_tier* tier, const uint8_t* key, size_t key_len) {
+  static const char* FN = "kvc_tier_set_auth_key";
+  if (!tier) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: tier is NULL", FN);
+  if (tier->owner)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: tier '%s' was given to a pool already; set its key before "
+                    "kvc_pool_add_tier (a pool's values must not change key under it)", FN, tier->name);
+  kvc_error* e = kvci_tier_auth_check(FN, "key", key, key_len);
+  if (e) return e;
+  kvci_tier_auth_set(tier, key, key_len);
+  return NULL;
+}
+
 size_t kvci_tier_value_size(const kvc_tier* t, size_t payload) {
   return t->auth.keyed ? kvci_tier_frame_size_max(payload) : kvci_tier_frame_size(payload);
 }

@@ -103,6 +103,16 @@ KVC_API void kvc_tier_destroy(kvc_tier* tier);
 #define KVC_TIER_AUTH_KEY_MIN 16  /**< the shortest key, in bytes (128 bits). Since 0.7. */
 #define KVC_TIER_AUTH_KEY_MAX 256 /**< the longest key, in bytes. Since 0.7. */
 
+/**
+ * Gives `tier` an authentication key (see above; `key_len` bytes at `key`,
+ * copied), or takes its key away (NULL, 0): for a store a program brings
+ * (kvc_tier_create), whose values the pool frames like the built-in tiers'.
+ * Call it before kvc_pool_add_tier. Errors: INVALID_ARGUMENT (NULL tier, a
+ * tier given to a pool already, a key of another length); the tier is then
+ * unchanged. Since 0.7.
+ */
+KVC_API kvc_error* kvc_tier_set_auth_key(kvc_tier* tier, const uint8_t* key, size_t key_len);
+
 /** Options of kvc_disk_tier_create. Published sizes: 32 (0.6), 48 (0.7). */
 typedef struct kvc_disk_tier_options {
   uint32_t struct_size;  /**< sizeof(kvc_disk_tier_options) */

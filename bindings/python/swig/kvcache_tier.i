@@ -10,6 +10,7 @@
 %ignore kvc_tier_destroy;
 %ignore kvc_disk_tier_create;
 %ignore kvc_tier_stats_get;
+%ignore kvc_tier_set_auth_key;
 %ignore kvc_pool_add_tier;
 %ignore kvc_pool_tier;
 %ignore kvc_pool_fingerprint;
@@ -67,6 +68,7 @@ static PyObject* kvc_py_tier_stats_out(const kvc_tier_stats* s) {
 /* These call Python's API themselves: no automatic release of the GIL around them. */
 %feature("nothread") kvc_py_disk_tier_create;
 %feature("nothread") kvc_py_tier_stats;
+%feature("nothread") kvc_py_tier_set_auth_key;
 %feature("nothread") kvc_py_tier_destroy;
 %feature("nothread") kvc_py_pool_tier;
 %feature("nothread") kvc_py_pool_add_tier;
@@ -74,6 +76,7 @@ static PyObject* kvc_py_tier_stats_out(const kvc_tier_stats* s) {
 %feature("nothread") kvc_py_pool_fingerprint;
 %rename(kvc_disk_tier_create) kvc_py_disk_tier_create;
 %rename(kvc_tier_stats_get) kvc_py_tier_stats;
+%rename(kvc_tier_set_auth_key) kvc_py_tier_set_auth_key;
 %rename(kvc_tier_destroy) kvc_py_tier_destroy;
 %rename(kvc_pool_tier) kvc_py_pool_tier;
 %rename(kvc_pool_add_tier) kvc_py_pool_add_tier;
@@ -127,6 +130,19 @@ PyObject* kvc_py_tier_stats(PyObject* tier) {
     return NULL;
   }
   return kvc_py_tier_stats_out(&s);
+}
+
+/* kvc_tier_set_auth_key(tier, key): a tier Python still owns gets the key (None: none). DiskTier(auth_key=) is the
+   public form; this is the raw ABI's. */
+PyObject* kvc_py_tier_set_auth_key(PyObject* tier, PyObject* key) {
+  kvc_tier* t = kvc_py_tier_arg(tier, "kvc_tier_set_auth_key");
+  if (!t) return NULL;
+  Py_buffer k;
+  if (kvc_py_auth_key_in(key, "kvc_tier_set_auth_key", &k) < 0) return NULL;
+  kvc_error* err = kvc_tier_set_auth_key(t, (const uint8_t*)k.buf, (size_t)k.len);
+  if (k.obj) PyBuffer_Release(&k);
+  if (err) return kvc_py_raise(err), NULL;
+  Py_RETURN_NONE;
 }
 
 /* kvc_tier_destroy(tier): frees a tier not given to a pool now (its capsule is spent); None is accepted. */

@@ -164,3 +164,21 @@ def test_bad_auth_keys_refused(tmp_path):
     with pytest.raises(TypeError, match="auth_key must be bytes, not str"):
         kvcache.DiskTier(tmp_path, auth_key="a text key of enough length")
     assert kvcache.DiskTier(tmp_path, auth_key=b"k" * 16).authenticated
+
+
+def test_raw_set_auth_key(tmp_path):
+    """kvc_tier_set_auth_key, the raw ABI's form of a key (for stores a program brings; here a disk tier)."""
+    from kvcache import _lib
+
+    fill(tmp_path, KEY_A)
+    tier = kvcache.DiskTier(tmp_path)
+    with pytest.raises(kvcache.InvalidArgumentError, match="key_len is 8"):
+        _lib.kvc_tier_set_auth_key(tier._capsule, b"12345678")
+    _lib.kvc_tier_set_auth_key(tier._capsule, KEY_A)
+    pool = make_pool()
+    pool.add_tier(tier)
+    with pool.sequence() as seq:
+        assert seq.match_prefix(PROMPT) == 16
+    with pytest.raises(kvcache.InvalidArgumentError, match="given to a pool already"):
+        _lib.kvc_tier_set_auth_key(tier._capsule, KEY_B)
+    pool.close()

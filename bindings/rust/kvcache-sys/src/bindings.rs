@@ -1684,6 +1684,19 @@ unsafe extern "C" {
     /// Frees a tier not given to a pool. Accepts NULL.
     pub fn kvc_tier_destroy(tier: *mut kvc_tier);
 }
+unsafe extern "C" {
+    /** Gives `tier` an authentication key (see above; `key_len` bytes at `key`,
+ copied), or takes its key away (NULL, 0): for a store a program brings
+ (kvc_tier_create), whose values the pool frames like the built-in tiers'.
+ Call it before kvc_pool_add_tier. Errors: INVALID_ARGUMENT (NULL tier, a
+ tier given to a pool already, a key of another length); the tier is then
+ unchanged. Since 0.7.*/
+    pub fn kvc_tier_set_auth_key(
+        tier: *mut kvc_tier,
+        key: *const u8,
+        key_len: usize,
+    ) -> *mut kvc_error;
+}
 /// Options of kvc_disk_tier_create. Published sizes: 32 (0.6), 48 (0.7).
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
