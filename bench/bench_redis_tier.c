@@ -39,10 +39,11 @@ static int raw_run(kvci_redis_conn* c, kvci_resp_out* o, int put, uint8_t* const
       kvci_resp_arg(o, key, (size_t)k);
       if (put) kvci_resp_arg_ref(o, blocks[i], BLOCK);
     }
-    if (kvci_resp_out_send(o, c, 10000) != 0) return -1;
+    kvci_redis_limit lim = kvci_redis_limit_in(10000);
+    if (kvci_resp_out_send(o, c, &lim) != 0) return -1;
     for (size_t i = w; i < end; i++) {
       size_t size = 0;
-      int kind = kvci_resp_read_flat(c, put ? NULL : blocks[i], BLOCK, &size, NULL, 0, 10000);
+      int kind = kvci_resp_read_flat(c, put ? NULL : blocks[i], BLOCK, &size, NULL, 0, &lim);
       if (kind != (put ? KVCI_RESP_STATUS : KVCI_RESP_VALUE)) return -1;
     }
   }
@@ -109,7 +110,8 @@ int main(int argc, char** argv) {
   kvci_redis_conn_init(&conn);
   kvci_resp_out out;
   memset(&out, 0, sizeof out);
-  if (kvci_redis_conn_open(&conn, "127.0.0.1", (uint16_t)server.port, 1000) != 0) {
+  kvci_redis_limit connect_limit = kvci_redis_limit_in(1000);
+  if (kvci_redis_conn_open(&conn, "127.0.0.1", (uint16_t)server.port, &connect_limit) != 0) {
     fprintf(stderr, "bench_redis_tier: %s\n", conn.error);
     return 1;
   }

@@ -442,8 +442,6 @@ kvc_error* kvci_read_update_options(const char* fn, const char* arg, const kvc_u
 kvc_error* kvci_read_quant_options(const char* fn, const char* arg, const kvc_quant_options* in, kvc_quant_options* out);
 kvc_error* kvci_read_disk_tier_options(const char* fn, const char* arg, const kvc_disk_tier_options* in,
                                       kvc_disk_tier_options* out);
-kvc_error* kvci_read_redis_tier_options(const char* fn, const char* arg, const kvc_redis_tier_options* in,
-                                       kvc_redis_tier_options* out);
 kvc_error* kvci_out_struct_size(const char* fn, const char* arg, uint32_t got, const uint32_t* published, int n,
                                size_t* write);
 

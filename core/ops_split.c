@@ -108,7 +108,8 @@ kvc_error* kvc_cache_batch_split(const kvc_cache* c, int64_t full_batch_size, in
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: full_batch_size is %" PRId64 " but the cache holds %" PRId64
                    " rows; they must be equal",
                    FN, full_batch_size, batch);
-  size_t n = (size_t)((batch + split_size - 1) / split_size);
+  /* Rounded up without batch + split_size - 1, which overflows for a split_size near INT64_MAX. */
+  size_t n = (size_t)(batch / split_size + (batch % split_size != 0));
   if (capacity < n)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: capacity is %zu but splitting %" PRId64 " rows by %" PRId64
                    " makes %zu caches; pass room for %zu",

@@ -32,14 +32,12 @@ static const uint32_t CACHE_OPTIONS_SIZES[] = {48, 80, 88};
 static const uint32_t UPDATE_OPTIONS_SIZES[] = {24, 48};
 static const uint32_t QUANT_OPTIONS_SIZES[] = {40};
 static const uint32_t DISK_TIER_OPTIONS_SIZES[] = {32, 48};
-static const uint32_t REDIS_TIER_OPTIONS_SIZES[] = {64, 80};
 KVC_CHECK_SIZE(kvc_layer_options, 56);
 KVC_CHECK_SIZE(kvc_model_config, 56);
 KVC_CHECK_SIZE(kvc_cache_options, 88);
 KVC_CHECK_SIZE(kvc_update_options, 48);
 KVC_CHECK_SIZE(kvc_quant_options, 40);
 KVC_CHECK_SIZE(kvc_disk_tier_options, 48);
-KVC_CHECK_SIZE(kvc_redis_tier_options, 80);
 KVC_CHECK_SIZE(kvc_layer_info, 128);
 KVC_CHECK_SIZE(kvc_memory_info, 56);
 KVC_CHECK_SIZE(kvc_conv_update_options, 32);
@@ -115,13 +113,6 @@ kvc_error* kvci_read_disk_tier_options(const char* fn, const char* arg, const kv
   *out = (kvc_disk_tier_options)KVC_DISK_TIER_OPTIONS_INIT;
   return read_struct(fn, arg, in, in->struct_size, out, sizeof *out, DISK_TIER_OPTIONS_SIZES,
                      COUNT(DISK_TIER_OPTIONS_SIZES));
-}
-
-kvc_error* kvci_read_redis_tier_options(const char* fn, const char* arg, const kvc_redis_tier_options* in,
-                                       kvc_redis_tier_options* out) {
-  *out = (kvc_redis_tier_options)KVC_REDIS_TIER_OPTIONS_INIT;
-  return read_struct(fn, arg, in, in->struct_size, out, sizeof *out, REDIS_TIER_OPTIONS_SIZES,
-                     COUNT(REDIS_TIER_OPTIONS_SIZES));
 }
 
 kvc_error* kvci_out_struct_size(const char* fn, const char* arg, uint32_t got, const uint32_t* sizes, int n,

@@ -239,15 +239,23 @@ func (c *Cache) EarlyInitialization(opts InitOptions) error {
 }
 
 // NumLayers returns the number of layers (for a lazy cache, the layers
-// touched so far); 0 for a closed cache.
+// touched so far); 0 for a closed cache (LayerCount reports that as
+// ErrClosed).
 func (c *Cache) NumLayers() int {
-	p := c.handle()
-	if p == nil {
-		return 0
+	n, _ := c.LayerCount()
+	return n
+}
+
+// LayerCount returns the number of layers (for a lazy cache, the layers
+// touched so far), or ErrClosed. Since 0.7.
+func (c *Cache) LayerCount() (int, error) {
+	p, err := c.get()
+	if err != nil {
+		return 0, err
 	}
 	n := cNumLayers(p)
 	runtime.KeepAlive(c)
-	return int(n)
+	return int(n), nil
 }
 
 // LayerInfo returns what a layer is and holds.

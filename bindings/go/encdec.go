@@ -89,7 +89,7 @@ func NewEncoderDecoder(selfAttention, crossAttention *Cache) (*EncoderDecoderCac
 // Close frees the pair and both caches. It is idempotent and always
 // returns nil.
 func (e *EncoderDecoderCache) Close() error {
-	if e == nil {
+	if e == nil || e.o == nil { // nil, or a zero EncoderDecoderCache (never opened)
 		return nil
 	}
 	e.o.close()
@@ -101,17 +101,36 @@ func (e *EncoderDecoderCache) Close() error {
 // SelfAttention returns the self-attention cache, borrowed from the pair:
 // use it for Update, SeqLength, MaxLength, MaskSizes (transformers
 // delegates those to it). It is usable until the pair is closed.
-func (e *EncoderDecoderCache) SelfAttention() *Cache { return e.self }
+func (e *EncoderDecoderCache) SelfAttention() *Cache {
+	if e == nil {
+		return nil
+	}
+	return e.self
+}
 
 // CrossAttention returns the cross-attention cache, borrowed like
 // SelfAttention.
-func (e *EncoderDecoderCache) CrossAttention() *Cache { return e.cross }
+func (e *EncoderDecoderCache) CrossAttention() *Cache {
+	if e == nil {
+		return nil
+	}
+	return e.cross
+}
+
+// handle is the C handle; nil once closed, and for a nil or zero
+// EncoderDecoderCache (which every method reports as closed).
+func (e *EncoderDecoderCache) handle() unsafe.Pointer {
+	if e == nil || e.o == nil {
+		return nil
+	}
+	return e.o.p
+}
 
 func (e *EncoderDecoderCache) get() (unsafe.Pointer, error) {
-	if e == nil || e.o.p == nil {
-		return nil, ErrClosed
+	if p := e.handle(); p != nil {
+		return p, nil
 	}
-	return e.o.p, nil
+	return nil, ErrClosed
 }
 
 // mut returns the handle for a call that may mutate both caches.
@@ -293,7 +312,7 @@ func (e *EncoderDecoderCache) Clone() (*EncoderDecoderCache, error) {
 }
 
 func (e *EncoderDecoderCache) String() string {
-	if e == nil || e.o.p == nil {
+	if e.handle() == nil {
 		return "EncoderDecoderCache(closed)"
 	}
 	return fmt.Sprintf("EncoderDecoderCache(self %d layers, cross %d layers)", e.self.NumLayers(), e.cross.NumLayers())

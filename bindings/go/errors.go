@@ -1,5 +1,10 @@
 package kvcache
 
+import (
+	"fmt"
+	"strings"
+)
+
 // Code is the stable error code of the C library (kvc_code). Codes are never
 // renumbered; new ones are only appended.
 type Code int32
@@ -119,3 +124,13 @@ var (
 )
 
 func newError(code Code, msg string) error { return &Error{Code: code, Message: msg} }
+
+// noNUL refuses a string that crosses to C with a NUL byte in it: C would
+// end it there, and a path would name another file.
+func noNUL(fn, arg, s string) error {
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		return newError(CodeInvalidArgument, fmt.Sprintf("%s: %s %q holds a NUL byte at %d; C strings end at the first NUL",
+			fn, arg, s, i))
+	}
+	return nil
+}

@@ -132,7 +132,7 @@ var sentinels = map[Code]*Error{
 	CodeInvalidArgument: ErrInvalidArgument, CodeOutOfRange: ErrOutOfRange, CodeDTypeMismatch: ErrDTypeMismatch,
 	CodeShapeMismatch: ErrShapeMismatch, CodeDeviceMismatch: ErrDeviceMismatch, CodeUnsupported: ErrUnsupported,
 	CodeInvalidState: ErrInvalidState, CodeOutOfMemory: ErrOutOfMemory, CodeNoDevice: ErrNoDevice,
-	CodeVersionMismatch: ErrVersionMismatch, CodeInternal: ErrInternal,
+	CodeVersionMismatch: ErrVersionMismatch, CodeInternal: ErrInternal, CodeIO: ErrIO,
 }
 
 // wantErr checks that err is an *Error of code whose message names

@@ -15,6 +15,9 @@ import "unsafe"
 
 // withPath calls f with path as a C string.
 func withPath(path string, f func(*C.char) *C.kvc_error) error {
+	if err := noNUL("kvcache", "path", path); err != nil {
+		return err
+	}
 	s := C.CString(path)
 	defer C.free(unsafe.Pointer(s))
 	return takeError(f(s))

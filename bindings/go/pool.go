@@ -244,7 +244,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 // Close frees the pool, its storage and its sequences; their views become
 // invalid. It is idempotent and always returns nil.
 func (p *Pool) Close() error {
-	if p == nil {
+	if p == nil || p.o == nil { // nil, or a zero Pool (never opened)
 		return nil
 	}
 	p.gen++
@@ -252,9 +252,10 @@ func (p *Pool) Close() error {
 	return nil
 }
 
-// handle is the C handle, nil once closed.
+// handle is the C handle; nil once closed, and for a nil or zero Pool
+// (which every method reports as closed).
 func (p *Pool) handle() unsafe.Pointer {
-	if p == nil {
+	if p == nil || p.o == nil {
 		return nil
 	}
 	return p.o.p
@@ -286,17 +287,37 @@ func (p *Pool) enter(stale bool) (unsafe.Pointer, error) {
 	return h, nil
 }
 
-// Groups returns the groups, as created.
-func (p *Pool) Groups() []PoolGroup { return append([]PoolGroup(nil), p.groups...) }
+// Groups returns the groups, as created (nil for a nil Pool).
+func (p *Pool) Groups() []PoolGroup {
+	if p == nil {
+		return nil
+	}
+	return append([]PoolGroup(nil), p.groups...)
+}
 
-// Layers returns the layers, as created.
-func (p *Pool) Layers() []PoolLayer { return append([]PoolLayer(nil), p.layers...) }
+// Layers returns the layers, as created (nil for a nil Pool).
+func (p *Pool) Layers() []PoolLayer {
+	if p == nil {
+		return nil
+	}
+	return append([]PoolLayer(nil), p.layers...)
+}
 
-// DType returns the K/V and state dtype.
-func (p *Pool) DType() DType { return p.dtype }
+// DType returns the K/V and state dtype (the zero DType for a nil Pool).
+func (p *Pool) DType() DType {
+	if p == nil {
+		return DTypeUnset
+	}
+	return p.dtype
+}
 
-// Device returns where the blocks live.
-func (p *Pool) Device() Device { return p.device }
+// Device returns where the blocks live (the zero Device for a nil Pool).
+func (p *Pool) Device() Device {
+	if p == nil {
+		return Device{}
+	}
+	return p.device
+}
 
 func groupIndex(fn string, group int) (uint32, error) {
 	if group < 0 || uint64(group) > math.MaxUint32 {
@@ -447,6 +468,9 @@ func (p *Pool) Events() ([]PoolEvent, error) {
 // Table and state views stay valid: a write changes stored K/V only.
 func (p *Pool) Write(keys, values []Input, slots []int64) error {
 	const fn = "Write"
+	if p.handle() == nil {
+		return ErrPoolClosed
+	}
 	if len(keys) != len(p.layers) || len(values) != len(p.layers) {
 		return newError(CodeInvalidArgument, fmt.Sprintf(
 			"%s: %d keys and %d values but the pool has %d layers (one per layer, nil for recurrent layers)",
@@ -457,9 +481,6 @@ func (p *Pool) Write(keys, values []Input, slots []int64) error {
 		return newError(CodeInvalidArgument, fmt.Sprintf(
 			"%s: slots has %d entries, not a multiple of the pool's %d groups (num_groups * num_tokens, group-major)",
 			fn, len(slots), groups))
-	}
-	if p.handle() == nil {
-		return ErrPoolClosed
 	}
 	arr, err := newTensorArrays(fn, keys, values, false)
 	if err != nil {
@@ -664,7 +685,12 @@ func (s *Sequence) Close() error {
 }
 
 // Pool returns the pool the sequence belongs to.
-func (s *Sequence) Pool() *Pool { return s.pool }
+func (s *Sequence) Pool() *Pool {
+	if s == nil {
+		return nil
+	}
+	return s.pool
+}
 
 // enter returns the sequence's handle for a call (see Pool.enter).
 func (s *Sequence) enter(stale bool) (unsafe.Pointer, error) {
@@ -681,27 +707,41 @@ func (s *Sequence) enter(stale bool) (unsafe.Pointer, error) {
 }
 
 // Len returns the tokens the sequence holds (reserved, committed or not);
-// 0 once closed.
+// 0 once closed, indistinguishable from an empty sequence: Length reports
+// a closed sequence or pool as an error.
 func (s *Sequence) Len() int64 {
-	h, err := s.enter(false)
-	if err != nil {
-		return 0
-	}
-	n := cPoolSequenceLength(h)
-	runtime.KeepAlive(s)
-	return int64(n)
+	n, _ := s.Length()
+	return n
+}
+
+// Length returns the tokens the sequence holds (reserved, committed or
+// not), or ErrSequenceClosed / ErrPoolClosed. Since 0.7.
+func (s *Sequence) Length() (int64, error) {
+	return s.count(cPoolSequenceLength)
 }
 
 // Committed returns the tokens committed (written and declared by Commit,
-// or matched); 0 once closed.
+// or matched); 0 once closed (CommittedLength reports that as an error).
 func (s *Sequence) Committed() int64 {
+	n, _ := s.CommittedLength()
+	return n
+}
+
+// CommittedLength returns the tokens committed, or ErrSequenceClosed /
+// ErrPoolClosed. Since 0.7.
+func (s *Sequence) CommittedLength() (int64, error) {
+	return s.count(cPoolSequenceCommitted)
+}
+
+// count runs a query of the sequence's token counts.
+func (s *Sequence) count(query func(unsafe.Pointer) uint64) (int64, error) {
 	h, err := s.enter(false)
 	if err != nil {
-		return 0
+		return 0, err
 	}
-	n := cPoolSequenceCommitted(h)
+	n := query(h)
 	runtime.KeepAlive(s)
-	return int64(n)
+	return int64(n), nil
 }
 
 // MatchPrefix attaches the longest cached prefix of tokens to this empty

@@ -33,6 +33,10 @@ type RedisTierOptions struct {
 	TTL               time.Duration // EX of every SET, whole seconds; 0 = none (the server's eviction decides)
 	MaxPipeline       uint32        // commands in flight per connection; 0 = 32
 	Write             TierWrite     // when the pool stores blocks; default TierWriteOnCommit
+	// CallTimeout is the deadline of every call into the tier (since 0.7): AddRedisTier and each store and
+	// lookup the pool makes there return within it, whatever the servers do. 0 = ConnectTimeout +
+	// 2 x CommandTimeout (450 ms with the defaults).
+	CallTimeout time.Duration
 	// AuthKey is the tier's authentication key (TierAuthKeyMin to
 	// TierAuthKeyMax random bytes, the same for every writer and reader;
 	// docs/redis-tier.md); nil = no key, and then any client that can SET
@@ -47,6 +51,7 @@ type redisTierConfig struct {
 	seeds, prefix, username, password                     string
 	cluster                                               int32
 	connectMs, commandMs, reconnectMs, ttlSeconds, pipeln uint32
+	callMs                                                uint32 // 0: the library derives it
 	write                                                 int32
 	authKey                                               []byte
 }
@@ -93,6 +98,11 @@ func (o *RedisTierOptions) config(fn string) (redisTierConfig, error) {
 		return c, newError(CodeInvalidArgument, fmt.Sprintf("%s: TTL is %v; it is whole seconds, 0 or more", fn, o.TTL))
 	}
 	c.ttlSeconds = uint32(o.TTL / time.Second)
+	if o.CallTimeout != 0 {
+		if c.callMs, err = millis(fn, "CallTimeout", o.CallTimeout, 0); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
 }
 

@@ -76,6 +76,7 @@ func cPoolAddRedisTier(p unsafe.Pointer, c *redisTierConfig) error {
 	o.reconnect_interval_ms = C.uint32_t(c.reconnectMs)
 	o.ttl_seconds = C.uint32_t(c.ttlSeconds)
 	o.max_pipeline = C.uint32_t(c.pipeln)
+	o.call_timeout_ms = C.uint32_t(c.callMs)
 	o.auth_key = a.bytes(c.authKey)
 	o.auth_key_len = C.size_t(len(c.authKey))
 	return takeError(C.kvcgo_pool_add_redis_tier(pool(p), o, C.int32_t(c.write)))

@@ -98,6 +98,7 @@ func TestRedisTierRefusesBadOptions(t *testing.T) {
 		{RedisTierOptions{Seeds: []string{addr}, TTL: 1500 * time.Millisecond}, "whole seconds"},
 		{RedisTierOptions{Seeds: []string{addr}, Cluster: RedisClusterOn}, "cluster support disabled"},
 		{RedisTierOptions{Seeds: []string{"127.0.0.1:1"}}, "refused"},
+		{RedisTierOptions{Seeds: []string{addr}, CallTimeout: -time.Second}, "CallTimeout is -1s"},
 	} {
 		_, err := p.AddRedisTier(c.opts)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -106,5 +107,27 @@ func TestRedisTierRefusesBadOptions(t *testing.T) {
 	}
 	if _, err := p.TierStats(0); err == nil {
 		t.Fatal("a refused tier was added to the pool")
+	}
+}
+
+// CallTimeout reaches the library: a server that accepts and never answers
+// ends AddRedisTier at the call's deadline (150 ms), not after the command
+// timeout (5 s). Needs no redis-server.
+func TestRedisTierCallTimeoutBoundsCreation(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0") // never accepted: commands go unanswered
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	p := mkPool(t, 16, "redis-model")
+	start := time.Now()
+	_, err = p.AddRedisTier(RedisTierOptions{Seeds: []string{silent.Addr().String()}, CommandTimeout: 5 * time.Second,
+		CallTimeout: 150 * time.Millisecond})
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeIO || !strings.Contains(err.Error(), "call_timeout_ms 150") {
+		t.Fatalf("AddRedisTier against a silent server: %v, want an IO error naming call_timeout_ms 150", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("AddRedisTier took %v; its deadline is 150 ms", d)
 	}
 }

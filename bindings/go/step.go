@@ -52,12 +52,17 @@ func (c *Cache) PrepareStep(keys, values []Input) (*Step, error) {
 }
 
 // NumLayers returns the number of layers the step updates.
-func (s *Step) NumLayers() int { return s.arr.n }
+func (s *Step) NumLayers() int {
+	if s == nil || s.arr == nil {
+		return 0
+	}
+	return s.arr.n
+}
 
 // Update runs the step: one kvc_cache_update_all with the prepared inputs.
 // Either every layer is updated or none is.
 func (s *Step) Update() error {
-	if s.arr.mem == nil && s.arr.n > 0 {
+	if s == nil || s.arr == nil || (s.arr.mem == nil && s.arr.n > 0) { // nil, zero or closed
 		return ErrClosed
 	}
 	p, err := s.c.mut()
@@ -78,8 +83,8 @@ func (s *Step) Update() error {
 // valid until the cache's next mutating call; zero (invalid) views before
 // any successful Update. It panics if layer is out of range.
 func (s *Step) KV(layer int) KV {
-	if layer < 0 || layer >= s.arr.n {
-		panic(fmt.Sprintf("kvcache: Step.KV: layer %d is out of range [0, %d)", layer, s.arr.n))
+	if n := s.NumLayers(); layer < 0 || layer >= n {
+		panic(fmt.Sprintf("kvcache: Step.KV: layer %d is out of range [0, %d)", layer, n))
 	}
 	if !s.done || s.arr.mem == nil {
 		return KV{}

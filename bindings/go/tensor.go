@@ -470,7 +470,10 @@ func extent(shape, strides []int64) (lo, hi int64, empty, ok bool) {
 			st = strides[i]
 		}
 		span, o1 := mulChecked(shape[i]-1, st)
-		if !o1 {
+		// lo and hi stay within ±2^62 and so does span here, so the sums
+		// below cannot wrap (a stride of MaxInt64 would wrap hi negative
+		// and pass the bounds check).
+		if !o1 || span < -(1<<62) || span > 1<<62 {
 			return 0, 0, false, false
 		}
 		if span < 0 {

@@ -109,6 +109,9 @@ func (t *DiskTier) Close() error {
 // Stats returns the counters of a tier not given to a pool (for one given,
 // use Pool.TierStats).
 func (t *DiskTier) Stats() (TierStats, error) {
+	if t == nil {
+		return TierStats{}, newError(CodeInvalidState, "DiskTier.Stats: the tier is nil")
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.given {

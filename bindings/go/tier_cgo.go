@@ -57,6 +57,9 @@ func tier(t unsafe.Pointer) *C.kvc_tier { return (*C.kvc_tier)(t) }
 
 // authKey crosses as a copy in C memory (nil: NULL, no key; empty: a pointer with length 0, which the library refuses).
 func cDiskTierCreate(directory string, maxBytes uint64, authKey []byte) (unsafe.Pointer, error) {
+	if err := noNUL("NewDiskTier", "directory", directory); err != nil {
+		return nil, err
+	}
 	dir := C.CString(directory)
 	defer C.free(unsafe.Pointer(dir))
 	var a arena

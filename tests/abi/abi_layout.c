@@ -106,8 +106,8 @@ int main(void) {
   OFF(kvc_redis_tier_options, password); OFF(kvc_redis_tier_options, connect_timeout_ms);
   OFF(kvc_redis_tier_options, command_timeout_ms); OFF(kvc_redis_tier_options, reconnect_interval_ms);
   OFF(kvc_redis_tier_options, ttl_seconds); OFF(kvc_redis_tier_options, max_pipeline);
-  OFF(kvc_redis_tier_options, reserved); OFF(kvc_redis_tier_options, auth_key);
-  OFF(kvc_redis_tier_options, auth_key_len);
+  OFF(kvc_redis_tier_options, reserved); OFF(kvc_redis_tier_options, call_timeout_ms);
+  OFF(kvc_redis_tier_options, auth_key); OFF(kvc_redis_tier_options, auth_key_len);
   SIZE(kvc_tier_stats); OFF(kvc_tier_stats, struct_size); OFF(kvc_tier_stats, reserved); OFF(kvc_tier_stats, puts);
   OFF(kvc_tier_stats, put_failures); OFF(kvc_tier_stats, gets); OFF(kvc_tier_stats, hits);
   OFF(kvc_tier_stats, corrupt); OFF(kvc_tier_stats, bytes_written); OFF(kvc_tier_stats, bytes_read);

@@ -251,6 +251,11 @@ static void test_batch_split_bad_arguments(void) {
                        "capacity", "1", "2");
   EXPECT_ERR_UNCHANGED(c, kvc_cache_batch_split(c, 4, 2, out, 0, &count), KVC_ERROR_INVALID_ARGUMENT, FN,
                        "capacity", "0", "2");
+  /* A split_size past the batch makes one cache; near INT64_MAX the count must not overflow into a huge one. */
+  EXPECT_ERR_UNCHANGED(c, kvc_cache_batch_split(c, 4, INT64_MAX, out, 0, &count), KVC_ERROR_INVALID_ARGUMENT, FN,
+                       "capacity", "0", "makes 1 caches");
+  EXPECT_ERR_UNCHANGED(c, kvc_cache_batch_split(c, 4, INT64_MAX - 2, out, 0, &count), KVC_ERROR_INVALID_ARGUMENT,
+                       FN, "capacity", "0", "makes 1 caches");
   for (int i = 0; i < 8; i++) CHECK_EQ_PTR(out[i], SENTINEL_CACHE);
   CHECK_EQ_U64(count, 777);
   kvc_cache_destroy(c);

@@ -25,7 +25,13 @@
  * A tier is a cache: it may drop anything at any time. Every failure of a
  * tier (I/O error, timeout, dead node, corrupt value) turns into a miss or a
  * skipped store, counted in kvc_tier_stats; the pool's calls never fail
- * because of a tier and never wait longer than the tier's timeout.
+ * because of a tier. Each put_many and get_many the pool makes in a tier
+ * returns within that tier's deadline (the Redis tier: call_timeout_ms;
+ * the disk tier: local file I/O, no deadline). A pool call makes one such
+ * call per tier, group and batch of blocks (a batch is as many frames as fit
+ * in the pool's staging memory); a lookup stops at the first batch that is
+ * not found whole, so a failing tier costs match_prefix at most one
+ * deadline per group.
  */
 #ifndef KVCACHE_TIER_H
 #define KVCACHE_TIER_H

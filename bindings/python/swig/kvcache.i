@@ -179,6 +179,28 @@
 %typemap(freearg) (const kvc_encoder_decoder_cache* const* splits, size_t count)
     "PyMem_Free(arr$argnum); Py_XDECREF(seq$argnum);"
 
+/* Integer arguments: a value out of the C type's range is an OverflowError naming the function, the argument and
+ * the value (SWIG's default names only the argument's position). Typedefs of these types (enums) get it too. */
+%define KVC_PY_INT_IN(TYPE, BITS, SIGNED)
+%typemap(in) TYPE {
+  int64_t v_;
+  if (kvc_py_int_arg($input, "$symname", "$1_name", BITS, SIGNED, &v_) < 0) SWIG_fail;
+  $1 = ($1_ltype)v_;
+}
+%enddef
+KVC_PY_INT_IN(int64_t, 64, 1)
+KVC_PY_INT_IN(uint64_t, 64, 0)
+KVC_PY_INT_IN(int32_t, 32, 1)
+KVC_PY_INT_IN(uint32_t, 32, 0)
+
+/* Paths: str or path-like, in the file system's encoding; a NUL byte is refused rather than cutting the path. */
+%typemap(in) const char* path (PyObject* bytes = NULL), const char* directory (PyObject* bytes = NULL) {
+  bytes = kvc_py_path_arg($input, "$symname", "$1_name");
+  if (!bytes) SWIG_fail;
+  $1 = PyBytes_AS_STRING(bytes);
+}
+%typemap(freearg) const char* path, const char* directory "Py_XDECREF(bytes$argnum);"
+
 /* Index lists: a sequence of ints or a 1-D integer tensor on the CPU. */
 %typemap(in) (const int64_t* beam_idx, size_t count) (kvc_py_i64 arr = {NULL, 0, {0}}) {
   if (kvc_py_i64_from($input, "beam_idx", &arr) < 0) SWIG_fail;

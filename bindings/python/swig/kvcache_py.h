@@ -1072,6 +1072,77 @@ static int kvc_py_i64_alloc(kvc_py_i64* a, size_t n) {
 }
 
 /*
+ * A Python int (anything with __index__) as a C integer of `bits` bits, signed or not, for argument `arg` of
+ * `fn`. SWIG's own conversion names neither the argument nor the value; this raises TypeError for a non-int and
+ * OverflowError naming both and the range for an int that does not fit.
+ */
+static int kvc_py_int_arg(PyObject* obj, const char* fn, const char* arg, int bits, int is_signed, int64_t* out) {
+  PyObject* idx = PyNumber_Index(obj);
+  if (!idx) {
+    PyErr_Format(PyExc_TypeError, "%s: %s is a %.100s; it must be an int", fn, arg, Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(idx, &overflow);
+  int fits = 0;
+  if (v == -1 && PyErr_Occurred()) {
+    Py_DECREF(idx);
+    return -1;
+  }
+  if (is_signed) {
+    fits = !overflow && (bits == 64 || (v >= -(1LL << (bits - 1)) && v < (1LL << (bits - 1))));
+    *out = (int64_t)v;
+  } else if (overflow > 0 && bits == 64) {
+    unsigned long long u = PyLong_AsUnsignedLongLong(idx);
+    fits = !(u == (unsigned long long)-1 && PyErr_Occurred());
+    PyErr_Clear();
+    *out = (int64_t)u;
+  } else {
+    fits = !overflow && v >= 0 && (bits == 64 || v < (1LL << bits));
+    *out = (int64_t)v;
+  }
+  if (!fits) {
+    PyErr_Format(PyExc_OverflowError, "%s: %s is %S; it must be an int in [%s, 2^%d)", fn, arg, idx,
+                 is_signed ? (bits == 64 ? "-2^63" : "-2^31") : "0", is_signed ? bits - 1 : bits);
+  }
+  Py_DECREF(idx);
+  return fits ? 0 : -1;
+}
+
+/*
+ * A file-system path for argument `arg` of `fn`: a str (or bytes, or path-like), encoded as the file system
+ * wants. A NUL byte would silently cut the C string and name another file, so it is refused, naming the
+ * argument. Returns the bytes object that owns the C string (the caller releases it), or NULL with an error set.
+ */
+static PyObject* kvc_py_path_arg(PyObject* obj, const char* fn, const char* arg) {
+  PyObject* bytes = NULL;
+  if (!PyUnicode_FSConverter(obj, &bytes)) {
+    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError, "%s: %s is a %.100s; it must be a str or path-like", fn, arg,
+                   Py_TYPE(obj)->tp_name);
+      return NULL;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_ValueError)) return NULL;
+    PyErr_Clear(); /* "embedded null byte": raised below with the argument's name */
+    bytes = PyUnicode_Check(obj) ? PyUnicode_AsUTF8String(obj) : NULL;
+    if (!bytes) {
+      PyErr_Clear();
+      bytes = PyObject_Str(obj);
+    }
+  }
+  if (bytes && PyBytes_Check(bytes) && strlen(PyBytes_AS_STRING(bytes)) == (size_t)PyBytes_GET_SIZE(bytes)) {
+    return bytes;
+  }
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s: %s holds a NUL byte; a path ends at its first NUL, so it would name another file",
+           fn, arg);
+  Py_XDECREF(bytes);
+  kvc_py_raise_code(KVC_ERROR_INVALID_ARGUMENT, msg);
+  return NULL;
+}
+
+/*
  * A 1-D sequence of integers: a list/tuple/range of ints, or a 1-D integer
  * tensor (torch, numpy, ...) on the CPU. Elements are copied.
  */
@@ -1138,14 +1209,17 @@ static int kvc_py_i64_from(PyObject* obj, const char* name, kvc_py_i64* out) {
       kvc_py_i64_release(out);
       return -1;
     }
-    long long v = PyLong_AsLongLong(idx);
+    char item_name[128];
+    snprintf(item_name, sizeof item_name, "%s[%zd]", name, i);
+    int64_t v = 0;
+    int rc = kvc_py_int_arg(idx, "kvcache", item_name, 64, 1, &v);
     Py_DECREF(idx);
-    if (v == -1 && PyErr_Occurred()) {
+    if (rc < 0) {
       Py_DECREF(seq);
       kvc_py_i64_release(out);
       return -1;
     }
-    out->data[i] = (int64_t)v;
+    out->data[i] = v;
   }
   Py_DECREF(seq);
   return 0;

@@ -15,7 +15,8 @@ static kvc_error* kvc_py_pool_add_redis_tier_keyed(kvc_pool* pool, const char* s
                                                    const char* password, unsigned int connect_timeout_ms,
                                                    unsigned int command_timeout_ms,
                                                    unsigned int reconnect_interval_ms, unsigned int ttl_seconds,
-                                                   unsigned int max_pipeline, int policy, const Py_buffer* auth_key) {
+                                                   unsigned int max_pipeline, unsigned int call_timeout_ms,
+                                                   int policy, const Py_buffer* auth_key) {
   kvc_redis_tier_options o;
   kvc_redis_tier_options_init(&o);
   o.cluster = cluster;
@@ -28,6 +29,7 @@ static kvc_error* kvc_py_pool_add_redis_tier_keyed(kvc_pool* pool, const char* s
   o.reconnect_interval_ms = reconnect_interval_ms;
   o.ttl_seconds = ttl_seconds;
   o.max_pipeline = max_pipeline;
+  o.call_timeout_ms = call_timeout_ms;
   o.auth_key = (const uint8_t*)auth_key->buf;
   o.auth_key_len = (size_t)auth_key->len;
   kvc_tier* tier = NULL;
@@ -49,14 +51,15 @@ static PyObject* kvc_py_pool_add_redis_tier(kvc_pool* pool, const char* seeds, i
                                             const char* username, const char* password,
                                             unsigned int connect_timeout_ms, unsigned int command_timeout_ms,
                                             unsigned int reconnect_interval_ms, unsigned int ttl_seconds,
-                                            unsigned int max_pipeline, int policy, PyObject* auth_key) {
+                                            unsigned int max_pipeline, unsigned int call_timeout_ms, int policy,
+                                            PyObject* auth_key) {
   Py_buffer key;
   if (kvc_py_auth_key_in(auth_key, "add_redis_tier", &key) < 0) return NULL;
   kvc_error* err;
   Py_BEGIN_ALLOW_THREADS
   err = kvc_py_pool_add_redis_tier_keyed(pool, seeds, cluster, key_prefix, username, password, connect_timeout_ms,
                                          command_timeout_ms, reconnect_interval_ms, ttl_seconds, max_pipeline,
-                                         policy, &key);
+                                         call_timeout_ms, policy, &key);
   Py_END_ALLOW_THREADS
   if (key.obj) PyBuffer_Release(&key);
   if (err) return kvc_py_raise(err), NULL;

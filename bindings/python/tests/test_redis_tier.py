@@ -104,6 +104,19 @@ def test_refused_options(redis_port):
             kvcache.tier_stats(pool, 0)  # every refusal left the pool without a tier
 
 
+def test_call_timeout_bounds_creation():
+    """call_timeout_ms reaches the library: a server that accepts and never answers ends creation at the call's
+    deadline (150 ms), not after the command timeout (5 s)."""
+    with make_pool() as pool, socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)  # never accepted: connects complete, commands go unanswered
+        port = silent.getsockname()[1]
+        start = time.monotonic()
+        with pytest.raises(kvcache.KvcacheError, match="call_timeout_ms 150"):
+            kvcache.add_redis_tier(pool, f"127.0.0.1:{port}", command_timeout_ms=5000, call_timeout_ms=150)
+        assert time.monotonic() - start < 2.0
+
+
 def resp(port, *args):
     """One command to the server over RESP (bytes arguments); its reply (bulk strings as bytes, arrays as lists)."""
     with socket.create_connection(("127.0.0.1", port)) as sock:

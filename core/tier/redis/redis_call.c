@@ -4,11 +4,27 @@
  * go out as one pipeline); keys answered with MOVED go again once after the
  * slot map was corrected, keys answered with ASK go once to the node named,
  * after ASKING. What is left is a miss. The nodes are served one after the
- * other, so N failing nodes cost N timeouts, once per reconnect interval.
+ * other, so N failing nodes cost N timeouts, once per reconnect interval,
+ * and never more than the call's deadline: every wait of the call, the
+ * slot-map refresh's included, ends when call_timeout_ms from the start of
+ * the call have passed.
  */
 #include <string.h>
 
 #include "redis_internal.h"
+
+void kvci_redis_call_begin(kvci_redis_tier* t) {
+  t->deadline_ms = kvci_redis_now_ms() + t->call_timeout_ms;
+  t->learned = 0;
+}
+
+kvci_redis_limit kvci_redis_command_limit(const kvci_redis_tier* t) {
+  return (kvci_redis_limit){t->deadline_ms, t->command_timeout_ms};
+}
+
+kvci_redis_limit kvci_redis_connect_limit(const kvci_redis_tier* t) {
+  return (kvci_redis_limit){t->deadline_ms, t->connect_timeout_ms};
+}
 
 /* Every key in state `want` goes to its node, node by node; the pipeline gives each one another state. */
 static void run_state(kvci_redis_tier* t, uint8_t want, int asking) {
@@ -37,6 +53,7 @@ static void route(kvci_redis_tier* t) {
 }
 
 void kvci_redis_execute(kvci_redis_tier* t, const kvc_tier_key* keys) {
+  kvci_redis_call_begin(t);
   size_t n = t->call.count;
   for (size_t i = 0; i < n; i++) {
     kvci_redis_format_key(t, &keys[i], t->keys + i * t->key_stride, &t->key_lens[i]);

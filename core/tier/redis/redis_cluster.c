@@ -5,7 +5,9 @@
  * creation and again, at most once per reconnect interval, after a MOVED, a
  * node failure or a slot nobody was known to hold. A failed node is closed
  * and left alone for reconnect_interval_ms, so a dead node costs one timeout
- * per interval, not one per call.
+ * per interval, not one per call. What servers say cannot grow the node
+ * table without bound: KVCI_REDIS_MAX_NODES in all, KVCI_REDIS_LEARN_PER_CALL
+ * new ones per call from redirects, host names of at most 253 bytes.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -14,12 +16,10 @@
 
 #include "redis_internal.h"
 
-#define MAX_NODES 4096
-
-int32_t kvci_redis_node_find(kvci_redis_tier* t, const char* host, uint16_t port) {
+int32_t kvci_redis_node_find(kvci_redis_tier* t, const char* host, uint16_t port, int may_add) {
   for (size_t i = 0; i < t->nnodes; i++)
     if (t->nodes[i]->port == port && strcmp(t->nodes[i]->host, host) == 0) return (int32_t)i;
-  if (t->nnodes >= MAX_NODES || strlen(host) >= sizeof t->nodes[0]->host) return -1;
+  if (!may_add || t->nnodes >= KVCI_REDIS_MAX_NODES || strlen(host) > KVCI_REDIS_HOST_MAX) return -1;
   if (t->nnodes == t->nodes_cap) {
     size_t cap = t->nodes_cap ? 2 * t->nodes_cap : 8;
     kvci_redis_node** n = realloc(t->nodes, cap * sizeof *n);
@@ -38,7 +38,7 @@ int32_t kvci_redis_node_find(kvci_redis_tier* t, const char* host, uint16_t port
 
 void kvci_redis_node_failed(kvci_redis_tier* t, size_t node) {
   kvci_redis_node* n = t->nodes[node];
-  kvci_redis_conn_close(&n->conn);
+  kvci_redis_conn_free(&n->conn); /* its read buffer too: a table of many dead nodes holds no buffers */
   n->retry_after_ms = kvci_redis_now_ms() + t->reconnect_interval_ms;
   t->refresh_wanted = 1;
 }
@@ -50,9 +50,10 @@ static int authenticate(kvci_redis_tier* t, kvci_redis_conn* c) {
   kvci_resp_arg_str(&t->out, "AUTH");
   if (t->username) kvci_resp_arg_str(&t->out, t->username);
   kvci_resp_arg_str(&t->out, t->password);
-  if (kvci_resp_out_send(&t->out, c, t->command_timeout_ms) != 0) return -1;
+  kvci_redis_limit lim = kvci_redis_command_limit(t);
+  if (kvci_resp_out_send(&t->out, c, &lim) != 0) return -1;
   char err[120];
-  int kind = kvci_resp_read_flat(c, NULL, 0, NULL, err, sizeof err, t->command_timeout_ms);
+  int kind = kvci_resp_read_flat(c, NULL, 0, NULL, err, sizeof err, &lim);
   if (kind == KVCI_RESP_STATUS) return 0;
   if (kind == KVCI_RESP_ERROR) {
     snprintf(c->error, sizeof c->error, "AUTH refused: %s", err);
@@ -63,9 +64,18 @@ static int authenticate(kvci_redis_tier* t, kvci_redis_conn* c) {
 
 int kvci_redis_node_ready(kvci_redis_tier* t, size_t node) {
   kvci_redis_node* n = t->nodes[node];
+  uint64_t now = kvci_redis_now_ms();
+  if (now >= t->deadline_ms) {
+    snprintf(n->conn.error, sizeof n->conn.error, "the call's deadline (call_timeout_ms %u) passed",
+             t->call_timeout_ms);
+    return -1;
+  }
+  /* Bytes before any command was sent (or a closed stream) would be read as the answer to the next one. */
+  if (kvci_redis_conn_unrequested(&n->conn)) kvci_redis_conn_close(&n->conn);
   if (n->conn.fd >= 0) return 0;
-  if (kvci_redis_now_ms() < n->retry_after_ms) return -1;
-  if (kvci_redis_conn_open(&n->conn, n->host, n->port, t->connect_timeout_ms) == 0 &&
+  if (now < n->retry_after_ms) return -1;
+  kvci_redis_limit lim = kvci_redis_connect_limit(t);
+  if (kvci_redis_conn_open(&n->conn, n->host, n->port, &lim) == 0 &&
       (!t->password || authenticate(t, &n->conn) == 0)) {
     n->retry_after_ms = 0;
     return 0;
@@ -86,14 +96,40 @@ static int apply_range(kvci_redis_tier* t, const kvci_resp_reply* e, const char*
   if (lo < 0 || hi >= KVCI_REDIS_SLOTS || lo > hi || port <= 0 || port > 65535) return -1;
   /* An empty or "?" endpoint means "the address you reached me on". */
   const char* host = m->items[0].str;
+  if (strlen(host) != m->items[0].len) return -1; /* a NUL inside would name another host */
   if (host[0] == 0 || strcmp(host, "?") == 0) host = asked_host;
-  int32_t idx = kvci_redis_node_find(t, host, (uint16_t)port);
+  int32_t idx = kvci_redis_node_find(t, host, (uint16_t)port, 1);
   if (idx < 0) return -1;
   for (int64_t s = lo; s <= hi; s++) map[s] = idx;
   return 0;
 }
 
-/* Asks one node; 0 with the map applied, 1 when the node is no cluster, -1 otherwise (why says). */
+/* After a new slot map: forgets the nodes that are neither seeds nor named by the map (redirect targets, nodes of
+ * older maps), so that what servers once said does not fill the node table for good. */
+static void forget_unmapped(kvci_redis_tier* t) {
+  int32_t* remap = malloc(t->nnodes * sizeof *remap);
+  if (!remap) return; /* they stay: the table is bounded anyway */
+  for (size_t i = 0; i < t->nnodes; i++) remap[i] = i < t->nseeds ? 0 : -1;
+  for (size_t s = 0; s < KVCI_REDIS_SLOTS; s++)
+    if (t->slots[s] >= 0) remap[t->slots[s]] = 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < t->nnodes; i++) {
+    if (remap[i] < 0) {
+      kvci_redis_conn_free(&t->nodes[i]->conn);
+      free(t->nodes[i]);
+      continue;
+    }
+    remap[i] = (int32_t)kept;
+    t->nodes[kept++] = t->nodes[i];
+  }
+  for (size_t s = 0; s < KVCI_REDIS_SLOTS; s++)
+    if (t->slots[s] >= 0) t->slots[s] = remap[t->slots[s]];
+  t->nnodes = kept;
+  free(remap);
+}
+
+/* Asks one node; 0 with the map applied, 1 when the node is no cluster, -1 otherwise (why says). The node table
+ * may be compacted then: indices of nodes taken before do not hold after a success. */
 static int ask_slots(kvci_redis_tier* t, size_t node, char* why, size_t whycap) {
   if (kvci_redis_node_ready(t, node) != 0) {
     snprintf(why, whycap, "%s:%u: %s", t->nodes[node]->host, t->nodes[node]->port, t->nodes[node]->conn.error);
@@ -105,8 +141,9 @@ static int ask_slots(kvci_redis_tier* t, size_t node, char* why, size_t whycap) 
   kvci_resp_arg_str(&t->out, "CLUSTER");
   kvci_resp_arg_str(&t->out, "SLOTS");
   kvci_resp_reply r;
-  if (kvci_resp_out_send(&t->out, c, t->command_timeout_ms) != 0 ||
-      kvci_resp_read_reply(c, &r, t->command_timeout_ms) != 0) {
+  kvci_redis_limit lim = kvci_redis_command_limit(t);
+  if (kvci_resp_out_send(&t->out, c, &lim) != 0 ||
+      kvci_resp_read_reply(c, &r, KVCI_REDIS_SLOTS_REPLY_BYTES, KVCI_REDIS_SLOTS_REPLY_ELEMENTS, &lim) != 0) {
     snprintf(why, whycap, "%s:%u: %s", t->nodes[node]->host, t->nodes[node]->port, c->error);
     kvci_redis_node_failed(t, node);
     return -1;
@@ -126,8 +163,11 @@ static int ask_slots(kvci_redis_tier* t, size_t node, char* why, size_t whycap) 
     if (!map) result = -1;
     for (size_t s = 0; map && s < KVCI_REDIS_SLOTS; s++) map[s] = -1;
     for (size_t i = 0; map && i < r.count && result == 0; i++) result = apply_range(t, &r.items[i], host, map);
-    if (result == 0) memcpy(t->slots, map, sizeof t->slots);
-    else snprintf(why, whycap, "%s:%u: CLUSTER SLOTS reply not understood", host, t->nodes[node]->port);
+    if (result == 0) {
+      memcpy(t->slots, map, sizeof t->slots);
+      forget_unmapped(t);
+    } else
+      snprintf(why, whycap, "%s:%u: CLUSTER SLOTS reply not understood", host, t->nodes[node]->port);
     free(map);
   }
   kvci_resp_reply_free(&r);
@@ -185,12 +225,14 @@ int kvci_redis_redirect(kvci_redis_tier* t, size_t key, const char* error) {
   long slot = strtol(p, &end, 10);
   char host[sizeof t->nodes[0]->host];
   uint16_t port;
+  size_t known = t->nnodes;
   if (end == p || *end != ' ' || slot < 0 || slot >= KVCI_REDIS_SLOTS ||
       kvci_redis_parse_address(end + 1, strlen(end + 1), host, sizeof host, &port) != 0) {
     t->state[key] = KVCI_KEY_MISS;
     return 1;
   }
-  int32_t node = kvci_redis_node_find(t, host, port);
+  int32_t node = kvci_redis_node_find(t, host, port, t->learned < KVCI_REDIS_LEARN_PER_CALL);
+  if (node >= 0 && (size_t)node + 1 == t->nnodes && t->nnodes > known) t->learned++;
   if (node < 0) {
     t->state[key] = KVCI_KEY_MISS;
     return 1;

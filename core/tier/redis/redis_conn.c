@@ -1,9 +1,12 @@
 /*
  * core/tier/redis/redis_conn.c: one TCP connection to a Redis node with
- * timeouts on everything: the connect is non-blocking and polled, every
- * read and write polls with the command timeout, so a dead or stopped
- * server costs at most that long. MSG_NOSIGNAL: a peer that went away must
- * not kill the process with SIGPIPE.
+ * limits on everything: the connect is non-blocking and polled, every read
+ * and write polls until the call's deadline but no longer than the idle
+ * timeout, so a dead or stopped server costs at most the idle timeout and a
+ * server that sends a byte now and then no more than the call's deadline.
+ * The deadline is checked before every system call too, so a server that
+ * floods never makes a wait necessary and still cannot hold the call.
+ * MSG_NOSIGNAL: a peer that went away must not kill the process with SIGPIPE.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -36,6 +39,20 @@ uint64_t kvci_redis_now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+kvci_redis_limit kvci_redis_limit_in(uint32_t ms) {
+  return (kvci_redis_limit){kvci_redis_now_ms() + ms, ms};
+}
+
+/* Milliseconds one wait may take now: up to idle_ms, never past the deadline; 0 when the deadline has passed. */
+static int wait_budget(const kvci_redis_limit* lim) {
+  uint64_t now = kvci_redis_now_ms();
+  if (now >= lim->deadline_ms) return 0;
+  uint64_t left = lim->deadline_ms - now;
+  return (int)(left < lim->idle_ms ? left : lim->idle_ms);
+}
+
+static int past_deadline(const kvci_redis_limit* lim) { return kvci_redis_now_ms() >= lim->deadline_ms; }
+
 void kvci_redis_conn_init(kvci_redis_conn* c) {
   memset(c, 0, sizeof *c);
   c->fd = -1;
@@ -60,10 +77,10 @@ static int fail(kvci_redis_conn* c, const char* what, int err) {
   return -1;
 }
 
-/* Waits for `events` on the socket; 1 ready, 0 timed out, -1 error (errno). */
-static int wait_fd(int fd, short events, uint32_t timeout_ms) {
+/* Waits for `events` on the socket; 1 ready, 0 timed out (idle or deadline), -1 error (errno). */
+static int wait_fd(int fd, short events, const kvci_redis_limit* lim) {
   struct pollfd p = {fd, events, 0};
-  uint64_t end = kvci_redis_now_ms() + timeout_ms;
+  uint64_t end = kvci_redis_now_ms() + (uint64_t)wait_budget(lim);
   for (;;) {
     uint64_t now = kvci_redis_now_ms();
     int left = now >= end ? 0 : (int)(end - now);
@@ -74,7 +91,18 @@ static int wait_fd(int fd, short events, uint32_t timeout_ms) {
   }
 }
 
-static int try_connect(kvci_redis_conn* c, const struct addrinfo* ai, uint32_t timeout_ms) {
+int kvci_redis_conn_unrequested(kvci_redis_conn* c) {
+  if (c->fd < 0) return 0;
+  if (c->pos < c->len) return 1;
+  char b;
+  ssize_t r;
+  do r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  while (r < 0 && errno == EINTR);
+  /* A byte, an end of stream (the server closed: restarted, or timed us out) or an error: not usable as is. */
+  return r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+static int try_connect(kvci_redis_conn* c, const struct addrinfo* ai, const kvci_redis_limit* lim) {
   int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
   if (fd < 0) return fail(c, "socket", errno);
   int flags = fcntl(fd, F_GETFL, 0);
@@ -94,7 +122,7 @@ static int try_connect(kvci_redis_conn* c, const struct addrinfo* ai, uint32_t t
       close(fd);
       return fail(c, "connect", e);
     }
-    int r = wait_fd(fd, POLLOUT, timeout_ms);
+    int r = wait_fd(fd, POLLOUT, lim);
     int err = 0;
     socklen_t len = sizeof err;
     if (r <= 0) err = r == 0 ? 0 : errno;
@@ -108,7 +136,7 @@ static int try_connect(kvci_redis_conn* c, const struct addrinfo* ai, uint32_t t
   return 0;
 }
 
-int kvci_redis_conn_open(kvci_redis_conn* c, const char* host, uint16_t port, uint32_t timeout_ms) {
+int kvci_redis_conn_open(kvci_redis_conn* c, const char* host, uint16_t port, const kvci_redis_limit* lim) {
   kvci_redis_conn_close(c);
   if (!c->buf) {
     c->buf = malloc(READ_BUFFER_BYTES);
@@ -127,14 +155,21 @@ int kvci_redis_conn_open(kvci_redis_conn* c, const char* host, uint16_t port, ui
     return -1;
   }
   int r = -1;
-  for (const struct addrinfo* ai = list; ai && r != 0; ai = ai->ai_next) r = try_connect(c, ai, timeout_ms);
+  for (const struct addrinfo* ai = list; ai && r != 0; ai = ai->ai_next) {
+    if (past_deadline(lim)) {
+      r = fail(c, "connect", 0);
+      break;
+    }
+    r = try_connect(c, ai, lim);
+  }
   freeaddrinfo(list);
   return r;
 }
 
-int kvci_redis_conn_writev(kvci_redis_conn* c, struct iovec* iov, size_t count, uint32_t timeout_ms) {
+int kvci_redis_conn_writev(kvci_redis_conn* c, struct iovec* iov, size_t count, const kvci_redis_limit* lim) {
   if (c->fd < 0) return fail(c, "write", ENOTCONN);
   while (count > 0) {
+    if (past_deadline(lim)) return fail(c, "write", 0);
     if (iov->iov_len == 0) {
       iov++, count--;
       continue;
@@ -147,7 +182,7 @@ int kvci_redis_conn_writev(kvci_redis_conn* c, struct iovec* iov, size_t count, 
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) return fail(c, "write", errno);
-      int r = wait_fd(c->fd, POLLOUT, timeout_ms);
+      int r = wait_fd(c->fd, POLLOUT, lim);
       if (r <= 0) return fail(c, "write", r == 0 ? 0 : errno);
       continue;
     }
@@ -165,8 +200,12 @@ int kvci_redis_conn_writev(kvci_redis_conn* c, struct iovec* iov, size_t count, 
 }
 
 /* Receives into dst (up to n bytes) once something is readable; the count, or -1. */
-static ssize_t receive(kvci_redis_conn* c, void* dst, size_t n, uint32_t timeout_ms) {
+static ssize_t receive(kvci_redis_conn* c, void* dst, size_t n, const kvci_redis_limit* lim) {
   for (;;) {
+    if (past_deadline(lim)) {
+      fail(c, "read", 0);
+      return -1;
+    }
     ssize_t r = recv(c->fd, dst, n, 0);
     if (r > 0) return r;
     if (r == 0) {
@@ -178,7 +217,7 @@ static ssize_t receive(kvci_redis_conn* c, void* dst, size_t n, uint32_t timeout
       fail(c, "read", errno);
       return -1;
     }
-    int w = wait_fd(c->fd, POLLIN, timeout_ms);
+    int w = wait_fd(c->fd, POLLIN, lim);
     if (w <= 0) {
       fail(c, "read", w == 0 ? 0 : errno);
       return -1;
@@ -187,7 +226,7 @@ static ssize_t receive(kvci_redis_conn* c, void* dst, size_t n, uint32_t timeout
 }
 
 /* Reads more into the buffer, moving the unread bytes to its start first. */
-static int fill(kvci_redis_conn* c, uint32_t timeout_ms) {
+static int fill(kvci_redis_conn* c, const kvci_redis_limit* lim) {
   if (c->fd < 0) return fail(c, "read", ENOTCONN);
   if (c->pos > 0) {
     memmove(c->buf, c->buf + c->pos, c->len - c->pos);
@@ -199,13 +238,13 @@ static int fill(kvci_redis_conn* c, uint32_t timeout_ms) {
     kvci_redis_conn_close(c);
     return -1;
   }
-  ssize_t n = receive(c, c->buf + c->len, c->cap - c->len, timeout_ms);
+  ssize_t n = receive(c, c->buf + c->len, c->cap - c->len, lim);
   if (n < 0) return -1;
   c->len += (size_t)n;
   return 0;
 }
 
-int kvci_redis_conn_read_line(kvci_redis_conn* c, const char** line, size_t* len, uint32_t timeout_ms) {
+int kvci_redis_conn_read_line(kvci_redis_conn* c, const char** line, size_t* len, const kvci_redis_limit* lim) {
   size_t scanned = 0;
   for (;;) {
     const uint8_t* start = c->buf + c->pos;
@@ -219,11 +258,11 @@ int kvci_redis_conn_read_line(kvci_redis_conn* c, const char** line, size_t* len
       }
     }
     scanned = have > 0 ? have - 1 : 0;
-    if (fill(c, timeout_ms) != 0) return -1;
+    if (fill(c, lim) != 0) return -1;
   }
 }
 
-int kvci_redis_conn_read_exact(kvci_redis_conn* c, void* dst, size_t n, uint32_t timeout_ms) {
+int kvci_redis_conn_read_exact(kvci_redis_conn* c, void* dst, size_t n, const kvci_redis_limit* lim) {
   uint8_t* out = dst;
   size_t have = c->len - c->pos;
   size_t take = have < n ? have : n;
@@ -234,14 +273,14 @@ int kvci_redis_conn_read_exact(kvci_redis_conn* c, void* dst, size_t n, uint32_t
   while (n > 0) {
     if (c->fd < 0) return fail(c, "read", ENOTCONN);
     if (out && n >= DIRECT_READ_BYTES) {
-      ssize_t r = receive(c, out, n, timeout_ms);
+      ssize_t r = receive(c, out, n, lim);
       if (r < 0) return -1;
       out += r;
       n -= (size_t)r;
       continue;
     }
     c->pos = c->len = 0;
-    if (fill(c, timeout_ms) != 0) return -1;
+    if (fill(c, lim) != 0) return -1;
     take = c->len < n ? c->len : n;
     if (out) {
       memcpy(out, c->buf, take);

@@ -14,6 +14,12 @@
  * Every failure is local: a connection that times out or breaks is closed
  * (a half-read pipeline cannot be resynchronised) and tried again after
  * reconnect_interval_ms; the keys it carried are misses or skipped puts.
+ *
+ * Nothing a server sends can hold a call past its deadline or make the
+ * client allocate without bound: every wait ends at the call's deadline
+ * (kvci_redis_limit), every reply is read against a byte cap fixed before
+ * its first byte (KVCI_REDIS_*_BYTES below; docs/redis-tier.md gives the
+ * values and why), and a connection with bytes nobody asked for is closed.
  */
 #ifndef KVC_CORE_TIER_REDIS_INTERNAL_H
 #define KVC_CORE_TIER_REDIS_INTERNAL_H
@@ -27,6 +33,34 @@
 /* Milliseconds of a monotonic clock. */
 uint64_t kvci_redis_now_ms(void);
 
+/* What one wait on a peer may take: never past the call's deadline, and never longer than idle_ms at once (a
+ * node silent for that long is dead even when the call has time left for the other nodes). */
+typedef struct kvci_redis_limit {
+  uint64_t deadline_ms; /* kvci_redis_now_ms() at which the call ends */
+  uint32_t idle_ms;     /* connect_timeout_ms or command_timeout_ms */
+} kvci_redis_limit;
+
+/* A limit of `ms` from now for both: one operation on its own (tests, benchmarks). */
+kvci_redis_limit kvci_redis_limit_in(uint32_t ms);
+
+/* The longest host name a node may have: a DNS name's limit (RFC 1035: 253 characters as text). */
+#define KVCI_REDIS_HOST_MAX 253
+/* Redis refuses a string longer than 512 MiB (proto-max-bulk-len); a longer one is a broken stream. */
+#define KVCI_REDIS_BULK_MAX ((uint64_t)512 << 20)
+/* A CLUSTER SLOTS reply: bytes and elements of the whole reply (a 16384-range map with two nodes per range is
+ * about 3 MiB and 213000 elements), so that its tree stays below about 30 MiB of memory. */
+#define KVCI_REDIS_SLOTS_REPLY_BYTES ((size_t)8 << 20)
+#define KVCI_REDIS_SLOTS_REPLY_ELEMENTS ((size_t)1 << 18)
+/* A value larger than the caller's buffer by at most this much is read and dropped (the connection stays in
+ * step); a larger one closes the connection unread. */
+#define KVCI_REDIS_DROP_BYTES ((size_t)64 << 10)
+/* An error reply's text kept: "MOVED 16383 [<253 bytes>]:65535" is 275 bytes, so a redirect is never cut. */
+#define KVCI_REDIS_ERROR_BYTES 320
+/* Nodes a call may learn from MOVED and ASK; past that a redirect to an unknown node is a miss. */
+#define KVCI_REDIS_LEARN_PER_CALL 8
+/* Nodes a tier knows in all (Redis Cluster's own limit is 1000 nodes). */
+#define KVCI_REDIS_MAX_NODES 4096
+
 /* ------------------------------------------------------------ connection */
 
 typedef struct kvci_redis_conn {
@@ -37,20 +71,23 @@ typedef struct kvci_redis_conn {
 } kvci_redis_conn;
 
 void kvci_redis_conn_init(kvci_redis_conn* c);
-/* Connects to host:port within `timeout_ms` (numeric addresses never block; names go through getaddrinfo).
- * Returns 0, or -1 with c->error set. */
-int kvci_redis_conn_open(kvci_redis_conn* c, const char* host, uint16_t port, uint32_t timeout_ms);
+/* Connects to host:port within the limit (numeric addresses never block; names go through getaddrinfo, which no
+ * limit bounds). Returns 0, or -1 with c->error set. */
+int kvci_redis_conn_open(kvci_redis_conn* c, const char* host, uint16_t port, const kvci_redis_limit* lim);
 void kvci_redis_conn_close(kvci_redis_conn* c);
 /* Frees the buffer too. */
 void kvci_redis_conn_free(kvci_redis_conn* c);
+/* Whether a connection between commands holds or is sent bytes nobody asked for, or was closed by the peer:
+ * then it is out of step and must be closed. 1 or 0; never waits. */
+int kvci_redis_conn_unrequested(kvci_redis_conn* c);
 
-/* A gathered write: `iov` is consumed as it is sent. Fails when no byte moves for `timeout_ms`. */
+/* A gathered write: `iov` is consumed as it is sent. Fails when the limit is reached. */
 struct iovec;
-int kvci_redis_conn_writev(kvci_redis_conn* c, struct iovec* iov, size_t count, uint32_t timeout_ms);
+int kvci_redis_conn_writev(kvci_redis_conn* c, struct iovec* iov, size_t count, const kvci_redis_limit* lim);
 /* The next line without its CRLF; valid until the next read. Lines are at most 64 KiB. */
-int kvci_redis_conn_read_line(kvci_redis_conn* c, const char** line, size_t* len, uint32_t timeout_ms);
+int kvci_redis_conn_read_line(kvci_redis_conn* c, const char** line, size_t* len, const kvci_redis_limit* lim);
 /* Exactly `n` bytes into `dst` (NULL: read and drop them), large ones straight from the socket. */
-int kvci_redis_conn_read_exact(kvci_redis_conn* c, void* dst, size_t n, uint32_t timeout_ms);
+int kvci_redis_conn_read_exact(kvci_redis_conn* c, void* dst, size_t n, const kvci_redis_limit* lim);
 
 /* --------------------------------------------------------------- encoder */
 
@@ -83,7 +120,7 @@ void kvci_resp_arg_ref(kvci_resp_out* o, const void* data, size_t len);
 /* The queue as an iovec array (valid until the next change); NULL when an allocation failed. */
 struct iovec* kvci_resp_out_iov(kvci_resp_out* o, size_t* count);
 /* Encodes and sends the queue; 0 or -1. */
-int kvci_resp_out_send(kvci_resp_out* o, kvci_redis_conn* c, uint32_t timeout_ms);
+int kvci_resp_out_send(kvci_resp_out* o, kvci_redis_conn* c, const kvci_redis_limit* lim);
 
 /* --------------------------------------------------------------- replies */
 
@@ -94,16 +131,17 @@ typedef enum kvci_resp_kind {
   KVCI_RESP_INTEGER,   /* :n */
   KVCI_RESP_VALUE,     /* $n: copied into the destination */
   KVCI_RESP_NIL,       /* $-1 or *-1 */
-  KVCI_RESP_TOO_LARGE, /* $n larger than the destination: read and dropped */
+  KVCI_RESP_TOO_LARGE, /* $n larger than the destination by at most KVCI_REDIS_DROP_BYTES: read and dropped */
 } kvci_resp_kind;
 
 /*
  * Reads one reply that is not an array (GET, SET, ASKING, AUTH). A bulk value goes into `dst` (capacity `cap`),
  * its size into *size. An error's text (up to errcap - 1 bytes) into `error`. Returns the kind, or -1 when the
- * connection failed or spoke something else (then the connection is closed).
+ * connection failed or spoke something else, or announced a value larger than cap + KVCI_REDIS_DROP_BYTES (then
+ * the connection is closed, the value unread).
  */
 int kvci_resp_read_flat(kvci_redis_conn* c, void* dst, size_t cap, size_t* size, char* error, size_t errcap,
-                        uint32_t timeout_ms);
+                        const kvci_redis_limit* lim);
 
 /* A reply as a tree, for the few nested ones (CLUSTER SLOTS). */
 typedef struct kvci_resp_reply {
@@ -115,8 +153,11 @@ typedef struct kvci_resp_reply {
   size_t count;
 } kvci_resp_reply;
 
-/* Reads one reply of any type; arrays nest at most 8 deep. 0, or -1 (connection closed). */
-int kvci_resp_read_reply(kvci_redis_conn* c, kvci_resp_reply* out, uint32_t timeout_ms);
+/* Reads one reply of any type, of at most `max_bytes` on the wire and `max_elements` elements in all; arrays nest
+ * at most 8 deep. Nothing is allocated for a length before it is checked against what is left of both. 0, or -1
+ * (connection closed). */
+int kvci_resp_read_reply(kvci_redis_conn* c, kvci_resp_reply* out, size_t max_bytes, size_t max_elements,
+                         const kvci_redis_limit* lim);
 void kvci_resp_reply_free(kvci_resp_reply* r);
 
 /* ----------------------------------------------------------------- slots */
@@ -128,13 +169,14 @@ uint16_t kvci_redis_crc16(const void* data, size_t len);
 /* The key's slot: CRC16 of the key, or of its {hash tag} when it has a non-empty one, mod 16384. */
 uint16_t kvci_redis_key_slot(const void* key, size_t len);
 
-/* Splits "host:port" or "[v6]:port" into host (NUL-terminated, cap bytes) and port; 0 or -1. */
+/* Splits "host:port" or "[v6]:port" into host (NUL-terminated, cap bytes, at most KVCI_REDIS_HOST_MAX before the
+ * NUL) and port; 0 or -1. The port is what follows the last ':' (after the ']'), never cut by the host's length. */
 int kvci_redis_parse_address(const char* s, size_t len, char* host, size_t cap, uint16_t* port);
 
 /* ------------------------------------------------------------------ tier */
 
 typedef struct kvci_redis_node {
-  char host[256];
+  char host[KVCI_REDIS_HOST_MAX + 1];
   uint16_t port;
   kvci_redis_conn conn;
   uint64_t retry_after_ms; /* a node that failed is left alone until then */
@@ -166,10 +208,16 @@ typedef struct kvci_redis_tier {
   char* username;
   char* password;
   uint32_t connect_timeout_ms, command_timeout_ms, reconnect_interval_ms, ttl_seconds, max_pipeline;
-  int cluster; /* 1 cluster, 0 standalone (decided at creation) */
+  uint32_t call_timeout_ms; /* the deadline of every call, from its start */
+  int cluster;              /* 1 cluster, 0 standalone (decided at creation) */
 
-  kvci_redis_node** nodes; /* every node seen: seeds, CLUSTER SLOTS, MOVED, ASK */
-  size_t nnodes, nodes_cap;
+  /* The call under way: its deadline and the nodes it learned from redirects. */
+  uint64_t deadline_ms;
+  unsigned learned;
+
+  kvci_redis_node** nodes; /* the seeds first, then the nodes of the slot map and those learned since from MOVED
+                              and ASK (a new map forgets those it does not name) */
+  size_t nnodes, nodes_cap, nseeds;
   int32_t slots[KVCI_REDIS_SLOTS]; /* node index of each slot; -1 unknown */
   int refresh_wanted;              /* the slot map may be stale */
   uint64_t next_refresh_ms;
@@ -186,13 +234,21 @@ typedef struct kvci_redis_tier {
   kvci_redis_call call;
 } kvci_redis_tier;
 
-/* Connects (and authenticates) a node unless it is connected or left alone; 0 or -1. */
+/* Connects (and authenticates) a node unless it is connected or left alone, or the call's deadline has passed (the
+ * node is not blamed then). A connection holding unrequested bytes is closed and opened again. 0 or -1. */
 int kvci_redis_node_ready(kvci_redis_tier* t, size_t node);
 /* Closes a node after a failure and leaves it alone for reconnect_interval_ms. */
 void kvci_redis_node_failed(kvci_redis_tier* t, size_t node);
-/* The index of the node host:port, added if new; -1 when out of memory. */
-int32_t kvci_redis_node_find(kvci_redis_tier* t, const char* host, uint16_t port);
-/* Reads the slot map (CLUSTER SLOTS) from the first node that answers; 0, or -1 with `why`. */
+/* Starts a call: its deadline is call_timeout_ms from now. */
+void kvci_redis_call_begin(kvci_redis_tier* t);
+/* The limit of a command (idle command_timeout_ms) or a connect (connect_timeout_ms) within the call. */
+kvci_redis_limit kvci_redis_command_limit(const kvci_redis_tier* t);
+kvci_redis_limit kvci_redis_connect_limit(const kvci_redis_tier* t);
+/* The index of the node host:port, added if new and `may_add`; -1 when unknown and not added (a host longer than
+ * KVCI_REDIS_HOST_MAX, KVCI_REDIS_MAX_NODES known, out of memory). */
+int32_t kvci_redis_node_find(kvci_redis_tier* t, const char* host, uint16_t port, int may_add);
+/* Reads the slot map (CLUSTER SLOTS) from the first node that answers; 0, or -1 with `why`. Node indices taken
+ * before a success do not hold after it (the table is compacted): call it before routing, never during. */
 int kvci_redis_refresh_slots(kvci_redis_tier* t, char* why, size_t whycap);
 /* At creation: standalone or cluster (t->cluster -1 auto, 0 off, 1 on), from seeds nodes[0..seeds); 0 or -1. */
 int kvci_redis_detect(kvci_redis_tier* t, size_t seeds, char* why, size_t whycap);

@@ -5,7 +5,10 @@
  * buffers. Windows bound what the server holds for us (a window of GETs of
  * 2 MiB blocks is max_pipeline x 2 MiB of replies in its output buffer).
  * When the connection fails, the keys not answered yet are misses and the
- * node is left alone for a while: the stream cannot be resynchronised.
+ * node is left alone for a while: the stream cannot be resynchronised. So is
+ * a node that sends more than was asked (bytes left after a window's
+ * replies). When the call's deadline has passed between windows, the rest
+ * are misses and the node, whose stream is in step, is not blamed.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -42,12 +45,12 @@ static void queue(kvci_redis_tier* t, uint32_t k, int asking, const char* ttl) {
 }
 
 /* Reads the replies of key k; 0, or -1 when the connection failed. */
-static int read_replies(kvci_redis_tier* t, kvci_redis_conn* c, uint32_t k, int asking) {
-  char err[160];
-  if (asking && kvci_resp_read_flat(c, NULL, 0, NULL, err, sizeof err, t->command_timeout_ms) < 0) return -1;
+static int read_replies(kvci_redis_tier* t, kvci_redis_conn* c, uint32_t k, int asking, const kvci_redis_limit* lim) {
+  char err[KVCI_REDIS_ERROR_BYTES];
+  if (asking && kvci_resp_read_flat(c, NULL, 0, NULL, err, sizeof err, lim) < 0) return -1;
   size_t size = 0;
   void* dst = t->call.put ? NULL : t->call.dst[k];
-  int kind = kvci_resp_read_flat(c, dst, t->call.capacity, &size, err, sizeof err, t->command_timeout_ms);
+  int kind = kvci_resp_read_flat(c, dst, t->call.capacity, &size, err, sizeof err, lim);
   if (kind < 0) return -1;
   if (kind == KVCI_RESP_ERROR) {
     /* MOVED and ASK are followed once; any other error (OOM, CLUSTERDOWN, LOADING) is a miss. */
@@ -71,16 +74,26 @@ void kvci_redis_pipeline(kvci_redis_tier* t, size_t node, const uint32_t* order,
   if (t->ttl_seconds) snprintf(ttl, sizeof ttl, "%u", t->ttl_seconds);
   for (size_t w = 0; w < n; w += t->max_pipeline) {
     size_t end = n - w > t->max_pipeline ? w + t->max_pipeline : n;
+    kvci_redis_limit lim = kvci_redis_command_limit(t);
+    if (kvci_redis_now_ms() >= lim.deadline_ms) {
+      for (size_t i = w; i < n; i++) t->state[order[i]] = KVCI_KEY_MISS;
+      return;
+    }
     kvci_resp_out_reset(&t->out);
     for (size_t i = w; i < end; i++) queue(t, order[i], asking, t->ttl_seconds ? ttl : NULL);
-    if (kvci_resp_out_send(&t->out, c, t->command_timeout_ms) != 0) {
+    if (kvci_resp_out_send(&t->out, c, &lim) != 0) {
       fail_rest(t, node, order, w, n);
       return;
     }
     for (size_t i = w; i < end; i++)
-      if (read_replies(t, c, order[i], asking) != 0) {
+      if (read_replies(t, c, order[i], asking, &lim) != 0) {
         fail_rest(t, node, order, i, n);
         return;
       }
+    if (c->pos < c->len) { /* replies nobody asked for: the next command's answer would be one of them */
+      snprintf(c->error, sizeof c->error, "%zu bytes after the replies of a pipeline", c->len - c->pos);
+      fail_rest(t, node, order, end, n);
+      return;
+    }
   }
 }

@@ -52,7 +52,7 @@ int kvci_redis_parse_address(const char* s, size_t len, char* host, size_t cap, 
     if (memchr(s, ':', hlen)) return -1; /* an IPv6 address needs brackets */
   }
   size_t plen = len - (size_t)(colon + 1 - s);
-  if (hlen == 0 || hlen >= cap || plen == 0 || plen > 5) return -1;
+  if (hlen == 0 || hlen >= cap || hlen > KVCI_REDIS_HOST_MAX || plen == 0 || plen > 5) return -1;
   unsigned long p = 0;
   for (size_t i = 0; i < plen; i++) {
     char ch = colon[1 + i];

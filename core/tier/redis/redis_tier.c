@@ -93,11 +93,32 @@ static char* copy_string(const char* s) {
   return c;
 }
 
+/* The sizes kvc_redis_tier_options had (redis_tier.h lists them); the last is the current one. */
+static const uint32_t OPTIONS_SIZES[] = {64, 72, 88};
+_Static_assert(sizeof(kvc_redis_tier_options) == 88, "kvc_redis_tier_options changed size");
+
+/* The caller's options over the defaults: a caller built against an older header passes fewer bytes. */
+static kvc_error* read_options(const kvc_redis_tier_options* in, kvc_redis_tier_options* o) {
+  if (!in) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL", FN);
+  *o = (kvc_redis_tier_options)KVC_REDIS_TIER_OPTIONS_INIT;
+  for (size_t i = 0; i < sizeof OPTIONS_SIZES / sizeof OPTIONS_SIZES[0]; i++)
+    if (in->struct_size == OPTIONS_SIZES[i]) {
+      memcpy(o, in, in->struct_size);
+      o->struct_size = sizeof *o;
+      return NULL;
+    }
+  return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.struct_size is %u but this library knows only 64, 72 "
+                  "and %zu; initialize it with KVC_REDIS_TIER_OPTIONS_INIT", FN, in->struct_size, sizeof *o);
+}
+
+/* call_timeout_ms 0: room for a connect, a slot-map refresh and the call's own commands. */
+static uint32_t call_timeout(const kvc_redis_tier_options* o) {
+  if (o->call_timeout_ms) return o->call_timeout_ms;
+  uint64_t ms = (uint64_t)o->connect_timeout_ms + 2u * (uint64_t)o->command_timeout_ms;
+  return ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+}
+
 static kvc_error* check_options(const kvc_redis_tier_options* o) {
-  if (!o) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL", FN);
-  if (o->struct_size != sizeof *o)
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.struct_size is %u but this library knows only %zu; "
-                    "initialize it with KVC_REDIS_TIER_OPTIONS_INIT", FN, o->struct_size, sizeof *o);
   if (o->cluster < KVC_REDIS_CLUSTER_AUTO || o->cluster > KVC_REDIS_CLUSTER_ON)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.cluster is %d; it is KVC_REDIS_CLUSTER_AUTO (0), _OFF "
                     "(1) or _ON (2)", FN, (int)o->cluster);
@@ -132,21 +153,29 @@ static kvc_error* add_seeds(kvci_redis_tier* t, size_t* count) {
   for (;;) {
     const char* end = strchr(s, ',');
     size_t len = end ? (size_t)(end - s) : strlen(s);
-    char host[256];
+    char host[KVCI_REDIS_HOST_MAX + 1];
     uint16_t port;
     if (kvci_redis_parse_address(s, len, host, sizeof host, &port) != 0)
       return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.seeds has '%.*s', which is not host:port (port 1 "
-                      "to 65535, [brackets] around an IPv6 address)", FN, (int)len, s);
+                      "to 65535, a host of at most %d bytes, [brackets] around an IPv6 address)", FN, (int)len, s,
+                      KVCI_REDIS_HOST_MAX);
     size_t before = t->nnodes;
-    if (kvci_redis_node_find(t, host, port) < 0) return kvci_err_oom();
+    if (kvci_redis_node_find(t, host, port, 1) < 0)
+      return t->nnodes >= KVCI_REDIS_MAX_NODES
+                 ? kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.seeds lists more than %d nodes", FN,
+                            KVCI_REDIS_MAX_NODES)
+                 : kvci_err_oom();
     *count += t->nnodes > before;
     if (!end) return NULL;
     s = end + 1;
   }
 }
 
-kvc_error* kvci_redis_tier_open(const kvc_redis_tier_options* o, kvc_tier_ops* ops, void** ctx) {
-  kvc_error* e = check_options(o);
+kvc_error* kvci_redis_tier_open(const kvc_redis_tier_options* options, kvc_tier_ops* ops, void** ctx) {
+  kvc_redis_tier_options copy;
+  const kvc_redis_tier_options* o = &copy;
+  kvc_error* e = read_options(options, &copy);
+  if (!e) e = check_options(o);
   if (e) return e;
   if (!ops || !ctx) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   kvci_redis_tier* t = calloc(1, sizeof *t);
@@ -164,16 +193,20 @@ kvc_error* kvci_redis_tier_open(const kvc_redis_tier_options* o, kvc_tier_ops* o
   t->reconnect_interval_ms = o->reconnect_interval_ms;
   t->ttl_seconds = o->ttl_seconds;
   t->max_pipeline = o->max_pipeline;
+  t->call_timeout_ms = call_timeout(o);
   t->cluster = o->cluster == KVC_REDIS_CLUSTER_AUTO ? -1 : o->cluster == KVC_REDIS_CLUSTER_ON;
   t->key_stride = kvci_redis_key_bytes(t);
   for (size_t s = 0; s < KVCI_REDIS_SLOTS; s++) t->slots[s] = -1;
   size_t seeds = 0;
   e = add_seeds(t, &seeds);
+  t->nseeds = t->nnodes;
   char why[240] = "";
+  kvci_redis_call_begin(t);
   if (!e && kvci_redis_detect(t, seeds, why, sizeof why) != 0)
     e = kvci_err(KVC_ERROR_IO, "%s: no seed could be used%s; the last: %s (seeds '%s', connect_timeout_ms %u, "
-                 "command_timeout_ms %u)", FN, o->cluster == KVC_REDIS_CLUSTER_ON ? " as a Redis Cluster" : "", why,
-                 t->seeds, t->connect_timeout_ms, t->command_timeout_ms);
+                 "command_timeout_ms %u, call_timeout_ms %u)", FN,
+                 o->cluster == KVC_REDIS_CLUSTER_ON ? " as a Redis Cluster" : "", why, t->seeds,
+                 t->connect_timeout_ms, t->command_timeout_ms, t->call_timeout_ms);
   if (e) {
     tier_free(t);
     return e;
@@ -185,10 +218,8 @@ kvc_error* kvci_redis_tier_open(const kvc_redis_tier_options* o, kvc_tier_ops* o
 
 kvc_error* kvc_redis_tier_create(const kvc_redis_tier_options* options, kvc_tier** out) {
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
-  if (!options) return check_options(NULL);
-  /* A caller built against an older header passes a shorter struct: read it into a full one (options.c). */
   kvc_redis_tier_options full;
-  kvc_error* e = kvci_read_redis_tier_options(FN, "options", options, &full);
+  kvc_error* e = read_options(options, &full);
   if (!e) e = kvci_tier_auth_check(FN, "options.auth_key", full.auth_key, full.auth_key_len);
   if (e) return e;
   kvc_tier_ops ops;

@@ -98,7 +98,7 @@ struct iovec* kvci_resp_out_iov(kvci_resp_out* o, size_t* count) {
   return o->iov;
 }
 
-int kvci_resp_out_send(kvci_resp_out* o, kvci_redis_conn* c, uint32_t timeout_ms) {
+int kvci_resp_out_send(kvci_resp_out* o, kvci_redis_conn* c, const kvci_redis_limit* lim) {
   size_t n = 0;
   struct iovec* iov = kvci_resp_out_iov(o, &n);
   if (!iov) {
@@ -106,5 +106,5 @@ int kvci_resp_out_send(kvci_resp_out* o, kvci_redis_conn* c, uint32_t timeout_ms
     kvci_redis_conn_close(c);
     return -1;
   }
-  return kvci_redis_conn_writev(c, iov, n, timeout_ms);
+  return kvci_redis_conn_writev(c, iov, n, lim);
 }

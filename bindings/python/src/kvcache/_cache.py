@@ -1,12 +1,11 @@
 """Cache classes with transformers' names and methods, over the kvcache C library."""
 from __future__ import annotations
 
-import math
 import operator
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from . import _lib
-from ._errors import KvcacheError, OutOfRangeError
+from ._errors import KvcacheError, OutOfRangeError, check_open
 from ._streams import StreamLike, stream_handle
 from ._types import (
     DeviceLike,
@@ -35,6 +34,16 @@ class KV(NamedTuple):
 
     keys: View
     values: View
+
+
+def _split_capacity(full: int, split: int, *caches: "Cache") -> int:
+    """How many handles batch_split may write: the number of splits when ``full`` is at most the largest batch a
+    layer holds, else 0 (the library refuses such a ``full_batch_size`` before it looks at the capacity), so that a
+    huge ``full_batch_size`` is reported by the library instead of allocating room for its splits."""
+    rows = max((c.layer_info(i).batch_size for c in caches for i in range(len(c))), default=0)
+    if full < 1 or split < 1 or full > rows:
+        return 0
+    return -(-full // split)
 
 
 def _layer(layer_idx: Any, name: str = "layer_idx") -> int:
@@ -356,7 +365,7 @@ class Cache:
     def batch_split(self: C, full_batch_size: int, split_size: int) -> List[C]:
         """Independent caches holding rows ``[i, i + split_size)`` (legacy ``batch_split``)."""
         full, split = operator.index(full_batch_size), operator.index(split_size)
-        capacity = math.ceil(full / split) if full > 0 and split > 0 else 0
+        capacity = _split_capacity(full, split, self)
         return [type(self)._from_handle(h) for h in _lib.kvc_cache_batch_split(self._handle, full, split, capacity)]
 
     @classmethod
@@ -534,6 +543,7 @@ class Cache:
         return bool(self._handle.closed)
 
     def __enter__(self: C) -> C:
+        check_open(self, "cache")
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -911,7 +921,7 @@ class EncoderDecoderCache:
 
     def batch_split(self, full_batch_size: int, split_size: int) -> List["EncoderDecoderCache"]:
         full, split = operator.index(full_batch_size), operator.index(split_size)
-        capacity = math.ceil(full / split) if full > 0 and split > 0 else 0
+        capacity = _split_capacity(full, split, self.self_attention_cache, self.cross_attention_cache)
         return [type(self)._from_handle(h)
                 for h in _lib.kvc_encoder_decoder_cache_batch_split(self._handle, full, split, capacity)]
 
@@ -945,6 +955,7 @@ class EncoderDecoderCache:
         return bool(self._handle.closed)
 
     def __enter__(self) -> "EncoderDecoderCache":
+        check_open(self, "cache")
         return self
 
     def __exit__(self, *exc: Any) -> None:

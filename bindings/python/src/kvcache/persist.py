@@ -44,17 +44,17 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 def load(path: PathLike) -> Cache:
     """A new cache (on the CPU) from the cache file at ``path``."""
-    return Cache._from_handle(_lib.kvc_cache_load(os.fspath(path), None))
+    return Cache._from_handle(_lib.kvc_cache_load(path, None))
 
 
 def load_encoder_decoder(path: PathLike) -> EncoderDecoderCache:
     """A new encoder-decoder cache (on the CPU) from the file at ``path``."""
-    return EncoderDecoderCache._from_handle(_lib.kvc_encoder_decoder_cache_load(os.fspath(path), None))
+    return EncoderDecoderCache._from_handle(_lib.kvc_encoder_decoder_cache_load(path, None))
 
 
 def _save(self: Cache, path: PathLike) -> None:
     """Writes the cache to the file ``path`` (created or replaced); the cache is not changed."""
-    _lib.kvc_cache_save(self._handle, os.fspath(path), None)
+    _lib.kvc_cache_save(self._handle, path, None)
 
 
 def _restore(self: Cache, path: PathLike) -> None:
@@ -62,17 +62,17 @@ def _restore(self: Cache, path: PathLike) -> None:
 
     Views of the cache taken before are stale afterwards. On error the cache is unchanged.
     """
-    _lib.kvc_cache_restore(self._handle, os.fspath(path))
+    _lib.kvc_cache_restore(self._handle, path)
 
 
 def _save_ed(self: EncoderDecoderCache, path: PathLike) -> None:
     """Writes both halves and the is_updated flags to the file ``path``."""
-    _lib.kvc_encoder_decoder_cache_save(self._handle, os.fspath(path), None)
+    _lib.kvc_encoder_decoder_cache_save(self._handle, path, None)
 
 
 def _restore_ed(self: EncoderDecoderCache, path: PathLike) -> None:
     """Replaces both halves and the flags with the file's (fingerprints must match); unchanged on error."""
-    _lib.kvc_encoder_decoder_cache_restore(self._handle, os.fspath(path))
+    _lib.kvc_encoder_decoder_cache_restore(self._handle, path)
 
 
 # The methods live here, beside the functions they share their documentation with, and are attached to the

@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional,
 
 from . import _lib
 from ._cache import KV, TensorLike, View, _layer
-from ._errors import InvalidArgumentError, OutOfRangeError
+from ._errors import InvalidArgumentError, OutOfRangeError, check_open
 from ._streams import StreamLike, stream_handle
 from ._types import DeviceLike, DeviceType, Dtype, DtypeLike, parse_device, parse_dtype
 
@@ -443,7 +443,7 @@ class Pool:
         does; :class:`kvcache.OutOfMemoryError` when they are not there) and its committed full blocks are
         cached for prefix reuse. A missing, truncated or corrupted file raises :class:`kvcache.IoError`. On any
         error the pool is unchanged."""
-        return Sequence._from_handle(_lib.kvc_pool_sequence_load(self._handle, os.fspath(path)), self)
+        return Sequence._from_handle(_lib.kvc_pool_sequence_load(self._handle, path), self)
 
     def load_sequence_buffer(self, data: Any) -> "Sequence":
         """As :meth:`load_sequence`, from a file's bytes (any bytes-like object, as :meth:`Sequence.save_to`
@@ -580,6 +580,7 @@ class Pool:
         return bool(self._handle.closed)
 
     def __enter__(self) -> "Pool":
+        check_open(self, "pool")
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -719,11 +720,13 @@ class Sequence:
         a fingerprint of the pool's layout. :meth:`Pool.load_sequence` makes it again in a pool of the same
         layout. The sequence is not changed; views stay valid. Raises :class:`kvcache.IoError` (an
         ``OSError``) when the file cannot be written."""
-        _lib.kvc_pool_sequence_save(self._handle, os.fspath(path), None)
+        _lib.kvc_pool_sequence_save(self._handle, path, None)
 
     def save_to(self, write: Callable[[bytes], Any]) -> None:
         """The bytes :meth:`save` writes, given to ``write(chunk)`` in order (a socket's ``sendall``, a list's
         ``append``). An exception ``write`` raises stops the save and is raised here."""
+        if not callable(write):
+            raise TypeError(f"save_to: write is a {type(write).__name__}; give a callable taking bytes")
         _lib.kvc_pool_sequence_save_to(self._handle, write)
 
     # --------------------------------------------------------------- lifetime
@@ -738,6 +741,7 @@ class Sequence:
         return bool(self._handle.closed)
 
     def __enter__(self) -> "Sequence":
+        check_open(self, "sequence")
         return self
 
     def __exit__(self, *exc: Any) -> None:

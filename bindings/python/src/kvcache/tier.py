@@ -74,7 +74,10 @@ class DiskTier:
 
     def __init__(self, directory: Union[str, "os.PathLike[str]"], *, max_bytes: int = 0,
                  auth_key: Optional[bytes] = None) -> None:
-        path = os.fspath(directory)
+        try:
+            path = os.fspath(directory)
+        except TypeError:
+            raise TypeError(f"DiskTier: directory is a {type(directory).__name__}; give a str path") from None
         if not isinstance(path, str):
             raise InvalidArgumentError(f"DiskTier: directory is {path!r}; give a str path",
                                        _lib.KVC_ERROR_INVALID_ARGUMENT)

@@ -1783,7 +1783,7 @@ unsafe extern "C" {
 }
 /// Whether the servers are a Redis Cluster.
 pub type kvc_redis_cluster_mode = i32;
-/// Options of kvc_redis_tier_create. Published sizes: 64 (0.6), 80 (0.7).
+/// Options of kvc_redis_tier_create. Published sizes: 64 (0.6), 72 and 88 (0.7: call_timeout_ms, then the auth key).
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_redis_tier_options {
@@ -1811,6 +1811,10 @@ pub struct kvc_redis_tier_options {
     pub max_pipeline: u32,
     /// 0
     pub reserved: u32,
+    /** Since 0.7. The deadline of every call (see above); 0 = connect_timeout_ms
+ + 2 x command_timeout_ms (450 with the defaults: a connect, a slot-map
+ refresh and the call's own commands); a caller of an older size gets 0*/
+    pub call_timeout_ms: u32,
     /** The tier's authentication key (kvcache/tier.h, 'Authenticated tiers'): KVC_TIER_AUTH_KEY_MIN to _MAX bytes,
  copied (borrowed for the call); NULL with auth_key_len 0 = no key, and then whoever can SET the tier's keys
  can serve K/V to its readers. Unrelated to password (which only lets the client in). Since 0.7.*/
@@ -1835,9 +1839,11 @@ unsafe extern "C" {
     /** A tier on Redis or Valkey. Connects to the seeds (and authenticates) to
  check the configuration and, in cluster mode, to read the slot map; after
  that no failure of a server is an error (see above). The tier's name is
- "redis". Errors: INVALID_ARGUMENT (NULL, struct_size, a seed that is not
- host:port, a zero timeout, max_pipeline, a key prefix with braces), IO (no
- seed answered, AUTH refused, CLUSTER_ON and the seeds are no cluster).*/
+ "redis". Returns within call_timeout_ms (see above). Errors:
+ INVALID_ARGUMENT (NULL, struct_size, a seed that is not host:port, a zero
+ timeout, max_pipeline, a key prefix with braces), IO (no seed answered
+ before the deadline, AUTH refused, CLUSTER_ON and the seeds are no
+ cluster).*/
     pub fn kvc_redis_tier_create(
         options: *const kvc_redis_tier_options,
         out: *mut *mut kvc_tier,

@@ -120,8 +120,8 @@ structs! {
     }
     kvc_redis_tier_options {
         struct_size, cluster, seeds, key_prefix, username, password, connect_timeout_ms,
-        command_timeout_ms, reconnect_interval_ms, ttl_seconds, max_pipeline, reserved, auth_key,
-        auth_key_len
+        command_timeout_ms, reconnect_interval_ms, ttl_seconds, max_pipeline, reserved,
+        call_timeout_ms, auth_key, auth_key_len
     }
     kvc_save_options { struct_size, reserved, staging_bytes }
     kvc_load_options { struct_size, device, stream }

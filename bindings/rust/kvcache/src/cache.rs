@@ -1302,7 +1302,9 @@ pub(crate) fn split_capacity(full_batch_size: i64, split_size: i64, largest_batc
     if split_size < 1 || full_batch_size < 1 || full_batch_size > largest_batch {
         return 0;
     }
-    ((full_batch_size + split_size - 1) / split_size) as usize
+    // Rounded up without full_batch_size + split_size - 1, which overflows
+    // for a split_size near i64::MAX.
+    (full_batch_size / split_size + i64::from(full_batch_size % split_size != 0)) as usize
 }
 
 /// Options of a new cache (`kvc_cache_options`), for every preset.

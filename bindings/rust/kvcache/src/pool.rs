@@ -1169,7 +1169,16 @@ impl SlotMapping {
     }
 
     /// The slots of `group`.
+    ///
+    /// # Panics
+    /// If `group >= num_groups()`, as slice indexing does (naming both,
+    /// rather than overflowing `group * num_tokens` first).
     pub fn group(&self, group: usize) -> &[i64] {
+        assert!(
+            group < self.num_groups,
+            "SlotMapping::group: group {group} is out of range for {} groups",
+            self.num_groups
+        );
         let n = self.num_tokens();
         &self.slots[group * n..(group + 1) * n]
     }

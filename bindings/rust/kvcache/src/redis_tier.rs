@@ -47,6 +47,7 @@ pub struct RedisTierOptions {
     password: Option<String>,
     connect_timeout: Duration,
     command_timeout: Duration,
+    call_timeout: Option<Duration>,
     reconnect_interval: Duration,
     ttl: Duration,
     max_pipeline: u32,
@@ -75,6 +76,7 @@ impl RedisTierOptions {
             password: None,
             connect_timeout: Duration::from_millis(50),
             command_timeout: Duration::from_millis(200),
+            call_timeout: None,
             reconnect_interval: Duration::from_secs(1),
             ttl: Duration::ZERO,
             max_pipeline: 32,
@@ -111,6 +113,14 @@ impl RedisTierOptions {
     /// The longest a node may stay silent while a call waits on it (default 200 ms).
     pub fn command_timeout(mut self, d: Duration) -> Self {
         self.command_timeout = d;
+        self
+    }
+    /// The deadline of every call into the tier: its creation, and each
+    /// store and lookup the pool makes there returns within it, whatever
+    /// the servers do (default: connect timeout + 2 x command timeout,
+    /// 450 ms). Since 0.7.
+    pub fn call_timeout(mut self, d: Duration) -> Self {
+        self.call_timeout = Some(d);
         self
     }
     /// How long a failed node is left alone before it is tried again (default 1 s).
@@ -198,6 +208,15 @@ impl Pool {
         raw.password = password.as_ref().map_or(std::ptr::null(), |p| p.as_ptr());
         raw.connect_timeout_ms = millis("connect_timeout", options.connect_timeout)?;
         raw.command_timeout_ms = millis("command_timeout", options.command_timeout)?;
+        raw.call_timeout_ms = match options.call_timeout {
+            Some(d) if d < Duration::from_millis(1) => {
+                return Err(invalid_argument(format!(
+                    "add_redis_tier: call_timeout is {d:?}; a deadline is at least 1 ms"
+                )));
+            }
+            Some(d) => millis("call_timeout", d)?,
+            None => 0,
+        };
         raw.reconnect_interval_ms = millis("reconnect_interval", options.reconnect_interval)?;
         raw.ttl_seconds = options.ttl.as_secs() as u32;
         raw.max_pipeline = options.max_pipeline;

@@ -738,6 +738,45 @@ fn compact_strides(shape: &[i64]) -> Vec<i64> {
 
 /// The keys and values attention must use now (`kvc_kv`): two views into
 /// cache-owned memory, valid while the cache stays borrowed.
+///
+/// The borrow is what keeps them from dangling: neither a view nor a slice
+/// read out of it outlives the cache, or a later mutating call (restore,
+/// reset, another update, any `&mut` method), or a mutation of an
+/// encoder-decoder pair through either half.
+///
+/// ```compile_fail
+/// # use kvcache::{Cache, TensorRef};
+/// # let data = [0f32; 4];
+/// # let shape = [1, 1, 1, 4];
+/// # let k = TensorRef::new(&data, &shape).unwrap();
+/// let mut cache = Cache::new().unwrap();
+/// let kv = cache.update(0, &k, &k).unwrap();
+/// drop(cache); // error: `cache` is borrowed by `kv`
+/// println!("{:?}", kv.key.shape());
+/// ```
+///
+/// ```compile_fail
+/// # use kvcache::{Cache, TensorRef};
+/// # let data = [0f32; 4];
+/// # let shape = [1, 1, 1, 4];
+/// # let k = TensorRef::new(&data, &shape).unwrap();
+/// let mut cache = Cache::new().unwrap();
+/// cache.update(0, &k, &k).unwrap();
+/// let keys: &[f32] = cache.layer_view(0).unwrap().key.as_slice().unwrap();
+/// cache.reset().unwrap(); // error: the slice still borrows `cache`
+/// println!("{}", keys[0]);
+/// ```
+///
+/// ```compile_fail
+/// # use kvcache::{Cache, EncoderDecoderCache, TensorRef};
+/// # let data = [0f32; 4];
+/// # let shape = [1, 1, 1, 4];
+/// # let k = TensorRef::new(&data, &shape).unwrap();
+/// let mut pair = EncoderDecoderCache::new(Cache::new().unwrap(), Cache::new().unwrap()).unwrap();
+/// let kv = pair.self_attention_mut().update(0, &k, &k).unwrap();
+/// pair.crop(0).unwrap(); // error: `pair` is borrowed by `kv`
+/// println!("{:?}", kv.key.shape());
+/// ```
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct KvView<'c> {

@@ -162,12 +162,37 @@ fn refused_options_leave_the_pool_without_a_tier() {
             "cluster support disabled",
         ),
         (RedisTierOptions::new(["127.0.0.1:1"]), "refused"),
+        (
+            RedisTierOptions::new([server.addr.as_str()]).call_timeout(Duration::from_micros(10)),
+            "call_timeout is 10",
+        ),
     ];
     for (options, want) in cases {
         let err = pool.add_redis_tier(&options).unwrap_err();
         assert!(err.to_string().contains(want), "{options:?}: {err}");
     }
     assert_eq!(pool.tier_count(), 0);
+}
+
+/// call_timeout reaches the library: a server that accepts and never
+/// answers ends creation at the call's deadline (150 ms), not after the
+/// command timeout (5 s). Needs no redis-server.
+#[test]
+fn call_timeout_bounds_creation() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap(); // never accepted: commands go unanswered
+    let addr = silent.local_addr().unwrap().to_string();
+    let options = RedisTierOptions::new([addr.as_str()])
+        .command_timeout(Duration::from_secs(5))
+        .call_timeout(Duration::from_millis(150));
+    let start = std::time::Instant::now();
+    let err = pool().add_redis_tier(&options).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Io);
+    assert!(err.to_string().contains("call_timeout_ms 150"), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 /// A reply of the server: a bulk string, an array, or a status line.
