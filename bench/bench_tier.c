@@ -13,6 +13,9 @@
  *               scanning it), kvc_pool_match_prefix of the prompt: 16 blocks
  *               read, verified and copied in;
  *   plain read  the 16 files read back (open, read, close).
+ * The two tier rows are measured twice, keyless (CRC-32C frames) and with an
+ * authentication key (HMAC-SHA256 frames, docs/tiers.md 'Authenticated
+ * tiers'), each with its own writer and reader pools and prompts.
  * Neither side syncs, so both measure the page cache and the file system's
  * write path of this machine, which is what a tier costs between syncs.
  * The directory is made next to the results file (a real disk in `make
@@ -31,7 +34,10 @@ enum { HEADS = 8, DIM = 128, BLOCK = 512, NBLOCKS = 16 };
 
 char* mkdtemp(char* template); /* POSIX 2008, not in the C11 headers under _POSIX_C_SOURCE alone */
 
-static kvc_pool* make_pool(const char* dir, uint64_t max_bytes) {
+static const uint8_t AUTH_KEY[32] = "bench_tier's authentication key";
+
+/* A pool with a disk tier on `dir`; `keyed`: with AUTH_KEY. */
+static kvc_pool* make_pool(const char* dir, uint64_t max_bytes, int keyed) {
   kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
   g.block_size = BLOCK;
   g.num_blocks = NBLOCKS + 2;
@@ -50,6 +56,8 @@ static kvc_pool* make_pool(const char* dir, uint64_t max_bytes) {
   kvc_disk_tier_options d = KVC_DISK_TIER_OPTIONS_INIT;
   d.directory = dir;
   d.max_bytes = max_bytes;
+  d.auth_key = keyed ? AUTH_KEY : NULL;
+  d.auth_key_len = keyed ? sizeof AUTH_KEY : 0;
   kvc_tier* t = NULL;
   bench_check(kvc_disk_tier_create(&d, &t), "kvc_disk_tier_create");
   bench_check(kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT), "kvc_pool_add_tier");
@@ -133,15 +141,20 @@ int main(int argc, char** argv) {
   memset(plain, 0x5a, (size_t)NBLOCKS * FRAME_BYTES);
   double *put = bench_alloc(reps * sizeof(double)), *get = bench_alloc(reps * sizeof(double));
   double *pw = bench_alloc(reps * sizeof(double)), *pr = bench_alloc(reps * sizeof(double));
+  double *put_mac = bench_alloc(reps * sizeof(double)), *get_mac = bench_alloc(reps * sizeof(double));
   /* Two long-lived pools on one tier directory, as two serving processes would be: `writer` computes and
      commits a new prompt per repetition (its blocks go to disk), `reader` matches it (they come back). Repetition
      0 is a warm-up (page faults of fresh pool and staging memory are a one-time cost), not counted. */
   /* The writer's limit keeps two prompts: it deletes the older one's files as the plain write overwrites its
      own, so both leave the same amount of data for the kernel to write back. */
-  kvc_pool* writer = make_pool(dir, 2 * (uint64_t)NBLOCKS * FRAME_BYTES);
-  kvc_pool* reader = make_pool(dir, 0);
-  for (int r = -1; r < reps; r++) {
-    for (int i = 0; i < TOKENS; i++) tok[i] = (int32_t)((i * 7919 + (r + 2) * 104729) % 50000);
+  /* [0]: keyless, [1]: keyed; their files differ in name (other prompts) and never replace each other's. */
+  kvc_pool* writers[2] = {make_pool(dir, 2 * (uint64_t)NBLOCKS * FRAME_BYTES, 0),
+                          make_pool(dir, 2 * (uint64_t)NBLOCKS * (FRAME_BYTES + 28), 1)};
+  kvc_pool* readers[2] = {make_pool(dir, 0, 0), make_pool(dir, 0, 1)};
+  for (int rm = -2; rm < 2 * reps; rm++) {
+    int r = rm < 0 ? -1 : rm / 2, keyed = (rm + 2) % 2;
+    kvc_pool *writer = writers[keyed], *reader = readers[keyed];
+    for (int i = 0; i < TOKENS; i++) tok[i] = (int32_t)((i * 7919 + (r + 2) * 104729 + keyed * 31) % 50000);
     kvc_pool_sequence* s = prefill(writer, tok, kv);
     kvc_tier_stats before = {sizeof before, 0, 0, 0, 0, 0, 0, 0, 0}, after = before;
     bench_check(kvc_tier_stats_get(kvc_pool_tier(writer, 0), &before), "stats");
@@ -155,7 +168,7 @@ int main(int argc, char** argv) {
               NBLOCKS);
       return 1;
     }
-    double pw_s = plain_write(dir, plain);
+    double pw_s = keyed ? 0 : plain_write(dir, plain);
 
     bench_check(kvc_pool_sequence_create(reader, NULL, &s), "sequence");
     uint64_t matched = 0;
@@ -168,20 +181,21 @@ int main(int argc, char** argv) {
               NBLOCKS * BLOCK);
       return 1;
     }
-    double pr_s = plain_read(dir, plain);
-    if (r >= 0) put[r] = put_s, pw[r] = pw_s, get[r] = get_s, pr[r] = pr_s;
+    double pr_s = keyed ? 0 : plain_read(dir, plain);
+    if (r >= 0 && keyed) put_mac[r] = put_s, get_mac[r] = get_s;
+    if (r >= 0 && !keyed) put[r] = put_s, pw[r] = pw_s, get[r] = get_s, pr[r] = pr_s;
   }
-  kvc_pool_destroy(writer);
-  kvc_pool_destroy(reader);
+  for (int m = 0; m < 2; m++) kvc_pool_destroy(writers[m]), kvc_pool_destroy(readers[m]);
   double bytes = (double)NBLOCKS * FRAME_BYTES;
   const struct {
     const char* impl;
     const char* metric;
     double* v;
-  } rows[4] = {{"kvcache", "put_2MiB_GBps", put}, {"plain", "write_2MiB_GBps", pw},
-               {"kvcache", "get_2MiB_GBps", get}, {"plain", "read_2MiB_GBps", pr}};
-  double med[4];
-  for (int i = 0; i < 4; i++) {
+  } rows[6] = {{"kvcache", "put_2MiB_GBps", put},          {"plain", "write_2MiB_GBps", pw},
+               {"kvcache", "get_2MiB_GBps", get},          {"plain", "read_2MiB_GBps", pr},
+               {"kvcache-hmac", "put_2MiB_GBps", put_mac}, {"kvcache-hmac", "get_2MiB_GBps", get_mac}};
+  double med[6];
+  for (int i = 0; i < 6; i++) {
     bench_stats s = bench_summarize(rows[i].v, (size_t)reps);
     med[i] = bytes / s.median * 1e-9;
     printf("  %-8s %-16s %7.2f GB/s (median of %d; best %.2f, worst %.2f)\n", rows[i].impl, rows[i].metric, med[i],
@@ -191,6 +205,9 @@ int main(int argc, char** argv) {
   printf("  tier put / plain write: %.2f; tier get / plain read: %.2f\n", med[0] / med[1], med[2] / med[3]);
   bench_add(&res, "tier_disk", "kvcache", "put_over_plain_write", med[0] / med[1], "ratio");
   bench_add(&res, "tier_disk", "kvcache", "get_over_plain_read", med[2] / med[3], "ratio");
+  printf("  keyed / keyless tier: put %.2f, get %.2f\n", med[4] / med[0], med[5] / med[2]);
+  bench_add(&res, "tier_disk", "kvcache-hmac", "put_over_keyless", med[4] / med[0], "ratio");
+  bench_add(&res, "tier_disk", "kvcache-hmac", "get_over_keyless", med[5] / med[2], "ratio");
   remove_tree(dir);
   bench_write_json(args.json_path, &res);
   return 0;

@@ -449,6 +449,8 @@ kvc_error* kvci_read_cache_options(const char* fn, const char* arg, const kvc_ca
 kvc_error* kvci_read_update_options(const char* fn, const char* arg, const kvc_update_options* in,
                                    kvc_update_options* out);
 kvc_error* kvci_read_quant_options(const char* fn, const char* arg, const kvc_quant_options* in, kvc_quant_options* out);
+kvc_error* kvci_read_disk_tier_options(const char* fn, const char* arg, const kvc_disk_tier_options* in,
+                                      kvc_disk_tier_options* out);
 kvc_error* kvci_out_struct_size(const char* fn, const char* arg, uint32_t got, const uint32_t* published, int n,
                                size_t* write);
 

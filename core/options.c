@@ -31,11 +31,13 @@ static const uint32_t MODEL_CONFIG_SIZES[] = {40, 56};
 static const uint32_t CACHE_OPTIONS_SIZES[] = {48, 80, 88};
 static const uint32_t UPDATE_OPTIONS_SIZES[] = {24, 48};
 static const uint32_t QUANT_OPTIONS_SIZES[] = {40};
+static const uint32_t DISK_TIER_OPTIONS_SIZES[] = {32, 48};
 KVC_CHECK_SIZE(kvc_layer_options, 56);
 KVC_CHECK_SIZE(kvc_model_config, 56);
 KVC_CHECK_SIZE(kvc_cache_options, 88);
 KVC_CHECK_SIZE(kvc_update_options, 48);
 KVC_CHECK_SIZE(kvc_quant_options, 40);
+KVC_CHECK_SIZE(kvc_disk_tier_options, 48);
 KVC_CHECK_SIZE(kvc_layer_info, 128);
 KVC_CHECK_SIZE(kvc_memory_info, 56);
 KVC_CHECK_SIZE(kvc_conv_update_options, 32);
@@ -104,6 +106,13 @@ kvc_error* kvci_read_update_options(const char* fn, const char* arg, const kvc_u
 kvc_error* kvci_read_quant_options(const char* fn, const char* arg, const kvc_quant_options* in, kvc_quant_options* out) {
   *out = (kvc_quant_options)KVC_QUANT_OPTIONS_INIT;
   return read_struct(fn, arg, in, in->struct_size, out, sizeof *out, QUANT_OPTIONS_SIZES, COUNT(QUANT_OPTIONS_SIZES));
+}
+
+kvc_error* kvci_read_disk_tier_options(const char* fn, const char* arg, const kvc_disk_tier_options* in,
+                                      kvc_disk_tier_options* out) {
+  *out = (kvc_disk_tier_options)KVC_DISK_TIER_OPTIONS_INIT;
+  return read_struct(fn, arg, in, in->struct_size, out, sizeof *out, DISK_TIER_OPTIONS_SIZES,
+                     COUNT(DISK_TIER_OPTIONS_SIZES));
 }
 
 kvc_error* kvci_out_struct_size(const char* fn, const char* arg, uint32_t got, const uint32_t* sizes, int n,

@@ -23,6 +23,9 @@ func TestWithoutCgo(t *testing.T) {
 	if _, err := EncoderDecoderFromBatchSplits(nil); !errors.Is(err, ErrCgoDisabled) {
 		t.Fatal(err)
 	}
+	if _, err := NewAuthenticatedDiskTier(".", 0, make([]byte, TierAuthKeyMin)); !errors.Is(err, ErrCgoDisabled) {
+		t.Fatal(err)
+	}
 	var zero Cache
 	if _, err := zero.SeqLength(0); !errors.Is(err, ErrClosed) {
 		t.Fatal(err)

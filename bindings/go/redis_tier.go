@@ -37,6 +37,13 @@ type RedisTierOptions struct {
 	// lookup the pool makes there return within it, whatever the servers do. 0 = ConnectTimeout +
 	// 2 x CommandTimeout (450 ms with the defaults).
 	CallTimeout time.Duration
+	// AuthKey is the tier's authentication key (TierAuthKeyMin to
+	// TierAuthKeyMax random bytes, the same for every writer and reader;
+	// docs/redis-tier.md); nil = no key, and then any client that can SET
+	// the tier's keys can serve K/V to every pool reading them. With a key,
+	// values carry an HMAC-SHA256 and those written without it, or moved
+	// under another key, are misses. Since 0.7.
+	AuthKey []byte
 }
 
 // redisTierConfig is RedisTierOptions as the C options hold them.
@@ -46,6 +53,7 @@ type redisTierConfig struct {
 	connectMs, commandMs, reconnectMs, ttlSeconds, pipeln uint32
 	callMs                                                uint32 // 0: the library derives it
 	write                                                 int32
+	authKey                                               []byte
 }
 
 func millis(fn, name string, d, def time.Duration) (uint32, error) {
@@ -63,7 +71,7 @@ func millis(fn, name string, d, def time.Duration) (uint32, error) {
 func (o *RedisTierOptions) config(fn string) (redisTierConfig, error) {
 	c := redisTierConfig{
 		seeds: strings.Join(o.Seeds, ","), prefix: o.KeyPrefix, username: o.Username, password: o.Password,
-		cluster: int32(o.Cluster), pipeln: o.MaxPipeline, write: int32(o.Write),
+		cluster: int32(o.Cluster), pipeln: o.MaxPipeline, write: int32(o.Write), authKey: o.AuthKey,
 	}
 	if c.prefix == "" {
 		c.prefix = "kvc:"

@@ -51,6 +51,16 @@ func (a *arena) cstring(s string, emptyIsNull bool) *C.char {
 	return (*C.char)(unsafe.Pointer(&b[0]))
 }
 
+// bytes copies b into the arena (freed with it); nil stays NULL, an empty slice is a pointer to 0 bytes.
+func (a *arena) bytes(b []byte) *C.uint8_t {
+	if b == nil {
+		return nil
+	}
+	c := unsafe.Slice((*byte)(a.alloc(uintptr(len(b)))), len(b))
+	copy(c, b)
+	return (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(c)))
+}
+
 func cPoolAddRedisTier(p unsafe.Pointer, c *redisTierConfig) error {
 	var a arena
 	defer a.free()
@@ -67,6 +77,8 @@ func cPoolAddRedisTier(p unsafe.Pointer, c *redisTierConfig) error {
 	o.ttl_seconds = C.uint32_t(c.ttlSeconds)
 	o.max_pipeline = C.uint32_t(c.pipeln)
 	o.call_timeout_ms = C.uint32_t(c.callMs)
+	o.auth_key = a.bytes(c.authKey)
+	o.auth_key_len = C.size_t(len(c.authKey))
 	return takeError(C.kvcgo_pool_add_redis_tier(pool(p), o, C.int32_t(c.write)))
 }
 

@@ -12,6 +12,7 @@ package kvcache
 // TierStats, never errors of the pool.
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -25,13 +26,20 @@ const (
 	TierWriteOnEvict  TierWrite = 1 // when a cached block is evicted from memory: capacity extension
 )
 
+// The lengths of a tier's authentication key (KVC_TIER_AUTH_KEY_MIN and
+// _MAX, docs/tiers.md "Authenticated tiers"). Since 0.7.
+const (
+	TierAuthKeyMin = 16  // bytes: 128 bits
+	TierAuthKeyMax = 256 // bytes
+)
+
 // TierStats are the counters of a tier (kvc_tier_stats).
 type TierStats struct {
 	Puts         uint64 // values stored
 	PutFailures  uint64 // stores that failed or were refused (counted, never raised)
 	Gets         uint64 // keys looked up
 	Hits         uint64 // of which were found and verified
-	Corrupt      uint64 // values found that did not verify (a miss)
+	Corrupt      uint64 // values found that did not verify (a miss): torn, flipped, or not authenticated
 	BytesWritten uint64
 	BytesRead    uint64
 }
@@ -51,10 +59,30 @@ type DiskTier struct {
 // path), an *Error with the I/O code (the directory cannot be created or
 // used).
 func NewDiskTier(directory string, maxBytes uint64) (*DiskTier, error) {
+	return newDiskTier(directory, maxBytes, nil)
+}
+
+// NewAuthenticatedDiskTier is NewDiskTier with an authentication key
+// (TierAuthKeyMin to TierAuthKeyMax random bytes, copied). Since 0.7.
+// Without a key, whoever can write the directory can serve K/V to every
+// pool reading it; with one, every block carries an HMAC-SHA256 and blocks
+// written without the key, or moved under another block's file, are misses
+// (counted in TierStats.Corrupt). Keyed and keyless tiers do not read each
+// other's blocks. Errors: as NewDiskTier, and ErrInvalidArgument for a key
+// of another length.
+func NewAuthenticatedDiskTier(directory string, maxBytes uint64, authKey []byte) (*DiskTier, error) {
+	if authKey == nil {
+		return nil, newError(CodeInvalidArgument, fmt.Sprintf("NewAuthenticatedDiskTier: authKey is nil; it is %d "+
+			"to %d bytes (NewDiskTier makes a tier without a key)", TierAuthKeyMin, TierAuthKeyMax))
+	}
+	return newDiskTier(directory, maxBytes, authKey)
+}
+
+func newDiskTier(directory string, maxBytes uint64, authKey []byte) (*DiskTier, error) {
 	if err := checkVersion(); err != nil {
 		return nil, err
 	}
-	h, err := cDiskTierCreate(directory, maxBytes)
+	h, err := cDiskTierCreate(directory, maxBytes, authKey)
 	if err != nil {
 		return nil, err
 	}

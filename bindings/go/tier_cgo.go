@@ -11,10 +11,13 @@ package kvcache
 #include <string.h>
 #include <kvcache.h>
 
-static kvc_error* kvcgo_disk_tier_create(const char* dir, uint64_t max_bytes, kvc_tier** out) {
+static kvc_error* kvcgo_disk_tier_create(const char* dir, uint64_t max_bytes, const uint8_t* key, size_t key_len,
+                                         kvc_tier** out) {
   kvc_disk_tier_options o = KVC_DISK_TIER_OPTIONS_INIT;
   o.directory = dir;
   o.max_bytes = max_bytes;
+  o.auth_key = key;
+  o.auth_key_len = key_len;
   return kvc_disk_tier_create(&o, out);
 }
 
@@ -44,18 +47,27 @@ var (
 	_ [int64(C.KVC_TIER_WRITE_ON_COMMIT) - int64(TierWriteOnCommit)]struct{}
 	_ [int64(TierWriteOnEvict) - int64(C.KVC_TIER_WRITE_ON_EVICT)]struct{}
 	_ [int64(C.KVC_TIER_WRITE_ON_EVICT) - int64(TierWriteOnEvict)]struct{}
+	_ [int64(TierAuthKeyMin) - int64(C.KVC_TIER_AUTH_KEY_MIN)]struct{}
+	_ [int64(C.KVC_TIER_AUTH_KEY_MIN) - int64(TierAuthKeyMin)]struct{}
+	_ [int64(TierAuthKeyMax) - int64(C.KVC_TIER_AUTH_KEY_MAX)]struct{}
+	_ [int64(C.KVC_TIER_AUTH_KEY_MAX) - int64(TierAuthKeyMax)]struct{}
 )
 
 func tier(t unsafe.Pointer) *C.kvc_tier { return (*C.kvc_tier)(t) }
 
-func cDiskTierCreate(directory string, maxBytes uint64) (unsafe.Pointer, error) {
+// authKey crosses as a copy in C memory (nil: NULL, no key; empty: a pointer with length 0, which the library refuses).
+func cDiskTierCreate(directory string, maxBytes uint64, authKey []byte) (unsafe.Pointer, error) {
 	if err := noNUL("NewDiskTier", "directory", directory); err != nil {
 		return nil, err
 	}
 	dir := C.CString(directory)
 	defer C.free(unsafe.Pointer(dir))
+	var a arena
+	defer a.free()
+	key := a.bytes(authKey)
 	var out *C.kvc_tier
-	if err := takeError(C.kvcgo_disk_tier_create(dir, C.uint64_t(maxBytes), &out)); err != nil {
+	err := takeError(C.kvcgo_disk_tier_create(dir, C.uint64_t(maxBytes), key, C.size_t(len(authKey)), &out))
+	if err != nil {
 		return nil, err
 	}
 	return unsafe.Pointer(out), nil

@@ -7,11 +7,11 @@ package kvcache
 
 import "unsafe"
 
-func cDiskTierCreate(string, uint64) (unsafe.Pointer, error)       { return nil, ErrCgoDisabled }
-func cTierDestroy(unsafe.Pointer)                                  {}
-func cTierStats(unsafe.Pointer) (TierStats, error)                 { return TierStats{}, ErrCgoDisabled }
-func cPoolAddTier(unsafe.Pointer, unsafe.Pointer, TierWrite) error { return ErrCgoDisabled }
-func cPoolTierStats(unsafe.Pointer, uint32) (TierStats, error)     { return TierStats{}, ErrCgoDisabled }
+func cDiskTierCreate(string, uint64, []byte) (unsafe.Pointer, error) { return nil, ErrCgoDisabled }
+func cTierDestroy(unsafe.Pointer)                                    {}
+func cTierStats(unsafe.Pointer) (TierStats, error)                   { return TierStats{}, ErrCgoDisabled }
+func cPoolAddTier(unsafe.Pointer, unsafe.Pointer, TierWrite) error   { return ErrCgoDisabled }
+func cPoolTierStats(unsafe.Pointer, uint32) (TierStats, error)       { return TierStats{}, ErrCgoDisabled }
 func cPoolFingerprint(unsafe.Pointer) ([BlockHashSize]byte, error) {
 	return [BlockHashSize]byte{}, ErrCgoDisabled
 }

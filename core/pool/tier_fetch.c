@@ -5,7 +5,8 @@
  * to the limit and the blocks memory lacks are asked of the tiers, a run of
  * consecutive missing blocks at a time (one pipelined get for a shared
  * tier), nearest tier first, the farther ones for what the nearer lacked.
- * Each value found is verified (its frame: key, size, layers, CRC-32C); a
+ * Each value found is verified (its frame: key, size, layers, CRC-32C or,
+ * in an authenticated tier, HMAC-SHA256); a
  * verified one is copied into a block taken as reserve takes them (free
  * ones, then evicting the least recently used) and cached there (a STORED
  * event: it is in memory now), so that the ordinary match then finds it,
@@ -43,7 +44,7 @@ static void buf_free(kvc_pool* p, fetch_buf* f) {
 static int buf_open(kvc_pool* p, uint32_t group, fetch_buf* f, size_t most) {
   memset(f, 0, sizeof *f);
   f->payload = kvci_pool_block_payload(p, group);
-  f->frame = kvci_tier_frame_size(f->payload);
+  f->frame = kvci_tier_frame_size_max(f->payload); /* a value of either mode fits: the wrong one is refused */
   f->cap = kvci_pool_stage_batch(f->frame);
   if (f->cap > most) f->cap = most;
   f->frames = kvci_pool_stage_alloc(p, f->cap * f->frame);
@@ -69,7 +70,7 @@ static size_t lookup(kvc_pool* p, uint32_t group, fetch_buf* f, size_t count) {
     size_t got = kvci_tier_get_many(tier, f->keys + done, f->values + done, f->frame, f->sizes + done,
                                     count - done);
     for (size_t j = done; j < done + got; j++) {
-      f->payloads[j] = kvci_tier_frame_open(f->values[j], f->sizes[j], &f->keys[j], f->payload, layers);
+      f->payloads[j] = kvci_tier_value_open(tier, f->values[j], f->sizes[j], &f->keys[j], f->payload, layers);
       if (!f->payloads[j]) {
         tier->stats.corrupt++;
         got = j - done;

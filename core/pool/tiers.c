@@ -79,7 +79,8 @@ size_t kvci_pool_stage_batch(size_t frame) {
 static void store(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t count, kvc_tier_write_policy policy) {
   const kvci_pool_group* g = &p->groups[group];
   if (kvci_pool_tiers_skip(p)) return;
-  size_t payload = kvci_pool_block_payload(p, group), frame = kvci_tier_frame_size(payload);
+  /* A slot holds the value of either mode; each tier's seal writes its own trailer (frame_mac.c). */
+  size_t payload = kvci_pool_block_payload(p, group), frame = kvci_tier_frame_size_max(payload);
   size_t batch = kvci_pool_stage_batch(frame);
   if (batch > count) batch = count;
   uint8_t* buf = kvci_pool_stage_alloc(p, batch * frame);
@@ -93,15 +94,22 @@ static void store(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t co
       for (size_t j = 0; j < n; j++) {
         payloads[j] = buf + j * frame + KVCI_TIER_HEADER_SIZE;
         values[j] = buf + j * frame;
-        sizes[j] = frame;
       }
       if (kvci_pool_stage_out(p, group, blocks + at, n, payloads)) break;
-      for (size_t j = 0; j < n; j++) {
-        kvci_pool_tier_key(p, group, g->blocks[blocks[at + j]].hash, &keys[j]);
-        kvci_tier_frame_seal(buf + j * frame, &keys[j], payload, g->num_layers);
+      for (size_t j = 0; j < n; j++) kvci_pool_tier_key(p, group, g->blocks[blocks[at + j]].hash, &keys[j]);
+      const kvc_tier* sealed = NULL; /* the tier the values are sealed for; tiers with its key reuse them */
+      for (uint32_t t = 0; t < p->num_tiers; t++) {
+        kvc_tier* tier = p->tiers[t];
+        if (p->tier_policy[t] != policy) continue;
+        if (!sealed || !kvci_tier_same_seal(sealed, tier)) {
+          for (size_t j = 0; j < n; j++) {
+            kvci_tier_value_seal(tier, buf + j * frame, &keys[j], payload, g->num_layers);
+            sizes[j] = kvci_tier_value_size(tier, payload);
+          }
+          sealed = tier;
+        }
+        kvci_tier_put_many(tier, keys, values, sizes, n);
       }
-      for (uint32_t t = 0; t < p->num_tiers; t++)
-        if (p->tier_policy[t] == policy) kvci_tier_put_many(p->tiers[t], keys, values, sizes, n);
     }
   } else {
     /* No staging memory: the stores are skipped, and counted as such. */

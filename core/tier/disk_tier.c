@@ -86,6 +86,21 @@ static int write_all(int fd, const uint8_t* p, size_t n) {
   return 0;
 }
 
+/*
+ * Whether the file at `path` (already known to be `size` bytes) ends as `value` does. A frame's last bytes are its
+ * CRC or MAC, so equal ends mean the same frame in practice; a file written under another authentication key (or
+ * flipped in place) differs there, and is replaced instead of being kept as "stored already" for good.
+ */
+static int same_trailer(const char* path, const uint8_t* value, size_t size) {
+  uint8_t end[KVCI_TIER_MAC_SIZE];
+  size_t n = size < sizeof end ? size : sizeof end;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return 0;
+  ssize_t got = pread(fd, end, n, (off_t)(size - n));
+  close(fd);
+  return got == (ssize_t)n && memcmp(end, value + size - n, n) == 0;
+}
+
 /* Stores one value: temporary file, then rename. 0 or -1. */
 static int put_one(disk_tier* d, const uint8_t key[KVCI_TIER_KEY_SIZE], const void* value, size_t size, char* path,
                    char* temp, char* scratch) {
@@ -93,7 +108,7 @@ static int put_one(disk_tier* d, const uint8_t key[KVCI_TIER_KEY_SIZE], const vo
   block_path(d, key, path);
   uint32_t e = kvci_disk_index_find(&d->index, key);
   struct stat st;
-  if (e != UINT32_MAX && stat(path, &st) == 0 && (uint64_t)st.st_size == size) {
+  if (e != UINT32_MAX && stat(path, &st) == 0 && (uint64_t)st.st_size == size && same_trailer(path, value, size)) {
     kvci_disk_index_touch(&d->index, e); /* stored already (the same key is the same bytes) */
     return 0;
   }
@@ -289,18 +304,20 @@ static int make_dirs(char* path) {
   return mkdir(path, 0755) && errno != EEXIST ? -1 : 0;
 }
 
-kvc_error* kvc_disk_tier_create(const kvc_disk_tier_options* options, kvc_tier** out) {
+kvc_error* kvc_disk_tier_create(const kvc_disk_tier_options* given, kvc_tier** out) {
   static const char* FN = "kvc_disk_tier_create";
-  if (!options) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL", FN);
-  if (options->struct_size != sizeof(*options))
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->struct_size is %u but this library knows only %zu; "
-                    "initialize it with KVC_DISK_TIER_OPTIONS_INIT", FN, options->struct_size, sizeof(*options));
+  if (!given) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL", FN);
+  kvc_disk_tier_options full;
+  kvc_error* bad = kvci_read_disk_tier_options(FN, "options", given, &full);
+  if (bad) return bad;
+  const kvc_disk_tier_options* options = &full;
   if (!options->directory || !*options->directory)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->directory is %s; name the tier's directory", FN,
                     options->directory ? "empty" : "NULL");
   if (options->reserved)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->reserved is %" PRIu64 "; it is 0", FN,
                     options->reserved);
+  if ((bad = kvci_tier_auth_check(FN, "options->auth_key", options->auth_key, options->auth_key_len))) return bad;
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   disk_tier* d = calloc(1, sizeof(*d));
   size_t len = strlen(options->directory);
@@ -332,5 +349,7 @@ kvc_error* kvc_disk_tier_create(const kvc_disk_tier_options* options, kvc_tier**
   static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), disk_put_many, disk_get_many, disk_destroy};
   char name[64];
   snprintf(name, sizeof name, "disk");
-  return kvc_tier_create(&OPS, d, name, out);
+  kvc_error* e = kvc_tier_create(&OPS, d, name, out);
+  if (!e) kvci_tier_auth_set(*out, options->auth_key, options->auth_key_len);
+  return e;
 }

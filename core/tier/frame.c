@@ -33,10 +33,10 @@ void kvci_tier_key_encode(const kvc_tier_key* key, uint8_t out[KVCI_TIER_KEY_SIZ
   put_u32(out + 68, key->reserved);
 }
 
-/* The header the value of (key, payload, num_layers) starts with. */
-static void header(uint8_t h[KVCI_TIER_HEADER_SIZE], const kvc_tier_key* key, size_t payload, uint32_t num_layers) {
+void kvci_tier_frame_header(uint8_t h[KVCI_TIER_HEADER_SIZE], uint32_t version, const kvc_tier_key* key,
+                            size_t payload, uint32_t num_layers) {
   memcpy(h, KVCI_TIER_FRAME_MAGIC, 4);
-  put_u32(h + 4, KVCI_TIER_FRAME_VERSION);
+  put_u32(h + 4, version);
   kvci_tier_key_encode(key, h + 8);
   put_u64(h + 80, payload);
   put_u32(h + 88, num_layers);
@@ -44,7 +44,7 @@ static void header(uint8_t h[KVCI_TIER_HEADER_SIZE], const kvc_tier_key* key, si
 }
 
 void kvci_tier_frame_seal(uint8_t* out, const kvc_tier_key* key, size_t payload, uint32_t num_layers) {
-  header(out, key, payload, num_layers);
+  kvci_tier_frame_header(out, KVCI_TIER_FRAME_VERSION, key, payload, num_layers);
   put_u32(out + KVCI_TIER_HEADER_SIZE + payload, kvci_crc32c_update(0, out, KVCI_TIER_HEADER_SIZE + payload));
 }
 
@@ -52,7 +52,7 @@ const uint8_t* kvci_tier_frame_open(const uint8_t* value, size_t size, const kvc
                                     uint32_t num_layers) {
   if (!value || size != kvci_tier_frame_size(payload)) return NULL;
   uint8_t want[KVCI_TIER_HEADER_SIZE];
-  header(want, key, payload, num_layers);
+  kvci_tier_frame_header(want, KVCI_TIER_FRAME_VERSION, key, payload, num_layers);
   if (memcmp(value, want, sizeof want)) return NULL;
   const uint8_t* crc = value + KVCI_TIER_HEADER_SIZE + payload;
   if (get_u32(crc) != kvci_crc32c_update(0, value, KVCI_TIER_HEADER_SIZE + payload)) return NULL;

@@ -58,6 +58,7 @@ kvc_error* kvc_tier_create(const kvc_tier_ops* ops, void* ctx, const char* name,
 void kvc_tier_destroy(kvc_tier* tier) {
   if (!tier) return;
   if (tier->ops.destroy) tier->ops.destroy(tier->ctx);
+  kvci_hmac_sha256_key_wipe(&tier->auth.key);
   free(tier->name);
   free(tier);
 }

@@ -15,6 +15,13 @@
 
 #include "internal.h"
 #include "kvcache/tier.h"
+#include "pool/hmac_sha256.h"
+
+/* An authenticated tier's key (frame_mac.c), prepared for HMAC-SHA256; keyed 0: frames carry a CRC-32C only. */
+typedef struct kvci_tier_auth {
+  int keyed;
+  kvci_hmac_sha256_key key;
+} kvci_tier_auth;
 
 struct kvc_tier {
   kvc_tier_ops ops;
@@ -22,6 +29,7 @@ struct kvc_tier {
   char* name;
   const kvc_pool* owner; /* the pool it was given to (kvc_pool_add_tier), else NULL */
   kvc_tier_stats stats;
+  kvci_tier_auth auth; /* wiped when the tier is destroyed */
 };
 
 /* tier.c: the store's calls with their counters. A store's answer is clamped to `count`. */
@@ -47,6 +55,36 @@ void kvci_tier_frame_seal(uint8_t* out, const kvc_tier_key* key, size_t payload,
  */
 const uint8_t* kvci_tier_frame_open(const uint8_t* value, size_t size, const kvc_tier_key* key, size_t payload,
                                     uint32_t num_layers);
+
+/* Writes the 96-byte header of a frame of `version` (docs/tiers.md) for (key, payload, num_layers). */
+void kvci_tier_frame_header(uint8_t h[KVCI_TIER_HEADER_SIZE], uint32_t version, const kvc_tier_key* key,
+                            size_t payload, uint32_t num_layers);
+
+/*
+ * frame_mac.c: the value of a block in a given tier: a keyless tier's frames are the ones above (version 1,
+ * CRC-32C); an authenticated tier's are version 2, with an HMAC-SHA256 of header and payload under the tier's
+ * key in place of the CRC (docs/tiers.md, 'Authenticated tiers'). Each mode refuses the other's frames.
+ */
+#define KVCI_TIER_FRAME_VERSION_MAC 2u
+#define KVCI_TIER_MAC_SIZE 32u
+/* The largest value of a payload in any tier: what a buffer that receives a value of either mode holds. */
+static inline size_t kvci_tier_frame_size_max(size_t payload) {
+  return KVCI_TIER_HEADER_SIZE + payload + KVCI_TIER_MAC_SIZE;
+}
+/* Checks an authentication key given as `arg` (auth_key, with `arg`_len) to `fn`: NULL, or an error naming it. */
+kvc_error* kvci_tier_auth_check(const char* fn, const char* arg, const uint8_t* key, size_t len);
+/* Gives `t` the key (checked before; len 0: no key). */
+void kvci_tier_auth_set(kvc_tier* t, const uint8_t* key, size_t len);
+/* The size of the value of a `payload`-byte block in tier `t`. */
+size_t kvci_tier_value_size(const kvc_tier* t, size_t payload);
+/* Seals a value for `t` as kvci_tier_frame_seal does (payload already at out + HEADER_SIZE). */
+void kvci_tier_value_seal(const kvc_tier* t, uint8_t* out, const kvc_tier_key* key, size_t payload,
+                          uint32_t num_layers);
+/* kvci_tier_frame_open for a value found in `t`: the payload's start, or NULL (a miss counted corrupt). */
+const uint8_t* kvci_tier_value_open(const kvc_tier* t, const uint8_t* value, size_t size, const kvc_tier_key* key,
+                                    size_t payload, uint32_t num_layers);
+/* Whether a value sealed for `a` is the value for `b` too (both keyless, or the same key). */
+int kvci_tier_same_seal(const kvc_tier* a, const kvc_tier* b);
 
 /* The key's bytes as docs/tiers.md writes them (72 bytes, little-endian). */
 #define KVCI_TIER_KEY_SIZE 72u

@@ -77,9 +77,59 @@ static TU_UNUSED size_t tt_files(const char* dir, char (*paths)[4096], size_t ca
   return tt_found_n;
 }
 
+/* Whether `e` is an error of `code` whose message contains `needle` (it is destroyed). */
+static TU_UNUSED int tt_err_says(kvc_error* e, kvc_code code, const char* needle) {
+  int ok = e && kvc_error_code(e) == code && strstr(kvc_error_message(e), needle) != NULL;
+  if (!ok) fprintf(stderr, "  expected code %d with '%s', got %s\n", code, needle, e ? kvc_error_message(e) : "success");
+  kvc_error_destroy(e);
+  return ok;
+}
+
+/* CRC-32C (Castagnoli, reflected), bit by bit: what a writer without the library computes to forge a frame. */
+static TU_UNUSED uint32_t tt_crc32c(const uint8_t* p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int b = 0; b < 8; b++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+  }
+  return ~c;
+}
+
+/*
+ * What a writer of the store can do without any key: turns `victim` (a value of `n` bytes as docs/tiers.md frames
+ * it) into `donor`'s payload under victim's own key (header bytes 8..80), with the CRC-32C of a version-1 frame
+ * recomputed (a version-2 frame's MAC is left as it was: the forger cannot compute it).
+ */
+static TU_UNUSED void tt_forge(uint8_t* victim, const uint8_t* donor, size_t n) {
+  uint8_t key[72];
+  memcpy(key, victim + 8, sizeof key);
+  memcpy(victim, donor, n);
+  memcpy(victim + 8, key, sizeof key);
+  if (victim[4] == 1) {
+    uint32_t crc = tt_crc32c(victim, n - 4);
+    for (int i = 0; i < 4; i++) victim[n - 4 + i] = (uint8_t)(crc >> (8 * i));
+  }
+}
+
 /* The prompt shared by the tests: `n` token ids. */
 static TU_UNUSED void tt_prompt(int32_t* tokens, size_t n, int32_t base) {
   for (size_t i = 0; i < n; i++) tokens[i] = base + (int32_t)(i * 7 % 101);
+}
+
+/* A new sequence of `p` computes and commits the first `n` (<= 64) tokens of tt_prompt (base 1). */
+static TU_UNUSED kvc_error* tt_commit_prompt(kvc_pool* p, size_t n, kvc_pool_sequence** out) {
+  int32_t tok[64];
+  tt_prompt(tok, n, 1);
+  kvc_error* e = kvc_pool_sequence_create(p, NULL, out);
+  return e ? e : pt_step(p, 1, 2, *out, tok, (int64_t)n);
+}
+
+/* A new sequence of `p` matches the first `n` (<= 64) tokens of tt_prompt (base 1). */
+static TU_UNUSED kvc_error* tt_match_prompt(kvc_pool* p, size_t n, kvc_pool_sequence** out, uint64_t* matched) {
+  int32_t tok[64];
+  tt_prompt(tok, n, 1);
+  kvc_error* e = kvc_pool_sequence_create(p, NULL, out);
+  return e ? e : kvc_pool_match_prefix(*out, tok, n, matched);
 }
 
 #endif /* KVC_TESTS_TIER_TEST_H */

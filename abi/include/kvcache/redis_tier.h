@@ -51,7 +51,7 @@ typedef int32_t kvc_redis_cluster_mode;
 #define KVC_REDIS_CLUSTER_OFF  1 /**< one standalone server: the first seed that answers */
 #define KVC_REDIS_CLUSTER_ON   2 /**< a cluster: refused at creation if the seeds are not one */
 
-/** Options of kvc_redis_tier_create. Published sizes: 64 (0.6), 72 (0.7). */
+/** Options of kvc_redis_tier_create. Published sizes: 64 (0.6), 72 and 88 (0.7: call_timeout_ms, then the auth key). */
 typedef struct kvc_redis_tier_options {
   uint32_t struct_size;           /**< sizeof(kvc_redis_tier_options) */
   kvc_redis_cluster_mode cluster; /**< KVC_REDIS_CLUSTER_* */
@@ -69,10 +69,18 @@ typedef struct kvc_redis_tier_options {
   uint32_t call_timeout_ms;       /**< Since 0.7. The deadline of every call (see above); 0 = connect_timeout_ms
                                        + 2 x command_timeout_ms (450 with the defaults: a connect, a slot-map
                                        refresh and the call's own commands); a caller of an older size gets 0 */
+  /**
+   * The tier's authentication key (kvcache/tier.h, 'Authenticated tiers'): KVC_TIER_AUTH_KEY_MIN to _MAX bytes,
+   * copied (borrowed for the call); NULL with auth_key_len 0 = no key, and then whoever can SET the tier's keys
+   * can serve K/V to its readers. Unrelated to password (which only lets the client in). Since 0.7.
+   */
+  const uint8_t* auth_key;
+  size_t auth_key_len; /**< bytes at auth_key. Since 0.7. */
 } kvc_redis_tier_options;
 
 #define KVC_REDIS_TIER_OPTIONS_INIT                                                                        \
-  {sizeof(kvc_redis_tier_options), KVC_REDIS_CLUSTER_AUTO, NULL, "kvc:", NULL, NULL, 50, 200, 1000, 0, 32, 0, 0}
+  {sizeof(kvc_redis_tier_options), KVC_REDIS_CLUSTER_AUTO, NULL, "kvc:", NULL, NULL, 50, 200, 1000, 0, 32, 0, 0, \
+   NULL, 0}
 
 /** Sets `options` to KVC_REDIS_TIER_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_redis_tier_options_init(kvc_redis_tier_options* options);

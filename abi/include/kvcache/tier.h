@@ -19,7 +19,8 @@
  * when their fingerprints agree), the group and the block hash (which
  * already covers the tokens, the prefix before them and the salt). The
  * value is the block's K/V of every layer of the group, framed with the key
- * and a CRC-32C: a value that does not verify is a miss, never data.
+ * and a CRC-32C (or, in an authenticated tier, an HMAC-SHA256: see
+ * KVC_TIER_AUTH_KEY_MIN): a value that does not verify is a miss, never data.
  *
  * A tier is a cache: it may drop anything at any time. Every failure of a
  * tier (I/O error, timeout, dead node, corrupt value) turns into a miss or a
@@ -91,15 +92,48 @@ KVC_API kvc_error* kvc_tier_create(const kvc_tier_ops* ops, void* ctx, const cha
 /** Frees a tier not given to a pool. Accepts NULL. */
 KVC_API void kvc_tier_destroy(kvc_tier* tier);
 
-/** Options of kvc_disk_tier_create. Published sizes: 32 (0.6). */
+/**
+ * Authenticated tiers. Since 0.7. Without a key a tier trusts everyone who
+ * can write its store (the directory's files, the Redis keys): a value's
+ * CRC-32C catches accidents, not a writer who recomputes it, so such a
+ * writer can serve any block's K/V to every pool that reads the tier. With a
+ * key (auth_key in the tier's options), every value carries an HMAC-SHA256
+ * of its key, model fingerprint, sizes and payload under that key, so a
+ * value written without the key, or copied under another block's key, is a
+ * miss (counted in kvc_tier_stats.corrupt). The key does not hide the K/V
+ * (no encryption) and does not stop a replay of an older value of the same
+ * block under the same key. A tier with a key refuses values written without
+ * one and the other way round; all writers and readers of a store share one
+ * key. docs/tiers.md gives the frame and the reasons.
+ */
+#define KVC_TIER_AUTH_KEY_MIN 16  /**< the shortest key, in bytes (128 bits). Since 0.7. */
+#define KVC_TIER_AUTH_KEY_MAX 256 /**< the longest key, in bytes. Since 0.7. */
+
+/**
+ * Gives `tier` an authentication key (see above; `key_len` bytes at `key`,
+ * copied), or takes its key away (NULL, 0): for a store a program brings
+ * (kvc_tier_create), whose values the pool frames like the built-in tiers'.
+ * Call it before kvc_pool_add_tier. Errors: INVALID_ARGUMENT (NULL tier, a
+ * tier given to a pool already, a key of another length); the tier is then
+ * unchanged. Since 0.7.
+ */
+KVC_API kvc_error* kvc_tier_set_auth_key(kvc_tier* tier, const uint8_t* key, size_t key_len);
+
+/** Options of kvc_disk_tier_create. Published sizes: 32 (0.6), 48 (0.7). */
 typedef struct kvc_disk_tier_options {
   uint32_t struct_size;  /**< sizeof(kvc_disk_tier_options) */
   const char* directory; /**< created if missing; borrowed for the call */
   uint64_t max_bytes;    /**< size limit; the least recently used blocks go first; 0 = no limit */
   uint64_t reserved;     /**< 0 */
+  /**
+   * The tier's authentication key (see 'Authenticated tiers' above), KVC_TIER_AUTH_KEY_MIN to _MAX bytes, copied
+   * (borrowed for the call); NULL with auth_key_len 0 = no key. Since 0.7.
+   */
+  const uint8_t* auth_key;
+  size_t auth_key_len; /**< bytes at auth_key. Since 0.7. */
 } kvc_disk_tier_options;
 
-#define KVC_DISK_TIER_OPTIONS_INIT {sizeof(kvc_disk_tier_options), NULL, 0, 0}
+#define KVC_DISK_TIER_OPTIONS_INIT {sizeof(kvc_disk_tier_options), NULL, 0, 0, NULL, 0}
 
 /**
  * A tier in a local directory: one file per block, named by its key, written
@@ -118,7 +152,7 @@ typedef struct kvc_tier_stats {
   uint64_t put_failures; /**< stores that failed or were refused (counted, never raised) */
   uint64_t gets;         /**< keys looked up */
   uint64_t hits;         /**< of which were found and verified */
-  uint64_t corrupt;      /**< values found that did not verify (a miss) */
+  uint64_t corrupt;      /**< values found that did not verify (a miss): torn, flipped, or unauthenticated */
   uint64_t bytes_written;
   uint64_t bytes_read;
 } kvc_tier_stats;

@@ -10,6 +10,7 @@
 %ignore kvc_tier_destroy;
 %ignore kvc_disk_tier_create;
 %ignore kvc_tier_stats_get;
+%ignore kvc_tier_set_auth_key;
 %ignore kvc_pool_add_tier;
 %ignore kvc_pool_tier;
 %ignore kvc_pool_fingerprint;
@@ -67,6 +68,7 @@ static PyObject* kvc_py_tier_stats_out(const kvc_tier_stats* s) {
 /* These call Python's API themselves: no automatic release of the GIL around them. */
 %feature("nothread") kvc_py_disk_tier_create;
 %feature("nothread") kvc_py_tier_stats;
+%feature("nothread") kvc_py_tier_set_auth_key;
 %feature("nothread") kvc_py_tier_destroy;
 %feature("nothread") kvc_py_pool_tier;
 %feature("nothread") kvc_py_pool_add_tier;
@@ -74,23 +76,38 @@ static PyObject* kvc_py_tier_stats_out(const kvc_tier_stats* s) {
 %feature("nothread") kvc_py_pool_fingerprint;
 %rename(kvc_disk_tier_create) kvc_py_disk_tier_create;
 %rename(kvc_tier_stats_get) kvc_py_tier_stats;
+%rename(kvc_tier_set_auth_key) kvc_py_tier_set_auth_key;
 %rename(kvc_tier_destroy) kvc_py_tier_destroy;
 %rename(kvc_pool_tier) kvc_py_pool_tier;
 %rename(kvc_pool_add_tier) kvc_py_pool_add_tier;
 %rename(kvc_pool_tier_stats) kvc_py_pool_tier_stats;
 %rename(kvc_pool_fingerprint) kvc_py_pool_fingerprint;
 
+%{
+/* An optional authentication key (None: no key) as a buffer; its length is checked by the library. */
+static int kvc_py_auth_key_in(PyObject* key, const char* fn, Py_buffer* view) {
+  memset(view, 0, sizeof *view);
+  if (key == Py_None) return 0;
+  return kvc_py_bytes_in(key, fn, "auth_key", view);
+}
+%}
+
 %inline %{
-/* kvc_disk_tier_create(directory, max_bytes) -> capsule. */
-PyObject* kvc_py_disk_tier_create(const char* directory, unsigned long long max_bytes) {
+/* kvc_disk_tier_create(directory, max_bytes, auth_key) -> capsule; auth_key is None or bytes-like. */
+PyObject* kvc_py_disk_tier_create(const char* directory, unsigned long long max_bytes, PyObject* auth_key) {
+  Py_buffer key;
+  if (kvc_py_auth_key_in(auth_key, "DiskTier", &key) < 0) return NULL;
   kvc_disk_tier_options o = KVC_DISK_TIER_OPTIONS_INIT;
   o.directory = directory;
   o.max_bytes = (uint64_t)max_bytes;
+  o.auth_key = (const uint8_t*)key.buf;
+  o.auth_key_len = (size_t)key.len;
   kvc_tier* t = NULL;
   kvc_error* err;
   Py_BEGIN_ALLOW_THREADS
   err = kvc_disk_tier_create(&o, &t);
   Py_END_ALLOW_THREADS
+  if (key.obj) PyBuffer_Release(&key);
   if (err) {
     kvc_py_raise(err);
     return NULL;
@@ -113,6 +130,19 @@ PyObject* kvc_py_tier_stats(PyObject* tier) {
     return NULL;
   }
   return kvc_py_tier_stats_out(&s);
+}
+
+/* kvc_tier_set_auth_key(tier, key): a tier Python still owns gets the key (None: none). DiskTier(auth_key=) is the
+   public form; this is the raw ABI's. */
+PyObject* kvc_py_tier_set_auth_key(PyObject* tier, PyObject* key) {
+  kvc_tier* t = kvc_py_tier_arg(tier, "kvc_tier_set_auth_key");
+  if (!t) return NULL;
+  Py_buffer k;
+  if (kvc_py_auth_key_in(key, "kvc_tier_set_auth_key", &k) < 0) return NULL;
+  kvc_error* err = kvc_tier_set_auth_key(t, (const uint8_t*)k.buf, (size_t)k.len);
+  if (k.obj) PyBuffer_Release(&k);
+  if (err) return kvc_py_raise(err), NULL;
+  Py_RETURN_NONE;
 }
 
 /* kvc_tier_destroy(tier): frees a tier not given to a pool now (its capsule is spent); None is accepted. */

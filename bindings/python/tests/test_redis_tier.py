@@ -115,3 +115,62 @@ def test_call_timeout_bounds_creation():
         with pytest.raises(kvcache.KvcacheError, match="call_timeout_ms 150"):
             kvcache.add_redis_tier(pool, f"127.0.0.1:{port}", command_timeout_ms=5000, call_timeout_ms=150)
         assert time.monotonic() - start < 2.0
+
+
+def resp(port, *args):
+    """One command to the server over RESP (bytes arguments); its reply (bulk strings as bytes, arrays as lists)."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        out = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+        sock.sendall(out)
+        f = sock.makefile("rb")
+
+        def reply():
+            line = f.readline()[:-2]
+            if line[:1] == b"$":
+                n = int(line[1:])
+                return None if n < 0 else f.read(n + 2)[:-2]
+            if line[:1] == b"*":
+                return [reply() for _ in range(int(line[1:]))]
+            return line
+        return reply()
+
+
+def test_authenticated_redis_tier(redis_port):
+    seeds, tokens = f"127.0.0.1:{redis_port}", list(range(700, 713))  # three full blocks
+    key_a, key_b = b"a redis tier key, 32 bytes long.", b"another tier key of 32 bytes...."
+    with make_pool() as writer:
+        kvcache.add_redis_tier(writer, seeds, key_prefix="py-auth:", auth_key=key_a)
+        with writer.sequence() as seq:
+            slots = seq.reserve(tokens)
+            keys = [torch.randn(len(tokens), HEADS, DIM) for _ in range(2)]
+            writer.write(keys, [-k for k in keys], slots)
+            seq.commit()
+        assert kvcache.tier_stats(writer).puts == 3
+
+    def match(auth_key):
+        with make_pool() as reader:
+            kvcache.add_redis_tier(reader, seeds, key_prefix="py-auth:", auth_key=auth_key)
+            with reader.sequence() as seq:
+                matched = seq.match_prefix(tokens)
+                same = matched and torch.equal(torch.from_dlpack(seq.gather(0)[0])[0].permute(1, 0, 2), keys[0][:12])
+            st = kvcache.tier_stats(reader)
+            return matched, st.hits, st.corrupt, bool(same)
+
+    assert match(key_a) == (12, 3, 0, True)
+    assert match(key_b) == (0, 0, 1, False)
+    assert match(None) == (0, 0, 1, False)
+    # A client of the server without the tier's key moves every value under another block's key.
+    names = sorted(resp(redis_port, b"KEYS", b"py-auth:*"))
+    assert len(names) == 3
+    values = [resp(redis_port, b"GET", n) for n in names]
+    for i, name in enumerate(names):
+        donor = values[(i + 1) % 3]
+        resp(redis_port, b"SET", name, donor[:8] + values[i][8:80] + donor[80:])
+    assert match(key_a) == (0, 0, 1, False)
+    with make_pool() as pool:
+        with pytest.raises(kvcache.InvalidArgumentError, match="options.auth_key_len is 8"):
+            kvcache.add_redis_tier(pool, seeds, auth_key=b"12345678")
+        with pytest.raises(TypeError, match="auth_key must be bytes"):
+            kvcache.add_redis_tier(pool, seeds, auth_key="text")
+        with pytest.raises(IndexError):
+            kvcache.tier_stats(pool, 0)  # refused: no tier

@@ -101,3 +101,84 @@ def test_bad_input_leaves_the_pool_unchanged(tmp_path):
         kvcache.DiskTier(tmp_path / "file")
     assert pool.tier_stats(0).puts == 0
     pool.close()
+
+
+KEY_A, KEY_B = b"A" * 32, b"B" * 32
+
+
+def fill(directory, auth_key):
+    pool = make_pool()
+    pool.add_tier(kvcache.DiskTier(directory, auth_key=auth_key))
+    with pool.sequence() as seq:
+        keys, _ = compute(pool, seq, PROMPT)
+    pool.close()
+    return keys
+
+
+def match(directory, auth_key):
+    """Matches PROMPT in a new pool on `directory`: (tokens matched, tier stats, layer 0's keys gathered)."""
+    pool = make_pool()
+    pool.add_tier(kvcache.DiskTier(directory, auth_key=auth_key))
+    with pool.sequence() as seq:
+        matched = seq.match_prefix(PROMPT)
+        k = seq.gather(0)[0][0].permute(1, 0, 2).clone() if matched else None
+    st = pool.tier_stats(0)
+    pool.close()
+    return matched, st, k
+
+
+def test_authenticated_tier_round_trips_with_its_key_only(tmp_path):
+    keyed, keyless = tmp_path / "keyed", tmp_path / "keyless"
+    keys = fill(keyed, KEY_A)
+    fill(keyless, None)
+    matched, st, k = match(keyed, bytearray(KEY_A))  # any bytes-like key
+    assert matched == 16 and st.hits == 4 and st.corrupt == 0
+    assert torch.equal(k, keys[0][:16])
+    for directory, key in ((keyed, KEY_B), (keyed, None), (keyless, KEY_A)):
+        matched, st, _ = match(directory, key)
+        assert (matched, st.hits, st.corrupt) == (0, 0, 1), (directory.name, key)
+    assert match(keyless, None)[0] == 16  # keyless tiers as before
+    assert "auth_key=<set>" in repr(kvcache.DiskTier(keyed, auth_key=KEY_A))
+
+
+def test_authenticated_frame_moved_under_another_key_misses(tmp_path):
+    fill(tmp_path, KEY_A)
+    files = sorted(p for p in tmp_path.rglob("*.kvtb"))
+    assert len(files) == 4
+    data = [p.read_bytes() for p in files]
+    assert all(d[4] == 2 for d in data)  # frame version 2: authenticated
+    for i, p in enumerate(files):  # each file: the next one's K/V and MAC under its own header key
+        donor = data[(i + 1) % 4]
+        p.write_bytes(donor[:8] + data[i][8:80] + donor[80:])
+    matched, st, _ = match(tmp_path, KEY_A)
+    assert (matched, st.hits, st.corrupt) == (0, 0, 1)
+
+
+def test_bad_auth_keys_refused(tmp_path):
+    with pytest.raises(kvcache.InvalidArgumentError, match=r"auth_key_len is 15; an authentication key is 16 to 256"):
+        kvcache.DiskTier(tmp_path, auth_key=b"k" * 15)
+    with pytest.raises(kvcache.InvalidArgumentError, match="auth_key_len is 257"):
+        kvcache.DiskTier(tmp_path, auth_key=b"k" * 257)
+    with pytest.raises(kvcache.InvalidArgumentError, match="auth_key_len is 0"):
+        kvcache.DiskTier(tmp_path, auth_key=b"")
+    with pytest.raises(TypeError, match="auth_key must be bytes, not str"):
+        kvcache.DiskTier(tmp_path, auth_key="a text key of enough length")
+    assert kvcache.DiskTier(tmp_path, auth_key=b"k" * 16).authenticated
+
+
+def test_raw_set_auth_key(tmp_path):
+    """kvc_tier_set_auth_key, the raw ABI's form of a key (for stores a program brings; here a disk tier)."""
+    from kvcache import _lib
+
+    fill(tmp_path, KEY_A)
+    tier = kvcache.DiskTier(tmp_path)
+    with pytest.raises(kvcache.InvalidArgumentError, match="key_len is 8"):
+        _lib.kvc_tier_set_auth_key(tier._capsule, b"12345678")
+    _lib.kvc_tier_set_auth_key(tier._capsule, KEY_A)
+    pool = make_pool()
+    pool.add_tier(tier)
+    with pool.sequence() as seq:
+        assert seq.match_prefix(PROMPT) == 16
+    with pytest.raises(kvcache.InvalidArgumentError, match="given to a pool already"):
+        _lib.kvc_tier_set_auth_key(tier._capsule, KEY_B)
+    pool.close()

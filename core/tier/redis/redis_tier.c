@@ -11,6 +11,7 @@
 #include "internal.h"
 #include "redis_internal.h"
 #include "redis_tier_open.h"
+#include "tier/tier_internal.h"
 
 #define FN "kvc_redis_tier_create"
 #define MAX_PREFIX 256
@@ -93,8 +94,8 @@ static char* copy_string(const char* s) {
 }
 
 /* The sizes kvc_redis_tier_options had (redis_tier.h lists them); the last is the current one. */
-static const uint32_t OPTIONS_SIZES[] = {64, 72};
-_Static_assert(sizeof(kvc_redis_tier_options) == 72, "kvc_redis_tier_options changed size");
+static const uint32_t OPTIONS_SIZES[] = {64, 72, 88};
+_Static_assert(sizeof(kvc_redis_tier_options) == 88, "kvc_redis_tier_options changed size");
 
 /* The caller's options over the defaults: a caller built against an older header passes fewer bytes. */
 static kvc_error* read_options(const kvc_redis_tier_options* in, kvc_redis_tier_options* o) {
@@ -106,8 +107,8 @@ static kvc_error* read_options(const kvc_redis_tier_options* in, kvc_redis_tier_
       o->struct_size = sizeof *o;
       return NULL;
     }
-  return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.struct_size is %u but this library knows only 64 and "
-                  "%zu; initialize it with KVC_REDIS_TIER_OPTIONS_INIT", FN, in->struct_size, sizeof *o);
+  return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.struct_size is %u but this library knows only 64, 72 "
+                  "and %zu; initialize it with KVC_REDIS_TIER_OPTIONS_INIT", FN, in->struct_size, sizeof *o);
 }
 
 /* call_timeout_ms 0: room for a connect, a slot-map refresh and the call's own commands. */
@@ -217,9 +218,15 @@ kvc_error* kvci_redis_tier_open(const kvc_redis_tier_options* options, kvc_tier_
 
 kvc_error* kvc_redis_tier_create(const kvc_redis_tier_options* options, kvc_tier** out) {
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
+  kvc_redis_tier_options full;
+  kvc_error* e = read_options(options, &full);
+  if (!e) e = kvci_tier_auth_check(FN, "options.auth_key", full.auth_key, full.auth_key_len);
+  if (e) return e;
   kvc_tier_ops ops;
   void* ctx = NULL;
-  kvc_error* e = kvci_redis_tier_open(options, &ops, &ctx);
+  e = kvci_redis_tier_open(&full, &ops, &ctx);
   if (e) return e;
-  return kvc_tier_create(&ops, ctx, "redis", out); /* it owns ctx from here, on error too */
+  e = kvc_tier_create(&ops, ctx, "redis", out); /* it owns ctx from here, on error too */
+  if (!e) kvci_tier_auth_set(*out, full.auth_key, full.auth_key_len);
+  return e;
 }

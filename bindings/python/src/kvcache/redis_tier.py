@@ -39,12 +39,17 @@ def _choice(value: str, table: dict, name: str) -> int:
 def add_redis_tier(pool, seeds: Union[str, Sequence[str]], *, cluster: str = "auto", key_prefix: str = "kvc:",
                    username: Optional[str] = None, password: Optional[str] = None, connect_timeout_ms: int = 50,
                    command_timeout_ms: int = 200, reconnect_interval_ms: int = 1000, ttl_seconds: int = 0,
-                   max_pipeline: int = 32, write: str = "commit", call_timeout_ms: int = 0) -> int:
+                   max_pipeline: int = 32, write: str = "commit", call_timeout_ms: int = 0,
+                   auth_key: Optional[bytes] = None) -> int:
     """Creates a Redis tier (``kvc_redis_tier_create``) and gives it to ``pool`` after its other tiers; returns
     its index (for :func:`tier_stats`). ``seeds``: ``"host:port"`` strings, or one comma-separated string.
     ``cluster``: ``"auto"`` (ask the server), ``"off"`` or ``"on"``. ``write``: ``"commit"`` or ``"evict"``.
     ``call_timeout_ms`` (since 0.7): the deadline of every call into the tier; 0 derives it from the other two
-    timeouts. The other options are those of ``kvc_redis_tier_options``."""
+    timeouts. ``auth_key`` (since 0.7): the tier's authentication key (``bytes``, 16 to 256 random bytes, the same
+    for every writer and reader), or ``None``: without one, any client that can SET the tier's keys can serve K/V
+    to every pool reading them; with one, values carry an HMAC-SHA256 and those written without the key or moved
+    under another key are misses (docs/redis-tier.md). The other options are those of
+    ``kvc_redis_tier_options``."""
     if not isinstance(seeds, str):
         seeds = ",".join(seeds)
     mode = _choice(cluster, _CLUSTER, "cluster")
@@ -52,7 +57,7 @@ def add_redis_tier(pool, seeds: Union[str, Sequence[str]], *, cluster: str = "au
     index = _lib.kvc_py_pool_tier_count(pool._handle)
     _lib.kvc_py_pool_add_redis_tier(pool._handle, seeds, mode, key_prefix, username, password, connect_timeout_ms,
                                     command_timeout_ms, reconnect_interval_ms, ttl_seconds, max_pipeline,
-                                    call_timeout_ms, policy)
+                                    call_timeout_ms, policy, auth_key)
     return index
 
 

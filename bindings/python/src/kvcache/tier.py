@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import dataclass
-from typing import Any, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 from . import _lib
 from ._errors import InvalidArgumentError
@@ -45,7 +45,7 @@ class TierStats:
     put_failures: int  # stores that failed or were refused (counted, never raised)
     gets: int  # keys looked up
     hits: int  # of which were found and verified
-    corrupt: int  # values found that did not verify (a miss)
+    corrupt: int  # values found that did not verify (a miss): torn, flipped, or not authenticated by the key
     bytes_written: int
     bytes_read: int
 
@@ -60,13 +60,20 @@ class DiskTier:
     Args:
         directory: the tier's directory (``str`` or path-like). Several processes may share it.
         max_bytes: size limit; the least recently used blocks go first (0: no limit).
+        auth_key: the tier's authentication key (``bytes``, 16 to 256 random bytes; docs/tiers.md, "Authenticated
+            tiers"), or ``None``. Without a key, whoever can write the directory can serve K/V to every pool
+            reading it; with one, every block carries an HMAC-SHA256 and values written without the key, or moved
+            under another block's file, are misses (counted in ``corrupt``). Keyed and keyless tiers do not read
+            each other's blocks. The key is not kept by this object.
 
     Raises:
-        InvalidArgumentError: an empty directory name, a negative ``max_bytes``.
+        InvalidArgumentError: an empty directory name, a negative ``max_bytes``, a key of the wrong length.
+        TypeError: ``auth_key`` is not bytes-like (a ``str`` must be encoded first).
         KvcIOError: the directory cannot be created or used.
     """
 
-    def __init__(self, directory: Union[str, "os.PathLike[str]"], *, max_bytes: int = 0) -> None:
+    def __init__(self, directory: Union[str, "os.PathLike[str]"], *, max_bytes: int = 0,
+                 auth_key: Optional[bytes] = None) -> None:
         try:
             path = os.fspath(directory)
         except TypeError:
@@ -77,9 +84,10 @@ class DiskTier:
         if not isinstance(max_bytes, int) or max_bytes < 0 or max_bytes >= 1 << 64:
             raise InvalidArgumentError(f"DiskTier: max_bytes is {max_bytes!r}; it is an int in [0, 2^64)",
                                        _lib.KVC_ERROR_INVALID_ARGUMENT)
-        self._capsule: Any = _lib.kvc_disk_tier_create(path, max_bytes)
+        self._capsule: Any = _lib.kvc_disk_tier_create(path, max_bytes, auth_key)
         self.directory = path
         self.max_bytes = max_bytes
+        self.authenticated = auth_key is not None
         self._pool: Any = None
         self._index = -1
 
@@ -90,7 +98,8 @@ class DiskTier:
         return TierStats._from_lib(_lib.kvc_tier_stats_get(self._capsule))
 
     def __repr__(self) -> str:
-        return f"DiskTier({self.directory!r}, max_bytes={self.max_bytes})"
+        key = ", auth_key=<set>" if self.authenticated else ""
+        return f"DiskTier({self.directory!r}, max_bytes={self.max_bytes}{key})"
 
 
 def _write_policy(write: Union[str, int, TierWrite]) -> int:

@@ -100,6 +100,8 @@ pub const KVC_POOL_EVENT_BLOCK_REMOVED: kvc_pool_event_kind = 2;
 pub const KVC_POOL_EVENT_ALL_CLEARED: kvc_pool_event_kind = 3;
 pub const KVC_TIER_WRITE_ON_COMMIT: u32 = 0;
 pub const KVC_TIER_WRITE_ON_EVICT: u32 = 1;
+pub const KVC_TIER_AUTH_KEY_MIN: u32 = 16;
+pub const KVC_TIER_AUTH_KEY_MAX: u32 = 256;
 pub const KVC_REDIS_CLUSTER_AUTO: u32 = 0;
 pub const KVC_REDIS_CLUSTER_OFF: u32 = 1;
 pub const KVC_REDIS_CLUSTER_ON: u32 = 2;
@@ -1682,7 +1684,20 @@ unsafe extern "C" {
     /// Frees a tier not given to a pool. Accepts NULL.
     pub fn kvc_tier_destroy(tier: *mut kvc_tier);
 }
-/// Options of kvc_disk_tier_create. Published sizes: 32 (0.6).
+unsafe extern "C" {
+    /** Gives `tier` an authentication key (see above; `key_len` bytes at `key`,
+ copied), or takes its key away (NULL, 0): for a store a program brings
+ (kvc_tier_create), whose values the pool frames like the built-in tiers'.
+ Call it before kvc_pool_add_tier. Errors: INVALID_ARGUMENT (NULL tier, a
+ tier given to a pool already, a key of another length); the tier is then
+ unchanged. Since 0.7.*/
+    pub fn kvc_tier_set_auth_key(
+        tier: *mut kvc_tier,
+        key: *const u8,
+        key_len: usize,
+    ) -> *mut kvc_error;
+}
+/// Options of kvc_disk_tier_create. Published sizes: 32 (0.6), 48 (0.7).
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_disk_tier_options {
@@ -1694,6 +1709,11 @@ pub struct kvc_disk_tier_options {
     pub max_bytes: u64,
     /// 0
     pub reserved: u64,
+    /** The tier's authentication key (see 'Authenticated tiers' above), KVC_TIER_AUTH_KEY_MIN to _MAX bytes, copied
+ (borrowed for the call); NULL with auth_key_len 0 = no key. Since 0.7.*/
+    pub auth_key: *const u8,
+    /// bytes at auth_key. Since 0.7.
+    pub auth_key_len: usize,
 }
 impl Default for kvc_disk_tier_options {
     fn default() -> Self {
@@ -1730,7 +1750,7 @@ pub struct kvc_tier_stats {
     pub gets: u64,
     /// of which were found and verified
     pub hits: u64,
-    /// values found that did not verify (a miss)
+    /// values found that did not verify (a miss): torn, flipped, or unauthenticated
     pub corrupt: u64,
     pub bytes_written: u64,
     pub bytes_read: u64,
@@ -1763,7 +1783,7 @@ unsafe extern "C" {
 }
 /// Whether the servers are a Redis Cluster.
 pub type kvc_redis_cluster_mode = i32;
-/// Options of kvc_redis_tier_create. Published sizes: 64 (0.6), 72 (0.7).
+/// Options of kvc_redis_tier_create. Published sizes: 64 (0.6), 72 and 88 (0.7: call_timeout_ms, then the auth key).
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_redis_tier_options {
@@ -1795,6 +1815,12 @@ pub struct kvc_redis_tier_options {
  + 2 x command_timeout_ms (450 with the defaults: a connect, a slot-map
  refresh and the call's own commands); a caller of an older size gets 0*/
     pub call_timeout_ms: u32,
+    /** The tier's authentication key (kvcache/tier.h, 'Authenticated tiers'): KVC_TIER_AUTH_KEY_MIN to _MAX bytes,
+ copied (borrowed for the call); NULL with auth_key_len 0 = no key, and then whoever can SET the tier's keys
+ can serve K/V to its readers. Unrelated to password (which only lets the client in). Since 0.7.*/
+    pub auth_key: *const u8,
+    /// bytes at auth_key. Since 0.7.
+    pub auth_key_len: usize,
 }
 impl Default for kvc_redis_tier_options {
     fn default() -> Self {

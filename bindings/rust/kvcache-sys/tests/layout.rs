@@ -121,13 +121,13 @@ structs! {
     kvc_redis_tier_options {
         struct_size, cluster, seeds, key_prefix, username, password, connect_timeout_ms,
         command_timeout_ms, reconnect_interval_ms, ttl_seconds, max_pipeline, reserved,
-        call_timeout_ms
+        call_timeout_ms, auth_key, auth_key_len
     }
     kvc_save_options { struct_size, reserved, staging_bytes }
     kvc_load_options { struct_size, device, stream }
     kvc_tier_key { fingerprint, block_hash, group, reserved }
     kvc_tier_ops { struct_size, put_many, get_many, destroy }
-    kvc_disk_tier_options { struct_size, directory, max_bytes, reserved }
+    kvc_disk_tier_options { struct_size, directory, max_bytes, reserved, auth_key, auth_key_len }
     kvc_tier_stats {
         struct_size, reserved, puts, put_failures, gets, hits, corrupt, bytes_written, bytes_read
     }
@@ -180,7 +180,7 @@ constants! {
     KVC_POOL_GROUP_FULL, KVC_POOL_GROUP_SLIDING, KVC_POOL_GROUP_CHUNKED, KVC_POOL_GROUP_RECURRENT,
     KVC_POOL_LAYOUT_NHD, KVC_POOL_LAYOUT_HND, KVC_POOL_TABLE_PADDED, KVC_POOL_TABLE_CSR,
     KVC_POOL_EVENT_BLOCK_STORED, KVC_POOL_EVENT_BLOCK_REMOVED, KVC_POOL_EVENT_ALL_CLEARED,
-    KVC_TIER_WRITE_ON_COMMIT, KVC_TIER_WRITE_ON_EVICT,
+    KVC_TIER_WRITE_ON_COMMIT, KVC_TIER_WRITE_ON_EVICT, KVC_TIER_AUTH_KEY_MIN, KVC_TIER_AUTH_KEY_MAX,
     KVC_REDIS_CLUSTER_AUTO, KVC_REDIS_CLUSTER_OFF, KVC_REDIS_CLUSTER_ON,
 }
 

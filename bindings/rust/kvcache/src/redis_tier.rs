@@ -52,6 +52,17 @@ pub struct RedisTierOptions {
     ttl: Duration,
     max_pipeline: u32,
     write: TierWrite,
+    auth_key: Option<AuthKey>,
+}
+
+/// An authentication key, kept out of `Debug` output.
+#[derive(Clone)]
+struct AuthKey(Vec<u8>);
+
+impl std::fmt::Debug for AuthKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} bytes>", self.0.len())
+    }
 }
 
 impl RedisTierOptions {
@@ -70,6 +81,7 @@ impl RedisTierOptions {
             ttl: Duration::ZERO,
             max_pipeline: 32,
             write: TierWrite::Commit,
+            auth_key: None,
         }
     }
     /// Standalone or cluster (default: ask the server).
@@ -129,6 +141,16 @@ impl RedisTierOptions {
     /// When the pool stores blocks (default on commit).
     pub fn write(mut self, policy: TierWrite) -> Self {
         self.write = policy;
+        self
+    }
+
+    /// The tier's authentication key (16 to 256 random bytes, the same for
+    /// every writer and reader; docs/redis-tier.md). Since 0.7. Without one,
+    /// any client that can SET the tier's keys can serve K/V to every pool
+    /// reading them; with one, values carry an HMAC-SHA256 and those written
+    /// without the key or moved under another key are misses.
+    pub fn auth_key(mut self, key: impl Into<Vec<u8>>) -> Self {
+        self.auth_key = Some(AuthKey(key.into()));
         self
     }
 }
@@ -198,6 +220,10 @@ impl Pool {
         raw.reconnect_interval_ms = millis("reconnect_interval", options.reconnect_interval)?;
         raw.ttl_seconds = options.ttl.as_secs() as u32;
         raw.max_pipeline = options.max_pipeline;
+        if let Some(AuthKey(key)) = &options.auth_key {
+            raw.auth_key = key.as_ptr();
+            raw.auth_key_len = key.len();
+        }
         let policy = options.write.raw();
         let index = self.tier_count();
         let mut tier = std::ptr::null_mut();

@@ -63,7 +63,8 @@ pub struct TierStats {
     pub gets: u64,
     /// Of which were found and verified.
     pub hits: u64,
-    /// Values found that did not verify (a miss).
+    /// Values found that did not verify (a miss): torn, flipped, or not
+    /// authenticated by the tier's key.
     pub corrupt: u64,
     /// Bytes of the values stored.
     pub bytes_written: u64,
@@ -106,7 +107,26 @@ impl DiskTier {
     /// path, a NUL in it), `KVC_ERROR_IO` (the directory cannot be created or
     /// used).
     pub fn new(directory: impl AsRef<Path>, max_bytes: u64) -> Result<DiskTier> {
-        let path = directory.as_ref();
+        DiskTier::create(directory.as_ref(), max_bytes, None)
+    }
+
+    /// [`DiskTier::new`] with an authentication key (16 to 256 random
+    /// bytes, copied; docs/tiers.md, "Authenticated tiers"). Since 0.7.
+    /// Without a key, whoever can write the directory can serve K/V to
+    /// every pool reading it; with one, every block carries an HMAC-SHA256
+    /// and blocks written without the key, or moved under another block's
+    /// file, are misses (counted in [`TierStats::corrupt`]). Keyed and
+    /// keyless tiers do not read each other's blocks. Errors: as `new`, and
+    /// InvalidArgument for a key of another length.
+    pub fn authenticated(
+        directory: impl AsRef<Path>,
+        max_bytes: u64,
+        auth_key: &[u8],
+    ) -> Result<DiskTier> {
+        DiskTier::create(directory.as_ref(), max_bytes, Some(auth_key))
+    }
+
+    fn create(path: &Path, max_bytes: u64, auth_key: Option<&[u8]>) -> Result<DiskTier> {
         let text = path.to_str().ok_or_else(|| {
             invalid_argument(format!("DiskTier::new: directory {path:?} is not UTF-8"))
         })?;
@@ -120,6 +140,8 @@ impl DiskTier {
             directory: c.as_ptr(),
             max_bytes,
             reserved: 0,
+            auth_key: auth_key.map_or(std::ptr::null(), <[u8]>::as_ptr),
+            auth_key_len: auth_key.map_or(0, <[u8]>::len),
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid options for the call; `raw` receives an owned tier.

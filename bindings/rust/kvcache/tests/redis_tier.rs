@@ -4,6 +4,7 @@
 //! tier's counters, and refused options. Skipped, saying why, where
 //! redis-server is not installed (scripts/setup.sh installs it).
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -192,4 +193,129 @@ fn call_timeout_bounds_creation() {
         "{:?}",
         start.elapsed()
     );
+}
+
+/// A reply of the server: a bulk string, an array, or a status line.
+#[derive(Debug)]
+enum Reply {
+    Bulk(Option<Vec<u8>>),
+    Array(Vec<Reply>),
+    Line(String),
+}
+
+fn read_reply(r: &mut BufReader<TcpStream>) -> Reply {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let line = line.trim_end().to_string();
+    match line.as_bytes()[0] {
+        b'$' => {
+            let n: i64 = line[1..].parse().unwrap();
+            if n < 0 {
+                return Reply::Bulk(None);
+            }
+            let mut b = vec![0u8; n as usize + 2];
+            r.read_exact(&mut b).unwrap();
+            b.truncate(n as usize);
+            Reply::Bulk(Some(b))
+        }
+        b'*' => Reply::Array(
+            (0..line[1..].parse::<usize>().unwrap())
+                .map(|_| read_reply(r))
+                .collect(),
+        ),
+        _ => Reply::Line(line),
+    }
+}
+
+/// One command over RESP, as any client of the server could send it.
+fn command(addr: &str, args: &[&[u8]]) -> Reply {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    s.write_all(&out).unwrap();
+    read_reply(&mut BufReader::new(s))
+}
+
+fn bulk(r: Reply) -> Vec<u8> {
+    match r {
+        Reply::Bulk(Some(b)) => b,
+        other => panic!("expected a value, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_authenticated_redis_tier_refuses_what_it_did_not_write() {
+    let Some(server) = start_redis() else { return };
+    let (key_a, key_b) = (
+        b"a redis tier key, 32 bytes long." as &[u8],
+        b"another tier key of 32 bytes...." as &[u8],
+    );
+    let tokens: Vec<i32> = (70..83).collect(); // three full blocks and one token more
+    let options = |key: Option<&[u8]>| {
+        let o = RedisTierOptions::new([server.addr.as_str()]).key_prefix("rs-auth:");
+        match key {
+            Some(k) => o.auth_key(k),
+            None => o,
+        }
+    };
+    let writer = pool();
+    writer.add_redis_tier(&options(Some(key_a))).unwrap();
+    {
+        let mut seq = writer.sequence().unwrap();
+        let slots = seq.reserve(&tokens).unwrap();
+        let d: Vec<f32> = (0..tokens.len() * (HEADS * DIM) as usize)
+            .map(|i| i as f32)
+            .collect();
+        let shape = [tokens.len() as i64, i64::from(HEADS), i64::from(DIM)];
+        let kv = [
+            TensorRef::new(&d, &shape).unwrap(),
+            TensorRef::new(&d, &shape).unwrap(),
+        ];
+        writer.write(&kv, &kv, &slots).unwrap();
+        seq.commit().unwrap();
+    }
+    assert_eq!(writer.tier_stats(0).unwrap().puts, 3);
+    let matched = |key: Option<&[u8]>| {
+        let reader = pool();
+        reader.add_redis_tier(&options(key)).unwrap();
+        let mut seq = reader.sequence().unwrap();
+        let m = seq.match_prefix(&tokens).unwrap();
+        drop(seq);
+        let st = reader.tier_stats(0).unwrap();
+        (m, st.hits, st.corrupt)
+    };
+    assert_eq!(matched(Some(key_a)), (12, 3, 0));
+    assert_eq!(matched(Some(key_b)), (0, 0, 1));
+    assert_eq!(matched(None), (0, 0, 1));
+    // A client without the tier's key moves every value under another block's key.
+    let Reply::Array(names) = command(&server.addr, &[b"KEYS", b"rs-auth:*"]) else {
+        panic!("KEYS")
+    };
+    let mut names: Vec<Vec<u8>> = names.into_iter().map(bulk).collect();
+    names.sort();
+    assert_eq!(names.len(), 3);
+    let values: Vec<Vec<u8>> = names
+        .iter()
+        .map(|n| bulk(command(&server.addr, &[b"GET", n])))
+        .collect();
+    for (i, n) in names.iter().enumerate() {
+        let mut forged = values[(i + 1) % 3].clone();
+        forged[8..80].copy_from_slice(&values[i][8..80]);
+        let reply = command(&server.addr, &[b"SET", n, &forged]);
+        assert!(matches!(&reply, Reply::Line(l) if l == "+OK"), "{reply:?}");
+    }
+    assert_eq!(matched(Some(key_a)), (0, 0, 1));
+    let p = pool();
+    let err = p.add_redis_tier(&options(Some(b"12345678"))).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
+    assert!(
+        err.to_string().contains("options.auth_key_len is 8"),
+        "{err}"
+    );
+    assert!(!format!("{:?}", options(Some(key_a))).contains("redis tier key")); // the key stays out of Debug
+    assert_eq!(p.tier_count(), 0);
 }

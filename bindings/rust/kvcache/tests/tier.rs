@@ -135,3 +135,112 @@ fn bad_input_is_refused() {
     drop(p);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+const KEY_A: &[u8] = b"a disk tier key of 32 bytes, A..";
+const KEY_B: &[u8] = b"a disk tier key of 32 bytes, B..";
+
+/// A pool with a disk tier on `dir` (keyed when `key` is given).
+fn pool_on(dir: &std::path::Path, key: Option<&[u8]>) -> Pool {
+    let p = pool(16, Layout::Nhd);
+    let tier = match key {
+        Some(k) => DiskTier::authenticated(dir, 0, k).unwrap(),
+        None => DiskTier::new(dir, 0).unwrap(),
+    };
+    p.add_tier(tier, TierWrite::Commit).unwrap();
+    p
+}
+
+/// Layer 1's K and V as gathered.
+type Gathered = (Vec<f32>, Vec<f32>);
+
+/// Matches PROMPT in a new pool on `dir`: (tokens matched, hits, corrupt, layer 1's K/V when matched).
+fn match_on(dir: &std::path::Path, key: Option<&[u8]>) -> (u64, u64, u64, Option<Gathered>) {
+    let p = pool_on(dir, key);
+    let mut seq = p.sequence().unwrap();
+    let m = seq.match_prefix(&PROMPT).unwrap();
+    let kv = (m > 0).then(|| seq.gather::<f32>(1).unwrap());
+    drop(seq);
+    let st = p.tier_stats(0).unwrap();
+    (m, st.hits, st.corrupt, kv)
+}
+
+fn fill(dir: &std::path::Path, key: Option<&[u8]>) -> Gathered {
+    let p = pool_on(dir, key);
+    let mut seq = p.sequence().unwrap();
+    compute(&p, &mut seq, &PROMPT[..16], 0.0);
+    seq.gather::<f32>(1).unwrap()
+}
+
+#[test]
+fn an_authenticated_tier_reads_its_own_key_only() {
+    let (keyed, keyless) = (temp_dir("auth-keyed"), temp_dir("auth-keyless"));
+    let want = fill(&keyed, Some(KEY_A));
+    fill(&keyless, None);
+    let (m, hits, corrupt, kv) = match_on(&keyed, Some(KEY_A));
+    assert_eq!((m, hits, corrupt), (16, 4, 0));
+    assert_eq!(kv.unwrap(), want);
+    for (dir, key) in [
+        (&keyed, Some(KEY_B)),
+        (&keyed, None),
+        (&keyless, Some(KEY_A)),
+    ] {
+        let (m, hits, corrupt, _) = match_on(dir, key);
+        assert_eq!((m, hits, corrupt), (0, 0, 1), "{dir:?} {key:?}");
+    }
+    assert_eq!(match_on(&keyless, None).0, 16); // keyless tiers as before
+    std::fs::remove_dir_all(&keyed).unwrap();
+    std::fs::remove_dir_all(&keyless).unwrap();
+}
+
+/// The block files under `dir`, sorted.
+fn block_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for sub in std::fs::read_dir(dir).unwrap() {
+        let sub = sub.unwrap().path();
+        if sub.is_dir() {
+            for f in std::fs::read_dir(&sub).unwrap() {
+                files.push(f.unwrap().path());
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn an_authenticated_frame_moved_under_another_key_misses() {
+    let dir = temp_dir("auth-moved");
+    fill(&dir, Some(KEY_A));
+    let files = block_files(&dir);
+    assert_eq!(files.len(), 4);
+    let data: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    assert!(data.iter().all(|d| d[4] == 2)); // frame version 2: authenticated
+    for (i, f) in files.iter().enumerate() {
+        // The next block's K/V and MAC under this block's header key.
+        let mut forged = data[(i + 1) % 4].clone();
+        forged[8..80].copy_from_slice(&data[i][8..80]);
+        std::fs::write(f, forged).unwrap();
+    }
+    let (m, hits, corrupt, _) = match_on(&dir, Some(KEY_A));
+    assert_eq!((m, hits, corrupt), (0, 0, 1));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_auth_keys_are_refused() {
+    let dir = temp_dir("auth-bad");
+    for (key, want) in [
+        (
+            &[7u8; 15][..],
+            "auth_key_len is 15; an authentication key is 16 to 256 bytes",
+        ),
+        (&[7u8; 257][..], "auth_key_len is 257"),
+        (&[][..], "auth_key_len is 0"),
+    ] {
+        let err = DiskTier::authenticated(&dir, 0, key).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument);
+        assert!(err.message().contains(want), "{}", err.message());
+    }
+    DiskTier::authenticated(&dir, 0, &[7u8; 16]).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
