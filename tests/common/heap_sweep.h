@@ -104,4 +104,16 @@ static TU_UNUSED long heap_sweep(const heap_case* hc) {
   return total;
 }
 
+/* Every case; each must allocate (with every_allocates) or not all of them may be allocation-free. */
+static TU_UNUSED void heap_sweep_all(const heap_case* cases, size_t n, int every_allocates) {
+  long most = 0;
+  for (size_t i = 0; i < n; i++) {
+    long k = heap_sweep(&cases[i]);
+    if (every_allocates && heap_fail_available() && !CHECK(k > 0))
+      fprintf(TU_LOG, "    %s allocates nothing: is the library wrapped?\n", cases[i].name);
+    if (k > most) most = k;
+  }
+  if (heap_fail_available()) CHECK(most > 0); /* the wrappers see the library's allocations */
+}
+
 #endif /* KVC_TESTS_HEAP_SWEEP_H */
