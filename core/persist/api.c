@@ -201,7 +201,7 @@ static kvc_error* borrow_buffer(const char* fn, const void* data, size_t bytes, 
 }
 
 static void release(file_bytes* m) {
-  if (m->owned) kvci_read_file_free(m->owned, m->len);
+  if (m->owned) kvci_read_file_free(m->owned);
   memset(m, 0, sizeof *m);
 }
 

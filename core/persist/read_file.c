@@ -96,7 +96,7 @@ kvc_error* kvci_read_file(const char* fn, const char* path, unsigned char** data
   }
   close(fd);
   if (e) {
-    kvci_read_file_free(buf, (size_t)st.st_size);
+    kvci_read_file_free(buf);
     return e;
   }
   *data = buf;
@@ -104,7 +104,4 @@ kvc_error* kvci_read_file(const char* fn, const char* path, unsigned char** data
   return NULL;
 }
 
-void kvci_read_file_free(unsigned char* data, size_t len) {
-  (void)len;
-  free(data);
-}
+void kvci_read_file_free(unsigned char* data) { free(data); }

@@ -20,7 +20,7 @@
  * regular file, a read failing, the file changing while read), OUT_OF_MEMORY.
  */
 kvc_error* kvci_read_file(const char* fn, const char* path, unsigned char** data, size_t* len);
-void kvci_read_file_free(unsigned char* data, size_t len);
+void kvci_read_file_free(unsigned char* data);
 
 /* Test seams: the most bytes one read asks for, and a call after each read (NULL: none). */
 extern size_t kvci_read_file_chunk;
