@@ -18,6 +18,7 @@
 #include "../regular_file.h"
 
 size_t kvci_read_file_chunk = (size_t)64 << 20;
+void (*kvci_read_file_after_chunk)(int fd, uint64_t done);
 
 /* Buffers from this size up are aligned to 2 MiB and offered transparent huge pages: a fresh buffer's page
    faults, one per 4 KiB page otherwise, cost more than the copy out of the page cache. */
@@ -32,7 +33,6 @@ static unsigned char* buffer_alloc(size_t len) {
 #endif
   return (unsigned char*)p;
 }
-void (*kvci_read_file_after_chunk)(int fd, uint64_t done);
 
 /* Whether the file's size or modification time differ from what the read started with. */
 static int changed(int fd, const struct stat* at_open) {
@@ -53,9 +53,12 @@ static kvc_error* read_all(const char* fn, const char* path, int fd, const struc
     ssize_t got = pread(fd, data + done, ask, (off_t)done);
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) return kvci_err(KVC_ERROR_IO, "%s: reading %s failed: %s", fn, path, strerror(errno));
-    if (got == 0)
-      return kvci_err(KVC_ERROR_IO, "%s: %s shrank from %zu to %zu bytes while it was read; %s", fn, path, len,
-                      done, RULE);
+    if (got == 0) {
+      struct stat now;
+      long long size = fstat(fd, &now) ? (long long)done : (long long)now.st_size;
+      return kvci_err(KVC_ERROR_IO, "%s: %s shrank from %zu to %lld bytes while it was read; %s", fn, path, len,
+                      size, RULE);
+    }
     done += (size_t)got;
     if (kvci_read_file_after_chunk) kvci_read_file_after_chunk(fd, done);
   }
