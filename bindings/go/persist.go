@@ -45,7 +45,8 @@ func (c *Cache) Restore(path string) error {
 	return err
 }
 
-// Load makes a new cache on the CPU from the file path (read through mmap).
+// Load makes a new cache on the CPU from the file path (a regular file, read
+// whole; one that changes while it is read is an error, never a crash).
 func Load(path string) (*Cache, error) {
 	if err := cAvailable(); err != nil {
 		return nil, err

@@ -1,20 +1,18 @@
 /*
  * core/persist/api.c: the entry points of kvcache/persist.h: files written
- * beside their path and renamed, files read through mmap, caller buffers and
+ * beside their path and renamed, files read whole (read_file.c), caller buffers and
  * callbacks, and restore, which builds the file's cache aside and swaps it
  * in only when everything succeeded (the target is unchanged on error).
  */
-/* mkstemp, O_CLOEXEC and madvise are POSIX and BSD, outside strict C11. */
+/* mkstemp is POSIX, outside strict C11. */
 #define _DEFAULT_SOURCE 1
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "persist_internal.h"
+#include "read_file.h"
 
 void kvc_save_options_init(kvc_save_options* o) {
   if (o) *o = (kvc_save_options)KVC_SAVE_OPTIONS_INIT;
@@ -179,46 +177,22 @@ kvc_error* kvc_encoder_decoder_cache_save_to(const kvc_encoder_decoder_cache* ca
 
 /* ------------------------------------------------------------ reading */
 
-/* A file's bytes: mapped from a path, or a caller's buffer. */
-typedef struct mapped {
+/* A file's bytes: read from a path (owned), or a caller's buffer (borrowed). */
+typedef struct file_bytes {
   const unsigned char* data;
   size_t len;
-  void* map; /* non-NULL when mapped */
-} mapped;
+  unsigned char* owned; /* non-NULL when read from a path */
+} file_bytes;
 
-static kvc_error* map_path(const char* fn, const char* path, mapped* m) {
+static kvc_error* read_path(const char* fn, const char* path, file_bytes* m) {
   memset(m, 0, sizeof *m);
   if (!path) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: path is NULL", fn);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return kvci_err(KVC_ERROR_IO, "%s: cannot open %s: %s", fn, path, strerror(errno));
-  struct stat st;
-  kvc_error* e = NULL;
-  if (fstat(fd, &st))
-    e = kvci_err(KVC_ERROR_IO, "%s: cannot stat %s: %s", fn, path, strerror(errno));
-  else if (st.st_size == 0)
-    e = kvci_err(KVC_ERROR_IO, "%s: not a kvcache file: %s is empty", fn, path);
-  if (!e) {
-    /* MAP_POPULATE (Linux): the kernel reads the whole file ahead in large requests, instead of a fault per page. */
-#ifdef MAP_POPULATE
-    const int flags = MAP_PRIVATE | MAP_POPULATE;
-#else
-    const int flags = MAP_PRIVATE;
-#endif
-    void* p = mmap(NULL, (size_t)st.st_size, PROT_READ, flags, fd, 0);
-    if (p == MAP_FAILED) {
-      e = kvci_err(KVC_ERROR_IO, "%s: cannot map %s: %s", fn, path, strerror(errno));
-    } else {
-      madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
-      m->map = p;
-      m->data = (const unsigned char*)p;
-      m->len = (size_t)st.st_size;
-    }
-  }
-  close(fd);
+  kvc_error* e = kvci_read_file(fn, path, &m->owned, &m->len);
+  m->data = m->owned;
   return e;
 }
 
-static kvc_error* map_buffer(const char* fn, const void* data, size_t bytes, mapped* m) {
+static kvc_error* borrow_buffer(const char* fn, const void* data, size_t bytes, file_bytes* m) {
   memset(m, 0, sizeof *m);
   if (!data) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: data is NULL", fn);
   m->data = (const unsigned char*)data;
@@ -226,13 +200,13 @@ static kvc_error* map_buffer(const char* fn, const void* data, size_t bytes, map
   return NULL;
 }
 
-static void unmap(mapped* m) {
-  if (m->map) munmap(m->map, m->len);
+static void release(file_bytes* m) {
+  if (m->owned) kvci_read_file_free(m->owned);
   memset(m, 0, sizeof *m);
 }
 
 /* Parses the bytes and checks that they hold the object the caller asked for. */
-static kvc_error* parse_object(const char* fn, const mapped* m, uint32_t object, kvci_file* f) {
+static kvc_error* parse_object(const char* fn, const file_bytes* m, uint32_t object, kvci_file* f) {
   kvc_error* e = kvci_file_parse(fn, m->data, m->len, f);
   if (e) return e;
   if (f->object != object) {
@@ -271,32 +245,32 @@ typedef struct request {
   void* out;    /* kvc_cache** or kvc_encoder_decoder_cache** */
   void* target; /* kvc_cache* or kvc_encoder_decoder_cache* */
 } request;
-typedef kvc_error* (*reader)(const char* fn, const mapped* m, const request* r);
+typedef kvc_error* (*reader)(const char* fn, const file_bytes* m, const request* r);
 
 static kvc_error* from_path(const char* fn, const char* path, reader use, const request* r) {
-  mapped m;
-  kvc_error* e = map_path(fn, path, &m);
+  file_bytes m;
+  kvc_error* e = read_path(fn, path, &m);
   if (e) return e;
   e = use(fn, &m, r);
-  unmap(&m);
+  release(&m);
   return e;
 }
 
 static kvc_error* from_buffer(const char* fn, const void* data, size_t bytes, reader use, const request* r) {
-  mapped m;
-  kvc_error* e = map_buffer(fn, data, bytes, &m);
+  file_bytes m;
+  kvc_error* e = borrow_buffer(fn, data, bytes, &m);
   return e ? e : use(fn, &m, r);
 }
 
 /* The prologue of a load: out and options, then the parsed file of the expected object. */
-static kvc_error* load_prologue(const char* fn, const mapped* m, const request* r, uint32_t object,
+static kvc_error* load_prologue(const char* fn, const file_bytes* m, const request* r, uint32_t object,
                                 kvc_load_options* o, kvci_file* f) {
   if (!r->out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a handle", fn);
   kvc_error* e = read_load_options(fn, r->options, o);
   return e ? e : parse_object(fn, m, object, f);
 }
 
-static kvc_error* load_cache(const char* fn, const mapped* m, const request* r) {
+static kvc_error* load_cache(const char* fn, const file_bytes* m, const request* r) {
   kvc_load_options o;
   kvci_file f;
   kvc_error* e = load_prologue(fn, m, r, KVCF_OBJECT_CACHE, &o, &f);
@@ -306,7 +280,7 @@ static kvc_error* load_cache(const char* fn, const mapped* m, const request* r) 
   return e;
 }
 
-static kvc_error* load_encdec(const char* fn, const mapped* m, const request* r) {
+static kvc_error* load_encdec(const char* fn, const file_bytes* m, const request* r) {
   kvc_load_options o;
   kvci_file f;
   kvc_error* e = load_prologue(fn, m, r, KVCF_OBJECT_ENCODER_DECODER, &o, &f);
@@ -378,7 +352,7 @@ static void adopt(kvc_cache* dst, kvc_cache* fresh) {
   kvc_cache_destroy(fresh);
 }
 
-static kvc_error* restore_cache(const char* fn, const mapped* m, const request* r) {
+static kvc_error* restore_cache(const char* fn, const file_bytes* m, const request* r) {
   kvc_cache* cache = (kvc_cache*)r->target;
   kvci_file f;
   kvc_error* e = parse_object(fn, m, KVCF_OBJECT_CACHE, &f);
@@ -391,7 +365,7 @@ static kvc_error* restore_cache(const char* fn, const mapped* m, const request* 
   return e;
 }
 
-static kvc_error* restore_encdec(const char* fn, const mapped* m, const request* r) {
+static kvc_error* restore_encdec(const char* fn, const file_bytes* m, const request* r) {
   kvc_encoder_decoder_cache* cache = (kvc_encoder_decoder_cache*)r->target;
   kvci_file f;
   kvc_error* e = parse_object(fn, m, KVCF_OBJECT_ENCODER_DECODER, &f);
@@ -464,7 +438,7 @@ kvc_error* kvc_pool_sequence_save_to(const kvc_pool_sequence* sequence, kvc_writ
   return e ? e : save_object(FN, &o, write, user, staging);
 }
 
-static kvc_error* load_sequence(const char* fn, const mapped* m, const request* r) {
+static kvc_error* load_sequence(const char* fn, const file_bytes* m, const request* r) {
   if (!r->out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_pool_sequence*", fn);
   kvci_file f;
   kvc_error* e = parse_object(fn, m, KVCF_OBJECT_POOL_SEQUENCE, &f);

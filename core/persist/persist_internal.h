@@ -8,6 +8,7 @@
  *  parse.c        a file's bytes checked (every checksum) and indexed
  *  load_cache.c   a new cache from a parsed file
  *  pool_sequence.c  a pool sequence's sections, and a new sequence from them
+ *  read_file.c    a path's bytes, read whole (read_file.h; only regular files, never mapped)
  *  api.c          the public entry points (files, buffers, callbacks, restore)
  */
 #ifndef KVC_CORE_PERSIST_INTERNAL_H

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../regular_file.h"
 #include "disk_index.h"
 
 #define SUFFIX ".kvtb"
@@ -154,14 +155,16 @@ static size_t get_one(disk_tier* d, const uint8_t key[KVCI_TIER_KEY_SIZE], void*
                       char* path) {
   block_path(d, key, path);
   uint32_t e = kvci_disk_index_find(&d->index, key);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  const char* not_regular;
+  /* Something else under a block's name (a FIFO would block a plain open) is a miss, like a missing file. */
+  int fd = kvci_regular_open(path, &st, &not_regular);
   if (fd < 0) {
     if (e != UINT32_MAX) kvci_disk_index_remove(&d->index, e); /* evicted by another process */
     return 0;
   }
-  struct stat st;
   size_t got = 0;
-  if (fstat(fd, &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= capacity) {
+  if (st.st_size > 0 && (uint64_t)st.st_size <= capacity) {
     size_t want = (size_t)st.st_size;
     while (got < want) {
       ssize_t r = read(fd, (uint8_t*)out + got, want - got);

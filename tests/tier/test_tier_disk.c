@@ -6,10 +6,12 @@
  * leftover temporary file, a truncated block file) is never read as data;
  * pools of different fingerprints never share; processes writing and
  * evicting the same blocks in one directory never give a reader a torn
- * block; bad input is refused with the target unchanged.
+ * block; a FIFO or a directory under a block's name is a miss, never a
+ * stall; bad input is refused with the target unchanged.
  */
 #include "tier_test.h" /* first: it sets the feature macros */
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -101,6 +103,45 @@ static void test_crash_leftovers_are_never_data(void) {
   CHECK_EQ_U64(restart_match(dir, KVC_POOL_LAYOUT_NHD, &st), 0);
   CHECK_EQ_U64(st.hits, 0);
   CHECK_EQ_U64(st.corrupt, 1); /* the first block; the match stops there */
+  tt_rmtree(dir);
+}
+
+static void on_alarm(int sig) {
+  (void)sig;
+  static const char msg[] = "FAILED: a disk-tier lookup blocked for 20 seconds\n";
+  ssize_t ignored = write(2, msg, sizeof msg - 1);
+  (void)ignored;
+  _exit(1);
+}
+
+/* Something other than a regular file under a block's name (a plain open of a FIFO waits for a writer). */
+static void test_fifo_or_directory_block_is_a_miss(void) {
+  char dir[4096], files[8][4096];
+  REQUIRE(tt_tempdir(dir, sizeof dir, "fifo"));
+  fill(dir, KVC_TIER_WRITE_ON_COMMIT, KVC_POOL_LAYOUT_NHD);
+  REQUIRE(tt_files(dir, files, 8) == 4);
+  signal(SIGALRM, on_alarm);
+  for (int what = 0; what < 2; what++) {
+    /* The first block of the prompt: the file whose name sorts first is not necessarily it, so replace all. */
+    for (size_t i = 0; i < 4; i++) {
+      REQUIRE(unlink(files[i]) == 0 || rmdir(files[i]) == 0);
+      REQUIRE((what == 0 ? mkfifo(files[i], 0644) : mkdir(files[i], 0755)) == 0);
+    }
+    kvc_tier_stats st;
+    alarm(20);
+    CHECK_EQ_U64(restart_match(dir, KVC_POOL_LAYOUT_NHD, &st), 0);
+    alarm(0);
+    CHECK_EQ_U64(st.gets, 4); /* the prompt's 4 blocks looked up at once: misses */
+    CHECK_EQ_U64(st.hits + st.corrupt, 0);
+  }
+  /* A writer replaces the FIFOs again (rename over them), and the blocks come back. */
+  for (size_t i = 0; i < 4; i++) REQUIRE(rmdir(files[i]) == 0 && mkfifo(files[i], 0644) == 0);
+  fill(dir, KVC_TIER_WRITE_ON_COMMIT, KVC_POOL_LAYOUT_NHD);
+  kvc_tier_stats st;
+  alarm(20);
+  CHECK_EQ_U64(restart_match(dir, KVC_POOL_LAYOUT_NHD, &st), 16);
+  alarm(0);
+  CHECK_EQ_U64(st.hits, 4);
   tt_rmtree(dir);
 }
 
@@ -257,6 +298,7 @@ static void test_bad_input(void) {
 int main(void) {
   TU_RUN(test_restart_hits_from_disk);
   TU_RUN(test_crash_leftovers_are_never_data);
+  TU_RUN(test_fifo_or_directory_block_is_a_miss);
   TU_RUN(test_evicted_blocks_come_back);
   TU_RUN(test_processes_sharing_a_directory_never_read_a_torn_block);
   TU_RUN(test_bad_input);

@@ -87,10 +87,14 @@ KVC_API kvc_error* kvc_cache_save_to(const kvc_cache* cache, kvc_write_fn write,
                                      const kvc_save_options* options);
 
 /**
- * A new cache from the file `path` (read through mmap), on options->device
- * (NULL options = KVC_LOAD_OPTIONS_INIT). Errors: INVALID_ARGUMENT, IO
- * (unreadable, truncated, corrupted, not a cache file), VERSION_MISMATCH,
- * OUT_OF_MEMORY, NO_DEVICE; *out is written on success only.
+ * A new cache from the file `path`, on options->device (NULL options =
+ * KVC_LOAD_OPTIONS_INIT). The file is read whole into memory; every path
+ * loader takes only a regular file (a FIFO, a directory, a device is IO at
+ * once, never a wait), and a file that changes while it is read is IO,
+ * never a crash: replace cache files by renaming. Errors: INVALID_ARGUMENT,
+ * IO (unreadable, not a regular file, changed while read, truncated,
+ * corrupted, not a cache file), VERSION_MISMATCH, OUT_OF_MEMORY, NO_DEVICE;
+ * *out is written on success only.
  */
 KVC_API kvc_error* kvc_cache_load(const char* path, const kvc_load_options* options, kvc_cache** out);
 

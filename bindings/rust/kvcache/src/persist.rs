@@ -85,7 +85,8 @@ impl CacheRef {
 }
 
 impl Cache {
-    /// A new cache on the CPU from the file `path` (read through mmap).
+    /// A new cache on the CPU from the file `path` (a regular file, read whole; one that changes while it is
+    /// read is an error, never a crash).
     pub fn load(path: impl AsRef<Path>) -> Result<Cache> {
         check_version()?;
         let path = c_path(path.as_ref())?;
