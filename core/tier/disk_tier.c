@@ -95,7 +95,9 @@ static int write_all(int fd, const uint8_t* p, size_t n) {
 static int same_trailer(const char* path, const uint8_t* value, size_t size) {
   uint8_t end[KVCI_TIER_MAC_SIZE];
   size_t n = size < sizeof end ? size : sizeof end;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st;
+  const char* not_regular;
+  int fd = kvci_regular_open(path, &st, &not_regular);
   if (fd < 0) return 0;
   ssize_t got = pread(fd, end, n, (off_t)(size - n));
   close(fd);
