@@ -2,7 +2,8 @@
  * core/persist/persist_internal.h: what the files of core/persist/ share.
  *
  *  output.c       the writer of sections: header, sections, table, footer
- *  transfer.c     bytes between a cache's memory (any device, any tier) and the host
+ *  transfer.c     bytes between a cache's memory (any device, any tier) and the host; a file's payloads
+ *                 read into a new cache (kvci_section_load)
  *  fingerprint.c  the model fingerprint: built from a cache, compared with one
  *  save_cache.c   a cache's sections
  *  parse.c        a file's bytes checked (every checksum) and indexed
