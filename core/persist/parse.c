@@ -1,11 +1,13 @@
 /*
- * core/persist/parse.c: a file's bytes checked before anything is built from
- * them (docs/file-format.md, 'Reading'): the magic, the format version, the
- * footer and the table, then every section in file order: its header's
- * checksum, its agreement with the table, its payload's checksum and its
- * zero padding. Every byte of a valid file is covered by one of these
- * checks, so any changed byte and any truncation is refused, naming the part
- * of the file and its offset.
+ * core/persist/parse.c: a file's bytes checked (docs/file-format.md,
+ * 'Reading'): the magic, the format version, the footer and the table, then
+ * every section in file order: its header's checksum, its agreement with the
+ * table, its payload's checksum and its zero padding. Every byte of a valid
+ * file is covered by one of these checks, so any changed byte and any
+ * truncation is refused, naming the part of the file and its offset. The
+ * checksums of bulk (tensor) payloads are checked where the loader puts
+ * them, in the new cache built aside (kvci_section_load), so a file's bulk
+ * bytes are read once; kvci_file_check_rest checks the ones no loader read.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +16,7 @@
 #include "persist_internal.h"
 #include "read_file.h"
 
-/* A file's payloads are checked through a buffer of this size, reused: a file is never held whole. */
+/* Bulk payloads no loader read are checked through a buffer of this size: a file is never held whole. */
 #define WINDOW_BYTES ((size_t)8 << 20)
 
 static kvc_error* corrupt(const char* fn, const char* what, unsigned long long offset, const char* detail) {
@@ -127,17 +129,18 @@ static kvc_error* check_footer(const char* fn, const kvci_source* src, size_t le
   return NULL;
 }
 
-/* Whether a section's payload is bulk (tensor bytes): a file's are not kept but read again, straight into the new
- * cache's memory, by the loader (kvci_section_load), which checks their checksums again as they land. */
+/* Whether a section's payload is bulk (tensor bytes). The checks leave those alone but for their padding: the
+ * loader reads them once, straight into the new cache's memory, and checks their checksums there
+ * (kvci_file_payload_checked); kvci_file_check_rest checks any the loader did not read. */
 static int is_bulk(uint32_t type) {
   return type == KVCF_KEYS || type == KVCF_VALUES || type == KVCF_ROWS || type == KVCF_BLOCKS ||
          type == KVCF_RECURRENT;
 }
 
-/* Section i at `at`: its header, its agreement with table entry `e`, its payload's checksum and padding. `window`
- * (WINDOW_BYTES) streams a file's bulk payloads; other payloads of a file are kept (out->owned). */
+/* Section i at `at`: its header, its agreement with table entry `e`, its padding and (not bulk) its payload's
+ * checksum; a file's payloads that are not bulk are kept (out->owned). */
 static kvc_error* check_section(const char* fn, const kvci_source* src, uint64_t at, uint64_t end, size_t i,
-                                const unsigned char* e, unsigned char* window, kvci_file_section* out) {
+                                const unsigned char* e, kvci_file_section* out) {
   char name[96];
   if (kvcf_get64(e) != at || at + KVCF_SECTION_HEADER_BYTES > end) {
     snprintf(name, sizeof name, "section %zu", i);
@@ -161,26 +164,64 @@ static kvc_error* check_section(const char* fn, const kvci_source* src, uint64_t
   out->offset = at;
   out->crc = kvcf_get32(e + 28);
   const uint64_t from = at + KVCF_SECTION_HEADER_BYTES, padded = kvcf_padded(s->payload_bytes);
-  const int keep = kvci_source_view(src, 0) || !is_bulk(s->type);
-  if (keep && !kvci_source_view(src, 0) && !(out->owned = (unsigned char*)malloc(padded ? (size_t)padded : 1)))
+  const unsigned char* p;
+  unsigned char pad_buf[KVCF_ALIGN];
+  if (is_bulk(s->type)) { /* only the padding now */
+    out->payload = kvci_source_view(src, from);
+    if ((err = fetch(src, from + s->payload_bytes, (size_t)(padded - s->payload_bytes), pad_buf, &p))) return err;
+    if (!all_zero(p, (size_t)(padded - s->payload_bytes)))
+      return corrupt(fn, name, from + s->payload_bytes, "its padding must be zero");
+    return NULL;
+  }
+  if (!kvci_source_view(src, 0) && !(out->owned = (unsigned char*)malloc(padded ? (size_t)padded : 1)))
     return kvci_err_oom();
-  /* Pieces of the padded payload: one where it is kept, window-sized where it is streamed. */
-  crc = 0;
-  uint64_t done = 0;
-  int padding_set = 0;
-  do {
-    size_t n = (size_t)(keep || padded - done < WINDOW_BYTES ? padded - done : WINDOW_BYTES);
-    const unsigned char* p;
-    if ((err = fetch(src, from + done, n, keep ? out->owned : window, &p))) return err;
-    if (keep) out->payload = p;
-    size_t data = done >= s->payload_bytes ? 0 : (size_t)(s->payload_bytes - done < n ? s->payload_bytes - done : n);
-    crc = kvci_crc32c_update(crc, p, data);
-    padding_set |= !all_zero(p + data, n - data);
-    done += n;
-  } while (done < padded);
+  if ((err = fetch(src, from, (size_t)padded, out->owned, &p))) return err;
+  out->payload = p;
+  out->verified = 1;
+  crc = kvci_crc32c_update(0, p, (size_t)s->payload_bytes);
   if (crc != out->crc) return bad_crc(fn, name, from, out->crc, crc);
-  if (padding_set) return corrupt(fn, name, from + s->payload_bytes, "its padding must be zero");
+  if (!all_zero(p + s->payload_bytes, (size_t)(padded - s->payload_bytes)))
+    return corrupt(fn, name, from + s->payload_bytes, "its padding must be zero");
   return NULL;
+}
+
+kvc_error* kvci_file_payload_checked(const char* fn, const kvci_file* f, const kvci_file_section* s, uint32_t crc) {
+  char name[96];
+  size_t i = (size_t)(s - f->sections);
+  section_name(name, sizeof name, i, &s->h);
+  const uint64_t from = s->offset + KVCF_SECTION_HEADER_BYTES;
+  if (crc == s->crc) {
+    f->sections[i].verified = 1;
+    return NULL;
+  }
+  kvc_error* changed = kvci_source_unchanged(f->src);
+  if (!changed) return bad_crc(fn, name, from, s->crc, crc);
+  kvc_error_destroy(changed);
+  return kvci_source_changed(f->src, name, from);
+}
+
+kvc_error* kvci_file_check_rest(const char* fn, const kvci_file* f) {
+  unsigned char* window = NULL;
+  kvc_error* e = NULL;
+  for (size_t i = 0; !e && i < f->count; i++) {
+    const kvci_file_section* s = &f->sections[i];
+    if (s->verified) continue;
+    const uint64_t from = s->offset + KVCF_SECTION_HEADER_BYTES;
+    uint32_t crc = 0;
+    for (uint64_t done = 0; !e && done < s->h.payload_bytes;) {
+      size_t n = (size_t)(s->h.payload_bytes - done < WINDOW_BYTES ? s->h.payload_bytes - done : WINDOW_BYTES);
+      const unsigned char* p;
+      if (!kvci_source_view(f->src, 0) && !window && !(window = (unsigned char*)malloc(WINDOW_BYTES))) {
+        e = kvci_err_oom();
+        break;
+      }
+      if (!(e = fetch(f->src, from + done, n, window, &p))) crc = kvci_crc32c_update(crc, p, n);
+      done += n;
+    }
+    if (!e) e = kvci_file_payload_checked(fn, f, s, crc);
+  }
+  free(window);
+  return e;
 }
 
 /* Sections by identity (type, part, index, sub), then file order. */
@@ -227,17 +268,14 @@ kvc_error* kvci_file_parse(const char* fn, const kvci_source* src, kvci_file* f)
   unsigned char* table_buf = NULL;
   const unsigned char* entries = NULL;
   if (!e) e = check_footer(fn, src, len, &table_offset, &count, &table_buf, &entries);
-  unsigned char* window = NULL;
-  if (!e && !kvci_source_view(src, 0) && !(window = (unsigned char*)malloc(WINDOW_BYTES))) e = kvci_err_oom();
   if (!e && !(f->sections = (kvci_file_section*)calloc(count ? (size_t)count : 1, sizeof(*f->sections))))
     e = kvci_err_oom();
   if (!e) f->count = (size_t)count; /* from here on kvci_file_free releases the kept payloads */
   uint64_t at = KVCF_HEADER_BYTES;
   for (size_t i = 0; !e && i < count; i++) {
-    e = check_section(fn, src, at, table_offset, i, entries + i * KVCF_TABLE_ENTRY_BYTES, window, &f->sections[i]);
+    e = check_section(fn, src, at, table_offset, i, entries + i * KVCF_TABLE_ENTRY_BYTES, &f->sections[i]);
     at += KVCF_SECTION_HEADER_BYTES + kvcf_padded(f->sections[i].h.payload_bytes);
   }
-  free(window);
   free(table_buf);
   if (!e && at != table_offset) e = corrupt(fn, "the sections", at, "they end before the table starts");
   if (!e) e = check_unique(fn, f);

@@ -89,10 +89,12 @@ int kvci_xfer_load(kvci_stage* stage, void* base, const int64_t strides[4], cons
 
 /*
  * A bulk section's payload, loaded in order in regions (kvci_section_load):
- * from memory where the file keeps it, else read from the file straight into
- * the region (host memory) or through a buffer (device memory), its checksum
- * computed again as the bytes land and compared with the table's once the
- * last byte has: a file rewritten since the checks is an IO error.
+ * from a caller's buffer, or read from the file straight into the region
+ * (host memory) or through a buffer (device memory), its checksum computed
+ * as the bytes land and compared with the table's once the last byte has
+ * (kvci_file_payload_checked): the new cache is built aside, so a corrupted
+ * payload or a file rewritten since the checks is an IO error that leaves
+ * nothing behind.
  */
 struct kvci_file_section;
 struct kvci_file;
@@ -140,9 +142,10 @@ typedef struct kvci_file_section {
   uint64_t offset; /* of the section header */
   uint32_t crc;    /* the payload's checksum (the table's) */
   /* The payload in memory: a caller's buffer's, or a file's record kept by the checks; NULL for a file's bulk
-   * (tensor) payload, which kvci_section_load reads from the file again. */
+   * (tensor) payload, which kvci_section_load reads from the file. */
   const unsigned char* payload;
   unsigned char* owned;
+  int verified; /* its checksum checked: by kvci_file_parse, or (bulk) kvci_file_payload_checked */
 } kvci_file_section;
 
 struct kvci_source;
@@ -155,9 +158,14 @@ typedef struct kvci_file {
   kvci_file_section* sections;
 } kvci_file;
 
-/* Checks every byte of the source (magic, version, checksums, layout) and indexes its sections; a file is read
- * through a small buffer, keeping only its records (read_file.h). */
+/* Checks every byte of the source (magic, version, checksums, layout) but the bulk (tensor) payloads, and indexes
+ * its sections; of a file it reads and keeps only the rest (read_file.h). */
 kvc_error* kvci_file_parse(const char* fn, const struct kvci_source* src, kvci_file* out);
+/* A bulk payload's checksum, computed over its bytes where the loader put them, against the table's: IO error
+ * naming the section (corrupted, or the file modified since the checks). */
+kvc_error* kvci_file_payload_checked(const char* fn, const kvci_file* f, const kvci_file_section* s, uint32_t crc);
+/* After a load: the checksums of the bulk payloads no loader read (a valid file has none). */
+kvc_error* kvci_file_check_rest(const char* fn, const kvci_file* f);
 void kvci_file_free(kvci_file* f);
 /* The section of that type, part and index (sub 0 unless given), NULL when absent. */
 const kvci_file_section* kvci_file_find(const kvci_file* f, uint32_t type, uint32_t part, uint32_t index,

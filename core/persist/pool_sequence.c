@@ -365,6 +365,7 @@ kvc_error* kvci_load_pool_sequence(const char* fn, const kvci_file* f, kvc_pool*
     s->committed = (uint64_t)q.committed;
   }
   for (uint32_t g = 0; !e && g < p->num_groups; g++) e = fill_group(fn, f, p, s, g, &q.groups[g], &st);
+  if (!e) e = kvci_file_check_rest(fn, f); /* before any block is cached under the sequence's chain */
   for (uint32_t g = 0; !e && g < p->num_groups; g++) cache_chain(p, s, g, (uint64_t)q.groups[g].hashed);
   kvci_stage_close(&st);
   free(q.groups);

@@ -259,24 +259,22 @@ static kvc_error* read_region(const char* fn, kvci_section_reader* r, kvci_stage
 kvc_error* kvci_section_load(const char* fn, kvci_section_reader* r, kvci_stage* st, void* base,
                              const int64_t strides[4], const int64_t shape[4], size_t elem) {
   const kvci_file_section* s = r->section;
-  char tag[5], what[96];
-  snprintf(what, sizeof what, "section %zu (%s, part %u, index %u)", (size_t)(s - r->file->sections),
-           kvcf_tag_name(s->h.type, tag), s->h.part, s->h.index);
   uint64_t bytes = empty(shape) ? 0 : elem;
   for (int d = 0; d < 4 && bytes; d++) bytes *= (uint64_t)shape[d];
   if (bytes > s->h.payload_bytes - r->done) /* the loaders check sizes first: a bug, not a file */
-    return kvci_err(KVC_ERROR_INTERNAL, "%s: %s has %llu bytes left, not the %llu asked for", fn, what,
-                    (unsigned long long)(s->h.payload_bytes - r->done), (unsigned long long)bytes);
+    return kvci_err(KVC_ERROR_INTERNAL, "%s: section %zu has %llu bytes left, not the %llu asked for", fn,
+                    (size_t)(s - r->file->sections), (unsigned long long)(s->h.payload_bytes - r->done),
+                    (unsigned long long)bytes);
   kvc_error* e = NULL;
   if (s->payload) {
-    if (kvci_xfer_load(st, base, strides, shape, elem, s->payload + r->done))
+    const unsigned char* from = s->payload + r->done;
+    r->crc = kvci_crc32c_update(r->crc, from, (size_t)bytes);
+    if (kvci_xfer_load(st, base, strides, shape, elem, from))
       e = kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend failed to copy to the device", fn, st->backend->name);
   } else {
     e = read_region(fn, r, st, base, strides, shape, elem, bytes);
   }
   if (e) return e;
   r->done += bytes;
-  if (!s->payload && r->done == s->h.payload_bytes && r->crc != s->crc)
-    return kvci_source_changed(r->file->src, what, s->offset + KVCF_SECTION_HEADER_BYTES);
-  return NULL;
+  return r->done == s->h.payload_bytes ? kvci_file_payload_checked(fn, r->file, s, r->crc) : NULL;
 }
