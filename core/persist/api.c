@@ -213,7 +213,10 @@ static kvc_error* parse_object(const char* fn, const file_bytes* m, uint32_t obj
 static kvc_error* build(const char* fn, const kvci_file* f, const kvc_device* dev, void* stream, kvc_cache** a,
                         kvc_cache** b, uint8_t** flags, uint32_t* nflags) {
   kvc_error* e = kvci_load_cache(fn, f, 0, dev, stream, a);
-  if (!e && !b && (e = kvci_file_check_rest(fn, f))) kvc_cache_destroy(*a);
+  if (!e && !b && (e = kvci_file_check_rest(fn, f))) {
+    kvc_cache_destroy(*a);
+    *a = NULL;
+  }
   if (e || !b) return e;
   const kvci_file_section* s = kvci_file_find(f, KVCF_ENCDEC, 0, 0, 0);
   if (!s || s->h.payload_bytes > UINT32_MAX) e = kvci_err(KVC_ERROR_IO, "%s: the file has no is_updated section (EDEC)", fn);
@@ -230,9 +233,14 @@ static kvc_error* build(const char* fn, const kvci_file* f, const kvc_device* de
   }
   if (!e && (e = kvci_file_check_rest(fn, f))) {
     free(*flags);
+    *flags = NULL;
     kvc_cache_destroy(*b);
+    *b = NULL;
   }
-  if (e) kvc_cache_destroy(*a);
+  if (e) {
+    kvc_cache_destroy(*a);
+    *a = NULL;
+  }
   return e;
 }
 
