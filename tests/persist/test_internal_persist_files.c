@@ -9,8 +9,8 @@
  * extended or rewritten in place while it is read (deterministically,
  * between two reads of read_file.c through its test seam) is an IO error,
  * never SIGBUS, and a restore's target stays as it was. So is a file
- * rewritten after the checks have read it whole and while the loader reads
- * its payloads again into the new cache (the checksums recomputed there).
+ * rewritten after the checks, while the loader reads its tensor payloads
+ * into the new cache (their checksums computed there).
  */
 #define _DEFAULT_SOURCE 1 /* mkfifo, truncate, socket paths, utimensat */
 #include <fcntl.h>
@@ -215,8 +215,8 @@ static uint64_t reread_last, reread_max; /* the end of the last read, and the fu
 static int reread_drops;                 /* reads that ended before the one before them */
 
 /* The checks read the header, the footer, the table, then the sections in file order: two reads that end before the
- * previous one. The third such read is the loader reading payloads again after the checks: from there to the
- * furthest byte read, every byte is inverted, so the payloads still to be read differ from the ones checked. */
+ * previous one. The third such read is the loader's first, of a tensor payload after the checks: from there to the
+ * furthest byte read, every byte is inverted, so the payloads it reads differ from the ones the table describes. */
 static void rewrite_on_reread(int fd, uint64_t done) {
   (void)fd;
   int drop = done < reread_last;
@@ -270,7 +270,7 @@ static void test_file_rewritten_between_checks_and_load(void) {
     alarm(0);
     kvci_read_file_after_chunk = NULL;
     kvci_read_file_chunk = (size_t)64 << 20;
-    CHECK(change_done > 0); /* the loader did read the file a second time, and it changed before that */
+    CHECK(change_done > 0); /* the loader read after the checks, and the file changed before that */
   }
   kvc_cache_destroy(c);
   unlink(path);
