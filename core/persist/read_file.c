@@ -107,7 +107,7 @@ kvc_error* kvci_source_unchanged(const kvci_source* s) {
 
 kvc_error* kvci_source_changed(const kvci_source* s, const char* what, uint64_t offset) {
   return kvci_err(KVC_ERROR_IO,
-                  "%s: %s was modified while it was read: %s at offset %llu no longer has the checksum it had when "
-                  "the file was checked; %s",
+                  "%s: %s was modified while it was read: %s at offset %llu no longer matches its checksum in "
+                  "the table read before it; %s",
                   s->fn, s->path ? s->path : "the buffer", what, (unsigned long long)offset, RULE);
 }
