@@ -317,6 +317,7 @@ static kvc_error* move_now(kvc_cache* c, kvc_layer* l, int to_host) {
 }
 
 kvc_error* kvc_cache_offload(kvc_cache* c, uint32_t layer) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), "kvc_cache_offload");
   kvc_error* e = kvci_cache_check_layer("kvc_cache_offload", c, layer);
   if (e) return e;
   kvc_layer* l = c->layers[layer];
@@ -325,6 +326,7 @@ kvc_error* kvc_cache_offload(kvc_cache* c, uint32_t layer) {
 }
 
 kvc_error* kvc_cache_prefetch(kvc_cache* c, uint32_t layer) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), "kvc_cache_prefetch");
   kvc_error* e = kvci_cache_check_layer("kvc_cache_prefetch", c, layer);
   if (e) return e;
   kvc_layer* l = c->layers[layer];

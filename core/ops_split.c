@@ -93,6 +93,7 @@ static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kv
 kvc_error* kvc_cache_batch_split(const kvc_cache* c, int64_t full_batch_size, int64_t split_size, kvc_cache** out,
                                  size_t capacity, size_t* count) {
   static const char* FN = "kvc_cache_batch_split";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_SPLIT);
   if (e) return e;
