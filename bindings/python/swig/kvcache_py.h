@@ -268,7 +268,7 @@ static int kvc_py_guard_enter(kvc_py_guard* g, int write) {
     return -1;
   }
   if (g->writers || (write && g->readers)) {
-    kvc_py_raise_code(KVC_ERROR_INVALID_STATE,
+    kvc_py_raise_code(KVC_ERROR_BUSY,
                       "kvcache: the cache is in use by another thread; a cache handle must be used by one "
                       "thread at a time (give each thread its own cache, or lock around it)");
     return -1;
@@ -316,7 +316,7 @@ static PyObject* kvc_py_close(PyObject* obj) {
   kvc_py_guard* g = kvc_py_guard_of(obj, "close");
   if (!g) return NULL;
   if (g->writers || g->readers) {
-    kvc_py_raise_code(KVC_ERROR_INVALID_STATE, "kvcache: close() while another thread is inside a call");
+    kvc_py_raise_code(KVC_ERROR_BUSY, "kvcache: close() while another thread is inside a call");
     return NULL;
   }
   g->closed = 1;

@@ -21,6 +21,7 @@ pub const KVC_ERROR_NO_DEVICE: kvc_code = 9;
 pub const KVC_ERROR_VERSION_MISMATCH: kvc_code = 10;
 pub const KVC_ERROR_INTERNAL: kvc_code = 11;
 pub const KVC_ERROR_IO: kvc_code = 12;
+pub const KVC_ERROR_BUSY: kvc_code = 13;
 pub const KVC_DEVICE_CPU: kvc_device_type = 1;
 pub const KVC_DEVICE_CUDA: kvc_device_type = 2;
 pub const KVC_DEVICE_CUDA_HOST: kvc_device_type = 3;
