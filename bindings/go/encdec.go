@@ -38,12 +38,12 @@ type EncoderDecoderCache struct {
 }
 
 // lock takes the mutex of the pair and its halves; see Cache.lock.
-func (e *EncoderDecoderCache) lock() func() {
+func (e *EncoderDecoderCache) lock() *sync.Mutex {
 	if e == nil || e.o == nil {
-		return func() {}
+		return heldAlone()
 	}
 	e.o.mu.Lock()
-	return e.o.mu.Unlock
+	return &e.o.mu
 }
 
 func newEncoderDecoder(p unsafe.Pointer, self, cross *Cache) *EncoderDecoderCache {
@@ -101,7 +101,7 @@ func NewEncoderDecoder(selfAttention, crossAttention *Cache) (*EncoderDecoderCac
 // Close frees the pair and both caches. It is idempotent and always
 // returns nil.
 func (e *EncoderDecoderCache) Close() error {
-	defer e.lock()()
+	defer e.lock().Unlock()
 	if e == nil {
 		return nil
 	}
@@ -140,7 +140,7 @@ func (e *EncoderDecoderCache) mut() (unsafe.Pointer, error) {
 // IsUpdated reports whether cross-attention layer layer has been computed;
 // false for indices beyond the layers.
 func (e *EncoderDecoderCache) IsUpdated(layer int) (bool, error) {
-	defer e.lock()()
+	defer e.lock().Unlock()
 	l, err := layerIndex("IsUpdated", layer)
 	if err != nil {
 		return false, err
@@ -159,7 +159,7 @@ func (e *EncoderDecoderCache) IsUpdated(layer int) (bool, error) {
 // and mark it updated; either way return the cross-attention K/V views.
 // Once the layer is updated, key and value may be nil (they are ignored).
 func (e *EncoderDecoderCache) UpdateCross(layer int, key, value Input) (KV, error) {
-	defer e.lock()()
+	defer e.lock().Unlock()
 	const fn = "UpdateCross"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -191,7 +191,7 @@ func (e *EncoderDecoderCache) UpdateCross(layer int, key, value Input) (KV, erro
 
 // Crop crops the self-attention cache only (cross K/V are never cropped).
 func (e *EncoderDecoderCache) Crop(tokens int64) error {
-	defer e.lock()()
+	defer e.lock().Unlock()
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -203,7 +203,7 @@ func (e *EncoderDecoderCache) Crop(tokens int64) error {
 
 // Reorder reorders both caches (beam search).
 func (e *EncoderDecoderCache) Reorder(beamIdx []int64) error {
-	defer e.lock()()
+	defer e.lock().Unlock()
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -217,7 +217,7 @@ func (e *EncoderDecoderCache) Reorder(beamIdx []int64) error {
 // BatchRepeatInterleave repeats the rows of both caches; both must be
 // dynamic.
 func (e *EncoderDecoderCache) BatchRepeatInterleave(repeats int64) error {
-	defer e.lock()()
+	defer e.lock().Unlock()
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -229,7 +229,7 @@ func (e *EncoderDecoderCache) BatchRepeatInterleave(repeats int64) error {
 
 // BatchSelectIndices keeps rows of both caches; both must be dynamic.
 func (e *EncoderDecoderCache) BatchSelectIndices(indices []int64) error {
-	defer e.lock()()
+	defer e.lock().Unlock()
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -243,7 +243,7 @@ func (e *EncoderDecoderCache) BatchSelectIndices(indices []int64) error {
 // BatchSplit splits both caches (legacy EncoderDecoderCache.batch_split);
 // both must be dynamic. The pair itself is unchanged.
 func (e *EncoderDecoderCache) BatchSplit(fullBatchSize, splitSize int64) ([]*EncoderDecoderCache, error) {
-	defer e.lock()()
+	defer e.lock().Unlock()
 	p, err := e.get()
 	if err != nil {
 		return nil, err
@@ -289,7 +289,7 @@ func EncoderDecoderFromBatchSplits(splits []*EncoderDecoderCache) (*EncoderDecod
 // Reset resets both caches and marks every cross-attention layer as not
 // updated.
 func (e *EncoderDecoderCache) Reset() error {
-	defer e.lock()()
+	defer e.lock().Unlock()
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -301,7 +301,7 @@ func (e *EncoderDecoderCache) Reset() error {
 
 // Clone returns a deep copy of both caches and the IsUpdated flags.
 func (e *EncoderDecoderCache) Clone() (*EncoderDecoderCache, error) {
-	defer e.lock()()
+	defer e.lock().Unlock()
 	p, err := e.get()
 	if err != nil {
 		return nil, err

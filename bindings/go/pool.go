@@ -249,7 +249,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 // Close frees the pool, its storage and its sequences; their views become
 // invalid. It is idempotent and always returns nil.
 func (p *Pool) Close() error {
-	defer p.lock()()
+	defer p.lock().Unlock()
 	if p == nil {
 		return nil
 	}
@@ -259,21 +259,21 @@ func (p *Pool) Close() error {
 }
 
 // lock takes the mutex that serialises calls on the pool and its sequences
-// and returns its unlock: `defer p.lock()()` opens every method that calls
-// C. Methods never call each other's locking entry points (sync.Mutex is not
+// and returns it: `defer p.lock().Unlock()` opens every method that calls C.
+// Methods never call each other's locking entry points (sync.Mutex is not
 // re-entrant).
-func (p *Pool) lock() func() {
+func (p *Pool) lock() *sync.Mutex {
 	if p == nil {
-		return func() {}
+		return heldAlone()
 	}
 	p.mu.Lock()
-	return p.mu.Unlock
+	return &p.mu
 }
 
 // lock takes the pool's mutex (see Pool.lock).
-func (s *Sequence) lock() func() {
+func (s *Sequence) lock() *sync.Mutex {
 	if s == nil {
-		return func() {}
+		return heldAlone()
 	}
 	return s.pool.lock()
 }
@@ -335,7 +335,7 @@ func groupIndex(fn string, group int) (uint32, error) {
 // with Cache.SetStream's rules: 0 is the default stream, a CPU pool takes
 // only that.
 func (p *Pool) SetStream(stream uintptr) error {
-	defer p.lock()()
+	defer p.lock().Unlock()
 	return p.call(false, func(h unsafe.Pointer) error { return cPoolSetStream(h, stream) })
 }
 
@@ -368,7 +368,7 @@ func (s PoolStats) AvailableBlocks() uint64 { return s.FreeBlocks + s.CachedBloc
 
 // Stats returns the counters of group.
 func (p *Pool) Stats(group int) (PoolStats, error) {
-	defer p.lock()()
+	defer p.lock().Unlock()
 	g, err := groupIndex("Stats", group)
 	if err != nil {
 		return PoolStats{}, err
@@ -385,13 +385,13 @@ func (p *Pool) Stats(group int) (PoolStats, error) {
 // ClearCache evicts every cached, unreferenced, unpinned block (a weights
 // update makes them stale) and queues an EventAllCleared.
 func (p *Pool) ClearCache() error {
-	defer p.lock()()
+	defer p.lock().Unlock()
 	return p.call(true, cPoolClearCache)
 }
 
 // UnpinAll unpins every block Sequence.Pin pinned; they stay cached.
 func (p *Pool) UnpinAll() error {
-	defer p.lock()()
+	defer p.lock().Unlock()
 	return p.call(true, cPoolUnpinAll)
 }
 
@@ -415,7 +415,7 @@ func (p *Pool) handles(fn string, seqs []*Sequence) ([]unsafe.Pointer, error) {
 // copies and recurrent slots included, minus what sliding groups give
 // back). Compare with PoolStats.AvailableBlocks.
 func (p *Pool) BlocksNeeded(seqs []*Sequence, newTokens []uint64) ([]uint64, error) {
-	defer p.lock()()
+	defer p.lock().Unlock()
 	const fn = "BlocksNeeded"
 	if len(seqs) != len(newTokens) {
 		return nil, newError(CodeInvalidArgument, fmt.Sprintf("%s: %d sequences but %d token counts", fn, len(seqs), len(newTokens)))
@@ -455,7 +455,7 @@ type PoolEvent struct {
 
 // Events takes every queued event, oldest first.
 func (p *Pool) Events() ([]PoolEvent, error) {
-	defer p.lock()()
+	defer p.lock().Unlock()
 	h, err := p.enter(true)
 	if err != nil {
 		return nil, err
@@ -482,7 +482,7 @@ func (p *Pool) Events() ([]PoolEvent, error) {
 // (ConcatSlots joins the sequences of a batch); a slot of -1 is skipped.
 // Table and state views stay valid: a write changes stored K/V only.
 func (p *Pool) Write(keys, values []Input, slots []int64) error {
-	defer p.lock()()
+	defer p.lock().Unlock()
 	const fn = "Write"
 	if len(keys) != len(p.layers) || len(values) != len(p.layers) {
 		return newError(CodeInvalidArgument, fmt.Sprintf(
@@ -519,7 +519,7 @@ func (p *Pool) Write(keys, values []Input, slots []int64) error {
 // or [num_blocks, heads, block_size, head_dim] (LayoutHND); the pool's own
 // layout is compact, the other strided. Valid until Close.
 func (p *Pool) LayerStorage(layer int, layout PoolLayout) (KV, error) {
-	defer p.lock()()
+	defer p.lock().Unlock()
 	l, err := layerIndex("LayerStorage", layer)
 	if err != nil {
 		return KV{}, err
@@ -583,7 +583,7 @@ func (p *Pool) tableView(t *ctensor, slot int32) View {
 // that changes blocks or tables, or the next BlockTable of the same group:
 // the tables of several groups coexist.
 func (p *Pool) BlockTable(seqs []*Sequence, group int) (View, error) {
-	defer p.lock()()
+	defer p.lock().Unlock()
 	t, slot, err := p.blockTable("BlockTable", seqs, group, tablePadded)
 	if err != nil {
 		return View{}, err
@@ -601,7 +601,7 @@ type CSRTable struct {
 // BlockTableCSR returns the block tables in the CSR form; validity as
 // BlockTable.
 func (p *Pool) BlockTableCSR(seqs []*Sequence, group int) (CSRTable, error) {
-	defer p.lock()()
+	defer p.lock().Unlock()
 	t, slot, err := p.blockTable("BlockTableCSR", seqs, group, tableCSR)
 	if err != nil {
 		return CSRTable{}, err
@@ -654,7 +654,7 @@ func (p *Pool) newSequence(s unsafe.Pointer) *Sequence {
 // salt (per tenant: blocks are reused only between sequences with the same
 // salt); nil for none.
 func (p *Pool) NewSequence(salt []byte) (*Sequence, error) {
-	defer p.lock()()
+	defer p.lock().Unlock()
 	return p.makeSequence(func(h unsafe.Pointer) (unsafe.Pointer, error) { return cPoolSequenceCreate(h, salt) })
 }
 
@@ -689,7 +689,7 @@ func (s *Sequence) finalize() {
 // Close releases the sequence's blocks. It is idempotent, always returns
 // nil, and does nothing once the pool is closed (which freed it).
 func (s *Sequence) Close() error {
-	defer s.lock()()
+	defer s.lock().Unlock()
 	if s == nil {
 		return nil
 	}
@@ -725,7 +725,7 @@ func (s *Sequence) enter(stale bool) (unsafe.Pointer, error) {
 // Len returns the tokens the sequence holds (reserved, committed or not);
 // 0 once closed.
 func (s *Sequence) Len() int64 {
-	defer s.lock()()
+	defer s.lock().Unlock()
 	h, err := s.enter(false)
 	if err != nil {
 		return 0
@@ -738,7 +738,7 @@ func (s *Sequence) Len() int64 {
 // Committed returns the tokens committed (written and declared by Commit,
 // or matched); 0 once closed.
 func (s *Sequence) Committed() int64 {
-	defer s.lock()()
+	defer s.lock().Unlock()
 	h, err := s.enter(false)
 	if err != nil {
 		return 0
@@ -753,7 +753,7 @@ func (s *Sequence) Committed() int64 {
 // every group, at most len(tokens) - 1 (the last token is always computed).
 // Reserve the rest.
 func (s *Sequence) MatchPrefix(tokens []int32) (int64, error) {
-	defer s.lock()()
+	defer s.lock().Unlock()
 	h, err := s.enter(true)
 	if err != nil {
 		return 0, err
@@ -824,7 +824,7 @@ func (s *Sequence) Reserve(tokens []int32) (SlotMapping, error) {
 // ReserveInto is Reserve into a mapping whose memory is reused (a decode
 // loop allocates nothing).
 func (s *Sequence) ReserveInto(tokens []int32, m *SlotMapping) error {
-	defer s.lock()()
+	defer s.lock().Unlock()
 	h, err := s.enter(true)
 	if err != nil {
 		return err
@@ -847,7 +847,7 @@ func (s *Sequence) ReserveInto(tokens []int32, m *SlotMapping) error {
 // hashed and cached (an EventBlockStored each), recurrent groups checkpoint
 // their state at block boundaries.
 func (s *Sequence) Commit() error {
-	defer s.lock()()
+	defer s.lock().Unlock()
 	return s.call(cPoolCommit)
 }
 
@@ -866,7 +866,7 @@ func (s *Sequence) call(f func(unsafe.Pointer) error) error {
 // sampling, beam search); nothing is copied until one of them writes into a
 // shared partial block (copy-on-write).
 func (s *Sequence) Fork() (*Sequence, error) {
-	defer s.lock()()
+	defer s.lock().Unlock()
 	h, err := s.enter(true)
 	if err != nil {
 		return nil, err
@@ -881,7 +881,7 @@ func (s *Sequence) Fork() (*Sequence, error) {
 
 // Truncate keeps the first n tokens (speculative decoding's rollback).
 func (s *Sequence) Truncate(n int64) error {
-	defer s.lock()()
+	defer s.lock().Unlock()
 	if n < 0 {
 		return newError(CodeInvalidArgument, fmt.Sprintf("Truncate: n is %d; it must be >= 0", n))
 	}
@@ -891,7 +891,7 @@ func (s *Sequence) Truncate(n int64) error {
 // Pin pins the sequence's cached blocks: never evicted, even after it is
 // closed, until Pool.UnpinAll.
 func (s *Sequence) Pin() error {
-	defer s.lock()()
+	defer s.lock().Unlock()
 	return s.call(cPoolPin)
 }
 
@@ -900,7 +900,7 @@ func (s *Sequence) Pin() error {
 // of the pool's element type, or an ExternalTensor), which it writes: the
 // transformers layout.
 func (s *Sequence) Gather(layer int, keys, values Input) error {
-	defer s.lock()()
+	defer s.lock().Unlock()
 	const fn = "Gather"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -948,7 +948,7 @@ func GatherTensors[T Element](s *Sequence, layer int) (keys, values Tensor[T], e
 // host pool's state). Valid until the next call that changes blocks or
 // tables.
 func (s *Sequence) RecurrentState(layer int) (conv, ssm View, err error) {
-	defer s.lock()()
+	defer s.lock().Unlock()
 	l, err := layerIndex("RecurrentState", layer)
 	if err != nil {
 		return View{}, View{}, err

@@ -25,7 +25,7 @@ type Step struct {
 // 0..len(keys)-1. The inputs must be Tensors, ExternalTensors or Copies of
 // views: a view into a cache would be invalidated by the step itself.
 func (c *Cache) PrepareStep(keys, values []Input) (*Step, error) {
-	defer c.lock()()
+	defer c.lock().Unlock()
 	const fn = "PrepareStep"
 	if _, err := c.get(); err != nil {
 		return nil, err
@@ -58,7 +58,7 @@ func (s *Step) NumLayers() int { return s.arr.n }
 // Update runs the step: one kvc_cache_update_all with the prepared inputs.
 // Either every layer is updated or none is.
 func (s *Step) Update() error {
-	defer s.c.lock()()
+	defer s.c.lock().Unlock()
 	if s.arr.mem == nil && s.arr.n > 0 {
 		return ErrClosed
 	}

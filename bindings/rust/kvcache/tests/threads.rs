@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use common::{Host, positions};
 use kvcache::{
-    Cache, DType, EncoderDecoderCache, ErrorCode, ModelConfig, Pool, PoolGroup, PoolLayer, Preset, TensorRef,
+    Cache, DType, EncoderDecoderCache, ErrorCode, ModelConfig, Pool, PoolGroup, PoolLayer, Preset,
+    TensorRef,
 };
 
 fn assert_send<T: Send>() {}
