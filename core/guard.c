@@ -34,3 +34,21 @@ kvci_guard_entry kvci_guard_wait_shared(kvci_guard* g) {
   }
   return entry;
 }
+
+kvc_error* kvci_guard_share_caches(const kvc_cache* const* caches, size_t count, const char* fn) {
+  for (size_t i = 0; caches && i < count; i++) {
+    kvci_guard_entry entry = kvci_guard_enter_shared(kvci_guard_of(caches[i]));
+    if (entry.seen) {
+      kvci_guard_unshare_caches(caches, i);
+      return kvci_guard_busy(kvci_guard_of(caches[i]), &entry, fn);
+    }
+  }
+  return NULL;
+}
+
+void kvci_guard_unshare_caches(const kvc_cache* const* caches, size_t count) {
+  for (size_t i = 0; caches && i < count; i++) {
+    kvci_guard_entry entry = {kvci_guard_of(caches[i]), 1, 0};
+    kvci_guard_leave(&entry);
+  }
+}

@@ -32,6 +32,7 @@
 #define KVC_CORE_GUARD_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kvcache/error.h"
@@ -89,6 +90,14 @@ kvc_error* kvci_guard_busy(const kvci_guard* g, const kvci_guard_entry* refused,
 /* guard.c: entries that wait (yielding the processor) until the other threads have left. */
 kvci_guard_entry kvci_guard_wait_exclusive(kvci_guard* g, const char* fn);
 kvci_guard_entry kvci_guard_wait_shared(kvci_guard* g);
+
+/*
+ * guard.c: shared entry on the caches a call reads together (kvc_cache_from_batch_splits' splits; NULL array or
+ * entries are skipped: the call refuses them). On a refusal none is held.
+ */
+struct kvc_cache;
+kvc_error* kvci_guard_share_caches(const struct kvc_cache* const* caches, size_t count, const char* fn);
+void kvci_guard_unshare_caches(const struct kvc_cache* const* caches, size_t count);
 
 #if defined(__GNUC__)
 #define KVCI_GUARD_SCOPE_ __attribute__((cleanup(kvci_guard_leave))) kvci_guard_entry

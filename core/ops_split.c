@@ -253,7 +253,17 @@ static int fill_stack(const kvc_cache* r, kvc_layer* n, uint32_t i, const void* 
   return 0;
 }
 
+static kvc_error* from_batch_splits(const kvc_cache* const* splits, size_t count, kvc_cache** out);
+
 kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t count, kvc_cache** out) {
+  kvc_error* e = kvci_guard_share_caches(splits, count, "kvc_cache_from_batch_splits");
+  if (e) return e;
+  e = from_batch_splits(splits, count, out);
+  kvci_guard_unshare_caches(splits, count);
+  return e;
+}
+
+static kvc_error* from_batch_splits(const kvc_cache* const* splits, size_t count, kvc_cache** out) {
   static const char* FN = "kvc_cache_from_batch_splits";
   if (!splits || count == 0)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s; pass at least one split", FN,

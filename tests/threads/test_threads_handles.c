@@ -161,6 +161,65 @@ static void test_one_cache_racing_threads(void) {
   kvc_cache_destroy(c);
 }
 
+/* Stacking splits reads each one: a split updated meanwhile refuses the stack or the update, never both run. */
+typedef struct split_race {
+  kvc_cache* split;
+  atomic_int stop;
+  tally t;
+  long stored;
+} split_race;
+
+static void* split_writer(void* arg) {
+  split_race* r = arg;
+  pthread_barrier_wait(&start_line);
+  for (int i = 0; i < ITERS && !atomic_load(&r->stop); i++)
+    if (count(&r->t, tu_update_tokens(r->split, 0, 1, H, 1, D, D, 100 + i, NULL, NULL)) == KVC_OK) r->stored++;
+  return NULL;
+}
+
+static void test_stacking_splits_while_one_is_updated(void) {
+  kvc_cache* c = tu_lazy_cache();
+  REQUIRE(c != NULL);
+  REQUIRE_OK(tu_update_tokens(c, 0, 2, H, 4, D, D, 0, NULL, NULL));
+  kvc_cache* splits[2] = {NULL, NULL};
+  size_t n = 0;
+  REQUIRE_OK(kvc_cache_batch_split(c, 2, 1, splits, 2, &n));
+  REQUIRE(n == 2);
+  split_race r;
+  memset(&r, 0, sizeof r);
+  r.split = splits[0];
+  pthread_barrier_init(&start_line, NULL, 2);
+  pthread_t th;
+  REQUIRE(pthread_create(&th, NULL, split_writer, &r) == 0);
+  pthread_barrier_wait(&start_line);
+  tally stacks;
+  memset(&stacks, 0, sizeof stacks);
+  for (int i = 0; i < ITERS; i++) {
+    kvc_cache* stacked = NULL;
+    kvc_error* e = kvc_cache_from_batch_splits((const kvc_cache* const*)splits, 2, &stacked);
+    kvc_code code = kvc_error_code(e);
+    /* Once the splits' lengths differ, stacking is refused by its own rule: a clean error too. */
+    if (code == KVC_ERROR_INVALID_ARGUMENT) {
+      kvc_error_destroy(e);
+      stacks.ok++;
+    } else {
+      count(&stacks, e);
+    }
+    kvc_cache_destroy(stacked);
+  }
+  atomic_store(&r.stop, 1);
+  pthread_join(th, NULL);
+  pthread_barrier_destroy(&start_line);
+  check_tally("split updates", &r.t, 1);
+  check_tally("stacks beside them", &stacks, 1);
+  int64_t len = -1;
+  CHECK_OK(kvc_cache_seq_length(splits[0], 0, &len));
+  CHECK_EQ_I64(len, 4 + r.stored);
+  kvc_cache_destroy(splits[0]);
+  kvc_cache_destroy(splits[1]);
+  kvc_cache_destroy(c);
+}
+
 /* ------------------------------------------- a call held inside: deterministic refusals */
 
 /* A gate a callback waits at, inside the library, until the test opens it. */
@@ -627,6 +686,7 @@ static void test_distinct_handles_never_busy(void) {
 
 int main(void) {
   TU_RUN(test_one_cache_racing_threads);
+  TU_RUN(test_stacking_splits_while_one_is_updated);
   TU_RUN(test_cache_refuses_writer_while_reader_inside);
   TU_RUN(test_pool_refuses_while_commit_inside);
   TU_RUN(test_one_pool_racing_threads);
