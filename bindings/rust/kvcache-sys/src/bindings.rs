@@ -1737,7 +1737,9 @@ pub struct kvc_tier_stats {
     pub bytes_read: u64,
 }
 unsafe extern "C" {
-    /// Fills `*out`. Errors: INVALID_ARGUMENT (NULL, struct_size).
+    /** Fills `*out`. Errors: INVALID_ARGUMENT (NULL, struct_size), BUSY (since 0.7:
+ another thread is inside a call on the tier's pool, whose calls move the
+ counters of a given tier, or is giving the tier to a pool).*/
     pub fn kvc_tier_stats_get(
         tier: *const kvc_tier,
         out: *mut kvc_tier_stats,
