@@ -16,8 +16,8 @@
  * together as the header promises. A NULL guard (a NULL handle) enters
  * nothing, and the function's own argument check refuses the handle.
  *
- * The uncontended cost is one compare-and-swap (exclusive) or one
- * fetch-and-add (shared) at entry and one fetch-and-sub at exit:
+ * The uncontended cost is one compare-and-swap at entry and, at exit, one
+ * store (exclusive) or one fetch-and-sub (shared):
  * the per-layer update pays that (docs/threads.md has the measurement).
  *
  * Calls that cannot return an error (lengths, the stream, a sequence's
@@ -68,21 +68,28 @@ static inline kvci_guard_entry kvci_guard_enter_exclusive(kvci_guard* g, const c
   return entry;
 }
 
+/* Readers never touch the word while a writer holds it, so the writer leaves with a plain store. */
 static inline kvci_guard_entry kvci_guard_enter_shared(kvci_guard* g) {
   kvci_guard_entry entry = {g, 1, 0};
   if (!g) return entry;
-  uint32_t before = atomic_fetch_add_explicit(&g->state, 1, memory_order_acquire);
-  if (!(before & KVCI_GUARD_WRITER)) return entry;
-  atomic_fetch_sub_explicit(&g->state, 1, memory_order_relaxed);
-  entry.guard = NULL;
-  entry.seen = before;
+  uint32_t seen = atomic_load_explicit(&g->state, memory_order_relaxed);
+  do {
+    if (seen & KVCI_GUARD_WRITER) {
+      entry.guard = NULL;
+      entry.seen = seen;
+      return entry;
+    }
+  } while (!atomic_compare_exchange_weak_explicit(&g->state, &seen, seen + 1, memory_order_acquire,
+                                                  memory_order_relaxed));
   return entry;
 }
 
 static inline void kvci_guard_leave(kvci_guard_entry* entry) {
   if (!entry->guard) return;
-  /* A subtraction, not a store of 0: a refused reader may have its count in the word until it takes it back. */
-  atomic_fetch_sub_explicit(&entry->guard->state, entry->shared ? 1u : KVCI_GUARD_WRITER, memory_order_release);
+  if (entry->shared)
+    atomic_fetch_sub_explicit(&entry->guard->state, 1, memory_order_release);
+  else
+    atomic_store_explicit(&entry->guard->state, 0, memory_order_release);
 }
 
 /* guard.c: the KVC_ERROR_BUSY of a refused entry, naming the call and, when it is known, the one inside. */

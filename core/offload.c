@@ -68,7 +68,7 @@ typedef struct offload_state {
   size_t cap_tier;
   /* A prefetch was issued that no tier_wait has covered yet: on a GPU it runs on a side stream (see
    * kvci_offload_settle). */
-  int prefetch_pending;
+  _Atomic int prefetch_pending; /* const calls settle it, and const calls may run together (kvcache.h) */
 } offload_state;
 
 int kvci_offload_layer_takes_part(kvc_offload mode, const kvc_layer* l) {
