@@ -119,7 +119,8 @@ kvc_error* kvci_pool_sequence_create(kvc_pool* pool, const kvc_pool_sequence_opt
 }
 
 void kvc_pool_sequence_destroy(kvc_pool_sequence* s) {
-  KVCI_GUARD_EXCLUSIVE_WAIT(kvci_guard_of(s ? s->pool : NULL), "kvc_pool_sequence_destroy"); /* no error to refuse with */
+  /* No error to refuse with: it waits for the other call. */
+  KVCI_GUARD_EXCLUSIVE_WAIT(kvci_guard_of(s ? s->pool : NULL), "kvc_pool_sequence_destroy");
   kvci_pool_sequence_free(s);
 }
 
