@@ -131,6 +131,8 @@ kvc_error* kvc_encoder_decoder_cache_update_cross(kvc_encoder_decoder_cache* c, 
                                                   const kvc_tensor* value, kvc_kv* out) {
   static const char* FN = "kvc_encoder_decoder_cache_update_cross";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed(FN, c);
   if (e) return e;
   if (layer < c->num_flags && c->is_updated[layer]) {
@@ -168,6 +170,8 @@ static kvc_error* require_dynamic_pair(const char* fn, const kvc_encoder_decoder
 kvc_error* kvc_encoder_decoder_cache_crop(kvc_encoder_decoder_cache* c, int64_t tokens) {
   static const char* FN = "kvc_encoder_decoder_cache_crop";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed(FN, c);
   if (!e) e = require_dynamic_pair(FN, c);
   if (e) return e;
@@ -217,6 +221,8 @@ static kvc_error* both(const char* fn, kvc_encoder_decoder_cache* c, pair_op op,
 kvc_error* kvc_encoder_decoder_cache_reorder(kvc_encoder_decoder_cache* c, const int64_t* beam_idx, size_t count) {
   static const char* FN = "kvc_encoder_decoder_cache_reorder";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed(FN, c);
   return e ? e : both(FN, c, PAIR_REORDER, beam_idx, count, 0);
 }
@@ -224,6 +230,8 @@ kvc_error* kvc_encoder_decoder_cache_reorder(kvc_encoder_decoder_cache* c, const
 kvc_error* kvc_encoder_decoder_cache_batch_repeat_interleave(kvc_encoder_decoder_cache* c, int64_t repeats) {
   static const char* FN = "kvc_encoder_decoder_cache_batch_repeat_interleave";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed(FN, c);
   if (!e) e = require_dynamic_pair(FN, c);
   return e ? e : both(FN, c, PAIR_REPEAT, NULL, 0, repeats);
@@ -233,6 +241,8 @@ kvc_error* kvc_encoder_decoder_cache_batch_select_indices(kvc_encoder_decoder_ca
                                                           size_t count) {
   static const char* FN = "kvc_encoder_decoder_cache_batch_select_indices";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed(FN, c);
   if (!e) e = require_dynamic_pair(FN, c);
   return e ? e : both(FN, c, PAIR_SELECT, indices, count, 0);
@@ -243,6 +253,8 @@ kvc_error* kvc_encoder_decoder_cache_batch_split(const kvc_encoder_decoder_cache
                                                  size_t* count) {
   static const char* FN = "kvc_encoder_decoder_cache_batch_split";
   KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
+  KVCI_GUARD_SHARED(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_SHARED(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed(FN, c);
   if (!e) e = require_dynamic_pair(FN, c);
   if (e) return e;
@@ -312,6 +324,8 @@ kvc_error* kvc_encoder_decoder_cache_from_batch_splits(const kvc_encoder_decoder
 
 kvc_error* kvc_encoder_decoder_cache_reset(kvc_encoder_decoder_cache* c) {
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), "kvc_encoder_decoder_cache_reset");
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), "kvc_encoder_decoder_cache_reset"); /* the halves: the pair calls them */
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), "kvc_encoder_decoder_cache_reset");
   kvc_error* e = check_ed("kvc_encoder_decoder_cache_reset", c);
   if (e) return e;
   kvc_cache_reset(c->self_attention);
@@ -323,6 +337,8 @@ kvc_error* kvc_encoder_decoder_cache_reset(kvc_encoder_decoder_cache* c) {
 kvc_error* kvc_encoder_decoder_cache_clone(const kvc_encoder_decoder_cache* c, kvc_encoder_decoder_cache** out) {
   static const char* FN = "kvc_encoder_decoder_cache_clone";
   KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
+  KVCI_GUARD_SHARED(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_SHARED(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed_query(FN, c, out);
   if (e) return e;
   kvc_cache *s = NULL, *x = NULL;

@@ -17,6 +17,23 @@ kvc_error* kvci_guard_busy(const kvci_guard* g, const kvci_guard_entry* refused,
                   fn, holder ? holder : "unknown", RULE);
 }
 
+/* A thread's mark: the address of a thread-local byte (only the lending paths, never the hot one, read it). */
+static _Thread_local char thread_mark;
+
+int kvci_guard_lent_here(const kvci_guard* g, uint32_t seen) {
+  if (!(seen & KVCI_GUARD_LENT)) return 0;
+  return atomic_load_explicit(&((kvci_guard*)g)->lent_to, memory_order_relaxed) == (uintptr_t)&thread_mark;
+}
+
+kvci_guard_entry kvci_guard_enter_lent(kvci_guard* g, const char* fn) {
+  kvci_guard_entry entry = kvci_guard_enter_exclusive(g, fn);
+  if (!entry.guard) return entry; /* refused, or already lent to this thread (nested: nothing to lend) */
+  atomic_store_explicit(&g->lent_to, (uintptr_t)&thread_mark, memory_order_relaxed);
+  atomic_store_explicit(&g->state, KVCI_GUARD_WRITER | KVCI_GUARD_LENT, memory_order_relaxed);
+  entry.lent = 1;
+  return entry;
+}
+
 kvci_guard_entry kvci_guard_wait_exclusive(kvci_guard* g, const char* fn) {
   kvci_guard_entry entry = kvci_guard_enter_exclusive(g, fn);
   while (entry.seen) {
@@ -48,7 +65,7 @@ kvc_error* kvci_guard_share_caches(const kvc_cache* const* caches, size_t count,
 
 void kvci_guard_unshare_caches(const kvc_cache* const* caches, size_t count) {
   for (size_t i = 0; caches && i < count; i++) {
-    kvci_guard_entry entry = {kvci_guard_of(caches[i]), 1, 0};
+    kvci_guard_entry entry = {kvci_guard_of(caches[i]), 1, 0, 0};
     kvci_guard_leave(&entry);
   }
 }

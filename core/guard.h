@@ -26,7 +26,9 @@
  *
  * Entry is not re-entrant: a function that needs another public entry point
  * on the same handle calls its internal body (a const call inside a shared
- * one is fine: readers nest).
+ * one is fine: readers nest), or lends the handle to its own thread for the
+ * call (KVCI_GUARD_LEND: the encoder-decoder pair's calls on its halves). A
+ * callback into the program that calls the handle again is refused.
  */
 #ifndef KVC_CORE_GUARD_H
 #define KVC_CORE_GUARD_H
@@ -40,22 +42,28 @@
 typedef struct kvci_guard {
   _Atomic uint32_t state;        /* 0: free; KVCI_GUARD_WRITER: a mutating call inside; else: readers inside */
   _Atomic(const char*) holder;   /* the mutating call that entered last: named in the refusal */
+  _Atomic uintptr_t lent_to;     /* the thread a lent handle's calls may enter from (KVCI_GUARD_LEND), else 0 */
 } kvci_guard;
 
 #define KVCI_GUARD_WRITER 0x80000000u
+#define KVCI_GUARD_LENT 0x40000000u /* with WRITER: the holder's own thread may call the public entry points */
 
 /* One entry: what the leave at scope exit releases (guard NULL: nothing, or the entry was refused). */
 typedef struct kvci_guard_entry {
   kvci_guard* guard;
-  uint32_t shared;
+  uint16_t shared;
+  uint16_t lent;
   uint32_t seen; /* the state that refused the entry (busy when nonzero) */
 } kvci_guard_entry;
+
+/* guard.c: whether a refusing state is a handle lent to this very thread (a nested entry, allowed). */
+int kvci_guard_lent_here(const kvci_guard* g, uint32_t seen);
 
 /* The guard of a handle of any type (const or not), NULL for NULL: entering it does not modify the handle. */
 #define kvci_guard_of(handle) ((handle) ? (kvci_guard*)&(handle)->guard : (kvci_guard*)NULL)
 
 static inline kvci_guard_entry kvci_guard_enter_exclusive(kvci_guard* g, const char* fn) {
-  kvci_guard_entry entry = {g, 0, 0};
+  kvci_guard_entry entry = {g, 0, 0, 0};
   if (!g) return entry;
   uint32_t expected = 0;
   if (atomic_compare_exchange_strong_explicit(&g->state, &expected, KVCI_GUARD_WRITER, memory_order_acquire,
@@ -64,19 +72,19 @@ static inline kvci_guard_entry kvci_guard_enter_exclusive(kvci_guard* g, const c
     return entry;
   }
   entry.guard = NULL;
-  entry.seen = expected;
+  entry.seen = kvci_guard_lent_here(g, expected) ? 0 : expected;
   return entry;
 }
 
 /* Readers never touch the word while a writer holds it, so the writer leaves with a plain store. */
 static inline kvci_guard_entry kvci_guard_enter_shared(kvci_guard* g) {
-  kvci_guard_entry entry = {g, 1, 0};
+  kvci_guard_entry entry = {g, 1, 0, 0};
   if (!g) return entry;
   uint32_t seen = atomic_load_explicit(&g->state, memory_order_relaxed);
   do {
     if (seen & KVCI_GUARD_WRITER) {
       entry.guard = NULL;
-      entry.seen = seen;
+      entry.seen = kvci_guard_lent_here(g, seen) ? 0 : seen;
       return entry;
     }
   } while (!atomic_compare_exchange_weak_explicit(&g->state, &seen, seen + 1, memory_order_acquire,
@@ -86,10 +94,13 @@ static inline kvci_guard_entry kvci_guard_enter_shared(kvci_guard* g) {
 
 static inline void kvci_guard_leave(kvci_guard_entry* entry) {
   if (!entry->guard) return;
-  if (entry->shared)
+  if (entry->shared) {
     atomic_fetch_sub_explicit(&entry->guard->state, 1, memory_order_release);
-  else
-    atomic_store_explicit(&entry->guard->state, 0, memory_order_release);
+    return;
+  }
+  /* Cleared before the release: a thread that sees the handle taken later never finds its own mark here. */
+  if (entry->lent) atomic_store_explicit(&entry->guard->lent_to, 0, memory_order_relaxed);
+  atomic_store_explicit(&entry->guard->state, 0, memory_order_release);
 }
 
 /* guard.c: the KVC_ERROR_BUSY of a refused entry, naming the call and, when it is known, the one inside. */
@@ -97,6 +108,8 @@ kvc_error* kvci_guard_busy(const kvci_guard* g, const kvci_guard_entry* refused,
 /* guard.c: entries that wait (yielding the processor) until the other threads have left. */
 kvci_guard_entry kvci_guard_wait_exclusive(kvci_guard* g, const char* fn);
 kvci_guard_entry kvci_guard_wait_shared(kvci_guard* g);
+/* guard.c: exclusive entry that lends the handle to this thread's own calls of its public entry points. */
+kvci_guard_entry kvci_guard_enter_lent(kvci_guard* g, const char* fn);
 
 /*
  * guard.c: shared entry on the caches a call reads together (kvc_cache_from_batch_splits' splits; NULL array or
@@ -125,6 +138,11 @@ void kvci_guard_unshare_caches(const struct kvc_cache* const* caches, size_t cou
   if (KVCI_ENTRY_VAR_.seen) return kvci_guard_busy(KVCI_GUARD_VAR_, &KVCI_ENTRY_VAR_, (fn))
 #define KVCI_GUARD_EXCLUSIVE(g, fn) KVCI_GUARD_ENTER_(g, fn, kvci_guard_enter_exclusive(KVCI_GUARD_VAR_, (fn)))
 #define KVCI_GUARD_SHARED(g, fn) KVCI_GUARD_ENTER_(g, fn, kvci_guard_enter_shared(KVCI_GUARD_VAR_))
+/*
+ * Exclusive entry on a handle whose public entry points the call itself uses (an encoder-decoder pair's
+ * halves): other threads are refused as usual, this thread's nested calls enter. Not on the hot path.
+ */
+#define KVCI_GUARD_LEND(g, fn) KVCI_GUARD_ENTER_(g, fn, kvci_guard_enter_lent(KVCI_GUARD_VAR_, (fn)))
 
 /* Entries that wait, for calls that return no error. */
 #define KVCI_GUARD_EXCLUSIVE_WAIT(g, fn) KVCI_GUARD_SCOPE_ KVCI_ENTRY_VAR_ = kvci_guard_wait_exclusive((g), (fn))

@@ -290,6 +290,42 @@ static void test_cache_refuses_writer_while_reader_inside(void) {
   kvc_cache_destroy(c);
 }
 
+/* A save of one half is inside: the pair's calls that use that half are refused and change neither half. */
+static void test_pair_refused_while_a_half_is_saved(void) {
+  kvc_cache *self = tu_lazy_cache(), *cross = tu_lazy_cache();
+  kvc_encoder_decoder_cache* pair = NULL;
+  REQUIRE(self && cross);
+  REQUIRE_OK(tu_update_tokens(self, 0, 1, H, 3, D, D, 0, NULL, NULL));
+  REQUIRE_OK(tu_update_tokens(cross, 0, 1, H, 5, D, D, 0, NULL, NULL));
+  REQUIRE_OK(kvc_encoder_decoder_cache_create(self, cross, &pair));
+  held_save h;
+  memset(&h, 0, sizeof h);
+  h.cache = self;
+  pthread_t th;
+  REQUIRE(pthread_create(&th, NULL, save_with_gate, &h) == 0);
+  gate_await_inside(&h.g);
+  CHECK_ERR(kvc_encoder_decoder_cache_crop(pair, 1), KVC_ERROR_BUSY);
+  const int64_t beams[1] = {0};
+  CHECK_ERR(kvc_encoder_decoder_cache_reorder(pair, beams, 1), KVC_ERROR_BUSY);
+  CHECK_ERR(kvc_encoder_decoder_cache_reset(pair), KVC_ERROR_BUSY);
+  int32_t updated = -1;
+  CHECK_OK(kvc_encoder_decoder_cache_is_updated(pair, 0, &updated)); /* the pair's own flags: free */
+  atomic_store(&h.g.open, 1);
+  pthread_join(th, NULL);
+  CHECK_EQ_I64(h.code, KVC_OK);
+  int64_t len = -1;
+  CHECK_OK(kvc_cache_seq_length(self, 0, &len));
+  CHECK_EQ_I64(len, 3);
+  CHECK_OK(kvc_cache_seq_length(cross, 0, &len));
+  CHECK_EQ_I64(len, 5);
+  /* Free again: the pair's calls enter its halves' public functions on their own thread. */
+  CHECK_OK(kvc_encoder_decoder_cache_crop(pair, 1));
+  CHECK_OK(kvc_cache_seq_length(self, 0, &len));
+  CHECK_EQ_I64(len, 1);
+  CHECK_OK(kvc_encoder_decoder_cache_reorder(pair, beams, 1));
+  kvc_encoder_decoder_cache_destroy(pair);
+}
+
 /* A tier whose store waits at a gate: a commit holds its pool there. */
 static gate store_gate;
 static size_t gated_put(void* ctx, const kvc_tier_key* keys, const void* const* values, const size_t* sizes,
@@ -589,6 +625,21 @@ typedef struct pair_race {
   tally t;
 } pair_race;
 
+/* Updates the self-attention half directly while the pair's calls run on it. */
+typedef struct half_race {
+  kvc_cache* half;
+  tally t;
+  long stored;
+} half_race;
+
+static void* half_writer(void* arg) {
+  half_race* r = arg;
+  pthread_barrier_wait(&start_line);
+  for (int i = 0; i < ITERS; i++)
+    if (count(&r->t, tu_update_tokens(r->half, 0, 1, H, 1, D, D, i, NULL, NULL)) == KVC_OK) r->stored++;
+  return NULL;
+}
+
 static void* pair_worker(void* arg) {
   pair_race* r = arg;
   pthread_barrier_wait(&start_line);
@@ -613,18 +664,24 @@ static void test_one_encoder_decoder_racing_threads(void) {
   REQUIRE(self && cross);
   REQUIRE_OK(kvc_encoder_decoder_cache_create(self, cross, &pair));
   pair_race r[THREADS];
-  pthread_t th[THREADS];
+  pthread_t th[THREADS], half_th;
   memset(r, 0, sizeof r);
-  pthread_barrier_init(&start_line, NULL, THREADS);
+  half_race h;
+  memset(&h, 0, sizeof h);
+  h.half = self;
+  pthread_barrier_init(&start_line, NULL, THREADS + 1);
   for (int i = 0; i < THREADS; i++) {
     r[i].pair = pair;
     r[i].layer = (uint32_t)i;
     REQUIRE(pthread_create(&th[i], NULL, pair_worker, &r[i]) == 0);
   }
+  REQUIRE(pthread_create(&half_th, NULL, half_writer, &h) == 0);
   for (int i = 0; i < THREADS; i++) {
     pthread_join(th[i], NULL);
     check_tally("encoder-decoder", &r[i].t, 1);
   }
+  pthread_join(half_th, NULL);
+  check_tally("its self-attention half, directly", &h.t, 1);
   pthread_barrier_destroy(&start_line);
   for (uint32_t l = 0; l < THREADS; l++) {
     int32_t updated = 0;
@@ -688,6 +745,7 @@ int main(void) {
   TU_RUN(test_one_cache_racing_threads);
   TU_RUN(test_stacking_splits_while_one_is_updated);
   TU_RUN(test_cache_refuses_writer_while_reader_inside);
+  TU_RUN(test_pair_refused_while_a_half_is_saved);
   TU_RUN(test_pool_refuses_while_commit_inside);
   TU_RUN(test_one_pool_racing_threads);
   TU_RUN(test_one_tier_racing_threads);
