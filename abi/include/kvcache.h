@@ -42,7 +42,9 @@
  * so do the destroys; destroying a handle while another thread may still call
  * it afterwards remains the caller's bug. A sequence's calls, and a tier's
  * once given to a pool, count as calls on the pool; the halves of an
- * encoder-decoder cache are handles of their own. Views returned before are
+ * encoder-decoder cache are handles of their own, and a call on the pair
+ * (but kvc_encoder_decoder_cache_is_updated) is a call on both halves too.
+ * Views returned before are
  * not checked: a view read while another thread mutates its handle is the
  * caller's race. docs/threads.md has the details and the bindings' behaviour.
  * Error objects are independent values. Global functions (kvc_version,
