@@ -6,6 +6,7 @@
 #   make bench       optimised build, then the benchmarks; results in build/bench/results.json
 #   make bench-host-issue  only the host cost of issuing a decode step on the emulated device
 #   make sanitize    only the ASan+UBSan suite      make fuzz   only the fuzz suite
+#   make tsan        the library and tests/threads under ThreadSanitizer
 #   make fuzz-pool-long  the pool fuzzer: libFuzzer for FUZZ_SECONDS (3600), then FUZZ_OPS (10^7) standalone operations
 #   make install PREFIX=/usr/local                  make clean  remove build dirs
 
@@ -17,6 +18,7 @@ CONFIGURE = $(CMAKE) -G Ninja
 
 BUILD         := build
 BUILD_ASAN    := build-asan
+BUILD_TSAN    := build-tsan
 BUILD_FUZZ    := build-fuzz
 BUILD_RELEASE := build-release
 # The emulated device plugin (tests/gpu), optimised, for bench_host_issue: the Release build above has no tests.
@@ -38,7 +40,7 @@ BENCH_GPU_FLAGS = $(shell scripts/gpu_cmake_flags.sh cuda) -DKVC_HIP=OFF
 # them), and the fuzz targets drive CPU caches only.
 NO_GPU_FLAGS = -DKVC_CUDA=OFF -DKVC_HIP=OFF -DKVC_LINK_BACKEND=OFF
 
-.PHONY: all setup build test test-unit test-go test-rust test-python sanitize fuzz fuzz-pool-long demo bench bench-host-issue emulated-plugin install clean distclean
+.PHONY: all setup build test test-unit test-go test-rust test-python sanitize tsan fuzz fuzz-pool-long demo bench bench-host-issue emulated-plugin install clean distclean
 
 all: build
 
@@ -56,6 +58,7 @@ test: setup
 	@$(MAKE) --no-print-directory test-rust SKIP_SETUP=1
 	@$(MAKE) --no-print-directory test-python SKIP_SETUP=1
 	@$(MAKE) --no-print-directory sanitize SKIP_SETUP=1
+	@$(MAKE) --no-print-directory tsan SKIP_SETUP=1
 	@$(MAKE) --no-print-directory fuzz SKIP_SETUP=1
 	@echo "make test: all suites passed"
 
@@ -84,6 +87,14 @@ sanitize: $(SETUP_DEP)
 	$(CONFIGURE) -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DKVC_SANITIZE=ON $(NO_GPU_FLAGS)
 	$(CMAKE) --build $(BUILD_ASAN) -j $(JOBS)
 	$(CTEST) --test-dir $(BUILD_ASAN) --output-on-failure --no-tests=error -j $(JOBS) -LE fuzz
+
+# Threads racing on one handle (tests/threads) under ThreadSanitizer: a data race fails the test. Only the library
+# and those tests are built. halt_on_error: the first report fails the run; second_deadlock_stack: both stacks.
+tsan: $(SETUP_DEP)
+	$(CONFIGURE) -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVC_TSAN=ON $(NO_GPU_FLAGS)
+	$(CMAKE) --build $(BUILD_TSAN) -j $(JOBS) --target thread_tests
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  $(CTEST) --test-dir $(BUILD_TSAN) --output-on-failure --no-tests=error -j $(JOBS) -L threads
 
 # No fuzz target yet is said, not hidden; once there is one, an empty run fails.
 fuzz: $(SETUP_DEP)
@@ -150,7 +161,7 @@ install: build
 	$(CMAKE) --install $(BUILD) --prefix "$(PREFIX)"
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ) $(BUILD_RELEASE) $(BUILD_EMULATED)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_FUZZ) $(BUILD_RELEASE) $(BUILD_EMULATED)
 
 # Also the Python environment that setup.sh made.
 distclean: clean

@@ -83,6 +83,7 @@ kvc_error* kvci_cache_append_layer(kvc_cache* c, kvc_layer* l) {
 }
 
 void kvc_cache_destroy(kvc_cache* c) {
+  kvci_guard_retire(kvci_guard_of(c), "kvc_cache_destroy");
   if (!c) return;
   kvci_offload_settle(c); /* stream-ordered frees must come after a prefetch still writing the stores */
   for (uint32_t i = 0; i < c->num_layers; i++) kvci_layer_free(c, c->layers[i]);
@@ -165,6 +166,7 @@ kvc_error* kvc_cache_create_from_tensors(const kvc_cache_options* options, uint3
 
 kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
   static const char* FN = "kvc_cache_clone";
+  KVCI_GUARD_SHARED(kvci_guard_of(src), FN);
   kvc_error* e = kvci_cache_check(FN, src);
   if (e) return e;
   kvci_offload_settle(src);
@@ -214,6 +216,7 @@ static int skips_early_init(const kvc_layer* l) {
 
 kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* o) {
   static const char* FN = "kvc_cache_early_initialization";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   kvci_offload_settle(c);
@@ -305,10 +308,14 @@ static kvc_error* attention_layer_for(const char* fn, const kvc_cache* c, uint32
                  fn, c->layers[0]->desc->name);
 }
 
-uint32_t kvc_cache_num_layers(const kvc_cache* c) { return c ? c->num_layers : 0; }
+uint32_t kvc_cache_num_layers(const kvc_cache* c) {
+  KVCI_GUARD_SHARED_WAIT(kvci_guard_of(c)); /* a lazy cache's count grows with its updates */
+  return c ? c->num_layers : 0;
+}
 
 kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_info* out) {
   static const char* FN = "kvc_cache_layer_info";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_layer(FN, c, layer);
   if (e) return e;
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_layer_info", FN);
@@ -349,6 +356,7 @@ kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_in
 
 kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out) {
   static const char* FN = "kvc_cache_layer_view";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_layer(FN, c, layer);
   if (e) return e;
   kvci_offload_settle(c);
@@ -368,6 +376,7 @@ kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out)
 
 kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_seq_length";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_query(FN, c, out);
   if (e) return e;
   if ((e = attention_layer_for(FN, c, &layer))) return e;
@@ -378,6 +387,7 @@ kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out
 
 kvc_error* kvc_cache_max_length(const kvc_cache* c, int32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_max_length";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_query_any(FN, c, layer, out);
   if (e) return e;
   if (layer >= 0) {
@@ -395,6 +405,7 @@ kvc_error* kvc_cache_max_length(const kvc_cache* c, int32_t layer, int64_t* out)
 
 kvc_error* kvc_cache_usable_length(const kvc_cache* c, int64_t new_seq_length, uint32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_usable_length";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_query(FN, c, out);
   if (e) return e;
   if (new_seq_length < 0 || new_seq_length > INT32_MAX)
@@ -410,6 +421,7 @@ kvc_error* kvc_cache_usable_length(const kvc_cache* c, int64_t new_seq_length, u
 kvc_error* kvc_cache_mask_sizes(const kvc_cache* c, int64_t q, uint32_t layer, int64_t* kv_length,
                                 int64_t* kv_offset) {
   static const char* FN = "kvc_cache_mask_sizes";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   if (!kv_length || !kv_offset)
@@ -431,6 +443,7 @@ kvc_error* kvc_cache_mask_sizes(const kvc_cache* c, int64_t q, uint32_t layer, i
 
 kvc_error* kvc_cache_batch_size(const kvc_cache* c, int64_t* out) {
   static const char* FN = "kvc_cache_batch_size";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_query(FN, c, out);
   if (e) return e;
   int64_t b = -1;
@@ -449,6 +462,7 @@ kvc_error* kvc_cache_batch_size(const kvc_cache* c, int64_t* out) {
 
 kvc_error* kvc_cache_memory(const kvc_cache* c, kvc_memory_info* out) {
   static const char* FN = "kvc_cache_memory";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_memory_info", FN);
@@ -483,6 +497,7 @@ kvc_error* kvc_cache_memory(const kvc_cache* c, kvc_memory_info* out) {
 
 kvc_error* kvc_cache_set_stream(kvc_cache* c, void* stream) {
   static const char* FN = "kvc_cache_set_stream";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   if (stream == c->exec.stream) return NULL;
@@ -497,4 +512,7 @@ kvc_error* kvc_cache_set_stream(kvc_cache* c, void* stream) {
   return NULL;
 }
 
-void* kvc_cache_stream(const kvc_cache* c) { return c ? c->exec.stream : NULL; }
+void* kvc_cache_stream(const kvc_cache* c) {
+  KVCI_GUARD_SHARED_WAIT(kvci_guard_of(c));
+  return c ? c->exec.stream : NULL;
+}

@@ -14,8 +14,10 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend.h"
+#include "guard.h"
 #include "kind.h"
 #include "kvcache.h"
 
@@ -330,7 +332,13 @@ struct kvc_cache {
   uint32_t num_layers;
   uint32_t cap_layers;
   kvc_layer** layers;
+  kvci_guard guard; /* last: kvci_cache_copy_contents copies what comes before it (guard.h) */
 };
+
+/* Copies every member of `from` but the guard, which belongs to the handle: other threads may touch it. */
+static inline void kvci_cache_copy_contents(kvc_cache* to, const kvc_cache* from) {
+  memcpy(to, from, offsetof(kvc_cache, guard));
+}
 
 /* Gathering the copies of an update (copy_batch.c). */
 /* Makes room for `copies` descriptors ahead of a write phase; failing only means more backend calls. */
@@ -539,6 +547,15 @@ void kvci_encdec_parts(const kvc_encoder_decoder_cache* cache, kvc_cache** self,
 kvc_error* kvci_encdec_wrap(kvc_cache* self, kvc_cache* cross, const uint8_t* flags, uint32_t num_flags,
                            kvc_encoder_decoder_cache** out);
 void kvci_encdec_set_flags(kvc_encoder_decoder_cache* cache, uint8_t* flags, uint32_t num_flags);
+
+/*
+ * The guards of handles whose structs are private to their folder (guard.h), NULL for NULL: an
+ * encoder-decoder pair's (part 0) or its self- (1) or cross-attention (2) half's, a pool's and the pool of
+ * a sequence (its calls go through its pool).
+ */
+kvci_guard* kvci_encdec_guard(const kvc_encoder_decoder_cache* cache, int part);
+kvci_guard* kvci_pool_guard(const kvc_pool* pool);
+kvci_guard* kvci_sequence_guard(const kvc_pool_sequence* sequence);
 
 /* Update engine (ops_update.c), used by create_from_tensors and encoder-decoder. */
 kvc_error* kvci_update_layers(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count, const kvc_tensor* keys,

@@ -68,7 +68,7 @@ typedef struct offload_state {
   size_t cap_tier;
   /* A prefetch was issued that no tier_wait has covered yet: on a GPU it runs on a side stream (see
    * kvci_offload_settle). */
-  int prefetch_pending;
+  _Atomic int prefetch_pending; /* const calls settle it, and const calls may run together (kvcache.h) */
 } offload_state;
 
 int kvci_offload_layer_takes_part(kvc_offload mode, const kvc_layer* l) {
@@ -317,6 +317,7 @@ static kvc_error* move_now(kvc_cache* c, kvc_layer* l, int to_host) {
 }
 
 kvc_error* kvc_cache_offload(kvc_cache* c, uint32_t layer) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), "kvc_cache_offload");
   kvc_error* e = kvci_cache_check_layer("kvc_cache_offload", c, layer);
   if (e) return e;
   kvc_layer* l = c->layers[layer];
@@ -325,6 +326,7 @@ kvc_error* kvc_cache_offload(kvc_cache* c, uint32_t layer) {
 }
 
 kvc_error* kvc_cache_prefetch(kvc_cache* c, uint32_t layer) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), "kvc_cache_prefetch");
   kvc_error* e = kvci_cache_check_layer("kvc_cache_prefetch", c, layer);
   if (e) return e;
   kvc_layer* l = c->layers[layer];

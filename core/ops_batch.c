@@ -324,6 +324,7 @@ kvc_error* kvci_batch_check_repeats(const char* fn, const kvc_cache* c, int64_t 
 
 kvc_error* kvc_cache_reorder(kvc_cache* c, const int64_t* beam_idx, size_t count) {
   static const char* FN = "kvc_cache_reorder";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_REORDER);
   if (!e) e = check_batch_indices(FN, c, "beam_idx", beam_idx, count);
@@ -334,6 +335,7 @@ kvc_error* kvc_cache_reorder(kvc_cache* c, const int64_t* beam_idx, size_t count
 
 kvc_error* kvc_cache_batch_select_indices(kvc_cache* c, const int64_t* indices, size_t count) {
   static const char* FN = "kvc_cache_batch_select_indices";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (!e) e = require_dynamic(FN, c);
   if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_SELECT);
@@ -345,6 +347,7 @@ kvc_error* kvc_cache_batch_select_indices(kvc_cache* c, const int64_t* indices, 
 
 kvc_error* kvc_cache_batch_repeat_interleave(kvc_cache* c, int64_t repeats) {
   static const char* FN = "kvc_cache_batch_repeat_interleave";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (!e) e = require_dynamic(FN, c);
   if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_REPEAT);

@@ -11,6 +11,7 @@ static int static_crop_refused(const kvc_cache* c, const kvc_layer* l) {
 
 kvc_error* kvc_cache_crop(kvc_cache* c, int64_t tokens) {
   static const char* FN = "kvc_cache_crop";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   kvci_offload_settle(c);
@@ -44,6 +45,7 @@ static int layer_croppable(const kvc_cache* c, const kvc_layer* l) {
 
 kvc_error* kvc_cache_is_croppable(const kvc_cache* c, int32_t layer, uint8_t* out) {
   static const char* FN = "kvc_cache_is_croppable";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_query_any(FN, c, layer, out);
   if (e) return e;
   if (layer >= 0) {
@@ -60,6 +62,7 @@ kvc_error* kvc_cache_is_croppable(const kvc_cache* c, int32_t layer, uint8_t* ou
 }
 
 kvc_error* kvc_cache_activate_past_recording(kvc_cache* c) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), "kvc_cache_activate_past_recording");
   kvc_error* e = kvci_cache_check("kvc_cache_activate_past_recording", c);
   if (e) return e;
   for (uint32_t i = 0; i < c->num_layers; i++)
@@ -68,6 +71,7 @@ kvc_error* kvc_cache_activate_past_recording(kvc_cache* c) {
 }
 
 kvc_error* kvc_cache_reset(kvc_cache* c) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), "kvc_cache_reset");
   kvc_error* e = kvci_cache_check("kvc_cache_reset", c);
   if (e) return e;
   kvci_offload_settle(c);

@@ -88,6 +88,7 @@ static kvc_error* source_of(const kvc_cache* c, const kvc_layer* l, const kvc_te
 
 kvc_error* kvc_cache_update_indexer(kvc_cache* c, uint32_t layer, const kvc_tensor* x, kvc_tensor* out) {
   static const char* FN = "kvc_cache_update_indexer";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   kvc_layer* l = NULL;
@@ -114,6 +115,7 @@ kvc_error* kvc_cache_update_indexer(kvc_cache* c, uint32_t layer, const kvc_tens
 
 kvc_error* kvc_cache_indexer_view(const kvc_cache* c, uint32_t layer, kvc_tensor* out) {
   static const char* FN = "kvc_cache_indexer_view";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   kvc_layer* l = NULL;

@@ -6,6 +6,7 @@
 
 kvc_error* kvc_cache_reserve(kvc_cache* c, int64_t tokens) {
   static const char* FN = "kvc_cache_reserve";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   kvci_offload_settle(c);

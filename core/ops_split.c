@@ -93,6 +93,7 @@ static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kv
 kvc_error* kvc_cache_batch_split(const kvc_cache* c, int64_t full_batch_size, int64_t split_size, kvc_cache** out,
                                  size_t capacity, size_t* count) {
   static const char* FN = "kvc_cache_batch_split";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_SPLIT);
   if (e) return e;
@@ -253,7 +254,17 @@ static int fill_stack(const kvc_cache* r, kvc_layer* n, uint32_t i, const void* 
   return 0;
 }
 
+static kvc_error* from_batch_splits(const kvc_cache* const* splits, size_t count, kvc_cache** out);
+
 kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t count, kvc_cache** out) {
+  kvc_error* e = kvci_guard_share_caches(splits, count, "kvc_cache_from_batch_splits");
+  if (e) return e;
+  e = from_batch_splits(splits, count, out);
+  kvci_guard_unshare_caches(splits, count);
+  return e;
+}
+
+static kvc_error* from_batch_splits(const kvc_cache* const* splits, size_t count, kvc_cache** out) {
   static const char* FN = "kvc_cache_from_batch_splits";
   if (!splits || count == 0)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s; pass at least one split", FN,

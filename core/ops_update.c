@@ -184,6 +184,7 @@ kvc_error* kvci_update_layers(const kvc_call* call, kvc_cache* c, uint32_t first
 kvc_error* kvc_cache_update(kvc_cache* c, uint32_t layer, const kvc_tensor* key, const kvc_tensor* value,
                             const kvc_update_options* options, kvc_kv* out) {
   static const char* FN = "kvc_cache_update";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   if (!key || !value)
@@ -196,6 +197,7 @@ kvc_error* kvc_cache_update(kvc_cache* c, uint32_t layer, const kvc_tensor* key,
 kvc_error* kvc_cache_update_all(kvc_cache* c, uint32_t num_layers, const kvc_tensor* keys, const kvc_tensor* values,
                                 const kvc_update_options* options, kvc_kv* out) {
   static const char* FN = "kvc_cache_update_all";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   if (num_layers == 0) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_layers is 0; pass at least one layer", FN);

@@ -25,6 +25,9 @@ const (
 	CodeVersionMismatch Code = 10 // a library or backend plugin speaks another ABI version
 	CodeInternal        Code = 11 // a bug in kvcache; please report it
 	CodeIO              Code = 12 // OSError: a file could not be read or written, or is not a valid kvcache file (since 0.6)
+	// CodeBusy: another thread was inside a call on the same handle; the call did nothing (since 0.7). This
+	// package serialises the calls on each Cache and Pool, so it reaches Go only from a handle shared with C.
+	CodeBusy Code = 13
 )
 
 // codeNames are kvc_code_name's answers; the cgo build asks the library
@@ -43,6 +46,7 @@ var codeNames = [...]string{
 	CodeVersionMismatch: "KVC_ERROR_VERSION_MISMATCH",
 	CodeInternal:        "KVC_ERROR_INTERNAL",
 	CodeIO:              "KVC_ERROR_IO",
+	CodeBusy:            "KVC_ERROR_BUSY",
 }
 
 func goCodeName(c Code) string {
@@ -106,6 +110,7 @@ var (
 	ErrVersionMismatch = &Error{Code: CodeVersionMismatch}
 	ErrInternal        = &Error{Code: CodeInternal}
 	ErrIO              = &Error{Code: CodeIO}
+	ErrBusy            = &Error{Code: CodeBusy}
 )
 
 // Errors of this package's own, each also matching its code's sentinel.

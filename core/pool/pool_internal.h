@@ -112,6 +112,7 @@ struct kvc_pool {
   void* stage_cache;                             /* tier_stage.c: the last staging buffer, kept for the next */
   size_t stage_cache_bytes;
   int stage_cache_busy;                          /* lent out (a fetch that evicts stores while it holds one) */
+  kvci_guard guard;                              /* the pool's and its sequences' calls (guard.h) */
 };
 
 static inline int kvci_pool_is_recurrent(const kvci_pool_group* g) { return g->kind == KVC_POOL_GROUP_RECURRENT; }
@@ -156,6 +157,10 @@ void kvci_pool_zero_slot(kvc_pool* pool, uint32_t group, uint32_t slot);
 /* Issues `count` 4-D copies: one backend call when the backend batches them. */
 void kvci_pool_issue_copies(kvc_pool* pool, const kvc_copy_4d* copies, int32_t count);
 
+/* sequence.c: kvc_pool_sequence_create and _destroy without the guard, for calls that hold it already. */
+kvc_error* kvci_pool_sequence_create(kvc_pool* pool, const kvc_pool_sequence_options* options,
+                                     kvc_pool_sequence** out);
+void kvci_pool_sequence_free(kvc_pool_sequence* s);
 /* sequence.c: growth of a sequence's arrays ahead of a mutation (-1: out of memory, nothing changed). */
 int kvci_pool_seq_grow(kvc_pool_sequence* s, uint64_t tokens);
 /* Releases the blocks of entries [from, num_blocks) of a group's table, last first, and shortens it. */

@@ -30,6 +30,7 @@ static const uint8_t* parent_of(const kvc_pool_sequence* s, const kvci_pool_seq_
 }
 
 kvc_error* kvc_pool_commit(kvc_pool_sequence* s) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), "kvc_pool_commit");
   if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_commit: sequence is NULL");
   kvc_pool* p = s->pool;
   if (s->committed == s->length) return NULL;
@@ -108,6 +109,7 @@ static uint64_t longest_match(const kvc_pool* p, kvc_pool_sequence* s, const int
 kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens,
                                  uint64_t* matched_tokens) {
   static const char* FN = "kvc_pool_match_prefix";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), FN);
   if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   if (!matched_tokens) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: matched_tokens is NULL", FN);
   kvc_error* e = kvci_pool_check_tokens(FN, tokens, num_tokens);

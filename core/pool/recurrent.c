@@ -47,6 +47,7 @@ void kvci_pool_checkpoint(kvc_pool* pool, kvc_pool_sequence* s, uint32_t group) 
 kvc_error* kvc_pool_recurrent_state(kvc_pool_sequence* s, uint32_t layer, kvc_tensor* conv_state,
                                     kvc_tensor* ssm_state) {
   static const char* FN = "kvc_pool_recurrent_state";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), FN);
   if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   if (!conv_state || !ssm_state)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, conv_state ? "ssm_state" : "conv_state");

@@ -118,6 +118,7 @@ static kvc_error* oom(const char* fn, const kvc_pool* p, uint32_t gi, uint64_t n
 
 kvc_error* kvc_pool_reserve(kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens, int64_t* slot_mapping) {
   static const char* FN = "kvc_pool_reserve";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), FN);
   if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   if (!num_tokens) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_tokens is 0; reserve at least one token", FN);
   if (!slot_mapping)
@@ -150,6 +151,7 @@ kvc_error* kvc_pool_reserve(kvc_pool_sequence* s, const int32_t* tokens, size_t 
 kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_sequence* const* sequences,
                                   const uint64_t* new_tokens, size_t num_sequences, uint64_t* blocks_needed) {
   static const char* FN = "kvc_pool_blocks_needed";
+  KVCI_GUARD_SHARED(kvci_guard_of(pool), FN);
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
   if (!blocks_needed)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: blocks_needed is NULL; pass num_groups (%u) entries", FN,

@@ -63,6 +63,7 @@ void kvci_pool_zero_slot(kvc_pool* pool, uint32_t group, uint32_t slot) {
 
 kvc_error* kvc_pool_layer_storage(const kvc_pool* pool, uint32_t layer, kvc_pool_layout layout, kvc_kv* out) {
   static const char* FN = "kvc_pool_layer_storage";
+  KVCI_GUARD_SHARED(kvci_guard_of(pool), FN);
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   if (layer >= pool->num_layers)
@@ -133,6 +134,7 @@ static void int_tensor(kvc_tensor* t, const kvc_pool* p, void* data, int64_t* sh
 kvc_error* kvc_pool_block_table(kvc_pool* pool, const kvc_pool_sequence* const* seqs, size_t num_sequences,
                                 uint32_t group, kvc_pool_table_format format, kvc_pool_table* out) {
   static const char* FN = "kvc_pool_block_table";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), FN);
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   if (!seqs && num_sequences)
@@ -208,6 +210,7 @@ kvc_error* kvc_pool_block_table(kvc_pool* pool, const kvc_pool_sequence* const* 
 kvc_error* kvc_pool_gather(const kvc_pool_sequence* s, uint32_t layer, const kvc_tensor* keys,
                            const kvc_tensor* values) {
   static const char* FN = "kvc_pool_gather";
+  KVCI_GUARD_SHARED(kvci_guard_of(s ? s->pool : NULL), FN);
   if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   kvc_pool* p = s->pool;
   if (layer >= p->num_layers)

@@ -90,6 +90,7 @@ static void make_job(kvc_copy_rows_job* j, const kvc_pool* p, const kvci_pool_la
 kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tensor* values, uint32_t num_layers,
                           const int64_t* slot_mapping, size_t num_tokens) {
   static const char* FN = "kvc_pool_write";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), FN);
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
   if (num_layers != pool->num_layers)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_layers is %u but the pool has %u layers; pass one keys and "

@@ -44,6 +44,8 @@ typedef int32_t kvc_code;
 #define KVC_ERROR_INTERNAL          11  /**< a bug in kvcache; please report it */
 #define KVC_ERROR_IO                12  /**< OSError: a file or stream could not be read or written, or is not
                                              a valid kvcache file (truncated, corrupted). Since 0.6. */
+#define KVC_ERROR_BUSY              13  /**< another thread is inside a call on the same handle; this call did
+                                             nothing (the handle is unchanged). Since 0.7. */
 
 /**
  * The code of `error`. `error` is borrowed for the call. Returns KVC_OK for

@@ -48,7 +48,8 @@
  *
  * Threads. A pool and all its sequences are one object for threading: calls
  * on it must not overlap (serialize them, as a serving loop's scheduler
- * thread does). Distinct pools are independent. Views returned by the pool
+ * thread does); an overlapping call returns KVC_ERROR_BUSY and does nothing
+ * (since 0.7; kvcache.h, Thread safety). Distinct pools are independent. Views returned by the pool
  * are valid until the next call that mutates the pool or any of its
  * sequences. These calls do not count as mutating (the bindings rely on
  * it): the queries (stats, lengths, blocks_needed), kvc_pool_write,

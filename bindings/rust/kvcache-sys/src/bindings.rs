@@ -21,6 +21,7 @@ pub const KVC_ERROR_NO_DEVICE: kvc_code = 9;
 pub const KVC_ERROR_VERSION_MISMATCH: kvc_code = 10;
 pub const KVC_ERROR_INTERNAL: kvc_code = 11;
 pub const KVC_ERROR_IO: kvc_code = 12;
+pub const KVC_ERROR_BUSY: kvc_code = 13;
 pub const KVC_DEVICE_CPU: kvc_device_type = 1;
 pub const KVC_DEVICE_CUDA: kvc_device_type = 2;
 pub const KVC_DEVICE_CUDA_HOST: kvc_device_type = 3;
@@ -1756,7 +1757,9 @@ pub struct kvc_tier_stats {
     pub bytes_read: u64,
 }
 unsafe extern "C" {
-    /// Fills `*out`. Errors: INVALID_ARGUMENT (NULL, struct_size).
+    /** Fills `*out`. Errors: INVALID_ARGUMENT (NULL, struct_size), BUSY (since 0.7:
+ another thread is inside a call on the tier's pool, whose calls move the
+ counters of a given tier, or is giving the tier to a pool).*/
     pub fn kvc_tier_stats_get(
         tier: *const kvc_tier,
         out: *mut kvc_tier_stats,
