@@ -105,8 +105,11 @@ fuzz: $(SETUP_DEP)
 # summary per file, scripts/coverage_table.py folds it per folder. Branches on lines without code (the
 # compiler's own) are left out; C throws nothing. Not part of `make test`: its own full build and suite.
 COVERAGE_GCOVR ?= .venv/bin/gcovr
+# pool_fuzz at -O0 with counters: 10^6 operations take over 5 minutes; 10^5 here, the 10^6 run stays in `make test`.
+COVERAGE_POOL_FUZZ_OPS ?= 100000
 coverage: $(SETUP_DEP)
-	CC=gcc $(CONFIGURE) -S . -B $(BUILD_COVERAGE) -DCMAKE_BUILD_TYPE=Debug -DKVC_COVERAGE=ON $(NO_GPU_FLAGS)
+	CC=gcc $(CONFIGURE) -S . -B $(BUILD_COVERAGE) -DCMAKE_BUILD_TYPE=Debug -DKVC_COVERAGE=ON $(NO_GPU_FLAGS) \
+	  -DKVC_POOL_FUZZ_OPS=$(COVERAGE_POOL_FUZZ_OPS)
 	$(CMAKE) --build $(BUILD_COVERAGE) -j $(JOBS)
 	find $(BUILD_COVERAGE) -name '*.gcda' -delete
 	$(CTEST) --test-dir $(BUILD_COVERAGE) --output-on-failure --no-tests=error -j $(JOBS) -LE fuzz

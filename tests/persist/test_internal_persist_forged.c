@@ -12,6 +12,7 @@
  * target and the pool are unchanged.
  */
 #include "../pool/pool_test.h"
+#include "persist/crc32c.h"
 #include "persist/persist_internal.h"
 #include "persist_test.h"
 
@@ -88,18 +89,24 @@ static void rec_insert(ps_buffer* r, size_t k, int64_t v) {
 
 /* ---- the files ----------------------------------------------------------- */
 
-/* Layers: 0 dynamic, 1 static indexed (row buffers), 2 sink (a kind-wide state), 3 dynamic, never updated. */
-enum { L_DYN = 0, L_IDX = 1, L_SINK = 2, L_EMPTY = 3, NUM_LAYERS = 4 };
+/* Layers: 0 dynamic, 1 static indexed (row buffers), 2 sink (a kind-wide state); 3 dynamic and 4 quantized (its
+ * quantizer in the fingerprint), never updated. */
+enum { L_DYN = 0, L_IDX = 1, L_SINK = 2, L_EMPTY = 3, NUM_UPDATED = 3, NUM_LAYERS = 5 };
 
 static kvc_cache* make_cache(uint64_t step) {
+  static kvc_quant_options quant = KVC_QUANT_OPTIONS_INIT;
+  quant.q_group_size = 8;
+  quant.residual_length = 2;
   kvc_layer_options l[NUM_LAYERS] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC_INDEXED, 0, 8),
-                                     tu_layer(KVC_LAYER_SINK, 6, 0), tu_layer(KVC_LAYER_DYNAMIC, 0, 0)};
+                                     tu_layer(KVC_LAYER_SINK, 6, 0), tu_layer(KVC_LAYER_DYNAMIC, 0, 0),
+                                     tu_layer(KVC_LAYER_QUANTIZED, 0, 0)};
   l[L_SINK].num_sink_tokens = 1;
+  l[4].quant = &quant;
   kvc_cache_options o = tu_custom_options(NUM_LAYERS, l);
   kvc_cache* c = NULL;
   if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
-  ps_step(c, NUM_LAYERS - 1, 3, 0, step);
-  ps_step(c, NUM_LAYERS - 1, 1, 3, step + 1);
+  ps_step(c, NUM_UPDATED, 3, 0, step);
+  ps_step(c, NUM_UPDATED, 1, 3, step + 1);
   return c;
 }
 
@@ -510,11 +517,70 @@ static void test_pool_sequence_records(void) {
   pool_teardown(&px);
 }
 
+/* ---- the frame: header, footer and table changed, their own checksums recomputed ---------------------------- */
+
+/* Recomputes the checksum (bytes 60..63) of the 64-byte header, section header or footer at `at`. */
+static void resign(ps_buffer* b, size_t at) { kvcf_put32(b->data + at, kvci_crc32c_update(0, b->data + at - 60, 60)); }
+
+static void frame_refused(fixture* fx, const ps_buffer* b, const char* part, int line) {
+  kvc_cache* out = NULL;
+  kvc_error* e = kvc_cache_load_buffer(b->data, b->len, NULL, &out);
+  int ok = CHECK(e != NULL) && CHECK_EQ_I64(kvc_error_code(e), KVC_ERROR_IO) &&
+           CHECK(strstr(kvc_error_message(e), part) != NULL);
+  if (!ok) fprintf(TU_LOG, "    line %d: \"%s\" should name \"%s\"\n", line, e ? kvc_error_message(e) : "(accepted)",
+                   part);
+  kvc_error_destroy(e);
+  CHECK_EQ_PTR(out, NULL);
+  e = kvc_cache_restore_buffer(fx->target, b->data, b->len);
+  CHECK(e != NULL && kvc_error_code(e) == KVC_ERROR_IO);
+  kvc_error_destroy(e);
+}
+#define FRAME_REFUSED(fx, b, part) frame_refused((fx), (b), (part), __LINE__)
+
+static void test_frames(void) {
+  fixture fx;
+  REQUIRE(setup(&fx));
+  ps_buffer b = {0};
+  REQUIRE(ps_buffer_write(&b, fx.file.data, fx.file.len) == 0);
+  const size_t len = b.len, footer = len - KVCF_FOOTER_BYTES;
+  const uint64_t table = kvcf_get64(fx.file.data + footer + 8), count = kvcf_get64(fx.file.data + footer + 16);
+
+  b.len = 10; /* the magic, then the file ends */
+  FRAME_REFUSED(&fx, &b, "the file ends inside it");
+  b.len = len;
+  const struct {
+    size_t at; /* a u64 field of the footer */
+    uint64_t value;
+    const char* part;
+  } footers[] = {
+      {24, len + 64, "the file should be"},              /* the file's size */
+      {8, table + 1, "outside the file"},                /* the table's offset, unaligned */
+      {8, 0, "outside the file"},                        /* inside the file header */
+      {16, count + 1000, "outside the file"},            /* more sections than the table can hold */
+      {8, KVCF_HEADER_BYTES, "the table's section header"}, /* a section's header, not the table's */
+      {16, count - 1, "does not describe the table"},
+  };
+  for (size_t i = 0; i < sizeof footers / sizeof footers[0]; i++) {
+    kvcf_put64(b.data + footer + footers[i].at, footers[i].value);
+    resign(&b, footer + 60);
+    FRAME_REFUSED(&fx, &b, footers[i].part);
+    memcpy(b.data, fx.file.data, len);
+  }
+  /* The first section's header and its table entry disagree (the header re-signed). */
+  kvcf_put32(b.data + KVCF_HEADER_BYTES + 0, KVCF_TAG('X', 'X', 'X', 'X'));
+  resign(&b, KVCF_HEADER_BYTES + 60);
+  FRAME_REFUSED(&fx, &b, "its header and its table entry disagree");
+  memcpy(b.data, fx.file.data, len);
+  free(b.data);
+  teardown(&fx);
+}
+
 int main(void) {
   TU_RUN(test_forger_keeps_a_valid_file_valid);
   TU_RUN(test_layer_records);
   TU_RUN(test_sections);
   TU_RUN(test_fingerprints);
+  TU_RUN(test_frames);
   TU_RUN(test_encoder_decoder_without_flags);
   TU_RUN(test_pool_fingerprints);
   TU_RUN(test_pool_sequence_records);
