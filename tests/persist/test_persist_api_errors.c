@@ -337,11 +337,45 @@ static void test_pool_sequence_paths(void) {
   tt_rmtree(dir);
 }
 
+/* A file restored into a cache of another model: refused naming the first difference, the target unchanged. */
+static void test_restore_into_another_model(void) {
+  kvc_cache *c = small_cache(10), *one = NULL, *half = NULL, *before = NULL;
+  REQUIRE(c != NULL);
+  ps_buffer file = {0};
+  REQUIRE_OK(kvc_cache_save_to(c, ps_buffer_write, &file, NULL));
+  kvc_layer_options l = tu_layer(KVC_LAYER_DYNAMIC, 0, 0);
+  kvc_cache_options o = tu_custom_options(1, &l);
+  REQUIRE_OK(kvc_cache_create(&o, &one)); /* one layer where the file has two */
+  REFUSED(kvc_cache_restore_buffer(one, file.data, file.len), KVC_ERROR_INVALID_ARGUMENT,
+          "number of layers 2 (file) vs 1 (cache)");
+  /* The same layers holding float16: the stored dtype differs. */
+  kvc_layer_options two[2] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC_SLIDING, 4, 8)};
+  o = tu_custom_options(2, two);
+  REQUIRE_OK(kvc_cache_create(&o, &half));
+  uint16_t k[PS_B * PS_H * 2 * PS_D], v[PS_B * PS_H * 2 * PS_D];
+  memset(k, 0, sizeof k), memset(v, 0, sizeof v);
+  int64_t shape[4] = {PS_B, PS_H, 2, PS_D};
+  kvc_tensor kt = ps_tensor((float*)k, 4, shape), vt = ps_tensor((float*)v, 4, shape);
+  kt.dtype = vt.dtype = tu_data_type(KVC_DTYPE_FLOAT16);
+  kvc_update_options uo = KVC_UPDATE_OPTIONS_INIT;
+  REQUIRE_OK(kvc_cache_update(half, 0, &kt, &vt, &uo, NULL));
+  REQUIRE_OK(kvc_cache_clone(half, &before));
+  REFUSED(kvc_cache_restore_buffer(half, file.data, file.len), KVC_ERROR_INVALID_ARGUMENT,
+          "layer 0: dtype float32 (file) vs float16 (cache)");
+  ps_same(half, before, "the cache after a refused restore");
+  free(file.data);
+  kvc_cache_destroy(c);
+  kvc_cache_destroy(one);
+  kvc_cache_destroy(half);
+  kvc_cache_destroy(before);
+}
+
 int main(void) {
   TU_RUN(test_options_init);
   TU_RUN(test_save_arguments);
   TU_RUN(test_save_failures);
   TU_RUN(test_load_refusals);
+  TU_RUN(test_restore_into_another_model);
   TU_RUN(test_encoder_decoder_through_callbacks);
   TU_RUN(test_pool_sequence_paths);
   return tu_finish();
