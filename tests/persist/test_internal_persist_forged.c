@@ -566,6 +566,18 @@ static void test_frames(void) {
     FRAME_REFUSED(&fx, &b, footers[i].part);
     memcpy(b.data, fx.file.data, len);
   }
+  /* An object kind this reader does not know (the file header re-signed). */
+  kvcf_put32(b.data + 28, 9);
+  resign(&b, 60);
+  FRAME_REFUSED(&fx, &b, "header size or object kind");
+  memcpy(b.data, fx.file.data, len);
+  /* The table places the first section elsewhere (the table's checksum in the footer recomputed). */
+  unsigned char* entries = b.data + table + KVCF_SECTION_HEADER_BYTES;
+  kvcf_put64(entries, KVCF_HEADER_BYTES + KVCF_ALIGN);
+  kvcf_put32(b.data + footer + 32, kvci_crc32c_update(0, entries, (size_t)count * KVCF_TABLE_ENTRY_BYTES));
+  resign(&b, footer + 60);
+  FRAME_REFUSED(&fx, &b, "the table places it elsewhere");
+  memcpy(b.data, fx.file.data, len);
   /* The first section's header and its table entry disagree (the header re-signed). */
   kvcf_put32(b.data + KVCF_HEADER_BYTES + 0, KVCF_TAG('X', 'X', 'X', 'X'));
   resign(&b, KVCF_HEADER_BYTES + 60);
