@@ -147,8 +147,11 @@ static kvc_error* load_settings(const char* fn, const kvci_file* f, uint32_t par
   if (!s || kvci_rec_get_range(&in, 0, INT32_MAX, &reserve) || kvci_rec_get_range(&in, 0, INT32_MAX, &accepted) ||
       kvci_rec_left(&in))
     return kvci_err(KVC_ERROR_IO, "%s: the file's cache state section (CSTA) is missing or malformed", fn);
-  if (fp->offload < 0 || fp->offload > 3 || kvci_query_offset_check(fn, (kvc_query_offset_rule)fp->query_offset_rule))
+  kvc_error* rule = kvci_query_offset_check(fn, (kvc_query_offset_rule)fp->query_offset_rule);
+  if (fp->offload < 0 || fp->offload > 3 || rule) {
+    kvc_error_destroy(rule);
     return kvci_err(KVC_ERROR_IO, "%s: the file's cache settings are malformed", fn);
+  }
   c->lazy = (int)fp->lazy;
   c->offload = (kvc_offload)fp->offload;
   c->transformers_release = (uint32_t)fp->transformers_release;
