@@ -27,6 +27,8 @@ static kvc_error* read_save_options(const char* fn, const kvc_save_options* o, u
   if (!o) return NULL;
   kvc_error* e = kvci_check_struct_size(fn, "options", o->struct_size, sizeof(kvc_save_options));
   if (e) return e;
+  if (o->reserved)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->reserved is %u; it is 0", fn, o->reserved);
   if (o->staging_bytes && (o->staging_bytes < 4096 || o->staging_bytes >= ((uint64_t)1 << 40)))
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                     "%s: options->staging_bytes is %llu; pass 0 (8 MiB) or a size in [4096, 2^40)", fn,
