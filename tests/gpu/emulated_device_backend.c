@@ -934,6 +934,12 @@ static int emu_fp8_round_trip(void* ctx, const kvc_exec* exec, void* dst, const 
   return quant_exit(emulated_fault_due(op) ? -1 : kvc_grid_fp8_round_trip(d, ds, s, ss, shape, dtype, scale));
 }
 
+/* Version 7: the message of an injected failure (emulated_faults.h); the device fails nothing else. */
+static const char* emu_last_error(void* ctx) {
+  (void)ctx;
+  return emulated_faults_message();
+}
+
 static const kvc_backend emulated_backend = {
     sizeof(kvc_backend),
     KVC_BACKEND_API_VERSION,
@@ -966,6 +972,8 @@ static const kvc_backend emulated_backend = {
     emu_host_alloc,
     /* Version 6 */
     emu_copy_rows_batch,
+    /* Version 7 */
+    emu_last_error,
 };
 
 /* ---------------------------------------------------------- exports */

@@ -1,0 +1,60 @@
+/* core/backend_fault.c: failed backend calls become errors and poisoned state (backend_fault.h). */
+#include "backend_fault.h"
+
+#include <stdio.h>
+
+#include "internal.h"
+
+/* The backend's words for the call that just failed, or its return value. */
+static void describe(char* out, size_t len, const kvc_backend* b, int rc) {
+  const char* m = b->last_error ? b->last_error(b->ctx) : NULL;
+  if (m && *m)
+    snprintf(out, len, "%s", m);
+  else
+    snprintf(out, len, "it returned %d", rc);
+}
+
+int kvci_fault_note(kvci_fault* f, const kvc_backend* b, int rc, const char* entry) {
+  if (!rc || f->fresh) return rc;
+  f->poisoned = 1;
+  f->fresh = 1;
+  snprintf(f->entry, sizeof f->entry, "%s", entry);
+  describe(f->message, sizeof f->message, b, rc);
+  return rc;
+}
+
+kvc_error* kvci_fault_refusal(const char* fn, const kvci_fault* f, const kvc_backend* b, const char* what) {
+  if (!f->poisoned) return NULL;
+  return kvci_err(KVC_ERROR_INVALID_STATE,
+                  "%s: the %s's contents were lost when the %s backend failed %s (%s); only reset and destroy "
+                  "are allowed until a reset empties it",
+                  fn, what, b->name, f->entry, f->message);
+}
+
+kvc_error* kvci_fault_result(const char* fn, kvci_fault* f, const kvc_backend* b, const char* what, kvc_error* e) {
+  if (!f->fresh) return e;
+  f->fresh = 0;
+  kvc_error_destroy(e);
+  return kvci_err(KVC_ERROR_INVALID_STATE,
+                  "%s: the %s backend failed %s (%s) after part of the %s was written; the %s is poisoned: every "
+                  "call but reset and destroy is refused until a reset empties it",
+                  fn, b->name, f->entry, f->message, what, what);
+}
+
+static kvc_error* failed(const char* fn, const kvc_backend* b, const char* entry, const char* message,
+                         const char* unchanged) {
+  return kvci_err(KVC_ERROR_INVALID_STATE, "%s: the %s backend failed %s (%s); %s", fn, b->name, entry, message,
+                  unchanged);
+}
+
+kvc_error* kvci_fault_error(const char* fn, const kvc_backend* b, const char* entry, int rc, const char* unchanged) {
+  char m[400];
+  describe(m, sizeof m, b, rc);
+  return failed(fn, b, entry, m, unchanged);
+}
+
+kvc_error* kvci_fault_discard(const char* fn, kvci_fault* f, const kvc_backend* b, const char* unchanged) {
+  if (!f->fresh) return NULL;
+  f->fresh = 0;
+  return failed(fn, b, f->entry, f->message, unchanged);
+}
