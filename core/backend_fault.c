@@ -55,6 +55,6 @@ kvc_error* kvci_fault_error(const char* fn, const kvc_backend* b, const char* en
 
 kvc_error* kvci_fault_discard(const char* fn, kvci_fault* f, const kvc_backend* b, const char* unchanged) {
   if (!f->fresh) return NULL;
-  f->fresh = 0;
+  f->fresh = f->poisoned = 0; /* what the failure damaged does not stay */
   return failed(fn, b, f->entry, f->message, unchanged);
 }

@@ -39,22 +39,33 @@ kvc_error* kvci_fault_result(const char* fn, kvci_fault* f, const kvc_backend* b
 /* The refusal of an operation on a poisoned object (NULL when it is not poisoned). */
 kvc_error* kvci_fault_refusal(const char* fn, const kvci_fault* f, const kvc_backend* b, const char* what);
 
-/* For an object the failed operation was making (a clone, a split), which the caller then destroys: NULL when no
-   failure is fresh, else an error naming fn, the entry and its message, then `unchanged`. */
+/* For a failure that damaged nothing that stays (a clone or fork the operation was making, which the caller
+   then destroys; the caller's output tensors): NULL when no failure is fresh, else an error naming fn, the entry
+   and its message, then `unchanged`; `f` is neither fresh nor poisoned after. */
 kvc_error* kvci_fault_discard(const char* fn, kvci_fault* f, const kvc_backend* b, const char* unchanged);
 
 /* An error for a backend entry that failed before anything changed: names fn, the backend, the entry and the
    backend's message; `unchanged` says what the caller keeps (e.g. "the cache is unchanged"). */
 kvc_error* kvci_fault_error(const char* fn, const kvc_backend* b, const char* entry, int rc, const char* unchanged);
 
-/* A backend entry on a cache's place, its result noted in the cache's latch: KVCI_BE(c, copy_4d, dst, ...). */
+/*
+ * A backend entry on a cache's (or pool's) place, its result noted in the object's latch:
+ * KVCI_BE(c, copy_4d, dst, ...). Once a call of the operation has failed, the rest of its device work is not
+ * issued (the call returns -1): the object is poisoned anyway, and work issued after a failed tier_wait would
+ * race with the prefetch it did not wait for.
+ */
 #define KVCI_BE(cache, entry, ...)                                                                            \
-  kvci_fault_note((kvci_fault*)&(cache)->fault, (cache)->backend,                                             \
-                  (cache)->backend->entry((cache)->backend->ctx, (kvc_exec*)&(cache)->exec, __VA_ARGS__), #entry)
+  ((cache)->fault.fresh                                                                                       \
+       ? -1                                                                                                   \
+       : kvci_fault_note((kvci_fault*)&(cache)->fault, (cache)->backend,                                      \
+                         (cache)->backend->entry((cache)->backend->ctx, (kvc_exec*)&(cache)->exec, __VA_ARGS__), \
+                         #entry))
 
 /* The same for an entry that takes nothing but the place (tier_wait). */
 #define KVCI_BE0(cache, entry)                                                                                \
-  kvci_fault_note((kvci_fault*)&(cache)->fault, (cache)->backend,                                             \
-                  (cache)->backend->entry((cache)->backend->ctx, (kvc_exec*)&(cache)->exec), #entry)
+  ((cache)->fault.fresh ? -1                                                                                  \
+                        : kvci_fault_note((kvci_fault*)&(cache)->fault, (cache)->backend,                     \
+                                          (cache)->backend->entry((cache)->backend->ctx, (kvc_exec*)&(cache)->exec), \
+                                          #entry))
 
 #endif /* KVC_CORE_BACKEND_FAULT_H */

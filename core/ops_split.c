@@ -42,7 +42,11 @@ static kvc_error* derive(const char* fn, const kvc_cache* src, fill_layer fill, 
     }
     e = n ? kvci_cache_append_layer(d, n) : kvci_err_oom();
   }
+  /* The copies ran on the new cache's place (a stack) or on the source's (a split), which they only read. */
   if (!e) e = kvci_fault_discard(fn, &d->fault, d->backend, "no cache was made; the source caches are unchanged");
+  if (!e)
+    e = kvci_fault_discard(fn, (kvci_fault*)&src->fault, src->backend,
+                           "no cache was made; the source caches are unchanged");
   if (e) {
     kvc_cache_destroy(d);
     return e;

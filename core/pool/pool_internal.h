@@ -112,6 +112,7 @@ struct kvc_pool {
   void* stage_cache;                             /* tier_stage.c: the last staging buffer, kept for the next */
   size_t stage_cache_bytes;
   int stage_cache_busy;                          /* lent out (a fetch that evicts stores while it holds one) */
+  kvci_fault fault; /* a failed device write into the blocks (backend_fault.h): poisoned for good */
 };
 
 static inline int kvci_pool_is_recurrent(const kvci_pool_group* g) { return g->kind == KVC_POOL_GROUP_RECURRENT; }
@@ -153,8 +154,9 @@ void kvci_pool_event_push(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t gro
 void kvci_pool_copy_block(kvc_pool* pool, uint32_t group, uint32_t src, uint32_t dst);
 /* Zeroes a recurrent slot of every layer of the group (a new sequence's state). */
 void kvci_pool_zero_slot(kvc_pool* pool, uint32_t group, uint32_t slot);
-/* Issues `count` 4-D copies: one backend call when the backend batches them. */
-void kvci_pool_issue_copies(kvc_pool* pool, const kvc_copy_4d* copies, int32_t count);
+/* Issues `count` 4-D copies: one backend call when the backend batches them. A failure is noted in `fault`
+   (the pool's own when the copies write its blocks, the caller's when they write elsewhere); returns it. */
+int kvci_pool_issue_copies(kvc_pool* pool, const kvc_copy_4d* copies, int32_t count, kvci_fault* fault);
 
 /* sequence.c: growth of a sequence's arrays ahead of a mutation (-1: out of memory, nothing changed). */
 int kvci_pool_seq_grow(kvc_pool_sequence* s, uint64_t tokens);
