@@ -17,6 +17,7 @@
 #ifndef KVC_TESTS_EMULATED_DEVICE_H
 #define KVC_TESTS_EMULATED_DEVICE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /*
@@ -103,8 +104,9 @@ typedef void (*kvc_emulated_synchronize_fn)(void);
 /* Fails the n-th call from now of entry `op` (NULL or "any": of every entry that can fail); n 0 disarms.
    Resets the two counts kvc_emulated_fail_counts reads. */
 typedef void (*kvc_emulated_fail_fn)(const char* op, int64_t n);
-/* Calls that could have failed, and failures injected, since the last kvc_emulated_fail. */
-typedef void (*kvc_emulated_fail_counts_fn)(int64_t* calls, int64_t* injected);
+/* Calls that could have failed, failures injected since the last kvc_emulated_fail, and the entry the last one
+   hit (copied into entry, of entry_len bytes; "" when none). */
+typedef void (*kvc_emulated_fail_counts_fn)(int64_t* calls, int64_t* injected, char* entry, size_t entry_len);
 
 #define KVC_EMULATED_FAIL_SYMBOL "kvc_emulated_fail"
 #define KVC_EMULATED_FAIL_COUNTS_SYMBOL "kvc_emulated_fail_counts"

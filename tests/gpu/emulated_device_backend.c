@@ -1028,10 +1028,11 @@ EXPORT void kvc_emulated_fail(const char* op, int64_t n) {
   pthread_mutex_unlock(&lock);
 }
 
-EXPORT void kvc_emulated_fail_counts(int64_t* calls, int64_t* injected) {
+EXPORT void kvc_emulated_fail_counts(int64_t* calls, int64_t* injected, char* entry, size_t entry_len) {
   pthread_mutex_lock(&lock);
   *calls = emulated_faults_calls();
   *injected = emulated_faults_injected();
+  if (entry && entry_len) snprintf(entry, entry_len, "%s", emulated_faults_entry());
   pthread_mutex_unlock(&lock);
 }
 

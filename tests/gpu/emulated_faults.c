@@ -15,6 +15,7 @@
 static char armed_op[64]; /* "" : any entry */
 static int64_t armed_n;   /* 0: disarmed */
 static int64_t calls, matching, injected;
+static char injected_entry[64];
 static int env_read;
 static _Thread_local char message[256];
 static _Thread_local int has_message;
@@ -23,6 +24,7 @@ void emulated_faults_arm(const char* op, int64_t n) {
   snprintf(armed_op, sizeof armed_op, "%s", op && strcmp(op, "any") ? op : "");
   armed_n = n > 0 ? n : 0;
   calls = matching = injected = 0;
+  injected_entry[0] = '\0';
   env_read = 1; /* a test's own arming wins over the environment */
 }
 
@@ -54,6 +56,7 @@ int emulated_fault_due(const char* op) {
   if (len && (strncmp(op, armed_op, len) || (op[len] && op[len] != '('))) return 0;
   if (!armed_n || ++matching != armed_n) return 0;
   injected++;
+  snprintf(injected_entry, sizeof injected_entry, "%s", op);
   snprintf(message, sizeof message,
            "CUDA error 209 (cudaErrorNoKernelImageForDevice): no kernel image is available for execution on the "
            "device [emulated failure of %s, call %lld]",
@@ -64,5 +67,6 @@ int emulated_fault_due(const char* op) {
 
 int64_t emulated_faults_calls(void) { return calls; }
 int64_t emulated_faults_injected(void) { return injected; }
+const char* emulated_faults_entry(void) { return injected_entry; }
 
 const char* emulated_faults_message(void) { return has_message ? message : NULL; }

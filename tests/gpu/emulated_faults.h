@@ -22,6 +22,8 @@ int emulated_fault_due(const char* op);
 /* Failable calls and injected failures since the last arm. */
 int64_t emulated_faults_calls(void);
 int64_t emulated_faults_injected(void);
+/* The entry the last injected failure hit ("" when none). */
+const char* emulated_faults_entry(void);
 /* The message of this thread's last call when it was failed on purpose, else NULL. */
 const char* emulated_faults_message(void);
 

@@ -63,4 +63,6 @@ void emulated_probe_reset(void) { reset_fn(); }
 void emulated_probe_expect_stream(int enable, void* stream) { expect_fn(enable, stream); }
 void emulated_probe_synchronize(void) { sync_fn(); }
 void emulated_probe_fail(const char* op, int64_t n) { fail_fn(op, n); }
-void emulated_probe_fail_counts(int64_t* calls, int64_t* injected) { fail_counts_fn(calls, injected); }
+void emulated_probe_fail_counts(int64_t* calls, int64_t* injected, char* entry, size_t entry_len) {
+  fail_counts_fn(calls, injected, entry, entry_len);
+}

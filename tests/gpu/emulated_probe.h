@@ -29,8 +29,8 @@ void emulated_probe_expect_stream(int enable, void* stream);
 void emulated_probe_synchronize(void);
 
 /* Failure injection (emulated_faults.h): fail the n-th call from now of entry `op` (NULL: of any entry), and the
-   calls that could have failed and the failures injected since. */
+   calls that could have failed, the failures injected since and the entry the last one hit. */
 void emulated_probe_fail(const char* op, int64_t n);
-void emulated_probe_fail_counts(int64_t* calls, int64_t* injected);
+void emulated_probe_fail_counts(int64_t* calls, int64_t* injected, char* entry, size_t entry_len);
 
 #endif /* KVC_TESTS_EMULATED_PROBE_H */

@@ -134,6 +134,59 @@ static kvc_error* op_set_stream(twin* t, int side, fi_inputs* x, kvc_cache** mad
   return side == TW_CPU ? NULL : kvc_cache_set_stream(t->c[side], &other_stream);
 }
 
+/* A cache file in memory (kvc_write_fn). */
+typedef struct fi_file {
+  unsigned char* data;
+  size_t len;
+} fi_file;
+
+static int fi_write(void* user, const void* data, size_t bytes) {
+  fi_file* f = (fi_file*)user;
+  unsigned char* grown = (unsigned char*)realloc(f->data, f->len + bytes);
+  if (!grown) return -1;
+  memcpy(grown + f->len, data, bytes);
+  f->data = grown;
+  f->len += bytes;
+  return 0;
+}
+
+/* The file of the side's cache, through a 4 KiB staging buffer on the device (chunks of rows). */
+static kvc_error* op_save(twin* t, int side, fi_inputs* x, kvc_cache** made) {
+  (void)x, (void)made;
+  kvc_save_options so = KVC_SAVE_OPTIONS_INIT;
+  so.staging_bytes = 4096;
+  fi_file f = {NULL, 0};
+  kvc_error* e = kvc_cache_save_to(t->c[side], fi_write, &f, &so);
+  free(f.data);
+  return e;
+}
+
+/* The CPU cache's file (the CPU backend: no device call) loaded on the side's device as a new cache. */
+static kvc_error* op_load(twin* t, int side, fi_inputs* x, kvc_cache** made) {
+  (void)x;
+  fi_file f = {NULL, 0};
+  kvc_error* e = kvc_cache_save_to(t->c[TW_CPU], fi_write, &f, NULL);
+  kvc_load_options lo = KVC_LOAD_OPTIONS_INIT;
+  if (side == TW_DEV) {
+    lo.device.device_type = drt_device_type();
+    lo.device.device_id = t->device;
+    lo.stream = kvc_cache_stream(t->c[side]);
+  }
+  if (!e) e = kvc_cache_load_buffer(f.data, f.len, &lo, made);
+  free(f.data);
+  return e;
+}
+
+/* The CPU cache's file restored into the side's cache (built aside, then swapped in). */
+static kvc_error* op_restore(twin* t, int side, fi_inputs* x, kvc_cache** made) {
+  (void)x, (void)made;
+  fi_file f = {NULL, 0};
+  kvc_error* e = kvc_cache_save_to(t->c[TW_CPU], fi_write, &f, NULL);
+  if (!e) e = kvc_cache_restore_buffer(t->c[side], f.data, f.len);
+  free(f.data);
+  return e;
+}
+
 static const fi_op update_ops[] = {
     {"update", op_update, 1},
     {"update_all", op_update_all, 1},
@@ -142,6 +195,11 @@ static const fi_op batch_ops[] = {
     {"crop", op_crop, 0},       {"reorder", op_reorder, 0},         {"select", op_select, 0},
     {"repeat", op_repeat, 0},   {"split and stack", op_split_stack, 0}, {"clone", op_clone, 0},
     {"reserve", op_reserve, 0}, {"reset", op_reset, 0},             {"set_stream", op_set_stream, 0},
+};
+static const fi_op file_ops[] = {
+    {"save", op_save, 0},
+    {"load", op_load, 0},
+    {"restore", op_restore, 0},
 };
 static const fi_op tier_ops[] = {
     {"offload", op_offload, 0},
@@ -176,12 +234,14 @@ static void fi_inputs_free(fi_inputs* x) {
   }
 }
 
-/* The failed call's error says what failed: the backend entry, and the vendor's words or OUT_OF_MEMORY. */
-static void fi_check_error(kvc_error* e, const char* where) {
+/* The failed call's error says what failed: a failed allocation is OUT_OF_MEMORY; any other entry is named, with
+   the vendor's words. */
+static void fi_check_error(kvc_error* e, const char* entry, const char* where) {
   const char* m = kvc_error_message(e);
-  int says = kvc_error_code(e) == KVC_ERROR_OUT_OF_MEMORY || strstr(m, "no kernel image is available");
-  if (!tu_report(says, __FILE__, __LINE__, "the error carries the backend's message (or is OUT_OF_MEMORY)"))
-    fprintf(TU_LOG, "  %s: %s: %s\n", where, kvc_code_name(kvc_error_code(e)), m);
+  int says = strstr(entry, "alloc") ? kvc_error_code(e) == KVC_ERROR_OUT_OF_MEMORY
+                                    : strstr(m, "no kernel image is available") != NULL;
+  if (!tu_report(says, __FILE__, __LINE__, "the error names the failure: OUT_OF_MEMORY, or the vendor's message"))
+    fprintf(TU_LOG, "  %s (%s failed): %s: %s\n", where, entry, kvc_code_name(kvc_error_code(e)), m);
 }
 
 /* After a failed operation: unchanged (equal to the twin that did not run it), or poisoned until reset. */
@@ -231,9 +291,10 @@ static void fi_sweep(const fi_case* c, const fi_op* op) {
     }
     kvc_cache* made[2] = {NULL, NULL};
     int64_t calls = 0, injected = 0;
+    char entry[64];
     emulated_probe_fail(NULL, n);
     kvc_error* e = op->run(&t, TW_DEV, &x, &made[TW_DEV]);
-    emulated_probe_fail_counts(&calls, &injected);
+    emulated_probe_fail_counts(&calls, &injected, entry, sizeof entry);
     emulated_probe_fail(NULL, 0);
     int done = injected == 0;
     if (done) {
@@ -249,7 +310,7 @@ static void fi_sweep(const fi_case* c, const fi_op* op) {
     } else if (!tu_report(e != NULL, __FILE__, __LINE__, "an operation whose backend call failed returns an error")) {
       fprintf(TU_LOG, "  %s: returned success\n", where);
     } else {
-      fi_check_error(e, where);
+      fi_check_error(e, entry, where);
       kvc_error_destroy(e);
       CHECK(made[TW_DEV] == NULL);
       fi_check_state(&t, where);
@@ -296,6 +357,7 @@ static void test_dynamic(void) {
   fi_case c = preset_case("dynamic", KVC_PRESET_DYNAMIC, &cfg, 2);
   FI_SWEEP(&c, update_ops);
   FI_SWEEP(&c, batch_ops);
+  FI_SWEEP(&c, file_ops);
 }
 
 /* Sliding layers of a window of 4: decode steps compact the window (an overlapping move along the seq axis). */
@@ -323,6 +385,7 @@ static void test_offloaded(void) {
   FI_SWEEP(&c, update_ops);
   FI_SWEEP(&c, tier_ops);
   FI_SWEEP(&c, batch_ops);
+  FI_SWEEP(&c, file_ops);
 }
 
 static void test_sink(void) {
@@ -455,9 +518,10 @@ static void fi_pool_sweep(const fi_pool_op* op) {
       return;
     }
     int64_t calls = 0, injected = 0;
+    char entry[64];
     emulated_probe_fail(NULL, n);
     kvc_error* e = op->run(&f);
-    emulated_probe_fail_counts(&calls, &injected);
+    emulated_probe_fail_counts(&calls, &injected, entry, sizeof entry);
     emulated_probe_fail(NULL, 0);
     int done = injected == 0;
     if (done) {
@@ -466,7 +530,7 @@ static void fi_pool_sweep(const fi_pool_op* op) {
     } else if (!tu_report(e != NULL, __FILE__, __LINE__, "a pool operation whose backend call failed returns an error")) {
       fprintf(TU_LOG, "  %s: returned success\n", where);
     } else {
-      fi_check_error(e, where);
+      fi_check_error(e, entry, where);
       kvc_error_destroy(e);
       fi_pool_check_state(&f, where);
     }
