@@ -5,6 +5,11 @@
 
 #include "internal.h"
 
+const kvci_fault_owner kvci_fault_cache = {"cache",
+                                           "every call but kvc_cache_reset and kvc_cache_destroy is refused until a "
+                                           "reset empties it"};
+const kvci_fault_owner kvci_fault_pool = {"pool", "every call but the destroy functions is refused"};
+
 /* The backend's words for the call that just failed, or its return value. */
 static void describe(char* out, size_t len, const kvc_backend* b, int rc) {
   const char* m = b->last_error ? b->last_error(b->ctx) : NULL;
@@ -23,22 +28,21 @@ int kvci_fault_note(kvci_fault* f, const kvc_backend* b, int rc, const char* ent
   return rc;
 }
 
-kvc_error* kvci_fault_refusal(const char* fn, const kvci_fault* f, const kvc_backend* b, const char* what) {
+kvc_error* kvci_fault_refusal(const char* fn, const kvci_fault* f, const kvc_backend* b,
+                              const kvci_fault_owner* owner) {
   if (!f->poisoned) return NULL;
-  return kvci_err(KVC_ERROR_INVALID_STATE,
-                  "%s: the %s's contents were lost when the %s backend failed %s (%s); only reset and destroy "
-                  "are allowed until a reset empties it",
-                  fn, what, b->name, f->entry, f->message);
+  return kvci_err(KVC_ERROR_INVALID_STATE, "%s: the %s's contents were lost when the %s backend failed %s (%s); %s",
+                  fn, owner->what, b->name, f->entry, f->message, owner->remedy);
 }
 
-kvc_error* kvci_fault_result(const char* fn, kvci_fault* f, const kvc_backend* b, const char* what, kvc_error* e) {
+kvc_error* kvci_fault_result(const char* fn, kvci_fault* f, const kvc_backend* b, const kvci_fault_owner* owner,
+                             kvc_error* e) {
   if (!f->fresh) return e;
   f->fresh = 0;
   kvc_error_destroy(e);
   return kvci_err(KVC_ERROR_INVALID_STATE,
-                  "%s: the %s backend failed %s (%s) after part of the %s was written; the %s is poisoned: every "
-                  "call but reset and destroy is refused until a reset empties it",
-                  fn, b->name, f->entry, f->message, what, what);
+                  "%s: the %s backend failed %s (%s) after part of the %s was written; the %s is poisoned: %s", fn,
+                  b->name, f->entry, f->message, owner->what, owner->what, owner->remedy);
 }
 
 static kvc_error* failed(const char* fn, const kvc_backend* b, const char* entry, const char* message,

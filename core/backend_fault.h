@@ -22,6 +22,13 @@
 #include "backend.h"
 #include "kvcache/error.h"
 
+/* What a poisoned object is called in messages, and what it still accepts. */
+typedef struct kvci_fault_owner {
+  const char* what;   /* "cache", "pool" */
+  const char* remedy; /* which calls still work */
+} kvci_fault_owner;
+extern const kvci_fault_owner kvci_fault_cache, kvci_fault_pool;
+
 typedef struct kvci_fault {
   int poisoned;      /* a write phase failed: the contents are unknown until reset */
   int fresh;         /* the failure happened in the operation running now and is not reported yet */
@@ -34,10 +41,12 @@ int kvci_fault_note(kvci_fault* f, const kvc_backend* b, int rc, const char* ent
 
 /* The end of an operation that may have noted a failure: `e` when none is fresh, else the failure's error
    (INVALID_STATE, naming fn, the backend, the entry, its message and the poisoned state; `e` is destroyed). */
-kvc_error* kvci_fault_result(const char* fn, kvci_fault* f, const kvc_backend* b, const char* what, kvc_error* e);
+kvc_error* kvci_fault_result(const char* fn, kvci_fault* f, const kvc_backend* b, const kvci_fault_owner* owner,
+                             kvc_error* e);
 
 /* The refusal of an operation on a poisoned object (NULL when it is not poisoned). */
-kvc_error* kvci_fault_refusal(const char* fn, const kvci_fault* f, const kvc_backend* b, const char* what);
+kvc_error* kvci_fault_refusal(const char* fn, const kvci_fault* f, const kvc_backend* b,
+                              const kvci_fault_owner* owner);
 
 /* For a failure that damaged nothing that stays (a clone or fork the operation was making, which the caller
    then destroys; the caller's output tensors): NULL when no failure is fresh, else an error naming fn, the entry

@@ -7,7 +7,7 @@
 
 kvc_error* kvci_cache_check(const char* fn, const kvc_cache* cache) {
   if (!cache) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
-  return kvci_fault_refusal(fn, &cache->fault, cache->backend, "cache");
+  return kvci_fault_refusal(fn, &cache->fault, cache->backend, &kvci_fault_cache);
 }
 
 kvc_error* kvci_cache_check_layer(const char* fn, const kvc_cache* c, uint32_t layer) {
@@ -169,7 +169,7 @@ kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
   kvc_error* e = kvci_cache_check(FN, src);
   if (e) return e;
   kvci_offload_settle(src);
-  if ((e = kvci_fault_result(FN, (kvci_fault*)&src->fault, src->backend, "cache", NULL))) return e;
+  if ((e = kvci_cache_result(FN, src, NULL))) return e;
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
   kvc_cache* c = NULL;
   e = kvci_cache_new(&src->device, src->exec.stream, &c);
@@ -280,7 +280,7 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
         l->initialized = 1;
     }
   }
-  return kvci_fault_result(FN, &c->fault, c->backend, "cache", e);
+  return kvci_cache_result(FN, c, e);
 }
 
 /* ----------------------------------------------------------------- queries */

@@ -325,6 +325,11 @@ struct kvc_cache {
   kvci_fault fault;       /* a failed backend call (backend_fault.h): poisoned until kvc_cache_reset */
 };
 
+/* The end of an operation on cache c (backend_fault.h): e, or the error of the device failure it hit. */
+static inline kvc_error* kvci_cache_result(const char* fn, const kvc_cache* c, kvc_error* e) {
+  return kvci_fault_result(fn, (kvci_fault*)&c->fault, c->backend, &kvci_fault_cache, e);
+}
+
 /* Gathering the copies of an update (copy_batch.c). */
 /* Makes room for `copies` descriptors ahead of a write phase; failing only means more backend calls. */
 void kvci_copy_batch_reserve(const kvc_cache* cache, int64_t copies);

@@ -313,7 +313,7 @@ static kvc_error* move_now(const char* fn, kvc_cache* c, kvc_layer* l, int to_ho
     KVCI_BE0(c, tier_wait);
     if (c->offload_state) ((offload_state*)c->offload_state)->prefetch_pending = 0;
   }
-  return kvci_fault_result(fn, &c->fault, c->backend, "cache", NULL);
+  return kvci_cache_result(fn, c, NULL);
 }
 
 kvc_error* kvc_cache_offload(kvc_cache* c, uint32_t layer) {

@@ -325,7 +325,7 @@ kvc_error* kvc_cache_reorder(kvc_cache* c, const int64_t* beam_idx, size_t count
   if (!e) e = check_batch_indices(FN, c, "beam_idx", beam_idx, count);
   if (e) return e;
   kvci_offload_settle(c);
-  return kvci_fault_result(FN, &c->fault, c->backend, "cache", gather_batch(c, beam_idx, count, 0));
+  return kvci_cache_result(FN, c, gather_batch(c, beam_idx, count, 0));
 }
 
 kvc_error* kvc_cache_batch_select_indices(kvc_cache* c, const int64_t* indices, size_t count) {
@@ -336,7 +336,7 @@ kvc_error* kvc_cache_batch_select_indices(kvc_cache* c, const int64_t* indices, 
   if (!e) e = check_batch_indices(FN, c, "indices", indices, count);
   if (e) return e;
   kvci_offload_settle(c);
-  return kvci_fault_result(FN, &c->fault, c->backend, "cache", gather_batch(c, indices, count, 0));
+  return kvci_cache_result(FN, c, gather_batch(c, indices, count, 0));
 }
 
 kvc_error* kvc_cache_batch_repeat_interleave(kvc_cache* c, int64_t repeats) {
@@ -347,5 +347,5 @@ kvc_error* kvc_cache_batch_repeat_interleave(kvc_cache* c, int64_t repeats) {
   if (!e) e = kvci_batch_check_repeats(FN, c, repeats);
   if (e) return e;
   kvci_offload_settle(c);
-  return kvci_fault_result(FN, &c->fault, c->backend, "cache", repeats == 1 ? NULL : gather_batch(c, NULL, 0, repeats));
+  return kvci_cache_result(FN, c, repeats == 1 ? NULL : gather_batch(c, NULL, 0, repeats));
 }

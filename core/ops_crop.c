@@ -35,7 +35,7 @@ kvc_error* kvc_cache_crop(kvc_cache* c, int64_t tokens) {
     kvci_layer_sync_view(c->layers[i]);
   }
   kvci_alias_index_touch(c); /* kinds with their own state may free or repoint buffers views show */
-  return kvci_fault_result(FN, &c->fault, c->backend, "cache", NULL);
+  return kvci_cache_result(FN, c, NULL);
 }
 
 static int layer_croppable(const kvc_cache* c, const kvc_layer* l) {
@@ -78,5 +78,5 @@ kvc_error* kvc_cache_reset(kvc_cache* c) {
     kvci_layer_sync_view(c->layers[i]);
   }
   kvci_alias_index_touch(c);
-  return kvci_fault_result(FN, &c->fault, c->backend, "cache", NULL);
+  return kvci_cache_result(FN, c, NULL);
 }

@@ -109,7 +109,7 @@ kvc_error* kvc_cache_update_indexer(kvc_cache* c, uint32_t layer, const kvc_tens
   if (staged) c->backend->free(c->backend->ctx, &c->exec, staged);
   kvci_alias_index_touch(c); /* the layer's batch may be new */
   if (out) kvci_indexer_view(c, l, out);
-  return kvci_fault_result(FN, &c->fault, c->backend, "cache", NULL);
+  return kvci_cache_result(FN, c, NULL);
 }
 
 kvc_error* kvc_cache_indexer_view(const kvc_cache* c, uint32_t layer, kvc_tensor* out) {

@@ -179,7 +179,7 @@ kvc_error* kvc_cache_update_conv_state(kvc_cache* c, uint32_t layer, const kvc_t
   p->has_previous = 1;
   kvci_linear_sync(l);
   if (out) kvci_linear_conv_return(l, s, ret_from, ret_to, out);
-  return kvci_fault_result(FN, &c->fault, c->backend, "cache", NULL);
+  return kvci_cache_result(FN, c, NULL);
 }
 
 /* ------------------------------------------------------ recurrent state */
@@ -219,7 +219,7 @@ kvc_error* kvc_cache_update_recurrent_state(kvc_cache* c, uint32_t layer, uint32
   kvci_rec_write(c, l, s, state);
   kvci_linear_sync(l);
   if (out) kvci_linear_rec_view(l, s, out);
-  return kvci_fault_result(FN, &c->fault, c->backend, "cache", NULL);
+  return kvci_cache_result(FN, c, NULL);
 }
 
 /* ---------------------------------------------------------------- queries */

@@ -102,7 +102,7 @@ kvc_error* kvc_cache_batch_split(const kvc_cache* c, int64_t full_batch_size, in
   if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_SPLIT);
   if (e) return e;
   kvci_offload_settle(c);
-  if ((e = kvci_fault_result(FN, (kvci_fault*)&c->fault, c->backend, "cache", NULL))) return e;
+  if ((e = kvci_cache_result(FN, c, NULL))) return e;
   if (!out || !count) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, out ? "count" : "out");
   if (split_size < 1)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: split_size is %" PRId64 "; it must be >= 1", FN, split_size);
@@ -265,7 +265,7 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   for (size_t s = 0; s < count; s++) {
     if (!splits[s]) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] is NULL", FN, s);
-    kvc_error* e = kvci_fault_refusal(FN, &splits[s]->fault, splits[s]->backend, "cache");
+    kvc_error* e = kvci_cache_check(FN, splits[s]); /* a poisoned split is refused */
     if (!e) e = check_compatible(FN, splits[0], splits[s], s);
     if (!e) e = kvci_batch_check_kinds(FN, splits[s], KVC_BATCH_STACK);
     if (!e && splits[s]->exec.stream != splits[0]->exec.stream)
@@ -278,7 +278,7 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
   }
   for (size_t s = 0; s < count; s++) {
     kvci_offload_settle(splits[s]);
-    kvc_error* e = kvci_fault_result(FN, (kvci_fault*)&splits[s]->fault, splits[s]->backend, "cache", NULL);
+    kvc_error* e = kvci_cache_result(FN, splits[s], NULL);
     if (e) return e;
   }
   stack st = {splits, count};

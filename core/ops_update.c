@@ -180,7 +180,7 @@ kvc_error* kvci_update_layers(const kvc_call* call, kvc_cache* c, uint32_t first
   kvci_update_inputs_free(c, &in);
   c->returned_first = first;
   c->returned_count = count;
-  return kvci_fault_result(call->fn, &c->fault, c->backend, "cache", NULL);
+  return kvci_cache_result(call->fn, c, NULL);
 }
 
 kvc_error* kvc_cache_update(kvc_cache* c, uint32_t layer, const kvc_tensor* key, const kvc_tensor* value,

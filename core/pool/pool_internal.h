@@ -150,6 +150,15 @@ void kvci_pool_block_set_pinned(kvci_pool_group* g, uint32_t block, int pinned);
 void kvci_pool_event_push(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t block,
                           const uint8_t* hash, const uint8_t* parent, uint32_t num_tokens);
 
+/* The refusal of a call on a poisoned pool, and the end of an operation that may have poisoned it
+   (backend_fault.h). */
+static inline kvc_error* kvci_pool_refusal(const char* fn, const kvc_pool* p) {
+  return kvci_fault_refusal(fn, &p->fault, p->backend, &kvci_fault_pool);
+}
+static inline kvc_error* kvci_pool_result(const char* fn, kvc_pool* p, kvc_error* e) {
+  return kvci_fault_result(fn, &p->fault, p->backend, &kvci_fault_pool, e);
+}
+
 /* Device work (views.c, recurrent.c): copies of whole blocks or slots of every layer of a group. */
 void kvci_pool_copy_block(kvc_pool* pool, uint32_t group, uint32_t src, uint32_t dst);
 /* Zeroes a recurrent slot of every layer of the group (a new sequence's state). */

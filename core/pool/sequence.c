@@ -133,7 +133,7 @@ kvc_error* kvc_pool_fork(const kvc_pool_sequence* src, kvc_pool_sequence** out) 
   if (!src) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   kvc_pool* p = src->pool;
-  kvc_error* poisoned = kvci_fault_refusal(FN, &p->fault, p->backend, "pool");
+  kvc_error* poisoned = kvci_pool_refusal(FN, p);
   if (poisoned) return poisoned;
   for (uint32_t g = 0; g < p->num_groups; g++)
     if (src->groups[g].live && !kvci_pool_available(&p->groups[g]))
@@ -208,7 +208,7 @@ kvc_error* kvc_pool_truncate(kvc_pool_sequence* s, uint64_t num_tokens) {
                     " tokens; truncate keeps a prefix", FN, num_tokens, s->length);
   if (num_tokens == s->length) return NULL;
   kvc_pool* p = s->pool;
-  kvc_error* poisoned = kvci_fault_refusal(FN, &p->fault, p->backend, "pool");
+  kvc_error* poisoned = kvci_pool_refusal(FN, p);
   if (poisoned) return poisoned;
   uint32_t restore_stack[8];
   uint32_t* restore = p->num_groups <= 8 ? restore_stack : (uint32_t*)malloc(p->num_groups * sizeof(uint32_t));
@@ -230,7 +230,7 @@ kvc_error* kvc_pool_truncate(kvc_pool_sequence* s, uint64_t num_tokens) {
     if (s->committed > num_tokens) s->committed = num_tokens;
   }
   if (restore != restore_stack) free(restore);
-  return kvci_fault_result(FN, &p->fault, p->backend, "pool", e); /* a restored recurrent state holds unknown bytes */
+  return kvci_pool_result(FN, p, e); /* a restored recurrent state holds unknown bytes */
 }
 
 kvc_error* kvc_pool_sequence_pin(kvc_pool_sequence* s) {

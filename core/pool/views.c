@@ -141,7 +141,7 @@ kvc_error* kvc_pool_block_table(kvc_pool* pool, const kvc_pool_sequence* const* 
                                 uint32_t group, kvc_pool_table_format format, kvc_pool_table* out) {
   static const char* FN = "kvc_pool_block_table";
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
-  kvc_error* poisoned = kvci_fault_refusal(FN, &pool->fault, pool->backend, "pool");
+  kvc_error* poisoned = kvci_pool_refusal(FN, pool);
   if (poisoned) return poisoned;
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   if (!seqs && num_sequences)
@@ -221,7 +221,7 @@ kvc_error* kvc_pool_gather(const kvc_pool_sequence* s, uint32_t layer, const kvc
   static const char* FN = "kvc_pool_gather";
   if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   kvc_pool* p = s->pool;
-  kvc_error* poisoned = kvci_fault_refusal(FN, &p->fault, p->backend, "pool");
+  kvc_error* poisoned = kvci_pool_refusal(FN, p);
   if (poisoned) return poisoned;
   if (layer >= p->num_layers)
     return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %u but the pool has %u layers", FN, layer, p->num_layers);

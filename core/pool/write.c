@@ -91,7 +91,7 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
                           const int64_t* slot_mapping, size_t num_tokens) {
   static const char* FN = "kvc_pool_write";
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
-  kvc_error* poisoned = kvci_fault_refusal(FN, &pool->fault, pool->backend, "pool");
+  kvc_error* poisoned = kvci_pool_refusal(FN, pool);
   if (poisoned) return poisoned;
   if (num_layers != pool->num_layers)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_layers is %u but the pool has %u layers; pass one keys and "
@@ -163,7 +163,7 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
       for (int32_t i = 0; !rc && i < nj; i++)
         rc = KVCI_BE(pool, copy_rows, jobs[i].dst, jobs[i].dst_strides, jobs[i].dst_rows, jobs[i].src,
                      jobs[i].src_strides, jobs[i].src_rows, jobs[i].count, jobs[i].row_shape, jobs[i].elem_size);
-    e = kvci_fault_result(FN, &pool->fault, b, "pool", e);
+    e = kvci_pool_result(FN, pool, e);
   }
   free(scratch);
   free(src_rows);

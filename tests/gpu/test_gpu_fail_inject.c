@@ -35,6 +35,9 @@
 typedef struct fi_inputs {
   tw_input k[4], v[4];
   uint32_t layers;
+  tw_input cos, sin;       /* a sink cache's RoPE rows of the update (rope cases) */
+  kvc_update_options o[2]; /* each side's options holding them */
+  const kvc_update_options* opts[2];
 } fi_inputs;
 
 typedef struct fi_case {
@@ -43,6 +46,7 @@ typedef struct fi_case {
   uint32_t layers;
   tw_geom prefill, step; /* the setup's update_all, then `steps` decode steps */
   int steps;
+  int rope; /* every update passes RoPE cos/sin rows (a sink cache re-rotates its kept keys) */
 } fi_case;
 
 typedef struct fi_op {
@@ -55,7 +59,7 @@ typedef struct fi_op {
 static kvc_error* op_update(twin* t, int side, fi_inputs* x, kvc_cache** made) {
   (void)made;
   kvc_kv out;
-  return kvc_cache_update(t->c[side], 0, &x->k[0].t[side], &x->v[0].t[side], NULL, &out);
+  return kvc_cache_update(t->c[side], 0, &x->k[0].t[side], &x->v[0].t[side], x->opts[side], &out);
 }
 
 static kvc_error* op_update_all(twin* t, int side, fi_inputs* x, kvc_cache** made) {
@@ -66,7 +70,7 @@ static kvc_error* op_update_all(twin* t, int side, fi_inputs* x, kvc_cache** mad
     k[i] = x->k[i].t[side];
     v[i] = x->v[i].t[side];
   }
-  return kvc_cache_update_all(t->c[side], x->layers, k, v, NULL, out);
+  return kvc_cache_update_all(t->c[side], x->layers, k, v, x->opts[side], out);
 }
 
 static kvc_error* op_crop(twin* t, int side, fi_inputs* x, kvc_cache** made) {
@@ -208,17 +212,42 @@ static const fi_op tier_ops[] = {
 
 /* ------------------------------------------------------------ the sweep */
 
+/* RoPE rows [batch, n, key dim] of an update of geometry g, the same bytes on both sides, in x->o. */
+static int fi_rope_make(fi_inputs* x, const tw_geom* g) {
+  const int64_t shape[3] = {g->b, g->n, g->dk};
+  int ok = tw_input_make(&x->cos, KVC_DTYPE_FLOAT32, 3, shape, g->layout, 0);
+  ok &= tw_input_make(&x->sin, KVC_DTYPE_FLOAT32, 3, shape, (g->layout + 1) % TW_LAYOUTS, 0);
+  for (int side = 0; side < 2; side++) {
+    x->o[side] = (kvc_update_options)KVC_UPDATE_OPTIONS_INIT;
+    x->o[side].rope_cos = &x->cos.t[side];
+    x->o[side].rope_sin = &x->sin.t[side];
+    x->opts[side] = &x->o[side];
+  }
+  return ok;
+}
+
+static int fi_setup_step(twin* t, const fi_case* c, const tw_geom* g) {
+  if (!c->rope) return TW_UPDATE_ALL(t, c->layers, g);
+  fi_inputs x;
+  memset(&x, 0, sizeof x);
+  int ok = fi_rope_make(&x, g) && TW_UPDATE_ALL_SIDES(t, c->layers, g, x.o);
+  tw_input_free(&x.cos);
+  tw_input_free(&x.sin);
+  return ok;
+}
+
 static int fi_setup(twin* t, const fi_case* c) {
   if (!tw_create(t, &c->options, 0)) return 0;
-  if (!TW_UPDATE_ALL(t, c->layers, &c->prefill)) return 0;
+  if (!fi_setup_step(t, c, &c->prefill)) return 0;
   for (int i = 0; i < c->steps; i++)
-    if (!TW_UPDATE_ALL(t, c->layers, &c->step)) return 0;
+    if (!fi_setup_step(t, c, &c->step)) return 0;
   return 1;
 }
 
 static int fi_inputs_make(fi_inputs* x, const fi_case* c) {
   memset(x, 0, sizeof *x);
   x->layers = c->layers;
+  if (c->rope && !fi_rope_make(x, &c->step)) return 0;
   for (uint32_t i = 0; i < c->layers; i++) {
     tw_geom g = c->step;
     g.layout = (g.layout + (int)i) % TW_LAYOUTS;
@@ -232,6 +261,8 @@ static void fi_inputs_free(fi_inputs* x) {
     tw_input_free(&x->k[i]);
     tw_input_free(&x->v[i]);
   }
+  tw_input_free(&x->cos);
+  tw_input_free(&x->sin);
 }
 
 /* The failed call's error says what failed: a failed allocation is OUT_OF_MEMORY; any other entry is named, with
@@ -396,6 +427,11 @@ static void test_sink(void) {
   c.steps = 4;
   FI_SWEEP(&c, update_ops);
   FI_SWEEP(&c, batch_ops);
+  /* With RoPE: the cos/sin rows are read into host memory (read_f32_4d, before anything changes), and every
+     shift re-rotates the kept keys (rerotate_keys_4d, a write). */
+  c.name = "sink with RoPE";
+  c.rope = 1;
+  FI_SWEEP(&c, update_ops);
 }
 
 /* quanto and HQQ in every mode, and FP8: the quantizer entries run in the room phase, dequantization in writes. */
