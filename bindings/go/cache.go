@@ -827,7 +827,8 @@ func (c *Cache) Reserve(tokens int64) error {
 }
 
 // Reset empties every layer: static buffers are zeroed and their counters
-// set to 0; dynamic layers drop their tokens and keep their storage.
+// set to 0; dynamic layers drop their tokens and keep their storage. It is
+// also the one call a cache poisoned by a GPU failure accepts.
 func (c *Cache) Reset() error {
 	defer c.lock().Unlock()
 	p, err := c.mut()

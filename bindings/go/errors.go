@@ -63,7 +63,10 @@ func (c Code) String() string { return codeName(c) }
 // Error is what every failing call of this package returns: the library's
 // code and message (the message names the argument, the value and the
 // rule), or the same for a check this package makes before calling the
-// library. A call that returns an error has changed nothing.
+// library. A call that returns an error has changed nothing, except when a
+// GPU fails after the call began writing: the cache or pool is then poisoned,
+// and every later call returns CodeInvalidState until Cache.Reset (caches) or
+// Close (kvcache/error.h, docs/gpus.md 'When the device fails').
 //
 // Compare codes with errors.Is and the sentinels below, or read the fields
 // with errors.As:

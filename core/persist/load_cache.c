@@ -106,9 +106,7 @@ static kvc_error* load_store(const char* fn, const kvci_file* f, uint32_t part, 
     int64_t strides[4];
     kvci_store_strides(l, which, strides);
     char* base = (char*)(which ? l->v : l->k) + (size_t)(l->start * shape[which][3]) * l->elem;
-    if (kvci_xfer_load(st, base, strides, shape[which], l->elem, src[which]))
-      return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend failed to copy layer %u to the device", fn,
-                      c->backend->name, i);
+    if (kvci_xfer_load(st, base, strides, shape[which], l->elem, src[which])) return kvci_stage_error(fn, st, "the file");
   }
   return NULL;
 }
@@ -130,9 +128,7 @@ static kvc_error* load_rows(const char* fn, const kvci_file* f, uint32_t part, u
     kvc_error* e = tensor_section(fn, f, KVCF_ROWS, part, i, (uint32_t)j, shape, 0, 1, &src);
     if (e) return e;
     if (!(rb[j].ptr = b->alloc_zeroed(b->ctx, &c->exec, (size_t)(l->batch * rb[j].row_bytes)))) return kvci_err_oom();
-    if (kvci_xfer_load(st, rb[j].ptr, strides, shape, 1, src))
-      return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend failed to copy layer %u to the device", fn,
-                      b->name, i);
+    if (kvci_xfer_load(st, rb[j].ptr, strides, shape, 1, src)) return kvci_stage_error(fn, st, "the file");
   }
   return NULL;
 }

@@ -843,7 +843,9 @@ unsafe extern "C" {
     /** reset(): every layer becomes empty: static buffers are zeroed and their
  counters set to 0; dynamic layers drop their tokens (keeping their storage
  for reuse). See docs/differences-from-transformers.md for how this differs
- from transformers' dynamic layers.*/
+ from transformers' dynamic layers. Since 0.7 it is also the one call a
+ cache poisoned by a device failure accepts (kvcache/error.h): it empties
+ every layer and the cache works again.*/
     pub fn kvc_cache_reset(cache: *mut kvc_cache) -> *mut kvc_error;
 }
 /// Opaque encoder-decoder cache handle.

@@ -120,7 +120,11 @@ impl fmt::Display for ErrorCode {
 /// function, the argument, the value and the rule.
 ///
 /// A call that returns an error has changed nothing: the cache is exactly as
-/// it was before the call (the C library validates everything first).
+/// it was before the call (the C library validates everything first). The one
+/// exception is a GPU that fails after the call began writing: the cache or
+/// pool is then poisoned, and every later call returns
+/// `ErrorCode::InvalidState` until the cache is reset or dropped
+/// (kvcache/error.h, docs/gpus.md, 'When the device fails').
 ///
 /// ```
 /// use kvcache::{Cache, ErrorCode, TensorRef};
