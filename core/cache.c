@@ -7,7 +7,7 @@
 
 kvc_error* kvci_cache_check(const char* fn, const kvc_cache* cache) {
   if (!cache) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
-  return NULL;
+  return kvci_fault_refusal(fn, &cache->fault, cache->backend, &kvci_fault_cache);
 }
 
 kvc_error* kvci_cache_check_layer(const char* fn, const kvc_cache* c, uint32_t layer) {
@@ -155,6 +155,7 @@ kvc_error* kvc_cache_create_from_tensors(const kvc_cache_options* options, uint3
   if (e) return e;
   const kvc_call call = {FN, KVC_CALL_PER_LAYER_ARGS | KVC_CALL_FILLS_LAYERS};
   if (num_layers > 0) e = kvci_update_layers(&call, c, 0, num_layers, keys, values, NULL, NULL);
+  /* A failed write has been reported by the update (as for a poisoned cache); the cache is not handed out. */
   if (e) {
     kvc_cache_destroy(c);
     return e;
@@ -168,6 +169,7 @@ kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
   kvc_error* e = kvci_cache_check(FN, src);
   if (e) return e;
   kvci_offload_settle(src);
+  if ((e = kvci_cache_result(FN, src, NULL))) return e;
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
   kvc_cache* c = NULL;
   e = kvci_cache_new(&src->device, src->exec.stream, &c);
@@ -177,6 +179,7 @@ kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
     if (!e) e = kvci_cache_append_layer(c, l);
   }
   if (!e) e = kvci_cache_copy_settings(src, c);
+  if (!e) e = kvci_fault_discard(FN, &c->fault, c->backend, "no clone was made; the source cache is unchanged");
   if (e) {
     kvc_cache_destroy(c);
     return e;
@@ -277,7 +280,7 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
         l->initialized = 1;
     }
   }
-  return e;
+  return kvci_cache_result(FN, c, e);
 }
 
 /* ----------------------------------------------------------------- queries */
@@ -489,11 +492,8 @@ kvc_error* kvc_cache_set_stream(kvc_cache* c, void* stream) {
   if (c->device.device_type == KVC_DEVICE_CPU)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: stream is %p but the cache lives on the CPU, which has no streams; pass NULL", FN, stream);
-  if (c->backend->exec_set_stream(c->backend->ctx, &c->exec, stream))
-    return kvci_err(KVC_ERROR_OUT_OF_MEMORY,
-                   "%s: the %s backend could not order stream %p after the cache's previous stream %p (event "
-                   "creation failed); the cache keeps its stream",
-                   FN, c->backend->name, stream, c->exec.stream);
+  int rc = c->backend->exec_set_stream(c->backend->ctx, &c->exec, stream);
+  if (rc) return kvci_fault_error(FN, c->backend, "exec_set_stream", rc, "the cache keeps its stream");
   return NULL;
 }
 

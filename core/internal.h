@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "backend_fault.h"
 #include "kind.h"
 #include "kvcache.h"
 
@@ -75,13 +76,13 @@ struct kvc_layer_ops {
    * the kept region, as static layers do).
    */
   kvc_region (*keep_for_update)(const kvc_layer* layer, int64_t n, const kvc_update_options* opts, int64_t* append);
-  /* Writes the tokens and moves counters; returns the region to return. Cannot fail (copies already checked). */
+  /* Writes the tokens and moves counters; returns the region to return. Refuses nothing (copies already checked); a device's failure poisons the cache (backend_fault.h). */
   kvc_region (*apply_update)(const kvc_cache* cache, kvc_layer* layer, const kvc_tensor* key, const kvc_tensor* value, int64_t n,
                              const kvc_update_options* opts);
   int64_t (*seq_length)(const kvc_layer* layer);
   int64_t (*max_length)(const kvc_layer* layer);
   void (*mask_sizes)(const kvc_layer* layer, int64_t q, int64_t* kv_length, int64_t* kv_offset);
-  /* NULL = the kind has no crop (static kinds). check_crop decides, apply_crop cannot fail. */
+  /* NULL = the kind has no crop (static kinds). check_crop decides, apply_crop refuses nothing (as apply_update). */
   kvc_error* (*check_crop)(const kvc_layer* layer, int64_t tokens);
   void (*apply_crop)(const kvc_cache* cache, kvc_layer* layer, int64_t tokens); /* cache: its backend and place */
   void (*reset)(const kvc_cache* cache, kvc_layer* layer);
@@ -321,7 +322,13 @@ struct kvc_cache {
   uint32_t num_layers;
   uint32_t cap_layers;
   kvc_layer** layers;
+  kvci_fault fault;       /* a failed backend call (backend_fault.h): poisoned until kvc_cache_reset */
 };
+
+/* The end of an operation on cache c (backend_fault.h): e, or the error of the device failure it hit. */
+static inline kvc_error* kvci_cache_result(const char* fn, const kvc_cache* c, kvc_error* e) {
+  return kvci_fault_result(fn, (kvci_fault*)&c->fault, c->backend, &kvci_fault_cache, e);
+}
 
 /* Gathering the copies of an update (copy_batch.c). */
 /* Makes room for `copies` descriptors ahead of a write phase; failing only means more backend calls. */

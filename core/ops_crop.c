@@ -35,7 +35,7 @@ kvc_error* kvc_cache_crop(kvc_cache* c, int64_t tokens) {
     kvci_layer_sync_view(c->layers[i]);
   }
   kvci_alias_index_touch(c); /* kinds with their own state may free or repoint buffers views show */
-  return NULL;
+  return kvci_cache_result(FN, c, NULL);
 }
 
 static int layer_croppable(const kvc_cache* c, const kvc_layer* l) {
@@ -68,7 +68,9 @@ kvc_error* kvc_cache_activate_past_recording(kvc_cache* c) {
 }
 
 kvc_error* kvc_cache_reset(kvc_cache* c) {
-  kvc_error* e = kvci_cache_check("kvc_cache_reset", c);
+  static const char* FN = "kvc_cache_reset";
+  if (c) c->fault.poisoned = c->fault.fresh = 0; /* the one call a poisoned cache takes: it empties every layer */
+  kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   kvci_offload_settle(c);
   for (uint32_t i = 0; i < c->num_layers; i++) {
@@ -76,5 +78,5 @@ kvc_error* kvc_cache_reset(kvc_cache* c) {
     kvci_layer_sync_view(c->layers[i]);
   }
   kvci_alias_index_touch(c);
-  return NULL;
+  return kvci_cache_result(FN, c, NULL);
 }

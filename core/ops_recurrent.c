@@ -144,7 +144,7 @@ kvc_error* kvc_cache_update_conv_state(kvc_cache* c, uint32_t layer, const kvc_t
   }
   if ((e = kvci_conv_make_room(c, l, s, dtype, x->shape[0], x->shape[1], k, keep, need))) return e;
 
-  /* Write: cannot fail. */
+  /* Write: refuses nothing (a failing device poisons the cache). */
   p = &kvci_linear_pairs(l)[s];
   int64_t ret_from, ret_to;
   if (legacy) {
@@ -179,7 +179,7 @@ kvc_error* kvc_cache_update_conv_state(kvc_cache* c, uint32_t layer, const kvc_t
   p->has_previous = 1;
   kvci_linear_sync(l);
   if (out) kvci_linear_conv_return(l, s, ret_from, ret_to, out);
-  return NULL;
+  return kvci_cache_result(FN, c, NULL);
 }
 
 /* ------------------------------------------------------ recurrent state */
@@ -219,7 +219,7 @@ kvc_error* kvc_cache_update_recurrent_state(kvc_cache* c, uint32_t layer, uint32
   kvci_rec_write(c, l, s, state);
   kvci_linear_sync(l);
   if (out) kvci_linear_rec_view(l, s, out);
-  return NULL;
+  return kvci_cache_result(FN, c, NULL);
 }
 
 /* ---------------------------------------------------------------- queries */

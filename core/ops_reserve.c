@@ -34,5 +34,5 @@ kvc_error* kvc_cache_reserve(kvc_cache* c, int64_t tokens) {
   }
   if (c->reserve < tokens) c->reserve = tokens;
   free(stores);
-  return NULL;
+  return kvci_cache_result(FN, c, NULL);
 }

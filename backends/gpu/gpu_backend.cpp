@@ -19,6 +19,7 @@
  * sees every address the kernel will form (copy_rows: kvc_gpu_plan_rows);
  * the emulated test device checks those plans with gpu_plan_walk.c.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -417,6 +418,21 @@ static int gpu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d*
   return launch_batch(stream, plans, n, blocks);
 }
 
+static thread_local char last_error[256];
+
+void kvc_gpu_note_error(gpuError_t e) {
+  snprintf(last_error, sizeof last_error, "%s: %s", gpuGetErrorName(e), gpuGetErrorString(e));
+}
+
+const char* kvc_gpu_last_error(void* ctx) {
+  (void)ctx;
+  static thread_local char handed[sizeof last_error];
+  if (!last_error[0]) return NULL;
+  memcpy(handed, last_error, sizeof handed);
+  last_error[0] = '\0';
+  return handed;
+}
+
 static const kvc_backend gpu_backend = {
     sizeof(kvc_backend),
     KVC_BACKEND_API_VERSION,
@@ -453,6 +469,8 @@ static const kvc_backend gpu_backend = {
     kvc_gpu_host_alloc,
     /* Version 6: the pool's step write, one launch. */
     gpu_copy_rows_batch,
+    /* Version 7: the vendor's words for a failed call. */
+    kvc_gpu_last_error,
 };
 
 #if defined(KVC_GPU_LINKED)

@@ -38,6 +38,7 @@ typedef hipEvent_t gpuEvent_t;
 #define gpuDeviceGetAttribute hipDeviceGetAttribute
 #define gpuGetLastError hipGetLastError
 #define gpuGetErrorString hipGetErrorString
+#define gpuGetErrorName hipGetErrorName
 #define gpuMalloc hipMalloc
 #define gpuFree hipFree
 #define gpuMallocAsync hipMallocAsync
@@ -91,6 +92,7 @@ typedef cudaEvent_t gpuEvent_t;
 #define gpuDeviceGetAttribute cudaDeviceGetAttribute
 #define gpuGetLastError cudaGetLastError
 #define gpuGetErrorString cudaGetErrorString
+#define gpuGetErrorName cudaGetErrorName
 #define gpuMalloc cudaMalloc
 #define gpuFree cudaFree
 #define gpuMallocAsync cudaMallocAsync

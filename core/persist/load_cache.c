@@ -79,9 +79,7 @@ static kvc_error* load_store(const char* fn, const kvci_file* f, uint32_t part, 
     if (e) return e;
     kvci_store_strides(l, which, strides);
     char* base = (char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem;
-    if (kvci_xfer_load(st, base, strides, shape, l->elem, src))
-      return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend failed to copy layer %u to the device", fn,
-                      c->backend->name, i);
+    if (kvci_xfer_load(st, base, strides, shape, l->elem, src)) return kvci_stage_error(fn, st, "the file");
   }
   return NULL;
 }
@@ -101,9 +99,7 @@ static kvc_error* load_rows(const char* fn, const kvci_file* f, uint32_t part, u
     if (e) return e;
     if (l->batch < 1 || rb[j].row_bytes < 1) return bad_layer(fn, part, i, "an allocated row buffer is empty");
     if (!(rb[j].ptr = b->alloc_zeroed(b->ctx, &c->exec, (size_t)(l->batch * rb[j].row_bytes)))) return kvci_err_oom();
-    if (kvci_xfer_load(st, rb[j].ptr, strides, shape, 1, src))
-      return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend failed to copy layer %u to the device", fn,
-                      b->name, i);
+    if (kvci_xfer_load(st, rb[j].ptr, strides, shape, 1, src)) return kvci_stage_error(fn, st, "the file");
   }
   return NULL;
 }

@@ -302,7 +302,7 @@ static kvc_error* fill_group(const char* fn, const kvci_file* f, kvc_pool* p, kv
       for (uint64_t k = 0; !e && k < n; k++)
         if (kvci_xfer_load(st, (char*)(which ? l->v : l->k) + (size_t)(slots[k] * per) * p->elem, strides, shape,
                            p->elem, src + k * (uint64_t)per * p->elem))
-          e = kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend failed to copy to the device", fn, p->backend->name);
+          e = kvci_stage_error(fn, st, "the file");
     }
   }
   free(slots);

@@ -294,11 +294,8 @@ kvc_error* kvc_pool_set_stream(kvc_pool* pool, void* stream) {
   if (pool->device.device_type == KVC_DEVICE_CPU)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: stream is %p but the pool lives on the CPU, which has no "
                     "streams; pass NULL", FN, stream);
-  if (pool->backend->exec_set_stream(pool->backend->ctx, &pool->exec, stream))
-    return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend could not order stream %p after the pool's previous "
-                    "stream %p (event creation failed); the pool keeps its stream", FN, pool->backend->name, stream,
-                    pool->exec.stream);
-  return NULL;
+  int rc = pool->backend->exec_set_stream(pool->backend->ctx, &pool->exec, stream);
+  return rc ? kvci_fault_error(FN, pool->backend, "exec_set_stream", rc, "the pool keeps its stream") : NULL;
 }
 
 kvc_error* kvc_pool_stats_get(const kvc_pool* pool, uint32_t group, kvc_pool_stats* out) {

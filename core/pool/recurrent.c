@@ -51,6 +51,8 @@ kvc_error* kvc_pool_recurrent_state(kvc_pool_sequence* s, uint32_t layer, kvc_te
   if (!conv_state || !ssm_state)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, conv_state ? "ssm_state" : "conv_state");
   kvc_pool* p = s->pool;
+  kvc_error* poisoned = kvci_pool_refusal(FN, p);
+  if (poisoned) return poisoned;
   if (layer >= p->num_layers)
     return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %u but the pool has %u layers", FN, layer, p->num_layers);
   kvci_pool_layer* l = &p->layers[layer];

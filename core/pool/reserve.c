@@ -128,6 +128,7 @@ kvc_error* kvc_pool_reserve(kvc_pool_sequence* s, const int32_t* tokens, size_t 
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_tokens is %zu; a sequence holds at most 2^40 tokens (it has %"
                     PRIu64 ")", FN, num_tokens, s->length);
   kvc_pool* p = s->pool;
+  if ((e = kvci_pool_refusal(FN, p))) return e;
   for (uint32_t g = 0; g < p->num_groups; g++) {
     group_plan plan = plan_group(p, s, g, num_tokens, NULL);
     if (plan.take > plan.gain + kvci_pool_available(&p->groups[g])) return oom(FN, p, g, plan.take - plan.gain);
@@ -144,7 +145,8 @@ kvc_error* kvc_pool_reserve(kvc_pool_sequence* s, const int32_t* tokens, size_t 
     }
   }
   s->length += num_tokens;
-  return NULL;
+  /* A failed copy-on-write copy leaves the new block with unknown bytes. */
+  return kvci_pool_result(FN, p, NULL);
 }
 
 kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_sequence* const* sequences,

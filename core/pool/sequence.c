@@ -133,6 +133,8 @@ kvc_error* kvc_pool_fork(const kvc_pool_sequence* src, kvc_pool_sequence** out) 
   if (!src) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   kvc_pool* p = src->pool;
+  kvc_error* poisoned = kvci_pool_refusal(FN, p);
+  if (poisoned) return poisoned;
   for (uint32_t g = 0; g < p->num_groups; g++)
     if (src->groups[g].live && !kvci_pool_available(&p->groups[g]))
       return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: group %u (recurrent) needs 1 state slot for the fork's live state "
@@ -162,6 +164,10 @@ kvc_error* kvc_pool_fork(const kvc_pool_sequence* src, kvc_pool_sequence** out) 
     }
   }
   seq_link(s);
+  if (p->fault.fresh) { /* the fork's live state holds unknown bytes: it goes, and the pool has lost nothing */
+    kvc_pool_sequence_destroy(s);
+    return kvci_fault_discard(FN, &p->fault, p->backend, "no fork was made; the pool is unchanged");
+  }
   *out = s;
   return NULL;
 }
@@ -202,6 +208,8 @@ kvc_error* kvc_pool_truncate(kvc_pool_sequence* s, uint64_t num_tokens) {
                     " tokens; truncate keeps a prefix", FN, num_tokens, s->length);
   if (num_tokens == s->length) return NULL;
   kvc_pool* p = s->pool;
+  kvc_error* poisoned = kvci_pool_refusal(FN, p);
+  if (poisoned) return poisoned;
   uint32_t restore_stack[8];
   uint32_t* restore = p->num_groups <= 8 ? restore_stack : (uint32_t*)malloc(p->num_groups * sizeof(uint32_t));
   if (!restore) return kvci_err_oom();
@@ -222,7 +230,7 @@ kvc_error* kvc_pool_truncate(kvc_pool_sequence* s, uint64_t num_tokens) {
     if (s->committed > num_tokens) s->committed = num_tokens;
   }
   if (restore != restore_stack) free(restore);
-  return e;
+  return kvci_pool_result(FN, p, e); /* a restored recurrent state holds unknown bytes */
 }
 
 kvc_error* kvc_pool_sequence_pin(kvc_pool_sequence* s) {
