@@ -39,6 +39,17 @@ typedef hipEvent_t gpuEvent_t;
 #define gpuGetLastError hipGetLastError
 #define gpuGetErrorString hipGetErrorString
 #define gpuGetErrorName hipGetErrorName
+/* The device probe (gpu_probe.h): driver checks and whether the plugin holds an image for a device. */
+#define KVC_GPU_RUNTIME_VERSION HIP_VERSION
+#define gpuErrorInsufficientDriver hipErrorInsufficientDriver
+#define gpuErrorNoDevice hipErrorNoDevice
+#define gpuErrorNoKernelImage hipErrorNoBinaryForGpu
+#define gpuErrorInvalidDeviceFunction hipErrorInvalidDeviceFunction
+#define gpuDriverGetVersion hipDriverGetVersion
+#define gpuFuncAttributes hipFuncAttributes
+#define gpuFuncGetAttributes hipFuncGetAttributes
+#define gpuDeviceProp hipDeviceProp_t
+#define gpuGetDeviceProperties hipGetDeviceProperties
 #define gpuMalloc hipMalloc
 #define gpuFree hipFree
 #define gpuMallocAsync hipMallocAsync
@@ -93,6 +104,16 @@ typedef cudaEvent_t gpuEvent_t;
 #define gpuGetLastError cudaGetLastError
 #define gpuGetErrorString cudaGetErrorString
 #define gpuGetErrorName cudaGetErrorName
+#define KVC_GPU_RUNTIME_VERSION CUDART_VERSION
+#define gpuErrorInsufficientDriver cudaErrorInsufficientDriver
+#define gpuErrorNoDevice cudaErrorNoDevice
+#define gpuErrorNoKernelImage cudaErrorNoKernelImageForDevice
+#define gpuErrorInvalidDeviceFunction cudaErrorInvalidDeviceFunction
+#define gpuDriverGetVersion cudaDriverGetVersion
+#define gpuFuncAttributes cudaFuncAttributes
+#define gpuFuncGetAttributes cudaFuncGetAttributes
+#define gpuDeviceProp cudaDeviceProp
+#define gpuGetDeviceProperties cudaGetDeviceProperties
 #define gpuMalloc cudaMalloc
 #define gpuFree cudaFree
 #define gpuMallocAsync cudaMallocAsync
