@@ -25,9 +25,8 @@ mkdir -p "$out"
 warp_names='\b(__shfl\w*|__ballot\w*|__any|__all|__activemask|__syncwarp|__lane_id|__match_\w+|__reduce_\w+_sync|warpSize|__AMDGCN_WAVEFRONT_SIZE|__AMDGCN_WAVEFRONT_SIZE__)\b'
 bad=0
 for f in "$gpu"/*.cuh "$gpu"/*.cpp "$gpu"/*.h "$root"/backends/quant_math/*.h; do
-  if hits="$(perl -0pe 's{/\*.*?\*/}{}gs; s{//[^\n]*}{}g' "$f" | grep -nP "$warp_names")"; then
-    echo "FAIL: ${f#"$root"/} uses a warp-level name, whose meaning differs between wave64 and wave32 targets:"
-    echo "$hits"
+  if hits="$(perl -0pe 's{/\*.*?\*/}{}gs; s{//[^\n]*}{}g' "$f" | grep -oP "$warp_names" | sort -u | tr "\n" " ")"; then
+    echo "FAIL: ${f#"$root"/} uses a warp-level name, whose meaning differs between wave64 and wave32 targets: $hits"
     bad=1
   fi
 done
