@@ -31,35 +31,53 @@ for f in "$gpu"/*.cuh "$gpu"/*.cpp "$gpu"/*.h "$root"/backends/quant_math/*.h; d
   fi
 done
 
-# ---- 2. every kernel unit for every target ---------------------------------------------------------------------
+# ---- 2. every kernel unit for every target, two compilers at a time (KVC_HIP_CHECK_JOBS) -----------------------
 flags=(-x hip -std=c++17 -O3 -fPIC --offload-device-only -nogpulib --rocm-path=/usr -ffp-contract=off
        -fno-gpu-flush-denormals-to-zero -fhip-fp32-correctly-rounded-divide-sqrt -Wall -Wextra -Werror
        "-I$root/abi/include" "-I$root/abi/backend" "-I$root/backends" "-I$gpu")
+
+# Compiles <unit> for <target> with HIP 5.2's headers told the target's wave size; says ok or FAIL.
+compile_one() {
+  local unit="$1" target="$2" wave="$3"
+  local asm="$out/$unit-$target.s" obj="$out/$unit-$target.o"
+  rm -f "$asm" "$obj"
+  if "$clang" "${flags[@]}" --offload-arch="$target" "-D__AMDGCN_WAVEFRONT_SIZE=$wave" -S "$gpu/$unit.cpp" -o "$asm" &&
+     "$clang" -x assembler --target=amdgcn-amd-amdhsa -mcpu="$target" -c "$asm" -o "$obj"; then
+    local kernels
+    kernels="$(grep -c '^\s*\.amdhsa_kernel ' "$asm" || true)"
+    if [ "$kernels" -gt 0 ]; then
+      echo "ok: $unit for $target (wave$wave): $kernels kernels"
+      return 0
+    fi
+    echo "FAIL: $unit for $target: compiled, but the object holds no kernel"
+  else
+    echo "FAIL: $unit for $target"
+  fi
+  return 1
+}
+
+jobs="${KVC_HIP_CHECK_JOBS:-2}" running=0 logs=()
 for target in "$@"; do
   # HIP 5.2's headers define warpSize from this macro, which clang 20 and later no longer predefine. The
-  # kernels never read it (step 1); it is the target's default wave size for the headers' sake.
+  # kernels never read it (step 1); it is the target's default wave size, for the headers' sake.
   case "$target" in
     gfx9*) wave=64 ;;
     gfx1[0-9]*) wave=32 ;;
     *) echo "FAIL: $target: no known wave size (gfx9: 64, gfx10 and later: 32)"; bad=1; continue ;;
   esac
   for unit in "${units[@]}"; do
-    asm="$out/$unit-$target.s" obj="$out/$unit-$target.o"
-    rm -f "$asm" "$obj"
-    if "$clang" "${flags[@]}" --offload-arch="$target" "-D__AMDGCN_WAVEFRONT_SIZE=$wave" -S "$gpu/$unit.cpp" \
-         -o "$asm" &&
-       "$clang" -x assembler --target=amdgcn-amd-amdhsa -mcpu="$target" -c "$asm" -o "$obj"; then
-      kernels="$(grep -c '^\s*\.amdhsa_kernel ' "$asm" || true)"
-      if [ "$kernels" -gt 0 ]; then
-        echo "ok: $unit for $target (wave$wave): $kernels kernels"
-      else
-        echo "FAIL: $unit for $target: compiled, but the object holds no kernel"
-        bad=1
-      fi
-    else
-      echo "FAIL: $unit for $target"
-      bad=1
+    logs+=("$out/$unit-$target.log")
+    compile_one "$unit" "$target" "$wave" >"$out/$unit-$target.log" 2>&1 &
+    running=$((running + 1))
+    if [ "$running" -ge "$jobs" ]; then
+      wait -n || bad=1
+      running=$((running - 1))
     fi
   done
 done
+while [ "$running" -gt 0 ]; do
+  wait -n || bad=1
+  running=$((running - 1))
+done
+[ "${#logs[@]}" -eq 0 ] || cat "${logs[@]}"
 exit "$bad"
