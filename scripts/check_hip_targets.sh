@@ -58,7 +58,7 @@ compile_one() {
 
 jobs="${KVC_HIP_CHECK_JOBS:-2}" running=0 logs=()
 for target in "$@"; do
-  # HIP 5.2's headers define warpSize from this macro, which clang 20 and later no longer predefine. The
+  # HIP 5.2's headers define warpSize from this macro, which current clang (22) no longer predefines. The
   # kernels never read it (step 1); it is the target's default wave size, for the headers' sake.
   case "$target" in
     gfx9*) wave=64 ;;
