@@ -44,8 +44,11 @@ kvc_error* kvci_cache_new(const kvc_device* device, void* stream, kvc_cache** ou
   if (b->exec_open(b->ctx, &c->exec)) {
     free(c->batch);
     free(c);
-    return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "kvc_cache_create: the %s backend could not prepare device %d for a cache (streams, events)", b->name,
-                   (int)device->device_id);
+    /* The backend's words: a failed stream or event, or no kernel image for the device's architecture. */
+    const char* why = b->last_error ? b->last_error(b->ctx) : NULL;
+    return kvci_err(KVC_ERROR_OUT_OF_MEMORY,
+                   "kvc_cache_create: the %s backend could not prepare device %d for a cache (streams, events): %s",
+                   b->name, (int)device->device_id, why && *why ? why : "it gave no reason");
   }
   *out = c;
   return NULL;

@@ -34,6 +34,10 @@ typedef struct gpu_state {
 
 /* Keeps the vendor's words for a failed runtime call of this thread, for the table's last_error (version 7). */
 void kvc_gpu_note_error(gpuError_t e);
+/* Keeps a sentence of the plugin's own (the device probe's, gpu_probe.h) for last_error. */
+void kvc_gpu_note_text(const char* text);
+/* 0 when the plugin holds a kernel image `device` can run (the device is current); else notes why not. */
+int kvc_gpu_check_image(int device);
 /* last_error: the thread's last noted failure, or NULL; reading it clears it, so that a later failure that has
    no runtime error behind it (a plan the kernels cannot run) is not described by an old one. */
 const char* kvc_gpu_last_error(void* ctx);

@@ -42,7 +42,7 @@ static __device__ __forceinline__ typename gpu_unit<U>::type gpu_zero_unit() {
 /* Copies (or, FILL, zeroes) the share of block `local` of plan `p` with the block's threads. */
 template <int U, bool FILL>
 static __device__ __forceinline__ void gpu_run_share(const kvc_gpu_copy& p, uint32_t local) {
-  static_assert(KVC_GPU_BLOCK % KVC_GPU_WARP == 0, "blocks are whole warps/waves");
+  static_assert(KVC_GPU_BLOCK % KVC_GPU_WAVE_MAX == 0, "blocks are whole warps/waves of every width");
   typedef typename gpu_unit<U>::type T;
   int64_t row0;
   int32_t nrows, u0, u1;
