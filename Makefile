@@ -6,6 +6,9 @@
 #   make bench       optimised build, then the benchmarks; results in build/bench/results.json
 #   make bench-host-issue  only the host cost of issuing a decode step on the emulated device
 #   make sanitize    only the ASan+UBSan suite      make fuzz   only the fuzz suite
+#   make tsan        the library and tests/threads under ThreadSanitizer
+#   make coverage    gcov build, the C suites, then line and branch coverage per folder of the library
+#                    (build-coverage/coverage.txt and coverage.json; docs/testing.md)
 #   make fuzz-pool-long  the pool fuzzer: libFuzzer for FUZZ_SECONDS (3600), then FUZZ_OPS (10^7) standalone operations
 #   make install PREFIX=/usr/local                  make clean  remove build dirs
 
@@ -17,10 +20,12 @@ CONFIGURE = $(CMAKE) -G Ninja
 
 BUILD         := build
 BUILD_ASAN    := build-asan
+BUILD_TSAN    := build-tsan
 BUILD_FUZZ    := build-fuzz
 BUILD_RELEASE := build-release
 # The emulated device plugin (tests/gpu), optimised, for bench_host_issue: the Release build above has no tests.
 BUILD_EMULATED := build-release-emulated
+BUILD_COVERAGE := build-coverage
 
 # `make test` prepares the machine once and tells the suites it ran not to repeat it.
 SETUP_DEP := $(if $(SKIP_SETUP),,setup)
@@ -38,7 +43,7 @@ BENCH_GPU_FLAGS = $(shell scripts/gpu_cmake_flags.sh cuda) -DKVC_HIP=OFF
 # them), and the fuzz targets drive CPU caches only.
 NO_GPU_FLAGS = -DKVC_CUDA=OFF -DKVC_HIP=OFF -DKVC_LINK_BACKEND=OFF
 
-.PHONY: all setup build test test-unit test-go test-rust test-python sanitize fuzz fuzz-pool-long demo bench bench-host-issue emulated-plugin install clean distclean
+.PHONY: all setup build test test-unit test-go test-rust test-python sanitize tsan fuzz fuzz-pool-long coverage demo bench bench-host-issue emulated-plugin install clean distclean
 
 all: build
 
@@ -56,6 +61,7 @@ test: setup
 	@$(MAKE) --no-print-directory test-rust SKIP_SETUP=1
 	@$(MAKE) --no-print-directory test-python SKIP_SETUP=1
 	@$(MAKE) --no-print-directory sanitize SKIP_SETUP=1
+	@$(MAKE) --no-print-directory tsan SKIP_SETUP=1
 	@$(MAKE) --no-print-directory fuzz SKIP_SETUP=1
 	@echo "make test: all suites passed"
 
@@ -85,6 +91,14 @@ sanitize: $(SETUP_DEP)
 	$(CMAKE) --build $(BUILD_ASAN) -j $(JOBS)
 	$(CTEST) --test-dir $(BUILD_ASAN) --output-on-failure --no-tests=error -j $(JOBS) -LE fuzz
 
+# Threads racing on one handle (tests/threads) under ThreadSanitizer: a data race fails the test. Only the library
+# and those tests are built. halt_on_error: the first report fails the run; second_deadlock_stack: both stacks.
+tsan: $(SETUP_DEP)
+	$(CONFIGURE) -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVC_TSAN=ON $(NO_GPU_FLAGS)
+	$(CMAKE) --build $(BUILD_TSAN) -j $(JOBS) --target thread_tests
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  $(CTEST) --test-dir $(BUILD_TSAN) --output-on-failure --no-tests=error -j $(JOBS) -L threads
+
 # No fuzz target yet is said, not hidden; once there is one, an empty run fails.
 fuzz: $(SETUP_DEP)
 	@if ! ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then \
@@ -95,6 +109,25 @@ fuzz: $(SETUP_DEP)
 	  $(CMAKE) --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_targets; \
 	  $(CTEST) --test-dir $(BUILD_FUZZ) --output-on-failure --no-tests=error -j $(JOBS) -L fuzz; \
 	fi
+
+# Line and branch coverage of the library (core/, backends/cpu/) under the C suites: gcc --coverage at -O0
+# (KVC_COVERAGE), every CTest test but the libFuzzer ones (label fuzz; clang only), counters reset first so
+# that the numbers are this run's. gcovr (scripts/requirements-dev.txt) reads the counters and writes one JSON
+# summary per file, scripts/coverage_table.py folds it per folder. Branches on lines without code (the
+# compiler's own) are left out; C throws nothing. Not part of `make test`: its own full build and suite.
+COVERAGE_GCOVR ?= .venv/bin/gcovr
+# pool_fuzz at -O0 with counters: 10^6 operations take over 5 minutes; 10^5 here, the 10^6 run stays in `make test`.
+COVERAGE_POOL_FUZZ_OPS ?= 100000
+coverage: $(SETUP_DEP)
+	CC=gcc $(CONFIGURE) -S . -B $(BUILD_COVERAGE) -DCMAKE_BUILD_TYPE=Debug -DKVC_COVERAGE=ON $(NO_GPU_FLAGS) \
+	  -DKVC_POOL_FUZZ_OPS=$(COVERAGE_POOL_FUZZ_OPS)
+	$(CMAKE) --build $(BUILD_COVERAGE) -j $(JOBS)
+	find $(BUILD_COVERAGE) -name '*.gcda' -delete
+	$(CTEST) --test-dir $(BUILD_COVERAGE) --output-on-failure --no-tests=error -j $(JOBS) -LE fuzz
+	$(COVERAGE_GCOVR) --root . --object-directory $(BUILD_COVERAGE) --filter 'core/' --filter 'backends/cpu/' \
+	  --exclude-unreachable-branches -j $(JOBS) --json-summary $(BUILD_COVERAGE)/coverage-files.json
+	.venv/bin/python scripts/coverage_table.py $(BUILD_COVERAGE)/coverage-files.json \
+	  $(BUILD_COVERAGE)/coverage.txt $(BUILD_COVERAGE)/coverage.json
 
 # The pool fuzzer beyond its bounded runs: libFuzzer (ASan+UBSan, coverage-guided) for FUZZ_SECONDS over its
 # corpus in build-fuzz/fuzz/pool/corpus and the seeds, then FUZZ_OPS operations of the standalone driver under
@@ -150,7 +183,7 @@ install: build
 	$(CMAKE) --install $(BUILD) --prefix "$(PREFIX)"
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ) $(BUILD_RELEASE) $(BUILD_EMULATED)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_FUZZ) $(BUILD_RELEASE) $(BUILD_EMULATED) $(BUILD_COVERAGE)
 
 # Also the Python environment that setup.sh made.
 distclean: clean

@@ -286,7 +286,7 @@ static void bench_steps(bench_results* res, const bench_args* args) {
     free(r->tf_flush);
   }
   if (nlengths > 1) {
-    char m[64];
+    char m[128]; /* two labels of up to 24 bytes and the words around them */
     snprintf(m, sizeof m, "incremental_%s_over_%s", last_label, first_label);
     bench_add(res, "quantized_update", "kvcache-c", m, last / first, "x");
     printf("\nincremental@%s / incremental@%s = %.2f (target <= 1.2)\n", last_label, first_label, last / first);

@@ -13,14 +13,46 @@
 # static runtime the plugin links, so that it needs only the driver).
 # After kvc_find_hipcc(): KVC_HIPCC and KVC_HIP_ARCHITECTURES.
 
-# Targets of the CUDA plugin: Ampere (A100) and Hopper (H100) by default,
-# each as SASS plus PTX that newer GPUs compile at load time.
-set(KVC_CUDA_DEFAULT_ARCHITECTURES "80;90")
+# Targets of the CUDA plugin (KVC_CUDA_ARCHITECTURES): by default "all",
+# SASS for every architecture the nvcc in use compiles for (nvcc
+# --list-gpu-code; CUDA 13.2: sm_75 to sm_121) plus PTX of the lowest of
+# them. SASS for every card means no card depends on the driver compiling
+# PTX, which a driver older than the toolkit cannot do for the toolkit's
+# PTX (docs/gpus.md); the PTX of the lowest architecture is what any later
+# card, one nvcc does not know yet included, can compile at load time.
+# Developers can name fewer: "native" (the cards of this machine), "90", or
+# a CMake CUDA_ARCHITECTURES list such as "90-real;75-virtual".
+# CMAKE_CUDA_ARCHITECTURES is set from it (one knob, not two).
+set(KVC_CUDA_ARCHITECTURES "all" CACHE STRING
+  "CUDA targets of the CUDA plugin: all (SASS for every architecture nvcc supports, PTX of the lowest), native, or a CUDA_ARCHITECTURES list")
+
+# CMAKE_CUDA_ARCHITECTURES for "all": <arch>-real for each architecture `nvcc` lists, <lowest>-virtual.
+function(kvc_cuda_all_architectures nvcc out)
+  execute_process(COMMAND "${nvcc}" --list-gpu-code OUTPUT_VARIABLE _codes RESULT_VARIABLE _rc ERROR_QUIET)
+  string(REGEX MATCHALL "sm_[0-9]+" _codes "${_codes}")
+  if(NOT _rc EQUAL 0 OR NOT _codes)
+    message(FATAL_ERROR "KVC_CUDA_ARCHITECTURES=all: `${nvcc} --list-gpu-code` listed no sm_ architecture "
+                        "(exit ${_rc}); name the architectures instead, e.g. -DKVC_CUDA_ARCHITECTURES=90")
+  endif()
+  set(_archs "")
+  foreach(_code IN LISTS _codes)
+    string(REPLACE "sm_" "" _n "${_code}")
+    list(APPEND _archs "${_n}")
+  endforeach()
+  list(REMOVE_DUPLICATES _archs)
+  list(SORT _archs COMPARE NATURAL)
+  list(GET _archs 0 _lowest)
+  list(TRANSFORM _archs APPEND "-real")
+  list(APPEND _archs "${_lowest}-virtual")
+  set(${out} "${_archs}" PARENT_SCOPE)
+endfunction()
 
 # Targets of the HIP plugin: every GCN/CDNA (gfx9) and RDNA 1/2 (gfx10)
 # target that Debian 12's clang 15 and ROCm device libraries compile for;
-# gfx90a (MI200) is the one CI cares most about. RDNA 3 (gfx11) needs a newer
-# toolchain. Waves are 64 wide on gfx9 and 32 wide on gfx10 (gpu_vendor.h).
+# gfx90a (MI200) is the one CI cares most about. gfx942 (MI300), gfx950, RDNA 3
+# and 4 (gfx11, gfx12) need a newer toolchain: the gpu_hip_targets test
+# compiles the kernels for them with a current clang (backends/hip). Waves
+# are 64 wide on gfx9 and 32 wide on gfx10 and later (gpu_vendor.h).
 set(KVC_HIP_DEFAULT_ARCHITECTURES
   "gfx900;gfx902;gfx904;gfx906;gfx908;gfx909;gfx90a;gfx90c;gfx940;gfx1010;gfx1011;gfx1012;gfx1013;gfx1030;gfx1031;gfx1032;gfx1033;gfx1034;gfx1035;gfx1036")
 
@@ -54,9 +86,13 @@ macro(kvc_enable_cuda)
       set(CMAKE_CUDA_COMPILER "${_kvc_nvcc}" CACHE FILEPATH "nvcc")
     endif()
   endif()
-  if(NOT CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES "${KVC_CUDA_DEFAULT_ARCHITECTURES}" CACHE STRING
-      "CUDA targets of the CUDA plugin (e.g. 80;90)")
+  # A normal variable: it hides a CMAKE_CUDA_ARCHITECTURES that an older configure of this build tree cached
+  # (80;90 before "all"), so that KVC_CUDA_ARCHITECTURES alone decides.
+  if(KVC_CUDA_ARCHITECTURES STREQUAL "all")
+    kvc_cuda_all_architectures("${CMAKE_CUDA_COMPILER}" _kvc_cuda_archs)
+    set(CMAKE_CUDA_ARCHITECTURES "${_kvc_cuda_archs}")
+  else()
+    set(CMAKE_CUDA_ARCHITECTURES "${KVC_CUDA_ARCHITECTURES}")
   endif()
   enable_language(CUDA)
   if(CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.1)

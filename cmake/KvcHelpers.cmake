@@ -73,6 +73,10 @@ function(kvc_test_properties test)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
+  if(KVC_COVERAGE)
+    # -O0 with counters on every branch: the longest suites take several times their usual time.
+    math(EXPR T_TIMEOUT "${T_TIMEOUT} * 4")
+  endif()
   set_tests_properties(${test} PROPERTIES
     LABELS "${T_LABELS}"
     TIMEOUT ${T_TIMEOUT}

@@ -7,7 +7,7 @@
 
 kvc_error* kvci_cache_check(const char* fn, const kvc_cache* cache) {
   if (!cache) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
-  return NULL;
+  return kvci_fault_refusal(fn, &cache->fault, cache->backend, &kvci_fault_cache);
 }
 
 kvc_error* kvci_cache_check_layer(const char* fn, const kvc_cache* c, uint32_t layer) {
@@ -44,8 +44,11 @@ kvc_error* kvci_cache_new(const kvc_device* device, void* stream, kvc_cache** ou
   if (b->exec_open(b->ctx, &c->exec)) {
     free(c->batch);
     free(c);
-    return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "kvc_cache_create: the %s backend could not prepare device %d for a cache (streams, events)", b->name,
-                   (int)device->device_id);
+    /* The backend's words: a failed stream or event, or no kernel image for the device's architecture. */
+    const char* why = b->last_error ? b->last_error(b->ctx) : NULL;
+    return kvci_err(KVC_ERROR_OUT_OF_MEMORY,
+                   "kvc_cache_create: the %s backend could not prepare device %d for a cache (streams, events): %s",
+                   b->name, (int)device->device_id, why && *why ? why : "it gave no reason");
   }
   *out = c;
   return NULL;
@@ -83,6 +86,7 @@ kvc_error* kvci_cache_append_layer(kvc_cache* c, kvc_layer* l) {
 }
 
 void kvc_cache_destroy(kvc_cache* c) {
+  kvci_guard_retire(kvci_guard_of(c), "kvc_cache_destroy");
   if (!c) return;
   kvci_offload_settle(c); /* stream-ordered frees must come after a prefetch still writing the stores */
   for (uint32_t i = 0; i < c->num_layers; i++) kvci_layer_free(c, c->layers[i]);
@@ -155,6 +159,7 @@ kvc_error* kvc_cache_create_from_tensors(const kvc_cache_options* options, uint3
   if (e) return e;
   const kvc_call call = {FN, KVC_CALL_PER_LAYER_ARGS | KVC_CALL_FILLS_LAYERS};
   if (num_layers > 0) e = kvci_update_layers(&call, c, 0, num_layers, keys, values, NULL, NULL);
+  /* A failed write has been reported by the update (as for a poisoned cache); the cache is not handed out. */
   if (e) {
     kvc_cache_destroy(c);
     return e;
@@ -165,9 +170,11 @@ kvc_error* kvc_cache_create_from_tensors(const kvc_cache_options* options, uint3
 
 kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
   static const char* FN = "kvc_cache_clone";
+  KVCI_GUARD_SHARED(kvci_guard_of(src), FN);
   kvc_error* e = kvci_cache_check(FN, src);
   if (e) return e;
   kvci_offload_settle(src);
+  if ((e = kvci_cache_result(FN, src, NULL))) return e;
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
   kvc_cache* c = NULL;
   e = kvci_cache_new(&src->device, src->exec.stream, &c);
@@ -177,6 +184,7 @@ kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
     if (!e) e = kvci_cache_append_layer(c, l);
   }
   if (!e) e = kvci_cache_copy_settings(src, c);
+  if (!e) e = kvci_fault_discard(FN, &c->fault, c->backend, "no clone was made; the source cache is unchanged");
   if (e) {
     kvc_cache_destroy(c);
     return e;
@@ -214,6 +222,7 @@ static int skips_early_init(const kvc_layer* l) {
 
 kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* o) {
   static const char* FN = "kvc_cache_early_initialization";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   kvci_offload_settle(c);
@@ -277,7 +286,7 @@ kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* 
         l->initialized = 1;
     }
   }
-  return e;
+  return kvci_cache_result(FN, c, e);
 }
 
 /* ----------------------------------------------------------------- queries */
@@ -305,10 +314,14 @@ static kvc_error* attention_layer_for(const char* fn, const kvc_cache* c, uint32
                  fn, c->layers[0]->desc->name);
 }
 
-uint32_t kvc_cache_num_layers(const kvc_cache* c) { return c ? c->num_layers : 0; }
+uint32_t kvc_cache_num_layers(const kvc_cache* c) {
+  KVCI_GUARD_SHARED_WAIT(kvci_guard_of(c)); /* a lazy cache's count grows with its updates */
+  return c ? c->num_layers : 0;
+}
 
 kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_info* out) {
   static const char* FN = "kvc_cache_layer_info";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_layer(FN, c, layer);
   if (e) return e;
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_layer_info", FN);
@@ -349,6 +362,7 @@ kvc_error* kvc_cache_layer_info(const kvc_cache* c, uint32_t layer, kvc_layer_in
 
 kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out) {
   static const char* FN = "kvc_cache_layer_view";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_layer(FN, c, layer);
   if (e) return e;
   kvci_offload_settle(c);
@@ -368,6 +382,7 @@ kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out)
 
 kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_seq_length";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_query(FN, c, out);
   if (e) return e;
   if ((e = attention_layer_for(FN, c, &layer))) return e;
@@ -378,6 +393,7 @@ kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out
 
 kvc_error* kvc_cache_max_length(const kvc_cache* c, int32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_max_length";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_query_any(FN, c, layer, out);
   if (e) return e;
   if (layer >= 0) {
@@ -395,6 +411,7 @@ kvc_error* kvc_cache_max_length(const kvc_cache* c, int32_t layer, int64_t* out)
 
 kvc_error* kvc_cache_usable_length(const kvc_cache* c, int64_t new_seq_length, uint32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_usable_length";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_query(FN, c, out);
   if (e) return e;
   if (new_seq_length < 0 || new_seq_length > INT32_MAX)
@@ -410,6 +427,7 @@ kvc_error* kvc_cache_usable_length(const kvc_cache* c, int64_t new_seq_length, u
 kvc_error* kvc_cache_mask_sizes(const kvc_cache* c, int64_t q, uint32_t layer, int64_t* kv_length,
                                 int64_t* kv_offset) {
   static const char* FN = "kvc_cache_mask_sizes";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   if (!kv_length || !kv_offset)
@@ -431,6 +449,7 @@ kvc_error* kvc_cache_mask_sizes(const kvc_cache* c, int64_t q, uint32_t layer, i
 
 kvc_error* kvc_cache_batch_size(const kvc_cache* c, int64_t* out) {
   static const char* FN = "kvc_cache_batch_size";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_query(FN, c, out);
   if (e) return e;
   int64_t b = -1;
@@ -449,6 +468,7 @@ kvc_error* kvc_cache_batch_size(const kvc_cache* c, int64_t* out) {
 
 kvc_error* kvc_cache_memory(const kvc_cache* c, kvc_memory_info* out) {
   static const char* FN = "kvc_cache_memory";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a kvc_memory_info", FN);
@@ -483,18 +503,19 @@ kvc_error* kvc_cache_memory(const kvc_cache* c, kvc_memory_info* out) {
 
 kvc_error* kvc_cache_set_stream(kvc_cache* c, void* stream) {
   static const char* FN = "kvc_cache_set_stream";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   if (stream == c->exec.stream) return NULL;
   if (c->device.device_type == KVC_DEVICE_CPU)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                    "%s: stream is %p but the cache lives on the CPU, which has no streams; pass NULL", FN, stream);
-  if (c->backend->exec_set_stream(c->backend->ctx, &c->exec, stream))
-    return kvci_err(KVC_ERROR_OUT_OF_MEMORY,
-                   "%s: the %s backend could not order stream %p after the cache's previous stream %p (event "
-                   "creation failed); the cache keeps its stream",
-                   FN, c->backend->name, stream, c->exec.stream);
+  int rc = c->backend->exec_set_stream(c->backend->ctx, &c->exec, stream);
+  if (rc) return kvci_fault_error(FN, c->backend, "exec_set_stream", rc, "the cache keeps its stream");
   return NULL;
 }
 
-void* kvc_cache_stream(const kvc_cache* c) { return c ? c->exec.stream : NULL; }
+void* kvc_cache_stream(const kvc_cache* c) {
+  KVCI_GUARD_SHARED_WAIT(kvci_guard_of(c));
+  return c ? c->exec.stream : NULL;
+}

@@ -31,7 +31,7 @@ void kvci_copy_batch_begin(const kvc_cache* c) {
 void kvci_copy_batch_drain(const kvc_cache* c) {
   kvc_copy_batch* b = c->batch;
   if (!b || !b->count) return;
-  c->backend->copy_4d_batch(c->backend->ctx, &c->exec, b->copies, b->count);
+  KVCI_BE(c, copy_4d_batch, b->copies, b->count);
   b->count = 0;
 }
 
@@ -44,13 +44,13 @@ void kvci_copy_4d_issue(const kvc_cache* c, void* dst, const int64_t ds[4], cons
                        const int64_t shape[4], size_t elem) {
   kvc_copy_batch* b = c->batch;
   if (!b || !b->active) {
-    c->backend->copy_4d(c->backend->ctx, &c->exec, dst, ds, src, ss, shape, elem);
+    KVCI_BE(c, copy_4d, dst, ds, src, ss, shape, elem);
     return;
   }
   if (shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || shape[3] == 0) return;
   if (b->count == b->cap) kvci_copy_batch_drain(c);
   if (!b->cap) { /* no room could be reserved at all */
-    c->backend->copy_4d(c->backend->ctx, &c->exec, dst, ds, src, ss, shape, elem);
+    KVCI_BE(c, copy_4d, dst, ds, src, ss, shape, elem);
     return;
   }
   kvc_copy_4d* d = &b->copies[b->count++];

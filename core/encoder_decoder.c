@@ -10,6 +10,7 @@ struct kvc_encoder_decoder_cache {
   kvc_cache* cross_attention;
   uint8_t* is_updated; /* one flag per cross-attention layer slot */
   uint32_t num_flags;
+  kvci_guard guard; /* the pair's calls; each half has its own (guard.h) */
 };
 
 static kvc_error* check_ed(const char* fn, const kvc_encoder_decoder_cache* c) {
@@ -38,6 +39,11 @@ void kvci_encdec_parts(const kvc_encoder_decoder_cache* c, kvc_cache** self, kvc
   *cross = c->cross_attention;
   *flags = c->is_updated;
   *num_flags = c->num_flags;
+}
+
+kvci_guard* kvci_encdec_guard(const kvc_encoder_decoder_cache* c, int part) {
+  if (!c) return NULL;
+  return part == 0 ? kvci_guard_of(c) : kvci_guard_of(part == 1 ? c->self_attention : c->cross_attention);
 }
 
 void kvci_encdec_set_flags(kvc_encoder_decoder_cache* c, uint8_t* flags, uint32_t num_flags) {
@@ -96,6 +102,7 @@ kvc_error* kvc_encoder_decoder_cache_create(kvc_cache* self, kvc_cache* cross, k
 }
 
 void kvc_encoder_decoder_cache_destroy(kvc_encoder_decoder_cache* c) {
+  kvci_guard_retire(kvci_guard_of(c), "kvc_encoder_decoder_cache_destroy");
   if (!c) return;
   kvc_cache_destroy(c->self_attention);
   kvc_cache_destroy(c->cross_attention);
@@ -113,6 +120,7 @@ kvc_cache* kvc_encoder_decoder_cache_cross_attention(kvc_encoder_decoder_cache* 
 
 kvc_error* kvc_encoder_decoder_cache_is_updated(const kvc_encoder_decoder_cache* c, uint32_t layer, int32_t* out) {
   static const char* FN = "kvc_encoder_decoder_cache_is_updated";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = check_ed_query(FN, c, out);
   if (e) return e;
   *out = layer < c->num_flags ? c->is_updated[layer] : 0;
@@ -122,6 +130,9 @@ kvc_error* kvc_encoder_decoder_cache_is_updated(const kvc_encoder_decoder_cache*
 kvc_error* kvc_encoder_decoder_cache_update_cross(kvc_encoder_decoder_cache* c, uint32_t layer, const kvc_tensor* key,
                                                   const kvc_tensor* value, kvc_kv* out) {
   static const char* FN = "kvc_encoder_decoder_cache_update_cross";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed(FN, c);
   if (e) return e;
   if (layer < c->num_flags && c->is_updated[layer]) {
@@ -158,6 +169,9 @@ static kvc_error* require_dynamic_pair(const char* fn, const kvc_encoder_decoder
 
 kvc_error* kvc_encoder_decoder_cache_crop(kvc_encoder_decoder_cache* c, int64_t tokens) {
   static const char* FN = "kvc_encoder_decoder_cache_crop";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed(FN, c);
   if (!e) e = require_dynamic_pair(FN, c);
   if (e) return e;
@@ -206,12 +220,18 @@ static kvc_error* both(const char* fn, kvc_encoder_decoder_cache* c, pair_op op,
 
 kvc_error* kvc_encoder_decoder_cache_reorder(kvc_encoder_decoder_cache* c, const int64_t* beam_idx, size_t count) {
   static const char* FN = "kvc_encoder_decoder_cache_reorder";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed(FN, c);
   return e ? e : both(FN, c, PAIR_REORDER, beam_idx, count, 0);
 }
 
 kvc_error* kvc_encoder_decoder_cache_batch_repeat_interleave(kvc_encoder_decoder_cache* c, int64_t repeats) {
   static const char* FN = "kvc_encoder_decoder_cache_batch_repeat_interleave";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed(FN, c);
   if (!e) e = require_dynamic_pair(FN, c);
   return e ? e : both(FN, c, PAIR_REPEAT, NULL, 0, repeats);
@@ -220,6 +240,9 @@ kvc_error* kvc_encoder_decoder_cache_batch_repeat_interleave(kvc_encoder_decoder
 kvc_error* kvc_encoder_decoder_cache_batch_select_indices(kvc_encoder_decoder_cache* c, const int64_t* indices,
                                                           size_t count) {
   static const char* FN = "kvc_encoder_decoder_cache_batch_select_indices";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed(FN, c);
   if (!e) e = require_dynamic_pair(FN, c);
   return e ? e : both(FN, c, PAIR_SELECT, indices, count, 0);
@@ -229,6 +252,9 @@ kvc_error* kvc_encoder_decoder_cache_batch_split(const kvc_encoder_decoder_cache
                                                  int64_t split_size, kvc_encoder_decoder_cache** out, size_t capacity,
                                                  size_t* count) {
   static const char* FN = "kvc_encoder_decoder_cache_batch_split";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
+  KVCI_GUARD_SHARED(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_SHARED(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed(FN, c);
   if (!e) e = require_dynamic_pair(FN, c);
   if (e) return e;
@@ -297,6 +323,9 @@ kvc_error* kvc_encoder_decoder_cache_from_batch_splits(const kvc_encoder_decoder
 }
 
 kvc_error* kvc_encoder_decoder_cache_reset(kvc_encoder_decoder_cache* c) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), "kvc_encoder_decoder_cache_reset");
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), "kvc_encoder_decoder_cache_reset"); /* the halves: the pair calls them */
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), "kvc_encoder_decoder_cache_reset");
   kvc_error* e = check_ed("kvc_encoder_decoder_cache_reset", c);
   if (e) return e;
   kvc_cache_reset(c->self_attention);
@@ -307,6 +336,9 @@ kvc_error* kvc_encoder_decoder_cache_reset(kvc_encoder_decoder_cache* c) {
 
 kvc_error* kvc_encoder_decoder_cache_clone(const kvc_encoder_decoder_cache* c, kvc_encoder_decoder_cache** out) {
   static const char* FN = "kvc_encoder_decoder_cache_clone";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
+  KVCI_GUARD_SHARED(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
+  KVCI_GUARD_SHARED(kvci_encdec_guard(c, 2), FN);
   kvc_error* e = check_ed_query(FN, c, out);
   if (e) return e;
   kvc_cache *s = NULL, *x = NULL;

@@ -72,6 +72,7 @@ const char* kvc_code_name(kvc_code code) {
     case KVC_ERROR_VERSION_MISMATCH: return "KVC_ERROR_VERSION_MISMATCH";
     case KVC_ERROR_INTERNAL: return "KVC_ERROR_INTERNAL";
     case KVC_ERROR_IO: return "KVC_ERROR_IO";
+    case KVC_ERROR_BUSY: return "KVC_ERROR_BUSY";
     default: return "KVC_ERROR_UNKNOWN";
   }
 }

@@ -14,8 +14,11 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend.h"
+#include "backend_fault.h"
+#include "guard.h"
 #include "kind.h"
 #include "kvcache.h"
 
@@ -75,13 +78,13 @@ struct kvc_layer_ops {
    * the kept region, as static layers do).
    */
   kvc_region (*keep_for_update)(const kvc_layer* layer, int64_t n, const kvc_update_options* opts, int64_t* append);
-  /* Writes the tokens and moves counters; returns the region to return. Cannot fail (copies already checked). */
+  /* Writes the tokens and moves counters; returns the region to return. Refuses nothing (copies already checked); a device's failure poisons the cache (backend_fault.h). */
   kvc_region (*apply_update)(const kvc_cache* cache, kvc_layer* layer, const kvc_tensor* key, const kvc_tensor* value, int64_t n,
                              const kvc_update_options* opts);
   int64_t (*seq_length)(const kvc_layer* layer);
   int64_t (*max_length)(const kvc_layer* layer);
   void (*mask_sizes)(const kvc_layer* layer, int64_t q, int64_t* kv_length, int64_t* kv_offset);
-  /* NULL = the kind has no crop (static kinds). check_crop decides, apply_crop cannot fail. */
+  /* NULL = the kind has no crop (static kinds). check_crop decides, apply_crop refuses nothing (as apply_update). */
   kvc_error* (*check_crop)(const kvc_layer* layer, int64_t tokens);
   void (*apply_crop)(const kvc_cache* cache, kvc_layer* layer, int64_t tokens); /* cache: its backend and place */
   void (*reset)(const kvc_cache* cache, kvc_layer* layer);
@@ -330,7 +333,19 @@ struct kvc_cache {
   uint32_t num_layers;
   uint32_t cap_layers;
   kvc_layer** layers;
+  kvci_fault fault;       /* a failed backend call (backend_fault.h): poisoned until kvc_cache_reset */
+  kvci_guard guard; /* last: kvci_cache_copy_contents copies what comes before it (guard.h) */
 };
+
+/* Copies every member of `from` but the guard, which belongs to the handle: other threads may touch it. */
+static inline void kvci_cache_copy_contents(kvc_cache* to, const kvc_cache* from) {
+  memcpy(to, from, offsetof(kvc_cache, guard));
+}
+
+/* The end of an operation on cache c (backend_fault.h): e, or the error of the device failure it hit. */
+static inline kvc_error* kvci_cache_result(const char* fn, const kvc_cache* c, kvc_error* e) {
+  return kvci_fault_result(fn, (kvci_fault*)&c->fault, c->backend, &kvci_fault_cache, e);
+}
 
 /* Gathering the copies of an update (copy_batch.c). */
 /* Makes room for `copies` descriptors ahead of a write phase; failing only means more backend calls. */
@@ -539,6 +554,15 @@ void kvci_encdec_parts(const kvc_encoder_decoder_cache* cache, kvc_cache** self,
 kvc_error* kvci_encdec_wrap(kvc_cache* self, kvc_cache* cross, const uint8_t* flags, uint32_t num_flags,
                            kvc_encoder_decoder_cache** out);
 void kvci_encdec_set_flags(kvc_encoder_decoder_cache* cache, uint8_t* flags, uint32_t num_flags);
+
+/*
+ * The guards of handles whose structs are private to their folder (guard.h), NULL for NULL: an
+ * encoder-decoder pair's (part 0) or its self- (1) or cross-attention (2) half's, a pool's and the pool of
+ * a sequence (its calls go through its pool).
+ */
+kvci_guard* kvci_encdec_guard(const kvc_encoder_decoder_cache* cache, int part);
+kvci_guard* kvci_pool_guard(const kvc_pool* pool);
+kvci_guard* kvci_sequence_guard(const kvc_pool_sequence* sequence);
 
 /* Update engine (ops_update.c), used by create_from_tensors and encoder-decoder. */
 kvc_error* kvci_update_layers(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count, const kvc_tensor* keys,

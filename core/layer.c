@@ -144,7 +144,7 @@ static void move_region(const kvc_cache* c, const kvc_layer* l, void* dk, void* 
     kvci_store_strides(l, which, ss);
     int64_t shape[4] = {l->batch, l->heads, len, d};
     const char* src = (const char*)(which ? l->v : l->k) + (size_t)(keep.begin * d) * l->elem;
-    c->backend->copy_4d(c->backend->ctx, &c->exec, which ? dv : dk, ds, src, ss, shape, l->elem);
+    KVCI_BE(c, copy_4d, which ? dv : dk, ds, src, ss, shape, l->elem);
   }
 }
 
@@ -195,7 +195,7 @@ void kvci_layer_zero(const kvc_cache* c, kvc_layer* l, kvc_region r) {
     kvci_store_strides(l, which, st);
     int64_t shape[4] = {l->batch, l->heads, r.end - r.begin, d};
     char* base = (char*)(which ? l->v : l->k) + (size_t)(r.begin * d) * l->elem;
-    c->backend->fill_zero_4d(c->backend->ctx, &c->exec, base, st, shape, l->elem);
+    KVCI_BE(c, fill_zero_4d, base, st, shape, l->elem);
   }
 }
 
@@ -228,7 +228,7 @@ void kvci_layer_write(const kvc_cache* c, kvc_layer* l, const kvc_tensor* key, c
       if (increasing)
         kvci_copy_4d_issue(c, dst, ds, from, ss, shape, l->elem);
       else
-        c->backend->copy_4d(c->backend->ctx, &c->exec, dst, ds, from, ss, shape, l->elem);
+        KVCI_BE(c, copy_4d, dst, ds, from, ss, shape, l->elem);
     }
   }
 }
@@ -272,8 +272,8 @@ void kvci_layer_copy_rows_to(const kvc_cache* c, const kvc_layer* l, void* dk, v
     kvci_store_strides(l, which, ss);
     /* The destination has the same per-row layout (heads, cap, dim), only another batch size. */
     for (int64_t i = 0; i < count; i++)
-      c->backend->copy_rows(c->backend->ctx, &c->exec, which ? dv : dk, ss, &i, which ? l->v : l->k, ss,
-                            &src_rows[i], 1, rs, l->elem);
+      KVCI_BE(c, copy_rows, which ? dv : dk, ss, &i, which ? l->v : l->k, ss,
+              &src_rows[i], 1, rs, l->elem);
   }
 }
 

@@ -71,7 +71,7 @@ kvc_error* kvci_indexer_make_room(const kvc_cache* c, kvc_layer* l, kvc_dtype dt
     /* Growth: each row's stored tokens move to the new buffer (one copy over [batch, 1, len, width]). */
     int64_t ss[4] = {old->cap * width, 0, width, 1}, ds[4] = {cap * width, 0, width, 1};
     int64_t shape[4] = {batch, 1, len, width};
-    if (len > 0) be->copy_4d(be->ctx, &c->exec, buf, ds, old->rows.ptr, ss, shape, elem);
+    if (len > 0) KVCI_BE(c, copy_4d, buf, ds, old->rows.ptr, ss, shape, elem);
     be->free(be->ctx, &c->exec, old->rows.ptr);
   } else {
     x->dtype = dtype;
@@ -93,7 +93,7 @@ void kvci_indexer_append(const kvc_cache* c, kvc_layer* l, const void* src, cons
   if (n > 0) {
     int64_t ds[4] = {x->cap * x->width, 0, x->width, 1}, shape[4] = {l->batch, 1, n, x->width};
     size_t at = (size_t)(x->len * x->width) * elem_of(x);
-    c->backend->copy_4d(c->backend->ctx, &c->exec, (char*)x->rows.ptr + at, ds, src, src_strides, shape, elem_of(x));
+    KVCI_BE(c, copy_4d, (char*)x->rows.ptr + at, ds, src, src_strides, shape, elem_of(x));
   }
   x->len += n;
   sync_ext(l);
@@ -164,7 +164,7 @@ static void reset(const kvc_cache* c, kvc_layer* l) {
   }
   int64_t st[4] = {x->rows.row_bytes, x->rows.row_bytes, x->rows.row_bytes, 1};
   int64_t shape[4] = {l->batch, 1, 1, x->rows.row_bytes};
-  c->backend->fill_zero_4d(c->backend->ctx, &c->exec, x->rows.ptr, st, shape, 1);
+  KVCI_BE(c, fill_zero_4d, x->rows.ptr, st, shape, 1);
   x->len = 0;
 }
 

@@ -35,7 +35,7 @@ int64_t kvci_quant_record_bytes(const kvc_layer* l, int64_t group) {
 }
 
 kvc_error* kvci_quant_unsupported(const char* fn, const kvc_cache* c, const char* what, const char* op, int rc) {
-  if (rc && rc != KVC_BACKEND_UNSUPPORTED) return kvci_err_oom();
+  if (rc && rc != KVC_BACKEND_UNSUPPORTED) return kvci_fault_error(fn, c->backend, op, rc, "the cache is unchanged");
   return kvci_err(KVC_ERROR_UNSUPPORTED,
                  "%s: %s layers quantize through the backend table's %s operation, which the %s backend %s; "
                  "use a cache on a backend that implements it, such as the CPU (KVC_DEVICE_CPU)",

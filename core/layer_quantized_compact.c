@@ -109,8 +109,9 @@ static void dequantize_units(const kvc_cache* c, const kvc_layer* l, int which, 
   s->group_strides[0] = slots * d;
   s->group_strides[1] = channel ? 1 : g;
   s->value_stride = channel ? d : 1;
-  /* Cannot fail: the backend quantized these groups, so it has the entry, and dequantizing takes no memory. */
-  c->backend->dequantize_groups(c->backend->ctx, &c->exec, &job);
+  /* Refuses nothing: the backend quantized these groups, so it has the entry, and dequantizing takes no memory
+     (only a failing device fails it, which poisons the cache). */
+  KVCI_BE(c, dequantize_groups, &job);
 }
 
 /* Dequantized history then residual, into the layer's scratch region. */
@@ -119,7 +120,6 @@ static void materialize(const kvc_cache* c, kvc_layer* l) {
   const int64_t q = x->quantized, r = kvci_layer_stored(l), len = q + r;
   unsigned char* base = (unsigned char*)x->ret_base;
   if (len == 0 || !base) return; /* nothing to write (and no scratch to point into) */
-  const kvc_backend* be = c->backend;
   for (int w = 0; w < 2; w++) {
     const int64_t d = dim_of(l, w), ut = kvci_quant_unit_tokens(l, w);
     unsigned char* t = base + (w ? (uint64_t)(l->batch * l->heads * len * l->k_dim) * l->elem : 0);
@@ -127,8 +127,8 @@ static void materialize(const kvc_cache* c, kvc_layer* l) {
     if (!r) continue;
     int64_t ss[4], ds[4] = {l->heads * len * d, len * d, d, 1}, shape[4] = {l->batch, l->heads, r, d};
     kvci_store_strides(l, w, ss);
-    be->copy_4d(be->ctx, &c->exec, t + (size_t)(q * d) * l->elem, ds,
-                (const char*)(w ? l->v : l->k) + (size_t)(l->start * d) * l->elem, ss, shape, l->elem);
+    KVCI_BE(c, copy_4d, t + (size_t)(q * d) * l->elem, ds,
+            (const char*)(w ? l->v : l->k) + (size_t)(l->start * d) * l->elem, ss, shape, l->elem);
   }
 }
 

@@ -126,7 +126,7 @@ static kvc_region apply_update(const kvc_cache* c, kvc_layer* l, const kvc_tenso
       x->first[w] = x->next_first[w], x->first_bytes[w] = x->next_bytes[w];
       x->next_first[w] = NULL, x->next_bytes[w] = 0;
       if (x->first[w])
-        c->backend->copy_4d(c->backend->ctx, &c->exec, x->first[w], st, kvci_tensor_base(in[w]), ss, shape, l->elem);
+        KVCI_BE(c, copy_4d, x->first[w], st, kvci_tensor_base(in[w]), ss, shape, l->elem);
       x->scale[w] = x->pending[w];
     }
     x->calibrated = 1;

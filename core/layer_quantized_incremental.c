@@ -237,7 +237,7 @@ kvc_region kvci_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, const 
         int64_t ss[4] = {x->rows[w].row_bytes, x->rows[w].row_bytes, x->rows[w].row_bytes, 1};
         int64_t ds[4] = {x->staged_row_bytes[w], x->staged_row_bytes[w], x->staged_row_bytes[w], 1};
         int64_t shape[4] = {l->batch, 1, 1, used};
-        be->copy_4d(be->ctx, &c->exec, x->staged[w], ds, x->rows[w].ptr, ss, shape, 1);
+        KVCI_BE(c, copy_4d, x->staged[w], ds, x->rows[w].ptr, ss, shape, 1);
       }
       if (x->rows[w].ptr) be->free(be->ctx, &c->exec, x->rows[w].ptr);
       x->rows[w].ptr = x->staged[w];
@@ -254,8 +254,8 @@ kvc_region kvci_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, const 
       if (!kvci_quant_compact(l)) {
         int64_t ds[4], ss[4] = {l->heads * t * d, t * d, d, 1}, shape[4] = {l->batch, l->heads, t, d};
         kvci_store_strides(l, w, ds);
-        be->copy_4d(be->ctx, &c->exec, (char*)(w ? l->v : l->k) + (size_t)((l->start + q) * d) * l->elem, ds,
-                    (char*)x->scratch + s.deq[w], ss, shape, l->elem);
+        KVCI_BE(c, copy_4d, (char*)(w ? l->v : l->k) + (size_t)((l->start + q) * d) * l->elem, ds,
+                (char*)x->scratch + s.deq[w], ss, shape, l->elem);
       }
       x->units[w] = (q + t) / kvci_quant_unit_tokens(l, w);
     }

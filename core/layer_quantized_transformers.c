@@ -151,7 +151,7 @@ static int quantize_all(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* x
   int64_t st[4], ct[4] = {l->heads * s * d, s * d, d, 1}, shape[4] = {l->batch, l->heads, s, d};
   kvci_store_strides(l, which, st);
   const char* from = (const char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem;
-  be->copy_4d(be->ctx, &c->exec, values, ct, from, st, shape, l->elem);
+  KVCI_BE(c, copy_4d, values, ct, from, st, shape, l->elem);
   kvc_quantize_job job;
   memset(&job, 0, sizeof job);
   job.spec = kvci_quant_spec(l, which);
@@ -170,7 +170,7 @@ static int quantize_all(const kvc_cache* c, const kvc_layer* l, kvc_quant_ext* x
   int rc = be->quantize_groups(be->ctx, &c->exec, &job);
   if (rc) return rc;
   /* The new store has the old one's capacity; its tokens start at slot 0. */
-  be->copy_4d(be->ctx, &c->exec, x->staged_store[which], st, values, ct, shape, l->elem);
+  KVCI_BE(c, copy_4d, x->staged_store[which], st, values, ct, shape, l->elem);
   return 0;
 }
 

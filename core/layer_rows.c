@@ -76,7 +76,7 @@ int kvci_layer_rows_copy_new(const kvc_cache* c, const kvc_layer* src, kvc_layer
     }
     int64_t st[4], shape[4];
     byte_rows(srb[i].row_bytes, st, shape);
-    be->copy_rows(be->ctx, dev, drb[i].ptr, st, dst_rows, srb[i].ptr, st, src_rows, count, shape, 1);
+    KVCI_BE(c, copy_rows, drb[i].ptr, st, dst_rows, srb[i].ptr, st, src_rows, count, shape, 1);
   }
   free(dst_rows);
   return 0;

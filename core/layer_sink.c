@@ -223,11 +223,12 @@ static kvc_error* stage_table(const char* fn, const kvc_cache* c, kvc_sink_state
   if (w.rows == 0) return NULL;
   int64_t values = w.rows * w.next.dim;
   if (reserve_floats(&s->staged, &s->staged_cap, 2 * values)) return kvci_err_oom();
-  if (read_rope_rows(c, o->rope_cos, w.rows, s->staged) || read_rope_rows(c, o->rope_sin, w.rows, s->staged + values))
-    return kvci_err(KVC_ERROR_OUT_OF_MEMORY,
-                   "%s: the %s backend could not read options->rope_cos/rope_sin into host memory (the cos/sin table "
-                   "of the sink layers); the cache is unchanged",
-                   fn, c->backend->name);
+  int rc = read_rope_rows(c, o->rope_cos, w.rows, s->staged);
+  if (!rc) rc = read_rope_rows(c, o->rope_sin, w.rows, s->staged + values);
+  if (rc)
+    return kvci_fault_error(fn, c->backend, "read_f32_4d", rc,
+                            "options->rope_cos/rope_sin (the sink layers' cos/sin table) were not read; the cache "
+                            "is unchanged");
   return NULL;
 }
 
@@ -295,9 +296,9 @@ static void rerotate_kept(const kvc_cache* c, kvc_layer* l, const kvc_update_opt
   }
   int64_t strides[4], shape[4] = {l->batch, l->heads, rows, dim};
   kvci_store_strides(l, 0, strides);
-  const kvc_backend* be = c->backend; /* has the entry: check_rope refused the call otherwise */
-  be->rerotate_keys_4d(be->ctx, &c->exec, l->dtype, (char*)l->k + (size_t)(first * l->k_dim) * l->elem, strides,
-                       shape, tab, tab + rows * dim);
+  /* The backend has the entry: check_rope refused the call otherwise. */
+  KVCI_BE(c, rerotate_keys_4d, l->dtype, (char*)l->k + (size_t)(first * l->k_dim) * l->elem, strides,
+          shape, tab, tab + rows * dim);
 }
 
 /* ------------------------------------------------------ per-call checks */
@@ -503,7 +504,6 @@ static void shift(const kvc_cache* c, kvc_layer* l, const kvc_update_options* o,
   int64_t len = kvci_layer_stored(l);
   sink_plan p = plan_shift(len, n, l->window, NUM_SINK(l));
   int64_t kept = len - p.begin;
-  const kvc_backend* be = c->backend;
   for (int which = 0; which < 2 && (p.begin != p.sinks); which++) {
     int64_t d = which ? l->v_dim : l->k_dim, st[4];
     kvci_store_strides(l, which, st);
@@ -519,8 +519,8 @@ static void shift(const kvc_cache* c, kvc_layer* l, const kvc_update_options* o,
       count = p.sinks;
     }
     int64_t shape[4] = {l->batch, l->heads, count, d};
-    be->copy_4d(be->ctx, &c->exec, base + (size_t)(to * d) * l->elem, st,
-                base + (size_t)(from * d) * l->elem, st, shape, l->elem);
+    KVCI_BE(c, copy_4d, base + (size_t)(to * d) * l->elem, st,
+            base + (size_t)(from * d) * l->elem, st, shape, l->elem);
   }
   if (o && o->rope_cos) rerotate_kept(c, l, o, n, l->start + p.begin, kept); /* checked: kept >= 1, begin >= sinks */
   if (p.begin < p.sinks)

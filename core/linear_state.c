@@ -174,7 +174,7 @@ kvc_error* kvci_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc
     /* Move the kept columns back to slot 0: once per cap - K appended columns. */
     int64_t st[4], shape[4] = {l->batch, 1, keep_len, p->channels};
     conv_strides(p->channels, p->cap, st);
-    be->copy_4d(be->ctx, &c->exec, rb->ptr, st, (char*)rb->ptr + slot_bytes(p, from), st, shape, elem);
+    KVCI_BE(c, copy_4d, rb->ptr, st, (char*)rb->ptr + slot_bytes(p, from), st, shape, elem);
     p->begin = 0;
     p->end = keep_len;
     return NULL;
@@ -192,7 +192,7 @@ kvc_error* kvci_conv_make_room(const kvc_cache* c, kvc_layer* l, uint32_t s, kvc
     int64_t ss[4], ds[4], shape[4] = {l->batch, 1, keep_len, p->channels};
     conv_strides(p->channels, p->cap, ss);
     conv_strides(p->channels, cap, ds);
-    be->copy_4d(be->ctx, &c->exec, buf, ds, (char*)rb->ptr + slot_bytes(p, from), ss, shape, elem);
+    KVCI_BE(c, copy_4d, buf, ds, (char*)rb->ptr + slot_bytes(p, from), ss, shape, elem);
     be->free(be->ctx, &c->exec, rb->ptr);
   }
   rb->ptr = buf;
@@ -230,8 +230,8 @@ void kvci_conv_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const k
   ss[2] = xs[2];
   ss[3] = xs[1];
   const char* src = (const char*)kvci_tensor_base(x) + kvci_elems_bytes(first_column * xs[2], elem);
-  c->backend->copy_4d(c->backend->ctx, &c->exec, (char*)rb->ptr + slot_bytes(p, slot), ds, src, ss, shape,
-                      elem);
+  KVCI_BE(c, copy_4d, (char*)rb->ptr + slot_bytes(p, slot), ds, src, ss, shape,
+          elem);
 }
 
 void kvci_conv_zero(const kvc_cache* c, const kvc_layer* l, uint32_t s, int64_t from, int64_t to) {
@@ -240,8 +240,8 @@ void kvci_conv_zero(const kvc_cache* c, const kvc_layer* l, uint32_t s, int64_t 
   const kvc_row_buffer* rb = &kvci_linear_rows(l)[2 * s];
   int64_t st[4], shape[4] = {l->batch, 1, to - from, p->channels};
   conv_strides(p->channels, p->cap, st);
-  c->backend->fill_zero_4d(c->backend->ctx, &c->exec, (char*)rb->ptr + slot_bytes(p, from), st, shape,
-                           kvc_dtype_size(p->conv_dtype));
+  KVCI_BE(c, fill_zero_4d, (char*)rb->ptr + slot_bytes(p, from), st, shape,
+          kvc_dtype_size(p->conv_dtype));
 }
 
 void kvci_conv_copy_column(const kvc_cache* c, const kvc_layer* l, uint32_t s, int64_t from, int64_t to) {
@@ -250,8 +250,8 @@ void kvci_conv_copy_column(const kvc_cache* c, const kvc_layer* l, uint32_t s, i
   int64_t st[4], shape[4] = {l->batch, 1, 1, p->channels};
   conv_strides(p->channels, p->cap, st);
   char* base = (char*)rb->ptr;
-  c->backend->copy_4d(c->backend->ctx, &c->exec, base + slot_bytes(p, to), st, base + slot_bytes(p, from),
-                      st, shape, kvc_dtype_size(p->conv_dtype));
+  KVCI_BE(c, copy_4d, base + slot_bytes(p, to), st, base + slot_bytes(p, from),
+          st, shape, kvc_dtype_size(p->conv_dtype));
 }
 
 /* ------------------------------------------------------- recurrent state */
@@ -302,8 +302,8 @@ void kvci_rec_write(const kvc_cache* c, const kvc_layer* l, uint32_t s, const kv
   char* dst = (char*)rb->ptr;
   for (int64_t a = 0; a < shape[0]; a++)
     for (int64_t b = 0; b < shape[1]; b++)
-      c->backend->copy_4d(c->backend->ctx, &c->exec, dst + (size_t)(a * ds[0] + b * ds[1]) * elem, ds + 2,
-                          src + (ptrdiff_t)(a * ss[0] + b * ss[1]) * (ptrdiff_t)elem, ss + 2, shape + 2, elem);
+      KVCI_BE(c, copy_4d, dst + (size_t)(a * ds[0] + b * ds[1]) * elem, ds + 2,
+              src + (ptrdiff_t)(a * ss[0] + b * ss[1]) * (ptrdiff_t)elem, ss + 2, shape + 2, elem);
 }
 
 /* ------------------------------------------------------------------ views */
@@ -387,7 +387,7 @@ void kvci_linear_reset(const kvc_cache* c, kvc_layer* l) {
       kvc_row_buffer* b = &rb[2 * i + (uint32_t)r];
       if (!b->ptr) continue;
       int64_t st[4] = {b->row_bytes, b->row_bytes, b->row_bytes, 1}, shape[4] = {l->batch, 1, 1, b->row_bytes};
-      c->backend->fill_zero_4d(c->backend->ctx, &c->exec, b->ptr, st, shape, 1);
+      KVCI_BE(c, fill_zero_4d, b->ptr, st, shape, 1);
     }
   }
 }

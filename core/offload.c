@@ -31,7 +31,8 @@
  * A failed call changes nothing: kvci_offload_prepare plans every move of the
  * call and allocates every buffer those moves need (sized for the capacities
  * the stores reach in the room phase) before any store grows or anything is
- * written; the moves themselves cannot fail.
+ * written; the moves themselves fail only when the device does, which
+ * poisons the cache (backend_fault.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +69,7 @@ typedef struct offload_state {
   size_t cap_tier;
   /* A prefetch was issued that no tier_wait has covered yet: on a GPU it runs on a side stream (see
    * kvci_offload_settle). */
-  int prefetch_pending;
+  _Atomic int prefetch_pending; /* const calls settle it, and const calls may run together (kvcache.h) */
 } offload_state;
 
 int kvci_offload_layer_takes_part(kvc_offload mode, const kvc_layer* l) {
@@ -116,15 +117,14 @@ static int grow(void** arr, size_t* cap, size_t want, size_t size) {
  * returned through old_k/old_v for the caller to free or retire.
  */
 static void move_store(const kvc_cache* c, kvc_layer* l, void* k, void* v, int to_host, void** old_k, void** old_v) {
-  const kvc_backend* be = c->backend;
   for (int which = 0; which < 2; which++) {
     int64_t d = which ? l->v_dim : l->k_dim, st[4];
     kvci_store_strides(l, which, st);
     int64_t shape[4] = {l->batch, l->heads, l->end - l->start, d};
     size_t off = (size_t)(l->start * d) * l->elem;
     if (!to_host && c->offload_state) ((offload_state*)c->offload_state)->prefetch_pending = 1;
-    be->copy_tier_4d(be->ctx, &c->exec, to_host, (char*)(which ? v : k) + off, st,
-                     (const char*)(which ? l->v : l->k) + off, st, shape, l->elem);
+    KVCI_BE(c, copy_tier_4d, to_host, (char*)(which ? v : k) + off, st,
+            (const char*)(which ? l->v : l->k) + off, st, shape, l->elem);
   }
   *old_k = l->k;
   *old_v = l->v;
@@ -267,7 +267,7 @@ void kvci_offload_before_update(kvc_cache* c, uint32_t layer) {
   run_step(c, st, 3 * j);
   /* The write comes next: it must see this layer's data, whichever call prefetched it (transformers makes the
    * default stream wait for the prefetch stream here). The prefetch issued after it overlaps with the write. */
-  c->backend->tier_wait(c->backend->ctx, &c->exec);
+  KVCI_BE0(c, tier_wait);
   st->prefetch_pending = 0;
   run_step(c, st, 3 * j + 1);
 }
@@ -275,7 +275,7 @@ void kvci_offload_before_update(kvc_cache* c, uint32_t layer) {
 void kvci_offload_settle(const kvc_cache* c) {
   offload_state* st = (offload_state*)c->offload_state;
   if (!st || !st->prefetch_pending) return;
-  c->backend->tier_wait(c->backend->ctx, &c->exec);
+  KVCI_BE0(c, tier_wait);
   st->prefetch_pending = 0;
 }
 
@@ -300,7 +300,7 @@ void kvci_offload_free_state(kvc_cache* c) {
 /* ------------------------------------------------------- explicit moves */
 
 /* Moves a layer to the other tier now, for kvc_cache_offload/prefetch. */
-static kvc_error* move_now(kvc_cache* c, kvc_layer* l, int to_host) {
+static kvc_error* move_now(const char* fn, kvc_cache* c, kvc_layer* l, int to_host) {
   void *k, *v, *old_k, *old_v;
   kvci_offload_settle(c); /* the layer may be the one the last update prefetched */
   if (kvci_store_alloc_to_fill(c, to_host, l->batch, l->heads, l->cap, l->k_dim, l->v_dim, l->elem, &k, &v))
@@ -310,24 +310,26 @@ static kvc_error* move_now(kvc_cache* c, kvc_layer* l, int to_host) {
   move_store(c, l, k, v, to_host, &old_k, &old_v);
   kvci_store_free(c, !to_host, old_k, old_v);
   if (!to_host) {
-    c->backend->tier_wait(c->backend->ctx, &c->exec);
+    KVCI_BE0(c, tier_wait);
     if (c->offload_state) ((offload_state*)c->offload_state)->prefetch_pending = 0;
   }
-  return NULL;
+  return kvci_cache_result(fn, c, NULL);
 }
 
 kvc_error* kvc_cache_offload(kvc_cache* c, uint32_t layer) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), "kvc_cache_offload");
   kvc_error* e = kvci_cache_check_layer("kvc_cache_offload", c, layer);
   if (e) return e;
   kvc_layer* l = c->layers[layer];
   if (l->offloaded || !l->initialized || !kvci_layer_is(l, KVC_TRAIT_OFFLOADS)) return NULL;
-  return move_now(c, l, 1);
+  return move_now("kvc_cache_offload", c, l, 1);
 }
 
 kvc_error* kvc_cache_prefetch(kvc_cache* c, uint32_t layer) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), "kvc_cache_prefetch");
   kvc_error* e = kvci_cache_check_layer("kvc_cache_prefetch", c, layer);
   if (e) return e;
   kvc_layer* l = c->layers[layer];
   if (!l->offloaded) return NULL;
-  return move_now(c, l, 0);
+  return move_now("kvc_cache_prefetch", c, l, 0);
 }

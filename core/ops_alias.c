@@ -29,7 +29,7 @@ static int copy_out(const kvc_cache* c, const kvc_tensor* t, kvc_tensor* out, vo
   if (!p) return -1;
   int64_t src[4], dst[4] = {t->shape[1] * t->shape[2] * t->shape[3], t->shape[2] * t->shape[3], t->shape[3], 1};
   kvci_tensor_strides(t, src);
-  c->backend->copy_4d(c->backend->ctx, &c->exec, p, dst, kvci_tensor_base(t), src, t->shape, elem);
+  KVCI_BE(c, copy_4d, p, dst, kvci_tensor_base(t), src, t->shape, elem);
   *out = *t;
   memcpy(shape, t->shape, sizeof(int64_t) * 4);
   out->shape = shape;

@@ -80,7 +80,7 @@ static void swap_rows(const kvc_cache* c, kvc_layer* l, new_store* s, const int6
     if (!rb[i].ptr) continue;
     int64_t st[4], shape[4];
     byte_rows(rb[i].row_bytes, st, shape);
-    be->copy_rows(be->ctx, &c->exec, s->rows[i], st, dst, rb[i].ptr, st, rows, nb, shape, 1);
+    KVCI_BE(c, copy_rows, s->rows[i], st, dst, rb[i].ptr, st, rows, nb, shape, 1);
     be->free(be->ctx, &c->exec, rb[i].ptr);
     rb[i].ptr = s->rows[i];
     s->rows[i] = NULL;
@@ -235,16 +235,14 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
     int nr = kvci_layer_rows(l, &rb);
     for (int r = 0; r < nr; r++) {
       if (!rb[r].ptr) continue;
-      const kvc_backend* be = c->backend;
-      const kvc_exec* dev = &c->exec;
       int64_t st[4], shape[4];
       byte_rows(rb[r].row_bytes, st, shape);
       if (plan.nsaved)
-        be->copy_rows(be->ctx, dev, scratch, st, plan.saved_slots, rb[r].ptr, st, plan.saved, plan.nsaved, shape, 1);
-      be->copy_rows(be->ctx, dev, rb[r].ptr, st, plan.direct_dst, rb[r].ptr, st, plan.direct_src, plan.ndirect, shape, 1);
+        KVCI_BE(c, copy_rows, scratch, st, plan.saved_slots, rb[r].ptr, st, plan.saved, plan.nsaved, shape, 1);
+      KVCI_BE(c, copy_rows, rb[r].ptr, st, plan.direct_dst, rb[r].ptr, st, plan.direct_src, plan.ndirect, shape, 1);
       if (plan.nscratch)
-        be->copy_rows(be->ctx, dev, rb[r].ptr, st, plan.scratch_dst, scratch, st, plan.scratch_src, plan.nscratch, shape,
-                      1);
+        KVCI_BE(c, copy_rows, rb[r].ptr, st, plan.scratch_dst, scratch, st, plan.scratch_src, plan.nscratch, shape,
+                1);
     }
     if (!holds_tokens(l) || l->end == l->start) continue; /* a window-1 sliding layer stores nothing to move */
     for (int which = 0; which < 2; which++) {
@@ -253,14 +251,12 @@ static kvc_error* gather_batch(kvc_cache* c, const int64_t* idx, size_t count, i
       kvci_store_strides(l, which, st);
       char* base = (char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem;
       int64_t ss[4] = {l->heads * shape[2] * d, shape[2] * d, d, 1}; /* scratch rows: compact [heads, stored, d] */
-      const kvc_backend* be = c->backend;
-      const kvc_exec* dev = &c->exec;
       if (plan.nsaved)
-        be->copy_rows(be->ctx, dev, scratch, ss, plan.saved_slots, base, st, plan.saved, plan.nsaved, shape, l->elem);
-      be->copy_rows(be->ctx, dev, base, st, plan.direct_dst, base, st, plan.direct_src, plan.ndirect, shape, l->elem);
+        KVCI_BE(c, copy_rows, scratch, ss, plan.saved_slots, base, st, plan.saved, plan.nsaved, shape, l->elem);
+      KVCI_BE(c, copy_rows, base, st, plan.direct_dst, base, st, plan.direct_src, plan.ndirect, shape, l->elem);
       if (plan.nscratch)
-        be->copy_rows(be->ctx, dev, base, st, plan.scratch_dst, scratch, ss, plan.scratch_src, plan.nscratch, shape,
-                      l->elem);
+        KVCI_BE(c, copy_rows, base, st, plan.scratch_dst, scratch, ss, plan.scratch_src, plan.nscratch, shape,
+                l->elem);
     }
     kvci_layer_sync_view(l);
   }
@@ -324,33 +320,35 @@ kvc_error* kvci_batch_check_repeats(const char* fn, const kvc_cache* c, int64_t 
 
 kvc_error* kvc_cache_reorder(kvc_cache* c, const int64_t* beam_idx, size_t count) {
   static const char* FN = "kvc_cache_reorder";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_REORDER);
   if (!e) e = check_batch_indices(FN, c, "beam_idx", beam_idx, count);
   if (e) return e;
   kvci_offload_settle(c);
-  return gather_batch(c, beam_idx, count, 0);
+  return kvci_cache_result(FN, c, gather_batch(c, beam_idx, count, 0));
 }
 
 kvc_error* kvc_cache_batch_select_indices(kvc_cache* c, const int64_t* indices, size_t count) {
   static const char* FN = "kvc_cache_batch_select_indices";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (!e) e = require_dynamic(FN, c);
   if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_SELECT);
   if (!e) e = check_batch_indices(FN, c, "indices", indices, count);
   if (e) return e;
   kvci_offload_settle(c);
-  return gather_batch(c, indices, count, 0);
+  return kvci_cache_result(FN, c, gather_batch(c, indices, count, 0));
 }
 
 kvc_error* kvc_cache_batch_repeat_interleave(kvc_cache* c, int64_t repeats) {
   static const char* FN = "kvc_cache_batch_repeat_interleave";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (!e) e = require_dynamic(FN, c);
   if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_REPEAT);
   if (!e) e = kvci_batch_check_repeats(FN, c, repeats);
   if (e) return e;
   kvci_offload_settle(c);
-  if (repeats == 1) return NULL;
-  return gather_batch(c, NULL, 0, repeats);
+  return kvci_cache_result(FN, c, repeats == 1 ? NULL : gather_batch(c, NULL, 0, repeats));
 }

@@ -11,6 +11,7 @@ static int static_crop_refused(const kvc_cache* c, const kvc_layer* l) {
 
 kvc_error* kvc_cache_crop(kvc_cache* c, int64_t tokens) {
   static const char* FN = "kvc_cache_crop";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   kvci_offload_settle(c);
@@ -35,7 +36,7 @@ kvc_error* kvc_cache_crop(kvc_cache* c, int64_t tokens) {
     kvci_layer_sync_view(c->layers[i]);
   }
   kvci_alias_index_touch(c); /* kinds with their own state may free or repoint buffers views show */
-  return NULL;
+  return kvci_cache_result(FN, c, NULL);
 }
 
 static int layer_croppable(const kvc_cache* c, const kvc_layer* l) {
@@ -44,6 +45,7 @@ static int layer_croppable(const kvc_cache* c, const kvc_layer* l) {
 
 kvc_error* kvc_cache_is_croppable(const kvc_cache* c, int32_t layer, uint8_t* out) {
   static const char* FN = "kvc_cache_is_croppable";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_query_any(FN, c, layer, out);
   if (e) return e;
   if (layer >= 0) {
@@ -60,6 +62,7 @@ kvc_error* kvc_cache_is_croppable(const kvc_cache* c, int32_t layer, uint8_t* ou
 }
 
 kvc_error* kvc_cache_activate_past_recording(kvc_cache* c) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), "kvc_cache_activate_past_recording");
   kvc_error* e = kvci_cache_check("kvc_cache_activate_past_recording", c);
   if (e) return e;
   for (uint32_t i = 0; i < c->num_layers; i++)
@@ -68,7 +71,10 @@ kvc_error* kvc_cache_activate_past_recording(kvc_cache* c) {
 }
 
 kvc_error* kvc_cache_reset(kvc_cache* c) {
-  kvc_error* e = kvci_cache_check("kvc_cache_reset", c);
+  static const char* FN = "kvc_cache_reset";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
+  if (c) c->fault.poisoned = c->fault.fresh = 0; /* the one call a poisoned cache takes: it empties every layer */
+  kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   kvci_offload_settle(c);
   for (uint32_t i = 0; i < c->num_layers; i++) {
@@ -76,5 +82,5 @@ kvc_error* kvc_cache_reset(kvc_cache* c) {
     kvci_layer_sync_view(c->layers[i]);
   }
   kvci_alias_index_touch(c);
-  return NULL;
+  return kvci_cache_result(FN, c, NULL);
 }

@@ -79,7 +79,7 @@ static kvc_error* source_of(const kvc_cache* c, const kvc_layer* l, const kvc_te
   int64_t cs[4] = {x->shape[1] * x->shape[2], 0, x->shape[2], 1};
   void* copy = c->backend->alloc_zeroed(c->backend->ctx, &c->exec, (size_t)(x->shape[0] * cs[0]) * elem);
   if (!copy) return kvci_err_oom();
-  c->backend->copy_4d(c->backend->ctx, &c->exec, copy, cs, *src, st, shape, elem);
+  KVCI_BE(c, copy_4d, copy, cs, *src, st, shape, elem);
   for (int i = 0; i < 4; i++) st[i] = cs[i];
   *src = copy;
   *staged = copy;
@@ -88,6 +88,7 @@ static kvc_error* source_of(const kvc_cache* c, const kvc_layer* l, const kvc_te
 
 kvc_error* kvc_cache_update_indexer(kvc_cache* c, uint32_t layer, const kvc_tensor* x, kvc_tensor* out) {
   static const char* FN = "kvc_cache_update_indexer";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   kvc_layer* l = NULL;
@@ -104,16 +105,17 @@ kvc_error* kvc_cache_update_indexer(kvc_cache* c, uint32_t layer, const kvc_tens
     return e;
   }
 
-  /* Write: cannot fail. */
+  /* Write: refuses nothing (a failing device poisons the cache). */
   kvci_indexer_append(c, l, src, st, x->shape[1]);
   if (staged) c->backend->free(c->backend->ctx, &c->exec, staged);
   kvci_alias_index_touch(c); /* the layer's batch may be new */
   if (out) kvci_indexer_view(c, l, out);
-  return NULL;
+  return kvci_cache_result(FN, c, NULL);
 }
 
 kvc_error* kvc_cache_indexer_view(const kvc_cache* c, uint32_t layer, kvc_tensor* out) {
   static const char* FN = "kvc_cache_indexer_view";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   kvc_layer* l = NULL;

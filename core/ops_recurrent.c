@@ -80,6 +80,7 @@ static kvc_error* conv_kernel(const char* fn, const kvc_layer* l, uint32_t layer
 kvc_error* kvc_cache_update_conv_state(kvc_cache* c, uint32_t layer, const kvc_tensor* x,
                                        const kvc_conv_update_options* options, kvc_tensor* out) {
   static const char* FN = "kvc_cache_update_conv_state";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   kvc_conv_update_options o = KVC_CONV_UPDATE_OPTIONS_INIT;
@@ -144,7 +145,7 @@ kvc_error* kvc_cache_update_conv_state(kvc_cache* c, uint32_t layer, const kvc_t
   }
   if ((e = kvci_conv_make_room(c, l, s, dtype, x->shape[0], x->shape[1], k, keep, need))) return e;
 
-  /* Write: cannot fail. */
+  /* Write: refuses nothing (a failing device poisons the cache). */
   p = &kvci_linear_pairs(l)[s];
   int64_t ret_from, ret_to;
   if (legacy) {
@@ -179,7 +180,7 @@ kvc_error* kvc_cache_update_conv_state(kvc_cache* c, uint32_t layer, const kvc_t
   p->has_previous = 1;
   kvci_linear_sync(l);
   if (out) kvci_linear_conv_return(l, s, ret_from, ret_to, out);
-  return NULL;
+  return kvci_cache_result(FN, c, NULL);
 }
 
 /* ------------------------------------------------------ recurrent state */
@@ -187,6 +188,7 @@ kvc_error* kvc_cache_update_conv_state(kvc_cache* c, uint32_t layer, const kvc_t
 kvc_error* kvc_cache_update_recurrent_state(kvc_cache* c, uint32_t layer, uint32_t s, const kvc_tensor* state,
                                             kvc_tensor* out) {
   static const char* FN = "kvc_cache_update_recurrent_state";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_layer* l = NULL;
   kvc_error* e = linear_state(FN, "update_recurrent_state", c, layer, s, &l); /* checks the cache too */
   if (e) return e;
@@ -219,7 +221,7 @@ kvc_error* kvc_cache_update_recurrent_state(kvc_cache* c, uint32_t layer, uint32
   kvci_rec_write(c, l, s, state);
   kvci_linear_sync(l);
   if (out) kvci_linear_rec_view(l, s, out);
-  return NULL;
+  return kvci_cache_result(FN, c, NULL);
 }
 
 /* ---------------------------------------------------------------- queries */
@@ -227,6 +229,7 @@ kvc_error* kvc_cache_update_recurrent_state(kvc_cache* c, uint32_t layer, uint32
 kvc_error* kvc_cache_state_view(const kvc_cache* c, uint32_t layer, uint32_t s, kvc_tensor* conv_state,
                                 kvc_tensor* recurrent_state) {
   static const char* FN = "kvc_cache_state_view";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_layer* l = NULL;
   kvc_error* e = linear_state(FN, "state_view", c, layer, s, &l); /* checks the cache too */
   if (e) return e;
@@ -244,6 +247,7 @@ kvc_error* kvc_cache_state_view(const kvc_cache* c, uint32_t layer, uint32_t s, 
 
 kvc_error* kvc_cache_has_previous_state(const kvc_cache* c, int32_t layer, int32_t s, int* out) {
   static const char* FN = "kvc_cache_has_previous_state";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check_query_any(FN, c, layer, out);
   if (e) return e;
   if (s < -1)

@@ -6,6 +6,7 @@
 
 kvc_error* kvc_cache_reserve(kvc_cache* c, int64_t tokens) {
   static const char* FN = "kvc_cache_reserve";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   kvci_offload_settle(c);
@@ -34,5 +35,5 @@ kvc_error* kvc_cache_reserve(kvc_cache* c, int64_t tokens) {
   }
   if (c->reserve < tokens) c->reserve = tokens;
   free(stores);
-  return NULL;
+  return kvci_cache_result(FN, c, NULL);
 }

@@ -29,7 +29,7 @@ static kvc_error* common_batch(const char* fn, const kvc_cache* c, int64_t* out)
  * -1 when out of memory, and the shell, which owns no store, is freed.
  */
 typedef int (*fill_layer)(const kvc_cache* dst, kvc_layer* n, uint32_t i, const void* ctx);
-static kvc_error* derive(const kvc_cache* src, fill_layer fill, const void* ctx, kvc_cache** out) {
+static kvc_error* derive(const char* fn, const kvc_cache* src, fill_layer fill, const void* ctx, kvc_cache** out) {
   kvc_cache* d = NULL;
   kvc_error* e = kvci_cache_new_like(src, &d);
   if (e) return e;
@@ -42,6 +42,11 @@ static kvc_error* derive(const kvc_cache* src, fill_layer fill, const void* ctx,
     }
     e = n ? kvci_cache_append_layer(d, n) : kvci_err_oom();
   }
+  /* The copies ran on the new cache's place (a stack) or on the source's (a split), which they only read. */
+  if (!e) e = kvci_fault_discard(fn, &d->fault, d->backend, "no cache was made; the source caches are unchanged");
+  if (!e)
+    e = kvci_fault_discard(fn, (kvci_fault*)&src->fault, src->backend,
+                           "no cache was made; the source caches are unchanged");
   if (e) {
     kvc_cache_destroy(d);
     return e;
@@ -85,7 +90,7 @@ static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kv
   if (!src) return kvci_err_oom();
   for (int64_t r = 0; r < rows; r++) src[r] = first + r;
   slice sl = {c, src, rows};
-  kvc_error* e = derive(c, fill_slice, &sl, out);
+  kvc_error* e = derive("kvc_cache_batch_split", c, fill_slice, &sl, out);
   free(src);
   return e;
 }
@@ -93,10 +98,12 @@ static kvc_error* slice_rows(const kvc_cache* c, int64_t first, int64_t rows, kv
 kvc_error* kvc_cache_batch_split(const kvc_cache* c, int64_t full_batch_size, int64_t split_size, kvc_cache** out,
                                  size_t capacity, size_t* count) {
   static const char* FN = "kvc_cache_batch_split";
+  KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (!e) e = kvci_batch_check_kinds(FN, c, KVC_BATCH_SPLIT);
   if (e) return e;
   kvci_offload_settle(c);
+  if ((e = kvci_cache_result(FN, c, NULL))) return e;
   if (!out || !count) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, out ? "count" : "out");
   if (split_size < 1)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: split_size is %" PRId64 "; it must be >= 1", FN, split_size);
@@ -202,7 +209,7 @@ static int stack_rows(const kvc_cache* r, const kvc_cache* const* splits, size_t
       kvci_layer_rows((kvc_layer*)l, &sr);
       int64_t st[4] = {sr[b].row_bytes, sr[b].row_bytes, sr[b].row_bytes, 1};
       int64_t shape[4] = {l->batch, 1, 1, sr[b].row_bytes};
-      be->copy_4d(be->ctx, &r->exec, (char*)nr[b].ptr + row * sr[b].row_bytes, st, sr[b].ptr, st, shape, 1);
+      KVCI_BE(r, copy_4d, (char*)nr[b].ptr + row * sr[b].row_bytes, st, sr[b].ptr, st, shape, 1);
       row += l->batch;
     }
   }
@@ -240,9 +247,8 @@ static int fill_stack(const kvc_cache* r, kvc_layer* n, uint32_t i, const void* 
         kvci_store_strides(l, which, ss);
         kvci_store_strides(n, which, ds);
         int64_t shape[4] = {l->batch, l->heads, len, d};
-        r->backend->copy_4d(r->backend->ctx, &r->exec,
-                            (char*)(which ? n->v : n->k) + (size_t)(row * ds[0]) * n->elem, ds,
-                            (const char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem, ss, shape, l->elem);
+        KVCI_BE(r, copy_4d, (char*)(which ? n->v : n->k) + (size_t)(row * ds[0]) * n->elem, ds,
+                (const char*)(which ? l->v : l->k) + (size_t)(l->start * d) * l->elem, ss, shape, l->elem);
       }
       row += l->batch;
     }
@@ -253,7 +259,17 @@ static int fill_stack(const kvc_cache* r, kvc_layer* n, uint32_t i, const void* 
   return 0;
 }
 
+static kvc_error* from_batch_splits(const kvc_cache* const* splits, size_t count, kvc_cache** out);
+
 kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t count, kvc_cache** out) {
+  kvc_error* e = kvci_guard_share_caches(splits, count, "kvc_cache_from_batch_splits");
+  if (e) return e;
+  e = from_batch_splits(splits, count, out);
+  kvci_guard_unshare_caches(splits, count);
+  return e;
+}
+
+static kvc_error* from_batch_splits(const kvc_cache* const* splits, size_t count, kvc_cache** out) {
   static const char* FN = "kvc_cache_from_batch_splits";
   if (!splits || count == 0)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s; pass at least one split", FN,
@@ -261,7 +277,8 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   for (size_t s = 0; s < count; s++) {
     if (!splits[s]) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: splits[%zu] is NULL", FN, s);
-    kvc_error* e = check_compatible(FN, splits[0], splits[s], s);
+    kvc_error* e = kvci_cache_check(FN, splits[s]); /* a poisoned split is refused */
+    if (!e) e = check_compatible(FN, splits[0], splits[s], s);
     if (!e) e = kvci_batch_check_kinds(FN, splits[s], KVC_BATCH_STACK);
     if (!e && splits[s]->exec.stream != splits[0]->exec.stream)
       /* The stack reads every split on one stream: work still queued on another could be missed. */
@@ -271,7 +288,11 @@ kvc_error* kvc_cache_from_batch_splits(const kvc_cache* const* splits, size_t co
                   FN, s, splits[s]->exec.stream, splits[0]->exec.stream);
     if (e) return e;
   }
-  for (size_t s = 0; s < count; s++) kvci_offload_settle(splits[s]);
+  for (size_t s = 0; s < count; s++) {
+    kvci_offload_settle(splits[s]);
+    kvc_error* e = kvci_cache_result(FN, splits[s], NULL);
+    if (e) return e;
+  }
   stack st = {splits, count};
-  return derive(splits[0], fill_stack, &st, out);
+  return derive(FN, splits[0], fill_stack, &st, out);
 }

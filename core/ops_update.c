@@ -4,7 +4,9 @@
  * Three phases so that a failed call changes nothing: check every layer's
  * inputs against its state; then make room (initialize, compact or grow
  * stores: invisible to the caller, and undone for layers this call
- * initialized if a later allocation fails); then write, which cannot fail.
+ * initialized if a later allocation fails); then write, which has nothing
+ * left to refuse. Only the device can still fail a write: the cache is then
+ * poisoned and the update says so (backend_fault.h).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -178,12 +180,13 @@ kvc_error* kvci_update_layers(const kvc_call* call, kvc_cache* c, uint32_t first
   kvci_update_inputs_free(c, &in);
   c->returned_first = first;
   c->returned_count = count;
-  return NULL;
+  return kvci_cache_result(call->fn, c, NULL);
 }
 
 kvc_error* kvc_cache_update(kvc_cache* c, uint32_t layer, const kvc_tensor* key, const kvc_tensor* value,
                             const kvc_update_options* options, kvc_kv* out) {
   static const char* FN = "kvc_cache_update";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   if (!key || !value)
@@ -196,6 +199,7 @@ kvc_error* kvc_cache_update(kvc_cache* c, uint32_t layer, const kvc_tensor* key,
 kvc_error* kvc_cache_update_all(kvc_cache* c, uint32_t num_layers, const kvc_tensor* keys, const kvc_tensor* values,
                                 const kvc_update_options* options, kvc_kv* out) {
   static const char* FN = "kvc_cache_update_all";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   if (num_layers == 0) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_layers is 0; pass at least one layer", FN);

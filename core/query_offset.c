@@ -30,6 +30,7 @@ void kvci_query_offset_mask(const kvc_cache* c, uint32_t layer, int64_t* kv_leng
 }
 
 kvc_error* kvc_cache_query_offset(const kvc_cache* c, uint32_t layer, int64_t* out) {
+  KVCI_GUARD_SHARED(kvci_guard_of(c), "kvc_cache_query_offset");
   int64_t seq = 0;
   kvc_error* e = kvci_cache_check_query("kvc_cache_query_offset", c, out);
   if (!e) e = kvc_cache_seq_length(c, layer, &seq); /* its rules (and messages) for linear layers */
@@ -40,6 +41,7 @@ kvc_error* kvc_cache_query_offset(const kvc_cache* c, uint32_t layer, int64_t* o
 
 kvc_error* kvc_cache_set_previous_accepted_tokens(kvc_cache* c, int64_t tokens) {
   static const char* FN = "kvc_cache_set_previous_accepted_tokens";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   kvc_error* e = kvci_cache_check(FN, c);
   if (e) return e;
   if (c->query_offset_rule != KVC_QUERY_OFFSET_DFLASH)

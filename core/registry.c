@@ -91,7 +91,12 @@ static void load_plugin(plugin_slot* slot) {
     return;
   }
   if (b->device_count(b->ctx) <= 0) {
-    snprintf(slot->why, sizeof slot->why, "%s loaded but found no device", slot->file);
+    /* The plugin's probe tells no device from no driver or a driver too old (backends/gpu/gpu_probe.h). */
+    const char* probe = b->last_error ? b->last_error(b->ctx) : NULL;
+    if (probe && *probe)
+      snprintf(slot->why, sizeof slot->why, "%s loaded but can use no device: %s", slot->file, probe);
+    else
+      snprintf(slot->why, sizeof slot->why, "%s loaded but found no device", slot->file);
     return;
   }
   slot->backend = b;
@@ -118,9 +123,11 @@ kvc_error* kvci_backend_for(const char* fn, const kvc_device* device, const kvc_
   if (device->device_type == KVC_LINKED_BACKEND) {
     const kvc_backend* linked = kvci_linked_backend();
     int found = linked->device_count(linked->ctx);
+    const char* probe = found <= 0 && linked->last_error ? linked->last_error(linked->ctx) : NULL;
     if (device->device_id < 0 || device->device_id >= found)
-      return kvci_err(KVC_ERROR_NO_DEVICE, "%s: device.device_id is %d but %d %s device(s) were found", fn,
-                     (int)device->device_id, found, device->device_type == KVC_DEVICE_CUDA ? "CUDA" : "ROCm");
+      return kvci_err(KVC_ERROR_NO_DEVICE, "%s: device.device_id is %d but %d %s device(s) were found%s%s", fn,
+                     (int)device->device_id, found, device->device_type == KVC_DEVICE_CUDA ? "CUDA" : "ROCm",
+                     probe ? ": " : "", probe ? probe : "");
     *out = linked;
     return NULL;
   }

@@ -80,7 +80,7 @@ fi
 # ---- 1. build ------------------------------------------------------------------------------------------------
 step build 240 build.log bash -c "
   cmake -G Ninja -S '$root' -B '$build' -DCMAKE_BUILD_TYPE=Release -DKVC_CUDA=ON -DKVC_HIP=OFF \
-        -DCMAKE_CUDA_COMPILER='$nvcc_path' -DCMAKE_CUDA_ARCHITECTURES='$arch' &&
+        -DCMAKE_CUDA_COMPILER='$nvcc_path' -DKVC_CUDA_ARCHITECTURES='$arch' &&
   cmake --build '$build' -j '$jobs'" || { say "gpu-check: the build failed; nothing else can run"; exit 1; }
 export KVC_BACKEND_PATH="$build"
 

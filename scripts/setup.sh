@@ -167,7 +167,10 @@ sys.exit(0 if transformers.__version__ == '$release' else 'imported transformers
 # (scripts/requirements-gpu.txt: nvcc, its front and back ends and the CCCL
 # headers, about 240 MB; the runtime is torch's already). About 20 s on a
 # fresh machine. Neither needs a GPU: they only compile. A stamp of the
-# requirements' hash keeps the fast path free of pip.
+# requirements' hash keeps the fast path free of pip. With HIP, clang-22 and
+# lld-22 (Debian 12's security updates carry them): the gpu_hip_targets test
+# compiles the kernels with them for the AMD targets hipcc 5.2 rejects
+# (gfx942, gfx950, gfx1100, gfx1201).
 install_gpu_toolchains() {
   if command -v dpkg-query >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
     local arch missing
@@ -175,7 +178,7 @@ install_gpu_toolchains() {
     if [ "$arch" != amd64 ]; then
       log "HIP toolchain: Debian packages hipcc for amd64 only, this is $arch; the HIP plugin is not built"
     else
-      missing="$(missing_debs hipcc libamdhip64-dev)"
+      missing="$(missing_debs hipcc libamdhip64-dev clang-22 lld-22)"
       if [ -n "$missing" ]; then
         log "updating package lists"
         as_root apt-get update -qq

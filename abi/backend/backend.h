@@ -14,7 +14,10 @@
  * Conventions: pointers are device pointers of the backend's device type.
  * Strides and shapes are in elements, always 4-D [batch, heads, seq, dim].
  * Functions return 0 on success, non-zero on failure (the core turns that
- * into a kvc_error). `ctx` is the backend's own pointer. Every operation is
+ * into a kvc_error naming the entry and last_error's message). A device may
+ * fail any call for reasons the core cannot check first (no kernel image for
+ * the card, a lost context, an allocation the device cannot serve): the core
+ * checks every result (docs/gpus.md, 'When the device fails'). `ctx` is the backend's own pointer. Every operation is
  * given the cache's execution place (kvc_exec): the device, the caller's
  * stream and the backend's per-cache state. GPU backends issue all work on
  * that stream and return without waiting for it (no host synchronisation);
@@ -41,8 +44,9 @@
  * (quantize and dequantize groups, FP8 calibration and round trip).
  * 5: host-tier allocations without zeroing, for the stores an offload overwrites.
  * 6: batched row copies (the pool's step write through a slot mapping).
+ * 7: last_error, the vendor's words for a failed call.
  */
-#define KVC_BACKEND_API_VERSION 6
+#define KVC_BACKEND_API_VERSION 7
 
 /*
  * Where a cache's work runs. The core owns the struct (one per cache) and
@@ -292,8 +296,8 @@ typedef struct kvc_backend {
    * hardware and the compiler's operand order. rcos/rsin
    * are host memory, [shape[2]][shape[3]] float32 values already rounded to
    * `dtype`, read before the call returns. The core issues it only after
-   * every check of the update, like the copies: it must not fail for
-   * valid arguments.
+   * every check of the update, like the copies: it must not refuse
+   * valid arguments (a device failure poisons the cache).
    */
   int (*rerotate_keys_4d)(void* ctx, const kvc_exec* exec, kvc_dtype dtype, void* keys, const int64_t strides[4],
                           const int64_t shape[4], const float* rcos, const float* rsin);
@@ -316,8 +320,8 @@ typedef struct kvc_backend {
    * KVC_ERROR_UNSUPPORTED for quantized layers, before anything is written.
    * They run in the room phase of an update (quantize, calibrate, round
    * trip: a failure there changes nothing visible) or in the write phase and
-   * crop (dequantize, which cannot fail once quantize_groups has run on the
-   * backend).
+   * crop (dequantize, which refuses nothing once quantize_groups has run on
+   * the backend; a device failure there poisons the cache).
    */
   int (*quantize_groups)(void* ctx, const kvc_exec* exec, const kvc_quantize_job* job);
   int (*dequantize_groups)(void* ctx, const kvc_exec* exec, const kvc_dequantize_job* job);
@@ -353,6 +357,16 @@ typedef struct kvc_backend {
    * the call returns. Optional (NULL: the core calls copy_rows per job).
    */
   int (*copy_rows_batch)(void* ctx, const kvc_exec* exec, const kvc_copy_rows_job* jobs, int32_t count);
+
+  /*
+   * Version 7. Why the calling thread's last call into the backend failed,
+   * in the vendor's words ("cudaErrorNoKernelImageForDevice: no kernel image
+   * is available for execution on the device"), or NULL when it did not
+   * fail or the backend has nothing to say. Valid until the thread's next
+   * call into the backend. Optional (NULL: the core names the entry and its
+   * return value only).
+   */
+  const char* (*last_error)(void* ctx);
 } kvc_backend;
 
 /* The CPU backend, always built in. */

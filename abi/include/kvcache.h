@@ -27,13 +27,29 @@
  *    point into cache-owned memory and stay valid until the next call that
  *    mutates that cache.
  *
- * Thread safety: a cache handle (kvc_cache, kvc_encoder_decoder_cache) must be
- * used by one thread at a time; distinct handles are fully independent and may
- * be used concurrently from different threads. Functions taking a const
- * handle do not modify it, so several threads may call them concurrently as
- * long as no thread mutates that cache meanwhile. Error objects are
- * independent values. Global functions (kvc_version, kvc_features, the
- * *_init functions, kvc_dtype_*, kvc_block_hash*) are thread-safe.
+ * Thread safety: a handle (kvc_cache, kvc_encoder_decoder_cache, kvc_pool
+ * with its sequences, kvc_tier) is used by one thread at a time; distinct
+ * handles are fully independent and may be used concurrently from different
+ * threads. Functions taking a const handle do not modify it, so several
+ * threads may call them concurrently as long as no thread mutates that handle
+ * meanwhile. Overlapping calls are detected, never undefined behaviour (since
+ * 0.7): a call that finds another thread inside a call on the same handle
+ * that it may not share (a mutating call meets anything, a const call meets
+ * a mutating one) returns KVC_ERROR_BUSY at once and does nothing. The few
+ * functions that cannot return an error wait for the other call instead
+ * (kvc_cache_num_layers, kvc_cache_stream, kvc_pool_sequence_length,
+ * kvc_pool_sequence_committed, kvc_pool_tier, kvc_pool_sequence_destroy), and
+ * so do the destroys; destroying a handle while another thread may still call
+ * it afterwards remains the caller's bug. A sequence's calls, and a tier's
+ * once given to a pool, count as calls on the pool; the halves of an
+ * encoder-decoder cache are handles of their own, and a call on the pair
+ * (but kvc_encoder_decoder_cache_is_updated) is a call on both halves too.
+ * Views returned before are
+ * not checked: a view read while another thread mutates its handle is the
+ * caller's race. docs/threads.md has the details and the bindings' behaviour.
+ * Error objects are independent values. Global functions (kvc_version,
+ * kvc_features, the *_init functions, kvc_dtype_*, kvc_block_hash*) are
+ * thread-safe.
  */
 #ifndef KVCACHE_H
 #define KVCACHE_H

@@ -19,11 +19,13 @@
  * sees every address the kernel will form (copy_rows: kvc_gpu_plan_rows);
  * the emulated test device checks those plans with gpu_plan_walk.c.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu_internal.h"
 #include "gpu_plan.h"
+#include "gpu_probe.h"
 #include "kernels_batch.cuh"
 #include "kernels_copy.cuh"
 #include "kernels_fill.cuh"
@@ -135,15 +137,65 @@ static int copy_via_scratch(const gpu_state* state, gpuStream_t stream, void* ds
 
 /* ---- the table's entries ---------------------------------------------------- */
 
+/*
+ * No driver, no device, a driver older than the runtime: 0 devices, never a crash, and last_error says which
+ * (gpu_probe.h), so that the core's "found no device" names the driver to install.
+ */
 static int gpu_device_count(void* ctx) {
   (void)ctx;
   int n = 0;
-  /* No driver, no device, a driver older than the runtime: all are "no device" here, never a crash. */
-  if (gpuGetDeviceCount(&n) != gpuSuccess) {
-    (void)gpuGetLastError();
-    return 0;
+  gpuError_t e = gpuGetDeviceCount(&n);
+  (void)gpuGetLastError();
+  if (e == gpuSuccess && n > 0) return n;
+  kvc_gpu_probe probe = {KVC_GPU_VENDOR, KVC_GPU_PROBE_NO_DEVICE, 0, KVC_GPU_RUNTIME_VERSION, NULL, NULL};
+  if (e != gpuSuccess) {
+    probe.error_name = gpuGetErrorName(e);
+    probe.error_text = gpuGetErrorString(e);
+    if (e == gpuErrorInsufficientDriver) {
+      probe.status = KVC_GPU_PROBE_OLD_DRIVER;
+      if (gpuDriverGetVersion(&probe.driver_version) != gpuSuccess) probe.driver_version = 0; /* no driver at all */
+      (void)gpuGetLastError();
+    } else if (e != gpuErrorNoDevice) {
+      probe.status = KVC_GPU_PROBE_FAILED;
+    }
   }
-  return n;
+  char why[400];
+  kvc_gpu_probe_why(why, sizeof why, &probe);
+  kvc_gpu_note_text(why);
+  return 0;
+}
+
+/* The architectures the plugin was compiled for (CMake passes them), for the no-image message. */
+#ifndef KVC_GPU_TARGETS
+#define KVC_GPU_TARGETS "unknown targets"
+#endif
+
+int kvc_gpu_check_image(int device) {
+  gpuFuncAttributes attr;
+  gpuError_t e = gpuFuncGetAttributes(&attr, (const void*)gpu_move_kernel);
+  (void)gpuGetLastError();
+  if (e == gpuSuccess) return 0;
+  if (e != gpuErrorNoKernelImage && e != gpuErrorInvalidDeviceFunction) {
+    kvc_gpu_note_error(e);
+    return -1;
+  }
+  gpuDeviceProp prop;
+  char arch[64] = "unknown";
+  const char* name = NULL;
+  if (gpuGetDeviceProperties(&prop, device) == gpuSuccess) {
+#if defined(__HIPCC__)
+    snprintf(arch, sizeof arch, "%s", prop.gcnArchName);
+#else
+    snprintf(arch, sizeof arch, "%d.%d", prop.major, prop.minor);
+#endif
+    name = prop.name;
+  }
+  (void)gpuGetLastError();
+  char why[512];
+  kvc_gpu_no_image_why(why, sizeof why, KVC_GPU_VENDOR, device, name, arch, KVC_GPU_TARGETS, gpuGetErrorName(e),
+                       gpuGetErrorString(e));
+  kvc_gpu_note_text(why);
+  return -1;
 }
 
 static void* gpu_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes) {
@@ -417,6 +469,23 @@ static int gpu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d*
   return launch_batch(stream, plans, n, blocks);
 }
 
+static thread_local char last_error[512];
+
+void kvc_gpu_note_error(gpuError_t e) {
+  snprintf(last_error, sizeof last_error, "%s: %s", gpuGetErrorName(e), gpuGetErrorString(e));
+}
+
+void kvc_gpu_note_text(const char* text) { snprintf(last_error, sizeof last_error, "%s", text); }
+
+const char* kvc_gpu_last_error(void* ctx) {
+  (void)ctx;
+  static thread_local char handed[sizeof last_error];
+  if (!last_error[0]) return NULL;
+  memcpy(handed, last_error, sizeof handed);
+  last_error[0] = '\0';
+  return handed;
+}
+
 static const kvc_backend gpu_backend = {
     sizeof(kvc_backend),
     KVC_BACKEND_API_VERSION,
@@ -453,6 +522,8 @@ static const kvc_backend gpu_backend = {
     kvc_gpu_host_alloc,
     /* Version 6: the pool's step write, one launch. */
     gpu_copy_rows_batch,
+    /* Version 7: the vendor's words for a failed call. */
+    kvc_gpu_last_error,
 };
 
 #if defined(KVC_GPU_LINKED)

@@ -40,6 +40,8 @@ int kvc_gpu_exec_open(void* ctx, kvc_exec* exec) {
   (void)ctx;
   gpu_device_scope scope(exec->device_id);
   if (!scope.ok) return -1;
+  /* A card the build left out fails here, at cache creation, with its architecture named, not at a launch. */
+  if (kvc_gpu_check_image(exec->device_id)) return -1;
   gpu_state* st = (gpu_state*)calloc(1, sizeof(*st));
   if (!st) return -1;
   int pools = 0;

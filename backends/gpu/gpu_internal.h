@@ -32,6 +32,16 @@ typedef struct gpu_state {
   size_t nfreed, cap_freed;
 } gpu_state;
 
+/* Keeps the vendor's words for a failed runtime call of this thread, for the table's last_error (version 7). */
+void kvc_gpu_note_error(gpuError_t e);
+/* Keeps a sentence of the plugin's own (the device probe's, gpu_probe.h) for last_error. */
+void kvc_gpu_note_text(const char* text);
+/* 0 when the plugin holds a kernel image `device` can run (the device is current); else notes why not. */
+int kvc_gpu_check_image(int device);
+/* last_error: the thread's last noted failure, or NULL; reading it clears it, so that a later failure that has
+   no runtime error behind it (a plan the kernels cannot run) is not described by an old one. */
+const char* kvc_gpu_last_error(void* ctx);
+
 /*
  * Makes `device` current for the scope of an entry and restores the
  * caller's device after, so that a cache on device 1 works from a thread
@@ -42,13 +52,16 @@ struct gpu_device_scope {
   bool ok;
   bool switched;
   explicit gpu_device_scope(int device) : prev(0), ok(false), switched(false) {
-    if (gpuGetDevice(&prev) != gpuSuccess) {
+    gpuError_t e = gpuGetDevice(&prev);
+    if (e != gpuSuccess) {
       (void)gpuGetLastError();
+      kvc_gpu_note_error(e);
       return;
     }
     if (prev != device) {
-      if (gpuSetDevice(device) != gpuSuccess) {
+      if ((e = gpuSetDevice(device)) != gpuSuccess) {
         (void)gpuGetLastError();
+        kvc_gpu_note_error(e);
         return;
       }
       switched = true;
@@ -65,11 +78,13 @@ struct gpu_device_scope {
 static inline gpuStream_t gpu_stream_of(const kvc_exec* exec) { return (gpuStream_t)exec->stream; }
 static inline gpu_state* gpu_state_of(const kvc_exec* exec) { return (gpu_state*)exec->state; }
 
-/* 0 when the runtime reports no error since the last check (and clears what it reports). */
+/* 0 when the runtime reports no error since the last check (and clears what it reports); else notes it. */
 static inline int gpu_check(gpuError_t e) {
   if (e == gpuSuccess) e = gpuGetLastError();
   else (void)gpuGetLastError();
-  return e == gpuSuccess ? 0 : -1;
+  if (e == gpuSuccess) return 0;
+  kvc_gpu_note_error(e);
+  return -1;
 }
 
 /* A non-overlapping strided copy as one kernel on `stream` (the current device is already the place's). */

@@ -333,6 +333,34 @@ void kvc_gpu_move_chunking(const kvc_gpu_copy* plan, int64_t shift, int32_t* chu
   }
 }
 
+/* |x| without overflow for the strides a plan accepts (INT64_MIN is refused by the callers' extent checks). */
+static int64_t magnitude(int64_t x) { return x < 0 ? -x : x; }
+
+/*
+ * Whether the (b, h) planes of a seq shift by `shift` rows stay apart: every
+ * plane's rows, read and written, span less than the distance to the next
+ * plane along the smaller outer stride, and all planes of that axis less than
+ * the step along the larger one. The move kernel orders one plane's reads
+ * before its writes (one block per plane) and nothing across planes, so a
+ * shift whose rows land in another plane would race; such a copy goes
+ * through scratch. Sizes past 2^62 elements are refused the same way.
+ */
+static int planes_apart(const int64_t st[4], const int64_t shape[4], int64_t shift) {
+  const int64_t limit = INT64_C(1) << 62;
+  /* The outer axes by stride, an axis of extent 1 counting as the outer one: it has no second plane. */
+  int inner = 1, outer = 0;
+  if (shape[1] == 1 || (shape[0] > 1 && magnitude(st[0]) < magnitude(st[1]))) inner = 0, outer = 1;
+  int64_t k = magnitude(shift), s2 = magnitude(st[2]), s3 = magnitude(st[3]);
+  if (shape[2] + k > limit / (s2 ? s2 : 1) || shape[3] > limit / (s3 ? s3 : 1)) return 0;
+  int64_t span = (shape[2] + k - 1) * s2 + (shape[3] - 1) * s3 + 1; /* elements one plane touches */
+  if (shape[inner] > 1) {
+    int64_t step = magnitude(st[inner]);
+    if (span > step || shape[inner] - 1 > (limit - span) / (step ? step : 1)) return 0;
+    span += (shape[inner] - 1) * step;
+  }
+  return shape[outer] == 1 || span <= magnitude(st[outer]);
+}
+
 kvc_gpu_route kvc_gpu_copy_route(void* dst, const int64_t dst_strides[4], const void* src, const int64_t src_strides[4],
                                  const int64_t shape[4], size_t elem_size, kvc_gpu_copy* move, int64_t* shift) {
   for (int i = 0; i < 4; i++)
@@ -340,7 +368,7 @@ kvc_gpu_route kvc_gpu_copy_route(void* dst, const int64_t dst_strides[4], const 
   if (!kvc_gpu_ranges_overlap(dst, dst_strides, src, src_strides, shape, elem_size)) return KVC_GPU_ROUTE_COPY;
   if (dst == src && !memcmp(dst_strides, src_strides, 4 * sizeof(int64_t))) return KVC_GPU_ROUTE_NONE;
   if (kvc_gpu_seq_shift(dst, dst_strides, src, src_strides, elem_size, shift) &&
-      (*shift < 0 ? -*shift : *shift) < shape[2] &&
+      (*shift < 0 ? -*shift : *shift) < shape[2] && planes_apart(dst_strides, shape, *shift) &&
       kvc_gpu_plan(move, dst, dst_strides, src, src_strides, shape, elem_size, 1) == 0)
     return KVC_GPU_ROUTE_MOVE;
   return KVC_GPU_ROUTE_SCRATCH;

@@ -130,7 +130,9 @@ typedef enum kvc_gpu_route {
 /*
  * The route of copy_4d for dst = src over `shape` (non-empty). For MOVE,
  * *move is the move kernel's plan and *shift its shift in rows; a seq shift
- * the move kernel cannot plan goes through scratch instead.
+ * the move kernel cannot plan goes through scratch instead, and so does one
+ * whose rows land in another (b, h) plane (the kernel orders each plane's
+ * reads before its writes, not one plane's against another's).
  */
 kvc_gpu_route kvc_gpu_copy_route(void* dst, const int64_t dst_strides[4], const void* src, const int64_t src_strides[4],
                                  const int64_t shape[4], size_t elem_size, kvc_gpu_copy* move, int64_t* shift);
@@ -261,10 +263,11 @@ typedef struct kvc_gpu_rows_job {
   uint32_t blocks_per_pair; /* blocks of one pair's plan (1 when pairs_per_block > 1) */
 } kvc_gpu_rows_job;
 
-/* Blocks of a job. */
-KVC_GPU_HD uint32_t kvc_gpu_rows_job_blocks(const kvc_gpu_rows_job* j) {
-  if (j->pairs_per_block > 1) return ((uint32_t)j->count + j->pairs_per_block - 1) / j->pairs_per_block;
-  return (uint32_t)j->count * j->blocks_per_pair;
+/* Blocks of a job, in 64 bits: pairs times blocks per pair passes 2^32 (1,048,577 pairs of 4,096 blocks would wrap
+   to 4,096), and the planner refuses a batch of more than 2^32 - 1 blocks only if it sees the true count. */
+KVC_GPU_HD uint64_t kvc_gpu_rows_job_blocks(const kvc_gpu_rows_job* j) {
+  if (j->pairs_per_block > 1) return ((uint64_t)(uint32_t)j->count + j->pairs_per_block - 1) / j->pairs_per_block;
+  return (uint64_t)(uint32_t)j->count * j->blocks_per_pair;
 }
 
 /* The share of block `local` of job j: pairs [*pair0, *pair0 + *npairs); with one pair, block *plan_block of its plan. */

@@ -24,16 +24,17 @@ static void walk_share(const kvc_gpu_copy* p, uint32_t local, kvc_gpu_visit visi
   if (nrows == 1) {
     char* d = p->dst + i0 * p->dst_stride[0] + i1 * p->dst_stride[1] + i2 * p->dst_stride[2];
     const char* s = p->src ? p->src + i0 * p->src_stride[0] + i1 * p->src_stride[1] + i2 * p->src_stride[2] : NULL;
-    for (int32_t u = u0; u < u1; u++) visit(ctx, d + u * dsu, s ? s + u * ssu : NULL, p->unit);
+    /* The kernel's 64-bit unit counter (kernels_common.cuh): a row may reach 2^31 - 1 units. */
+    for (int64_t u = u0; u < u1; u++) visit(ctx, d + u * dsu, s ? s + u * ssu : NULL, p->unit);
     return;
   }
-  const int32_t units = u1 - u0;
+  const int64_t units = u1 - u0;
   for (int32_t r = 0; r < nrows; r++) {
     int32_t j0 = i0, j1 = i1, j2 = i2;
     kvc_gpu_row_advance(p, r, &j0, &j1, &j2);
     char* d = p->dst + j0 * p->dst_stride[0] + j1 * p->dst_stride[1] + j2 * p->dst_stride[2];
     const char* s = p->src ? p->src + j0 * p->src_stride[0] + j1 * p->src_stride[1] + j2 * p->src_stride[2] : NULL;
-    for (int32_t u = 0; u < units; u++) visit(ctx, d + u * dsu, s ? s + u * ssu : NULL, p->unit);
+    for (int64_t u = 0; u < units; u++) visit(ctx, d + u * dsu, s ? s + u * ssu : NULL, p->unit);
   }
 }
 
@@ -96,16 +97,16 @@ void kvc_gpu_walk_move(const kvc_gpu_copy* p, int64_t shift, char* stage, kvc_gp
     for (int32_t c = 0; c < chunks; c++) {
       int32_t a, b;
       kvc_gpu_move_chunk(rows, chunk_rows, shift, c, &a, &b);
-      const int32_t total = (b - a) * units;
-      for (int32_t t = 0; t < total; t++) {
-        int32_t r = a + t / units, u = t % units;
+      const int64_t total = (int64_t)(b - a) * units; /* 64-bit, as the move kernel counts */
+      for (int64_t t = 0; t < total; t++) {
+        int64_t r = a + t / units, u = t % units;
         char* to = staged ? stage + (int64_t)t * unit : d + r * p->dst_stride[2] + u * p->dst_stride[3];
         visit(ctx, to, s + r * p->src_stride[2] + u * p->src_stride[3], unit);
       }
       if (staged) {
         barrier(visit, ctx);
-        for (int32_t t = 0; t < total; t++) {
-          int32_t r = a + t / units, u = t % units;
+        for (int64_t t = 0; t < total; t++) {
+          int64_t r = a + t / units, u = t % units;
           visit(ctx, d + r * p->dst_stride[2] + u * p->dst_stride[3], stage + (int64_t)t * unit, unit);
         }
       }

@@ -6,13 +6,15 @@
  * Only what backends/gpu needs is mapped; a name missing here is a name the
  * backend does not use.
  *
- * Warp/wave size: a compile-time fact of the device target, never a literal
- * in kernels. NVIDIA warps are 32 wide; AMD waves are 64 wide on GCN/CDNA
- * (gfx9: MI100, MI200, MI300) and 32 wide by default on RDNA (gfx10+), which
- * the compiler tells through __AMDGCN_WAVEFRONT_SIZE for the target being
- * compiled: KVC_GPU_WARP. In host code the wave size is not a constant on
- * HIP (one host pass serves every target); see KVC_GPU_WARP below. Lane
- * masks are 64-bit on both vendors; shuffles name their width.
+ * Warp/wave size: nothing in backends/gpu depends on it. NVIDIA warps are
+ * 32 wide; AMD waves are 64 wide on GCN/CDNA (gfx9: MI100, MI200, MI300)
+ * and 32 wide by default on RDNA (gfx10 and later), and current LLVM no
+ * longer tells the width as a macro (__AMDGCN_WAVEFRONT_SIZE is gone). So
+ * the kernels use no warp-level operation (shuffle, ballot, vote, lane id,
+ * warpSize): each thread's work follows from threadIdx and blockDim alone,
+ * and blocks are whole waves of either width (KVC_GPU_WAVE_MAX). CTest's
+ * gpu_hip_targets test compiles them for wave64 and wave32 targets and
+ * fails when a warp-level name appears in them.
  */
 #ifndef KVC_GPU_VENDOR_H
 #define KVC_GPU_VENDOR_H
@@ -36,6 +38,18 @@ typedef hipEvent_t gpuEvent_t;
 #define gpuDeviceGetAttribute hipDeviceGetAttribute
 #define gpuGetLastError hipGetLastError
 #define gpuGetErrorString hipGetErrorString
+#define gpuGetErrorName hipGetErrorName
+/* The device probe (gpu_probe.h): driver checks and whether the plugin holds an image for a device. */
+#define KVC_GPU_RUNTIME_VERSION HIP_VERSION
+#define gpuErrorInsufficientDriver hipErrorInsufficientDriver
+#define gpuErrorNoDevice hipErrorNoDevice
+#define gpuErrorNoKernelImage hipErrorNoBinaryForGpu
+#define gpuErrorInvalidDeviceFunction hipErrorInvalidDeviceFunction
+#define gpuDriverGetVersion hipDriverGetVersion
+#define gpuFuncAttributes hipFuncAttributes
+#define gpuFuncGetAttributes hipFuncGetAttributes
+#define gpuDeviceProp hipDeviceProp_t
+#define gpuGetDeviceProperties hipGetDeviceProperties
 #define gpuMalloc hipMalloc
 #define gpuFree hipFree
 #define gpuMallocAsync hipMallocAsync
@@ -89,6 +103,17 @@ typedef cudaEvent_t gpuEvent_t;
 #define gpuDeviceGetAttribute cudaDeviceGetAttribute
 #define gpuGetLastError cudaGetLastError
 #define gpuGetErrorString cudaGetErrorString
+#define gpuGetErrorName cudaGetErrorName
+#define KVC_GPU_RUNTIME_VERSION CUDART_VERSION
+#define gpuErrorInsufficientDriver cudaErrorInsufficientDriver
+#define gpuErrorNoDevice cudaErrorNoDevice
+#define gpuErrorNoKernelImage cudaErrorNoKernelImageForDevice
+#define gpuErrorInvalidDeviceFunction cudaErrorInvalidDeviceFunction
+#define gpuDriverGetVersion cudaDriverGetVersion
+#define gpuFuncAttributes cudaFuncAttributes
+#define gpuFuncGetAttributes cudaFuncGetAttributes
+#define gpuDeviceProp cudaDeviceProp
+#define gpuGetDeviceProperties cudaGetDeviceProperties
 #define gpuMalloc cudaMalloc
 #define gpuFree cudaFree
 #define gpuMallocAsync cudaMallocAsync
@@ -139,40 +164,7 @@ static inline int gpuStreamCapturing(gpuStream_t s) {
 #define KVC_GRID_CONSTANT
 #endif
 
-/* ---- device side: warp/wave size, shuffles, ballots ---------------------- */
-
-#if defined(__HIP_DEVICE_COMPILE__)
-#define KVC_GPU_WARP __AMDGCN_WAVEFRONT_SIZE
-#elif defined(__CUDA_ARCH__)
-#define KVC_GPU_WARP 32 /* every NVIDIA architecture */
-#else
-/*
- * The host pass of nvcc/hipcc parses device code but never runs it, and on
- * HIP no single wave size is true there. 64, the widest, keeps anything
- * sized by it large enough. Host code that needs the device's wave size
- * asks the runtime (the device property warpSize).
- */
-#define KVC_GPU_WARP 64
-#endif
-
-typedef uint64_t gpu_lane_mask; /* one bit per lane, 64 lanes at most */
-
-/* The value of `v` in lane `src_lane` of the caller's warp; every lane of the warp takes part. */
-static __device__ __forceinline__ int gpu_shfl(int v, int src_lane) {
-#if defined(__HIPCC__)
-  return __shfl(v, src_lane, KVC_GPU_WARP);
-#else
-  return __shfl_sync(0xffffffffu, v, src_lane, KVC_GPU_WARP);
-#endif
-}
-
-/* Bit i set when `pred` holds in lane i; every lane of the warp takes part. */
-static __device__ __forceinline__ gpu_lane_mask gpu_ballot(int pred) {
-#if defined(__HIPCC__)
-  return (gpu_lane_mask)__ballot(pred);
-#else
-  return (gpu_lane_mask)__ballot_sync(0xffffffffu, pred);
-#endif
-}
+/* The widest warp/wave of any target (AMD wave64): a block of a multiple of it is whole warps on every GPU. */
+#define KVC_GPU_WAVE_MAX 64
 
 #endif /* KVC_GPU_VENDOR_H */

@@ -42,7 +42,7 @@ static __device__ __forceinline__ typename gpu_unit<U>::type gpu_zero_unit() {
 /* Copies (or, FILL, zeroes) the share of block `local` of plan `p` with the block's threads. */
 template <int U, bool FILL>
 static __device__ __forceinline__ void gpu_run_share(const kvc_gpu_copy& p, uint32_t local) {
-  static_assert(KVC_GPU_BLOCK % KVC_GPU_WARP == 0, "blocks are whole warps/waves");
+  static_assert(KVC_GPU_BLOCK % KVC_GPU_WAVE_MAX == 0, "blocks are whole warps/waves of every width");
   typedef typename gpu_unit<U>::type T;
   int64_t row0;
   int32_t nrows, u0, u1;
@@ -58,20 +58,21 @@ static __device__ __forceinline__ void gpu_run_share(const kvc_gpu_copy& p, uint
     char* d = p.dst + i0 * p.dst_stride[0] + i1 * p.dst_stride[1] + i2 * p.dst_stride[2];
     const char* s = FILL ? nullptr : p.src + i0 * p.src_stride[0] + i1 * p.src_stride[1] + i2 * p.src_stride[2];
     (void)s;
+    /* 64-bit counters: a row of nearly 2^31 units would carry u + 4 * nthreads past INT32_MAX. */
     if constexpr (FILL) {
       const T zero = gpu_zero_unit<U>();
-      for (int32_t u = u0 + tid; u < u1; u += nthreads) *reinterpret_cast<T*>(d + u * dsu) = zero;
+      for (int64_t u = (int64_t)u0 + tid; u < u1; u += nthreads) *reinterpret_cast<T*>(d + u * dsu) = zero;
     } else {
-      for (int32_t u = u0 + tid; u < u1; u += 4 * nthreads) {
+      for (int64_t u = (int64_t)u0 + tid; u < u1; u += 4 * (int64_t)nthreads) {
         T v[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-          int32_t uj = u + j * nthreads;
+          int64_t uj = u + (int64_t)j * nthreads;
           if (uj < u1) v[j] = *reinterpret_cast<const T*>(s + uj * ssu);
         }
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-          int32_t uj = u + j * nthreads;
+          int64_t uj = u + (int64_t)j * nthreads;
           if (uj < u1) *reinterpret_cast<T*>(d + uj * dsu) = v[j];
         }
       }
@@ -79,10 +80,11 @@ static __device__ __forceinline__ void gpu_run_share(const kvc_gpu_copy& p, uint
     return;
   }
   /* Whole short rows: thread t takes unit t % units of row t / units. */
-  const int32_t units = u1 - u0;
-  const int32_t total = nrows * units;
-  for (int32_t t = tid; t < total; t += nthreads) {
-    int32_t r = t / units, u = t - r * units;
+  const int64_t units = u1 - u0;
+  const int64_t total = nrows * units;
+  for (int64_t t = tid; t < total; t += nthreads) {
+    int32_t r = (int32_t)(t / units);
+    int64_t u = t - r * units;
     int32_t j0 = i0, j1 = i1, j2 = i2;
     kvc_gpu_row_advance(&p, r, &j0, &j1, &j2);
     char* d = p.dst + j0 * p.dst_stride[0] + j1 * p.dst_stride[1] + j2 * p.dst_stride[2] + u * dsu;

@@ -33,20 +33,20 @@ static __device__ __forceinline__ void gpu_move_planes(const kvc_gpu_copy& p, in
     for (int32_t c = 0; c < chunks; c++) {
       int32_t a, b;
       kvc_gpu_move_chunk(rows, chunk_rows, shift, c, &a, &b);
-      const int32_t total = (b - a) * units;
+      const int64_t total = (int64_t)(b - a) * units; /* a direct chunk may hold 2^31 units and more */
       if (staged) {
-        for (int32_t t = tid; t < total; t += nthreads) {
-          int32_t r = a + t / units, u = t % units;
+        for (int64_t t = tid; t < total; t += nthreads) {
+          int64_t r = a + t / units, u = t % units;
           stage[t] = *reinterpret_cast<const T*>(s + r * p.src_stride[2] + u * p.src_stride[3]);
         }
         __syncthreads();
-        for (int32_t t = tid; t < total; t += nthreads) {
-          int32_t r = a + t / units, u = t % units;
+        for (int64_t t = tid; t < total; t += nthreads) {
+          int64_t r = a + t / units, u = t % units;
           *reinterpret_cast<T*>(d + r * p.dst_stride[2] + u * p.dst_stride[3]) = stage[t];
         }
       } else {
-        for (int32_t t = tid; t < total; t += nthreads) {
-          int32_t r = a + t / units, u = t % units;
+        for (int64_t t = tid; t < total; t += nthreads) {
+          int64_t r = a + t / units, u = t % units;
           *reinterpret_cast<T*>(d + r * p.dst_stride[2] + u * p.dst_stride[3]) =
               *reinterpret_cast<const T*>(s + r * p.src_stride[2] + u * p.src_stride[3]);
         }

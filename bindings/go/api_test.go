@@ -40,12 +40,12 @@ func TestFeatures(t *testing.T) {
 }
 
 func TestCodeNames(t *testing.T) {
-	for c := CodeOK; c <= CodeIO; c++ {
+	for c := CodeOK; c <= CodeBusy; c++ {
 		if c.String() != goCodeName(c) {
 			t.Errorf("code %d: library name %q, table %q", c, c.String(), goCodeName(c))
 		}
 	}
-	for _, c := range []Code{-1, 13, 1000} {
+	for _, c := range []Code{-1, 14, 1000} {
 		if c.String() != "KVC_ERROR_UNKNOWN" {
 			t.Errorf("code %d: %q", c, c.String())
 		}

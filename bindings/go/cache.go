@@ -62,15 +62,18 @@ var checkVersion = sync.OnceValue(func() error {
 // kind, with transformers' semantics. Create one with New, NewFromTensors,
 // Clone, BatchSplit or FromBatchSplits, and Close it when done.
 //
-// A Cache is not safe for concurrent use: one goroutine at a time may call
-// its methods (the library's rule: one thread at a time per handle).
-// Distinct caches are independent and may be used from different goroutines
-// at the same time.
+// A Cache is safe for concurrent use: its methods take a mutex for the
+// call, so calls from several goroutines run one after the other (the
+// library refuses overlapping calls on one handle with KVC_ERROR_BUSY; the
+// package never lets that happen). Distinct caches have distinct mutexes
+// and run in parallel. Views are not synchronised: a view read while another
+// goroutine mutates its cache goes stale under the reader (docs/threads.md).
 //
 // A Cache that becomes unreachable without Close is closed by a finalizer,
 // as a safety net only: the finalizer runs when the garbage collector gets
 // to it, which it does not hurry for memory it cannot see.
 type Cache struct {
+	mu    sync.Mutex     // held for each call (lock); a borrowed cache takes its pair's instead
 	p     unsafe.Pointer // *kvc_cache; nil once closed
 	gen   uint64         // bumped by every mutating call; views remember it
 	owner *edOwner       // non-nil: borrowed from an EncoderDecoderCache
@@ -113,6 +116,7 @@ func newCache(p unsafe.Pointer) *Cache {
 // It is idempotent, always returns nil, and is a no-op for a cache borrowed
 // from an EncoderDecoderCache (closing the pair frees it).
 func (c *Cache) Close() error {
+	defer c.lock().Unlock()
 	if c == nil || c.owner != nil {
 		return nil
 	}
@@ -129,6 +133,31 @@ func (c *Cache) Close() error {
 		c.scratch, c.scratchSize = nil, 0
 	}
 	return nil
+}
+
+// lock takes the mutex that serialises calls on the cache (its pair's for a
+// borrowed cache, so that the pair and both halves are one object) and
+// returns it: `defer c.lock().Unlock()` opens every method that calls C (no
+// closure: Update allocates nothing). Methods never call each other's
+// locking entry points (sync.Mutex is not re-entrant).
+func (c *Cache) lock() *sync.Mutex {
+	if c == nil {
+		return heldAlone()
+	}
+	m := &c.mu
+	if c.owner != nil {
+		m = &c.owner.mu
+	}
+	m.Lock()
+	return m
+}
+
+// heldAlone is a locked mutex nobody else holds, for a nil receiver (whose
+// method then reports ErrClosed or the like).
+func heldAlone() *sync.Mutex {
+	m := new(sync.Mutex)
+	m.Lock()
+	return m
 }
 
 // handle is the C handle, nil once closed (or once the owning pair is).
@@ -213,6 +242,7 @@ func NewFromTensors(opts *CacheOptions, keys, values []Input) (*Cache, error) {
 // Clone returns a deep copy of the cache (same layers, contents, counters
 // and flags), for prefix reuse: prefill once, clone per request.
 func (c *Cache) Clone() (*Cache, error) {
+	defer c.lock().Unlock()
 	p, err := c.get()
 	if err != nil {
 		return nil, err
@@ -229,6 +259,7 @@ func (c *Cache) Clone() (*Cache, error) {
 // of at its first update (transformers' early_initialization): static
 // layers get their zeroed buffers, dynamic layers an empty store.
 func (c *Cache) EarlyInitialization(opts InitOptions) error {
+	defer c.lock().Unlock()
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -249,6 +280,7 @@ func (c *Cache) NumLayers() int {
 // LayerCount returns the number of layers (for a lazy cache, the layers
 // touched so far), or ErrClosed. Since 0.7.
 func (c *Cache) LayerCount() (int, error) {
+	defer c.lock().Unlock()
 	p, err := c.get()
 	if err != nil {
 		return 0, err
@@ -260,6 +292,7 @@ func (c *Cache) LayerCount() (int, error) {
 
 // LayerInfo returns what a layer is and holds.
 func (c *Cache) LayerInfo(layer int) (LayerInfo, error) {
+	defer c.lock().Unlock()
 	l, err := layerIndex("LayerInfo", layer)
 	if err != nil {
 		return LayerInfo{}, err
@@ -279,6 +312,7 @@ func (c *Cache) LayerInfo(layer int) (LayerInfo, error) {
 // sliding the kept tail, static layers the whole buffer including unwritten
 // (zero) slots. The views are valid until the cache's next mutating call.
 func (c *Cache) LayerView(layer int) (KV, error) {
+	defer c.lock().Unlock()
 	l, err := layerIndex("LayerView", layer)
 	if err != nil {
 		return KV{}, err
@@ -300,6 +334,7 @@ func (c *Cache) LayerView(layer int) (KV, error) {
 // layers: all tokens written; dynamic layers: tokens stored); 0 for a layer
 // beyond the layers or not initialized.
 func (c *Cache) SeqLength(layer int) (int64, error) {
+	defer c.lock().Unlock()
 	l, err := layerIndex("SeqLength", layer)
 	if err != nil {
 		return 0, err
@@ -318,6 +353,7 @@ func (c *Cache) SeqLength(layer int) (int64, error) {
 // max_cache_len) for static sliding layers; with AllLayers, the maximum over
 // all layers.
 func (c *Cache) MaxLength(layer int) (int64, error) {
+	defer c.lock().Unlock()
 	l, err := signedLayer("MaxLength", layer)
 	if err != nil {
 		return 0, err
@@ -334,6 +370,7 @@ func (c *Cache) MaxLength(layer int) (int64, error) {
 // UsableLength returns get_usable_length(newSeqLength, layer): the stored
 // length old models use as kv_seq_len.
 func (c *Cache) UsableLength(newSeqLength int64, layer int) (int64, error) {
+	defer c.lock().Unlock()
 	l, err := layerIndex("UsableLength", layer)
 	if err != nil {
 		return 0, err
@@ -351,6 +388,7 @@ func (c *Cache) UsableLength(newSeqLength int64, layer int) (int64, error) {
 // absolute offset of the key range the next update of queryLength tokens
 // will return, so that the attention mask can be built before the update.
 func (c *Cache) MaskSizes(queryLength int64, layer int) (kvLength, kvOffset int64, err error) {
+	defer c.lock().Unlock()
 	l, err := layerIndex("MaskSizes", layer)
 	if err != nil {
 		return 0, 0, err
@@ -367,6 +405,7 @@ func (c *Cache) MaskSizes(queryLength int64, layer int) (kvLength, kvOffset int6
 // BatchSize returns the batch size of the initialized static layers
 // (transformers' Cache.batch_size), -1 if there are none.
 func (c *Cache) BatchSize() (int64, error) {
+	defer c.lock().Unlock()
 	p, err := c.get()
 	if err != nil {
 		return 0, err
@@ -380,6 +419,7 @@ func (c *Cache) BatchSize() (int64, error) {
 // next forward's queries start, the sequence length plus what the cache's
 // QueryOffsetRule adds.
 func (c *Cache) QueryOffset(layer uint32) (int64, error) {
+	defer c.lock().Unlock()
 	p, err := c.get()
 	if err != nil {
 		return 0, err
@@ -392,6 +432,7 @@ func (c *Cache) QueryOffset(layer uint32) (int64, error) {
 // IsCroppable reports transformers' is_croppable (5.17) of one layer, or of
 // every layer with AllLayers: whether Crop can put it back as it was.
 func (c *Cache) IsCroppable(layer int32) (bool, error) {
+	defer c.lock().Unlock()
 	p, err := c.get()
 	if err != nil {
 		return false, err
@@ -404,6 +445,7 @@ func (c *Cache) IsCroppable(layer int32) (bool, error) {
 // SetPreviousAcceptedTokens is DFlashCache.set_previous_accepted_tokens: only
 // on a cache created with QueryOffsetDFlash.
 func (c *Cache) SetPreviousAcceptedTokens(tokens int64) error {
+	defer c.lock().Unlock()
 	p, err := c.get()
 	if err != nil {
 		return err
@@ -415,6 +457,7 @@ func (c *Cache) SetPreviousAcceptedTokens(tokens int64) error {
 
 // Memory returns the memory the cache holds.
 func (c *Cache) Memory() (MemoryInfo, error) {
+	defer c.lock().Unlock()
 	p, err := c.get()
 	if err != nil {
 		return MemoryInfo{}, err
@@ -465,6 +508,7 @@ func (o *UpdateOptions) prepare(fn string, u *uopts) (cp *int64, cos, sin unsafe
 // until its next mutating call. In steady decoding nothing is allocated,
 // in the library or in this package.
 func (c *Cache) Update(layer int, key, value Input, opts *UpdateOptions) (KV, error) {
+	defer c.lock().Unlock()
 	if opts == nil && uint64(layer) <= math.MaxUint32 {
 		// The common call, with less to describe: compact tensors.
 		var d cpair
@@ -554,6 +598,7 @@ func (c *Cache) update(layer int, key, value Input, opts *UpdateOptions) (KV, er
 // costs about as much as a small copy per tensor; a decode loop that reuses
 // its input buffers calls PrepareStep once and Step.Update per step.
 func (c *Cache) UpdateAll(keys, values []Input, opts *UpdateOptions, out []KV) error {
+	defer c.lock().Unlock()
 	const fn = "UpdateAll"
 	if out != nil && len(out) != len(keys) {
 		return newError(CodeInvalidArgument, fmt.Sprintf("%s: out has %d entries for %d layers", fn, len(out), len(keys)))
@@ -602,6 +647,7 @@ func (c *Cache) UpdateAll(keys, values []Input, opts *UpdateOptions, out []KV) e
 // its window can only be cropped after ActivatePastRecording, with tokens
 // <= 0. Static layers refuse (ErrUnsupported).
 func (c *Cache) Crop(tokens int64) error {
+	defer c.lock().Unlock()
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -615,6 +661,7 @@ func (c *Cache) Crop(tokens int64) error {
 // from now on, so that assisted decoding can roll back rejected tokens with
 // a negative Crop (activate_past_recording).
 func (c *Cache) ActivatePastRecording() error {
+	defer c.lock().Unlock()
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -635,6 +682,7 @@ func int64sPtr(s []int64) *int64 {
 // non-empty layer becomes former row beamIdx[b]. When len(beamIdx) is the
 // batch size only the rows that change are copied.
 func (c *Cache) Reorder(beamIdx []int64) error {
+	defer c.lock().Unlock()
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -649,6 +697,7 @@ func (c *Cache) Reorder(beamIdx []int64) error {
 // rows i*repeats .. i*repeats+repeats-1 (contrastive search). Dynamic kinds
 // only.
 func (c *Cache) BatchRepeatInterleave(repeats int64) error {
+	defer c.lock().Unlock()
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -661,6 +710,7 @@ func (c *Cache) BatchRepeatInterleave(repeats int64) error {
 // BatchSelectIndices is batch_select_indices(indices): keeps those rows, in
 // that order. Dynamic kinds only.
 func (c *Cache) BatchSelectIndices(indices []int64) error {
+	defer c.lock().Unlock()
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -689,6 +739,7 @@ func splitCapacity(full, split int64) int {
 // with the same layers, counters and flags. fullBatchSize must be the
 // cache's batch size. The cache itself is unchanged.
 func (c *Cache) BatchSplit(fullBatchSize, splitSize int64) ([]*Cache, error) {
+	defer c.lock().Unlock()
 	p, err := c.get()
 	if err != nil {
 		return nil, err
@@ -738,6 +789,7 @@ func FromBatchSplits(splits []*Cache) (*Cache, error) {
 // is ordered before anything issued afterwards. The stream must outlive its
 // use by the cache. A CPU cache accepts only 0.
 func (c *Cache) SetStream(stream uintptr) error {
+	defer c.lock().Unlock()
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -750,6 +802,7 @@ func (c *Cache) SetStream(stream uintptr) error {
 // Stream is the handle of the stream the cache is bound to (0: the default
 // stream, or a CPU cache).
 func (c *Cache) Stream() (uintptr, error) {
+	defer c.lock().Unlock()
 	p, err := c.get()
 	if err != nil {
 		return 0, err
@@ -763,6 +816,7 @@ func (c *Cache) Stream() (uintptr, error) {
 // layer, like a slice's capacity: updates up to that length then neither
 // allocate nor copy history.
 func (c *Cache) Reserve(tokens int64) error {
+	defer c.lock().Unlock()
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -773,8 +827,10 @@ func (c *Cache) Reserve(tokens int64) error {
 }
 
 // Reset empties every layer: static buffers are zeroed and their counters
-// set to 0; dynamic layers drop their tokens and keep their storage.
+// set to 0; dynamic layers drop their tokens and keep their storage. It is
+// also the one call a cache poisoned by a GPU failure accepts.
 func (c *Cache) Reset() error {
+	defer c.lock().Unlock()
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -788,6 +844,7 @@ func (c *Cache) Reset() error {
 // cache created with offloading does this by itself in Update; this is for
 // callers that drive it themselves.
 func (c *Cache) Offload(layer int) error {
+	defer c.lock().Unlock()
 	l, err := layerIndex("Offload", layer)
 	if err != nil {
 		return err
@@ -804,6 +861,7 @@ func (c *Cache) Offload(layer int) error {
 // Prefetch moves a layer's K/V back to the device tier
 // (kvc_cache_prefetch).
 func (c *Cache) Prefetch(layer int) error {
+	defer c.lock().Unlock()
 	l, err := layerIndex("Prefetch", layer)
 	if err != nil {
 		return err
@@ -835,6 +893,7 @@ type convOpts struct {
 // by one, x's columns are written at the clamped positions, and the state is
 // returned. The view is valid until the cache's next mutating call.
 func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (View, error) {
+	defer c.lock().Unlock()
 	const fn = "UpdateConvState"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -879,6 +938,7 @@ func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (Vi
 // (MambaCache's update_ssm_state): copies state (batch first, 1 to 6
 // dimensions) into the layer's recurrent state and returns a view of it.
 func (c *Cache) UpdateRecurrentState(layer, stateIndex int, state Input) (View, error) {
+	defer c.lock().Unlock()
 	const fn = "UpdateRecurrentState"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -928,6 +988,7 @@ func stateIdx(fn string, i int) (uint32, error) {
 // (transformers' conv_states[i], recurrent_states[i]). A state not yet
 // allocated is a View with NDim 0.
 func (c *Cache) StateView(layer, stateIndex int) (conv, recurrent View, err error) {
+	defer c.lock().Unlock()
 	const fn = "StateView"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -958,6 +1019,7 @@ func (c *Cache) StateView(layer, stateIndex int) (conv, recurrent View, err erro
 // buffer. The view is valid until the next mutating call; errors leave the
 // cache unchanged.
 func (c *Cache) UpdateIndexer(layer int, x Input) (View, error) {
+	defer c.lock().Unlock()
 	const fn = "UpdateIndexer"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -972,6 +1034,7 @@ func (c *Cache) UpdateIndexer(layer int, x Input) (View, error) {
 // UpdateIndexer returns it; an empty View (no data, no dimensions) before
 // its first UpdateIndexer, as transformers' None.
 func (c *Cache) IndexerView(layer int) (View, error) {
+	defer c.lock().Unlock()
 	const fn = "IndexerView"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -994,6 +1057,7 @@ func (c *Cache) IndexerView(layer int) (View, error) {
 // state(s) have had their first conv update. layer AllLayers means the last
 // linear layer; stateIndex -1 means all states of the layer.
 func (c *Cache) HasPreviousState(layer, stateIndex int) (bool, error) {
+	defer c.lock().Unlock()
 	const fn = "HasPreviousState"
 	l, err := signedLayer(fn, layer)
 	if err != nil {

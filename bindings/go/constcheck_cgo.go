@@ -52,6 +52,8 @@ var (
 	_ [int64(C.KVC_ERROR_INTERNAL) - int64(CodeInternal)]struct{}
 	_ [int64(CodeIO) - int64(C.KVC_ERROR_IO)]struct{}
 	_ [int64(C.KVC_ERROR_IO) - int64(CodeIO)]struct{}
+	_ [int64(CodeBusy) - int64(C.KVC_ERROR_BUSY)]struct{}
+	_ [int64(C.KVC_ERROR_BUSY) - int64(CodeBusy)]struct{}
 	_ [int64(FileFormatVersion) - int64(C.KVC_FILE_FORMAT_VERSION)]struct{}
 	_ [int64(C.KVC_FILE_FORMAT_VERSION) - int64(FileFormatVersion)]struct{}
 	_ [int64(DeviceCPU) - int64(C.KVC_DEVICE_CPU)]struct{}

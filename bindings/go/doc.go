@@ -49,10 +49,12 @@
 // Close frees a cache; it is idempotent. A finalizer closes a cache that
 // was dropped without Close, as a safety net only: C memory does not count
 // towards the Go heap, so the garbage collector sees no hurry. A View keeps
-// its cache reachable. A Cache is not safe for concurrent use (the C rule:
-// one thread per handle at a time); distinct caches are independent and
-// may be used from different goroutines at once. Queries may run
-// concurrently with each other while nothing mutates the cache.
+// its cache reachable. A Cache, an EncoderDecoderCache and a Pool (with its
+// sequences) are safe for concurrent use: each holds a mutex for every call
+// into C, so goroutines sharing one take turns (the library would refuse an
+// overlapping call with ErrBusy; the package never lets one happen).
+// Distinct handles are independent and run in parallel. Views are not
+// synchronised: read them where no other goroutine mutates their cache.
 //
 // # The hot path
 //

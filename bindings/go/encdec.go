@@ -3,6 +3,7 @@ package kvcache
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -12,7 +13,8 @@ import (
 // caches can all refer to it without forming a cycle through a finalized
 // object: it is collected when none of the three is reachable.
 type edOwner struct {
-	p unsafe.Pointer // *kvc_encoder_decoder_cache; nil once closed
+	mu sync.Mutex     // serialises the calls on the pair and on both halves (EncoderDecoderCache.lock)
+	p  unsafe.Pointer // *kvc_encoder_decoder_cache; nil once closed
 }
 
 func (o *edOwner) close() {
@@ -28,10 +30,20 @@ func (o *edOwner) close() {
 // EncoderDecoderCache is transformers' EncoderDecoderCache: a self-attention
 // cache over the generated tokens, a cross-attention cache over the encoder
 // output, and per layer whether the cross-attention K/V have been computed
-// ("is_updated"). Not safe for concurrent use, like Cache.
+// ("is_updated"). Safe for concurrent use like Cache: the pair and its two
+// halves share one mutex.
 type EncoderDecoderCache struct {
 	o           *edOwner
 	self, cross *Cache
+}
+
+// lock takes the mutex of the pair and its halves; see Cache.lock.
+func (e *EncoderDecoderCache) lock() *sync.Mutex {
+	if e == nil || e.o == nil {
+		return heldAlone()
+	}
+	e.o.mu.Lock()
+	return &e.o.mu
 }
 
 func newEncoderDecoder(p unsafe.Pointer, self, cross *Cache) *EncoderDecoderCache {
@@ -89,6 +101,7 @@ func NewEncoderDecoder(selfAttention, crossAttention *Cache) (*EncoderDecoderCac
 // Close frees the pair and both caches. It is idempotent and always
 // returns nil.
 func (e *EncoderDecoderCache) Close() error {
+	defer e.lock().Unlock()
 	if e == nil || e.o == nil { // nil, or a zero EncoderDecoderCache (never opened)
 		return nil
 	}
@@ -146,6 +159,7 @@ func (e *EncoderDecoderCache) mut() (unsafe.Pointer, error) {
 // IsUpdated reports whether cross-attention layer layer has been computed;
 // false for indices beyond the layers.
 func (e *EncoderDecoderCache) IsUpdated(layer int) (bool, error) {
+	defer e.lock().Unlock()
 	l, err := layerIndex("IsUpdated", layer)
 	if err != nil {
 		return false, err
@@ -164,6 +178,7 @@ func (e *EncoderDecoderCache) IsUpdated(layer int) (bool, error) {
 // and mark it updated; either way return the cross-attention K/V views.
 // Once the layer is updated, key and value may be nil (they are ignored).
 func (e *EncoderDecoderCache) UpdateCross(layer int, key, value Input) (KV, error) {
+	defer e.lock().Unlock()
 	const fn = "UpdateCross"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -195,6 +210,7 @@ func (e *EncoderDecoderCache) UpdateCross(layer int, key, value Input) (KV, erro
 
 // Crop crops the self-attention cache only (cross K/V are never cropped).
 func (e *EncoderDecoderCache) Crop(tokens int64) error {
+	defer e.lock().Unlock()
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -206,6 +222,7 @@ func (e *EncoderDecoderCache) Crop(tokens int64) error {
 
 // Reorder reorders both caches (beam search).
 func (e *EncoderDecoderCache) Reorder(beamIdx []int64) error {
+	defer e.lock().Unlock()
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -219,6 +236,7 @@ func (e *EncoderDecoderCache) Reorder(beamIdx []int64) error {
 // BatchRepeatInterleave repeats the rows of both caches; both must be
 // dynamic.
 func (e *EncoderDecoderCache) BatchRepeatInterleave(repeats int64) error {
+	defer e.lock().Unlock()
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -230,6 +248,7 @@ func (e *EncoderDecoderCache) BatchRepeatInterleave(repeats int64) error {
 
 // BatchSelectIndices keeps rows of both caches; both must be dynamic.
 func (e *EncoderDecoderCache) BatchSelectIndices(indices []int64) error {
+	defer e.lock().Unlock()
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -243,6 +262,7 @@ func (e *EncoderDecoderCache) BatchSelectIndices(indices []int64) error {
 // BatchSplit splits both caches (legacy EncoderDecoderCache.batch_split);
 // both must be dynamic. The pair itself is unchanged.
 func (e *EncoderDecoderCache) BatchSplit(fullBatchSize, splitSize int64) ([]*EncoderDecoderCache, error) {
+	defer e.lock().Unlock()
 	p, err := e.get()
 	if err != nil {
 		return nil, err
@@ -288,6 +308,7 @@ func EncoderDecoderFromBatchSplits(splits []*EncoderDecoderCache) (*EncoderDecod
 // Reset resets both caches and marks every cross-attention layer as not
 // updated.
 func (e *EncoderDecoderCache) Reset() error {
+	defer e.lock().Unlock()
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -299,6 +320,7 @@ func (e *EncoderDecoderCache) Reset() error {
 
 // Clone returns a deep copy of both caches and the IsUpdated flags.
 func (e *EncoderDecoderCache) Clone() (*EncoderDecoderCache, error) {
+	defer e.lock().Unlock()
 	p, err := e.get()
 	if err != nil {
 		return nil, err

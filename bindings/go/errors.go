@@ -25,6 +25,9 @@ const (
 	CodeVersionMismatch Code = 10 // a library or backend plugin speaks another ABI version
 	CodeInternal        Code = 11 // a bug in kvcache; please report it
 	CodeIO              Code = 12 // OSError: a file could not be read or written, or is not a valid kvcache file (since 0.6)
+	// CodeBusy: another thread was inside a call on the same handle; the call did nothing (since 0.7). This
+	// package serialises the calls on each Cache and Pool, so it reaches Go only from a handle shared with C.
+	CodeBusy Code = 13
 )
 
 // codeNames are kvc_code_name's answers; the cgo build asks the library
@@ -43,6 +46,7 @@ var codeNames = [...]string{
 	CodeVersionMismatch: "KVC_ERROR_VERSION_MISMATCH",
 	CodeInternal:        "KVC_ERROR_INTERNAL",
 	CodeIO:              "KVC_ERROR_IO",
+	CodeBusy:            "KVC_ERROR_BUSY",
 }
 
 func goCodeName(c Code) string {
@@ -59,7 +63,10 @@ func (c Code) String() string { return codeName(c) }
 // Error is what every failing call of this package returns: the library's
 // code and message (the message names the argument, the value and the
 // rule), or the same for a check this package makes before calling the
-// library. A call that returns an error has changed nothing.
+// library. A call that returns an error has changed nothing, except when a
+// GPU fails after the call began writing: the cache or pool is then poisoned,
+// and every later call returns CodeInvalidState until Cache.Reset (caches) or
+// Close (kvcache/error.h, docs/gpus.md 'When the device fails').
 //
 // Compare codes with errors.Is and the sentinels below, or read the fields
 // with errors.As:
@@ -106,6 +113,7 @@ var (
 	ErrVersionMismatch = &Error{Code: CodeVersionMismatch}
 	ErrInternal        = &Error{Code: CodeInternal}
 	ErrIO              = &Error{Code: CodeIO}
+	ErrBusy            = &Error{Code: CodeBusy}
 )
 
 // Errors of this package's own, each also matching its code's sentinel.

@@ -23,6 +23,7 @@ const FileFormatVersion = 1
 // it and renamed, so a crash never leaves a partial file). The cache is not
 // changed.
 func (c *Cache) Save(path string) error {
+	defer c.lock().Unlock()
 	p, err := c.get()
 	if err != nil {
 		return err
@@ -36,6 +37,7 @@ func (c *Cache) Save(path string) error {
 // fingerprint must equal the cache's. Views taken before are invalid
 // afterwards. On error the cache is unchanged.
 func (c *Cache) Restore(path string) error {
+	defer c.lock().Unlock()
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -60,6 +62,7 @@ func Load(path string) (*Cache, error) {
 
 // Save writes both halves and the is_updated flags to the file path.
 func (e *EncoderDecoderCache) Save(path string) error {
+	defer e.lock().Unlock()
 	p, err := e.get()
 	if err != nil {
 		return err
@@ -72,6 +75,7 @@ func (e *EncoderDecoderCache) Save(path string) error {
 // Restore replaces both halves and the flags with the file's (the
 // fingerprints must match); unchanged on error.
 func (e *EncoderDecoderCache) Restore(path string) error {
+	defer e.lock().Unlock()
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -99,6 +103,7 @@ func LoadEncoderDecoder(path string) (*EncoderDecoderCache, error) {
 // fingerprint of the pool's layout. Pool.LoadSequence makes it again in a
 // pool of the same layout. Nothing changes: views stay valid.
 func (s *Sequence) Save(path string) error {
+	defer s.lock().Unlock()
 	h, err := s.enter(false)
 	if err != nil {
 		return err
@@ -118,5 +123,6 @@ func (s *Sequence) Save(path string) error {
 // cached for prefix reuse. A missing, truncated or corrupted file is ErrIO.
 // On any error the pool is unchanged.
 func (p *Pool) LoadSequence(path string) (*Sequence, error) {
+	defer p.lock().Unlock()
 	return p.makeSequence(func(h unsafe.Pointer) (unsafe.Pointer, error) { return cPoolSequenceLoad(h, path) })
 }

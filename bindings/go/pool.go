@@ -195,11 +195,16 @@ func (o *poolOwner) close() {
 // LayerStorage's views are valid until Close, the storage never moves. The
 // package tracks this like a cache's views (ErrStaleView).
 //
-// A pool and its sequences are one object for concurrency: one goroutine at
-// a time may call methods of the pool or of any of its sequences. Distinct
-// pools are independent. A pool or sequence dropped without Close is closed
+// A pool and its sequences are one object for concurrency, and safe for
+// concurrent use: every method of the pool or of a sequence takes the pool's
+// mutex for the call, so goroutines sharing a pool run one call at a time
+// (the library refuses overlapping calls with KVC_ERROR_BUSY; the package
+// never lets that happen). Distinct pools run in parallel. Views are not
+// synchronised: a view read while another goroutine's call changes the
+// blocks or tables goes stale under the reader (docs/threads.md). A pool or sequence dropped without Close is closed
 // by a finalizer, as a safety net only.
 type Pool struct {
+	mu  sync.Mutex // held for each call of the pool or of a sequence (lock)
 	o   *poolOwner
 	gen uint64 // bumped by calls that change blocks or tables: state views remember it
 	// tableGen[2*group+format] is the serial of the live table of that group
@@ -244,12 +249,33 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 // Close frees the pool, its storage and its sequences; their views become
 // invalid. It is idempotent and always returns nil.
 func (p *Pool) Close() error {
+	defer p.lock().Unlock()
 	if p == nil || p.o == nil { // nil, or a zero Pool (never opened)
 		return nil
 	}
 	p.gen++
 	p.o.close()
 	return nil
+}
+
+// lock takes the mutex that serialises calls on the pool and its sequences
+// and returns it: `defer p.lock().Unlock()` opens every method that calls C.
+// Methods never call each other's locking entry points (sync.Mutex is not
+// re-entrant).
+func (p *Pool) lock() *sync.Mutex {
+	if p == nil {
+		return heldAlone()
+	}
+	p.mu.Lock()
+	return &p.mu
+}
+
+// lock takes the pool's mutex (see Pool.lock).
+func (s *Sequence) lock() *sync.Mutex {
+	if s == nil {
+		return heldAlone()
+	}
+	return s.pool.lock()
 }
 
 // handle is the C handle; nil once closed, and for a nil or zero Pool
@@ -330,6 +356,7 @@ func groupIndex(fn string, group int) (uint32, error) {
 // with Cache.SetStream's rules: 0 is the default stream, a CPU pool takes
 // only that.
 func (p *Pool) SetStream(stream uintptr) error {
+	defer p.lock().Unlock()
 	return p.call(false, func(h unsafe.Pointer) error { return cPoolSetStream(h, stream) })
 }
 
@@ -362,6 +389,7 @@ func (s PoolStats) AvailableBlocks() uint64 { return s.FreeBlocks + s.CachedBloc
 
 // Stats returns the counters of group.
 func (p *Pool) Stats(group int) (PoolStats, error) {
+	defer p.lock().Unlock()
 	g, err := groupIndex("Stats", group)
 	if err != nil {
 		return PoolStats{}, err
@@ -377,10 +405,16 @@ func (p *Pool) Stats(group int) (PoolStats, error) {
 
 // ClearCache evicts every cached, unreferenced, unpinned block (a weights
 // update makes them stale) and queues an EventAllCleared.
-func (p *Pool) ClearCache() error { return p.call(true, cPoolClearCache) }
+func (p *Pool) ClearCache() error {
+	defer p.lock().Unlock()
+	return p.call(true, cPoolClearCache)
+}
 
 // UnpinAll unpins every block Sequence.Pin pinned; they stay cached.
-func (p *Pool) UnpinAll() error { return p.call(true, cPoolUnpinAll) }
+func (p *Pool) UnpinAll() error {
+	defer p.lock().Unlock()
+	return p.call(true, cPoolUnpinAll)
+}
 
 // handles returns the C handles of seqs, which must be open sequences of p.
 func (p *Pool) handles(fn string, seqs []*Sequence) ([]unsafe.Pointer, error) {
@@ -402,6 +436,7 @@ func (p *Pool) handles(fn string, seqs []*Sequence) ([]unsafe.Pointer, error) {
 // copies and recurrent slots included, minus what sliding groups give
 // back). Compare with PoolStats.AvailableBlocks.
 func (p *Pool) BlocksNeeded(seqs []*Sequence, newTokens []uint64) ([]uint64, error) {
+	defer p.lock().Unlock()
 	const fn = "BlocksNeeded"
 	if len(seqs) != len(newTokens) {
 		return nil, newError(CodeInvalidArgument, fmt.Sprintf("%s: %d sequences but %d token counts", fn, len(seqs), len(newTokens)))
@@ -441,6 +476,7 @@ type PoolEvent struct {
 
 // Events takes every queued event, oldest first.
 func (p *Pool) Events() ([]PoolEvent, error) {
+	defer p.lock().Unlock()
 	h, err := p.enter(true)
 	if err != nil {
 		return nil, err
@@ -467,6 +503,7 @@ func (p *Pool) Events() ([]PoolEvent, error) {
 // (ConcatSlots joins the sequences of a batch); a slot of -1 is skipped.
 // Table and state views stay valid: a write changes stored K/V only.
 func (p *Pool) Write(keys, values []Input, slots []int64) error {
+	defer p.lock().Unlock()
 	const fn = "Write"
 	if p.handle() == nil {
 		return ErrPoolClosed
@@ -503,6 +540,7 @@ func (p *Pool) Write(keys, values []Input, slots []int64) error {
 // or [num_blocks, heads, block_size, head_dim] (LayoutHND); the pool's own
 // layout is compact, the other strided. Valid until Close.
 func (p *Pool) LayerStorage(layer int, layout PoolLayout) (KV, error) {
+	defer p.lock().Unlock()
 	l, err := layerIndex("LayerStorage", layer)
 	if err != nil {
 		return KV{}, err
@@ -566,6 +604,7 @@ func (p *Pool) tableView(t *ctensor, slot int32) View {
 // that changes blocks or tables, or the next BlockTable of the same group:
 // the tables of several groups coexist.
 func (p *Pool) BlockTable(seqs []*Sequence, group int) (View, error) {
+	defer p.lock().Unlock()
 	t, slot, err := p.blockTable("BlockTable", seqs, group, tablePadded)
 	if err != nil {
 		return View{}, err
@@ -583,6 +622,7 @@ type CSRTable struct {
 // BlockTableCSR returns the block tables in the CSR form; validity as
 // BlockTable.
 func (p *Pool) BlockTableCSR(seqs []*Sequence, group int) (CSRTable, error) {
+	defer p.lock().Unlock()
 	t, slot, err := p.blockTable("BlockTableCSR", seqs, group, tableCSR)
 	if err != nil {
 		return CSRTable{}, err
@@ -635,6 +675,7 @@ func (p *Pool) newSequence(s unsafe.Pointer) *Sequence {
 // salt (per tenant: blocks are reused only between sequences with the same
 // salt); nil for none.
 func (p *Pool) NewSequence(salt []byte) (*Sequence, error) {
+	defer p.lock().Unlock()
 	return p.makeSequence(func(h unsafe.Pointer) (unsafe.Pointer, error) { return cPoolSequenceCreate(h, salt) })
 }
 
@@ -669,6 +710,7 @@ func (s *Sequence) finalize() {
 // Close releases the sequence's blocks. It is idempotent, always returns
 // nil, and does nothing once the pool is closed (which freed it).
 func (s *Sequence) Close() error {
+	defer s.lock().Unlock()
 	if s == nil {
 		return nil
 	}
@@ -735,6 +777,7 @@ func (s *Sequence) CommittedLength() (int64, error) {
 
 // count runs a query of the sequence's token counts.
 func (s *Sequence) count(query func(unsafe.Pointer) uint64) (int64, error) {
+	defer s.lock().Unlock()
 	h, err := s.enter(false)
 	if err != nil {
 		return 0, err
@@ -749,6 +792,7 @@ func (s *Sequence) count(query func(unsafe.Pointer) uint64) (int64, error) {
 // every group, at most len(tokens) - 1 (the last token is always computed).
 // Reserve the rest.
 func (s *Sequence) MatchPrefix(tokens []int32) (int64, error) {
+	defer s.lock().Unlock()
 	h, err := s.enter(true)
 	if err != nil {
 		return 0, err
@@ -810,6 +854,7 @@ func ConcatSlots(ms ...SlotMapping) (SlotMapping, error) {
 // used cached blocks when none is free). Out of blocks is ErrOutOfMemory
 // naming the group and the numbers, and nothing changes.
 func (s *Sequence) Reserve(tokens []int32) (SlotMapping, error) {
+	// ReserveInto takes the pool's mutex.
 	var m SlotMapping
 	err := s.ReserveInto(tokens, &m)
 	return m, err
@@ -818,6 +863,7 @@ func (s *Sequence) Reserve(tokens []int32) (SlotMapping, error) {
 // ReserveInto is Reserve into a mapping whose memory is reused (a decode
 // loop allocates nothing).
 func (s *Sequence) ReserveInto(tokens []int32, m *SlotMapping) error {
+	defer s.lock().Unlock()
 	h, err := s.enter(true)
 	if err != nil {
 		return err
@@ -839,7 +885,10 @@ func (s *Sequence) ReserveInto(tokens []int32, m *SlotMapping) error {
 // Commit declares every reserved token written: blocks that became full are
 // hashed and cached (an EventBlockStored each), recurrent groups checkpoint
 // their state at block boundaries.
-func (s *Sequence) Commit() error { return s.call(cPoolCommit) }
+func (s *Sequence) Commit() error {
+	defer s.lock().Unlock()
+	return s.call(cPoolCommit)
+}
 
 // call runs a call that changes blocks or tables on the sequence's handle.
 func (s *Sequence) call(f func(unsafe.Pointer) error) error {
@@ -856,6 +905,7 @@ func (s *Sequence) call(f func(unsafe.Pointer) error) error {
 // sampling, beam search); nothing is copied until one of them writes into a
 // shared partial block (copy-on-write).
 func (s *Sequence) Fork() (*Sequence, error) {
+	defer s.lock().Unlock()
 	h, err := s.enter(true)
 	if err != nil {
 		return nil, err
@@ -870,6 +920,7 @@ func (s *Sequence) Fork() (*Sequence, error) {
 
 // Truncate keeps the first n tokens (speculative decoding's rollback).
 func (s *Sequence) Truncate(n int64) error {
+	defer s.lock().Unlock()
 	if n < 0 {
 		return newError(CodeInvalidArgument, fmt.Sprintf("Truncate: n is %d; it must be >= 0", n))
 	}
@@ -878,13 +929,17 @@ func (s *Sequence) Truncate(n int64) error {
 
 // Pin pins the sequence's cached blocks: never evicted, even after it is
 // closed, until Pool.UnpinAll.
-func (s *Sequence) Pin() error { return s.call(cPoolPin) }
+func (s *Sequence) Pin() error {
+	defer s.lock().Unlock()
+	return s.call(cPoolPin)
+}
 
 // Gather copies the sequence's K and V of layer into keys and values,
 // [1, num_kv_heads, Len(), head_dim] tensors on the pool's device (a Tensor
 // of the pool's element type, or an ExternalTensor), which it writes: the
 // transformers layout.
 func (s *Sequence) Gather(layer int, keys, values Input) error {
+	defer s.lock().Unlock()
 	const fn = "Gather"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -932,6 +987,7 @@ func GatherTensors[T Element](s *Sequence, layer int) (keys, values Tensor[T], e
 // host pool's state). Valid until the next call that changes blocks or
 // tables.
 func (s *Sequence) RecurrentState(layer int) (conv, ssm View, err error) {
+	defer s.lock().Unlock()
 	l, err := layerIndex("RecurrentState", layer)
 	if err != nil {
 		return View{}, View{}, err

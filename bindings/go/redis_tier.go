@@ -114,6 +114,7 @@ func (o *RedisTierOptions) config(fn string) (redisTierConfig, error) {
 // an error; only this call reports an unreachable or misconfigured server
 // (an *Error naming the seed and the reason).
 func (p *Pool) AddRedisTier(opts RedisTierOptions) (int, error) {
+	defer p.lock().Unlock()
 	const fn = "AddRedisTier"
 	c, err := opts.config(fn)
 	if err != nil {

@@ -25,6 +25,7 @@ type Step struct {
 // 0..len(keys)-1. The inputs must be Tensors, ExternalTensors or Copies of
 // views: a view into a cache would be invalidated by the step itself.
 func (c *Cache) PrepareStep(keys, values []Input) (*Step, error) {
+	defer c.lock().Unlock()
 	const fn = "PrepareStep"
 	if _, err := c.get(); err != nil {
 		return nil, err
@@ -62,7 +63,11 @@ func (s *Step) NumLayers() int {
 // Update runs the step: one kvc_cache_update_all with the prepared inputs.
 // Either every layer is updated or none is.
 func (s *Step) Update() error {
-	if s == nil || s.arr == nil || (s.arr.mem == nil && s.arr.n > 0) { // nil, zero or closed
+	if s == nil || s.arr == nil { // nil or zero
+		return ErrClosed
+	}
+	defer s.c.lock().Unlock()
+	if s.arr.mem == nil && s.arr.n > 0 { // closed
 		return ErrClosed
 	}
 	p, err := s.c.mut()

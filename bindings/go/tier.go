@@ -128,6 +128,7 @@ func (t *DiskTier) Stats() (TierStats, error) {
 // caller keeps the tier. Errors: ErrInvalidArgument (nil, a tier given or
 // closed already, write).
 func (p *Pool) AddTier(tier *DiskTier, write TierWrite) error {
+	defer p.lock().Unlock()
 	if tier == nil {
 		return newError(CodeInvalidArgument, "AddTier: tier is nil")
 	}
@@ -152,6 +153,7 @@ func (p *Pool) AddTier(tier *DiskTier, write TierWrite) error {
 // TierStats returns the counters of the pool's tier index (order of
 // AddTier). Errors: ErrOutOfRange past the last tier.
 func (p *Pool) TierStats(index int) (TierStats, error) {
+	defer p.lock().Unlock()
 	if index < 0 || uint64(index) > 0xFFFFFFFF {
 		return TierStats{}, newError(CodeOutOfRange, "TierStats: index is negative or too large")
 	}
@@ -168,6 +170,7 @@ func (p *Pool) TierStats(index int) (TierStats, error) {
 // tier key (docs/tiers.md): two pools share tier blocks exactly when theirs
 // agree.
 func (p *Pool) Fingerprint() ([BlockHashSize]byte, error) {
+	defer p.lock().Unlock()
 	h, err := p.enter(false)
 	if err != nil {
 		return [BlockHashSize]byte{}, err

@@ -27,6 +27,8 @@ static kvc_error* read_save_options(const char* fn, const kvc_save_options* o, u
   if (!o) return NULL;
   kvc_error* e = kvci_check_struct_size(fn, "options", o->struct_size, sizeof(kvc_save_options));
   if (e) return e;
+  if (o->reserved)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->reserved is %u; it is 0", fn, o->reserved);
   if (o->staging_bytes && (o->staging_bytes < 4096 || o->staging_bytes >= ((uint64_t)1 << 40)))
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT,
                     "%s: options->staging_bytes is %llu; pass 0 (8 MiB) or a size in [4096, 2^40)", fn,
@@ -135,6 +137,7 @@ static kvc_error* check_save(const char* fn, const void* cache, const void* targ
 
 kvc_error* kvc_cache_save(const kvc_cache* cache, const char* path, const kvc_save_options* options) {
   static const char* FN = "kvc_cache_save";
+  KVCI_GUARD_SHARED(kvci_guard_of(cache), FN);
   uint64_t staging;
   kvc_error* e = check_save(FN, cache, path, "path");
   if (!e) e = read_save_options(FN, options, &staging);
@@ -144,6 +147,7 @@ kvc_error* kvc_cache_save(const kvc_cache* cache, const char* path, const kvc_sa
 
 kvc_error* kvc_cache_save_to(const kvc_cache* cache, kvc_write_fn write, void* user, const kvc_save_options* options) {
   static const char* FN = "kvc_cache_save_to";
+  KVCI_GUARD_SHARED(kvci_guard_of(cache), FN);
   uint64_t staging;
   kvc_error* e = check_save(FN, cache, (const void*)(uintptr_t)write, "write");
   if (!e) e = read_save_options(FN, options, &staging);
@@ -154,6 +158,9 @@ kvc_error* kvc_cache_save_to(const kvc_cache* cache, kvc_write_fn write, void* u
 kvc_error* kvc_encoder_decoder_cache_save(const kvc_encoder_decoder_cache* cache, const char* path,
                                           const kvc_save_options* options) {
   static const char* FN = "kvc_encoder_decoder_cache_save";
+  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 0), FN);
+  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 1), FN);
+  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 2), FN);
   uint64_t staging;
   kvc_error* e = check_save(FN, cache, path, "path");
   if (!e) e = read_save_options(FN, options, &staging);
@@ -166,6 +173,9 @@ kvc_error* kvc_encoder_decoder_cache_save(const kvc_encoder_decoder_cache* cache
 kvc_error* kvc_encoder_decoder_cache_save_to(const kvc_encoder_decoder_cache* cache, kvc_write_fn write, void* user,
                                              const kvc_save_options* options) {
   static const char* FN = "kvc_encoder_decoder_cache_save_to";
+  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 0), FN);
+  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 1), FN);
+  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 2), FN);
   uint64_t staging;
   kvc_error* e = check_save(FN, cache, (const void*)(uintptr_t)write, "write");
   if (!e) e = read_save_options(FN, options, &staging);
@@ -345,9 +355,11 @@ static kvc_error* compare_part(const char* fn, const kvci_file* f, uint32_t part
  */
 static void adopt(kvc_cache* dst, kvc_cache* fresh) {
   kvci_offload_settle(dst);
-  kvc_cache old = *dst, made = *fresh;
-  *dst = made;
-  *fresh = old;
+  kvc_cache old, made; /* every member but the guards, which stay with their handles */
+  kvci_cache_copy_contents(&old, dst);
+  kvci_cache_copy_contents(&made, fresh);
+  kvci_cache_copy_contents(dst, &made);
+  kvci_cache_copy_contents(fresh, &old);
   dst->backend = old.backend, dst->device = old.device, dst->exec = old.exec, dst->batch = old.batch;
   dst->alias_index = old.alias_index, dst->check_alias_index = old.check_alias_index;
   fresh->backend = made.backend, fresh->device = made.device, fresh->exec = made.exec, fresh->batch = made.batch;
@@ -393,11 +405,13 @@ static kvc_error* restore_encdec(const char* fn, const file_bytes* m, const requ
 static kvc_error* null_cache(const char* fn) { return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn); }
 
 kvc_error* kvc_cache_restore(kvc_cache* cache, const char* path) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(cache), "kvc_cache_restore");
   const request r = {NULL, NULL, cache};
   return cache ? from_path("kvc_cache_restore", path, restore_cache, &r) : null_cache("kvc_cache_restore");
 }
 
 kvc_error* kvc_cache_restore_buffer(kvc_cache* cache, const void* data, size_t bytes) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(cache), "kvc_cache_restore_buffer");
   const request r = {NULL, NULL, cache};
   return cache ? from_buffer("kvc_cache_restore_buffer", data, bytes, restore_cache, &r)
                : null_cache("kvc_cache_restore_buffer");
@@ -405,12 +419,18 @@ kvc_error* kvc_cache_restore_buffer(kvc_cache* cache, const void* data, size_t b
 
 kvc_error* kvc_encoder_decoder_cache_restore(kvc_encoder_decoder_cache* cache, const char* path) {
   static const char* FN = "kvc_encoder_decoder_cache_restore";
+  KVCI_GUARD_EXCLUSIVE(kvci_encdec_guard(cache, 0), FN);
+  KVCI_GUARD_EXCLUSIVE(kvci_encdec_guard(cache, 1), FN);
+  KVCI_GUARD_EXCLUSIVE(kvci_encdec_guard(cache, 2), FN);
   const request r = {NULL, NULL, cache};
   return cache ? from_path(FN, path, restore_encdec, &r) : null_cache(FN);
 }
 
 kvc_error* kvc_encoder_decoder_cache_restore_buffer(kvc_encoder_decoder_cache* cache, const void* data, size_t bytes) {
   static const char* FN = "kvc_encoder_decoder_cache_restore_buffer";
+  KVCI_GUARD_EXCLUSIVE(kvci_encdec_guard(cache, 0), FN);
+  KVCI_GUARD_EXCLUSIVE(kvci_encdec_guard(cache, 1), FN);
+  KVCI_GUARD_EXCLUSIVE(kvci_encdec_guard(cache, 2), FN);
   const request r = {NULL, NULL, cache};
   return cache ? from_buffer(FN, data, bytes, restore_encdec, &r) : null_cache(FN);
 }
@@ -428,6 +448,7 @@ static kvc_error* check_sequence_save(const char* fn, const kvc_pool_sequence* s
 kvc_error* kvc_pool_sequence_save(const kvc_pool_sequence* sequence, const char* path,
                                   const kvc_save_options* options) {
   static const char* FN = "kvc_pool_sequence_save";
+  KVCI_GUARD_SHARED(kvci_sequence_guard(sequence), FN);
   uint64_t staging;
   kvc_error* e = check_sequence_save(FN, sequence, path, "path", options, &staging);
   const object o = {NULL, NULL, NULL, 0, sequence};
@@ -437,6 +458,7 @@ kvc_error* kvc_pool_sequence_save(const kvc_pool_sequence* sequence, const char*
 kvc_error* kvc_pool_sequence_save_to(const kvc_pool_sequence* sequence, kvc_write_fn write, void* user,
                                      const kvc_save_options* options) {
   static const char* FN = "kvc_pool_sequence_save_to";
+  KVCI_GUARD_SHARED(kvci_sequence_guard(sequence), FN);
   uint64_t staging;
   kvc_error* e = check_sequence_save(FN, sequence, (const void*)(uintptr_t)write, "write", options, &staging);
   const object o = {NULL, NULL, NULL, 0, sequence};
@@ -456,12 +478,14 @@ static kvc_error* load_sequence(const char* fn, const file_bytes* m, const reque
 static kvc_error* null_pool(const char* fn) { return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", fn); }
 
 kvc_error* kvc_pool_sequence_load(kvc_pool* pool, const char* path, kvc_pool_sequence** out) {
+  KVCI_GUARD_EXCLUSIVE(kvci_pool_guard(pool), "kvc_pool_sequence_load");
   const request r = {NULL, out, pool};
   return pool ? from_path("kvc_pool_sequence_load", path, load_sequence, &r) : null_pool("kvc_pool_sequence_load");
 }
 
 kvc_error* kvc_pool_sequence_load_buffer(kvc_pool* pool, const void* data, size_t bytes, kvc_pool_sequence** out) {
   static const char* FN = "kvc_pool_sequence_load_buffer";
+  KVCI_GUARD_EXCLUSIVE(kvci_pool_guard(pool), FN);
   const request r = {NULL, out, pool};
   return pool ? from_buffer(FN, data, bytes, load_sequence, &r) : null_pool(FN);
 }

@@ -1,7 +1,7 @@
 /*
  * core/persist/load_cache.c: a new cache from a parsed file (parse.c has
- * checked every checksum; the bulk payloads are read again, straight into the
- * new cache, and their checksums checked again as they land): the layers rebuilt from their fingerprint specs,
+ * checked every checksum but the tensor payloads', which are checked as they
+ * land in the new cache): the layers rebuilt from their fingerprint specs,
  * then each layer's record, stored keys and values, extension state and row
  * buffers, then each kind's cache-wide state. The file's values are checked
  * against each other as they are read (a checksum proves the bytes are the

@@ -69,6 +69,7 @@ typedef struct kvci_stage {
   unsigned char* host;
   size_t bytes;
   void* barrier;
+  kvci_fault fault; /* the first failed copy or wait of a load (backend_fault.h), for kvci_stage_error */
 } kvci_stage;
 
 /* Opens the stage for a cache's or a pool's place (nothing on the CPU); UNSUPPORTED when the backend cannot
@@ -86,6 +87,8 @@ void kvci_xfer_save(kvci_out* out, kvci_stage* stage, const void* base, const in
                     const int64_t shape[4], size_t elem);
 int kvci_xfer_load(kvci_stage* stage, void* base, const int64_t strides[4], const int64_t shape[4], size_t elem,
                    const unsigned char* src);
+/* The error of a kvci_xfer_load that returned -1: the backend's failure in its words, naming fn and `what`. */
+kvc_error* kvci_stage_error(const char* fn, kvci_stage* stage, const char* what);
 
 /*
  * A bulk section's payload, loaded in order in regions (kvci_section_load):

@@ -356,7 +356,7 @@ kvc_error* kvci_load_pool_sequence(const char* fn, const kvci_file* f, kvc_pool*
   kvci_stage st;
   memset(&st, 0, sizeof st);
   if (!e) e = kvci_stage_open(fn, p->backend, &p->exec, p->device, 0, &st);
-  if (!e) e = kvc_pool_sequence_create(p, NULL, &s);
+  if (!e) e = kvci_pool_sequence_create(p, NULL, &s); /* the load holds the pool's guard */
   if (!e && kvci_pool_seq_grow(s, (uint64_t)q.length)) e = kvci_err_oom();
   if (!e) {
     memcpy(s->root, q.root, KVC_BLOCK_HASH_SIZE);
@@ -370,7 +370,7 @@ kvc_error* kvci_load_pool_sequence(const char* fn, const kvci_file* f, kvc_pool*
   kvci_stage_close(&st);
   free(q.groups);
   if (e) {
-    kvc_pool_sequence_destroy(s);
+    kvci_pool_sequence_free(s);
     return e;
   }
   *out = s;

@@ -7,6 +7,7 @@
  * then the host waits for it (a 4-byte read_f32_4d, the table's only entry
  * that synchronises the host) before using or refilling the buffer.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,10 +170,12 @@ static int save_chunk(void* ctx, const chunk* c) {
   const kvc_backend* b = j->st->backend;
   int64_t cs[4];
   compact_strides(c->shape, cs);
-  if (b->copy_4d(b->ctx, j->st->exec, j->st->host, cs, chunk_base(j, c), j->strides, c->shape, j->elem) ||
-      stage_wait(j->st)) {
-    kvci_out_fail(j->out, kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend failed to copy to the host",
-                                   j->out->fn, b->name));
+  const char* entry = "copy_4d";
+  int rc = b->copy_4d(b->ctx, j->st->exec, j->st->host, cs, chunk_base(j, c), j->strides, c->shape, j->elem);
+  if (!rc) rc = stage_wait(j->st), entry = "read_f32_4d";
+  if (rc) {
+    kvci_out_fail(j->out, kvci_fault_error(j->out->fn, b, entry, rc,
+                                           "the file was not completed; the cache is unchanged"));
     return -1;
   }
   kvci_out_bytes(j->out, j->st->host, (size_t)chunk_bytes(c, j->elem));
@@ -203,9 +206,19 @@ static int load_chunk(void* ctx, const chunk* c) {
       memcpy(dst, j->src + chunk_file_offset(j, &one), row);
       dst += row;
     }
-  if (b->copy_4d(b->ctx, j->st->exec, chunk_base(j, c), j->strides, j->st->host, cs, c->shape, j->elem))
+  kvci_fault* f = &j->st->fault;
+  if (kvci_fault_note(f, b, b->copy_4d(b->ctx, j->st->exec, chunk_base(j, c), j->strides, j->st->host, cs, c->shape,
+                                       j->elem),
+                      "copy_4d"))
     return -1;
-  return stage_wait(j->st) ? -1 : 0; /* the stage is refilled next */
+  return kvci_fault_note(f, b, stage_wait(j->st), "read_f32_4d") ? -1 : 0; /* the stage is refilled next */
+}
+
+kvc_error* kvci_stage_error(const char* fn, kvci_stage* st, const char* what) {
+  if (!st->fault.fresh) return kvci_err_oom();
+  char unchanged[160];
+  snprintf(unchanged, sizeof unchanged, "%s was not loaded", what);
+  return kvci_fault_discard(fn, &st->fault, st->backend, unchanged);
 }
 
 void kvci_xfer_save(kvci_out* out, kvci_stage* st, const void* base, const int64_t strides[4],
@@ -250,7 +263,7 @@ static kvc_error* read_region(const char* fn, kvci_section_reader* r, kvci_stage
   if (!(e = kvci_source_read(src, from, buf, (size_t)bytes))) {
     r->crc = kvci_crc32c_update(r->crc, buf, (size_t)bytes);
     if (kvci_xfer_load(st, base, strides, shape, elem, buf))
-      e = kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend failed to copy to the device", fn, st->backend->name);
+      e = kvci_stage_error(fn, st, "the file");
   }
   free(buf);
   return e;
@@ -270,7 +283,7 @@ kvc_error* kvci_section_load(const char* fn, kvci_section_reader* r, kvci_stage*
     const unsigned char* from = s->payload + r->done;
     r->crc = kvci_crc32c_update(r->crc, from, (size_t)bytes);
     if (kvci_xfer_load(st, base, strides, shape, elem, from))
-      e = kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend failed to copy to the device", fn, st->backend->name);
+      e = kvci_stage_error(fn, st, "the file");
   } else {
     e = read_region(fn, r, st, base, strides, shape, elem, bytes);
   }

@@ -31,6 +31,7 @@ void kvci_pool_event_push(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t gro
 
 kvc_error* kvc_pool_events_pull(kvc_pool* pool, kvc_pool_event* events, size_t capacity, size_t* count) {
   static const char* FN = "kvc_pool_events_pull";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), FN);
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
   if (!count) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: count is NULL; pass where to store the number pulled", FN);
   if (!events && capacity)

@@ -262,9 +262,12 @@ kvc_error* kvc_pool_create(const kvc_pool_options* options, kvc_pool** out) {
   return NULL;
 }
 
+kvci_guard* kvci_pool_guard(const kvc_pool* pool) { return kvci_guard_of(pool); }
+
 void kvc_pool_destroy(kvc_pool* pool) {
+  kvci_guard_retire(kvci_guard_of(pool), "kvc_pool_destroy");
   if (!pool) return;
-  while (pool->sequences) kvc_pool_sequence_destroy(pool->sequences);
+  while (pool->sequences) kvci_pool_sequence_free(pool->sequences);
   kvci_pool_tiers_free(pool);
   const kvc_backend* b = pool->backend;
   for (uint32_t i = 0; i < pool->num_layers; i++) {
@@ -289,20 +292,19 @@ void kvc_pool_destroy(kvc_pool* pool) {
 
 kvc_error* kvc_pool_set_stream(kvc_pool* pool, void* stream) {
   static const char* FN = "kvc_pool_set_stream";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), FN);
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
   if (stream == pool->exec.stream) return NULL;
   if (pool->device.device_type == KVC_DEVICE_CPU)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: stream is %p but the pool lives on the CPU, which has no "
                     "streams; pass NULL", FN, stream);
-  if (pool->backend->exec_set_stream(pool->backend->ctx, &pool->exec, stream))
-    return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend could not order stream %p after the pool's previous "
-                    "stream %p (event creation failed); the pool keeps its stream", FN, pool->backend->name, stream,
-                    pool->exec.stream);
-  return NULL;
+  int rc = pool->backend->exec_set_stream(pool->backend->ctx, &pool->exec, stream);
+  return rc ? kvci_fault_error(FN, pool->backend, "exec_set_stream", rc, "the pool keeps its stream") : NULL;
 }
 
 kvc_error* kvc_pool_stats_get(const kvc_pool* pool, uint32_t group, kvc_pool_stats* out) {
   static const char* FN = "kvc_pool_stats_get";
+  KVCI_GUARD_SHARED(kvci_guard_of(pool), FN);
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   if (out->struct_size != sizeof(*out))
@@ -325,6 +327,7 @@ kvc_error* kvc_pool_stats_get(const kvc_pool* pool, uint32_t group, kvc_pool_sta
 }
 
 kvc_error* kvc_pool_clear_cache(kvc_pool* pool) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), "kvc_pool_clear_cache");
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_clear_cache: pool is NULL");
   for (uint32_t gi = 0; gi < pool->num_groups; gi++) {
     kvci_pool_group* g = &pool->groups[gi];
@@ -335,6 +338,7 @@ kvc_error* kvc_pool_clear_cache(kvc_pool* pool) {
 }
 
 kvc_error* kvc_pool_unpin_all(kvc_pool* pool) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), "kvc_pool_unpin_all");
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_unpin_all: pool is NULL");
   for (uint32_t gi = 0; gi < pool->num_groups; gi++) {
     kvci_pool_group* g = &pool->groups[gi];

@@ -112,6 +112,8 @@ struct kvc_pool {
   void* stage_cache;                             /* tier_stage.c: the last staging buffer, kept for the next */
   size_t stage_cache_bytes;
   int stage_cache_busy;                          /* lent out (a fetch that evicts stores while it holds one) */
+  kvci_guard guard;                              /* the pool's and its sequences' calls (guard.h) */
+  kvci_fault fault; /* a failed device write into the blocks (backend_fault.h): poisoned for good */
 };
 
 static inline int kvci_pool_is_recurrent(const kvci_pool_group* g) { return g->kind == KVC_POOL_GROUP_RECURRENT; }
@@ -149,13 +151,27 @@ void kvci_pool_block_set_pinned(kvci_pool_group* g, uint32_t block, int pinned);
 void kvci_pool_event_push(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t block,
                           const uint8_t* hash, const uint8_t* parent, uint32_t num_tokens);
 
+/* The refusal of a call on a poisoned pool, and the end of an operation that may have poisoned it
+   (backend_fault.h). */
+static inline kvc_error* kvci_pool_refusal(const char* fn, const kvc_pool* p) {
+  return kvci_fault_refusal(fn, &p->fault, p->backend, &kvci_fault_pool);
+}
+static inline kvc_error* kvci_pool_result(const char* fn, kvc_pool* p, kvc_error* e) {
+  return kvci_fault_result(fn, &p->fault, p->backend, &kvci_fault_pool, e);
+}
+
 /* Device work (views.c, recurrent.c): copies of whole blocks or slots of every layer of a group. */
 void kvci_pool_copy_block(kvc_pool* pool, uint32_t group, uint32_t src, uint32_t dst);
 /* Zeroes a recurrent slot of every layer of the group (a new sequence's state). */
 void kvci_pool_zero_slot(kvc_pool* pool, uint32_t group, uint32_t slot);
-/* Issues `count` 4-D copies: one backend call when the backend batches them. */
-void kvci_pool_issue_copies(kvc_pool* pool, const kvc_copy_4d* copies, int32_t count);
+/* Issues `count` 4-D copies: one backend call when the backend batches them. A failure is noted in `fault`
+   (the pool's own when the copies write its blocks, the caller's when they write elsewhere); returns it. */
+int kvci_pool_issue_copies(kvc_pool* pool, const kvc_copy_4d* copies, int32_t count, kvci_fault* fault);
 
+/* sequence.c: kvc_pool_sequence_create and _destroy without the guard, for calls that hold it already. */
+kvc_error* kvci_pool_sequence_create(kvc_pool* pool, const kvc_pool_sequence_options* options,
+                                     kvc_pool_sequence** out);
+void kvci_pool_sequence_free(kvc_pool_sequence* s);
 /* sequence.c: growth of a sequence's arrays ahead of a mutation (-1: out of memory, nothing changed). */
 int kvci_pool_seq_grow(kvc_pool_sequence* s, uint64_t tokens);
 /* Releases the blocks of entries [from, num_blocks) of a group's table, last first, and shortens it. */

@@ -30,8 +30,12 @@ static const uint8_t* parent_of(const kvc_pool_sequence* s, const kvci_pool_seq_
 }
 
 kvc_error* kvc_pool_commit(kvc_pool_sequence* s) {
-  if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_commit: sequence is NULL");
+  static const char* FN = "kvc_pool_commit";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), FN);
+  if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   kvc_pool* p = s->pool;
+  kvc_error* e = kvci_pool_refusal(FN, p);
+  if (e) return e;
   if (s->committed == s->length) return NULL;
   s->committed = s->length;
   if (!p->prefix_caching) return NULL;
@@ -52,7 +56,8 @@ kvc_error* kvc_pool_commit(kvc_pool_sequence* s) {
     if (kvci_pool_is_recurrent(grp) && s->committed % grp->block_size == 0) kvci_pool_checkpoint(p, s, g);
   }
   if (p->pending_count) kvci_pool_tiers_flush(p);
-  return NULL;
+  /* A failed checkpoint copy leaves a cached state with unknown bytes. */
+  return kvci_pool_result(FN, p, NULL);
 }
 
 /* Whether a match of L tokens holds in group gi (whose chain is computed that far). */
@@ -108,6 +113,7 @@ static uint64_t longest_match(const kvc_pool* p, kvc_pool_sequence* s, const int
 kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens,
                                  uint64_t* matched_tokens) {
   static const char* FN = "kvc_pool_match_prefix";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), FN);
   if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   if (!matched_tokens) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: matched_tokens is NULL", FN);
   kvc_error* e = kvci_pool_check_tokens(FN, tokens, num_tokens);
@@ -119,6 +125,7 @@ kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* s, const int32_t* tokens, si
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_tokens is %zu; a sequence holds at most 2^40 tokens", FN,
                     num_tokens);
   kvc_pool* p = s->pool;
+  if ((e = kvci_pool_refusal(FN, p))) return e;
   uint64_t limit = num_tokens ? num_tokens - 1 : 0; /* the last token is always computed: its logits are needed */
   if (kvci_pool_seq_grow(s, limit)) return kvci_err_oom();
   uint64_t L = p->prefix_caching ? longest_match(p, s, tokens, limit) : 0;
@@ -163,5 +170,5 @@ kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* s, const int32_t* tokens, si
   if (L) memcpy(s->tokens, tokens, L * sizeof(int32_t));
   s->length = s->committed = L;
   *matched_tokens = L;
-  return NULL;
+  return kvci_pool_result(FN, p, NULL); /* a restored recurrent state holds unknown bytes */
 }

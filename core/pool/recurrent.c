@@ -47,10 +47,13 @@ void kvci_pool_checkpoint(kvc_pool* pool, kvc_pool_sequence* s, uint32_t group) 
 kvc_error* kvc_pool_recurrent_state(kvc_pool_sequence* s, uint32_t layer, kvc_tensor* conv_state,
                                     kvc_tensor* ssm_state) {
   static const char* FN = "kvc_pool_recurrent_state";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), FN);
   if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   if (!conv_state || !ssm_state)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, conv_state ? "ssm_state" : "conv_state");
   kvc_pool* p = s->pool;
+  kvc_error* poisoned = kvci_pool_refusal(FN, p);
+  if (poisoned) return poisoned;
   if (layer >= p->num_layers)
     return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %u but the pool has %u layers", FN, layer, p->num_layers);
   kvci_pool_layer* l = &p->layers[layer];

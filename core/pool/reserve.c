@@ -118,6 +118,7 @@ static kvc_error* oom(const char* fn, const kvc_pool* p, uint32_t gi, uint64_t n
 
 kvc_error* kvc_pool_reserve(kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens, int64_t* slot_mapping) {
   static const char* FN = "kvc_pool_reserve";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), FN);
   if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   if (!num_tokens) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_tokens is 0; reserve at least one token", FN);
   if (!slot_mapping)
@@ -128,6 +129,7 @@ kvc_error* kvc_pool_reserve(kvc_pool_sequence* s, const int32_t* tokens, size_t 
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_tokens is %zu; a sequence holds at most 2^40 tokens (it has %"
                     PRIu64 ")", FN, num_tokens, s->length);
   kvc_pool* p = s->pool;
+  if ((e = kvci_pool_refusal(FN, p))) return e;
   for (uint32_t g = 0; g < p->num_groups; g++) {
     group_plan plan = plan_group(p, s, g, num_tokens, NULL);
     if (plan.take > plan.gain + kvci_pool_available(&p->groups[g])) return oom(FN, p, g, plan.take - plan.gain);
@@ -144,12 +146,14 @@ kvc_error* kvc_pool_reserve(kvc_pool_sequence* s, const int32_t* tokens, size_t 
     }
   }
   s->length += num_tokens;
-  return NULL;
+  /* A failed copy-on-write copy leaves the new block with unknown bytes. */
+  return kvci_pool_result(FN, p, NULL);
 }
 
 kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_sequence* const* sequences,
                                   const uint64_t* new_tokens, size_t num_sequences, uint64_t* blocks_needed) {
   static const char* FN = "kvc_pool_blocks_needed";
+  KVCI_GUARD_SHARED(kvci_guard_of(pool), FN);
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
   if (!blocks_needed)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: blocks_needed is NULL; pass num_groups (%u) entries", FN,

@@ -87,6 +87,12 @@ static void seq_link(kvc_pool_sequence* s) {
 
 kvc_error* kvc_pool_sequence_create(kvc_pool* pool, const kvc_pool_sequence_options* options,
                                     kvc_pool_sequence** out) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), "kvc_pool_sequence_create");
+  return kvci_pool_sequence_create(pool, options, out);
+}
+
+kvc_error* kvci_pool_sequence_create(kvc_pool* pool, const kvc_pool_sequence_options* options,
+                                     kvc_pool_sequence** out) {
   static const char* FN = "kvc_pool_sequence_create";
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
@@ -113,6 +119,12 @@ kvc_error* kvc_pool_sequence_create(kvc_pool* pool, const kvc_pool_sequence_opti
 }
 
 void kvc_pool_sequence_destroy(kvc_pool_sequence* s) {
+  /* No error to refuse with: it waits for the other call. */
+  KVCI_GUARD_EXCLUSIVE_WAIT(kvci_guard_of(s ? s->pool : NULL), "kvc_pool_sequence_destroy");
+  kvci_pool_sequence_free(s);
+}
+
+void kvci_pool_sequence_free(kvc_pool_sequence* s) {
   if (!s) return;
   kvc_pool* p = s->pool;
   for (uint32_t g = 0; g < p->num_groups; g++) {
@@ -124,15 +136,26 @@ void kvc_pool_sequence_destroy(kvc_pool_sequence* s) {
   seq_free(s);
 }
 
-uint64_t kvc_pool_sequence_length(const kvc_pool_sequence* s) { return s ? s->length : 0; }
+uint64_t kvc_pool_sequence_length(const kvc_pool_sequence* s) {
+  KVCI_GUARD_SHARED_WAIT(kvci_guard_of(s ? s->pool : NULL));
+  return s ? s->length : 0;
+}
 
-uint64_t kvc_pool_sequence_committed(const kvc_pool_sequence* s) { return s ? s->committed : 0; }
+uint64_t kvc_pool_sequence_committed(const kvc_pool_sequence* s) {
+  KVCI_GUARD_SHARED_WAIT(kvci_guard_of(s ? s->pool : NULL));
+  return s ? s->committed : 0;
+}
+
+kvci_guard* kvci_sequence_guard(const kvc_pool_sequence* s) { return kvci_guard_of(s ? s->pool : NULL); }
 
 kvc_error* kvc_pool_fork(const kvc_pool_sequence* src, kvc_pool_sequence** out) {
   static const char* FN = "kvc_pool_fork";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(src ? src->pool : NULL), FN);
   if (!src) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   kvc_pool* p = src->pool;
+  kvc_error* poisoned = kvci_pool_refusal(FN, p);
+  if (poisoned) return poisoned;
   for (uint32_t g = 0; g < p->num_groups; g++)
     if (src->groups[g].live && !kvci_pool_available(&p->groups[g]))
       return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: group %u (recurrent) needs 1 state slot for the fork's live state "
@@ -162,6 +185,10 @@ kvc_error* kvc_pool_fork(const kvc_pool_sequence* src, kvc_pool_sequence** out) 
     }
   }
   seq_link(s);
+  if (p->fault.fresh) { /* the fork's live state holds unknown bytes: it goes, and the pool has lost nothing */
+    kvc_pool_sequence_destroy(s);
+    return kvci_fault_discard(FN, &p->fault, p->backend, "no fork was made; the pool is unchanged");
+  }
   *out = s;
   return NULL;
 }
@@ -196,12 +223,15 @@ static kvc_error* check_truncate(const kvc_pool_sequence* s, uint32_t gi, uint64
 
 kvc_error* kvc_pool_truncate(kvc_pool_sequence* s, uint64_t num_tokens) {
   static const char* FN = "kvc_pool_truncate";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), FN);
   if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   if (num_tokens > s->length)
     return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: num_tokens is %" PRIu64 " but the sequence holds %" PRIu64
                     " tokens; truncate keeps a prefix", FN, num_tokens, s->length);
   if (num_tokens == s->length) return NULL;
   kvc_pool* p = s->pool;
+  kvc_error* poisoned = kvci_pool_refusal(FN, p);
+  if (poisoned) return poisoned;
   uint32_t restore_stack[8];
   uint32_t* restore = p->num_groups <= 8 ? restore_stack : (uint32_t*)malloc(p->num_groups * sizeof(uint32_t));
   if (!restore) return kvci_err_oom();
@@ -222,10 +252,11 @@ kvc_error* kvc_pool_truncate(kvc_pool_sequence* s, uint64_t num_tokens) {
     if (s->committed > num_tokens) s->committed = num_tokens;
   }
   if (restore != restore_stack) free(restore);
-  return e;
+  return kvci_pool_result(FN, p, e); /* a restored recurrent state holds unknown bytes */
 }
 
 kvc_error* kvc_pool_sequence_pin(kvc_pool_sequence* s) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), "kvc_pool_sequence_pin");
   if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_sequence_pin: sequence is NULL");
   kvc_pool* p = s->pool;
   /* By hash rather than by table: this reaches the blocks a window gave back and recurrent checkpoints too. */

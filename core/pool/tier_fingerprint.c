@@ -51,6 +51,7 @@ void kvci_pool_fingerprint(const kvc_pool* p, uint8_t out[KVC_BLOCK_HASH_SIZE]) 
 }
 
 kvc_error* kvc_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BLOCK_HASH_SIZE]) {
+  KVCI_GUARD_SHARED(kvci_guard_of(pool), "kvc_pool_fingerprint");
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_fingerprint: pool is NULL");
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_fingerprint: out is NULL");
   kvci_pool_fingerprint(pool, out);

@@ -128,13 +128,15 @@ static int stage(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t cou
     }
   }
   if (on_cpu(p)) return 0;
+  /* A failure is the caller's to handle (a block not stored, or not fetched): the pool keeps no fault. */
+  kvci_fault f = {0};
   int rc = 0;
-  for (size_t at = 0; at < k; at += INT32_MAX) {
+  for (size_t at = 0; at < k && !rc; at += INT32_MAX) {
     size_t m = k - at < INT32_MAX ? k - at : INT32_MAX;
-    kvci_pool_issue_copies(p, c + at, (int32_t)m);
+    rc = kvci_pool_issue_copies(p, c + at, (int32_t)m, &f);
   }
   free(c);
-  rc = host_wait(p);
+  if (!rc) rc = host_wait(p);
   return rc;
 }
 

@@ -17,6 +17,8 @@
 
 kvc_error* kvc_pool_add_tier(kvc_pool* pool, kvc_tier* tier, kvc_tier_write_policy policy) {
   static const char* FN = "kvc_pool_add_tier";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), FN);
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(tier), FN);
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
   if (!tier) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: tier is NULL", FN);
   if (tier->owner)
@@ -48,6 +50,7 @@ int kvci_pool_tiers_skip(const kvc_pool* pool) {
 }
 
 kvc_tier* kvc_pool_tier(const kvc_pool* pool, uint32_t index) {
+  KVCI_GUARD_SHARED_WAIT(kvci_guard_of(pool)); /* kvc_pool_add_tier moves the array */
   return pool && index < pool->num_tiers ? pool->tiers[index] : NULL;
 }
 

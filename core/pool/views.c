@@ -10,15 +10,17 @@
 
 #include "pool_internal.h"
 
-void kvci_pool_issue_copies(kvc_pool* pool, const kvc_copy_4d* c, int32_t count) {
+int kvci_pool_issue_copies(kvc_pool* pool, const kvc_copy_4d* c, int32_t count, kvci_fault* fault) {
   const kvc_backend* b = pool->backend;
-  if (b->copy_4d_batch && count > 1) {
-    b->copy_4d_batch(b->ctx, &pool->exec, c, count);
-    return;
-  }
-  for (int32_t i = 0; i < count; i++)
-    b->copy_4d(b->ctx, &pool->exec, c[i].dst, c[i].dst_strides, c[i].src, c[i].src_strides, c[i].shape,
-               c[i].elem_size);
+  if (b->copy_4d_batch && count > 1)
+    return kvci_fault_note(fault, b, b->copy_4d_batch(b->ctx, &pool->exec, c, count), "copy_4d_batch");
+  int rc = 0;
+  for (int32_t i = 0; i < count && !rc; i++)
+    rc = kvci_fault_note(fault, b,
+                         b->copy_4d(b->ctx, &pool->exec, c[i].dst, c[i].dst_strides, c[i].src, c[i].src_strides,
+                                    c[i].shape, c[i].elem_size),
+                         "copy_4d");
+  return rc;
 }
 
 /* A block (or slot) of one buffer as a flat 4-D copy: it is contiguous in either layout. */
@@ -43,9 +45,9 @@ void kvci_pool_copy_block(kvc_pool* pool, uint32_t group, uint32_t src, uint32_t
     kvc_copy_4d* at = c ? c + 2 * i : one; /* without memory for one batch: the same copies one layer at a time */
     flat_copy(&at[0], l->k, l->k_block, src, dst, pool->elem);
     flat_copy(&at[1], l->v, l->v_block, src, dst, pool->elem);
-    if (!c) kvci_pool_issue_copies(pool, one, 2);
+    if (!c) kvci_pool_issue_copies(pool, one, 2, &pool->fault);
   }
-  if (c) kvci_pool_issue_copies(pool, c, (int32_t)n);
+  if (c) kvci_pool_issue_copies(pool, c, (int32_t)n, &pool->fault);
   free(c);
 }
 
@@ -57,12 +59,16 @@ void kvci_pool_zero_slot(kvc_pool* pool, uint32_t group, uint32_t slot) {
     kvc_copy_4d c[2];
     flat_copy(&c[0], l->k, l->k_block, slot, slot, pool->elem);
     flat_copy(&c[1], l->v, l->v_block, slot, slot, pool->elem);
-    for (int k = 0; k < 2; k++) b->fill_zero_4d(b->ctx, &pool->exec, c[k].dst, c[k].dst_strides, c[k].shape, c[k].elem_size);
+    for (int k = 0; k < 2; k++)
+      kvci_fault_note(&pool->fault, b,
+                      b->fill_zero_4d(b->ctx, &pool->exec, c[k].dst, c[k].dst_strides, c[k].shape, c[k].elem_size),
+                      "fill_zero_4d");
   }
 }
 
 kvc_error* kvc_pool_layer_storage(const kvc_pool* pool, uint32_t layer, kvc_pool_layout layout, kvc_kv* out) {
   static const char* FN = "kvc_pool_layer_storage";
+  KVCI_GUARD_SHARED(kvci_guard_of(pool), FN);
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   if (layer >= pool->num_layers)
@@ -103,8 +109,9 @@ static int table_room(kvc_pool* p, kvci_pool_group* g, int format, size_t bytes)
 }
 
 /* Moves `bytes` of host data into the device buffer: directly on the CPU, else through a host-tier staging
-   buffer released stream-ordered (a reused one could be overwritten while a copy still reads it). */
-static int table_upload(kvc_pool* p, void* dst, const int32_t* host, size_t bytes) {
+   buffer released stream-ordered (a reused one could be overwritten while a copy still reads it). A failed copy
+   or wait is noted in `f`. */
+static int table_upload(kvc_pool* p, void* dst, const int32_t* host, size_t bytes, kvci_fault* f) {
   const kvc_backend* b = p->backend;
   if (p->device.device_type == KVC_DEVICE_CPU) {
     memcpy(dst, host, bytes);
@@ -114,8 +121,9 @@ static int table_upload(kvc_pool* p, void* dst, const int32_t* host, size_t byte
   if (!stage) return -1;
   memcpy(stage, host, bytes);
   int64_t shape[4] = {1, 1, 1, (int64_t)(bytes / sizeof(int32_t))}, st[4] = {shape[3], shape[3], shape[3], 1};
-  int rc = b->copy_tier_4d(b->ctx, &p->exec, 0, dst, st, stage, st, shape, sizeof(int32_t));
-  if (!rc) rc = b->tier_wait(b->ctx, &p->exec);
+  int rc = kvci_fault_note(f, b, b->copy_tier_4d(b->ctx, &p->exec, 0, dst, st, stage, st, shape, sizeof(int32_t)),
+                           "copy_tier_4d");
+  if (!rc) rc = kvci_fault_note(f, b, b->tier_wait(b->ctx, &p->exec), "tier_wait");
   b->host_free(b->ctx, &p->exec, stage);
   return rc;
 }
@@ -133,7 +141,10 @@ static void int_tensor(kvc_tensor* t, const kvc_pool* p, void* data, int64_t* sh
 kvc_error* kvc_pool_block_table(kvc_pool* pool, const kvc_pool_sequence* const* seqs, size_t num_sequences,
                                 uint32_t group, kvc_pool_table_format format, kvc_pool_table* out) {
   static const char* FN = "kvc_pool_block_table";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), FN);
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
+  kvc_error* poisoned = kvci_pool_refusal(FN, pool);
+  if (poisoned) return poisoned;
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   if (!seqs && num_sequences)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequences is NULL but num_sequences is %zu", FN, num_sequences);
@@ -181,9 +192,11 @@ kvc_error* kvc_pool_block_table(kvc_pool* pool, const kvc_pool_sequence* const* 
     }
     indptr[num_sequences] = (int32_t)at;
   }
+  kvci_fault f = {0};
   int rc = table_room(pool, g, format, bytes);
-  if (!rc) rc = table_upload(pool, g->table_buf[format], host, bytes);
+  if (!rc) rc = table_upload(pool, g->table_buf[format], host, bytes, &f);
   free(host);
+  if (f.fresh) return kvci_fault_discard(FN, &f, pool->backend, "no table was made; the pool is unchanged");
   if (rc)
     return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend could not hold or copy %zu bytes of block tables",
                     FN, pool->backend->name, bytes);
@@ -208,8 +221,11 @@ kvc_error* kvc_pool_block_table(kvc_pool* pool, const kvc_pool_sequence* const* 
 kvc_error* kvc_pool_gather(const kvc_pool_sequence* s, uint32_t layer, const kvc_tensor* keys,
                            const kvc_tensor* values) {
   static const char* FN = "kvc_pool_gather";
+  KVCI_GUARD_SHARED(kvci_guard_of(s ? s->pool : NULL), FN);
   if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
   kvc_pool* p = s->pool;
+  kvc_error* poisoned = kvci_pool_refusal(FN, p);
+  if (poisoned) return poisoned;
   if (layer >= p->num_layers)
     return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %u but the pool has %u layers", FN, layer, p->num_layers);
   const kvci_pool_layer* l = &p->layers[layer];
@@ -262,7 +278,8 @@ kvc_error* kvc_pool_gather(const kvc_pool_sequence* s, uint32_t layer, const kvc
       x->elem_size = p->elem;
     }
   }
-  kvci_pool_issue_copies(p, c, (int32_t)n);
+  kvci_fault f = {0}; /* the caller's tensors, not the pool, hold what a failed copy left */
+  kvci_pool_issue_copies(p, c, (int32_t)n, &f);
   free(c);
-  return NULL;
+  return kvci_fault_discard(FN, &f, p->backend, "keys and values hold unspecified bytes; the pool is unchanged");
 }

@@ -90,7 +90,10 @@ static void make_job(kvc_copy_rows_job* j, const kvc_pool* p, const kvci_pool_la
 kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tensor* values, uint32_t num_layers,
                           const int64_t* slot_mapping, size_t num_tokens) {
   static const char* FN = "kvc_pool_write";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), FN);
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
+  kvc_error* poisoned = kvci_pool_refusal(FN, pool);
+  if (poisoned) return poisoned;
   if (num_layers != pool->num_layers)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_layers is %u but the pool has %u layers; pass one keys and "
                     "values entry per layer", FN, num_layers, pool->num_layers);
@@ -156,12 +159,12 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
     const kvc_backend* b = pool->backend;
     int rc = 0;
     if (b->copy_rows_batch)
-      rc = b->copy_rows_batch(b->ctx, &pool->exec, jobs, nj);
+      rc = KVCI_BE(pool, copy_rows_batch, jobs, nj);
     else
       for (int32_t i = 0; !rc && i < nj; i++)
-        rc = b->copy_rows(b->ctx, &pool->exec, jobs[i].dst, jobs[i].dst_strides, jobs[i].dst_rows, jobs[i].src,
-                          jobs[i].src_strides, jobs[i].src_rows, jobs[i].count, jobs[i].row_shape, jobs[i].elem_size);
-    if (rc) e = kvci_err(KVC_ERROR_INTERNAL, "%s: the %s backend failed a row copy (%d)", FN, b->name, rc);
+        rc = KVCI_BE(pool, copy_rows, jobs[i].dst, jobs[i].dst_strides, jobs[i].dst_rows, jobs[i].src,
+                     jobs[i].src_strides, jobs[i].src_rows, jobs[i].count, jobs[i].row_shape, jobs[i].elem_size);
+    e = kvci_pool_result(FN, pool, e);
   }
   free(scratch);
   free(src_rows);

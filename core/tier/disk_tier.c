@@ -336,9 +336,14 @@ kvc_error* kvc_disk_tier_create(const kvc_disk_tier_options* given, kvc_tier** o
   d->dir_len = len;
   d->max_bytes = options->max_bytes;
   struct stat st;
-  if (make_dirs(d->dir) || stat(d->dir, &st) || !S_ISDIR(st.st_mode) || access(d->dir, R_OK | W_OK | X_OK)) {
+  /* The reason of the first check that fails (mkdir leaves EEXIST in errno when a file is in the way). */
+  int why = make_dirs(d->dir) || stat(d->dir, &st) ? errno
+            : !S_ISDIR(st.st_mode)                 ? ENOTDIR
+            : access(d->dir, R_OK | W_OK | X_OK)   ? errno
+                                                   : 0;
+  if (why) {
     kvc_error* e = kvci_err(KVC_ERROR_IO, "%s: directory '%s' cannot be created or used: %s", FN, d->dir,
-                            errno ? strerror(errno) : "not a writable directory");
+                            strerror(why));
     disk_destroy(d);
     return e;
   }

@@ -56,6 +56,7 @@ kvc_error* kvc_tier_create(const kvc_tier_ops* ops, void* ctx, const char* name,
 }
 
 void kvc_tier_destroy(kvc_tier* tier) {
+  kvci_guard_retire(kvci_guard_of(tier), "kvc_tier_destroy");
   if (!tier) return;
   if (tier->ops.destroy) tier->ops.destroy(tier->ctx);
   kvci_hmac_sha256_key_wipe(&tier->auth.key);
@@ -65,6 +66,8 @@ void kvc_tier_destroy(kvc_tier* tier) {
 
 kvc_error* kvc_tier_stats_get(const kvc_tier* tier, kvc_tier_stats* out) {
   static const char* FN = "kvc_tier_stats_get";
+  KVCI_GUARD_SHARED(kvci_guard_of(tier), FN);
+  KVCI_GUARD_SHARED(kvci_pool_guard(tier ? tier->owner : NULL), FN); /* a given tier's counters move with its pool */
   if (!tier) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: tier is NULL", FN);
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   if (out->struct_size != sizeof(*out))

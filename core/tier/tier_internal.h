@@ -30,6 +30,7 @@ struct kvc_tier {
   const kvc_pool* owner; /* the pool it was given to (kvc_pool_add_tier), else NULL */
   kvc_tier_stats stats;
   kvci_tier_auth auth; /* wiped when the tier is destroyed */
+  kvci_guard guard; /* kvc_tier_stats_get and kvc_pool_add_tier; a given tier's stats are the pool's (guard.h) */
 };
 
 /* tier.c: the store's calls with their counters. A store's answer is clamped to `count`. */

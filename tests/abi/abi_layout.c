@@ -63,6 +63,7 @@ int main(void) {
   VAL(KVC_ERROR_SHAPE_MISMATCH); VAL(KVC_ERROR_DEVICE_MISMATCH); VAL(KVC_ERROR_UNSUPPORTED);
   VAL(KVC_ERROR_INVALID_STATE); VAL(KVC_ERROR_OUT_OF_MEMORY); VAL(KVC_ERROR_NO_DEVICE);
   VAL(KVC_ERROR_VERSION_MISMATCH); VAL(KVC_ERROR_INTERNAL); VAL(KVC_ERROR_IO);
+  VAL(KVC_ERROR_BUSY);
   SIZE(kvc_save_options); OFF(kvc_save_options, struct_size); OFF(kvc_save_options, reserved);
   OFF(kvc_save_options, staging_bytes);
   SIZE(kvc_load_options); OFF(kvc_load_options, struct_size); OFF(kvc_load_options, device);

@@ -17,6 +17,7 @@
 #ifndef KVC_TESTS_EMULATED_DEVICE_H
 #define KVC_TESTS_EMULATED_DEVICE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /*
@@ -49,6 +50,10 @@ static inline int kvc_emulated_is_tagged(const void* p) { return ((uintptr_t)p &
 /* Test only: "<n>" makes every plan the emulated device checks claim n-byte units (a forged plan), so that the
    check of each operation can be seen to fire. */
 #define KVC_EMULATED_FORGE_UNIT_ENV "KVC_EMULATED_FORGE_UNIT"
+/* Test only: "<entry>:<n>" fails the n-th call of the backend entry named (copy_4d, copy_rows_batch,
+   alloc_zeroed, ...; "any": of every entry that can fail) as a device would, with a vendor-like message
+   (emulated_faults.h). */
+#define KVC_EMULATED_FAIL_ENV "KVC_EMULATED_FAIL"
 
 /* What the plugin has seen since it was loaded (or since the last reset). */
 typedef struct kvc_emulated_counters {
@@ -96,6 +101,15 @@ typedef void (*kvc_emulated_expect_stream_fn)(int enable, void* stream);
 /* Completes every asynchronous copy still pending (cudaDeviceSynchronize's part for the test runtime). */
 typedef void (*kvc_emulated_synchronize_fn)(void);
 
+/* Fails the n-th call from now of entry `op` (NULL or "any": of every entry that can fail); n 0 disarms.
+   Resets the two counts kvc_emulated_fail_counts reads. */
+typedef void (*kvc_emulated_fail_fn)(const char* op, int64_t n);
+/* Calls that could have failed, failures injected since the last kvc_emulated_fail, and the entry the last one
+   hit (copied into entry, of entry_len bytes; "" when none). */
+typedef void (*kvc_emulated_fail_counts_fn)(int64_t* calls, int64_t* injected, char* entry, size_t entry_len);
+
+#define KVC_EMULATED_FAIL_SYMBOL "kvc_emulated_fail"
+#define KVC_EMULATED_FAIL_COUNTS_SYMBOL "kvc_emulated_fail_counts"
 #define KVC_EMULATED_COUNTERS_SYMBOL "kvc_emulated_read_counters"
 #define KVC_EMULATED_RESET_SYMBOL "kvc_emulated_reset"
 #define KVC_EMULATED_EXPECT_STREAM_SYMBOL "kvc_emulated_expect_stream"

@@ -50,6 +50,7 @@
 #include "backend.h"
 #include "emulated_alignment.h"
 #include "emulated_device.h"
+#include "emulated_faults.h"
 #include "emulated_regions.h"
 #include "gpu_plan_walk.h"
 #include "simulated_rope_grid.h"
@@ -319,6 +320,10 @@ static int emu_exec_set_stream(void* ctx, kvc_exec* exec, void* stream) {
   expect_stream_on = 0;
   checked_place("exec_set_stream", exec);
   expect_stream_on = saved;
+  if (emulated_fault_due("exec_set_stream")) {
+    pthread_mutex_unlock(&lock);
+    return -1;
+  }
   exec->stream = stream;
   counters.stream_changes++;
   counters.last_stream = stream;
@@ -331,7 +336,7 @@ static void* alloc_buffer(const char* op, const kvc_exec* exec, size_t bytes, in
   checked_place(op, exec);
   if (bytes == 0) violation("%s: bytes is 0; the contract asks for > 0", op);
   counters.allocations++;
-  void* mem = calloc(1, bytes);
+  void* mem = emulated_fault_due(op) ? NULL : calloc(1, bytes);
   buffer* b = mem ? (buffer*)calloc(1, sizeof(buffer)) : NULL;
   if (!b) {
     free(mem);
@@ -451,7 +456,7 @@ static int emu_copy_4d(void* ctx, const kvc_exec* exec, void* dst, const int64_t
   const void* s = checked_region("copy_4d", "src", exec, p, src, ss, shape, elem, 0, NULL);
   check_copy_overlap("copy_4d", d, ds, s, ss, shape, elem, 1);
   check_plans("copy_4d", emulated_plans_copy_4d(d, ds, s, ss, shape, elem));
-  int rc = cpu()->copy_4d(cpu()->ctx, &cpu_place, d, ds, s, ss, shape, elem);
+  int rc = emulated_fault_due("copy_4d") ? -1 : cpu()->copy_4d(cpu()->ctx, &cpu_place, d, ds, s, ss, shape, elem);
   pthread_mutex_unlock(&lock);
   return rc;
 }
@@ -465,7 +470,7 @@ static int emu_fill_zero_4d(void* ctx, const kvc_exec* exec, void* dst, const in
   counters.fill_zero_calls++;
   void* d = checked_region("fill_zero_4d", "dst", exec, p, dst, st, shape, elem, 1, NULL);
   check_plans("fill_zero_4d", emulated_plans_fill(d, st, shape, elem));
-  int rc = cpu()->fill_zero_4d(cpu()->ctx, &cpu_place, d, st, shape, elem);
+  int rc = emulated_fault_due("fill_zero_4d") ? -1 : cpu()->fill_zero_4d(cpu()->ctx, &cpu_place, d, st, shape, elem);
   pthread_mutex_unlock(&lock);
   return rc;
 }
@@ -509,7 +514,7 @@ static int emu_copy_rows(void* ctx, const kvc_exec* exec, void* dst, const int64
     check_plans("copy_rows", emulated_plans_rows(d, ds, dst_rows, s, ss, src_rows, count, row_shape, elem,
                                                  blind && !strcmp(blind, "1")));
   }
-  int rc = cpu()->copy_rows(cpu()->ctx, &cpu_place, d, ds, dst_rows, s, ss, src_rows, count, row_shape, elem);
+  int rc = emulated_fault_due("copy_rows") ? -1 : cpu()->copy_rows(cpu()->ctx, &cpu_place, d, ds, dst_rows, s, ss, src_rows, count, row_shape, elem);
   pthread_mutex_unlock(&lock);
   return rc;
 }
@@ -539,7 +544,9 @@ static int emu_copy_tier_4d(void* ctx, const kvc_exec* exec, int to_host, void* 
     check_plans(op, emulated_plans_copy(d, ds, s, ss, shape, elem));
   }
   int rc = 0;
-  if (to_host || empty) {
+  if (emulated_fault_due(op)) {
+    rc = -1;
+  } else if (to_host || empty) {
     /* Offloads run on the compute stream, after the work issued before them. */
     rc = cpu()->copy_tier_4d(cpu()->ctx, &cpu_place, to_host, d, ds, s, ss, shape, elem);
   } else {
@@ -573,9 +580,11 @@ static int emu_tier_wait(void* ctx, const kvc_exec* exec) {
   pthread_mutex_lock(&lock);
   place* p = checked_place("tier_wait", exec);
   counters.tier_waits++;
-  complete_pending(p);
+  /* A failed wait leaves the prefetches pending: the compute stream was not ordered after them. */
+  int rc = emulated_fault_due("tier_wait") ? -1 : 0;
+  if (!rc) complete_pending(p);
   pthread_mutex_unlock(&lock);
-  return 0;
+  return rc;
 }
 
 static int emu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d* copies, int32_t count) {
@@ -609,7 +618,7 @@ static int emu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d*
   if (twice) violation("copy_4d_batch: %d copies write some destination bytes twice", (int)count);
   if (clash) violation("copy_4d_batch: a copy's destination overlaps the source of a copy of the same batch");
   check_plans("copy_4d_batch", emulated_plans_batch(plain, count));
-  int rc = 0;
+  int rc = emulated_fault_due("copy_4d_batch") ? -1 : 0;
   for (int32_t i = 0; i < count && !rc; i++)
     rc = cpu()->copy_4d(cpu()->ctx, &cpu_place, plain[i].dst, plain[i].dst_strides, plain[i].src,
                         plain[i].src_strides, plain[i].shape, plain[i].elem_size);
@@ -688,7 +697,8 @@ static int emu_copy_rows_batch(void* ctx, const kvc_exec* exec, const kvc_copy_r
   kvc_gpu_rows_batch b;
   int refused = 0;
   check_plans(op, emulated_plans_rows_batch(plain, count, &b, &refused));
-  kvc_gpu_walk_rows_batch(b.jobs, b.njobs, b.index, b.blocks, move_unit, NULL);
+  if (!refused && emulated_fault_due(op)) refused = 1;
+  if (!refused) kvc_gpu_walk_rows_batch(b.jobs, b.njobs, b.index, b.blocks, move_unit, NULL);
   kvc_gpu_rows_batch_free(&b);
   free(plain);
   pthread_mutex_unlock(&lock);
@@ -725,7 +735,7 @@ static int emu_rerotate_keys_4d(void* ctx, const kvc_exec* exec, kvc_dtype dtype
     if (kvc_emulated_is_tagged(rcos) || kvc_emulated_is_tagged(rsin))
       violation("rerotate_keys_4d: the tables rcos/rsin are device memory; the contract passes them in host memory");
   }
-  int rc = kvc_gpu_rope_extents(shape);
+  int rc = emulated_fault_due("rerotate_keys_4d") ? -1 : kvc_gpu_rope_extents(shape);
   if (rc > 0) {
     kvc_gpu_rope r = kvc_gpu_rope_of(dtype, k, st, shape);
     kvc_sim_rerotate(&r, rcos, rsin, kvc_gpu_rope_grid(kvc_gpu_rope_items(&r)));
@@ -853,7 +863,7 @@ static int emu_quantize_groups(void* ctx, const kvc_exec* exec, const kvc_quanti
       if (job->records.base) check_apart(op, "dequantized values", dlo, dhi, "records", rlo, rhi);
     }
   }
-  return quant_exit(kvc_grid_quantize_groups(&plain));
+  return quant_exit(emulated_fault_due(op) ? -1 : kvc_grid_quantize_groups(&plain));
 }
 
 static int emu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const void* src, kvc_dtype dtype,
@@ -871,7 +881,7 @@ static int emu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const vo
     if (!kvc_emulated_is_tagged(src)) violation("read_f32_4d: src %p is not device memory", src);
     if (!dst || kvc_emulated_is_tagged(dst)) violation("read_f32_4d: dst %p is not host memory", (void*)dst);
   }
-  int rc = kvc_gpu_rope_extents(shape);
+  int rc = emulated_fault_due("read_f32_4d") ? -1 : kvc_gpu_rope_extents(shape);
   if (rc > 0) {
     kvc_gpu_read r = kvc_gpu_read_of(dtype, s, ss, shape);
     kvc_sim_read_f32(&r, (uint32_t*)dst, kvc_gpu_rope_grid(kvc_gpu_read_items(&r)));
@@ -899,7 +909,7 @@ static int emu_dequantize_groups(void* ctx, const kvc_exec* exec, const kvc_dequ
     plain.records.base = checked_bytes(op, "records", exec, p, job->records.base, 1, rlo, rhi, 0, NULL);
     check_apart(op, "dst", dlo, dhi, "records", rlo, rhi);
   }
-  return quant_exit(kvc_grid_dequantize_groups(&plain));
+  return quant_exit(emulated_fault_due(op) ? -1 : kvc_grid_dequantize_groups(&plain));
 }
 
 static int emu_fp8_calibrate(void* ctx, const kvc_exec* exec, const void* src, const int64_t st[4],
@@ -909,7 +919,7 @@ static int emu_fp8_calibrate(void* ctx, const kvc_exec* exec, const void* src, c
   place* p = quant_entry(op, exec);
   if (!scale || kvc_emulated_is_tagged(scale)) violation("%s: scale %p is not host memory", op, (void*)scale);
   const void* s = checked_region(op, "src", exec, p, src, st, shape, dtype_elem(dtype), 0, NULL);
-  return quant_exit(kvc_grid_fp8_calibrate(s, st, shape, dtype, scale));
+  return quant_exit(emulated_fault_due(op) ? -1 : kvc_grid_fp8_calibrate(s, st, shape, dtype, scale));
 }
 
 static int emu_fp8_round_trip(void* ctx, const kvc_exec* exec, void* dst, const int64_t ds[4], const void* src,
@@ -921,7 +931,13 @@ static int emu_fp8_round_trip(void* ctx, const kvc_exec* exec, void* dst, const 
   void* d = checked_region(op, "dst", exec, p, dst, ds, shape, elem, 1, NULL);
   const void* s = checked_region(op, "src", exec, p, src, ss, shape, elem, 0, NULL);
   check_copy_overlap(op, d, ds, s, ss, shape, elem, 0);
-  return quant_exit(kvc_grid_fp8_round_trip(d, ds, s, ss, shape, dtype, scale));
+  return quant_exit(emulated_fault_due(op) ? -1 : kvc_grid_fp8_round_trip(d, ds, s, ss, shape, dtype, scale));
+}
+
+/* Version 7: the message of an injected failure (emulated_faults.h); the device fails nothing else. */
+static const char* emu_last_error(void* ctx) {
+  (void)ctx;
+  return emulated_faults_message();
 }
 
 static const kvc_backend emulated_backend = {
@@ -956,6 +972,8 @@ static const kvc_backend emulated_backend = {
     emu_host_alloc,
     /* Version 6 */
     emu_copy_rows_batch,
+    /* Version 7 */
+    emu_last_error,
 };
 
 /* ---------------------------------------------------------- exports */
@@ -1001,6 +1019,20 @@ EXPORT void kvc_emulated_expect_stream(int enable, void* stream) {
   pthread_mutex_lock(&lock);
   expect_stream_on = enable;
   expected_stream = stream;
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void kvc_emulated_fail(const char* op, int64_t n) {
+  pthread_mutex_lock(&lock);
+  emulated_faults_arm(op, n);
+  pthread_mutex_unlock(&lock);
+}
+
+EXPORT void kvc_emulated_fail_counts(int64_t* calls, int64_t* injected, char* entry, size_t entry_len) {
+  pthread_mutex_lock(&lock);
+  *calls = emulated_faults_calls();
+  *injected = emulated_faults_injected();
+  if (entry && entry_len) snprintf(entry, entry_len, "%s", emulated_faults_entry());
   pthread_mutex_unlock(&lock);
 }
 

@@ -14,6 +14,8 @@ static kvc_emulated_counters_fn counters_fn;
 static kvc_emulated_reset_fn reset_fn;
 static kvc_emulated_expect_stream_fn expect_fn;
 static kvc_emulated_synchronize_fn sync_fn;
+static kvc_emulated_fail_fn fail_fn;
+static kvc_emulated_fail_counts_fn fail_counts_fn;
 static const kvc_backend* table;
 
 int emulated_probe_open(char* why, size_t why_len) {
@@ -37,8 +39,10 @@ int emulated_probe_open(char* why, size_t why_len) {
   reset_fn = (kvc_emulated_reset_fn)dlsym(h, KVC_EMULATED_RESET_SYMBOL);
   expect_fn = (kvc_emulated_expect_stream_fn)dlsym(h, KVC_EMULATED_EXPECT_STREAM_SYMBOL);
   sync_fn = (kvc_emulated_synchronize_fn)dlsym(h, KVC_EMULATED_SYNCHRONIZE_SYMBOL);
+  fail_fn = (kvc_emulated_fail_fn)dlsym(h, KVC_EMULATED_FAIL_SYMBOL);
+  fail_counts_fn = (kvc_emulated_fail_counts_fn)dlsym(h, KVC_EMULATED_FAIL_COUNTS_SYMBOL);
   const kvc_backend* (*entry)(uint32_t) = (const kvc_backend* (*)(uint32_t))dlsym(h, "kvc_backend_entry");
-  if (!counters_fn || !reset_fn || !expect_fn || !sync_fn || !entry) {
+  if (!counters_fn || !reset_fn || !expect_fn || !sync_fn || !fail_fn || !fail_counts_fn || !entry) {
     snprintf(why, why_len,
              "%s is not the emulated device plugin (no %s symbol): KVC_BACKEND_PATH must name "
              "<build>/tests/gpu/emulated for the emulated variants",
@@ -58,3 +62,7 @@ void emulated_probe_counters(kvc_emulated_counters* out) { counters_fn(out); }
 void emulated_probe_reset(void) { reset_fn(); }
 void emulated_probe_expect_stream(int enable, void* stream) { expect_fn(enable, stream); }
 void emulated_probe_synchronize(void) { sync_fn(); }
+void emulated_probe_fail(const char* op, int64_t n) { fail_fn(op, n); }
+void emulated_probe_fail_counts(int64_t* calls, int64_t* injected, char* entry, size_t entry_len) {
+  fail_counts_fn(calls, injected, entry, entry_len);
+}

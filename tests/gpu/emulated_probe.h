@@ -7,6 +7,7 @@
 #define KVC_TESTS_EMULATED_PROBE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "emulated_device.h"
 
@@ -26,5 +27,10 @@ void emulated_probe_reset(void);
 void emulated_probe_expect_stream(int enable, void* stream);
 /* Completes the asynchronous copies still pending (the device-wide synchronisation of the emulated device). */
 void emulated_probe_synchronize(void);
+
+/* Failure injection (emulated_faults.h): fail the n-th call from now of entry `op` (NULL: of any entry), and the
+   calls that could have failed, the failures injected since and the entry the last one hit. */
+void emulated_probe_fail(const char* op, int64_t n);
+void emulated_probe_fail_counts(int64_t* calls, int64_t* injected, char* entry, size_t entry_len);
 
 #endif /* KVC_TESTS_EMULATED_PROBE_H */

@@ -273,6 +273,30 @@ static void tw_destroy(twin* t) {
   memset(t, 0, sizeof *t);
 }
 
+/*
+ * The quantized kinds in one cache of three layers: quanto (2 bits, per-channel keys and per-token values) and
+ * HQQ (3 bits, per-token keys and per-channel values) layers in `mode`, groups of 4 (transformers' grouping stays
+ * valid for any length), `residual` tokens kept unquantized, and an FP8 layer. q and layers receive them.
+ */
+static void tw_quantized_layers(kvc_quant_mode mode, int64_t residual, kvc_quant_options q[2],
+                                kvc_layer_options layers[3]) {
+  for (int i = 0; i < 2; i++) {
+    kvc_quant_options_init(&q[i]);
+    q[i].mode = mode;
+    q[i].quantizer = i ? KVC_QUANTIZER_HQQ : KVC_QUANTIZER_QUANTO;
+    q[i].nbits = i ? 3 : 2;
+    q[i].axis_key = i ? 1 : 0;    /* per-token groups */
+    q[i].axis_value = i ? 0 : -1; /* per-channel groups */
+    q[i].q_group_size = 4;
+    q[i].residual_length = residual;
+    kvc_layer_options_init(&layers[i]);
+    layers[i].kind = KVC_LAYER_QUANTIZED;
+    layers[i].quant = &q[i];
+  }
+  kvc_layer_options_init(&layers[2]);
+  layers[2].kind = KVC_LAYER_QUANTIZED_FP8;
+}
+
 /* ---------------------------------------------------------------- inputs */
 
 /* Memory layouts of an input tensor. */

@@ -843,8 +843,8 @@ static void quantized_ops(twin* t, uint32_t layers, kvc_dtype dt) {
 /*
  * Every mode with both quantizers (keys and values on their two axes, so
  * that per-token and per-channel groups both run) and an FP8 layer in one
- * cache: prefill, decode through several quantizations, then every
- * operation. Groups of 4 keep transformers' grouping valid for any length.
+ * cache (tw_quantized_layers): prefill, decode through several
+ * quantizations, then every operation.
  */
 static void test_quantized(void) {
   if (!device_quantizes(KVC_LAYER_QUANTIZED) || !device_quantizes(KVC_LAYER_QUANTIZED_FP8)) return; /* failed */
@@ -853,21 +853,7 @@ static void test_quantized(void) {
   for (int m = 0; m < 3; m++) {
     kvc_quant_options q[2];
     kvc_layer_options layers[3];
-    for (int i = 0; i < 2; i++) {
-      kvc_quant_options_init(&q[i]);
-      q[i].mode = modes[m];
-      q[i].quantizer = i ? KVC_QUANTIZER_HQQ : KVC_QUANTIZER_QUANTO;
-      q[i].nbits = i ? 3 : 2;
-      q[i].axis_key = i ? 1 : 0;   /* per-token groups */
-      q[i].axis_value = i ? 0 : -1; /* per-channel groups */
-      q[i].q_group_size = 4;
-      q[i].residual_length = 3;
-      kvc_layer_options_init(&layers[i]);
-      layers[i].kind = KVC_LAYER_QUANTIZED;
-      layers[i].quant = &q[i];
-    }
-    kvc_layer_options_init(&layers[2]);
-    layers[2].kind = KVC_LAYER_QUANTIZED_FP8;
+    tw_quantized_layers(modes[m], 3, q, layers);
     const kvc_cache_options o = tu_custom_options(3, layers);
     const kvc_dtype dt = dtypes[m];
     printf("  mode %d, %s\n", (int)modes[m], dt == KVC_DTYPE_FLOAT32 ? "float32" : dt == KVC_DTYPE_FLOAT16 ? "float16" : "bfloat16");

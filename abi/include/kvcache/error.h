@@ -12,6 +12,16 @@
  * nothing leaks. Messages name the argument, the value and the rule, e.g.
  *   "kvc_cache_update: key.shape[1] (num_kv_heads) is 4 but layer 2 holds 8 heads;
  *    new tokens must match the stored batch, heads and head_dim"
+ *
+ * One exception, since 0.7: a device that fails a call after the call has
+ * begun writing (a GPU runs work asynchronously, and what already ran cannot
+ * be undone) leaves the cache or pool *poisoned*. The call returns
+ * KVC_ERROR_INVALID_STATE naming the device operation and the vendor's own
+ * message; every later call on that cache or pool is refused with
+ * KVC_ERROR_INVALID_STATE, except kvc_cache_reset (which empties the cache
+ * and makes it usable again) and the destroy functions. Device failures
+ * before anything was written change nothing, like any other error.
+ * docs/gpus.md, 'When the device fails', lists what each operation leaves.
  */
 #ifndef KVCACHE_ERROR_H
 #define KVCACHE_ERROR_H
@@ -44,6 +54,8 @@ typedef int32_t kvc_code;
 #define KVC_ERROR_INTERNAL          11  /**< a bug in kvcache; please report it */
 #define KVC_ERROR_IO                12  /**< OSError: a file or stream could not be read or written, or is not
                                              a valid kvcache file (truncated, corrupted). Since 0.6. */
+#define KVC_ERROR_BUSY              13  /**< another thread is inside a call on the same handle; this call did
+                                             nothing (the handle is unchanged). Since 0.7. */
 
 /**
  * The code of `error`. `error` is borrowed for the call. Returns KVC_OK for

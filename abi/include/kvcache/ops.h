@@ -170,7 +170,9 @@ KVC_API kvc_error* kvc_cache_reserve(kvc_cache* cache, int64_t tokens);
  * reset(): every layer becomes empty: static buffers are zeroed and their
  * counters set to 0; dynamic layers drop their tokens (keeping their storage
  * for reuse). See docs/differences-from-transformers.md for how this differs
- * from transformers' dynamic layers.
+ * from transformers' dynamic layers. Since 0.7 it is also the one call a
+ * cache poisoned by a device failure accepts (kvcache/error.h): it empties
+ * every layer and the cache works again.
  */
 KVC_API kvc_error* kvc_cache_reset(kvc_cache* cache);
 

@@ -44,11 +44,17 @@
  * success) whose message names the argument, the value and the rule; a
  * failed call changes nothing (no block allocated, evicted, copied or
  * freed, no event queued). Running out of blocks is KVC_ERROR_OUT_OF_MEMORY
- * with the group and the numbers, never an abort.
+ * with the group and the numbers, never an abort. Since 0.7: a device that
+ * fails a write into the pool's blocks (kvc_pool_write, a copy-on-write in
+ * kvc_pool_reserve, a recurrent checkpoint or restore) poisons the pool:
+ * that call and every later one but the destroy functions return
+ * KVC_ERROR_INVALID_STATE (kvcache/error.h; docs/gpus.md, 'When the device
+ * fails'). A failed gather or fork leaves the pool unchanged.
  *
  * Threads. A pool and all its sequences are one object for threading: calls
  * on it must not overlap (serialize them, as a serving loop's scheduler
- * thread does). Distinct pools are independent. Views returned by the pool
+ * thread does); an overlapping call returns KVC_ERROR_BUSY and does nothing
+ * (since 0.7; kvcache.h, Thread safety). Distinct pools are independent. Views returned by the pool
  * are valid until the next call that mutates the pool or any of its
  * sequences. These calls do not count as mutating (the bindings rely on
  * it): the queries (stats, lengths, blocks_needed), kvc_pool_write,

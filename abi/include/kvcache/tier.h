@@ -157,7 +157,11 @@ typedef struct kvc_tier_stats {
   uint64_t bytes_read;
 } kvc_tier_stats;
 
-/** Fills `*out`. Errors: INVALID_ARGUMENT (NULL, struct_size). */
+/**
+ * Fills `*out`. Errors: INVALID_ARGUMENT (NULL, struct_size), BUSY (since 0.7:
+ * another thread is inside a call on the tier's pool, whose calls move the
+ * counters of a given tier, or is giving the tier to a pool).
+ */
 KVC_API kvc_error* kvc_tier_stats_get(const kvc_tier* tier, kvc_tier_stats* out);
 
 /* ----------------------------------------------------------- on a pool */

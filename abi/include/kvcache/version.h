@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVC_VERSION_MAJOR 0
-#define KVC_VERSION_MINOR 6
+#define KVC_VERSION_MINOR 7
 #define KVC_VERSION_PATCH 0
 /** MAJOR * 10000 + MINOR * 100 + PATCH, comparable with kvc_version(). */
 #define KVC_VERSION_NUMBER \

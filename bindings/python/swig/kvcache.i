@@ -144,7 +144,7 @@
     }
     if (g->closed) { PyErr_SetString(PyExc_ValueError, "splits: a cache is closed"); SWIG_fail; }
     if (g->writers) {
-      kvc_py_raise_code(KVC_ERROR_INVALID_STATE, "splits: a cache is in use by another thread");
+      kvc_py_raise_code(KVC_ERROR_BUSY, "splits: a cache is in use by another thread");
       SWIG_fail;
     }
     arr[i] = ((CacheHandle*)item)->ptr;
@@ -169,7 +169,7 @@
     EncoderDecoderHandle* h = (EncoderDecoderHandle*)item;
     if (h->own.closed) { PyErr_SetString(PyExc_ValueError, "splits: a cache is closed"); SWIG_fail; }
     if (h->own.writers) {
-      kvc_py_raise_code(KVC_ERROR_INVALID_STATE, "splits: a cache is in use by another thread");
+      kvc_py_raise_code(KVC_ERROR_BUSY, "splits: a cache is in use by another thread");
       SWIG_fail;
     }
     arr[i] = h->ptr;

@@ -231,7 +231,7 @@ static int kvc_py_pool_guard_enter(PoolHandle* p, int mode) {
     return -1;
   }
   if (p->own.writers || p->own.readers) {
-    kvc_py_raise_code(KVC_ERROR_INVALID_STATE,
+    kvc_py_raise_code(KVC_ERROR_BUSY,
                       "kvcache: the pool is in use by another thread; a pool and its sequences must be used by one "
                       "thread at a time (serialize the calls, as a scheduler thread does)");
     return -1;

@@ -191,7 +191,7 @@ PyObject* kvc_py_pool_destroy(PyObject* pool) {
   PoolHandle* p = kvc_py_pool_arg(pool, "kvc_pool_destroy");
   if (!p) return NULL;
   if (p->own.writers || p->own.readers) {
-    kvc_py_raise_code(KVC_ERROR_INVALID_STATE, "kvcache: close() while another thread is inside a call on the pool");
+    kvc_py_raise_code(KVC_ERROR_BUSY, "kvcache: close() while another thread is inside a call on the pool");
     return NULL;
   }
   p->own.closed = 1;

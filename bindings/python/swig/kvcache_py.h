@@ -64,7 +64,7 @@ static const char kvc_py_capsule_versioned_used[] = "used_dltensor_versioned";
 
 /* ------------------------------------------------------------------ errors */
 
-#define KVC_PY_NUM_CODES 13
+#define KVC_PY_NUM_CODES (KVC_ERROR_BUSY + 1) /* the codes up to the newest */
 static PyObject* kvc_py_error_classes[KVC_PY_NUM_CODES]; /* index = kvc_code */
 static PyObject* kvc_py_error_base = NULL;                /* KvcacheError */
 static PyObject* kvc_py_stale_error = NULL;               /* StaleViewError */
@@ -105,7 +105,7 @@ static void kvc_py_raise(kvc_error* error) {
 static PyObject* kvc_py_set_error_classes(PyObject* base, PyObject* by_code, PyObject* stale) {
   if (!PyType_Check(base) || !PyType_Check(stale) || !PySequence_Check(by_code) ||
       PySequence_Size(by_code) != KVC_PY_NUM_CODES) {
-    PyErr_SetString(PyExc_TypeError, "_set_error_classes(base, classes[13], stale)");
+    PyErr_Format(PyExc_TypeError, "_set_error_classes(base, classes[%d], stale)", (int)KVC_PY_NUM_CODES);
     return NULL;
   }
   for (int i = 0; i < KVC_PY_NUM_CODES; i++) {
@@ -268,7 +268,7 @@ static int kvc_py_guard_enter(kvc_py_guard* g, int write) {
     return -1;
   }
   if (g->writers || (write && g->readers)) {
-    kvc_py_raise_code(KVC_ERROR_INVALID_STATE,
+    kvc_py_raise_code(KVC_ERROR_BUSY,
                       "kvcache: the cache is in use by another thread; a cache handle must be used by one "
                       "thread at a time (give each thread its own cache, or lock around it)");
     return -1;
@@ -316,7 +316,7 @@ static PyObject* kvc_py_close(PyObject* obj) {
   kvc_py_guard* g = kvc_py_guard_of(obj, "close");
   if (!g) return NULL;
   if (g->writers || g->readers) {
-    kvc_py_raise_code(KVC_ERROR_INVALID_STATE, "kvcache: close() while another thread is inside a call");
+    kvc_py_raise_code(KVC_ERROR_BUSY, "kvcache: close() while another thread is inside a call");
     return NULL;
   }
   g->closed = 1;

@@ -208,8 +208,8 @@ def test_a_cache_is_used_by_one_thread_at_a_time():
     while not done.is_set():
         try:
             cache.get_seq_length(0)
-        except kvcache.InvalidStateError as e:
-            assert "one thread at a time" in str(e)
+        except kvcache.BusyError as e:
+            assert "one thread at a time" in str(e) and e.code == kvcache.BusyError.code
             refused += 1
     t.join()
     assert not errors
@@ -229,3 +229,11 @@ def test_a_cache_is_used_by_one_thread_at_a_time():
     for th in threads:
         th.join()
     assert results == [50 * 1024, 50 * 1024]
+
+
+def test_busy_is_its_own_code_and_still_an_invalid_state():
+    """KVC_ERROR_BUSY (13, since 0.7): a second thread on one handle. Code that caught InvalidStateError still does."""
+    assert kvcache.BusyError.code == 13 == kvcache._lib.KVC_ERROR_BUSY
+    assert issubclass(kvcache.BusyError, kvcache.InvalidStateError)
+    assert issubclass(kvcache.BusyError, RuntimeError) and issubclass(kvcache.BusyError, kvcache.KvcacheError)
+    assert kvcache._lib.kvc_code_name(13) == "KVC_ERROR_BUSY"

@@ -657,7 +657,7 @@ def test_a_second_thread_is_refused_and_a_sequence_it_drops_waits_for_the_call()
             while not stop.is_set():
                 try:
                     pool.stats(0)  # microseconds: a write (milliseconds) is most likely running meanwhile
-                except kvcache.InvalidStateError as e:  # the writer is inside the pool, the GIL released
+                except kvcache.BusyError as e:  # the writer is inside the pool, the GIL released
                     outcome["refused"] = str(e)
                     holder.clear()  # the last reference: destroyed at the pool's next call
                     return
@@ -669,7 +669,7 @@ def test_a_second_thread_is_refused_and_a_sequence_it_drops_waits_for_the_call()
         while "refused" not in outcome and time.monotonic() < deadline:
             try:
                 pool.write(keys, keys, slots)
-            except kvcache.InvalidStateError:
+            except kvcache.BusyError:
                 pass  # the other thread was inside (a query): the rule holds both ways
         stop.set()
         th.join()

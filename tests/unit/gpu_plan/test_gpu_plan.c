@@ -493,6 +493,60 @@ static void test_rows_batch_plans(void) {
   printf("rows batch: shared index arrays stored once, 16 pairs per block for 2 KiB rows, refusals\n");
 }
 
+/*
+ * A batch past 2^32 blocks is refused, not wrapped: 1,048,577 pairs of rows of 4,096 blocks each are 2^32 + 4,096
+ * blocks, which 32-bit arithmetic planned as 4,096. Nothing is dereferenced: the rows are addresses only.
+ */
+static void test_rows_batch_block_count(void) {
+  const int64_t pairs = (INT64_C(1) << 20) + 1, dim = (int64_t)KVC_GPU_TILE_UNITS * 4096 * 8; /* 8 bf16 a unit */
+  int64_t* rows = (int64_t*)calloc((size_t)pairs, sizeof(int64_t));
+  CHECK(rows != NULL, "no memory for %lld row indices", (long long)pairs);
+  if (!rows) return;
+  kvc_copy_rows_job j = rows_job((void*)(uintptr_t)0x10000000, (const void*)(uintptr_t)0x20000000, rows, rows, pairs,
+                                 1, dim);
+  kvc_gpu_rows_batch b;
+  int rc = kvc_gpu_plan_rows_batch(&b, &j, 1);
+  CHECK(rc == -1 && !b.area, "%lld pairs of 4096 blocks: planned (rc %d) as %u blocks", (long long)pairs, rc,
+        b.blocks);
+  if (!rc) kvc_gpu_rows_batch_free(&b);
+  j.count = pairs - 1; /* 2^32 blocks: still one too many */
+  rc = kvc_gpu_plan_rows_batch(&b, &j, 1);
+  CHECK(rc == -1, "2^20 pairs of 4096 blocks: planned as %u blocks", b.blocks);
+  if (!rc) kvc_gpu_rows_batch_free(&b);
+  j.count = 1024; /* 2^22 blocks: fine */
+  rc = kvc_gpu_plan_rows_batch(&b, &j, 1);
+  CHECK(rc == 0 && b.blocks == 1024u * 4096u && b.jobs[0].blocks_per_pair == 4096, "1024 pairs: %u blocks",
+        rc ? 0 : b.blocks);
+  if (!rc) kvc_gpu_rows_batch_free(&b);
+  free(rows);
+  printf("rows batch: 2^32 + 4096 blocks refused, not wrapped\n");
+}
+
+/*
+ * The move kernel orders each (b, h) plane's reads before its writes and nothing across planes: a seq shift whose
+ * rows land in the next plane must not take that route. Planes 4 rows apart, shifted by 1 row: plane 0's last row
+ * lands on plane 1's first. Planes of a store with room for the shift keep the move.
+ */
+static void test_cross_plane_shifts(void) {
+  static uint16_t buf[2 * 2 * 16 * 8 + 64] __attribute__((aligned(64)));
+  kvc_gpu_copy move;
+  int64_t shift = 0;
+  const int64_t tight[4] = {2 * 4 * 8, 4 * 8, 8, 1}, shape[4] = {2, 2, 4, 8};
+  kvc_gpu_route r = kvc_gpu_copy_route(buf + 8, tight, buf, tight, shape, 2, &move, &shift);
+  CHECK(r == KVC_GPU_ROUTE_SCRATCH, "a shift into the next plane takes route %d (want scratch %d)", (int)r,
+        (int)KVC_GPU_ROUTE_SCRATCH);
+  r = kvc_gpu_copy_route(buf, tight, buf + 8, tight, shape, 2, &move, &shift);
+  CHECK(r == KVC_GPU_ROUTE_SCRATCH, "a shift into the previous plane takes route %d", (int)r);
+  const int64_t roomy[4] = {2 * 16 * 8, 16 * 8, 8, 1};
+  r = kvc_gpu_copy_route(buf + 3 * 8, roomy, buf, roomy, shape, 2, &move, &shift);
+  CHECK(r == KVC_GPU_ROUTE_MOVE && shift == 3, "a shift inside a plane of 16 rows takes route %d, shift %lld", (int)r,
+        (long long)shift);
+  const int64_t edge[4] = {2 * 7 * 8, 7 * 8, 8, 1}; /* 4 rows + a shift of 3: exactly a plane */
+  r = kvc_gpu_copy_route(buf + 3 * 8, edge, buf, edge, shape, 2, &move, &shift);
+  CHECK(r == KVC_GPU_ROUTE_MOVE, "a shift that just fits its plane takes route %d", (int)r);
+  printf("seq moves: shifts across planes go through scratch\n");
+}
+
 int main(void) {
   assert(sizeof(kvc_gpu_copy) == 112);
   assert(sizeof(kvc_gpu_rows_job) == 152);
@@ -503,6 +557,8 @@ int main(void) {
   test_seq_moves();
   test_batch_lookup();
   test_rows_batch_plans();
+  test_rows_batch_block_count();
+  test_cross_plane_shifts();
   if (failures) {
     fprintf(stderr, "test_gpu_plan: %d check(s) failed\n", failures);
     return 1;

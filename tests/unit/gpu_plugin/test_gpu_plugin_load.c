@@ -6,8 +6,9 @@
  * dlopen (RTLD_NOW: every symbol resolves, whatever GPU runtime the machine
  * has), kvc_backend_entry(KVC_BACKEND_API_VERSION), a table of this core's
  * version and size with every entry set, then device_count(): 0 on a
- * machine without a device or driver, never a crash. CI runs this on
- * machines without a GPU; on a GPU machine it reports the devices found.
+ * machine without a device or driver, never a crash, and then last_error
+ * says why. CI runs this on machines without a GPU; on a GPU machine it
+ * reports the devices found.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -74,6 +75,23 @@ int main(int argc, char** argv) {
   if (b->device_count(b->ctx) != count) {
     fprintf(stderr, "device_count changed between two calls\n");
     return 1;
+  }
+  /*
+   * No device: the probe says why in last_error (no driver, a driver too old, none found: gpu_probe.h), with
+   * the runtime's own error name; the registry puts it into "loaded but can use no device".
+   */
+  if (count == 0) {
+    const char* why = b->last_error ? b->last_error(b->ctx) : NULL;
+    if (!why || !*why) {
+      fprintf(stderr, "device_count found no device but last_error gives no reason\n");
+      return 1;
+    }
+    printf("why: %s\n", why);
+    const char* expected = strcmp(argv[2], "cuda") == 0 ? "cuda" : "hip";
+    if (!strstr(why, expected) && !strstr(why, strcmp(expected, "cuda") == 0 ? "CUDA" : "HIP")) {
+      fprintf(stderr, "last_error \"%s\" names neither the runtime nor its error\n", why);
+      return 1;
+    }
   }
   dlclose(h);
   return 0;

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from . import _lib
 from ._errors import (
+    BusyError,
     DeviceMismatchError,
     DtypeMismatchError,
     InternalError,
@@ -145,7 +146,7 @@ __all__ = [
     "LayerSpec", "ModelConfig", "QuantOptions", "LayerInfo", "MemoryInfo",
     "KvcacheError", "InvalidArgumentError", "OutOfRangeError", "DtypeMismatchError", "ShapeMismatchError",
     "DeviceMismatchError", "UnsupportedError", "InvalidStateError", "OutOfMemoryError", "NoDeviceError",
-    "VersionMismatchError", "InternalError", "IoError", "StaleViewError",
+    "VersionMismatchError", "InternalError", "IoError", "BusyError", "StaleViewError",
     "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
     "DiskTier", "TierStats", "TierWrite",
     "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",

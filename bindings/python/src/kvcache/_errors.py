@@ -134,6 +134,18 @@ class IoError(KvcacheError, OSError):
     code = _lib.KVC_ERROR_IO
 
 
+class BusyError(InvalidStateError):
+    """KVC_ERROR_BUSY: another thread is inside a call on the same handle; this call did nothing (RuntimeError).
+
+    The wrappers release the GIL around C calls, so a second Python thread calling a cache or a pool (or any of
+    its sequences) while the first is inside is refused with this error, never raced: use one handle per thread,
+    or a lock around a shared one. A subclass of :class:`InvalidStateError`, which these refusals raised before
+    0.7. Since 0.7.
+    """
+
+    code = _lib.KVC_ERROR_BUSY
+
+
 class StaleViewError(InvalidStateError):
     """A :class:`kvcache.View` was used after its cache was mutated or closed.
 
@@ -147,7 +159,7 @@ def check_open(obj: object, what: str) -> None:
         raise ValueError(f"kvcache: the {what} is closed; a closed {what} cannot start a with block")
 
 
-_BY_CODE: list[type[KvcacheError] | None] = [None] * 13
+_BY_CODE: list[type[KvcacheError] | None] = [None] * 14
 for _cls in (
     InvalidArgumentError,
     OutOfRangeError,
@@ -161,6 +173,7 @@ for _cls in (
     VersionMismatchError,
     InternalError,
     IoError,
+    BusyError,
 ):
     _BY_CODE[_cls.code] = _cls
 

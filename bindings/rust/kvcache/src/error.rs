@@ -39,6 +39,15 @@ pub enum ErrorCode {
     /// `KVC_ERROR_IO` (OSError): a file could not be read or written, or is
     /// not a valid kvcache file (truncated, corrupted). Since 0.6.
     Io,
+    /// `KVC_ERROR_BUSY`: another thread was inside a call on the same handle;
+    /// this call did nothing (the handle is unchanged). Since 0.7.
+    ///
+    /// Safe Rust does not meet it: [`Cache`](crate::Cache),
+    /// [`EncoderDecoderCache`](crate::EncoderDecoderCache) and
+    /// [`Pool`](crate::Pool) are [`Send`] but not [`Sync`], so one thread at
+    /// a time calls them (share one behind a `Mutex`). It comes from a handle
+    /// that C code uses at the same time through its raw pointer.
+    Busy,
     /// A code this crate does not know (from a newer library).
     Unknown(i32),
 }
@@ -60,6 +69,7 @@ impl ErrorCode {
             sys::KVC_ERROR_VERSION_MISMATCH => ErrorCode::VersionMismatch,
             sys::KVC_ERROR_INTERNAL => ErrorCode::Internal,
             sys::KVC_ERROR_IO => ErrorCode::Io,
+            sys::KVC_ERROR_BUSY => ErrorCode::Busy,
             other => ErrorCode::Unknown(other),
         })
     }
@@ -79,6 +89,7 @@ impl ErrorCode {
             ErrorCode::VersionMismatch => sys::KVC_ERROR_VERSION_MISMATCH,
             ErrorCode::Internal => sys::KVC_ERROR_INTERNAL,
             ErrorCode::Io => sys::KVC_ERROR_IO,
+            ErrorCode::Busy => sys::KVC_ERROR_BUSY,
             ErrorCode::Unknown(code) => code,
         }
     }
@@ -109,7 +120,11 @@ impl fmt::Display for ErrorCode {
 /// function, the argument, the value and the rule.
 ///
 /// A call that returns an error has changed nothing: the cache is exactly as
-/// it was before the call (the C library validates everything first).
+/// it was before the call (the C library validates everything first). The one
+/// exception is a GPU that fails after the call began writing: the cache or
+/// pool is then poisoned, and every later call returns
+/// `ErrorCode::InvalidState` until the cache is reset or dropped
+/// (kvcache/error.h, docs/gpus.md, 'When the device fails').
 ///
 /// ```
 /// use kvcache::{Cache, ErrorCode, TensorRef};

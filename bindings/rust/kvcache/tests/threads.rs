@@ -1,12 +1,17 @@
-//! Caches move between threads, and distinct caches work concurrently (the
-//! C rule: one thread at a time per handle, distinct handles independent).
+//! Caches and pools move between threads, distinct ones work concurrently,
+//! and one shared behind a `Mutex` serves several threads (the C rule: one
+//! thread at a time per handle, overlapping calls refused with
+//! `KVC_ERROR_BUSY`; distinct handles independent).
 
 mod common;
 
 use std::sync::{Arc, Mutex};
 
 use common::{Host, positions};
-use kvcache::{Cache, EncoderDecoderCache, ModelConfig, Preset};
+use kvcache::{
+    Cache, DType, EncoderDecoderCache, ErrorCode, ModelConfig, Pool, PoolGroup, PoolLayer, Preset,
+    TensorRef,
+};
 
 fn assert_send<T: Send>() {}
 
@@ -67,4 +72,54 @@ fn one_cache_shared_behind_a_mutex() {
         worker.join().unwrap();
     }
     assert_eq!(cache.lock().unwrap().seq_length(0).unwrap(), 200);
+}
+
+/// The scheduler's form for a pool: one `Pool` behind a `Mutex`, threads
+/// taking turns. `Pool` is `Send` but not `Sync` and a `Sequence` borrows it,
+/// so the guard's scope is where a thread's sequences live; the library's
+/// `KVC_ERROR_BUSY` cannot arise.
+#[test]
+fn one_pool_shared_behind_a_mutex() {
+    let pool = Pool::builder(DType::F32)
+        .group(PoolGroup::full(4, 256))
+        .layer(PoolLayer::attention(0, 2, 4))
+        .build()
+        .unwrap();
+    let free = pool.stats(0).unwrap().free_blocks;
+    let pool = Arc::new(Mutex::new(pool));
+    let workers: Vec<_> = (0..4)
+        .map(|i: i32| {
+            let pool = Arc::clone(&pool);
+            std::thread::spawn(move || {
+                for round in 0..10 {
+                    let pool = pool.lock().unwrap();
+                    let mut seq = pool.sequence().unwrap();
+                    let tokens: Vec<i32> = (0..6).map(|t| 1000 * i + 10 * round + t).collect();
+                    let slots = seq.reserve(&tokens).unwrap();
+                    let k: Vec<f32> = (0..6 * 2 * 4).map(|x| (i * 100_000 + x) as f32).collect();
+                    let shape = [6, 2, 4];
+                    let kt = TensorRef::new(&k, &shape).unwrap();
+                    pool.write(&[kt], &[kt], slots.group(0)).unwrap();
+                    seq.commit().unwrap();
+                    let (keys, _) = seq.gather::<f32>(0).unwrap();
+                    // gather is [1, heads, n, dim]: head 0, token 0 is element 0 of the write.
+                    assert_eq!(keys[0], (i * 100_000) as f32);
+                    assert_eq!(seq.len(), 6);
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let pool = pool.lock().unwrap();
+    pool.clear_cache().unwrap();
+    assert_eq!(pool.stats(0).unwrap().free_blocks, free);
+}
+
+#[test]
+fn busy_is_a_code_of_its_own() {
+    assert_eq!(ErrorCode::from_raw(13), Some(ErrorCode::Busy));
+    assert_eq!(ErrorCode::Busy.raw(), 13);
+    assert_eq!(ErrorCode::Busy.name(), "KVC_ERROR_BUSY");
 }
