@@ -186,7 +186,7 @@ kvc_error* kvc_pool_fork(const kvc_pool_sequence* src, kvc_pool_sequence** out) 
   }
   seq_link(s);
   if (p->fault.fresh) { /* the fork's live state holds unknown bytes: it goes, and the pool has lost nothing */
-    kvc_pool_sequence_destroy(s);
+    kvci_pool_sequence_free(s); /* the guard is held: the public destroy would wait for it */
     return kvci_fault_discard(FN, &p->fault, p->backend, "no fork was made; the pool is unchanged");
   }
   *out = s;
