@@ -10,7 +10,7 @@ import (
 // library whose major differs (see Version).
 const (
 	HeaderVersionMajor  = 0
-	HeaderVersionMinor  = 6
+	HeaderVersionMinor  = 7
 	HeaderVersionPatch  = 0
 	HeaderVersionNumber = HeaderVersionMajor*10000 + HeaderVersionMinor*100 + HeaderVersionPatch
 )
