@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -157,11 +158,97 @@ static void test_nulls_and_unknown_types(void) {
   kvci_redis_conn_free(&c);
 }
 
+/* Sends `text` on the peer and reads one flat reply into a 4-byte buffer; the kind, or -1 with c->error set. */
+static int flat(kvci_redis_conn* c, int peer, const char* text, int with_dst, size_t* size, char* error,
+                size_t errcap) {
+  if (write(peer, text, strlen(text)) != (ssize_t)strlen(text)) return -2;
+  char dst[4];
+  return kvci_resp_read_flat(c, with_dst ? dst : NULL, with_dst ? sizeof dst : 0, size, error, errcap, lim(2000));
+}
+
+static void test_malformed_flat_replies(void) {
+  static const struct {
+    const char* text;
+    const char* error;
+  } bad[] = {
+      {":-\r\n", "protocol error: bad integer in ':-'"},
+      {":1234567890123456789\r\n", "protocol error: bad integer in ':1234567890123456789'"},
+      {":12a\r\n", "protocol error: bad integer in ':12a'"},
+      {"$-2\r\n", "protocol error: bad bulk length in '$-2'"},
+      {"*x\r\n", "protocol error: unexpected array in '*x'"},
+      {"$2\r\nab!!", "protocol error: bulk string not ended by CRLF in ''"},
+      {"$2\r\nab\r!", "protocol error: bulk string not ended by CRLF in ''"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    kvci_redis_conn c;
+    int peer;
+    REQUIRE(pair_conn(&c, &peer) == 0);
+    size_t size = 7;
+    CHECK_EQ_I64(flat(&c, peer, bad[i].text, 1, &size, NULL, 0), -1);
+    if (strcmp(c.error, bad[i].error) != 0) fprintf(stderr, "  %s: got '%s'\n", bad[i].text, c.error);
+    CHECK(strcmp(c.error, bad[i].error) == 0);
+    CHECK_EQ_I64(c.fd, -1);
+    CHECK_EQ_U64(size, 7);
+    close(peer);
+    kvci_redis_conn_free(&c);
+  }
+  /* What a caller may leave out: the error text, the size, the destination (a small value is read and dropped,
+   * and the connection stays in step for the next reply). */
+  kvci_redis_conn c;
+  int peer;
+  REQUIRE(pair_conn(&c, &peer) == 0);
+  CHECK_EQ_I64(flat(&c, peer, "-ERR no\r\n", 1, NULL, NULL, 0), KVCI_RESP_ERROR);
+  char error[4] = "xyz";
+  CHECK_EQ_I64(flat(&c, peer, "-ERR no\r\n", 1, NULL, error, 0), KVCI_RESP_ERROR);
+  CHECK(strcmp(error, "xyz") == 0); /* errcap 0: nothing written */
+  size_t size = 7;
+  CHECK_EQ_I64(flat(&c, peer, "$3\r\nabc\r\n", 0, &size, NULL, 0), KVCI_RESP_TOO_LARGE);
+  CHECK_EQ_U64(size, 0);
+  CHECK_EQ_I64(flat(&c, peer, "$3\r\nabc\r\n", 1, NULL, NULL, 0), KVCI_RESP_VALUE);
+  CHECK_EQ_I64(flat(&c, peer, ":-42\r\n", 1, NULL, NULL, 0), KVCI_RESP_INTEGER);
+  CHECK(c.fd >= 0);
+  close(peer);
+  kvci_redis_conn_free(&c);
+}
+
+static void test_malformed_trees(void) {
+  static const struct {
+    const char* text;
+    size_t bytes, elements;
+    const char* error;
+  } bad[] = {
+      {"*1\r\n\r\n", 64, 4, "protocol error: empty reply in ''"},
+      {"*1\r\n:x\r\n", 64, 4, "protocol error: bad integer in ':x'"},
+      {"*-2\r\n", 64, 4, "protocol error: bad array length in '*-2'"},
+      {"*1\r\n*q\r\n", 64, 4, "protocol error: bad array length in '*q'"},
+      {"*1\r\n$-3\r\n", 64, 4, "protocol error: bad bulk length in '$-3'"},
+      {"+OK\r\n", 64, 0, "protocol error: a reply of more elements than its cap"},
+      {"+a-status-line-longer-than-the-cap\r\n", 8, 4, "protocol error: a reply of more bytes than its cap"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    kvci_redis_conn c;
+    int peer;
+    REQUIRE(pair_conn(&c, &peer) == 0);
+    CHECK(write(peer, bad[i].text, strlen(bad[i].text)) == (ssize_t)strlen(bad[i].text));
+    kvci_resp_reply r;
+    CHECK_EQ_I64(kvci_resp_read_reply(&c, &r, bad[i].bytes, bad[i].elements, lim(2000)), -1);
+    if (strcmp(c.error, bad[i].error) != 0) fprintf(stderr, "  %s: got '%s'\n", bad[i].text, c.error);
+    CHECK(strcmp(c.error, bad[i].error) == 0);
+    CHECK_EQ_I64(c.fd, -1);
+    CHECK(r.items == NULL && r.str == NULL);
+    kvci_resp_reply_free(NULL); /* a no-op, as for free() */
+    close(peer);
+    kvci_redis_conn_free(&c);
+  }
+}
+
 int main(void) {
   TU_RUN(test_deadline_passed_before_the_call);
   TU_RUN(test_a_closed_connection_refuses_writes);
   TU_RUN(test_peer_closes_or_resets_mid_reply);
   TU_RUN(test_a_line_longer_than_the_buffer);
   TU_RUN(test_nulls_and_unknown_types);
+  TU_RUN(test_malformed_flat_replies);
+  TU_RUN(test_malformed_trees);
   return tu_finish();
 }
