@@ -5,7 +5,8 @@
  * refused while a mutating call is inside; a restore or a load into a pool,
  * which mutate, while any call is. Each refusal is KVC_ERROR_BUSY naming the
  * refused function and the one inside; no file is written, no callback
- * called, no handle changed; with the guard released the same call works.
+ * called, no handle changed (the pool's fingerprint, read under the pool's
+ * guard, too); with the guard released the same call works.
  */
 #include <sys/stat.h>
 #include <unistd.h>
@@ -170,6 +171,13 @@ static void test_pool_sequence_calls(void) {
   if (CHECK_OK(kvc_pool_sequence_load_buffer(into, file.data, file.len, &loaded)))
     CHECK_EQ_U64(kvc_pool_sequence_length(loaded), 6);
   kvc_pool_sequence_destroy(loaded);
+  /* The pool's fingerprint, which a tier's frames carry, is read under the same guard. */
+  uint8_t fp[KVC_BLOCK_HASH_SIZE], zero[KVC_BLOCK_HASH_SIZE] = {0};
+  memset(fp, 0, sizeof fp);
+  held = kvci_guard_enter_exclusive(kvci_pool_guard(into), HOLDER);
+  CHECK(busy(kvc_pool_fingerprint(into, fp), "kvc_pool_fingerprint", 1));
+  CHECK(memcmp(fp, zero, sizeof fp) == 0);
+  kvci_guard_leave(&held);
   free(file.data);
   unlink(path);
   kvc_pool_sequence_destroy(s);
