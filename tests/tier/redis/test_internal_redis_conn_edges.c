@@ -242,6 +242,50 @@ static void test_malformed_trees(void) {
   }
 }
 
+static void test_closed_or_late_reads_and_writes(void) {
+  kvci_redis_conn c;
+  int peer;
+  char cmd[] = "PING\r\n";
+  /* An empty piece is skipped; then the deadline, already passed, ends the write before a byte is sent. */
+  REQUIRE(pair_conn(&c, &peer) == 0);
+  struct iovec iov[2] = {{cmd, 0}, {cmd, 6}};
+  CHECK_EQ_I64(kvci_redis_conn_writev(&c, iov, 2, lim(2000)), 0);
+  char got[8] = {0};
+  CHECK_EQ_I64(read(peer, got, sizeof got), 6);
+  CHECK(memcmp(got, cmd, 6) == 0);
+  struct iovec late = {cmd, 6};
+  CHECK_EQ_I64(kvci_redis_conn_writev(&c, &late, 1, past()), -1);
+  CHECK(strcmp(c.error, "write: timed out") == 0);
+  CHECK_EQ_U64(late.iov_len, 6);
+  /* Reads on the closed connection: a line, a small value, a large one. */
+  const char* line;
+  size_t len;
+  CHECK_EQ_I64(kvci_redis_conn_read_line(&c, &line, &len, lim(200)), -1);
+  CHECK(strstr(c.error, "read: ") == c.error && strstr(c.error, strerror(ENOTCONN)) != NULL);
+  char big[32 * 1024];
+  CHECK_EQ_I64(kvci_redis_conn_read_exact(&c, big, 10, lim(200)), -1);
+  CHECK(strstr(c.error, strerror(ENOTCONN)) != NULL);
+  close(peer);
+  kvci_redis_conn_free(&c);
+  /* A peer gone in the middle of a value: the direct read of a large one and the buffered read of a small one. */
+  for (size_t want = 10; want <= sizeof big; want += sizeof big - 10) {
+    REQUIRE(pair_conn(&c, &peer) == 0);
+    CHECK(write(peer, "abc", 3) == 3);
+    close(peer);
+    CHECK_EQ_I64(kvci_redis_conn_read_exact(&c, big, want, lim(2000)), -1);
+    CHECK(strstr(c.error, strerror(ECONNRESET)) != NULL);
+    CHECK(memcmp(big, "abc", 3) == 0); /* what came is where it belongs */
+    kvci_redis_conn_free(&c);
+  }
+  /* A CR inside a line is a byte of the line, not its end. */
+  REQUIRE(pair_conn(&c, &peer) == 0);
+  CHECK(write(peer, "+a\rb\r\n", 6) == 6);
+  CHECK_EQ_I64(kvci_redis_conn_read_line(&c, &line, &len, lim(2000)), 0);
+  CHECK(len == 4 && memcmp(line, "+a\rb", 4) == 0);
+  close(peer);
+  kvci_redis_conn_free(&c);
+}
+
 int main(void) {
   TU_RUN(test_deadline_passed_before_the_call);
   TU_RUN(test_a_closed_connection_refuses_writes);
@@ -250,5 +294,6 @@ int main(void) {
   TU_RUN(test_nulls_and_unknown_types);
   TU_RUN(test_malformed_flat_replies);
   TU_RUN(test_malformed_trees);
+  TU_RUN(test_closed_or_late_reads_and_writes);
   return tu_finish();
 }
