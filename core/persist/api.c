@@ -1,6 +1,6 @@
 /*
  * core/persist/api.c: the entry points of kvcache/persist.h: files written
- * beside their path and renamed, files read whole (read_file.c), caller buffers and
+ * beside their path and renamed, files read at offsets (read_file.c), caller buffers and
  * callbacks, and restore, which builds the file's cache aside and swaps it
  * in only when everything succeeded (the target is unchanged on error).
  */
@@ -187,37 +187,29 @@ kvc_error* kvc_encoder_decoder_cache_save_to(const kvc_encoder_decoder_cache* ca
 
 /* ------------------------------------------------------------ reading */
 
-/* A file's bytes: read from a path (owned), or a caller's buffer (borrowed). */
-typedef struct file_bytes {
-  const unsigned char* data;
-  size_t len;
-  unsigned char* owned; /* non-NULL when read from a path */
-} file_bytes;
+/* A file's bytes: an open file (read_file.h), or a caller's buffer (borrowed). */
+typedef kvci_source file_bytes;
 
 static kvc_error* read_path(const char* fn, const char* path, file_bytes* m) {
   memset(m, 0, sizeof *m);
+  m->fd = -1;
   if (!path) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: path is NULL", fn);
-  kvc_error* e = kvci_read_file(fn, path, &m->owned, &m->len);
-  m->data = m->owned;
-  return e;
+  return kvci_source_open(fn, path, m);
 }
 
 static kvc_error* borrow_buffer(const char* fn, const void* data, size_t bytes, file_bytes* m) {
   memset(m, 0, sizeof *m);
+  m->fd = -1;
   if (!data) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: data is NULL", fn);
-  m->data = (const unsigned char*)data;
-  m->len = bytes;
+  kvci_source_borrow(fn, data, bytes, m);
   return NULL;
 }
 
-static void release(file_bytes* m) {
-  if (m->owned) kvci_read_file_free(m->owned);
-  memset(m, 0, sizeof *m);
-}
+static void release(file_bytes* m) { kvci_source_close(m); }
 
 /* Parses the bytes and checks that they hold the object the caller asked for. */
 static kvc_error* parse_object(const char* fn, const file_bytes* m, uint32_t object, kvci_file* f) {
-  kvc_error* e = kvci_file_parse(fn, m->data, m->len, f);
+  kvc_error* e = kvci_file_parse(fn, m, f);
   if (e) return e;
   if (f->object != object) {
     static const char* const NAMES[] = {"", "a cache", "an encoder-decoder cache", "a pool sequence"};
@@ -231,6 +223,10 @@ static kvc_error* parse_object(const char* fn, const file_bytes* m, uint32_t obj
 static kvc_error* build(const char* fn, const kvci_file* f, const kvc_device* dev, void* stream, kvc_cache** a,
                         kvc_cache** b, uint8_t** flags, uint32_t* nflags) {
   kvc_error* e = kvci_load_cache(fn, f, 0, dev, stream, a);
+  if (!e && !b && (e = kvci_file_check_rest(fn, f))) {
+    kvc_cache_destroy(*a);
+    *a = NULL;
+  }
   if (e || !b) return e;
   const kvci_file_section* s = kvci_file_find(f, KVCF_ENCDEC, 0, 0, 0);
   if (!s || s->h.payload_bytes > UINT32_MAX) e = kvci_err(KVC_ERROR_IO, "%s: the file has no is_updated section (EDEC)", fn);
@@ -245,7 +241,16 @@ static kvc_error* build(const char* fn, const kvci_file* f, const kvc_device* de
       memcpy(*flags, s->payload, *nflags);
     }
   }
-  if (e) kvc_cache_destroy(*a);
+  if (!e && (e = kvci_file_check_rest(fn, f))) {
+    free(*flags);
+    *flags = NULL;
+    kvc_cache_destroy(*b);
+    *b = NULL;
+  }
+  if (e) {
+    kvc_cache_destroy(*a);
+    *a = NULL;
+  }
   return e;
 }
 

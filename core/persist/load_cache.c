@@ -1,6 +1,7 @@
 /*
  * core/persist/load_cache.c: a new cache from a parsed file (parse.c has
- * checked every checksum): the layers rebuilt from their fingerprint specs,
+ * checked every checksum but the tensor payloads', which are checked as they
+ * land in the new cache): the layers rebuilt from their fingerprint specs,
  * then each layer's record, stored keys and values, extension state and row
  * buffers, then each kind's cache-wide state. The file's values are checked
  * against each other as they are read (a checksum proves the bytes are the
@@ -49,7 +50,7 @@ static kvc_error* read_generic(const char* fn, uint32_t part, uint32_t i, kvci_r
  * dims, dtype and elem_bytes, and its payload's size (a ROWS section's dims[3] is 0 past 2^32 bytes). */
 static kvc_error* tensor_section(const char* fn, const kvci_file* f, uint32_t type, uint32_t part, uint32_t i,
                                  uint32_t sub, const int64_t shape[4], uint32_t dtype, uint64_t elem,
-                                 const unsigned char** out) {
+                                 const kvci_file_section** out) {
   const kvci_file_section* s = kvci_file_find(f, type, part, i, sub);
   char tag[5], what[192];
   if (!s) {
@@ -77,7 +78,7 @@ static kvc_error* tensor_section(const char* fn, const kvci_file* f, uint32_t ty
              (unsigned long long)s->offset, (unsigned long long)s->h.payload_bytes, (unsigned long long)bytes);
     return bad_layer(fn, part, i, what);
   }
-  *out = s->payload;
+  *out = s;
   return NULL;
 }
 
@@ -91,7 +92,7 @@ static kvc_error* load_store(const char* fn, const kvci_file* f, uint32_t part, 
       mul_fits(bytes, l->k_dim + l->v_dim, &bytes) || mul_fits(bytes, (int64_t)l->elem, &bytes))
     return bad_layer(fn, part, i, "its store's batch x heads x capacity x (key dim + value dim) x element size "
                                   "overflows 64 bits");
-  const unsigned char* src[2] = {NULL, NULL};
+  const kvci_file_section* src[2] = {NULL, NULL};
   int64_t shape[2][4];
   for (int which = 0; which < 2; which++) { /* both sections checked before a byte is allocated */
     const int64_t sh[4] = {l->batch, l->heads, l->end - l->start, which ? l->v_dim : l->k_dim};
@@ -106,7 +107,9 @@ static kvc_error* load_store(const char* fn, const kvci_file* f, uint32_t part, 
     int64_t strides[4];
     kvci_store_strides(l, which, strides);
     char* base = (char*)(which ? l->v : l->k) + (size_t)(l->start * shape[which][3]) * l->elem;
-    if (kvci_xfer_load(st, base, strides, shape[which], l->elem, src[which])) return kvci_stage_error(fn, st, "the file");
+    kvci_section_reader in = {f, src[which], 0, 0};
+    kvc_error* e = kvci_section_load(fn, &in, st, base, strides, shape[which], l->elem);
+    if (e) return e;
   }
   return NULL;
 }
@@ -121,14 +124,15 @@ static kvc_error* load_rows(const char* fn, const kvci_file* f, uint32_t part, u
     rb[j].row_bytes = r->row_bytes[j];
     if (!r->allocated[j]) continue;
     const int64_t shape[4] = {l->batch, 1, 1, rb[j].row_bytes}, strides[4] = {shape[3], shape[3], shape[3], 1};
-    const unsigned char* src = NULL;
+    const kvci_file_section* src = NULL;
     int64_t bytes;
     if (l->batch < 1 || rb[j].row_bytes < 1) return bad_layer(fn, part, i, "an allocated row buffer is empty");
     if (mul_fits(l->batch, rb[j].row_bytes, &bytes)) return bad_layer(fn, part, i, "a row buffer's size overflows");
     kvc_error* e = tensor_section(fn, f, KVCF_ROWS, part, i, (uint32_t)j, shape, 0, 1, &src);
     if (e) return e;
     if (!(rb[j].ptr = b->alloc_zeroed(b->ctx, &c->exec, (size_t)(l->batch * rb[j].row_bytes)))) return kvci_err_oom();
-    if (kvci_xfer_load(st, rb[j].ptr, strides, shape, 1, src)) return kvci_stage_error(fn, st, "the file");
+    kvci_section_reader in = {f, src, 0, 0};
+    if ((e = kvci_section_load(fn, &in, st, rb[j].ptr, strides, shape, 1))) return e;
   }
   return NULL;
 }

@@ -2,13 +2,14 @@
  * core/persist/persist_internal.h: what the files of core/persist/ share.
  *
  *  output.c       the writer of sections: header, sections, table, footer
- *  transfer.c     bytes between a cache's memory (any device, any tier) and the host
+ *  transfer.c     bytes between a cache's memory (any device, any tier) and the host; a file's payloads
+ *                 read into a new cache (kvci_section_load)
  *  fingerprint.c  the model fingerprint: built from a cache, compared with one
  *  save_cache.c   a cache's sections
  *  parse.c        a file's bytes checked (every checksum) and indexed
  *  load_cache.c   a new cache from a parsed file
  *  pool_sequence.c  a pool sequence's sections, and a new sequence from them
- *  read_file.c    a path's bytes, read whole (read_file.h; only regular files, never mapped)
+ *  read_file.c    a path's or a buffer's bytes, read at offsets (read_file.h; only regular files, never mapped)
  *  api.c          the public entry points (files, buffers, callbacks, restore)
  */
 #ifndef KVC_CORE_PERSIST_INTERNAL_H
@@ -89,6 +90,28 @@ int kvci_xfer_load(kvci_stage* stage, void* base, const int64_t strides[4], cons
 /* The error of a kvci_xfer_load that returned -1: the backend's failure in its words, naming fn and `what`. */
 kvc_error* kvci_stage_error(const char* fn, kvci_stage* stage, const char* what);
 
+/*
+ * A bulk section's payload, loaded in order in regions (kvci_section_load):
+ * from a caller's buffer, or read from the file straight into the region
+ * (host memory) or through a buffer (device memory), its checksum computed
+ * as the bytes land and compared with the table's once the last byte has
+ * (kvci_file_payload_checked): the new cache is built aside, so a corrupted
+ * payload or a file rewritten since the checks is an IO error that leaves
+ * nothing behind.
+ */
+struct kvci_file_section;
+struct kvci_file;
+typedef struct kvci_section_reader {
+  const struct kvci_file* file;
+  const struct kvci_file_section* section;
+  uint64_t done;
+  uint32_t crc;
+} kvci_section_reader;
+
+/* The next shape-sized region of the payload into cache memory (kvci_xfer_load's layout). */
+kvc_error* kvci_section_load(const char* fn, kvci_section_reader* r, kvci_stage* stage, void* base,
+                             const int64_t strides[4], const int64_t shape[4], size_t elem);
+
 /* --------------------------------------------------------- fingerprint */
 
 /* The fingerprint record of a cache (FPRT payload). */
@@ -120,18 +143,32 @@ kvc_error* kvci_fingerprint_compare(const char* fn, const kvci_fingerprint* file
 typedef struct kvci_file_section {
   kvcf_section h;
   uint64_t offset; /* of the section header */
+  uint32_t crc;    /* the payload's checksum (the table's) */
+  /* The payload in memory: a caller's buffer's, or a file's record kept by the checks; NULL for a file's bulk
+   * (tensor) payload, which kvci_section_load reads from the file. */
   const unsigned char* payload;
+  unsigned char* owned;
+  int verified; /* its checksum checked: by kvci_file_parse, or (bulk) kvci_file_payload_checked */
 } kvci_file_section;
 
+struct kvci_source;
+
 typedef struct kvci_file {
+  const struct kvci_source* src; /* open until the file is freed */
   uint32_t object;
   uint32_t lib_version[3];
   size_t count;
   kvci_file_section* sections;
 } kvci_file;
 
-/* Checks every byte of data[0, len) (magic, version, checksums, layout) and indexes its sections. */
-kvc_error* kvci_file_parse(const char* fn, const unsigned char* data, size_t len, kvci_file* out);
+/* Checks every byte of the source (magic, version, checksums, layout) but the bulk (tensor) payloads, and indexes
+ * its sections; of a file it reads and keeps only the rest (read_file.h). */
+kvc_error* kvci_file_parse(const char* fn, const struct kvci_source* src, kvci_file* out);
+/* A bulk payload's checksum, computed over its bytes where the loader put them, against the table's: IO error
+ * naming the section (corrupted, or the file modified since the checks). */
+kvc_error* kvci_file_payload_checked(const char* fn, const kvci_file* f, const kvci_file_section* s, uint32_t crc);
+/* After a load: the checksums of the bulk payloads no loader read (a valid file has none). */
+kvc_error* kvci_file_check_rest(const char* fn, const kvci_file* f);
 void kvci_file_free(kvci_file* f);
 /* The section of that type, part and index (sub 0 unless given), NULL when absent. */
 const kvci_file_section* kvci_file_find(const kvci_file* f, uint32_t type, uint32_t part, uint32_t index,

@@ -255,7 +255,7 @@ static kvc_error* read_sequence(const char* fn, const kvci_file_section* s, cons
 
 /* The section of layer `layer`'s K or V slots, which must hold `count` slots. */
 static kvc_error* slot_section(const char* fn, const kvci_file* f, const kvc_pool* p, uint32_t layer, int which,
-                               uint64_t count, const unsigned char** out) {
+                               uint64_t count, const kvci_file_section** out) {
   const kvci_pool_layer* l = &p->layers[layer];
   uint32_t type = kvci_pool_is_recurrent(&p->groups[l->group]) ? KVCF_RECURRENT : KVCF_BLOCKS;
   const kvci_file_section* s = kvci_file_find(f, type, 0, layer, (uint32_t)which);
@@ -271,7 +271,7 @@ static kvc_error* slot_section(const char* fn, const kvci_file* f, const kvc_poo
   if (!s || s->h.payload_bytes != bytes)
     return kvci_err(KVC_ERROR_IO, "%s: the file's %s bytes of layer %u are %s (%llu bytes expected)", fn,
                     which ? "value" : "key", layer, s ? "of another size" : "missing", (unsigned long long)bytes);
-  *out = s->payload;
+  *out = s;
   return NULL;
 }
 
@@ -281,7 +281,7 @@ static kvc_error* check_room(const char* fn, const kvci_file* f, const kvc_pool*
     const kvci_pool_group* grp = &p->groups[g];
     for (uint32_t i = 0; i < grp->num_layers; i++)
       for (int which = 0; which < 2; which++) {
-        const unsigned char* src;
+        const kvci_file_section* src;
         kvc_error* e = slot_section(fn, f, p, grp->layers[i], which, q->groups[g].held, &src);
         if (e) return e;
       }
@@ -315,14 +315,14 @@ static kvc_error* fill_group(const char* fn, const kvci_file* f, kvc_pool* p, kv
   for (uint32_t i = 0; !e && i < grp->num_layers; i++) {
     const kvci_pool_layer* l = &p->layers[grp->layers[i]];
     for (int which = 0; !e && which < 2; which++) {
-      const unsigned char* src;
+      const kvci_file_section* src;
       int64_t per = which ? l->v_block : l->k_block;
       const int64_t strides[4] = {per, per, per, 1}, shape[4] = {1, 1, 1, per};
       e = slot_section(fn, f, p, grp->layers[i], which, n, &src);
+      kvci_section_reader in = {f, src, 0, 0}; /* the blocks in file order, one after another */
       for (uint64_t k = 0; !e && k < n; k++)
-        if (kvci_xfer_load(st, (char*)(which ? l->v : l->k) + (size_t)(slots[k] * per) * p->elem, strides, shape,
-                           p->elem, src + k * (uint64_t)per * p->elem))
-          e = kvci_stage_error(fn, st, "the file");
+        e = kvci_section_load(fn, &in, st, (char*)(which ? l->v : l->k) + (size_t)(slots[k] * per) * p->elem,
+                              strides, shape, p->elem);
     }
   }
   free(slots);
@@ -365,6 +365,7 @@ kvc_error* kvci_load_pool_sequence(const char* fn, const kvci_file* f, kvc_pool*
     s->committed = (uint64_t)q.committed;
   }
   for (uint32_t g = 0; !e && g < p->num_groups; g++) e = fill_group(fn, f, p, s, g, &q.groups[g], &st);
+  if (!e) e = kvci_file_check_rest(fn, f); /* before any block is cached under the sequence's chain */
   for (uint32_t g = 0; !e && g < p->num_groups; g++) cache_chain(p, s, g, (uint64_t)q.groups[g].hashed);
   kvci_stage_close(&st);
   free(q.groups);

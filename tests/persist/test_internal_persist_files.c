@@ -8,7 +8,9 @@
  * regression fails the test instead of hanging the suite. A file truncated,
  * extended or rewritten in place while it is read (deterministically,
  * between two reads of read_file.c through its test seam) is an IO error,
- * never SIGBUS, and a restore's target stays as it was.
+ * never SIGBUS, and a restore's target stays as it was. So is a file
+ * rewritten after the checks, while the loader reads its tensor payloads
+ * into the new cache (their checksums computed there).
  */
 #define _DEFAULT_SOURCE 1 /* mkfifo, truncate, socket paths, utimensat */
 #include <fcntl.h>
@@ -207,10 +209,78 @@ static void test_file_changing_during_a_load(void) {
   unlink(path);
 }
 
+/* ------------------------------------ changes between the checks and the load */
+
+static uint64_t reread_last, reread_max; /* the end of the last read, and the furthest */
+static int reread_drops;                 /* reads that ended before the one before them */
+
+/* The checks read the header, the footer, the table, then the sections in file order: two reads that end before the
+ * previous one. The third such read is the loader's first, of a tensor payload after the checks: from there to the
+ * furthest byte read, every byte is inverted, so the payloads it reads differ from the ones the table describes. */
+static void rewrite_on_reread(int fd, uint64_t done) {
+  (void)fd;
+  int drop = done < reread_last;
+  reread_last = done;
+  if (done > reread_max) reread_max = done;
+  if (!drop || ++reread_drops < 3) return;
+  if (change_done++) return;
+  int w = open(change_path, O_RDWR);
+  if (!CHECK(w >= 0)) return;
+  for (uint64_t at = done; at < reread_max; at++) {
+    unsigned char byte;
+    CHECK(pread(w, &byte, 1, (off_t)at) == 1);
+    byte ^= 0xFF;
+    CHECK(pwrite(w, &byte, 1, (off_t)at) == 1);
+  }
+  close(w);
+}
+
+static void test_file_rewritten_between_checks_and_load(void) {
+  kvc_cache* c = small_cache();
+  REQUIRE(c != NULL);
+  char path[256];
+  ps_path(path, sizeof path, "rewritten");
+  for (int op = 0; op < 2; op++) { /* load, restore */
+    REQUIRE_OK(kvc_cache_save(c, path, NULL));
+    change_path = path, change_done = 0, reread_last = reread_max = 0, reread_drops = 0;
+    kvci_read_file_chunk = 4096;
+    kvci_read_file_after_chunk = rewrite_on_reread;
+    alarm(HANG_SECONDS);
+    if (op == 0) {
+      kvc_cache* out = NULL;
+      io_error_saying(kvc_cache_load(path, NULL, &out), "was modified while it was read: section",
+                      "kvc_cache_load of a file rewritten after its checks");
+      CHECK_EQ_PTR(out, NULL);
+    } else {
+      kvc_cache* target = small_cache();
+      if (target) {
+        ps_step(target, 2, 3, 40, 9);
+        cache_snap before, after;
+        snap_take(target, &before);
+        io_error_saying(kvc_cache_restore(target, path), "was modified while it was read: section",
+                        "kvc_cache_restore of a file rewritten after its checks");
+        snap_take(target, &after);
+        char why[256];
+        if (!CHECK(snap_equal(&before, &after, 0, why, sizeof why))) fprintf(TU_LOG, "    %s\n", why);
+        snap_free(&before);
+        snap_free(&after);
+        kvc_cache_destroy(target);
+      }
+    }
+    alarm(0);
+    kvci_read_file_after_chunk = NULL;
+    kvci_read_file_chunk = (size_t)64 << 20;
+    CHECK(change_done > 0); /* the loader read after the checks, and the file changed before that */
+  }
+  kvc_cache_destroy(c);
+  unlink(path);
+}
+
 int main(void) {
   signal(SIGALRM, on_alarm);
   TU_RUN(test_fifo_is_refused_without_blocking);
   TU_RUN(test_directory_device_and_socket_are_refused);
   TU_RUN(test_file_changing_during_a_load);
+  TU_RUN(test_file_rewritten_between_checks_and_load);
   return tu_finish();
 }

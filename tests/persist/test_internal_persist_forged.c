@@ -14,6 +14,7 @@
 #include "../pool/pool_test.h"
 #include "persist/crc32c.h"
 #include "persist/persist_internal.h"
+#include "persist/read_file.h"
 #include "persist_test.h"
 
 /* ---- the forger ---------------------------------------------------------- */
@@ -40,7 +41,9 @@ static void emit_section(kvci_out* out, const kvcf_section* h, const unsigned ch
 static int forge(const ps_buffer* in, const forge_edit* edits, int n, ps_buffer* out) {
   kvci_file f;
   memset(out, 0, sizeof *out);
-  kvc_error* e = kvci_file_parse("forge", in->data, in->len, &f);
+  kvci_source src;
+  kvci_source_borrow("forge", in->data, in->len, &src);
+  kvc_error* e = kvci_file_parse("forge", &src, &f);
   if (!CHECK_OK(e)) return 0;
   kvci_out o;
   memset(&o, 0, sizeof o);
@@ -70,7 +73,9 @@ static int forge(const ps_buffer* in, const forge_edit* edits, int n, ps_buffer*
 static ps_buffer payload_of(const ps_buffer* file, uint32_t type, uint32_t part, uint32_t index, uint32_t sub) {
   ps_buffer b = {0};
   kvci_file f;
-  if (!CHECK_OK(kvci_file_parse("forge", file->data, file->len, &f))) return b;
+  kvci_source src;
+  kvci_source_borrow("forge", file->data, file->len, &src);
+  if (!CHECK_OK(kvci_file_parse("forge", &src, &f))) return b;
   const kvci_file_section* s = kvci_file_find(&f, type, part, index, sub);
   if (CHECK(s != NULL)) ps_buffer_write(&b, s->payload, (size_t)s->h.payload_bytes + 8); /* room for one more */
   if (s) b.len = (size_t)s->h.payload_bytes;
