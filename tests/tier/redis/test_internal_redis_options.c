@@ -1,7 +1,8 @@
 /*
  * kvc_redis_tier_create's options refused before any connection (no server
- * needed): a cluster mode below the first, empty seeds, a key prefix longer
- * than its cap, a pipeline past 65536, NULL outputs; and options that are
+ * needed): a cluster mode below the first, empty seeds, more seeds than a
+ * tier may know, a key prefix longer than its cap, a pipeline past 65536,
+ * NULL outputs; and options that are
  * accepted and then meet a closed port, so the message shows what the tier
  * made of them (a NULL key prefix, AUTH with a user name, a call deadline
  * that would overflow 32 bits and is held at UINT32_MAX ms).
@@ -11,6 +12,7 @@
 
 #include "test_util.h"
 #include "redis_tier_test.h"
+#include "tier/redis/redis_internal.h"
 #include "tier/redis/redis_tier_open.h"
 
 /* Port 1 on 127.0.0.1 is closed on every test machine: a connect is refused at once. */
@@ -35,6 +37,16 @@ static void test_refused_before_connecting(void) {
   CHECK(rt_err_says(rt_open(&b, &t), KVC_ERROR_INVALID_ARGUMENT, "options.key_prefix is 257 bytes long; at most 256"));
   b = o, b.max_pipeline = 65537;
   CHECK(rt_err_says(rt_open(&b, &t), KVC_ERROR_INVALID_ARGUMENT, "options.max_pipeline is 65537; it is 1 to 65536"));
+  /* More seeds than a tier may know (KVCI_REDIS_MAX_NODES): refused while the list is read, before a connect. */
+  size_t cap = (KVCI_REDIS_MAX_NODES + 1) * 16;
+  char* many = malloc(cap);
+  REQUIRE(many != NULL);
+  size_t at = 0;
+  for (int i = 0; i <= KVCI_REDIS_MAX_NODES; i++)
+    at += (size_t)snprintf(many + at, cap - at, "%s127.0.0.1:%d", i ? "," : "", 10000 + i);
+  b = o, b.seeds = many;
+  CHECK(rt_err_says(rt_open(&b, &t), KVC_ERROR_INVALID_ARGUMENT, "options.seeds lists more than 4096 nodes"));
+  free(many);
   /* Valid options but nowhere to put the tier. */
   CHECK(rt_err_says(kvci_redis_tier_open(&o, NULL, &t.ctx), KVC_ERROR_INVALID_ARGUMENT, "out is NULL"));
   CHECK(rt_err_says(kvci_redis_tier_open(&o, &t.ops, NULL), KVC_ERROR_INVALID_ARGUMENT, "out is NULL"));
