@@ -22,8 +22,7 @@ static void test_first_tier_answers_first(void) {
   tt_prompt(x, PROMPT, 1);
   tt_prompt(y, PROMPT, 5000);
   kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  REQUIRE_OK(pt_step(p, 1, 2, s, x, N));
+  REQUIRE_OK(tt_commit_prompt(p, N, &s)); /* x's first N tokens */
   kvc_pool_sequence_destroy(s);
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
   REQUIRE_OK(pt_step(p, 1, 2, s, y, N)); /* evicts x's 4 blocks: to both tiers */
