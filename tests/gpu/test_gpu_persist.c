@@ -4,8 +4,8 @@
  *  - the device cache's file, written through a 4 KiB host staging buffer
  *    (so whole rows, seq ranges and dim ranges are all cut into chunks), is
  *    byte for byte the CPU cache's file (the device is not part of a file);
- *  - that file loaded on the device and on the CPU gives a twin equal to the
- *    original, and restored into the device cache leaves it equal;
+ *  - that file loaded on the device and on the CPU, from memory and from a
+ *    path, gives a twin equal to the original, and restored into the device cache leaves it equal;
  *  - the restored device cache and the CPU cache take more updates alike.
  * On the emulated device every device pointer is poisoned for the host: a
  * byte the core read or wrote directly instead of through the backend faults.
@@ -45,6 +45,19 @@ static void round_trip(twin* t, uint32_t layers, const tw_geom* g, int retires, 
     if (!retires) tw_check(&mixed, "the CPU original and the device copy");
   }
   tw_destroy(&loaded);
+  /* The same file from a path: the device cache's payloads are read from the file through a host buffer. */
+  char path[256];
+  ps_path(path, sizeof path, "gpu-round-trip");
+  FILE* fp = fopen(path, "wb");
+  int written = fp && fwrite(f[1].data, 1, f[1].len, fp) == f[1].len;
+  if (fp && fclose(fp)) written = 0;
+  memset(&loaded, 0, sizeof loaded);
+  loaded.device = t->device;
+  if (CHECK(written) && CHECK_OK(kvc_cache_load(path, NULL, &loaded.c[TW_CPU])) &&
+      CHECK_OK(kvc_cache_load(path, &lo, &loaded.c[TW_DEV])))
+    tw_check(&loaded, "loaded from the device cache's file on disk");
+  tw_destroy(&loaded);
+  unlink(path);
   /* Restore the device cache from the CPU cache's file, then keep stepping both alike. */
   if (CHECK_OK(kvc_cache_restore_buffer(t->c[TW_DEV], f[0].data, f[0].len))) {
     if (!retires) tw_check(t, "restored");

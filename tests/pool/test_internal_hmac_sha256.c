@@ -90,6 +90,14 @@ static void test_key_bytes_matter(void) {
   CHECK(memcmp(a, b, 32) != 0);
 }
 
+/* An empty key is padded with zeros only (no bytes to copy); the value is Python's hmac.new(b"", b"", sha256). */
+static void test_empty_key_and_message(void) {
+  uint8_t got[32], want[32];
+  REQUIRE(hv_hash("b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad", want));
+  kvci_hmac_sha256("", 0, "", 0, got);
+  CHECK(memcmp(got, want, 32) == 0);
+}
+
 static void test_equal_const_time(void) {
   uint8_t a[32], b[32];
   memset(a, 0x5a, sizeof a);
@@ -107,6 +115,7 @@ static void test_equal_const_time(void) {
 int main(void) {
   TU_RUN(test_rfc4231_cases);
   TU_RUN(test_key_bytes_matter);
+  TU_RUN(test_empty_key_and_message);
   TU_RUN(test_equal_const_time);
   return tu_finish();
 }

@@ -15,14 +15,8 @@
 #include <unistd.h>
 
 #include "test_util.h"
+#include "conn_pair.h"
 #include "tier/redis/redis_internal.h"
-
-/* A limit of `ms` from now, for one operation; valid until the next call. */
-static const kvci_redis_limit* lim(uint32_t ms) {
-  static kvci_redis_limit l;
-  l = kvci_redis_limit_in(ms);
-  return &l;
-}
 
 static void test_crc16_and_slots(void) {
   CHECK_EQ_U64(kvci_redis_crc16("123456789", 9), 0x31C3);
@@ -93,19 +87,6 @@ static void test_encoder(void) {
   kvci_resp_out_reset(&o);
   CHECK_EQ_U64(flatten(&o, buf, sizeof buf), 0);
   kvci_resp_out_free(&o);
-}
-
-/* A connection over one end of a socket pair; the test writes the server's side. */
-static int pair_conn(kvci_redis_conn* c, int* peer) {
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return -1;
-  kvci_redis_conn_init(c);
-  c->buf = malloc(64 * 1024);
-  c->cap = 64 * 1024;
-  fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
-  c->fd = sv[0];
-  *peer = sv[1];
-  return 0;
 }
 
 static void test_flat_replies(void) {

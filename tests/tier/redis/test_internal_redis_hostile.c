@@ -519,12 +519,72 @@ static void test_long_host_addresses(void) {
   CHECK(kvci_redis_parse_address(addr, strlen(addr), host, sizeof host, &port) != 0);
 }
 
+/* CLUSTER SLOTS replies that parse as RESP but not as a slot map: each field of a range checked in turn. */
+#define RANGE_OF(lo, hi, master) "*1\r\n*3\r\n" lo hi master
+#define MASTER "*2\r\n$9\r\n127.0.0.1\r\n:7000\r\n"
+static void test_cluster_slots_not_understood(void) {
+  static script s;
+  fs_server f;
+  REQUIRE(fs_start(&f, serve, &s) == 0);
+  static const char* const bad[] = {
+      "*1\r\n:5\r\n",                                   /* a range that is not an array */
+      "*1\r\n*2\r\n:0\r\n:1\r\n",                       /* without its master */
+      RANGE_OF("+0\r\n", ":1\r\n", MASTER),            /* first slot not an integer */
+      RANGE_OF(":0\r\n", "+1\r\n", MASTER),            /* last slot not an integer */
+      RANGE_OF(":0\r\n", ":1\r\n", ":5\r\n"),          /* master not an array */
+      RANGE_OF(":0\r\n", ":1\r\n", "*1\r\n$1\r\nh\r\n"), /* master without a port */
+      RANGE_OF(":0\r\n", ":1\r\n", "*2\r\n:1\r\n:7000\r\n"),            /* host not a string */
+      RANGE_OF(":0\r\n", ":1\r\n", "*2\r\n$1\r\nh\r\n$4\r\n7000\r\n"),  /* port not an integer */
+      RANGE_OF(":-1\r\n", ":1\r\n", MASTER),           /* a slot below 0 */
+      RANGE_OF(":0\r\n", ":16384\r\n", MASTER),        /* a slot past 16383 */
+      RANGE_OF(":5\r\n", ":4\r\n", MASTER),            /* a range that ends before it starts */
+      RANGE_OF(":0\r\n", ":1\r\n", "*2\r\n$1\r\nh\r\n:0\r\n"),          /* port 0 */
+      RANGE_OF(":0\r\n", ":1\r\n", "*2\r\n$1\r\nh\r\n:65536\r\n"),      /* port past 65535 */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    refuse_slots(&s, &f, bad[i], 0, "CLUSTER SLOTS reply not understood");
+  /* No map at all: an empty array, or no array. */
+  refuse_slots(&s, &f, "*0\r\n", 0, "CLUSTER SLOTS gave no slots");
+  refuse_slots(&s, &f, ":1\r\n", 0, "CLUSTER SLOTS gave no slots");
+  fs_stop(&f);
+}
+
+/* MOVED and ASK errors that do not name a slot and a node: the key is a miss and no node is learned; an error
+ * that is neither is not a redirect. */
+static void test_redirects_not_understood(void) {
+  static script s;
+  fs_server f;
+  REQUIRE(fs_start(&f, serve, &s) == 0);
+  char seeds[64];
+  kvc_redis_tier_options o = fake_options(&f, KVC_REDIS_CLUSTER_ON, seeds, sizeof seeds);
+  rt_tier t;
+  kvci_redis_tier* in = open_cluster(&s, &f, &o, &t);
+  REQUIRE(in != NULL);
+  CHECK_EQ_U64(get_good(&t, 2, NULL), 2); /* sizes the per-key state */
+  static const char* const bad[] = {"MOVED x 127.0.0.1:7000", "MOVED 5x 127.0.0.1:7000", "MOVED -1 127.0.0.1:7000",
+                                    "MOVED 16384 127.0.0.1:7000", "ASK 5 no-port", "MOVED 5"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    in->state[1] = KVCI_KEY_PENDING;
+    CHECK_EQ_I64(kvci_redis_redirect(in, 1, bad[i]), 1);
+    if (!CHECK(in->state[1] == KVCI_KEY_MISS)) fprintf(stderr, "  '%s' left the key pending\n", bad[i]);
+    CHECK_EQ_U64(in->nnodes, 1);
+  }
+  in->state[1] = KVCI_KEY_PENDING;
+  CHECK_EQ_I64(kvci_redis_redirect(in, 1, "ERR wrong kind of value"), 0);
+  CHECK(in->state[1] == KVCI_KEY_PENDING);
+  in->state[1] = KVCI_KEY_MISS;
+  rt_close(&t);
+  fs_stop(&f);
+}
+
 int main(void) {
   for (size_t i = 0; i < VALUE; i++) good_value[i] = (uint8_t)(i * 7 + 3);
   TU_RUN(test_long_host_addresses);
   TU_RUN(test_options_of_0_6);
   TU_RUN(test_dribbling_server);
   TU_RUN(test_hostile_cluster_slots);
+  TU_RUN(test_cluster_slots_not_understood);
+  TU_RUN(test_redirects_not_understood);
   TU_RUN(test_huge_values);
   TU_RUN(test_moved_to_many_dead_nodes);
   TU_RUN(test_unrequested_replies);
