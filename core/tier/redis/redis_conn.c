@@ -10,6 +10,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -48,7 +49,8 @@ static int wait_budget(const kvci_redis_limit* lim) {
   uint64_t now = kvci_redis_now_ms();
   if (now >= lim->deadline_ms) return 0;
   uint64_t left = lim->deadline_ms - now;
-  return (int)(left < lim->idle_ms ? left : lim->idle_ms);
+  if (left > lim->idle_ms) left = lim->idle_ms;
+  return left > INT_MAX ? INT_MAX : (int)left; /* poll() reads a negative timeout as "wait forever" */
 }
 
 static int past_deadline(const kvci_redis_limit* lim) { return kvci_redis_now_ms() >= lim->deadline_ms; }
