@@ -41,6 +41,14 @@
 #  define TU_UNUSED
 #endif
 
+/* TU_INSTRUMENTED is 1 in the sanitizer and coverage builds (tests/CMakeLists.txt), which run the same code
+   10 to 50 times slower. Exhaustive sweeps (every float32 pattern, hundreds of decode steps) take a sample
+   there and stay whole in the plain build, which checks exactness; the instrumented builds check memory and
+   undefined behaviour, for which a sample over every branch is enough. */
+#ifndef TU_INSTRUMENTED
+#  define TU_INSTRUMENTED 0
+#endif
+
 /* ------------------------------------------------------------ counters */
 
 /* Where failures are printed: stderr unless a test redirects it (to check that a check fails). */
