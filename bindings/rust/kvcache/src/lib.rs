@@ -13,7 +13,7 @@
 //! | `kvc_update_options`, `kvc_init_options`, `kvc_conv_update_options` | [`UpdateOptions`], [`InitOptions`], [`ConvUpdateOptions`] |
 //! | `kvc_layer_info`, `kvc_memory_info` | [`LayerInfo`], [`MemoryInfo`] |
 //! | `kvc_version`, `kvc_features` | [`version()`], [`features()`], [`check_version()`] |
-//! | `kvc_pool*`, `kvc_pool_sequence*` (`kvcache/pool.h`) | [`Pool`] (built by [`PoolBuilder`] from [`PoolGroup`]s and [`PoolLayer`]s), [`Sequence`] (borrows its pool; `Drop` releases its blocks) |
+//! | `kvc_pool*`, `kvc_pool_sequence*` (`kvcache/pool.h`) | [`Pool`] (built by [`PoolBuilder`] from [`PoolGroup`]s and [`PoolLayer`]s), [`Sequence`] (holds a handle of its pool; `Drop` releases its blocks); both `Send + Sync` |
 //! | pool views, events, stats | [`BlockTable`], [`CsrBlockTable`], [`LayerStorage`], [`RecurrentState`], [`PoolEvent`], [`PoolStats`], [`SlotMapping`]; see the [`pool`] module |
 //! | `kvc_dtype`, `kvc_data_type`, `kvc_device` | [`DType`], [`DataType`], [`Device`] |
 //! | `kvc_block_hash_root`, `kvc_block_hash`, `kvc_block_hash_chain` | [`block_hash_root()`], [`block_hash()`], [`block_hash_chain()`] ([`BlockHash`]) |
