@@ -624,11 +624,7 @@ impl Pool {
     /// `new_tokens[i]` more tokens for each of `sequences[i]` would take
     /// (copy-on-write copies and recurrent slots included, minus what sliding
     /// groups give back). Compare with [`PoolStats::available_blocks`].
-    pub fn blocks_needed(
-        &self,
-        sequences: &[&Sequence],
-        new_tokens: &[usize],
-    ) -> Result<Vec<u64>> {
+    pub fn blocks_needed(&self, sequences: &[&Sequence], new_tokens: &[usize]) -> Result<Vec<u64>> {
         const FN: &str = "kvc_pool_blocks_needed";
         if sequences.len() != new_tokens.len() {
             return Err(invalid_argument(format!(
@@ -1458,27 +1454,9 @@ fn read_i32(view: &TensorView<'_>, function: &str) -> Result<Vec<i32>> {
             format!("{function}: the view holds {}, not int32", view.data_type()),
         ));
     }
-    let shape = view.shape();
-    let strides = view.strides();
-    let numel = view.numel().max(0) as usize;
-    let base =
-        (view.data_ptr() as *const u8).wrapping_add(view.byte_offset() as usize) as *const i32;
-    let mut out = Vec::with_capacity(numel);
-    let mut index = vec![0i64; shape.len()];
-    for _ in 0..numel {
-        let offset: i64 = index.iter().zip(strides.iter()).map(|(i, s)| i * s).sum();
-        // SAFETY: a host int32 view of the library; the index is inside the
-        // shape, and the guard keeps the memory valid.
-        out.push(unsafe { base.wrapping_offset(offset as isize).read_unaligned() });
-        for d in (0..shape.len()).rev() {
-            index[d] += 1;
-            if index[d] < shape[d] {
-                break;
-            }
-            index[d] = 0;
-        }
-    }
-    Ok(out)
+    // SAFETY: a host int32 view of the library (checked above); the guard
+    // keeps its memory valid.
+    Ok(unsafe { view.copy_elements::<i32>() })
 }
 
 /// Padded block tables (`[batch, max_blocks]` int32), borrowed from the pool.

@@ -49,9 +49,7 @@ impl Request {
         (0..LAYERS)
             .map(|l| {
                 let k: Vec<f32> = (start..start + n)
-                    .flat_map(|p| {
-                        (0..HEADS).flat_map(move |h| (0..DIM).map(move |d| (p, h, d)))
-                    })
+                    .flat_map(|p| (0..HEADS).flat_map(move |h| (0..DIM).map(move |d| (p, h, d))))
                     .map(|(p, h, d)| key(self.id, l, p, h, d))
                     .collect();
                 let v = k.iter().map(|x| -x).collect();
