@@ -102,7 +102,7 @@ fn token_major(x: &[f32], n: usize, dim: usize) -> Vec<f32> {
 }
 
 fn assert_holds(seq: &Sequence, step: &Step) {
-    let n = seq.len() as usize;
+    let n = seq.len();
     for layer in 0..LAYERS {
         let (k, v) = seq.gather::<f32>(layer as u32).unwrap();
         assert_eq!(
