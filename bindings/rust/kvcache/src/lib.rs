@@ -33,10 +33,22 @@
 //!
 //! # Features
 //!
-//! - `dlpack`: [`TensorView::to_dlpack`] exports views as DLPack
-//!   `DLManagedTensorVersioned` (zero-copy or copied), and
-//!   [`TensorRef::from_dlpack`] accepts DLPack tensors as inputs; see the
-//!   [`dlpack`] module.
+//! The links below resolve in documentation built with the feature (as on
+//! docs.rs); without it they name what the feature adds.
+#![cfg_attr(
+    feature = "dlpack",
+    doc = "- `dlpack`: [`TensorView::to_dlpack`] exports views as DLPack \
+           `DLManagedTensorVersioned` (zero-copy or copied), and \
+           [`TensorRef::from_dlpack`] accepts DLPack tensors as inputs; see the \
+           [`dlpack`] module."
+)]
+#![cfg_attr(
+    not(feature = "dlpack"),
+    doc = "- `dlpack`: `TensorView::to_dlpack` exports views as DLPack \
+           `DLManagedTensorVersioned` (zero-copy or copied), and \
+           `TensorRef::from_dlpack` accepts DLPack tensors as inputs; see the \
+           `dlpack` module."
+)]
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
