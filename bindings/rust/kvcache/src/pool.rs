@@ -1269,8 +1269,9 @@ pub struct SlotMapping {
 
 impl SlotMapping {
     /// Groups (rows).
-    pub fn num_groups(&self) -> usize {
-        self.num_groups
+    pub fn num_groups(&self) -> u32 {
+        // Pool::build refused more groups than u32 holds.
+        self.num_groups as u32
     }
 
     /// Tokens (columns).
@@ -1283,7 +1284,8 @@ impl SlotMapping {
     /// # Panics
     /// If `group >= num_groups()`, as slice indexing does (naming both,
     /// rather than overflowing `group * num_tokens` first).
-    pub fn group(&self, group: usize) -> &[i64] {
+    pub fn group(&self, group: u32) -> &[i64] {
+        let group = group as usize;
         assert!(
             group < self.num_groups,
             "SlotMapping::group: group {group} is out of range for {} groups",
@@ -1305,7 +1307,7 @@ impl SlotMapping {
         let mut slots = Vec::with_capacity(mappings.iter().map(|m| m.slots.len()).sum());
         for g in 0..groups {
             for m in mappings {
-                slots.extend_from_slice(m.group(g));
+                slots.extend_from_slice(m.group(g as u32));
             }
         }
         Ok(SlotMapping {

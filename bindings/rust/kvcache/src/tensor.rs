@@ -850,10 +850,10 @@ impl ViewBuffer {
         ViewBuffer::default()
     }
 
-    /// Room for `layers` views.
-    pub fn with_layers(layers: usize) -> ViewBuffer {
+    /// Room for `layers` views (as many as [`CacheRef::num_layers`](crate::CacheRef::num_layers)).
+    pub fn with_layers(layers: u32) -> ViewBuffer {
         ViewBuffer {
-            raw: vec![sys::kvc_kv::default(); layers],
+            raw: vec![sys::kvc_kv::default(); layers as usize],
         }
     }
 

@@ -370,7 +370,7 @@ fn tables_of_several_groups_coexist() {
         .unwrap();
     let mut seq = pool.sequence().unwrap();
     let slots = seq.reserve(&[0; 6]).unwrap();
-    let blocks = |group: usize, size: i64| {
+    let blocks = |group: u32, size: i64| {
         let mut b: Vec<i32> = slots
             .group(group)
             .iter()
