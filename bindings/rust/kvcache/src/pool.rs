@@ -993,12 +993,7 @@ impl Sequence {
     /// Tokens the sequence holds (reserved, committed or not).
     pub fn len(&self) -> usize {
         let _held = self.pool.lock();
-        self.len_locked()
-    }
-
-    /// [`len`](Self::len) with the pool's lock already held.
-    fn len_locked(&self) -> usize {
-        // SAFETY: a live sequence; the caller holds the pool's lock.
+        // SAFETY: a live sequence, under the pool's lock.
         let n = unsafe { sys::kvc_pool_sequence_length(self.as_ptr()) };
         usize::try_from(n).expect("kvcache: a sequence longer than the address space")
     }
