@@ -102,8 +102,9 @@ func LoadEncoderDecoder(path string) (*EncoderDecoderCache, error) {
 // layer's block bytes (recurrent layers: the live state), under a
 // fingerprint of the pool's layout. Pool.LoadSequence makes it again in a
 // pool of the same layout. Nothing changes: views stay valid.
-func (s *Sequence) Save(path string) error {
+func (s *Sequence) Save(path string) (err error) {
 	defer s.lock().Unlock()
+	defer named(&err, "Sequence.Save")
 	h, err := s.enter(false)
 	if err != nil {
 		return err
@@ -122,7 +123,8 @@ func (s *Sequence) Save(path string) error {
 // ErrOutOfMemory when they are not there) and its committed full blocks are
 // cached for prefix reuse. A missing, truncated or corrupted file is ErrIO.
 // On any error the pool is unchanged.
-func (p *Pool) LoadSequence(path string) (*Sequence, error) {
+func (p *Pool) LoadSequence(path string) (_ *Sequence, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.LoadSequence")
 	return p.makeSequence(func(h unsafe.Pointer) (unsafe.Pointer, error) { return cPoolSequenceLoad(h, path) })
 }

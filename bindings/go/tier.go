@@ -127,8 +127,9 @@ func (t *DiskTier) Stats() (TierStats, error) {
 // tiers added before: MatchPrefix asks them in that order. On error the
 // caller keeps the tier. Errors: ErrInvalidArgument (nil, a tier given or
 // closed already, write).
-func (p *Pool) AddTier(tier *DiskTier, write TierWrite) error {
+func (p *Pool) AddTier(tier *DiskTier, write TierWrite) (err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.AddTier")
 	if tier == nil {
 		return newError(CodeInvalidArgument, "AddTier: tier is nil")
 	}
@@ -152,8 +153,9 @@ func (p *Pool) AddTier(tier *DiskTier, write TierWrite) error {
 
 // TierStats returns the counters of the pool's tier index (order of
 // AddTier). Errors: ErrOutOfRange past the last tier.
-func (p *Pool) TierStats(index int) (TierStats, error) {
+func (p *Pool) TierStats(index int) (_ TierStats, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.TierStats")
 	if index < 0 || uint64(index) > 0xFFFFFFFF {
 		return TierStats{}, newError(CodeOutOfRange, "TierStats: index is negative or too large")
 	}
@@ -169,8 +171,9 @@ func (p *Pool) TierStats(index int) (TierStats, error) {
 // Fingerprint returns the pool's model fingerprint, the first part of every
 // tier key (docs/tiers.md): two pools share tier blocks exactly when theirs
 // agree.
-func (p *Pool) Fingerprint() ([BlockHashSize]byte, error) {
+func (p *Pool) Fingerprint() (_ [BlockHashSize]byte, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.Fingerprint")
 	h, err := p.enter(false)
 	if err != nil {
 		return [BlockHashSize]byte{}, err
