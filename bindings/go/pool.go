@@ -855,7 +855,7 @@ func (s *Sequence) Pool() *Pool {
 
 // enter returns the sequence's handle for a call (see Pool.enter).
 func (s *Sequence) enter(stale bool) (unsafe.Pointer, error) {
-	if s == nil {
+	if s == nil || s.pool == nil {
 		return nil, ErrSequenceClosed
 	}
 	if _, err := s.pool.enter(stale); err != nil {
@@ -868,8 +868,11 @@ func (s *Sequence) enter(stale bool) (unsafe.Pointer, error) {
 }
 
 // Len returns the tokens the sequence holds (reserved, committed or not);
-// 0 once closed, indistinguishable from an empty sequence: Length reports
-// a closed sequence or pool as an error.
+// 0 once closed, indistinguishable from an empty sequence.
+//
+// Deprecated: use Length, which reports a closed sequence or pool as an
+// error (ErrSequenceClosed, ErrPoolClosed). Len stays for source
+// compatibility.
 func (s *Sequence) Len() int64 {
 	n, _ := s.Length()
 	return n
@@ -883,7 +886,10 @@ func (s *Sequence) Length() (_ int64, err error) {
 }
 
 // Committed returns the tokens committed (written and declared by Commit,
-// or matched); 0 once closed (CommittedLength reports that as an error).
+// or matched); 0 once closed.
+//
+// Deprecated: use CommittedLength, which reports a closed sequence or pool
+// as an error. Committed stays for source compatibility.
 func (s *Sequence) Committed() int64 {
 	n, _ := s.CommittedLength()
 	return n
@@ -1087,6 +1093,11 @@ func (s *Sequence) Pin() (err error) {
 func (s *Sequence) Gather(layer int, keys, values Input) (err error) {
 	defer s.lock().Unlock()
 	defer named(&err, "Sequence.Gather")
+	return s.gather(layer, keys, values)
+}
+
+// gather is Gather inside a call (the pool's mutex held).
+func (s *Sequence) gather(layer int, keys, values Input) error {
 	const fn = "Gather"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -1111,20 +1122,25 @@ func (s *Sequence) Gather(layer int, keys, values Input) (err error) {
 	return err
 }
 
-// GatherTensors is Gather into new host tensors of element type T.
+// GatherTensors is Gather into new host tensors of element type T, sized
+// by the sequence's length in the same call (another goroutine's Reserve
+// cannot come in between).
 func GatherTensors[T Element](s *Sequence, layer int) (keys, values Tensor[T], err error) {
-	if s == nil || layer < 0 || layer >= len(s.pool.layers) {
-		n := 0
-		if s != nil {
-			n = len(s.pool.layers)
-		}
-		return keys, values, newError(CodeOutOfRange, fmt.Sprintf("GatherTensors: layer %d is out of range (%d layers)", layer, n))
+	defer s.lock().Unlock()
+	defer named(&err, "GatherTensors")
+	h, err := s.enter(false)
+	if err != nil {
+		return keys, values, err
+	}
+	if layer < 0 || layer >= len(s.pool.layers) {
+		return keys, values, newError(CodeOutOfRange, fmt.Sprintf("GatherTensors: layer %d is out of range (%d layers)",
+			layer, len(s.pool.layers)))
 	}
 	l := s.pool.layers[layer]
-	n := s.Len()
+	n := int64(cPoolSequenceLength(h))
 	keys = NewTensor[T](1, int64(l.NumKVHeads), n, int64(l.KeyHeadDim))
 	values = NewTensor[T](1, int64(l.NumKVHeads), n, int64(l.valueDim()))
-	err = s.Gather(layer, keys, values)
+	err = s.gather(layer, keys, values)
 	return keys, values, err
 }
 

@@ -108,7 +108,8 @@ func (t *DiskTier) Close() error {
 
 // Stats returns the counters of a tier not given to a pool (for one given,
 // use Pool.TierStats).
-func (t *DiskTier) Stats() (TierStats, error) {
+func (t *DiskTier) Stats() (_ TierStats, err error) {
+	defer named(&err, "DiskTier.Stats")
 	if t == nil {
 		return TierStats{}, newError(CodeInvalidState, "DiskTier.Stats: the tier is nil")
 	}
