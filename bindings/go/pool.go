@@ -206,20 +206,19 @@ func (o *poolOwner) drop(id uint64) {
 }
 
 // unreachable moves every open sequence that the collector found
-// unreachable to dropped and returns how many it moved.
+// unreachable to dropped and returns how many wait there now (those whose
+// finalizer ran included).
 func (o *poolOwner) unreachable() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	n := 0
 	for id, e := range o.open {
 		if e.w.Value() == nil {
 			delete(o.open, id)
 			o.dropped = append(o.dropped, e.h)
-			n++
 		}
 	}
 	o.pending.Store(int32(len(o.dropped)))
-	return n
+	return len(o.dropped)
 }
 
 // Pool is a block pool (kvc_pool): a fixed set of blocks on one device for
@@ -760,8 +759,8 @@ func (p *Pool) OpenSequences() (n int, err error) {
 func (p *Pool) ReclaimDropped() (n int, err error) {
 	defer p.lock().Unlock()
 	defer named(&err, "Pool.ReclaimDropped")
-	if _, err := p.enter(false); err != nil {
-		return 0, err
+	if p.handle() == nil {
+		return 0, ErrPoolClosed
 	}
 	return p.reclaim(), nil
 }
