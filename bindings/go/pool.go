@@ -1098,6 +1098,10 @@ func (s *Sequence) Gather(layer int, keys, values Input) (err error) {
 // gather is Gather inside a call (the pool's mutex held).
 func (s *Sequence) gather(layer int, keys, values Input) error {
 	const fn = "Gather"
+	h, err := s.enter(false)
+	if err != nil {
+		return err
+	}
 	l, err := layerIndex(fn, layer)
 	if err != nil {
 		return err
@@ -1110,10 +1114,6 @@ func (s *Sequence) gather(layer int, keys, values Input) error {
 		return err
 	}
 	defer arr.free()
-	h, err := s.enter(false)
-	if err != nil {
-		return err
-	}
 	err = cPoolGather(h, l, arr.keys(), arr.values())
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(keys)

@@ -131,6 +131,9 @@ func (t *DiskTier) Stats() (_ TierStats, err error) {
 func (p *Pool) AddTier(tier *DiskTier, write TierWrite) (err error) {
 	defer p.lock().Unlock()
 	defer named(&err, "Pool.AddTier")
+	if p.handle() == nil {
+		return ErrPoolClosed
+	}
 	if tier == nil {
 		return newError(CodeInvalidArgument, "AddTier: tier is nil")
 	}
