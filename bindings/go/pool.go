@@ -247,7 +247,9 @@ func (o *poolOwner) unreachable() int {
 // never lets that happen). Distinct pools run in parallel. Views are not
 // synchronised: a view read while another goroutine's call changes the
 // blocks or tables goes stale under the reader (docs/threads.md). A pool or sequence dropped without Close is closed
-// by a finalizer, as a safety net only.
+// by a finalizer, as a safety net only; OpenSequences counts the sequences
+// not closed yet, and a Reserve short of blocks gives back those the
+// collector finds unreachable before it fails (Sequence.Reserve).
 type Pool struct {
 	mu  sync.Mutex // held for each call of the pool or of a sequence (lock)
 	o   *poolOwner

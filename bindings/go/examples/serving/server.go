@@ -166,10 +166,16 @@ func (s *Server) check(b GenerateRequest) error {
 
 // Stats is the body of GET /stats.
 type Stats struct {
-	kvcache.PoolStats
-	OpenSequences int   `json:"open_sequences"`
-	Steps         int64 `json:"steps"`
-	Preemptions   int64 `json:"preemptions"`
+	NumBlocks     uint64 `json:"num_blocks"`     // usable blocks
+	FreeBlocks    uint64 `json:"free_blocks"`    // neither used nor cached
+	CachedBlocks  uint64 `json:"cached_blocks"`  // unused, holding a cached prefix: reusable, evictable
+	UsedBlocks    uint64 `json:"used_blocks"`    // held by running sequences
+	PrefixQueries uint64 `json:"prefix_queries"` // blocks MatchPrefix looked up
+	PrefixHits    uint64 `json:"prefix_hits"`    // of which it found
+	Evictions     uint64 `json:"evictions"`      // cached blocks reused for new data
+	OpenSequences int    `json:"open_sequences"` // sequences not closed: the running requests
+	Steps         int64  `json:"steps"`
+	Preemptions   int64  `json:"preemptions"`
 }
 
 func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
@@ -183,6 +189,7 @@ func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(Stats{PoolStats: st, OpenSequences: open, Steps: s.sched.steps.Load(),
-		Preemptions: s.sched.preemptions.Load()})
+	_ = json.NewEncoder(w).Encode(Stats{NumBlocks: st.NumBlocks, FreeBlocks: st.FreeBlocks, CachedBlocks: st.CachedBlocks,
+		UsedBlocks: st.UsedBlocks, PrefixQueries: st.PrefixQueries, PrefixHits: st.PrefixHits, Evictions: st.Evictions,
+		OpenSequences: open, Steps: s.sched.steps.Load(), Preemptions: s.sched.preemptions.Load()})
 }
