@@ -237,6 +237,11 @@ var goMethods = map[string]string{
 	"kvc_pool_layer_storage": "Pool.LayerStorage", "kvc_pool_recurrent_state": "Sequence.RecurrentState",
 	"kvc_pool_sequence_length": "Sequence.Length", "kvc_pool_sequence_committed": "Sequence.CommittedLength",
 	"kvc_pool_sequence_save": "Sequence.Save", "kvc_pool_sequence_load": "Pool.LoadSequence",
+	"kvc_cache_create": "New", "kvc_cache_update": "Cache.Update", "kvc_cache_update_all": "Cache.UpdateAll",
+	"kvc_cache_crop": "Cache.Crop", "kvc_cache_reset": "Cache.Reset", "kvc_cache_reserve": "Cache.Reserve",
+	"kvc_cache_activate_past_recording": "Cache.ActivatePastRecording",
+	"kvc_cache_early_initialization":    "Cache.EarlyInitialization",
+	"kvc_cache_update_conv_state":       "Cache.UpdateConvState", "kvc_cache_update_recurrent_state": "Cache.UpdateRecurrentState",
 	"kvc_pool_add_tier": "Pool.AddTier", "kvc_pool_set_stream": "Pool.SetStream", "kvc_pool_fingerprint": "Pool.Fingerprint",
 }
 
