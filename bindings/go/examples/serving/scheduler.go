@@ -43,34 +43,45 @@ type scheduler struct {
 // run is the scheduler goroutine: it takes new requests without blocking
 // while there is work, and sleeps on the channel when there is none.
 func (c *scheduler) run() {
-	s := c.s
-	defer close(s.stopped)
+	defer close(c.s.stopped)
 	for {
-		if len(c.waiting)+len(c.running) == 0 || len(c.waiting) < c.startAfter {
-			select {
-			case r := <-s.submit:
-				c.waiting = append(c.waiting, r)
-			case <-s.quit:
+		idle := len(c.waiting)+len(c.running) == 0 || len(c.waiting) < c.startAfter
+		for wait := idle; ; wait = false {
+			got, stop := c.take(wait)
+			if stop {
 				c.failAll(errShutdown)
 				return
 			}
-			if len(c.waiting) < c.startAfter {
-				continue
+			if !got {
+				break
 			}
 		}
-		for more := true; more; {
-			select {
-			case r := <-s.submit:
-				c.waiting = append(c.waiting, r)
-			case <-s.quit:
-				c.failAll(errShutdown)
-				return
-			default:
-				more = false
-			}
+		if len(c.waiting) < c.startAfter {
+			continue
 		}
 		c.startAfter = 0
 		c.step()
+	}
+}
+
+// ready is closed: a select case on it makes take return at once.
+var ready = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// take moves one submitted request to waiting, waiting for one if wait;
+// got: it moved one; stop: the server is stopping.
+func (c *scheduler) take(wait bool) (got, stop bool) {
+	now := ready
+	if wait {
+		now = nil // a nil channel never receives
+	}
+	select {
+	case r := <-c.s.submit:
+		c.waiting = append(c.waiting, r)
+		return true, false
+	case <-c.s.quit:
+		return false, true
+	case <-now:
+		return false, false
 	}
 }
 

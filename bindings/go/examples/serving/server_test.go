@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	kvcache "github.com/kvcache/kvcache/bindings/go"
 )
@@ -226,4 +228,35 @@ func TestServerRefusesWhatCannotRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	allBack(t, ts.URL, 8)
+}
+
+func TestServerDropsRequestsWhoseClientLeft(t *testing.T) {
+	_, ts := start(t, Config{Model: tiny, BlockSize: 4, NumBlocks: 64, MaxBatch: 4, HashSeed: "tiny", startAfter: 2})
+	// The first step waits for two requests: the first one's client leaves
+	// before it, so that step has only the second to run.
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		b, _ := json.Marshal(GenerateRequest{Prompt: []int32{1, 2, 3}, MaxTokens: 50})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/generate", bytes.NewReader(b))
+		_, err := http.DefaultClient.Do(req)
+		left <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the first request is waiting in the scheduler
+	cancel()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the abandoned request: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // the server sees the connection close
+	got, err := generate(ts.URL, GenerateRequest{Prompt: []int32{4, 5, 6}, MaxTokens: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := expected([]int32{4, 5, 6}, 2, tiny.Vocab); !slices.Equal(got.Tokens, want) {
+		t.Fatalf("tokens %v, want %v", got.Tokens, want)
+	}
+	if s := allBack(t, ts.URL, 64); s.Steps != 2 || s.PrefixQueries != 0 {
+		t.Fatalf("the abandoned request ran: %d steps, %d prefix queries (want 2 and 0: prompts under a block)",
+			s.Steps, s.PrefixQueries)
+	}
 }
