@@ -123,8 +123,8 @@ func (s *Sequence) Save(path string) (err error) {
 // groups' kinds, block sizes and windows, layers' shapes; block counts may
 // differ): another is refused with ErrInvalidArgument naming the first
 // difference ("group 0: block_size 4 (file) vs 8 (pool)"). The sequence
-// takes the blocks it needs (evicting cached ones as Reserve does;
-// ErrOutOfMemory when they are not there) and its committed full blocks are
+// takes the blocks it needs (evicting cached ones and reclaiming dropped
+// sequences as Reserve does; ErrOutOfMemory when they are not there) and its committed full blocks are
 // cached for prefix reuse. A missing, truncated or corrupted file is ErrIO.
 // On any error the pool is unchanged.
 func (p *Pool) LoadSequence(path string) (_ *Sequence, err error) {

@@ -780,10 +780,22 @@ func (p *Pool) reclaim() int {
 	return n
 }
 
-// shortOfBlocks is what a reserve that found too few blocks returns: the
-// library's error, with the pool's open sequences counted, since blocks
-// held by sequences nobody closed are the usual reason.
-func (p *Pool) shortOfBlocks(err error) error {
+// unlessShort runs take, a call that takes blocks (the pool's mutex held).
+// If the pool is short of them, blocks may be held by sequences dropped
+// without Close: it collects them and runs take once more (only if a
+// sequence was made since the last collection, so a full pool does not
+// collect at every refusal), and a shortage that remains counts the open
+// sequences in its message, since those nobody closed are the usual reason.
+func (p *Pool) unlessShort(take func() error) error {
+	err := take()
+	if !errors.Is(err, ErrOutOfMemory) {
+		return err
+	}
+	if p.created > 0 && p.reclaim() > 0 {
+		if err = take(); !errors.Is(err, ErrOutOfMemory) {
+			return err
+		}
+	}
 	p.o.mu.Lock()
 	n := len(p.o.open)
 	p.o.mu.Unlock()
@@ -807,7 +819,8 @@ func (p *Pool) makeSequence(create func(unsafe.Pointer) (unsafe.Pointer, error))
 	if err != nil {
 		return nil, err
 	}
-	s, err := create(h)
+	var s unsafe.Pointer
+	err = p.unlessShort(func() (err error) { s, err = create(h); return err })
 	runtime.KeepAlive(p)
 	if err != nil {
 		return nil, err
@@ -1010,20 +1023,7 @@ func (s *Sequence) ReserveInto(tokens []int32, m *SlotMapping) (err error) {
 		m.Slots = make([]int64, n)
 	}
 	m.Slots, m.NumGroups = m.Slots[:n], groups
-	err = cPoolReserve(h, tokens, m.Slots)
-	if errors.Is(err, ErrOutOfMemory) {
-		// Blocks may be held by sequences dropped without Close: collect
-		// them and retry once (only if a sequence was made since the last
-		// collection, so a full pool does not collect at every refusal).
-		if s.pool.created > 0 && s.pool.reclaim() > 0 {
-			if h, err = s.enter(true); err == nil {
-				err = cPoolReserve(h, tokens, m.Slots)
-			}
-		}
-		if errors.Is(err, ErrOutOfMemory) {
-			err = s.pool.shortOfBlocks(err)
-		}
-	}
+	err = s.pool.unlessShort(func() error { return cPoolReserve(h, tokens, m.Slots) })
 	runtime.KeepAlive(s)
 	if err != nil {
 		m.Slots = m.Slots[:0]

@@ -4,6 +4,7 @@ package kvcache
 
 import (
 	"errors"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -118,5 +119,43 @@ func TestPoolReclaimDropped(t *testing.T) {
 	}
 	if _, err := p.OpenSequences(); !errors.Is(err, ErrPoolClosed) || !errors.Is(err, ErrClosed) {
 		t.Fatalf("OpenSequences on a closed pool: %v", err)
+	}
+}
+
+// A decode loop's ReserveInto allocates nothing: the shortage handling
+// around the C call costs nothing when blocks are there.
+func TestPoolReserveIntoAllocatesNothing(t *testing.T) {
+	p := leakPool(t)
+	s := mkSeq(t, p, nil)
+	defer s.Close()
+	var m SlotMapping
+	tokens := []int32{1}
+	ok(t, s.ReserveInto(tokens, &m))
+	if n := testing.AllocsPerRun(100, func() {
+		if err := s.ReserveInto(tokens, &m); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("ReserveInto allocates %v times a call", n)
+	}
+}
+
+// LoadSequence takes blocks too: it reclaims dropped sequences as Reserve does.
+func TestPoolLoadSequenceReclaimsDroppedSequences(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "seq.kvc")
+	src := leakPool(t)
+	s := mkSeq(t, src, nil)
+	must[SlotMapping](t)(s.Reserve(seqTokens(0, 400))) // 100 blocks
+	ok(t, s.Commit())
+	ok(t, s.Save(path))
+	p := leakPool(t)
+	func() { reserved(t, p, 1000) }() // 2000 of 2047 blocks, dropped
+	loaded := must[*Sequence](t)(p.LoadSequence(path))
+	defer loaded.Close()
+	if n := must[int64](t)(loaded.Length()); n != 400 {
+		t.Fatalf("the loaded sequence holds %d tokens", n)
+	}
+	if n := must[int](t)(p.OpenSequences()); n != 1 {
+		t.Fatalf("OpenSequences: %d, want the loaded one", n)
 	}
 }
