@@ -22,7 +22,7 @@ static int launch_phase(gpuStream_t stream, const P& p, int32_t phase, int64_t t
   if (threads <= 0) return 0;
   const int64_t blocks = (threads + KVC_GPU_BLOCK - 1) / KVC_GPU_BLOCK;
   const unsigned grid = blocks < (int64_t)KVC_GQ_MAX_GRID ? (unsigned)blocks : KVC_GQ_MAX_GRID;
-  gpu_quant_kernel<P><<<grid, KVC_GPU_BLOCK, 0, stream>>>(p, phase, threads);
+  KVC_GPU_LAUNCH(grid, KVC_GPU_BLOCK, stream, gpu_quant_kernel<P>)(p, phase, threads);
   return gpu_check(gpuSuccess);
 }
 
