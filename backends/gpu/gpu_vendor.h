@@ -70,6 +70,9 @@ typedef hipEvent_t gpuEvent_t;
 #define gpuEventRecord hipEventRecord
 #define gpuEventQuery hipEventQuery
 #define gpuEventSynchronize hipEventSynchronize
+typedef hipStreamCaptureMode gpuStreamCaptureMode;
+#define gpuStreamCaptureModeRelaxed hipStreamCaptureModeRelaxed
+#define gpuThreadExchangeStreamCaptureMode hipThreadExchangeStreamCaptureMode
 /* Pinned, mapped into every device's address space (same pointer on the device: unified addressing). */
 static inline gpuError_t gpuHostAllocMapped(void** p, size_t bytes) {
   return hipHostMalloc(p, bytes, hipHostMallocMapped | hipHostMallocPortable);
@@ -152,6 +155,9 @@ typedef cudaEvent_t gpuEvent_t;
 #define gpuEventRecord cudaEventRecord
 #define gpuEventQuery cudaEventQuery
 #define gpuEventSynchronize cudaEventSynchronize
+typedef cudaStreamCaptureMode gpuStreamCaptureMode;
+#define gpuStreamCaptureModeRelaxed cudaStreamCaptureModeRelaxed
+#define gpuThreadExchangeStreamCaptureMode cudaThreadExchangeStreamCaptureMode
 static inline gpuError_t gpuHostAllocMapped(void** p, size_t bytes) {
   return cudaHostAlloc(p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
 }

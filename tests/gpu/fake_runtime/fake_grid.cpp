@@ -65,7 +65,18 @@ struct block_run {
 };
 
 thread_local block_run* running;
-thread_local std::vector<fiber*>* pool;
+
+/* The launching thread's idle fibers, unmapped when the thread ends. */
+struct fiber_pool {
+  std::vector<fiber*> idle;
+  ~fiber_pool() {
+    for (fiber* f : idle) {
+      munmap(f->stack, kStackBytes);
+      delete f;
+    }
+  }
+};
+thread_local fiber_pool pool;
 
 uint3 thread_index(uint32_t t, uint3 dim) {
   uint3 i;
@@ -118,11 +129,10 @@ void fiber_main() {
 }
 
 fiber* fresh_fiber() {
-  if (!pool) pool = new std::vector<fiber*>();
   fiber* f;
-  if (!pool->empty()) {
-    f = pool->back();
-    pool->pop_back();
+  if (!pool.idle.empty()) {
+    f = pool.idle.back();
+    pool.idle.pop_back();
   } else {
     f = new fiber();
     f->stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -161,7 +171,7 @@ void run_block(block_run* r) {
       switch_to(r, f);
     }
   }
-  for (fiber* f : started) pool->push_back(f);
+  for (fiber* f : started) pool.idle.push_back(f);
 }
 
 } /* namespace */

@@ -32,13 +32,14 @@ struct allocation {
   size_t bytes;
   mem_kind kind;
   int device;
+  const void* graph; /* the graph whose capture allocated it (released with the graph unless freed before) */
 };
 
 struct capture_state;
 
 struct graph_body {
   std::vector<std::function<void()>> ops;
-  std::vector<void*> owned; /* device memory the capture allocated or freed: released with the last holder */
+  std::vector<void*> owned; /* device memory the capture allocated: released with the last holder of the graph */
   ~graph_body();
 };
 
@@ -90,7 +91,9 @@ thread_local cudaStreamCaptureMode thread_mode = cudaStreamCaptureModeGlobal;
 graph_body::~graph_body() {
   std::lock_guard<std::recursive_mutex> lock(mu);
   for (void* p : owned) {
-    allocations.erase((uintptr_t)p);
+    auto it = allocations.find((uintptr_t)p);
+    if (it == allocations.end() || it->second.graph != this) continue; /* freed outside the graph already */
+    allocations.erase(it);
     free(p);
   }
 }
@@ -196,7 +199,7 @@ cudaError_t alloc(void** p, size_t bytes, mem_kind kind) {
   if (!p) return fail(cudaErrorInvalidValue);
   void* q = nullptr;
   if (posix_memalign(&q, 256, bytes ? bytes : 1)) return fail(cudaErrorMemoryAllocation);
-  allocations[(uintptr_t)q] = allocation{bytes ? bytes : 1, kind, device_now()};
+  allocations[(uintptr_t)q] = allocation{bytes ? bytes : 1, kind, device_now(), nullptr};
   *p = q;
   return cudaSuccess;
 }
@@ -410,26 +413,36 @@ cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
   if (e) return e;
   if (!pools) return fail(cudaErrorInvalidValue);
   if ((e = alloc(p, bytes, MEM_DEVICE))) return e;
-  if (s && s->capture) s->capture->body->owned.push_back(*p); /* a graph's memory lives as long as the graph */
+  if (s && s->capture) { /* a graph's memory lives as long as the graph */
+    s->capture->body->owned.push_back(*p);
+    allocations[(uintptr_t)*p].graph = s->capture->body.get();
+  }
   return cudaSuccess;
 }
 
 cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
   LOCK;
   if (!p) return cudaSuccess;
-  if (!find(p, 1)) return release(p, MEM_DEVICE, "cudaFreeAsync");
-  if (s && s->capture) {
-    /* Freed by the graph: released with it (a replay must find it), once. */
+  if (!(s && s->capture)) {
     cudaError_t e = issue(s, [] {});
-    if (e) return e;
-    std::vector<void*>& owned = s->capture->body->owned;
-    for (void* q : owned)
-      if (q == p) return cudaSuccess;
-    owned.push_back(p);
-    return cudaSuccess;
+    return e ? e : release(p, MEM_DEVICE, "cudaFreeAsync");
   }
-  cudaError_t e = issue(s, [] {});
-  return e ? e : release(p, MEM_DEVICE, "cudaFreeAsync");
+  uintptr_t base = 0;
+  const allocation* a = find(p, 1, &base);
+  if (!a || base != (uintptr_t)p || a->kind != MEM_DEVICE)
+    return release(p, MEM_DEVICE, "cudaFreeAsync"); /* says what is wrong */
+  if (a->graph == s->capture->body.get()) return issue(s, [] {}); /* the graph's own: released with it */
+  /* Memory from before the capture: the graph frees it when it runs, once; a second replay would free it again. */
+  return issue(s, [p] {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    if (!allocations.count((uintptr_t)p)) {
+      violations++;
+      fprintf(stderr, "kvc fake gpu: CAPTURE VIOLATION: a graph replay frees %p, memory allocated before the capture "
+                      "and freed already (by an earlier replay)\n", p);
+      return;
+    }
+    release(p, MEM_DEVICE, "cudaFreeAsync (graph replay)");
+  });
 }
 
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int flags) {
