@@ -59,15 +59,16 @@ int kvc_gpu_exec_open(void* ctx, kvc_exec* exec) {
   return 0;
 }
 
+/* 1 when the block is idle: both events passed. Never asked during a capture (a query would invalidate it). */
 static int events_passed(gpu_host_block* b) {
+  if (b->captured) return 0;
   for (int i = 0; i < 2; i++) {
     if (!b->done[i]) continue;
     gpuError_t e = gpuEventQuery(b->done[i]);
-    if (e == gpuErrorNotReady) {
-      (void)gpuGetLastError();
-      return 0;
-    }
-    (void)gpuGetLastError(); /* an error other than "not ready" leaves nothing to wait for */
+    (void)gpuGetLastError();
+    /* Only success means the streams passed: any error (an event recorded in a capture, a failed device) keeps the
+       buffer parked, since work may still read it; exec_close releases it. */
+    if (e != gpuSuccess) return 0;
     gpu_check(gpuEventDestroy(b->done[i]));
     b->done[i] = NULL;
   }
@@ -79,12 +80,15 @@ static void drop_block(gpu_state* st, size_t i) {
   st->nfreed--;
 }
 
+/* 1 while the place's compute stream is being captured into a graph: no event query or synchronisation then. */
+static int capturing(const kvc_exec* exec) { return gpuStreamCapturing(gpu_stream_of(exec)); }
+
 /* Marks parked buffers whose events passed idle, and releases the oldest idle ones past the limit. */
 static void reap(gpu_state* st) {
   size_t idle = 0;
   for (size_t i = 0; i < st->nfreed; i++) idle += events_passed(&st->freed[i]);
   for (size_t i = 0; i < st->nfreed && idle > KVC_GPU_IDLE_HOST_BLOCKS;) {
-    if (st->freed[i].done[0] || st->freed[i].done[1]) {
+    if (st->freed[i].done[0] || st->freed[i].done[1] || st->freed[i].captured) {
       i++;
       continue;
     }
@@ -125,15 +129,20 @@ int kvc_gpu_exec_set_stream(void* ctx, kvc_exec* exec, void* stream) {
   return 0;
 }
 
-/* A pinned, mapped buffer of `bytes`: a parked one of the same size whose streams have passed it, else a new one. */
+/*
+ * A pinned, mapped buffer of `bytes`: a parked one of the same size whose streams have passed it, else a new one.
+ * During a capture no event is queried (only buffers already known idle are reused), and the allocation runs in
+ * relaxed capture mode, where the runtime allows it.
+ */
 static void* host_block(const kvc_exec* exec, size_t bytes) {
   if (bytes == 0 || bytes > SIZE_MAX - KVC_GPU_HOST_HEADER) return NULL;
   gpu_state* st = gpu_state_of(exec);
+  const int in_capture = capturing(exec);
   if (st) {
-    reap(st);
+    if (!in_capture) reap(st);
     for (size_t i = 0; i < st->nfreed; i++) {
       gpu_host_block* b = &st->freed[i];
-      if (b->bytes == bytes && !b->done[0] && !b->done[1]) {
+      if (b->bytes == bytes && !b->done[0] && !b->done[1] && !b->captured) {
         void* base = b->base;
         drop_block(st, i);
         return base;
@@ -141,7 +150,11 @@ static void* host_block(const kvc_exec* exec, size_t bytes) {
     }
   }
   void* base = NULL;
-  if (gpu_check(gpuHostAllocMapped(&base, bytes + KVC_GPU_HOST_HEADER))) return NULL;
+  gpuStreamCaptureMode mode = gpuStreamCaptureModeRelaxed;
+  if (in_capture) (void)gpuThreadExchangeStreamCaptureMode(&mode);
+  const int failed = gpu_check(gpuHostAllocMapped(&base, bytes + KVC_GPU_HOST_HEADER));
+  if (in_capture) (void)gpuThreadExchangeStreamCaptureMode(&mode);
+  if (failed) return NULL;
   memcpy(base, &bytes, sizeof bytes);
   return base;
 }
@@ -181,6 +194,7 @@ void kvc_gpu_host_free(void* ctx, const kvc_exec* exec, void* ptr) {
     memcpy(&b.bytes, base, sizeof b.bytes);
     b.base = base;
     b.done[0] = b.done[1] = NULL;
+    b.captured = capturing(exec);
     int parked = 0;
     if (st->nfreed == st->cap_freed) {
       size_t cap = st->cap_freed ? 2 * st->cap_freed : 16;
@@ -189,6 +203,10 @@ void kvc_gpu_host_free(void* ctx, const kvc_exec* exec, void* ptr) {
         st->freed = grown;
         st->cap_freed = cap;
       }
+    }
+    if (st->nfreed < st->cap_freed && b.captured) { /* the graph's: no events, never reused */
+      st->freed[st->nfreed++] = b;
+      return;
     }
     if (st->nfreed < st->cap_freed && !gpu_check(gpuEventCreateNoTiming(&b.done[0])) &&
         !gpu_check(gpuEventCreateNoTiming(&b.done[1])) && !gpu_check(gpuEventRecord(b.done[0], gpu_stream_of(exec))) &&
@@ -258,7 +276,10 @@ int kvc_gpu_copy_tier_4d(void* ctx, const kvc_exec* exec, int to_host, void* dst
   gpu_device_scope scope(exec->device_id);
   if (!scope.ok) return -1;
   gpuStream_t on = gpu_stream_of(exec);
-  if (!to_host) { /* a prefetch: beside the compute stream, after what was issued on it */
+  /* A prefetch: beside the compute stream, after what was issued on it. Not while the compute stream is captured
+     into a graph: the side stream would join the capture, and the capture could not end before the next update's
+     tier_wait joined it back; in a graph the copy is one more node on the compute stream. */
+  if (!to_host && !capturing(exec)) {
     if (gpu_check(gpuEventRecord(st->to_side, on)) || gpu_check(gpuStreamWaitEvent(st->side, st->to_side))) return -1;
     on = st->side;
     st->side_busy = 1;
