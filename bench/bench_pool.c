@@ -545,13 +545,6 @@ static double time_slot_memcpy(write_setup* w) {
   return t1 - t0;
 }
 
-/* This thread's CPU time: unlike the wall clock, not inflated when other processes take the core mid-copy. */
-static double thread_cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 static void bench_write(int reps, bench_results* out) {
   static const kvc_dtype dtypes[2] = {KVC_DTYPE_BFLOAT16, KVC_DTYPE_FLOAT16};
   static const char* const dtype_names[2] = {"bf16", "fp16"};
@@ -574,9 +567,9 @@ static void bench_write(int reps, bench_results* out) {
     for (int r = 0; r < reps; r++) { /* rotate the order, so that drift and neighbours hit all three alike */
       for (int k = 0; k < 3; k++) {
         int which = (r + k) % 3;
-        double c0 = thread_cpu_ns();
+        double c0 = bench_thread_cpu_ns();
         double ns = which == 0 ? time_write(&w) : which == 1 ? time_flat_memcpy(&w) : time_slot_memcpy(&w);
-        cpu[which][r] = thread_cpu_ns() - c0;
+        cpu[which][r] = bench_thread_cpu_ns() - c0;
         t[which][r] = ns;
       }
     }

@@ -224,8 +224,9 @@ void kvci_pool_chain(const uint8_t parent[KVC_BLOCK_HASH_SIZE], const int32_t* t
    row of group g starting at g * row_stride. */
 kvc_error* kvci_pool_reserve_checked(const char* fn, kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens,
                                      int64_t* slot_mapping, size_t row_stride);
-/* INVALID_ARGUMENT (naming `arg`) when n more tokens would take s past the most a sequence holds. */
-kvc_error* kvci_pool_check_reserve_length(const char* fn, const char* arg, const kvc_pool_sequence* s, uint64_t n);
+/* INVALID_ARGUMENT (naming num_tokens, or num_tokens[index] when index >= 0) when n more tokens would take s past
+   the most a sequence holds. */
+kvc_error* kvci_pool_check_reserve_length(const char* fn, int64_t index, const kvc_pool_sequence* s, uint64_t n);
 /* prefix.c: kvc_pool_commit after its checks. */
 void kvci_pool_commit_checked(kvc_pool_sequence* s);
 

@@ -140,11 +140,11 @@ kvc_error* kvci_pool_reserve_checked(const char* fn, kvc_pool_sequence* s, const
   return NULL;
 }
 
-kvc_error* kvci_pool_check_reserve_length(const char* fn, const char* arg, const kvc_pool_sequence* s, uint64_t n) {
-  if (n > MAX_TOKENS - s->length)
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is %" PRIu64 "; a sequence holds at most 2^40 tokens (it has %"
-                    PRIu64 ")", fn, arg, n, s->length);
-  return NULL;
+kvc_error* kvci_pool_check_reserve_length(const char* fn, int64_t index, const kvc_pool_sequence* s, uint64_t n) {
+  if (n <= MAX_TOKENS - s->length) return NULL;
+  char buf[48];
+  return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is %" PRIu64 "; a sequence holds at most 2^40 tokens (it has %"
+                  PRIu64 ")", fn, kvci_arg_name(buf, "num_tokens", index), n, s->length);
 }
 
 kvc_error* kvc_pool_reserve(kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens, int64_t* slot_mapping) {
@@ -155,7 +155,7 @@ kvc_error* kvc_pool_reserve(kvc_pool_sequence* s, const int32_t* tokens, size_t 
   if (!slot_mapping)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: slot_mapping is NULL; pass num_groups * num_tokens entries", FN);
   kvc_error* e = kvci_pool_check_tokens(FN, tokens, num_tokens);
-  if (!e) e = kvci_pool_check_reserve_length(FN, "num_tokens", s, num_tokens);
+  if (!e) e = kvci_pool_check_reserve_length(FN, -1, s, num_tokens);
   if (!e) e = kvci_pool_refusal(FN, s->pool);
   if (!e) e = kvci_pool_reserve_checked(FN, s, tokens, num_tokens, slot_mapping, num_tokens);
   /* A failed copy-on-write copy leaves the new block with unknown bytes. */

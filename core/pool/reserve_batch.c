@@ -13,7 +13,6 @@
  */
 #include <inttypes.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include "pool_internal.h"
 
@@ -50,9 +49,7 @@ kvc_error* kvc_pool_reserve_batch(kvc_pool* pool, kvc_pool_sequence* const* sequ
   if (e) return e;
   uint64_t total = 0;
   for (size_t i = 0; i < num_sequences; i++) {
-    char arg[48];
-    snprintf(arg, sizeof arg, "num_tokens[%zu]", i);
-    if ((e = kvci_pool_check_reserve_length(FN, arg, sequences[i], num_tokens[i]))) return e;
+    if ((e = kvci_pool_check_reserve_length(FN, (int64_t)i, sequences[i], num_tokens[i]))) return e;
     if (num_tokens[i] > SIZE_MAX / sizeof(int64_t) - total)
       return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: the batch's tokens pass %zu at num_tokens[%zu]; more than "
                       "memory can hold", FN, SIZE_MAX / sizeof(int64_t), i);
