@@ -32,10 +32,15 @@
  * The step of a serving loop:
  *   for a new request: kvc_pool_sequence_create, kvc_pool_match_prefix
  *   admission:         kvc_pool_blocks_needed against kvc_pool_stats' free counts
- *   every step:        kvc_pool_reserve (slot mapping of the step's tokens),
- *                      kvc_pool_block_table (views for the attention kernel),
- *                      kvc_pool_write (the K/V of every layer, one launch),
- *                      kvc_pool_commit
+ *   every step, once:  kvc_pool_reserve_batch (since 0.7; or kvc_pool_reserve
+ *                      per sequence): the step's slot mapping,
+ *                      kvc_pool_block_table (views for the attention kernel)
+ *   per layer, in the forward pass: kvc_pool_write_layer (since 0.7: that
+ *                      layer's K/V through the same mapping, one launch),
+ *                      then the layer's attention reads the pool
+ *   after the step:    kvc_pool_commit_batch (since 0.7; or kvc_pool_commit)
+ *   (kvc_pool_write writes every layer in one call, for K/V that exist all
+ *   at once: an imported prefill, tests, benchmarks)
  *   sampling n > 1:    kvc_pool_fork; speculative decoding: kvc_pool_truncate
  *   request done:      kvc_pool_sequence_destroy (blocks stay cached) or
  *                      kvc_pool_sequence_pin first
@@ -45,8 +50,9 @@
  * failed call changes nothing (no block allocated, evicted, copied or
  * freed, no event queued). Running out of blocks is KVC_ERROR_OUT_OF_MEMORY
  * with the group and the numbers, never an abort. Since 0.7: a device that
- * fails a write into the pool's blocks (kvc_pool_write, a copy-on-write in
- * kvc_pool_reserve, a recurrent checkpoint or restore) poisons the pool:
+ * fails a write into the pool's blocks (kvc_pool_write, kvc_pool_write_layer,
+ * a copy-on-write in kvc_pool_reserve or kvc_pool_reserve_batch, a recurrent
+ * checkpoint or restore) poisons the pool:
  * that call and every later one but the destroy functions return
  * KVC_ERROR_INVALID_STATE (kvcache/error.h; docs/gpus.md, 'When the device
  * fails'). A failed gather or fork leaves the pool unchanged.
@@ -58,7 +64,7 @@
  * are valid until the next call that mutates the pool or any of its
  * sequences. These calls do not count as mutating (the bindings rely on
  * it): the queries (stats, lengths, blocks_needed), kvc_pool_write,
- * kvc_pool_gather, kvc_pool_layer_storage (whose views last until
+ * kvc_pool_write_layer, kvc_pool_gather, kvc_pool_layer_storage (whose views last until
  * kvc_pool_destroy), kvc_pool_recurrent_state, kvc_pool_set_stream, and
  * kvc_pool_block_table, which replaces only the previous table of the same
  * group and format.
