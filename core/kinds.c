@@ -147,13 +147,9 @@ static uint64_t kinds_hooked(int prepare) {
   return m;
 }
 
-/*
- * Runs the check_call (prepare 0) or prepare_call (1) hooks of the kinds the update names, in registry order.
- * A per-layer update of a kind without hooks (most) returns after one mask test: this runs twice per call.
- */
-static kvc_error* run_call_hooks(int prepare, const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count,
-                                 const kvc_tensor* keys, const kvc_update_options* o) {
-  uint64_t named = kinds_named(c, first, count) & kinds_hooked(prepare) & ~(1ull << 63);
+/* Runs the check_call (prepare 0) or prepare_call (1) hooks of the kinds in `named`, in registry order. */
+static kvc_error* run_call_hooks(uint64_t named, int prepare, const kvc_call* call, kvc_cache* c, uint32_t first,
+                                 uint32_t count, const kvc_tensor* keys, const kvc_update_options* o) {
   for (size_t k = 0; named && k < NUM_KINDS; k++) {
     const kvc_kind* d = KINDS[k];
     if (!(named & (1ull << (d->id & 63)))) continue;
@@ -163,13 +159,16 @@ static kvc_error* run_call_hooks(int prepare, const kvc_call* call, kvc_cache* c
   return NULL;
 }
 
+/* Both run twice per update: a per-layer update of a kind without hooks (most) returns after one mask test. */
 kvc_error* kvci_kinds_check_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count,
                                 const kvc_tensor* keys, const kvc_update_options* o) {
-  return run_call_hooks(0, call, c, first, count, keys, o);
+  uint64_t named = kinds_named(c, first, count) & kinds_hooked(0) & ~(1ull << 63);
+  return named ? run_call_hooks(named, 0, call, c, first, count, keys, o) : NULL;
 }
 
 kvc_error* kvci_kinds_prepare_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count) {
-  return run_call_hooks(1, call, c, first, count, NULL, NULL);
+  uint64_t named = kinds_named(c, first, count) & kinds_hooked(1) & ~(1ull << 63);
+  return named ? run_call_hooks(named, 1, call, c, first, count, NULL, NULL) : NULL;
 }
 
 uint64_t kvci_kinds_state_bytes(const kvc_cache* c) {
