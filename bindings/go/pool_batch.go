@@ -5,18 +5,8 @@ package kvcache
 import (
 	"fmt"
 	"runtime"
-	"strings"
 	"unsafe"
 )
-
-// goNamed rewrites the C function name that begins a library error's message
-// to the Go method the caller called.
-func goNamed(err error, cName, goName string) error {
-	if e, ok := err.(*Error); ok && strings.HasPrefix(e.Message, cName+":") {
-		return &Error{Code: e.Code, Message: goName + e.Message[len(cName):]}
-	}
-	return err
-}
 
 // WriteLayer stores one layer's K/V of a step through the step's slot
 // mapping: the call a model's forward pass makes per layer, once the layer
@@ -25,9 +15,10 @@ func goNamed(err error, cName, goName string) error {
 // mapping, as Write takes it: pass the same slice to every layer of the step
 // (its row for the layer's group is checked on the first layer; later layers
 // compare it with that row). Table and state views stay valid.
-func (p *Pool) WriteLayer(layer int, key, value Input, slots []int64) error {
+func (p *Pool) WriteLayer(layer int, key, value Input, slots []int64) (err error) {
 	defer p.lock().Unlock()
-	const fn = "Pool.WriteLayer"
+	defer named(&err, "Pool.WriteLayer")
+	const fn = "WriteLayer"
 	if p.handle() == nil {
 		return ErrPoolClosed
 	}
@@ -57,7 +48,7 @@ func (p *Pool) WriteLayer(layer int, key, value Input, slots []int64) error {
 	runtime.KeepAlive(p)
 	runtime.KeepAlive(key)
 	runtime.KeepAlive(value)
-	return goNamed(err, "kvc_pool_write_layer", fn)
+	return err
 }
 
 // ReserveBatch is a scheduler's step in one call: Sequence.Reserve of
@@ -69,9 +60,10 @@ func (p *Pool) WriteLayer(layer int, key, value Input, slots []int64) error {
 // (a write skips them); that is not an error. Bad arguments (a sequence of
 // another pool or listed twice, a negative token, counts that do not add up
 // to len(tokens)) reserve nothing.
-func (p *Pool) ReserveBatch(seqs []*Sequence, tokens []int32, numTokens []uint64) (int, SlotMapping, error) {
+func (p *Pool) ReserveBatch(seqs []*Sequence, tokens []int32, numTokens []uint64) (_ int, _ SlotMapping, err error) {
 	defer p.lock().Unlock()
-	const fn = "Pool.ReserveBatch"
+	defer named(&err, "Pool.ReserveBatch")
+	const fn = "ReserveBatch"
 	if len(seqs) != len(numTokens) {
 		return 0, SlotMapping{}, newError(CodeInvalidArgument,
 			fmt.Sprintf("%s: %d sequences but %d token counts", fn, len(seqs), len(numTokens)))
@@ -101,20 +93,20 @@ func (p *Pool) ReserveBatch(seqs []*Sequence, tokens []int32, numTokens []uint64
 	runtime.KeepAlive(p)
 	runtime.KeepAlive(seqs)
 	if err != nil {
-		return 0, SlotMapping{}, goNamed(err, "kvc_pool_reserve_batch", fn)
+		return 0, SlotMapping{}, err
 	}
 	return reserved, m, nil
 }
 
 // CommitBatch is Sequence.Commit of every sequence of seqs, in one call.
-func (p *Pool) CommitBatch(seqs []*Sequence) error {
+func (p *Pool) CommitBatch(seqs []*Sequence) (err error) {
 	defer p.lock().Unlock()
-	const fn = "Pool.CommitBatch"
-	raw, err := p.handles(fn, seqs)
+	defer named(&err, "Pool.CommitBatch")
+	raw, err := p.handles("CommitBatch", seqs)
 	if err != nil {
 		return err
 	}
 	err = p.call(true, func(h unsafe.Pointer) error { return cPoolCommitBatch(h, raw) })
 	runtime.KeepAlive(seqs)
-	return goNamed(err, "kvc_pool_commit_batch", fn)
+	return err
 }

@@ -24,11 +24,11 @@ func TestPoolWriteLayerPerLayerThenGather(t *testing.T) {
 	other := newStep(6, 9.5)
 	err := p.WriteLayer(0, other.keys[0], other.values[0], twice)
 	var e *Error
-	if !errors.As(err, &e) || e.Code != CodeInvalidArgument || !strings.HasPrefix(e.Message, "Pool.WriteLayer: slot") {
+	if !errors.As(err, &e) || e.Code != CodeInvalidArgument || e.Op != "Pool.WriteLayer" || !strings.HasPrefix(e.Message, "slot") {
 		t.Fatalf("a slot twice: got %v", err)
 	}
 	if err := p.WriteLayer(pLayers, other.keys[0], other.values[0], slots.Slots); err == nil ||
-		!strings.Contains(err.Error(), "Pool.WriteLayer: layer is 2") {
+		!strings.Contains(err.Error(), "layer is 2") {
 		t.Fatalf("layer out of range: got %v", err)
 	}
 	wantHolds(t, s, st)
@@ -56,7 +56,7 @@ func TestPoolReserveBatchStopsAtTheFirstThatDoesNotFit(t *testing.T) {
 		t.Fatalf("committed %d", a.Committed())
 	}
 	_, _, err = p.ReserveBatch([]*Sequence{a, a}, seqTokens(0, 2), []uint64{1, 1})
-	if err == nil || !strings.Contains(err.Error(), "Pool.ReserveBatch: sequences[1] is sequences[0] again") {
+	if err == nil || !strings.Contains(err.Error(), "sequences[1] is sequences[0] again") {
 		t.Fatalf("a sequence twice: got %v", err)
 	}
 	if _, _, err = p.ReserveBatch([]*Sequence{a}, seqTokens(0, 2), []uint64{1}); err == nil {

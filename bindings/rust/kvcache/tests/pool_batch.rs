@@ -80,7 +80,7 @@ fn reserve_batch_stops_at_the_first_sequence_that_does_not_fit() {
     let tokens: Vec<i32> = (0..30).collect();
     // a: 8 tokens (2 blocks), b: 20 (5 blocks: too many), c: 2 (would fit, but comes after b)
     let (reserved, slots) = pool
-        .reserve_batch(&mut [&mut a, &mut b, &mut c], &tokens, &[8, 20, 2])
+        .reserve_batch(&mut [&mut a, &mut b, &mut c], &tokens, &[8usize, 20, 2])
         .unwrap();
     assert_eq!(reserved, 1);
     assert_eq!((a.len(), b.len(), c.len()), (8, 0, 0));
