@@ -243,6 +243,8 @@ var goMethods = map[string]string{
 	"kvc_cache_early_initialization":    "Cache.EarlyInitialization",
 	"kvc_cache_update_conv_state":       "Cache.UpdateConvState", "kvc_cache_update_recurrent_state": "Cache.UpdateRecurrentState",
 	"kvc_pool_add_tier": "Pool.AddTier", "kvc_pool_set_stream": "Pool.SetStream", "kvc_pool_fingerprint": "Pool.Fingerprint",
+	"kvc_pool_write_layer": "Pool.WriteLayer", "kvc_pool_reserve_batch": "Pool.ReserveBatch",
+	"kvc_pool_commit_batch": "Pool.CommitBatch",
 }
 
 // noNUL refuses a string that crosses to C with a NUL byte in it: C would

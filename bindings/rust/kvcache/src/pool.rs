@@ -698,16 +698,7 @@ impl Pool {
         slot_mapping: &[i64],
     ) -> Result<()> {
         const FN: &str = "kvc_pool_write";
-        let held = self.lock();
-        if held.storage_views > 0 {
-            return Err(Error::new(
-                ErrorCode::InvalidState,
-                format!(
-                    "{FN}: {} layer-storage view(s) of this pool are alive; drop them before writing",
-                    held.storage_views
-                ),
-            ));
-        }
+        let (_held, num_tokens) = self.begin_write(FN, slot_mapping)?;
         let layers = self.shared.layers.len();
         if keys.len() != layers || values.len() != layers {
             return Err(invalid_argument(format!(
@@ -716,14 +707,6 @@ impl Pool {
                 keys.len(),
                 values.len(),
                 layers
-            )));
-        }
-        let groups = self.shared.groups.len().max(1);
-        if slot_mapping.len() % groups != 0 {
-            return Err(invalid_argument(format!(
-                "{FN}: slot_mapping has {} entries, not a multiple of the pool's {groups} groups \
-                 (num_groups * num_tokens, group-major)",
-                slot_mapping.len()
             )));
         }
         // SAFETY: `len` layers of tensors (repr(transparent) kvc_tensor) and a
@@ -735,9 +718,153 @@ impl Pool {
                 values.as_ptr().cast(),
                 keys.len() as u32,
                 slot_mapping.as_ptr(),
-                slot_mapping.len() / groups,
+                num_tokens,
             )
         })
+    }
+
+    /// Writes one layer's K/V of a step through the step's slot mapping: the
+    /// call a model's forward pass makes per layer, once the layer computed
+    /// them (one kernel launch on a GPU). `key` and `value` are
+    /// `[num_tokens, num_kv_heads, head_dim]` on the pool's device;
+    /// `slot_mapping` is the whole step's mapping, as [`write`](Self::write)
+    /// takes it: pass the same slice to every layer of the step (its row for
+    /// the layer's group is checked on the first layer; later layers compare
+    /// it with that row). Refused while a layer-storage view is alive; block
+    /// tables stay valid.
+    pub fn write_layer(
+        &self,
+        layer: u32,
+        key: &TensorRef<'_>,
+        value: &TensorRef<'_>,
+        slot_mapping: &[i64],
+    ) -> Result<()> {
+        const FN: &str = "Pool::write_layer";
+        let (_held, num_tokens) = self.begin_write(FN, slot_mapping)?;
+        // SAFETY: tensors (repr(transparent) kvc_tensor) and a host slot
+        // mapping, all borrowed for the call.
+        check(unsafe {
+            sys::kvc_pool_write_layer(
+                self.as_ptr(),
+                layer,
+                (key as *const TensorRef<'_>).cast(),
+                (value as *const TensorRef<'_>).cast(),
+                slot_mapping.as_ptr(),
+                num_tokens,
+            )
+        })
+    }
+
+    /// The pool's lock for a write: no layer-storage view alive, and a mapping
+    /// of whole rows (returns its tokens).
+    fn begin_write(
+        &self,
+        function: &str,
+        slot_mapping: &[i64],
+    ) -> Result<(MutexGuard<'_, State>, usize)> {
+        let held = self.lock();
+        if held.storage_views > 0 {
+            return Err(Error::new(
+                ErrorCode::InvalidState,
+                format!(
+                    "{function}: {} layer-storage view(s) of this pool are alive; drop them before writing",
+                    held.storage_views
+                ),
+            ));
+        }
+        let groups = self.shared.groups.len().max(1);
+        if slot_mapping.len() % groups != 0 {
+            return Err(invalid_argument(format!(
+                "{function}: slot_mapping has {} entries, not a multiple of the pool's {groups} groups \
+                 (num_groups * num_tokens, group-major)",
+                slot_mapping.len()
+            )));
+        }
+        Ok((held, slot_mapping.len() / groups))
+    }
+
+    /// A scheduler's step in one call: [`Sequence::reserve`] of
+    /// `num_tokens[i]` tokens for each `sequences[i]`, in order, `tokens`
+    /// holding their tokens one after another. Returns how many sequences
+    /// were reserved (a prefix of the list) and the batch's slot mapping (the
+    /// form [`write`](Self::write) and [`write_layer`](Self::write_layer)
+    /// take). When the pool runs out of blocks the batch stops at the first
+    /// sequence that does not fit: it and the later ones are unchanged and
+    /// their slots are -1 (a write skips them); that is `Ok`, not an error.
+    /// Bad arguments (a sequence of another pool or listed twice, a negative
+    /// token, counts that do not add up to `tokens.len()`) reserve nothing.
+    pub fn reserve_batch(
+        &self,
+        sequences: &mut [&mut Sequence],
+        tokens: &[i32],
+        num_tokens: &[usize],
+    ) -> Result<(usize, SlotMapping)> {
+        const FN: &str = "Pool::reserve_batch";
+        let _held = self.begin(FN)?;
+        if num_tokens.len() != sequences.len() {
+            return Err(invalid_argument(format!(
+                "{FN}: num_tokens has {} entries but sequences has {}",
+                num_tokens.len(),
+                sequences.len()
+            )));
+        }
+        let total = num_tokens.iter().try_fold(0usize, |a, &n| a.checked_add(n));
+        if total != Some(tokens.len()) {
+            return Err(invalid_argument(format!(
+                "{FN}: tokens has {} entries but num_tokens adds up to {} (the sequences' tokens one \
+                 after another)",
+                tokens.len(),
+                total.map_or_else(|| "more than usize".to_string(), |t| t.to_string())
+            )));
+        }
+        let raw = self.batch_handles(FN, sequences)?;
+        let counts: Vec<u64> = num_tokens.iter().map(|&n| n as u64).collect();
+        let groups = self.shared.groups.len();
+        let mut slots = vec![-1i64; groups * tokens.len()];
+        let mut reserved = 0usize;
+        // SAFETY: live handles of this pool (each borrowed mutably), host
+        // arrays of the sizes the call reads and writes.
+        check(unsafe {
+            sys::kvc_pool_reserve_batch(
+                self.as_ptr(),
+                raw.as_ptr(),
+                raw.len(),
+                tokens.as_ptr(),
+                counts.as_ptr(),
+                slots.as_mut_ptr(),
+                &mut reserved,
+            )
+        })?;
+        Ok((
+            reserved,
+            SlotMapping {
+                slots,
+                num_groups: groups,
+            },
+        ))
+    }
+
+    /// [`Sequence::commit`] of every sequence of `sequences`, in one call.
+    pub fn commit_batch(&self, sequences: &mut [&mut Sequence]) -> Result<()> {
+        const FN: &str = "Pool::commit_batch";
+        let _held = self.begin(FN)?;
+        let raw = self.batch_handles(FN, sequences)?;
+        // SAFETY: live handles of this pool, each borrowed mutably.
+        check(unsafe { sys::kvc_pool_commit_batch(self.as_ptr(), raw.as_ptr(), raw.len()) })
+    }
+
+    fn batch_handles(
+        &self,
+        function: &str,
+        sequences: &[&mut Sequence],
+    ) -> Result<Vec<*mut sys::kvc_pool_sequence>> {
+        let shared: Vec<&Sequence> = sequences.iter().map(|s| &**s).collect();
+        // The pointers come from `&mut` borrows the caller holds for the call.
+        Ok(self
+            .handles(function, &shared)?
+            .into_iter()
+            .map(<*const _>::cast_mut)
+            .collect())
     }
 
     /// The K and V storage of `layer` over all its group's blocks, zero-copy:
