@@ -229,12 +229,13 @@ func (c *scheduler) forward(batch []*request, slots []kvcache.SlotMapping) error
 	if err != nil {
 		return err
 	}
-	// One write for every layer of the batch. A model produces layer l's K/V
-	// only after layer l-1 ran, so a real engine writes layer by layer (a
-	// per-layer pool write is being added to the library); the fake model
-	// has every layer at once, and the all-layers Pool.Write takes them.
-	if err := c.s.pool.Write(kvcache.Inputs(keys...), kvcache.Inputs(values...), all.Slots); err != nil {
-		return err
+	// Layer by layer, as a model's forward pass produces them: layer l's K/V
+	// exist only after layer l-1 ran (and attended). Every layer passes the
+	// same mapping of the step; the pool checks it once.
+	for l := range keys {
+		if err := c.s.pool.WriteLayer(l, keys[l], values[l], all.Slots); err != nil {
+			return err
+		}
 	}
 	seqs := make([]*kvcache.Sequence, len(batch))
 	for i, r := range batch {
