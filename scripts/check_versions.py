@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 VERSION_H = "abi/include/kvcache/version.h"
-# The Rust crates' package names.
-RUST_PACKAGES = ("kvcache", "kvcache-sys")
+# The Rust crates' package names: the safe crate is published as kvcache-rs (the name kvcache is taken).
+RUST_PACKAGES = ("kvcache-rs", "kvcache-sys")
 
 
 def header_version(root):

@@ -12,7 +12,7 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 0
 fi
 export CARGO_BUILD_JOBS=${JOBS:-2}
-features=(--workspace --features kvcache/dlpack)
+features=(--workspace --features kvcache-rs/dlpack)
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -21,15 +21,15 @@ cargo clippy "${features[@]}" --all-targets -- -D warnings
 echo "== cargo test"
 cargo test "${features[@]}" --no-fail-fast
 echo "== examples"
-cargo run -q -p kvcache --example decode >/dev/null
-cargo run -q -p kvcache --example beam_search >/dev/null
+cargo run -q -p kvcache-rs --example decode >/dev/null
+cargo run -q -p kvcache-rs --example beam_search >/dev/null
 echo "examples decode and beam_search ran"
 
 # kvcache-sys's `bindgen` feature needs libclang at build time.
 if ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* \
     ${LIBCLANG_PATH:+"$LIBCLANG_PATH"/libclang*.so*} >/dev/null 2>&1; then
     echo "== cargo check --features kvcache-sys/bindgen"
-    cargo check -p kvcache --features kvcache-sys/bindgen
+    cargo check -p kvcache-rs --features kvcache-sys/bindgen
 else
     echo "rust: SKIPPED: the build with kvcache-sys/bindgen needs libclang, which is not installed"
 fi
