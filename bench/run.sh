@@ -61,7 +61,7 @@ echo
 echo "== Rust (bindings/rust: safe API and raw ABI)"
 if command -v cargo >/dev/null 2>&1; then
     json_abs="$(cd "$(dirname "$JSON")" && pwd)/$(basename "$JSON")"
-    (cd "$ROOT/bindings/rust" && cargo bench -q -p kvcache --bench decode -- --json "$json_abs" "${EXTRA[@]}")
+    (cd "$ROOT/bindings/rust" && cargo bench -q -p kvcache-rs --bench decode -- --json "$json_abs" "${EXTRA[@]}")
     RUST_BENCH=1
 else
     echo "SKIPPED: the Rust benchmark needs cargo"

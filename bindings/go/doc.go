@@ -92,6 +92,9 @@
 //	cmake --install build --prefix /usr/local      # or: make install PREFIX=...
 //	go get github.com/kvcache/kvcache/bindings/go
 //
+// With the kvcache_static build tag the package links the static library
+// (pkg-config's kvcache-static) and programs need only libc and libm.
+//
 // Against a build tree of the repository instead, source
 // bindings/go/scripts/env.sh BUILD_DIR: it installs that build into
 // BUILD_DIR/go-prefix and exports PKG_CONFIG_PATH and an rpath in

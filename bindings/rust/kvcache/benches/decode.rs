@@ -20,7 +20,7 @@
 //! `append_loop_binding_share_of_c_<len>`: that cost per token as a share of
 //! the C benchmark's append time.
 //!
-//! `cargo bench -p kvcache --bench decode -- [--json PATH] [--reps N] [--steps N] [--context TOKENS]`
+//! `cargo bench -p kvcache-rs --bench decode -- [--json PATH] [--reps N] [--steps N] [--context TOKENS]`
 
 use std::collections::HashMap;
 use std::hint::black_box;

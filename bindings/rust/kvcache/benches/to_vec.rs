@@ -10,7 +10,7 @@
 //! - `per_element`: the view read one element at a time, as `to_vec` did
 //!   before 0.7 (kept here as the reference the speed-up is measured from).
 //!
-//! `cargo bench -p kvcache --bench to_vec -- [--reps N]`
+//! `cargo bench -p kvcache-rs --bench to_vec -- [--reps N]`
 
 use std::hint::black_box;
 use std::time::Instant;
