@@ -97,6 +97,7 @@ class _QuantizedOptions:
     residual_length = property(lambda self: self._quant().residual_length)
     _quantize = _not_in_python
     _dequantize = _not_in_python
+    _apply_pending_reorder = _not_in_python
 
 
 _K = LayerKind

@@ -339,6 +339,10 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
 
     @property
     def max_cache_len(self) -> int:
+        # A static layer's slots (min(window, max_cache_len) for the sliding ones), as transformers' attribute,
+        # also where get_max_length says -1 (the static linear hybrids)
+        if self.kind in _STATIC:
+            return self.info.capacity
         return self._cache._kv.get_max_length(self._index)
 
     @property
@@ -435,12 +439,10 @@ _LinearAttentionMixin = getattr(_tcu, "LinearAttentionCacheLayerMixin", None)
 class KvcacheLinearLayer(*([_LinearAttentionMixin] if _LinearAttentionMixin else []), KvcacheLayer):
     """A linear-attention layer (conv and SSM states; and K/V for the hybrid kinds) over a C layer."""
 
+    # False for the hybrids too, as transformers' linear-attention mixin (first in their MRO) has it: a cache's
+    # is_initialized asks its attention layers only
     supports_early_init = False
     is_compileable = KvcacheLayer.is_compileable  # ahead of the mixin's own property (5.24)
-
-    def _attach_layer(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
-        KvcacheLayer._attach_layer(self, cache, index, kind)
-        self.supports_early_init = kind != LayerKind.LINEAR
 
     def __repr__(self) -> str:
         return KvcacheLayer.__repr__(self)
@@ -518,6 +520,11 @@ class KvcacheIndexedLayer(KvcacheLayer):
 
     def update_indexer(self, indexer_key_states: torch.Tensor) -> torch.Tensor:
         return self._cache.update_indexer(indexer_key_states, self._index)
+
+    def lazy_initialization_indexer(self, indexer_key_states: torch.Tensor) -> None:
+        # A zero-row update fixes the indexer's batch, head dim and dtype (its buffer, for the static kind) without
+        # storing anything; transformers' dynamic layer starts from a 1-D empty tensor, this one from [batch, 0, D].
+        self._cache.update_indexer(indexer_key_states[:, :0], self._index)
 
 
 class KvcacheDummyLayer(*([_DummyLayer] if _DummyLayer else [])):
