@@ -69,7 +69,7 @@ def observe(cache):
     """Everything transformers' code reads off a cache and its layers, per layer and as a whole.
 
     Left out, as they are not about dummy layers: a linear layer's own class and attributes (the drop-in's
-    KvcacheLinearLayer is also a CacheLayerMixin and not compileable) and so the compileability of a cache with
+    linear layers are not compileable) and so the compileability of a cache with
     one; a layer's is_initialized but a dummy's (a reset dynamic layer is uninitialized in 5.23 where kvcache's
     stays initialized and empty, difference 1); empty keys (an early-initialized DynamicLayer holds
     torch.tensor([]), the drop-in's [B, H, 0, D])."""

@@ -476,3 +476,31 @@ def test_layer_classes_missing_from_the_release_say_which_release_has_them():
         assert name not in kvt.__all__
     if not HAS_DUMMY_LAYER:
         assert "DummyLayer" in kvt._UNAVAILABLE
+
+
+LIBRARY_CONFIGS = {
+    "attention": (["full_attention", "sliding_attention", "chunked_attention"], True),
+    "linear": (["linear_attention", "hybrid", "hybrid_sliding", "full_attention"], HAS_LINEAR_LAYERS),
+    "dummy": (["full_attention", "moe", "sliding_attention"], HAS_DUMMY_LAYER),  # "moe" blocks: DummyLayer
+}
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["DynamicCache", "StaticCache"])
+@pytest.mark.parametrize("name", list(LIBRARY_CONFIGS))
+def test_transformers_own_isinstance_code_reads_the_drop_in_layers_right(name, static):
+    """transformers' Cache properties that classify layers by isinstance (is_linear: LinearAttentionCacheLayerMixin
+    but not LinearAttentionAndFullAttentionLayer; is_dummy: DummyLayer; is_sliding), run as transformers' own code
+    over the drop-in's layers, answer as over transformers' layers."""
+    layer_types, available = LIBRARY_CONFIGS[name]
+    if not available:
+        pytest.skip(f"SKIPPED: transformers {VERSION} has no layers of the types {layer_types}")
+    cfg = config(layer_types, sliding_window=4, attention_chunk_size=4)
+    ref = tcu.StaticCache(cfg, max_cache_len=8) if static else tcu.DynamicCache(config=cfg)
+    got = kvt.StaticCache(cfg, max_cache_len=8) if static else kvt.DynamicCache(config=cfg)
+    checked = 0
+    for prop in ("is_linear", "is_dummy", "is_sliding"):
+        own = getattr(tcu.Cache, prop, None)
+        if isinstance(own, property):
+            assert own.fget(got) == own.fget(ref), prop
+            checked += 1
+    assert checked >= 1

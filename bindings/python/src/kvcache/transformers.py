@@ -279,12 +279,10 @@ def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len:
 
 # ---------------------------------------------------------------- layers
 
-class KvcacheLayer(_tcu.CacheLayerMixin):
-    """One attention layer of a kvcache-backed cache: transformers' layer interface over C layer ``index``.
-
-    ``keys``/``values`` are zero-copy torch views of what the layer stores. Operations that act on the whole
-    cache in C (crop, reorder, batch operations, reset) are called on the cache.
-    """
+class _LayerOverC:
+    """transformers' layer interface over C layer ``index`` of a kvcache cache: the methods of every drop-in
+    layer class. No transformers base of its own, so that a linear-attention layer, which transformers does not
+    make a CacheLayerMixin, is none here either (5.24's Cache.is_linear asks)."""
 
     supports_early_init = True  # CacheLayerMixin has it from 5.14; the cache's is_initialized reads it
     # transformers' CacheLayerMixin.__init_subclass__ (5.14 on) registers a subclass naming a _layer_type as the
@@ -429,6 +427,14 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
         return self.__deepcopy__({})
 
 
+class KvcacheLayer(_LayerOverC, _tcu.CacheLayerMixin):
+    """One attention layer of a kvcache-backed cache: transformers' layer interface over C layer ``index``.
+
+    ``keys``/``values`` are zero-copy torch views of what the layer stores. Operations that act on the whole
+    cache in C (crop, reorder, batch operations, reset) are called on the cache.
+    """
+
+
 # transformers 5.0 to 5.4 have no linear-attention layers in cache_utils (Mamba and Jamba kept their own caches),
 # 5.5 to 5.13 layers of one conv and one recurrent state with conv-state updates of other semantics; the C linear
 # kinds follow 5.14 on (states by index). Before that this class is left out of the module, and asking for it
@@ -436,16 +442,21 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
 _LinearAttentionMixin = getattr(_tcu, "LinearAttentionCacheLayerMixin", None)
 
 
-class KvcacheLinearLayer(*([_LinearAttentionMixin] if _LinearAttentionMixin else []), KvcacheLayer):
-    """A linear-attention layer (conv and SSM states; and K/V for the hybrid kinds) over a C layer."""
+# _LayerOverC first: ahead of every transformers class in the MRO of the subclasses that add transformers' hybrid
+# layers (whose DynamicLayer / StaticLayer methods would otherwise come first)
+class KvcacheLinearLayer(_LayerOverC, *([_LinearAttentionMixin] if _LinearAttentionMixin else [])):
+    """A linear-attention layer (conv and SSM states; and K/V for the hybrid kinds) over a C layer.
+
+    As transformers' LinearAttentionLayer it is no CacheLayerMixin (nor a KvcacheLayer); the hybrids are, through
+    their transformers base (LinearAttentionAndFullAttentionLayer subclasses DynamicLayer, ...)."""
 
     # False for the hybrids too, as transformers' linear-attention mixin (first in their MRO) has it: a cache's
     # is_initialized asks its attention layers only
     supports_early_init = False
-    is_compileable = KvcacheLayer.is_compileable  # ahead of the mixin's own property (5.24)
+    is_compileable = _LayerOverC.is_compileable  # ahead of the mixin's own property (5.24)
 
     def __repr__(self) -> str:
-        return KvcacheLayer.__repr__(self)
+        return _LayerOverC.__repr__(self)
 
     @property
     def number_of_states(self) -> int:
@@ -469,7 +480,7 @@ class KvcacheLinearLayer(*([_LinearAttentionMixin] if _LinearAttentionMixin else
 
     def lazy_initialization(self, *args, **kwargs) -> None:
         if len(args) == 2 and self.kind != LayerKind.LINEAR:
-            KvcacheLayer.lazy_initialization(self, *args)
+            _LayerOverC.lazy_initialization(self, *args)
 
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
         return self._cache.update_conv_state(conv_states, self._index, state_idx, **kwargs)
@@ -478,25 +489,25 @@ class KvcacheLinearLayer(*([_LinearAttentionMixin] if _LinearAttentionMixin else
         return self._cache.update_recurrent_state(recurrent_states, self._index, state_idx)
 
     def get_max_length(self) -> int:
-        return KvcacheLayer.get_max_length(self)
+        return _LayerOverC.get_max_length(self)
 
     def offload(self) -> None:
-        KvcacheLayer.offload(self)
+        _LayerOverC.offload(self)
 
     def prefetch(self) -> None:
-        KvcacheLayer.prefetch(self)
+        _LayerOverC.prefetch(self)
 
     def reset(self) -> None:
-        KvcacheLayer.reset(self)
+        _LayerOverC.reset(self)
 
     def crop(self, tokens_to_remove: int) -> None:
-        KvcacheLayer.crop(self, tokens_to_remove)
+        _LayerOverC.crop(self, tokens_to_remove)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        KvcacheLayer.reorder_cache(self, beam_idx)
+        _LayerOverC.reorder_cache(self, beam_idx)
 
     def activate_past_recording(self) -> None:
-        KvcacheLayer.activate_past_recording(self)
+        _LayerOverC.activate_past_recording(self)
 
 
 class KvcacheIndexedLayer(KvcacheLayer):
@@ -548,8 +559,8 @@ class KvcacheDummyLayer(*([_DummyLayer] if _DummyLayer else [])):
         self._index = index
         self.kind = kind
 
-    __deepcopy__ = KvcacheLayer.__deepcopy__
-    __copy__ = KvcacheLayer.__copy__
+    __deepcopy__ = _LayerOverC.__deepcopy__
+    __copy__ = _LayerOverC.__copy__
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._index}, dummy)"
@@ -1141,7 +1152,7 @@ class Cache(_KvcacheCache, _tcu.Cache):
 
 def _check_composable(layer: Any, i: int) -> None:
     """Refuses (TypeError/ValueError naming layer ``i``) what Cache(layers=...) cannot take."""
-    if not isinstance(layer, (KvcacheLayer, *([KvcacheDummyLayer] if _DummyLayer else []))):
+    if not isinstance(layer, (_LayerOverC, *([KvcacheDummyLayer] if _DummyLayer else []))):
         raise TypeError(f"kvcache.transformers.Cache: layers[{i}] is a {type(layer).__module__}."
                         f"{type(layer).__qualname__}; kvcache composes its own layer classes "
                         f"(kvcache.transformers.{type(layer).__name__} and the others, made as in transformers)")
