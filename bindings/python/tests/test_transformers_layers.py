@@ -227,7 +227,7 @@ def test_layer_gives_transformers_results(name, operation):
         return
     if operation == "crop" and r is ValueError and g is not None and issubclass(g, RuntimeError):
         # a sliding layer past its window: 5.0 to 5.13 refuse with ValueError, later releases (and kvcache, on every
-        # release) with RuntimeError (docs/transformers-layers.md)
+        # release) with RuntimeError (docs/transformers-drop-in.md)
         assert_same_layer(ref, got, operation)
         return
     if (operation == "crop" and r is None and isinstance(ref, tcu.StaticSlidingWindowLayer)

@@ -18,6 +18,15 @@ assisted decoding, batch repeat/select, reset, deepcopy) runs in C::
     >>> out.shape
     torch.Size([1, 7])
 
+The layers are instances of transformers' own layer classes (kvcache/_transformers_layers.py), and those
+classes, made as in transformers, compose caches (docs/transformers-drop-in.md lists every class)::
+
+    >>> cache = kvt.Cache(layers=[kvt.StaticLayer(8), kvt.DynamicSlidingWindowLayer(4)])
+    >>> isinstance(cache.layers[0], transformers.cache_utils.StaticLayer), isinstance(cache, transformers.Cache)
+    (True, True)
+    >>> cache.update(torch.ones(1, 2, 3, 16), torch.ones(1, 2, 3, 16), 0)[0].shape
+    torch.Size([1, 2, 8, 16])
+
 Tensors returned by ``update`` are zero-copy views of the cache's memory, valid
 until the next update of that cache (transformers' attention consumes them
 before that).
