@@ -356,6 +356,8 @@ def test_cache_refusals_leave_the_layers_as_they_were():
             tcu.Cache(**kwargs)
         with pytest.raises(ValueError, match="layer_class_to_replicate"):
             kvt.Cache(**kwargs)
+    with pytest.raises(ValueError, match=r"layers=\[\]; a kvcache cache holds at least one layer"):
+        kvt.Cache(layers=[])
     with pytest.raises(ValueError, match=r"layer_class_to_replicate=.*StaticLayer.*dynamic layers only"):
         kvt.Cache(layer_class_to_replicate=kvt.StaticLayer)
     with pytest.raises(TypeError, match=r"layers\[1\] is a transformers.cache_utils.StaticLayer"):

@@ -1150,6 +1150,9 @@ class Cache(_KvcacheCache, _tcu.Cache):
                          offload_only_non_sliding=offload_only_non_sliding)
             return
         layers = list(layers)
+        if not layers:
+            raise ValueError("kvcache.transformers.Cache: layers=[]; a kvcache cache holds at least one layer "
+                             "(layer_class_to_replicate=DynamicLayer makes one that grows from none)")
         for i, layer in enumerate(layers):
             _check_composable(layer, i)
         self._specs = [layer._cache._specs[0] for layer in layers]
