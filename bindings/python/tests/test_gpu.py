@@ -448,3 +448,26 @@ def test_drop_in_generates_the_tokens_of_transformers_caches_on_cuda_bf16(cache_
     got = model.generate(ids, num_beams=3, max_new_tokens=6, min_new_tokens=6, do_sample=False,
                          past_key_values=kvt.DynamicCache(config=model.config))
     assert torch.equal(got, beams)
+
+
+@needs_plugin
+@pytest.mark.parametrize("name,args", [("DynamicLayer", ()), ("StaticLayer", (8,)),
+                                       ("DynamicSlidingWindowLayer", (4,)), ("StaticSlidingWindowLayer", (8, 4))])
+def test_drop_in_layers_made_alone_and_composed_follow_transformers_on_cuda(name, args):
+    kvt = pytest.importorskip("kvcache.transformers")
+    from transformers import cache_utils as tcu
+    ref, alone = getattr(tcu, name)(*args), getattr(kvt, name)(*args)
+    composed = kvt.Cache(layers=[kvt.DynamicLayer(), getattr(kvt, name)(*args)])
+    seen = 0
+    for n in (3, 1, 1, 2):
+        x = rand(2, 2, n, 8, seed=130 + seen)
+        positions = {"cache_position": torch.arange(seen, seen + n, device=DEV)}
+        want = ref.update(x, x, positions)[0]
+        assert torch.equal(alone.update(x, x, positions)[0], want)
+        assert torch.equal(composed.update(x, x, 1, positions)[0], want)
+        seen += n
+    assert isinstance(alone, getattr(tcu, name)) and alone.device == torch.device(DEV) and alone.keys.is_cuda
+    assert int(alone.get_seq_length()) == int(ref.get_seq_length()) == composed.get_seq_length(1)
+    alone.reorder_cache(torch.tensor([1, 0], device=DEV))
+    ref.reorder_cache(torch.tensor([1, 0], device=DEV))
+    assert torch.equal(alone.keys, ref.keys)

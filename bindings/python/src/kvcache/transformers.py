@@ -18,6 +18,15 @@ assisted decoding, batch repeat/select, reset, deepcopy) runs in C::
     >>> out.shape
     torch.Size([1, 7])
 
+The layers are instances of transformers' own layer classes (kvcache/_transformers_layers.py), and those
+classes, made as in transformers, compose caches (docs/transformers-drop-in.md lists every class)::
+
+    >>> cache = kvt.Cache(layers=[kvt.StaticLayer(8), kvt.DynamicSlidingWindowLayer(4)])
+    >>> isinstance(cache.layers[0], transformers.cache_utils.StaticLayer), isinstance(cache, transformers.Cache)
+    (True, True)
+    >>> cache.update(torch.ones(1, 2, 3, 16), torch.ones(1, 2, 3, 16), 0)[0].shape
+    torch.Size([1, 2, 8, 16])
+
 Tensors returned by ``update`` are zero-copy views of the cache's memory, valid
 until the next update of that cache (transformers' attention consumes them
 before that).
@@ -41,6 +50,7 @@ the host, where the C counters live; a CUDA graph captured by hand around
 """
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
@@ -62,7 +72,11 @@ __all__ = [
     "OffloadedCache",
     "OffloadedStaticCache",
     "QuantizedCache",
+    "QuantoQuantizedCache",
+    "HQQQuantizedCache",
+    "OffloadedHybridCache",
     "EncoderDecoderCache",
+    "Cache",
     "KvcacheLayer",
     "KvcacheLinearLayer",
     "KvcacheDummyLayer",
@@ -189,12 +203,29 @@ def __getattr__(name: str) -> Any:
 
 
 def _layer_class(kind: LayerKind) -> type:
-    """The drop-in layer class of a C layer of ``kind`` (ImportError where the installed transformers lacks it)."""
+    """The drop-in layer class of a C layer of ``kind``: the subclass of transformers' own layer class
+    (kvcache/_transformers_layers.py) where the installed release has one, else the generic kvcache layer
+    (ImportError where the installed transformers lacks what the kind needs)."""
+    cls = _LAYER_CLASSES.get(kind)
+    if cls is not None:
+        return cls
     name = ("KvcacheLinearLayer" if kind in _LINEAR else "KvcacheDummyLayer" if kind == LayerKind.DUMMY
             else "KvcacheIndexedLayer" if kind in _INDEXED else "KvcacheLayer")
     if name in _UNAVAILABLE:
         raise _unavailable(name)
     return globals()[name]
+
+
+# LayerKind -> the public layer class (kvcache/_transformers_layers.py fills it at import)
+_LAYER_CLASSES: dict = {}
+
+
+def _bind_layer(cls: type, cache: "_KvcacheCache", index: int, kind: LayerKind):
+    """A layer object of ``cls`` over C layer ``index`` of ``cache``, made without the class's constructor (which
+    takes transformers' arguments and makes a layer of its own)."""
+    layer = cls.__new__(cls)
+    layer._attach_layer(cache, index, kind)
+    return layer
 
 
 def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len: int = 0) -> List[LayerSpec]:
@@ -257,16 +288,20 @@ def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len:
 
 # ---------------------------------------------------------------- layers
 
-class KvcacheLayer(_tcu.CacheLayerMixin):
-    """One attention layer of a kvcache-backed cache: transformers' layer interface over C layer ``index``.
-
-    ``keys``/``values`` are zero-copy torch views of what the layer stores. Operations that act on the whole
-    cache in C (crop, reorder, batch operations, reset) are called on the cache.
-    """
+class _LayerOverC:
+    """transformers' layer interface over C layer ``index`` of a kvcache cache: the methods of every drop-in
+    layer class. No transformers base of its own, so that a linear-attention layer, which transformers does not
+    make a CacheLayerMixin, is none here either (5.24's Cache.is_linear asks)."""
 
     supports_early_init = True  # CacheLayerMixin has it from 5.14; the cache's is_initialized reads it
+    # transformers' CacheLayerMixin.__init_subclass__ (5.14 on) registers a subclass naming a _layer_type as the
+    # class its own caches build for that layer type: the drop-in's subclasses must never take those slots.
+    _layer_type = None
 
     def __init__(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
+        self._attach_layer(cache, index, kind)
+
+    def _attach_layer(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
         self._cache = cache
         self._index = index
         self.kind = kind
@@ -311,12 +346,22 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
 
     @property
     def max_cache_len(self) -> int:
+        # A static layer's slots (min(window, max_cache_len) for the sliding ones), as transformers' attribute,
+        # also where get_max_length says -1 (the static linear hybrids)
+        if self.kind in _STATIC:
+            return self.info.capacity
         return self._cache._kv.get_max_length(self._index)
 
     @property
     def sliding_window(self) -> Optional[int]:
         w = self.info.window
         return w or None
+
+    @property
+    def dtype(self) -> Optional[torch.dtype]:
+        """The dtype of the layer's keys (None before its first tensors, as a lazy transformers layer)."""
+        keys = self.keys
+        return None if keys is None else keys.dtype
 
     @property
     def cumulative_length(self) -> int:
@@ -356,24 +401,47 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
     def prefetch(self) -> None:
         self._cache._kv.prefetch(self._index)
 
-    def _whole_cache(self, name: str):
-        raise NotImplementedError(f"kvcache layers are parts of one C cache: call {name} on the cache, which "
+    def _whole_cache(self, name: str, *args: Any) -> None:
+        """An operation the C API applies to a whole cache: the layer's own when it is its cache's only layer (a
+        layer made on its own, ``StaticLayer(16)``), else refused."""
+        if len(self._cache.layers) == 1:
+            getattr(self._cache, name)(*args)
+            return
+        raise NotImplementedError(f"kvcache layers are parts of one C cache: call {name}() on the cache, which "
                                   "applies it to every layer in one call")
 
     def reset(self) -> None:
-        self._whole_cache("reset()")
+        self._whole_cache("reset")
 
     def crop(self, tokens_to_remove: int) -> None:
-        self._whole_cache("crop()")
+        self._whole_cache("crop", tokens_to_remove)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self._whole_cache("reorder_cache()")
+        self._whole_cache("reorder_cache", beam_idx)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        self._whole_cache("batch_repeat_interleave()")
+        self._whole_cache("batch_repeat_interleave", repeats)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._whole_cache("batch_select_indices()")
+        self._whole_cache("batch_select_indices", indices)
+
+    def activate_past_recording(self) -> None:
+        self._whole_cache("activate_past_recording")
+
+    def __deepcopy__(self, memo):
+        # The copy of a layer is the same layer of a copy of its cache (the C cache copies all its layers at once).
+        return copy.deepcopy(self._cache, memo).layers[self._index]
+
+    def __copy__(self):
+        return self.__deepcopy__({})
+
+
+class KvcacheLayer(_LayerOverC, _tcu.CacheLayerMixin):
+    """One attention layer of a kvcache-backed cache: transformers' layer interface over C layer ``index``.
+
+    ``keys``/``values`` are zero-copy torch views of what the layer stores. Operations that act on the whole
+    cache in C (crop, reorder, batch operations, reset) are called on the cache.
+    """
 
 
 # transformers 5.0 to 5.4 have no linear-attention layers in cache_utils (Mamba and Jamba kept their own caches),
@@ -383,18 +451,21 @@ class KvcacheLayer(_tcu.CacheLayerMixin):
 _LinearAttentionMixin = getattr(_tcu, "LinearAttentionCacheLayerMixin", None)
 
 
-class KvcacheLinearLayer(*([_LinearAttentionMixin] if _LinearAttentionMixin else []), KvcacheLayer):
-    """A linear-attention layer (conv and SSM states; and K/V for the hybrid kinds) over a C layer."""
+# _LayerOverC first: ahead of every transformers class in the MRO of the subclasses that add transformers' hybrid
+# layers (whose DynamicLayer / StaticLayer methods would otherwise come first)
+class KvcacheLinearLayer(_LayerOverC, *([_LinearAttentionMixin] if _LinearAttentionMixin else [])):
+    """A linear-attention layer (conv and SSM states; and K/V for the hybrid kinds) over a C layer.
 
+    As transformers' LinearAttentionLayer it is no CacheLayerMixin (nor a KvcacheLayer); the hybrids are, through
+    their transformers base (LinearAttentionAndFullAttentionLayer subclasses DynamicLayer, ...)."""
+
+    # False for the hybrids too, as transformers' linear-attention mixin (first in their MRO) has it: a cache's
+    # is_initialized asks its attention layers only
     supports_early_init = False
-    is_compileable = KvcacheLayer.is_compileable  # ahead of the mixin's own property (5.24)
-
-    def __init__(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
-        KvcacheLayer.__init__(self, cache, index, kind)
-        self.supports_early_init = kind != LayerKind.LINEAR
+    is_compileable = _LayerOverC.is_compileable  # ahead of the mixin's own property (5.24)
 
     def __repr__(self) -> str:
-        return KvcacheLayer.__repr__(self)
+        return _LayerOverC.__repr__(self)
 
     @property
     def number_of_states(self) -> int:
@@ -418,7 +489,7 @@ class KvcacheLinearLayer(*([_LinearAttentionMixin] if _LinearAttentionMixin else
 
     def lazy_initialization(self, *args, **kwargs) -> None:
         if len(args) == 2 and self.kind != LayerKind.LINEAR:
-            KvcacheLayer.lazy_initialization(self, *args)
+            _LayerOverC.lazy_initialization(self, *args)
 
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
         return self._cache.update_conv_state(conv_states, self._index, state_idx, **kwargs)
@@ -427,25 +498,25 @@ class KvcacheLinearLayer(*([_LinearAttentionMixin] if _LinearAttentionMixin else
         return self._cache.update_recurrent_state(recurrent_states, self._index, state_idx)
 
     def get_max_length(self) -> int:
-        return KvcacheLayer.get_max_length(self)
+        return _LayerOverC.get_max_length(self)
 
     def offload(self) -> None:
-        KvcacheLayer.offload(self)
+        _LayerOverC.offload(self)
 
     def prefetch(self) -> None:
-        KvcacheLayer.prefetch(self)
+        _LayerOverC.prefetch(self)
 
     def reset(self) -> None:
-        KvcacheLayer.reset(self)
+        _LayerOverC.reset(self)
 
     def crop(self, tokens_to_remove: int) -> None:
-        KvcacheLayer.crop(self, tokens_to_remove)
+        _LayerOverC.crop(self, tokens_to_remove)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        KvcacheLayer.reorder_cache(self, beam_idx)
+        _LayerOverC.reorder_cache(self, beam_idx)
 
     def activate_past_recording(self) -> None:
-        self._whole_cache("activate_past_recording()")
+        _LayerOverC.activate_past_recording(self)
 
 
 class KvcacheIndexedLayer(KvcacheLayer):
@@ -455,8 +526,8 @@ class KvcacheIndexedLayer(KvcacheLayer):
     it is kept as a plain attribute here and not cropped or reordered (docs/differences-from-transformers.md).
     """
 
-    def __init__(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
-        KvcacheLayer.__init__(self, cache, index, kind)
+    def _attach_layer(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
+        KvcacheLayer._attach_layer(self, cache, index, kind)
         self.indexer_position_ids: Optional[torch.Tensor] = None
 
     @property
@@ -470,6 +541,11 @@ class KvcacheIndexedLayer(KvcacheLayer):
     def update_indexer(self, indexer_key_states: torch.Tensor) -> torch.Tensor:
         return self._cache.update_indexer(indexer_key_states, self._index)
 
+    def lazy_initialization_indexer(self, indexer_key_states: torch.Tensor) -> None:
+        # A zero-row update fixes the indexer's batch, head dim and dtype (its buffer, for the static kind) without
+        # storing anything; transformers' dynamic layer starts from a 1-D empty tensor, this one from [batch, 0, D].
+        self._cache.update_indexer(indexer_key_states[:, :0], self._index)
+
 
 class KvcacheDummyLayer(*([_DummyLayer] if _DummyLayer else [])):
     """transformers' DummyLayer (5.23) over a C layer of kind DUMMY: a block without attention ("moe", "mlp") or a
@@ -481,11 +557,19 @@ class KvcacheDummyLayer(*([_DummyLayer] if _DummyLayer else [])):
     an ImportError naming the release, before 5.23.
     """
 
+    _layer_type = None  # never registered as a layer type's class (KvcacheLayer)
+
     def __init__(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
+        self._attach_layer(cache, index, kind)
+
+    def _attach_layer(self, cache: "_KvcacheCache", index: int, kind: LayerKind) -> None:
         _DummyLayer.__init__(self)
         self._cache = cache
         self._index = index
         self.kind = kind
+
+    __deepcopy__ = _LayerOverC.__deepcopy__
+    __copy__ = _LayerOverC.__copy__
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._index}, dummy)"
@@ -509,14 +593,25 @@ class _KvcacheCache:
     _kv: _cache.Cache
     layers: list
     _compiles = False
+    # LayerKind -> the layer class of this cache's C layers where it is not _layer_class(kind) (QuantizedCache's
+    # backend picks the quantized layer's class)
+    _kind_classes: dict = {}
+    # The LayerSpec of each C layer where the cache was built from specs (a quantized layer's options are read
+    # from its spec: the C layer info does not carry them)
+    _specs: Sequence[LayerSpec] = ()
 
     def _attach(self, make, device: Any = None, from_tensors: Optional[list] = None, *, offloading: bool = False,
-                offload_only_non_sliding: bool = True) -> None:
+                offload_only_non_sliding: bool = True, layers: Sequence[Any] = ()) -> None:
+        """Creates the C cache (``make``) and its layers; ``layers``: layer objects to take as the layers of
+        ``self._specs`` (their classes kept), rebound to this cache."""
         if device is None and from_tensors:
             device = next((k.device for k, _ in from_tensors if isinstance(k, torch.Tensor)), None)
         self._make = make
         self._recording = False
         _tcu.Cache.__init__(self, layers=[])
+        for i, layer in enumerate(layers):
+            layer._attach_layer(self, i, self._specs[i].kind)
+        self.layers = list(layers)
         # kvcache offloads inside the C update; transformers' stream-based offloading stays off.
         self.offloading = False
         self._offloading_requested = offloading
@@ -558,7 +653,7 @@ class _KvcacheCache:
         n = len(self._kv)
         for i in range(len(self.layers), n):
             kind = self._kv.layer_info(i).kind
-            self.layers.append(_layer_class(kind)(self, i, kind))
+            self.layers.append(_bind_layer(self._kind_classes.get(kind) or _layer_class(kind), self, i, kind))
         self._num_layers = self._fast_layers = len(self.layers)
         # What never changes per layer, kept as Python lists: masks ask for them at every forward (compiled too).
         self._dummy = [layer.kind == LayerKind.DUMMY for layer in self.layers]
@@ -617,7 +712,7 @@ class _KvcacheCache:
         obj = cls.__new__(cls)
         own = ("layers", "_kv", "_views", "_device", "_num_layers", "_fast_layers", "_dummy", "_linear", "_first_kv")
         obj.__dict__.update({k: v for k, v in like.__dict__.items() if k not in own})
-        obj.layers = []
+        obj.layers = [_bind_layer(type(layer), obj, i, layer.kind) for i, layer in enumerate(like.layers)]
         obj._bind(kv, like._device, placed=like._views is not None)
         return obj
 
@@ -886,7 +981,10 @@ class DynamicCache(_KvcacheCache, _tcu.DynamicCache):
 
 
 class OffloadedCache(DynamicCache):
-    """DynamicCache(offloading=True): layers rest in the host tier between their updates."""
+    """DynamicCache(offloading=True): layers rest in the host tier between their updates.
+
+    transformers 4.x's name (deprecated from 4.56 for ``DynamicCache(offloading=True)``, removed in transformers
+    5.0); an instance of transformers' DynamicCache."""
 
     def __init__(self, config: Any = None, offload_only_non_sliding: bool = False, *, device: Any = None) -> None:
         super().__init__(config=config, offloading=True, offload_only_non_sliding=offload_only_non_sliding,
@@ -925,19 +1023,28 @@ class StaticCache(_KvcacheCache, _tcu.StaticCache):
 
 
 class SlidingWindowCache(StaticCache):
-    """As in transformers 5, an alias of StaticCache: layers follow the config (sliding where it says so)."""
+    """StaticCache under transformers 4.x's name: layers follow the config (sliding where it says so).
+
+    Removed in transformers 5.0; later 5.x releases (5.17, 5.23, 5.24 here) define ``SlidingWindowCache`` again as
+    a deprecated alias of ``StaticCache``, so an instance is an instance of both wherever transformers has the
+    name."""
 
 
 class HybridCache(StaticCache):
-    """As in transformers 5, an alias of StaticCache (Gemma 2/3 configs give sliding and full layers)."""
+    """StaticCache under transformers 4.x's name (Gemma 2/3 configs give sliding and full layers): deprecated
+    from 4.56, removed in transformers 5.0. An instance of transformers' StaticCache."""
 
 
 class HybridChunkedCache(StaticCache):
-    """As in transformers 5, an alias of StaticCache (chunked layers where the config says so)."""
+    """StaticCache under transformers 4.x's name (chunked layers where the config says so): deprecated from 4.56,
+    removed in transformers 5.0. An instance of transformers' StaticCache."""
 
 
 class OffloadedStaticCache(StaticCache):
-    """StaticCache(offloading=True): non-sliding layers rest in the host tier between their updates."""
+    """StaticCache(offloading=True): non-sliding layers rest in the host tier between their updates.
+
+    transformers 4.x's name (deprecated from 4.56, removed in transformers 5.0); an instance of transformers'
+    StaticCache."""
 
     def __init__(self, config: Any, max_cache_len: int, offload_only_non_sliding: bool = True, **kwargs: Any):
         super().__init__(config, max_cache_len, offloading=True, offload_only_non_sliding=offload_only_non_sliding,
@@ -985,8 +1092,102 @@ class QuantizedCache(_KvcacheCache, _tcu.QuantizedCache):
                                  **{name: getattr(d, name) if value is None else value
                                     for name, value in group_wise.items()})
             specs = [LayerSpec(LayerKind.QUANTIZED, quant=quant) for _ in range(text_config.num_hidden_layers)]
+            self._kind_classes = {LayerKind.QUANTIZED: globals()[_QUANTIZED_LAYER_CLASSES[backend]]}
+        self._specs = specs
         self._attach(_maker(Preset.CUSTOM, layers=specs), device)
         self.backend = backend
+
+
+# The layer class of a group-wise quantized C layer, by quantizer (kvcache/_transformers_layers.py)
+_QUANTIZED_LAYER_CLASSES = {"quanto": "QuantoQuantizedLayer", "hqq": "HQQQuantizedLayer"}
+
+
+class QuantoQuantizedCache(QuantizedCache):
+    """``QuantizedCache("quanto", config, ...)`` under the name transformers 4.x gave it (4.56 to 4.57 with these
+    arguments; deprecated from 4.56, removed in transformers 5.0). An instance of transformers' QuantizedCache."""
+
+    def __init__(self, config: Any, nbits: int = 4, axis_key: int = 0, axis_value: int = 0, q_group_size: int = 64,
+                 residual_length: int = 128, *, device: Any = None) -> None:
+        super().__init__("quanto", config, nbits, axis_key, axis_value, q_group_size, residual_length, device=device)
+
+
+class HQQQuantizedCache(QuantizedCache):
+    """``QuantizedCache("hqq", config, ...)`` under the name transformers 4.x gave it (4.56 to 4.57 with these
+    arguments; deprecated from 4.56, removed in transformers 5.0). An instance of transformers' QuantizedCache."""
+
+    def __init__(self, config: Any, nbits: int = 4, axis_key: int = 0, axis_value: int = 0, q_group_size: int = 64,
+                 residual_length: int = 128, *, device: Any = None) -> None:
+        super().__init__("hqq", config, nbits, axis_key, axis_value, q_group_size, residual_length, device=device)
+
+
+class Cache(_KvcacheCache, _tcu.Cache):
+    """transformers' ``Cache`` composed from layers: ``Cache(layers=[StaticLayer(16), DynamicSlidingWindowLayer(4)])``
+    of this module's layer classes (one C cache holds them all; each layer object is rebound to it), or
+    ``Cache(layer_class_to_replicate=DynamicLayer)``: a dynamic layer per layer index updated.
+
+    The layers given must be new (no tokens yet) and made on their own, not taken from another cache: the C cache
+    is built from their kinds and options, and what they held is not carried over. Only ``DynamicLayer`` (this
+    module's or transformers') replicates: the C cache grows plain dynamic layers only. ``offloading`` offloads in
+    C, as the other caches of this module. ``device=`` places the cache at construction.
+    """
+
+    def __init__(self, layers: Optional[Sequence[Any]] = None, layer_class_to_replicate: Optional[type] = None,
+                 offloading: bool = False, offload_only_non_sliding: bool = True, *, device: Any = None) -> None:
+        if layers is not None and layer_class_to_replicate is not None:
+            raise ValueError("You can construct a Cache either from a list `layers` of all the predefined "
+                             "`CacheLayer`, or from a `layer_class_to_replicate`, not both")
+        if layers is None and layer_class_to_replicate is None:
+            raise ValueError("You should provide exactly one of `layers` or `layer_class_to_replicate` to "
+                             "initialize a Cache.")
+        offload = _offload_mode(offloading, offload_only_non_sliding)
+        if layers is None:
+            if layer_class_to_replicate not in (_LAYER_CLASSES[LayerKind.DYNAMIC], _tcu.DynamicLayer):
+                raise ValueError(f"kvcache.transformers.Cache: layer_class_to_replicate={layer_class_to_replicate!r}; "
+                                 "kvcache grows dynamic layers only: pass DynamicLayer, or the layers themselves "
+                                 "(layers=[...])")
+            self.layer_class_to_replicate = layer_class_to_replicate
+            self._attach(_maker(Preset.DYNAMIC, offload=offload), device, offloading=offloading,
+                         offload_only_non_sliding=offload_only_non_sliding)
+            return
+        layers = list(layers)
+        if not layers:
+            raise ValueError("kvcache.transformers.Cache: layers=[]; a kvcache cache holds at least one layer "
+                             "(layer_class_to_replicate=DynamicLayer makes one that grows from none)")
+        for i, layer in enumerate(layers):
+            _check_composable(layer, i)
+        self._specs = [layer._cache._specs[0] for layer in layers]
+        make = _maker(Preset.CUSTOM, layers=self._specs, offload=offload, transformers_release=_installed_release())
+        self._attach(make, device, offloading=offloading, offload_only_non_sliding=offload_only_non_sliding,
+                     layers=layers)
+        self.layer_class_to_replicate = None
+
+
+def _check_composable(layer: Any, i: int) -> None:
+    """Refuses (TypeError/ValueError naming layer ``i``) what Cache(layers=...) cannot take."""
+    if not isinstance(layer, (_LayerOverC, *([KvcacheDummyLayer] if _DummyLayer else []))):
+        raise TypeError(f"kvcache.transformers.Cache: layers[{i}] is a {type(layer).__module__}."
+                        f"{type(layer).__qualname__}; kvcache composes its own layer classes "
+                        f"(kvcache.transformers.{type(layer).__name__} and the others, made as in transformers)")
+    if not isinstance(layer._cache, _LayerCache):
+        raise ValueError(f"kvcache.transformers.Cache: layers[{i}] ({layer!r}) is a layer of another cache; "
+                         "compose layers made on their own")
+    if layer._cache._views is not None and (layer.is_initialized or layer._cache._kv.get_seq_length(0)):
+        raise ValueError(f"kvcache.transformers.Cache: layers[{i}] ({layer!r}) already holds tensors, which a new C "
+                         "cache would not carry over; compose new layers")
+
+
+class _LayerCache(_KvcacheCache, _tcu.Cache):
+    """The one-layer C cache behind a layer made on its own (``StaticLayer(16)``): the layer's operations are its."""
+
+    def __init__(self, layer: Any, spec: LayerSpec) -> None:
+        self._specs = [spec]
+        make = _maker(Preset.CUSTOM, layers=[spec], transformers_release=_installed_release())
+        self._attach(make, layers=[layer])
+
+
+class OffloadedHybridCache(OffloadedStaticCache):
+    """``StaticCache(config, max_cache_len, offloading=True)`` under the name transformers 4.x gave it (4.52 to 4.57;
+    deprecated from 4.56, removed in transformers 5.0)."""
 
 
 class EncoderDecoderCache(_tcu.EncoderDecoderCache):
@@ -1010,6 +1211,11 @@ class EncoderDecoderCache(_tcu.EncoderDecoderCache):
         return out
 
 
+from ._transformers_layers import *  # noqa: E402,F401,F403  (the layer classes, made from this module's)
+from ._transformers_layers import __all__ as _LAYER_NAMES  # noqa: E402
+
+__all__ += _LAYER_NAMES
 for _name in _UNAVAILABLE:
-    del globals()[_name]
-    __all__.remove(_name)
+    globals().pop(_name, None)
+    if _name in __all__:
+        __all__.remove(_name)
