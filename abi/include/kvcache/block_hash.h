@@ -21,6 +21,9 @@
  * (LoRA adapter, multimodal content hashes; empty = none). A token id is an
  * int32 >= 0, hashed as its 32-bit pattern. Blocks that are not full are
  * never hashed. tests/pool/block_hash_vectors.txt holds test vectors.
+ * Version 2 (since 0.7) fixes what `extra` holds for a pool sequence with
+ * extra keys (docs/block-hash.md, 'Version 2: extra keys';
+ * tests/pool/block_hash_v2_vectors.txt).
  *
  * These functions touch no handle: they are pure, thread-safe, and a failed
  * call writes nothing (every out-parameter keeps its value).
@@ -38,8 +41,12 @@ extern "C" {
 
 /** Bytes of a block hash (a SHA-256 digest). */
 #define KVC_BLOCK_HASH_SIZE 32
-/** The version of the specification these functions implement; a new layout gets a new number and domain string. */
-#define KVC_BLOCK_HASH_VERSION 1
+/**
+ * The version of the specification the pool implements: 1 in 0.6; 2 since 0.7, which adds the encoding of a
+ * pool sequence's extra keys (kvc_pool_sequence_options: adapter key, multimodal items) and changes no version-1
+ * key (a block without extra keys hashes as in version 1). These functions hash `extra` as given in both.
+ */
+#define KVC_BLOCK_HASH_VERSION 2
 
 /**
  * The root of a hash chain: the "parent" of the first block of every
