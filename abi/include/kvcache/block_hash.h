@@ -42,11 +42,10 @@ extern "C" {
 /** Bytes of a block hash (a SHA-256 digest). */
 #define KVC_BLOCK_HASH_SIZE 32
 /**
- * The version of the specification the pool implements: 1 in 0.6; 2 since 0.7, which adds the encoding of a
- * pool sequence's extra keys (kvc_pool_sequence_options: adapter key, multimodal items) and changes no version-1
- * key (a block without extra keys hashes as in version 1). These functions hash `extra` as given in both.
+ * The version of the layout these functions implement; a new layout gets a new number and domain string. It
+ * stays 1: version 2 (KVC_POOL_BLOCK_HASH_VERSION) only fixes what `extra` holds, which these functions take as given.
  */
-#define KVC_BLOCK_HASH_VERSION 2
+#define KVC_BLOCK_HASH_VERSION 1
 
 /**
  * The root of a hash chain: the "parent" of the first block of every

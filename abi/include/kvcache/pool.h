@@ -214,6 +214,11 @@ KVC_API kvc_error* kvc_pool_clear_cache(kvc_pool* pool);
 
 /* ------------------------------------------------------------ sequences */
 
+/**
+ * The version of docs/block-hash.md a pool's hashes follow: 2, version 1 plus the encoding of a sequence's extra
+ * keys (a sequence without them has version 1's hashes exactly). Since 0.7.
+ */
+#define KVC_POOL_BLOCK_HASH_VERSION 2
 /** Bytes of one extra key at most (an adapter key or a multimodal item's hash). Since 0.7. */
 #define KVC_POOL_EXTRA_KEY_MAX 1024
 /** Multimodal items of one sequence at most. Since 0.7. */
