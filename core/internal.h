@@ -466,6 +466,8 @@ kvc_error* kvci_read_update_options(const char* fn, const char* arg, const kvc_u
 kvc_error* kvci_read_quant_options(const char* fn, const char* arg, const kvc_quant_options* in, kvc_quant_options* out);
 kvc_error* kvci_read_disk_tier_options(const char* fn, const char* arg, const kvc_disk_tier_options* in,
                                       kvc_disk_tier_options* out);
+kvc_error* kvci_read_pool_sequence_options(const char* fn, const char* arg, const kvc_pool_sequence_options* in,
+                                          kvc_pool_sequence_options* out);
 kvc_error* kvci_out_struct_size(const char* fn, const char* arg, uint32_t got, const uint32_t* published, int n,
                                size_t* write);
 
@@ -565,6 +567,8 @@ void kvci_encdec_set_flags(kvc_encoder_decoder_cache* cache, uint8_t* flags, uin
 kvci_guard* kvci_encdec_guard(const kvc_encoder_decoder_cache* cache, int part);
 kvci_guard* kvci_pool_guard(const kvc_pool* pool);
 kvci_guard* kvci_sequence_guard(const kvc_pool_sequence* sequence);
+/* Whether a pool sequence was created with extra keys (an adapter key or multimodal items). */
+int kvci_pool_sequence_has_extra_keys(const kvc_pool_sequence* sequence);
 
 /* Update engine (ops_update.c), used by create_from_tensors and encoder-decoder. */
 kvc_error* kvci_update_layers(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count, const kvc_tensor* keys,

@@ -22,6 +22,7 @@ KVC_DEFINE_INIT(kvc_init_options_init, kvc_init_options, KVC_INIT_OPTIONS_INIT)
 KVC_DEFINE_INIT(kvc_update_options_init, kvc_update_options, KVC_UPDATE_OPTIONS_INIT)
 KVC_DEFINE_INIT(kvc_quant_options_init, kvc_quant_options, KVC_QUANT_OPTIONS_INIT)
 KVC_DEFINE_INIT(kvc_conv_update_options_init, kvc_conv_update_options, KVC_CONV_UPDATE_OPTIONS_INIT)
+KVC_DEFINE_INIT(kvc_pool_sequence_options_init, kvc_pool_sequence_options, KVC_POOL_SEQUENCE_OPTIONS_INIT)
 #undef KVC_DEFINE_INIT
 
 /* The published sizes (the header lists them too); the last is the current one. */
@@ -32,12 +33,15 @@ static const uint32_t CACHE_OPTIONS_SIZES[] = {48, 80, 88};
 static const uint32_t UPDATE_OPTIONS_SIZES[] = {24, 48};
 static const uint32_t QUANT_OPTIONS_SIZES[] = {40};
 static const uint32_t DISK_TIER_OPTIONS_SIZES[] = {32, 48};
+static const uint32_t POOL_SEQUENCE_OPTIONS_SIZES[] = {24, 56};
 KVC_CHECK_SIZE(kvc_layer_options, 56);
 KVC_CHECK_SIZE(kvc_model_config, 56);
 KVC_CHECK_SIZE(kvc_cache_options, 88);
 KVC_CHECK_SIZE(kvc_update_options, 48);
 KVC_CHECK_SIZE(kvc_quant_options, 40);
 KVC_CHECK_SIZE(kvc_disk_tier_options, 48);
+KVC_CHECK_SIZE(kvc_pool_sequence_options, 56);
+KVC_CHECK_SIZE(kvc_pool_mm_item, 32);
 KVC_CHECK_SIZE(kvc_layer_info, 128);
 KVC_CHECK_SIZE(kvc_memory_info, 56);
 KVC_CHECK_SIZE(kvc_conv_update_options, 32);
@@ -113,6 +117,13 @@ kvc_error* kvci_read_disk_tier_options(const char* fn, const char* arg, const kv
   *out = (kvc_disk_tier_options)KVC_DISK_TIER_OPTIONS_INIT;
   return read_struct(fn, arg, in, in->struct_size, out, sizeof *out, DISK_TIER_OPTIONS_SIZES,
                      COUNT(DISK_TIER_OPTIONS_SIZES));
+}
+
+kvc_error* kvci_read_pool_sequence_options(const char* fn, const char* arg, const kvc_pool_sequence_options* in,
+                                          kvc_pool_sequence_options* out) {
+  *out = (kvc_pool_sequence_options)KVC_POOL_SEQUENCE_OPTIONS_INIT;
+  return read_struct(fn, arg, in, in->struct_size, out, sizeof *out, POOL_SEQUENCE_OPTIONS_SIZES,
+                     COUNT(POOL_SEQUENCE_OPTIONS_SIZES));
 }
 
 kvc_error* kvci_out_struct_size(const char* fn, const char* arg, uint32_t got, const uint32_t* sizes, int n,

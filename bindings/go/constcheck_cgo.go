@@ -182,4 +182,6 @@ var (
 	_ [int64(C.KVC_BLOCK_HASH_SIZE) - int64(BlockHashSize)]struct{}
 	_ [int64(BlockHashVersion) - int64(C.KVC_BLOCK_HASH_VERSION)]struct{}
 	_ [int64(C.KVC_BLOCK_HASH_VERSION) - int64(BlockHashVersion)]struct{}
+	_ [int64(PoolBlockHashVersion) - int64(C.KVC_POOL_BLOCK_HASH_VERSION)]struct{}
+	_ [int64(C.KVC_POOL_BLOCK_HASH_VERSION) - int64(PoolBlockHashVersion)]struct{}
 )

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -809,7 +810,57 @@ func (p *Pool) unlessShort(take func() error) error {
 func (p *Pool) NewSequence(salt []byte) (_ *Sequence, err error) {
 	defer p.lock().Unlock()
 	defer named(&err, "Pool.NewSequence")
-	return p.makeSequence(func(h unsafe.Pointer) (unsafe.Pointer, error) { return cPoolSequenceCreate(h, salt) })
+	return p.makeSequence(func(h unsafe.Pointer) (unsafe.Pointer, error) {
+		return cPoolSequenceCreate(h, SequenceKeys{Salt: salt})
+	})
+}
+
+// PoolBlockHashVersion is the version of docs/block-hash.md a pool's hashes
+// follow: 2, version 1 plus the extra keys of SequenceKeys (a sequence
+// without them has version 1's hashes).
+const PoolBlockHashVersion = 2
+
+// MultimodalItem is one image or audio clip of a sequence: its content Hash
+// (1 to 1024 bytes) and the tokens its placeholders occupy, [Offset,
+// Offset+Length). Every block overlapping that range hashes with Hash.
+type MultimodalItem struct {
+	Hash           []byte
+	Offset, Length uint64
+}
+
+// SequenceKeys is what a sequence's block hashes depend on besides the
+// pool's seed and the tokens: the cache Salt (per tenant, in the chain's
+// root), the AdapterKey (a LoRA adapter's name, up to 1024 bytes, in every
+// block) and the MMItems (sorted by Offset, not overlapping, each in the
+// blocks its range overlaps). Empty fields mean none.
+type SequenceKeys struct {
+	Salt, AdapterKey []byte
+	MMItems          []MultimodalItem
+}
+
+// keysNames turns the C option names of a message into the SequenceKeys fields they came from.
+var keysNames = strings.NewReplacer("options->mm_items", "keys.MMItems", "options->num_mm_items", "len(keys.MMItems)",
+	"options->adapter_key_len", "len(keys.AdapterKey)", "mm_items[", "keys.MMItems[", "].hash_len", "].Hash length",
+	"].offset", "].Offset", "].length", "].Length")
+
+// NewSequenceWithKeys returns a new, empty sequence whose blocks hash with
+// keys: sequences with equal tokens but another salt, adapter key or image
+// hash share no block from the first block the difference touches. Bad keys
+// (items unsorted, overlapping, empty or beyond 2^40 tokens, a key over 1024
+// bytes) are CodeInvalidArgument naming the field and value; the pool is
+// then unchanged.
+func (p *Pool) NewSequenceWithKeys(keys SequenceKeys) (_ *Sequence, err error) {
+	defer p.lock().Unlock()
+	defer named(&err, "Pool.NewSequenceWithKeys")
+	return p.makeSequence(func(h unsafe.Pointer) (unsafe.Pointer, error) {
+		s, err := cPoolSequenceCreate(h, keys)
+		if e, ok := err.(*Error); ok && e != nil {
+			c := *e
+			c.Message = keysNames.Replace(c.Message)
+			return s, &c
+		}
+		return s, err
+	})
 }
 
 // makeSequence runs create, a call that creates a sequence in the pool (it

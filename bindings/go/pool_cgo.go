@@ -179,24 +179,38 @@ func cPoolStats(p unsafe.Pointer, group uint32) (PoolStats, error) {
 func cPoolClearCache(p unsafe.Pointer) error { return takeError(C.kvc_pool_clear_cache(pool(p))) }
 func cPoolUnpinAll(p unsafe.Pointer) error   { return takeError(C.kvc_pool_unpin_all(pool(p))) }
 
-func cPoolSequenceCreate(p unsafe.Pointer, salt []byte) (unsafe.Pointer, error) {
-	// The options point at the salt: both in C memory (cgo's rule for Go
+func cPoolSequenceCreate(p unsafe.Pointer, keys SequenceKeys) (unsafe.Pointer, error) {
+	// The options point at the keys: all in C memory (cgo's rule for Go
 	// memory passed to C: no Go pointers inside).
 	var a arena
 	defer a.free()
 	o := (*C.kvc_pool_sequence_options)(a.alloc(C.sizeof_kvc_pool_sequence_options))
 	o.struct_size = C.sizeof_kvc_pool_sequence_options
-	if n := len(salt); n > 0 {
-		buf := unsafe.Slice((*byte)(a.alloc(uintptr(n))), n)
-		copy(buf, salt)
-		o.salt = unsafe.Pointer(&buf[0])
-		o.salt_len = C.size_t(n)
+	o.salt, o.salt_len = arenaBytes(&a, keys.Salt)
+	o.adapter_key, o.adapter_key_len = arenaBytes(&a, keys.AdapterKey)
+	if n := len(keys.MMItems); n > 0 {
+		items := unsafe.Slice((*C.kvc_pool_mm_item)(a.alloc(uintptr(n)*C.sizeof_kvc_pool_mm_item)), n)
+		for i, it := range keys.MMItems {
+			items[i].hash, items[i].hash_len = arenaBytes(&a, it.Hash)
+			items[i].offset, items[i].length = C.uint64_t(it.Offset), C.uint64_t(it.Length)
+		}
+		o.mm_items, o.num_mm_items = &items[0], C.size_t(n)
 	}
 	var out *C.kvc_pool_sequence
 	if err := takeError(C.kvc_pool_sequence_create(pool(p), o, &out)); err != nil {
 		return nil, err
 	}
 	return unsafe.Pointer(out), nil
+}
+
+// arenaBytes copies b into the arena: the pointer and length C reads (nil and 0 for none).
+func arenaBytes(a *arena, b []byte) (unsafe.Pointer, C.size_t) {
+	if len(b) == 0 {
+		return nil, 0
+	}
+	buf := unsafe.Slice((*byte)(a.alloc(uintptr(len(b)))), len(b))
+	copy(buf, b)
+	return unsafe.Pointer(&buf[0]), C.size_t(len(b))
 }
 
 func cPoolSequenceDestroy(s unsafe.Pointer) { C.kvc_pool_sequence_destroy(poolSeq(s)) }

@@ -13,7 +13,7 @@ func cPoolSetStream(unsafe.Pointer, uintptr) error         { return ErrCgoDisabl
 func cPoolStats(unsafe.Pointer, uint32) (PoolStats, error) { return PoolStats{}, ErrCgoDisabled }
 func cPoolClearCache(unsafe.Pointer) error                 { return ErrCgoDisabled }
 func cPoolUnpinAll(unsafe.Pointer) error                   { return ErrCgoDisabled }
-func cPoolSequenceCreate(unsafe.Pointer, []byte) (unsafe.Pointer, error) {
+func cPoolSequenceCreate(unsafe.Pointer, SequenceKeys) (unsafe.Pointer, error) {
 	return nil, ErrCgoDisabled
 }
 func cPoolSequenceDestroy(unsafe.Pointer)                      {}

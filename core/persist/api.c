@@ -442,6 +442,10 @@ static kvc_error* check_sequence_save(const char* fn, const kvc_pool_sequence* s
                                       const char* target_name, const kvc_save_options* options, uint64_t* staging) {
   if (!sequence) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", fn);
   if (!target) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn, target_name);
+  /* The file format holds no extra keys: a loaded copy would hash its blocks without them and share wrongly. */
+  if (kvci_pool_sequence_has_extra_keys(sequence))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence has extra keys (an adapter key or multimodal items); "
+                    "sequence files do not hold them, so such a sequence cannot be saved", fn);
   return read_save_options(fn, options, staging);
 }
 

@@ -333,7 +333,7 @@ static kvc_error* fill_group(const char* fn, const kvci_file* f, kvc_pool* p, kv
 static void cache_chain(kvc_pool* p, kvc_pool_sequence* s, uint32_t g, uint64_t hashed) {
   kvci_pool_seq_group* sg = &s->groups[g];
   const kvci_pool_group* grp = &p->groups[g];
-  kvci_pool_chain(s->root, s->tokens, grp->block_size, hashed, sg->hashes);
+  kvci_pool_chain(s, s->tokens, grp->block_size, 0, hashed, sg->hashes);
   sg->hashed = hashed;
   if (!p->prefix_caching || kvci_pool_is_recurrent(grp)) return;
   for (uint64_t i = 0; i < hashed; i++)

@@ -17,6 +17,7 @@
 
 #include "internal.h"
 #include "kvcache/tier.h"
+#include "pool/extra_keys.h"
 
 #define KVCI_NIL UINT32_MAX
 
@@ -96,6 +97,7 @@ struct kvc_pool_sequence {
   kvc_pool_sequence* prev;
   kvc_pool_sequence* next;
   uint8_t root[KVC_BLOCK_HASH_SIZE];
+  kvci_pool_extra* extra; /* the extra keys its blocks hash with; NULL = none (version 1 hashes) */
   int32_t* tokens;
   uint64_t length, committed, token_cap;
   kvci_pool_seq_group* groups;
@@ -215,8 +217,11 @@ void kvci_pool_seq_drop_blocks(kvc_pool_sequence* s, uint32_t group, uint64_t fr
 /* Validation shared by the sequence operations: non-NULL, and the token ids. */
 kvc_error* kvci_pool_check_tokens(const char* fn, const int32_t* tokens, size_t num_tokens);
 
-/* prefix.c: the chain hashes of `tokens` in blocks of `block_size` from `parent`, `count` of them. */
-void kvci_pool_chain(const uint8_t parent[KVC_BLOCK_HASH_SIZE], const int32_t* tokens, uint32_t block_size,
+/*
+ * prefix.c: the chain hashes of blocks [first, first + count) of `tokens` (the sequence's tokens from its start)
+ * in blocks of `block_size`, with s's root and extra keys, into out[first..]; out[first - 1] is the parent.
+ */
+void kvci_pool_chain(kvc_pool_sequence* s, const int32_t* tokens, uint32_t block_size, uint64_t first,
                      uint64_t count, uint8_t (*out)[KVC_BLOCK_HASH_SIZE]);
 
 /* reserve.c: kvc_pool_reserve after its argument checks (the pool not poisoned, the length within bounds):

@@ -4,7 +4,8 @@
  *
  * A block's key is its chain hash (docs/block-hash.md): the root from the
  * pool's seed and the sequence's salt, then one SHA-256 per full block over
- * its parent and its tokens. Only committed full blocks are hashed, so a
+ * its parent, its tokens and its extra keys (the sequence's adapter key and
+ * the multimodal items the block overlaps). Only committed full blocks are hashed, so a
  * cached block's bytes are final. A match must be a whole number of blocks
  * of every group and present in every group (for a sliding or chunked group,
  * the blocks the next token attends to; for a recurrent group, a checkpoint
@@ -16,12 +17,14 @@
 #include "pool/block_hash.h"
 #include "pool_internal.h"
 
-void kvci_pool_chain(const uint8_t parent[KVC_BLOCK_HASH_SIZE], const int32_t* tokens, uint32_t block_size,
+void kvci_pool_chain(kvc_pool_sequence* s, const int32_t* tokens, uint32_t block_size, uint64_t first,
                      uint64_t count, uint8_t (*out)[KVC_BLOCK_HASH_SIZE]) {
-  for (uint64_t i = 0; i < count; i++) {
+  for (uint64_t i = first; i < first + count; i++) {
+    uint64_t start = i * block_size;
+    uint32_t extra_len;
+    const uint8_t* extra = kvci_pool_extra_block(s->extra, start, start + block_size, &extra_len);
     /* Unchecked: token ids were checked (>= 0) when they entered the sequence. */
-    kvci_block_hash(parent, tokens + i * block_size, block_size, NULL, 0, out[i]);
-    parent = out[i];
+    kvci_block_hash(i ? out[i - 1] : s->root, tokens + start, block_size, extra, extra_len, out[i]);
   }
 }
 
@@ -39,8 +42,7 @@ void kvci_pool_commit_checked(kvc_pool_sequence* s) {
     const kvci_pool_group* grp = &p->groups[g];
     uint64_t full = s->committed / grp->block_size;
     if (full <= sg->hashed) continue;
-    kvci_pool_chain(parent_of(s, sg, sg->hashed), s->tokens + sg->hashed * grp->block_size, grp->block_size,
-                    full - sg->hashed, sg->hashes + sg->hashed);
+    kvci_pool_chain(s, s->tokens, grp->block_size, sg->hashed, full - sg->hashed, sg->hashes);
     if (!kvci_pool_is_recurrent(grp)) {
       for (uint64_t i = sg->hashed; i < full; i++)
         if (sg->table[i] && kvci_pool_block_cache(p, g, sg->table[i], sg->hashes[i], parent_of(s, sg, i)) &&
@@ -92,7 +94,7 @@ static uint64_t longest_match(const kvc_pool* p, kvc_pool_sequence* s, const int
     kvci_pool_seq_group* sg = &s->groups[gi];
     uint64_t hit = 0, n = limit / g->block_size;
     while (hit < n) {
-      kvci_pool_chain(parent_of(s, sg, hit), tokens + hit * g->block_size, g->block_size, 1, sg->hashes + hit);
+      kvci_pool_chain(s, tokens, g->block_size, hit, 1, sg->hashes);
       if (!kvci_pool_map_find(g, sg->hashes[hit])) break;
       hit++;
     }
@@ -103,7 +105,7 @@ static uint64_t longest_match(const kvc_pool* p, kvc_pool_sequence* s, const int
     const kvci_pool_group* g = &p->groups[gi];
     step = step / gcd64(step, g->block_size) * g->block_size;
     if (g->kind != KVC_POOL_GROUP_FULL)
-      kvci_pool_chain(s->root, tokens, g->block_size, limit / g->block_size, s->groups[gi].hashes);
+      kvci_pool_chain(s, tokens, g->block_size, 0, limit / g->block_size, s->groups[gi].hashes);
   }
   if (step > limit) return 0;
   for (uint64_t L = limit / step * step; L; L -= step) {

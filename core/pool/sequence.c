@@ -75,6 +75,7 @@ static void seq_free(kvc_pool_sequence* s) {
   }
   free(s->groups);
   free(s->tokens);
+  kvci_pool_extra_free(s->extra);
   free(s);
 }
 
@@ -98,17 +99,21 @@ kvc_error* kvci_pool_sequence_create(kvc_pool* pool, const kvc_pool_sequence_opt
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   kvc_pool_sequence_options o = KVC_POOL_SEQUENCE_OPTIONS_INIT;
   if (options) {
-    if (options->struct_size != sizeof(*options))
-      return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->struct_size is %u but this library knows only %zu; "
-                      "initialize it with KVC_POOL_SEQUENCE_OPTIONS_INIT", FN, options->struct_size, sizeof(*options));
-    if (!options->salt && options->salt_len)
-      return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->salt is NULL but salt_len is %zu", FN,
-                      options->salt_len);
-    o = *options;
+    kvc_error* e = kvci_read_pool_sequence_options(FN, "options", options, &o);
+    if (e) return e;
+    if (!o.salt && o.salt_len)
+      return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->salt is NULL but salt_len is %zu", FN, o.salt_len);
   }
+  kvci_pool_extra* extra;
+  kvc_error* e = kvci_pool_extra_read(FN, &o, &extra);
+  if (e) return e;
   kvc_pool_sequence* s = seq_new(pool);
-  if (!s) return kvci_err_oom();
-  kvc_error* e = kvc_block_hash_root(pool->seed, pool->seed_len, o.salt, o.salt_len, s->root);
+  if (!s) {
+    kvci_pool_extra_free(extra);
+    return kvci_err_oom();
+  }
+  s->extra = extra;
+  e = kvc_block_hash_root(pool->seed, pool->seed_len, o.salt, o.salt_len, s->root);
   if (e) {
     seq_free(s);
     return e;
@@ -117,6 +122,8 @@ kvc_error* kvci_pool_sequence_create(kvc_pool* pool, const kvc_pool_sequence_opt
   *out = s;
   return NULL;
 }
+
+int kvci_pool_sequence_has_extra_keys(const kvc_pool_sequence* s) { return s->extra != NULL; }
 
 void kvc_pool_sequence_destroy(kvc_pool_sequence* s) {
   /* No error to refuse with: it waits for the other call. */
@@ -161,7 +168,9 @@ kvc_error* kvc_pool_fork(const kvc_pool_sequence* src, kvc_pool_sequence** out) 
       return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: group %u (recurrent) needs 1 state slot for the fork's live state "
                       "but 0 are free or evictable (%u slots)", FN, g, p->groups[g].num_blocks - 1);
   kvc_pool_sequence* s = seq_new(p);
-  if (!s || kvci_pool_seq_grow(s, src->length)) {
+  int extra_oom = 0;
+  if (s) s->extra = kvci_pool_extra_copy(src->extra, &extra_oom); /* its blocks to come hash as src's would */
+  if (!s || extra_oom || kvci_pool_seq_grow(s, src->length)) {
     if (s) seq_free(s);
     return kvci_err_oom();
   }

@@ -119,7 +119,7 @@ static uint64_t fetch_group(kvc_pool* p, kvc_pool_sequence* s, const int32_t* to
   uint64_t n = limit / g->block_size, added = 0;
   *reach = 0;
   if (!n) return 0;
-  kvci_pool_chain(s->root, tokens, g->block_size, n, sg->hashes);
+  kvci_pool_chain(s, tokens, g->block_size, 0, n, sg->hashes);
   uint32_t* held = calloc((size_t)n, sizeof(uint32_t));
   if (!held) return 0;
   for (uint64_t i = 0; i < n; i++)

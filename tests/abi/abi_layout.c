@@ -90,7 +90,12 @@ int main(void) {
   OFF(kvc_pool_stats, pinned_blocks); OFF(kvc_pool_stats, prefix_queries); OFF(kvc_pool_stats, prefix_hits);
   OFF(kvc_pool_stats, evictions);
   SIZE(kvc_pool_sequence_options); OFF(kvc_pool_sequence_options, struct_size); OFF(kvc_pool_sequence_options, salt);
-  OFF(kvc_pool_sequence_options, salt_len);
+  OFF(kvc_pool_sequence_options, salt_len); OFF(kvc_pool_sequence_options, mm_items);
+  OFF(kvc_pool_sequence_options, num_mm_items); OFF(kvc_pool_sequence_options, adapter_key);
+  OFF(kvc_pool_sequence_options, adapter_key_len);
+  SIZE(kvc_pool_mm_item); OFF(kvc_pool_mm_item, hash); OFF(kvc_pool_mm_item, hash_len);
+  OFF(kvc_pool_mm_item, offset); OFF(kvc_pool_mm_item, length);
+  VAL(KVC_POOL_BLOCK_HASH_VERSION); VAL(KVC_POOL_EXTRA_KEY_MAX); VAL(KVC_POOL_MM_ITEMS_MAX);
   SIZE(kvc_pool_table); OFF(kvc_pool_table, table); OFF(kvc_pool_table, indptr); OFF(kvc_pool_table, last_page_len);
   SIZE(kvc_pool_event); OFF(kvc_pool_event, id); OFF(kvc_pool_event, kind); OFF(kvc_pool_event, group);
   OFF(kvc_pool_event, block_hash); OFF(kvc_pool_event, parent_hash); OFF(kvc_pool_event, num_tokens);

@@ -7,6 +7,7 @@
 #ifndef KVC_TESTS_POOL_HASH_VECTORS_H
 #define KVC_TESTS_POOL_HASH_VECTORS_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +105,28 @@ static TU_UNUSED uint8_t* hv_hex(const char* hex, size_t* len) {
     out[i] = (uint8_t)(hi << 4 | lo);
   }
   *len = chars / 2;
+  return out;
+}
+
+/* "1,2,3" ("-" = none) into a malloc'd array (never NULL on success) and *n; NULL when malformed or out of int32. */
+static TU_UNUSED int32_t* hv_tokens(const char* s, size_t* n) {
+  size_t count = strcmp(s, "-") == 0 ? 0 : 1;
+  for (const char* p = s; count && *p; p++) count += *p == ',';
+  int32_t* out = (int32_t*)malloc((count + 1) * sizeof *out);
+  if (!out) return NULL;
+  const char* p = s;
+  for (size_t i = 0; i < count; i++) {
+    char* end = NULL;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (errno || end == p || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0')) {
+      free(out);
+      return NULL;
+    }
+    out[i] = (int32_t)v;
+    p = end + 1;
+  }
+  *n = count;
   return out;
 }
 

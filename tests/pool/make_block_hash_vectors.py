@@ -8,6 +8,7 @@ code, so the vectors it writes check the library rather than restate it.
 
 writes
   block_hash_vectors.txt  roots, single blocks and chains (format below, also in the file's header)
+  block_hash_v2_vectors.txt  chains of a pool sequence with extra keys (an adapter key, multimodal items)
   sha256_vectors.txt      SHA-256 of messages of every length 0..300 (the C digest's own test)
 The output depends on nothing but this file; running it again gives the same bytes.
 """
@@ -132,6 +133,64 @@ def vectors() -> list[str]:
     return lines
 
 
+TAG_ADAPTER = b"\x01"
+TAG_MM_ITEM = b"\x02"
+
+
+def extra_keys(adapter: bytes, items: list[tuple[int, int, bytes]], start: int, end: int) -> bytes:
+    """Version 2: the extra bytes of the block of tokens [start, end) (docs/block-hash.md, 'Extra keys')."""
+    out = TAG_ADAPTER + le32(len(adapter)) + adapter if adapter else b""
+    for offset, length, content in items:
+        if offset < end and offset + length > start:  # the item's tokens overlap the block's
+            out += TAG_MM_ITEM + le32(len(content)) + content
+    return out
+
+
+HEADER_V2 = """\
+# kvcache block hash, version 2 (version 1 plus the pool's extra keys): test vectors (docs/block-hash.md).
+# Written by tests/pool/make_block_hash_vectors.py with Python's hashlib and struct only; do not edit.
+# One vector a line, fields separated by one space; '#' starts a comment line.
+#   pool NAME SEED SALT ADAPTER ITEMS BLOCK_SIZE TOKENS EXTRAS HASHES
+# A pool with hash seed SEED, a sequence with salt SALT, adapter key ADAPTER and multimodal items ITEMS holds
+# TOKENS, all committed. SEED, SALT, ADAPTER: lowercase hex, '-' when empty. ITEMS: OFFSET:LENGTH:HASH
+# (decimal, decimal, hex) comma-separated, '-' when none. TOKENS as in block_hash_vectors.txt. EXTRAS: each
+# full block's extra bytes in hex ('-' when empty), comma-separated; HASHES: each full block's hash,
+# comma-separated; both '-' when no block is full.
+"""
+
+
+def vectors_v2() -> list[str]:
+    seed, salt = b"llava-hf/llava-1.5-7b-hf@8c85e9a4", b"tenant-0042"
+    cat, dog = hashlib.sha256(b"cat.png").digest(), hashlib.sha256(b"dog.png").digest()
+    short = b"\x00\xff"  # any bytes, NUL included
+    run = token_run(5 * 16 + 7, 77)
+    cases = [
+        # No extra keys: version 1's chain exactly.
+        ("no-extra-keys", seed, salt, b"", [], 16, run),
+        ("adapter-only", seed, b"", b"lora:sql-expert", [], 16, run),
+        # Placeholder ranges that straddle, touch and fall inside blocks of 4.
+        ("image-straddles", b"", b"", b"", [(6, 8, cat)], 4, list(range(1, 18))),
+        ("image-other-content", b"", b"", b"", [(6, 8, dog)], 4, list(range(1, 18))),
+        ("two-in-one-block", b"", b"", b"", [(1, 1, cat), (2, 1, dog), (5, 8, short)], 4, [9] * 16),
+        ("block-edges", b"", b"", b"", [(0, 4, cat), (8, 1, dog)], 4, [3] * 12),
+        ("item-in-tail-only", seed, salt, b"", [(35, 2, cat)], 16, run[:40]),
+        ("adapter-and-items", seed, salt, b"lora:7", [(3, 20, cat), (40, 3, dog)], 16, run),
+        ("doc-example", b"my-model", b"tenant-1", b"lora:7", [(2, 3, cat)], 4, [1, 2, 3, 4, 5, 6, 7, 8, 9]),
+    ]
+    lines = []
+    for name, s, t, adapter, items, bs, tokens in cases:
+        parent, extras, hashes = root(s, t), [], []
+        for i in range(len(tokens) // bs):
+            extra = extra_keys(adapter, items, i * bs, (i + 1) * bs)
+            parent = block(parent, tokens[i * bs:(i + 1) * bs], extra)
+            extras.append(hexa(extra))
+            hashes.append(parent.hex())
+        item_field = ",".join(f"{o}:{n}:{c.hex()}" for o, n, c in items) if items else "-"
+        lines.append(f"pool {name} {hexa(s)} {hexa(t)} {hexa(adapter)} {item_field} {bs} {ints(tokens)} "
+                     f"{','.join(extras) if extras else '-'} {','.join(hashes) if hashes else '-'}")
+    return lines
+
+
 def sha256_message(n: int) -> bytes:
     """The message of length n of sha256_vectors.txt; tests/pool/test_internal_sha256.c builds the same."""
     return bytes((i * 131 + n * 17 + 1) & 0xFF for i in range(n))
@@ -140,6 +199,7 @@ def sha256_message(n: int) -> bytes:
 def main() -> None:
     out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent
     (out / "block_hash_vectors.txt").write_text(HEADER + "\n".join(vectors()) + "\n")
+    (out / "block_hash_v2_vectors.txt").write_text(HEADER_V2 + "\n".join(vectors_v2()) + "\n")
     sha = ["# SHA-256 of the message of every length 0..300: byte i of the length-n message is (131*i + 17*n + 1) mod 256.",
            "# Written by tests/pool/make_block_hash_vectors.py with Python's hashlib; do not edit. Fields: LENGTH DIGEST"]
     sha += [f"{n} {hashlib.sha256(sha256_message(n)).hexdigest()}" for n in range(301)]

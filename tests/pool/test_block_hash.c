@@ -5,34 +5,10 @@
  * before a block, and bad input on every entry point (an error naming the
  * function, argument and value; every out-parameter untouched).
  */
-#include <errno.h>
-
 #include "hash_vectors.h"
 #include "test_errors.h"
 
 static const char* folder;
-
-/* "1,2,3" ("-" = none) into a malloc'd array (never NULL on success) and *n; NULL when malformed or out of int32. */
-static int32_t* parse_tokens(const char* s, size_t* n) {
-  size_t count = strcmp(s, "-") == 0 ? 0 : 1;
-  for (const char* p = s; count && *p; p++) count += *p == ',';
-  int32_t* out = (int32_t*)malloc((count + 1) * sizeof *out);
-  if (!out) return NULL;
-  const char* p = s;
-  for (size_t i = 0; i < count; i++) {
-    char* end = NULL;
-    errno = 0;
-    long long v = strtoll(p, &end, 10);
-    if (errno || end == p || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0')) {
-      free(out);
-      return NULL;
-    }
-    out[i] = (int32_t)v;
-    p = end + 1;
-  }
-  *n = count;
-  return out;
-}
 
 static void check_root_vector(char** f) {
   size_t seed_len = 0, salt_len = 0;
@@ -55,7 +31,7 @@ static void check_root_vector(char** f) {
 static void check_block_vector(char** f) {
   size_t n = 0, extra_len = 0;
   uint8_t parent[32], want[32], got[32];
-  int32_t* tokens = parse_tokens(f[3], &n);
+  int32_t* tokens = hv_tokens(f[3], &n);
   uint8_t* extra = hv_hex(f[4], &extra_len);
   if (CHECK(tokens && extra && n >= 1 && hv_hash(f[2], parent) && hv_hash(f[5], want))) {
     CHECK_OK(kvc_block_hash(parent, tokens, n, extra_len ? extra : NULL, extra_len, got));
@@ -72,7 +48,7 @@ static void check_block_vector(char** f) {
 static void check_chain_vector(char** f) {
   size_t n = 0, count = 0;
   uint8_t root[32];
-  int32_t* tokens = parse_tokens(f[4], &n);
+  int32_t* tokens = hv_tokens(f[4], &n);
   unsigned long block_size = strtoul(f[3], NULL, 10);
   /* The expected hashes: 65 characters each with its comma. */
   size_t want_count = strcmp(f[5], "-") == 0 ? 0 : (strlen(f[5]) + 1) / 65;

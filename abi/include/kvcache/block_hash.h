@@ -21,6 +21,9 @@
  * (LoRA adapter, multimodal content hashes; empty = none). A token id is an
  * int32 >= 0, hashed as its 32-bit pattern. Blocks that are not full are
  * never hashed. tests/pool/block_hash_vectors.txt holds test vectors.
+ * Version 2 (since 0.7) fixes what `extra` holds for a pool sequence with
+ * extra keys (docs/block-hash.md, 'Version 2: extra keys';
+ * tests/pool/block_hash_v2_vectors.txt).
  *
  * These functions touch no handle: they are pure, thread-safe, and a failed
  * call writes nothing (every out-parameter keeps its value).
@@ -38,7 +41,10 @@ extern "C" {
 
 /** Bytes of a block hash (a SHA-256 digest). */
 #define KVC_BLOCK_HASH_SIZE 32
-/** The version of the specification these functions implement; a new layout gets a new number and domain string. */
+/**
+ * The version of the layout these functions implement; a new layout gets a new number and domain string. It
+ * stays 1: version 2 (KVC_POOL_BLOCK_HASH_VERSION) only fixes what `extra` holds, which these functions take as given.
+ */
 #define KVC_BLOCK_HASH_VERSION 1
 
 /**

@@ -137,7 +137,9 @@ KVC_API kvc_error* kvc_encoder_decoder_cache_restore_buffer(kvc_encoder_decoder_
  * full blocks under their hashes when the pool caches prefixes. A pool
  * without enough available blocks for it gives OUT_OF_MEMORY and is
  * unchanged; a mismatched pool INVALID_ARGUMENT naming the difference.
- * Recurrent checkpoints other than the live state are not saved.
+ * Recurrent checkpoints other than the live state are not saved. A sequence
+ * created with extra keys (an adapter key or multimodal items, since 0.7) is
+ * refused with INVALID_ARGUMENT: the file format does not hold them yet.
  */
 KVC_API kvc_error* kvc_pool_sequence_save(const kvc_pool_sequence* sequence, const char* path,
                                           const kvc_save_options* options);

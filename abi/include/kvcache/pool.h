@@ -220,15 +220,62 @@ KVC_API kvc_error* kvc_pool_clear_cache(kvc_pool* pool);
 
 /* ------------------------------------------------------------ sequences */
 
-/** Options of kvc_pool_sequence_create. Published sizes: 24 (0.6). */
+/**
+ * The version of docs/block-hash.md a pool's hashes follow: 2, version 1 plus the encoding of a sequence's extra
+ * keys (a sequence without them has version 1's hashes exactly). Since 0.7.
+ */
+#define KVC_POOL_BLOCK_HASH_VERSION 2
+/** Bytes of one extra key at most (an adapter key or a multimodal item's hash). Since 0.7. */
+#define KVC_POOL_EXTRA_KEY_MAX 1024
+/** Multimodal items of one sequence at most. Since 0.7. */
+#define KVC_POOL_MM_ITEMS_MAX 65536
+
+/**
+ * One multimodal input of a sequence (an image, an audio clip): its content
+ * hash and the tokens its placeholders occupy, [offset, offset + length).
+ * Every block whose tokens overlap that range carries `hash` in its extra keys
+ * (docs/block-hash.md, version 2), so sequences with equal placeholder tokens
+ * but different images share no block. A plain record in an array (no
+ * struct_size): it never grows. Since 0.7.
+ */
+typedef struct kvc_pool_mm_item {
+  const void* hash;  /**< the content hash (any bytes: a digest of the pixels, an id); borrowed for the call */
+  size_t hash_len;   /**< bytes of hash, 1 .. KVC_POOL_EXTRA_KEY_MAX */
+  uint64_t offset;   /**< the item's first token in the sequence, < 2^40 */
+  uint64_t length;   /**< tokens it occupies, >= 1; offset + length <= 2^40 */
+} kvc_pool_mm_item;
+
+/**
+ * Options of kvc_pool_sequence_create. Published sizes: 24 (0.6), 56 (0.7:
+ * mm_items, num_mm_items, adapter_key, adapter_key_len).
+ *
+ * The extra keys (since 0.7): the adapter key enters the hash of every block
+ * and an item's hash that of every block its range overlaps (the block-hash
+ * encoding is docs/block-hash.md's version 2; without extra keys a block's
+ * hash is version 1's, unchanged). Rejected with INVALID_ARGUMENT, naming the
+ * field, the value and the rule, and nothing created: an item with an empty
+ * or oversize hash, length 0 or a range beyond 2^40 tokens; items not sorted
+ * by offset or overlapping one another; more than KVC_POOL_MM_ITEMS_MAX
+ * items; an adapter key longer than KVC_POOL_EXTRA_KEY_MAX; a NULL pointer
+ * with a nonzero count. Everything is copied: the caller's arrays may go once
+ * the call returns.
+ */
 typedef struct kvc_pool_sequence_options {
   uint32_t struct_size;  /**< sizeof(kvc_pool_sequence_options) */
   const void* salt;      /**< cache salt (per tenant): blocks are reused only between sequences with the
                               same salt (docs/block-hash.md); borrowed for the call */
   size_t salt_len;       /**< bytes of salt; 0 = no salt */
+  const kvc_pool_mm_item* mm_items; /**< the sequence's multimodal items, sorted by offset, not overlapping;
+                                         borrowed for the call. Since 0.7. */
+  size_t num_mm_items;   /**< entries of mm_items; 0 = none. Since 0.7. */
+  const void* adapter_key; /**< the adapter (a LoRA's name) or tenant key, in every block's extra keys;
+                                borrowed for the call. Since 0.7. */
+  size_t adapter_key_len; /**< bytes of adapter_key, 0 .. KVC_POOL_EXTRA_KEY_MAX; 0 = none. Since 0.7. */
 } kvc_pool_sequence_options;
 
-#define KVC_POOL_SEQUENCE_OPTIONS_INIT {sizeof(kvc_pool_sequence_options), NULL, 0}
+#define KVC_POOL_SEQUENCE_OPTIONS_INIT {sizeof(kvc_pool_sequence_options), NULL, 0, NULL, 0, NULL, 0}
+/** Sets `options` to KVC_POOL_SEQUENCE_OPTIONS_INIT. Never fails; NULL is ignored. Since 0.7. */
+KVC_API void kvc_pool_sequence_options_init(kvc_pool_sequence_options* options);
 
 /** Creates an empty sequence (no tokens, no blocks). `options` NULL = defaults. */
 KVC_API kvc_error* kvc_pool_sequence_create(kvc_pool* pool, const kvc_pool_sequence_options* options,

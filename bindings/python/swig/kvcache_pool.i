@@ -243,26 +243,78 @@ PyObject* kvc_py_pool_set_stream(PyObject* pool, PyObject* stream) {
   Py_RETURN_NONE;
 }
 
-/* kvc_pool_sequence_create(pool, salt) -> SequenceHandle; salt is bytes or None. */
-PyObject* kvc_py_pool_sequence_create(PyObject* pool, PyObject* salt) {
-  Py_buffer buf;
-  int has_salt = salt != Py_None;
-  if (has_salt && kvc_py_bytes_in(salt, "kvc_pool_sequence_create", "salt", &buf) < 0) return NULL;
-  kvc_py_guard* guard = NULL;
-  kvc_pool* p = kvc_py_pool_enter(pool, KVC_PY_POOL_STALE_VIEWS, &guard);
-  PyObject* result = NULL;
-  if (p) {
-    kvc_pool_sequence_options o = KVC_POOL_SEQUENCE_OPTIONS_INIT;
-    if (has_salt) {
-      o.salt = buf.buf;
-      o.salt_len = (size_t)buf.len;
+/*
+ * The multimodal items of kvc_pool_sequence_create: `items` is a list of (bytes hash, int offset, int length)
+ * that the caller (pool.py) built and keeps alive for the call, so the hashes are borrowed, not copied.
+ * Returns a PyMem array (NULL with *n 0 for an empty list), or NULL with an exception set.
+ */
+static kvc_pool_mm_item* kvc_py_mm_items(PyObject* items, size_t* n) {
+  Py_ssize_t count = PyList_Size(items);
+  *n = 0;
+  if (count < 0) return NULL;
+  if (count == 0) return NULL;
+  kvc_pool_mm_item* out = PyMem_New(kvc_pool_mm_item, (size_t)count);
+  if (!out) return (kvc_pool_mm_item*)PyErr_NoMemory();
+  for (Py_ssize_t i = 0; i < count; i++) {
+    PyObject* t = PyList_GET_ITEM(items, i);
+    char* hash = NULL;
+    Py_ssize_t hash_len = 0;
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3 ||
+        PyBytes_AsStringAndSize(PyTuple_GET_ITEM(t, 0), &hash, &hash_len) < 0) {
+      PyMem_Free(out);
+      return NULL;
     }
-    kvc_pool_sequence* out = NULL;
-    kvc_error* err = kvc_pool_sequence_create(p, &o, &out);
-    kvc_py_pool_leave(guard);
-    if (err) kvc_py_raise(err);
-    else result = kvc_py_seq_handle_new(out, pool);
+    unsigned long long offset = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 1));
+    unsigned long long length = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 2));
+    if (PyErr_Occurred()) {
+      PyMem_Free(out);
+      return NULL;
+    }
+    out[i] = (kvc_pool_mm_item){hash, (size_t)hash_len, offset, length};
   }
+  *n = (size_t)count;
+  return out;
+}
+
+/*
+ * kvc_pool_sequence_create(pool, salt, adapter_key, mm_items) -> SequenceHandle; salt and adapter_key are
+ * bytes or None, mm_items a list of (bytes, int, int) (kvc_py_mm_items).
+ */
+PyObject* kvc_py_pool_sequence_create(PyObject* pool, PyObject* salt, PyObject* adapter_key, PyObject* mm_items) {
+  Py_buffer buf, adapter;
+  int has_salt = salt != Py_None, has_adapter = adapter_key != Py_None;
+  if (has_salt && kvc_py_bytes_in(salt, "kvc_pool_sequence_create", "salt", &buf) < 0) return NULL;
+  if (has_adapter && kvc_py_bytes_in(adapter_key, "kvc_pool_sequence_create", "adapter_key", &adapter) < 0) {
+    if (has_salt) PyBuffer_Release(&buf);
+    return NULL;
+  }
+  size_t num_items = 0;
+  kvc_pool_mm_item* items = kvc_py_mm_items(mm_items, &num_items);
+  PyObject* result = NULL;
+  if (!PyErr_Occurred()) {
+    kvc_py_guard* guard = NULL;
+    kvc_pool* p = kvc_py_pool_enter(pool, KVC_PY_POOL_STALE_VIEWS, &guard);
+    if (p) {
+      kvc_pool_sequence_options o = KVC_POOL_SEQUENCE_OPTIONS_INIT;
+      if (has_salt) {
+        o.salt = buf.buf;
+        o.salt_len = (size_t)buf.len;
+      }
+      if (has_adapter) {
+        o.adapter_key = adapter.buf;
+        o.adapter_key_len = (size_t)adapter.len;
+      }
+      o.mm_items = items;
+      o.num_mm_items = num_items;
+      kvc_pool_sequence* out = NULL;
+      kvc_error* err = kvc_pool_sequence_create(p, &o, &out);
+      kvc_py_pool_leave(guard);
+      if (err) kvc_py_raise(err);
+      else result = kvc_py_seq_handle_new(out, pool);
+    }
+  }
+  PyMem_Free(items);
+  if (has_adapter) PyBuffer_Release(&adapter);
   if (has_salt) PyBuffer_Release(&buf);
   return result;
 }

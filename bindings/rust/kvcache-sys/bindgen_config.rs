@@ -40,7 +40,11 @@ fn macro_type(name: &str) -> Option<IntKind> {
         _ if name.starts_with("KVC_FEATURE_") => Some(IntKind::U64),
         _ if name.starts_with("KVC_VERSION_") => Some(IntKind::U32),
         // A byte count and a version number: the sizes of Rust arrays and slices.
-        "KVC_BLOCK_HASH_SIZE" | "KVC_BLOCK_HASH_VERSION" => Some(IntKind::Custom {
+        "KVC_BLOCK_HASH_SIZE"
+        | "KVC_BLOCK_HASH_VERSION"
+        | "KVC_POOL_BLOCK_HASH_VERSION"
+        | "KVC_POOL_EXTRA_KEY_MAX"
+        | "KVC_POOL_MM_ITEMS_MAX" => Some(IntKind::Custom {
             name: "usize",
             is_signed: false,
         }),

@@ -92,6 +92,7 @@ from .pool import (
     EventKind,
     GroupKind,
     Layout,
+    MultimodalItem,
     Pool,
     PoolEvent,
     PoolGroup,
@@ -150,8 +151,8 @@ __all__ = [
     "VersionMismatchError", "InternalError", "IoError", "BusyError", "StaleViewError",
     "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
     "DiskTier", "TierStats", "TierWrite",
-    "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
-    "BatchReservation", "add_redis_tier", "tier_stats",
+    "Pool", "Sequence", "MultimodalItem", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping",
+    "CsrBlockTable", "BatchReservation", "add_redis_tier", "tier_stats",
     "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
     "load", "load_encoder_decoder", "FILE_FORMAT_VERSION",
 ]

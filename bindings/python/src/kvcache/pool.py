@@ -54,8 +54,12 @@ from ._types import DeviceLike, DeviceType, Dtype, DtypeLike, parse_device, pars
 
 __all__ = [
     "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
-    "BatchReservation", "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
+    "BatchReservation", "RecurrentState", "GroupKind", "Layout", "EventKind", "MultimodalItem", "describe_config",
+    "POOL_BLOCK_HASH_VERSION",
 ]
+
+#: The version of ``docs/block-hash.md`` the pool's hashes follow (2: version 1 plus the extra keys).
+POOL_BLOCK_HASH_VERSION: int = _lib.KVC_POOL_BLOCK_HASH_VERSION
 
 _U32 = 2**32 - 1
 _EVENT_BATCH = 256
@@ -308,6 +312,30 @@ class CsrBlockTable(NamedTuple):
     last_page_len: View
 
 
+class MultimodalItem(NamedTuple):
+    """One image or audio clip of a sequence (``kvc_pool_mm_item``): its content ``hash`` (1 to 1024 bytes) and
+    the tokens its placeholders occupy, ``[offset, offset + length)``. Every block overlapping that range hashes
+    with ``hash`` (``docs/block-hash.md``, version 2). Plain ``(hash, offset, length)`` tuples work too."""
+
+    hash: bytes
+    offset: int
+    length: int
+
+
+def _mm_items(items: Iterable[Tuple[bytes, int, int]]) -> List[Tuple[bytes, int, int]]:
+    """The items as the (bytes, int, int) tuples the C layer reads; the library checks ranges and order."""
+    out = []
+    for i, item in enumerate(items):
+        h, offset, length = item
+        for name, v in (("offset", offset), ("length", length)):
+            if operator.index(v) < 0:
+                raise InvalidArgumentError(
+                    f"Pool.sequence: mm_items[{i}].{name} is {v}; token positions and counts are >= 0",
+                    _lib.KVC_ERROR_INVALID_ARGUMENT)
+        out.append((bytes(h), operator.index(offset), operator.index(length)))
+    return out
+
+
 class RecurrentState(NamedTuple):
     """A sequence's live state of one recurrent layer: ``conv [1, conv_dim, conv_kernel]`` and
     ``ssm [1, num_kv_heads, head_dim, ssm_state_size]`` views, read and written in place by the model."""
@@ -442,13 +470,21 @@ class Pool:
 
     # -------------------------------------------------------------- sequences
 
-    def sequence(self, salt: Optional[bytes] = None) -> "Sequence":
+    def sequence(self, salt: Optional[bytes] = None, *, adapter_key: Optional[bytes] = None,
+                 mm_items: Iterable[Tuple[bytes, int, int]] = ()) -> "Sequence":
         """A new, empty sequence (a request). ``salt`` is its cache salt (per tenant): blocks are reused only
         between sequences with the same salt. Use it as a context manager to release it::
 
             with pool.sequence() as seq: ...
+
+        The extra keys: ``adapter_key`` (a LoRA adapter's name, up to 1024 bytes) enters every block's hash,
+        each of ``mm_items`` (:class:`MultimodalItem` or ``(hash, offset, length)``, sorted by offset, not
+        overlapping) the hash of every block its token range overlaps, so requests with equal placeholder
+        tokens but different images, or different adapters, share no block. Bad items raise
+        :class:`InvalidArgumentError` and the pool is unchanged.
         """
-        return Sequence._from_handle(_lib.kvc_pool_sequence_create(self._handle, salt), self)
+        handle = _lib.kvc_pool_sequence_create(self._handle, salt, adapter_key, _mm_items(mm_items))
+        return Sequence._from_handle(handle, self)
 
     def load_sequence(self, path: Union[str, "os.PathLike[str]"]) -> "Sequence":
         """A new sequence from the file :meth:`Sequence.save` wrote, in this pool (``docs/file-format.md``).

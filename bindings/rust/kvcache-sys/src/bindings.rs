@@ -94,6 +94,9 @@ pub const KVC_POOL_GROUP_CHUNKED: kvc_pool_group_kind = 3;
 pub const KVC_POOL_GROUP_RECURRENT: kvc_pool_group_kind = 4;
 pub const KVC_POOL_LAYOUT_NHD: kvc_pool_layout = 0;
 pub const KVC_POOL_LAYOUT_HND: kvc_pool_layout = 1;
+pub const KVC_POOL_BLOCK_HASH_VERSION: usize = 2;
+pub const KVC_POOL_EXTRA_KEY_MAX: usize = 1024;
+pub const KVC_POOL_MM_ITEMS_MAX: usize = 65536;
 pub const KVC_POOL_TABLE_PADDED: kvc_pool_table_format = 0;
 pub const KVC_POOL_TABLE_CSR: kvc_pool_table_format = 1;
 pub const KVC_POOL_EVENT_BLOCK_STORED: kvc_pool_event_kind = 1;
@@ -1335,7 +1338,46 @@ unsafe extern "C" {
  untouched.*/
     pub fn kvc_pool_clear_cache(pool: *mut kvc_pool) -> *mut kvc_error;
 }
-/// Options of kvc_pool_sequence_create. Published sizes: 24 (0.6).
+/** One multimodal input of a sequence (an image, an audio clip): its content
+ hash and the tokens its placeholders occupy, [offset, offset + length).
+ Every block whose tokens overlap that range carries `hash` in its extra keys
+ (docs/block-hash.md, version 2), so sequences with equal placeholder tokens
+ but different images share no block. A plain record in an array (no
+ struct_size): it never grows. Since 0.7.*/
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kvc_pool_mm_item {
+    /// the content hash (any bytes: a digest of the pixels, an id); borrowed for the call
+    pub hash: *const ::core::ffi::c_void,
+    /// bytes of hash, 1 .. KVC_POOL_EXTRA_KEY_MAX
+    pub hash_len: usize,
+    /// the item's first token in the sequence, < 2^40
+    pub offset: u64,
+    /// tokens it occupies, >= 1; offset + length <= 2^40
+    pub length: u64,
+}
+impl Default for kvc_pool_mm_item {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+/** Options of kvc_pool_sequence_create. Published sizes: 24 (0.6), 56 (0.7:
+ mm_items, num_mm_items, adapter_key, adapter_key_len).
+
+ The extra keys (since 0.7): the adapter key enters the hash of every block
+ and an item's hash that of every block its range overlaps (the block-hash
+ encoding is docs/block-hash.md's version 2; without extra keys a block's
+ hash is version 1's, unchanged). Rejected with INVALID_ARGUMENT, naming the
+ field, the value and the rule, and nothing created: an item with an empty
+ or oversize hash, length 0 or a range beyond 2^40 tokens; items not sorted
+ by offset or overlapping one another; more than KVC_POOL_MM_ITEMS_MAX
+ items; an adapter key longer than KVC_POOL_EXTRA_KEY_MAX; a NULL pointer
+ with a nonzero count. Everything is copied: the caller's arrays may go once
+ the call returns.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_pool_sequence_options {
@@ -1346,6 +1388,20 @@ pub struct kvc_pool_sequence_options {
     pub salt: *const ::core::ffi::c_void,
     /// bytes of salt; 0 = no salt
     pub salt_len: usize,
+    /** the sequence's multimodal items, sorted by offset, not overlapping;
+ borrowed for the call. Since 0.7.*/
+    pub mm_items: *const kvc_pool_mm_item,
+    /// entries of mm_items; 0 = none. Since 0.7.
+    pub num_mm_items: usize,
+    /** the adapter (a LoRA's name) or tenant key, in every block's extra keys;
+ borrowed for the call. Since 0.7.*/
+    pub adapter_key: *const ::core::ffi::c_void,
+    /// bytes of adapter_key, 0 .. KVC_POOL_EXTRA_KEY_MAX; 0 = none. Since 0.7.
+    pub adapter_key_len: usize,
+}
+unsafe extern "C" {
+    /// Sets `options` to KVC_POOL_SEQUENCE_OPTIONS_INIT. Never fails; NULL is ignored. Since 0.7.
+    pub fn kvc_pool_sequence_options_init(options: *mut kvc_pool_sequence_options);
 }
 unsafe extern "C" {
     /// Creates an empty sequence (no tokens, no blocks). `options` NULL = defaults.

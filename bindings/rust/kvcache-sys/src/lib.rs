@@ -239,13 +239,17 @@ impl Default for kvc_pool_options {
     }
 }
 
-/// `KVC_POOL_SEQUENCE_OPTIONS_INIT`: no salt.
+/// `KVC_POOL_SEQUENCE_OPTIONS_INIT`: no salt, no extra keys.
 impl Default for kvc_pool_sequence_options {
     fn default() -> Self {
         Self {
             struct_size: struct_size::<Self>(),
             salt: core::ptr::null(),
             salt_len: 0,
+            mm_items: core::ptr::null(),
+            num_mm_items: 0,
+            adapter_key: core::ptr::null(),
+            adapter_key_len: 0,
         }
     }
 }

@@ -113,7 +113,10 @@ structs! {
         struct_size, group, num_blocks, free_blocks, cached_blocks, used_blocks, pinned_blocks,
         prefix_queries, prefix_hits, evictions
     }
-    kvc_pool_sequence_options { struct_size, salt, salt_len }
+    kvc_pool_sequence_options {
+        struct_size, salt, salt_len, mm_items, num_mm_items, adapter_key, adapter_key_len
+    }
+    kvc_pool_mm_item { hash, hash_len, offset, length }
     kvc_pool_table { table, indptr, last_page_len }
     kvc_pool_event {
         id, kind, group, block_hash, parent_hash, num_tokens, block_id, reserved
@@ -181,6 +184,7 @@ constants! {
     KVC_POOL_GROUP_FULL, KVC_POOL_GROUP_SLIDING, KVC_POOL_GROUP_CHUNKED, KVC_POOL_GROUP_RECURRENT,
     KVC_POOL_LAYOUT_NHD, KVC_POOL_LAYOUT_HND, KVC_POOL_TABLE_PADDED, KVC_POOL_TABLE_CSR,
     KVC_POOL_EVENT_BLOCK_STORED, KVC_POOL_EVENT_BLOCK_REMOVED, KVC_POOL_EVENT_ALL_CLEARED,
+    KVC_POOL_BLOCK_HASH_VERSION, KVC_POOL_EXTRA_KEY_MAX, KVC_POOL_MM_ITEMS_MAX,
     KVC_TIER_WRITE_ON_COMMIT, KVC_TIER_WRITE_ON_EVICT, KVC_TIER_AUTH_KEY_MIN, KVC_TIER_AUTH_KEY_MAX,
     KVC_REDIS_CLUSTER_AUTO, KVC_REDIS_CLUSTER_OFF, KVC_REDIS_CLUSTER_ON,
 }
@@ -308,6 +312,7 @@ fn defaults_are_the_init_macros() {
     same_as_init(kvc_quant_options_init);
     same_as_init(kvc_conv_update_options_init);
     same_as_init(kvc_pool_options_init);
+    same_as_init(kvc_pool_sequence_options_init);
     // The init functions accept NULL.
     // SAFETY: documented: "NULL is ignored".
     unsafe {

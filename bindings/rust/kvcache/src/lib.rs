@@ -101,8 +101,9 @@ pub use options::{
 };
 pub use persist::FILE_FORMAT_VERSION;
 pub use pool::{
-    BlockTable, CsrBlockTable, GroupKind, LayerStorage, Layout, Pool, PoolBuilder, PoolEvent,
-    PoolGroup, PoolLayer, PoolStats, RecurrentState, Sequence, SlotMapping,
+    BlockTable, CsrBlockTable, GroupKind, LayerStorage, Layout, MultimodalItem,
+    POOL_BLOCK_HASH_VERSION, Pool, PoolBuilder, PoolEvent, PoolGroup, PoolLayer, PoolStats,
+    RecurrentState, Sequence, SequenceKeys, SlotMapping,
 };
 pub use redis_tier::{RedisCluster, RedisTierOptions};
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};

@@ -452,6 +452,40 @@ impl PoolBuilder {
     }
 }
 
+/// The version of `docs/block-hash.md` a pool's hashes follow: 2, version 1
+/// plus the extra keys of [`SequenceKeys`] (a sequence without them has
+/// version 1's hashes).
+pub const POOL_BLOCK_HASH_VERSION: usize = sys::KVC_POOL_BLOCK_HASH_VERSION;
+
+/// One image or audio clip of a sequence (`kvc_pool_mm_item`): its content
+/// `hash` (1 to 1024 bytes) and the tokens its placeholders occupy,
+/// `[offset, offset + length)`. Every block overlapping that range hashes
+/// with `hash` (`docs/block-hash.md`, version 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MultimodalItem<'a> {
+    /// The content hash (any bytes: a digest of the pixels, an id).
+    pub hash: &'a [u8],
+    /// The item's first token in the sequence.
+    pub offset: u64,
+    /// Tokens it occupies, at least 1.
+    pub length: u64,
+}
+
+/// What a sequence's block hashes depend on besides the pool's seed and the
+/// tokens ([`Pool::sequence_with_keys`]): the cache `salt` (per tenant; in
+/// the chain's root), the `adapter_key` (a LoRA adapter's name, up to 1024
+/// bytes; in every block) and the `mm_items` (sorted by offset, not
+/// overlapping; each in the blocks its range overlaps). Empty = none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SequenceKeys<'a> {
+    /// The cache salt: blocks are reused only between equal salts.
+    pub salt: &'a [u8],
+    /// The adapter or tenant key, in every block's extra keys.
+    pub adapter_key: &'a [u8],
+    /// The multimodal items, in the extra keys of the blocks they overlap.
+    pub mm_items: &'a [MultimodalItem<'a>],
+}
+
 /// A block pool for one model on one device (`kvc_pool*`): a shared handle.
 ///
 /// Cloning a `Pool` gives another handle to the same pool (as `Arc::clone`
@@ -563,14 +597,41 @@ impl Pool {
     /// A new, empty sequence whose blocks are reused only by sequences with
     /// the same `salt` (a tenant's cache salt).
     pub fn sequence_with_salt(&self, salt: &[u8]) -> Result<Sequence> {
+        self.sequence_with_keys(&SequenceKeys {
+            salt,
+            ..Default::default()
+        })
+    }
+
+    /// A new, empty sequence whose blocks hash with `keys`: sequences with
+    /// equal tokens but another salt, adapter key or image hash share no
+    /// block from the first block the difference touches. Bad keys (items
+    /// unsorted, overlapping, empty or beyond 2^40 tokens, a key over 1024
+    /// bytes) are [`ErrorCode::InvalidArgument`] naming the field and value;
+    /// the pool is then unchanged.
+    pub fn sequence_with_keys(&self, keys: &SequenceKeys<'_>) -> Result<Sequence> {
         let _held = self.begin("kvc_pool_sequence_create")?;
+        let items: Vec<sys::kvc_pool_mm_item> = keys
+            .mm_items
+            .iter()
+            .map(|item| sys::kvc_pool_mm_item {
+                hash: item.hash.as_ptr().cast(),
+                hash_len: item.hash.len(),
+                offset: item.offset,
+                length: item.length,
+            })
+            .collect();
         let options = sys::kvc_pool_sequence_options {
-            salt: salt.as_ptr().cast(),
-            salt_len: salt.len(),
+            salt: keys.salt.as_ptr().cast(),
+            salt_len: keys.salt.len(),
+            mm_items: items.as_ptr(),
+            num_mm_items: items.len(),
+            adapter_key: keys.adapter_key.as_ptr().cast(),
+            adapter_key_len: keys.adapter_key.len(),
             ..Default::default()
         };
         let mut raw = std::ptr::null_mut();
-        // SAFETY: a live pool; the options and salt are valid for the call.
+        // SAFETY: a live pool; the options, the items and the bytes they point to are valid for the call.
         check(unsafe { sys::kvc_pool_sequence_create(self.as_ptr(), &options, &mut raw) })?;
         Ok(Sequence {
             raw: NonNull::new(raw).expect("kvcache: kvc_pool_sequence_create returned NULL"),
