@@ -65,7 +65,7 @@ static int launch_batch_n(gpuStream_t stream, const kvc_gpu_copy* plans, int32_t
   p.blocks = blocks;
   memcpy(p.plans, plans, sizeof(kvc_gpu_copy) * (size_t)count);
   gpu_batch_kernel<N, FILL><<<grid_for(blocks), KVC_GPU_BLOCK, 0, stream>>>(p);
-  return gpu_check(gpuSuccess);
+  return gpu_check_launch("gpu_batch_kernel launch");
 }
 
 /*
@@ -118,7 +118,7 @@ static int launch_move(gpuStream_t stream, const kvc_gpu_copy& plan, int64_t shi
   int64_t planes = (int64_t)plan.n[0] * plan.n[1];
   unsigned grid = planes < (int64_t)KVC_GPU_MAX_GRID ? (unsigned)planes : KVC_GPU_MAX_GRID;
   gpu_move_kernel<<<grid, KVC_GPU_BLOCK, 0, stream>>>(plan, shift, chunk_rows, staged);
-  return gpu_check(gpuSuccess);
+  return gpu_check_launch("gpu_move_kernel launch");
 }
 
 /* Any other overlapping copy: through a compact scratch buffer, freed in stream order. */
@@ -270,7 +270,7 @@ static int launch_rows_n(gpuStream_t stream, const kvc_gpu_rows& rows, const int
   }
   dim3 grid(grid_for(kvc_gpu_plan_blocks(&rows.plan)), (unsigned)count);
   gpu_rows_kernel<N><<<grid, KVC_GPU_BLOCK, 0, stream>>>(p);
-  return gpu_check(gpuSuccess);
+  return gpu_check_launch("gpu_rows_kernel launch");
 }
 
 static int gpu_copy_rows(void* ctx, const kvc_exec* exec, void* dst, const int64_t ds[4], const int64_t* dst_rows,
@@ -340,7 +340,7 @@ static int launch_rows_batch_inline_n(gpuStream_t stream, const kvc_gpu_rows_bat
   p.blocks = b.blocks;
   memcpy(p.area, b.area, b.bytes);
   gpu_rows_batch_inline_kernel<BYTES><<<grid_for(b.blocks), KVC_GPU_BLOCK, 0, stream>>>(p);
-  return gpu_check(gpuSuccess);
+  return gpu_check_launch("gpu_rows_batch_inline_kernel launch");
 }
 
 static int launch_rows_batch_inline(gpuStream_t stream, const kvc_gpu_rows_batch& b) {
@@ -367,7 +367,7 @@ static int launch_rows_batch_staged(void* ctx, const kvc_exec* exec, const kvc_g
   if (!rc) {
     gpu_rows_batch_kernel<<<grid_for(b.blocks), KVC_GPU_BLOCK, 0, stream>>>((const kvc_gpu_rows_job*)dev, b.njobs,
                                                                           b.blocks);
-    rc = gpu_check(gpuSuccess);
+    rc = gpu_check_launch("gpu_rows_batch_kernel launch");
   }
   gpu_check(pools ? gpuFreeAsync(dev, stream) : gpuFree(dev));
   kvc_gpu_host_free(ctx, exec, host); /* parked until the stream has passed the copy */
@@ -471,9 +471,11 @@ static int gpu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d*
 
 static thread_local char last_error[512];
 
-void kvc_gpu_note_error(gpuError_t e) {
-  snprintf(last_error, sizeof last_error, "%s: %s", gpuGetErrorName(e), gpuGetErrorString(e));
+void kvc_gpu_note_error_of(gpuError_t e, const char* what) {
+  snprintf(last_error, sizeof last_error, "%s failed: %s (%s)", what, gpuGetErrorName(e), gpuGetErrorString(e));
 }
+
+void kvc_gpu_note_error(gpuError_t e) { kvc_gpu_note_error_of(e, kvc_gpu_failed_call()); }
 
 void kvc_gpu_note_text(const char* text) { snprintf(last_error, sizeof last_error, "%s", text); }
 

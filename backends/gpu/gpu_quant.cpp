@@ -23,7 +23,7 @@ static int launch_phase(gpuStream_t stream, const P& p, int32_t phase, int64_t t
   const int64_t blocks = (threads + KVC_GPU_BLOCK - 1) / KVC_GPU_BLOCK;
   const unsigned grid = blocks < (int64_t)KVC_GQ_MAX_GRID ? (unsigned)blocks : KVC_GQ_MAX_GRID;
   gpu_quant_kernel<P><<<grid, KVC_GPU_BLOCK, 0, stream>>>(p, phase, threads);
-  return gpu_check(gpuSuccess);
+  return gpu_check_launch("gpu_quant_kernel launch");
 }
 
 static int launch_quant(void* ctx, const kvc_gpu_quant* p, const kvc_gq_launch* l) {
