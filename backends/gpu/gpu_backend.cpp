@@ -264,7 +264,13 @@ static int launch_rows_n(gpuStream_t stream, const kvc_gpu_rows& rows, const int
   p.rows = rows;
   p.count = count;
   for (int32_t i = 0; i < count; i++) {
-    if (dst_rows[i] < 0 || dst_rows[i] > INT32_MAX || src_rows[i] < 0 || src_rows[i] > INT32_MAX) return -1;
+    if (dst_rows[i] < 0 || dst_rows[i] > INT32_MAX || src_rows[i] < 0 || src_rows[i] > INT32_MAX) {
+      char why[160];
+      snprintf(why, sizeof why, "copy_rows: row pair (%lld, %lld) is outside 0..INT32_MAX, the kernel's row indices",
+               (long long)dst_rows[i], (long long)src_rows[i]);
+      kvc_gpu_note_text(why);
+      return -1;
+    }
     p.pairs[i][0] = (int32_t)dst_rows[i];
     p.pairs[i][1] = (int32_t)src_rows[i];
   }
@@ -429,7 +435,7 @@ static int gpu_copy_rows_batch(void* ctx, const kvc_exec* exec, const kvc_copy_r
     rc = launch_rows_batch_inline(stream, b);
   } else {
     rc = gpuStreamCapturing(stream) ? -1 : launch_rows_batch_staged(ctx, exec, b);
-    if (rc < 0) rc = rows_batch_in_parts(stream, jobs, count);
+    if (rc < 0 && (rc = rows_batch_in_parts(stream, jobs, count)) == 0) kvc_gpu_forget_error();
   }
   kvc_gpu_rows_batch_free(&b);
   return rc ? -1 : 0;
@@ -476,6 +482,8 @@ void kvc_gpu_note_error_of(gpuError_t e, const char* what) {
 }
 
 void kvc_gpu_note_error(gpuError_t e) { kvc_gpu_note_error_of(e, kvc_gpu_failed_call()); }
+
+void kvc_gpu_forget_error(void) { last_error[0] = '\0'; }
 
 void kvc_gpu_note_text(const char* text) { snprintf(last_error, sizeof last_error, "%s", text); }
 

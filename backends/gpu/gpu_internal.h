@@ -45,6 +45,9 @@ typedef struct gpu_state {
 void kvc_gpu_note_error(gpuError_t e);
 /* The same for an error that no call of ours returned: `what` failed (a kernel launch, an earlier launch). */
 void kvc_gpu_note_error_of(gpuError_t e, const char* what);
+/* Forgets the thread's noted failure: an entry that recovered from it (a fallback that worked) succeeded, and a
+   later failure with nothing noted must not be described by it. */
+void kvc_gpu_forget_error(void);
 /* Keeps a sentence of the plugin's own (the device probe's, gpu_probe.h) for last_error. */
 void kvc_gpu_note_text(const char* text);
 /* 0 when the plugin holds a kernel image `device` can run (the device is current); else notes why not. */

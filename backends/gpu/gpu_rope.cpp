@@ -22,6 +22,7 @@
  * the stream: a host synchronisation, which the contract allows (it only
  * records a sink cache's cos/sin table). Refused during a graph capture.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "gpu_internal.h"
@@ -101,7 +102,14 @@ static int rerotate_by_value(gpuStream_t stream, const kvc_gpu_rope& r, const fl
 /* By value, as many seq rows per launch as the parameters hold (-1 when not even one row's tables fit). */
 static int rerotate_in_chunks(gpuStream_t stream, const kvc_gpu_rope& r, const float* rcos, const float* rsin) {
   const int32_t rows_per = (int32_t)(KVC_GPU_ROPE_LARGE / (2 * (int64_t)r.dim));
-  if (rows_per < 1) return -1;
+  if (rows_per < 1) {
+    char why[200];
+    snprintf(why, sizeof why, "rerotate_keys_4d: head_dim %d: one row of cos and sin (%lld floats) exceeds a "
+             "launch's %d, and the tables could not be uploaded", (int)r.dim, 2 * (long long)r.dim,
+             (int)KVC_GPU_ROPE_LARGE);
+    kvc_gpu_note_text(why);
+    return -1;
+  }
   for (int32_t j0 = 0; j0 < r.n[2]; j0 += rows_per) {
     kvc_gpu_rope part = kvc_gpu_rope_rows(&r, j0, r.n[2] - j0 < rows_per ? r.n[2] - j0 : rows_per);
     const int64_t at = (int64_t)j0 * r.dim;
@@ -152,7 +160,9 @@ int kvc_gpu_rerotate_keys_4d(void* ctx, const kvc_exec* exec, kvc_dtype dtype, v
   gpuStream_t stream = gpu_stream_of(exec);
   if (2 * shape[2] * shape[3] <= KVC_GPU_ROPE_LARGE) return rerotate_by_value(stream, r, rcos, rsin);
   if (!gpuStreamCapturing(stream) && !rerotate_uploaded(ctx, exec, r, rcos, rsin)) return 0;
-  return rerotate_in_chunks(stream, r, rcos, rsin);
+  const int rc = rerotate_in_chunks(stream, r, rcos, rsin);
+  if (rc == 0) kvc_gpu_forget_error(); /* the upload's failure, if any, was recovered from */
+  return rc;
 }
 
 int kvc_gpu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const void* src, kvc_dtype dtype,
