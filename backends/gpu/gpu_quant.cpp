@@ -6,9 +6,11 @@
  * (kernels_quant.cuh). Only fp8_calibrate waits for the stream: its scale
  * is host memory (backend.h).
  *
- * Launches: dequantize_groups and fp8_round_trip one; quanto one; HQQ
- * 2 + 20 rounds of 4 or 5 + 1 per batch of calls (the early stop is decided
- * on the device: stopped calls' threads return at once); fp8_calibrate two.
+ * Launches: dequantize_groups and fp8_round_trip one; quanto one; HQQ 80
+ * per batch of calls (1 + 19 rounds of 4 + a last round of 2 + 1; 61 for
+ * calls of fewer than 8 values: gpu_quant_plan.h says what is fused and
+ * why not more; the early stop is decided on the device: stopped calls'
+ * threads return at once); fp8_calibrate two.
  */
 #include "gpu_internal.h"
 #include "gpu_quant_plan.h"
