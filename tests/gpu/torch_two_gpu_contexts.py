@@ -51,9 +51,14 @@ def main() -> int:
     cache.update(x[:, :, :1], x[:, :, :1], 0)
     torch.cuda.synchronize(1)
     on = gpus_with_our_context()
-    ok = on == [1]
-    print(f"{'PASS' if ok else 'FAIL'}: caches on GPU 1 only: this process holds contexts on GPUs {on} (expected [1])")
-    failed += not ok
+    if not on:  # our own context on GPU 1 is not listed either: nvidia-smi cannot see this pid (a container)
+        print(f"SKIPPED: nvidia-smi lists no context of pid {os.getpid()} (another pid namespace?); the context "
+              f"count cannot be read here")
+    else:
+        ok = on == [1]
+        print(f"{'PASS' if ok else 'FAIL'}: caches on GPU 1 only: this process holds contexts on GPUs {on} "
+              f"(expected [1])")
+        failed += not ok
     ok = torch.cuda.current_device() == 1
     print(f"{'PASS' if ok else 'FAIL'}: the current device after kvcache calls is {torch.cuda.current_device()} (1)")
     failed += not ok
