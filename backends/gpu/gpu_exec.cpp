@@ -154,10 +154,11 @@ void kvc_gpu_exec_close(void* ctx, kvc_exec* exec) {
   if (!st) return;
   gpu_device_scope scope(exec->device_id);
   for (size_t i = 0; i < st->nfreed; i++) release_block(&st->freed[i]);
+  const int pools = st->pools;
   destroy_state(st);
   exec->state = NULL;
   if (exec->device_id >= 0 && exec->device_id < KVC_GPU_COUNTED_DEVICES && --open_places[exec->device_id] == 0 &&
-      scope.ok)
+      scope.ok && pools)
     trim_pool(exec->device_id);
 }
 
