@@ -10,6 +10,9 @@
 #   make coverage    gcov build, the C suites, then line and branch coverage per folder of the library
 #                    (build-coverage/coverage.txt and coverage.json; docs/testing.md)
 #   make fuzz-pool-long  the pool fuzzer: libFuzzer for FUZZ_SECONDS (3600), then FUZZ_OPS (10^7) standalone operations
+#   make test-packages  what users install, built as they get it: the Rust crates packaged (cargo publish
+#                    --dry-run) and used from the .crate files by a crate outside the repository, and the Python
+#                    manylinux wheel installed into a fresh venv without a compiler (part of make test)
 #   make install PREFIX=/usr/local                  make clean  remove build dirs
 
 JOBS   ?= 2
@@ -43,7 +46,7 @@ BENCH_GPU_FLAGS = $(shell scripts/gpu_cmake_flags.sh cuda) -DKVC_HIP=OFF
 # them), and the fuzz targets drive CPU caches only.
 NO_GPU_FLAGS = -DKVC_CUDA=OFF -DKVC_HIP=OFF -DKVC_LINK_BACKEND=OFF
 
-.PHONY: all setup build test test-unit test-go test-rust test-python sanitize tsan fuzz fuzz-pool-long coverage demo bench bench-host-issue emulated-plugin install clean distclean
+.PHONY: all setup build test test-unit test-go test-rust test-python test-packages sanitize tsan fuzz fuzz-pool-long coverage demo bench bench-host-issue emulated-plugin install clean distclean
 
 all: build
 
@@ -60,6 +63,7 @@ test: setup
 	@$(MAKE) --no-print-directory test-go SKIP_SETUP=1
 	@$(MAKE) --no-print-directory test-rust SKIP_SETUP=1
 	@$(MAKE) --no-print-directory test-python SKIP_SETUP=1
+	@$(MAKE) --no-print-directory test-packages SKIP_SETUP=1
 	@$(MAKE) --no-print-directory sanitize SKIP_SETUP=1
 	@$(MAKE) --no-print-directory tsan SKIP_SETUP=1
 	@$(MAKE) --no-print-directory fuzz SKIP_SETUP=1
@@ -85,6 +89,14 @@ test-rust: $(SETUP_DEP)
 # SWIG, compiling this tree's C sources; build tree in bindings/python/build), then its pytest suite.
 test-python: $(SETUP_DEP)
 	JOBS=$(JOBS) bindings/python/check.sh
+
+# The packages as users install them (bindings/rust/package.sh, bindings/python/wheel_check.sh). After
+# test-python the wheel's CMake tree is already built (about a minute); the crates compile the C sources again
+# from their packages (one to three minutes on 2 cores). The C library's own packaging (add_subdirectory, a
+# moved install prefix) and the Go binding's (static and shared, moved prefix) are in test-unit and test-go.
+test-packages: build
+	JOBS=$(JOBS) bindings/rust/package.sh $(BUILD)
+	JOBS=$(JOBS) bindings/python/wheel_check.sh
 
 sanitize: $(SETUP_DEP)
 	$(CONFIGURE) -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DKVC_SANITIZE=ON $(NO_GPU_FLAGS)

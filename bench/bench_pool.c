@@ -40,7 +40,10 @@
  *                  that block in every layer).
  *   pool_write     one decode step's K/V (256 sequences x 1 token x 32 layers
  *                  x K and V, 8 heads x 128, bf16 and fp16: 32 MiB) written
- *                  through the slot mapping by one kvc_pool_write, against
+ *                  through the slot mapping by one kvc_pool_write, and by 32
+ *                  kvc_pool_write_layer calls (the forward pass's order; the
+ *                  steps alternate two mappings so each step's first layer
+ *                  checks its mapping), against
  *                  two memcpy rooflines of the same bytes in the same run,
  *                  alternated: 64 contiguous memcpys of 512 KiB, one per
  *                  layer and K/V, into one buffer (the software floor), and
@@ -457,6 +460,8 @@ typedef struct write_setup {
   kvc_pool* pool;
   kvc_kv storage[LLAMA_LAYERS];
   int64_t slots[WRITE_SEQS];    /* one group: the step's slot mapping */
+  int64_t rotated[WRITE_SEQS];  /* the same slots, token i's at token i + 1: another step's mapping */
+  int layer_steps;              /* per-layer steps so far: they alternate the two mappings */
   uint16_t* src;                /* [LLAMA_LAYERS][2][WRITE_SEQS][ROW_ELEMS] */
   uint16_t* flat;               /* the contiguous roofline's destination, as large */
   int64_t shape[3];
@@ -481,6 +486,7 @@ static void write_init(write_setup* w, kvc_dtype dtype) {
   for (uint32_t l = 0; l < LLAMA_LAYERS; l++)
     bench_check(kvc_pool_layer_storage(w->pool, l, KVC_POOL_LAYOUT_NHD, &w->storage[l]), "kvc_pool_layer_storage");
   bench_pool_decode_step(w->pool, WRITE_SEQS, w->slots);
+  for (int i = 0; i < WRITE_SEQS; i++) w->rotated[(i + 1) % WRITE_SEQS] = w->slots[i];
   size_t elems = (size_t)LLAMA_LAYERS * 2 * WRITE_SEQS * ROW_ELEMS;
   w->src = bench_alloc(elems * sizeof(uint16_t));
   w->flat = bench_alloc(elems * sizeof(uint16_t));
@@ -500,6 +506,20 @@ static void write_free(write_setup* w) {
 static double time_write(write_setup* w) {
   double t0 = bench_now_ns();
   bench_check(kvc_pool_write(w->pool, w->keys, w->values, LLAMA_LAYERS, w->slots, WRITE_SEQS), "kvc_pool_write");
+  return bench_now_ns() - t0;
+}
+
+/*
+ * The same step as a forward pass writes it: one kvc_pool_write_layer per layer through one mapping. Steps
+ * alternate two mappings, as a serving loop's steps differ, so that the first layer of every step checks its
+ * mapping and the later ones find it accepted: what a real step costs, not a mapping checked once for all.
+ */
+static double time_write_layers(write_setup* w) {
+  const int64_t* slots = w->layer_steps++ % 2 ? w->rotated : w->slots;
+  double t0 = bench_now_ns();
+  for (uint32_t l = 0; l < LLAMA_LAYERS; l++)
+    bench_check(kvc_pool_write_layer(w->pool, l, &w->keys[l], &w->values[l], slots, WRITE_SEQS),
+                "kvc_pool_write_layer");
   return bench_now_ns() - t0;
 }
 
@@ -545,22 +565,16 @@ static double time_slot_memcpy(write_setup* w) {
   return t1 - t0;
 }
 
-/* This thread's CPU time: unlike the wall clock, not inflated when other processes take the core mid-copy. */
-static double thread_cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 static void bench_write(int reps, bench_results* out) {
   static const kvc_dtype dtypes[2] = {KVC_DTYPE_BFLOAT16, KVC_DTYPE_FLOAT16};
   static const char* const dtype_names[2] = {"bf16", "fp16"};
   double bytes = (double)LLAMA_LAYERS * 2 * WRITE_SEQS * ROW_ELEMS * sizeof(uint16_t);
-  printf("pool_write: one decode step of %d sequences x 32 layers x K,V (8 x 128), %.0f MiB, one kvc_pool_write;\n"
-         "  %d alternated repetitions, median ns [min, max]\n",
+  printf("pool_write: one decode step of %d sequences x 32 layers x K,V (8 x 128), %.0f MiB, one kvc_pool_write,\n"
+         "  and 32 kvc_pool_write_layer (one per layer, as a forward pass writes); %d alternated repetitions, median ns "
+         "[min, max]\n",
          WRITE_SEQS, bytes / (1 << 20), reps);
-  double *t[3], *cpu[3];
-  for (int k = 0; k < 3; k++) {
+  double *t[4], *cpu[4];
+  for (int k = 0; k < 4; k++) {
     t[k] = bench_alloc((size_t)reps * sizeof(double));
     cpu[k] = bench_alloc((size_t)reps * sizeof(double));
   }
@@ -571,12 +585,16 @@ static void bench_write(int reps, bench_results* out) {
     write_verify(&w);
     time_slot_memcpy(&w);
     time_flat_memcpy(&w);
-    for (int r = 0; r < reps; r++) { /* rotate the order, so that drift and neighbours hit all three alike */
-      for (int k = 0; k < 3; k++) {
-        int which = (r + k) % 3;
-        double c0 = thread_cpu_ns();
-        double ns = which == 0 ? time_write(&w) : which == 1 ? time_flat_memcpy(&w) : time_slot_memcpy(&w);
-        cpu[which][r] = thread_cpu_ns() - c0;
+    time_write_layers(&w);
+    for (int r = 0; r < reps; r++) { /* rotate the order, so that drift and neighbours hit all four alike */
+      for (int k = 0; k < 4; k++) {
+        int which = (r + k) % 4;
+        double c0 = bench_thread_cpu_ns();
+        double ns = which == 0   ? time_write(&w)
+                    : which == 1 ? time_flat_memcpy(&w)
+                    : which == 2 ? time_slot_memcpy(&w)
+                                 : time_write_layers(&w);
+        cpu[which][r] = bench_thread_cpu_ns() - c0;
         t[which][r] = ns;
       }
     }
@@ -585,6 +603,8 @@ static void bench_write(int reps, bench_results* out) {
     bench_stats ss = bench_summarize(t[2], (size_t)reps);
     double cw = bench_summarize(cpu[0], (size_t)reps).median, cf = bench_summarize(cpu[1], (size_t)reps).median;
     double cs = bench_summarize(cpu[2], (size_t)reps).median;
+    bench_stats sl = bench_summarize(t[3], (size_t)reps);
+    double cl = bench_summarize(cpu[3], (size_t)reps).median;
     const char* dn = dtype_names[d];
     printf("  %s: kvc_pool_write %8.0f ns [%.0f, %.0f] %5.1f GB/s | memcpy %8.0f ns %5.1f GB/s | slot memcpy "
            "%8.0f ns %5.1f GB/s | write / memcpy %.2f, write / slot memcpy %.2f\n",
@@ -593,6 +613,9 @@ static void bench_write(int reps, bench_results* out) {
     printf("        thread CPU time: kvc_pool_write %8.0f ns | memcpy %8.0f ns | slot memcpy %8.0f ns | write / memcpy "
            "%.2f, write / slot memcpy %.2f\n",
            cw, cf, cs, cw / cf, cw / cs);
+    printf("        32 x kvc_pool_write_layer %8.0f ns [%.0f, %.0f], CPU %8.0f ns | per-layer / one write: %.2f (wall), "
+           "%.2f (CPU)\n",
+           sl.median, sl.min, sl.max, cl, sl.median / sw.median, cl / cw);
     char metric[64];
     snprintf(metric, sizeof metric, "step_ns_256x32_%s", dn);
     bench_add(out, "pool_write", "kvcache-c", metric, sw.median, "ns");
@@ -610,9 +633,13 @@ static void bench_write(int reps, bench_results* out) {
     bench_add(out, "pool_write", "kvcache-c", metric, cw / cf, "ratio");
     snprintf(metric, sizeof metric, "write_over_slot_memcpy_cpu_%s", dn);
     bench_add(out, "pool_write", "kvcache-c", metric, cw / cs, "ratio");
+    snprintf(metric, sizeof metric, "layers_step_ns_256x32_%s", dn);
+    bench_add(out, "pool_write", "kvcache-c", metric, sl.median, "ns");
+    snprintf(metric, sizeof metric, "layers_over_write_cpu_%s", dn);
+    bench_add(out, "pool_write", "kvcache-c", metric, cl / cw, "ratio");
     write_free(&w);
   }
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 4; k++) {
     free(t[k]);
     free(cpu[k]);
   }

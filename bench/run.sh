@@ -61,7 +61,7 @@ echo
 echo "== Rust (bindings/rust: safe API and raw ABI)"
 if command -v cargo >/dev/null 2>&1; then
     json_abs="$(cd "$(dirname "$JSON")" && pwd)/$(basename "$JSON")"
-    (cd "$ROOT/bindings/rust" && cargo bench -q -p kvcache --bench decode -- --json "$json_abs" "${EXTRA[@]}")
+    (cd "$ROOT/bindings/rust" && cargo bench -q -p kvcache-rs --bench decode -- --json "$json_abs" "${EXTRA[@]}")
     RUST_BENCH=1
 else
     echo "SKIPPED: the Rust benchmark needs cargo"
@@ -73,6 +73,8 @@ if [ -x "$ROOT/.venv/bin/python" ] && "$ROOT/.venv/bin/python" -c 'import torch,
         --no-build-isolation --no-deps "$ROOT/bindings/python"
     "$ROOT/.venv/bin/python" "$ROOT/bench/bench_python.py" --json "$JSON" ${KVC_BENCH_PYTHON_ARGS:-}
     "$ROOT/.venv/bin/python" "$ROOT/bench/bench_python_call.py" --json "$JSON"
+    # A Python scheduler's step over 256 pool sequences (reserve_batch / commit_batch) against the C step.
+    "$ROOT/.venv/bin/python" "$ROOT/bench/bench_pool_python.py" --c-bench "$(find_bin bench_pool_step)" --json "$JSON"
     PY_BENCH=1
 else
     echo "SKIPPED: the Python benchmark needs .venv with torch, transformers and scikit-build-core (make setup)"
@@ -201,6 +203,8 @@ check() { # description, awk condition over x, value
 echo "== acceptance"
 check "append@32k / append@1k <= 1.2 (decode step cost independent of context)" \
     "x <= 1.2" "$(value decode_append kvcache-c append_32k_over_1k)"
+check "32 x kvc_cache_update / one kvc_cache_update_all of the same 32-layer step, 1k, CPU time <= 1.2 (the per-layer path)" \
+    "x <= 1.2" "$(value decode_append kvcache-c append_loop_over_append_cpu_1k)"
 check "reorder {0,0,2,2}: rows moved, derived from timings, within 2 +- 0.5" \
     "x >= 1.5 && x <= 2.5" "$(value beam_reorder kvcache-c reorder_rows_moved_derived)"
 check "reorder identity / one-row reorder <= 0.05 (unchanged rows are not copied)" \
@@ -238,6 +242,8 @@ fi
 if [ -n "${PY_BENCH:-}" ]; then
     check "Python: kvcache update@8k >= 10x faster than transformers' DynamicCache.update (same tensors)" \
         "x >= 10" "$(value python_update kvcache-python dynamic_over_kvcache_8k)"
+    check "Python: a scheduler's step over 256 pool sequences (reserve_batch + commit_batch) / the C step <= 3" \
+        "x <= 3" "$(value pool_step_python kvcache-python cpu_ratio_to_c_batch)"
 fi
 if command -v go >/dev/null 2>&1; then
     check "Go binding: Step.Update / C update_all in one process, 1k <= 1.10" \

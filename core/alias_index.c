@@ -45,6 +45,10 @@ struct kvc_alias_index {
   size_t scratch_cap;
   int current;          /* 0: touched since the spans were computed */
   size_t view_spans;    /* spans of views outside their stores among them */
+  /* The descriptor asked about last and the answer (kvci_alias_index_descriptor_in_layer): a per-layer update
+     loop passes descriptors at the same addresses call after call (the caller's arrays, a binding's stack). */
+  const void *last_shape, *last_strides;
+  int last_known, last_in_layer;
 };
 
 static void add(kvc_span* at, size_t* n, kvc_span s) {
@@ -53,6 +57,14 @@ static void add(kvc_span* at, size_t* n, kvc_span s) {
 
 int kvci_tensor_extent(const kvc_tensor* t, kvc_extent* out) {
   if (t->ndim != 4 || !t->shape) return 0;
+  int64_t elem = (int64_t)t->dtype.bits / 8;
+  if (!t->strides) { /* compact: the elements, one after another (the per-layer update's usual input) */
+    const int64_t* s = t->shape;
+    if (s[0] <= 0 || s[1] <= 0 || s[2] <= 0 || s[3] <= 0) return 0;
+    out->lo = 0;
+    out->hi = s[0] * s[1] * s[2] * s[3] * elem;
+    return 1;
+  }
   int64_t st[4], lo = 0, hi = 0;
   kvci_tensor_strides(t, st);
   for (int i = 0; i < 4; i++) {
@@ -61,7 +73,6 @@ int kvci_tensor_extent(const kvc_tensor* t, kvc_extent* out) {
     if (reach < 0) lo += reach;
     else hi += reach;
   }
-  int64_t elem = (int64_t)t->dtype.bits / 8;
   out->lo = lo * elem;
   out->hi = hi * elem + elem;
   return 1;
@@ -179,6 +190,7 @@ static int compute(const kvc_cache* c, kvc_alias_index* x, kvc_span_set* mem, kv
     add(x->scratch, &n, view_span(&l->views[1].value, l->v));
   }
   *views += n - stores;
+  x->last_known = 0; /* the layer structs may have moved */
   if (set_refresh(mem, x->scratch, n)) return -1;
   n = 0;
   for (uint32_t i = 0; i < c->num_layers; i++) {
@@ -238,6 +250,18 @@ int kvci_alias_index_overlaps(const kvc_cache* c, kvc_span s) {
 int kvci_alias_index_in_layer(const kvc_cache* c, const void* p) {
   kvc_span s = {(uintptr_t)p, (uintptr_t)p + 1};
   return p && c->alias_index && set_overlaps(&c->alias_index->layers, s);
+}
+
+int kvci_alias_index_descriptor_in_layer(const kvc_cache* c, const void* shape, const void* strides) {
+  kvc_alias_index* x = c->alias_index;
+  if (x && x->last_known && x->last_shape == shape && x->last_strides == strides) return x->last_in_layer;
+  int in = kvci_alias_index_in_layer(c, shape) || kvci_alias_index_in_layer(c, strides);
+  if (x) {
+    x->last_shape = shape, x->last_strides = strides;
+    x->last_in_layer = in;
+    x->last_known = 1;
+  }
+  return in;
 }
 
 void kvci_alias_index_free(kvc_cache* c) {

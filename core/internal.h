@@ -539,6 +539,8 @@ kvc_span kvci_span_at(const void* base, kvc_extent x);
 int kvci_alias_index_refresh(kvc_cache* cache);
 int kvci_alias_index_overlaps(const kvc_cache* cache, kvc_span s);
 int kvci_alias_index_in_layer(const kvc_cache* cache, const void* p); /* p inside one of the layer structs */
+/* Whether shape or strides lies inside a layer struct; the last pair's answer is kept until the spans change. */
+int kvci_alias_index_descriptor_in_layer(const kvc_cache* cache, const void* shape, const void* strides);
 void kvci_alias_index_free(kvc_cache* cache);
 void kvci_alias_index_touch(const kvc_cache* cache);
 int kvci_alias_index_verify(const kvc_cache* cache);

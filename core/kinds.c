@@ -7,6 +7,7 @@
  */
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -133,29 +134,41 @@ static uint64_t kinds_named(const kvc_cache* c, uint32_t first, uint32_t count) 
   return mask;
 }
 
-/* Runs the check_call (prepare 0) or prepare_call (1) hooks of the kinds the update names, in registry order. */
-static kvc_error* run_call_hooks(int prepare, const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count,
-                                 const kvc_tensor* keys, const kvc_update_options* o) {
-  uint64_t named = 0;
-  int computed = 0; /* the layers are scanned only if some kind has the hook */
-  for (size_t k = 0; k < NUM_KINDS; k++) {
+/* Bit `id` set: kind id has the check_call (prepare 0) or prepare_call (1) hook. The registry is constant, so
+   the masks are computed once; a race computes the same values twice. */
+static uint64_t kinds_hooked(int prepare) {
+  static _Atomic uint64_t masks[2]; /* bit 63: computed (kind ids are below KVC_KIND_SLOTS) */
+  uint64_t m = atomic_load_explicit(&masks[prepare], memory_order_relaxed);
+  if (m) return m;
+  m = 1ull << 63;
+  for (size_t k = 0; k < NUM_KINDS; k++)
+    if (prepare ? KINDS[k]->prepare_call != NULL : KINDS[k]->check_call != NULL) m |= 1ull << (KINDS[k]->id & 63);
+  atomic_store_explicit(&masks[prepare], m, memory_order_relaxed);
+  return m;
+}
+
+/* Runs the check_call (prepare 0) or prepare_call (1) hooks of the kinds in `named`, in registry order. */
+static kvc_error* run_call_hooks(uint64_t named, int prepare, const kvc_call* call, kvc_cache* c, uint32_t first,
+                                 uint32_t count, const kvc_tensor* keys, const kvc_update_options* o) {
+  for (size_t k = 0; named && k < NUM_KINDS; k++) {
     const kvc_kind* d = KINDS[k];
-    if (!(prepare ? d->prepare_call != NULL : d->check_call != NULL)) continue;
-    if (!computed) named = kinds_named(c, first, count), computed = 1;
-    if (!(named & (1ull << d->id))) continue;
+    if (!(named & (1ull << (d->id & 63)))) continue;
     kvc_error* e = prepare ? d->prepare_call(call, c, first, count) : d->check_call(call, c, first, count, keys, o);
     if (e) return e;
   }
   return NULL;
 }
 
+/* Both run twice per update: a per-layer update of a kind without hooks (most) returns after one mask test. */
 kvc_error* kvci_kinds_check_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count,
                                 const kvc_tensor* keys, const kvc_update_options* o) {
-  return run_call_hooks(0, call, c, first, count, keys, o);
+  uint64_t named = kinds_named(c, first, count) & kinds_hooked(0) & ~(1ull << 63);
+  return named ? run_call_hooks(named, 0, call, c, first, count, keys, o) : NULL;
 }
 
 kvc_error* kvci_kinds_prepare_call(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count) {
-  return run_call_hooks(1, call, c, first, count, NULL, NULL);
+  uint64_t named = kinds_named(c, first, count) & kinds_hooked(1) & ~(1ull << 63);
+  return named ? run_call_hooks(named, 1, call, c, first, count, NULL, NULL) : NULL;
 }
 
 uint64_t kvci_kinds_state_bytes(const kvc_cache* c) {

@@ -41,6 +41,7 @@ static int copy_out(const kvc_cache* c, const kvc_tensor* t, kvc_tensor* out, vo
 }
 
 void kvci_update_inputs_free(const kvc_cache* c, kvc_update_inputs* in) {
+  if (!in->owned && !in->copies && !in->dims) return; /* no input was copied (the common case) */
   for (uint32_t i = 0; in->owned && i < 2 * in->count; i++)
     if (in->owned[i]) c->backend->free(c->backend->ctx, &c->exec, in->owned[i]);
   free(in->owned);
@@ -51,7 +52,7 @@ void kvci_update_inputs_free(const kvc_cache* c, kvc_update_inputs* in) {
 
 /* Whether the tensor's shape or strides array lives in one of the cache's layers. */
 static int descriptor_owned(const kvc_cache* c, const kvc_tensor* t) {
-  return kvci_alias_index_in_layer(c, t->shape) || kvci_alias_index_in_layer(c, t->strides);
+  return kvci_alias_index_descriptor_in_layer(c, t->shape, t->strides);
 }
 
 kvc_error* kvci_update_inputs_unalias(kvc_cache* c, uint32_t count, const kvc_tensor* keys,

@@ -64,7 +64,7 @@ static int launch_batch_n(gpuStream_t stream, const kvc_gpu_copy* plans, int32_t
   p.count = count;
   p.blocks = blocks;
   memcpy(p.plans, plans, sizeof(kvc_gpu_copy) * (size_t)count);
-  gpu_batch_kernel<N, FILL><<<grid_for(blocks), KVC_GPU_BLOCK, 0, stream>>>(p);
+  KVC_GPU_LAUNCH(grid_for(blocks), KVC_GPU_BLOCK, stream, gpu_batch_kernel<N, FILL>)(p);
   return gpu_check_launch("gpu_batch_kernel launch");
 }
 
@@ -117,7 +117,7 @@ static int launch_move(gpuStream_t stream, const kvc_gpu_copy& plan, int64_t shi
   kvc_gpu_move_chunking(&plan, shift, &chunk_rows, &staged);
   int64_t planes = (int64_t)plan.n[0] * plan.n[1];
   unsigned grid = planes < (int64_t)KVC_GPU_MAX_GRID ? (unsigned)planes : KVC_GPU_MAX_GRID;
-  gpu_move_kernel<<<grid, KVC_GPU_BLOCK, 0, stream>>>(plan, shift, chunk_rows, staged);
+  KVC_GPU_LAUNCH(grid, KVC_GPU_BLOCK, stream, gpu_move_kernel)(plan, shift, chunk_rows, staged);
   return gpu_check_launch("gpu_move_kernel launch");
 }
 
@@ -275,7 +275,7 @@ static int launch_rows_n(gpuStream_t stream, const kvc_gpu_rows& rows, const int
     p.pairs[i][1] = (int32_t)src_rows[i];
   }
   dim3 grid(grid_for(kvc_gpu_plan_blocks(&rows.plan)), (unsigned)count);
-  gpu_rows_kernel<N><<<grid, KVC_GPU_BLOCK, 0, stream>>>(p);
+  KVC_GPU_LAUNCH(grid, KVC_GPU_BLOCK, stream, gpu_rows_kernel<N>)(p);
   return gpu_check_launch("gpu_rows_kernel launch");
 }
 
@@ -345,7 +345,7 @@ static int launch_rows_batch_inline_n(gpuStream_t stream, const kvc_gpu_rows_bat
   p.njobs = b.njobs;
   p.blocks = b.blocks;
   memcpy(p.area, b.area, b.bytes);
-  gpu_rows_batch_inline_kernel<BYTES><<<grid_for(b.blocks), KVC_GPU_BLOCK, 0, stream>>>(p);
+  KVC_GPU_LAUNCH(grid_for(b.blocks), KVC_GPU_BLOCK, stream, gpu_rows_batch_inline_kernel<BYTES>)(p);
   return gpu_check_launch("gpu_rows_batch_inline_kernel launch");
 }
 
@@ -371,8 +371,8 @@ static int launch_rows_batch_staged(void* ctx, const kvc_exec* exec, const kvc_g
   }
   int rc = gpu_check(gpuMemcpyAsync(dev, host, b.bytes, gpuMemcpyDefault, stream));
   if (!rc) {
-    gpu_rows_batch_kernel<<<grid_for(b.blocks), KVC_GPU_BLOCK, 0, stream>>>((const kvc_gpu_rows_job*)dev, b.njobs,
-                                                                          b.blocks);
+    KVC_GPU_LAUNCH(grid_for(b.blocks), KVC_GPU_BLOCK, stream, gpu_rows_batch_kernel)
+    ((const kvc_gpu_rows_job*)dev, b.njobs, b.blocks);
     rc = gpu_check_launch("gpu_rows_batch_kernel launch");
   }
   gpu_check(pools ? gpuFreeAsync(dev, stream) : gpuFree(dev));

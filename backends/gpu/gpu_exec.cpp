@@ -21,6 +21,12 @@
  * whose pinned footprint shrank by that much). Each buffer starts with a
  * small header holding its capacity and its event.
  *
+ * While the compute stream is captured into a graph nothing is queried,
+ * waited for or unpinned (each would invalidate the capture): a buffer
+ * given back then belongs to the graph, whose replays may read it, and is
+ * released only by exec_close; a new buffer is pinned in relaxed capture
+ * mode; prefetches stay on the compute stream.
+ *
  * The stream-ordered allocator's pool keeps up to KVC_GPU_POOL_KEEP_BYTES of
  * freed device memory instead of returning it to the driver at every
  * synchronisation (its release threshold is 0 by default, which makes each
@@ -175,13 +181,29 @@ int kvc_gpu_exec_set_stream(void* ctx, kvc_exec* exec, void* stream) {
   return 0;
 }
 
-/* A pinned, mapped buffer for `bytes`: a parked one of its class whose event has passed, else a new one. */
+/* 1 while the place's compute stream is being captured into a graph: no event query, synchronisation or unpinning
+   then (each would invalidate the capture). */
+static int capturing(const kvc_exec* exec) { return gpuStreamCapturing(gpu_stream_of(exec)); }
+
+/* Pins a new mapped buffer; during a capture in relaxed capture mode, where the runtime allows the allocation. */
+static gpuError_t pin_new(void** base, size_t bytes, int in_capture) {
+  gpuStreamCaptureMode mode = gpuStreamCaptureModeRelaxed;
+  if (in_capture) (void)gpuThreadExchangeStreamCaptureMode(&mode);
+  const gpuError_t e = gpuHostAllocMapped(base, bytes);
+  if (in_capture) (void)gpuThreadExchangeStreamCaptureMode(&mode);
+  return e;
+}
+
+/*
+ * A pinned, mapped buffer for `bytes`: a parked one of its class whose event has passed, else a new one. During a
+ * capture no event is queried and nothing is unpinned: a new buffer, pinned in relaxed capture mode.
+ */
 static void* host_block(const kvc_exec* exec, size_t bytes) {
   const size_t cap = kvc_gpu_host_class(bytes);
   if (bytes == 0 || cap == 0 || cap > SIZE_MAX - KVC_GPU_HOST_HEADER) return NULL;
   gpu_state* st = gpu_state_of(exec);
-  /* No event is queried while the stream is captured into a graph (the capture may forbid it): a new buffer. */
-  if (st && !gpuStreamCapturing(gpu_stream_of(exec))) {
+  const int in_capture = capturing(exec);
+  if (st && !in_capture) {
     for (size_t i = 0; i < st->nfreed; i++) {
       gpu_host_block* b = &st->freed[i];
       if (b->bytes == cap && block_passed(b)) {
@@ -192,11 +214,11 @@ static void* host_block(const kvc_exec* exec, size_t bytes) {
     }
   }
   void* base = NULL;
-  gpuError_t e = gpuHostAllocMapped(&base, cap + KVC_GPU_HOST_HEADER);
+  gpuError_t e = pin_new(&base, cap + KVC_GPU_HOST_HEADER, in_capture);
   if (e != gpuSuccess) {
     (void)gpuGetLastError();
     /* Pinned memory ran out: what this cache keeps idle goes back first, then one more try. */
-    if (st && release_idle(st, 0)) e = gpuHostAllocMapped(&base, cap + KVC_GPU_HOST_HEADER);
+    if (st && !in_capture && release_idle(st, 0)) e = pin_new(&base, cap + KVC_GPU_HOST_HEADER, 0);
     if (gpu_check(e)) return NULL;
   }
   const host_header h = {cap, NULL};
@@ -236,7 +258,7 @@ static int park(void* ctx, const kvc_exec* exec, gpu_state* st, void* base, host
     st->cap_freed = cap;
   }
   gpuStream_t stream = gpu_stream_of(exec);
-  if (gpuStreamCapturing(stream)) {
+  if (capturing(exec)) {
     b.captured = 1; /* a replay of the graph may read it at any later time */
   } else {
     /* A prefetch may still read it on the side stream: the compute stream waits for the side stream first (as
@@ -261,7 +283,7 @@ void kvc_gpu_host_free(void* ctx, const kvc_exec* exec, void* ptr) {
   gpu_state* st = gpu_state_of(exec);
   if (st && scope.ok) {
     if (!park(ctx, exec, st, base, &h)) {
-      if (st->freed_bytes > KVC_GPU_HOST_KEEP_BYTES) release_idle(st, KVC_GPU_HOST_KEEP_BYTES);
+      if (st->freed_bytes > KVC_GPU_HOST_KEEP_BYTES && !capturing(exec)) release_idle(st, KVC_GPU_HOST_KEEP_BYTES);
       return;
     }
     /* Out of memory for the bookkeeping, or the event failed: wait for both streams instead, then release. */
@@ -321,7 +343,10 @@ int kvc_gpu_copy_tier_4d(void* ctx, const kvc_exec* exec, int to_host, void* dst
   gpu_device_scope scope(exec->device_id);
   if (!scope.ok) return -1;
   gpuStream_t on = gpu_stream_of(exec);
-  if (!to_host) { /* a prefetch: beside the compute stream, after what was issued on it */
+  /* A prefetch: beside the compute stream, after what was issued on it. Not while the compute stream is captured
+     into a graph: the side stream would join the capture, and the capture could not end before the next update's
+     tier_wait joined it back; in a graph the copy is one more node on the compute stream. */
+  if (!to_host && !capturing(exec)) {
     if (gpu_check(gpuEventRecord(st->to_side, on)) || gpu_check(gpuStreamWaitEvent(st->side, st->to_side))) return -1;
     on = st->side;
     st->side_busy = 1;

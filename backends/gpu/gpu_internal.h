@@ -2,7 +2,7 @@
  * backends/gpu/gpu_internal.h: what the files of the GPU backend share: the
  * per-cache state behind kvc_exec.state, the current-device scope every
  * entry runs in, and the kernel launches gpu_exec.cpp borrows from
- * gpu_backend.cpp. Compiled as CUDA or HIP only.
+ * gpu_backend.cpp. Compiled as CUDA or HIP (or against the fake runtime).
  */
 #ifndef KVC_GPU_INTERNAL_H
 #define KVC_GPU_INTERNAL_H
@@ -60,6 +60,13 @@ const char* kvc_gpu_last_error(void* ctx);
  * Makes `device` current for the scope of an entry and restores the
  * caller's device after, so that a cache on device 1 works from a thread
  * whose current device is 0. ok is false when the device cannot be set.
+ *
+ * The caller's device is restored only when its primary context exists:
+ * making a device current creates its context (hundreds of MiB on the
+ * card), and a thread that never used device 0 still reads 0 as current, so
+ * a process that only uses GPU k would otherwise get a context on GPU 0
+ * from every entry. Then `device` stays current, as PyTorch's device guard
+ * leaves it (docs/gpus.md, 'Current device').
  */
 struct gpu_device_scope {
   int prev;
@@ -73,12 +80,14 @@ struct gpu_device_scope {
       return;
     }
     if (prev != device) {
+      /* Asked before the switch; -1 (cannot tell) restores, as before. */
+      const bool restore = gpuPrimaryContextActive(prev) != 0;
       if ((e = gpuSetDevice(device)) != gpuSuccess) {
         (void)gpuGetLastError();
         kvc_gpu_note_error(e);
         return;
       }
-      switched = true;
+      switched = restore;
     }
     ok = true;
   }

@@ -24,7 +24,7 @@ static int launch_phase(gpuStream_t stream, const P& p, int32_t phase, int64_t t
   if (threads <= 0) return 0;
   const int64_t blocks = (threads + KVC_GPU_BLOCK - 1) / KVC_GPU_BLOCK;
   const unsigned grid = blocks < (int64_t)KVC_GQ_MAX_GRID ? (unsigned)blocks : KVC_GQ_MAX_GRID;
-  gpu_quant_kernel<P><<<grid, KVC_GPU_BLOCK, 0, stream>>>(p, phase, threads);
+  KVC_GPU_LAUNCH(grid, KVC_GPU_BLOCK, stream, gpu_quant_kernel<P>)(p, phase, threads);
   return gpu_check_launch("gpu_quant_kernel launch");
 }
 
@@ -87,6 +87,11 @@ int kvc_gpu_fp8_calibrate(void* ctx, const kvc_exec* exec, const void* src, cons
   gpu_device_scope scope(exec->device_id);
   if (!scope.ok) return -1;
   gpuStream_t stream = gpu_stream_of(exec);
+  if (gpuStreamCapturing(stream)) { /* the scale is read on the host: a wait a graph capture cannot hold */
+    kvc_gpu_note_text("fp8_calibrate waits for the stream to read its scale, which a stream being captured into a "
+                      "graph cannot do: calibrate (the layer's first update) before the capture");
+    return -1;
+  }
   const gpu_state* state = gpu_state_of(exec);
   void* mem = work_alloc(state, stream, kvc_gpu_fp8_bytes(&plan));
   if (!mem) return -1;

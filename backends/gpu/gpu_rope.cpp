@@ -87,7 +87,7 @@ static int rerotate_inline(gpuStream_t stream, const kvc_gpu_rope& r, const floa
   memcpy(p.table, rcos, values * sizeof(float));
   memcpy(p.table + values, rsin, values * sizeof(float));
   const uint32_t grid = kvc_gpu_rope_grid(kvc_gpu_rope_items(&r));
-#define KVC_LAUNCH(DT) gpu_rerotate_inline_kernel<DT, N><<<grid, KVC_GPU_BLOCK, 0, stream>>>(p)
+#define KVC_LAUNCH(DT) KVC_GPU_LAUNCH(grid, KVC_GPU_BLOCK, stream, gpu_rerotate_inline_kernel<DT, N>)(p)
   KVC_GPU_ROPE_DISPATCH(r.dtype, KVC_LAUNCH);
 #undef KVC_LAUNCH
   return gpu_check_launch("gpu_rerotate_inline_kernel launch");
@@ -138,7 +138,7 @@ static int rerotate_uploaded(void* ctx, const kvc_exec* exec, const kvc_gpu_rope
     const uint32_t grid = kvc_gpu_rope_grid(kvc_gpu_rope_items(&r));
     const float* c = table;
     const float* s = table + values;
-#define KVC_LAUNCH(DT) gpu_rerotate_kernel<DT><<<grid, KVC_GPU_BLOCK, 0, stream>>>(r, c, s)
+#define KVC_LAUNCH(DT) KVC_GPU_LAUNCH(grid, KVC_GPU_BLOCK, stream, gpu_rerotate_kernel<DT>)(r, c, s)
     KVC_GPU_ROPE_DISPATCH(r.dtype, KVC_LAUNCH);
 #undef KVC_LAUNCH
     rc = gpu_check_launch("gpu_rerotate_kernel launch");
@@ -182,7 +182,7 @@ int kvc_gpu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const void*
   uint32_t* out = (uint32_t*)scratch_alloc(exec, bytes);
   if (!out) return -1;
   const uint32_t grid = kvc_gpu_rope_grid(items);
-#define KVC_LAUNCH(DT) gpu_read_f32_kernel<DT><<<grid, KVC_GPU_BLOCK, 0, stream>>>(p, out)
+#define KVC_LAUNCH(DT) KVC_GPU_LAUNCH(grid, KVC_GPU_BLOCK, stream, gpu_read_f32_kernel<DT>)(p, out)
   KVC_GPU_ROPE_DISPATCH(dtype, KVC_LAUNCH);
 #undef KVC_LAUNCH
   int rc = gpu_check_launch("gpu_read_f32_kernel launch") || gpu_check(gpuMemcpyAsync(dst, out, bytes, gpuMemcpyDefault, stream));

@@ -3,6 +3,10 @@
  * CUDA (nvcc) or HIP (hipcc), so that one source builds both plugins.
  *
  * The vendor is the compiler's: hipcc defines __HIPCC__, nvcc __CUDACC__.
+ * A third build, KVC_GPU_FAKE_RUNTIME, compiles the CUDA names with the host
+ * C++ compiler against tests/gpu/fake_runtime (host memory for device
+ * memory, kernels run as simulated grids), so that the plugin's host code
+ * runs in CTest under ASan/UBSan without a GPU.
  * Only what backends/gpu needs is mapped; a name missing here is a name the
  * backend does not use.
  *
@@ -91,6 +95,9 @@ typedef hipMemPool_t gpuMemPool_t;
 #define gpuMemPoolGetAttribute(...) KVC_GPU_NAMED(hipMemPoolGetAttribute, __VA_ARGS__)
 #define gpuMemPoolSetAttribute(...) KVC_GPU_NAMED(hipMemPoolSetAttribute, __VA_ARGS__)
 #define gpuMemPoolTrimTo(...) KVC_GPU_NAMED(hipMemPoolTrimTo, __VA_ARGS__)
+typedef hipStreamCaptureMode gpuStreamCaptureMode;
+#define gpuStreamCaptureModeRelaxed hipStreamCaptureModeRelaxed
+#define gpuThreadExchangeStreamCaptureMode(...) KVC_GPU_NAMED(hipThreadExchangeStreamCaptureMode, __VA_ARGS__)
 /* Pinned, mapped into every device's address space (same pointer on the device: unified addressing). */
 static inline gpuError_t gpuHostAllocMapped(void** p, size_t bytes) {
   return KVC_GPU_NAMED(hipHostMalloc, p, bytes, hipHostMallocMapped | hipHostMallocPortable);
@@ -110,9 +117,27 @@ static inline int gpuStreamCapturing(gpuStream_t s) {
   }
   return st != hipStreamCaptureStatusNone;
 }
+/* 1 when `device`'s primary context is active, 0 when not, -1 when the runtime cannot tell (see the CUDA one). */
+static inline int gpuPrimaryContextActive(int device) {
+  unsigned int flags = 0;
+  int active = 0;
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wdeprecated-declarations"
+  hipError_t e = hipDevicePrimaryCtxGetState(device, &flags, &active);
+#pragma clang diagnostic pop
+  if (e != hipSuccess) {
+    (void)hipGetLastError();
+    return -1;
+  }
+  return active != 0;
+}
 
-#elif defined(__CUDACC__)
+#elif defined(__CUDACC__) || defined(KVC_GPU_FAKE_RUNTIME)
+#if defined(__CUDACC__)
 #include <cuda_runtime.h>
+#else
+#include "fake_cuda_runtime.h" /* tests/gpu/fake_runtime: the CUDA names on the host */
+#endif
 
 #define KVC_GPU_VENDOR "cuda"
 typedef cudaError_t gpuError_t;
@@ -162,6 +187,9 @@ typedef cudaMemPool_t gpuMemPool_t;
 #define gpuMemPoolGetAttribute(...) KVC_GPU_NAMED(cudaMemPoolGetAttribute, __VA_ARGS__)
 #define gpuMemPoolSetAttribute(...) KVC_GPU_NAMED(cudaMemPoolSetAttribute, __VA_ARGS__)
 #define gpuMemPoolTrimTo(...) KVC_GPU_NAMED(cudaMemPoolTrimTo, __VA_ARGS__)
+typedef cudaStreamCaptureMode gpuStreamCaptureMode;
+#define gpuStreamCaptureModeRelaxed cudaStreamCaptureModeRelaxed
+#define gpuThreadExchangeStreamCaptureMode(...) KVC_GPU_NAMED(cudaThreadExchangeStreamCaptureMode, __VA_ARGS__)
 static inline gpuError_t gpuHostAllocMapped(void** p, size_t bytes) {
   return KVC_GPU_NAMED(cudaHostAlloc, p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
 }
@@ -179,9 +207,44 @@ static inline int gpuStreamCapturing(gpuStream_t s) {
   }
   return st != cudaStreamCaptureStatusNone;
 }
+/*
+ * 1 when `device`'s primary context exists (is active), 0 when not, -1 when the runtime cannot tell. Asked of the
+ * driver (cuDevicePrimaryCtxGetState, found through the runtime: the plugin does not link libcuda), since no
+ * runtime call tells it without creating the context.
+ */
+static inline int gpuPrimaryContextActive(int device) {
+  typedef int (*primary_state_fn)(int dev, unsigned int* flags, int* active);
+  static primary_state_fn fn = NULL;
+  static int looked = 0;
+  if (!looked) {
+    void* p = NULL;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &p, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      p = NULL;
+    (void)cudaGetLastError();
+    fn = (primary_state_fn)p;
+    looked = 1; /* a race here looks the same pointer up twice */
+  }
+  unsigned int flags = 0;
+  int active = 0;
+  if (!fn || fn(device, &flags, &active) != 0) return -1;
+  return active != 0;
+}
 
 #else
-#error "backends/gpu is compiled by nvcc (CUDA) or hipcc (HIP)"
+#error "backends/gpu is compiled by nvcc (CUDA), hipcc (HIP), or against the fake runtime (KVC_GPU_FAKE_RUNTIME)"
+#endif
+
+/*
+ * Every kernel launch: KVC_GPU_LAUNCH(grid, block, stream, kernel)(args...), the kernel last so that a template's
+ * commas need no parentheses. The fake runtime runs the kernel on the host as a simulated grid instead.
+ */
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define KVC_GPU_LAUNCH(grid, block, stream, ...) __VA_ARGS__<<<(grid), (block), 0, (stream)>>>
+#else
+#define KVC_GPU_LAUNCH(grid, block, stream, ...) kvc_fake_launcher((grid), (block), (stream), __VA_ARGS__)
 #endif
 
 /*

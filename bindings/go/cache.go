@@ -241,8 +241,9 @@ func NewFromTensors(opts *CacheOptions, keys, values []Input) (*Cache, error) {
 
 // Clone returns a deep copy of the cache (same layers, contents, counters
 // and flags), for prefix reuse: prefill once, clone per request.
-func (c *Cache) Clone() (*Cache, error) {
+func (c *Cache) Clone() (_ *Cache, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.Clone")
 	p, err := c.get()
 	if err != nil {
 		return nil, err
@@ -258,8 +259,9 @@ func (c *Cache) Clone() (*Cache, error) {
 // EarlyInitialization allocates every layer not yet initialized now instead
 // of at its first update (transformers' early_initialization): static
 // layers get their zeroed buffers, dynamic layers an empty store.
-func (c *Cache) EarlyInitialization(opts InitOptions) error {
+func (c *Cache) EarlyInitialization(opts InitOptions) (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.EarlyInitialization")
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -270,8 +272,10 @@ func (c *Cache) EarlyInitialization(opts InitOptions) error {
 }
 
 // NumLayers returns the number of layers (for a lazy cache, the layers
-// touched so far); 0 for a closed cache (LayerCount reports that as
-// ErrClosed).
+// touched so far); 0 for a closed cache.
+//
+// Deprecated: use LayerCount, which reports a closed cache as ErrClosed.
+// NumLayers stays for source compatibility.
 func (c *Cache) NumLayers() int {
 	n, _ := c.LayerCount()
 	return n
@@ -279,8 +283,9 @@ func (c *Cache) NumLayers() int {
 
 // LayerCount returns the number of layers (for a lazy cache, the layers
 // touched so far), or ErrClosed. Since 0.7.
-func (c *Cache) LayerCount() (int, error) {
+func (c *Cache) LayerCount() (_ int, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.LayerCount")
 	p, err := c.get()
 	if err != nil {
 		return 0, err
@@ -291,8 +296,9 @@ func (c *Cache) LayerCount() (int, error) {
 }
 
 // LayerInfo returns what a layer is and holds.
-func (c *Cache) LayerInfo(layer int) (LayerInfo, error) {
+func (c *Cache) LayerInfo(layer int) (_ LayerInfo, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.LayerInfo")
 	l, err := layerIndex("LayerInfo", layer)
 	if err != nil {
 		return LayerInfo{}, err
@@ -311,8 +317,9 @@ func (c *Cache) LayerInfo(layer int) (LayerInfo, error) {
 // cache.layers[i].keys/values): dynamic layers all stored tokens, dynamic
 // sliding the kept tail, static layers the whole buffer including unwritten
 // (zero) slots. The views are valid until the cache's next mutating call.
-func (c *Cache) LayerView(layer int) (KV, error) {
+func (c *Cache) LayerView(layer int) (_ KV, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.LayerView")
 	l, err := layerIndex("LayerView", layer)
 	if err != nil {
 		return KV{}, err
@@ -333,8 +340,9 @@ func (c *Cache) LayerView(layer int) (KV, error) {
 // SeqLength returns get_seq_length(layer): tokens seen (static and sliding
 // layers: all tokens written; dynamic layers: tokens stored); 0 for a layer
 // beyond the layers or not initialized.
-func (c *Cache) SeqLength(layer int) (int64, error) {
+func (c *Cache) SeqLength(layer int) (_ int64, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.SeqLength")
 	l, err := layerIndex("SeqLength", layer)
 	if err != nil {
 		return 0, err
@@ -352,8 +360,9 @@ func (c *Cache) SeqLength(layer int) (int64, error) {
 // window for dynamic sliding, max_cache_len for static and min(window,
 // max_cache_len) for static sliding layers; with AllLayers, the maximum over
 // all layers.
-func (c *Cache) MaxLength(layer int) (int64, error) {
+func (c *Cache) MaxLength(layer int) (_ int64, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.MaxLength")
 	l, err := signedLayer("MaxLength", layer)
 	if err != nil {
 		return 0, err
@@ -369,8 +378,9 @@ func (c *Cache) MaxLength(layer int) (int64, error) {
 
 // UsableLength returns get_usable_length(newSeqLength, layer): the stored
 // length old models use as kv_seq_len.
-func (c *Cache) UsableLength(newSeqLength int64, layer int) (int64, error) {
+func (c *Cache) UsableLength(newSeqLength int64, layer int) (_ int64, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.UsableLength")
 	l, err := layerIndex("UsableLength", layer)
 	if err != nil {
 		return 0, err
@@ -389,6 +399,7 @@ func (c *Cache) UsableLength(newSeqLength int64, layer int) (int64, error) {
 // will return, so that the attention mask can be built before the update.
 func (c *Cache) MaskSizes(queryLength int64, layer int) (kvLength, kvOffset int64, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.MaskSizes")
 	l, err := layerIndex("MaskSizes", layer)
 	if err != nil {
 		return 0, 0, err
@@ -404,8 +415,9 @@ func (c *Cache) MaskSizes(queryLength int64, layer int) (kvLength, kvOffset int6
 
 // BatchSize returns the batch size of the initialized static layers
 // (transformers' Cache.batch_size), -1 if there are none.
-func (c *Cache) BatchSize() (int64, error) {
+func (c *Cache) BatchSize() (_ int64, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.BatchSize")
 	p, err := c.get()
 	if err != nil {
 		return 0, err
@@ -418,8 +430,9 @@ func (c *Cache) BatchSize() (int64, error) {
 // QueryOffset returns transformers' get_query_offset(layer) (5.14): where the
 // next forward's queries start, the sequence length plus what the cache's
 // QueryOffsetRule adds.
-func (c *Cache) QueryOffset(layer uint32) (int64, error) {
+func (c *Cache) QueryOffset(layer uint32) (_ int64, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.QueryOffset")
 	p, err := c.get()
 	if err != nil {
 		return 0, err
@@ -431,8 +444,9 @@ func (c *Cache) QueryOffset(layer uint32) (int64, error) {
 
 // IsCroppable reports transformers' is_croppable (5.17) of one layer, or of
 // every layer with AllLayers: whether Crop can put it back as it was.
-func (c *Cache) IsCroppable(layer int32) (bool, error) {
+func (c *Cache) IsCroppable(layer int32) (_ bool, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.IsCroppable")
 	p, err := c.get()
 	if err != nil {
 		return false, err
@@ -444,8 +458,9 @@ func (c *Cache) IsCroppable(layer int32) (bool, error) {
 
 // SetPreviousAcceptedTokens is DFlashCache.set_previous_accepted_tokens: only
 // on a cache created with QueryOffsetDFlash.
-func (c *Cache) SetPreviousAcceptedTokens(tokens int64) error {
+func (c *Cache) SetPreviousAcceptedTokens(tokens int64) (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.SetPreviousAcceptedTokens")
 	p, err := c.get()
 	if err != nil {
 		return err
@@ -456,8 +471,9 @@ func (c *Cache) SetPreviousAcceptedTokens(tokens int64) error {
 }
 
 // Memory returns the memory the cache holds.
-func (c *Cache) Memory() (MemoryInfo, error) {
+func (c *Cache) Memory() (_ MemoryInfo, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.Memory")
 	p, err := c.get()
 	if err != nil {
 		return MemoryInfo{}, err
@@ -507,8 +523,9 @@ func (o *UpdateOptions) prepare(fn string, u *uopts) (cp *int64, cos, sin unsafe
 // The returned views are zero-copy windows onto the cache's storage, valid
 // until its next mutating call. In steady decoding nothing is allocated,
 // in the library or in this package.
-func (c *Cache) Update(layer int, key, value Input, opts *UpdateOptions) (KV, error) {
+func (c *Cache) Update(layer int, key, value Input, opts *UpdateOptions) (_ KV, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.Update")
 	if opts == nil && uint64(layer) <= math.MaxUint32 {
 		// The common call, with less to describe: compact tensors.
 		var d cpair
@@ -597,8 +614,9 @@ func (c *Cache) update(layer int, key, value Input, opts *UpdateOptions) (KV, er
 // UpdateAll pins the inputs' Go memory for the duration of the call, which
 // costs about as much as a small copy per tensor; a decode loop that reuses
 // its input buffers calls PrepareStep once and Step.Update per step.
-func (c *Cache) UpdateAll(keys, values []Input, opts *UpdateOptions, out []KV) error {
+func (c *Cache) UpdateAll(keys, values []Input, opts *UpdateOptions, out []KV) (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.UpdateAll")
 	const fn = "UpdateAll"
 	if out != nil && len(out) != len(keys) {
 		return newError(CodeInvalidArgument, fmt.Sprintf("%s: out has %d entries for %d layers", fn, len(out), len(keys)))
@@ -607,7 +625,7 @@ func (c *Cache) UpdateAll(keys, values []Input, opts *UpdateOptions, out []KV) e
 		return err
 	}
 	var arr tensorArrays
-	err := arr.init(fn, keys, values, out != nil, c)
+	err = arr.init(fn, keys, values, out != nil, c)
 	if err != nil {
 		return err
 	}
@@ -646,8 +664,9 @@ func (c *Cache) UpdateAll(keys, values []Input, opts *UpdateOptions, out []KV) e
 // no-op except on recording sliding layers. A sliding layer that has seen
 // its window can only be cropped after ActivatePastRecording, with tokens
 // <= 0. Static layers refuse (ErrUnsupported).
-func (c *Cache) Crop(tokens int64) error {
+func (c *Cache) Crop(tokens int64) (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.Crop")
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -660,8 +679,9 @@ func (c *Cache) Crop(tokens int64) error {
 // ActivatePastRecording makes sliding layers keep every token they receive
 // from now on, so that assisted decoding can roll back rejected tokens with
 // a negative Crop (activate_past_recording).
-func (c *Cache) ActivatePastRecording() error {
+func (c *Cache) ActivatePastRecording() (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.ActivatePastRecording")
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -681,8 +701,9 @@ func int64sPtr(s []int64) *int64 {
 // Reorder is reorder_cache(beamIdx) for beam search: row b of every
 // non-empty layer becomes former row beamIdx[b]. When len(beamIdx) is the
 // batch size only the rows that change are copied.
-func (c *Cache) Reorder(beamIdx []int64) error {
+func (c *Cache) Reorder(beamIdx []int64) (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.Reorder")
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -696,8 +717,9 @@ func (c *Cache) Reorder(beamIdx []int64) error {
 // BatchRepeatInterleave is batch_repeat_interleave(repeats): row i becomes
 // rows i*repeats .. i*repeats+repeats-1 (contrastive search). Dynamic kinds
 // only.
-func (c *Cache) BatchRepeatInterleave(repeats int64) error {
+func (c *Cache) BatchRepeatInterleave(repeats int64) (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.BatchRepeatInterleave")
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -709,8 +731,9 @@ func (c *Cache) BatchRepeatInterleave(repeats int64) error {
 
 // BatchSelectIndices is batch_select_indices(indices): keeps those rows, in
 // that order. Dynamic kinds only.
-func (c *Cache) BatchSelectIndices(indices []int64) error {
+func (c *Cache) BatchSelectIndices(indices []int64) (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.BatchSelectIndices")
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -738,8 +761,9 @@ func splitCapacity(full, split int64) int {
 // batch rows [i, i+splitSize) for i = 0, splitSize, ... < fullBatchSize,
 // with the same layers, counters and flags. fullBatchSize must be the
 // cache's batch size. The cache itself is unchanged.
-func (c *Cache) BatchSplit(fullBatchSize, splitSize int64) ([]*Cache, error) {
+func (c *Cache) BatchSplit(fullBatchSize, splitSize int64) (_ []*Cache, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.BatchSplit")
 	p, err := c.get()
 	if err != nil {
 		return nil, err
@@ -788,8 +812,9 @@ func FromBatchSplits(splits []*Cache) (*Cache, error) {
 // call order, without waiting for it. Work issued before, on the old stream,
 // is ordered before anything issued afterwards. The stream must outlive its
 // use by the cache. A CPU cache accepts only 0.
-func (c *Cache) SetStream(stream uintptr) error {
+func (c *Cache) SetStream(stream uintptr) (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.SetStream")
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -801,8 +826,9 @@ func (c *Cache) SetStream(stream uintptr) error {
 
 // Stream is the handle of the stream the cache is bound to (0: the default
 // stream, or a CPU cache).
-func (c *Cache) Stream() (uintptr, error) {
+func (c *Cache) Stream() (_ uintptr, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.Stream")
 	p, err := c.get()
 	if err != nil {
 		return 0, err
@@ -815,8 +841,9 @@ func (c *Cache) Stream() (uintptr, error) {
 // Reserve reserves room for tokens tokens in every dynamic full-attention
 // layer, like a slice's capacity: updates up to that length then neither
 // allocate nor copy history.
-func (c *Cache) Reserve(tokens int64) error {
+func (c *Cache) Reserve(tokens int64) (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.Reserve")
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -829,8 +856,9 @@ func (c *Cache) Reserve(tokens int64) error {
 // Reset empties every layer: static buffers are zeroed and their counters
 // set to 0; dynamic layers drop their tokens and keep their storage. It is
 // also the one call a cache poisoned by a GPU failure accepts.
-func (c *Cache) Reset() error {
+func (c *Cache) Reset() (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.Reset")
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -843,8 +871,9 @@ func (c *Cache) Reset() error {
 // Offload moves a layer's K/V to the host tier (kvc_cache_offload). A
 // cache created with offloading does this by itself in Update; this is for
 // callers that drive it themselves.
-func (c *Cache) Offload(layer int) error {
+func (c *Cache) Offload(layer int) (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.Offload")
 	l, err := layerIndex("Offload", layer)
 	if err != nil {
 		return err
@@ -860,8 +889,9 @@ func (c *Cache) Offload(layer int) error {
 
 // Prefetch moves a layer's K/V back to the device tier
 // (kvc_cache_prefetch).
-func (c *Cache) Prefetch(layer int) error {
+func (c *Cache) Prefetch(layer int) (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.Prefetch")
 	l, err := layerIndex("Prefetch", layer)
 	if err != nil {
 		return err
@@ -892,8 +922,9 @@ type convOpts struct {
 // columns. With CachePosition (legacy MambaCache) the state is rolled left
 // by one, x's columns are written at the clamped positions, and the state is
 // returned. The view is valid until the cache's next mutating call.
-func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (View, error) {
+func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (_ View, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.UpdateConvState")
 	const fn = "UpdateConvState"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -937,8 +968,9 @@ func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (Vi
 // UpdateRecurrentState is update_recurrent_state(state, layer, stateIndex)
 // (MambaCache's update_ssm_state): copies state (batch first, 1 to 6
 // dimensions) into the layer's recurrent state and returns a view of it.
-func (c *Cache) UpdateRecurrentState(layer, stateIndex int, state Input) (View, error) {
+func (c *Cache) UpdateRecurrentState(layer, stateIndex int, state Input) (_ View, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.UpdateRecurrentState")
 	const fn = "UpdateRecurrentState"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -989,6 +1021,7 @@ func stateIdx(fn string, i int) (uint32, error) {
 // allocated is a View with NDim 0.
 func (c *Cache) StateView(layer, stateIndex int) (conv, recurrent View, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.StateView")
 	const fn = "StateView"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -1018,8 +1051,9 @@ func (c *Cache) StateView(layer, stateIndex int) (conv, recurrent View, err erro
 // counter and returns the whole [batch, max_cache_len, index_head_dim]
 // buffer. The view is valid until the next mutating call; errors leave the
 // cache unchanged.
-func (c *Cache) UpdateIndexer(layer int, x Input) (View, error) {
+func (c *Cache) UpdateIndexer(layer int, x Input) (_ View, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.UpdateIndexer")
 	const fn = "UpdateIndexer"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -1033,8 +1067,9 @@ func (c *Cache) UpdateIndexer(layer int, x Input) (View, error) {
 // IndexerView is layers[layer].indexer_keys of an indexed layer, as
 // UpdateIndexer returns it; an empty View (no data, no dimensions) before
 // its first UpdateIndexer, as transformers' None.
-func (c *Cache) IndexerView(layer int) (View, error) {
+func (c *Cache) IndexerView(layer int) (_ View, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.IndexerView")
 	const fn = "IndexerView"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -1056,8 +1091,9 @@ func (c *Cache) IndexerView(layer int) (View, error) {
 // HasPreviousState is has_previous_state(layer, stateIndex): whether the
 // state(s) have had their first conv update. layer AllLayers means the last
 // linear layer; stateIndex -1 means all states of the layer.
-func (c *Cache) HasPreviousState(layer, stateIndex int) (bool, error) {
+func (c *Cache) HasPreviousState(layer, stateIndex int) (_ bool, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.HasPreviousState")
 	const fn = "HasPreviousState"
 	l, err := signedLayer(fn, layer)
 	if err != nil {

@@ -10,7 +10,6 @@ package kvcache
 // with the Go memory they point to pinned.
 
 /*
-#cgo pkg-config: kvcache
 #cgo noescape kvcgo_update
 #cgo nocallback kvcgo_update
 #cgo noescape kvcgo_update_compact

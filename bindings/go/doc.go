@@ -39,10 +39,15 @@
 //
 // # Errors
 //
-// Every failing call returns an *Error with the library's stable Code and
-// its message (which names the argument, the value and the rule); a failed
-// call has changed nothing. Compare codes with errors.Is and the sentinels
-// (ErrOutOfRange, ErrShapeMismatch, ...), or read Code with errors.As.
+// Every failing call returns an *Error with the library's stable Code, the
+// Go method that failed in Op ("Sequence.Reserve", not the C function) and
+// the library's message (which names the argument, the value and the
+// rule); a failed call has changed nothing. Compare codes with errors.Is
+// and the sentinels (ErrOutOfRange, ErrShapeMismatch, ...), or read Code
+// with errors.As. Every method of a closed (or nil) handle returns an
+// error that matches ErrClosed; the counts without an error (Len,
+// Committed, NumLayers) are deprecated for Length, CommittedLength and
+// LayerCount.
 //
 // # Lifetime and goroutines
 //
@@ -55,6 +60,12 @@
 // overlapping call with ErrBusy; the package never lets one happen).
 // Distinct handles are independent and run in parallel. Views are not
 // synchronised: read them where no other goroutine mutates their cache.
+//
+// A Sequence dropped without Close holds its pool's blocks until the
+// collector finds it. Pool.OpenSequences counts the sequences not closed
+// yet; a Sequence.Reserve short of blocks collects the dropped ones and
+// retries once before it fails, and its error counts the open sequences.
+// examples/serving is a continuous-batching HTTP server over one Pool.
 //
 // # The hot path
 //
@@ -80,6 +91,9 @@
 //
 //	cmake --install build --prefix /usr/local      # or: make install PREFIX=...
 //	go get github.com/kvcache/kvcache/bindings/go
+//
+// With the kvcache_static build tag the package links the static library
+// (pkg-config's kvcache-static) and programs need only libc and libm.
 //
 // Against a build tree of the repository instead, source
 // bindings/go/scripts/env.sh BUILD_DIR: it installs that build into

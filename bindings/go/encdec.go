@@ -158,8 +158,9 @@ func (e *EncoderDecoderCache) mut() (unsafe.Pointer, error) {
 
 // IsUpdated reports whether cross-attention layer layer has been computed;
 // false for indices beyond the layers.
-func (e *EncoderDecoderCache) IsUpdated(layer int) (bool, error) {
+func (e *EncoderDecoderCache) IsUpdated(layer int) (_ bool, err error) {
 	defer e.lock().Unlock()
+	defer named(&err, "EncoderDecoderCache.IsUpdated")
 	l, err := layerIndex("IsUpdated", layer)
 	if err != nil {
 		return false, err
@@ -177,8 +178,9 @@ func (e *EncoderDecoderCache) IsUpdated(layer int) (bool, error) {
 // layer is not yet updated, store key and value in the cross-attention cache
 // and mark it updated; either way return the cross-attention K/V views.
 // Once the layer is updated, key and value may be nil (they are ignored).
-func (e *EncoderDecoderCache) UpdateCross(layer int, key, value Input) (KV, error) {
+func (e *EncoderDecoderCache) UpdateCross(layer int, key, value Input) (_ KV, err error) {
 	defer e.lock().Unlock()
+	defer named(&err, "EncoderDecoderCache.UpdateCross")
 	const fn = "UpdateCross"
 	l, err := layerIndex(fn, layer)
 	if err != nil {
@@ -209,8 +211,9 @@ func (e *EncoderDecoderCache) UpdateCross(layer int, key, value Input) (KV, erro
 }
 
 // Crop crops the self-attention cache only (cross K/V are never cropped).
-func (e *EncoderDecoderCache) Crop(tokens int64) error {
+func (e *EncoderDecoderCache) Crop(tokens int64) (err error) {
 	defer e.lock().Unlock()
+	defer named(&err, "EncoderDecoderCache.Crop")
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -221,8 +224,9 @@ func (e *EncoderDecoderCache) Crop(tokens int64) error {
 }
 
 // Reorder reorders both caches (beam search).
-func (e *EncoderDecoderCache) Reorder(beamIdx []int64) error {
+func (e *EncoderDecoderCache) Reorder(beamIdx []int64) (err error) {
 	defer e.lock().Unlock()
+	defer named(&err, "EncoderDecoderCache.Reorder")
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -235,8 +239,9 @@ func (e *EncoderDecoderCache) Reorder(beamIdx []int64) error {
 
 // BatchRepeatInterleave repeats the rows of both caches; both must be
 // dynamic.
-func (e *EncoderDecoderCache) BatchRepeatInterleave(repeats int64) error {
+func (e *EncoderDecoderCache) BatchRepeatInterleave(repeats int64) (err error) {
 	defer e.lock().Unlock()
+	defer named(&err, "EncoderDecoderCache.BatchRepeatInterleave")
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -247,8 +252,9 @@ func (e *EncoderDecoderCache) BatchRepeatInterleave(repeats int64) error {
 }
 
 // BatchSelectIndices keeps rows of both caches; both must be dynamic.
-func (e *EncoderDecoderCache) BatchSelectIndices(indices []int64) error {
+func (e *EncoderDecoderCache) BatchSelectIndices(indices []int64) (err error) {
 	defer e.lock().Unlock()
+	defer named(&err, "EncoderDecoderCache.BatchSelectIndices")
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -261,8 +267,9 @@ func (e *EncoderDecoderCache) BatchSelectIndices(indices []int64) error {
 
 // BatchSplit splits both caches (legacy EncoderDecoderCache.batch_split);
 // both must be dynamic. The pair itself is unchanged.
-func (e *EncoderDecoderCache) BatchSplit(fullBatchSize, splitSize int64) ([]*EncoderDecoderCache, error) {
+func (e *EncoderDecoderCache) BatchSplit(fullBatchSize, splitSize int64) (_ []*EncoderDecoderCache, err error) {
 	defer e.lock().Unlock()
+	defer named(&err, "EncoderDecoderCache.BatchSplit")
 	p, err := e.get()
 	if err != nil {
 		return nil, err
@@ -307,8 +314,9 @@ func EncoderDecoderFromBatchSplits(splits []*EncoderDecoderCache) (*EncoderDecod
 
 // Reset resets both caches and marks every cross-attention layer as not
 // updated.
-func (e *EncoderDecoderCache) Reset() error {
+func (e *EncoderDecoderCache) Reset() (err error) {
 	defer e.lock().Unlock()
+	defer named(&err, "EncoderDecoderCache.Reset")
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -319,8 +327,9 @@ func (e *EncoderDecoderCache) Reset() error {
 }
 
 // Clone returns a deep copy of both caches and the IsUpdated flags.
-func (e *EncoderDecoderCache) Clone() (*EncoderDecoderCache, error) {
+func (e *EncoderDecoderCache) Clone() (_ *EncoderDecoderCache, err error) {
 	defer e.lock().Unlock()
+	defer named(&err, "EncoderDecoderCache.Clone")
 	p, err := e.get()
 	if err != nil {
 		return nil, err

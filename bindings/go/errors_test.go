@@ -156,7 +156,7 @@ func TestOperationErrors(t *testing.T) {
 		{"MaskSizes of -1 tokens", dyn, func(c *Cache) error { _, _, err := c.MaskSizes(-1, 0); return err }, CodeInvalidArgument, "query_length"},
 		{"BatchSize of disagreeing static layers", mixed, func(c *Cache) error { _, err := c.BatchSize(); return err }, CodeInvalidState, "batch"},
 		{"SetPreviousAcceptedTokens of a plain cache", st, func(c *Cache) error { return c.SetPreviousAcceptedTokens(1) }, CodeUnsupported, "DFlash"},
-		{"Crop past a sliding window", sl, func(c *Cache) error { return c.Crop(-1) }, CodeInvalidState, "activate_past_recording"},
+		{"Crop past a sliding window", sl, func(c *Cache) error { return c.Crop(-1) }, CodeInvalidState, "Cache.ActivatePastRecording"},
 		{"Reorder beyond the batch", dyn, func(c *Cache) error { return c.Reorder([]int64{0, 2}) }, CodeOutOfRange, "beam_idx"},
 		{"Reorder with a negative index", dyn, func(c *Cache) error { return c.Reorder([]int64{-1, 0}) }, CodeOutOfRange, "beam_idx"},
 		{"Reorder with no indices", dyn, func(c *Cache) error { return c.Reorder(nil) }, CodeInvalidArgument, ""},
@@ -235,7 +235,7 @@ func TestLinearErrors(t *testing.T) {
 		{"StateView beyond the states", func() error { _, _, err := c.StateView(0, 1); return err }, CodeOutOfRange, "state"},
 		{"HasPreviousState of state -2", func() error { _, err := c.HasPreviousState(0, -2); return err }, CodeOutOfRange, "state_index"},
 		{"HasPreviousState of layer -2", func() error { _, err := c.HasPreviousState(-2, -1); return err }, CodeOutOfRange, "layer"},
-		{"crop without recording", func() error { return c.Crop(-1) }, CodeInvalidState, "activate_past_recording"},
+		{"crop without recording", func() error { return c.Crop(-1) }, CodeInvalidState, "Cache.ActivatePastRecording"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { failsUnchanged(t, c, tc.code, tc.f, tc.frag) })
 	}

@@ -34,6 +34,17 @@ func isStale(p any) bool {
 	return ok && errors.Is(err, ErrStaleView)
 }
 
+// namesItself are the types whose errors carry their method in Op.
+var namesItself = map[string]bool{"Cache": true, "EncoderDecoderCache": true, "Pool": true, "Sequence": true,
+	"Step": true, "DiskTier": true}
+
+// closedObjects are the sweep's closed handles: every method that returns
+// an error reports them closed (errors.Is(err, ErrClosed)), whatever its
+// arguments.
+var closedObjects = map[string]bool{"closed cache": true, "closed pool": true, "closed sequence": true,
+	"sequence of a closed pool": true, "nil pool": true, "zero pool": true, "nil sequence": true,
+	"zero sequence": true}
+
 // noError are the methods that return an error yet succeed on a closed or
 // nil object: closing is idempotent.
 var noError = map[string]bool{"Close": true}
@@ -80,11 +91,20 @@ func callEvery(t *testing.T, what string, recv any, args map[string][]any) {
 		}
 		if last.IsNil() {
 			t.Errorf("%s: %s returned no error", what, full)
-		} else {
-			var e *Error
-			if err, ok := last.Interface().(error); ok && !errors.As(err, &e) {
-				t.Errorf("%s: %s returned %v (%T), not an *Error", what, full, err, err)
-			}
+			continue
+		}
+		var e *Error
+		err, _ := last.Interface().(error)
+		if !errors.As(err, &e) {
+			t.Errorf("%s: %s returned %v (%T), not an *Error", what, full, err, err)
+			continue
+		}
+		// The handles' methods name themselves, not the C function.
+		if namesItself[name] && (e.Op != full || strings.Contains(e.Message, "kvc_")) {
+			t.Errorf("%s: %s's error names %q: %v", what, full, e.Op, err)
+		}
+		if closedObjects[what] && !errors.Is(err, ErrClosed) {
+			t.Errorf("%s: %s returned %v, which is not ErrClosed", what, full, err)
 		}
 	}
 }

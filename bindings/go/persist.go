@@ -22,8 +22,9 @@ const FileFormatVersion = 1
 // Save writes the cache to the file path (created or replaced; written beside
 // it and renamed, so a crash never leaves a partial file). The cache is not
 // changed.
-func (c *Cache) Save(path string) error {
+func (c *Cache) Save(path string) (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.Save")
 	p, err := c.get()
 	if err != nil {
 		return err
@@ -36,8 +37,9 @@ func (c *Cache) Save(path string) error {
 // Restore replaces the cache's contents with the file's, whose model
 // fingerprint must equal the cache's. Views taken before are invalid
 // afterwards. On error the cache is unchanged.
-func (c *Cache) Restore(path string) error {
+func (c *Cache) Restore(path string) (err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.Restore")
 	p, err := c.mut()
 	if err != nil {
 		return err
@@ -61,8 +63,9 @@ func Load(path string) (*Cache, error) {
 }
 
 // Save writes both halves and the is_updated flags to the file path.
-func (e *EncoderDecoderCache) Save(path string) error {
+func (e *EncoderDecoderCache) Save(path string) (err error) {
 	defer e.lock().Unlock()
+	defer named(&err, "EncoderDecoderCache.Save")
 	p, err := e.get()
 	if err != nil {
 		return err
@@ -74,8 +77,9 @@ func (e *EncoderDecoderCache) Save(path string) error {
 
 // Restore replaces both halves and the flags with the file's (the
 // fingerprints must match); unchanged on error.
-func (e *EncoderDecoderCache) Restore(path string) error {
+func (e *EncoderDecoderCache) Restore(path string) (err error) {
 	defer e.lock().Unlock()
+	defer named(&err, "EncoderDecoderCache.Restore")
 	p, err := e.mut()
 	if err != nil {
 		return err
@@ -102,8 +106,9 @@ func LoadEncoderDecoder(path string) (*EncoderDecoderCache, error) {
 // layer's block bytes (recurrent layers: the live state), under a
 // fingerprint of the pool's layout. Pool.LoadSequence makes it again in a
 // pool of the same layout. Nothing changes: views stay valid.
-func (s *Sequence) Save(path string) error {
+func (s *Sequence) Save(path string) (err error) {
 	defer s.lock().Unlock()
+	defer named(&err, "Sequence.Save")
 	h, err := s.enter(false)
 	if err != nil {
 		return err
@@ -118,11 +123,12 @@ func (s *Sequence) Save(path string) error {
 // groups' kinds, block sizes and windows, layers' shapes; block counts may
 // differ): another is refused with ErrInvalidArgument naming the first
 // difference ("group 0: block_size 4 (file) vs 8 (pool)"). The sequence
-// takes the blocks it needs (evicting cached ones as Reserve does;
-// ErrOutOfMemory when they are not there) and its committed full blocks are
+// takes the blocks it needs (evicting cached ones and reclaiming dropped
+// sequences as Reserve does; ErrOutOfMemory when they are not there) and its committed full blocks are
 // cached for prefix reuse. A missing, truncated or corrupted file is ErrIO.
 // On any error the pool is unchanged.
-func (p *Pool) LoadSequence(path string) (*Sequence, error) {
+func (p *Pool) LoadSequence(path string) (_ *Sequence, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.LoadSequence")
 	return p.makeSequence(func(h unsafe.Pointer) (unsafe.Pointer, error) { return cPoolSequenceLoad(h, path) })
 }

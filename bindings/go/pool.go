@@ -4,12 +4,14 @@ package kvcache
 // reuse, copy-on-write and events. See Pool.
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
+	"weak"
 )
 
 // GroupKind is the attention kind of a pool group (kvc_pool_group_kind).
@@ -51,10 +53,11 @@ const (
 	EventAllCleared   PoolEventKind = 3 // ClearCache
 )
 
-// Errors of closed pools and sequences; both match ErrInvalidState.
+// Errors of closed pools and sequences; both match ErrInvalidState and
+// ErrClosed.
 var (
-	ErrPoolClosed     = &Error{Code: CodeInvalidState, Message: "use of a closed pool"}
-	ErrSequenceClosed = &Error{Code: CodeInvalidState, Message: "use of a closed sequence"}
+	ErrPoolClosed     = &Error{Code: CodeInvalidState, Message: "use of a closed pool", family: ErrClosed}
+	ErrSequenceClosed = &Error{Code: CodeInvalidState, Message: "use of a closed sequence", family: ErrClosed}
 )
 
 // PoolGroup is one group of layers (kvc_pool_group_options): an attention
@@ -160,12 +163,24 @@ type poolOwner struct {
 	p       unsafe.Pointer // *kvc_pool; nil once closed
 	dropped []unsafe.Pointer
 	pending atomic.Int32 // len(dropped), read without the lock
+	// open holds every sequence not closed yet, by id, weakly: the weak
+	// pointer of one dropped without Close turns nil as soon as the
+	// collector finds it unreachable, before its finalizer runs, which is
+	// what lets a reserve short of blocks reclaim it at once (reclaim).
+	open   map[uint64]openSequence
+	nextID uint64
+}
+
+// openSequence is a sequence's entry in poolOwner.open.
+type openSequence struct {
+	h unsafe.Pointer // *kvc_pool_sequence
+	w weak.Pointer[Sequence]
 }
 
 func (o *poolOwner) close() {
 	o.mu.Lock()
 	p := o.p
-	o.p, o.dropped = nil, nil
+	o.p, o.dropped, o.open = nil, nil, nil
 	o.pending.Store(0)
 	o.mu.Unlock()
 	if p == nil {
@@ -174,6 +189,36 @@ func (o *poolOwner) close() {
 	runtime.SetFinalizer(o, nil)
 	cPoolDestroy(p) // frees the sequences still held, the dropped ones included
 	liveHandles.Add(-1)
+}
+
+// drop queues the handle of sequence id for destruction at the pool's next
+// call, unless the sequence was closed or reclaimed already.
+func (o *poolOwner) drop(id uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e, ok := o.open[id]
+	if !ok || o.p == nil {
+		return
+	}
+	delete(o.open, id)
+	o.dropped = append(o.dropped, e.h)
+	o.pending.Store(int32(len(o.dropped)))
+}
+
+// unreachable moves every open sequence that the collector found
+// unreachable to dropped and returns how many wait there now (those whose
+// finalizer ran included).
+func (o *poolOwner) unreachable() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for id, e := range o.open {
+		if e.w.Value() == nil {
+			delete(o.open, id)
+			o.dropped = append(o.dropped, e.h)
+		}
+	}
+	o.pending.Store(int32(len(o.dropped)))
+	return len(o.dropped)
 }
 
 // Pool is a block pool (kvc_pool): a fixed set of blocks on one device for
@@ -202,7 +247,9 @@ func (o *poolOwner) close() {
 // never lets that happen). Distinct pools run in parallel. Views are not
 // synchronised: a view read while another goroutine's call changes the
 // blocks or tables goes stale under the reader (docs/threads.md). A pool or sequence dropped without Close is closed
-// by a finalizer, as a safety net only.
+// by a finalizer, as a safety net only; OpenSequences counts the sequences
+// not closed yet, and a Reserve short of blocks gives back those the
+// collector finds unreachable before it fails (Sequence.Reserve).
 type Pool struct {
 	mu  sync.Mutex // held for each call of the pool or of a sequence (lock)
 	o   *poolOwner
@@ -212,11 +259,14 @@ type Pool struct {
 	// them, the next table of the same group and format replaces its entry.
 	tableGen []uint64
 	serial   uint64
-	dtype    DType
-	device   Device
-	layout   PoolLayout
-	groups   []PoolGroup
-	layers   []PoolLayer
+	// created counts the sequences made since the last reclaim: a reserve
+	// short of blocks collects garbage only when one may have been dropped.
+	created uint64
+	dtype   DType
+	device  Device
+	layout  PoolLayout
+	groups  []PoolGroup
+	layers  []PoolLayer
 }
 
 // NewPool creates a pool (kvc_pool_create), allocating every group's
@@ -233,7 +283,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &poolOwner{p: p}
+	o := &poolOwner{p: p, open: make(map[uint64]openSequence)}
 	liveHandles.Add(1)
 	runtime.SetFinalizer(o, (*poolOwner).close)
 	device := opts.Device
@@ -355,8 +405,9 @@ func groupIndex(fn string, group int) (uint32, error) {
 // SetStream binds a device pool to a CUDA or HIP stream (kvc_pool_set_stream),
 // with Cache.SetStream's rules: 0 is the default stream, a CPU pool takes
 // only that.
-func (p *Pool) SetStream(stream uintptr) error {
+func (p *Pool) SetStream(stream uintptr) (err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.SetStream")
 	return p.call(false, func(h unsafe.Pointer) error { return cPoolSetStream(h, stream) })
 }
 
@@ -388,8 +439,9 @@ type PoolStats struct {
 func (s PoolStats) AvailableBlocks() uint64 { return s.FreeBlocks + s.CachedBlocks }
 
 // Stats returns the counters of group.
-func (p *Pool) Stats(group int) (PoolStats, error) {
+func (p *Pool) Stats(group int) (_ PoolStats, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.Stats")
 	g, err := groupIndex("Stats", group)
 	if err != nil {
 		return PoolStats{}, err
@@ -405,14 +457,16 @@ func (p *Pool) Stats(group int) (PoolStats, error) {
 
 // ClearCache evicts every cached, unreferenced, unpinned block (a weights
 // update makes them stale) and queues an EventAllCleared.
-func (p *Pool) ClearCache() error {
+func (p *Pool) ClearCache() (err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.ClearCache")
 	return p.call(true, cPoolClearCache)
 }
 
 // UnpinAll unpins every block Sequence.Pin pinned; they stay cached.
-func (p *Pool) UnpinAll() error {
+func (p *Pool) UnpinAll() (err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.UnpinAll")
 	return p.call(true, cPoolUnpinAll)
 }
 
@@ -435,8 +489,9 @@ func (p *Pool) handles(fn string, seqs []*Sequence) ([]unsafe.Pointer, error) {
 // newTokens[i] more tokens for each of seqs[i] would take (copy-on-write
 // copies and recurrent slots included, minus what sliding groups give
 // back). Compare with PoolStats.AvailableBlocks.
-func (p *Pool) BlocksNeeded(seqs []*Sequence, newTokens []uint64) ([]uint64, error) {
+func (p *Pool) BlocksNeeded(seqs []*Sequence, newTokens []uint64) (_ []uint64, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.BlocksNeeded")
 	const fn = "BlocksNeeded"
 	if len(seqs) != len(newTokens) {
 		return nil, newError(CodeInvalidArgument, fmt.Sprintf("%s: %d sequences but %d token counts", fn, len(seqs), len(newTokens)))
@@ -475,8 +530,9 @@ type PoolEvent struct {
 }
 
 // Events takes every queued event, oldest first.
-func (p *Pool) Events() ([]PoolEvent, error) {
+func (p *Pool) Events() (_ []PoolEvent, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.Events")
 	h, err := p.enter(true)
 	if err != nil {
 		return nil, err
@@ -502,8 +558,9 @@ func (p *Pool) Events() ([]PoolEvent, error) {
 // slots holds num_groups * num_tokens slots in Reserve's group-major form
 // (ConcatSlots joins the sequences of a batch); a slot of -1 is skipped.
 // Table and state views stay valid: a write changes stored K/V only.
-func (p *Pool) Write(keys, values []Input, slots []int64) error {
+func (p *Pool) Write(keys, values []Input, slots []int64) (err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.Write")
 	const fn = "Write"
 	if p.handle() == nil {
 		return ErrPoolClosed
@@ -539,8 +596,9 @@ func (p *Pool) Write(keys, values []Input, slots []int64) error {
 // blocks, zero-copy: [num_blocks, block_size, heads, head_dim] (LayoutNHD)
 // or [num_blocks, heads, block_size, head_dim] (LayoutHND); the pool's own
 // layout is compact, the other strided. Valid until Close.
-func (p *Pool) LayerStorage(layer int, layout PoolLayout) (KV, error) {
+func (p *Pool) LayerStorage(layer int, layout PoolLayout) (_ KV, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.LayerStorage")
 	l, err := layerIndex("LayerStorage", layer)
 	if err != nil {
 		return KV{}, err
@@ -603,8 +661,9 @@ func (p *Pool) tableView(t *ctensor, slot int32) View {
 // FlashAttention); Int32s reads it on the host. Valid until the next call
 // that changes blocks or tables, or the next BlockTable of the same group:
 // the tables of several groups coexist.
-func (p *Pool) BlockTable(seqs []*Sequence, group int) (View, error) {
+func (p *Pool) BlockTable(seqs []*Sequence, group int) (_ View, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.BlockTable")
 	t, slot, err := p.blockTable("BlockTable", seqs, group, tablePadded)
 	if err != nil {
 		return View{}, err
@@ -621,8 +680,9 @@ type CSRTable struct {
 
 // BlockTableCSR returns the block tables in the CSR form; validity as
 // BlockTable.
-func (p *Pool) BlockTableCSR(seqs []*Sequence, group int) (CSRTable, error) {
+func (p *Pool) BlockTableCSR(seqs []*Sequence, group int) (_ CSRTable, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.BlockTableCSR")
 	t, slot, err := p.blockTable("BlockTableCSR", seqs, group, tableCSR)
 	if err != nil {
 		return CSRTable{}, err
@@ -663,19 +723,92 @@ func (v View) Int32s() ([]int32, error) {
 type Sequence struct {
 	p    unsafe.Pointer // *kvc_pool_sequence; nil once closed
 	pool *Pool
+	id   uint64 // its key in the pool's open sequences
 }
 
 func (p *Pool) newSequence(s unsafe.Pointer) *Sequence {
-	seq := &Sequence{p: s, pool: p}
+	o := p.o
+	o.mu.Lock()
+	o.nextID++
+	seq := &Sequence{p: s, pool: p, id: o.nextID}
+	o.open[seq.id] = openSequence{h: s, w: weak.Make(seq)}
+	o.mu.Unlock()
+	p.created++
 	runtime.SetFinalizer(seq, (*Sequence).finalize)
 	return seq
+}
+
+// OpenSequences returns how many of the pool's sequences are not closed
+// yet: the running requests, plus those dropped without Close whose blocks
+// the garbage collector has not given back yet. A count that keeps growing
+// while requests come and go is a leak: a sequence is closed when its
+// request ends. Since 0.7.
+func (p *Pool) OpenSequences() (n int, err error) {
+	defer p.lock().Unlock()
+	defer named(&err, "Pool.OpenSequences")
+	if _, err := p.enter(false); err != nil {
+		return 0, err
+	}
+	p.o.mu.Lock()
+	defer p.o.mu.Unlock()
+	return len(p.o.open), nil
+}
+
+// ReclaimDropped runs a garbage collection and gives back the blocks of
+// every sequence it found unreachable (dropped without Close); it returns
+// how many it released. Sequence.Reserve does this by itself when the pool
+// is short of blocks. Since 0.7.
+func (p *Pool) ReclaimDropped() (n int, err error) {
+	defer p.lock().Unlock()
+	defer named(&err, "Pool.ReclaimDropped")
+	if p.handle() == nil {
+		return 0, ErrPoolClosed
+	}
+	return p.reclaim(), nil
+}
+
+// reclaim is ReclaimDropped inside a call (the pool's mutex held). The
+// finalizers that the collection queues find their sequences gone and do
+// nothing.
+func (p *Pool) reclaim() int {
+	p.created = 0
+	runtime.GC() // returns once the sweep is done: the weak pointers of unreachable sequences are nil
+	n := p.o.unreachable()
+	if n > 0 {
+		_, _ = p.enter(true) // destroys them
+	}
+	return n
+}
+
+// unlessShort runs take, a call that takes blocks (the pool's mutex held).
+// If the pool is short of them, blocks may be held by sequences dropped
+// without Close: it collects them and runs take once more (only if a
+// sequence was made since the last collection, so a full pool does not
+// collect at every refusal), and a shortage that remains counts the open
+// sequences in its message, since those nobody closed are the usual reason.
+func (p *Pool) unlessShort(take func() error) error {
+	err := take()
+	if !errors.Is(err, ErrOutOfMemory) {
+		return err
+	}
+	if p.created > 0 && p.reclaim() > 0 {
+		if err = take(); !errors.Is(err, ErrOutOfMemory) {
+			return err
+		}
+	}
+	p.o.mu.Lock()
+	n := len(p.o.open)
+	p.o.mu.Unlock()
+	return withDetail(err, fmt.Sprintf("; %d sequences of this pool are open (not closed), and a sequence dropped "+
+		"without Close holds its blocks until the garbage collector finds it: close each one when its request ends", n))
 }
 
 // NewSequence returns a new, empty sequence (a request). salt is its cache
 // salt (per tenant: blocks are reused only between sequences with the same
 // salt); nil for none.
-func (p *Pool) NewSequence(salt []byte) (*Sequence, error) {
+func (p *Pool) NewSequence(salt []byte) (_ *Sequence, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.NewSequence")
 	return p.makeSequence(func(h unsafe.Pointer) (unsafe.Pointer, error) { return cPoolSequenceCreate(h, salt) })
 }
 
@@ -686,7 +819,8 @@ func (p *Pool) makeSequence(create func(unsafe.Pointer) (unsafe.Pointer, error))
 	if err != nil {
 		return nil, err
 	}
-	s, err := create(h)
+	var s unsafe.Pointer
+	err = p.unlessShort(func() (err error) { s, err = create(h); return err })
 	runtime.KeepAlive(p)
 	if err != nil {
 		return nil, err
@@ -697,14 +831,9 @@ func (p *Pool) makeSequence(create func(unsafe.Pointer) (unsafe.Pointer, error))
 // finalize runs on the finalizer goroutine, maybe while the pool is in use:
 // it hands the handle to the pool, which destroys it at its next call.
 func (s *Sequence) finalize() {
-	h := atomic.SwapPointer(&s.p, nil)
-	o := s.pool.o
-	o.mu.Lock()
-	if h != nil && o.p != nil {
-		o.dropped = append(o.dropped, h)
-		o.pending.Store(int32(len(o.dropped)))
+	if atomic.SwapPointer(&s.p, nil) != nil {
+		s.pool.o.drop(s.id)
 	}
-	o.mu.Unlock()
 }
 
 // Close releases the sequence's blocks. It is idempotent, always returns
@@ -719,6 +848,10 @@ func (s *Sequence) Close() error {
 		return nil
 	}
 	runtime.SetFinalizer(s, nil)
+	o := s.pool.o
+	o.mu.Lock()
+	delete(o.open, s.id)
+	o.mu.Unlock()
 	if _, err := s.pool.enter(true); err == nil {
 		cPoolSequenceDestroy(h)
 	}
@@ -736,7 +869,7 @@ func (s *Sequence) Pool() *Pool {
 
 // enter returns the sequence's handle for a call (see Pool.enter).
 func (s *Sequence) enter(stale bool) (unsafe.Pointer, error) {
-	if s == nil {
+	if s == nil || s.pool == nil {
 		return nil, ErrSequenceClosed
 	}
 	if _, err := s.pool.enter(stale); err != nil {
@@ -749,8 +882,11 @@ func (s *Sequence) enter(stale bool) (unsafe.Pointer, error) {
 }
 
 // Len returns the tokens the sequence holds (reserved, committed or not);
-// 0 once closed, indistinguishable from an empty sequence: Length reports
-// a closed sequence or pool as an error.
+// 0 once closed, indistinguishable from an empty sequence.
+//
+// Deprecated: use Length, which reports a closed sequence or pool as an
+// error (ErrSequenceClosed, ErrPoolClosed). Len stays for source
+// compatibility.
 func (s *Sequence) Len() int64 {
 	n, _ := s.Length()
 	return n
@@ -758,12 +894,16 @@ func (s *Sequence) Len() int64 {
 
 // Length returns the tokens the sequence holds (reserved, committed or
 // not), or ErrSequenceClosed / ErrPoolClosed. Since 0.7.
-func (s *Sequence) Length() (int64, error) {
+func (s *Sequence) Length() (_ int64, err error) {
+	defer named(&err, "Sequence.Length")
 	return s.count(cPoolSequenceLength)
 }
 
 // Committed returns the tokens committed (written and declared by Commit,
-// or matched); 0 once closed (CommittedLength reports that as an error).
+// or matched); 0 once closed.
+//
+// Deprecated: use CommittedLength, which reports a closed sequence or pool
+// as an error. Committed stays for source compatibility.
 func (s *Sequence) Committed() int64 {
 	n, _ := s.CommittedLength()
 	return n
@@ -771,7 +911,8 @@ func (s *Sequence) Committed() int64 {
 
 // CommittedLength returns the tokens committed, or ErrSequenceClosed /
 // ErrPoolClosed. Since 0.7.
-func (s *Sequence) CommittedLength() (int64, error) {
+func (s *Sequence) CommittedLength() (_ int64, err error) {
+	defer named(&err, "Sequence.CommittedLength")
 	return s.count(cPoolSequenceCommitted)
 }
 
@@ -791,8 +932,9 @@ func (s *Sequence) count(query func(unsafe.Pointer) uint64) (int64, error) {
 // sequence and returns how many tokens matched: a whole number of blocks of
 // every group, at most len(tokens) - 1 (the last token is always computed).
 // Reserve the rest.
-func (s *Sequence) MatchPrefix(tokens []int32) (int64, error) {
+func (s *Sequence) MatchPrefix(tokens []int32) (_ int64, err error) {
 	defer s.lock().Unlock()
+	defer named(&err, "Sequence.MatchPrefix")
 	h, err := s.enter(true)
 	if err != nil {
 		return 0, err
@@ -853,17 +995,24 @@ func ConcatSlots(ms ...SlotMapping) (SlotMapping, error) {
 // (copying a shared or cached last block first, evicting least recently
 // used cached blocks when none is free). Out of blocks is ErrOutOfMemory
 // naming the group and the numbers, and nothing changes.
-func (s *Sequence) Reserve(tokens []int32) (SlotMapping, error) {
+//
+// Before it reports a shortage, Reserve gives back the blocks of sequences
+// dropped without Close: if sequences were made since its last try, it runs
+// a garbage collection and, if that found dropped sequences, retries once
+// (Pool.ReclaimDropped). The error counts the pool's open sequences.
+func (s *Sequence) Reserve(tokens []int32) (_ SlotMapping, err error) {
+	defer named(&err, "Sequence.Reserve")
 	// ReserveInto takes the pool's mutex.
 	var m SlotMapping
-	err := s.ReserveInto(tokens, &m)
+	err = s.ReserveInto(tokens, &m)
 	return m, err
 }
 
 // ReserveInto is Reserve into a mapping whose memory is reused (a decode
 // loop allocates nothing).
-func (s *Sequence) ReserveInto(tokens []int32, m *SlotMapping) error {
+func (s *Sequence) ReserveInto(tokens []int32, m *SlotMapping) (err error) {
 	defer s.lock().Unlock()
+	defer named(&err, "Sequence.ReserveInto")
 	h, err := s.enter(true)
 	if err != nil {
 		return err
@@ -874,7 +1023,7 @@ func (s *Sequence) ReserveInto(tokens []int32, m *SlotMapping) error {
 		m.Slots = make([]int64, n)
 	}
 	m.Slots, m.NumGroups = m.Slots[:n], groups
-	err = cPoolReserve(h, tokens, m.Slots)
+	err = s.pool.unlessShort(func() error { return cPoolReserve(h, tokens, m.Slots) })
 	runtime.KeepAlive(s)
 	if err != nil {
 		m.Slots = m.Slots[:0]
@@ -885,8 +1034,9 @@ func (s *Sequence) ReserveInto(tokens []int32, m *SlotMapping) error {
 // Commit declares every reserved token written: blocks that became full are
 // hashed and cached (an EventBlockStored each), recurrent groups checkpoint
 // their state at block boundaries.
-func (s *Sequence) Commit() error {
+func (s *Sequence) Commit() (err error) {
 	defer s.lock().Unlock()
+	defer named(&err, "Sequence.Commit")
 	return s.call(cPoolCommit)
 }
 
@@ -904,8 +1054,9 @@ func (s *Sequence) call(f func(unsafe.Pointer) error) error {
 // Fork returns a new sequence sharing every block of this one (n > 1
 // sampling, beam search); nothing is copied until one of them writes into a
 // shared partial block (copy-on-write).
-func (s *Sequence) Fork() (*Sequence, error) {
+func (s *Sequence) Fork() (_ *Sequence, err error) {
 	defer s.lock().Unlock()
+	defer named(&err, "Sequence.Fork")
 	h, err := s.enter(true)
 	if err != nil {
 		return nil, err
@@ -919,8 +1070,9 @@ func (s *Sequence) Fork() (*Sequence, error) {
 }
 
 // Truncate keeps the first n tokens (speculative decoding's rollback).
-func (s *Sequence) Truncate(n int64) error {
+func (s *Sequence) Truncate(n int64) (err error) {
 	defer s.lock().Unlock()
+	defer named(&err, "Sequence.Truncate")
 	if n < 0 {
 		return newError(CodeInvalidArgument, fmt.Sprintf("Truncate: n is %d; it must be >= 0", n))
 	}
@@ -929,8 +1081,9 @@ func (s *Sequence) Truncate(n int64) error {
 
 // Pin pins the sequence's cached blocks: never evicted, even after it is
 // closed, until Pool.UnpinAll.
-func (s *Sequence) Pin() error {
+func (s *Sequence) Pin() (err error) {
 	defer s.lock().Unlock()
+	defer named(&err, "Sequence.Pin")
 	return s.call(cPoolPin)
 }
 
@@ -938,9 +1091,19 @@ func (s *Sequence) Pin() error {
 // [1, num_kv_heads, Len(), head_dim] tensors on the pool's device (a Tensor
 // of the pool's element type, or an ExternalTensor), which it writes: the
 // transformers layout.
-func (s *Sequence) Gather(layer int, keys, values Input) error {
+func (s *Sequence) Gather(layer int, keys, values Input) (err error) {
 	defer s.lock().Unlock()
+	defer named(&err, "Sequence.Gather")
+	return s.gather(layer, keys, values)
+}
+
+// gather is Gather inside a call (the pool's mutex held).
+func (s *Sequence) gather(layer int, keys, values Input) error {
 	const fn = "Gather"
+	h, err := s.enter(false)
+	if err != nil {
+		return err
+	}
 	l, err := layerIndex(fn, layer)
 	if err != nil {
 		return err
@@ -953,10 +1116,6 @@ func (s *Sequence) Gather(layer int, keys, values Input) error {
 		return err
 	}
 	defer arr.free()
-	h, err := s.enter(false)
-	if err != nil {
-		return err
-	}
 	err = cPoolGather(h, l, arr.keys(), arr.values())
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(keys)
@@ -964,20 +1123,25 @@ func (s *Sequence) Gather(layer int, keys, values Input) error {
 	return err
 }
 
-// GatherTensors is Gather into new host tensors of element type T.
+// GatherTensors is Gather into new host tensors of element type T, sized
+// by the sequence's length in the same call (another goroutine's Reserve
+// cannot come in between).
 func GatherTensors[T Element](s *Sequence, layer int) (keys, values Tensor[T], err error) {
-	if s == nil || layer < 0 || layer >= len(s.pool.layers) {
-		n := 0
-		if s != nil {
-			n = len(s.pool.layers)
-		}
-		return keys, values, newError(CodeOutOfRange, fmt.Sprintf("GatherTensors: layer %d is out of range (%d layers)", layer, n))
+	defer s.lock().Unlock()
+	defer named(&err, "GatherTensors")
+	h, err := s.enter(false)
+	if err != nil {
+		return keys, values, err
+	}
+	if layer < 0 || layer >= len(s.pool.layers) {
+		return keys, values, newError(CodeOutOfRange, fmt.Sprintf("GatherTensors: layer %d is out of range (%d layers)",
+			layer, len(s.pool.layers)))
 	}
 	l := s.pool.layers[layer]
-	n := s.Len()
+	n := int64(cPoolSequenceLength(h))
 	keys = NewTensor[T](1, int64(l.NumKVHeads), n, int64(l.KeyHeadDim))
 	values = NewTensor[T](1, int64(l.NumKVHeads), n, int64(l.valueDim()))
-	err = s.Gather(layer, keys, values)
+	err = s.gather(layer, keys, values)
 	return keys, values, err
 }
 
@@ -988,6 +1152,7 @@ func GatherTensors[T Element](s *Sequence, layer int) (keys, values Tensor[T], e
 // tables.
 func (s *Sequence) RecurrentState(layer int) (conv, ssm View, err error) {
 	defer s.lock().Unlock()
+	defer named(&err, "Sequence.RecurrentState")
 	l, err := layerIndex("RecurrentState", layer)
 	if err != nil {
 		return View{}, View{}, err

@@ -46,6 +46,20 @@ static kvc_error* kvcgo_pool_write(kvc_pool* p, char* keys, char* values, uint32
   return kvc_pool_write(p, (const kvc_tensor*)keys, (const kvc_tensor*)values, n, slots, num_tokens);
 }
 
+static kvc_error* kvcgo_pool_write_layer(kvc_pool* p, uint32_t layer, char* key, char* value, const int64_t* slots,
+                                         size_t num_tokens) {
+  return kvc_pool_write_layer(p, layer, (const kvc_tensor*)key, (const kvc_tensor*)value, slots, num_tokens);
+}
+
+static kvc_error* kvcgo_pool_reserve_batch(kvc_pool* p, char* seqs, size_t n, const int32_t* tokens,
+                                           const uint64_t* num_tokens, int64_t* slots, size_t* reserved) {
+  return kvc_pool_reserve_batch(p, (kvc_pool_sequence* const*)seqs, n, tokens, num_tokens, slots, reserved);
+}
+
+static kvc_error* kvcgo_pool_commit_batch(kvc_pool* p, char* seqs, size_t n) {
+  return kvc_pool_commit_batch(p, (kvc_pool_sequence* const*)seqs, n);
+}
+
 static kvc_error* kvcgo_pool_gather(const kvc_pool_sequence* s, uint32_t layer, char* keys, char* values) {
   return kvc_pool_gather(s, layer, (const kvc_tensor*)keys, (const kvc_tensor*)values);
 }
@@ -247,6 +261,35 @@ func cPoolWrite(p unsafe.Pointer, keys, values unsafe.Pointer, n int, slots []in
 		sp = (*C.int64_t)(unsafe.Pointer(&slots[0]))
 	}
 	return takeError(C.kvcgo_pool_write(pool(p), charp(keys), charp(values), C.uint32_t(n), sp, C.size_t(numTokens)))
+}
+
+func cPoolWriteLayer(p unsafe.Pointer, layer uint32, key, value unsafe.Pointer, slots []int64, numTokens int) error {
+	var sp *C.int64_t
+	if len(slots) > 0 {
+		sp = (*C.int64_t)(unsafe.Pointer(&slots[0]))
+	}
+	return takeError(C.kvcgo_pool_write_layer(pool(p), C.uint32_t(layer), charp(key), charp(value), sp,
+		C.size_t(numTokens)))
+}
+
+func cPoolReserveBatch(p unsafe.Pointer, seqs []unsafe.Pointer, tokens []int32, numTokens []uint64,
+	slots []int64) (int, error) {
+	var nt *C.uint64_t
+	if len(numTokens) > 0 {
+		nt = (*C.uint64_t)(unsafe.Pointer(&numTokens[0]))
+	}
+	var sp *C.int64_t
+	if len(slots) > 0 {
+		sp = (*C.int64_t)(unsafe.Pointer(&slots[0]))
+	}
+	var reserved C.size_t
+	err := takeError(C.kvcgo_pool_reserve_batch(pool(p), seqsPtr(seqs), C.size_t(len(seqs)), tokensPtr(tokens), nt,
+		sp, &reserved))
+	return int(reserved), err
+}
+
+func cPoolCommitBatch(p unsafe.Pointer, seqs []unsafe.Pointer) error {
+	return takeError(C.kvcgo_pool_commit_batch(pool(p), seqsPtr(seqs), C.size_t(len(seqs))))
 }
 
 func cPoolLayerStorage(p unsafe.Pointer, layer uint32, layout PoolLayout, out *ckv) error {

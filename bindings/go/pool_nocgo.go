@@ -31,6 +31,13 @@ func cPoolBlocksNeeded(unsafe.Pointer, []unsafe.Pointer, []uint64, []uint64) err
 func cPoolWrite(unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, int, []int64, int) error {
 	return ErrCgoDisabled
 }
+func cPoolWriteLayer(unsafe.Pointer, uint32, unsafe.Pointer, unsafe.Pointer, []int64, int) error {
+	return ErrCgoDisabled
+}
+func cPoolReserveBatch(unsafe.Pointer, []unsafe.Pointer, []int32, []uint64, []int64) (int, error) {
+	return 0, ErrCgoDisabled
+}
+func cPoolCommitBatch(unsafe.Pointer, []unsafe.Pointer) error          { return ErrCgoDisabled }
 func cPoolLayerStorage(unsafe.Pointer, uint32, PoolLayout, *ckv) error { return ErrCgoDisabled }
 func cPoolBlockTable(unsafe.Pointer, []unsafe.Pointer, uint32, tableFormat, *ctable) error {
 	return ErrCgoDisabled

@@ -113,8 +113,9 @@ func (o *RedisTierOptions) config(fn string) (redisTierConfig, error) {
 // prompt's prefix through Redis. A failure of Redis later is a miss, never
 // an error; only this call reports an unreachable or misconfigured server
 // (an *Error naming the seed and the reason).
-func (p *Pool) AddRedisTier(opts RedisTierOptions) (int, error) {
+func (p *Pool) AddRedisTier(opts RedisTierOptions) (_ int, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.AddRedisTier")
 	const fn = "AddRedisTier"
 	c, err := opts.config(fn)
 	if err != nil {

@@ -24,8 +24,9 @@ type Step struct {
 // PrepareStep prepares an UpdateAll of keys and values for layers
 // 0..len(keys)-1. The inputs must be Tensors, ExternalTensors or Copies of
 // views: a view into a cache would be invalidated by the step itself.
-func (c *Cache) PrepareStep(keys, values []Input) (*Step, error) {
+func (c *Cache) PrepareStep(keys, values []Input) (_ *Step, err error) {
 	defer c.lock().Unlock()
+	defer named(&err, "Cache.PrepareStep")
 	const fn = "PrepareStep"
 	if _, err := c.get(); err != nil {
 		return nil, err
@@ -62,7 +63,8 @@ func (s *Step) NumLayers() int {
 
 // Update runs the step: one kvc_cache_update_all with the prepared inputs.
 // Either every layer is updated or none is.
-func (s *Step) Update() error {
+func (s *Step) Update() (err error) {
+	defer named(&err, "Step.Update")
 	if s == nil || s.arr == nil { // nil or zero
 		return ErrClosed
 	}

@@ -108,7 +108,8 @@ func (t *DiskTier) Close() error {
 
 // Stats returns the counters of a tier not given to a pool (for one given,
 // use Pool.TierStats).
-func (t *DiskTier) Stats() (TierStats, error) {
+func (t *DiskTier) Stats() (_ TierStats, err error) {
+	defer named(&err, "DiskTier.Stats")
 	if t == nil {
 		return TierStats{}, newError(CodeInvalidState, "DiskTier.Stats: the tier is nil")
 	}
@@ -127,8 +128,12 @@ func (t *DiskTier) Stats() (TierStats, error) {
 // tiers added before: MatchPrefix asks them in that order. On error the
 // caller keeps the tier. Errors: ErrInvalidArgument (nil, a tier given or
 // closed already, write).
-func (p *Pool) AddTier(tier *DiskTier, write TierWrite) error {
+func (p *Pool) AddTier(tier *DiskTier, write TierWrite) (err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.AddTier")
+	if p.handle() == nil {
+		return ErrPoolClosed
+	}
 	if tier == nil {
 		return newError(CodeInvalidArgument, "AddTier: tier is nil")
 	}
@@ -152,8 +157,9 @@ func (p *Pool) AddTier(tier *DiskTier, write TierWrite) error {
 
 // TierStats returns the counters of the pool's tier index (order of
 // AddTier). Errors: ErrOutOfRange past the last tier.
-func (p *Pool) TierStats(index int) (TierStats, error) {
+func (p *Pool) TierStats(index int) (_ TierStats, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.TierStats")
 	if index < 0 || uint64(index) > 0xFFFFFFFF {
 		return TierStats{}, newError(CodeOutOfRange, "TierStats: index is negative or too large")
 	}
@@ -169,8 +175,9 @@ func (p *Pool) TierStats(index int) (TierStats, error) {
 // Fingerprint returns the pool's model fingerprint, the first part of every
 // tier key (docs/tiers.md): two pools share tier blocks exactly when theirs
 // agree.
-func (p *Pool) Fingerprint() ([BlockHashSize]byte, error) {
+func (p *Pool) Fingerprint() (_ [BlockHashSize]byte, err error) {
 	defer p.lock().Unlock()
+	defer named(&err, "Pool.Fingerprint")
 	h, err := p.enter(false)
 	if err != nil {
 		return [BlockHashSize]byte{}, err

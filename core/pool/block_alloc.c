@@ -110,6 +110,7 @@ void kvci_pool_block_release(kvci_pool_group* g, uint32_t block) {
   kvci_pool_block* x = &g->blocks[block];
   if (--x->ref) return;
   g->n_used--;
+  g->released++;
   if (!x->cached)
     free_push(g, block);
   else if (!x->pinned)

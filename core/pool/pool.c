@@ -269,6 +269,7 @@ void kvc_pool_destroy(kvc_pool* pool) {
   if (!pool) return;
   while (pool->sequences) kvci_pool_sequence_free(pool->sequences);
   kvci_pool_tiers_free(pool);
+  kvci_pool_slot_memo_free(pool);
   const kvc_backend* b = pool->backend;
   for (uint32_t i = 0; i < pool->num_layers; i++) {
     if (pool->layers[i].k) b->free(b->ctx, &pool->exec, pool->layers[i].k);

@@ -20,6 +20,22 @@
 
 #define KVCI_NIL UINT32_MAX
 
+/*
+ * The slot mapping row of a group that kvc_pool_write_layer checked last (write_layer.c): a step's layers
+ * pass the same mapping, so the layers after the first compare the row with this copy instead of checking
+ * it again. Valid while no block of the group was released since (`released` below), which is the only
+ * change to the pool that can make an accepted row wrong (a slot in a block nobody holds).
+ */
+typedef struct kvci_pool_slot_memo {
+  int64_t* row;      /* the accepted row, `n` entries */
+  int64_t* src;      /* per valid slot: its token (the input row copy_rows reads) */
+  int64_t* dst;      /* per valid slot: the slot */
+  int64_t* scratch;  /* sorted slots (duplicate check), then HND destination rows */
+  size_t n, count, cap;
+  uint64_t released; /* the group's `released` when accepted */
+  int valid;
+} kvci_pool_slot_memo;
+
 /* One block (attention groups) or state slot (recurrent groups). */
 typedef struct kvci_pool_block {
   uint32_t ref;     /* sequences holding it */
@@ -48,6 +64,8 @@ typedef struct kvci_pool_group {
   void* table_buf[2];
   size_t table_bytes[2];
   int64_t table_shape[2][3][2];  /* [format][table|indptr|last_page_len][dims] */
+  uint64_t released;             /* blocks whose last reference went away, since creation */
+  kvci_pool_slot_memo memo;      /* write_layer.c */
 } kvci_pool_group;
 
 typedef struct kvci_pool_layer {
@@ -81,6 +99,7 @@ struct kvc_pool_sequence {
   int32_t* tokens;
   uint64_t length, committed, token_cap;
   kvci_pool_seq_group* groups;
+  uint64_t batch_mark; /* reserve_batch.c: the batch that listed it last (a sequence listed twice is refused) */
 };
 
 struct kvc_pool {
@@ -114,6 +133,7 @@ struct kvc_pool {
   int stage_cache_busy;                          /* lent out (a fetch that evicts stores while it holds one) */
   kvci_guard guard;                              /* the pool's and its sequences' calls (guard.h) */
   kvci_fault fault; /* a failed device write into the blocks (backend_fault.h): poisoned for good */
+  uint64_t batches; /* reserve_batch.c: batch calls so far, the marks of their sequences */
 };
 
 static inline int kvci_pool_is_recurrent(const kvci_pool_group* g) { return g->kind == KVC_POOL_GROUP_RECURRENT; }
@@ -151,6 +171,22 @@ void kvci_pool_block_set_pinned(kvci_pool_group* g, uint32_t block, int pinned);
 void kvci_pool_event_push(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t block,
                           const uint8_t* hash, const uint8_t* parent, uint32_t num_tokens);
 
+/* write.c: the checks and the row copy jobs kvc_pool_write and kvc_pool_write_layer share. */
+/* The slots of attention group gi (row `slots` of n entries): in range, of a held block, each once. `scratch`
+   (n entries) receives the valid slots, sorted; `*valid` their number. */
+kvc_error* kvci_pool_check_slots(const char* fn, const kvc_pool* p, uint32_t gi, const int64_t* slots, size_t n,
+                                 int64_t* scratch, size_t* valid);
+/* One K (base "keys"/"key") or V input of `layer` with `index` (-1: none) in its name: [n, heads, dim]. */
+kvc_error* kvci_pool_check_input(const char* fn, const kvc_pool* p, const char* base, int64_t index, uint32_t layer,
+                                 const kvc_tensor* t, int64_t dim, size_t n);
+/* The job copying `count` rows src_rows of input t (K when kv is 0, else V) to dst_rows of the layer. */
+void kvci_pool_row_job(kvc_copy_rows_job* j, const kvc_pool* p, const kvci_pool_layer* l, int kv, const kvc_tensor* t,
+                       const int64_t* dst_rows, const int64_t* src_rows, size_t count);
+/* Hands `count` jobs to the backend: one call when it batches them (one launch on a GPU). 0, or the failure. */
+int kvci_pool_issue_row_jobs(kvc_pool* pool, const kvc_copy_rows_job* jobs, int32_t count);
+/* write_layer.c: frees the memo of every group (kvc_pool_destroy). */
+void kvci_pool_slot_memo_free(kvc_pool* pool);
+
 /* The refusal of a call on a poisoned pool, and the end of an operation that may have poisoned it
    (backend_fault.h). */
 static inline kvc_error* kvci_pool_refusal(const char* fn, const kvc_pool* p) {
@@ -182,6 +218,17 @@ kvc_error* kvci_pool_check_tokens(const char* fn, const int32_t* tokens, size_t 
 /* prefix.c: the chain hashes of `tokens` in blocks of `block_size` from `parent`, `count` of them. */
 void kvci_pool_chain(const uint8_t parent[KVC_BLOCK_HASH_SIZE], const int32_t* tokens, uint32_t block_size,
                      uint64_t count, uint8_t (*out)[KVC_BLOCK_HASH_SIZE]);
+
+/* reserve.c: kvc_pool_reserve after its argument checks (the pool not poisoned, the length within bounds):
+   OUT_OF_MEMORY with nothing changed, or the tokens appended and their slots written to `slot_mapping`, the
+   row of group g starting at g * row_stride. */
+kvc_error* kvci_pool_reserve_checked(const char* fn, kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens,
+                                     int64_t* slot_mapping, size_t row_stride);
+/* INVALID_ARGUMENT (naming num_tokens, or num_tokens[index] when index >= 0) when n more tokens would take s past
+   the most a sequence holds. */
+kvc_error* kvci_pool_check_reserve_length(const char* fn, int64_t index, const kvc_pool_sequence* s, uint64_t n);
+/* prefix.c: kvc_pool_commit after its checks. */
+void kvci_pool_commit_checked(kvc_pool_sequence* s);
 
 /* reserve.c: the first token position a sliding or chunked group still needs when `committed` are computed. */
 uint64_t kvci_pool_window_start(const kvci_pool_group* g, uint64_t committed);

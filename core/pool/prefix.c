@@ -29,16 +29,11 @@ static const uint8_t* parent_of(const kvc_pool_sequence* s, const kvci_pool_seq_
   return i ? sg->hashes[i - 1] : s->root;
 }
 
-kvc_error* kvc_pool_commit(kvc_pool_sequence* s) {
-  static const char* FN = "kvc_pool_commit";
-  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), FN);
-  if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
+void kvci_pool_commit_checked(kvc_pool_sequence* s) {
   kvc_pool* p = s->pool;
-  kvc_error* e = kvci_pool_refusal(FN, p);
-  if (e) return e;
-  if (s->committed == s->length) return NULL;
+  if (s->committed == s->length) return;
   s->committed = s->length;
-  if (!p->prefix_caching) return NULL;
+  if (!p->prefix_caching) return;
   for (uint32_t g = 0; g < p->num_groups; g++) {
     kvci_pool_seq_group* sg = &s->groups[g];
     const kvci_pool_group* grp = &p->groups[g];
@@ -56,8 +51,17 @@ kvc_error* kvc_pool_commit(kvc_pool_sequence* s) {
     if (kvci_pool_is_recurrent(grp) && s->committed % grp->block_size == 0) kvci_pool_checkpoint(p, s, g);
   }
   if (p->pending_count) kvci_pool_tiers_flush(p);
+}
+
+kvc_error* kvc_pool_commit(kvc_pool_sequence* s) {
+  static const char* FN = "kvc_pool_commit";
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), FN);
+  if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
+  kvc_error* e = kvci_pool_refusal(FN, s->pool);
+  if (e) return e;
+  kvci_pool_commit_checked(s);
   /* A failed checkpoint copy leaves a cached state with unknown bytes. */
-  return kvci_pool_result(FN, p, NULL);
+  return kvci_pool_result(FN, s->pool, NULL);
 }
 
 /* Whether a match of L tokens holds in group gi (whose chain is computed that far). */

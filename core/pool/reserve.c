@@ -9,6 +9,8 @@
  * blocks. Every release happens before any take, so a reserve succeeds
  * exactly when take - gain <= free + evictable, which is what
  * kvc_pool_blocks_needed reports: admission control and reserve agree.
+ * kvc_pool_reserve_batch (reserve_batch.c) runs the same reserve per
+ * sequence.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -116,6 +118,35 @@ static kvc_error* oom(const char* fn, const kvc_pool* p, uint32_t gi, uint64_t n
                   kvci_pool_available(g), g->n_free, g->n_lru, g->n_used, g->n_pinned, g->num_blocks - 1);
 }
 
+kvc_error* kvci_pool_reserve_checked(const char* fn, kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens,
+                                     int64_t* slot_mapping, size_t row_stride) {
+  kvc_pool* p = s->pool;
+  for (uint32_t g = 0; g < p->num_groups; g++) {
+    group_plan plan = plan_group(p, s, g, num_tokens, NULL);
+    if (plan.take > plan.gain + kvci_pool_available(&p->groups[g])) return oom(fn, p, g, plan.take - plan.gain);
+  }
+  if (kvci_pool_seq_grow(s, s->length + num_tokens)) return kvci_err_oom();
+  for (uint32_t g = 0; g < p->num_groups; g++) apply_group(p, s, g, num_tokens);
+  memcpy(s->tokens + s->length, tokens, num_tokens * sizeof(int32_t));
+  for (uint32_t g = 0; g < p->num_groups; g++) {
+    const kvci_pool_group* grp = &p->groups[g];
+    int64_t* out = slot_mapping + (size_t)g * row_stride;
+    for (size_t i = 0; i < num_tokens; i++) {
+      uint64_t pos = s->length + i, bs = grp->block_size;
+      out[i] = kvci_pool_is_recurrent(grp) ? -1 : (int64_t)(s->groups[g].table[pos / bs] * bs + pos % bs);
+    }
+  }
+  s->length += num_tokens;
+  return NULL;
+}
+
+kvc_error* kvci_pool_check_reserve_length(const char* fn, int64_t index, const kvc_pool_sequence* s, uint64_t n) {
+  if (n <= MAX_TOKENS - s->length) return NULL;
+  char buf[48];
+  return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is %" PRIu64 "; a sequence holds at most 2^40 tokens (it has %"
+                  PRIu64 ")", fn, kvci_arg_name(buf, "num_tokens", index), n, s->length);
+}
+
 kvc_error* kvc_pool_reserve(kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens, int64_t* slot_mapping) {
   static const char* FN = "kvc_pool_reserve";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), FN);
@@ -124,30 +155,11 @@ kvc_error* kvc_pool_reserve(kvc_pool_sequence* s, const int32_t* tokens, size_t 
   if (!slot_mapping)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: slot_mapping is NULL; pass num_groups * num_tokens entries", FN);
   kvc_error* e = kvci_pool_check_tokens(FN, tokens, num_tokens);
-  if (e) return e;
-  if (num_tokens > MAX_TOKENS - s->length)
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_tokens is %zu; a sequence holds at most 2^40 tokens (it has %"
-                    PRIu64 ")", FN, num_tokens, s->length);
-  kvc_pool* p = s->pool;
-  if ((e = kvci_pool_refusal(FN, p))) return e;
-  for (uint32_t g = 0; g < p->num_groups; g++) {
-    group_plan plan = plan_group(p, s, g, num_tokens, NULL);
-    if (plan.take > plan.gain + kvci_pool_available(&p->groups[g])) return oom(FN, p, g, plan.take - plan.gain);
-  }
-  if (kvci_pool_seq_grow(s, s->length + num_tokens)) return kvci_err_oom();
-  for (uint32_t g = 0; g < p->num_groups; g++) apply_group(p, s, g, num_tokens);
-  memcpy(s->tokens + s->length, tokens, num_tokens * sizeof(int32_t));
-  for (uint32_t g = 0; g < p->num_groups; g++) {
-    const kvci_pool_group* grp = &p->groups[g];
-    int64_t* out = slot_mapping + (size_t)g * num_tokens;
-    for (size_t i = 0; i < num_tokens; i++) {
-      uint64_t pos = s->length + i, bs = grp->block_size;
-      out[i] = kvci_pool_is_recurrent(grp) ? -1 : (int64_t)(s->groups[g].table[pos / bs] * bs + pos % bs);
-    }
-  }
-  s->length += num_tokens;
+  if (!e) e = kvci_pool_check_reserve_length(FN, -1, s, num_tokens);
+  if (!e) e = kvci_pool_refusal(FN, s->pool);
+  if (!e) e = kvci_pool_reserve_checked(FN, s, tokens, num_tokens, slot_mapping, num_tokens);
   /* A failed copy-on-write copy leaves the new block with unknown bytes. */
-  return kvci_pool_result(FN, p, NULL);
+  return e ? e : kvci_pool_result(FN, s->pool, NULL);
 }
 
 kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_sequence* const* sequences,

@@ -7,7 +7,8 @@
  * of block s / B; in the pool's layout that token of every head is one
  * "row" of copy_rows: NHD row s with row stride heads * dim, HND row
  * (s / B) * heads * B + s % B with row stride dim, its heads B * dim apart.
- * Everything is checked before the first byte moves.
+ * Everything is checked before the first byte moves. The checks and the
+ * jobs serve kvc_pool_write_layer (write_layer.c) too.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -19,9 +20,8 @@ static int cmp_i64(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
-/* The slots of attention group gi: in range, of a held block, each once. */
-static kvc_error* check_slots(const char* fn, const kvc_pool* p, uint32_t gi, const int64_t* slots, size_t n,
-                              int64_t* scratch, size_t* valid) {
+kvc_error* kvci_pool_check_slots(const char* fn, const kvc_pool* p, uint32_t gi, const int64_t* slots, size_t n,
+                                 int64_t* scratch, size_t* valid) {
   const kvci_pool_group* g = &p->groups[gi];
   int64_t lo = g->block_size, hi = (int64_t)g->num_blocks * g->block_size;
   size_t k = 0;
@@ -47,10 +47,10 @@ static kvc_error* check_slots(const char* fn, const kvc_pool* p, uint32_t gi, co
   return NULL;
 }
 
-static kvc_error* check_input(const char* fn, const kvc_pool* p, const char* base, uint32_t layer,
-                              const kvc_tensor* t, int64_t dim, size_t n) {
+kvc_error* kvci_pool_check_input(const char* fn, const kvc_pool* p, const char* base, int64_t index, uint32_t layer,
+                                 const kvc_tensor* t, int64_t dim, size_t n) {
   char buf[48];
-  const char* arg = kvci_arg_name(buf, base, layer);
+  const char* arg = kvci_arg_name(buf, base, index);
   kvc_error* e = kvci_check_nd_input(fn, arg, t, &p->device, 3, 3, "[num_tokens, num_kv_heads, head_dim]", 0);
   if (e) return e;
   const kvci_pool_layer* l = &p->layers[layer];
@@ -64,8 +64,7 @@ static kvc_error* check_input(const char* fn, const kvc_pool* p, const char* bas
   return NULL;
 }
 
-/* One job: rows src_rows of the [n, heads, dim] input t into the layer's buffer at dst_rows. */
-static void make_job(kvc_copy_rows_job* j, const kvc_pool* p, const kvci_pool_layer* l, int kv, const kvc_tensor* t,
+void kvci_pool_row_job(kvc_copy_rows_job* j, const kvc_pool* p, const kvci_pool_layer* l, int kv, const kvc_tensor* t,
                      const int64_t* dst_rows, const int64_t* src_rows, size_t count) {
   const kvci_pool_group* g = &p->groups[l->group];
   int64_t d = kv ? l->vdim : l->kdim;
@@ -87,6 +86,16 @@ static void make_job(kvc_copy_rows_job* j, const kvc_pool* p, const kvci_pool_la
   j->elem_size = p->elem;
 }
 
+int kvci_pool_issue_row_jobs(kvc_pool* pool, const kvc_copy_rows_job* jobs, int32_t count) {
+  const kvc_backend* b = pool->backend;
+  if (b->copy_rows_batch) return KVCI_BE(pool, copy_rows_batch, jobs, count);
+  int rc = 0;
+  for (int32_t i = 0; !rc && i < count; i++)
+    rc = KVCI_BE(pool, copy_rows, jobs[i].dst, jobs[i].dst_strides, jobs[i].dst_rows, jobs[i].src,
+                 jobs[i].src_strides, jobs[i].src_rows, jobs[i].count, jobs[i].row_shape, jobs[i].elem_size);
+  return rc;
+}
+
 kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tensor* values, uint32_t num_layers,
                           const int64_t* slot_mapping, size_t num_tokens) {
   static const char* FN = "kvc_pool_write";
@@ -106,8 +115,8 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
   for (uint32_t i = 0; i < pool->num_layers; i++) {
     const kvci_pool_layer* l = &pool->layers[i];
     if (kvci_pool_is_recurrent(&pool->groups[l->group])) continue;
-    kvc_error* e = check_input(FN, pool, "keys", i, &keys[i], l->kdim, num_tokens);
-    if (!e) e = check_input(FN, pool, "values", i, &values[i], l->vdim, num_tokens);
+    kvc_error* e = kvci_pool_check_input(FN, pool, "keys", i, i, &keys[i], l->kdim, num_tokens);
+    if (!e) e = kvci_pool_check_input(FN, pool, "values", i, i, &values[i], l->vdim, num_tokens);
     if (e) return e;
   }
   if (!num_tokens) return NULL;
@@ -121,7 +130,7 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
   kvc_error* e = (!scratch || !src_rows || !dst_rows || !count || !jobs) ? kvci_err_oom() : NULL;
   for (uint32_t g = 0; !e && g < ng; g++) {
     if (kvci_pool_is_recurrent(&pool->groups[g])) continue;
-    e = check_slots(FN, pool, g, slot_mapping + g * num_tokens, num_tokens, scratch, &count[g]);
+    e = kvci_pool_check_slots(FN, pool, g, slot_mapping + g * num_tokens, num_tokens, scratch, &count[g]);
     size_t k = 0;
     for (size_t i = 0; !e && i < num_tokens; i++)
       if (slot_mapping[g * num_tokens + i] != -1) src_rows[g * num_tokens + k++] = (int64_t)i;
@@ -143,8 +152,8 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
           (pool->layout == KVC_POOL_LAYOUT_NHD || pool->layers[lj].heads == l->heads))
         same = dst_rows + lj * num_tokens;
     if (same) {
-      make_job(&jobs[nj++], pool, l, 0, &keys[li], same, src, count[l->group]);
-      make_job(&jobs[nj++], pool, l, 1, &values[li], same, src, count[l->group]);
+      kvci_pool_row_job(&jobs[nj++], pool, l, 0, &keys[li], same, src, count[l->group]);
+      kvci_pool_row_job(&jobs[nj++], pool, l, 1, &values[li], same, src, count[l->group]);
       continue;
     }
     int64_t* dst = dst_rows + li * num_tokens;
@@ -152,18 +161,11 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
       int64_t s = slot_mapping[l->group * num_tokens + (size_t)src[k]], bs = g->block_size;
       dst[k] = pool->layout == KVC_POOL_LAYOUT_NHD ? s : (s / bs) * l->heads * bs + s % bs;
     }
-    make_job(&jobs[nj++], pool, l, 0, &keys[li], dst, src, count[l->group]);
-    make_job(&jobs[nj++], pool, l, 1, &values[li], dst, src, count[l->group]);
+    kvci_pool_row_job(&jobs[nj++], pool, l, 0, &keys[li], dst, src, count[l->group]);
+    kvci_pool_row_job(&jobs[nj++], pool, l, 1, &values[li], dst, src, count[l->group]);
   }
   if (!e && nj) {
-    const kvc_backend* b = pool->backend;
-    int rc = 0;
-    if (b->copy_rows_batch)
-      rc = KVCI_BE(pool, copy_rows_batch, jobs, nj);
-    else
-      for (int32_t i = 0; !rc && i < nj; i++)
-        rc = KVCI_BE(pool, copy_rows, jobs[i].dst, jobs[i].dst_strides, jobs[i].dst_rows, jobs[i].src,
-                     jobs[i].src_strides, jobs[i].src_rows, jobs[i].count, jobs[i].row_shape, jobs[i].elem_size);
+    kvci_pool_issue_row_jobs(pool, jobs, nj);
     e = kvci_pool_result(FN, pool, e);
   }
   free(scratch);

@@ -4,6 +4,7 @@
  *
  *  - kernel launches per step: an update of one layer is one launch and an
  *    update_all of any number of layers is one launch in the steady state,
+ *    and so is a pool's write of one layer (kvc_pool_write_layer),
  *    with nothing allocated or freed (static caches: from the first step,
  *    which is what CUDA graph capture needs); what growth, compaction and
  *    offloading steps cost is measured and bounded;
@@ -21,6 +22,7 @@
  */
 #include "backend.h" /* KVC_BACKEND_API_VERSION */
 #include "emulated_probe.h"
+#include "gpu_pool_util.h"
 #include "gpu_test_util.h"
 
 static kvc_emulated_counters now(void) {
@@ -207,6 +209,34 @@ static void test_launches_llama_step(void) {
     CHECK_EQ_U64(k.allocations + k.frees, 0);
   }
   bench_close(&x, "after the 32-layer cache");
+}
+
+/* A device pool's per-layer write: one launch per call (K and V together), nothing allocated, every step. */
+static void test_launches_pool_write_layer(void) {
+  kvc_pool* p = NULL;
+  REQUIRE_OK(gp_create(KVC_POOL_LAYOUT_NHD, &p));
+  kvc_pool_sequence* s = NULL;
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
+  int64_t ks[3] = {1, 2, 4}, vs[3] = {1, 2, 3};
+  float hk[8] = {1, 2, 3, 4, 5, 6, 7, 8}, hv[6] = {1, 2, 3, 4, 5, 6};
+  kvc_tensor k = dtensor(ks, 3, hk, 8), v = dtensor(vs, 3, hv, 6);
+  REQUIRE(k.data && v.data);
+  int64_t slots[2];
+  for (int32_t t = 0; t < 6; t++) {
+    REQUIRE_OK(kvc_pool_reserve(s, &t, 1, slots));
+    for (uint32_t layer = 0; layer < 2; layer++) {
+      kvc_emulated_counters before = now();
+      CHECK_OK(kvc_pool_write_layer(p, layer, &k, &v, slots, 1));
+      cost c = since(&before);
+      CHECK_EQ_U64(c.launches, 1);
+      CHECK_EQ_U64(c.allocations + c.frees, 0);
+    }
+    REQUIRE_OK(kvc_pool_commit(s));
+  }
+  drt_free(0, k.data);
+  drt_free(0, v.data);
+  kvc_pool_destroy(p);
+  check_nothing_held("after the pool");
 }
 
 /* Without reserve the stores double: steps in between cost one launch; a growth step costs the copy of each
@@ -592,6 +622,7 @@ int main(void) {
   check_nothing_held("at start");
   TU_RUN(test_launches_dynamic);
   TU_RUN(test_launches_llama_step);
+  TU_RUN(test_launches_pool_write_layer);
   TU_RUN(test_launches_growth);
   TU_RUN(test_launches_static);
   TU_RUN(test_launches_sliding);

@@ -2,6 +2,7 @@
  * tests/gpu/test_gpu_pool.c: the block pool on a device (public ABI): a
  * step write through the slot mapping, copy-on-write after a fork, a prefix
  * match, gathers, block tables (padded and CSR) and a recurrent checkpoint,
+ * the per-layer write of every layer through one mapping,
  * with every result downloaded and compared with the values written. Under
  * the emulated device this also proves the core never touches device memory
  * from the host (its pointers are poisoned) and issues every copy on the
@@ -94,6 +95,34 @@ static void test_pool_nhd_on_stream(void) {
 
 static void test_pool_hnd_default_stream(void) { run(KVC_POOL_LAYOUT_HND, NULL); }
 
+/* The per-layer write on the device: layers written one by one through one mapping gather back as written. */
+static void test_pool_write_layer_on_device(void) {
+  for (int layout = KVC_POOL_LAYOUT_NHD; layout <= KVC_POOL_LAYOUT_HND; layout++) {
+    kvc_pool* p = NULL;
+    REQUIRE_OK(gp_create(layout, &p));
+    kvc_pool_sequence* s = NULL;
+    REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
+    int32_t t[6] = {1, 2, 3, 4, 5, 6};
+    int64_t slots[12];
+    REQUIRE_OK(kvc_pool_reserve(s, t, 6, slots));
+    int64_t ks[3] = {6, 2, 4}, vs[3] = {6, 2, 3};
+    float hk[6 * 8], hv[6 * 6];
+    for (uint32_t l = 0; l < 2; l++) {
+      for (int64_t i = 0; i < 6; i++)
+        for (int64_t h = 0; h < 2; h++) {
+          for (int64_t d = 0; d < 4; d++) hk[i * 8 + h * 4 + d] = value(l, 0, i, h, d);
+          for (int64_t d = 0; d < 3; d++) hv[i * 6 + h * 3 + d] = value(l, 1, i, h, d);
+        }
+      kvc_tensor k = dtensor(ks, 3, hk, 6 * 8), v = dtensor(vs, 3, hv, 6 * 6);
+      CHECK_OK(kvc_pool_write_layer(p, l, &k, &v, slots, 6));
+      drt_free(0, k.data);
+      drt_free(0, v.data);
+    }
+    for (uint32_t l = 0; l < 2; l++) CHECK_EQ_I64(gather_mismatches(s, l), 0);
+    kvc_pool_destroy(p);
+  }
+}
+
 /* An attention-only pool of 2 layers on `device` with a disk tier on `dir`. */
 static kvc_pool* tier_pool(kvc_device device, const char* dir) {
   kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
@@ -162,6 +191,7 @@ int main(void) {
   gt_open_or_skip("test_gpu_pool");
   TU_RUN(test_pool_nhd_on_stream);
   TU_RUN(test_pool_hnd_default_stream);
+  TU_RUN(test_pool_write_layer_on_device);
   TU_RUN(test_disk_tier_through_host_memory);
   return tu_finish();
 }

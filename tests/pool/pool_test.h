@@ -6,6 +6,7 @@
 #define KVC_TESTS_POOL_TEST_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +173,29 @@ static TU_UNUSED kvc_error* pt_step(kvc_pool* p, uint32_t ng, uint32_t nl, kvc_p
   if (!e) e = kvc_pool_commit(s);
   free(slots);
   return e;
+}
+
+/* The error of `e` is `code` and its message holds `what`; destroys it. */
+static TU_UNUSED int err_is(kvc_error* e, kvc_code code, const char* what, const char* expr, const char* file,
+                            int line) {
+  tu_checks_total++;
+  const char* msg = e ? kvc_error_message(e) : "";
+  int ok = e && kvc_error_code(e) == code && strstr(msg, what);
+  if (!ok) {
+    tu_failures_total++;
+    fprintf(TU_LOG, "%s:%d: FAILED in %s: %s gave %s (\"%s\"), expected %s naming '%s'\n", file, line,
+            tu_current_test, expr, kvc_code_name(kvc_error_code(e)), msg, kvc_code_name(code), what);
+  }
+  kvc_error_destroy(e);
+  return ok;
+}
+#define CHECK_REFUSED(expr, code, what) err_is((expr), (code), (what), #expr, __FILE__, __LINE__)
+
+/* A float32 [d0, d1, d2] tensor in host memory. */
+static TU_UNUSED kvc_tensor t3(float* data, int64_t* shape) {
+  kvc_tensor t = tu_f32_view(data, shape);
+  t.ndim = 3;
+  return t;
 }
 
 #endif /* KVC_TESTS_POOL_TEST_H */

@@ -125,11 +125,9 @@ static kvc_error* op_reserve(void* x) {
   return kvc_pool_reserve(f->a, ids, 6, f->slots);
 }
 /* pt_write's values from static buffers: the test's own allocations must not be among the call's. */
-static kvc_error* op_write(void* x) {
-  fixture* f = (fixture*)x;
+static void step_inputs(kvc_tensor* k, kvc_tensor* v) {
   static float kb[NL][6 * 8], vb[NL][6 * 6];
-  int64_t kshape[3] = {6, 2, 4}, vshape[3] = {6, 2, 3};
-  kvc_tensor k[NL], v[NL];
+  static int64_t kshape[3] = {6, 2, 4}, vshape[3] = {6, 2, 3};
   for (uint32_t l = 0; l < NL; l++) {
     for (int64_t t = 0; t < 6; t++)
       for (int64_t h = 0; h < 2; h++) {
@@ -144,7 +142,32 @@ static kvc_error* op_write(void* x) {
     k[l].dtype = v[l].dtype = kvc_dtype_to_data_type(KVC_DTYPE_FLOAT32);
     k[l].shape = kshape, v[l].shape = vshape;
   }
+}
+static kvc_error* op_write(void* x) {
+  fixture* f = (fixture*)x;
+  kvc_tensor k[NL], v[NL];
+  step_inputs(k, v);
   return kvc_pool_write(f->p, k, v, NL, f->slots, 6);
+}
+static kvc_error* op_write_layer(void* x) {
+  fixture* f = (fixture*)x;
+  kvc_tensor k[NL], v[NL];
+  step_inputs(k, v);
+  return kvc_pool_write_layer(f->p, 0, &k[0], &v[0], f->slots, 6);
+}
+static kvc_error* op_reserve_batch(void* x) {
+  fixture* f = (fixture*)x;
+  int32_t ids[6];
+  for (int i = 0; i < 6; i++) ids[i] = token(PROMPT + i);
+  kvc_pool_sequence* both[2] = {f->a, f->b};
+  const uint64_t counts[2] = {2, 4};
+  size_t reserved = 0;
+  return kvc_pool_reserve_batch(f->p, both, 2, ids, counts, f->slots, &reserved);
+}
+static kvc_error* op_commit_batch(void* x) {
+  fixture* f = (fixture*)x;
+  kvc_pool_sequence* both[2] = {f->a, f->b};
+  return kvc_pool_commit_batch(f->p, both, 2);
 }
 static kvc_error* op_commit(void* x) { return kvc_pool_commit(((fixture*)x)->a); }
 static kvc_error* op_match_prefix(void* x) {
@@ -203,6 +226,9 @@ static void test_every_pool_call(void) {
       {"kvc_pool_sequence_create", make, op_sequence_create, observe, destroy, 0, NULL},
       {"kvc_pool_reserve", make, op_reserve, observe, destroy, 0, NULL},
       {"kvc_pool_write", make_reserved, op_write, observe, destroy, 0, NULL},
+      {"kvc_pool_write_layer", make_reserved, op_write_layer, observe, destroy, 0, NULL},
+      {"kvc_pool_reserve_batch", make, op_reserve_batch, observe, destroy, 0, NULL},
+      {"kvc_pool_commit_batch", make_written, op_commit_batch, observe, destroy, 0, NULL},
       {"kvc_pool_commit", make_written, op_commit, observe, destroy, 0, NULL},
       {"kvc_pool_match_prefix", make, op_match_prefix, observe, destroy, 0, NULL},
       {"kvc_pool_fork", make, op_fork, observe, destroy, 0, NULL},

@@ -4,24 +4,7 @@
  * and leaves the pool exactly as it was: the counters of every group, every
  * sequence's lengths and block tables, the K/V bytes and recurrent states.
  */
-#include <stdio.h>
-
 #include "pool_test.h"
-
-/* The error of `e` is `code` and its message holds `what`; destroys it. */
-static int err_is(kvc_error* e, kvc_code code, const char* what, const char* expr, int line) {
-  tu_checks_total++;
-  const char* msg = e ? kvc_error_message(e) : "";
-  int ok = e && kvc_error_code(e) == code && strstr(msg, what);
-  if (!ok) {
-    tu_failures_total++;
-    fprintf(TU_LOG, "%s:%d: FAILED in %s: %s gave %s (\"%s\"), expected %s naming '%s'\n", __FILE__, line,
-            tu_current_test, expr, kvc_code_name(kvc_error_code(e)), msg, kvc_code_name(code), what);
-  }
-  kvc_error_destroy(e);
-  return ok;
-}
-#define CHECK_REFUSED(expr, code, what) err_is((expr), (code), (what), #expr, __LINE__)
 
 static const pt_group GROUPS[] = {{KVC_POOL_GROUP_FULL, 2, 6, 0}, {KVC_POOL_GROUP_RECURRENT, 2, 4, 0}};
 static const uint32_t LAYERS[] = {0, 1};
@@ -123,17 +106,6 @@ static void test_create_refusals(void) {
   kvc_pool_sequence_destroy(NULL);
   CHECK_EQ_U64(kvc_pool_sequence_length(NULL), 0);
   CHECK_EQ_U64(kvc_pool_sequence_committed(NULL), 0);
-}
-
-static kvc_tensor t3(float* data, int64_t* shape) {
-  kvc_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = KVC_DEVICE_CPU;
-  t.ndim = 3;
-  t.dtype = kvc_dtype_to_data_type(KVC_DTYPE_FLOAT32);
-  t.shape = shape;
-  return t;
 }
 
 static void test_refusals_leave_the_pool_unchanged(void) {

@@ -32,10 +32,15 @@
  * The step of a serving loop:
  *   for a new request: kvc_pool_sequence_create, kvc_pool_match_prefix
  *   admission:         kvc_pool_blocks_needed against kvc_pool_stats' free counts
- *   every step:        kvc_pool_reserve (slot mapping of the step's tokens),
- *                      kvc_pool_block_table (views for the attention kernel),
- *                      kvc_pool_write (the K/V of every layer, one launch),
- *                      kvc_pool_commit
+ *   every step, once:  kvc_pool_reserve_batch (since 0.7; or kvc_pool_reserve
+ *                      per sequence): the step's slot mapping,
+ *                      kvc_pool_block_table (views for the attention kernel)
+ *   per layer, in the forward pass: kvc_pool_write_layer (since 0.7: that
+ *                      layer's K/V through the same mapping, one launch),
+ *                      then the layer's attention reads the pool
+ *   after the step:    kvc_pool_commit_batch (since 0.7; or kvc_pool_commit)
+ *   (kvc_pool_write writes every layer in one call, for K/V that exist all
+ *   at once: an imported prefill, tests, benchmarks)
  *   sampling n > 1:    kvc_pool_fork; speculative decoding: kvc_pool_truncate
  *   request done:      kvc_pool_sequence_destroy (blocks stay cached) or
  *                      kvc_pool_sequence_pin first
@@ -45,8 +50,9 @@
  * failed call changes nothing (no block allocated, evicted, copied or
  * freed, no event queued). Running out of blocks is KVC_ERROR_OUT_OF_MEMORY
  * with the group and the numbers, never an abort. Since 0.7: a device that
- * fails a write into the pool's blocks (kvc_pool_write, a copy-on-write in
- * kvc_pool_reserve, a recurrent checkpoint or restore) poisons the pool:
+ * fails a write into the pool's blocks (kvc_pool_write, kvc_pool_write_layer,
+ * a copy-on-write in kvc_pool_reserve or kvc_pool_reserve_batch, a recurrent
+ * checkpoint or restore) poisons the pool:
  * that call and every later one but the destroy functions return
  * KVC_ERROR_INVALID_STATE (kvcache/error.h; docs/gpus.md, 'When the device
  * fails'). A failed gather or fork leaves the pool unchanged.
@@ -58,7 +64,7 @@
  * are valid until the next call that mutates the pool or any of its
  * sequences. These calls do not count as mutating (the bindings rely on
  * it): the queries (stats, lengths, blocks_needed), kvc_pool_write,
- * kvc_pool_gather, kvc_pool_layer_storage (whose views last until
+ * kvc_pool_write_layer, kvc_pool_gather, kvc_pool_layer_storage (whose views last until
  * kvc_pool_destroy), kvc_pool_recurrent_state, kvc_pool_set_stream, and
  * kvc_pool_block_table, which replaces only the previous table of the same
  * group and format.
@@ -290,6 +296,45 @@ KVC_API kvc_error* kvc_pool_reserve(kvc_pool_sequence* sequence, const int32_t* 
 KVC_API kvc_error* kvc_pool_commit(kvc_pool_sequence* sequence);
 
 /**
+ * A scheduler's step in one call: kvc_pool_reserve of num_tokens[i] tokens
+ * for each of `sequences[i]`, in that order (a binding pays its call
+ * overhead once per step, not once per sequence). `tokens` holds the
+ * sequences' tokens one after another (sum of num_tokens entries);
+ * `slot_mapping` receives num_groups * T entries, T that sum, in the form
+ * kvc_pool_write and kvc_pool_write_layer take for the whole batch: the row
+ * of group g is entries [g * T, (g + 1) * T), with each sequence's tokens
+ * where its tokens are in `tokens`. A num_tokens[i] of 0 reserves nothing
+ * for that sequence.
+ *
+ * Running out of blocks stops the batch, exactly as the same reserves one by
+ * one would: sequences [0, k) are reserved, sequence k is the first that
+ * does not fit, and it and every later one are unchanged (no later, smaller
+ * request overtakes it: the order is the scheduler's priority).
+ * `*num_reserved` receives k (num_sequences when all fit, which
+ * kvc_pool_blocks_needed predicts exactly), and the mapping entries of the
+ * unreserved sequences are -1, so writing the whole mapping skips them. This
+ * is a success: the scheduler preempts or defers sequences [k, n).
+ * Errors (nothing reserved, `*num_reserved` and `slot_mapping` untouched):
+ * INVALID_ARGUMENT (NULL pool, sequences, tokens, num_tokens, slot_mapping
+ * or num_reserved; a NULL sequence, one of another pool or one listed twice,
+ * naming its index; a negative token id naming its index in `tokens`; a
+ * sequence that would pass 2^40 tokens), INVALID_STATE (a poisoned pool).
+ * A device failure in a copy-on-write poisons the pool as kvc_pool_reserve
+ * does. Since 0.7.
+ */
+KVC_API kvc_error* kvc_pool_reserve_batch(kvc_pool* pool, kvc_pool_sequence* const* sequences, size_t num_sequences,
+                                          const int32_t* tokens, const uint64_t* num_tokens, int64_t* slot_mapping,
+                                          size_t* num_reserved);
+
+/**
+ * kvc_pool_commit of every sequence of `sequences`, in order, in one call.
+ * Errors (nothing committed): INVALID_ARGUMENT (NULL pool or sequences, a
+ * NULL sequence or one of another pool, naming its index), INVALID_STATE
+ * (a poisoned pool). Since 0.7.
+ */
+KVC_API kvc_error* kvc_pool_commit_batch(kvc_pool* pool, kvc_pool_sequence* const* sequences, size_t num_sequences);
+
+/**
  * A new sequence sharing every block of `sequence` (its tokens, committed
  * count and salt too; a recurrent group's live state is copied). Nothing is
  * copied for attention groups until one of the two writes into a shared
@@ -359,6 +404,32 @@ KVC_API kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_s
  */
 KVC_API kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tensor* values,
                                   uint32_t num_layers, const int64_t* slot_mapping, size_t num_tokens);
+
+/**
+ * Writes one layer's K/V of a step through the step's slot mapping: the call
+ * a model's forward pass makes per layer, once layer `layer` computed them
+ * (kvc_pool_write is the all-layers form of the same write). For token i,
+ * key[i] (a [num_tokens, num_kv_heads, key_head_dim] tensor) goes to slot
+ * slot_mapping[group(layer) * num_tokens + i] of the layer, and value[i]
+ * likewise; a slot of -1 is skipped. `slot_mapping` is the whole step's
+ * mapping in kvc_pool_reserve's and kvc_pool_write's form (num_groups *
+ * num_tokens entries, group-major, host memory): an engine passes the same
+ * array to every layer of the step and the call reads the layer's group's
+ * row. The row is checked like kvc_pool_write checks it, but only when it
+ * differs from the row this group's last successful check accepted or a block
+ * was released since: the layers after the first of a step pay a comparison,
+ * not the sort the duplicate check needs. `key` and `value` live on the
+ * pool's device, any strides; borrowed for the call. A GPU pool issues one
+ * kernel launch per call (K and V together).
+ * Errors: OUT_OF_RANGE (layer), INVALID_ARGUMENT (NULL pool, key, value or
+ * slot_mapping, a recurrent layer, num_tokens above 2^31 - 1, a slot out of
+ * range, in the null block, in a block no sequence holds, or twice in the
+ * group, naming the token, group and value), SHAPE_MISMATCH, DTYPE_MISMATCH,
+ * DEVICE_MISMATCH, INVALID_STATE (a poisoned pool); nothing written.
+ * Since 0.7.
+ */
+KVC_API kvc_error* kvc_pool_write_layer(kvc_pool* pool, uint32_t layer, const kvc_tensor* key,
+                                        const kvc_tensor* value, const int64_t* slot_mapping, size_t num_tokens);
 
 /**
  * The K and V storage of `layer` as 4-D views over all its group's blocks

@@ -6,7 +6,9 @@
 # same under cgocheck2 (the cgo pointer rules, checked at every store), go
 # test without cgo (the descriptive error), and a module outside the
 # repository that requires the package through a replace and runs the
-# README's example. Exits non-zero on the first failure.
+# README's example, and the same example built against an installed prefix
+# (-tags kvcache_static, and shared with an $ORIGIN rpath) run after the
+# prefix moved (relocated-install.sh). Exits non-zero on the first failure.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,4 +50,6 @@ echo "== go test ./... (CGO_ENABLED=0)"
 CGO_ENABLED=0 go test -count=1 ./...
 echo "== a module outside the repository runs the README's example"
 "$here/scripts/example-module.sh"
+echo "== the same against an installed prefix, static and shared, after the prefix moved"
+"$here/scripts/relocated-install.sh" "$build"
 echo "go test: all Go checks passed"

@@ -285,8 +285,20 @@ static int kvc_py_seq_list(PyObject* obj, PyObject* pool, const char* name, cons
     PyErr_NoMemory();
     return -1;
   }
+  static PyObject* handle_name;
+  if (!handle_name) handle_name = PyUnicode_InternFromString("_handle");
   for (Py_ssize_t i = 0; i < n; i++) {
     PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+    if (Py_TYPE(item) != &SequenceHandleType && handle_name) {
+      /* A kvcache.Sequence: its handle (the batch calls take the package's objects without a Python loop). */
+      PyObject* h = PyObject_GetAttr(item, handle_name);
+      if (h) {
+        Py_DECREF(h); /* the Sequence keeps it alive */
+        item = h;
+      } else {
+        PyErr_Clear();
+      }
+    }
     if (Py_TYPE(item) != &SequenceHandleType) {
       PyErr_Format(PyExc_TypeError, "%s[%zd]: expected a kvcache sequence, got %.100s", name, i,
                    Py_TYPE(item)->tp_name);

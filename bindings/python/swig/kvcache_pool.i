@@ -103,6 +103,9 @@ KVC_OPTIONS_CTOR_MACRO(kvc_pool_sequence_options, KVC_POOL_SEQUENCE_OPTIONS_INIT
 %ignore kvc_pool_fork;
 %ignore kvc_pool_blocks_needed;
 %ignore kvc_pool_write;
+%ignore kvc_pool_write_layer;
+%ignore kvc_pool_reserve_batch;
+%ignore kvc_pool_commit_batch;
 %ignore kvc_pool_layer_storage;
 %ignore kvc_pool_block_table;
 %ignore kvc_pool_gather;
@@ -129,6 +132,9 @@ KVC_OPTIONS_CTOR_MACRO(kvc_pool_sequence_options, KVC_POOL_SEQUENCE_OPTIONS_INIT
 %feature("nothread") kvc_py_pool_fork;
 %feature("nothread") kvc_py_pool_blocks_needed;
 %feature("nothread") kvc_py_pool_write;
+%feature("nothread") kvc_py_pool_write_layer;
+%feature("nothread") kvc_py_pool_reserve_batch;
+%feature("nothread") kvc_py_pool_commit_batch;
 %feature("nothread") kvc_py_pool_layer_storage;
 %feature("nothread") kvc_py_pool_block_table;
 %feature("nothread") kvc_py_pool_gather;
@@ -144,6 +150,9 @@ KVC_OPTIONS_CTOR_MACRO(kvc_pool_sequence_options, KVC_POOL_SEQUENCE_OPTIONS_INIT
 %rename(kvc_pool_fork) kvc_py_pool_fork;
 %rename(kvc_pool_blocks_needed) kvc_py_pool_blocks_needed;
 %rename(kvc_pool_write) kvc_py_pool_write;
+%rename(kvc_pool_write_layer) kvc_py_pool_write_layer;
+%rename(kvc_pool_reserve_batch) kvc_py_pool_reserve_batch;
+%rename(kvc_pool_commit_batch) kvc_py_pool_commit_batch;
 %rename(kvc_pool_layer_storage) kvc_py_pool_layer_storage;
 %rename(kvc_pool_block_table) kvc_py_pool_block_table;
 %rename(kvc_pool_gather) kvc_py_pool_gather;
@@ -455,6 +464,157 @@ done:
   kvc_py_i64_release(&slots);
   Py_XDECREF(ks);
   Py_XDECREF(vs);
+  return result;
+}
+
+/*
+ * kvc_pool_write_layer(pool, layer, key, value, slot_mapping): one layer's [num_tokens, heads, head_dim] K/V
+ * through the step's whole slot mapping (num_groups * num_tokens int64 entries, kvc_pool_reserve's form).
+ */
+PyObject* kvc_py_pool_write_layer(PyObject* pool, unsigned int layer, PyObject* key, PyObject* value,
+                                  PyObject* slot_mapping) {
+  static const char* FN = "kvc_pool_write_layer";
+  PoolHandle* ph = kvc_py_pool_arg(pool, FN);
+  if (!ph) return NULL;
+  kvc_py_tensor_in k, v;
+  kvc_py_i64 slots;
+  memset(&slots, 0, sizeof slots);
+  PyObject* result = NULL;
+  if (kvc_py_tensor_in_from(key, "key", &k) < 0) return NULL;
+  if (kvc_py_tensor_in_from(value, "value", &v) < 0) {
+    kvc_py_tensor_release(&k);
+    return NULL;
+  }
+  if (kvc_py_i64_from(slot_mapping, "slot_mapping", &slots) == 0) {
+    if (ph->num_groups == 0 || slots.count % ph->num_groups != 0) {
+      char msg[192];
+      snprintf(msg, sizeof msg, "%s: slot_mapping has %zu entries, not a multiple of the pool's %u groups "
+               "(num_groups * num_tokens, group-major)", FN, slots.count, (unsigned)ph->num_groups);
+      kvc_py_raise_code(KVC_ERROR_INVALID_ARGUMENT, msg);
+    } else {
+      kvc_py_guard* guard = NULL;
+      kvc_pool* p = kvc_py_pool_enter(pool, KVC_PY_POOL_KEEP_VIEWS, &guard);
+      if (p) {
+        kvc_error* err;
+        size_t num_tokens = slots.count / ph->num_groups;
+        Py_BEGIN_ALLOW_THREADS
+        err = kvc_pool_write_layer(p, (uint32_t)layer, &k.t, &v.t, slots.data, num_tokens);
+        Py_END_ALLOW_THREADS
+        kvc_py_pool_leave(guard);
+        if (err) kvc_py_raise(err);
+        else {
+      Py_INCREF(Py_None);
+      result = Py_None;
+    }
+      }
+    }
+  }
+  kvc_py_i64_release(&slots);
+  kvc_py_tensor_release(&k);
+  kvc_py_tensor_release(&v);
+  return result;
+}
+
+/*
+ * kvc_pool_reserve_batch(pool, sequences, tokens, num_tokens) -> (num_reserved, bytearray of num_groups * T
+ * int64 slots): tokens are the sequences' tokens one after another (T of them); num_tokens is one count per
+ * sequence or one int for all. One C call for the whole batch.
+ */
+PyObject* kvc_py_pool_reserve_batch(PyObject* pool, PyObject* sequences, PyObject* tokens, PyObject* num_tokens) {
+  static const char* FN = "kvc_pool_reserve_batch";
+  PoolHandle* ph = kvc_py_pool_arg(pool, FN);
+  if (!ph) return NULL;
+  const kvc_pool_sequence** seqs = NULL;
+  size_t n = 0, count = 0;
+  int32_t* ids = NULL;
+  uint64_t* counts = NULL;
+  PyObject *out = NULL, *result = NULL;
+  kvc_py_i64 given;
+  memset(&given, 0, sizeof given);
+  if (kvc_py_seq_list(sequences, pool, "sequences", &seqs, &n) < 0) return NULL;
+  if (!(ids = kvc_py_tokens_in(tokens, FN, &count))) goto done;
+  if (!(counts = (uint64_t*)PyMem_Malloc((n + 1) * sizeof *counts))) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  if (PyLong_Check(num_tokens)) {
+    long long each = PyLong_AsLongLong(num_tokens);
+    if (each == -1 && PyErr_Occurred()) goto done;
+    given.data = given.small; /* one count for every sequence */
+    given.small[0] = each;
+    given.count = 1;
+  } else {
+    if (kvc_py_i64_from(num_tokens, "num_tokens", &given) < 0) goto done;
+    if (given.count != n) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "%s: num_tokens has %zu entries but sequences has %zu", FN, given.count, n);
+      kvc_py_raise_code(KVC_ERROR_INVALID_ARGUMENT, msg);
+      goto done;
+    }
+  }
+  for (size_t i = 0; i < given.count; i++)
+    if (given.data[i] < 0) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "%s: num_tokens[%zu] is %lld; it must be >= 0", FN, i, (long long)given.data[i]);
+      kvc_py_raise_code(KVC_ERROR_INVALID_ARGUMENT, msg);
+      goto done;
+    }
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; i++) counts[i] = (uint64_t)given.data[given.count == n ? i : 0];
+  for (size_t i = 0; i < n; i++) total += counts[i];
+  if (total != count) {
+    char msg[192];
+    snprintf(msg, sizeof msg, "%s: tokens has %zu entries but num_tokens adds up to %llu (the sequences' tokens "
+             "one after another)", FN, count, (unsigned long long)total);
+    kvc_py_raise_code(KVC_ERROR_INVALID_ARGUMENT, msg);
+    goto done;
+  }
+  out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(count * ph->num_groups * sizeof(int64_t)));
+  if (!out) goto done;
+  kvc_py_guard* guard = NULL;
+  kvc_pool* p = kvc_py_pool_enter(pool, KVC_PY_POOL_STALE_VIEWS, &guard);
+  if (!p) goto done;
+  size_t reserved = 0;
+  kvc_error* err;
+  Py_BEGIN_ALLOW_THREADS
+  err = kvc_pool_reserve_batch(p, (kvc_pool_sequence* const*)seqs, n, ids, counts,
+                               (int64_t*)PyByteArray_AS_STRING(out), &reserved);
+  Py_END_ALLOW_THREADS
+  kvc_py_pool_leave(guard);
+  if (err) kvc_py_raise(err);
+  else result = Py_BuildValue("(nO)", (Py_ssize_t)reserved, out);
+done:
+  Py_XDECREF(out);
+  PyMem_Free(counts);
+  PyMem_Free(ids);
+  PyMem_Free((void*)seqs);
+  kvc_py_i64_release(&given);
+  return result;
+}
+
+/* kvc_pool_commit_batch(pool, sequences): kvc_pool_commit of each, in one C call. */
+PyObject* kvc_py_pool_commit_batch(PyObject* pool, PyObject* sequences) {
+  PoolHandle* ph = kvc_py_pool_arg(pool, "kvc_pool_commit_batch");
+  if (!ph) return NULL;
+  const kvc_pool_sequence** seqs = NULL;
+  size_t n = 0;
+  if (kvc_py_seq_list(sequences, pool, "sequences", &seqs, &n) < 0) return NULL;
+  PyObject* result = NULL;
+  kvc_py_guard* guard = NULL;
+  kvc_pool* p = kvc_py_pool_enter(pool, KVC_PY_POOL_STALE_VIEWS, &guard);
+  if (p) {
+    kvc_error* err;
+    Py_BEGIN_ALLOW_THREADS
+    err = kvc_pool_commit_batch(p, (kvc_pool_sequence* const*)seqs, n);
+    Py_END_ALLOW_THREADS
+    kvc_py_pool_leave(guard);
+    if (err) kvc_py_raise(err);
+    else {
+      Py_INCREF(Py_None);
+      result = Py_None;
+    }
+  }
+  PyMem_Free((void*)seqs);
   return result;
 }
 

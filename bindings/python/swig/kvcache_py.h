@@ -1202,6 +1202,15 @@ static int kvc_py_i64_from(PyObject* obj, const char* name, kvc_py_i64* out) {
   }
   for (Py_ssize_t i = 0; i < n; i++) {
     PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+    if (PyLong_CheckExact(item)) { /* the usual entry: no name formatted unless it is refused */
+      int overflow = 0;
+      long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+      if (!overflow && !(v == -1 && PyErr_Occurred())) {
+        out->data[i] = (int64_t)v;
+        continue;
+      }
+      PyErr_Clear(); /* the general path below reports it */
+    }
     PyObject* idx = PyNumber_Index(item);
     if (!idx) {
       PyErr_Format(PyExc_TypeError, "%s[%zd]: expected an int, got %.100s", name, i, Py_TYPE(item)->tp_name);

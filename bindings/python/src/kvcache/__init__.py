@@ -87,6 +87,7 @@ from ._block_hash import (
 )
 from .tier import DiskTier, TierStats, TierWrite
 from .pool import (
+    BatchReservation,
     CsrBlockTable,
     EventKind,
     GroupKind,
@@ -150,7 +151,7 @@ __all__ = [
     "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
     "DiskTier", "TierStats", "TierWrite",
     "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
-    "add_redis_tier", "tier_stats",
+    "BatchReservation", "add_redis_tier", "tier_stats",
     "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
     "load", "load_encoder_decoder", "FILE_FORMAT_VERSION",
 ]

@@ -54,7 +54,7 @@ from ._types import DeviceLike, DeviceType, Dtype, DtypeLike, parse_device, pars
 
 __all__ = [
     "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
-    "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
+    "BatchReservation", "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
 ]
 
 _U32 = 2**32 - 1
@@ -291,6 +291,14 @@ class SlotMapping:
         return f"SlotMapping({self.tolist()})"
 
 
+class BatchReservation(NamedTuple):
+    """What :meth:`Pool.reserve_batch` did: the first ``num_reserved`` sequences got their tokens (all of them
+    unless the pool ran out of blocks), and ``slot_mapping`` holds the batch's slots (-1 for the others)."""
+
+    num_reserved: int
+    slot_mapping: SlotMapping
+
+
 class CsrBlockTable(NamedTuple):
     """Block tables in FlashInfer's CSR form: int32 ``indptr [batch + 1]``, ``indices [indptr[batch]]`` and
     ``last_page_len [batch]`` (tokens in each sequence's last block), zero-copy :class:`kvcache.View` objects."""
@@ -306,6 +314,15 @@ class RecurrentState(NamedTuple):
 
     conv: View
     ssm: View
+
+
+def _slots_of(slot_mapping: Any) -> Any:
+    """The int64 slots of a write's ``slot_mapping`` argument: a SlotMapping, a list of them, or raw slots."""
+    if isinstance(slot_mapping, SlotMapping):
+        return slot_mapping.data
+    if isinstance(slot_mapping, (list, tuple)) and slot_mapping and isinstance(slot_mapping[0], SlotMapping):
+        return SlotMapping.concat(slot_mapping).data
+    return slot_mapping
 
 
 def _torch_device(device: Tuple[int, int]) -> str:
@@ -522,13 +539,43 @@ class Pool:
         of a batch, concatenated group by group in that order), or ``num_groups * num_tokens`` int64 slots in
         the same group-major form; a slot of -1 is skipped. Table and state views stay valid.
         """
-        if isinstance(slot_mapping, SlotMapping):
-            slots: Any = slot_mapping.data
-        elif isinstance(slot_mapping, (list, tuple)) and slot_mapping and isinstance(slot_mapping[0], SlotMapping):
-            slots = SlotMapping.concat(slot_mapping).data
-        else:
-            slots = slot_mapping
-        _lib.kvc_pool_write(self._handle, list(keys), list(values), slots)
+        _lib.kvc_pool_write(self._handle, list(keys), list(values), _slots_of(slot_mapping))
+
+    def write_layer(self, layer: int, key: TensorLike, value: TensorLike,
+                    slot_mapping: Union[SlotMapping, Seq[SlotMapping], Any]) -> None:
+        """Writes one layer's K/V of a step through the step's slot mapping: what a model's forward pass calls
+        per layer, once the layer computed them (one launch on a GPU).
+
+        ``key`` and ``value`` are ``[num_tokens, num_kv_heads, head_dim]`` tensors on the pool's device;
+        ``slot_mapping`` is the whole step's mapping, as :meth:`write` takes it: pass the same object to every
+        layer of the step (concatenate a batch's mappings once per step, with :meth:`SlotMapping.concat` or
+        :meth:`reserve_batch`). Its row for the layer's group is checked on the first layer of the step only;
+        the later layers compare it with that row. Table and state views stay valid.
+        """
+        _lib.kvc_pool_write_layer(self._handle, _layer(layer, "layer"), key, value, _slots_of(slot_mapping))
+
+    # ------------------------------------------------------------- scheduling
+
+    def reserve_batch(self, sequences: Seq["Sequence"], tokens: Any,
+                      num_tokens: Union[int, Seq[int], Any] = 1) -> "BatchReservation":
+        """A scheduler's step in one call: :meth:`Sequence.reserve` for every sequence, in order.
+
+        ``tokens`` holds the sequences' tokens one after another (a list or a 1-D integer array);
+        ``num_tokens`` how many each takes (one count per sequence, or one int for all: 1 for a decode step).
+        Returns a :class:`BatchReservation`: ``num_reserved`` sequences (a prefix of ``sequences``) got their
+        tokens, and ``slot_mapping`` is the batch's mapping, ready for :meth:`write` and :meth:`write_layer`.
+        When the pool runs out of blocks the batch stops at the first sequence that does not fit: it and the
+        later ones are unchanged (preempt or defer them) and their slots are -1, which a write skips. That is
+        not an error; bad arguments are (nothing is reserved then).
+        """
+        reserved, raw = _lib.kvc_pool_reserve_batch(self._handle, sequences, tokens, num_tokens)
+        data = array.array("q")
+        data.frombytes(raw)
+        return BatchReservation(int(reserved), SlotMapping(data, len(self._groups)))
+
+    def commit_batch(self, sequences: Seq["Sequence"]) -> None:
+        """:meth:`Sequence.commit` of every sequence, in one call."""
+        _lib.kvc_pool_commit_batch(self._handle, sequences)
 
     def layer_storage(self, layer: int, layout: Union[str, Layout, None] = None) -> KV:
         """The K and V storage of ``layer`` over all its group's blocks, zero-copy:

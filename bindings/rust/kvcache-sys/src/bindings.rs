@@ -1423,6 +1423,53 @@ unsafe extern "C" {
     pub fn kvc_pool_commit(sequence: *mut kvc_pool_sequence) -> *mut kvc_error;
 }
 unsafe extern "C" {
+    /** A scheduler's step in one call: kvc_pool_reserve of num_tokens[i] tokens
+ for each of `sequences[i]`, in that order (a binding pays its call
+ overhead once per step, not once per sequence). `tokens` holds the
+ sequences' tokens one after another (sum of num_tokens entries);
+ `slot_mapping` receives num_groups * T entries, T that sum, in the form
+ kvc_pool_write and kvc_pool_write_layer take for the whole batch: the row
+ of group g is entries [g * T, (g + 1) * T), with each sequence's tokens
+ where its tokens are in `tokens`. A num_tokens[i] of 0 reserves nothing
+ for that sequence.
+
+ Running out of blocks stops the batch, exactly as the same reserves one by
+ one would: sequences [0, k) are reserved, sequence k is the first that
+ does not fit, and it and every later one are unchanged (no later, smaller
+ request overtakes it: the order is the scheduler's priority).
+ `*num_reserved` receives k (num_sequences when all fit, which
+ kvc_pool_blocks_needed predicts exactly), and the mapping entries of the
+ unreserved sequences are -1, so writing the whole mapping skips them. This
+ is a success: the scheduler preempts or defers sequences [k, n).
+ Errors (nothing reserved, `*num_reserved` and `slot_mapping` untouched):
+ INVALID_ARGUMENT (NULL pool, sequences, tokens, num_tokens, slot_mapping
+ or num_reserved; a NULL sequence, one of another pool or one listed twice,
+ naming its index; a negative token id naming its index in `tokens`; a
+ sequence that would pass 2^40 tokens), INVALID_STATE (a poisoned pool).
+ A device failure in a copy-on-write poisons the pool as kvc_pool_reserve
+ does. Since 0.7.*/
+    pub fn kvc_pool_reserve_batch(
+        pool: *mut kvc_pool,
+        sequences: *const *mut kvc_pool_sequence,
+        num_sequences: usize,
+        tokens: *const i32,
+        num_tokens: *const u64,
+        slot_mapping: *mut i64,
+        num_reserved: *mut usize,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** kvc_pool_commit of every sequence of `sequences`, in order, in one call.
+ Errors (nothing committed): INVALID_ARGUMENT (NULL pool or sequences, a
+ NULL sequence or one of another pool, naming its index), INVALID_STATE
+ (a poisoned pool). Since 0.7.*/
+    pub fn kvc_pool_commit_batch(
+        pool: *mut kvc_pool,
+        sequences: *const *mut kvc_pool_sequence,
+        num_sequences: usize,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
     /** A new sequence sharing every block of `sequence` (its tokens, committed
  count and salt too; a recurrent group's live state is copied). Nothing is
  copied for attention groups until one of the two writes into a shared
@@ -1499,6 +1546,37 @@ unsafe extern "C" {
         keys: *const kvc_tensor,
         values: *const kvc_tensor,
         num_layers: u32,
+        slot_mapping: *const i64,
+        num_tokens: usize,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** Writes one layer's K/V of a step through the step's slot mapping: the call
+ a model's forward pass makes per layer, once layer `layer` computed them
+ (kvc_pool_write is the all-layers form of the same write). For token i,
+ key[i] (a [num_tokens, num_kv_heads, key_head_dim] tensor) goes to slot
+ slot_mapping[group(layer) * num_tokens + i] of the layer, and value[i]
+ likewise; a slot of -1 is skipped. `slot_mapping` is the whole step's
+ mapping in kvc_pool_reserve's and kvc_pool_write's form (num_groups *
+ num_tokens entries, group-major, host memory): an engine passes the same
+ array to every layer of the step and the call reads the layer's group's
+ row. The row is checked like kvc_pool_write checks it, but only when it
+ differs from the row this group's last successful check accepted or a block
+ was released since: the layers after the first of a step pay a comparison,
+ not the sort the duplicate check needs. `key` and `value` live on the
+ pool's device, any strides; borrowed for the call. A GPU pool issues one
+ kernel launch per call (K and V together).
+ Errors: OUT_OF_RANGE (layer), INVALID_ARGUMENT (NULL pool, key, value or
+ slot_mapping, a recurrent layer, num_tokens above 2^31 - 1, a slot out of
+ range, in the null block, in a block no sequence holds, or twice in the
+ group, naming the token, group and value), SHAPE_MISMATCH, DTYPE_MISMATCH,
+ DEVICE_MISMATCH, INVALID_STATE (a poisoned pool); nothing written.
+ Since 0.7.*/
+    pub fn kvc_pool_write_layer(
+        pool: *mut kvc_pool,
+        layer: u32,
+        key: *const kvc_tensor,
+        value: *const kvc_tensor,
         slot_mapping: *const i64,
         num_tokens: usize,
     ) -> *mut kvc_error;

@@ -18,10 +18,10 @@
 //!
 //! # Linking
 //!
-//! By default (feature `bundled`) the build script compiles the C library from
-//! the repository with CMake and links it statically. Set
-//! `KVCACHE_SYS_USE_PKG_CONFIG=1` (or disable `bundled`) to link an installed
-//! kvcache `>= 0.2, < 1` found through pkg-config instead. The bindings are
+//! By default (feature `bundled`) the build script compiles the C sources the
+//! crate carries with the `cc` crate and links them statically. The `system`
+//! feature (or `KVCACHE_SYS_USE_PKG_CONFIG=1`) links an installed kvcache
+//! `>= 0.2, < 1` found through pkg-config instead. The bindings are
 //! pre-generated (`src/bindings.rs`, checked against a fresh bindgen run by
 //! `tests/bindings.rs`); the `bindgen` feature regenerates them at build time.
 //! The pre-generated file has no target-specific layout assertions;

@@ -20,7 +20,7 @@
 //! `append_loop_binding_share_of_c_<len>`: that cost per token as a share of
 //! the C benchmark's append time.
 //!
-//! `cargo bench -p kvcache --bench decode -- [--json PATH] [--reps N] [--steps N] [--context TOKENS]`
+//! `cargo bench -p kvcache-rs --bench decode -- [--json PATH] [--reps N] [--steps N] [--context TOKENS]`
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -339,7 +339,7 @@ fn call_overhead(reps: usize) -> (f64, f64, f64, f64) {
     let keys = [t; LAYERS];
     let mut cache = make_cache();
     cache.reserve((CALLS * 2) as i64).unwrap();
-    let mut views = ViewBuffer::with_layers(LAYERS);
+    let mut views = ViewBuffer::with_layers(LAYERS as u32);
     let mut raw_out = vec![sys::kvc_kv::default(); LAYERS];
     let mut samples: Vec<Vec<f64>> = (0..4).map(|_| Vec::with_capacity(reps)).collect();
     for r in 0..reps + 1 {
@@ -435,7 +435,7 @@ fn main() {
             );
         }
     }
-    let mut views = ViewBuffer::with_layers(LAYERS);
+    let mut views = ViewBuffer::with_layers(LAYERS as u32);
     let mut raw_out = vec![sys::kvc_kv::default(); LAYERS];
     let mut roof_dst = vec![bf16::ZERO; steps * LAYERS * 2 * TOKEN_ELEMS];
     let modes = [Mode::SafeAll, Mode::SafeLoop, Mode::SysAll, Mode::SysLoop];

@@ -42,11 +42,12 @@ pub enum ErrorCode {
     /// `KVC_ERROR_BUSY`: another thread was inside a call on the same handle;
     /// this call did nothing (the handle is unchanged). Since 0.7.
     ///
-    /// Safe Rust does not meet it: [`Cache`](crate::Cache),
-    /// [`EncoderDecoderCache`](crate::EncoderDecoderCache) and
-    /// [`Pool`](crate::Pool) are [`Send`] but not [`Sync`], so one thread at
-    /// a time calls them (share one behind a `Mutex`). It comes from a handle
-    /// that C code uses at the same time through its raw pointer.
+    /// Safe Rust does not meet it: [`Cache`](crate::Cache) and
+    /// [`EncoderDecoderCache`](crate::EncoderDecoderCache) are [`Send`] but
+    /// not [`Sync`], so one thread at a time calls them (share one behind a
+    /// `Mutex`), and [`Pool`](crate::Pool) serialises its calls on a lock of
+    /// its own. It comes from a handle that C code uses at the same time
+    /// through its raw pointer.
     Busy,
     /// A code this crate does not know (from a newer library).
     Unknown(i32),

@@ -1,4 +1,4 @@
-#![doc = include_str!("../../README.md")]
+#![doc = include_str!("../README.md")]
 //!
 //! # The API at a glance
 //!
@@ -13,7 +13,7 @@
 //! | `kvc_update_options`, `kvc_init_options`, `kvc_conv_update_options` | [`UpdateOptions`], [`InitOptions`], [`ConvUpdateOptions`] |
 //! | `kvc_layer_info`, `kvc_memory_info` | [`LayerInfo`], [`MemoryInfo`] |
 //! | `kvc_version`, `kvc_features` | [`version()`], [`features()`], [`check_version()`] |
-//! | `kvc_pool*`, `kvc_pool_sequence*` (`kvcache/pool.h`) | [`Pool`] (built by [`PoolBuilder`] from [`PoolGroup`]s and [`PoolLayer`]s), [`Sequence`] (borrows its pool; `Drop` releases its blocks) |
+//! | `kvc_pool*`, `kvc_pool_sequence*` (`kvcache/pool.h`) | [`Pool`] (built by [`PoolBuilder`] from [`PoolGroup`]s and [`PoolLayer`]s), [`Sequence`] (holds a handle of its pool; `Drop` releases its blocks); both `Send + Sync` |
 //! | pool views, events, stats | [`BlockTable`], [`CsrBlockTable`], [`LayerStorage`], [`RecurrentState`], [`PoolEvent`], [`PoolStats`], [`SlotMapping`]; see the [`pool`] module |
 //! | `kvc_dtype`, `kvc_data_type`, `kvc_device` | [`DType`], [`DataType`], [`Device`] |
 //! | `kvc_block_hash_root`, `kvc_block_hash`, `kvc_block_hash_chain` | [`block_hash_root()`], [`block_hash()`], [`block_hash_chain()`] ([`BlockHash`]) |
@@ -31,12 +31,40 @@
 //! so a view can never dangle. Read what you need from a view (or copy it
 //! with [`TensorView::to_vec`]) before the next step.
 //!
+//! # Integer types
+//!
+//! One type per kind of number, chosen by what the number is compared with:
+//!
+//! | what | type | examples |
+//! |---|---|---|
+//! | tensor extents, strides, element and batch indices, positions, and a [`Cache`]'s token lengths (they are the sequence extent of its views, and keep transformers' signed conventions: `crop(-n)`, `max_length` -1 for unbounded) | `i64` (DLPack's, and the C ABI's `int64_t`) | [`TensorView::shape`], [`TensorView::get`], [`CacheRef::seq_length`], [`CacheRef::crop`], [`KvView::seq_len`], [`UpdateOptions::cache_position`], [`CacheRef::reorder`] |
+//! | indices of layers, groups, tiers and states, and the counts that bound them | `u32` (the C ABI's `uint32_t`) | [`CacheRef::layer_view`], [`CacheRef::num_layers`], [`Pool::stats`], [`SlotMapping::group`], [`SlotMapping::num_groups`], [`ViewBuffer::with_layers`], [`Pool::tier_stats`] |
+//! | token counts of a pool sequence, counted against Rust slices of token ids | `usize` | [`Sequence::len`], [`Sequence::committed`], [`Sequence::match_prefix`], [`Sequence::truncate`], [`Pool::blocks_needed`], [`SlotMapping::num_tokens`] |
+//! | sizes set in option structs | the C field's type (`u32` block sizes and head counts of a [`PoolLayer`], `i64` windows everywhere) | [`PoolGroup`], [`PoolLayer`], [`LayerOptions`] |
+//! | counters the library reports (blocks, bytes, hits) | `u64` | [`PoolStats`], [`MemoryInfo`], [`TierStats`] |
+//!
+//! Token ids are `i32` (the C ABI's `int32_t`). Conversions to the C types
+//! are checked where a value could not fit (a refused value is an
+//! [`ErrorCode::InvalidArgument`] or [`ErrorCode::OutOfRange`] naming it).
+//!
 //! # Features
 //!
-//! - `dlpack`: [`TensorView::to_dlpack`] exports views as DLPack
-//!   `DLManagedTensorVersioned` (zero-copy or copied), and
-//!   [`TensorRef::from_dlpack`] accepts DLPack tensors as inputs; see the
-//!   [`dlpack`] module.
+//! The links below resolve in documentation built with the feature (as on
+//! docs.rs); without it they name what the feature adds.
+#![cfg_attr(
+    feature = "dlpack",
+    doc = "- `dlpack`: [`TensorView::to_dlpack`] exports views as DLPack \
+           `DLManagedTensorVersioned` (zero-copy or copied), and \
+           [`TensorRef::from_dlpack`] accepts DLPack tensors as inputs; see the \
+           [`dlpack`] module."
+)]
+#![cfg_attr(
+    not(feature = "dlpack"),
+    doc = "- `dlpack`: `TensorView::to_dlpack` exports views as DLPack \
+           `DLManagedTensorVersioned` (zero-copy or copied), and \
+           `TensorRef::from_dlpack` accepts DLPack tensors as inputs; see the \
+           `dlpack` module."
+)]
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

@@ -190,7 +190,7 @@ pub enum LayerKind {
     Dummy,
     /// `KVC_LAYER_DYNAMIC_INDEXED`: transformers' `DynamicIndexedLayer`
     /// (5.11): a dynamic layer plus the keys of a sparse-attention indexer
-    /// ([`Cache::update_indexer`](crate::Cache::update_indexer)).
+    /// ([`CacheRef::update_indexer`](crate::CacheRef::update_indexer)).
     DynamicIndexed,
     /// `KVC_LAYER_STATIC_INDEXED`: transformers' `StaticIndexedLayer` (5.24):
     /// a static layer plus an indexer buffer of `max_cache_len` slots.

@@ -33,11 +33,14 @@
 //! # Ok::<(), kvcache::Error>(())
 //! ```
 //!
-//! # Lifetimes, views and threads
+//! # Ownership, views and threads
 //!
-//! A `Sequence<'p>` borrows its pool (as git2's objects borrow their
-//! repository): a pool cannot be dropped, or moved to another thread, while a
-//! sequence of it lives, and dropping a sequence releases its blocks.
+//! A [`Pool`] is a shared handle (cloning it is `Arc::clone`), and every
+//! [`Sequence`] holds one: a scheduler keeps the pool and its sequences in
+//! one struct, or hands sequences to other threads and async tasks, and the
+//! C pool is freed after the last of them (its sequences are destroyed
+//! first, as `kvc_pool_destroy` requires). Dropping a sequence releases its
+//! blocks.
 //!
 //! The C contract makes views (block tables, layer storage, recurrent states)
 //! valid until the next call that changes the pool's blocks or tables, and
@@ -51,44 +54,74 @@
 //! table of the same group and format, so the tables of several groups (a
 //! hybrid model's forward) are alive together. A view's raw pointers
 //! ([`TensorView::data_ptr`]) of the storage, which never moves, stay valid
-//! until the pool is dropped, for device kernels.
+//! until the pool is dropped, for device kernels. Views borrow the handle
+//! they came from and stay on the thread that made them.
 //!
-//! A pool and its sequences are one object for threading (one thread at a
-//! time): `Pool` is [`Send`] but not [`Sync`], so a `Sequence` is neither.
+//! A pool and its sequences are one object for the C library (one call at a
+//! time). Here every call takes a lock inside the pool first, so `Pool` and
+//! `Sequence` are [`Send`] and [`Sync`]: threads sharing `&Pool` (or clones
+//! of it) take turns and never see [`ErrorCode::Busy`]. Views are counted
+//! across threads too: while one thread holds a block table, another
+//! thread's `reserve` on the same pool is refused with `InvalidState`, as on
+//! one thread, so a multi-threaded scheduler drops a step's views before the
+//! next step's scheduling calls. Methods that change one sequence take
+//! `&mut Sequence`, so two threads never change the same sequence at once.
+//!
+//! ```
+//! use kvcache::{DType, Pool, PoolGroup, PoolLayer, Sequence};
+//!
+//! // A scheduler owns its pool and its running requests together.
+//! struct Scheduler {
+//!     pool: Pool,
+//!     running: Vec<Sequence>,
+//! }
+//!
+//! let pool = Pool::builder(DType::F32)
+//!     .group(PoolGroup::full(4, 16))
+//!     .layer(PoolLayer::attention(0, 1, 4))
+//!     .build()?;
+//! let running = vec![pool.sequence()?, pool.sequence()?];
+//! let mut scheduler = Scheduler { pool, running };
+//! // ... and moves between threads whole, or lends `&Pool` to several.
+//! let scheduler = std::thread::spawn(move || {
+//!     for seq in &mut scheduler.running {
+//!         seq.reserve(&[1, 2, 3]).unwrap();
+//!     }
+//!     scheduler
+//! })
+//! .join()
+//! .unwrap();
+//! assert_eq!(scheduler.running[1].len(), 3);
+//! assert_eq!(scheduler.pool.stats(0)?.used_blocks, 2);
+//! # Ok::<(), kvcache::Error>(())
+//! ```
+//!
+//! A view cannot outlive the handle it borrows:
 //!
 //! ```compile_fail
 //! # use kvcache::{DType, Pool, PoolGroup, PoolLayer};
-//! let seq = {
+//! let table = {
 //!     let pool = Pool::builder(DType::F32)
 //!         .group(PoolGroup::full(4, 8))
 //!         .layer(PoolLayer::attention(0, 1, 4))
 //!         .build()
 //!         .unwrap();
-//!     pool.sequence().unwrap() // error: `pool` does not live long enough
+//!     let seq = pool.sequence().unwrap();
+//!     pool.block_table(&[&seq], 0).unwrap() // error: `pool` does not live long enough
 //! };
 //! ```
 //!
 //! ```compile_fail
-//! fn shared<T: Sync>() {}
-//! shared::<kvcache::Pool>(); // a Pool is not Sync
-//! ```
-//!
-//! ```compile_fail
 //! fn send<T: Send>() {}
-//! send::<kvcache::Sequence<'static>>(); // nor is a Sequence Send
-//! ```
-//!
-//! ```
-//! fn send<T: Send>() {}
-//! send::<kvcache::Pool>(); // a Pool moves between threads whole
+//! send::<kvcache::BlockTable<'static>>(); // nor move to another thread
 //! ```
 
-use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::fmt;
 use std::ops::Deref;
 use std::path::Path;
 use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kvcache_sys as sys;
 
@@ -401,47 +434,79 @@ impl PoolBuilder {
         // SAFETY: every pointer in `options` is valid for the call.
         check(unsafe { sys::kvc_pool_create(&options, &mut raw) })?;
         Ok(Pool {
-            raw: NonNull::new(raw).expect("kvcache: kvc_pool_create returned NULL"),
-            dtype: self.dtype,
-            device: self.device,
-            layout: self.layout,
-            tables: RefCell::new(vec![0; 2 * self.groups.len()]),
-            groups: self.groups,
-            layers: self.layers,
-            views: Cell::new(0),
-            storage_views: Cell::new(0),
-            dropped: RefCell::new(Vec::new()),
+            shared: Arc::new(Shared {
+                raw: NonNull::new(raw).expect("kvcache: kvc_pool_create returned NULL"),
+                dtype: self.dtype,
+                device: self.device,
+                layout: self.layout,
+                state: Mutex::new(State {
+                    views: 0,
+                    storage_views: 0,
+                    tables: vec![0; 2 * self.groups.len()],
+                    dropped: Vec::new(),
+                }),
+                groups: self.groups,
+                layers: self.layers,
+            }),
         })
     }
 }
 
-/// A block pool for one model on one device (`kvc_pool*`); dropping it frees
-/// the pool. See the [module documentation](self) for the rules of its
+/// A block pool for one model on one device (`kvc_pool*`): a shared handle.
+///
+/// Cloning a `Pool` gives another handle to the same pool (as `Arc::clone`
+/// does); every [`Sequence`] holds one too, so the C pool is freed when the
+/// last handle and the last sequence are gone, never before them. `Pool` is
+/// [`Send`] and [`Sync`]: its calls, and its sequences' calls, take turns on
+/// one lock inside, which is the C rule (one call at a time per pool) kept
+/// for you. See the [module documentation](self) for the rules of its
 /// sequences and views.
+#[derive(Clone)]
 pub struct Pool {
+    shared: Arc<Shared>,
+}
+
+/// What every handle of one pool shares.
+struct Shared {
     raw: NonNull<sys::kvc_pool>,
     dtype: DType,
     device: Device,
     layout: Layout,
     groups: Vec<PoolGroup>,
     layers: Vec<PoolLayer>,
-    /// Live views (tables, storage, recurrent states): they block the calls
-    /// that would invalidate them.
-    views: Cell<usize>,
-    /// Of which layer-storage views: they block writes.
-    storage_views: Cell<usize>,
-    /// Live block tables per group and format (`2 * group + format`): they
-    /// block the next table of the same group and format.
-    tables: RefCell<Vec<usize>>,
-    /// Sequences dropped while views were alive, destroyed once none is.
-    dropped: RefCell<Vec<NonNull<sys::kvc_pool_sequence>>>,
+    /// Held for every call into C on the pool or one of its sequences.
+    state: Mutex<State>,
 }
 
-// SAFETY: the C rule: a pool and its sequences are used by one thread at a
-// time. Moving the pool moves all of it: no sequence or view borrows it then.
-// It is not Sync (Cell), so `&Pool`, and with it every Sequence, stays on one
-// thread.
-unsafe impl Send for Pool {}
+// SAFETY: the C rule is one call at a time per pool (its sequences
+// included); every call through `raw` or a sequence's handle holds `state`.
+// The other fields are immutable after creation.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+/// The view bookkeeping, changed only under the lock.
+pub(crate) struct State {
+    /// Live views (tables, storage, recurrent states): they block the calls
+    /// that would invalidate them.
+    views: usize,
+    /// Of which layer-storage views: they block writes.
+    storage_views: usize,
+    /// Live block tables per group and format (`2 * group + format`): they
+    /// block the next table of the same group and format.
+    tables: Vec<usize>,
+    /// Sequences dropped while views were alive, destroyed once none is.
+    dropped: Vec<NonNull<sys::kvc_pool_sequence>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: the last handle: no sequence or view of the pool is left
+        // (each holds a handle). kvc_pool_destroy frees the dropped
+        // sequences not destroyed yet.
+        unsafe { sys::kvc_pool_destroy(self.raw.as_ptr()) }
+    }
+}
 
 impl Pool {
     /// A builder for a pool of `dtype` (the K/V and state dtype).
@@ -458,40 +523,47 @@ impl Pool {
         }
     }
 
-    /// The raw handle, for calling `kvcache_sys` directly.
+    /// The raw handle, for calling `kvcache_sys` directly. Calls through it
+    /// bypass the pool's lock: make them while no other thread uses the pool
+    /// (the library refuses an overlapping call with [`ErrorCode::Busy`]).
     pub fn as_ptr(&self) -> *mut sys::kvc_pool {
-        self.raw.as_ptr()
+        self.shared.raw.as_ptr()
     }
 
     /// The groups, as built.
     pub fn groups(&self) -> &[PoolGroup] {
-        &self.groups
+        &self.shared.groups
     }
 
     /// The layers, as built.
     pub fn layers(&self) -> &[PoolLayer] {
-        &self.layers
+        &self.shared.layers
     }
 
     /// The K/V and state dtype.
     pub fn dtype(&self) -> DType {
-        self.dtype
+        self.shared.dtype
     }
 
     /// Where the blocks live.
     pub fn device(&self) -> Device {
-        self.device
+        self.shared.device
+    }
+
+    /// Whether `self` and `other` are handles of the same pool.
+    pub fn same_pool(&self, other: &Pool) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// A new, empty sequence (a request) without a cache salt.
-    pub fn sequence(&self) -> Result<Sequence<'_>> {
+    pub fn sequence(&self) -> Result<Sequence> {
         self.sequence_with_salt(&[])
     }
 
     /// A new, empty sequence whose blocks are reused only by sequences with
     /// the same `salt` (a tenant's cache salt).
-    pub fn sequence_with_salt(&self, salt: &[u8]) -> Result<Sequence<'_>> {
-        self.begin("kvc_pool_sequence_create")?;
+    pub fn sequence_with_salt(&self, salt: &[u8]) -> Result<Sequence> {
+        let _held = self.begin("kvc_pool_sequence_create")?;
         let options = sys::kvc_pool_sequence_options {
             salt: salt.as_ptr().cast(),
             salt_len: salt.len(),
@@ -502,7 +574,7 @@ impl Pool {
         check(unsafe { sys::kvc_pool_sequence_create(self.as_ptr(), &options, &mut raw) })?;
         Ok(Sequence {
             raw: NonNull::new(raw).expect("kvcache: kvc_pool_sequence_create returned NULL"),
-            pool: self,
+            pool: self.clone(),
         })
     }
 
@@ -517,21 +589,22 @@ impl Pool {
     /// [`ErrorCode::OutOfMemory`] when they are not there) and its committed
     /// full blocks are cached for prefix reuse. A missing, truncated or
     /// corrupted file is [`ErrorCode::Io`]. On any error the pool is unchanged.
-    pub fn load_sequence(&self, path: impl AsRef<Path>) -> Result<Sequence<'_>> {
+    pub fn load_sequence(&self, path: impl AsRef<Path>) -> Result<Sequence> {
         let path = c_path(path.as_ref())?;
-        self.begin("kvc_pool_sequence_load")?;
+        let _held = self.begin("kvc_pool_sequence_load")?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: a live pool, a path borrowed for the call, a valid out-pointer.
         check(unsafe { sys::kvc_pool_sequence_load(self.as_ptr(), path.as_ptr(), &mut raw) })?;
         Ok(Sequence {
             raw: NonNull::new(raw).expect("kvcache: kvc_pool_sequence_load returned NULL"),
-            pool: self,
+            pool: self.clone(),
         })
     }
 
     /// The counters of `group`.
     pub fn stats(&self, group: u32) -> Result<PoolStats> {
         let mut raw = sys::kvc_pool_stats::default();
+        let _held = self.lock();
         // SAFETY: a live pool and a zeroed out-struct with struct_size set.
         check(unsafe { sys::kvc_pool_stats_get(self.as_ptr(), group, &mut raw) })?;
         Ok(PoolStats {
@@ -551,11 +624,7 @@ impl Pool {
     /// `new_tokens[i]` more tokens for each of `sequences[i]` would take
     /// (copy-on-write copies and recurrent slots included, minus what sliding
     /// groups give back). Compare with [`PoolStats::available_blocks`].
-    pub fn blocks_needed(
-        &self,
-        sequences: &[&Sequence<'_>],
-        new_tokens: &[u64],
-    ) -> Result<Vec<u64>> {
+    pub fn blocks_needed(&self, sequences: &[&Sequence], new_tokens: &[usize]) -> Result<Vec<u64>> {
         const FN: &str = "kvc_pool_blocks_needed";
         if sequences.len() != new_tokens.len() {
             return Err(invalid_argument(format!(
@@ -565,7 +634,9 @@ impl Pool {
             )));
         }
         let raw = self.handles(FN, sequences)?;
-        let mut out = vec![0u64; self.groups.len()];
+        let new_tokens: Vec<u64> = new_tokens.iter().map(|&n| n as u64).collect();
+        let mut out = vec![0u64; self.shared.groups.len()];
+        let _held = self.lock();
         // SAFETY: live handles of this pool, `num_groups` out-entries.
         check(unsafe {
             sys::kvc_pool_blocks_needed(
@@ -582,21 +653,21 @@ impl Pool {
     /// Evicts every cached, unreferenced, unpinned block (a weights update
     /// makes them stale) and queues an [`PoolEvent::AllCleared`].
     pub fn clear_cache(&self) -> Result<()> {
-        self.begin("kvc_pool_clear_cache")?;
+        let _held = self.begin("kvc_pool_clear_cache")?;
         // SAFETY: a live pool, no view alive.
         check(unsafe { sys::kvc_pool_clear_cache(self.as_ptr()) })
     }
 
     /// Unpins every block [`Sequence::pin`] pinned; they stay cached.
     pub fn unpin_all(&self) -> Result<()> {
-        self.begin("kvc_pool_unpin_all")?;
+        let _held = self.begin("kvc_pool_unpin_all")?;
         // SAFETY: a live pool, no view alive.
         check(unsafe { sys::kvc_pool_unpin_all(self.as_ptr()) })
     }
 
     /// Takes every queued event, oldest first.
     pub fn events(&self) -> Result<Vec<PoolEvent>> {
-        self.begin("kvc_pool_events_pull")?;
+        let _held = self.begin("kvc_pool_events_pull")?;
         let mut out = Vec::new();
         let mut buf = vec![sys::kvc_pool_event::default(); 256];
         loop {
@@ -627,30 +698,15 @@ impl Pool {
         slot_mapping: &[i64],
     ) -> Result<()> {
         const FN: &str = "kvc_pool_write";
-        if self.storage_views.get() > 0 {
-            return Err(Error::new(
-                ErrorCode::InvalidState,
-                format!(
-                    "{FN}: {} layer-storage view(s) of this pool are alive; drop them before writing",
-                    self.storage_views.get()
-                ),
-            ));
-        }
-        if keys.len() != self.layers.len() || values.len() != self.layers.len() {
+        let (_held, num_tokens) = self.begin_write(FN, slot_mapping)?;
+        let layers = self.shared.layers.len();
+        if keys.len() != layers || values.len() != layers {
             return Err(invalid_argument(format!(
                 "{FN}: keys has {} and values {} entries but the pool has {} layers (one per layer, \
                  TensorRef::empty() for recurrent layers)",
                 keys.len(),
                 values.len(),
-                self.layers.len()
-            )));
-        }
-        let groups = self.groups.len().max(1);
-        if slot_mapping.len() % groups != 0 {
-            return Err(invalid_argument(format!(
-                "{FN}: slot_mapping has {} entries, not a multiple of the pool's {groups} groups \
-                 (num_groups * num_tokens, group-major)",
-                slot_mapping.len()
+                layers
             )));
         }
         // SAFETY: `len` layers of tensors (repr(transparent) kvc_tensor) and a
@@ -662,9 +718,153 @@ impl Pool {
                 values.as_ptr().cast(),
                 keys.len() as u32,
                 slot_mapping.as_ptr(),
-                slot_mapping.len() / groups,
+                num_tokens,
             )
         })
+    }
+
+    /// Writes one layer's K/V of a step through the step's slot mapping: the
+    /// call a model's forward pass makes per layer, once the layer computed
+    /// them (one kernel launch on a GPU). `key` and `value` are
+    /// `[num_tokens, num_kv_heads, head_dim]` on the pool's device;
+    /// `slot_mapping` is the whole step's mapping, as [`write`](Self::write)
+    /// takes it: pass the same slice to every layer of the step (its row for
+    /// the layer's group is checked on the first layer; later layers compare
+    /// it with that row). Refused while a layer-storage view is alive; block
+    /// tables stay valid.
+    pub fn write_layer(
+        &self,
+        layer: u32,
+        key: &TensorRef<'_>,
+        value: &TensorRef<'_>,
+        slot_mapping: &[i64],
+    ) -> Result<()> {
+        const FN: &str = "Pool::write_layer";
+        let (_held, num_tokens) = self.begin_write(FN, slot_mapping)?;
+        // SAFETY: tensors (repr(transparent) kvc_tensor) and a host slot
+        // mapping, all borrowed for the call.
+        check(unsafe {
+            sys::kvc_pool_write_layer(
+                self.as_ptr(),
+                layer,
+                (key as *const TensorRef<'_>).cast(),
+                (value as *const TensorRef<'_>).cast(),
+                slot_mapping.as_ptr(),
+                num_tokens,
+            )
+        })
+    }
+
+    /// The pool's lock for a write: no layer-storage view alive, and a mapping
+    /// of whole rows (returns its tokens).
+    fn begin_write(
+        &self,
+        function: &str,
+        slot_mapping: &[i64],
+    ) -> Result<(MutexGuard<'_, State>, usize)> {
+        let held = self.lock();
+        if held.storage_views > 0 {
+            return Err(Error::new(
+                ErrorCode::InvalidState,
+                format!(
+                    "{function}: {} layer-storage view(s) of this pool are alive; drop them before writing",
+                    held.storage_views
+                ),
+            ));
+        }
+        let groups = self.shared.groups.len().max(1);
+        if slot_mapping.len() % groups != 0 {
+            return Err(invalid_argument(format!(
+                "{function}: slot_mapping has {} entries, not a multiple of the pool's {groups} groups \
+                 (num_groups * num_tokens, group-major)",
+                slot_mapping.len()
+            )));
+        }
+        Ok((held, slot_mapping.len() / groups))
+    }
+
+    /// A scheduler's step in one call: [`Sequence::reserve`] of
+    /// `num_tokens[i]` tokens for each `sequences[i]`, in order, `tokens`
+    /// holding their tokens one after another. Returns how many sequences
+    /// were reserved (a prefix of the list) and the batch's slot mapping (the
+    /// form [`write`](Self::write) and [`write_layer`](Self::write_layer)
+    /// take). When the pool runs out of blocks the batch stops at the first
+    /// sequence that does not fit: it and the later ones are unchanged and
+    /// their slots are -1 (a write skips them); that is `Ok`, not an error.
+    /// Bad arguments (a sequence of another pool or listed twice, a negative
+    /// token, counts that do not add up to `tokens.len()`) reserve nothing.
+    pub fn reserve_batch(
+        &self,
+        sequences: &mut [&mut Sequence],
+        tokens: &[i32],
+        num_tokens: &[usize],
+    ) -> Result<(usize, SlotMapping)> {
+        const FN: &str = "Pool::reserve_batch";
+        let _held = self.begin(FN)?;
+        if num_tokens.len() != sequences.len() {
+            return Err(invalid_argument(format!(
+                "{FN}: num_tokens has {} entries but sequences has {}",
+                num_tokens.len(),
+                sequences.len()
+            )));
+        }
+        let total = num_tokens.iter().try_fold(0usize, |a, &n| a.checked_add(n));
+        if total != Some(tokens.len()) {
+            return Err(invalid_argument(format!(
+                "{FN}: tokens has {} entries but num_tokens adds up to {} (the sequences' tokens one \
+                 after another)",
+                tokens.len(),
+                total.map_or_else(|| "more than usize".to_string(), |t| t.to_string())
+            )));
+        }
+        let raw = self.batch_handles(FN, sequences)?;
+        let counts: Vec<u64> = num_tokens.iter().map(|&n| n as u64).collect();
+        let groups = self.shared.groups.len();
+        let mut slots = vec![-1i64; groups * tokens.len()];
+        let mut reserved = 0usize;
+        // SAFETY: live handles of this pool (each borrowed mutably), host
+        // arrays of the sizes the call reads and writes.
+        check(unsafe {
+            sys::kvc_pool_reserve_batch(
+                self.as_ptr(),
+                raw.as_ptr(),
+                raw.len(),
+                tokens.as_ptr(),
+                counts.as_ptr(),
+                slots.as_mut_ptr(),
+                &mut reserved,
+            )
+        })?;
+        Ok((
+            reserved,
+            SlotMapping {
+                slots,
+                num_groups: groups,
+            },
+        ))
+    }
+
+    /// [`Sequence::commit`] of every sequence of `sequences`, in one call.
+    pub fn commit_batch(&self, sequences: &mut [&mut Sequence]) -> Result<()> {
+        const FN: &str = "Pool::commit_batch";
+        let _held = self.begin(FN)?;
+        let raw = self.batch_handles(FN, sequences)?;
+        // SAFETY: live handles of this pool, each borrowed mutably.
+        check(unsafe { sys::kvc_pool_commit_batch(self.as_ptr(), raw.as_ptr(), raw.len()) })
+    }
+
+    fn batch_handles(
+        &self,
+        function: &str,
+        sequences: &[&mut Sequence],
+    ) -> Result<Vec<*mut sys::kvc_pool_sequence>> {
+        let shared: Vec<&Sequence> = sequences.iter().map(|s| &**s).collect();
+        // The pointers come from `&mut` borrows the caller holds for the call.
+        Ok(self
+            .handles(function, &shared)?
+            .into_iter()
+            .map(<*const _>::cast_mut)
+            .collect())
     }
 
     /// The K and V storage of `layer` over all its group's blocks, zero-copy:
@@ -673,6 +873,7 @@ impl Pool {
     /// pool's own layout is compact, the other strided.
     pub fn layer_storage(&self, layer: u32, layout: Layout) -> Result<LayerStorage<'_>> {
         let mut raw = sys::kvc_kv::default();
+        let mut held = self.lock();
         // SAFETY: a live pool and a writable out-struct.
         check(unsafe {
             sys::kvc_pool_layer_storage(self.as_ptr(), layer, layout.raw(), &mut raw)
@@ -681,7 +882,7 @@ impl Pool {
             // SAFETY: the storage stays valid and unchanged while the guard
             // blocks writes and every mutation.
             kv: unsafe { KvView::from_raw(raw) },
-            _guard: ViewGuard::new(self, true, None),
+            _guard: ViewGuard::new(self, &mut held, true, None),
         })
     }
 
@@ -690,7 +891,7 @@ impl Pool {
     /// (vLLM, FlashAttention). Refused while the previous padded table of the
     /// same group is alive (the pool rewrites that buffer); the tables of other
     /// groups and formats stay valid.
-    pub fn block_table(&self, sequences: &[&Sequence<'_>], group: u32) -> Result<BlockTable<'_>> {
+    pub fn block_table(&self, sequences: &[&Sequence], group: u32) -> Result<BlockTable<'_>> {
         let (raw, guard) = self.table(sequences, group, sys::KVC_POOL_TABLE_PADDED)?;
         Ok(BlockTable {
             // SAFETY: the table buffer stays valid while the guard blocks mutations
@@ -704,7 +905,7 @@ impl Pool {
     /// last_page_len); as [`block_table`](Self::block_table).
     pub fn block_table_csr(
         &self,
-        sequences: &[&Sequence<'_>],
+        sequences: &[&Sequence],
         group: u32,
     ) -> Result<CsrBlockTable<'_>> {
         let (raw, guard) = self.table(sequences, group, sys::KVC_POOL_TABLE_CSR)?;
@@ -721,18 +922,20 @@ impl Pool {
 
     fn table(
         &self,
-        sequences: &[&Sequence<'_>],
+        sequences: &[&Sequence],
         group: u32,
         format: sys::kvc_pool_table_format,
     ) -> Result<(sys::kvc_pool_table, ViewGuard<'_>)> {
         const FN: &str = "kvc_pool_block_table";
+        let raw = self.handles(FN, sequences)?;
+        let mut held = self.lock();
         // An out-of-range group has no slot: the library refuses it below.
         let slot = (group as usize)
             .checked_mul(2)
             .map(|i| i + usize::from(format == sys::KVC_POOL_TABLE_CSR))
-            .filter(|&i| i < self.tables.borrow().len());
+            .filter(|&i| i < held.tables.len());
         if let Some(i) = slot {
-            if self.tables.borrow()[i] > 0 {
+            if held.tables[i] > 0 {
                 return Err(Error::new(
                     ErrorCode::InvalidState,
                     format!(
@@ -742,7 +945,6 @@ impl Pool {
                 ));
             }
         }
-        let raw = self.handles(FN, sequences)?;
         let mut out = sys::kvc_pool_table::default();
         // SAFETY: live handles of this pool, borrowed for the call.
         check(unsafe {
@@ -755,7 +957,7 @@ impl Pool {
                 &mut out,
             )
         })?;
-        Ok((out, ViewGuard::new(self, false, slot)))
+        Ok((out, ViewGuard::new(self, &mut held, false, slot)))
     }
 
     /// Binds a device pool to a CUDA or HIP stream (`kvc_pool_set_stream`),
@@ -765,6 +967,7 @@ impl Pool {
     /// `stream` must be null (the default stream) or a live stream of the
     /// pool's device that outlives its use by the pool.
     pub unsafe fn set_stream(&self, stream: *mut c_void) -> Result<()> {
+        let _held = self.lock();
         // SAFETY: a live pool; the caller vouches for the stream.
         check(unsafe { sys::kvc_pool_set_stream(self.as_ptr(), stream) })
     }
@@ -773,13 +976,13 @@ impl Pool {
     fn handles(
         &self,
         function: &str,
-        sequences: &[&Sequence<'_>],
+        sequences: &[&Sequence],
     ) -> Result<Vec<*const sys::kvc_pool_sequence>> {
         sequences
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                if std::ptr::eq(s.pool, self) {
+                if s.pool.same_pool(self) {
                     Ok(s.raw.as_ptr().cast_const())
                 } else {
                     Err(invalid_argument(format!(
@@ -790,10 +993,21 @@ impl Pool {
             .collect()
     }
 
-    /// Checks that no view is alive before a call that would invalidate it,
-    /// and destroys the sequences dropped while views were.
-    fn begin(&self, function: &str) -> Result<()> {
-        let views = self.views.get();
+    /// Takes the pool's lock for one call into C. A panic elsewhere while it
+    /// was held leaves only counters behind, which stay right, so a poisoned
+    /// lock is taken as it is.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the lock for a call that would invalidate views: refused while
+    /// one is alive; destroys the sequences dropped while views were.
+    fn begin(&self, function: &str) -> Result<MutexGuard<'_, State>> {
+        let mut held = self.lock();
+        let views = held.views;
         if views > 0 {
             return Err(Error::new(
                 ErrorCode::InvalidState,
@@ -803,35 +1017,31 @@ impl Pool {
                 ),
             ));
         }
-        self.destroy_dropped();
-        Ok(())
+        held.destroy_dropped();
+        Ok(held)
     }
+}
 
-    fn destroy_dropped(&self) {
-        for seq in self.dropped.borrow_mut().drain(..) {
-            // SAFETY: a live sequence of this pool, no longer referenced.
+impl State {
+    fn destroy_dropped(&mut self) {
+        for seq in self.dropped.drain(..) {
+            // SAFETY: a live sequence of this pool, no longer referenced; the
+            // caller holds the pool's lock.
             unsafe { sys::kvc_pool_sequence_destroy(seq.as_ptr()) }
         }
     }
 }
 
-impl Drop for Pool {
-    fn drop(&mut self) {
-        // SAFETY: we own the pool; no sequence or view borrows it any more.
-        // kvc_pool_destroy frees the dropped sequences not destroyed yet.
-        unsafe { sys::kvc_pool_destroy(self.raw.as_ptr()) }
-    }
-}
-
 impl fmt::Debug for Pool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shared = &self.shared;
         f.debug_struct("Pool")
-            .field("dtype", &self.dtype)
-            .field("device", &self.device)
-            .field("layout", &self.layout)
-            .field("groups", &self.groups)
-            .field("layers", &self.layers.len())
-            .field("views", &self.views.get())
+            .field("dtype", &shared.dtype)
+            .field("device", &shared.device)
+            .field("layout", &shared.layout)
+            .field("groups", &shared.groups)
+            .field("layers", &shared.layers.len())
+            .field("views", &self.lock().views)
             .finish()
     }
 }
@@ -845,13 +1055,14 @@ struct ViewGuard<'p> {
 }
 
 impl<'p> ViewGuard<'p> {
-    fn new(pool: &'p Pool, storage: bool, table: Option<usize>) -> ViewGuard<'p> {
-        pool.views.set(pool.views.get() + 1);
+    /// Counts the view in `held`, the pool's state under its lock.
+    fn new(pool: &'p Pool, held: &mut State, storage: bool, table: Option<usize>) -> ViewGuard<'p> {
+        held.views += 1;
         if storage {
-            pool.storage_views.set(pool.storage_views.get() + 1);
+            held.storage_views += 1;
         }
         if let Some(i) = table {
-            pool.tables.borrow_mut()[i] += 1;
+            held.tables[i] += 1;
         }
         ViewGuard {
             pool,
@@ -863,43 +1074,55 @@ impl<'p> ViewGuard<'p> {
 
 impl Drop for ViewGuard<'_> {
     fn drop(&mut self) {
-        let pool = self.pool;
-        pool.views.set(pool.views.get() - 1);
+        let mut held = self.pool.lock();
+        held.views -= 1;
         if self.storage {
-            pool.storage_views.set(pool.storage_views.get() - 1);
+            held.storage_views -= 1;
         }
         if let Some(i) = self.table {
-            pool.tables.borrow_mut()[i] -= 1;
+            held.tables[i] -= 1;
         }
-        if pool.views.get() == 0 {
-            pool.destroy_dropped();
+        if held.views == 0 {
+            held.destroy_dropped();
         }
     }
 }
 
 /// A request in a [`Pool`] (`kvc_pool_sequence*`): its tokens and one block
-/// table per group. Dropping it releases its blocks (the cached ones stay
-/// reusable until evicted).
-pub struct Sequence<'p> {
+/// table per group. It holds a handle of its pool, so it can be stored next
+/// to the pool in a scheduler and moved to another thread or task; the pool
+/// lives at least as long. Dropping it releases its blocks (the cached ones
+/// stay reusable until evicted).
+pub struct Sequence {
     raw: NonNull<sys::kvc_pool_sequence>,
-    pool: &'p Pool,
+    pool: Pool,
 }
 
-impl<'p> Sequence<'p> {
+// SAFETY: every call on the sequence's handle holds its pool's lock (the C
+// rule: a sequence is part of its pool); `&mut self` methods keep one
+// caller at a time on the sequence itself.
+unsafe impl Send for Sequence {}
+// SAFETY: as above; `&self` methods only read or make new sequences.
+unsafe impl Sync for Sequence {}
+
+impl Sequence {
     /// The pool it belongs to.
-    pub fn pool(&self) -> &'p Pool {
-        self.pool
+    pub fn pool(&self) -> &Pool {
+        &self.pool
     }
 
-    /// The raw handle, for calling `kvcache_sys` directly.
+    /// The raw handle, for calling `kvcache_sys` directly (see
+    /// [`Pool::as_ptr`] for the threading rule).
     pub fn as_ptr(&self) -> *mut sys::kvc_pool_sequence {
         self.raw.as_ptr()
     }
 
     /// Tokens the sequence holds (reserved, committed or not).
-    pub fn len(&self) -> u64 {
-        // SAFETY: a live sequence.
-        unsafe { sys::kvc_pool_sequence_length(self.as_ptr()) }
+    pub fn len(&self) -> usize {
+        let _held = self.pool.lock();
+        // SAFETY: a live sequence, under the pool's lock.
+        let n = unsafe { sys::kvc_pool_sequence_length(self.as_ptr()) };
+        usize::try_from(n).expect("kvcache: a sequence longer than the address space")
     }
 
     /// Whether it holds no token.
@@ -908,23 +1131,26 @@ impl<'p> Sequence<'p> {
     }
 
     /// Tokens committed (written and declared by [`commit`](Self::commit), or matched).
-    pub fn committed(&self) -> u64 {
-        // SAFETY: a live sequence.
-        unsafe { sys::kvc_pool_sequence_committed(self.as_ptr()) }
+    pub fn committed(&self) -> usize {
+        let _held = self.pool.lock();
+        // SAFETY: a live sequence, under the pool's lock.
+        let n = unsafe { sys::kvc_pool_sequence_committed(self.as_ptr()) };
+        usize::try_from(n).expect("kvcache: a sequence longer than the address space")
     }
 
     /// Attaches the longest cached prefix of `tokens` to this empty sequence
     /// and returns how many tokens matched (a whole number of blocks of every
     /// group, at most `tokens.len() - 1`: the last token is always computed).
     /// Reserve the rest.
-    pub fn match_prefix(&mut self, tokens: &[i32]) -> Result<u64> {
-        self.pool.begin("kvc_pool_match_prefix")?;
+    pub fn match_prefix(&mut self, tokens: &[i32]) -> Result<usize> {
+        let _held = self.pool.begin("kvc_pool_match_prefix")?;
         let mut matched = 0u64;
         // SAFETY: a live sequence; `tokens` is borrowed for the call.
         check(unsafe {
             sys::kvc_pool_match_prefix(self.as_ptr(), tokens.as_ptr(), tokens.len(), &mut matched)
         })?;
-        Ok(matched)
+        // At most tokens.len() - 1.
+        Ok(matched as usize)
     }
 
     /// Appends `tokens` and gives each a slot in every attention group
@@ -941,8 +1167,8 @@ impl<'p> Sequence<'p> {
     /// [`reserve`](Self::reserve) into a mapping whose memory is reused (a
     /// decode loop allocates nothing).
     pub fn reserve_into(&mut self, tokens: &[i32], out: &mut SlotMapping) -> Result<()> {
-        self.pool.begin("kvc_pool_reserve")?;
-        let groups = self.pool.groups.len();
+        let _held = self.pool.begin("kvc_pool_reserve")?;
+        let groups = self.pool.shared.groups.len();
         let mut slots = std::mem::take(&mut out.slots);
         slots.clear();
         slots.resize(groups * tokens.len(), -1);
@@ -969,7 +1195,7 @@ impl<'p> Sequence<'p> {
     /// hashed and cached ([`PoolEvent::BlockStored`] each), recurrent groups
     /// checkpoint their state at block boundaries.
     pub fn commit(&mut self) -> Result<()> {
-        self.pool.begin("kvc_pool_commit")?;
+        let _held = self.pool.begin("kvc_pool_commit")?;
         // SAFETY: a live sequence.
         check(unsafe { sys::kvc_pool_commit(self.as_ptr()) })
     }
@@ -977,28 +1203,28 @@ impl<'p> Sequence<'p> {
     /// A new sequence sharing every block of this one (`n > 1` sampling, beam
     /// search); nothing is copied until one of them writes into a shared
     /// partial block (copy-on-write).
-    pub fn fork(&self) -> Result<Sequence<'p>> {
-        self.pool.begin("kvc_pool_fork")?;
+    pub fn fork(&self) -> Result<Sequence> {
+        let _held = self.pool.begin("kvc_pool_fork")?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: a live sequence.
         check(unsafe { sys::kvc_pool_fork(self.as_ptr(), &mut raw) })?;
         Ok(Sequence {
             raw: NonNull::new(raw).expect("kvcache: kvc_pool_fork returned NULL"),
-            pool: self.pool,
+            pool: self.pool.clone(),
         })
     }
 
     /// Keeps the first `num_tokens` tokens (speculative decoding's rollback).
-    pub fn truncate(&mut self, num_tokens: u64) -> Result<()> {
-        self.pool.begin("kvc_pool_truncate")?;
+    pub fn truncate(&mut self, num_tokens: usize) -> Result<()> {
+        let _held = self.pool.begin("kvc_pool_truncate")?;
         // SAFETY: a live sequence.
-        check(unsafe { sys::kvc_pool_truncate(self.as_ptr(), num_tokens) })
+        check(unsafe { sys::kvc_pool_truncate(self.as_ptr(), num_tokens as u64) })
     }
 
     /// Pins the sequence's cached blocks: never evicted, even after it is
     /// dropped, until [`Pool::unpin_all`].
     pub fn pin(&mut self) -> Result<()> {
-        self.pool.begin("kvc_pool_sequence_pin")?;
+        let _held = self.pool.begin("kvc_pool_sequence_pin")?;
         // SAFETY: a live sequence.
         check(unsafe { sys::kvc_pool_sequence_pin(self.as_ptr()) })
     }
@@ -1010,6 +1236,7 @@ impl<'p> Sequence<'p> {
     /// again in a pool of the same layout. Nothing changes: views stay valid.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = c_path(path.as_ref())?;
+        let _held = self.pool.lock();
         // SAFETY: a live sequence and a path borrowed for the call; NULL options are documented.
         check(unsafe {
             sys::kvc_pool_sequence_save(self.as_ptr(), path.as_ptr(), std::ptr::null())
@@ -1045,7 +1272,7 @@ impl<'p> Sequence<'p> {
                 self.len()
             )));
         }
-        let l = &self.pool.layers[layer as usize];
+        let l = &self.pool.shared.layers[layer as usize];
         let len = self.len() as i64;
         let kshape = [1, i64::from(l.num_kv_heads), len, i64::from(l.key_head_dim)];
         let vshape = [1, i64::from(l.num_kv_heads), len, i64::from(l.v_dim())];
@@ -1084,21 +1311,23 @@ impl<'p> Sequence<'p> {
         keys: &TensorRef<'_>,
         values: &TensorRef<'_>,
     ) -> Result<()> {
+        let _held = self.pool.lock();
         // SAFETY: a live sequence; the caller vouches for the outputs.
         check(unsafe { sys::kvc_pool_gather(self.as_ptr(), layer, keys.as_raw(), values.as_raw()) })
     }
 
     fn gather_sizes(&self, layer: u32) -> Result<(usize, usize)> {
-        let Some(l) = self.pool.layers.get(layer as usize) else {
+        let layers = &self.pool.shared.layers;
+        let Some(l) = layers.get(layer as usize) else {
             return Err(Error::new(
                 ErrorCode::OutOfRange,
                 format!(
                     "kvc_pool_gather: layer is {layer} but the pool has {} layers",
-                    self.pool.layers.len()
+                    layers.len()
                 ),
             ));
         };
-        let len = self.len() as usize;
+        let len = self.len();
         let heads = l.num_kv_heads as usize;
         Ok((
             heads * len * l.key_head_dim as usize,
@@ -1111,6 +1340,7 @@ impl<'p> Sequence<'p> {
     /// and writes in place.
     pub fn recurrent_state(&mut self, layer: u32) -> Result<RecurrentState<'_>> {
         let (mut conv, mut ssm) = (sys::kvc_tensor::default(), sys::kvc_tensor::default());
+        let mut held = self.pool.lock();
         // SAFETY: a live sequence, writable out-tensors.
         check(unsafe { sys::kvc_pool_recurrent_state(self.as_ptr(), layer, &mut conv, &mut ssm) })?;
         // SAFETY: the state stays valid while the guard blocks mutations and
@@ -1119,25 +1349,27 @@ impl<'p> Sequence<'p> {
             Ok(RecurrentState {
                 conv: TensorView::from_raw(conv),
                 ssm: TensorView::from_raw(ssm),
-                _guard: ViewGuard::new(self.pool, false, None),
+                _guard: ViewGuard::new(&self.pool, &mut held, false, None),
             })
         }
     }
 }
 
-impl Drop for Sequence<'_> {
+impl Drop for Sequence {
     fn drop(&mut self) {
-        if self.pool.views.get() > 0 {
+        let mut held = self.pool.lock();
+        if held.views > 0 {
             // Destroying would invalidate the views: later, when none is alive.
-            self.pool.dropped.borrow_mut().push(self.raw);
+            held.dropped.push(self.raw);
         } else {
-            // SAFETY: we own the sequence; its pool is alive (borrowed).
+            // SAFETY: we own the sequence; its pool is alive (we hold a
+            // handle, dropped after this) and locked.
             unsafe { sys::kvc_pool_sequence_destroy(self.raw.as_ptr()) }
         }
     }
 }
 
-impl fmt::Debug for Sequence<'_> {
+impl fmt::Debug for Sequence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sequence")
             .field("len", &self.len())
@@ -1159,8 +1391,9 @@ pub struct SlotMapping {
 
 impl SlotMapping {
     /// Groups (rows).
-    pub fn num_groups(&self) -> usize {
-        self.num_groups
+    pub fn num_groups(&self) -> u32 {
+        // Pool::build refused more groups than u32 holds.
+        self.num_groups as u32
     }
 
     /// Tokens (columns).
@@ -1173,7 +1406,8 @@ impl SlotMapping {
     /// # Panics
     /// If `group >= num_groups()`, as slice indexing does (naming both,
     /// rather than overflowing `group * num_tokens` first).
-    pub fn group(&self, group: usize) -> &[i64] {
+    pub fn group(&self, group: u32) -> &[i64] {
+        let group = group as usize;
         assert!(
             group < self.num_groups,
             "SlotMapping::group: group {group} is out of range for {} groups",
@@ -1195,7 +1429,7 @@ impl SlotMapping {
         let mut slots = Vec::with_capacity(mappings.iter().map(|m| m.slots.len()).sum());
         for g in 0..groups {
             for m in mappings {
-                slots.extend_from_slice(m.group(g));
+                slots.extend_from_slice(m.group(g as u32));
             }
         }
         Ok(SlotMapping {
@@ -1344,27 +1578,9 @@ fn read_i32(view: &TensorView<'_>, function: &str) -> Result<Vec<i32>> {
             format!("{function}: the view holds {}, not int32", view.data_type()),
         ));
     }
-    let shape = view.shape();
-    let strides = view.strides();
-    let numel = view.numel().max(0) as usize;
-    let base =
-        (view.data_ptr() as *const u8).wrapping_add(view.byte_offset() as usize) as *const i32;
-    let mut out = Vec::with_capacity(numel);
-    let mut index = vec![0i64; shape.len()];
-    for _ in 0..numel {
-        let offset: i64 = index.iter().zip(strides.iter()).map(|(i, s)| i * s).sum();
-        // SAFETY: a host int32 view of the library; the index is inside the
-        // shape, and the guard keeps the memory valid.
-        out.push(unsafe { base.wrapping_offset(offset as isize).read_unaligned() });
-        for d in (0..shape.len()).rev() {
-            index[d] += 1;
-            if index[d] < shape[d] {
-                break;
-            }
-            index[d] = 0;
-        }
-    }
-    Ok(out)
+    // SAFETY: a host int32 view of the library (checked above); the guard
+    // keeps its memory valid.
+    Ok(unsafe { view.copy_elements::<i32>() })
 }
 
 /// Padded block tables (`[batch, max_blocks]` int32), borrowed from the pool.

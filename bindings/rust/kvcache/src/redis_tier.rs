@@ -225,10 +225,11 @@ impl Pool {
             raw.auth_key_len = key.len();
         }
         let policy = options.write.raw();
-        let index = self.tier_count();
         let mut tier = std::ptr::null_mut();
         // SAFETY: the options and their strings are valid for the call.
         check(unsafe { sys::kvc_redis_tier_create(&raw, &mut tier) })?;
+        let _held = self.lock();
+        let index = self.tier_count_held();
         // SAFETY: a live pool and a tier no pool owns yet; on error the tier stays ours.
         if let Err(e) = check(unsafe { sys::kvc_pool_add_tier(self.as_ptr(), tier, policy) }) {
             // SAFETY: the pool refused it: it is still ours to free.
@@ -240,8 +241,14 @@ impl Pool {
 
     /// How many tiers the pool has.
     pub fn tier_count(&self) -> u32 {
+        let _held = self.lock();
+        self.tier_count_held()
+    }
+
+    /// [`tier_count`](Self::tier_count) with the pool's lock already held.
+    pub(crate) fn tier_count_held(&self) -> u32 {
         let mut n = 0;
-        // SAFETY: a live pool; kvc_pool_tier returns NULL past the end.
+        // SAFETY: a live pool, locked; kvc_pool_tier returns NULL past the end.
         while !unsafe { sys::kvc_pool_tier(self.as_ptr(), n) }.is_null() {
             n += 1;
         }

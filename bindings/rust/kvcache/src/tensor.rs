@@ -585,38 +585,69 @@ impl<'c> TensorView<'c> {
         Ok(unsafe { self.element_ptr::<T>(offset).read_unaligned() })
     }
 
-    /// All elements, copied in row-major order.
+    /// All elements, copied in row-major order: one `memcpy` per run of
+    /// consecutive elements (a dynamic layer's view is one run per head, a
+    /// compact view one run in all), so a strided view copies at memory
+    /// speed too.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         self.readable::<T>("to_vec")?;
+        // SAFETY: host memory of T (checked), kept readable for 'c.
+        Ok(unsafe { self.copy_elements::<T>() })
+    }
+
+    /// The elements in row-major order, copied a run at a time: the
+    /// innermost dimensions that lie consecutively in memory (dimensions of
+    /// size 1 whatever their stride) make one run.
+    ///
+    /// # Safety
+    /// The view is host memory of `T` elements, readable for `'c`, with data
+    /// when it has elements.
+    pub(crate) unsafe fn copy_elements<T: Copy>(&self) -> Vec<T> {
         let shape = self.shape();
         let numel = self.numel().max(0) as usize;
-        let mut out = Vec::with_capacity(numel);
+        let mut out = Vec::<T>::with_capacity(numel);
         if numel == 0 {
-            return Ok(out);
+            return out;
         }
         let strides = self.strides();
-        let last = shape.len() - 1;
-        let mut index = vec![0i64; shape.len()];
+        let mut outer = shape.len();
+        let mut run = 1i64;
+        while outer > 0 && (shape[outer - 1] == 1 || strides[outer - 1] == run) {
+            run *= shape[outer - 1];
+            outer -= 1;
+        }
+        let run_bytes = run as usize * std::mem::size_of::<T>();
+        // Bytes, not T: the library's views are aligned, but nothing here needs them to be.
+        let mut dst = out.as_mut_ptr().cast::<u8>();
+        let mut index = vec![0i64; outer];
+        let mut offset = 0i64;
         loop {
-            let base: i64 = index.iter().zip(strides.iter()).map(|(i, s)| i * s).sum();
-            for i in 0..shape[last] {
-                // SAFETY: as in `get`: every index visited is inside the shape.
-                out.push(unsafe {
-                    self.element_ptr::<T>(base + i * strides[last])
-                        .read_unaligned()
-                });
+            // SAFETY: `offset` is an index inside the shape (the caller
+            // vouches for the memory), and `out` has room for `numel`
+            // elements, of which the runs copied so far filled the front.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.element_ptr::<T>(offset).cast::<u8>(),
+                    dst,
+                    run_bytes,
+                );
+                dst = dst.add(run_bytes);
             }
-            // Next index over all dimensions but the last.
-            let mut dim = last;
+            // The next run: an odometer over the outer dimensions.
+            let mut dim = outer;
             loop {
                 if dim == 0 {
-                    return Ok(out);
+                    // SAFETY: the runs wrote every one of the `numel` elements.
+                    unsafe { out.set_len(numel) };
+                    return out;
                 }
                 dim -= 1;
                 index[dim] += 1;
+                offset += strides[dim];
                 if index[dim] < shape[dim] {
                     break;
                 }
+                offset -= strides[dim] * shape[dim];
                 index[dim] = 0;
             }
         }
@@ -819,10 +850,10 @@ impl ViewBuffer {
         ViewBuffer::default()
     }
 
-    /// Room for `layers` views.
-    pub fn with_layers(layers: usize) -> ViewBuffer {
+    /// Room for `layers` views (as many as [`CacheRef::num_layers`](crate::CacheRef::num_layers)).
+    pub fn with_layers(layers: u32) -> ViewBuffer {
         ViewBuffer {
-            raw: vec![sys::kvc_kv::default(); layers],
+            raw: vec![sys::kvc_kv::default(); layers as usize],
         }
     }
 
@@ -852,5 +883,75 @@ impl fmt::Debug for ViewBuffer {
         f.debug_struct("ViewBuffer")
             .field("layers", &self.raw.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host f32 view of `data` from byte `byte_offset`, with `strides`.
+    fn view<'d>(
+        data: &'d [u8],
+        byte_offset: u64,
+        shape: &'d [i64],
+        strides: &'d [i64],
+    ) -> TensorView<'d> {
+        let raw = sys::kvc_tensor {
+            data: data.as_ptr().cast_mut().cast(),
+            device: Device::CPU.raw(),
+            ndim: shape.len() as i32,
+            dtype: DType::F32.data_type().raw(),
+            shape: shape.as_ptr().cast_mut(),
+            strides: strides.as_ptr().cast_mut(),
+            byte_offset,
+        };
+        // SAFETY: every case below keeps its elements inside `data`.
+        unsafe { TensorView::from_raw(raw) }
+    }
+
+    /// `to_vec` against `get`, which addresses one element at a time.
+    fn check(v: &TensorView<'_>) {
+        let shape = v.shape();
+        let mut want = Vec::new();
+        let mut index = vec![0i64; shape.len()];
+        for _ in 0..v.numel() {
+            want.push(v.get::<f32>(&index).unwrap());
+            for d in (0..shape.len()).rev() {
+                index[d] += 1;
+                if index[d] < shape[d] {
+                    break;
+                }
+                index[d] = 0;
+            }
+        }
+        assert_eq!(
+            v.to_vec::<f32>().unwrap(),
+            want,
+            "shape {shape:?} strides {:?}",
+            v.strides()
+        );
+    }
+
+    #[test]
+    fn to_vec_copies_every_layout_in_row_major_order() {
+        let words: Vec<f32> = (0..4096).map(|x| x as f32 + 0.5).collect();
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let cases: [(&[i64], &[i64]); 8] = [
+            (&[2, 3, 4, 5], &[60, 20, 5, 1]),   // compact: one run
+            (&[1, 3, 7, 8], &[480, 160, 8, 1]), // dynamic layer: capacity 20, 7 tokens
+            (&[2, 2, 3, 4], &[64, 16, 4, 1]),   // rows of two heads, gaps between
+            (&[3, 4, 5], &[1, 3, 12]),          // transposed: no run longer than 1
+            (&[2, 1, 3, 1], &[9, 999, 3, 777]), // size-1 dimensions, any stride
+            (&[4, 2, 8], &[0, 8, 1]),           // broadcast rows
+            (&[3, 4], &[-4, 1]),                // rows backwards
+            (&[0, 4], &[4, 1]),                 // empty
+        ];
+        for (shape, strides) in cases {
+            let start = if strides[0] < 0 { 4 * 8 } else { 0 };
+            check(&view(&bytes, start, shape, strides));
+            // Unaligned: the same layout two bytes further in.
+            check(&view(&bytes, start + 2, shape, strides));
+        }
     }
 }

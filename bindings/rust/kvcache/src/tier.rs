@@ -174,6 +174,7 @@ impl Pool {
     /// tiers added before: match_prefix asks them in that order. On error
     /// the tier is dropped.
     pub fn add_tier(&self, tier: DiskTier, write: TierWrite) -> Result<()> {
+        let _held = self.lock();
         // SAFETY: a live pool and an owned tier; on success the pool owns it.
         check(unsafe { sys::kvc_pool_add_tier(self.as_ptr(), tier.as_ptr(), write.raw()) })?;
         std::mem::forget(tier);
@@ -183,6 +184,8 @@ impl Pool {
     /// The counters of the pool's tier `index` (order of [`Pool::add_tier`]).
     /// Errors: OutOfRange past the last tier.
     pub fn tier_stats(&self, index: u32) -> Result<TierStats> {
+        // The tier's counters are part of the pool (docs/threads.md).
+        let _held = self.lock();
         // SAFETY: a live pool; the tier it returns is the pool's, read at once.
         let tier = unsafe { sys::kvc_pool_tier(self.as_ptr(), index) };
         if tier.is_null() {
@@ -190,7 +193,7 @@ impl Pool {
                 crate::ErrorCode::OutOfRange,
                 format!(
                     "tier_stats: index is {index} but the pool has {} tiers",
-                    self.tier_count()
+                    self.tier_count_held()
                 ),
             ));
         }
@@ -200,6 +203,7 @@ impl Pool {
     /// The pool's model fingerprint: the first part of every tier key.
     pub fn fingerprint(&self) -> Result<[u8; crate::BLOCK_HASH_SIZE]> {
         let mut out = [0u8; crate::BLOCK_HASH_SIZE];
+        let _held = self.lock();
         // SAFETY: a live pool and a 32-byte buffer.
         check(unsafe { sys::kvc_pool_fingerprint(self.as_ptr(), out.as_mut_ptr()) })?;
         Ok(out)

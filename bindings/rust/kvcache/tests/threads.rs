@@ -74,10 +74,9 @@ fn one_cache_shared_behind_a_mutex() {
     assert_eq!(cache.lock().unwrap().seq_length(0).unwrap(), 200);
 }
 
-/// The scheduler's form for a pool: one `Pool` behind a `Mutex`, threads
-/// taking turns. `Pool` is `Send` but not `Sync` and a `Sequence` borrows it,
-/// so the guard's scope is where a thread's sequences live; the library's
-/// `KVC_ERROR_BUSY` cannot arise.
+/// A pool behind the caller's own `Mutex` still works (the form before
+/// `Pool` was `Sync`; tests/scheduler.rs shares it without one): threads
+/// take turns, and the library's `KVC_ERROR_BUSY` cannot arise.
 #[test]
 fn one_pool_shared_behind_a_mutex() {
     let pool = Pool::builder(DType::F32)

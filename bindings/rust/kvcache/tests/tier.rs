@@ -26,7 +26,7 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
 }
 
 /// Computes `tokens` (reserve, write distinct K/V per layer and token, commit).
-fn compute(pool: &Pool, seq: &mut kvcache::Sequence<'_>, tokens: &[i32], start: f32) {
+fn compute(pool: &Pool, seq: &mut kvcache::Sequence, tokens: &[i32], start: f32) {
     let n = tokens.len();
     let slots = seq.reserve(tokens).unwrap();
     let data: Vec<Vec<f32>> = (0..2)
@@ -154,7 +154,7 @@ fn pool_on(dir: &std::path::Path, key: Option<&[u8]>) -> Pool {
 type Gathered = (Vec<f32>, Vec<f32>);
 
 /// Matches PROMPT in a new pool on `dir`: (tokens matched, hits, corrupt, layer 1's K/V when matched).
-fn match_on(dir: &std::path::Path, key: Option<&[u8]>) -> (u64, u64, u64, Option<Gathered>) {
+fn match_on(dir: &std::path::Path, key: Option<&[u8]>) -> (usize, u64, u64, Option<Gathered>) {
     let p = pool_on(dir, key);
     let mut seq = p.sequence().unwrap();
     let m = seq.match_prefix(&PROMPT).unwrap();

@@ -1,0 +1,112 @@
+package kvcache
+
+// The per-layer pool write and the batched scheduling calls (Since 0.7).
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// WriteLayer stores one layer's K/V of a step through the step's slot
+// mapping: the call a model's forward pass makes per layer, once the layer
+// computed them (one kernel launch on a GPU). key and value are [num_tokens,
+// num_kv_heads, head_dim] on the pool's device; slots is the whole step's
+// mapping, as Write takes it: pass the same slice to every layer of the step
+// (its row for the layer's group is checked on the first layer; later layers
+// compare it with that row). Table and state views stay valid.
+func (p *Pool) WriteLayer(layer int, key, value Input, slots []int64) (err error) {
+	defer p.lock().Unlock()
+	defer named(&err, "Pool.WriteLayer")
+	const fn = "WriteLayer"
+	if p.handle() == nil {
+		return ErrPoolClosed
+	}
+	l, err := layerIndex(fn, layer)
+	if err != nil {
+		return err
+	}
+	if key == nil || value == nil {
+		return newError(CodeInvalidArgument, fmt.Sprintf("%s: key and value must not be nil", fn))
+	}
+	groups := max(len(p.groups), 1)
+	if len(slots)%groups != 0 {
+		return newError(CodeInvalidArgument, fmt.Sprintf(
+			"%s: slots has %d entries, not a multiple of the pool's %d groups (num_groups * num_tokens, group-major)",
+			fn, len(slots), groups))
+	}
+	arr, err := newTensorArrays(fn, []Input{key}, []Input{value}, false)
+	if err != nil {
+		return err
+	}
+	defer arr.free()
+	h, err := p.enter(false)
+	if err != nil {
+		return err
+	}
+	err = cPoolWriteLayer(h, l, arr.keys(), arr.values(), slots, len(slots)/groups)
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(key)
+	runtime.KeepAlive(value)
+	return err
+}
+
+// ReserveBatch is a scheduler's step in one call: Sequence.Reserve of
+// numTokens[i] tokens for each seqs[i], in order, tokens holding their tokens
+// one after another. It returns how many sequences were reserved (a prefix
+// of seqs) and the batch's slot mapping, the form Write and WriteLayer take.
+// When the pool runs out of blocks the batch stops at the first sequence that
+// does not fit: it and the later ones are unchanged and their slots are -1
+// (a write skips them); that is not an error. Bad arguments (a sequence of
+// another pool or listed twice, a negative token, counts that do not add up
+// to len(tokens)) reserve nothing.
+func (p *Pool) ReserveBatch(seqs []*Sequence, tokens []int32, numTokens []uint64) (_ int, _ SlotMapping, err error) {
+	defer p.lock().Unlock()
+	defer named(&err, "Pool.ReserveBatch")
+	const fn = "ReserveBatch"
+	if len(seqs) != len(numTokens) {
+		return 0, SlotMapping{}, newError(CodeInvalidArgument,
+			fmt.Sprintf("%s: %d sequences but %d token counts", fn, len(seqs), len(numTokens)))
+	}
+	var total uint64
+	for _, n := range numTokens {
+		total += n
+		if total < n || total > uint64(len(tokens)) {
+			break
+		}
+	}
+	if total != uint64(len(tokens)) {
+		return 0, SlotMapping{}, newError(CodeInvalidArgument, fmt.Sprintf(
+			"%s: tokens has %d entries but numTokens adds up to more or less (the sequences' tokens one after another)",
+			fn, len(tokens)))
+	}
+	raw, err := p.handles(fn, seqs)
+	if err != nil {
+		return 0, SlotMapping{}, err
+	}
+	h, err := p.enter(true)
+	if err != nil {
+		return 0, SlotMapping{}, err
+	}
+	m := SlotMapping{Slots: make([]int64, len(p.groups)*len(tokens)), NumGroups: len(p.groups)}
+	reserved, err := cPoolReserveBatch(h, raw, tokens, numTokens, m.Slots)
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(seqs)
+	if err != nil {
+		return 0, SlotMapping{}, err
+	}
+	return reserved, m, nil
+}
+
+// CommitBatch is Sequence.Commit of every sequence of seqs, in one call.
+func (p *Pool) CommitBatch(seqs []*Sequence) (err error) {
+	defer p.lock().Unlock()
+	defer named(&err, "Pool.CommitBatch")
+	raw, err := p.handles("CommitBatch", seqs)
+	if err != nil {
+		return err
+	}
+	err = p.call(true, func(h unsafe.Pointer) error { return cPoolCommitBatch(h, raw) })
+	runtime.KeepAlive(seqs)
+	return err
+}
