@@ -65,7 +65,7 @@ static int launch_batch_n(gpuStream_t stream, const kvc_gpu_copy* plans, int32_t
   p.blocks = blocks;
   memcpy(p.plans, plans, sizeof(kvc_gpu_copy) * (size_t)count);
   KVC_GPU_LAUNCH(grid_for(blocks), KVC_GPU_BLOCK, stream, gpu_batch_kernel<N, FILL>)(p);
-  return gpu_check(gpuSuccess);
+  return gpu_check_launch("gpu_batch_kernel launch");
 }
 
 /*
@@ -118,7 +118,7 @@ static int launch_move(gpuStream_t stream, const kvc_gpu_copy& plan, int64_t shi
   int64_t planes = (int64_t)plan.n[0] * plan.n[1];
   unsigned grid = planes < (int64_t)KVC_GPU_MAX_GRID ? (unsigned)planes : KVC_GPU_MAX_GRID;
   KVC_GPU_LAUNCH(grid, KVC_GPU_BLOCK, stream, gpu_move_kernel)(plan, shift, chunk_rows, staged);
-  return gpu_check(gpuSuccess);
+  return gpu_check_launch("gpu_move_kernel launch");
 }
 
 /* Any other overlapping copy: through a compact scratch buffer, freed in stream order. */
@@ -264,13 +264,19 @@ static int launch_rows_n(gpuStream_t stream, const kvc_gpu_rows& rows, const int
   p.rows = rows;
   p.count = count;
   for (int32_t i = 0; i < count; i++) {
-    if (dst_rows[i] < 0 || dst_rows[i] > INT32_MAX || src_rows[i] < 0 || src_rows[i] > INT32_MAX) return -1;
+    if (dst_rows[i] < 0 || dst_rows[i] > INT32_MAX || src_rows[i] < 0 || src_rows[i] > INT32_MAX) {
+      char why[160];
+      snprintf(why, sizeof why, "copy_rows: row pair (%lld, %lld) is outside 0..INT32_MAX, the kernel's row indices",
+               (long long)dst_rows[i], (long long)src_rows[i]);
+      kvc_gpu_note_text(why);
+      return -1;
+    }
     p.pairs[i][0] = (int32_t)dst_rows[i];
     p.pairs[i][1] = (int32_t)src_rows[i];
   }
   dim3 grid(grid_for(kvc_gpu_plan_blocks(&rows.plan)), (unsigned)count);
   KVC_GPU_LAUNCH(grid, KVC_GPU_BLOCK, stream, gpu_rows_kernel<N>)(p);
-  return gpu_check(gpuSuccess);
+  return gpu_check_launch("gpu_rows_kernel launch");
 }
 
 static int gpu_copy_rows(void* ctx, const kvc_exec* exec, void* dst, const int64_t ds[4], const int64_t* dst_rows,
@@ -340,7 +346,7 @@ static int launch_rows_batch_inline_n(gpuStream_t stream, const kvc_gpu_rows_bat
   p.blocks = b.blocks;
   memcpy(p.area, b.area, b.bytes);
   KVC_GPU_LAUNCH(grid_for(b.blocks), KVC_GPU_BLOCK, stream, gpu_rows_batch_inline_kernel<BYTES>)(p);
-  return gpu_check(gpuSuccess);
+  return gpu_check_launch("gpu_rows_batch_inline_kernel launch");
 }
 
 static int launch_rows_batch_inline(gpuStream_t stream, const kvc_gpu_rows_batch& b) {
@@ -367,7 +373,7 @@ static int launch_rows_batch_staged(void* ctx, const kvc_exec* exec, const kvc_g
   if (!rc) {
     KVC_GPU_LAUNCH(grid_for(b.blocks), KVC_GPU_BLOCK, stream, gpu_rows_batch_kernel)
     ((const kvc_gpu_rows_job*)dev, b.njobs, b.blocks);
-    rc = gpu_check(gpuSuccess);
+    rc = gpu_check_launch("gpu_rows_batch_kernel launch");
   }
   gpu_check(pools ? gpuFreeAsync(dev, stream) : gpuFree(dev));
   kvc_gpu_host_free(ctx, exec, host); /* parked until the stream has passed the copy */
@@ -429,7 +435,7 @@ static int gpu_copy_rows_batch(void* ctx, const kvc_exec* exec, const kvc_copy_r
     rc = launch_rows_batch_inline(stream, b);
   } else {
     rc = gpuStreamCapturing(stream) ? -1 : launch_rows_batch_staged(ctx, exec, b);
-    if (rc < 0) rc = rows_batch_in_parts(stream, jobs, count);
+    if (rc < 0 && (rc = rows_batch_in_parts(stream, jobs, count)) == 0) kvc_gpu_forget_error();
   }
   kvc_gpu_rows_batch_free(&b);
   return rc ? -1 : 0;
@@ -471,9 +477,13 @@ static int gpu_copy_4d_batch(void* ctx, const kvc_exec* exec, const kvc_copy_4d*
 
 static thread_local char last_error[512];
 
-void kvc_gpu_note_error(gpuError_t e) {
-  snprintf(last_error, sizeof last_error, "%s: %s", gpuGetErrorName(e), gpuGetErrorString(e));
+void kvc_gpu_note_error_of(gpuError_t e, const char* what) {
+  snprintf(last_error, sizeof last_error, "%s failed: %s (%s)", what, gpuGetErrorName(e), gpuGetErrorString(e));
 }
+
+void kvc_gpu_note_error(gpuError_t e) { kvc_gpu_note_error_of(e, kvc_gpu_failed_call()); }
+
+void kvc_gpu_forget_error(void) { last_error[0] = '\0'; }
 
 void kvc_gpu_note_text(const char* text) { snprintf(last_error, sizeof last_error, "%s", text); }
 

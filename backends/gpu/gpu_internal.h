@@ -14,15 +14,17 @@
 #include "gpu_vendor.h"
 
 /*
- * A pinned host buffer given back by host_free: in use until both events pass, then idle (events NULL). One freed
- * while the stream was captured into a graph is read or written by every replay of that graph: it is never handed
- * out again, only released with the place (exec_close).
+ * A pinned host buffer given back by host_free (gpu_exec.cpp): parked until
+ * its event has passed, then handed out again for a request of its class
+ * (gpu_host_class.h). The event is the buffer's for its whole life (kept in
+ * its header too), recorded once per use.
  */
 typedef struct gpu_host_block {
-  void* base;   /* what the runtime allocated; the caller's pointer is base + KVC_GPU_HOST_HEADER */
-  size_t bytes; /* the caller's size */
-  gpuEvent_t done[2]; /* recorded on the compute and the side stream when it was freed */
-  int captured;       /* freed during a capture: kept for the graph until the place closes */
+  void* base;        /* what the runtime allocated; the caller's pointer is base + KVC_GPU_HOST_HEADER */
+  size_t bytes;      /* its capacity: the class of the request it was made for */
+  gpuEvent_t done;   /* recorded on the compute stream when it was given back (NULL: never recorded) */
+  int captured;      /* given back while the stream was captured into a graph: a replay may still read it, so
+                        it is never handed out again, only released by exec_close */
 } gpu_host_block;
 
 /* kvc_exec.state: one per cache. */
@@ -33,12 +35,19 @@ typedef struct gpu_state {
   gpuEvent_t to_compute; /* recorded on the side stream; tier_wait makes the compute stream wait for it */
   gpuEvent_t handover;   /* exec_set_stream: the new stream waits for the old one */
   int side_busy;         /* a prefetch was issued since the compute stream last waited for the side stream */
-  gpu_host_block* freed; /* host_free'd buffers: pending, or idle and reused by host_alloc_zeroed */
+  gpu_host_block* freed; /* host_free'd buffers: pending, or idle and reused by host_alloc */
   size_t nfreed, cap_freed;
+  size_t freed_bytes;    /* the capacities of freed[]: pinned memory kept for reuse */
 } gpu_state;
 
-/* Keeps the vendor's words for a failed runtime call of this thread, for the table's last_error (version 7). */
+/* Keeps the vendor's words for a failed runtime call of this thread, for the table's last_error (version 7): the
+   call's name (the last one that failed: gpu_vendor.h's KVC_GPU_NAMED), the error's name and its string. */
 void kvc_gpu_note_error(gpuError_t e);
+/* The same for an error that no call of ours returned: `what` failed (a kernel launch, an earlier launch). */
+void kvc_gpu_note_error_of(gpuError_t e, const char* what);
+/* Forgets the thread's noted failure: an entry that recovered from it (a fallback that worked) succeeded, and a
+   later failure with nothing noted must not be described by it. */
+void kvc_gpu_forget_error(void);
 /* Keeps a sentence of the plugin's own (the device probe's, gpu_probe.h) for last_error. */
 void kvc_gpu_note_text(const char* text);
 /* 0 when the plugin holds a kernel image `device` can run (the device is current); else notes why not. */
@@ -92,12 +101,25 @@ struct gpu_device_scope {
 static inline gpuStream_t gpu_stream_of(const kvc_exec* exec) { return (gpuStream_t)exec->stream; }
 static inline gpu_state* gpu_state_of(const kvc_exec* exec) { return (gpu_state*)exec->state; }
 
-/* 0 when the runtime reports no error since the last check (and clears what it reports); else notes it. */
+/* 0 when the runtime reports no error since the last check (and clears what it reports); else notes it: the call
+   that returned e, or, when e is success and the error is older, an earlier asynchronous launch. */
 static inline int gpu_check(gpuError_t e) {
-  if (e == gpuSuccess) e = gpuGetLastError();
-  else (void)gpuGetLastError();
+  if (e != gpuSuccess) {
+    (void)gpuGetLastError();
+    kvc_gpu_note_error(e);
+    return -1;
+  }
+  e = gpuGetLastError();
   if (e == gpuSuccess) return 0;
-  kvc_gpu_note_error(e);
+  kvc_gpu_note_error_of(e, "an earlier kernel launch");
+  return -1;
+}
+
+/* gpu_check right after launching `kernel`: a failed launch is named by its kernel. */
+static inline int gpu_check_launch(const char* kernel) {
+  const gpuError_t e = gpuGetLastError();
+  if (e == gpuSuccess) return 0;
+  kvc_gpu_note_error_of(e, kernel);
   return -1;
 }
 

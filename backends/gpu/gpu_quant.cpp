@@ -6,9 +6,11 @@
  * (kernels_quant.cuh). Only fp8_calibrate waits for the stream: its scale
  * is host memory (backend.h).
  *
- * Launches: dequantize_groups and fp8_round_trip one; quanto one; HQQ
- * 2 + 20 rounds of 4 or 5 + 1 per batch of calls (the early stop is decided
- * on the device: stopped calls' threads return at once); fp8_calibrate two.
+ * Launches: dequantize_groups and fp8_round_trip one; quanto one; HQQ 80
+ * per batch of calls (1 + 19 rounds of 4 + a last round of 2 + 1; 61 for
+ * calls of fewer than 8 values: gpu_quant_plan.h says what is fused and
+ * why not more; the early stop is decided on the device: stopped calls'
+ * threads return at once); fp8_calibrate two.
  */
 #include "gpu_internal.h"
 #include "gpu_quant_plan.h"
@@ -23,7 +25,7 @@ static int launch_phase(gpuStream_t stream, const P& p, int32_t phase, int64_t t
   const int64_t blocks = (threads + KVC_GPU_BLOCK - 1) / KVC_GPU_BLOCK;
   const unsigned grid = blocks < (int64_t)KVC_GQ_MAX_GRID ? (unsigned)blocks : KVC_GQ_MAX_GRID;
   KVC_GPU_LAUNCH(grid, KVC_GPU_BLOCK, stream, gpu_quant_kernel<P>)(p, phase, threads);
-  return gpu_check(gpuSuccess);
+  return gpu_check_launch("gpu_quant_kernel launch");
 }
 
 static int launch_quant(void* ctx, const kvc_gpu_quant* p, const kvc_gq_launch* l) {

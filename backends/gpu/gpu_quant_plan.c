@@ -111,14 +111,15 @@ static int add(kvc_gq_launch* out, int n, int32_t phase, int64_t threads) {
 int kvc_gpu_quant_launches(const kvc_gpu_quant* p, kvc_gq_launch out[KVC_GQ_MAX_LAUNCHES]) {
   const int64_t values = p->calls * p->n, groups = p->calls * p->ngroups;
   if (!p->hqq) return add(out, 0, KVC_GQ_QUANTO, groups);
-  int n = add(out, 0, KVC_GQ_HQQ_GATHER, values);
-  n = add(out, n, KVC_GQ_HQQ_START, groups);
+  const int64_t blocks = p->calls * KVC_TORCH_SUM_COLUMNS * p->err_blocks;
+  int n = add(out, 0, KVC_GQ_HQQ_START, groups);
   /* Every round is launched: a stopped call's threads return at once (the early stop is decided on the device,
-     so that nothing waits for the host). */
+     so that nothing waits for the host). The last round's error would decide nothing: step and means only. */
   for (int r = 0; r < KVC_GQ_HQQ_ROUNDS; r++) {
+    const int last = r == KVC_GQ_HQQ_ROUNDS - 1;
     n = add(out, n, KVC_GQ_HQQ_STEP, values);
-    n = add(out, n, KVC_GQ_HQQ_MEANS, groups);
-    if (p->err_blocks) n = add(out, n, KVC_GQ_HQQ_ERR_BLOCKS, p->calls * KVC_TORCH_SUM_COLUMNS * p->err_blocks);
+    n = add(out, n, KVC_GQ_HQQ_MEANS, groups + (last ? 0 : blocks));
+    if (last) break;
     if (p->n >= KVC_TORCH_VEC_FLOATS) n = add(out, n, KVC_GQ_HQQ_ERR_COLUMNS, p->calls * KVC_TORCH_SUM_COLUMNS);
     n = add(out, n, KVC_GQ_HQQ_DECIDE, p->calls);
   }

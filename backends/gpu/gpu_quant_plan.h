@@ -13,12 +13,26 @@
  *
  * The arithmetic is backends/quant_math's, which the CPU backend uses too.
  * HQQ's solver is the CPU's (backends/cpu/quant_hqq.c) cut into phases:
- * gather the values in hqq's order, start (per group), then up to 20 rounds
- * of step (per value), means (per group: torch's sum of each group),
- * error blocks and error columns (torch's cascade over the call's errors,
- * its level-0 blocks in parallel) and decide (per call: the early stop), and
- * finish (per group: codes, records, dequantized values). Every call of a
- * job has its own early stop; the calls of a batch run side by side.
+ * start (per group: its values gathered in hqq's order, then the solver's
+ * start), then 20 rounds of step (per value), means and error blocks (one
+ * launch: per group, torch's sum of each group, beside the level-0 sums of
+ * torch's cascade over the call's errors), error columns (the rest of the
+ * cascade) and decide (per call: the early stop), and finish (per group:
+ * codes, records, dequantized values). The last round only steps and takes
+ * the means: its error would decide nothing (the CPU's loop ends there
+ * anyway), so finish takes the zero points it just computed. Every call of
+ * a job has its own early stop; the calls of a batch run side by side.
+ *
+ * Launches per batch of calls: 1 + 19 x 4 + 2 + 1 = 80 (61 when a call has
+ * fewer than 8 values, which has no error columns), down from 103. What is
+ * not fused, and why: step needs every group's zero point (a group's start
+ * or means, another thread's); error columns need every level-0 block of
+ * their column; decide needs all 32 columns of its call, and the next
+ * step needs its decision. Fusing any of these into one launch would need
+ * a grid-wide barrier (cooperative launches) or one thread doing many
+ * threads' work in sequence (error columns and decide in one thread per
+ * call would sum 32 x err_blocks blocks in a row: 8192 for a call of 128k
+ * values), which costs more on the device than the launch it saves.
  */
 #ifndef KVC_GPU_QUANT_PLAN_H
 #define KVC_GPU_QUANT_PLAN_H
@@ -41,11 +55,12 @@ extern "C" {
 /* The phases of the quantizer kernels (the `phase` argument of the *_thread functions). */
 enum kvc_gpu_quant_phase {
   KVC_GQ_QUANTO = 0,     /* per group: quanto's scale, codes, record and dequantized values */
-  KVC_GQ_HQQ_GATHER,     /* per value: the call's values as float32 in hqq's order */
-  KVC_GQ_HQQ_START,      /* per group: the solver's start; group 0 also resets its call's state */
+  KVC_GQ_HQQ_START,      /* per group: its values as float32 in hqq's order, then the solver's start; group 0 also
+                            resets its call's state */
   KVC_GQ_HQQ_STEP,       /* per value: error and target under the current zero points */
-  KVC_GQ_HQQ_MEANS,      /* per group: the next zero point, torch's mean of the group's targets */
-  KVC_GQ_HQQ_ERR_BLOCKS, /* per (call, column, block): level-0 sums of the cascade over the call's errors */
+  KVC_GQ_HQQ_MEANS,      /* per group: the next zero point, torch's mean of the group's targets; then, threads
+                            past the batch's groups: per (call, column, block), level-0 sums of the cascade over
+                            the call's errors (the two read what step wrote and write apart) */
   KVC_GQ_HQQ_ERR_COLUMNS,/* per (call, column): the rest of each column's cascade */
   KVC_GQ_HQQ_DECIDE,     /* per call: the mean error; the zero points move on; the early stop */
   KVC_GQ_HQQ_FINISH,     /* per group: codes, record and dequantized values */
@@ -59,7 +74,7 @@ enum kvc_gpu_quant_phase {
 #define KVC_GQ_RUN 8
 /* Threads of fp8_calibrate's first phase at most. */
 #define KVC_GQ_AMAX_THREADS 16384
-/* Rounds of HQQ's solver, each four or five phases. */
+/* Rounds of HQQ's solver, each four phases at most (the last two). */
 #define KVC_GQ_HQQ_ROUNDS KVC_HQQ_ITERS
 
 /* A call's solver state (HQQ). */
@@ -122,7 +137,7 @@ typedef struct kvc_gq_launch {
 } kvc_gq_launch;
 
 /* Launches of one batch of a quantize plan, at most this many. */
-#define KVC_GQ_MAX_LAUNCHES (3 + 5 * KVC_GQ_HQQ_ROUNDS)
+#define KVC_GQ_MAX_LAUNCHES (2 + 4 * KVC_GQ_HQQ_ROUNDS)
 
 /*
  * Fills *p from job (all calls, no working memory bound yet). Returns 0, 1
@@ -241,19 +256,20 @@ KVC_GPU_HD void kvc_gq_quanto(const kvc_gpu_quant* p, int64_t t) {
                                        max_code));
 }
 
-/* HQQ, value t of the batch in hqq's order: its float32 value. */
-KVC_GPU_HD void kvc_gq_hqq_gather(const kvc_gpu_quant* p, int64_t t) {
-  const int64_t b = t / p->n, i = t - b * p->n;
-  const int64_t k = p->by_column ? i % p->ngroups : i / p->group, j = p->by_column ? i / p->ngroups : i % p->group;
-  const int64_t at = kvc_gq_group_at(&p->src_span, p->calls1, p->call0 + b, k) + j * p->src_span.value_stride;
-  p->w[t] = kvc_gq_load(p->dtype, p->src, at, p->src_aligned);
-}
-
+/* HQQ, group t of the batch: its values as float32 at their places in hqq's order, their range, the start. */
 KVC_GPU_HD void kvc_gq_hqq_start(const kvc_gpu_quant* p, int64_t t) {
   const int64_t b = t / p->ngroups, k = t - b * p->ngroups;
-  const float* w = p->w + b * p->n;
-  float lo = w[kvc_gq_hqq_index(p, k, 0)], hi = lo;
-  for (int64_t j = 1; j < p->group; j++) kvc_qm_min_max(w[kvc_gq_hqq_index(p, k, j)], &lo, &hi);
+  float* w = p->w + b * p->n;
+  const int64_t from = kvc_gq_group_at(&p->src_span, p->calls1, p->call0 + b, k), vs = p->src_span.value_stride;
+  float lo = 0.0f, hi = 0.0f;
+  for (int64_t j = 0; j < p->group; j++) {
+    const float v = kvc_gq_load(p->dtype, p->src, from + j * vs, p->src_aligned);
+    w[kvc_gq_hqq_index(p, k, j)] = v;
+    if (j == 0)
+      lo = hi = v;
+    else
+      kvc_qm_min_max(v, &lo, &hi);
+  }
   kvc_qm_hqq_start(lo, hi, kvci_quant_max_code(p->nbits), &p->s[t], &p->z[0][t]);
   if (k == 0) {
     p->state[b].best = INFINITY;
@@ -278,7 +294,13 @@ KVC_GPU_HD void kvc_gq_hqq_step(const kvc_gpu_quant* p, int64_t t) {
   p->target[t] = kvc_qm_hqq_target(w, s, q, d, a, pw);
 }
 
+KVC_GPU_HD void kvc_gq_hqq_err_blocks(const kvc_gpu_quant* p, int64_t t);
+
 KVC_GPU_HD void kvc_gq_hqq_means(const kvc_gpu_quant* p, int64_t t) {
+  if (t >= p->calls * p->ngroups) {
+    kvc_gq_hqq_err_blocks(p, t - p->calls * p->ngroups);
+    return;
+  }
   const int64_t b = t / p->ngroups, k = t - b * p->ngroups;
   const kvc_gq_call st = p->state[b];
   if (st.stop) return;
@@ -335,10 +357,13 @@ KVC_GPU_HD void kvc_gq_hqq_decide(const kvc_gpu_quant* p, int64_t b) {
     st->best = mean;
 }
 
+/* The last round decides nothing (kvc_gpu_quant_launches): a call still running keeps the zero points its means
+   just computed, z[1 - cur], as decide would have made them current. */
 KVC_GPU_HD void kvc_gq_hqq_finish(const kvc_gpu_quant* p, int64_t t) {
   const int64_t b = t / p->ngroups, k = t - b * p->ngroups;
   const float* w = p->w + b * p->n;
-  const float s = p->s[t], z = p->z[p->state[b].cur][t], max_code = kvci_quant_max_code(p->nbits);
+  const kvc_gq_call st = p->state[b];
+  const float s = p->s[t], z = p->z[st.stop ? st.cur : 1 - st.cur][t], max_code = kvci_quant_max_code(p->nbits);
   const float scale = kvc_qm_hqq_scale((kvc_dtype)p->dtype, s), zero = kvci_round_to((kvc_dtype)p->dtype, z);
   KVC_GQ_EMIT_GROUP(p, p->call0 + b, k, scale, zero,
                     kvci_quant_code(kvc_qm_hqq_rounded(w[kvc_gq_hqq_index(p, k, j)], s, z, max_code), max_code));
@@ -348,11 +373,9 @@ KVC_GPU_HD void kvc_gq_hqq_finish(const kvc_gpu_quant* p, int64_t t) {
 KVC_GPU_HD void kvc_gpu_quant_thread(const kvc_gpu_quant* p, int32_t phase, int64_t t) {
   switch (phase) {
     case KVC_GQ_QUANTO: kvc_gq_quanto(p, t); break;
-    case KVC_GQ_HQQ_GATHER: kvc_gq_hqq_gather(p, t); break;
     case KVC_GQ_HQQ_START: kvc_gq_hqq_start(p, t); break;
     case KVC_GQ_HQQ_STEP: kvc_gq_hqq_step(p, t); break;
     case KVC_GQ_HQQ_MEANS: kvc_gq_hqq_means(p, t); break;
-    case KVC_GQ_HQQ_ERR_BLOCKS: kvc_gq_hqq_err_blocks(p, t); break;
     case KVC_GQ_HQQ_ERR_COLUMNS: kvc_gq_hqq_err_columns(p, t); break;
     case KVC_GQ_HQQ_DECIDE: kvc_gq_hqq_decide(p, t); break;
     case KVC_GQ_HQQ_FINISH: kvc_gq_hqq_finish(p, t); break;

@@ -8,10 +8,12 @@
  *  - tables that fit in one launch's parameters travel there by value (a
  *    decode step's shift of a short window; nothing to keep alive, and a
  *    graph capture records them with the launch);
- *  - larger ones are copied into a stream-ordered device buffer with
- *    gpuMemcpyAsync, which consumes pageable host memory before it returns
- *    (CUDA stages it; HIP copies synchronously): one copy and one launch,
- *    though the runtime may wait for the stream while it stages;
+ *  - larger ones are packed into a pinned host buffer (host_alloc, reused
+ *    by size class), copied from there into a stream-ordered device buffer
+ *    by one gpuMemcpyAsync, and read there by one launch; host_free parks
+ *    the pinned buffer until the stream has passed the copy. (A copy from
+ *    the caller's pageable memory would make the runtime stage it, and may
+ *    make the host wait for the stream while it does);
  *  - while the stream is being captured into a graph (where a copy from
  *    pageable memory would be read at replay, long after the call), or when
  *    that buffer cannot be had, they go by value in as many launches as
@@ -20,6 +22,7 @@
  * the stream: a host synchronisation, which the contract allows (it only
  * records a sink cache's cos/sin table). Refused during a graph capture.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "gpu_internal.h"
@@ -87,7 +90,7 @@ static int rerotate_inline(gpuStream_t stream, const kvc_gpu_rope& r, const floa
 #define KVC_LAUNCH(DT) KVC_GPU_LAUNCH(grid, KVC_GPU_BLOCK, stream, gpu_rerotate_inline_kernel<DT, N>)(p)
   KVC_GPU_ROPE_DISPATCH(r.dtype, KVC_LAUNCH);
 #undef KVC_LAUNCH
-  return gpu_check(gpuSuccess);
+  return gpu_check_launch("gpu_rerotate_inline_kernel launch");
 }
 
 static int rerotate_by_value(gpuStream_t stream, const kvc_gpu_rope& r, const float* rcos, const float* rsin) {
@@ -99,7 +102,14 @@ static int rerotate_by_value(gpuStream_t stream, const kvc_gpu_rope& r, const fl
 /* By value, as many seq rows per launch as the parameters hold (-1 when not even one row's tables fit). */
 static int rerotate_in_chunks(gpuStream_t stream, const kvc_gpu_rope& r, const float* rcos, const float* rsin) {
   const int32_t rows_per = (int32_t)(KVC_GPU_ROPE_LARGE / (2 * (int64_t)r.dim));
-  if (rows_per < 1) return -1;
+  if (rows_per < 1) {
+    char why[200];
+    snprintf(why, sizeof why, "rerotate_keys_4d: head_dim %d: one row of cos and sin (%lld floats) exceeds a "
+             "launch's %d, and the tables could not be uploaded", (int)r.dim, 2 * (long long)r.dim,
+             (int)KVC_GPU_ROPE_LARGE);
+    kvc_gpu_note_text(why);
+    return -1;
+  }
   for (int32_t j0 = 0; j0 < r.n[2]; j0 += rows_per) {
     kvc_gpu_rope part = kvc_gpu_rope_rows(&r, j0, r.n[2] - j0 < rows_per ? r.n[2] - j0 : rows_per);
     const int64_t at = (int64_t)j0 * r.dim;
@@ -108,14 +118,22 @@ static int rerotate_in_chunks(gpuStream_t stream, const kvc_gpu_rope& r, const f
   return 0;
 }
 
-/* The tables copied to a device buffer in stream order, then one launch. -1 before anything ran on failure. */
-static int rerotate_uploaded(const kvc_exec* exec, const kvc_gpu_rope& r, const float* rcos, const float* rsin) {
+/* The tables staged in pinned memory, copied to a device buffer in stream order, then one launch. -1 before
+   anything ran on failure (the caller goes by value). */
+static int rerotate_uploaded(void* ctx, const kvc_exec* exec, const kvc_gpu_rope& r, const float* rcos,
+                             const float* rsin) {
   gpuStream_t stream = gpu_stream_of(exec);
   const size_t values = (size_t)r.n[2] * (size_t)r.dim, bytes = values * sizeof(float);
+  float* staged = (float*)kvc_gpu_host_alloc(ctx, exec, 2 * bytes);
+  if (!staged) return -1;
   float* table = (float*)scratch_alloc(exec, 2 * bytes);
-  if (!table) return -1;
-  int rc = gpu_check(gpuMemcpyAsync(table, rcos, bytes, gpuMemcpyDefault, stream)) ||
-           gpu_check(gpuMemcpyAsync(table + values, rsin, bytes, gpuMemcpyDefault, stream));
+  if (!table) {
+    kvc_gpu_host_free(ctx, exec, staged);
+    return -1;
+  }
+  memcpy(staged, rcos, bytes);
+  memcpy(staged + values, rsin, bytes);
+  int rc = gpu_check(gpuMemcpyAsync(table, staged, 2 * bytes, gpuMemcpyDefault, stream));
   if (!rc) {
     const uint32_t grid = kvc_gpu_rope_grid(kvc_gpu_rope_items(&r));
     const float* c = table;
@@ -123,15 +141,15 @@ static int rerotate_uploaded(const kvc_exec* exec, const kvc_gpu_rope& r, const 
 #define KVC_LAUNCH(DT) KVC_GPU_LAUNCH(grid, KVC_GPU_BLOCK, stream, gpu_rerotate_kernel<DT>)(r, c, s)
     KVC_GPU_ROPE_DISPATCH(r.dtype, KVC_LAUNCH);
 #undef KVC_LAUNCH
-    rc = gpu_check(gpuSuccess);
+    rc = gpu_check_launch("gpu_rerotate_kernel launch");
   }
   scratch_free(exec, table);
+  kvc_gpu_host_free(ctx, exec, staged); /* parked until the stream has passed the copy */
   return rc ? -1 : 0;
 }
 
 int kvc_gpu_rerotate_keys_4d(void* ctx, const kvc_exec* exec, kvc_dtype dtype, void* keys, const int64_t st[4],
                              const int64_t shape[4], const float* rcos, const float* rsin) {
-  (void)ctx;
   if (!rope_dtype_ok(dtype)) return -1;
   int ok = kvc_gpu_rope_extents(shape);
   if (ok <= 0) return ok;
@@ -141,8 +159,10 @@ int kvc_gpu_rerotate_keys_4d(void* ctx, const kvc_exec* exec, kvc_dtype dtype, v
   const kvc_gpu_rope r = kvc_gpu_rope_of(dtype, keys, st, shape);
   gpuStream_t stream = gpu_stream_of(exec);
   if (2 * shape[2] * shape[3] <= KVC_GPU_ROPE_LARGE) return rerotate_by_value(stream, r, rcos, rsin);
-  if (!gpuStreamCapturing(stream) && !rerotate_uploaded(exec, r, rcos, rsin)) return 0;
-  return rerotate_in_chunks(stream, r, rcos, rsin);
+  if (!gpuStreamCapturing(stream) && !rerotate_uploaded(ctx, exec, r, rcos, rsin)) return 0;
+  const int rc = rerotate_in_chunks(stream, r, rcos, rsin);
+  if (rc == 0) kvc_gpu_forget_error(); /* the upload's failure, if any, was recovered from */
+  return rc;
 }
 
 int kvc_gpu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const void* src, kvc_dtype dtype,
@@ -165,7 +185,7 @@ int kvc_gpu_read_f32_4d(void* ctx, const kvc_exec* exec, float* dst, const void*
 #define KVC_LAUNCH(DT) KVC_GPU_LAUNCH(grid, KVC_GPU_BLOCK, stream, gpu_read_f32_kernel<DT>)(p, out)
   KVC_GPU_ROPE_DISPATCH(dtype, KVC_LAUNCH);
 #undef KVC_LAUNCH
-  int rc = gpu_check(gpuSuccess) || gpu_check(gpuMemcpyAsync(dst, out, bytes, gpuMemcpyDefault, stream));
+  int rc = gpu_check_launch("gpu_read_f32_kernel launch") || gpu_check(gpuMemcpyAsync(dst, out, bytes, gpuMemcpyDefault, stream));
   scratch_free(exec, out);
   if (gpu_check(gpuStreamSynchronize(stream))) rc = 1;
   return rc ? -1 : 0;

@@ -25,6 +25,24 @@
 
 #include <stdint.h>
 
+/*
+ * Failure messages name the runtime call that failed ("cudaMemcpy2DAsync
+ * failed: cudaErrorInvalidValue (invalid argument)"): every gpuX(...) below
+ * that returns an error code goes through KVC_GPU_NAMED, which keeps the
+ * vendor's name of a call that failed (nothing is written on success) for
+ * gpu_check (gpu_internal.h) to put into last_error.
+ */
+inline const char*& kvc_gpu_failed_call() {
+  static thread_local const char* name = "a runtime call";
+  return name;
+}
+template <typename E>
+inline E kvc_gpu_named(E e, const char* name) {
+  if (e != (E)0) kvc_gpu_failed_call() = name; /* success is 0 for both vendors */
+  return e;
+}
+#define KVC_GPU_NAMED(fn, ...) kvc_gpu_named(fn(__VA_ARGS__), #fn)
+
 #if defined(__HIPCC__)
 #include <hip/hip_runtime.h>
 
@@ -36,10 +54,10 @@ typedef hipEvent_t gpuEvent_t;
 #define gpuErrorNotReady hipErrorNotReady
 #define gpuMemcpyDefault hipMemcpyDefault
 #define gpuDevAttrMemoryPoolsSupported hipDeviceAttributeMemoryPoolsSupported
-#define gpuGetDeviceCount hipGetDeviceCount
-#define gpuGetDevice hipGetDevice
-#define gpuSetDevice hipSetDevice
-#define gpuDeviceGetAttribute hipDeviceGetAttribute
+#define gpuGetDeviceCount(...) KVC_GPU_NAMED(hipGetDeviceCount, __VA_ARGS__)
+#define gpuGetDevice(...) KVC_GPU_NAMED(hipGetDevice, __VA_ARGS__)
+#define gpuSetDevice(...) KVC_GPU_NAMED(hipSetDevice, __VA_ARGS__)
+#define gpuDeviceGetAttribute(...) KVC_GPU_NAMED(hipDeviceGetAttribute, __VA_ARGS__)
 #define gpuGetLastError hipGetLastError
 #define gpuGetErrorString hipGetErrorString
 #define gpuGetErrorName hipGetErrorName
@@ -49,39 +67,46 @@ typedef hipEvent_t gpuEvent_t;
 #define gpuErrorNoDevice hipErrorNoDevice
 #define gpuErrorNoKernelImage hipErrorNoBinaryForGpu
 #define gpuErrorInvalidDeviceFunction hipErrorInvalidDeviceFunction
-#define gpuDriverGetVersion hipDriverGetVersion
+#define gpuDriverGetVersion(...) KVC_GPU_NAMED(hipDriverGetVersion, __VA_ARGS__)
 #define gpuFuncAttributes hipFuncAttributes
-#define gpuFuncGetAttributes hipFuncGetAttributes
+#define gpuFuncGetAttributes(...) KVC_GPU_NAMED(hipFuncGetAttributes, __VA_ARGS__)
 #define gpuDeviceProp hipDeviceProp_t
-#define gpuGetDeviceProperties hipGetDeviceProperties
-#define gpuMalloc hipMalloc
-#define gpuFree hipFree
-#define gpuMallocAsync hipMallocAsync
-#define gpuFreeAsync hipFreeAsync
-#define gpuMemsetAsync hipMemsetAsync
-#define gpuMemcpy2DAsync hipMemcpy2DAsync
-#define gpuMemcpyAsync hipMemcpyAsync
+#define gpuGetDeviceProperties(...) KVC_GPU_NAMED(hipGetDeviceProperties, __VA_ARGS__)
+#define gpuMalloc(...) KVC_GPU_NAMED(hipMalloc, __VA_ARGS__)
+#define gpuFree(...) KVC_GPU_NAMED(hipFree, __VA_ARGS__)
+#define gpuMallocAsync(...) KVC_GPU_NAMED(hipMallocAsync, __VA_ARGS__)
+#define gpuFreeAsync(...) KVC_GPU_NAMED(hipFreeAsync, __VA_ARGS__)
+#define gpuMemsetAsync(...) KVC_GPU_NAMED(hipMemsetAsync, __VA_ARGS__)
+#define gpuMemcpy2DAsync(...) KVC_GPU_NAMED(hipMemcpy2DAsync, __VA_ARGS__)
+#define gpuMemcpyAsync(...) KVC_GPU_NAMED(hipMemcpyAsync, __VA_ARGS__)
 #define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
-#define gpuFreeHost hipHostFree
-#define gpuStreamDestroy hipStreamDestroy
-#define gpuStreamSynchronize hipStreamSynchronize
-#define gpuStreamWaitEvent(stream, event) hipStreamWaitEvent((stream), (event), 0)
-#define gpuEventDestroy hipEventDestroy
-#define gpuEventRecord hipEventRecord
-#define gpuEventQuery hipEventQuery
-#define gpuEventSynchronize hipEventSynchronize
+#define gpuFreeHost(...) KVC_GPU_NAMED(hipHostFree, __VA_ARGS__)
+#define gpuStreamDestroy(...) KVC_GPU_NAMED(hipStreamDestroy, __VA_ARGS__)
+#define gpuStreamSynchronize(...) KVC_GPU_NAMED(hipStreamSynchronize, __VA_ARGS__)
+#define gpuStreamWaitEvent(stream, event) KVC_GPU_NAMED(hipStreamWaitEvent, (stream), (event), 0)
+#define gpuEventDestroy(...) KVC_GPU_NAMED(hipEventDestroy, __VA_ARGS__)
+#define gpuEventRecord(...) KVC_GPU_NAMED(hipEventRecord, __VA_ARGS__)
+#define gpuEventQuery(...) KVC_GPU_NAMED(hipEventQuery, __VA_ARGS__)
+#define gpuEventSynchronize(...) KVC_GPU_NAMED(hipEventSynchronize, __VA_ARGS__)
+/* The stream-ordered allocator's pool (gpu_exec.cpp keeps what it frees instead of returning it at once). */
+typedef hipMemPool_t gpuMemPool_t;
+#define gpuMemPoolAttrReleaseThreshold hipMemPoolAttrReleaseThreshold
+#define gpuDeviceGetMemPool(...) KVC_GPU_NAMED(hipDeviceGetMemPool, __VA_ARGS__)
+#define gpuMemPoolGetAttribute(...) KVC_GPU_NAMED(hipMemPoolGetAttribute, __VA_ARGS__)
+#define gpuMemPoolSetAttribute(...) KVC_GPU_NAMED(hipMemPoolSetAttribute, __VA_ARGS__)
+#define gpuMemPoolTrimTo(...) KVC_GPU_NAMED(hipMemPoolTrimTo, __VA_ARGS__)
 typedef hipStreamCaptureMode gpuStreamCaptureMode;
 #define gpuStreamCaptureModeRelaxed hipStreamCaptureModeRelaxed
-#define gpuThreadExchangeStreamCaptureMode hipThreadExchangeStreamCaptureMode
+#define gpuThreadExchangeStreamCaptureMode(...) KVC_GPU_NAMED(hipThreadExchangeStreamCaptureMode, __VA_ARGS__)
 /* Pinned, mapped into every device's address space (same pointer on the device: unified addressing). */
 static inline gpuError_t gpuHostAllocMapped(void** p, size_t bytes) {
-  return hipHostMalloc(p, bytes, hipHostMallocMapped | hipHostMallocPortable);
+  return KVC_GPU_NAMED(hipHostMalloc, p, bytes, hipHostMallocMapped | hipHostMallocPortable);
 }
 static inline gpuError_t gpuStreamCreateNonBlocking(gpuStream_t* s) {
-  return hipStreamCreateWithFlags(s, hipStreamNonBlocking);
+  return KVC_GPU_NAMED(hipStreamCreateWithFlags, s, hipStreamNonBlocking);
 }
 static inline gpuError_t gpuEventCreateNoTiming(gpuEvent_t* e) {
-  return hipEventCreateWithFlags(e, hipEventDisableTiming);
+  return KVC_GPU_NAMED(hipEventCreateWithFlags, e, hipEventDisableTiming);
 }
 /* 1 while `s` is being captured into a graph (or when the runtime cannot tell): no host memory may be read then. */
 static inline int gpuStreamCapturing(gpuStream_t s) {
@@ -122,10 +147,10 @@ typedef cudaEvent_t gpuEvent_t;
 #define gpuErrorNotReady cudaErrorNotReady
 #define gpuMemcpyDefault cudaMemcpyDefault
 #define gpuDevAttrMemoryPoolsSupported cudaDevAttrMemoryPoolsSupported
-#define gpuGetDeviceCount cudaGetDeviceCount
-#define gpuGetDevice cudaGetDevice
-#define gpuSetDevice cudaSetDevice
-#define gpuDeviceGetAttribute cudaDeviceGetAttribute
+#define gpuGetDeviceCount(...) KVC_GPU_NAMED(cudaGetDeviceCount, __VA_ARGS__)
+#define gpuGetDevice(...) KVC_GPU_NAMED(cudaGetDevice, __VA_ARGS__)
+#define gpuSetDevice(...) KVC_GPU_NAMED(cudaSetDevice, __VA_ARGS__)
+#define gpuDeviceGetAttribute(...) KVC_GPU_NAMED(cudaDeviceGetAttribute, __VA_ARGS__)
 #define gpuGetLastError cudaGetLastError
 #define gpuGetErrorString cudaGetErrorString
 #define gpuGetErrorName cudaGetErrorName
@@ -134,38 +159,45 @@ typedef cudaEvent_t gpuEvent_t;
 #define gpuErrorNoDevice cudaErrorNoDevice
 #define gpuErrorNoKernelImage cudaErrorNoKernelImageForDevice
 #define gpuErrorInvalidDeviceFunction cudaErrorInvalidDeviceFunction
-#define gpuDriverGetVersion cudaDriverGetVersion
+#define gpuDriverGetVersion(...) KVC_GPU_NAMED(cudaDriverGetVersion, __VA_ARGS__)
 #define gpuFuncAttributes cudaFuncAttributes
-#define gpuFuncGetAttributes cudaFuncGetAttributes
+#define gpuFuncGetAttributes(...) KVC_GPU_NAMED(cudaFuncGetAttributes, __VA_ARGS__)
 #define gpuDeviceProp cudaDeviceProp
-#define gpuGetDeviceProperties cudaGetDeviceProperties
-#define gpuMalloc cudaMalloc
-#define gpuFree cudaFree
-#define gpuMallocAsync cudaMallocAsync
-#define gpuFreeAsync cudaFreeAsync
-#define gpuMemsetAsync cudaMemsetAsync
-#define gpuMemcpy2DAsync cudaMemcpy2DAsync
-#define gpuMemcpyAsync cudaMemcpyAsync
+#define gpuGetDeviceProperties(...) KVC_GPU_NAMED(cudaGetDeviceProperties, __VA_ARGS__)
+#define gpuMalloc(...) KVC_GPU_NAMED(cudaMalloc, __VA_ARGS__)
+#define gpuFree(...) KVC_GPU_NAMED(cudaFree, __VA_ARGS__)
+#define gpuMallocAsync(...) KVC_GPU_NAMED(cudaMallocAsync, __VA_ARGS__)
+#define gpuFreeAsync(...) KVC_GPU_NAMED(cudaFreeAsync, __VA_ARGS__)
+#define gpuMemsetAsync(...) KVC_GPU_NAMED(cudaMemsetAsync, __VA_ARGS__)
+#define gpuMemcpy2DAsync(...) KVC_GPU_NAMED(cudaMemcpy2DAsync, __VA_ARGS__)
+#define gpuMemcpyAsync(...) KVC_GPU_NAMED(cudaMemcpyAsync, __VA_ARGS__)
 #define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
-#define gpuFreeHost cudaFreeHost
-#define gpuStreamDestroy cudaStreamDestroy
-#define gpuStreamSynchronize cudaStreamSynchronize
-#define gpuStreamWaitEvent(stream, event) cudaStreamWaitEvent((stream), (event), 0)
-#define gpuEventDestroy cudaEventDestroy
-#define gpuEventRecord cudaEventRecord
-#define gpuEventQuery cudaEventQuery
-#define gpuEventSynchronize cudaEventSynchronize
+#define gpuFreeHost(...) KVC_GPU_NAMED(cudaFreeHost, __VA_ARGS__)
+#define gpuStreamDestroy(...) KVC_GPU_NAMED(cudaStreamDestroy, __VA_ARGS__)
+#define gpuStreamSynchronize(...) KVC_GPU_NAMED(cudaStreamSynchronize, __VA_ARGS__)
+#define gpuStreamWaitEvent(stream, event) KVC_GPU_NAMED(cudaStreamWaitEvent, (stream), (event), 0)
+#define gpuEventDestroy(...) KVC_GPU_NAMED(cudaEventDestroy, __VA_ARGS__)
+#define gpuEventRecord(...) KVC_GPU_NAMED(cudaEventRecord, __VA_ARGS__)
+#define gpuEventQuery(...) KVC_GPU_NAMED(cudaEventQuery, __VA_ARGS__)
+#define gpuEventSynchronize(...) KVC_GPU_NAMED(cudaEventSynchronize, __VA_ARGS__)
+/* The stream-ordered allocator's pool (gpu_exec.cpp keeps what it frees instead of returning it at once). */
+typedef cudaMemPool_t gpuMemPool_t;
+#define gpuMemPoolAttrReleaseThreshold cudaMemPoolAttrReleaseThreshold
+#define gpuDeviceGetMemPool(...) KVC_GPU_NAMED(cudaDeviceGetMemPool, __VA_ARGS__)
+#define gpuMemPoolGetAttribute(...) KVC_GPU_NAMED(cudaMemPoolGetAttribute, __VA_ARGS__)
+#define gpuMemPoolSetAttribute(...) KVC_GPU_NAMED(cudaMemPoolSetAttribute, __VA_ARGS__)
+#define gpuMemPoolTrimTo(...) KVC_GPU_NAMED(cudaMemPoolTrimTo, __VA_ARGS__)
 typedef cudaStreamCaptureMode gpuStreamCaptureMode;
 #define gpuStreamCaptureModeRelaxed cudaStreamCaptureModeRelaxed
-#define gpuThreadExchangeStreamCaptureMode cudaThreadExchangeStreamCaptureMode
+#define gpuThreadExchangeStreamCaptureMode(...) KVC_GPU_NAMED(cudaThreadExchangeStreamCaptureMode, __VA_ARGS__)
 static inline gpuError_t gpuHostAllocMapped(void** p, size_t bytes) {
-  return cudaHostAlloc(p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+  return KVC_GPU_NAMED(cudaHostAlloc, p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
 }
 static inline gpuError_t gpuStreamCreateNonBlocking(gpuStream_t* s) {
-  return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
+  return KVC_GPU_NAMED(cudaStreamCreateWithFlags, s, cudaStreamNonBlocking);
 }
 static inline gpuError_t gpuEventCreateNoTiming(gpuEvent_t* e) {
-  return cudaEventCreateWithFlags(e, cudaEventDisableTiming);
+  return KVC_GPU_NAMED(cudaEventCreateWithFlags, e, cudaEventDisableTiming);
 }
 static inline int gpuStreamCapturing(gpuStream_t s) {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;

@@ -44,6 +44,7 @@ typedef enum cudaError {
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
+  cudaErrorNotSupported = 801,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
   cudaErrorStreamCaptureUnjoined = 904,
@@ -54,6 +55,7 @@ typedef struct kvc_fake_stream* cudaStream_t;
 typedef struct kvc_fake_event* cudaEvent_t;
 typedef struct kvc_fake_graph* cudaGraph_t;
 typedef struct kvc_fake_graph_exec* cudaGraphExec_t;
+typedef struct kvc_fake_mem_pool* cudaMemPool_t;
 
 typedef struct uint2 {
   uint32_t x, y;
@@ -85,6 +87,9 @@ typedef enum cudaMemcpyKind {
 } cudaMemcpyKind;
 
 typedef enum cudaDeviceAttr { cudaDevAttrMemoryPoolsSupported = 115 } cudaDeviceAttr;
+
+/* Only the attribute the plugin sets (CUDA's value). */
+typedef enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 } cudaMemPoolAttr;
 
 typedef enum cudaStreamCaptureStatus {
   cudaStreamCaptureStatusNone = 0,
@@ -151,6 +156,13 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                               cudaMemcpyKind kind, cudaStream_t stream);
+
+/* A device's stream-ordered pool: its release threshold is kept (and read back); trimming releases nothing, since
+   the fake returns freed memory at once. cudaErrorNotSupported on a device without pools (KVC_FAKE_GPU_POOLS=0). */
+cudaError_t cudaDeviceGetMemPool(cudaMemPool_t* pool, int device);
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep);
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);

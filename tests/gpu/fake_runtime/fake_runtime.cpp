@@ -59,6 +59,10 @@ struct kvc_fake_event {
   size_t stream_ops = 0;
 };
 
+struct kvc_fake_mem_pool {
+  uint64_t release_threshold = 0; /* CUDA's default: freed memory goes back at every synchronisation */
+};
+
 struct kvc_fake_graph {
   std::shared_ptr<graph_body> body;
 };
@@ -82,6 +86,7 @@ std::vector<capture_state*> captures;
 int device_count = -1;
 int pools = 1, driver = CUDART_VERSION, no_image = 0;
 int contexts[64];
+kvc_fake_mem_pool mem_pools[64];
 long violations, launches;
 
 thread_local int current = -1; /* -1: never set, reads as 0 */
@@ -359,6 +364,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     NAME(cudaErrorInvalidResourceHandle)
     NAME(cudaErrorIllegalState)
     NAME(cudaErrorNotReady)
+    NAME(cudaErrorNotSupported)
     NAME(cudaErrorStreamCaptureUnsupported)
     NAME(cudaErrorStreamCaptureInvalidated)
     NAME(cudaErrorStreamCaptureUnjoined)
@@ -382,6 +388,7 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorNotSupported: return "operation not supported";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureUnjoined: return "capture sequence contains a fork that was not joined to the primary stream";
@@ -443,6 +450,35 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
     }
     release(p, MEM_DEVICE, "cudaFreeAsync (graph replay)");
   });
+}
+
+cudaError_t cudaDeviceGetMemPool(cudaMemPool_t* pool, int device) {
+  LOCK;
+  init();
+  if (!pool || device < 0 || device >= device_count) return fail(cudaErrorInvalidDevice);
+  if (!pools) return fail(cudaErrorNotSupported);
+  *pool = &mem_pools[device];
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  LOCK;
+  if (!pool || !value || attr != cudaMemPoolAttrReleaseThreshold) return fail(cudaErrorInvalidValue);
+  memcpy(value, &pool->release_threshold, sizeof pool->release_threshold);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  LOCK;
+  if (!pool || !value || attr != cudaMemPoolAttrReleaseThreshold) return fail(cudaErrorInvalidValue);
+  memcpy(&pool->release_threshold, value, sizeof pool->release_threshold);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
+  LOCK;
+  (void)keep;
+  return pool ? cudaSuccess : fail(cudaErrorInvalidValue);
 }
 
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int flags) {

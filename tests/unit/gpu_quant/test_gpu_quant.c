@@ -26,6 +26,7 @@
 #include "cpu/cpu_quant_ops.h"
 #include "half.h"
 #include "kvcache/quantized.h"
+#include "gpu_quant_plan.h"
 #include "quant_grid.h"
 #include "quant_math/quant_math.h"
 
@@ -419,11 +420,43 @@ static void test_refusals(void) {
   CHECK(kvc_grid_quantize_groups(&job) == 0, "no calls: nothing to do");
 }
 
+/* Launches per batch of an HQQ job, from the plan the GPU backend launches: a residual of 128 tokens x 8 heads x
+   head_dim 128 in groups of 64 (axis 1 and 0), and a call too small for error columns. Was 103 (and 2 + 20 x 4 + 1
+   = 83 without error blocks) before the start gathered its own values, the means took the error blocks' level-0
+   sums beside them, and the last round stopped deciding. */
+static int hqq_launches(int axis, int64_t group, int64_t groups) {
+  float x[1];
+  kvc_quantize_job job;
+  memset(&job, 0, sizeof job);
+  job.spec.quantizer = KVC_QUANTIZER_HQQ;
+  job.spec.nbits = 4;
+  job.spec.dtype = KVC_DTYPE_BFLOAT16;
+  job.spec.axis = axis;
+  job.group = group;
+  job.src = x;
+  job.src_span.calls[0] = job.src_span.calls[1] = job.src_span.groups[0] = 1;
+  job.src_span.groups[1] = groups;
+  job.src_span.value_stride = 1;
+  kvc_gpu_quant plan;
+  CHECK(kvc_gpu_quant_plan(&plan, &job) == 0, "hqq plan");
+  kvc_gq_launch l[KVC_GQ_MAX_LAUNCHES];
+  return kvc_gpu_quant_launches(&plan, l);
+}
+
+static void test_launch_counts(void) {
+  const int big1 = hqq_launches(1, 64, 128 * 8 * 128 / 64), big0 = hqq_launches(0, 64, 128 * 8 * 128 / 64);
+  const int tiny = hqq_launches(1, 2, 3);
+  printf("  HQQ launches per job: %d (128 x 8 x 128 values, axis 1), %d (axis 0), %d (6 values)\n", big1, big0, tiny);
+  CHECK(big1 == 80 && big0 == 80, "a 131072-value HQQ call takes %d / %d launches, not 80", big1, big0);
+  CHECK(tiny == 61, "a 6-value HQQ call takes %d launches, not 61", tiny);
+}
+
 int main(void) {
   printf("test_gpu_quant: the quantizer kernels' code on simulated grids against the CPU backend\n");
   test_quantizers();
   test_fp8();
   test_refusals();
+  test_launch_counts();
   printf("%d checks, %d failures, %ld launches; %ld NaNs of different payloads taken as equal\n", checks, failures,
          kvc_grid_launches, nans_matched);
   return failures ? 1 : 0;
