@@ -106,7 +106,7 @@ static size_t no_get(void* ctx, const kvc_tier_key* keys, void* const* values, s
 
 static kvc_error* op_tier_create(void* x) {
   (void)x;
-  const kvc_tier_ops ops = {sizeof(kvc_tier_ops), no_put, no_get, NULL};
+  const kvc_tier_ops ops = {sizeof(kvc_tier_ops), no_put, no_get, NULL, NULL};
   kvc_tier* t = NULL;
   kvc_error* e = kvc_tier_create(&ops, NULL, "a program's store", &t);
   kvc_tier_destroy(t);
