@@ -61,6 +61,7 @@ void kvc_tier_destroy(kvc_tier* tier) {
   if (!tier) return;
   if (tier->ops.destroy) tier->ops.destroy(tier->ctx);
   kvci_hmac_sha256_key_wipe(&tier->auth.key);
+  free(tier->stage);
   free(tier->name);
   free(tier);
 }

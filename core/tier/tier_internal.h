@@ -31,6 +31,9 @@ struct kvc_tier {
   kvc_tier_stats stats;
   kvci_tier_auth auth; /* wiped when the tier is destroyed */
   kvci_guard guard; /* kvc_tier_stats_get and kvc_pool_add_tier; a given tier's stats are the pool's (guard.h) */
+  /* tier_keys.c: the frames of the last call by key, kept for the next (fresh memory costs a fault per page) */
+  uint8_t* stage;
+  size_t stage_bytes;
 };
 
 /* tier.c: the store's calls with their counters. A store's answer is clamped to `count`. */

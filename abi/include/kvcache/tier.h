@@ -226,6 +226,10 @@ KVC_API kvc_error* kvc_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BL
  * after an error nothing was stored and found[] is unchanged. A tier given
  * to a pool may be used too (kvc_pool_tier): its calls then wait for none
  * of the pool's, they are refused with BUSY while one runs.
+ *
+ * Memory: a get or put stages the framed values of all its keys in host
+ * memory (count x (96 + payload_size + 32) bytes), which the tier keeps for
+ * its next call when it is at most 64 MiB, and frees with itself.
  */
 
 /** The largest payload of one block by key (1 GiB). Since 0.7. */
