@@ -29,9 +29,9 @@ static kvc_error* check_keys(const char* fn, const kvc_tier* tier, const kvc_tie
 
 static kvc_error* check_block(const char* fn, size_t count, size_t payload_size, uint32_t num_layers,
                               const void* const* payloads) {
-  if (!payload_size || payload_size > KVC_TIER_PAYLOAD_MAX)
+  if (!payload_size || payload_size > (size_t)KVC_TIER_PAYLOAD_MAX)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: payload_size is %zu; it is 1 to KVC_TIER_PAYLOAD_MAX (%zu) "
-                    "bytes", fn, payload_size, KVC_TIER_PAYLOAD_MAX);
+                    "bytes", fn, payload_size, (size_t)KVC_TIER_PAYLOAD_MAX);
   if (!num_layers)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_layers is 0; it is the layer count of the block's group "
                     "(at least 1)", fn);

@@ -279,7 +279,7 @@ static void test_bad_input(void) {
   CHECK(tt_err_says(kvc_tier_exists(t, NULL, 1, b.found, &n), KVC_ERROR_INVALID_ARGUMENT, "keys is NULL"));
   CHECK(tt_err_says(kvc_tier_exists(t, b.keys, 1, NULL, &n), KVC_ERROR_INVALID_ARGUMENT, "found is NULL"));
   CHECK(tt_err_says(kvc_tier_put_blocks(t, b.keys, 2, 0, 2, b.in, &n), KVC_ERROR_INVALID_ARGUMENT, E));
-  CHECK(tt_err_says(kvc_tier_put_blocks(t, b.keys, 2, KVC_TIER_PAYLOAD_MAX + 1, 2, b.in, &n),
+  CHECK(tt_err_says(kvc_tier_put_blocks(t, b.keys, 2, (size_t)KVC_TIER_PAYLOAD_MAX + 1, 2, b.in, &n),
                     KVC_ERROR_INVALID_ARGUMENT, "KVC_TIER_PAYLOAD_MAX"));
   CHECK(tt_err_says(kvc_tier_put_blocks(t, b.keys, 2, PAYLOAD, 0, b.in, &n), KVC_ERROR_INVALID_ARGUMENT,
                     "num_layers is 0"));

@@ -233,7 +233,7 @@ KVC_API kvc_error* kvc_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BL
  */
 
 /** The largest payload of one block by key (1 GiB). Since 0.7. */
-#define KVC_TIER_PAYLOAD_MAX ((size_t)1 << 30)
+#define KVC_TIER_PAYLOAD_MAX 1073741824
 
 /**
  * Whether each of `count` keys has a value in `tier` (found[i] 1 or 0), without fetching values: one
