@@ -73,32 +73,62 @@ type tierCore struct {
 }
 
 // held runs f on the handle of a tier not given to a pool, under its lock.
-func (t *tierCore) held(fn string, f func(h unsafe.Pointer) error) error {
+func (t *tierCore) held(f func(h unsafe.Pointer) error) error {
 	if t == nil {
-		return newError(CodeInvalidState, fn+": the tier is nil")
+		return newError(CodeInvalidState, "the tier is nil")
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.given {
-		return newError(CodeInvalidState, fn+": the tier belongs to a pool")
+		return newError(CodeInvalidState, "the tier belongs to a pool")
 	}
 	if t.h == nil {
-		return newError(CodeInvalidState, fn+": the tier is closed")
+		return newError(CodeInvalidState, "the tier is closed")
 	}
 	return f(t.h)
 }
 
-// Exists says whether each key has a value in the tier, without fetching
-// values (kvc_tier_exists: a stat per key on disk, one pipeline of EXISTS
-// per Redis node). Existence only: a value that does not verify is a miss
-// of GetBlocks. Since 0.7.
-func (t *tierCore) Exists(keys []TierKey) (found []bool, err error) {
-	defer named(&err, "Tier.Exists")
-	err = t.held("Exists", func(h unsafe.Pointer) error {
+// exists, getBlocks and putBlocks are the key-level calls of every tier kind; op names the Go method in errors.
+func (t *tierCore) exists(op string, keys []TierKey) (found []bool, err error) {
+	defer named(&err, op)
+	err = t.held(func(h unsafe.Pointer) error {
 		found, err = cTierExists(h, keys)
 		return err
 	})
 	return found, err
+}
+
+func (t *tierCore) getBlocks(op string, keys []TierKey, buf []byte, payloadSize int, numLayers uint32) (found []bool,
+	err error) {
+	defer named(&err, op)
+	if err := checkBlocks(op, len(keys), len(buf), payloadSize); err != nil {
+		return nil, err
+	}
+	err = t.held(func(h unsafe.Pointer) error {
+		found, err = cTierGetBlocks(h, keys, buf, payloadSize, numLayers)
+		return err
+	})
+	return found, err
+}
+
+func (t *tierCore) putBlocks(op string, keys []TierKey, buf []byte, payloadSize int, numLayers uint32) (stored int,
+	err error) {
+	defer named(&err, op)
+	if err := checkBlocks(op, len(keys), len(buf), payloadSize); err != nil {
+		return 0, err
+	}
+	err = t.held(func(h unsafe.Pointer) error {
+		stored, err = cTierPutBlocks(h, keys, buf, payloadSize, numLayers)
+		return err
+	})
+	return stored, err
+}
+
+// Exists says whether each key has a value in the tier, without fetching
+// values (kvc_tier_exists: a stat per key). Existence only: a value that
+// does not verify is a miss of GetBlocks. Since 0.7.
+func (t *DiskTier) Exists(keys []TierKey) ([]bool, error) {
+	return t.core().exists("DiskTier.Exists", keys)
 }
 
 // GetBlocks loads the blocks of keys into buf, payloadSize bytes each, key
@@ -106,37 +136,37 @@ func (t *tierCore) Exists(keys []TierKey) (found []bool, err error) {
 // which were found and verified (kvc_tier_get_blocks); a miss's bytes may
 // have been written. numLayers is the layer count the values were stored
 // with. Since 0.7.
-func (t *tierCore) GetBlocks(keys []TierKey, buf []byte, payloadSize int, numLayers uint32) (found []bool, err error) {
-	defer named(&err, "Tier.GetBlocks")
-	if err := checkBlocks("GetBlocks", len(keys), len(buf), payloadSize); err != nil {
-		return nil, err
-	}
-	err = t.held("GetBlocks", func(h unsafe.Pointer) error {
-		found, err = cTierGetBlocks(h, keys, buf, payloadSize, numLayers)
-		return err
-	})
-	return found, err
+func (t *DiskTier) GetBlocks(keys []TierKey, buf []byte, payloadSize int, numLayers uint32) ([]bool, error) {
+	return t.core().getBlocks("DiskTier.GetBlocks", keys, buf, payloadSize, numLayers)
 }
 
 // PutBlocks stores the payloads in buf (payloadSize bytes each, key i's at
 // buf[i*payloadSize:]) under keys, framed and sealed as the tier's values
 // are (kvc_tier_put_blocks); returns how many the store took. Since 0.7.
-func (t *tierCore) PutBlocks(keys []TierKey, buf []byte, payloadSize int, numLayers uint32) (stored int, err error) {
-	defer named(&err, "Tier.PutBlocks")
-	if err := checkBlocks("PutBlocks", len(keys), len(buf), payloadSize); err != nil {
-		return 0, err
-	}
-	err = t.held("PutBlocks", func(h unsafe.Pointer) error {
-		stored, err = cTierPutBlocks(h, keys, buf, payloadSize, numLayers)
-		return err
-	})
-	return stored, err
+func (t *DiskTier) PutBlocks(keys []TierKey, buf []byte, payloadSize int, numLayers uint32) (int, error) {
+	return t.core().putBlocks("DiskTier.PutBlocks", keys, buf, payloadSize, numLayers)
 }
 
-func checkBlocks(fn string, keys, bufLen, payloadSize int) error {
+// Exists is DiskTier.Exists for a Redis tier: one pipeline of EXISTS per
+// node; a dead or slow node's keys are false within the call deadline.
+func (t *RedisTier) Exists(keys []TierKey) ([]bool, error) {
+	return t.core().exists("RedisTier.Exists", keys)
+}
+
+// GetBlocks is DiskTier.GetBlocks for a Redis tier (one pipeline of GET per node).
+func (t *RedisTier) GetBlocks(keys []TierKey, buf []byte, payloadSize int, numLayers uint32) ([]bool, error) {
+	return t.core().getBlocks("RedisTier.GetBlocks", keys, buf, payloadSize, numLayers)
+}
+
+// PutBlocks is DiskTier.PutBlocks for a Redis tier (one pipeline of SET per node).
+func (t *RedisTier) PutBlocks(keys []TierKey, buf []byte, payloadSize int, numLayers uint32) (int, error) {
+	return t.core().putBlocks("RedisTier.PutBlocks", keys, buf, payloadSize, numLayers)
+}
+
+func checkBlocks(op string, keys, bufLen, payloadSize int) error {
 	if payloadSize < 0 || (keys > 0 && bufLen != keys*payloadSize) {
-		return newError(CodeInvalidArgument, fmt.Sprintf("%s: buf is %d bytes for %d keys of payloadSize %d; it "+
-			"holds every payload, len(keys)*payloadSize bytes", fn, bufLen, keys, payloadSize))
+		return newError(CodeInvalidArgument, fmt.Sprintf("buf is %d bytes for %d keys of payloadSize %d; it "+
+			"holds every payload, len(keys)*payloadSize bytes", bufLen, keys, payloadSize))
 	}
 	return nil
 }
@@ -272,7 +302,7 @@ func (t *RedisTier) Close() error {
 // Stats returns the counters of a tier not given to a pool.
 func (t *RedisTier) Stats() (s TierStats, err error) {
 	defer named(&err, "RedisTier.Stats")
-	err = t.held("RedisTier.Stats", func(h unsafe.Pointer) error {
+	err = t.core().held(func(h unsafe.Pointer) error {
 		s, err = cTierStats(h)
 		return err
 	})
