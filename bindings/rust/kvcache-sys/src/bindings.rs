@@ -1763,7 +1763,8 @@ pub struct kvc_tier_key {
     pub reserved: u32,
 }
 /** A tier's operations, for stores a program brings. All calls come from the
- thread calling the pool (a pool's calls never overlap). Values are
+ thread calling the pool or, since 0.7, the tier's key-level functions
+ (never two at once: the pool's and the tier's call guards see to it). Values are
  opaque, framed bytes (docs/tiers.md): a tier stores and returns them
  unchanged. Published sizes: 32 (0.6), 40 (0.7: exists_many).*/
 #[repr(C)]
@@ -1783,7 +1784,9 @@ pub struct kvc_tier_ops {
     >,
     /** Looks up `count` keys (a run of consecutive blocks: pipeline them). For each key found, copies its value
  into values[i] (capacity `capacity` bytes each) and sets sizes[i]; a miss sets sizes[i] to 0. Returns the
- number of leading keys found (the pool stops at the first miss, so a tier may stop there too).*/
+ number of leading keys found (the pool stops at the first miss, so a tier may stop there too). Since 0.7
+ kvc_tier_get_blocks reads sizes[i] of every key: a store that stops at its first miss makes the keys after
+ it misses of that call, so a store that can should answer every key.*/
     pub get_many: ::core::option::Option<
         unsafe extern "C" fn(
             ctx: *mut ::core::ffi::c_void,
