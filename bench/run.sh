@@ -101,6 +101,9 @@ echo
 echo "== bench_tier (the pool's disk tier against a plain write/read of the same bytes in the same directory)"
 "$(find_bin bench_tier)" --json "$JSON" "${EXTRA[@]}"
 echo
+echo "== bench_tier_keys (key-only lookup by kvc_tier_exists against match_prefix, disk and Redis tiers)"
+"$(find_bin bench_tier_keys)" --json "$JSON" "${EXTRA[@]}"
+echo
 echo "== bench_redis_tier (the Redis tier: runs of 2 MiB blocks against raw pipelined SET/GET and redis-benchmark)"
 if command -v redis-server >/dev/null 2>&1; then
     "$(find_bin bench_redis_tier)" --json "$JSON" "${EXTRA[@]}"

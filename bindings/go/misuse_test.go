@@ -158,6 +158,7 @@ func TestMisuseEveryMethodOnNilZeroAndClosedObjects(t *testing.T) {
 		{"closed sequence", closedSeq}, {"sequence of a closed pool", seqOfClosedPool},
 		{"nil sequence", (*Sequence)(nil)}, {"zero sequence", &Sequence{}},
 		{"closed tier", tier}, {"nil tier", (*DiskTier)(nil)}, {"zero tier", &DiskTier{}},
+		{"nil redis tier", (*RedisTier)(nil)}, {"zero redis tier", &RedisTier{}},
 		{"closed step", closedStep}, {"step of a closed cache", stepOfClosedCache}, {"nil step", (*Step)(nil)},
 		{"zero step", &Step{}},
 		{"zero view", View{}},

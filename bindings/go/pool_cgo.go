@@ -108,6 +108,34 @@ func poolSeq(p unsafe.Pointer) *C.kvc_pool_sequence { return (*C.kvc_pool_sequen
 func cPoolCreate(o *PoolOptions) (unsafe.Pointer, error) {
 	var a arena
 	defer a.free()
+	var out *C.kvc_pool
+	if err := takeError(C.kvc_pool_create(cPoolOptions(&a, o), &out)); err != nil {
+		return nil, err
+	}
+	return unsafe.Pointer(out), nil
+}
+
+// cPoolOptionsFingerprint is kvc_pool_options_fingerprint (ModelFingerprint).
+func cPoolOptionsFingerprint(o *PoolOptions) ([BlockHashSize]byte, error) {
+	var a arena
+	defer a.free()
+	var fp [BlockHashSize]byte
+	err := takeError(C.kvc_pool_options_fingerprint(cPoolOptions(&a, o), (*C.uint8_t)(unsafe.Pointer(&fp[0]))))
+	return fp, err
+}
+
+// cPoolOptionsBlockPayload is kvc_pool_options_block_payload (ModelBlockPayload).
+func cPoolOptionsBlockPayload(o *PoolOptions, group uint32) (int, uint32, error) {
+	var a arena
+	defer a.free()
+	var size C.size_t
+	var layers C.uint32_t
+	err := takeError(C.kvc_pool_options_block_payload(cPoolOptions(&a, o), C.uint32_t(group), &size, &layers))
+	return int(size), uint32(layers), err
+}
+
+// cPoolOptions fills kvc_pool_options in C memory of a (valid until a is freed).
+func cPoolOptions(a *arena, o *PoolOptions) *C.kvc_pool_options {
 	c := (*C.kvc_pool_options)(a.alloc(C.sizeof_kvc_pool_options))
 	C.kvc_pool_options_init(c)
 	c.dtype = C.kvc_dtype(o.DType)
@@ -151,11 +179,7 @@ func cPoolCreate(o *PoolOptions) (unsafe.Pointer, error) {
 		c.enable_prefix_caching = 0
 	}
 	c.event_capacity = C.uint32_t(o.EventCapacity)
-	var out *C.kvc_pool
-	if err := takeError(C.kvc_pool_create(c, &out)); err != nil {
-		return nil, err
-	}
-	return unsafe.Pointer(out), nil
+	return c
 }
 
 func cPoolDestroy(p unsafe.Pointer) { C.kvc_pool_destroy(pool(p)) }

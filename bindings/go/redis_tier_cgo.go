@@ -64,6 +64,22 @@ func (a *arena) bytes(b []byte) *C.uint8_t {
 func cPoolAddRedisTier(p unsafe.Pointer, c *redisTierConfig) error {
 	var a arena
 	defer a.free()
+	return takeError(C.kvcgo_pool_add_redis_tier(pool(p), cRedisOptions(&a, c), C.int32_t(c.write)))
+}
+
+// cRedisTierCreate creates a tier the program owns (NewRedisTier).
+func cRedisTierCreate(c *redisTierConfig) (unsafe.Pointer, error) {
+	var a arena
+	defer a.free()
+	var out *C.kvc_tier
+	if err := takeError(C.kvc_redis_tier_create(cRedisOptions(&a, c), &out)); err != nil {
+		return nil, err
+	}
+	return unsafe.Pointer(out), nil
+}
+
+// cRedisOptions fills kvc_redis_tier_options in C memory of a (valid until a is freed).
+func cRedisOptions(a *arena, c *redisTierConfig) *C.kvc_redis_tier_options {
 	o := (*C.kvc_redis_tier_options)(a.alloc(C.sizeof_kvc_redis_tier_options))
 	C.kvc_redis_tier_options_init(o)
 	o.cluster = C.kvc_redis_cluster_mode(c.cluster)
@@ -79,7 +95,7 @@ func cPoolAddRedisTier(p unsafe.Pointer, c *redisTierConfig) error {
 	o.call_timeout_ms = C.uint32_t(c.callMs)
 	o.auth_key = a.bytes(c.authKey)
 	o.auth_key_len = C.size_t(len(c.authKey))
-	return takeError(C.kvcgo_pool_add_redis_tier(pool(p), o, C.int32_t(c.write)))
+	return o
 }
 
 func cPoolTierCount(p unsafe.Pointer) int { return int(C.kvcgo_pool_tier_count(pool(p))) }

@@ -6,5 +6,6 @@ package kvcache
 
 import "unsafe"
 
-func cPoolAddRedisTier(unsafe.Pointer, *redisTierConfig) error { return ErrCgoDisabled }
-func cPoolTierCount(unsafe.Pointer) int                        { return 0 }
+func cPoolAddRedisTier(unsafe.Pointer, *redisTierConfig) error  { return ErrCgoDisabled }
+func cPoolTierCount(unsafe.Pointer) int                         { return 0 }
+func cRedisTierCreate(*redisTierConfig) (unsafe.Pointer, error) { return nil, ErrCgoDisabled }

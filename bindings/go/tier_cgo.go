@@ -33,6 +33,32 @@ static kvc_error* kvcgo_pool_tier_stats(const kvc_pool* p, uint32_t index, kvc_t
   *found = t != NULL;
   return t ? kvcgo_tier_stats(t, out) : NULL;
 }
+
+// Payloads cross as one Go buffer (no Go pointers in it); the per-key pointers are made here, in C memory, for
+// the call only (cgo forbids Go memory holding pointers to Go memory).
+static void** kvcgo_payload_ptrs(uint8_t* base, size_t count, size_t size) {
+  void** p = malloc((count ? count : 1) * sizeof *p);
+  for (size_t i = 0; p && i < count; i++) p[i] = base + i * size;
+  return p;
+}
+
+static kvc_error* kvcgo_tier_get_blocks(kvc_tier* t, const kvc_tier_key* keys, size_t count, size_t size,
+                                        uint32_t layers, uint8_t* base, uint8_t* found) {
+  void** p = kvcgo_payload_ptrs(base, count, size);
+  if (!p) return kvc_tier_get_blocks(t, keys, count, size, layers, NULL, found, NULL); // out of memory: refused
+  kvc_error* e = kvc_tier_get_blocks(t, keys, count, size, layers, p, found, NULL);
+  free(p);
+  return e;
+}
+
+static kvc_error* kvcgo_tier_put_blocks(kvc_tier* t, const kvc_tier_key* keys, size_t count, size_t size,
+                                        uint32_t layers, uint8_t* base, size_t* stored) {
+  void** p = kvcgo_payload_ptrs(base, count, size);
+  if (!p) return kvc_tier_put_blocks(t, keys, count, size, layers, NULL, stored);
+  kvc_error* e = kvc_tier_put_blocks(t, keys, count, size, layers, (const void* const*)p, stored);
+  free(p);
+  return e;
+}
 */
 import "C"
 
@@ -110,4 +136,63 @@ func cPoolFingerprint(p unsafe.Pointer) ([BlockHashSize]byte, error) {
 	var fp [BlockHashSize]byte
 	err := takeError(C.kvc_pool_fingerprint(pool(p), (*C.uint8_t)(unsafe.Pointer(&fp[0]))))
 	return fp, err
+}
+
+// cKeys converts the keys to C's layout in Go memory (no pointers in it: legal to pass).
+func cKeys(keys []TierKey) []C.kvc_tier_key {
+	out := make([]C.kvc_tier_key, len(keys))
+	for i, k := range keys {
+		for j := 0; j < BlockHashSize; j++ {
+			out[i].fingerprint[j] = C.uint8_t(k.Fingerprint[j])
+			out[i].block_hash[j] = C.uint8_t(k.BlockHash[j])
+		}
+		out[i].group = C.uint32_t(k.Group)
+	}
+	return out
+}
+
+func keysPtr(k []C.kvc_tier_key) *C.kvc_tier_key {
+	if len(k) == 0 {
+		return nil
+	}
+	return &k[0]
+}
+
+func u8Ptr(b []byte) *C.uint8_t { return (*C.uint8_t)(bytesPtr(b)) }
+
+func bools(found []byte) []bool {
+	out := make([]bool, len(found))
+	for i, f := range found {
+		out[i] = f != 0
+	}
+	return out
+}
+
+func cTierExists(t unsafe.Pointer, keys []TierKey) ([]bool, error) {
+	k := cKeys(keys)
+	found := make([]byte, len(keys))
+	err := takeError(C.kvc_tier_exists(tier(t), keysPtr(k), C.size_t(len(k)), u8Ptr(found), nil))
+	if err != nil {
+		return nil, err
+	}
+	return bools(found), nil
+}
+
+func cTierGetBlocks(t unsafe.Pointer, keys []TierKey, buf []byte, size int, layers uint32) ([]bool, error) {
+	k := cKeys(keys)
+	found := make([]byte, len(keys))
+	err := takeError(C.kvcgo_tier_get_blocks(tier(t), keysPtr(k), C.size_t(len(k)), C.size_t(size),
+		C.uint32_t(layers), u8Ptr(buf), u8Ptr(found)))
+	if err != nil {
+		return nil, err
+	}
+	return bools(found), nil
+}
+
+func cTierPutBlocks(t unsafe.Pointer, keys []TierKey, buf []byte, size int, layers uint32) (int, error) {
+	k := cKeys(keys)
+	var stored C.size_t
+	err := takeError(C.kvcgo_tier_put_blocks(tier(t), keysPtr(k), C.size_t(len(k)), C.size_t(size),
+		C.uint32_t(layers), u8Ptr(buf), &stored))
+	return int(stored), err
 }

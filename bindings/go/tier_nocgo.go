@@ -15,3 +15,10 @@ func cPoolTierStats(unsafe.Pointer, uint32) (TierStats, error)       { return Ti
 func cPoolFingerprint(unsafe.Pointer) ([BlockHashSize]byte, error) {
 	return [BlockHashSize]byte{}, ErrCgoDisabled
 }
+func cTierExists(unsafe.Pointer, []TierKey) ([]bool, error) { return nil, ErrCgoDisabled }
+func cTierGetBlocks(unsafe.Pointer, []TierKey, []byte, int, uint32) ([]bool, error) {
+	return nil, ErrCgoDisabled
+}
+func cTierPutBlocks(unsafe.Pointer, []TierKey, []byte, int, uint32) (int, error) {
+	return 0, ErrCgoDisabled
+}

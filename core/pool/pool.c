@@ -348,3 +348,7 @@ kvc_error* kvc_pool_unpin_all(kvc_pool* pool) {
   }
   return NULL;
 }
+
+kvc_error* kvci_pool_options_check(const char* fn, const kvc_pool_options* options) {
+  return check_options(fn, options);
+}

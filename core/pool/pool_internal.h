@@ -271,6 +271,31 @@ int kvci_pool_stage_in(kvc_pool* pool, uint32_t group, const uint32_t* blocks, s
                        const uint8_t* const* in);
 /* tier_fingerprint.c: the pool's model fingerprint (docs/tiers.md). */
 void kvci_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BLOCK_HASH_SIZE]);
+/*
+ * What the fingerprint covers, as a pool holds it (the values it normalised at creation: a value head dim of 0 is
+ * the key's; a recurrent layer's conv and state sizes, an attention layer's none), so that a pool's and its
+ * options' fingerprints are computed from the same numbers.
+ */
+typedef struct kvci_model_layer {
+  int64_t group, heads, kdim, vdim, conv_dim, conv_kernel, dstate;
+} kvci_model_layer;
+typedef struct kvci_model_group {
+  int32_t kind;
+  uint32_t block_size;
+  int64_t window;
+} kvci_model_group;
+typedef struct kvci_model {
+  int32_t dtype, layout;
+  uint32_t num_groups, num_layers;
+  const void* src; /* a pool or its options: read through the two functions below, nothing is copied */
+  kvci_model_group (*group_at)(const void* src, uint32_t g);
+  kvci_model_layer (*layer_at)(const void* src, uint32_t i);
+  const void* seed;
+  uint64_t seed_len;
+} kvci_model;
+void kvci_model_fingerprint(const kvci_model* m, uint8_t out[KVC_BLOCK_HASH_SIZE]);
+/* pool.c: kvc_pool_create's checks of `options`, with `fn` in the message. */
+kvc_error* kvci_pool_options_check(const char* fn, const kvc_pool_options* options);
 /* Whether the pool's tiers are left alone: a pool with a recurrent group (docs/tiers.md). */
 int kvci_pool_tiers_skip(const kvc_pool* pool);
 /* Frees the tiers and the pending list (kvc_pool_destroy). */

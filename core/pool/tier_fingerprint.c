@@ -26,28 +26,44 @@ static void put_u64(kvci_sha256_ctx* h, uint64_t v) {
 /* The domain tag: a fingerprint can never equal a block hash or another format's digest. */
 static const char TAG[] = "kvcache pool fingerprint v1";
 
-void kvci_pool_fingerprint(const kvc_pool* p, uint8_t out[KVC_BLOCK_HASH_SIZE]) {
+void kvci_model_fingerprint(const kvci_model* m, uint8_t out[KVC_BLOCK_HASH_SIZE]) {
   kvci_sha256_ctx h;
   kvci_sha256_init(&h);
   kvci_sha256_update(&h, TAG, sizeof TAG - 1);
-  put_u32(&h, (uint32_t)p->dtype);
-  put_u32(&h, (uint32_t)p->layout);
-  put_u32(&h, p->num_groups);
-  for (uint32_t g = 0; g < p->num_groups; g++) {
-    const kvci_pool_group* grp = &p->groups[g];
-    put_u32(&h, (uint32_t)grp->kind);
-    put_u32(&h, grp->block_size);
-    put_u64(&h, (uint64_t)grp->window);
+  put_u32(&h, (uint32_t)m->dtype);
+  put_u32(&h, (uint32_t)m->layout);
+  put_u32(&h, m->num_groups);
+  for (uint32_t g = 0; g < m->num_groups; g++) {
+    const kvci_model_group grp = m->group_at(m->src, g);
+    put_u32(&h, (uint32_t)grp.kind);
+    put_u32(&h, grp.block_size);
+    put_u64(&h, (uint64_t)grp.window);
   }
-  put_u32(&h, p->num_layers);
-  for (uint32_t i = 0; i < p->num_layers; i++) {
-    const kvci_pool_layer* l = &p->layers[i];
-    const int64_t v[7] = {l->group, l->heads, l->kdim, l->vdim, l->conv_dim, l->conv_kernel, l->dstate};
+  put_u32(&h, m->num_layers);
+  for (uint32_t i = 0; i < m->num_layers; i++) {
+    const kvci_model_layer l = m->layer_at(m->src, i);
+    const int64_t v[7] = {l.group, l.heads, l.kdim, l.vdim, l.conv_dim, l.conv_kernel, l.dstate};
     for (int k = 0; k < 7; k++) put_u64(&h, (uint64_t)v[k]);
   }
-  put_u64(&h, p->seed_len);
-  kvci_sha256_update(&h, p->seed, p->seed_len);
+  put_u64(&h, m->seed_len);
+  kvci_sha256_update(&h, m->seed, (size_t)m->seed_len);
   kvci_sha256_final(&h, out);
+}
+
+static kvci_model_group pool_group(const void* src, uint32_t g) {
+  const kvci_pool_group* grp = &((const kvc_pool*)src)->groups[g];
+  return (kvci_model_group){grp->kind, grp->block_size, grp->window};
+}
+
+static kvci_model_layer pool_layer(const void* src, uint32_t i) {
+  const kvci_pool_layer* l = &((const kvc_pool*)src)->layers[i];
+  return (kvci_model_layer){l->group, l->heads, l->kdim, l->vdim, l->conv_dim, l->conv_kernel, l->dstate};
+}
+
+void kvci_pool_fingerprint(const kvc_pool* p, uint8_t out[KVC_BLOCK_HASH_SIZE]) {
+  const kvci_model m = {p->dtype, p->layout, p->num_groups, p->num_layers, p, pool_group, pool_layer,
+                        p->seed, p->seed_len};
+  kvci_model_fingerprint(&m, out);
 }
 
 kvc_error* kvc_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BLOCK_HASH_SIZE]) {

@@ -186,20 +186,42 @@ static size_t get_one(disk_tier* d, const uint8_t key[KVCI_TIER_KEY_SIZE], void*
   return got;
 }
 
+/*
+ * Every key is looked up, past a miss too: a pool takes the leading run only, but blocks by key (tier_keys.c) want
+ * each one, and a hole in a run (a block evicted alone) is rare enough that the reads after it cost little.
+ */
 static size_t disk_get_many(void* ctx, const kvc_tier_key* keys, void* const* values, size_t capacity,
                             size_t* sizes, size_t count) {
   disk_tier* d = ctx;
   char* path = malloc(path_size(d));
   if (!path) return 0;
-  size_t found = 0;
-  for (; found < count; found++) {
+  size_t leading = 0;
+  for (size_t i = 0; i < count; i++) {
     uint8_t key[KVCI_TIER_KEY_SIZE];
-    kvci_tier_key_encode(&keys[found], key);
-    sizes[found] = get_one(d, key, values[found], capacity, path);
-    if (!sizes[found]) break;
+    kvci_tier_key_encode(&keys[i], key);
+    sizes[i] = get_one(d, key, values[i], capacity, path);
+    if (leading == i && sizes[i]) leading++;
   }
   free(path);
-  return found;
+  return leading;
+}
+
+/* A key exists when a regular, non-empty file has its name: one stat, no read (the frame is checked by a get). */
+static size_t disk_exists_many(void* ctx, const kvc_tier_key* keys, uint8_t* found, size_t count) {
+  disk_tier* d = ctx;
+  char* path = malloc(path_size(d));
+  if (!path) return 0;
+  size_t n = 0;
+  for (size_t i = 0; i < count; i++) {
+    uint8_t key[KVCI_TIER_KEY_SIZE];
+    kvci_tier_key_encode(&keys[i], key);
+    block_path(d, key, path);
+    struct stat st;
+    found[i] = stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+    n += found[i];
+  }
+  free(path);
+  return n;
 }
 
 static void disk_destroy(void* ctx) {
@@ -356,7 +378,8 @@ kvc_error* kvc_disk_tier_create(const kvc_disk_tier_options* given, kvc_tier** o
     if (path) make_room(d, 0, path);
     free(path);
   }
-  static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), disk_put_many, disk_get_many, disk_destroy};
+  static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), disk_put_many, disk_get_many, disk_destroy,
+                                   disk_exists_many};
   char name[64];
   snprintf(name, sizeof name, "disk");
   kvc_error* e = kvc_tier_create(&OPS, d, name, out);

@@ -11,18 +11,19 @@
 
 #include "tier_internal.h"
 
-/* The size of kvc_tier_ops 0.6 (three entries after struct_size). */
-#define OPS_SIZE_0_6 sizeof(kvc_tier_ops)
+/* The sizes of kvc_tier_ops: 0.6 (three entries after struct_size), 0.7 (exists_many). */
+#define OPS_SIZE_0_6 ((size_t)32)
+_Static_assert(sizeof(kvc_tier_ops) == 40, "kvc_tier_ops changed size: add its new size to kvc_tier_create");
 
 kvc_error* kvc_tier_create(const kvc_tier_ops* ops, void* ctx, const char* name, kvc_tier** out) {
   static const char* FN = "kvc_tier_create";
   kvc_error* e = NULL;
   if (!ops)
     e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: ops is NULL", FN);
-  else if (ops->struct_size < OPS_SIZE_0_6)
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: ops->struct_size is %u; it is at least %zu "
+  else if (ops->struct_size != OPS_SIZE_0_6 && ops->struct_size != sizeof(kvc_tier_ops))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: ops->struct_size is %u; it is %zu (0.6) or %zu "
                     "(sizeof(kvc_tier_ops)); ctx was not freed: the ops cannot be trusted to free it",
-                    FN, ops->struct_size, OPS_SIZE_0_6);
+                    FN, ops->struct_size, OPS_SIZE_0_6, sizeof(kvc_tier_ops));
   else if (!ops->put_many || !ops->get_many)
     e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: ops->%s is NULL; a tier needs put_many and get_many", FN,
                  ops->put_many ? "get_many" : "put_many");
@@ -47,7 +48,7 @@ kvc_error* kvc_tier_create(const kvc_tier_ops* ops, void* ctx, const char* name,
     if (ops && ops->destroy) ops->destroy(ctx);
     return e;
   }
-  memcpy(&t->ops, ops, sizeof(t->ops));
+  memcpy(&t->ops, ops, ops->struct_size); /* an older caller's ops lack the later entries: they stay NULL */
   t->ops.struct_size = sizeof(t->ops);
   t->ctx = ctx;
   t->stats.struct_size = sizeof(t->stats);
@@ -60,6 +61,7 @@ void kvc_tier_destroy(kvc_tier* tier) {
   if (!tier) return;
   if (tier->ops.destroy) tier->ops.destroy(tier->ctx);
   kvci_hmac_sha256_key_wipe(&tier->auth.key);
+  free(tier->stage);
   free(tier->name);
   free(tier);
 }
@@ -100,4 +102,25 @@ size_t kvci_tier_get_many(kvc_tier* t, const kvc_tier_key* keys, void* const* va
   while (run < found && sizes[run] && sizes[run] <= capacity) run++; /* a size past capacity is a lie: a miss */
   for (size_t i = 0; i < run; i++) t->stats.bytes_read += sizes[i];
   return run;
+}
+
+void kvci_tier_get_all(kvc_tier* t, const kvc_tier_key* keys, void* const* values, size_t capacity, size_t* sizes,
+                       size_t count) {
+  if (!count) return;
+  for (size_t i = 0; i < count; i++) sizes[i] = 0;
+  (void)t->ops.get_many(t->ctx, keys, values, capacity, sizes, count);
+  t->stats.gets += count;
+  for (size_t i = 0; i < count; i++) {
+    if (sizes[i] > capacity) sizes[i] = 0; /* a size past capacity is a lie: a miss */
+    t->stats.bytes_read += sizes[i];
+  }
+}
+
+size_t kvci_tier_exists_many(kvc_tier* t, const kvc_tier_key* keys, uint8_t* found, size_t count) {
+  if (!count) return 0;
+  memset(found, 0, count);
+  (void)t->ops.exists_many(t->ctx, keys, found, count);
+  size_t n = 0;
+  for (size_t i = 0; i < count; i++) n += found[i] = found[i] != 0; /* counted here: a store's total may lie */
+  return n;
 }

@@ -31,6 +31,9 @@ struct kvc_tier {
   kvc_tier_stats stats;
   kvci_tier_auth auth; /* wiped when the tier is destroyed */
   kvci_guard guard; /* kvc_tier_stats_get and kvc_pool_add_tier; a given tier's stats are the pool's (guard.h) */
+  /* tier_keys.c: the frames of the last call by key, kept for the next (fresh memory costs a fault per page) */
+  uint8_t* stage;
+  size_t stage_bytes;
 };
 
 /* tier.c: the store's calls with their counters. A store's answer is clamped to `count`. */
@@ -39,6 +42,16 @@ size_t kvci_tier_put_many(kvc_tier* t, const kvc_tier_key* keys, const void* con
 /* Looks up `count` keys; returns the leading run found (sizes[i] > 0); the caller verifies and counts hits. */
 size_t kvci_tier_get_many(kvc_tier* t, const kvc_tier_key* keys, void* const* values, size_t capacity,
                           size_t* sizes, size_t count);
+
+/*
+ * Looks up every one of `count` keys (blocks by key, tier_keys.c): sizes[i] is each value's size, 0 for a miss,
+ * whatever run the store reports; a store that stops at its first miss leaves the rest misses. Counts gets and
+ * bytes; the caller verifies and counts hits.
+ */
+void kvci_tier_get_all(kvc_tier* t, const kvc_tier_key* keys, void* const* values, size_t capacity, size_t* sizes,
+                       size_t count);
+/* The store's exists_many (not NULL): found[i] 0 or 1; returns how many were found. */
+size_t kvci_tier_exists_many(kvc_tier* t, const kvc_tier_key* keys, uint8_t* found, size_t count);
 
 /* frame.c: the value of a block (docs/tiers.md). */
 #define KVCI_TIER_FRAME_MAGIC "KVTB" /* the first four bytes of every value */

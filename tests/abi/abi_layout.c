@@ -103,7 +103,7 @@ int main(void) {
   SIZE(kvc_tier_key); OFF(kvc_tier_key, fingerprint); OFF(kvc_tier_key, block_hash); OFF(kvc_tier_key, group);
   OFF(kvc_tier_key, reserved);
   SIZE(kvc_tier_ops); OFF(kvc_tier_ops, struct_size); OFF(kvc_tier_ops, put_many); OFF(kvc_tier_ops, get_many);
-  OFF(kvc_tier_ops, destroy);
+  OFF(kvc_tier_ops, destroy); OFF(kvc_tier_ops, exists_many);
   SIZE(kvc_disk_tier_options); OFF(kvc_disk_tier_options, struct_size); OFF(kvc_disk_tier_options, directory);
   OFF(kvc_disk_tier_options, max_bytes); OFF(kvc_disk_tier_options, reserved);
   OFF(kvc_disk_tier_options, auth_key); OFF(kvc_disk_tier_options, auth_key_len);

@@ -242,7 +242,7 @@ static void mem_destroy(void* ctx) {
 static kvc_error* make_tiered_pool(mem_tier* t, kvc_pool** out) {
   static const pt_group full[1] = {{KVC_POOL_GROUP_FULL, 4, 8, 0}};
   static const uint32_t layer_group[2] = {0, 0};
-  kvc_tier_ops ops = {sizeof(kvc_tier_ops), mem_put, mem_get, mem_destroy};
+  kvc_tier_ops ops = {sizeof(kvc_tier_ops), mem_put, mem_get, mem_destroy, NULL};
   kvc_tier* tier = NULL;
   kvc_error* e = kvc_tier_create(&ops, t, "memory", &tier);
   if (e) return e;

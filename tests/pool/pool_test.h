@@ -23,10 +23,18 @@ typedef struct pt_group {
   int64_t window;
 } pt_group;
 
-static TU_UNUSED kvc_error* pt_pool(kvc_pool** out, const pt_group* groups, uint32_t ng, const uint32_t* layer_group,
-                                    uint32_t nl, kvc_pool_layout layout, uint32_t events, int caching) {
+/* The options of pt_pool, in `storage` (which they point into). */
+typedef struct pt_options {
+  kvc_pool_options o;
   kvc_pool_group_options g[8];
   kvc_pool_layer_options l[8];
+} pt_options;
+
+static TU_UNUSED void pt_options_fill(pt_options* storage, const pt_group* groups, uint32_t ng,
+                                      const uint32_t* layer_group, uint32_t nl, kvc_pool_layout layout,
+                                      uint32_t events, int caching) {
+  kvc_pool_group_options* g = storage->g;
+  kvc_pool_layer_options* l = storage->l;
   for (uint32_t i = 0; i < ng; i++) {
     kvc_pool_group_options x = KVC_POOL_GROUP_OPTIONS_INIT;
     x.kind = groups[i].kind;
@@ -49,19 +57,25 @@ static TU_UNUSED kvc_error* pt_pool(kvc_pool** out, const pt_group* groups, uint
     }
     l[i] = x;
   }
-  kvc_pool_options o;
-  kvc_pool_options_init(&o);
-  o.dtype = KVC_DTYPE_FLOAT32;
-  o.num_groups = ng;
-  o.groups = g;
-  o.num_layers = nl;
-  o.layers = l;
-  o.layout = layout;
-  o.hash_seed = "model-x";
-  o.hash_seed_len = 7;
-  o.event_capacity = events;
-  o.enable_prefix_caching = caching;
-  return kvc_pool_create(&o, out);
+  kvc_pool_options* o = &storage->o;
+  kvc_pool_options_init(o);
+  o->dtype = KVC_DTYPE_FLOAT32;
+  o->num_groups = ng;
+  o->groups = g;
+  o->num_layers = nl;
+  o->layers = l;
+  o->layout = layout;
+  o->hash_seed = "model-x";
+  o->hash_seed_len = 7;
+  o->event_capacity = events;
+  o->enable_prefix_caching = caching;
+}
+
+static TU_UNUSED kvc_error* pt_pool(kvc_pool** out, const pt_group* groups, uint32_t ng, const uint32_t* layer_group,
+                                    uint32_t nl, kvc_pool_layout layout, uint32_t events, int caching) {
+  pt_options po;
+  pt_options_fill(&po, groups, ng, layer_group, nl, layout, events, caching);
+  return kvc_pool_create(&po.o, out);
 }
 
 static TU_UNUSED kvc_pool_stats pt_stats(const kvc_pool* p, uint32_t g) {

@@ -308,7 +308,7 @@ static size_t liar_get(void* ctx, const kvc_tier_key* keys, void* const* values,
 }
 
 static void test_lying_store(void) {
-  static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), liar_put, liar_get, NULL};
+  static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), liar_put, liar_get, NULL, NULL};
   liar l = {5, 64};
   kvc_tier* t = NULL;
   REQUIRE_OK(kvc_tier_create(&OPS, &l, "liar", &t));

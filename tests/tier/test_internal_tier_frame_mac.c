@@ -23,7 +23,7 @@ static size_t nothing_got(void* ctx, const kvc_tier_key* k, void* const* v, size
 
 /* A tier with no store and the given key (len 0: none). */
 static kvc_tier* tier_with(const char* key, size_t len) {
-  static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), nothing_put, nothing_got, NULL};
+  static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), nothing_put, nothing_got, NULL, NULL};
   kvc_tier* t = NULL;
   kvc_error* e = kvc_tier_create(&OPS, NULL, "mac", &t);
   kvc_error_destroy(e);

@@ -6,7 +6,9 @@
  * tiers (a commit that stores, a reservation that evicts to disk, a match
  * that fetches) turn a refusal into a store failure or a miss, as the
  * contract says of any tier failure: the call succeeds, the sequence holds
- * what it should, and what was matched is the right bytes. Nothing leaks.
+ * what it should, and what was matched is the right bytes. Blocks by key
+ * (get, put, exists) either fail with OUT_OF_MEMORY leaving the tier and
+ * found[] as they were, or succeed with fewer blocks. Nothing leaks.
  */
 #include "tier_test.h" /* first: it sets the feature macros */
 
@@ -106,7 +108,7 @@ static size_t no_get(void* ctx, const kvc_tier_key* keys, void* const* values, s
 
 static kvc_error* op_tier_create(void* x) {
   (void)x;
-  const kvc_tier_ops ops = {sizeof(kvc_tier_ops), no_put, no_get, NULL};
+  const kvc_tier_ops ops = {sizeof(kvc_tier_ops), no_put, no_get, NULL, NULL};
   kvc_tier* t = NULL;
   kvc_error* e = kvc_tier_create(&ops, NULL, "a program's store", &t);
   kvc_tier_destroy(t);
@@ -196,6 +198,90 @@ static int match_degraded(void* x) {
          pt_gather_mismatches(f->s, 0) == 0 && pt_gather_mismatches(f->s, 1) == 0;
 }
 
+/* ---- blocks by key: OUT_OF_MEMORY with nothing changed, or misses -------- */
+
+enum { KEYS = 4, PAYLOAD = 300 };
+
+typedef struct keys_fixture {
+  fixture f; /* dir and an unattached tier; no pool */
+  kvc_tier_key keys[KEYS];
+  uint8_t data[KEYS][PAYLOAD], read[KEYS][PAYLOAD];
+  uint8_t found[KEYS];
+} keys_fixture;
+
+static void* make_keys(int stored) {
+  keys_fixture* k = (keys_fixture*)calloc(1, sizeof *k);
+  if (!k || !CHECK(tt_tempdir(k->f.dir, sizeof k->f.dir, "oom-keys") != NULL) || !(k->f.tier = tt_disk(k->f.dir, 0)))
+    return NULL;
+  const void* in[KEYS];
+  for (int i = 0; i < KEYS; i++) {
+    k->keys[i].fingerprint[0] = 1;
+    k->keys[i].block_hash[0] = (uint8_t)(i + 1);
+    memset(k->data[i], i + 1, PAYLOAD);
+    in[i] = k->data[i];
+  }
+  size_t n = 0;
+  if (stored && (!CHECK_OK(kvc_tier_put_blocks(k->f.tier, k->keys, KEYS, PAYLOAD, 1, in, &n)) || !CHECK(n == KEYS)))
+    return NULL;
+  return k;
+}
+static void* make_keys_stored(void) { return make_keys(1); }
+static void* make_keys_empty(void) { return make_keys(0); }
+
+static void observe_keys(void* x, heap_state* out) {
+  keys_fixture* k = (keys_fixture*)x;
+  char files[16][4096];
+  heap_state_u64(out, tt_files(k->f.dir, files, 16));
+  kvc_tier_stats t = tt_stats(k->f.tier);
+  heap_state_put(out, &t, sizeof t);
+  heap_state_put(out, k->found, sizeof k->found);
+  heap_state_u64(out, k->f.matched);
+}
+
+static kvc_error* op_get_blocks(void* x) {
+  keys_fixture* k = (keys_fixture*)x;
+  void* out[KEYS];
+  for (int i = 0; i < KEYS; i++) out[i] = k->read[i];
+  size_t n = 0;
+  kvc_error* e = kvc_tier_get_blocks(k->f.tier, k->keys, KEYS, PAYLOAD, 1, out, k->found, &n);
+  if (!e) k->f.matched = n;
+  return e;
+}
+/* Fewer found, and every one found is its own bytes. */
+static int get_degraded(void* x) {
+  keys_fixture* k = (keys_fixture*)x;
+  for (int i = 0; i < KEYS; i++)
+    if (k->found[i] && memcmp(k->read[i], k->data[i], PAYLOAD)) return 0;
+  return k->f.matched < KEYS;
+}
+
+static kvc_error* op_put_blocks(void* x) {
+  keys_fixture* k = (keys_fixture*)x;
+  const void* in[KEYS];
+  for (int i = 0; i < KEYS; i++) in[i] = k->data[i];
+  size_t n = 0;
+  kvc_error* e = kvc_tier_put_blocks(k->f.tier, k->keys, KEYS, PAYLOAD, 1, in, &n);
+  if (!e) k->f.matched = n;
+  return e;
+}
+static int put_degraded(void* x) { return ((keys_fixture*)x)->f.matched < KEYS; }
+
+static kvc_error* op_exists(void* x) {
+  keys_fixture* k = (keys_fixture*)x;
+  size_t n = 0;
+  kvc_error* e = kvc_tier_exists(k->f.tier, k->keys, KEYS, k->found, &n);
+  if (!e) k->f.matched = n;
+  return e;
+}
+static int exists_degraded(void* x) { return ((keys_fixture*)x)->f.matched < KEYS; }
+
+static void destroy_keys(void* x) {
+  keys_fixture* k = (keys_fixture*)x;
+  kvc_tier_destroy(k->f.tier);
+  tt_rmtree(k->f.dir);
+  free(k);
+}
+
 static void test_every_tier_call(void) {
   const heap_case cases[] = {
       {"kvc_disk_tier_create (scan of 4 blocks)", make_directory, op_disk_tier_create, observe, destroy, 0, NULL},
@@ -204,6 +290,11 @@ static void test_every_tier_call(void) {
       {"kvc_pool_commit storing to disk", make_commit, op_commit, observe, destroy, 1, commit_degraded},
       {"kvc_pool_reserve evicting to disk", make_evict, op_evict, observe, destroy, 1, evict_degraded},
       {"kvc_pool_match_prefix fetching from disk", make_match, op_match, observe, destroy, 1, match_degraded},
+      {"kvc_tier_get_blocks of 4 blocks", make_keys_stored, op_get_blocks, observe_keys, destroy_keys, 1,
+       get_degraded},
+      {"kvc_tier_put_blocks of 4 blocks", make_keys_empty, op_put_blocks, observe_keys, destroy_keys, 1,
+       put_degraded},
+      {"kvc_tier_exists of 4 keys", make_keys_stored, op_exists, observe_keys, destroy_keys, 1, exists_degraded},
   };
   heap_sweep_all(cases, sizeof cases / sizeof cases[0], 1);
 }

@@ -33,7 +33,7 @@ static size_t get_many(void* ctx, const kvc_tier_key* keys, void* const* values,
 
 static void destroy(void* ctx) { ((store*)ctx)->destroyed++; }
 
-static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), put_many, get_many, destroy};
+static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), put_many, get_many, destroy, NULL};
 
 static void test_counters(void) {
   store s = {0, 2, 0, {0}};

@@ -267,7 +267,7 @@ static size_t mem_get(void* ctx, const kvc_tier_key* keys, void* const* values, 
 
 /* A pool with a tier on `store` keyed with (key, len); commits the prompt (fill) or matches it. */
 static uint64_t on_store(const uint8_t* key, size_t len, int fill, kvc_tier_stats* st) {
-  static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), mem_put, mem_get, NULL};
+  static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), mem_put, mem_get, NULL, NULL};
   kvc_pool* p = NULL;
   kvc_tier* t = NULL;
   uint64_t matched = 0;
@@ -306,7 +306,7 @@ static void test_custom_store_with_a_key(void) {
 }
 
 static void test_set_auth_key_refusals(void) {
-  static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), mem_put, mem_get, NULL};
+  static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), mem_put, mem_get, NULL, NULL};
   memset(&store, 0, sizeof store);
   kvc_tier* t = NULL;
   REQUIRE_OK(kvc_tier_create(&OPS, &store, "mem", &t));

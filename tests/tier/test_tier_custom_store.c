@@ -53,7 +53,7 @@ static void destroy(void* ctx) {
   free(m);
 }
 
-static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), put_many, get_many, destroy};
+static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), put_many, get_many, destroy, NULL};
 
 static kvc_tier* mem_tier(mem_store** out) {
   mem_store* m = calloc(1, sizeof *m);

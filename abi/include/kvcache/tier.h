@@ -54,9 +54,10 @@ typedef struct kvc_tier_key {
 
 /**
  * A tier's operations, for stores a program brings. All calls come from the
- * thread calling the pool (a pool's calls never overlap). Values are
+ * thread calling the pool or, since 0.7, the tier's key-level functions
+ * (never two at once: the pool's and the tier's call guards see to it). Values are
  * opaque, framed bytes (docs/tiers.md): a tier stores and returns them
- * unchanged. Published sizes: 32 (0.6).
+ * unchanged. Published sizes: 32 (0.6), 40 (0.7: exists_many).
  */
 typedef struct kvc_tier_ops {
   uint32_t struct_size; /**< sizeof(kvc_tier_ops) */
@@ -66,12 +67,21 @@ typedef struct kvc_tier_ops {
   /**
    * Looks up `count` keys (a run of consecutive blocks: pipeline them). For each key found, copies its value
    * into values[i] (capacity `capacity` bytes each) and sets sizes[i]; a miss sets sizes[i] to 0. Returns the
-   * number of leading keys found (the pool stops at the first miss, so a tier may stop there too).
+   * number of leading keys found (the pool stops at the first miss, so a tier may stop there too). Since 0.7
+   * kvc_tier_get_blocks reads sizes[i] of every key: a store that stops at its first miss makes the keys after
+   * it misses of that call, so a store that can should answer every key.
    */
   size_t (*get_many)(void* ctx, const kvc_tier_key* keys, void* const* values, size_t capacity, size_t* sizes,
                      size_t count);
   /** Frees the tier's context. */
   void (*destroy)(void* ctx);
+  /* since 0.7 */
+  /**
+   * Optional (NULL: kvc_tier_exists answers UNSUPPORTED for this tier). Says for each of `count` keys whether a
+   * value is stored under it (found[i] 1 or 0), without reading the values; returns how many were found. A
+   * store that cannot tell in time answers 0 for the keys left. Since 0.7.
+   */
+  size_t (*exists_many)(void* ctx, const kvc_tier_key* keys, uint8_t* found, size_t count);
 } kvc_tier_ops;
 
 /** Opaque tier handle: owned by the caller until kvc_pool_add_tier takes it. */
@@ -179,6 +189,98 @@ KVC_API kvc_tier* kvc_pool_tier(const kvc_pool* pool, uint32_t index);
 
 /** The pool's model fingerprint, the first part of every tier key. */
 KVC_API kvc_error* kvc_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BLOCK_HASH_SIZE]);
+
+/* ------------------------------------------------------ blocks by key */
+
+/*
+ * Key-level access. Since 0.7. A program (an engine with its own block
+ * manager, e.g. vLLM's CPU offloading) may use a tier without a pool: it
+ * asks which keys a tier holds, and stores and loads blocks by key, in the
+ * same values a pool reads and writes, so a pool of the same model and an
+ * engine share a tier.
+ *
+ * The key: kvc_tier_key, with the model's fingerprint (kvc_pool_fingerprint,
+ * or kvc_pool_options_fingerprint without a pool: the namespace of a model,
+ * dtype, layout and hash seed), the block's hash (docs/block-hash.md; a
+ * pool's chain is kvc_block_hash_chain, salt included) and the group.
+ *
+ * The bytes: a put takes a block's payload, `payload_size` bytes at
+ * payloads[i], and stores it framed as the tier frames a pool's values
+ * (docs/tiers.md 'Values': the 96-byte header with the key, payload size
+ * and `num_layers`, then the payload, then a CRC-32C or, in an
+ * authenticated tier, an HMAC-SHA256); a get verifies the frame of the key
+ * asked with the `payload_size` and `num_layers` given, and copies exactly
+ * the payload (`payload_size` bytes, the frame stripped) to payloads[i].
+ * The payload is opaque to the tier: any `payload_size` bytes round-trip.
+ * For a value a pool reads or wrote, it is the block of every layer of the
+ * group in the group's layer order, K then V, each in the pool's layout and
+ * dtype (docs/tiers.md), and num_layers is the group's layer count.
+ *
+ * Misses, not errors: a key not stored, a value of another payload size,
+ * layer count, key or authentication key, a torn or forged value, a store
+ * that fails, a Redis node that is dead or slow (each call returns within
+ * the tier's deadline: the Redis tier's call_timeout_ms) are all misses
+ * (found[i] 0; a put counts it in put_failures), counted in kvc_tier_stats
+ * as a pool's calls count them. Errors are for the caller's mistakes:
+ * INVALID_ARGUMENT naming the argument, its value and the rule (NULL
+ * arrays, payload_size 0 or above KVC_TIER_PAYLOAD_MAX, num_layers 0, a
+ * key's reserved field not 0), OUT_OF_MEMORY (staging buffers), BUSY
+ * (another thread is in a call on the tier or on the pool that owns it);
+ * after an error nothing was stored and found[] is unchanged. A tier given
+ * to a pool may be used too (kvc_pool_tier): its calls then wait for none
+ * of the pool's, they are refused with BUSY while one runs.
+ *
+ * Memory: a get or put stages the framed values of all its keys in host
+ * memory (count x (96 + payload_size + 32) bytes), which the tier keeps for
+ * its next call when it is at most 64 MiB, and frees with itself.
+ */
+
+/** The largest payload of one block by key (1 GiB). Since 0.7. */
+#define KVC_TIER_PAYLOAD_MAX 1073741824
+
+/**
+ * Whether each of `count` keys has a value in `tier` (found[i] 1 or 0), without fetching values: one
+ * pipelined round trip per Redis node (EXISTS), a stat per key on disk. Existence only: a value that then
+ * fails verification is a get's miss. `*found_count` (may be NULL) gets the number found. A dead or slow
+ * node's keys are 0 within the deadline. count 0 is allowed. Errors: INVALID_ARGUMENT, UNSUPPORTED (a store
+ * brought through kvc_tier_ops without exists_many), BUSY. Since 0.7.
+ */
+KVC_API kvc_error* kvc_tier_exists(kvc_tier* tier, const kvc_tier_key* keys, size_t count, uint8_t* found,
+                                   size_t* found_count);
+
+/**
+ * Loads `count` blocks by key (see 'Key-level access' above for the bytes): for each key whose value is found
+ * and verifies, copies its `payload_size`-byte payload to payloads[i] and sets found[i] 1; otherwise found[i]
+ * is 0 and payloads[i] may have been written. One get_many of the tier for all keys (a pipeline per Redis
+ * node). `*found_count` (may be NULL) gets the number found. Errors: INVALID_ARGUMENT, OUT_OF_MEMORY, BUSY.
+ * Since 0.7.
+ */
+KVC_API kvc_error* kvc_tier_get_blocks(kvc_tier* tier, const kvc_tier_key* keys, size_t count, size_t payload_size,
+                                       uint32_t num_layers, void* const* payloads, uint8_t* found,
+                                       size_t* found_count);
+
+/**
+ * Stores `count` blocks by key: payloads[i] (`payload_size` bytes, borrowed for the call) framed and sealed
+ * for the tier. One put_many of the tier. `*stored` (may be NULL) gets how many the store took (a full disk,
+ * a dead node: fewer, counted in put_failures). Errors: INVALID_ARGUMENT, OUT_OF_MEMORY, BUSY. Since 0.7.
+ */
+KVC_API kvc_error* kvc_tier_put_blocks(kvc_tier* tier, const kvc_tier_key* keys, size_t count, size_t payload_size,
+                                       uint32_t num_layers, const void* const* payloads, size_t* stored);
+
+/**
+ * The model fingerprint a pool created with `options` would have (kvc_pool_fingerprint), without creating
+ * it: no device, no memory for blocks (options.device and the groups' num_blocks are not part of it).
+ * Errors: INVALID_ARGUMENT (as kvc_pool_create's, naming the field). Since 0.7.
+ */
+KVC_API kvc_error* kvc_pool_options_fingerprint(const kvc_pool_options* options, uint8_t out[KVC_BLOCK_HASH_SIZE]);
+
+/**
+ * The payload size and layer count of a block of `group` in a pool created with `options`: what
+ * kvc_tier_get_blocks and kvc_tier_put_blocks take to share values with such a pool. Errors:
+ * INVALID_ARGUMENT (options as kvc_pool_create's, group past num_groups, NULL outputs). Since 0.7.
+ */
+KVC_API kvc_error* kvc_pool_options_block_payload(const kvc_pool_options* options, uint32_t group,
+                                                  size_t* payload_size, uint32_t* num_layers);
 
 #ifdef __cplusplus
 }

@@ -1099,3 +1099,5 @@ PyObject* kvc_py_block_hash_chain(PyObject* root, PyObject* tokens, long long bl
 
 /* The Redis tier of a pool (kvcache/redis_tier.h). */
 %include "kvcache_redis_tier.i"
+/* Blocks by key in a tier, the model fingerprint without a pool (kvcache/tier.h, since 0.7). */
+%include "kvcache_tier_keys.i"

@@ -7,16 +7,15 @@
 
 %{
 /*
- * kvc_redis_tier_create + kvc_pool_add_tier; the tier is destroyed when the pool refuses it. auth_key is the key
- * already taken from Python (kvc_py_auth_key_in: None gives NULL, 0).
+ * kvc_redis_tier_create from Python's arguments; auth_key is the key already taken from Python
+ * (kvc_py_auth_key_in: None gives NULL, 0). Then, for add_redis_tier, kvc_pool_add_tier; the tier is destroyed
+ * when the pool refuses it.
  */
-static kvc_error* kvc_py_pool_add_redis_tier_keyed(kvc_pool* pool, const char* seeds, int cluster,
-                                                   const char* key_prefix, const char* username,
-                                                   const char* password, unsigned int connect_timeout_ms,
-                                                   unsigned int command_timeout_ms,
-                                                   unsigned int reconnect_interval_ms, unsigned int ttl_seconds,
-                                                   unsigned int max_pipeline, unsigned int call_timeout_ms,
-                                                   int policy, const Py_buffer* auth_key) {
+static kvc_error* kvc_py_redis_tier_make(const char* seeds, int cluster, const char* key_prefix,
+                                         const char* username, const char* password, unsigned int connect_timeout_ms,
+                                         unsigned int command_timeout_ms, unsigned int reconnect_interval_ms,
+                                         unsigned int ttl_seconds, unsigned int max_pipeline,
+                                         unsigned int call_timeout_ms, const Py_buffer* auth_key, kvc_tier** tier) {
   kvc_redis_tier_options o;
   kvc_redis_tier_options_init(&o);
   o.cluster = cluster;
@@ -32,8 +31,20 @@ static kvc_error* kvc_py_pool_add_redis_tier_keyed(kvc_pool* pool, const char* s
   o.call_timeout_ms = call_timeout_ms;
   o.auth_key = (const uint8_t*)auth_key->buf;
   o.auth_key_len = (size_t)auth_key->len;
+  return kvc_redis_tier_create(&o, tier);
+}
+
+static kvc_error* kvc_py_pool_add_redis_tier_keyed(kvc_pool* pool, const char* seeds, int cluster,
+                                                   const char* key_prefix, const char* username,
+                                                   const char* password, unsigned int connect_timeout_ms,
+                                                   unsigned int command_timeout_ms,
+                                                   unsigned int reconnect_interval_ms, unsigned int ttl_seconds,
+                                                   unsigned int max_pipeline, unsigned int call_timeout_ms,
+                                                   int policy, const Py_buffer* auth_key) {
   kvc_tier* tier = NULL;
-  kvc_error* e = kvc_redis_tier_create(&o, &tier);
+  kvc_error* e = kvc_py_redis_tier_make(seeds, cluster, key_prefix, username, password, connect_timeout_ms,
+                                        command_timeout_ms, reconnect_interval_ms, ttl_seconds, max_pipeline,
+                                        call_timeout_ms, auth_key, &tier);
   if (e) return e;
   e = kvc_pool_add_tier(pool, tier, policy);
   if (e) kvc_tier_destroy(tier);

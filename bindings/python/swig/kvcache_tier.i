@@ -14,6 +14,11 @@
 %ignore kvc_pool_add_tier;
 %ignore kvc_pool_tier;
 %ignore kvc_pool_fingerprint;
+%ignore kvc_tier_exists;
+%ignore kvc_tier_get_blocks;
+%ignore kvc_tier_put_blocks;
+%ignore kvc_pool_options_fingerprint;
+%ignore kvc_pool_options_block_payload;
 %include "kvcache/tier.h"
 
 /* Structs start as their _INIT macros (struct_size set), as every option struct of the module does. */
@@ -56,6 +61,13 @@ static kvc_tier* kvc_py_tier_arg(PyObject* capsule, const char* fn) {
     return NULL;
   }
   return t;
+}
+
+/* A new capsule owning `t` (freed with it unless given to a pool); NULL with an exception set, `t` freed. */
+static PyObject* kvc_py_tier_capsule(kvc_tier* t) {
+  PyObject* c = PyCapsule_New(t, KVC_PY_TIER_CAPSULE, kvc_py_tier_capsule_free);
+  if (!c) kvc_tier_destroy(t);
+  return c;
 }
 
 static PyObject* kvc_py_tier_stats_out(const kvc_tier_stats* s) {
@@ -112,9 +124,7 @@ PyObject* kvc_py_disk_tier_create(const char* directory, unsigned long long max_
     kvc_py_raise(err);
     return NULL;
   }
-  PyObject* c = PyCapsule_New(t, KVC_PY_TIER_CAPSULE, kvc_py_tier_capsule_free);
-  if (!c) kvc_tier_destroy(t);
-  return c;
+  return kvc_py_tier_capsule(t);
 }
 
 /* The counters of a tier not given to a pool: (puts, put_failures, gets, hits, corrupt, bytes_written, bytes_read). */

@@ -4,6 +4,7 @@ gathers the same bytes), the tier's counters, and refused options. Skipped, with
 is not installed (scripts/setup.sh installs it)."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import shutil
 import signal
@@ -36,8 +37,9 @@ def die_with_parent():
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-@pytest.fixture(scope="module")
-def redis_port():
+@contextlib.contextmanager
+def redis_server():
+    """A redis-server on 127.0.0.1 at a free port: (port, process), killed on exit."""
     port = free_port()
     with tempfile.TemporaryDirectory() as workdir:
         proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
@@ -51,10 +53,16 @@ def redis_port():
                 time.sleep(0.02)
             else:
                 pytest.fail("redis-server did not start")
-            yield port
+            yield port, proc
         finally:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def redis_port():
+    with redis_server() as (port, _):
+        yield port
 
 
 def make_pool():
@@ -174,3 +182,53 @@ def test_authenticated_redis_tier(redis_port):
             kvcache.add_redis_tier(pool, seeds, auth_key="text")
         with pytest.raises(IndexError):
             kvcache.tier_stats(pool, 0)  # refused: no tier
+
+
+def test_redis_tier_by_key_and_in_a_pool(redis_port):
+    """kvcache.RedisTier: blocks by key (EXISTS without fetching, get into an engine's buffers, put), and the same
+    object given to a pool like a DiskTier, whose match then finds the blocks put by key."""
+    seeds = f"127.0.0.1:{redis_port}"
+    groups = [kvcache.PoolGroup("full", block_size=BLOCK, num_blocks=16)]
+    layers = [kvcache.PoolLayer(group=0, num_kv_heads=HEADS, head_dim=DIM)] * 2
+    seed = b"redis-keys-model"
+    fp = kvcache.model_fingerprint(dtype=torch.float32, groups=groups, layers=layers, hash_seed=seed)
+    size, num_layers = kvcache.model_block_payload(dtype=torch.float32, groups=groups, layers=layers)
+    tokens = list(range(700, 709))  # two full blocks and one token
+    hashes = kvcache.block_hash_chain(kvcache.block_hash_root(seed), tokens, BLOCK)
+    keys = [kvcache.TierKey(fp, h, 0) for h in hashes]
+    tier = kvcache.RedisTier(seeds, key_prefix="pykeys:", cluster="off")
+    assert tier.exists(keys) == [False, False]
+    payloads = [torch.randn(size // 4).numpy().tobytes() for _ in keys]
+    assert tier.put_blocks(keys, payloads, num_layers) == 2
+    assert tier.exists(keys) == [True, True]
+    bufs = [bytearray(size) for _ in keys]
+    assert tier.get_blocks(keys, bufs, num_layers) == [True, True]
+    assert [bytes(b) for b in bufs] == payloads
+    assert tier.get_blocks(keys[:1], [bytearray(size - 4)], num_layers) == [False]
+    with kvcache.Pool(dtype=torch.float32, groups=groups, layers=layers, hash_seed=seed) as pool:
+        pool.add_tier(kvcache.RedisTier(seeds, key_prefix="pykeys:"), write="commit")
+        with pool.sequence() as seq:
+            assert seq.match_prefix(tokens) == 8
+        assert pool.tier_stats(0).hits == 2
+
+
+def test_redis_tier_on_a_dead_server_is_a_miss_within_its_deadline():
+    """A server that stops answering (SIGSTOP): exists and get are misses within call_timeout_ms, not errors."""
+    with redis_server() as (port, proc):
+        try:
+            tier = kvcache.RedisTier(f"127.0.0.1:{port}", cluster="off", call_timeout_ms=300)
+            key = kvcache.TierKey(bytes(32), bytes(32))
+            assert tier.put_blocks([key], [b"x" * 100], num_layers=1) == 1
+            proc.send_signal(signal.SIGSTOP)
+            start = time.monotonic()
+            assert tier.exists([key]) == [False]
+            assert time.monotonic() - start < 0.3 + 0.75
+            time.sleep(1.1)  # past reconnect_interval_ms: the node is tried again
+            start = time.monotonic()
+            assert tier.get_blocks([key], [bytearray(100)], num_layers=1) == [False]
+            assert time.monotonic() - start < 0.3 + 0.75
+            proc.send_signal(signal.SIGCONT)  # the same server, answering again: the block was there all along
+            time.sleep(1.1)
+            assert tier.exists([key]) == [True]
+        finally:
+            proc.send_signal(signal.SIGCONT)

@@ -7,7 +7,7 @@
  * resp_reply.c (replies: flat ones straight into the caller's buffer, nested
  * ones as a tree), redis_slot.c (CRC16 and hash slots), redis_cluster.c
  * (nodes, the slot map from CLUSTER SLOTS, MOVED and ASK), redis_pipeline.c
- * (a run of SET or GET on one node, pipelined in windows), redis_tier.c (the
+ * (a run of SET, GET or EXISTS on one node, pipelined in windows), redis_tier.c (the
  * options, the keys and the kvc_tier_ops). docs/tiers.md says why the
  * project has its own client rather than hiredis.
  *
@@ -135,8 +135,8 @@ typedef enum kvci_resp_kind {
 } kvci_resp_kind;
 
 /*
- * Reads one reply that is not an array (GET, SET, ASKING, AUTH). A bulk value goes into `dst` (capacity `cap`),
- * its size into *size. An error's text (up to errcap - 1 bytes) into `error`. Returns the kind, or -1 when the
+ * Reads one reply that is not an array (GET, SET, EXISTS, ASKING, AUTH). A bulk value goes into `dst` (capacity
+ * `cap`), its size into *size; an integer's value (a negative one as 0) into *size too. An error's text (up to errcap - 1 bytes) into `error`. Returns the kind, or -1 when the
  * connection failed or spoke something else, or announced a value larger than cap + KVCI_REDIS_DROP_BYTES (then
  * the connection is closed, the value unread).
  */
@@ -191,9 +191,10 @@ enum {
   KVCI_KEY_ASK,     /* ASK: send again once to ask_node, after ASKING */
 };
 
-/* One put_many or get_many. */
+/* One put_many, get_many or exists_many. */
 typedef struct kvci_redis_call {
   int put;
+  int exists;                /* EXISTS: whether each key is stored (state DONE), no value read */
   size_t count;
   const void* const* values; /* put */
   const size_t* value_sizes; /* put */

@@ -1,5 +1,5 @@
 /*
- * core/tier/redis/redis_pipeline.c: a run of SETs or GETs on one node,
+ * core/tier/redis/redis_pipeline.c: a run of SETs, GETs or EXISTS on one node,
  * pipelined: up to max_pipeline commands go out in one gathered write, then
  * their replies are read in order, values straight into the pool's
  * buffers. Windows bound what the server holds for us (a window of GETs of
@@ -39,7 +39,7 @@ static void queue(kvci_redis_tier* t, uint32_t k, int asking, const char* ttl) {
     }
   } else {
     kvci_resp_cmd(o, 2);
-    kvci_resp_arg_str(o, "GET");
+    kvci_resp_arg_str(o, t->call.exists ? "EXISTS" : "GET");
     kvci_resp_arg(o, key, t->key_lens[k]);
   }
 }
@@ -49,7 +49,7 @@ static int read_replies(kvci_redis_tier* t, kvci_redis_conn* c, uint32_t k, int 
   char err[KVCI_REDIS_ERROR_BYTES];
   if (asking && kvci_resp_read_flat(c, NULL, 0, NULL, err, sizeof err, lim) < 0) return -1;
   size_t size = 0;
-  void* dst = t->call.put ? NULL : t->call.dst[k];
+  void* dst = t->call.put || t->call.exists ? NULL : t->call.dst[k];
   int kind = kvci_resp_read_flat(c, dst, t->call.capacity, &size, err, sizeof err, lim);
   if (kind < 0) return -1;
   if (kind == KVCI_RESP_ERROR) {
@@ -58,9 +58,11 @@ static int read_replies(kvci_redis_tier* t, kvci_redis_conn* c, uint32_t k, int 
     return 0;
   }
   /* An empty value is a miss: sizes[i] == 0 means a miss to the pool, and a framed value is never empty. */
-  int done = t->call.put ? kind == KVCI_RESP_STATUS : kind == KVCI_RESP_VALUE && size > 0;
+  int done = t->call.put      ? kind == KVCI_RESP_STATUS
+             : t->call.exists ? kind == KVCI_RESP_INTEGER && size == 1
+                              : kind == KVCI_RESP_VALUE && size > 0;
   t->state[k] = done ? KVCI_KEY_DONE : KVCI_KEY_MISS;
-  if (done && !t->call.put) t->call.sizes[k] = size;
+  if (done && !t->call.put && !t->call.exists) t->call.sizes[k] = size;
   return 0;
 }
 

@@ -1,7 +1,7 @@
 /*
  * core/tier/redis/redis_tier.c: kvc_redis_tier_options checked and copied,
  * the seeds connected, standalone or cluster decided, and the tier's
- * kvc_tier_ops (put_many, get_many, destroy) over the client.
+ * kvc_tier_ops (put_many, get_many, destroy, exists_many) over the client.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -84,6 +84,18 @@ static size_t get_many_op(void* ctx, const kvc_tier_key* keys, void* const* valu
   size_t leading = 0;
   while (leading < count && t->state[leading] == KVCI_KEY_DONE) leading++;
   return leading;
+}
+
+/* One EXISTS per key, pipelined per node (EXISTS of many keys at once would be refused across cluster slots). */
+static size_t exists_many_op(void* ctx, const kvc_tier_key* keys, uint8_t* found, size_t count) {
+  kvci_redis_tier* t = ctx;
+  for (size_t i = 0; i < count; i++) found[i] = 0;
+  if (count == 0 || count > UINT32_MAX || reserve(t, count) != 0) return 0;
+  t->call = (kvci_redis_call){.exists = 1, .count = count};
+  kvci_redis_execute(t, keys);
+  size_t n = 0;
+  for (size_t i = 0; i < count; i++) n += found[i] = t->state[i] == KVCI_KEY_DONE;
+  return n;
 }
 
 static char* copy_string(const char* s) {
@@ -211,7 +223,7 @@ kvc_error* kvci_redis_tier_open(const kvc_redis_tier_options* options, kvc_tier_
     tier_free(t);
     return e;
   }
-  *ops = (kvc_tier_ops){sizeof(kvc_tier_ops), put_many_op, get_many_op, destroy_op};
+  *ops = (kvc_tier_ops){sizeof(kvc_tier_ops), put_many_op, get_many_op, destroy_op, exists_many_op};
   *ctx = t;
   return NULL;
 }

@@ -63,6 +63,7 @@ int kvci_resp_read_flat(kvci_redis_conn* c, void* dst, size_t cap, size_t* size,
       return KVCI_RESP_ERROR;
     case ':':
       if (parse_int(line + 1, len - 1, &n) != 0) return protocol_error(c, "bad integer", line, len);
+      if (size) *size = n < 0 ? 0 : (size_t)n; /* EXISTS: how many of the keys exist */
       return KVCI_RESP_INTEGER;
     case '*':
       if (parse_int(line + 1, len - 1, &n) != 0 || n != -1) return protocol_error(c, "unexpected array", line, len);

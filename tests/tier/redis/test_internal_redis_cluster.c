@@ -50,6 +50,14 @@ static void test_spread_over_nodes(void) {
     if (!CHECK(n > 50)) fprintf(stderr, "  node %d holds %zu of 300\n", i, n);
   }
   CHECK_EQ_U64(total, 300);
+  /* EXISTS routed like GET, a pipeline per node: all 300 exist, the keys of another model none. */
+  uint8_t* found = malloc(300);
+  rt_run other;
+  REQUIRE(found && rt_run_make(&other, 300, 1, 2) == 0);
+  CHECK_EQ_U64(t.ops.exists_many(t.ctx, r.keys, found, 300), 300);
+  CHECK_EQ_U64(t.ops.exists_many(t.ctx, other.keys, found, 300), 0);
+  rt_run_free(&other);
+  free(found);
   /* The standalone mode cannot serve a cluster: every key of another node is MOVED and retried once, found. */
   rt_tier forced = {0};
   char seeds[64];
@@ -170,6 +178,8 @@ static void test_node_killed_mid_run(void) {
   CHECK(on_victim > 0 && on_victim < 100);
   size_t found = rt_get(&t, &r, NULL);
   if (!CHECK_EQ_U64(found, 100 - on_victim)) fprintf(stderr, "  last loop found %zu\n", last_found);
+  uint8_t exists[100];
+  CHECK_EQ_U64(t.ops.exists_many(t.ctx, r.keys, exists, 100), 100 - on_victim); /* the dead node's: not there */
   CHECK_EQ_U64(rt_put(&t, &r), 100 - on_victim);
   /* The node comes back (same port, its nodes.conf, no data): once the cluster says ok, everything works again. */
   REQUIRE(rs_launch(&nodes[2]) == 0);

@@ -85,7 +85,7 @@ from ._block_hash import (
     block_hash_chain,
     block_hash_root,
 )
-from .tier import DiskTier, TierStats, TierWrite
+from .tier import DiskTier, Tier, TierKey, TierStats, TierWrite
 from .pool import (
     BatchReservation,
     CsrBlockTable,
@@ -102,8 +102,10 @@ from .pool import (
     Sequence,
     SlotMapping,
     describe_config,
+    model_block_payload,
+    model_fingerprint,
 )
-from .redis_tier import add_redis_tier, tier_stats
+from .redis_tier import RedisTier, add_redis_tier, tier_stats
 
 from .persist import FILE_FORMAT_VERSION, load, load_encoder_decoder
 
@@ -150,7 +152,8 @@ __all__ = [
     "DeviceMismatchError", "UnsupportedError", "InvalidStateError", "OutOfMemoryError", "NoDeviceError",
     "VersionMismatchError", "InternalError", "IoError", "BusyError", "StaleViewError",
     "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
-    "DiskTier", "TierStats", "TierWrite",
+    "DiskTier", "Tier", "TierKey", "RedisTier", "TierStats", "TierWrite", "model_fingerprint",
+    "model_block_payload",
     "Pool", "Sequence", "MultimodalItem", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping",
     "CsrBlockTable", "BatchReservation", "add_redis_tier", "tier_stats",
     "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",

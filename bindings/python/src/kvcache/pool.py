@@ -55,7 +55,7 @@ from ._types import DeviceLike, DeviceType, Dtype, DtypeLike, parse_device, pars
 __all__ = [
     "Pool", "Sequence", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping", "CsrBlockTable",
     "BatchReservation", "RecurrentState", "GroupKind", "Layout", "EventKind", "MultimodalItem", "describe_config",
-    "POOL_BLOCK_HASH_VERSION",
+    "POOL_BLOCK_HASH_VERSION", "model_fingerprint", "model_block_payload",
 ]
 
 #: The version of ``docs/block-hash.md`` the pool's hashes follow (2: version 1 plus the extra keys).
@@ -360,6 +360,60 @@ def _torch_device(device: Tuple[int, int]) -> str:
     return f"cuda:{index}"  # torch names CUDA and ROCm devices "cuda"
 
 
+def _pool_options(dtype: Any, groups: Tuple["PoolGroup", ...], layers: Tuple["PoolLayer", ...], device: Any,
+                  layout: "Layout") -> Tuple[Any, Tuple[Any, Any]]:
+    """``kvc_pool_options`` of a pool's description, and the arrays it points into (keep them alive with it)."""
+    o = _lib.kvc_pool_options()
+    o.dtype = int(dtype)
+    dev = _lib.kvc_device()
+    dev.device_type, dev.device_id = device
+    o.device = dev
+    garr = _lib.PoolGroupOptionsArray(max(len(groups), 1))
+    for i, g in enumerate(groups):
+        if not isinstance(g, PoolGroup):
+            raise TypeError(f"groups[{i}] is a {type(g).__name__}; expected a kvcache.PoolGroup")
+        garr[i] = g._to_lib(i)
+    larr = _lib.PoolLayerOptionsArray(max(len(layers), 1))
+    for i, lay in enumerate(layers):
+        if not isinstance(lay, PoolLayer):
+            raise TypeError(f"layers[{i}] is a {type(lay).__name__}; expected a kvcache.PoolLayer")
+        larr[i] = lay._to_lib(i)
+    o.num_groups = len(groups)
+    o.groups = garr.cast()
+    o.num_layers = len(layers)
+    o.layers = larr.cast()
+    o.layout = int(layout)
+    return o, (garr, larr)
+
+
+def model_fingerprint(*, dtype: DtypeLike, groups: Seq["PoolGroup"], layers: Seq["PoolLayer"],
+                      layout: Union[str, "Layout"] = "NHD", hash_seed: Optional[bytes] = None) -> bytes:
+    """The model fingerprint (32 bytes, the first part of every tier key; docs/tiers.md) a :class:`Pool` created
+    with these arguments would have (:meth:`Pool.fingerprint`), without creating one: no memory, no device
+    (``kvc_pool_options_fingerprint``, since 0.7). The groups' ``num_blocks`` are not part of it.
+
+    Raises:
+        InvalidArgumentError: as :class:`Pool` would, naming the field.
+    """
+    o, keep = _pool_options(parse_dtype(dtype), tuple(groups), tuple(layers), parse_device("cpu"),
+                            Layout(_enum(Layout, layout, "layout")))
+    fp = bytes(_lib.kvc_pool_options_fingerprint(o, hash_seed))
+    del keep
+    return fp
+
+
+def model_block_payload(*, dtype: DtypeLike, groups: Seq["PoolGroup"], layers: Seq["PoolLayer"],
+                        layout: Union[str, "Layout"] = "NHD", group: int = 0) -> Tuple[int, int]:
+    """``(payload_size, num_layers)`` of a block of ``group`` in a pool created with these arguments: what
+    :meth:`kvcache.Tier.get_blocks` and :meth:`kvcache.Tier.put_blocks` take to share blocks with such pools
+    (``kvc_pool_options_block_payload``, since 0.7)."""
+    o, keep = _pool_options(parse_dtype(dtype), tuple(groups), tuple(layers), parse_device("cpu"),
+                            Layout(_enum(Layout, layout, "layout")))
+    size, num_layers = _lib.kvc_pool_options_block_payload(o, None, _u32(group, "group"))
+    del keep
+    return int(size), int(num_layers)
+
+
 class Pool:
     """A block pool for one model on one device (``kvc_pool``).
 
@@ -396,32 +450,13 @@ class Pool:
         self._dtype = parse_dtype(dtype)
         self._device = parse_device(device)
         self._layout = Layout(_enum(Layout, layout, "layout"))
-        o = _lib.kvc_pool_options()
-        o.dtype = int(self._dtype)
-        dev = _lib.kvc_device()
-        dev.device_type, dev.device_id = self._device
-        o.device = dev
-        garr = _lib.PoolGroupOptionsArray(max(len(self._groups), 1))
-        for i, g in enumerate(self._groups):
-            if not isinstance(g, PoolGroup):
-                raise TypeError(f"groups[{i}] is a {type(g).__name__}; expected a kvcache.PoolGroup")
-            garr[i] = g._to_lib(i)
-        larr = _lib.PoolLayerOptionsArray(max(len(self._layers), 1))
-        for i, lay in enumerate(self._layers):
-            if not isinstance(lay, PoolLayer):
-                raise TypeError(f"layers[{i}] is a {type(lay).__name__}; expected a kvcache.PoolLayer")
-            larr[i] = lay._to_lib(i)
-        o.num_groups = len(self._groups)
-        o.groups = garr.cast()
-        o.num_layers = len(self._layers)
-        o.layers = larr.cast()
-        o.layout = int(self._layout)
+        o, keep = _pool_options(self._dtype, self._groups, self._layers, self._device, self._layout)
         o.enable_prefix_caching = 1 if prefix_caching else 0
         o.event_capacity = _u32(events, "events")
         self._handle = _lib.kvc_pool_create(o, hash_seed)
         self._hash_seed = bytes(hash_seed or b"")
         self._num_tiers = 0
-        del garr, larr
+        del keep
 
     @classmethod
     def from_config(cls, config: Any, *, num_blocks: Union[int, Mapping[str, int], Seq[int]],
@@ -525,7 +560,7 @@ class Pool:
     # ------------------------------------------------------------------ tiers
 
     def add_tier(self, tier: Any, write: Any = "commit") -> None:
-        """Gives ``tier`` (a :class:`kvcache.DiskTier`) to the pool, after the tiers added before (match_prefix
+        """Gives ``tier`` (a :class:`kvcache.DiskTier` or :class:`kvcache.RedisTier`) to the pool, after the tiers added before (match_prefix
         asks them in that order). ``write``: ``"commit"`` (store blocks when they become cached) or ``"evict"``
         (when they are evicted from memory). See :mod:`kvcache.tier`."""
         from . import tier as _tier

@@ -21,13 +21,12 @@ from typing import Optional, Sequence, Union
 
 from . import _lib
 from ._errors import InvalidArgumentError
-from .tier import TierStats
+from .tier import Tier, TierStats
 
-__all__ = ["add_redis_tier", "tier_stats", "TierStats"]
+__all__ = ["add_redis_tier", "tier_stats", "TierStats", "RedisTier"]
 
 _CLUSTER = {"auto": _lib.KVC_REDIS_CLUSTER_AUTO, "off": _lib.KVC_REDIS_CLUSTER_OFF, "on": _lib.KVC_REDIS_CLUSTER_ON}
 _WRITE = {"commit": _lib.KVC_TIER_WRITE_ON_COMMIT, "evict": _lib.KVC_TIER_WRITE_ON_EVICT}
-
 
 
 def _choice(value: str, table: dict, name: str) -> int:
@@ -64,3 +63,29 @@ def add_redis_tier(pool, seeds: Union[str, Sequence[str]], *, cluster: str = "au
 def tier_stats(pool, index: int = 0) -> TierStats:
     """The counters of tier ``index`` of ``pool`` (order of adding)."""
     return pool.tier_stats(index)
+
+
+class RedisTier(Tier):
+    """A Redis or Valkey tier Python holds (``kvc_redis_tier_create``, since 0.7 in this form): give it to a pool
+    with :meth:`kvcache.Pool.add_tier` like a :class:`kvcache.DiskTier`, or use it by key without a pool
+    (:meth:`kvcache.Tier.exists`, :meth:`~kvcache.Tier.get_blocks`, :meth:`~kvcache.Tier.put_blocks`), e.g. from
+    an engine's scheduler. The options are :func:`add_redis_tier`'s (less ``write``, which :meth:`Pool.add_tier`
+    takes). Creation connects and raises :class:`kvcache.KvcacheError` when no seed answers; after that every
+    failure of a server is a miss within ``call_timeout_ms``."""
+
+    def __init__(self, seeds: Union[str, Sequence[str]], *, cluster: str = "auto", key_prefix: str = "kvc:",
+                 username: Optional[str] = None, password: Optional[str] = None, connect_timeout_ms: int = 50,
+                 command_timeout_ms: int = 200, reconnect_interval_ms: int = 1000, ttl_seconds: int = 0,
+                 max_pipeline: int = 32, call_timeout_ms: int = 0, auth_key: Optional[bytes] = None) -> None:
+        if not isinstance(seeds, str):
+            seeds = ",".join(seeds)
+        mode = _choice(cluster, _CLUSTER, "cluster")
+        self._init_tier(_lib.kvc_py_redis_tier_create(seeds, mode, key_prefix, username, password,
+                                                      connect_timeout_ms, command_timeout_ms, reconnect_interval_ms,
+                                                      ttl_seconds, max_pipeline, call_timeout_ms, auth_key))
+        self.seeds = seeds
+        self.authenticated = auth_key is not None
+
+    def __repr__(self) -> str:
+        key = ", auth_key=<set>" if self.authenticated else ""
+        return f"RedisTier({self.seeds!r}{key})"

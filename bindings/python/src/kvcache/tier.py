@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import enum
 import os
+import struct
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
 from ._errors import InvalidArgumentError
@@ -54,7 +55,83 @@ class TierStats:
         return cls(*raw)
 
 
-class DiskTier:
+@dataclass(frozen=True)
+class TierKey:
+    """The key of one block in a tier (``kvc_tier_key``, docs/tiers.md): the model's fingerprint
+    (:meth:`kvcache.Pool.fingerprint`, or :func:`kvcache.model_fingerprint` without a pool), the block's hash
+    (:func:`kvcache.block_hash_chain`: it covers the tokens, everything before them and the salt) and the group."""
+
+    fingerprint: bytes
+    block_hash: bytes
+    group: int = 0
+
+    def _packed(self, i: int) -> bytes:
+        for name in ("fingerprint", "block_hash"):
+            v = getattr(self, name)
+            if not isinstance(v, (bytes, bytearray, memoryview)) or len(v) != 32:
+                raise InvalidArgumentError(f"keys[{i}].{name} is {v!r:.80}; it is 32 bytes",
+                                           _lib.KVC_ERROR_INVALID_ARGUMENT)
+        if not isinstance(self.group, int) or not 0 <= self.group < 1 << 32:
+            raise InvalidArgumentError(f"keys[{i}].group is {self.group!r}; it is an int in [0, 2^32)",
+                                       _lib.KVC_ERROR_INVALID_ARGUMENT)
+        return _KEY.pack(bytes(self.fingerprint), bytes(self.block_hash), self.group, 0)
+
+
+_KEY = struct.Struct("=32s32sII")  # kvc_tier_key in native byte order, as the C struct lies in memory
+
+
+def _keys_in(keys: Sequence[TierKey]) -> bytes:
+    out = []
+    for i, k in enumerate(keys):
+        if not isinstance(k, TierKey):
+            raise TypeError(f"keys[{i}] is a {type(k).__name__}; expected a kvcache.TierKey")
+        out.append(k._packed(i))
+    return b"".join(out)
+
+
+class Tier:
+    """A tier Python holds: a :class:`DiskTier` or a :class:`kvcache.RedisTier`. Give it to a pool
+    (:meth:`kvcache.Pool.add_tier`), or use it by key without a pool (since 0.7; docs/tiers.md, "Blocks by key"):
+    :meth:`exists`, :meth:`get_blocks` and :meth:`put_blocks` read and write the values a pool of the same model
+    does, checksummed or authenticated as the tier's options say. A key-level call needs a tier not given to a
+    pool. Everything the tier does wrong (not stored, another size, a forged value, a dead or slow Redis node:
+    within its deadline) is a miss, never an exception; exceptions are for bad arguments."""
+
+    _capsule: Any
+    _pool: Any
+    _index: int
+
+    def _init_tier(self, capsule: Any) -> None:
+        self._capsule = capsule
+        self._pool = None
+        self._index = -1
+
+    def stats(self) -> TierStats:
+        """The tier's counters (through its pool once it was given to one)."""
+        if self._pool is not None:
+            return self._pool.tier_stats(self._index)
+        return TierStats._from_lib(_lib.kvc_tier_stats_get(self._capsule))
+
+    def exists(self, keys: Sequence[TierKey]) -> List[bool]:
+        """Whether each key has a value in the tier, without fetching values (``kvc_tier_exists``: a stat per
+        key on disk, one pipeline of EXISTS per Redis node). Existence only: a value that does not verify is a
+        miss of :meth:`get_blocks`."""
+        return [b != 0 for b in _lib.kvc_tier_exists(self._capsule, _keys_in(keys))]
+
+    def get_blocks(self, keys: Sequence[TierKey], buffers: Sequence[Any], num_layers: int) -> List[bool]:
+        """Loads the blocks of ``keys`` into ``buffers`` (one writable, contiguous buffer per key, all of the
+        payload's size: ``bytearray``, a NumPy array, an engine's CPU block) and says which were found and
+        verified (``kvc_tier_get_blocks``); a buffer of a miss may have been written. ``num_layers`` is the
+        layer count the values were stored with."""
+        return [b != 0 for b in _lib.kvc_tier_get_blocks(self._capsule, _keys_in(keys), num_layers, buffers)]
+
+    def put_blocks(self, keys: Sequence[TierKey], payloads: Sequence[Any], num_layers: int) -> int:
+        """Stores ``payloads`` (one bytes-like per key, all of one size) under ``keys``, framed and sealed as the
+        tier's values are (``kvc_tier_put_blocks``); returns how many the store took."""
+        return int(_lib.kvc_tier_put_blocks(self._capsule, _keys_in(keys), num_layers, payloads))
+
+
+class DiskTier(Tier):
     """A tier in a local directory (``kvc_disk_tier_create``), created if missing.
 
     Args:
@@ -84,18 +161,10 @@ class DiskTier:
         if not isinstance(max_bytes, int) or max_bytes < 0 or max_bytes >= 1 << 64:
             raise InvalidArgumentError(f"DiskTier: max_bytes is {max_bytes!r}; it is an int in [0, 2^64)",
                                        _lib.KVC_ERROR_INVALID_ARGUMENT)
-        self._capsule: Any = _lib.kvc_disk_tier_create(path, max_bytes, auth_key)
+        self._init_tier(_lib.kvc_disk_tier_create(path, max_bytes, auth_key))
         self.directory = path
         self.max_bytes = max_bytes
         self.authenticated = auth_key is not None
-        self._pool: Any = None
-        self._index = -1
-
-    def stats(self) -> TierStats:
-        """The tier's counters (through its pool once it was given to one)."""
-        if self._pool is not None:
-            return self._pool.tier_stats(self._index)
-        return TierStats._from_lib(_lib.kvc_tier_stats_get(self._capsule))
 
     def __repr__(self) -> str:
         key = ", auth_key=<set>" if self.authenticated else ""
@@ -114,11 +183,11 @@ def _write_policy(write: Union[str, int, TierWrite]) -> int:
                                _lib.KVC_ERROR_INVALID_ARGUMENT)
 
 
-def add_tier(pool: Any, tier: DiskTier, write: Union[str, int, TierWrite]) -> None:
+def add_tier(pool: Any, tier: Tier, write: Union[str, int, TierWrite]) -> None:
     """:meth:`kvcache.Pool.add_tier`."""
-    if not isinstance(tier, DiskTier):
-        raise InvalidArgumentError(f"add_tier: tier is {type(tier).__name__}; give a kvcache.DiskTier",
-                                   _lib.KVC_ERROR_INVALID_ARGUMENT)
+    if not isinstance(tier, Tier):
+        raise InvalidArgumentError(f"add_tier: tier is {type(tier).__name__}; give a kvcache.DiskTier or "
+                                   "kvcache.RedisTier", _lib.KVC_ERROR_INVALID_ARGUMENT)
     policy = _write_policy(write)
     _lib.kvc_pool_add_tier(pool._handle, tier._capsule, policy)
     tier._pool = pool

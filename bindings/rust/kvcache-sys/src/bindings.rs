@@ -106,6 +106,7 @@ pub const KVC_TIER_WRITE_ON_COMMIT: u32 = 0;
 pub const KVC_TIER_WRITE_ON_EVICT: u32 = 1;
 pub const KVC_TIER_AUTH_KEY_MIN: u32 = 16;
 pub const KVC_TIER_AUTH_KEY_MAX: u32 = 256;
+pub const KVC_TIER_PAYLOAD_MAX: u32 = 1073741824;
 pub const KVC_REDIS_CLUSTER_AUTO: u32 = 0;
 pub const KVC_REDIS_CLUSTER_OFF: u32 = 1;
 pub const KVC_REDIS_CLUSTER_ON: u32 = 2;
@@ -1762,9 +1763,10 @@ pub struct kvc_tier_key {
     pub reserved: u32,
 }
 /** A tier's operations, for stores a program brings. All calls come from the
- thread calling the pool (a pool's calls never overlap). Values are
+ thread calling the pool or, since 0.7, the tier's key-level functions
+ (never two at once: the pool's and the tier's call guards see to it). Values are
  opaque, framed bytes (docs/tiers.md): a tier stores and returns them
- unchanged. Published sizes: 32 (0.6).*/
+ unchanged. Published sizes: 32 (0.6), 40 (0.7: exists_many).*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct kvc_tier_ops {
@@ -1782,7 +1784,9 @@ pub struct kvc_tier_ops {
     >,
     /** Looks up `count` keys (a run of consecutive blocks: pipeline them). For each key found, copies its value
  into values[i] (capacity `capacity` bytes each) and sets sizes[i]; a miss sets sizes[i] to 0. Returns the
- number of leading keys found (the pool stops at the first miss, so a tier may stop there too).*/
+ number of leading keys found (the pool stops at the first miss, so a tier may stop there too). Since 0.7
+ kvc_tier_get_blocks reads sizes[i] of every key: a store that stops at its first miss makes the keys after
+ it misses of that call, so a store that can should answer every key.*/
     pub get_many: ::core::option::Option<
         unsafe extern "C" fn(
             ctx: *mut ::core::ffi::c_void,
@@ -1796,6 +1800,17 @@ pub struct kvc_tier_ops {
     /// Frees the tier's context.
     pub destroy: ::core::option::Option<
         unsafe extern "C" fn(ctx: *mut ::core::ffi::c_void),
+    >,
+    /** Optional (NULL: kvc_tier_exists answers UNSUPPORTED for this tier). Says for each of `count` keys whether a
+ value is stored under it (found[i] 1 or 0), without reading the values; returns how many were found. A
+ store that cannot tell in time answers 0 for the keys left. Since 0.7.*/
+    pub exists_many: ::core::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::core::ffi::c_void,
+            keys: *const kvc_tier_key,
+            found: *mut u8,
+            count: usize,
+        ) -> usize,
     >,
 }
 /// Opaque tier handle: owned by the caller until kvc_pool_add_tier takes it.
@@ -1919,6 +1934,71 @@ unsafe extern "C" {
 unsafe extern "C" {
     /// The pool's model fingerprint, the first part of every tier key.
     pub fn kvc_pool_fingerprint(pool: *const kvc_pool, out: *mut u8) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** Whether each of `count` keys has a value in `tier` (found[i] 1 or 0), without fetching values: one
+ pipelined round trip per Redis node (EXISTS), a stat per key on disk. Existence only: a value that then
+ fails verification is a get's miss. `*found_count` (may be NULL) gets the number found. A dead or slow
+ node's keys are 0 within the deadline. count 0 is allowed. Errors: INVALID_ARGUMENT, UNSUPPORTED (a store
+ brought through kvc_tier_ops without exists_many), BUSY. Since 0.7.*/
+    pub fn kvc_tier_exists(
+        tier: *mut kvc_tier,
+        keys: *const kvc_tier_key,
+        count: usize,
+        found: *mut u8,
+        found_count: *mut usize,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** Loads `count` blocks by key (see 'Key-level access' above for the bytes): for each key whose value is found
+ and verifies, copies its `payload_size`-byte payload to payloads[i] and sets found[i] 1; otherwise found[i]
+ is 0 and payloads[i] may have been written. One get_many of the tier for all keys (a pipeline per Redis
+ node). `*found_count` (may be NULL) gets the number found. Errors: INVALID_ARGUMENT, OUT_OF_MEMORY, BUSY.
+ Since 0.7.*/
+    pub fn kvc_tier_get_blocks(
+        tier: *mut kvc_tier,
+        keys: *const kvc_tier_key,
+        count: usize,
+        payload_size: usize,
+        num_layers: u32,
+        payloads: *const *mut ::core::ffi::c_void,
+        found: *mut u8,
+        found_count: *mut usize,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** Stores `count` blocks by key: payloads[i] (`payload_size` bytes, borrowed for the call) framed and sealed
+ for the tier. One put_many of the tier. `*stored` (may be NULL) gets how many the store took (a full disk,
+ a dead node: fewer, counted in put_failures). Errors: INVALID_ARGUMENT, OUT_OF_MEMORY, BUSY. Since 0.7.*/
+    pub fn kvc_tier_put_blocks(
+        tier: *mut kvc_tier,
+        keys: *const kvc_tier_key,
+        count: usize,
+        payload_size: usize,
+        num_layers: u32,
+        payloads: *const *const ::core::ffi::c_void,
+        stored: *mut usize,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** The model fingerprint a pool created with `options` would have (kvc_pool_fingerprint), without creating
+ it: no device, no memory for blocks (options.device and the groups' num_blocks are not part of it).
+ Errors: INVALID_ARGUMENT (as kvc_pool_create's, naming the field). Since 0.7.*/
+    pub fn kvc_pool_options_fingerprint(
+        options: *const kvc_pool_options,
+        out: *mut u8,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** The payload size and layer count of a block of `group` in a pool created with `options`: what
+ kvc_tier_get_blocks and kvc_tier_put_blocks take to share values with such a pool. Errors:
+ INVALID_ARGUMENT (options as kvc_pool_create's, group past num_groups, NULL outputs). Since 0.7.*/
+    pub fn kvc_pool_options_block_payload(
+        options: *const kvc_pool_options,
+        group: u32,
+        payload_size: *mut usize,
+        num_layers: *mut u32,
+    ) -> *mut kvc_error;
 }
 /// Whether the servers are a Redis Cluster.
 pub type kvc_redis_cluster_mode = i32;

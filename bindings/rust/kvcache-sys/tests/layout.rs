@@ -129,7 +129,7 @@ structs! {
     kvc_save_options { struct_size, reserved, staging_bytes }
     kvc_load_options { struct_size, device, stream }
     kvc_tier_key { fingerprint, block_hash, group, reserved }
-    kvc_tier_ops { struct_size, put_many, get_many, destroy }
+    kvc_tier_ops { struct_size, put_many, get_many, destroy, exists_many }
     kvc_disk_tier_options { struct_size, directory, max_bytes, reserved, auth_key, auth_key_len }
     kvc_tier_stats {
         struct_size, reserved, puts, put_failures, gets, hits, corrupt, bytes_written, bytes_read
@@ -186,6 +186,7 @@ constants! {
     KVC_POOL_EVENT_BLOCK_STORED, KVC_POOL_EVENT_BLOCK_REMOVED, KVC_POOL_EVENT_ALL_CLEARED,
     KVC_POOL_BLOCK_HASH_VERSION, KVC_POOL_EXTRA_KEY_MAX, KVC_POOL_MM_ITEMS_MAX,
     KVC_TIER_WRITE_ON_COMMIT, KVC_TIER_WRITE_ON_EVICT, KVC_TIER_AUTH_KEY_MIN, KVC_TIER_AUTH_KEY_MAX,
+    KVC_TIER_PAYLOAD_MAX,
     KVC_REDIS_CLUSTER_AUTO, KVC_REDIS_CLUSTER_OFF, KVC_REDIS_CLUSTER_ON,
 }
 

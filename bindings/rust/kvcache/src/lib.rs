@@ -105,9 +105,9 @@ pub use pool::{
     POOL_BLOCK_HASH_VERSION, Pool, PoolBuilder, PoolEvent, PoolGroup, PoolLayer, PoolStats,
     RecurrentState, Sequence, SequenceKeys, SlotMapping,
 };
-pub use redis_tier::{RedisCluster, RedisTierOptions};
+pub use redis_tier::{RedisCluster, RedisTier, RedisTierOptions};
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};
-pub use tier::{DiskTier, TierStats, TierWrite};
+pub use tier::{DiskTier, Tier, TierKey, TierStats, TierWrite};
 pub use version::{
     Features, HEADER_VERSION, Version, check_version, features, version, version_string,
 };

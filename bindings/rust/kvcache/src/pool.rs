@@ -399,11 +399,54 @@ impl PoolBuilder {
     /// Bad options are [`ErrorCode::InvalidArgument`] naming the field.
     pub fn build(self) -> Result<Pool> {
         check_version()?;
-        const FN: &str = "kvc_pool_create";
+        let mut raw = std::ptr::null_mut();
+        self.with_options("kvc_pool_create", |options| {
+            // SAFETY: every pointer in `options` is valid for the call.
+            check(unsafe { sys::kvc_pool_create(options, &mut raw) })
+        })??;
+        self.finish(raw)
+    }
+
+    /// The model fingerprint a pool built from this builder would have
+    /// ([`Pool::fingerprint`]: the first part of every tier key), without
+    /// building one: no memory, no device (`kvc_pool_options_fingerprint`).
+    /// Since 0.7. Errors: InvalidArgument, as [`build`](Self::build).
+    pub fn fingerprint(&self) -> Result<[u8; crate::BLOCK_HASH_SIZE]> {
+        check_version()?;
+        let mut out = [0u8; crate::BLOCK_HASH_SIZE];
+        self.with_options("kvc_pool_options_fingerprint", |options| {
+            // SAFETY: valid options and a 32-byte buffer.
+            check(unsafe { sys::kvc_pool_options_fingerprint(options, out.as_mut_ptr()) })
+        })??;
+        Ok(out)
+    }
+
+    /// `(payload_size, num_layers)` of a block of `group` in a pool built
+    /// from this builder: what [`Tier::get_blocks`](crate::Tier::get_blocks)
+    /// and [`Tier::put_blocks`](crate::Tier::put_blocks) take to share blocks
+    /// with such pools (`kvc_pool_options_block_payload`). Since 0.7.
+    pub fn block_payload(&self, group: u32) -> Result<(usize, u32)> {
+        check_version()?;
+        let (mut size, mut layers) = (0usize, 0u32);
+        self.with_options("kvc_pool_options_block_payload", |options| {
+            // SAFETY: valid options and two out-values.
+            check(unsafe {
+                sys::kvc_pool_options_block_payload(options, group, &mut size, &mut layers)
+            })
+        })??;
+        Ok((size, layers))
+    }
+
+    /// Calls `f` with the builder's options as `kvc_pool_options` (valid for the call only).
+    fn with_options<T>(
+        &self,
+        fn_name: &str,
+        f: impl FnOnce(&sys::kvc_pool_options) -> T,
+    ) -> Result<T> {
         let num_groups = u32::try_from(self.groups.len())
-            .map_err(|_| invalid_argument(format!("{FN}: too many groups")))?;
+            .map_err(|_| invalid_argument(format!("{fn_name}: too many groups")))?;
         let num_layers = u32::try_from(self.layers.len())
-            .map_err(|_| invalid_argument(format!("{FN}: too many layers")))?;
+            .map_err(|_| invalid_argument(format!("{fn_name}: too many layers")))?;
         let groups: Vec<sys::kvc_pool_group_options> =
             self.groups.iter().map(PoolGroup::raw).collect();
         let layers: Vec<sys::kvc_pool_layer_options> =
@@ -430,9 +473,10 @@ impl PoolBuilder {
             event_capacity: self.events,
             ..Default::default()
         };
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: every pointer in `options` is valid for the call.
-        check(unsafe { sys::kvc_pool_create(&options, &mut raw) })?;
+        Ok(f(&options))
+    }
+
+    fn finish(self, raw: *mut sys::kvc_pool) -> Result<Pool> {
         Ok(Pool {
             shared: Arc::new(Shared {
                 raw: NonNull::new(raw).expect("kvcache: kvc_pool_create returned NULL"),

@@ -22,7 +22,8 @@ use std::time::Duration;
 use crate::error::{Result, check, invalid_argument};
 use crate::pool::Pool;
 use crate::sys;
-use crate::tier::TierWrite;
+use crate::tier::{OwnedTier, Tier, TierSealed, TierWrite};
+use std::ptr::NonNull;
 
 /// Whether the servers are a Redis Cluster (`kvc_redis_cluster_mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -169,6 +170,98 @@ fn millis(name: &str, d: Duration) -> Result<u32> {
     })
 }
 
+/// A Redis or Valkey tier this program holds (`kvc_redis_tier_create`):
+/// given to a pool with [`Pool::add_tier`] like a
+/// [`DiskTier`](crate::DiskTier), or used by key without a pool
+/// ([`Tier::exists`], [`Tier::get_blocks`], [`Tier::put_blocks`]), e.g. from
+/// an engine's scheduler. Since 0.7. The options' `write` is not used
+/// ([`Pool::add_tier`] takes the policy).
+#[derive(Debug)]
+pub struct RedisTier {
+    owned: OwnedTier,
+}
+
+impl RedisTier {
+    /// Connects to the seeds (`kvc_redis_tier_create`). Errors: as
+    /// [`Pool::add_redis_tier`]'s.
+    pub fn new(options: &RedisTierOptions) -> Result<RedisTier> {
+        let raw = create(options)?;
+        Ok(RedisTier {
+            owned: OwnedTier {
+                raw: NonNull::new(raw).expect("kvcache: kvc_redis_tier_create returned NULL"),
+            },
+        })
+    }
+}
+
+impl TierSealed for RedisTier {}
+
+impl Tier for RedisTier {
+    fn as_ptr(&self) -> *mut sys::kvc_tier {
+        self.owned.raw.as_ptr()
+    }
+
+    fn into_raw(self) -> NonNull<sys::kvc_tier> {
+        self.owned.release()
+    }
+}
+
+/// `kvc_redis_tier_create` of the options: an owned tier.
+fn create(options: &RedisTierOptions) -> Result<*mut sys::kvc_tier> {
+    let seeds = c_string("seeds", &options.seeds.join(","))?;
+    let prefix = c_string("key_prefix", &options.key_prefix)?;
+    let username = options
+        .username
+        .as_deref()
+        .map(|u| c_string("username", u))
+        .transpose()?;
+    let password = options
+        .password
+        .as_deref()
+        .map(|p| c_string("password", p))
+        .transpose()?;
+    if options.ttl.subsec_nanos() != 0 || options.ttl.as_secs() > u64::from(u32::MAX) {
+        return Err(invalid_argument(format!(
+            "add_redis_tier: ttl is {:?}; it is whole seconds",
+            options.ttl
+        )));
+    }
+    let mut raw = sys::kvc_redis_tier_options::default();
+    // SAFETY: fills the struct with its _INIT values.
+    unsafe { sys::kvc_redis_tier_options_init(&mut raw) };
+    raw.cluster = match options.cluster {
+        RedisCluster::Auto => sys::KVC_REDIS_CLUSTER_AUTO,
+        RedisCluster::Off => sys::KVC_REDIS_CLUSTER_OFF,
+        RedisCluster::On => sys::KVC_REDIS_CLUSTER_ON,
+    } as sys::kvc_redis_cluster_mode;
+    raw.seeds = seeds.as_ptr();
+    raw.key_prefix = prefix.as_ptr();
+    raw.username = username.as_ref().map_or(std::ptr::null(), |u| u.as_ptr());
+    raw.password = password.as_ref().map_or(std::ptr::null(), |p| p.as_ptr());
+    raw.connect_timeout_ms = millis("connect_timeout", options.connect_timeout)?;
+    raw.command_timeout_ms = millis("command_timeout", options.command_timeout)?;
+    raw.call_timeout_ms = match options.call_timeout {
+        Some(d) if d < Duration::from_millis(1) => {
+            return Err(invalid_argument(format!(
+                "add_redis_tier: call_timeout is {d:?}; a deadline is at least 1 ms"
+            )));
+        }
+        Some(d) => millis("call_timeout", d)?,
+        None => 0,
+    };
+    raw.reconnect_interval_ms = millis("reconnect_interval", options.reconnect_interval)?;
+    raw.ttl_seconds = options.ttl.as_secs() as u32;
+    raw.max_pipeline = options.max_pipeline;
+    if let Some(AuthKey(key)) = &options.auth_key {
+        raw.auth_key = key.as_ptr();
+        raw.auth_key_len = key.len();
+    }
+    let mut tier = std::ptr::null_mut();
+    // SAFETY: the options and their strings are valid for the call.
+    check(unsafe { sys::kvc_redis_tier_create(&raw, &mut tier) })?;
+    Ok(tier)
+}
+
 impl Pool {
     /// Creates a Redis tier (`kvc_redis_tier_create`) and gives it to the
     /// pool after its other tiers (`kvc_pool_add_tier`); returns its index
@@ -176,58 +269,8 @@ impl Pool {
     /// option, `Io` (no seed answered, AUTH refused, no cluster where one
     /// is required) naming the seed and the reason; the pool is unchanged.
     pub fn add_redis_tier(&self, options: &RedisTierOptions) -> Result<u32> {
-        let seeds = c_string("seeds", &options.seeds.join(","))?;
-        let prefix = c_string("key_prefix", &options.key_prefix)?;
-        let username = options
-            .username
-            .as_deref()
-            .map(|u| c_string("username", u))
-            .transpose()?;
-        let password = options
-            .password
-            .as_deref()
-            .map(|p| c_string("password", p))
-            .transpose()?;
-        if options.ttl.subsec_nanos() != 0 || options.ttl.as_secs() > u64::from(u32::MAX) {
-            return Err(invalid_argument(format!(
-                "add_redis_tier: ttl is {:?}; it is whole seconds",
-                options.ttl
-            )));
-        }
-        let mut raw = sys::kvc_redis_tier_options::default();
-        // SAFETY: fills the struct with its _INIT values.
-        unsafe { sys::kvc_redis_tier_options_init(&mut raw) };
-        raw.cluster = match options.cluster {
-            RedisCluster::Auto => sys::KVC_REDIS_CLUSTER_AUTO,
-            RedisCluster::Off => sys::KVC_REDIS_CLUSTER_OFF,
-            RedisCluster::On => sys::KVC_REDIS_CLUSTER_ON,
-        } as sys::kvc_redis_cluster_mode;
-        raw.seeds = seeds.as_ptr();
-        raw.key_prefix = prefix.as_ptr();
-        raw.username = username.as_ref().map_or(std::ptr::null(), |u| u.as_ptr());
-        raw.password = password.as_ref().map_or(std::ptr::null(), |p| p.as_ptr());
-        raw.connect_timeout_ms = millis("connect_timeout", options.connect_timeout)?;
-        raw.command_timeout_ms = millis("command_timeout", options.command_timeout)?;
-        raw.call_timeout_ms = match options.call_timeout {
-            Some(d) if d < Duration::from_millis(1) => {
-                return Err(invalid_argument(format!(
-                    "add_redis_tier: call_timeout is {d:?}; a deadline is at least 1 ms"
-                )));
-            }
-            Some(d) => millis("call_timeout", d)?,
-            None => 0,
-        };
-        raw.reconnect_interval_ms = millis("reconnect_interval", options.reconnect_interval)?;
-        raw.ttl_seconds = options.ttl.as_secs() as u32;
-        raw.max_pipeline = options.max_pipeline;
-        if let Some(AuthKey(key)) = &options.auth_key {
-            raw.auth_key = key.as_ptr();
-            raw.auth_key_len = key.len();
-        }
         let policy = options.write.raw();
-        let mut tier = std::ptr::null_mut();
-        // SAFETY: the options and their strings are valid for the call.
-        check(unsafe { sys::kvc_redis_tier_create(&raw, &mut tier) })?;
+        let tier = create(options)?;
         let _held = self.lock();
         let index = self.tier_count_held();
         // SAFETY: a live pool and a tier no pool owns yet; on error the tier stays ours.

@@ -90,6 +90,174 @@ fn stats_of(tier: *const sys::kvc_tier) -> Result<TierStats> {
     })
 }
 
+/// The key of one block in a tier (`kvc_tier_key`, docs/tiers.md): the
+/// model's fingerprint ([`Pool::fingerprint`], or
+/// [`PoolBuilder::fingerprint`](crate::PoolBuilder::fingerprint) without a
+/// pool), the block's hash ([`block_hash_chain`](crate::block_hash_chain):
+/// it covers the tokens, everything before them and the salt) and the
+/// group. Since 0.7.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TierKey {
+    /// The model fingerprint.
+    pub fingerprint: [u8; crate::BLOCK_HASH_SIZE],
+    /// The block hash.
+    pub block_hash: [u8; crate::BLOCK_HASH_SIZE],
+    /// The block's group.
+    pub group: u32,
+}
+
+impl TierKey {
+    fn raw(&self) -> sys::kvc_tier_key {
+        sys::kvc_tier_key {
+            fingerprint: self.fingerprint,
+            block_hash: self.block_hash,
+            group: self.group,
+            reserved: 0,
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A tier this program holds ([`DiskTier`], [`RedisTier`](crate::RedisTier)):
+/// given to a pool with [`Pool::add_tier`], or used by key without a pool
+/// (`kvcache/tier.h`, "Key-level access"; docs/tiers.md, "Blocks by key").
+/// The values are those a pool of the same model reads and writes,
+/// checksummed or authenticated as the tier says. Everything the tier does
+/// wrong (not stored, another size, a forged value, a dead or slow Redis
+/// node, within its deadline) is a miss, never an error; errors are the
+/// caller's (InvalidArgument naming the argument). Since 0.7.
+pub trait Tier: sealed::Sealed {
+    /// The raw handle, for calling `kvcache_sys` directly.
+    fn as_ptr(&self) -> *mut sys::kvc_tier;
+
+    /// Whether each key has a value in the tier, without fetching values
+    /// (`kvc_tier_exists`: a stat per key on disk, one pipeline of EXISTS per
+    /// Redis node). Existence only: a value that does not verify is a miss
+    /// of [`get_blocks`](Self::get_blocks).
+    fn exists(&mut self, keys: &[TierKey]) -> Result<Vec<bool>> {
+        let raw = raw_keys(keys);
+        let mut found = vec![0u8; keys.len()];
+        // SAFETY: a live tier this program owns (&mut: one call at a time), `keys.len()` keys and answers.
+        check(unsafe {
+            sys::kvc_tier_exists(
+                self.as_ptr(),
+                raw.as_ptr(),
+                raw.len(),
+                found.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })?;
+        Ok(answers(found))
+    }
+
+    /// Loads the blocks of `keys` into `buffers` (one per key, all of the
+    /// payload's size) and says which were found and verified
+    /// (`kvc_tier_get_blocks`); a miss's buffer may have been written.
+    /// `num_layers` is the layer count the values were stored with.
+    fn get_blocks(
+        &mut self,
+        keys: &[TierKey],
+        buffers: &mut [&mut [u8]],
+        num_layers: u32,
+    ) -> Result<Vec<bool>> {
+        let size = payload_size("get_blocks", keys.len(), buffers.iter().map(|b| b.len()))?;
+        let raw = raw_keys(keys);
+        let ptrs: Vec<*mut std::ffi::c_void> =
+            buffers.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+        let mut found = vec![0u8; keys.len()];
+        // SAFETY: a live tier this program owns; every buffer holds `size` writable bytes for the call.
+        check(unsafe {
+            sys::kvc_tier_get_blocks(
+                self.as_ptr(),
+                raw.as_ptr(),
+                raw.len(),
+                size,
+                num_layers,
+                ptrs.as_ptr(),
+                found.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })?;
+        Ok(answers(found))
+    }
+
+    /// Stores `payloads` (one per key, all of one size) under `keys`, framed
+    /// and sealed as the tier's values are (`kvc_tier_put_blocks`); returns
+    /// how many the store took.
+    fn put_blocks(
+        &mut self,
+        keys: &[TierKey],
+        payloads: &[&[u8]],
+        num_layers: u32,
+    ) -> Result<usize> {
+        let size = payload_size("put_blocks", keys.len(), payloads.iter().map(|b| b.len()))?;
+        let raw = raw_keys(keys);
+        let ptrs: Vec<*const std::ffi::c_void> =
+            payloads.iter().map(|b| b.as_ptr().cast()).collect();
+        let mut stored = 0usize;
+        // SAFETY: a live tier this program owns; every payload holds `size` readable bytes for the call.
+        check(unsafe {
+            sys::kvc_tier_put_blocks(
+                self.as_ptr(),
+                raw.as_ptr(),
+                raw.len(),
+                size,
+                num_layers,
+                ptrs.as_ptr(),
+                &mut stored,
+            )
+        })?;
+        Ok(stored)
+    }
+
+    /// The tier's counters.
+    fn stats(&self) -> Result<TierStats> {
+        stats_of(self.as_ptr())
+    }
+
+    /// Gives up the handle (for [`Pool::add_tier`]).
+    #[doc(hidden)]
+    fn into_raw(self) -> NonNull<sys::kvc_tier>
+    where
+        Self: Sized;
+}
+
+fn raw_keys(keys: &[TierKey]) -> Vec<sys::kvc_tier_key> {
+    keys.iter().map(TierKey::raw).collect()
+}
+
+/// The C call's 0/1 answers as booleans.
+fn answers(found: Vec<u8>) -> Vec<bool> {
+    found.into_iter().map(|f| f != 0).collect()
+}
+
+/// The one payload size of a call: every buffer's (the C call takes one size for all).
+fn payload_size(
+    what: &str,
+    keys: usize,
+    mut sizes: impl ExactSizeIterator<Item = usize>,
+) -> Result<usize> {
+    if sizes.len() != keys {
+        return Err(invalid_argument(format!(
+            "{what}: {} payload buffers for {keys} keys; give one per key",
+            sizes.len()
+        )));
+    }
+    let first = sizes.next().unwrap_or(0);
+    for (i, n) in sizes.enumerate() {
+        if n != first {
+            return Err(invalid_argument(format!(
+                "{what}: payloads[{}] is {n} bytes but payloads[0] is {first}; the blocks of one call have one size",
+                i + 1
+            )));
+        }
+    }
+    Ok(first)
+}
+
 /// A tier in a local directory (`kvc_disk_tier_create`), owned until
 /// [`Pool::add_tier`] takes it; dropping it frees it.
 #[derive(Debug)]
@@ -162,6 +330,46 @@ impl DiskTier {
     }
 }
 
+impl sealed::Sealed for DiskTier {}
+
+impl Tier for DiskTier {
+    fn as_ptr(&self) -> *mut sys::kvc_tier {
+        self.raw.as_ptr()
+    }
+
+    fn into_raw(self) -> NonNull<sys::kvc_tier> {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
+}
+
+/// An owned tier handle of any kind (the Redis tier's, from `redis_tier.rs`).
+#[derive(Debug)]
+pub(crate) struct OwnedTier {
+    pub(crate) raw: NonNull<sys::kvc_tier>,
+}
+
+// SAFETY: a tier not given to a pool is used by whoever owns it, one thread at a time.
+unsafe impl Send for OwnedTier {}
+
+impl Drop for OwnedTier {
+    fn drop(&mut self) {
+        // SAFETY: an owned tier, freed once.
+        unsafe { sys::kvc_tier_destroy(self.raw.as_ptr()) };
+    }
+}
+
+impl OwnedTier {
+    pub(crate) fn release(self) -> NonNull<sys::kvc_tier> {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
+}
+
+pub(crate) use sealed::Sealed as TierSealed;
+
 impl Drop for DiskTier {
     fn drop(&mut self) {
         // SAFETY: an owned tier, freed once.
@@ -170,14 +378,18 @@ impl Drop for DiskTier {
 }
 
 impl Pool {
-    /// Gives `tier` to the pool (which frees it with itself), after the
-    /// tiers added before: match_prefix asks them in that order. On error
-    /// the tier is dropped.
-    pub fn add_tier(&self, tier: DiskTier, write: TierWrite) -> Result<()> {
+    /// Gives `tier` (a [`DiskTier`] or, since 0.7, a
+    /// [`RedisTier`](crate::RedisTier)) to the pool (which frees it with
+    /// itself), after the tiers added before: match_prefix asks them in that
+    /// order. On error the tier is dropped.
+    pub fn add_tier(&self, tier: impl Tier, write: TierWrite) -> Result<()> {
         let _held = self.lock();
+        let raw = OwnedTier {
+            raw: tier.into_raw(),
+        };
         // SAFETY: a live pool and an owned tier; on success the pool owns it.
-        check(unsafe { sys::kvc_pool_add_tier(self.as_ptr(), tier.as_ptr(), write.raw()) })?;
-        std::mem::forget(tier);
+        check(unsafe { sys::kvc_pool_add_tier(self.as_ptr(), raw.raw.as_ptr(), write.raw()) })?;
+        raw.release();
         Ok(())
     }
 

@@ -319,3 +319,53 @@ fn an_authenticated_redis_tier_refuses_what_it_did_not_write() {
     assert!(!format!("{:?}", options(Some(key_a))).contains("redis tier key")); // the key stays out of Debug
     assert_eq!(p.tier_count(), 0);
 }
+
+#[test]
+fn a_redis_tier_by_key_and_in_a_pool() {
+    let Some(server) = start_redis() else { return };
+    let builder = || {
+        Pool::builder(DType::F32)
+            .group(PoolGroup::full(BLOCK, 16))
+            .layers(std::iter::repeat_n(PoolLayer::attention(0, HEADS, DIM), 2))
+            .hash_seed(b"rust-redis-keys")
+    };
+    let fp = builder().fingerprint().unwrap();
+    let (size, layers) = builder().block_payload(0).unwrap();
+    let tokens: Vec<i32> = (700..709).collect(); // two full blocks and one token
+    let root = kvcache::block_hash_root(b"rust-redis-keys", b"").unwrap();
+    let keys: Vec<kvcache::TierKey> = kvcache::block_hash_chain(&root, &tokens, BLOCK)
+        .unwrap()
+        .into_iter()
+        .map(|h| kvcache::TierKey {
+            fingerprint: fp,
+            block_hash: h,
+            group: 0,
+        })
+        .collect();
+    let options = RedisTierOptions::new([server.addr.as_str()]).key_prefix("rustkeys:");
+    let mut tier = kvcache::RedisTier::new(&options).unwrap();
+    use kvcache::Tier;
+    assert_eq!(tier.exists(&keys).unwrap(), vec![false, false]);
+    let payloads: Vec<Vec<u8>> = (0..2u8)
+        .map(|i| (0..size).map(|j| (j as u8).wrapping_mul(3) ^ i).collect())
+        .collect();
+    let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+    assert_eq!(tier.put_blocks(&keys, &refs, layers).unwrap(), 2);
+    assert_eq!(tier.exists(&keys).unwrap(), vec![true, true]);
+    let mut bufs = vec![vec![0u8; size]; 2];
+    let mut views: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    assert_eq!(
+        tier.get_blocks(&keys, &mut views, layers).unwrap(),
+        vec![true, true]
+    );
+    assert_eq!(bufs, payloads);
+    let pool = builder().build().unwrap();
+    pool.add_tier(
+        kvcache::RedisTier::new(&options).unwrap(),
+        kvcache::TierWrite::Commit,
+    )
+    .unwrap();
+    let mut seq = pool.sequence().unwrap();
+    assert_eq!(seq.match_prefix(&tokens).unwrap(), 8);
+    assert_eq!(pool.tier_stats(0).unwrap().hits, 2);
+}
