@@ -24,6 +24,10 @@ struct kvci_allocator {
 static const uint32_t ALLOCATOR_SIZES[] = {32};
 _Static_assert(sizeof(kvc_allocator) == 32, "kvc_allocator changed size");
 
+void kvc_allocator_init(kvc_allocator* allocator) {
+  if (allocator) *allocator = (kvc_allocator)KVC_ALLOCATOR_INIT;
+}
+
 kvc_error* kvci_allocator_new(const char* fn, const char* arg, const kvc_allocator* in, kvci_allocator** out) {
   *out = NULL;
   if (!in) return NULL;

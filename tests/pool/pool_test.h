@@ -23,8 +23,9 @@ typedef struct pt_group {
   int64_t window;
 } pt_group;
 
-static TU_UNUSED kvc_error* pt_pool(kvc_pool** out, const pt_group* groups, uint32_t ng, const uint32_t* layer_group,
-                                    uint32_t nl, kvc_pool_layout layout, uint32_t events, int caching) {
+static TU_UNUSED kvc_error* pt_pool_with(kvc_pool** out, const pt_group* groups, uint32_t ng,
+                                         const uint32_t* layer_group, uint32_t nl, kvc_pool_layout layout,
+                                         uint32_t events, int caching, const kvc_allocator* allocator) {
   kvc_pool_group_options g[8];
   kvc_pool_layer_options l[8];
   for (uint32_t i = 0; i < ng; i++) {
@@ -61,7 +62,14 @@ static TU_UNUSED kvc_error* pt_pool(kvc_pool** out, const pt_group* groups, uint
   o.hash_seed_len = 7;
   o.event_capacity = events;
   o.enable_prefix_caching = caching;
+  o.allocator = allocator;
   return kvc_pool_create(&o, out);
+}
+
+/* The same on the backend's memory. */
+static TU_UNUSED kvc_error* pt_pool(kvc_pool** out, const pt_group* groups, uint32_t ng, const uint32_t* layer_group,
+                                    uint32_t nl, kvc_pool_layout layout, uint32_t events, int caching) {
+  return pt_pool_with(out, groups, ng, layer_group, nl, layout, events, caching, NULL);
 }
 
 static TU_UNUSED kvc_pool_stats pt_stats(const kvc_pool* p, uint32_t g) {

@@ -40,8 +40,10 @@
  *    synchronize the stream first. Memory handed out by `alloc` is used by
  *    work issued on `stream` afterwards.
  *  - Failure: `alloc` returns NULL; the call that needed memory returns
- *    KVC_ERROR_OUT_OF_MEMORY naming the bytes asked for, and changes
- *    nothing (the stores it had are kept). `free` cannot fail.
+ *    KVC_ERROR_OUT_OF_MEMORY and changes nothing (the stores it had are
+ *    kept; kvc_pool_create's message names the bytes asked for). A pointer
+ *    that is not aligned as asked is freed at once and counts as a NULL.
+ *    `free` cannot fail.
  *  - Lifetime: the kvc_allocator struct is copied at creation, but `ctx` and
  *    the functions must stay valid until the last cache or pool made with
  *    them (clones and loads included) is destroyed. Every pointer `alloc`
@@ -60,6 +62,7 @@
 #include <stdint.h>
 
 #include "kvcache/tensor.h"
+#include "kvcache/version.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,6 +85,8 @@ typedef struct kvc_allocator {
 } kvc_allocator;
 
 #define KVC_ALLOCATOR_INIT {sizeof(kvc_allocator), NULL, NULL, NULL}
+/** Sets `allocator` to KVC_ALLOCATOR_INIT. Never fails; NULL is ignored. Since 0.7. */
+KVC_API void kvc_allocator_init(kvc_allocator* allocator);
 
 #ifdef __cplusplus
 }
