@@ -99,15 +99,22 @@ static size_t forget(kvci_allocator* a, void* ptr) {
   return bytes;
 }
 
+/* Zeroes bytes at p with the backend (on the place's stream): rows of 4096 bytes, then the tail, so that no
+ * dimension exceeds what a device kernel indexes (2^31). 0 on success. */
+static int zero_bytes(const kvc_backend* be, const kvc_exec* exec, void* p, size_t bytes) {
+  const int64_t row = 4096, rows = (int64_t)(bytes / (size_t)row), tail = (int64_t)(bytes % (size_t)row);
+  const int64_t row_strides[4] = {rows * row, rows * row, row, 1}, row_shape[4] = {1, 1, rows, row};
+  const int64_t tail_strides[4] = {tail, tail, tail, 1}, tail_shape[4] = {1, 1, 1, tail};
+  if (rows && be->fill_zero_4d(be->ctx, exec, p, row_strides, row_shape, 1)) return -1;
+  return tail ? be->fill_zero_4d(be->ctx, exec, (char*)p + rows * row, tail_strides, tail_shape, 1) : 0;
+}
+
 void* kvci_allocator_take(kvci_allocator* a, const kvc_backend* be, const kvc_exec* exec, kvc_device device,
                           size_t bytes) {
   void* p = a->user.alloc(a->user.ctx, bytes, KVC_ALLOCATOR_ALIGNMENT, device, exec->stream);
   if (!p) return NULL;
   /* The allocator's memory is uninitialized; stores are handed out zeroed, as the backend's alloc_zeroed does. */
-  const int64_t strides[4] = {(int64_t)bytes, (int64_t)bytes, (int64_t)bytes, 1};
-  const int64_t shape[4] = {1, 1, 1, (int64_t)bytes};
-  if (((uintptr_t)p & (KVC_ALLOCATOR_ALIGNMENT - 1)) || be->fill_zero_4d(be->ctx, exec, p, strides, shape, 1) ||
-      record(a, p, bytes)) {
+  if (((uintptr_t)p & (KVC_ALLOCATOR_ALIGNMENT - 1)) || zero_bytes(be, exec, p, bytes) || record(a, p, bytes)) {
     a->user.free(a->user.ctx, p, bytes, device, exec->stream);
     return NULL;
   }

@@ -125,6 +125,7 @@ kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
   kvc_cache* c = NULL;
   if (!e) e = kvci_cache_new(&o->device, NULL, &c);
   if (e) {
+    free(specs);
     kvci_allocator_release(allocator);
     return e;
   }
