@@ -125,6 +125,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kvcache_sys as sys;
 
+use crate::allocator::{Allocator, RawAllocator};
 use crate::block_hash::BlockHash;
 use crate::device::Device;
 use crate::dtype::{DType, DataType, Element};
@@ -341,6 +342,7 @@ pub struct PoolBuilder {
     hash_seed: Vec<u8>,
     prefix_caching: bool,
     events: u32,
+    allocator: Option<Arc<dyn Allocator>>,
 }
 
 impl PoolBuilder {
@@ -395,6 +397,15 @@ impl PoolBuilder {
         self
     }
 
+    /// Takes every layer's K/V storage from `allocator` (`kvc_pool_options.allocator`,
+    /// [`crate::allocator`](Allocator)): once, at [`PoolBuilder::build`]; it is
+    /// given back when the last handle of the pool is dropped, and the pool
+    /// keeps `allocator` alive until then. Default: the library's own memory.
+    pub fn allocator(mut self, allocator: Arc<dyn Allocator>) -> Self {
+        self.allocator = Some(allocator);
+        self
+    }
+
     /// Creates the pool (`kvc_pool_create`), allocating every group's blocks.
     /// Bad options are [`ErrorCode::InvalidArgument`] naming the field.
     pub fn build(self) -> Result<Pool> {
@@ -430,8 +441,17 @@ impl PoolBuilder {
             event_capacity: self.events,
             ..Default::default()
         };
+        let allocator = self.allocator.map(RawAllocator::new);
+        let raw_allocator = allocator.as_ref().map(RawAllocator::raw);
+        let options = sys::kvc_pool_options {
+            allocator: raw_allocator
+                .as_ref()
+                .map_or(std::ptr::null(), |a| a as *const _),
+            ..options
+        };
         let mut raw = std::ptr::null_mut();
-        // SAFETY: every pointer in `options` is valid for the call.
+        // SAFETY: every pointer in `options` is valid for the call; the allocator's context lives in
+        // `Shared::allocator`, dropped after kvc_pool_destroy.
         check(unsafe { sys::kvc_pool_create(&options, &mut raw) })?;
         Ok(Pool {
             shared: Arc::new(Shared {
@@ -447,6 +467,7 @@ impl PoolBuilder {
                 }),
                 groups: self.groups,
                 layers: self.layers,
+                _allocator: allocator,
             }),
         })
     }
@@ -510,6 +531,8 @@ struct Shared {
     layers: Vec<PoolLayer>,
     /// Held for every call into C on the pool or one of its sequences.
     state: Mutex<State>,
+    /// The allocator of the storage: dropped after `Drop::drop` destroyed the pool, which gives it all back.
+    _allocator: Option<RawAllocator>,
 }
 
 // SAFETY: the C rule is one call at a time per pool (its sequences
@@ -554,6 +577,7 @@ impl Pool {
             hash_seed: Vec::new(),
             prefix_caching: true,
             events: 0,
+            allocator: None,
         }
     }
 
