@@ -105,7 +105,8 @@ var (
 func pool(p unsafe.Pointer) *C.kvc_pool             { return (*C.kvc_pool)(p) }
 func poolSeq(p unsafe.Pointer) *C.kvc_pool_sequence { return (*C.kvc_pool_sequence)(p) }
 
-func cPoolCreate(o *PoolOptions) (unsafe.Pointer, error) {
+// cPoolCreate also returns what frees the pool's allocator (nil without one), to call after cPoolDestroy.
+func cPoolCreate(o *PoolOptions) (unsafe.Pointer, func(), error) {
 	var a arena
 	defer a.free()
 	c := (*C.kvc_pool_options)(a.alloc(C.sizeof_kvc_pool_options))
@@ -151,11 +152,20 @@ func cPoolCreate(o *PoolOptions) (unsafe.Pointer, error) {
 		c.enable_prefix_caching = 0
 	}
 	c.event_capacity = C.uint32_t(o.EventCapacity)
+	var release func()
+	if o.Allocator != nil {
+		ca := newCAllocator(o.Allocator)
+		c.allocator = ca.c
+		release = ca.release
+	}
 	var out *C.kvc_pool
 	if err := takeError(C.kvc_pool_create(c, &out)); err != nil {
-		return nil, err
+		if release != nil {
+			release()
+		}
+		return nil, nil, err
 	}
-	return unsafe.Pointer(out), nil
+	return unsafe.Pointer(out), release, nil
 }
 
 func cPoolDestroy(p unsafe.Pointer) { C.kvc_pool_destroy(pool(p)) }

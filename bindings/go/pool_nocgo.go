@@ -7,12 +7,12 @@ package kvcache
 
 import "unsafe"
 
-func cPoolCreate(*PoolOptions) (unsafe.Pointer, error)     { return nil, ErrCgoDisabled }
-func cPoolDestroy(unsafe.Pointer)                          {}
-func cPoolSetStream(unsafe.Pointer, uintptr) error         { return ErrCgoDisabled }
-func cPoolStats(unsafe.Pointer, uint32) (PoolStats, error) { return PoolStats{}, ErrCgoDisabled }
-func cPoolClearCache(unsafe.Pointer) error                 { return ErrCgoDisabled }
-func cPoolUnpinAll(unsafe.Pointer) error                   { return ErrCgoDisabled }
+func cPoolCreate(*PoolOptions) (unsafe.Pointer, func(), error) { return nil, nil, ErrCgoDisabled }
+func cPoolDestroy(unsafe.Pointer)                              {}
+func cPoolSetStream(unsafe.Pointer, uintptr) error             { return ErrCgoDisabled }
+func cPoolStats(unsafe.Pointer, uint32) (PoolStats, error)     { return PoolStats{}, ErrCgoDisabled }
+func cPoolClearCache(unsafe.Pointer) error                     { return ErrCgoDisabled }
+func cPoolUnpinAll(unsafe.Pointer) error                       { return ErrCgoDisabled }
 func cPoolSequenceCreate(unsafe.Pointer, SequenceKeys) (unsafe.Pointer, error) {
 	return nil, ErrCgoDisabled
 }
