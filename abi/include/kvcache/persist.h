@@ -63,6 +63,7 @@ typedef struct kvc_save_options {
 /** Sets `options` to KVC_SAVE_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_save_options_init(kvc_save_options* options);
 
+/** Options of the loads. Published sizes: 24 (0.6), 32 (0.7). */
 typedef struct kvc_load_options {
   uint32_t struct_size; /**< sizeof(kvc_load_options) */
   kvc_device device;    /**< where the new cache lives (default: the CPU); any device, whatever the saved one */

@@ -2057,6 +2057,7 @@ unsafe extern "C" {
     /// Sets `options` to KVC_SAVE_OPTIONS_INIT. Never fails; NULL is ignored.
     pub fn kvc_save_options_init(options: *mut kvc_save_options);
 }
+/// Options of the loads. Published sizes: 24 (0.6), 32 (0.7).
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_load_options {
