@@ -53,6 +53,10 @@ static void test_stores_come_from_the_allocator(void) {
     REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 1, D, D, s, NULL, &out));
     CHECK(arena_holds_tensor(&out.key) && arena_holds_tensor(&out.value));
   }
+  for (uint32_t i = 1; i < 3; i++) { /* the static and the sliding layer return views of their stores too */
+    REQUIRE_OK(tu_update_tokens(c, i, NB, NH, 5, D, D, 3, NULL, &out));
+    CHECK(arena_holds_tensor(&out.key) && arena_holds_tensor(&out.value));
+  }
   CHECK(A.allocs > before_growth);         /* the dynamic layer grew */
   CHECK_EQ_I64(A.live_count, 6);            /* and gave its old stores back */
   kvc_kv grown = tu_view(c, 0);
