@@ -164,7 +164,11 @@ static void test_bad_allocators(void) {
   A.misalign = 1;
   c = arena_cache(&al, 1, &l);
   REQUIRE(c != NULL);
-  CHECK_ERR(tu_update_tokens(c, 0, NB, NH, 3, D, D, 0, NULL, NULL), KVC_ERROR_OUT_OF_MEMORY);
+  e = tu_update_tokens(c, 0, NB, NH, 3, D, D, 0, NULL, NULL);
+  CHECK(e && kvc_error_code(e) == KVC_ERROR_OUT_OF_MEMORY);
+  /* The message names the allocator and the bytes: K and V of 2 x 2 x 64 slots x 4 floats. */
+  CHECK(e && strstr(kvc_error_message(e), "caller's allocator") && strstr(kvc_error_message(e), "4096 + 4096 bytes"));
+  kvc_error_destroy(e);
   CHECK_EQ_I64(A.live_count, 0);
   kvc_cache_destroy(c);
   check_all_returned();

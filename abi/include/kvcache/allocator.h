@@ -41,7 +41,8 @@
  *    work issued on `stream` afterwards.
  *  - Failure: `alloc` returns NULL; the call that needed memory returns
  *    KVC_ERROR_OUT_OF_MEMORY and changes nothing (the stores it had are
- *    kept; kvc_pool_create's message names the bytes asked for). A pointer
+ *    kept; the message names the allocator and the bytes asked for, for a
+ *    pool's storage and a layer's first or grown store). A pointer
  *    that is not aligned as asked is freed at once and counts as a NULL.
  *    `free` cannot fail.
  *  - Lifetime: the kvc_allocator struct is copied at creation, but `ctx` and
