@@ -93,6 +93,7 @@ void kvc_cache_destroy(kvc_cache* c) {
   kvci_offload_free_state(c);
   kvci_kinds_free_state(c);
   kvci_alias_index_free(c);
+  kvci_allocator_release(c->allocator); /* after the layers: their stores went back to it */
   c->backend->exec_close(c->backend->ctx, &c->exec);
   if (c->batch) free(c->batch->copies);
   free(c->batch);
@@ -118,17 +119,22 @@ kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
   kvc_offload offload = KVC_OFFLOAD_NONE;
   uint32_t n = 0;
   int lazy = 0;
+  kvci_allocator* allocator = NULL;
+  if ((e = kvci_allocator_new(FN, "options->allocator", o->allocator, &allocator))) return e;
   e = kvci_preset_layers(o, &specs, &n, &lazy, &lazy_spec, &offload);
-  if (e) return e;
   kvc_cache* c = NULL;
-  e = kvci_cache_new(&o->device, NULL, &c);
-  if (!e) {
-    c->offload = offload;
-    c->transformers_release = o->transformers_release;
-    c->query_offset_rule = o->query_offset_rule;
-    c->lazy_spec = lazy_spec;
-    c->lazy_spec.quant = NULL; /* the preset's quant options are borrowed; lazy quantized layers do not exist */
+  if (!e) e = kvci_cache_new(&o->device, NULL, &c);
+  if (e) {
+    free(specs);
+    kvci_allocator_release(allocator);
+    return e;
   }
+  c->allocator = allocator;
+  c->offload = offload;
+  c->transformers_release = o->transformers_release;
+  c->query_offset_rule = o->query_offset_rule;
+  c->lazy_spec = lazy_spec;
+  c->lazy_spec.quant = NULL; /* the preset's quant options are borrowed; lazy quantized layers do not exist */
   for (uint32_t i = 0; !e && i < n; i++) {
     kvc_layer* l = NULL;
     e = kvci_layer_new(&specs[i], &l);
@@ -178,6 +184,7 @@ kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
   kvc_cache* c = NULL;
   e = kvci_cache_new(&src->device, src->exec.stream, &c);
+  if (!e) c->allocator = kvci_allocator_share(src->allocator);
   for (uint32_t i = 0; !e && i < src->num_layers; i++) {
     kvc_layer* l = NULL;
     e = kvci_layer_clone(src, src->layers[i], c, &l);
@@ -196,6 +203,7 @@ kvc_error* kvc_cache_clone(const kvc_cache* src, kvc_cache** out) {
 kvc_error* kvci_cache_new_like(const kvc_cache* src, kvc_cache** out) {
   kvc_cache* c = NULL;
   kvc_error* e = kvci_cache_new(&src->device, src->exec.stream, &c);
+  if (!e) c->allocator = kvci_allocator_share(src->allocator);
   if (!e && (e = kvci_cache_copy_settings(src, c))) kvc_cache_destroy(c);
   if (!e) *out = c;
   return e;

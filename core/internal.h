@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "allocator.h"
 #include "backend.h"
 #include "backend_fault.h"
 #include "guard.h"
@@ -334,6 +335,7 @@ struct kvc_cache {
   uint32_t cap_layers;
   kvc_layer** layers;
   kvci_fault fault;       /* a failed backend call (backend_fault.h): poisoned until kvc_cache_reset */
+  kvci_allocator* allocator; /* the caller's, for device-tier stores (allocator.h); NULL: the backend's */
   kvci_guard guard; /* last: kvci_cache_copy_contents copies what comes before it (guard.h) */
 };
 

@@ -81,9 +81,24 @@ static int store_alloc_with(const kvc_cache* c, int host, void* (*alloc)(void*, 
   return -1;
 }
 
+/* A device-tier store from the caller's allocator (zeroed): the store allocation of a cache that has one. */
+static int store_alloc_caller(const kvc_cache* c, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,
+                              size_t elem, void** k, void** v) {
+  size_t kb = store_bytes(batch, heads, cap, kd, elem), vb = store_bytes(batch, heads, cap, vd, elem);
+  *k = *v = NULL;
+  if (!kb || !vb) return -1;
+  *k = kvci_allocator_take(c->allocator, c->backend, &c->exec, c->device, kb);
+  *v = *k ? kvci_allocator_take(c->allocator, c->backend, &c->exec, c->device, vb) : NULL;
+  if (*v) return 0;
+  kvci_store_free(c, 0, *k, NULL);
+  *k = NULL;
+  return -1;
+}
+
 int kvci_store_alloc_tier(const kvc_cache* c, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
                          int64_t vd, size_t elem, void** k, void** v) {
   const kvc_backend* be = c->backend;
+  if (!host && c->allocator) return store_alloc_caller(c, batch, heads, cap, kd, vd, elem, k, v);
   return store_alloc_with(c, host, host ? be->host_alloc_zeroed : be->alloc_zeroed, batch, heads, cap, kd, vd, elem, k,
                           v);
 }
@@ -103,8 +118,23 @@ int kvci_store_alloc(const kvc_cache* c, int64_t batch, int64_t heads, int64_t c
 void kvci_store_free(const kvc_cache* c, int host, void* k, void* v) {
   const kvc_backend* be = c->backend;
   void (*release)(void*, const kvc_exec*, void*) = host ? be->host_free : be->free;
-  if (k) release(be->ctx, &c->exec, k);
-  if (v) release(be->ctx, &c->exec, v);
+  /* A device-tier buffer the caller's allocator did not make (none does today) is still the backend's. */
+  int caller = !host && c->allocator;
+  if (k && !(caller && kvci_allocator_give(c->allocator, &c->exec, c->device, k))) release(be->ctx, &c->exec, k);
+  if (v && !(caller && kvci_allocator_give(c->allocator, &c->exec, c->device, v))) release(be->ctx, &c->exec, v);
+}
+
+/* The error of a failed store allocation. A caller's allocator is told apart from the heap: it refused the bytes
+ * named (what the engine's arena or pool must make room for). */
+static kvc_error* store_refused(const kvc_cache* c, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
+                                int64_t vd, size_t elem) {
+  if (host || !c->allocator) return kvci_err_oom();
+  return kvci_err(KVC_ERROR_OUT_OF_MEMORY,
+                  "the caller's allocator (options->allocator) gave no memory for a K/V store of %zu + %zu bytes "
+                  "(batch %" PRId64 ", heads %" PRId64 ", %" PRId64 " slots, head dims %" PRId64 "/%" PRId64
+                  ", %zu-byte elements)",
+                  store_bytes(batch, heads, cap, kd, elem), store_bytes(batch, heads, cap, vd, elem), batch, heads,
+                  cap, kd, vd, elem);
 }
 
 kvc_error* kvci_layer_initialize(const kvc_cache* c, kvc_layer* l, kvc_dtype dtype, int64_t batch, int64_t heads,
@@ -114,7 +144,8 @@ kvc_error* kvci_layer_initialize(const kvc_cache* c, kvc_layer* l, kvc_dtype dty
   int64_t cap = l->ops->initial_capacity(&probe, n_first);
   size_t elem = kvc_dtype_size(dtype);
   void *k, *v;
-  if (kvci_store_alloc(c, batch, heads, cap, kd, vd, elem, &k, &v)) return kvci_err_oom();
+  if (kvci_store_alloc(c, batch, heads, cap, kd, vd, elem, &k, &v))
+    return store_refused(c, 0, batch, heads, cap, kd, vd, elem);
   kvci_alias_index_touch(c);
   l->k = k;
   l->v = v;
@@ -176,7 +207,7 @@ kvc_error* kvci_layer_reserve(const kvc_cache* c, kvc_layer* l, kvc_region keep,
     int64_t cap = kvci_layer_reserved_capacity(l, keep, extra);
     void *k, *v;
     if (kvci_store_alloc_tier(c, l->offloaded, l->batch, l->heads, cap, l->k_dim, l->v_dim, l->elem, &k, &v))
-      return kvci_err_oom();
+      return store_refused(c, l->offloaded, l->batch, l->heads, cap, l->k_dim, l->v_dim, l->elem);
     kvci_layer_adopt_store(c, l, k, v, cap, keep);
     return NULL;
   }

@@ -29,14 +29,14 @@ KVC_DEFINE_INIT(kvc_pool_sequence_options_init, kvc_pool_sequence_options, KVC_P
 #define KVC_CHECK_SIZE(type, size) _Static_assert(sizeof(type) == (size), #type " changed size")
 static const uint32_t LAYER_OPTIONS_SIZES[] = {24, 56};
 static const uint32_t MODEL_CONFIG_SIZES[] = {40, 56};
-static const uint32_t CACHE_OPTIONS_SIZES[] = {48, 80, 88};
+static const uint32_t CACHE_OPTIONS_SIZES[] = {48, 80, 88, 96};
 static const uint32_t UPDATE_OPTIONS_SIZES[] = {24, 48};
 static const uint32_t QUANT_OPTIONS_SIZES[] = {40};
 static const uint32_t DISK_TIER_OPTIONS_SIZES[] = {32, 48};
 static const uint32_t POOL_SEQUENCE_OPTIONS_SIZES[] = {24, 56};
 KVC_CHECK_SIZE(kvc_layer_options, 56);
 KVC_CHECK_SIZE(kvc_model_config, 56);
-KVC_CHECK_SIZE(kvc_cache_options, 88);
+KVC_CHECK_SIZE(kvc_cache_options, 96);
 KVC_CHECK_SIZE(kvc_update_options, 48);
 KVC_CHECK_SIZE(kvc_quant_options, 40);
 KVC_CHECK_SIZE(kvc_disk_tier_options, 48);

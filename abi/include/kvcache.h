@@ -57,6 +57,7 @@
 #include "kvcache/version.h"
 #include "kvcache/error.h"
 #include "kvcache/tensor.h"
+#include "kvcache/allocator.h"
 #include "kvcache/cache.h"
 #include "kvcache/ops.h"
 #include "kvcache/encoder_decoder.h"

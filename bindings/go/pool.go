@@ -151,6 +151,10 @@ type PoolOptions struct {
 	// EventCapacity is how many events the queue keeps until Events pulls
 	// them (0: none); when it is full the oldest are dropped.
 	EventCapacity uint32
+	// Allocator, when set, provides every layer's K/V storage (see
+	// Allocator; CArena serves CPU pools from C memory). The pool keeps it
+	// until Close (or the finalizer) has given all of it back.
+	Allocator Allocator
 }
 
 // poolOwner holds the C handle and carries the finalizer. It points at
@@ -170,6 +174,8 @@ type poolOwner struct {
 	// what lets a reserve short of blocks reclaim it at once (reclaim).
 	open   map[uint64]openSequence
 	nextID uint64
+	// releaseAllocator frees the C side of PoolOptions.Allocator after the pool is destroyed (nil: none).
+	releaseAllocator func()
 }
 
 // openSequence is a sequence's entry in poolOwner.open.
@@ -188,7 +194,10 @@ func (o *poolOwner) close() {
 		return
 	}
 	runtime.SetFinalizer(o, nil)
-	cPoolDestroy(p) // frees the sequences still held, the dropped ones included
+	cPoolDestroy(p) // frees the sequences still held, the dropped ones included; gives the storage back
+	if o.releaseAllocator != nil {
+		o.releaseAllocator()
+	}
 	liveHandles.Add(-1)
 }
 
@@ -280,11 +289,11 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	if uint64(len(opts.Groups)) > math.MaxUint32 || uint64(len(opts.Layers)) > math.MaxUint32 {
 		return nil, newError(CodeInvalidArgument, "NewPool: too many groups or layers")
 	}
-	p, err := cPoolCreate(&opts)
+	p, releaseAllocator, err := cPoolCreate(&opts)
 	if err != nil {
 		return nil, err
 	}
-	o := &poolOwner{p: p, open: make(map[uint64]openSequence)}
+	o := &poolOwner{p: p, open: make(map[uint64]openSequence), releaseAllocator: releaseAllocator}
 	liveHandles.Add(1)
 	runtime.SetFinalizer(o, (*poolOwner).close)
 	device := opts.Device

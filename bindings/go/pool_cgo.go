@@ -105,14 +105,25 @@ var (
 func pool(p unsafe.Pointer) *C.kvc_pool             { return (*C.kvc_pool)(p) }
 func poolSeq(p unsafe.Pointer) *C.kvc_pool_sequence { return (*C.kvc_pool_sequence)(p) }
 
-func cPoolCreate(o *PoolOptions) (unsafe.Pointer, error) {
+// cPoolCreate also returns what frees the pool's allocator (nil without one), to call after cPoolDestroy.
+func cPoolCreate(o *PoolOptions) (unsafe.Pointer, func(), error) {
 	var a arena
 	defer a.free()
-	var out *C.kvc_pool
-	if err := takeError(C.kvc_pool_create(cPoolOptions(&a, o), &out)); err != nil {
-		return nil, err
+	c := cPoolOptions(&a, o)
+	var release func()
+	if o.Allocator != nil {
+		ca := newCAllocator(o.Allocator)
+		c.allocator = ca.c
+		release = ca.release
 	}
-	return unsafe.Pointer(out), nil
+	var out *C.kvc_pool
+	if err := takeError(C.kvc_pool_create(c, &out)); err != nil {
+		if release != nil {
+			release()
+		}
+		return nil, nil, err
+	}
+	return unsafe.Pointer(out), release, nil
 }
 
 // cPoolOptionsFingerprint is kvc_pool_options_fingerprint (ModelFingerprint).

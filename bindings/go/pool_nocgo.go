@@ -7,7 +7,7 @@ package kvcache
 
 import "unsafe"
 
-func cPoolCreate(*PoolOptions) (unsafe.Pointer, error) { return nil, ErrCgoDisabled }
+func cPoolCreate(*PoolOptions) (unsafe.Pointer, func(), error) { return nil, nil, ErrCgoDisabled }
 func cPoolOptionsFingerprint(*PoolOptions) ([BlockHashSize]byte, error) {
 	return [BlockHashSize]byte{}, ErrCgoDisabled
 }

@@ -37,9 +37,17 @@ static kvc_error* read_save_options(const char* fn, const kvc_save_options* o, u
   return NULL;
 }
 
+_Static_assert(offsetof(kvc_load_options, allocator) == 24 && sizeof(kvc_load_options) == 32,
+               "kvc_load_options changed size");
+
 static kvc_error* read_load_options(const char* fn, const kvc_load_options* o, kvc_load_options* out) {
   *out = (kvc_load_options)KVC_LOAD_OPTIONS_INIT;
   if (!o) return NULL;
+  /* 24: the size before the allocator (0.7), which then keeps its default. */
+  if (o->struct_size == offsetof(kvc_load_options, allocator)) {
+    memcpy(out, o, offsetof(kvc_load_options, allocator));
+    return NULL;
+  }
   kvc_error* e = kvci_check_struct_size(fn, "options", o->struct_size, sizeof(kvc_load_options));
   if (!e) *out = *o;
   return e;
@@ -220,9 +228,10 @@ static kvc_error* parse_object(const char* fn, const file_bytes* m, uint32_t obj
 }
 
 /* The new cache(s) of a parsed file; an encoder-decoder file gives both halves and a copy of the flags. */
-static kvc_error* build(const char* fn, const kvci_file* f, const kvc_device* dev, void* stream, kvc_cache** a,
-                        kvc_cache** b, uint8_t** flags, uint32_t* nflags) {
-  kvc_error* e = kvci_load_cache(fn, f, 0, dev, stream, a);
+static kvc_error* build(const char* fn, const kvci_file* f, const kvc_device* dev, void* stream,
+                        kvci_allocator* const allocators[2], kvc_cache** a, kvc_cache** b, uint8_t** flags,
+                        uint32_t* nflags) {
+  kvc_error* e = kvci_load_cache(fn, f, 0, dev, stream, allocators[0], a);
   if (!e && !b && (e = kvci_file_check_rest(fn, f))) {
     kvc_cache_destroy(*a);
     *a = NULL;
@@ -230,7 +239,7 @@ static kvc_error* build(const char* fn, const kvci_file* f, const kvc_device* de
   if (e || !b) return e;
   const kvci_file_section* s = kvci_file_find(f, KVCF_ENCDEC, 0, 0, 0);
   if (!s || s->h.payload_bytes > UINT32_MAX) e = kvci_err(KVC_ERROR_IO, "%s: the file has no is_updated section (EDEC)", fn);
-  if (!e) e = kvci_load_cache(fn, f, 1, dev, stream, b);
+  if (!e) e = kvci_load_cache(fn, f, 1, dev, stream, allocators[1], b);
   if (!e) {
     *nflags = (uint32_t)s->h.payload_bytes;
     *flags = (uint8_t*)malloc(*nflags ? *nflags : 1);
@@ -279,18 +288,26 @@ static kvc_error* from_buffer(const char* fn, const void* data, size_t bytes, re
 
 /* The prologue of a load: out and options, then the parsed file of the expected object. */
 static kvc_error* load_prologue(const char* fn, const file_bytes* m, const request* r, uint32_t object,
-                                kvc_load_options* o, kvci_file* f) {
+                                kvc_load_options* o, kvci_file* f, kvci_allocator** allocator) {
   if (!r->out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a handle", fn);
   kvc_error* e = read_load_options(fn, r->options, o);
-  return e ? e : parse_object(fn, m, object, f);
+  if (!e) e = kvci_allocator_new(fn, "options->allocator", o->allocator, allocator);
+  if (!e && (e = parse_object(fn, m, object, f))) {
+    kvci_allocator_release(*allocator);
+    *allocator = NULL;
+  }
+  return e;
 }
 
 static kvc_error* load_cache(const char* fn, const file_bytes* m, const request* r) {
   kvc_load_options o;
   kvci_file f;
-  kvc_error* e = load_prologue(fn, m, r, KVCF_OBJECT_CACHE, &o, &f);
+  kvci_allocator* allocator = NULL;
+  kvc_error* e = load_prologue(fn, m, r, KVCF_OBJECT_CACHE, &o, &f, &allocator);
   if (e) return e;
-  e = build(fn, &f, &o.device, o.stream, (kvc_cache**)r->out, NULL, NULL, NULL);
+  kvci_allocator* const allocators[2] = {allocator, allocator};
+  e = build(fn, &f, &o.device, o.stream, allocators, (kvc_cache**)r->out, NULL, NULL, NULL);
+  kvci_allocator_release(allocator); /* the cache holds its own share */
   kvci_file_free(&f);
   return e;
 }
@@ -298,12 +315,15 @@ static kvc_error* load_cache(const char* fn, const file_bytes* m, const request*
 static kvc_error* load_encdec(const char* fn, const file_bytes* m, const request* r) {
   kvc_load_options o;
   kvci_file f;
-  kvc_error* e = load_prologue(fn, m, r, KVCF_OBJECT_ENCODER_DECODER, &o, &f);
+  kvci_allocator* allocator = NULL;
+  kvc_error* e = load_prologue(fn, m, r, KVCF_OBJECT_ENCODER_DECODER, &o, &f, &allocator);
   if (e) return e;
   kvc_cache *a = NULL, *b = NULL;
   uint8_t* flags = NULL;
   uint32_t n = 0;
-  e = build(fn, &f, &o.device, o.stream, &a, &b, &flags, &n);
+  kvci_allocator* const allocators[2] = {allocator, allocator};
+  e = build(fn, &f, &o.device, o.stream, allocators, &a, &b, &flags, &n);
+  kvci_allocator_release(allocator); /* each half holds its own share */
   kvci_file_free(&f);
   if (!e && (e = kvci_encdec_wrap(a, b, flags, n, (kvc_encoder_decoder_cache**)r->out))) {
     kvc_cache_destroy(a);
@@ -376,7 +396,8 @@ static kvc_error* restore_cache(const char* fn, const file_bytes* m, const reque
   if (e) return e;
   kvc_cache* fresh = NULL;
   e = compare_part(fn, &f, 0, cache, "");
-  if (!e) e = build(fn, &f, &cache->device, cache->exec.stream, &fresh, NULL, NULL, NULL);
+  kvci_allocator* const allocators[2] = {cache->allocator, cache->allocator}; /* the stores move into cache */
+  if (!e) e = build(fn, &f, &cache->device, cache->exec.stream, allocators, &fresh, NULL, NULL, NULL);
   kvci_file_free(&f);
   if (!e) adopt(cache, fresh);
   return e;
@@ -393,7 +414,8 @@ static kvc_error* restore_encdec(const char* fn, const file_bytes* m, const requ
   kvci_encdec_parts(cache, &self, &cross, &old_flags, &nold);
   e = compare_part(fn, &f, 0, self, "the self-attention cache's ");
   if (!e) e = compare_part(fn, &f, 1, cross, "the cross-attention cache's ");
-  if (!e) e = build(fn, &f, &self->device, self->exec.stream, &a, &b, &flags, &n);
+  kvci_allocator* const allocators[2] = {self->allocator, cross->allocator}; /* the stores move into the halves */
+  if (!e) e = build(fn, &f, &self->device, self->exec.stream, allocators, &a, &b, &flags, &n);
   kvci_file_free(&f);
   if (e) return e;
   adopt(self, a);

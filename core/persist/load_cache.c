@@ -214,7 +214,7 @@ static kvc_error* load_kind_states(const char* fn, const kvci_file* f, uint32_t 
 }
 
 kvc_error* kvci_load_cache(const char* fn, const kvci_file* f, uint32_t part, const kvc_device* device, void* stream,
-                           kvc_cache** out) {
+                           kvci_allocator* allocator, kvc_cache** out) {
   const kvci_file_section* s = kvci_file_find(f, KVCF_FINGERPRINT, part, 0, 0);
   if (!s) return kvci_err(KVC_ERROR_IO, "%s: the file has no fingerprint section (FPRT) for part %u", fn, part);
   kvci_fingerprint fp;
@@ -222,6 +222,7 @@ kvc_error* kvci_load_cache(const char* fn, const kvci_file* f, uint32_t part, co
   if (e) return e;
   kvc_cache* c = NULL;
   e = kvci_cache_new(device, stream, &c);
+  if (!e) c->allocator = kvci_allocator_share(allocator);
   if (!e) e = load_settings(fn, f, part, &fp, c);
   kvci_stage st;
   memset(&st, 0, sizeof st);

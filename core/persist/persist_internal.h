@@ -180,9 +180,10 @@ const kvci_file_section* kvci_file_find(const kvci_file* f, uint32_t type, uint3
 void kvci_save_cache(kvci_out* out, const kvc_cache* cache, uint32_t part);
 /* The fingerprint digest of a cache (SHA-256 of its fingerprint record, first 16 bytes); -1 when out of memory. */
 int kvci_fingerprint_digest(const kvc_cache* cache, unsigned char digest[16]);
-/* A new cache on `device`/`stream` from part `part` of a parsed file. */
+/* A new cache on `device`/`stream` from part `part` of a parsed file; its stores from `allocator` (NULL: the
+ * backend's), which it shares. */
 kvc_error* kvci_load_cache(const char* fn, const kvci_file* f, uint32_t part, const kvc_device* device,
-                           void* stream, kvc_cache** out);
+                           void* stream, kvci_allocator* allocator, kvc_cache** out);
 
 /* ------------------------------------------------------- pool sequences */
 

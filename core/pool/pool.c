@@ -85,9 +85,6 @@ static kvc_error* check_layer(const char* fn, uint32_t i, const kvc_pool_layer_o
 }
 
 static kvc_error* check_options(const char* fn, const kvc_pool_options* o) {
-  if (o->struct_size != sizeof(*o))
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.struct_size is %u but this library knows only %zu; "
-                    "initialize it with KVC_POOL_OPTIONS_INIT or kvc_pool_options_init", fn, o->struct_size, sizeof(*o));
   if (!kvc_dtype_size(o->dtype))
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.dtype is %d; pass KVC_DTYPE_FLOAT32, FLOAT16 or "
                     "BFLOAT16 (a pool's dtype is fixed at creation)", fn, (int)o->dtype);
@@ -172,6 +169,17 @@ static kvc_error* build_groups(kvc_pool* p, const kvc_pool_options* o) {
   return NULL;
 }
 
+/* A layer's K or V storage (zeroed), from the caller's allocator when the pool has one. */
+static void* alloc_buffer(const kvc_pool* p, size_t bytes) {
+  if (p->allocator) return kvci_allocator_take(p->allocator, p->backend, &p->exec, p->device, bytes);
+  return p->backend->alloc_zeroed(p->backend->ctx, &p->exec, bytes);
+}
+
+static void free_buffer(const kvc_pool* p, void* ptr) {
+  if (ptr && !(p->allocator && kvci_allocator_give(p->allocator, &p->exec, p->device, ptr)))
+    p->backend->free(p->backend->ctx, &p->exec, ptr);
+}
+
 static kvc_error* alloc_storage(const char* fn, kvc_pool* p, const kvc_pool_options* o) {
   for (uint32_t i = 0; i < p->num_layers; i++) {
     const kvc_pool_layer_options* lo = &o->layers[i];
@@ -199,26 +207,55 @@ static kvc_error* alloc_storage(const char* fn, kvc_pool* p, const kvc_pool_opti
       return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u] would hold more than 2^44 elements per buffer "
                       "(groups[%u].num_blocks %u)", fn, i, lo->group, g->num_blocks);
     size_t kb = (size_t)(l->k_block * g->num_blocks) * p->elem, vb = (size_t)(l->v_block * g->num_blocks) * p->elem;
-    l->k = p->backend->alloc_zeroed(p->backend->ctx, &p->exec, kb);
-    l->v = l->k ? p->backend->alloc_zeroed(p->backend->ctx, &p->exec, vb) : NULL;
+    l->k = alloc_buffer(p, kb);
+    l->v = l->k ? alloc_buffer(p, vb) : NULL;
     if (!l->v)
-      return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend could not allocate %zu bytes for layers[%u] "
-                      "(groups[%u]: %u blocks)", fn, p->backend->name, l->k ? vb : kb, i, lo->group, g->num_blocks);
+      return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s could not allocate %zu bytes for layers[%u] "
+                      "(groups[%u]: %u blocks)", fn, p->allocator ? "caller's allocator (options.allocator)"
+                      : p->backend->name, l->k ? vb : kb, i, lo->group, g->num_blocks);
   }
   return NULL;
 }
 
-kvc_error* kvc_pool_create(const kvc_pool_options* options, kvc_pool** out) {
+_Static_assert(offsetof(kvc_pool_options, allocator) == 80 && sizeof(kvc_pool_options) == 88,
+               "kvc_pool_options changed size");
+
+/* The caller's options in this library's layout: 80 is the size before the allocator (0.6), which keeps its default. */
+static kvc_error* read_options(const char* fn, const kvc_pool_options* in, kvc_pool_options* out) {
+  *out = (kvc_pool_options)KVC_POOL_OPTIONS_INIT;
+  if (in->struct_size == offsetof(kvc_pool_options, allocator)) {
+    memcpy(out, in, offsetof(kvc_pool_options, allocator));
+    out->struct_size = sizeof(*out);
+    return NULL;
+  }
+  if (in->struct_size != sizeof(*in))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.struct_size is %u but this library knows only %zu "
+                    "and %zu; initialize it with KVC_POOL_OPTIONS_INIT or kvc_pool_options_init", fn, in->struct_size,
+                    offsetof(kvc_pool_options, allocator), sizeof(*in));
+  *out = *in;
+  return NULL;
+}
+
+kvc_error* kvc_pool_create(const kvc_pool_options* caller_options, kvc_pool** out) {
   static const char* FN = "kvc_pool_create";
-  if (!options) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL; pass a kvc_pool_options", FN);
+  if (!caller_options) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL; pass a kvc_pool_options", FN);
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
-  kvc_error* e = check_options(FN, options);
+  kvc_pool_options read;
+  kvc_error* e = read_options(FN, caller_options, &read);
+  const kvc_pool_options* options = &read;
+  if (!e) e = check_options(FN, options);
   if (e) return e;
   const kvc_backend* b = NULL;
   e = kvci_backend_for(FN, &options->device, &b);
   if (e) return e;
+  kvci_allocator* allocator = NULL;
+  if ((e = kvci_allocator_new(FN, "options.allocator", options->allocator, &allocator))) return e;
   kvc_pool* p = (kvc_pool*)calloc(1, sizeof(*p));
-  if (!p) return kvci_err_oom();
+  if (!p) {
+    kvci_allocator_release(allocator);
+    return kvci_err_oom();
+  }
+  p->allocator = allocator;
   p->backend = b;
   p->device = options->device;
   p->dtype = options->dtype;
@@ -237,6 +274,7 @@ kvc_error* kvc_pool_create(const kvc_pool_options* options, kvc_pool** out) {
     free(p->layers);
     free(p->seed);
     free(p->events);
+    kvci_allocator_release(p->allocator);
     free(p);
     return kvci_err_oom();
   }
@@ -248,6 +286,7 @@ kvc_error* kvc_pool_create(const kvc_pool_options* options, kvc_pool** out) {
     free(p->layers);
     free(p->seed);
     free(p->events);
+    kvci_allocator_release(p->allocator);
     free(p);
     return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend could not prepare device %d for a pool (streams, "
                     "events)", FN, b->name, (int)options->device.device_id);
@@ -272,8 +311,8 @@ void kvc_pool_destroy(kvc_pool* pool) {
   kvci_pool_slot_memo_free(pool);
   const kvc_backend* b = pool->backend;
   for (uint32_t i = 0; i < pool->num_layers; i++) {
-    if (pool->layers[i].k) b->free(b->ctx, &pool->exec, pool->layers[i].k);
-    if (pool->layers[i].v) b->free(b->ctx, &pool->exec, pool->layers[i].v);
+    free_buffer(pool, pool->layers[i].k);
+    free_buffer(pool, pool->layers[i].v);
   }
   for (uint32_t g = 0; g < pool->num_groups; g++) {
     kvci_pool_group* grp = &pool->groups[g];
@@ -283,6 +322,7 @@ void kvc_pool_destroy(kvc_pool* pool) {
     free(grp->map);
     free(grp->layers);
   }
+  kvci_allocator_release(pool->allocator);
   b->exec_close(b->ctx, &pool->exec);
   free(pool->groups);
   free(pool->layers);

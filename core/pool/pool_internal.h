@@ -133,6 +133,7 @@ struct kvc_pool {
   void* stage_cache;                             /* tier_stage.c: the last staging buffer, kept for the next */
   size_t stage_cache_bytes;
   int stage_cache_busy;                          /* lent out (a fetch that evicts stores while it holds one) */
+  kvci_allocator* allocator;                     /* the caller's, for the layers' K/V (allocator.h); NULL: the backend's */
   kvci_guard guard;                              /* the pool's and its sequences' calls (guard.h) */
   kvci_fault fault; /* a failed device write into the blocks (backend_fault.h): poisoned for good */
   uint64_t batches; /* reserve_batch.c: batch calls so far, the marks of their sequences */

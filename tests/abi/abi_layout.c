@@ -34,6 +34,9 @@ int main(void) {
   OFF(kvc_cache_options, layers); OFF(kvc_cache_options, device); OFF(kvc_cache_options, quant);
   OFF(kvc_cache_options, offload); OFF(kvc_cache_options, window_length); OFF(kvc_cache_options, num_sink_tokens);
   OFF(kvc_cache_options, transformers_release); OFF(kvc_cache_options, query_offset_rule);
+  OFF(kvc_cache_options, allocator);
+  SIZE(kvc_allocator); OFF(kvc_allocator, struct_size); OFF(kvc_allocator, ctx); OFF(kvc_allocator, alloc);
+  OFF(kvc_allocator, free); VAL(KVC_ALLOCATOR_ALIGNMENT);
   SIZE(kvc_init_options); OFF(kvc_init_options, struct_size); OFF(kvc_init_options, batch_size);
   OFF(kvc_init_options, num_kv_heads); OFF(kvc_init_options, k_head_dim); OFF(kvc_init_options, v_head_dim);
   OFF(kvc_init_options, dtype); OFF(kvc_init_options, num_kv_heads_per_layer); OFF(kvc_init_options, head_dim_per_layer);
@@ -67,7 +70,7 @@ int main(void) {
   SIZE(kvc_save_options); OFF(kvc_save_options, struct_size); OFF(kvc_save_options, reserved);
   OFF(kvc_save_options, staging_bytes);
   SIZE(kvc_load_options); OFF(kvc_load_options, struct_size); OFF(kvc_load_options, device);
-  OFF(kvc_load_options, stream);
+  OFF(kvc_load_options, stream); OFF(kvc_load_options, allocator);
   VAL(KVC_FILE_FORMAT_VERSION);
   VAL(KVC_FEATURE_CPU); VAL(KVC_FEATURE_CUDA); VAL(KVC_FEATURE_HIP); VAL(KVC_FEATURE_BACKEND_DL);
   VAL(KVC_DEVICE_CPU); VAL(KVC_DEVICE_CUDA); VAL(KVC_DEVICE_CUDA_HOST); VAL(KVC_DEVICE_ROCM); VAL(KVC_DEVICE_ROCM_HOST);
@@ -85,6 +88,7 @@ int main(void) {
   OFF(kvc_pool_options, num_layers); OFF(kvc_pool_options, layers); OFF(kvc_pool_options, layout);
   OFF(kvc_pool_options, hash_seed); OFF(kvc_pool_options, hash_seed_len);
   OFF(kvc_pool_options, enable_prefix_caching); OFF(kvc_pool_options, event_capacity);
+  OFF(kvc_pool_options, allocator);
   SIZE(kvc_pool_stats); OFF(kvc_pool_stats, struct_size); OFF(kvc_pool_stats, group); OFF(kvc_pool_stats, num_blocks);
   OFF(kvc_pool_stats, free_blocks); OFF(kvc_pool_stats, cached_blocks); OFF(kvc_pool_stats, used_blocks);
   OFF(kvc_pool_stats, pinned_blocks); OFF(kvc_pool_stats, prefix_queries); OFF(kvc_pool_stats, prefix_hits);

@@ -48,6 +48,7 @@ int main(void) {
   CHECK_OPTIONS(kvc_cache_options, KVC_CACHE_OPTIONS_INIT, kvc_cache_options_init);
   CHECK_OPTIONS(kvc_init_options, KVC_INIT_OPTIONS_INIT, kvc_init_options_init);
   CHECK_OPTIONS(kvc_update_options, KVC_UPDATE_OPTIONS_INIT, kvc_update_options_init);
+  CHECK_OPTIONS(kvc_allocator, KVC_ALLOCATOR_INIT, kvc_allocator_init);
 
   /* The header a binding was generated from must match the library it loads. */
   CHECK(kvc_version() == KVC_VERSION_NUMBER);

@@ -71,11 +71,20 @@ static TU_UNUSED void pt_options_fill(pt_options* storage, const pt_group* group
   o->enable_prefix_caching = caching;
 }
 
-static TU_UNUSED kvc_error* pt_pool(kvc_pool** out, const pt_group* groups, uint32_t ng, const uint32_t* layer_group,
-                                    uint32_t nl, kvc_pool_layout layout, uint32_t events, int caching) {
+/* A pool whose storage comes from `allocator` (NULL: the backend's memory). */
+static TU_UNUSED kvc_error* pt_pool_with(kvc_pool** out, const pt_group* groups, uint32_t ng,
+                                         const uint32_t* layer_group, uint32_t nl, kvc_pool_layout layout,
+                                         uint32_t events, int caching, const kvc_allocator* allocator) {
   pt_options po;
   pt_options_fill(&po, groups, ng, layer_group, nl, layout, events, caching);
+  po.o.allocator = allocator;
   return kvc_pool_create(&po.o, out);
+}
+
+/* The same on the backend's memory. */
+static TU_UNUSED kvc_error* pt_pool(kvc_pool** out, const pt_group* groups, uint32_t ng, const uint32_t* layer_group,
+                                    uint32_t nl, kvc_pool_layout layout, uint32_t events, int caching) {
+  return pt_pool_with(out, groups, ng, layer_group, nl, layout, events, caching, NULL);
 }
 
 static TU_UNUSED kvc_pool_stats pt_stats(const kvc_pool* p, uint32_t g) {

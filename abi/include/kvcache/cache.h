@@ -16,6 +16,7 @@
 #ifndef KVCACHE_CACHE_H
 #define KVCACHE_CACHE_H
 
+#include "kvcache/allocator.h"
 #include "kvcache/error.h"
 #include "kvcache/quantized.h"
 #include "kvcache/tensor.h"
@@ -246,7 +247,7 @@ typedef int32_t kvc_query_offset_rule;
 
 /**
  * Options of kvc_cache_create.
- * Published sizes: 48 (0.1), 80 (0.2), 88 (0.5).
+ * Published sizes: 48 (0.1), 80 (0.2), 88 (0.5), 96 (0.7).
  */
 typedef struct kvc_cache_options {
   uint32_t struct_size;                 /**< sizeof(kvc_cache_options) */
@@ -270,11 +271,16 @@ typedef struct kvc_cache_options {
   kvc_query_offset_rule query_offset_rule; /**< KVC_QUERY_OFFSET_PLAIN (0), _MTP (MtpCache) or
                                              _DFLASH (DFlashCache): what kvc_cache_query_offset and
                                              kvc_cache_mask_sizes add; any preset */
+  /* since 0.7 */
+  const kvc_allocator* allocator;       /**< NULL (default): the backend allocates the K/V stores; else
+                                             they come from it (kvcache/allocator.h). The struct is
+                                             copied; its ctx and functions must outlive the cache and
+                                             every cache made from it. Since 0.7. */
 } kvc_cache_options;
 
 #define KVC_CACHE_OPTIONS_INIT                                                                 \
   {sizeof(kvc_cache_options), KVC_PRESET_DYNAMIC, NULL, 0, 0, NULL, {KVC_DEVICE_CPU, 0}, NULL, \
-   KVC_OFFLOAD_DEFAULT, 0, 0, 0, KVC_QUERY_OFFSET_PLAIN}
+   KVC_OFFLOAD_DEFAULT, 0, 0, 0, KVC_QUERY_OFFSET_PLAIN, NULL}
 /** Sets `options` to KVC_CACHE_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_cache_options_init(kvc_cache_options* options);
 

@@ -63,13 +63,17 @@ typedef struct kvc_save_options {
 /** Sets `options` to KVC_SAVE_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_save_options_init(kvc_save_options* options);
 
+/** Options of the loads. Published sizes: 24 (0.6), 32 (0.7). */
 typedef struct kvc_load_options {
   uint32_t struct_size; /**< sizeof(kvc_load_options) */
   kvc_device device;    /**< where the new cache lives (default: the CPU); any device, whatever the saved one */
   void* stream;         /**< the new cache's stream (NULL: the device's default stream) */
+  /* since 0.7 */
+  const kvc_allocator* allocator; /**< the new cache's K/V stores (kvcache/allocator.h); NULL = the backend's.
+                                       Restores keep the target cache's own allocator. Since 0.7. */
 } kvc_load_options;
 
-#define KVC_LOAD_OPTIONS_INIT {sizeof(kvc_load_options), {KVC_DEVICE_CPU, 0}, NULL}
+#define KVC_LOAD_OPTIONS_INIT {sizeof(kvc_load_options), {KVC_DEVICE_CPU, 0}, NULL, NULL}
 /** Sets `options` to KVC_LOAD_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_load_options_init(kvc_load_options* options);
 

@@ -78,6 +78,7 @@
 #ifndef KVCACHE_POOL_H
 #define KVCACHE_POOL_H
 
+#include "kvcache/allocator.h"
 #include "kvcache/block_hash.h"
 #include "kvcache/error.h"
 #include "kvcache/tensor.h"
@@ -147,7 +148,7 @@ typedef int32_t kvc_pool_layout;
 #define KVC_POOL_LAYOUT_NHD 0 /**< [num_blocks, block_size, num_kv_heads, head_dim] (vLLM, FlashInfer NHD) */
 #define KVC_POOL_LAYOUT_HND 1 /**< [num_blocks, num_kv_heads, block_size, head_dim] (FlashInfer HND) */
 
-/** Options of kvc_pool_create. Published sizes: 80 (0.6). */
+/** Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7). */
 typedef struct kvc_pool_options {
   uint32_t struct_size;                        /**< sizeof(kvc_pool_options) */
   kvc_dtype dtype;                             /**< K/V and state dtype; required (not UNSET) */
@@ -164,10 +165,15 @@ typedef struct kvc_pool_options {
                                                     reused; 0: never hashed, released blocks are freed */
   uint32_t event_capacity;                     /**< events kept until pulled; 0 = no events (default).
                                                     When full, the oldest are dropped (ids show the gap) */
+  /* since 0.7 */
+  const kvc_allocator* allocator;              /**< NULL (default): the backend allocates the blocks; else
+                                                    each layer's K and V storage (all its blocks) comes
+                                                    from it, once, at create (kvcache/allocator.h).
+                                                    Copied; ctx must outlive the pool. Since 0.7. */
 } kvc_pool_options;
 
 #define KVC_POOL_OPTIONS_INIT \
-  {sizeof(kvc_pool_options), KVC_DTYPE_UNSET, {KVC_DEVICE_CPU, 0}, 0, NULL, 0, NULL, KVC_POOL_LAYOUT_NHD, NULL, 0, 1, 0}
+  {sizeof(kvc_pool_options), KVC_DTYPE_UNSET, {KVC_DEVICE_CPU, 0}, 0, NULL, 0, NULL, KVC_POOL_LAYOUT_NHD, NULL, 0, 1, 0, NULL}
 /** Sets `options` to KVC_POOL_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_pool_options_init(kvc_pool_options* options);
 

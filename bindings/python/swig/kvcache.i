@@ -263,6 +263,8 @@ KVC_PY_INT_IN(uint32_t, 32, 0)
 KVC_OPTIONS_CTOR(kvc_layer_options, kvc_layer_options_init)
 KVC_OPTIONS_CTOR(kvc_model_config, kvc_model_config_init)
 KVC_OPTIONS_CTOR(kvc_cache_options, kvc_cache_options_init)
+/* A program's alloc/free callbacks: bound as a struct only; Python pools use Pool(storage=...) (kvcache_pool.i). */
+KVC_OPTIONS_CTOR(kvc_allocator, kvc_allocator_init)
 KVC_OPTIONS_CTOR(kvc_init_options, kvc_init_options_init)
 KVC_OPTIONS_CTOR(kvc_update_options, kvc_update_options_init)
 KVC_OPTIONS_CTOR(kvc_quant_options, kvc_quant_options_init)
@@ -318,6 +320,7 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %include "kvcache/version.h"
 %include "kvcache/error.h"
 %include "kvcache/tensor.h"
+%include "kvcache/allocator.h"
 %include "kvcache/quantized.h"
 %include "kvcache/cache.h"
 %include "kvcache/ops.h"

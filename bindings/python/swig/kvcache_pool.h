@@ -24,6 +24,58 @@
 #include "kvcache_py.h"
 #include "kvcache/pool.h"
 
+/*
+ * A pool's whole storage in one caller's buffer (a NumPy array, a CPU torch tensor's .numpy(), a bytearray):
+ * the kvc_allocator the pool is created with hands out consecutive aligned pieces of it. The pool's handle
+ * keeps the buffer (and so its object) until the pool is destroyed, which gives every piece back.
+ */
+typedef struct kvc_py_buffer_arena {
+  Py_buffer view;
+  size_t used;
+  long live;
+  kvc_allocator allocator;
+} kvc_py_buffer_arena;
+
+/* Called inside kvc_pool_create and kvc_pool_destroy (without the GIL: no Python object is touched). */
+static void* kvc_py_arena_alloc(void* ctx, size_t bytes, size_t align, kvc_device device, void* stream) {
+  kvc_py_buffer_arena* a = (kvc_py_buffer_arena*)ctx;
+  (void)stream;
+  if (device.device_type != KVC_DEVICE_CPU) return NULL;
+  uintptr_t base = (uintptr_t)a->view.buf, at = (base + a->used + align - 1) & ~(uintptr_t)(align - 1);
+  size_t len = (size_t)a->view.len;
+  if (at - base > len || bytes > len - (at - base)) return NULL;
+  a->used = (size_t)(at - base) + bytes;
+  a->live++;
+  return (void*)at;
+}
+
+static void kvc_py_arena_free(void* ctx, void* ptr, size_t bytes, kvc_device device, void* stream) {
+  (void)ptr, (void)bytes, (void)device, (void)stream;
+  ((kvc_py_buffer_arena*)ctx)->live--;
+}
+
+/* An arena over `storage` (writable, C-contiguous), or NULL with a Python exception set. */
+static kvc_py_buffer_arena* kvc_py_arena_new(PyObject* storage) {
+  kvc_py_buffer_arena* a = (kvc_py_buffer_arena*)PyMem_Calloc(1, sizeof *a);
+  if (!a) return (kvc_py_buffer_arena*)PyErr_NoMemory();
+  if (PyObject_GetBuffer(storage, &a->view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+    PyMem_Free(a);
+    return NULL;
+  }
+  kvc_allocator_init(&a->allocator);
+  a->allocator.ctx = a;
+  a->allocator.alloc = kvc_py_arena_alloc;
+  a->allocator.free = kvc_py_arena_free;
+  return a;
+}
+
+/* After the pool that used it is destroyed. */
+static void kvc_py_arena_release(kvc_py_buffer_arena* a) {
+  if (!a) return;
+  PyBuffer_Release(&a->view);
+  PyMem_Free(a);
+}
+
 typedef struct PoolHandle {
   PyObject_HEAD
   kvc_pool* ptr;
@@ -35,6 +87,7 @@ typedef struct PoolHandle {
   uintptr_t stream;             /* the stream bound with kvc_pool_set_stream (orders DLPack exports) */
   kvc_pool_sequence** dropped;  /* sequences released while a call ran; destroyed at the next call */
   size_t num_dropped, cap_dropped;
+  kvc_py_buffer_arena* arena;   /* the storage buffer the pool's blocks live in, or NULL */
 } PoolHandle;
 
 typedef struct SequenceHandle {
@@ -65,6 +118,8 @@ static void PoolHandle_dealloc(PoolHandle* self) {
   /* kvc_pool_destroy frees the sequences still held, the dropped ones included */
   if (self->ptr) kvc_pool_destroy(self->ptr);
   self->ptr = NULL;
+  kvc_py_arena_release(self->arena); /* after the destroy gave its pieces back */
+  self->arena = NULL;
   PyMem_Free(self->dropped);
   PyMem_Free(self->tables);
   Py_TYPE(self)->tp_free((PyObject*)self);
@@ -171,14 +226,17 @@ static PyTypeObject SequenceHandleType = {
     .tp_getset = SequenceHandle_getset,
 };
 
-static PyObject* kvc_py_pool_handle_new(kvc_pool* ptr, uint32_t num_groups, uint32_t num_layers) {
+static PyObject* kvc_py_pool_handle_new(kvc_pool* ptr, uint32_t num_groups, uint32_t num_layers,
+                                        kvc_py_buffer_arena* arena) {
   kvc_py_guard* tables = (kvc_py_guard*)PyMem_Calloc(2 * (size_t)num_groups + 1, sizeof *tables);
   PoolHandle* h = tables ? PyObject_New(PoolHandle, &PoolHandleType) : NULL;
   if (!h) {
     PyMem_Free(tables);
     kvc_pool_destroy(ptr);
+    kvc_py_arena_release(arena);
     return tables ? NULL : PyErr_NoMemory();
   }
+  h->arena = arena;
   h->ptr = ptr;
   h->tables = tables;
   memset(&h->own, 0, sizeof h->own);

@@ -161,18 +161,26 @@ KVC_OPTIONS_CTOR_MACRO(kvc_pool_sequence_options, KVC_POOL_SEQUENCE_OPTIONS_INIT
 
 %inline %{
 /*
- * kvc_pool_create(options, hash_seed) -> PoolHandle: hash_seed (bytes or None) is set in a copy of the options
- * for the call, so that the options object never points at memory Python may free.
+ * kvc_pool_create(options, hash_seed, storage) -> PoolHandle: hash_seed (bytes or None) is set in a copy of the
+ * options for the call, so that the options object never points at memory Python may free. storage (None, or a
+ * writable C-contiguous buffer) holds every layer's K/V: the pool's allocator (kvcache/allocator.h) serves
+ * them from it, and the handle keeps the buffer until the pool is destroyed.
  */
-PyObject* kvc_py_pool_create(const kvc_pool_options* options, PyObject* hash_seed) {
+PyObject* kvc_py_pool_create(const kvc_pool_options* options, PyObject* hash_seed, PyObject* storage) {
   if (!options) {
     kvc_py_raise_code(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_create: options is None");
     return NULL;
   }
+  kvc_py_buffer_arena* arena = NULL;
+  if (storage != Py_None && !(arena = kvc_py_arena_new(storage))) return NULL;
   Py_buffer seed;
   int has_seed = hash_seed != Py_None;
-  if (has_seed && kvc_py_bytes_in(hash_seed, "kvc_pool_create", "hash_seed", &seed) < 0) return NULL;
+  if (has_seed && kvc_py_bytes_in(hash_seed, "kvc_pool_create", "hash_seed", &seed) < 0) {
+    kvc_py_arena_release(arena);
+    return NULL;
+  }
   kvc_pool_options o = *options;
+  if (arena) o.allocator = &arena->allocator;
   if (has_seed) {
     o.hash_seed = seed.buf;
     o.hash_seed_len = (size_t)seed.len;
@@ -184,10 +192,11 @@ PyObject* kvc_py_pool_create(const kvc_pool_options* options, PyObject* hash_see
   Py_END_ALLOW_THREADS
   if (has_seed) PyBuffer_Release(&seed);
   if (err) {
+    kvc_py_arena_release(arena); /* a failed create gave back what it took */
     kvc_py_raise(err);
     return NULL;
   }
-  return kvc_py_pool_handle_new(out, o.num_groups, o.num_layers);
+  return kvc_py_pool_handle_new(out, o.num_groups, o.num_layers, arena);
 }
 
 /*

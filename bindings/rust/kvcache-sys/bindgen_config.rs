@@ -44,7 +44,8 @@ fn macro_type(name: &str) -> Option<IntKind> {
         | "KVC_BLOCK_HASH_VERSION"
         | "KVC_POOL_BLOCK_HASH_VERSION"
         | "KVC_POOL_EXTRA_KEY_MAX"
-        | "KVC_POOL_MM_ITEMS_MAX" => Some(IntKind::Custom {
+        | "KVC_POOL_MM_ITEMS_MAX"
+        | "KVC_ALLOCATOR_ALIGNMENT" => Some(IntKind::Custom {
             name: "usize",
             is_signed: false,
         }),
@@ -100,7 +101,7 @@ pub fn kvcache_bindings(include_dir: &std::path::Path) -> bindgen::Builder {
         .derive_default(true)
         // Option structs get hand-written Default impls equal to their _INIT macros.
         .no_default("kvc_(layer|cache|init|update|quant|conv_update)_options")
-        .no_default("kvc_model_config|kvc_layer_info|kvc_memory_info")
+        .no_default("kvc_model_config|kvc_layer_info|kvc_memory_info|kvc_allocator")
         .no_default("kvc_pool_(options|group_options|layer_options|sequence_options|stats)")
         .generate_comments(true)
         .formatter(bindgen::Formatter::Prettyplease)

@@ -430,6 +430,11 @@ class Pool:
             released blocks are freed.
         events: how many events the queue keeps until :meth:`events` pulls them (0: no events). When full, the
             oldest are dropped.
+        storage: None (default: the library allocates the blocks), or one writable C-contiguous CPU buffer that
+            holds every layer's K/V (a NumPy array, a CPU ``torch`` tensor, a ``bytearray``) of at least
+            :meth:`storage_bytes` bytes: the storage views are then slices of it, with no copy (docs/allocator.md).
+            The pool keeps the buffer until it is closed and collected; a buffer too small is
+            :class:`OutOfMemoryError`.
 
     Example:
         >>> import kvcache
@@ -444,7 +449,8 @@ class Pool:
 
     def __init__(self, *, dtype: DtypeLike, groups: Seq[PoolGroup], layers: Seq[PoolLayer],
                  device: DeviceLike = "cpu", layout: Union[str, Layout] = Layout.NHD,
-                 hash_seed: Optional[bytes] = None, prefix_caching: bool = True, events: int = 0) -> None:
+                 hash_seed: Optional[bytes] = None, prefix_caching: bool = True, events: int = 0,
+                 storage: Any = None) -> None:
         self._groups: Tuple[PoolGroup, ...] = tuple(groups)
         self._layers: Tuple[PoolLayer, ...] = tuple(layers)
         self._dtype = parse_dtype(dtype)
@@ -453,10 +459,29 @@ class Pool:
         o, keep = _pool_options(self._dtype, self._groups, self._layers, self._device, self._layout)
         o.enable_prefix_caching = 1 if prefix_caching else 0
         o.event_capacity = _u32(events, "events")
-        self._handle = _lib.kvc_pool_create(o, hash_seed)
+        if storage is not None and type(storage).__module__.startswith("torch"):
+            storage = storage.detach().numpy()  # the same memory; torch tensors have no buffer protocol
+        self._handle = _lib.kvc_pool_create(o, hash_seed, storage)
         self._hash_seed = bytes(hash_seed or b"")
         self._num_tiers = 0
         del keep
+
+    @staticmethod
+    def storage_bytes(*, dtype: DtypeLike, groups: Seq[PoolGroup], layers: Seq[PoolLayer]) -> int:
+        """Bytes a ``storage`` buffer needs for these options: every layer's K and V buffer, each aligned to
+        ``KVC_ALLOCATOR_ALIGNMENT`` (256) bytes, wherever the buffer starts."""
+        elem = _lib.kvc_dtype_size(int(parse_dtype(dtype)))
+        align = _lib.KVC_ALLOCATOR_ALIGNMENT
+        total = 0
+        for lay in layers:
+            g = groups[lay.group]
+            if _enum(GroupKind, g.kind, "kind") == GroupKind.RECURRENT:
+                per_block = (lay.conv_dim * lay.conv_kernel, lay.num_kv_heads * lay.head_dim * lay.ssm_state_size)
+            else:
+                vdim = lay.value_head_dim or lay.head_dim
+                per_block = (g.block_size * lay.num_kv_heads * lay.head_dim, g.block_size * lay.num_kv_heads * vdim)
+            total += sum(n * g.num_blocks * elem + align - 1 for n in per_block)
+        return total
 
     @classmethod
     def from_config(cls, config: Any, *, num_blocks: Union[int, Mapping[str, int], Seq[int]],

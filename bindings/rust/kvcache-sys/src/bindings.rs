@@ -35,6 +35,7 @@ pub const KVC_DTYPE_UNSET: kvc_dtype = 0;
 pub const KVC_DTYPE_FLOAT32: kvc_dtype = 1;
 pub const KVC_DTYPE_FLOAT16: kvc_dtype = 2;
 pub const KVC_DTYPE_BFLOAT16: kvc_dtype = 3;
+pub const KVC_ALLOCATOR_ALIGNMENT: usize = 256;
 pub const KVC_QUANTIZER_QUANTO: kvc_quantizer = 1;
 pub const KVC_QUANTIZER_HQQ: kvc_quantizer = 2;
 pub const KVC_QUANT_MODE_INCREMENTAL: kvc_quant_mode = 0;
@@ -222,6 +223,40 @@ impl Default for kvc_kv {
         }
     }
 }
+/** Alloc/free callbacks with a context. Since 0.7.
+ Published sizes: 32 (0.7).*/
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kvc_allocator {
+    /// sizeof(kvc_allocator)
+    pub struct_size: u32,
+    /// passed to both functions; owned by the caller
+    pub ctx: *mut ::core::ffi::c_void,
+    /// `bytes` (> 0) aligned to `alignment` on `device`, ordered on `stream`; NULL when it cannot.
+    pub alloc: ::core::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::core::ffi::c_void,
+            bytes: usize,
+            alignment: usize,
+            device: kvc_device,
+            stream: *mut ::core::ffi::c_void,
+        ) -> *mut ::core::ffi::c_void,
+    >,
+    /// Gives back a pointer `alloc` returned, with the `bytes` and `device` it was asked for.
+    pub free: ::core::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::core::ffi::c_void,
+            ptr: *mut ::core::ffi::c_void,
+            bytes: usize,
+            device: kvc_device,
+            stream: *mut ::core::ffi::c_void,
+        ),
+    >,
+}
+unsafe extern "C" {
+    /// Sets `allocator` to KVC_ALLOCATOR_INIT. Never fails; NULL is ignored. Since 0.7.
+    pub fn kvc_allocator_init(allocator: *mut kvc_allocator);
+}
 pub type kvc_quantizer = i32;
 pub type kvc_quant_mode = i32;
 /** How a QUANTIZED layer quantizes. Defaults are transformers' (nbits 4,
@@ -326,7 +361,7 @@ pub type kvc_preset = i32;
 pub type kvc_offload = i32;
 pub type kvc_query_offset_rule = i32;
 /** Options of kvc_cache_create.
- Published sizes: 48 (0.1), 80 (0.2), 88 (0.5).*/
+ Published sizes: 48 (0.1), 80 (0.2), 88 (0.5), 96 (0.7).*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_cache_options {
@@ -362,6 +397,11 @@ pub struct kvc_cache_options {
  _DFLASH (DFlashCache): what kvc_cache_query_offset and
  kvc_cache_mask_sizes add; any preset*/
     pub query_offset_rule: kvc_query_offset_rule,
+    /** NULL (default): the backend allocates the K/V stores; else
+ they come from it (kvcache/allocator.h). The struct is
+ copied; its ctx and functions must outlive the cache and
+ every cache made from it. Since 0.7.*/
+    pub allocator: *const kvc_allocator,
 }
 unsafe extern "C" {
     /// Sets `options` to KVC_CACHE_OPTIONS_INIT. Never fails; NULL is ignored.
@@ -1238,7 +1278,7 @@ pub struct kvc_pool_layer_options {
     pub reserved: u64,
 }
 pub type kvc_pool_layout = i32;
-/// Options of kvc_pool_create. Published sizes: 80 (0.6).
+/// Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7).
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_pool_options {
@@ -1269,6 +1309,11 @@ pub struct kvc_pool_options {
     /** events kept until pulled; 0 = no events (default).
  When full, the oldest are dropped (ids show the gap)*/
     pub event_capacity: u32,
+    /** NULL (default): the backend allocates the blocks; else
+ each layer's K and V storage (all its blocks) comes
+ from it, once, at create (kvcache/allocator.h).
+ Copied; ctx must outlive the pool. Since 0.7.*/
+    pub allocator: *const kvc_allocator,
 }
 unsafe extern "C" {
     /// Sets `options` to KVC_POOL_OPTIONS_INIT. Never fails; NULL is ignored.
@@ -2092,6 +2137,7 @@ unsafe extern "C" {
     /// Sets `options` to KVC_SAVE_OPTIONS_INIT. Never fails; NULL is ignored.
     pub fn kvc_save_options_init(options: *mut kvc_save_options);
 }
+/// Options of the loads. Published sizes: 24 (0.6), 32 (0.7).
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_load_options {
@@ -2101,6 +2147,9 @@ pub struct kvc_load_options {
     pub device: kvc_device,
     /// the new cache's stream (NULL: the device's default stream)
     pub stream: *mut ::core::ffi::c_void,
+    /** the new cache's K/V stores (kvcache/allocator.h); NULL = the backend's.
+ Restores keep the target cache's own allocator. Since 0.7.*/
+    pub allocator: *const kvc_allocator,
 }
 impl Default for kvc_load_options {
     fn default() -> Self {

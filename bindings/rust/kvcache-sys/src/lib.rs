@@ -100,6 +100,19 @@ impl Default for kvc_cache_options {
             num_sink_tokens: 0,
             transformers_release: 0,
             query_offset_rule: KVC_QUERY_OFFSET_PLAIN as _,
+            allocator: core::ptr::null(),
+        }
+    }
+}
+
+/// `KVC_ALLOCATOR_INIT`: no context, no functions (not usable until both are set).
+impl Default for kvc_allocator {
+    fn default() -> Self {
+        Self {
+            struct_size: struct_size::<Self>(),
+            ctx: core::ptr::null_mut(),
+            alloc: None,
+            free: None,
         }
     }
 }
@@ -235,6 +248,7 @@ impl Default for kvc_pool_options {
             hash_seed_len: 0,
             enable_prefix_caching: 1,
             event_capacity: 0,
+            allocator: core::ptr::null(),
         }
     }
 }

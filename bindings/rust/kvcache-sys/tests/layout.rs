@@ -77,8 +77,9 @@ structs! {
     }
     kvc_cache_options {
         struct_size, preset, config, max_cache_len, num_layers, layers, device, quant, offload,
-        window_length, num_sink_tokens, transformers_release, query_offset_rule
+        window_length, num_sink_tokens, transformers_release, query_offset_rule, allocator
     }
+    kvc_allocator { struct_size, ctx, alloc, free }
     kvc_init_options {
         struct_size, batch_size, num_kv_heads, k_head_dim, v_head_dim, dtype,
         num_kv_heads_per_layer, head_dim_per_layer
@@ -107,7 +108,7 @@ structs! {
     }
     kvc_pool_options {
         struct_size, dtype, device, num_groups, groups, num_layers, layers, layout, hash_seed,
-        hash_seed_len, enable_prefix_caching, event_capacity
+        hash_seed_len, enable_prefix_caching, event_capacity, allocator
     }
     kvc_pool_stats {
         struct_size, group, num_blocks, free_blocks, cached_blocks, used_blocks, pinned_blocks,
@@ -127,7 +128,7 @@ structs! {
         call_timeout_ms, auth_key, auth_key_len
     }
     kvc_save_options { struct_size, reserved, staging_bytes }
-    kvc_load_options { struct_size, device, stream }
+    kvc_load_options { struct_size, device, stream, allocator }
     kvc_tier_key { fingerprint, block_hash, group, reserved }
     kvc_tier_ops { struct_size, put_many, get_many, destroy, exists_many }
     kvc_disk_tier_options { struct_size, directory, max_bytes, reserved, auth_key, auth_key_len }
@@ -184,7 +185,7 @@ constants! {
     KVC_POOL_GROUP_FULL, KVC_POOL_GROUP_SLIDING, KVC_POOL_GROUP_CHUNKED, KVC_POOL_GROUP_RECURRENT,
     KVC_POOL_LAYOUT_NHD, KVC_POOL_LAYOUT_HND, KVC_POOL_TABLE_PADDED, KVC_POOL_TABLE_CSR,
     KVC_POOL_EVENT_BLOCK_STORED, KVC_POOL_EVENT_BLOCK_REMOVED, KVC_POOL_EVENT_ALL_CLEARED,
-    KVC_POOL_BLOCK_HASH_VERSION, KVC_POOL_EXTRA_KEY_MAX, KVC_POOL_MM_ITEMS_MAX,
+    KVC_POOL_BLOCK_HASH_VERSION, KVC_POOL_EXTRA_KEY_MAX, KVC_POOL_MM_ITEMS_MAX, KVC_ALLOCATOR_ALIGNMENT,
     KVC_TIER_WRITE_ON_COMMIT, KVC_TIER_WRITE_ON_EVICT, KVC_TIER_AUTH_KEY_MIN, KVC_TIER_AUTH_KEY_MAX,
     KVC_TIER_PAYLOAD_MAX,
     KVC_REDIS_CLUSTER_AUTO, KVC_REDIS_CLUSTER_OFF, KVC_REDIS_CLUSTER_ON,
@@ -314,6 +315,7 @@ fn defaults_are_the_init_macros() {
     same_as_init(kvc_conv_update_options_init);
     same_as_init(kvc_pool_options_init);
     same_as_init(kvc_pool_sequence_options_init);
+    same_as_init(kvc_allocator_init);
     // The init functions accept NULL.
     // SAFETY: documented: "NULL is ignored".
     unsafe {

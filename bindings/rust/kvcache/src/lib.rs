@@ -68,6 +68,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod allocator;
 mod block_hash;
 mod cache;
 mod device;
@@ -85,6 +86,7 @@ mod version;
 #[cfg(feature = "dlpack")]
 pub mod dlpack;
 
+pub use allocator::{ALLOCATOR_ALIGNMENT, Allocator};
 pub use block_hash::{
     BLOCK_HASH_SIZE, BLOCK_HASH_VERSION, BlockHash, block_hash, block_hash_chain, block_hash_root,
 };

@@ -125,6 +125,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kvcache_sys as sys;
 
+use crate::allocator::{Allocator, RawAllocator};
 use crate::block_hash::BlockHash;
 use crate::device::Device;
 use crate::dtype::{DType, DataType, Element};
@@ -341,6 +342,7 @@ pub struct PoolBuilder {
     hash_seed: Vec<u8>,
     prefix_caching: bool,
     events: u32,
+    allocator: Option<Arc<dyn Allocator>>,
 }
 
 impl PoolBuilder {
@@ -395,16 +397,34 @@ impl PoolBuilder {
         self
     }
 
+    /// Takes every layer's K/V storage from `allocator` (`kvc_pool_options.allocator`,
+    /// [`crate::allocator`](Allocator)): once, at [`PoolBuilder::build`]; it is
+    /// given back when the last handle of the pool is dropped, and the pool
+    /// keeps `allocator` alive until then. Default: the library's own memory.
+    pub fn allocator(mut self, allocator: Arc<dyn Allocator>) -> Self {
+        self.allocator = Some(allocator);
+        self
+    }
+
     /// Creates the pool (`kvc_pool_create`), allocating every group's blocks.
     /// Bad options are [`ErrorCode::InvalidArgument`] naming the field.
     pub fn build(self) -> Result<Pool> {
         check_version()?;
         let mut raw = std::ptr::null_mut();
+        let allocator = self.allocator.clone().map(RawAllocator::new);
         self.with_options("kvc_pool_create", |options| {
-            // SAFETY: every pointer in `options` is valid for the call.
-            check(unsafe { sys::kvc_pool_create(options, &mut raw) })
+            let raw_allocator = allocator.as_ref().map(RawAllocator::raw);
+            let options = sys::kvc_pool_options {
+                allocator: raw_allocator
+                    .as_ref()
+                    .map_or(std::ptr::null(), |a| a as *const _),
+                ..*options
+            };
+            // SAFETY: every pointer in `options` is valid for the call; the allocator's context lives in
+            // `Shared::allocator`, dropped after kvc_pool_destroy.
+            check(unsafe { sys::kvc_pool_create(&options, &mut raw) })
         })??;
-        self.finish(raw)
+        self.finish(raw, allocator)
     }
 
     /// The model fingerprint a pool built from this builder would have
@@ -476,7 +496,7 @@ impl PoolBuilder {
         Ok(f(&options))
     }
 
-    fn finish(self, raw: *mut sys::kvc_pool) -> Result<Pool> {
+    fn finish(self, raw: *mut sys::kvc_pool, allocator: Option<RawAllocator>) -> Result<Pool> {
         Ok(Pool {
             shared: Arc::new(Shared {
                 raw: NonNull::new(raw).expect("kvcache: kvc_pool_create returned NULL"),
@@ -491,6 +511,7 @@ impl PoolBuilder {
                 }),
                 groups: self.groups,
                 layers: self.layers,
+                _allocator: allocator,
             }),
         })
     }
@@ -554,6 +575,8 @@ struct Shared {
     layers: Vec<PoolLayer>,
     /// Held for every call into C on the pool or one of its sequences.
     state: Mutex<State>,
+    /// The allocator of the storage: dropped after `Drop::drop` destroyed the pool, which gives it all back.
+    _allocator: Option<RawAllocator>,
 }
 
 // SAFETY: the C rule is one call at a time per pool (its sequences
@@ -598,6 +621,7 @@ impl Pool {
             hash_seed: Vec::new(),
             prefix_caching: true,
             events: 0,
+            allocator: None,
         }
     }
 
