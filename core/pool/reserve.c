@@ -9,6 +9,11 @@
  * blocks. Every release happens before any take, so a reserve succeeds
  * exactly when take - gain <= free + evictable, which is what
  * kvc_pool_blocks_needed reports: admission control and reserve agree.
+ * With a shared budget the groups run in order on one budget, so a group's
+ * takes may use what the groups before it gave back: the check is the
+ * running total of take - gain over the groups, and blocks_needed runs the
+ * sequences' plans in the reserves' order (sequence by sequence, group by
+ * group) on that one total.
  * kvc_pool_reserve_batch (reserve_batch.c) runs the same reserve per
  * sequence.
  */
@@ -112,18 +117,27 @@ static void apply_group(kvc_pool* p, kvc_pool_sequence* s, uint32_t gi, uint64_t
 
 static kvc_error* oom(const char* fn, const kvc_pool* p, uint32_t gi, uint64_t need) {
   const kvci_pool_group* g = &p->groups[gi];
+  if (p->shared)
+    return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: with group %u the groups need %" PRIu64 " more blocks of their "
+                    "shared budget but %" PRIu64 " are available (%" PRIu64 " free, %" PRIu64 " cached evictable, of "
+                    "%u); nothing changed", fn, gi, need, kvci_pool_available(g), g->budget->n_free,
+                    g->budget->n_lru, g->num_blocks - 1);
   return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: group %u needs %" PRIu64 " more %s but %" PRIu64 " are available (%"
                   PRIu64 " free, %" PRIu64 " cached evictable, %" PRIu64 " in use, %" PRIu64 " pinned, of %u); nothing "
                   "changed", fn, gi, need, kvci_pool_is_recurrent(g) ? "state slots" : "blocks",
-                  kvci_pool_available(g), g->n_free, g->n_lru, g->n_used, g->n_pinned, g->num_blocks - 1);
+                  kvci_pool_available(g), g->budget->n_free, g->n_lru, g->n_used, g->n_pinned, g->num_blocks - 1);
 }
 
 kvc_error* kvci_pool_reserve_checked(const char* fn, kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens,
                                      int64_t* slot_mapping, size_t row_stride) {
   kvc_pool* p = s->pool;
+  int64_t balance = 0; /* a shared budget: take - gain of the groups so far */
   for (uint32_t g = 0; g < p->num_groups; g++) {
     group_plan plan = plan_group(p, s, g, num_tokens, NULL);
-    if (plan.take > plan.gain + kvci_pool_available(&p->groups[g])) return oom(fn, p, g, plan.take - plan.gain);
+    uint64_t avail = kvci_pool_available(&p->groups[g]);
+    if (!p->shared && plan.take > plan.gain + avail) return oom(fn, p, g, plan.take - plan.gain);
+    balance += (int64_t)plan.take - (int64_t)plan.gain;
+    if (p->shared && balance > 0 && (uint64_t)balance > avail) return oom(fn, p, g, (uint64_t)balance);
   }
   if (kvci_pool_seq_grow(s, s->length + num_tokens)) return kvci_err_oom();
   for (uint32_t g = 0; g < p->num_groups; g++) apply_group(p, s, g, num_tokens);
@@ -186,6 +200,20 @@ kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_sequence*
     if (pool->groups[g].num_blocks > most) most = pool->groups[g].num_blocks;
   uint32_t* released = num_sequences > 1 ? (uint32_t*)malloc(most * sizeof(uint32_t)) : NULL;
   if (num_sequences > 1 && !released) return kvci_err_oom();
+  if (pool->shared) {
+    /* One budget: the plans in the reserves' order on one running total (block ids are pool-wide). */
+    if (released) memset(released, 0, most * sizeof(uint32_t));
+    int64_t balance = 0, highest = 0;
+    for (size_t i = 0; i < num_sequences; i++)
+      for (uint32_t g = 0; new_tokens[i] && g < pool->num_groups; g++) {
+        group_plan plan = plan_group(pool, sequences[i], g, new_tokens[i], released);
+        balance += (int64_t)plan.take - (int64_t)plan.gain;
+        if (balance > highest) highest = balance;
+      }
+    for (uint32_t g = 0; g < pool->num_groups; g++) blocks_needed[g] = (uint64_t)highest;
+    free(released);
+    return NULL;
+  }
   for (uint32_t g = 0; g < pool->num_groups; g++) {
     if (released) memset(released, 0, pool->groups[g].num_blocks * sizeof(uint32_t));
     /*

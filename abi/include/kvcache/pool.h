@@ -148,7 +148,7 @@ typedef int32_t kvc_pool_layout;
 #define KVC_POOL_LAYOUT_NHD 0 /**< [num_blocks, block_size, num_kv_heads, head_dim] (vLLM, FlashInfer NHD) */
 #define KVC_POOL_LAYOUT_HND 1 /**< [num_blocks, num_kv_heads, block_size, head_dim] (FlashInfer HND) */
 
-/** Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7). */
+/** Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7), 96 (0.7: shared_budget_bytes). */
 typedef struct kvc_pool_options {
   uint32_t struct_size;                        /**< sizeof(kvc_pool_options) */
   kvc_dtype dtype;                             /**< K/V and state dtype; required (not UNSET) */
@@ -170,10 +170,30 @@ typedef struct kvc_pool_options {
                                                     each layer's K and V storage (all its blocks) comes
                                                     from it, once, at create (kvcache/allocator.h).
                                                     Copied; ctx must outlive the pool. Since 0.7. */
+  uint64_t shared_budget_bytes;                /**< 0 (default): every group has its own
+                                                    groups[g].num_blocks. Otherwise one budget of this
+                                                    many bytes of block storage that all groups share
+                                                    (vLLM's hybrid allocator): every block takes one page
+                                                    of the same size whatever its group (the largest
+                                                    group's block: its layers' K and V, each rounded up
+                                                    to 16 bytes; a smaller group's block pads its page),
+                                                    the pool holds floor(shared_budget_bytes / page)
+                                                    pages (block 0, the null block, included; at least
+                                                    2), and a block freed by one group can be taken by
+                                                    any: memory goes to the groups the load needs. Block
+                                                    ids are then pool-wide, groups[g].num_blocks must be
+                                                    0, and kvc_pool_stats' num_blocks and free_blocks are
+                                                    the shared budget's; eviction takes the least
+                                                    recently used cached block of any group. A layer's
+                                                    storage views step a page from one block to the
+                                                    next (not compact; kvc_pool_layer_storage). The
+                                                    allocator, if set, gives one buffer of all pages.
+                                                    docs/pool.md, 'One budget for all groups'. Since 0.7. */
 } kvc_pool_options;
 
 #define KVC_POOL_OPTIONS_INIT \
-  {sizeof(kvc_pool_options), KVC_DTYPE_UNSET, {KVC_DEVICE_CPU, 0}, 0, NULL, 0, NULL, KVC_POOL_LAYOUT_NHD, NULL, 0, 1, 0, NULL}
+  {sizeof(kvc_pool_options), KVC_DTYPE_UNSET, {KVC_DEVICE_CPU, 0}, 0, NULL, 0, NULL, KVC_POOL_LAYOUT_NHD, NULL, 0, 1, 0, \
+   NULL, 0}
 /** Sets `options` to KVC_POOL_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_pool_options_init(kvc_pool_options* options);
 
