@@ -413,5 +413,7 @@ kvc_error* kvc_pool_unpin_all(kvc_pool* pool) {
 }
 
 kvc_error* kvci_pool_options_check(const char* fn, const kvc_pool_options* options) {
-  return check_options(fn, options);
+  kvc_pool_options read; /* a caller's older, smaller struct has no shared_budget_bytes to read */
+  kvc_error* e = read_options(fn, options, &read);
+  return e ? e : check_options(fn, &read);
 }
