@@ -133,15 +133,6 @@ void kvci_pool_budget_place_layers(kvc_pool* p) {
   }
 }
 
-static int64_t gcd64(int64_t a, int64_t b) {
-  while (b) {
-    int64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
 void kvci_pool_layer_rows(const kvc_pool* p, kvci_pool_layer* l) {
   for (int kv = 0; kv < 2; kv++) {
     if (kvci_pool_is_recurrent(&p->groups[l->group])) {
@@ -155,7 +146,7 @@ void kvci_pool_layer_rows(const kvc_pool* p, kvci_pool_layer* l) {
      */
     int64_t d = kv ? l->vdim : l->kdim;
     int64_t tok = p->layout == KVC_POOL_LAYOUT_NHD ? l->heads * d : d;
-    int64_t unit = gcd64(l->stride[kv], tok);
+    int64_t unit = (int64_t)kvci_pool_gcd((uint64_t)l->stride[kv], (uint64_t)tok);
     l->row_unit[kv] = unit;
     l->rows_per_block[kv] = l->stride[kv] / unit;
     l->rows_per_token[kv] = tok / unit;

@@ -176,6 +176,14 @@ static inline int kvci_pool_same_rows(const kvci_pool_layer* a, int ka, const kv
   return a->group == b->group && a->rows_per_block[ka] == b->rows_per_block[kb] &&
          a->rows_per_token[ka] == b->rows_per_token[kb];
 }
+static inline uint64_t kvci_pool_gcd(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
 static inline uint64_t kvci_pool_blocks_for(uint64_t tokens, uint32_t block_size) {
   return (tokens + block_size - 1) / block_size;
 }

@@ -76,15 +76,6 @@ static int group_matches(const kvc_pool* p, const kvc_pool_sequence* s, uint32_t
   return 1;
 }
 
-static uint64_t gcd64(uint64_t a, uint64_t b) {
-  while (b) {
-    uint64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
 /* The longest match: computes the chains it needs into the sequence's (invisible until hashed is set) arrays. */
 static uint64_t longest_match(const kvc_pool* p, kvc_pool_sequence* s, const int32_t* tokens, uint64_t limit) {
   /* Full groups first: each caps the match at its first miss, and their chains stop there. */
@@ -103,7 +94,7 @@ static uint64_t longest_match(const kvc_pool* p, kvc_pool_sequence* s, const int
   uint64_t step = 1;
   for (uint32_t gi = 0; gi < p->num_groups && step <= limit; gi++) {
     const kvci_pool_group* g = &p->groups[gi];
-    step = step / gcd64(step, g->block_size) * g->block_size;
+    step = step / kvci_pool_gcd(step, g->block_size) * g->block_size;
     if (g->kind != KVC_POOL_GROUP_FULL)
       kvci_pool_chain(s, tokens, g->block_size, 0, limit / g->block_size, s->groups[gi].hashes);
   }
