@@ -28,7 +28,8 @@ static uint64_t align_up(uint64_t n) { return (n + SEGMENT_ALIGN - 1) / SEGMENT_
 static uint64_t layer_block_elems(const kvc_pool_options* o, const kvc_pool_layer_options* l, int kv) {
   const kvc_pool_group_options* g = &o->groups[l->group];
   if (g->kind == KVC_POOL_GROUP_RECURRENT)
-    return kv ? (uint64_t)l->num_kv_heads * l->key_head_dim * l->ssm_state_size : (uint64_t)l->conv_dim * l->conv_kernel;
+    return kv ? (uint64_t)l->num_kv_heads * l->key_head_dim * l->ssm_state_size
+              : (uint64_t)l->conv_dim * l->conv_kernel;
   uint64_t d = kv && l->value_head_dim ? l->value_head_dim : l->key_head_dim;
   return (uint64_t)g->block_size * l->num_kv_heads * d;
 }

@@ -147,8 +147,9 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
     const int64_t* src = src_rows + l->group * num_tokens;
     /*
      * K and V of layers whose rows land at the same indices (one group and the same row geometry: in compact
-     * NHD storage every layer of the group; in HND those of the same head count) share one array: a GPU backend uploads each distinct index array once, which keeps a decode step's batch small
-     * enough to travel in the launch's parameters.
+     * NHD storage every layer of the group; in HND those of the same head count) share one array: a GPU
+     * backend uploads each distinct index array once, which keeps a decode step's batch small enough to
+     * travel in the launch's parameters.
      */
     const kvc_tensor* in[2] = {&keys[li], &values[li]};
     for (int kv = 0; kv < 2; kv++) {

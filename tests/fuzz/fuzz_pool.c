@@ -275,8 +275,9 @@ static void gen_options(ctx* c) {
     size_t es = pf_elem(c->o.dtype);
     for (uint32_t l = 0; l < nl; l++) {
       const kvc_pool_layer_options* lo = &c->lo[l];
-      uint64_t k = c->go[0].kind == KVC_POOL_GROUP_RECURRENT ? (uint64_t)lo->conv_dim * lo->conv_kernel
-                                                             : (uint64_t)c->go[0].block_size * lo->num_kv_heads * lo->key_head_dim;
+      uint64_t k = c->go[0].kind == KVC_POOL_GROUP_RECURRENT
+                       ? (uint64_t)lo->conv_dim * lo->conv_kernel
+                       : (uint64_t)c->go[0].block_size * lo->num_kv_heads * lo->key_head_dim;
       uint64_t v = c->go[0].kind == KVC_POOL_GROUP_RECURRENT
                        ? (uint64_t)lo->num_kv_heads * lo->key_head_dim * lo->ssm_state_size
                        : (uint64_t)c->go[0].block_size * lo->num_kv_heads *
