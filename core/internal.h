@@ -16,11 +16,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "allocator.h"
+#include "util/allocator.h"
 #include "backend.h"
-#include "backend_fault.h"
-#include "guard.h"
-#include "kind.h"
+#include "util/backend_fault.h"
+#include "util/guard.h"
+#include "model/kind.h"
 #include "kvcache.h"
 
 /* ------------------------------------------------------------------ errors */

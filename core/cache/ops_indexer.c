@@ -9,7 +9,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "indexer.h"
+#include "kinds/indexer.h"
 
 /* Layer `layer` if it is one of the indexed kinds (transformers: ValueError on a layer without update_indexer). */
 static kvc_error* indexed_layer(const char* fn, const char* what, const kvc_cache* c, uint32_t layer,

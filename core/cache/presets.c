@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
-#include "layer_quantized.h"
+#include "kinds/layer_quantized.h"
 
 static const char* FN = "kvc_cache_create";
 

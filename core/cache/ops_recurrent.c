@@ -9,7 +9,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "linear_state.h"
+#include "kinds/linear_state.h"
 
 /* The layer `layer` if it is one of the LINEAR kinds (docs/semantics.md, 'The cache as a whole': "Cannot call ... on a non-LinearAttention layer"). */
 static kvc_error* linear_layer(const char* fn, const char* what, const kvc_cache* c, uint32_t layer, kvc_layer** out) {

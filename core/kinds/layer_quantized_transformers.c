@@ -35,7 +35,7 @@
 #include <string.h>
 
 #include "layer_quantized.h"
-#include "quant_layout.h"
+#include "quant/quant_layout.h"
 
 /* Tokens the update quantizes: all of them (S), or 0 when it only appends to the residual. */
 static int64_t quantizing_length(const kvc_layer* l, int64_t n) {
