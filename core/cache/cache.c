@@ -1,23 +1,9 @@
-/* core/cache.c: creating, cloning, destroying and inspecting caches. */
+/* core/cache/cache.c: creating, cloning, destroying and inspecting caches. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-
-kvc_error* kvci_cache_check(const char* fn, const kvc_cache* cache) {
-  if (!cache) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
-  return kvci_fault_refusal(fn, &cache->fault, cache->backend, &kvci_fault_cache);
-}
-
-kvc_error* kvci_cache_check_layer(const char* fn, const kvc_cache* c, uint32_t layer) {
-  kvc_error* e = kvci_cache_check(fn, c);
-  if (e) return e;
-  if (layer >= c->num_layers)
-    return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %u but the cache has %u layer%s (valid: 0..%d)", fn, layer,
-                   c->num_layers, c->num_layers == 1 ? "" : "s", (int)c->num_layers - 1);
-  return NULL;
-}
+#include "cache_ops.h"
 
 int kvci_cache_all_dynamic(const kvc_cache* c) {
   for (uint32_t i = 0; i < c->num_layers; i++)
@@ -51,37 +37,6 @@ kvc_error* kvci_cache_new(const kvc_device* device, void* stream, kvc_cache** ou
                    b->name, (int)device->device_id, why && *why ? why : "it gave no reason");
   }
   *out = c;
-  return NULL;
-}
-
-kvc_error* kvci_cache_check_query(const char* fn, const kvc_cache* c, const void* out) {
-  kvc_error* e = kvci_cache_check(fn, c);
-  if (e) return e;
-  return out ? NULL : kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
-}
-
-kvc_error* kvci_cache_check_query_any(const char* fn, const kvc_cache* c, int32_t layer, const void* out) {
-  kvc_error* e = kvci_cache_check_query(fn, c, out);
-  if (e) return e;
-  if (layer < KVC_ALL_LAYERS)
-    return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %d; pass a layer index >= 0 or KVC_ALL_LAYERS (-1)", fn,
-                   (int)layer);
-  return NULL;
-}
-
-kvc_error* kvci_cache_append_layer(kvc_cache* c, kvc_layer* l) {
-  if (c->num_layers == c->cap_layers) {
-    uint32_t cap = c->cap_layers ? c->cap_layers * 2 : 8;
-    kvc_layer** p = (kvc_layer**)realloc(c->layers, sizeof(*p) * cap);
-    if (!p) {
-      kvci_layer_free(c, l); /* every caller hands the layer over: it would free it here anyway */
-      return kvci_err_oom();
-    }
-    c->layers = p;
-    c->cap_layers = cap;
-  }
-  c->layers[c->num_layers++] = l;
-  kvci_alias_index_touch(c);
   return NULL;
 }
 
@@ -396,6 +351,16 @@ kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out
   if ((e = attention_layer_for(FN, c, &layer))) return e;
   const kvc_layer* l = layer < c->num_layers ? c->layers[layer] : NULL;
   *out = l && l->initialized ? l->ops->seq_length(l) : 0;
+  return NULL;
+}
+
+kvc_error* kvc_cache_query_offset(const kvc_cache* c, uint32_t layer, int64_t* out) {
+  KVCI_GUARD_SHARED(kvci_guard_of(c), "kvc_cache_query_offset");
+  int64_t seq = 0;
+  kvc_error* e = kvci_cache_check_query("kvc_cache_query_offset", c, out);
+  if (!e) e = kvc_cache_seq_length(c, layer, &seq); /* its rules (and messages) for linear layers */
+  if (e) return e;
+  *out = seq + kvci_query_offset_added(c, layer);
   return NULL;
 }
 

@@ -1,9 +1,9 @@
-/* core/encoder_decoder.c: EncoderDecoderCache (docs/semantics.md, 'Encoder-decoder caches'): two caches and per-layer is_updated. */
+/* core/cache/encoder_decoder.c: EncoderDecoderCache (docs/semantics.md, 'Encoder-decoder caches'): two caches and per-layer is_updated. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cache_ops.h"
 
 struct kvc_encoder_decoder_cache {
   kvc_cache* self_attention;

@@ -1,5 +1,5 @@
 /*
- * core/offload.c: offloading, a property of the cache (docs/semantics.md, 'Offloading').
+ * core/cache/offload.c: offloading, a property of the cache (docs/semantics.md, 'Offloading').
  *
  * An offloaded layer keeps its store (K and V) in the backend's host tier;
  * every other field stays as it is, so every operation keeps working on it,
@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cache_ops.h"
 
 /* A planned move of one layer's store into (k, v), in the other tier. */
 typedef struct tier_move {
@@ -81,15 +81,6 @@ int kvci_offload_layer_takes_part(kvc_offload mode, const kvc_layer* l) {
 uint64_t kvci_offload_retired_bytes(const kvc_cache* c) {
   const offload_state* st = (const offload_state*)c->offload_state;
   return st ? st->retired_bytes : 0;
-}
-
-kvc_device kvci_tier_device(const kvc_layer* l) {
-  kvc_device d = l->device;
-  if (!l->offloaded) return d;
-  /* DLPack's names for pinned host memory of a GPU: what the host tier is on those backends. */
-  if (d.device_type == KVC_DEVICE_CUDA) d.device_type = KVC_DEVICE_CUDA_HOST;
-  if (d.device_type == KVC_DEVICE_ROCM) d.device_type = KVC_DEVICE_ROCM_HOST;
-  return d;
 }
 
 static uint64_t store_bytes(const kvc_layer* l) {

@@ -1,5 +1,5 @@
 /*
- * core/ops_alias.c: update inputs that point into the cache's own memory.
+ * core/cache/ops_alias.c: update inputs that point into the cache's own memory.
  *
  * A caller may pass back a view the cache returned (copying layer 0's keys
  * into layer 1, re-feeding a prefix). The update may grow or compact stores,
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cache_ops.h"
 
 /* A compact copy of `t` in memory of the cache's device; -1 when out of memory. */
 static int copy_out(const kvc_cache* c, const kvc_tensor* t, kvc_tensor* out, void** owned, int64_t* shape) {

@@ -1,5 +1,5 @@
 /*
- * core/ops_batch.c: operations that gather rows along the batch axis: reorder
+ * core/cache/ops_batch.c: operations that gather rows along the batch axis: reorder
  * (beam search), select and repeat-interleave (contrastive search).
  *
  * Every operation allocates everything it needs before it writes anything, so
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cache_ops.h"
 
 kvc_error* kvci_check_indices(const char* fn, const char* arg, const int64_t* idx, size_t count, int64_t batch) {
   if (count == 0) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: count is 0; %s needs at least one index", fn, arg);

@@ -1,7 +1,7 @@
-/* core/ops_crop.c: crop, whether crop can undo (is_croppable), past recording and reset, cache-wide. */
+/* core/cache/ops_crop.c: crop, whether crop can undo (is_croppable), past recording and reset, cache-wide. */
 #include <inttypes.h>
 
-#include "internal.h"
+#include "cache_ops.h"
 
 /* Up to 5.23 StaticLayer had no crop (AttributeError); the static hybrids always crop their linear part only. */
 static int static_crop_refused(const kvc_cache* c, const kvc_layer* l) {

@@ -1,5 +1,5 @@
 /*
- * core/ops_indexer.c: the indexer entry points (kvcache/indexer.h):
+ * core/cache/ops_indexer.c: the indexer entry points (kvcache/indexer.h):
  * update_indexer and the indexer view of the indexed kinds.
  *
  * update_indexer runs in the phases of every mutating call: check the input
@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "cache_ops.h"
 #include "kinds/indexer.h"
 
 /* Layer `layer` if it is one of the indexed kinds (transformers: ValueError on a layer without update_indexer). */

@@ -1,5 +1,5 @@
 /*
- * core/ops_recurrent.c: the recurrent-state entry points (kvcache/recurrent.h):
+ * core/cache/ops_recurrent.c: the recurrent-state entry points (kvcache/recurrent.h):
  * update_conv_state, update_recurrent_state, state views, has_previous_state.
  *
  * Each update runs in the phases of every mutating call: check the input
@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "cache_ops.h"
 #include "kinds/linear_state.h"
 
 /* The layer `layer` if it is one of the LINEAR kinds (docs/semantics.md, 'The cache as a whole': "Cannot call ... on a non-LinearAttention layer"). */

@@ -1,8 +1,8 @@
-/* core/ops_reserve.c: kvc_cache_reserve, a capacity hint for dynamic layers. */
+/* core/cache/ops_reserve.c: kvc_cache_reserve, a capacity hint for dynamic layers. */
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "cache_ops.h"
 
 kvc_error* kvc_cache_reserve(kvc_cache* c, int64_t tokens) {
   static const char* FN = "kvc_cache_reserve";

@@ -1,12 +1,36 @@
 /*
- * core/ops_split.c: batch_split and from_batch_splits: a cache cut into
+ * core/cache/ops_split.c: batch_split and from_batch_splits: a cache cut into
  * row ranges, and row ranges stacked back into one cache.
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cache_ops.h"
+
+/*
+ * Shared entry on the caches a call reads together (kvc_cache_from_batch_splits' splits; NULL array or
+ * entries are skipped: the call refuses them). On a refusal none is held.
+ */
+static void kvci_guard_unshare_caches(const kvc_cache* const* caches, size_t count);
+
+static kvc_error* kvci_guard_share_caches(const kvc_cache* const* caches, size_t count, const char* fn) {
+  for (size_t i = 0; caches && i < count; i++) {
+    kvci_guard_entry entry = kvci_guard_enter_shared(kvci_guard_of(caches[i]));
+    if (entry.seen) {
+      kvci_guard_unshare_caches(caches, i);
+      return kvci_guard_busy(kvci_guard_of(caches[i]), &entry, fn);
+    }
+  }
+  return NULL;
+}
+
+static void kvci_guard_unshare_caches(const kvc_cache* const* caches, size_t count) {
+  for (size_t i = 0; caches && i < count; i++) {
+    kvci_guard_entry entry = {kvci_guard_of(caches[i]), 1, 0, 0};
+    kvci_guard_leave(&entry);
+  }
+}
 
 /* The batch of the initialized layers, -1 if none; error if they disagree. */
 static kvc_error* common_batch(const char* fn, const kvc_cache* c, int64_t* out) {

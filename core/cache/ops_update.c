@@ -1,5 +1,5 @@
 /*
- * core/ops_update.c: update and update_all.
+ * core/cache/ops_update.c: update and update_all.
  *
  * Three phases so that a failed call changes nothing: check every layer's
  * inputs against its state; then make room (initialize, compact or grow
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cache_ops.h"
 
 static kvc_error* check_pair(const char* fn, const kvc_cache* c, uint32_t i, int indexed, const kvc_tensor* k,
                              const kvc_tensor* v, const kvc_update_options* o) {

@@ -1,12 +1,12 @@
 /*
- * core/presets.c: the layer lists of transformers' cache classes (docs/semantics.md,
+ * core/cache/presets.c: the layer lists of transformers' cache classes (docs/semantics.md,
  * 'Layer types and presets'), built from the parts of a model config that matter.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "cache_ops.h"
 #include "kinds/layer_quantized.h"
 
 static const char* FN = "kvc_cache_create";

@@ -1,5 +1,5 @@
 /*
- * core/indexer.h: the indexer keys of the indexed kinds (docs/indexed-layers.md),
+ * core/kinds/indexer.h: the indexer keys of the indexed kinds (docs/indexed-layers.md),
  * shared by layer_indexed.c (the kinds and the storage) and ops_indexer.c
  * (the entry points).
  *
@@ -13,7 +13,7 @@
 #ifndef KVC_CORE_INDEXER_H
 #define KVC_CORE_INDEXER_H
 
-#include "internal.h"
+#include "kinds/base/base_kinds.h"
 
 typedef struct kvc_indexer {
   kvc_row_buffer rows; /* cap * width * elem bytes per batch row */

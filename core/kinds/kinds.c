@@ -1,5 +1,5 @@
 /*
- * core/kinds.c: the registry of layer kinds, and the generic code that asks
+ * core/kinds/kinds.c: the registry of layer kinds, and the generic code that asks
  * their descriptors (option checks, cache-wide hooks).
  *
  * To add a kind: write its file with its descriptor, then add one line to
@@ -9,9 +9,11 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kinds/base/base_kinds.h"
+#include "kind_registry.h"
 
 #define KVC_KINDS(X)                 \
   X(kvc_dynamic_kind)                \
@@ -47,6 +49,25 @@ const kvc_kind* kvci_kind_find(kvc_layer_kind id) {
 
 const kvc_kind* kvci_kind_at(size_t i) { return i < NUM_KINDS ? KINDS[i] : NULL; }
 
+kvc_error* kvci_layer_new(const kvc_layer_options* spec, kvc_layer** out) {
+  const kvc_kind* kind = kvci_kind_find(spec->kind); /* options were checked by kvci_kind_check_options */
+  if (!kind) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "layer kind %d is not registered", (int)spec->kind);
+  kvc_layer* l = (kvc_layer*)calloc(1, sizeof(*l));
+  if (!l) return kvci_err_oom();
+  l->kind = kind->id;
+  l->desc = kind;
+  l->ops = kind->ops;
+  l->window = kvci_layer_is(l, KVC_TRAIT_SLIDING) ? spec->window : 0;
+  if (kvci_layer_is(l, KVC_TRAIT_STATIC)) {
+    l->max_cache_len = spec->max_cache_len;
+    l->slots = kvci_layer_is(l, KVC_TRAIT_SLIDING) && spec->window < spec->max_cache_len ? spec->window
+                                                                                         : spec->max_cache_len;
+  }
+  if (kind->configure) kind->configure(l, spec);
+  *out = l;
+  return NULL;
+}
+
 /* "1 (dynamic), 2 (dynamic sliding), ...": every registered kind, for the message of an unknown one. */
 static void kind_list(char* text, size_t size) {
   size_t used = 0;
@@ -77,21 +98,6 @@ kvc_error* kvci_kind_check_options(const char* fn, uint32_t i, const kvc_layer_o
 
 /* ------------------------------------------------------------ files */
 
-kvc_error* kvci_loaded_refuse(const char* fn, const char* where, const char* field, int64_t value,
-                              const char* rule, ...) {
-  char text[384];
-  va_list ap;
-  va_start(ap, rule);
-  vsnprintf(text, sizeof text, rule, ap);
-  va_end(ap);
-  return kvci_err(KVC_ERROR_IO, "%s: the file's %s: %s is %" PRId64 "; %s", fn, where, field, value, text);
-}
-
-kvc_error* kvci_loaded_store_only(const char* fn, const char* where, const kvc_layer* l) {
-  (void)fn, (void)where, (void)l;
-  return NULL;
-}
-
 /* What holds for every kind: a store exactly on initialized layers of kinds that keep K/V. */
 static kvc_error* check_loaded_generic(const char* fn, const char* where, const kvc_layer* l) {
   if (l->initialized && !kvci_layer_is(l, KVC_TRAIT_HAS_KV))
@@ -113,7 +119,7 @@ kvc_error* kvci_kind_check_loaded(const char* fn, const char* where, const kvc_l
   if (!l->desc->check_loaded)
     return kvci_err(KVC_ERROR_INTERNAL,
                     "%s: the %s kind defines no check_loaded hook, so its layers cannot be read from files "
-                    "(core/kind.h)",
+                    "(core/model/kind.h)",
                     fn, l->desc->name);
   kvc_error* e = check_loaded_generic(fn, where, l);
   return e ? e : l->desc->check_loaded(fn, where, l);

@@ -1,5 +1,5 @@
 /*
- * core/layer_dummy.c: the DUMMY kind, transformers' DummyLayer (5.23): the
+ * core/kinds/layer_dummy.c: the DUMMY kind, transformers' DummyLayer (5.23): the
  * layer of a block without attention (layer types "moe" and "mlp") or of a
  * layer that reads another layer's keys and values (kv_sharing_modes
  * "reuse"). It keeps a cache's layer list one entry per model layer, and
@@ -11,13 +11,13 @@
  * croppable; early initialization skips it; it is neither sliding nor
  * linear. It is not a CacheLayerMixin, so the cache-wide length queries
  * treat it as they treat a linear layer: layer 0 answers for the first
- * layer with K/V, another index is an error (core/cache.c). The layer is
+ * layer with K/V, another index is an error (core/cache/cache.c). The layer is
  * never initialized and has no rows, so batch operations, split, stack,
  * clone and offloading pass over it without kind-specific code.
  */
 #include <inttypes.h>
 
-#include "internal.h"
+#include "kinds/base/base_kinds.h"
 
 static kvc_error* refuse_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                 const kvc_update_options* o) {
@@ -50,7 +50,7 @@ static void fill_info(const kvc_layer* l, kvc_layer_info* info) {
 /* keep_for_update, apply_update and initial_capacity stay NULL: check_update refuses every update first. */
 static const kvc_layer_ops dummy_ops = {
     .check_update = refuse_update,
-    .seq_length = kvci_no_kv_seq_length, /* the cache-level queries redirect it (core/cache.c) */
+    .seq_length = kvci_no_kv_seq_length, /* the cache-level queries redirect it (core/cache/cache.c) */
     .max_length = kvci_unbounded_max_length, /* DummyLayer.get_max_length: -1 */
     .mask_sizes = kvci_no_kv_mask_sizes,
     .check_crop = kvci_crop_allowed,

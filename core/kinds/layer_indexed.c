@@ -1,5 +1,5 @@
 /*
- * core/layer_indexed.c: the indexed kinds, transformers' DynamicIndexedLayer
+ * core/kinds/layer_indexed.c: the indexed kinds, transformers' DynamicIndexedLayer
  * (5.11) and StaticIndexedLayer (5.24), layer type "indexed_attention"
  * (docs/indexed-layers.md, docs/semantics.md 'Indexed layers'): a dynamic or
  * static full-attention layer plus the keys of a sparse-attention indexer

@@ -1,5 +1,5 @@
 /*
- * core/layer_linear.c: the linear-attention kinds (docs/semantics.md, 'Linear-attention layers'): LINEAR
+ * core/kinds/layer_linear.c: the linear-attention kinds (docs/semantics.md, 'Linear-attention layers'): LINEAR
  * (LinearAttentionLayer: conv and recurrent states, no K/V) and its four
  * hybrids with an attention part (LinearAttentionAnd{Full,SlidingWindow,
  * StaticFull,StaticSlidingWindow}AttentionLayer).
@@ -147,23 +147,6 @@ static kvc_error* refuse_update(const char* fn, uint32_t index, const kvc_layer*
                  "%s: layer %u is a linear (recurrent state) layer with no key/value cache, so it cannot take %" PRId64
                  " tokens; use kvc_cache_update_conv_state and kvc_cache_update_recurrent_state",
                  fn, index, n);
-}
-
-/* Only reached directly: the cache-level queries send a linear layer's index to an attention layer ('The cache as a whole'). */
-int64_t kvci_no_kv_seq_length(const kvc_layer* l) {
-  (void)l;
-  return 0;
-}
-
-void kvci_no_kv_mask_sizes(const kvc_layer* l, int64_t q, int64_t* len, int64_t* off) {
-  (void)l;
-  *len = q;
-  *off = 0;
-}
-
-int64_t kvci_no_kv_capacity(const kvc_layer* l) {
-  (void)l;
-  return 0;
 }
 
 static void reset_linear(const kvc_cache* c, kvc_layer* l) { kvci_linear_reset(c, l); }

@@ -1,10 +1,10 @@
 /*
- * core/layer_quantized.h: what the files of the QUANTIZED layer kind share
+ * core/kinds/layer_quantized.h: what the files of the QUANTIZED layer kind share
  * (layer_quantized.c: the kind table and the operations both modes have in
  * common; layer_quantized_incremental.c and layer_quantized_transformers.c:
  * the two update timelines of kvcache/quantized.h).
  *
- * The store (core/layer.c) always holds what the next update builds on: the
+ * The store (core/model/layer.c) always holds what the next update builds on: the
  * first `quantized` tokens are the dequantized values of quantized tokens,
  * the rest is the full-precision residual. The packed groups live in two row
  * buffers (keys, values) so that batch operations, split, stack and clone
@@ -23,7 +23,7 @@
 #define KVC_CORE_LAYER_QUANTIZED_H
 
 #include "backend.h"
-#include "internal.h"
+#include "kinds/base/base_kinds.h"
 
 enum { KVC_Q_KEYS = 0, KVC_Q_VALUES = 1 };
 

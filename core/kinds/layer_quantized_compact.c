@@ -1,5 +1,5 @@
 /*
- * core/layer_quantized_compact.c: KVC_QUANT_MODE_COMPACT.
+ * core/kinds/layer_quantized_compact.c: KVC_QUANT_MODE_COMPACT.
  *
  * Tokens are quantized as in incremental mode (layer_quantized_incremental.c
  * does it), but the store keeps only the full-precision residual: the

@@ -1,5 +1,5 @@
 /*
- * core/layer_quantized_fp8.c: Fp8QuantizedLayer (transformers >= 5.21,
+ * core/kinds/layer_quantized_fp8.c: Fp8QuantizedLayer (transformers >= 5.21,
  * QuantizedCache(backend="fp8")), the QUANTIZED_FP8 kind.
  *
  * transformers calibrates one float32 scale per tensor (keys, values) on the
@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kinds/base/base_kinds.h"
 #include "layer_quantized.h"
 #include "persist/record.h"
 

@@ -1,5 +1,5 @@
 /*
- * core/layer_quantized_incremental.c: KVC_QUANT_MODE_INCREMENTAL.
+ * core/kinds/layer_quantized_incremental.c: KVC_QUANT_MODE_INCREMENTAL.
  *
  * After the new tokens are appended, the oldest tokens beyond
  * residual_length are quantized in whole blocks and their values in the

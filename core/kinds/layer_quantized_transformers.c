@@ -1,5 +1,5 @@
 /*
- * core/layer_quantized_transformers.c: KVC_QUANT_MODE_TRANSFORMERS, the
+ * core/kinds/layer_quantized_transformers.c: KVC_QUANT_MODE_TRANSFORMERS, the
  * timeline of transformers 5.23's QuantizedLayer.update:
  *  - the first update (of a layer holding no tokens) quantizes its tokens
  *    and returns them as given;

@@ -1,5 +1,5 @@
 /*
- * core/layer_sink.c: SinkCache (docs/semantics.md, 'Sink layers'; transformers 4.36-4.52) as a layer
+ * core/kinds/layer_sink.c: SinkCache (docs/semantics.md, 'Sink layers'; transformers 4.36-4.52) as a layer
  * kind: the first num_sink_tokens tokens plus the most recent ones,
  * window_length in all, with kept keys re-rotated when they move.
  *
@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kinds/base/base_kinds.h"
 #include "persist/record.h"
 #include "rope_tables.h"
 

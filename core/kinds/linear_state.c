@@ -1,5 +1,5 @@
 /*
- * core/linear_state.c: storage of the conv and recurrent states of the
+ * core/kinds/linear_state.c: storage of the conv and recurrent states of the
  * LINEAR kinds (see linear_state.h for the layout and why).
  */
 #include <inttypes.h>

@@ -1,5 +1,5 @@
 /*
- * core/linear_state.h: the conv and recurrent states of the LINEAR kinds
+ * core/kinds/linear_state.h: the conv and recurrent states of the LINEAR kinds
  * (docs/semantics.md, 'Linear-attention layers'), shared by layer_linear.c (the kind tables) and ops_recurrent.c
  * (the entry points); linear_state.c implements the storage.
  *
@@ -22,7 +22,7 @@
 #ifndef KVC_CORE_LINEAR_STATE_H
 #define KVC_CORE_LINEAR_STATE_H
 
-#include "internal.h"
+#include "kinds/base/base_kinds.h"
 
 #define KVC_LINEAR_MAX_STATES 64
 #define KVC_LINEAR_MAX_REC_DIMS 6

@@ -1,5 +1,5 @@
 /*
- * core/rope_tables.c: the tables of SinkCache's key re-rotation (see the
+ * core/kinds/rope_tables.c: the tables of SinkCache's key re-rotation (see the
  * header). Bit-exactness with torch depends on rounding every product and sum
  * on its own: no fused multiply-add may be formed here.
  */

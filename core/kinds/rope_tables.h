@@ -1,5 +1,5 @@
 /*
- * core/rope_tables.h: the tables of SinkCache's key re-rotation (docs/semantics.md,
+ * core/kinds/rope_tables.h: the tables of SinkCache's key re-rotation (docs/semantics.md,
  * 'Sink layers'), computed on the host. The rotation of the keys themselves
  * is a backend operation (rerotate_keys_4d, abi/backend/backend.h): keys
  * live wherever the cache does, the tables are small and made once.

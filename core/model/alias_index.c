@@ -1,5 +1,5 @@
 /*
- * core/alias_index.c: the memory a cache has handed out, kept between
+ * core/model/alias_index.c: the memory a cache has handed out, kept between
  * updates, for the alias check of update inputs (ops_alias.c).
  *
  * That memory is every layer's store, the stored views and the views the
@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "model.h"
 
 typedef struct kvc_span_set {
   kvc_span* raw;    /* in layer order, as computed: what the next update compares against */

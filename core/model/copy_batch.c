@@ -1,5 +1,5 @@
 /*
- * core/copy_batch.c: the copies of one update, issued as one backend call.
+ * core/model/copy_batch.c: the copies of one update, issued as one backend call.
  *
  * A decode step writes one token into every layer: 2 x layers tiny copies.
  * On a GPU each would be a kernel launch (a few microseconds each, more than
@@ -13,7 +13,7 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "model.h"
 
 void kvci_copy_batch_reserve(const kvc_cache* c, int64_t copies) {
   kvc_copy_batch* b = c->batch;

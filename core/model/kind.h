@@ -1,12 +1,12 @@
 /*
- * core/kind.h: what a layer kind is to the rest of the core.
+ * core/model/kind.h: what a layer kind is to the rest of the core.
  *
  * Every kind's file defines one descriptor (struct kvc_kind) and
- * core/kinds.c lists them. The rest of the core never asks "which kind is
+ * core/kinds/kinds.c lists them. The rest of the core never asks "which kind is
  * this?": it asks the descriptor for a trait, an option check, the capacity
- * it reports, its per-layer operations (kvc_layer_ops, internal.h) or its
+ * it reports, its per-layer operations (kvc_layer_ops, model/model.h) or its
  * cache-wide hooks. Adding a kind is its own file plus one line in
- * core/kinds.c (docs/adding-a-layer-kind.md).
+ * core/kinds/kinds.c (docs/adding-a-layer-kind.md).
  */
 #ifndef KVC_CORE_KIND_H
 #define KVC_CORE_KIND_H
@@ -129,39 +129,5 @@ typedef struct kvc_kind {
 
 /* Slots of kvc_cache.kind_state: one per kind id. */
 #define KVC_KIND_SLOTS 32
-
-/* The descriptor of a kind id, NULL when no kind has that id. */
-const kvc_kind* kvci_kind_find(kvc_layer_kind id);
-/*
- * Validates options->layers[index]: a registered kind, the window and
- * max_cache_len its traits need, then the kind's own check_options.
- */
-kvc_error* kvci_kind_check_options(const char* fn, uint32_t index, const kvc_layer_options* spec);
-
-/*
- * A layer read from a file, checked against its kind (the generic rules,
- * then the kind's check_loaded, which must exist); NULL when it is one the
- * kind could have built.
- */
-kvc_error* kvci_kind_check_loaded(const char* fn, const char* where, const kvc_layer* layer);
-/* The refusal of a file's value: "<fn>: the file's <where>: <field> is <value>; <rule>" (KVC_ERROR_IO). */
-kvc_error* kvci_loaded_refuse(const char* fn, const char* where, const char* field, int64_t value,
-                              const char* rule, ...)
-#if defined(__GNUC__) || defined(__clang__)
-    __attribute__((format(printf, 5, 6)))
-#endif
-    ;
-/* check_loaded of kinds whose only state is their store (the generic rules cover it). */
-kvc_error* kvci_loaded_store_only(const char* fn, const char* where, const kvc_layer* layer);
-
-/* The cache-wide hooks of the kinds an update of layers first..first+count-1 names (kinds.c). */
-kvc_error* kvci_kinds_check_call(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count,
-                                const kvc_tensor* keys, const kvc_update_options* opts);
-kvc_error* kvci_kinds_prepare_call(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count);
-uint64_t kvci_kinds_state_bytes(const kvc_cache* cache);
-kvc_error* kvci_kinds_clone_state(const kvc_cache* src, kvc_cache* dst);
-void kvci_kinds_free_state(kvc_cache* cache);
-/* The kind at position i of the registry (NULL past the end): files save each kind's cache-wide state. */
-const kvc_kind* kvci_kind_at(size_t i);
 
 #endif /* KVC_CORE_KIND_H */

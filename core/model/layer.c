@@ -1,30 +1,20 @@
 /*
- * core/layer.c: what every layer kind shares: its store (allocation,
+ * core/model/layer.c: what every layer kind shares: its store (allocation,
  * geometric growth, compaction), writing tokens, and view descriptors.
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "model.h"
 
-kvc_error* kvci_layer_new(const kvc_layer_options* spec, kvc_layer** out) {
-  const kvc_kind* kind = kvci_kind_find(spec->kind); /* options were checked by kvci_kind_check_options */
-  if (!kind) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "layer kind %d is not registered", (int)spec->kind);
-  kvc_layer* l = (kvc_layer*)calloc(1, sizeof(*l));
-  if (!l) return kvci_err_oom();
-  l->kind = kind->id;
-  l->desc = kind;
-  l->ops = kind->ops;
-  l->window = kvci_layer_is(l, KVC_TRAIT_SLIDING) ? spec->window : 0;
-  if (kvci_layer_is(l, KVC_TRAIT_STATIC)) {
-    l->max_cache_len = spec->max_cache_len;
-    l->slots = kvci_layer_is(l, KVC_TRAIT_SLIDING) && spec->window < spec->max_cache_len ? spec->window
-                                                                                         : spec->max_cache_len;
-  }
-  if (kind->configure) kind->configure(l, spec);
-  *out = l;
-  return NULL;
+kvc_device kvci_tier_device(const kvc_layer* l) {
+  kvc_device d = l->device;
+  if (!l->offloaded) return d;
+  /* DLPack's names for pinned host memory of a GPU: what the host tier is on those backends. */
+  if (d.device_type == KVC_DEVICE_CUDA) d.device_type = KVC_DEVICE_CUDA_HOST;
+  if (d.device_type == KVC_DEVICE_ROCM) d.device_type = KVC_DEVICE_ROCM_HOST;
+  return d;
 }
 
 void kvci_layer_uninitialize(const kvc_cache* cache, kvc_layer* l) {

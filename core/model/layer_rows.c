@@ -1,5 +1,5 @@
 /*
- * core/layer_rows.c: the buffers of a kind's extension state whose first
+ * core/model/layer_rows.c: the buffers of a kind's extension state whose first
  * dimension is the batch (quantized codes and scales, recurrent states).
  * Kinds only list them (kvc_layer_ops.row_buffers); batch operations, split,
  * stack and clone move their rows here, with the same row plans as K/V.
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "model.h"
 
 int kvci_layer_rows(kvc_layer* l, kvc_row_buffer** out) {
   *out = NULL;

@@ -1,4 +1,4 @@
-/* core/quant_layout.c: transformers' grouping of a [B, H, S, D] tensor for each quantizer and axis (quant_layout.h). */
+/* core/quant/quant_layout.c: transformers' grouping of a [B, H, S, D] tensor for each quantizer and axis (quant_layout.h). */
 #include <string.h>
 
 #include "quant_layout.h"

@@ -1,5 +1,5 @@
 /*
- * core/quant_layout.h: how transformers groups the tensor it quantizes, the
+ * core/quant/quant_layout.h: how transformers groups the tensor it quantizes, the
  * host-side planning of transformers-mode quantized layers
  * (layer_quantized_transformers.c): which group sizes transformers accepts
  * for a shape (and its error's numbers), and where each group's values sit,

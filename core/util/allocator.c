@@ -1,11 +1,11 @@
-/* core/allocator.c: the caller's allocator behind the core's stores (allocator.h says why it keeps a record). */
+/* core/util/allocator.c: the caller's allocator behind the core's stores (allocator.h says why it keeps a record). */
 #include "allocator.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "error.h"
 
 typedef struct {
   void* ptr;

@@ -1,5 +1,5 @@
 /*
- * core/allocator.h: a caller's kvc_allocator as the core uses it.
+ * core/util/allocator.h: a caller's kvc_allocator as the core uses it.
  *
  * The core frees stores by pointer alone (a layer does not keep its store's
  * byte count), but the caller's free wants the bytes it was asked for, so

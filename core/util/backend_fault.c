@@ -1,9 +1,9 @@
-/* core/backend_fault.c: failed backend calls become errors and poisoned state (backend_fault.h). */
+/* core/util/backend_fault.c: failed backend calls become errors and poisoned state (backend_fault.h). */
 #include "backend_fault.h"
 
 #include <stdio.h>
 
-#include "internal.h"
+#include "error.h"
 
 const kvci_fault_owner kvci_fault_cache = {"cache",
                                            "every call but kvc_cache_reset and kvc_cache_destroy is refused until a "

@@ -1,5 +1,5 @@
 /*
- * core/backend_fault.h: what the core does when a backend call fails.
+ * core/util/backend_fault.h: what the core does when a backend call fails.
  *
  * The core validates everything it can before it writes, so that a refused
  * call changes nothing. A device can still fail a call the core could not

@@ -1,10 +1,11 @@
-/* core/error.c: returned error objects (kvcache/error.h). */
+/* core/util/error.c: returned error objects (kvcache/error.h). */
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "error.h"
 
 struct kvc_error {
   kvc_code code;
@@ -75,4 +76,14 @@ const char* kvc_code_name(kvc_code code) {
     case KVC_ERROR_BUSY: return "KVC_ERROR_BUSY";
     default: return "KVC_ERROR_UNKNOWN";
   }
+}
+
+kvc_error* kvci_loaded_refuse(const char* fn, const char* where, const char* field, int64_t value,
+                              const char* rule, ...) {
+  char text[384];
+  va_list ap;
+  va_start(ap, rule);
+  vsnprintf(text, sizeof text, rule, ap);
+  va_end(ap);
+  return kvci_err(KVC_ERROR_IO, "%s: the file's %s: %s is %" PRId64 "; %s", fn, where, field, value, text);
 }

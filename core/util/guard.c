@@ -1,9 +1,9 @@
-/* core/guard.c: the slow paths of core/guard.h: the refusal's message and the entries that wait. */
+/* core/util/guard.c: the slow paths of core/guard.h: the refusal's message and the entries that wait. */
 #define _DEFAULT_SOURCE 1 /* sched_yield (POSIX) */
 #include <sched.h>
 
 #include "guard.h"
-#include "internal.h"
+#include "error.h"
 
 kvc_error* kvci_guard_busy(const kvci_guard* g, const kvci_guard_entry* refused, const char* fn) {
   static const char* RULE = "this call did nothing (the handle is unchanged). A handle is used by one thread at a "
@@ -50,22 +50,4 @@ kvci_guard_entry kvci_guard_wait_shared(kvci_guard* g) {
     entry = kvci_guard_enter_shared(g);
   }
   return entry;
-}
-
-kvc_error* kvci_guard_share_caches(const kvc_cache* const* caches, size_t count, const char* fn) {
-  for (size_t i = 0; caches && i < count; i++) {
-    kvci_guard_entry entry = kvci_guard_enter_shared(kvci_guard_of(caches[i]));
-    if (entry.seen) {
-      kvci_guard_unshare_caches(caches, i);
-      return kvci_guard_busy(kvci_guard_of(caches[i]), &entry, fn);
-    }
-  }
-  return NULL;
-}
-
-void kvci_guard_unshare_caches(const kvc_cache* const* caches, size_t count) {
-  for (size_t i = 0; caches && i < count; i++) {
-    kvci_guard_entry entry = {kvci_guard_of(caches[i]), 1, 0, 0};
-    kvci_guard_leave(&entry);
-  }
 }

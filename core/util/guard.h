@@ -1,5 +1,5 @@
 /*
- * core/guard.h: detection of overlapping calls on one handle
+ * core/util/guard.h: detection of overlapping calls on one handle
  * (kvcache.h, "Thread safety"; docs/threads.md).
  *
  * Every handle carries a kvci_guard. A public entry point enters it first
@@ -110,14 +110,6 @@ kvci_guard_entry kvci_guard_wait_exclusive(kvci_guard* g, const char* fn);
 kvci_guard_entry kvci_guard_wait_shared(kvci_guard* g);
 /* guard.c: exclusive entry that lends the handle to this thread's own calls of its public entry points. */
 kvci_guard_entry kvci_guard_enter_lent(kvci_guard* g, const char* fn);
-
-/*
- * guard.c: shared entry on the caches a call reads together (kvc_cache_from_batch_splits' splits; NULL array or
- * entries are skipped: the call refuses them). On a refusal none is held.
- */
-struct kvc_cache;
-kvc_error* kvci_guard_share_caches(const struct kvc_cache* const* caches, size_t count, const char* fn);
-void kvci_guard_unshare_caches(const struct kvc_cache* const* caches, size_t count);
 
 #if defined(__GNUC__)
 #define KVCI_GUARD_SCOPE_ __attribute__((cleanup(kvci_guard_leave))) kvci_guard_entry

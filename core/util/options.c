@@ -1,14 +1,16 @@
 /*
- * core/options.c: the init functions of every option struct, for languages
+ * core/util/options.c: the init functions of every option struct, for languages
  * without macros, and the reading of option structs that grew.
  *
  * A struct grows only at its end. A caller compiled against an older header
  * passes an older struct_size; we copy the bytes it has and keep the defaults
  * for the rest, so old programs keep working with a newer library.
  */
+#include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "error.h"
+#include "options.h"
 
 /* Each init function sets *o to its struct's INIT macro (NULL is ignored). */
 #define KVC_DEFINE_INIT(name, type, init) \

@@ -1,5 +1,5 @@
 /*
- * core/registry.c: which backend serves which device type.
+ * core/util/registry.c: which backend serves which device type.
  *
  * The CPU backend is built in. GPU backends are plugins (libkvcache-cuda.so,
  * libkvcache-hip.so) loaded on first use so that one build of the core runs
@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "error.h"
+#include "registry.h"
 
 #if defined(KVC_BACKEND_DL) && KVC_BACKEND_DL
 #include <dlfcn.h>
@@ -60,7 +61,7 @@ static void load_plugin(plugin_slot* slot) {
   if (env) h = try_open(env, slot->file, tried, sizeof tried);
   if (!h) {
     Dl_info info;
-    if (dladdr((void*)&kvc_version, &info) && info.dli_fname) {
+    if (dladdr((void*)&kvci_backend_for, &info) && info.dli_fname) {
       char dir[512];
       snprintf(dir, sizeof dir, "%s", info.dli_fname);
       char* slash = strrchr(dir, '/');

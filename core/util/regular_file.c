@@ -1,5 +1,5 @@
 /*
- * core/regular_file.c: see regular_file.h. The check is made on the open
+ * core/util/regular_file.c: see regular_file.h. The check is made on the open
  * descriptor (fstat), not on the path before opening it, so that nothing
  * can be swapped in between; O_NONBLOCK is what makes that open safe for a
  * FIFO, whose plain open waits for a writer.

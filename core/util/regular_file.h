@@ -1,5 +1,5 @@
 /*
- * core/regular_file.h: opening files that the library reads (cache files,
+ * core/util/regular_file.h: opening files that the library reads (cache files,
  * disk-tier blocks) so that whatever sits at the path cannot stall or kill
  * the caller: only regular files are opened for reading, and opening never
  * blocks (a FIFO without a writer, a terminal, a device).

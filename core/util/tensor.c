@@ -1,8 +1,9 @@
-/* core/tensor.c: dtypes and the checks every input tensor goes through. */
+/* core/util/tensor.c: dtypes and the checks every input tensor goes through. */
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "internal.h"
+#include "error.h"
+#include "tensor.h"
 
 kvc_data_type kvc_dtype_to_data_type(kvc_dtype dtype) {
   kvc_data_type t = {0, 0, 0};

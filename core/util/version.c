@@ -1,5 +1,6 @@
-/* core/version.c: run-time version and features. */
-#include "internal.h"
+/* core/util/version.c: run-time version and features. */
+#include "error.h"
+#include "registry.h"
 
 #define KVC_STR2(x) #x
 #define KVC_STR(x) KVC_STR2(x)

@@ -1,9 +1,9 @@
 /*
- * core/layer_delegate.c: the K/V entries of kinds that add state to another
+ * core/kinds/base/layer_delegate.c: the K/V entries of kinds that add state to another
  * kind's store (kvc_kind.store_ops): the linear hybrids (layer_linear.c) and
  * the indexed kinds (layer_indexed.c). Each entry is that kind's own.
  */
-#include "internal.h"
+#include "base_kinds.h"
 
 kvc_error* kvci_store_check_update(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                   const kvc_update_options* o) {

@@ -1,5 +1,5 @@
 /*
- * core/layer_dynamic_sliding.c: DynamicSlidingWindowLayer (docs/semantics.md, 'Dynamic sliding and chunked layers'), also
+ * core/kinds/base/layer_dynamic_sliding.c: DynamicSlidingWindowLayer (docs/semantics.md, 'Dynamic sliding and chunked layers'), also
  * used for chunked attention with the chunk size as window.
  *
  * It keeps the last window-1 tokens (a query sees itself and the window-1
@@ -9,7 +9,7 @@
  */
 #include <inttypes.h>
 
-#include "internal.h"
+#include "base_kinds.h"
 
 /* Drops stored tokens older than the last window-1 (window 1 keeps none: see the differences doc). */
 static void trim_to_window(kvc_layer* l) {

@@ -1,12 +1,12 @@
 /*
- * core/layer_static.c: StaticLayer (docs/semantics.md, 'Static layers'): max_cache_len pre-allocated
+ * core/kinds/base/layer_static.c: StaticLayer (docs/semantics.md, 'Static layers'): max_cache_len pre-allocated
  * slots, written at an internal counter (transformers >= 5.3) or at explicit
  * cache positions (transformers 4.57). Update returns the whole buffer;
  * unwritten slots are zero and must be masked.
  */
 #include <inttypes.h>
 
-#include "internal.h"
+#include "base_kinds.h"
 
 kvc_error* kvci_check_positions(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                const kvc_update_options* o, int64_t limit) {

@@ -1,5 +1,5 @@
 /*
- * core/layer_static_sliding.c: StaticSlidingWindowLayer (docs/semantics.md, 'Static sliding and chunked layers'), also used
+ * core/kinds/base/layer_static_sliding.c: StaticSlidingWindowLayer (docs/semantics.md, 'Static sliding and chunked layers'), also used
  * for chunked attention. It holds M' = min(window, max_cache_len) tokens.
  *
  * transformers rolls the buffer by one slot per decoded token (O(M') per
@@ -9,7 +9,7 @@
  */
 #include <inttypes.h>
 
-#include "internal.h"
+#include "base_kinds.h"
 
 static int is_full(const kvc_layer* l) { return l->cum >= l->slots; }
 
