@@ -71,9 +71,10 @@ static PyObject* kvc_py_tier_capsule(kvc_tier* t) {
 }
 
 static PyObject* kvc_py_tier_stats_out(const kvc_tier_stats* s) {
-  return Py_BuildValue("(KKKKKKK)", (unsigned long long)s->puts, (unsigned long long)s->put_failures,
+  return Py_BuildValue("(KKKKKKKKK)", (unsigned long long)s->puts, (unsigned long long)s->put_failures,
                        (unsigned long long)s->gets, (unsigned long long)s->hits, (unsigned long long)s->corrupt,
-                       (unsigned long long)s->bytes_written, (unsigned long long)s->bytes_read);
+                       (unsigned long long)s->bytes_written, (unsigned long long)s->bytes_read,
+                       (unsigned long long)s->queued, (unsigned long long)s->dropped);
 }
 %}
 
