@@ -94,6 +94,7 @@ kvc_error* kvc_pool_prefetch_start(kvc_pool_sequence* s, const int32_t* tokens, 
   kvc_error* e = kvci_pool_check_match(FN, s, tokens, num_tokens);
   if (e) return e;
   kvc_pool* p = s->pool;
+  kvci_tier_worker_reap(p);
   kvc_pool_prefetch* f = calloc(1, sizeof(*f));
   if (!f) return kvci_err_oom();
   f->pool = p;
@@ -176,6 +177,7 @@ kvc_error* kvc_pool_prefetch_collect(kvc_pool_prefetch* f, kvc_pool_sequence* s,
     if (!e) f->collected = 1;
     return e;
   }
+  kvci_tier_worker_reap(p); /* blocks the worker stored since: evictable again before taking any */
   struct timespec until;
   kvci_deadline_in(&until, timeout_ms);
   int late = 0;

@@ -47,6 +47,7 @@ struct kvci_tier_worker {
   kvc_tier_worker_stats stats; /* pending_* and the totals */
   spare_frames* spare;
   size_t spare_bytes;
+  kvci_tier_job* reap; /* finished jobs whose held blocks the pool's thread releases (kvci_tier_worker_reap) */
   tier_event* events; /* a ring of the pool's event_cap entries */
   uint32_t ev_head, ev_count, ev_cap;
 };
@@ -115,11 +116,23 @@ static void release(kvci_tier_worker* w, kvci_tier_job* j) {
   } else {
     free(j->frames);
   }
-  free(j);
+  j->frames = NULL;
+  if (j->held) {
+    j->next = w->reap;
+    w->reap = j;
+  } else {
+    free(j);
+  }
 }
 
 /* The worker's part of a store: every tier of the job's policy gets the values, sealed for it. */
 static void run_store(kvci_tier_worker* w, kvci_tier_job* j) {
+  if (j->held) {
+    /* A CPU pool's stage_out only reads the layers' storage and geometry, which never change while the pool lives. */
+    uint8_t** at = (uint8_t**)j->payloads;
+    for (size_t i = 0; i < j->count; i++) at[i] = j->frames + i * j->frame + KVCI_TIER_HEADER_SIZE;
+    kvci_pool_stage_out((kvc_pool*)j->pool, j->group, j->held, j->count, at);
+  }
   const kvc_tier* sealed = NULL; /* tiers with the same key reuse the sealed values (as tiers.c's store) */
   for (uint32_t t = 0; t < j->num_tiers; t++) {
     kvc_tier* tier = j->tiers[t];
@@ -303,9 +316,9 @@ kvci_tier_job* kvci_tier_worker_job(kvc_pool* pool, int fetch, uint32_t group, s
   size_t payload = kvci_pool_block_payload(pool, group), frame = kvci_tier_frame_size_max(payload);
   size_t bytes = count * frame, n = pool->num_tiers;
   *full = 0;
-  /* One allocation for the job and its arrays: the pointer-sized ones first, the keys (4-byte fields) last. */
+  /* One allocation for the job and its arrays: the pointer-sized ones first, then the keys and block ids. */
   size_t head = sizeof(kvci_tier_job) + n * sizeof(kvc_tier*) + count * (2 * sizeof(void*) + sizeof(size_t));
-  kvci_tier_job* j = malloc(head + count * sizeof(kvc_tier_key));
+  kvci_tier_job* j = malloc(head + count * (sizeof(kvc_tier_key) + sizeof(uint32_t)));
   if (!j) return NULL;
   memset(j, 0, sizeof(*j));
   j->tiers = (kvc_tier**)(void*)(j + 1);
@@ -313,6 +326,8 @@ kvci_tier_job* kvci_tier_worker_job(kvc_pool* pool, int fetch, uint32_t group, s
   j->payloads = (const uint8_t**)(j->values + count);
   j->sizes = (size_t*)(void*)(j->payloads + count);
   j->keys = (kvc_tier_key*)(void*)(j->sizes + count);
+  j->pool = pool;
+  j->held = NULL; /* set by a store that holds its blocks (tiers.c) */
   pthread_mutex_lock(&w->mu);
   if (w->stopping || w->stats.pending_jobs >= w->opt.max_jobs || w->stats.pending_bytes + bytes > w->opt.max_bytes) {
     pthread_mutex_unlock(&w->mu);
@@ -446,7 +461,23 @@ void kvci_tier_job_free(kvc_pool* pool, kvci_tier_job* job) {
   free(job);
 }
 
+void kvci_tier_worker_reap(kvc_pool* pool) {
+  kvci_tier_worker* w = pool->tier_worker;
+  if (!w) return;
+  pthread_mutex_lock(&w->mu);
+  kvci_tier_job* j = w->reap;
+  w->reap = NULL;
+  pthread_mutex_unlock(&w->mu);
+  while (j) {
+    kvci_tier_job* next = j->next;
+    for (size_t i = j->count; i-- > 0;) kvci_pool_block_release(&pool->groups[j->group], j->held[i]);
+    free(j);
+    j = next;
+  }
+}
+
 void kvci_tier_worker_events(kvc_pool* pool) {
+  kvci_tier_worker_reap(pool);
   kvci_tier_worker* w = pool->tier_worker;
   if (!w || !w->ev_cap) return;
   pthread_mutex_lock(&w->mu);

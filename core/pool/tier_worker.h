@@ -40,6 +40,14 @@ struct kvci_tier_job {
   void** values;
   size_t* sizes;
   const uint8_t** payloads;     /* fetch: into frames */
+  /*
+   * A commit's store from a CPU pool: the blocks, referenced by the job, whose bytes the worker copies out of the
+   * pool's memory itself (a cached full block's bytes never change, and a reference keeps it from eviction), so
+   * the step pays no copy. Their references are dropped on the pool's thread (kvci_tier_worker_reap). NULL: the
+   * caller staged the bytes into the frames (a device pool, an eviction).
+   */
+  const kvc_pool* pool;
+  uint32_t* held;
 };
 
 /* The job of `count` blocks of `group` for `pool` (keys and frames unset), or NULL (out of memory / queue full:
@@ -61,8 +69,10 @@ int kvci_tier_worker_wait(kvc_pool* pool, kvci_tier_job* job, const struct times
 void kvci_tier_worker_abandon(kvc_pool* pool, kvci_tier_job* job);
 /* Frees a job that is the caller's (done, or never queued). */
 void kvci_tier_job_free(kvc_pool* pool, kvci_tier_job* job);
-/* Moves the worker's TIER_* events into the pool's event queue (kvc_pool_events_pull). */
+/* Moves the worker's TIER_* events into the pool's event queue, and drops the references of finished jobs' held
+   blocks (the pool's bookkeeping is its calling thread's): at the pool's calls that use the worker. */
 void kvci_tier_worker_events(kvc_pool* pool);
+void kvci_tier_worker_reap(kvc_pool* pool);
 /* Stops the worker and frees it (kvc_pool_stop_tier_worker); kvc_pool_destroy's drains for the option's time. */
 void kvci_tier_worker_stop(kvc_pool* pool, uint32_t drain_timeout_ms);
 void kvci_tier_worker_shutdown(kvc_pool* pool);

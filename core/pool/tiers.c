@@ -92,13 +92,20 @@ static int stage_job(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t
 /* With a tier worker: the blocks' bytes are copied into jobs and queued; a job that does not fit is dropped. */
 static void store_queued(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t count,
                          kvc_tier_write_policy policy) {
-  const kvci_pool_group* g = &p->groups[group];
+  kvci_pool_group* g = &p->groups[group];
+  /* A commit's blocks of a CPU pool are read by the worker in place (tier_worker.h, `held`); an evicted block's
+     bytes are about to be reused, and a device's must come over: those are copied here. */
+  int hold = policy == KVC_TIER_WRITE_ON_COMMIT && p->device.device_type == KVC_DEVICE_CPU;
+  kvci_tier_worker_reap(p);
   size_t batch = kvci_pool_stage_batch(kvci_tier_frame_size_max(kvci_pool_block_payload(p, group)));
   for (size_t at = 0; at < count; at += batch) {
     size_t n = count - at < batch ? count - at : batch;
     int full;
     kvci_tier_job* j = kvci_tier_worker_job(p, 0, group, n, &full);
-    if (j && stage_job(p, group, blocks + at, n, j)) {
+    if (j && hold) {
+      j->held = (uint32_t*)(void*)(j->keys + n);
+      for (size_t k = 0; k < n; k++) kvci_pool_block_ref(g, j->held[k] = blocks[at + k]);
+    } else if (j && stage_job(p, group, blocks + at, n, j)) {
       kvci_tier_worker_discard(p, j);
       j = NULL;
     }

@@ -81,10 +81,10 @@ static void destroy(void* ctx) {
 
 static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), put_many, get_many, destroy, NULL};
 
-/* A pool of 16 blocks with a slow store as its commit tier. */
+/* A pool of 64 blocks with a slow store as its commit tier. */
 static kvc_pool* pool_with_store(slow_store** out) {
   kvc_pool* p = NULL;
-  kvc_error_destroy(tt_pool(&p, 16, KVC_POOL_LAYOUT_NHD));
+  kvc_error_destroy(tt_pool(&p, 64, KVC_POOL_LAYOUT_NHD)); /* room for blocks held by queued stores */
   slow_store* m = calloc(1, sizeof *m);
   pthread_mutex_init(&m->mu, NULL);
   kvc_tier* t = NULL;

@@ -216,7 +216,11 @@ KVC_API kvc_error* kvc_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BL
  * in the tier only some time after the commit returns (another process may
  * miss it meanwhile), and a store may be dropped under load. A pool that
  * must read its own writes across processes at once keeps the synchronous
- * path. The worker calls each tier under the tier's lock, so a match's
+ * path. A CPU pool's commit does not even copy: the worker reads the
+ * blocks in place, holding a reference to each until its store is done
+ * (dropped at the pool's next commit, prefetch or kvc_pool_events_pull), so
+ * up to max_bytes of cached blocks stay in use meanwhile: size the pool for
+ * them. The worker calls each tier under the tier's lock, so a match's
  * synchronous lookup (kvc_pool_match_prefix) waits at most for the one tier
  * call in flight (bounded by that tier's deadline, e.g. the Redis tier's
  * call_timeout_ms).
