@@ -166,7 +166,12 @@ impl Prefetch {
         let mut matched = 0u64;
         // SAFETY: a live prefetch and sequence, both of a pool whose lock is held.
         check(unsafe {
-            sys::kvc_pool_prefetch_collect(self.raw.as_ptr(), sequence.as_ptr(), timeout_ms, &mut matched)
+            sys::kvc_pool_prefetch_collect(
+                self.raw.as_ptr(),
+                sequence.as_ptr(),
+                timeout_ms,
+                &mut matched,
+            )
         })?;
         Ok(matched as usize)
     }

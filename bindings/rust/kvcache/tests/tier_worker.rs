@@ -62,7 +62,16 @@ fn stores_are_queued_and_a_prefetch_collects_them() {
         .events()
         .unwrap()
         .iter()
-        .filter(|e| matches!(e, PoolEvent::Tier { outcome: TierOutcome::Stored, tier: 0, .. }))
+        .filter(|e| {
+            matches!(
+                e,
+                PoolEvent::Tier {
+                    outcome: TierOutcome::Stored,
+                    tier: 0,
+                    ..
+                }
+            )
+        })
         .count();
     assert_eq!(stored, 4);
     drop(first);
@@ -71,7 +80,9 @@ fn stores_are_queued_and_a_prefetch_collects_them() {
     again
         .add_tier(DiskTier::new(&dir, 0).unwrap(), TierWrite::Commit)
         .unwrap();
-    again.start_tier_worker(&TierWorkerOptions::default()).unwrap();
+    again
+        .start_tier_worker(&TierWorkerOptions::default())
+        .unwrap();
     let mut seq = again.sequence().unwrap();
     let mut pf = seq.prefetch(&PROMPT).unwrap();
     assert_eq!(pf.collect(&mut seq, 10_000).unwrap(), 16);
