@@ -1811,8 +1811,9 @@ pub struct kvc_tier_key {
     pub reserved: u32,
 }
 /** A tier's operations, for stores a program brings. All calls come from the
- thread calling the pool or, since 0.7, the tier's key-level functions
- (never two at once: the pool's and the tier's call guards see to it). Values are
+ thread calling the pool or, since 0.7, the tier's key-level functions or
+ the pool's tier worker thread (kvc_pool_start_tier_worker), never two at
+ once: the pool's and the tier's call guards and the tier's lock see to it. Values are
  opaque, framed bytes (docs/tiers.md): a tier stores and returns them
  unchanged. Published sizes: 32 (0.6), 40 (0.7: exists_many).*/
 #[repr(C)]
