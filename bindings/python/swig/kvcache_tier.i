@@ -19,6 +19,14 @@
 %ignore kvc_tier_put_blocks;
 %ignore kvc_pool_options_fingerprint;
 %ignore kvc_pool_options_block_payload;
+/* The tier worker's calls: kvcache_tier_worker.i binds them by hand. */
+%ignore kvc_pool_start_tier_worker;
+%ignore kvc_pool_stop_tier_worker;
+%ignore kvc_pool_tier_worker_stats;
+%ignore kvc_pool_prefetch_start;
+%ignore kvc_pool_prefetch_collect;
+%ignore kvc_pool_prefetch_destroy;
+%ignore kvc_tier_worker_options_init;
 %include "kvcache/tier.h"
 
 /* Structs start as their _INIT macros (struct_size set), as every option struct of the module does. */

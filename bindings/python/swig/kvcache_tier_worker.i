@@ -8,13 +8,7 @@
  * itself; the capsule then frees only its own memory.
  */
 
-%ignore kvc_pool_start_tier_worker;
-%ignore kvc_pool_stop_tier_worker;
-%ignore kvc_pool_tier_worker_stats;
-%ignore kvc_pool_prefetch_start;
-%ignore kvc_pool_prefetch_collect;
-%ignore kvc_pool_prefetch_destroy;
-%ignore kvc_tier_worker_options_init;
+/* The header's functions are %ignored in kvcache_tier.i, before its %include of kvcache/tier.h. */
 
 %{
 static const char KVC_PY_PREFETCH_CAPSULE[] = "kvcache.prefetch";
