@@ -26,11 +26,18 @@
 %ignore kvc_pool_prefetch_start;
 %ignore kvc_pool_prefetch_collect;
 %ignore kvc_pool_prefetch_destroy;
-%ignore kvc_tier_worker_options_init;
 %include "kvcache/tier.h"
 
 /* Structs start as their _INIT macros (struct_size set), as every option struct of the module does. */
 KVC_OPTIONS_CTOR_MACRO(kvc_disk_tier_options, KVC_DISK_TIER_OPTIONS_INIT)
+KVC_OPTIONS_CTOR_MACRO(kvc_tier_worker_options, KVC_TIER_WORKER_OPTIONS_INIT)
+%extend kvc_tier_worker_stats {
+  kvc_tier_worker_stats() {
+    kvc_tier_worker_stats* o = (kvc_tier_worker_stats*)calloc(1, sizeof(kvc_tier_worker_stats));
+    if (o) o->struct_size = (uint32_t)sizeof(kvc_tier_worker_stats);
+    return o;
+  }
+}
 %extend kvc_tier_stats {
   kvc_tier_stats() {
     kvc_tier_stats* o = (kvc_tier_stats*)calloc(1, sizeof(kvc_tier_stats));
