@@ -289,7 +289,8 @@ typedef struct kvc_pool_prefetch kvc_pool_prefetch;
  * Starts the tier lookups a kvc_pool_match_prefix of `tokens` into `sequence` (empty) would make: the chain of
  * every group is hashed now (with the sequence's salt and extra keys), the blocks not in memory now are asked of
  * the tiers by the worker, nearest tier first, and verified there (frame, CRC or HMAC), off the caller's thread.
- * `tokens` is copied. At most the worker's max_bytes of values are looked up (a longer prefix is cut there).
+ * `tokens` is copied. At most 32 MiB of values are looked up per group (a longer prefix is cut there), and a
+ * group whose lookup does not fit in the worker's queue (max_jobs, max_bytes) looks up nothing.
  * Without a worker nothing starts: kvc_pool_prefetch_collect then is kvc_pool_match_prefix. A pool whose
  * tiers are skipped (a recurrent group) starts nothing either. The handle must be destroyed before the pool.
  * Errors: as kvc_pool_match_prefix's (INVALID_ARGUMENT naming the argument), OUT_OF_MEMORY, BUSY. Since 0.7.
