@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
     kvc_pool *writer = writers[keyed], *reader = readers[keyed];
     for (int i = 0; i < TOKENS; i++) tok[i] = (int32_t)((i * 7919 + (r + 2) * 104729 + keyed * 31) % 50000);
     kvc_pool_sequence* s = prefill(writer, tok, kv);
-    kvc_tier_stats before = {sizeof before, 0, 0, 0, 0, 0, 0, 0, 0}, after = before;
+    kvc_tier_stats before = {sizeof before, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, after = before;
     bench_check(kvc_tier_stats_get(kvc_pool_tier(writer, 0), &before), "stats");
     double t0 = bench_now_ns();
     bench_check(kvc_pool_commit(s), "commit");

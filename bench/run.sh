@@ -15,6 +15,7 @@
 # bench_pool (the paged pool, CPU) runs everywhere; its GPU rows are bench_gpu's gpu_pool_write.
 # bench_tier (the disk tier, CPU pool) runs everywhere, in a directory next to the results file.
 # bench_redis_tier starts its own redis-server; without redis-server installed it prints SKIPPED.
+# bench_tier_step (a pool step with a Redis tier, in commit and through the tier worker, against no tier) too.
 # bench_tier_prefix (prefix hit from a tier against recomputing with the demo's decoder) runs everywhere; its
 # Redis row needs redis-server (SKIPPED without).
 # bench_persist writes its files next to the results (or in $KVC_BENCH_PERSIST_DIR); its arguments go in
@@ -115,6 +116,10 @@ if command -v redis-server >/dev/null 2>&1; then
 else
     echo "bench_redis_tier: SKIPPED: redis-server is not installed (scripts/setup.sh installs it)"
 fi
+echo
+echo "== bench_tier_step (a pool's step with a Redis tier: stores in commit, and through the tier worker, against"
+echo "   no tier; it starts its own redis-server, and says SKIPPED without one)"
+"$(find_bin bench_tier_step)" --json "$JSON" "${EXTRA[@]}"
 echo
 echo "== bench_tier_prefix (a prompt's K/V from the disk or Redis tier after a restart against recomputing it"
 echo "   with the demo's tiny decoder; it starts its own redis-server, and says SKIPPED for that row without one)"
@@ -239,6 +244,10 @@ if [ -n "${REDIS_BENCH:-}" ]; then
         "x >= 0.75" "$(value redis_tier kvcache-c put_over_raw)"
     check "redis tier: get GB/s of 2 MiB-block runs / raw pipelined GET through the same client >= 0.75" \
         "x >= 0.75" "$(value redis_tier kvcache-c get_over_raw)"
+fi
+if [ -n "${REDIS_BENCH:-}" ]; then
+    check "tier step: a pool step with a Redis tier through the tier worker / the step without a tier <= 1.2 (wall)" \
+        "x <= 1.2" "$(value tier_step kvcache-c worker_over_none)"
 fi
 for pg in llama_full hybrid_full hybrid_sliding; do
     check "pool: slots lost to partial blocks, per sequence and group ($pg), at most < 1 block" \

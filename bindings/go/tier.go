@@ -42,6 +42,8 @@ type TierStats struct {
 	Corrupt      uint64 // values found that did not verify (a miss): torn, flipped, or not authenticated
 	BytesWritten uint64
 	BytesRead    uint64
+	Queued       uint64 // blocks the pool asked its tier worker to store here (since 0.7)
+	Dropped      uint64 // of those, never given to the store: the queue was full, or shutdown (since 0.7)
 }
 
 // TierKey is the key of one block in a tier (kvc_tier_key, docs/tiers.md):

@@ -105,6 +105,7 @@ func goTierStats(s *C.kvc_tier_stats) TierStats {
 	return TierStats{
 		Puts: uint64(s.puts), PutFailures: uint64(s.put_failures), Gets: uint64(s.gets), Hits: uint64(s.hits),
 		Corrupt: uint64(s.corrupt), BytesWritten: uint64(s.bytes_written), BytesRead: uint64(s.bytes_read),
+		Queued: uint64(s.queued), Dropped: uint64(s.dropped),
 	}
 }
 

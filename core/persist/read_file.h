@@ -40,6 +40,11 @@ void kvci_source_close(kvci_source* s);
 const unsigned char* kvci_source_view(const kvci_source* s, uint64_t offset);
 /* Copies [offset, offset + len) into dst. IO error when the file shrank under it or a read failed. */
 kvc_error* kvci_source_read(const kvci_source* s, uint64_t offset, void* dst, size_t len);
+/*
+ * kvci_source_read with the CRC-32C of the bytes continued into *crc, computed a chunk at a time right after the
+ * chunk lands, while it is still in the cache (a checksum after the whole read would read it from memory again).
+ */
+kvc_error* kvci_source_read_crc(const kvci_source* s, uint64_t offset, void* dst, size_t len, uint32_t* crc);
 /* After the last read of the checks: IO error when the file grew or was modified since it was opened. */
 kvc_error* kvci_source_unchanged(const kvci_source* s);
 /* A file that changed between the checks and a load of its part `what` at `offset` (a checksum now differs). */

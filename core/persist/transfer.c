@@ -253,15 +253,12 @@ static kvc_error* read_region(const char* fn, kvci_section_reader* r, kvci_stage
   kvc_error* e = NULL;
   if (!st->host) {
     WALK_RUNS(base, strides, shape, elem,
-              (e || (e = kvci_source_read(src, from, at_, len_))
-                   ? 0
-                   : (r->crc = kvci_crc32c_update(r->crc, at_, len_), from += len_, 0)));
+              (e || (e = kvci_source_read_crc(src, from, at_, len_, &r->crc)) ? 0 : (from += len_, 0)));
     return e;
   }
   unsigned char* buf = (unsigned char*)malloc((size_t)bytes);
   if (!buf) return kvci_err_oom();
-  if (!(e = kvci_source_read(src, from, buf, (size_t)bytes))) {
-    r->crc = kvci_crc32c_update(r->crc, buf, (size_t)bytes);
+  if (!(e = kvci_source_read_crc(src, from, buf, (size_t)bytes, &r->crc))) {
     if (kvci_xfer_load(st, base, strides, shape, elem, buf))
       e = kvci_stage_error(fn, st, "the file");
   }

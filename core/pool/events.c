@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "pool_internal.h"
+#include "tier_worker.h"
 
 void kvci_pool_event_push(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t block,
                           const uint8_t* hash, const uint8_t* parent, uint32_t num_tokens) {
@@ -37,6 +38,7 @@ kvc_error* kvc_pool_events_pull(kvc_pool* pool, kvc_pool_event* events, size_t c
   if (!events && capacity)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: events is NULL but capacity is %zu; pass an array of capacity "
                     "entries (or capacity 0)", FN, capacity);
+  kvci_tier_worker_events(pool); /* what the tier worker did since the last pull */
   size_t n = pool->event_count < capacity ? pool->event_count : capacity;
   for (size_t i = 0; i < n; i++) events[i] = pool->events[(pool->event_head + i) % pool->event_cap];
   if (n) {

@@ -149,6 +149,8 @@ struct kvc_pool {
   void* stage_cache;                             /* tier_stage.c: the last staging buffer, kept for the next */
   size_t stage_cache_bytes;
   int stage_cache_busy;                          /* lent out (a fetch that evicts stores while it holds one) */
+  struct kvci_tier_worker* tier_worker;           /* tier_worker.c: NULL until kvc_pool_start_tier_worker */
+  struct kvc_pool_prefetch* prefetches;          /* tier_prefetch.c: every live prefetch, for kvc_pool_destroy */
   kvci_allocator* allocator;                     /* the caller's, for the layers' K/V (allocator.h); NULL: the backend's */
   kvci_guard guard;                              /* the pool's and its sequences' calls (guard.h) */
   kvci_fault fault; /* a failed device write into the blocks (backend_fault.h): poisoned for good */
@@ -314,6 +316,10 @@ void kvci_pool_stage_release(kvc_pool* pool);              /* frees the kept buf
 int kvci_pool_stage_out(kvc_pool* pool, uint32_t group, const uint32_t* blocks, size_t count, uint8_t* const* out);
 int kvci_pool_stage_in(kvc_pool* pool, uint32_t group, const uint32_t* blocks, size_t count,
                        const uint8_t* const* in);
+/* As stage_out (to_host 1) and stage_in (0) for host memory a device may not reach (malloc'd): on a device the
+   bytes pass through a staging buffer. */
+int kvci_pool_stage_bounce(kvc_pool* pool, uint32_t group, const uint32_t* blocks, size_t count, uint8_t* const* host,
+                           int to_host);
 /* tier_fingerprint.c: the pool's model fingerprint (docs/tiers.md). */
 void kvci_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BLOCK_HASH_SIZE]);
 /*
@@ -341,6 +347,20 @@ typedef struct kvci_model {
 void kvci_model_fingerprint(const kvci_model* m, uint8_t out[KVC_BLOCK_HASH_SIZE]);
 /* pool.c: kvc_pool_create's checks of `options`, with `fn` in the message. */
 kvc_error* kvci_pool_options_check(const char* fn, const kvc_pool_options* options);
+/*
+ * tier_fetch.c: looks up `count` keys in `tiers`, nearest first (each for what the nearer lacked), under each
+ * tier's lock; verifies each value (payload `payload` bytes over num_layers layers) into payloads[i]. Returns the
+ * leading run found and verified; counts gets, hits and corrupt values.
+ */
+size_t kvci_pool_tiers_lookup(kvc_tier* const* tiers, uint32_t num_tiers, uint32_t num_layers,
+                              const kvc_tier_key* keys, void* const* values, size_t frame, size_t* sizes,
+                              size_t payload, const uint8_t** payloads, size_t count);
+/* prefix.c: the checks of a match's arguments (a sequence that is empty, its tokens, a pool not poisoned). */
+kvc_error* kvci_pool_check_match(const char* fn, const kvc_pool_sequence* s, const int32_t* tokens,
+                                 size_t num_tokens);
+/* prefix.c: kvc_pool_match_prefix after its guard; ask_tiers 0: memory alone (a collected prefetch asked them). */
+kvc_error* kvci_pool_match_prefix_checked(const char* fn, kvc_pool_sequence* s, const int32_t* tokens,
+                                          size_t num_tokens, uint64_t* matched_tokens, int ask_tiers);
 /* budget.c: the shared budget (docs/pool.md, 'One budget for all groups'). */
 /* The options' checks that concern the budget: shared_budget_bytes against the groups' num_blocks and pages. */
 kvc_error* kvci_pool_budget_options_check(const char* fn, const kvc_pool_options* o);

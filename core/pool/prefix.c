@@ -140,8 +140,12 @@ kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* s, const int32_t* tokens, si
                                  uint64_t* matched_tokens) {
   static const char* FN = "kvc_pool_match_prefix";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(s ? s->pool : NULL), FN);
+  return kvci_pool_match_prefix_checked(FN, s, tokens, num_tokens, matched_tokens, 1);
+}
+
+kvc_error* kvci_pool_check_match(const char* FN, const kvc_pool_sequence* s, const int32_t* tokens,
+                                 size_t num_tokens) {
   if (!s) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequence is NULL", FN);
-  if (!matched_tokens) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: matched_tokens is NULL", FN);
   kvc_error* e = kvci_pool_check_tokens(FN, tokens, num_tokens);
   if (e) return e;
   if (s->length)
@@ -150,13 +154,20 @@ kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* s, const int32_t* tokens, si
   if (num_tokens > (UINT64_C(1) << 40))
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_tokens is %zu; a sequence holds at most 2^40 tokens", FN,
                     num_tokens);
+  return kvci_pool_refusal(FN, s->pool);
+}
+
+kvc_error* kvci_pool_match_prefix_checked(const char* FN, kvc_pool_sequence* s, const int32_t* tokens,
+                                          size_t num_tokens, uint64_t* matched_tokens, int ask_tiers) {
+  if (s && !matched_tokens) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: matched_tokens is NULL", FN);
+  kvc_error* e = kvci_pool_check_match(FN, s, tokens, num_tokens);
+  if (e) return e;
   kvc_pool* p = s->pool;
-  if ((e = kvci_pool_refusal(FN, p))) return e;
   uint64_t limit = num_tokens ? num_tokens - 1 : 0; /* the last token is always computed: its logits are needed */
   if (kvci_pool_seq_grow(s, limit)) return kvci_err_oom();
   uint64_t L = p->prefix_caching ? longest_match(p, s, tokens, limit) : 0;
   /* The tiers continue where memory stops; what they add is then in memory, so the same rule finds it. */
-  if (p->prefix_caching && p->num_tiers && L < limit && kvci_pool_tiers_fetch(p, s, tokens, limit, L))
+  if (ask_tiers && p->prefix_caching && p->num_tiers && L < limit && kvci_pool_tiers_fetch(p, s, tokens, limit, L))
     L = longest_match(p, s, tokens, limit);
   if (L && (e = check_live_slots(FN, p, s, L))) return e;
   for (uint32_t gi = 0; gi < p->num_groups; gi++) {

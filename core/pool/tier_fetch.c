@@ -61,26 +61,29 @@ static int buf_open(kvc_pool* p, uint32_t group, fetch_buf* f, size_t most) {
   return -1;
 }
 
-/* Looks up `count` (<= cap) blocks in the tiers; returns the leading run found and verified. */
-static size_t lookup(kvc_pool* p, uint32_t group, fetch_buf* f, size_t count) {
-  uint32_t layers = p->groups[group].num_layers;
+size_t kvci_pool_tiers_lookup(kvc_tier* const* tiers, uint32_t num_tiers, uint32_t num_layers,
+                              const kvc_tier_key* keys, void* const* values, size_t frame, size_t* sizes,
+                              size_t payload, const uint8_t** payloads, size_t count) {
   size_t done = 0;
-  for (uint32_t t = 0; t < p->num_tiers && done < count; t++) {
-    kvc_tier* tier = p->tiers[t];
-    size_t got = kvci_tier_get_many(tier, f->keys + done, f->values + done, f->frame, f->sizes + done,
-                                    count - done);
-    for (size_t j = done; j < done + got; j++) {
-      f->payloads[j] = kvci_tier_value_open(tier, f->values[j], f->sizes[j], &f->keys[j], f->payload, layers);
-      if (!f->payloads[j]) {
-        tier->stats.corrupt++;
-        got = j - done;
-        break;
-      }
-      tier->stats.hits++;
-    }
-    done += got;
+  for (uint32_t t = 0; t < num_tiers && done < count; t++) {
+    kvc_tier* tier = tiers[t];
+    kvci_tier_lock(tier); /* a pool's tier worker may be inside this tier's store (tier_worker.c) */
+    size_t got = kvci_tier_get_many(tier, keys + done, values + done, frame, sizes + done, count - done);
+    kvci_tier_unlock(tier);
+    size_t ok = 0;
+    while (ok < got && (payloads[done + ok] = kvci_tier_value_open(tier, values[done + ok], sizes[done + ok],
+                                                                    &keys[done + ok], payload, num_layers)))
+      ok++;
+    kvci_tier_count(tier, (kvci_tier_counts){.hits = ok, .corrupt = ok < got});
+    done += ok;
   }
   return done;
+}
+
+/* Looks up `count` (<= cap) blocks in the tiers; returns the leading run found and verified. */
+static size_t lookup(kvc_pool* p, uint32_t group, fetch_buf* f, size_t count) {
+  return kvci_pool_tiers_lookup(p->tiers, p->num_tiers, p->groups[group].num_layers, f->keys, f->values, f->frame,
+                                f->sizes, f->payload, f->payloads, count);
 }
 
 /* Fetches the run hashes[from, to) of a group into fresh cached blocks; returns how many leading ones it did. */

@@ -148,3 +148,24 @@ int kvci_pool_stage_in(kvc_pool* p, uint32_t group, const uint32_t* blocks, size
                        const uint8_t* const* in) {
   return stage(p, group, blocks, count, (uint8_t* const*)in, 0);
 }
+
+int kvci_pool_stage_bounce(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t count, uint8_t* const* host,
+                           int to_host) {
+  if (on_cpu(p)) return stage(p, group, blocks, count, host, to_host);
+  /* A device copies to and from host-tier memory only: the bytes pass through a staging buffer. */
+  size_t payload = kvci_pool_block_payload(p, group);
+  uint8_t* buf = kvci_pool_stage_alloc(p, count * payload);
+  uint8_t** at = calloc(count ? count : 1, sizeof(*at)); /* zeroed: gcc cannot see that count > 0 fills it */
+  int rc = -1;
+  if (buf && at) {
+    for (size_t i = 0; i < count; i++) {
+      at[i] = buf + i * payload;
+      if (!to_host) memcpy(at[i], host[i], payload);
+    }
+    rc = stage(p, group, blocks, count, at, to_host);
+    for (size_t i = 0; !rc && to_host && i < count; i++) memcpy(host[i], at[i], payload);
+  }
+  kvci_pool_stage_free(p, buf, count * payload);
+  free(at);
+  return rc;
+}

@@ -11,6 +11,7 @@
 
 #include "pool_internal.h"
 #include "tier/tier_internal.h"
+#include "tier_worker.h"
 
 /* Staging buffers of a batch stay under this size; a larger block is staged alone. */
 #define STAGE_BATCH_BYTES ((size_t)32 << 20)
@@ -55,6 +56,9 @@ kvc_tier* kvc_pool_tier(const kvc_pool* pool, uint32_t index) {
 }
 
 void kvci_pool_tiers_free(kvc_pool* pool) {
+  /* Uncollected prefetches first (their jobs leave the queue), then the worker: nothing calls a tier after. */
+  kvci_pool_prefetches_free(pool);
+  kvci_tier_worker_shutdown(pool);
   for (uint32_t i = 0; i < pool->num_tiers; i++) kvc_tier_destroy(pool->tiers[i]);
   free(pool->tiers);
   free(pool->tier_policy);
@@ -78,10 +82,57 @@ size_t kvci_pool_stage_batch(size_t frame) {
   return frame >= STAGE_BATCH_BYTES ? 1 : STAGE_BATCH_BYTES / frame;
 }
 
+/* Copies `n` blocks' bytes into a store job's frames (each after its header's room). 0, or -1: not staged. */
+static int stage_job(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t n, kvci_tier_job* j) {
+  uint8_t** at = (uint8_t**)j->payloads; /* a store job's payload pointers: its frames' payloads */
+  for (size_t i = 0; i < n; i++) at[i] = j->frames + i * j->frame + KVCI_TIER_HEADER_SIZE;
+  return kvci_pool_stage_bounce(p, group, blocks, n, at, 1);
+}
+
+/* With a tier worker: the blocks' bytes are copied into jobs and queued; a job that does not fit is dropped. */
+static void store_queued(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t count,
+                         kvc_tier_write_policy policy) {
+  kvci_pool_group* g = &p->groups[group];
+  /* A commit's blocks of a CPU pool are read by the worker in place (tier_worker.h, `held`); an evicted block's
+     bytes are about to be reused, and a device's must come over: those are copied here. */
+  int hold = policy == KVC_TIER_WRITE_ON_COMMIT && p->device.device_type == KVC_DEVICE_CPU;
+  kvci_tier_worker_reap(p);
+  size_t batch = kvci_pool_stage_batch(kvci_tier_frame_size_max(kvci_pool_block_payload(p, group)));
+  for (size_t at = 0; at < count; at += batch) {
+    size_t n = count - at < batch ? count - at : batch;
+    int full;
+    kvci_tier_job* j = kvci_tier_worker_job(p, 0, group, n, &full);
+    if (j && hold) {
+      j->held = (uint32_t*)(void*)(j->keys + n);
+      for (size_t k = 0; k < n; k++) kvci_pool_block_ref(g, j->held[k] = blocks[at + k]);
+    } else if (j && stage_job(p, group, blocks + at, n, j)) {
+      kvci_tier_worker_discard(p, j);
+      j = NULL;
+    }
+    if (!j) {
+      kvci_tier_worker_dropped(p, group, blocks + at, n, policy);
+      continue;
+    }
+    for (size_t k = 0; k < n; k++) kvci_pool_tier_key(p, group, g->blocks[blocks[at + k]].hash, &j->keys[k]);
+    j->policy = policy;
+    for (uint32_t t = 0; t < p->num_tiers; t++) {
+      if (p->tier_policy[t] != policy)
+        j->tiers[t] = NULL; /* the worker skips it */
+      else
+        kvci_tier_count(p->tiers[t], (kvci_tier_counts){.queued = n});
+    }
+    kvci_tier_worker_submit(p, j);
+  }
+}
+
 /* Stores `count` cached blocks of `group` in the tiers of `policy`, in batches of bounded staging memory. */
 static void store(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t count, kvc_tier_write_policy policy) {
   const kvci_pool_group* g = &p->groups[group];
   if (kvci_pool_tiers_skip(p)) return;
+  if (p->tier_worker) {
+    store_queued(p, group, blocks, count, policy);
+    return;
+  }
   /* A slot holds the value of either mode; each tier's seal writes its own trailer (frame_mac.c). */
   size_t payload = kvci_pool_block_payload(p, group), frame = kvci_tier_frame_size_max(payload);
   size_t batch = kvci_pool_stage_batch(frame);
@@ -111,13 +162,15 @@ static void store(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t co
           }
           sealed = tier;
         }
+        kvci_tier_lock(tier);
         kvci_tier_put_many(tier, keys, values, sizes, n);
+        kvci_tier_unlock(tier);
       }
     }
   } else {
     /* No staging memory: the stores are skipped, and counted as such. */
     for (uint32_t t = 0; t < p->num_tiers; t++)
-      if (p->tier_policy[t] == policy) p->tiers[t]->stats.put_failures += count;
+      if (p->tier_policy[t] == policy) kvci_tier_count(p->tiers[t], (kvci_tier_counts){.put_failures = count});
   }
   kvci_pool_stage_free(p, buf, batch * frame);
   free(keys);
@@ -132,7 +185,8 @@ void kvci_pool_tiers_committed(kvc_pool* pool, uint32_t group, uint32_t block) {
     uint32_t* grown = realloc(pool->pending, 2 * (size_t)cap * sizeof(uint32_t));
     if (!grown) {
       for (uint32_t t = 0; t < pool->num_tiers; t++)
-        if (pool->tier_policy[t] == KVC_TIER_WRITE_ON_COMMIT) pool->tiers[t]->stats.put_failures++;
+        if (pool->tier_policy[t] == KVC_TIER_WRITE_ON_COMMIT)
+          kvci_tier_count(pool->tiers[t], (kvci_tier_counts){.put_failures = 1});
       return;
     }
     pool->pending = grown;

@@ -13,6 +13,9 @@
 
 /* The sizes of kvc_tier_ops: 0.6 (three entries after struct_size), 0.7 (exists_many). */
 #define OPS_SIZE_0_6 ((size_t)32)
+/* The sizes of kvc_tier_stats: 0.6 (up to bytes_read), 0.7 (queued, dropped). */
+#define STATS_SIZE_0_6 ((size_t)64)
+_Static_assert(sizeof(kvc_tier_stats) == 80, "kvc_tier_stats changed size: add its new size to kvc_tier_stats_get");
 _Static_assert(sizeof(kvc_tier_ops) == 40, "kvc_tier_ops changed size: add its new size to kvc_tier_create");
 
 kvc_error* kvc_tier_create(const kvc_tier_ops* ops, void* ctx, const char* name, kvc_tier** out) {
@@ -52,6 +55,8 @@ kvc_error* kvc_tier_create(const kvc_tier_ops* ops, void* ctx, const char* name,
   t->ops.struct_size = sizeof(t->ops);
   t->ctx = ctx;
   t->stats.struct_size = sizeof(t->stats);
+  pthread_mutex_init(&t->lock, NULL);
+  pthread_mutex_init(&t->stats_lock, NULL);
   *out = t;
   return NULL;
 }
@@ -63,6 +68,8 @@ void kvc_tier_destroy(kvc_tier* tier) {
   kvci_hmac_sha256_key_wipe(&tier->auth.key);
   free(tier->stage);
   free(tier->name);
+  pthread_mutex_destroy(&tier->lock);
+  pthread_mutex_destroy(&tier->stats_lock);
   free(tier);
 }
 
@@ -72,11 +79,27 @@ kvc_error* kvc_tier_stats_get(const kvc_tier* tier, kvc_tier_stats* out) {
   KVCI_GUARD_SHARED(kvci_pool_guard(tier ? tier->owner : NULL), FN); /* a given tier's counters move with its pool */
   if (!tier) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: tier is NULL", FN);
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
-  if (out->struct_size != sizeof(*out))
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out->struct_size is %u but this library knows only %zu; set it "
-                    "to sizeof(kvc_tier_stats) before the call", FN, out->struct_size, sizeof(*out));
-  *out = tier->stats;
+  if (out->struct_size != STATS_SIZE_0_6 && out->struct_size != sizeof(*out))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out->struct_size is %u; it is %zu (0.6) or %zu "
+                    "(sizeof(kvc_tier_stats)): set it before the call", FN, out->struct_size, STATS_SIZE_0_6,
+                    sizeof(*out));
+  uint32_t size = out->struct_size;
+  kvc_tier* t = (kvc_tier*)tier; /* the lock only: a pool's worker moves the counters from its thread */
+  pthread_mutex_lock(&t->stats_lock);
+  memcpy(out, &tier->stats, size);
+  pthread_mutex_unlock(&t->stats_lock);
+  out->struct_size = size;
   return NULL;
+}
+
+void kvci_tier_count(kvc_tier* t, kvci_tier_counts c) {
+  pthread_mutex_lock(&t->stats_lock);
+  t->stats.hits += c.hits;
+  t->stats.corrupt += c.corrupt;
+  t->stats.put_failures += c.put_failures;
+  t->stats.queued += c.queued;
+  t->stats.dropped += c.dropped;
+  pthread_mutex_unlock(&t->stats_lock);
 }
 
 size_t kvci_tier_put_many(kvc_tier* t, const kvc_tier_key* keys, const void* const* values, const size_t* sizes,
@@ -84,10 +107,14 @@ size_t kvci_tier_put_many(kvc_tier* t, const kvc_tier_key* keys, const void* con
   if (!count) return 0;
   size_t stored = t->ops.put_many(t->ctx, keys, values, sizes, count);
   if (stored > count) stored = count;
+  uint64_t bytes = 0;
+  /* A store that stores fewer stops at its first failure (the usual case), so the leading ones count. */
+  for (size_t i = 0; i < stored; i++) bytes += sizes[i];
+  pthread_mutex_lock(&t->stats_lock);
   t->stats.puts += stored;
   t->stats.put_failures += count - stored;
-  /* A store that stores fewer stops at its first failure (the usual case), so the leading ones count. */
-  for (size_t i = 0; i < stored; i++) t->stats.bytes_written += sizes[i];
+  t->stats.bytes_written += bytes;
+  pthread_mutex_unlock(&t->stats_lock);
   return stored;
 }
 
@@ -97,10 +124,14 @@ size_t kvci_tier_get_many(kvc_tier* t, const kvc_tier_key* keys, void* const* va
   for (size_t i = 0; i < count; i++) sizes[i] = 0;
   size_t found = t->ops.get_many(t->ctx, keys, values, capacity, sizes, count);
   if (found > count) found = count;
-  t->stats.gets += count;
   size_t run = 0;
+  uint64_t bytes = 0;
   while (run < found && sizes[run] && sizes[run] <= capacity) run++; /* a size past capacity is a lie: a miss */
-  for (size_t i = 0; i < run; i++) t->stats.bytes_read += sizes[i];
+  for (size_t i = 0; i < run; i++) bytes += sizes[i];
+  pthread_mutex_lock(&t->stats_lock);
+  t->stats.gets += count;
+  t->stats.bytes_read += bytes;
+  pthread_mutex_unlock(&t->stats_lock);
   return run;
 }
 
@@ -109,11 +140,15 @@ void kvci_tier_get_all(kvc_tier* t, const kvc_tier_key* keys, void* const* value
   if (!count) return;
   for (size_t i = 0; i < count; i++) sizes[i] = 0;
   (void)t->ops.get_many(t->ctx, keys, values, capacity, sizes, count);
-  t->stats.gets += count;
+  uint64_t bytes = 0;
   for (size_t i = 0; i < count; i++) {
     if (sizes[i] > capacity) sizes[i] = 0; /* a size past capacity is a lie: a miss */
-    t->stats.bytes_read += sizes[i];
+    bytes += sizes[i];
   }
+  pthread_mutex_lock(&t->stats_lock);
+  t->stats.gets += count;
+  t->stats.bytes_read += bytes;
+  pthread_mutex_unlock(&t->stats_lock);
 }
 
 size_t kvci_tier_exists_many(kvc_tier* t, const kvc_tier_key* keys, uint8_t* found, size_t count) {

@@ -10,6 +10,7 @@
 #ifndef KVC_CORE_TIER_INTERNAL_H
 #define KVC_CORE_TIER_INTERNAL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,11 +35,31 @@ struct kvc_tier {
   /* tier_keys.c: the frames of the last call by key, kept for the next (fresh memory costs a fault per page) */
   uint8_t* stage;
   size_t stage_bytes;
+  /*
+   * A pool's tier worker (core/pool/tier_worker.c) calls the store from its own thread. `lock` is held around
+   * every call of the store (kvci_tier_lock: the pool's lookups, the key-level calls and the worker take it; a
+   * store's connection is one caller's at a time); `stats_lock` around every change to `stats` and its copy in
+   * kvc_tier_stats_get, never during a call of the store, so counting never waits for a slow tier.
+   * Uncontended without a worker.
+   */
+  pthread_mutex_t lock;
+  pthread_mutex_t stats_lock;
 };
 
-/* tier.c: the store's calls with their counters. A store's answer is clamped to `count`. */
+static inline void kvci_tier_lock(kvc_tier* t) { pthread_mutex_lock(&t->lock); }
+static inline void kvci_tier_unlock(kvc_tier* t) { pthread_mutex_unlock(&t->lock); }
+
+/* tier.c: the store's calls with their counters, under the tier's lock (the caller's). A store's answer is
+   clamped to `count`. */
 size_t kvci_tier_put_many(kvc_tier* t, const kvc_tier_key* keys, const void* const* values, const size_t* sizes,
                           size_t count);
+/* Counts the pool and its worker add to a tier's (what the store's calls count themselves is above). */
+typedef struct kvci_tier_counts {
+  uint64_t hits, corrupt; /* the caller verified what a lookup found */
+  uint64_t put_failures;  /* stores skipped before the store was called (no staging memory) */
+  uint64_t queued, dropped; /* blocks handed to a pool's tier worker; of those, never stored */
+} kvci_tier_counts;
+void kvci_tier_count(kvc_tier* t, kvci_tier_counts c);
 /* Looks up `count` keys; returns the leading run found (sizes[i] > 0); the caller verifies and counts hits. */
 size_t kvci_tier_get_many(kvc_tier* t, const kvc_tier_key* keys, void* const* values, size_t capacity,
                           size_t* sizes, size_t count);

@@ -92,7 +92,9 @@ kvc_error* kvc_tier_exists(kvc_tier* tier, const kvc_tier_key* keys, size_t coun
   if (!tier->ops.exists_many)
     return kvci_err(KVC_ERROR_UNSUPPORTED, "%s: tier '%s' has no exists_many (a store brought through kvc_tier_ops "
                     "of struct_size 32, or with exists_many NULL); use kvc_tier_get_blocks", FN, tier->name);
+  kvci_tier_lock(tier);
   size_t n = kvci_tier_exists_many(tier, keys, found, count);
+  kvci_tier_unlock(tier);
   if (found_count) *found_count = n;
   return NULL;
 }
@@ -112,18 +114,20 @@ kvc_error* kvc_tier_get_blocks(kvc_tier* tier, const kvc_tier_key* keys, size_t 
   size_t frame = kvci_tier_frame_size_max(payload_size); /* a value of either mode fits: the wrong one is refused */
   staging s;
   if ((e = stage_alloc(FN, tier, &s, count, frame))) return e;
+  kvci_tier_lock(tier);
   kvci_tier_get_all(tier, keys, s.values, frame, s.sizes, count);
-  size_t n = 0;
+  kvci_tier_unlock(tier);
+  size_t n = 0, corrupt = 0;
   for (size_t i = 0; i < count; i++) {
     const uint8_t* p =
         s.sizes[i] ? kvci_tier_value_open(tier, s.values[i], s.sizes[i], &keys[i], payload_size, num_layers) : NULL;
-    if (s.sizes[i] && !p) tier->stats.corrupt++;
+    corrupt += s.sizes[i] && !p;
     found[i] = p != NULL;
     if (!p) continue;
     memcpy(payloads[i], p, payload_size);
-    tier->stats.hits++;
     n++;
   }
+  kvci_tier_count(tier, (kvci_tier_counts){.hits = n, .corrupt = corrupt});
   stage_free(&s);
   if (found_count) *found_count = n;
   return NULL;
@@ -149,7 +153,9 @@ kvc_error* kvc_tier_put_blocks(kvc_tier* tier, const kvc_tier_key* keys, size_t 
     kvci_tier_value_seal(tier, v, &keys[i], payload_size, num_layers);
     s.sizes[i] = frame;
   }
+  kvci_tier_lock(tier);
   size_t n = kvci_tier_put_many(tier, keys, (const void* const*)s.values, s.sizes, count);
+  kvci_tier_unlock(tier);
   stage_free(&s);
   if (stored) *stored = n;
   return NULL;

@@ -187,11 +187,45 @@ static void test_disk_tier_through_host_memory(void) {
   tt_rmtree(dir);
 }
 
+/* The same through the pool's tier worker: a device pool's blocks are staged on the step and stored by the worker,
+   and a prefetch's verified payloads go back through host memory into a restarted device pool. */
+static void test_tier_worker_through_host_memory(void) {
+  char dir[4096];
+  REQUIRE(tt_tempdir(dir, sizeof dir, "gpu-tier-worker"));
+  int32_t t[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+  int64_t slots[16];
+  kvc_pool* p = tier_pool(dev(), dir);
+  REQUIRE(p != NULL);
+  REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
+  kvc_pool_sequence* s = NULL;
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
+  REQUIRE_OK(kvc_pool_reserve(s, t, 12, slots));
+  REQUIRE_OK(write_tokens(p, 2, slots, 0, 12));
+  REQUIRE_OK(kvc_pool_commit(s));
+  REQUIRE_OK(kvc_pool_stop_tier_worker(p, 10000));
+  CHECK_EQ_U64(tt_stats(kvc_pool_tier(p, 0)).puts, 3);
+  kvc_pool_destroy(p);
+  p = tier_pool(dev(), dir);
+  REQUIRE(p != NULL);
+  REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
+  kvc_pool_prefetch* f = NULL;
+  REQUIRE_OK(kvc_pool_prefetch_start(s, t, 13, &f));
+  uint64_t matched = 0;
+  REQUIRE_OK(kvc_pool_prefetch_collect(f, s, 10000, &matched));
+  CHECK_EQ_U64(matched, 12);
+  for (uint32_t layer = 0; layer < 2; layer++) CHECK_EQ_I64(gather_mismatches(s, layer), 0);
+  kvc_pool_prefetch_destroy(f);
+  kvc_pool_destroy(p);
+  tt_rmtree(dir);
+}
+
 int main(void) {
   gt_open_or_skip("test_gpu_pool");
   TU_RUN(test_pool_nhd_on_stream);
   TU_RUN(test_pool_hnd_default_stream);
   TU_RUN(test_pool_write_layer_on_device);
   TU_RUN(test_disk_tier_through_host_memory);
+  TU_RUN(test_tier_worker_through_host_memory);
   return tu_finish();
 }

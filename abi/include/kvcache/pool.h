@@ -586,6 +586,13 @@ typedef int32_t kvc_pool_event_kind;
 #define KVC_POOL_EVENT_BLOCK_STORED  1 /**< a full block was hashed and cached */
 #define KVC_POOL_EVENT_BLOCK_REMOVED 2 /**< a cached block was evicted (its hash is no longer found) */
 #define KVC_POOL_EVENT_ALL_CLEARED   3 /**< kvc_pool_clear_cache */
+/*
+ * The tier worker's events (kvcache/tier.h, kvc_tier_worker_options.events; since 0.7): group and block_hash
+ * name the block, block_id is the tier's index (kvc_pool_tier), num_tokens the group's block size.
+ */
+#define KVC_POOL_EVENT_TIER_STORED   4 /**< the worker stored the block in the tier. Since 0.7. */
+#define KVC_POOL_EVENT_TIER_FAILED   5 /**< the tier refused or failed the store. Since 0.7. */
+#define KVC_POOL_EVENT_TIER_DROPPED  6 /**< the store never reached the tier: queue full, or shutdown. Since 0.7. */
 
 /** One event. Published sizes: 96 (0.6). */
 typedef struct kvc_pool_event {

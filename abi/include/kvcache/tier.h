@@ -54,8 +54,9 @@ typedef struct kvc_tier_key {
 
 /**
  * A tier's operations, for stores a program brings. All calls come from the
- * thread calling the pool or, since 0.7, the tier's key-level functions
- * (never two at once: the pool's and the tier's call guards see to it). Values are
+ * thread calling the pool or, since 0.7, the tier's key-level functions or
+ * the pool's tier worker thread (kvc_pool_start_tier_worker), never two at
+ * once: the pool's and the tier's call guards and the tier's lock see to it. Values are
  * opaque, framed bytes (docs/tiers.md): a tier stores and returns them
  * unchanged. Published sizes: 32 (0.6), 40 (0.7: exists_many).
  */
@@ -154,7 +155,7 @@ typedef struct kvc_disk_tier_options {
  */
 KVC_API kvc_error* kvc_disk_tier_create(const kvc_disk_tier_options* options, kvc_tier** out);
 
-/** Counters of a tier. Fill struct_size before the call. Published sizes: 64 (0.6). */
+/** Counters of a tier. Fill struct_size before the call. Published sizes: 64 (0.6), 80 (0.7). */
 typedef struct kvc_tier_stats {
   uint32_t struct_size;  /**< set by the caller: sizeof(kvc_tier_stats) */
   uint32_t reserved;
@@ -165,10 +166,17 @@ typedef struct kvc_tier_stats {
   uint64_t corrupt;      /**< values found that did not verify (a miss): torn, flipped, or unauthenticated */
   uint64_t bytes_written;
   uint64_t bytes_read;
+  /* since 0.7 */
+  /**
+   * Blocks the pool asked its tier worker (kvc_pool_start_tier_worker) to store in this tier. Each ends as a put,
+   * a put failure or dropped: once the worker is idle, queued = its puts + put_failures + dropped. Since 0.7.
+   */
+  uint64_t queued;
+  uint64_t dropped; /**< of the queued, never given to the store: the queue was full, or shutdown. Since 0.7. */
 } kvc_tier_stats;
 
 /**
- * Fills `*out`. Errors: INVALID_ARGUMENT (NULL, struct_size), BUSY (since 0.7:
+ * Fills `*out` (struct_size 64 fills the 0.6 counters, 80 all). Errors: INVALID_ARGUMENT (NULL, struct_size), BUSY (since 0.7:
  * another thread is inside a call on the tier's pool, whose calls move the
  * counters of a given tier, or is giving the tier to a pool).
  */
@@ -189,6 +197,124 @@ KVC_API kvc_tier* kvc_pool_tier(const kvc_pool* pool, uint32_t index);
 
 /** The pool's model fingerprint, the first part of every tier key. */
 KVC_API kvc_error* kvc_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BLOCK_HASH_SIZE]);
+
+/* ------------------------------------------------- the tier worker */
+
+/*
+ * Tiers off the step. Since 0.7. Without a worker a pool calls its tiers
+ * inside its own calls: a commit waits for the stores (a Redis round trip
+ * per commit), a match for the lookups. With a worker
+ * (kvc_pool_start_tier_worker), a thread of the pool makes the stores: a
+ * commit (or an eviction, for WRITE_ON_EVICT tiers) copies the blocks' bytes
+ * into a staging buffer and queues them, and returns; the worker frames,
+ * seals and stores them. The queue is bounded (max_jobs batches, max_bytes
+ * staged bytes): a store that does not fit is dropped and counted
+ * (kvc_tier_stats.dropped), the caller never waits for the tier. A match can
+ * start its lookups early (kvc_pool_prefetch_start) and collect them later
+ * (kvc_pool_prefetch_collect), with a deadline of its own.
+ *
+ * Opt-in, because it changes two promises of the synchronous pool: a block is
+ * in the tier only some time after the commit returns (another process may
+ * miss it meanwhile), and a store may be dropped under load. A pool that
+ * must read its own writes across processes at once keeps the synchronous
+ * path. A CPU pool's commit does not even copy: the worker reads the
+ * blocks in place, holding a reference to each until its store is done
+ * (dropped at the pool's next commit, prefetch or kvc_pool_events_pull), so
+ * up to max_bytes of cached blocks stay in use meanwhile: size the pool for
+ * them. The worker calls each tier under the tier's lock, so a match's
+ * synchronous lookup (kvc_pool_match_prefix) waits at most for the one tier
+ * call in flight (bounded by that tier's deadline, e.g. the Redis tier's
+ * call_timeout_ms).
+ *
+ * Shutdown (kvc_pool_stop_tier_worker, kvc_pool_destroy): the queued stores
+ * run until drain_timeout_ms has passed, the rest are dropped (counted); the
+ * call then waits for the one tier call in flight and joins the thread.
+ * Nothing queued outlives the pool.
+ */
+
+/** Options of kvc_pool_start_tier_worker. Published sizes: 24 (0.7). Since 0.7. */
+typedef struct kvc_tier_worker_options {
+  uint32_t struct_size;      /**< sizeof(kvc_tier_worker_options) */
+  uint32_t max_jobs;         /**< batches queued at most (a commit's stores of one group are one); 0 = 256 */
+  uint64_t max_bytes;        /**< staged bytes queued at most (stores and prefetches); 0 = 256 MiB */
+  uint32_t drain_timeout_ms; /**< at kvc_pool_destroy: how long queued stores may still run; then they are dropped */
+  uint32_t events;           /**< 1: queue KVC_POOL_EVENT_TIER_* events (kvcache/pool.h); 0: none */
+} kvc_tier_worker_options;
+
+#define KVC_TIER_WORKER_OPTIONS_INIT {sizeof(kvc_tier_worker_options), 256, (uint64_t)256 << 20, 1000, 0}
+/** Fills `options` with KVC_TIER_WORKER_OPTIONS_INIT. Since 0.7. */
+KVC_API void kvc_tier_worker_options_init(kvc_tier_worker_options* options);
+
+/**
+ * Starts the pool's tier worker (options NULL: the defaults); from then on its tiers' stores are queued (see
+ * 'Tiers off the step'). The pool owns the thread; kvc_pool_destroy stops it. Errors: INVALID_ARGUMENT (NULL
+ * pool, struct_size, events not 0 or 1), INVALID_STATE (a worker runs already), OUT_OF_MEMORY, IO (no thread
+ * could be started), BUSY. Since 0.7.
+ */
+KVC_API kvc_error* kvc_pool_start_tier_worker(kvc_pool* pool, const kvc_tier_worker_options* options);
+
+/**
+ * Stops the pool's tier worker: queued stores run for up to `drain_timeout_ms`, the rest are dropped
+ * (counted); returns after the tier call in flight, if any, returned (its tier's deadline). Prefetches not
+ * collected yet find nothing. Without a worker it does nothing. Errors: INVALID_ARGUMENT (NULL), BUSY.
+ * Since 0.7.
+ */
+KVC_API kvc_error* kvc_pool_stop_tier_worker(kvc_pool* pool, uint32_t drain_timeout_ms);
+
+/** What the tier worker did. Fill struct_size before the call. Published sizes: 80 (0.7). Since 0.7. */
+typedef struct kvc_tier_worker_stats {
+  uint32_t struct_size;          /**< set by the caller: sizeof(kvc_tier_worker_stats) */
+  uint32_t running;              /**< 1 while a worker runs */
+  uint64_t pending_jobs;         /**< batches queued or in flight now */
+  uint64_t pending_bytes;        /**< their staged bytes */
+  uint64_t blocks_queued;        /**< blocks whose stores were queued (once, whatever the number of tiers) */
+  uint64_t blocks_dropped;       /**< blocks not queued: the queue was full (or no staging memory) */
+  uint64_t blocks_abandoned;     /**< queued blocks dropped at shutdown, past drain_timeout_ms */
+  uint64_t prefetches;           /**< prefetches started */
+  uint64_t prefetches_late;      /**< collected before their lookups were done: nothing of them was used */
+  uint64_t prefetches_abandoned; /**< destroyed without a collect, or stopped with the worker */
+  uint64_t events_lost;          /**< TIER_* events not queued: more completions than event_capacity since a pull */
+} kvc_tier_worker_stats;
+
+/**
+ * Fills `*out` with the running worker's counters (since its start; all 0 without a worker: a stopped worker's
+ * totals stay in its tiers' kvc_tier_stats). Errors: INVALID_ARGUMENT (NULL, struct_size), BUSY. Since 0.7.
+ */
+KVC_API kvc_error* kvc_pool_tier_worker_stats(const kvc_pool* pool, kvc_tier_worker_stats* out);
+
+/** A match's tier lookups started early. Owned by the caller until kvc_pool_prefetch_destroy. Since 0.7. */
+typedef struct kvc_pool_prefetch kvc_pool_prefetch;
+
+/**
+ * Starts the tier lookups a kvc_pool_match_prefix of `tokens` into `sequence` (empty) would make: the chain of
+ * every group is hashed now (with the sequence's salt and extra keys), the blocks not in memory now are asked of
+ * the tiers by the worker, nearest tier first, and verified there (frame, CRC or HMAC), off the caller's thread.
+ * `tokens` is copied. At most 32 MiB of values are looked up per group (a longer prefix is cut there), and a
+ * group whose lookup does not fit in the worker's queue (max_jobs, max_bytes) looks up nothing.
+ * Without a worker nothing starts: kvc_pool_prefetch_collect then is kvc_pool_match_prefix. A pool whose
+ * tiers are skipped (a recurrent group) starts nothing either. The handle must be destroyed before the pool.
+ * Errors: as kvc_pool_match_prefix's (INVALID_ARGUMENT naming the argument), OUT_OF_MEMORY, BUSY. Since 0.7.
+ */
+KVC_API kvc_error* kvc_pool_prefetch_start(kvc_pool_sequence* sequence, const int32_t* tokens, size_t num_tokens,
+                                           kvc_pool_prefetch** out);
+
+/**
+ * Collects a prefetch into `sequence` (empty, of the same pool; usually the one given to start): waits for its
+ * lookups up to `timeout_ms` (0: not at all), copies the blocks found into fresh cached blocks (as a match's
+ * tier fetch does: STORED events), then matches as kvc_pool_match_prefix does, except that the tiers are not
+ * asked again: what the prefetch did not find in time is computed. A prefetch not done in time is abandoned
+ * (counted prefetches_late) and the match uses memory alone. `*matched_tokens` as kvc_pool_match_prefix's. A
+ * prefetch is collected once. Errors: INVALID_ARGUMENT (NULL, a sequence that is not empty or of another
+ * pool), INVALID_STATE (collected already), OUT_OF_MEMORY, BUSY. Since 0.7.
+ */
+KVC_API kvc_error* kvc_pool_prefetch_collect(kvc_pool_prefetch* prefetch, kvc_pool_sequence* sequence,
+                                             uint32_t timeout_ms, uint64_t* matched_tokens);
+
+/**
+ * Frees a prefetch; one not collected is abandoned: its lookups finish or are dropped in the worker, their
+ * memory freed there. Accepts NULL. Call it before kvc_pool_destroy of its pool. Since 0.7.
+ */
+KVC_API void kvc_pool_prefetch_destroy(kvc_pool_prefetch* prefetch);
 
 /* ------------------------------------------------------ blocks by key */
 

@@ -1104,3 +1104,5 @@ PyObject* kvc_py_block_hash_chain(PyObject* root, PyObject* tokens, long long bl
 %include "kvcache_redis_tier.i"
 /* Blocks by key in a tier, the model fingerprint without a pool (kvcache/tier.h, since 0.7). */
 %include "kvcache_tier_keys.i"
+/* The pool's tier worker and prefetches (kvcache/tier.h, since 0.7). */
+%include "kvcache_tier_worker.i"

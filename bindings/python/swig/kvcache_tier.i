@@ -19,10 +19,25 @@
 %ignore kvc_tier_put_blocks;
 %ignore kvc_pool_options_fingerprint;
 %ignore kvc_pool_options_block_payload;
+/* The tier worker's calls: kvcache_tier_worker.i binds them by hand. */
+%ignore kvc_pool_start_tier_worker;
+%ignore kvc_pool_stop_tier_worker;
+%ignore kvc_pool_tier_worker_stats;
+%ignore kvc_pool_prefetch_start;
+%ignore kvc_pool_prefetch_collect;
+%ignore kvc_pool_prefetch_destroy;
 %include "kvcache/tier.h"
 
 /* Structs start as their _INIT macros (struct_size set), as every option struct of the module does. */
 KVC_OPTIONS_CTOR_MACRO(kvc_disk_tier_options, KVC_DISK_TIER_OPTIONS_INIT)
+KVC_OPTIONS_CTOR_MACRO(kvc_tier_worker_options, KVC_TIER_WORKER_OPTIONS_INIT)
+%extend kvc_tier_worker_stats {
+  kvc_tier_worker_stats() {
+    kvc_tier_worker_stats* o = (kvc_tier_worker_stats*)calloc(1, sizeof(kvc_tier_worker_stats));
+    if (o) o->struct_size = (uint32_t)sizeof(kvc_tier_worker_stats);
+    return o;
+  }
+}
 %extend kvc_tier_stats {
   kvc_tier_stats() {
     kvc_tier_stats* o = (kvc_tier_stats*)calloc(1, sizeof(kvc_tier_stats));
@@ -71,9 +86,10 @@ static PyObject* kvc_py_tier_capsule(kvc_tier* t) {
 }
 
 static PyObject* kvc_py_tier_stats_out(const kvc_tier_stats* s) {
-  return Py_BuildValue("(KKKKKKK)", (unsigned long long)s->puts, (unsigned long long)s->put_failures,
+  return Py_BuildValue("(KKKKKKKKK)", (unsigned long long)s->puts, (unsigned long long)s->put_failures,
                        (unsigned long long)s->gets, (unsigned long long)s->hits, (unsigned long long)s->corrupt,
-                       (unsigned long long)s->bytes_written, (unsigned long long)s->bytes_read);
+                       (unsigned long long)s->bytes_written, (unsigned long long)s->bytes_read,
+                       (unsigned long long)s->queued, (unsigned long long)s->dropped);
 }
 %}
 

@@ -399,7 +399,7 @@ static kvc_pool* pool_on(fs_server* f) {
 }
 
 static kvc_tier_stats tier_stats(kvc_pool* pool) {
-  kvc_tier_stats st = {sizeof st, 0, 0, 0, 0, 0, 0, 0, 0};
+  kvc_tier_stats st = {sizeof st, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   kvc_error_destroy(kvc_tier_stats_get(kvc_pool_tier(pool, 0), &st));
   return st;
 }

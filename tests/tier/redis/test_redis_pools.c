@@ -85,7 +85,7 @@ static int writer(const char* seeds, const char* out) {
   if (!e) e = pt_step(pool, 1, 2, s, tokens, PROMPT);
   if (!e) e = kvc_pool_truncate(s, PROMPT - 1);
   if (e) return fail("writer", e);
-  kvc_tier_stats st = {sizeof st, 0, 0, 0, 0, 0, 0, 0, 0};
+  kvc_tier_stats st = {sizeof st, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   kvc_error_destroy(kvc_tier_stats_get(kvc_pool_tier(pool, 0), &st));
   if (st.puts != 4) {
     fprintf(stderr, "writer: the tier stored %llu blocks, expected 4\n", (unsigned long long)st.puts);
@@ -108,7 +108,7 @@ static int reader(const char* seeds, const char* out) {
   kvc_error* e = kvc_pool_sequence_create(pool, NULL, &s);
   if (!e) e = kvc_pool_match_prefix(s, tokens, PROMPT, &matched);
   if (e) return fail("reader", e);
-  kvc_tier_stats st = {sizeof st, 0, 0, 0, 0, 0, 0, 0, 0};
+  kvc_tier_stats st = {sizeof st, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   kvc_error_destroy(kvc_tier_stats_get(kvc_pool_tier(pool, 0), &st));
   if (matched != PROMPT - 1 || st.hits != 4 || st.corrupt != 0) {
     fprintf(stderr, "reader: matched %llu tokens with %llu hits, %llu corrupt; expected 64, 4, 0\n",

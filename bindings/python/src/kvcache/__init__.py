@@ -85,7 +85,7 @@ from ._block_hash import (
     block_hash_chain,
     block_hash_root,
 )
-from .tier import DiskTier, Tier, TierKey, TierStats, TierWrite
+from .tier import DiskTier, Prefetch, Tier, TierKey, TierStats, TierWorkerStats, TierWrite
 from .pool import (
     BatchReservation,
     CsrBlockTable,
@@ -152,7 +152,8 @@ __all__ = [
     "DeviceMismatchError", "UnsupportedError", "InvalidStateError", "OutOfMemoryError", "NoDeviceError",
     "VersionMismatchError", "InternalError", "IoError", "BusyError", "StaleViewError",
     "block_hash_root", "block_hash", "block_hash_chain", "BLOCK_HASH_SIZE", "BLOCK_HASH_VERSION",
-    "DiskTier", "Tier", "TierKey", "RedisTier", "TierStats", "TierWrite", "model_fingerprint",
+    "DiskTier", "Tier", "TierKey", "RedisTier", "TierStats", "TierWrite", "model_fingerprint", "Prefetch",
+    "TierWorkerStats",
     "model_block_payload",
     "Pool", "Sequence", "MultimodalItem", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping",
     "CsrBlockTable", "BatchReservation", "add_redis_tier", "tier_stats",

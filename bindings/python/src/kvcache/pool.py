@@ -87,6 +87,9 @@ class EventKind(enum.IntEnum):
     BLOCK_STORED = _lib.KVC_POOL_EVENT_BLOCK_STORED
     BLOCK_REMOVED = _lib.KVC_POOL_EVENT_BLOCK_REMOVED
     ALL_CLEARED = _lib.KVC_POOL_EVENT_ALL_CLEARED
+    TIER_STORED = _lib.KVC_POOL_EVENT_TIER_STORED  # the tier worker stored the block (block_id: the tier's index)
+    TIER_FAILED = _lib.KVC_POOL_EVENT_TIER_FAILED  # the tier refused or failed the store
+    TIER_DROPPED = _lib.KVC_POOL_EVENT_TIER_DROPPED  # the store never reached the tier: queue full, or shutdown
 
 
 def _enum(cls: Any, value: Any, name: str) -> Any:
@@ -227,10 +230,11 @@ class PoolEvent:
         eid, kind, group, block_hash, parent_hash, num_tokens, block_id = raw
         k = EventKind(kind) if kind in EventKind._value2member_map_ else kind
         stored, removed = k == EventKind.BLOCK_STORED, k == EventKind.BLOCK_REMOVED
-        return cls(id=eid, kind=k, group=group if stored or removed else None,
-                   block_hash=block_hash if stored or removed else None,
-                   parent_hash=parent_hash if stored else None, num_tokens=num_tokens if stored else None,
-                   block_id=block_id if stored or removed else None)
+        tier = k in (EventKind.TIER_STORED, EventKind.TIER_FAILED, EventKind.TIER_DROPPED)
+        return cls(id=eid, kind=k, group=group if stored or removed or tier else None,
+                   block_hash=block_hash if stored or removed or tier else None,
+                   parent_hash=parent_hash if stored else None, num_tokens=num_tokens if stored or tier else None,
+                   block_id=block_id if stored or removed or tier else None)
 
 
 class SlotMapping:
@@ -610,6 +614,26 @@ class Pool:
 
         _tier.add_tier(self, tier, write)
 
+    def start_tier_worker(self, max_jobs: int = 256, max_bytes: int = 256 << 20, drain_timeout_ms: int = 1000,
+                          events: bool = False) -> None:
+        """Starts the pool's tier worker: from then on stores into the tiers are queued (at most ``max_jobs``
+        batches and ``max_bytes`` staged bytes; beyond that they are dropped and counted) and made by a thread of
+        the pool, so a commit never waits for a tier; :meth:`Sequence.prefetch` starts a match's lookups early.
+        ``events``: queue TIER_STORED / TIER_FAILED / TIER_DROPPED events. Since 0.7."""
+        from . import tier as _tier
+
+        _tier.start_tier_worker(self, max_jobs, max_bytes, drain_timeout_ms, events)
+
+    def stop_tier_worker(self, drain_timeout_ms: int = 0) -> None:
+        """Stops the tier worker: queued stores run for up to ``drain_timeout_ms``, the rest are dropped."""
+        _lib.kvc_pool_stop_tier_worker(self._handle, _u32(drain_timeout_ms, "drain_timeout_ms"))
+
+    def tier_worker_stats(self) -> Any:
+        """The :class:`kvcache.TierWorkerStats` of the running worker (all 0 without one)."""
+        from . import tier as _tier
+
+        return _tier.TierWorkerStats._from_lib(_lib.kvc_pool_tier_worker_stats(self._handle))
+
     def tier_stats(self, index: int = 0) -> Any:
         """The :class:`kvcache.TierStats` of tier ``index`` (order of :meth:`add_tier`)."""
         from . import tier as _tier
@@ -801,6 +825,14 @@ class Sequence:
         ``len(tokens) - 1`` tokens: the last token is always computed) to this empty sequence and returns how
         many tokens matched. Reserve the rest: ``seq.reserve(tokens[matched:])``."""
         return int(_lib.kvc_pool_match_prefix(self._handle, tokens))
+
+    def prefetch(self, tokens: Any) -> Any:
+        """Starts the tier lookups :meth:`match_prefix` of ``tokens`` would make, in the pool's tier worker
+        (:meth:`Pool.start_tier_worker`), and returns a :class:`kvcache.Prefetch` to collect later into this
+        (still empty) sequence. Without a worker, collecting it is :meth:`match_prefix`. Since 0.7."""
+        from . import tier as _tier
+
+        return _tier.Prefetch(_lib.kvc_pool_prefetch_start(self._handle, tokens), self)
 
     def reserve(self, tokens: Any) -> SlotMapping:
         """Appends ``tokens`` and gives each a slot in every attention group (copying a shared or cached last

@@ -49,10 +49,75 @@ class TierStats:
     corrupt: int  # values found that did not verify (a miss): torn, flipped, or not authenticated by the key
     bytes_written: int
     bytes_read: int
+    queued: int = 0  # blocks the pool asked its tier worker to store here (since 0.7)
+    dropped: int = 0  # of those, never given to the store: the queue was full, or shutdown (since 0.7)
 
     @classmethod
-    def _from_lib(cls, raw: Tuple[int, int, int, int, int, int, int]) -> "TierStats":
+    def _from_lib(cls, raw: Tuple[int, ...]) -> "TierStats":
         return cls(*raw)
+
+
+@dataclass(frozen=True)
+class TierWorkerStats:
+    """What the pool's tier worker did since it started (``kvc_tier_worker_stats``; all 0 without a worker)."""
+
+    running: bool
+    pending_jobs: int  # batches queued or in flight now
+    pending_bytes: int  # their staged bytes
+    blocks_queued: int  # blocks whose stores were queued
+    blocks_dropped: int  # blocks not queued: the queue was full
+    blocks_abandoned: int  # queued blocks dropped at shutdown, past the drain timeout
+    prefetches: int  # prefetches started
+    prefetches_late: int  # collected before their lookups were done (nothing of them used)
+    prefetches_abandoned: int  # closed without a collect
+    events_lost: int  # TIER_* events beyond the event capacity since a pull
+
+    @classmethod
+    def _from_lib(cls, raw: Tuple[int, ...]) -> "TierWorkerStats":
+        return cls(bool(raw[0]), *raw[1:])
+
+
+class Prefetch:
+    """A match's tier lookups started early (:meth:`kvcache.Sequence.prefetch`); :meth:`collect` them into an
+    empty sequence later. Close it (or use ``with``) when it is not collected: its lookups are then abandoned.
+    Since 0.7."""
+
+    def __init__(self, capsule: Any, sequence: Any) -> None:
+        self._capsule = capsule
+        self._sequence = sequence
+
+    def collect(self, sequence: Any = None, timeout_ms: int = 1000) -> int:
+        """Waits up to ``timeout_ms`` for the lookups, copies the blocks found into the pool, and matches the
+        prefix into ``sequence`` (default: the sequence the prefetch was started on) from memory alone; returns
+        the tokens matched, as :meth:`kvcache.Sequence.match_prefix`."""
+        seq = self._sequence if sequence is None else sequence
+        if self._capsule is None:
+            raise InvalidArgumentError("Prefetch.collect: the prefetch is closed", _lib.KVC_ERROR_INVALID_ARGUMENT)
+        return int(_lib.kvc_pool_prefetch_collect(self._capsule, seq._handle, int(timeout_ms)))
+
+    def close(self) -> None:
+        """Frees the prefetch; one not collected is abandoned (the worker drops its lookups)."""
+        if self._capsule is not None:
+            _lib.kvc_pool_prefetch_destroy(self._capsule)
+            self._capsule = None
+
+    def __enter__(self) -> "Prefetch":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def start_tier_worker(pool: Any, max_jobs: int, max_bytes: int, drain_timeout_ms: int, events: bool) -> None:
+    """:meth:`kvcache.Pool.start_tier_worker`."""
+    for name, value in (("max_jobs", max_jobs), ("drain_timeout_ms", drain_timeout_ms)):
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 32:
+            raise InvalidArgumentError(f"start_tier_worker: {name} is {value!r}; it is an int from 0 to 2**32 - 1",
+                                       _lib.KVC_ERROR_INVALID_ARGUMENT)
+    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or not 0 <= max_bytes < 1 << 64:
+        raise InvalidArgumentError(f"start_tier_worker: max_bytes is {max_bytes!r}; it is an int from 0 to 2**64 - 1",
+                                   _lib.KVC_ERROR_INVALID_ARGUMENT)
+    _lib.kvc_pool_start_tier_worker(pool._handle, max_jobs, max_bytes, drain_timeout_ms, 1 if events else 0)
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,9 @@ pub const KVC_POOL_TABLE_CSR: kvc_pool_table_format = 1;
 pub const KVC_POOL_EVENT_BLOCK_STORED: kvc_pool_event_kind = 1;
 pub const KVC_POOL_EVENT_BLOCK_REMOVED: kvc_pool_event_kind = 2;
 pub const KVC_POOL_EVENT_ALL_CLEARED: kvc_pool_event_kind = 3;
+pub const KVC_POOL_EVENT_TIER_STORED: kvc_pool_event_kind = 4;
+pub const KVC_POOL_EVENT_TIER_FAILED: kvc_pool_event_kind = 5;
+pub const KVC_POOL_EVENT_TIER_DROPPED: kvc_pool_event_kind = 6;
 pub const KVC_TIER_WRITE_ON_COMMIT: u32 = 0;
 pub const KVC_TIER_WRITE_ON_EVICT: u32 = 1;
 pub const KVC_TIER_AUTH_KEY_MIN: u32 = 16;
@@ -1842,8 +1845,9 @@ pub struct kvc_tier_key {
     pub reserved: u32,
 }
 /** A tier's operations, for stores a program brings. All calls come from the
- thread calling the pool or, since 0.7, the tier's key-level functions
- (never two at once: the pool's and the tier's call guards see to it). Values are
+ thread calling the pool or, since 0.7, the tier's key-level functions or
+ the pool's tier worker thread (kvc_pool_start_tier_worker), never two at
+ once: the pool's and the tier's call guards and the tier's lock see to it. Values are
  opaque, framed bytes (docs/tiers.md): a tier stores and returns them
  unchanged. Published sizes: 32 (0.6), 40 (0.7: exists_many).*/
 #[repr(C)]
@@ -1966,7 +1970,7 @@ unsafe extern "C" {
         out: *mut *mut kvc_tier,
     ) -> *mut kvc_error;
 }
-/// Counters of a tier. Fill struct_size before the call. Published sizes: 64 (0.6).
+/// Counters of a tier. Fill struct_size before the call. Published sizes: 64 (0.6), 80 (0.7).
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct kvc_tier_stats {
@@ -1985,9 +1989,14 @@ pub struct kvc_tier_stats {
     pub corrupt: u64,
     pub bytes_written: u64,
     pub bytes_read: u64,
+    /** Blocks the pool asked its tier worker (kvc_pool_start_tier_worker) to store in this tier. Each ends as a put,
+ a put failure or dropped: once the worker is idle, queued = its puts + put_failures + dropped. Since 0.7.*/
+    pub queued: u64,
+    /// of the queued, never given to the store: the queue was full, or shutdown. Since 0.7.
+    pub dropped: u64,
 }
 unsafe extern "C" {
-    /** Fills `*out`. Errors: INVALID_ARGUMENT (NULL, struct_size), BUSY (since 0.7:
+    /** Fills `*out` (struct_size 64 fills the 0.6 counters, 80 all). Errors: INVALID_ARGUMENT (NULL, struct_size), BUSY (since 0.7:
  another thread is inside a call on the tier's pool, whose calls move the
  counters of a given tier, or is giving the tier to a pool).*/
     pub fn kvc_tier_stats_get(
@@ -2013,6 +2022,122 @@ unsafe extern "C" {
 unsafe extern "C" {
     /// The pool's model fingerprint, the first part of every tier key.
     pub fn kvc_pool_fingerprint(pool: *const kvc_pool, out: *mut u8) -> *mut kvc_error;
+}
+/// Options of kvc_pool_start_tier_worker. Published sizes: 24 (0.7). Since 0.7.
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct kvc_tier_worker_options {
+    /// sizeof(kvc_tier_worker_options)
+    pub struct_size: u32,
+    /// batches queued at most (a commit's stores of one group are one); 0 = 256
+    pub max_jobs: u32,
+    /// staged bytes queued at most (stores and prefetches); 0 = 256 MiB
+    pub max_bytes: u64,
+    /// at kvc_pool_destroy: how long queued stores may still run; then they are dropped
+    pub drain_timeout_ms: u32,
+    /// 1: queue KVC_POOL_EVENT_TIER_* events (kvcache/pool.h); 0: none
+    pub events: u32,
+}
+unsafe extern "C" {
+    /// Fills `options` with KVC_TIER_WORKER_OPTIONS_INIT. Since 0.7.
+    pub fn kvc_tier_worker_options_init(options: *mut kvc_tier_worker_options);
+}
+unsafe extern "C" {
+    /** Starts the pool's tier worker (options NULL: the defaults); from then on its tiers' stores are queued (see
+ 'Tiers off the step'). The pool owns the thread; kvc_pool_destroy stops it. Errors: INVALID_ARGUMENT (NULL
+ pool, struct_size, events not 0 or 1), INVALID_STATE (a worker runs already), OUT_OF_MEMORY, IO (no thread
+ could be started), BUSY. Since 0.7.*/
+    pub fn kvc_pool_start_tier_worker(
+        pool: *mut kvc_pool,
+        options: *const kvc_tier_worker_options,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** Stops the pool's tier worker: queued stores run for up to `drain_timeout_ms`, the rest are dropped
+ (counted); returns after the tier call in flight, if any, returned (its tier's deadline). Prefetches not
+ collected yet find nothing. Without a worker it does nothing. Errors: INVALID_ARGUMENT (NULL), BUSY.
+ Since 0.7.*/
+    pub fn kvc_pool_stop_tier_worker(
+        pool: *mut kvc_pool,
+        drain_timeout_ms: u32,
+    ) -> *mut kvc_error;
+}
+/// What the tier worker did. Fill struct_size before the call. Published sizes: 80 (0.7). Since 0.7.
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct kvc_tier_worker_stats {
+    /// set by the caller: sizeof(kvc_tier_worker_stats)
+    pub struct_size: u32,
+    /// 1 while a worker runs
+    pub running: u32,
+    /// batches queued or in flight now
+    pub pending_jobs: u64,
+    /// their staged bytes
+    pub pending_bytes: u64,
+    /// blocks whose stores were queued (once, whatever the number of tiers)
+    pub blocks_queued: u64,
+    /// blocks not queued: the queue was full (or no staging memory)
+    pub blocks_dropped: u64,
+    /// queued blocks dropped at shutdown, past drain_timeout_ms
+    pub blocks_abandoned: u64,
+    /// prefetches started
+    pub prefetches: u64,
+    /// collected before their lookups were done: nothing of them was used
+    pub prefetches_late: u64,
+    /// destroyed without a collect, or stopped with the worker
+    pub prefetches_abandoned: u64,
+    /// TIER_* events not queued: more completions than event_capacity since a pull
+    pub events_lost: u64,
+}
+unsafe extern "C" {
+    /** Fills `*out` with the running worker's counters (since its start; all 0 without a worker: a stopped worker's
+ totals stay in its tiers' kvc_tier_stats). Errors: INVALID_ARGUMENT (NULL, struct_size), BUSY. Since 0.7.*/
+    pub fn kvc_pool_tier_worker_stats(
+        pool: *const kvc_pool,
+        out: *mut kvc_tier_worker_stats,
+    ) -> *mut kvc_error;
+}
+/// A match's tier lookups started early. Owned by the caller until kvc_pool_prefetch_destroy. Since 0.7.
+#[repr(C)]
+#[derive(Debug)]
+pub struct kvc_pool_prefetch {
+    _unused: [u8; 0],
+}
+unsafe extern "C" {
+    /** Starts the tier lookups a kvc_pool_match_prefix of `tokens` into `sequence` (empty) would make: the chain of
+ every group is hashed now (with the sequence's salt and extra keys), the blocks not in memory now are asked of
+ the tiers by the worker, nearest tier first, and verified there (frame, CRC or HMAC), off the caller's thread.
+ `tokens` is copied. At most 32 MiB of values are looked up per group (a longer prefix is cut there), and a
+ group whose lookup does not fit in the worker's queue (max_jobs, max_bytes) looks up nothing.
+ Without a worker nothing starts: kvc_pool_prefetch_collect then is kvc_pool_match_prefix. A pool whose
+ tiers are skipped (a recurrent group) starts nothing either. The handle must be destroyed before the pool.
+ Errors: as kvc_pool_match_prefix's (INVALID_ARGUMENT naming the argument), OUT_OF_MEMORY, BUSY. Since 0.7.*/
+    pub fn kvc_pool_prefetch_start(
+        sequence: *mut kvc_pool_sequence,
+        tokens: *const i32,
+        num_tokens: usize,
+        out: *mut *mut kvc_pool_prefetch,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** Collects a prefetch into `sequence` (empty, of the same pool; usually the one given to start): waits for its
+ lookups up to `timeout_ms` (0: not at all), copies the blocks found into fresh cached blocks (as a match's
+ tier fetch does: STORED events), then matches as kvc_pool_match_prefix does, except that the tiers are not
+ asked again: what the prefetch did not find in time is computed. A prefetch not done in time is abandoned
+ (counted prefetches_late) and the match uses memory alone. `*matched_tokens` as kvc_pool_match_prefix's. A
+ prefetch is collected once. Errors: INVALID_ARGUMENT (NULL, a sequence that is not empty or of another
+ pool), INVALID_STATE (collected already), OUT_OF_MEMORY, BUSY. Since 0.7.*/
+    pub fn kvc_pool_prefetch_collect(
+        prefetch: *mut kvc_pool_prefetch,
+        sequence: *mut kvc_pool_sequence,
+        timeout_ms: u32,
+        matched_tokens: *mut u64,
+    ) -> *mut kvc_error;
+}
+unsafe extern "C" {
+    /** Frees a prefetch; one not collected is abandoned: its lookups finish or are dropped in the worker, their
+ memory freed there. Accepts NULL. Call it before kvc_pool_destroy of its pool. Since 0.7.*/
+    pub fn kvc_pool_prefetch_destroy(prefetch: *mut kvc_pool_prefetch);
 }
 unsafe extern "C" {
     /** Whether each of `count` keys has a value in `tier` (found[i] 1 or 0), without fetching values: one

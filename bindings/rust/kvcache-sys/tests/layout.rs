@@ -133,7 +133,13 @@ structs! {
     kvc_tier_ops { struct_size, put_many, get_many, destroy, exists_many }
     kvc_disk_tier_options { struct_size, directory, max_bytes, reserved, auth_key, auth_key_len }
     kvc_tier_stats {
-        struct_size, reserved, puts, put_failures, gets, hits, corrupt, bytes_written, bytes_read
+        struct_size, reserved, puts, put_failures, gets, hits, corrupt, bytes_written, bytes_read,
+        queued, dropped
+    }
+    kvc_tier_worker_options { struct_size, max_jobs, max_bytes, drain_timeout_ms, events }
+    kvc_tier_worker_stats {
+        struct_size, running, pending_jobs, pending_bytes, blocks_queued, blocks_dropped,
+        blocks_abandoned, prefetches, prefetches_late, prefetches_abandoned, events_lost
     }
 }
 
@@ -185,6 +191,7 @@ constants! {
     KVC_POOL_GROUP_FULL, KVC_POOL_GROUP_SLIDING, KVC_POOL_GROUP_CHUNKED, KVC_POOL_GROUP_RECURRENT,
     KVC_POOL_LAYOUT_NHD, KVC_POOL_LAYOUT_HND, KVC_POOL_TABLE_PADDED, KVC_POOL_TABLE_CSR,
     KVC_POOL_EVENT_BLOCK_STORED, KVC_POOL_EVENT_BLOCK_REMOVED, KVC_POOL_EVENT_ALL_CLEARED,
+    KVC_POOL_EVENT_TIER_STORED, KVC_POOL_EVENT_TIER_FAILED, KVC_POOL_EVENT_TIER_DROPPED,
     KVC_POOL_BLOCK_HASH_VERSION, KVC_POOL_EXTRA_KEY_MAX, KVC_POOL_MM_ITEMS_MAX, KVC_ALLOCATOR_ALIGNMENT,
     KVC_TIER_WRITE_ON_COMMIT, KVC_TIER_WRITE_ON_EVICT, KVC_TIER_AUTH_KEY_MIN, KVC_TIER_AUTH_KEY_MAX,
     KVC_TIER_PAYLOAD_MAX,

@@ -81,6 +81,7 @@ pub mod pool;
 pub mod redis_tier;
 mod tensor;
 pub mod tier;
+pub mod tier_worker;
 mod version;
 
 #[cfg(feature = "dlpack")]
@@ -105,11 +106,12 @@ pub use persist::FILE_FORMAT_VERSION;
 pub use pool::{
     BlockTable, CsrBlockTable, GroupKind, LayerStorage, Layout, MultimodalItem,
     POOL_BLOCK_HASH_VERSION, Pool, PoolBuilder, PoolEvent, PoolGroup, PoolLayer, PoolStats,
-    RecurrentState, Sequence, SequenceKeys, SlotMapping,
+    RecurrentState, Sequence, SequenceKeys, SlotMapping, TierOutcome,
 };
 pub use redis_tier::{RedisCluster, RedisTier, RedisTierOptions};
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};
 pub use tier::{DiskTier, Tier, TierKey, TierStats, TierWrite};
+pub use tier_worker::{Prefetch, TierWorkerOptions, TierWorkerStats};
 pub use version::{
     Features, HEADER_VERSION, Version, check_version, features, version, version_string,
 };

@@ -1149,7 +1149,7 @@ impl Pool {
 
     /// Takes the lock for a call that would invalidate views: refused while
     /// one is alive; destroys the sequences dropped while views were.
-    fn begin(&self, function: &str) -> Result<MutexGuard<'_, State>> {
+    pub(crate) fn begin(&self, function: &str) -> Result<MutexGuard<'_, State>> {
         let mut held = self.lock();
         let views = held.views;
         if views > 0 {
@@ -1657,6 +1657,20 @@ pub enum PoolEvent {
         /// The event's id.
         id: u64,
     },
+    /// What the tier worker did with a block's store (since 0.7; with
+    /// [`TierWorkerOptions::events`](crate::TierWorkerOptions::events)).
+    Tier {
+        /// The event's id.
+        id: u64,
+        /// Stored, failed or dropped.
+        outcome: TierOutcome,
+        /// The block's group.
+        group: u32,
+        /// Its hash.
+        block_hash: BlockHash,
+        /// The tier's index (order of [`Pool::add_tier`]).
+        tier: u32,
+    },
     /// A kind this crate does not know (from a newer library).
     Unknown {
         /// The event's id.
@@ -1664,6 +1678,17 @@ pub enum PoolEvent {
         /// The raw `kvc_pool_event_kind`.
         kind: i32,
     },
+}
+
+/// What became of a store the tier worker was given ([`PoolEvent::Tier`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TierOutcome {
+    /// The tier stored the block.
+    Stored,
+    /// The tier refused or failed the store.
+    Failed,
+    /// The store never reached the tier: the queue was full, or shutdown.
+    Dropped,
 }
 
 impl PoolEvent {
@@ -1684,6 +1709,19 @@ impl PoolEvent {
                 block_id: e.block_id,
             },
             sys::KVC_POOL_EVENT_ALL_CLEARED => PoolEvent::AllCleared { id: e.id },
+            sys::KVC_POOL_EVENT_TIER_STORED
+            | sys::KVC_POOL_EVENT_TIER_FAILED
+            | sys::KVC_POOL_EVENT_TIER_DROPPED => PoolEvent::Tier {
+                id: e.id,
+                outcome: match e.kind {
+                    sys::KVC_POOL_EVENT_TIER_STORED => TierOutcome::Stored,
+                    sys::KVC_POOL_EVENT_TIER_FAILED => TierOutcome::Failed,
+                    _ => TierOutcome::Dropped,
+                },
+                group: e.group,
+                block_hash: e.block_hash,
+                tier: e.block_id,
+            },
             kind => PoolEvent::Unknown { id: e.id, kind },
         }
     }
@@ -1694,6 +1732,7 @@ impl PoolEvent {
             PoolEvent::BlockStored { id, .. }
             | PoolEvent::BlockRemoved { id, .. }
             | PoolEvent::AllCleared { id }
+            | PoolEvent::Tier { id, .. }
             | PoolEvent::Unknown { id, .. } => id,
         }
     }

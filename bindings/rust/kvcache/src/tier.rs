@@ -70,6 +70,11 @@ pub struct TierStats {
     pub bytes_written: u64,
     /// Bytes of the values found.
     pub bytes_read: u64,
+    /// Blocks the pool asked its tier worker to store here (since 0.7).
+    pub queued: u64,
+    /// Of those, never given to the store: the queue was full, or shutdown
+    /// (since 0.7).
+    pub dropped: u64,
 }
 
 fn stats_of(tier: *const sys::kvc_tier) -> Result<TierStats> {
@@ -87,6 +92,8 @@ fn stats_of(tier: *const sys::kvc_tier) -> Result<TierStats> {
         corrupt: raw.corrupt,
         bytes_written: raw.bytes_written,
         bytes_read: raw.bytes_read,
+        queued: raw.queued,
+        dropped: raw.dropped,
     })
 }
 
