@@ -49,7 +49,8 @@ fn view_in(arena: &VecArena, kv: &KvView<'_>) -> bool {
         };
         let strides = t.strides();
         let last = (b - 1) * strides[0] + (h - 1) * strides[1] + (s - 1) * strides[2] + d;
-        arena.holds(t.data_ptr(), last as usize * 4)
+        let first = t.data_ptr().wrapping_byte_add(t.byte_offset() as usize);
+        arena.holds(first, last as usize * 4)
     })
 }
 
