@@ -16,12 +16,9 @@ static void trampoline_free(void* ctx, void* ptr, size_t bytes, kvc_device devic
   kvcgoFree((uintptr_t)ctx, ptr, bytes, device.device_type, device.device_id, (uintptr_t)stream);
 }
 
-static void trampoline_release(void* ctx) { kvcgoRelease((uintptr_t)ctx); }
-
-void kvcgo_allocator_fill(kvc_allocator* a, uintptr_t handle, int library_releases) {
+void kvcgo_allocator_fill(kvc_allocator* a, uintptr_t handle) {
   kvc_allocator_init(a);
   a->ctx = (void*)handle;
   a->alloc = trampoline_alloc;
   a->free = trampoline_free;
-  if (library_releases) a->release = trampoline_release;
 }

@@ -7,21 +7,25 @@ package kvcache
 // out-parameters); the shims below turn descriptors into kvc_tensor structs
 // on the C stack, so the library never sees a Go pointer inside Go memory
 // and never keeps one. Arrays of tensors live in C memory (tensorArrays),
-// with the Go memory they point to pinned. Calls that may allocate or free a
-// layer's store are not marked nocallback: with CacheOptions.Allocator they
-// call the Go Allocator.
+// with the Go memory they point to pinned.
 
 /*
 #cgo noescape kvcgo_update
+#cgo nocallback kvcgo_update
 #cgo noescape kvcgo_update_compact
+#cgo nocallback kvcgo_update_compact
 #cgo noescape kvcgo_update_opts
+#cgo nocallback kvcgo_update_opts
 #cgo noescape kvcgo_update_all
+#cgo nocallback kvcgo_update_all
 #cgo noescape kvcgo_update_cross
+#cgo nocallback kvcgo_update_cross
 #cgo noescape kvcgo_update_conv_state
 #cgo nocallback kvcgo_update_conv_state
 #cgo noescape kvcgo_update_recurrent_state
 #cgo nocallback kvcgo_update_recurrent_state
 #cgo noescape kvcgo_early_init
+#cgo nocallback kvcgo_early_init
 #cgo noescape kvcgo_layer_view
 #cgo nocallback kvcgo_layer_view
 #cgo noescape kvc_cache_seq_length
@@ -39,11 +43,14 @@ package kvcache
 #cgo noescape kvcgo_memory
 #cgo nocallback kvcgo_memory
 #cgo noescape kvc_cache_reorder
+#cgo nocallback kvc_cache_reorder
 #cgo noescape kvc_cache_batch_select_indices
+#cgo nocallback kvc_cache_batch_select_indices
 #cgo noescape kvcgo_state_view
 #cgo nocallback kvcgo_state_view
 #cgo noescape kvc_cache_has_previous_state
 #cgo nocallback kvc_cache_has_previous_state
+#cgo nocallback kvc_cache_crop
 #cgo noescape kvc_block_hash_root
 #cgo nocallback kvc_block_hash_root
 #cgo noescape kvc_block_hash
@@ -538,23 +545,11 @@ func cCreate(o *CacheOptions) (unsafe.Pointer, error) {
 	if err != nil {
 		return nil, err
 	}
-	settle := a.cacheAllocator(o, co)
 	var out *C.kvc_cache
-	if err := settle(takeError(C.kvc_cache_create(co, &out))); err != nil {
+	if err := takeError(C.kvc_cache_create(co, &out)); err != nil {
 		return nil, err
 	}
 	return unsafe.Pointer(out), nil
-}
-
-// cacheAllocator sets co.allocator from o.Allocator (callAllocator) and returns what settles it with the
-// create call's error.
-func (a *arena) cacheAllocator(o *CacheOptions, co *C.kvc_cache_options) func(error) error {
-	if o == nil {
-		return func(err error) error { return err }
-	}
-	c, settle := a.callAllocator(o.Allocator)
-	co.allocator = c
-	return settle
 }
 
 func cCreateFromTensors(o *CacheOptions, n int, keys, values unsafe.Pointer) (unsafe.Pointer, error) {
@@ -564,10 +559,9 @@ func cCreateFromTensors(o *CacheOptions, n int, keys, values unsafe.Pointer) (un
 	if err != nil {
 		return nil, err
 	}
-	settle := a.cacheAllocator(o, co)
 	var out *C.kvc_cache
-	err = settle(takeError(C.kvc_cache_create_from_tensors(co, C.uint32_t(n),
-		(*C.kvc_tensor)(keys), (*C.kvc_tensor)(values), &out)))
+	err = takeError(C.kvc_cache_create_from_tensors(co, C.uint32_t(n),
+		(*C.kvc_tensor)(keys), (*C.kvc_tensor)(values), &out))
 	if err != nil {
 		return nil, err
 	}
