@@ -34,8 +34,17 @@ const F32: usize = std::mem::size_of::<f32>();
 // SAFETY: each store is a fresh vector handed to candle only as the tensor kept here; nothing in Rust writes
 // it, and it stays alive (in the map, and in any tensor made from it) until `free`.
 unsafe impl Allocator for CandleStores {
-    fn alloc(&self, bytes: usize, align: usize, device: kvcache::Device, _: *mut c_void) -> Option<NonNull<u8>> {
-        if device != kvcache::Device::CPU || bytes % F32 != 0 || align % F32 != 0 {
+    fn alloc(
+        &self,
+        bytes: usize,
+        align: usize,
+        device: kvcache::Device,
+        _: *mut c_void,
+    ) -> Option<NonNull<u8>> {
+        if device != kvcache::Device::CPU
+            || !bytes.is_multiple_of(F32)
+            || !align.is_multiple_of(F32)
+        {
             return None;
         }
         let elems = bytes / F32;
@@ -46,7 +55,12 @@ unsafe impl Allocator for CandleStores {
         let ptr = unsafe { data.as_mut_ptr().add(first) };
         let len = data.len();
         let tensor = Tensor::from_vec(data, len, &Device::Cpu).ok()?;
-        let store = Store { tensor, first, elems, shaped: None };
+        let store = Store {
+            tensor,
+            first,
+            elems,
+            shaped: None,
+        };
         self.stores.lock().unwrap().insert(ptr as usize, store);
         NonNull::new(ptr.cast())
     }
@@ -63,10 +77,9 @@ impl CandleStores {
     pub fn tensor(&self, view: &TensorView<'_>) -> Result<Tensor> {
         let addr = view.data_ptr() as usize + view.byte_offset() as usize;
         let mut stores = self.stores.lock().unwrap();
-        let (&base, store) = stores
-            .range_mut(..=addr)
-            .next_back()
-            .ok_or_else(|| candle_core::Error::Msg("kvcache view outside every candle store".into()))?;
+        let (&base, store) = stores.range_mut(..=addr).next_back().ok_or_else(|| {
+            candle_core::Error::Msg("kvcache view outside every candle store".into())
+        })?;
         let &[b, h, s, d] = view.shape() else {
             candle_core::bail!("kvcache view of rank {}", view.shape().len())
         };
@@ -76,14 +89,30 @@ impl CandleStores {
         let capacity = strides[1] / token.max(1);
         let offset = (addr - base) / F32;
         // The stores are [batch, heads, capacity, dim]; a view is a run of tokens [t0, t0 + s).
-        let token_runs = token == d && strides[3] == 1 && strides[1] == capacity * d && strides[0] == h * strides[1];
+        let token_runs = token == d
+            && strides[3] == 1
+            && strides[1] == capacity * d
+            && strides[0] == h * strides[1];
         let t0 = offset / token.max(1);
-        if !token_runs || offset % token.max(1) != 0 || t0 + s > capacity || b * strides[0] > store.elems {
-            candle_core::bail!("kvcache view {:?}/{:?} is not a run of tokens of its store", view.shape(), strides);
+        if !token_runs
+            || !offset.is_multiple_of(token.max(1))
+            || t0 + s > capacity
+            || b * strides[0] > store.elems
+        {
+            candle_core::bail!(
+                "kvcache view {:?}/{:?} is not a run of tokens of its store",
+                view.shape(),
+                strides
+            );
         }
         let dims = [b, h, capacity, d];
         if store.shaped.as_ref().is_none_or(|t| t.dims() != dims) {
-            store.shaped = Some(store.tensor.narrow(0, store.first, b * strides[0])?.reshape(dims.to_vec())?);
+            store.shaped = Some(
+                store
+                    .tensor
+                    .narrow(0, store.first, b * strides[0])?
+                    .reshape(dims.to_vec())?,
+            );
         }
         store.shaped.as_ref().expect("set above").narrow(2, t0, s)
     }
@@ -95,7 +124,9 @@ pub fn with_tensor_ref<R>(t: &Tensor, f: impl FnOnce(&TensorRef<'_>) -> R) -> Re
         candle_core::bail!("kvcache input must be f32, not {:?}", t.dtype());
     }
     let (storage, layout) = t.storage_and_layout();
-    let Storage::Cpu(cpu) = &*storage else { candle_core::bail!("kvcache input must be on the CPU") };
+    let Storage::Cpu(cpu) = &*storage else {
+        candle_core::bail!("kvcache input must be on the CPU")
+    };
     let Some((start, end)) = layout.contiguous_offsets() else {
         candle_core::bail!("kvcache input must be contiguous")
     };

@@ -83,7 +83,10 @@ impl Weights {
         let scale = 1.0 / (cols as f32).sqrt();
         let data: Vec<f32> = (0..rows * cols)
             .map(|_| {
-                self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                self.0 = self
+                    .0
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((self.0 >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
             })
             .collect();
@@ -96,7 +99,10 @@ impl Weights {
 }
 
 fn norm(dim: usize) -> Result<RmsNorm> {
-    Ok(RmsNorm::new(Tensor::ones(dim, DType::F32, &Device::Cpu)?, 1e-6))
+    Ok(RmsNorm::new(
+        Tensor::ones(dim, DType::F32, &Device::Cpu)?,
+        1e-6,
+    ))
 }
 
 impl Model {
@@ -120,8 +126,12 @@ impl Model {
             });
         }
         let half = c.head_dim / 2;
-        let inv: Vec<f32> = (0..half).map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / c.head_dim as f32)).collect();
-        let angles: Vec<f32> = (0..max_positions).flat_map(|p| inv.iter().map(move |f| p as f32 * f)).collect();
+        let inv: Vec<f32> = (0..half)
+            .map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / c.head_dim as f32))
+            .collect();
+        let angles: Vec<f32> = (0..max_positions)
+            .flat_map(|p| inv.iter().map(move |f| p as f32 * f))
+            .collect();
         let angles = Tensor::from_vec(angles, (max_positions, half), &Device::Cpu)?;
         Ok(Model {
             config,
@@ -137,7 +147,10 @@ impl Model {
     /// One step: `token` at `position`; returns the logits [vocab].
     pub fn step(&self, token: u32, position: usize, kv: &mut impl KvStore) -> Result<Tensor> {
         let c = &self.config;
-        let (cos, sin) = (self.cos.narrow(0, position, 1)?, self.sin.narrow(0, position, 1)?);
+        let (cos, sin) = (
+            self.cos.narrow(0, position, 1)?,
+            self.sin.narrow(0, position, 1)?,
+        );
         let mut x = self.embed.forward(&Tensor::new(&[token], &Device::Cpu)?)?; // [1, hidden]
         let group = c.heads / c.kv_heads;
         for (i, layer) in self.layers.iter().enumerate() {
@@ -145,9 +158,16 @@ impl Model {
             // Queries grouped by the KV head they share: [1, kv_heads, group, head_dim], so attention reads
             // the cached K/V as they are (no repeat_kv copy).
             let q = layer.q.forward(&h)?.reshape((1, c.heads, 1, c.head_dim))?;
-            let k = layer.k.forward(&h)?.reshape((1, c.kv_heads, 1, c.head_dim))?;
-            let v = layer.v.forward(&h)?.reshape((1, c.kv_heads, 1, c.head_dim))?;
-            let q = candle_nn::rotary_emb::rope(&q, &cos, &sin)?.reshape((1, c.kv_heads, group, c.head_dim))?;
+            let k = layer
+                .k
+                .forward(&h)?
+                .reshape((1, c.kv_heads, 1, c.head_dim))?;
+            let v = layer
+                .v
+                .forward(&h)?
+                .reshape((1, c.kv_heads, 1, c.head_dim))?;
+            let q = candle_nn::rotary_emb::rope(&q, &cos, &sin)?
+                .reshape((1, c.kv_heads, group, c.head_dim))?;
             let k = candle_nn::rotary_emb::rope(&k, &cos, &sin)?;
             let (keys, values) = kv.append(i, &k, &v)?;
             let scores = (q.matmul(&keys.t()?)? / (c.head_dim as f64).sqrt())?;
@@ -155,7 +175,9 @@ impl Model {
             let attn = probs.matmul(&values)?.reshape((1, c.heads * c.head_dim))?;
             x = (x + layer.o.forward(&attn)?)?;
             let h = layer.post_norm.forward(&x)?;
-            let mlp = layer.down.forward(&(candle_nn::ops::silu(&layer.gate.forward(&h)?)? * layer.up.forward(&h)?)?)?;
+            let mlp = layer.down.forward(
+                &(candle_nn::ops::silu(&layer.gate.forward(&h)?)? * layer.up.forward(&h)?)?,
+            )?;
             x = (x + mlp)?;
         }
         self.lm_head.forward(&self.norm.forward(&x)?)?.squeeze(0)
@@ -164,7 +186,12 @@ impl Model {
 
 /// Greedy decoding: feeds `prompt` one token at a time, then generates `new_tokens`; returns the generated
 /// tokens and every step's logits.
-pub fn generate(model: &Model, prompt: &[u32], new_tokens: usize, kv: &mut impl KvStore) -> Result<(Vec<u32>, Vec<Vec<f32>>)> {
+pub fn generate(
+    model: &Model,
+    prompt: &[u32],
+    new_tokens: usize,
+    kv: &mut impl KvStore,
+) -> Result<(Vec<u32>, Vec<Vec<f32>>)> {
     let mut logits = Vec::new();
     let mut out = Vec::new();
     let mut token = prompt[0];
@@ -172,7 +199,11 @@ pub fn generate(model: &Model, prompt: &[u32], new_tokens: usize, kv: &mut impl 
         let l = model.step(token, position, kv)?;
         let next = l.argmax(D::Minus1)?.to_scalar::<u32>()?;
         logits.push(l.to_vec1::<f32>()?);
-        token = if position + 1 < prompt.len() { prompt[position + 1] } else { next };
+        token = if position + 1 < prompt.len() {
+            prompt[position + 1]
+        } else {
+            next
+        };
         if position + 1 >= prompt.len() {
             out.push(next);
         }

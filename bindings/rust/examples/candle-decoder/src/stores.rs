@@ -95,7 +95,10 @@ pub struct Concat {
 
 impl Concat {
     pub fn new(config: &Config) -> Concat {
-        Concat { caches: (0..config.layers).map(|_| ConcatKvCache::new(2)).collect(), config: *config }
+        Concat {
+            caches: (0..config.layers).map(|_| ConcatKvCache::new(2)).collect(),
+            config: *config,
+        }
     }
 }
 

@@ -40,8 +40,17 @@ struct Run {
 }
 
 fn run(name: &'static str, store: impl KvStore + 'static) -> Run {
-    let store = Timed { inner: Box::new(store) as Box<dyn KvStore>, spent: Duration::ZERO };
-    Run { name, store, position: 0, step_us: Vec::new(), cache_us: Vec::new() }
+    let store = Timed {
+        inner: Box::new(store) as Box<dyn KvStore>,
+        spent: Duration::ZERO,
+    };
+    Run {
+        name,
+        store,
+        position: 0,
+        step_us: Vec::new(),
+        cache_us: Vec::new(),
+    }
 }
 
 fn median(mut x: Vec<f64>) -> f64 {
@@ -67,16 +76,34 @@ fn steps(model: &Model, r: &mut Run, steps: usize) -> Result<(f64, f64)> {
 
 fn main() -> Result<()> {
     let config = Config::TINY;
-    println!("decode step of a {}-layer model (GQA {}/{} heads, head dim {}, layer {} sliding with window {}), CPU, f32",
-        config.layers, config.heads, config.kv_heads, config.head_dim, config.sliding_layer, config.window);
-    println!("medians of {ROUNDS} alternated rounds of {STEPS} steps; cache = all layers' appends incl. the tensors they return\n");
-    println!("{:>7}  {:<34} {:>12} {:>12} {:>13} {:>12}", "context", "cache", "cache us", "step us", "cache / ours", "step / ours");
+    println!(
+        "decode step of a {}-layer model (GQA {}/{} heads, head dim {}, layer {} sliding with window {}), CPU, f32",
+        config.layers,
+        config.heads,
+        config.kv_heads,
+        config.head_dim,
+        config.sliding_layer,
+        config.window
+    );
+    println!(
+        "medians of {ROUNDS} alternated rounds of {STEPS} steps; cache = all layers' appends incl. the tensors they return\n"
+    );
+    println!(
+        "{:>7}  {:<34} {:>12} {:>12} {:>13} {:>12}",
+        "context", "cache", "cache us", "step us", "cache / ours", "step / ours"
+    );
     for context in [1024usize, 4096] {
         let capacity = context + ROUNDS * STEPS + 1;
         let model = Model::new(config, 7, capacity)?;
         let mut runs = vec![
-            run("kvcache (candle-owned stores)", Kvcache::new(&config, capacity)?),
-            run("candle KvCache + RotatingKvCache", preallocated(&config, capacity)),
+            run(
+                "kvcache (candle-owned stores)",
+                Kvcache::new(&config, capacity)?,
+            ),
+            run(
+                "candle KvCache + RotatingKvCache",
+                preallocated(&config, capacity),
+            ),
             run("candle ConcatKvCache", Concat::new(&config)),
         ];
         for r in runs.iter_mut() {
@@ -95,7 +122,11 @@ fn main() -> Result<()> {
             .collect();
         let (_, our_cache, our_step) = results[0];
         for (name, cache, step) in results {
-            println!("{context:>7}  {name:<34} {cache:>12.2} {step:>12.2} {:>13.2} {:>12.2}", cache / our_cache, step / our_step);
+            println!(
+                "{context:>7}  {name:<34} {cache:>12.2} {step:>12.2} {:>13.2} {:>12.2}",
+                cache / our_cache,
+                step / our_step
+            );
         }
     }
     Ok(())
