@@ -1,6 +1,8 @@
 # The project's commands. Each one prepares the machine first (scripts/setup.sh,
 # fast when nothing is missing) and uses CMake + Ninja underneath:
 #   make demo        build and run examples/demo.c, then examples/tier_restart.c
+#   make examples    the candle example (bindings/rust/examples/candle-decoder): its exactness check against
+#                    candle's own caches; not part of make test (candle compiles for minutes on two cores)
 #   make test        unit/conformance/header/abi tests, then the same under
 #                    ASan+UBSan, then the bounded fuzz runs
 #   make bench       optimised build, then the benchmarks; results in build/bench/results.json
@@ -46,7 +48,7 @@ BENCH_GPU_FLAGS = $(shell scripts/gpu_cmake_flags.sh cuda) -DKVC_HIP=OFF
 # them), and the fuzz targets drive CPU caches only.
 NO_GPU_FLAGS = -DKVC_CUDA=OFF -DKVC_HIP=OFF -DKVC_LINK_BACKEND=OFF
 
-.PHONY: all setup build test test-unit test-go test-rust test-python test-packages sanitize tsan fuzz fuzz-pool-long coverage demo bench bench-host-issue emulated-plugin install clean distclean
+.PHONY: all setup build test examples test-unit test-go test-rust test-python test-packages sanitize tsan fuzz fuzz-pool-long coverage demo bench bench-host-issue emulated-plugin install clean distclean
 
 all: build
 
@@ -160,6 +162,14 @@ demo: build
 	$(BUILD)/examples/demo
 	@echo
 	$(BUILD)/examples/tier_restart
+
+# kvcache-sys compiles the library from this checkout (its bundled build), so the example needs no build
+# dir; its own Cargo workspace and target dir keep candle out of bindings/rust's `cargo test`.
+CANDLE_EXAMPLE := bindings/rust/examples/candle-decoder
+examples: $(SETUP_DEP)
+	@echo "examples: the candle example is not part of make test: candle takes minutes to compile on two cores"
+	cd $(CANDLE_EXAMPLE) && CARGO_BUILD_JOBS=$(JOBS) cargo run --release --locked --bin check
+	@echo "examples: its bench: cd $(CANDLE_EXAMPLE) && cargo run --release --bin bench"
 
 # Release is CMake's portable -O3; no -march=native, so numbers are comparable
 # across machines of one architecture.

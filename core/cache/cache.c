@@ -56,7 +56,8 @@ void kvc_cache_destroy(kvc_cache* c) {
   free(c);
 }
 
-kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
+/* kvc_cache_create without adopting the allocator, so that kvc_cache_create_from_tensors can still fail. */
+static kvc_error* cache_create(const kvc_cache_options* options, kvc_cache** out) {
   static const char* FN = "kvc_cache_create";
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kvc_cache*", FN);
   kvc_cache_options opts = KVC_CACHE_OPTIONS_INIT;
@@ -108,6 +109,12 @@ kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
   return NULL;
 }
 
+kvc_error* kvc_cache_create(const kvc_cache_options* options, kvc_cache** out) {
+  kvc_error* e = cache_create(options, out);
+  if (!e) kvci_allocator_adopt((*out)->allocator);
+  return e;
+}
+
 kvc_error* kvc_cache_create_from_tensors(const kvc_cache_options* options, uint32_t num_layers,
                                          const kvc_tensor* keys, const kvc_tensor* values, kvc_cache** out) {
   static const char* FN = "kvc_cache_create_from_tensors";
@@ -116,7 +123,7 @@ kvc_error* kvc_cache_create_from_tensors(const kvc_cache_options* options, uint3
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but num_layers is %u", FN, keys ? "values" : "keys",
                    num_layers);
   kvc_cache* c = NULL;
-  kvc_error* e = kvc_cache_create(options, &c);
+  kvc_error* e = cache_create(options, &c);
   if (e) return e;
   const kvc_call call = {FN, KVC_CALL_PER_LAYER_ARGS | KVC_CALL_FILLS_LAYERS};
   if (num_layers > 0) e = kvci_update_layers(&call, c, 0, num_layers, keys, values, NULL, NULL);
@@ -125,6 +132,7 @@ kvc_error* kvc_cache_create_from_tensors(const kvc_cache_options* options, uint3
     kvc_cache_destroy(c);
     return e;
   }
+  kvci_allocator_adopt(c->allocator);
   *out = c;
   return NULL;
 }

@@ -307,6 +307,7 @@ static kvc_error* load_cache(const char* fn, const file_bytes* m, const request*
   if (e) return e;
   kvci_allocator* const allocators[2] = {allocator, allocator};
   e = build(fn, &f, &o.device, o.stream, allocators, (kvc_cache**)r->out, NULL, NULL, NULL);
+  if (!e) kvci_allocator_adopt(allocator);
   kvci_allocator_release(allocator); /* the cache holds its own share */
   kvci_file_free(&f);
   return e;
@@ -329,6 +330,7 @@ static kvc_error* load_encdec(const char* fn, const file_bytes* m, const request
     kvc_cache_destroy(a);
     kvc_cache_destroy(b);
   }
+  if (!e) kvci_allocator_adopt(allocator); /* still alive: the halves hold it */
   free(flags);
   return e;
 }

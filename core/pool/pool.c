@@ -322,6 +322,7 @@ kvc_error* kvc_pool_create(const kvc_pool_options* caller_options, kvc_pool** ou
     kvc_pool_destroy(p);
     return e;
   }
+  kvci_allocator_adopt(p->allocator);
   *out = p;
   return NULL;
 }

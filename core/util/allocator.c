@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "error.h"
 
@@ -16,13 +17,14 @@ struct kvci_allocator {
   kvc_allocator user;
   atomic_flag lock;
   atomic_uint owners;
+  int adopted; /* a create or load succeeded with it: the user's release runs when the last owner goes */
   live_allocation* live;
   size_t count, cap;
 };
 
 /* The published sizes (the header lists them); the last is the current one. */
-static const uint32_t ALLOCATOR_SIZES[] = {32};
-_Static_assert(sizeof(kvc_allocator) == 32, "kvc_allocator changed size");
+static const uint32_t ALLOCATOR_SIZES[] = {32, 40};
+_Static_assert(sizeof(kvc_allocator) == 40, "kvc_allocator changed size");
 
 void kvc_allocator_init(kvc_allocator* allocator) {
   if (allocator) *allocator = (kvc_allocator)KVC_ALLOCATOR_INIT;
@@ -41,7 +43,8 @@ kvc_error* kvci_allocator_new(const char* fn, const char* arg, const kvc_allocat
                     arg, in->alloc ? "free" : "alloc");
   kvci_allocator* a = (kvci_allocator*)calloc(1, sizeof(*a));
   if (!a) return kvci_err_oom();
-  a->user = *in;
+  /* An older, shorter struct has no `release`: copy what the caller has, the rest stays NULL. */
+  memcpy(&a->user, in, in->struct_size);
   atomic_flag_clear(&a->lock);
   atomic_init(&a->owners, 1);
   *out = a;
@@ -53,8 +56,13 @@ kvci_allocator* kvci_allocator_share(kvci_allocator* a) {
   return a;
 }
 
+void kvci_allocator_adopt(kvci_allocator* a) {
+  if (a) a->adopted = 1;
+}
+
 void kvci_allocator_release(kvci_allocator* a) {
   if (!a || atomic_fetch_sub(&a->owners, 1) != 1) return;
+  if (a->adopted && a->user.release) a->user.release(a->user.ctx);
   free(a->live);
   free(a);
 }

@@ -24,6 +24,9 @@ typedef struct kvci_allocator kvci_allocator;
 kvc_error* kvci_allocator_new(const char* fn, const char* arg, const kvc_allocator* in, kvci_allocator** out);
 /* Another owner of `a` (NULL stays NULL). */
 kvci_allocator* kvci_allocator_share(kvci_allocator* a);
+/* The create or load that made `a` succeeded: the caller's release (if any) runs when the last owner goes.
+ * Until then a failed call can drop its owners without telling the caller, whose ctx stays its own. */
+void kvci_allocator_adopt(kvci_allocator* a);
 /* Drops one owner; the last frees the record (every allocation must have been given back). */
 void kvci_allocator_release(kvci_allocator* a);
 

@@ -36,7 +36,7 @@ int main(void) {
   OFF(kvc_cache_options, transformers_release); OFF(kvc_cache_options, query_offset_rule);
   OFF(kvc_cache_options, allocator);
   SIZE(kvc_allocator); OFF(kvc_allocator, struct_size); OFF(kvc_allocator, ctx); OFF(kvc_allocator, alloc);
-  OFF(kvc_allocator, free); VAL(KVC_ALLOCATOR_ALIGNMENT);
+  OFF(kvc_allocator, free); OFF(kvc_allocator, release); VAL(KVC_ALLOCATOR_ALIGNMENT);
   SIZE(kvc_init_options); OFF(kvc_init_options, struct_size); OFF(kvc_init_options, batch_size);
   OFF(kvc_init_options, num_kv_heads); OFF(kvc_init_options, k_head_dim); OFF(kvc_init_options, v_head_dim);
   OFF(kvc_init_options, dtype); OFF(kvc_init_options, num_kv_heads_per_layer); OFF(kvc_init_options, head_dim_per_layer);

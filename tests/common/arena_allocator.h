@@ -35,6 +35,8 @@ typedef struct arena {
   long live_count;
   arena_allocation live[ARENA_MAX_LIVE];
   int misalign;                /* hand out pointers 8 bytes off the asked alignment */
+  long releases;               /* calls of release: once per successful create or load, after the last owner */
+  long live_at_release;        /* allocations still live when release came (must be 0) */
 } arena;
 
 static _Alignas(4096) unsigned char arena_memory[ARENA_BYTES];
@@ -79,6 +81,12 @@ static TU_UNUSED void arena_free(void* ctx, void* ptr, size_t bytes, kvc_device 
   a->bad_frees++;
 }
 
+static TU_UNUSED void arena_release(void* ctx) {
+  arena* a = (arena*)ctx;
+  a->releases++;
+  a->live_at_release += a->live_count;
+}
+
 /* A fresh arena (all allocations granted) and an allocator over it. */
 static TU_UNUSED kvc_allocator arena_start(arena* a) {
   memset(a, 0, sizeof *a);
@@ -87,6 +95,7 @@ static TU_UNUSED kvc_allocator arena_start(arena* a) {
   al.ctx = a;
   al.alloc = arena_alloc;
   al.free = arena_free;
+  al.release = arena_release;
   return al;
 }
 

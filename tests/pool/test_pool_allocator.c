@@ -62,8 +62,11 @@ static void test_blocks_come_from_the_allocator(void) {
   CHECK(!all_zero(&kv.key)); /* the written tokens are in the caller's memory */
   CHECK_EQ_I64(A.allocs, 2 * NL); /* the pool never allocates storage again */
   kvc_pool_sequence_destroy(s);
+  CHECK_EQ_I64(A.releases, 0);
   kvc_pool_destroy(p);
   check_all_returned();
+  CHECK_EQ_I64(A.releases, 1); /* once, after every block went back */
+  CHECK_EQ_I64(A.live_at_release, 0);
 }
 
 /* Refusing the n-th allocation fails create with OUT_OF_MEMORY naming the bytes and the allocator; nothing kept. */
@@ -75,6 +78,7 @@ static void test_refusals_fail_create_cleanly(void) {
     CHECK_REFUSED(arena_pool(&al, &p), KVC_ERROR_OUT_OF_MEMORY, "caller's allocator");
     CHECK_EQ_PTR(p, &A);
     CHECK_EQ_I64(A.allocs, n);
+    CHECK_EQ_I64(A.releases, 0); /* a failed create leaves ctx with the caller */
     check_all_returned();
   }
 }

@@ -187,6 +187,51 @@ static void test_old_options_size(void) {
   kvc_cache_destroy(c);
 }
 
+/* release comes once per successful create or load, after the last cache sharing the allocator is gone and
+ * every store went back; never for a call that failed, nor for a struct of the size before release. */
+static void test_release_after_the_last_owner(void) {
+  kvc_allocator al = arena_start(&A);
+  kvc_cache* c = mixed_cache(&al);
+  REQUIRE(c != NULL);
+  for (uint32_t i = 0; i < 3; i++) REQUIRE_OK(tu_update_tokens(c, i, NB, NH, 5, D, D, 0, NULL, NULL));
+  kvc_cache *copy = NULL, *rows[2] = {NULL, NULL};
+  size_t n = 0;
+  REQUIRE_OK(kvc_cache_clone(c, &copy));
+  REQUIRE_OK(kvc_cache_batch_split(c, NB, 1, rows, 2, &n));
+  kvc_cache_destroy(c);
+  kvc_cache_destroy(rows[0]);
+  kvc_cache_destroy(copy);
+  CHECK_EQ_I64(A.releases, 0); /* rows[1] still uses it */
+  kvc_cache_destroy(rows[1]);
+  CHECK_EQ_I64(A.releases, 1);
+  CHECK_EQ_I64(A.live_at_release, 0);
+  check_all_returned();
+
+  /* A create_from_tensors whose update fails after the cache was made: the caller keeps ctx. */
+  al = arena_start(&A);
+  kvc_layer_options l = tu_layer(KVC_LAYER_DYNAMIC, 0, 0);
+  kvc_cache_options o = tu_custom_options(1, &l);
+  o.allocator = &al;
+  float data[2 * 3] = {0};
+  int64_t kshape[4] = {1, 1, 2, 3}, vshape[4] = {1, 1, 3, 2};
+  kvc_tensor k = tu_f32_view(data, kshape), v = tu_f32_view(data, vshape);
+  c = NULL;
+  kvc_error* e = kvc_cache_create_from_tensors(&o, 1, &k, &v, &c);
+  CHECK(e != NULL && c == NULL);
+  kvc_error_destroy(e);
+  CHECK_EQ_I64(A.releases, 0);
+  check_all_returned();
+  /* The 0.7 struct before release (32 bytes): its trailing field is not read. */
+  al = arena_start(&A);
+  al.struct_size = 32;
+  c = arena_cache(&al, 1, &l);
+  REQUIRE(c != NULL);
+  REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 3, D, D, 0, NULL, NULL));
+  kvc_cache_destroy(c);
+  CHECK_EQ_I64(A.releases, 0);
+  check_all_returned();
+}
+
 /* ---- out of memory: the allocator refuses its n-th allocation, for n = 0, 1, ... until the call succeeds ---- */
 
 typedef struct oom_op {
@@ -272,6 +317,7 @@ int main(void) {
   TU_RUN(test_load_and_restore_use_it);
   TU_RUN(test_bad_allocators);
   TU_RUN(test_old_options_size);
+  TU_RUN(test_release_after_the_last_owner);
   TU_RUN(test_oom_leaves_the_cache_unchanged);
   return tu_finish();
 }

@@ -50,6 +50,14 @@
  *    them (clones and loads included) is destroyed. Every pointer `alloc`
  *    returned is given to `free` exactly once, with the same `bytes` and
  *    `device`, at the latest by kvc_cache_destroy / kvc_pool_destroy.
+ *    `release` (optional, since 0.7) tells when that moment has come: it is
+ *    called once for every successful kvc_cache_create,
+ *    kvc_cache_create_from_tensors, kvc_pool_create or load given the
+ *    allocator, after the last object sharing it (the created one and every
+ *    clone, split, stack and pair made from it) was destroyed and after the
+ *    last `free`. A call that fails never calls it: `ctx` is still the
+ *    caller's. A binding that cannot see the library's clones (a reference
+ *    counted context, a handle table) frees its context there.
  *  - Threads: the library calls the allocator from the thread calling into
  *    the cache or pool, inside that call. Caches made from one another (a
  *    clone and its source) share the allocator and may be used from
@@ -74,7 +82,7 @@ extern "C" {
 
 /**
  * Alloc/free callbacks with a context. Since 0.7.
- * Published sizes: 32 (0.7).
+ * Published sizes: 32, 40 (0.7; 40 adds `release`).
  */
 typedef struct kvc_allocator {
   uint32_t struct_size; /**< sizeof(kvc_allocator) */
@@ -83,9 +91,11 @@ typedef struct kvc_allocator {
   void* (*alloc)(void* ctx, size_t bytes, size_t alignment, kvc_device device, void* stream);
   /** Gives back a pointer `alloc` returned, with the `bytes` and `device` it was asked for. */
   void (*free)(void* ctx, void* ptr, size_t bytes, kvc_device device, void* stream);
+  /** NULL, or called once when the library is done with `ctx` (see Lifetime in kvcache/allocator.h). Since 0.7. */
+  void (*release)(void* ctx);
 } kvc_allocator;
 
-#define KVC_ALLOCATOR_INIT {sizeof(kvc_allocator), NULL, NULL, NULL}
+#define KVC_ALLOCATOR_INIT {sizeof(kvc_allocator), NULL, NULL, NULL, NULL}
 /** Sets `allocator` to KVC_ALLOCATOR_INIT. Never fails; NULL is ignored. Since 0.7. */
 KVC_API void kvc_allocator_init(kvc_allocator* allocator);
 

@@ -227,7 +227,7 @@ impl Default for kvc_kv {
     }
 }
 /** Alloc/free callbacks with a context. Since 0.7.
- Published sizes: 32 (0.7).*/
+ Published sizes: 32, 40 (0.7; 40 adds `release`).*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_allocator {
@@ -254,6 +254,10 @@ pub struct kvc_allocator {
             device: kvc_device,
             stream: *mut ::core::ffi::c_void,
         ),
+    >,
+    /// NULL, or called once when the library is done with `ctx` (see Lifetime in kvcache/allocator.h). Since 0.7.
+    pub release: ::core::option::Option<
+        unsafe extern "C" fn(ctx: *mut ::core::ffi::c_void),
     >,
 }
 unsafe extern "C" {

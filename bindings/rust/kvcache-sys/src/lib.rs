@@ -113,6 +113,7 @@ impl Default for kvc_allocator {
             ctx: core::ptr::null_mut(),
             alloc: None,
             free: None,
+            release: None,
         }
     }
 }

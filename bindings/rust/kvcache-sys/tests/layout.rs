@@ -79,7 +79,7 @@ structs! {
         struct_size, preset, config, max_cache_len, num_layers, layers, device, quant, offload,
         window_length, num_sink_tokens, transformers_release, query_offset_rule, allocator
     }
-    kvc_allocator { struct_size, ctx, alloc, free }
+    kvc_allocator { struct_size, ctx, alloc, free, release }
     kvc_init_options {
         struct_size, batch_size, num_kv_heads, k_head_dim, v_head_dim, dtype,
         num_kv_heads_per_layer, head_dim_per_layer

@@ -5,9 +5,11 @@ use std::fmt;
 use std::marker::{PhantomData, PhantomPinned};
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use kvcache_sys as sys;
 
+use crate::allocator::{Allocator, create_with};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, ErrorCode, Result, check, invalid_argument};
@@ -1337,6 +1339,7 @@ pub struct CacheBuilder {
     num_sink_tokens: i64,
     transformers_release: u32,
     query_offset_rule: QueryOffsetRule,
+    allocator: Option<Arc<dyn Allocator>>,
 }
 
 /// What the query offset and the mask sizes add (`kvc_query_offset_rule`, transformers 5.14/5.15).
@@ -1444,6 +1447,53 @@ impl CacheBuilder {
         self
     }
 
+    /// Takes the K/V stores of every layer from `allocator` (`kvc_cache_options.allocator`, see
+    /// [`Allocator`]) instead of the library's own memory: views returned by updates and
+    /// [`layer_view`](CacheRef::layer_view) are then slices of memory `allocator` handed out (a
+    /// framework's tensor, an arena). A layer allocates at its first update (or
+    /// [`reserve`](CacheRef::reserve), [`early_initialization`](CacheRef::early_initialization)); a
+    /// dynamic layer that grows gets a new store and gives the old one back. Clones, batch splits and
+    /// stacks of the cache use the same allocator; it is kept alive until the last of them is dropped.
+    /// Not from it: quantized records, recurrent states, indexer keys and the host tier of offloaded
+    /// layers. When it refuses, the call that needed memory fails with
+    /// [`ErrorCode::OutOfMemory`] and the cache is unchanged.
+    ///
+    /// ```
+    /// # use std::ptr::NonNull;
+    /// # use std::sync::{Arc, Mutex};
+    /// use kvcache::{Allocator, Cache, Device, LayerOptions, Preset, TensorRef};
+    ///
+    /// /// Hands out the 256-byte-aligned chunks of one buffer the caller owns, once each.
+    /// struct Arena(Mutex<(Vec<u8>, usize)>);
+    /// // SAFETY: each chunk is handed out once and never touched by Rust code afterwards.
+    /// unsafe impl Allocator for Arena {
+    ///     fn alloc(&self, bytes: usize, align: usize, _: Device, _: *mut std::ffi::c_void) -> Option<NonNull<u8>> {
+    ///         let mut arena = self.0.lock().unwrap();
+    ///         let (buf, used) = &mut *arena;
+    ///         let at = (buf.as_ptr() as usize + *used).next_multiple_of(align) - buf.as_ptr() as usize;
+    ///         let chunk = buf.get_mut(at..at.checked_add(bytes)?)?;
+    ///         *used = at + bytes;
+    ///         NonNull::new(chunk.as_mut_ptr())
+    ///     }
+    ///     unsafe fn free(&self, _: NonNull<u8>, _: usize, _: Device, _: *mut std::ffi::c_void) {}
+    /// }
+    ///
+    /// let arena = Arc::new(Arena(Mutex::new((vec![0u8; 1 << 16], 0))));
+    /// let mut cache = Cache::builder(Preset::Custom)
+    ///     .layer(LayerOptions::static_(8))
+    ///     .allocator(arena.clone())
+    ///     .build()?;
+    /// let data = [1.0f32; 4];
+    /// let kv = cache.update(0, &TensorRef::new(&data, &[1, 1, 1, 4])?, &TensorRef::new(&data, &[1, 1, 1, 4])?)?;
+    /// let base = arena.0.lock().unwrap().0.as_ptr() as usize;
+    /// assert!((base..base + (1 << 16)).contains(&(kv.key.data_ptr() as usize)));
+    /// # Ok::<(), kvcache::Error>(())
+    /// ```
+    pub fn allocator(mut self, allocator: Arc<dyn Allocator>) -> Self {
+        self.allocator = Some(allocator);
+        self
+    }
+
     /// Calls `f` with the raw options, whose pointers stay valid during `f`.
     fn with_raw<R>(&self, f: impl FnOnce(&sys::kvc_cache_options) -> Result<R>) -> Result<R> {
         const FN: &str = "kvc_cache_create";
@@ -1484,7 +1534,10 @@ impl CacheBuilder {
         if let Some(quant) = &self.quant {
             raw.quant = quant.as_raw();
         }
-        f(&raw)
+        create_with(self.allocator.as_ref(), |allocator| {
+            raw.allocator = allocator;
+            f(&raw)
+        })
     }
 
     /// Creates the cache (`kvc_cache_create`). Layers allocate their storage
@@ -1493,7 +1546,8 @@ impl CacheBuilder {
         check_version()?;
         self.with_raw(|options| {
             let mut out = std::ptr::null_mut();
-            // SAFETY: every pointer in `options` is valid for the call.
+            // SAFETY: every pointer in `options` is valid for the call; an allocator's context is the
+            // library's once the call succeeds (create_with).
             check(unsafe { sys::kvc_cache_create(options, &mut out) })?;
             // SAFETY: on success a new, owned cache.
             Ok(unsafe { Cache::from_raw(out) })

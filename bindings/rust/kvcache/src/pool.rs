@@ -125,7 +125,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kvcache_sys as sys;
 
-use crate::allocator::{Allocator, RawAllocator};
+use crate::allocator::{Allocator, create_with};
 use crate::block_hash::BlockHash;
 use crate::device::Device;
 use crate::dtype::{DType, DataType, Element};
@@ -424,20 +424,18 @@ impl PoolBuilder {
     pub fn build(self) -> Result<Pool> {
         check_version()?;
         let mut raw = std::ptr::null_mut();
-        let allocator = self.allocator.clone().map(RawAllocator::new);
         self.with_options("kvc_pool_create", |options| {
-            let raw_allocator = allocator.as_ref().map(RawAllocator::raw);
-            let options = sys::kvc_pool_options {
-                allocator: raw_allocator
-                    .as_ref()
-                    .map_or(std::ptr::null(), |a| a as *const _),
-                ..*options
-            };
-            // SAFETY: every pointer in `options` is valid for the call; the allocator's context lives in
-            // `Shared::allocator`, dropped after kvc_pool_destroy.
-            check(unsafe { sys::kvc_pool_create(&options, &mut raw) })
+            create_with(self.allocator.as_ref(), |allocator| {
+                let options = sys::kvc_pool_options {
+                    allocator,
+                    ..*options
+                };
+                // SAFETY: every pointer in `options` is valid for the call; the allocator's context is the
+                // library's from now on (create_with).
+                check(unsafe { sys::kvc_pool_create(&options, &mut raw) })
+            })
         })??;
-        self.finish(raw, allocator)
+        self.finish(raw)
     }
 
     /// The model fingerprint a pool built from this builder would have
@@ -510,7 +508,7 @@ impl PoolBuilder {
         Ok(f(&options))
     }
 
-    fn finish(self, raw: *mut sys::kvc_pool, allocator: Option<RawAllocator>) -> Result<Pool> {
+    fn finish(self, raw: *mut sys::kvc_pool) -> Result<Pool> {
         Ok(Pool {
             shared: Arc::new(Shared {
                 raw: NonNull::new(raw).expect("kvcache: kvc_pool_create returned NULL"),
@@ -525,7 +523,6 @@ impl PoolBuilder {
                 }),
                 groups: self.groups,
                 layers: self.layers,
-                _allocator: allocator,
             }),
         })
     }
@@ -589,8 +586,6 @@ struct Shared {
     layers: Vec<PoolLayer>,
     /// Held for every call into C on the pool or one of its sequences.
     state: Mutex<State>,
-    /// The allocator of the storage: dropped after `Drop::drop` destroyed the pool, which gives it all back.
-    _allocator: Option<RawAllocator>,
 }
 
 // SAFETY: the C rule is one call at a time per pool (its sequences

@@ -2,93 +2,15 @@
 //! `Vec<u8>` arena hands out every layer's K and V, the storage views point
 //! into it, writes land there, and dropping the pool gives every byte back.
 
-use std::ffi::c_void;
-use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kvcache::{
-    ALLOCATOR_ALIGNMENT, Allocator, DType, Device, ErrorCode, Layout, Pool, PoolGroup, PoolLayer,
-    TensorRef,
+    ALLOCATOR_ALIGNMENT, DType, ErrorCode, Layout, Pool, PoolGroup, PoolLayer, TensorRef,
 };
 
-/// Bump allocation over one `Vec<u8>`; counts what is live and refuses once `budget` is spent.
-struct VecArena {
-    memory: Mutex<Vec<u8>>,
-    state: Mutex<ArenaState>,
-}
-
-#[derive(Default)]
-struct ArenaState {
-    used: usize,
-    live: Vec<(usize, usize)>, // (address, bytes)
-    allocs: usize,
-    bad_frees: usize,
-    budget: Option<usize>,
-}
-
-impl VecArena {
-    fn new(bytes: usize) -> Arc<VecArena> {
-        Arc::new(VecArena {
-            memory: Mutex::new(vec![0xA5; bytes]),
-            state: Mutex::new(ArenaState::default()),
-        })
-    }
-
-    fn range(&self) -> (usize, usize) {
-        let memory = self.memory.lock().unwrap();
-        (memory.as_ptr() as usize, memory.len())
-    }
-
-    fn holds(&self, ptr: *const c_void, bytes: usize) -> bool {
-        let (start, len) = self.range();
-        let p = ptr as usize;
-        p >= start && p + bytes <= start + len
-    }
-}
-
-// SAFETY: every pointer handed out is inside the Vec (which never reallocates: its length is fixed), aligned as
-// asked, and handed out once until freed (bump allocation never reuses bytes).
-unsafe impl Allocator for VecArena {
-    fn alloc(
-        &self,
-        bytes: usize,
-        align: usize,
-        device: Device,
-        _stream: *mut c_void,
-    ) -> Option<NonNull<u8>> {
-        assert_eq!(device, Device::CPU);
-        let mut state = self.state.lock().unwrap();
-        if let Some(budget) = state.budget.as_mut() {
-            if *budget == 0 {
-                return None;
-            }
-            *budget -= 1;
-        }
-        let (start, len) = self.range();
-        let at = (start + state.used).next_multiple_of(align);
-        if at + bytes > start + len {
-            return None;
-        }
-        state.used = at + bytes - start;
-        state.allocs += 1;
-        state.live.push((at, bytes));
-        NonNull::new(at as *mut u8)
-    }
-
-    unsafe fn free(&self, ptr: NonNull<u8>, bytes: usize, _device: Device, _stream: *mut c_void) {
-        let mut state = self.state.lock().unwrap();
-        match state
-            .live
-            .iter()
-            .position(|&(p, b)| p == ptr.as_ptr() as usize && b == bytes)
-        {
-            Some(i) => {
-                state.live.swap_remove(i);
-            }
-            None => state.bad_frees += 1,
-        }
-    }
-}
+#[path = "common/vec_arena.rs"]
+mod vec_arena;
+use vec_arena::VecArena;
 
 fn builder(arena: &Arc<VecArena>) -> kvcache::PoolBuilder {
     Pool::builder(DType::F32)

@@ -1,0 +1,115 @@
+//! The three places the model can keep its K/V: kvcache (on candle-owned stores), candle's preallocated
+//! `KvCache` (with `RotatingKvCache` for the sliding layer), and candle's `ConcatKvCache`.
+
+use std::sync::Arc;
+
+use candle_core::{Result, Tensor};
+use candle_nn::kv_cache::{ConcatKvCache, KvCache, RotatingKvCache};
+use kvcache::{Cache, LayerOptions, Preset};
+
+use crate::candle_stores::{CandleStores, with_tensor_ref};
+use crate::model::{Config, KvStore};
+
+fn kv_err(e: kvcache::Error) -> candle_core::Error {
+    candle_core::Error::Msg(e.to_string())
+}
+
+/// kvcache: dynamic layers and one dynamic sliding layer, every store a candle tensor. Each step reads
+/// the new K/V from candle's memory and returns candle tensors over kvcache's stores: no copy either way.
+pub struct Kvcache {
+    pub cache: Cache,
+    stores: Arc<CandleStores>,
+}
+
+impl Kvcache {
+    /// Room for `tokens` in every full layer up front (`reserve`), as `KvCache::new(.., tokens)` has.
+    pub fn new(config: &Config, tokens: usize) -> Result<Kvcache> {
+        let stores = Arc::new(CandleStores::default());
+        let layers = (0..config.layers).map(|l| {
+            if config.is_sliding(l) {
+                LayerOptions::dynamic_sliding(config.window as i64)
+            } else {
+                LayerOptions::dynamic()
+            }
+        });
+        let mut cache = Cache::builder(Preset::Custom)
+            .layers(layers)
+            .allocator(stores.clone())
+            .build()
+            .map_err(kv_err)?;
+        cache.reserve(tokens as i64).map_err(kv_err)?;
+        Ok(Kvcache { cache, stores })
+    }
+
+    /// The allocator that serves the stores (and turns views into candle tensors).
+    pub fn stores(&self) -> &CandleStores {
+        &self.stores
+    }
+}
+
+impl KvStore for Kvcache {
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (cache, stores) = (&mut self.cache, &self.stores);
+        with_tensor_ref(k, |k| {
+            with_tensor_ref(v, |v| {
+                let kv = cache.update(layer as u32, k, v).map_err(kv_err)?;
+                Ok((stores.tensor(&kv.key)?, stores.tensor(&kv.value)?))
+            })?
+        })?
+    }
+}
+
+/// candle's preallocated caches: `KvCache` for full layers, `RotatingKvCache` (a ring of `window` slots)
+/// for the sliding one. The ring returns the window in ring order, not in token order.
+pub enum Preallocated {
+    Full(KvCache),
+    Ring(RotatingKvCache),
+}
+
+pub fn preallocated(config: &Config, tokens: usize) -> Vec<Preallocated> {
+    (0..config.layers)
+        .map(|l| {
+            if config.is_sliding(l) {
+                Preallocated::Ring(RotatingKvCache::new(2, config.window))
+            } else {
+                Preallocated::Full(KvCache::new(2, tokens))
+            }
+        })
+        .collect()
+}
+
+impl KvStore for Vec<Preallocated> {
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        match &mut self[layer] {
+            Preallocated::Full(c) => c.append(k, v),
+            Preallocated::Ring(c) => c.append(k, v),
+        }
+    }
+}
+
+/// candle's `ConcatKvCache` for every layer; the sliding layer attends to the last `window` tokens.
+pub struct Concat {
+    caches: Vec<ConcatKvCache>,
+    config: Config,
+}
+
+impl Concat {
+    pub fn new(config: &Config) -> Concat {
+        Concat {
+            caches: (0..config.layers).map(|_| ConcatKvCache::new(2)).collect(),
+            config: *config,
+        }
+    }
+}
+
+impl KvStore for Concat {
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (k, v) = self.caches[layer].append(k, v)?;
+        let n = k.dim(2)?;
+        if self.config.is_sliding(layer) && n > self.config.window {
+            let w = self.config.window;
+            return Ok((k.narrow(2, n - w, w)?, v.narrow(2, n - w, w)?));
+        }
+        Ok((k, v))
+    }
+}
