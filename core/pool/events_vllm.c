@@ -3,8 +3,8 @@
  * the msgpack bytes of vLLM's KVEventBatch (vllm/distributed/kv_events.py,
  * encoded by msgspec.msgpack.Encoder as vLLM's publisher does).
  *
- * msgspec writes a Struct with array_like=True (the batch) as an array of its
- * fields, trailing fields equal to their defaults omitted; a tagged Struct
+ * msgspec writes a Struct with array_like=True (the batch) as an array of all
+ * its fields (a None data_parallel_rank as nil); a tagged Struct
  * (an event) as a map whose first entry is "type": its class name, then its
  * fields in declaration order, those equal to their defaults omitted (every
  * field without a default is written, nil included). Integers take msgpack's
@@ -161,7 +161,7 @@ static void put_removed(mp_out* w, const queue_view* q, uint32_t i, uint32_t n, 
 static void put_batch(mp_out* w, const queue_view* q, const kvc_pool_vllm_batch_options* o) {
   size_t num = 0;
   for (uint32_t i = 0; i < q->count; i += run_length(q, i)) num++;
-  mp_array(w, o->data_parallel_rank >= 0 ? 3 : 2);
+  mp_array(w, 3); /* msgspec writes the batch's trailing None too */
   mp_f64(w, o->ts);
   mp_array(w, num);
   for (uint32_t i = 0, n; i < q->count; i += n) {
@@ -176,6 +176,7 @@ static void put_batch(mp_out* w, const queue_view* q, const kvc_pool_vllm_batch_
     }
   }
   if (o->data_parallel_rank >= 0) mp_uint(w, (uint64_t)o->data_parallel_rank);
+  else mp_nil(w);
 }
 
 static kvc_error* check_options(const char* fn, const kvc_pool_vllm_batch_options* in,

@@ -31,43 +31,6 @@ static kvc_error* one_group_pool(uint32_t bs, uint32_t blocks, const void* seed,
   return kvc_pool_create(&o, out);
 }
 
-/* "OFFSET:LENGTH:HEX,..." ("-" = none) into items whose hashes point into *bytes (to free); -1 when malformed. */
-static long parse_items(char* s, kvc_pool_mm_item* items, long cap, uint8_t** bytes) {
-  *bytes = (uint8_t*)malloc(strlen(s) / 2 + 1);
-  if (strcmp(s, "-") == 0) return 0;
-  long n = 0;
-  size_t used = 0;
-  for (char* it = strtok(s, ","); it; it = strtok(NULL, ",")) {
-    unsigned long long off, len;
-    int at = 0;
-    if (n == cap || sscanf(it, "%llu:%llu:%n", &off, &len, &at) != 2 || !at) return -1;
-    size_t hl = 0;
-    uint8_t* h = hv_hex(it + at, &hl);
-    if (!h) return -1;
-    memcpy(*bytes + used, h, hl);
-    free(h);
-    items[n] = (kvc_pool_mm_item){*bytes + used, hl, off, len};
-    used += hl;
-    n++;
-  }
-  return n;
-}
-
-/* The i-th comma-separated field of `list` into `out` (cap bytes); 0 when there is none. */
-static int nth_field(const char* list, size_t i, char* out, size_t cap) {
-  const char* p = list;
-  for (size_t k = 0; k < i; k++) {
-    p = strchr(p, ',');
-    if (!p) return 0;
-    p++;
-  }
-  size_t len = strcspn(p, ",");
-  if (len >= cap) return 0;
-  memcpy(out, p, len);
-  out[len] = '\0';
-  return 1;
-}
-
 /* One `pool` vector: the pool's STORED events carry HASHES, and kvc_block_hash over EXTRAS gives them too. */
 static void check_pool_vector(char** f) {
   size_t seed_len = 0, salt_len = 0, adapter_len = 0, n = 0;
@@ -76,7 +39,7 @@ static void check_pool_vector(char** f) {
   uint8_t* adapter = hv_hex(f[4], &adapter_len);
   kvc_pool_mm_item items[16];
   uint8_t* item_bytes = NULL;
-  long num_items = parse_items(f[5], items, 16, &item_bytes);
+  long num_items = hv_items(f[5], items, 16, &item_bytes);
   long bs = atol(f[6]);
   int32_t* tokens = hv_tokens(f[7], &n);
   kvc_pool* p = NULL;
@@ -103,8 +66,8 @@ static void check_pool_vector(char** f) {
     char want_hex[80], extra_hex[4096];
     uint8_t want[32], got[32];
     size_t extra_len = 0;
-    if (!CHECK(nth_field(f[9], i, want_hex, sizeof want_hex) && hv_hash(want_hex, want) &&
-               nth_field(f[8], i, extra_hex, sizeof extra_hex)))
+    if (!CHECK(hv_nth_field(f[9], i, want_hex, sizeof want_hex) && hv_hash(want_hex, want) &&
+               hv_nth_field(f[8], i, extra_hex, sizeof extra_hex)))
       break;
     CHECK_HASH(ev[i].block_hash, want, "pool block hash", f[1]);
     CHECK_HASH(ev[i].parent_hash, parent, "pool parent hash", f[1]);

@@ -605,7 +605,7 @@ typedef struct kvc_pool_vllm_batch_options {
                                     64-bit form (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES: the last 8 bytes, big
                                     endian, an unsigned integer) */
   double ts;                   /**< the batch's timestamp (vLLM: time.time(), seconds since the epoch) */
-  int64_t data_parallel_rank;  /**< >= 0, or -1 (default): none (omitted, as vLLM omits None) */
+  int64_t data_parallel_rank;  /**< >= 0, or -1 (default): none (nil) */
   uint64_t reserved;           /**< 0 */
 } kvc_pool_vllm_batch_options;
 
@@ -615,7 +615,7 @@ typedef struct kvc_pool_vllm_batch_options {
  * Takes every queued event into one batch in vLLM's wire form: the msgpack
  * bytes vLLM's KV event publisher sends for a `KVEventBatch` (msgspec's
  * encoding of vllm/distributed/kv_events.py's classes, vLLM 0.34): an array
- * [ts, events(, data_parallel_rank)], each event a map {"type": "BlockStored"
+ * [ts, events, data_parallel_rank or nil], each event a map {"type": "BlockStored"
  * | "BlockRemoved" | "AllBlocksCleared", fields...}. A run of STORED events
  * of one chain (same group, adapter and medium, each block's parent the
  * previous block) is one BlockStored with several block_hashes, as vLLM
