@@ -7,7 +7,8 @@
  * its fields (a None data_parallel_rank as nil); a tagged Struct
  * (an event) as a map whose first entry is "type": its class name, then its
  * fields in declaration order, those equal to their defaults omitted (every
- * field without a default is written, nil included). Integers take msgpack's
+ * field without a default is written, nil included), with a map16 header when
+ * the class could have 16 entries or more. Integers take msgpack's
  * shortest form, floats always 8 bytes. The encoder below is that subset,
  * written once so every binding gets identical bytes (the Python test decodes
  * and re-encodes them with vLLM's classes).
@@ -56,7 +57,12 @@ static void mp_head(mp_out* w, uint8_t fix, size_t fix_max, int has8, uint8_t t8
 }
 
 static void mp_array(mp_out* w, size_t n) { mp_head(w, 0x90, 16, 0, 0, 0xdc, 0xdd, n); }
-static void mp_map(mp_out* w, size_t n) { mp_head(w, 0x80, 16, 0, 0, 0xde, 0xdf, n); }
+/* A Struct's map: msgspec picks the header's form by the entries the class can have (its fields and the tag), so
+   vLLM's BlockStored (15 fields) always has a map16 header, whatever it omits. */
+static void mp_struct_map(mp_out* w, size_t n, size_t class_entries) {
+  if (class_entries < 16) put_tagged(w, (uint8_t)(0x80 | n), 0, 0);
+  else put_tagged(w, 0xde, n, 2);
+}
 
 static void mp_str(mp_out* w, const void* s, size_t len) {
   mp_head(w, 0xa0, 32, 1, 0xd9, 0xda, 0xdb, len);
@@ -109,6 +115,10 @@ static uint32_t run_length(const queue_view* q, uint32_t i) {
   return j - i;
 }
 
+/* Fields of vLLM 0.34's classes: the map header's form depends on them (mp_struct_map). */
+#define STORED_FIELDS 15
+#define REMOVED_FIELDS 5
+
 static const char* medium(const kvc_pool* p) { return p->device.device_type == KVC_DEVICE_CPU ? "CPU" : "GPU"; }
 
 static void put_stored(mp_out* w, const queue_view* q, uint32_t i, uint32_t n, int int_hashes) {
@@ -116,7 +126,7 @@ static void put_stored(mp_out* w, const queue_view* q, uint32_t i, uint32_t n, i
   const kvc_pool_event* first = ev(q, i);
   uint32_t bs = first->num_tokens;
   const kvci_pool_adapter* a = more(q, i)->adapter ? &p->adapters[more(q, i)->adapter - 1] : NULL;
-  mp_map(w, 9);
+  mp_struct_map(w, 9, 1 + STORED_FIELDS);
   mp_cstr(w, "type");
   mp_cstr(w, "BlockStored");
   mp_cstr(w, "block_hashes");
@@ -146,7 +156,7 @@ static void put_stored(mp_out* w, const queue_view* q, uint32_t i, uint32_t n, i
 }
 
 static void put_removed(mp_out* w, const queue_view* q, uint32_t i, uint32_t n, int int_hashes) {
-  mp_map(w, 4);
+  mp_struct_map(w, 4, 1 + REMOVED_FIELDS);
   mp_cstr(w, "type");
   mp_cstr(w, "BlockRemoved");
   mp_cstr(w, "block_hashes");
@@ -170,7 +180,7 @@ static void put_batch(mp_out* w, const queue_view* q, const kvc_pool_vllm_batch_
       case KVC_POOL_EVENT_BLOCK_STORED: put_stored(w, q, i, n, o->int_hashes); break;
       case KVC_POOL_EVENT_BLOCK_REMOVED: put_removed(w, q, i, n, o->int_hashes); break;
       default:
-        mp_map(w, 1);
+        mp_struct_map(w, 1, 1);
         mp_cstr(w, "type");
         mp_cstr(w, "AllBlocksCleared");
     }
