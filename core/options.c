@@ -23,6 +23,7 @@ KVC_DEFINE_INIT(kvc_update_options_init, kvc_update_options, KVC_UPDATE_OPTIONS_
 KVC_DEFINE_INIT(kvc_quant_options_init, kvc_quant_options, KVC_QUANT_OPTIONS_INIT)
 KVC_DEFINE_INIT(kvc_conv_update_options_init, kvc_conv_update_options, KVC_CONV_UPDATE_OPTIONS_INIT)
 KVC_DEFINE_INIT(kvc_pool_sequence_options_init, kvc_pool_sequence_options, KVC_POOL_SEQUENCE_OPTIONS_INIT)
+KVC_DEFINE_INIT(kvc_pool_vllm_batch_options_init, kvc_pool_vllm_batch_options, KVC_POOL_VLLM_BATCH_OPTIONS_INIT)
 #undef KVC_DEFINE_INIT
 
 /* The published sizes (the header lists them too); the last is the current one. */

@@ -610,6 +610,8 @@ typedef struct kvc_pool_vllm_batch_options {
 } kvc_pool_vllm_batch_options;
 
 #define KVC_POOL_VLLM_BATCH_OPTIONS_INIT {sizeof(kvc_pool_vllm_batch_options), 0, 0.0, -1, 0}
+/** Sets `options` to KVC_POOL_VLLM_BATCH_OPTIONS_INIT. Never fails; NULL is ignored. Since 0.7. */
+KVC_API void kvc_pool_vllm_batch_options_init(kvc_pool_vllm_batch_options* options);
 
 /**
  * Takes every queued event into one batch in vLLM's wire form: the msgpack

@@ -37,6 +37,7 @@ fn macro_type(name: &str) -> Option<IntKind> {
         _ if name.starts_with("KVC_POOL_LAYOUT_") => custom("kvc_pool_layout"),
         _ if name.starts_with("KVC_POOL_TABLE_") => custom("kvc_pool_table_format"),
         _ if name.starts_with("KVC_POOL_EVENT_") => custom("kvc_pool_event_kind"),
+        _ if name.starts_with("KVC_POOL_HASH_") => custom("kvc_pool_hash_mode"),
         _ if name.starts_with("KVC_FEATURE_") => Some(IntKind::U64),
         _ if name.starts_with("KVC_VERSION_") => Some(IntKind::U32),
         // A byte count and a version number: the sizes of Rust arrays and slices.

@@ -108,15 +108,17 @@ structs! {
     }
     kvc_pool_options {
         struct_size, dtype, device, num_groups, groups, num_layers, layers, layout, hash_seed,
-        hash_seed_len, enable_prefix_caching, event_capacity, allocator
+        hash_seed_len, enable_prefix_caching, event_capacity, allocator, hash_mode
     }
     kvc_pool_stats {
         struct_size, group, num_blocks, free_blocks, cached_blocks, used_blocks, pinned_blocks,
         prefix_queries, prefix_hits, evictions
     }
     kvc_pool_sequence_options {
-        struct_size, salt, salt_len, mm_items, num_mm_items, adapter_key, adapter_key_len
+        struct_size, salt, salt_len, mm_items, num_mm_items, adapter_key, adapter_key_len,
+        adapter_path, adapter_path_len, adapter_id
     }
+    kvc_pool_vllm_batch_options { struct_size, int_hashes, ts, data_parallel_rank, reserved }
     kvc_pool_mm_item { hash, hash_len, offset, length }
     kvc_pool_table { table, indptr, last_page_len }
     kvc_pool_event {
@@ -315,6 +317,7 @@ fn defaults_are_the_init_macros() {
     same_as_init(kvc_conv_update_options_init);
     same_as_init(kvc_pool_options_init);
     same_as_init(kvc_pool_sequence_options_init);
+    same_as_init(kvc_pool_vllm_batch_options_init);
     same_as_init(kvc_allocator_init);
     // The init functions accept NULL.
     // SAFETY: documented: "NULL is ignored".
