@@ -235,7 +235,7 @@ var goMethods = map[string]string{
 	"kvc_pool_blocks_needed": "Pool.BlocksNeeded", "kvc_pool_stats_get": "Pool.Stats",
 	"kvc_pool_clear_cache": "Pool.ClearCache", "kvc_pool_events_pull": "Pool.Events",
 	"kvc_pool_events_pull_vllm": "Pool.EventsVLLM",
-	"kvc_pool_layer_storage": "Pool.LayerStorage", "kvc_pool_recurrent_state": "Sequence.RecurrentState",
+	"kvc_pool_layer_storage":    "Pool.LayerStorage", "kvc_pool_recurrent_state": "Sequence.RecurrentState",
 	"kvc_pool_sequence_length": "Sequence.Length", "kvc_pool_sequence_committed": "Sequence.CommittedLength",
 	"kvc_pool_sequence_save": "Sequence.Save", "kvc_pool_sequence_load": "Pool.LoadSequence",
 	"kvc_cache_create": "New", "kvc_cache_update": "Cache.Update", "kvc_cache_update_all": "Cache.UpdateAll",

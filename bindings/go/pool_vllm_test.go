@@ -74,13 +74,7 @@ func TestPoolVLLMHashVectors(t *testing.T) {
 		t.Fatalf("%d vectors, want 15", len(rows))
 	}
 	for _, f := range rows {
-		var items []MultimodalItem
-		for _, it := range list(f[6]) {
-			p := strings.Split(it, ":")
-			off, _ := strconv.ParseUint(p[0], 10, 64)
-			length, _ := strconv.ParseUint(p[1], 10, 64)
-			items = append(items, MultimodalItem{Hash: vecBytes(t, p[2]), Offset: off, Length: length})
-		}
+		items := vecItems(t, f[6])
 		bs, _ := strconv.Atoi(f[7])
 		tokens := vecTokens(t, f[8])
 		hashes := list(f[10])
@@ -118,7 +112,7 @@ func vllmScenario(t *testing.T, p *Pool) {
 	vllmAppend(t, a, span(1, 6))
 	vllmAppend(t, a, span(7, 2))
 	seq := func(tokens []int32) *Sequence {
-		s, err := p.NewSequence()
+		s, err := p.NewSequence(nil)
 		if err != nil {
 			t.Fatal(err)
 		}

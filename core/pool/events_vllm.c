@@ -121,17 +121,22 @@ static uint32_t run_length(const queue_view* q, uint32_t i) {
 
 static const char* medium(const kvc_pool* p) { return p->device.device_type == KVC_DEVICE_CPU ? "CPU" : "GPU"; }
 
+/* The map's first entries, common to both block events: the type tag and the hashes of events [i, i + n). */
+static void put_head(mp_out* w, const char* type, const queue_view* q, uint32_t i, uint32_t n, int int_hashes) {
+  mp_cstr(w, "type");
+  mp_cstr(w, type);
+  mp_cstr(w, "block_hashes");
+  mp_array(w, n);
+  for (uint32_t k = 0; k < n; k++) mp_hash(w, ev(q, i + k)->block_hash, int_hashes);
+}
+
 static void put_stored(mp_out* w, const queue_view* q, uint32_t i, uint32_t n, int int_hashes) {
   const kvc_pool* p = q->p;
   const kvc_pool_event* first = ev(q, i);
   uint32_t bs = first->num_tokens;
   const kvci_pool_adapter* a = more(q, i)->adapter ? &p->adapters[more(q, i)->adapter - 1] : NULL;
   mp_struct_map(w, 9, 1 + STORED_FIELDS);
-  mp_cstr(w, "type");
-  mp_cstr(w, "BlockStored");
-  mp_cstr(w, "block_hashes");
-  mp_array(w, n);
-  for (uint32_t k = 0; k < n; k++) mp_hash(w, ev(q, i + k)->block_hash, int_hashes);
+  put_head(w, "BlockStored", q, i, n, int_hashes);
   mp_cstr(w, "parent_block_hash");
   if (more(q, i)->has_parent) mp_hash(w, first->parent_hash, int_hashes);
   else mp_nil(w);
@@ -157,11 +162,7 @@ static void put_stored(mp_out* w, const queue_view* q, uint32_t i, uint32_t n, i
 
 static void put_removed(mp_out* w, const queue_view* q, uint32_t i, uint32_t n, int int_hashes) {
   mp_struct_map(w, 4, 1 + REMOVED_FIELDS);
-  mp_cstr(w, "type");
-  mp_cstr(w, "BlockRemoved");
-  mp_cstr(w, "block_hashes");
-  mp_array(w, n);
-  for (uint32_t k = 0; k < n; k++) mp_hash(w, ev(q, i + k)->block_hash, int_hashes);
+  put_head(w, "BlockRemoved", q, i, n, int_hashes);
   mp_cstr(w, "medium");
   mp_cstr(w, medium(q->p));
   mp_cstr(w, "group_idx");

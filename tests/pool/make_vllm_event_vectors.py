@@ -21,7 +21,6 @@ then one pull. Batches: `hashes` (32-byte hashes, no data-parallel rank, ts 1700
 """
 from __future__ import annotations
 
-import os
 import pathlib
 import sys
 
@@ -39,12 +38,7 @@ LORA = ("sql-lora", "/adapters/sql", 3)
 
 
 def chain(ns, tokens, lora=None):
-    import types
-    r = types.SimpleNamespace(block_hashes=[], all_token_ids=list(tokens), _all_token_ids=list(tokens),
-                              num_tokens=len(tokens), cache_salt=None, mm_features=[], prompt_embeds=None,
-                              _prompt_embeds_per_block_hashes={},
-                              lora_request=types.SimpleNamespace(lora_name=lora[0], lora_path=lora[1]) if lora else None)
-    return ns["get_request_block_hasher"](4, ns["sha256_cbor"])(r)
+    return vllm_modules.block_hashes(ns, 4, tokens, lora=lora[:2] if lora else None)
 
 
 def batch(ns, ev, int_hashes, rank, ts):
@@ -77,12 +71,7 @@ def main() -> None:
     ns = vllm_modules.hashing()
     ev = vllm_modules.kv_events()
     import msgspec  # from the vLLM folder, which kv_events() put on sys.path
-    saved = os.environ.pop("PYTHONHASHSEED", None)
-    try:
-        ns["init_none_hash"](ns["sha256_cbor"])
-    finally:
-        if saved is not None:
-            os.environ["PYTHONHASHSEED"] = saved
+    vllm_modules.init_none_hash(ns)
     enc = msgspec.msgpack.Encoder()
     lines = []
     for name, int_hashes, rank, ts in (("hashes", 0, -1, 1700000000.25), ("int-hashes", 1, 2, 0.5)):

@@ -12,10 +12,8 @@ tests compare against the committed file (and the Python test re-runs this scrip
 """
 from __future__ import annotations
 
-import os
 import pathlib
 import sys
-import types
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import vllm_modules  # noqa: E402
@@ -35,35 +33,14 @@ def hexa(b: bytes) -> str:
     return b.hex() if b else "-"
 
 
-def request(ns, tokens, salt, lora, items):
-    """The attributes of vllm.v1.request.Request that the hasher reads."""
-    r = types.SimpleNamespace()
-    r.block_hashes = []
-    r.all_token_ids = list(tokens)
-    r._all_token_ids = list(tokens)
-    r.num_tokens = len(tokens)
-    r.cache_salt = salt.decode() if salt else None
-    r.lora_request = (types.SimpleNamespace(lora_name=lora[0].decode(), lora_path=lora[1].decode())
-                      if lora[0] else None)
-    r.mm_features = [types.SimpleNamespace(identifier=i.decode(),
-                                           mm_position=types.SimpleNamespace(offset=o, length=n))
-                     for o, n, i in items]
-    r.prompt_embeds = None
-    r._prompt_embeds_per_block_hashes = {}
-    return r
-
-
 def vector(ns, name, seed, salt, lora, items, block_size, tokens):
-    if seed:
-        os.environ["PYTHONHASHSEED"] = seed.decode()
-    else:
-        os.environ.pop("PYTHONHASHSEED", None)
-    ns["init_none_hash"](ns["sha256_cbor"])
-    hasher = ns["get_request_block_hasher"](block_size, ns["sha256_cbor"])
-    hashes = hasher(request(ns, tokens, salt, lora, items))
+    none_hash = vllm_modules.init_none_hash(ns, seed.decode())
+    hashes = vllm_modules.block_hashes(ns, block_size, tokens, cache_salt=salt.decode(),
+                                       lora=(lora[0].decode(), lora[1].decode()) if lora[0] else None,
+                                       items=[(o, n, i.decode()) for o, n, i in items])
     its = ",".join("%d:%d:%s" % (o, n, i.hex()) for o, n, i in items) or "-"
     return " ".join(["vllm", name, hexa(seed), hexa(salt), hexa(lora[0]), hexa(lora[1]), its, str(block_size),
-                      ",".join(map(str, tokens)) or "-", ns["NONE_HASH"].hex(),
+                      ",".join(map(str, tokens)) or "-", none_hash.hex(),
                       ",".join(h.hex() for h in hashes) or "-"])
 
 
@@ -98,15 +75,7 @@ def main() -> None:
         "vllm_hash_vectors.txt"
     if not vllm_modules.available():
         sys.exit(vllm_modules.skip_reason())
-    ns = vllm_modules.hashing()
-    saved = os.environ.get("PYTHONHASHSEED")
-    try:
-        lines = vectors(ns)
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONHASHSEED", None)
-        else:
-            os.environ["PYTHONHASHSEED"] = saved
+    lines = vectors(vllm_modules.hashing())
     out.write_text(HEADER.format(release=vllm_modules.release()) + "\n".join(lines) + "\n")
 
 

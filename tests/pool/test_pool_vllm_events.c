@@ -8,7 +8,6 @@
 #include "hash_vectors.h"
 #include "pool_test.h"
 #include "test_errors.h"
-#include "vllm_pool.h"
 
 static const char* folder;
 
@@ -20,22 +19,22 @@ static int32_t* run(int32_t first, size_t n, int32_t* out) {
 /* make_vllm_event_vectors.py's scenario, leaving its events queued. */
 static kvc_pool* scenario(void) {
   kvc_pool* p = NULL;
-  if (!CHECK_OK(vp_pool(KVC_POOL_HASH_VLLM_SHA256_CBOR, 4, 4, NULL, 0, &p))) return NULL;
+  if (!CHECK_OK(pt_one_group(KVC_POOL_HASH_VLLM_SHA256_CBOR, 4, 4, NULL, 0, &p))) return NULL;
   kvc_pool_sequence *a = NULL, *b = NULL, *c = NULL, *d = NULL;
   kvc_pool_sequence_options lora = KVC_POOL_SEQUENCE_OPTIONS_INIT;
   lora.adapter_key = "sql-lora", lora.adapter_key_len = 8;
   lora.adapter_path = "/adapters/sql", lora.adapter_path_len = 13, lora.adapter_id = 3;
   int32_t t[8];
   CHECK_OK(kvc_pool_sequence_create(p, &lora, &a));
-  CHECK_OK(vp_append(a, run(1, 6, t), 6));
-  CHECK_OK(vp_append(a, run(7, 2, t), 2));
+  CHECK_OK(pt_append(a, run(1, 6, t), 6));
+  CHECK_OK(pt_append(a, run(7, 2, t), 2));
   CHECK_OK(kvc_pool_sequence_create(p, NULL, &b));
-  CHECK_OK(vp_append(b, run(1, 8, t), 8));
+  CHECK_OK(pt_append(b, run(1, 8, t), 8));
   kvc_pool_sequence_destroy(b);
   CHECK_OK(kvc_pool_sequence_create(p, NULL, &c));
-  CHECK_OK(vp_append(c, run(50, 4, t), 4));
+  CHECK_OK(pt_append(c, run(50, 4, t), 4));
   CHECK_OK(kvc_pool_sequence_create(p, NULL, &d));
-  CHECK_OK(vp_append(d, run(60, 4, t), 4));
+  CHECK_OK(pt_append(d, run(60, 4, t), 4));
   kvc_pool_sequence_destroy(c);
   CHECK_OK(kvc_pool_clear_cache(p));
   kvc_pool_sequence_destroy(a);

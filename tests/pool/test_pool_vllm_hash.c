@@ -8,7 +8,6 @@
 #include "hash_vectors.h"
 #include "pool_test.h"
 #include "test_errors.h"
-#include "vllm_pool.h"
 
 static const char* folder;
 
@@ -31,14 +30,14 @@ static void check_vector(char** f) {
   if (!CHECK(seed && salt && name && path && num_items >= 0 && bs >= 1 && tokens && hv_hash(f[9], none_hash)))
     goto done;
   size_t full = n / (size_t)bs;
-  if (!CHECK_OK(vp_pool(KVC_POOL_HASH_VLLM_SHA256_CBOR, (uint32_t)bs, (uint32_t)(full + 2), seed, seed_len, &p)))
+  if (!CHECK_OK(pt_one_group(KVC_POOL_HASH_VLLM_SHA256_CBOR, (uint32_t)bs, (uint32_t)(full + 2), seed, seed_len, &p)))
     goto done;
   kvc_pool_sequence_options o = KVC_POOL_SEQUENCE_OPTIONS_INIT;
   o.salt = salt, o.salt_len = salt_len, o.adapter_key = name, o.adapter_key_len = name_len;
   o.adapter_path = path, o.adapter_path_len = path_len;
   o.mm_items = items, o.num_mm_items = (size_t)num_items;
   if (!CHECK_OK(kvc_pool_sequence_create(p, &o, &s))) goto done;
-  CHECK_OK(vp_append(s, tokens, n));
+  CHECK_OK(pt_append(s, tokens, n));
   ev = (kvc_pool_event*)calloc(full + 1, sizeof *ev);
   size_t count = 0;
   CHECK_OK(kvc_pool_events_pull(p, ev, full + 1, &count));
@@ -91,7 +90,7 @@ static uint64_t matched(kvc_pool* p, const kvc_pool_sequence_options* o, const i
 /* Equal tokens share blocks only under equal salts, LoRAs (name and path) and item identifiers. */
 static void test_sharing_follows_the_keys(void) {
   kvc_pool* p = NULL;
-  REQUIRE_OK(vp_pool(KVC_POOL_HASH_VLLM_SHA256_CBOR, BS, 32, NULL, 0, &p));
+  REQUIRE_OK(pt_one_group(KVC_POOL_HASH_VLLM_SHA256_CBOR, BS, 32, NULL, 0, &p));
   int32_t tokens[TOKENS];
   for (int i = 0; i < TOKENS; i++) tokens[i] = 3 * i;
   kvc_pool_mm_item dog = {"dog", 3, 5, 2}, cat = {"cat", 3, 5, 2};
@@ -106,7 +105,7 @@ static void test_sharing_follows_the_keys(void) {
   kvc_pool_sequence* held[4] = {0};
   for (int i = 0; i < 4; i++) {
     REQUIRE_OK(kvc_pool_sequence_create(p, keep[i], &held[i]));
-    CHECK_OK(vp_append(held[i], tokens, TOKENS));
+    CHECK_OK(pt_append(held[i], tokens, TOKENS));
   }
   CHECK_EQ_U64(matched(p, &base, tokens), TOKENS - BS);
   CHECK_EQ_U64(matched(p, &lora, tokens), TOKENS - BS);
@@ -133,7 +132,7 @@ static void test_options_size_88(void) {
   kvc_pool_sequence* s = NULL;
   REQUIRE_OK(kvc_pool_create(&o, &p));
   int32_t tokens[BS] = {1, 2, 3, 4};
-  if (CHECK_OK(kvc_pool_sequence_create(p, NULL, &s)) && CHECK_OK(vp_append(s, tokens, BS))) {
+  if (CHECK_OK(kvc_pool_sequence_create(p, NULL, &s)) && CHECK_OK(pt_append(s, tokens, BS))) {
     kvc_pool_event ev;
     size_t count = 0;
     uint8_t root[32], want[32];
@@ -158,21 +157,21 @@ static void test_options_size_88(void) {
 static void test_bad_pool_options(void) {
   kvc_pool* const sentinel = (kvc_pool*)(uintptr_t)0x5eed;
   kvc_pool* out = sentinel;
-  EXPECT_ERR(vp_pool(2, BS, 4, NULL, 0, &out), KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_create",
+  EXPECT_ERR(pt_one_group(2, BS, 4, NULL, 0, &out), KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_create",
              "options.hash_mode is 2", "KVC_POOL_HASH_KVCACHE (0) or KVC_POOL_HASH_VLLM_SHA256_CBOR (1)");
-  EXPECT_ERR(vp_pool(KVC_POOL_HASH_VLLM_SHA256_CBOR, BS, 4, "\xff\xfe", 2, &out), KVC_ERROR_INVALID_ARGUMENT,
+  EXPECT_ERR(pt_one_group(KVC_POOL_HASH_VLLM_SHA256_CBOR, BS, 4, "\xff\xfe", 2, &out), KVC_ERROR_INVALID_ARGUMENT,
              "kvc_pool_create", "options.hash_seed (2 bytes) is not UTF-8", "NONE_HASH seed");
   CHECK_EQ_PTR(out, sentinel);
   /* The same non-UTF-8 seed is fine for kvcache's own hash: its seed is bytes. */
-  CHECK_OK(vp_pool(KVC_POOL_HASH_KVCACHE, BS, 4, "\xff\xfe", 2, &out));
+  CHECK_OK(pt_one_group(KVC_POOL_HASH_KVCACHE, BS, 4, "\xff\xfe", 2, &out));
   kvc_pool_destroy(out);
 }
 
 /* Bad sequence options: INVALID_ARGUMENT naming the field and the rule; no sequence, the pool unchanged. */
 static void test_bad_sequence_options(void) {
   kvc_pool *vllm = NULL, *own = NULL;
-  REQUIRE_OK(vp_pool(KVC_POOL_HASH_VLLM_SHA256_CBOR, BS, 8, NULL, 0, &vllm));
-  REQUIRE_OK(vp_pool(KVC_POOL_HASH_KVCACHE, BS, 8, NULL, 0, &own));
+  REQUIRE_OK(pt_one_group(KVC_POOL_HASH_VLLM_SHA256_CBOR, BS, 8, NULL, 0, &vllm));
+  REQUIRE_OK(pt_one_group(KVC_POOL_HASH_KVCACHE, BS, 8, NULL, 0, &own));
   kvc_pool_stats before = pt_stats(vllm, 0);
   kvc_pool_sequence* const sentinel = (kvc_pool_sequence*)(uintptr_t)0x5eed;
   kvc_pool_sequence* out = sentinel;

@@ -153,3 +153,44 @@ def hashing():
     ns["get_hash_fn_by_name"] = vh.get_hash_fn_by_name
     _cache["hashing"] = ns
     return ns
+
+
+def init_none_hash(ns, seed=""):
+    """vLLM's init_none_hash with sha256_cbor as a process whose PYTHONHASHSEED is `seed` (empty: unset) runs it;
+    the environment is restored afterwards."""
+    saved = os.environ.get("PYTHONHASHSEED")
+    if seed:
+        os.environ["PYTHONHASHSEED"] = seed
+    else:
+        os.environ.pop("PYTHONHASHSEED", None)
+    try:
+        ns["init_none_hash"](ns["sha256_cbor"])
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONHASHSEED", None)
+        else:
+            os.environ["PYTHONHASHSEED"] = saved
+    return ns["NONE_HASH"]
+
+
+def request(tokens, cache_salt=None, lora=None, items=()):
+    """The attributes of vllm.v1.request.Request that the block hasher reads: `lora` a (name, path) pair, `items`
+    (offset, length, identifier) triples, all text."""
+    r = types.SimpleNamespace()
+    r.block_hashes = []
+    r.all_token_ids = list(tokens)
+    r._all_token_ids = list(tokens)
+    r.num_tokens = len(r.all_token_ids)
+    r.cache_salt = cache_salt or None
+    r.lora_request = types.SimpleNamespace(lora_name=lora[0], lora_path=lora[1]) if lora else None
+    r.mm_features = [types.SimpleNamespace(identifier=i, mm_position=types.SimpleNamespace(offset=o, length=n))
+                     for o, n, i in items]
+    r.prompt_embeds = None
+    r._prompt_embeds_per_block_hashes = {}
+    return r
+
+
+def block_hashes(ns, block_size, tokens, **keys):
+    """vLLM's block hashes (get_request_block_hasher with sha256_cbor) of a request of `tokens` with `keys`
+    (request()'s), under the NONE_HASH init_none_hash set last."""
+    return ns["get_request_block_hasher"](block_size, ns["sha256_cbor"])(request(tokens, **keys))

@@ -132,23 +132,10 @@ def test_vllm_decodes_the_events_field_by_field():
         data_1 = pool.events_vllm(123.5, data_parallel_rank=0)
         pool.clear_cache()
         data_2 = pool.events_vllm(124.0, int_hashes=True)
-    # What vLLM computes for the same request: its hasher with the same keys (init_none_hash: default seed).
-    import os
-    import types
-    saved = os.environ.pop("PYTHONHASHSEED", None)
-    try:
-        ns["init_none_hash"](ns["sha256_cbor"])
-    finally:
-        if saved is not None:
-            os.environ["PYTHONHASHSEED"] = saved
-    req = types.SimpleNamespace(block_hashes=[], all_token_ids=list(range(10, 26)), _all_token_ids=list(range(10, 26)),
-                                num_tokens=16, cache_salt="tenant-1", prompt_embeds=None,
-                                _prompt_embeds_per_block_hashes={},
-                                lora_request=types.SimpleNamespace(lora_name="sql-lora", lora_path="/p"),
-                                mm_features=[types.SimpleNamespace(identifier=image.decode(),
-                                                                   mm_position=types.SimpleNamespace(offset=2,
-                                                                                                     length=3))])
-    vllm_hashes = ns["get_request_block_hasher"](4, ns["sha256_cbor"])(req)
+    # What vLLM computes for the same request (its hasher, with the default seed).
+    vllm_modules.init_none_hash(ns)
+    vllm_hashes = vllm_modules.block_hashes(ns, 4, range(10, 26), cache_salt="tenant-1", lora=("sql-lora", "/p"),
+                                            items=[(2, 3, image.decode())])
     assert [e.block_hash for e in own] == vllm_hashes[:3]
 
     decoder = msgspec.msgpack.Decoder(ev.KVEventBatch)

@@ -103,7 +103,7 @@ pub fn kvcache_bindings(include_dir: &std::path::Path) -> bindgen::Builder {
         // Option structs get hand-written Default impls equal to their _INIT macros.
         .no_default("kvc_(layer|cache|init|update|quant|conv_update)_options")
         .no_default("kvc_model_config|kvc_layer_info|kvc_memory_info|kvc_allocator")
-        .no_default("kvc_pool_(options|group_options|layer_options|sequence_options|stats)")
+        .no_default("kvc_pool_(options|group_options|layer_options|sequence_options|stats|vllm_batch_options)")
         .generate_comments(true)
         .formatter(bindgen::Formatter::Prettyplease)
 }
