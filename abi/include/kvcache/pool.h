@@ -25,7 +25,8 @@
  * holds its only reference and while it is not cached (hashed); otherwise
  * reserve copies it first (copy-on-write). Full blocks whose tokens are
  * committed are hashed (docs/block-hash.md: a SHA-256 chain from the pool's
- * seed and the sequence's salt) and become reusable by later requests; a
+ * seed and the sequence's salt, or since 0.7 vLLM's own hash:
+ * kvc_pool_options.hash_mode) and become reusable by later requests; a
  * cached block nobody references stays in the pool until space is needed
  * (least recently used first) unless pinned.
  *

@@ -867,7 +867,13 @@ impl Pool {
         let mut out = vec![0u8; size];
         // SAFETY: a live pool; `out` holds `size` writable bytes; the lock keeps the queue as measured.
         check(unsafe {
-            sys::kvc_pool_events_pull_vllm(self.as_ptr(), &raw, out.as_mut_ptr().cast(), size, &mut size)
+            sys::kvc_pool_events_pull_vllm(
+                self.as_ptr(),
+                &raw,
+                out.as_mut_ptr().cast(),
+                size,
+                &mut size,
+            )
         })?;
         out.truncate(size);
         Ok(out)

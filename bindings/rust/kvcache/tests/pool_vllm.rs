@@ -140,7 +140,12 @@ fn event_vectors() {
             int_hashes: f[2] == "1",
             data_parallel_rank: u32::try_from(rank).ok(),
         };
-        assert_eq!(p.events_vllm(&options).expect("batch"), bytes(f[5]), "{}", f[1]);
+        assert_eq!(
+            p.events_vllm(&options).expect("batch"),
+            bytes(f[5]),
+            "{}",
+            f[1]
+        );
         // Drained: [ts, [], rank or nil].
         assert_eq!(p.events_vllm(&options).expect("empty").len(), 12);
     }
@@ -149,19 +154,18 @@ fn event_vectors() {
 #[test]
 fn bad_keys_refused() {
     let p = vllm_pool(4, 4, b"");
-    let err = p
-        .sequence_with_keys(&SequenceKeys {
-            adapter_key: b"\xff",
-            ..Default::default()
-        })
-        .err()
-        .expect("refused");
+    let Err(err) = p.sequence_with_keys(&SequenceKeys {
+        adapter_key: b"\xff",
+        ..Default::default()
+    }) else {
+        panic!("a non-UTF-8 adapter key was accepted");
+    };
     assert_eq!(err.code(), ErrorCode::InvalidArgument);
     assert!(err.message().contains("adapter_key is not UTF-8"), "{err}");
     let options = VllmBatchOptions {
         ts: f64::NAN,
         ..Default::default()
     };
-    let err = p.events_vllm(&options).err().expect("refused");
+    let err = p.events_vllm(&options).expect_err("refused");
     assert!(err.message().contains("ts is nan"), "{err}");
 }
