@@ -48,7 +48,7 @@ _cache = {}
 def _package_stub():
     """`vllm` as a bare package over the wheel's folder, so its light submodules import without vllm/__init__."""
     if folder() not in sys.path:
-        sys.path.insert(0, folder())
+        sys.path.append(folder())  # last: it never shadows what the environment itself has
     if "vllm" not in sys.modules or getattr(sys.modules["vllm"], "__kvcache_stub__", False):
         pkg = types.ModuleType("vllm")
         pkg.__path__ = [os.path.join(folder(), "vllm")]
