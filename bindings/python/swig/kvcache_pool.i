@@ -77,6 +77,7 @@ KVC_OPTIONS_CTOR(kvc_pool_options, kvc_pool_options_init)
 KVC_OPTIONS_CTOR_MACRO(kvc_pool_group_options, KVC_POOL_GROUP_OPTIONS_INIT)
 KVC_OPTIONS_CTOR_MACRO(kvc_pool_layer_options, KVC_POOL_LAYER_OPTIONS_INIT)
 KVC_OPTIONS_CTOR_MACRO(kvc_pool_sequence_options, KVC_POOL_SEQUENCE_OPTIONS_INIT)
+KVC_OPTIONS_CTOR_MACRO(kvc_pool_vllm_batch_options, KVC_POOL_VLLM_BATCH_OPTIONS_INIT)
 %extend kvc_pool_stats {
   kvc_pool_stats() {
     kvc_pool_stats* o = (kvc_pool_stats*)calloc(1, sizeof(kvc_pool_stats));
