@@ -93,6 +93,10 @@ echo "== bench_quantized"
 echo
 echo "== bench_pool (the paged pool on the CPU: scheduling, partial blocks, fork, step write)"
 "$(find_bin bench_pool)" --json "$JSON" "${EXTRA[@]}"
+echo
+echo "== bench_pool_budget (a hybrid model's serving loop: one block budget shared by the groups against per-group"
+echo "   budgets of the same memory: blocks in use, admitted sequences, step time, medians)"
+"$(find_bin bench_pool_budget)" --json "$JSON"
 echo "== bench_persist (cache files: save and restore against plain write/read of the same bytes, same disk)"
 # A 1 GiB cache by default; $KVC_BENCH_PERSIST_ARGS overrides (e.g. "--context 1024 --reps 3": 128 MiB).
 read -r -a PERSIST_ARGS <<< "${KVC_BENCH_PERSIST_ARGS:-}"
@@ -224,6 +228,10 @@ check "quantized 2-bit (quanto g64) bytes per token / bf16 <= 0.18" \
     "x <= 0.18" "$(ratio "$(value quantized_memory kvcache-c bytes_per_token_quanto2_g64)" "$bf16")"
 check "quantized incremental step cost @32k / @1k <= 1.2 (history never re-quantized)" \
     "x <= 1.2" "$(value quantized_update kvcache-c incremental_32k_over_1k)"
+shared=$(value pool_budget shared admitted_sequences_median)
+best=$(value pool_budget per_group_best admitted_sequences_median)
+check "pool budget: sequences admitted with one shared budget / the best per-group split of the same memory >= 1" \
+    "x >= 1" "$( [ -n "$shared" ] && [ -n "$best" ] && awk -v a="$shared" -v b="$best" 'BEGIN { print a / b }')"
 check "pool: scheduling one decode step of 256 running sequences (match + reserve + commit + release) < 50 us" \
     "x < 50000" "$(value pool_schedule kvcache-c step_ns_256_llama)"
 if [ -n "${REDIS_BENCH:-}" ]; then

@@ -41,7 +41,7 @@ foreach(_src IN LISTS _fuzz_sources)
   get_filename_component(_target "${_src}" NAME_WE)
   string(REGEX REPLACE "^fuzz_" "" _name "${_target}")
   kvc_add_program(${_target} SOURCES "${_src}" $<TARGET_OBJECTS:kvcache_fuzz_objects>
-    INCLUDE "${PROJECT_SOURCE_DIR}/abi/include" "${PROJECT_SOURCE_DIR}/core" "${PROJECT_SOURCE_DIR}/abi/backend"
+    INCLUDE "${PROJECT_SOURCE_DIR}/abi/include" ${KVC_CORE_INCLUDE_DIRS} "${PROJECT_SOURCE_DIR}/abi/backend"
             "${PROJECT_SOURCE_DIR}/backends" "${PROJECT_SOURCE_DIR}/tests/fuzz" "${PROJECT_SOURCE_DIR}/tests/unit"
             "${PROJECT_SOURCE_DIR}/tests/persist"
     OUTPUT_DIR tests/fuzz)

@@ -67,7 +67,7 @@ endfunction()
 #   LABELS <label>... [TIMEOUT <s>]). Exit code 77 marks a test that skipped
 # (it prints SKIPPED and why); sanitizer findings stop the test, and so does
 # an alias index kept between updates that a fresh one contradicts
-# (KVC_CHECK_ALIAS_INDEX, core/alias_index.c).
+# (KVC_CHECK_ALIAS_INDEX, core/model/alias_index.c).
 function(kvc_test_properties test)
   cmake_parse_arguments(T "" "TIMEOUT" "LABELS" ${ARGN})
   if(NOT T_TIMEOUT)

@@ -34,6 +34,13 @@
  *              step, through the concatenated slot mappings;
  *   commit     kvc_pool_commit: full blocks are hashed and become reusable.
  *
+ * Three requests carry an image (a multimodal item, kvc_pool_mm_item): the
+ * same tokens (the system prompt, IMAGE_LEN placeholder tokens, two more),
+ * images A, B and A again. Blocks that overlap the image hash with its
+ * content hash (docs/block-hash.md, version 2), so the request with image B
+ * shares only the system prompt's blocks before the image, and the second
+ * request with image A shares the image's blocks too.
+ *
  * Then every request is run again alone, with a DynamicCache of the same
  * layer types (the table's path, demo_attention.c) fed the same tokens: its
  * logits at every step must equal the pool run's bit for bit. Attention
@@ -61,6 +68,11 @@
 #define MAX_GEN 14          /* tokens a request generates: 6..MAX_GEN */
 #define MAX_SAMPLES 3       /* n of the forking requests: 2 or 3 */
 #define MAX_OUTPUTS (NUM_REQUESTS * MAX_SAMPLES)
+#define IMAGE_LEN 8         /* placeholder tokens of an image, right after the system prompt */
+#define IMAGE_TOKEN (VOCAB - 1)
+#define NUM_IMAGE_REQUESTS 3
+static const int image_request[NUM_IMAGE_REQUESTS] = {20, 23, 26}; /* images A, B, A */
+static const char* const image_hash[NUM_IMAGE_REQUESTS] = {"image A", "image B", "image A"};
 
 /* Layers 0-2 sliding, layer 3 full: make_dynamic_sliding's layer types. */
 static const uint32_t layer_group[N_LAYERS] = {G_SLIDING, G_SLIDING, G_SLIDING, G_FULL};
@@ -75,6 +87,7 @@ typedef struct request {
   int gen;     /* tokens each of its samples generates */
   int samples; /* n: 1, or forks after the prefill */
   const char* kind;
+  const char* image; /* the content hash of its image (at SYSTEM_LEN, IMAGE_LEN tokens); NULL: none */
 } request;
 
 /* One sample of a request: one sequence of the pool, one generation. */
@@ -186,6 +199,29 @@ static void make_requests(request* req) {
     q->prompt_len = len;
     q->kind = own ? "own" : "system";
   }
+  for (int k = 0; k < NUM_IMAGE_REQUESTS; k++) { /* the same tokens, the images of image_hash */
+    request* q = &req[image_request[k]];
+    memcpy(q->prompt, system, sizeof system);
+    for (int t = 0; t < IMAGE_LEN; t++) q->prompt[SYSTEM_LEN + t] = IMAGE_TOKEN;
+    q->prompt[SYSTEM_LEN + IMAGE_LEN] = 1;
+    q->prompt[SYSTEM_LEN + IMAGE_LEN + 1] = 2;
+    q->prompt_len = SYSTEM_LEN + IMAGE_LEN + 2;
+    q->kind = "image";
+    q->image = image_hash[k];
+  }
+}
+
+/* A sequence for q: with its image as a multimodal item, whose hash goes into the blocks it overlaps. */
+static kvc_pool_sequence* sequence_for(kvc_pool* pool, const request* q) {
+  kvc_pool_sequence_options so = KVC_POOL_SEQUENCE_OPTIONS_INIT;
+  kvc_pool_mm_item image = {q->image, q->image ? strlen(q->image) : 0, SYSTEM_LEN, IMAGE_LEN};
+  if (q->image) {
+    so.mm_items = &image;
+    so.num_mm_items = 1;
+  }
+  kvc_pool_sequence* seq = NULL;
+  check(kvc_pool_sequence_create(pool, &so, &seq), "kvc_pool_sequence_create");
+  return seq;
 }
 
 static kvc_pool* make_pool(void) {
@@ -283,8 +319,7 @@ static int admissible(pool_run* pr, kvc_pool_sequence* seq, uint64_t tokens) {
 static void admit(pool_run* pr, int step) {
   while (pr->next_request < NUM_REQUESTS && pr->req[pr->next_request].arrival <= step) {
     const request* q = &pr->req[pr->next_request];
-    kvc_pool_sequence* seq = NULL;
-    check(kvc_pool_sequence_create(pr->pool, NULL, &seq), "kvc_pool_sequence_create");
+    kvc_pool_sequence* seq = sequence_for(pr->pool, q);
     uint64_t matched = 0;
     check(kvc_pool_match_prefix(seq, q->prompt, (size_t)q->prompt_len, &matched), "kvc_pool_match_prefix");
     if (!admissible(pr, seq, (uint64_t)q->prompt_len - matched)) {
@@ -472,6 +507,28 @@ static void publish_events(kvc_pool* pool, int step_no, published* pub) {
   free(buf);
 }
 
+/* The image requests' prefix hits: blocks overlapping an image are shared only with the same image. */
+static int image_report(const pool_run* pr) {
+  int matched[NUM_IMAGE_REQUESTS] = {0};
+  for (int i = 0; i < pr->num_out; i++)
+    for (int k = 0; k < NUM_IMAGE_REQUESTS; k++)
+      if (pr->out[i].request == image_request[k] && pr->out[i].sample == 0) matched[k] = pr->out[i].matched;
+  printf("multimodal: 3 requests of the same %d tokens, an image at tokens %d-%d: %s matched %d tokens, %s %d,\n"
+         "%s again %d (blocks overlapping the image hash with its content: different images share none)\n",
+         SYSTEM_LEN + IMAGE_LEN + 2, SYSTEM_LEN, SYSTEM_LEN + IMAGE_LEN - 1, image_hash[0], matched[0],
+         image_hash[1], matched[1], image_hash[2], matched[2]);
+  int failures = 0;
+  if (matched[1] > SYSTEM_LEN) {
+    printf("FAILED: the request with %s reused blocks holding %s's tokens\n", image_hash[1], image_hash[0]);
+    failures++;
+  }
+  if (matched[2] < SYSTEM_LEN + IMAGE_LEN - FULL_BLOCK + 1) {
+    printf("FAILED: the second request with %s did not reuse its image's blocks\n", image_hash[2]);
+    failures++;
+  }
+  return failures;
+}
+
 int run_pool_demo(const model* m) {
   static request req[NUM_REQUESTS];
   static output out[MAX_OUTPUTS];
@@ -537,7 +594,8 @@ int run_pool_demo(const model* m) {
   printf("...\n  ([ts, [{\"type\": \"BlockStored\", \"block_hashes\": [...], \"parent_block_hash\": nil, "
          "\"token_ids\": [...], ...}], nil], as vLLM's msgspec decoder reads it)\n");
 
-  int failures = 0, differ = 0, checked = 0;
+  int failures = image_report(&pr);
+  int differ = 0, checked = 0;
   for (int i = 0; i < pr.num_out; i++, checked++) differ += differs_alone(m, &req[out[i].request], &out[i]);
   if (pr.num_out != samples) {
     printf("FAILED: %d sequences ran, %d expected\n", pr.num_out, samples);

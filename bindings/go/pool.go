@@ -155,6 +155,14 @@ type PoolOptions struct {
 	// Allocator; CArena serves CPU pools from C memory). The pool keeps it
 	// until Close (or the finalizer) has given all of it back.
 	Allocator Allocator
+	// SharedBudgetBytes, when not 0, is one block budget every group takes
+	// its blocks from instead of its own NumBlocks, which must then be 0
+	// (kvc_pool_options.shared_budget_bytes; docs/pool.md, "One budget for
+	// all groups"): every block is a page of the largest group's block size,
+	// block ids are pool-wide, eviction takes any group's least recently used
+	// cached block, and Stats gives the budget's NumBlocks and FreeBlocks.
+	// Since 0.7.
+	SharedBudgetBytes uint64
 	// HashMode is how blocks are hashed: HashKvcache (the zero value) or
 	// HashVLLM. Since 0.7.
 	HashMode PoolHashMode

@@ -59,7 +59,9 @@ func (p *Pool) WriteLayer(layer int, key, value Input, slots []int64) (err error
 // does not fit: it and the later ones are unchanged and their slots are -1
 // (a write skips them); that is not an error. Bad arguments (a sequence of
 // another pool or listed twice, a negative token, counts that do not add up
-// to len(tokens)) reserve nothing.
+// to len(tokens)) reserve nothing. Before stopping short, it gives back the
+// blocks of sequences dropped without Close and goes on, as Sequence.Reserve
+// does.
 func (p *Pool) ReserveBatch(seqs []*Sequence, tokens []int32, numTokens []uint64) (_ int, _ SlotMapping, err error) {
 	defer p.lock().Unlock()
 	defer named(&err, "Pool.ReserveBatch")
@@ -90,12 +92,44 @@ func (p *Pool) ReserveBatch(seqs []*Sequence, tokens []int32, numTokens []uint64
 	}
 	m := SlotMapping{Slots: make([]int64, len(p.groups)*len(tokens)), NumGroups: len(p.groups)}
 	reserved, err := cPoolReserveBatch(h, raw, tokens, numTokens, m.Slots)
+	if err == nil && reserved < len(seqs) && p.created > 0 && p.reclaim() > 0 {
+		// Blocks held by sequences dropped without Close came back: the
+		// batch goes on from the first sequence that did not fit, as one
+		// call would have had they been closed.
+		var more int
+		more, err = p.reserveRest(raw[reserved:], tokens, numTokens, reserved, m.Slots)
+		reserved += more
+	}
 	runtime.KeepAlive(p)
 	runtime.KeepAlive(seqs)
 	if err != nil {
 		return 0, SlotMapping{}, err
 	}
 	return reserved, m, nil
+}
+
+// reserveRest reserves the sequences raw (sequences [first, n) of a batch
+// whose first `first` are reserved) and writes their slots into the batch's
+// mapping, whose row of group g is slots[g*T : (g+1)*T].
+func (p *Pool) reserveRest(raw []unsafe.Pointer, tokens []int32, numTokens []uint64, first int, slots []int64) (int, error) {
+	var off uint64
+	for _, n := range numTokens[:first] {
+		off += n
+	}
+	rest := tokens[off:]
+	sub := make([]int64, len(p.groups)*len(rest))
+	h, err := p.enter(true)
+	if err != nil {
+		return 0, err
+	}
+	more, err := cPoolReserveBatch(h, raw, rest, numTokens[first:], sub)
+	if err != nil {
+		return 0, err
+	}
+	for g := range p.groups {
+		copy(slots[g*len(tokens)+int(off):(g+1)*len(tokens)], sub[g*len(rest):(g+1)*len(rest)])
+	}
+	return more, nil
 }
 
 // CommitBatch is Sequence.Commit of every sequence of seqs, in one call.

@@ -190,6 +190,7 @@ func cPoolOptions(a *arena, o *PoolOptions) *C.kvc_pool_options {
 		c.enable_prefix_caching = 0
 	}
 	c.event_capacity = C.uint32_t(o.EventCapacity)
+	c.shared_budget_bytes = C.uint64_t(o.SharedBudgetBytes)
 	c.hash_mode = C.kvc_pool_hash_mode(o.HashMode)
 	return c
 }

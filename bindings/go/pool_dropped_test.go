@@ -159,3 +159,34 @@ func TestPoolLoadSequenceReclaimsDroppedSequences(t *testing.T) {
 		t.Fatalf("OpenSequences: %d, want the loaded one", n)
 	}
 }
+
+// ReserveBatch reclaims too: the batch goes on past the sequence that did
+// not fit once the dropped ones are collected, and the slots of the later
+// sequences land where their tokens are.
+func TestPoolReserveBatchReclaimsDroppedSequences(t *testing.T) {
+	p := leakPool(t)
+	func() { reserved(t, p, 1000) }() // dropped without Close: 47 blocks stay free
+	a, b := mkSeq(t, p, nil), mkSeq(t, p, nil)
+	defer a.Close()
+	defer b.Close()
+	// a takes 40 blocks (fits), b 60 (does not, until the dropped ones go).
+	toks := append(seqTokens(0, 160), seqTokens(5000, 240)...)
+	n, m, err := p.ReserveBatch([]*Sequence{a, b}, toks, []uint64{160, 240})
+	ok(t, err)
+	if n != 2 {
+		t.Fatalf("ReserveBatch reserved %d sequences, want 2 after reclaiming", n)
+	}
+	seen := map[int64]bool{}
+	for i, slot := range m.Slots {
+		if slot < 0 || seen[slot] {
+			t.Fatalf("slot %d of the batch is %d (negative or repeated)", i, slot)
+		}
+		seen[slot] = true
+	}
+	if st := must[PoolStats](t)(p.Stats(0)); st.UsedBlocks != 100 {
+		t.Fatalf("%d blocks used, want 100", st.UsedBlocks)
+	}
+	if la, lb := must[int64](t)(a.Length()), must[int64](t)(b.Length()); la != 160 || lb != 240 {
+		t.Fatalf("lengths %d and %d, want 160 and 240", la, lb)
+	}
+}

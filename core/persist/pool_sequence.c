@@ -155,8 +155,7 @@ static void save_slots(kvci_out* out, kvci_stage* st, const kvc_pool* p, uint32_
   kvci_out_begin(out, &s);
   const int64_t strides[4] = {per, per, per, 1}, shape[4] = {1, 1, 1, per};
   for (uint64_t i = 0; i < count; i++)
-    kvci_xfer_save(out, st, (const char*)(which ? l->v : l->k) + (size_t)(slots[i] * per) * p->elem, strides, shape,
-                   p->elem);
+    kvci_xfer_save(out, st, kvci_pool_block_at(p, l, which, slots[i]), strides, shape, p->elem);
   kvci_out_end(out);
 }
 
@@ -275,6 +274,11 @@ static kvc_error* slot_section(const char* fn, const kvci_file* f, const kvc_poo
   return NULL;
 }
 
+static uint64_t held_of(const void* q, uint32_t g, uint64_t* lost) {
+  (void)lost;
+  return ((const sequence_rec*)q)->groups[g].held;
+}
+
 /* Every check that needs no allocation: the sections' sizes, then room in every group. The pool is untouched. */
 static kvc_error* check_room(const char* fn, const kvci_file* f, const kvc_pool* p, const sequence_rec* q) {
   for (uint32_t g = 0; g < p->num_groups; g++) {
@@ -286,14 +290,7 @@ static kvc_error* check_room(const char* fn, const kvci_file* f, const kvc_pool*
         if (e) return e;
       }
   }
-  for (uint32_t g = 0; g < p->num_groups; g++)
-    if (q->groups[g].held > kvci_pool_available(&p->groups[g]))
-      return kvci_err(KVC_ERROR_OUT_OF_MEMORY,
-                      "%s: group %u has %llu blocks available (free or evictable) but the sequence needs %llu; the "
-                      "pool is unchanged",
-                      fn, g, (unsigned long long)kvci_pool_available(&p->groups[g]),
-                      (unsigned long long)q->groups[g].held);
-  return NULL;
+  return kvci_pool_budget_check(fn, p, held_of, q, "for the sequence");
 }
 
 /* Takes the group's blocks and fills them with the file's bytes. */
@@ -321,8 +318,7 @@ static kvc_error* fill_group(const char* fn, const kvci_file* f, kvc_pool* p, kv
       e = slot_section(fn, f, p, grp->layers[i], which, n, &src);
       kvci_section_reader in = {f, src, 0, 0}; /* the blocks in file order, one after another */
       for (uint64_t k = 0; !e && k < n; k++)
-        e = kvci_section_load(fn, &in, st, (char*)(which ? l->v : l->k) + (size_t)(slots[k] * per) * p->elem,
-                              strides, shape, p->elem);
+        e = kvci_section_load(fn, &in, st, kvci_pool_block_at(p, l, which, slots[k]), strides, shape, p->elem);
     }
   }
   free(slots);

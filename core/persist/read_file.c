@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../regular_file.h"
+#include "../util/regular_file.h"
 
 size_t kvci_read_file_chunk = (size_t)64 << 20;
 void (*kvci_read_file_after_chunk)(int fd, uint64_t done);

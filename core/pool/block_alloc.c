@@ -12,6 +12,11 @@
  * which more requests share). The cache key is (group, hash): every group
  * has its own map, since groups of different block sizes have different
  * chains and even groups of one size hold different bytes.
+ *
+ * The free list and the LRU belong to the group's budget. In a shared budget
+ * (budget.c) they are the pool's: a block freed by one group may be taken by
+ * another, and the LRU head evicted for any group may be any group's block,
+ * so eviction works on the block's own group (its map, counters and event).
  */
 #include "pool_internal.h"
 
@@ -52,48 +57,57 @@ static void map_remove(kvci_pool_group* g, uint32_t block) {
 }
 
 static void lru_unlink(kvci_pool_group* g, uint32_t b) {
-  kvci_pool_block* x = &g->blocks[b];
-  if (x->prev != KVCI_NIL) g->blocks[x->prev].next = x->next; else g->lru_head = x->next;
-  if (x->next != KVCI_NIL) g->blocks[x->next].prev = x->prev; else g->lru_tail = x->prev;
+  kvci_pool_budget* u = g->budget;
+  kvci_pool_block* x = &u->blocks[b];
+  if (x->prev != KVCI_NIL) u->blocks[x->prev].next = x->next; else u->lru_head = x->next;
+  if (x->next != KVCI_NIL) u->blocks[x->next].prev = x->prev; else u->lru_tail = x->prev;
   x->prev = x->next = KVCI_NIL;
+  u->n_lru--;
   g->n_lru--;
 }
 
 static void lru_push_recent(kvci_pool_group* g, uint32_t b) {
-  kvci_pool_block* x = &g->blocks[b];
-  x->prev = g->lru_tail;
+  kvci_pool_budget* u = g->budget;
+  kvci_pool_block* x = &u->blocks[b];
+  x->prev = u->lru_tail;
   x->next = KVCI_NIL;
-  if (g->lru_tail != KVCI_NIL) g->blocks[g->lru_tail].next = b; else g->lru_head = b;
-  g->lru_tail = b;
+  if (u->lru_tail != KVCI_NIL) u->blocks[u->lru_tail].next = b; else u->lru_head = b;
+  u->lru_tail = b;
+  u->n_lru++;
   g->n_lru++;
 }
 
 static void free_push(kvci_pool_group* g, uint32_t b) {
-  g->blocks[b].next = g->free_head;
-  g->blocks[b].prev = KVCI_NIL;
-  g->free_head = b;
-  g->n_free++;
+  kvci_pool_budget* u = g->budget;
+  u->blocks[b].next = u->free_head;
+  u->blocks[b].prev = KVCI_NIL;
+  u->free_head = b;
+  u->n_free++;
 }
 
 uint32_t kvci_pool_block_take(kvc_pool* pool, uint32_t group) {
   kvci_pool_group* g = &pool->groups[group];
-  uint32_t b = g->free_head;
+  kvci_pool_budget* u = g->budget;
+  uint32_t b = u->free_head;
   if (b != KVCI_NIL) {
-    g->free_head = g->blocks[b].next;
-    g->n_free--;
+    u->free_head = u->blocks[b].next;
+    u->n_free--;
   } else {
-    b = g->lru_head; /* the caller checked kvci_pool_available */
-    kvci_pool_block* x = &g->blocks[b];
-    if (pool->evict_tiers) kvci_pool_tiers_evicting(pool, group, b);
-    lru_unlink(g, b);
-    map_remove(g, b);
+    b = u->lru_head; /* the caller checked kvci_pool_available */
+    kvci_pool_block* x = &u->blocks[b];
+    uint32_t owner = x->group; /* another group's, in a shared budget */
+    kvci_pool_group* o = &pool->groups[owner];
+    if (pool->evict_tiers) kvci_pool_tiers_evicting(pool, owner, b);
+    lru_unlink(o, b);
+    map_remove(o, b);
     x->cached = 0;
-    g->evictions++;
-    kvci_pool_event_push(pool, KVC_POOL_EVENT_BLOCK_REMOVED, group, b, x->hash, NULL, NULL, 0);
+    o->evictions++;
+    kvci_pool_event_push(pool, KVC_POOL_EVENT_BLOCK_REMOVED, owner, b, x->hash, NULL, NULL, 0);
   }
-  kvci_pool_block* x = &g->blocks[b];
+  kvci_pool_block* x = &u->blocks[b];
   x->prev = x->next = KVCI_NIL;
   x->ref = 1;
+  x->group = group;
   g->n_used++;
   return b;
 }
@@ -138,6 +152,16 @@ void kvci_pool_block_evict_quietly(kvci_pool_group* g, uint32_t block) {
   map_remove(g, block);
   x->cached = 0;
   free_push(g, block);
+}
+
+void kvci_pool_evict_all_quietly(kvc_pool* pool) {
+  for (uint32_t gi = 0; gi < pool->num_groups; gi++) {
+    kvci_pool_budget* u = pool->groups[gi].budget;
+    while (u->lru_head != KVCI_NIL) {
+      uint32_t b = u->lru_head;
+      kvci_pool_block_evict_quietly(&pool->groups[u->blocks[b].group], b);
+    }
+  }
 }
 
 void kvci_pool_block_touch(kvci_pool_group* g, uint32_t block) {

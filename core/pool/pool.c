@@ -24,7 +24,7 @@ void kvc_pool_options_init(kvc_pool_options* options) {
   *options = init;
 }
 
-static kvc_error* check_group(const char* fn, uint32_t i, const kvc_pool_group_options* g) {
+static kvc_error* check_group(const char* fn, uint32_t i, const kvc_pool_group_options* g, int shared) {
   if (g->struct_size != sizeof(*g))
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].struct_size is %u but this library knows only %zu; "
                     "initialize it with KVC_POOL_GROUP_OPTIONS_INIT", fn, i, g->struct_size, sizeof(*g));
@@ -34,7 +34,7 @@ static kvc_error* check_group(const char* fn, uint32_t i, const kvc_pool_group_o
   if (g->block_size < 1 || g->block_size > MAX_BLOCK_SIZE)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].block_size is %u; it must be in [1, %u]", fn, i,
                     g->block_size, MAX_BLOCK_SIZE);
-  if (g->num_blocks < 2 || g->num_blocks > MAX_BLOCKS)
+  if (!shared && (g->num_blocks < 2 || g->num_blocks > MAX_BLOCKS))
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].num_blocks is %u; it must be in [2, %u] (block 0 is "
                     "the null block)", fn, i, g->num_blocks, MAX_BLOCKS);
   int windowed = g->kind == KVC_POOL_GROUP_SLIDING || g->kind == KVC_POOL_GROUP_CHUNKED;
@@ -120,13 +120,14 @@ static kvc_error* check_options(const char* fn, const kvc_pool_options* o) {
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.event_capacity is %u; it must be at most %u", fn,
                     o->event_capacity, MAX_EVENTS);
   kvc_error* e = NULL;
-  for (uint32_t i = 0; !e && i < o->num_groups; i++) e = check_group(fn, i, &o->groups[i]);
+  for (uint32_t i = 0; !e && i < o->num_groups; i++) e = check_group(fn, i, &o->groups[i], o->shared_budget_bytes != 0);
   for (uint32_t i = 0; !e && i < o->num_layers; i++) e = check_layer(fn, i, &o->layers[i], o);
   for (uint32_t g = 0; !e && g < o->num_groups; g++) {
     uint32_t n = 0;
     for (uint32_t i = 0; i < o->num_layers; i++) n += o->layers[i].group == g;
     if (!n) e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u] has no layer; every group needs one", fn, g);
   }
+  if (!e) e = kvci_pool_budget_options_check(fn, o);
   return e;
 }
 
@@ -134,12 +135,12 @@ static kvc_error* check_options(const char* fn, const kvc_pool_options* o) {
 static void layer_views(kvc_pool* p, kvci_pool_layer* l, const kvci_pool_group* g) {
   int64_t nb = g->num_blocks, bs = g->block_size, h = l->heads;
   for (int kv = 0; kv < 2; kv++) {
-    int64_t d = kv ? l->vdim : l->kdim, blk = bs * h * d;
+    int64_t d = kv ? l->vdim : l->kdim;
     /* Strides of the physical layout along (token in block, head). */
     int64_t s_tok = p->layout == KVC_POOL_LAYOUT_NHD ? h * d : d;
     int64_t s_head = p->layout == KVC_POOL_LAYOUT_NHD ? d : bs * d;
-    int64_t nhd[4] = {nb, bs, h, d}, nhd_s[4] = {blk, s_tok, s_head, 1};
-    int64_t hnd[4] = {nb, h, bs, d}, hnd_s[4] = {blk, s_head, s_tok, 1};
+    int64_t nhd[4] = {nb, bs, h, d}, nhd_s[4] = {l->stride[kv], s_tok, s_head, 1};
+    int64_t hnd[4] = {nb, h, bs, d}, hnd_s[4] = {l->stride[kv], s_head, s_tok, 1};
     memcpy(l->shape[KVC_POOL_LAYOUT_NHD][kv], nhd, sizeof nhd);
     memcpy(l->strides[KVC_POOL_LAYOUT_NHD][kv], nhd_s, sizeof nhd_s);
     memcpy(l->shape[KVC_POOL_LAYOUT_HND][kv], hnd, sizeof hnd);
@@ -153,30 +154,24 @@ static kvc_error* build_groups(kvc_pool* p, const kvc_pool_options* o) {
     const kvc_pool_group_options* go = &o->groups[gi];
     g->kind = go->kind;
     g->block_size = go->block_size;
-    g->num_blocks = go->num_blocks;
     g->window = go->window;
-    uint32_t map_size = 4;
-    while (map_size < 2 * (uint64_t)go->num_blocks) map_size *= 2; /* load at most 1/2 */
-    g->map_mask = map_size - 1;
-    g->blocks = (kvci_pool_block*)calloc(go->num_blocks, sizeof(*g->blocks));
-    g->map = (uint32_t*)calloc(map_size, sizeof(*g->map));
     for (uint32_t i = 0; i < o->num_layers; i++) g->num_layers += o->layers[i].group == gi;
     g->layers = (uint32_t*)calloc(g->num_layers, sizeof(*g->layers));
-    if (!g->blocks || !g->map || !g->layers) return kvci_err_oom();
+    if (!g->layers) return kvci_err_oom();
     g->num_layers = 0;
     for (uint32_t i = 0; i < o->num_layers; i++)
       if (o->layers[i].group == gi) g->layers[g->num_layers++] = i;
-    g->lru_head = g->lru_tail = KVCI_NIL;
-    g->free_head = KVCI_NIL;
-    /* Pushed from the top, so that block 1 is taken first: block ids in order of first use, easy to read. */
-    for (uint32_t b = go->num_blocks - 1; b >= 1; b--) {
-      g->blocks[b].next = g->free_head;
-      g->blocks[b].prev = KVCI_NIL;
-      g->free_head = b;
-    }
-    g->n_free = go->num_blocks - 1;
   }
-  return NULL;
+  kvc_error* e = kvci_pool_budgets_build(p, o);
+  for (uint32_t gi = 0; !e && gi < p->num_groups; gi++) {
+    kvci_pool_group* g = &p->groups[gi];
+    uint32_t map_size = 4;
+    while (map_size < 2 * (uint64_t)g->num_blocks) map_size *= 2; /* load at most 1/2 */
+    g->map_mask = map_size - 1;
+    g->map = (uint32_t*)calloc(map_size, sizeof(*g->map));
+    if (!g->map) e = kvci_err_oom();
+  }
+  return e;
 }
 
 /* A layer's K or V storage (zeroed), from the caller's allocator when the pool has one. */
@@ -188,6 +183,26 @@ static void* alloc_buffer(const kvc_pool* p, size_t bytes) {
 static void free_buffer(const kvc_pool* p, void* ptr) {
   if (ptr && !(p->allocator && kvci_allocator_give(p->allocator, &p->exec, p->device, ptr)))
     p->backend->free(p->backend->ctx, &p->exec, ptr);
+}
+
+/* A shared budget's storage: one buffer of pages, every layer placed in them. */
+static kvc_error* alloc_arena(const char* fn, kvc_pool* p) {
+  uint64_t bytes = p->page_bytes * p->shared_budget.num_blocks;
+  if (bytes / p->elem > (uint64_t)MAX_ELEMS)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.shared_budget_bytes gives %u pages of %" PRIu64 " bytes, "
+                    "more than 2^44 elements in one buffer", fn, p->shared_budget.num_blocks, p->page_bytes);
+  p->arena = alloc_buffer(p, (size_t)bytes);
+  if (!p->arena)
+    return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s could not allocate %" PRIu64 " bytes for the shared budget "
+                    "(%u pages of %" PRIu64 " bytes)", fn, p->allocator ? "caller's allocator (options.allocator)"
+                    : p->backend->name, bytes, p->shared_budget.num_blocks, p->page_bytes);
+  kvci_pool_budget_place_layers(p);
+  for (uint32_t i = 0; i < p->num_layers; i++) {
+    kvci_pool_layer* l = &p->layers[i];
+    kvci_pool_layer_rows(p, l);
+    if (!kvci_pool_is_recurrent(&p->groups[l->group])) layer_views(p, l, &p->groups[l->group]);
+  }
+  return NULL;
 }
 
 static kvc_error* alloc_storage(const char* fn, kvc_pool* p, const kvc_pool_options* o) {
@@ -211,8 +226,17 @@ static kvc_error* alloc_storage(const char* fn, kvc_pool* p, const kvc_pool_opti
       l->vdim = lo->value_head_dim ? lo->value_head_dim : lo->key_head_dim;
       l->k_block = (int64_t)g->block_size * l->heads * l->kdim;
       l->v_block = (int64_t)g->block_size * l->heads * l->vdim;
-      layer_views(p, l, g);
     }
+  }
+  if (p->shared) return alloc_arena(fn, p);
+  for (uint32_t i = 0; i < p->num_layers; i++) {
+    const kvc_pool_layer_options* lo = &o->layers[i];
+    kvci_pool_layer* l = &p->layers[i];
+    const kvci_pool_group* g = &p->groups[lo->group];
+    l->stride[0] = l->k_block;
+    l->stride[1] = l->v_block;
+    kvci_pool_layer_rows(p, l);
+    if (!kvci_pool_is_recurrent(g)) layer_views(p, l, g);
     if (l->k_block * (int64_t)g->num_blocks > MAX_ELEMS || l->v_block * (int64_t)g->num_blocks > MAX_ELEMS)
       return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u] would hold more than 2^44 elements per buffer "
                       "(groups[%u].num_blocks %u)", fn, i, lo->group, g->num_blocks);
@@ -227,19 +251,22 @@ static kvc_error* alloc_storage(const char* fn, kvc_pool* p, const kvc_pool_opti
   return NULL;
 }
 
-_Static_assert(offsetof(kvc_pool_options, allocator) == 80 && offsetof(kvc_pool_options, hash_mode) == 88 &&
-                   sizeof(kvc_pool_options) == 96,
+_Static_assert(offsetof(kvc_pool_options, allocator) == 80 && offsetof(kvc_pool_options, shared_budget_bytes) == 88 &&
+                   offsetof(kvc_pool_options, hash_mode) == 96 && sizeof(kvc_pool_options) == 104,
                "kvc_pool_options changed size");
 
-/* The caller's options in this library's layout: 80 is the size before the allocator (0.6), 88 before hash_mode;
-   the fields after a caller's size keep their defaults. */
+/* The caller's options in this library's layout: a published smaller size (0.6's 80, before the allocator; 88,
+   before shared_budget_bytes; 96, before hash_mode) keeps the defaults of the fields it lacks. */
 static kvc_error* read_options(const char* fn, const kvc_pool_options* in, kvc_pool_options* out) {
   *out = (kvc_pool_options)KVC_POOL_OPTIONS_INIT;
   size_t n = in->struct_size;
-  if (n != offsetof(kvc_pool_options, allocator) && n != offsetof(kvc_pool_options, hash_mode) && n != sizeof(*in))
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.struct_size is %u but this library knows only %zu, %zu "
-                    "and %zu; initialize it with KVC_POOL_OPTIONS_INIT or kvc_pool_options_init", fn, in->struct_size,
-                    offsetof(kvc_pool_options, allocator), offsetof(kvc_pool_options, hash_mode), sizeof(*in));
+  if (n != offsetof(kvc_pool_options, allocator) && n != offsetof(kvc_pool_options, shared_budget_bytes) &&
+      n != offsetof(kvc_pool_options, hash_mode) && n != sizeof(*in))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.struct_size is %u but this library knows only %zu, %zu, "
+                    "%zu and %zu; initialize it with KVC_POOL_OPTIONS_INIT or kvc_pool_options_init", fn,
+                    in->struct_size, offsetof(kvc_pool_options, allocator),
+                    offsetof(kvc_pool_options, shared_budget_bytes), offsetof(kvc_pool_options, hash_mode),
+                    sizeof(*in));
   memcpy(out, in, n);
   out->struct_size = sizeof(*out);
   return NULL;
@@ -323,18 +350,19 @@ void kvc_pool_destroy(kvc_pool* pool) {
   kvci_pool_tiers_free(pool);
   kvci_pool_slot_memo_free(pool);
   const kvc_backend* b = pool->backend;
-  for (uint32_t i = 0; i < pool->num_layers; i++) {
+  for (uint32_t i = 0; i < pool->num_layers && !pool->shared; i++) {
     free_buffer(pool, pool->layers[i].k);
     free_buffer(pool, pool->layers[i].v);
   }
+  free_buffer(pool, pool->arena);
   for (uint32_t g = 0; g < pool->num_groups; g++) {
     kvci_pool_group* grp = &pool->groups[g];
     for (int f = 0; f < 2; f++)
       if (grp->table_buf[f]) b->free(b->ctx, &pool->exec, grp->table_buf[f]);
-    free(grp->blocks);
     free(grp->map);
     free(grp->layers);
   }
+  kvci_pool_budgets_free(pool);
   kvci_allocator_release(pool->allocator);
   b->exec_close(b->ctx, &pool->exec);
   free(pool->groups);
@@ -370,7 +398,7 @@ kvc_error* kvc_pool_stats_get(const kvc_pool* pool, uint32_t group, kvc_pool_sta
   const kvci_pool_group* g = &pool->groups[group];
   out->group = group;
   out->num_blocks = g->num_blocks - 1;
-  out->free_blocks = g->n_free;
+  out->free_blocks = g->budget->n_free;
   out->cached_blocks = g->n_lru;
   out->used_blocks = g->n_used;
   out->pinned_blocks = g->n_pinned;
@@ -383,10 +411,7 @@ kvc_error* kvc_pool_stats_get(const kvc_pool* pool, uint32_t group, kvc_pool_sta
 kvc_error* kvc_pool_clear_cache(kvc_pool* pool) {
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), "kvc_pool_clear_cache");
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_clear_cache: pool is NULL");
-  for (uint32_t gi = 0; gi < pool->num_groups; gi++) {
-    kvci_pool_group* g = &pool->groups[gi];
-    while (g->lru_head != KVCI_NIL) kvci_pool_block_evict_quietly(g, g->lru_head);
-  }
+  kvci_pool_evict_all_quietly(pool);
   kvci_pool_event_push(pool, KVC_POOL_EVENT_ALL_CLEARED, 0, 0, NULL, NULL, NULL, 0);
   return NULL;
 }
@@ -397,11 +422,13 @@ kvc_error* kvc_pool_unpin_all(kvc_pool* pool) {
   for (uint32_t gi = 0; gi < pool->num_groups; gi++) {
     kvci_pool_group* g = &pool->groups[gi];
     for (uint32_t b = 1; g->n_pinned && b < g->num_blocks; b++)
-      if (g->blocks[b].pinned) kvci_pool_block_set_pinned(g, b, 0);
+      if (g->blocks[b].pinned && g->blocks[b].group == gi) kvci_pool_block_set_pinned(g, b, 0);
   }
   return NULL;
 }
 
 kvc_error* kvci_pool_options_check(const char* fn, const kvc_pool_options* options) {
-  return check_options(fn, options);
+  kvc_pool_options read; /* a caller's older, smaller struct has no shared_budget_bytes to read */
+  kvc_error* e = read_options(fn, options, &read);
+  return e ? e : check_options(fn, &read);
 }

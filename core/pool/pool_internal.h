@@ -7,7 +7,9 @@
  * (reference count, cached flag and hash, pinned flag, list links), a free
  * list, an LRU list of cached blocks nobody references, and an open-addressed
  * map hash -> block (the cache key is (group, hash): each group has its own
- * map). Device bytes are reached only through the backend table.
+ * map). Device bytes are reached only through the backend table. The records
+ * and the two lists are a budget (kvci_pool_budget): each group's own, or
+ * one that every group of the pool shares (budget.c, docs/pool.md).
  */
 #ifndef KVC_CORE_POOL_INTERNAL_H
 #define KVC_CORE_POOL_INTERNAL_H
@@ -31,7 +33,8 @@ typedef struct kvci_pool_slot_memo {
   int64_t* row;      /* the accepted row, `n` entries */
   int64_t* src;      /* per valid slot: its token (the input row copy_rows reads) */
   int64_t* dst;      /* per valid slot: the slot */
-  int64_t* scratch;  /* sorted slots (duplicate check), then HND destination rows */
+  int64_t* scratch;  /* sorted slots (duplicate check), then the layer's K rows when they are not the slots */
+  int64_t* vrows;    /* the layer's V rows when they differ from K's (a page-strided layer with two head dims) */
   size_t n, count, cap;
   uint64_t released; /* the group's `released` when accepted */
   int valid;
@@ -42,20 +45,30 @@ typedef struct kvci_pool_block {
   uint32_t ref;     /* sequences holding it */
   uint8_t cached;   /* its hash is in the group's map */
   uint8_t pinned;   /* kept from eviction (cached blocks only) */
+  uint32_t group;   /* the group it was taken for (a shared budget's blocks change groups) */
   uint32_t prev;    /* LRU links (cached, ref 0, not pinned) */
   uint32_t next;    /* LRU links, or the free list's next */
   uint8_t hash[KVC_BLOCK_HASH_SIZE];
 } kvci_pool_block;
 
+/* Where blocks come from: the free list and the LRU of cached unreferenced blocks, over one array of records. */
+typedef struct kvci_pool_budget {
+  kvci_pool_block* blocks;       /* num_blocks records, the null block 0 included */
+  uint32_t num_blocks;
+  uint32_t free_head;            /* a stack: the block freed last is taken first */
+  uint32_t lru_head, lru_tail;   /* head: least recently used, evicted first */
+  uint64_t n_free, n_lru;        /* n_lru: evictable blocks of every group drawing on it */
+} kvci_pool_budget;
+
 typedef struct kvci_pool_group {
   kvc_pool_group_kind kind;
   uint32_t block_size;
-  uint32_t num_blocks; /* with the null block 0 */
+  uint32_t num_blocks; /* with the null block 0: the budget's */
   int64_t window;
-  kvci_pool_block* blocks;
-  uint32_t free_head;            /* a stack: the block freed last is taken first */
-  uint32_t lru_head, lru_tail;   /* head: least recently used, evicted first */
-  uint64_t n_free, n_lru, n_used, n_pinned;
+  kvci_pool_block* blocks;       /* the budget's records (block ids are the budget's) */
+  kvci_pool_budget* budget;      /* &own, or the pool's shared one */
+  kvci_pool_budget own;
+  uint64_t n_lru, n_used, n_pinned; /* this group's blocks only */
   uint64_t prefix_queries, prefix_hits, evictions;
   uint32_t* map;                 /* block ids (0 = empty slot), linear probing */
   uint32_t map_mask;
@@ -76,6 +89,9 @@ typedef struct kvci_pool_layer {
   int64_t k_block, v_block;                /* elements per block (recurrent: conv and SSM state per slot) */
   void* k;                                 /* attention K blocks; recurrent: conv states */
   void* v;                                 /* attention V blocks; recurrent: SSM states */
+  int64_t stride[2];                       /* [k|v]: elements from one block to the next (a shared budget: the
+                                              page, else k_block / v_block) */
+  int64_t row_unit[2], rows_per_block[2], rows_per_token[2]; /* [k|v]: a slot as a copy_rows row (write.c) */
   int64_t shape[2][2][4], strides[2][2][4]; /* storage views: [layout][k|v][dim] */
   int64_t state_shape[2][4];               /* recurrent views: conv [1, C, K], SSM [1, H, D, N] */
 } kvci_pool_layer;
@@ -161,11 +177,37 @@ struct kvc_pool {
   kvci_guard guard;                              /* the pool's and its sequences' calls (guard.h) */
   kvci_fault fault; /* a failed device write into the blocks (backend_fault.h): poisoned for good */
   uint64_t batches; /* reserve_batch.c: batch calls so far, the marks of their sequences */
+  /* budget.c: one budget for every group (options.shared_budget_bytes), its storage in one buffer of pages. */
+  int shared;
+  kvci_pool_budget shared_budget;
+  void* arena;
+  uint64_t page_bytes;
 };
 
 static inline int kvci_pool_is_recurrent(const kvci_pool_group* g) { return g->kind == KVC_POOL_GROUP_RECURRENT; }
-/* Blocks an allocation can take now: free ones, then evictable cached ones. */
-static inline uint64_t kvci_pool_available(const kvci_pool_group* g) { return g->n_free + g->n_lru; }
+/* Blocks an allocation can take now: free ones, then evictable cached ones (of every group, in a shared budget). */
+static inline uint64_t kvci_pool_available(const kvci_pool_group* g) { return g->budget->n_free + g->budget->n_lru; }
+/* Block `block` of layer l's K (kv 0) or V (kv 1) storage. */
+static inline char* kvci_pool_block_at(const kvc_pool* p, const kvci_pool_layer* l, int kv, uint32_t block) {
+  return (char*)(kv ? l->v : l->k) + (size_t)(l->stride[kv] * (int64_t)block) * p->elem;
+}
+/* The copy_rows row (in units of row_unit elements) of `slot` in layer l's K or V, blocks of bs tokens. */
+static inline int64_t kvci_pool_slot_row(const kvci_pool_layer* l, int kv, int64_t slot, int64_t bs) {
+  return slot / bs * l->rows_per_block[kv] + slot % bs * l->rows_per_token[kv];
+}
+/* Whether K and V (or two layers) put every slot on the same row: their row arrays can be one. */
+static inline int kvci_pool_same_rows(const kvci_pool_layer* a, int ka, const kvci_pool_layer* b, int kb) {
+  return a->group == b->group && a->rows_per_block[ka] == b->rows_per_block[kb] &&
+         a->rows_per_token[ka] == b->rows_per_token[kb];
+}
+static inline uint64_t kvci_pool_gcd(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
 static inline uint64_t kvci_pool_blocks_for(uint64_t tokens, uint32_t block_size) {
   return (tokens + block_size - 1) / block_size;
 }
@@ -191,6 +233,8 @@ int kvci_pool_block_cache(kvc_pool* pool, uint32_t group, uint32_t block, const 
                           const int32_t* tokens, uint64_t index);
 /* Uncaches an unreferenced cached block: out of the map and the LRU, onto the free list. No event. */
 void kvci_pool_block_evict_quietly(kvci_pool_group* g, uint32_t block);
+/* kvc_pool_clear_cache's eviction: every cached unreferenced unpinned block of every group, quietly. */
+void kvci_pool_evict_all_quietly(kvc_pool* pool);
 /* Moves a cached unreferenced unpinned block to the LRU's recent end (it was just used). */
 void kvci_pool_block_touch(kvci_pool_group* g, uint32_t block);
 /* Sets or clears the pinned flag, keeping the lists and counters right. */
@@ -330,6 +374,27 @@ typedef struct kvci_model {
 void kvci_model_fingerprint(const kvci_model* m, uint8_t out[KVC_BLOCK_HASH_SIZE]);
 /* pool.c: kvc_pool_create's checks of `options`, with `fn` in the message. */
 kvc_error* kvci_pool_options_check(const char* fn, const kvc_pool_options* options);
+/* budget.c: the shared budget (docs/pool.md, 'One budget for all groups'). */
+/* The options' checks that concern the budget: shared_budget_bytes against the groups' num_blocks and pages. */
+kvc_error* kvci_pool_budget_options_check(const char* fn, const kvc_pool_options* o);
+/* Bytes of one block of group g with every layer of it (each layer's K and V aligned as the page lays them). */
+uint64_t kvci_pool_group_block_bytes(const kvc_pool_options* o, uint32_t g);
+/* Sets up every group's budget (its own, or the shared one) with all blocks free. */
+kvc_error* kvci_pool_budgets_build(kvc_pool* p, const kvc_pool_options* o);
+void kvci_pool_budgets_free(kvc_pool* p);
+/* Places every layer's K and V in the pages of the shared budget's one buffer (already allocated). */
+void kvci_pool_budget_place_layers(kvc_pool* p);
+/* The strides and row geometry of an attention or recurrent layer once its stride is known. */
+void kvci_pool_layer_rows(const kvc_pool* p, kvci_pool_layer* l);
+/*
+ * Whether taking need(arg, g, &lost) blocks for every group g fits once `lost` of the evictable blocks were
+ * referenced (a match attaching cached blocks): each group against its own budget, or the sum against a shared
+ * one. NULL, or the OUT_OF_MEMORY error of `fn` saying what needed them (`what`) and the numbers.
+ */
+typedef uint64_t (*kvci_pool_need_fn)(const void* arg, uint32_t group, uint64_t* lost);
+kvc_error* kvci_pool_budget_check(const char* fn, const kvc_pool* p, kvci_pool_need_fn need, const void* arg,
+                                  const char* what);
+
 /* Whether the pool's tiers are left alone: a pool with a recurrent group (docs/tiers.md). */
 int kvci_pool_tiers_skip(const kvc_pool* pool);
 /* Frees the tiers and the pending list (kvc_pool_destroy). */

@@ -72,15 +72,6 @@ static int group_matches(const kvc_pool* p, const kvc_pool_sequence* s, uint32_t
   return 1;
 }
 
-static uint64_t gcd64(uint64_t a, uint64_t b) {
-  while (b) {
-    uint64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
 /* The longest match: computes the chains it needs into the sequence's (invisible until hashed is set) arrays. */
 static uint64_t longest_match(const kvc_pool* p, kvc_pool_sequence* s, const int32_t* tokens, uint64_t limit) {
   /* Full groups first: each caps the match at its first miss, and their chains stop there. */
@@ -99,7 +90,7 @@ static uint64_t longest_match(const kvc_pool* p, kvc_pool_sequence* s, const int
   uint64_t step = 1;
   for (uint32_t gi = 0; gi < p->num_groups && step <= limit; gi++) {
     const kvci_pool_group* g = &p->groups[gi];
-    step = step / gcd64(step, g->block_size) * g->block_size;
+    step = step / kvci_pool_gcd(step, g->block_size) * g->block_size;
     if (g->kind != KVC_POOL_GROUP_FULL)
       kvci_pool_chain(s, tokens, g->block_size, 0, limit / g->block_size, s->groups[gi].hashes);
   }
@@ -110,6 +101,35 @@ static uint64_t longest_match(const kvc_pool* p, kvc_pool_sequence* s, const int
     if (ok) return L;
   }
   return 0;
+}
+
+/*
+ * A recurrent group restores its checkpoint into a live slot: one must be available once the match holds its
+ * blocks (the evictable ones it attaches are no longer available: the checkpoints, and in a shared budget every
+ * group's matched blocks).
+ */
+typedef struct match_at {
+  const kvc_pool* p;
+  const kvc_pool_sequence* s;
+  uint64_t L;
+} match_at;
+
+static uint64_t live_need(const void* arg, uint32_t gi, uint64_t* lost) {
+  const match_at* m = (const match_at*)arg;
+  const kvci_pool_group* g = &m->p->groups[gi];
+  const kvci_pool_seq_group* sg = &m->s->groups[gi];
+  int rec = kvci_pool_is_recurrent(g);
+  uint64_t n = m->L / g->block_size, first = rec ? n - 1 : kvci_pool_window_start(g, m->L) / g->block_size;
+  for (uint64_t i = first; i < n; i++) {
+    const kvci_pool_block* b = &g->blocks[kvci_pool_map_find(g, sg->hashes[i])];
+    *lost += !b->ref && !b->pinned;
+  }
+  return rec && !sg->live;
+}
+
+static kvc_error* check_live_slots(const char* fn, const kvc_pool* p, const kvc_pool_sequence* s, uint64_t L) {
+  match_at m = {p, s, L};
+  return kvci_pool_budget_check(fn, p, live_need, &m, "for the live states restored from the matched checkpoints");
 }
 
 kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens,
@@ -134,16 +154,7 @@ kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* s, const int32_t* tokens, si
   /* The tiers continue where memory stops; what they add is then in memory, so the same rule finds it. */
   if (p->prefix_caching && p->num_tiers && L < limit && kvci_pool_tiers_fetch(p, s, tokens, limit, L))
     L = longest_match(p, s, tokens, limit);
-  /* A recurrent group restores its checkpoint into a live slot: one must be available besides the checkpoint. */
-  for (uint32_t gi = 0; L && gi < p->num_groups; gi++) {
-    const kvci_pool_group* g = &p->groups[gi];
-    if (!kvci_pool_is_recurrent(g) || s->groups[gi].live) continue;
-    uint32_t ck = kvci_pool_map_find(g, s->groups[gi].hashes[L / g->block_size - 1]);
-    if (kvci_pool_available(g) - (g->blocks[ck].pinned ? 0 : 1) < 1)
-      return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: group %u (recurrent) needs 1 state slot for the live state "
-                      "restored from the matched checkpoint but none is free or evictable (%u slots); nothing changed",
-                      FN, gi, g->num_blocks - 1);
-  }
+  if (L && (e = check_live_slots(FN, p, s, L))) return e;
   for (uint32_t gi = 0; gi < p->num_groups; gi++) {
     kvci_pool_group* g = &p->groups[gi];
     kvci_pool_seq_group* sg = &s->groups[gi];
@@ -153,11 +164,8 @@ kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* s, const int32_t* tokens, si
     if (!L) continue;
     sg->hashed = n;
     if (kvci_pool_is_recurrent(g)) {
-      uint32_t ck = kvci_pool_map_find(g, sg->hashes[n - 1]);
-      kvci_pool_block_ref(g, ck); /* held while the live slot is taken, so that taking cannot evict it */
-      if (!sg->live) sg->live = kvci_pool_block_take(p, gi);
-      kvci_pool_restore(p, gi, ck, sg->live);
-      kvci_pool_block_release(g, ck); /* back at the LRU's recent end: it was just used */
+      /* Held while live slots are taken (below), so that taking cannot evict it. */
+      kvci_pool_block_ref(g, kvci_pool_map_find(g, sg->hashes[n - 1]));
       continue;
     }
     uint64_t first = kvci_pool_window_start(g, L) / g->block_size;
@@ -168,6 +176,16 @@ kvc_error* kvc_pool_match_prefix(kvc_pool_sequence* s, const int32_t* tokens, si
     }
     sg->num_blocks = n;
     sg->window_from = first < n ? first : n;
+  }
+  /* Every matched block is held before a live slot is taken: in a shared budget a take may evict any group's. */
+  for (uint32_t gi = 0; L && gi < p->num_groups; gi++) {
+    kvci_pool_group* g = &p->groups[gi];
+    kvci_pool_seq_group* sg = &s->groups[gi];
+    if (!kvci_pool_is_recurrent(g)) continue;
+    uint32_t ck = kvci_pool_map_find(g, sg->hashes[L / g->block_size - 1]);
+    if (!sg->live) sg->live = kvci_pool_block_take(p, gi);
+    kvci_pool_restore(p, gi, ck, sg->live);
+    kvci_pool_block_release(g, ck); /* back at the LRU's recent end: it was just used */
   }
   if (L) memcpy(s->tokens, tokens, L * sizeof(int32_t));
   s->length = s->committed = L;

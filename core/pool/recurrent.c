@@ -65,11 +65,9 @@ kvc_error* kvc_pool_recurrent_state(kvc_pool_sequence* s, uint32_t layer, kvc_te
                     "(or a match of a checkpoint) gives it one", FN, l->group);
   kvc_data_type dt = kvc_dtype_to_data_type(p->dtype);
   kvc_tensor* out[2] = {conv_state, ssm_state};
-  void* base[2] = {l->k, l->v};
-  int64_t per[2] = {l->k_block, l->v_block};
   for (int i = 0; i < 2; i++) {
     memset(out[i], 0, sizeof(*out[i]));
-    out[i]->data = (char*)base[i] + (size_t)(per[i] * live) * p->elem;
+    out[i]->data = kvci_pool_block_at(p, l, i, live);
     out[i]->device = p->device;
     out[i]->ndim = i ? 4 : 3;
     out[i]->dtype = dt;

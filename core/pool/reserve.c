@@ -9,6 +9,12 @@
  * blocks. Every release happens before any take, so a reserve succeeds
  * exactly when take - gain <= free + evictable, which is what
  * kvc_pool_blocks_needed reports: admission control and reserve agree.
+ * A reserve gives back every group's window blocks before any group takes,
+ * so with a shared budget (one for all groups) a group's takes may use what
+ * another group's window gave back: the check is then the running total,
+ * over the groups in order, of take - gain on that one budget (window gains
+ * first), and blocks_needed runs the sequences' plans in the reserves'
+ * order (sequence by sequence, group by group) on that one total.
  * kvc_pool_reserve_batch (reserve_batch.c) runs the same reserve per
  * sequence.
  */
@@ -27,8 +33,9 @@ uint64_t kvci_pool_window_start(const kvci_pool_group* g, uint64_t committed) {
 }
 
 typedef struct group_plan {
-  uint64_t take; /* blocks taken from free + evictable */
-  uint64_t gain; /* blocks the releases make available first */
+  uint64_t take;   /* blocks taken from free + evictable */
+  uint64_t gain;   /* blocks the releases make available first */
+  uint64_t window; /* of which the window's (given back before any group takes) */
 } group_plan;
 
 /* The window's first block still needed, bounded by the table. */
@@ -55,7 +62,7 @@ static group_plan plan_group(const kvc_pool* p, const kvc_pool_sequence* s, uint
                              uint32_t* released) {
   const kvci_pool_group* g = &p->groups[gi];
   const kvci_pool_seq_group* sg = &s->groups[gi];
-  group_plan plan = {0, 0};
+  group_plan plan = {0, 0, 0};
   if (kvci_pool_is_recurrent(g)) {
     plan.take = sg->live ? 0 : 1;
     return plan;
@@ -67,6 +74,7 @@ static group_plan plan_group(const kvc_pool* p, const kvc_pool_sequence* s, uint
     plan.gain += (uint64_t)kvci_pool_release_gains(g, b, released ? released[b] : 0);
     if (released) released[b]++;
   }
+  plan.window = plan.gain;
   if (s->length % g->block_size) {
     uint32_t last = sg->table[s->length / g->block_size];
     uint32_t before = released && last ? released[last] : 0;
@@ -80,7 +88,21 @@ static group_plan plan_group(const kvc_pool* p, const kvc_pool_sequence* s, uint
   return plan;
 }
 
-static void apply_group(kvc_pool* p, kvc_pool_sequence* s, uint32_t gi, uint64_t n) {
+/* The blocks that left group gi's window go back. */
+static void apply_window(kvc_pool* p, kvc_pool_sequence* s, uint32_t gi) {
+  kvci_pool_group* g = &p->groups[gi];
+  kvci_pool_seq_group* sg = &s->groups[gi];
+  if (kvci_pool_is_recurrent(g)) return;
+  uint64_t first = window_first(g, s, sg);
+  for (uint64_t i = sg->window_from; i < first; i++) {
+    if (sg->table[i]) kvci_pool_block_release(g, sg->table[i]);
+    sg->table[i] = 0;
+  }
+  if (first > sg->window_from) sg->window_from = first;
+}
+
+/* Group gi's takes: a recurrent live slot, or the copy-on-write copy and the new blocks. */
+static void apply_takes(kvc_pool* p, kvc_pool_sequence* s, uint32_t gi, uint64_t n) {
   kvci_pool_group* g = &p->groups[gi];
   kvci_pool_seq_group* sg = &s->groups[gi];
   if (kvci_pool_is_recurrent(g)) {
@@ -90,12 +112,6 @@ static void apply_group(kvc_pool* p, kvc_pool_sequence* s, uint32_t gi, uint64_t
     }
     return;
   }
-  uint64_t first = window_first(g, s, sg);
-  for (uint64_t i = sg->window_from; i < first; i++) {
-    if (sg->table[i]) kvci_pool_block_release(g, sg->table[i]);
-    sg->table[i] = 0;
-  }
-  if (first > sg->window_from) sg->window_from = first;
   if (needs_copy(g, s, sg, 0)) {
     uint32_t* last = &sg->table[s->length / g->block_size];
     /* Released before the take: when nothing else is available the take evicts this very block, whose bytes
@@ -112,21 +128,33 @@ static void apply_group(kvc_pool* p, kvc_pool_sequence* s, uint32_t gi, uint64_t
 
 static kvc_error* oom(const char* fn, const kvc_pool* p, uint32_t gi, uint64_t need) {
   const kvci_pool_group* g = &p->groups[gi];
+  if (p->shared)
+    return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: with group %u the groups need %" PRIu64 " more blocks of their "
+                    "shared budget but %" PRIu64 " are available (%" PRIu64 " free, %" PRIu64 " cached evictable, of "
+                    "%u); nothing changed", fn, gi, need, kvci_pool_available(g), g->budget->n_free,
+                    g->budget->n_lru, g->num_blocks - 1);
   return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: group %u needs %" PRIu64 " more %s but %" PRIu64 " are available (%"
                   PRIu64 " free, %" PRIu64 " cached evictable, %" PRIu64 " in use, %" PRIu64 " pinned, of %u); nothing "
                   "changed", fn, gi, need, kvci_pool_is_recurrent(g) ? "state slots" : "blocks",
-                  kvci_pool_available(g), g->n_free, g->n_lru, g->n_used, g->n_pinned, g->num_blocks - 1);
+                  kvci_pool_available(g), g->budget->n_free, g->n_lru, g->n_used, g->n_pinned, g->num_blocks - 1);
 }
 
 kvc_error* kvci_pool_reserve_checked(const char* fn, kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens,
                                      int64_t* slot_mapping, size_t row_stride) {
   kvc_pool* p = s->pool;
+  int64_t balance = 0; /* a shared budget: the windows' gains, then take - gain of the groups so far */
+  for (uint32_t g = 0; p->shared && g < p->num_groups; g++)
+    balance -= (int64_t)plan_group(p, s, g, num_tokens, NULL).window;
   for (uint32_t g = 0; g < p->num_groups; g++) {
     group_plan plan = plan_group(p, s, g, num_tokens, NULL);
-    if (plan.take > plan.gain + kvci_pool_available(&p->groups[g])) return oom(fn, p, g, plan.take - plan.gain);
+    uint64_t avail = kvci_pool_available(&p->groups[g]);
+    if (!p->shared && plan.take > plan.gain + avail) return oom(fn, p, g, plan.take - plan.gain);
+    balance += (int64_t)plan.take - (int64_t)(plan.gain - plan.window);
+    if (p->shared && balance > 0 && (uint64_t)balance > avail) return oom(fn, p, g, (uint64_t)balance);
   }
   if (kvci_pool_seq_grow(s, s->length + num_tokens)) return kvci_err_oom();
-  for (uint32_t g = 0; g < p->num_groups; g++) apply_group(p, s, g, num_tokens);
+  for (uint32_t g = 0; g < p->num_groups; g++) apply_window(p, s, g);
+  for (uint32_t g = 0; g < p->num_groups; g++) apply_takes(p, s, g, num_tokens);
   memcpy(s->tokens + s->length, tokens, num_tokens * sizeof(int32_t));
   for (uint32_t g = 0; g < p->num_groups; g++) {
     const kvci_pool_group* grp = &p->groups[g];
@@ -186,6 +214,32 @@ kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_sequence*
     if (pool->groups[g].num_blocks > most) most = pool->groups[g].num_blocks;
   uint32_t* released = num_sequences > 1 ? (uint32_t*)malloc(most * sizeof(uint32_t)) : NULL;
   if (num_sequences > 1 && !released) return kvci_err_oom();
+  if (pool->shared) {
+    /* One budget: the plans in the reserves' order on one running total (block ids are pool-wide). */
+    if (released) memset(released, 0, most * sizeof(uint32_t));
+    int64_t balance = 0, highest = 0;
+    group_plan stack[8];
+    group_plan* plans = pool->num_groups <= 8 ? stack : (group_plan*)malloc(pool->num_groups * sizeof(*plans));
+    if (!plans) {
+      free(released);
+      return kvci_err_oom();
+    }
+    for (size_t i = 0; i < num_sequences; i++) {
+      if (!new_tokens[i]) continue;
+      for (uint32_t g = 0; g < pool->num_groups; g++) {
+        plans[g] = plan_group(pool, sequences[i], g, new_tokens[i], released);
+        balance -= (int64_t)plans[g].window;
+      }
+      for (uint32_t g = 0; g < pool->num_groups; g++) {
+        balance += (int64_t)plans[g].take - (int64_t)(plans[g].gain - plans[g].window);
+        if (balance > highest) highest = balance;
+      }
+    }
+    if (plans != stack) free(plans);
+    for (uint32_t g = 0; g < pool->num_groups; g++) blocks_needed[g] = (uint64_t)highest;
+    free(released);
+    return NULL;
+  }
   for (uint32_t g = 0; g < pool->num_groups; g++) {
     if (released) memset(released, 0, pool->groups[g].num_blocks * sizeof(uint32_t));
     /*

@@ -166,6 +166,12 @@ uint64_t kvc_pool_sequence_committed(const kvc_pool_sequence* s) {
 
 kvci_guard* kvci_sequence_guard(const kvc_pool_sequence* s) { return kvci_guard_of(s ? s->pool : NULL); }
 
+/* A fork takes a live state slot in each recurrent group where the source has one. */
+static uint64_t fork_need(const void* src, uint32_t g, uint64_t* lost) {
+  (void)lost;
+  return ((const kvc_pool_sequence*)src)->groups[g].live != 0;
+}
+
 kvc_error* kvc_pool_fork(const kvc_pool_sequence* src, kvc_pool_sequence** out) {
   static const char* FN = "kvc_pool_fork";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(src ? src->pool : NULL), FN);
@@ -174,10 +180,8 @@ kvc_error* kvc_pool_fork(const kvc_pool_sequence* src, kvc_pool_sequence** out) 
   kvc_pool* p = src->pool;
   kvc_error* poisoned = kvci_pool_refusal(FN, p);
   if (poisoned) return poisoned;
-  for (uint32_t g = 0; g < p->num_groups; g++)
-    if (src->groups[g].live && !kvci_pool_available(&p->groups[g]))
-      return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: group %u (recurrent) needs 1 state slot for the fork's live state "
-                      "but 0 are free or evictable (%u slots)", FN, g, p->groups[g].num_blocks - 1);
+  kvc_error* short_of_slots = kvci_pool_budget_check(FN, p, fork_need, src, "for the fork's live states");
+  if (short_of_slots) return short_of_slots;
   kvc_pool_sequence* s = seq_new(p);
   int extra_oom = 0;
   if (s) s->extra = kvci_pool_extra_copy(src->extra, &extra_oom); /* its blocks to come hash as src's would */

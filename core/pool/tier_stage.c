@@ -114,8 +114,8 @@ static int stage(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t cou
     uint8_t* at = host[j];
     for (uint32_t i = 0; i < g->num_layers; i++) {
       const kvci_pool_layer* l = &p->layers[g->layers[i]];
-      char* kb = (char*)l->k + (size_t)(l->k_block * blocks[j]) * p->elem;
-      char* vb = (char*)l->v + (size_t)(l->v_block * blocks[j]) * p->elem;
+      char* kb = kvci_pool_block_at(p, l, 0, blocks[j]);
+      char* vb = kvci_pool_block_at(p, l, 1, blocks[j]);
       size_t kn = (size_t)l->k_block * p->elem, vn = (size_t)l->v_block * p->elem;
       if (on_cpu(p)) {
         memcpy(to_host ? (void*)at : kb, to_host ? (const void*)kb : at, kn);

@@ -23,11 +23,14 @@ int kvci_pool_issue_copies(kvc_pool* pool, const kvc_copy_4d* c, int32_t count, 
   return rc;
 }
 
-/* A block (or slot) of one buffer as a flat 4-D copy: it is contiguous in either layout. */
-static void flat_copy(kvc_copy_4d* c, void* base, int64_t per, uint32_t src, uint32_t dst, size_t elem) {
+/* A block (or slot) of one layer's K or V as a flat 4-D copy: it is contiguous in either layout. */
+static void flat_copy(kvc_copy_4d* c, const kvc_pool* p, const kvci_pool_layer* l, int kv, uint32_t src,
+                      uint32_t dst) {
+  int64_t per = kv ? l->v_block : l->k_block;
+  size_t elem = p->elem;
   memset(c, 0, sizeof(*c));
-  c->dst = (char*)base + (size_t)(per * dst) * elem;
-  c->src = (const char*)base + (size_t)(per * src) * elem;
+  c->dst = kvci_pool_block_at(p, l, kv, dst);
+  c->src = kvci_pool_block_at(p, l, kv, src);
   for (int i = 0; i < 4; i++) {
     c->shape[i] = i == 3 ? per : 1;
     c->dst_strides[i] = c->src_strides[i] = i == 3 ? 1 : per;
@@ -43,8 +46,8 @@ void kvci_pool_copy_block(kvc_pool* pool, uint32_t group, uint32_t src, uint32_t
     kvci_pool_layer* l = &pool->layers[g->layers[i]];
     kvc_copy_4d one[2];
     kvc_copy_4d* at = c ? c + 2 * i : one; /* without memory for one batch: the same copies one layer at a time */
-    flat_copy(&at[0], l->k, l->k_block, src, dst, pool->elem);
-    flat_copy(&at[1], l->v, l->v_block, src, dst, pool->elem);
+    flat_copy(&at[0], pool, l, 0, src, dst);
+    flat_copy(&at[1], pool, l, 1, src, dst);
     if (!c) kvci_pool_issue_copies(pool, one, 2, &pool->fault);
   }
   if (c) kvci_pool_issue_copies(pool, c, (int32_t)n, &pool->fault);
@@ -57,8 +60,8 @@ void kvci_pool_zero_slot(kvc_pool* pool, uint32_t group, uint32_t slot) {
   for (uint32_t i = 0; i < g->num_layers; i++) {
     kvci_pool_layer* l = &pool->layers[g->layers[i]];
     kvc_copy_4d c[2];
-    flat_copy(&c[0], l->k, l->k_block, slot, slot, pool->elem);
-    flat_copy(&c[1], l->v, l->v_block, slot, slot, pool->elem);
+    flat_copy(&c[0], pool, l, 0, slot, slot);
+    flat_copy(&c[1], pool, l, 1, slot, slot);
     for (int k = 0; k < 2; k++)
       kvci_fault_note(&pool->fault, b,
                       b->fill_zero_4d(b->ctx, &pool->exec, c[k].dst, c[k].dst_strides, c[k].shape, c[k].elem_size),

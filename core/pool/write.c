@@ -36,6 +36,10 @@ kvc_error* kvci_pool_check_slots(const char* fn, const kvc_pool* p, uint32_t gi,
     if (!g->blocks[b].ref)
       return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: slot_mapping[%zu] (token %zu of group %u) is %" PRId64 ", in "
                       "block %u, which no sequence holds (a stale slot mapping?)", fn, (size_t)gi * n + i, i, gi, s, b);
+    if (g->blocks[b].group != gi) /* a shared budget's block of another group: its page holds that group's layers */
+      return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: slot_mapping[%zu] (token %zu of group %u) is %" PRId64 ", in "
+                      "block %u, which group %u holds (the groups share one budget; a stale slot mapping?)", fn,
+                      (size_t)gi * n + i, i, gi, s, b, g->blocks[b].group);
     scratch[k++] = s;
   }
   qsort(scratch, k, sizeof(*scratch), cmp_i64);
@@ -77,7 +81,7 @@ void kvci_pool_row_job(kvc_copy_rows_job* j, const kvc_pool* p, const kvci_pool_
   j->dst_rows = dst_rows;
   j->src_rows = src_rows;
   int64_t head = nhd ? d : (int64_t)g->block_size * d;
-  int64_t ds[4] = {nhd ? l->heads * d : d, head, head, 1}, ss[4] = {st[0], st[1], st[1], st[2]};
+  int64_t ds[4] = {l->row_unit[kv], head, head, 1}, ss[4] = {st[0], st[1], st[1], st[2]};
   int64_t shape[4] = {1, l->heads, 1, d};
   memcpy(j->dst_strides, ds, sizeof ds);
   memcpy(j->src_strides, ss, sizeof ss);
@@ -124,7 +128,7 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
   size_t ng = pool->num_groups, nl = pool->num_layers;
   int64_t* scratch = (int64_t*)malloc(num_tokens * sizeof(int64_t));
   int64_t* src_rows = (int64_t*)malloc(ng * num_tokens * sizeof(int64_t));
-  int64_t* dst_rows = (int64_t*)malloc(nl * num_tokens * sizeof(int64_t));
+  int64_t* dst_rows = (int64_t*)malloc(2 * nl * num_tokens * sizeof(int64_t)); /* [layer][k|v] */
   size_t* count = (size_t*)calloc(ng, sizeof(size_t));
   kvc_copy_rows_job* jobs = (kvc_copy_rows_job*)malloc(2 * nl * sizeof(*jobs));
   kvc_error* e = (!scratch || !src_rows || !dst_rows || !count || !jobs) ? kvci_err_oom() : NULL;
@@ -142,27 +146,25 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
     if (kvci_pool_is_recurrent(g) || !count[l->group]) continue;
     const int64_t* src = src_rows + l->group * num_tokens;
     /*
-     * Layers whose rows land at the same indices (one group; in HND also the same head count) share one
-     * array: a GPU backend uploads each distinct index array once, which keeps a decode step's batch small
-     * enough to travel in the launch's parameters.
+     * K and V of layers whose rows land at the same indices (one group and the same row geometry: in compact
+     * NHD storage every layer of the group; in HND those of the same head count) share one array: a GPU
+     * backend uploads each distinct index array once, which keeps a decode step's batch small enough to
+     * travel in the launch's parameters.
      */
-    const int64_t* same = NULL;
-    for (uint32_t lj = 0; lj < li && !same; lj++)
-      if (pool->layers[lj].group == l->group &&
-          (pool->layout == KVC_POOL_LAYOUT_NHD || pool->layers[lj].heads == l->heads))
-        same = dst_rows + lj * num_tokens;
-    if (same) {
-      kvci_pool_row_job(&jobs[nj++], pool, l, 0, &keys[li], same, src, count[l->group]);
-      kvci_pool_row_job(&jobs[nj++], pool, l, 1, &values[li], same, src, count[l->group]);
-      continue;
+    const kvc_tensor* in[2] = {&keys[li], &values[li]};
+    for (int kv = 0; kv < 2; kv++) {
+      const int64_t* same = NULL;
+      for (uint32_t lj = 0; lj <= li && !same; lj++)
+        for (int kj = 0; kj < (lj < li ? 2 : kv) && !same; kj++)
+          if (kvci_pool_same_rows(&pool->layers[lj], kj, l, kv)) same = dst_rows + (2 * lj + kj) * num_tokens;
+      if (!same) {
+        int64_t* dst = dst_rows + (2 * li + kv) * num_tokens;
+        for (size_t k = 0; k < count[l->group]; k++)
+          dst[k] = kvci_pool_slot_row(l, kv, slot_mapping[l->group * num_tokens + (size_t)src[k]], g->block_size);
+        same = dst;
+      }
+      kvci_pool_row_job(&jobs[nj++], pool, l, kv, in[kv], same, src, count[l->group]);
     }
-    int64_t* dst = dst_rows + li * num_tokens;
-    for (size_t k = 0; k < count[l->group]; k++) {
-      int64_t s = slot_mapping[l->group * num_tokens + (size_t)src[k]], bs = g->block_size;
-      dst[k] = pool->layout == KVC_POOL_LAYOUT_NHD ? s : (s / bs) * l->heads * bs + s % bs;
-    }
-    kvci_pool_row_job(&jobs[nj++], pool, l, 0, &keys[li], dst, src, count[l->group]);
-    kvci_pool_row_job(&jobs[nj++], pool, l, 1, &values[li], dst, src, count[l->group]);
   }
   if (!e && nj) {
     kvci_pool_issue_row_jobs(pool, jobs, nj);

@@ -25,6 +25,7 @@ void kvci_pool_slot_memo_free(kvc_pool* pool) {
     free(m->src);
     free(m->dst);
     free(m->scratch);
+    free(m->vrows);
     memset(m, 0, sizeof(*m));
   }
 }
@@ -34,17 +35,17 @@ static int memo_reserve(kvci_pool_slot_memo* m, size_t n) {
   if (n <= m->cap) return 0;
   size_t cap = m->cap ? m->cap : 64;
   while (cap < n) cap *= 2;
-  int64_t* a[4] = {m->row, m->src, m->dst, m->scratch};
+  int64_t* a[5] = {m->row, m->src, m->dst, m->scratch, m->vrows};
   m->valid = 0;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 5; i++) {
     int64_t* grown = (int64_t*)realloc(a[i], cap * sizeof(int64_t));
     if (!grown) {
-      m->row = a[0], m->src = a[1], m->dst = a[2], m->scratch = a[3];
+      m->row = a[0], m->src = a[1], m->dst = a[2], m->scratch = a[3], m->vrows = a[4];
       return -1;
     }
     a[i] = grown;
   }
-  m->row = a[0], m->src = a[1], m->dst = a[2], m->scratch = a[3];
+  m->row = a[0], m->src = a[1], m->dst = a[2], m->scratch = a[3], m->vrows = a[4];
   m->cap = cap;
   return 0;
 }
@@ -100,16 +101,23 @@ kvc_error* kvc_pool_write_layer(kvc_pool* pool, uint32_t layer, const kvc_tensor
   if ((e = accepted_row(FN, pool, l->group, slot_mapping + (size_t)l->group * num_tokens, num_tokens))) return e;
   const kvci_pool_slot_memo* m = &g->memo;
   if (!m->count) return NULL;
-  const int64_t* dst = m->dst;
-  if (pool->layout == KVC_POOL_LAYOUT_HND) {
-    /* The scratch is free once the row is accepted: the layer's own rows (they depend on its head count). */
-    int64_t bs = g->block_size;
-    for (size_t k = 0; k < m->count; k++) m->scratch[k] = (m->dst[k] / bs) * l->heads * bs + m->dst[k] % bs;
-    dst = m->scratch;
+  /* A slot is its own row in compact NHD storage; otherwise the layer's rows go to the scratch (free once the row
+     is accepted), and V's to their own array when they differ from K's. */
+  const int64_t* dst[2] = {m->dst, m->dst};
+  int64_t bs = g->block_size;
+  int64_t* own[2] = {m->scratch, m->vrows};
+  for (int kv = 0; kv < 2; kv++) {
+    if (l->rows_per_block[kv] == bs && l->rows_per_token[kv] == 1) continue;
+    if (kv && kvci_pool_same_rows(l, 0, l, 1)) {
+      dst[1] = dst[0];
+      continue;
+    }
+    for (size_t k = 0; k < m->count; k++) own[kv][k] = kvci_pool_slot_row(l, kv, m->dst[k], bs);
+    dst[kv] = own[kv];
   }
   kvc_copy_rows_job jobs[2];
-  kvci_pool_row_job(&jobs[0], pool, l, 0, key, dst, m->src, m->count);
-  kvci_pool_row_job(&jobs[1], pool, l, 1, value, dst, m->src, m->count);
+  kvci_pool_row_job(&jobs[0], pool, l, 0, key, dst[0], m->src, m->count);
+  kvci_pool_row_job(&jobs[1], pool, l, 1, value, dst[1], m->src, m->count);
   kvci_pool_issue_row_jobs(pool, jobs, 2);
   return kvci_pool_result(FN, pool, NULL);
 }

@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../regular_file.h"
+#include "../util/regular_file.h"
 #include "disk_index.h"
 
 #define SUFFIX ".kvtb"

@@ -88,7 +88,8 @@ int main(void) {
   OFF(kvc_pool_options, num_layers); OFF(kvc_pool_options, layers); OFF(kvc_pool_options, layout);
   OFF(kvc_pool_options, hash_seed); OFF(kvc_pool_options, hash_seed_len);
   OFF(kvc_pool_options, enable_prefix_caching); OFF(kvc_pool_options, event_capacity);
-  OFF(kvc_pool_options, allocator); OFF(kvc_pool_options, hash_mode);
+  OFF(kvc_pool_options, allocator); OFF(kvc_pool_options, shared_budget_bytes);
+  OFF(kvc_pool_options, hash_mode);
   SIZE(kvc_pool_stats); OFF(kvc_pool_stats, struct_size); OFF(kvc_pool_stats, group); OFF(kvc_pool_stats, num_blocks);
   OFF(kvc_pool_stats, free_blocks); OFF(kvc_pool_stats, cached_blocks); OFF(kvc_pool_stats, used_blocks);
   OFF(kvc_pool_stats, pinned_blocks); OFF(kvc_pool_stats, prefix_queries); OFF(kvc_pool_stats, prefix_hits);

@@ -115,6 +115,7 @@ enum {
   P_PINNED_KEPT,
   P_GATHER_MISSING,
   P_BAD_OPTIONS,
+  P_SHARED_BUDGET,
   P_COW_IN_PLACE,
   P_DEDUP,
   P_CHECKPOINT_SKIPPED,
@@ -141,6 +142,7 @@ static const char* const path_names[P_COUNT] = {
     "unreferenced pinned blocks (at checks)",
     "gathers refused (freed blocks)",
     "pools refused (bad options)",
+    "pools on a shared budget",
     "copies that evicted their own source",
     "blocks of an already cached hash",
     "checkpoints skipped (no spare slot)",
@@ -262,12 +264,37 @@ static void gen_options(ctx* c) {
   c->o.enable_prefix_caching = rare(r, 8) ? 0 : 1;
   static const uint32_t caps[4] = {PM_EVENTS, 0, 2, PM_EVENTS};
   c->o.event_capacity = caps[rd(r) % 4];
+  /*
+   * One group on a shared budget of as many pages as it had blocks is the same pool to the model (one free list,
+   * one LRU, the same ids), with its layers' K and V interleaved in pages: the views' block stride is a page.
+   * pool.h: a page is the group's block, each layer's K and V rounded up to 16 bytes.
+   */
+  c->shared_nb = 0;
+  if (ng == 1 && rd(r) % 4 == 0) {
+    uint64_t page = 0;
+    size_t es = pf_elem(c->o.dtype);
+    for (uint32_t l = 0; l < nl; l++) {
+      const kvc_pool_layer_options* lo = &c->lo[l];
+      uint64_t k = c->go[0].kind == KVC_POOL_GROUP_RECURRENT
+                       ? (uint64_t)lo->conv_dim * lo->conv_kernel
+                       : (uint64_t)c->go[0].block_size * lo->num_kv_heads * lo->key_head_dim;
+      uint64_t v = c->go[0].kind == KVC_POOL_GROUP_RECURRENT
+                       ? (uint64_t)lo->num_kv_heads * lo->key_head_dim * lo->ssm_state_size
+                       : (uint64_t)c->go[0].block_size * lo->num_kv_heads *
+                             (lo->value_head_dim ? lo->value_head_dim : lo->key_head_dim);
+      page += (k * es + 15) / 16 * 16 + (v * es + 15) / 16 * 16;
+    }
+    c->shared_nb = c->go[0].num_blocks;
+    c->o.shared_budget_bytes = c->shared_nb * page + (uint64_t)rd(r) % page;
+    c->go[0].num_blocks = 0;
+  }
 }
 
 static void describe_pool(const ctx* c) {
   static const char* kinds[] = {"?", "full", "sliding", "chunked", "recurrent"};
-  trace("pool: %s %s caching=%d events=%u seed=%zu bytes\n", codec_dtype_name(c->o.dtype),
-        c->o.layout ? "HND" : "NHD", c->o.enable_prefix_caching, c->o.event_capacity, c->o.hash_seed_len);
+  trace("pool: %s %s caching=%d events=%u seed=%zu bytes shared_budget_bytes=%llu (%u pages)\n",
+        codec_dtype_name(c->o.dtype), c->o.layout ? "HND" : "NHD", c->o.enable_prefix_caching, c->o.event_capacity,
+        c->o.hash_seed_len, (unsigned long long)c->o.shared_budget_bytes, c->shared_nb);
   for (uint32_t g = 0; g < c->o.num_groups; g++)
     trace("  group %u: %s block_size=%u num_blocks=%u window=%lld\n", g, kinds[c->go[g].kind], c->go[g].block_size,
           c->go[g].num_blocks, (long long)c->go[g].window);
@@ -299,7 +326,11 @@ static void create_with_bad_options(ctx* c) {
     case 4: o.num_layers = 0, what = "num_layers 0"; break;
     case 5: o.layers = NULL, what = "layers NULL"; break;
     case 6: go[g].block_size = 0, what = "block_size 0"; break;
-    case 7: go[g].num_blocks = rd(&c->r) % 2, what = "num_blocks below 2"; break;
+    case 7:
+      /* With a shared budget a group's num_blocks must be 0 instead. */
+      go[g].num_blocks = o.shared_budget_bytes ? 1 + rd(&c->r) % 5 : rd(&c->r) % 2;
+      what = o.shared_budget_bytes ? "num_blocks set beside a shared budget" : "num_blocks below 2";
+      break;
     case 8: go[g].kind = rd(&c->r) % 2 ? 0 : 9, what = "unknown group kind"; break;
     case 9:
       if (go[g].kind == KVC_POOL_GROUP_SLIDING || go[g].kind == KVC_POOL_GROUP_CHUNKED)
@@ -350,6 +381,7 @@ static void pool_create(ctx* c) {
   begin(c);
   call_code(kvc_pool_create(&c->o, &c->pool), KVC_OK, "kvc_pool_create");
   pm_init(&c->m, &c->o);
+  if (c->shared_nb) c->m.g[0].nb = c->shared_nb, g_path[P_SHARED_BUDGET]++; /* the model's blocks: the pages */
   for (uint32_t l = 0; l < c->m.nl; l++)
     if (pm_is_attention(&c->m, c->m.l[l].group))
       for (int lay = 0; lay < 2; lay++)

@@ -26,6 +26,7 @@ typedef struct ctx {
   kvc_pool_options o;
   kvc_pool_group_options go[PM_GROUPS];
   kvc_pool_layer_options lo[PM_LAYERS];
+  uint32_t shared_nb; /* a one-group pool on a shared budget (options.shared_budget_bytes): its pages; else 0 */
   uint8_t seed[8];
   pool_model m;
   kvc_pool_sequence* h[PM_SEQS];

@@ -2,7 +2,7 @@
  * test_pool_vllm_hash.c: pools of hash mode KVC_POOL_HASH_VLLM_SHA256_CBOR
  * (since 0.7): their block hashes against vllm_hash_vectors.txt (written by
  * make_vllm_hash_vectors.py with vLLM's own functions), sharing only between
- * sequences with equal vLLM keys, a 0.7-before-hash_mode options size that
+ * sequences with equal vLLM keys, a 0.7-before-hash_mode options size (96) that
  * keeps kvcache's hashes, and bad options refused with nothing changed.
  */
 #include "hash_vectors.h"
@@ -117,8 +117,8 @@ static void test_sharing_follows_the_keys(void) {
   kvc_pool_destroy(p);
 }
 
-/* A caller of 0.7 before hash_mode passes 88 bytes: kvcache's own hash, as docs/block-hash.md's vectors. */
-static void test_options_size_88(void) {
+/* A caller of 0.7 before hash_mode passes 96 bytes: kvcache's own hash, as docs/block-hash.md's vectors. */
+static void test_options_size_96(void) {
   kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
   g.block_size = BS, g.num_blocks = 8;
   kvc_pool_layer_options l = KVC_POOL_LAYER_OPTIONS_INIT;
@@ -126,8 +126,8 @@ static void test_options_size_88(void) {
   kvc_pool_options o = KVC_POOL_OPTIONS_INIT;
   o.dtype = KVC_DTYPE_FLOAT32, o.num_groups = 1, o.groups = &g, o.num_layers = 1, o.layers = &l;
   o.event_capacity = 16;
-  o.hash_mode = KVC_POOL_HASH_VLLM_SHA256_CBOR; /* beyond 88 bytes: not read */
-  o.struct_size = 88;
+  o.hash_mode = KVC_POOL_HASH_VLLM_SHA256_CBOR; /* beyond 96 bytes: not read */
+  o.struct_size = 96;
   kvc_pool* p = NULL;
   kvc_pool_sequence* s = NULL;
   REQUIRE_OK(kvc_pool_create(&o, &p));
@@ -139,7 +139,7 @@ static void test_options_size_88(void) {
     CHECK_OK(kvc_pool_events_pull(p, &ev, 1, &count));
     CHECK_OK(kvc_block_hash_root(NULL, 0, NULL, 0, root));
     CHECK_OK(kvc_block_hash(root, tokens, BS, NULL, 0, want));
-    if (CHECK_EQ_U64(count, 1)) CHECK_HASH(ev.block_hash, want, "88-byte options hash", "size-88");
+    if (CHECK_EQ_U64(count, 1)) CHECK_HASH(ev.block_hash, want, "96-byte options hash", "size-96");
   }
   kvc_pool_sequence_destroy(s);
   kvc_pool_destroy(p);
@@ -212,7 +212,7 @@ int main(int argc, char** argv) {
   folder = hv_folder(argc, argv, __FILE__, buf, sizeof buf);
   TU_RUN(test_vectors);
   TU_RUN(test_sharing_follows_the_keys);
-  TU_RUN(test_options_size_88);
+  TU_RUN(test_options_size_96);
   TU_RUN(test_bad_pool_options);
   TU_RUN(test_bad_sequence_options);
   return tu_finish();

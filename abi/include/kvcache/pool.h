@@ -10,7 +10,9 @@
  * Layers and groups. The model's layers are described once, at creation;
  * each belongs to a group of one attention kind (full, sliding window,
  * chunked, or recurrent state). A group has its own block size and block
- * count; all layers of a group share its block tables (block i of a group
+ * count (since 0.7, optionally one block budget for all groups instead:
+ * kvc_pool_options.shared_budget_bytes); all layers of a group share its
+ * block tables (block i of a group
  * holds tokens [i*block_size, (i+1)*block_size) of every layer of the
  * group). K and V of a layer may have different head_dims.
  *
@@ -112,7 +114,8 @@ typedef struct kvc_pool_group_options {
   kvc_pool_group_kind kind;  /**< default KVC_POOL_GROUP_FULL */
   uint32_t block_size;       /**< tokens per block, >= 1 (RECURRENT: tokens between checkpoints) */
   uint32_t num_blocks;       /**< blocks of the group, >= 2 (block 0 is the null block). RECURRENT: the
-                                  state slots, live states and checkpoints together */
+                                  state slots, live states and checkpoints together. 0 when the pool has a
+                                  shared budget (kvc_pool_options.shared_budget_bytes, since 0.7) */
   int64_t window;            /**< SLIDING: the sliding window in tokens (a query attends to itself and
                                   window - 1 tokens before it), >= 1; CHUNKED: the chunk size, >= 1;
                                   0 for FULL and RECURRENT */
@@ -167,7 +170,8 @@ typedef int32_t kvc_pool_hash_mode;
  */
 #define KVC_POOL_HASH_VLLM_SHA256_CBOR 1
 
-/** Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7), 96 (0.7: hash_mode). */
+/** Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7), 96 (0.7: shared_budget_bytes), 104 (0.7:
+ * hash_mode). */
 typedef struct kvc_pool_options {
   uint32_t struct_size;                        /**< sizeof(kvc_pool_options) */
   kvc_dtype dtype;                             /**< K/V and state dtype; required (not UNSET) */
@@ -189,13 +193,32 @@ typedef struct kvc_pool_options {
                                                     each layer's K and V storage (all its blocks) comes
                                                     from it, once, at create (kvcache/allocator.h).
                                                     Copied; ctx must outlive the pool. Since 0.7. */
+  uint64_t shared_budget_bytes;                /**< 0 (default): every group has its own
+                                                    groups[g].num_blocks. Otherwise one budget of this
+                                                    many bytes of block storage that all groups share
+                                                    (vLLM's hybrid allocator): every block takes one page
+                                                    of the same size whatever its group (the largest
+                                                    group's block: its layers' K and V, each rounded up
+                                                    to 16 bytes; a smaller group's block pads its page),
+                                                    the pool holds floor(shared_budget_bytes / page)
+                                                    pages (block 0, the null block, included; at least
+                                                    2), and a block freed by one group can be taken by
+                                                    any: memory goes to the groups the load needs. Block
+                                                    ids are then pool-wide, groups[g].num_blocks must be
+                                                    0, and kvc_pool_stats' num_blocks and free_blocks are
+                                                    the shared budget's; eviction takes the least
+                                                    recently used cached block of any group. A layer's
+                                                    storage views step a page from one block to the
+                                                    next (not compact; kvc_pool_layer_storage). The
+                                                    allocator, if set, gives one buffer of all pages.
+                                                    docs/pool.md, 'One budget for all groups'. Since 0.7. */
   kvc_pool_hash_mode hash_mode;                /**< KVC_POOL_HASH_KVCACHE (default) or
                                                     KVC_POOL_HASH_VLLM_SHA256_CBOR. Since 0.7. */
 } kvc_pool_options;
 
 #define KVC_POOL_OPTIONS_INIT \
   {sizeof(kvc_pool_options), KVC_DTYPE_UNSET, {KVC_DEVICE_CPU, 0}, 0, NULL, 0, NULL, KVC_POOL_LAYOUT_NHD, NULL, 0, 1, 0, \
-   NULL, KVC_POOL_HASH_KVCACHE}
+   NULL, 0, KVC_POOL_HASH_KVCACHE}
 /** Sets `options` to KVC_POOL_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_pool_options_init(kvc_pool_options* options);
 
@@ -223,8 +246,12 @@ KVC_API kvc_error* kvc_pool_set_stream(kvc_pool* pool, void* stream);
 typedef struct kvc_pool_stats {
   uint32_t struct_size;        /**< set by the caller: sizeof(kvc_pool_stats) */
   uint32_t group;              /**< the group these counters are of */
-  uint64_t num_blocks;         /**< usable blocks (num_blocks - 1) */
-  uint64_t free_blocks;        /**< neither referenced nor cached */
+  uint64_t num_blocks;         /**< usable blocks (num_blocks - 1). A shared budget (since 0.7): the
+                                    budget's usable blocks, the same for every group */
+  uint64_t free_blocks;        /**< neither referenced nor cached. A shared budget: the budget's free
+                                    blocks, which any group may take (the counts below are the group's own:
+                                    free + the sum over groups of cached + used + unreferenced pinned =
+                                    num_blocks) */
   uint64_t cached_blocks;      /**< cached, unreferenced and not pinned: evictable, reusable by match_prefix */
   uint64_t used_blocks;        /**< referenced by at least one sequence */
   uint64_t pinned_blocks;      /**< cached blocks kept from eviction by kvc_pool_sequence_pin (referenced or
@@ -461,7 +488,12 @@ KVC_API kvc_error* kvc_pool_unpin_all(kvc_pool* pool);
  * two of the sequences share is copied once. Exactly:
  * reserving them in that order succeeds when each group's entry is at most
  * kvc_pool_stats' free_blocks + cached_blocks. A new_tokens[i] of 0 counts
- * nothing. `blocks_needed` receives num_groups entries.
+ * nothing. `blocks_needed` receives num_groups entries. With a shared budget
+ * (since 0.7) the groups take from one budget: every entry is the same
+ * number, the highest running total of the whole plan (a reserve gives back
+ * every group's window blocks, then takes group by group), and reserving
+ * succeeds exactly when it is at most free_blocks plus the sum over groups
+ * of cached_blocks.
  * Errors: INVALID_ARGUMENT (NULL, a sequence of another pool).
  */
 KVC_API kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_sequence* const* sequences,
@@ -482,7 +514,8 @@ KVC_API kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_s
  * group. A GPU pool issues one kernel launch for all layers.
  * Errors: INVALID_ARGUMENT (a slot out of range, in the null block, in a
  * block no sequence holds, or twice in one group, naming the token, group
- * and value), SHAPE_MISMATCH, DTYPE_MISMATCH, DEVICE_MISMATCH; nothing
+ * and value; since 0.7, with a shared budget, in a block another group
+ * holds), SHAPE_MISMATCH, DTYPE_MISMATCH, DEVICE_MISMATCH; nothing
  * written.
  */
 KVC_API kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tensor* values,
@@ -519,7 +552,10 @@ KVC_API kvc_error* kvc_pool_write_layer(kvc_pool* pool, uint32_t layer, const kv
  * in `layout` ([num_blocks, block_size, heads, head_dim] for NHD,
  * [num_blocks, heads, block_size, head_dim] for HND). The layout the pool
  * was created with gives compact tensors; the other the same memory with
- * strides. Valid until kvc_pool_destroy: a pool's storage never moves.
+ * strides. With a shared budget (since 0.7) dimension 0 steps one page (the
+ * stride is the page's elements, not the block's: a page also holds the
+ * group's other layers), so neither view is compact. Valid until
+ * kvc_pool_destroy: a pool's storage never moves.
  * Errors: OUT_OF_RANGE (layer), INVALID_ARGUMENT (a recurrent layer, layout).
  */
 KVC_API kvc_error* kvc_pool_layer_storage(const kvc_pool* pool, uint32_t layer, kvc_pool_layout layout,

@@ -117,6 +117,13 @@ def _u32(value: Any, name: str) -> int:
     return v
 
 
+def _u64(value: Any, name: str) -> int:
+    v = operator.index(value)
+    if v < 0 or v >= 2**64:
+        raise InvalidArgumentError(f"{name} is {v}; it must be in [0, 2^64)", _lib.KVC_ERROR_INVALID_ARGUMENT)
+    return v
+
+
 @dataclass(frozen=True)
 class PoolGroup:
     """One group of layers (``kvc_pool_group_options``): an attention kind with its own block size and count.
@@ -195,7 +202,8 @@ class PoolStats:
 
     @property
     def available_blocks(self) -> int:
-        """Blocks a reserve can take now: the free ones and the evictable cached ones."""
+        """Blocks a reserve can take now: the free ones and the evictable cached ones. With a shared budget
+        (``Pool(shared_budget_bytes=...)``) other groups' cached blocks are evictable too: add theirs."""
         return self.free_blocks + self.cached_blocks
 
     @property
@@ -450,6 +458,11 @@ class Pool:
             :meth:`storage_bytes` bytes: the storage views are then slices of it, with no copy (docs/allocator.md).
             The pool keeps the buffer until it is closed and collected; a buffer too small is
             :class:`OutOfMemoryError`.
+        shared_budget_bytes: 0 (default): each group has its own ``num_blocks``. Otherwise one budget of this many
+            bytes that every group takes its blocks from (the groups' ``num_blocks`` must then be 0): blocks are
+            pages of one size (the largest group's block), ids are pool-wide, eviction takes any group's least
+            recently used cached block, and :meth:`stats` gives the budget's ``num_blocks`` and ``free_blocks``
+            (``kvc_pool_options.shared_budget_bytes``, docs/pool.md "One budget for all groups"). Since 0.7.
 
     Example:
         >>> import kvcache
@@ -465,7 +478,8 @@ class Pool:
     def __init__(self, *, dtype: DtypeLike, groups: Seq[PoolGroup], layers: Seq[PoolLayer],
                  device: DeviceLike = "cpu", layout: Union[str, Layout] = Layout.NHD,
                  hash_seed: Optional[bytes] = None, prefix_caching: bool = True, events: int = 0,
-                 storage: Any = None, hash_mode: Union[str, HashMode] = HashMode.KVCACHE) -> None:
+                 storage: Any = None, shared_budget_bytes: int = 0,
+                 hash_mode: Union[str, HashMode] = HashMode.KVCACHE) -> None:
         self._groups: Tuple[PoolGroup, ...] = tuple(groups)
         self._layers: Tuple[PoolLayer, ...] = tuple(layers)
         self._dtype = parse_dtype(dtype)
@@ -474,6 +488,7 @@ class Pool:
         o, keep = _pool_options(self._dtype, self._groups, self._layers, self._device, self._layout)
         o.enable_prefix_caching = 1 if prefix_caching else 0
         o.event_capacity = _u32(events, "events")
+        o.shared_budget_bytes = _u64(shared_budget_bytes, "shared_budget_bytes")
         o.hash_mode = int(_enum(HashMode, hash_mode, "hash_mode"))
         if storage is not None and type(storage).__module__.startswith("torch"):
             storage = storage.detach().numpy()  # the same memory; torch tensors have no buffer protocol
@@ -483,11 +498,15 @@ class Pool:
         del keep
 
     @staticmethod
-    def storage_bytes(*, dtype: DtypeLike, groups: Seq[PoolGroup], layers: Seq[PoolLayer]) -> int:
+    def storage_bytes(*, dtype: DtypeLike, groups: Seq[PoolGroup], layers: Seq[PoolLayer],
+                      shared_budget_bytes: int = 0) -> int:
         """Bytes a ``storage`` buffer needs for these options: every layer's K and V buffer, each aligned to
-        ``KVC_ALLOCATOR_ALIGNMENT`` (256) bytes, wherever the buffer starts."""
+        ``KVC_ALLOCATOR_ALIGNMENT`` (256) bytes, wherever the buffer starts; with a shared budget its one
+        buffer of pages, at most ``shared_budget_bytes``, aligned likewise."""
         elem = _lib.kvc_dtype_size(int(parse_dtype(dtype)))
         align = _lib.KVC_ALLOCATOR_ALIGNMENT
+        if shared_budget_bytes:
+            return _u64(shared_budget_bytes, "shared_budget_bytes") + align - 1
         total = 0
         for lay in layers:
             g = groups[lay.group]

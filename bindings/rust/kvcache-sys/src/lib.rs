@@ -249,6 +249,7 @@ impl Default for kvc_pool_options {
             enable_prefix_caching: 1,
             event_capacity: 0,
             allocator: core::ptr::null(),
+            shared_budget_bytes: 0,
             hash_mode: KVC_POOL_HASH_KVCACHE,
         }
     }

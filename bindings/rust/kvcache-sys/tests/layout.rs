@@ -108,7 +108,8 @@ structs! {
     }
     kvc_pool_options {
         struct_size, dtype, device, num_groups, groups, num_layers, layers, layout, hash_seed,
-        hash_seed_len, enable_prefix_caching, event_capacity, allocator, hash_mode
+        hash_seed_len, enable_prefix_caching, event_capacity, allocator, shared_budget_bytes,
+        hash_mode
     }
     kvc_pool_stats {
         struct_size, group, num_blocks, free_blocks, cached_blocks, used_blocks, pinned_blocks,

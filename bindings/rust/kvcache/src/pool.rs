@@ -366,6 +366,7 @@ pub struct PoolBuilder {
     prefix_caching: bool,
     events: u32,
     allocator: Option<Arc<dyn Allocator>>,
+    shared_budget_bytes: u64,
     hash_mode: HashMode,
 }
 
@@ -433,6 +434,18 @@ impl PoolBuilder {
     /// keeps `allocator` alive until then. Default: the library's own memory.
     pub fn allocator(mut self, allocator: Arc<dyn Allocator>) -> Self {
         self.allocator = Some(allocator);
+        self
+    }
+
+    /// One block budget of `bytes` shared by every group instead of each
+    /// group's own `num_blocks`, which must then be 0
+    /// (`kvc_pool_options.shared_budget_bytes`; docs/pool.md, "One budget
+    /// for all groups"): every block is a page of the largest group's block
+    /// size, block ids are pool-wide, eviction takes any group's least
+    /// recently used cached block, and [`Pool::stats`] gives the budget's
+    /// `num_blocks` and `free_blocks`. Default 0: per-group budgets. Since 0.7.
+    pub fn shared_budget_bytes(mut self, bytes: u64) -> Self {
+        self.shared_budget_bytes = bytes;
         self
     }
 
@@ -521,6 +534,7 @@ impl PoolBuilder {
             hash_seed_len: self.hash_seed.len(),
             enable_prefix_caching: i32::from(self.prefix_caching),
             event_capacity: self.events,
+            shared_budget_bytes: self.shared_budget_bytes,
             hash_mode: self.hash_mode.raw(),
             ..Default::default()
         };
@@ -671,6 +685,7 @@ impl Pool {
             prefix_caching: true,
             events: 0,
             allocator: None,
+            shared_budget_bytes: 0,
             hash_mode: HashMode::Kvcache,
         }
     }
