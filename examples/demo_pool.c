@@ -249,6 +249,7 @@ static kvc_pool* make_pool(void) {
   opt.layers = layers;
   opt.hash_seed = seed;
   opt.hash_seed_len = sizeof seed - 1;
+  opt.event_capacity = 4096; /* a step's events, published after it (publish_events) */
   kvc_pool* pool = NULL;
   check(kvc_pool_create(&opt, &pool), "kvc_pool_create");
   return pool;
@@ -481,6 +482,31 @@ static int differs_alone(const model* m, const request* q, const output* o) {
   return bad;
 }
 
+/* What a server sends its router after a step: the step's events as the msgpack bytes vLLM's KV event publisher
+   sends (NVIDIA Dynamo and llm-d read them); here counted, and the first batch shown. */
+typedef struct published {
+  int batches;
+  size_t bytes;
+  uint8_t first[48];
+  size_t first_len;
+} published;
+
+static void publish_events(kvc_pool* pool, int step_no, published* pub) {
+  kvc_pool_vllm_batch_options o = KVC_POOL_VLLM_BATCH_OPTIONS_INIT;
+  o.ts = (double)step_no;
+  size_t size = 0;
+  check(kvc_pool_events_pull_vllm(pool, &o, NULL, 0, &size), "kvc_pool_events_pull_vllm");
+  if (size <= 12) return; /* [ts, [], nil]: nothing happened */
+  uint8_t* buf = (uint8_t*)alloc_or_exit(size);
+  check(kvc_pool_events_pull_vllm(pool, &o, buf, size, &size), "kvc_pool_events_pull_vllm");
+  if (!pub->batches++) {
+    pub->first_len = size < sizeof pub->first ? size : sizeof pub->first;
+    memcpy(pub->first, buf, pub->first_len);
+  }
+  pub->bytes += size;
+  free(buf);
+}
+
 /* The image requests' prefix hits: blocks overlapping an image are shared only with the same image. */
 static int image_report(const pool_run* pr) {
   int matched[NUM_IMAGE_REQUESTS] = {0};
@@ -532,10 +558,12 @@ int run_pool_demo(const model* m) {
          FULL_BLOCK, SLIDING_BLOCK, POOL_BLOCKS);
 
   struct timespec t0, t1;
+  published pub = {0};
   timespec_get(&t0, TIME_UTC);
   for (int s = 0; pr.next_request < NUM_REQUESTS || pr.num_running > 0; s++) {
     admit(&pr, s);
     if (pr.num_running > 0) step(&pr);
+    publish_events(pr.pool, s, &pub);
     pr.steps = s + 1;
   }
   timespec_get(&t1, TIME_UTC);
@@ -560,6 +588,11 @@ int run_pool_demo(const model* m) {
   printf("after the run: cached full %llu, sliding %llu; evictions full %llu, sliding %llu\n",
          (unsigned long long)st[G_FULL].cached_blocks, (unsigned long long)st[G_SLIDING].cached_blocks,
          (unsigned long long)st[G_FULL].evictions, (unsigned long long)st[G_SLIDING].evictions);
+  printf("events for a router, in vLLM's form (kvc_pool_events_pull_vllm after each step): %d KVEventBatch "
+         "messages, %zu bytes of msgpack; the first begins\n  ", pub.batches, pub.bytes);
+  for (size_t i = 0; i < pub.first_len; i++) printf("%02x", pub.first[i]);
+  printf("...\n  ([ts, [{\"type\": \"BlockStored\", \"block_hashes\": [...], \"parent_block_hash\": nil, "
+         "\"token_ids\": [...], ...}], nil], as vLLM's msgspec decoder reads it)\n");
 
   int failures = image_report(&pr);
   int differ = 0, checked = 0;

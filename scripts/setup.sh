@@ -160,6 +160,40 @@ sys.exit(0 if transformers.__version__ == '$release' else 'imported transformers
   done
 }
 
+# vLLM's own KV event classes and block-hash functions, for the tests that check kvcache's events and its vLLM
+# hash mode against them: the wheel of the release in scripts/vllm-release.txt (one line, the version) in
+# .venv-vllm/<release>/, --no-deps (no torch: the tests load the few modules they need from the folder), with
+# the packages those modules import: msgspec (the events' decoder), cbor2 (sha256_cbor) and pyzmq (imported
+# by the event module). About 240 MB of download, a few seconds once a stamp of the release is written.
+VLLM_WHEEL_EXTRAS="msgspec==0.23.0 cbor2==6.3.0 pyzmq==27.3.0"
+install_vllm_wheel() {
+  local release dir=".venv-vllm" dest want
+  release="$(tr -d '[:space:]' <scripts/vllm-release.txt)"
+  [ -n "$release" ] || die "scripts/vllm-release.txt names no vLLM release"
+  dest="$dir/$release"
+  want="$(printf '%s %s\n' "$release" "$VLLM_WHEEL_EXTRAS" | sha256sum | cut -d' ' -f1)"
+  if [ -f "$dest/.stamp" ] && [ "$(cat "$dest/.stamp")" = "$want" ]; then
+    return
+  fi
+  log "installing vllm $release (no dependencies) into $dest"
+  mkdir -p "$dir"
+  rm -rf "$dest" "$dest.tmp"
+  # shellcheck disable=SC2086
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --target "$dest.tmp" \
+    "vllm==$release" $VLLM_WHEEL_EXTRAS
+  [ -f "$dest.tmp/vllm/distributed/kv_events.py" ] && [ -f "$dest.tmp/vllm/v1/core/kv_cache_utils.py" ] ||
+    die "vllm $release in $dest.tmp lacks vllm/distributed/kv_events.py or vllm/v1/core/kv_cache_utils.py"
+  PYTHONPATH="$dest.tmp" .venv/bin/python -c "import msgspec, cbor2, zmq" ||
+    die "the packages vLLM's event and hash modules import do not import from $dest.tmp"
+  printf '%s\n' "$want" >"$dest.tmp/.stamp"
+  mv "$dest.tmp" "$dest"
+  local old
+  for old in "$dir"/*; do
+    [ -d "$old" ] && [ "$old" != "$dest" ] && { log "removing $old (not scripts/vllm-release.txt's release)"; rm -rf "$old"; }
+  done
+  return 0
+}
+
 # The GPU toolchains that build the backend plugins (CMake's KVC_CUDA and
 # KVC_HIP; `make build` turns them on where these are present): HIP 5.2 from
 # Debian (hipcc, libamdhip64-dev and their clang 15: 26 packages, about 340 MB)
@@ -214,5 +248,6 @@ check_tools
 check_libfuzzer
 setup_venv
 setup_transformers_releases
+install_vllm_wheel
 install_gpu_toolchains
 log "ok"

@@ -163,6 +163,35 @@ type PoolOptions struct {
 	// cached block, and Stats gives the budget's NumBlocks and FreeBlocks.
 	// Since 0.7.
 	SharedBudgetBytes uint64
+	// HashMode is how blocks are hashed: HashKvcache (the zero value) or
+	// HashVLLM. Since 0.7.
+	HashMode PoolHashMode
+}
+
+// PoolHashMode is how a pool computes its block hashes (kvc_pool_hash_mode,
+// docs/block-hash.md). Since 0.7.
+type PoolHashMode int32
+
+const (
+	// HashKvcache is kvcache's own chain (docs/block-hash.md, version 2).
+	HashKvcache PoolHashMode = 0
+	// HashVLLM is vLLM's prefix-caching hash with sha256_cbor: equal to a
+	// vLLM server's for the same tokens, LoRA (name and path), items and
+	// cache salt, which must then be UTF-8 text, as the hash seed (vLLM's
+	// PYTHONHASHSEED; empty: its default).
+	HashVLLM PoolHashMode = 1
+)
+
+// VLLMBatchOptions describe the batch of Pool.EventsVLLM
+// (kvc_pool_vllm_batch_options). Since 0.7.
+type VLLMBatchOptions struct {
+	// TS is the batch's timestamp, seconds since the epoch (vLLM's time.time()).
+	TS float64
+	// IntHashes gives hashes in vLLM's 64-bit form
+	// (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES) instead of 32 bytes.
+	IntHashes bool
+	// DataParallelRank is the data-parallel rank; nil for none.
+	DataParallelRank *uint32
 }
 
 // poolOwner holds the C handle and carries the finalizer. It points at
@@ -547,6 +576,21 @@ type PoolEvent struct {
 	BlockID    uint32
 }
 
+// EventsVLLM takes every queued event as one batch in vLLM's wire form
+// (kvc_pool_events_pull_vllm): the msgpack bytes vLLM's KV event publisher
+// sends for a KVEventBatch, which NVIDIA Dynamo and llm-d read
+// (docs/pool.md, "Events in vLLM's form"). Since 0.7.
+func (p *Pool) EventsVLLM(o VLLMBatchOptions) (_ []byte, err error) {
+	defer p.lock().Unlock()
+	defer named(&err, "Pool.EventsVLLM")
+	h, err := p.enter(true)
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(p)
+	return cPoolEventsPullVLLM(h, o)
+}
+
 // Events takes every queued event, oldest first.
 func (p *Pool) Events() (_ []PoolEvent, err error) {
 	defer p.lock().Unlock()
@@ -853,11 +897,19 @@ type MultimodalItem struct {
 type SequenceKeys struct {
 	Salt, AdapterKey []byte
 	MMItems          []MultimodalItem
+	// AdapterPath is a HashVLLM pool's LoRA path (part of vLLM's LoRA key;
+	// needs an AdapterKey); empty otherwise. Since 0.7.
+	AdapterPath []byte
+	// AdapterID is the adapter's number in events (vLLM's lora_id), not
+	// hashed; 0 = none. Since 0.7.
+	AdapterID int64
 }
 
 // keysNames turns the C option names of a message into the SequenceKeys fields they came from.
 var keysNames = strings.NewReplacer("options->mm_items", "keys.MMItems", "options->num_mm_items", "len(keys.MMItems)",
-	"options->adapter_key_len", "len(keys.AdapterKey)", "mm_items[", "keys.MMItems[", "].hash_len", "].Hash length",
+	"options->adapter_key_len", "len(keys.AdapterKey)", "options->adapter_path_len", "len(keys.AdapterPath)",
+	"options->adapter_id", "keys.AdapterID", "options->adapter_key", "keys.AdapterKey",
+	"options->adapter_path", "keys.AdapterPath", "options->salt", "keys.Salt", "mm_items[", "keys.MMItems[", "].hash_len", "].Hash length",
 	"].offset", "].Offset", "].length", "].Length")
 
 // NewSequenceWithKeys returns a new, empty sequence whose blocks hash with

@@ -191,6 +191,7 @@ func cPoolOptions(a *arena, o *PoolOptions) *C.kvc_pool_options {
 	}
 	c.event_capacity = C.uint32_t(o.EventCapacity)
 	c.shared_budget_bytes = C.uint64_t(o.SharedBudgetBytes)
+	c.hash_mode = C.kvc_pool_hash_mode(o.HashMode)
 	return c
 }
 
@@ -224,6 +225,8 @@ func cPoolSequenceCreate(p unsafe.Pointer, keys SequenceKeys) (unsafe.Pointer, e
 	o.struct_size = C.sizeof_kvc_pool_sequence_options
 	o.salt, o.salt_len = arenaBytes(&a, keys.Salt)
 	o.adapter_key, o.adapter_key_len = arenaBytes(&a, keys.AdapterKey)
+	o.adapter_path, o.adapter_path_len = arenaBytes(&a, keys.AdapterPath)
+	o.adapter_id = C.int64_t(keys.AdapterID)
 	if n := len(keys.MMItems); n > 0 {
 		items := unsafe.Slice((*C.kvc_pool_mm_item)(a.alloc(uintptr(n)*C.sizeof_kvc_pool_mm_item)), n)
 		for i, it := range keys.MMItems {
@@ -357,6 +360,32 @@ func cPoolGather(s unsafe.Pointer, layer uint32, keys, values unsafe.Pointer) er
 
 func cPoolRecurrentState(s unsafe.Pointer, layer uint32, conv, ssm *ctensor) error {
 	return takeError(C.kvcgo_pool_recurrent_state(poolSeq(s), C.uint32_t(layer), tensorOut(conv), tensorOut(ssm)))
+}
+
+func cPoolEventsPullVLLM(p unsafe.Pointer, o VLLMBatchOptions) ([]byte, error) {
+	var c C.kvc_pool_vllm_batch_options
+	C.kvc_pool_vllm_batch_options_init(&c)
+	c.ts = C.double(o.TS)
+	if o.DataParallelRank != nil {
+		c.data_parallel_rank = C.int64_t(*o.DataParallelRank)
+	}
+	if o.IntHashes {
+		c.int_hashes = 1
+	}
+	var size C.size_t
+	if err := takeError(C.kvc_pool_events_pull_vllm(pool(p), &c, nil, 0, &size)); err != nil {
+		return nil, err
+	}
+	// C memory: the library writes into it without Go pointers crossing.
+	buf := C.malloc(size + 1)
+	if buf == nil {
+		return nil, newError(CodeOutOfMemory, "EventsVLLM: no memory for the batch")
+	}
+	defer C.free(buf)
+	if err := takeError(C.kvc_pool_events_pull_vllm(pool(p), &c, buf, size, &size)); err != nil {
+		return nil, err
+	}
+	return C.GoBytes(buf, C.int(size)), nil
 }
 
 func cPoolEventsPull(p unsafe.Pointer, buf []PoolEvent) (int, error) {

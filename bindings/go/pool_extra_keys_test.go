@@ -26,6 +26,19 @@ func list(field string) []string {
 	return strings.Split(field, ",")
 }
 
+// vecItems reads a vector file's ITEMS field: OFFSET:LENGTH:HASH, comma-separated (- for none).
+func vecItems(t *testing.T, field string) []MultimodalItem {
+	t.Helper()
+	var items []MultimodalItem
+	for _, it := range list(field) {
+		p := strings.Split(it, ":")
+		off, _ := strconv.ParseUint(p[0], 10, 64)
+		length, _ := strconv.ParseUint(p[1], 10, 64)
+		items = append(items, MultimodalItem{Hash: vecBytes(t, p[2]), Offset: off, Length: length})
+	}
+	return items
+}
+
 // specExtra is version 2's extra bytes of the block [start, end), written from docs/block-hash.md.
 func specExtra(adapter []byte, items []MultimodalItem, start, end uint64) []byte {
 	var out []byte
@@ -69,13 +82,7 @@ func TestPoolBlockHashV2Vectors(t *testing.T) {
 		}
 		n++
 		seed, salt, adapter := vecBytes(t, f[2]), vecBytes(t, f[3]), vecBytes(t, f[4])
-		var items []MultimodalItem
-		for _, it := range list(f[5]) {
-			p := strings.Split(it, ":")
-			off, _ := strconv.ParseUint(p[0], 10, 64)
-			length, _ := strconv.ParseUint(p[1], 10, 64)
-			items = append(items, MultimodalItem{Hash: vecBytes(t, p[2]), Offset: off, Length: length})
-		}
+		items := vecItems(t, f[5])
 		bs, _ := strconv.Atoi(f[6])
 		tokens := vecTokens(t, f[7])
 		extras, hashes := list(f[8]), list(f[9])

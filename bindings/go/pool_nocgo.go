@@ -49,3 +49,6 @@ func cPoolBlockTable(unsafe.Pointer, []unsafe.Pointer, uint32, tableFormat, *cta
 func cPoolGather(unsafe.Pointer, uint32, unsafe.Pointer, unsafe.Pointer) error { return ErrCgoDisabled }
 func cPoolRecurrentState(unsafe.Pointer, uint32, *ctensor, *ctensor) error     { return ErrCgoDisabled }
 func cPoolEventsPull(unsafe.Pointer, []PoolEvent) (int, error)                 { return 0, ErrCgoDisabled }
+func cPoolEventsPullVLLM(unsafe.Pointer, VLLMBatchOptions) ([]byte, error) {
+	return nil, ErrCgoDisabled
+}

@@ -333,7 +333,7 @@ static void cache_chain(kvc_pool* p, kvc_pool_sequence* s, uint32_t g, uint64_t 
   sg->hashed = hashed;
   if (!p->prefix_caching || kvci_pool_is_recurrent(grp)) return;
   for (uint64_t i = 0; i < hashed; i++)
-    if (sg->table[i]) kvci_pool_block_cache(p, g, sg->table[i], sg->hashes[i], i ? sg->hashes[i - 1] : s->root);
+    if (sg->table[i]) kvci_pool_block_cache(p, g, sg->table[i], s, s->tokens, i);
 }
 
 kvc_error* kvci_load_pool_sequence(const char* fn, const kvci_file* f, kvc_pool* p, kvc_pool_sequence** out) {

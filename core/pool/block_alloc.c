@@ -102,7 +102,7 @@ uint32_t kvci_pool_block_take(kvc_pool* pool, uint32_t group) {
     map_remove(o, b);
     x->cached = 0;
     o->evictions++;
-    kvci_pool_event_push(pool, KVC_POOL_EVENT_BLOCK_REMOVED, owner, b, x->hash, NULL, 0);
+    kvci_pool_event_push(pool, KVC_POOL_EVENT_BLOCK_REMOVED, owner, b, x->hash, NULL, NULL, 0);
   }
   kvci_pool_block* x = &u->blocks[b];
   x->prev = x->next = KVCI_NIL;
@@ -131,9 +131,10 @@ void kvci_pool_block_release(kvci_pool_group* g, uint32_t block) {
     lru_push_recent(g, block);
 }
 
-int kvci_pool_block_cache(kvc_pool* pool, uint32_t group, uint32_t block, const uint8_t hash[KVC_BLOCK_HASH_SIZE],
-                          const uint8_t parent[KVC_BLOCK_HASH_SIZE]) {
+int kvci_pool_block_cache(kvc_pool* pool, uint32_t group, uint32_t block, const kvc_pool_sequence* s,
+                          const int32_t* tokens, uint64_t index) {
   kvci_pool_group* g = &pool->groups[group];
+  const uint8_t* hash = s->groups[group].hashes[index];
   kvci_pool_block* x = &g->blocks[block];
   /* Two sequences that computed the same block without sharing it: the first one cached stays the key's block. */
   if (x->cached || kvci_pool_map_find(g, hash)) return 0;
@@ -141,7 +142,7 @@ int kvci_pool_block_cache(kvc_pool* pool, uint32_t group, uint32_t block, const 
   x->cached = 1;
   map_insert(g, block);
   if (!x->ref) lru_push_recent(g, block); /* a recurrent checkpoint: nobody holds it */
-  kvci_pool_event_push(pool, KVC_POOL_EVENT_BLOCK_STORED, group, block, hash, parent, g->block_size);
+  kvci_pool_event_push(pool, KVC_POOL_EVENT_BLOCK_STORED, group, block, hash, s, tokens, index);
   return 1;
 }
 

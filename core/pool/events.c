@@ -1,32 +1,86 @@
 /*
- * core/pool/events.c: the pool's event queue (kvc_pool_events_pull).
+ * core/pool/events.c: the pool's event queue (kvc_pool_events_pull; the
+ * vLLM wire form is events_vllm.c).
  *
- * A ring of event_capacity entries filled by the pool's operations and
+ * A ring of event_cap entries filled by the pool's operations and
  * drained by the caller. Pull-based, so a server forwards events to its
  * router at its own pace; when the ring is full the oldest event goes, and
- * the ids (consecutive per pool) show the gap to whoever pulls.
+ * the ids (consecutive per pool) show the gap to whoever pulls. Beside each
+ * entry the ring keeps what routers need and kvc_pool_event has no room
+ * for: a STORED block's tokens (in a preallocated array of event_cap times
+ * the largest block size, so pushing never allocates), whether it starts a
+ * chain, and its sequence's adapter.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "pool_internal.h"
 #include "tier_worker.h"
 
+int kvci_pool_events_init(kvc_pool* pool) {
+  if (!pool->event_cap) return 0;
+  uint32_t stride = 1;
+  for (uint32_t g = 0; g < pool->num_groups; g++)
+    if (pool->groups[g].block_size > stride) stride = pool->groups[g].block_size;
+  pool->event_token_stride = stride;
+  pool->event_more = (kvci_pool_event_more*)calloc(pool->event_cap, sizeof(*pool->event_more));
+  pool->event_tokens = (int32_t*)malloc((size_t)pool->event_cap * stride * sizeof(int32_t));
+  return pool->event_more && pool->event_tokens ? 0 : -1;
+}
+
+void kvci_pool_events_free(kvc_pool* pool) {
+  for (uint32_t i = 0; i < pool->num_adapters; i++) free(pool->adapters[i].key);
+  free(pool->adapters);
+  free(pool->event_more);
+  free(pool->event_tokens);
+  free(pool->events);
+}
+
+int64_t kvci_pool_adapter_intern(kvc_pool* pool, const void* key, size_t key_len, int64_t id) {
+  if (!key_len && !id) return 0;
+  for (uint32_t i = 0; i < pool->num_adapters; i++) {
+    const kvci_pool_adapter* a = &pool->adapters[i];
+    if (a->id == id && a->key_len == key_len && (!key_len || !memcmp(a->key, key, key_len))) return i + 1;
+  }
+  if (pool->num_adapters == pool->adapters_cap) {
+    uint32_t cap = pool->adapters_cap ? 2 * pool->adapters_cap : 4;
+    kvci_pool_adapter* grown = (kvci_pool_adapter*)realloc(pool->adapters, cap * sizeof(*grown));
+    if (!grown) return -1;
+    pool->adapters = grown;
+    pool->adapters_cap = cap;
+  }
+  uint8_t* copy = (uint8_t*)malloc(key_len ? key_len : 1);
+  if (!copy) return -1;
+  if (key_len) memcpy(copy, key, key_len);
+  pool->adapters[pool->num_adapters] = (kvci_pool_adapter){copy, (uint32_t)key_len, id};
+  return ++pool->num_adapters;
+}
+
 void kvci_pool_event_push(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t block,
-                          const uint8_t* hash, const uint8_t* parent, uint32_t num_tokens) {
+                          const uint8_t* hash, const kvc_pool_sequence* s, const int32_t* tokens, uint64_t index) {
   if (!pool->event_cap) return; /* events off: ids are not spent either */
   if (pool->event_count == pool->event_cap) {
     pool->event_head = (pool->event_head + 1) % pool->event_cap;
     pool->event_count--;
   }
-  kvc_pool_event* e = &pool->events[(pool->event_head + pool->event_count) % pool->event_cap];
+  uint32_t at = (pool->event_head + pool->event_count) % pool->event_cap;
+  kvc_pool_event* e = &pool->events[at];
   memset(e, 0, sizeof(*e));
   e->id = ++pool->next_event_id;
   e->kind = kind;
   e->group = group;
   e->block_id = block;
-  e->num_tokens = num_tokens;
   if (hash) memcpy(e->block_hash, hash, KVC_BLOCK_HASH_SIZE);
-  if (parent) memcpy(e->parent_hash, parent, KVC_BLOCK_HASH_SIZE);
+  kvci_pool_event_more* m = &pool->event_more[at];
+  *m = (kvci_pool_event_more){0, 0};
+  if (s) {
+    uint32_t bs = pool->groups[group].block_size;
+    e->num_tokens = bs;
+    memcpy(e->parent_hash, index ? s->groups[group].hashes[index - 1] : s->root, KVC_BLOCK_HASH_SIZE);
+    memcpy(pool->event_tokens + (size_t)at * pool->event_token_stride, tokens + index * bs, bs * sizeof(int32_t));
+    m->has_parent = index > 0;
+    m->adapter = s->adapter;
+  }
   pool->event_count++;
 }
 

@@ -6,6 +6,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "pool/cbor.h"
+#include "pool/block_hash.h"
+#include "pool/vllm_hash.h"
 #include "pool_internal.h"
 
 /* Bounds that keep every size and slot computation far from overflow (and the tables' int32 entries valid). */
@@ -106,6 +109,13 @@ static kvc_error* check_options(const char* fn, const kvc_pool_options* o) {
   if (o->enable_prefix_caching != 0 && o->enable_prefix_caching != 1)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.enable_prefix_caching is %d; it must be 0 or 1", fn,
                     (int)o->enable_prefix_caching);
+  if (o->hash_mode != KVC_POOL_HASH_KVCACHE && o->hash_mode != KVC_POOL_HASH_VLLM_SHA256_CBOR)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.hash_mode is %d; it must be KVC_POOL_HASH_KVCACHE (0) or "
+                    "KVC_POOL_HASH_VLLM_SHA256_CBOR (1)", fn, (int)o->hash_mode);
+  if (o->hash_mode == KVC_POOL_HASH_VLLM_SHA256_CBOR && !kvci_utf8_valid(o->hash_seed, o->hash_seed_len))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.hash_seed (%zu bytes) is not UTF-8; a "
+                    "KVC_POOL_HASH_VLLM_SHA256_CBOR pool hashes it as vLLM's NONE_HASH seed, a str", fn,
+                    o->hash_seed_len);
   if (o->event_capacity > MAX_EVENTS)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.event_capacity is %u; it must be at most %u", fn,
                     o->event_capacity, MAX_EVENTS);
@@ -242,19 +252,20 @@ static kvc_error* alloc_storage(const char* fn, kvc_pool* p, const kvc_pool_opti
 }
 
 _Static_assert(offsetof(kvc_pool_options, allocator) == 80 && offsetof(kvc_pool_options, shared_budget_bytes) == 88 &&
-                   sizeof(kvc_pool_options) == 96,
+                   offsetof(kvc_pool_options, hash_mode) == 96 && sizeof(kvc_pool_options) == 104,
                "kvc_pool_options changed size");
 
 /* The caller's options in this library's layout: a published smaller size (0.6's 80, before the allocator; 88,
-   before shared_budget_bytes) keeps the defaults of the fields it lacks. */
+   before shared_budget_bytes; 96, before hash_mode) keeps the defaults of the fields it lacks. */
 static kvc_error* read_options(const char* fn, const kvc_pool_options* in, kvc_pool_options* out) {
   *out = (kvc_pool_options)KVC_POOL_OPTIONS_INIT;
   size_t n = in->struct_size;
   if (n != offsetof(kvc_pool_options, allocator) && n != offsetof(kvc_pool_options, shared_budget_bytes) &&
-      n != sizeof(*in))
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.struct_size is %u but this library knows only %zu, %zu "
-                    "and %zu; initialize it with KVC_POOL_OPTIONS_INIT or kvc_pool_options_init", fn, in->struct_size,
-                    offsetof(kvc_pool_options, allocator), offsetof(kvc_pool_options, shared_budget_bytes),
+      n != offsetof(kvc_pool_options, hash_mode) && n != sizeof(*in))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options.struct_size is %u but this library knows only %zu, %zu, "
+                    "%zu and %zu; initialize it with KVC_POOL_OPTIONS_INIT or kvc_pool_options_init", fn,
+                    in->struct_size, offsetof(kvc_pool_options, allocator),
+                    offsetof(kvc_pool_options, shared_budget_bytes), offsetof(kvc_pool_options, hash_mode),
                     sizeof(*in));
   memcpy(out, in, n);
   out->struct_size = sizeof(*out);
@@ -305,6 +316,9 @@ kvc_error* kvc_pool_create(const kvc_pool_options* caller_options, kvc_pool** ou
   }
   if (options->hash_seed_len) memcpy(p->seed, options->hash_seed, options->hash_seed_len);
   p->seed_len = options->hash_seed_len;
+  p->hash_mode = options->hash_mode;
+  p->block_hash = p->hash_mode == KVC_POOL_HASH_VLLM_SHA256_CBOR ? kvci_vllm_block_hash : kvci_block_hash;
+  kvci_vllm_none_hash(p->seed, p->seed_len, p->vllm_root);
   p->exec.device_id = options->device.device_id;
   if (b->exec_open(b->ctx, &p->exec)) {
     free(p->groups);
@@ -317,6 +331,7 @@ kvc_error* kvc_pool_create(const kvc_pool_options* caller_options, kvc_pool** ou
                     "events)", FN, b->name, (int)options->device.device_id);
   }
   e = build_groups(p, options);
+  if (!e && kvci_pool_events_init(p)) e = kvci_err_oom();
   if (!e) e = alloc_storage(FN, p, options);
   if (e) {
     kvc_pool_destroy(p);
@@ -354,7 +369,7 @@ void kvc_pool_destroy(kvc_pool* pool) {
   free(pool->groups);
   free(pool->layers);
   free(pool->seed);
-  free(pool->events);
+  kvci_pool_events_free(pool);
   free(pool);
 }
 
@@ -398,7 +413,7 @@ kvc_error* kvc_pool_clear_cache(kvc_pool* pool) {
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), "kvc_pool_clear_cache");
   if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "kvc_pool_clear_cache: pool is NULL");
   kvci_pool_evict_all_quietly(pool);
-  kvci_pool_event_push(pool, KVC_POOL_EVENT_ALL_CLEARED, 0, 0, NULL, NULL, 0);
+  kvci_pool_event_push(pool, KVC_POOL_EVENT_ALL_CLEARED, 0, 0, NULL, NULL, NULL, 0);
   return NULL;
 }
 

@@ -108,12 +108,26 @@ typedef struct kvci_pool_seq_group {
   uint32_t live;          /* recurrent: the live state's slot, 0 = none yet */
 } kvci_pool_seq_group;
 
+/* What a queued event carries besides its kvc_pool_event (events.c). */
+typedef struct kvci_pool_event_more {
+  uint8_t has_parent; /* STORED: the block is not its chain's first */
+  uint32_t adapter;   /* the storing sequence's adapter (1-based), 0 = none */
+} kvci_pool_event_more;
+
+/* An adapter a sequence named: its key (vLLM's lora_name when UTF-8) and number (lora_id). */
+typedef struct kvci_pool_adapter {
+  uint8_t* key;
+  uint32_t key_len;
+  int64_t id;
+} kvci_pool_adapter;
+
 struct kvc_pool_sequence {
   kvc_pool* pool;
   kvc_pool_sequence* prev;
   kvc_pool_sequence* next;
   uint8_t root[KVC_BLOCK_HASH_SIZE];
   kvci_pool_extra* extra; /* the extra keys its blocks hash with; NULL = none (version 1 hashes) */
+  uint32_t adapter;       /* events.c: its adapter in the pool's list (1-based), 0 = none */
   int32_t* tokens;
   uint64_t length, committed, token_cap;
   kvci_pool_seq_group* groups;
@@ -139,6 +153,16 @@ struct kvc_pool {
   uint32_t event_cap;
   uint32_t event_head, event_count;
   uint64_t next_event_id;
+  kvci_pool_event_more* event_more;  /* per ring entry: what vLLM's events carry besides kvc_pool_event */
+  int32_t* event_tokens;             /* per ring entry: a STORED block's tokens, event_token_stride apart */
+  uint32_t event_token_stride;       /* the largest block size */
+  kvci_pool_adapter* adapters;       /* the adapters sequences named, for events (never shrinks) */
+  uint32_t num_adapters, adapters_cap;
+  /* The block hash (prefix.c): kvci_block_hash, or kvci_vllm_block_hash for a vLLM-mode pool. */
+  kvc_pool_hash_mode hash_mode;
+  void (*block_hash)(const uint8_t parent[KVC_BLOCK_HASH_SIZE], const int32_t* tokens, uint32_t n, const void* extra,
+                     uint32_t extra_len, uint8_t out[KVC_BLOCK_HASH_SIZE]);
+  uint8_t vllm_root[KVC_BLOCK_HASH_SIZE]; /* vLLM mode: NONE_HASH, every chain's parent of block 0 */
   /* Tiers below memory (tiers.c): asked in this order; pending: blocks cached by a commit, stored at its end. */
   struct kvc_tier** tiers;
   kvc_tier_write_policy* tier_policy;
@@ -204,9 +228,11 @@ static inline int kvci_pool_release_gains(const kvci_pool_group* g, uint32_t blo
 }
 /* The cached block of `hash`, or 0. */
 uint32_t kvci_pool_map_find(const kvci_pool_group* g, const uint8_t hash[KVC_BLOCK_HASH_SIZE]);
-/* Caches `block` under `hash` (a STORED event); 0 when the hash is cached already (the block stays uncached). */
-int kvci_pool_block_cache(kvc_pool* pool, uint32_t group, uint32_t block, const uint8_t hash[KVC_BLOCK_HASH_SIZE],
-                          const uint8_t parent[KVC_BLOCK_HASH_SIZE]);
+/* Caches `block` under the hash of s's block `index` in `group` (a STORED event carrying the block's tokens from
+   `tokens`, the sequence's token ids from its start); 0 when the hash is cached already (the block stays
+   uncached). */
+int kvci_pool_block_cache(kvc_pool* pool, uint32_t group, uint32_t block, const kvc_pool_sequence* s,
+                          const int32_t* tokens, uint64_t index);
 /* Uncaches an unreferenced cached block: out of the map and the LRU, onto the free list. No event. */
 void kvci_pool_block_evict_quietly(kvci_pool_group* g, uint32_t block);
 /* kvc_pool_clear_cache's eviction: every cached unreferenced unpinned block of every group, quietly. */
@@ -217,8 +243,15 @@ void kvci_pool_block_touch(kvci_pool_group* g, uint32_t block);
 void kvci_pool_block_set_pinned(kvci_pool_group* g, uint32_t block, int pinned);
 
 /* events.c */
+/* Queues an event; `s` (STORED only, else NULL) is the sequence whose block `index` of `group` was stored, its
+   tokens read from `tokens`. */
 void kvci_pool_event_push(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t block,
-                          const uint8_t* hash, const uint8_t* parent, uint32_t num_tokens);
+                          const uint8_t* hash, const kvc_pool_sequence* s, const int32_t* tokens, uint64_t index);
+/* The ring's side arrays, once the groups are built (-1: out of memory), and their release. */
+int kvci_pool_events_init(kvc_pool* pool);
+void kvci_pool_events_free(kvc_pool* pool);
+/* The 1-based index of the adapter (key, id) in the pool's list, added if new (0: none named; -1: out of memory). */
+int64_t kvci_pool_adapter_intern(kvc_pool* pool, const void* key, size_t key_len, int64_t id);
 
 /* write.c: the checks and the row copy jobs kvc_pool_write and kvc_pool_write_layer share. */
 /* The slots of attention group gi (row `slots` of n entries): in range, of a held block, each once. `scratch`

@@ -24,12 +24,8 @@ void kvci_pool_chain(kvc_pool_sequence* s, const int32_t* tokens, uint32_t block
     uint32_t extra_len;
     const uint8_t* extra = kvci_pool_extra_block(s->extra, start, start + block_size, &extra_len);
     /* Unchecked: token ids were checked (>= 0) when they entered the sequence. */
-    kvci_block_hash(i ? out[i - 1] : s->root, tokens + start, block_size, extra, extra_len, out[i]);
+    s->pool->block_hash(i ? out[i - 1] : s->root, tokens + start, block_size, extra, extra_len, out[i]);
   }
-}
-
-static const uint8_t* parent_of(const kvc_pool_sequence* s, const kvci_pool_seq_group* sg, uint64_t i) {
-  return i ? sg->hashes[i - 1] : s->root;
 }
 
 void kvci_pool_commit_checked(kvc_pool_sequence* s) {
@@ -45,7 +41,7 @@ void kvci_pool_commit_checked(kvc_pool_sequence* s) {
     kvci_pool_chain(s, s->tokens, grp->block_size, sg->hashed, full - sg->hashed, sg->hashes);
     if (!kvci_pool_is_recurrent(grp)) {
       for (uint64_t i = sg->hashed; i < full; i++)
-        if (sg->table[i] && kvci_pool_block_cache(p, g, sg->table[i], sg->hashes[i], parent_of(s, sg, i)) &&
+        if (sg->table[i] && kvci_pool_block_cache(p, g, sg->table[i], s, s->tokens, i) &&
             p->commit_tiers)
           kvci_pool_tiers_committed(p, g, sg->table[i]);
     }

@@ -31,7 +31,6 @@ void kvci_pool_checkpoint(kvc_pool* pool, kvc_pool_sequence* s, uint32_t group) 
   uint64_t k = s->committed / g->block_size;
   if (!k || !sg->live || k > sg->hashed) return;
   const uint8_t* hash = sg->hashes[k - 1];
-  const uint8_t* parent = k > 1 ? sg->hashes[k - 2] : s->root;
   uint32_t have = kvci_pool_map_find(g, hash);
   if (have) {
     if (!g->blocks[have].ref && !g->blocks[have].pinned) kvci_pool_block_touch(g, have);
@@ -40,7 +39,7 @@ void kvci_pool_checkpoint(kvc_pool* pool, kvc_pool_sequence* s, uint32_t group) 
   if (!kvci_pool_available(g)) return;
   uint32_t b = kvci_pool_block_take(pool, group);
   kvci_pool_copy_block(pool, group, sg->live, b);
-  kvci_pool_block_cache(pool, group, b, hash, parent);
+  kvci_pool_block_cache(pool, group, b, s, s->tokens, k - 1);
   kvci_pool_block_release(g, b);
 }
 

@@ -104,8 +104,9 @@ kvc_error* kvci_pool_sequence_create(kvc_pool* pool, const kvc_pool_sequence_opt
     if (!o.salt && o.salt_len)
       return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options->salt is NULL but salt_len is %zu", FN, o.salt_len);
   }
+  int vllm = pool->hash_mode == KVC_POOL_HASH_VLLM_SHA256_CBOR;
   kvci_pool_extra* extra;
-  kvc_error* e = kvci_pool_extra_read(FN, &o, &extra);
+  kvc_error* e = kvci_pool_extra_read(FN, &o, vllm, &extra);
   if (e) return e;
   kvc_pool_sequence* s = seq_new(pool);
   if (!s) {
@@ -113,7 +114,17 @@ kvc_error* kvci_pool_sequence_create(kvc_pool* pool, const kvc_pool_sequence_opt
     return kvci_err_oom();
   }
   s->extra = extra;
-  e = kvc_block_hash_root(pool->seed, pool->seed_len, o.salt, o.salt_len, s->root);
+  int64_t adapter = kvci_pool_adapter_intern(pool, o.adapter_key, o.adapter_key_len, o.adapter_id);
+  if (adapter < 0) {
+    seq_free(s);
+    return kvci_err_oom();
+  }
+  s->adapter = (uint32_t)adapter;
+  /* vLLM's chains all start at NONE_HASH: its cache salt is an extra key of the first block instead. */
+  if (vllm)
+    memcpy(s->root, pool->vllm_root, KVC_BLOCK_HASH_SIZE);
+  else
+    e = kvc_block_hash_root(pool->seed, pool->seed_len, o.salt, o.salt_len, s->root);
   if (e) {
     seq_free(s);
     return e;
@@ -179,6 +190,7 @@ kvc_error* kvc_pool_fork(const kvc_pool_sequence* src, kvc_pool_sequence** out) 
     return kvci_err_oom();
   }
   memcpy(s->root, src->root, sizeof s->root);
+  s->adapter = src->adapter;
   if (src->length) memcpy(s->tokens, src->tokens, src->length * sizeof(int32_t));
   s->length = src->length;
   s->committed = src->committed;

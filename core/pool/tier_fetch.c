@@ -87,8 +87,8 @@ static size_t lookup(kvc_pool* p, uint32_t group, fetch_buf* f, size_t count) {
 }
 
 /* Fetches the run hashes[from, to) of a group into fresh cached blocks; returns how many leading ones it did. */
-static uint64_t fetch_run(kvc_pool* p, kvc_pool_sequence* s, uint32_t gi, fetch_buf* f, uint64_t from,
-                          uint64_t to) {
+static uint64_t fetch_run(kvc_pool* p, kvc_pool_sequence* s, const int32_t* tokens, uint32_t gi, fetch_buf* f,
+                          uint64_t from, uint64_t to) {
   kvci_pool_group* g = &p->groups[gi];
   kvci_pool_seq_group* sg = &s->groups[gi];
   uint64_t at = from;
@@ -105,7 +105,7 @@ static uint64_t fetch_run(kvc_pool* p, kvc_pool_sequence* s, uint32_t gi, fetch_
     }
     for (size_t j = 0; j < found; j++) {
       uint64_t i = at + j;
-      kvci_pool_block_cache(p, gi, f->blocks[j], sg->hashes[i], i ? sg->hashes[i - 1] : s->root);
+      kvci_pool_block_cache(p, gi, f->blocks[j], s, tokens, i);
       kvci_pool_block_release(g, f->blocks[j]); /* cached, unreferenced: the match takes it from the LRU */
     }
     at += found;
@@ -134,7 +134,7 @@ static uint64_t fetch_group(kvc_pool* p, kvc_pool_sequence* s, const int32_t* to
     while (i < n) {
       uint64_t end = i;
       while (end < n && !held[end]) end++;
-      uint64_t got = fetch_run(p, s, gi, &f, i, end);
+      uint64_t got = fetch_run(p, s, tokens, gi, &f, i, end);
       added += got;
       i += got;
       if (i < end) break;

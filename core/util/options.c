@@ -25,6 +25,7 @@ KVC_DEFINE_INIT(kvc_update_options_init, kvc_update_options, KVC_UPDATE_OPTIONS_
 KVC_DEFINE_INIT(kvc_quant_options_init, kvc_quant_options, KVC_QUANT_OPTIONS_INIT)
 KVC_DEFINE_INIT(kvc_conv_update_options_init, kvc_conv_update_options, KVC_CONV_UPDATE_OPTIONS_INIT)
 KVC_DEFINE_INIT(kvc_pool_sequence_options_init, kvc_pool_sequence_options, KVC_POOL_SEQUENCE_OPTIONS_INIT)
+KVC_DEFINE_INIT(kvc_pool_vllm_batch_options_init, kvc_pool_vllm_batch_options, KVC_POOL_VLLM_BATCH_OPTIONS_INIT)
 #undef KVC_DEFINE_INIT
 
 /* The published sizes (the header lists them too); the last is the current one. */
@@ -35,14 +36,14 @@ static const uint32_t CACHE_OPTIONS_SIZES[] = {48, 80, 88, 96};
 static const uint32_t UPDATE_OPTIONS_SIZES[] = {24, 48};
 static const uint32_t QUANT_OPTIONS_SIZES[] = {40};
 static const uint32_t DISK_TIER_OPTIONS_SIZES[] = {32, 48};
-static const uint32_t POOL_SEQUENCE_OPTIONS_SIZES[] = {24, 56};
+static const uint32_t POOL_SEQUENCE_OPTIONS_SIZES[] = {24, 56, 80};
 KVC_CHECK_SIZE(kvc_layer_options, 56);
 KVC_CHECK_SIZE(kvc_model_config, 56);
 KVC_CHECK_SIZE(kvc_cache_options, 96);
 KVC_CHECK_SIZE(kvc_update_options, 48);
 KVC_CHECK_SIZE(kvc_quant_options, 40);
 KVC_CHECK_SIZE(kvc_disk_tier_options, 48);
-KVC_CHECK_SIZE(kvc_pool_sequence_options, 56);
+KVC_CHECK_SIZE(kvc_pool_sequence_options, 80);
 KVC_CHECK_SIZE(kvc_pool_mm_item, 32);
 KVC_CHECK_SIZE(kvc_layer_info, 128);
 KVC_CHECK_SIZE(kvc_memory_info, 56);

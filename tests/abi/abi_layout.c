@@ -89,6 +89,7 @@ int main(void) {
   OFF(kvc_pool_options, hash_seed); OFF(kvc_pool_options, hash_seed_len);
   OFF(kvc_pool_options, enable_prefix_caching); OFF(kvc_pool_options, event_capacity);
   OFF(kvc_pool_options, allocator); OFF(kvc_pool_options, shared_budget_bytes);
+  OFF(kvc_pool_options, hash_mode);
   SIZE(kvc_pool_stats); OFF(kvc_pool_stats, struct_size); OFF(kvc_pool_stats, group); OFF(kvc_pool_stats, num_blocks);
   OFF(kvc_pool_stats, free_blocks); OFF(kvc_pool_stats, cached_blocks); OFF(kvc_pool_stats, used_blocks);
   OFF(kvc_pool_stats, pinned_blocks); OFF(kvc_pool_stats, prefix_queries); OFF(kvc_pool_stats, prefix_hits);
@@ -96,7 +97,12 @@ int main(void) {
   SIZE(kvc_pool_sequence_options); OFF(kvc_pool_sequence_options, struct_size); OFF(kvc_pool_sequence_options, salt);
   OFF(kvc_pool_sequence_options, salt_len); OFF(kvc_pool_sequence_options, mm_items);
   OFF(kvc_pool_sequence_options, num_mm_items); OFF(kvc_pool_sequence_options, adapter_key);
-  OFF(kvc_pool_sequence_options, adapter_key_len);
+  OFF(kvc_pool_sequence_options, adapter_key_len); OFF(kvc_pool_sequence_options, adapter_path);
+  OFF(kvc_pool_sequence_options, adapter_path_len); OFF(kvc_pool_sequence_options, adapter_id);
+  SIZE(kvc_pool_vllm_batch_options); OFF(kvc_pool_vllm_batch_options, struct_size);
+  OFF(kvc_pool_vllm_batch_options, int_hashes); OFF(kvc_pool_vllm_batch_options, ts);
+  OFF(kvc_pool_vllm_batch_options, data_parallel_rank); OFF(kvc_pool_vllm_batch_options, reserved);
+  VAL(KVC_POOL_HASH_KVCACHE); VAL(KVC_POOL_HASH_VLLM_SHA256_CBOR);
   SIZE(kvc_pool_mm_item); OFF(kvc_pool_mm_item, hash); OFF(kvc_pool_mm_item, hash_len);
   OFF(kvc_pool_mm_item, offset); OFF(kvc_pool_mm_item, length);
   VAL(KVC_POOL_BLOCK_HASH_VERSION); VAL(KVC_POOL_EXTRA_KEY_MAX); VAL(KVC_POOL_MM_ITEMS_MAX);

@@ -1030,6 +1030,13 @@ static void op_pull(ctx* c) {
   size_t cap = rd(&c->r) % 3 ? (size_t)(rd(&c->r) % 5) : PM_EVENTS;
   trace("events_pull capacity %zu\n", cap);
   begin(c);
+  /* The vLLM form's size query walks whatever the queue holds now (runs of chains, removals, clears) and takes
+     nothing, so the model's queue still matches the pull below. */
+  kvc_pool_vllm_batch_options vo = KVC_POOL_VLLM_BATCH_OPTIONS_INIT;
+  vo.int_hashes = (int32_t)(rd(&c->r) % 2);
+  size_t vsize = 0;
+  expect_code(kvc_pool_events_pull_vllm(c->pool, &vo, NULL, 0, &vsize), KVC_OK, "kvc_pool_events_pull_vllm");
+  if (vsize < 12) fail("kvc_pool_events_pull_vllm's size query gave %zu bytes; an empty batch takes 12", vsize);
   check_events_pull(c, cap);
   count_result(KVC_OK);
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvcache.h"
 #include "test_util.h"
 
 /* The folder of the vector files: argv[1] (CTest passes tests/pool), else the folder of `file` (a __FILE__). */
@@ -128,6 +129,43 @@ static TU_UNUSED int32_t* hv_tokens(const char* s, size_t* n) {
   }
   *n = count;
   return out;
+}
+
+/* "OFFSET:LENGTH:HEX,..." ("-" = none) into items whose hashes point into *bytes (to free); -1 when malformed. */
+static TU_UNUSED long hv_items(char* s, kvc_pool_mm_item* items, long cap, uint8_t** bytes) {
+  *bytes = (uint8_t*)malloc(strlen(s) / 2 + 1);
+  if (strcmp(s, "-") == 0) return 0;
+  long n = 0;
+  size_t used = 0;
+  for (char* it = strtok(s, ","); it; it = strtok(NULL, ",")) {
+    unsigned long long off, len;
+    int at = 0;
+    if (n == cap || sscanf(it, "%llu:%llu:%n", &off, &len, &at) != 2 || !at) return -1;
+    size_t hl = 0;
+    uint8_t* h = hv_hex(it + at, &hl);
+    if (!h) return -1;
+    memcpy(*bytes + used, h, hl);
+    free(h);
+    items[n] = (kvc_pool_mm_item){*bytes + used, hl, off, len};
+    used += hl;
+    n++;
+  }
+  return n;
+}
+
+/* The i-th comma-separated field of `list` into `out` (cap bytes); 0 when there is none. */
+static TU_UNUSED int hv_nth_field(const char* list, size_t i, char* out, size_t cap) {
+  const char* p = list;
+  for (size_t k = 0; k < i; k++) {
+    p = strchr(p, ',');
+    if (!p) return 0;
+    p++;
+  }
+  size_t len = strcspn(p, ",");
+  if (len >= cap) return 0;
+  memcpy(out, p, len);
+  out[len] = '\0';
+  return 1;
 }
 
 /* Exactly 32 bytes of hex into out; 0 when the field is anything else. */

@@ -11,63 +11,6 @@
 
 static const char* folder;
 
-/* A pool of one full group (block size bs, room for `blocks` blocks), the given hash seed, events on. */
-static kvc_error* one_group_pool(uint32_t bs, uint32_t blocks, const void* seed, size_t seed_len, kvc_pool** out) {
-  kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
-  g.block_size = bs;
-  g.num_blocks = blocks + 1;
-  kvc_pool_layer_options l = KVC_POOL_LAYER_OPTIONS_INIT;
-  l.num_kv_heads = 1;
-  l.key_head_dim = 2;
-  kvc_pool_options o = KVC_POOL_OPTIONS_INIT;
-  o.dtype = KVC_DTYPE_FLOAT32;
-  o.num_groups = 1;
-  o.groups = &g;
-  o.num_layers = 1;
-  o.layers = &l;
-  o.hash_seed = seed;
-  o.hash_seed_len = seed_len;
-  o.event_capacity = 4096;
-  return kvc_pool_create(&o, out);
-}
-
-/* "OFFSET:LENGTH:HEX,..." ("-" = none) into items whose hashes point into *bytes (to free); -1 when malformed. */
-static long parse_items(char* s, kvc_pool_mm_item* items, long cap, uint8_t** bytes) {
-  *bytes = (uint8_t*)malloc(strlen(s) / 2 + 1);
-  if (strcmp(s, "-") == 0) return 0;
-  long n = 0;
-  size_t used = 0;
-  for (char* it = strtok(s, ","); it; it = strtok(NULL, ",")) {
-    unsigned long long off, len;
-    int at = 0;
-    if (n == cap || sscanf(it, "%llu:%llu:%n", &off, &len, &at) != 2 || !at) return -1;
-    size_t hl = 0;
-    uint8_t* h = hv_hex(it + at, &hl);
-    if (!h) return -1;
-    memcpy(*bytes + used, h, hl);
-    free(h);
-    items[n] = (kvc_pool_mm_item){*bytes + used, hl, off, len};
-    used += hl;
-    n++;
-  }
-  return n;
-}
-
-/* The i-th comma-separated field of `list` into `out` (cap bytes); 0 when there is none. */
-static int nth_field(const char* list, size_t i, char* out, size_t cap) {
-  const char* p = list;
-  for (size_t k = 0; k < i; k++) {
-    p = strchr(p, ',');
-    if (!p) return 0;
-    p++;
-  }
-  size_t len = strcspn(p, ",");
-  if (len >= cap) return 0;
-  memcpy(out, p, len);
-  out[len] = '\0';
-  return 1;
-}
-
 /* One `pool` vector: the pool's STORED events carry HASHES, and kvc_block_hash over EXTRAS gives them too. */
 static void check_pool_vector(char** f) {
   size_t seed_len = 0, salt_len = 0, adapter_len = 0, n = 0;
@@ -76,14 +19,16 @@ static void check_pool_vector(char** f) {
   uint8_t* adapter = hv_hex(f[4], &adapter_len);
   kvc_pool_mm_item items[16];
   uint8_t* item_bytes = NULL;
-  long num_items = parse_items(f[5], items, 16, &item_bytes);
+  long num_items = hv_items(f[5], items, 16, &item_bytes);
   long bs = atol(f[6]);
   int32_t* tokens = hv_tokens(f[7], &n);
   kvc_pool* p = NULL;
   kvc_pool_sequence* s = NULL;
   if (!CHECK(seed && salt && adapter && num_items >= 0 && bs >= 1 && tokens)) goto done;
   size_t full = n / (size_t)bs;
-  if (!CHECK_OK(one_group_pool((uint32_t)bs, (uint32_t)(n / (size_t)bs + 2), seed, seed_len, &p))) goto done;
+  if (!CHECK_OK(pt_one_group(KVC_POOL_HASH_KVCACHE, (uint32_t)bs, (uint32_t)(n / (size_t)bs + 2), seed, seed_len,
+                             &p)))
+    goto done;
   kvc_pool_sequence_options o = KVC_POOL_SEQUENCE_OPTIONS_INIT;
   o.salt = salt, o.salt_len = salt_len, o.adapter_key = adapter, o.adapter_key_len = adapter_len;
   o.mm_items = items, o.num_mm_items = (size_t)num_items;
@@ -103,8 +48,8 @@ static void check_pool_vector(char** f) {
     char want_hex[80], extra_hex[4096];
     uint8_t want[32], got[32];
     size_t extra_len = 0;
-    if (!CHECK(nth_field(f[9], i, want_hex, sizeof want_hex) && hv_hash(want_hex, want) &&
-               nth_field(f[8], i, extra_hex, sizeof extra_hex)))
+    if (!CHECK(hv_nth_field(f[9], i, want_hex, sizeof want_hex) && hv_hash(want_hex, want) &&
+               hv_nth_field(f[8], i, extra_hex, sizeof extra_hex)))
       break;
     CHECK_HASH(ev[i].block_hash, want, "pool block hash", f[1]);
     CHECK_HASH(ev[i].parent_hash, parent, "pool parent hash", f[1]);
@@ -168,7 +113,7 @@ static uint64_t matched(kvc_pool* p, const kvc_pool_sequence_options* o, const i
 /* Equal tokens (the placeholders of an image), different image hashes or adapters: no block is shared. */
 static void test_sharing_follows_the_keys(void) {
   kvc_pool* p = NULL;
-  REQUIRE_OK(one_group_pool(BS, 64, "m", 1, &p));
+  REQUIRE_OK(pt_one_group(KVC_POOL_HASH_KVCACHE, BS, 64, "m", 1, &p));
   int32_t tokens[TOKENS];
   for (int i = 0; i < TOKENS; i++) tokens[i] = i < 8 ? 32000 : i; /* image placeholders, then text */
   const char* cat = "sha256:cat";
@@ -205,7 +150,7 @@ static void test_sharing_follows_the_keys(void) {
 /* A caller built against the 0.6 header passes 24 bytes: no extra keys, the same hashes as before. */
 static void test_old_struct_size(void) {
   kvc_pool* p = NULL;
-  REQUIRE_OK(one_group_pool(BS, 16, "m", 1, &p));
+  REQUIRE_OK(pt_one_group(KVC_POOL_HASH_KVCACHE, BS, 16, "m", 1, &p));
   int32_t tokens[TOKENS];
   for (int i = 0; i < TOKENS; i++) tokens[i] = 7 * i;
   kvc_pool_sequence_options plain = KVC_POOL_SEQUENCE_OPTIONS_INIT;
@@ -227,7 +172,7 @@ static void test_old_struct_size(void) {
 /* Every bad option: INVALID_ARGUMENT naming the field, the value and the rule; no sequence, out untouched. */
 static void test_bad_options(void) {
   kvc_pool* p = NULL;
-  REQUIRE_OK(one_group_pool(BS, 16, "m", 1, &p));
+  REQUIRE_OK(pt_one_group(KVC_POOL_HASH_KVCACHE, BS, 16, "m", 1, &p));
   kvc_pool_stats before = pt_stats(p, 0);
   kvc_pool_sequence* const sentinel = (kvc_pool_sequence*)(uintptr_t)0x5eed;
   kvc_pool_sequence* out = sentinel;
@@ -279,7 +224,7 @@ static int discard(void* user, const void* data, size_t bytes) {
 static void test_save_refused(void) {
   kvc_pool* p = NULL;
   kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(one_group_pool(BS, 16, "m", 1, &p));
+  REQUIRE_OK(pt_one_group(KVC_POOL_HASH_KVCACHE, BS, 16, "m", 1, &p));
   kvc_pool_sequence_options o = KVC_POOL_SEQUENCE_OPTIONS_INIT;
   o.adapter_key = "lora:a", o.adapter_key_len = 6;
   if (CHECK_OK(kvc_pool_sequence_create(p, &o, &s)))

@@ -27,7 +27,8 @@
  * holds its only reference and while it is not cached (hashed); otherwise
  * reserve copies it first (copy-on-write). Full blocks whose tokens are
  * committed are hashed (docs/block-hash.md: a SHA-256 chain from the pool's
- * seed and the sequence's salt) and become reusable by later requests; a
+ * seed and the sequence's salt, or since 0.7 vLLM's own hash:
+ * kvc_pool_options.hash_mode) and become reusable by later requests; a
  * cached block nobody references stays in the pool until space is needed
  * (least recently used first) unless pinned.
  *
@@ -151,7 +152,26 @@ typedef int32_t kvc_pool_layout;
 #define KVC_POOL_LAYOUT_NHD 0 /**< [num_blocks, block_size, num_kv_heads, head_dim] (vLLM, FlashInfer NHD) */
 #define KVC_POOL_LAYOUT_HND 1 /**< [num_blocks, num_kv_heads, block_size, head_dim] (FlashInfer HND) */
 
-/** Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7), 96 (0.7: shared_budget_bytes). */
+/*
+ * How a pool computes its block hashes (kvc_pool_options.hash_mode; docs/block-hash.md). Since 0.7.
+ */
+typedef int32_t kvc_pool_hash_mode;
+/** docs/block-hash.md's chain (version 2, KVC_POOL_BLOCK_HASH_VERSION): the default. Since 0.7. */
+#define KVC_POOL_HASH_KVCACHE 0
+/**
+ * vLLM's prefix-caching hash with its `sha256_cbor` algorithm (the one of vLLM's that is reproducible across
+ * processes and languages): hash = SHA-256 of the canonical CBOR of (parent hash, token ids, extra keys), the
+ * first block's parent SHA-256 of the CBOR text `hash_seed` (vLLM's NONE_HASH; an empty seed means vLLM's
+ * default "vllm-none-hash", a non-empty one what vLLM takes from PYTHONHASHSEED). A sequence's extra keys are
+ * vLLM's: ("lora", adapter_key, adapter_path) on every block, ("mm", item hash, item offset - block start) per
+ * overlapping item, ("cache_salt", salt) on the first block; so the seed, the salt, the adapter key and path and
+ * the items' hashes must be UTF-8 text (vLLM's str). The blocks' hashes equal vLLM's for the same tokens and
+ * keys (tests/pool/vllm_hash_vectors.txt, made by vLLM's own functions). Since 0.7.
+ */
+#define KVC_POOL_HASH_VLLM_SHA256_CBOR 1
+
+/** Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7), 96 (0.7: shared_budget_bytes), 104 (0.7:
+ * hash_mode). */
 typedef struct kvc_pool_options {
   uint32_t struct_size;                        /**< sizeof(kvc_pool_options) */
   kvc_dtype dtype;                             /**< K/V and state dtype; required (not UNSET) */
@@ -192,11 +212,13 @@ typedef struct kvc_pool_options {
                                                     next (not compact; kvc_pool_layer_storage). The
                                                     allocator, if set, gives one buffer of all pages.
                                                     docs/pool.md, 'One budget for all groups'. Since 0.7. */
+  kvc_pool_hash_mode hash_mode;                /**< KVC_POOL_HASH_KVCACHE (default) or
+                                                    KVC_POOL_HASH_VLLM_SHA256_CBOR. Since 0.7. */
 } kvc_pool_options;
 
 #define KVC_POOL_OPTIONS_INIT \
   {sizeof(kvc_pool_options), KVC_DTYPE_UNSET, {KVC_DEVICE_CPU, 0}, 0, NULL, 0, NULL, KVC_POOL_LAYOUT_NHD, NULL, 0, 1, 0, \
-   NULL, 0}
+   NULL, 0, KVC_POOL_HASH_KVCACHE}
 /** Sets `options` to KVC_POOL_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_pool_options_init(kvc_pool_options* options);
 
@@ -280,7 +302,8 @@ typedef struct kvc_pool_mm_item {
 
 /**
  * Options of kvc_pool_sequence_create. Published sizes: 24 (0.6), 56 (0.7:
- * mm_items, num_mm_items, adapter_key, adapter_key_len).
+ * mm_items, num_mm_items, adapter_key, adapter_key_len), 80 (0.7: adapter_path,
+ * adapter_path_len, adapter_id).
  *
  * The extra keys (since 0.7): the adapter key enters the hash of every block
  * and an item's hash that of every block its range overlaps (the block-hash
@@ -304,9 +327,16 @@ typedef struct kvc_pool_sequence_options {
   const void* adapter_key; /**< the adapter (a LoRA's name) or tenant key, in every block's extra keys;
                                 borrowed for the call. Since 0.7. */
   size_t adapter_key_len; /**< bytes of adapter_key, 0 .. KVC_POOL_EXTRA_KEY_MAX; 0 = none. Since 0.7. */
+  const void* adapter_path; /**< KVC_POOL_HASH_VLLM_SHA256_CBOR pools only: the LoRA's path (vLLM's lora_path,
+                                 in its ("lora", name, path) key; needs an adapter_key); borrowed for the call.
+                                 Since 0.7. */
+  size_t adapter_path_len; /**< bytes of adapter_path, 0 .. KVC_POOL_EXTRA_KEY_MAX; must be 0 in a
+                                KVC_POOL_HASH_KVCACHE pool, whose hash has no path. Since 0.7. */
+  int64_t adapter_id;    /**< the adapter's number in events (vLLM's lora_id), >= 0; 0 = none. Not hashed.
+                              Since 0.7. */
 } kvc_pool_sequence_options;
 
-#define KVC_POOL_SEQUENCE_OPTIONS_INIT {sizeof(kvc_pool_sequence_options), NULL, 0, NULL, 0, NULL, 0}
+#define KVC_POOL_SEQUENCE_OPTIONS_INIT {sizeof(kvc_pool_sequence_options), NULL, 0, NULL, 0, NULL, 0, NULL, 0, 0}
 /** Sets `options` to KVC_POOL_SEQUENCE_OPTIONS_INIT. Never fails; NULL is ignored. Since 0.7. */
 KVC_API void kvc_pool_sequence_options_init(kvc_pool_sequence_options* options);
 
@@ -611,6 +641,50 @@ typedef struct kvc_pool_event {
  * `*count` says how many. Pulled events leave the queue.
  */
 KVC_API kvc_error* kvc_pool_events_pull(kvc_pool* pool, kvc_pool_event* events, size_t capacity, size_t* count);
+
+/** Options of kvc_pool_events_pull_vllm. Published sizes: 32 (0.7). Since 0.7. */
+typedef struct kvc_pool_vllm_batch_options {
+  uint32_t struct_size;        /**< sizeof(kvc_pool_vllm_batch_options) */
+  int32_t int_hashes;          /**< 0 (default): hashes as 32 bytes (msgpack bin, vLLM's default); 1: as vLLM's
+                                    64-bit form (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES: the last 8 bytes, big
+                                    endian, an unsigned integer) */
+  double ts;                   /**< the batch's timestamp (vLLM: time.time(), seconds since the epoch) */
+  int64_t data_parallel_rank;  /**< >= 0, or -1 (default): none (nil) */
+  uint64_t reserved;           /**< 0 */
+} kvc_pool_vllm_batch_options;
+
+#define KVC_POOL_VLLM_BATCH_OPTIONS_INIT {sizeof(kvc_pool_vllm_batch_options), 0, 0.0, -1, 0}
+/** Sets `options` to KVC_POOL_VLLM_BATCH_OPTIONS_INIT. Never fails; NULL is ignored. Since 0.7. */
+KVC_API void kvc_pool_vllm_batch_options_init(kvc_pool_vllm_batch_options* options);
+
+/**
+ * Takes every queued event into one batch in vLLM's wire form: the msgpack
+ * bytes vLLM's KV event publisher sends for a `KVEventBatch` (msgspec's
+ * encoding of vllm/distributed/kv_events.py's classes, vLLM 0.34): an array
+ * [ts, events, data_parallel_rank or nil], each event a map {"type": "BlockStored"
+ * | "BlockRemoved" | "AllBlocksCleared", fields...}. A run of STORED events
+ * of one chain (same group, adapter and medium, each block's parent the
+ * previous block) is one BlockStored with several block_hashes, as vLLM
+ * publishes a commit; its parent_block_hash is nil when the run starts a
+ * chain (the root is not a block), its token_ids the blocks' tokens, its
+ * medium "GPU" for a device pool and "CPU" for a host one, lora_id the
+ * sequence's adapter_id (nil for 0) and lora_name its adapter key (nil when
+ * none or not UTF-8), group_idx the group. A run of REMOVED events of one
+ * group is one BlockRemoved. Router-side consumers (NVIDIA Dynamo, llm-d)
+ * read these bytes as they read vLLM's.
+ * `buf` (capacity bytes) receives the bytes, `*size` their number, and the
+ * events leave the queue. With `buf` NULL (and capacity 0) nothing is taken:
+ * `*size` receives the bytes the batch of the queued events takes (call
+ * again with a buffer that large). `options` NULL = defaults. An empty queue
+ * gives a batch with no events.
+ * Errors (nothing taken or written): INVALID_ARGUMENT (NULL pool or size, buf
+ * NULL with a capacity, options' struct_size, int_hashes not 0 or 1,
+ * data_parallel_rank below -1, a ts that is not finite), OUT_OF_RANGE (the
+ * batch does not fit in capacity; the message says how many bytes it takes).
+ * Since 0.7.
+ */
+KVC_API kvc_error* kvc_pool_events_pull_vllm(kvc_pool* pool, const kvc_pool_vllm_batch_options* options, void* buf,
+                                             size_t capacity, size_t* size);
 
 #ifdef __cplusplus
 }

@@ -77,6 +77,7 @@ KVC_OPTIONS_CTOR(kvc_pool_options, kvc_pool_options_init)
 KVC_OPTIONS_CTOR_MACRO(kvc_pool_group_options, KVC_POOL_GROUP_OPTIONS_INIT)
 KVC_OPTIONS_CTOR_MACRO(kvc_pool_layer_options, KVC_POOL_LAYER_OPTIONS_INIT)
 KVC_OPTIONS_CTOR_MACRO(kvc_pool_sequence_options, KVC_POOL_SEQUENCE_OPTIONS_INIT)
+KVC_OPTIONS_CTOR_MACRO(kvc_pool_vllm_batch_options, KVC_POOL_VLLM_BATCH_OPTIONS_INIT)
 %extend kvc_pool_stats {
   kvc_pool_stats() {
     kvc_pool_stats* o = (kvc_pool_stats*)calloc(1, sizeof(kvc_pool_stats));
@@ -111,6 +112,7 @@ KVC_OPTIONS_CTOR_MACRO(kvc_pool_sequence_options, KVC_POOL_SEQUENCE_OPTIONS_INIT
 %ignore kvc_pool_gather;
 %ignore kvc_pool_recurrent_state;
 %ignore kvc_pool_events_pull;
+%ignore kvc_pool_events_pull_vllm;
 
 %include "kvcache/pool.h"
 
@@ -140,6 +142,7 @@ KVC_OPTIONS_CTOR_MACRO(kvc_pool_sequence_options, KVC_POOL_SEQUENCE_OPTIONS_INIT
 %feature("nothread") kvc_py_pool_gather;
 %feature("nothread") kvc_py_pool_recurrent_state;
 %feature("nothread") kvc_py_pool_events_pull;
+%feature("nothread") kvc_py_pool_events_pull_vllm;
 
 %rename(kvc_pool_create) kvc_py_pool_create;
 %rename(kvc_pool_destroy) kvc_py_pool_destroy;
@@ -158,6 +161,7 @@ KVC_OPTIONS_CTOR_MACRO(kvc_pool_sequence_options, KVC_POOL_SEQUENCE_OPTIONS_INIT
 %rename(kvc_pool_gather) kvc_py_pool_gather;
 %rename(kvc_pool_recurrent_state) kvc_py_pool_recurrent_state;
 %rename(kvc_pool_events_pull) kvc_py_pool_events_pull;
+%rename(kvc_pool_events_pull_vllm) kvc_py_pool_events_pull_vllm;
 
 %inline %{
 /*
@@ -286,14 +290,20 @@ static kvc_pool_mm_item* kvc_py_mm_items(PyObject* items, size_t* n) {
 }
 
 /*
- * kvc_pool_sequence_create(pool, salt, adapter_key, mm_items) -> SequenceHandle; salt and adapter_key are
- * bytes or None, mm_items a list of (bytes, int, int) (kvc_py_mm_items).
+ * kvc_pool_sequence_create(pool, salt, adapter_key, mm_items, adapter_path, adapter_id) -> SequenceHandle; salt,
+ * adapter_key and adapter_path are bytes or None, mm_items a list of (bytes, int, int) (kvc_py_mm_items).
  */
-PyObject* kvc_py_pool_sequence_create(PyObject* pool, PyObject* salt, PyObject* adapter_key, PyObject* mm_items) {
-  Py_buffer buf, adapter;
-  int has_salt = salt != Py_None, has_adapter = adapter_key != Py_None;
+PyObject* kvc_py_pool_sequence_create(PyObject* pool, PyObject* salt, PyObject* adapter_key, PyObject* mm_items,
+                                      PyObject* adapter_path, long long adapter_id) {
+  Py_buffer buf, adapter, path;
+  int has_salt = salt != Py_None, has_adapter = adapter_key != Py_None, has_path = adapter_path != Py_None;
   if (has_salt && kvc_py_bytes_in(salt, "kvc_pool_sequence_create", "salt", &buf) < 0) return NULL;
   if (has_adapter && kvc_py_bytes_in(adapter_key, "kvc_pool_sequence_create", "adapter_key", &adapter) < 0) {
+    if (has_salt) PyBuffer_Release(&buf);
+    return NULL;
+  }
+  if (has_path && kvc_py_bytes_in(adapter_path, "kvc_pool_sequence_create", "adapter_path", &path) < 0) {
+    if (has_adapter) PyBuffer_Release(&adapter);
     if (has_salt) PyBuffer_Release(&buf);
     return NULL;
   }
@@ -313,6 +323,11 @@ PyObject* kvc_py_pool_sequence_create(PyObject* pool, PyObject* salt, PyObject* 
         o.adapter_key = adapter.buf;
         o.adapter_key_len = (size_t)adapter.len;
       }
+      if (has_path) {
+        o.adapter_path = path.buf;
+        o.adapter_path_len = (size_t)path.len;
+      }
+      o.adapter_id = (int64_t)adapter_id;
       o.mm_items = items;
       o.num_mm_items = num_items;
       kvc_pool_sequence* out = NULL;
@@ -323,6 +338,7 @@ PyObject* kvc_py_pool_sequence_create(PyObject* pool, PyObject* salt, PyObject* 
     }
   }
   PyMem_Free(items);
+  if (has_path) PyBuffer_Release(&path);
   if (has_adapter) PyBuffer_Release(&adapter);
   if (has_salt) PyBuffer_Release(&buf);
   return result;
@@ -817,5 +833,32 @@ PyObject* kvc_py_pool_events_pull(PyObject* pool, size_t capacity) {
   }
   PyMem_Free(events);
   return result;
+}
+
+/*
+ * kvc_pool_events_pull_vllm(pool, int_hashes, ts, data_parallel_rank) -> bytes: every queued event as the
+ * msgpack of vLLM's KVEventBatch (the size query, then the pull, under one entry of the pool).
+ */
+PyObject* kvc_py_pool_events_pull_vllm(PyObject* pool, int int_hashes, double ts, long long data_parallel_rank) {
+  kvc_py_guard* guard = NULL;
+  kvc_pool* p = kvc_py_pool_enter(pool, KVC_PY_POOL_STALE_VIEWS, &guard);
+  if (!p) return NULL;
+  kvc_pool_vllm_batch_options o = KVC_POOL_VLLM_BATCH_OPTIONS_INIT;
+  o.int_hashes = int_hashes;
+  o.ts = ts;
+  o.data_parallel_rank = (int64_t)data_parallel_rank;
+  size_t size = 0;
+  kvc_error* err = kvc_pool_events_pull_vllm(p, &o, NULL, 0, &size);
+  PyObject* out = NULL;
+  if (!err) {
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (out) err = kvc_pool_events_pull_vllm(p, &o, PyBytes_AS_STRING(out), size, &size);
+  }
+  kvc_py_pool_leave(guard);
+  if (err) {
+    Py_CLEAR(out);
+    kvc_py_raise(err);
+  }
+  return out;
 }
 %}

@@ -37,6 +37,7 @@ fn macro_type(name: &str) -> Option<IntKind> {
         _ if name.starts_with("KVC_POOL_LAYOUT_") => custom("kvc_pool_layout"),
         _ if name.starts_with("KVC_POOL_TABLE_") => custom("kvc_pool_table_format"),
         _ if name.starts_with("KVC_POOL_EVENT_") => custom("kvc_pool_event_kind"),
+        _ if name.starts_with("KVC_POOL_HASH_") => custom("kvc_pool_hash_mode"),
         _ if name.starts_with("KVC_FEATURE_") => Some(IntKind::U64),
         _ if name.starts_with("KVC_VERSION_") => Some(IntKind::U32),
         // A byte count and a version number: the sizes of Rust arrays and slices.
@@ -102,7 +103,7 @@ pub fn kvcache_bindings(include_dir: &std::path::Path) -> bindgen::Builder {
         // Option structs get hand-written Default impls equal to their _INIT macros.
         .no_default("kvc_(layer|cache|init|update|quant|conv_update)_options")
         .no_default("kvc_model_config|kvc_layer_info|kvc_memory_info|kvc_allocator")
-        .no_default("kvc_pool_(options|group_options|layer_options|sequence_options|stats)")
+        .no_default("kvc_pool_(options|group_options|layer_options|sequence_options|stats|vllm_batch_options)")
         .generate_comments(true)
         .formatter(bindgen::Formatter::Prettyplease)
 }

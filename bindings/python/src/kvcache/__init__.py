@@ -90,6 +90,7 @@ from .pool import (
     BatchReservation,
     CsrBlockTable,
     EventKind,
+    HashMode,
     GroupKind,
     Layout,
     MultimodalItem,
@@ -157,6 +158,6 @@ __all__ = [
     "model_block_payload",
     "Pool", "Sequence", "MultimodalItem", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping",
     "CsrBlockTable", "BatchReservation", "add_redis_tier", "tier_stats",
-    "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
+    "RecurrentState", "GroupKind", "Layout", "EventKind", "HashMode", "describe_config",
     "load", "load_encoder_decoder", "FILE_FORMAT_VERSION",
 ]

@@ -42,6 +42,7 @@ import array
 import enum
 import operator
 import os
+import time
 from collections.abc import Mapping as _AbcMapping, Sequence as _AbcSequence
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional, Sequence as Seq, Tuple, Union
@@ -90,6 +91,16 @@ class EventKind(enum.IntEnum):
     TIER_STORED = _lib.KVC_POOL_EVENT_TIER_STORED  # the tier worker stored the block (block_id: the tier's index)
     TIER_FAILED = _lib.KVC_POOL_EVENT_TIER_FAILED  # the tier refused or failed the store
     TIER_DROPPED = _lib.KVC_POOL_EVENT_TIER_DROPPED  # the store never reached the tier: queue full, or shutdown
+
+
+class HashMode(enum.IntEnum):
+    """How a pool computes its block hashes (``kvc_pool_hash_mode``, docs/block-hash.md). Since 0.7.
+
+    ``KVCACHE``: kvcache's own chain (the default). ``VLLM``: vLLM's prefix-caching hash with ``sha256_cbor``,
+    equal to a vLLM server's for the same tokens, LoRA, items and cache salt (all of them UTF-8 text)."""
+
+    KVCACHE = _lib.KVC_POOL_HASH_KVCACHE
+    VLLM = _lib.KVC_POOL_HASH_VLLM_SHA256_CBOR
 
 
 def _enum(cls: Any, value: Any, name: str) -> Any:
@@ -442,6 +453,10 @@ class Pool:
             released blocks are freed.
         events: how many events the queue keeps until :meth:`events` pulls them (0: no events). When full, the
             oldest are dropped.
+        hash_mode: ``"kvcache"`` (default) or ``"vllm"`` (:class:`HashMode`): blocks hashed as vLLM hashes
+            them with ``sha256_cbor``, so a router that also fronts vLLM servers sees the same prefixes; the
+            seed is then vLLM's ``PYTHONHASHSEED`` (empty: its default) and must be UTF-8, like the salts,
+            adapter keys and paths and item hashes of the sequences. Since 0.7.
         storage: None (default: the library allocates the blocks), or one writable C-contiguous CPU buffer that
             holds every layer's K/V (a NumPy array, a CPU ``torch`` tensor, a ``bytearray``) of at least
             :meth:`storage_bytes` bytes: the storage views are then slices of it, with no copy (docs/allocator.md).
@@ -467,7 +482,8 @@ class Pool:
     def __init__(self, *, dtype: DtypeLike, groups: Seq[PoolGroup], layers: Seq[PoolLayer],
                  device: DeviceLike = "cpu", layout: Union[str, Layout] = Layout.NHD,
                  hash_seed: Optional[bytes] = None, prefix_caching: bool = True, events: int = 0,
-                 storage: Any = None, shared_budget_bytes: int = 0) -> None:
+                 storage: Any = None, shared_budget_bytes: int = 0,
+                 hash_mode: Union[str, HashMode] = HashMode.KVCACHE) -> None:
         self._groups: Tuple[PoolGroup, ...] = tuple(groups)
         self._layers: Tuple[PoolLayer, ...] = tuple(layers)
         self._dtype = parse_dtype(dtype)
@@ -477,6 +493,7 @@ class Pool:
         o.enable_prefix_caching = 1 if prefix_caching else 0
         o.event_capacity = _u32(events, "events")
         o.shared_budget_bytes = _u64(shared_budget_bytes, "shared_budget_bytes")
+        o.hash_mode = int(_enum(HashMode, hash_mode, "hash_mode"))
         if storage is not None and type(storage).__module__.startswith("torch"):
             storage = storage.detach().numpy()  # the same memory; torch tensors have no buffer protocol
         self._handle = _lib.kvc_pool_create(o, hash_seed, storage)
@@ -553,7 +570,8 @@ class Pool:
     # -------------------------------------------------------------- sequences
 
     def sequence(self, salt: Optional[bytes] = None, *, adapter_key: Optional[bytes] = None,
-                 mm_items: Iterable[Tuple[bytes, int, int]] = ()) -> "Sequence":
+                 mm_items: Iterable[Tuple[bytes, int, int]] = (), adapter_path: Optional[bytes] = None,
+                 adapter_id: int = 0) -> "Sequence":
         """A new, empty sequence (a request). ``salt`` is its cache salt (per tenant): blocks are reused only
         between sequences with the same salt. Use it as a context manager to release it::
 
@@ -563,9 +581,12 @@ class Pool:
         each of ``mm_items`` (:class:`MultimodalItem` or ``(hash, offset, length)``, sorted by offset, not
         overlapping) the hash of every block its token range overlaps, so requests with equal placeholder
         tokens but different images, or different adapters, share no block. Bad items raise
-        :class:`InvalidArgumentError` and the pool is unchanged.
+        :class:`InvalidArgumentError` and the pool is unchanged. ``adapter_path`` (a ``"vllm"`` hash-mode pool
+        only: the LoRA's path, part of vLLM's LoRA key) and ``adapter_id`` (vLLM's ``lora_id`` in the events,
+        not hashed; 0 = none) since 0.7.
         """
-        handle = _lib.kvc_pool_sequence_create(self._handle, salt, adapter_key, _mm_items(mm_items))
+        handle = _lib.kvc_pool_sequence_create(self._handle, salt, adapter_key, _mm_items(mm_items), adapter_path,
+                                               operator.index(adapter_id))
         return Sequence._from_handle(handle, self)
 
     def load_sequence(self, path: Union[str, "os.PathLike[str]"]) -> "Sequence":
@@ -654,6 +675,17 @@ class Pool:
             out.extend(PoolEvent._from_lib(e) for e in batch)
             if len(batch) < _EVENT_BATCH:
                 return out
+
+    def events_vllm(self, ts: Optional[float] = None, *, int_hashes: bool = False,
+                    data_parallel_rank: Optional[int] = None) -> bytes:
+        """Takes every queued event as one batch in vLLM's wire form: the msgpack bytes vLLM's KV event
+        publisher sends for a ``KVEventBatch`` (``BlockStored`` with several blocks, their token ids, no parent
+        for a chain's first block, ``medium``, ``lora_id`` and ``lora_name``; ``BlockRemoved``;
+        ``AllBlocksCleared``), which NVIDIA Dynamo and llm-d read (docs/pool.md, 'Events in vLLM's form').
+        ``ts`` defaults to ``time.time()``; ``int_hashes`` gives vLLM's 64-bit hash form. Since 0.7."""
+        return _lib.kvc_pool_events_pull_vllm(self._handle, 1 if int_hashes else 0,
+                                              time.time() if ts is None else float(ts),
+                                              -1 if data_parallel_rank is None else operator.index(data_parallel_rank))
 
     # --------------------------------------------------------------- mutation
 

@@ -95,6 +95,8 @@ pub const KVC_POOL_GROUP_CHUNKED: kvc_pool_group_kind = 3;
 pub const KVC_POOL_GROUP_RECURRENT: kvc_pool_group_kind = 4;
 pub const KVC_POOL_LAYOUT_NHD: kvc_pool_layout = 0;
 pub const KVC_POOL_LAYOUT_HND: kvc_pool_layout = 1;
+pub const KVC_POOL_HASH_KVCACHE: kvc_pool_hash_mode = 0;
+pub const KVC_POOL_HASH_VLLM_SHA256_CBOR: kvc_pool_hash_mode = 1;
 pub const KVC_POOL_BLOCK_HASH_VERSION: usize = 2;
 pub const KVC_POOL_EXTRA_KEY_MAX: usize = 1024;
 pub const KVC_POOL_MM_ITEMS_MAX: usize = 65536;
@@ -1286,7 +1288,9 @@ pub struct kvc_pool_layer_options {
     pub reserved: u64,
 }
 pub type kvc_pool_layout = i32;
-/// Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7), 96 (0.7: shared_budget_bytes).
+pub type kvc_pool_hash_mode = i32;
+/** Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7), 96 (0.7: shared_budget_bytes), 104 (0.7:
+ hash_mode).*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_pool_options {
@@ -1342,6 +1346,9 @@ pub struct kvc_pool_options {
  allocator, if set, gives one buffer of all pages.
  docs/pool.md, 'One budget for all groups'. Since 0.7.*/
     pub shared_budget_bytes: u64,
+    /** KVC_POOL_HASH_KVCACHE (default) or
+ KVC_POOL_HASH_VLLM_SHA256_CBOR. Since 0.7.*/
+    pub hash_mode: kvc_pool_hash_mode,
 }
 unsafe extern "C" {
     /// Sets `options` to KVC_POOL_OPTIONS_INIT. Never fails; NULL is ignored.
@@ -1444,7 +1451,8 @@ impl Default for kvc_pool_mm_item {
     }
 }
 /** Options of kvc_pool_sequence_create. Published sizes: 24 (0.6), 56 (0.7:
- mm_items, num_mm_items, adapter_key, adapter_key_len).
+ mm_items, num_mm_items, adapter_key, adapter_key_len), 80 (0.7: adapter_path,
+ adapter_path_len, adapter_id).
 
  The extra keys (since 0.7): the adapter key enters the hash of every block
  and an item's hash that of every block its range overlaps (the block-hash
@@ -1476,6 +1484,16 @@ pub struct kvc_pool_sequence_options {
     pub adapter_key: *const ::core::ffi::c_void,
     /// bytes of adapter_key, 0 .. KVC_POOL_EXTRA_KEY_MAX; 0 = none. Since 0.7.
     pub adapter_key_len: usize,
+    /** KVC_POOL_HASH_VLLM_SHA256_CBOR pools only: the LoRA's path (vLLM's lora_path,
+ in its ("lora", name, path) key; needs an adapter_key); borrowed for the call.
+ Since 0.7.*/
+    pub adapter_path: *const ::core::ffi::c_void,
+    /** bytes of adapter_path, 0 .. KVC_POOL_EXTRA_KEY_MAX; must be 0 in a
+ KVC_POOL_HASH_KVCACHE pool, whose hash has no path. Since 0.7.*/
+    pub adapter_path_len: usize,
+    /** the adapter's number in events (vLLM's lora_id), >= 0; 0 = none. Not hashed.
+ Since 0.7.*/
+    pub adapter_id: i64,
 }
 unsafe extern "C" {
     /// Sets `options` to KVC_POOL_SEQUENCE_OPTIONS_INIT. Never fails; NULL is ignored. Since 0.7.
@@ -1833,6 +1851,60 @@ unsafe extern "C" {
         events: *mut kvc_pool_event,
         capacity: usize,
         count: *mut usize,
+    ) -> *mut kvc_error;
+}
+/// Options of kvc_pool_events_pull_vllm. Published sizes: 32 (0.7). Since 0.7.
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kvc_pool_vllm_batch_options {
+    /// sizeof(kvc_pool_vllm_batch_options)
+    pub struct_size: u32,
+    /** 0 (default): hashes as 32 bytes (msgpack bin, vLLM's default); 1: as vLLM's
+ 64-bit form (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES: the last 8 bytes, big
+ endian, an unsigned integer)*/
+    pub int_hashes: i32,
+    /// the batch's timestamp (vLLM: time.time(), seconds since the epoch)
+    pub ts: f64,
+    /// >= 0, or -1 (default): none (nil)
+    pub data_parallel_rank: i64,
+    /// 0
+    pub reserved: u64,
+}
+unsafe extern "C" {
+    /// Sets `options` to KVC_POOL_VLLM_BATCH_OPTIONS_INIT. Never fails; NULL is ignored. Since 0.7.
+    pub fn kvc_pool_vllm_batch_options_init(options: *mut kvc_pool_vllm_batch_options);
+}
+unsafe extern "C" {
+    /** Takes every queued event into one batch in vLLM's wire form: the msgpack
+ bytes vLLM's KV event publisher sends for a `KVEventBatch` (msgspec's
+ encoding of vllm/distributed/kv_events.py's classes, vLLM 0.34): an array
+ [ts, events, data_parallel_rank or nil], each event a map {"type": "BlockStored"
+ | "BlockRemoved" | "AllBlocksCleared", fields...}. A run of STORED events
+ of one chain (same group, adapter and medium, each block's parent the
+ previous block) is one BlockStored with several block_hashes, as vLLM
+ publishes a commit; its parent_block_hash is nil when the run starts a
+ chain (the root is not a block), its token_ids the blocks' tokens, its
+ medium "GPU" for a device pool and "CPU" for a host one, lora_id the
+ sequence's adapter_id (nil for 0) and lora_name its adapter key (nil when
+ none or not UTF-8), group_idx the group. A run of REMOVED events of one
+ group is one BlockRemoved. Router-side consumers (NVIDIA Dynamo, llm-d)
+ read these bytes as they read vLLM's.
+ `buf` (capacity bytes) receives the bytes, `*size` their number, and the
+ events leave the queue. With `buf` NULL (and capacity 0) nothing is taken:
+ `*size` receives the bytes the batch of the queued events takes (call
+ again with a buffer that large). `options` NULL = defaults. An empty queue
+ gives a batch with no events.
+ Errors (nothing taken or written): INVALID_ARGUMENT (NULL pool or size, buf
+ NULL with a capacity, options' struct_size, int_hashes not 0 or 1,
+ data_parallel_rank below -1, a ts that is not finite), OUT_OF_RANGE (the
+ batch does not fit in capacity; the message says how many bytes it takes).
+ Since 0.7.*/
+    pub fn kvc_pool_events_pull_vllm(
+        pool: *mut kvc_pool,
+        options: *const kvc_pool_vllm_batch_options,
+        buf: *mut ::core::ffi::c_void,
+        capacity: usize,
+        size: *mut usize,
     ) -> *mut kvc_error;
 }
 /// The key of one block in a tier.

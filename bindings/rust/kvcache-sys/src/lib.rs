@@ -251,6 +251,7 @@ impl Default for kvc_pool_options {
             event_capacity: 0,
             allocator: core::ptr::null(),
             shared_budget_bytes: 0,
+            hash_mode: KVC_POOL_HASH_KVCACHE,
         }
     }
 }
@@ -266,6 +267,22 @@ impl Default for kvc_pool_sequence_options {
             num_mm_items: 0,
             adapter_key: core::ptr::null(),
             adapter_key_len: 0,
+            adapter_path: core::ptr::null(),
+            adapter_path_len: 0,
+            adapter_id: 0,
+        }
+    }
+}
+
+/// `KVC_POOL_VLLM_BATCH_OPTIONS_INIT`: 32-byte hashes, no data-parallel rank, ts 0.
+impl Default for kvc_pool_vllm_batch_options {
+    fn default() -> Self {
+        Self {
+            struct_size: struct_size::<Self>(),
+            int_hashes: 0,
+            ts: 0.0,
+            data_parallel_rank: -1,
+            reserved: 0,
         }
     }
 }

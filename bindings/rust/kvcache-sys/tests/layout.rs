@@ -108,15 +108,18 @@ structs! {
     }
     kvc_pool_options {
         struct_size, dtype, device, num_groups, groups, num_layers, layers, layout, hash_seed,
-        hash_seed_len, enable_prefix_caching, event_capacity, allocator, shared_budget_bytes
+        hash_seed_len, enable_prefix_caching, event_capacity, allocator, shared_budget_bytes,
+        hash_mode
     }
     kvc_pool_stats {
         struct_size, group, num_blocks, free_blocks, cached_blocks, used_blocks, pinned_blocks,
         prefix_queries, prefix_hits, evictions
     }
     kvc_pool_sequence_options {
-        struct_size, salt, salt_len, mm_items, num_mm_items, adapter_key, adapter_key_len
+        struct_size, salt, salt_len, mm_items, num_mm_items, adapter_key, adapter_key_len,
+        adapter_path, adapter_path_len, adapter_id
     }
+    kvc_pool_vllm_batch_options { struct_size, int_hashes, ts, data_parallel_rank, reserved }
     kvc_pool_mm_item { hash, hash_len, offset, length }
     kvc_pool_table { table, indptr, last_page_len }
     kvc_pool_event {
@@ -192,6 +195,7 @@ constants! {
     KVC_POOL_LAYOUT_NHD, KVC_POOL_LAYOUT_HND, KVC_POOL_TABLE_PADDED, KVC_POOL_TABLE_CSR,
     KVC_POOL_EVENT_BLOCK_STORED, KVC_POOL_EVENT_BLOCK_REMOVED, KVC_POOL_EVENT_ALL_CLEARED,
     KVC_POOL_EVENT_TIER_STORED, KVC_POOL_EVENT_TIER_FAILED, KVC_POOL_EVENT_TIER_DROPPED,
+    KVC_POOL_HASH_KVCACHE, KVC_POOL_HASH_VLLM_SHA256_CBOR,
     KVC_POOL_BLOCK_HASH_VERSION, KVC_POOL_EXTRA_KEY_MAX, KVC_POOL_MM_ITEMS_MAX, KVC_ALLOCATOR_ALIGNMENT,
     KVC_TIER_WRITE_ON_COMMIT, KVC_TIER_WRITE_ON_EVICT, KVC_TIER_AUTH_KEY_MIN, KVC_TIER_AUTH_KEY_MAX,
     KVC_TIER_PAYLOAD_MAX,
@@ -322,6 +326,7 @@ fn defaults_are_the_init_macros() {
     same_as_init(kvc_conv_update_options_init);
     same_as_init(kvc_pool_options_init);
     same_as_init(kvc_pool_sequence_options_init);
+    same_as_init(kvc_pool_vllm_batch_options_init);
     same_as_init(kvc_allocator_init);
     // The init functions accept NULL.
     // SAFETY: documented: "NULL is ignored".

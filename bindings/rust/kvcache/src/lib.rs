@@ -104,9 +104,9 @@ pub use options::{
 };
 pub use persist::FILE_FORMAT_VERSION;
 pub use pool::{
-    BlockTable, CsrBlockTable, GroupKind, LayerStorage, Layout, MultimodalItem,
+    BlockTable, CsrBlockTable, GroupKind, HashMode, LayerStorage, Layout, MultimodalItem,
     POOL_BLOCK_HASH_VERSION, Pool, PoolBuilder, PoolEvent, PoolGroup, PoolLayer, PoolStats,
-    RecurrentState, Sequence, SequenceKeys, SlotMapping, TierOutcome,
+    RecurrentState, Sequence, SequenceKeys, SlotMapping, TierOutcome, VllmBatchOptions,
 };
 pub use redis_tier::{RedisCluster, RedisTier, RedisTierOptions};
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};

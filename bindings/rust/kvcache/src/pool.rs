@@ -331,6 +331,29 @@ impl Layout {
     }
 }
 
+/// How a pool computes its block hashes (`kvc_pool_hash_mode`,
+/// docs/block-hash.md). Since 0.7.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum HashMode {
+    /// kvcache's own chain (docs/block-hash.md, version 2).
+    #[default]
+    Kvcache,
+    /// vLLM's prefix-caching hash with `sha256_cbor`: equal to a vLLM
+    /// server's for the same tokens, LoRA (name and path), items and cache
+    /// salt, which must then be UTF-8 text, as the hash seed (vLLM's
+    /// `PYTHONHASHSEED`; empty: its default).
+    Vllm,
+}
+
+impl HashMode {
+    fn raw(self) -> sys::kvc_pool_hash_mode {
+        match self {
+            HashMode::Kvcache => sys::KVC_POOL_HASH_KVCACHE,
+            HashMode::Vllm => sys::KVC_POOL_HASH_VLLM_SHA256_CBOR,
+        }
+    }
+}
+
 /// Options of [`Pool::builder`] (`kvc_pool_options`).
 #[derive(Clone, Debug)]
 pub struct PoolBuilder {
@@ -344,9 +367,16 @@ pub struct PoolBuilder {
     events: u32,
     allocator: Option<Arc<dyn Allocator>>,
     shared_budget_bytes: u64,
+    hash_mode: HashMode,
 }
 
 impl PoolBuilder {
+    /// How blocks are hashed (default [`HashMode::Kvcache`]). Since 0.7.
+    pub fn hash_mode(mut self, mode: HashMode) -> Self {
+        self.hash_mode = mode;
+        self
+    }
+
     /// Where the blocks live (default the CPU).
     pub fn device(mut self, device: Device) -> Self {
         self.device = device;
@@ -503,6 +533,7 @@ impl PoolBuilder {
             enable_prefix_caching: i32::from(self.prefix_caching),
             event_capacity: self.events,
             shared_budget_bytes: self.shared_budget_bytes,
+            hash_mode: self.hash_mode.raw(),
             ..Default::default()
         };
         Ok(f(&options))
@@ -560,6 +591,24 @@ pub struct SequenceKeys<'a> {
     pub adapter_key: &'a [u8],
     /// The multimodal items, in the extra keys of the blocks they overlap.
     pub mm_items: &'a [MultimodalItem<'a>],
+    /// A [`HashMode::Vllm`] pool's LoRA path (part of vLLM's LoRA key; needs
+    /// an adapter key); empty otherwise. Since 0.7.
+    pub adapter_path: &'a [u8],
+    /// The adapter's number in events (vLLM's `lora_id`), not hashed; 0 =
+    /// none. Since 0.7.
+    pub adapter_id: i64,
+}
+
+/// The batch of [`Pool::events_vllm`] (`kvc_pool_vllm_batch_options`). Since 0.7.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct VllmBatchOptions {
+    /// The batch's timestamp, seconds since the epoch (vLLM's `time.time()`).
+    pub ts: f64,
+    /// Hashes in vLLM's 64-bit form (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`)
+    /// instead of 32 bytes.
+    pub int_hashes: bool,
+    /// The data-parallel rank, or none.
+    pub data_parallel_rank: Option<u32>,
 }
 
 /// A block pool for one model on one device (`kvc_pool*`): a shared handle.
@@ -632,6 +681,7 @@ impl Pool {
             events: 0,
             allocator: None,
             shared_budget_bytes: 0,
+            hash_mode: HashMode::Kvcache,
         }
     }
 
@@ -706,6 +756,9 @@ impl Pool {
             num_mm_items: items.len(),
             adapter_key: keys.adapter_key.as_ptr().cast(),
             adapter_key_len: keys.adapter_key.len(),
+            adapter_path: keys.adapter_path.as_ptr().cast(),
+            adapter_path_len: keys.adapter_path.len(),
+            adapter_id: keys.adapter_id,
             ..Default::default()
         };
         let mut raw = std::ptr::null_mut();
@@ -802,6 +855,38 @@ impl Pool {
         let _held = self.begin("kvc_pool_unpin_all")?;
         // SAFETY: a live pool, no view alive.
         check(unsafe { sys::kvc_pool_unpin_all(self.as_ptr()) })
+    }
+
+    /// Takes every queued event as one batch in vLLM's wire form
+    /// (`kvc_pool_events_pull_vllm`): the msgpack bytes vLLM's KV event
+    /// publisher sends for a `KVEventBatch`, which NVIDIA Dynamo and llm-d
+    /// read (docs/pool.md, 'Events in vLLM's form'). Since 0.7.
+    pub fn events_vllm(&self, options: &VllmBatchOptions) -> Result<Vec<u8>> {
+        let _held = self.begin("kvc_pool_events_pull_vllm")?;
+        let raw = sys::kvc_pool_vllm_batch_options {
+            int_hashes: i32::from(options.int_hashes),
+            ts: options.ts,
+            data_parallel_rank: options.data_parallel_rank.map_or(-1, i64::from),
+            ..Default::default()
+        };
+        let mut size = 0usize;
+        // SAFETY: a live pool; a NULL buffer of capacity 0 asks for the size only.
+        check(unsafe {
+            sys::kvc_pool_events_pull_vllm(self.as_ptr(), &raw, std::ptr::null_mut(), 0, &mut size)
+        })?;
+        let mut out = vec![0u8; size];
+        // SAFETY: a live pool; `out` holds `size` writable bytes; the lock keeps the queue as measured.
+        check(unsafe {
+            sys::kvc_pool_events_pull_vllm(
+                self.as_ptr(),
+                &raw,
+                out.as_mut_ptr().cast(),
+                size,
+                &mut size,
+            )
+        })?;
+        out.truncate(size);
+        Ok(out)
     }
 
     /// Takes every queued event, oldest first.

@@ -8,27 +8,12 @@ use kvcache::{
     PoolGroup, PoolLayer, SequenceKeys, block_hash, block_hash_root,
 };
 
+mod common;
+use common::{bytes, list};
+
 /// The vectors, compiled in: the test needs no path at run time.
 const VECTORS: &str = include_str!("../../../../tests/pool/block_hash_v2_vectors.txt");
 const BLOCK: u32 = 4;
-
-fn bytes(field: &str) -> Vec<u8> {
-    if field == "-" {
-        return Vec::new();
-    }
-    (0..field.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&field[i..i + 2], 16).expect("hex"))
-        .collect()
-}
-
-fn list(field: &str) -> Vec<&str> {
-    if field == "-" {
-        Vec::new()
-    } else {
-        field.split(',').collect()
-    }
-}
 
 fn pool(block_size: u32, num_blocks: u32, seed: &[u8]) -> Pool {
     Pool::builder(DType::F32)
@@ -95,6 +80,7 @@ fn v2_vectors() {
             salt: &salt,
             adapter_key: &adapter,
             mm_items: &items,
+            ..Default::default()
         };
         let mut seq = p.sequence_with_keys(&keys).expect("sequence");
         seq.reserve(&tokens).expect("reserve");

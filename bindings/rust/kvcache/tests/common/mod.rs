@@ -5,6 +5,26 @@ use std::io::Write;
 
 use kvcache::{CacheRef, DType, LayerInfo, MemoryInfo, TensorRef, TensorView, bf16, f16};
 
+/// A vector file's hex field as bytes (`-`: none).
+pub fn bytes(field: &str) -> Vec<u8> {
+    if field == "-" {
+        return Vec::new();
+    }
+    (0..field.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&field[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// A vector file's comma-separated field (`-`: none).
+pub fn list(field: &str) -> Vec<&str> {
+    if field == "-" {
+        Vec::new()
+    } else {
+        field.split(',').collect()
+    }
+}
+
 /// Printed past the test harness's output capture.
 pub fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
