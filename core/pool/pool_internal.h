@@ -236,6 +236,10 @@ kvc_error* kvci_pool_check_reserve_length(const char* fn, int64_t index, const k
 /* prefix.c: kvc_pool_commit after its checks. */
 void kvci_pool_commit_checked(kvc_pool_sequence* s);
 
+/* prefix.c: the least common multiple of the groups' block sizes (a match is a multiple of it), or a value above
+   `cap` once it passes `cap`. */
+uint64_t kvci_pool_match_step(const kvc_pool* p, uint64_t cap);
+
 /* reserve.c: the first token position a sliding or chunked group still needs when `committed` are computed. */
 uint64_t kvci_pool_window_start(const kvci_pool_group* g, uint64_t committed);
 
@@ -297,8 +301,6 @@ typedef struct kvci_model {
 void kvci_model_fingerprint(const kvci_model* m, uint8_t out[KVC_BLOCK_HASH_SIZE]);
 /* pool.c: kvc_pool_create's checks of `options`, with `fn` in the message. */
 kvc_error* kvci_pool_options_check(const char* fn, const kvc_pool_options* options);
-/* Whether the pool's tiers are left alone: a pool with a recurrent group (docs/tiers.md). */
-int kvci_pool_tiers_skip(const kvc_pool* pool);
 /* Frees the tiers and the pending list (kvc_pool_destroy). */
 void kvci_pool_tiers_free(kvc_pool* pool);
 
