@@ -71,7 +71,8 @@ size_t kvci_pool_stage_batch(size_t frame) {
   return frame >= STAGE_BATCH_BYTES ? 1 : STAGE_BATCH_BYTES / frame;
 }
 
-/* Stores `count` cached blocks (a recurrent group's: checkpoints) of `group` in the tiers of `policy`, in batches of bounded staging memory. */
+/* Stores `count` cached blocks (a recurrent group's: checkpoints) of `group` in the tiers of `policy`, in batches of
+   bounded staging memory. */
 static void store(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t count, kvc_tier_write_policy policy) {
   const kvci_pool_group* g = &p->groups[group];
   /* A slot holds the value of either mode; each tier's seal writes its own trailer (frame_mac.c). */
