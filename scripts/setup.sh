@@ -160,6 +160,40 @@ sys.exit(0 if transformers.__version__ == '$release' else 'imported transformers
   done
 }
 
+# vLLM's wheel for the tests that run vLLM's own classes on the CPU (its KV offloading's secondary tiers, its
+# events): the release scripts/vllm-release.txt names, installed --no-deps into .venv-vllm/<release>/ with the
+# pure-Python (or prebuilt) packages the imported modules need, and used by .venv's Python (its torch) through
+# PYTHONPATH. No CUDA, no engine: those modules alone. A stamp of the file's hash keeps the fast path free of pip;
+# folders of other releases are removed.
+install_vllm_wheel() {
+  local list="scripts/vllm-release.txt" dir=".venv-vllm" release want dest
+  release="$(sed -n 's/#.*//; s/[[:space:]]//g; /./{p;q}' "$list")"
+  [ -n "$release" ] || die "$list names no vLLM release"
+  dest="$dir/$release"
+  want="$(sha256sum "$list" | cut -d' ' -f1)"
+  mkdir -p "$dir"
+  local old
+  for old in "$dir"/*; do
+    [ -d "$old" ] && [ "$old" != "$dest" ] && { log "removing $old (not $list's release)"; rm -rf "$old"; }
+  done
+  if [ -f "$dest/.stamp" ] && [ "$(cat "$dest/.stamp")" = "$want" ]; then
+    return
+  fi
+  # What vllm.v1.kv_offload's and vllm.distributed.kv_events' imports reach, beyond .venv's torch and numpy.
+  local needs=(VLLM_NEEDS)
+  log "installing vllm $release into $dest"
+  rm -rf "$dest" "$dest.tmp"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --target "$dest.tmp" \
+    "vllm==$release" "${needs[@]}"
+  PYTHONPATH="$dest.tmp" .venv/bin/python -c "
+import sys, vllm.v1.kv_offload.tiering.spec
+from importlib.metadata import version
+sys.exit(0 if version('vllm') == '$release' else 'found vllm %s' % version('vllm'))" >/dev/null 2>&1 ||
+    die "vllm $release in $dest.tmp does not import (PYTHONPATH=$dest.tmp .venv/bin/python -c 'import vllm.v1.kv_offload.tiering.spec')"
+  printf '%s\n' "$want" >"$dest.tmp/.stamp"
+  mv "$dest.tmp" "$dest"
+}
+
 # The GPU toolchains that build the backend plugins (CMake's KVC_CUDA and
 # KVC_HIP; `make build` turns them on where these are present): HIP 5.2 from
 # Debian (hipcc, libamdhip64-dev and their clang 15: 26 packages, about 340 MB)
@@ -214,5 +248,6 @@ check_tools
 check_libfuzzer
 setup_venv
 setup_transformers_releases
+install_vllm_wheel
 install_gpu_toolchains
 log "ok"
