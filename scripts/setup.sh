@@ -179,8 +179,11 @@ install_vllm_wheel() {
   if [ -f "$dest/.stamp" ] && [ "$(cat "$dest/.stamp")" = "$want" ]; then
     return
   fi
-  # What vllm.v1.kv_offload's and vllm.distributed.kv_events' imports reach, beyond .venv's torch and numpy.
-  local needs=(VLLM_NEEDS)
+  # What vllm.v1.kv_offload.tiering's imports reach, beyond .venv's torch and numpy (found by importing it).
+  local needs=(aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 apache-tvm-ffi==0.1.15.post2 attrs==26.1.0
+    cachetools==8.0.3 cbor2==6.3.0 certifi==2026.10.19.post1 cloudpickle==3.1.3 frozenlist==1.8.0 llguidance==1.9.1
+    msgspec==0.23.0 multidict==7.2.1 pillow==13.0.0 prometheus-client==0.26.0 propcache==0.5.4 py-cpuinfo==9.0.0
+    pybase64==1.5.1 pyzmq==27.3.0 requests==2.34.2 urllib3==2.8.0 uvloop==0.23.0 xgrammar==0.2.9 yarl==1.25.1)
   log "installing vllm $release into $dest"
   rm -rf "$dest" "$dest.tmp"
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --target "$dest.tmp" \

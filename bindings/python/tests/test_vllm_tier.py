@@ -38,9 +38,18 @@ DEADLINE_MS = 300
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port whose cluster bus port (+10000) is a free port too."""
+    while True:
+        with socket.socket() as s, socket.socket() as bus:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            if port + 10000 > 65535:
+                continue
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+            return port
 
 
 def cli(port: int, *args: str) -> str:
@@ -62,7 +71,7 @@ def redis_servers(n: int, cluster: bool):
                                               stdout=subprocess.DEVNULL))
                 ports.append(port)
             for port in ports:
-                for _ in range(250):
+                for _ in range(500):
                     if "PONG" in cli(port, "ping"):
                         break
                     time.sleep(0.02)
