@@ -160,38 +160,41 @@ sys.exit(0 if transformers.__version__ == '$release' else 'imported transformers
   done
 }
 
-# vLLM's own KV event classes and block-hash functions, for the tests that check kvcache's events and its vLLM
-# hash mode against them: the wheel of the release in scripts/vllm-release.txt (one line, the version) in
-# .venv-vllm/<release>/, --no-deps (no torch: the tests load the few modules they need from the folder), with
-# the packages those modules import: msgspec (the events' decoder), cbor2 (sha256_cbor) and pyzmq (imported
-# by the event module). About 240 MB of download, a few seconds once a stamp of the release is written.
-VLLM_WHEEL_EXTRAS="msgspec==0.23.0 cbor2==6.3.0 pyzmq==27.3.0"
+# vLLM's wheel for the tests that run vLLM's own classes on the CPU (its KV offloading's secondary tiers, its
+# events): the release scripts/vllm-release.txt names, installed --no-deps into .venv-vllm/<release>/ with the
+# pure-Python (or prebuilt) packages the imported modules need, and used by .venv's Python (its torch) through
+# PYTHONPATH. No CUDA, no engine: those modules alone. A stamp of the file's hash keeps the fast path free of pip;
+# folders of other releases are removed.
 install_vllm_wheel() {
-  local release dir=".venv-vllm" dest want
-  release="$(tr -d '[:space:]' <scripts/vllm-release.txt)"
-  [ -n "$release" ] || die "scripts/vllm-release.txt names no vLLM release"
+  local list="scripts/vllm-release.txt" dir=".venv-vllm" release want dest
+  release="$(sed -n 's/#.*//; s/[[:space:]]//g; /./{p;q}' "$list")"
+  [ -n "$release" ] || die "$list names no vLLM release"
   dest="$dir/$release"
-  want="$(printf '%s %s\n' "$release" "$VLLM_WHEEL_EXTRAS" | sha256sum | cut -d' ' -f1)"
+  want="$(sha256sum "$list" | cut -d' ' -f1)"
+  mkdir -p "$dir"
+  local old
+  for old in "$dir"/*; do
+    [ -d "$old" ] && [ "$old" != "$dest" ] && { log "removing $old (not $list's release)"; rm -rf "$old"; }
+  done
   if [ -f "$dest/.stamp" ] && [ "$(cat "$dest/.stamp")" = "$want" ]; then
     return
   fi
-  log "installing vllm $release (no dependencies) into $dest"
-  mkdir -p "$dir"
+  # What vllm.v1.kv_offload.tiering's imports reach, beyond .venv's torch and numpy (found by importing it).
+  local needs=(aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 apache-tvm-ffi==0.1.15.post2 attrs==26.1.0
+    cachetools==8.0.3 cbor2==6.3.0 certifi==2026.10.19.post1 cloudpickle==3.1.3 frozenlist==1.8.0 llguidance==1.9.1
+    msgspec==0.23.0 multidict==7.2.1 pillow==13.0.0 prometheus-client==0.26.0 propcache==0.5.4 py-cpuinfo==9.0.0
+    pybase64==1.5.1 pyzmq==27.3.0 requests==2.34.2 urllib3==2.8.0 uvloop==0.23.0 xgrammar==0.2.9 yarl==1.25.1)
+  log "installing vllm $release into $dest"
   rm -rf "$dest" "$dest.tmp"
-  # shellcheck disable=SC2086
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --target "$dest.tmp" \
-    "vllm==$release" $VLLM_WHEEL_EXTRAS
-  [ -f "$dest.tmp/vllm/distributed/kv_events.py" ] && [ -f "$dest.tmp/vllm/v1/core/kv_cache_utils.py" ] ||
-    die "vllm $release in $dest.tmp lacks vllm/distributed/kv_events.py or vllm/v1/core/kv_cache_utils.py"
-  PYTHONPATH="$dest.tmp" .venv/bin/python -c "import msgspec, cbor2, zmq" ||
-    die "the packages vLLM's event and hash modules import do not import from $dest.tmp"
+    "vllm==$release" "${needs[@]}"
+  PYTHONPATH="$dest.tmp" .venv/bin/python -c "
+import sys, vllm.v1.kv_offload.tiering.spec
+from importlib.metadata import version
+sys.exit(0 if version('vllm') == '$release' else 'found vllm %s' % version('vllm'))" >/dev/null 2>&1 ||
+    die "vllm $release in $dest.tmp does not import (PYTHONPATH=$dest.tmp .venv/bin/python -c 'import vllm.v1.kv_offload.tiering.spec')"
   printf '%s\n' "$want" >"$dest.tmp/.stamp"
   mv "$dest.tmp" "$dest"
-  local old
-  for old in "$dir"/*; do
-    [ -d "$old" ] && [ "$old" != "$dest" ] && { log "removing $old (not scripts/vllm-release.txt's release)"; rm -rf "$old"; }
-  done
-  return 0
 }
 
 # The GPU toolchains that build the backend plugins (CMake's KVC_CUDA and

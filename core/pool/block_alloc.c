@@ -131,10 +131,8 @@ void kvci_pool_block_release(kvci_pool_group* g, uint32_t block) {
     lru_push_recent(g, block);
 }
 
-int kvci_pool_block_cache(kvc_pool* pool, uint32_t group, uint32_t block, const kvc_pool_sequence* s,
-                          const int32_t* tokens, uint64_t index) {
-  kvci_pool_group* g = &pool->groups[group];
-  const uint8_t* hash = s->groups[group].hashes[index];
+/* Caches `block` under `hash`; 0 when the hash is cached already (the block stays uncached). No event. */
+static int block_cache_quietly(kvci_pool_group* g, uint32_t block, const uint8_t* hash) {
   kvci_pool_block* x = &g->blocks[block];
   /* Two sequences that computed the same block without sharing it: the first one cached stays the key's block. */
   if (x->cached || kvci_pool_map_find(g, hash)) return 0;
@@ -142,7 +140,23 @@ int kvci_pool_block_cache(kvc_pool* pool, uint32_t group, uint32_t block, const 
   x->cached = 1;
   map_insert(g, block);
   if (!x->ref) lru_push_recent(g, block); /* a recurrent checkpoint: nobody holds it */
+  return 1;
+}
+
+int kvci_pool_block_cache(kvc_pool* pool, uint32_t group, uint32_t block, const kvc_pool_sequence* s,
+                          const int32_t* tokens, uint64_t index) {
+  const uint8_t* hash = s->groups[group].hashes[index];
+  if (!block_cache_quietly(&pool->groups[group], block, hash)) return 0;
   kvci_pool_event_push(pool, KVC_POOL_EVENT_BLOCK_STORED, group, block, hash, s, tokens, index);
+  return 1;
+}
+
+int kvci_pool_block_cache_chain(kvc_pool* pool, uint32_t group, uint32_t block, const uint8_t (*chain)[KVC_BLOCK_HASH_SIZE],
+                                const uint8_t* root, uint32_t adapter, const int32_t* tokens, uint64_t index) {
+  if (!block_cache_quietly(&pool->groups[group], block, chain[index])) return 0;
+  kvci_pool_event_push_chain(pool, KVC_POOL_EVENT_BLOCK_STORED, group, block, chain[index],
+                             index ? chain[index - 1] : root, index > 0, adapter,
+                             tokens + index * pool->groups[group].block_size);
   return 1;
 }
 

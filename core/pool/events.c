@@ -58,6 +58,24 @@ int64_t kvci_pool_adapter_intern(kvc_pool* pool, const void* key, size_t key_len
 
 void kvci_pool_event_push(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t block,
                           const uint8_t* hash, const kvc_pool_sequence* s, const int32_t* tokens, uint64_t index) {
+  if (!s) {
+    kvci_pool_event_push_chain(pool, kind, group, block, hash, NULL, 0, 0, NULL);
+    return;
+  }
+  uint32_t bs = pool->groups[group].block_size;
+  kvci_pool_event_push_chain(pool, kind, group, block, hash, index ? s->groups[group].hashes[index - 1] : s->root,
+                             index > 0, s->adapter, tokens + index * bs);
+}
+
+void kvci_pool_event_push_tier(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t tier,
+                               const uint8_t* hash, uint32_t num_tokens) {
+  kvci_pool_event_push_chain(pool, kind, group, tier, hash, NULL, 0, 0, NULL);
+  if (pool->event_count) pool->events[(pool->event_head + pool->event_count - 1) % pool->event_cap].num_tokens = num_tokens;
+}
+
+void kvci_pool_event_push_chain(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t block,
+                                const uint8_t* hash, const uint8_t* parent, int has_parent, uint32_t adapter,
+                                const int32_t* block_tokens) {
   if (!pool->event_cap) return; /* events off: ids are not spent either */
   if (pool->event_count == pool->event_cap) {
     pool->event_head = (pool->event_head + 1) % pool->event_cap;
@@ -73,13 +91,13 @@ void kvci_pool_event_push(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t gro
   if (hash) memcpy(e->block_hash, hash, KVC_BLOCK_HASH_SIZE);
   kvci_pool_event_more* m = &pool->event_more[at];
   *m = (kvci_pool_event_more){0, 0};
-  if (s) {
+  if (parent) {
     uint32_t bs = pool->groups[group].block_size;
     e->num_tokens = bs;
-    memcpy(e->parent_hash, index ? s->groups[group].hashes[index - 1] : s->root, KVC_BLOCK_HASH_SIZE);
-    memcpy(pool->event_tokens + (size_t)at * pool->event_token_stride, tokens + index * bs, bs * sizeof(int32_t));
-    m->has_parent = index > 0;
-    m->adapter = s->adapter;
+    memcpy(e->parent_hash, parent, KVC_BLOCK_HASH_SIZE);
+    memcpy(pool->event_tokens + (size_t)at * pool->event_token_stride, block_tokens, bs * sizeof(int32_t));
+    m->has_parent = (uint8_t)(has_parent != 0);
+    m->adapter = adapter;
   }
   pool->event_count++;
 }

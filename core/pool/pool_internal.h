@@ -233,6 +233,9 @@ uint32_t kvci_pool_map_find(const kvci_pool_group* g, const uint8_t hash[KVC_BLO
    uncached). */
 int kvci_pool_block_cache(kvc_pool* pool, uint32_t group, uint32_t block, const kvc_pool_sequence* s,
                           const int32_t* tokens, uint64_t index);
+/* The same for block `index` of a hash chain (`chain`, from `root`) that is no sequence's yet: a prefetch's. */
+int kvci_pool_block_cache_chain(kvc_pool* pool, uint32_t group, uint32_t block, const uint8_t (*chain)[KVC_BLOCK_HASH_SIZE],
+                                const uint8_t* root, uint32_t adapter, const int32_t* tokens, uint64_t index);
 /* Uncaches an unreferenced cached block: out of the map and the LRU, onto the free list. No event. */
 void kvci_pool_block_evict_quietly(kvci_pool_group* g, uint32_t block);
 /* kvc_pool_clear_cache's eviction: every cached unreferenced unpinned block of every group, quietly. */
@@ -247,6 +250,14 @@ void kvci_pool_block_set_pinned(kvci_pool_group* g, uint32_t block, int pinned);
    tokens read from `tokens`. */
 void kvci_pool_event_push(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t block,
                           const uint8_t* hash, const kvc_pool_sequence* s, const int32_t* tokens, uint64_t index);
+/* A tier's event (TIER_STORED, TIER_FAILED, TIER_DROPPED): block_id is the tier's index. */
+void kvci_pool_event_push_tier(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t tier,
+                               const uint8_t* hash, uint32_t num_tokens);
+/* The same for a block of a hash chain that is not (yet) a sequence's: its parent (NULL: no parent, no tokens;
+   has_parent 0: the chain's root), the adapter number and the block's own block_size tokens. */
+void kvci_pool_event_push_chain(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t block,
+                                const uint8_t* hash, const uint8_t* parent, int has_parent, uint32_t adapter,
+                                const int32_t* block_tokens);
 /* The ring's side arrays, once the groups are built (-1: out of memory), and their release. */
 int kvci_pool_events_init(kvc_pool* pool);
 void kvci_pool_events_free(kvc_pool* pool);
@@ -314,6 +325,10 @@ kvc_error* kvci_pool_reserve_checked(const char* fn, kvc_pool_sequence* s, const
 kvc_error* kvci_pool_check_reserve_length(const char* fn, int64_t index, const kvc_pool_sequence* s, uint64_t n);
 /* prefix.c: kvc_pool_commit after its checks. */
 void kvci_pool_commit_checked(kvc_pool_sequence* s);
+
+/* prefix.c: the least common multiple of the groups' block sizes (a match is a multiple of it), or a value above
+   `cap` once it passes `cap`. */
+uint64_t kvci_pool_match_step(const kvc_pool* p, uint64_t cap);
 
 /* reserve.c: the first token position a sliding or chunked group still needs when `committed` are computed. */
 uint64_t kvci_pool_window_start(const kvci_pool_group* g, uint64_t committed);
@@ -414,9 +429,6 @@ void kvci_pool_layer_rows(const kvc_pool* p, kvci_pool_layer* l);
 typedef uint64_t (*kvci_pool_need_fn)(const void* arg, uint32_t group, uint64_t* lost);
 kvc_error* kvci_pool_budget_check(const char* fn, const kvc_pool* p, kvci_pool_need_fn need, const void* arg,
                                   const char* what);
-
-/* Whether the pool's tiers are left alone: a pool with a recurrent group (docs/tiers.md). */
-int kvci_pool_tiers_skip(const kvc_pool* pool);
 /* Frees the tiers and the pending list (kvc_pool_destroy). */
 void kvci_pool_tiers_free(kvc_pool* pool);
 

@@ -72,6 +72,22 @@ static int group_matches(const kvc_pool* p, const kvc_pool_sequence* s, uint32_t
   return 1;
 }
 
+static uint64_t gcd64(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+uint64_t kvci_pool_match_step(const kvc_pool* p, uint64_t cap) {
+  uint64_t step = 1;
+  for (uint32_t gi = 0; gi < p->num_groups && step <= cap; gi++)
+    step = step / gcd64(step, p->groups[gi].block_size) * p->groups[gi].block_size;
+  return step;
+}
+
 /* The longest match: computes the chains it needs into the sequence's (invisible until hashed is set) arrays. */
 static uint64_t longest_match(const kvc_pool* p, kvc_pool_sequence* s, const int32_t* tokens, uint64_t limit) {
   /* Full groups first: each caps the match at its first miss, and their chains stop there. */

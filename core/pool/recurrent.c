@@ -10,7 +10,11 @@
  * block size). match_prefix restores it; truncate restores it for rollback.
  * Checkpoints are cached blocks like any other: unreferenced, LRU-evicted,
  * pinnable, announced by events. A commit that finds no spare slot skips the
- * checkpoint (a later miss, never an error).
+ * checkpoint (a later miss, never an error). Since 0.7 a checkpoint is stored in
+ * the pool's commit tiers like a committed attention block (its payload: the
+ * conv and SSM state of every layer of the group, docs/tiers.md), and
+ * match_prefix fetches one from them (tier_fetch.c), so a hybrid model's
+ * prefix survives a restart.
  */
 #include <inttypes.h>
 
@@ -39,7 +43,9 @@ void kvci_pool_checkpoint(kvc_pool* pool, kvc_pool_sequence* s, uint32_t group) 
   if (!kvci_pool_available(g)) return;
   uint32_t b = kvci_pool_block_take(pool, group);
   kvci_pool_copy_block(pool, group, sg->live, b);
-  kvci_pool_block_cache(pool, group, b, s, s->tokens, k - 1);
+  /* Stored at the commit's end (kvci_pool_tiers_flush): nothing takes a slot of this group before then. */
+  if (kvci_pool_block_cache(pool, group, b, s, s->tokens, k - 1) && pool->commit_tiers)
+    kvci_pool_tiers_committed(pool, group, b);
   kvci_pool_block_release(g, b);
 }
 

@@ -14,8 +14,13 @@
  * group's blocks already in memory are held meanwhile, so taking a block
  * never evicts a part of the chain. A group stops at its first miss, a
  * value that does not verify, or when no block can be taken: never an
- * error. Pools with a recurrent group do not fetch (checkpoints stay in
- * memory, docs/tiers.md).
+ * error.
+ *
+ * A recurrent group needs one checkpoint, at the end of the match, not a
+ * run: its candidates are the boundaries past memory's farthest checkpoint
+ * where a match can end (multiples of every group's block size, within
+ * what the full groups reached); the tiers are asked which they hold (one
+ * exists_many per tier) and the farthest is fetched, one state read.
  */
 #include <stdlib.h>
 
@@ -149,9 +154,75 @@ static uint64_t fetch_group(kvc_pool* p, kvc_pool_sequence* s, const int32_t* to
   return added;
 }
 
+/* Fetches the checkpoint of boundary `index` of a recurrent group into a cached slot; 1 when it did. */
+static int fetch_state(kvc_pool* p, kvc_pool_sequence* s, const int32_t* tokens, uint32_t gi, uint64_t index) {
+  kvci_pool_group* g = &p->groups[gi];
+  const kvci_pool_seq_group* sg = &s->groups[gi];
+  fetch_buf f;
+  if (buf_open(p, gi, &f, 1)) return 0;
+  kvci_pool_tier_key(p, gi, sg->hashes[index], &f.keys[0]);
+  int got = lookup(p, gi, &f, 1) == 1;
+  if (got) {
+    uint32_t b = kvci_pool_block_take(p, gi);
+    got = !kvci_pool_stage_in(p, gi, &b, 1, f.payloads);
+    if (got) kvci_pool_block_cache(p, gi, b, s, tokens, index);
+    kvci_pool_block_release(g, b); /* cached: the match restores it from the LRU; else back to the free list */
+  }
+  buf_free(p, &f);
+  return got;
+}
+
+/* The farthest of `count` candidate boundaries (`at`, ascending) some tier says it holds; count when none does. A
+   tier without exists_many cannot tell: its answer is the farthest candidate, which its get then settles. */
+static size_t farthest_held(kvc_pool* p, uint32_t gi, const kvc_pool_sequence* s, const uint64_t* at, size_t count) {
+  kvc_tier_key* keys = malloc(count * sizeof(*keys));
+  uint8_t* found = malloc(count);
+  size_t best = count;
+  for (size_t j = 0; keys && found && j < count; j++) kvci_pool_tier_key(p, gi, s->groups[gi].hashes[at[j]], &keys[j]);
+  for (uint32_t t = 0; keys && found && t < p->num_tiers; t++) {
+    kvc_tier* tier = p->tiers[t];
+    if (!tier->ops.exists_many) {
+      best = count - 1;
+      break;
+    }
+    kvci_tier_exists_many(tier, keys, found, count);
+    for (size_t j = count; j-- > 0 && (best == count || j > best);)
+      if (found[j]) {
+        best = j;
+        break;
+      }
+    if (best == count - 1) break;
+  }
+  free(keys);
+  free(found);
+  return best;
+}
+
+/* A recurrent group's part (see the top): 1 when a checkpoint was fetched. */
+static int fetch_checkpoint(kvc_pool* p, kvc_pool_sequence* s, const int32_t* tokens, uint32_t gi, uint64_t limit) {
+  kvci_pool_group* g = &p->groups[gi];
+  kvci_pool_seq_group* sg = &s->groups[gi];
+  uint64_t n = limit / g->block_size, step = kvci_pool_match_step(p, limit), first = 0;
+  /* A slot for the checkpoint and, unless the sequence has one, one for the live state the match restores into. */
+  if (!n || step > limit || kvci_pool_available(g) < (sg->live ? 1u : 2u)) return 0;
+  kvci_pool_chain(s, tokens, g->block_size, 0, n, sg->hashes);
+  for (uint64_t i = n; i-- > 0;)
+    if (kvci_pool_map_find(g, sg->hashes[i])) {
+      first = i + 1;
+      break;
+    }
+  uint64_t* at = malloc((size_t)(n - first + 1) * sizeof(uint64_t));
+  size_t count = 0;
+  for (uint64_t i = first; at && i < n; i++)
+    if ((i + 1) * g->block_size % step == 0) at[count++] = i;
+  size_t best = count ? farthest_held(p, gi, s, at, count) : 0;
+  int got = best < count && fetch_state(p, s, tokens, gi, at[best]);
+  free(at);
+  return got;
+}
+
 int kvci_pool_tiers_fetch(kvc_pool* p, kvc_pool_sequence* s, const int32_t* tokens, uint64_t limit,
                           uint64_t matched) {
-  if (kvci_pool_tiers_skip(p)) return 0;
   (void)matched;
   uint64_t added = 0;
   /* Full groups first: each caps what the others need at its first miss. */
@@ -159,6 +230,10 @@ int kvci_pool_tiers_fetch(kvc_pool* p, kvc_pool_sequence* s, const int32_t* toke
     for (uint32_t gi = 0; gi < p->num_groups && limit; gi++) {
       const kvci_pool_group* g = &p->groups[gi];
       if ((g->kind == KVC_POOL_GROUP_FULL) != (pass == 0)) continue;
+      if (kvci_pool_is_recurrent(g)) {
+        added += (uint64_t)fetch_checkpoint(p, s, tokens, gi, limit);
+        continue;
+      }
       uint64_t reach;
       added += fetch_group(p, s, tokens, gi, limit, &reach);
       if (g->kind == KVC_POOL_GROUP_FULL && reach * g->block_size < limit) limit = reach * g->block_size;

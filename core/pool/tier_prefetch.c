@@ -30,6 +30,7 @@ struct kvc_pool_prefetch {
   kvc_pool* pool;
   kvc_pool_prefetch *prev, *next; /* the pool's list (kvc_pool_destroy frees what is left) */
   uint8_t root[KVC_BLOCK_HASH_SIZE];
+  uint32_t adapter;               /* the sequence's, for the STORED events of what it installs */
   int32_t* tokens;                /* a copy: the caller's array may be gone at the collect */
   size_t num_tokens;
   prefetch_group* groups;         /* num_groups entries; NULL: nothing was started (no worker) */
@@ -86,6 +87,14 @@ static void start_group(kvc_pool* p, kvc_pool_sequence* s, const int32_t* tokens
   kvci_tier_worker_submit(p, pg->job);
 }
 
+/* A recurrent group's checkpoint is fetched by the match itself (tier_fetch.c): a prefetch of such a pool starts
+   nothing, and its collect is a match that asks the tiers. */
+static int has_recurrent_group(const kvc_pool* p) {
+  for (uint32_t g = 0; g < p->num_groups; g++)
+    if (kvci_pool_is_recurrent(&p->groups[g])) return 1;
+  return 0;
+}
+
 kvc_error* kvc_pool_prefetch_start(kvc_pool_sequence* s, const int32_t* tokens, size_t num_tokens,
                                    kvc_pool_prefetch** out) {
   static const char* FN = "kvc_pool_prefetch_start";
@@ -99,6 +108,7 @@ kvc_error* kvc_pool_prefetch_start(kvc_pool_sequence* s, const int32_t* tokens, 
   if (!f) return kvci_err_oom();
   f->pool = p;
   memcpy(f->root, s->root, sizeof(f->root));
+  f->adapter = s->adapter;
   f->num_tokens = num_tokens;
   if (num_tokens && !(f->tokens = malloc(num_tokens * sizeof(int32_t)))) {
     free(f);
@@ -106,7 +116,7 @@ kvc_error* kvc_pool_prefetch_start(kvc_pool_sequence* s, const int32_t* tokens, 
   }
   if (num_tokens) memcpy(f->tokens, tokens, num_tokens * sizeof(int32_t));
   uint64_t limit = num_tokens ? num_tokens - 1 : 0; /* as a match: the last token is always computed */
-  if (p->tier_worker && p->prefix_caching && p->num_tiers && limit && !kvci_pool_tiers_skip(p)) {
+  if (p->tier_worker && p->prefix_caching && p->num_tiers && limit && !has_recurrent_group(p)) {
     if (!(f->groups = calloc(p->num_groups, sizeof(*f->groups)))) {
       free(f->tokens);
       free(f);
@@ -148,7 +158,7 @@ static void install(kvc_pool* p, uint32_t gi, const kvc_pool_prefetch* f, const 
   if (nf && !kvci_pool_stage_bounce(p, gi, fresh, nf, (uint8_t* const*)in, 0))
     for (size_t k = 0; k < nf; k++) {
       uint64_t i = pg->index[which[k]];
-      kvci_pool_block_cache(p, gi, fresh[k], pg->chain[i], i ? pg->chain[i - 1] : f->root);
+      kvci_pool_block_cache_chain(p, gi, fresh[k], pg->chain, f->root, f->adapter, f->tokens, i);
     }
   for (size_t k = nh; k-- > 0;) kvci_pool_block_release(g, held[k]); /* uncached ones go back to the free list */
   free(held);

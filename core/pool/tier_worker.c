@@ -401,8 +401,8 @@ void kvci_tier_worker_dropped(kvc_pool* pool, uint32_t group, const uint32_t* bl
   for (uint32_t t = 0; t < pool->num_tiers; t++) {
     if (pool->tier_policy[t] != policy) continue;
     for (size_t i = 0; i < count; i++)
-      kvci_pool_event_push(pool, KVC_POOL_EVENT_TIER_DROPPED, group, t, pool->groups[group].blocks[blocks[i]].hash,
-                           NULL, pool->groups[group].block_size);
+      kvci_pool_event_push_tier(pool, KVC_POOL_EVENT_TIER_DROPPED, group, t,
+                                pool->groups[group].blocks[blocks[i]].hash, pool->groups[group].block_size);
   }
 }
 
@@ -483,7 +483,7 @@ void kvci_tier_worker_events(kvc_pool* pool) {
   pthread_mutex_lock(&w->mu);
   for (uint32_t i = 0; i < w->ev_count; i++) {
     const tier_event* e = &w->events[(w->ev_head + i) % w->ev_cap];
-    kvci_pool_event_push(pool, e->kind, e->group, e->tier, e->hash, NULL, e->block_size);
+    kvci_pool_event_push_tier(pool, e->kind, e->group, e->tier, e->hash, e->block_size);
   }
   w->ev_head = w->ev_count = 0;
   pthread_mutex_unlock(&w->mu);

@@ -43,13 +43,6 @@ kvc_error* kvc_pool_add_tier(kvc_pool* pool, kvc_tier* tier, kvc_tier_write_poli
   return NULL;
 }
 
-int kvci_pool_tiers_skip(const kvc_pool* pool) {
-  /* Checkpoints stay in memory, and a match needs one: no block of such a pool could be fetched (docs/tiers.md). */
-  for (uint32_t g = 0; g < pool->num_groups; g++)
-    if (kvci_pool_is_recurrent(&pool->groups[g])) return 1;
-  return 0;
-}
-
 kvc_tier* kvc_pool_tier(const kvc_pool* pool, uint32_t index) {
   KVCI_GUARD_SHARED_WAIT(kvci_guard_of(pool)); /* kvc_pool_add_tier moves the array */
   return pool && index < pool->num_tiers ? pool->tiers[index] : NULL;
@@ -125,10 +118,10 @@ static void store_queued(kvc_pool* p, uint32_t group, const uint32_t* blocks, si
   }
 }
 
-/* Stores `count` cached blocks of `group` in the tiers of `policy`, in batches of bounded staging memory. */
+/* Stores `count` cached blocks (a recurrent group's: checkpoints) of `group` in the tiers of `policy`, in batches of
+   bounded staging memory. */
 static void store(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t count, kvc_tier_write_policy policy) {
   const kvci_pool_group* g = &p->groups[group];
-  if (kvci_pool_tiers_skip(p)) return;
   if (p->tier_worker) {
     store_queued(p, group, blocks, count, policy);
     return;

@@ -3,9 +3,10 @@
  * (kvc_tier_create with kvc_tier_ops): a commit stores its blocks in one
  * put_many, a match asks the run in one get_many, every single-byte flip of
  * a stored value makes the match miss (counted corrupt, the pool
- * unchanged), and a pool with a recurrent group leaves its tiers alone.
+ * unchanged), and a hybrid pool's recurrent checkpoint goes through a
+ * store that cannot answer exists_many.
  */
-#include "tier_test.h" /* first: it sets the feature macros */
+#include "tier_hybrid.h" /* first: it sets the feature macros */
 
 enum { CAP = 8, PROMPT = 17 };
 
@@ -104,11 +105,10 @@ static void test_batches_and_every_flip(void) {
   kvc_pool_destroy(p);
 }
 
-static void test_recurrent_pool_leaves_tiers_alone(void) {
-  const pt_group g[2] = {{KVC_POOL_GROUP_FULL, 4, 16, 0}, {KVC_POOL_GROUP_RECURRENT, 4, 8, 0}};
-  const uint32_t layers[2] = {0, 1};
+/* A store without exists_many: the farthest boundary is asked of get_many directly (one state read). */
+static void test_recurrent_checkpoint_without_exists(void) {
   kvc_pool* p = NULL;
-  REQUIRE_OK(pt_pool(&p, g, 2, layers, 2, KVC_POOL_LAYOUT_NHD, 0, 1));
+  REQUIRE_OK(th_pool(&p, 8));
   mem_store* m;
   kvc_tier* t = mem_tier(&m);
   REQUIRE_OK(kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT));
@@ -116,16 +116,22 @@ static void test_recurrent_pool_leaves_tiers_alone(void) {
   tt_prompt(tok, PROMPT, 1);
   kvc_pool_sequence* s = NULL;
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  int64_t slots[16];
-  REQUIRE_OK(kvc_pool_reserve(s, tok, 8, slots)); /* the bytes do not matter: whether they are stored does */
-  REQUIRE_OK(kvc_pool_commit(s));
-  CHECK_EQ_U64(pt_stats(p, 0).cached_blocks + pt_stats(p, 0).used_blocks, 2);
-  CHECK_EQ_U64(m->put_calls, 0);
+  REQUIRE_OK(th_step(p, s, tok, 8));
+  CHECK_EQ_U64(m->count, 3); /* two attention blocks, the checkpoint at 8 */
+  CHECK_EQ_U64(m->put_calls, 2); /* one per group */
+  kvc_pool_sequence_destroy(s);
+  REQUIRE_OK(kvc_pool_clear_cache(p));
+  uint64_t matched = 0;
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
+  REQUIRE_OK(kvc_pool_match_prefix(s, tok, 9, &matched));
+  CHECK_EQ_U64(matched, 8);
+  CHECK_EQ_U64(m->get_calls, 2); /* the attention run, then the checkpoint at 8 */
+  CHECK_EQ_I64(th_state_mismatches(s, 8), 0);
   kvc_pool_destroy(p);
 }
 
 int main(void) {
   TU_RUN(test_batches_and_every_flip);
-  TU_RUN(test_recurrent_pool_leaves_tiers_alone);
+  TU_RUN(test_recurrent_checkpoint_without_exists);
   return tu_finish();
 }

@@ -11,7 +11,12 @@
  * (KVC_TIER_WRITE_ON_EVICT: the tier only extends the memory), and
  * kvc_pool_match_prefix continues past the blocks found in memory with the
  * tiers, nearest first: a hit is copied into a fresh block, which then
- * counts as cached in memory.
+ * counts as cached in memory. Since 0.7 a pool with a recurrent (Mamba)
+ * group stores its checkpoints too (the conv and SSM state of every layer of
+ * the group at a block boundary, under the chain hash there: docs/tiers.md),
+ * and match_prefix fetches the farthest one a match can end at, so a hybrid
+ * model's prefix survives a restart; before 0.7 such a pool left its tiers
+ * alone.
  *
  * Keys and values (docs/tiers.md gives the bytes). A block is stored under
  * its key: the pool's model fingerprint (SHA-256 of the layer and group
