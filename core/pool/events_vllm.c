@@ -18,6 +18,8 @@
 
 #include "pool/cbor.h"
 #include "pool_internal.h"
+#include "tier/tier_internal.h"
+#include "tier_worker.h"
 
 /* A writer that counts what it cannot store, so one pass measures and the next writes. */
 typedef struct mp_out {
@@ -98,15 +100,22 @@ static uint32_t slot(const queue_view* q, uint32_t i) { return (q->head + i) % q
 static const kvc_pool_event* ev(const queue_view* q, uint32_t i) { return &q->p->events[slot(q, i)]; }
 static const kvci_pool_event_more* more(const queue_view* q, uint32_t i) { return &q->p->event_more[slot(q, i)]; }
 
-/* How many events from i form one vLLM event: a chain of STORED blocks, or REMOVED blocks of one group. */
+/* A tier store that failed or was dropped has no vLLM event: no tier holds the block. */
+static int has_vllm_form(kvc_pool_event_kind kind) {
+  return kind != KVC_POOL_EVENT_TIER_FAILED && kind != KVC_POOL_EVENT_TIER_DROPPED;
+}
+
+/* How many events from i form one vLLM event: a chain of STORED blocks, REMOVED blocks of one group, or blocks one
+   tier stored (of one group). */
 static uint32_t run_length(const queue_view* q, uint32_t i) {
   const kvc_pool_event* a = ev(q, i);
-  if (a->kind == KVC_POOL_EVENT_ALL_CLEARED) return 1;
+  if (a->kind == KVC_POOL_EVENT_ALL_CLEARED || !has_vllm_form(a->kind)) return 1;
   uint32_t j = i + 1;
   for (; j < q->count; j++) {
     const kvc_pool_event* b = ev(q, j);
     const kvc_pool_event* prev = ev(q, j - 1);
     if (b->kind != a->kind || b->group != a->group) break;
+    if (a->kind == KVC_POOL_EVENT_TIER_STORED && b->block_id != a->block_id) break;
     if (a->kind == KVC_POOL_EVENT_BLOCK_STORED &&
         (!more(q, j)->has_parent || more(q, j)->adapter != more(q, i)->adapter ||
          memcmp(b->parent_hash, prev->block_hash, KVC_BLOCK_HASH_SIZE)))
@@ -160,6 +169,43 @@ static void put_stored(mp_out* w, const queue_view* q, uint32_t i, uint32_t n, i
   mp_uint(w, first->group);
 }
 
+/* A tier's medium as vLLM names a medium: the tier's name in capitals ("DISK", "REDIS"), or "TIER" for a name
+   that is not plain ASCII. */
+static void put_tier_medium(mp_out* w, const kvc_pool* p, uint32_t tier) {
+  char m[32] = "TIER";
+  const char* name = tier < p->num_tiers ? p->tiers[tier]->name : NULL;
+  size_t n = name ? strlen(name) : 0;
+  int plain = n > 0 && n < sizeof m;
+  for (size_t k = 0; plain && k < n; k++) plain = name[k] > 0x20 && name[k] < 0x7f;
+  if (plain) {
+    for (size_t k = 0; k < n; k++) m[k] = (char)(name[k] >= 'a' && name[k] <= 'z' ? name[k] - 32 : name[k]);
+    m[n] = 0;
+  }
+  mp_cstr(w, m);
+}
+
+/* Blocks a tier stored, as vLLM's offloading connector reports a store to its CPU medium: a BlockStored with no
+   parent, no token ids and no LoRA, in the tier's medium. */
+static void put_tier_stored(mp_out* w, const queue_view* q, uint32_t i, uint32_t n, int int_hashes) {
+  const kvc_pool_event* first = ev(q, i);
+  mp_struct_map(w, 9, 1 + STORED_FIELDS);
+  put_head(w, "BlockStored", q, i, n, int_hashes);
+  mp_cstr(w, "parent_block_hash");
+  mp_nil(w);
+  mp_cstr(w, "token_ids");
+  mp_array(w, 0);
+  mp_cstr(w, "block_size");
+  mp_uint(w, first->num_tokens);
+  mp_cstr(w, "lora_id");
+  mp_nil(w);
+  mp_cstr(w, "medium");
+  put_tier_medium(w, q->p, first->block_id);
+  mp_cstr(w, "lora_name");
+  mp_nil(w);
+  mp_cstr(w, "group_idx");
+  mp_uint(w, first->group);
+}
+
 static void put_removed(mp_out* w, const queue_view* q, uint32_t i, uint32_t n, int int_hashes) {
   mp_struct_map(w, 4, 1 + REMOVED_FIELDS);
   put_head(w, "BlockRemoved", q, i, n, int_hashes);
@@ -171,7 +217,7 @@ static void put_removed(mp_out* w, const queue_view* q, uint32_t i, uint32_t n, 
 
 static void put_batch(mp_out* w, const queue_view* q, const kvc_pool_vllm_batch_options* o) {
   size_t num = 0;
-  for (uint32_t i = 0; i < q->count; i += run_length(q, i)) num++;
+  for (uint32_t i = 0; i < q->count; i += run_length(q, i)) num += (size_t)has_vllm_form(ev(q, i)->kind);
   mp_array(w, 3); /* msgspec writes the batch's trailing None too */
   mp_f64(w, o->ts);
   mp_array(w, num);
@@ -180,6 +226,9 @@ static void put_batch(mp_out* w, const queue_view* q, const kvc_pool_vllm_batch_
     switch (ev(q, i)->kind) {
       case KVC_POOL_EVENT_BLOCK_STORED: put_stored(w, q, i, n, o->int_hashes); break;
       case KVC_POOL_EVENT_BLOCK_REMOVED: put_removed(w, q, i, n, o->int_hashes); break;
+      case KVC_POOL_EVENT_TIER_STORED: put_tier_stored(w, q, i, n, o->int_hashes); break;
+      case KVC_POOL_EVENT_TIER_FAILED:
+      case KVC_POOL_EVENT_TIER_DROPPED: break;
       default:
         mp_struct_map(w, 1, 1);
         mp_cstr(w, "type");
@@ -221,6 +270,7 @@ kvc_error* kvc_pool_events_pull_vllm(kvc_pool* pool, const kvc_pool_vllm_batch_o
   kvc_pool_vllm_batch_options o;
   kvc_error* e = check_options(FN, options, &o);
   if (e) return e;
+  kvci_tier_worker_events(pool); /* what the tier worker did since the last pull */
   queue_view q = {pool, pool->event_head, pool->event_count};
   mp_out measure = {NULL, 0, 0};
   put_batch(&measure, &q, &o);

@@ -183,3 +183,31 @@ def test_vector_scripts_reproduce_the_files(tmp_path, monkeypatch, script, out):
     monkeypatch.setattr(sys, "argv", [script, str(tmp_path / out)])
     runpy.run_path(str(POOL_TESTS / script), run_name="__main__")  # in this process: vLLM's modules are loaded
     assert (tmp_path / out).read_bytes() == (POOL_TESTS / out).read_bytes()
+
+
+@needs_vllm
+def test_tier_stores_in_vllms_form(tmp_path):
+    """Blocks a tier worker stored arrive as vLLM's offloading connector reports a store: BlockStored in the tier's
+    medium, no parent, no token ids; a failed or dropped store has no vLLM event."""
+    ev = vllm_modules.kv_events()
+    import msgspec  # from the vLLM folder, which kv_events() put on sys.path
+    with vllm_pool(4, 16) as pool:
+        pool.add_tier(kvcache.DiskTier(str(tmp_path)))
+        pool.start_tier_worker(events=True)
+        with pool.sequence() as a:
+            append(a, list(range(10, 22)))  # 3 full blocks
+        pool.stop_tier_worker(drain_timeout_ms=10_000)
+        data = pool.events_vllm(1.0)
+    ns = vllm_modules.hashing()
+    vllm_modules.init_none_hash(ns)
+    hashes = vllm_modules.block_hashes(ns, 4, range(10, 22))
+    batch = msgspec.msgpack.Decoder(ev.KVEventBatch).decode(data)
+    in_memory = [e for e in batch.events if e.medium == ev.MEDIUM_CPU]
+    on_disk = [e for e in batch.events if e.medium == "DISK"]
+    assert [h for e in in_memory for h in e.block_hashes] == hashes
+    assert [h for e in on_disk for h in e.block_hashes] == hashes
+    for e in on_disk:
+        assert isinstance(e, ev.BlockStored) and e.parent_block_hash is None and e.token_ids == []
+        assert e.block_size == 4 and e.lora_id is None and e.group_idx == 0
+    assert not [e for e in batch.events if isinstance(e, ev.AllBlocksCleared)]
+    assert msgspec.msgpack.Encoder().encode(batch) == data
