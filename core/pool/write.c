@@ -86,13 +86,36 @@ void kvci_pool_row_job(kvc_copy_rows_job* j, const kvc_pool* p, const kvci_pool_
   j->elem_size = p->elem;
 }
 
-int kvci_pool_issue_row_jobs(kvc_pool* pool, const kvc_copy_rows_job* jobs, int32_t count) {
+static int issue_plain_jobs(kvc_pool* pool, const kvc_copy_rows_job* jobs, int32_t count) {
   const kvc_backend* b = pool->backend;
   if (b->copy_rows_batch) return KVCI_BE(pool, copy_rows_batch, jobs, count);
   int rc = 0;
   for (int32_t i = 0; !rc && i < count; i++)
     rc = KVCI_BE(pool, copy_rows, jobs[i].dst, jobs[i].dst_strides, jobs[i].dst_rows, jobs[i].src,
                  jobs[i].src_strides, jobs[i].src_rows, jobs[i].count, jobs[i].row_shape, jobs[i].elem_size);
+  return rc;
+}
+
+int kvci_pool_issue_row_jobs(kvc_pool* pool, const kvc_copy_rows_job* jobs, const float* scales, int32_t count) {
+  int32_t nf = 0;
+  for (int32_t i = 0; scales && i < count; i++) nf += scales[i] != 0;
+  if (!nf) return issue_plain_jobs(pool, jobs, count);
+  if (nf == count) return KVCI_BE(pool, fp8_encode_rows, jobs, scales, count, (int32_t)pool->dtype);
+  /* A pool with fp8 and plain layers: two batches (two launches on a GPU). */
+  kvc_copy_rows_job* split = (kvc_copy_rows_job*)malloc((size_t)count * sizeof(*split));
+  float* fs = (float*)malloc((size_t)nf * sizeof(float));
+  int rc = -1;
+  if (split && fs) {
+    int32_t plain = 0, fp8 = count - nf;
+    for (int32_t i = 0; i < count; i++) {
+      if (scales[i] != 0) fs[fp8 - (count - nf)] = scales[i], split[fp8++] = jobs[i];
+      else split[plain++] = jobs[i];
+    }
+    rc = issue_plain_jobs(pool, split, count - nf);
+    if (!rc) rc = KVCI_BE(pool, fp8_encode_rows, split + (count - nf), fs, nf, (int32_t)pool->dtype);
+  }
+  free(split);
+  free(fs);
   return rc;
 }
 
@@ -106,7 +129,10 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
   if (num_layers != pool->num_layers)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_layers is %u but the pool has %u layers; pass one keys and "
                     "values entry per layer", FN, num_layers, pool->num_layers);
-  if (!keys || !values)
+  int needs_values = 0; /* latent and recurrent layers read no V (0.7: values may then be NULL) */
+  for (uint32_t i = 0; i < pool->num_layers; i++)
+    needs_values |= !kvci_pool_is_recurrent(&pool->groups[pool->layers[i].group]) && kvci_pool_parts(&pool->layers[i]) == 2;
+  if (!keys || (!values && needs_values))
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass num_layers entries", FN, keys ? "values" : "keys");
   if (!slot_mapping && num_tokens)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: slot_mapping is NULL but num_tokens is %zu", FN, num_tokens);
@@ -116,7 +142,7 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
     const kvci_pool_layer* l = &pool->layers[i];
     if (kvci_pool_is_recurrent(&pool->groups[l->group])) continue;
     kvc_error* e = kvci_pool_check_input(FN, pool, "keys", i, i, &keys[i], l->kdim, num_tokens);
-    if (!e) e = kvci_pool_check_input(FN, pool, "values", i, i, &values[i], l->vdim, num_tokens);
+    if (!e && kvci_pool_parts(l) == 2) e = kvci_pool_check_input(FN, pool, "values", i, i, &values[i], l->vdim, num_tokens);
     if (e) return e;
   }
   if (!num_tokens) return NULL;
@@ -127,7 +153,8 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
   int64_t* dst_rows = (int64_t*)malloc(nl * num_tokens * sizeof(int64_t));
   size_t* count = (size_t*)calloc(ng, sizeof(size_t));
   kvc_copy_rows_job* jobs = (kvc_copy_rows_job*)malloc(2 * nl * sizeof(*jobs));
-  kvc_error* e = (!scratch || !src_rows || !dst_rows || !count || !jobs) ? kvci_err_oom() : NULL;
+  float* scales = (float*)malloc(2 * nl * sizeof(float));
+  kvc_error* e = (!scratch || !src_rows || !dst_rows || !count || !jobs || !scales) ? kvci_err_oom() : NULL;
   for (uint32_t g = 0; !e && g < ng; g++) {
     if (kvci_pool_is_recurrent(&pool->groups[g])) continue;
     e = kvci_pool_check_slots(FN, pool, g, slot_mapping + g * num_tokens, num_tokens, scratch, &count[g]);
@@ -151,21 +178,20 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
       if (pool->layers[lj].group == l->group &&
           (pool->layout == KVC_POOL_LAYOUT_NHD || pool->layers[lj].heads == l->heads))
         same = dst_rows + lj * num_tokens;
-    if (same) {
-      kvci_pool_row_job(&jobs[nj++], pool, l, 0, &keys[li], same, src, count[l->group]);
-      kvci_pool_row_job(&jobs[nj++], pool, l, 1, &values[li], same, src, count[l->group]);
-      continue;
-    }
     int64_t* dst = dst_rows + li * num_tokens;
-    for (size_t k = 0; k < count[l->group]; k++) {
-      int64_t s = slot_mapping[l->group * num_tokens + (size_t)src[k]], bs = g->block_size;
-      dst[k] = pool->layout == KVC_POOL_LAYOUT_NHD ? s : (s / bs) * l->heads * bs + s % bs;
+    if (!same)
+      for (size_t k = 0; k < count[l->group]; k++) {
+        int64_t s = slot_mapping[l->group * num_tokens + (size_t)src[k]], bs = g->block_size;
+        dst[k] = pool->layout == KVC_POOL_LAYOUT_NHD ? s : (s / bs) * l->heads * bs + s % bs;
+      }
+    const kvc_tensor* in[2] = {&keys[li], values ? &values[li] : NULL};
+    for (int kv = 0; kv < kvci_pool_parts(l); kv++) {
+      scales[nj] = kvci_pool_job_scale(l, kv);
+      kvci_pool_row_job(&jobs[nj++], pool, l, kv, in[kv], same ? same : dst, src, count[l->group]);
     }
-    kvci_pool_row_job(&jobs[nj++], pool, l, 0, &keys[li], dst, src, count[l->group]);
-    kvci_pool_row_job(&jobs[nj++], pool, l, 1, &values[li], dst, src, count[l->group]);
   }
   if (!e && nj) {
-    kvci_pool_issue_row_jobs(pool, jobs, nj);
+    kvci_pool_issue_row_jobs(pool, jobs, scales, nj);
     e = kvci_pool_result(FN, pool, e);
   }
   free(scratch);
@@ -173,5 +199,6 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
   free(dst_rows);
   free(count);
   free(jobs);
+  free(scales);
   return e;
 }
