@@ -199,7 +199,7 @@ static TU_UNUSED pl_snapshot pl_take(const kvc_pool* p, const pl_model* m) {
       const kvc_tensor* t[2] = {&kv.key, &kv.value};
       for (int k = 0; k < 2; k++) {
         size_t n = pl_view_bytes(t[k]);
-        if (pass) memcpy(s.bytes + at, t[k]->data, n);
+        if (pass && n) memcpy(s.bytes + at, t[k]->data, n);
         at += n;
       }
     }
