@@ -101,6 +101,7 @@ from .pool import (
     RecurrentState,
     Sequence,
     SlotMapping,
+    Storage,
     describe_config,
     model_block_payload,
     model_fingerprint,
@@ -156,6 +157,6 @@ __all__ = [
     "model_block_payload",
     "Pool", "Sequence", "MultimodalItem", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping",
     "CsrBlockTable", "BatchReservation", "add_redis_tier", "tier_stats",
-    "RecurrentState", "GroupKind", "Layout", "EventKind", "describe_config",
+    "RecurrentState", "GroupKind", "Storage", "Layout", "EventKind", "describe_config",
     "load", "load_encoder_decoder", "FILE_FORMAT_VERSION",
 ]

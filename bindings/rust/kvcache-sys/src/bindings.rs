@@ -93,6 +93,9 @@ pub const KVC_POOL_GROUP_FULL: kvc_pool_group_kind = 1;
 pub const KVC_POOL_GROUP_SLIDING: kvc_pool_group_kind = 2;
 pub const KVC_POOL_GROUP_CHUNKED: kvc_pool_group_kind = 3;
 pub const KVC_POOL_GROUP_RECURRENT: kvc_pool_group_kind = 4;
+pub const KVC_POOL_GROUP_LATENT: kvc_pool_group_kind = 5;
+pub const KVC_POOL_STORAGE_DTYPE: kvc_pool_storage = 0;
+pub const KVC_POOL_STORAGE_FP8_E4M3: kvc_pool_storage = 1;
 pub const KVC_POOL_LAYOUT_NHD: kvc_pool_layout = 0;
 pub const KVC_POOL_LAYOUT_HND: kvc_pool_layout = 1;
 pub const KVC_POOL_BLOCK_HASH_VERSION: usize = 2;
@@ -1240,8 +1243,7 @@ pub struct kvc_pool_group_options {
     /// tokens per block, >= 1 (RECURRENT: tokens between checkpoints)
     pub block_size: u32,
     /** blocks of the group, >= 2 (block 0 is the null block). RECURRENT: the
- state slots, live states and checkpoints together. 0 when the pool has a
- shared budget (kvc_pool_options.shared_budget_bytes, since 0.7)*/
+ state slots, live states and checkpoints together*/
     pub num_blocks: u32,
     /** SLIDING: the sliding window in tokens (a query attends to itself and
  window - 1 tokens before it), >= 1; CHUNKED: the chunk size, >= 1;
@@ -1250,12 +1252,16 @@ pub struct kvc_pool_group_options {
     /// 0
     pub reserved: u64,
 }
+pub type kvc_pool_storage = i32;
 /** One layer of the model. Attention groups: K is [num_kv_heads, key_head_dim]
- per token, V [num_kv_heads, value_head_dim]. Recurrent groups: the live
+ per token, V [num_kv_heads, value_head_dim]. Latent groups: one row of
+ key_head_dim per token (num_kv_heads 1, no V). Recurrent groups: the live
  state of a sequence is a conv state [conv_dim, conv_kernel] and an SSM
  state [num_kv_heads, key_head_dim, ssm_state_size] (Mamba2's heads,
  head_dim, d_state; Mamba: num_kv_heads = 1, key_head_dim = d_inner).
- Published sizes: 40 (0.6).*/
+ Published sizes: 40 (0.6), 56 (0.7: storage, k_scale, v_scale). An array of
+ layers is read with the stride its first entry's struct_size gives, and
+ every entry must have that size.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_pool_layer_options {
@@ -1263,11 +1269,11 @@ pub struct kvc_pool_layer_options {
     pub struct_size: u32,
     /// index into kvc_pool_options.groups
     pub group: u32,
-    /// >= 1
+    /// >= 1; LATENT: 1
     pub num_kv_heads: u32,
-    /// >= 1
+    /// >= 1; LATENT: the row width
     pub key_head_dim: u32,
-    /// attention groups: >= 1; 0 = key_head_dim. RECURRENT: 0
+    /// attention groups: >= 1; 0 = key_head_dim. RECURRENT and LATENT: 0
     pub value_head_dim: u32,
     /// RECURRENT: channels of the conv state, >= 1; attention: 0
     pub conv_dim: u32,
@@ -1277,9 +1283,22 @@ pub struct kvc_pool_layer_options {
     pub ssm_state_size: u32,
     /// 0
     pub reserved: u64,
+    /** KVC_POOL_STORAGE_DTYPE (default) or FP8_E4M3 (not in a RECURRENT group).
+ Since 0.7.*/
+    pub storage: kvc_pool_storage,
+    /** FP8_E4M3: K's (a latent row's) scale, finite and > 0 (vLLM's layer._k_scale;
+ 1.0 when the checkpoint has none); otherwise 1.0. Default 1.0. Since 0.7.*/
+    pub k_scale: f32,
+    /** FP8_E4M3 attention layers: V's scale, finite and > 0; otherwise (latent
+ layers too) 1.0. Default 1.0. Since 0.7.*/
+    pub v_scale: f32,
+}
+unsafe extern "C" {
+    /// Sets `options` to KVC_POOL_LAYER_OPTIONS_INIT. Never fails; NULL is ignored. Since 0.7.
+    pub fn kvc_pool_layer_options_init(options: *mut kvc_pool_layer_options);
 }
 pub type kvc_pool_layout = i32;
-/// Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7), 96 (0.7: shared_budget_bytes).
+/// Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7).
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_pool_options {
@@ -1315,26 +1334,6 @@ pub struct kvc_pool_options {
  from it, once, at create (kvcache/allocator.h).
  Copied; ctx must outlive the pool. Since 0.7.*/
     pub allocator: *const kvc_allocator,
-    /** 0 (default): every group has its own
- groups[g].num_blocks. Otherwise one budget of this
- many bytes of block storage that all groups share
- (vLLM's hybrid allocator): every block takes one page
- of the same size whatever its group (the largest
- group's block: its layers' K and V, each rounded up
- to 16 bytes; a smaller group's block pads its page),
- the pool holds floor(shared_budget_bytes / page)
- pages (block 0, the null block, included; at least
- 2), and a block freed by one group can be taken by
- any: memory goes to the groups the load needs. Block
- ids are then pool-wide, groups[g].num_blocks must be
- 0, and kvc_pool_stats' num_blocks and free_blocks are
- the shared budget's; eviction takes the least
- recently used cached block of any group. A layer's
- storage views step a page from one block to the
- next (not compact; kvc_pool_layer_storage). The
- allocator, if set, gives one buffer of all pages.
- docs/pool.md, 'One budget for all groups'. Since 0.7.*/
-    pub shared_budget_bytes: u64,
 }
 unsafe extern "C" {
     /// Sets `options` to KVC_POOL_OPTIONS_INIT. Never fails; NULL is ignored.
@@ -1371,13 +1370,9 @@ pub struct kvc_pool_stats {
     pub struct_size: u32,
     /// the group these counters are of
     pub group: u32,
-    /** usable blocks (num_blocks - 1). A shared budget (since 0.7): the
- budget's usable blocks, the same for every group*/
+    /// usable blocks (num_blocks - 1)
     pub num_blocks: u64,
-    /** neither referenced nor cached. A shared budget: the budget's free
- blocks, which any group may take (the counts below are the group's own:
- free + the sum over groups of cached + used + unreferenced pinned =
- num_blocks)*/
+    /// neither referenced nor cached
     pub free_blocks: u64,
     /// cached, unreferenced and not pinned: evictable, reusable by match_prefix
     pub cached_blocks: u64,
@@ -1644,12 +1639,7 @@ unsafe extern "C" {
  two of the sequences share is copied once. Exactly:
  reserving them in that order succeeds when each group's entry is at most
  kvc_pool_stats' free_blocks + cached_blocks. A new_tokens[i] of 0 counts
- nothing. `blocks_needed` receives num_groups entries. With a shared budget
- (since 0.7) the groups take from one budget: every entry is the same
- number, the highest running total of the whole plan (a reserve gives back
- every group's window blocks, then takes group by group), and reserving
- succeeds exactly when it is at most free_blocks plus the sum over groups
- of cached_blocks.
+ nothing. `blocks_needed` receives num_groups entries.
  Errors: INVALID_ARGUMENT (NULL, a sequence of another pool).*/
     pub fn kvc_pool_blocks_needed(
         pool: *const kvc_pool,
@@ -1669,10 +1659,12 @@ unsafe extern "C" {
  is host memory in kvc_pool_reserve's form, so the tokens of many
  sequences are written in one call: concatenate their mappings group by
  group. A GPU pool issues one kernel launch for all layers.
+ Since 0.7: a latent layer's entry of `values` is ignored (may be zeroed;
+ `values` may be NULL when every layer is latent or recurrent), and an fp8
+ layer stores the codes of its inputs (KVC_POOL_STORAGE_FP8_E4M3).
  Errors: INVALID_ARGUMENT (a slot out of range, in the null block, in a
  block no sequence holds, or twice in one group, naming the token, group
- and value; since 0.7, with a shared budget, in a block another group
- holds), SHAPE_MISMATCH, DTYPE_MISMATCH, DEVICE_MISMATCH; nothing
+ and value), SHAPE_MISMATCH, DTYPE_MISMATCH, DEVICE_MISMATCH; nothing
  written.*/
     pub fn kvc_pool_write(
         pool: *mut kvc_pool,
@@ -1698,7 +1690,8 @@ unsafe extern "C" {
  was released since: the layers after the first of a step pay a comparison,
  not the sort the duplicate check needs. `key` and `value` live on the
  pool's device, any strides; borrowed for the call. A GPU pool issues one
- kernel launch per call (K and V together).
+ kernel launch per call (K and V together). A latent layer takes `key` (its
+ rows) and a NULL `value`; an fp8 layer stores the codes of its inputs.
  Errors: OUT_OF_RANGE (layer), INVALID_ARGUMENT (NULL pool, key, value or
  slot_mapping, a recurrent layer, num_tokens above 2^31 - 1, a slot out of
  range, in the null block, in a block no sequence holds, or twice in the
@@ -1719,10 +1712,10 @@ unsafe extern "C" {
  in `layout` ([num_blocks, block_size, heads, head_dim] for NHD,
  [num_blocks, heads, block_size, head_dim] for HND). The layout the pool
  was created with gives compact tensors; the other the same memory with
- strides. With a shared budget (since 0.7) dimension 0 steps one page (the
- stride is the page's elements, not the block's: a page also holds the
- group's other layers), so neither view is compact. Valid until
- kvc_pool_destroy: a pool's storage never moves.
+ strides. Valid until kvc_pool_destroy: a pool's storage never moves.
+ Since 0.7: a latent layer's `value` is zeroed (no V; `key` has 1 head);
+ an fp8 layer's views are uint8 tensors of e4m3fn codes, as vLLM's fp8
+ caches are (read value = code * the layer's k_scale or v_scale).
  Errors: OUT_OF_RANGE (layer), INVALID_ARGUMENT (a recurrent layer, layout).*/
     pub fn kvc_pool_layer_storage(
         pool: *const kvc_pool,
@@ -1776,7 +1769,10 @@ unsafe extern "C" {
  length, head_dim] on the pool's device: the transformers layout, for
  attention code that needs contiguous tensors and to move a sequence into
  a kvc_cache. Sliding and chunked groups have no bytes for freed blocks:
- gathering such a sequence is INVALID_STATE naming the first missing token.*/
+ gathering such a sequence is INVALID_STATE naming the first missing token.
+ Since 0.7: a latent layer fills `keys` ([1, 1, length, row width]) and
+ takes a NULL `values`; an fp8 layer returns the decoded values in the
+ pool's dtype, dtype(float32(code) * scale).*/
     pub fn kvc_pool_gather(
         sequence: *const kvc_pool_sequence,
         layer: u32,

@@ -105,7 +105,7 @@ pub use persist::FILE_FORMAT_VERSION;
 pub use pool::{
     BlockTable, CsrBlockTable, GroupKind, LayerStorage, Layout, MultimodalItem,
     POOL_BLOCK_HASH_VERSION, Pool, PoolBuilder, PoolEvent, PoolGroup, PoolLayer, PoolStats,
-    RecurrentState, Sequence, SequenceKeys, SlotMapping,
+    RecurrentState, Sequence, SequenceKeys, SlotMapping, Storage,
 };
 pub use redis_tier::{RedisCluster, RedisTier, RedisTierOptions};
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};
