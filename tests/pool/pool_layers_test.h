@@ -24,6 +24,7 @@ typedef struct pl_model {
   pl_layer layers[8];
   uint32_t nl;
   kvc_pool_layout layout;
+  uint64_t shared_budget_bytes; /* 0: each group its num_blocks */
 } pl_model;
 
 /* The options of `m` into `po` (events on, prefix caching on). */
@@ -31,6 +32,7 @@ static TU_UNUSED void pl_options(const pl_model* m, pt_options* po) {
   uint32_t lg[8];
   for (uint32_t i = 0; i < m->nl; i++) lg[i] = m->layers[i].group;
   pt_options_fill(po, m->groups, m->ng, lg, m->nl, m->layout, 64, 1);
+  po->o.shared_budget_bytes = m->shared_budget_bytes;
   for (uint32_t i = 0; i < m->nl; i++) {
     const pl_layer* l = &m->layers[i];
     kvc_pool_layer_options* x = &po->l[i];

@@ -9,7 +9,8 @@
  * must move codes: fork and copy-on-write, a disk tier (whose fingerprint
  * keeps fp8 and dtype pools, and fp8 pools of other scales, apart), sequence
  * files; and bad options or inputs are refused naming the field, the value
- * and the rule, with the pool unchanged.
+ * and the rule, with the pool unchanged. With a shared block budget, fp8
+ * and latent layers size the page by what they store (codes, K alone).
  */
 #include "../tier/tier_test.h" /* first: it sets the feature macros */
 
@@ -221,6 +222,81 @@ static void test_latent_fp8(void) {
   CHECK_REFUSED(pl_pool(&m, &p), KVC_ERROR_INVALID_ARGUMENT, "layers[0].v_scale is 2; it must be 1 in a latent");
 }
 
+/*
+ * A shared budget over an fp8 full group and a latent group. Group 0's block: fp8 K and V of 2x4 codes per token
+ * (32 + 32 bytes) and float K and V of 1x4 (64 + 64): 192. Group 1's: an fp8 latent row of 12 codes (48) and a
+ * float one of 8 (128): 176, no V. The page is 192: counting fp8 elements at the dtype's 4 bytes, or a latent
+ * layer's absent V, would make it larger and the budget fewer pages.
+ */
+static void test_shared_budget(void) {
+  pl_fp8_kept = codec_kept;
+  pl_model m;
+  memset(&m, 0, sizeof m);
+  m.groups[0] = (pt_group){KVC_POOL_GROUP_FULL, 4, 0, 0};
+  m.groups[1] = (pt_group){KVC_POOL_GROUP_LATENT, 4, 0, 0};
+  m.ng = 2;
+  m.layers[0] = (pl_layer){0, 2, 4, 4, KVC_POOL_STORAGE_FP8_E4M3, 0.25f, 3.0f};
+  m.layers[1] = (pl_layer){1, 1, 12, 0, KVC_POOL_STORAGE_FP8_E4M3, 0.5f, 1.0f};
+  m.layers[2] = (pl_layer){0, 1, 4, 4, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f};
+  m.layers[3] = (pl_layer){1, 1, 8, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f};
+  m.nl = 4;
+  m.layout = KVC_POOL_LAYOUT_HND;
+  m.shared_budget_bytes = 9 * 192 + 191;
+  kvc_pool* p = NULL;
+  REQUIRE_OK(pl_pool(&m, &p));
+  CHECK_EQ_U64(pt_stats(p, 0).num_blocks, 8);
+  CHECK_EQ_U64(pt_stats(p, 1).num_blocks, 8);
+  kvc_kv v;
+  REQUIRE_OK(kvc_pool_layer_storage(p, 0, KVC_POOL_LAYOUT_NHD, &v));
+  CHECK_EQ_I64(v.key.strides[0], 192); /* a page of codes */
+  REQUIRE_OK(kvc_pool_layer_storage(p, 3, KVC_POOL_LAYOUT_NHD, &v));
+  CHECK_EQ_I64(v.key.strides[0], 48); /* a page of floats */
+  CHECK(v.value.data == NULL);
+  int32_t tok[16];
+  pl_prompt(tok, 16);
+  kvc_pool_sequence *a = NULL, *b = NULL, *c = NULL;
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &a));
+  REQUIRE_OK(pl_step(p, &m, a, tok, 8, 0)); /* 2 + 2 pages, full and committed: cached once a is gone */
+  CHECK_EQ_I64(pl_all_mismatches(a, &m), 0);
+  kvc_pool_sequence_destroy(a);
+  int32_t other[16];
+  for (int i = 0; i < 16; i++) other[i] = tok[i] + 1000;
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &b));
+  REQUIRE_OK(pl_step(p, &m, b, other, 10, 1)); /* 3 + 3 pages: 4 free, 2 of a's cached ones evicted */
+  CHECK_EQ_I64(pl_all_mismatches(b, &m), 0);
+  kvc_pool_stats s0 = pt_stats(p, 0), s1 = pt_stats(p, 1);
+  CHECK_EQ_U64(s0.evictions + s1.evictions, 2);
+  CHECK_EQ_U64(s0.free_blocks, 0);
+  /* The fork shares b's pages; its first token copies the partial block of each group into the last 2 pages. */
+  REQUIRE_OK(kvc_pool_fork(b, &c));
+  REQUIRE_OK(pl_step(p, &m, c, other + 10, 1, 0));
+  s0 = pt_stats(p, 0);
+  s1 = pt_stats(p, 1);
+  CHECK_EQ_U64(s0.evictions + s1.evictions, 4);
+  CHECK_EQ_U64(s0.cached_blocks + s1.cached_blocks, 0);
+  CHECK_EQ_U64(s0.used_blocks + s1.used_blocks, 8);
+  CHECK_EQ_I64(pl_all_mismatches(b, &m), 0);
+  CHECK_EQ_I64(pl_all_mismatches(c, &m), 0);
+  REQUIRE_OK(pl_step(p, &m, b, other + 10, 2, 1)); /* into b's own partial blocks */
+  CHECK_EQ_I64(pl_all_mismatches(b, &m), 0);
+  CHECK_EQ_I64(pl_all_mismatches(c, &m), 0);
+  /* A next block for both groups does not fit: refused, nothing changed. */
+  int64_t slots[2 * 4];
+  CHECK_REFUSED(kvc_pool_reserve(c, other + 11, 4, slots), KVC_ERROR_OUT_OF_MEMORY, "shared budget");
+  CHECK_EQ_U64(kvc_pool_sequence_length(c), 11);
+  CHECK_EQ_U64(pt_stats(p, 0).used_blocks + pt_stats(p, 1).used_blocks, 8);
+  CHECK_EQ_I64(pl_all_mismatches(b, &m), 0);
+  CHECK_EQ_I64(pl_all_mismatches(c, &m), 0);
+  kvc_pool_sequence_destroy(b);
+  kvc_pool_sequence_destroy(c);
+  kvc_pool_destroy(p);
+  char dir[4096];
+  REQUIRE(tt_tempdir(dir, sizeof dir, "fp8-shared"));
+  CHECK_EQ_I64(pl_tier_round_trip(dir, &m, &m, 9), 8);
+  tt_rmtree(dir);
+  CHECK_OK(pl_file_round_trip(&m, &m, 7));
+}
+
 /* Options: every refusal names the field, the value and the rule; `out` stays untouched. */
 static void test_option_refusals(void) {
   pl_model m = fp8_model(KVC_POOL_LAYOUT_NHD);
@@ -329,6 +405,7 @@ int main(int argc, char** argv) {
   TU_RUN(test_tier);
   TU_RUN(test_file);
   TU_RUN(test_latent_fp8);
+  TU_RUN(test_shared_budget);
   TU_RUN(test_option_refusals);
   TU_RUN(test_published_layer_size);
   TU_RUN(test_write_refusals);
