@@ -1243,7 +1243,8 @@ pub struct kvc_pool_group_options {
     /// tokens per block, >= 1 (RECURRENT: tokens between checkpoints)
     pub block_size: u32,
     /** blocks of the group, >= 2 (block 0 is the null block). RECURRENT: the
- state slots, live states and checkpoints together*/
+ state slots, live states and checkpoints together. 0 when the pool has a
+ shared budget (kvc_pool_options.shared_budget_bytes, since 0.7)*/
     pub num_blocks: u32,
     /** SLIDING: the sliding window in tokens (a query attends to itself and
  window - 1 tokens before it), >= 1; CHUNKED: the chunk size, >= 1;
@@ -1298,7 +1299,7 @@ unsafe extern "C" {
     pub fn kvc_pool_layer_options_init(options: *mut kvc_pool_layer_options);
 }
 pub type kvc_pool_layout = i32;
-/// Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7).
+/// Options of kvc_pool_create. Published sizes: 80 (0.6), 88 (0.7), 96 (0.7: shared_budget_bytes).
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_pool_options {
@@ -1334,6 +1335,26 @@ pub struct kvc_pool_options {
  from it, once, at create (kvcache/allocator.h).
  Copied; ctx must outlive the pool. Since 0.7.*/
     pub allocator: *const kvc_allocator,
+    /** 0 (default): every group has its own
+ groups[g].num_blocks. Otherwise one budget of this
+ many bytes of block storage that all groups share
+ (vLLM's hybrid allocator): every block takes one page
+ of the same size whatever its group (the largest
+ group's block: its layers' K and V, each rounded up
+ to 16 bytes; a smaller group's block pads its page),
+ the pool holds floor(shared_budget_bytes / page)
+ pages (block 0, the null block, included; at least
+ 2), and a block freed by one group can be taken by
+ any: memory goes to the groups the load needs. Block
+ ids are then pool-wide, groups[g].num_blocks must be
+ 0, and kvc_pool_stats' num_blocks and free_blocks are
+ the shared budget's; eviction takes the least
+ recently used cached block of any group. A layer's
+ storage views step a page from one block to the
+ next (not compact; kvc_pool_layer_storage). The
+ allocator, if set, gives one buffer of all pages.
+ docs/pool.md, 'One budget for all groups'. Since 0.7.*/
+    pub shared_budget_bytes: u64,
 }
 unsafe extern "C" {
     /// Sets `options` to KVC_POOL_OPTIONS_INIT. Never fails; NULL is ignored.
@@ -1370,9 +1391,13 @@ pub struct kvc_pool_stats {
     pub struct_size: u32,
     /// the group these counters are of
     pub group: u32,
-    /// usable blocks (num_blocks - 1)
+    /** usable blocks (num_blocks - 1). A shared budget (since 0.7): the
+ budget's usable blocks, the same for every group*/
     pub num_blocks: u64,
-    /// neither referenced nor cached
+    /** neither referenced nor cached. A shared budget: the budget's free
+ blocks, which any group may take (the counts below are the group's own:
+ free + the sum over groups of cached + used + unreferenced pinned =
+ num_blocks)*/
     pub free_blocks: u64,
     /// cached, unreferenced and not pinned: evictable, reusable by match_prefix
     pub cached_blocks: u64,
@@ -1639,7 +1664,12 @@ unsafe extern "C" {
  two of the sequences share is copied once. Exactly:
  reserving them in that order succeeds when each group's entry is at most
  kvc_pool_stats' free_blocks + cached_blocks. A new_tokens[i] of 0 counts
- nothing. `blocks_needed` receives num_groups entries.
+ nothing. `blocks_needed` receives num_groups entries. With a shared budget
+ (since 0.7) the groups take from one budget: every entry is the same
+ number, the highest running total of the whole plan (a reserve gives back
+ every group's window blocks, then takes group by group), and reserving
+ succeeds exactly when it is at most free_blocks plus the sum over groups
+ of cached_blocks.
  Errors: INVALID_ARGUMENT (NULL, a sequence of another pool).*/
     pub fn kvc_pool_blocks_needed(
         pool: *const kvc_pool,
@@ -1664,7 +1694,8 @@ unsafe extern "C" {
  layer stores the codes of its inputs (KVC_POOL_STORAGE_FP8_E4M3).
  Errors: INVALID_ARGUMENT (a slot out of range, in the null block, in a
  block no sequence holds, or twice in one group, naming the token, group
- and value), SHAPE_MISMATCH, DTYPE_MISMATCH, DEVICE_MISMATCH; nothing
+ and value; since 0.7, with a shared budget, in a block another group
+ holds), SHAPE_MISMATCH, DTYPE_MISMATCH, DEVICE_MISMATCH; nothing
  written.*/
     pub fn kvc_pool_write(
         pool: *mut kvc_pool,
@@ -1712,10 +1743,14 @@ unsafe extern "C" {
  in `layout` ([num_blocks, block_size, heads, head_dim] for NHD,
  [num_blocks, heads, block_size, head_dim] for HND). The layout the pool
  was created with gives compact tensors; the other the same memory with
- strides. Valid until kvc_pool_destroy: a pool's storage never moves.
+ strides. With a shared budget (since 0.7) dimension 0 steps one page (the
+ stride is the page's elements, not the block's: a page also holds the
+ group's other layers), so neither view is compact. Valid until
+ kvc_pool_destroy: a pool's storage never moves.
  Since 0.7: a latent layer's `value` is zeroed (no V; `key` has 1 head);
  an fp8 layer's views are uint8 tensors of e4m3fn codes, as vLLM's fp8
- caches are (read value = code * the layer's k_scale or v_scale).
+ caches are (read value = code * the layer's k_scale or v_scale); with a
+ shared budget their page stride counts codes (bytes).
  Errors: OUT_OF_RANGE (layer), INVALID_ARGUMENT (a recurrent layer, layout).*/
     pub fn kvc_pool_layer_storage(
         pool: *const kvc_pool,
