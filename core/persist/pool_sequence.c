@@ -120,6 +120,14 @@ static kvc_error* compare_pool(const char* fn, const kvci_file_section* s, const
     int n = VALUES[part];
     const char* const* names = NAMES[part];
     if (part == 2 && !kvci_rec_left(&file) != !kvci_rec_left(&pool)) {
+      /* Only a whole storage part (its count the pool's layers) says the file is fp8; other bytes are damage. */
+      int64_t c = -1;
+      size_t rest = kvci_rec_left(&file);
+      if (rest && (kvci_rec_get_i64(&file, &c), c != (int64_t)p->num_layers ||
+                   rest != sizeof(int64_t) * (1 + (size_t)c * (size_t)n))) {
+        e = kvci_err(KVC_ERROR_IO, "%s: the file's pool fingerprint is malformed", fn);
+        break;
+      }
       e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: the file's pool layout differs from the pool's: the file's blocks "
                    "are %s but the pool's are %s (layers' storage)", fn,
                    kvci_rec_left(&file) ? "fp8 in some layer" : "all in the dtype",
