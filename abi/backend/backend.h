@@ -45,8 +45,9 @@
  * 5: host-tier allocations without zeroing, for the stores an offload overwrites.
  * 6: batched row copies (the pool's step write through a slot mapping).
  * 7: last_error, the vendor's words for a failed call.
+ * 8: a pool's fp8 storage (encode rows into e4m3fn codes, decode codes back).
  */
-#define KVC_BACKEND_API_VERSION 7
+#define KVC_BACKEND_API_VERSION 8
 
 /*
  * Where a cache's work runs. The core owns the struct (one per cache) and
@@ -367,6 +368,25 @@ typedef struct kvc_backend {
    * return value only).
    */
   const char* (*last_error)(void* ctx);
+
+  /*
+   * Version 8: a pool's fp8 storage (kvcache/pool.h, KVC_POOL_STORAGE_FP8_E4M3;
+   * vLLM's kv_cache_dtype="fp8"). Optional, both or neither (NULL: the core
+   * refuses to create an fp8 pool on the backend, KVC_ERROR_UNSUPPORTED).
+   *
+   * fp8_encode_rows: each job's copy_rows, converting: dst row element =
+   * e4m3fn(float32(src element) / scales[j]) (round to nearest even,
+   * saturating to +-448, infinities included; NaN stays NaN), src elements of
+   * `dtype`, dst one-byte codes; strides count elements on each side; the
+   * job's elem_size is dtype's. fp8_decode_4d: each copy, converting: dst
+   * element (of `dtype`) = dtype(float32(code) * scales[j]), src codes. The
+   * arithmetic is backends/quant_math/fp8.h's. Descriptors, index arrays and
+   * scales are host memory, read before the call returns.
+   */
+  int (*fp8_encode_rows)(void* ctx, const kvc_exec* exec, const kvc_copy_rows_job* jobs, const float* scales,
+                         int32_t count, int32_t dtype);
+  int (*fp8_decode_4d)(void* ctx, const kvc_exec* exec, const kvc_copy_4d* copies, const float* scales,
+                       int32_t count, int32_t dtype);
 } kvc_backend;
 
 /* The CPU backend, always built in. */

@@ -270,6 +270,8 @@ static const kvc_backend cpu_backend = {
     cpu_copy_rows_batch,
     /* Version 7: the CPU's entries fail only on arguments the core never passes; nothing to add */
     NULL,
+    /* Version 8: a pool's fp8 storage (cpu_quant_ops.c) */
+    kvci_cpu_fp8_encode_rows, kvci_cpu_fp8_decode_4d,
 };
 
 const kvc_backend* kvci_cpu_backend(void) { return &cpu_backend; }

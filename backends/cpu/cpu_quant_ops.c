@@ -151,3 +151,43 @@ int kvci_cpu_fp8_round_trip(void* ctx, const kvc_exec* exec, void* dst, const in
         }
   return 0;
 }
+
+/* A pool's fp8 write: every element of each job's rows through the e4m3fn encoder (row_shape[0] is 1). */
+int kvci_cpu_fp8_encode_rows(void* ctx, const kvc_exec* exec, const kvc_copy_rows_job* jobs, const float* scales,
+                             int32_t count, int32_t dtype) {
+  (void)ctx;
+  (void)exec;
+  const kvc_dtype dt = (kvc_dtype)dtype;
+  for (int32_t j = 0; j < count; j++) {
+    const kvc_copy_rows_job* x = &jobs[j];
+    uint8_t* dst = (uint8_t*)x->dst;
+    for (int64_t r = 0; r < x->count; r++)
+      for (int64_t h = 0; h < x->row_shape[1]; h++)
+        for (int64_t s = 0; s < x->row_shape[2]; s++)
+          for (int64_t d = 0; d < x->row_shape[3]; d++) {
+            const float v = kvci_load_f32(dt, x->src, at4(x->src_strides, x->src_rows[r], h, s, d));
+            dst[at4(x->dst_strides, x->dst_rows[r], h, s, d)] = kvci_fp8_e4m3fn_from_f32(v / scales[j]);
+          }
+  }
+  return 0;
+}
+
+/* A pool's fp8 gather: codes decoded and scaled, rounded once to `dtype`. */
+int kvci_cpu_fp8_decode_4d(void* ctx, const kvc_exec* exec, const kvc_copy_4d* copies, const float* scales,
+                           int32_t count, int32_t dtype) {
+  (void)ctx;
+  (void)exec;
+  const kvc_dtype dt = (kvc_dtype)dtype;
+  for (int32_t j = 0; j < count; j++) {
+    const kvc_copy_4d* c = &copies[j];
+    const uint8_t* src = (const uint8_t*)c->src;
+    for (int64_t b = 0; b < c->shape[0]; b++)
+      for (int64_t h = 0; h < c->shape[1]; h++)
+        for (int64_t s = 0; s < c->shape[2]; s++)
+          for (int64_t d = 0; d < c->shape[3]; d++) {
+            const float v = kvci_fp8_e4m3fn_to_f32(src[at4(c->src_strides, b, h, s, d)]);
+            kvci_store_f32(dt, c->dst, at4(c->dst_strides, b, h, s, d), v != v ? v : v * scales[j]); /* as round_trip */
+          }
+  }
+  return 0;
+}

@@ -534,6 +534,9 @@ static const kvc_backend gpu_backend = {
     gpu_copy_rows_batch,
     /* Version 7: the vendor's words for a failed call. */
     kvc_gpu_last_error,
+    /* Version 8: no fp8 pool kernels yet: the core refuses fp8 pools on this backend (UNSUPPORTED). */
+    NULL,
+    NULL,
 };
 
 #if defined(KVC_GPU_LINKED)

@@ -24,6 +24,21 @@ const (
 	GroupSliding   GroupKind = 2 // blocks that left the sliding window go back to the pool
 	GroupChunked   GroupKind = 3 // blocks wholly before the current chunk go back to the pool
 	GroupRecurrent GroupKind = 4 // Mamba/SSM layers: a live state per sequence, checkpoints at block boundaries
+	GroupLatent    GroupKind = 5 // MLA layers (DeepSeek): one row per token, no V; every block kept. Since 0.7
+)
+
+// PoolStorage is how a layer's blocks hold its K/V (kvc_pool_storage, since
+// 0.7).
+type PoolStorage int32
+
+// The storages of kvcache/pool.h.
+const (
+	// StorageDType: the pool's dtype (the default).
+	StorageDType PoolStorage = 0
+	// StorageFP8E4M3: float8 e4m3fn codes with vLLM's fp8 KV cache convention
+	// (code = e4m3fn(x / scale), saturating at 448; read code * scale). The
+	// storage views are uint8. CPU pools only in 0.7.
+	StorageFP8E4M3 PoolStorage = 1
 )
 
 // PoolLayout is the physical layout of a layer's K/V storage
@@ -87,6 +102,12 @@ func ChunkedGroup(blockSize, numBlocks uint32, chunk int64) PoolGroup {
 	return PoolGroup{Kind: GroupChunked, BlockSize: blockSize, NumBlocks: numBlocks, Window: chunk}
 }
 
+// LatentGroup is a group of latent (MLA) layers: one row per token, no V.
+// Since 0.7.
+func LatentGroup(blockSize, numBlocks uint32) PoolGroup {
+	return PoolGroup{Kind: GroupLatent, BlockSize: blockSize, NumBlocks: numBlocks}
+}
+
 // RecurrentGroup is a group of recurrent layers: a checkpoint every
 // blockSize committed tokens, numSlots state slots (live states and
 // checkpoints together).
@@ -96,7 +117,8 @@ func RecurrentGroup(blockSize, numSlots uint32) PoolGroup {
 
 // PoolLayer is one layer of the model (kvc_pool_layer_options). Attention
 // layers: K is [NumKVHeads, KeyHeadDim] per token, V [NumKVHeads,
-// ValueHeadDim] (0: KeyHeadDim). Recurrent layers: a conv state [ConvDim,
+// ValueHeadDim] (0: KeyHeadDim). Latent layers: one row of KeyHeadDim per
+// token (NumKVHeads 1, no V). Recurrent layers: a conv state [ConvDim,
 // ConvKernel] and an SSM state [NumKVHeads, KeyHeadDim, SSMStateSize].
 type PoolLayer struct {
 	Group        uint32
@@ -106,6 +128,35 @@ type PoolLayer struct {
 	ConvDim      uint32
 	ConvKernel   uint32
 	SSMStateSize uint32
+	// Since 0.7: how the blocks hold K/V, and an fp8 layer's scales (vLLM's
+	// k_scale and v_scale). A layer that is not fp8 reads a scale of 0 (the
+	// zero value) as 1.0, its default; an fp8 layer passes them as they are
+	// (a latent fp8 layer: VScale 1).
+	Storage PoolStorage
+	KScale  float32
+	VScale  float32
+}
+
+// LatentLayer is a latent (MLA) layer of group: one row of rowWidth per token
+// (DeepSeek V3: kv_lora_rank + qk_rope_head_dim = 576). Since 0.7.
+func LatentLayer(group, rowWidth uint32) PoolLayer {
+	return PoolLayer{Group: group, NumKVHeads: 1, KeyHeadDim: rowWidth}
+}
+
+// FP8 is the layer stored as fp8 e4m3 codes with these scales (a latent
+// layer: vScale 1). Since 0.7.
+func (l PoolLayer) FP8(kScale, vScale float32) PoolLayer {
+	l.Storage, l.KScale, l.VScale = StorageFP8E4M3, kScale, vScale
+	return l
+}
+
+// cScale is a scale as the C options take it: a layer that is not fp8 reads 0
+// (the zero value) as 1, its default.
+func (l PoolLayer) cScale(s float32) float32 {
+	if s == 0 && l.Storage != StorageFP8E4M3 {
+		return 1
+	}
+	return s
 }
 
 // AttentionLayer is an attention layer of group.
@@ -657,7 +708,8 @@ func (p *Pool) Write(keys, values []Input, slots []int64) (err error) {
 // LayerStorage returns the K and V storage of layer over all its group's
 // blocks, zero-copy: [num_blocks, block_size, heads, head_dim] (LayoutNHD)
 // or [num_blocks, heads, block_size, head_dim] (LayoutHND); the pool's own
-// layout is compact, the other strided. Valid until Close.
+// layout is compact, the other strided. Valid until Close. A latent layer's
+// V is the zero View (it has none); an fp8 layer's views are uint8 codes.
 func (p *Pool) LayerStorage(layer int, layout PoolLayout) (_ KV, err error) {
 	defer p.lock().Unlock()
 	defer named(&err, "Pool.LayerStorage")
@@ -1210,7 +1262,8 @@ func (s *Sequence) Pin() (err error) {
 // Gather copies the sequence's K and V of layer into keys and values,
 // [1, num_kv_heads, Len(), head_dim] tensors on the pool's device (a Tensor
 // of the pool's element type, or an ExternalTensor), which it writes: the
-// transformers layout.
+// transformers layout. A latent layer takes nil values (it has no V); an fp8
+// layer gives its decoded values.
 func (s *Sequence) Gather(layer int, keys, values Input) (err error) {
 	defer s.lock().Unlock()
 	defer named(&err, "Sequence.Gather")
@@ -1228,15 +1281,15 @@ func (s *Sequence) gather(layer int, keys, values Input) error {
 	if err != nil {
 		return err
 	}
-	if keys == nil || values == nil {
-		return newError(CodeInvalidArgument, fmt.Sprintf("%s: keys and values must not be nil", fn))
+	if keys == nil {
+		return newError(CodeInvalidArgument, fmt.Sprintf("%s: keys must not be nil", fn))
 	}
 	arr, err := newTensorArrays(fn, []Input{keys}, []Input{values}, false)
 	if err != nil {
 		return err
 	}
 	defer arr.free()
-	err = cPoolGather(h, l, arr.keys(), arr.values())
+	err = cPoolGather(h, l, arr.keys(), optionalValues(arr, values))
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(keys)
 	runtime.KeepAlive(values)

@@ -11,7 +11,8 @@ import (
 // WriteLayer stores one layer's K/V of a step through the step's slot
 // mapping: the call a model's forward pass makes per layer, once the layer
 // computed them (one kernel launch on a GPU). key and value are [num_tokens,
-// num_kv_heads, head_dim] on the pool's device; slots is the whole step's
+// num_kv_heads, head_dim] on the pool's device (a latent layer: value nil,
+// since 0.7); slots is the whole step's
 // mapping, as Write takes it: pass the same slice to every layer of the step
 // (its row for the layer's group is checked on the first layer; later layers
 // compare it with that row). Table and state views stay valid.
@@ -26,8 +27,8 @@ func (p *Pool) WriteLayer(layer int, key, value Input, slots []int64) (err error
 	if err != nil {
 		return err
 	}
-	if key == nil || value == nil {
-		return newError(CodeInvalidArgument, fmt.Sprintf("%s: key and value must not be nil", fn))
+	if key == nil {
+		return newError(CodeInvalidArgument, fmt.Sprintf("%s: key must not be nil", fn))
 	}
 	groups := max(len(p.groups), 1)
 	if len(slots)%groups != 0 {
@@ -44,11 +45,21 @@ func (p *Pool) WriteLayer(layer int, key, value Input, slots []int64) (err error
 	if err != nil {
 		return err
 	}
-	err = cPoolWriteLayer(h, l, arr.keys(), arr.values(), slots, len(slots)/groups)
+	err = cPoolWriteLayer(h, l, arr.keys(), optionalValues(arr, value), slots, len(slots)/groups)
 	runtime.KeepAlive(p)
 	runtime.KeepAlive(key)
 	runtime.KeepAlive(value)
 	return err
+}
+
+// optionalValues is the C argument of a one-layer call's value: NULL when the
+// caller passed nil (a latent layer has no V), so that the library says so if
+// the layer wants one.
+func optionalValues(arr *tensorArrays, value Input) unsafe.Pointer {
+	if value == nil {
+		return nil
+	}
+	return arr.values()
 }
 
 // ReserveBatch is a scheduler's step in one call: Sequence.Reserve of

@@ -81,6 +81,10 @@ var (
 	_ [int64(C.KVC_POOL_GROUP_CHUNKED) - int64(GroupChunked)]struct{}
 	_ [int64(GroupRecurrent) - int64(C.KVC_POOL_GROUP_RECURRENT)]struct{}
 	_ [int64(C.KVC_POOL_GROUP_RECURRENT) - int64(GroupRecurrent)]struct{}
+	_ [int64(GroupLatent) - int64(C.KVC_POOL_GROUP_LATENT)]struct{}
+	_ [int64(C.KVC_POOL_GROUP_LATENT) - int64(GroupLatent)]struct{}
+	_ [int64(StorageFP8E4M3) - int64(C.KVC_POOL_STORAGE_FP8_E4M3)]struct{}
+	_ [int64(C.KVC_POOL_STORAGE_FP8_E4M3) - int64(StorageFP8E4M3)]struct{}
 	_ [int64(LayoutNHD) - int64(C.KVC_POOL_LAYOUT_NHD)]struct{}
 	_ [int64(C.KVC_POOL_LAYOUT_NHD) - int64(LayoutNHD)]struct{}
 	_ [int64(LayoutHND) - int64(C.KVC_POOL_LAYOUT_HND)]struct{}
@@ -173,6 +177,8 @@ func cPoolOptions(a *arena, o *PoolOptions) *C.kvc_pool_options {
 				num_kv_heads: C.uint32_t(l.NumKVHeads), key_head_dim: C.uint32_t(l.KeyHeadDim),
 				value_head_dim: C.uint32_t(l.ValueHeadDim), conv_dim: C.uint32_t(l.ConvDim),
 				conv_kernel: C.uint32_t(l.ConvKernel), ssm_state_size: C.uint32_t(l.SSMStateSize),
+				storage: C.kvc_pool_storage(l.Storage), k_scale: C.float(l.cScale(l.KScale)),
+				v_scale: C.float(l.cScale(l.VScale)),
 			}
 		}
 		c.layers = &layers[0]

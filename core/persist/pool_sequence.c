@@ -15,10 +15,31 @@
 
 /* ------------------------------------------------------------ fingerprint */
 
-enum { GROUP_VALUES = 3, LAYER_VALUES = 7 };
+enum { GROUP_VALUES = 3, LAYER_VALUES = 7, STORAGE_VALUES = 3 };
 static const char* const GROUP_NAMES[GROUP_VALUES] = {"kind", "block_size", "window"};
 static const char* const LAYER_NAMES[LAYER_VALUES] = {"group",    "num_kv_heads", "key_head_dim", "value_head_dim",
                                                       "conv_dim", "conv_kernel",  "ssm_state_size"};
+static const char* const STORAGE_NAMES[STORAGE_VALUES] = {"storage", "k_scale (float32 bits)",
+                                                          "v_scale (float32 bits)"};
+
+/* The section dtype of an fp8 layer's blocks (docs/file-format.md): its codes, which no kvc_dtype names. */
+#define FILE_DTYPE_FP8_E4M3 (0x100u + KVC_POOL_STORAGE_FP8_E4M3)
+
+static uint32_t section_dtype(const kvc_pool* p, const kvci_pool_layer* l) {
+  return kvci_pool_is_fp8(l) ? FILE_DTYPE_FP8_E4M3 : (uint32_t)p->dtype;
+}
+
+static int has_fp8(const kvc_pool* p) {
+  for (uint32_t l = 0; l < p->num_layers; l++)
+    if (kvci_pool_is_fp8(&p->layers[l])) return 1;
+  return 0;
+}
+
+static void storage_values(const kvci_pool_layer* l, int64_t v[STORAGE_VALUES]) {
+  uint32_t bits[2];
+  memcpy(bits, l->scale, sizeof bits);
+  v[0] = l->storage, v[1] = bits[0], v[2] = bits[1];
+}
 
 static void group_values(const kvci_pool_group* g, int64_t v[GROUP_VALUES]) {
   v[0] = g->kind, v[1] = g->block_size, v[2] = g->window;
@@ -29,7 +50,8 @@ static void layer_values(const kvci_pool_layer* l, int64_t v[LAYER_VALUES]) {
   memcpy(v, x, sizeof x);
 }
 
-/* The pool's fingerprint record: dtype, layout, the hash seed, then every group and every layer. */
+/* The pool's fingerprint record: dtype, layout, the hash seed, then every group and every layer, and (since 0.7,
+   a pool with fp8 layers only, so that other pools' files keep their form) every layer's storage and scales. */
 static void pool_fingerprint(const kvc_pool* p, kvci_record* r) {
   kvci_rec_i64(r, p->dtype);
   kvci_rec_i64(r, p->layout);
@@ -45,6 +67,12 @@ static void pool_fingerprint(const kvc_pool* p, kvci_record* r) {
   for (uint32_t l = 0; l < p->num_layers; l++) {
     layer_values(&p->layers[l], v);
     for (int i = 0; i < LAYER_VALUES; i++) kvci_rec_i64(r, v[i]);
+  }
+  if (!has_fp8(p)) return;
+  kvci_rec_i64(r, p->num_layers);
+  for (uint32_t l = 0; l < p->num_layers; l++) {
+    storage_values(&p->layers[l], v);
+    for (int i = 0; i < STORAGE_VALUES; i++) kvci_rec_i64(r, v[i]);
   }
 }
 
@@ -84,16 +112,35 @@ static kvc_error* compare_pool(const char* fn, const kvci_file_section* s, const
              memcmp(x, y, p->seed_len)))
     e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: the file's pool layout differs from the pool's: the hash seed "
                  "(another model's blocks)", fn);
-  /* Groups, then layers: a count, then that many rows of values. */
-  for (int part = 0; !e && part < 2; part++) {
-    int n = part ? LAYER_VALUES : GROUP_VALUES;
-    const char* const* names = part ? LAYER_NAMES : GROUP_NAMES;
+  /* Groups, then layers, then (fp8 pools) the layers' storage: a count, then that many rows of values. */
+  static const int VALUES[3] = {GROUP_VALUES, LAYER_VALUES, STORAGE_VALUES};
+  static const char* const* const NAMES[3] = {GROUP_NAMES, LAYER_NAMES, STORAGE_NAMES};
+  static const char* const COUNTS[3] = {"number of groups", "number of layers", "number of layers (storage)"};
+  for (int part = 0; !e && part < 3; part++) {
+    int n = VALUES[part];
+    const char* const* names = NAMES[part];
+    if (part == 2 && !kvci_rec_left(&file) != !kvci_rec_left(&pool)) {
+      /* Only a whole storage part (its count the pool's layers) says the file is fp8; other bytes are damage. */
+      int64_t c = -1;
+      size_t rest = kvci_rec_left(&file);
+      if (rest && (kvci_rec_get_i64(&file, &c), c != (int64_t)p->num_layers ||
+                   rest != sizeof(int64_t) * (1 + (size_t)c * (size_t)n))) {
+        e = kvci_err(KVC_ERROR_IO, "%s: the file's pool fingerprint is malformed", fn);
+        break;
+      }
+      e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: the file's pool layout differs from the pool's: the file's blocks "
+                   "are %s but the pool's are %s (layers' storage)", fn,
+                   kvci_rec_left(&file) ? "fp8 in some layer" : "all in the dtype",
+                   kvci_rec_left(&pool) ? "fp8 in some layer" : "all in the dtype");
+      break;
+    }
+    if (part == 2 && !kvci_rec_left(&pool)) break;
     int64_t count, pool_count;
     kvci_rec_get_i64(&pool, &pool_count);
     if (kvci_rec_get_i64(&file, &count)) {
       e = kvci_err(KVC_ERROR_IO, "%s: the file's pool fingerprint is malformed", fn);
     } else if (count != pool_count) {
-      e = pool_differs(fn, "", part ? "number of layers" : "number of groups", count, pool_count);
+      e = pool_differs(fn, "", COUNTS[part], count, pool_count);
     }
     for (int64_t row = 0; !e && row < count; row++)
       for (int i = 0; !e && i < n; i++) {
@@ -149,13 +196,13 @@ static void save_slots(kvci_out* out, kvci_stage* st, const kvc_pool* p, uint32_
   memset(&s, 0, sizeof s);
   s.type = kvci_pool_is_recurrent(&p->groups[l->group]) ? KVCF_RECURRENT : KVCF_BLOCKS;
   s.index = layer, s.sub = (uint32_t)which;
-  s.payload_bytes = count * (uint64_t)per * p->elem;
+  s.payload_bytes = count * (uint64_t)per * l->elem;
   s.dims[0] = (uint32_t)count, s.dims[1] = s.dims[2] = 1, s.dims[3] = (uint32_t)per;
-  s.dtype = (uint32_t)p->dtype, s.elem_bytes = (uint32_t)p->elem;
+  s.dtype = section_dtype(p, l), s.elem_bytes = (uint32_t)l->elem;
   kvci_out_begin(out, &s);
   const int64_t strides[4] = {per, per, per, 1}, shape[4] = {1, 1, 1, per};
   for (uint64_t i = 0; i < count; i++)
-    kvci_xfer_save(out, st, kvci_pool_block_at(p, l, which, slots[i]), strides, shape, p->elem);
+    kvci_xfer_save(out, st, kvci_pool_block_at(p, l, which, slots[i]), strides, shape, l->elem);
   kvci_out_end(out);
 }
 
@@ -184,7 +231,8 @@ void kvci_save_pool_sequence(kvci_out* out, const kvc_pool_sequence* s) {
     held_slots(s, g, slots);
     const kvci_pool_group* grp = &p->groups[g];
     for (uint32_t i = 0; i < grp->num_layers; i++)
-      for (int which = 0; which < 2; which++) save_slots(out, &st, p, grp->layers[i], which, slots, n);
+      for (int which = 0; which < kvci_pool_parts(&p->layers[grp->layers[i]]); which++)
+        save_slots(out, &st, p, grp->layers[i], which, slots, n);
     free(slots);
   }
   kvci_stage_close(&st);
@@ -258,15 +306,15 @@ static kvc_error* slot_section(const char* fn, const kvci_file* f, const kvc_poo
   const kvci_pool_layer* l = &p->layers[layer];
   uint32_t type = kvci_pool_is_recurrent(&p->groups[l->group]) ? KVCF_RECURRENT : KVCF_BLOCKS;
   const kvci_file_section* s = kvci_file_find(f, type, 0, layer, (uint32_t)which);
-  const uint64_t per = (uint64_t)(which ? l->v_block : l->k_block), bytes = count * per * p->elem;
+  const uint64_t per = (uint64_t)(which ? l->v_block : l->k_block), bytes = count * per * l->elem;
   if (s && (s->h.dims[0] != (uint32_t)count || s->h.dims[1] != 1 || s->h.dims[2] != 1 || s->h.dims[3] != (uint32_t)per ||
-            s->h.dtype != (uint32_t)p->dtype || s->h.elem_bytes != (uint32_t)p->elem))
+            s->h.dtype != section_dtype(p, l) || s->h.elem_bytes != (uint32_t)l->elem))
     return kvci_err(KVC_ERROR_IO,
                     "%s: the file's %s section of layer %u (sub %d): dims [%u, %u, %u, %u], dtype %u and elem_bytes %u; "
                     "the pool's layout makes them [%llu, 1, 1, %llu], %u and %u",
                     fn, type == KVCF_RECURRENT ? "RECS" : "BLKS", layer, which, s->h.dims[0], s->h.dims[1],
                     s->h.dims[2], s->h.dims[3], s->h.dtype, s->h.elem_bytes, (unsigned long long)count,
-                    (unsigned long long)per, (uint32_t)p->dtype, (uint32_t)p->elem);
+                    (unsigned long long)per, section_dtype(p, l), (uint32_t)l->elem);
   if (!s || s->h.payload_bytes != bytes)
     return kvci_err(KVC_ERROR_IO, "%s: the file's %s bytes of layer %u are %s (%llu bytes expected)", fn,
                     which ? "value" : "key", layer, s ? "of another size" : "missing", (unsigned long long)bytes);
@@ -284,7 +332,7 @@ static kvc_error* check_room(const char* fn, const kvci_file* f, const kvc_pool*
   for (uint32_t g = 0; g < p->num_groups; g++) {
     const kvci_pool_group* grp = &p->groups[g];
     for (uint32_t i = 0; i < grp->num_layers; i++)
-      for (int which = 0; which < 2; which++) {
+      for (int which = 0; which < kvci_pool_parts(&p->layers[grp->layers[i]]); which++) {
         const kvci_file_section* src;
         kvc_error* e = slot_section(fn, f, p, grp->layers[i], which, q->groups[g].held, &src);
         if (e) return e;
@@ -311,14 +359,14 @@ static kvc_error* fill_group(const char* fn, const kvci_file* f, kvc_pool* p, kv
   kvc_error* e = NULL;
   for (uint32_t i = 0; !e && i < grp->num_layers; i++) {
     const kvci_pool_layer* l = &p->layers[grp->layers[i]];
-    for (int which = 0; !e && which < 2; which++) {
+    for (int which = 0; !e && which < kvci_pool_parts(l); which++) {
       const kvci_file_section* src;
       int64_t per = which ? l->v_block : l->k_block;
       const int64_t strides[4] = {per, per, per, 1}, shape[4] = {1, 1, 1, per};
       e = slot_section(fn, f, p, grp->layers[i], which, n, &src);
       kvci_section_reader in = {f, src, 0, 0}; /* the blocks in file order, one after another */
       for (uint64_t k = 0; !e && k < n; k++)
-        e = kvci_section_load(fn, &in, st, kvci_pool_block_at(p, l, which, slots[k]), strides, shape, p->elem);
+        e = kvci_section_load(fn, &in, st, kvci_pool_block_at(p, l, which, slots[k]), strides, shape, l->elem);
     }
   }
   free(slots);

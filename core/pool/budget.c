@@ -6,7 +6,8 @@
  *
  * A shared budget is vLLM's hybrid allocator with its page size unified: all
  * blocks are pages of one size, the largest group's block (every layer of the
- * group, K then V, each rounded up to 16 bytes), in one buffer. Page b holds
+ * group, K then V, each rounded up to 16 bytes; an fp8 layer counts its
+ * one-byte codes, a latent layer its K alone), in one buffer. Page b holds
  * block b of whichever group took it last, laid out as the tier payload of
  * that group is (its layers in order, K then V), so block ids, the free list
  * and the LRU are pool-wide and a group's layer sees its blocks a page apart.
@@ -24,21 +25,27 @@
 
 static uint64_t align_up(uint64_t n) { return (n + SEGMENT_ALIGN - 1) / SEGMENT_ALIGN * SEGMENT_ALIGN; }
 
-/* Elements of one block of a layer's K (kv 0) or V (kv 1): attention per block, recurrent per state slot. */
+/* Elements of one block of a layer's K (kv 0) or V (kv 1): attention per block, recurrent per state slot; a latent
+   layer has no V. */
 static uint64_t layer_block_elems(const kvc_pool_options* o, const kvc_pool_layer_options* l, int kv) {
   const kvc_pool_group_options* g = &o->groups[l->group];
   if (g->kind == KVC_POOL_GROUP_RECURRENT)
     return kv ? (uint64_t)l->num_kv_heads * l->key_head_dim * l->ssm_state_size
               : (uint64_t)l->conv_dim * l->conv_kernel;
+  if (kv && g->kind == KVC_POOL_GROUP_LATENT) return 0;
   uint64_t d = kv && l->value_head_dim ? l->value_head_dim : l->key_head_dim;
   return (uint64_t)g->block_size * l->num_kv_heads * d;
 }
 
 uint64_t kvci_pool_group_block_bytes(const kvc_pool_options* o, uint32_t g) {
-  uint64_t elem = kvc_dtype_size(o->dtype), bytes = 0;
-  for (uint32_t i = 0; i < o->num_layers && bytes <= MAX_PAGE_BYTES; i++)
-    if (o->layers[i].group == g)
-      for (int kv = 0; kv < 2; kv++) bytes += align_up(layer_block_elems(o, &o->layers[i], kv) * elem);
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < o->num_layers && bytes <= MAX_PAGE_BYTES; i++) {
+    const kvc_pool_layer_options* l = &o->layers[i];
+    /* Each layer's own element: an fp8 layer stores one-byte codes whatever the pool's dtype. */
+    uint64_t elem = l->storage == KVC_POOL_STORAGE_FP8_E4M3 ? 1 : kvc_dtype_size(o->dtype);
+    if (l->group == g)
+      for (int kv = 0; kv < 2; kv++) bytes += align_up(layer_block_elems(o, l, kv) * elem);
+  }
   return bytes; /* each term is below 2^62 (dims are bounded): past MAX_PAGE_BYTES the caller refuses */
 }
 
@@ -126,16 +133,17 @@ void kvci_pool_budget_place_layers(kvc_pool* p) {
     for (uint32_t i = 0; i < g->num_layers; i++) {
       kvci_pool_layer* l = &p->layers[g->layers[i]];
       l->k = (char*)p->arena + at;
-      at += align_up((uint64_t)l->k_block * p->elem);
-      l->v = (char*)p->arena + at;
-      at += align_up((uint64_t)l->v_block * p->elem);
-      l->stride[0] = l->stride[1] = (int64_t)(p->page_bytes / p->elem);
+      at += align_up((uint64_t)l->k_block * l->elem);
+      l->v = l->v_block ? (char*)p->arena + at : NULL; /* latent: no V, nothing placed */
+      at += align_up((uint64_t)l->v_block * l->elem);
+      /* In this layer's own elements (an fp8 layer's are bytes); the page is a multiple of SEGMENT_ALIGN. */
+      l->stride[0] = l->stride[1] = (int64_t)(p->page_bytes / l->elem);
     }
   }
 }
 
 void kvci_pool_layer_rows(const kvc_pool* p, kvci_pool_layer* l) {
-  for (int kv = 0; kv < 2; kv++) {
+  for (int kv = 0; kv < kvci_pool_parts(l); kv++) {
     if (kvci_pool_is_recurrent(&p->groups[l->group])) {
       l->row_unit[kv] = l->rows_per_block[kv] = l->rows_per_token[kv] = 1;
       continue;

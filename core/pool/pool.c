@@ -4,6 +4,7 @@
  * (kvc_pool_clear_cache, kvc_pool_unpin_all).
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "pool/cbor.h"
@@ -24,13 +25,24 @@ void kvc_pool_options_init(kvc_pool_options* options) {
   *options = init;
 }
 
+void kvc_pool_layer_options_init(kvc_pool_layer_options* options) {
+  if (!options) return;
+  kvc_pool_layer_options init = KVC_POOL_LAYER_OPTIONS_INIT;
+  *options = init;
+}
+
+static const char* kind_name(kvc_pool_group_kind k) {
+  static const char* const NAMES[] = {"", "full", "sliding", "chunked", "recurrent", "latent"};
+  return k >= KVC_POOL_GROUP_FULL && k <= KVC_POOL_GROUP_LATENT ? NAMES[k] : "unknown";
+}
+
 static kvc_error* check_group(const char* fn, uint32_t i, const kvc_pool_group_options* g, int shared) {
   if (g->struct_size != sizeof(*g))
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].struct_size is %u but this library knows only %zu; "
                     "initialize it with KVC_POOL_GROUP_OPTIONS_INIT", fn, i, g->struct_size, sizeof(*g));
-  if (g->kind < KVC_POOL_GROUP_FULL || g->kind > KVC_POOL_GROUP_RECURRENT)
+  if (g->kind < KVC_POOL_GROUP_FULL || g->kind > KVC_POOL_GROUP_LATENT)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].kind is %d; it must be KVC_POOL_GROUP_FULL (1), "
-                    "SLIDING (2), CHUNKED (3) or RECURRENT (4)", fn, i, (int)g->kind);
+                    "SLIDING (2), CHUNKED (3), RECURRENT (4) or LATENT (5)", fn, i, (int)g->kind);
   if (g->block_size < 1 || g->block_size > MAX_BLOCK_SIZE)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].block_size is %u; it must be in [1, %u]", fn, i,
                     g->block_size, MAX_BLOCK_SIZE);
@@ -43,7 +55,7 @@ static kvc_error* check_group(const char* fn, uint32_t i, const kvc_pool_group_o
                     ">= 1", fn, i, g->window, g->kind == KVC_POOL_GROUP_SLIDING ? "sliding" : "chunked");
   if (!windowed && g->window != 0)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].window is %" PRId64 "; it must be 0 for a %s group",
-                    fn, i, g->window, g->kind == KVC_POOL_GROUP_FULL ? "full" : "recurrent");
+                    fn, i, g->window, kind_name(g->kind));
   if (g->reserved)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: groups[%u].reserved is %" PRIu64 "; it must be 0", fn, i,
                     g->reserved);
@@ -57,20 +69,50 @@ static kvc_error* check_dim(const char* fn, uint32_t i, const char* field, uint3
   return NULL;
 }
 
+/* A scale of an fp8 layer (finite, > 0), or of any other, which must keep its default 1. */
+static kvc_error* check_scale(const char* fn, uint32_t i, const char* field, float v, int used, const char* why) {
+  if (used && !(isfinite(v) && v > 0))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].%s is %.9g; an fp8 layer's scale must be finite "
+                    "and > 0", fn, i, field, (double)v);
+  if (!used && v != 1.0f)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].%s is %.9g; it must be 1 %s", fn, i, field,
+                    (double)v, why);
+  return NULL;
+}
+
+/* Since 0.7: how the layer's blocks hold it (fp8 needs K/V blocks) and its scales. */
+static kvc_error* check_storage(const char* fn, uint32_t i, const kvc_pool_layer_options* l, kvc_pool_group_kind kind) {
+  if (l->storage != KVC_POOL_STORAGE_DTYPE && l->storage != KVC_POOL_STORAGE_FP8_E4M3)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].storage is %d; it must be KVC_POOL_STORAGE_DTYPE (0) "
+                    "or KVC_POOL_STORAGE_FP8_E4M3 (1)", fn, i, (int)l->storage);
+  int fp8 = l->storage == KVC_POOL_STORAGE_FP8_E4M3;
+  if (fp8 && kind == KVC_POOL_GROUP_RECURRENT)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].storage is KVC_POOL_STORAGE_FP8_E4M3 but the layer is "
+                    "in a recurrent group, whose states stay in the pool's dtype", fn, i);
+  kvc_error* e = check_scale(fn, i, "k_scale", l->k_scale, fp8, "unless storage is KVC_POOL_STORAGE_FP8_E4M3");
+  if (!e)
+    e = check_scale(fn, i, "v_scale", l->v_scale, fp8 && kind != KVC_POOL_GROUP_LATENT,
+                    kind == KVC_POOL_GROUP_LATENT ? "in a latent group, which has no V"
+                                                  : "unless storage is KVC_POOL_STORAGE_FP8_E4M3");
+  return e;
+}
+
 static kvc_error* check_layer(const char* fn, uint32_t i, const kvc_pool_layer_options* l,
                               const kvc_pool_options* o) {
-  if (l->struct_size != sizeof(*l))
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].struct_size is %u but this library knows only %zu; "
-                    "initialize it with KVC_POOL_LAYER_OPTIONS_INIT", fn, i, l->struct_size, sizeof(*l));
   if (l->group >= o->num_groups)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].group is %u but there are %u groups", fn, i, l->group,
                     o->num_groups);
-  int rec = o->groups[l->group].kind == KVC_POOL_GROUP_RECURRENT;
-  const char* in = rec ? "in a recurrent group" : "in an attention group";
+  kvc_pool_group_kind kind = o->groups[l->group].kind;
+  int rec = kind == KVC_POOL_GROUP_RECURRENT, latent = kind == KVC_POOL_GROUP_LATENT;
+  const char* in = rec ? "in a recurrent group" : latent ? "in a latent group (one row per token, no V)"
+                                                         : "in an attention group";
   kvc_error* e = check_dim(fn, i, "num_kv_heads", l->num_kv_heads, 1, "");
+  if (!e && latent && l->num_kv_heads != 1)
+    e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].num_kv_heads is %u; it must be 1 %s", fn, i,
+                 l->num_kv_heads, in);
   if (!e) e = check_dim(fn, i, "key_head_dim", l->key_head_dim, 1, "");
-  if (!e && !rec) e = check_dim(fn, i, "value_head_dim", l->value_head_dim, 0, "(0 = key_head_dim)");
-  if (!e && rec && l->value_head_dim)
+  if (!e && !rec && !latent) e = check_dim(fn, i, "value_head_dim", l->value_head_dim, 0, "(0 = key_head_dim)");
+  if (!e && (rec || latent) && l->value_head_dim)
     e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].value_head_dim is %u; it must be 0 %s", fn, i,
                  l->value_head_dim, in);
   const uint32_t* rf[3] = {&l->conv_dim, &l->conv_kernel, &l->ssm_state_size};
@@ -84,6 +126,7 @@ static kvc_error* check_layer(const char* fn, uint32_t i, const kvc_pool_layer_o
   if (!e && l->reserved)
     e = kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].reserved is %" PRIu64 "; it must be 0", fn, i,
                  l->reserved);
+  if (!e) e = check_storage(fn, i, l, kind);
   return e;
 }
 
@@ -131,10 +174,10 @@ static kvc_error* check_options(const char* fn, const kvc_pool_options* o) {
   return e;
 }
 
-/* The storage view descriptors of an attention layer: [layout][k|v] over its group's blocks. */
+/* The storage view descriptors of an attention layer: [layout][k|v] over its group's blocks (latent: K only). */
 static void layer_views(kvc_pool* p, kvci_pool_layer* l, const kvci_pool_group* g) {
   int64_t nb = g->num_blocks, bs = g->block_size, h = l->heads;
-  for (int kv = 0; kv < 2; kv++) {
+  for (int kv = 0; kv < kvci_pool_parts(l); kv++) {
     int64_t d = kv ? l->vdim : l->kdim;
     /* Strides of the physical layout along (token in block, head). */
     int64_t s_tok = p->layout == KVC_POOL_LAYOUT_NHD ? h * d : d;
@@ -213,6 +256,10 @@ static kvc_error* alloc_storage(const char* fn, kvc_pool* p, const kvc_pool_opti
     l->group = lo->group;
     l->heads = lo->num_kv_heads;
     l->kdim = lo->key_head_dim;
+    l->storage = lo->storage;
+    l->elem = kvci_pool_is_fp8(l) ? 1 : p->elem;
+    l->scale[0] = lo->k_scale;
+    l->scale[1] = lo->v_scale;
     if (kvci_pool_is_recurrent(g)) {
       l->conv_dim = lo->conv_dim;
       l->conv_kernel = lo->conv_kernel;
@@ -223,7 +270,7 @@ static kvc_error* alloc_storage(const char* fn, kvc_pool* p, const kvc_pool_opti
       memcpy(l->state_shape[0], conv, sizeof conv);
       memcpy(l->state_shape[1], ssm, sizeof ssm);
     } else {
-      l->vdim = lo->value_head_dim ? lo->value_head_dim : lo->key_head_dim;
+      l->vdim = g->kind == KVC_POOL_GROUP_LATENT ? 0 : lo->value_head_dim ? lo->value_head_dim : lo->key_head_dim;
       l->k_block = (int64_t)g->block_size * l->heads * l->kdim;
       l->v_block = (int64_t)g->block_size * l->heads * l->vdim;
     }
@@ -240,10 +287,10 @@ static kvc_error* alloc_storage(const char* fn, kvc_pool* p, const kvc_pool_opti
     if (l->k_block * (int64_t)g->num_blocks > MAX_ELEMS || l->v_block * (int64_t)g->num_blocks > MAX_ELEMS)
       return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u] would hold more than 2^44 elements per buffer "
                       "(groups[%u].num_blocks %u)", fn, i, lo->group, g->num_blocks);
-    size_t kb = (size_t)(l->k_block * g->num_blocks) * p->elem, vb = (size_t)(l->v_block * g->num_blocks) * p->elem;
+    size_t kb = (size_t)(l->k_block * g->num_blocks) * l->elem, vb = (size_t)(l->v_block * g->num_blocks) * l->elem;
     l->k = alloc_buffer(p, kb);
-    l->v = l->k ? alloc_buffer(p, vb) : NULL;
-    if (!l->v)
+    l->v = l->k && vb ? alloc_buffer(p, vb) : NULL;
+    if (!l->k || (vb && !l->v))
       return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s could not allocate %zu bytes for layers[%u] "
                       "(groups[%u]: %u blocks)", fn, p->allocator ? "caller's allocator (options.allocator)"
                       : p->backend->name, l->k ? vb : kb, i, lo->group, g->num_blocks);
@@ -272,17 +319,85 @@ static kvc_error* read_options(const char* fn, const kvc_pool_options* in, kvc_p
   return NULL;
 }
 
+_Static_assert(offsetof(kvc_pool_layer_options, storage) == 40 && sizeof(kvc_pool_layer_options) == 56,
+               "kvc_pool_layer_options changed size");
+
+/*
+ * The caller's layers in this library's layout, in a copy (`*copy`, the caller frees it): an array's stride is its
+ * first entry's struct_size, 40 (0.6: the fields since 0.7 keep their defaults) or 56.
+ */
+static kvc_error* read_layers(const char* fn, const kvc_pool_options* o, kvc_pool_layer_options** copy) {
+  *copy = NULL;
+  if (!o->num_layers || !o->layers) return NULL; /* check_options names it */
+  const size_t old = offsetof(kvc_pool_layer_options, storage), now = sizeof(kvc_pool_layer_options);
+  const uint32_t size = o->layers[0].struct_size;
+  if (size != old && size != now)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[0].struct_size is %u but this library knows only %zu and "
+                    "%zu; initialize it with KVC_POOL_LAYER_OPTIONS_INIT or kvc_pool_layer_options_init", fn, size, old,
+                    now);
+  kvc_pool_layer_options* c = (kvc_pool_layer_options*)malloc(o->num_layers * now);
+  if (!c) return kvci_err_oom();
+  for (uint32_t i = 0; i < o->num_layers; i++) {
+    const char* at = (const char*)o->layers + (size_t)i * size;
+    uint32_t own;
+    memcpy(&own, at, sizeof own);
+    if (own != size) {
+      free(c);
+      return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layers[%u].struct_size is %u but layers[0]'s is %u; every entry "
+                      "of the array has the same size", fn, i, own, size);
+    }
+    c[i] = (kvc_pool_layer_options)KVC_POOL_LAYER_OPTIONS_INIT;
+    memcpy(&c[i], at, size);
+    c[i].struct_size = (uint32_t)now;
+  }
+  *copy = c;
+  return NULL;
+}
+
+kvc_error* kvci_pool_options_read(const char* fn, const kvc_pool_options* in, kvc_pool_options* out,
+                                  kvc_pool_layer_options** layers) {
+  *layers = NULL;
+  kvc_error* e = read_options(fn, in, out);
+  if (!e) e = read_layers(fn, out, layers);
+  if (!e && *layers) out->layers = *layers;
+  if (!e) e = check_options(fn, out);
+  if (e) {
+    free(*layers);
+    *layers = NULL;
+  }
+  return e;
+}
+
+/* Since 0.7: fp8 layers need the backend's fp8 entries (backend.h, version 8). */
+static kvc_error* check_backend(const char* fn, const kvc_pool_options* o, const kvc_backend* b) {
+  if (b->fp8_encode_rows && b->fp8_decode_4d) return NULL;
+  for (uint32_t i = 0; i < o->num_layers; i++)
+    if (o->layers[i].storage == KVC_POOL_STORAGE_FP8_E4M3)
+      return kvci_err(KVC_ERROR_UNSUPPORTED, "%s: layers[%u].storage is KVC_POOL_STORAGE_FP8_E4M3 but the %s backend "
+                      "has no fp8 pool kernels (fp8_encode_rows, fp8_decode_4d) in this release; create the pool on "
+                      "the CPU or with storage KVC_POOL_STORAGE_DTYPE", fn, i, b->name);
+  return NULL;
+}
+
+static kvc_error* create_checked(const char* FN, const kvc_pool_options* options, kvc_pool** out);
+
 kvc_error* kvc_pool_create(const kvc_pool_options* caller_options, kvc_pool** out) {
   static const char* FN = "kvc_pool_create";
   if (!caller_options) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL; pass a kvc_pool_options", FN);
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   kvc_pool_options read;
-  kvc_error* e = read_options(FN, caller_options, &read);
-  const kvc_pool_options* options = &read;
-  if (!e) e = check_options(FN, options);
-  if (e) return e;
+  kvc_pool_layer_options* layers = NULL;
+  kvc_error* e = kvci_pool_options_read(FN, caller_options, &read, &layers);
+  if (!e) e = create_checked(FN, &read, out);
+  free(layers);
+  return e;
+}
+
+/* kvc_pool_create once the options are read and checked. */
+static kvc_error* create_checked(const char* FN, const kvc_pool_options* options, kvc_pool** out) {
   const kvc_backend* b = NULL;
-  e = kvci_backend_for(FN, &options->device, &b);
+  kvc_error* e = kvci_backend_for(FN, &options->device, &b);
+  if (!e) e = check_backend(FN, options, b);
   if (e) return e;
   kvci_allocator* allocator = NULL;
   if ((e = kvci_allocator_new(FN, "options.allocator", options->allocator, &allocator))) return e;
@@ -428,8 +543,3 @@ kvc_error* kvc_pool_unpin_all(kvc_pool* pool) {
   return NULL;
 }
 
-kvc_error* kvci_pool_options_check(const char* fn, const kvc_pool_options* options) {
-  kvc_pool_options read; /* a caller's older, smaller struct has no shared_budget_bytes to read */
-  kvc_error* e = read_options(fn, options, &read);
-  return e ? e : check_options(fn, &read);
-}

@@ -84,13 +84,17 @@ typedef struct kvci_pool_group {
 
 typedef struct kvci_pool_layer {
   uint32_t group;
-  int64_t heads, kdim, vdim;               /* recurrent: vdim 0 */
+  int64_t heads, kdim, vdim;               /* recurrent and latent: vdim 0 */
+  size_t elem;                             /* bytes of a stored element: the pool's dtype's, 1 for fp8 codes */
+  kvc_pool_storage storage;
+  float scale[2];                          /* fp8: K's and V's (vLLM's k_scale, v_scale); else 1 */
   int64_t conv_dim, conv_kernel, dstate;   /* recurrent only */
-  int64_t k_block, v_block;                /* elements per block (recurrent: conv and SSM state per slot) */
-  void* k;                                 /* attention K blocks; recurrent: conv states */
-  void* v;                                 /* attention V blocks; recurrent: SSM states */
-  int64_t stride[2];                       /* [k|v]: elements from one block to the next (a shared budget: the
-                                              page, else k_block / v_block) */
+  int64_t k_block, v_block;                /* elements per block (recurrent: conv and SSM state per slot; latent:
+                                              v_block 0) */
+  void* k;                                 /* attention K blocks (latent: the rows); recurrent: conv states */
+  void* v;                                 /* attention V blocks (latent: NULL); recurrent: SSM states */
+  int64_t stride[2];                       /* [k|v]: elements (of this layer's elem) from one block to the next (a
+                                              shared budget: the page, else k_block / v_block) */
   int64_t row_unit[2], rows_per_block[2], rows_per_token[2]; /* [k|v]: a slot as a copy_rows row (write.c) */
   int64_t shape[2][2][4], strides[2][2][4]; /* storage views: [layout][k|v][dim] */
   int64_t state_shape[2][4];               /* recurrent views: conv [1, C, K], SSM [1, H, D, N] */
@@ -187,11 +191,19 @@ struct kvc_pool {
 };
 
 static inline int kvci_pool_is_recurrent(const kvci_pool_group* g) { return g->kind == KVC_POOL_GROUP_RECURRENT; }
+/* Groups whose sequences keep every block (no window): full attention and latent (MLA) groups. */
+static inline int kvci_pool_keeps_all(const kvci_pool_group* g) {
+  return g->kind == KVC_POOL_GROUP_FULL || g->kind == KVC_POOL_GROUP_LATENT;
+}
+/* The buffers of a layer: K and V (conv and SSM state), or K alone (a latent layer). */
+static inline int kvci_pool_parts(const kvci_pool_layer* l) { return l->v_block ? 2 : 1; }
+static inline int kvci_pool_is_fp8(const kvci_pool_layer* l) { return l->storage == KVC_POOL_STORAGE_FP8_E4M3; }
 /* Blocks an allocation can take now: free ones, then evictable cached ones (of every group, in a shared budget). */
 static inline uint64_t kvci_pool_available(const kvci_pool_group* g) { return g->budget->n_free + g->budget->n_lru; }
 /* Block `block` of layer l's K (kv 0) or V (kv 1) storage. */
 static inline char* kvci_pool_block_at(const kvc_pool* p, const kvci_pool_layer* l, int kv, uint32_t block) {
-  return (char*)(kv ? l->v : l->k) + (size_t)(l->stride[kv] * (int64_t)block) * p->elem;
+  (void)p;
+  return (char*)(kv ? l->v : l->k) + (size_t)(l->stride[kv] * (int64_t)block) * l->elem;
 }
 /* The copy_rows row (in units of row_unit elements) of `slot` in layer l's K or V, blocks of bs tokens. */
 static inline int64_t kvci_pool_slot_row(const kvci_pool_layer* l, int kv, int64_t slot, int64_t bs) {
@@ -275,8 +287,11 @@ kvc_error* kvci_pool_check_input(const char* fn, const kvc_pool* p, const char* 
 /* The job copying `count` rows src_rows of input t (K when kv is 0, else V) to dst_rows of the layer. */
 void kvci_pool_row_job(kvc_copy_rows_job* j, const kvc_pool* p, const kvci_pool_layer* l, int kv, const kvc_tensor* t,
                        const int64_t* dst_rows, const int64_t* src_rows, size_t count);
-/* Hands `count` jobs to the backend: one call when it batches them (one launch on a GPU). 0, or the failure. */
-int kvci_pool_issue_row_jobs(kvc_pool* pool, const kvc_copy_rows_job* jobs, int32_t count);
+/* The scale a row job of `layer`'s K (kv 0) or V writes with: 0 for a plain copy, else an fp8 encode's. */
+static inline float kvci_pool_job_scale(const kvci_pool_layer* l, int kv) { return kvci_pool_is_fp8(l) ? l->scale[kv] : 0; }
+/* Hands `count` jobs to the backend: one call when it batches them (one launch on a GPU), fp8 jobs (scales[i] not 0;
+   scales may be NULL: none) to its fp8 encoder. 0, or the failure. */
+int kvci_pool_issue_row_jobs(kvc_pool* pool, const kvc_copy_rows_job* jobs, const float* scales, int32_t count);
 /* write_layer.c: frees the memo of every group (kvc_pool_destroy). */
 void kvci_pool_slot_memo_free(kvc_pool* pool);
 
@@ -377,6 +392,8 @@ void kvci_pool_fingerprint(const kvc_pool* pool, uint8_t out[KVC_BLOCK_HASH_SIZE
  */
 typedef struct kvci_model_layer {
   int64_t group, heads, kdim, vdim, conv_dim, conv_kernel, dstate;
+  int32_t storage;  /* since 0.7: fp8 layers add their storage and scales (tier_fingerprint.c) */
+  float scale[2];
 } kvci_model_layer;
 typedef struct kvci_model_group {
   int32_t kind;
@@ -393,8 +410,12 @@ typedef struct kvci_model {
   uint64_t seed_len;
 } kvci_model;
 void kvci_model_fingerprint(const kvci_model* m, uint8_t out[KVC_BLOCK_HASH_SIZE]);
-/* pool.c: kvc_pool_create's checks of `options`, with `fn` in the message. */
-kvc_error* kvci_pool_options_check(const char* fn, const kvc_pool_options* options);
+/*
+ * pool.c: the caller's options as kvc_pool_create reads them (earlier struct sizes, its layers copied into this
+ * library's layout: `*layers`, freed by the caller; out->layers points at it) and checks them, `fn` in the message.
+ */
+kvc_error* kvci_pool_options_read(const char* fn, const kvc_pool_options* in, kvc_pool_options* out,
+                                  kvc_pool_layer_options** layers);
 /*
  * tier_fetch.c: looks up `count` keys in `tiers`, nearest first (each for what the nearer lacked), under each
  * tier's lock; verifies each value (payload `payload` bytes over num_layers layers) into payloads[i]. Returns the

@@ -93,7 +93,7 @@ static uint64_t longest_match(const kvc_pool* p, kvc_pool_sequence* s, const int
   /* Full groups first: each caps the match at its first miss, and their chains stop there. */
   for (uint32_t gi = 0; gi < p->num_groups; gi++) {
     const kvci_pool_group* g = &p->groups[gi];
-    if (g->kind != KVC_POOL_GROUP_FULL) continue;
+    if (!kvci_pool_keeps_all(g)) continue;
     kvci_pool_seq_group* sg = &s->groups[gi];
     uint64_t hit = 0, n = limit / g->block_size;
     while (hit < n) {
@@ -107,7 +107,7 @@ static uint64_t longest_match(const kvc_pool* p, kvc_pool_sequence* s, const int
   for (uint32_t gi = 0; gi < p->num_groups && step <= limit; gi++) {
     const kvci_pool_group* g = &p->groups[gi];
     step = step / kvci_pool_gcd(step, g->block_size) * g->block_size;
-    if (g->kind != KVC_POOL_GROUP_FULL)
+    if (!kvci_pool_keeps_all(g))
       kvci_pool_chain(s, tokens, g->block_size, 0, limit / g->block_size, s->groups[gi].hashes);
   }
   if (step > limit) return 0;

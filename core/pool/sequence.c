@@ -235,7 +235,7 @@ static kvc_error* check_truncate(const kvc_pool_sequence* s, uint32_t gi, uint64
                     "there (checkpoints are at committed multiples of its block size %u, while cached); the live "
                     "state cannot be rolled back, nothing changed", FN, n, gi, g->block_size);
   }
-  if (g->kind == KVC_POOL_GROUP_FULL) return NULL;
+  if (kvci_pool_keeps_all(g)) return NULL;
   uint64_t first = kvci_pool_window_start(g, committed) / g->block_size;
   uint64_t end = kvci_pool_blocks_for(n, g->block_size);
   for (uint64_t i = first; i < end; i++)

@@ -229,14 +229,14 @@ int kvci_pool_tiers_fetch(kvc_pool* p, kvc_pool_sequence* s, const int32_t* toke
   for (int pass = 0; pass < 2; pass++)
     for (uint32_t gi = 0; gi < p->num_groups && limit; gi++) {
       const kvci_pool_group* g = &p->groups[gi];
-      if ((g->kind == KVC_POOL_GROUP_FULL) != (pass == 0)) continue;
+      if (kvci_pool_keeps_all(g) != (pass == 0)) continue;
       if (kvci_pool_is_recurrent(g)) {
         added += (uint64_t)fetch_checkpoint(p, s, tokens, gi, limit);
         continue;
       }
       uint64_t reach;
       added += fetch_group(p, s, tokens, gi, limit, &reach);
-      if (g->kind == KVC_POOL_GROUP_FULL && reach * g->block_size < limit) limit = reach * g->block_size;
+      if (kvci_pool_keeps_all(g) && reach * g->block_size < limit) limit = reach * g->block_size;
     }
   return added != 0;
 }

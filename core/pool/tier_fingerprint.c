@@ -4,7 +4,8 @@
  *
  * SHA-256 over a canonical little-endian encoding of what decides the bytes
  * of a block and the meaning of its hash: dtype, layout, every group's kind,
- * block size and window, every layer's group and shape, the hash seed. Not
+ * block size and window, every layer's group and shape, the hash seed (and,
+ * since 0.7, every layer's storage and scales when one is fp8). Not
  * the device (a CPU and a GPU pool hold the same bytes) nor the number of
  * blocks (capacity), so pools that differ only there share their tiers.
  */
@@ -47,6 +48,21 @@ void kvci_model_fingerprint(const kvci_model* m, uint8_t out[KVC_BLOCK_HASH_SIZE
   }
   put_u64(&h, m->seed_len);
   kvci_sha256_update(&h, m->seed, (size_t)m->seed_len);
+  /*
+   * Since 0.7: a pool with fp8 layers adds, after the seed, every layer's storage and scales (float32 bits), so
+   * that its blocks (codes, and what they mean) never mix with another's. Nothing is added otherwise: a pool of
+   * 0.6's kinds keeps its fingerprint, and the tiers it filled.
+   */
+  int fp8 = 0;
+  for (uint32_t i = 0; i < m->num_layers && !fp8; i++) fp8 = m->layer_at(m->src, i).storage != KVC_POOL_STORAGE_DTYPE;
+  for (uint32_t i = 0; fp8 && i < m->num_layers; i++) {
+    const kvci_model_layer l = m->layer_at(m->src, i);
+    uint32_t bits[2];
+    memcpy(bits, l.scale, sizeof bits);
+    put_u32(&h, (uint32_t)l.storage);
+    put_u32(&h, bits[0]);
+    put_u32(&h, bits[1]);
+  }
   kvci_sha256_final(&h, out);
 }
 
@@ -57,7 +73,8 @@ static kvci_model_group pool_group(const void* src, uint32_t g) {
 
 static kvci_model_layer pool_layer(const void* src, uint32_t i) {
   const kvci_pool_layer* l = &((const kvc_pool*)src)->layers[i];
-  return (kvci_model_layer){l->group, l->heads, l->kdim, l->vdim, l->conv_dim, l->conv_kernel, l->dstate};
+  return (kvci_model_layer){l->group,       l->heads,   l->kdim,    l->vdim, l->conv_dim, l->conv_kernel,
+                            l->dstate,      l->storage, {l->scale[0], l->scale[1]}};
 }
 
 void kvci_pool_fingerprint(const kvc_pool* p, uint8_t out[KVC_BLOCK_HASH_SIZE]) {

@@ -3,7 +3,8 @@
  * host memory, for its tiers (docs/tiers.md gives the payload's order: per
  * layer of the group, in the group's layer order, K then V, each block's
  * elements as the layout stores them; a block is contiguous in either
- * layout).
+ * layout). An fp8 layer's elements are its one-byte codes, a latent layer
+ * has K alone.
  *
  * A CPU pool's bytes are copied with memcpy. A device pool's go through
  * host-tier buffers (the backend's host_alloc: pinned memory the device
@@ -28,7 +29,7 @@ size_t kvci_pool_block_payload(const kvc_pool* p, uint32_t group) {
   size_t n = 0;
   for (uint32_t i = 0; i < g->num_layers; i++) {
     const kvci_pool_layer* l = &p->layers[g->layers[i]];
-    n += (size_t)(l->k_block + l->v_block) * p->elem;
+    n += (size_t)(l->k_block + l->v_block) * l->elem; /* fp8: the codes; latent: no V */
   }
   return n;
 }
@@ -115,14 +116,14 @@ static int stage(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t cou
     for (uint32_t i = 0; i < g->num_layers; i++) {
       const kvci_pool_layer* l = &p->layers[g->layers[i]];
       char* kb = kvci_pool_block_at(p, l, 0, blocks[j]);
-      char* vb = kvci_pool_block_at(p, l, 1, blocks[j]);
-      size_t kn = (size_t)l->k_block * p->elem, vn = (size_t)l->v_block * p->elem;
+      char* vb = l->v_block ? kvci_pool_block_at(p, l, 1, blocks[j]) : NULL; /* latent: no V */
+      size_t kn = (size_t)l->k_block * l->elem, vn = (size_t)l->v_block * l->elem;
       if (on_cpu(p)) {
         memcpy(to_host ? (void*)at : kb, to_host ? (const void*)kb : at, kn);
-        memcpy(to_host ? (void*)(at + kn) : vb, to_host ? (const void*)vb : at + kn, vn);
+        if (vn) memcpy(to_host ? (void*)(at + kn) : vb, to_host ? (const void*)vb : at + kn, vn);
       } else {
-        flat(&c[k++], to_host ? (void*)at : kb, to_host ? (const void*)kb : at, l->k_block, p->elem);
-        flat(&c[k++], to_host ? (void*)(at + kn) : vb, to_host ? (const void*)vb : at + kn, l->v_block, p->elem);
+        flat(&c[k++], to_host ? (void*)at : kb, to_host ? (const void*)kb : at, l->k_block, l->elem);
+        if (vn) flat(&c[k++], to_host ? (void*)(at + kn) : vb, to_host ? (const void*)vb : at + kn, l->v_block, l->elem);
       }
       at += kn + vn;
     }

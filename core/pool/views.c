@@ -27,7 +27,7 @@ int kvci_pool_issue_copies(kvc_pool* pool, const kvc_copy_4d* c, int32_t count, 
 static void flat_copy(kvc_copy_4d* c, const kvc_pool* p, const kvci_pool_layer* l, int kv, uint32_t src,
                       uint32_t dst) {
   int64_t per = kv ? l->v_block : l->k_block;
-  size_t elem = p->elem;
+  size_t elem = l->elem;
   memset(c, 0, sizeof(*c));
   c->dst = kvci_pool_block_at(p, l, kv, dst);
   c->src = kvci_pool_block_at(p, l, kv, src);
@@ -40,17 +40,17 @@ static void flat_copy(kvc_copy_4d* c, const kvc_pool* p, const kvci_pool_layer* 
 
 void kvci_pool_copy_block(kvc_pool* pool, uint32_t group, uint32_t src, uint32_t dst) {
   const kvci_pool_group* g = &pool->groups[group];
-  size_t n = 2 * (size_t)g->num_layers;
+  size_t n = 2 * (size_t)g->num_layers, k = 0;
   kvc_copy_4d* c = (kvc_copy_4d*)malloc(n * sizeof(*c));
   for (uint32_t i = 0; i < g->num_layers; i++) {
     kvci_pool_layer* l = &pool->layers[g->layers[i]];
     kvc_copy_4d one[2];
-    kvc_copy_4d* at = c ? c + 2 * i : one; /* without memory for one batch: the same copies one layer at a time */
-    flat_copy(&at[0], pool, l, 0, src, dst);
-    flat_copy(&at[1], pool, l, 1, src, dst);
-    if (!c) kvci_pool_issue_copies(pool, one, 2, &pool->fault);
+    kvc_copy_4d* at = c ? c + k : one; /* without memory for one batch: the same copies one layer at a time */
+    for (int kv = 0; kv < kvci_pool_parts(l); kv++) flat_copy(&at[kv], pool, l, kv, src, dst);
+    if (!c) kvci_pool_issue_copies(pool, one, kvci_pool_parts(l), &pool->fault);
+    k += (size_t)kvci_pool_parts(l);
   }
-  if (c) kvci_pool_issue_copies(pool, c, (int32_t)n, &pool->fault);
+  if (c) kvci_pool_issue_copies(pool, c, (int32_t)k, &pool->fault);
   free(c);
 }
 
@@ -85,12 +85,15 @@ kvc_error* kvc_pool_layer_storage(const kvc_pool* pool, uint32_t layer, kvc_pool
                     "blocks (use kvc_pool_recurrent_state)", FN, layer, l->group);
   kvc_tensor* t[2] = {&out->key, &out->value};
   void* base[2] = {l->k, l->v};
-  for (int kv = 0; kv < 2; kv++) {
+  /* fp8 codes as uint8, the dtype vLLM gives its own fp8 cache tensors (and every DLPack reader knows). */
+  const kvc_data_type codes = {KVC_TYPE_CODE_UINT, 8, 1};
+  memset(&out->value, 0, sizeof out->value); /* a latent layer has no V */
+  for (int kv = 0; kv < kvci_pool_parts(l); kv++) {
     memset(t[kv], 0, sizeof(*t[kv]));
     t[kv]->data = base[kv];
     t[kv]->device = pool->device;
     t[kv]->ndim = 4;
-    t[kv]->dtype = kvc_dtype_to_data_type(pool->dtype);
+    t[kv]->dtype = kvci_pool_is_fp8(l) ? codes : kvc_dtype_to_data_type(pool->dtype);
     /* The descriptors live in the pool (const only for the caller: views never change them). */
     t[kv]->shape = (int64_t*)l->shape[layout][kv];
     t[kv]->strides = (int64_t*)l->strides[layout][kv];
@@ -239,7 +242,11 @@ kvc_error* kvc_pool_gather(const kvc_pool_sequence* s, uint32_t layer, const kvc
   const kvc_tensor* t[2] = {keys, values};
   static const char* names[2] = {"keys", "values"};
   int64_t dims[2] = {l->kdim, l->vdim};
-  for (int kv = 0; kv < 2; kv++) {
+  const int parts = kvci_pool_parts(l);
+  if (parts == 1 && values)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: values is set but layer %u is in group %u, a latent group: one "
+                    "row per token (keys) and no V; pass NULL", FN, layer, l->group);
+  for (int kv = 0; kv < parts; kv++) {
     kvc_error* e = kvci_check_input_tensor(FN, names[kv], -1, t[kv], &p->device);
     if (e) return e;
     int64_t want[4] = {1, l->heads, (int64_t)s->length, dims[kv]};
@@ -259,20 +266,26 @@ kvc_error* kvc_pool_gather(const kvc_pool_sequence* s, uint32_t layer, const kvc
                       ") (they left the window): token %" PRIu64 " has no bytes to gather", FN, l->group,
                       i * g->block_size, (i + 1) * g->block_size, i * g->block_size);
   if (!sg->num_blocks) return NULL;
-  size_t n = 2 * (size_t)sg->num_blocks;
+  size_t n = (size_t)parts * (size_t)sg->num_blocks;
   kvc_copy_4d* c = (kvc_copy_4d*)malloc(n * sizeof(*c));
-  if (!c) return kvci_err_oom();
+  float* scales = (float*)malloc(n * sizeof(float));
+  if (!c || !scales) {
+    free(c);
+    free(scales);
+    return kvci_err_oom();
+  }
   void* base[2] = {l->k, l->v};
-  for (int kv = 0; kv < 2; kv++) {
+  for (int kv = 0; kv < parts; kv++) {
     int64_t dst_st[4];
     kvci_tensor_strides(t[kv], dst_st);
     const int64_t* src_st = l->strides[KVC_POOL_LAYOUT_HND][kv]; /* [block, head, token, dim] */
     char* dst0 = (char*)t[kv]->data + t[kv]->byte_offset;
     for (uint64_t i = 0; i < sg->num_blocks; i++) {
       kvc_copy_4d* x = &c[kv * sg->num_blocks + i];
+      scales[kv * sg->num_blocks + i] = l->scale[kv];
       uint64_t first = i * g->block_size, cnt = s->length - first < g->block_size ? s->length - first : g->block_size;
       x->dst = dst0 + (ptrdiff_t)((int64_t)first * dst_st[2]) * (ptrdiff_t)p->elem;
-      x->src = (const char*)base[kv] + (size_t)(src_st[0] * sg->table[i]) * p->elem;
+      x->src = (const char*)base[kv] + (size_t)(src_st[0] * sg->table[i]) * l->elem;
       int64_t shape[4] = {1, l->heads, (int64_t)cnt, dims[kv]};
       int64_t ss[4] = {src_st[0], src_st[1], src_st[2], 1};
       memcpy(x->shape, shape, sizeof shape);
@@ -282,7 +295,13 @@ kvc_error* kvc_pool_gather(const kvc_pool_sequence* s, uint32_t layer, const kvc
     }
   }
   kvci_fault f = {0}; /* the caller's tensors, not the pool, hold what a failed copy left */
-  kvci_pool_issue_copies(p, c, (int32_t)n, &f);
+  const kvc_backend* b = p->backend;
+  if (kvci_pool_is_fp8(l)) /* the codes decoded: dtype(code * scale); strides count codes on the source side */
+    kvci_fault_note(&f, b, b->fp8_decode_4d(b->ctx, &p->exec, c, scales, (int32_t)n, (int32_t)p->dtype),
+                    "fp8_decode_4d");
+  else
+    kvci_pool_issue_copies(p, c, (int32_t)n, &f);
   free(c);
+  free(scales);
   return kvci_fault_discard(FN, &f, p->backend, "keys and values hold unspecified bytes; the pool is unchanged");
 }

@@ -90,13 +90,36 @@ void kvci_pool_row_job(kvc_copy_rows_job* j, const kvc_pool* p, const kvci_pool_
   j->elem_size = p->elem;
 }
 
-int kvci_pool_issue_row_jobs(kvc_pool* pool, const kvc_copy_rows_job* jobs, int32_t count) {
+static int issue_plain_jobs(kvc_pool* pool, const kvc_copy_rows_job* jobs, int32_t count) {
   const kvc_backend* b = pool->backend;
   if (b->copy_rows_batch) return KVCI_BE(pool, copy_rows_batch, jobs, count);
   int rc = 0;
   for (int32_t i = 0; !rc && i < count; i++)
     rc = KVCI_BE(pool, copy_rows, jobs[i].dst, jobs[i].dst_strides, jobs[i].dst_rows, jobs[i].src,
                  jobs[i].src_strides, jobs[i].src_rows, jobs[i].count, jobs[i].row_shape, jobs[i].elem_size);
+  return rc;
+}
+
+int kvci_pool_issue_row_jobs(kvc_pool* pool, const kvc_copy_rows_job* jobs, const float* scales, int32_t count) {
+  int32_t nf = 0;
+  for (int32_t i = 0; scales && i < count; i++) nf += scales[i] != 0;
+  if (!nf) return issue_plain_jobs(pool, jobs, count);
+  if (nf == count) return KVCI_BE(pool, fp8_encode_rows, jobs, scales, count, (int32_t)pool->dtype);
+  /* A pool with fp8 and plain layers: two batches (two launches on a GPU). */
+  kvc_copy_rows_job* split = (kvc_copy_rows_job*)malloc((size_t)count * sizeof(*split));
+  float* fs = (float*)malloc((size_t)nf * sizeof(float));
+  int rc = -1;
+  if (split && fs) {
+    int32_t plain = 0, fp8 = count - nf;
+    for (int32_t i = 0; i < count; i++) {
+      if (scales[i] != 0) fs[fp8 - (count - nf)] = scales[i], split[fp8++] = jobs[i];
+      else split[plain++] = jobs[i];
+    }
+    rc = issue_plain_jobs(pool, split, count - nf);
+    if (!rc) rc = KVCI_BE(pool, fp8_encode_rows, split + (count - nf), fs, nf, (int32_t)pool->dtype);
+  }
+  free(split);
+  free(fs);
   return rc;
 }
 
@@ -110,7 +133,10 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
   if (num_layers != pool->num_layers)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_layers is %u but the pool has %u layers; pass one keys and "
                     "values entry per layer", FN, num_layers, pool->num_layers);
-  if (!keys || !values)
+  int needs_values = 0; /* latent and recurrent layers read no V (0.7: values may then be NULL) */
+  for (uint32_t i = 0; i < pool->num_layers; i++)
+    needs_values |= !kvci_pool_is_recurrent(&pool->groups[pool->layers[i].group]) && kvci_pool_parts(&pool->layers[i]) == 2;
+  if (!keys || (!values && needs_values))
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass num_layers entries", FN, keys ? "values" : "keys");
   if (!slot_mapping && num_tokens)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: slot_mapping is NULL but num_tokens is %zu", FN, num_tokens);
@@ -120,7 +146,7 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
     const kvci_pool_layer* l = &pool->layers[i];
     if (kvci_pool_is_recurrent(&pool->groups[l->group])) continue;
     kvc_error* e = kvci_pool_check_input(FN, pool, "keys", i, i, &keys[i], l->kdim, num_tokens);
-    if (!e) e = kvci_pool_check_input(FN, pool, "values", i, i, &values[i], l->vdim, num_tokens);
+    if (!e && kvci_pool_parts(l) == 2) e = kvci_pool_check_input(FN, pool, "values", i, i, &values[i], l->vdim, num_tokens);
     if (e) return e;
   }
   if (!num_tokens) return NULL;
@@ -131,7 +157,8 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
   int64_t* dst_rows = (int64_t*)malloc(2 * nl * num_tokens * sizeof(int64_t)); /* [layer][k|v] */
   size_t* count = (size_t*)calloc(ng, sizeof(size_t));
   kvc_copy_rows_job* jobs = (kvc_copy_rows_job*)malloc(2 * nl * sizeof(*jobs));
-  kvc_error* e = (!scratch || !src_rows || !dst_rows || !count || !jobs) ? kvci_err_oom() : NULL;
+  float* scales = (float*)malloc(2 * nl * sizeof(float));
+  kvc_error* e = (!scratch || !src_rows || !dst_rows || !count || !jobs || !scales) ? kvci_err_oom() : NULL;
   for (uint32_t g = 0; !e && g < ng; g++) {
     if (kvci_pool_is_recurrent(&pool->groups[g])) continue;
     e = kvci_pool_check_slots(FN, pool, g, slot_mapping + g * num_tokens, num_tokens, scratch, &count[g]);
@@ -151,11 +178,11 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
      * backend uploads each distinct index array once, which keeps a decode step's batch small enough to
      * travel in the launch's parameters.
      */
-    const kvc_tensor* in[2] = {&keys[li], &values[li]};
-    for (int kv = 0; kv < 2; kv++) {
+    const kvc_tensor* in[2] = {&keys[li], values ? &values[li] : NULL};
+    for (int kv = 0; kv < kvci_pool_parts(l); kv++) {
       const int64_t* same = NULL;
       for (uint32_t lj = 0; lj <= li && !same; lj++)
-        for (int kj = 0; kj < (lj < li ? 2 : kv) && !same; kj++)
+        for (int kj = 0; kj < (lj < li ? kvci_pool_parts(&pool->layers[lj]) : kv) && !same; kj++)
           if (kvci_pool_same_rows(&pool->layers[lj], kj, l, kv)) same = dst_rows + (2 * lj + kj) * num_tokens;
       if (!same) {
         int64_t* dst = dst_rows + (2 * li + kv) * num_tokens;
@@ -163,11 +190,12 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
           dst[k] = kvci_pool_slot_row(l, kv, slot_mapping[l->group * num_tokens + (size_t)src[k]], g->block_size);
         same = dst;
       }
+      scales[nj] = kvci_pool_job_scale(l, kv);
       kvci_pool_row_job(&jobs[nj++], pool, l, kv, in[kv], same, src, count[l->group]);
     }
   }
   if (!e && nj) {
-    kvci_pool_issue_row_jobs(pool, jobs, nj);
+    kvci_pool_issue_row_jobs(pool, jobs, scales, nj);
     e = kvci_pool_result(FN, pool, e);
   }
   free(scratch);
@@ -175,5 +203,6 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
   free(dst_rows);
   free(count);
   free(jobs);
+  free(scales);
   return e;
 }

@@ -89,13 +89,18 @@ kvc_error* kvc_pool_write_layer(kvc_pool* pool, uint32_t layer, const kvc_tensor
   if (kvci_pool_is_recurrent(g))
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: layer %u is in recurrent group %u, which holds states, not "
                     "K/V (kvc_pool_recurrent_state gives them)", FN, layer, l->group);
-  if (!key || !value) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, key ? "value" : "key");
+  const int parts = kvci_pool_parts(l);
+  if (!key || (!value && parts == 2))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", FN, key ? "value" : "key");
+  if (value && parts == 1)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: value is set but layer %u is in group %u, a latent group: one "
+                    "row per token (key) and no V; pass NULL", FN, layer, l->group);
   if (!slot_mapping && num_tokens)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: slot_mapping is NULL but num_tokens is %zu", FN, num_tokens);
   if (num_tokens > (size_t)INT32_MAX)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_tokens is %zu; at most 2^31 - 1 per call", FN, num_tokens);
   if ((e = kvci_pool_check_input(FN, pool, "key", -1, layer, key, l->kdim, num_tokens)) ||
-      (e = kvci_pool_check_input(FN, pool, "value", -1, layer, value, l->vdim, num_tokens)))
+      (parts == 2 && (e = kvci_pool_check_input(FN, pool, "value", -1, layer, value, l->vdim, num_tokens))))
     return e;
   if (!num_tokens) return NULL;
   if ((e = accepted_row(FN, pool, l->group, slot_mapping + (size_t)l->group * num_tokens, num_tokens))) return e;
@@ -106,7 +111,7 @@ kvc_error* kvc_pool_write_layer(kvc_pool* pool, uint32_t layer, const kvc_tensor
   const int64_t* dst[2] = {m->dst, m->dst};
   int64_t bs = g->block_size;
   int64_t* own[2] = {m->scratch, m->vrows};
-  for (int kv = 0; kv < 2; kv++) {
+  for (int kv = 0; kv < parts; kv++) {
     if (l->rows_per_block[kv] == bs && l->rows_per_token[kv] == 1) continue;
     if (kv && kvci_pool_same_rows(l, 0, l, 1)) {
       dst[1] = dst[0];
@@ -116,8 +121,12 @@ kvc_error* kvc_pool_write_layer(kvc_pool* pool, uint32_t layer, const kvc_tensor
     dst[kv] = own[kv];
   }
   kvc_copy_rows_job jobs[2];
-  kvci_pool_row_job(&jobs[0], pool, l, 0, key, dst[0], m->src, m->count);
-  kvci_pool_row_job(&jobs[1], pool, l, 1, value, dst[1], m->src, m->count);
-  kvci_pool_issue_row_jobs(pool, jobs, 2);
+  const kvc_tensor* in[2] = {key, value};
+  float scales[2];
+  for (int kv = 0; kv < parts; kv++) {
+    scales[kv] = kvci_pool_job_scale(l, kv);
+    kvci_pool_row_job(&jobs[kv], pool, l, kv, in[kv], dst[kv], m->src, m->count);
+  }
+  kvci_pool_issue_row_jobs(pool, jobs, scales, parts);
   return kvci_pool_result(FN, pool, NULL);
 }

@@ -82,7 +82,8 @@ int main(void) {
   OFF(kvc_pool_layer_options, num_kv_heads); OFF(kvc_pool_layer_options, key_head_dim);
   OFF(kvc_pool_layer_options, value_head_dim); OFF(kvc_pool_layer_options, conv_dim);
   OFF(kvc_pool_layer_options, conv_kernel); OFF(kvc_pool_layer_options, ssm_state_size);
-  OFF(kvc_pool_layer_options, reserved);
+  OFF(kvc_pool_layer_options, reserved); OFF(kvc_pool_layer_options, storage);
+  OFF(kvc_pool_layer_options, k_scale); OFF(kvc_pool_layer_options, v_scale);
   SIZE(kvc_pool_options); OFF(kvc_pool_options, struct_size); OFF(kvc_pool_options, dtype);
   OFF(kvc_pool_options, device); OFF(kvc_pool_options, num_groups); OFF(kvc_pool_options, groups);
   OFF(kvc_pool_options, num_layers); OFF(kvc_pool_options, layers); OFF(kvc_pool_options, layout);
@@ -140,6 +141,7 @@ int main(void) {
   VAL(KVC_TIER_WRITE_ON_COMMIT); VAL(KVC_TIER_WRITE_ON_EVICT); VAL(KVC_TIER_AUTH_KEY_MIN); VAL(KVC_TIER_AUTH_KEY_MAX);
   VAL(KVC_REDIS_CLUSTER_AUTO); VAL(KVC_REDIS_CLUSTER_OFF); VAL(KVC_REDIS_CLUSTER_ON);
   VAL(KVC_POOL_GROUP_FULL); VAL(KVC_POOL_GROUP_SLIDING); VAL(KVC_POOL_GROUP_CHUNKED); VAL(KVC_POOL_GROUP_RECURRENT);
+  VAL(KVC_POOL_GROUP_LATENT); VAL(KVC_POOL_STORAGE_DTYPE); VAL(KVC_POOL_STORAGE_FP8_E4M3);
   VAL(KVC_POOL_LAYOUT_NHD); VAL(KVC_POOL_LAYOUT_HND); VAL(KVC_POOL_TABLE_PADDED); VAL(KVC_POOL_TABLE_CSR);
   VAL(KVC_POOL_EVENT_BLOCK_STORED); VAL(KVC_POOL_EVENT_BLOCK_REMOVED); VAL(KVC_POOL_EVENT_ALL_CLEARED);
   VAL(KVC_POOL_EVENT_TIER_STORED); VAL(KVC_POOL_EVENT_TIER_FAILED); VAL(KVC_POOL_EVENT_TIER_DROPPED);

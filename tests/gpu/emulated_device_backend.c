@@ -974,6 +974,9 @@ static const kvc_backend emulated_backend = {
     emu_copy_rows_batch,
     /* Version 7 */
     emu_last_error,
+    /* Version 8: no fp8 pool entries (pools refuse fp8 storage here, as on the GPU backends) */
+    NULL,
+    NULL,
 };
 
 /* ---------------------------------------------------------- exports */

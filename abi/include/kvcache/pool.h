@@ -107,6 +107,11 @@ typedef int32_t kvc_pool_group_kind;
 #define KVC_POOL_GROUP_RECURRENT 4 /**< recurrent (Mamba/SSM) layers: one live state per sequence, and a
                                         checkpoint of it at every block boundary a commit reaches, so
                                         prefix reuse works for hybrid models */
+#define KVC_POOL_GROUP_LATENT    5 /**< multi-head latent attention (MLA: DeepSeek V2/V3, Kimi K2): one tensor
+                                        per token and no V (the compressed latent and the rope key in one
+                                        row, kv_lora_rank + qk_rope_head_dim wide), every block kept as in
+                                        a FULL group. Its layers have num_kv_heads 1, key_head_dim the row
+                                        width, value_head_dim 0. Since 0.7. */
 
 /** One group of layers. Published sizes: 32 (0.6). */
 typedef struct kvc_pool_group_options {
@@ -124,27 +129,52 @@ typedef struct kvc_pool_group_options {
 
 #define KVC_POOL_GROUP_OPTIONS_INIT {sizeof(kvc_pool_group_options), KVC_POOL_GROUP_FULL, 16, 0, 0, 0}
 
+/*
+ * How a layer's blocks hold its K/V (since 0.7). The pool's `dtype` stays what
+ * writes take and gathers return; the storage is what the blocks hold.
+ */
+typedef int32_t kvc_pool_storage;
+#define KVC_POOL_STORAGE_DTYPE    0 /**< the pool's dtype (default) */
+#define KVC_POOL_STORAGE_FP8_E4M3 1 /**< float8 e4m3fn codes, one byte per element, with per-tensor scales as
+                                         vLLM's kv_cache_dtype="fp8": a write stores e4m3fn(float32(x) / scale)
+                                         (round to nearest even, saturating to +-448, NaN stays NaN), a gather
+                                         returns dtype(float32(code) * scale). Attention and latent layers only.
+                                         The storage views are uint8 (vLLM's own fp8 cache tensors). Since 0.7. */
+
 /**
  * One layer of the model. Attention groups: K is [num_kv_heads, key_head_dim]
- * per token, V [num_kv_heads, value_head_dim]. Recurrent groups: the live
+ * per token, V [num_kv_heads, value_head_dim]. Latent groups: one row of
+ * key_head_dim per token (num_kv_heads 1, no V). Recurrent groups: the live
  * state of a sequence is a conv state [conv_dim, conv_kernel] and an SSM
  * state [num_kv_heads, key_head_dim, ssm_state_size] (Mamba2's heads,
  * head_dim, d_state; Mamba: num_kv_heads = 1, key_head_dim = d_inner).
- * Published sizes: 40 (0.6).
+ * Published sizes: 40 (0.6), 56 (0.7: storage, k_scale, v_scale). An array of
+ * layers is read with the stride its first entry's struct_size gives, and
+ * every entry must have that size.
  */
 typedef struct kvc_pool_layer_options {
   uint32_t struct_size;      /**< sizeof(kvc_pool_layer_options) */
   uint32_t group;            /**< index into kvc_pool_options.groups */
-  uint32_t num_kv_heads;     /**< >= 1 */
-  uint32_t key_head_dim;     /**< >= 1 */
-  uint32_t value_head_dim;   /**< attention groups: >= 1; 0 = key_head_dim. RECURRENT: 0 */
+  uint32_t num_kv_heads;     /**< >= 1; LATENT: 1 */
+  uint32_t key_head_dim;     /**< >= 1; LATENT: the row width */
+  uint32_t value_head_dim;   /**< attention groups: >= 1; 0 = key_head_dim. RECURRENT and LATENT: 0 */
   uint32_t conv_dim;         /**< RECURRENT: channels of the conv state, >= 1; attention: 0 */
   uint32_t conv_kernel;      /**< RECURRENT: conv kernel size, >= 1; attention: 0 */
   uint32_t ssm_state_size;   /**< RECURRENT: d_state, >= 1; attention: 0 */
   uint64_t reserved;         /**< 0 */
+  /* since 0.7 */
+  kvc_pool_storage storage;  /**< KVC_POOL_STORAGE_DTYPE (default) or FP8_E4M3 (not in a RECURRENT group).
+                                  Since 0.7. */
+  float k_scale;             /**< FP8_E4M3: K's (a latent row's) scale, finite and > 0 (vLLM's layer._k_scale;
+                                  1.0 when the checkpoint has none); otherwise 1.0. Default 1.0. Since 0.7. */
+  float v_scale;             /**< FP8_E4M3 attention layers: V's scale, finite and > 0; otherwise (latent
+                                  layers too) 1.0. Default 1.0. Since 0.7. */
 } kvc_pool_layer_options;
 
-#define KVC_POOL_LAYER_OPTIONS_INIT {sizeof(kvc_pool_layer_options), 0, 0, 0, 0, 0, 0, 0, 0}
+#define KVC_POOL_LAYER_OPTIONS_INIT \
+  {sizeof(kvc_pool_layer_options), 0, 0, 0, 0, 0, 0, 0, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f}
+/** Sets `options` to KVC_POOL_LAYER_OPTIONS_INIT. Never fails; NULL is ignored. Since 0.7. */
+KVC_API void kvc_pool_layer_options_init(kvc_pool_layer_options* options);
 
 /* Physical layout of the K/V storage of a layer (views in either layout are zero-copy; see
  * kvc_pool_layer_storage). */
@@ -512,6 +542,9 @@ KVC_API kvc_error* kvc_pool_blocks_needed(const kvc_pool* pool, const kvc_pool_s
  * is host memory in kvc_pool_reserve's form, so the tokens of many
  * sequences are written in one call: concatenate their mappings group by
  * group. A GPU pool issues one kernel launch for all layers.
+ * Since 0.7: a latent layer's entry of `values` is ignored (may be zeroed;
+ * `values` may be NULL when every layer is latent or recurrent), and an fp8
+ * layer stores the codes of its inputs (KVC_POOL_STORAGE_FP8_E4M3).
  * Errors: INVALID_ARGUMENT (a slot out of range, in the null block, in a
  * block no sequence holds, or twice in one group, naming the token, group
  * and value; since 0.7, with a shared budget, in a block another group
@@ -536,7 +569,8 @@ KVC_API kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const 
  * was released since: the layers after the first of a step pay a comparison,
  * not the sort the duplicate check needs. `key` and `value` live on the
  * pool's device, any strides; borrowed for the call. A GPU pool issues one
- * kernel launch per call (K and V together).
+ * kernel launch per call (K and V together). A latent layer takes `key` (its
+ * rows) and a NULL `value`; an fp8 layer stores the codes of its inputs.
  * Errors: OUT_OF_RANGE (layer), INVALID_ARGUMENT (NULL pool, key, value or
  * slot_mapping, a recurrent layer, num_tokens above 2^31 - 1, a slot out of
  * range, in the null block, in a block no sequence holds, or twice in the
@@ -556,6 +590,10 @@ KVC_API kvc_error* kvc_pool_write_layer(kvc_pool* pool, uint32_t layer, const kv
  * stride is the page's elements, not the block's: a page also holds the
  * group's other layers), so neither view is compact. Valid until
  * kvc_pool_destroy: a pool's storage never moves.
+ * Since 0.7: a latent layer's `value` is zeroed (no V; `key` has 1 head);
+ * an fp8 layer's views are uint8 tensors of e4m3fn codes, as vLLM's fp8
+ * caches are (read value = code * the layer's k_scale or v_scale); with a
+ * shared budget their page stride counts codes (bytes).
  * Errors: OUT_OF_RANGE (layer), INVALID_ARGUMENT (a recurrent layer, layout).
  */
 KVC_API kvc_error* kvc_pool_layer_storage(const kvc_pool* pool, uint32_t layer, kvc_pool_layout layout,
@@ -595,6 +633,9 @@ KVC_API kvc_error* kvc_pool_block_table(kvc_pool* pool, const kvc_pool_sequence*
  * attention code that needs contiguous tensors and to move a sequence into
  * a kvc_cache. Sliding and chunked groups have no bytes for freed blocks:
  * gathering such a sequence is INVALID_STATE naming the first missing token.
+ * Since 0.7: a latent layer fills `keys` ([1, 1, length, row width]) and
+ * takes a NULL `values`; an fp8 layer returns the decoded values in the
+ * pool's dtype, dtype(float32(code) * scale).
  */
 KVC_API kvc_error* kvc_pool_gather(const kvc_pool_sequence* sequence, uint32_t layer, const kvc_tensor* keys,
                                    const kvc_tensor* values);

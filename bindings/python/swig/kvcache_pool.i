@@ -558,7 +558,9 @@ PyObject* kvc_py_pool_write_layer(PyObject* pool, unsigned int layer, PyObject* 
   memset(&slots, 0, sizeof slots);
   PyObject* result = NULL;
   if (kvc_py_tensor_in_from(key, "key", &k) < 0) return NULL;
-  if (kvc_py_tensor_in_from(value, "value", &v) < 0) {
+  memset(&v, 0, sizeof v);
+  const int has_value = value != Py_None; /* a latent layer takes no value */
+  if (has_value && kvc_py_tensor_in_from(value, "value", &v) < 0) {
     kvc_py_tensor_release(&k);
     return NULL;
   }
@@ -575,7 +577,7 @@ PyObject* kvc_py_pool_write_layer(PyObject* pool, unsigned int layer, PyObject* 
         kvc_error* err;
         size_t num_tokens = slots.count / ph->num_groups;
         Py_BEGIN_ALLOW_THREADS
-        err = kvc_pool_write_layer(p, (uint32_t)layer, &k.t, &v.t, slots.data, num_tokens);
+        err = kvc_pool_write_layer(p, (uint32_t)layer, &k.t, has_value ? &v.t : NULL, slots.data, num_tokens);
         Py_END_ALLOW_THREADS
         kvc_py_pool_leave(guard);
         if (err) kvc_py_raise(err);
@@ -708,7 +710,12 @@ PyObject* kvc_py_pool_layer_storage(PyObject* pool, unsigned int layer, int layo
     kvc_py_raise(err);
     return NULL;
   }
-  return kvc_py_kv_pair(pool, &((PoolHandle*)pool)->storage, &out);
+  if (out.value.data) return kvc_py_kv_pair(pool, &((PoolHandle*)pool)->storage, &out);
+  /* A latent layer: its rows, and no V (None). */
+  PyObject* k = kvc_py_view_new(pool, &((PoolHandle*)pool)->storage, &out.key);
+  PyObject* pair = k ? PyTuple_Pack(2, k, Py_None) : NULL;
+  Py_XDECREF(k);
+  return pair;
 }
 
 /*
@@ -759,11 +766,13 @@ PyObject* kvc_py_pool_gather(PyObject* sequence, unsigned int layer, PyObject* k
   PyObject* result = NULL;
   kvc_py_guard* guard = NULL;
   const kvc_pool_sequence* s = NULL;
-  if (kvc_py_tensor_in_from(keys, "keys", &k) == 0 && kvc_py_tensor_in_from(values, "values", &v) == 0 &&
+  const int has_values = values != Py_None; /* a latent layer has no V */
+  if (kvc_py_tensor_in_from(keys, "keys", &k) == 0 &&
+      (!has_values || kvc_py_tensor_in_from(values, "values", &v) == 0) &&
       (s = kvc_py_seq_enter(sequence, KVC_PY_POOL_KEEP_VIEWS, &guard)) != NULL) {
     kvc_error* err;
     Py_BEGIN_ALLOW_THREADS
-    err = kvc_pool_gather(s, (uint32_t)layer, &k.t, &v.t);
+    err = kvc_pool_gather(s, (uint32_t)layer, &k.t, has_values ? &v.t : NULL);
     Py_END_ALLOW_THREADS
     kvc_py_pool_leave(guard);
     if (err) kvc_py_raise(err);

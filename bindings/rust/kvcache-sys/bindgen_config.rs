@@ -35,6 +35,7 @@ fn macro_type(name: &str) -> Option<IntKind> {
         _ if name.starts_with("KVC_QUANT_MODE_") => custom("kvc_quant_mode"),
         _ if name.starts_with("KVC_POOL_GROUP_") => custom("kvc_pool_group_kind"),
         _ if name.starts_with("KVC_POOL_LAYOUT_") => custom("kvc_pool_layout"),
+        _ if name.starts_with("KVC_POOL_STORAGE_") => custom("kvc_pool_storage"),
         _ if name.starts_with("KVC_POOL_TABLE_") => custom("kvc_pool_table_format"),
         _ if name.starts_with("KVC_POOL_EVENT_") => custom("kvc_pool_event_kind"),
         _ if name.starts_with("KVC_POOL_HASH_") => custom("kvc_pool_hash_mode"),

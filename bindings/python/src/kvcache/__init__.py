@@ -102,6 +102,7 @@ from .pool import (
     RecurrentState,
     Sequence,
     SlotMapping,
+    Storage,
     describe_config,
     model_block_payload,
     model_fingerprint,
@@ -158,6 +159,6 @@ __all__ = [
     "model_block_payload",
     "Pool", "Sequence", "MultimodalItem", "PoolGroup", "PoolLayer", "PoolStats", "PoolEvent", "SlotMapping",
     "CsrBlockTable", "BatchReservation", "add_redis_tier", "tier_stats",
-    "RecurrentState", "GroupKind", "Layout", "EventKind", "HashMode", "describe_config",
+    "RecurrentState", "GroupKind", "Storage", "Layout", "EventKind", "HashMode", "describe_config",
     "load", "load_encoder_decoder", "FILE_FORMAT_VERSION",
 ]

@@ -73,6 +73,17 @@ class GroupKind(enum.IntEnum):
     SLIDING = _lib.KVC_POOL_GROUP_SLIDING
     CHUNKED = _lib.KVC_POOL_GROUP_CHUNKED
     RECURRENT = _lib.KVC_POOL_GROUP_RECURRENT
+    LATENT = _lib.KVC_POOL_GROUP_LATENT  # MLA (DeepSeek): one row per token, no V (since 0.7)
+
+
+class Storage(enum.IntEnum):
+    """How a layer's blocks hold its K/V (``kvc_pool_storage``, since 0.7): the pool's dtype, or float8 e4m3fn
+    codes with vLLM's fp8 KV cache convention (code = e4m3fn(x / scale), read code * scale; ``"fp8"`` is
+    vLLM's name for it)."""
+
+    DTYPE = _lib.KVC_POOL_STORAGE_DTYPE
+    FP8_E4M3 = _lib.KVC_POOL_STORAGE_FP8_E4M3
+    FP8 = _lib.KVC_POOL_STORAGE_FP8_E4M3  # vLLM's kv_cache_dtype="fp8"
 
 
 class Layout(enum.IntEnum):
@@ -132,8 +143,9 @@ class PoolGroup:
     """One group of layers (``kvc_pool_group_options``): an attention kind with its own block size and count.
 
     ``kind`` is ``"full"``, ``"sliding"`` (``window``: the sliding window in tokens), ``"chunked"``
-    (``window``: the chunk size) or ``"recurrent"`` (Mamba/SSM layers: ``block_size`` tokens between state
-    checkpoints, ``num_blocks`` state slots). Block 0 of every group is the null block: ``num_blocks - 1`` are
+    (``window``: the chunk size), ``"recurrent"`` (Mamba/SSM layers: ``block_size`` tokens between state
+    checkpoints, ``num_blocks`` state slots) or ``"latent"`` (MLA layers: one row per token and no V, every
+    block kept as in a full group; since 0.7). Block 0 of every group is the null block: ``num_blocks - 1`` are
     usable.
 
     Example:
@@ -160,12 +172,14 @@ class PoolLayer:
     """One layer of the model (``kvc_pool_layer_options``).
 
     Attention layers: K is ``[num_kv_heads, head_dim]`` per token and V ``[num_kv_heads, value_head_dim]``
-    (0: ``head_dim``). Recurrent layers: a conv state ``[conv_dim, conv_kernel]`` and an SSM state
-    ``[num_kv_heads, head_dim, ssm_state_size]`` per sequence (Mamba2's heads, head_dim, d_state).
+    (0: ``head_dim``). Latent layers: one row of ``head_dim`` per token (``num_kv_heads`` 1, no V). Recurrent
+    layers: a conv state ``[conv_dim, conv_kernel]`` and an SSM state ``[num_kv_heads, head_dim,
+    ssm_state_size]`` per sequence (Mamba2's heads, head_dim, d_state). ``storage`` (since 0.7) is ``"dtype"``
+    or ``"fp8"`` (e4m3fn codes; ``k_scale`` and ``v_scale`` are vLLM's per-layer scales, 1.0 otherwise).
 
     Example:
         >>> PoolLayer(group=0, num_kv_heads=8, head_dim=128)
-        PoolLayer(group=0, num_kv_heads=8, head_dim=128, value_head_dim=0, conv_dim=0, conv_kernel=0, ssm_state_size=0)
+        PoolLayer(group=0, num_kv_heads=8, head_dim=128, value_head_dim=0, conv_dim=0, conv_kernel=0, ssm_state_size=0, storage='dtype', k_scale=1.0, v_scale=1.0)
     """
 
     group: int = 0
@@ -175,6 +189,9 @@ class PoolLayer:
     conv_dim: int = 0
     conv_kernel: int = 0
     ssm_state_size: int = 0
+    storage: Union[str, Storage] = "dtype"
+    k_scale: float = 1.0
+    v_scale: float = 1.0
 
     def _to_lib(self, index: int) -> Any:
         lo = _lib.kvc_pool_layer_options()
@@ -186,6 +203,9 @@ class PoolLayer:
         lo.conv_dim = _u32(self.conv_dim, f"{name}.conv_dim")
         lo.conv_kernel = _u32(self.conv_kernel, f"{name}.conv_kernel")
         lo.ssm_state_size = _u32(self.ssm_state_size, f"{name}.ssm_state_size")
+        lo.storage = int(_enum(Storage, self.storage, f"{name}.storage"))
+        lo.k_scale = float(self.k_scale)
+        lo.v_scale = float(self.v_scale)
         return lo
 
 
@@ -514,12 +534,16 @@ class Pool:
         total = 0
         for lay in layers:
             g = groups[lay.group]
-            if _enum(GroupKind, g.kind, "kind") == GroupKind.RECURRENT:
+            kind = _enum(GroupKind, g.kind, "kind")
+            if kind == GroupKind.RECURRENT:
                 per_block = (lay.conv_dim * lay.conv_kernel, lay.num_kv_heads * lay.head_dim * lay.ssm_state_size)
+            elif kind == GroupKind.LATENT:
+                per_block = (g.block_size * lay.num_kv_heads * lay.head_dim,)  # rows only, no V
             else:
                 vdim = lay.value_head_dim or lay.head_dim
                 per_block = (g.block_size * lay.num_kv_heads * lay.head_dim, g.block_size * lay.num_kv_heads * vdim)
-            total += sum(n * g.num_blocks * elem + align - 1 for n in per_block)
+            size = 1 if _enum(Storage, lay.storage, "storage") == Storage.FP8_E4M3 else elem  # fp8: one-byte codes
+            total += sum(n * g.num_blocks * size + align - 1 for n in per_block)
         return total
 
     @classmethod
@@ -711,12 +735,13 @@ class Pool:
         """
         _lib.kvc_pool_write(self._handle, list(keys), list(values), _slots_of(slot_mapping))
 
-    def write_layer(self, layer: int, key: TensorLike, value: TensorLike,
+    def write_layer(self, layer: int, key: TensorLike, value: Optional[TensorLike],
                     slot_mapping: Union[SlotMapping, Seq[SlotMapping], Any]) -> None:
         """Writes one layer's K/V of a step through the step's slot mapping: what a model's forward pass calls
         per layer, once the layer computed them (one launch on a GPU).
 
-        ``key`` and ``value`` are ``[num_tokens, num_kv_heads, head_dim]`` tensors on the pool's device;
+        ``key`` and ``value`` are ``[num_tokens, num_kv_heads, head_dim]`` tensors on the pool's device (a
+        latent layer: ``key`` its rows, ``value`` None); an fp8 layer stores their codes.
         ``slot_mapping`` is the whole step's mapping, as :meth:`write` takes it: pass the same object to every
         layer of the step (concatenate a batch's mappings once per step, with :meth:`SlotMapping.concat` or
         :meth:`reserve_batch`). Its row for the layer's group is checked on the first layer of the step only;
@@ -750,7 +775,8 @@ class Pool:
     def layer_storage(self, layer: int, layout: Union[str, Layout, None] = None) -> KV:
         """The K and V storage of ``layer`` over all its group's blocks, zero-copy:
         ``[num_blocks, block_size, heads, head_dim]`` (NHD) or ``[num_blocks, heads, block_size, head_dim]``
-        (HND; default: the pool's layout). Valid until the pool is closed: the storage never moves."""
+        (HND; default: the pool's layout). Valid until the pool is closed: the storage never moves. A latent
+        layer's V is None; an fp8 layer's views are uint8 codes (value = code * the layer's scale)."""
         lay = self._layout if layout is None else Layout(_enum(Layout, layout, "layout"))
         return KV(*_lib.kvc_pool_layer_storage(self._handle, _layer(layer, "layer"), int(lay)))
 
@@ -903,17 +929,20 @@ class Sequence:
     def gather(self, layer: int, keys: Optional[TensorLike] = None, values: Optional[TensorLike] = None) -> KV:
         """Copies the sequence's K/V of ``layer`` into contiguous ``[1, num_kv_heads, length, head_dim]`` tensors
         (the transformers layout) and returns them: ``keys``/``values`` when given (tensors on the pool's
-        device), else new torch tensors (numpy arrays without torch)."""
+        device), else new torch tensors (numpy arrays without torch). A latent layer returns its rows and
+        None; an fp8 layer its decoded values, in the pool's dtype."""
         i = _layer(layer, "layer")
         if keys is None or values is None:
             if i >= self._pool.num_layers:
                 raise OutOfRangeError(f"layer is {i}; the pool has {self._pool.num_layers} layers",
                                       _lib.KVC_ERROR_OUT_OF_RANGE)
             desc = self._pool.layers[i]
+            latent = _enum(GroupKind, self._pool.groups[desc.group].kind, "kind") == GroupKind.LATENT
             n = len(self)
             vdim = desc.value_head_dim or desc.head_dim
             keys = self._empty((1, desc.num_kv_heads, n, desc.head_dim)) if keys is None else keys
-            values = self._empty((1, desc.num_kv_heads, n, vdim)) if values is None else values
+            if values is None and not latent:
+                values = self._empty((1, desc.num_kv_heads, n, vdim))
         _lib.kvc_pool_gather(self._handle, i, keys, values)
         return KV(keys, values)
 
@@ -1009,7 +1038,7 @@ def describe_config(config: Any, *, num_blocks: Union[int, Mapping[str, int], Se
         >>> [(g.kind, g.num_blocks, g.window) for g in groups]
         [('sliding', 300, 4096), ('full', 1024, 0)]
         >>> layers[1]
-        PoolLayer(group=1, num_kv_heads=4, head_dim=128, value_head_dim=0, conv_dim=0, conv_kernel=0, ssm_state_size=0)
+        PoolLayer(group=1, num_kv_heads=4, head_dim=128, value_head_dim=0, conv_dim=0, conv_kernel=0, ssm_state_size=0, storage='dtype', k_scale=1.0, v_scale=1.0)
     """
     if hasattr(config, "get_text_config"):
         config = config.get_text_config(decoder=True)

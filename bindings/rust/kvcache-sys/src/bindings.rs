@@ -93,6 +93,9 @@ pub const KVC_POOL_GROUP_FULL: kvc_pool_group_kind = 1;
 pub const KVC_POOL_GROUP_SLIDING: kvc_pool_group_kind = 2;
 pub const KVC_POOL_GROUP_CHUNKED: kvc_pool_group_kind = 3;
 pub const KVC_POOL_GROUP_RECURRENT: kvc_pool_group_kind = 4;
+pub const KVC_POOL_GROUP_LATENT: kvc_pool_group_kind = 5;
+pub const KVC_POOL_STORAGE_DTYPE: kvc_pool_storage = 0;
+pub const KVC_POOL_STORAGE_FP8_E4M3: kvc_pool_storage = 1;
 pub const KVC_POOL_LAYOUT_NHD: kvc_pool_layout = 0;
 pub const KVC_POOL_LAYOUT_HND: kvc_pool_layout = 1;
 pub const KVC_POOL_HASH_KVCACHE: kvc_pool_hash_mode = 0;
@@ -1259,12 +1262,16 @@ pub struct kvc_pool_group_options {
     /// 0
     pub reserved: u64,
 }
+pub type kvc_pool_storage = i32;
 /** One layer of the model. Attention groups: K is [num_kv_heads, key_head_dim]
- per token, V [num_kv_heads, value_head_dim]. Recurrent groups: the live
+ per token, V [num_kv_heads, value_head_dim]. Latent groups: one row of
+ key_head_dim per token (num_kv_heads 1, no V). Recurrent groups: the live
  state of a sequence is a conv state [conv_dim, conv_kernel] and an SSM
  state [num_kv_heads, key_head_dim, ssm_state_size] (Mamba2's heads,
  head_dim, d_state; Mamba: num_kv_heads = 1, key_head_dim = d_inner).
- Published sizes: 40 (0.6).*/
+ Published sizes: 40 (0.6), 56 (0.7: storage, k_scale, v_scale). An array of
+ layers is read with the stride its first entry's struct_size gives, and
+ every entry must have that size.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_pool_layer_options {
@@ -1272,11 +1279,11 @@ pub struct kvc_pool_layer_options {
     pub struct_size: u32,
     /// index into kvc_pool_options.groups
     pub group: u32,
-    /// >= 1
+    /// >= 1; LATENT: 1
     pub num_kv_heads: u32,
-    /// >= 1
+    /// >= 1; LATENT: the row width
     pub key_head_dim: u32,
-    /// attention groups: >= 1; 0 = key_head_dim. RECURRENT: 0
+    /// attention groups: >= 1; 0 = key_head_dim. RECURRENT and LATENT: 0
     pub value_head_dim: u32,
     /// RECURRENT: channels of the conv state, >= 1; attention: 0
     pub conv_dim: u32,
@@ -1286,6 +1293,19 @@ pub struct kvc_pool_layer_options {
     pub ssm_state_size: u32,
     /// 0
     pub reserved: u64,
+    /** KVC_POOL_STORAGE_DTYPE (default) or FP8_E4M3 (not in a RECURRENT group).
+ Since 0.7.*/
+    pub storage: kvc_pool_storage,
+    /** FP8_E4M3: K's (a latent row's) scale, finite and > 0 (vLLM's layer._k_scale;
+ 1.0 when the checkpoint has none); otherwise 1.0. Default 1.0. Since 0.7.*/
+    pub k_scale: f32,
+    /** FP8_E4M3 attention layers: V's scale, finite and > 0; otherwise (latent
+ layers too) 1.0. Default 1.0. Since 0.7.*/
+    pub v_scale: f32,
+}
+unsafe extern "C" {
+    /// Sets `options` to KVC_POOL_LAYER_OPTIONS_INIT. Never fails; NULL is ignored. Since 0.7.
+    pub fn kvc_pool_layer_options_init(options: *mut kvc_pool_layer_options);
 }
 pub type kvc_pool_layout = i32;
 pub type kvc_pool_hash_mode = i32;
@@ -1694,6 +1714,9 @@ unsafe extern "C" {
  is host memory in kvc_pool_reserve's form, so the tokens of many
  sequences are written in one call: concatenate their mappings group by
  group. A GPU pool issues one kernel launch for all layers.
+ Since 0.7: a latent layer's entry of `values` is ignored (may be zeroed;
+ `values` may be NULL when every layer is latent or recurrent), and an fp8
+ layer stores the codes of its inputs (KVC_POOL_STORAGE_FP8_E4M3).
  Errors: INVALID_ARGUMENT (a slot out of range, in the null block, in a
  block no sequence holds, or twice in one group, naming the token, group
  and value; since 0.7, with a shared budget, in a block another group
@@ -1723,7 +1746,8 @@ unsafe extern "C" {
  was released since: the layers after the first of a step pay a comparison,
  not the sort the duplicate check needs. `key` and `value` live on the
  pool's device, any strides; borrowed for the call. A GPU pool issues one
- kernel launch per call (K and V together).
+ kernel launch per call (K and V together). A latent layer takes `key` (its
+ rows) and a NULL `value`; an fp8 layer stores the codes of its inputs.
  Errors: OUT_OF_RANGE (layer), INVALID_ARGUMENT (NULL pool, key, value or
  slot_mapping, a recurrent layer, num_tokens above 2^31 - 1, a slot out of
  range, in the null block, in a block no sequence holds, or twice in the
@@ -1748,6 +1772,10 @@ unsafe extern "C" {
  stride is the page's elements, not the block's: a page also holds the
  group's other layers), so neither view is compact. Valid until
  kvc_pool_destroy: a pool's storage never moves.
+ Since 0.7: a latent layer's `value` is zeroed (no V; `key` has 1 head);
+ an fp8 layer's views are uint8 tensors of e4m3fn codes, as vLLM's fp8
+ caches are (read value = code * the layer's k_scale or v_scale); with a
+ shared budget their page stride counts codes (bytes).
  Errors: OUT_OF_RANGE (layer), INVALID_ARGUMENT (a recurrent layer, layout).*/
     pub fn kvc_pool_layer_storage(
         pool: *const kvc_pool,
@@ -1801,7 +1829,10 @@ unsafe extern "C" {
  length, head_dim] on the pool's device: the transformers layout, for
  attention code that needs contiguous tensors and to move a sequence into
  a kvc_cache. Sliding and chunked groups have no bytes for freed blocks:
- gathering such a sequence is INVALID_STATE naming the first missing token.*/
+ gathering such a sequence is INVALID_STATE naming the first missing token.
+ Since 0.7: a latent layer fills `keys` ([1, 1, length, row width]) and
+ takes a NULL `values`; an fp8 layer returns the decoded values in the
+ pool's dtype, dtype(float32(code) * scale).*/
     pub fn kvc_pool_gather(
         sequence: *const kvc_pool_sequence,
         layer: u32,

@@ -226,6 +226,9 @@ impl Default for kvc_pool_layer_options {
             conv_kernel: 0,
             ssm_state_size: 0,
             reserved: 0,
+            storage: KVC_POOL_STORAGE_DTYPE,
+            k_scale: 1.0,
+            v_scale: 1.0,
         }
     }
 }

@@ -104,7 +104,7 @@ structs! {
     kvc_pool_group_options { struct_size, kind, block_size, num_blocks, window, reserved }
     kvc_pool_layer_options {
         struct_size, group, num_kv_heads, key_head_dim, value_head_dim, conv_dim, conv_kernel,
-        ssm_state_size, reserved
+        ssm_state_size, reserved, storage, k_scale, v_scale
     }
     kvc_pool_options {
         struct_size, dtype, device, num_groups, groups, num_layers, layers, layout, hash_seed,

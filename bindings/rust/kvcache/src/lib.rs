@@ -106,7 +106,7 @@ pub use persist::FILE_FORMAT_VERSION;
 pub use pool::{
     BlockTable, CsrBlockTable, GroupKind, HashMode, LayerStorage, Layout, MultimodalItem,
     POOL_BLOCK_HASH_VERSION, Pool, PoolBuilder, PoolEvent, PoolGroup, PoolLayer, PoolStats,
-    RecurrentState, Sequence, SequenceKeys, SlotMapping, TierOutcome, VllmBatchOptions,
+    RecurrentState, Sequence, SequenceKeys, SlotMapping, Storage, TierOutcome, VllmBatchOptions,
 };
 pub use redis_tier::{RedisCluster, RedisTier, RedisTierOptions};
 pub use tensor::{KvView, TensorRef, TensorView, ViewBuffer};

@@ -134,6 +134,16 @@ use crate::persist::c_path;
 use crate::tensor::{KvView, TensorRef, TensorView};
 use crate::version::check_version;
 
+/// `tensor` as the C API takes an optional tensor: NULL for
+/// [`TensorRef::empty`] (a latent layer's V).
+fn optional(tensor: &TensorRef<'_>) -> *const sys::kvc_tensor {
+    if tensor.as_raw().data.is_null() && tensor.as_raw().ndim == 0 {
+        std::ptr::null()
+    } else {
+        tensor.as_raw()
+    }
+}
+
 /// The attention kind of a group (`kvc_pool_group_kind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GroupKind {
@@ -147,6 +157,10 @@ pub enum GroupKind {
     /// Recurrent (Mamba/SSM) layers: one live state per sequence and a
     /// checkpoint at every block boundary a commit reaches.
     Recurrent,
+    /// Multi-head latent attention (MLA: DeepSeek V2/V3): one row per token
+    /// (the compressed latent and the rope key) and no V; every block kept,
+    /// as in a full group. Since 0.7.
+    Latent,
 }
 
 impl GroupKind {
@@ -156,6 +170,29 @@ impl GroupKind {
             GroupKind::Sliding => sys::KVC_POOL_GROUP_SLIDING,
             GroupKind::Chunked => sys::KVC_POOL_GROUP_CHUNKED,
             GroupKind::Recurrent => sys::KVC_POOL_GROUP_RECURRENT,
+            GroupKind::Latent => sys::KVC_POOL_GROUP_LATENT,
+        }
+    }
+}
+
+/// How a layer's blocks hold its K/V (`kvc_pool_storage`). Since 0.7.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Storage {
+    /// The pool's dtype.
+    #[default]
+    Dtype,
+    /// float8 e4m3fn codes with vLLM's fp8 KV cache convention: a write
+    /// stores `e4m3fn(x / scale)` (saturating at 448), a gather returns
+    /// `code * scale` in the pool's dtype; storage views are `u8` codes.
+    /// CPU pools only in 0.7 (GPU backends refuse it).
+    Fp8E4m3,
+}
+
+impl Storage {
+    fn raw(self) -> sys::kvc_pool_storage {
+        match self {
+            Storage::Dtype => sys::KVC_POOL_STORAGE_DTYPE,
+            Storage::Fp8E4m3 => sys::KVC_POOL_STORAGE_FP8_E4M3,
         }
     }
 }
@@ -207,6 +244,16 @@ impl PoolGroup {
         }
     }
 
+    /// Latent (MLA) layers: one row per token, no V. Since 0.7.
+    pub const fn latent(block_size: u32, num_blocks: u32) -> PoolGroup {
+        PoolGroup {
+            kind: GroupKind::Latent,
+            block_size,
+            num_blocks,
+            window: 0,
+        }
+    }
+
     /// Recurrent layers: a checkpoint every `block_size` committed tokens,
     /// `num_slots` state slots (live states and checkpoints together).
     pub const fn recurrent(block_size: u32, num_slots: u32) -> PoolGroup {
@@ -229,8 +276,9 @@ impl PoolGroup {
     }
 }
 
-/// One layer of the model (`kvc_pool_layer_options`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One layer of the model (`kvc_pool_layer_options`). Since 0.7 it holds
+/// the layer's storage and fp8 scales (floats: `PartialEq` only).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PoolLayer {
     /// Index of its group.
     pub group: u32,
@@ -246,6 +294,12 @@ pub struct PoolLayer {
     pub conv_kernel: u32,
     /// Recurrent: `d_state`.
     pub ssm_state_size: u32,
+    /// How the blocks hold K/V (not in a recurrent group). Since 0.7.
+    pub storage: Storage,
+    /// Fp8: K's (a latent row's) scale, vLLM's `k_scale`; else 1.0. Since 0.7.
+    pub k_scale: f32,
+    /// Fp8 attention layers: V's scale, vLLM's `v_scale`; else 1.0. Since 0.7.
+    pub v_scale: f32,
 }
 
 impl PoolLayer {
@@ -260,7 +314,26 @@ impl PoolLayer {
             conv_dim: 0,
             conv_kernel: 0,
             ssm_state_size: 0,
+            storage: Storage::Dtype,
+            k_scale: 1.0,
+            v_scale: 1.0,
         }
+    }
+
+    /// A latent (MLA) layer of a [`GroupKind::Latent`] group: one row of
+    /// `row_width` per token (DeepSeek V3: `kv_lora_rank + qk_rope_head_dim`
+    /// = 576), no V. Since 0.7.
+    pub const fn latent(group: u32, row_width: u32) -> PoolLayer {
+        PoolLayer::attention(group, 1, row_width)
+    }
+
+    /// The same layer stored as fp8 e4m3 codes with these scales (a latent
+    /// layer: `v_scale` 1.0). Since 0.7.
+    pub const fn fp8(mut self, k_scale: f32, v_scale: f32) -> PoolLayer {
+        self.storage = Storage::Fp8E4m3;
+        self.k_scale = k_scale;
+        self.v_scale = v_scale;
+        self
     }
 
     /// The same layer with V of another head_dim than K.
@@ -287,6 +360,9 @@ impl PoolLayer {
             conv_dim,
             conv_kernel,
             ssm_state_size,
+            storage: Storage::Dtype,
+            k_scale: 1.0,
+            v_scale: 1.0,
         }
     }
 
@@ -307,6 +383,9 @@ impl PoolLayer {
             conv_dim: self.conv_dim,
             conv_kernel: self.conv_kernel,
             ssm_state_size: self.ssm_state_size,
+            storage: self.storage.raw(),
+            k_scale: self.k_scale,
+            v_scale: self.v_scale,
             ..Default::default()
         }
     }
@@ -954,8 +1033,9 @@ impl Pool {
     /// `slot_mapping` is the whole step's mapping, as [`write`](Self::write)
     /// takes it: pass the same slice to every layer of the step (its row for
     /// the layer's group is checked on the first layer; later layers compare
-    /// it with that row). Refused while a layer-storage view is alive; block
-    /// tables stay valid.
+    /// it with that row). A latent layer takes [`TensorRef::empty`] as
+    /// `value` (it has no V). Refused while a layer-storage view is alive;
+    /// block tables stay valid.
     pub fn write_layer(
         &self,
         layer: u32,
@@ -972,7 +1052,7 @@ impl Pool {
                 self.as_ptr(),
                 layer,
                 (key as *const TensorRef<'_>).cast(),
-                (value as *const TensorRef<'_>).cast(),
+                optional(value),
                 slot_mapping.as_ptr(),
                 num_tokens,
             )
@@ -1512,14 +1592,18 @@ impl Sequence {
                 None,
                 0,
             );
-            let v = TensorRef::from_raw_parts(
-                values.as_mut_ptr().cast_const().cast(),
-                Device::CPU,
-                dt,
-                &vshape,
-                None,
-                0,
-            );
+            let v = if vn == 0 && kn != 0 {
+                TensorRef::empty() // a latent layer: no V
+            } else {
+                TensorRef::from_raw_parts(
+                    values.as_mut_ptr().cast_const().cast(),
+                    Device::CPU,
+                    dt,
+                    &vshape,
+                    None,
+                    0,
+                )
+            };
             self.gather_raw(layer, &k, &v)
         }
     }
@@ -1537,7 +1621,9 @@ impl Sequence {
     ) -> Result<()> {
         let _held = self.pool.lock();
         // SAFETY: a live sequence; the caller vouches for the outputs.
-        check(unsafe { sys::kvc_pool_gather(self.as_ptr(), layer, keys.as_raw(), values.as_raw()) })
+        check(unsafe {
+            sys::kvc_pool_gather(self.as_ptr(), layer, keys.as_raw(), optional(values))
+        })
     }
 
     fn gather_sizes(&self, layer: u32) -> Result<(usize, usize)> {
@@ -1553,9 +1639,14 @@ impl Sequence {
         };
         let len = self.len();
         let heads = l.num_kv_heads as usize;
+        let latent = self.pool.shared.groups[l.group as usize].kind == GroupKind::Latent;
         Ok((
             heads * len * l.key_head_dim as usize,
-            heads * len * l.v_dim() as usize,
+            if latent {
+                0
+            } else {
+                heads * len * l.v_dim() as usize
+            },
         ))
     }
 
@@ -1990,7 +2081,8 @@ impl fmt::Debug for RecurrentState<'_> {
 
 impl TensorRef<'static> {
     /// An empty descriptor (no data, no dimensions): the entry of a recurrent
-    /// layer in [`Pool::write`], which ignores it.
+    /// layer in [`Pool::write`], which ignores it, and a latent layer's V
+    /// (since 0.7).
     pub fn empty() -> TensorRef<'static> {
         // SAFETY: no element is addressed (no dimensions, never read).
         unsafe {
