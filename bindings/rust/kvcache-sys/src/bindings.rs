@@ -1918,8 +1918,13 @@ unsafe extern "C" {
  medium "GPU" for a device pool and "CPU" for a host one, lora_id the
  sequence's adapter_id (nil for 0) and lora_name its adapter key (nil when
  none or not UTF-8), group_idx the group. A run of REMOVED events of one
- group is one BlockRemoved. Router-side consumers (NVIDIA Dynamo, llm-d)
- read these bytes as they read vLLM's.
+ group is one BlockRemoved. A run of TIER_STORED events of one tier and
+ group (a tier worker's, with its `events` on) is one BlockStored as vLLM's
+ offloading connector announces an offloaded block: parent nil, token_ids
+ empty, lora nil, medium the tier's name in capitals ("DISK", "REDIS";
+ "TIER" when it is not plain ASCII); TIER_FAILED and TIER_DROPPED events
+ have no vLLM form and are only taken. Router-side consumers (NVIDIA
+ Dynamo, llm-d) read these bytes as they read vLLM's.
  `buf` (capacity bytes) receives the bytes, `*size` their number, and the
  events leave the queue. With `buf` NULL (and capacity 0) nothing is taken:
  `*size` receives the bytes the batch of the queued events takes (call
