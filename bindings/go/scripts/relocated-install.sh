@@ -29,6 +29,10 @@ cd "$tmp/app"
 go mod init example.com/kvcache-relocated >/dev/null 2>&1
 go mod edit -require="$module@v0.0.0" -replace="$module=$here"
 
+# Go's build cache keys a cgo package by its sources and CGO_* variables, not by what pkg-config printed: a
+# package built by an earlier run would link the library at that run's (removed) prefix. The prefix's include
+# directory in CGO_CFLAGS (where the headers are anyway) makes the key this run's.
+export CGO_CFLAGS="-O2 -g -I$prefix/include"
 PKG_CONFIG_PATH="$pc" go build -tags kvcache_static -o "$tmp/app-static" .
 if readelf -d "$tmp/app-static" | grep -q 'NEEDED.*libkvcache'; then
   fail "the kvcache_static build still needs libkvcache.so"
