@@ -19,6 +19,13 @@ echo "== copy_c_sources.sh"
 ./copy_c_sources.sh
 # --allow-dirty: the check is of what would be published from this tree, committed or not.
 echo "== cargo publish --workspace --dry-run"
+# The dry run serves kvcache-sys to kvcache-rs from a registry of its own under target/package, and cargo unpacks
+# it into $CARGO_HOME/registry/src once per name and version: a copy unpacked by an earlier run of this version
+# (older sources, same path) would be built instead of this one. Remove those copies of our own crates first.
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+for crate in kvcache-sys kvcache-rs; do
+  rm -rf "$cargo_home"/registry/src/*/"$crate-$version" "$cargo_home"/registry/cache/*/"$crate-$version.crate"
+done
 cargo publish --workspace --dry-run --allow-dirty
 echo "== cargo package --workspace"
 # Each crate's build from its package alone was just verified by the dry run.
