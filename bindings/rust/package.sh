@@ -21,7 +21,9 @@ echo "== copy_c_sources.sh"
 echo "== cargo publish --workspace --dry-run"
 # The dry run serves kvcache-sys to kvcache-rs from a registry of its own under target/package, and cargo unpacks
 # it into $CARGO_HOME/registry/src once per name and version: a copy unpacked by an earlier run of this version
-# (older sources, same path) would be built instead of this one. Remove those copies of our own crates first.
+# (older sources, same path) would be built instead of this one, and so would a kvcache-sys an earlier run compiled
+# under target/package (cargo never rebuilds a registry crate of an unchanged version). Remove both first.
+rm -rf "$here/target/package"
 cargo_home="${CARGO_HOME:-$HOME/.cargo}"
 for crate in kvcache-sys kvcache-rs; do
   rm -rf "$cargo_home"/registry/src/*/"$crate-$version" "$cargo_home"/registry/cache/*/"$crate-$version.crate"
