@@ -22,13 +22,15 @@ echo "== cargo publish --workspace --dry-run"
 # The dry run serves kvcache-sys to kvcache-rs from a registry of its own under target/package, and cargo unpacks
 # it into $CARGO_HOME/registry/src once per name and version: a copy unpacked by an earlier run of this version
 # (older sources, same path) would be built instead of this one, and so would a kvcache-sys an earlier run compiled
-# under target/package (cargo never rebuilds a registry crate of an unchanged version). Remove both first.
-rm -rf "$here/target/package"
+# (cargo never rebuilds a registry crate of an unchanged version). Remove those copies, and verify in a target
+# directory of its own that starts empty.
+rm -rf "$here/target/package" "$here/target/publish-check"
 cargo_home="${CARGO_HOME:-$HOME/.cargo}"
 for crate in kvcache-sys kvcache-rs; do
   rm -rf "$cargo_home"/registry/src/*/"$crate-$version" "$cargo_home"/registry/cache/*/"$crate-$version.crate"
 done
-cargo publish --workspace --dry-run --allow-dirty
+CARGO_TARGET_DIR="$here/target/publish-check" cargo publish --workspace --dry-run --allow-dirty
+rm -rf "$here/target/publish-check"
 echo "== cargo package --workspace"
 # Each crate's build from its package alone was just verified by the dry run.
 cargo package --workspace --allow-dirty --no-verify
