@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::Host;
+use common::{Host, custom};
 use kvcache::{Cache, ErrorCode, LayerKind, LayerOptions, LayerType, ModelConfig, Preset};
 
 #[test]
@@ -29,10 +29,7 @@ fn presets_build_dummy_layers() {
 
 #[test]
 fn dummy_layer_stores_nothing() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::dummy(), LayerOptions::dynamic()])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::dummy(), LayerOptions::dynamic()]);
     let x = Host::tokens(2, 1, 0, 3, 4);
     let err = cache.update(0, &x.t(), &x.t()).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Unsupported);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Host, expect_err, snapshot};
+use common::{Host, custom, expect_err, snapshot};
 use kvcache::{
     Cache, DType, DataType, Device, ErrorCode, InitOptions, LayerOptions, LayerType, ModelConfig,
     Preset, QuantOptions, TensorRef, UpdateOptions, ViewBuffer,
@@ -12,10 +12,7 @@ use kvcache::{
 /// A 2-layer dynamic cache holding 3 tokens of batch 2 in layer 0 and a
 /// static layer holding 2 tokens.
 fn filled() -> Cache {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::dynamic(), LayerOptions::static_(4)])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::dynamic(), LayerOptions::static_(4)]);
     let x = Host::tokens(2, 2, 0, 3, 4);
     cache.update(0, &x.t(), &x.t()).unwrap();
     let y = Host::tokens(2, 2, 0, 2, 4);
@@ -295,10 +292,7 @@ fn queries_reject_bad_indices() {
 
 #[test]
 fn batch_size_needs_agreeing_static_layers() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::static_(4), LayerOptions::static_(4)])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::static_(4), LayerOptions::static_(4)]);
     assert_eq!(cache.batch_size().unwrap(), None);
     let one = Host::tokens(1, 1, 0, 1, 2);
     let two = Host::tokens(2, 1, 0, 1, 2);
@@ -316,10 +310,7 @@ fn batch_size_needs_agreeing_static_layers() {
 #[test]
 fn early_initialization_rejects_bad_options() {
     const FN: &str = "kvc_cache_early_initialization";
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::static_(4), LayerOptions::static_(4)])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::static_(4), LayerOptions::static_(4)]);
     let before = snapshot(&cache);
     for options in [
         InitOptions::new(0, 1, 4, DType::F32),
@@ -396,10 +387,7 @@ fn operations_reject_bad_arguments() {
     assert_eq!(snapshot(&cache), before);
 
     // Sliding layers past their window cannot be cropped without recording.
-    let mut sliding = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::dynamic_sliding(3))
-        .build()
-        .unwrap();
+    let mut sliding = custom([LayerOptions::dynamic_sliding(3)]);
     let x = Host::tokens(1, 1, 0, 5, 2);
     sliding.update(0, &x.t(), &x.t()).unwrap();
     let before = snapshot(&sliding);

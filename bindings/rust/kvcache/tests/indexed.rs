@@ -4,6 +4,9 @@
 //! `LayerType::IndexedAttention`; the indexer keys follow update, crop and
 //! reset; refusals leave the cache unchanged.
 
+mod common;
+
+use common::custom;
 use kvcache::{
     Cache, ErrorCode, LayerKind, LayerOptions, LayerType, ModelConfig, Preset, TensorRef,
 };
@@ -35,10 +38,7 @@ fn presets_build_indexed_layers() {
 
 #[test]
 fn dynamic_indexer_appends_crops_and_resets() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::dynamic_indexed(), LayerOptions::dynamic()])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::dynamic_indexed(), LayerOptions::dynamic()]);
     assert!(cache.indexer_view(0).unwrap().is_none());
     let x: Vec<f32> = (0..2 * 3 * 2).map(|v| v as f32).collect(); // [batch 2, 3 tokens, width 2]
     let shape = [2, 3, 2];
@@ -75,10 +75,7 @@ fn dynamic_indexer_appends_crops_and_resets() {
 
 #[test]
 fn static_indexer_writes_at_its_counter() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::static_indexed(3))
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::static_indexed(3)]);
     let x = [1.0f32, 2.0];
     let all = cache
         .update_indexer(0, &TensorRef::new(&x, &[1, 2, 1]).unwrap())

@@ -4,15 +4,11 @@
 
 mod common;
 
-use common::{Host, HostOf, positions, val};
+use common::{Host, HostOf, custom, positions, val};
 use kvcache::{
     Cache, DType, ErrorCode, InitOptions, LayerKind, LayerOptions, LayerType, ModelConfig, Preset,
     TensorRef, UpdateOptions, bf16, f16,
 };
-
-fn custom(layer: LayerOptions) -> Cache {
-    Cache::builder(Preset::Custom).layer(layer).build().unwrap()
-}
 
 #[test]
 fn lazy_dynamic_cache_grows_with_the_updated_layers() {
@@ -109,7 +105,7 @@ fn dynamic_sliding_layers_keep_the_last_window_minus_one_tokens() {
         (LayerKind::DynamicSliding, LayerOptions::dynamic_sliding(4)),
         (LayerKind::DynamicChunked, LayerOptions::dynamic_chunked(4)),
     ] {
-        let mut cache = custom(layer);
+        let mut cache = custom([layer]);
         let info = cache.layer_info(0).unwrap();
         assert_eq!((info.kind, info.window, info.capacity), (kind, 4, 3));
         assert!(info.is_sliding);
@@ -142,7 +138,7 @@ fn dynamic_sliding_layers_keep_the_last_window_minus_one_tokens() {
 
 #[test]
 fn static_layers_return_the_whole_buffer() {
-    let mut cache = custom(LayerOptions::static_(6));
+    let mut cache = custom([LayerOptions::static_(6)]);
     let info = cache.layer_info(0).unwrap();
     assert_eq!(
         (info.kind, info.max_cache_len, info.capacity),
@@ -190,7 +186,7 @@ fn static_layers_return_the_whole_buffer() {
 
 #[test]
 fn static_layers_accept_an_explicit_cache_position() {
-    let mut cache = custom(LayerOptions::static_(8));
+    let mut cache = custom([LayerOptions::static_(8)]);
     let x = Host::tokens(1, 1, 0, 2, 2);
     let positions_written = [3, 6];
     let kv = cache
@@ -240,7 +236,7 @@ fn static_sliding_layers_roll_their_window() {
             LayerOptions::static_chunked(4, 16),
         ),
     ] {
-        let mut cache = custom(layer);
+        let mut cache = custom([layer]);
         let info = cache.layer_info(0).unwrap();
         assert_eq!(
             (info.kind, info.window, info.max_cache_len, info.capacity),
@@ -459,10 +455,7 @@ fn early_initialization_allocates_every_layer() {
     cache.update(0, &x.t(), &x.t()).unwrap();
     assert_eq!(cache.seq_length(0).unwrap(), 1);
     // Per-layer arrays need one entry per layer.
-    let mut other = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::static_(4), LayerOptions::static_(4)])
-        .build()
-        .unwrap();
+    let mut other = custom([LayerOptions::static_(4), LayerOptions::static_(4)]);
     let err = other
         .early_initialization(&InitOptions::new(1, 1, 4, DType::F32).num_kv_heads_per_layer(&[1]))
         .unwrap_err();

@@ -6,19 +6,8 @@
 
 use kvcache::{DType, ErrorCode, Layout, Pool, PoolGroup, PoolLayer, Storage, TensorRef};
 
-/// float32 -> float8 e4m3fn -> float32, rounding to nearest even, for
-/// |x| <= 448 (normal numbers from 2^-6, subnormals in steps of 2^-9).
-fn e4m3fn(x: f32) -> f32 {
-    let a = f64::from(x.abs());
-    assert!(a <= 448.0, "{x} is beyond this reference's range");
-    let step = if a < 2f64.powi(-6) {
-        2f64.powi(-9)
-    } else {
-        let exponent = ((a as f32).to_bits() >> 23) as i32 - 127;
-        2f64.powi(exponent - 3)
-    };
-    ((a / step).round_ties_even() * step).copysign(f64::from(x)) as f32
-}
+mod common;
+use common::e4m3fn;
 
 fn inputs(n: usize, width: usize, salt: f32) -> Vec<f32> {
     (0..n * width)

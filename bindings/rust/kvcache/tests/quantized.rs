@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Host, expect_err, snapshot};
+use common::{Host, custom, expect_err, snapshot};
 use kvcache::{
     Cache, ErrorCode, LayerKind, LayerOptions, LayerType, ModelConfig, Offload, Preset, QuantMode,
     QuantOptions, Quantizer, TensorView,
@@ -161,10 +161,7 @@ fn hqq_and_per_channel_quanto() {
 #[test]
 fn quantized_layers_take_part_in_every_operation() {
     let quant = QuantOptions::new().q_group_size(DIM).residual_length(2);
-    let mut cache = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::quantized(quant))
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::quantized(quant)]);
     for t in 0..8 {
         let x = token_values(3, t, 1);
         cache.update(0, &x.t(), &x.t()).unwrap();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Host, expect_err, snapshot};
+use common::{Host, custom, expect_err, snapshot};
 use kvcache::{
     Cache, ConvUpdateOptions, ErrorCode, LayerKind, LayerOptions, LayerType, ModelConfig, Preset,
     TensorView,
@@ -35,10 +35,7 @@ fn times(view: &TensorView<'_>) -> Vec<i64> {
 }
 
 fn linear(states: u32, k: i64) -> Cache {
-    Cache::builder(Preset::Custom)
-        .layer(LayerOptions::linear(states).conv_kernel_size(k))
-        .build()
-        .unwrap()
+    custom([LayerOptions::linear(states).conv_kernel_size(k)])
 }
 
 /// docs/semantics.md, 'Linear conv state trace': K = 4, no recording.
@@ -104,10 +101,7 @@ fn conv_state_trace_d8_legacy_positions() {
 
 #[test]
 fn kernel_size_from_the_first_input_or_the_options() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::linear(2))
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::linear(2)]);
     let x = columns(1, 2, 0, 3);
     cache
         .update_conv_state(0, &x.t(), &ConvUpdateOptions::new())
@@ -259,10 +253,7 @@ fn hybrid_presets_and_layer_types() {
 
 #[test]
 fn hybrid_layers_hold_kv_and_states() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::new(LayerKind::LinearDynamic).conv_kernel_size(2))
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::new(LayerKind::LinearDynamic).conv_kernel_size(2)]);
     let x = Host::tokens(2, 2, 0, 3, 4);
     let kv = cache.update(0, &x.t(), &x.t()).unwrap();
     assert_eq!(kv.key.shape(), &[2, 2, 3, 4]);
@@ -345,13 +336,10 @@ fn recording_lets_conv_states_roll_back() {
 
 #[test]
 fn state_calls_reject_bad_input() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([
-            LayerOptions::linear(1).conv_kernel_size(4),
-            LayerOptions::dynamic(),
-        ])
-        .build()
-        .unwrap();
+    let mut cache = custom([
+        LayerOptions::linear(1).conv_kernel_size(4),
+        LayerOptions::dynamic(),
+    ]);
     let x = columns(1, 3, 0, 2);
     cache
         .update_conv_state(0, &x.t(), &ConvUpdateOptions::new())

@@ -3,7 +3,10 @@
 
 use std::io::Write;
 
-use kvcache::{CacheRef, DType, LayerInfo, MemoryInfo, TensorRef, TensorView, bf16, f16};
+use kvcache::{
+    BlockHash, Cache, CacheRef, DType, Element, LayerInfo, LayerOptions, MemoryInfo,
+    MultimodalItem, Pool, Preset, Sequence, TensorRef, TensorView, bf16, f16,
+};
 
 /// A vector file's hex field as bytes (`-`: none).
 pub fn bytes(field: &str) -> Vec<u8> {
@@ -25,6 +28,61 @@ pub fn list(field: &str) -> Vec<&str> {
     }
 }
 
+/// A vector file's rows (blank lines and comments left out), split into
+/// fields; asserts that there are `count`, each of `fields` fields and
+/// tagged `tag` in its first.
+#[track_caller]
+pub fn rows<'a>(text: &'a str, tag: &str, fields: usize, count: usize) -> Vec<Vec<&'a str>> {
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.split(' ').collect())
+        .collect();
+    assert_eq!(rows.len(), count);
+    for f in &rows {
+        assert_eq!((f[0], f.len()), (tag, fields));
+    }
+    rows
+}
+
+/// A vector file's comma-separated token ids (`-`: none).
+pub fn token_list(field: &str) -> Vec<i32> {
+    list(field).iter().map(|t| t.parse().unwrap()).collect()
+}
+
+/// A vector file's comma-separated block hashes (`-`: none).
+pub fn hash_list(field: &str) -> Vec<BlockHash> {
+    list(field)
+        .iter()
+        .map(|h| bytes(h).try_into().unwrap())
+        .collect()
+}
+
+/// The content hashes of a vector file's multimodal items (`offset:length:hash`,
+/// comma-separated; `-`: none), which `items` borrows.
+pub fn item_hashes(field: &str) -> Vec<Vec<u8>> {
+    list(field)
+        .iter()
+        .map(|i| bytes(i.split(':').nth(2).unwrap()))
+        .collect()
+}
+
+/// A vector file's multimodal items, over their `item_hashes`.
+pub fn items<'a>(field: &str, hashes: &'a [Vec<u8>]) -> Vec<MultimodalItem<'a>> {
+    list(field)
+        .iter()
+        .zip(hashes)
+        .map(|(i, hash)| {
+            let mut parts = i.split(':');
+            MultimodalItem {
+                hash,
+                offset: parts.next().unwrap().parse().unwrap(),
+                length: parts.next().unwrap().parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
 /// Printed past the test harness's output capture.
 pub fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
@@ -34,6 +92,53 @@ pub fn say(line: &str) {
 /// survives f32 exactly (t is the absolute position of the token).
 pub fn val(b: i64, h: i64, t: i64, d: i64) -> f32 {
     (b * 1_000_000 + h * 10_000 + t * 10 + d % 10) as f32
+}
+
+/// float32 -> float8 e4m3fn -> float32, rounding to nearest even, for
+/// |x| <= 464 (448 is the largest finite e4m3fn value; up to 464 rounds to
+/// it): 3 mantissa bits, normal numbers from 2^-6, subnormals in steps of
+/// 2^-9.
+pub fn e4m3fn(x: f32) -> f32 {
+    let a = f64::from(x.abs());
+    assert!(
+        a <= 464.0,
+        "{x} is beyond the e4m3fn range of this reference"
+    );
+    let step = if a < 2f64.powi(-6) {
+        2f64.powi(-9)
+    } else {
+        let exponent = ((a as f32).to_bits() >> 23) as i32 - 127;
+        2f64.powi(exponent - 3)
+    };
+    ((a / step).round_ties_even() * step).copysign(f64::from(x)) as f32
+}
+
+/// A `Preset::Custom` cache of `layers`.
+pub fn custom(layers: impl IntoIterator<Item = LayerOptions>) -> Cache {
+    Cache::builder(Preset::Custom)
+        .layers(layers)
+        .build()
+        .expect("a custom cache")
+}
+
+/// Computes `tokens` in `seq`: reserves them, writes `layers[l]` (f32
+/// `[tokens, heads, dim]`) as both K and V of pool layer `l`, and commits.
+pub fn commit_tokens(
+    pool: &Pool,
+    seq: &mut Sequence,
+    tokens: &[i32],
+    layers: &[impl AsRef<[f32]>],
+    heads: u32,
+    dim: u32,
+) {
+    let slots = seq.reserve(tokens).expect("reserve");
+    let shape = [tokens.len() as i64, i64::from(heads), i64::from(dim)];
+    let kv: Vec<TensorRef<'_>> = layers
+        .iter()
+        .map(|d| TensorRef::new(d.as_ref(), &shape).expect("a [tokens, heads, dim] tensor"))
+        .collect();
+    pool.write(&kv, &kv, &slots).expect("write");
+    seq.commit().expect("commit");
 }
 
 /// A host tensor of f32 owning its data and shape.
@@ -109,25 +214,17 @@ pub fn positions(view: &TensorView<'_>, b: i64, h: i64) -> Vec<i64> {
 
 /// The elements of a view as bit patterns (any dtype), row-major.
 pub fn bits(view: &TensorView<'_>) -> Vec<u32> {
+    fn of<T: Element>(view: &TensorView<'_>, to_bits: fn(T) -> u32) -> Vec<u32> {
+        view.to_vec::<T>()
+            .unwrap()
+            .into_iter()
+            .map(to_bits)
+            .collect()
+    }
     match view.dtype() {
-        Some(DType::F32) => view
-            .to_vec::<f32>()
-            .unwrap()
-            .iter()
-            .map(|x| x.to_bits())
-            .collect(),
-        Some(DType::F16) => view
-            .to_vec::<f16>()
-            .unwrap()
-            .iter()
-            .map(|x| x.to_bits() as u32)
-            .collect(),
-        Some(DType::BF16) => view
-            .to_vec::<bf16>()
-            .unwrap()
-            .iter()
-            .map(|x| x.to_bits() as u32)
-            .collect(),
+        Some(DType::F32) => of(view, f32::to_bits),
+        Some(DType::F16) => of(view, |x: f16| u32::from(x.to_bits())),
+        Some(DType::BF16) => of(view, |x: bf16| u32::from(x.to_bits())),
         other => panic!("unexpected dtype {other:?}"),
     }
 }
