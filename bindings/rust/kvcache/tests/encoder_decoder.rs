@@ -3,20 +3,14 @@
 
 mod common;
 
-use common::{Host, custom, expect_err, positions, snapshot};
+use common::{Host, custom, expect_err, from_config, positions, snapshot};
 use kvcache::{Cache, EncoderDecoderCache, ErrorCode, LayerOptions, ModelConfig, Preset};
 
 fn pair(layers: u32) -> EncoderDecoderCache {
     let config = ModelConfig::new(layers);
     EncoderDecoderCache::new(
-        Cache::builder(Preset::Dynamic)
-            .config(config.clone())
-            .build()
-            .unwrap(),
-        Cache::builder(Preset::Dynamic)
-            .config(config)
-            .build()
-            .unwrap(),
+        from_config(Preset::Dynamic, config.clone(), 0),
+        from_config(Preset::Dynamic, config, 0),
     )
     .unwrap()
 }

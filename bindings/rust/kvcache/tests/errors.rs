@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Host, custom, expect_err, snapshot};
+use common::{Host, custom, expect_err, from_config, snapshot};
 use kvcache::{
     Cache, DType, DataType, Device, ErrorCode, InitOptions, LayerOptions, LayerType, ModelConfig,
     Preset, QuantOptions, TensorRef, UpdateOptions, ViewBuffer,
@@ -279,10 +279,7 @@ fn queries_reject_bad_indices() {
     assert_eq!((ms.kv_length, ms.kv_offset), (4, 0));
     assert_eq!(snapshot(&cache), before);
     // An uninitialized layer has no view.
-    let fresh = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(1))
-        .build()
-        .unwrap();
+    let fresh = from_config(Preset::Dynamic, ModelConfig::new(1), 0);
     expect_err(
         fresh.layer_view(0),
         ErrorCode::InvalidState,

@@ -6,15 +6,13 @@
 
 mod common;
 
-use common::custom;
-use kvcache::{
-    Cache, ErrorCode, LayerKind, LayerOptions, LayerType, ModelConfig, Preset, TensorRef,
-};
+use common::{assert_kind_raw, custom, from_config};
+use kvcache::{ErrorCode, LayerKind, LayerOptions, LayerType, ModelConfig, Preset, TensorRef};
 
 #[test]
 fn kinds_and_type_round_trip_through_raw() {
-    assert_eq!(LayerKind::DynamicIndexed.raw(), 16);
-    assert_eq!(LayerKind::from_raw(17), LayerKind::StaticIndexed);
+    assert_kind_raw(LayerKind::DynamicIndexed, 16);
+    assert_kind_raw(LayerKind::StaticIndexed, 17);
     assert_eq!(LayerType::IndexedAttention.raw(), 8);
 }
 
@@ -24,14 +22,12 @@ fn presets_build_indexed_layers() {
         (Preset::Dynamic, LayerKind::DynamicIndexed),
         (Preset::Static, LayerKind::StaticIndexed),
     ] {
-        let cache = Cache::builder(preset)
-            .config(
-                ModelConfig::new(2)
-                    .layer_types([LayerType::FullAttention, LayerType::IndexedAttention]),
-            )
-            .max_cache_len(8)
-            .build()
-            .unwrap();
+        let cache = from_config(
+            preset,
+            ModelConfig::new(2)
+                .layer_types([LayerType::FullAttention, LayerType::IndexedAttention]),
+            8,
+        );
         assert_eq!(cache.layer_info(1).unwrap().kind, kind);
     }
 }

@@ -3,14 +3,11 @@
 
 mod common;
 
-use common::{Host, custom, positions, snapshot, val};
+use common::{Host, custom, from_config, positions, snapshot, val};
 use kvcache::{Cache, ErrorCode, LayerOptions, ModelConfig, Preset, TensorRef, ViewBuffer};
 
 fn dynamic(layers: u32) -> Cache {
-    Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(layers))
-        .build()
-        .unwrap()
+    from_config(Preset::Dynamic, ModelConfig::new(layers), 0)
 }
 
 /// Rows whose tokens are tagged by batch row: row b of token t holds val(b, h, t, d).

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Host, custom, e4m3fn};
+use common::{Host, assert_kind_raw, custom, e4m3fn};
 use kvcache::{LayerKind, LayerOptions};
 
 const DIM: i64 = 4;
@@ -38,8 +38,7 @@ fn reference_rounds_to_nearest_even() {
 
 #[test]
 fn kind_round_trips_through_raw() {
-    assert_eq!(LayerKind::QuantizedFp8.raw(), 14);
-    assert_eq!(LayerKind::from_raw(14), LayerKind::QuantizedFp8);
+    assert_kind_raw(LayerKind::QuantizedFp8, 14);
 }
 
 #[test]

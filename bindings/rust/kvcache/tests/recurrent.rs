@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Host, custom, expect_err, snapshot};
+use common::{Host, custom, expect_err, from_config, snapshot};
 use kvcache::{
     Cache, ConvUpdateOptions, ErrorCode, LayerKind, LayerOptions, LayerType, ModelConfig, Preset,
     TensorView,
@@ -146,10 +146,11 @@ fn recurrent_state_is_copied_in_place() {
 
 #[test]
 fn mamba_preset_has_only_linear_layers() {
-    let mut cache = Cache::builder(Preset::Mamba)
-        .config(ModelConfig::new(3).number_of_conv_states(2).conv_kernel(4))
-        .build()
-        .unwrap();
+    let mut cache = from_config(
+        Preset::Mamba,
+        ModelConfig::new(3).number_of_conv_states(2).conv_kernel(4),
+        0,
+    );
     assert_eq!(cache.num_layers(), 3);
     for layer in 0..3 {
         let info = cache.layer_info(layer).unwrap();
@@ -199,10 +200,11 @@ fn hybrid_presets_and_layer_types() {
         LayerType::FullAttention,
         LayerType::LinearAttention,
     ];
-    let mut jamba = Cache::builder(Preset::HybridMamba)
-        .config(ModelConfig::new(4).layer_types(types).conv_kernel(3))
-        .build()
-        .unwrap();
+    let mut jamba = from_config(
+        Preset::HybridMamba,
+        ModelConfig::new(4).layer_types(types).conv_kernel(3),
+        0,
+    );
     let kinds: Vec<_> = (0..4).map(|l| jamba.layer_info(l).unwrap().kind).collect();
     assert_eq!(kinds, [Linear, Linear, Dynamic, Linear]);
     let x = Host::tokens(2, 1, 0, 5, 2);
@@ -226,10 +228,7 @@ fn hybrid_presets_and_layer_types() {
         LayerType::FullAttention,
     ];
     let config = ModelConfig::new(4).layer_types(types).sliding_window(4);
-    let dynamic = Cache::builder(Preset::Dynamic)
-        .config(config.clone())
-        .build()
-        .unwrap();
+    let dynamic = from_config(Preset::Dynamic, config.clone(), 0);
     let kinds: Vec<_> = (0..4)
         .map(|l| dynamic.layer_info(l).unwrap().kind)
         .collect();
@@ -237,11 +236,7 @@ fn hybrid_presets_and_layer_types() {
         kinds,
         [LinearDynamic, LinearDynamicSliding, Linear, Dynamic]
     );
-    let stat = Cache::builder(Preset::Static)
-        .config(config)
-        .max_cache_len(8)
-        .build()
-        .unwrap();
+    let stat = from_config(Preset::Static, config, 8);
     let kinds: Vec<_> = (0..4).map(|l| stat.layer_info(l).unwrap().kind).collect();
     assert_eq!(kinds, [LinearStatic, LinearStaticSliding, Linear, Static]);
     // is_linear (transformers 5.24's Cache.is_linear): only the layers without K/V.

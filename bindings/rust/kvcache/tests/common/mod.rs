@@ -4,8 +4,8 @@
 use std::io::Write;
 
 use kvcache::{
-    BlockHash, Cache, CacheRef, DType, Element, LayerInfo, LayerOptions, MemoryInfo,
-    MultimodalItem, Pool, Preset, Sequence, TensorRef, TensorView, bf16, f16,
+    BlockHash, Cache, CacheRef, DType, Element, LayerInfo, LayerKind, LayerOptions, MemoryInfo,
+    ModelConfig, MultimodalItem, Pool, Preset, Sequence, TensorRef, TensorView, bf16, f16,
 };
 
 /// A vector file's hex field as bytes (`-`: none).
@@ -113,12 +113,36 @@ pub fn e4m3fn(x: f32) -> f32 {
     ((a / step).round_ties_even() * step).copysign(f64::from(x)) as f32
 }
 
+/// Asserts that `kind` is `raw` in the C enum, both ways.
+#[track_caller]
+pub fn assert_kind_raw(kind: LayerKind, raw: i32) {
+    assert_eq!(kind.raw(), raw);
+    assert_eq!(LayerKind::from_raw(raw), kind);
+}
+
 /// A `Preset::Custom` cache of `layers`.
 pub fn custom(layers: impl IntoIterator<Item = LayerOptions>) -> Cache {
     Cache::builder(Preset::Custom)
         .layers(layers)
         .build()
         .expect("a custom cache")
+}
+
+/// `layers` vectors of `len` values, `value(layer, index)`.
+pub fn per_layer(layers: usize, len: usize, value: impl Fn(usize, usize) -> f32) -> Vec<Vec<f32>> {
+    (0..layers)
+        .map(|l| (0..len).map(|i| value(l, i)).collect())
+        .collect()
+}
+
+/// A `preset` cache of `config`'s layers, `max_cache_len` slots per layer
+/// (0: the builder's default, for presets that take none).
+pub fn from_config(preset: Preset, config: ModelConfig, max_cache_len: i64) -> Cache {
+    Cache::builder(preset)
+        .config(config)
+        .max_cache_len(max_cache_len)
+        .build()
+        .expect("a cache from a model config")
 }
 
 /// Computes `tokens` in `seq`: reserves them, writes `layers[l]` (f32
