@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Host, expect_err, from_config, snapshot};
+use common::{Host, expect_err, from_config, snapshot, update_copied};
 use kvcache::{Cache, ErrorCode, LayerType, ModelConfig, Offload, Preset};
 
 fn tiers(cache: &Cache) -> String {
@@ -27,18 +27,8 @@ fn offloaded_cache_follows_transformers_order() {
     for (step, want) in expected.iter().enumerate() {
         let layer = (step % 2) as u32;
         let x = Host::tokens(1, 2, (step / 2) as i64, 1, 4);
-        let a = cache
-            .update(layer, &x.t(), &x.t())
-            .unwrap()
-            .key
-            .to_vec::<f32>()
-            .unwrap();
-        let b = plain
-            .update(layer, &x.t(), &x.t())
-            .unwrap()
-            .key
-            .to_vec::<f32>()
-            .unwrap();
+        let (a, _) = update_copied(&mut cache, layer, &x);
+        let (b, _) = update_copied(&mut plain, layer, &x);
         assert_eq!(a, b, "an offloaded cache returns what a plain one does");
         assert_eq!(tiers(&cache), *want, "after step {step}");
     }

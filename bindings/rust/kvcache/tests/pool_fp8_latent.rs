@@ -7,7 +7,7 @@
 use kvcache::{DType, ErrorCode, Layout, Pool, PoolGroup, PoolLayer, Storage, TensorRef};
 
 mod common;
-use common::e4m3fn;
+use common::{e4m3fn, expect_err};
 
 fn inputs(n: usize, width: usize, salt: f32) -> Vec<f32> {
     (0..n * width)
@@ -86,29 +86,26 @@ fn latent_rows_have_no_values_and_share_prefixes() {
     drop(storage);
     let mut other = pool.sequence().unwrap();
     assert_eq!(other.match_prefix(&tokens).unwrap(), 8);
-    let err = pool
-        .write_layer(
+    expect_err(
+        pool.write_layer(
             0,
             &TensorRef::new(&rows, &shape).unwrap(),
             &TensorRef::new(&rows, &shape).unwrap(),
             &slots,
-        )
-        .unwrap_err();
-    assert_eq!(err.code(), ErrorCode::InvalidArgument);
-    assert!(err.message().contains("latent group"), "{}", err.message());
+        ),
+        ErrorCode::InvalidArgument,
+        "latent group",
+    );
 }
 
 #[test]
 fn a_zero_scale_is_refused_naming_the_field() {
-    let err = Pool::builder(DType::F32)
-        .group(PoolGroup::full(4, 8))
-        .layer(PoolLayer::attention(0, 1, 4).fp8(0.0, 1.0))
-        .build()
-        .unwrap_err();
-    assert_eq!(err.code(), ErrorCode::InvalidArgument);
-    assert!(
-        err.message().contains("layers[0].k_scale is 0"),
-        "{}",
-        err.message()
+    expect_err(
+        Pool::builder(DType::F32)
+            .group(PoolGroup::full(4, 8))
+            .layer(PoolLayer::attention(0, 1, 4).fp8(0.0, 1.0))
+            .build(),
+        ErrorCode::InvalidArgument,
+        "layers[0].k_scale is 0",
     );
 }

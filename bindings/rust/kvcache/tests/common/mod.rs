@@ -13,6 +13,7 @@ pub fn bytes(field: &str) -> Vec<u8> {
     if field == "-" {
         return Vec::new();
     }
+    assert!(field.len() % 2 == 0, "odd hex field {field}");
     (0..field.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&field[i..i + 2], 16).expect("hex"))
@@ -28,34 +29,40 @@ pub fn list(field: &str) -> Vec<&str> {
     }
 }
 
-/// A vector file's rows (blank lines and comments left out), split into
-/// fields; asserts that there are `count`, each of `fields` fields and
-/// tagged `tag` in its first.
+/// The rows tagged `tag` (their first field) of a vector file, split into
+/// fields (blank lines and comments left out); asserts that there are
+/// `count`, each of `fields` fields.
 #[track_caller]
 pub fn rows<'a>(text: &'a str, tag: &str, fields: usize, count: usize) -> Vec<Vec<&'a str>> {
     let rows: Vec<Vec<&str>> = text
         .lines()
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| l.split(' ').collect())
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .filter(|f| f[0] == tag)
         .collect();
-    assert_eq!(rows.len(), count);
+    assert_eq!(rows.len(), count, "{tag} rows");
     for f in &rows {
-        assert_eq!((f[0], f.len()), (tag, fields));
+        assert_eq!(f.len(), fields, "{tag} {}", f[1]);
     }
     rows
 }
 
 /// A vector file's comma-separated token ids (`-`: none).
 pub fn token_list(field: &str) -> Vec<i32> {
-    list(field).iter().map(|t| t.parse().unwrap()).collect()
+    list(field)
+        .iter()
+        .map(|t| t.parse().expect("token id"))
+        .collect()
+}
+
+/// A vector file's block hash field.
+pub fn hash(field: &str) -> BlockHash {
+    bytes(field).try_into().expect("32 bytes")
 }
 
 /// A vector file's comma-separated block hashes (`-`: none).
 pub fn hash_list(field: &str) -> Vec<BlockHash> {
-    list(field)
-        .iter()
-        .map(|h| bytes(h).try_into().unwrap())
-        .collect()
+    list(field).into_iter().map(hash).collect()
 }
 
 /// The content hashes of a vector file's multimodal items (`offset:length:hash`,
@@ -118,6 +125,13 @@ pub fn e4m3fn(x: f32) -> f32 {
 pub fn assert_kind_raw(kind: LayerKind, raw: i32) {
     assert_eq!(kind.raw(), raw);
     assert_eq!(LayerKind::from_raw(raw), kind);
+}
+
+/// Updates `layer` with `x` as both keys and values; the keys and values
+/// the update returns, copied.
+pub fn update_copied(cache: &mut CacheRef, layer: u32, x: &Host) -> (Vec<f32>, Vec<f32>) {
+    let kv = cache.update(layer, &x.t(), &x.t()).expect("update");
+    (kv.key.to_vec().unwrap(), kv.value.to_vec().unwrap())
 }
 
 /// A `Preset::Custom` cache of `layers`.
@@ -290,19 +304,19 @@ pub fn snapshot(cache: &CacheRef) -> Snapshot {
     }
 }
 
-/// Asserts that `result` is an error of `code` whose message names
-/// `function`, and returns the message.
+/// Asserts that `result` is an error of `code` whose message contains
+/// `text` (the function that refused, or the rule), and returns the message.
 #[track_caller]
 pub fn expect_err<T: std::fmt::Debug>(
     result: kvcache::Result<T>,
     code: kvcache::ErrorCode,
-    function: &str,
+    text: &str,
 ) -> String {
     let err = result.expect_err("the call must fail");
     assert_eq!(err.code(), code, "{err}");
     assert!(
-        err.message().contains(function),
-        "message does not name {function}: {err}"
+        err.message().contains(text),
+        "message does not contain {text}: {err}"
     );
     assert_eq!(err.raw_code(), code.raw());
     assert!(err.to_string().contains(code.name()));
