@@ -32,59 +32,71 @@ fn refused(code: ErrorCode, function: &str, op: impl FnOnce(&mut Cache) -> kvcac
 #[test]
 fn create_rejects_bad_options() {
     const FN: &str = "kvc_cache_create";
-    // Static presets need max_cache_len.
-    let r = Cache::builder(Preset::Static)
-        .config(ModelConfig::new(2))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    // The sliding-window preset needs a window.
-    let r = Cache::builder(Preset::SlidingWindow)
-        .config(ModelConfig::new(2))
-        .max_cache_len(8)
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    // Custom layers with bad parameters.
-    let r = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::dynamic_sliding(0))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    let r = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::static_(0))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    let r = Cache::builder(Preset::Custom).build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    let r = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::new(kvcache::LayerKind::Unknown(99)))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    // A config needs layers; layer types need one entry per layer (checked by the binding).
-    let r = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(0))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    let r = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(3).layer_types([LayerType::FullAttention]))
-        .build();
-    let msg = expect_err(r, ErrorCode::InvalidArgument, FN);
-    assert!(msg.contains("layer_types"), "{msg}");
-    // Sliding layer types without a window.
-    let r = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(1).layer_types([LayerType::SlidingAttention]))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    // Every layer shares KV: nothing to cache.
-    let r = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(2).num_kv_shared_layers(2))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    // Quantizer options are validated at creation.
-    let r = Cache::builder(Preset::Quantized)
-        .config(ModelConfig::new(1))
-        .quant(QuantOptions::new().nbits(3))
-        .build();
-    let msg = expect_err(r, ErrorCode::InvalidArgument, FN);
-    assert!(msg.contains("nbits"), "{msg}");
+    // (why it is refused, the builder, what else the message says)
+    let cases = [
+        (
+            "static presets need max_cache_len",
+            Cache::builder(Preset::Static).config(ModelConfig::new(2)),
+            "",
+        ),
+        (
+            "the sliding-window preset needs a window",
+            Cache::builder(Preset::SlidingWindow)
+                .config(ModelConfig::new(2))
+                .max_cache_len(8),
+            "",
+        ),
+        (
+            "a custom sliding layer of window 0",
+            Cache::builder(Preset::Custom).layer(LayerOptions::dynamic_sliding(0)),
+            "",
+        ),
+        (
+            "a custom static layer of 0 slots",
+            Cache::builder(Preset::Custom).layer(LayerOptions::static_(0)),
+            "",
+        ),
+        ("custom without layers", Cache::builder(Preset::Custom), ""),
+        (
+            "an unknown layer kind",
+            Cache::builder(Preset::Custom)
+                .layer(LayerOptions::new(kvcache::LayerKind::Unknown(99))),
+            "",
+        ),
+        (
+            "a config needs layers",
+            Cache::builder(Preset::Dynamic).config(ModelConfig::new(0)),
+            "",
+        ),
+        (
+            "layer types need one entry per layer (checked by the binding)",
+            Cache::builder(Preset::Dynamic)
+                .config(ModelConfig::new(3).layer_types([LayerType::FullAttention])),
+            "layer_types",
+        ),
+        (
+            "sliding layer types without a window",
+            Cache::builder(Preset::Dynamic)
+                .config(ModelConfig::new(1).layer_types([LayerType::SlidingAttention])),
+            "",
+        ),
+        (
+            "every layer shares KV: nothing to cache",
+            Cache::builder(Preset::Dynamic).config(ModelConfig::new(2).num_kv_shared_layers(2)),
+            "",
+        ),
+        (
+            "quantizer options are validated at creation",
+            Cache::builder(Preset::Quantized)
+                .config(ModelConfig::new(1))
+                .quant(QuantOptions::new().nbits(3)),
+            "nbits",
+        ),
+    ];
+    for (why, builder, also) in cases {
+        let msg = expect_err(builder.build(), ErrorCode::InvalidArgument, FN);
+        assert!(msg.contains(also), "{why}: {msg}");
+    }
     // No CUDA device here (or no CUDA backend built): an error value, not a crash.
     if !kvcache::features().contains(kvcache::Features::CUDA) {
         let r = Cache::builder(Preset::Dynamic)
