@@ -4,7 +4,7 @@
 
 use kvcache::{
     BlockHash, DType, ErrorCode, Layout, Pool, PoolEvent, PoolGroup, PoolLayer, Sequence,
-    SlotMapping, TensorRef, bf16, block_hash_chain, block_hash_root,
+    SlotMapping, TensorRef, TensorView, bf16, block_hash_chain, block_hash_root,
 };
 
 const BLOCK: u32 = 4;
@@ -669,20 +669,10 @@ fn recurrent_checkpoints_restore_the_state_of_a_matched_prefix() {
     let mut again = pool.sequence().unwrap();
     assert_eq!(again.match_prefix(&prompt).unwrap(), 8);
     let state = again.recurrent_state(1).unwrap();
-    assert!(
-        state
-            .conv()
-            .to_vec::<f32>()
-            .unwrap()
-            .iter()
-            .all(|&x| x == 2.0)
-    );
-    assert!(
-        state
-            .ssm()
-            .to_vec::<f32>()
-            .unwrap()
-            .iter()
-            .all(|&x| x == -2.0)
-    );
+    let all = |view: TensorView<'_>, want: f32| {
+        let got = view.to_vec::<f32>().unwrap();
+        assert!(got.iter().all(|&x| x == want), "{got:?} is not all {want}");
+    };
+    all(state.conv(), 2.0);
+    all(state.ssm(), -2.0);
 }
