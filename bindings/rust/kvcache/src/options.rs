@@ -446,6 +446,8 @@ pub struct LayerOptions {
     quant: Option<QuantOptions>,
 }
 
+// One constructor per kind, each taking the parameters its kind needs: they
+// look alike on purpose (the kinds' traits live in the C registry).
 impl LayerOptions {
     /// A layer of `kind` with every parameter at its default.
     pub fn new(kind: LayerKind) -> LayerOptions {

@@ -171,6 +171,7 @@ struct Misbehaving {
 }
 
 // SAFETY: what it hands out comes from the arena (misaligned on purpose, which the library refuses).
+// (Its signatures repeat the trait's, as every implementation does.)
 unsafe impl Allocator for Misbehaving {
     fn alloc(
         &self,
