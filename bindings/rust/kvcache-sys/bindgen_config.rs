@@ -20,6 +20,7 @@ fn macro_type(name: &str) -> Option<IntKind> {
             is_signed: true,
         })
     };
+    // One arm per family of constants: a table, alike on purpose.
     match name {
         "KVC_OK" => custom("kvc_code"),
         "KVC_ALL_LAYERS" => Some(IntKind::I32),

@@ -47,6 +47,10 @@ const fn struct_size<T>() -> u32 {
     core::mem::size_of::<T>() as u32
 }
 
+// The Default impls below spell out each header `*_INIT` field by field, alike
+// on purpose: a field the header adds breaks the build here until its initial
+// value is written down.
+
 /// `KVC_LAYER_OPTIONS_INIT`.
 impl Default for kvc_layer_options {
     fn default() -> Self {

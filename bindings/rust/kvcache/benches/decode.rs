@@ -171,39 +171,63 @@ fn time_steps(
                 }
             }
             Mode::SysAll => {
-                // SAFETY: TensorRef is repr(transparent) over kvc_tensor; `raw_out`
-                // has LAYERS slots.
-                let err = unsafe {
-                    sys::kvc_cache_update_all(
-                        cache.as_mut_ptr(),
-                        LAYERS as u32,
-                        k.as_ptr().cast(),
-                        v.as_ptr().cast(),
-                        std::ptr::null(),
-                        raw_out.as_mut_ptr(),
-                    )
-                };
-                assert!(err.is_null(), "kvc_cache_update_all failed");
+                sys_update_all(cache, k, v, raw_out);
             }
             Mode::SysLoop => {
                 for l in 0..LAYERS {
-                    // SAFETY: as above, one layer.
-                    let err = unsafe {
-                        sys::kvc_cache_update(
-                            cache.as_mut_ptr(),
-                            l as u32,
-                            k[l].as_raw(),
-                            v[l].as_raw(),
-                            std::ptr::null(),
-                            &mut raw_out[l],
-                        )
-                    };
-                    assert!(err.is_null(), "kvc_cache_update failed");
+                    sys_update(cache, l, &k[l], &v[l], &mut raw_out[l]);
                 }
             }
         }
     }
     t0.elapsed().as_nanos() as f64 / steps as f64
+}
+
+/// `kvc_cache_update_all` of every layer, called directly (the raw ABI's cost).
+#[inline(always)]
+fn sys_update_all(
+    cache: &mut Cache,
+    keys: &[TensorRef<'_>],
+    values: &[TensorRef<'_>],
+    out: &mut [sys::kvc_kv],
+) {
+    debug_assert!(keys.len() == LAYERS && values.len() == LAYERS && out.len() >= LAYERS);
+    // SAFETY: TensorRef is repr(transparent) over kvc_tensor; `keys`, `values` and `out`
+    // have LAYERS entries.
+    let err = unsafe {
+        sys::kvc_cache_update_all(
+            cache.as_mut_ptr(),
+            LAYERS as u32,
+            keys.as_ptr().cast(),
+            values.as_ptr().cast(),
+            std::ptr::null(),
+            out.as_mut_ptr(),
+        )
+    };
+    assert!(err.is_null(), "kvc_cache_update_all failed");
+}
+
+/// `kvc_cache_update` of one layer, called directly.
+#[inline(always)]
+fn sys_update(
+    cache: &mut Cache,
+    layer: usize,
+    key: &TensorRef<'_>,
+    value: &TensorRef<'_>,
+    out: &mut sys::kvc_kv,
+) {
+    // SAFETY: live descriptors borrowed for the call; `out` is one writable slot.
+    let err = unsafe {
+        sys::kvc_cache_update(
+            cache.as_mut_ptr(),
+            layer as u32,
+            key.as_raw(),
+            value.as_raw(),
+            std::ptr::null(),
+            out,
+        )
+    };
+    assert!(err.is_null(), "kvc_cache_update failed");
 }
 
 /// The memcpy roofline of bench_decode.c: the same bytes from the same 64
@@ -352,18 +376,7 @@ fn call_overhead(reps: usize) -> (f64, f64, f64, f64) {
                         black_box(cache.update_all(&keys, &keys, &mut views).unwrap());
                     }
                     1 => {
-                        // SAFETY: as in time_steps.
-                        let err = unsafe {
-                            sys::kvc_cache_update_all(
-                                cache.as_mut_ptr(),
-                                LAYERS as u32,
-                                keys.as_ptr().cast(),
-                                keys.as_ptr().cast(),
-                                std::ptr::null(),
-                                raw_out.as_mut_ptr(),
-                            )
-                        };
-                        assert!(err.is_null());
+                        sys_update_all(&mut cache, &keys, &keys, &mut raw_out);
                         black_box(&raw_out);
                     }
                     2 => {
@@ -373,18 +386,7 @@ fn call_overhead(reps: usize) -> (f64, f64, f64, f64) {
                     }
                     _ => {
                         for (l, out) in raw_out.iter_mut().enumerate() {
-                            // SAFETY: as in time_steps.
-                            let err = unsafe {
-                                sys::kvc_cache_update(
-                                    cache.as_mut_ptr(),
-                                    l as u32,
-                                    t.as_raw(),
-                                    t.as_raw(),
-                                    std::ptr::null(),
-                                    out,
-                                )
-                            };
-                            assert!(err.is_null());
+                            sys_update(&mut cache, l, &t, &t, out);
                         }
                         black_box(&raw_out);
                     }

@@ -1373,22 +1373,15 @@ impl CacheBuilder {
         }
     }
 
-    /// The preset.
-    pub fn preset(mut self, preset: Preset) -> Self {
-        self.preset = preset;
-        self
-    }
+    setters! {
+        /// The preset.
+        preset(preset: Preset) => preset;
 
-    /// The model configuration the presets build their layers from.
-    pub fn config(mut self, config: ModelConfig) -> Self {
-        self.config = Some(config);
-        self
-    }
+        /// The model configuration the presets build their layers from.
+        config(config: ModelConfig) => config = Some(config);
 
-    /// Static, sliding-window and hybrid presets: slots per layer, >= 1.
-    pub fn max_cache_len(mut self, max_cache_len: i64) -> Self {
-        self.max_cache_len = max_cache_len;
-        self
+        /// Static, sliding-window and hybrid presets: slots per layer, >= 1.
+        max_cache_len(max_cache_len: i64) => max_cache_len;
     }
 
     /// [`Preset::Custom`]: appends one layer.
@@ -1403,95 +1396,73 @@ impl CacheBuilder {
         self
     }
 
-    /// Where the cache lives (default the CPU).
-    pub fn device(mut self, device: Device) -> Self {
-        self.device = device;
-        self
-    }
+    setters! {
+        /// Where the cache lives (default the CPU).
+        device(device: Device) => device;
 
-    /// [`Preset::Quantized`]: the quantizer (default `QuantOptions::default()`).
-    pub fn quant(mut self, quant: QuantOptions) -> Self {
-        self.quant = Some(quant);
-        self
-    }
+        /// [`Preset::Quantized`]: the quantizer (default `QuantOptions::default()`).
+        quant(quant: QuantOptions) => quant = Some(quant);
 
-    /// Offloading, for any preset (default: the preset's choice).
-    pub fn offload(mut self, offload: Offload) -> Self {
-        self.offload = offload;
-        self
-    }
+        /// Offloading, for any preset (default: the preset's choice).
+        offload(offload: Offload) => offload;
 
-    /// [`Preset::Sink`]: `window_length`, >= `num_sink_tokens + 1`.
-    pub fn window_length(mut self, tokens: i64) -> Self {
-        self.window_length = tokens;
-        self
-    }
+        /// [`Preset::Sink`]: `window_length`, >= `num_sink_tokens + 1`.
+        window_length(tokens: i64) => window_length;
 
-    /// [`Preset::Sink`]: `num_sink_tokens`, >= 0.
-    pub fn num_sink_tokens(mut self, tokens: i64) -> Self {
-        self.num_sink_tokens = tokens;
-        self
-    }
+        /// [`Preset::Sink`]: `num_sink_tokens`, >= 0.
+        num_sink_tokens(tokens: i64) => num_sink_tokens;
 
-    /// The transformers release whose behaviour to follow where releases differ, as
-    /// `MAJOR * 10000 + MINOR * 100` (0, the default: the newest, 5.24). Below 52400 static
-    /// layers have no `crop`, as in 5.23.
-    pub fn transformers_release(mut self, release: u32) -> Self {
-        self.transformers_release = release;
-        self
-    }
+        /// The transformers release whose behaviour to follow where releases differ, as
+        /// `MAJOR * 10000 + MINOR * 100` (0, the default: the newest, 5.24). Below 52400 static
+        /// layers have no `crop`, as in 5.23.
+        transformers_release(release: u32) => transformers_release;
 
-    /// The [`QueryOffsetRule`] (`MtpCache`, `DFlashCache`); default [`QueryOffsetRule::Plain`].
-    pub fn query_offset_rule(mut self, rule: QueryOffsetRule) -> Self {
-        self.query_offset_rule = rule;
-        self
-    }
+        /// The [`QueryOffsetRule`] (`MtpCache`, `DFlashCache`); default [`QueryOffsetRule::Plain`].
+        query_offset_rule(rule: QueryOffsetRule) => query_offset_rule;
 
-    /// Takes the K/V stores of every layer from `allocator` (`kvc_cache_options.allocator`, see
-    /// [`Allocator`]) instead of the library's own memory: views returned by updates and
-    /// [`layer_view`](CacheRef::layer_view) are then slices of memory `allocator` handed out (a
-    /// framework's tensor, an arena). A layer allocates at its first update (or
-    /// [`reserve`](CacheRef::reserve), [`early_initialization`](CacheRef::early_initialization)); a
-    /// dynamic layer that grows gets a new store and gives the old one back. Clones, batch splits and
-    /// stacks of the cache use the same allocator; it is kept alive until the last of them is dropped.
-    /// Not from it: quantized records, recurrent states, indexer keys and the host tier of offloaded
-    /// layers. When it refuses, the call that needed memory fails with
-    /// [`ErrorCode::OutOfMemory`] and the cache is unchanged.
-    ///
-    /// ```
-    /// # use std::ptr::NonNull;
-    /// # use std::sync::{Arc, Mutex};
-    /// use kvcache::{Allocator, Cache, Device, LayerOptions, Preset, TensorRef};
-    ///
-    /// /// Hands out the 256-byte-aligned chunks of one buffer the caller owns, once each.
-    /// struct Arena(Mutex<(Vec<u8>, usize)>);
-    /// // SAFETY: each chunk is handed out once and never touched by Rust code afterwards.
-    /// unsafe impl Allocator for Arena {
-    ///     fn alloc(&self, bytes: usize, align: usize, _: Device, _: *mut std::ffi::c_void) -> Option<NonNull<u8>> {
-    ///         let mut arena = self.0.lock().unwrap();
-    ///         let (buf, used) = &mut *arena;
-    ///         let at = (buf.as_ptr() as usize + *used).next_multiple_of(align) - buf.as_ptr() as usize;
-    ///         let chunk = buf.get_mut(at..at.checked_add(bytes)?)?;
-    ///         *used = at + bytes;
-    ///         NonNull::new(chunk.as_mut_ptr())
-    ///     }
-    ///     unsafe fn free(&self, _: NonNull<u8>, _: usize, _: Device, _: *mut std::ffi::c_void) {}
-    /// }
-    ///
-    /// let arena = Arc::new(Arena(Mutex::new((vec![0u8; 1 << 16], 0))));
-    /// let mut cache = Cache::builder(Preset::Custom)
-    ///     .layer(LayerOptions::static_(8))
-    ///     .allocator(arena.clone())
-    ///     .build()?;
-    /// let data = [1.0f32; 4];
-    /// let kv = cache.update(0, &TensorRef::new(&data, &[1, 1, 1, 4])?, &TensorRef::new(&data, &[1, 1, 1, 4])?)?;
-    /// let base = arena.0.lock().unwrap().0.as_ptr() as usize;
-    /// assert!((base..base + (1 << 16)).contains(&(kv.key.data_ptr() as usize)));
-    /// # Ok::<(), kvcache::Error>(())
-    /// ```
-    pub fn allocator(mut self, allocator: Arc<dyn Allocator>) -> Self {
-        self.allocator = Some(allocator);
-        self
+        /// Takes the K/V stores of every layer from `allocator` (`kvc_cache_options.allocator`, see
+        /// [`Allocator`]) instead of the library's own memory: views returned by updates and
+        /// [`layer_view`](CacheRef::layer_view) are then slices of memory `allocator` handed out (a
+        /// framework's tensor, an arena). A layer allocates at its first update (or
+        /// [`reserve`](CacheRef::reserve), [`early_initialization`](CacheRef::early_initialization)); a
+        /// dynamic layer that grows gets a new store and gives the old one back. Clones, batch splits and
+        /// stacks of the cache use the same allocator; it is kept alive until the last of them is dropped.
+        /// Not from it: quantized records, recurrent states, indexer keys and the host tier of offloaded
+        /// layers. When it refuses, the call that needed memory fails with
+        /// [`ErrorCode::OutOfMemory`] and the cache is unchanged.
+        ///
+        /// ```
+        /// # use std::ptr::NonNull;
+        /// # use std::sync::{Arc, Mutex};
+        /// use kvcache::{Allocator, Cache, Device, LayerOptions, Preset, TensorRef};
+        ///
+        /// /// Hands out the 256-byte-aligned chunks of one buffer the caller owns, once each.
+        /// struct Arena(Mutex<(Vec<u8>, usize)>);
+        /// // SAFETY: each chunk is handed out once and never touched by Rust code afterwards.
+        /// unsafe impl Allocator for Arena {
+        ///     fn alloc(&self, bytes: usize, align: usize, _: Device, _: *mut std::ffi::c_void) -> Option<NonNull<u8>> {
+        ///         let mut arena = self.0.lock().unwrap();
+        ///         let (buf, used) = &mut *arena;
+        ///         let at = (buf.as_ptr() as usize + *used).next_multiple_of(align) - buf.as_ptr() as usize;
+        ///         let chunk = buf.get_mut(at..at.checked_add(bytes)?)?;
+        ///         *used = at + bytes;
+        ///         NonNull::new(chunk.as_mut_ptr())
+        ///     }
+        ///     unsafe fn free(&self, _: NonNull<u8>, _: usize, _: Device, _: *mut std::ffi::c_void) {}
+        /// }
+        ///
+        /// let arena = Arc::new(Arena(Mutex::new((vec![0u8; 1 << 16], 0))));
+        /// let mut cache = Cache::builder(Preset::Custom)
+        ///     .layer(LayerOptions::static_(8))
+        ///     .allocator(arena.clone())
+        ///     .build()?;
+        /// let data = [1.0f32; 4];
+        /// let kv = cache.update(0, &TensorRef::new(&data, &[1, 1, 1, 4])?, &TensorRef::new(&data, &[1, 1, 1, 4])?)?;
+        /// let base = arena.0.lock().unwrap().0.as_ptr() as usize;
+        /// assert!((base..base + (1 << 16)).contains(&(kv.key.data_ptr() as usize)));
+        /// # Ok::<(), kvcache::Error>(())
+        /// ```
+        allocator(allocator: Arc<dyn Allocator>) => allocator = Some(allocator);
     }
 
     /// Calls `f` with the raw options, whose pointers stay valid during `f`.

@@ -11,6 +11,10 @@ use crate::error::{Result, check};
 use crate::tensor::{KvView, TensorRef};
 use crate::version::check_version;
 
+/// `kvc_encoder_decoder_cache_self_attention` or `_cross_attention`.
+type PartAccessor =
+    unsafe extern "C" fn(*mut sys::kvc_encoder_decoder_cache) -> *mut sys::kvc_cache;
+
 /// transformers' `EncoderDecoderCache` (`kvc_encoder_decoder_cache*`): owns
 /// both caches; dropping it frees them.
 ///
@@ -113,43 +117,35 @@ impl EncoderDecoderCache {
     /// The self-attention cache (for `update`, `seq_length`, `max_length`,
     /// `mask_sizes`: transformers delegates those to it).
     pub fn self_attention(&self) -> &CacheRef {
-        // SAFETY: the accessor only reads the pair; the sub-cache lives as
-        // long as the pair and is borrowed with it.
-        unsafe {
-            CacheRef::from_ptr(sys::kvc_encoder_decoder_cache_self_attention(
-                self.raw.as_ptr(),
-            ))
-        }
+        self.part(sys::kvc_encoder_decoder_cache_self_attention)
     }
 
     /// The self-attention cache, for updates.
     pub fn self_attention_mut(&mut self) -> &mut CacheRef {
-        // SAFETY: as above, exclusively borrowed through `self`.
-        unsafe {
-            CacheRef::from_ptr_mut(sys::kvc_encoder_decoder_cache_self_attention(
-                self.raw_mut(),
-            ))
-        }
+        self.part_mut(sys::kvc_encoder_decoder_cache_self_attention)
     }
 
     /// The cross-attention cache.
     pub fn cross_attention(&self) -> &CacheRef {
-        // SAFETY: as self_attention.
-        unsafe {
-            CacheRef::from_ptr(sys::kvc_encoder_decoder_cache_cross_attention(
-                self.raw.as_ptr(),
-            ))
-        }
+        self.part(sys::kvc_encoder_decoder_cache_cross_attention)
     }
 
     /// The cross-attention cache, mutably.
     pub fn cross_attention_mut(&mut self) -> &mut CacheRef {
-        // SAFETY: as self_attention_mut.
-        unsafe {
-            CacheRef::from_ptr_mut(sys::kvc_encoder_decoder_cache_cross_attention(
-                self.raw_mut(),
-            ))
-        }
+        self.part_mut(sys::kvc_encoder_decoder_cache_cross_attention)
+    }
+
+    /// The sub-cache `accessor` returns, borrowed with the pair.
+    fn part(&self, accessor: PartAccessor) -> &CacheRef {
+        // SAFETY: the accessor only reads the pair; the sub-cache lives as
+        // long as the pair and is borrowed with it.
+        unsafe { CacheRef::from_ptr(accessor(self.raw.as_ptr())) }
+    }
+
+    /// As `part`, exclusively borrowed through `self`.
+    fn part_mut(&mut self, accessor: PartAccessor) -> &mut CacheRef {
+        // SAFETY: as in `part`, exclusively borrowed through `self`.
+        unsafe { CacheRef::from_ptr_mut(accessor(self.raw_mut())) }
     }
 
     /// Whether cross-attention layer `layer` is computed (false beyond the layers).

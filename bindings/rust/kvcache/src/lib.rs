@@ -68,6 +68,9 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[macro_use]
+mod setters;
+
 mod allocator;
 mod block_hash;
 mod cache;

@@ -397,46 +397,27 @@ impl QuantOptions {
         QuantOptions::default()
     }
 
-    /// The quantizer (default quanto).
-    pub fn quantizer(mut self, quantizer: Quantizer) -> Self {
-        self.raw.quantizer = quantizer.raw();
-        self
-    }
+    setters! {
+        /// The quantizer (default quanto).
+        quantizer(quantizer: Quantizer) => raw.quantizer = quantizer.raw();
 
-    /// Incremental (default) or transformers' timeline.
-    pub fn mode(mut self, mode: QuantMode) -> Self {
-        self.raw.mode = mode.raw();
-        self
-    }
+        /// Incremental (default) or transformers' timeline.
+        mode(mode: QuantMode) => raw.mode = mode.raw();
 
-    /// Bits per value: quanto 2 or 4; hqq 1, 2, 3, 4 or 8 (default 4).
-    pub fn nbits(mut self, nbits: i32) -> Self {
-        self.raw.nbits = nbits;
-        self
-    }
+        /// Bits per value: quanto 2 or 4; hqq 1, 2, 3, 4 or 8 (default 4).
+        nbits(nbits: i32) => raw.nbits;
 
-    /// Grouping axis of keys: quanto 0 or -1; hqq 0 or 1 (default 0).
-    pub fn axis_key(mut self, axis: i32) -> Self {
-        self.raw.axis_key = axis;
-        self
-    }
+        /// Grouping axis of keys: quanto 0 or -1; hqq 0 or 1 (default 0).
+        axis_key(axis: i32) => raw.axis_key;
 
-    /// Grouping axis of values (as `axis_key`).
-    pub fn axis_value(mut self, axis: i32) -> Self {
-        self.raw.axis_value = axis;
-        self
-    }
+        /// Grouping axis of values (as `axis_key`).
+        axis_value(axis: i32) => raw.axis_value;
 
-    /// Elements per group, in `[1, 2^31)` (default 64).
-    pub fn q_group_size(mut self, size: i64) -> Self {
-        self.raw.q_group_size = size;
-        self
-    }
+        /// Elements per group, in `[1, 2^31)` (default 64).
+        q_group_size(size: i64) => raw.q_group_size;
 
-    /// Full-precision tokens kept, in `[0, 2^31)` (default 128).
-    pub fn residual_length(mut self, tokens: i64) -> Self {
-        self.raw.residual_length = tokens;
-        self
+        /// Full-precision tokens kept, in `[0, 2^31)` (default 128).
+        residual_length(tokens: i64) => raw.residual_length;
     }
 
     /// The raw struct.
@@ -465,6 +446,8 @@ pub struct LayerOptions {
     quant: Option<QuantOptions>,
 }
 
+// One constructor per kind, each taking the parameters its kind needs: they
+// look alike on purpose (the kinds' traits live in the C registry).
 impl LayerOptions {
     /// A layer of `kind` with every parameter at its default.
     pub fn new(kind: LayerKind) -> LayerOptions {
@@ -543,47 +526,28 @@ impl LayerOptions {
         LayerOptions::new(LayerKind::Linear).num_states(num_states)
     }
 
-    /// The kind.
-    pub fn kind(mut self, kind: LayerKind) -> Self {
-        self.raw.kind = kind.raw();
-        self
-    }
+    setters! {
+        /// The kind.
+        kind(kind: LayerKind) => raw.kind = kind.raw();
 
-    /// Sliding and chunked kinds: window or chunk size, in `[1, 2^31)`;
-    /// sink: the window length.
-    pub fn window(mut self, window: i64) -> Self {
-        self.raw.window = window;
-        self
-    }
+        /// Sliding and chunked kinds: window or chunk size, in `[1, 2^31)`;
+        /// sink: the window length.
+        window(window: i64) => raw.window;
 
-    /// Static kinds: number of slots, in `[1, 2^31)`.
-    pub fn max_cache_len(mut self, max_cache_len: i64) -> Self {
-        self.raw.max_cache_len = max_cache_len;
-        self
-    }
+        /// Static kinds: number of slots, in `[1, 2^31)`.
+        max_cache_len(max_cache_len: i64) => raw.max_cache_len;
 
-    /// Quantized layers: the quantizer (default `QuantOptions::default()`).
-    pub fn quant(mut self, quant: QuantOptions) -> Self {
-        self.quant = Some(quant);
-        self
-    }
+        /// Quantized layers: the quantizer (default `QuantOptions::default()`).
+        quant(quant: QuantOptions) => quant = Some(quant);
 
-    /// Sink layers: tokens kept at the start, in `[0, window)`.
-    pub fn num_sink_tokens(mut self, tokens: i64) -> Self {
-        self.raw.num_sink_tokens = tokens;
-        self
-    }
+        /// Sink layers: tokens kept at the start, in `[0, window)`.
+        num_sink_tokens(tokens: i64) => raw.num_sink_tokens;
 
-    /// Linear kinds: conv/recurrent state pairs (0 means 1).
-    pub fn num_states(mut self, num_states: u32) -> Self {
-        self.raw.num_states = num_states;
-        self
-    }
+        /// Linear kinds: conv/recurrent state pairs (0 means 1).
+        num_states(num_states: u32) => raw.num_states;
 
-    /// Linear kinds: the conv state's length K (0 = from the first conv input).
-    pub fn conv_kernel_size(mut self, k: i64) -> Self {
-        self.raw.conv_kernel_size = k;
-        self
+        /// Linear kinds: the conv state's length K (0 = from the first conv input).
+        conv_kernel_size(k: i64) => raw.conv_kernel_size;
     }
 
     /// The raw struct, with `quant` pointing into `self` (valid while `self` is
@@ -633,48 +597,29 @@ impl ModelConfig {
         config
     }
 
-    /// `config.layer_types`: one entry per hidden layer.
-    pub fn layer_types(mut self, types: impl IntoIterator<Item = LayerType>) -> Self {
-        self.layer_types = Some(types.into_iter().collect());
-        self
-    }
+    setters! {
+        /// `config.layer_types`: one entry per hidden layer.
+        layer_types(types: impl IntoIterator<Item = LayerType>) => layer_types = Some(types.into_iter().collect());
 
-    /// `config.sliding_window` (0 = absent).
-    pub fn sliding_window(mut self, window: i64) -> Self {
-        self.raw.sliding_window = window;
-        self
-    }
+        /// `config.sliding_window` (0 = absent).
+        sliding_window(window: i64) => raw.sliding_window;
 
-    /// `config.attention_chunk_size` (0 = absent).
-    pub fn attention_chunk_size(mut self, size: i64) -> Self {
-        self.raw.attention_chunk_size = size;
-        self
-    }
+        /// `config.attention_chunk_size` (0 = absent).
+        attention_chunk_size(size: i64) => raw.attention_chunk_size;
 
-    /// `config.num_kv_shared_layers`: the last n layers share KV and get no cache.
-    pub fn num_kv_shared_layers(mut self, n: u32) -> Self {
-        self.raw.num_kv_shared_layers = n;
-        self
-    }
+        /// `config.num_kv_shared_layers`: the last n layers share KV and get no cache.
+        num_kv_shared_layers(n: u32) => raw.num_kv_shared_layers;
 
-    /// Hybrid presets without layer types: every n-th layer is full attention
-    /// (transformers' default 2 when 0).
-    pub fn sliding_window_pattern(mut self, n: u32) -> Self {
-        self.raw.sliding_window_pattern = n;
-        self
-    }
+        /// Hybrid presets without layer types: every n-th layer is full attention
+        /// (transformers' default 2 when 0).
+        sliding_window_pattern(n: u32) => raw.sliding_window_pattern;
 
-    /// Linear layers: state pairs per layer (`config.number_of_conv_states`; 0 means 1).
-    pub fn number_of_conv_states(mut self, n: u32) -> Self {
-        self.raw.number_of_conv_states = n;
-        self
-    }
+        /// Linear layers: state pairs per layer (`config.number_of_conv_states`; 0 means 1).
+        number_of_conv_states(n: u32) => raw.number_of_conv_states;
 
-    /// Linear layers: the conv state length K (`config.conv_kernel`; 0 = from
-    /// the first conv input).
-    pub fn conv_kernel(mut self, k: i64) -> Self {
-        self.raw.conv_kernel = k;
-        self
+        /// Linear layers: the conv state length K (`config.conv_kernel`; 0 = from
+        /// the first conv input).
+        conv_kernel(k: i64) => raw.conv_kernel;
     }
 
     /// The raw struct, with `layer_types` pointing into `self`.
@@ -750,10 +695,9 @@ impl<'a> InitOptions<'a> {
         }
     }
 
-    /// A head dimension of values different from the keys'.
-    pub fn v_head_dim(mut self, v_head_dim: i64) -> Self {
-        self.raw.v_head_dim = v_head_dim;
-        self
+    setters! {
+        /// A head dimension of values different from the keys'.
+        v_head_dim(v_head_dim: i64) => raw.v_head_dim;
     }
 
     /// One head count per layer (overrides `num_kv_heads`).
@@ -841,10 +785,9 @@ impl<'a> UpdateOptions<'a> {
         self
     }
 
-    /// Sink layers: only the first `n` key channels are rotary (0 = all).
-    pub fn partial_rotation_size(mut self, n: i64) -> Self {
-        self.raw.partial_rotation_size = n;
-        self
+    setters! {
+        /// Sink layers: only the first `n` key channels are rotary (0 = all).
+        partial_rotation_size(n: i64) => raw.partial_rotation_size;
     }
 
     /// The raw struct.
@@ -881,18 +824,14 @@ impl<'a> ConvUpdateOptions<'a> {
         ConvUpdateOptions::default()
     }
 
-    /// Which state pair (`< num_states`).
-    pub fn state_index(mut self, index: u32) -> Self {
-        self.raw.state_index = index;
-        self
-    }
+    setters! {
+        /// Which state pair (`< num_states`).
+        state_index(index: u32) => raw.state_index;
 
-    /// K for a state not yet allocated when the layer has none configured
-    /// (0 = the input's last dimension, as transformers). Once K is known,
-    /// any other nonzero value is refused (`InvalidArgument`).
-    pub fn conv_kernel_size(mut self, k: i64) -> Self {
-        self.raw.conv_kernel_size = k;
-        self
+        /// K for a state not yet allocated when the layer has none configured
+        /// (0 = the input's last dimension, as transformers). Once K is known,
+        /// any other nonzero value is refused (`InvalidArgument`).
+        conv_kernel_size(k: i64) => raw.conv_kernel_size;
     }
 
     /// The legacy MambaCache API (transformers <= 5.4): roll the state left

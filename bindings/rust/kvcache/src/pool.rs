@@ -450,16 +450,12 @@ pub struct PoolBuilder {
 }
 
 impl PoolBuilder {
-    /// How blocks are hashed (default [`HashMode::Kvcache`]). Since 0.7.
-    pub fn hash_mode(mut self, mode: HashMode) -> Self {
-        self.hash_mode = mode;
-        self
-    }
+    setters! {
+        /// How blocks are hashed (default [`HashMode::Kvcache`]). Since 0.7.
+        hash_mode(mode: HashMode) => hash_mode;
 
-    /// Where the blocks live (default the CPU).
-    pub fn device(mut self, device: Device) -> Self {
-        self.device = device;
-        self
+        /// Where the blocks live (default the CPU).
+        device(device: Device) => device;
     }
 
     /// Appends a group; layers name groups by their index.
@@ -480,52 +476,36 @@ impl PoolBuilder {
         self
     }
 
-    /// The physical layout of the K/V storage (default [`Layout::Nhd`]).
-    pub fn layout(mut self, layout: Layout) -> Self {
-        self.layout = layout;
-        self
-    }
+    setters! {
+        /// The physical layout of the K/V storage (default [`Layout::Nhd`]).
+        layout(layout: Layout) => layout;
 
-    /// The pool's hash namespace: name the model and its weights with it.
-    /// Blocks are reused only within one seed (docs/block-hash.md).
-    pub fn hash_seed(mut self, seed: &[u8]) -> Self {
-        self.hash_seed = seed.to_vec();
-        self
-    }
+        /// The pool's hash namespace: name the model and its weights with it.
+        /// Blocks are reused only within one seed (docs/block-hash.md).
+        hash_seed(seed: &[u8]) => hash_seed = seed.to_vec();
 
-    /// Whether full committed blocks are hashed and reused (default true);
-    /// without, released blocks are freed at once.
-    pub fn prefix_caching(mut self, enable: bool) -> Self {
-        self.prefix_caching = enable;
-        self
-    }
+        /// Whether full committed blocks are hashed and reused (default true);
+        /// without, released blocks are freed at once.
+        prefix_caching(enable: bool) => prefix_caching;
 
-    /// Events kept until [`Pool::events`] pulls them (default 0: none); when
-    /// the queue is full the oldest are dropped.
-    pub fn events(mut self, capacity: u32) -> Self {
-        self.events = capacity;
-        self
-    }
+        /// Events kept until [`Pool::events`] pulls them (default 0: none); when
+        /// the queue is full the oldest are dropped.
+        events(capacity: u32) => events;
 
-    /// Takes every layer's K/V storage from `allocator` (`kvc_pool_options.allocator`,
-    /// [`crate::allocator`](Allocator)): once, at [`PoolBuilder::build`]; it is
-    /// given back when the last handle of the pool is dropped, and the pool
-    /// keeps `allocator` alive until then. Default: the library's own memory.
-    pub fn allocator(mut self, allocator: Arc<dyn Allocator>) -> Self {
-        self.allocator = Some(allocator);
-        self
-    }
+        /// Takes every layer's K/V storage from `allocator` (`kvc_pool_options.allocator`,
+        /// [`crate::allocator`](Allocator)): once, at [`PoolBuilder::build`]; it is
+        /// given back when the last handle of the pool is dropped, and the pool
+        /// keeps `allocator` alive until then. Default: the library's own memory.
+        allocator(allocator: Arc<dyn Allocator>) => allocator = Some(allocator);
 
-    /// One block budget of `bytes` shared by every group instead of each
-    /// group's own `num_blocks`, which must then be 0
-    /// (`kvc_pool_options.shared_budget_bytes`; docs/pool.md, "One budget
-    /// for all groups"): every block is a page of the largest group's block
-    /// size, block ids are pool-wide, eviction takes any group's least
-    /// recently used cached block, and [`Pool::stats`] gives the budget's
-    /// `num_blocks` and `free_blocks`. Default 0: per-group budgets. Since 0.7.
-    pub fn shared_budget_bytes(mut self, bytes: u64) -> Self {
-        self.shared_budget_bytes = bytes;
-        self
+        /// One block budget of `bytes` shared by every group instead of each
+        /// group's own `num_blocks`, which must then be 0
+        /// (`kvc_pool_options.shared_budget_bytes`; docs/pool.md, "One budget
+        /// for all groups"): every block is a page of the largest group's block
+        /// size, block ids are pool-wide, eviction takes any group's least
+        /// recently used cached block, and [`Pool::stats`] gives the budget's
+        /// `num_blocks` and `free_blocks`. Default 0: per-group budgets. Since 0.7.
+        shared_budget_bytes(bytes: u64) => shared_budget_bytes;
     }
 
     /// Creates the pool (`kvc_pool_create`), allocating every group's blocks.

@@ -85,20 +85,15 @@ impl RedisTierOptions {
             auth_key: None,
         }
     }
-    /// Standalone or cluster (default: ask the server).
-    pub fn cluster(mut self, mode: RedisCluster) -> Self {
-        self.cluster = mode;
-        self
-    }
-    /// The prefix of every key (default `"kvc:"`; no braces).
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
-        self
-    }
-    /// `AUTH password`.
-    pub fn password(mut self, password: impl Into<String>) -> Self {
-        self.password = Some(password.into());
-        self
+    setters! {
+        /// Standalone or cluster (default: ask the server).
+        cluster(mode: RedisCluster) => cluster;
+
+        /// The prefix of every key (default `"kvc:"`; no braces).
+        key_prefix(prefix: impl Into<String>) => key_prefix = prefix.into();
+
+        /// `AUTH password`.
+        password(password: impl Into<String>) => password = Some(password.into());
     }
     /// `AUTH username password` (Redis 6 ACL).
     pub fn auth(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
@@ -106,53 +101,37 @@ impl RedisTierOptions {
         self.password = Some(password.into());
         self
     }
-    /// The longest a TCP connect may take (default 50 ms).
-    pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.connect_timeout = d;
-        self
-    }
-    /// The longest a node may stay silent while a call waits on it (default 200 ms).
-    pub fn command_timeout(mut self, d: Duration) -> Self {
-        self.command_timeout = d;
-        self
-    }
-    /// The deadline of every call into the tier: its creation, and each
-    /// store and lookup the pool makes there returns within it, whatever
-    /// the servers do (default: connect timeout + 2 x command timeout,
-    /// 450 ms). Since 0.7.
-    pub fn call_timeout(mut self, d: Duration) -> Self {
-        self.call_timeout = Some(d);
-        self
-    }
-    /// How long a failed node is left alone before it is tried again (default 1 s).
-    pub fn reconnect_interval(mut self, d: Duration) -> Self {
-        self.reconnect_interval = d;
-        self
-    }
-    /// `EX` of every SET, whole seconds; zero (the default) = none.
-    pub fn ttl(mut self, d: Duration) -> Self {
-        self.ttl = d;
-        self
-    }
-    /// Commands in flight on one connection (default 32).
-    pub fn max_pipeline(mut self, n: u32) -> Self {
-        self.max_pipeline = n;
-        self
-    }
-    /// When the pool stores blocks (default on commit).
-    pub fn write(mut self, policy: TierWrite) -> Self {
-        self.write = policy;
-        self
-    }
+    setters! {
+        /// The longest a TCP connect may take (default 50 ms).
+        connect_timeout(d: Duration) => connect_timeout;
 
-    /// The tier's authentication key (16 to 256 random bytes, the same for
-    /// every writer and reader; docs/redis-tier.md). Since 0.7. Without one,
-    /// any client that can SET the tier's keys can serve K/V to every pool
-    /// reading them; with one, values carry an HMAC-SHA256 and those written
-    /// without the key or moved under another key are misses.
-    pub fn auth_key(mut self, key: impl Into<Vec<u8>>) -> Self {
-        self.auth_key = Some(AuthKey(key.into()));
-        self
+        /// The longest a node may stay silent while a call waits on it (default 200 ms).
+        command_timeout(d: Duration) => command_timeout;
+
+        /// The deadline of every call into the tier: its creation, and each
+        /// store and lookup the pool makes there returns within it, whatever
+        /// the servers do (default: connect timeout + 2 x command timeout,
+        /// 450 ms). Since 0.7.
+        call_timeout(d: Duration) => call_timeout = Some(d);
+
+        /// How long a failed node is left alone before it is tried again (default 1 s).
+        reconnect_interval(d: Duration) => reconnect_interval;
+
+        /// `EX` of every SET, whole seconds; zero (the default) = none.
+        ttl(d: Duration) => ttl;
+
+        /// Commands in flight on one connection (default 32).
+        max_pipeline(n: u32) => max_pipeline;
+
+        /// When the pool stores blocks (default on commit).
+        write(policy: TierWrite) => write;
+
+        /// The tier's authentication key (16 to 256 random bytes, the same for
+        /// every writer and reader; docs/redis-tier.md). Since 0.7. Without one,
+        /// any client that can SET the tier's keys can serve K/V to every pool
+        /// reading them; with one, values carry an HMAC-SHA256 and those written
+        /// without the key or moved under another key are misses.
+        auth_key(key: impl Into<Vec<u8>>) => auth_key = Some(AuthKey(key.into()));
     }
 }
 

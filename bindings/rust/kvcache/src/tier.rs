@@ -191,6 +191,9 @@ pub trait Tier: sealed::Sealed {
         Ok(answers(found))
     }
 
+    // put_blocks mirrors get_blocks on purpose: the two C calls take the same
+    // leading arguments.
+
     /// Stores `payloads` (one per key, all of one size) under `keys`, framed
     /// and sealed as the tier's values are (`kvc_tier_put_blocks`); returns
     /// how many the store took.

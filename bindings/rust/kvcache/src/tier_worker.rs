@@ -131,6 +131,8 @@ pub struct Prefetch {
     pool: Pool,
 }
 
+// As for Sequence (pool.rs), on purpose: each handle type states its own
+// thread-safety argument next to it.
 // SAFETY: every call on the handle holds its pool's lock (a prefetch is part
 // of its pool, as a sequence is).
 unsafe impl Send for Prefetch {}

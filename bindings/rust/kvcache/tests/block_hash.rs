@@ -1,94 +1,51 @@
 //! The block hash against the vectors Python's hashlib computed
 //! (tests/pool/block_hash_vectors.txt, docs/block-hash.md), and its errors.
 
-use kvcache::{BLOCK_HASH_SIZE, BLOCK_HASH_VERSION, BlockHash, ErrorCode};
+use kvcache::{BLOCK_HASH_SIZE, BLOCK_HASH_VERSION, ErrorCode};
+
+mod common;
+use common::{bytes, hash, hash_list, rows, token_list};
 
 /// The vectors, compiled in: the test needs no path at run time.
 const VECTORS: &str = include_str!("../../../../tests/pool/block_hash_vectors.txt");
 
-fn bytes(field: &str) -> Vec<u8> {
-    if field == "-" {
-        return Vec::new();
-    }
-    assert!(field.len() % 2 == 0, "odd hex field {field}");
-    (0..field.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&field[i..i + 2], 16).expect("hex"))
-        .collect()
-}
-
-fn hash(field: &str) -> BlockHash {
-    bytes(field).try_into().expect("32 bytes")
-}
-
-fn tokens(field: &str) -> Vec<i32> {
-    if field == "-" {
-        return Vec::new();
-    }
-    field
-        .split(',')
-        .map(|t| t.parse().expect("token id"))
-        .collect()
-}
-
-/// The vector lines of one kind, split into fields (the kind dropped).
-fn vectors(kind: &str) -> Vec<Vec<&'static str>> {
-    VECTORS
-        .lines()
-        .filter(|line| !line.is_empty() && !line.starts_with('#'))
-        .map(|line| line.split(' ').collect::<Vec<_>>())
-        .filter(|fields| fields[0] == kind)
-        .map(|fields| fields[1..].to_vec())
-        .collect()
-}
-
 #[test]
 fn roots_match_the_vectors() {
-    let roots = vectors("root");
-    assert_eq!(roots.len(), 9);
-    for v in roots {
-        let got = kvcache::block_hash_root(&bytes(v[1]), &bytes(v[2])).unwrap();
-        assert_eq!(got, hash(v[3]), "root {}", v[0]);
+    for v in rows(VECTORS, "root", 5, 9) {
+        let got = kvcache::block_hash_root(&bytes(v[2]), &bytes(v[3])).unwrap();
+        assert_eq!(got, hash(v[4]), "root {}", v[1]);
     }
 }
 
 #[test]
 fn blocks_match_the_vectors() {
-    let blocks = vectors("block");
-    assert_eq!(blocks.len(), 11);
-    for v in blocks {
-        let got = kvcache::block_hash(&hash(v[1]), &tokens(v[2]), &bytes(v[3])).unwrap();
-        assert_eq!(got, hash(v[4]), "block {}", v[0]);
+    for v in rows(VECTORS, "block", 6, 11) {
+        let got = kvcache::block_hash(&hash(v[2]), &token_list(v[3]), &bytes(v[4])).unwrap();
+        assert_eq!(got, hash(v[5]), "block {}", v[1]);
     }
 }
 
 #[test]
 fn chains_match_the_vectors() {
-    let chains = vectors("chain");
-    assert_eq!(chains.len(), 8);
-    for v in chains {
-        let root = hash(v[1]);
-        let block_size: u32 = v[2].parse().unwrap();
-        let ids = tokens(v[3]);
-        let want: Vec<BlockHash> = if v[4] == "-" {
-            Vec::new()
-        } else {
-            v[4].split(',').map(hash).collect()
-        };
+    for v in rows(VECTORS, "chain", 6, 8) {
+        let root = hash(v[2]);
+        let block_size: u32 = v[3].parse().unwrap();
+        let ids = token_list(v[4]);
+        let want = hash_list(v[5]);
         assert_eq!(
             want.len(),
             ids.len() / block_size as usize,
             "chain {}",
-            v[0]
+            v[1]
         );
         let got = kvcache::block_hash_chain(&root, &ids, block_size).unwrap();
-        assert_eq!(got, want, "chain {}", v[0]);
+        assert_eq!(got, want, "chain {}", v[1]);
         // Block by block, each hash the next one's parent.
         let mut parent = root;
         for (i, h) in want.iter().enumerate() {
             let block = &ids[i * block_size as usize..(i + 1) * block_size as usize];
             parent = kvcache::block_hash(&parent, block, b"").unwrap();
-            assert_eq!(&parent, h, "chain {} block {i}", v[0]);
+            assert_eq!(&parent, h, "chain {} block {i}", v[1]);
         }
     }
 }

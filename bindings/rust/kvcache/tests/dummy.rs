@@ -4,24 +4,23 @@
 
 mod common;
 
-use common::Host;
-use kvcache::{Cache, ErrorCode, LayerKind, LayerOptions, LayerType, ModelConfig, Preset};
+use common::{Host, assert_kind_raw, custom, from_config};
+use kvcache::{ErrorCode, LayerKind, LayerOptions, LayerType, ModelConfig, Preset};
 
 #[test]
 fn kind_and_type_round_trip_through_raw() {
-    assert_eq!(LayerKind::Dummy.raw(), 15);
-    assert_eq!(LayerKind::from_raw(15), LayerKind::Dummy);
+    assert_kind_raw(LayerKind::Dummy, 15);
     assert_eq!(LayerType::Dummy.raw(), 7);
 }
 
 #[test]
 fn presets_build_dummy_layers() {
     for preset in [Preset::Dynamic, Preset::Static] {
-        let cache = Cache::builder(preset)
-            .config(ModelConfig::new(2).layer_types([LayerType::FullAttention, LayerType::Dummy]))
-            .max_cache_len(8)
-            .build()
-            .unwrap();
+        let cache = from_config(
+            preset,
+            ModelConfig::new(2).layer_types([LayerType::FullAttention, LayerType::Dummy]),
+            8,
+        );
         assert_eq!(cache.layer_info(1).unwrap().kind, LayerKind::Dummy);
         assert_eq!(cache.max_length(1).unwrap(), -1);
     }
@@ -29,10 +28,7 @@ fn presets_build_dummy_layers() {
 
 #[test]
 fn dummy_layer_stores_nothing() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::dummy(), LayerOptions::dynamic()])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::dummy(), LayerOptions::dynamic()]);
     let x = Host::tokens(2, 1, 0, 3, 4);
     let err = cache.update(0, &x.t(), &x.t()).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Unsupported);

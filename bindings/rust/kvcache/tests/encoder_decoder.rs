@@ -3,20 +3,14 @@
 
 mod common;
 
-use common::{Host, expect_err, positions, snapshot};
+use common::{Host, custom, expect_err, from_config, positions, snapshot};
 use kvcache::{Cache, EncoderDecoderCache, ErrorCode, LayerOptions, ModelConfig, Preset};
 
 fn pair(layers: u32) -> EncoderDecoderCache {
     let config = ModelConfig::new(layers);
     EncoderDecoderCache::new(
-        Cache::builder(Preset::Dynamic)
-            .config(config.clone())
-            .build()
-            .unwrap(),
-        Cache::builder(Preset::Dynamic)
-            .config(config)
-            .build()
-            .unwrap(),
+        from_config(Preset::Dynamic, config.clone(), 0),
+        from_config(Preset::Dynamic, config, 0),
     )
     .unwrap()
 }
@@ -148,10 +142,7 @@ fn batch_operations_act_on_both_caches() {
 
 #[test]
 fn batch_operations_need_dynamic_caches() {
-    let static_self = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::static_(8))
-        .build()
-        .unwrap();
+    let static_self = custom([LayerOptions::static_(8)]);
     let mut cache = EncoderDecoderCache::new(static_self, Cache::new().unwrap()).unwrap();
     run(&mut cache, 2, 1);
     let before = snapshot(cache.self_attention());

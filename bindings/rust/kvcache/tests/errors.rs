@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Host, expect_err, snapshot};
+use common::{Host, custom, expect_err, from_config, snapshot};
 use kvcache::{
     Cache, DType, DataType, Device, ErrorCode, InitOptions, LayerOptions, LayerType, ModelConfig,
     Preset, QuantOptions, TensorRef, UpdateOptions, ViewBuffer,
@@ -12,10 +12,7 @@ use kvcache::{
 /// A 2-layer dynamic cache holding 3 tokens of batch 2 in layer 0 and a
 /// static layer holding 2 tokens.
 fn filled() -> Cache {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::dynamic(), LayerOptions::static_(4)])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::dynamic(), LayerOptions::static_(4)]);
     let x = Host::tokens(2, 2, 0, 3, 4);
     cache.update(0, &x.t(), &x.t()).unwrap();
     let y = Host::tokens(2, 2, 0, 2, 4);
@@ -35,59 +32,71 @@ fn refused(code: ErrorCode, function: &str, op: impl FnOnce(&mut Cache) -> kvcac
 #[test]
 fn create_rejects_bad_options() {
     const FN: &str = "kvc_cache_create";
-    // Static presets need max_cache_len.
-    let r = Cache::builder(Preset::Static)
-        .config(ModelConfig::new(2))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    // The sliding-window preset needs a window.
-    let r = Cache::builder(Preset::SlidingWindow)
-        .config(ModelConfig::new(2))
-        .max_cache_len(8)
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    // Custom layers with bad parameters.
-    let r = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::dynamic_sliding(0))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    let r = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::static_(0))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    let r = Cache::builder(Preset::Custom).build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    let r = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::new(kvcache::LayerKind::Unknown(99)))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    // A config needs layers; layer types need one entry per layer (checked by the binding).
-    let r = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(0))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    let r = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(3).layer_types([LayerType::FullAttention]))
-        .build();
-    let msg = expect_err(r, ErrorCode::InvalidArgument, FN);
-    assert!(msg.contains("layer_types"), "{msg}");
-    // Sliding layer types without a window.
-    let r = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(1).layer_types([LayerType::SlidingAttention]))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    // Every layer shares KV: nothing to cache.
-    let r = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(2).num_kv_shared_layers(2))
-        .build();
-    expect_err(r, ErrorCode::InvalidArgument, FN);
-    // Quantizer options are validated at creation.
-    let r = Cache::builder(Preset::Quantized)
-        .config(ModelConfig::new(1))
-        .quant(QuantOptions::new().nbits(3))
-        .build();
-    let msg = expect_err(r, ErrorCode::InvalidArgument, FN);
-    assert!(msg.contains("nbits"), "{msg}");
+    // (why it is refused, the builder, what else the message says)
+    let cases = [
+        (
+            "static presets need max_cache_len",
+            Cache::builder(Preset::Static).config(ModelConfig::new(2)),
+            "",
+        ),
+        (
+            "the sliding-window preset needs a window",
+            Cache::builder(Preset::SlidingWindow)
+                .config(ModelConfig::new(2))
+                .max_cache_len(8),
+            "",
+        ),
+        (
+            "a custom sliding layer of window 0",
+            Cache::builder(Preset::Custom).layer(LayerOptions::dynamic_sliding(0)),
+            "",
+        ),
+        (
+            "a custom static layer of 0 slots",
+            Cache::builder(Preset::Custom).layer(LayerOptions::static_(0)),
+            "",
+        ),
+        ("custom without layers", Cache::builder(Preset::Custom), ""),
+        (
+            "an unknown layer kind",
+            Cache::builder(Preset::Custom)
+                .layer(LayerOptions::new(kvcache::LayerKind::Unknown(99))),
+            "",
+        ),
+        (
+            "a config needs layers",
+            Cache::builder(Preset::Dynamic).config(ModelConfig::new(0)),
+            "",
+        ),
+        (
+            "layer types need one entry per layer (checked by the binding)",
+            Cache::builder(Preset::Dynamic)
+                .config(ModelConfig::new(3).layer_types([LayerType::FullAttention])),
+            "layer_types",
+        ),
+        (
+            "sliding layer types without a window",
+            Cache::builder(Preset::Dynamic)
+                .config(ModelConfig::new(1).layer_types([LayerType::SlidingAttention])),
+            "",
+        ),
+        (
+            "every layer shares KV: nothing to cache",
+            Cache::builder(Preset::Dynamic).config(ModelConfig::new(2).num_kv_shared_layers(2)),
+            "",
+        ),
+        (
+            "quantizer options are validated at creation",
+            Cache::builder(Preset::Quantized)
+                .config(ModelConfig::new(1))
+                .quant(QuantOptions::new().nbits(3)),
+            "nbits",
+        ),
+    ];
+    for (why, builder, also) in cases {
+        let msg = expect_err(builder.build(), ErrorCode::InvalidArgument, FN);
+        assert!(msg.contains(also), "{why}: {msg}");
+    }
     // No CUDA device here (or no CUDA backend built): an error value, not a crash.
     if !kvcache::features().contains(kvcache::Features::CUDA) {
         let r = Cache::builder(Preset::Dynamic)
@@ -282,10 +291,7 @@ fn queries_reject_bad_indices() {
     assert_eq!((ms.kv_length, ms.kv_offset), (4, 0));
     assert_eq!(snapshot(&cache), before);
     // An uninitialized layer has no view.
-    let fresh = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(1))
-        .build()
-        .unwrap();
+    let fresh = from_config(Preset::Dynamic, ModelConfig::new(1), 0);
     expect_err(
         fresh.layer_view(0),
         ErrorCode::InvalidState,
@@ -295,10 +301,7 @@ fn queries_reject_bad_indices() {
 
 #[test]
 fn batch_size_needs_agreeing_static_layers() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::static_(4), LayerOptions::static_(4)])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::static_(4), LayerOptions::static_(4)]);
     assert_eq!(cache.batch_size().unwrap(), None);
     let one = Host::tokens(1, 1, 0, 1, 2);
     let two = Host::tokens(2, 1, 0, 1, 2);
@@ -316,10 +319,7 @@ fn batch_size_needs_agreeing_static_layers() {
 #[test]
 fn early_initialization_rejects_bad_options() {
     const FN: &str = "kvc_cache_early_initialization";
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::static_(4), LayerOptions::static_(4)])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::static_(4), LayerOptions::static_(4)]);
     let before = snapshot(&cache);
     for options in [
         InitOptions::new(0, 1, 4, DType::F32),
@@ -396,10 +396,7 @@ fn operations_reject_bad_arguments() {
     assert_eq!(snapshot(&cache), before);
 
     // Sliding layers past their window cannot be cropped without recording.
-    let mut sliding = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::dynamic_sliding(3))
-        .build()
-        .unwrap();
+    let mut sliding = custom([LayerOptions::dynamic_sliding(3)]);
     let x = Host::tokens(1, 1, 0, 5, 2);
     sliding.update(0, &x.t(), &x.t()).unwrap();
     let before = snapshot(&sliding);

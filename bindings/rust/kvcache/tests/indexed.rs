@@ -4,14 +4,15 @@
 //! `LayerType::IndexedAttention`; the indexer keys follow update, crop and
 //! reset; refusals leave the cache unchanged.
 
-use kvcache::{
-    Cache, ErrorCode, LayerKind, LayerOptions, LayerType, ModelConfig, Preset, TensorRef,
-};
+mod common;
+
+use common::{assert_kind_raw, custom, from_config};
+use kvcache::{ErrorCode, LayerKind, LayerOptions, LayerType, ModelConfig, Preset, TensorRef};
 
 #[test]
 fn kinds_and_type_round_trip_through_raw() {
-    assert_eq!(LayerKind::DynamicIndexed.raw(), 16);
-    assert_eq!(LayerKind::from_raw(17), LayerKind::StaticIndexed);
+    assert_kind_raw(LayerKind::DynamicIndexed, 16);
+    assert_kind_raw(LayerKind::StaticIndexed, 17);
     assert_eq!(LayerType::IndexedAttention.raw(), 8);
 }
 
@@ -21,24 +22,19 @@ fn presets_build_indexed_layers() {
         (Preset::Dynamic, LayerKind::DynamicIndexed),
         (Preset::Static, LayerKind::StaticIndexed),
     ] {
-        let cache = Cache::builder(preset)
-            .config(
-                ModelConfig::new(2)
-                    .layer_types([LayerType::FullAttention, LayerType::IndexedAttention]),
-            )
-            .max_cache_len(8)
-            .build()
-            .unwrap();
+        let cache = from_config(
+            preset,
+            ModelConfig::new(2)
+                .layer_types([LayerType::FullAttention, LayerType::IndexedAttention]),
+            8,
+        );
         assert_eq!(cache.layer_info(1).unwrap().kind, kind);
     }
 }
 
 #[test]
 fn dynamic_indexer_appends_crops_and_resets() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::dynamic_indexed(), LayerOptions::dynamic()])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::dynamic_indexed(), LayerOptions::dynamic()]);
     assert!(cache.indexer_view(0).unwrap().is_none());
     let x: Vec<f32> = (0..2 * 3 * 2).map(|v| v as f32).collect(); // [batch 2, 3 tokens, width 2]
     let shape = [2, 3, 2];
@@ -75,10 +71,7 @@ fn dynamic_indexer_appends_crops_and_resets() {
 
 #[test]
 fn static_indexer_writes_at_its_counter() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::static_indexed(3))
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::static_indexed(3)]);
     let x = [1.0f32, 2.0];
     let all = cache
         .update_indexer(0, &TensorRef::new(&x, &[1, 2, 1]).unwrap())

@@ -4,15 +4,11 @@
 
 mod common;
 
-use common::{Host, HostOf, positions, val};
+use common::{Host, HostOf, custom, from_config, positions, val};
 use kvcache::{
     Cache, DType, ErrorCode, InitOptions, LayerKind, LayerOptions, LayerType, ModelConfig, Preset,
     TensorRef, UpdateOptions, bf16, f16,
 };
-
-fn custom(layer: LayerOptions) -> Cache {
-    Cache::builder(Preset::Custom).layer(layer).build().unwrap()
-}
 
 #[test]
 fn lazy_dynamic_cache_grows_with_the_updated_layers() {
@@ -38,10 +34,7 @@ fn lazy_dynamic_cache_grows_with_the_updated_layers() {
 #[test]
 fn dynamic_layers_store_every_token() {
     let config = ModelConfig::new(2);
-    let mut cache = Cache::builder(Preset::Dynamic)
-        .config(config)
-        .build()
-        .unwrap();
+    let mut cache = from_config(Preset::Dynamic, config, 0);
     assert_eq!(cache.num_layers(), 2);
     for layer in 0..2 {
         let info = cache.layer_info(layer).unwrap();
@@ -109,7 +102,7 @@ fn dynamic_sliding_layers_keep_the_last_window_minus_one_tokens() {
         (LayerKind::DynamicSliding, LayerOptions::dynamic_sliding(4)),
         (LayerKind::DynamicChunked, LayerOptions::dynamic_chunked(4)),
     ] {
-        let mut cache = custom(layer);
+        let mut cache = custom([layer]);
         let info = cache.layer_info(0).unwrap();
         assert_eq!((info.kind, info.window, info.capacity), (kind, 4, 3));
         assert!(info.is_sliding);
@@ -142,7 +135,7 @@ fn dynamic_sliding_layers_keep_the_last_window_minus_one_tokens() {
 
 #[test]
 fn static_layers_return_the_whole_buffer() {
-    let mut cache = custom(LayerOptions::static_(6));
+    let mut cache = custom([LayerOptions::static_(6)]);
     let info = cache.layer_info(0).unwrap();
     assert_eq!(
         (info.kind, info.max_cache_len, info.capacity),
@@ -190,7 +183,7 @@ fn static_layers_return_the_whole_buffer() {
 
 #[test]
 fn static_layers_accept_an_explicit_cache_position() {
-    let mut cache = custom(LayerOptions::static_(8));
+    let mut cache = custom([LayerOptions::static_(8)]);
     let x = Host::tokens(1, 1, 0, 2, 2);
     let positions_written = [3, 6];
     let kv = cache
@@ -240,7 +233,7 @@ fn static_sliding_layers_roll_their_window() {
             LayerOptions::static_chunked(4, 16),
         ),
     ] {
-        let mut cache = custom(layer);
+        let mut cache = custom([layer]);
         let info = cache.layer_info(0).unwrap();
         assert_eq!(
             (info.kind, info.window, info.max_cache_len, info.capacity),
@@ -292,10 +285,7 @@ fn presets_build_transformers_layer_patterns() {
         .layer_types(types)
         .sliding_window(8)
         .attention_chunk_size(16);
-    let dynamic = Cache::builder(Preset::Dynamic)
-        .config(config.clone())
-        .build()
-        .unwrap();
+    let dynamic = from_config(Preset::Dynamic, config.clone(), 0);
     assert_eq!(
         kinds(&dynamic),
         [DynamicSliding, Dynamic, DynamicChunked, Dynamic]
@@ -304,64 +294,52 @@ fn presets_build_transformers_layer_patterns() {
     assert_eq!(dynamic.layer_info(0).unwrap().window, 8);
     assert_eq!(dynamic.layer_info(2).unwrap().window, 16);
 
-    let stat = Cache::builder(Preset::Static)
-        .config(config)
-        .max_cache_len(32)
-        .build()
-        .unwrap();
+    let stat = from_config(Preset::Static, config, 32);
     assert_eq!(kinds(&stat), [StaticSliding, Static, StaticChunked, Static]);
     assert_eq!(stat.max_length_all().unwrap(), 32);
 
-    let sliding = Cache::builder(Preset::SlidingWindow)
-        .config(ModelConfig::new(3).sliding_window(8))
-        .max_cache_len(32)
-        .build()
-        .unwrap();
+    let sliding = from_config(
+        Preset::SlidingWindow,
+        ModelConfig::new(3).sliding_window(8),
+        32,
+    );
     assert_eq!(
         kinds(&sliding),
         [StaticSliding, StaticSliding, StaticSliding]
     );
 
     // HybridCache without layer types: every second layer is full attention.
-    let hybrid = Cache::builder(Preset::Hybrid)
-        .config(ModelConfig::new(4).sliding_window(8))
-        .max_cache_len(32)
-        .build()
-        .unwrap();
+    let hybrid = from_config(Preset::Hybrid, ModelConfig::new(4).sliding_window(8), 32);
     assert_eq!(
         kinds(&hybrid),
         [StaticSliding, Static, StaticSliding, Static]
     );
-    let hybrid3 = Cache::builder(Preset::Hybrid)
-        .config(
-            ModelConfig::new(3)
-                .sliding_window(8)
-                .sliding_window_pattern(3),
-        )
-        .max_cache_len(32)
-        .build()
-        .unwrap();
+    let hybrid3 = from_config(
+        Preset::Hybrid,
+        ModelConfig::new(3)
+            .sliding_window(8)
+            .sliding_window_pattern(3),
+        32,
+    );
     assert_eq!(kinds(&hybrid3), [StaticSliding, StaticSliding, Static]);
 
-    let chunked = Cache::builder(Preset::HybridChunked)
-        .config(ModelConfig::new(2).attention_chunk_size(8))
-        .max_cache_len(32)
-        .build()
-        .unwrap();
+    let chunked = from_config(
+        Preset::HybridChunked,
+        ModelConfig::new(2).attention_chunk_size(8),
+        32,
+    );
     assert_eq!(kinds(&chunked), [StaticChunked, Static]);
 
     // Without layer types: all sliding when sliding_window is set.
-    let all_sliding = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(2).sliding_window(8))
-        .build()
-        .unwrap();
+    let all_sliding = from_config(Preset::Dynamic, ModelConfig::new(2).sliding_window(8), 0);
     assert_eq!(kinds(&all_sliding), [DynamicSliding, DynamicSliding]);
 
     // The last num_kv_shared_layers layers get no cache.
-    let shared = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(5).num_kv_shared_layers(2))
-        .build()
-        .unwrap();
+    let shared = from_config(
+        Preset::Dynamic,
+        ModelConfig::new(5).num_kv_shared_layers(2),
+        0,
+    );
     assert_eq!(shared.num_layers(), 3);
 }
 
@@ -419,11 +397,7 @@ fn strided_and_broadcast_inputs_are_copied_as_seen() {
 
 #[test]
 fn early_initialization_allocates_every_layer() {
-    let mut cache = Cache::builder(Preset::Static)
-        .config(ModelConfig::new(2))
-        .max_cache_len(4)
-        .build()
-        .unwrap();
+    let mut cache = from_config(Preset::Static, ModelConfig::new(2), 4);
     let dims = [8, 16];
     cache
         .early_initialization(
@@ -459,10 +433,7 @@ fn early_initialization_allocates_every_layer() {
     cache.update(0, &x.t(), &x.t()).unwrap();
     assert_eq!(cache.seq_length(0).unwrap(), 1);
     // Per-layer arrays need one entry per layer.
-    let mut other = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::static_(4), LayerOptions::static_(4)])
-        .build()
-        .unwrap();
+    let mut other = custom([LayerOptions::static_(4), LayerOptions::static_(4)]);
     let err = other
         .early_initialization(&InitOptions::new(1, 1, 4, DType::F32).num_kv_heads_per_layer(&[1]))
         .unwrap_err();

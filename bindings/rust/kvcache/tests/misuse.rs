@@ -10,18 +10,15 @@
 
 mod common;
 
-use common::{Host, expect_err, snapshot};
+use common::{Host, custom, expect_err, snapshot};
 use kvcache::{
-    Cache, DType, DiskTier, ErrorCode, LayerOptions, Layout, Pool, PoolGroup, PoolLayer, Preset,
-    Sequence, TensorRef, TierWrite, f16,
+    Cache, DType, DiskTier, ErrorCode, LayerOptions, Layout, Pool, PoolGroup, PoolLayer, Sequence,
+    TensorRef, TierWrite, f16,
 };
 
 /// A 2-layer dynamic cache holding 3 tokens of batch 2, 2 heads, head_dim 4.
 fn filled() -> Cache {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::dynamic(), LayerOptions::dynamic()])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::dynamic(), LayerOptions::dynamic()]);
     let x = Host::tokens(2, 2, 0, 3, 4);
     for layer in 0..2 {
         cache.update(layer, &x.t(), &x.t()).unwrap();

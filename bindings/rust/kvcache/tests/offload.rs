@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Host, expect_err, snapshot};
+use common::{Host, expect_err, from_config, snapshot, update_copied};
 use kvcache::{Cache, ErrorCode, LayerType, ModelConfig, Offload, Preset};
 
 fn tiers(cache: &Cache) -> String {
@@ -20,31 +20,15 @@ fn tiers(cache: &Cache) -> String {
 
 #[test]
 fn offloaded_cache_follows_transformers_order() {
-    let mut cache = Cache::builder(Preset::Offloaded)
-        .config(ModelConfig::new(2))
-        .build()
-        .unwrap();
-    let mut plain = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(2))
-        .build()
-        .unwrap();
+    let mut cache = from_config(Preset::Offloaded, ModelConfig::new(2), 0);
+    let mut plain = from_config(Preset::Dynamic, ModelConfig::new(2), 0);
     // Before layer i is updated the next offloadable layer is prefetched; after it, i is offloaded.
     let expected = ["10", "01", "10", "01", "10", "01"];
     for (step, want) in expected.iter().enumerate() {
         let layer = (step % 2) as u32;
         let x = Host::tokens(1, 2, (step / 2) as i64, 1, 4);
-        let a = cache
-            .update(layer, &x.t(), &x.t())
-            .unwrap()
-            .key
-            .to_vec::<f32>()
-            .unwrap();
-        let b = plain
-            .update(layer, &x.t(), &x.t())
-            .unwrap()
-            .key
-            .to_vec::<f32>()
-            .unwrap();
+        let (a, _) = update_copied(&mut cache, layer, &x);
+        let (b, _) = update_copied(&mut plain, layer, &x);
         assert_eq!(a, b, "an offloaded cache returns what a plain one does");
         assert_eq!(tiers(&cache), *want, "after step {step}");
     }
@@ -56,10 +40,7 @@ fn offloaded_cache_follows_transformers_order() {
 
 #[test]
 fn offload_and_prefetch_by_hand() {
-    let mut cache = Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(2))
-        .build()
-        .unwrap();
+    let mut cache = from_config(Preset::Dynamic, ModelConfig::new(2), 0);
     let x = Host::tokens(1, 2, 0, 5, 4);
     cache.update(0, &x.t(), &x.t()).unwrap();
     let before = snapshot(&cache).contents;
@@ -89,11 +70,7 @@ fn offloaded_presets_and_modes() {
         .sliding_window(4);
     // OffloadedStaticCache and OffloadedHybridCache keep sliding layers on the device.
     for preset in [Preset::OffloadedStatic, Preset::OffloadedHybrid] {
-        let mut cache = Cache::builder(preset)
-            .config(config.clone())
-            .max_cache_len(8)
-            .build()
-            .unwrap();
+        let mut cache = from_config(preset, config.clone(), 8);
         for layer in 0..2 {
             let x = Host::tokens(1, 1, 0, 2, 2);
             cache.update(layer, &x.t(), &x.t()).unwrap();

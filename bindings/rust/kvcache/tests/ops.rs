@@ -3,14 +3,11 @@
 
 mod common;
 
-use common::{Host, positions, snapshot, val};
+use common::{Host, custom, from_config, positions, snapshot, val};
 use kvcache::{Cache, ErrorCode, LayerOptions, ModelConfig, Preset, TensorRef, ViewBuffer};
 
 fn dynamic(layers: u32) -> Cache {
-    Cache::builder(Preset::Dynamic)
-        .config(ModelConfig::new(layers))
-        .build()
-        .unwrap()
+    from_config(Preset::Dynamic, ModelConfig::new(layers), 0)
 }
 
 /// Rows whose tokens are tagged by batch row: row b of token t holds val(b, h, t, d).
@@ -84,10 +81,7 @@ fn crop_removes_and_keeps_tokens() {
 
 #[test]
 fn past_recording_lets_sliding_layers_roll_back() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::dynamic_sliding(4), LayerOptions::dynamic()])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::dynamic_sliding(4), LayerOptions::dynamic()]);
     cache.activate_past_recording().unwrap();
     let prompt = Host::tokens(1, 1, 0, 6, 2);
     cache.update(0, &prompt.t(), &prompt.t()).unwrap();
@@ -210,10 +204,7 @@ fn reserve_allocates_once_and_exactly() {
 
 #[test]
 fn reset_empties_every_layer() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::dynamic(), LayerOptions::static_(4)])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::dynamic(), LayerOptions::static_(4)]);
     prefill(&mut cache, 2, 1, 3);
     cache.reset().unwrap();
     assert_eq!(cache.seq_length(0).unwrap(), 0);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Host, expect_err, snapshot};
+use common::{Host, expect_err, from_config, snapshot};
 use kvcache::{Cache, EncoderDecoderCache, ErrorCode, ModelConfig, Preset};
 
 fn path(tag: &str) -> std::path::PathBuf {
@@ -31,20 +31,10 @@ fn assert_same(a: &Cache, b: &Cache) {
 fn round_trips_then_same_updates() {
     let builders: Vec<Box<dyn Fn() -> Cache>> = vec![
         Box::new(|| Cache::new().unwrap()),
-        Box::new(|| {
-            Cache::builder(Preset::Static)
-                .config(ModelConfig::new(2))
-                .max_cache_len(16)
-                .build()
-                .unwrap()
-        }),
+        Box::new(|| from_config(Preset::Static, ModelConfig::new(2), 16)),
         Box::new(|| {
             let config = ModelConfig::new(2).sliding_window(4);
-            Cache::builder(Preset::SlidingWindow)
-                .config(config)
-                .max_cache_len(16)
-                .build()
-                .unwrap()
+            from_config(Preset::SlidingWindow, config, 16)
         }),
     ];
     for (i, make) in builders.iter().enumerate() {
@@ -70,13 +60,7 @@ fn round_trips_then_same_updates() {
 
 #[test]
 fn errors_name_the_difference_and_leave_the_cache() {
-    let build = |len: i64| {
-        Cache::builder(Preset::Static)
-            .config(ModelConfig::new(1))
-            .max_cache_len(len)
-            .build()
-            .unwrap()
-    };
+    let build = |len: i64| from_config(Preset::Static, ModelConfig::new(1), len);
     let mut cache = build(8);
     step(&mut cache, 1, 0, 3);
     let file = path("errors");

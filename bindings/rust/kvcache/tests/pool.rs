@@ -4,7 +4,7 @@
 
 use kvcache::{
     BlockHash, DType, ErrorCode, Layout, Pool, PoolEvent, PoolGroup, PoolLayer, Sequence,
-    SlotMapping, TensorRef, bf16, block_hash_chain, block_hash_root,
+    SlotMapping, TensorRef, TensorView, bf16, block_hash_chain, block_hash_root,
 };
 
 const BLOCK: u32 = 4;
@@ -232,24 +232,18 @@ fn fork_and_copy_on_write_keep_the_bytes() {
         .unwrap();
     assert_eq!(shared[0], shared[1]);
     let partial = i64::from(shared[0][1]);
-    let slots = child.reserve(&[42]).unwrap();
+    let (slots, k1) = prefill(&pool, &mut child, &[42], 0.25);
     assert_ne!(
         slots[0] / i64::from(BLOCK),
         partial,
         "the shared partial block is copied first"
     );
-    let k1 = Step::new(1, 0.25);
-    k1.write(&pool, &slots).unwrap();
-    child.commit().unwrap();
-    let slots = parent.reserve(&[43]).unwrap();
+    let (slots, k2) = prefill(&pool, &mut parent, &[43], 0.75);
     assert_eq!(
         slots[0] / i64::from(BLOCK),
         partial,
         "the parent holds the only reference now"
     );
-    let k2 = Step::new(1, 0.75);
-    k2.write(&pool, &slots).unwrap();
-    parent.commit().unwrap();
     assert_holds(&child, &step.then(&k1));
     assert_holds(&parent, &step.then(&k2));
 }
@@ -675,20 +669,10 @@ fn recurrent_checkpoints_restore_the_state_of_a_matched_prefix() {
     let mut again = pool.sequence().unwrap();
     assert_eq!(again.match_prefix(&prompt).unwrap(), 8);
     let state = again.recurrent_state(1).unwrap();
-    assert!(
-        state
-            .conv()
-            .to_vec::<f32>()
-            .unwrap()
-            .iter()
-            .all(|&x| x == 2.0)
-    );
-    assert!(
-        state
-            .ssm()
-            .to_vec::<f32>()
-            .unwrap()
-            .iter()
-            .all(|&x| x == -2.0)
-    );
+    let all = |view: TensorView<'_>, want: f32| {
+        let got = view.to_vec::<f32>().unwrap();
+        assert!(got.iter().all(|&x| x == want), "{got:?} is not all {want}");
+    };
+    all(state.conv(), 2.0);
+    all(state.ssm(), -2.0);
 }

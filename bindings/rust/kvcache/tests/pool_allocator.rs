@@ -8,6 +8,9 @@ use kvcache::{
     ALLOCATOR_ALIGNMENT, DType, ErrorCode, Layout, Pool, PoolGroup, PoolLayer, TensorRef,
 };
 
+mod common;
+use common::expect_err;
+
 #[path = "common/vec_arena.rs"]
 mod vec_arena;
 use vec_arena::VecArena;
@@ -49,9 +52,7 @@ fn pool_storage_is_the_vec() {
     drop(seq);
     assert_eq!(arena.state.lock().unwrap().live.len(), 4); // still the pool's
     drop(pool);
-    let state = arena.state.lock().unwrap();
-    assert!(state.live.is_empty(), "every allocation given back");
-    assert_eq!(state.bad_frees, 0);
+    arena.assert_all_given_back("every allocation given back");
 }
 
 #[test]
@@ -59,16 +60,12 @@ fn a_refusing_allocator_fails_build_and_keeps_nothing() {
     for budget in 0..4 {
         let arena = VecArena::new(1 << 16);
         arena.state.lock().unwrap().budget = Some(budget);
-        let err = builder(&arena).build().unwrap_err();
-        assert_eq!(err.code(), ErrorCode::OutOfMemory);
-        assert!(
-            err.message().contains("caller's allocator"),
-            "{}",
-            err.message()
+        expect_err(
+            builder(&arena).build(),
+            ErrorCode::OutOfMemory,
+            "caller's allocator",
         );
-        let state = arena.state.lock().unwrap();
-        assert!(state.live.is_empty());
-        assert_eq!(state.bad_frees, 0);
+        arena.assert_all_given_back(&format!("budget {budget}"));
     }
 }
 

@@ -9,7 +9,7 @@ use kvcache::{
 };
 
 mod common;
-use common::{bytes, list};
+use common::{bytes, hash_list, item_hashes, items, list, rows, token_list};
 
 /// The vectors, compiled in: the test needs no path at run time.
 const VECTORS: &str = include_str!("../../../../tests/pool/block_hash_v2_vectors.txt");
@@ -38,38 +38,14 @@ fn stored(pool: &Pool) -> Vec<BlockHash> {
 
 #[test]
 fn v2_vectors() {
-    let rows: Vec<Vec<&str>> = VECTORS
-        .lines()
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| l.split(' ').collect())
-        .collect();
-    assert_eq!(rows.len(), 9);
-    for f in rows {
-        assert_eq!((f[0], f.len()), ("pool", 10));
+    for f in rows(VECTORS, "pool", 10, 9) {
         let (seed, salt, adapter) = (bytes(f[2]), bytes(f[3]), bytes(f[4]));
-        let hashes: Vec<Vec<u8>> = list(f[5])
-            .iter()
-            .map(|i| bytes(i.split(':').nth(2).unwrap()))
-            .collect();
-        let items: Vec<MultimodalItem> = list(f[5])
-            .iter()
-            .zip(&hashes)
-            .map(|(i, h)| {
-                let mut parts = i.split(':');
-                MultimodalItem {
-                    hash: h,
-                    offset: parts.next().unwrap().parse().unwrap(),
-                    length: parts.next().unwrap().parse().unwrap(),
-                }
-            })
-            .collect();
+        let hashes = item_hashes(f[5]);
+        let items = items(f[5], &hashes);
         let bs: usize = f[6].parse().unwrap();
-        let tokens: Vec<i32> = list(f[7]).iter().map(|t| t.parse().unwrap()).collect();
+        let tokens = token_list(f[7]);
         let extras: Vec<Vec<u8>> = list(f[8]).iter().map(|e| bytes(e)).collect();
-        let want: Vec<BlockHash> = list(f[9])
-            .iter()
-            .map(|h| bytes(h).try_into().unwrap())
-            .collect();
+        let want = hash_list(f[9]);
         assert_eq!(
             (want.len(), extras.len()),
             (tokens.len() / bs, tokens.len() / bs)

@@ -6,19 +6,8 @@
 
 use kvcache::{DType, ErrorCode, Layout, Pool, PoolGroup, PoolLayer, Storage, TensorRef};
 
-/// float32 -> float8 e4m3fn -> float32, rounding to nearest even, for
-/// |x| <= 448 (normal numbers from 2^-6, subnormals in steps of 2^-9).
-fn e4m3fn(x: f32) -> f32 {
-    let a = f64::from(x.abs());
-    assert!(a <= 448.0, "{x} is beyond this reference's range");
-    let step = if a < 2f64.powi(-6) {
-        2f64.powi(-9)
-    } else {
-        let exponent = ((a as f32).to_bits() >> 23) as i32 - 127;
-        2f64.powi(exponent - 3)
-    };
-    ((a / step).round_ties_even() * step).copysign(f64::from(x)) as f32
-}
+mod common;
+use common::{e4m3fn, expect_err};
 
 fn inputs(n: usize, width: usize, salt: f32) -> Vec<f32> {
     (0..n * width)
@@ -97,29 +86,26 @@ fn latent_rows_have_no_values_and_share_prefixes() {
     drop(storage);
     let mut other = pool.sequence().unwrap();
     assert_eq!(other.match_prefix(&tokens).unwrap(), 8);
-    let err = pool
-        .write_layer(
+    expect_err(
+        pool.write_layer(
             0,
             &TensorRef::new(&rows, &shape).unwrap(),
             &TensorRef::new(&rows, &shape).unwrap(),
             &slots,
-        )
-        .unwrap_err();
-    assert_eq!(err.code(), ErrorCode::InvalidArgument);
-    assert!(err.message().contains("latent group"), "{}", err.message());
+        ),
+        ErrorCode::InvalidArgument,
+        "latent group",
+    );
 }
 
 #[test]
 fn a_zero_scale_is_refused_naming_the_field() {
-    let err = Pool::builder(DType::F32)
-        .group(PoolGroup::full(4, 8))
-        .layer(PoolLayer::attention(0, 1, 4).fp8(0.0, 1.0))
-        .build()
-        .unwrap_err();
-    assert_eq!(err.code(), ErrorCode::InvalidArgument);
-    assert!(
-        err.message().contains("layers[0].k_scale is 0"),
-        "{}",
-        err.message()
+    expect_err(
+        Pool::builder(DType::F32)
+            .group(PoolGroup::full(4, 8))
+            .layer(PoolLayer::attention(0, 1, 4).fp8(0.0, 1.0))
+            .build(),
+        ErrorCode::InvalidArgument,
+        "layers[0].k_scale is 0",
     );
 }

@@ -6,22 +6,15 @@
 //! (vLLM's encoder's bytes; the Python and Go tests compare with the same file).
 
 use kvcache::{
-    BlockHash, DType, ErrorCode, HashMode, MultimodalItem, Pool, PoolEvent, PoolGroup, PoolLayer,
-    SequenceKeys, VllmBatchOptions,
+    BlockHash, DType, ErrorCode, HashMode, Pool, PoolEvent, PoolGroup, PoolLayer, SequenceKeys,
+    VllmBatchOptions,
 };
 
 mod common;
-use common::{bytes, list};
+use common::{bytes, hash_list, item_hashes, items, rows, token_list};
 
 const HASH_VECTORS: &str = include_str!("../../../../tests/pool/vllm_hash_vectors.txt");
 const EVENT_VECTORS: &str = include_str!("../../../../tests/pool/vllm_event_vectors.txt");
-
-fn rows(text: &str) -> Vec<Vec<&str>> {
-    text.lines()
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| l.split(' ').collect())
-        .collect()
-}
 
 fn vllm_pool(block_size: u32, usable: u32, seed: &[u8]) -> Pool {
     Pool::builder(DType::F32)
@@ -41,34 +34,14 @@ fn append(seq: &mut kvcache::Sequence, tokens: &[i32]) {
 
 #[test]
 fn hash_vectors() {
-    let rows = rows(HASH_VECTORS);
-    assert_eq!(rows.len(), 15);
-    for f in rows {
-        assert_eq!((f[0], f.len()), ("vllm", 11));
+    for f in rows(HASH_VECTORS, "vllm", 11, 15) {
         let (seed, salt, name, path) = (bytes(f[2]), bytes(f[3]), bytes(f[4]), bytes(f[5]));
-        let ids: Vec<Vec<u8>> = list(f[6])
-            .iter()
-            .map(|i| bytes(i.split(':').nth(2).unwrap()))
-            .collect();
-        let items: Vec<MultimodalItem> = list(f[6])
-            .iter()
-            .zip(&ids)
-            .map(|(i, id)| {
-                let mut p = i.split(':');
-                MultimodalItem {
-                    hash: id,
-                    offset: p.next().unwrap().parse().unwrap(),
-                    length: p.next().unwrap().parse().unwrap(),
-                }
-            })
-            .collect();
+        let ids = item_hashes(f[6]);
+        let items = items(f[6], &ids);
         let bs: usize = f[7].parse().unwrap();
-        let tokens: Vec<i32> = list(f[8]).iter().map(|t| t.parse().unwrap()).collect();
+        let tokens = token_list(f[8]);
         let none_hash: BlockHash = bytes(f[9]).try_into().unwrap();
-        let want: Vec<BlockHash> = list(f[10])
-            .iter()
-            .map(|h| bytes(h).try_into().unwrap())
-            .collect();
+        let want = hash_list(f[10]);
         let p = vllm_pool(bs as u32, (tokens.len() / bs + 2) as u32, &seed);
         let keys = SequenceKeys {
             salt: &salt,
@@ -128,10 +101,7 @@ fn scenario(p: &Pool) {
 
 #[test]
 fn event_vectors() {
-    let rows = rows(EVENT_VECTORS);
-    assert_eq!(rows.len(), 2);
-    for f in rows {
-        assert_eq!((f[0], f.len()), ("batch", 6));
+    for f in rows(EVENT_VECTORS, "batch", 6, 2) {
         let p = vllm_pool(4, 4, b"");
         scenario(&p);
         let rank: i64 = f[3].parse().unwrap();

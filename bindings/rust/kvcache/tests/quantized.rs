@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Host, expect_err, snapshot};
+use common::{Host, custom, expect_err, snapshot, update_copied};
 use kvcache::{
     Cache, ErrorCode, LayerKind, LayerOptions, LayerType, ModelConfig, Offload, Preset, QuantMode,
     QuantOptions, Quantizer, TensorView,
@@ -161,10 +161,7 @@ fn hqq_and_per_channel_quanto() {
 #[test]
 fn quantized_layers_take_part_in_every_operation() {
     let quant = QuantOptions::new().q_group_size(DIM).residual_length(2);
-    let mut cache = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::quantized(quant))
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::quantized(quant)]);
     for t in 0..8 {
         let x = token_values(3, t, 1);
         cache.update(0, &x.t(), &x.t()).unwrap();
@@ -257,33 +254,13 @@ fn compact_mode_returns_what_incremental_mode_returns() {
     let mut inc = quantized_cache(quant(QuantMode::Incremental));
     let mut cmp = quantized_cache(quant(QuantMode::Compact));
     let prompt = token_values(1, 0, 12);
-    let a = inc
-        .update(0, &prompt.t(), &prompt.t())
-        .unwrap()
-        .key
-        .to_vec::<f32>()
-        .unwrap();
-    let b = cmp
-        .update(0, &prompt.t(), &prompt.t())
-        .unwrap()
-        .key
-        .to_vec::<f32>()
-        .unwrap();
+    let (a, _) = update_copied(&mut inc, 0, &prompt);
+    let (b, _) = update_copied(&mut cmp, 0, &prompt);
     assert_eq!(a, b);
     for t in 12..40 {
         let x = token_values(1, t, 1);
-        let a = inc
-            .update(0, &x.t(), &x.t())
-            .unwrap()
-            .value
-            .to_vec::<f32>()
-            .unwrap();
-        let b = cmp
-            .update(0, &x.t(), &x.t())
-            .unwrap()
-            .value
-            .to_vec::<f32>()
-            .unwrap();
+        let (_, a) = update_copied(&mut inc, 0, &x);
+        let (_, b) = update_copied(&mut cmp, 0, &x);
         assert_eq!(a, b, "step {t}");
     }
     assert_eq!(cmp.layer_info(0).unwrap().quantized_length, 36);

@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::Host;
-use kvcache::{Cache, LayerKind, LayerOptions, Preset};
+use common::{Host, assert_kind_raw, custom, e4m3fn};
+use kvcache::{LayerKind, LayerOptions};
 
 const DIM: i64 = 4;
 
@@ -16,25 +16,6 @@ fn host(values: &[f32]) -> Host {
         data: values.to_vec(),
         shape: vec![1, 1, values.len() as i64 / DIM, DIM],
     }
-}
-
-/// float32 -> float8 e4m3fn -> float32, rounding to nearest even, for
-/// |x| <= 464 (448 is the largest finite e4m3fn value; up to 464 rounds to
-/// it): 3 mantissa bits, normal numbers from 2^-6, subnormals in steps of
-/// 2^-9.
-fn e4m3fn(x: f32) -> f32 {
-    let a = f64::from(x.abs());
-    assert!(
-        a <= 464.0,
-        "{x} is beyond the e4m3fn range of this reference"
-    );
-    let step = if a < 2f64.powi(-6) {
-        2f64.powi(-9)
-    } else {
-        let exponent = ((a as f32).to_bits() >> 23) as i32 - 127;
-        2f64.powi(exponent - 3)
-    };
-    ((a / step).round_ties_even() * step).copysign(f64::from(x)) as f32
 }
 
 /// What the layer stores for `xs` under the scale calibrated on `first`.
@@ -57,16 +38,12 @@ fn reference_rounds_to_nearest_even() {
 
 #[test]
 fn kind_round_trips_through_raw() {
-    assert_eq!(LayerKind::QuantizedFp8.raw(), 14);
-    assert_eq!(LayerKind::from_raw(14), LayerKind::QuantizedFp8);
+    assert_kind_raw(LayerKind::QuantizedFp8, 14);
 }
 
 #[test]
 fn fp8_layers_return_inputs_then_the_dequantized_history() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([LayerOptions::quantized_fp8(), LayerOptions::quantized_fp8()])
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::quantized_fp8(), LayerOptions::quantized_fp8()]);
     assert_eq!(cache.num_layers(), 2);
     for layer in 0..2 {
         assert_eq!(

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Host, expect_err, snapshot};
+use common::{Host, custom, expect_err, from_config, snapshot};
 use kvcache::{
     Cache, ConvUpdateOptions, ErrorCode, LayerKind, LayerOptions, LayerType, ModelConfig, Preset,
     TensorView,
@@ -35,10 +35,7 @@ fn times(view: &TensorView<'_>) -> Vec<i64> {
 }
 
 fn linear(states: u32, k: i64) -> Cache {
-    Cache::builder(Preset::Custom)
-        .layer(LayerOptions::linear(states).conv_kernel_size(k))
-        .build()
-        .unwrap()
+    custom([LayerOptions::linear(states).conv_kernel_size(k)])
 }
 
 /// docs/semantics.md, 'Linear conv state trace': K = 4, no recording.
@@ -104,10 +101,7 @@ fn conv_state_trace_d8_legacy_positions() {
 
 #[test]
 fn kernel_size_from_the_first_input_or_the_options() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::linear(2))
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::linear(2)]);
     let x = columns(1, 2, 0, 3);
     cache
         .update_conv_state(0, &x.t(), &ConvUpdateOptions::new())
@@ -152,10 +146,11 @@ fn recurrent_state_is_copied_in_place() {
 
 #[test]
 fn mamba_preset_has_only_linear_layers() {
-    let mut cache = Cache::builder(Preset::Mamba)
-        .config(ModelConfig::new(3).number_of_conv_states(2).conv_kernel(4))
-        .build()
-        .unwrap();
+    let mut cache = from_config(
+        Preset::Mamba,
+        ModelConfig::new(3).number_of_conv_states(2).conv_kernel(4),
+        0,
+    );
     assert_eq!(cache.num_layers(), 3);
     for layer in 0..3 {
         let info = cache.layer_info(layer).unwrap();
@@ -205,10 +200,11 @@ fn hybrid_presets_and_layer_types() {
         LayerType::FullAttention,
         LayerType::LinearAttention,
     ];
-    let mut jamba = Cache::builder(Preset::HybridMamba)
-        .config(ModelConfig::new(4).layer_types(types).conv_kernel(3))
-        .build()
-        .unwrap();
+    let mut jamba = from_config(
+        Preset::HybridMamba,
+        ModelConfig::new(4).layer_types(types).conv_kernel(3),
+        0,
+    );
     let kinds: Vec<_> = (0..4).map(|l| jamba.layer_info(l).unwrap().kind).collect();
     assert_eq!(kinds, [Linear, Linear, Dynamic, Linear]);
     let x = Host::tokens(2, 1, 0, 5, 2);
@@ -232,10 +228,7 @@ fn hybrid_presets_and_layer_types() {
         LayerType::FullAttention,
     ];
     let config = ModelConfig::new(4).layer_types(types).sliding_window(4);
-    let dynamic = Cache::builder(Preset::Dynamic)
-        .config(config.clone())
-        .build()
-        .unwrap();
+    let dynamic = from_config(Preset::Dynamic, config.clone(), 0);
     let kinds: Vec<_> = (0..4)
         .map(|l| dynamic.layer_info(l).unwrap().kind)
         .collect();
@@ -243,11 +236,7 @@ fn hybrid_presets_and_layer_types() {
         kinds,
         [LinearDynamic, LinearDynamicSliding, Linear, Dynamic]
     );
-    let stat = Cache::builder(Preset::Static)
-        .config(config)
-        .max_cache_len(8)
-        .build()
-        .unwrap();
+    let stat = from_config(Preset::Static, config, 8);
     let kinds: Vec<_> = (0..4).map(|l| stat.layer_info(l).unwrap().kind).collect();
     assert_eq!(kinds, [LinearStatic, LinearStaticSliding, Linear, Static]);
     // is_linear (transformers 5.24's Cache.is_linear): only the layers without K/V.
@@ -259,10 +248,7 @@ fn hybrid_presets_and_layer_types() {
 
 #[test]
 fn hybrid_layers_hold_kv_and_states() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::new(LayerKind::LinearDynamic).conv_kernel_size(2))
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::new(LayerKind::LinearDynamic).conv_kernel_size(2)]);
     let x = Host::tokens(2, 2, 0, 3, 4);
     let kv = cache.update(0, &x.t(), &x.t()).unwrap();
     assert_eq!(kv.key.shape(), &[2, 2, 3, 4]);
@@ -345,13 +331,10 @@ fn recording_lets_conv_states_roll_back() {
 
 #[test]
 fn state_calls_reject_bad_input() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layers([
-            LayerOptions::linear(1).conv_kernel_size(4),
-            LayerOptions::dynamic(),
-        ])
-        .build()
-        .unwrap();
+    let mut cache = custom([
+        LayerOptions::linear(1).conv_kernel_size(4),
+        LayerOptions::dynamic(),
+    ]);
     let x = columns(1, 3, 0, 2);
     cache
         .update_conv_state(0, &x.t(), &ConvUpdateOptions::new())

@@ -9,9 +9,10 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use kvcache::{
-    DType, ErrorCode, Pool, PoolGroup, PoolLayer, RedisCluster, RedisTierOptions, TensorRef,
-};
+mod common;
+
+use common::{commit_tokens, per_layer};
+use kvcache::{DType, ErrorCode, Pool, PoolGroup, PoolLayer, RedisCluster, RedisTierOptions};
 
 const BLOCK: u32 = 4;
 const HEADS: u32 = 2;
@@ -99,24 +100,12 @@ fn two_pools_share_a_prefix_through_redis() {
         0
     );
     let tokens: Vec<i32> = (40..53).collect(); // three full blocks and one token more
-    let n = tokens.len();
-    let shape = [n as i64, i64::from(HEADS), i64::from(DIM)];
-    let data: Vec<Vec<f32>> = (0..2)
-        .map(|l| {
-            (0..n * (HEADS * DIM) as usize)
-                .map(|i| (l * 10000 + i) as f32 + 0.5)
-                .collect()
-        })
-        .collect();
+    let data = per_layer(2, tokens.len() * (HEADS * DIM) as usize, |l, i| {
+        (l * 10000 + i) as f32 + 0.5
+    });
     {
         let mut seq = writer.sequence().unwrap();
-        let slots = seq.reserve(&tokens).unwrap();
-        let kv: Vec<TensorRef<'_>> = data
-            .iter()
-            .map(|d| TensorRef::new(d, &shape).unwrap())
-            .collect();
-        writer.write(&kv, &kv, &slots).unwrap();
-        seq.commit().unwrap();
+        commit_tokens(&writer, &mut seq, &tokens, &data, HEADS, DIM);
     }
     assert_eq!(writer.tier_stats(0).unwrap().puts, 3);
     let mut seq = reader.sequence().unwrap();
@@ -266,17 +255,8 @@ fn an_authenticated_redis_tier_refuses_what_it_did_not_write() {
     writer.add_redis_tier(&options(Some(key_a))).unwrap();
     {
         let mut seq = writer.sequence().unwrap();
-        let slots = seq.reserve(&tokens).unwrap();
-        let d: Vec<f32> = (0..tokens.len() * (HEADS * DIM) as usize)
-            .map(|i| i as f32)
-            .collect();
-        let shape = [tokens.len() as i64, i64::from(HEADS), i64::from(DIM)];
-        let kv = [
-            TensorRef::new(&d, &shape).unwrap(),
-            TensorRef::new(&d, &shape).unwrap(),
-        ];
-        writer.write(&kv, &kv, &slots).unwrap();
-        seq.commit().unwrap();
+        let data = per_layer(2, tokens.len() * (HEADS * DIM) as usize, |_, i| i as f32);
+        commit_tokens(&writer, &mut seq, &tokens, &data, HEADS, DIM);
     }
     assert_eq!(writer.tier_stats(0).unwrap().puts, 3);
     let matched = |key: Option<&[u8]>| {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Host, expect_err, snapshot};
+use common::{Host, custom, expect_err, snapshot};
 use kvcache::{Cache, ErrorCode, LayerKind, LayerOptions, Preset, TensorRef, UpdateOptions};
 
 /// A 1-head, 1-channel tensor of the listed token ids.
@@ -73,10 +73,7 @@ fn keeps_the_sinks_and_the_most_recent_tokens() {
 /// (x1, x2) -> (x2, -x1), exactly.
 #[test]
 fn kept_keys_are_re_rotated() {
-    let mut cache = Cache::builder(Preset::Custom)
-        .layer(LayerOptions::sink(4, 1))
-        .build()
-        .unwrap();
+    let mut cache = custom([LayerOptions::sink(4, 1)]);
     let quarter_cos = |p: i64| [1.0f32, 0.0, -1.0, 0.0][(p % 4) as usize];
     let quarter_sin = |p: i64| [0.0f32, 1.0, 0.0, -1.0][(p % 4) as usize];
     let rows = 16;

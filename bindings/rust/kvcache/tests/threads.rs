@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::{Host, positions};
+use common::{Host, from_config, positions};
 use kvcache::{
     Cache, DType, EncoderDecoderCache, ErrorCode, ModelConfig, Pool, PoolGroup, PoolLayer, Preset,
     TensorRef,
@@ -29,10 +29,7 @@ fn distinct_caches_run_concurrently() {
     let workers: Vec<_> = (0..4)
         .map(|i| {
             std::thread::spawn(move || {
-                let mut cache = Cache::builder(Preset::Dynamic)
-                    .config(ModelConfig::new(2))
-                    .build()
-                    .unwrap();
+                let mut cache = from_config(Preset::Dynamic, ModelConfig::new(2), 0);
                 for t in 0..200 {
                     let x = Host::tokens(1, 2, t, 1, 8);
                     for layer in 0..2 {

@@ -1,9 +1,10 @@
 //! Tiers below the pool from Rust (DiskTier, Pool::add_tier): a restart
 //! matches from disk and gathers the original bytes, another fingerprint
 //! never shares, eviction to disk and back, and bad input refused.
-use kvcache::{
-    DType, DiskTier, ErrorCode, Layout, Pool, PoolGroup, PoolLayer, TensorRef, TierWrite,
-};
+mod common;
+
+use common::{commit_tokens, per_layer};
+use kvcache::{DType, DiskTier, ErrorCode, Layout, Pool, PoolGroup, PoolLayer, TierWrite};
 
 const BLOCK: u32 = 4;
 const HEADS: u32 = 2;
@@ -25,24 +26,21 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
     d
 }
 
+/// A 16-block pool whose tier, written on commit, is the disk tier in `dir`
+/// (at most `max_bytes`; 0: no limit).
+fn on_disk(layout: Layout, dir: &std::path::Path, max_bytes: u64) -> Pool {
+    let p = pool(16, layout);
+    p.add_tier(DiskTier::new(dir, max_bytes).unwrap(), TierWrite::Commit)
+        .unwrap();
+    p
+}
+
 /// Computes `tokens` (reserve, write distinct K/V per layer and token, commit).
 fn compute(pool: &Pool, seq: &mut kvcache::Sequence, tokens: &[i32], start: f32) {
-    let n = tokens.len();
-    let slots = seq.reserve(tokens).unwrap();
-    let data: Vec<Vec<f32>> = (0..2)
-        .map(|l| {
-            (0..n * (HEADS * DIM) as usize)
-                .map(|i| start + (l * 1000 + i) as f32)
-                .collect()
-        })
-        .collect();
-    let shape = [n as i64, i64::from(HEADS), i64::from(DIM)];
-    let k: Vec<TensorRef<'_>> = data
-        .iter()
-        .map(|d| TensorRef::new(d, &shape).unwrap())
-        .collect();
-    pool.write(&k, &k, &slots).unwrap();
-    seq.commit().unwrap();
+    let data = per_layer(2, tokens.len() * (HEADS * DIM) as usize, |l, i| {
+        start + (l * 1000 + i) as f32
+    });
+    commit_tokens(pool, seq, tokens, &data, HEADS, DIM);
 }
 
 const PROMPT: [i32; 17] = [5, 9, 2, 7, 1, 8, 3, 3, 4, 6, 0, 11, 12, 13, 14, 15, 16];
@@ -50,10 +48,7 @@ const PROMPT: [i32; 17] = [5, 9, 2, 7, 1, 8, 3, 3, 4, 6, 0, 11, 12, 13, 14, 15, 
 #[test]
 fn a_restart_matches_from_disk_with_the_original_bytes() {
     let dir = temp_dir("restart");
-    let first = pool(16, Layout::Nhd);
-    first
-        .add_tier(DiskTier::new(&dir, 1 << 20).unwrap(), TierWrite::Commit)
-        .unwrap();
+    let first = on_disk(Layout::Nhd, &dir, 1 << 20);
     let mut seq = first.sequence().unwrap();
     compute(&first, &mut seq, &PROMPT[..16], 0.0);
     let want = seq.gather::<f32>(1).unwrap();
@@ -62,10 +57,7 @@ fn a_restart_matches_from_disk_with_the_original_bytes() {
     drop(seq);
     drop(first);
 
-    let again = pool(16, Layout::Nhd);
-    again
-        .add_tier(DiskTier::new(&dir, 0).unwrap(), TierWrite::Commit)
-        .unwrap();
+    let again = on_disk(Layout::Nhd, &dir, 0);
     assert_eq!(again.fingerprint().unwrap(), fp);
     let mut seq = again.sequence().unwrap();
     assert_eq!(seq.match_prefix(&PROMPT).unwrap(), 16);
@@ -75,10 +67,7 @@ fn a_restart_matches_from_disk_with_the_original_bytes() {
     drop(seq);
     drop(again);
 
-    let other = pool(16, Layout::Hnd); // another fingerprint: never shares
-    other
-        .add_tier(DiskTier::new(&dir, 0).unwrap(), TierWrite::Commit)
-        .unwrap();
+    let other = on_disk(Layout::Hnd, &dir, 0); // another fingerprint: never shares
     assert_ne!(other.fingerprint().unwrap(), fp);
     let mut seq = other.sequence().unwrap();
     assert_eq!(seq.match_prefix(&PROMPT).unwrap(), 0);

@@ -4,9 +4,12 @@
 //! keys from the builder and the router's hash chain), misses for another
 //! size, and bad arguments refused with nothing stored. The Redis tier's are
 //! in redis_tier.rs (they need its server).
+mod common;
+
+use common::{commit_tokens, per_layer};
 use kvcache::{
-    DType, DiskTier, ErrorCode, Pool, PoolBuilder, PoolGroup, PoolLayer, TensorRef, Tier, TierKey,
-    TierWrite, block_hash_chain, block_hash_root,
+    DType, DiskTier, ErrorCode, Pool, PoolBuilder, PoolGroup, PoolLayer, Tier, TierKey, TierWrite,
+    block_hash_chain, block_hash_root,
 };
 
 const BLOCK: u32 = 4;
@@ -107,14 +110,8 @@ fn a_pool_and_a_key_reader_share_blocks() {
         pool.add_tier(DiskTier::new(&a, 0).unwrap(), TierWrite::Commit)
             .unwrap();
         let mut seq = pool.sequence().unwrap();
-        let slots = seq.reserve(&tokens).unwrap();
-        let data: Vec<f32> = (0..tokens.len() * (HEADS * DIM) as usize)
-            .map(|i| i as f32)
-            .collect();
-        let shape = [tokens.len() as i64, i64::from(HEADS), i64::from(DIM)];
-        let k = TensorRef::new(&data, &shape).unwrap();
-        pool.write(&[k, k], &[k, k], &slots).unwrap();
-        seq.commit().unwrap();
+        let data = per_layer(2, tokens.len() * (HEADS * DIM) as usize, |_, i| i as f32);
+        commit_tokens(&pool, &mut seq, &tokens, &data, HEADS, DIM);
     }
     let mut reader = DiskTier::new(&a, 0).unwrap();
     assert_eq!(reader.exists(&keys).unwrap(), vec![true; 3]);

@@ -2,8 +2,11 @@
 //! Sequence::prefetch, Prefetch::collect): stores are queued and counted
 //! with their events, a prefetch collects the original bytes, a dropped one
 //! is abandoned, and a second worker is refused.
+mod common;
+
+use common::{commit_tokens, per_layer};
 use kvcache::{
-    DType, DiskTier, ErrorCode, Pool, PoolEvent, PoolGroup, PoolLayer, TensorRef, TierOutcome,
+    DType, DiskTier, ErrorCode, Pool, PoolEvent, PoolGroup, PoolLayer, TierOutcome,
     TierWorkerOptions, TierWrite,
 };
 
@@ -18,18 +21,8 @@ fn pool() -> Pool {
 }
 
 fn compute(pool: &Pool, seq: &mut kvcache::Sequence, tokens: &[i32]) {
-    let n = tokens.len();
-    let slots = seq.reserve(tokens).unwrap();
-    let data: Vec<Vec<f32>> = (0..2)
-        .map(|l| (0..n * 16).map(|i| (l * 1000 + i) as f32).collect())
-        .collect();
-    let shape = [n as i64, 2, 8];
-    let k: Vec<TensorRef<'_>> = data
-        .iter()
-        .map(|d| TensorRef::new(d, &shape).unwrap())
-        .collect();
-    pool.write(&k, &k, &slots).unwrap();
-    seq.commit().unwrap();
+    let data = per_layer(2, tokens.len() * 16, |l, i| (l * 1000 + i) as f32);
+    commit_tokens(pool, seq, tokens, &data, 2, 8);
 }
 
 const PROMPT: [i32; 17] = [5, 9, 2, 7, 1, 8, 3, 3, 4, 6, 0, 11, 12, 13, 14, 15, 16];

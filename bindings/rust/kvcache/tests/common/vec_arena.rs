@@ -35,6 +35,19 @@ impl VecArena {
         (memory.as_ptr() as usize, memory.len())
     }
 
+    /// Asserts that everything handed out was given back, each allocation
+    /// once and as it was handed out.
+    #[track_caller]
+    pub fn assert_all_given_back(&self, context: &str) {
+        let state = self.state.lock().unwrap();
+        assert!(
+            state.live.is_empty(),
+            "{context}: {:?} still live",
+            state.live
+        );
+        assert_eq!(state.bad_frees, 0, "{context}");
+    }
+
     pub fn holds(&self, ptr: *const c_void, bytes: usize) -> bool {
         let (start, len) = self.range();
         let p = ptr as usize;
