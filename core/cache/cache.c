@@ -194,9 +194,8 @@ static int skips_early_init(const kvc_layer* l) {
 kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* o) {
   static const char* FN = "kvc_cache_early_initialization";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
-  kvc_error* e = kvci_cache_check(FN, c);
+  kvc_error* e = kvci_cache_check_settled(FN, c);
   if (e) return e;
-  kvci_offload_settle(c);
   if (!o) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL; pass a kvc_init_options", FN);
   if ((e = kvci_check_struct_size(FN, "options", o->struct_size, sizeof(kvc_init_options)))) return e;
   if (o->batch_size < 1 || o->batch_size > INT32_MAX)
