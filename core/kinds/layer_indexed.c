@@ -271,12 +271,8 @@ static const kvc_layer_ops indexed_ops = {
     .apply_crop = apply_crop,
     .reset = reset,
     .row_buffers = row_buffers,
-    .ext_shell = ext_shell,
-    .ext_free = ext_free,
-    .check_stack = check_stack,
+    KVC_OWN_STATE_OPS,
     .sync_ext = sync_ext,
-    .ext_save = ext_save,
-    .ext_load = ext_load,
 };
 
 const kvc_kind kvc_dynamic_indexed_kind = {

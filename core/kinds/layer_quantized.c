@@ -284,8 +284,7 @@ static kvc_error* ext_load(const char* fn, kvc_layer* l, kvci_record_reader* in)
   .keep_for_update = kvci_dynamic_keep_for_update, .max_length = kvci_unbounded_max_length,                   \
   .mask_sizes = kvci_dynamic_mask_sizes, .check_crop = kvci_crop_allowed, .reset = reset,                     \
   .initial_capacity = kvci_dynamic_initial_capacity, .check_first_update = check_first_update,               \
-  .row_buffers = row_buffers, .ext_shell = ext_shell, .ext_free = ext_free, .fill_info = fill_info,         \
-  .check_stack = check_stack, .memory = memory, .ext_save = ext_save, .ext_load = ext_load
+  .row_buffers = row_buffers, KVC_OWN_STATE_OPS, .fill_info = fill_info, .memory = memory
 
 /* KVC_QUANT_MODE_INCREMENTAL: its tokens return from the store (set_return NULL). */
 static const kvc_layer_ops incremental_ops = {
