@@ -172,6 +172,7 @@ kvc_error* kvci_cache_new_like(const kvc_cache* src, kvc_cache** out) {
   return e;
 }
 
+/* Alike only in shape: the pool's statistics are filled field by field the same way (pool/pool.c). */
 kvc_error* kvci_cache_copy_settings(const kvc_cache* src, kvc_cache* dst) {
   dst->lazy = src->lazy;
   dst->reserve = src->reserve;
@@ -350,6 +351,7 @@ kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out)
   return NULL;
 }
 
+/* Alike only in shape: every entry point opens with its name, its guard and one check (kvc_cache_layer_view). */
 kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_seq_length";
   KVCI_GUARD_SHARED(kvci_guard_of(c), FN);

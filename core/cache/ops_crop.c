@@ -42,6 +42,7 @@ static int layer_croppable(const kvc_cache* c, const kvc_layer* l) {
   return l->desc->is_croppable ? l->desc->is_croppable(l, c->transformers_release) : 1;
 }
 
+/* Alike only in shape: kvc_cache_max_length also answers for one layer or all, but by its own rules. */
 kvc_error* kvc_cache_is_croppable(const kvc_cache* c, int32_t layer, uint8_t* out) {
   static const char* FN = "kvc_cache_is_croppable";
   KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
