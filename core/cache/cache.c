@@ -172,6 +172,7 @@ kvc_error* kvci_cache_new_like(const kvc_cache* src, kvc_cache** out) {
   return e;
 }
 
+/* Alike only in shape: the pool's statistics are filled field by field the same way (pool/pool.c). */
 kvc_error* kvci_cache_copy_settings(const kvc_cache* src, kvc_cache* dst) {
   dst->lazy = src->lazy;
   dst->reserve = src->reserve;
@@ -194,9 +195,8 @@ static int skips_early_init(const kvc_layer* l) {
 kvc_error* kvc_cache_early_initialization(kvc_cache* c, const kvc_init_options* o) {
   static const char* FN = "kvc_cache_early_initialization";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
-  kvc_error* e = kvci_cache_check(FN, c);
+  kvc_error* e = kvci_cache_check_settled(FN, c);
   if (e) return e;
-  kvci_offload_settle(c);
   if (!o) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: options is NULL; pass a kvc_init_options", FN);
   if ((e = kvci_check_struct_size(FN, "options", o->struct_size, sizeof(kvc_init_options)))) return e;
   if (o->batch_size < 1 || o->batch_size > INT32_MAX)
@@ -351,6 +351,7 @@ kvc_error* kvc_cache_layer_view(const kvc_cache* c, uint32_t layer, kvc_kv* out)
   return NULL;
 }
 
+/* Alike only in shape: every entry point opens with its name, its guard and one check (kvc_cache_layer_view). */
 kvc_error* kvc_cache_seq_length(const kvc_cache* c, uint32_t layer, int64_t* out) {
   static const char* FN = "kvc_cache_seq_length";
   KVCI_GUARD_SHARED(kvci_guard_of(c), FN);

@@ -103,6 +103,8 @@ void kvci_offload_free_state(kvc_cache* cache);
  * the prefetch overlapping with the caller's work between layers.
  */
 void kvci_offload_settle(const kvc_cache* cache);
+/* The prologue of a cache-wide operation: the cache checked (kvci_cache_check), then its prefetch settled. */
+kvc_error* kvci_cache_check_settled(const char* fn, const kvc_cache* cache);
 /* Batch helpers (ops_batch.c). */
 kvc_error* kvci_check_indices(const char* fn, const char* arg, const int64_t* idx, size_t count, int64_t batch);
 /* Asks each layer's kind whether it allows the batch operation `op` (kvc_layer_ops.check_batch). */

@@ -167,22 +167,11 @@ static kvc_error* require_dynamic_pair(const char* fn, const kvc_encoder_decoder
   return NULL;
 }
 
-kvc_error* kvc_encoder_decoder_cache_crop(kvc_encoder_decoder_cache* c, int64_t tokens) {
-  static const char* FN = "kvc_encoder_decoder_cache_crop";
-  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
-  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
-  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
-  kvc_error* e = check_ed(FN, c);
-  if (!e) e = require_dynamic_pair(FN, c);
-  if (e) return e;
-  return rewrap(FN, "self-attention cache", kvc_cache_crop(c->self_attention, tokens));
-}
-
 kvc_error* kvci_batch_check_indices(const char* fn, const kvc_cache* c, const char* arg, const int64_t* idx,
                                    size_t count);
 kvc_error* kvci_batch_check_repeats(const char* fn, const kvc_cache* c, int64_t repeats);
 
-typedef enum { PAIR_REORDER, PAIR_SELECT, PAIR_REPEAT } pair_op;
+typedef enum { PAIR_CROP, PAIR_REORDER, PAIR_SELECT, PAIR_REPEAT } pair_op;
 
 static kvc_error* pair_check(const char* fn, const kvc_cache* x, pair_op op, const int64_t* idx, size_t count,
                              int64_t repeats) {
@@ -218,34 +207,38 @@ static kvc_error* both(const char* fn, kvc_encoder_decoder_cache* c, pair_op op,
   return rewrap(fn, "cross-attention cache, after the self-attention cache was updated", e);
 }
 
+/*
+ * The body of the pair's mutating entry points: the pair and its halves entered (the pair calls the halves'
+ * public entry points), the arguments checked, then `op` (crop: the self-attention cache only, `repeats`
+ * carrying the token count). Every op but a reorder needs both caches dynamic.
+ */
+static kvc_error* mutate_pair(const char* fn, kvc_encoder_decoder_cache* c, pair_op op, const int64_t* idx,
+                              size_t count, int64_t repeats) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), fn);
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), fn);
+  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), fn);
+  kvc_error* e = check_ed(fn, c);
+  if (!e && op != PAIR_REORDER) e = require_dynamic_pair(fn, c);
+  if (e) return e;
+  if (op == PAIR_CROP) return rewrap(fn, "self-attention cache", kvc_cache_crop(c->self_attention, repeats));
+  return both(fn, c, op, idx, count, repeats);
+}
+
+kvc_error* kvc_encoder_decoder_cache_crop(kvc_encoder_decoder_cache* c, int64_t tokens) {
+  return mutate_pair("kvc_encoder_decoder_cache_crop", c, PAIR_CROP, NULL, 0, tokens);
+}
+
 kvc_error* kvc_encoder_decoder_cache_reorder(kvc_encoder_decoder_cache* c, const int64_t* beam_idx, size_t count) {
-  static const char* FN = "kvc_encoder_decoder_cache_reorder";
-  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
-  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
-  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
-  kvc_error* e = check_ed(FN, c);
-  return e ? e : both(FN, c, PAIR_REORDER, beam_idx, count, 0);
+  return mutate_pair("kvc_encoder_decoder_cache_reorder", c, PAIR_REORDER, beam_idx, count, 0);
 }
 
 kvc_error* kvc_encoder_decoder_cache_batch_repeat_interleave(kvc_encoder_decoder_cache* c, int64_t repeats) {
-  static const char* FN = "kvc_encoder_decoder_cache_batch_repeat_interleave";
-  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
-  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
-  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
-  kvc_error* e = check_ed(FN, c);
-  if (!e) e = require_dynamic_pair(FN, c);
-  return e ? e : both(FN, c, PAIR_REPEAT, NULL, 0, repeats);
+  return mutate_pair("kvc_encoder_decoder_cache_batch_repeat_interleave", c, PAIR_REPEAT, NULL, 0, repeats);
 }
 
 kvc_error* kvc_encoder_decoder_cache_batch_select_indices(kvc_encoder_decoder_cache* c, const int64_t* indices,
                                                           size_t count) {
-  static const char* FN = "kvc_encoder_decoder_cache_batch_select_indices";
-  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
-  KVCI_GUARD_LEND(kvci_encdec_guard(c, 1), FN); /* the halves: the pair calls them */
-  KVCI_GUARD_LEND(kvci_encdec_guard(c, 2), FN);
-  kvc_error* e = check_ed(FN, c);
-  if (!e) e = require_dynamic_pair(FN, c);
-  return e ? e : both(FN, c, PAIR_SELECT, indices, count, 0);
+  return mutate_pair("kvc_encoder_decoder_cache_batch_select_indices", c, PAIR_SELECT, indices, count, 0);
 }
 
 kvc_error* kvc_encoder_decoder_cache_batch_split(const kvc_encoder_decoder_cache* c, int64_t full_batch_size,

@@ -270,6 +270,12 @@ void kvci_offload_settle(const kvc_cache* c) {
   st->prefetch_pending = 0;
 }
 
+kvc_error* kvci_cache_check_settled(const char* fn, const kvc_cache* c) {
+  kvc_error* e = kvci_cache_check(fn, c);
+  if (!e) kvci_offload_settle(c);
+  return e;
+}
+
 void kvci_offload_after_update(kvc_cache* c, uint32_t layer) {
   offload_state* st = (offload_state*)c->offload_state;
   if (!st || st->next >= st->nmoves) return;

@@ -12,9 +12,8 @@ static int static_crop_refused(const kvc_cache* c, const kvc_layer* l) {
 kvc_error* kvc_cache_crop(kvc_cache* c, int64_t tokens) {
   static const char* FN = "kvc_cache_crop";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
-  kvc_error* e = kvci_cache_check(FN, c);
+  kvc_error* e = kvci_cache_check_settled(FN, c);
   if (e) return e;
-  kvci_offload_settle(c);
   /* All layers are checked before any is cropped: a cache is never left half-cropped. */
   for (uint32_t i = 0; i < c->num_layers; i++) {
     const kvc_layer* l = c->layers[i];
@@ -43,6 +42,7 @@ static int layer_croppable(const kvc_cache* c, const kvc_layer* l) {
   return l->desc->is_croppable ? l->desc->is_croppable(l, c->transformers_release) : 1;
 }
 
+/* Alike only in shape: kvc_cache_max_length also answers for one layer or all, but by its own rules. */
 kvc_error* kvc_cache_is_croppable(const kvc_cache* c, int32_t layer, uint8_t* out) {
   static const char* FN = "kvc_cache_is_croppable";
   KVCI_GUARD_SHARED(kvci_guard_of(c), FN);
@@ -74,9 +74,8 @@ kvc_error* kvc_cache_reset(kvc_cache* c) {
   static const char* FN = "kvc_cache_reset";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
   if (c) c->fault.poisoned = c->fault.fresh = 0; /* the one call a poisoned cache takes: it empties every layer */
-  kvc_error* e = kvci_cache_check(FN, c);
+  kvc_error* e = kvci_cache_check_settled(FN, c);
   if (e) return e;
-  kvci_offload_settle(c);
   for (uint32_t i = 0; i < c->num_layers; i++) {
     c->layers[i]->ops->reset(c, c->layers[i]);
     kvci_layer_sync_view(c->layers[i]);

@@ -227,6 +227,7 @@ kvc_error* kvc_cache_update_recurrent_state(kvc_cache* c, uint32_t layer, uint32
 
 /* ---------------------------------------------------------------- queries */
 
+/* Alike only in shape: every entry point opens with its name, its guard and one check (the state updates). */
 kvc_error* kvc_cache_state_view(const kvc_cache* c, uint32_t layer, uint32_t s, kvc_tensor* conv_state,
                                 kvc_tensor* recurrent_state) {
   static const char* FN = "kvc_cache_state_view";

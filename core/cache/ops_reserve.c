@@ -7,9 +7,8 @@
 kvc_error* kvc_cache_reserve(kvc_cache* c, int64_t tokens) {
   static const char* FN = "kvc_cache_reserve";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
-  kvc_error* e = kvci_cache_check(FN, c);
+  kvc_error* e = kvci_cache_check_settled(FN, c);
   if (e) return e;
-  kvci_offload_settle(c);
   if (tokens < 0 || tokens > INT32_MAX)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: tokens is %" PRId64 "; it must be in [0, 2^31)", FN, tokens);
   uint32_t n = c->num_layers;

@@ -183,29 +183,35 @@ kvc_error* kvci_update_layers(const kvc_call* call, kvc_cache* c, uint32_t first
   return kvci_cache_result(call->fn, c, NULL);
 }
 
+/*
+ * The body of kvc_cache_update (one layer's key and value) and kvc_cache_update_all (KVC_CALL_PER_LAYER_ARGS:
+ * `count` layers from 0, one array entry each): the cache and the tensors' presence checked, then the update.
+ */
+static inline kvc_error* update_entry(const kvc_call* call, kvc_cache* c, uint32_t first, uint32_t count,
+                                      const kvc_tensor* keys, const kvc_tensor* values,
+                                      const kvc_update_options* options, kvc_kv* out) {
+  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), call->fn);
+  kvc_error* e = kvci_cache_check(call->fn, c);
+  if (e) return e;
+  if (!(call->flags & KVC_CALL_PER_LAYER_ARGS) && (!keys || !values))
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a 4-D [batch, heads, seq, head_dim] tensor",
+                    call->fn, keys ? "value" : "key");
+  if (count == 0)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_layers is 0; pass at least one layer", call->fn);
+  if (!keys || !values)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but num_layers is %u", call->fn,
+                    keys ? "values" : "keys", count);
+  return kvci_update_layers(call, c, first, count, keys, values, options, out);
+}
+
 kvc_error* kvc_cache_update(kvc_cache* c, uint32_t layer, const kvc_tensor* key, const kvc_tensor* value,
                             const kvc_update_options* options, kvc_kv* out) {
-  static const char* FN = "kvc_cache_update";
-  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
-  kvc_error* e = kvci_cache_check(FN, c);
-  if (e) return e;
-  if (!key || !value)
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a 4-D [batch, heads, seq, head_dim] tensor", FN,
-                   key ? "value" : "key");
-  const kvc_call call = {FN, 0};
-  return kvci_update_layers(&call, c, layer, 1, key, value, options, out);
+  static const kvc_call call = {"kvc_cache_update", 0};
+  return update_entry(&call, c, layer, 1, key, value, options, out);
 }
 
 kvc_error* kvc_cache_update_all(kvc_cache* c, uint32_t num_layers, const kvc_tensor* keys, const kvc_tensor* values,
                                 const kvc_update_options* options, kvc_kv* out) {
-  static const char* FN = "kvc_cache_update_all";
-  KVCI_GUARD_EXCLUSIVE(kvci_guard_of(c), FN);
-  kvc_error* e = kvci_cache_check(FN, c);
-  if (e) return e;
-  if (num_layers == 0) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_layers is 0; pass at least one layer", FN);
-  if (!keys || !values)
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but num_layers is %u", FN, keys ? "values" : "keys",
-                   num_layers);
-  const kvc_call call = {FN, KVC_CALL_PER_LAYER_ARGS};
-  return kvci_update_layers(&call, c, 0, num_layers, keys, values, options, out);
+  static const kvc_call call = {"kvc_cache_update_all", KVC_CALL_PER_LAYER_ARGS};
+  return update_entry(&call, c, 0, num_layers, keys, values, options, out);
 }

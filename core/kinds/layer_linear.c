@@ -161,13 +161,9 @@ const kvc_layer_ops kvc_linear_layer_ops = {
     .apply_crop = kvci_linear_apply_crop,
     .reset = reset_linear,
     .row_buffers = row_buffers,
-    .ext_shell = ext_shell,
-    .ext_free = ext_free,
+    KVC_OWN_STATE_OPS,
     .fill_info = fill_info,
-    .check_stack = check_stack,
     .sync_ext = kvci_linear_sync,
-    .ext_save = ext_save,
-    .ext_load = ext_load,
 };
 
 /* ------------------------------------------------------------ hybrids */
@@ -213,8 +209,7 @@ static void reset(const kvc_cache* c, kvc_layer* l) {
   {                                                                                                          \
     KVC_STORE_DELEGATE_OPS, .max_length = kvci_unbounded_max_length, .check_crop = check_crop,              \
     .apply_crop = apply_crop, .reset = reset,                                                                \
-    .row_buffers = row_buffers, .ext_shell = ext_shell, .ext_free = ext_free, .fill_info = fill_info,        \
-    .check_stack = check_stack, .sync_ext = kvci_linear_sync, .ext_save = ext_save, .ext_load = ext_load,    \
+    .row_buffers = row_buffers, KVC_OWN_STATE_OPS, .fill_info = fill_info, .sync_ext = kvci_linear_sync,    \
   }
 
 const kvc_layer_ops kvc_linear_dynamic_layer_ops = KVC_HYBRID_OPS;

@@ -284,39 +284,29 @@ static kvc_error* ext_load(const char* fn, kvc_layer* l, kvci_record_reader* in)
   .keep_for_update = kvci_dynamic_keep_for_update, .max_length = kvci_unbounded_max_length,                   \
   .mask_sizes = kvci_dynamic_mask_sizes, .check_crop = kvci_crop_allowed, .reset = reset,                     \
   .initial_capacity = kvci_dynamic_initial_capacity, .check_first_update = check_first_update,               \
-  .row_buffers = row_buffers, .ext_shell = ext_shell, .ext_free = ext_free, .fill_info = fill_info,         \
-  .check_stack = check_stack, .memory = memory, .ext_save = ext_save, .ext_load = ext_load
+  .row_buffers = row_buffers, KVC_OWN_STATE_OPS, .fill_info = fill_info, .memory = memory
 
-/* KVC_QUANT_MODE_INCREMENTAL: its tokens return from the store (set_return NULL). */
-static const kvc_layer_ops incremental_ops = {
-    KVC_QUANT_SHARED_OPS,
-    .check_update = kvci_quant_incremental_check, /* positions are ignored, as by the dynamic layer */
-    .prepare_tokens = prepare_incremental,
-    .apply_update = kvci_quant_incremental_apply,
-    .seq_length = kvci_dynamic_seq_length,
-    .apply_crop = crop_incremental,
-};
+/* A mode's table: the shared entries and its own update timeline, length and crop. */
+#define KVC_QUANT_MODE_OPS(CHECK, PREPARE, APPLY, SET_RETURN, SEQ_LENGTH, CROP)                               \
+  {                                                                                                           \
+    KVC_QUANT_SHARED_OPS, .check_update = CHECK, .prepare_tokens = PREPARE, .apply_update = APPLY,            \
+    .set_return = SET_RETURN, .seq_length = SEQ_LENGTH, .apply_crop = CROP,                                   \
+  }
 
-static const kvc_layer_ops transformers_ops = {
-    KVC_QUANT_SHARED_OPS,
-    .check_update = kvci_quant_transformers_check,
-    .prepare_tokens = prepare_transformers,
-    .apply_update = kvci_quant_transformers_apply,
-    .set_return = kvci_quant_transformers_set_return,
-    .seq_length = kvci_dynamic_seq_length,
-    .apply_crop = crop_transformers,
-};
+/* KVC_QUANT_MODE_INCREMENTAL: its tokens return from the store (set_return NULL); positions are ignored, as by
+   the dynamic layer. */
+static const kvc_layer_ops incremental_ops =
+    KVC_QUANT_MODE_OPS(kvci_quant_incremental_check, prepare_incremental, kvci_quant_incremental_apply, NULL,
+                       kvci_dynamic_seq_length, crop_incremental);
+
+static const kvc_layer_ops transformers_ops =
+    KVC_QUANT_MODE_OPS(kvci_quant_transformers_check, prepare_transformers, kvci_quant_transformers_apply,
+                       kvci_quant_transformers_set_return, kvci_dynamic_seq_length, crop_transformers);
 
 /* Compact mode runs the incremental checks: its timeline is the incremental one without the history. */
-static const kvc_layer_ops compact_ops = {
-    KVC_QUANT_SHARED_OPS,
-    .check_update = kvci_quant_incremental_check, /* positions are ignored, as by the dynamic layer */
-    .prepare_tokens = prepare_compact,
-    .apply_update = kvci_quant_compact_apply,
-    .set_return = kvci_quant_compact_set_return,
-    .seq_length = seq_length_compact,
-    .apply_crop = crop_compact,
-};
+static const kvc_layer_ops compact_ops =
+    KVC_QUANT_MODE_OPS(kvci_quant_incremental_check, prepare_compact, kvci_quant_compact_apply,
+                       kvci_quant_compact_set_return, seq_length_compact, crop_compact);
 
 static kvc_error* check_options(const char* fn, uint32_t index, const kvc_layer_options* spec) {
   char arg[48];

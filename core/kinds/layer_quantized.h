@@ -155,14 +155,17 @@ void kvci_quant_drop_groups(const kvc_cache* c, kvc_quant_ext* x);
  * phase, once the store has room for the n new tokens: writes them past the
  * stored region, quantizes and stages everything apply will adopt (may
  * fail, changing nothing visible). apply: the write phase (cannot fail).
- * crop: after the store was cut to `keep` tokens.
+ * crop: after the store was cut to `keep` tokens. Each phase has one signature, whatever the mode.
  */
-kvc_error* kvci_quant_incremental_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
+typedef kvc_error* kvci_quant_check_fn(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
                                        const kvc_update_options* o);
-kvc_error* kvci_quant_incremental_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
+typedef kvc_error* kvci_quant_prepare_fn(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
                                          const kvc_tensor* key, const kvc_tensor* value, int64_t n);
-kvc_region kvci_quant_incremental_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
+typedef kvc_region kvci_quant_apply_fn(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
                                        int64_t n, const kvc_update_options* o);
+kvci_quant_check_fn kvci_quant_incremental_check;
+kvci_quant_prepare_fn kvci_quant_incremental_prepare;
+kvci_quant_apply_fn kvci_quant_incremental_apply;
 void kvci_quant_incremental_crop(kvc_layer* l, int64_t keep);
 /* Tokens of one block (incremental and compact modes): q_group_size when either tensor has per-channel groups. */
 int64_t kvci_quant_block_tokens(const kvc_layer* l);
@@ -176,10 +179,8 @@ int64_t kvci_quant_unit_tokens(const kvc_layer* l, int which);
  * the residual into the region; set_return points the view at it. crop: the
  * kept tokens of a block it cuts into go back to the store as the residual.
  */
-kvc_error* kvci_quant_compact_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
-                                     const kvc_tensor* key, const kvc_tensor* value, int64_t n);
-kvc_region kvci_quant_compact_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
-                                   int64_t n, const kvc_update_options* o);
+kvci_quant_prepare_fn kvci_quant_compact_prepare;
+kvci_quant_apply_fn kvci_quant_compact_apply;
 void kvci_quant_compact_set_return(kvc_layer* l, kvc_region r);
 void kvci_quant_compact_crop(const kvc_cache* c, kvc_layer* l, int64_t keep);
 
@@ -197,12 +198,9 @@ int kvci_quant_is_croppable(const kvc_layer* layer, uint32_t release);
  */
 kvc_error* kvci_quant_incremental_check_loaded(const char* fn, const char* where, const kvc_layer* l);
 kvc_error* kvci_quant_transformers_check_loaded(const char* fn, const char* where, const kvc_layer* l);
-kvc_error* kvci_quant_transformers_check(const char* fn, uint32_t index, const kvc_layer* l, int64_t n,
-                                        const kvc_update_options* o);
-kvc_error* kvci_quant_transformers_prepare(const char* fn, const kvc_cache* c, kvc_layer* l, uint32_t index,
-                                          const kvc_tensor* key, const kvc_tensor* value, int64_t n);
-kvc_region kvci_quant_transformers_apply(const kvc_cache* c, kvc_layer* l, const kvc_tensor* k, const kvc_tensor* v,
-                                        int64_t n, const kvc_update_options* o);
+kvci_quant_check_fn kvci_quant_transformers_check;
+kvci_quant_prepare_fn kvci_quant_transformers_prepare;
+kvci_quant_apply_fn kvci_quant_transformers_apply;
 void kvci_quant_transformers_crop(kvc_layer* l, int64_t keep);
 /* Points the returned view at the last quantizing update's own copy (transformers mode). */
 void kvci_quant_transformers_set_return(kvc_layer* l, kvc_region r);

@@ -803,6 +803,7 @@ static int never_croppable(const kvc_layer* l, uint32_t release) {
   return 0;
 }
 
+/* Alike by design: every kind's descriptor lists its own traits and hooks (the linear kind's looks the same). */
 const kvc_kind kvc_sink_kind = {
     .id = KVC_LAYER_SINK,
     .name = "sink",

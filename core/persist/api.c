@@ -163,34 +163,30 @@ kvc_error* kvc_cache_save_to(const kvc_cache* cache, kvc_write_fn write, void* u
   return e ? e : save_object(FN, &o, write, user, staging);
 }
 
-kvc_error* kvc_encoder_decoder_cache_save(const kvc_encoder_decoder_cache* cache, const char* path,
-                                          const kvc_save_options* options) {
-  static const char* FN = "kvc_encoder_decoder_cache_save";
-  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 0), FN);
-  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 1), FN);
-  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 2), FN);
+/* Both saves of an encoder-decoder pair: to `path` (to_path), else through `write`. */
+static kvc_error* save_encdec(const char* fn, const kvc_encoder_decoder_cache* cache, int to_path, const char* path,
+                              kvc_write_fn write, void* user, const kvc_save_options* options) {
+  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 0), fn);
+  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 1), fn);
+  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 2), fn);
   uint64_t staging;
-  kvc_error* e = check_save(FN, cache, path, "path");
-  if (!e) e = read_save_options(FN, options, &staging);
+  const void* target = to_path ? (const void*)path : (const void*)(uintptr_t)write;
+  kvc_error* e = check_save(fn, cache, target, to_path ? "path" : "write");
+  if (!e) e = read_save_options(fn, options, &staging);
   if (e) return e;
   object o = {NULL, NULL, NULL, 0, NULL};
   kvci_encdec_parts(cache, (kvc_cache**)&o.a, (kvc_cache**)&o.b, (uint8_t**)&o.flags, &o.nflags);
-  return save_path(FN, path, &o, staging);
+  return to_path ? save_path(fn, path, &o, staging) : save_object(fn, &o, write, user, staging);
+}
+
+kvc_error* kvc_encoder_decoder_cache_save(const kvc_encoder_decoder_cache* cache, const char* path,
+                                          const kvc_save_options* options) {
+  return save_encdec("kvc_encoder_decoder_cache_save", cache, 1, path, NULL, NULL, options);
 }
 
 kvc_error* kvc_encoder_decoder_cache_save_to(const kvc_encoder_decoder_cache* cache, kvc_write_fn write, void* user,
                                              const kvc_save_options* options) {
-  static const char* FN = "kvc_encoder_decoder_cache_save_to";
-  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 0), FN);
-  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 1), FN);
-  KVCI_GUARD_SHARED(kvci_encdec_guard(cache, 2), FN);
-  uint64_t staging;
-  kvc_error* e = check_save(FN, cache, (const void*)(uintptr_t)write, "write");
-  if (!e) e = read_save_options(FN, options, &staging);
-  if (e) return e;
-  object o = {NULL, NULL, NULL, 0, NULL};
-  kvci_encdec_parts(cache, (kvc_cache**)&o.a, (kvc_cache**)&o.b, (uint8_t**)&o.flags, &o.nflags);
-  return save_object(FN, &o, write, user, staging);
+  return save_encdec("kvc_encoder_decoder_cache_save_to", cache, 0, NULL, write, user, options);
 }
 
 /* ------------------------------------------------------------ reading */
@@ -286,46 +282,40 @@ static kvc_error* from_buffer(const char* fn, const void* data, size_t bytes, re
   return e ? e : use(fn, &m, r);
 }
 
-/* The prologue of a load: out and options, then the parsed file of the expected object. */
-static kvc_error* load_prologue(const char* fn, const file_bytes* m, const request* r, uint32_t object,
-                                kvc_load_options* o, kvci_file* f, kvci_allocator** allocator) {
+/*
+ * A load's objects: out and options checked, the file of the expected object parsed, then its cache (b NULL) or
+ * both halves and their flags built with the options' allocator, which what was built shares. On success
+ * *allocator is that allocator, still alive for the caller's adopt while what was built holds it.
+ */
+static kvc_error* load_object(const char* fn, const file_bytes* m, const request* r, uint32_t object,
+                              kvc_cache** a, kvc_cache** b, uint8_t** flags, uint32_t* n, kvci_allocator** allocator) {
   if (!r->out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a handle", fn);
-  kvc_error* e = read_load_options(fn, r->options, o);
-  if (!e) e = kvci_allocator_new(fn, "options->allocator", o->allocator, allocator);
-  if (!e && (e = parse_object(fn, m, object, f))) {
-    kvci_allocator_release(*allocator);
-    *allocator = NULL;
-  }
+  kvc_load_options o;
+  kvci_file f;
+  kvc_error* e = read_load_options(fn, r->options, &o);
+  if (!e) e = kvci_allocator_new(fn, "options->allocator", o.allocator, allocator);
+  if (!e && (e = parse_object(fn, m, object, &f))) kvci_allocator_release(*allocator);
+  if (e) return e;
+  kvci_allocator* const allocators[2] = {*allocator, *allocator};
+  e = build(fn, &f, &o.device, o.stream, allocators, a, b, flags, n);
+  kvci_allocator_release(*allocator); /* what was built holds its own share */
+  kvci_file_free(&f);
   return e;
 }
 
 static kvc_error* load_cache(const char* fn, const file_bytes* m, const request* r) {
-  kvc_load_options o;
-  kvci_file f;
   kvci_allocator* allocator = NULL;
-  kvc_error* e = load_prologue(fn, m, r, KVCF_OBJECT_CACHE, &o, &f, &allocator);
-  if (e) return e;
-  kvci_allocator* const allocators[2] = {allocator, allocator};
-  e = build(fn, &f, &o.device, o.stream, allocators, (kvc_cache**)r->out, NULL, NULL, NULL);
-  if (!e) kvci_allocator_adopt(allocator);
-  kvci_allocator_release(allocator); /* the cache holds its own share */
-  kvci_file_free(&f);
+  kvc_error* e = load_object(fn, m, r, KVCF_OBJECT_CACHE, (kvc_cache**)r->out, NULL, NULL, NULL, &allocator);
+  if (!e) kvci_allocator_adopt(allocator); /* still alive: the cache holds it */
   return e;
 }
 
 static kvc_error* load_encdec(const char* fn, const file_bytes* m, const request* r) {
-  kvc_load_options o;
-  kvci_file f;
   kvci_allocator* allocator = NULL;
-  kvc_error* e = load_prologue(fn, m, r, KVCF_OBJECT_ENCODER_DECODER, &o, &f, &allocator);
-  if (e) return e;
   kvc_cache *a = NULL, *b = NULL;
   uint8_t* flags = NULL;
   uint32_t n = 0;
-  kvci_allocator* const allocators[2] = {allocator, allocator};
-  e = build(fn, &f, &o.device, o.stream, allocators, &a, &b, &flags, &n);
-  kvci_allocator_release(allocator); /* each half holds its own share */
-  kvci_file_free(&f);
+  kvc_error* e = load_object(fn, m, r, KVCF_OBJECT_ENCODER_DECODER, &a, &b, &flags, &n, &allocator);
   if (!e && (e = kvci_encdec_wrap(a, b, flags, n, (kvc_encoder_decoder_cache**)r->out))) {
     kvc_cache_destroy(a);
     kvc_cache_destroy(b);

@@ -62,15 +62,19 @@ void kvci_fingerprint_write(const kvc_cache* c, kvci_record* r) {
   }
 }
 
+int kvci_fingerprint_record_digest(kvci_record* r, unsigned char digest[16]) {
+  if (r->failed) return kvci_rec_free(r), -1;
+  unsigned char full[32];
+  kvci_sha256(r->bytes, r->len, full);
+  memcpy(digest, full, 16);
+  kvci_rec_free(r);
+  return 0;
+}
+
 int kvci_fingerprint_digest(const kvc_cache* c, unsigned char digest[16]) {
   kvci_record r = {0};
   kvci_fingerprint_write(c, &r);
-  if (r.failed) return kvci_rec_free(&r), -1;
-  unsigned char full[32];
-  kvci_sha256(r.bytes, r.len, full);
-  memcpy(digest, full, 16);
-  kvci_rec_free(&r);
-  return 0;
+  return kvci_fingerprint_record_digest(&r, digest);
 }
 
 static kvc_error* read_print(const char* fn, kvci_record_reader* in, const char* what, kvci_layer_print* p) {

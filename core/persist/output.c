@@ -113,7 +113,7 @@ void kvci_out_end(kvci_out* out) {
   out->open = 0;
 }
 
-void kvci_out_record(kvci_out* out, uint32_t type, uint32_t part, uint32_t index, const kvci_record* rec) {
+void kvci_out_record(kvci_out* out, uint32_t type, uint32_t part, uint32_t index, kvci_record* rec) {
   if (rec->failed) kvci_out_fail(out, kvci_err_oom());
   kvcf_section s;
   memset(&s, 0, sizeof s);
@@ -121,6 +121,15 @@ void kvci_out_record(kvci_out* out, uint32_t type, uint32_t part, uint32_t index
   kvci_out_begin(out, &s);
   kvci_out_bytes(out, rec->bytes, rec->len);
   kvci_out_end(out);
+  kvci_rec_free(rec);
+}
+
+int kvci_out_stage_open(kvci_out* out, const kvc_backend* backend, const kvc_exec* exec, kvc_device device,
+                        kvci_stage* st) {
+  kvc_error* e = kvci_stage_open(out->fn, backend, exec, device, out->staging_bytes, st);
+  if (!e) return 0;
+  kvci_out_fail(out, e);
+  return -1;
 }
 
 kvc_error* kvci_out_finish(kvci_out* out) {

@@ -48,8 +48,8 @@ void kvci_out_begin(kvci_out* out, const kvcf_section* s);
 void kvci_out_bytes(kvci_out* out, const void* data, size_t bytes);
 /* Closes the section: pads with zeros and records its table entry. */
 void kvci_out_end(kvci_out* out);
-/* A whole section holding a record. */
-void kvci_out_record(kvci_out* out, uint32_t type, uint32_t part, uint32_t index, const kvci_record* rec);
+/* A whole section holding a record, which it then frees (kvci_rec_free: empty, ready for the next record). */
+void kvci_out_record(kvci_out* out, uint32_t type, uint32_t part, uint32_t index, kvci_record* rec);
 /* The table and the footer; returns out->err (NULL on success) and frees the table. */
 kvc_error* kvci_out_finish(kvci_out* out);
 void kvci_out_fail(kvci_out* out, kvc_error* e); /* keeps the first error */
@@ -77,6 +77,9 @@ typedef struct kvci_stage {
 kvc_error* kvci_stage_open(const char* fn, const kvc_backend* backend, const kvc_exec* exec, kvc_device device,
                            uint64_t bytes, kvci_stage* out);
 void kvci_stage_close(kvci_stage* stage);
+/* output.c: the stage of a save (out->staging_bytes); 0, or -1 with the error kept in `out` (kvci_out_fail). */
+int kvci_out_stage_open(kvci_out* out, const kvc_backend* backend, const kvc_exec* exec, kvc_device device,
+                        kvci_stage* st);
 
 /*
  * A 4-D region of cache memory in elements of `elem` bytes (any tier):
@@ -180,6 +183,9 @@ const kvci_file_section* kvci_file_find(const kvci_file* f, uint32_t type, uint3
 void kvci_save_cache(kvci_out* out, const kvc_cache* cache, uint32_t part);
 /* The fingerprint digest of a cache (SHA-256 of its fingerprint record, first 16 bytes); -1 when out of memory. */
 int kvci_fingerprint_digest(const kvc_cache* cache, unsigned char digest[16]);
+/* fingerprint.c: the digest of a written fingerprint record `r` (as above), which it frees; -1 when the record ran
+ * out of memory. */
+int kvci_fingerprint_record_digest(kvci_record* r, unsigned char digest[16]);
 /* A new cache on `device`/`stream` from part `part` of a parsed file; its stores from `allocator` (NULL: the
  * backend's), which it shares. */
 kvc_error* kvci_load_cache(const char* fn, const kvci_file* f, uint32_t part, const kvc_device* device,

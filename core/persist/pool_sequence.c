@@ -80,12 +80,7 @@ int kvci_pool_fingerprint_digest(const kvc_pool_sequence* s, unsigned char diges
   const kvc_pool* p = s->pool;
   kvci_record r = {0};
   pool_fingerprint(p, &r);
-  if (r.failed) return kvci_rec_free(&r), -1;
-  unsigned char full[32];
-  kvci_sha256(r.bytes, r.len, full);
-  memcpy(digest, full, 16);
-  kvci_rec_free(&r);
-  return 0;
+  return kvci_fingerprint_record_digest(&r, digest);
 }
 
 static kvc_error* pool_differs(const char* fn, const char* where, const char* field, int64_t file, int64_t pool) {
@@ -209,18 +204,12 @@ static void save_slots(kvci_out* out, kvci_stage* st, const kvc_pool* p, uint32_
 void kvci_save_pool_sequence(kvci_out* out, const kvc_pool_sequence* s) {
   const kvc_pool* p = s->pool;
   kvci_stage st;
-  kvc_error* e = kvci_stage_open(out->fn, p->backend, &p->exec, p->device, out->staging_bytes, &st);
-  if (e) {
-    kvci_out_fail(out, e);
-    return;
-  }
+  if (kvci_out_stage_open(out, p->backend, &p->exec, p->device, &st)) return;
   kvci_record r = {0};
   pool_fingerprint(p, &r);
   kvci_out_record(out, KVCF_FINGERPRINT, 0, 0, &r);
-  kvci_rec_free(&r);
   sequence_record(s, &r);
   kvci_out_record(out, KVCF_SEQUENCE, 0, 0, &r);
-  kvci_rec_free(&r);
   for (uint32_t g = 0; g < p->num_groups && !out->err; g++) {
     uint64_t n = held_slots(s, g, NULL);
     uint32_t* slots = (uint32_t*)malloc((n ? n : 1) * sizeof(uint32_t));

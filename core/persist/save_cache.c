@@ -63,7 +63,6 @@ static void save_layer(kvci_out* out, kvci_stage* st, const kvc_layer* l, uint32
   kvci_record r = {0};
   layer_record(l, &r);
   kvci_out_record(out, KVCF_LAYER, part, index, &r);
-  kvci_rec_free(&r);
   if (l->initialized) {
     save_store(out, st, l, part, index, 0);
     save_store(out, st, l, part, index, 1);
@@ -77,26 +76,19 @@ static void save_layer(kvci_out* out, kvci_stage* st, const kvc_layer* l, uint32
 void kvci_save_cache(kvci_out* out, const kvc_cache* c, uint32_t part) {
   kvci_offload_settle(c); /* a prefetch may still be writing a store */
   kvci_stage st;
-  kvc_error* e = kvci_stage_open(out->fn, c->backend, &c->exec, c->device, out->staging_bytes, &st);
-  if (e) {
-    kvci_out_fail(out, e);
-    return;
-  }
+  if (kvci_out_stage_open(out, c->backend, &c->exec, c->device, &st)) return;
   kvci_record r = {0};
   kvci_fingerprint_write(c, &r);
   kvci_out_record(out, KVCF_FINGERPRINT, part, 0, &r);
-  kvci_rec_free(&r);
   kvci_rec_i64(&r, c->reserve);
   kvci_rec_i64(&r, c->accepted_tokens);
   kvci_out_record(out, KVCF_CACHE_STATE, part, 0, &r);
-  kvci_rec_free(&r);
   for (uint32_t i = 0; i < c->num_layers && !out->err; i++) save_layer(out, &st, c->layers[i], part, i);
   for (size_t k = 0; kvci_kind_at(k); k++) {
     const kvc_kind* d = kvci_kind_at(k);
     if (!d->save_state || !c->kind_state[d->id]) continue;
     d->save_state(c, &r);
     kvci_out_record(out, KVCF_KIND_STATE, part, (uint32_t)d->id, &r);
-    kvci_rec_free(&r);
   }
   kvci_stage_close(&st);
 }

@@ -102,14 +102,24 @@ void kvci_pool_event_push_chain(kvc_pool* pool, kvc_pool_event_kind kind, uint32
   pool->event_count++;
 }
 
+kvc_error* kvci_pool_check_pull(const char* fn, const kvc_pool* pool, const void* count, const char* count_name,
+                                const char* count_what, const void* buf, const char* buf_name, size_t capacity,
+                                const char* buf_what) {
+  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", fn);
+  if (!count)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass where to store %s", fn, count_name, count_what);
+  if (!buf && capacity)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but capacity is %zu; pass %s", fn, buf_name, capacity,
+                    buf_what);
+  return NULL;
+}
+
 kvc_error* kvc_pool_events_pull(kvc_pool* pool, kvc_pool_event* events, size_t capacity, size_t* count) {
   static const char* FN = "kvc_pool_events_pull";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), FN);
-  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
-  if (!count) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: count is NULL; pass where to store the number pulled", FN);
-  if (!events && capacity)
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: events is NULL but capacity is %zu; pass an array of capacity "
-                    "entries (or capacity 0)", FN, capacity);
+  kvc_error* e = kvci_pool_check_pull(FN, pool, count, "count", "the number pulled", events, "events", capacity,
+                                      "an array of capacity entries (or capacity 0)");
+  if (e) return e;
   kvci_tier_worker_events(pool); /* what the tier worker did since the last pull */
   size_t n = pool->event_count < capacity ? pool->event_count : capacity;
   for (size_t i = 0; i < n; i++) events[i] = pool->events[(pool->event_head + i) % pool->event_cap];

@@ -262,13 +262,10 @@ kvc_error* kvc_pool_events_pull_vllm(kvc_pool* pool, const kvc_pool_vllm_batch_o
                                      size_t capacity, size_t* size) {
   static const char* FN = "kvc_pool_events_pull_vllm";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), FN);
-  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
-  if (!size) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: size is NULL; pass where to store the byte count", FN);
-  if (!buf && capacity)
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: buf is NULL but capacity is %zu; pass a buffer of capacity bytes "
-                    "(or NULL and 0 to learn the size)", FN, capacity);
+  kvc_error* e = kvci_pool_check_pull(FN, pool, size, "size", "the byte count", buf, "buf", capacity,
+                                      "a buffer of capacity bytes (or NULL and 0 to learn the size)");
   kvc_pool_vllm_batch_options o;
-  kvc_error* e = check_options(FN, options, &o);
+  if (!e) e = check_options(FN, options, &o);
   if (e) return e;
   kvci_tier_worker_events(pool); /* what the tier worker did since the last pull */
   queue_view q = {pool, pool->event_head, pool->event_count};

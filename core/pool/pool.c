@@ -393,6 +393,16 @@ kvc_error* kvc_pool_create(const kvc_pool_options* caller_options, kvc_pool** ou
   return e;
 }
 
+/* A pool whose arrays create_checked allocated but whose exec is not open yet: nothing else to release. */
+static void free_unopened(kvc_pool* p) {
+  free(p->groups);
+  free(p->layers);
+  free(p->seed);
+  free(p->events);
+  kvci_allocator_release(p->allocator);
+  free(p);
+}
+
 /* kvc_pool_create once the options are read and checked. */
 static kvc_error* create_checked(const char* FN, const kvc_pool_options* options, kvc_pool** out) {
   const kvc_backend* b = NULL;
@@ -421,12 +431,7 @@ static kvc_error* create_checked(const char* FN, const kvc_pool_options* options
   p->seed = malloc(options->hash_seed_len ? options->hash_seed_len : 1);
   p->events = p->event_cap ? (kvc_pool_event*)calloc(p->event_cap, sizeof(*p->events)) : NULL;
   if (!p->groups || !p->layers || !p->seed || (p->event_cap && !p->events)) {
-    free(p->groups);
-    free(p->layers);
-    free(p->seed);
-    free(p->events);
-    kvci_allocator_release(p->allocator);
-    free(p);
+    free_unopened(p);
     return kvci_err_oom();
   }
   if (options->hash_seed_len) memcpy(p->seed, options->hash_seed, options->hash_seed_len);
@@ -436,12 +441,7 @@ static kvc_error* create_checked(const char* FN, const kvc_pool_options* options
   kvci_vllm_none_hash(p->seed, p->seed_len, p->vllm_root);
   p->exec.device_id = options->device.device_id;
   if (b->exec_open(b->ctx, &p->exec)) {
-    free(p->groups);
-    free(p->layers);
-    free(p->seed);
-    free(p->events);
-    kvci_allocator_release(p->allocator);
-    free(p);
+    free_unopened(p);
     return kvci_err(KVC_ERROR_OUT_OF_MEMORY, "%s: the %s backend could not prepare device %d for a pool (streams, "
                     "events)", FN, b->name, (int)options->device.device_id);
   }
@@ -500,14 +500,21 @@ kvc_error* kvc_pool_set_stream(kvc_pool* pool, void* stream) {
   return rc ? kvci_fault_error(FN, pool->backend, "exec_set_stream", rc, "the pool keeps its stream") : NULL;
 }
 
+kvc_error* kvci_pool_check_out(const char* fn, const kvc_pool* pool, const void* out, size_t size, const char* type) {
+  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", fn);
+  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  uint32_t got = *(const uint32_t*)out;
+  if (got != size)
+    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out->struct_size is %u but this library knows only %zu; set it "
+                    "to sizeof(%s) before the call", fn, got, size, type);
+  return NULL;
+}
+
 kvc_error* kvc_pool_stats_get(const kvc_pool* pool, uint32_t group, kvc_pool_stats* out) {
   static const char* FN = "kvc_pool_stats_get";
   KVCI_GUARD_SHARED(kvci_guard_of(pool), FN);
-  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
-  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
-  if (out->struct_size != sizeof(*out))
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out->struct_size is %u but this library knows only %zu; set it "
-                    "to sizeof(kvc_pool_stats) before the call", FN, out->struct_size, sizeof(*out));
+  kvc_error* e = kvci_pool_check_out(FN, pool, out, sizeof(*out), "kvc_pool_stats");
+  if (e) return e;
   if (group >= pool->num_groups)
     return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: group is %u but the pool has %u groups", FN, group,
                     pool->num_groups);

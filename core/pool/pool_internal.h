@@ -270,6 +270,11 @@ void kvci_pool_event_push_tier(kvc_pool* pool, kvc_pool_event_kind kind, uint32_
 void kvci_pool_event_push_chain(kvc_pool* pool, kvc_pool_event_kind kind, uint32_t group, uint32_t block,
                                 const uint8_t* hash, const uint8_t* parent, int has_parent, uint32_t adapter,
                                 const int32_t* block_tokens);
+/* The checks of a pull into the caller's memory: a pool, `count` (`count_what` says what it receives), and `buf`
+   unless capacity is 0 (`buf_what`: what to pass instead). The events and the vLLM batch pulls share them. */
+kvc_error* kvci_pool_check_pull(const char* fn, const kvc_pool* pool, const void* count, const char* count_name,
+                                const char* count_what, const void* buf, const char* buf_name, size_t capacity,
+                                const char* buf_what);
 /* The ring's side arrays, once the groups are built (-1: out of memory), and their release. */
 int kvci_pool_events_init(kvc_pool* pool);
 void kvci_pool_events_free(kvc_pool* pool);
@@ -303,6 +308,14 @@ static inline kvc_error* kvci_pool_refusal(const char* fn, const kvc_pool* p) {
 static inline kvc_error* kvci_pool_result(const char* fn, kvc_pool* p, kvc_error* e) {
   return kvci_fault_result(fn, &p->fault, p->backend, &kvci_fault_pool, e);
 }
+/* The prologue of a call that writes the pool's memory: a pool, and not poisoned. */
+static inline kvc_error* kvci_pool_check_usable(const char* fn, const kvc_pool* p) {
+  if (!p) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", fn);
+  return kvci_pool_refusal(fn, p);
+}
+/* pool.c: the prologue of a query that fills the caller's `out` (a struct `type` of `size` bytes, struct_size
+   first): a pool, `out`, and out's struct_size. */
+kvc_error* kvci_pool_check_out(const char* fn, const kvc_pool* pool, const void* out, size_t size, const char* type);
 
 /* Device work (views.c, recurrent.c): copies of whole blocks or slots of every layer of a group. */
 void kvci_pool_copy_block(kvc_pool* pool, uint32_t group, uint32_t src, uint32_t dst);

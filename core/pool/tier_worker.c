@@ -293,11 +293,8 @@ kvc_error* kvc_pool_stop_tier_worker(kvc_pool* pool, uint32_t drain_timeout_ms) 
 kvc_error* kvc_pool_tier_worker_stats(const kvc_pool* pool, kvc_tier_worker_stats* out) {
   static const char* FN = "kvc_pool_tier_worker_stats";
   KVCI_GUARD_SHARED(kvci_guard_of(pool), FN);
-  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
-  if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
-  if (out->struct_size != sizeof(*out))
-    return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out->struct_size is %u; it is %zu (sizeof(kvc_tier_worker_stats)): "
-                    "set it before the call", FN, out->struct_size, sizeof(*out));
+  kvc_error* e = kvci_pool_check_out(FN, pool, out, sizeof(*out), "kvc_tier_worker_stats");
+  if (e) return e;
   kvci_tier_worker* w = pool->tier_worker;
   if (!w) {
     memset(out, 0, sizeof(*out));
@@ -368,16 +365,24 @@ kvci_tier_job* kvci_tier_worker_job(kvc_pool* pool, int fetch, uint32_t group, s
   return j;
 }
 
-void kvci_tier_worker_discard(kvc_pool* pool, kvci_tier_job* job) {
+/* The running worker of `pool`, its mutex taken: the caller unlocks it. */
+static kvci_tier_worker* lock_worker(kvc_pool* pool) {
   kvci_tier_worker* w = pool->tier_worker;
   pthread_mutex_lock(&w->mu);
-  release(w, job);
+  return w;
+}
+
+/* `locked` (which needs the worker's mutex) on one job. */
+static void under_lock(kvc_pool* pool, kvci_tier_job* job, void (*locked)(kvci_tier_worker*, kvci_tier_job*)) {
+  kvci_tier_worker* w = lock_worker(pool);
+  locked(w, job);
   pthread_mutex_unlock(&w->mu);
 }
 
+void kvci_tier_worker_discard(kvc_pool* pool, kvci_tier_job* job) { under_lock(pool, job, release); }
+
 void kvci_tier_worker_submit(kvc_pool* pool, kvci_tier_job* job) {
-  kvci_tier_worker* w = pool->tier_worker;
-  pthread_mutex_lock(&w->mu);
+  kvci_tier_worker* w = lock_worker(pool);
   if (w->tail)
     w->tail->next = job;
   else
@@ -437,8 +442,7 @@ static void abandon_locked(kvci_tier_worker* w, kvci_tier_job* job) {
 }
 
 int kvci_tier_worker_wait(kvc_pool* pool, kvci_tier_job* job, const struct timespec* until) {
-  kvci_tier_worker* w = pool->tier_worker;
-  pthread_mutex_lock(&w->mu);
+  kvci_tier_worker* w = lock_worker(pool);
   while (job->state != KVCI_JOB_DONE)
     if (pthread_cond_timedwait(&w->done, &w->mu, until) == ETIMEDOUT) break;
   int done = job->state == KVCI_JOB_DONE;
@@ -447,12 +451,7 @@ int kvci_tier_worker_wait(kvc_pool* pool, kvci_tier_job* job, const struct times
   return done;
 }
 
-void kvci_tier_worker_abandon(kvc_pool* pool, kvci_tier_job* job) {
-  kvci_tier_worker* w = pool->tier_worker;
-  pthread_mutex_lock(&w->mu);
-  abandon_locked(w, job);
-  pthread_mutex_unlock(&w->mu);
-}
+void kvci_tier_worker_abandon(kvc_pool* pool, kvci_tier_job* job) { under_lock(pool, job, abandon_locked); }
 
 void kvci_tier_job_free(kvc_pool* pool, kvci_tier_job* job) {
   (void)pool;

@@ -148,9 +148,8 @@ kvc_error* kvc_pool_block_table(kvc_pool* pool, const kvc_pool_sequence* const* 
                                 uint32_t group, kvc_pool_table_format format, kvc_pool_table* out) {
   static const char* FN = "kvc_pool_block_table";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), FN);
-  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
-  kvc_error* poisoned = kvci_pool_refusal(FN, pool);
-  if (poisoned) return poisoned;
+  kvc_error* refused = kvci_pool_check_usable(FN, pool);
+  if (refused) return refused;
   if (!out) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: out is NULL", FN);
   if (!seqs && num_sequences)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: sequences is NULL but num_sequences is %zu", FN, num_sequences);

@@ -127,9 +127,8 @@ kvc_error* kvc_pool_write(kvc_pool* pool, const kvc_tensor* keys, const kvc_tens
                           const int64_t* slot_mapping, size_t num_tokens) {
   static const char* FN = "kvc_pool_write";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), FN);
-  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
-  kvc_error* poisoned = kvci_pool_refusal(FN, pool);
-  if (poisoned) return poisoned;
+  kvc_error* refused = kvci_pool_check_usable(FN, pool);
+  if (refused) return refused;
   if (num_layers != pool->num_layers)
     return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: num_layers is %u but the pool has %u layers; pass one keys and "
                     "values entry per layer", FN, num_layers, pool->num_layers);

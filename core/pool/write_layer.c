@@ -78,8 +78,7 @@ kvc_error* kvc_pool_write_layer(kvc_pool* pool, uint32_t layer, const kvc_tensor
                                 const int64_t* slot_mapping, size_t num_tokens) {
   static const char* FN = "kvc_pool_write_layer";
   KVCI_GUARD_EXCLUSIVE(kvci_guard_of(pool), FN);
-  if (!pool) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: pool is NULL", FN);
-  kvc_error* e = kvci_pool_refusal(FN, pool);
+  kvc_error* e = kvci_pool_check_usable(FN, pool);
   if (e) return e;
   if (layer >= pool->num_layers)
     return kvci_err(KVC_ERROR_OUT_OF_RANGE, "%s: layer is %u but the pool has %u layers", FN, layer,

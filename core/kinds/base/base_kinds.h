@@ -51,6 +51,15 @@ int64_t kvci_store_initial_capacity(const kvc_layer* layer, int64_t n);
   .apply_update = kvci_store_apply_update, .seq_length = kvci_store_seq_length,                           \
   .mask_sizes = kvci_store_mask_sizes, .initial_capacity = kvci_store_initial_capacity
 
+/*
+ * The entries of a kind with state of its own beside the store (kvc_layer.ext): its file names them ext_shell,
+ * ext_free, check_stack, ext_save and ext_load, and its ops table lists them together with this, so that none is
+ * left out (a split, a stack or a file would then lose the state).
+ */
+#define KVC_OWN_STATE_OPS                                                                                   \
+  .ext_shell = ext_shell, .ext_free = ext_free, .check_stack = check_stack, .ext_save = ext_save,           \
+  .ext_load = ext_load
+
 /* Shared by the dynamic kinds. */
 kvc_error* kvci_dynamic_check_update(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
                                     const kvc_update_options* opts);

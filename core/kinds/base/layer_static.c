@@ -96,6 +96,8 @@ static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
   return l->slots;
 }
 
+/* Alike by design: the static sliding table names its own check_update, keep_for_update, apply_update and
+   mask_sizes under the same names; only the two length queries are the same functions. */
 const kvc_layer_ops kvc_static_layer_ops = {
     .check_update = check_update,
     .keep_for_update = keep_for_update,
