@@ -77,6 +77,9 @@ type Cache struct {
 	p     unsafe.Pointer // *kvc_cache; nil once closed
 	gen   uint64         // bumped by every mutating call; views remember it
 	owner *edOwner       // non-nil: borrowed from an EncoderDecoderCache
+	// callsBack: the library may call Go from inside this cache's calls (its stores come from a Go Allocator,
+	// CacheOptions.Allocator, its own or the cache's it was made from): they use the shims without nocallback.
+	callsBack bool
 
 	// C memory that UpdateAll lays its tensor arrays out in, kept from call
 	// to call (one goroutine at a time uses a cache); freed by Close.
@@ -105,8 +108,8 @@ func (c *Cache) scratchMem(size uintptr) unsafe.Pointer {
 	return c.scratch
 }
 
-func newCache(p unsafe.Pointer) *Cache {
-	c := &Cache{p: p}
+func newCache(p unsafe.Pointer, callsBack bool) *Cache {
+	c := &Cache{p: p, callsBack: callsBack}
 	liveHandles.Add(1)
 	runtime.SetFinalizer(c, (*Cache).Close)
 	return c
@@ -213,7 +216,7 @@ func New(opts *CacheOptions) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newCache(p), nil
+	return newCache(p, opts.hasAllocator()), nil
 }
 
 // NewFromTensors builds a cache from existing per-layer tensors:
@@ -236,7 +239,7 @@ func NewFromTensors(opts *CacheOptions, keys, values []Input) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newCache(p), nil
+	return newCache(p, opts.hasAllocator()), nil
 }
 
 // Clone returns a deep copy of the cache (same layers, contents, counters
@@ -253,7 +256,7 @@ func (c *Cache) Clone() (_ *Cache, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return newCache(q), nil
+	return newCache(q, c.callsBack), nil
 }
 
 // EarlyInitialization allocates every layer not yet initialized now instead
@@ -266,7 +269,7 @@ func (c *Cache) EarlyInitialization(opts InitOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	err = cEarlyInit(p, &opts)
+	err = cEarlyInit(p, c.callsBack, &opts)
 	runtime.KeepAlive(c)
 	return err
 }
@@ -552,7 +555,7 @@ func (c *Cache) updateCompact(l uint32, kp, vp unsafe.Pointer, d *cpair, key, va
 		return KV{}, err
 	}
 	var out ckv
-	err = cUpdateCompact(p, l, kp, vp, d, &out)
+	err = cUpdateCompact(p, c.callsBack, l, kp, vp, d, &out)
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(key)
 	runtime.KeepAlive(value)
@@ -592,9 +595,9 @@ func (c *Cache) update(layer int, key, value Input, opts *UpdateOptions) (KV, er
 	}
 	var out ckv
 	if opts == nil {
-		err = cUpdate(p, l, kp, vp, &kd, &vd, &out)
+		err = cUpdate(p, c.callsBack, l, kp, vp, &kd, &vd, &out)
 	} else {
-		err = cUpdateOpts(p, l, kp, vp, &kd, &vd, &u, cp, cos, sin, &out)
+		err = cUpdateOpts(p, c.callsBack, l, kp, vp, &kd, &vd, &u, cp, cos, sin, &out)
 		runtime.KeepAlive(opts)
 	}
 	runtime.KeepAlive(c)
@@ -644,7 +647,7 @@ func (c *Cache) UpdateAll(keys, values []Input, opts *UpdateOptions, out []KV) (
 	if err != nil {
 		return err
 	}
-	err = cUpdateAll(p, uint32(arr.n), arr.keys(), arr.values(), up, cp, cos, sin, arr.out())
+	err = cUpdateAll(p, c.callsBack, uint32(arr.n), arr.keys(), arr.values(), up, cp, cos, sin, arr.out())
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(opts)
 	runtime.KeepAlive(keys)
@@ -671,7 +674,7 @@ func (c *Cache) Crop(tokens int64) (err error) {
 	if err != nil {
 		return err
 	}
-	err = cCrop(p, tokens)
+	err = cCrop(p, c.callsBack, tokens)
 	runtime.KeepAlive(c)
 	return err
 }
@@ -708,7 +711,7 @@ func (c *Cache) Reorder(beamIdx []int64) (err error) {
 	if err != nil {
 		return err
 	}
-	err = cReorder(p, int64sPtr(beamIdx), len(beamIdx))
+	err = cReorder(p, c.callsBack, int64sPtr(beamIdx), len(beamIdx))
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(beamIdx)
 	return err
@@ -738,7 +741,7 @@ func (c *Cache) BatchSelectIndices(indices []int64) (err error) {
 	if err != nil {
 		return err
 	}
-	err = cSelectIndices(p, int64sPtr(indices), len(indices))
+	err = cSelectIndices(p, c.callsBack, int64sPtr(indices), len(indices))
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(indices)
 	return err
@@ -777,7 +780,7 @@ func (c *Cache) BatchSplit(fullBatchSize, splitSize int64) (_ []*Cache, err erro
 	}
 	out := make([]*Cache, n)
 	for i := range out {
-		out[i] = newCache(handles[i])
+		out[i] = newCache(handles[i], c.callsBack)
 	}
 	return out, nil
 }
@@ -790,10 +793,12 @@ func FromBatchSplits(splits []*Cache) (*Cache, error) {
 		return nil, err
 	}
 	handles := make([]unsafe.Pointer, len(splits))
+	callsBack := false
 	for i, s := range splits {
 		if handles[i] = s.handle(); handles[i] == nil {
 			return nil, ErrClosed
 		}
+		callsBack = callsBack || s.callsBack
 	}
 	p, err := cFromBatchSplits(handles)
 	runtime.KeepAlive(splits)
@@ -803,7 +808,7 @@ func FromBatchSplits(splits []*Cache) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newCache(p), nil
+	return newCache(p, callsBack), nil
 }
 
 // SetStream binds a device cache to a CUDA or HIP stream, given as its

@@ -27,6 +27,13 @@ func (o *edOwner) close() {
 	liveHandles.Add(-1)
 }
 
+// edCallsBack is Cache.callsBack of a pair's two halves.
+type edCallsBack struct{ self, cross bool }
+
+func (e *EncoderDecoderCache) callsBack() edCallsBack {
+	return edCallsBack{e.self.callsBack, e.cross.callsBack}
+}
+
 // EncoderDecoderCache is transformers' EncoderDecoderCache: a self-attention
 // cache over the generated tokens, a cross-attention cache over the encoder
 // output, and per layer whether the cross-attention K/V have been computed
@@ -46,15 +53,17 @@ func (e *EncoderDecoderCache) lock() *sync.Mutex {
 	return &e.o.mu
 }
 
-func newEncoderDecoder(p unsafe.Pointer, self, cross *Cache) *EncoderDecoderCache {
+// newEncoderDecoder wraps the pair p around self and cross, or, where they are nil, around new borrowed
+// halves whose callsBack is the one given (that of the halves a clone or split was made from).
+func newEncoderDecoder(p unsafe.Pointer, self, cross *Cache, callsBack edCallsBack) *EncoderDecoderCache {
 	o := &edOwner{p: p}
 	liveHandles.Add(1)
 	runtime.SetFinalizer(o, (*edOwner).close)
 	if self == nil {
-		self = &Cache{p: cEDSelf(p)}
+		self = &Cache{p: cEDSelf(p), callsBack: callsBack.self}
 	}
 	if cross == nil {
-		cross = &Cache{p: cEDCross(p)}
+		cross = &Cache{p: cEDCross(p), callsBack: callsBack.cross}
 	}
 	self.owner, cross.owner = o, o
 	return &EncoderDecoderCache{o: o, self: self, cross: cross}
@@ -95,7 +104,7 @@ func NewEncoderDecoder(selfAttention, crossAttention *Cache) (*EncoderDecoderCac
 		runtime.SetFinalizer(c, nil)
 		liveHandles.Add(-1)
 	}
-	return newEncoderDecoder(p, selfAttention, crossAttention), nil
+	return newEncoderDecoder(p, selfAttention, crossAttention, edCallsBack{}), nil
 }
 
 // Close frees the pair and both caches. It is idempotent and always
@@ -200,7 +209,7 @@ func (e *EncoderDecoderCache) UpdateCross(layer int, key, value Input) (_ KV, er
 		return KV{}, err
 	}
 	var out ckv
-	err = cEDUpdateCross(p, l, kp, vp, &kd, &vd, &out)
+	err = cEDUpdateCross(p, e.cross.callsBack, l, kp, vp, &kd, &vd, &out)
 	runtime.KeepAlive(e)
 	runtime.KeepAlive(key)
 	runtime.KeepAlive(value)
@@ -283,7 +292,7 @@ func (e *EncoderDecoderCache) BatchSplit(fullBatchSize, splitSize int64) (_ []*E
 	}
 	out := make([]*EncoderDecoderCache, n)
 	for i := range out {
-		out[i] = newEncoderDecoder(handles[i], nil, nil)
+		out[i] = newEncoderDecoder(handles[i], nil, nil, e.callsBack())
 	}
 	return out, nil
 }
@@ -295,12 +304,15 @@ func EncoderDecoderFromBatchSplits(splits []*EncoderDecoderCache) (*EncoderDecod
 		return nil, err
 	}
 	handles := make([]unsafe.Pointer, len(splits))
+	var callsBack edCallsBack // the stack's halves call back where any split's do
 	for i, s := range splits {
 		p, err := s.get()
 		if err != nil {
 			return nil, err
 		}
 		handles[i] = p
+		callsBack.self = callsBack.self || s.self.callsBack
+		callsBack.cross = callsBack.cross || s.cross.callsBack
 	}
 	p, err := cEDFromBatchSplits(handles)
 	for _, s := range splits {
@@ -309,7 +321,7 @@ func EncoderDecoderFromBatchSplits(splits []*EncoderDecoderCache) (*EncoderDecod
 	if err != nil {
 		return nil, err
 	}
-	return newEncoderDecoder(p, nil, nil), nil
+	return newEncoderDecoder(p, nil, nil, callsBack), nil
 }
 
 // Reset resets both caches and marks every cross-attention layer as not
@@ -339,7 +351,7 @@ func (e *EncoderDecoderCache) Clone() (_ *EncoderDecoderCache, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return newEncoderDecoder(q, nil, nil), nil
+	return newEncoderDecoder(q, nil, nil, e.callsBack()), nil
 }
 
 func (e *EncoderDecoderCache) String() string {

@@ -59,7 +59,7 @@ func Load(path string) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newCache(p), nil
+	return newCache(p, false), nil
 }
 
 // Save writes both halves and the is_updated flags to the file path.
@@ -98,7 +98,7 @@ func LoadEncoderDecoder(path string) (*EncoderDecoderCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newEncoderDecoder(p, nil, nil), nil
+	return newEncoderDecoder(p, nil, nil, edCallsBack{}), nil
 }
 
 // Save writes the sequence to the file path (created or replaced; written
