@@ -263,15 +263,9 @@ func (c *Cache) Clone() (_ *Cache, err error) {
 // of at its first update (transformers' early_initialization): static
 // layers get their zeroed buffers, dynamic layers an empty store.
 func (c *Cache) EarlyInitialization(opts InitOptions) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.EarlyInitialization")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cEarlyInit(p, c.callsBack, &opts)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.EarlyInitialization", mutates, nil, func(p unsafe.Pointer) error {
+		return cEarlyInit(p, c.callsBack, &opts)
+	})
 }
 
 // NumLayers returns the number of layers (for a lazy cache, the layers
@@ -344,19 +338,10 @@ func (c *Cache) LayerView(layer int) (_ KV, err error) {
 // layers: all tokens written; dynamic layers: tokens stored); 0 for a layer
 // beyond the layers or not initialized.
 func (c *Cache) SeqLength(layer int) (_ int64, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.SeqLength")
-	l, err := layerIndex("SeqLength", layer)
-	if err != nil {
-		return 0, err
-	}
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	n, err := cSeqLength(p, l)
-	runtime.KeepAlive(c)
-	return n, err
+	l, argErr := layerIndex("SeqLength", layer)
+	return valueCall(c, "Cache.SeqLength", reads, argErr, func(p unsafe.Pointer) (int64, error) {
+		return cSeqLength(p, l)
+	})
 }
 
 // MaxLength returns get_max_length(layer): -1 for unbounded (dynamic), the
@@ -364,37 +349,19 @@ func (c *Cache) SeqLength(layer int) (_ int64, err error) {
 // max_cache_len) for static sliding layers; with AllLayers, the maximum over
 // all layers.
 func (c *Cache) MaxLength(layer int) (_ int64, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.MaxLength")
-	l, err := signedLayer("MaxLength", layer)
-	if err != nil {
-		return 0, err
-	}
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	n, err := cMaxLength(p, l)
-	runtime.KeepAlive(c)
-	return n, err
+	l, argErr := signedLayer("MaxLength", layer)
+	return valueCall(c, "Cache.MaxLength", reads, argErr, func(p unsafe.Pointer) (int64, error) {
+		return cMaxLength(p, l)
+	})
 }
 
 // UsableLength returns get_usable_length(newSeqLength, layer): the stored
 // length old models use as kv_seq_len.
 func (c *Cache) UsableLength(newSeqLength int64, layer int) (_ int64, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.UsableLength")
-	l, err := layerIndex("UsableLength", layer)
-	if err != nil {
-		return 0, err
-	}
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	n, err := cUsableLength(p, newSeqLength, l)
-	runtime.KeepAlive(c)
-	return n, err
+	l, argErr := layerIndex("UsableLength", layer)
+	return valueCall(c, "Cache.UsableLength", reads, argErr, func(p unsafe.Pointer) (int64, error) {
+		return cUsableLength(p, newSeqLength, l)
+	})
 }
 
 // MaskSizes returns get_mask_sizes(queryLength, layer): the length and the
@@ -419,58 +386,34 @@ func (c *Cache) MaskSizes(queryLength int64, layer int) (kvLength, kvOffset int6
 // BatchSize returns the batch size of the initialized static layers
 // (transformers' Cache.batch_size), -1 if there are none.
 func (c *Cache) BatchSize() (_ int64, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.BatchSize")
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	n, err := cBatchSize(p)
-	runtime.KeepAlive(c)
-	return n, err
+	return valueCall(c, "Cache.BatchSize", reads, nil, func(p unsafe.Pointer) (int64, error) {
+		return cBatchSize(p)
+	})
 }
 
 // QueryOffset returns transformers' get_query_offset(layer) (5.14): where the
 // next forward's queries start, the sequence length plus what the cache's
 // QueryOffsetRule adds.
 func (c *Cache) QueryOffset(layer uint32) (_ int64, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.QueryOffset")
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	n, err := cQueryOffset(p, layer)
-	runtime.KeepAlive(c)
-	return n, err
+	return valueCall(c, "Cache.QueryOffset", reads, nil, func(p unsafe.Pointer) (int64, error) {
+		return cQueryOffset(p, layer)
+	})
 }
 
 // IsCroppable reports transformers' is_croppable (5.17) of one layer, or of
 // every layer with AllLayers: whether Crop can put it back as it was.
 func (c *Cache) IsCroppable(layer int32) (_ bool, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.IsCroppable")
-	p, err := c.get()
-	if err != nil {
-		return false, err
-	}
-	v, err := cIsCroppable(p, layer)
-	runtime.KeepAlive(c)
-	return v, err
+	return valueCall(c, "Cache.IsCroppable", reads, nil, func(p unsafe.Pointer) (bool, error) {
+		return cIsCroppable(p, layer)
+	})
 }
 
 // SetPreviousAcceptedTokens is DFlashCache.set_previous_accepted_tokens: only
 // on a cache created with QueryOffsetDFlash.
 func (c *Cache) SetPreviousAcceptedTokens(tokens int64) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.SetPreviousAcceptedTokens")
-	p, err := c.get()
-	if err != nil {
-		return err
-	}
-	err = cSetPreviousAcceptedTokens(p, tokens)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.SetPreviousAcceptedTokens", reads, nil, func(p unsafe.Pointer) error {
+		return cSetPreviousAcceptedTokens(p, tokens)
+	})
 }
 
 // Memory returns the memory the cache holds.
@@ -668,30 +611,18 @@ func (c *Cache) UpdateAll(keys, values []Input, opts *UpdateOptions, out []KV) (
 // its window can only be cropped after ActivatePastRecording, with tokens
 // <= 0. Static layers refuse (ErrUnsupported).
 func (c *Cache) Crop(tokens int64) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Crop")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cCrop(p, c.callsBack, tokens)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.Crop", mutates, nil, func(p unsafe.Pointer) error {
+		return cCrop(p, c.callsBack, tokens)
+	})
 }
 
 // ActivatePastRecording makes sliding layers keep every token they receive
 // from now on, so that assisted decoding can roll back rejected tokens with
 // a negative Crop (activate_past_recording).
 func (c *Cache) ActivatePastRecording() (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.ActivatePastRecording")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cActivatePastRecording(p)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.ActivatePastRecording", mutates, nil, func(p unsafe.Pointer) error {
+		return cActivatePastRecording(p)
+	})
 }
 
 func int64sPtr(s []int64) *int64 {
@@ -705,46 +636,30 @@ func int64sPtr(s []int64) *int64 {
 // non-empty layer becomes former row beamIdx[b]. When len(beamIdx) is the
 // batch size only the rows that change are copied.
 func (c *Cache) Reorder(beamIdx []int64) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Reorder")
-	p, err := c.mut()
-	if err != nil {
+	return call(c, "Cache.Reorder", mutates, nil, func(p unsafe.Pointer) error {
+		err := cReorder(p, c.callsBack, int64sPtr(beamIdx), len(beamIdx))
+		runtime.KeepAlive(beamIdx)
 		return err
-	}
-	err = cReorder(p, c.callsBack, int64sPtr(beamIdx), len(beamIdx))
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(beamIdx)
-	return err
+	})
 }
 
 // BatchRepeatInterleave is batch_repeat_interleave(repeats): row i becomes
 // rows i*repeats .. i*repeats+repeats-1 (contrastive search). Dynamic kinds
 // only.
 func (c *Cache) BatchRepeatInterleave(repeats int64) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.BatchRepeatInterleave")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cRepeatInterleave(p, repeats)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.BatchRepeatInterleave", mutates, nil, func(p unsafe.Pointer) error {
+		return cRepeatInterleave(p, repeats)
+	})
 }
 
 // BatchSelectIndices is batch_select_indices(indices): keeps those rows, in
 // that order. Dynamic kinds only.
 func (c *Cache) BatchSelectIndices(indices []int64) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.BatchSelectIndices")
-	p, err := c.mut()
-	if err != nil {
+	return call(c, "Cache.BatchSelectIndices", mutates, nil, func(p unsafe.Pointer) error {
+		err := cSelectIndices(p, c.callsBack, int64sPtr(indices), len(indices))
+		runtime.KeepAlive(indices)
 		return err
-	}
-	err = cSelectIndices(p, c.callsBack, int64sPtr(indices), len(indices))
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(indices)
-	return err
+	})
 }
 
 // splitCapacity is how many handles batch_split may write: the number of
@@ -818,15 +733,9 @@ func FromBatchSplits(splits []*Cache) (*Cache, error) {
 // is ordered before anything issued afterwards. The stream must outlive its
 // use by the cache. A CPU cache accepts only 0.
 func (c *Cache) SetStream(stream uintptr) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.SetStream")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cSetStream(p, stream)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.SetStream", mutates, nil, func(p unsafe.Pointer) error {
+		return cSetStream(p, stream)
+	})
 }
 
 // Stream is the handle of the stream the cache is bound to (0: the default
@@ -847,67 +756,37 @@ func (c *Cache) Stream() (_ uintptr, err error) {
 // layer, like a slice's capacity: updates up to that length then neither
 // allocate nor copy history.
 func (c *Cache) Reserve(tokens int64) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Reserve")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cReserve(p, tokens)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.Reserve", mutates, nil, func(p unsafe.Pointer) error {
+		return cReserve(p, tokens)
+	})
 }
 
 // Reset empties every layer: static buffers are zeroed and their counters
 // set to 0; dynamic layers drop their tokens and keep their storage. It is
 // also the one call a cache poisoned by a GPU failure accepts.
 func (c *Cache) Reset() (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Reset")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cReset(p)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.Reset", mutates, nil, func(p unsafe.Pointer) error {
+		return cReset(p)
+	})
 }
 
 // Offload moves a layer's K/V to the host tier (kvc_cache_offload). A
 // cache created with offloading does this by itself in Update; this is for
 // callers that drive it themselves.
 func (c *Cache) Offload(layer int) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Offload")
-	l, err := layerIndex("Offload", layer)
-	if err != nil {
-		return err
-	}
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cOffload(p, l)
-	runtime.KeepAlive(c)
-	return err
+	l, argErr := layerIndex("Offload", layer)
+	return call(c, "Cache.Offload", mutates, argErr, func(p unsafe.Pointer) error {
+		return cOffload(p, l)
+	})
 }
 
 // Prefetch moves a layer's K/V back to the device tier
 // (kvc_cache_prefetch).
 func (c *Cache) Prefetch(layer int) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Prefetch")
-	l, err := layerIndex("Prefetch", layer)
-	if err != nil {
-		return err
-	}
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cPrefetch(p, l)
-	runtime.KeepAlive(c)
-	return err
+	l, argErr := layerIndex("Prefetch", layer)
+	return call(c, "Cache.Prefetch", mutates, argErr, func(p unsafe.Pointer) error {
+		return cPrefetch(p, l)
+	})
 }
 
 // convOpts mirrors kvcgo_conv_opts: the pointer-free part of

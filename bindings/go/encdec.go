@@ -168,19 +168,10 @@ func (e *EncoderDecoderCache) mut() (unsafe.Pointer, error) {
 // IsUpdated reports whether cross-attention layer layer has been computed;
 // false for indices beyond the layers.
 func (e *EncoderDecoderCache) IsUpdated(layer int) (_ bool, err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.IsUpdated")
-	l, err := layerIndex("IsUpdated", layer)
-	if err != nil {
-		return false, err
-	}
-	p, err := e.get()
-	if err != nil {
-		return false, err
-	}
-	b, err := cEDIsUpdated(p, l)
-	runtime.KeepAlive(e)
-	return b, err
+	l, argErr := layerIndex("IsUpdated", layer)
+	return valueCall(e, "EncoderDecoderCache.IsUpdated", reads, argErr, func(p unsafe.Pointer) (bool, error) {
+		return cEDIsUpdated(p, l)
+	})
 }
 
 // UpdateCross is the model's cross-attention protocol for one layer: if the
@@ -221,57 +212,35 @@ func (e *EncoderDecoderCache) UpdateCross(layer int, key, value Input) (_ KV, er
 
 // Crop crops the self-attention cache only (cross K/V are never cropped).
 func (e *EncoderDecoderCache) Crop(tokens int64) (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.Crop")
-	p, err := e.mut()
-	if err != nil {
-		return err
-	}
-	err = cEDCrop(p, tokens)
-	runtime.KeepAlive(e)
-	return err
+	return call(e, "EncoderDecoderCache.Crop", mutates, nil, func(p unsafe.Pointer) error {
+		return cEDCrop(p, tokens)
+	})
 }
 
 // Reorder reorders both caches (beam search).
 func (e *EncoderDecoderCache) Reorder(beamIdx []int64) (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.Reorder")
-	p, err := e.mut()
-	if err != nil {
+	return call(e, "EncoderDecoderCache.Reorder", mutates, nil, func(p unsafe.Pointer) error {
+		err := cEDReorder(p, int64sPtr(beamIdx), len(beamIdx))
+		runtime.KeepAlive(beamIdx)
 		return err
-	}
-	err = cEDReorder(p, int64sPtr(beamIdx), len(beamIdx))
-	runtime.KeepAlive(e)
-	runtime.KeepAlive(beamIdx)
-	return err
+	})
 }
 
 // BatchRepeatInterleave repeats the rows of both caches; both must be
 // dynamic.
 func (e *EncoderDecoderCache) BatchRepeatInterleave(repeats int64) (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.BatchRepeatInterleave")
-	p, err := e.mut()
-	if err != nil {
-		return err
-	}
-	err = cEDRepeatInterleave(p, repeats)
-	runtime.KeepAlive(e)
-	return err
+	return call(e, "EncoderDecoderCache.BatchRepeatInterleave", mutates, nil, func(p unsafe.Pointer) error {
+		return cEDRepeatInterleave(p, repeats)
+	})
 }
 
 // BatchSelectIndices keeps rows of both caches; both must be dynamic.
 func (e *EncoderDecoderCache) BatchSelectIndices(indices []int64) (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.BatchSelectIndices")
-	p, err := e.mut()
-	if err != nil {
+	return call(e, "EncoderDecoderCache.BatchSelectIndices", mutates, nil, func(p unsafe.Pointer) error {
+		err := cEDSelectIndices(p, int64sPtr(indices), len(indices))
+		runtime.KeepAlive(indices)
 		return err
-	}
-	err = cEDSelectIndices(p, int64sPtr(indices), len(indices))
-	runtime.KeepAlive(e)
-	runtime.KeepAlive(indices)
-	return err
+	})
 }
 
 // BatchSplit splits both caches (legacy EncoderDecoderCache.batch_split);
@@ -327,15 +296,9 @@ func EncoderDecoderFromBatchSplits(splits []*EncoderDecoderCache) (*EncoderDecod
 // Reset resets both caches and marks every cross-attention layer as not
 // updated.
 func (e *EncoderDecoderCache) Reset() (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.Reset")
-	p, err := e.mut()
-	if err != nil {
-		return err
-	}
-	err = cEDReset(p)
-	runtime.KeepAlive(e)
-	return err
+	return call(e, "EncoderDecoderCache.Reset", mutates, nil, func(p unsafe.Pointer) error {
+		return cEDReset(p)
+	})
 }
 
 // Clone returns a deep copy of both caches and the IsUpdated flags.

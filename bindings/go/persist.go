@@ -23,30 +23,18 @@ const FileFormatVersion = 1
 // it and renamed, so a crash never leaves a partial file). The cache is not
 // changed.
 func (c *Cache) Save(path string) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Save")
-	p, err := c.get()
-	if err != nil {
-		return err
-	}
-	err = cSave(p, path)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.Save", reads, nil, func(p unsafe.Pointer) error {
+		return cSave(p, path)
+	})
 }
 
 // Restore replaces the cache's contents with the file's, whose model
 // fingerprint must equal the cache's. Views taken before are invalid
 // afterwards. On error the cache is unchanged.
 func (c *Cache) Restore(path string) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Restore")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cRestore(p, path)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.Restore", mutates, nil, func(p unsafe.Pointer) error {
+		return cRestore(p, path)
+	})
 }
 
 // Load makes a new cache on the CPU from the file path (a regular file, read
@@ -64,29 +52,17 @@ func Load(path string) (*Cache, error) {
 
 // Save writes both halves and the is_updated flags to the file path.
 func (e *EncoderDecoderCache) Save(path string) (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.Save")
-	p, err := e.get()
-	if err != nil {
-		return err
-	}
-	err = cEDSave(p, path)
-	runtime.KeepAlive(e)
-	return err
+	return call(e, "EncoderDecoderCache.Save", reads, nil, func(p unsafe.Pointer) error {
+		return cEDSave(p, path)
+	})
 }
 
 // Restore replaces both halves and the flags with the file's (the
 // fingerprints must match); unchanged on error.
 func (e *EncoderDecoderCache) Restore(path string) (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.Restore")
-	p, err := e.mut()
-	if err != nil {
-		return err
-	}
-	err = cEDRestore(p, path)
-	runtime.KeepAlive(e)
-	return err
+	return call(e, "EncoderDecoderCache.Restore", mutates, nil, func(p unsafe.Pointer) error {
+		return cEDRestore(p, path)
+	})
 }
 
 // LoadEncoderDecoder makes a new encoder-decoder cache on the CPU from the file path.
