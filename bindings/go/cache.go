@@ -245,18 +245,13 @@ func NewFromTensors(opts *CacheOptions, keys, values []Input) (*Cache, error) {
 // Clone returns a deep copy of the cache (same layers, contents, counters
 // and flags), for prefix reuse: prefill once, clone per request.
 func (c *Cache) Clone() (_ *Cache, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Clone")
-	p, err := c.get()
-	if err != nil {
-		return nil, err
-	}
-	q, err := cClone(p)
-	runtime.KeepAlive(c)
-	if err != nil {
-		return nil, err
-	}
-	return newCache(q, c.callsBack), nil
+	return valueCall(c, "Cache.Clone", reads, nil, func(p unsafe.Pointer) (*Cache, error) {
+		q, err := cClone(p)
+		if err != nil {
+			return nil, err
+		}
+		return newCache(q, c.callsBack), nil
+	})
 }
 
 // EarlyInitialization allocates every layer not yet initialized now instead
@@ -281,33 +276,19 @@ func (c *Cache) NumLayers() int {
 // LayerCount returns the number of layers (for a lazy cache, the layers
 // touched so far), or ErrClosed. Since 0.7.
 func (c *Cache) LayerCount() (_ int, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.LayerCount")
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	n := cNumLayers(p)
-	runtime.KeepAlive(c)
-	return int(n), nil
+	return valueCall(c, "Cache.LayerCount", reads, nil, func(p unsafe.Pointer) (int, error) {
+		return int(cNumLayers(p)), nil
+	})
 }
 
 // LayerInfo returns what a layer is and holds.
 func (c *Cache) LayerInfo(layer int) (_ LayerInfo, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.LayerInfo")
-	l, err := layerIndex("LayerInfo", layer)
-	if err != nil {
-		return LayerInfo{}, err
-	}
-	p, err := c.get()
-	if err != nil {
-		return LayerInfo{}, err
-	}
-	var info LayerInfo
-	err = cLayerInfo(p, l, &info)
-	runtime.KeepAlive(c)
-	return info, err
+	l, argErr := layerIndex("LayerInfo", layer)
+	return valueCall(c, "Cache.LayerInfo", reads, argErr, func(p unsafe.Pointer) (LayerInfo, error) {
+		var info LayerInfo
+		err := cLayerInfo(p, l, &info)
+		return info, err
+	})
 }
 
 // LayerView returns a layer's stored keys and values (transformers'
@@ -315,23 +296,14 @@ func (c *Cache) LayerInfo(layer int) (_ LayerInfo, err error) {
 // sliding the kept tail, static layers the whole buffer including unwritten
 // (zero) slots. The views are valid until the cache's next mutating call.
 func (c *Cache) LayerView(layer int) (_ KV, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.LayerView")
-	l, err := layerIndex("LayerView", layer)
-	if err != nil {
-		return KV{}, err
-	}
-	p, err := c.get()
-	if err != nil {
-		return KV{}, err
-	}
-	var out ckv
-	err = cLayerView(p, l, &out)
-	runtime.KeepAlive(c)
-	if err != nil {
-		return KV{}, err
-	}
-	return KV{viewFromC(&out.key, c), viewFromC(&out.value, c)}, nil
+	l, argErr := layerIndex("LayerView", layer)
+	return valueCall(c, "Cache.LayerView", reads, argErr, func(p unsafe.Pointer) (KV, error) {
+		var out ckv
+		if err := cLayerView(p, l, &out); err != nil {
+			return KV{}, err
+		}
+		return KV{viewFromC(&out.key, c), viewFromC(&out.value, c)}, nil
+	})
 }
 
 // SeqLength returns get_seq_length(layer): tokens seen (static and sliding
@@ -418,16 +390,11 @@ func (c *Cache) SetPreviousAcceptedTokens(tokens int64) (err error) {
 
 // Memory returns the memory the cache holds.
 func (c *Cache) Memory() (_ MemoryInfo, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Memory")
-	p, err := c.get()
-	if err != nil {
-		return MemoryInfo{}, err
-	}
-	var m MemoryInfo
-	err = cMemory(p, &m)
-	runtime.KeepAlive(c)
-	return m, err
+	return valueCall(c, "Cache.Memory", reads, nil, func(p unsafe.Pointer) (MemoryInfo, error) {
+		var m MemoryInfo
+		err := cMemory(p, &m)
+		return m, err
+	})
 }
 
 // uopts mirrors kvcgo_uopts: the pointer-free part of kvc_update_options.
@@ -680,24 +647,8 @@ func splitCapacity(full, split int64) int {
 // with the same layers, counters and flags. fullBatchSize must be the
 // cache's batch size. The cache itself is unchanged.
 func (c *Cache) BatchSplit(fullBatchSize, splitSize int64) (_ []*Cache, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.BatchSplit")
-	p, err := c.get()
-	if err != nil {
-		return nil, err
-	}
-	// Never NULL: the library checks its arguments before the capacity.
-	handles := make([]unsafe.Pointer, max(1, splitCapacity(fullBatchSize, splitSize)))
-	n, err := cBatchSplit(p, fullBatchSize, splitSize, handles)
-	runtime.KeepAlive(c)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*Cache, n)
-	for i := range out {
-		out[i] = newCache(handles[i], c.callsBack)
-	}
-	return out, nil
+	return batchSplit(c, "Cache.BatchSplit", fullBatchSize, splitSize, cBatchSplit,
+		func(q unsafe.Pointer) *Cache { return newCache(q, c.callsBack) })
 }
 
 // FromBatchSplits is from_batch_splits(splits): one new cache whose rows are
@@ -741,15 +692,7 @@ func (c *Cache) SetStream(stream uintptr) (err error) {
 // Stream is the handle of the stream the cache is bound to (0: the default
 // stream, or a CPU cache).
 func (c *Cache) Stream() (_ uintptr, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Stream")
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	s := cStream(p)
-	runtime.KeepAlive(c)
-	return s, nil
+	return valueCall(c, "Cache.Stream", reads, nil, func(p unsafe.Pointer) (uintptr, error) { return cStream(p), nil })
 }
 
 // Reserve reserves room for tokens tokens in every dynamic full-attention
@@ -952,47 +895,28 @@ func (c *Cache) UpdateIndexer(layer int, x Input) (_ View, err error) {
 // UpdateIndexer returns it; an empty View (no data, no dimensions) before
 // its first UpdateIndexer, as transformers' None.
 func (c *Cache) IndexerView(layer int) (_ View, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.IndexerView")
-	const fn = "IndexerView"
-	l, err := layerIndex(fn, layer)
-	if err != nil {
-		return View{}, err
-	}
-	p, err := c.get()
-	if err != nil {
-		return View{}, err
-	}
-	var out ctensor
-	err = cIndexerView(p, l, &out)
-	runtime.KeepAlive(c)
-	if err != nil {
-		return View{}, err
-	}
-	return viewFromC(&out, c), nil
+	l, argErr := layerIndex("IndexerView", layer)
+	return valueCall(c, "Cache.IndexerView", reads, argErr, func(p unsafe.Pointer) (View, error) {
+		var out ctensor
+		if err := cIndexerView(p, l, &out); err != nil {
+			return View{}, err
+		}
+		return viewFromC(&out, c), nil
+	})
 }
 
 // HasPreviousState is has_previous_state(layer, stateIndex): whether the
 // state(s) have had their first conv update. layer AllLayers means the last
 // linear layer; stateIndex -1 means all states of the layer.
 func (c *Cache) HasPreviousState(layer, stateIndex int) (_ bool, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.HasPreviousState")
 	const fn = "HasPreviousState"
-	l, err := signedLayer(fn, layer)
-	if err != nil {
-		return false, err
+	l, argErr := signedLayer(fn, layer)
+	if argErr == nil && (stateIndex < math.MinInt32 || stateIndex > math.MaxInt32) {
+		argErr = newError(CodeOutOfRange, fmt.Sprintf("%s: state index %d is out of range", fn, stateIndex))
 	}
-	if stateIndex < math.MinInt32 || stateIndex > math.MaxInt32 {
-		return false, newError(CodeOutOfRange, fmt.Sprintf("%s: state index %d is out of range", fn, stateIndex))
-	}
-	p, err := c.get()
-	if err != nil {
-		return false, err
-	}
-	b, err := cHasPreviousState(p, l, int32(stateIndex))
-	runtime.KeepAlive(c)
-	return b, err
+	return valueCall(c, "Cache.HasPreviousState", reads, argErr, func(p unsafe.Pointer) (bool, error) {
+		return cHasPreviousState(p, l, int32(stateIndex))
+	})
 }
 
 // ------------------------------------------------------ tensor arrays in C

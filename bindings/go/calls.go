@@ -54,3 +54,22 @@ func call(h handleOwner, op string, kind callKind, argErr error, f func(p unsafe
 	_, err := valueCall(h, op, kind, argErr, func(p unsafe.Pointer) (struct{}, error) { return struct{}{}, f(p) })
 	return err
 }
+
+// batchSplit is BatchSplit of a Cache or a pair: split (the C call) writes the handles of the new objects, wrap
+// makes each a Go object.
+func batchSplit[T any](h handleOwner, op string, full, size int64,
+	split func(p unsafe.Pointer, full, size int64, out []unsafe.Pointer) (int, error), wrap func(unsafe.Pointer) T) ([]T, error) {
+	return valueCall(h, op, reads, nil, func(p unsafe.Pointer) ([]T, error) {
+		// Never NULL: the library checks its arguments before the capacity.
+		handles := make([]unsafe.Pointer, max(1, splitCapacity(full, size)))
+		n, err := split(p, full, size, handles)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]T, n)
+		for i := range out {
+			out[i] = wrap(handles[i])
+		}
+		return out, nil
+	})
+}

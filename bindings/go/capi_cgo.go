@@ -364,6 +364,11 @@ var (
 	_ [unsafe.Sizeof(ckv{}) - C.sizeof_kvc_kv]byte
 	_ [C.sizeof_kvc_kv - unsafe.Sizeof(ckv{})]byte
 
+	_ [unsafe.Sizeof(ctable{}) - C.sizeof_kvc_pool_table]byte
+	_ [C.sizeof_kvc_pool_table - unsafe.Sizeof(ctable{})]byte
+	_ [unsafe.Offsetof(ctable{}.lastPageLen) - unsafe.Offsetof(C.kvc_pool_table{}.last_page_len)]byte
+	_ [unsafe.Offsetof(C.kvc_pool_table{}.last_page_len) - unsafe.Offsetof(ctable{}.lastPageLen)]byte
+
 	_ [maxDims - C.KVCGO_MAX_DIMS]byte
 	_ [C.KVCGO_MAX_DIMS - maxDims]byte
 )

@@ -246,24 +246,8 @@ func (e *EncoderDecoderCache) BatchSelectIndices(indices []int64) (err error) {
 // BatchSplit splits both caches (legacy EncoderDecoderCache.batch_split);
 // both must be dynamic. The pair itself is unchanged.
 func (e *EncoderDecoderCache) BatchSplit(fullBatchSize, splitSize int64) (_ []*EncoderDecoderCache, err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.BatchSplit")
-	p, err := e.get()
-	if err != nil {
-		return nil, err
-	}
-	// Never NULL: the library checks its arguments before the capacity.
-	handles := make([]unsafe.Pointer, max(1, splitCapacity(fullBatchSize, splitSize)))
-	n, err := cEDBatchSplit(p, fullBatchSize, splitSize, handles)
-	runtime.KeepAlive(e)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*EncoderDecoderCache, n)
-	for i := range out {
-		out[i] = newEncoderDecoder(handles[i], nil, nil, e.callsBack())
-	}
-	return out, nil
+	return batchSplit(e, "EncoderDecoderCache.BatchSplit", fullBatchSize, splitSize, cEDBatchSplit,
+		func(q unsafe.Pointer) *EncoderDecoderCache { return newEncoderDecoder(q, nil, nil, e.callsBack()) })
 }
 
 // EncoderDecoderFromBatchSplits stacks splits of both caches into a new
@@ -303,18 +287,13 @@ func (e *EncoderDecoderCache) Reset() (err error) {
 
 // Clone returns a deep copy of both caches and the IsUpdated flags.
 func (e *EncoderDecoderCache) Clone() (_ *EncoderDecoderCache, err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.Clone")
-	p, err := e.get()
-	if err != nil {
-		return nil, err
-	}
-	q, err := cEDClone(p)
-	runtime.KeepAlive(e)
-	if err != nil {
-		return nil, err
-	}
-	return newEncoderDecoder(q, nil, nil, e.callsBack()), nil
+	return valueCall(e, "EncoderDecoderCache.Clone", reads, nil, func(p unsafe.Pointer) (*EncoderDecoderCache, error) {
+		q, err := cEDClone(p)
+		if err != nil {
+			return nil, err
+		}
+		return newEncoderDecoder(q, nil, nil, e.callsBack()), nil
+	})
 }
 
 func (e *EncoderDecoderCache) String() string {

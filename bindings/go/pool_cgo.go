@@ -70,15 +70,6 @@ import (
 	"unsafe"
 )
 
-// Compile-time checks of the Go mirror of kvc_pool_table (the constants are
-// checked in constcheck_cgo.go).
-var (
-	_ [unsafe.Sizeof(ctable{}) - C.sizeof_kvc_pool_table]byte
-	_ [C.sizeof_kvc_pool_table - unsafe.Sizeof(ctable{})]byte
-	_ [unsafe.Offsetof(ctable{}.lastPageLen) - unsafe.Offsetof(C.kvc_pool_table{}.last_page_len)]byte
-	_ [unsafe.Offsetof(C.kvc_pool_table{}.last_page_len) - unsafe.Offsetof(ctable{}.lastPageLen)]byte
-)
-
 func pool(p unsafe.Pointer) *C.kvc_pool             { return (*C.kvc_pool)(p) }
 func poolSeq(p unsafe.Pointer) *C.kvc_pool_sequence { return (*C.kvc_pool_sequence)(p) }
 
