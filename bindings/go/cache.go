@@ -108,6 +108,14 @@ func (c *Cache) scratchMem(size uintptr) unsafe.Pointer {
 	return c.scratch
 }
 
+// newCacheOr is newCache for what a C constructor returned: nil and its error when it failed.
+func newCacheOr(p unsafe.Pointer, callsBack bool, err error) (*Cache, error) {
+	if err != nil {
+		return nil, err
+	}
+	return newCache(p, callsBack), nil
+}
+
 func newCache(p unsafe.Pointer, callsBack bool) *Cache {
 	c := &Cache{p: p, callsBack: callsBack}
 	liveHandles.Add(1)
@@ -213,10 +221,7 @@ func New(opts *CacheOptions) (*Cache, error) {
 		return nil, err
 	}
 	p, err := cCreate(opts)
-	if err != nil {
-		return nil, err
-	}
-	return newCache(p, opts.hasAllocator()), nil
+	return newCacheOr(p, opts.hasAllocator(), err)
 }
 
 // NewFromTensors builds a cache from existing per-layer tensors:
@@ -236,10 +241,7 @@ func NewFromTensors(opts *CacheOptions, keys, values []Input) (*Cache, error) {
 	p, err := cCreateFromTensors(opts, arr.n, arr.keys(), arr.values())
 	runtime.KeepAlive(keys)
 	runtime.KeepAlive(values)
-	if err != nil {
-		return nil, err
-	}
-	return newCache(p, opts.hasAllocator()), nil
+	return newCacheOr(p, opts.hasAllocator(), err)
 }
 
 // Clone returns a deep copy of the cache (same layers, contents, counters
@@ -247,10 +249,7 @@ func NewFromTensors(opts *CacheOptions, keys, values []Input) (*Cache, error) {
 func (c *Cache) Clone() (_ *Cache, err error) {
 	return valueCall(c, "Cache.Clone", reads, nil, func(p unsafe.Pointer) (*Cache, error) {
 		q, err := cClone(p)
-		if err != nil {
-			return nil, err
-		}
-		return newCache(q, c.callsBack), nil
+		return newCacheOr(q, c.callsBack, err)
 	})
 }
 
@@ -299,10 +298,8 @@ func (c *Cache) LayerView(layer int) (_ KV, err error) {
 	l, argErr := layerIndex("LayerView", layer)
 	return valueCall(c, "Cache.LayerView", reads, argErr, func(p unsafe.Pointer) (KV, error) {
 		var out ckv
-		if err := cLayerView(p, l, &out); err != nil {
-			return KV{}, err
-		}
-		return KV{viewFromC(&out.key, c), viewFromC(&out.value, c)}, nil
+		err := cLayerView(p, l, &out)
+		return kvFromC(&out, c, err)
 	})
 }
 
@@ -469,10 +466,7 @@ func (c *Cache) updateCompact(l uint32, kp, vp unsafe.Pointer, d *cpair, key, va
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(key)
 	runtime.KeepAlive(value)
-	if err != nil {
-		return KV{}, err
-	}
-	return KV{viewFromC(&out.key, c), viewFromC(&out.value, c)}, nil
+	return kvFromC(&out, c, err)
 }
 
 // update is Update for any input.
@@ -513,10 +507,7 @@ func (c *Cache) update(layer int, key, value Input, opts *UpdateOptions) (KV, er
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(key)
 	runtime.KeepAlive(value)
-	if err != nil {
-		return KV{}, err
-	}
-	return KV{viewFromC(&out.key, c), viewFromC(&out.value, c)}, nil
+	return kvFromC(&out, c, err)
 }
 
 // UpdateAll does one decode or prefill step for layers 0..len(keys)-1 in
@@ -671,10 +662,7 @@ func FromBatchSplits(splits []*Cache) (*Cache, error) {
 	for _, s := range splits {
 		runtime.KeepAlive(s)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return newCache(p, callsBack), nil
+	return newCacheOr(p, callsBack, err)
 }
 
 // SetStream binds a device cache to a CUDA or HIP stream, given as its

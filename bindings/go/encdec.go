@@ -204,10 +204,7 @@ func (e *EncoderDecoderCache) UpdateCross(layer int, key, value Input) (_ KV, er
 	runtime.KeepAlive(e)
 	runtime.KeepAlive(key)
 	runtime.KeepAlive(value)
-	if err != nil {
-		return KV{}, err
-	}
-	return KV{viewFromC(&out.key, e.cross), viewFromC(&out.value, e.cross)}, nil
+	return kvFromC(&out, e.cross, err)
 }
 
 // Crop crops the self-attention cache only (cross K/V are never cropped).

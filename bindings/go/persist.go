@@ -44,10 +44,7 @@ func Load(path string) (*Cache, error) {
 		return nil, err
 	}
 	p, err := cLoad(path)
-	if err != nil {
-		return nil, err
-	}
-	return newCache(p, false), nil
+	return newCacheOr(p, false, err)
 }
 
 // Save writes both halves and the is_updated flags to the file path.

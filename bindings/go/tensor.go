@@ -267,23 +267,11 @@ func describe(fn string, arg argName, in Input, d *tdesc) (unsafe.Pointer, unsaf
 	case Tensor[BFloat16]:
 		return describeGo(fn, arg, dtBFloat16, t.Data, t.Offset, t.Shape, t.Strides, d)
 	case *Tensor[float32]:
-		if t == nil {
-			d.present = 0
-			return nil, nil, nil
-		}
-		return describeGo(fn, arg, dtFloat32, t.Data, t.Offset, t.Shape, t.Strides, d)
+		return describeTensorPtr(fn, arg, dtFloat32, t, d)
 	case *Tensor[Float16]:
-		if t == nil {
-			d.present = 0
-			return nil, nil, nil
-		}
-		return describeGo(fn, arg, dtFloat16, t.Data, t.Offset, t.Shape, t.Strides, d)
+		return describeTensorPtr(fn, arg, dtFloat16, t, d)
 	case *Tensor[BFloat16]:
-		if t == nil {
-			d.present = 0
-			return nil, nil, nil
-		}
-		return describeGo(fn, arg, dtBFloat16, t.Data, t.Offset, t.Shape, t.Strides, d)
+		return describeTensorPtr(fn, arg, dtBFloat16, t, d)
 	case View:
 		return t.describe(d)
 	case *View:
@@ -313,6 +301,15 @@ type cpair struct {
 	code  [2]uint8
 	bits  [2]uint8
 	lanes [2]uint16
+}
+
+// describeTensorPtr is describe for a *Tensor: nil is an absent input.
+func describeTensorPtr[T Element](fn string, arg argName, dt DataType, t *Tensor[T], d *tdesc) (unsafe.Pointer, unsafe.Pointer, error) {
+	if t == nil {
+		d.present = 0
+		return nil, nil, nil
+	}
+	return describeGo(fn, arg, dt, t.Data, t.Offset, t.Shape, t.Strides, d)
 }
 
 // compactInput is describe's fast path for the common input: a Tensor (or
@@ -572,6 +569,14 @@ type KV struct {
 // it only copies the descriptor and reads it when asked.
 func viewFromC(t *ctensor, owner *Cache) View {
 	return View{t: *t, owner: owner, gen: owner.gen, kind: viewCache}
+}
+
+// kvFromC is the views of a kvc_kv the library wrote into out, or err when the call that was to write it failed.
+func kvFromC(out *ckv, owner *Cache, err error) (KV, error) {
+	if err != nil {
+		return KV{}, err
+	}
+	return KV{viewFromC(&out.key, owner), viewFromC(&out.value, owner)}, nil
 }
 
 // Valid reports whether the view may still be read: its cache has not been
