@@ -745,11 +745,6 @@ func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (_ 
 	if err != nil {
 		return View{}, err
 	}
-	var xd tdesc
-	xp, _, err := describe(fn, plainArg("x"), x, &xd)
-	if err != nil {
-		return View{}, err
-	}
 	var o convOpts
 	var cp *int64
 	if opts != nil {
@@ -765,19 +760,11 @@ func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (_ 
 			cp = &opts.CachePosition[0]
 		}
 	}
-	p, err := c.mut()
-	if err != nil {
-		return View{}, err
-	}
-	var out ctensor
-	err = cUpdateConvState(p, l, xp, &xd, &o, cp, &out)
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(x)
-	runtime.KeepAlive(opts)
-	if err != nil {
-		return View{}, err
-	}
-	return viewFromC(&out, c), nil
+	return c.updateFromOne(fn, "x", x, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
+		err := cUpdateConvState(p, l, data, d, &o, cp, out)
+		runtime.KeepAlive(opts)
+		return err
+	})
 }
 
 // UpdateRecurrentState is update_recurrent_state(state, layer, stateIndex)
@@ -786,16 +773,11 @@ func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (_ 
 func (c *Cache) UpdateRecurrentState(layer, stateIndex int, state Input) (_ View, err error) {
 	defer c.lock().Unlock()
 	defer named(&err, "Cache.UpdateRecurrentState")
-	const fn = "UpdateRecurrentState"
-	l, err := layerIndex(fn, layer)
+	l, si, err := layerState("UpdateRecurrentState", layer, stateIndex)
 	if err != nil {
 		return View{}, err
 	}
-	si, err := stateIdx(fn, stateIndex)
-	if err != nil {
-		return View{}, err
-	}
-	return c.updateFromOne(fn, "state", state, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
+	return c.updateFromOne("UpdateRecurrentState", "state", state, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
 		return cUpdateRecurrentState(p, l, si, data, d, out)
 	})
 }
@@ -824,11 +806,16 @@ func (c *Cache) updateFromOne(fn, arg string, in Input,
 	return viewFromC(&out, c), nil
 }
 
-func stateIdx(fn string, i int) (uint32, error) {
-	if i < 0 || uint64(i) > math.MaxUint32 {
-		return 0, newError(CodeOutOfRange, fmt.Sprintf("%s: state index %d is out of range", fn, i))
+// layerState checks a layer and a state index of fn, the layer first.
+func layerState(fn string, layer, state int) (uint32, uint32, error) {
+	l, err := layerIndex(fn, layer)
+	if err != nil {
+		return 0, 0, err
 	}
-	return uint32(i), nil
+	if state < 0 || uint64(state) > math.MaxUint32 {
+		return 0, 0, newError(CodeOutOfRange, fmt.Sprintf("%s: state index %d is out of range", fn, state))
+	}
+	return l, uint32(state), nil
 }
 
 // StateView returns views of a Linear layer's conv and recurrent states
@@ -837,12 +824,7 @@ func stateIdx(fn string, i int) (uint32, error) {
 func (c *Cache) StateView(layer, stateIndex int) (conv, recurrent View, err error) {
 	defer c.lock().Unlock()
 	defer named(&err, "Cache.StateView")
-	const fn = "StateView"
-	l, err := layerIndex(fn, layer)
-	if err != nil {
-		return View{}, View{}, err
-	}
-	si, err := stateIdx(fn, stateIndex)
+	l, si, err := layerState("StateView", layer, stateIndex)
 	if err != nil {
 		return View{}, View{}, err
 	}
