@@ -738,18 +738,13 @@ type convOpts struct {
 // by one, x's columns are written at the clamped positions, and the state is
 // returned. The view is valid until the cache's next mutating call.
 func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (_ View, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.UpdateConvState")
 	const fn = "UpdateConvState"
-	l, err := layerIndex(fn, layer)
-	if err != nil {
-		return View{}, err
-	}
+	l, argErr := layerIndex(fn, layer)
 	var o convOpts
 	var cp *int64
-	if opts != nil {
+	if argErr == nil && opts != nil {
 		if len(opts.CachePosition) > math.MaxUint32 {
-			return View{}, newError(CodeInvalidArgument, fn+": CachePosition is too long")
+			argErr = newError(CodeInvalidArgument, fn+": CachePosition is too long")
 		}
 		o.present = 1
 		o.stateIndex = opts.StateIndex
@@ -760,7 +755,7 @@ func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (_ 
 			cp = &opts.CachePosition[0]
 		}
 	}
-	return c.updateFromOne(fn, "x", x, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
+	return c.updateFromOne("Cache.UpdateConvState", fn, "x", argErr, x, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
 		err := cUpdateConvState(p, l, data, d, &o, cp, out)
 		runtime.KeepAlive(opts)
 		return err
@@ -771,22 +766,25 @@ func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (_ 
 // (MambaCache's update_ssm_state): copies state (batch first, 1 to 6
 // dimensions) into the layer's recurrent state and returns a view of it.
 func (c *Cache) UpdateRecurrentState(layer, stateIndex int, state Input) (_ View, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.UpdateRecurrentState")
-	l, si, err := layerState("UpdateRecurrentState", layer, stateIndex)
-	if err != nil {
-		return View{}, err
-	}
-	return c.updateFromOne("UpdateRecurrentState", "state", state, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
+	const fn = "UpdateRecurrentState"
+	l, si, argErr := layerState(fn, layer, stateIndex)
+	return c.updateFromOne("Cache.UpdateRecurrentState", fn, "state", argErr, state, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
 		return cUpdateRecurrentState(p, l, si, data, d, out)
 	})
 }
 
-// updateFromOne runs a mutating call that reads one input tensor (argument
-// name arg) and returns one view: the input described, the cache taken for
-// the change, call made, and its view wrapped; both kept alive across it.
-func (c *Cache) updateFromOne(fn, arg string, in Input,
-	call func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error) (View, error) {
+// updateFromOne runs the method op, a mutating call that reads one input
+// tensor (argument name arg) and returns one view: under the cache's lock,
+// argErr (an argument found wrong before, or nil) reported, the input
+// described, the cache taken for the change, call made, and its view
+// wrapped; both kept alive across it.
+func (c *Cache) updateFromOne(op, fn, arg string, argErr error, in Input,
+	call func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error) (_ View, err error) {
+	defer c.lock().Unlock()
+	defer named(&err, op)
+	if argErr != nil {
+		return View{}, argErr
+	}
 	var d tdesc
 	data, _, err := describe(fn, plainArg(arg), in, &d)
 	if err != nil {
@@ -804,6 +802,16 @@ func (c *Cache) updateFromOne(fn, arg string, in Input,
 		return View{}, err
 	}
 	return viewFromC(&out, c), nil
+}
+
+// layerAndInput checks a layer index of fn and that its input arg is given (a pool's value may be nil for a
+// latent layer, its key not).
+func layerAndInput(fn string, layer int, arg string, in Input) (uint32, error) {
+	l, err := layerIndex(fn, layer)
+	if err == nil && in == nil {
+		err = newError(CodeInvalidArgument, fmt.Sprintf("%s: %s must not be nil", fn, arg))
+	}
+	return l, err
 }
 
 // layerState checks a layer and a state index of fn, the layer first.
@@ -849,14 +857,9 @@ func (c *Cache) StateView(layer, stateIndex int) (conv, recurrent View, err erro
 // buffer. The view is valid until the next mutating call; errors leave the
 // cache unchanged.
 func (c *Cache) UpdateIndexer(layer int, x Input) (_ View, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.UpdateIndexer")
 	const fn = "UpdateIndexer"
-	l, err := layerIndex(fn, layer)
-	if err != nil {
-		return View{}, err
-	}
-	return c.updateFromOne(fn, "x", x, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
+	l, argErr := layerIndex(fn, layer)
+	return c.updateFromOne("Cache.UpdateIndexer", fn, "x", argErr, x, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
 		return cUpdateIndexer(p, l, data, d, out)
 	})
 }

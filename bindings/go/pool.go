@@ -1277,12 +1277,9 @@ func (s *Sequence) gather(layer int, keys, values Input) error {
 	if err != nil {
 		return err
 	}
-	l, err := layerIndex(fn, layer)
+	l, err := layerAndInput(fn, layer, "keys", keys)
 	if err != nil {
 		return err
-	}
-	if keys == nil {
-		return newError(CodeInvalidArgument, fmt.Sprintf("%s: keys must not be nil", fn))
 	}
 	arr, err := newTensorArrays(fn, []Input{keys}, []Input{values}, false)
 	if err != nil {

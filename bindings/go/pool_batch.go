@@ -23,12 +23,9 @@ func (p *Pool) WriteLayer(layer int, key, value Input, slots []int64) (err error
 	if p.handle() == nil {
 		return ErrPoolClosed
 	}
-	l, err := layerIndex(fn, layer)
+	l, err := layerAndInput(fn, layer, "key", key)
 	if err != nil {
 		return err
-	}
-	if key == nil {
-		return newError(CodeInvalidArgument, fmt.Sprintf("%s: key must not be nil", fn))
 	}
 	groups := max(len(p.groups), 1)
 	if len(slots)%groups != 0 {
