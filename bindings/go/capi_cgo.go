@@ -311,9 +311,10 @@ import (
 	"unsafe"
 )
 
-// Compile-time checks: the Go mirrors have the C layouts, and the Go
-// constants the header's values. Each pair of arrays has a negative length,
-// which does not compile, unless the two sides are equal.
+// Compile-time checks: the Go mirrors have the C layouts. Each pair of
+// arrays has a negative length, which does not compile, unless the two sides
+// are equal (a list of checks, alike on purpose; the constants are checked in
+// constcheck_cgo.go).
 var (
 	_ [unsafe.Sizeof(tdesc{}) - C.sizeof_kvcgo_desc]byte
 	_ [C.sizeof_kvcgo_desc - unsafe.Sizeof(tdesc{})]byte

@@ -207,6 +207,9 @@ func (e *EncoderDecoderCache) UpdateCross(layer int, key, value Input) (_ KV, er
 	return kvFromC(&out, e.cross, err)
 }
 
+// The pair's operations below mirror Cache's on purpose (transformers' API):
+// each is one call through call, with the pair's own C function.
+
 // Crop crops the self-attention cache only (cross K/V are never cropped).
 func (e *EncoderDecoderCache) Crop(tokens int64) (err error) {
 	return call(e, "EncoderDecoderCache.Crop", mutates, nil, func(p unsafe.Pointer) error {

@@ -19,6 +19,9 @@ import (
 // FileFormatVersion is the cache file format version this library writes and reads.
 const FileFormatVersion = 1
 
+// Save and Restore exist for Cache and EncoderDecoderCache alike, on purpose
+// (one C function each); their bodies are one call through call.
+
 // Save writes the cache to the file path (created or replaced; written beside
 // it and renamed, so a crash never leaves a partial file). The cache is not
 // changed.

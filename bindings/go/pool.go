@@ -1064,6 +1064,10 @@ func (s *Sequence) enter(stale bool) (unsafe.Pointer, error) {
 	return s.p, nil
 }
 
+// Len/Length and Committed/CommittedLength are alike on purpose: a
+// deprecated method kept for source compatibility beside its replacement,
+// both one line through count.
+
 // Len returns the tokens the sequence holds (reserved, committed or not);
 // 0 once closed, indistinguishable from an empty sequence.
 //
