@@ -112,7 +112,7 @@ func (e *Error) Is(target error) bool {
 	return (t.Code == e.Code && (t.Message == "" || t.Message == e.Message)) || (e.family != nil && e.family.Is(t))
 }
 
-// Sentinels for errors.Is: one per code (a declaration list, alike on purpose).
+// Sentinels for errors.Is: one per code.
 var (
 	ErrInvalidArgument = &Error{Code: CodeInvalidArgument}
 	ErrOutOfRange      = &Error{Code: CodeOutOfRange}
