@@ -11,13 +11,14 @@ package kvcache
 #include <stdlib.h>
 #include <kvcache.h>
 
-void kvcgo_allocator_fill(kvc_allocator* a, uintptr_t handle);
+void kvcgo_allocator_fill(kvc_allocator* a, uintptr_t handle, int library_releases);
 */
 import "C"
 
 import (
 	"runtime/cgo"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -37,6 +38,35 @@ func kvcgoFree(handle C.uintptr_t, ptr unsafe.Pointer, bytes C.size_t, devType, 
 	a.Free(ptr, uintptr(bytes), Device{Type: DeviceType(devType), ID: int32(devID)}, uintptr(stream))
 }
 
+//export kvcgoRelease
+func kvcgoRelease(handle C.uintptr_t) {
+	cgo.Handle(handle).Delete()
+	releasedAllocators.Add(1)
+}
+
+// releasedAllocators counts the handles kvcgoRelease deleted (tests check that the last cache sharing an
+// allocator releases it once).
+var releasedAllocators atomic.Int64
+
+// callAllocator is al as the library sees it for one create call (nil without one), in the call's arena, and
+// what to pass the call's error through: when the call fails the handle is deleted here; when it succeeds the
+// library owns the handle and kvcgoRelease deletes it after the last cache made from it (clones, splits,
+// stacks and pairs, which Go does not see) is destroyed.
+func (a *arena) callAllocator(al Allocator) (*C.kvc_allocator, func(error) error) {
+	if al == nil {
+		return nil, func(err error) error { return err }
+	}
+	h := cgo.NewHandle(al)
+	c := (*C.kvc_allocator)(a.alloc(C.sizeof_kvc_allocator))
+	C.kvcgo_allocator_fill(c, C.uintptr_t(h), 1)
+	return c, func(err error) error {
+		if err != nil {
+			h.Delete()
+		}
+		return err
+	}
+}
+
 // cAllocator is an Allocator as the library sees it: a kvc_allocator in C
 // memory whose context is a handle of the Go value. release frees both, once
 // the pool that used it is destroyed.
@@ -48,7 +78,7 @@ type cAllocator struct {
 func newCAllocator(a Allocator) *cAllocator {
 	h := cgo.NewHandle(a)
 	c := (*C.kvc_allocator)(C.malloc(C.sizeof_kvc_allocator))
-	C.kvcgo_allocator_fill(c, C.uintptr_t(h))
+	C.kvcgo_allocator_fill(c, C.uintptr_t(h), 0)
 	return &cAllocator{c: c, handle: h}
 }
 

@@ -16,9 +16,14 @@ static void trampoline_free(void* ctx, void* ptr, size_t bytes, kvc_device devic
   kvcgoFree((uintptr_t)ctx, ptr, bytes, device.device_type, device.device_id, (uintptr_t)stream);
 }
 
-void kvcgo_allocator_fill(kvc_allocator* a, uintptr_t handle) {
+static void trampoline_release(void* ctx) { kvcgoRelease((uintptr_t)ctx); }
+
+// library_releases: the library deletes the handle (release) after the last cache sharing it; else the Go
+// side does, after the pool is destroyed.
+void kvcgo_allocator_fill(kvc_allocator* a, uintptr_t handle, int library_releases) {
   kvc_allocator_init(a);
   a->ctx = (void*)handle;
   a->alloc = trampoline_alloc;
   a->free = trampoline_free;
+  if (library_releases) a->release = trampoline_release;
 }

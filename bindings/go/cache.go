@@ -77,6 +77,9 @@ type Cache struct {
 	p     unsafe.Pointer // *kvc_cache; nil once closed
 	gen   uint64         // bumped by every mutating call; views remember it
 	owner *edOwner       // non-nil: borrowed from an EncoderDecoderCache
+	// callsBack: the library may call Go from inside this cache's calls (its stores come from a Go Allocator,
+	// CacheOptions.Allocator, its own or the cache's it was made from): they use the shims without nocallback.
+	callsBack bool
 
 	// C memory that UpdateAll lays its tensor arrays out in, kept from call
 	// to call (one goroutine at a time uses a cache); freed by Close.
@@ -105,8 +108,16 @@ func (c *Cache) scratchMem(size uintptr) unsafe.Pointer {
 	return c.scratch
 }
 
-func newCache(p unsafe.Pointer) *Cache {
-	c := &Cache{p: p}
+// newCacheOr is newCache for what a C constructor returned: nil and its error when it failed.
+func newCacheOr(p unsafe.Pointer, callsBack bool, err error) (*Cache, error) {
+	if err != nil {
+		return nil, err
+	}
+	return newCache(p, callsBack), nil
+}
+
+func newCache(p unsafe.Pointer, callsBack bool) *Cache {
+	c := &Cache{p: p, callsBack: callsBack}
 	liveHandles.Add(1)
 	runtime.SetFinalizer(c, (*Cache).Close)
 	return c
@@ -210,10 +221,7 @@ func New(opts *CacheOptions) (*Cache, error) {
 		return nil, err
 	}
 	p, err := cCreate(opts)
-	if err != nil {
-		return nil, err
-	}
-	return newCache(p), nil
+	return newCacheOr(p, opts.hasAllocator(), err)
 }
 
 // NewFromTensors builds a cache from existing per-layer tensors:
@@ -233,42 +241,25 @@ func NewFromTensors(opts *CacheOptions, keys, values []Input) (*Cache, error) {
 	p, err := cCreateFromTensors(opts, arr.n, arr.keys(), arr.values())
 	runtime.KeepAlive(keys)
 	runtime.KeepAlive(values)
-	if err != nil {
-		return nil, err
-	}
-	return newCache(p), nil
+	return newCacheOr(p, opts.hasAllocator(), err)
 }
 
 // Clone returns a deep copy of the cache (same layers, contents, counters
 // and flags), for prefix reuse: prefill once, clone per request.
 func (c *Cache) Clone() (_ *Cache, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Clone")
-	p, err := c.get()
-	if err != nil {
-		return nil, err
-	}
-	q, err := cClone(p)
-	runtime.KeepAlive(c)
-	if err != nil {
-		return nil, err
-	}
-	return newCache(q), nil
+	return valueCall(c, "Cache.Clone", reads, nil, func(p unsafe.Pointer) (*Cache, error) {
+		q, err := cClone(p)
+		return newCacheOr(q, c.callsBack, err)
+	})
 }
 
 // EarlyInitialization allocates every layer not yet initialized now instead
 // of at its first update (transformers' early_initialization): static
 // layers get their zeroed buffers, dynamic layers an empty store.
 func (c *Cache) EarlyInitialization(opts InitOptions) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.EarlyInitialization")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cEarlyInit(p, &opts)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.EarlyInitialization", mutates, nil, func(p unsafe.Pointer) error {
+		return cEarlyInit(p, c.callsBack, &opts)
+	})
 }
 
 // NumLayers returns the number of layers (for a lazy cache, the layers
@@ -284,33 +275,19 @@ func (c *Cache) NumLayers() int {
 // LayerCount returns the number of layers (for a lazy cache, the layers
 // touched so far), or ErrClosed. Since 0.7.
 func (c *Cache) LayerCount() (_ int, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.LayerCount")
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	n := cNumLayers(p)
-	runtime.KeepAlive(c)
-	return int(n), nil
+	return valueCall(c, "Cache.LayerCount", reads, nil, func(p unsafe.Pointer) (int, error) {
+		return int(cNumLayers(p)), nil
+	})
 }
 
 // LayerInfo returns what a layer is and holds.
 func (c *Cache) LayerInfo(layer int) (_ LayerInfo, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.LayerInfo")
-	l, err := layerIndex("LayerInfo", layer)
-	if err != nil {
-		return LayerInfo{}, err
-	}
-	p, err := c.get()
-	if err != nil {
-		return LayerInfo{}, err
-	}
-	var info LayerInfo
-	err = cLayerInfo(p, l, &info)
-	runtime.KeepAlive(c)
-	return info, err
+	l, argErr := layerIndex("LayerInfo", layer)
+	return valueCall(c, "Cache.LayerInfo", reads, argErr, func(p unsafe.Pointer) (LayerInfo, error) {
+		var info LayerInfo
+		err := cLayerInfo(p, l, &info)
+		return info, err
+	})
 }
 
 // LayerView returns a layer's stored keys and values (transformers'
@@ -318,42 +295,22 @@ func (c *Cache) LayerInfo(layer int) (_ LayerInfo, err error) {
 // sliding the kept tail, static layers the whole buffer including unwritten
 // (zero) slots. The views are valid until the cache's next mutating call.
 func (c *Cache) LayerView(layer int) (_ KV, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.LayerView")
-	l, err := layerIndex("LayerView", layer)
-	if err != nil {
-		return KV{}, err
-	}
-	p, err := c.get()
-	if err != nil {
-		return KV{}, err
-	}
-	var out ckv
-	err = cLayerView(p, l, &out)
-	runtime.KeepAlive(c)
-	if err != nil {
-		return KV{}, err
-	}
-	return KV{viewFromC(&out.key, c), viewFromC(&out.value, c)}, nil
+	l, argErr := layerIndex("LayerView", layer)
+	return valueCall(c, "Cache.LayerView", reads, argErr, func(p unsafe.Pointer) (KV, error) {
+		var out ckv
+		err := cLayerView(p, l, &out)
+		return kvFromC(&out, c, err)
+	})
 }
 
 // SeqLength returns get_seq_length(layer): tokens seen (static and sliding
 // layers: all tokens written; dynamic layers: tokens stored); 0 for a layer
 // beyond the layers or not initialized.
 func (c *Cache) SeqLength(layer int) (_ int64, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.SeqLength")
-	l, err := layerIndex("SeqLength", layer)
-	if err != nil {
-		return 0, err
-	}
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	n, err := cSeqLength(p, l)
-	runtime.KeepAlive(c)
-	return n, err
+	l, argErr := layerIndex("SeqLength", layer)
+	return valueCall(c, "Cache.SeqLength", reads, argErr, func(p unsafe.Pointer) (int64, error) {
+		return cSeqLength(p, l)
+	})
 }
 
 // MaxLength returns get_max_length(layer): -1 for unbounded (dynamic), the
@@ -361,37 +318,19 @@ func (c *Cache) SeqLength(layer int) (_ int64, err error) {
 // max_cache_len) for static sliding layers; with AllLayers, the maximum over
 // all layers.
 func (c *Cache) MaxLength(layer int) (_ int64, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.MaxLength")
-	l, err := signedLayer("MaxLength", layer)
-	if err != nil {
-		return 0, err
-	}
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	n, err := cMaxLength(p, l)
-	runtime.KeepAlive(c)
-	return n, err
+	l, argErr := signedLayer("MaxLength", layer)
+	return valueCall(c, "Cache.MaxLength", reads, argErr, func(p unsafe.Pointer) (int64, error) {
+		return cMaxLength(p, l)
+	})
 }
 
 // UsableLength returns get_usable_length(newSeqLength, layer): the stored
 // length old models use as kv_seq_len.
 func (c *Cache) UsableLength(newSeqLength int64, layer int) (_ int64, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.UsableLength")
-	l, err := layerIndex("UsableLength", layer)
-	if err != nil {
-		return 0, err
-	}
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	n, err := cUsableLength(p, newSeqLength, l)
-	runtime.KeepAlive(c)
-	return n, err
+	l, argErr := layerIndex("UsableLength", layer)
+	return valueCall(c, "Cache.UsableLength", reads, argErr, func(p unsafe.Pointer) (int64, error) {
+		return cUsableLength(p, newSeqLength, l)
+	})
 }
 
 // MaskSizes returns get_mask_sizes(queryLength, layer): the length and the
@@ -416,72 +355,43 @@ func (c *Cache) MaskSizes(queryLength int64, layer int) (kvLength, kvOffset int6
 // BatchSize returns the batch size of the initialized static layers
 // (transformers' Cache.batch_size), -1 if there are none.
 func (c *Cache) BatchSize() (_ int64, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.BatchSize")
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	n, err := cBatchSize(p)
-	runtime.KeepAlive(c)
-	return n, err
+	return valueCall(c, "Cache.BatchSize", reads, nil, func(p unsafe.Pointer) (int64, error) {
+		return cBatchSize(p)
+	})
 }
 
 // QueryOffset returns transformers' get_query_offset(layer) (5.14): where the
 // next forward's queries start, the sequence length plus what the cache's
 // QueryOffsetRule adds.
 func (c *Cache) QueryOffset(layer uint32) (_ int64, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.QueryOffset")
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	n, err := cQueryOffset(p, layer)
-	runtime.KeepAlive(c)
-	return n, err
+	return valueCall(c, "Cache.QueryOffset", reads, nil, func(p unsafe.Pointer) (int64, error) {
+		return cQueryOffset(p, layer)
+	})
 }
 
 // IsCroppable reports transformers' is_croppable (5.17) of one layer, or of
 // every layer with AllLayers: whether Crop can put it back as it was.
 func (c *Cache) IsCroppable(layer int32) (_ bool, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.IsCroppable")
-	p, err := c.get()
-	if err != nil {
-		return false, err
-	}
-	v, err := cIsCroppable(p, layer)
-	runtime.KeepAlive(c)
-	return v, err
+	return valueCall(c, "Cache.IsCroppable", reads, nil, func(p unsafe.Pointer) (bool, error) {
+		return cIsCroppable(p, layer)
+	})
 }
 
 // SetPreviousAcceptedTokens is DFlashCache.set_previous_accepted_tokens: only
 // on a cache created with QueryOffsetDFlash.
 func (c *Cache) SetPreviousAcceptedTokens(tokens int64) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.SetPreviousAcceptedTokens")
-	p, err := c.get()
-	if err != nil {
-		return err
-	}
-	err = cSetPreviousAcceptedTokens(p, tokens)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.SetPreviousAcceptedTokens", reads, nil, func(p unsafe.Pointer) error {
+		return cSetPreviousAcceptedTokens(p, tokens)
+	})
 }
 
 // Memory returns the memory the cache holds.
 func (c *Cache) Memory() (_ MemoryInfo, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Memory")
-	p, err := c.get()
-	if err != nil {
-		return MemoryInfo{}, err
-	}
-	var m MemoryInfo
-	err = cMemory(p, &m)
-	runtime.KeepAlive(c)
-	return m, err
+	return valueCall(c, "Cache.Memory", reads, nil, func(p unsafe.Pointer) (MemoryInfo, error) {
+		var m MemoryInfo
+		err := cMemory(p, &m)
+		return m, err
+	})
 }
 
 // uopts mirrors kvcgo_uopts: the pointer-free part of kvc_update_options.
@@ -552,14 +462,11 @@ func (c *Cache) updateCompact(l uint32, kp, vp unsafe.Pointer, d *cpair, key, va
 		return KV{}, err
 	}
 	var out ckv
-	err = cUpdateCompact(p, l, kp, vp, d, &out)
+	err = cUpdateCompact(p, c.callsBack, l, kp, vp, d, &out)
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(key)
 	runtime.KeepAlive(value)
-	if err != nil {
-		return KV{}, err
-	}
-	return KV{viewFromC(&out.key, c), viewFromC(&out.value, c)}, nil
+	return kvFromC(&out, c, err)
 }
 
 // update is Update for any input.
@@ -592,18 +499,15 @@ func (c *Cache) update(layer int, key, value Input, opts *UpdateOptions) (KV, er
 	}
 	var out ckv
 	if opts == nil {
-		err = cUpdate(p, l, kp, vp, &kd, &vd, &out)
+		err = cUpdate(p, c.callsBack, l, kp, vp, &kd, &vd, &out)
 	} else {
-		err = cUpdateOpts(p, l, kp, vp, &kd, &vd, &u, cp, cos, sin, &out)
+		err = cUpdateOpts(p, c.callsBack, l, kp, vp, &kd, &vd, &u, cp, cos, sin, &out)
 		runtime.KeepAlive(opts)
 	}
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(key)
 	runtime.KeepAlive(value)
-	if err != nil {
-		return KV{}, err
-	}
-	return KV{viewFromC(&out.key, c), viewFromC(&out.value, c)}, nil
+	return kvFromC(&out, c, err)
 }
 
 // UpdateAll does one decode or prefill step for layers 0..len(keys)-1 in
@@ -644,7 +548,7 @@ func (c *Cache) UpdateAll(keys, values []Input, opts *UpdateOptions, out []KV) (
 	if err != nil {
 		return err
 	}
-	err = cUpdateAll(p, uint32(arr.n), arr.keys(), arr.values(), up, cp, cos, sin, arr.out())
+	err = cUpdateAll(p, c.callsBack, uint32(arr.n), arr.keys(), arr.values(), up, cp, cos, sin, arr.out())
 	runtime.KeepAlive(c)
 	runtime.KeepAlive(opts)
 	runtime.KeepAlive(keys)
@@ -665,30 +569,18 @@ func (c *Cache) UpdateAll(keys, values []Input, opts *UpdateOptions, out []KV) (
 // its window can only be cropped after ActivatePastRecording, with tokens
 // <= 0. Static layers refuse (ErrUnsupported).
 func (c *Cache) Crop(tokens int64) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Crop")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cCrop(p, tokens)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.Crop", mutates, nil, func(p unsafe.Pointer) error {
+		return cCrop(p, c.callsBack, tokens)
+	})
 }
 
 // ActivatePastRecording makes sliding layers keep every token they receive
 // from now on, so that assisted decoding can roll back rejected tokens with
 // a negative Crop (activate_past_recording).
 func (c *Cache) ActivatePastRecording() (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.ActivatePastRecording")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cActivatePastRecording(p)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.ActivatePastRecording", mutates, nil, func(p unsafe.Pointer) error {
+		return cActivatePastRecording(p)
+	})
 }
 
 func int64sPtr(s []int64) *int64 {
@@ -702,46 +594,30 @@ func int64sPtr(s []int64) *int64 {
 // non-empty layer becomes former row beamIdx[b]. When len(beamIdx) is the
 // batch size only the rows that change are copied.
 func (c *Cache) Reorder(beamIdx []int64) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Reorder")
-	p, err := c.mut()
-	if err != nil {
+	return call(c, "Cache.Reorder", mutates, nil, func(p unsafe.Pointer) error {
+		err := cReorder(p, c.callsBack, int64sPtr(beamIdx), len(beamIdx))
+		runtime.KeepAlive(beamIdx)
 		return err
-	}
-	err = cReorder(p, int64sPtr(beamIdx), len(beamIdx))
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(beamIdx)
-	return err
+	})
 }
 
 // BatchRepeatInterleave is batch_repeat_interleave(repeats): row i becomes
 // rows i*repeats .. i*repeats+repeats-1 (contrastive search). Dynamic kinds
 // only.
 func (c *Cache) BatchRepeatInterleave(repeats int64) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.BatchRepeatInterleave")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cRepeatInterleave(p, repeats)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.BatchRepeatInterleave", mutates, nil, func(p unsafe.Pointer) error {
+		return cRepeatInterleave(p, repeats)
+	})
 }
 
 // BatchSelectIndices is batch_select_indices(indices): keeps those rows, in
 // that order. Dynamic kinds only.
 func (c *Cache) BatchSelectIndices(indices []int64) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.BatchSelectIndices")
-	p, err := c.mut()
-	if err != nil {
+	return call(c, "Cache.BatchSelectIndices", mutates, nil, func(p unsafe.Pointer) error {
+		err := cSelectIndices(p, c.callsBack, int64sPtr(indices), len(indices))
+		runtime.KeepAlive(indices)
 		return err
-	}
-	err = cSelectIndices(p, int64sPtr(indices), len(indices))
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(indices)
-	return err
+	})
 }
 
 // splitCapacity is how many handles batch_split may write: the number of
@@ -762,24 +638,8 @@ func splitCapacity(full, split int64) int {
 // with the same layers, counters and flags. fullBatchSize must be the
 // cache's batch size. The cache itself is unchanged.
 func (c *Cache) BatchSplit(fullBatchSize, splitSize int64) (_ []*Cache, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.BatchSplit")
-	p, err := c.get()
-	if err != nil {
-		return nil, err
-	}
-	// Never NULL: the library checks its arguments before the capacity.
-	handles := make([]unsafe.Pointer, max(1, splitCapacity(fullBatchSize, splitSize)))
-	n, err := cBatchSplit(p, fullBatchSize, splitSize, handles)
-	runtime.KeepAlive(c)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*Cache, n)
-	for i := range out {
-		out[i] = newCache(handles[i])
-	}
-	return out, nil
+	return batchSplit(c, "Cache.BatchSplit", fullBatchSize, splitSize, cBatchSplit,
+		func(q unsafe.Pointer) *Cache { return newCache(q, c.callsBack) })
 }
 
 // FromBatchSplits is from_batch_splits(splits): one new cache whose rows are
@@ -790,20 +650,19 @@ func FromBatchSplits(splits []*Cache) (*Cache, error) {
 		return nil, err
 	}
 	handles := make([]unsafe.Pointer, len(splits))
+	callsBack := false
 	for i, s := range splits {
 		if handles[i] = s.handle(); handles[i] == nil {
 			return nil, ErrClosed
 		}
+		callsBack = callsBack || s.callsBack
 	}
 	p, err := cFromBatchSplits(handles)
 	runtime.KeepAlive(splits)
 	for _, s := range splits {
 		runtime.KeepAlive(s)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return newCache(p), nil
+	return newCacheOr(p, callsBack, err)
 }
 
 // SetStream binds a device cache to a CUDA or HIP stream, given as its
@@ -813,96 +672,52 @@ func FromBatchSplits(splits []*Cache) (*Cache, error) {
 // is ordered before anything issued afterwards. The stream must outlive its
 // use by the cache. A CPU cache accepts only 0.
 func (c *Cache) SetStream(stream uintptr) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.SetStream")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cSetStream(p, stream)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.SetStream", mutates, nil, func(p unsafe.Pointer) error {
+		return cSetStream(p, stream)
+	})
 }
 
 // Stream is the handle of the stream the cache is bound to (0: the default
 // stream, or a CPU cache).
 func (c *Cache) Stream() (_ uintptr, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Stream")
-	p, err := c.get()
-	if err != nil {
-		return 0, err
-	}
-	s := cStream(p)
-	runtime.KeepAlive(c)
-	return s, nil
+	return valueCall(c, "Cache.Stream", reads, nil, func(p unsafe.Pointer) (uintptr, error) { return cStream(p), nil })
 }
 
 // Reserve reserves room for tokens tokens in every dynamic full-attention
 // layer, like a slice's capacity: updates up to that length then neither
 // allocate nor copy history.
 func (c *Cache) Reserve(tokens int64) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Reserve")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cReserve(p, tokens)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.Reserve", mutates, nil, func(p unsafe.Pointer) error {
+		return cReserve(p, tokens)
+	})
 }
 
 // Reset empties every layer: static buffers are zeroed and their counters
 // set to 0; dynamic layers drop their tokens and keep their storage. It is
 // also the one call a cache poisoned by a GPU failure accepts.
 func (c *Cache) Reset() (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Reset")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cReset(p)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.Reset", mutates, nil, func(p unsafe.Pointer) error {
+		return cReset(p)
+	})
 }
 
 // Offload moves a layer's K/V to the host tier (kvc_cache_offload). A
 // cache created with offloading does this by itself in Update; this is for
 // callers that drive it themselves.
 func (c *Cache) Offload(layer int) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Offload")
-	l, err := layerIndex("Offload", layer)
-	if err != nil {
-		return err
-	}
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cOffload(p, l)
-	runtime.KeepAlive(c)
-	return err
+	l, argErr := layerIndex("Offload", layer)
+	return call(c, "Cache.Offload", mutates, argErr, func(p unsafe.Pointer) error {
+		return cOffload(p, l)
+	})
 }
 
 // Prefetch moves a layer's K/V back to the device tier
 // (kvc_cache_prefetch).
 func (c *Cache) Prefetch(layer int) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Prefetch")
-	l, err := layerIndex("Prefetch", layer)
-	if err != nil {
-		return err
-	}
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cPrefetch(p, l)
-	runtime.KeepAlive(c)
-	return err
+	l, argErr := layerIndex("Prefetch", layer)
+	return call(c, "Cache.Prefetch", mutates, argErr, func(p unsafe.Pointer) error {
+		return cPrefetch(p, l)
+	})
 }
 
 // convOpts mirrors kvcgo_conv_opts: the pointer-free part of
@@ -923,23 +738,13 @@ type convOpts struct {
 // by one, x's columns are written at the clamped positions, and the state is
 // returned. The view is valid until the cache's next mutating call.
 func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (_ View, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.UpdateConvState")
 	const fn = "UpdateConvState"
-	l, err := layerIndex(fn, layer)
-	if err != nil {
-		return View{}, err
-	}
-	var xd tdesc
-	xp, _, err := describe(fn, plainArg("x"), x, &xd)
-	if err != nil {
-		return View{}, err
-	}
+	l, argErr := layerIndex(fn, layer)
 	var o convOpts
 	var cp *int64
-	if opts != nil {
+	if argErr == nil && opts != nil {
 		if len(opts.CachePosition) > math.MaxUint32 {
-			return View{}, newError(CodeInvalidArgument, fn+": CachePosition is too long")
+			argErr = newError(CodeInvalidArgument, fn+": CachePosition is too long")
 		}
 		o.present = 1
 		o.stateIndex = opts.StateIndex
@@ -950,46 +755,36 @@ func (c *Cache) UpdateConvState(layer int, x Input, opts *ConvUpdateOptions) (_ 
 			cp = &opts.CachePosition[0]
 		}
 	}
-	p, err := c.mut()
-	if err != nil {
-		return View{}, err
-	}
-	var out ctensor
-	err = cUpdateConvState(p, l, xp, &xd, &o, cp, &out)
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(x)
-	runtime.KeepAlive(opts)
-	if err != nil {
-		return View{}, err
-	}
-	return viewFromC(&out, c), nil
+	return c.updateFromOne("Cache.UpdateConvState", fn, "x", argErr, x, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
+		err := cUpdateConvState(p, l, data, d, &o, cp, out)
+		runtime.KeepAlive(opts)
+		return err
+	})
 }
 
 // UpdateRecurrentState is update_recurrent_state(state, layer, stateIndex)
 // (MambaCache's update_ssm_state): copies state (batch first, 1 to 6
 // dimensions) into the layer's recurrent state and returns a view of it.
 func (c *Cache) UpdateRecurrentState(layer, stateIndex int, state Input) (_ View, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.UpdateRecurrentState")
 	const fn = "UpdateRecurrentState"
-	l, err := layerIndex(fn, layer)
-	if err != nil {
-		return View{}, err
-	}
-	si, err := stateIdx(fn, stateIndex)
-	if err != nil {
-		return View{}, err
-	}
-	return c.updateFromOne(fn, "state", state, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
+	l, si, argErr := layerState(fn, layer, stateIndex)
+	return c.updateFromOne("Cache.UpdateRecurrentState", fn, "state", argErr, state, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
 		return cUpdateRecurrentState(p, l, si, data, d, out)
 	})
 }
 
-// updateFromOne runs a mutating call that reads one input tensor (argument
-// name arg) and returns one view: the input described, the cache taken for
-// the change, call made, and its view wrapped; both kept alive across it.
-func (c *Cache) updateFromOne(fn, arg string, in Input,
-	call func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error) (View, error) {
+// updateFromOne runs the method op, a mutating call that reads one input
+// tensor (argument name arg) and returns one view: under the cache's lock,
+// argErr (an argument found wrong before, or nil) reported, the input
+// described, the cache taken for the change, call made, and its view
+// wrapped; both kept alive across it.
+func (c *Cache) updateFromOne(op, fn, arg string, argErr error, in Input,
+	call func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error) (_ View, err error) {
+	defer c.lock().Unlock()
+	defer named(&err, op)
+	if argErr != nil {
+		return View{}, argErr
+	}
 	var d tdesc
 	data, _, err := describe(fn, plainArg(arg), in, &d)
 	if err != nil {
@@ -1009,11 +804,26 @@ func (c *Cache) updateFromOne(fn, arg string, in Input,
 	return viewFromC(&out, c), nil
 }
 
-func stateIdx(fn string, i int) (uint32, error) {
-	if i < 0 || uint64(i) > math.MaxUint32 {
-		return 0, newError(CodeOutOfRange, fmt.Sprintf("%s: state index %d is out of range", fn, i))
+// layerAndInput checks a layer index of fn and that its input arg is given (a pool's value may be nil for a
+// latent layer, its key not).
+func layerAndInput(fn string, layer int, arg string, in Input) (uint32, error) {
+	l, err := layerIndex(fn, layer)
+	if err == nil && in == nil {
+		err = newError(CodeInvalidArgument, fmt.Sprintf("%s: %s must not be nil", fn, arg))
 	}
-	return uint32(i), nil
+	return l, err
+}
+
+// layerState checks a layer and a state index of fn, the layer first.
+func layerState(fn string, layer, state int) (uint32, uint32, error) {
+	l, err := layerIndex(fn, layer)
+	if err != nil {
+		return 0, 0, err
+	}
+	if state < 0 || uint64(state) > math.MaxUint32 {
+		return 0, 0, newError(CodeOutOfRange, fmt.Sprintf("%s: state index %d is out of range", fn, state))
+	}
+	return l, uint32(state), nil
 }
 
 // StateView returns views of a Linear layer's conv and recurrent states
@@ -1022,12 +832,7 @@ func stateIdx(fn string, i int) (uint32, error) {
 func (c *Cache) StateView(layer, stateIndex int) (conv, recurrent View, err error) {
 	defer c.lock().Unlock()
 	defer named(&err, "Cache.StateView")
-	const fn = "StateView"
-	l, err := layerIndex(fn, layer)
-	if err != nil {
-		return View{}, View{}, err
-	}
-	si, err := stateIdx(fn, stateIndex)
+	l, si, err := layerState("StateView", layer, stateIndex)
 	if err != nil {
 		return View{}, View{}, err
 	}
@@ -1052,14 +857,9 @@ func (c *Cache) StateView(layer, stateIndex int) (conv, recurrent View, err erro
 // buffer. The view is valid until the next mutating call; errors leave the
 // cache unchanged.
 func (c *Cache) UpdateIndexer(layer int, x Input) (_ View, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.UpdateIndexer")
 	const fn = "UpdateIndexer"
-	l, err := layerIndex(fn, layer)
-	if err != nil {
-		return View{}, err
-	}
-	return c.updateFromOne(fn, "x", x, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
+	l, argErr := layerIndex(fn, layer)
+	return c.updateFromOne("Cache.UpdateIndexer", fn, "x", argErr, x, func(p, data unsafe.Pointer, d *tdesc, out *ctensor) error {
 		return cUpdateIndexer(p, l, data, d, out)
 	})
 }
@@ -1068,47 +868,28 @@ func (c *Cache) UpdateIndexer(layer int, x Input) (_ View, err error) {
 // UpdateIndexer returns it; an empty View (no data, no dimensions) before
 // its first UpdateIndexer, as transformers' None.
 func (c *Cache) IndexerView(layer int) (_ View, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.IndexerView")
-	const fn = "IndexerView"
-	l, err := layerIndex(fn, layer)
-	if err != nil {
-		return View{}, err
-	}
-	p, err := c.get()
-	if err != nil {
-		return View{}, err
-	}
-	var out ctensor
-	err = cIndexerView(p, l, &out)
-	runtime.KeepAlive(c)
-	if err != nil {
-		return View{}, err
-	}
-	return viewFromC(&out, c), nil
+	l, argErr := layerIndex("IndexerView", layer)
+	return valueCall(c, "Cache.IndexerView", reads, argErr, func(p unsafe.Pointer) (View, error) {
+		var out ctensor
+		if err := cIndexerView(p, l, &out); err != nil {
+			return View{}, err
+		}
+		return viewFromC(&out, c), nil
+	})
 }
 
 // HasPreviousState is has_previous_state(layer, stateIndex): whether the
 // state(s) have had their first conv update. layer AllLayers means the last
 // linear layer; stateIndex -1 means all states of the layer.
 func (c *Cache) HasPreviousState(layer, stateIndex int) (_ bool, err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.HasPreviousState")
 	const fn = "HasPreviousState"
-	l, err := signedLayer(fn, layer)
-	if err != nil {
-		return false, err
+	l, argErr := signedLayer(fn, layer)
+	if argErr == nil && (stateIndex < math.MinInt32 || stateIndex > math.MaxInt32) {
+		argErr = newError(CodeOutOfRange, fmt.Sprintf("%s: state index %d is out of range", fn, stateIndex))
 	}
-	if stateIndex < math.MinInt32 || stateIndex > math.MaxInt32 {
-		return false, newError(CodeOutOfRange, fmt.Sprintf("%s: state index %d is out of range", fn, stateIndex))
-	}
-	p, err := c.get()
-	if err != nil {
-		return false, err
-	}
-	b, err := cHasPreviousState(p, l, int32(stateIndex))
-	runtime.KeepAlive(c)
-	return b, err
+	return valueCall(c, "Cache.HasPreviousState", reads, argErr, func(p unsafe.Pointer) (bool, error) {
+		return cHasPreviousState(p, l, int32(stateIndex))
+	})
 }
 
 // ------------------------------------------------------ tensor arrays in C

@@ -8,6 +8,12 @@ package kvcache
 // on the C stack, so the library never sees a Go pointer inside Go memory
 // and never keeps one. Arrays of tensors live in C memory (tensorArrays),
 // with the Go memory they point to pinned.
+//
+// Every call that may allocate or free a layer's K/V store comes in two
+// shims: one marked nocallback (with noescape, what keeps Update free of Go
+// allocations), and a *_cb twin that is not, for caches made with
+// CacheOptions.Allocator, whose stores come from Go callbacks (a callback
+// from a nocallback call panics). Cache.callsBack picks one.
 
 /*
 #cgo noescape kvcgo_update
@@ -265,6 +271,37 @@ static kvc_error* kvcgo_memory(const kvc_cache* c, kvc_memory_info* out) {
   out->struct_size = sizeof *out;
   return kvc_cache_memory(c, out);
 }
+
+// The callback twins (see the top of the file): the same calls under names cgo does not mark nocallback.
+static kvc_error* kvcgo_update_cb(kvc_cache* c, uint32_t layer, char* kdata, char* vdata, const kvcgo_desc* kd,
+                                  const kvcgo_desc* vd, char* out) {
+  return kvcgo_update(c, layer, kdata, vdata, kd, vd, out);
+}
+static kvc_error* kvcgo_update_compact_cb(char* c, uint32_t layer, char* kdata, char* vdata, const kvcgo_pair* d,
+                                          char* out) {
+  return kvcgo_update_compact(c, layer, kdata, vdata, d, out);
+}
+static kvc_error* kvcgo_update_opts_cb(kvc_cache* c, uint32_t layer, char* kdata, char* vdata, const kvcgo_desc* kd,
+                                       const kvcgo_desc* vd, const kvcgo_uopts* u, const int64_t* cache_position,
+                                       char* cos_data, char* sin_data, char* out) {
+  return kvcgo_update_opts(c, layer, kdata, vdata, kd, vd, u, cache_position, cos_data, sin_data, out);
+}
+static kvc_error* kvcgo_update_all_cb(char* handle, uint32_t n, char* keys, char* values, const kvcgo_uopts* u,
+                                      const int64_t* cache_position, char* cos_data, char* sin_data, char* out) {
+  return kvcgo_update_all(handle, n, keys, values, u, cache_position, cos_data, sin_data, out);
+}
+static kvc_error* kvcgo_update_cross_cb(kvc_encoder_decoder_cache* c, uint32_t layer, char* kdata, char* vdata,
+                                        const kvcgo_desc* kd, const kvcgo_desc* vd, char* out) {
+  return kvcgo_update_cross(c, layer, kdata, vdata, kd, vd, out);
+}
+static kvc_error* kvcgo_early_init_cb(kvc_cache* c, const kvcgo_init* g, const int64_t* heads, const int64_t* dims) {
+  return kvcgo_early_init(c, g, heads, dims);
+}
+static kvc_error* kvcgo_reorder_cb(kvc_cache* c, const int64_t* idx, size_t n) { return kvc_cache_reorder(c, idx, n); }
+static kvc_error* kvcgo_select_indices_cb(kvc_cache* c, const int64_t* idx, size_t n) {
+  return kvc_cache_batch_select_indices(c, idx, n);
+}
+static kvc_error* kvcgo_crop_cb(kvc_cache* c, int64_t tokens) { return kvc_cache_crop(c, tokens); }
 */
 import "C"
 
@@ -274,9 +311,10 @@ import (
 	"unsafe"
 )
 
-// Compile-time checks: the Go mirrors have the C layouts, and the Go
-// constants the header's values. Each pair of arrays has a negative length,
-// which does not compile, unless the two sides are equal.
+// Compile-time checks: the Go mirrors have the C layouts. Each pair of
+// arrays has a negative length, which does not compile, unless the two sides
+// are equal (a list of checks, alike on purpose; the constants are checked in
+// constcheck_cgo.go).
 var (
 	_ [unsafe.Sizeof(tdesc{}) - C.sizeof_kvcgo_desc]byte
 	_ [C.sizeof_kvcgo_desc - unsafe.Sizeof(tdesc{})]byte
@@ -326,6 +364,11 @@ var (
 	_ [unsafe.Offsetof(C.kvc_tensor{}.byte_offset) - unsafe.Offsetof(ctensor{}.byteOffset)]byte
 	_ [unsafe.Sizeof(ckv{}) - C.sizeof_kvc_kv]byte
 	_ [C.sizeof_kvc_kv - unsafe.Sizeof(ckv{})]byte
+
+	_ [unsafe.Sizeof(ctable{}) - C.sizeof_kvc_pool_table]byte
+	_ [C.sizeof_kvc_pool_table - unsafe.Sizeof(ctable{})]byte
+	_ [unsafe.Offsetof(ctable{}.lastPageLen) - unsafe.Offsetof(C.kvc_pool_table{}.last_page_len)]byte
+	_ [unsafe.Offsetof(C.kvc_pool_table{}.last_page_len) - unsafe.Offsetof(ctable{}.lastPageLen)]byte
 
 	_ [maxDims - C.KVCGO_MAX_DIMS]byte
 	_ [C.KVCGO_MAX_DIMS - maxDims]byte
@@ -545,11 +588,23 @@ func cCreate(o *CacheOptions) (unsafe.Pointer, error) {
 	if err != nil {
 		return nil, err
 	}
+	settle := a.cacheAllocator(o, co)
 	var out *C.kvc_cache
-	if err := takeError(C.kvc_cache_create(co, &out)); err != nil {
+	if err := settle(takeError(C.kvc_cache_create(co, &out))); err != nil {
 		return nil, err
 	}
 	return unsafe.Pointer(out), nil
+}
+
+// cacheAllocator sets co.allocator from o.Allocator (callAllocator) and returns what settles it with the
+// create call's error.
+func (a *arena) cacheAllocator(o *CacheOptions, co *C.kvc_cache_options) func(error) error {
+	if o == nil {
+		return func(err error) error { return err }
+	}
+	c, settle := a.callAllocator(o.Allocator)
+	co.allocator = c
+	return settle
 }
 
 func cCreateFromTensors(o *CacheOptions, n int, keys, values unsafe.Pointer) (unsafe.Pointer, error) {
@@ -559,9 +614,10 @@ func cCreateFromTensors(o *CacheOptions, n int, keys, values unsafe.Pointer) (un
 	if err != nil {
 		return nil, err
 	}
+	settle := a.cacheAllocator(o, co)
 	var out *C.kvc_cache
-	err = takeError(C.kvc_cache_create_from_tensors(co, C.uint32_t(n),
-		(*C.kvc_tensor)(keys), (*C.kvc_tensor)(values), &out))
+	err = settle(takeError(C.kvc_cache_create_from_tensors(co, C.uint32_t(n),
+		(*C.kvc_tensor)(keys), (*C.kvc_tensor)(values), &out)))
 	if err != nil {
 		return nil, err
 	}
@@ -578,7 +634,7 @@ func cClone(p unsafe.Pointer) (unsafe.Pointer, error) {
 
 func cDestroy(p unsafe.Pointer) { C.kvc_cache_destroy(cache(p)) }
 
-func cEarlyInit(p unsafe.Pointer, o *InitOptions) error {
+func cEarlyInit(p unsafe.Pointer, cb bool, o *InitOptions) error {
 	g := C.kvcgo_init{
 		batch_size: C.int64_t(o.BatchSize), num_kv_heads: C.int64_t(o.NumKVHeads),
 		k_head_dim: C.int64_t(o.KHeadDim), v_head_dim: C.int64_t(o.VHeadDim), dtype: C.int32_t(o.DType),
@@ -603,6 +659,9 @@ func cEarlyInit(p unsafe.Pointer, o *InitOptions) error {
 		if len(o.HeadDimPerLayer) > 0 {
 			dims = (*C.int64_t)(&o.HeadDimPerLayer[0])
 		}
+	}
+	if cb {
+		return takeError(C.kvcgo_early_init_cb(cache(p), &g, heads, dims))
 	}
 	return takeError(C.kvcgo_early_init(cache(p), &g, heads, dims))
 }
@@ -697,28 +756,76 @@ func desc(d *tdesc) *C.kvcgo_desc { return (*C.kvcgo_desc)(unsafe.Pointer(d)) }
 func charp(p unsafe.Pointer) *C.char { return (*C.char)(p) }
 func kvOut(o *ckv) *C.char           { return (*C.char)(unsafe.Pointer(o)) }
 
-func cUpdate(p unsafe.Pointer, layer uint32, kdata, vdata unsafe.Pointer, kd, vd *tdesc, out *ckv) error {
+// The calls with a callback twin take cb (Cache.callsBack) and hand it to a *CB function when set. Those copy
+// the Go memory they pass (descriptors, out-structs) to the heap first: a Go callback may move the goroutine's
+// stack under C, and the copies keep the arguments of the nocallback path from escaping, so Update without an
+// allocator still allocates nothing.
+
+func cUpdate(p unsafe.Pointer, cb bool, layer uint32, kdata, vdata unsafe.Pointer, kd, vd *tdesc, out *ckv) error {
+	if cb {
+		return cUpdateCB(p, layer, kdata, vdata, *kd, *vd, out)
+	}
 	return takeError(C.kvcgo_update(cache(p), C.uint32_t(layer), charp(kdata), charp(vdata), desc(kd), desc(vd), kvOut(out)))
 }
 
-func cUpdateCompact(p unsafe.Pointer, layer uint32, kdata, vdata unsafe.Pointer, d *cpair, out *ckv) error {
+func cUpdateCB(p unsafe.Pointer, layer uint32, kdata, vdata unsafe.Pointer, kd, vd tdesc, out *ckv) error {
+	o := new(ckv)
+	defer func() { *out = *o }()
+	return takeError(C.kvcgo_update_cb(cache(p), C.uint32_t(layer), charp(kdata), charp(vdata), desc(&kd), desc(&vd), kvOut(o)))
+}
+
+func cUpdateCompact(p unsafe.Pointer, cb bool, layer uint32, kdata, vdata unsafe.Pointer, d *cpair, out *ckv) error {
+	if cb {
+		return cUpdateCompactCB(p, layer, kdata, vdata, *d, out)
+	}
 	return takeError(C.kvcgo_update_compact(charp(p), C.uint32_t(layer), charp(kdata), charp(vdata),
 		(*C.kvcgo_pair)(unsafe.Pointer(d)), kvOut(out)))
 }
 
-func cUpdateOpts(p unsafe.Pointer, layer uint32, kdata, vdata unsafe.Pointer, kd, vd *tdesc, u *uopts, cp *int64,
-	cos, sin unsafe.Pointer, out *ckv) error {
+func cUpdateCompactCB(p unsafe.Pointer, layer uint32, kdata, vdata unsafe.Pointer, d cpair, out *ckv) error {
+	o := new(ckv)
+	defer func() { *out = *o }()
+	return takeError(C.kvcgo_update_compact_cb(charp(p), C.uint32_t(layer), charp(kdata), charp(vdata),
+		(*C.kvcgo_pair)(unsafe.Pointer(&d)), kvOut(o)))
+}
+
+func cUpdateOpts(p unsafe.Pointer, cb bool, layer uint32, kdata, vdata unsafe.Pointer, kd, vd *tdesc, u *uopts,
+	cp *int64, cos, sin unsafe.Pointer, out *ckv) error {
+	if cb {
+		return cUpdateOptsCB(p, layer, kdata, vdata, *kd, *vd, *u, cp, cos, sin, out)
+	}
 	return takeError(C.kvcgo_update_opts(cache(p), C.uint32_t(layer), charp(kdata), charp(vdata), desc(kd), desc(vd),
 		(*C.kvcgo_uopts)(unsafe.Pointer(u)), (*C.int64_t)(cp), charp(cos), charp(sin), kvOut(out)))
 }
 
-func cUpdateAll(p unsafe.Pointer, n uint32, keys, values unsafe.Pointer, u *uopts, cp *int64, cos, sin unsafe.Pointer,
-	out unsafe.Pointer) error {
+func cUpdateOptsCB(p unsafe.Pointer, layer uint32, kdata, vdata unsafe.Pointer, kd, vd tdesc, u uopts, cp *int64,
+	cos, sin unsafe.Pointer, out *ckv) error {
+	o := new(ckv)
+	defer func() { *out = *o }()
+	return takeError(C.kvcgo_update_opts_cb(cache(p), C.uint32_t(layer), charp(kdata), charp(vdata), desc(&kd),
+		desc(&vd), (*C.kvcgo_uopts)(unsafe.Pointer(&u)), (*C.int64_t)(cp), charp(cos), charp(sin), kvOut(o)))
+}
+
+// cUpdateAll's arrays are C memory (tensorArrays); u is the one Go struct it passes.
+func cUpdateAll(p unsafe.Pointer, cb bool, n uint32, keys, values unsafe.Pointer, u *uopts, cp *int64,
+	cos, sin unsafe.Pointer, out unsafe.Pointer) error {
+	if cb {
+		var uc *uopts
+		if u != nil {
+			uc = new(uopts)
+			*uc = *u
+		}
+		return takeError(C.kvcgo_update_all_cb(charp(p), C.uint32_t(n), charp(keys), charp(values),
+			(*C.kvcgo_uopts)(unsafe.Pointer(uc)), (*C.int64_t)(cp), charp(cos), charp(sin), charp(out)))
+	}
 	return takeError(C.kvcgo_update_all(charp(p), C.uint32_t(n), charp(keys), charp(values),
 		(*C.kvcgo_uopts)(unsafe.Pointer(u)), (*C.int64_t)(cp), charp(cos), charp(sin), charp(out)))
 }
 
-func cCrop(p unsafe.Pointer, tokens int64) error {
+func cCrop(p unsafe.Pointer, cb bool, tokens int64) error {
+	if cb {
+		return takeError(C.kvcgo_crop_cb(cache(p), C.int64_t(tokens)))
+	}
 	return takeError(C.kvc_cache_crop(cache(p), C.int64_t(tokens)))
 }
 
@@ -726,7 +833,10 @@ func cActivatePastRecording(p unsafe.Pointer) error {
 	return takeError(C.kvc_cache_activate_past_recording(cache(p)))
 }
 
-func cReorder(p unsafe.Pointer, idx *int64, n int) error {
+func cReorder(p unsafe.Pointer, cb bool, idx *int64, n int) error {
+	if cb {
+		return takeError(C.kvcgo_reorder_cb(cache(p), (*C.int64_t)(idx), C.size_t(n)))
+	}
 	return takeError(C.kvc_cache_reorder(cache(p), (*C.int64_t)(idx), C.size_t(n)))
 }
 
@@ -734,7 +844,10 @@ func cRepeatInterleave(p unsafe.Pointer, r int64) error {
 	return takeError(C.kvc_cache_batch_repeat_interleave(cache(p), C.int64_t(r)))
 }
 
-func cSelectIndices(p unsafe.Pointer, idx *int64, n int) error {
+func cSelectIndices(p unsafe.Pointer, cb bool, idx *int64, n int) error {
+	if cb {
+		return takeError(C.kvcgo_select_indices_cb(cache(p), (*C.int64_t)(idx), C.size_t(n)))
+	}
 	return takeError(C.kvc_cache_batch_select_indices(cache(p), (*C.int64_t)(idx), C.size_t(n)))
 }
 
@@ -848,8 +961,18 @@ func cEDIsUpdated(p unsafe.Pointer, layer uint32) (bool, error) {
 	return b != 0, err
 }
 
-func cEDUpdateCross(p unsafe.Pointer, layer uint32, kdata, vdata unsafe.Pointer, kd, vd *tdesc, out *ckv) error {
+func cEDUpdateCross(p unsafe.Pointer, cb bool, layer uint32, kdata, vdata unsafe.Pointer, kd, vd *tdesc, out *ckv) error {
+	if cb {
+		return cEDUpdateCrossCB(p, layer, kdata, vdata, *kd, *vd, out)
+	}
 	return takeError(C.kvcgo_update_cross(edCache(p), C.uint32_t(layer), charp(kdata), charp(vdata), desc(kd), desc(vd), kvOut(out)))
+}
+
+func cEDUpdateCrossCB(p unsafe.Pointer, layer uint32, kdata, vdata unsafe.Pointer, kd, vd tdesc, out *ckv) error {
+	o := new(ckv)
+	defer func() { *out = *o }()
+	return takeError(C.kvcgo_update_cross_cb(edCache(p), C.uint32_t(layer), charp(kdata), charp(vdata), desc(&kd),
+		desc(&vd), kvOut(o)))
 }
 
 func cEDCrop(p unsafe.Pointer, tokens int64) error {

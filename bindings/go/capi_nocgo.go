@@ -35,7 +35,7 @@ func cCreateFromTensors(*CacheOptions, int, unsafe.Pointer, unsafe.Pointer) (uns
 }
 func cClone(unsafe.Pointer) (unsafe.Pointer, error)              { return nil, ErrCgoDisabled }
 func cDestroy(unsafe.Pointer)                                    {}
-func cEarlyInit(unsafe.Pointer, *InitOptions) error              { return ErrCgoDisabled }
+func cEarlyInit(unsafe.Pointer, bool, *InitOptions) error        { return ErrCgoDisabled }
 func cNumLayers(unsafe.Pointer) uint32                           { return 0 }
 func cLayerInfo(unsafe.Pointer, uint32, *LayerInfo) error        { return ErrCgoDisabled }
 func cLayerView(unsafe.Pointer, uint32, *ckv) error              { return ErrCgoDisabled }
@@ -52,25 +52,25 @@ func cSetPreviousAcceptedTokens(unsafe.Pointer, int64) error {
 	return ErrCgoDisabled
 }
 func cMemory(unsafe.Pointer, *MemoryInfo) error { return ErrCgoDisabled }
-func cUpdate(unsafe.Pointer, uint32, unsafe.Pointer, unsafe.Pointer, *tdesc, *tdesc, *ckv) error {
+func cUpdate(unsafe.Pointer, bool, uint32, unsafe.Pointer, unsafe.Pointer, *tdesc, *tdesc, *ckv) error {
 	return ErrCgoDisabled
 }
-func cUpdateCompact(unsafe.Pointer, uint32, unsafe.Pointer, unsafe.Pointer, *cpair, *ckv) error {
+func cUpdateCompact(unsafe.Pointer, bool, uint32, unsafe.Pointer, unsafe.Pointer, *cpair, *ckv) error {
 	return ErrCgoDisabled
 }
-func cUpdateOpts(unsafe.Pointer, uint32, unsafe.Pointer, unsafe.Pointer, *tdesc, *tdesc, *uopts, *int64,
+func cUpdateOpts(unsafe.Pointer, bool, uint32, unsafe.Pointer, unsafe.Pointer, *tdesc, *tdesc, *uopts, *int64,
 	unsafe.Pointer, unsafe.Pointer, *ckv) error {
 	return ErrCgoDisabled
 }
-func cUpdateAll(unsafe.Pointer, uint32, unsafe.Pointer, unsafe.Pointer, *uopts, *int64, unsafe.Pointer,
+func cUpdateAll(unsafe.Pointer, bool, uint32, unsafe.Pointer, unsafe.Pointer, *uopts, *int64, unsafe.Pointer,
 	unsafe.Pointer, unsafe.Pointer) error {
 	return ErrCgoDisabled
 }
-func cCrop(unsafe.Pointer, int64) error                { return ErrCgoDisabled }
-func cActivatePastRecording(unsafe.Pointer) error      { return ErrCgoDisabled }
-func cReorder(unsafe.Pointer, *int64, int) error       { return ErrCgoDisabled }
-func cRepeatInterleave(unsafe.Pointer, int64) error    { return ErrCgoDisabled }
-func cSelectIndices(unsafe.Pointer, *int64, int) error { return ErrCgoDisabled }
+func cCrop(unsafe.Pointer, bool, int64) error                { return ErrCgoDisabled }
+func cActivatePastRecording(unsafe.Pointer) error            { return ErrCgoDisabled }
+func cReorder(unsafe.Pointer, bool, *int64, int) error       { return ErrCgoDisabled }
+func cRepeatInterleave(unsafe.Pointer, int64) error          { return ErrCgoDisabled }
+func cSelectIndices(unsafe.Pointer, bool, *int64, int) error { return ErrCgoDisabled }
 func cBatchSplit(unsafe.Pointer, int64, int64, []unsafe.Pointer) (int, error) {
 	return 0, ErrCgoDisabled
 }
@@ -99,7 +99,7 @@ func cEDDestroy(unsafe.Pointer)                                        {}
 func cEDSelf(unsafe.Pointer) unsafe.Pointer                            { return nil }
 func cEDCross(unsafe.Pointer) unsafe.Pointer                           { return nil }
 func cEDIsUpdated(unsafe.Pointer, uint32) (bool, error)                { return false, ErrCgoDisabled }
-func cEDUpdateCross(unsafe.Pointer, uint32, unsafe.Pointer, unsafe.Pointer, *tdesc, *tdesc, *ckv) error {
+func cEDUpdateCross(unsafe.Pointer, bool, uint32, unsafe.Pointer, unsafe.Pointer, *tdesc, *tdesc, *ckv) error {
 	return ErrCgoDisabled
 }
 func cEDCrop(unsafe.Pointer, int64) error                { return ErrCgoDisabled }

@@ -184,4 +184,44 @@ var (
 	_ [int64(C.KVC_BLOCK_HASH_VERSION) - int64(BlockHashVersion)]struct{}
 	_ [int64(PoolBlockHashVersion) - int64(C.KVC_POOL_BLOCK_HASH_VERSION)]struct{}
 	_ [int64(C.KVC_POOL_BLOCK_HASH_VERSION) - int64(PoolBlockHashVersion)]struct{}
+	_ [int64(GroupFull) - int64(C.KVC_POOL_GROUP_FULL)]struct{}
+	_ [int64(C.KVC_POOL_GROUP_FULL) - int64(GroupFull)]struct{}
+	_ [int64(GroupSliding) - int64(C.KVC_POOL_GROUP_SLIDING)]struct{}
+	_ [int64(C.KVC_POOL_GROUP_SLIDING) - int64(GroupSliding)]struct{}
+	_ [int64(GroupChunked) - int64(C.KVC_POOL_GROUP_CHUNKED)]struct{}
+	_ [int64(C.KVC_POOL_GROUP_CHUNKED) - int64(GroupChunked)]struct{}
+	_ [int64(GroupRecurrent) - int64(C.KVC_POOL_GROUP_RECURRENT)]struct{}
+	_ [int64(C.KVC_POOL_GROUP_RECURRENT) - int64(GroupRecurrent)]struct{}
+	_ [int64(GroupLatent) - int64(C.KVC_POOL_GROUP_LATENT)]struct{}
+	_ [int64(C.KVC_POOL_GROUP_LATENT) - int64(GroupLatent)]struct{}
+	_ [int64(StorageFP8E4M3) - int64(C.KVC_POOL_STORAGE_FP8_E4M3)]struct{}
+	_ [int64(C.KVC_POOL_STORAGE_FP8_E4M3) - int64(StorageFP8E4M3)]struct{}
+	_ [int64(LayoutNHD) - int64(C.KVC_POOL_LAYOUT_NHD)]struct{}
+	_ [int64(C.KVC_POOL_LAYOUT_NHD) - int64(LayoutNHD)]struct{}
+	_ [int64(LayoutHND) - int64(C.KVC_POOL_LAYOUT_HND)]struct{}
+	_ [int64(C.KVC_POOL_LAYOUT_HND) - int64(LayoutHND)]struct{}
+	_ [int64(tablePadded) - int64(C.KVC_POOL_TABLE_PADDED)]struct{}
+	_ [int64(C.KVC_POOL_TABLE_PADDED) - int64(tablePadded)]struct{}
+	_ [int64(tableCSR) - int64(C.KVC_POOL_TABLE_CSR)]struct{}
+	_ [int64(C.KVC_POOL_TABLE_CSR) - int64(tableCSR)]struct{}
+	_ [int64(EventBlockStored) - int64(C.KVC_POOL_EVENT_BLOCK_STORED)]struct{}
+	_ [int64(C.KVC_POOL_EVENT_BLOCK_STORED) - int64(EventBlockStored)]struct{}
+	_ [int64(EventBlockRemoved) - int64(C.KVC_POOL_EVENT_BLOCK_REMOVED)]struct{}
+	_ [int64(C.KVC_POOL_EVENT_BLOCK_REMOVED) - int64(EventBlockRemoved)]struct{}
+	_ [int64(EventAllCleared) - int64(C.KVC_POOL_EVENT_ALL_CLEARED)]struct{}
+	_ [int64(C.KVC_POOL_EVENT_ALL_CLEARED) - int64(EventAllCleared)]struct{}
+	_ [int64(TierWriteOnCommit) - int64(C.KVC_TIER_WRITE_ON_COMMIT)]struct{}
+	_ [int64(C.KVC_TIER_WRITE_ON_COMMIT) - int64(TierWriteOnCommit)]struct{}
+	_ [int64(TierWriteOnEvict) - int64(C.KVC_TIER_WRITE_ON_EVICT)]struct{}
+	_ [int64(C.KVC_TIER_WRITE_ON_EVICT) - int64(TierWriteOnEvict)]struct{}
+	_ [int64(TierAuthKeyMin) - int64(C.KVC_TIER_AUTH_KEY_MIN)]struct{}
+	_ [int64(C.KVC_TIER_AUTH_KEY_MIN) - int64(TierAuthKeyMin)]struct{}
+	_ [int64(TierAuthKeyMax) - int64(C.KVC_TIER_AUTH_KEY_MAX)]struct{}
+	_ [int64(C.KVC_TIER_AUTH_KEY_MAX) - int64(TierAuthKeyMax)]struct{}
+	_ [int64(RedisClusterAuto) - int64(C.KVC_REDIS_CLUSTER_AUTO)]struct{}
+	_ [int64(C.KVC_REDIS_CLUSTER_AUTO) - int64(RedisClusterAuto)]struct{}
+	_ [int64(RedisClusterOff) - int64(C.KVC_REDIS_CLUSTER_OFF)]struct{}
+	_ [int64(C.KVC_REDIS_CLUSTER_OFF) - int64(RedisClusterOff)]struct{}
+	_ [int64(RedisClusterOn) - int64(C.KVC_REDIS_CLUSTER_ON)]struct{}
+	_ [int64(C.KVC_REDIS_CLUSTER_ON) - int64(RedisClusterOn)]struct{}
 )

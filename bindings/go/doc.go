@@ -76,6 +76,16 @@
 // PrepareStep once and Step.Update per token: one C call per step, nothing
 // to pin or allocate.
 //
+// # Caller-provided storage
+//
+// PoolOptions.Allocator and CacheOptions.Allocator take a pool's blocks or
+// a cache's K/V stores from an Allocator (CArena: C memory the Go side
+// owns), so views are slices of that memory (docs/allocator.md). A cache's
+// stores come and go as its layers grow, so the library calls the Allocator
+// from inside its updates: a cache made with one (and its clones, splits and
+// stacks) takes C calls that allow that, which costs a few Go allocations
+// per Update; caches without one keep the hot path above.
+//
 // # Block hashes
 //
 // BlockHashRoot, BlockHash and BlockHashChain compute the keys of prefix

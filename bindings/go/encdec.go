@@ -27,6 +27,13 @@ func (o *edOwner) close() {
 	liveHandles.Add(-1)
 }
 
+// edCallsBack is Cache.callsBack of a pair's two halves.
+type edCallsBack struct{ self, cross bool }
+
+func (e *EncoderDecoderCache) callsBack() edCallsBack {
+	return edCallsBack{e.self.callsBack, e.cross.callsBack}
+}
+
 // EncoderDecoderCache is transformers' EncoderDecoderCache: a self-attention
 // cache over the generated tokens, a cross-attention cache over the encoder
 // output, and per layer whether the cross-attention K/V have been computed
@@ -46,15 +53,17 @@ func (e *EncoderDecoderCache) lock() *sync.Mutex {
 	return &e.o.mu
 }
 
-func newEncoderDecoder(p unsafe.Pointer, self, cross *Cache) *EncoderDecoderCache {
+// newEncoderDecoder wraps the pair p around self and cross, or, where they are nil, around new borrowed
+// halves whose callsBack is the one given (that of the halves a clone or split was made from).
+func newEncoderDecoder(p unsafe.Pointer, self, cross *Cache, callsBack edCallsBack) *EncoderDecoderCache {
 	o := &edOwner{p: p}
 	liveHandles.Add(1)
 	runtime.SetFinalizer(o, (*edOwner).close)
 	if self == nil {
-		self = &Cache{p: cEDSelf(p)}
+		self = &Cache{p: cEDSelf(p), callsBack: callsBack.self}
 	}
 	if cross == nil {
-		cross = &Cache{p: cEDCross(p)}
+		cross = &Cache{p: cEDCross(p), callsBack: callsBack.cross}
 	}
 	self.owner, cross.owner = o, o
 	return &EncoderDecoderCache{o: o, self: self, cross: cross}
@@ -95,7 +104,7 @@ func NewEncoderDecoder(selfAttention, crossAttention *Cache) (*EncoderDecoderCac
 		runtime.SetFinalizer(c, nil)
 		liveHandles.Add(-1)
 	}
-	return newEncoderDecoder(p, selfAttention, crossAttention), nil
+	return newEncoderDecoder(p, selfAttention, crossAttention, edCallsBack{}), nil
 }
 
 // Close frees the pair and both caches. It is idempotent and always
@@ -159,19 +168,10 @@ func (e *EncoderDecoderCache) mut() (unsafe.Pointer, error) {
 // IsUpdated reports whether cross-attention layer layer has been computed;
 // false for indices beyond the layers.
 func (e *EncoderDecoderCache) IsUpdated(layer int) (_ bool, err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.IsUpdated")
-	l, err := layerIndex("IsUpdated", layer)
-	if err != nil {
-		return false, err
-	}
-	p, err := e.get()
-	if err != nil {
-		return false, err
-	}
-	b, err := cEDIsUpdated(p, l)
-	runtime.KeepAlive(e)
-	return b, err
+	l, argErr := layerIndex("IsUpdated", layer)
+	return valueCall(e, "EncoderDecoderCache.IsUpdated", reads, argErr, func(p unsafe.Pointer) (bool, error) {
+		return cEDIsUpdated(p, l)
+	})
 }
 
 // UpdateCross is the model's cross-attention protocol for one layer: if the
@@ -200,92 +200,54 @@ func (e *EncoderDecoderCache) UpdateCross(layer int, key, value Input) (_ KV, er
 		return KV{}, err
 	}
 	var out ckv
-	err = cEDUpdateCross(p, l, kp, vp, &kd, &vd, &out)
+	err = cEDUpdateCross(p, e.cross.callsBack, l, kp, vp, &kd, &vd, &out)
 	runtime.KeepAlive(e)
 	runtime.KeepAlive(key)
 	runtime.KeepAlive(value)
-	if err != nil {
-		return KV{}, err
-	}
-	return KV{viewFromC(&out.key, e.cross), viewFromC(&out.value, e.cross)}, nil
+	return kvFromC(&out, e.cross, err)
 }
+
+// The pair's operations below mirror Cache's on purpose (transformers' API):
+// each is one call through call, with the pair's own C function.
 
 // Crop crops the self-attention cache only (cross K/V are never cropped).
 func (e *EncoderDecoderCache) Crop(tokens int64) (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.Crop")
-	p, err := e.mut()
-	if err != nil {
-		return err
-	}
-	err = cEDCrop(p, tokens)
-	runtime.KeepAlive(e)
-	return err
+	return call(e, "EncoderDecoderCache.Crop", mutates, nil, func(p unsafe.Pointer) error {
+		return cEDCrop(p, tokens)
+	})
 }
 
 // Reorder reorders both caches (beam search).
 func (e *EncoderDecoderCache) Reorder(beamIdx []int64) (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.Reorder")
-	p, err := e.mut()
-	if err != nil {
+	return call(e, "EncoderDecoderCache.Reorder", mutates, nil, func(p unsafe.Pointer) error {
+		err := cEDReorder(p, int64sPtr(beamIdx), len(beamIdx))
+		runtime.KeepAlive(beamIdx)
 		return err
-	}
-	err = cEDReorder(p, int64sPtr(beamIdx), len(beamIdx))
-	runtime.KeepAlive(e)
-	runtime.KeepAlive(beamIdx)
-	return err
+	})
 }
 
 // BatchRepeatInterleave repeats the rows of both caches; both must be
 // dynamic.
 func (e *EncoderDecoderCache) BatchRepeatInterleave(repeats int64) (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.BatchRepeatInterleave")
-	p, err := e.mut()
-	if err != nil {
-		return err
-	}
-	err = cEDRepeatInterleave(p, repeats)
-	runtime.KeepAlive(e)
-	return err
+	return call(e, "EncoderDecoderCache.BatchRepeatInterleave", mutates, nil, func(p unsafe.Pointer) error {
+		return cEDRepeatInterleave(p, repeats)
+	})
 }
 
 // BatchSelectIndices keeps rows of both caches; both must be dynamic.
 func (e *EncoderDecoderCache) BatchSelectIndices(indices []int64) (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.BatchSelectIndices")
-	p, err := e.mut()
-	if err != nil {
+	return call(e, "EncoderDecoderCache.BatchSelectIndices", mutates, nil, func(p unsafe.Pointer) error {
+		err := cEDSelectIndices(p, int64sPtr(indices), len(indices))
+		runtime.KeepAlive(indices)
 		return err
-	}
-	err = cEDSelectIndices(p, int64sPtr(indices), len(indices))
-	runtime.KeepAlive(e)
-	runtime.KeepAlive(indices)
-	return err
+	})
 }
 
 // BatchSplit splits both caches (legacy EncoderDecoderCache.batch_split);
 // both must be dynamic. The pair itself is unchanged.
 func (e *EncoderDecoderCache) BatchSplit(fullBatchSize, splitSize int64) (_ []*EncoderDecoderCache, err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.BatchSplit")
-	p, err := e.get()
-	if err != nil {
-		return nil, err
-	}
-	// Never NULL: the library checks its arguments before the capacity.
-	handles := make([]unsafe.Pointer, max(1, splitCapacity(fullBatchSize, splitSize)))
-	n, err := cEDBatchSplit(p, fullBatchSize, splitSize, handles)
-	runtime.KeepAlive(e)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*EncoderDecoderCache, n)
-	for i := range out {
-		out[i] = newEncoderDecoder(handles[i], nil, nil)
-	}
-	return out, nil
+	return batchSplit(e, "EncoderDecoderCache.BatchSplit", fullBatchSize, splitSize, cEDBatchSplit,
+		func(q unsafe.Pointer) *EncoderDecoderCache { return newEncoderDecoder(q, nil, nil, e.callsBack()) })
 }
 
 // EncoderDecoderFromBatchSplits stacks splits of both caches into a new
@@ -295,12 +257,15 @@ func EncoderDecoderFromBatchSplits(splits []*EncoderDecoderCache) (*EncoderDecod
 		return nil, err
 	}
 	handles := make([]unsafe.Pointer, len(splits))
+	var callsBack edCallsBack // the stack's halves call back where any split's do
 	for i, s := range splits {
 		p, err := s.get()
 		if err != nil {
 			return nil, err
 		}
 		handles[i] = p
+		callsBack.self = callsBack.self || s.self.callsBack
+		callsBack.cross = callsBack.cross || s.cross.callsBack
 	}
 	p, err := cEDFromBatchSplits(handles)
 	for _, s := range splits {
@@ -309,37 +274,26 @@ func EncoderDecoderFromBatchSplits(splits []*EncoderDecoderCache) (*EncoderDecod
 	if err != nil {
 		return nil, err
 	}
-	return newEncoderDecoder(p, nil, nil), nil
+	return newEncoderDecoder(p, nil, nil, callsBack), nil
 }
 
 // Reset resets both caches and marks every cross-attention layer as not
 // updated.
 func (e *EncoderDecoderCache) Reset() (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.Reset")
-	p, err := e.mut()
-	if err != nil {
-		return err
-	}
-	err = cEDReset(p)
-	runtime.KeepAlive(e)
-	return err
+	return call(e, "EncoderDecoderCache.Reset", mutates, nil, func(p unsafe.Pointer) error {
+		return cEDReset(p)
+	})
 }
 
 // Clone returns a deep copy of both caches and the IsUpdated flags.
 func (e *EncoderDecoderCache) Clone() (_ *EncoderDecoderCache, err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.Clone")
-	p, err := e.get()
-	if err != nil {
-		return nil, err
-	}
-	q, err := cEDClone(p)
-	runtime.KeepAlive(e)
-	if err != nil {
-		return nil, err
-	}
-	return newEncoderDecoder(q, nil, nil), nil
+	return valueCall(e, "EncoderDecoderCache.Clone", reads, nil, func(p unsafe.Pointer) (*EncoderDecoderCache, error) {
+		q, err := cEDClone(p)
+		if err != nil {
+			return nil, err
+		}
+		return newEncoderDecoder(q, nil, nil, e.callsBack()), nil
+	})
 }
 
 func (e *EncoderDecoderCache) String() string {

@@ -121,12 +121,7 @@ func TestEncoderDecoderOwnership(t *testing.T) {
 	// other is still the caller's after the failures.
 	must[KV](t)(other.Update(0, x, x, nil))
 
-	live := liveHandles.Load()
-	ok(t, e.Close())
-	ok(t, e.Close())
-	if liveHandles.Load() != live-1 {
-		t.Fatal("closing the pair did not free it exactly once")
-	}
+	closesOnce(t, e.Close)
 	if kv.Key.Valid() {
 		t.Fatal("a view of a borrowed cache survived the pair")
 	}

@@ -246,12 +246,7 @@ func TestClosedCache(t *testing.T) {
 	ok(t, err)
 	x := rows(1, 1, 0)
 	must[KV](t)(c.Update(0, x, x, nil))
-	live := liveHandles.Load()
-	ok(t, c.Close())
-	ok(t, c.Close())
-	if liveHandles.Load() != live-1 {
-		t.Fatal("Close did not free the handle exactly once")
-	}
+	closesOnce(t, c.Close)
 	if c.NumLayers() != 0 {
 		t.Fatal("NumLayers of a closed cache")
 	}

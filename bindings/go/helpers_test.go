@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -219,6 +220,41 @@ func failsUnchanged(t testing.TB, c *Cache, code Code, f func() error, fragments
 	before := snapshot(t, c)
 	wantErr(t, f(), code, fragments...)
 	unchanged(t, c, before)
+}
+
+// goWorkers runs worker(g) for g in [0, n), each on a goroutine of its own; the function it returns waits for
+// them all and reports every error.
+func goWorkers(t testing.TB, n int, worker func(g int) error) (wait func()) {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for g := 0; g < n; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			errs <- worker(g)
+		}(g)
+	}
+	return func() {
+		t.Helper()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+// closesOnce closes an object twice (Close is idempotent) and checks that its C handle was freed exactly once.
+func closesOnce(t testing.TB, close func() error) {
+	t.Helper()
+	live := liveHandles.Load()
+	ok(t, close())
+	ok(t, close())
+	if liveHandles.Load() != live-1 {
+		t.Fatal("closing twice did not free the handle exactly once")
+	}
 }
 
 // config returns a model config of the layer types.

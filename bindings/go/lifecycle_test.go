@@ -36,17 +36,24 @@ func TestFinalizerFreesDroppedCaches(t *testing.T) {
 			_, err = c.PrepareStep(Inputs(rows(2, 1, 0)), Inputs(rows(2, 1, 0)))
 			ok(t, err)
 		}
-		self, err := New(nil)
-		ok(t, err)
-		cross, err := New(nil)
-		ok(t, err)
-		_, err = NewEncoderDecoder(self, cross)
-		ok(t, err)
+		droppedPair(t)
 	}()
 	if liveHandles.Load() != live+9 {
 		t.Fatalf("%d live handles, want %d", liveHandles.Load(), live+9)
 	}
 	waitLive(t, live)
+}
+
+// droppedPair makes an encoder-decoder pair of two lazy caches and drops it (no Close); it returns the
+// self-attention half.
+func droppedPair(t *testing.T) *Cache {
+	self, err := New(nil)
+	ok(t, err)
+	cross, err := New(nil)
+	ok(t, err)
+	_, err = NewEncoderDecoder(self, cross)
+	ok(t, err)
+	return self
 }
 
 func TestViewsKeepTheirCacheAlive(t *testing.T) {
@@ -65,15 +72,7 @@ func TestViewsKeepTheirCacheAlive(t *testing.T) {
 	}
 	// A borrowed cache keeps its pair alive.
 	var self *Cache
-	func() {
-		s, err := New(nil)
-		ok(t, err)
-		cr, err := New(nil)
-		ok(t, err)
-		_, err = NewEncoderDecoder(s, cr)
-		ok(t, err)
-		self = s
-	}()
+	func() { self = droppedPair(t) }()
 	for i := 0; i < 5; i++ {
 		runtime.GC()
 	}
@@ -85,22 +84,7 @@ func TestViewsKeepTheirCacheAlive(t *testing.T) {
 // -race.
 func TestGoroutinesOwningCaches(t *testing.T) {
 	const workers, steps = 12, 150
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			errs <- worker(w, steps)
-		}(w)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
-	}
+	goWorkers(t, workers, func(w int) error { return worker(w, steps) })()
 }
 
 func worker(w, steps int) error {

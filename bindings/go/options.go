@@ -61,7 +61,19 @@ type CacheOptions struct {
 	// differ, as MAJOR*10000 + MINOR*100 (0: the newest, 5.24); below 52400 static layers have no Crop.
 	TransformersRelease uint32
 	QueryOffsetRule     QueryOffsetRule // MtpCache / DFlashCache offsets; default QueryOffsetPlain
+	// Allocator, when set, provides the K/V stores of every layer (kvc_cache_options.allocator; see
+	// Allocator, and CArena for CPU caches): the views of updates and LayerView are then its memory. Layers
+	// allocate at their first update (or Reserve, EarlyInitialization) and when a dynamic layer grows; clones,
+	// splits and stacks of the cache use it too, and the library keeps it referenced until the last of them
+	// is closed. Not from it: quantized records, recurrent states, indexer keys, the host tier of offloaded
+	// layers. A refusal fails the call that needed memory with ErrOutOfMemory, the cache unchanged.
+	// Such a cache's calls let the library call Go, which costs a few Go allocations per Update that a
+	// cache without an allocator does not make.
+	Allocator Allocator
 }
+
+// hasAllocator reports whether a cache made from o takes its stores from a Go Allocator.
+func (o *CacheOptions) hasAllocator() bool { return o != nil && o.Allocator != nil }
 
 // InitOptions are the options of EarlyInitialization (kvc_init_options).
 type InitOptions struct {

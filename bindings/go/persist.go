@@ -19,34 +19,25 @@ import (
 // FileFormatVersion is the cache file format version this library writes and reads.
 const FileFormatVersion = 1
 
+// Save and Restore exist for Cache and EncoderDecoderCache alike, on purpose
+// (one C function each); their bodies are one call through call.
+
 // Save writes the cache to the file path (created or replaced; written beside
 // it and renamed, so a crash never leaves a partial file). The cache is not
 // changed.
 func (c *Cache) Save(path string) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Save")
-	p, err := c.get()
-	if err != nil {
-		return err
-	}
-	err = cSave(p, path)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.Save", reads, nil, func(p unsafe.Pointer) error {
+		return cSave(p, path)
+	})
 }
 
 // Restore replaces the cache's contents with the file's, whose model
 // fingerprint must equal the cache's. Views taken before are invalid
 // afterwards. On error the cache is unchanged.
 func (c *Cache) Restore(path string) (err error) {
-	defer c.lock().Unlock()
-	defer named(&err, "Cache.Restore")
-	p, err := c.mut()
-	if err != nil {
-		return err
-	}
-	err = cRestore(p, path)
-	runtime.KeepAlive(c)
-	return err
+	return call(c, "Cache.Restore", mutates, nil, func(p unsafe.Pointer) error {
+		return cRestore(p, path)
+	})
 }
 
 // Load makes a new cache on the CPU from the file path (a regular file, read
@@ -56,37 +47,22 @@ func Load(path string) (*Cache, error) {
 		return nil, err
 	}
 	p, err := cLoad(path)
-	if err != nil {
-		return nil, err
-	}
-	return newCache(p), nil
+	return newCacheOr(p, false, err)
 }
 
 // Save writes both halves and the is_updated flags to the file path.
 func (e *EncoderDecoderCache) Save(path string) (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.Save")
-	p, err := e.get()
-	if err != nil {
-		return err
-	}
-	err = cEDSave(p, path)
-	runtime.KeepAlive(e)
-	return err
+	return call(e, "EncoderDecoderCache.Save", reads, nil, func(p unsafe.Pointer) error {
+		return cEDSave(p, path)
+	})
 }
 
 // Restore replaces both halves and the flags with the file's (the
 // fingerprints must match); unchanged on error.
 func (e *EncoderDecoderCache) Restore(path string) (err error) {
-	defer e.lock().Unlock()
-	defer named(&err, "EncoderDecoderCache.Restore")
-	p, err := e.mut()
-	if err != nil {
-		return err
-	}
-	err = cEDRestore(p, path)
-	runtime.KeepAlive(e)
-	return err
+	return call(e, "EncoderDecoderCache.Restore", mutates, nil, func(p unsafe.Pointer) error {
+		return cEDRestore(p, path)
+	})
 }
 
 // LoadEncoderDecoder makes a new encoder-decoder cache on the CPU from the file path.
@@ -98,7 +74,7 @@ func LoadEncoderDecoder(path string) (*EncoderDecoderCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newEncoderDecoder(p, nil, nil), nil
+	return newEncoderDecoder(p, nil, nil, edCallsBack{}), nil
 }
 
 // Save writes the sequence to the file path (created or replaced; written

@@ -13,7 +13,8 @@ import "C"
 
 import "unsafe"
 
-// withPath calls f with path as a C string.
+// withPath calls f with path as a C string. The functions below are alike on
+// purpose: one per C function, each a line through withPath.
 func withPath(path string, f func(*C.char) *C.kvc_error) error {
 	if err := noNUL("kvcache", "path", path); err != nil {
 		return err

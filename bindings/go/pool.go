@@ -683,6 +683,19 @@ func (p *Pool) Write(keys, values []Input, slots []int64) (err error) {
 			"%s: %d keys and %d values but the pool has %d layers (one per layer, nil for recurrent layers)",
 			fn, len(keys), len(values), len(p.layers)))
 	}
+	err = p.write(fn, keys, values, slots, func(h unsafe.Pointer, arr *tensorArrays, tokens int) error {
+		return cPoolWrite(h, arr.keys(), arr.values(), arr.n, slots, tokens)
+	})
+	runtime.KeepAlive(keys)
+	runtime.KeepAlive(values)
+	return err
+}
+
+// write is what Write and WriteLayer share: slots checked for whole groups
+// (num_groups * num_tokens, group-major), keys and values laid out in C, the
+// pool entered, and call made with the tokens per group.
+func (p *Pool) write(fn string, keys, values []Input, slots []int64,
+	call func(h unsafe.Pointer, arr *tensorArrays, tokens int) error) error {
 	groups := max(len(p.groups), 1)
 	if len(slots)%groups != 0 {
 		return newError(CodeInvalidArgument, fmt.Sprintf(
@@ -698,10 +711,8 @@ func (p *Pool) Write(keys, values []Input, slots []int64) (err error) {
 	if err != nil {
 		return err
 	}
-	err = cPoolWrite(h, arr.keys(), arr.values(), arr.n, slots, len(slots)/groups)
+	err = call(h, arr, len(slots)/groups)
 	runtime.KeepAlive(p)
-	runtime.KeepAlive(keys)
-	runtime.KeepAlive(values)
 	return err
 }
 
@@ -1053,6 +1064,10 @@ func (s *Sequence) enter(stale bool) (unsafe.Pointer, error) {
 	return s.p, nil
 }
 
+// Len/Length and Committed/CommittedLength are alike on purpose: a
+// deprecated method kept for source compatibility beside its replacement,
+// both one line through count.
+
 // Len returns the tokens the sequence holds (reserved, committed or not);
 // 0 once closed, indistinguishable from an empty sequence.
 //
@@ -1277,12 +1292,9 @@ func (s *Sequence) gather(layer int, keys, values Input) error {
 	if err != nil {
 		return err
 	}
-	l, err := layerIndex(fn, layer)
+	l, err := layerAndInput(fn, layer, "keys", keys)
 	if err != nil {
 		return err
-	}
-	if keys == nil {
-		return newError(CodeInvalidArgument, fmt.Sprintf("%s: keys must not be nil", fn))
 	}
 	arr, err := newTensorArrays(fn, []Input{keys}, []Input{values}, false)
 	if err != nil {

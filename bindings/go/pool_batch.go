@@ -23,30 +23,13 @@ func (p *Pool) WriteLayer(layer int, key, value Input, slots []int64) (err error
 	if p.handle() == nil {
 		return ErrPoolClosed
 	}
-	l, err := layerIndex(fn, layer)
+	l, err := layerAndInput(fn, layer, "key", key)
 	if err != nil {
 		return err
 	}
-	if key == nil {
-		return newError(CodeInvalidArgument, fmt.Sprintf("%s: key must not be nil", fn))
-	}
-	groups := max(len(p.groups), 1)
-	if len(slots)%groups != 0 {
-		return newError(CodeInvalidArgument, fmt.Sprintf(
-			"%s: slots has %d entries, not a multiple of the pool's %d groups (num_groups * num_tokens, group-major)",
-			fn, len(slots), groups))
-	}
-	arr, err := newTensorArrays(fn, []Input{key}, []Input{value}, false)
-	if err != nil {
-		return err
-	}
-	defer arr.free()
-	h, err := p.enter(false)
-	if err != nil {
-		return err
-	}
-	err = cPoolWriteLayer(h, l, arr.keys(), optionalValues(arr, value), slots, len(slots)/groups)
-	runtime.KeepAlive(p)
+	err = p.write(fn, []Input{key}, []Input{value}, slots, func(h unsafe.Pointer, arr *tensorArrays, tokens int) error {
+		return cPoolWriteLayer(h, l, arr.keys(), optionalValues(arr, value), slots, tokens)
+	})
 	runtime.KeepAlive(key)
 	runtime.KeepAlive(value)
 	return err

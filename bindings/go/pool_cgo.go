@@ -70,42 +70,6 @@ import (
 	"unsafe"
 )
 
-// Compile-time checks of the Go constants against the header's (see
-// constcheck_cgo.go) and of the Go mirror of kvc_pool_table.
-var (
-	_ [int64(GroupFull) - int64(C.KVC_POOL_GROUP_FULL)]struct{}
-	_ [int64(C.KVC_POOL_GROUP_FULL) - int64(GroupFull)]struct{}
-	_ [int64(GroupSliding) - int64(C.KVC_POOL_GROUP_SLIDING)]struct{}
-	_ [int64(C.KVC_POOL_GROUP_SLIDING) - int64(GroupSliding)]struct{}
-	_ [int64(GroupChunked) - int64(C.KVC_POOL_GROUP_CHUNKED)]struct{}
-	_ [int64(C.KVC_POOL_GROUP_CHUNKED) - int64(GroupChunked)]struct{}
-	_ [int64(GroupRecurrent) - int64(C.KVC_POOL_GROUP_RECURRENT)]struct{}
-	_ [int64(C.KVC_POOL_GROUP_RECURRENT) - int64(GroupRecurrent)]struct{}
-	_ [int64(GroupLatent) - int64(C.KVC_POOL_GROUP_LATENT)]struct{}
-	_ [int64(C.KVC_POOL_GROUP_LATENT) - int64(GroupLatent)]struct{}
-	_ [int64(StorageFP8E4M3) - int64(C.KVC_POOL_STORAGE_FP8_E4M3)]struct{}
-	_ [int64(C.KVC_POOL_STORAGE_FP8_E4M3) - int64(StorageFP8E4M3)]struct{}
-	_ [int64(LayoutNHD) - int64(C.KVC_POOL_LAYOUT_NHD)]struct{}
-	_ [int64(C.KVC_POOL_LAYOUT_NHD) - int64(LayoutNHD)]struct{}
-	_ [int64(LayoutHND) - int64(C.KVC_POOL_LAYOUT_HND)]struct{}
-	_ [int64(C.KVC_POOL_LAYOUT_HND) - int64(LayoutHND)]struct{}
-	_ [int64(tablePadded) - int64(C.KVC_POOL_TABLE_PADDED)]struct{}
-	_ [int64(C.KVC_POOL_TABLE_PADDED) - int64(tablePadded)]struct{}
-	_ [int64(tableCSR) - int64(C.KVC_POOL_TABLE_CSR)]struct{}
-	_ [int64(C.KVC_POOL_TABLE_CSR) - int64(tableCSR)]struct{}
-	_ [int64(EventBlockStored) - int64(C.KVC_POOL_EVENT_BLOCK_STORED)]struct{}
-	_ [int64(C.KVC_POOL_EVENT_BLOCK_STORED) - int64(EventBlockStored)]struct{}
-	_ [int64(EventBlockRemoved) - int64(C.KVC_POOL_EVENT_BLOCK_REMOVED)]struct{}
-	_ [int64(C.KVC_POOL_EVENT_BLOCK_REMOVED) - int64(EventBlockRemoved)]struct{}
-	_ [int64(EventAllCleared) - int64(C.KVC_POOL_EVENT_ALL_CLEARED)]struct{}
-	_ [int64(C.KVC_POOL_EVENT_ALL_CLEARED) - int64(EventAllCleared)]struct{}
-
-	_ [unsafe.Sizeof(ctable{}) - C.sizeof_kvc_pool_table]byte
-	_ [C.sizeof_kvc_pool_table - unsafe.Sizeof(ctable{})]byte
-	_ [unsafe.Offsetof(ctable{}.lastPageLen) - unsafe.Offsetof(C.kvc_pool_table{}.last_page_len)]byte
-	_ [unsafe.Offsetof(C.kvc_pool_table{}.last_page_len) - unsafe.Offsetof(ctable{}.lastPageLen)]byte
-)
-
 func pool(p unsafe.Pointer) *C.kvc_pool             { return (*C.kvc_pool)(p) }
 func poolSeq(p unsafe.Pointer) *C.kvc_pool_sequence { return (*C.kvc_pool_sequence)(p) }
 

@@ -194,27 +194,13 @@ func readPool(p *Pool, shared *sharedSeqs, stop chan struct{}) error {
 // the close or reports the pool closed; none crashes.
 func TestGoroutinesCloseThePoolUnderCalls(t *testing.T) {
 	p := mkPool(t, 64, "hammer")
-	var wg sync.WaitGroup
-	errs := make(chan error, workersUnderClose)
 	started := make(chan struct{}, workersUnderClose)
-	for g := 0; g < workersUnderClose; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			errs <- untilClosed(p, g, started)
-		}(g)
-	}
+	wait := goWorkers(t, workersUnderClose, func(g int) error { return untilClosed(p, g, started) })
 	for g := 0; g < workersUnderClose; g++ {
 		<-started
 	}
 	ok(t, p.Close())
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
-	}
+	wait()
 }
 
 const workersUnderClose = 8

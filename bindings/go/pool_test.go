@@ -22,20 +22,32 @@ const (
 	pLayers = 2
 )
 
-func mkPool(t testing.TB, numBlocks uint32, seed string) *Pool {
+// testPoolOptions is the tests' pool: pLayers layers in one full-attention group of numBlocks blocks.
+func testPoolOptions(numBlocks uint32, seed string) PoolOptions {
+	return PoolOptions{
+		DType:    DTypeFloat32,
+		Groups:   []PoolGroup{FullGroup(pBlock, numBlocks)},
+		Layers:   RepeatLayer(pLayers, PoolLayer{NumKVHeads: pHeads, KeyHeadDim: pDim, ValueHeadDim: pVDim}),
+		HashSeed: []byte(seed),
+	}
+}
+
+// mkPoolWith creates a pool that the test closes.
+func mkPoolWith(t testing.TB, o PoolOptions) *Pool {
 	t.Helper()
-	p, err := NewPool(PoolOptions{
-		DType:         DTypeFloat32,
-		Groups:        []PoolGroup{FullGroup(pBlock, numBlocks)},
-		Layers:        RepeatLayer(pLayers, PoolLayer{NumKVHeads: pHeads, KeyHeadDim: pDim, ValueHeadDim: pVDim}),
-		HashSeed:      []byte(seed),
-		EventCapacity: 256,
-	})
+	p, err := NewPool(o)
 	if err != nil {
 		t.Fatalf("NewPool: %v", err)
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+func mkPool(t testing.TB, numBlocks uint32, seed string) *Pool {
+	t.Helper()
+	o := testPoolOptions(numBlocks, seed)
+	o.EventCapacity = 256
+	return mkPoolWith(t, o)
 }
 
 func mkSeq(t testing.TB, p *Pool, salt []byte) *Sequence {

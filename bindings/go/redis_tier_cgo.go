@@ -31,15 +31,6 @@ import "C"
 
 import "unsafe"
 
-var (
-	_ [int64(RedisClusterAuto) - int64(C.KVC_REDIS_CLUSTER_AUTO)]struct{}
-	_ [int64(C.KVC_REDIS_CLUSTER_AUTO) - int64(RedisClusterAuto)]struct{}
-	_ [int64(RedisClusterOff) - int64(C.KVC_REDIS_CLUSTER_OFF)]struct{}
-	_ [int64(C.KVC_REDIS_CLUSTER_OFF) - int64(RedisClusterOff)]struct{}
-	_ [int64(RedisClusterOn) - int64(C.KVC_REDIS_CLUSTER_ON)]struct{}
-	_ [int64(C.KVC_REDIS_CLUSTER_ON) - int64(RedisClusterOn)]struct{}
-)
-
 // cstring copies s into the arena, NUL-terminated; "" is NULL when empty means "none".
 func (a *arena) cstring(s string, emptyIsNull bool) *C.char {
 	if s == "" && emptyIsNull {

@@ -77,7 +77,7 @@ func (s *Step) Update() (err error) {
 		return err
 	}
 	s.done = false
-	err = cUpdateAll(p, uint32(s.arr.n), s.arr.keys(), s.arr.values(), nil, nil, nil, nil, s.arr.out())
+	err = cUpdateAll(p, s.c.callsBack, uint32(s.arr.n), s.arr.keys(), s.arr.values(), nil, nil, nil, nil, s.arr.out())
 	runtime.KeepAlive(s)
 	if err != nil {
 		return err

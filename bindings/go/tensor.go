@@ -261,29 +261,17 @@ func describe(fn string, arg argName, in Input, d *tdesc) (unsafe.Pointer, unsaf
 		d.present = 0
 		return nil, nil, nil
 	case Tensor[float32]:
-		return describeGo(fn, arg, dtFloat32, t.Data, t.Offset, t.Shape, t.Strides, d)
+		return describeTensor(fn, arg, dtFloat32, &t, d)
 	case Tensor[Float16]:
-		return describeGo(fn, arg, dtFloat16, t.Data, t.Offset, t.Shape, t.Strides, d)
+		return describeTensor(fn, arg, dtFloat16, &t, d)
 	case Tensor[BFloat16]:
-		return describeGo(fn, arg, dtBFloat16, t.Data, t.Offset, t.Shape, t.Strides, d)
+		return describeTensor(fn, arg, dtBFloat16, &t, d)
 	case *Tensor[float32]:
-		if t == nil {
-			d.present = 0
-			return nil, nil, nil
-		}
-		return describeGo(fn, arg, dtFloat32, t.Data, t.Offset, t.Shape, t.Strides, d)
+		return describeTensor(fn, arg, dtFloat32, t, d)
 	case *Tensor[Float16]:
-		if t == nil {
-			d.present = 0
-			return nil, nil, nil
-		}
-		return describeGo(fn, arg, dtFloat16, t.Data, t.Offset, t.Shape, t.Strides, d)
+		return describeTensor(fn, arg, dtFloat16, t, d)
 	case *Tensor[BFloat16]:
-		if t == nil {
-			d.present = 0
-			return nil, nil, nil
-		}
-		return describeGo(fn, arg, dtBFloat16, t.Data, t.Offset, t.Shape, t.Strides, d)
+		return describeTensor(fn, arg, dtBFloat16, t, d)
 	case View:
 		return t.describe(d)
 	case *View:
@@ -315,6 +303,15 @@ type cpair struct {
 	lanes [2]uint16
 }
 
+// describeTensor is describe for a Tensor of element type dt; a nil one is an absent input.
+func describeTensor[T Element](fn string, arg argName, dt DataType, t *Tensor[T], d *tdesc) (unsafe.Pointer, unsafe.Pointer, error) {
+	if t == nil {
+		d.present = 0
+		return nil, nil, nil
+	}
+	return describeGo(fn, arg, dt, t.Data, t.Offset, t.Shape, t.Strides, d)
+}
+
 // compactInput is describe's fast path for the common input: a Tensor (or
 // a non-nil *Tensor) with nil Strides, at most maxDims dimensions, no size
 // <= 0, whose elements from Offset on all lie inside Data. It copies the
@@ -325,31 +322,28 @@ type cpair struct {
 func compactInput(in Input, shape *[maxDims]int64) (data, pin unsafe.Pointer, nd int, dt DataType, ok bool) {
 	switch t := in.(type) {
 	case Tensor[BFloat16]:
-		data, pin, nd, ok = compactGo(t.Data, t.Offset, t.Shape, t.Strides, shape)
-		return data, pin, nd, dtBFloat16, ok
+		return compactTensor(&t, dtBFloat16, shape)
 	case Tensor[Float16]:
-		data, pin, nd, ok = compactGo(t.Data, t.Offset, t.Shape, t.Strides, shape)
-		return data, pin, nd, dtFloat16, ok
+		return compactTensor(&t, dtFloat16, shape)
 	case Tensor[float32]:
-		data, pin, nd, ok = compactGo(t.Data, t.Offset, t.Shape, t.Strides, shape)
-		return data, pin, nd, dtFloat32, ok
+		return compactTensor(&t, dtFloat32, shape)
 	case *Tensor[BFloat16]:
-		if t != nil {
-			data, pin, nd, ok = compactGo(t.Data, t.Offset, t.Shape, t.Strides, shape)
-		}
-		return data, pin, nd, dtBFloat16, ok
+		return compactTensor(t, dtBFloat16, shape)
 	case *Tensor[Float16]:
-		if t != nil {
-			data, pin, nd, ok = compactGo(t.Data, t.Offset, t.Shape, t.Strides, shape)
-		}
-		return data, pin, nd, dtFloat16, ok
+		return compactTensor(t, dtFloat16, shape)
 	case *Tensor[float32]:
-		if t != nil {
-			data, pin, nd, ok = compactGo(t.Data, t.Offset, t.Shape, t.Strides, shape)
-		}
-		return data, pin, nd, dtFloat32, ok
+		return compactTensor(t, dtFloat32, shape)
 	}
 	return nil, nil, 0, DataType{}, false
+}
+
+// compactTensor is compactInput for a Tensor of element type dt (nil: not compact).
+func compactTensor[T Element](t *Tensor[T], dt DataType, shape *[maxDims]int64) (unsafe.Pointer, unsafe.Pointer, int, DataType, bool) {
+	if t == nil {
+		return nil, nil, 0, dt, false
+	}
+	data, pin, nd, ok := compactGo(t.Data, t.Offset, t.Shape, t.Strides, shape)
+	return data, pin, nd, dt, ok
 }
 
 func compactGo[T Element](data []T, off int, shape, strides []int64, dst *[maxDims]int64) (unsafe.Pointer, unsafe.Pointer, int, bool) {
@@ -572,6 +566,14 @@ type KV struct {
 // it only copies the descriptor and reads it when asked.
 func viewFromC(t *ctensor, owner *Cache) View {
 	return View{t: *t, owner: owner, gen: owner.gen, kind: viewCache}
+}
+
+// kvFromC is the views of a kvc_kv the library wrote into out, or err when the call that was to write it failed.
+func kvFromC(out *ckv, owner *Cache, err error) (KV, error) {
+	if err != nil {
+		return KV{}, err
+	}
+	return KV{viewFromC(&out.key, owner), viewFromC(&out.value, owner)}, nil
 }
 
 // Valid reports whether the view may still be read: its cache has not been

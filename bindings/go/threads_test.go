@@ -18,22 +18,7 @@ const sharers = 16
 func TestGoroutinesShareOnePool(t *testing.T) {
 	p := mkPool(t, 512, "threads")
 	const steps = 6
-	var wg sync.WaitGroup
-	errs := make(chan error, sharers)
-	for g := 0; g < sharers; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			errs <- shareOnePool(p, g, steps)
-		}(g)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
-	}
+	goWorkers(t, sharers, func(g int) error { return shareOnePool(p, g, steps) })()
 	st, err := p.Stats(0)
 	ok(t, err)
 	if st.FreeBlocks+st.CachedBlocks != st.NumBlocks {

@@ -126,6 +126,9 @@ func (t *tierCore) putBlocks(op string, keys []TierKey, buf []byte, payloadSize 
 	return stored, err
 }
 
+// DiskTier's and RedisTier's key-level methods are alike on purpose (the
+// public API of each kind); each is one line through tierCore.
+
 // Exists says whether each key has a value in the tier, without fetching
 // values (kvc_tier_exists: a stat per key). Existence only: a value that
 // does not verify is a miss of GetBlocks. Since 0.7.

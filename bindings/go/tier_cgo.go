@@ -67,18 +67,6 @@ import (
 	"unsafe"
 )
 
-// Compile-time checks of the Go constants against the header's.
-var (
-	_ [int64(TierWriteOnCommit) - int64(C.KVC_TIER_WRITE_ON_COMMIT)]struct{}
-	_ [int64(C.KVC_TIER_WRITE_ON_COMMIT) - int64(TierWriteOnCommit)]struct{}
-	_ [int64(TierWriteOnEvict) - int64(C.KVC_TIER_WRITE_ON_EVICT)]struct{}
-	_ [int64(C.KVC_TIER_WRITE_ON_EVICT) - int64(TierWriteOnEvict)]struct{}
-	_ [int64(TierAuthKeyMin) - int64(C.KVC_TIER_AUTH_KEY_MIN)]struct{}
-	_ [int64(C.KVC_TIER_AUTH_KEY_MIN) - int64(TierAuthKeyMin)]struct{}
-	_ [int64(TierAuthKeyMax) - int64(C.KVC_TIER_AUTH_KEY_MAX)]struct{}
-	_ [int64(C.KVC_TIER_AUTH_KEY_MAX) - int64(TierAuthKeyMax)]struct{}
-)
-
 func tier(t unsafe.Pointer) *C.kvc_tier { return (*C.kvc_tier)(t) }
 
 // authKey crosses as a copy in C memory (nil: NULL, no key; empty: a pointer with length 0, which the library refuses).

@@ -14,16 +14,9 @@ import (
 
 func mkLayoutPool(t testing.TB, numBlocks uint32, layout PoolLayout) *Pool {
 	t.Helper()
-	p, err := NewPool(PoolOptions{
-		DType:    DTypeFloat32,
-		Groups:   []PoolGroup{FullGroup(pBlock, numBlocks)},
-		Layers:   RepeatLayer(pLayers, PoolLayer{NumKVHeads: pHeads, KeyHeadDim: pDim, ValueHeadDim: pVDim}),
-		HashSeed: []byte("tier-test"),
-		Layout:   layout,
-	})
-	ok(t, err)
-	t.Cleanup(func() { p.Close() })
-	return p
+	o := testPoolOptions(numBlocks, "tier-test")
+	o.Layout = layout
+	return mkPoolWith(t, o)
 }
 
 func TestTierRestartMatchesFromDiskWithTheOriginalBytes(t *testing.T) {
