@@ -7,7 +7,7 @@ use candle_core::{Result, Tensor};
 use candle_nn::kv_cache::{ConcatKvCache, KvCache, RotatingKvCache};
 use kvcache::{Cache, LayerOptions, Preset};
 
-use crate::candle_stores::{CandleStores, with_tensor_ref};
+use crate::candle_stores::{CandleStores, StoreViews, with_tensor_ref};
 use crate::model::{Config, KvStore};
 
 fn kv_err(e: kvcache::Error) -> candle_core::Error {
@@ -19,6 +19,7 @@ fn kv_err(e: kvcache::Error) -> candle_core::Error {
 pub struct Kvcache {
     pub cache: Cache,
     stores: Arc<CandleStores>,
+    views: StoreViews,
 }
 
 impl Kvcache {
@@ -38,7 +39,11 @@ impl Kvcache {
             .build()
             .map_err(kv_err)?;
         cache.reserve(tokens as i64).map_err(kv_err)?;
-        Ok(Kvcache { cache, stores })
+        Ok(Kvcache {
+            cache,
+            stores,
+            views: StoreViews::default(),
+        })
     }
 
     /// The allocator that serves the stores (and turns views into candle tensors).
@@ -49,11 +54,14 @@ impl Kvcache {
 
 impl KvStore for Kvcache {
     fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let (cache, stores) = (&mut self.cache, &self.stores);
+        let (cache, stores, views) = (&mut self.cache, &*self.stores, &mut self.views);
         with_tensor_ref(k, |k| {
             with_tensor_ref(v, |v| {
                 let kv = cache.update(layer as u32, k, v).map_err(kv_err)?;
-                Ok((stores.tensor(&kv.key)?, stores.tensor(&kv.value)?))
+                Ok((
+                    views.tensor(stores, 2 * layer, &kv.key)?,
+                    views.tensor(stores, 2 * layer + 1, &kv.value)?,
+                ))
             })?
         })?
     }
