@@ -73,35 +73,39 @@ unsafe impl Allocator for CandleStores {
 
 impl CandleStores {
     /// The candle tensor over the memory of `view` ([batch, heads, seq, dim], f32, a run of tokens of
-    /// one store): `reshape` + `narrow` of the store's tensor, no copy.
+    /// one store): `reshape` + `narrow` of the store's tensor, no copy. Looks the store up by address
+    /// under the lock; a decode loop resolves each layer's store once with [`StoreViews`] instead.
     pub fn tensor(&self, view: &TensorView<'_>) -> Result<Tensor> {
-        let addr = view.data_ptr() as usize + view.byte_offset() as usize;
+        let view = ViewLayout::of(view)?;
+        self.shaped(&view)?.narrow(&view)
+    }
+
+    /// The store `view` lies in, shaped [batch, heads, capacity, dim]; an error unless the view is a run
+    /// of tokens of it.
+    fn shaped(&self, view: &ViewLayout) -> Result<Shaped> {
         let mut stores = self.stores.lock().unwrap();
-        let (&base, store) = stores.range_mut(..=addr).next_back().ok_or_else(|| {
+        let (&base, store) = stores.range_mut(..=view.addr).next_back().ok_or_else(|| {
             candle_core::Error::Msg("kvcache view outside every candle store".into())
         })?;
-        let &[b, h, s, d] = view.shape() else {
-            candle_core::bail!("kvcache view of rank {}", view.shape().len())
-        };
-        let (b, h, s, d) = (b as usize, h as usize, s as usize, d as usize);
-        let strides: Vec<usize> = view.strides().iter().map(|&x| x as usize).collect();
-        let token = strides[2];
-        let capacity = strides[1] / token.max(1);
-        let offset = (addr - base) / F32;
+        let [b, h, s, d] = view.dims;
+        let strides = view.strides;
+        let token = strides[2].max(1);
+        let capacity = strides[1] / token;
+        let offset = (view.addr - base) / F32;
         // The stores are [batch, heads, capacity, dim]; a view is a run of tokens [t0, t0 + s).
-        let token_runs = token == d
+        let token_runs = strides[2] == d
             && strides[3] == 1
             && strides[1] == capacity * d
             && strides[0] == h * strides[1];
-        let t0 = offset / token.max(1);
+        let t0 = offset / token;
         if !token_runs
-            || !offset.is_multiple_of(token.max(1))
+            || !offset.is_multiple_of(token)
             || t0 + s > capacity
             || b * strides[0] > store.elems
         {
             candle_core::bail!(
                 "kvcache view {:?}/{:?} is not a run of tokens of its store",
-                view.shape(),
+                view.dims,
                 strides
             );
         }
@@ -114,14 +118,120 @@ impl CandleStores {
                     .reshape(dims.to_vec())?,
             );
         }
-        store.shaped.as_ref().expect("set above").narrow(2, t0, s)
+        Ok(Shaped {
+            base,
+            strides,
+            tensor: store.shaped.clone().expect("set above"),
+            dims,
+        })
     }
 }
+
+/// Where a 4-D f32 view's elements are: the first one's address, the shape and the strides (elements).
+struct ViewLayout {
+    addr: usize,
+    dims: [usize; 4],
+    strides: [usize; 4],
+}
+
+impl ViewLayout {
+    fn of(view: &TensorView<'_>) -> Result<ViewLayout> {
+        let &[b, h, s, d] = view.shape() else {
+            candle_core::bail!("kvcache view of rank {}", view.shape().len())
+        };
+        if view.dtype() != Some(kvcache::DType::F32) {
+            candle_core::bail!("kvcache view of {:?}, not f32", view.data_type());
+        }
+        Ok(ViewLayout {
+            addr: view.data_ptr() as usize + view.byte_offset() as usize,
+            dims: [b, h, s, d].map(|x| x as usize),
+            strides: [0, 1, 2, 3].map(|dim| view.stride(dim) as usize),
+        })
+    }
+}
+
+/// A store shaped [batch, heads, capacity, dim] (`dims`), whose first element is at `base`.
+#[derive(Clone)]
+struct Shaped {
+    base: usize,
+    strides: [usize; 4],
+    dims: [usize; 4],
+    tensor: Tensor,
+}
+
+impl Shaped {
+    /// Whether `view` is a run of tokens of this store. The tensor keeps the store's memory alive, so no
+    /// other store can lie at these addresses: an address inside it is a view of it.
+    fn covers(&self, view: &ViewLayout) -> bool {
+        let [b, h, capacity, d] = self.dims;
+        let token_bytes = self.strides[2].max(1) * F32;
+        let Some(bytes) = view.addr.checked_sub(self.base) else {
+            return false;
+        };
+        view.strides == self.strides
+            && view.dims[0] == b
+            && view.dims[1] == h
+            && view.dims[3] == d
+            && bytes.is_multiple_of(token_bytes)
+            && bytes / token_bytes + view.dims[2] <= capacity
+    }
+
+    /// The tensor over `view`'s tokens (`covers(view)` holds): one `narrow`.
+    fn narrow(&self, view: &ViewLayout) -> Result<Tensor> {
+        let t0 = (view.addr - self.base) / F32 / self.strides[2].max(1);
+        self.tensor.narrow(2, t0, view.dims[2])
+    }
+}
+
+/// The candle tensors over a cache's views, one slot per (layer, K or V): each slot keeps the store its
+/// last view lay in, so a step costs a comparison and a `narrow`; the allocator's map (and its lock) is
+/// read only when a view lies elsewhere (the first step, a dynamic layer grown into a new store).
+///
+/// A slot keeps its store's memory alive until a view of that slot lies elsewhere, even after kvcache
+/// has freed the store (a grown layer's next view replaces it in the same step).
+#[derive(Default)]
+pub struct StoreViews {
+    slots: Vec<Option<Shaped>>,
+}
+
+impl StoreViews {
+    /// The candle tensor over `view` (as [`CandleStores::tensor`]), through `slot`'s store when the
+    /// view lies in it.
+    pub fn tensor(
+        &mut self,
+        stores: &CandleStores,
+        slot: usize,
+        view: &TensorView<'_>,
+    ) -> Result<Tensor> {
+        let view = ViewLayout::of(view)?;
+        if slot >= self.slots.len() {
+            self.slots.resize(slot + 1, None);
+        }
+        let entry = &mut self.slots[slot];
+        if let Some(store) = entry.as_ref().filter(|s| s.covers(&view)) {
+            return store.narrow(&view);
+        }
+        let store = stores.shaped(&view)?;
+        let tensor = store.narrow(&view);
+        *entry = Some(store);
+        tensor
+    }
+}
+
+/// The most dimensions a kvcache input has.
+const MAX_RANK: usize = 6;
 
 /// `t` (f32, CPU, contiguous) as the input of a kvcache update, read in place.
 pub fn with_tensor_ref<R>(t: &Tensor, f: impl FnOnce(&TensorRef<'_>) -> R) -> Result<R> {
     if t.dtype() != DType::F32 {
         candle_core::bail!("kvcache input must be f32, not {:?}", t.dtype());
+    }
+    let mut shape = [0i64; MAX_RANK];
+    let Some(shape) = shape.get_mut(..t.rank()) else {
+        candle_core::bail!("kvcache input of rank {}, above {MAX_RANK}", t.rank())
+    };
+    for (n, &dim) in shape.iter_mut().zip(t.dims()) {
+        *n = dim as i64;
     }
     let (storage, layout) = t.storage_and_layout();
     let Storage::Cpu(cpu) = &*storage else {
@@ -131,7 +241,6 @@ pub fn with_tensor_ref<R>(t: &Tensor, f: impl FnOnce(&TensorRef<'_>) -> R) -> Re
         candle_core::bail!("kvcache input must be contiguous")
     };
     let data = &cpu.as_slice::<f32>()?[start..end];
-    let shape: Vec<i64> = t.dims().iter().map(|&x| x as i64).collect();
-    let r = TensorRef::new(data, &shape).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+    let r = TensorRef::new(data, shape).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
     Ok(f(&r))
 }

@@ -2,12 +2,13 @@
 //! `KvCache` (with `RotatingKvCache` for the sliding layer), and candle's `ConcatKvCache`.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use candle_core::{Result, Tensor};
 use candle_nn::kv_cache::{ConcatKvCache, KvCache, RotatingKvCache};
 use kvcache::{Cache, LayerOptions, Preset};
 
-use crate::candle_stores::{CandleStores, with_tensor_ref};
+use crate::candle_stores::{CandleStores, StoreViews, with_tensor_ref};
 use crate::model::{Config, KvStore};
 
 fn kv_err(e: kvcache::Error) -> candle_core::Error {
@@ -19,6 +20,38 @@ fn kv_err(e: kvcache::Error) -> candle_core::Error {
 pub struct Kvcache {
     pub cache: Cache,
     stores: Arc<CandleStores>,
+    views: StoreViews,
+    /// When set, every append adds the time of its parts here (the bench's split; off by default, so
+    /// that the timed cache part has no timers inside).
+    pub split: Option<AppendSplit>,
+}
+
+/// Where kvcache's appends spent their time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AppendSplit {
+    /// Reading candle's K and V as kvcache inputs (`with_tensor_ref`: candle's storage lock, the shape).
+    pub inputs: Duration,
+    /// `Cache::update`: the library's checks and the copy of the new token into the stores.
+    pub update: Duration,
+    /// The candle tensors over the returned views (`StoreViews::tensor`: a comparison and a `narrow` each).
+    pub tensors: Duration,
+}
+
+/// A running split: each lap adds the time since the last one to a part.
+struct Laps<'a>(Option<(&'a mut AppendSplit, Instant)>);
+
+impl<'a> Laps<'a> {
+    fn start(split: Option<&'a mut AppendSplit>) -> Laps<'a> {
+        Laps(split.map(|s| (s, Instant::now())))
+    }
+
+    fn lap(&mut self, part: fn(&mut AppendSplit) -> &mut Duration) {
+        if let Some((split, since)) = &mut self.0 {
+            let now = Instant::now();
+            *part(split) += now - *since;
+            *since = now;
+        }
+    }
 }
 
 impl Kvcache {
@@ -38,7 +71,12 @@ impl Kvcache {
             .build()
             .map_err(kv_err)?;
         cache.reserve(tokens as i64).map_err(kv_err)?;
-        Ok(Kvcache { cache, stores })
+        Ok(Kvcache {
+            cache,
+            stores,
+            views: StoreViews::default(),
+            split: None,
+        })
     }
 
     /// The allocator that serves the stores (and turns views into candle tensors).
@@ -49,11 +87,19 @@ impl Kvcache {
 
 impl KvStore for Kvcache {
     fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let (cache, stores) = (&mut self.cache, &self.stores);
+        let (cache, stores, views) = (&mut self.cache, &*self.stores, &mut self.views);
+        let mut laps = Laps::start(self.split.as_mut());
         with_tensor_ref(k, |k| {
             with_tensor_ref(v, |v| {
+                laps.lap(|s| &mut s.inputs);
                 let kv = cache.update(layer as u32, k, v).map_err(kv_err)?;
-                Ok((stores.tensor(&kv.key)?, stores.tensor(&kv.value)?))
+                laps.lap(|s| &mut s.update);
+                let tensors = (
+                    views.tensor(stores, 2 * layer, &kv.key)?,
+                    views.tensor(stores, 2 * layer + 1, &kv.value)?,
+                );
+                laps.lap(|s| &mut s.tensors);
+                Ok(tensors)
             })?
         })?
     }

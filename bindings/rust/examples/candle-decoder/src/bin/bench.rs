@@ -4,13 +4,15 @@
 //! Each variant is filled to the context once, then rounds alternate between the variants: every round
 //! runs STEPS decode steps of each, timing the whole step and the time spent in the cache (the append of
 //! all layers, including making the candle tensors the layers attend to). Printed: medians over rounds of
-//! the per-step medians, and each candle cache's ratio to kvcache (> 1: kvcache is faster).
+//! the per-step medians, and each candle cache's ratio to kvcache (> 1: kvcache is faster). Then a run of
+//! kvcache with timers inside each append splits its cache part: reading candle's K/V as inputs, the
+//! update, making the candle tensors over the views.
 
 use std::time::{Duration, Instant};
 
 use candle_core::{Result, Tensor};
 use candle_decoder::model::{Config, KvStore, Model};
-use candle_decoder::stores::{Concat, Kvcache, preallocated};
+use candle_decoder::stores::{AppendSplit, Concat, Kvcache, preallocated};
 
 const STEPS: usize = 16;
 const ROUNDS: usize = 7;
@@ -58,20 +60,43 @@ fn median(mut x: Vec<f64>) -> f64 {
     x[x.len() / 2]
 }
 
+/// The token fed at `position` (any will do: the weights are random).
+fn token(model: &Model, position: usize) -> u32 {
+    (position * 7 % model.config.vocab) as u32
+}
+
 /// `steps` steps of `r` from where it is; per-step medians of the whole step and of the cache's part.
 fn steps(model: &Model, r: &mut Run, steps: usize) -> Result<(f64, f64)> {
     let (mut whole, mut cache) = (Vec::new(), Vec::new());
     for _ in 0..steps {
-        let token = (r.position * 7 % model.config.vocab) as u32;
         let before = r.store.spent;
         let start = Instant::now();
-        let logits = model.step(token, r.position, &mut r.store)?;
+        let logits = model.step(token(model, r.position), r.position, &mut r.store)?;
         std::hint::black_box(logits);
         whole.push(start.elapsed().as_secs_f64() * 1e6);
         cache.push((r.store.spent - before).as_secs_f64() * 1e6);
         r.position += 1;
     }
     Ok((median(whole), median(cache)))
+}
+
+/// kvcache's cache part split (us per step, per-step medians of inputs, update, tensors): a run of its
+/// own with timers inside each append, filled to `context`, then ROUNDS * STEPS steps.
+fn split(model: &Model, context: usize, capacity: usize) -> Result<[f64; 3]> {
+    let mut kv = Kvcache::new(&model.config, capacity)?;
+    for position in 0..context {
+        model.step(token(model, position), position, &mut kv)?;
+    }
+    let mut parts: [Vec<f64>; 3] = Default::default();
+    for position in context..context + ROUNDS * STEPS {
+        kv.split = Some(AppendSplit::default());
+        std::hint::black_box(model.step(token(model, position), position, &mut kv)?);
+        let s = kv.split.expect("set above");
+        for (part, time) in parts.iter_mut().zip([s.inputs, s.update, s.tensors]) {
+            part.push(time.as_secs_f64() * 1e6);
+        }
+    }
+    Ok(parts.map(median))
 }
 
 fn main() -> Result<()> {
@@ -128,6 +153,11 @@ fn main() -> Result<()> {
                 step / our_step
             );
         }
+        let [inputs, update, tensors] = split(&model, context, capacity)?;
+        println!(
+            "{context:>7}  kvcache's cache part split (a run with timers inside): inputs {inputs:.2} us, \
+             update {update:.2} us, tensors {tensors:.2} us"
+        );
     }
     Ok(())
 }

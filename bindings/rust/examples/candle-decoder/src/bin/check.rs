@@ -28,6 +28,10 @@ fn main() -> Result<()> {
 
     let mut ours = Kvcache::new(&config, total)?;
     let (tokens, logits) = generate(&model, &PROMPT, NEW_TOKENS, &mut ours)?;
+    // Room for one token only: the dynamic layers grow into new stores again and again, so the candle
+    // tensors of a layer move from store to store (StoreViews resolves each move through the allocator).
+    let mut growing = Kvcache::new(&config, 1)?;
+    let (growing_tokens, growing_logits) = generate(&model, &PROMPT, NEW_TOKENS, &mut growing)?;
     let (concat_tokens, concat_logits) =
         generate(&model, &PROMPT, NEW_TOKENS, &mut Concat::new(&config))?;
     let (pre_tokens, pre_logits) = generate(
@@ -55,6 +59,7 @@ fn main() -> Result<()> {
     }
 
     let diff = differing_steps(&logits, &concat_logits);
+    let growing_diff = differing_steps(&growing_logits, &concat_logits);
     let pre_diff = differing_steps(&logits, &pre_logits);
     println!(
         "generated {} tokens after a {}-token prompt (window {}, layer {} sliding)",
@@ -75,6 +80,16 @@ fn main() -> Result<()> {
         logits.len()
     );
     println!(
+        "kvcache grown from room for 1 token vs ConcatKvCache: tokens {}, logits differ at {} of {} steps",
+        if growing_tokens == concat_tokens {
+            "identical"
+        } else {
+            "DIFFER"
+        },
+        growing_diff,
+        growing_logits.len()
+    );
+    println!(
         "kvcache vs KvCache + RotatingKvCache: tokens {}, logits differ at {} of {} steps (not required)",
         if tokens == pre_tokens {
             "identical"
@@ -88,7 +103,12 @@ fn main() -> Result<()> {
         "layers whose candle tensor is kvcache's store (same first element): {shared} of {}",
         config.layers
     );
-    if tokens != concat_tokens || diff != 0 || shared != config.layers {
+    if tokens != concat_tokens
+        || diff != 0
+        || growing_tokens != concat_tokens
+        || growing_diff != 0
+        || shared != config.layers
+    {
         eprintln!("check FAILED");
         std::process::exit(1);
     }
