@@ -96,10 +96,35 @@ static void kvc_py_raise_code(kvc_code code, const char* message) {
   }
 }
 
-/* Consumes `error`: raises it and frees it. */
+/* The exception a Python allocator (kvcache_allocator.h) raised on this thread, refusing memory to the C call
+ * running there; that call's error takes it (kvc_py_raise). */
+static _Thread_local PyObject* kvc_py_allocator_failure = NULL;
+
+/* Consumes `error`: raises it and frees it. An out-of-memory error that a Python allocator caused names the
+ * allocator's exception, which becomes its __cause__. */
 static void kvc_py_raise(kvc_error* error) {
-  kvc_py_raise_code(kvc_error_code(error), kvc_error_message(error));
+  kvc_code code = kvc_error_code(error);
+  PyObject* cause = kvc_py_allocator_failure;
+  kvc_py_allocator_failure = NULL;
+  PyObject* text = cause && code == KVC_ERROR_OUT_OF_MEMORY
+                       ? PyUnicode_FromFormat("%s (the allocator raised %.100s: %S)", kvc_error_message(error),
+                                              Py_TYPE(cause)->tp_name, cause)
+                       : NULL;
+  const char* message = text ? PyUnicode_AsUTF8(text) : NULL;
+  if (!message) PyErr_Clear();
+  kvc_py_raise_code(code, message ? message : kvc_error_message(error));
   kvc_error_destroy(error);
+  Py_XDECREF(text);
+  if (cause && code == KVC_ERROR_OUT_OF_MEMORY) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value) PyException_SetCause(value, cause); /* steals the reference */
+    else Py_DECREF(cause);
+    PyErr_Restore(type, value, tb);
+  } else {
+    Py_XDECREF(cause);
+  }
 }
 
 static PyObject* kvc_py_set_error_classes(PyObject* base, PyObject* by_code, PyObject* stale) {

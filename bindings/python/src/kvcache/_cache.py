@@ -6,6 +6,7 @@ from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Seq
 
 from . import _lib
 from ._errors import KvcacheError, OutOfRangeError, check_open
+from .allocator import Allocator
 from ._streams import StreamLike, stream_handle
 from ._types import (
     DeviceLike,
@@ -147,6 +148,11 @@ class Cache:
     calls; a second thread entering the same cache gets an InvalidStateError);
     distinct caches are independent.
 
+    Every cache class takes ``allocator=`` (a :class:`kvcache.Allocator`, e.g.
+    :class:`kvcache.TorchAllocator`): its K/V stores are then the allocator's
+    buffers and its views slices of them (``kvcache.allocator``). Clones,
+    batch splits and stacks share it.
+
     Example:
         >>> import numpy as np, kvcache
         >>> cache = kvcache.DynamicCache()
@@ -167,7 +173,8 @@ class Cache:
                 quant: Optional[QuantOptions] = None, offload: Union[Offload, int] = Offload.DEFAULT,
                 window_length: int = 0, num_sink_tokens: int = 0,
                 from_tensors: Optional[Sequence[Tuple[TensorLike, TensorLike]]] = None,
-                transformers_release: int = 0, query_offset_rule: int = 0) -> None:
+                transformers_release: int = 0, query_offset_rule: int = 0,
+                allocator: Optional[Allocator] = None) -> None:
         options, keep = _options(preset, config, max_cache_len=max_cache_len, layers=layers, device=device,
                                  quant=quant, offload=offload, window_length=window_length,
                                  num_sink_tokens=num_sink_tokens)
@@ -175,9 +182,9 @@ class Cache:
         options.query_offset_rule = operator.index(query_offset_rule)
         pairs = None if from_tensors is None else list(from_tensors)
         if pairs is not None and not any(k is None and v is None for k, v in pairs):
-            self._handle = _lib.kvc_cache_create_from_tensors(options, pairs)
+            self._handle = _lib.kvc_cache_create_from_tensors(options, pairs, allocator)
         else:
-            handle = _lib.kvc_cache_create(options)
+            handle = _lib.kvc_cache_create(options, allocator)
             # transformers' DynamicCache(ddp_cache_data) skips (None, None) pairs (the dummy layers' entries)
             for i, (k, v) in enumerate(pairs or []):
                 if not (k is None and v is None):
@@ -647,12 +654,13 @@ class DynamicCache(Cache):
 
     def __init__(self, ddp_cache_data: Optional[Sequence[Tuple[TensorLike, TensorLike]]] = None,
                  config: Any = None, *, device: DeviceLike = "cpu", offloading: bool = False,
-                 offload_only_non_sliding: bool = False, **config_fields: Any) -> None:
+                 offload_only_non_sliding: bool = False, allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
         cfg = ModelConfig.from_any(config, **config_fields)
         offload = Offload.DEFAULT
         if offloading:
             offload = Offload.NON_SLIDING if offload_only_non_sliding else Offload.ALL
-        self._create(Preset.DYNAMIC, cfg, device=device, offload=offload,
+        self._create(Preset.DYNAMIC, cfg, device=device, offload=offload, allocator=allocator,
                      from_tensors=None if ddp_cache_data is None else [tuple(p)[:2] for p in ddp_cache_data])
 
     @classmethod
@@ -666,18 +674,20 @@ class MtpCache(DynamicCache):
     """transformers' MtpCache (5.14): a DynamicCache whose layer k holds multi-token-prediction depth k, whose
     queries run k + 1 tokens ahead (``get_query_offset`` and the mask's ``kv_offset`` add ``k + 1``)."""
 
-    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", **config_fields: Any) -> None:
+    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
         self._create(Preset.DYNAMIC, ModelConfig.from_any(config, **config_fields), device=device,
-                     query_offset_rule=_lib.KVC_QUERY_OFFSET_MTP)
+                     query_offset_rule=_lib.KVC_QUERY_OFFSET_MTP, allocator=allocator)
 
 
 class DFlashCache(DynamicCache):
     """transformers' DFlashCache (5.15): a DynamicCache whose next forward also attends to the tokens the
     previous step accepted (``set_previous_accepted_tokens``), added to ``get_query_offset`` and ``kv_length``."""
 
-    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", **config_fields: Any) -> None:
+    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
         self._create(Preset.DYNAMIC, ModelConfig.from_any(config, **config_fields), device=device,
-                     query_offset_rule=_lib.KVC_QUERY_OFFSET_DFLASH)
+                     query_offset_rule=_lib.KVC_QUERY_OFFSET_DFLASH, allocator=allocator)
 
 
 class StaticCache(Cache):
@@ -694,7 +704,7 @@ class StaticCache(Cache):
 
     def __init__(self, config: Any = None, max_cache_len: Optional[int] = None, *, device: DeviceLike = "cpu",
                  offloading: bool = False, offload_only_non_sliding: bool = True, transformers_release: int = 0,
-                 **config_fields: Any) -> None:
+                 allocator: Optional[Allocator] = None, **config_fields: Any) -> None:
         """``transformers_release`` (e.g. 52300 for 5.23; 0: the newest, 5.24) picks the release whose
         behaviour to follow where releases differ: before 5.24 static layers have no ``crop``."""
         if max_cache_len is None:
@@ -704,7 +714,7 @@ class StaticCache(Cache):
         if offloading:
             offload = Offload.NON_SLIDING if offload_only_non_sliding else Offload.ALL
         self._create(self._preset, cfg, max_cache_len=max_cache_len, device=device, offload=offload,
-                     transformers_release=transformers_release)
+                     transformers_release=transformers_release, allocator=allocator)
 
 
 class SlidingWindowCache(StaticCache):
@@ -728,8 +738,10 @@ class HybridChunkedCache(StaticCache):
 class OffloadedCache(Cache):
     """OffloadedCache: a DynamicCache whose layers live in the host tier between their updates."""
 
-    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", **config_fields: Any) -> None:
-        self._create(Preset.OFFLOADED, ModelConfig.from_any(config, **config_fields), device=device)
+    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
+        self._create(Preset.OFFLOADED, ModelConfig.from_any(config, **config_fields), device=device,
+                     allocator=allocator)
 
 
 class OffloadedStaticCache(Cache):
@@ -738,11 +750,11 @@ class OffloadedStaticCache(Cache):
     _preset = Preset.OFFLOADED_STATIC
 
     def __init__(self, config: Any = None, max_cache_len: Optional[int] = None, *, device: DeviceLike = "cpu",
-                 **config_fields: Any) -> None:
+                 allocator: Optional[Allocator] = None, **config_fields: Any) -> None:
         if max_cache_len is None:
             raise TypeError(f"{type(self).__name__} needs max_cache_len")
         self._create(self._preset, ModelConfig.from_any(config, **config_fields), max_cache_len=max_cache_len,
-                     device=device)
+                     device=device, allocator=allocator)
 
 
 class OffloadedHybridCache(OffloadedStaticCache):
@@ -767,7 +779,8 @@ class QuantizedCache(Cache):
     def __init__(self, backend: str = "quanto", config: Any = None, nbits: Optional[int] = None,
                  axis_key: Optional[int] = None, axis_value: Optional[int] = None,
                  q_group_size: Optional[int] = None, residual_length: Optional[int] = None, *,
-                 mode: str = "incremental", device: DeviceLike = "cpu", **config_fields: Any) -> None:
+                 mode: str = "incremental", device: DeviceLike = "cpu", allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
         defaults = QuantOptions()
         quant = QuantOptions(
             quantizer=backend, mode=mode,
@@ -776,7 +789,8 @@ class QuantizedCache(Cache):
             axis_value=defaults.axis_value if axis_value is None else axis_value,
             q_group_size=defaults.q_group_size if q_group_size is None else q_group_size,
             residual_length=defaults.residual_length if residual_length is None else residual_length)
-        self._create(Preset.QUANTIZED, ModelConfig.from_any(config, **config_fields), quant=quant, device=device)
+        self._create(Preset.QUANTIZED, ModelConfig.from_any(config, **config_fields), quant=quant, device=device,
+                     allocator=allocator)
 
 
 class SinkCache(Cache):
@@ -787,23 +801,27 @@ class SinkCache(Cache):
     """
 
     def __init__(self, window_length: int, num_sink_tokens: int, config: Any = None, *,
-                 device: DeviceLike = "cpu", **config_fields: Any) -> None:
+                 device: DeviceLike = "cpu", allocator: Optional[Allocator] = None, **config_fields: Any) -> None:
         self._create(Preset.SINK, ModelConfig.from_any(config, **config_fields), window_length=window_length,
-                     num_sink_tokens=num_sink_tokens, device=device)
+                     num_sink_tokens=num_sink_tokens, device=device, allocator=allocator)
 
 
 class MambaCache(Cache):
     """MambaCache: one linear (conv + SSM state) layer per config layer."""
 
-    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", **config_fields: Any) -> None:
-        self._create(Preset.MAMBA, ModelConfig.from_any(config, **config_fields), device=device)
+    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
+        self._create(Preset.MAMBA, ModelConfig.from_any(config, **config_fields), device=device,
+                     allocator=allocator)
 
 
 class HybridMambaAttentionDynamicCache(Cache):
     """HybridMambaAttentionDynamicCache (Jamba, Bamba): linear layers for mamba, dynamic ones for attention."""
 
-    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", **config_fields: Any) -> None:
-        self._create(Preset.HYBRID_MAMBA, ModelConfig.from_any(config, **config_fields), device=device)
+    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
+        self._create(Preset.HYBRID_MAMBA, ModelConfig.from_any(config, **config_fields), device=device,
+                     allocator=allocator)
 
 
 class CustomCache(Cache):
@@ -818,8 +836,8 @@ class CustomCache(Cache):
     """
 
     def __init__(self, layers: Sequence[LayerSpec], *, device: DeviceLike = "cpu",
-                 offload: Union[Offload, int] = Offload.DEFAULT) -> None:
-        self._create(Preset.CUSTOM, None, layers=layers, device=device, offload=offload)
+                 offload: Union[Offload, int] = Offload.DEFAULT, allocator: Optional[Allocator] = None) -> None:
+        self._create(Preset.CUSTOM, None, layers=layers, device=device, offload=offload, allocator=allocator)
 
 
 # ------------------------------------------------------- encoder-decoder
