@@ -422,12 +422,7 @@ static PyObject* kvc_py_cache_create_with(const kvc_cache_options* options, PyOb
   Py_BEGIN_ALLOW_THREADS
   err = keys ? kvc_cache_create_from_tensors(use, n, keys, values, &out) : kvc_cache_create(use, &out);
   Py_END_ALLOW_THREADS
-  kvc_py_allocator_settle(&a, o.allocator, err == NULL);
-  if (err) {
-    kvc_py_raise(err);
-    return NULL;
-  }
-  return kvc_py_handle_new(out, NULL, NULL);
+  return kvc_py_allocator_settle(&a, o.allocator, err, out);
 }
 
 /* Tensors of an update: keys/values plus the optional fields of kvc_update_options. */

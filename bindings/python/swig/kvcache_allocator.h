@@ -116,9 +116,16 @@ static int kvc_py_allocator_arm(PyObject* obj, kvc_allocator* a, const kvc_alloc
   return 0;
 }
 
-/* After the create or load: its reference now belongs to the library (`release` drops it), unless it failed. */
-static void kvc_py_allocator_settle(const kvc_allocator* a, const kvc_allocator* field, int created) {
-  if (field == a && !created) Py_DECREF((PyObject*)a->ctx);
+/* After a create or load armed with `a`: its reference now belongs to the library (`release` drops it), unless
+ * the call failed. Then the new cache's handle, or NULL with `err` raised. */
+static PyObject* kvc_py_allocator_settle(const kvc_allocator* a, const kvc_allocator* field, kvc_error* err,
+                                         kvc_cache* out) {
+  if (field == a && err) Py_DECREF((PyObject*)a->ctx);
+  if (err) {
+    kvc_py_raise(err);
+    return NULL;
+  }
+  return kvc_py_handle_new(out, NULL, NULL);
 }
 
 #endif /* KVCACHE_ALLOCATOR_PY_H */

@@ -239,3 +239,19 @@ def test_threads_that_released_the_gil_call_the_allocator():
         assert c.get_seq_length() == 1 + 40 * 16 and all_views_inside(c, arena)
         keys = torch.from_dlpack(c.layer_view(0).keys)
         assert torch.equal(keys[:, :, -16:], kv((1, 2, 16, 64), 1000 * i + 39))
+
+
+def test_load_puts_the_stores_in_the_allocator(tmp_path):
+    source = kvcache.DynamicCache()
+    source.update(kv((1, 2, 5, 4)), kv((1, 2, 5, 4), 50), 0)
+    path = tmp_path / "c.kvc"
+    source.save(path)
+    arena = kvcache.TorchAllocator()
+    loaded = kvcache.load(path, allocator=arena)
+    same_contents(loaded, source)
+    assert all_views_inside(loaded, arena)
+    refusing = Counting(budget=0)
+    base = sys.getrefcount(refusing)
+    with pytest.raises(kvcache.OutOfMemoryError, match="arena full"):
+        kvcache.load(path, allocator=refusing)
+    assert sys.getrefcount(refusing) == base and refusing.buffers == []
