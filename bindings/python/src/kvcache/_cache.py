@@ -5,7 +5,8 @@ import operator
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from . import _lib
-from ._errors import KvcacheError, OutOfRangeError, check_open
+from ._errors import KvcacheError, OutOfRangeError
+from ._owner import HandleOwner
 from .allocator import Allocator
 from ._streams import StreamLike, stream_handle
 from ._types import (
@@ -52,6 +53,19 @@ def _layer(layer_idx: Any, name: str = "layer_idx") -> int:
     if i < 0 or i >= _U32:
         raise OutOfRangeError(f"{name} is {i}; layer indices are in [0, 2^32)", _lib.KVC_ERROR_OUT_OF_RANGE)
     return i
+
+
+def _per_layer(value: Union[int, Sequence[int]], n: int, name: str) -> Tuple[int, Any]:
+    """An int for every layer, or a list of one per layer: (the first, an Int64Array of them or None)."""
+    if isinstance(value, int):
+        return value, None
+    values = list(value)
+    if len(values) != n:
+        raise ValueError(f"{name} has {len(values)} entries but the cache has {n} layers")
+    arr = _lib.Int64Array(max(n, 1))
+    for i, v in enumerate(values):
+        arr[i] = operator.index(v)
+    return (values[0] if values else 0), arr
 
 
 def _kwargs_options(cache_kwargs: Optional[Mapping[str, Any]]) -> Tuple[Any, Any, Any, int]:
@@ -134,7 +148,7 @@ class Layer:
         return f"Layer({self._index}, {i.kind.name.lower()}{extra}, seq_length={i.seq_length})"
 
 
-class Cache:
+class Cache(HandleOwner):
     """A kvcache cache: an ordered list of layers behind one C handle.
 
     Use the preset classes (:class:`DynamicCache`, :class:`StaticCache`, ...);
@@ -165,6 +179,8 @@ class Cache:
     """
 
     _handle: Any
+    _what = "cache"
+    _unpicklable = "{name} cannot be pickled; copy its tensors out with to_legacy_cache()"
 
     # ------------------------------------------------------------ creation
 
@@ -404,35 +420,15 @@ class Cache:
         o = _lib.kvc_init_options()
         o.batch_size = operator.index(batch_size)
         o.dtype = int(parse_dtype(dtype))
-        keep = []
-        n = len(self)
-        if isinstance(num_heads, int):
-            o.num_kv_heads = num_heads
-        else:
-            heads = list(num_heads)
-            if len(heads) != n:
-                raise ValueError(f"num_heads has {len(heads)} entries but the cache has {n} layers")
-            arr = _lib.Int64Array(max(n, 1))
-            for i, h in enumerate(heads):
-                arr[i] = operator.index(h)
-            o.num_kv_heads = heads[0] if heads else 0
-            o.num_kv_heads_per_layer = arr.cast()
-            keep.append(arr)
-        if isinstance(head_dim, int):
-            o.k_head_dim = head_dim
-        else:
-            dims = list(head_dim)
-            if len(dims) != n:
-                raise ValueError(f"head_dim has {len(dims)} entries but the cache has {n} layers")
-            arr = _lib.Int64Array(max(n, 1))
-            for i, d in enumerate(dims):
-                arr[i] = operator.index(d)
-            o.k_head_dim = dims[0] if dims else 0
-            o.head_dim_per_layer = arr.cast()
-            keep.append(arr)
+        o.num_kv_heads, heads = _per_layer(num_heads, len(self), "num_heads")
+        o.k_head_dim, dims = _per_layer(head_dim, len(self), "head_dim")
+        if heads is not None:
+            o.num_kv_heads_per_layer = heads.cast()
+        if dims is not None:
+            o.head_dim_per_layer = dims.cast()
         o.v_head_dim = operator.index(v_head_dim)
         _lib.kvc_cache_early_initialization(self._handle, o)
-        del keep
+        del heads, dims  # the arrays the options pointed into, alive until here
 
     # --------------------------------------------------------------- streams
 
@@ -537,24 +533,10 @@ class Cache:
         # A shallow copy would share one C cache between two objects; it is a deep copy instead.
         return self.clone()
 
-    def __reduce__(self):
-        raise TypeError(f"{type(self).__name__} cannot be pickled; copy its tensors out with to_legacy_cache()")
-
     def close(self) -> None:
         """Releases the cache: later calls raise ValueError and views go stale. Memory is freed once no
         tensor exported from a view still uses it."""
         _lib.kvc_cache_destroy(self._handle)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._handle.closed)
-
-    def __enter__(self: C) -> C:
-        check_open(self, "cache")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         name = type(self).__name__
@@ -842,7 +824,7 @@ class CustomCache(Cache):
 
 # ------------------------------------------------------- encoder-decoder
 
-class EncoderDecoderCache:
+class EncoderDecoderCache(HandleOwner):
     """EncoderDecoderCache(self_attention_cache, cross_attention_cache).
 
     Takes the two caches over (they remain usable as ``self_attention_cache`` and ``cross_attention_cache``).
@@ -858,6 +840,9 @@ class EncoderDecoderCache:
         >>> ed.update_cross(None, None, 0).keys.shape      # reused
         (1, 2, 5, 4)
     """
+
+    _what = "cache"
+    _unpicklable = "EncoderDecoderCache cannot be pickled"
 
     def __init__(self, self_attention_cache: Cache, cross_attention_cache: Cache) -> None:
         if not isinstance(self_attention_cache, Cache) or not isinstance(cross_attention_cache, Cache):
@@ -962,22 +947,8 @@ class EncoderDecoderCache:
     def __copy__(self) -> "EncoderDecoderCache":
         return self.clone()
 
-    def __reduce__(self):
-        raise TypeError("EncoderDecoderCache cannot be pickled")
-
     def close(self) -> None:
         _lib.kvc_encoder_decoder_cache_destroy(self._handle)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._handle.closed)
-
-    def __enter__(self) -> "EncoderDecoderCache":
-        check_open(self, "cache")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         if self.closed:
