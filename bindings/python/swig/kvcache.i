@@ -599,11 +599,8 @@ done:
  * records an event), and does not make views stale: it moves no memory.
  */
 PyObject* kvc_py_cache_set_stream(PyObject* cache, PyObject* stream) {
-  if (Py_TYPE(cache) != &CacheHandleType) {
-    PyErr_Format(PyExc_TypeError, "kvc_cache_set_stream: expected a CacheHandle, got %.100s", Py_TYPE(cache)->tp_name);
-    return NULL;
-  }
-  CacheHandle* h = (CacheHandle*)cache;
+  CacheHandle* h = (CacheHandle*)kvc_py_typed_arg(cache, &CacheHandleType, "kvc_cache_set_stream", "CacheHandle");
+  if (!h) return NULL;
   if (h->guard->closed) {
     PyErr_SetString(PyExc_ValueError, "kvcache: the cache is closed");
     return NULL;
@@ -646,11 +643,8 @@ PyObject* kvc_py_cache_set_stream(PyObject* cache, PyObject* stream) {
 
 /* kvc_cache_stream(handle) -> int: the bound stream's handle, 0 for the default stream. */
 PyObject* kvc_py_cache_stream(PyObject* cache) {
-  if (Py_TYPE(cache) != &CacheHandleType) {
-    PyErr_Format(PyExc_TypeError, "kvc_cache_stream: expected a CacheHandle, got %.100s", Py_TYPE(cache)->tp_name);
-    return NULL;
-  }
-  CacheHandle* h = (CacheHandle*)cache;
+  CacheHandle* h = (CacheHandle*)kvc_py_typed_arg(cache, &CacheHandleType, "kvc_cache_stream", "CacheHandle");
+  if (!h) return NULL;
   if (h->guard->closed) {
     PyErr_SetString(PyExc_ValueError, "kvcache: the cache is closed");
     return NULL;

@@ -206,22 +206,14 @@ static PyGetSetDef SequenceHandle_getset[] = {
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject PoolHandleType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvcache._lib.PoolHandle",
-    .tp_basicsize = sizeof(PoolHandle),
-    .tp_dealloc = (destructor)PoolHandle_dealloc,
-    .tp_repr = (reprfunc)PoolHandle_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    KVC_PY_TYPE_BASE(PoolHandle, "kvcache._lib.PoolHandle"),
     .tp_doc = "An owned kvc_pool*: kvc_pool_destroy runs when the last reference (the pool object, one of its "
               "sequences, or a tensor exported from one of its views) goes away.",
     .tp_getset = PoolHandle_getset,
 };
 
 static PyTypeObject SequenceHandleType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvcache._lib.SequenceHandle",
-    .tp_basicsize = sizeof(SequenceHandle),
-    .tp_dealloc = (destructor)SequenceHandle_dealloc,
-    .tp_repr = (reprfunc)SequenceHandle_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    KVC_PY_TYPE_BASE(SequenceHandle, "kvcache._lib.SequenceHandle"),
     .tp_doc = "An owned kvc_pool_sequence*; it keeps its pool alive.",
     .tp_getset = SequenceHandle_getset,
 };
@@ -267,19 +259,11 @@ static PyObject* kvc_py_seq_handle_new(kvc_pool_sequence* ptr, PyObject* pool) {
 enum { KVC_PY_POOL_KEEP_VIEWS = 0, KVC_PY_POOL_STALE_VIEWS = 1 };
 
 static PoolHandle* kvc_py_pool_arg(PyObject* obj, const char* what) {
-  if (Py_TYPE(obj) != &PoolHandleType) {
-    PyErr_Format(PyExc_TypeError, "%s: expected a kvcache PoolHandle, got %.100s", what, Py_TYPE(obj)->tp_name);
-    return NULL;
-  }
-  return (PoolHandle*)obj;
+  return (PoolHandle*)kvc_py_typed_arg(obj, &PoolHandleType, what, "kvcache PoolHandle");
 }
 
 static SequenceHandle* kvc_py_seq_arg(PyObject* obj, const char* what) {
-  if (Py_TYPE(obj) != &SequenceHandleType) {
-    PyErr_Format(PyExc_TypeError, "%s: expected a kvcache SequenceHandle, got %.100s", what, Py_TYPE(obj)->tp_name);
-    return NULL;
-  }
-  return (SequenceHandle*)obj;
+  return (SequenceHandle*)kvc_py_typed_arg(obj, &SequenceHandleType, what, "kvcache SequenceHandle");
 }
 
 /* Enters a call on `p`: refuses a closed pool and a second thread, destroys the sequences dropped meanwhile. */

@@ -187,6 +187,12 @@ typedef struct EncoderDecoderHandle {
 static PyTypeObject CacheHandleType;
 static PyTypeObject EncoderDecoderHandleType;
 
+/* The fields every handle and view type of the module sets alike (name, size, dealloc, repr, flags), for a
+ * struct TYPE with TYPE##_dealloc and TYPE##_repr: static type objects can share them only through a macro. */
+#define KVC_PY_TYPE_BASE(TYPE, NAME)                                                                   \
+  PyVarObject_HEAD_INIT(NULL, 0).tp_name = NAME, .tp_basicsize = sizeof(TYPE),                           \
+  .tp_dealloc = (destructor)TYPE##_dealloc, .tp_repr = (reprfunc)TYPE##_repr, .tp_flags = Py_TPFLAGS_DEFAULT
+
 static void CacheHandle_dealloc(CacheHandle* self) {
   if (self->parent) {
     Py_CLEAR(self->parent);
@@ -259,22 +265,14 @@ static PyGetSetDef kvc_py_handle_getset[] = {
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject CacheHandleType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvcache._lib.CacheHandle",
-    .tp_basicsize = sizeof(CacheHandle),
-    .tp_dealloc = (destructor)CacheHandle_dealloc,
-    .tp_repr = (reprfunc)CacheHandle_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    KVC_PY_TYPE_BASE(CacheHandle, "kvcache._lib.CacheHandle"),
     .tp_doc = "An owned kvc_cache*: kvc_cache_destroy runs when the last reference (the cache object "
               "or a view into it) goes away.",
     .tp_getset = kvc_py_handle_getset,
 };
 
 static PyTypeObject EncoderDecoderHandleType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvcache._lib.EncoderDecoderHandle",
-    .tp_basicsize = sizeof(EncoderDecoderHandle),
-    .tp_dealloc = (destructor)EncoderDecoderHandle_dealloc,
-    .tp_repr = (reprfunc)EncoderDecoderHandle_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    KVC_PY_TYPE_BASE(EncoderDecoderHandle, "kvcache._lib.EncoderDecoderHandle"),
     .tp_doc = "An owned kvc_encoder_decoder_cache*; its two caches are reached through it.",
     .tp_getset = kvc_py_handle_getset,
 };
@@ -313,25 +311,27 @@ static void kvc_py_guard_leave(kvc_py_guard* g, int write) {
   else g->readers--;
 }
 
+/* `obj` if it is a `type`, else NULL with a TypeError: "<what>: expected a <expected>, got <its type>" (no
+ * "<what>: " for a NULL `what`). */
+static void* kvc_py_typed_arg(PyObject* obj, PyTypeObject* type, const char* what, const char* expected) {
+  if (Py_TYPE(obj) == type) return obj;
+  PyErr_Format(PyExc_TypeError, "%s%sexpected a %s, got %.100s", what ? what : "", what ? ": " : "", expected,
+               Py_TYPE(obj)->tp_name);
+  return NULL;
+}
+
 /* Handle arguments of the generated wrappers (typemaps in kvcache.i). */
 static kvc_cache* kvc_py_cache_enter(PyObject* obj, int write, kvc_py_guard** guard) {
-  if (Py_TYPE(obj) != &CacheHandleType) {
-    PyErr_Format(PyExc_TypeError, "expected a kvcache CacheHandle, got %.100s", Py_TYPE(obj)->tp_name);
-    return NULL;
-  }
-  CacheHandle* h = (CacheHandle*)obj;
-  if (kvc_py_guard_enter(h->guard, write) < 0) return NULL;
+  CacheHandle* h = (CacheHandle*)kvc_py_typed_arg(obj, &CacheHandleType, NULL, "kvcache CacheHandle");
+  if (!h || kvc_py_guard_enter(h->guard, write) < 0) return NULL;
   *guard = h->guard;
   return h->ptr;
 }
 
 static kvc_encoder_decoder_cache* kvc_py_ed_enter(PyObject* obj, int write, kvc_py_guard** guard) {
-  if (Py_TYPE(obj) != &EncoderDecoderHandleType) {
-    PyErr_Format(PyExc_TypeError, "expected a kvcache EncoderDecoderHandle, got %.100s", Py_TYPE(obj)->tp_name);
-    return NULL;
-  }
-  EncoderDecoderHandle* h = (EncoderDecoderHandle*)obj;
-  if (kvc_py_guard_enter(&h->own, write) < 0) return NULL;
+  EncoderDecoderHandle* h =
+      (EncoderDecoderHandle*)kvc_py_typed_arg(obj, &EncoderDecoderHandleType, NULL, "kvcache EncoderDecoderHandle");
+  if (!h || kvc_py_guard_enter(&h->own, write) < 0) return NULL;
   *guard = &h->own;
   return h->ptr;
 }
@@ -838,11 +838,7 @@ static PyMethodDef View_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject ViewType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvcache.View",
-    .tp_basicsize = sizeof(View),
-    .tp_dealloc = (destructor)View_dealloc,
-    .tp_repr = (reprfunc)View_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    KVC_PY_TYPE_BASE(View, "kvcache.View"),
     .tp_doc = "A zero-copy view of cache-owned memory (a key, value or state tensor).\n\n"
               "Export it with torch.from_dlpack(view), numpy.from_dlpack(view) or any DLPack consumer: the "
               "result shares memory with the cache and keeps the cache's memory alive. A view is valid until the "
