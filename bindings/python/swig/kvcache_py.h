@@ -22,6 +22,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,11 +188,14 @@ typedef struct EncoderDecoderHandle {
 static PyTypeObject CacheHandleType;
 static PyTypeObject EncoderDecoderHandleType;
 
-/* The fields every handle and view type of the module sets alike (name, size, dealloc, repr, flags), for a
- * struct TYPE with TYPE##_dealloc and TYPE##_repr: static type objects can share them only through a macro. */
-#define KVC_PY_TYPE_BASE(TYPE, NAME)                                                                   \
-  PyVarObject_HEAD_INIT(NULL, 0).tp_name = NAME, .tp_basicsize = sizeof(TYPE),                           \
-  .tp_dealloc = (destructor)TYPE##_dealloc, .tp_repr = (reprfunc)TYPE##_repr, .tp_flags = Py_TPFLAGS_DEFAULT
+/* Defines the type object TYPE##Type of a handle or view struct TYPE with TYPE##_dealloc and TYPE##_repr: the
+ * fields they all set alike, the docstring, then the type's own fields (static type objects can share fields
+ * only through a macro). */
+#define KVC_PY_TYPE(TYPE, NAME, DOC, ...)                                                                  \
+  static PyTypeObject TYPE##Type = {                                                                       \
+      PyVarObject_HEAD_INIT(NULL, 0).tp_name = NAME, .tp_basicsize = sizeof(TYPE),                         \
+      .tp_dealloc = (destructor)TYPE##_dealloc, .tp_repr = (reprfunc)TYPE##_repr,                          \
+      .tp_flags = Py_TPFLAGS_DEFAULT, .tp_doc = DOC, __VA_ARGS__}
 
 static void CacheHandle_dealloc(CacheHandle* self) {
   if (self->parent) {
@@ -264,18 +268,14 @@ static PyGetSetDef kvc_py_handle_getset[] = {
     {"closed", kvc_py_guard_get_closed, NULL, "whether close() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-static PyTypeObject CacheHandleType = {
-    KVC_PY_TYPE_BASE(CacheHandle, "kvcache._lib.CacheHandle"),
-    .tp_doc = "An owned kvc_cache*: kvc_cache_destroy runs when the last reference (the cache object "
-              "or a view into it) goes away.",
-    .tp_getset = kvc_py_handle_getset,
-};
+KVC_PY_TYPE(CacheHandle, "kvcache._lib.CacheHandle",
+            "An owned kvc_cache*: kvc_cache_destroy runs when the last reference (the cache object "
+            "or a view into it) goes away.",
+            .tp_getset = kvc_py_handle_getset);
 
-static PyTypeObject EncoderDecoderHandleType = {
-    KVC_PY_TYPE_BASE(EncoderDecoderHandle, "kvcache._lib.EncoderDecoderHandle"),
-    .tp_doc = "An owned kvc_encoder_decoder_cache*; its two caches are reached through it.",
-    .tp_getset = kvc_py_handle_getset,
-};
+KVC_PY_TYPE(EncoderDecoderHandle, "kvcache._lib.EncoderDecoderHandle",
+            "An owned kvc_encoder_decoder_cache*; its two caches are reached through it.",
+            .tp_getset = kvc_py_handle_getset);
 
 static kvc_py_guard* kvc_py_guard_of(PyObject* obj, const char* what) {
   if (Py_TYPE(obj) == &CacheHandleType) return ((CacheHandle*)obj)->guard;
@@ -494,11 +494,6 @@ static PyObject* View_get_itemsize(View* v, void* c) {
   (void)c;
   return PyLong_FromLong((v->t.dtype.bits * v->t.dtype.lanes + 7) / 8);
 }
-static PyObject* View_get_owner(View* v, void* c) {
-  (void)c;
-  Py_INCREF(v->owner);
-  return v->owner;
-}
 
 static PyGetSetDef View_getset[] = {
     {"shape", (getter)View_get_shape, NULL, "the shape, a tuple of ints", NULL},
@@ -510,8 +505,11 @@ static PyGetSetDef View_getset[] = {
     {"itemsize", (getter)View_get_itemsize, NULL, "bytes per element", NULL},
     {"is_valid", (getter)View_get_is_valid, NULL,
      "False once the cache was mutated (or closed) after this view was made", NULL},
-    {"owner", (getter)View_get_owner, NULL, "the cache handle this view points into", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
+
+static PyMemberDef View_members[] = {
+    {"owner", T_OBJECT, offsetof(View, owner), READONLY, "the cache handle this view points into"},
+    {NULL, 0, 0, 0, NULL}};
 
 /* What a capsule's managed tensor owns: the owner reference, shape/strides, an optional copy. */
 typedef struct kvc_py_export {
@@ -837,17 +835,14 @@ static PyMethodDef View_methods[] = {
     {"_capsule", (PyCFunction)View_capsule, METH_NOARGS, "a legacy 'dltensor' capsule (zero-copy)"},
     {NULL, NULL, 0, NULL}};
 
-static PyTypeObject ViewType = {
-    KVC_PY_TYPE_BASE(View, "kvcache.View"),
-    .tp_doc = "A zero-copy view of cache-owned memory (a key, value or state tensor).\n\n"
-              "Export it with torch.from_dlpack(view), numpy.from_dlpack(view) or any DLPack consumer: the "
-              "result shares memory with the cache and keeps the cache's memory alive. A view is valid until the "
-              "next call that mutates its cache (update, crop, reorder, batch operations, reset, close, ...): "
-              "after that, exporting it raises StaleViewError, and tensors exported earlier must not be read, "
-              "because the cache may have moved or freed that memory. Copy what you need to keep.",
-    .tp_methods = View_methods,
-    .tp_getset = View_getset,
-};
+KVC_PY_TYPE(View, "kvcache.View",
+            "A zero-copy view of cache-owned memory (a key, value or state tensor).\n\n"
+            "Export it with torch.from_dlpack(view), numpy.from_dlpack(view) or any DLPack consumer: the "
+            "result shares memory with the cache and keeps the cache's memory alive. A view is valid until the "
+            "next call that mutates its cache (update, crop, reorder, batch operations, reset, close, ...): "
+            "after that, exporting it raises StaleViewError, and tensors exported earlier must not be read, "
+            "because the cache may have moved or freed that memory. Copy what you need to keep.",
+            .tp_methods = View_methods, .tp_getset = View_getset, .tp_members = View_members);
 
 /* -------------------------------------------------------------- tensors in */
 
