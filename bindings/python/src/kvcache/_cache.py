@@ -913,6 +913,7 @@ class EncoderDecoderCache(HandleOwner):
         """Crops the self-attention cache only (cross K/V are never cropped)."""
         _lib.kvc_encoder_decoder_cache_crop(self._handle, operator.index(max_length))
 
+    # These look like Cache's on purpose: each is one C call that changes both halves, or neither.
     def reorder_cache(self, beam_idx: Any) -> None:
         _lib.kvc_encoder_decoder_cache_reorder(self._handle, beam_idx)
 
