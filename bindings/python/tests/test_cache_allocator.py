@@ -4,6 +4,7 @@ working, a refusing allocator leaves the cache unchanged and nothing allocated, 
 allocator until the last cache sharing it is gone, and callbacks from threads that released the GIL work."""
 from __future__ import annotations
 
+import copy
 import gc
 import sys
 import threading
@@ -255,3 +256,22 @@ def test_load_puts_the_stores_in_the_allocator(tmp_path):
     with pytest.raises(kvcache.OutOfMemoryError, match="arena full"):
         kvcache.load(path, allocator=refusing)
     assert sys.getrefcount(refusing) == base and refusing.buffers == []
+
+
+def test_the_drop_in_caches_return_slices_of_the_allocator_tensors():
+    kvt = pytest.importorskip("kvcache.transformers", reason="SKIPPED: the drop-in caches need transformers")
+    transformers = pytest.importorskip("transformers")
+    arena = kvcache.TorchAllocator()
+    dynamic = kvt.DynamicCache(allocator=arena)
+    keys, values = dynamic.update(kv((1, 2, 3, 4)), kv((1, 2, 3, 4), 1), 0)
+    assert arena.find(keys.data_ptr()) is not None and arena.find(values.data_ptr()) is not None
+    assert torch.equal(keys, kv((1, 2, 3, 4)))
+    clone = copy.deepcopy(dynamic)  # a clone: the same allocator
+    assert arena.find(clone.layers[0].keys.data_ptr()) is not None and len(arena.buffers) == 4
+    config = transformers.PretrainedConfig(num_hidden_layers=1, layer_types=["full_attention"], num_attention_heads=2,
+                                           num_key_value_heads=2, head_dim=4, hidden_size=8)
+    static = kvt.StaticCache(config, max_cache_len=8, allocator=arena)
+    keys, _ = static.update(kv((1, 2, 3, 4)), kv((1, 2, 3, 4)), 0)
+    buf, offset = arena.find(keys.data_ptr())
+    assert offset + keys.numel() * keys.element_size() <= len(buf)
+    assert torch.equal(keys[:, :, :3], kv((1, 2, 3, 4)))
