@@ -14,6 +14,7 @@
 
 %{
 #include "kvcache_py.h"
+#include "kvcache_allocator.h"
 #include "kvcache_torch.h"
 %}
 
@@ -179,6 +180,9 @@
 %typemap(freearg) (const kvc_encoder_decoder_cache* const* splits, size_t count)
     "PyMem_Free(arr$argnum); Py_XDECREF(seq$argnum);"
 
+/* A Python allocator object (kvcache.Allocator, kvcache_allocator.h) is optional: None keeps the backend's memory. */
+%typemap(default) PyObject* allocator "$1 = Py_None;";
+
 /* Integer arguments: a value out of the C type's range is an OverflowError naming the function, the argument and
  * the value (SWIG's default names only the argument's position). Typedefs of these types (enums) get it too. */
 %define KVC_PY_INT_IN(TYPE, BITS, SIGNED)
@@ -263,7 +267,8 @@ KVC_PY_INT_IN(uint32_t, 32, 0)
 KVC_OPTIONS_CTOR(kvc_layer_options, kvc_layer_options_init)
 KVC_OPTIONS_CTOR(kvc_model_config, kvc_model_config_init)
 KVC_OPTIONS_CTOR(kvc_cache_options, kvc_cache_options_init)
-/* A program's alloc/free callbacks: bound as a struct only; Python pools use Pool(storage=...) (kvcache_pool.i). */
+/* A program's alloc/free callbacks: bound as a struct only. Python caches take an allocator object
+ * (kvc_cache_create's `allocator`, kvcache_allocator.h); Python pools use Pool(storage=...) (kvcache_pool.i). */
 KVC_OPTIONS_CTOR(kvc_allocator, kvc_allocator_init)
 KVC_OPTIONS_CTOR(kvc_init_options, kvc_init_options_init)
 KVC_OPTIONS_CTOR(kvc_update_options, kvc_update_options_init)
@@ -293,6 +298,7 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 
 /* Their generated versions cannot express ownership or views; the %inline versions keep the C names. */
 %ignore kvc_cache_destroy;
+%ignore kvc_cache_create;
 %ignore kvc_cache_create_from_tensors;
 %ignore kvc_cache_layer_view;
 %ignore kvc_cache_update;
@@ -349,6 +355,7 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %feature("nothread") kvc_py_cache_update;
 %feature("nothread") kvc_py_cache_update_all;
 %feature("nothread") kvc_py_cache_layer_view;
+%feature("nothread") kvc_py_cache_create;
 %feature("nothread") kvc_py_cache_create_from_tensors;
 %feature("nothread") kvc_py_cache_destroy;
 %feature("nothread") kvc_py_encoder_decoder_cache_create;
@@ -373,6 +380,7 @@ KVC_OPTIONS_CTOR(kvc_conv_update_options, kvc_conv_update_options_init)
 %rename(kvc_cache_update) kvc_py_cache_update;
 %rename(kvc_cache_update_all) kvc_py_cache_update_all;
 %rename(kvc_cache_layer_view) kvc_py_cache_layer_view;
+%rename(kvc_cache_create) kvc_py_cache_create;
 %rename(kvc_cache_create_from_tensors) kvc_py_cache_create_from_tensors;
 %rename(kvc_cache_destroy) kvc_py_cache_destroy;
 %rename(kvc_encoder_decoder_cache_create) kvc_py_encoder_decoder_cache_create;
@@ -399,6 +407,24 @@ PyObject* kvc_py_close(PyObject* handle);
 PyObject* kvc_py_set_stream_waiter(PyObject* fn);
 
 %{
+/* kvc_cache_create / kvc_cache_create_from_tensors: `options` with a Python allocator object (kvcache.Allocator)
+ * in a copy of them, or as they are for None; the tensors (keys and values: from_tensors) are borrowed for the call. */
+static PyObject* kvc_py_cache_create_with(const kvc_cache_options* options, PyObject* allocator, uint32_t n,
+                                          const kvc_tensor* keys, const kvc_tensor* values) {
+  kvc_cache_options o;
+  if (options) o = *options;
+  else kvc_cache_options_init(&o);
+  kvc_allocator a;
+  if (kvc_py_allocator_arm(allocator, &a, &o.allocator) < 0) return NULL;
+  const kvc_cache_options* use = options || o.allocator == &a ? &o : NULL;
+  kvc_cache* out = NULL;
+  kvc_error* err;
+  Py_BEGIN_ALLOW_THREADS
+  err = keys ? kvc_cache_create_from_tensors(use, n, keys, values, &out) : kvc_cache_create(use, &out);
+  Py_END_ALLOW_THREADS
+  return kvc_py_allocator_settle(&a, o.allocator, err, out);
+}
+
 /* Tensors of an update: keys/values plus the optional fields of kvc_update_options. */
 typedef struct kvc_py_update_args {
   kvc_update_options options;
@@ -573,11 +599,8 @@ done:
  * records an event), and does not make views stale: it moves no memory.
  */
 PyObject* kvc_py_cache_set_stream(PyObject* cache, PyObject* stream) {
-  if (Py_TYPE(cache) != &CacheHandleType) {
-    PyErr_Format(PyExc_TypeError, "kvc_cache_set_stream: expected a CacheHandle, got %.100s", Py_TYPE(cache)->tp_name);
-    return NULL;
-  }
-  CacheHandle* h = (CacheHandle*)cache;
+  CacheHandle* h = (CacheHandle*)kvc_py_typed_arg(cache, &CacheHandleType, "kvc_cache_set_stream", "CacheHandle");
+  if (!h) return NULL;
   if (h->guard->closed) {
     PyErr_SetString(PyExc_ValueError, "kvcache: the cache is closed");
     return NULL;
@@ -620,11 +643,8 @@ PyObject* kvc_py_cache_set_stream(PyObject* cache, PyObject* stream) {
 
 /* kvc_cache_stream(handle) -> int: the bound stream's handle, 0 for the default stream. */
 PyObject* kvc_py_cache_stream(PyObject* cache) {
-  if (Py_TYPE(cache) != &CacheHandleType) {
-    PyErr_Format(PyExc_TypeError, "kvc_cache_stream: expected a CacheHandle, got %.100s", Py_TYPE(cache)->tp_name);
-    return NULL;
-  }
-  CacheHandle* h = (CacheHandle*)cache;
+  CacheHandle* h = (CacheHandle*)kvc_py_typed_arg(cache, &CacheHandleType, "kvc_cache_stream", "CacheHandle");
+  if (!h) return NULL;
   if (h->guard->closed) {
     PyErr_SetString(PyExc_ValueError, "kvcache: the cache is closed");
     return NULL;
@@ -649,8 +669,13 @@ PyObject* kvc_py_cache_layer_view(PyObject* cache, unsigned int layer) {
   return result;
 }
 
-/* create_from_tensors(options, [(k0, v0), (k1, v1), ...]) -> handle. */
-PyObject* kvc_py_cache_create_from_tensors(const kvc_cache_options* options, PyObject* pairs) {
+/* kvc_cache_create(options, allocator=None) -> handle. */
+PyObject* kvc_py_cache_create(const kvc_cache_options* options, PyObject* allocator) {
+  return kvc_py_cache_create_with(options, allocator, 0, NULL, NULL);
+}
+
+/* create_from_tensors(options, [(k0, v0), (k1, v1), ...], allocator=None) -> handle. */
+PyObject* kvc_py_cache_create_from_tensors(const kvc_cache_options* options, PyObject* pairs, PyObject* allocator) {
   PyObject* seq = PySequence_Fast(pairs, "kvc_cache_create_from_tensors: expected a sequence of (key, value) pairs");
   if (!seq) return NULL;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), done = 0;
@@ -686,15 +711,7 @@ PyObject* kvc_py_cache_create_from_tensors(const kvc_cache_options* options, PyO
     kt[done] = ins[2 * done].t;
     vt[done] = ins[2 * done + 1].t;
   }
-  {
-    kvc_cache* out = NULL;
-    kvc_error* err;
-    Py_BEGIN_ALLOW_THREADS
-    err = kvc_cache_create_from_tensors(options, (uint32_t)n, kt, vt, &out);
-    Py_END_ALLOW_THREADS
-    if (err) kvc_py_raise(err);
-    else result = kvc_py_handle_new(out, NULL, NULL);
-  }
+  result = kvc_py_cache_create_with(options, allocator, (uint32_t)n, kt, vt);
 done:
   if (ins)
     for (Py_ssize_t i = 0; i < 2 * done && i < 2 * n; i++) kvc_py_tensor_release(&ins[i]);

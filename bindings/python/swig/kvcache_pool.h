@@ -168,14 +168,6 @@ static PyObject* PoolHandle_get_closed(PoolHandle* self, void* c) {
   (void)c;
   return PyBool_FromLong(self->own.closed);
 }
-static PyObject* PoolHandle_get_num_groups(PoolHandle* self, void* c) {
-  (void)c;
-  return PyLong_FromUnsignedLong(self->num_groups);
-}
-static PyObject* PoolHandle_get_num_layers(PoolHandle* self, void* c) {
-  (void)c;
-  return PyLong_FromUnsignedLong(self->num_layers);
-}
 static PyObject* PoolHandle_get_stream(PoolHandle* self, void* c) {
   (void)c;
   return PyLong_FromUnsignedLongLong((unsigned long long)self->stream);
@@ -185,46 +177,35 @@ static PyGetSetDef PoolHandle_getset[] = {
     {"epoch", (getter)PoolHandle_get_epoch, NULL, "number of calls so far that made table and state views stale",
      NULL},
     {"closed", (getter)PoolHandle_get_closed, NULL, "whether close() was called", NULL},
-    {"num_groups", (getter)PoolHandle_get_num_groups, NULL, "groups of the pool", NULL},
-    {"num_layers", (getter)PoolHandle_get_num_layers, NULL, "layers of the pool", NULL},
     {"stream", (getter)PoolHandle_get_stream, NULL, "the bound stream's handle (0: the default stream)", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
+
+static PyMemberDef PoolHandle_members[] = {
+    {"num_groups", T_UINT, offsetof(PoolHandle, num_groups), READONLY, "groups of the pool"},
+    {"num_layers", T_UINT, offsetof(PoolHandle, num_layers), READONLY, "layers of the pool"},
+    {NULL, 0, 0, 0, NULL}};
 
 static PyObject* SequenceHandle_get_closed(SequenceHandle* self, void* c) {
   (void)c;
   return PyBool_FromLong(self->ptr == NULL || ((PoolHandle*)self->pool)->own.closed);
 }
-static PyObject* SequenceHandle_get_pool(SequenceHandle* self, void* c) {
-  (void)c;
-  Py_INCREF(self->pool);
-  return self->pool;
-}
 
 static PyGetSetDef SequenceHandle_getset[] = {
     {"closed", (getter)SequenceHandle_get_closed, NULL, "whether the sequence (or its pool) was closed", NULL},
-    {"pool", (getter)SequenceHandle_get_pool, NULL, "the PoolHandle the sequence belongs to", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-static PyTypeObject PoolHandleType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvcache._lib.PoolHandle",
-    .tp_basicsize = sizeof(PoolHandle),
-    .tp_dealloc = (destructor)PoolHandle_dealloc,
-    .tp_repr = (reprfunc)PoolHandle_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "An owned kvc_pool*: kvc_pool_destroy runs when the last reference (the pool object, one of its "
-              "sequences, or a tensor exported from one of its views) goes away.",
-    .tp_getset = PoolHandle_getset,
-};
+static PyMemberDef SequenceHandle_members[] = {
+    {"pool", T_OBJECT, offsetof(SequenceHandle, pool), READONLY, "the PoolHandle the sequence belongs to"},
+    {NULL, 0, 0, 0, NULL}};
 
-static PyTypeObject SequenceHandleType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvcache._lib.SequenceHandle",
-    .tp_basicsize = sizeof(SequenceHandle),
-    .tp_dealloc = (destructor)SequenceHandle_dealloc,
-    .tp_repr = (reprfunc)SequenceHandle_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "An owned kvc_pool_sequence*; it keeps its pool alive.",
-    .tp_getset = SequenceHandle_getset,
-};
+KVC_PY_TYPE(PoolHandle, "kvcache._lib.PoolHandle",
+            "An owned kvc_pool*: kvc_pool_destroy runs when the last reference (the pool object, one of its "
+            "sequences, or a tensor exported from one of its views) goes away.",
+            .tp_getset = PoolHandle_getset, .tp_members = PoolHandle_members);
+
+KVC_PY_TYPE(SequenceHandle, "kvcache._lib.SequenceHandle",
+            "An owned kvc_pool_sequence*; it keeps its pool alive.",
+            .tp_getset = SequenceHandle_getset, .tp_members = SequenceHandle_members);
 
 static PyObject* kvc_py_pool_handle_new(kvc_pool* ptr, uint32_t num_groups, uint32_t num_layers,
                                         kvc_py_buffer_arena* arena) {
@@ -267,19 +248,11 @@ static PyObject* kvc_py_seq_handle_new(kvc_pool_sequence* ptr, PyObject* pool) {
 enum { KVC_PY_POOL_KEEP_VIEWS = 0, KVC_PY_POOL_STALE_VIEWS = 1 };
 
 static PoolHandle* kvc_py_pool_arg(PyObject* obj, const char* what) {
-  if (Py_TYPE(obj) != &PoolHandleType) {
-    PyErr_Format(PyExc_TypeError, "%s: expected a kvcache PoolHandle, got %.100s", what, Py_TYPE(obj)->tp_name);
-    return NULL;
-  }
-  return (PoolHandle*)obj;
+  return (PoolHandle*)kvc_py_typed_arg(obj, &PoolHandleType, what, "kvcache PoolHandle");
 }
 
 static SequenceHandle* kvc_py_seq_arg(PyObject* obj, const char* what) {
-  if (Py_TYPE(obj) != &SequenceHandleType) {
-    PyErr_Format(PyExc_TypeError, "%s: expected a kvcache SequenceHandle, got %.100s", what, Py_TYPE(obj)->tp_name);
-    return NULL;
-  }
-  return (SequenceHandle*)obj;
+  return (SequenceHandle*)kvc_py_typed_arg(obj, &SequenceHandleType, what, "kvcache SequenceHandle");
 }
 
 /* Enters a call on `p`: refuses a closed pool and a second thread, destroys the sequences dropped meanwhile. */

@@ -22,6 +22,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,10 +97,35 @@ static void kvc_py_raise_code(kvc_code code, const char* message) {
   }
 }
 
-/* Consumes `error`: raises it and frees it. */
+/* The exception a Python allocator (kvcache_allocator.h) raised on this thread, refusing memory to the C call
+ * running there; that call's error takes it (kvc_py_raise). */
+static _Thread_local PyObject* kvc_py_allocator_failure = NULL;
+
+/* Consumes `error`: raises it and frees it. An out-of-memory error that a Python allocator caused names the
+ * allocator's exception, which becomes its __cause__. */
 static void kvc_py_raise(kvc_error* error) {
-  kvc_py_raise_code(kvc_error_code(error), kvc_error_message(error));
+  kvc_code code = kvc_error_code(error);
+  PyObject* cause = kvc_py_allocator_failure;
+  kvc_py_allocator_failure = NULL;
+  PyObject* text = cause && code == KVC_ERROR_OUT_OF_MEMORY
+                       ? PyUnicode_FromFormat("%s (the allocator raised %.100s: %S)", kvc_error_message(error),
+                                              Py_TYPE(cause)->tp_name, cause)
+                       : NULL;
+  const char* message = text ? PyUnicode_AsUTF8(text) : NULL;
+  if (!message) PyErr_Clear();
+  kvc_py_raise_code(code, message ? message : kvc_error_message(error));
   kvc_error_destroy(error);
+  Py_XDECREF(text);
+  if (cause && code == KVC_ERROR_OUT_OF_MEMORY) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value) PyException_SetCause(value, cause); /* steals the reference */
+    else Py_DECREF(cause);
+    PyErr_Restore(type, value, tb);
+  } else {
+    Py_XDECREF(cause);
+  }
 }
 
 static PyObject* kvc_py_set_error_classes(PyObject* base, PyObject* by_code, PyObject* stale) {
@@ -161,6 +187,15 @@ typedef struct EncoderDecoderHandle {
 
 static PyTypeObject CacheHandleType;
 static PyTypeObject EncoderDecoderHandleType;
+
+/* Defines the type object TYPE##Type of a handle or view struct TYPE with TYPE##_dealloc and TYPE##_repr: the
+ * fields they all set alike, the docstring, then the type's own fields (static type objects can share fields
+ * only through a macro). */
+#define KVC_PY_TYPE(TYPE, NAME, DOC, ...)                                                                  \
+  static PyTypeObject TYPE##Type = {                                                                       \
+      PyVarObject_HEAD_INIT(NULL, 0).tp_name = NAME, .tp_basicsize = sizeof(TYPE),                         \
+      .tp_dealloc = (destructor)TYPE##_dealloc, .tp_repr = (reprfunc)TYPE##_repr,                          \
+      .tp_flags = Py_TPFLAGS_DEFAULT, .tp_doc = DOC, __VA_ARGS__}
 
 static void CacheHandle_dealloc(CacheHandle* self) {
   if (self->parent) {
@@ -233,26 +268,14 @@ static PyGetSetDef kvc_py_handle_getset[] = {
     {"closed", kvc_py_guard_get_closed, NULL, "whether close() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-static PyTypeObject CacheHandleType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvcache._lib.CacheHandle",
-    .tp_basicsize = sizeof(CacheHandle),
-    .tp_dealloc = (destructor)CacheHandle_dealloc,
-    .tp_repr = (reprfunc)CacheHandle_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "An owned kvc_cache*: kvc_cache_destroy runs when the last reference (the cache object "
-              "or a view into it) goes away.",
-    .tp_getset = kvc_py_handle_getset,
-};
+KVC_PY_TYPE(CacheHandle, "kvcache._lib.CacheHandle",
+            "An owned kvc_cache*: kvc_cache_destroy runs when the last reference (the cache object "
+            "or a view into it) goes away.",
+            .tp_getset = kvc_py_handle_getset);
 
-static PyTypeObject EncoderDecoderHandleType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvcache._lib.EncoderDecoderHandle",
-    .tp_basicsize = sizeof(EncoderDecoderHandle),
-    .tp_dealloc = (destructor)EncoderDecoderHandle_dealloc,
-    .tp_repr = (reprfunc)EncoderDecoderHandle_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "An owned kvc_encoder_decoder_cache*; its two caches are reached through it.",
-    .tp_getset = kvc_py_handle_getset,
-};
+KVC_PY_TYPE(EncoderDecoderHandle, "kvcache._lib.EncoderDecoderHandle",
+            "An owned kvc_encoder_decoder_cache*; its two caches are reached through it.",
+            .tp_getset = kvc_py_handle_getset);
 
 static kvc_py_guard* kvc_py_guard_of(PyObject* obj, const char* what) {
   if (Py_TYPE(obj) == &CacheHandleType) return ((CacheHandle*)obj)->guard;
@@ -288,25 +311,27 @@ static void kvc_py_guard_leave(kvc_py_guard* g, int write) {
   else g->readers--;
 }
 
+/* `obj` if it is a `type`, else NULL with a TypeError: "<what>: expected a <expected>, got <its type>" (no
+ * "<what>: " for a NULL `what`). */
+static void* kvc_py_typed_arg(PyObject* obj, PyTypeObject* type, const char* what, const char* expected) {
+  if (Py_TYPE(obj) == type) return obj;
+  PyErr_Format(PyExc_TypeError, "%s%sexpected a %s, got %.100s", what ? what : "", what ? ": " : "", expected,
+               Py_TYPE(obj)->tp_name);
+  return NULL;
+}
+
 /* Handle arguments of the generated wrappers (typemaps in kvcache.i). */
 static kvc_cache* kvc_py_cache_enter(PyObject* obj, int write, kvc_py_guard** guard) {
-  if (Py_TYPE(obj) != &CacheHandleType) {
-    PyErr_Format(PyExc_TypeError, "expected a kvcache CacheHandle, got %.100s", Py_TYPE(obj)->tp_name);
-    return NULL;
-  }
-  CacheHandle* h = (CacheHandle*)obj;
-  if (kvc_py_guard_enter(h->guard, write) < 0) return NULL;
+  CacheHandle* h = (CacheHandle*)kvc_py_typed_arg(obj, &CacheHandleType, NULL, "kvcache CacheHandle");
+  if (!h || kvc_py_guard_enter(h->guard, write) < 0) return NULL;
   *guard = h->guard;
   return h->ptr;
 }
 
 static kvc_encoder_decoder_cache* kvc_py_ed_enter(PyObject* obj, int write, kvc_py_guard** guard) {
-  if (Py_TYPE(obj) != &EncoderDecoderHandleType) {
-    PyErr_Format(PyExc_TypeError, "expected a kvcache EncoderDecoderHandle, got %.100s", Py_TYPE(obj)->tp_name);
-    return NULL;
-  }
-  EncoderDecoderHandle* h = (EncoderDecoderHandle*)obj;
-  if (kvc_py_guard_enter(&h->own, write) < 0) return NULL;
+  EncoderDecoderHandle* h =
+      (EncoderDecoderHandle*)kvc_py_typed_arg(obj, &EncoderDecoderHandleType, NULL, "kvcache EncoderDecoderHandle");
+  if (!h || kvc_py_guard_enter(&h->own, write) < 0) return NULL;
   *guard = &h->own;
   return h->ptr;
 }
@@ -469,11 +494,6 @@ static PyObject* View_get_itemsize(View* v, void* c) {
   (void)c;
   return PyLong_FromLong((v->t.dtype.bits * v->t.dtype.lanes + 7) / 8);
 }
-static PyObject* View_get_owner(View* v, void* c) {
-  (void)c;
-  Py_INCREF(v->owner);
-  return v->owner;
-}
 
 static PyGetSetDef View_getset[] = {
     {"shape", (getter)View_get_shape, NULL, "the shape, a tuple of ints", NULL},
@@ -485,8 +505,11 @@ static PyGetSetDef View_getset[] = {
     {"itemsize", (getter)View_get_itemsize, NULL, "bytes per element", NULL},
     {"is_valid", (getter)View_get_is_valid, NULL,
      "False once the cache was mutated (or closed) after this view was made", NULL},
-    {"owner", (getter)View_get_owner, NULL, "the cache handle this view points into", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
+
+static PyMemberDef View_members[] = {
+    {"owner", T_OBJECT, offsetof(View, owner), READONLY, "the cache handle this view points into"},
+    {NULL, 0, 0, 0, NULL}};
 
 /* What a capsule's managed tensor owns: the owner reference, shape/strides, an optional copy. */
 typedef struct kvc_py_export {
@@ -812,21 +835,14 @@ static PyMethodDef View_methods[] = {
     {"_capsule", (PyCFunction)View_capsule, METH_NOARGS, "a legacy 'dltensor' capsule (zero-copy)"},
     {NULL, NULL, 0, NULL}};
 
-static PyTypeObject ViewType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvcache.View",
-    .tp_basicsize = sizeof(View),
-    .tp_dealloc = (destructor)View_dealloc,
-    .tp_repr = (reprfunc)View_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A zero-copy view of cache-owned memory (a key, value or state tensor).\n\n"
-              "Export it with torch.from_dlpack(view), numpy.from_dlpack(view) or any DLPack consumer: the "
-              "result shares memory with the cache and keeps the cache's memory alive. A view is valid until the "
-              "next call that mutates its cache (update, crop, reorder, batch operations, reset, close, ...): "
-              "after that, exporting it raises StaleViewError, and tensors exported earlier must not be read, "
-              "because the cache may have moved or freed that memory. Copy what you need to keep.",
-    .tp_methods = View_methods,
-    .tp_getset = View_getset,
-};
+KVC_PY_TYPE(View, "kvcache.View",
+            "A zero-copy view of cache-owned memory (a key, value or state tensor).\n\n"
+            "Export it with torch.from_dlpack(view), numpy.from_dlpack(view) or any DLPack consumer: the "
+            "result shares memory with the cache and keeps the cache's memory alive. A view is valid until the "
+            "next call that mutates its cache (update, crop, reorder, batch operations, reset, close, ...): "
+            "after that, exporting it raises StaleViewError, and tensors exported earlier must not be read, "
+            "because the cache may have moved or freed that memory. Copy what you need to keep.",
+            .tp_methods = View_methods, .tp_getset = View_getset, .tp_members = View_members);
 
 /* -------------------------------------------------------------- tensors in */
 

@@ -108,10 +108,7 @@ static PyObject* kvc_py_torch_views_new(PyObject* module, PyObject* const* args,
     PyErr_SetString(PyExc_TypeError, "_torch_views(handle, stream_fn, device_index) takes 3 arguments");
     return NULL;
   }
-  if (Py_TYPE(args[0]) != &CacheHandleType) {
-    PyErr_Format(PyExc_TypeError, "_torch_views: expected a CacheHandle, got %.100s", Py_TYPE(args[0])->tp_name);
-    return NULL;
-  }
+  if (!kvc_py_typed_arg(args[0], &CacheHandleType, "_torch_views", "CacheHandle")) return NULL;
   if (args[1] != Py_None && !PyCallable_Check(args[1])) {
     PyErr_SetString(PyExc_TypeError, "_torch_views: stream_fn must be callable or None");
     return NULL;
@@ -136,11 +133,7 @@ static PyObject* kvc_py_torch_views_new(PyObject* module, PyObject* const* args,
 }
 
 static TorchViews* kvc_py_torch_views_arg(PyObject* obj, const char* fn) {
-  if (Py_TYPE(obj) != &TorchViewsType) {
-    PyErr_Format(PyExc_TypeError, "%s: expected a TorchViews, got %.100s", fn, Py_TYPE(obj)->tp_name);
-    return NULL;
-  }
-  return (TorchViews*)obj;
+  return (TorchViews*)kvc_py_typed_arg(obj, &TorchViewsType, fn, "TorchViews");
 }
 
 /* Slots for `layer`, allocated before any C call so that a later allocation failure cannot follow a mutation. */

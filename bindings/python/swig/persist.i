@@ -20,18 +20,21 @@
 %ignore kvc_pool_sequence_load_buffer;
 %feature("nothread") kvc_py_cache_save_to;
 %feature("nothread") kvc_py_encoder_decoder_cache_save_to;
+%feature("nothread") kvc_py_cache_load;
 %feature("nothread") kvc_py_cache_load_buffer;
 %feature("nothread") kvc_py_encoder_decoder_cache_load_buffer;
 %feature("nothread") kvc_py_cache_restore_buffer;
 %feature("nothread") kvc_py_encoder_decoder_cache_restore_buffer;
 %rename(kvc_cache_save_to) kvc_py_cache_save_to;
 %rename(kvc_encoder_decoder_cache_save_to) kvc_py_encoder_decoder_cache_save_to;
+%rename(kvc_cache_load) kvc_py_cache_load;
 %rename(kvc_cache_load_buffer) kvc_py_cache_load_buffer;
 %rename(kvc_encoder_decoder_cache_load_buffer) kvc_py_encoder_decoder_cache_load_buffer;
 %rename(kvc_cache_restore_buffer) kvc_py_cache_restore_buffer;
 %rename(kvc_encoder_decoder_cache_restore_buffer) kvc_py_encoder_decoder_cache_restore_buffer;
 %ignore kvc_cache_save_to;
 %ignore kvc_encoder_decoder_cache_save_to;
+%ignore kvc_cache_load;
 %ignore kvc_cache_load_buffer;
 %ignore kvc_encoder_decoder_cache_load_buffer;
 %ignore kvc_cache_restore_buffer;
@@ -103,6 +106,23 @@ PyObject* kvc_py_encoder_decoder_cache_save_to(PyObject* cache, PyObject* write)
   Py_END_ALLOW_THREADS
   kvc_py_guard_leave(guard, 0);
   return kvc_py_save_result(err, &w);
+}
+
+/* kvc_cache_load(path, options, allocator=None) -> a new cache handle; `allocator` (kvcache.Allocator) holds its
+ * K/V stores (set in a copy of the options). */
+PyObject* kvc_py_cache_load(const char* path, const kvc_load_options* options, PyObject* allocator) {
+  kvc_load_options o;
+  if (options) o = *options;
+  else kvc_load_options_init(&o);
+  kvc_allocator a;
+  if (kvc_py_allocator_arm(allocator, &a, &o.allocator) < 0) return NULL;
+  const kvc_load_options* use = options || o.allocator == &a ? &o : NULL;
+  kvc_cache* out = NULL;
+  kvc_error* err;
+  Py_BEGIN_ALLOW_THREADS
+  err = kvc_cache_load(path, use, &out);
+  Py_END_ALLOW_THREADS
+  return kvc_py_allocator_settle(&a, o.allocator, err, out);
 }
 
 /* kvc_cache_load_buffer(data) -> a new cache handle; data is bytes-like. */

@@ -39,6 +39,24 @@ def pair(static):
     return ours, theirs
 
 
+def filled(static, n, seed, n_index):
+    """pair(static) after the same update of n tokens and update_indexer of n_index keys on both."""
+    ours, theirs = pair(static)
+    k, v = kv(n, seed)
+    ours.update(k, v, 0)
+    theirs.update(k, v)
+    ours.update_indexer(ix(n_index, seed), 0)
+    theirs.update_indexer(ix(n_index, seed))
+    return ours, theirs
+
+
+def both(ours, theirs, method, *args):
+    """The same call on both, then the same indexer keys."""
+    getattr(ours, method)(*args)
+    getattr(theirs, method)(*args)
+    same(ours.get_indexer_keys(0), theirs.indexer_keys)
+
+
 @pytest.mark.parametrize("static", [False, True])
 def test_update_indexer_matches_transformers(static):
     ours, theirs = pair(static)
@@ -56,16 +74,8 @@ def test_update_indexer_matches_transformers(static):
 
 @pytest.mark.parametrize("static", [False, True])
 def test_reorder_reset_match_transformers(static):
-    ours, theirs = pair(static)
-    k, v = kv(2, 0)
-    ours.update(k, v, 0)
-    theirs.update(k, v)
-    ours.update_indexer(ix(3, 0), 0)
-    theirs.update_indexer(ix(3, 0))
-    beam = torch.tensor([1, 0])
-    ours.reorder_cache(beam)
-    theirs.reorder_cache(beam)
-    same(ours.get_indexer_keys(0), theirs.indexer_keys)
+    ours, theirs = filled(static, 2, 0, 3)
+    both(ours, theirs, "reorder_cache", torch.tensor([1, 0]))
     ours.reset()
     theirs.reset()
     if static:  # zeroed in place, counter 0: the next update writes at 0
@@ -82,32 +92,16 @@ def test_reorder_reset_match_transformers(static):
 
 
 def test_dynamic_batch_ops_and_crop_match_transformers():
-    ours, theirs = pair(False)
-    k, v = kv(5, 1)
-    ours.update(k, v, 0)
-    theirs.update(k, v)
-    ours.update_indexer(ix(5, 1), 0)
-    theirs.update_indexer(ix(5, 1))
-    ours.batch_repeat_interleave(2)
-    theirs.batch_repeat_interleave(2)
-    same(ours.get_indexer_keys(0), theirs.indexer_keys)
-    ours.batch_select_indices(torch.tensor([3, 0]))
-    theirs.batch_select_indices(torch.tensor([3, 0]))
-    same(ours.get_indexer_keys(0), theirs.indexer_keys)
-    ours.crop(-2)
-    theirs.crop(-2)
-    same(ours.get_indexer_keys(0), theirs.indexer_keys)
+    ours, theirs = filled(False, 5, 1, 5)
+    both(ours, theirs, "batch_repeat_interleave", 2)
+    both(ours, theirs, "batch_select_indices", torch.tensor([3, 0]))
+    both(ours, theirs, "crop", -2)
     assert ours.get_seq_length(0) == theirs.get_seq_length() == 3
 
 
 @pytest.mark.skipif(RELEASE < (5, 24), reason="StaticLayer.crop came with transformers 5.24")
 def test_static_crop_matches_transformers():
-    ours, theirs = pair(True)
-    k, v = kv(4, 2)
-    ours.update(k, v, 0)
-    theirs.update(k, v)
-    ours.update_indexer(ix(5, 2), 0)
-    theirs.update_indexer(ix(5, 2))
+    ours, theirs = filled(True, 4, 2, 5)
     ours.crop(-2)
     theirs.crop(-2)
     same(ours.update_indexer(ix(1, 3), 0), theirs.update_indexer(ix(1, 3)))  # written at the moved counter

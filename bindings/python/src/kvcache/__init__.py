@@ -19,7 +19,9 @@ cache.
 ``kvcache.transformers`` (needs torch and transformers >= 5) has drop-in
 replacements for transformers' caches, usable as ``past_key_values`` in
 ``model.generate``. :class:`Pool` is the paged block pool of serving stacks
-(continuous batching, prefix reuse, copy-on-write, events; ``kvcache.pool``).
+(continuous batching, prefix reuse, copy-on-write, events; ``kvcache.pool``). A cache made with
+``allocator=`` (:class:`Allocator`, :class:`TorchAllocator`) keeps its K/V in the caller's buffers
+(``kvcache.allocator``).
 """
 from __future__ import annotations
 
@@ -110,6 +112,7 @@ from .pool import (
 from .redis_tier import RedisTier, add_redis_tier, tier_stats
 
 from .persist import FILE_FORMAT_VERSION, load, load_encoder_decoder
+from .allocator import Allocator, NumpyAllocator, TorchAllocator
 
 View = _lib.View
 
@@ -161,4 +164,5 @@ __all__ = [
     "CsrBlockTable", "BatchReservation", "add_redis_tier", "tier_stats",
     "RecurrentState", "GroupKind", "Storage", "Layout", "EventKind", "HashMode", "describe_config",
     "load", "load_encoder_decoder", "FILE_FORMAT_VERSION",
+    "Allocator", "TorchAllocator", "NumpyAllocator",
 ]

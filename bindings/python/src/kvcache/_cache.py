@@ -5,7 +5,9 @@ import operator
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from . import _lib
-from ._errors import KvcacheError, OutOfRangeError, check_open
+from ._errors import KvcacheError, OutOfRangeError
+from ._owner import HandleOwner
+from .allocator import Allocator
 from ._streams import StreamLike, stream_handle
 from ._types import (
     DeviceLike,
@@ -51,6 +53,19 @@ def _layer(layer_idx: Any, name: str = "layer_idx") -> int:
     if i < 0 or i >= _U32:
         raise OutOfRangeError(f"{name} is {i}; layer indices are in [0, 2^32)", _lib.KVC_ERROR_OUT_OF_RANGE)
     return i
+
+
+def _per_layer(value: Union[int, Sequence[int]], n: int, name: str) -> Tuple[int, Any]:
+    """An int for every layer, or a list of one per layer: (the first, an Int64Array of them or None)."""
+    if isinstance(value, int):
+        return value, None
+    values = list(value)
+    if len(values) != n:
+        raise ValueError(f"{name} has {len(values)} entries but the cache has {n} layers")
+    arr = _lib.Int64Array(max(n, 1))
+    for i, v in enumerate(values):
+        arr[i] = operator.index(v)
+    return (values[0] if values else 0), arr
 
 
 def _kwargs_options(cache_kwargs: Optional[Mapping[str, Any]]) -> Tuple[Any, Any, Any, int]:
@@ -133,7 +148,7 @@ class Layer:
         return f"Layer({self._index}, {i.kind.name.lower()}{extra}, seq_length={i.seq_length})"
 
 
-class Cache:
+class Cache(HandleOwner):
     """A kvcache cache: an ordered list of layers behind one C handle.
 
     Use the preset classes (:class:`DynamicCache`, :class:`StaticCache`, ...);
@@ -147,6 +162,11 @@ class Cache:
     calls; a second thread entering the same cache gets an InvalidStateError);
     distinct caches are independent.
 
+    Every cache class takes ``allocator=`` (a :class:`kvcache.Allocator`, e.g.
+    :class:`kvcache.TorchAllocator`): its K/V stores are then the allocator's
+    buffers and its views slices of them (``kvcache.allocator``). Clones,
+    batch splits and stacks share it.
+
     Example:
         >>> import numpy as np, kvcache
         >>> cache = kvcache.DynamicCache()
@@ -159,6 +179,8 @@ class Cache:
     """
 
     _handle: Any
+    _what = "cache"
+    _unpicklable = "{name} cannot be pickled; copy its tensors out with to_legacy_cache()"
 
     # ------------------------------------------------------------ creation
 
@@ -167,7 +189,8 @@ class Cache:
                 quant: Optional[QuantOptions] = None, offload: Union[Offload, int] = Offload.DEFAULT,
                 window_length: int = 0, num_sink_tokens: int = 0,
                 from_tensors: Optional[Sequence[Tuple[TensorLike, TensorLike]]] = None,
-                transformers_release: int = 0, query_offset_rule: int = 0) -> None:
+                transformers_release: int = 0, query_offset_rule: int = 0,
+                allocator: Optional[Allocator] = None) -> None:
         options, keep = _options(preset, config, max_cache_len=max_cache_len, layers=layers, device=device,
                                  quant=quant, offload=offload, window_length=window_length,
                                  num_sink_tokens=num_sink_tokens)
@@ -175,9 +198,9 @@ class Cache:
         options.query_offset_rule = operator.index(query_offset_rule)
         pairs = None if from_tensors is None else list(from_tensors)
         if pairs is not None and not any(k is None and v is None for k, v in pairs):
-            self._handle = _lib.kvc_cache_create_from_tensors(options, pairs)
+            self._handle = _lib.kvc_cache_create_from_tensors(options, pairs, allocator)
         else:
-            handle = _lib.kvc_cache_create(options)
+            handle = _lib.kvc_cache_create(options, allocator)
             # transformers' DynamicCache(ddp_cache_data) skips (None, None) pairs (the dummy layers' entries)
             for i, (k, v) in enumerate(pairs or []):
                 if not (k is None and v is None):
@@ -397,35 +420,15 @@ class Cache:
         o = _lib.kvc_init_options()
         o.batch_size = operator.index(batch_size)
         o.dtype = int(parse_dtype(dtype))
-        keep = []
-        n = len(self)
-        if isinstance(num_heads, int):
-            o.num_kv_heads = num_heads
-        else:
-            heads = list(num_heads)
-            if len(heads) != n:
-                raise ValueError(f"num_heads has {len(heads)} entries but the cache has {n} layers")
-            arr = _lib.Int64Array(max(n, 1))
-            for i, h in enumerate(heads):
-                arr[i] = operator.index(h)
-            o.num_kv_heads = heads[0] if heads else 0
-            o.num_kv_heads_per_layer = arr.cast()
-            keep.append(arr)
-        if isinstance(head_dim, int):
-            o.k_head_dim = head_dim
-        else:
-            dims = list(head_dim)
-            if len(dims) != n:
-                raise ValueError(f"head_dim has {len(dims)} entries but the cache has {n} layers")
-            arr = _lib.Int64Array(max(n, 1))
-            for i, d in enumerate(dims):
-                arr[i] = operator.index(d)
-            o.k_head_dim = dims[0] if dims else 0
-            o.head_dim_per_layer = arr.cast()
-            keep.append(arr)
+        o.num_kv_heads, heads = _per_layer(num_heads, len(self), "num_heads")
+        o.k_head_dim, dims = _per_layer(head_dim, len(self), "head_dim")
+        if heads is not None:
+            o.num_kv_heads_per_layer = heads.cast()
+        if dims is not None:
+            o.head_dim_per_layer = dims.cast()
         o.v_head_dim = operator.index(v_head_dim)
         _lib.kvc_cache_early_initialization(self._handle, o)
-        del keep
+        del heads, dims  # the arrays the options pointed into, alive until here
 
     # --------------------------------------------------------------- streams
 
@@ -530,24 +533,10 @@ class Cache:
         # A shallow copy would share one C cache between two objects; it is a deep copy instead.
         return self.clone()
 
-    def __reduce__(self):
-        raise TypeError(f"{type(self).__name__} cannot be pickled; copy its tensors out with to_legacy_cache()")
-
     def close(self) -> None:
         """Releases the cache: later calls raise ValueError and views go stale. Memory is freed once no
         tensor exported from a view still uses it."""
         _lib.kvc_cache_destroy(self._handle)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._handle.closed)
-
-    def __enter__(self: C) -> C:
-        check_open(self, "cache")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         name = type(self).__name__
@@ -647,12 +636,13 @@ class DynamicCache(Cache):
 
     def __init__(self, ddp_cache_data: Optional[Sequence[Tuple[TensorLike, TensorLike]]] = None,
                  config: Any = None, *, device: DeviceLike = "cpu", offloading: bool = False,
-                 offload_only_non_sliding: bool = False, **config_fields: Any) -> None:
+                 offload_only_non_sliding: bool = False, allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
         cfg = ModelConfig.from_any(config, **config_fields)
         offload = Offload.DEFAULT
         if offloading:
             offload = Offload.NON_SLIDING if offload_only_non_sliding else Offload.ALL
-        self._create(Preset.DYNAMIC, cfg, device=device, offload=offload,
+        self._create(Preset.DYNAMIC, cfg, device=device, offload=offload, allocator=allocator,
                      from_tensors=None if ddp_cache_data is None else [tuple(p)[:2] for p in ddp_cache_data])
 
     @classmethod
@@ -666,18 +656,20 @@ class MtpCache(DynamicCache):
     """transformers' MtpCache (5.14): a DynamicCache whose layer k holds multi-token-prediction depth k, whose
     queries run k + 1 tokens ahead (``get_query_offset`` and the mask's ``kv_offset`` add ``k + 1``)."""
 
-    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", **config_fields: Any) -> None:
+    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
         self._create(Preset.DYNAMIC, ModelConfig.from_any(config, **config_fields), device=device,
-                     query_offset_rule=_lib.KVC_QUERY_OFFSET_MTP)
+                     query_offset_rule=_lib.KVC_QUERY_OFFSET_MTP, allocator=allocator)
 
 
 class DFlashCache(DynamicCache):
     """transformers' DFlashCache (5.15): a DynamicCache whose next forward also attends to the tokens the
     previous step accepted (``set_previous_accepted_tokens``), added to ``get_query_offset`` and ``kv_length``."""
 
-    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", **config_fields: Any) -> None:
+    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
         self._create(Preset.DYNAMIC, ModelConfig.from_any(config, **config_fields), device=device,
-                     query_offset_rule=_lib.KVC_QUERY_OFFSET_DFLASH)
+                     query_offset_rule=_lib.KVC_QUERY_OFFSET_DFLASH, allocator=allocator)
 
 
 class StaticCache(Cache):
@@ -694,7 +686,7 @@ class StaticCache(Cache):
 
     def __init__(self, config: Any = None, max_cache_len: Optional[int] = None, *, device: DeviceLike = "cpu",
                  offloading: bool = False, offload_only_non_sliding: bool = True, transformers_release: int = 0,
-                 **config_fields: Any) -> None:
+                 allocator: Optional[Allocator] = None, **config_fields: Any) -> None:
         """``transformers_release`` (e.g. 52300 for 5.23; 0: the newest, 5.24) picks the release whose
         behaviour to follow where releases differ: before 5.24 static layers have no ``crop``."""
         if max_cache_len is None:
@@ -704,7 +696,7 @@ class StaticCache(Cache):
         if offloading:
             offload = Offload.NON_SLIDING if offload_only_non_sliding else Offload.ALL
         self._create(self._preset, cfg, max_cache_len=max_cache_len, device=device, offload=offload,
-                     transformers_release=transformers_release)
+                     transformers_release=transformers_release, allocator=allocator)
 
 
 class SlidingWindowCache(StaticCache):
@@ -728,8 +720,10 @@ class HybridChunkedCache(StaticCache):
 class OffloadedCache(Cache):
     """OffloadedCache: a DynamicCache whose layers live in the host tier between their updates."""
 
-    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", **config_fields: Any) -> None:
-        self._create(Preset.OFFLOADED, ModelConfig.from_any(config, **config_fields), device=device)
+    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
+        self._create(Preset.OFFLOADED, ModelConfig.from_any(config, **config_fields), device=device,
+                     allocator=allocator)
 
 
 class OffloadedStaticCache(Cache):
@@ -738,11 +732,11 @@ class OffloadedStaticCache(Cache):
     _preset = Preset.OFFLOADED_STATIC
 
     def __init__(self, config: Any = None, max_cache_len: Optional[int] = None, *, device: DeviceLike = "cpu",
-                 **config_fields: Any) -> None:
+                 allocator: Optional[Allocator] = None, **config_fields: Any) -> None:
         if max_cache_len is None:
             raise TypeError(f"{type(self).__name__} needs max_cache_len")
         self._create(self._preset, ModelConfig.from_any(config, **config_fields), max_cache_len=max_cache_len,
-                     device=device)
+                     device=device, allocator=allocator)
 
 
 class OffloadedHybridCache(OffloadedStaticCache):
@@ -767,7 +761,8 @@ class QuantizedCache(Cache):
     def __init__(self, backend: str = "quanto", config: Any = None, nbits: Optional[int] = None,
                  axis_key: Optional[int] = None, axis_value: Optional[int] = None,
                  q_group_size: Optional[int] = None, residual_length: Optional[int] = None, *,
-                 mode: str = "incremental", device: DeviceLike = "cpu", **config_fields: Any) -> None:
+                 mode: str = "incremental", device: DeviceLike = "cpu", allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
         defaults = QuantOptions()
         quant = QuantOptions(
             quantizer=backend, mode=mode,
@@ -776,7 +771,8 @@ class QuantizedCache(Cache):
             axis_value=defaults.axis_value if axis_value is None else axis_value,
             q_group_size=defaults.q_group_size if q_group_size is None else q_group_size,
             residual_length=defaults.residual_length if residual_length is None else residual_length)
-        self._create(Preset.QUANTIZED, ModelConfig.from_any(config, **config_fields), quant=quant, device=device)
+        self._create(Preset.QUANTIZED, ModelConfig.from_any(config, **config_fields), quant=quant, device=device,
+                     allocator=allocator)
 
 
 class SinkCache(Cache):
@@ -787,23 +783,27 @@ class SinkCache(Cache):
     """
 
     def __init__(self, window_length: int, num_sink_tokens: int, config: Any = None, *,
-                 device: DeviceLike = "cpu", **config_fields: Any) -> None:
+                 device: DeviceLike = "cpu", allocator: Optional[Allocator] = None, **config_fields: Any) -> None:
         self._create(Preset.SINK, ModelConfig.from_any(config, **config_fields), window_length=window_length,
-                     num_sink_tokens=num_sink_tokens, device=device)
+                     num_sink_tokens=num_sink_tokens, device=device, allocator=allocator)
 
 
 class MambaCache(Cache):
     """MambaCache: one linear (conv + SSM state) layer per config layer."""
 
-    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", **config_fields: Any) -> None:
-        self._create(Preset.MAMBA, ModelConfig.from_any(config, **config_fields), device=device)
+    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
+        self._create(Preset.MAMBA, ModelConfig.from_any(config, **config_fields), device=device,
+                     allocator=allocator)
 
 
 class HybridMambaAttentionDynamicCache(Cache):
     """HybridMambaAttentionDynamicCache (Jamba, Bamba): linear layers for mamba, dynamic ones for attention."""
 
-    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", **config_fields: Any) -> None:
-        self._create(Preset.HYBRID_MAMBA, ModelConfig.from_any(config, **config_fields), device=device)
+    def __init__(self, config: Any = None, *, device: DeviceLike = "cpu", allocator: Optional[Allocator] = None,
+                 **config_fields: Any) -> None:
+        self._create(Preset.HYBRID_MAMBA, ModelConfig.from_any(config, **config_fields), device=device,
+                     allocator=allocator)
 
 
 class CustomCache(Cache):
@@ -818,13 +818,13 @@ class CustomCache(Cache):
     """
 
     def __init__(self, layers: Sequence[LayerSpec], *, device: DeviceLike = "cpu",
-                 offload: Union[Offload, int] = Offload.DEFAULT) -> None:
-        self._create(Preset.CUSTOM, None, layers=layers, device=device, offload=offload)
+                 offload: Union[Offload, int] = Offload.DEFAULT, allocator: Optional[Allocator] = None) -> None:
+        self._create(Preset.CUSTOM, None, layers=layers, device=device, offload=offload, allocator=allocator)
 
 
 # ------------------------------------------------------- encoder-decoder
 
-class EncoderDecoderCache:
+class EncoderDecoderCache(HandleOwner):
     """EncoderDecoderCache(self_attention_cache, cross_attention_cache).
 
     Takes the two caches over (they remain usable as ``self_attention_cache`` and ``cross_attention_cache``).
@@ -840,6 +840,9 @@ class EncoderDecoderCache:
         >>> ed.update_cross(None, None, 0).keys.shape      # reused
         (1, 2, 5, 4)
     """
+
+    _what = "cache"
+    _unpicklable = "EncoderDecoderCache cannot be pickled"
 
     def __init__(self, self_attention_cache: Cache, cross_attention_cache: Cache) -> None:
         if not isinstance(self_attention_cache, Cache) or not isinstance(cross_attention_cache, Cache):
@@ -910,6 +913,7 @@ class EncoderDecoderCache:
         """Crops the self-attention cache only (cross K/V are never cropped)."""
         _lib.kvc_encoder_decoder_cache_crop(self._handle, operator.index(max_length))
 
+    # These look like Cache's on purpose: each is one C call that changes both halves, or neither.
     def reorder_cache(self, beam_idx: Any) -> None:
         _lib.kvc_encoder_decoder_cache_reorder(self._handle, beam_idx)
 
@@ -944,22 +948,8 @@ class EncoderDecoderCache:
     def __copy__(self) -> "EncoderDecoderCache":
         return self.clone()
 
-    def __reduce__(self):
-        raise TypeError("EncoderDecoderCache cannot be pickled")
-
     def close(self) -> None:
         _lib.kvc_encoder_decoder_cache_destroy(self._handle)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._handle.closed)
-
-    def __enter__(self) -> "EncoderDecoderCache":
-        check_open(self, "cache")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         if self.closed:

@@ -153,12 +153,6 @@ class StaleViewError(InvalidStateError):
     """
 
 
-def check_open(obj: object, what: str) -> None:
-    """Refuses to enter a ``with`` block on a closed object, as Python's files do: its body could not use it."""
-    if getattr(obj, "closed"):
-        raise ValueError(f"kvcache: the {what} is closed; a closed {what} cannot start a with block")
-
-
 _BY_CODE: list[type[KvcacheError] | None] = [None] * 14
 for _cls in (
     InvalidArgumentError,

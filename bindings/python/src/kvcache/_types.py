@@ -9,6 +9,8 @@ from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 from . import _lib
 
 
+# The enumerations list their members by name on purpose, alike as they look: type checkers and the
+# documentation see the names.
 class LayerKind(enum.IntEnum):
     """Layer kinds (``kvc_layer_kind``): what one layer of a cache stores."""
 

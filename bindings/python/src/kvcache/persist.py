@@ -29,10 +29,11 @@ cache is unchanged.
 from __future__ import annotations
 
 import os
-from typing import Union
+from typing import Optional, Union
 
 from . import _lib
 from ._cache import Cache, EncoderDecoderCache
+from .allocator import Allocator
 
 __all__ = ["FILE_FORMAT_VERSION", "load", "load_encoder_decoder"]
 
@@ -42,9 +43,10 @@ FILE_FORMAT_VERSION: int = _lib.KVC_FILE_FORMAT_VERSION
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def load(path: PathLike) -> Cache:
-    """A new cache (on the CPU) from the cache file at ``path``."""
-    return Cache._from_handle(_lib.kvc_cache_load(path, None))
+def load(path: PathLike, *, allocator: Optional[Allocator] = None) -> Cache:
+    """A new cache (on the CPU) from the cache file at ``path``; its K/V stores come from ``allocator`` when
+    given (see :class:`kvcache.Allocator`)."""
+    return Cache._from_handle(_lib.kvc_cache_load(path, None, allocator))
 
 
 def load_encoder_decoder(path: PathLike) -> EncoderDecoderCache:

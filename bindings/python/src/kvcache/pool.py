@@ -49,7 +49,8 @@ from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional,
 
 from . import _lib
 from ._cache import KV, TensorLike, View, _layer
-from ._errors import InvalidArgumentError, OutOfRangeError, check_open
+from ._errors import InvalidArgumentError, OutOfRangeError
+from ._owner import HandleOwner
 from ._streams import StreamLike, stream_handle
 from ._types import DeviceLike, DeviceType, Dtype, DtypeLike, parse_device, parse_dtype
 
@@ -457,7 +458,7 @@ def model_block_payload(*, dtype: DtypeLike, groups: Seq["PoolGroup"], layers: S
     return int(size), int(num_layers)
 
 
-class Pool:
+class Pool(HandleOwner):
     """A block pool for one model on one device (``kvc_pool``).
 
     Args:
@@ -498,6 +499,8 @@ class Pool:
     """
 
     _handle: Any
+    _what = "pool"
+    _unpicklable = "a kvcache.Pool cannot be pickled"
 
     def __init__(self, *, dtype: DtypeLike, groups: Seq[PoolGroup], layers: Seq[PoolLayer],
                  device: DeviceLike = "cpu", layout: Union[str, Layout] = Layout.NHD,
@@ -818,20 +821,6 @@ class Pool:
         once no sequence object or exported tensor uses it. Closing twice does nothing."""
         _lib.kvc_pool_destroy(self._handle)
 
-    @property
-    def closed(self) -> bool:
-        return bool(self._handle.closed)
-
-    def __enter__(self) -> "Pool":
-        check_open(self, "pool")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __reduce__(self) -> Any:
-        raise TypeError("a kvcache.Pool cannot be pickled")
-
     def __repr__(self) -> str:
         if self.closed:
             return "Pool(closed)"
@@ -840,7 +829,7 @@ class Pool:
         return f"Pool({self._dtype.name.lower()}, {self.num_layers} layers, groups=[{groups}])"
 
 
-class Sequence:
+class Sequence(HandleOwner):
     """A request in a :class:`Pool` (``kvc_pool_sequence``): its tokens and one block table per group.
 
     Create one with :meth:`Pool.sequence` or :meth:`fork`; close it (or leave its ``with`` block) when the
@@ -849,6 +838,8 @@ class Sequence:
     """
 
     _handle: Any
+    _what = "sequence"
+    _unpicklable = "a kvcache.Sequence cannot be pickled"
     _pool: Pool
 
     @classmethod
@@ -989,20 +980,6 @@ class Sequence:
         """Releases the sequence's blocks (cached ones stay reusable until evicted). Closing twice, or after the
         pool was closed, does nothing."""
         _lib.kvc_pool_sequence_destroy(self._handle)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._handle.closed)
-
-    def __enter__(self) -> "Sequence":
-        check_open(self, "sequence")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __reduce__(self) -> Any:
-        raise TypeError("a kvcache.Sequence cannot be pickled")
 
     def __repr__(self) -> str:
         if self.closed:

@@ -966,17 +966,20 @@ def _maker(preset: Preset, **options: Any):
 class DynamicCache(_KvcacheCache, _tcu.DynamicCache):
     """transformers' DynamicCache over kvcache: ``DynamicCache(config=model.config)`` (or lazy without a config).
 
-    ``device=`` places the cache at construction; without it the first tensors do.
+    ``device=`` places the cache at construction; without it the first tensors do. ``allocator=`` (a
+    :class:`kvcache.Allocator`, e.g. :class:`kvcache.TorchAllocator` on the CPU) holds the K/V stores: the tensors
+    ``update`` returns are then slices of the allocator's.
     """
 
     def __init__(self, ddp_cache_data: Optional[Sequence[Tuple[torch.Tensor, ...]]] = None, config: Any = None,
-                 offloading: bool = False, offload_only_non_sliding: bool = False, *, device: Any = None) -> None:
+                 offloading: bool = False, offload_only_non_sliding: bool = False, *, device: Any = None,
+                 allocator: Any = None) -> None:
         offload = _offload_mode(offloading, offload_only_non_sliding)
         pairs = None if ddp_cache_data is None else [tuple(p)[:2] for p in ddp_cache_data]
         if config is not None:
-            make = _maker(Preset.CUSTOM, layers=layer_specs_from_config(config), offload=offload)
+            make = _maker(Preset.CUSTOM, layers=layer_specs_from_config(config), offload=offload, allocator=allocator)
         else:
-            make = _maker(Preset.DYNAMIC, offload=offload)
+            make = _maker(Preset.DYNAMIC, offload=offload, allocator=allocator)
         self._attach(make, device, pairs, offloading=offloading, offload_only_non_sliding=offload_only_non_sliding)
 
 
@@ -996,8 +999,8 @@ class StaticCache(_KvcacheCache, _tcu.StaticCache):
 
     ``device=`` (a keyword, as transformers 4 took it) creates the cache on that device at once; its layers take
     their buffers at the first update or ``early_initialization``, as transformers' StaticLayer, and keep them:
-    ``update`` returns the same tensors (same addresses) at every step. Other keywords are accepted and ignored,
-    as transformers 5 does.
+    ``update`` returns the same tensors (same addresses) at every step. ``allocator=`` holds those buffers (see
+    :class:`DynamicCache`). Other keywords are accepted and ignored, as transformers 5 does.
 
     Under ``torch.compile`` the full-attention layers' update, length and mask queries are graph operations (the
     custom ops of kvcache/_torch_compile.py over those tensors, marked as static addresses); see the module's
@@ -1010,7 +1013,7 @@ class StaticCache(_KvcacheCache, _tcu.StaticCache):
         # Its STATIC layers compile (kvcache/_torch_compile.py); offloaded ones move between tiers, so they do not.
         self._compiles = _torch_compile.SUPPORTED and not offloading
         make = _maker(Preset.CUSTOM, layers=specs, offload=_offload_mode(offloading, offload_only_non_sliding),
-                      transformers_release=_installed_release())
+                      transformers_release=_installed_release(), allocator=kwargs.get("allocator"))
         self._attach(make, kwargs.get("device"), offloading=offloading,
                      offload_only_non_sliding=offload_only_non_sliding)
         self._max_cache_len = max_cache_len
