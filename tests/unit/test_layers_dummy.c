@@ -60,8 +60,7 @@ static void test_info_and_queries(void) {
   CHECK_OK(kvc_cache_batch_size(c, &bs));
   CHECK_EQ_I64(bs, B); /* the static layer's; the dummy has none */
   kvc_memory_info m;
-  memset(&m, 0, sizeof m);
-  m.struct_size = sizeof m;
+  TU_SIZED(m);
   kvc_cache* only = tu_one_layer_cache(KVC_LAYER_DUMMY, 0, 0);
   REQUIRE(only != NULL);
   CHECK_OK(kvc_cache_memory(only, &m));

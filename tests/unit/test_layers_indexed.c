@@ -258,8 +258,7 @@ static void test_memory_and_offload(void) {
   kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC_INDEXED, 0, 0);
   REQUIRE(c != NULL);
   kvc_memory_info m;
-  memset(&m, 0, sizeof m);
-  m.struct_size = sizeof m;
+  TU_SIZED(m);
   REQUIRE_OK(ix_update(c, 0, B, 0, 1, NULL));
   CHECK_OK(kvc_cache_memory(c, &m));
   CHECK_EQ_U64(m.bytes_reserved, (uint64_t)B * 64 * W * 4); /* 64 slots at first, float32 */

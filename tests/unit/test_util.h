@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "kvcache.h"
+#include "../common/xorshift.h"
 
 #if defined(__GNUC__) || defined(__clang__)
 #  define TU_UNUSED __attribute__((unused))
@@ -719,12 +720,7 @@ static TU_UNUSED int tu_check_shape_impl(const char* file, int line, const char*
 
 /* One xorshift64 step of *state, the upper bits returned: the tests' reproducible pseudo-random inputs (each file
  * keeps its own state and seed, so its inputs do not depend on the other files). */
-static TU_UNUSED uint32_t tu_xorshift32(uint64_t* state) {
-  *state ^= *state << 13;
-  *state ^= *state >> 7;
-  *state ^= *state << 17;
-  return (uint32_t)(*state >> 16);
-}
+static TU_UNUSED uint32_t tu_xorshift32(uint64_t* state) { return (uint32_t)(xs64_next(state) >> 16); }
 
 /* ------------------------------------------------------ cache helpers */
 
@@ -894,10 +890,12 @@ static TU_UNUSED int tu_check_mask_impl(const char* file, int line, const kvc_ca
 }
 #define CHECK_MASK(c, q, layer, len, off) tu_check_mask_impl(__FILE__, __LINE__, (c), (q), (layer), (len), (off))
 
+/* Zeroes the output struct `s` and sets its struct_size to this build's, as a query wants it. */
+#define TU_SIZED(s) (memset(&(s), 0, sizeof(s)), (s).struct_size = sizeof(s))
+
 static TU_UNUSED kvc_layer_info tu_info(const kvc_cache* c, uint32_t layer) {
   kvc_layer_info li;
-  memset(&li, 0, sizeof li);
-  li.struct_size = sizeof li;
+  TU_SIZED(li);
   CHECK_OK(kvc_cache_layer_info(c, layer, &li));
   return li;
 }
@@ -920,8 +918,7 @@ static TU_UNUSED int tu_check_geometry(const char* file, int line, const kvc_lay
 
 static TU_UNUSED kvc_memory_info tu_memory(const kvc_cache* c) {
   kvc_memory_info m;
-  memset(&m, 0, sizeof m);
-  m.struct_size = sizeof m;
+  TU_SIZED(m);
   CHECK_OK(kvc_cache_memory(c, &m));
   return m;
 }
