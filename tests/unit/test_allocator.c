@@ -176,9 +176,7 @@ static void test_release_after_the_last_owner(void) {
   size_t n = 0;
   REQUIRE_OK(kvc_cache_clone(c, &copy));
   REQUIRE_OK(kvc_cache_batch_split(c, NB, 1, rows, 2, &n));
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(rows[0]);
-  kvc_cache_destroy(copy);
+  TU_DESTROY(c, rows[0], copy);
   CHECK_EQ_I64(A.releases, 0); /* rows[1] still uses it */
   kvc_cache_destroy(rows[1]);
   CHECK_EQ_I64(A.releases, 1);
@@ -269,9 +267,7 @@ static void oom_sweep_op(const oom_op* op) {
       CHECK_EQ_I64(A.live_count, live); /* nothing half-made kept */
     }
     snapshot_free(&before);
-    kvc_cache_destroy(made[0]);
-    kvc_cache_destroy(made[1]);
-    kvc_cache_destroy(c);
+    TU_DESTROY(made[0], made[1], c);
     arena_check_all_returned(&A);
     if (!e) {
       CHECK(n > 0); /* every operation here allocates */

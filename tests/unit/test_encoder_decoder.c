@@ -17,8 +17,7 @@ static kvc_encoder_decoder_cache* make_pair(int64_t batch, int64_t self_tokens, 
   if (!self || !cross) return NULL;
   kvc_encoder_decoder_cache* ed = NULL;
   if (!CHECK_OK(kvc_encoder_decoder_cache_create(self, cross, &ed))) {
-    kvc_cache_destroy(self);
-    kvc_cache_destroy(cross);
+    TU_DESTROY(self, cross);
     return NULL;
   }
   for (uint32_t i = 0; i < 2 && self_tokens > 0; i++)
@@ -282,16 +281,9 @@ static void test_split_and_stack(void) {
   }
   kvc_encoder_decoder_cache* stacked = NULL;
   REQUIRE_OK(kvc_encoder_decoder_cache_from_batch_splits((const kvc_encoder_decoder_cache* const*)parts, 2, &stacked));
-  tu_ed_snapshot a, b;
-  snapshot_ed(ed, &a);
-  snapshot_ed(stacked, &b);
-  CHECK_ED_SNAPSHOT_EQUAL_CONTENTS(&a, &b);
-  snapshot_ed_free(&a);
-  snapshot_ed_free(&b);
-  kvc_encoder_decoder_cache_destroy(parts[0]);
-  kvc_encoder_decoder_cache_destroy(parts[1]);
-  kvc_encoder_decoder_cache_destroy(stacked);
-  kvc_encoder_decoder_cache_destroy(ed);
+  CHECK_EDS_EQUAL_CONTENTS(ed, stacked);
+  kvc_encoder_decoder_cache* made[4] = {parts[0], parts[1], stacked, ed};
+  for (int i = 0; i < 4; i++) kvc_encoder_decoder_cache_destroy(made[i]);
 }
 
 static void test_reset_clears_is_updated(void) {

@@ -299,8 +299,7 @@ static void test_has_previous_state(void) {
   EXPECT_ERR_UNCHANGED(d, kvc_cache_has_previous_state(d, KVC_ALL_LAYERS, -1, &v), KVC_ERROR_INVALID_ARGUMENT,
                        "kvc_cache_has_previous_state", "no linear");
   CHECK_EQ_I64(v, OUT_FILL);
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(c);
+  TU_DESTROY(d, c);
 }
 
 /* ---------------------------------------- cache-level rules on linear layers */

@@ -80,8 +80,7 @@ static void test_crop_static_sliding_after_window(void) {
       EXPECT_ERR_UNCHANGED(r, kvc_cache_crop(r, tokens[t]), KVC_ERROR_INVALID_STATE, "kvc_cache_crop", names[k],
                            "seen 5", num);
     }
-    kvc_cache_destroy(c);
-    kvc_cache_destroy(r);
+    TU_DESTROY(c, r);
   }
 }
 
@@ -135,8 +134,7 @@ static void test_reorder_bad_indices(void) {
     EXPECT_ERR_UNCHANGED(x, kvc_cache_reorder(x, huge, 2), KVC_ERROR_OUT_OF_RANGE, "kvc_cache_reorder",
                          "beam_idx[0]", "9223372036854775807");
   }
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(s);
+  TU_DESTROY(c, s);
 }
 
 /* Layers of different batch sizes: an index valid for one layer but not another changes neither. */

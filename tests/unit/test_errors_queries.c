@@ -152,8 +152,7 @@ static void test_layer_out_of_range(void) {
   EXPECT_ERR_UNCHANGED(c, kvc_cache_max_length(c, INT32_MIN, &a), KVC_ERROR_OUT_OF_RANGE, "kvc_cache_max_length",
                        "layer", "-2147483648");
   CHECK_EQ_I64(a, SENTINEL_I64);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(lazy);
+  TU_DESTROY(c, lazy);
 }
 
 static void test_view_of_uninitialized_layer(void) {

@@ -67,8 +67,7 @@ static void test_info_and_queries(void) {
   CHECK_EQ_U64(m.bytes_reserved, 0);
   EXPECT_ERR_UNCHANGED(only, kvc_cache_seq_length(only, 0, &v), KVC_ERROR_INVALID_ARGUMENT, "layer 0 is a dummy layer",
                        "no attention layer");
-  kvc_cache_destroy(only);
-  kvc_cache_destroy(c);
+  TU_DESTROY(only, c);
 }
 
 /* Layer 0 dummy: "the cache" is the first layer with K/V, as transformers' get_seq_length(0) and get_mask_sizes. */
@@ -147,8 +146,7 @@ static void test_operations_pass_over_it(void) {
     CHECK_CACHES_EQUAL(stacked, c);
     kvc_cache_destroy(stacked);
   }
-  kvc_cache_destroy(parts[0]);
-  kvc_cache_destroy(parts[1]);
+  TU_DESTROY(parts[0], parts[1]);
   kvc_cache* d = NULL;
   REQUIRE_OK(kvc_cache_clone(c, &d));
   CHECK_CACHES_EQUAL(d, c);

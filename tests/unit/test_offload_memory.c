@@ -129,8 +129,7 @@ static void test_bytes_static(void) {
       CHECK_EQ_U64(b.bytes_host, 0);
       CHECK_EQ_U64(a.bytes_reserved - (i == 1 ? 0 : bytes_of(KVC_LAYER_STATIC)), b.bytes_reserved);
     }
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(plain);
+  TU_DESTROY(c, plain);
 }
 
 /* A clone keeps the tiers (no retired store of its own); kvc_cache_reserve grows an offloaded layer in the host tier. */
@@ -151,8 +150,7 @@ static void test_bytes_clone_and_reserve(void) {
   m = tu_memory(d);
   CHECK_EQ_U64(m.bytes_host, ot_store_bytes(B, H, 100, DK, DV, ELEM));
   CHECK_EQ_U64(m.bytes_device, ot_store_bytes(B, H, 100, DK, DV, ELEM));
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(c);
+  TU_DESTROY(d, c);
 }
 
 int main(void) {

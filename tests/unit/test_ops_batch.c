@@ -258,8 +258,7 @@ static void test_split_and_stack(void) {
   CHECK_FAILS(kvc_cache_from_batch_splits((const kvc_cache* const*)parts, 3, &bad));
   CHECK_EQ_PTR(bad, &count);
   for (int i = 0; i < 3; i++) kvc_cache_destroy(parts[i]);
-  kvc_cache_destroy(stacked);
-  kvc_cache_destroy(c);
+  TU_DESTROY(stacked, c);
 }
 
 /* Batch operations skip layers that hold no tokens: those keep their batch size (transformers' rule). */
@@ -305,8 +304,7 @@ static void test_split_edges(void) {
   snapshot(back, &b);
   CHECK_SNAPSHOT_EQUAL_CONTENTS(&a, &b);
   snapshot_free(&b);
-  kvc_cache_destroy(back);
-  kvc_cache_destroy(parts[0]);
+  TU_DESTROY(back, parts[0]);
   REQUIRE_OK(kvc_cache_batch_split(c, 3, 1, parts, 3, &count));
   REQUIRE_EQ_I64(count, 3);
   for (int64_t i = 0; i < 3; i++) check_rows(parts[i], 6, 1, &i);

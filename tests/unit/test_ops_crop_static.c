@@ -120,8 +120,7 @@ static void test_is_croppable(void) {
   CHECK_ERR(kvc_cache_is_croppable(c, 0, NULL), KVC_ERROR_INVALID_ARGUMENT);
   CHECK_ERR(kvc_cache_is_croppable(NULL, 0, &v), KVC_ERROR_INVALID_ARGUMENT);
   CHECK_EQ_U64(v, 7);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(old);
+  TU_DESTROY(c, old);
 
   /* The static full layers alone: croppable; a linear layer before any state: not yet. */
   kvc_layer_options s[2] = {tu_layer(KVC_LAYER_STATIC, 0, 8), tu_layer(KVC_LAYER_STATIC_SLIDING, 8, 8)};

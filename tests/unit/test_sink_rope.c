@@ -213,11 +213,7 @@ static void test_clone_split_stack_carry_the_table(void) {
     CHECK_EQ_F64(tu_get(&out.key, b, 0, 1, 1), sk_turned(3, 0, 0, 1, 2, 2)); /* token 3 came from the splits' row 0 */
     CHECK_EQ_F64(tu_get(&out.key, b, 0, 3, 0), sk_turned(5, b, 0, 0, 0, 2));
   }
-  kvc_cache_destroy(s);
-  kvc_cache_destroy(parts[0]);
-  kvc_cache_destroy(parts[1]);
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(c);
+  TU_DESTROY(s, parts[0], parts[1], d, c);
 }
 
 /*

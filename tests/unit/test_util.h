@@ -1006,16 +1006,27 @@ static TU_UNUSED int snapshot_equal_contents(const tu_snapshot* a, const tu_snap
 #define CHECK_UNCHANGED_BY(cache, ...) \
   TU_UNCHANGED_BY(tu_snapshot, snapshot, snapshot_free, CHECK_SNAPSHOT_EQUAL, cache, __VA_ARGS__)
 
-/* Whether two caches agree on everything observable (all but reserved capacity with ignore_reserved). */
-static TU_UNUSED int tu_caches_equal(const kvc_cache* x, const kvc_cache* y, int ignore_reserved) {
-  tu_snapshot a, b;
-  snapshot(x, &a);
-  snapshot(y, &b);
-  int same = snapshot_equal_ex(&a, &b, ignore_reserved);
-  snapshot_free(&a);
-  snapshot_free(&b);
-  return same;
+/* Destroys every cache listed, in order (NULL ones too): the end of a test that made several. */
+static TU_UNUSED void tu_destroy_caches(kvc_cache* const* caches, size_t n) {
+  for (size_t i = 0; i < n; i++) kvc_cache_destroy(caches[i]);
 }
+#define TU_DESTROY(...) \
+  tu_destroy_caches((kvc_cache* const[]){__VA_ARGS__}, sizeof((kvc_cache* const[]){__VA_ARGS__}) / sizeof(kvc_cache*))
+
+/* Defines `name(x, y, ignore_reserved)`: whether two handles agree on everything observable (all but reserved
+ * capacity with ignore_reserved), by the snapshots that take/release/equal_ex make and compare. */
+#define TU_DEFINE_EQUAL(name, handle, snap_type, take, release, equal_ex) \
+  static TU_UNUSED int name(handle x, handle y, int ignore_reserved) {  \
+    snap_type a, b;                                                     \
+    take(x, &a);                                                        \
+    take(y, &b);                                                        \
+    int same = equal_ex(&a, &b, ignore_reserved);                       \
+    release(&a);                                                        \
+    release(&b);                                                        \
+    return same;                                                        \
+  }
+
+TU_DEFINE_EQUAL(tu_caches_equal, const kvc_cache*, tu_snapshot, snapshot, snapshot_free, snapshot_equal_ex)
 
 #define CHECK_CACHES_EQUAL(x, y) tu_report(tu_caches_equal((x), (y), 0), __FILE__, __LINE__, "caches_equal(" #x ", " #y ")")
 #define CHECK_CACHES_EQUAL_CONTENTS(x, y) \
@@ -1076,6 +1087,12 @@ static TU_UNUSED int snapshot_ed_equal_ex(const tu_ed_snapshot* a, const tu_ed_s
   tu_report(snapshot_ed_equal_ex((a), (b), 1), __FILE__, __LINE__, "snapshot_ed_equal_contents(" #a ", " #b ")")
 #define CHECK_ED_SNAPSHOT_EQUAL(a, b) \
   tu_report(snapshot_ed_equal_ex((a), (b), 0), __FILE__, __LINE__, "snapshot_ed_equal(" #a ", " #b ")")
+
+/* tu_caches_equal for encoder-decoder caches: both caches and the is_updated flags. */
+TU_DEFINE_EQUAL(tu_eds_equal, kvc_encoder_decoder_cache*, tu_ed_snapshot, snapshot_ed, snapshot_ed_free,
+                snapshot_ed_equal_ex)
+#define CHECK_EDS_EQUAL_CONTENTS(x, y) \
+  tu_report(tu_eds_equal((x), (y), 1), __FILE__, __LINE__, "eds_equal_contents(" #x ", " #y ")")
 
 /* CHECK_UNCHANGED_BY for an encoder-decoder cache: both caches and the is_updated flags. */
 #define CHECK_ED_UNCHANGED_BY(ed, ...) \
