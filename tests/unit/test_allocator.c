@@ -236,12 +236,9 @@ static kvc_error* op_split(kvc_cache* c, kvc_cache** made) {
 /* A cache whose layers 0 and 1 hold 5 tokens; layer 2 is not initialized yet. */
 static kvc_cache* oom_fixture(const kvc_allocator* al) {
   kvc_cache* c = mixed_cache(al);
-  if (c && (!CHECK_OK(tu_update_tokens(c, 0, NB, NH, 5, D, D, 0, NULL, NULL)) ||
-            !CHECK_OK(tu_update_tokens(c, 1, NB, NH, 5, D, D, 0, NULL, NULL)))) {
-    kvc_cache_destroy(c);
-    return NULL;
-  }
-  return c;
+  if (!c) return NULL;
+  return tu_kept(c, CHECK_OK(tu_update_tokens(c, 0, NB, NH, 5, D, D, 0, NULL, NULL)) &&
+                       CHECK_OK(tu_update_tokens(c, 1, NB, NH, 5, D, D, 0, NULL, NULL)));
 }
 
 static void oom_sweep_op(const oom_op* op) {

@@ -23,13 +23,9 @@ static kvc_cache* make_cache(void) {
                              tu_layer(KVC_LAYER_STATIC_SLIDING, 3, 8), tu_layer(KVC_LAYER_STATIC, 0, 6)};
   kvc_cache* c = tu_custom_cache(NL, l);
   if (!c) return NULL;
-  for (uint32_t i = 0; i < NL; i++) {
-    if (!CHECK_OK(tu_update_tokens(c, i, B, H, 2, DK, DV, 0, NULL, NULL))) {
-      kvc_cache_destroy(c);
-      return NULL;
-    }
-  }
-  return c;
+  int ok = 1;
+  for (uint32_t i = 0; ok && i < NL; i++) ok = CHECK_OK(tu_update_tokens(c, i, B, H, 2, DK, DV, 0, NULL, NULL));
+  return tu_kept(c, ok);
 }
 
 /* Out views pre-filled with this byte must come back byte for byte. */

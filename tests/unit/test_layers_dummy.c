@@ -113,10 +113,7 @@ static void test_update_is_refused(void) {
   REQUIRE_OK(kvc_cache_create_from_tensors(&o, 1, ks, vs, &made)); /* the attention layer alone: fine */
   CHECK_EQ_I64(tu_seq(made, 0), 1);
   kvc_cache_destroy(made);
-  for (int i = 0; i < 3; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  tu_tensors_free(k, v, 3);
   /* The recurrent-state calls are for LINEAR kinds only. */
   EXPECT_ERR_UNCHANGED(c, tl_conv(c, 1, B, 4, 0, 3, NULL, NULL), KVC_ERROR_INVALID_ARGUMENT,
                        "kvc_cache_update_conv_state", "layer 1 is a dummy layer", "non-LinearAttention");

@@ -286,10 +286,7 @@ static void test_no_kv_update_on_linear(void) {
   }
   CHECK_ERR(kvc_cache_update_all(c, 2, kt, vt, NULL, NULL), KVC_ERROR_UNSUPPORTED);
   CHECK(!tu_info(c, 0).is_initialized);
-  for (int i = 0; i < 2; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  tu_tensors_free(k, v, 2);
   kvc_cache_destroy(c);
 }
 

@@ -143,10 +143,7 @@ static void op_update_all(pair* p, uint32_t count, int64_t n) {
     for (uint32_t i = 0; i < count; i++) CHECK_SAME_KV(x[i], y[i]);
     remember(p, y, (int)count);
   }
-  for (uint32_t i = 0; i < count; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  tu_tensors_free(k, v, count);
 }
 
 static void replace(pair* p, kvc_cache* plain, kvc_cache* offl) {

@@ -31,12 +31,9 @@ static int64_t stored_tokens(uint32_t layer, int64_t* out) {
 static kvc_cache* filled(const kvc_layer_options* layers, uint32_t n, int64_t batch) {
   kvc_cache* c = tu_custom_cache(n, layers);
   if (!c) return NULL;
-  for (uint32_t i = 0; i < n; i++)
-    if (!CHECK_OK(tu_update_tokens(c, i, batch, NH, NT, DK, DV, 0, NULL, NULL))) {
-      kvc_cache_destroy(c);
-      return NULL;
-    }
-  return c;
+  int ok = 1;
+  for (uint32_t i = 0; ok && i < n; i++) ok = CHECK_OK(tu_update_tokens(c, i, batch, NH, NT, DK, DV, 0, NULL, NULL));
+  return tu_kept(c, ok);
 }
 
 /* Every layer holds its usual tokens with result row b taken from rows[b]. */

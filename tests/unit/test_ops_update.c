@@ -160,10 +160,7 @@ static void to_arrays(const tu_tensor* k, const tu_tensor* v, kvc_tensor* ka, kv
 }
 
 static void free_step(tu_tensor* k, tu_tensor* v) {
-  for (int i = 0; i < 6; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  tu_tensors_free(k, v, 6);
 }
 
 static void test_update_all_equals_per_layer(void) {

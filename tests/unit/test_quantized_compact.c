@@ -70,10 +70,7 @@ static void step_both(pair* p, int64_t batch, int64_t n, tq_rng* rng, kvc_dtype 
     CHECK_OK(kvc_cache_seq_length(p->cmp, 0, &sb));
     CHECK_EQ_I64(sb, sa);
   }
-  for (int i = 0; i < LAYERS; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  tu_tensors_free(k, v, LAYERS);
 }
 
 static void test_same_returns_as_incremental(void) {

@@ -264,8 +264,7 @@ static void test_steady_decoding_does_not_allocate(void) {
   CHECK_EQ_U64(m1.bytes_reserved, m0.bytes_reserved);
   CHECK_EQ_U64(m1.bytes_used, m0.bytes_used);
   int64_t want[32];
-  for (int64_t s = 0; s < S; s++) want[s] = s;
-  for (int64_t s = S; s < W; s++) want[s] = W + 300 - (W - s);
+  sk_window_tokens(want, W, S, W + 300);
   CHECK_SINK(st, want, SK_NONE, W, 0);
   kvc_cache_destroy(c);
 }

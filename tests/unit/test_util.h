@@ -832,16 +832,37 @@ static TU_UNUSED kvc_cache* tu_one_layer_cache(kvc_layer_kind kind, int64_t wind
 
 /* update(layer) with float32 token-encoded key [b,h,s,dk] and value [b,h,s,dv] holding tokens[i] at position i, or
  * first + i where tokens is NULL. Returns the library's result. */
-static TU_UNUSED kvc_error* tu_update_kv(kvc_cache* c, uint32_t layer, int64_t b, int64_t h, int64_t s, int64_t dk,
-                                         int64_t dv, const int64_t* tokens, int64_t first,
-                                         const kvc_update_options* opts, kvc_kv* out) {
+static TU_UNUSED kvc_error* tu_update_kv_dt(kvc_cache* c, uint32_t layer, kvc_dtype dt, int64_t b, int64_t h,
+                                            int64_t s, int64_t dk, int64_t dv, const int64_t* tokens, int64_t first,
+                                            const kvc_update_options* opts, kvc_kv* out) {
   tu_tensor k, v;
-  tu_tensor_fill_tokens(&k, KVC_DTYPE_FLOAT32, b, h, s, dk, tokens, first, 0, NULL);
-  tu_tensor_fill_tokens(&v, KVC_DTYPE_FLOAT32, b, h, s, dv, tokens, first, 1, NULL);
+  tu_tensor_fill_tokens(&k, dt, b, h, s, dk, tokens, first, 0, NULL);
+  tu_tensor_fill_tokens(&v, dt, b, h, s, dv, tokens, first, 1, NULL);
   kvc_error* e = kvc_cache_update(c, layer, &k.t, &v.t, opts, out);
   tu_tensor_free(&k);
   tu_tensor_free(&v);
   return e;
+}
+
+static TU_UNUSED kvc_error* tu_update_kv(kvc_cache* c, uint32_t layer, int64_t b, int64_t h, int64_t s, int64_t dk,
+                                         int64_t dv, const int64_t* tokens, int64_t first,
+                                         const kvc_update_options* opts, kvc_kv* out) {
+  return tu_update_kv_dt(c, layer, KVC_DTYPE_FLOAT32, b, h, s, dk, dv, tokens, first, opts, out);
+}
+
+/* Frees the key and value tensors of n layers (as update_all takes them). */
+static TU_UNUSED void tu_tensors_free(tu_tensor* k, tu_tensor* v, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    tu_tensor_free(&k[i]);
+    tu_tensor_free(&v[i]);
+  }
+}
+
+/* The end of a set-up: the cache when every step went well (ok), else NULL with the cache destroyed. */
+static TU_UNUSED kvc_cache* tu_kept(kvc_cache* c, int ok) {
+  if (ok) return c;
+  kvc_cache_destroy(c);
+  return NULL;
 }
 
 /* update(layer) of tokens first..first+s-1. */

@@ -36,8 +36,8 @@ static int plan_finish(const char* program) {
 
 /* xorshift64: the same cases on every run. */
 static uint64_t rng = 0x9e3779b97f4a7c15u;
-static uint64_t next_rand(void) { return xs64_next(&rng); }
-static int64_t rand_in(int64_t lo, int64_t hi) { return xs64_range(&rng, lo, hi); }
+static inline uint64_t next_rand(void) { return xs64_next(&rng); }
+static inline int64_t rand_in(int64_t lo, int64_t hi) { return xs64_range(&rng, lo, hi); }
 
 /* Bytes from element [0, 0, 0, 0] to the end of the last element (non-negative strides). */
 static size_t extent_bytes(const int64_t st[4], const int64_t shape[4], int64_t elem) {
