@@ -4,6 +4,8 @@
  * can compare them with the committed baseline (abi/baseline/layout.txt).
  * A binding compiled against an older header must keep working: a field may
  * be appended (new lines), never moved, resized or renumbered (changed lines).
+ * Every field is named here one by one, on purpose: the listing is what the
+ * baseline is checked against, so runs of it look alike.
  */
 #include <stddef.h>
 #include <stdio.h>

@@ -117,4 +117,13 @@ static TU_UNUSED int arena_holds_tensor(const kvc_tensor* t) {
   return arena_holds((const unsigned char*)t->data + t->byte_offset, (last + 1) * elem);
 }
 
+/* Checks that everything the library took from the arena came back, each free matching its allocation. */
+static TU_UNUSED void arena_check_all_returned(const arena* a) {
+  CHECK_EQ_I64(a->live_count, 0);
+  CHECK_EQ_U64(a->live_bytes, 0);
+  CHECK_EQ_I64(a->frees, a->allocs);
+  CHECK_EQ_I64(a->bad_frees, 0);
+  CHECK_EQ_I64(a->bad_alignment, 0);
+}
+
 #endif /* KVC_TESTS_ARENA_ALLOCATOR_H */

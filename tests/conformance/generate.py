@@ -559,22 +559,24 @@ class Case:
         caches = [slot.cache()] + ([slot.obj.cross_attention_cache] if slot.ed else [])
         return any(is_static(layer) for c in caches for layer in c.layers)
 
-    def repeat(self, s, r):
+    def batch_op_prediction(self, s):
+        """The error a repeat or select on slot s is predicted to raise (None: it succeeds); Skip where the
+        case cannot be recorded."""
         if not self.batch_op_ready(s):
             raise Skip("empty dynamic layer")
         predicted = "UNSUPPORTED" if self.static_errors(s) else None
         if predicted and self.slots[s].ed:
             raise Skip("TypeError on EncoderDecoderCache")
+        return predicted
+
+    def repeat(self, s, r):
+        predicted = self.batch_op_prediction(s)
         if self.mutate(f"repeat {s} {r}", lambda: self.slots[s].obj.batch_repeat_interleave(r),
                        {AttributeError: "UNSUPPORTED"}, predicted):
             self.slots[s].batch *= r
 
     def select(self, s, idx):
-        if not self.batch_op_ready(s):
-            raise Skip("empty dynamic layer")
-        predicted = "UNSUPPORTED" if self.static_errors(s) else None
-        if predicted and self.slots[s].ed:
-            raise Skip("TypeError on EncoderDecoderCache")
+        predicted = self.batch_op_prediction(s)
         if self.mutate(f"select {s} {len(idx)} " + " ".join(map(str, idx)),
                        lambda: self.slots[s].obj.batch_select_indices(torch.tensor(idx)),
                        {AttributeError: "UNSUPPORTED"}, predicted):

@@ -149,7 +149,16 @@ slot* slot_at(replay* r, int64_t i);
 kvc_cache* cache_at(replay* r, int64_t i);
 kvc_layer_kind kind_of(replay* r, const char* t);
 void parse_options(replay* r, optspec* o);
+/* `N i1..iN` with N from 1 to max (else malformed: "WHAT"); 0 when malformed. */
+int parse_list(replay* r, int64_t* out, int64_t* count, int64_t max, const char* what);
 int parse_indices(replay* r, int64_t* idx, int64_t* count);
+
+/* `S L N`: a query of slot S's layer L that expects N. When the case runs, query(r, S, L, &got) is called ("CALL"
+ * when it fails) and got checked against N ("WHAT" in a mismatch). */
+typedef kvc_error* (*layer_query_fn)(replay* r, int64_t si, int64_t layer, int64_t* got);
+void replay_layer_query(replay* r, layer_query_fn query, const char* call, const char* what);
+/* The layer argument of a query that takes -1 for KVC_ALL_LAYERS. */
+int32_t layer_or_all(int64_t layer);
 
 /* Which create operation accepts a preset name: `create`'s `preset` (and `ocreate`) or `lcreate`. */
 enum { PRESETS_ATTENTION = 1, PRESETS_LINEAR = 2 };

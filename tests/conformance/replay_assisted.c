@@ -52,24 +52,17 @@ static void op_accepted(replay* r) {
   if (runnable(r)) check_outcome(r, kvc_cache_set_previous_accepted_tokens(cache_at(r, si), n), &o);
 }
 
-static void op_qoffset(replay* r) {
-  int64_t si = num(r), layer = num(r);
-  vint want = expected_num(r);
-  if (!runnable(r)) return;
-  int64_t got = -12345;
-  if (must(r, kvc_cache_query_offset(cache_at(r, si), (uint32_t)layer, &got), "kvc_cache_query_offset"))
-    check_int(r, "query_offset", got, want);
+static kvc_error* query_offset(replay* r, int64_t si, int64_t layer, int64_t* got) {
+  return kvc_cache_query_offset(cache_at(r, si), (uint32_t)layer, got);
 }
-
-static void op_croppable(replay* r) {
-  int64_t si = num(r), layer = num(r);
-  vint want = expected_num(r);
-  if (!runnable(r)) return;
-  uint8_t got = 2;
-  if (must(r, kvc_cache_is_croppable(cache_at(r, si), layer < 0 ? KVC_ALL_LAYERS : (int32_t)layer, &got),
-           "kvc_cache_is_croppable"))
-    check_int(r, "is_croppable", got, want);
+static kvc_error* is_croppable(replay* r, int64_t si, int64_t layer, int64_t* got) {
+  uint8_t v = 2;
+  kvc_error* e = kvc_cache_is_croppable(cache_at(r, si), layer_or_all(layer), &v);
+  *got = v;
+  return e;
 }
+static void op_qoffset(replay* r) { replay_layer_query(r, query_offset, "kvc_cache_query_offset", "query_offset"); }
+static void op_croppable(replay* r) { replay_layer_query(r, is_croppable, "kvc_cache_is_croppable", "is_croppable"); }
 
 static void op_bsize(replay* r) {
   int64_t si = num(r);

@@ -67,24 +67,14 @@ static void op_update(replay* r) {
   finish_kv_update(r, si, layer, &u, &uo);
 }
 
-static void op_seqlen(replay* r) {
-  int64_t si = num(r), layer = num(r);
-  vint want = expected_num(r);
-  if (!runnable(r)) return;
-  int64_t got = -12345;
-  if (must(r, kvc_cache_seq_length(cache_at(r, si), (uint32_t)layer, &got), "kvc_cache_seq_length"))
-    check_int(r, "seq_length", got, want);
+static kvc_error* seq_length(replay* r, int64_t si, int64_t layer, int64_t* got) {
+  return kvc_cache_seq_length(cache_at(r, si), (uint32_t)layer, got);
 }
-
-static void op_maxlen(replay* r) {
-  int64_t si = num(r), layer = num(r);
-  vint want = expected_num(r);
-  if (!runnable(r)) return;
-  int64_t got = -12345;
-  if (must(r, kvc_cache_max_length(cache_at(r, si), layer < 0 ? KVC_ALL_LAYERS : (int32_t)layer, &got),
-           "kvc_cache_max_length"))
-    check_int(r, "max_length", got, want);
+static kvc_error* max_length(replay* r, int64_t si, int64_t layer, int64_t* got) {
+  return kvc_cache_max_length(cache_at(r, si), layer_or_all(layer), got);
 }
+static void op_seqlen(replay* r) { replay_layer_query(r, seq_length, "kvc_cache_seq_length", "seq_length"); }
+static void op_maxlen(replay* r) { replay_layer_query(r, max_length, "kvc_cache_max_length", "max_length"); }
 
 static void op_usable(replay* r) {
   int64_t si = num(r), new_len = num(r), layer = num(r);
@@ -121,14 +111,19 @@ static void op_view(replay* r, int cross) {
   tensor_free(&v);
 }
 
-static void op_crop(replay* r) {
+/* `S X OUTCOME`: an operation with one integer argument, on a cache or an encoder-decoder pair. */
+typedef kvc_error* (*cache_int_op)(kvc_cache* c, int64_t x);
+typedef kvc_error* (*pair_int_op)(kvc_encoder_decoder_cache* ed, int64_t x);
+static void op_with_int(replay* r, cache_int_op on_cache, pair_int_op on_pair) {
   int64_t si = num(r), x = num(r);
   outcome o;
   parse_outcome(r, &o);
   if (!runnable(r)) return;
   slot* s = slot_at(r, si);
-  check_outcome(r, s->ed ? kvc_encoder_decoder_cache_crop(s->ed, x) : kvc_cache_crop(s->cache, x), &o);
+  check_outcome(r, s->ed ? on_pair(s->ed, x) : on_cache(s->cache, x), &o);
 }
+
+static void op_crop(replay* r) { op_with_int(r, kvc_cache_crop, kvc_encoder_decoder_cache_crop); }
 
 static void op_record(replay* r) {
   int64_t si = num(r);
@@ -157,14 +152,7 @@ static void op_reorder(replay* r) { op_indices(r, 0); }
 static void op_select(replay* r) { op_indices(r, 1); }
 
 static void op_repeat(replay* r) {
-  int64_t si = num(r), rep = num(r);
-  outcome o;
-  parse_outcome(r, &o);
-  if (!runnable(r)) return;
-  slot* s = slot_at(r, si);
-  check_outcome(r, s->ed ? kvc_encoder_decoder_cache_batch_repeat_interleave(s->ed, rep)
-                         : kvc_cache_batch_repeat_interleave(s->cache, rep),
-                &o);
+  op_with_int(r, kvc_cache_batch_repeat_interleave, kvc_encoder_decoder_cache_batch_repeat_interleave);
 }
 
 static void op_reset(replay* r) {
@@ -223,14 +211,17 @@ static void op_early(replay* r) {
   must(r, kvc_cache_early_initialization(cache_at(r, si), &io), "kvc_cache_early_initialization");
 }
 
+/* The emptied slot that part i of a split goes to, or NULL when the line names fewer slots than parts. */
+static slot* split_target(replay* r, const int64_t* dst, int64_t count, size_t i) {
+  if ((int64_t)i >= count) return NULL;
+  slot* d = slot_at(r, dst[i]);
+  slot_clear(d);
+  return d;
+}
+
 static void op_split(replay* r) {
-  int64_t si = num(r), full = num(r), size = num(r), count = num(r), dst[MAX_SLOTS];
-  if (count < 1 || count > MAX_SLOTS) {
-    malformed(r, "split count");
-    return;
-  }
-  for (int64_t i = 0; i < count; i++) dst[i] = num(r);
-  if (!runnable(r)) return;
+  int64_t si = num(r), full = num(r), size = num(r), count, dst[MAX_SLOTS];
+  if (!parse_list(r, dst, &count, MAX_SLOTS, "split count") || !runnable(r)) return;
   slot* s = slot_at(r, si);
   size_t got = 0;
   if (s->ed) {
@@ -239,24 +230,18 @@ static void op_split(replay* r) {
               "kvc_encoder_decoder_cache_batch_split"))
       return;
     for (size_t i = 0; i < got; i++) {
-      if ((int64_t)i < count) {
-        slot_clear(slot_at(r, dst[i]));
-        slot_at(r, dst[i])->ed = out[i];
-      } else {
-        kvc_encoder_decoder_cache_destroy(out[i]);
-      }
+      slot* d = split_target(r, dst, count, i);
+      if (d) d->ed = out[i];
+      else kvc_encoder_decoder_cache_destroy(out[i]);
     }
   } else {
     kvc_cache* out[MAX_SLOTS];
     if (!must(r, kvc_cache_batch_split(s->cache, full, size, out, MAX_SLOTS, &got), "kvc_cache_batch_split"))
       return;
     for (size_t i = 0; i < got; i++) {
-      if ((int64_t)i < count) {
-        slot_clear(slot_at(r, dst[i]));
-        slot_at(r, dst[i])->cache = out[i];
-      } else {
-        kvc_cache_destroy(out[i]);
-      }
+      slot* d = split_target(r, dst, count, i);
+      if (d) d->cache = out[i];
+      else kvc_cache_destroy(out[i]);
     }
   }
   vint want = {count, -1};
@@ -264,13 +249,8 @@ static void op_split(replay* r) {
 }
 
 static void op_stack(replay* r) {
-  int64_t di = num(r), n = num(r), src[MAX_SLOTS];
-  if (n < 1 || n > MAX_SLOTS) {
-    malformed(r, "split count");
-    return;
-  }
-  for (int64_t i = 0; i < n; i++) src[i] = num(r);
-  if (!runnable(r)) return;
+  int64_t di = num(r), n, src[MAX_SLOTS];
+  if (!parse_list(r, src, &n, MAX_SLOTS, "split count") || !runnable(r)) return;
   slot* d = slot_at(r, di);
   if (slot_at(r, src[0])->ed) {
     const kvc_encoder_decoder_cache* parts[MAX_SLOTS];
@@ -319,14 +299,14 @@ static void op_cross(replay* r) {
   kv_update_free(&u);
 }
 
+static kvc_error* is_updated(replay* r, int64_t si, int64_t layer, int64_t* got) {
+  int32_t v = -1;
+  kvc_error* e = kvc_encoder_decoder_cache_is_updated(slot_at(r, si)->ed, (uint32_t)layer, &v);
+  *got = v;
+  return e;
+}
 static void op_isupd(replay* r) {
-  int64_t si = num(r), layer = num(r);
-  vint want = expected_num(r);
-  if (!runnable(r)) return;
-  int32_t got = -1;
-  if (must(r, kvc_encoder_decoder_cache_is_updated(slot_at(r, si)->ed, (uint32_t)layer, &got),
-           "kvc_encoder_decoder_cache_is_updated"))
-    check_int(r, "is_updated", got, want);
+  replay_layer_query(r, is_updated, "kvc_encoder_decoder_cache_is_updated", "is_updated");
 }
 
 /* ------------------------------------------------------------------ files */

@@ -545,15 +545,27 @@ void parse_options(replay* r, optspec* o) {
   malformed(r, "unknown cache options");
 }
 
-int parse_indices(replay* r, int64_t* idx, int64_t* count) {
+int parse_list(replay* r, int64_t* out, int64_t* count, int64_t max, const char* what) {
   *count = num(r);
-  if (*count < 1 || *count > 64) {
-    malformed(r, "index count");
+  if (*count < 1 || *count > max) {
+    malformed(r, what);
     return 0;
   }
-  for (int64_t i = 0; i < *count; i++) idx[i] = num(r);
+  for (int64_t i = 0; i < *count; i++) out[i] = num(r);
   return 1;
 }
+
+int parse_indices(replay* r, int64_t* idx, int64_t* count) { return parse_list(r, idx, count, 64, "index count"); }
+
+void replay_layer_query(replay* r, layer_query_fn query, const char* call, const char* what) {
+  int64_t si = num(r), layer = num(r);
+  vint want = expected_num(r);
+  if (!runnable(r)) return;
+  int64_t got = -12345;
+  if (must(r, query(r, si, layer, &got), call)) check_int(r, what, got, want);
+}
+
+int32_t layer_or_all(int64_t layer) { return layer < 0 ? KVC_ALL_LAYERS : (int32_t)layer; }
 
 /* ------------------------------------------------------------------ shared steps */
 

@@ -21,14 +21,6 @@ static kvc_error* arena_pool(const kvc_allocator* al, kvc_pool** out) {
   return pt_pool_with(out, GROUPS, NG, LAYER_GROUP, NL, KVC_POOL_LAYOUT_NHD, 0, 1, al);
 }
 
-static void check_all_returned(void) {
-  CHECK_EQ_I64(A.live_count, 0);
-  CHECK_EQ_U64(A.live_bytes, 0);
-  CHECK_EQ_I64(A.frees, A.allocs);
-  CHECK_EQ_I64(A.bad_frees, 0);
-  CHECK_EQ_I64(A.bad_alignment, 0);
-}
-
 static int all_zero(const kvc_tensor* t) {
   const unsigned char* p = (const unsigned char*)t->data + t->byte_offset;
   size_t n = (size_t)(t->dtype.bits / 8);
@@ -64,7 +56,7 @@ static void test_blocks_come_from_the_allocator(void) {
   kvc_pool_sequence_destroy(s);
   CHECK_EQ_I64(A.releases, 0);
   kvc_pool_destroy(p);
-  check_all_returned();
+  arena_check_all_returned(&A);
   CHECK_EQ_I64(A.releases, 1); /* once, after every block went back */
   CHECK_EQ_I64(A.live_at_release, 0);
 }
@@ -79,7 +71,7 @@ static void test_refusals_fail_create_cleanly(void) {
     CHECK_EQ_PTR(p, &A);
     CHECK_EQ_I64(A.allocs, n);
     CHECK_EQ_I64(A.releases, 0); /* a failed create leaves ctx with the caller */
-    check_all_returned();
+    arena_check_all_returned(&A);
   }
 }
 

@@ -10,18 +10,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../common/xorshift.h"
 #include "half.h"
 
 static uint64_t rope_rng_state = 0x9e3779b97f4a7c15ull;
 
-static uint64_t next_u64(void) {
-  rope_rng_state ^= rope_rng_state << 13;
-  rope_rng_state ^= rope_rng_state >> 7;
-  rope_rng_state ^= rope_rng_state << 17;
-  return rope_rng_state;
-}
+static uint64_t next_u64(void) { return xs64_next(&rope_rng_state); }
 
-static int64_t range(int64_t lo, int64_t hi) { return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1)); }
+static int64_t range(int64_t lo, int64_t hi) { return xs64_range(&rope_rng_state, lo, hi); }
 
 /* A value of `dt` as float32: mostly ordinary numbers, sometimes any bit pattern of the dtype. */
 static float random_value(kvc_dtype dt) {

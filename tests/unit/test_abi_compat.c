@@ -102,11 +102,7 @@ static kvc_cache* one_token_cache(void) {
   float k[2] = {1, 2};
   int64_t shape[4] = {1, 1, 1, 2};
   kvc_tensor t = tu_f32_view(k, shape);
-  if (!CHECK_OK(kvc_cache_update(c, 0, &t, &t, NULL, NULL))) {
-    kvc_cache_destroy(c);
-    return NULL;
-  }
-  return c;
+  return tu_kept(c, CHECK_OK(kvc_cache_update(c, 0, &t, &t, NULL, NULL)));
 }
 
 /* Output structs: a 0.1 caller's struct_size bounds what the library writes. */

@@ -1,5 +1,6 @@
 /* Caller-provided storage (kvcache/allocator.h): a cache's K/V stores come from the caller's allocator. */
 #include "../common/arena_allocator.h"
+#include "../persist/persist_test.h"
 #include "test_util.h"
 
 enum { NB = 2, NH = 2, D = 4 };
@@ -28,14 +29,6 @@ static int views_in_arena(const kvc_cache* c) {
     ok &= CHECK(arena_holds_tensor(&kv.key)) & CHECK(arena_holds_tensor(&kv.value));
   }
   return ok;
-}
-
-static void check_all_returned(void) {
-  CHECK_EQ_I64(A.live_count, 0);
-  CHECK_EQ_U64(A.live_bytes, 0);
-  CHECK_EQ_I64(A.frees, A.allocs);
-  CHECK_EQ_I64(A.bad_frees, 0);
-  CHECK_EQ_I64(A.bad_alignment, 0);
 }
 
 /* Stores, growth included, come from the arena; views point into it; destroy gives every byte back. */
@@ -68,7 +61,7 @@ static void test_stores_come_from_the_allocator(void) {
   CHECK_EQ_F64(tu_get(&st.key, NB - 1, NH - 1, 15, D - 1), 0.0);
   CHECK(views_in_arena(c));
   kvc_cache_destroy(c);
-  check_all_returned();
+  arena_check_all_returned(&A);
 }
 
 /* A clone and a cache made by a batch split take their stores from the source's allocator. */
@@ -87,22 +80,7 @@ static void test_clone_and_split_share_it(void) {
   REQUIRE_OK(tu_update_tokens(copy, 0, NB, NH, 30, D, D, 5, NULL, NULL));
   CHECK(views_in_arena(copy));
   kvc_cache_destroy(copy);
-  check_all_returned();
-}
-
-typedef struct saved {
-  unsigned char* bytes;
-  size_t len;
-} saved;
-
-static int save_into(void* user, const void* data, size_t bytes) {
-  saved* s = (saved*)user;
-  unsigned char* grown = (unsigned char*)realloc(s->bytes, s->len + bytes);
-  if (!grown) return 1;
-  memcpy(grown + s->len, data, bytes);
-  s->bytes = grown;
-  s->len += bytes;
-  return 0;
+  arena_check_all_returned(&A);
 }
 
 /* A cache loaded with load options' allocator, and one restored into an allocator's cache, hold arena memory. */
@@ -111,34 +89,34 @@ static void test_load_and_restore_use_it(void) {
                                      tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 6, 0));
   REQUIRE(plain != NULL);
   for (uint32_t i = 0; i < 3; i++) REQUIRE_OK(tu_update_tokens(plain, i, NB, NH, 7, D, D, 0, NULL, NULL));
-  saved file = {NULL, 0};
-  REQUIRE_OK(kvc_cache_save_to(plain, save_into, &file, NULL));
+  ps_buffer file = {NULL, 0, 0};
+  REQUIRE_OK(kvc_cache_save_to(plain, ps_buffer_write, &file, NULL));
   kvc_allocator al = arena_start(&A);
   kvc_load_options lo = KVC_LOAD_OPTIONS_INIT;
   lo.allocator = &al;
   kvc_cache* loaded = NULL;
-  CHECK_OK(kvc_cache_load_buffer(file.bytes, file.len, &lo, &loaded));
+  CHECK_OK(kvc_cache_load_buffer(file.data, file.len, &lo, &loaded));
   if (loaded) {
     CHECK_EQ_I64(A.allocs, 6);
     CHECK(views_in_arena(loaded));
     CHECK(tu_caches_equal(plain, loaded, 1));
     /* Restoring the file into it again: the new stores come from the same arena, the old ones go back. */
-    CHECK_OK(kvc_cache_restore_buffer(loaded, file.bytes, file.len));
+    CHECK_OK(kvc_cache_restore_buffer(loaded, file.data, file.len));
     CHECK_EQ_I64(A.live_count, 6);
     CHECK(views_in_arena(loaded));
     CHECK(tu_caches_equal(plain, loaded, 1));
     kvc_cache_destroy(loaded);
   }
-  check_all_returned();
+  arena_check_all_returned(&A);
   /* Options of the size before the allocator (24 bytes) still load, with the backend's memory. */
   lo.struct_size = 24;
   lo.allocator = NULL;
   loaded = NULL;
   long allocs = A.allocs;
-  CHECK_OK(kvc_cache_load_buffer(file.bytes, file.len, &lo, &loaded));
+  CHECK_OK(kvc_cache_load_buffer(file.data, file.len, &lo, &loaded));
   CHECK_EQ_I64(A.allocs, allocs);
   kvc_cache_destroy(loaded);
-  free(file.bytes);
+  free(file.data);
   kvc_cache_destroy(plain);
 }
 
@@ -171,7 +149,7 @@ static void test_bad_allocators(void) {
   kvc_error_destroy(e);
   CHECK_EQ_I64(A.live_count, 0);
   kvc_cache_destroy(c);
-  check_all_returned();
+  arena_check_all_returned(&A);
 }
 
 /* Options of the 0.5 size (88 bytes, before the allocator) still create caches on the backend's memory. */
@@ -198,14 +176,12 @@ static void test_release_after_the_last_owner(void) {
   size_t n = 0;
   REQUIRE_OK(kvc_cache_clone(c, &copy));
   REQUIRE_OK(kvc_cache_batch_split(c, NB, 1, rows, 2, &n));
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(rows[0]);
-  kvc_cache_destroy(copy);
+  TU_DESTROY(c, rows[0], copy);
   CHECK_EQ_I64(A.releases, 0); /* rows[1] still uses it */
   kvc_cache_destroy(rows[1]);
   CHECK_EQ_I64(A.releases, 1);
   CHECK_EQ_I64(A.live_at_release, 0);
-  check_all_returned();
+  arena_check_all_returned(&A);
 
   /* A create_from_tensors whose update fails after the cache was made: the caller keeps ctx. */
   al = arena_start(&A);
@@ -220,7 +196,7 @@ static void test_release_after_the_last_owner(void) {
   CHECK(e != NULL && c == NULL);
   kvc_error_destroy(e);
   CHECK_EQ_I64(A.releases, 0);
-  check_all_returned();
+  arena_check_all_returned(&A);
   /* The 0.7 struct before release (32 bytes): its trailing field is not read. */
   al = arena_start(&A);
   al.struct_size = 32;
@@ -229,7 +205,7 @@ static void test_release_after_the_last_owner(void) {
   REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 3, D, D, 0, NULL, NULL));
   kvc_cache_destroy(c);
   CHECK_EQ_I64(A.releases, 0);
-  check_all_returned();
+  arena_check_all_returned(&A);
 }
 
 /* ---- out of memory: the allocator refuses its n-th allocation, for n = 0, 1, ... until the call succeeds ---- */
@@ -260,12 +236,9 @@ static kvc_error* op_split(kvc_cache* c, kvc_cache** made) {
 /* A cache whose layers 0 and 1 hold 5 tokens; layer 2 is not initialized yet. */
 static kvc_cache* oom_fixture(const kvc_allocator* al) {
   kvc_cache* c = mixed_cache(al);
-  if (c && (!CHECK_OK(tu_update_tokens(c, 0, NB, NH, 5, D, D, 0, NULL, NULL)) ||
-            !CHECK_OK(tu_update_tokens(c, 1, NB, NH, 5, D, D, 0, NULL, NULL)))) {
-    kvc_cache_destroy(c);
-    return NULL;
-  }
-  return c;
+  if (!c) return NULL;
+  return tu_kept(c, CHECK_OK(tu_update_tokens(c, 0, NB, NH, 5, D, D, 0, NULL, NULL)) &&
+                       CHECK_OK(tu_update_tokens(c, 1, NB, NH, 5, D, D, 0, NULL, NULL)));
 }
 
 static void oom_sweep_op(const oom_op* op) {
@@ -291,10 +264,8 @@ static void oom_sweep_op(const oom_op* op) {
       CHECK_EQ_I64(A.live_count, live); /* nothing half-made kept */
     }
     snapshot_free(&before);
-    kvc_cache_destroy(made[0]);
-    kvc_cache_destroy(made[1]);
-    kvc_cache_destroy(c);
-    check_all_returned();
+    TU_DESTROY(made[0], made[1], c);
+    arena_check_all_returned(&A);
     if (!e) {
       CHECK(n > 0); /* every operation here allocates */
       return;

@@ -10,6 +10,17 @@
 #define DV 4
 #define ENC 5 /* encoder tokens, numbered from 100 */
 
+/* update_cross(layer) with encoder tokens 100..100+ENC-1 on `batch` rows. */
+static kvc_error* update_cross_tokens(kvc_encoder_decoder_cache* ed, uint32_t layer, int64_t batch) {
+  tu_tensor k, v;
+  tu_tensor_tokens(&k, batch, NH, ENC, DK, 100, 0);
+  tu_tensor_tokens(&v, batch, NH, ENC, DV, 100, 1);
+  kvc_error* e = kvc_encoder_decoder_cache_update_cross(ed, layer, &k.t, &v.t, NULL);
+  tu_tensor_free(&k);
+  tu_tensor_free(&v);
+  return e;
+}
+
 /* A pair of lazy dynamic caches; self holds `self_tokens` on layers 0 and 1. */
 static kvc_encoder_decoder_cache* make_pair(int64_t batch, int64_t self_tokens, int fill_cross) {
   kvc_cache* self = tu_lazy_cache();
@@ -17,20 +28,12 @@ static kvc_encoder_decoder_cache* make_pair(int64_t batch, int64_t self_tokens, 
   if (!self || !cross) return NULL;
   kvc_encoder_decoder_cache* ed = NULL;
   if (!CHECK_OK(kvc_encoder_decoder_cache_create(self, cross, &ed))) {
-    kvc_cache_destroy(self);
-    kvc_cache_destroy(cross);
+    TU_DESTROY(self, cross);
     return NULL;
   }
   for (uint32_t i = 0; i < 2 && self_tokens > 0; i++)
     CHECK_OK(tu_update_tokens(self, i, batch, NH, self_tokens, DK, DV, 0, NULL, NULL));
-  for (uint32_t i = 0; i < 2 && fill_cross; i++) {
-    tu_tensor k, v;
-    tu_tensor_tokens(&k, batch, NH, ENC, DK, 100, 0);
-    tu_tensor_tokens(&v, batch, NH, ENC, DV, 100, 1);
-    CHECK_OK(kvc_encoder_decoder_cache_update_cross(ed, i, &k.t, &v.t, NULL));
-    tu_tensor_free(&k);
-    tu_tensor_free(&v);
-  }
+  for (uint32_t i = 0; i < 2 && fill_cross; i++) CHECK_OK(update_cross_tokens(ed, i, batch));
   return ed;
 }
 
@@ -110,10 +113,7 @@ static void test_initial_is_updated(void) {
   CHECK_EQ_I64(updated(ed, 0), 1);
   CHECK_EQ_I64(updated(ed, 1), 1);
   kvc_encoder_decoder_cache_destroy(ed);
-  for (int i = 0; i < 2; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  tu_tensors_free(k, v, 2);
 }
 
 /* The same handle twice is refused and ownership stays with the caller. */
@@ -261,12 +261,7 @@ static void test_non_dynamic_refused(void) {
 static void test_split_and_stack(void) {
   kvc_encoder_decoder_cache* ed = make_pair(4, 3, 0);
   REQUIRE(ed != NULL);
-  tu_tensor k, v;
-  tu_tensor_tokens(&k, 4, NH, ENC, DK, 100, 0);
-  tu_tensor_tokens(&v, 4, NH, ENC, DV, 100, 1);
-  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 0, &k.t, &v.t, NULL)); /* layer 1 not updated */
-  tu_tensor_free(&k);
-  tu_tensor_free(&v);
+  REQUIRE_OK(update_cross_tokens(ed, 0, 4)); /* layer 1 not updated */
   kvc_encoder_decoder_cache* parts[3] = {NULL, NULL, NULL};
   size_t count = 0;
   REQUIRE_OK(kvc_encoder_decoder_cache_batch_split(ed, 4, 2, parts, 3, &count));
@@ -282,16 +277,9 @@ static void test_split_and_stack(void) {
   }
   kvc_encoder_decoder_cache* stacked = NULL;
   REQUIRE_OK(kvc_encoder_decoder_cache_from_batch_splits((const kvc_encoder_decoder_cache* const*)parts, 2, &stacked));
-  tu_ed_snapshot a, b;
-  snapshot_ed(ed, &a);
-  snapshot_ed(stacked, &b);
-  CHECK_ED_SNAPSHOT_EQUAL_CONTENTS(&a, &b);
-  snapshot_ed_free(&a);
-  snapshot_ed_free(&b);
-  kvc_encoder_decoder_cache_destroy(parts[0]);
-  kvc_encoder_decoder_cache_destroy(parts[1]);
-  kvc_encoder_decoder_cache_destroy(stacked);
-  kvc_encoder_decoder_cache_destroy(ed);
+  CHECK_EDS_EQUAL_CONTENTS(ed, stacked);
+  kvc_encoder_decoder_cache* made[4] = {parts[0], parts[1], stacked, ed};
+  for (int i = 0; i < 4; i++) kvc_encoder_decoder_cache_destroy(made[i]);
 }
 
 static void test_reset_clears_is_updated(void) {
@@ -319,10 +307,7 @@ static void test_reset_clears_is_updated(void) {
 static void test_clone_deep(void) {
   kvc_encoder_decoder_cache* ed = make_pair(2, 4, 0);
   REQUIRE(ed != NULL);
-  tu_tensor k, v;
-  tu_tensor_tokens(&k, 2, NH, ENC, DK, 100, 0);
-  tu_tensor_tokens(&v, 2, NH, ENC, DV, 100, 1);
-  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(ed, 1, &k.t, &v.t, NULL));
+  REQUIRE_OK(update_cross_tokens(ed, 1, 2));
   kvc_encoder_decoder_cache* d = NULL;
   REQUIRE_OK(kvc_encoder_decoder_cache_clone(ed, &d));
   tu_ed_snapshot orig, copy, now;
@@ -332,7 +317,7 @@ static void test_clone_deep(void) {
   CHECK(kvc_encoder_decoder_cache_self_attention(d) != kvc_encoder_decoder_cache_self_attention(ed));
   /* mutate the clone: update self and cross, crop, reorder, reset */
   REQUIRE_OK(tu_update_tokens(kvc_encoder_decoder_cache_self_attention(d), 0, 2, NH, 1, DK, DV, 4, NULL, NULL));
-  REQUIRE_OK(kvc_encoder_decoder_cache_update_cross(d, 0, &k.t, &v.t, NULL));
+  REQUIRE_OK(update_cross_tokens(d, 0, 2));
   REQUIRE_OK(kvc_encoder_decoder_cache_crop(d, -3));
   const int64_t beam[2] = {1, 1};
   REQUIRE_OK(kvc_encoder_decoder_cache_reorder(d, beam, 2));
@@ -349,8 +334,6 @@ static void test_clone_deep(void) {
   snapshot_ed_free(&now);
   snapshot_ed_free(&orig);
   snapshot_ed_free(&copy);
-  tu_tensor_free(&k);
-  tu_tensor_free(&v);
   kvc_encoder_decoder_cache_destroy(ed);
 }
 

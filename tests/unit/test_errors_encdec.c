@@ -55,8 +55,7 @@ static kvc_encoder_decoder_cache* make_ed(kvc_layer_kind self_kind, kvc_layer_ki
   }
   return ed;
 fail:
-  kvc_cache_destroy(self);
-  kvc_cache_destroy(cross);
+  TU_DESTROY(self, cross);
   return NULL;
 }
 
@@ -83,8 +82,7 @@ static void test_create_bad_arguments(void) {
                        "NULL");
   CHECK_EQ_PTR(out, SENTINEL_ED);
   /* On error the caller still owns both: destroying them here must be the only free (ASan checks). */
-  kvc_cache_destroy(a);
-  kvc_cache_destroy(b);
+  TU_DESTROY(a, b);
 }
 
 /* ---------------------------------------------------------- NULL handles */

@@ -42,11 +42,7 @@ static kvc_cache* make_cache(void) {
            CHECK_OK(tu_update_tokens(c, 2, B, 1, 2, 2, 2, 0, NULL, NULL)) &&
            CHECK_OK(kvc_cache_update_recurrent_state(c, 3, 0, &s.t, NULL));
   tl_free(&s);
-  if (!ok) {
-    kvc_cache_destroy(c);
-    return NULL;
-  }
-  return c;
+  return tu_kept(c, ok);
 }
 
 #define OUT_FILL 0xA5
@@ -299,8 +295,7 @@ static void test_has_previous_state(void) {
   EXPECT_ERR_UNCHANGED(d, kvc_cache_has_previous_state(d, KVC_ALL_LAYERS, -1, &v), KVC_ERROR_INVALID_ARGUMENT,
                        "kvc_cache_has_previous_state", "no linear");
   CHECK_EQ_I64(v, OUT_FILL);
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(c);
+  TU_DESTROY(d, c);
 }
 
 /* ---------------------------------------- cache-level rules on linear layers */

@@ -20,19 +20,10 @@ static kvc_cache* make_pair(kvc_layer_kind kind0, kvc_layer_kind kind1, int64_t 
                             int64_t batch, int64_t heads, int64_t dk, int64_t dv, kvc_dtype dt, int64_t tokens) {
   kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(kind0, window, max_len), tu_layer(kind1, window, max_len));
   if (!c) return NULL;
-  for (uint32_t i = 0; i < 2; i++) {
-    tu_tensor k, v;
-    tu_tensor_tokens_ex(&k, dt, batch, heads, tokens, dk, 0, 0, NULL);
-    tu_tensor_tokens_ex(&v, dt, batch, heads, tokens, dv, 0, 1, NULL);
-    int ok = CHECK_OK(kvc_cache_update(c, i, &k.t, &v.t, NULL, NULL));
-    tu_tensor_free(&k);
-    tu_tensor_free(&v);
-    if (!ok) {
-      kvc_cache_destroy(c);
-      return NULL;
-    }
-  }
-  return c;
+  int ok = 1;
+  for (uint32_t i = 0; ok && i < 2; i++)
+    ok = CHECK_OK(tu_update_kv_dt(c, i, dt, batch, heads, tokens, dk, dv, NULL, 0, NULL, NULL));
+  return tu_kept(c, ok);
 }
 
 /* Batch 4, 3 tokens: dynamic + dynamic sliding (window 8, not reached). */
@@ -80,8 +71,7 @@ static void test_crop_static_sliding_after_window(void) {
       EXPECT_ERR_UNCHANGED(r, kvc_cache_crop(r, tokens[t]), KVC_ERROR_INVALID_STATE, "kvc_cache_crop", names[k],
                            "seen 5", num);
     }
-    kvc_cache_destroy(c);
-    kvc_cache_destroy(r);
+    TU_DESTROY(c, r);
   }
 }
 
@@ -135,8 +125,7 @@ static void test_reorder_bad_indices(void) {
     EXPECT_ERR_UNCHANGED(x, kvc_cache_reorder(x, huge, 2), KVC_ERROR_OUT_OF_RANGE, "kvc_cache_reorder",
                          "beam_idx[0]", "9223372036854775807");
   }
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(s);
+  TU_DESTROY(c, s);
 }
 
 /* Layers of different batch sizes: an index valid for one layer but not another changes neither. */

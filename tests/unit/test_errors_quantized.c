@@ -226,9 +226,7 @@ static void test_stack_mismatch(void) {
                                            KVC_ERROR_INVALID_STATE, "kvc_cache_from_batch_splits", "splits[1]",
                                            "quantized_length 3", "splits[0] has 4"));
   CHECK(out == SENTINEL);
-  kvc_cache_destroy(splits[0]);
-  kvc_cache_destroy(splits[1]);
-  kvc_cache_destroy(c);
+  TU_DESTROY(splits[0], splits[1], c);
 }
 
 int main(void) {

@@ -18,8 +18,7 @@ static void test_cpu_cache_has_only_the_default_stream(void) {
   kvc_cache* d = NULL;
   CHECK_OK(kvc_cache_clone(c, &d));
   CHECK_EQ_PTR(kvc_cache_stream(d), NULL);
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(c);
+  TU_DESTROY(d, c);
 }
 
 static void test_null_cache(void) {

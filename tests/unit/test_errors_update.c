@@ -23,13 +23,9 @@ static kvc_cache* make_cache(void) {
                              tu_layer(KVC_LAYER_STATIC_SLIDING, 3, 8), tu_layer(KVC_LAYER_STATIC, 0, 6)};
   kvc_cache* c = tu_custom_cache(NL, l);
   if (!c) return NULL;
-  for (uint32_t i = 0; i < NL; i++) {
-    if (!CHECK_OK(tu_update_tokens(c, i, B, H, 2, DK, DV, 0, NULL, NULL))) {
-      kvc_cache_destroy(c);
-      return NULL;
-    }
-  }
-  return c;
+  int ok = 1;
+  for (uint32_t i = 0; ok && i < NL; i++) ok = CHECK_OK(tu_update_tokens(c, i, B, H, 2, DK, DV, 0, NULL, NULL));
+  return tu_kept(c, ok);
 }
 
 /* Out views pre-filled with this byte must come back byte for byte. */
@@ -139,34 +135,44 @@ static void test_update_bad_tensors_fresh_layers(void) {
       expect_defect_rejected(lazy, 3, &defects[i], which);
     }
   CHECK_EQ_U64(kvc_cache_num_layers(lazy), 0);
-  kvc_cache_destroy(fresh);
-  kvc_cache_destroy(lazy);
+  TU_DESTROY(fresh, lazy);
 }
 
-/* One token per row for every layer of make_cache(), and an out-parameter filled with OUT_FILL (a failed call
+/* make_cache(), one token per row for any of its layers, and an out-parameter filled with OUT_FILL (a failed call
  * must leave it so). */
-static void one_token_inputs(tu_tensor* k, tu_tensor* v, kvc_kv* out) {
-  tu_tensor_tokens(k, B, H, 1, DK, 10, 0);
-  tu_tensor_tokens(v, B, H, 1, DV, 10, 1);
-  memset(out, OUT_FILL, sizeof *out);
+typedef struct one_token {
+  kvc_cache* c;
+  tu_tensor k, v;
+  kvc_kv out;
+} one_token;
+
+static int one_token_make(one_token* f) {
+  f->c = make_cache();
+  if (!CHECK(f->c != NULL)) return 0;
+  tu_tensor_tokens(&f->k, B, H, 1, DK, 10, 0);
+  tu_tensor_tokens(&f->v, B, H, 1, DV, 10, 1);
+  memset(&f->out, OUT_FILL, sizeof f->out);
+  return 1;
+}
+
+/* Checks that every refused call left the out-parameter alone, then frees it all. */
+static void one_token_finish(one_token* f) {
+  CHECK(kv_untouched(&f->out, 1));
+  tu_tensor_free(&f->k);
+  tu_tensor_free(&f->v);
+  kvc_cache_destroy(f->c);
 }
 
 static void test_update_null_arguments(void) {
-  kvc_cache* c = make_cache();
-  REQUIRE(c != NULL);
-  tu_tensor k, v;
-  kvc_kv out;
-  one_token_inputs(&k, &v, &out);
-  EXPECT_ERR(kvc_cache_update(NULL, 0, &k.t, &v.t, NULL, &out), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_update",
+  one_token f;
+  REQUIRE(one_token_make(&f));
+  EXPECT_ERR(kvc_cache_update(NULL, 0, &f.k.t, &f.v.t, NULL, &f.out), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_update",
              "cache", "NULL");
-  EXPECT_ERR_UNCHANGED(c, kvc_cache_update(c, 0, NULL, &v.t, NULL, &out), KVC_ERROR_INVALID_ARGUMENT,
+  EXPECT_ERR_UNCHANGED(f.c, kvc_cache_update(f.c, 0, NULL, &f.v.t, NULL, &f.out), KVC_ERROR_INVALID_ARGUMENT,
                        "kvc_cache_update", "key", "NULL");
-  EXPECT_ERR_UNCHANGED(c, kvc_cache_update(c, 0, &k.t, NULL, NULL, &out), KVC_ERROR_INVALID_ARGUMENT,
+  EXPECT_ERR_UNCHANGED(f.c, kvc_cache_update(f.c, 0, &f.k.t, NULL, NULL, &f.out), KVC_ERROR_INVALID_ARGUMENT,
                        "kvc_cache_update", "value", "NULL");
-  CHECK(kv_untouched(&out, 1));
-  tu_tensor_free(&k);
-  tu_tensor_free(&v);
-  kvc_cache_destroy(c);
+  one_token_finish(&f);
 }
 
 /* -------------------------------------------- key and value disagree */
@@ -205,8 +211,7 @@ static void test_update_key_value_disagree(void) {
     }
   }
   CHECK_EQ_U64(kvc_cache_num_layers(lazy), 0);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(lazy);
+  TU_DESTROY(c, lazy);
 }
 
 /* ------------------------------------- disagreement with stored state */
@@ -270,62 +275,53 @@ static void test_update_disagrees_with_early_initialization(void) {
 /* ------------------------------------------------ layers and overflow */
 
 static void test_update_layer_out_of_range(void) {
-  kvc_cache* c = make_cache();
-  REQUIRE(c != NULL);
-  tu_tensor k, v;
-  kvc_kv out;
-  one_token_inputs(&k, &v, &out);
-  EXPECT_ERR_UNCHANGED(c, kvc_cache_update(c, NL, &k.t, &v.t, NULL, &out), KVC_ERROR_OUT_OF_RANGE,
-                       "kvc_cache_update", "layer", "4");
-  EXPECT_ERR_UNCHANGED(c, kvc_cache_update(c, 1000, &k.t, &v.t, NULL, &out), KVC_ERROR_OUT_OF_RANGE,
-                       "kvc_cache_update", "layer", "1000");
-  EXPECT_ERR_UNCHANGED(c, kvc_cache_update(c, UINT32_MAX, &k.t, &v.t, NULL, &out), KVC_ERROR_OUT_OF_RANGE,
-                       "kvc_cache_update", "layer", "4294967295");
+  one_token f;
+  REQUIRE(one_token_make(&f));
+  static const struct {
+    uint32_t layer;
+    const char* named;
+  } beyond[3] = {{NL, "4"}, {1000, "1000"}, {UINT32_MAX, "4294967295"}};
+  for (int i = 0; i < 3; i++)
+    EXPECT_ERR_UNCHANGED(f.c, kvc_cache_update(f.c, beyond[i].layer, &f.k.t, &f.v.t, NULL, &f.out),
+                         KVC_ERROR_OUT_OF_RANGE, "kvc_cache_update", "layer", beyond[i].named);
   /* A lazy cache grows on demand, but not to four billion layers. */
   kvc_cache* lazy = tu_lazy_cache();
-  REQUIRE(lazy != NULL);
-  EXPECT_ERR_UNCHANGED(lazy, kvc_cache_update(lazy, UINT32_MAX, &k.t, &v.t, NULL, &out), KVC_ERROR_OUT_OF_RANGE,
-                       "kvc_cache_update", "layer", "4294967295");
-  CHECK(kv_untouched(&out, 1));
+  if (CHECK(lazy != NULL))
+    EXPECT_ERR_UNCHANGED(lazy, kvc_cache_update(lazy, UINT32_MAX, &f.k.t, &f.v.t, NULL, &f.out),
+                         KVC_ERROR_OUT_OF_RANGE, "kvc_cache_update", "layer", "4294967295");
+  one_token_finish(&f);
+  kvc_cache_destroy(lazy);
+}
+
+/* An update of n tokens (numbered from `first`) into `layer` that a static store of max_cache_len `max_len` refuses. */
+static void expect_overflow(kvc_cache* c, uint32_t layer, int64_t n, int64_t first, const char* max_len, kvc_kv* out) {
+  char tokens[24];
+  snprintf(tokens, sizeof tokens, "%lld", (long long)n);
+  tu_tensor k, v;
+  tu_tensor_tokens(&k, B, H, n, DK, first, 0);
+  tu_tensor_tokens(&v, B, H, n, DV, first, 1);
+  EXPECT_ERR_UNCHANGED(c, kvc_cache_update(c, layer, &k.t, &v.t, NULL, out), KVC_ERROR_OUT_OF_RANGE,
+                       "kvc_cache_update", "max_cache_len", max_len, tokens);
   tu_tensor_free(&k);
   tu_tensor_free(&v);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(lazy);
 }
 
 static void test_update_static_overflow(void) {
   kvc_cache* c = make_cache(); /* layer 3: static, 6 slots, 2 used */
   REQUIRE(c != NULL);
-  tu_tensor k, v;
   kvc_kv out;
   memset(&out, OUT_FILL, sizeof out);
-  tu_tensor_tokens(&k, B, H, 5, DK, 10, 0);
-  tu_tensor_tokens(&v, B, H, 5, DV, 10, 1);
-  EXPECT_ERR_UNCHANGED(c, kvc_cache_update(c, 3, &k.t, &v.t, NULL, &out), KVC_ERROR_OUT_OF_RANGE,
-                       "kvc_cache_update", "max_cache_len", "6", "5");
-  tu_tensor_free(&k);
-  tu_tensor_free(&v);
+  expect_overflow(c, 3, 5, 10, "6", &out);
   /* Fill it exactly (allowed), then one more token overflows. */
   REQUIRE_OK(tu_update_tokens(c, 3, B, H, 4, DK, DV, 2, NULL, NULL));
-  tu_tensor_tokens(&k, B, H, 1, DK, 10, 0);
-  tu_tensor_tokens(&v, B, H, 1, DV, 10, 1);
-  EXPECT_ERR_UNCHANGED(c, kvc_cache_update(c, 3, &k.t, &v.t, NULL, &out), KVC_ERROR_OUT_OF_RANGE,
-                       "kvc_cache_update", "max_cache_len", "6", "1");
+  expect_overflow(c, 3, 1, 10, "6", &out);
   CHECK(kv_untouched(&out, 1));
-  tu_tensor_free(&k);
-  tu_tensor_free(&v);
 
   /* A prompt longer than a fresh static layer: nothing may be initialized by the failed call. */
   kvc_cache* fresh = tu_one_layer_cache(KVC_LAYER_STATIC, 0, 3);
   REQUIRE(fresh != NULL);
-  tu_tensor_tokens(&k, B, H, 4, DK, 0, 0);
-  tu_tensor_tokens(&v, B, H, 4, DV, 0, 1);
-  EXPECT_ERR_UNCHANGED(fresh, kvc_cache_update(fresh, 0, &k.t, &v.t, NULL, &out), KVC_ERROR_OUT_OF_RANGE,
-                       "kvc_cache_update", "max_cache_len", "3", "4");
-  tu_tensor_free(&k);
-  tu_tensor_free(&v);
-  kvc_cache_destroy(fresh);
-  kvc_cache_destroy(c);
+  expect_overflow(fresh, 0, 4, 0, "3", &out);
+  TU_DESTROY(fresh, c);
 }
 
 /* ---------------------------------------------------- update options */
@@ -398,8 +394,7 @@ static void test_update_bad_options(void) {
   expect_options_rejected(c, 2, 1, &o, KVC_ERROR_OUT_OF_RANGE, "cache_position[0]", "3");
   pos[0] = -1;
   expect_options_rejected(c, 2, 1, &o, KVC_ERROR_OUT_OF_RANGE, "cache_position[0]", "-1");
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(fresh);
+  TU_DESTROY(c, fresh);
 }
 
 /* ---------------------------------------------------------- update_all */
@@ -497,8 +492,7 @@ static void test_update_all_last_layer_tensor_defect(void) {
       expect_all_last_defect(lazy, NL, &defects[i], which);
     }
   CHECK_EQ_U64(kvc_cache_num_layers(lazy), 0);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(lazy);
+  TU_DESTROY(c, lazy);
 }
 
 static void test_update_all_last_layer_disagrees(void) {

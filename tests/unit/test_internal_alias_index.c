@@ -13,12 +13,9 @@
 static kvc_cache* filled_cache(void) {
   kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DYNAMIC, 0, 0));
   if (!c) return NULL;
-  for (uint32_t l = 0; l < 2; l++)
-    if (!CHECK_OK(tu_update_tokens(c, l, 1, 2, 4, 8, 8, 0, NULL, NULL))) {
-      kvc_cache_destroy(c);
-      return NULL;
-    }
-  return c;
+  int ok = 1;
+  for (uint32_t l = 0; ok && l < 2; l++) ok = CHECK_OK(tu_update_tokens(c, l, 1, 2, 4, 8, 8, 0, NULL, NULL));
+  return tu_kept(c, ok);
 }
 
 /* Gives layer 0 a new store of the same geometry (the history copied) without touching the index. */

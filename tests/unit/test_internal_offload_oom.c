@@ -49,19 +49,10 @@ static kvc_error* long_update_layer1(kvc_cache* c) {
 }
 static kvc_error* grow_layer0(kvc_cache* c) { return ot_update(c, 0, KVC_DTYPE_FLOAT16, 2, 2, 70, 3, 2, 43, NULL); }
 static kvc_error* update_all(kvc_cache* c) {
-  tu_tensor k[3], v[3];
-  kvc_tensor kt[3], vt[3];
-  for (int i = 0; i < 3; i++) {
-    ot_random(&k[i], KVC_DTYPE_FLOAT16, 2, 2, 2, 3, (uint64_t)i);
-    ot_random(&v[i], KVC_DTYPE_FLOAT16, 2, 2, 2, 2, (uint64_t)i + 3);
-    kt[i] = k[i].t;
-    vt[i] = v[i].t;
-  }
-  kvc_error* e = kvc_cache_update_all(c, 3, kt, vt, NULL, NULL);
-  for (int i = 0; i < 3; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  ot_layers x;
+  ot_layers_make(&x, 3, KVC_DTYPE_FLOAT16, 2, 2, 2, 3, 2, 0, 3);
+  kvc_error* e = kvc_cache_update_all(c, 3, x.kt, x.vt, NULL, NULL);
+  ot_layers_free(&x);
   return e;
 }
 static kvc_error* offload_layer0(kvc_cache* c) { return kvc_cache_offload(c, 0); }

@@ -170,11 +170,7 @@ static void test_groups_follow_every_operation(void) {
       CHECK_DECODES(clone, 0);
       for (int s = 0; s < 6; s++) REQUIRE_OK(tq_update(clone, 0, dt, 8, H, 1, D, D, &rng, NULL, NULL, NULL));
       CHECK_DECODES(clone, 16);
-      kvc_cache_destroy(clone);
-      kvc_cache_destroy(stacked);
-      kvc_cache_destroy(splits[0]);
-      kvc_cache_destroy(splits[1]);
-      kvc_cache_destroy(c);
+      TU_DESTROY(clone, stacked, splits[0], splits[1], c);
     }
 }
 

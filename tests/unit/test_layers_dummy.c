@@ -60,16 +60,14 @@ static void test_info_and_queries(void) {
   CHECK_OK(kvc_cache_batch_size(c, &bs));
   CHECK_EQ_I64(bs, B); /* the static layer's; the dummy has none */
   kvc_memory_info m;
-  memset(&m, 0, sizeof m);
-  m.struct_size = sizeof m;
+  TU_SIZED(m);
   kvc_cache* only = tu_one_layer_cache(KVC_LAYER_DUMMY, 0, 0);
   REQUIRE(only != NULL);
   CHECK_OK(kvc_cache_memory(only, &m));
   CHECK_EQ_U64(m.bytes_reserved, 0);
   EXPECT_ERR_UNCHANGED(only, kvc_cache_seq_length(only, 0, &v), KVC_ERROR_INVALID_ARGUMENT, "layer 0 is a dummy layer",
                        "no attention layer");
-  kvc_cache_destroy(only);
-  kvc_cache_destroy(c);
+  TU_DESTROY(only, c);
 }
 
 /* Layer 0 dummy: "the cache" is the first layer with K/V, as transformers' get_seq_length(0) and get_mask_sizes. */
@@ -115,10 +113,7 @@ static void test_update_is_refused(void) {
   REQUIRE_OK(kvc_cache_create_from_tensors(&o, 1, ks, vs, &made)); /* the attention layer alone: fine */
   CHECK_EQ_I64(tu_seq(made, 0), 1);
   kvc_cache_destroy(made);
-  for (int i = 0; i < 3; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  tu_tensors_free(k, v, 3);
   /* The recurrent-state calls are for LINEAR kinds only. */
   EXPECT_ERR_UNCHANGED(c, tl_conv(c, 1, B, 4, 0, 3, NULL, NULL), KVC_ERROR_INVALID_ARGUMENT,
                        "kvc_cache_update_conv_state", "layer 1 is a dummy layer", "non-LinearAttention");
@@ -148,8 +143,7 @@ static void test_operations_pass_over_it(void) {
     CHECK_CACHES_EQUAL(stacked, c);
     kvc_cache_destroy(stacked);
   }
-  kvc_cache_destroy(parts[0]);
-  kvc_cache_destroy(parts[1]);
+  TU_DESTROY(parts[0], parts[1]);
   kvc_cache* d = NULL;
   REQUIRE_OK(kvc_cache_clone(c, &d));
   CHECK_CACHES_EQUAL(d, c);

@@ -204,8 +204,7 @@ static void test_batch_operations(void) {
   REQUIRE_OK(ix_update(d, 0, B, 0, 1, NULL));
   CHECK_OK(kvc_cache_reorder(d, TU_LIST(1, 1), 2));
   CHECK_IX(ix_view(d, 0), 2, TU_LIST(1, 1), 0);
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(c);
+  TU_DESTROY(d, c);
 
   /* Static: reorder moves the indexer; select and repeat stay refused as for every static kind. */
   c = tu_one_layer_cache(KVC_LAYER_STATIC_INDEXED, 0, 3);
@@ -246,11 +245,7 @@ static void test_split_stack_clone(void) {
   REQUIRE_OK(ix_update(clone, 0, B, 3, 1, NULL)); /* independent of the original */
   CHECK_IX(ix_view(c, 0), 2, NULL, 0, 1, 2);
   CHECK_NE_PTR(ix_view(clone, 1).data, ix_view(c, 1).data);
-  kvc_cache_destroy(clone);
-  kvc_cache_destroy(back);
-  kvc_cache_destroy(parts[0]);
-  kvc_cache_destroy(parts[1]);
-  kvc_cache_destroy(c);
+  TU_DESTROY(clone, back, parts[0], parts[1], c);
 }
 
 /* The indexer counts in bytes_reserved and bytes_device, nowhere else; offloading leaves it on the device. */
@@ -258,8 +253,7 @@ static void test_memory_and_offload(void) {
   kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC_INDEXED, 0, 0);
   REQUIRE(c != NULL);
   kvc_memory_info m;
-  memset(&m, 0, sizeof m);
-  m.struct_size = sizeof m;
+  TU_SIZED(m);
   REQUIRE_OK(ix_update(c, 0, B, 0, 1, NULL));
   CHECK_OK(kvc_cache_memory(c, &m));
   CHECK_EQ_U64(m.bytes_reserved, (uint64_t)B * 64 * W * 4); /* 64 slots at first, float32 */

@@ -90,8 +90,7 @@ static void test_layer_view(void) {
   CHECK_ERR(kvc_cache_layer_view(c, 2, &v), KVC_ERROR_OUT_OF_RANGE);
   CHECK(memcmp(&v, &untouched, sizeof v) == 0);
   kvc_layer_info li;
-  memset(&li, 0, sizeof li);
-  li.struct_size = sizeof li;
+  TU_SIZED(li);
   CHECK_ERR(kvc_cache_layer_info(c, 2, &li), KVC_ERROR_OUT_OF_RANGE);
 
   for (uint32_t i = 0; i < 2; i++) REQUIRE_OK(tu_update_tokens(c, i, 2, 3, 5, 4, 2, 0, NULL, NULL));

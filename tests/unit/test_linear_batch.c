@@ -63,6 +63,13 @@ static void free_before(before* b) {
   for (int i = 0; i < 2; i++) free(b->rec_bytes[i]);
 }
 
+/* filled(), its recurrent states taken into *b (NULL: none taken, nothing to free). */
+static kvc_cache* filled_before(before* b) {
+  kvc_cache* c = filled();
+  if (c) take_before(c, b);
+  return c;
+}
+
 /* After a gather with source rows `rows`: conv columns, recurrent rows and (layer 1) K/V rows follow. */
 static void check_gathered(kvc_cache* c, const before* bf, const int64_t* rows, int64_t nb) {
   const int64_t conv[K] = {3, 4, 5}, kv[3] = {0, 1, 2};
@@ -78,10 +85,9 @@ static void check_gathered(kvc_cache* c, const before* bf, const int64_t* rows, 
 }
 
 static void test_reorder_in_place(void) {
-  kvc_cache* c = filled();
-  REQUIRE(c != NULL);
   before bf;
-  take_before(c, &bf);
+  kvc_cache* c = filled_before(&bf);
+  REQUIRE(c != NULL);
   const int64_t idx[B] = {2, 2, 0, 1}; /* row 0 is read by row 2 after being overwritten: needs scratch */
   void* conv_before = tl_conv_view(c, 0, 0).data;
   REQUIRE_OK(kvc_cache_reorder(c, idx, B));
@@ -102,10 +108,9 @@ static void test_reorder_in_place(void) {
 }
 
 static void test_select_and_repeat(void) {
-  kvc_cache* c = filled();
-  REQUIRE(c != NULL);
   before bf;
-  take_before(c, &bf);
+  kvc_cache* c = filled_before(&bf);
+  REQUIRE(c != NULL);
   const int64_t idx[2] = {3, 1};
   REQUIRE_OK(kvc_cache_batch_select_indices(c, idx, 2));
   check_gathered(c, &bf, idx, 2);
@@ -198,16 +203,13 @@ static void test_clone(void) {
   CHECK_CONV(&r1, B, C, cols, 8, NULL); /* recording since columns 3..5 were stored: everything after them */
   CHECK_CONV(&r2, B, C, cols, 8, NULL);
   snapshot_free(&sd);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(e);
+  TU_DESTROY(c, d, e);
 }
 
 static void test_split_and_stack(void) {
-  kvc_cache* c = filled();
-  REQUIRE(c != NULL);
   before bf;
-  take_before(c, &bf);
+  kvc_cache* c = filled_before(&bf);
+  REQUIRE(c != NULL);
   kvc_cache* parts[4] = {NULL, NULL, NULL, NULL};
   size_t n = 0;
   REQUIRE_OK(kvc_cache_batch_split(c, B, 3, parts, 4, &n));
@@ -242,8 +244,7 @@ static void test_split_and_stack(void) {
   kvc_cache_destroy(bad);
   free_before(&bf);
   for (size_t i = 0; i < n; i++) kvc_cache_destroy(parts[i]);
-  kvc_cache_destroy(s);
-  kvc_cache_destroy(c);
+  TU_DESTROY(s, c);
 }
 
 /* A pure LINEAR cache can be split as soon as a state exists (its batch). */
@@ -259,9 +260,7 @@ static void test_split_linear_only(void) {
   const int64_t cols[K] = {-1, -1, 0}, row1[1] = {1};
   kvc_tensor cv = tl_conv_view(parts[1], 0, 0);
   CHECK_CONV(&cv, 1, C, cols, K, row1);
-  kvc_cache_destroy(parts[0]);
-  kvc_cache_destroy(parts[1]);
-  kvc_cache_destroy(c);
+  TU_DESTROY(parts[0], parts[1], c);
 }
 
 /* Many state pairs (more buffers than a layer of another kind has): every one follows a batch change. */

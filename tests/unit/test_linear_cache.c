@@ -162,8 +162,7 @@ static void test_config_layer_types(void) {
   REQUIRE_OK(kvc_cache_early_initialization(d, &io));
   CHECK(!tu_info(d, 0).is_initialized);
   CHECK_EQ_I64(tu_info(d, 3).num_kv_heads, 2);
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(s);
+  TU_DESTROY(d, s);
 }
 
 /* A dynamic hybrid holds K/V and states side by side; reset clears both. */
@@ -287,10 +286,7 @@ static void test_no_kv_update_on_linear(void) {
   }
   CHECK_ERR(kvc_cache_update_all(c, 2, kt, vt, NULL, NULL), KVC_ERROR_UNSUPPORTED);
   CHECK(!tu_info(c, 0).is_initialized);
-  for (int i = 0; i < 2; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  tu_tensors_free(k, v, 2);
   kvc_cache_destroy(c);
 }
 
@@ -339,8 +335,7 @@ static void test_recurrent_state_in_place(void) {
   REQUIRE_EQ_I64(tu_read_view(&r, back), 24);
   CHECK(memcmp(back, vals, sizeof vals) == 0);
   tl_free(&t);
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(c);
+  TU_DESTROY(d, c);
 }
 
 /* State views of unallocated states, and memory accounting of states. */

@@ -264,14 +264,7 @@ typedef struct rng {
   uint64_t s;
 } rng;
 
-static uint64_t rng_next(rng* r) {
-  r->s ^= r->s << 13;
-  r->s ^= r->s >> 7;
-  r->s ^= r->s << 17;
-  return r->s;
-}
-
-static int64_t rng_int(rng* r, int64_t lo, int64_t hi) { return lo + (int64_t)(rng_next(r) % (uint64_t)(hi - lo + 1)); }
+static int64_t rng_int(rng* r, int64_t lo, int64_t hi) { return xs64_range(&r->s, lo, hi); }
 
 /* Random updates, crops, resets and legacy calls on one state, compared with the model after every call. */
 static void test_random_against_model(void) {

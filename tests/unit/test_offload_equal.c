@@ -143,16 +143,12 @@ static void op_update_all(pair* p, uint32_t count, int64_t n) {
     for (uint32_t i = 0; i < count; i++) CHECK_SAME_KV(x[i], y[i]);
     remember(p, y, (int)count);
   }
-  for (uint32_t i = 0; i < count; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  tu_tensors_free(k, v, count);
 }
 
 static void replace(pair* p, kvc_cache* plain, kvc_cache* offl) {
   forget_last(p);
-  kvc_cache_destroy(p->plain);
-  kvc_cache_destroy(p->offl);
+  TU_DESTROY(p->plain, p->offl);
   p->plain = plain;
   p->offl = offl;
 }
@@ -283,8 +279,7 @@ static void run_config(const config* cf, uint64_t seed, int ops) {
     p.offl = ot_cache(cf->offl_preset, cf->types, cf->window, cf->chunk, cf->max_cache_len, cf->offload);
   }
   if (!p.plain || !p.offl) {
-    kvc_cache_destroy(p.plain);
-    kvc_cache_destroy(p.offl);
+    TU_DESTROY(p.plain, p.offl);
     return;
   }
   p.layers = kvc_cache_num_layers(p.plain) ? kvc_cache_num_layers(p.plain) : 4;
@@ -296,8 +291,7 @@ static void run_config(const config* cf, uint64_t seed, int ops) {
   for (p.op = 1; p.op <= ops; p.op++) one_op(&p);
   check_last_views(&p);
   forget_last(&p);
-  kvc_cache_destroy(p.plain);
-  kvc_cache_destroy(p.offl);
+  TU_DESTROY(p.plain, p.offl);
 }
 
 static const config configs[] = {

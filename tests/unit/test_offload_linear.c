@@ -96,8 +96,7 @@ static void test_linear_layers_with_offloading(void) {
   CHECK_OK(kvc_cache_offload(offl, 0));
   CHECK_TIERS(offl, "1010", "offload of the LINEAR_DYNAMIC layer");
   CHECK(same_state_views(plain, offl, 0));
-  kvc_cache_destroy(plain);
-  kvc_cache_destroy(offl);
+  TU_DESTROY(plain, offl);
 }
 
 int main(void) {

@@ -89,25 +89,16 @@ static void test_bytes_update_all(void) {
   kvc_cache* c = ot_cache(KVC_PRESET_DYNAMIC, "fsf", 3, 0, 0, KVC_OFFLOAD_ALL);
   REQUIRE(c);
   for (int step = 0; step < 2; step++) {
-    tu_tensor k[3], v[3];
-    kvc_tensor kt[3], vt[3];
-    for (int i = 0; i < 3; i++) {
-      ot_random(&k[i], KVC_DTYPE_FLOAT16, B, H, 2, DK, (uint64_t)(step * 3 + i));
-      ot_random(&v[i], KVC_DTYPE_FLOAT16, B, H, 2, DV, (uint64_t)(step * 3 + i + 50));
-      kt[i] = k[i].t;
-      vt[i] = v[i].t;
-    }
+    ot_layers x;
+    ot_layers_make(&x, 3, KVC_DTYPE_FLOAT16, B, H, 2, DK, DV, (uint64_t)(step * 3), 50);
     kvc_kv out[3];
-    REQUIRE_OK(kvc_cache_update_all(c, 3, kt, vt, NULL, out));
+    REQUIRE_OK(kvc_cache_update_all(c, 3, x.kt, x.vt, NULL, out));
     /* all three were offloaded after their update; layer 0 came back when layer 2 wrapped around */
     CHECK_TIERS(c, "011", "update_all");
     CHECK_BYTES(c, 2 * bytes_of(KVC_LAYER_DYNAMIC) + bytes_of(KVC_LAYER_DYNAMIC_SLIDING));
     /* every returned view is still readable and holds the new tokens */
-    for (int i = 0; i < 3; i++) {
-      CHECK_EQ_I64(out[i].key.shape[2], i == 1 ? (step ? 4 : 2) : 2 * (step + 1));
-      tu_tensor_free(&k[i]);
-      tu_tensor_free(&v[i]);
-    }
+    for (int i = 0; i < 3; i++) CHECK_EQ_I64(out[i].key.shape[2], i == 1 ? (step ? 4 : 2) : 2 * (step + 1));
+    ot_layers_free(&x);
   }
   kvc_cache_destroy(c);
 }
@@ -129,8 +120,7 @@ static void test_bytes_static(void) {
       CHECK_EQ_U64(b.bytes_host, 0);
       CHECK_EQ_U64(a.bytes_reserved - (i == 1 ? 0 : bytes_of(KVC_LAYER_STATIC)), b.bytes_reserved);
     }
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(plain);
+  TU_DESTROY(c, plain);
 }
 
 /* A clone keeps the tiers (no retired store of its own); kvc_cache_reserve grows an offloaded layer in the host tier. */
@@ -151,8 +141,7 @@ static void test_bytes_clone_and_reserve(void) {
   m = tu_memory(d);
   CHECK_EQ_U64(m.bytes_host, ot_store_bytes(B, H, 100, DK, DV, ELEM));
   CHECK_EQ_U64(m.bytes_device, ot_store_bytes(B, H, 100, DK, DV, ELEM));
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(c);
+  TU_DESTROY(d, c);
 }
 
 int main(void) {

@@ -25,6 +25,22 @@ static void run_steps(kvc_cache* c, const tier_step* steps, int n, int layers_pe
   }
 }
 
+/* The arguments of ot_cache. */
+typedef struct tier_order {
+  kvc_preset preset;
+  const char* types;
+  int64_t window, chunk, max_len;
+  kvc_offload mode;
+} tier_order;
+
+/* A new cache made as `o` says, run through the steps (run_steps). */
+static void check_order(tier_order o, const tier_step* steps, int n, int layers_per_step) {
+  kvc_cache* c = ot_cache(o.preset, o.types, o.window, o.chunk, o.max_len, o.mode);
+  REQUIRE(c);
+  run_steps(c, steps, n, layers_per_step);
+  kvc_cache_destroy(c);
+}
+
 /*
  * Layers f s f f s, only non-sliding offloaded (offloadable: 0, 2, 3).
  * Step 1: u0 prefetches 2 (not initialized), offloads 0 -> 10000; u1 (sliding)
@@ -35,13 +51,10 @@ static void run_steps(kvc_cache* c, const tier_step* steps, int n, int layers_pe
  * offloads 3 -> 00110; u4 -> 00110.
  */
 static void test_non_sliding_order(void) {
-  kvc_cache* c = ot_cache(KVC_PRESET_DYNAMIC, "fsffs", 3, 0, 0, KVC_OFFLOAD_NON_SLIDING);
-  REQUIRE(c);
   static const tier_step steps[] = {{0, "10000"}, {1, "10000"}, {2, "10100"}, {3, "00110"}, {4, "00110"},
                                     {0, "10010"}, {1, "10010"}, {2, "10100"}, {3, "00110"}, {4, "00110"},
                                     {0, "10010"}, {1, "10010"}, {2, "10100"}, {3, "00110"}, {4, "00110"}};
-  run_steps(c, steps, 15, 5);
-  kvc_cache_destroy(c);
+  check_order((tier_order){KVC_PRESET_DYNAMIC, "fsffs", 3, 0, 0, KVC_OFFLOAD_NON_SLIDING}, steps, 15, 5);
 }
 
 /*
@@ -52,12 +65,9 @@ static void test_non_sliding_order(void) {
  * fetches 0 -> 01111.
  */
 static void test_all_order(void) {
-  kvc_cache* c = ot_cache(KVC_PRESET_DYNAMIC, "fsffs", 3, 0, 0, KVC_OFFLOAD_ALL);
-  REQUIRE(c);
   static const tier_step steps[] = {{0, "10000"}, {1, "11000"}, {2, "11100"}, {3, "11110"}, {4, "01111"},
                                     {0, "10111"}, {1, "11011"}, {2, "11101"}, {3, "11110"}, {4, "01111"}};
-  run_steps(c, steps, 10, 5);
-  kvc_cache_destroy(c);
+  check_order((tier_order){KVC_PRESET_DYNAMIC, "fsffs", 3, 0, 0, KVC_OFFLOAD_ALL}, steps, 10, 5);
 }
 
 /* update_all runs the same per-layer order: it ends where a step of single updates ends. */
@@ -70,20 +80,11 @@ static void test_update_all_order(void) {
     kvc_cache* c = ot_cache(KVC_PRESET_DYNAMIC, "fsffs", 3, 0, 0, cases[k].mode);
     REQUIRE(c);
     for (int step = 0; step < 3; step++) {
-      tu_tensor keys[5], values[5];
-      kvc_tensor kt[5], vt[5];
-      for (int i = 0; i < 5; i++) {
-        ot_random(&keys[i], KVC_DTYPE_FLOAT32, 1, 2, step ? 1 : 3, 3, (uint64_t)(10 * step + i));
-        ot_random(&values[i], KVC_DTYPE_FLOAT32, 1, 2, step ? 1 : 3, 3, (uint64_t)(10 * step + i + 100));
-        kt[i] = keys[i].t;
-        vt[i] = values[i].t;
-      }
-      CHECK_OK(kvc_cache_update_all(c, 5, kt, vt, NULL, NULL));
+      ot_layers x;
+      ot_layers_make(&x, 5, KVC_DTYPE_FLOAT32, 1, 2, step ? 1 : 3, 3, 3, (uint64_t)(10 * step), 100);
+      CHECK_OK(kvc_cache_update_all(c, 5, x.kt, x.vt, NULL, NULL));
       CHECK_TIERS(c, cases[k].end, "update_all");
-      for (int i = 0; i < 5; i++) {
-        tu_tensor_free(&keys[i]);
-        tu_tensor_free(&values[i]);
-      }
+      ot_layers_free(&x);
     }
     kvc_cache_destroy(c);
   }
@@ -96,11 +97,8 @@ static void test_update_all_order(void) {
  * 1 -> 101; u1 fetches 2 -> 110; u2 fetches 0 -> 011.
  */
 static void test_lazy_order(void) {
-  kvc_cache* c = ot_cache(KVC_PRESET_OFFLOADED, "", 0, 0, 0, KVC_OFFLOAD_DEFAULT);
-  REQUIRE(c);
   static const tier_step steps[] = {{0, "1"}, {1, "01"}, {2, "011"}, {0, "101"}, {1, "110"}, {2, "011"}};
-  run_steps(c, steps, 6, 3);
-  kvc_cache_destroy(c);
+  check_order((tier_order){KVC_PRESET_OFFLOADED, "", 0, 0, 0, KVC_OFFLOAD_DEFAULT}, steps, 6, 3);
 }
 
 /* A lazy cache updated at index 2 first: layers 0 and 1 appear uninitialized and are never "offloaded". */
@@ -125,11 +123,8 @@ static void test_lazy_skipped_layers(void) {
  * Step 2: u0 fetches 2, offloads 0 -> 100; u1 -> 100; u2 fetches 0 -> 001.
  */
 static void test_offloaded_static_order(void) {
-  kvc_cache* c = ot_cache(KVC_PRESET_OFFLOADED_STATIC, "fsf", 4, 0, 10, KVC_OFFLOAD_DEFAULT);
-  REQUIRE(c);
   static const tier_step steps[] = {{0, "100"}, {1, "100"}, {2, "001"}, {0, "100"}, {1, "100"}, {2, "001"}};
-  run_steps(c, steps, 6, 3);
-  kvc_cache_destroy(c);
+  check_order((tier_order){KVC_PRESET_OFFLOADED_STATIC, "fsf", 4, 0, 10, KVC_OFFLOAD_DEFAULT}, steps, 6, 3);
 }
 
 /*
@@ -141,22 +136,16 @@ static void test_offloaded_static_order(void) {
  * 0100; u2 (3 there) -> 0100; u3 fetches 1 -> 0001.
  */
 static void test_offloaded_hybrid_order(void) {
-  kvc_cache* c = ot_cache(KVC_PRESET_OFFLOADED_HYBRID, "cfcf", 0, 3, 10, KVC_OFFLOAD_DEFAULT);
-  REQUIRE(c);
   static const tier_step steps[] = {{0, "0000"}, {1, "0100"}, {2, "0100"}, {3, "0001"},
                                     {0, "0001"}, {1, "0100"}, {2, "0100"}, {3, "0001"}};
-  run_steps(c, steps, 8, 4);
-  kvc_cache_destroy(c);
+  check_order((tier_order){KVC_PRESET_OFFLOADED_HYBRID, "cfcf", 0, 3, 10, KVC_OFFLOAD_DEFAULT}, steps, 8, 4);
 }
 
 /* Any preset can offload: a static cache with every layer offloaded (the sliding one too). */
 static void test_static_all_order(void) {
-  kvc_cache* c = ot_cache(KVC_PRESET_STATIC, "fsf", 4, 0, 10, KVC_OFFLOAD_ALL);
-  REQUIRE(c);
   /* step 1: 100, 110, then u2 wraps to 0 -> 011; step 2: u0 fetches 1 -> 101, u1 fetches 2 -> 110, u2 fetches 0 */
   static const tier_step steps[] = {{0, "100"}, {1, "110"}, {2, "011"}, {0, "101"}, {1, "110"}, {2, "011"}};
-  run_steps(c, steps, 6, 3);
-  kvc_cache_destroy(c);
+  check_order((tier_order){KVC_PRESET_STATIC, "fsf", 4, 0, 10, KVC_OFFLOAD_ALL}, steps, 6, 3);
 }
 
 /*
@@ -165,11 +154,8 @@ static void test_static_all_order(void) {
  * nothing ever moves and updates work.
  */
 static void test_no_offloadable_layer(void) {
-  kvc_cache* c = ot_cache(KVC_PRESET_DYNAMIC, "ss", 3, 0, 0, KVC_OFFLOAD_NON_SLIDING);
-  REQUIRE(c);
   static const tier_step steps[] = {{0, "00"}, {1, "00"}, {0, "00"}, {1, "00"}};
-  run_steps(c, steps, 4, 2);
-  kvc_cache_destroy(c);
+  check_order((tier_order){KVC_PRESET_DYNAMIC, "ss", 3, 0, 0, KVC_OFFLOAD_NON_SLIDING}, steps, 4, 2);
 }
 
 /*
@@ -214,22 +200,13 @@ static void test_out_of_order_update(void) {
 
 /* DynamicCache(ddp_cache_data, offloading=True) fills its layers without the offloading update path. */
 static void test_from_tensors_stays_on_device(void) {
-  tu_tensor k[3], v[3];
-  kvc_tensor kt[3], vt[3];
-  for (int i = 0; i < 3; i++) {
-    ot_random(&k[i], KVC_DTYPE_FLOAT32, 1, 2, 4, 3, (uint64_t)i);
-    ot_random(&v[i], KVC_DTYPE_FLOAT32, 1, 2, 4, 3, (uint64_t)i + 7);
-    kt[i] = k[i].t;
-    vt[i] = v[i].t;
-  }
+  ot_layers x;
+  ot_layers_make(&x, 3, KVC_DTYPE_FLOAT32, 1, 2, 4, 3, 3, 0, 7);
   kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
   o.preset = KVC_PRESET_OFFLOADED;
   kvc_cache* c = NULL;
-  CHECK_OK(kvc_cache_create_from_tensors(&o, 3, kt, vt, &c));
-  for (int i = 0; i < 3; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  CHECK_OK(kvc_cache_create_from_tensors(&o, 3, x.kt, x.vt, &c));
+  ot_layers_free(&x);
   REQUIRE(c);
   CHECK_TIERS(c, "000", "create_from_tensors");
   /* the first update: u0 prefetches 1 (there), offloads 0 */

@@ -75,6 +75,29 @@ static TU_UNUSED void ot_random(tu_tensor* x, kvc_dtype dt, int64_t b, int64_t h
   free(bits16);
 }
 
+/* Random keys [b,h,s,dk] and values [b,h,s,dv] for n layers (layer i: keys from seed + i, values from seed + i +
+ * value_offset) and their descriptors, as update_all and create_from_tensors take them. */
+#define OT_MAX_LAYERS 8
+typedef struct ot_layers {
+  int n;
+  tu_tensor k[OT_MAX_LAYERS], v[OT_MAX_LAYERS];
+  kvc_tensor kt[OT_MAX_LAYERS], vt[OT_MAX_LAYERS];
+} ot_layers;
+
+static TU_UNUSED void ot_layers_make(ot_layers* x, int n, kvc_dtype dt, int64_t b, int64_t h, int64_t s, int64_t dk,
+                                     int64_t dv, uint64_t seed, uint64_t value_offset) {
+  if (n > OT_MAX_LAYERS) abort();
+  x->n = n;
+  for (int i = 0; i < n; i++) {
+    ot_random(&x->k[i], dt, b, h, s, dk, seed + (uint64_t)i);
+    ot_random(&x->v[i], dt, b, h, s, dv, seed + (uint64_t)i + value_offset);
+    x->kt[i] = x->k[i].t;
+    x->vt[i] = x->v[i].t;
+  }
+}
+
+static TU_UNUSED void ot_layers_free(ot_layers* x) { tu_tensors_free(x->k, x->v, (size_t)x->n); }
+
 /* update(layer) with random keys [b,h,s,dk] and values [b,h,s,dv] from `seed`. */
 static TU_UNUSED kvc_error* ot_update(kvc_cache* c, uint32_t layer, kvc_dtype dt, int64_t b, int64_t h, int64_t s,
                                       int64_t dk, int64_t dv, uint64_t seed, kvc_kv* out) {

@@ -99,23 +99,20 @@ static kvc_cache* make(kvc_layer_kind kind, int64_t window, int64_t max_len, kvc
 static void test_dynamic_growth(void) { /* the store doubles under the input several times */
   kvc_cache *c = make(KVC_LAYER_DYNAMIC, 0, 0, KVC_OFFLOAD_DEFAULT), *r = make(KVC_LAYER_DYNAMIC, 0, 0, KVC_OFFLOAD_DEFAULT);
   refeed(c, r, 12, 5);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(r);
+  TU_DESTROY(c, r);
 }
 
 static void test_sliding_compaction(void) { /* the window compacts under the input */
   kvc_cache *c = make(KVC_LAYER_DYNAMIC_SLIDING, 5, 0, KVC_OFFLOAD_DEFAULT),
             *r = make(KVC_LAYER_DYNAMIC_SLIDING, 5, 0, KVC_OFFLOAD_DEFAULT);
   refeed(c, r, 40, 3);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(r);
+  TU_DESTROY(c, r);
 }
 
 static void test_offloaded(void) { /* the device copy the views point at is released by the next update */
   kvc_cache *c = make(KVC_LAYER_DYNAMIC, 0, 0, KVC_OFFLOAD_ALL), *r = make(KVC_LAYER_DYNAMIC, 0, 0, KVC_OFFLOAD_ALL);
   refeed(c, r, 10, 4);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(r);
+  TU_DESTROY(c, r);
 }
 
 /* Feeds the view `v` of cache c to both of its layers in one update_all, and a copy of it to both layers of
@@ -146,8 +143,7 @@ static void test_across_layers(void) { /* layer 0's returned keys become layer 1
   for (int s = 0; s < 6; s++) {
     feed_both_layers(c, r, a[0], a, b);
   }
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(r);
+  TU_DESTROY(c, r);
 }
 
 /*
@@ -173,8 +169,7 @@ static void test_stores_moved_between_updates(void) {
     feed_both_layers(c, r, tu_view(c, 1), a, b);
   }
   free(buf);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(r);
+  TU_DESTROY(c, r);
 }
 
 int main(void) {

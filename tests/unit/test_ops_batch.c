@@ -31,12 +31,9 @@ static int64_t stored_tokens(uint32_t layer, int64_t* out) {
 static kvc_cache* filled(const kvc_layer_options* layers, uint32_t n, int64_t batch) {
   kvc_cache* c = tu_custom_cache(n, layers);
   if (!c) return NULL;
-  for (uint32_t i = 0; i < n; i++)
-    if (!CHECK_OK(tu_update_tokens(c, i, batch, NH, NT, DK, DV, 0, NULL, NULL))) {
-      kvc_cache_destroy(c);
-      return NULL;
-    }
-  return c;
+  int ok = 1;
+  for (uint32_t i = 0; ok && i < n; i++) ok = CHECK_OK(tu_update_tokens(c, i, batch, NH, NT, DK, DV, 0, NULL, NULL));
+  return tu_kept(c, ok);
 }
 
 /* Every layer holds its usual tokens with result row b taken from rows[b]. */
@@ -258,8 +255,7 @@ static void test_split_and_stack(void) {
   CHECK_FAILS(kvc_cache_from_batch_splits((const kvc_cache* const*)parts, 3, &bad));
   CHECK_EQ_PTR(bad, &count);
   for (int i = 0; i < 3; i++) kvc_cache_destroy(parts[i]);
-  kvc_cache_destroy(stacked);
-  kvc_cache_destroy(c);
+  TU_DESTROY(stacked, c);
 }
 
 /* Batch operations skip layers that hold no tokens: those keep their batch size (transformers' rule). */
@@ -305,8 +301,7 @@ static void test_split_edges(void) {
   snapshot(back, &b);
   CHECK_SNAPSHOT_EQUAL_CONTENTS(&a, &b);
   snapshot_free(&b);
-  kvc_cache_destroy(back);
-  kvc_cache_destroy(parts[0]);
+  TU_DESTROY(back, parts[0]);
   REQUIRE_OK(kvc_cache_batch_split(c, 3, 1, parts, 3, &count));
   REQUIRE_EQ_I64(count, 3);
   for (int64_t i = 0; i < 3; i++) check_rows(parts[i], 6, 1, &i);

@@ -12,16 +12,9 @@
 static kvc_cache* cropping_cache(void) {
   kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 12, 0));
   if (!c) return NULL;
-  if (!CHECK_OK(kvc_cache_activate_past_recording(c))) {
-    kvc_cache_destroy(c);
-    return NULL;
-  }
-  if (!CHECK_OK(tu_update_tokens(c, 0, CB, CH, 45, CD, CD, 0, NULL, NULL)) ||
-      !CHECK_OK(tu_update_tokens(c, 1, CB, CH, 45, CD, CD, 0, NULL, NULL))) {
-    kvc_cache_destroy(c);
-    return NULL;
-  }
-  return c;
+  return tu_kept(c, CHECK_OK(kvc_cache_activate_past_recording(c)) &&
+                       CHECK_OK(tu_update_tokens(c, 0, CB, CH, 45, CD, CD, 0, NULL, NULL)) &&
+                       CHECK_OK(tu_update_tokens(c, 1, CB, CH, 45, CD, CD, 0, NULL, NULL)));
 }
 
 static void test_crop_with_past(void) {

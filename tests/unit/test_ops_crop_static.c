@@ -14,10 +14,12 @@ static kvc_cache* cache_for(uint32_t release, uint32_t n, const kvc_layer_option
   return c;
 }
 
+/* cache_for with the one layer `layer`. */
+static kvc_cache* one_layer_for(uint32_t release, kvc_layer_options layer) { return cache_for(release, 1, &layer); }
+
 /* StaticLayer.crop: the counter moves back, the slots stay; the next update overwrites them. */
 static void test_static_crop_moves_the_counter(void) {
-  kvc_layer_options l = tu_layer(KVC_LAYER_STATIC, 0, 8);
-  kvc_cache* c = cache_for(0, 1, &l);
+  kvc_cache* c = one_layer_for(0, tu_layer(KVC_LAYER_STATIC, 0, 8));
   REQUIRE(c != NULL);
   REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 5, 2, 2, 0, NULL, NULL));
   REQUIRE_OK(kvc_cache_crop(c, -2));
@@ -41,8 +43,7 @@ static void test_static_crop_moves_the_counter(void) {
 static void test_static_sliding_crop_until_the_window_moves(void) {
   const kvc_layer_kind kinds[2] = {KVC_LAYER_STATIC_SLIDING, KVC_LAYER_STATIC_CHUNKED};
   for (int i = 0; i < 2; i++) {
-    kvc_layer_options l = tu_layer(kinds[i], 4, 8); /* 4 slots */
-    kvc_cache* c = cache_for(0, 1, &l);
+    kvc_cache* c = one_layer_for(0, tu_layer(kinds[i], 4, 8)); /* 4 slots */
     REQUIRE(c != NULL);
     REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 3, 2, 2, 0, NULL, NULL));
     REQUIRE_OK(kvc_cache_crop(c, -1));
@@ -73,8 +74,7 @@ static void test_release_5_23_keeps_static_crop_unsupported(void) {
     CHECK_UNCHANGED_BY(c, CHECK_ERR(kvc_cache_crop(c, 0), KVC_ERROR_UNSUPPORTED));
     kvc_cache_destroy(c);
   }
-  kvc_layer_options d = tu_layer(KVC_LAYER_DYNAMIC, 0, 0);
-  kvc_cache* c = cache_for(52300, 1, &d);
+  kvc_cache* c = one_layer_for(52300, tu_layer(KVC_LAYER_DYNAMIC, 0, 0));
   REQUIRE(c != NULL);
   REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 3, 2, 2, 0, NULL, NULL));
   CHECK_OK(kvc_cache_crop(c, -1));
@@ -120,8 +120,7 @@ static void test_is_croppable(void) {
   CHECK_ERR(kvc_cache_is_croppable(c, 0, NULL), KVC_ERROR_INVALID_ARGUMENT);
   CHECK_ERR(kvc_cache_is_croppable(NULL, 0, &v), KVC_ERROR_INVALID_ARGUMENT);
   CHECK_EQ_U64(v, 7);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(old);
+  TU_DESTROY(c, old);
 
   /* The static full layers alone: croppable; a linear layer before any state: not yet. */
   kvc_layer_options s[2] = {tu_layer(KVC_LAYER_STATIC, 0, 8), tu_layer(KVC_LAYER_STATIC_SLIDING, 8, 8)};
@@ -129,8 +128,7 @@ static void test_is_croppable(void) {
   REQUIRE(c != NULL);
   CHECK_EQ_U64(croppable(c, KVC_ALL_LAYERS), 1);
   kvc_cache_destroy(c);
-  kvc_layer_options lin = tu_layer(KVC_LAYER_LINEAR, 0, 0);
-  c = cache_for(0, 1, &lin);
+  c = one_layer_for(0, tu_layer(KVC_LAYER_LINEAR, 0, 0));
   REQUIRE(c != NULL);
   CHECK_EQ_U64(croppable(c, 0), 0);
   kvc_cache_destroy(c);

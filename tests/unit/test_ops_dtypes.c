@@ -136,8 +136,7 @@ static void bit_exact(kvc_dtype dt, const tu_layout* lay) {
     check_bits(&view.key, dt, 0, st, nst, "cloned key bits");
     check_bits(&view.value, dt, 1, st, nst, "cloned value bits");
   }
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(c);
+  TU_DESTROY(d, c);
 }
 
 static void test_bit_exact_float32(void) { bit_exact(KVC_DTYPE_FLOAT32, NULL); }

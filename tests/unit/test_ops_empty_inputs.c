@@ -52,10 +52,7 @@ static void test_update_without_data(void) {
   CHECK_OK(kvc_cache_update_all(c, 2, keys, values, NULL, outs));
   CHECK_KV_SEQ(outs[0], 0, 1, 2);
   CHECK_SHAPE(outs[1].key, 2, 3, 0, 5);
-  for (int i = 0; i < 2; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  tu_tensors_free(k, v, 2);
   kvc_cache_destroy(c);
 }
 

@@ -211,10 +211,7 @@ static void test_create_from_tensors(void) {
   va[2] = va[0]; /* the seq length of its value differs from its key */
   CHECK_FAILS(kvc_cache_create_from_tensors(NULL, 3, ka, va, &c));
   CHECK_EQ_PTR(c, sentinel);
-  for (int i = 0; i < 3; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  tu_tensors_free(k, v, 3);
 }
 
 int main(void) {

@@ -81,8 +81,7 @@ static void test_reset_then_reuse_equals_fresh(void) {
   REQUIRE(feed(used, 6, SIZES, 4, 100));
   REQUIRE(feed(fresh, 6, SIZES, 4, 100));
   CHECK_CACHES_EQUAL_CONTENTS(used, fresh);
-  kvc_cache_destroy(used);
-  kvc_cache_destroy(fresh);
+  TU_DESTROY(used, fresh);
 }
 
 /* reset on a lazy cache keeps its layers; on a cache without layers it is a no-op. */
@@ -137,8 +136,7 @@ static void test_clone_equal_and_independent(void) {
   CHECK_CACHES_EQUAL_CONTENTS(c, d);
   snapshot_free(&orig);
   snapshot_free(&copy);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(d);
+  TU_DESTROY(c, d);
 }
 
 /* Destroying the original leaves the clone usable (no shared storage). */
@@ -162,8 +160,7 @@ static void test_clone_lazy_and_uninitialized(void) {
   REQUIRE_OK(tu_update_tokens(d, 1, NB, NH, 1, DK, DV, 0, NULL, NULL));
   CHECK_EQ_I64(kvc_cache_num_layers(d), 2);
   CHECK_EQ_I64(kvc_cache_num_layers(c), 0);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(d);
+  TU_DESTROY(c, d);
 
   c = tu_custom_cache(6, all_kinds());
   REQUIRE(c != NULL);
@@ -171,8 +168,7 @@ static void test_clone_lazy_and_uninitialized(void) {
   REQUIRE_OK(kvc_cache_clone(c, &d));
   CHECK_CACHES_EQUAL(c, d);
   for (uint32_t i = 0; i < 6; i++) CHECK_EQ_I64(tu_info(d, i).is_initialized, 0);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(d);
+  TU_DESTROY(c, d);
 }
 
 int main(void) {

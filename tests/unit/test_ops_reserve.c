@@ -42,8 +42,7 @@ static void test_reserve_as_hint(void) {
   REQUIRE_OK(kvc_cache_clone(lazy, &copy));
   REQUIRE_OK(tu_update_tokens(copy, 0, NB, NH, 5, D, D, 0, NULL, NULL));
   CHECK_EQ_U64(tu_memory(copy).bytes_reserved, 2 * exact_bytes(300));
-  kvc_cache_destroy(copy);
-  kvc_cache_destroy(lazy);
+  TU_DESTROY(copy, lazy);
 }
 
 /* Bounded kinds ignore the hint. */

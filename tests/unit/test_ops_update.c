@@ -160,10 +160,7 @@ static void to_arrays(const tu_tensor* k, const tu_tensor* v, kvc_tensor* ka, kv
 }
 
 static void free_step(tu_tensor* k, tu_tensor* v) {
-  for (int i = 0; i < 6; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  tu_tensors_free(k, v, 6);
 }
 
 static void test_update_all_equals_per_layer(void) {
@@ -207,8 +204,7 @@ static void test_update_all_equals_per_layer(void) {
   CHECK_OK(kvc_cache_update_all(a, 6, ka, va, NULL, NULL));
   CHECK_EQ_I64(tu_seq(a, 0), first + 1);
   free_step(k, v);
-  kvc_cache_destroy(a);
-  kvc_cache_destroy(b);
+  TU_DESTROY(a, b);
 }
 
 /* One bad layer (last, or in the middle) fails the whole call and changes nothing. */
@@ -292,9 +288,7 @@ static void test_views_survive_queries(void) {
     kvc_cache* parts[2] = {NULL, NULL};
     size_t count = 0;
     REQUIRE_OK(kvc_cache_batch_split(c, NB, 1, parts, 2, &count));
-    kvc_cache_destroy(parts[0]);
-    kvc_cache_destroy(parts[1]);
-    kvc_cache_destroy(d);
+    TU_DESTROY(parts[0], parts[1], d);
     snapshot_free(&s);
   }
   /* the last update's view of every layer, in the order each kind returns */

@@ -269,11 +269,8 @@ static TU_UNUSED kvc_error* tq_update(kvc_cache* c, uint32_t layer, kvc_dtype dt
 static TU_UNUSED kvc_cache* tq_cache_holding(const tq_setting* s, uint32_t layers, tq_rng* r, int64_t b, int64_t h,
                                              int64_t n, int64_t dk, int64_t dv) {
   kvc_cache* c = tq_cache(s, layers);
-  if (c && !CHECK_OK(tq_update(c, 0, KVC_DTYPE_FLOAT32, b, h, n, dk, dv, r, NULL, NULL, NULL))) {
-    kvc_cache_destroy(c);
-    return NULL;
-  }
-  return c;
+  if (!c) return NULL;
+  return tu_kept(c, CHECK_OK(tq_update(c, 0, KVC_DTYPE_FLOAT32, b, h, n, dk, dv, r, NULL, NULL, NULL)));
 }
 
 static TU_UNUSED int64_t tq_quantized(const kvc_cache* c, uint32_t layer) { return tu_info(c, layer).quantized_length; }

@@ -169,8 +169,7 @@ static void test_flush_after_reorder(void) {
     tq_ref_free(&flushed);
     tu_tensor_free(&k);
     tu_tensor_free(&v);
-    kvc_cache_destroy(fresh);
-    kvc_cache_destroy(c);
+    TU_DESTROY(fresh, c);
   }
 }
 
@@ -202,10 +201,7 @@ static void test_split_and_stack(void) {
     CHECK_EQ_U64(m2.bytes_quantized, m1.bytes_quantized);
     expect_same_steps(c, stacked, &rng, 5);
     tq_ref_free(&ref);
-    kvc_cache_destroy(stacked);
-    kvc_cache_destroy(splits[0]);
-    kvc_cache_destroy(splits[1]);
-    kvc_cache_destroy(c);
+    TU_DESTROY(stacked, splits[0], splits[1], c);
   }
 }
 
@@ -228,9 +224,7 @@ static void test_stack_refuses_diverged_splits(void) {
   kvc_cache* stacked = NULL;
   CHECK_ERR(kvc_cache_from_batch_splits((const kvc_cache* const*)splits, 2, &stacked), KVC_ERROR_INVALID_STATE);
   CHECK(stacked == NULL);
-  kvc_cache_destroy(splits[0]);
-  kvc_cache_destroy(splits[1]);
-  kvc_cache_destroy(c);
+  TU_DESTROY(splits[0], splits[1], c);
 }
 
 /* A clone is deep: both continue identically, and changing one leaves the other alone. */
@@ -251,8 +245,7 @@ static void test_clone(void) {
     CHECK_EQ_I64(tu_seq(c, 0), 14);
     kvc_cache_destroy(e);
     tq_ref_free(&before);
-    kvc_cache_destroy(d);
-    kvc_cache_destroy(c);
+    TU_DESTROY(d, c);
   }
 }
 

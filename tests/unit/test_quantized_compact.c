@@ -37,8 +37,7 @@ static int pair_make(pair* p, const tq_setting* s) {
 }
 
 static void pair_free(pair* p) {
-  kvc_cache_destroy(p->inc);
-  kvc_cache_destroy(p->cmp);
+  TU_DESTROY(p->inc, p->cmp);
 }
 
 static int kv_equal(const kvc_kv* a, const kvc_kv* b) {
@@ -71,10 +70,7 @@ static void step_both(pair* p, int64_t batch, int64_t n, tq_rng* rng, kvc_dtype 
     CHECK_OK(kvc_cache_seq_length(p->cmp, 0, &sb));
     CHECK_EQ_I64(sb, sa);
   }
-  for (int i = 0; i < LAYERS; i++) {
-    tu_tensor_free(&k[i]);
-    tu_tensor_free(&v[i]);
-  }
+  tu_tensors_free(k, v, LAYERS);
 }
 
 static void test_same_returns_as_incremental(void) {
@@ -177,8 +173,7 @@ static void test_memory(void) {
   kvc_cache_options_init(&o);
   CHECK_OK(kvc_cache_create(&o, &plain)); /* a lazy dynamic cache */
   if (!c || !plain) {
-    kvc_cache_destroy(c);
-    kvc_cache_destroy(plain);
+    TU_DESTROY(c, plain);
     return;
   }
   kvc_memory_info m = grow(c, 1024, 0, &rng), d = grow(plain, 1024, 0, &rng);
@@ -200,8 +195,7 @@ static void test_memory(void) {
   kvc_memory_info w = grow(c, 0, 1, &rng), after = grow(c, 0, steady, &rng);
   CHECK_EQ_U64(after.bytes_quantized - w.bytes_quantized, (uint64_t)steady * MLAYERS * token_codes);
   CHECK_EQ_U64(after.bytes_reserved, w.bytes_reserved);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(plain);
+  TU_DESTROY(c, plain);
 }
 
 static void test_errors(void) {

@@ -98,8 +98,7 @@ static void test_layers_add_up(void) {
   CHECK_EQ_U64(tu_memory(three).bytes_reserved, 3 * tu_memory(one).bytes_reserved);
   REQUIRE_OK(kvc_cache_reset(three));
   CHECK_EQ_U64(tu_memory(three).bytes_quantized, 0);
-  kvc_cache_destroy(one);
-  kvc_cache_destroy(three);
+  TU_DESTROY(one, three);
 }
 
 int main(void) {

@@ -297,8 +297,7 @@ static void test_incremental_blocks(void) {
   CHECK_EQ_I64(tq_quantized(h, 0), 6);
   REQUIRE_OK(tq_update(h, 0, F32, 2, 1, 2, 5, 5, &rng, NULL, NULL, NULL));
   CHECK_EQ_I64(tq_quantized(h, 0), 9);
-  kvc_cache_destroy(h);
-  kvc_cache_destroy(c);
+  TU_DESTROY(h, c);
 }
 
 int main(void) {

@@ -56,8 +56,7 @@ static void test_mtp(void) {
   kvc_cache* d = NULL;
   REQUIRE_OK(kvc_cache_clone(c, &d));
   CHECK_EQ_I64(offset(d, 1), 4);
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(c);
+  TU_DESTROY(d, c);
 }
 
 /* DFlashCache: the previously accepted tokens, in the query offset and in kv_length. */
@@ -76,8 +75,7 @@ static void test_dflash(void) {
   kvc_cache* d = NULL;
   REQUIRE_OK(kvc_cache_clone(c, &d));
   CHECK_EQ_I64(offset(d, 0), 7);
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(c);
+  TU_DESTROY(d, c);
 }
 
 static void test_bad_rule(void) {

@@ -219,8 +219,7 @@ static void test_clone_is_independent(void) {
   REQUIRE_OK(sk_update(c, 0, KVC_DTYPE_FLOAT32, 1, 1, 2, 2, TU_LIST(9, 10), 2, NULL, NULL));
   CHECK_SINK_TOKENS(tu_view(c, 0), 0, 1, 4, 9, 10);
   CHECK_SINK_TOKENS(tu_view(d, 0), 0, 1, 3, 4, 5);
-  kvc_cache_destroy(c);
-  kvc_cache_destroy(d);
+  TU_DESTROY(c, d);
 }
 
 /* reset empties every layer; the next update is a first one again (stored whole). */
@@ -265,8 +264,7 @@ static void test_steady_decoding_does_not_allocate(void) {
   CHECK_EQ_U64(m1.bytes_reserved, m0.bytes_reserved);
   CHECK_EQ_U64(m1.bytes_used, m0.bytes_used);
   int64_t want[32];
-  for (int64_t s = 0; s < S; s++) want[s] = s;
-  for (int64_t s = S; s < W; s++) want[s] = W + 300 - (W - s);
+  sk_window_tokens(want, W, S, W + 300);
   CHECK_SINK(st, want, SK_NONE, W, 0);
   kvc_cache_destroy(c);
 }

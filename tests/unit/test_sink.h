@@ -18,6 +18,12 @@
 
 #define SK_MAX_ROWS 64
 
+/* The tokens a full window of W slots with S sinks holds once tokens 0..end-1 went through it: the sinks, then the
+ * most recent W - S. */
+static TU_UNUSED void sk_window_tokens(int64_t* want, int64_t W, int64_t S, int64_t end) {
+  for (int64_t s = 0; s < W; s++) want[s] = s < S ? s : end - (W - s);
+}
+
 static TU_UNUSED float sk_key(int64_t t, int64_t b, int64_t h, int64_t d) {
   return (float)(t + 1 + 32 * b + 64 * h) * ldexpf(1.0f, (int)(4 * d));
 }
@@ -172,12 +178,10 @@ static TU_UNUSED kvc_cache* sk_cache(int64_t window, int64_t sinks, uint32_t num
 static TU_UNUSED kvc_cache* sk_filled(int64_t window, int64_t sinks, uint32_t num_layers, uint32_t fill, int64_t d,
                                       const int64_t* tokens, int64_t n) {
   kvc_cache* c = sk_cache(window, sinks, num_layers);
-  for (uint32_t i = 0; c && i < fill; i++)
-    if (!CHECK_OK(sk_update(c, i, KVC_DTYPE_FLOAT32, 1, 1, d, d, tokens, n, NULL, NULL))) {
-      kvc_cache_destroy(c);
-      return NULL;
-    }
-  return c;
+  int ok = 1;
+  for (uint32_t i = 0; c && ok && i < fill; i++)
+    ok = CHECK_OK(sk_update(c, i, KVC_DTYPE_FLOAT32, 1, 1, d, d, tokens, n, NULL, NULL));
+  return tu_kept(c, ok);
 }
 
 /* The expected key channel d of token t (batch row b, head h) after q quarter turns of its first rot channels. */

@@ -213,11 +213,7 @@ static void test_clone_split_stack_carry_the_table(void) {
     CHECK_EQ_F64(tu_get(&out.key, b, 0, 1, 1), sk_turned(3, 0, 0, 1, 2, 2)); /* token 3 came from the splits' row 0 */
     CHECK_EQ_F64(tu_get(&out.key, b, 0, 3, 0), sk_turned(5, b, 0, 0, 0, 2));
   }
-  kvc_cache_destroy(s);
-  kvc_cache_destroy(parts[0]);
-  kvc_cache_destroy(parts[1]);
-  kvc_cache_destroy(d);
-  kvc_cache_destroy(c);
+  TU_DESTROY(s, parts[0], parts[1], d, c);
 }
 
 /*
@@ -277,11 +273,9 @@ static void test_steady_decoding_with_rope(void) {
   CHECK_EQ_PTR(st.key.data, base);
   CHECK_EQ_U64(tu_memory(c).bytes_reserved, m0.bytes_reserved);
   int64_t want[32];
+  sk_window_tokens(want, W, S, W + 200);
   int q[32];
-  for (int64_t s = 0; s < W; s++) {
-    want[s] = s < S ? s : W + 200 - (W - s);
-    q[s] = s < S ? 0 : (int)(W - 1 - s);
-  }
+  for (int64_t s = 0; s < W; s++) q[s] = s < S ? 0 : (int)(W - 1 - s);
   CHECK_SINK(st, want, q, W, D);
   kvc_cache_destroy(c);
 }

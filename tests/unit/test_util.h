@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "kvcache.h"
+#include "../common/xorshift.h"
 
 #if defined(__GNUC__) || defined(__clang__)
 #  define TU_UNUSED __attribute__((unused))
@@ -719,12 +720,7 @@ static TU_UNUSED int tu_check_shape_impl(const char* file, int line, const char*
 
 /* One xorshift64 step of *state, the upper bits returned: the tests' reproducible pseudo-random inputs (each file
  * keeps its own state and seed, so its inputs do not depend on the other files). */
-static TU_UNUSED uint32_t tu_xorshift32(uint64_t* state) {
-  *state ^= *state << 13;
-  *state ^= *state >> 7;
-  *state ^= *state << 17;
-  return (uint32_t)(*state >> 16);
-}
+static TU_UNUSED uint32_t tu_xorshift32(uint64_t* state) { return (uint32_t)(xs64_next(state) >> 16); }
 
 /* ------------------------------------------------------ cache helpers */
 
@@ -836,16 +832,37 @@ static TU_UNUSED kvc_cache* tu_one_layer_cache(kvc_layer_kind kind, int64_t wind
 
 /* update(layer) with float32 token-encoded key [b,h,s,dk] and value [b,h,s,dv] holding tokens[i] at position i, or
  * first + i where tokens is NULL. Returns the library's result. */
-static TU_UNUSED kvc_error* tu_update_kv(kvc_cache* c, uint32_t layer, int64_t b, int64_t h, int64_t s, int64_t dk,
-                                         int64_t dv, const int64_t* tokens, int64_t first,
-                                         const kvc_update_options* opts, kvc_kv* out) {
+static TU_UNUSED kvc_error* tu_update_kv_dt(kvc_cache* c, uint32_t layer, kvc_dtype dt, int64_t b, int64_t h,
+                                            int64_t s, int64_t dk, int64_t dv, const int64_t* tokens, int64_t first,
+                                            const kvc_update_options* opts, kvc_kv* out) {
   tu_tensor k, v;
-  tu_tensor_fill_tokens(&k, KVC_DTYPE_FLOAT32, b, h, s, dk, tokens, first, 0, NULL);
-  tu_tensor_fill_tokens(&v, KVC_DTYPE_FLOAT32, b, h, s, dv, tokens, first, 1, NULL);
+  tu_tensor_fill_tokens(&k, dt, b, h, s, dk, tokens, first, 0, NULL);
+  tu_tensor_fill_tokens(&v, dt, b, h, s, dv, tokens, first, 1, NULL);
   kvc_error* e = kvc_cache_update(c, layer, &k.t, &v.t, opts, out);
   tu_tensor_free(&k);
   tu_tensor_free(&v);
   return e;
+}
+
+static TU_UNUSED kvc_error* tu_update_kv(kvc_cache* c, uint32_t layer, int64_t b, int64_t h, int64_t s, int64_t dk,
+                                         int64_t dv, const int64_t* tokens, int64_t first,
+                                         const kvc_update_options* opts, kvc_kv* out) {
+  return tu_update_kv_dt(c, layer, KVC_DTYPE_FLOAT32, b, h, s, dk, dv, tokens, first, opts, out);
+}
+
+/* Frees the key and value tensors of n layers (as update_all takes them). */
+static TU_UNUSED void tu_tensors_free(tu_tensor* k, tu_tensor* v, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    tu_tensor_free(&k[i]);
+    tu_tensor_free(&v[i]);
+  }
+}
+
+/* The end of a set-up: the cache when every step went well (ok), else NULL with the cache destroyed. */
+static TU_UNUSED kvc_cache* tu_kept(kvc_cache* c, int ok) {
+  if (ok) return c;
+  kvc_cache_destroy(c);
+  return NULL;
 }
 
 /* update(layer) of tokens first..first+s-1. */
@@ -894,10 +911,12 @@ static TU_UNUSED int tu_check_mask_impl(const char* file, int line, const kvc_ca
 }
 #define CHECK_MASK(c, q, layer, len, off) tu_check_mask_impl(__FILE__, __LINE__, (c), (q), (layer), (len), (off))
 
+/* Zeroes the output struct `s` and sets its struct_size to this build's, as a query wants it. */
+#define TU_SIZED(s) (memset(&(s), 0, sizeof(s)), (s).struct_size = sizeof(s))
+
 static TU_UNUSED kvc_layer_info tu_info(const kvc_cache* c, uint32_t layer) {
   kvc_layer_info li;
-  memset(&li, 0, sizeof li);
-  li.struct_size = sizeof li;
+  TU_SIZED(li);
   CHECK_OK(kvc_cache_layer_info(c, layer, &li));
   return li;
 }
@@ -920,8 +939,7 @@ static TU_UNUSED int tu_check_geometry(const char* file, int line, const kvc_lay
 
 static TU_UNUSED kvc_memory_info tu_memory(const kvc_cache* c) {
   kvc_memory_info m;
-  memset(&m, 0, sizeof m);
-  m.struct_size = sizeof m;
+  TU_SIZED(m);
   CHECK_OK(kvc_cache_memory(c, &m));
   return m;
 }
@@ -1009,16 +1027,27 @@ static TU_UNUSED int snapshot_equal_contents(const tu_snapshot* a, const tu_snap
 #define CHECK_UNCHANGED_BY(cache, ...) \
   TU_UNCHANGED_BY(tu_snapshot, snapshot, snapshot_free, CHECK_SNAPSHOT_EQUAL, cache, __VA_ARGS__)
 
-/* Whether two caches agree on everything observable (all but reserved capacity with ignore_reserved). */
-static TU_UNUSED int tu_caches_equal(const kvc_cache* x, const kvc_cache* y, int ignore_reserved) {
-  tu_snapshot a, b;
-  snapshot(x, &a);
-  snapshot(y, &b);
-  int same = snapshot_equal_ex(&a, &b, ignore_reserved);
-  snapshot_free(&a);
-  snapshot_free(&b);
-  return same;
+/* Destroys every cache listed, in order (NULL ones too): the end of a test that made several. */
+static TU_UNUSED void tu_destroy_caches(kvc_cache* const* caches, size_t n) {
+  for (size_t i = 0; i < n; i++) kvc_cache_destroy(caches[i]);
 }
+#define TU_DESTROY(...) \
+  tu_destroy_caches((kvc_cache* const[]){__VA_ARGS__}, sizeof((kvc_cache* const[]){__VA_ARGS__}) / sizeof(kvc_cache*))
+
+/* Defines `name(x, y, ignore_reserved)`: whether two handles agree on everything observable (all but reserved
+ * capacity with ignore_reserved), by the snapshots that take/release/equal_ex make and compare. */
+#define TU_DEFINE_EQUAL(name, handle, snap_type, take, release, equal_ex) \
+  static TU_UNUSED int name(handle x, handle y, int ignore_reserved) {  \
+    snap_type a, b;                                                     \
+    take(x, &a);                                                        \
+    take(y, &b);                                                        \
+    int same = equal_ex(&a, &b, ignore_reserved);                       \
+    release(&a);                                                        \
+    release(&b);                                                        \
+    return same;                                                        \
+  }
+
+TU_DEFINE_EQUAL(tu_caches_equal, const kvc_cache*, tu_snapshot, snapshot, snapshot_free, snapshot_equal_ex)
 
 #define CHECK_CACHES_EQUAL(x, y) tu_report(tu_caches_equal((x), (y), 0), __FILE__, __LINE__, "caches_equal(" #x ", " #y ")")
 #define CHECK_CACHES_EQUAL_CONTENTS(x, y) \
@@ -1079,6 +1108,12 @@ static TU_UNUSED int snapshot_ed_equal_ex(const tu_ed_snapshot* a, const tu_ed_s
   tu_report(snapshot_ed_equal_ex((a), (b), 1), __FILE__, __LINE__, "snapshot_ed_equal_contents(" #a ", " #b ")")
 #define CHECK_ED_SNAPSHOT_EQUAL(a, b) \
   tu_report(snapshot_ed_equal_ex((a), (b), 0), __FILE__, __LINE__, "snapshot_ed_equal(" #a ", " #b ")")
+
+/* tu_caches_equal for encoder-decoder caches: both caches and the is_updated flags. */
+TU_DEFINE_EQUAL(tu_eds_equal, kvc_encoder_decoder_cache*, tu_ed_snapshot, snapshot_ed, snapshot_ed_free,
+                snapshot_ed_equal_ex)
+#define CHECK_EDS_EQUAL_CONTENTS(x, y) \
+  tu_report(tu_eds_equal((x), (y), 1), __FILE__, __LINE__, "eds_equal_contents(" #x ", " #y ")")
 
 /* CHECK_UNCHANGED_BY for an encoder-decoder cache: both caches and the is_updated flags. */
 #define CHECK_ED_UNCHANGED_BY(ed, ...) \

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../../common/xorshift.h"
+
 static int failures = 0;
 #define CHECK(cond, ...)                                          \
   do {                                                            \
@@ -22,15 +24,20 @@ static int failures = 0;
     }                                                             \
   } while (0)
 
+/* main's result: 1 after a line counting the failed checks, 0 after one saying that all passed. */
+static int plan_finish(const char* program) {
+  if (failures) {
+    fprintf(stderr, "%s: %d check(s) failed\n", program, failures);
+    return 1;
+  }
+  printf("%s: all checks passed\n", program);
+  return 0;
+}
+
 /* xorshift64: the same cases on every run. */
 static uint64_t rng = 0x9e3779b97f4a7c15u;
-static uint64_t next_rand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-static int64_t rand_in(int64_t lo, int64_t hi) { return lo + (int64_t)(next_rand() % (uint64_t)(hi - lo + 1)); }
+static inline uint64_t next_rand(void) { return xs64_next(&rng); }
+static inline int64_t rand_in(int64_t lo, int64_t hi) { return xs64_range(&rng, lo, hi); }
 
 /* Bytes from element [0, 0, 0, 0] to the end of the last element (non-negative strides). */
 static size_t extent_bytes(const int64_t st[4], const int64_t shape[4], int64_t elem) {

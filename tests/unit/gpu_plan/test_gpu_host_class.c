@@ -80,6 +80,5 @@ int main(void) {
   printf("test_gpu_host_class: size classes of the GPU backend's pinned host buffers\n");
   test_bounds();
   test_reuse_counts();
-  printf("%d failures\n", failures);
-  return failures ? 1 : 0;
+  return plan_finish("test_gpu_host_class");
 }

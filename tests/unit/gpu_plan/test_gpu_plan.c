@@ -559,10 +559,5 @@ int main(void) {
   test_rows_batch_plans();
   test_rows_batch_block_count();
   test_cross_plane_shifts();
-  if (failures) {
-    fprintf(stderr, "test_gpu_plan: %d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("test_gpu_plan: all checks passed\n");
-  return 0;
+  return plan_finish("test_gpu_plan");
 }

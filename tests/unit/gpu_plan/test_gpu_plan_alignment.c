@@ -660,10 +660,5 @@ int main(void) {
   test_batches();
   test_rows_batch();
   test_zero_bytes();
-  if (failures) {
-    fprintf(stderr, "test_gpu_plan_alignment: %d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("test_gpu_plan_alignment: all checks passed\n");
-  return 0;
+  return plan_finish("test_gpu_plan_alignment");
 }
