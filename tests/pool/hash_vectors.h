@@ -82,6 +82,30 @@ static TU_UNUSED int hv_fields(char* line, char** fields, int max) {
   return n;
 }
 
+/*
+ * Runs `check` on every vector of the file `name` in `folder` (lines that are not comments or empty): each must have
+ * `nfields` (< 16) space-separated fields, the first `kind`. Prints and returns how many ran; -1 when the file
+ * cannot be read (a failed check).
+ */
+static TU_UNUSED int hv_each_vector(const char* folder, const char* name, const char* kind, int nfields,
+                                    void (*check)(char** fields)) {
+  char* text = hv_read_file(folder, name);
+  if (!CHECK(text != NULL)) return -1;
+  char* cursor = text;
+  int vectors = 0;
+  for (char* line; (line = hv_next_line(&cursor));) {
+    if (line[0] == '#' || !line[0]) continue;
+    char* f[16];
+    if (CHECK_EQ_I64(hv_fields(line, f, nfields), nfields) && CHECK(strcmp(f[0], kind) == 0)) {
+      check(f);
+      vectors++;
+    }
+  }
+  printf("%s: %d %s vectors\n", name, vectors, kind);
+  free(text);
+  return vectors;
+}
+
 static TU_UNUSED int hv_nibble(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;

@@ -66,21 +66,7 @@ done:
 }
 
 static void test_v2_vectors(void) {
-  char* text = hv_read_file(folder, "block_hash_v2_vectors.txt");
-  REQUIRE(text != NULL);
-  char* cursor = text;
-  int vectors = 0;
-  for (char* line; (line = hv_next_line(&cursor));) {
-    if (line[0] == '#' || !line[0]) continue;
-    char* f[11];
-    if (CHECK_EQ_I64(hv_fields(line, f, 10), 10) && CHECK(strcmp(f[0], "pool") == 0)) {
-      check_pool_vector(f);
-      vectors++;
-    }
-  }
-  printf("block_hash_v2_vectors.txt: %d pool vectors\n", vectors);
-  CHECK_EQ_I64(vectors, 9);
-  free(text);
+  CHECK_EQ_I64(hv_each_vector(folder, "block_hash_v2_vectors.txt", "pool", 10, check_pool_vector), 9);
 }
 
 #define BS 4

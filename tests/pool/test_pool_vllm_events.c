@@ -74,21 +74,7 @@ done:
 }
 
 static void test_vectors(void) {
-  char* text = hv_read_file(folder, "vllm_event_vectors.txt");
-  REQUIRE(text != NULL);
-  char* cursor = text;
-  int batches = 0;
-  for (char* line; (line = hv_next_line(&cursor));) {
-    if (line[0] == '#' || !line[0]) continue;
-    char* f[7];
-    if (CHECK_EQ_I64(hv_fields(line, f, 6), 6) && CHECK(strcmp(f[0], "batch") == 0)) {
-      check_batch(f);
-      batches++;
-    }
-  }
-  printf("vllm_event_vectors.txt: %d batches\n", batches);
-  CHECK_EQ_I64(batches, 2);
-  free(text);
+  CHECK_EQ_I64(hv_each_vector(folder, "vllm_event_vectors.txt", "batch", 6, check_batch), 2);
 }
 
 /* Refusals take nothing: the full batch is still there afterwards. */

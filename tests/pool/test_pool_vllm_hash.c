@@ -59,21 +59,7 @@ done:
 }
 
 static void test_vectors(void) {
-  char* text = hv_read_file(folder, "vllm_hash_vectors.txt");
-  REQUIRE(text != NULL);
-  char* cursor = text;
-  int vectors = 0;
-  for (char* line; (line = hv_next_line(&cursor));) {
-    if (line[0] == '#' || !line[0]) continue;
-    char* f[12];
-    if (CHECK_EQ_I64(hv_fields(line, f, 11), 11) && CHECK(strcmp(f[0], "vllm") == 0)) {
-      check_vector(f);
-      vectors++;
-    }
-  }
-  printf("vllm_hash_vectors.txt: %d vectors\n", vectors);
-  CHECK_EQ_I64(vectors, 15);
-  free(text);
+  CHECK_EQ_I64(hv_each_vector(folder, "vllm_hash_vectors.txt", "vllm", 11, check_vector), 15);
 }
 
 #define BS 4
