@@ -252,4 +252,13 @@ static TU_UNUSED kvc_error* pt_append(kvc_pool_sequence* s, const int32_t* token
   return e ? e : kvc_pool_commit(s);
 }
 
+/* Tokens a new sequence with options `o` matches of `tokens` (n of them); UINT64_MAX when a call fails. */
+static TU_UNUSED uint64_t pt_matched(kvc_pool* p, const kvc_pool_sequence_options* o, const int32_t* tokens, size_t n) {
+  kvc_pool_sequence* s = NULL;
+  uint64_t m = UINT64_MAX;
+  if (CHECK_OK(kvc_pool_sequence_create(p, o, &s))) CHECK_OK(kvc_pool_match_prefix(s, tokens, n, &m));
+  kvc_pool_sequence_destroy(s);
+  return m;
+}
+
 #endif /* KVC_TESTS_POOL_TEST_H */

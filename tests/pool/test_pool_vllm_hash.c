@@ -65,14 +65,6 @@ static void test_vectors(void) {
 #define BS 4
 #define TOKENS 16
 
-static uint64_t matched(kvc_pool* p, const kvc_pool_sequence_options* o, const int32_t* tokens) {
-  kvc_pool_sequence* s = NULL;
-  uint64_t got = UINT64_MAX;
-  if (CHECK_OK(kvc_pool_sequence_create(p, o, &s))) CHECK_OK(kvc_pool_match_prefix(s, tokens, TOKENS, &got));
-  kvc_pool_sequence_destroy(s);
-  return got;
-}
-
 /* Equal tokens share blocks only under equal salts, LoRAs (name and path) and item identifiers. */
 static void test_sharing_follows_the_keys(void) {
   kvc_pool* p = NULL;
@@ -93,12 +85,12 @@ static void test_sharing_follows_the_keys(void) {
     REQUIRE_OK(kvc_pool_sequence_create(p, keep[i], &held[i]));
     CHECK_OK(pt_append(held[i], tokens, TOKENS));
   }
-  CHECK_EQ_U64(matched(p, &base, tokens), TOKENS - BS);
-  CHECK_EQ_U64(matched(p, &lora, tokens), TOKENS - BS);
-  CHECK_EQ_U64(matched(p, &lora2, tokens), 0);  /* the path is in vLLM's LoRA key */
-  CHECK_EQ_U64(matched(p, &salted, tokens), TOKENS - BS);
-  CHECK_EQ_U64(matched(p, &with_dog, tokens), TOKENS - BS);
-  CHECK_EQ_U64(matched(p, &with_cat, tokens), BS); /* the item [5, 7) starts in block 1 */
+  CHECK_EQ_U64(pt_matched(p, &base, tokens, TOKENS), TOKENS - BS);
+  CHECK_EQ_U64(pt_matched(p, &lora, tokens, TOKENS), TOKENS - BS);
+  CHECK_EQ_U64(pt_matched(p, &lora2, tokens, TOKENS), 0);  /* the path is in vLLM's LoRA key */
+  CHECK_EQ_U64(pt_matched(p, &salted, tokens, TOKENS), TOKENS - BS);
+  CHECK_EQ_U64(pt_matched(p, &with_dog, tokens, TOKENS), TOKENS - BS);
+  CHECK_EQ_U64(pt_matched(p, &with_cat, tokens, TOKENS), BS); /* the item [5, 7) starts in block 1 */
   for (int i = 0; i < 4; i++) kvc_pool_sequence_destroy(held[i]);
   kvc_pool_destroy(p);
 }
