@@ -26,6 +26,30 @@ static TU_UNUSED const char* hv_folder(int argc, char** argv, const char* file, 
   return buf;
 }
 
+/* The folder of the vector files, once hv_main has run. */
+static TU_UNUSED const char* hv_dir;
+
+/* One test function of a vector test, with its name (HV_TEST). */
+typedef struct hv_test {
+  const char* name;
+  void (*run)(void);
+} hv_test;
+#define HV_TEST(fn) {#fn, fn}
+
+/* The main of a vector test: hv_dir from argv and `file` (hv_folder), then each test as TU_RUN runs one. */
+static TU_UNUSED int hv_main(int argc, char** argv, const char* file, const hv_test* tests, size_t n) {
+  static char buf[4096];
+  hv_dir = hv_folder(argc, argv, file, buf, sizeof buf);
+  for (size_t i = 0; i < n; i++) {
+    long before = tu_failures_total;
+    tu_current_test = tests[i].name;
+    tests[i].run();
+    printf("%s %s\n", tu_failures_total == before ? "[  OK  ]" : "[ FAIL ]", tests[i].name);
+    fflush(stdout);
+  }
+  return tu_finish();
+}
+
 /* The whole file folder/name, NUL-terminated, to free(); NULL (and a message) when it cannot be read. */
 static TU_UNUSED char* hv_read_file(const char* folder, const char* name) {
   char path[4096];

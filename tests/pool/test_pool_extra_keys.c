@@ -9,7 +9,6 @@
 #include "pool_test.h"
 #include "test_errors.h"
 
-static const char* folder;
 
 /* One `pool` vector: the pool's STORED events carry HASHES, and kvc_block_hash over EXTRAS gives them too. */
 static void check_pool_vector(char** f) {
@@ -66,7 +65,7 @@ done:
 }
 
 static void test_v2_vectors(void) {
-  CHECK_EQ_I64(hv_each_vector(folder, "block_hash_v2_vectors.txt", "pool", 10, check_pool_vector), 9);
+  CHECK_EQ_I64(hv_each_vector(hv_dir, "block_hash_v2_vectors.txt", "pool", 10, check_pool_vector), 9);
 }
 
 #define BS 4
@@ -212,12 +211,7 @@ static void test_save_refused(void) {
 }
 
 int main(int argc, char** argv) {
-  char buf[4096];
-  folder = hv_folder(argc, argv, __FILE__, buf, sizeof buf);
-  TU_RUN(test_v2_vectors);
-  TU_RUN(test_sharing_follows_the_keys);
-  TU_RUN(test_old_struct_size);
-  TU_RUN(test_bad_options);
-  TU_RUN(test_save_refused);
-  return tu_finish();
+  static const hv_test tests[] = {HV_TEST(test_v2_vectors), HV_TEST(test_sharing_follows_the_keys),
+                                  HV_TEST(test_old_struct_size), HV_TEST(test_bad_options), HV_TEST(test_save_refused)};
+  return hv_main(argc, argv, __FILE__, tests, sizeof tests / sizeof tests[0]);
 }

@@ -9,7 +9,6 @@
 #include "pool_test.h"
 #include "test_errors.h"
 
-static const char* folder;
 
 /* One `vllm` vector: the pool's STORED events carry HASHES, the first one's parent is NONE_HASH. */
 static void check_vector(char** f) {
@@ -59,7 +58,7 @@ done:
 }
 
 static void test_vectors(void) {
-  CHECK_EQ_I64(hv_each_vector(folder, "vllm_hash_vectors.txt", "vllm", 11, check_vector), 15);
+  CHECK_EQ_I64(hv_each_vector(hv_dir, "vllm_hash_vectors.txt", "vllm", 11, check_vector), 15);
 }
 
 #define BS 4
@@ -186,12 +185,8 @@ static void test_bad_sequence_options(void) {
 }
 
 int main(int argc, char** argv) {
-  char buf[4096];
-  folder = hv_folder(argc, argv, __FILE__, buf, sizeof buf);
-  TU_RUN(test_vectors);
-  TU_RUN(test_sharing_follows_the_keys);
-  TU_RUN(test_options_size_96);
-  TU_RUN(test_bad_pool_options);
-  TU_RUN(test_bad_sequence_options);
-  return tu_finish();
+  static const hv_test tests[] = {HV_TEST(test_vectors), HV_TEST(test_sharing_follows_the_keys),
+                                  HV_TEST(test_options_size_96), HV_TEST(test_bad_pool_options),
+                                  HV_TEST(test_bad_sequence_options)};
+  return hv_main(argc, argv, __FILE__, tests, sizeof tests / sizeof tests[0]);
 }
