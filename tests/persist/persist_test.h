@@ -15,6 +15,26 @@
 
 enum { PS_B = 2, PS_H = 2, PS_D = 8, PS_CH = 4, PS_K = 3 };
 
+/* Every preset, with its name: what the file tests save and load in each. */
+typedef struct ps_named_preset {
+  const char* name;
+  kvc_preset preset;
+} ps_named_preset;
+static TU_UNUSED const ps_named_preset PS_PRESETS[] = {
+    {"DYNAMIC", KVC_PRESET_DYNAMIC},
+    {"STATIC", KVC_PRESET_STATIC},
+    {"SLIDING_WINDOW", KVC_PRESET_SLIDING_WINDOW},
+    {"HYBRID", KVC_PRESET_HYBRID},
+    {"HYBRID_CHUNKED", KVC_PRESET_HYBRID_CHUNKED},
+    {"QUANTIZED", KVC_PRESET_QUANTIZED},
+    {"OFFLOADED", KVC_PRESET_OFFLOADED},
+    {"OFFLOADED_STATIC", KVC_PRESET_OFFLOADED_STATIC},
+    {"OFFLOADED_HYBRID", KVC_PRESET_OFFLOADED_HYBRID},
+    {"SINK", KVC_PRESET_SINK},
+    {"MAMBA", KVC_PRESET_MAMBA},
+    {"HYBRID_MAMBA", KVC_PRESET_HYBRID_MAMBA}};
+#define PS_NUM_PRESETS (sizeof PS_PRESETS / sizeof PS_PRESETS[0])
+
 /* Floats from a seed: both caches of a comparison get the same inputs. */
 static TU_UNUSED void ps_fill(float* x, int64_t n, uint64_t seed) {
   uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
