@@ -11,12 +11,6 @@
 
 enum { PROMPT = 17 };
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* A pool of 64 blocks (room for blocks held by queued stores) with a store in memory as its commit tier; the
    tests slow the store down. */
 static kvc_pool* pool_with_store(ms_store** out) {
@@ -37,17 +31,7 @@ static kvc_tier_worker_stats worker_stats(const kvc_pool* p) {
 static double commit_prompt(kvc_pool* p, int32_t base) {
   int32_t tok[PROMPT];
   tt_prompt(tok, PROMPT, base);
-  kvc_pool_sequence* s = NULL;
-  kvc_error_destroy(kvc_pool_sequence_create(p, NULL, &s));
-  int64_t slots[PROMPT];
-  int64_t first = 0;
-  kvc_error_destroy(kvc_pool_reserve(s, tok, PROMPT, slots));
-  kvc_error_destroy(pt_write(p, 2, slots, first, PROMPT));
-  double t0 = now_ms();
-  kvc_error_destroy(kvc_pool_commit(s));
-  double took = now_ms() - t0;
-  kvc_pool_sequence_destroy(s);
-  return took;
+  return tt_commit_ms(p, tok, PROMPT);
 }
 
 static void test_commit_does_not_wait_for_a_slow_store(void) {
@@ -110,9 +94,9 @@ static void test_shutdown_with_pending_work(void) {
   for (int32_t i = 0; i < 4; i++) commit_prompt(p, 1 + 300 * i);
   CHECK_EQ_U64(worker_stats(p).pending_jobs, 4);
   kvc_tier* t = kvc_pool_tier(p, 0);
-  double t0 = now_ms();
+  double t0 = tt_now_ms();
   REQUIRE_OK(kvc_pool_stop_tier_worker(p, 0));
-  double took = now_ms() - t0;
+  double took = tt_now_ms() - t0;
   CHECK(took < 1000); /* the store in flight (150 ms), not the four */
   kvc_tier_stats ts = tt_stats(t);
   CHECK(ts.puts <= 8);
@@ -147,9 +131,9 @@ static void test_prefetch_started_and_collected(void) {
   kvc_pool_sequence* s = NULL;
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
   kvc_pool_prefetch* f = NULL;
-  double t0 = now_ms();
+  double t0 = tt_now_ms();
   REQUIRE_OK(kvc_pool_prefetch_start(s, tok, PROMPT, &f));
-  CHECK(now_ms() - t0 < 80); /* the lookup sleeps 100 ms in the worker */
+  CHECK(tt_now_ms() - t0 < 80); /* the lookup sleeps 100 ms in the worker */
   uint64_t matched = 0;
   REQUIRE_OK(kvc_pool_prefetch_collect(f, s, 10000, &matched));
   CHECK_EQ_U64(matched, 16);
@@ -205,9 +189,9 @@ static void test_prefetch_late_and_abandoned(void) {
   kvc_pool_prefetch* f = NULL;
   REQUIRE_OK(kvc_pool_prefetch_start(s, tok, PROMPT, &f));
   uint64_t matched = 99;
-  double t0 = now_ms();
+  double t0 = tt_now_ms();
   REQUIRE_OK(kvc_pool_prefetch_collect(f, s, 20, &matched));
-  CHECK(now_ms() - t0 < 250); /* its own deadline, not the store's */
+  CHECK(tt_now_ms() - t0 < 250); /* its own deadline, not the store's */
   CHECK_EQ_U64(matched, 0);  /* memory alone: the tier is not asked on the step */
   kvc_pool_prefetch_destroy(f);
   /* Destroyed without a collect, while its lookup sleeps in the worker, and one still queued behind it. */
