@@ -223,22 +223,11 @@ static void test_tier_worker_through_host_memory(void) {
 /* Since 0.7: a latent group (one row per token, no V) on the device: a per-layer write and a gather of its rows.
    fp8 storage has no device kernels yet: create refuses it naming the backend, out untouched. */
 static void test_latent_and_fp8_on_device(void) {
-  kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
-  g.kind = KVC_POOL_GROUP_LATENT;
-  g.block_size = 4;
-  g.num_blocks = 6;
-  kvc_pool_layer_options l = KVC_POOL_LAYER_OPTIONS_INIT;
-  l.num_kv_heads = 1;
-  l.key_head_dim = 5;
-  kvc_pool_options o = KVC_POOL_OPTIONS_INIT;
-  o.dtype = KVC_DTYPE_FLOAT32;
-  o.device = dev();
-  o.num_groups = 1;
-  o.groups = &g;
-  o.num_layers = 1;
-  o.layers = &l;
+  pt_single po;
+  pt_single_fill(&po, KVC_POOL_GROUP_LATENT, 4, 6, 1, 5);
+  po.o.device = dev();
   kvc_pool* p = NULL;
-  REQUIRE_OK(kvc_pool_create(&o, &p));
+  REQUIRE_OK(kvc_pool_create(&po.o, &p));
   kvc_pool_sequence* s = NULL;
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
   int32_t t[6] = {1, 2, 3, 4, 5, 6};
@@ -254,10 +243,10 @@ static void test_latent_and_fp8_on_device(void) {
   drt_free(0, k.data);
   drt_free(0, out.data);
   kvc_pool_destroy(p);
-  l.storage = KVC_POOL_STORAGE_FP8_E4M3;
-  kvc_pool* untouched = (kvc_pool*)&o;
+  po.l.storage = KVC_POOL_STORAGE_FP8_E4M3;
+  kvc_pool* untouched = (kvc_pool*)&po.o;
   p = untouched;
-  kvc_error* e = kvc_pool_create(&o, &p);
+  kvc_error* e = kvc_pool_create(&po.o, &p);
   CHECK_EQ_I64(kvc_error_code(e), KVC_ERROR_UNSUPPORTED);
   CHECK(e && strstr(kvc_error_message(e), "layers[0].storage is KVC_POOL_STORAGE_FP8_E4M3 but the") &&
         strstr(kvc_error_message(e), "backend has no fp8 pool kernels"));

@@ -376,14 +376,11 @@ static void test_blocks_needed_shared(void) {
  * reserve (found by the pool demo).
  */
 static void test_blocks_needed_order(void) {
-  kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
-  g.kind = KVC_POOL_GROUP_SLIDING, g.block_size = 4, g.num_blocks = 5, g.window = 4; /* 4 usable blocks */
-  kvc_pool_layer_options l = KVC_POOL_LAYER_OPTIONS_INIT;
-  l.num_kv_heads = 1, l.key_head_dim = 1;
-  kvc_pool_options o = KVC_POOL_OPTIONS_INIT;
-  o.dtype = KVC_DTYPE_FLOAT32, o.num_groups = 1, o.groups = &g, o.num_layers = 1, o.layers = &l;
+  pt_single po;
+  pt_single_fill(&po, KVC_POOL_GROUP_SLIDING, 4, 5, 1, 1); /* 4 usable blocks */
+  po.g.window = 4;
   kvc_pool* p = NULL;
-  REQUIRE_OK(kvc_pool_create(&o, &p));
+  REQUIRE_OK(kvc_pool_create(&po.o, &p));
   int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   int64_t slots[9];
   kvc_pool_sequence *x = NULL, *y = NULL;

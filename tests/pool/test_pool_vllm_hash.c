@@ -96,18 +96,14 @@ static void test_sharing_follows_the_keys(void) {
 
 /* A caller of 0.7 before hash_mode passes 96 bytes: kvcache's own hash, as docs/block-hash.md's vectors. */
 static void test_options_size_96(void) {
-  kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
-  g.block_size = BS, g.num_blocks = 8;
-  kvc_pool_layer_options l = KVC_POOL_LAYER_OPTIONS_INIT;
-  l.num_kv_heads = 1, l.key_head_dim = 2;
-  kvc_pool_options o = KVC_POOL_OPTIONS_INIT;
-  o.dtype = KVC_DTYPE_FLOAT32, o.num_groups = 1, o.groups = &g, o.num_layers = 1, o.layers = &l;
-  o.event_capacity = 16;
-  o.hash_mode = KVC_POOL_HASH_VLLM_SHA256_CBOR; /* beyond 96 bytes: not read */
-  o.struct_size = 96;
+  pt_single po;
+  pt_single_fill(&po, KVC_POOL_GROUP_FULL, BS, 8, 1, 2);
+  po.o.event_capacity = 16;
+  po.o.hash_mode = KVC_POOL_HASH_VLLM_SHA256_CBOR; /* beyond 96 bytes: not read */
+  po.o.struct_size = 96;
   kvc_pool* p = NULL;
   kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_create(&o, &p));
+  REQUIRE_OK(kvc_pool_create(&po.o, &p));
   int32_t tokens[BS] = {1, 2, 3, 4};
   if (CHECK_OK(kvc_pool_sequence_create(p, NULL, &s)) && CHECK_OK(pt_append(s, tokens, BS))) {
     kvc_pool_event ev;
