@@ -208,14 +208,8 @@ static void test_tier_worker_through_host_memory(void) {
   p = tier_pool(dev(), dir);
   REQUIRE(p != NULL);
   REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  kvc_pool_prefetch* f = NULL;
-  REQUIRE_OK(kvc_pool_prefetch_start(s, t, 13, &f));
-  uint64_t matched = 0;
-  REQUIRE_OK(kvc_pool_prefetch_collect(f, s, 10000, &matched));
-  CHECK_EQ_U64(matched, 12);
+  CHECK_EQ_U64(tt_prefetch_collect(p, t, 13, 10000, &s, NULL), 12);
   for (uint32_t layer = 0; layer < 2; layer++) CHECK_EQ_I64(gather_mismatches(s, layer), 0);
-  kvc_pool_prefetch_destroy(f);
   kvc_pool_destroy(p);
   tt_rmtree(dir);
 }

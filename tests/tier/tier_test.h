@@ -146,6 +146,22 @@ static TU_UNUSED double tt_commit_ms(kvc_pool* p, const int32_t* tokens, size_t 
   return took;
 }
 
+/* A new sequence of `p` (into *s, to destroy) prefetches the first `n` of `tokens` and collects them within
+   `timeout_ms`: the tokens matched (UINT64_MAX when a call failed), and the collect's own time (ms) in *ms when set. */
+static TU_UNUSED uint64_t tt_prefetch_collect(kvc_pool* p, const int32_t* tokens, size_t n, uint32_t timeout_ms,
+                                              kvc_pool_sequence** s, double* ms) {
+  kvc_pool_prefetch* f = NULL;
+  uint64_t matched = UINT64_MAX;
+  *s = NULL;
+  if (!CHECK_OK(kvc_pool_sequence_create(p, NULL, s)) || !CHECK_OK(kvc_pool_prefetch_start(*s, tokens, n, &f)))
+    return UINT64_MAX;
+  double t0 = tt_now_ms();
+  if (!CHECK_OK(kvc_pool_prefetch_collect(f, *s, timeout_ms, &matched))) matched = UINT64_MAX;
+  if (ms) *ms = tt_now_ms() - t0;
+  kvc_pool_prefetch_destroy(f);
+  return matched;
+}
+
 /* A new sequence of `p` matches the first `n` (<= 64) tokens of tt_prompt (base 1). */
 static TU_UNUSED kvc_error* tt_match_prompt(kvc_pool* p, size_t n, kvc_pool_sequence** out, uint64_t* matched) {
   int32_t tok[64];

@@ -50,15 +50,9 @@ static void test_stores_reach_redis_and_come_back(void) {
 
   kvc_pool* q = pool_with_redis(seeds); /* another pool of the model: memory empty */
   REQUIRE_OK(kvc_pool_start_tier_worker(q, NULL));
-  kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(q, NULL, &s));
-  kvc_pool_prefetch* f = NULL;
-  REQUIRE_OK(kvc_pool_prefetch_start(s, tok, PROMPT, &f));
-  uint64_t matched = 0;
-  REQUIRE_OK(kvc_pool_prefetch_collect(f, s, 10000, &matched));
-  CHECK_EQ_U64(matched, 16);
+  kvc_pool_sequence* s;
+  CHECK_EQ_U64(tt_prefetch_collect(q, tok, PROMPT, 10000, &s, NULL), 16);
   for (uint32_t l = 0; l < 2; l++) CHECK_EQ_I64(pt_gather_mismatches(s, l), 0);
-  kvc_pool_prefetch_destroy(f);
   kvc_pool_sequence_destroy(s);
   kvc_pool_destroy(q);
 }
@@ -80,19 +74,13 @@ static void test_stopped_server_never_stalls_the_step(void) {
   CHECK(worst < 150); /* each store waits out 400 ms in the worker, not here */
   /* A prefetch of a prompt the stopped server holds: the collect keeps its own deadline. */
   prompt(tok, 100);
-  kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  kvc_pool_prefetch* f = NULL;
-  REQUIRE_OK(kvc_pool_prefetch_start(s, tok, PROMPT, &f));
-  uint64_t matched = 99;
-  double t0 = rs_now_ms();
-  REQUIRE_OK(kvc_pool_prefetch_collect(f, s, 50, &matched));
-  CHECK(rs_now_ms() - t0 < 300);
-  CHECK_EQ_U64(matched, 0);
-  kvc_pool_prefetch_destroy(f);
+  kvc_pool_sequence* s;
+  double collect_ms = 0;
+  CHECK_EQ_U64(tt_prefetch_collect(p, tok, PROMPT, 50, &s, &collect_ms), 0);
+  CHECK(collect_ms < 300);
   kvc_pool_sequence_destroy(s);
   /* Stop: the store in flight ends by its deadline, the queued ones are dropped. */
-  t0 = rs_now_ms();
+  double t0 = rs_now_ms();
   REQUIRE_OK(kvc_pool_stop_tier_worker(p, 0));
   double stop = rs_now_ms() - t0;
   CHECK(stop < 1500);
