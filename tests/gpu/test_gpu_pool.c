@@ -152,23 +152,32 @@ static kvc_pool* tier_pool(kvc_device device, const char* dir) {
   return p;
 }
 
-static void test_disk_tier_through_host_memory(void) {
-  char dir[4096];
-  REQUIRE(tt_tempdir(dir, sizeof dir, "gpu-tier"));
-  int32_t t[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+/* A device pool on `dir` computes and commits the first 12 of `t` (3 blocks), through its tier worker when `worker`
+   is set, and is destroyed once the tier stored the 3 blocks. */
+static void fill_tier(const char* dir, const int32_t* t, int worker) {
   int64_t slots[16];
   kvc_pool* p = tier_pool(dev(), dir);
   REQUIRE(p != NULL);
+  if (worker) REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
   kvc_pool_sequence* s = NULL;
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
   REQUIRE_OK(kvc_pool_reserve(s, t, 12, slots));
   REQUIRE_OK(write_tokens(p, 2, slots, 0, 12));
   REQUIRE_OK(kvc_pool_commit(s));
+  if (worker) REQUIRE_OK(kvc_pool_stop_tier_worker(p, 10000));
   CHECK_EQ_U64(tt_stats(kvc_pool_tier(p, 0)).puts, 3);
   kvc_pool_destroy(p);
+}
+
+static void test_disk_tier_through_host_memory(void) {
+  char dir[4096];
+  REQUIRE(tt_tempdir(dir, sizeof dir, "gpu-tier"));
+  int32_t t[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+  fill_tier(dir, t, 0);
   /* A restarted device pool, then a CPU pool of the same model: both match from disk with the same bytes. */
   uint64_t matched = 0;
-  p = tier_pool(dev(), dir);
+  kvc_pool_sequence* s = NULL;
+  kvc_pool* p = tier_pool(dev(), dir);
   REQUIRE(p != NULL);
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
   REQUIRE_OK(kvc_pool_match_prefix(s, t, 13, &matched));
@@ -193,19 +202,9 @@ static void test_tier_worker_through_host_memory(void) {
   char dir[4096];
   REQUIRE(tt_tempdir(dir, sizeof dir, "gpu-tier-worker"));
   int32_t t[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
-  int64_t slots[16];
+  fill_tier(dir, t, 1);
+  kvc_pool_sequence* s;
   kvc_pool* p = tier_pool(dev(), dir);
-  REQUIRE(p != NULL);
-  REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
-  kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  REQUIRE_OK(kvc_pool_reserve(s, t, 12, slots));
-  REQUIRE_OK(write_tokens(p, 2, slots, 0, 12));
-  REQUIRE_OK(kvc_pool_commit(s));
-  REQUIRE_OK(kvc_pool_stop_tier_worker(p, 10000));
-  CHECK_EQ_U64(tt_stats(kvc_pool_tier(p, 0)).puts, 3);
-  kvc_pool_destroy(p);
-  p = tier_pool(dev(), dir);
   REQUIRE(p != NULL);
   REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
   CHECK_EQ_U64(tt_prefetch_collect(p, t, 13, 10000, &s, NULL), 12);
