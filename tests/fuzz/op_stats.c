@@ -8,7 +8,7 @@
 
 #include "kvcache.h"
 
-enum { OPS_MAX = 64 };
+#define OPS_MAX 64 /* operations a target may count */
 
 static long g_ok[OPS_MAX], g_err[OPS_MAX];
 static int g_op; /* the operation running, for the statistics */
