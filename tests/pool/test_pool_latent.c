@@ -12,7 +12,8 @@
 
 #include "pool_layers_test.h"
 
-/* A latent group (rows of 10 and 6) beside a full group, blocks of 4 tokens. */
+/* A latent group (rows of 10 and 6) beside a full group, blocks of 4 tokens. (The models of this test and of
+   test_internal_pool_fp8.c are written the same way on purpose: each is its own data, groups and layers.) */
 static pl_model hybrid(kvc_pool_layout layout) {
   pl_model m = {
       .groups = {{KVC_POOL_GROUP_LATENT, 4, 12, 0}, {KVC_POOL_GROUP_FULL, 4, 12, 0}},
