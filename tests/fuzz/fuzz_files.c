@@ -312,16 +312,7 @@ static void build_seeds(void) {
   add_kind("dummy", KVC_LAYER_DUMMY, 0, 0, 0);
   add_kind("dynamic indexed", KVC_LAYER_DYNAMIC_INDEXED, 0, 0, 0);
   add_kind("static indexed", KVC_LAYER_STATIC_INDEXED, 0, 16, 0);
-  static const struct {
-    const char* name;
-    kvc_preset p;
-  } P[] = {{"DYNAMIC", KVC_PRESET_DYNAMIC},         {"STATIC", KVC_PRESET_STATIC},
-           {"SLIDING_WINDOW", KVC_PRESET_SLIDING_WINDOW}, {"HYBRID", KVC_PRESET_HYBRID},
-           {"HYBRID_CHUNKED", KVC_PRESET_HYBRID_CHUNKED}, {"QUANTIZED", KVC_PRESET_QUANTIZED},
-           {"OFFLOADED", KVC_PRESET_OFFLOADED},     {"OFFLOADED_STATIC", KVC_PRESET_OFFLOADED_STATIC},
-           {"OFFLOADED_HYBRID", KVC_PRESET_OFFLOADED_HYBRID}, {"SINK", KVC_PRESET_SINK},
-           {"MAMBA", KVC_PRESET_MAMBA},             {"HYBRID_MAMBA", KVC_PRESET_HYBRID_MAMBA}};
-  for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) add_preset(P[i].name, P[i].p);
+  for (size_t i = 0; i < PS_NUM_PRESETS; i++) add_preset(PS_PRESETS[i].name, PS_PRESETS[i].preset);
   add_encdec();
   add_sequence();
   add_frames();

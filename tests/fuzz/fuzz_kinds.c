@@ -60,6 +60,7 @@
  * holds the groups of caches, kinds_inputs.c makes options and inputs,
  * kinds_checks.c the invariants and row checks. */
 #include "../common/cache_snapshot.c"
+#include "op_stats.c"
 #include "reader.c"
 #include "reference_model.c"
 #include "report.c"
@@ -126,32 +127,13 @@ static const char* const op_names[OP_COUNT] = {
 /* How often each operation is drawn (out of the sum): updates most, what ends a cache's life least. */
 static const uint8_t op_weights[OP_COUNT] = {10, 2, 3, 5, 1, 3, 1, 2, 1, 2, 2, 2, 2, 1, 2, 2, 1, 1, 1, 1, 1, 1};
 
-static int draw_op(uint8_t b) {
-  int total = 0;
-  for (int i = 0; i < OP_COUNT; i++) total += op_weights[i];
-  int x = b % total;
-  for (int i = 0; i < OP_COUNT; i++) {
-    if (x < op_weights[i]) return i;
-    x -= op_weights[i];
-  }
-  return 0;
-}
-
-static long g_ok[OP_COUNT], g_err[OP_COUNT];
-static int g_op; /* the operation running, for the statistics */
-
-static void count_result(kvc_code code) {
-  if (code == KVC_OK)
-    g_ok[g_op]++;
-  else
-    g_err[g_op]++;
-}
+_Static_assert(OP_COUNT <= OPS_MAX, "op_stats.c counts OPS_MAX operations");
+static int draw_op(uint8_t b) { return ops_draw(op_weights, OP_COUNT, b); }
 
 #ifdef KVC_FUZZ_STANDALONE
 /* How often each operation succeeded and failed: inputs that make every call fail would test little. */
 static void print_summary(void) {
-  printf("%-32s %10s %10s\n", "operation", "succeeded", "failed");
-  for (int i = 0; i < OP_COUNT; i++) printf("%-32s %10ld %10ld\n", op_names[i], g_ok[i], g_err[i]);
+  ops_print_counts(op_names, OP_COUNT, 32);
 }
 #endif
 

@@ -43,6 +43,7 @@
 
 /* The build compiles one source per fuzz target (tests/fuzz/fuzz_<name>.c),
  * so the target's helpers are part of this translation unit. */
+#include "op_stats.c"
 #include "pool_checks.c"
 #include "pool_model.c"
 #include "reader.c"
@@ -86,16 +87,8 @@ static const char* const op_names[OP_COUNT] = {
 /* How often each operation is drawn (out of the sum): the serving loop's calls most. */
 static const uint8_t op_weights[OP_COUNT] = {6, 6, 12, 10, 3, 8, 8, 4, 5, 2, 1, 3, 1, 4, 3, 6};
 
-static int draw_op(uint8_t b) {
-  int total = 0;
-  for (int i = 0; i < OP_COUNT; i++) total += op_weights[i];
-  int x = b % total;
-  for (int i = 0; i < OP_COUNT; i++) {
-    if (x < op_weights[i]) return i;
-    x -= op_weights[i];
-  }
-  return 0;
-}
+_Static_assert(OP_COUNT <= OPS_MAX, "op_stats.c counts OPS_MAX operations");
+static int draw_op(uint8_t b) { return ops_draw(op_weights, OP_COUNT, b); }
 
 /* The paths the fuzzer means to reach, counted so that a run shows it reached them. */
 enum {
@@ -150,21 +143,10 @@ static const char* const path_names[P_COUNT] = {
     "truncates refused by a window"};
 #endif
 
-static long g_ok[OP_COUNT], g_err[OP_COUNT];
 static unsigned long long g_path[P_COUNT];
-static int g_op;
-
-static void count_result(kvc_code code) {
-  if (code == KVC_OK)
-    g_ok[g_op]++;
-  else
-    g_err[g_op]++;
-}
-
 #ifdef KVC_FUZZ_STANDALONE
 static void print_summary(void) {
-  printf("%-36s %10s %10s\n", "operation", "succeeded", "failed");
-  for (int i = 0; i < OP_COUNT; i++) printf("%-36s %10ld %10ld\n", op_names[i], g_ok[i], g_err[i]);
+  ops_print_counts(op_names, OP_COUNT, 36);
   printf("%-36s %10s\n", "path", "count");
   for (int i = 0; i < P_COUNT; i++) printf("%-36s %10llu\n", path_names[i], g_path[i]);
 }

@@ -36,18 +36,9 @@ static unsigned char* elem_ptr(const kvc_tensor* t, const int64_t* idx) {
   return (unsigned char*)t->data + t->byte_offset + (size_t)off * (t->dtype.bits / 8);
 }
 
-static uint32_t pf_get_bits(const unsigned char* p, size_t es) {
-  if (es == 4) {
-    uint32_t b;
-    memcpy(&b, p, 4);
-    return b;
-  }
-  uint16_t b;
-  memcpy(&b, p, 2);
-  return b;
+uint32_t pf_read(const kvc_tensor* t, const int64_t* idx) {
+  return codec_get_bits(elem_ptr(t, idx), t->dtype.bits / 8);
 }
-
-uint32_t pf_read(const kvc_tensor* t, const int64_t* idx) { return pf_get_bits(elem_ptr(t, idx), t->dtype.bits / 8); }
 
 void pf_write_elem(const kvc_tensor* t, const int64_t* idx, uint32_t bits) {
   unsigned char* p = elem_ptr(t, idx);
@@ -252,7 +243,7 @@ static void check_storage(ctx* c) {
             for (int64_t h = 0; h < L->H; h++)
               for (int64_t d = 0; d < D; d++) {
                 uint32_t want = pf_bits(nonce, h * D + d, kvi, m->dtype);
-                uint32_t got = pf_get_bits(base + (size_t)(x * st[0] + r * sr + h * sh + d * st[3]) * es, es);
+                uint32_t got = codec_get_bits(base + (size_t)(x * st[0] + r * sr + h * sh + d * st[3]) * es, es);
                 if (got != want)
                   fail("%s %s: block %u row %u head %lld dim %lld holds 0x%x, the model says 0x%x (block ref %d%s)",
                        what, kvi ? "V" : "K", x, r, (long long)h, (long long)d, got, want, b->ref,
@@ -369,7 +360,7 @@ static void check_gather(ctx* c) {
             for (int64_t h = 0; h < L->H; h++)
               for (int64_t d = 0; d < D; d++) {
                 uint32_t want = pf_bits(nonce, h * D + d, kvi, m->dtype);
-                uint32_t got = pf_get_bits(o->mem + (size_t)(h * st[1] + p * st[2] + d * st[3]) * es, es);
+                uint32_t got = codec_get_bits(o->mem + (size_t)(h * st[1] + p * st[2] + d * st[3]) * es, es);
                 if (got != want)
                   fail("%s %s: token %u head %lld dim %lld is 0x%x, the sequence wrote 0x%x", what, kvi ? "V" : "K", p,
                        (long long)h, (long long)d, got, want);

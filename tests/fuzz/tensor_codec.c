@@ -72,7 +72,7 @@ static void put_bits(unsigned char* p, uint32_t bits, size_t es) {
   }
 }
 
-static uint32_t get_bits(const unsigned char* p, size_t es) {
+uint32_t codec_get_bits(const unsigned char* p, size_t es) {
   if (es == 4) {
     uint32_t b;
     memcpy(&b, p, 4);
@@ -251,7 +251,7 @@ int codec_check_view(const kvc_tensor* v, const ref_grid* want, int64_t D, kvc_d
         for (int64_t d = 0; d < D; d++) {
           int64_t e = b * st[0] + h * st[1] + l * st[2] + d * st[3];
           uint32_t tok = want->tok[(b * want->H + h) * want->L + l];
-          uint32_t got = get_bits(base + e * (int64_t)es, es), exp = codec_bits(tok, d, is_value, dtype);
+          uint32_t got = codec_get_bits(base + e * (int64_t)es, es), exp = codec_bits(tok, d, is_value, dtype);
           if (got != exp)
             WHY("%s view [b=%lld,h=%lld,pos=%lld,d=%lld] has bits 0x%x, want 0x%x (token %u%s)", kv,
                 (long long)b, (long long)h, (long long)l, (long long)d, got, exp, tok, tok ? "" : ", a zero slot");

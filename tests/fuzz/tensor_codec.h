@@ -40,6 +40,8 @@ uint32_t codec_bits(uint32_t tok, int64_t d, int is_value, kvc_dtype dtype);
  * dtype holds them exactly too. narrow 0 is codec_bits.
  */
 uint32_t codec_bits_ranged(uint32_t tok, int64_t d, int is_value, kvc_dtype dtype, int narrow);
+/* The bits of the element of `es` (2 or 4) bytes at p. */
+uint32_t codec_get_bits(const unsigned char* p, size_t es);
 
 /* An input tensor the fuzzer owns. */
 typedef struct codec_tensor {

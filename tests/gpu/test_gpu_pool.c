@@ -152,23 +152,32 @@ static kvc_pool* tier_pool(kvc_device device, const char* dir) {
   return p;
 }
 
-static void test_disk_tier_through_host_memory(void) {
-  char dir[4096];
-  REQUIRE(tt_tempdir(dir, sizeof dir, "gpu-tier"));
-  int32_t t[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+/* A device pool on `dir` computes and commits the first 12 of `t` (3 blocks), through its tier worker when `worker`
+   is set, and is destroyed once the tier stored the 3 blocks. */
+static void fill_tier(const char* dir, const int32_t* t, int worker) {
   int64_t slots[16];
   kvc_pool* p = tier_pool(dev(), dir);
   REQUIRE(p != NULL);
+  if (worker) REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
   kvc_pool_sequence* s = NULL;
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
   REQUIRE_OK(kvc_pool_reserve(s, t, 12, slots));
   REQUIRE_OK(write_tokens(p, 2, slots, 0, 12));
   REQUIRE_OK(kvc_pool_commit(s));
+  if (worker) REQUIRE_OK(kvc_pool_stop_tier_worker(p, 10000));
   CHECK_EQ_U64(tt_stats(kvc_pool_tier(p, 0)).puts, 3);
   kvc_pool_destroy(p);
+}
+
+static void test_disk_tier_through_host_memory(void) {
+  char dir[4096];
+  REQUIRE(tt_tempdir(dir, sizeof dir, "gpu-tier"));
+  int32_t t[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+  fill_tier(dir, t, 0);
   /* A restarted device pool, then a CPU pool of the same model: both match from disk with the same bytes. */
   uint64_t matched = 0;
-  p = tier_pool(dev(), dir);
+  kvc_pool_sequence* s = NULL;
+  kvc_pool* p = tier_pool(dev(), dir);
   REQUIRE(p != NULL);
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
   REQUIRE_OK(kvc_pool_match_prefix(s, t, 13, &matched));
@@ -193,29 +202,13 @@ static void test_tier_worker_through_host_memory(void) {
   char dir[4096];
   REQUIRE(tt_tempdir(dir, sizeof dir, "gpu-tier-worker"));
   int32_t t[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
-  int64_t slots[16];
+  fill_tier(dir, t, 1);
+  kvc_pool_sequence* s;
   kvc_pool* p = tier_pool(dev(), dir);
   REQUIRE(p != NULL);
   REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
-  kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  REQUIRE_OK(kvc_pool_reserve(s, t, 12, slots));
-  REQUIRE_OK(write_tokens(p, 2, slots, 0, 12));
-  REQUIRE_OK(kvc_pool_commit(s));
-  REQUIRE_OK(kvc_pool_stop_tier_worker(p, 10000));
-  CHECK_EQ_U64(tt_stats(kvc_pool_tier(p, 0)).puts, 3);
-  kvc_pool_destroy(p);
-  p = tier_pool(dev(), dir);
-  REQUIRE(p != NULL);
-  REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  kvc_pool_prefetch* f = NULL;
-  REQUIRE_OK(kvc_pool_prefetch_start(s, t, 13, &f));
-  uint64_t matched = 0;
-  REQUIRE_OK(kvc_pool_prefetch_collect(f, s, 10000, &matched));
-  CHECK_EQ_U64(matched, 12);
+  CHECK_EQ_U64(tt_prefetch_collect(p, t, 13, 10000, &s, NULL), 12);
   for (uint32_t layer = 0; layer < 2; layer++) CHECK_EQ_I64(gather_mismatches(s, layer), 0);
-  kvc_pool_prefetch_destroy(f);
   kvc_pool_destroy(p);
   tt_rmtree(dir);
 }
@@ -223,22 +216,11 @@ static void test_tier_worker_through_host_memory(void) {
 /* Since 0.7: a latent group (one row per token, no V) on the device: a per-layer write and a gather of its rows.
    fp8 storage has no device kernels yet: create refuses it naming the backend, out untouched. */
 static void test_latent_and_fp8_on_device(void) {
-  kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
-  g.kind = KVC_POOL_GROUP_LATENT;
-  g.block_size = 4;
-  g.num_blocks = 6;
-  kvc_pool_layer_options l = KVC_POOL_LAYER_OPTIONS_INIT;
-  l.num_kv_heads = 1;
-  l.key_head_dim = 5;
-  kvc_pool_options o = KVC_POOL_OPTIONS_INIT;
-  o.dtype = KVC_DTYPE_FLOAT32;
-  o.device = dev();
-  o.num_groups = 1;
-  o.groups = &g;
-  o.num_layers = 1;
-  o.layers = &l;
+  pt_single po;
+  pt_single_fill(&po, KVC_POOL_GROUP_LATENT, 4, 6, 1, 5);
+  po.o.device = dev();
   kvc_pool* p = NULL;
-  REQUIRE_OK(kvc_pool_create(&o, &p));
+  REQUIRE_OK(kvc_pool_create(&po.o, &p));
   kvc_pool_sequence* s = NULL;
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
   int32_t t[6] = {1, 2, 3, 4, 5, 6};
@@ -254,10 +236,10 @@ static void test_latent_and_fp8_on_device(void) {
   drt_free(0, k.data);
   drt_free(0, out.data);
   kvc_pool_destroy(p);
-  l.storage = KVC_POOL_STORAGE_FP8_E4M3;
-  kvc_pool* untouched = (kvc_pool*)&o;
+  po.l.storage = KVC_POOL_STORAGE_FP8_E4M3;
+  kvc_pool* untouched = (kvc_pool*)&po.o;
   p = untouched;
-  kvc_error* e = kvc_pool_create(&o, &p);
+  kvc_error* e = kvc_pool_create(&po.o, &p);
   CHECK_EQ_I64(kvc_error_code(e), KVC_ERROR_UNSUPPORTED);
   CHECK(e && strstr(kvc_error_message(e), "layers[0].storage is KVC_POOL_STORAGE_FP8_E4M3 but the") &&
         strstr(kvc_error_message(e), "backend has no fp8 pool kernels"));

@@ -15,6 +15,40 @@
 
 enum { PS_B = 2, PS_H = 2, PS_D = 8, PS_CH = 4, PS_K = 3 };
 
+/* Every preset, with its name: what the file tests save and load in each. */
+typedef struct ps_named_preset {
+  const char* name;
+  kvc_preset preset;
+} ps_named_preset;
+static TU_UNUSED const ps_named_preset PS_PRESETS[] = {
+    {"DYNAMIC", KVC_PRESET_DYNAMIC},
+    {"STATIC", KVC_PRESET_STATIC},
+    {"SLIDING_WINDOW", KVC_PRESET_SLIDING_WINDOW},
+    {"HYBRID", KVC_PRESET_HYBRID},
+    {"HYBRID_CHUNKED", KVC_PRESET_HYBRID_CHUNKED},
+    {"QUANTIZED", KVC_PRESET_QUANTIZED},
+    {"OFFLOADED", KVC_PRESET_OFFLOADED},
+    {"OFFLOADED_STATIC", KVC_PRESET_OFFLOADED_STATIC},
+    {"OFFLOADED_HYBRID", KVC_PRESET_OFFLOADED_HYBRID},
+    {"SINK", KVC_PRESET_SINK},
+    {"MAMBA", KVC_PRESET_MAMBA},
+    {"HYBRID_MAMBA", KVC_PRESET_HYBRID_MAMBA}};
+#define PS_NUM_PRESETS (sizeof PS_PRESETS / sizeof PS_PRESETS[0])
+
+/* A cache of five layers of different kinds: dynamic, sink (1 sink token of 6), `third`, quantized (groups of 8, 2
+   residual tokens) and static indexed (8): what a file must carry of each, side by side. */
+static TU_UNUSED kvc_error* ps_mixed_cache(kvc_layer_kind third, kvc_cache** out) {
+  static kvc_quant_options quant = KVC_QUANT_OPTIONS_INIT;
+  quant.q_group_size = 8;
+  quant.residual_length = 2;
+  kvc_layer_options l[5] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_SINK, 6, 0), tu_layer(third, 0, 0),
+                            tu_layer(KVC_LAYER_QUANTIZED, 0, 0), tu_layer(KVC_LAYER_STATIC_INDEXED, 0, 8)};
+  l[1].num_sink_tokens = 1;
+  l[3].quant = &quant;
+  kvc_cache_options o = tu_custom_options(5, l);
+  return kvc_cache_create(&o, out);
+}
+
 /* Floats from a seed: both caches of a comparison get the same inputs. */
 static TU_UNUSED void ps_fill(float* x, int64_t n, uint64_t seed) {
   uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;

@@ -157,6 +157,41 @@ static void change_after_first_chunk(int fd, uint64_t done) {
   }
 }
 
+/* A load (op 0), or a restore into another cache (op 1), of `path` while `after_chunk` changes it between reads of
+   4 KiB (HANG_SECONDS at most): an I/O error that says `words`, no cache out, the restored cache unchanged. `what`
+   ends the failure messages ("kvc_cache_load <what>"). */
+static void check_load_of_a_changing_file(int op, const char* path, void (*after_chunk)(int, uint64_t),
+                                          const char* words, const char* what) {
+  char call[128];
+  snprintf(call, sizeof call, "%s %s", op == 0 ? "kvc_cache_load" : "kvc_cache_restore", what);
+  change_path = path, change_done = 0;
+  kvci_read_file_chunk = 4096;
+  kvci_read_file_after_chunk = after_chunk;
+  alarm(HANG_SECONDS);
+  if (op == 0) {
+    kvc_cache* out = NULL;
+    io_error_saying(kvc_cache_load(path, NULL, &out), words, call);
+    CHECK_EQ_PTR(out, NULL);
+  } else {
+    kvc_cache* target = small_cache();
+    if (target) {
+      ps_step(target, 2, 3, 40, 9); /* differs from the file's cache: a restore would show */
+      cache_snap before, after;
+      snap_take(target, &before);
+      io_error_saying(kvc_cache_restore(target, path), words, call);
+      snap_take(target, &after);
+      char why[256];
+      if (!CHECK(snap_equal(&before, &after, 0, why, sizeof why))) fprintf(TU_LOG, "    %s\n", why);
+      snap_free(&before);
+      snap_free(&after);
+      kvc_cache_destroy(target);
+    }
+  }
+  alarm(0);
+  kvci_read_file_after_chunk = NULL;
+  kvci_read_file_chunk = (size_t)64 << 20;
+}
+
 static void test_file_changing_during_a_load(void) {
   kvc_cache* c = small_cache();
   REQUIRE(c != NULL);
@@ -169,32 +204,8 @@ static void test_file_changing_during_a_load(void) {
       /* An old modification time, so the rewrite's is different whatever the clock's granularity. */
       struct timespec old[2] = {{1000000000, 0}, {1000000000, 0}};
       REQUIRE(utimensat(AT_FDCWD, path, old, 0) == 0);
-      change_path = path, change_kind = kind, change_done = 0;
-      kvci_read_file_chunk = 4096;
-      kvci_read_file_after_chunk = change_after_first_chunk;
-      alarm(HANG_SECONDS);
-      if (op == 0) {
-        kvc_cache* out = NULL;
-        io_error_saying(kvc_cache_load(path, NULL, &out), words[kind], "kvc_cache_load of a changing file");
-        CHECK_EQ_PTR(out, NULL);
-      } else {
-        kvc_cache* target = small_cache();
-        if (target) {
-          ps_step(target, 2, 3, 40, 9); /* differs from c: a restore would show */
-          cache_snap before, after;
-          snap_take(target, &before);
-          io_error_saying(kvc_cache_restore(target, path), words[kind], "kvc_cache_restore of a changing file");
-          snap_take(target, &after);
-          char why[256];
-          if (!CHECK(snap_equal(&before, &after, 0, why, sizeof why))) fprintf(TU_LOG, "    %s\n", why);
-          snap_free(&before);
-          snap_free(&after);
-          kvc_cache_destroy(target);
-        }
-      }
-      alarm(0);
-      kvci_read_file_after_chunk = NULL;
-      kvci_read_file_chunk = (size_t)64 << 20;
+      change_kind = kind;
+      check_load_of_a_changing_file(op, path, change_after_first_chunk, words[kind], "of a changing file");
       CHECK(change_done > 0); /* the seam ran: the file did change during the load */
     }
   }
@@ -242,34 +253,9 @@ static void test_file_rewritten_between_checks_and_load(void) {
   ps_path(path, sizeof path, "rewritten");
   for (int op = 0; op < 2; op++) { /* load, restore */
     REQUIRE_OK(kvc_cache_save(c, path, NULL));
-    change_path = path, change_done = 0, reread_last = reread_max = 0, reread_drops = 0;
-    kvci_read_file_chunk = 4096;
-    kvci_read_file_after_chunk = rewrite_on_reread;
-    alarm(HANG_SECONDS);
-    if (op == 0) {
-      kvc_cache* out = NULL;
-      io_error_saying(kvc_cache_load(path, NULL, &out), "was modified while it was read: section",
-                      "kvc_cache_load of a file rewritten after its checks");
-      CHECK_EQ_PTR(out, NULL);
-    } else {
-      kvc_cache* target = small_cache();
-      if (target) {
-        ps_step(target, 2, 3, 40, 9);
-        cache_snap before, after;
-        snap_take(target, &before);
-        io_error_saying(kvc_cache_restore(target, path), "was modified while it was read: section",
-                        "kvc_cache_restore of a file rewritten after its checks");
-        snap_take(target, &after);
-        char why[256];
-        if (!CHECK(snap_equal(&before, &after, 0, why, sizeof why))) fprintf(TU_LOG, "    %s\n", why);
-        snap_free(&before);
-        snap_free(&after);
-        kvc_cache_destroy(target);
-      }
-    }
-    alarm(0);
-    kvci_read_file_after_chunk = NULL;
-    kvci_read_file_chunk = (size_t)64 << 20;
+    reread_last = reread_max = 0, reread_drops = 0;
+    check_load_of_a_changing_file(op, path, rewrite_on_reread, "was modified while it was read: section",
+                                  "of a file rewritten after its checks");
     CHECK(change_done > 0); /* the loader read after the checks, and the file changed before that */
   }
   kvc_cache_destroy(c);

@@ -17,19 +17,9 @@
 #include "../pool/pool_test.h"
 #include "persist_test.h"
 
-static kvc_quant_options quant = KVC_QUANT_OPTIONS_INIT;
-
 static kvc_cache* mixed_cache(uint64_t seed) {
-  quant.q_group_size = 8;
-  quant.residual_length = 2;
-  kvc_layer_options l[5] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_SINK, 6, 0),
-                            tu_layer(KVC_LAYER_LINEAR_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_QUANTIZED, 0, 0),
-                            tu_layer(KVC_LAYER_STATIC_INDEXED, 0, 8)};
-  l[1].num_sink_tokens = 1;
-  l[3].quant = &quant;
-  kvc_cache_options o = tu_custom_options(5, l);
   kvc_cache* c = NULL;
-  if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
+  if (!CHECK_OK(ps_mixed_cache(KVC_LAYER_LINEAR_DYNAMIC, &c))) return NULL;
   ps_step(c, 5, 4, 0, seed);
   ps_step(c, 5, 1, 4, seed + 1);
   return c;

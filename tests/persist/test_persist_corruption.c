@@ -13,20 +13,6 @@
 
 #include "persist_test.h"
 
-static kvc_quant_options quant = KVC_QUANT_OPTIONS_INIT;
-
-static kvc_error* make(kvc_layer_kind third, kvc_cache** out) {
-  quant.q_group_size = 8;
-  quant.residual_length = 2;
-  kvc_layer_options l[5] = {tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_SINK, 6, 0),
-                            tu_layer(third, 0, 0), tu_layer(KVC_LAYER_QUANTIZED, 0, 0),
-                            tu_layer(KVC_LAYER_STATIC_INDEXED, 0, 8)};
-  l[1].num_sink_tokens = 1;
-  l[3].quant = &quant;
-  kvc_cache_options o = tu_custom_options(5, l);
-  return kvc_cache_create(&o, out);
-}
-
 /* The saved cache's file in memory, and a target cache that differs from it. */
 typedef struct fixture {
   ps_buffer file;
@@ -38,13 +24,13 @@ typedef struct fixture {
 static int setup(fixture* f) {
   memset(f, 0, sizeof *f);
   kvc_cache* c = NULL;
-  if (!CHECK_OK(make(KVC_LAYER_LINEAR_DYNAMIC, &c))) return 0;
+  if (!CHECK_OK(ps_mixed_cache(KVC_LAYER_LINEAR_DYNAMIC, &c))) return 0;
   ps_step(c, 5, 4, 0, 1);
   ps_step(c, 5, 1, 4, 2);
   ps_step(c, 5, 1, 5, 3);
   int ok = CHECK_OK(kvc_cache_save_to(c, ps_buffer_write, &f->file, NULL));
   kvc_cache_destroy(c);
-  if (!ok || !CHECK_OK(make(KVC_LAYER_LINEAR_DYNAMIC, &f->target))) return 0;
+  if (!ok || !CHECK_OK(ps_mixed_cache(KVC_LAYER_LINEAR_DYNAMIC, &f->target))) return 0;
   ps_step(f->target, 5, 2, 0, 9); /* the target holds something else, which every refusal must keep */
   snap_take(f->target, &f->before);
   ps_path(f->path, sizeof f->path, "corrupt");
@@ -166,14 +152,14 @@ static void test_other_model(void) {
   fixture f;
   if (!setup(&f)) return teardown(&f);
   kvc_cache* other = NULL;
-  if (CHECK_OK(make(KVC_LAYER_LINEAR, &other))) {
+  if (CHECK_OK(ps_mixed_cache(KVC_LAYER_LINEAR, &other))) {
     check_message(kvc_cache_restore_buffer(other, f.file.data, f.file.len), KVC_ERROR_INVALID_ARGUMENT,
                   "layer 2: kind linear + dynamic (file) vs linear (cache)");
     kvc_cache_destroy(other);
   }
   /* Same kinds, other geometry: a target that already holds 4 heads where the file has 2. */
   kvc_cache* wide = NULL;
-  if (CHECK_OK(make(KVC_LAYER_LINEAR_DYNAMIC, &wide))) {
+  if (CHECK_OK(ps_mixed_cache(KVC_LAYER_LINEAR_DYNAMIC, &wide))) {
     float k[1 * 4 * 1 * PS_D] = {0};
     int64_t shape[4] = {1, 4, 1, PS_D};
     kvc_tensor t = ps_tensor(k, 4, shape);

@@ -155,27 +155,18 @@ static spec preset(const char* name, kvc_preset p, kvc_offload offload) {
 
 /* Every preset, after a prefill and some decoding. */
 static void test_every_preset(void) {
-  static const struct {
-    const char* name;
-    kvc_preset p;
-  } P[] = {{"DYNAMIC", KVC_PRESET_DYNAMIC},           {"STATIC", KVC_PRESET_STATIC},
-           {"SLIDING_WINDOW", KVC_PRESET_SLIDING_WINDOW}, {"HYBRID", KVC_PRESET_HYBRID},
-           {"HYBRID_CHUNKED", KVC_PRESET_HYBRID_CHUNKED}, {"QUANTIZED", KVC_PRESET_QUANTIZED},
-           {"OFFLOADED", KVC_PRESET_OFFLOADED},       {"OFFLOADED_STATIC", KVC_PRESET_OFFLOADED_STATIC},
-           {"OFFLOADED_HYBRID", KVC_PRESET_OFFLOADED_HYBRID}, {"SINK", KVC_PRESET_SINK},
-           {"MAMBA", KVC_PRESET_MAMBA},               {"HYBRID_MAMBA", KVC_PRESET_HYBRID_MAMBA}};
-  for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) {
-    spec s = preset(P[i].name, P[i].p, KVC_OFFLOAD_DEFAULT);
+  for (size_t i = 0; i < PS_NUM_PRESETS; i++) {
+    spec s = preset(PS_PRESETS[i].name, PS_PRESETS[i].preset, KVC_OFFLOAD_DEFAULT);
     static const kvc_layer_type mamba_types[3] = {KVC_LAYER_TYPE_LINEAR_ATTENTION, KVC_LAYER_TYPE_FULL_ATTENTION,
                                                   KVC_LAYER_TYPE_LINEAR_ATTENTION};
     static kvc_quant_options q = KVC_QUANT_OPTIONS_INIT;
     q.q_group_size = 8;
     q.residual_length = 3;
-    if (P[i].p == KVC_PRESET_QUANTIZED) {
+    if (PS_PRESETS[i].preset == KVC_PRESET_QUANTIZED) {
       s.config.sliding_window = s.config.attention_chunk_size = 0;
       s.options.quant = &q;
     }
-    if (P[i].p == KVC_PRESET_HYBRID_MAMBA) s.config.layer_types = mamba_types;
+    if (PS_PRESETS[i].preset == KVC_PRESET_HYBRID_MAMBA) s.config.layer_types = mamba_types;
     kvc_cache* c = NULL;
     if (!CHECK_OK(make(&s, &c))) continue;
     int64_t pos = 0;

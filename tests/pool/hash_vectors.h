@@ -26,6 +26,30 @@ static TU_UNUSED const char* hv_folder(int argc, char** argv, const char* file, 
   return buf;
 }
 
+/* The folder of the vector files, once hv_main has run. */
+static TU_UNUSED const char* hv_dir;
+
+/* One test function of a vector test, with its name (HV_TEST). */
+typedef struct hv_test {
+  const char* name;
+  void (*run)(void);
+} hv_test;
+#define HV_TEST(fn) {#fn, fn}
+
+/* The main of a vector test: hv_dir from argv and `file` (hv_folder), then each test as TU_RUN runs one. */
+static TU_UNUSED int hv_main(int argc, char** argv, const char* file, const hv_test* tests, size_t n) {
+  static char buf[4096];
+  hv_dir = hv_folder(argc, argv, file, buf, sizeof buf);
+  for (size_t i = 0; i < n; i++) {
+    long before = tu_failures_total;
+    tu_current_test = tests[i].name;
+    tests[i].run();
+    printf("%s %s\n", tu_failures_total == before ? "[  OK  ]" : "[ FAIL ]", tests[i].name);
+    fflush(stdout);
+  }
+  return tu_finish();
+}
+
 /* The whole file folder/name, NUL-terminated, to free(); NULL (and a message) when it cannot be read. */
 static TU_UNUSED char* hv_read_file(const char* folder, const char* name) {
   char path[4096];
@@ -80,6 +104,30 @@ static TU_UNUSED int hv_fields(char* line, char** fields, int max) {
     if (p) *p++ = '\0';
   }
   return n;
+}
+
+/*
+ * Runs `check` on every vector of the file `name` in `folder` (lines that are not comments or empty): each must have
+ * `nfields` (< 16) space-separated fields, the first `kind`. Prints and returns how many ran; -1 when the file
+ * cannot be read (a failed check).
+ */
+static TU_UNUSED int hv_each_vector(const char* folder, const char* name, const char* kind, int nfields,
+                                    void (*check)(char** fields)) {
+  char* text = hv_read_file(folder, name);
+  if (!CHECK(text != NULL)) return -1;
+  char* cursor = text;
+  int vectors = 0;
+  for (char* line; (line = hv_next_line(&cursor));) {
+    if (line[0] == '#' || !line[0]) continue;
+    char* f[16];
+    if (CHECK_EQ_I64(hv_fields(line, f, nfields), nfields) && CHECK(strcmp(f[0], kind) == 0)) {
+      check(f);
+      vectors++;
+    }
+  }
+  printf("%s: %d %s vectors\n", name, vectors, kind);
+  free(text);
+  return vectors;
 }
 
 static TU_UNUSED int hv_nibble(char c) {

@@ -244,6 +244,29 @@ static TU_UNUSED void pl_prompt(int32_t* tokens, size_t n) {
   for (size_t i = 0; i < n; i++) tokens[i] = 3 + (int32_t)(i * 5 % 97);
 }
 
+/* A pool of `m` with one sequence that holds the first `n` of the `len` prompt tokens written into `tokens`
+   (computed and committed with pl_step; none when n is 0). */
+static TU_UNUSED kvc_error* pl_start(const pl_model* m, int32_t* tokens, size_t len, int64_t n, int per_layer,
+                                     kvc_pool** p, kvc_pool_sequence** s) {
+  pl_prompt(tokens, len);
+  *p = NULL;
+  *s = NULL;
+  kvc_error* e = pl_pool(m, p);
+  if (!e) e = kvc_pool_sequence_create(*p, NULL, s);
+  if (!e && n) e = pl_step(*p, m, *s, tokens, n, per_layer);
+  return e;
+}
+
+/* The bytes of one block of group `group` in a file or tier, and the layers they cover, from the options of `m`. */
+static TU_UNUSED size_t pl_block_payload(const pl_model* m, uint32_t group, uint32_t* layers) {
+  pt_options po;
+  pl_options(m, &po);
+  size_t payload = 0;
+  *layers = 0;
+  CHECK_OK(kvc_pool_options_block_payload(&po.o, group, &payload, layers));
+  return payload;
+}
+
 /*
  * A pool of `writer` with a disk tier on `dir` (WRITE_ON_COMMIT) computes and commits the first `n` (<= 64)
  * prompt tokens and is destroyed; a new pool of `reader` with a tier on the same directory then matches the

@@ -221,26 +221,41 @@ static TU_UNUSED kvc_tensor t3(float* data, int64_t* shape) {
   return t;
 }
 
+/* The options of a float32 pool of one group (`kind`, `num_blocks` blocks of `bs` tokens) and one layer (`heads` heads
+   of key dim `kdim`, no value dim set), in `storage`, which they point into: the caller sets the rest. */
+typedef struct pt_single {
+  kvc_pool_options o;
+  kvc_pool_group_options g;
+  kvc_pool_layer_options l;
+} pt_single;
+
+static TU_UNUSED void pt_single_fill(pt_single* s, kvc_pool_group_kind kind, uint32_t bs, uint32_t num_blocks,
+                                     uint32_t heads, uint32_t kdim) {
+  s->g = (kvc_pool_group_options)KVC_POOL_GROUP_OPTIONS_INIT;
+  s->g.kind = kind;
+  s->g.block_size = bs;
+  s->g.num_blocks = num_blocks;
+  s->l = (kvc_pool_layer_options)KVC_POOL_LAYER_OPTIONS_INIT;
+  s->l.num_kv_heads = heads;
+  s->l.key_head_dim = kdim;
+  s->o = (kvc_pool_options)KVC_POOL_OPTIONS_INIT;
+  s->o.dtype = KVC_DTYPE_FLOAT32;
+  s->o.num_groups = 1;
+  s->o.groups = &s->g;
+  s->o.num_layers = 1;
+  s->o.layers = &s->l;
+}
+
 /* A pool of one full group (`usable` blocks of bs tokens), one layer, events on, hashed in `mode` with `seed`. */
 static TU_UNUSED kvc_error* pt_one_group(kvc_pool_hash_mode mode, uint32_t bs, uint32_t usable, const void* seed,
-                                    size_t seed_len, kvc_pool** out) {
-  kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
-  g.block_size = bs;
-  g.num_blocks = usable + 1;
-  kvc_pool_layer_options l = KVC_POOL_LAYER_OPTIONS_INIT;
-  l.num_kv_heads = 1;
-  l.key_head_dim = 2;
-  kvc_pool_options o = KVC_POOL_OPTIONS_INIT;
-  o.dtype = KVC_DTYPE_FLOAT32;
-  o.num_groups = 1;
-  o.groups = &g;
-  o.num_layers = 1;
-  o.layers = &l;
-  o.hash_seed = seed;
-  o.hash_seed_len = seed_len;
-  o.event_capacity = 4096;
-  o.hash_mode = mode;
-  return kvc_pool_create(&o, out);
+                                         size_t seed_len, kvc_pool** out) {
+  pt_single s;
+  pt_single_fill(&s, KVC_POOL_GROUP_FULL, bs, usable + 1, 1, 2);
+  s.o.hash_seed = seed;
+  s.o.hash_seed_len = seed_len;
+  s.o.event_capacity = 4096;
+  s.o.hash_mode = mode;
+  return kvc_pool_create(&s.o, out);
 }
 
 /* Reserves `n` tokens for s and commits them. */
@@ -250,6 +265,15 @@ static TU_UNUSED kvc_error* pt_append(kvc_pool_sequence* s, const int32_t* token
   kvc_error* e = kvc_pool_reserve(s, tokens, n, slots);
   free(slots);
   return e ? e : kvc_pool_commit(s);
+}
+
+/* Tokens a new sequence with options `o` matches of `tokens` (n of them); UINT64_MAX when a call fails. */
+static TU_UNUSED uint64_t pt_matched(kvc_pool* p, const kvc_pool_sequence_options* o, const int32_t* tokens, size_t n) {
+  kvc_pool_sequence* s = NULL;
+  uint64_t m = UINT64_MAX;
+  if (CHECK_OK(kvc_pool_sequence_create(p, o, &s))) CHECK_OK(kvc_pool_match_prefix(s, tokens, n, &m));
+  kvc_pool_sequence_destroy(s);
+  return m;
 }
 
 #endif /* KVC_TESTS_POOL_TEST_H */

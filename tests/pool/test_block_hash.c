@@ -8,7 +8,6 @@
 #include "hash_vectors.h"
 #include "test_errors.h"
 
-static const char* folder;
 
 static void check_root_vector(char** f) {
   size_t seed_len = 0, salt_len = 0;
@@ -85,7 +84,7 @@ static void check_chain_vector(char** f) {
 }
 
 static void test_vectors(void) {
-  char* text = hv_read_file(folder, "block_hash_vectors.txt");
+  char* text = hv_read_file(hv_dir, "block_hash_vectors.txt");
   REQUIRE(text != NULL);
   char* cursor = text;
   int roots = 0, blocks = 0, chains = 0;
@@ -268,12 +267,8 @@ static void test_bad_input_chain(void) {
 }
 
 int main(int argc, char** argv) {
-  char buf[4096];
-  folder = hv_folder(argc, argv, __FILE__, buf, sizeof buf);
-  TU_RUN(test_vectors);
-  TU_RUN(test_a_hash_covers_exactly_its_prefix);
-  TU_RUN(test_bad_input_root);
-  TU_RUN(test_bad_input_block);
-  TU_RUN(test_bad_input_chain);
-  return tu_finish();
+  static const hv_test tests[] = {HV_TEST(test_vectors), HV_TEST(test_a_hash_covers_exactly_its_prefix),
+                                  HV_TEST(test_bad_input_root), HV_TEST(test_bad_input_block),
+                                  HV_TEST(test_bad_input_chain)};
+  return hv_main(argc, argv, __FILE__, tests, sizeof tests / sizeof tests[0]);
 }

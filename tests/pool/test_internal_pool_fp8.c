@@ -19,17 +19,26 @@
 
 static float codec_kept(float x, float scale) { return kvc_qm_fp8_round_trip(x, scale); }
 
+/* A pool of `m` keeps what it stores through a disk tier (9 tokens: 2 full blocks match) and a sequence file. */
+static void check_round_trips(const pl_model* m, const char* tag) {
+  char dir[4096];
+  REQUIRE(tt_tempdir(dir, sizeof dir, tag));
+  CHECK_EQ_I64(pl_tier_round_trip(dir, m, m, 9), 8);
+  tt_rmtree(dir);
+  CHECK_OK(pl_file_round_trip(m, m, 7));
+}
+
 /* One full group of 4-token blocks: an fp8 layer, a dtype layer, an fp8 layer of another shape. */
 static pl_model fp8_model(kvc_pool_layout layout) {
-  pl_model m;
-  memset(&m, 0, sizeof m);
-  m.groups[0] = (pt_group){KVC_POOL_GROUP_FULL, 4, 12, 0};
-  m.ng = 1;
-  m.layers[0] = (pl_layer){0, 2, 4, 3, KVC_POOL_STORAGE_FP8_E4M3, 0.25f, 3.0f};
-  m.layers[1] = (pl_layer){0, 2, 4, 3, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f};
-  m.layers[2] = (pl_layer){0, 1, 8, 8, KVC_POOL_STORAGE_FP8_E4M3, 1.0f, 0.0625f};
-  m.nl = 3;
-  m.layout = layout;
+  pl_model m = {
+      .groups = {{KVC_POOL_GROUP_FULL, 4, 12, 0}},
+      .ng = 1,
+      .layers = {{0, 2, 4, 3, KVC_POOL_STORAGE_FP8_E4M3, 0.25f, 3.0f},
+                 {0, 2, 4, 3, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f},
+                 {0, 1, 8, 8, KVC_POOL_STORAGE_FP8_E4M3, 1.0f, 0.0625f}},
+      .nl = 3,
+      .layout = layout,
+  };
   return m;
 }
 
@@ -46,8 +55,10 @@ static uint8_t code_at(kvc_pool* p, uint32_t l, int kv, int64_t slot, int64_t h,
 
 static void check_codes_and_gather(kvc_pool_layout layout, int per_layer) {
   pl_model m = fp8_model(layout);
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pl_pool(&m, &p));
+  kvc_pool* p;
+  kvc_pool_sequence* s;
+  int32_t tok[10];
+  REQUIRE_OK(pl_start(&m, tok, 10, 0, 0, &p, &s));
   kvc_kv v;
   REQUIRE_OK(kvc_pool_layer_storage(p, 0, layout, &v));
   CHECK_EQ_I64(v.key.dtype.code, KVC_TYPE_CODE_UINT);
@@ -55,10 +66,6 @@ static void check_codes_and_gather(kvc_pool_layout layout, int per_layer) {
   CHECK_EQ_I64(v.value.dtype.bits, 8);
   REQUIRE_OK(kvc_pool_layer_storage(p, 1, layout, &v));
   CHECK_EQ_I64(v.key.dtype.bits, 32);
-  kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  int32_t tok[10];
-  pl_prompt(tok, 10);
   int64_t slots[10];
   REQUIRE_OK(kvc_pool_reserve(s, tok, 10, slots));
   REQUIRE_OK(pl_write(p, &m, slots, 0, 10, per_layer));
@@ -124,13 +131,10 @@ static void test_write_forms_agree(void) {
 static void test_fork_copy_on_write(void) {
   pl_model m = fp8_model(KVC_POOL_LAYOUT_NHD);
   pl_fp8_kept = codec_kept;
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pl_pool(&m, &p));
+  kvc_pool* p;
+  kvc_pool_sequence *a, *b = NULL;
   int32_t tok[8];
-  pl_prompt(tok, 8);
-  kvc_pool_sequence *a = NULL, *b = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &a));
-  REQUIRE_OK(pl_step(p, &m, a, tok, 6, 1)); /* a full block and half of one */
+  REQUIRE_OK(pl_start(&m, tok, 8, 6, 1, &p, &a)); /* a full block and half of one */
   REQUIRE_OK(kvc_pool_fork(a, &b));
   uint64_t used = pt_stats(p, 0).used_blocks;
   REQUIRE_OK(pl_step(p, &m, b, tok + 6, 1, 1));
@@ -169,11 +173,9 @@ static void test_tier(void) {
   CHECK_OK(kvc_pool_fingerprint(q, of_plain));
   CHECK(!memcmp(from_options, from_pool, 32));
   CHECK(memcmp(from_pool, of_plain, 32) != 0);
-  size_t payload = 0;
-  uint32_t layers = 0;
-  CHECK_OK(kvc_pool_options_block_payload(&po.o, 0, &payload, &layers));
+  uint32_t layers;
   /* per 4-token block: fp8 2x4 + 2x3 codes, float32 (2x4 + 2x3) x 4 bytes, fp8 8 + 8 codes */
-  CHECK_EQ_U64(payload, 4 * (14 + 14 * 4 + 16));
+  CHECK_EQ_U64(pl_block_payload(&m, 0, &layers), 4 * (14 + 14 * 4 + 16));
   CHECK_EQ_U64(layers, 3);
   kvc_pool_destroy(p);
   kvc_pool_destroy(q);
@@ -195,28 +197,21 @@ static void test_file(void) {
 /* A latent (MLA) layer stored as fp8: one row per token, one scale. */
 static void test_latent_fp8(void) {
   pl_fp8_kept = codec_kept;
-  pl_model m;
-  memset(&m, 0, sizeof m);
-  m.groups[0] = (pt_group){KVC_POOL_GROUP_LATENT, 4, 10, 0};
-  m.ng = 1;
-  m.layers[0] = (pl_layer){0, 1, 12, 0, KVC_POOL_STORAGE_FP8_E4M3, 0.5f, 1.0f};
-  m.layers[1] = (pl_layer){0, 1, 12, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f};
-  m.nl = 2;
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pl_pool(&m, &p));
+  pl_model m = {
+      .groups = {{KVC_POOL_GROUP_LATENT, 4, 10, 0}},
+      .ng = 1,
+      .layers = {{0, 1, 12, 0, KVC_POOL_STORAGE_FP8_E4M3, 0.5f, 1.0f},
+                 {0, 1, 12, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f}},
+      .nl = 2,
+  };
+  kvc_pool* p;
+  kvc_pool_sequence* s;
   int32_t tok[6];
-  pl_prompt(tok, 6);
-  kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  REQUIRE_OK(pl_step(p, &m, s, tok, 6, 1));
+  REQUIRE_OK(pl_start(&m, tok, 6, 6, 1, &p, &s));
   CHECK_EQ_I64(pl_all_mismatches(s, &m), 0);
   CHECK_EQ_I64(code_at(p, 0, 0, 4 + 2, 0, 0), 0x7e); /* token 2 holds 1000: 2000 saturates */
   kvc_pool_destroy(p);
-  char dir[4096];
-  REQUIRE(tt_tempdir(dir, sizeof dir, "fp8-latent"));
-  CHECK_EQ_I64(pl_tier_round_trip(dir, &m, &m, 9), 8);
-  tt_rmtree(dir);
-  CHECK_OK(pl_file_round_trip(&m, &m, 7));
+  check_round_trips(&m, "fp8-latent");
   /* A latent layer has no V: its v_scale stays 1. */
   m.layers[0].v_scale = 2.0f;
   CHECK_REFUSED(pl_pool(&m, &p), KVC_ERROR_INVALID_ARGUMENT, "layers[0].v_scale is 2; it must be 1 in a latent");
@@ -230,18 +225,17 @@ static void test_latent_fp8(void) {
  */
 static void test_shared_budget(void) {
   pl_fp8_kept = codec_kept;
-  pl_model m;
-  memset(&m, 0, sizeof m);
-  m.groups[0] = (pt_group){KVC_POOL_GROUP_FULL, 4, 0, 0};
-  m.groups[1] = (pt_group){KVC_POOL_GROUP_LATENT, 4, 0, 0};
-  m.ng = 2;
-  m.layers[0] = (pl_layer){0, 2, 4, 4, KVC_POOL_STORAGE_FP8_E4M3, 0.25f, 3.0f};
-  m.layers[1] = (pl_layer){1, 1, 12, 0, KVC_POOL_STORAGE_FP8_E4M3, 0.5f, 1.0f};
-  m.layers[2] = (pl_layer){0, 1, 4, 4, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f};
-  m.layers[3] = (pl_layer){1, 1, 8, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f};
-  m.nl = 4;
-  m.layout = KVC_POOL_LAYOUT_HND;
-  m.shared_budget_bytes = 9 * 192 + 191;
+  pl_model m = {
+      .groups = {{KVC_POOL_GROUP_FULL, 4, 0, 0}, {KVC_POOL_GROUP_LATENT, 4, 0, 0}},
+      .ng = 2,
+      .layers = {{0, 2, 4, 4, KVC_POOL_STORAGE_FP8_E4M3, 0.25f, 3.0f},
+                 {1, 1, 12, 0, KVC_POOL_STORAGE_FP8_E4M3, 0.5f, 1.0f},
+                 {0, 1, 4, 4, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f},
+                 {1, 1, 8, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f}},
+      .nl = 4,
+      .layout = KVC_POOL_LAYOUT_HND,
+      .shared_budget_bytes = 9 * 192 + 191,
+  };
   kvc_pool* p = NULL;
   REQUIRE_OK(pl_pool(&m, &p));
   CHECK_EQ_U64(pt_stats(p, 0).num_blocks, 8);
@@ -290,11 +284,7 @@ static void test_shared_budget(void) {
   kvc_pool_sequence_destroy(b);
   kvc_pool_sequence_destroy(c);
   kvc_pool_destroy(p);
-  char dir[4096];
-  REQUIRE(tt_tempdir(dir, sizeof dir, "fp8-shared"));
-  CHECK_EQ_I64(pl_tier_round_trip(dir, &m, &m, 9), 8);
-  tt_rmtree(dir);
-  CHECK_OK(pl_file_round_trip(&m, &m, 7));
+  check_round_trips(&m, "fp8-shared");
 }
 
 /* Options: every refusal names the field, the value and the rule; `out` stays untouched. */
@@ -368,13 +358,10 @@ static void test_published_layer_size(void) {
 static void test_write_refusals(void) {
   pl_model m = fp8_model(KVC_POOL_LAYOUT_NHD);
   pl_fp8_kept = codec_kept;
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pl_pool(&m, &p));
+  kvc_pool* p;
+  kvc_pool_sequence* s;
   int32_t tok[5];
-  pl_prompt(tok, 5);
-  kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  REQUIRE_OK(pl_step(p, &m, s, tok, 4, 0));
+  REQUIRE_OK(pl_start(&m, tok, 5, 4, 0, &p, &s));
   int64_t slot;
   REQUIRE_OK(kvc_pool_reserve(s, tok + 4, 1, &slot));
   pl_snapshot before = pl_take(p, &m);
@@ -396,9 +383,7 @@ static void test_write_refusals(void) {
   kvc_pool_destroy(p);
 }
 
-int main(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int main(void) {
   TU_RUN(test_codes_and_gather);
   TU_RUN(test_write_forms_agree);
   TU_RUN(test_fork_copy_on_write);

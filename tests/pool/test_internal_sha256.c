@@ -9,7 +9,6 @@
 #include "pool/sha256.h"
 #include "pool/sha256_x86.h"
 
-static const char* folder;
 
 /* The digest of `msg` by one call, compared with `want_hex`. */
 static void check_digest(const void* msg, size_t len, const char* want_hex, const char* name) {
@@ -63,7 +62,7 @@ static void test_one_million_a(void) {
 static uint8_t message_byte(size_t n, size_t i) { return (uint8_t)((i * 131 + n * 17 + 1) & 0xFF); }
 
 static void test_lengths_0_to_300_against_hashlib(void) {
-  char* text = hv_read_file(folder, "sha256_vectors.txt");
+  char* text = hv_read_file(hv_dir, "sha256_vectors.txt");
   REQUIRE(text != NULL);
   char* cursor = text;
   size_t seen = 0;
@@ -155,12 +154,8 @@ static void test_sha_ni_equals_portable(void) {
 }
 
 int main(int argc, char** argv) {
-  char buf[4096];
-  folder = hv_folder(argc, argv, __FILE__, buf, sizeof buf);
-  TU_RUN(test_fips_examples);
-  TU_RUN(test_one_million_a);
-  TU_RUN(test_lengths_0_to_300_against_hashlib);
-  TU_RUN(test_copy_forks_the_computation);
-  TU_RUN(test_sha_ni_equals_portable);
-  return tu_finish();
+  static const hv_test tests[] = {HV_TEST(test_fips_examples), HV_TEST(test_one_million_a),
+                                  HV_TEST(test_lengths_0_to_300_against_hashlib),
+                                  HV_TEST(test_copy_forks_the_computation), HV_TEST(test_sha_ni_equals_portable)};
+  return hv_main(argc, argv, __FILE__, tests, sizeof tests / sizeof tests[0]);
 }

@@ -78,33 +78,23 @@ static void test_refusals_fail_create_cleanly(void) {
 /* Options of the 0.6 size (80 bytes, before the allocator) still create pools on the backend's memory; a bad
    allocator is refused naming the field. */
 static void test_old_size_and_bad_allocator(void) {
-  kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
-  g.block_size = 2;
-  g.num_blocks = 4;
-  kvc_pool_layer_options l = KVC_POOL_LAYER_OPTIONS_INIT;
-  l.num_kv_heads = 1;
-  l.key_head_dim = 4;
-  kvc_pool_options o = KVC_POOL_OPTIONS_INIT;
-  o.dtype = KVC_DTYPE_FLOAT32;
-  o.num_groups = 1;
-  o.groups = &g;
-  o.num_layers = 1;
-  o.layers = &l;
-  o.struct_size = 80;
+  pt_single po;
+  pt_single_fill(&po, KVC_POOL_GROUP_FULL, 2, 4, 1, 4);
+  po.o.struct_size = 80;
   kvc_pool* p = NULL;
-  CHECK_OK(kvc_pool_create(&o, &p));
+  CHECK_OK(kvc_pool_create(&po.o, &p));
   kvc_kv kv;
   if (p && CHECK_OK(kvc_pool_layer_storage(p, 0, KVC_POOL_LAYOUT_NHD, &kv))) CHECK(!arena_holds_tensor(&kv.key));
   kvc_pool_destroy(p);
   kvc_allocator al = arena_start(&A);
   al.alloc = NULL;
-  o.struct_size = sizeof o;
-  o.allocator = &al;
+  po.o.struct_size = sizeof po.o;
+  po.o.allocator = &al;
   p = NULL;
-  CHECK_REFUSED(kvc_pool_create(&o, &p), KVC_ERROR_INVALID_ARGUMENT, "options.allocator->alloc is NULL");
+  CHECK_REFUSED(kvc_pool_create(&po.o, &p), KVC_ERROR_INVALID_ARGUMENT, "options.allocator->alloc is NULL");
   CHECK(p == NULL);
-  o.struct_size = 84;
-  CHECK_REFUSED(kvc_pool_create(&o, &p), KVC_ERROR_INVALID_ARGUMENT, "struct_size is 84");
+  po.o.struct_size = 84;
+  CHECK_REFUSED(kvc_pool_create(&po.o, &p), KVC_ERROR_INVALID_ARGUMENT, "struct_size is 84");
 }
 
 int main(int argc, char** argv) {

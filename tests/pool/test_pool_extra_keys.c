@@ -9,7 +9,6 @@
 #include "pool_test.h"
 #include "test_errors.h"
 
-static const char* folder;
 
 /* One `pool` vector: the pool's STORED events carry HASHES, and kvc_block_hash over EXTRAS gives them too. */
 static void check_pool_vector(char** f) {
@@ -66,21 +65,7 @@ done:
 }
 
 static void test_v2_vectors(void) {
-  char* text = hv_read_file(folder, "block_hash_v2_vectors.txt");
-  REQUIRE(text != NULL);
-  char* cursor = text;
-  int vectors = 0;
-  for (char* line; (line = hv_next_line(&cursor));) {
-    if (line[0] == '#' || !line[0]) continue;
-    char* f[11];
-    if (CHECK_EQ_I64(hv_fields(line, f, 10), 10) && CHECK(strcmp(f[0], "pool") == 0)) {
-      check_pool_vector(f);
-      vectors++;
-    }
-  }
-  printf("block_hash_v2_vectors.txt: %d pool vectors\n", vectors);
-  CHECK_EQ_I64(vectors, 9);
-  free(text);
+  CHECK_EQ_I64(hv_each_vector(hv_dir, "block_hash_v2_vectors.txt", "pool", 10, check_pool_vector), 9);
 }
 
 #define BS 4
@@ -101,15 +86,6 @@ static void fill(kvc_pool* p, const kvc_pool_sequence_options* o, const int32_t*
   kvc_pool_sequence_destroy(s); /* its blocks stay cached */
 }
 
-/* Tokens a new sequence with these options matches of `tokens`. */
-static uint64_t matched(kvc_pool* p, const kvc_pool_sequence_options* o, const int32_t* tokens) {
-  kvc_pool_sequence* s = NULL;
-  uint64_t m = UINT64_MAX;
-  if (CHECK_OK(kvc_pool_sequence_create(p, o, &s))) CHECK_OK(kvc_pool_match_prefix(s, tokens, TOKENS, &m));
-  kvc_pool_sequence_destroy(s);
-  return m;
-}
-
 /* Equal tokens (the placeholders of an image), different image hashes or adapters: no block is shared. */
 static void test_sharing_follows_the_keys(void) {
   kvc_pool* p = NULL;
@@ -124,26 +100,26 @@ static void test_sharing_follows_the_keys(void) {
   with_dog.mm_items = &dog_item, with_dog.num_mm_items = 1;
   /* The blocks after the fork hash with the parent's keys too, else a cat request would match only 16 tokens. */
   fill(p, &with_cat, tokens, 16);
-  CHECK_EQ_U64(matched(p, &with_dog, tokens), 0);
-  CHECK_EQ_U64(matched(p, &plain, tokens), 0);
-  CHECK_EQ_U64(matched(p, &with_cat, tokens), TOKENS - BS); /* all but the block of the last token */
+  CHECK_EQ_U64(pt_matched(p, &with_dog, tokens, TOKENS), 0);
+  CHECK_EQ_U64(pt_matched(p, &plain, tokens, TOKENS), 0);
+  CHECK_EQ_U64(pt_matched(p, &with_cat, tokens, TOKENS), TOKENS - BS); /* all but the block of the last token */
 
   kvc_pool_sequence_options lora_a = KVC_POOL_SEQUENCE_OPTIONS_INIT, lora_b = lora_a;
   lora_a.adapter_key = "lora:a", lora_a.adapter_key_len = 6;
   lora_b.adapter_key = "lora:b", lora_b.adapter_key_len = 6;
   for (int i = 0; i < TOKENS; i++) tokens[i] = 1000 + i;
   fill(p, &lora_a, tokens, TOKENS);
-  CHECK_EQ_U64(matched(p, &lora_b, tokens), 0);
-  CHECK_EQ_U64(matched(p, &plain, tokens), 0);
-  CHECK_EQ_U64(matched(p, &lora_a, tokens), TOKENS - BS);
+  CHECK_EQ_U64(pt_matched(p, &lora_b, tokens, TOKENS), 0);
+  CHECK_EQ_U64(pt_matched(p, &plain, tokens, TOKENS), 0);
+  CHECK_EQ_U64(pt_matched(p, &lora_a, tokens, TOKENS), TOKENS - BS);
 
   /* An image at tokens [9, 11): the blocks before it are shared whatever the image, none from its block on. */
   for (int i = 0; i < TOKENS; i++) tokens[i] = 2000 + i;
   cat_item.offset = dog_item.offset = 9;
   cat_item.length = dog_item.length = 2;
   fill(p, &with_cat, tokens, TOKENS);
-  CHECK_EQ_U64(matched(p, &with_dog, tokens), 8);
-  CHECK_EQ_U64(matched(p, &with_cat, tokens), TOKENS - BS);
+  CHECK_EQ_U64(pt_matched(p, &with_dog, tokens, TOKENS), 8);
+  CHECK_EQ_U64(pt_matched(p, &with_cat, tokens, TOKENS), TOKENS - BS);
   kvc_pool_destroy(p);
 }
 
@@ -158,7 +134,7 @@ static void test_old_struct_size(void) {
   kvc_pool_sequence_options old = plain;
   old.struct_size = 24;
   old.adapter_key = "ignored: beyond 24 bytes", old.adapter_key_len = 24;
-  CHECK_EQ_U64(matched(p, &old, tokens), TOKENS - BS);
+  CHECK_EQ_U64(pt_matched(p, &old, tokens, TOKENS), TOKENS - BS);
   kvc_pool_sequence_options init;
   memset(&init, 0xab, sizeof init);
   kvc_pool_sequence_options_init(&init);
@@ -235,12 +211,7 @@ static void test_save_refused(void) {
 }
 
 int main(int argc, char** argv) {
-  char buf[4096];
-  folder = hv_folder(argc, argv, __FILE__, buf, sizeof buf);
-  TU_RUN(test_v2_vectors);
-  TU_RUN(test_sharing_follows_the_keys);
-  TU_RUN(test_old_struct_size);
-  TU_RUN(test_bad_options);
-  TU_RUN(test_save_refused);
-  return tu_finish();
+  static const hv_test tests[] = {HV_TEST(test_v2_vectors), HV_TEST(test_sharing_follows_the_keys),
+                                  HV_TEST(test_old_struct_size), HV_TEST(test_bad_options), HV_TEST(test_save_refused)};
+  return hv_main(argc, argv, __FILE__, tests, sizeof tests / sizeof tests[0]);
 }

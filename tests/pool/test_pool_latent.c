@@ -12,37 +12,40 @@
 
 #include "pool_layers_test.h"
 
-/* A latent group (rows of 10 and 6) beside a full group, blocks of 4 tokens. */
+/* A latent group (rows of 10 and 6) beside a full group, blocks of 4 tokens. (The models of this test and of
+   test_internal_pool_fp8.c are written the same way on purpose: each is its own data, groups and layers.) */
 static pl_model hybrid(kvc_pool_layout layout) {
-  pl_model m;
-  memset(&m, 0, sizeof m);
-  m.groups[0] = (pt_group){KVC_POOL_GROUP_LATENT, 4, 12, 0};
-  m.groups[1] = (pt_group){KVC_POOL_GROUP_FULL, 4, 12, 0};
-  m.ng = 2;
-  m.layers[0] = (pl_layer){0, 1, 10, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f};
-  m.layers[1] = (pl_layer){1, 2, 4, 3, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f};
-  m.layers[2] = (pl_layer){0, 1, 6, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f};
-  m.nl = 3;
-  m.layout = layout;
+  pl_model m = {
+      .groups = {{KVC_POOL_GROUP_LATENT, 4, 12, 0}, {KVC_POOL_GROUP_FULL, 4, 12, 0}},
+      .ng = 2,
+      .layers = {{0, 1, 10, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f},
+                 {1, 2, 4, 3, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f},
+                 {0, 1, 6, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f}},
+      .nl = 3,
+      .layout = layout,
+  };
   return m;
 }
 
 /* Only latent layers (DeepSeek V3's 61 layers, in small). */
 static pl_model latent_only(void) {
-  pl_model m;
-  memset(&m, 0, sizeof m);
-  m.groups[0] = (pt_group){KVC_POOL_GROUP_LATENT, 4, 10, 0};
-  m.ng = 1;
-  m.layers[0] = (pl_layer){0, 1, 9, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f};
-  m.layers[1] = (pl_layer){0, 1, 9, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f};
-  m.nl = 2;
+  pl_model m = {
+      .groups = {{KVC_POOL_GROUP_LATENT, 4, 10, 0}},
+      .ng = 1,
+      .layers = {{0, 1, 9, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f},
+                 {0, 1, 9, 0, KVC_POOL_STORAGE_DTYPE, 1.0f, 1.0f}},
+      .nl = 2,
+  };
   return m;
 }
 
 static void check_write_gather(kvc_pool_layout layout, int per_layer) {
   pl_model m = hybrid(layout);
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pl_pool(&m, &p));
+  kvc_pool* p;
+  kvc_pool_sequence* s;
+  int32_t tok[9];
+  REQUIRE_OK(pl_start(&m, tok, 9, 5, per_layer, &p, &s));
+  REQUIRE_OK(pl_step(p, &m, s, tok + 5, 4, per_layer));
   kvc_kv v;
   REQUIRE_OK(kvc_pool_layer_storage(p, 0, layout, &v));
   CHECK_EQ_I64(v.key.ndim, 4);
@@ -51,12 +54,6 @@ static void check_write_gather(kvc_pool_layout layout, int per_layer) {
   CHECK_EQ_I64(v.key.shape[3], 10);
   CHECK(v.value.data == NULL);
   CHECK_EQ_I64(v.value.ndim, 0);
-  int32_t tok[9];
-  pl_prompt(tok, 9);
-  kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  REQUIRE_OK(pl_step(p, &m, s, tok, 5, per_layer));
-  REQUIRE_OK(pl_step(p, &m, s, tok + 5, 4, per_layer));
   CHECK_EQ_I64(pl_all_mismatches(s, &m), 0);
   /* The row of token 6 sits at its slot: block table entry 1, offset 2. */
   int32_t row[4];
@@ -79,12 +76,10 @@ static void test_write_gather(void) {
 /* A pool of latent layers only: kvc_pool_write takes no values at all. */
 static void test_latent_only_write(void) {
   pl_model m = latent_only();
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pl_pool(&m, &p));
+  kvc_pool* p;
+  kvc_pool_sequence* s;
   int32_t tok[6];
-  pl_prompt(tok, 6);
-  kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
+  REQUIRE_OK(pl_start(&m, tok, 6, 0, 0, &p, &s));
   int64_t slots[6];
   REQUIRE_OK(kvc_pool_reserve(s, tok, 6, slots));
   pl_inputs in;
@@ -99,13 +94,10 @@ static void test_latent_only_write(void) {
 /* Prefix reuse and copy-on-write work on latent blocks as on full ones. */
 static void test_match_fork(void) {
   pl_model m = hybrid(KVC_POOL_LAYOUT_NHD);
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pl_pool(&m, &p));
+  kvc_pool* p;
+  kvc_pool_sequence *a, *b = NULL, *c = NULL;
   int32_t tok[10];
-  pl_prompt(tok, 10);
-  kvc_pool_sequence *a = NULL, *b = NULL, *c = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &a));
-  REQUIRE_OK(pl_step(p, &m, a, tok, 9, 1));
+  REQUIRE_OK(pl_start(&m, tok, 10, 9, 1, &p, &a));
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &b));
   uint64_t matched = 0;
   REQUIRE_OK(kvc_pool_match_prefix(b, tok, 10, &matched));
@@ -133,12 +125,8 @@ static void test_tier_and_file(void) {
   full.layers[2].vdim = 6;
   CHECK_EQ_I64(pl_tier_round_trip(dir, &m, &full, 9), 0);
   tt_rmtree(dir);
-  pt_options po;
-  pl_options(&m, &po);
-  size_t payload = 0;
-  uint32_t layers = 0;
-  CHECK_OK(kvc_pool_options_block_payload(&po.o, 0, &payload, &layers));
-  CHECK_EQ_U64(payload, 4 * (10 + 6) * sizeof(float)); /* rows only, no V */
+  uint32_t layers;
+  CHECK_EQ_U64(pl_block_payload(&m, 0, &layers), 4 * (10 + 6) * sizeof(float)); /* rows only, no V */
   CHECK_EQ_U64(layers, 2);
   CHECK_OK(pl_file_round_trip(&m, &m, 10));
   CHECK_REFUSED(pl_file_round_trip(&m, &full, 10), KVC_ERROR_INVALID_ARGUMENT, "group 0: kind");
@@ -164,13 +152,10 @@ static void test_refusals(void) {
   CHECK_REFUSED(pl_pool(&bad, &out), KVC_ERROR_INVALID_ARGUMENT, "groups[0].kind is 6; it must be");
   CHECK(out == sentinel);
 
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pl_pool(&m, &p));
+  kvc_pool* p;
+  kvc_pool_sequence* s;
   int32_t tok[5];
-  pl_prompt(tok, 5);
-  kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  REQUIRE_OK(pl_step(p, &m, s, tok, 4, 0));
+  REQUIRE_OK(pl_start(&m, tok, 5, 4, 0, &p, &s));
   int64_t slots[2];
   REQUIRE_OK(kvc_pool_reserve(s, tok + 4, 1, slots));
   pl_snapshot before = pl_take(p, &m);
@@ -194,9 +179,7 @@ static void test_refusals(void) {
   kvc_pool_destroy(p);
 }
 
-int main(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int main(void) {
   TU_RUN(test_write_gather);
   TU_RUN(test_latent_only_write);
   TU_RUN(test_match_fork);

@@ -15,6 +15,17 @@ static float* key_storage(const kvc_pool* p, uint32_t layer) {
   return e ? NULL : (float*)kv.key.data;
 }
 
+/* A pool of one layer in group `g` (`events`: the event ring) and a sequence `a` that computed and committed the
+   first `n` of `tokens` (none when n is 0). */
+static kvc_error* one_layer_pool(const pt_group* g, uint32_t events, int caching, const int32_t* tokens, int64_t n,
+                                 kvc_pool** p, kvc_pool_sequence** a) {
+  *a = NULL;
+  kvc_error* e = pt_pool(p, g, 1, ONE_LAYER, 1, KVC_POOL_LAYOUT_NHD, events, caching);
+  if (!e) e = kvc_pool_sequence_create(*p, NULL, a);
+  if (!e && n) e = pt_step(*p, 1, 1, *a, tokens, n);
+  return e;
+}
+
 static void test_create_and_reserve(void) {
   kvc_pool* p = NULL;
   REQUIRE_OK(pt_pool(&p, FULL4, 1, ONE_LAYER, 1, KVC_POOL_LAYOUT_NHD, 0, 1));
@@ -54,12 +65,10 @@ static void test_create_and_reserve(void) {
 }
 
 static void test_fork_copy_on_write(void) {
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pt_pool(&p, FULL4, 1, ONE_LAYER, 1, KVC_POOL_LAYOUT_NHD, 0, 1));
-  kvc_pool_sequence *a = NULL, *c = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &a));
   int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  REQUIRE_OK(pt_step(p, 1, 1, a, toks, 6));
+  kvc_pool* p;
+  kvc_pool_sequence *a, *c = NULL;
+  REQUIRE_OK(one_layer_pool(FULL4, 0, 1, toks, 6, &p, &a));
   REQUIRE_OK(kvc_pool_fork(a, &c));
   CHECK_EQ_U64(kvc_pool_sequence_length(c), 6);
   CHECK_EQ_U64(kvc_pool_sequence_committed(c), 6);
@@ -151,12 +160,10 @@ static void test_lru_eviction_order(void) {
 
 static void test_sliding_window_frees(void) {
   static const pt_group g[] = {{KVC_POOL_GROUP_SLIDING, 2, 8, 3}};
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pt_pool(&p, g, 1, ONE_LAYER, 1, KVC_POOL_LAYOUT_NHD, 0, 1));
-  kvc_pool_sequence* a = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &a));
   int32_t t[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-  REQUIRE_OK(pt_step(p, 1, 1, a, t, 5)); /* a prefill keeps every block: its own queries need them */
+  kvc_pool* p;
+  kvc_pool_sequence* a;
+  REQUIRE_OK(one_layer_pool(g, 0, 1, t, 5, &p, &a)); /* a prefill keeps every block: its own queries need them */
   CHECK_ROW(p, a, 0, 1, 2, 3);
   uint64_t need = 9;
   const kvc_pool_sequence* one[1] = {a};
@@ -194,12 +201,10 @@ static void test_sliding_window_frees(void) {
 
 static void test_chunked_frees(void) {
   static const pt_group g[] = {{KVC_POOL_GROUP_CHUNKED, 2, 8, 4}};
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pt_pool(&p, g, 1, ONE_LAYER, 1, KVC_POOL_LAYOUT_NHD, 0, 1));
-  kvc_pool_sequence* a = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &a));
   int32_t t[6] = {1, 2, 3, 4, 5, 6};
-  REQUIRE_OK(pt_step(p, 1, 1, a, t, 5));
+  kvc_pool* p;
+  kvc_pool_sequence* a;
+  REQUIRE_OK(one_layer_pool(g, 0, 1, t, 5, &p, &a));
   CHECK_ROW(p, a, 0, 1, 2, 3);
   int64_t slot;
   REQUIRE_OK(kvc_pool_reserve(a, t + 5, 1, &slot));
@@ -209,12 +214,10 @@ static void test_chunked_frees(void) {
 }
 
 static void test_truncate(void) {
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pt_pool(&p, FULL4, 1, ONE_LAYER, 1, KVC_POOL_LAYOUT_NHD, 0, 1));
-  kvc_pool_sequence *a = NULL, *b = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &a));
   int32_t t[11] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
-  REQUIRE_OK(pt_step(p, 1, 1, a, t, 10));
+  kvc_pool* p;
+  kvc_pool_sequence *a, *b = NULL;
+  REQUIRE_OK(one_layer_pool(FULL4, 0, 1, t, 10, &p, &a));
   CHECK_ROW(p, a, 0, 1, 2, 3);
   CHECK_ERR(kvc_pool_truncate(a, 11), KVC_ERROR_OUT_OF_RANGE);
   REQUIRE_OK(kvc_pool_truncate(a, 6));
@@ -240,12 +243,10 @@ static void test_truncate(void) {
 
 static void test_pin_and_out_of_blocks(void) {
   static const pt_group g[] = {{KVC_POOL_GROUP_FULL, 2, 4, 0}};
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pt_pool(&p, g, 1, ONE_LAYER, 1, KVC_POOL_LAYOUT_NHD, 0, 1));
-  kvc_pool_sequence *a = NULL, *b = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &a));
   int32_t t[4] = {1, 2, 3, 4};
-  REQUIRE_OK(pt_step(p, 1, 1, a, t, 4));
+  kvc_pool* p;
+  kvc_pool_sequence *a, *b = NULL;
+  REQUIRE_OK(one_layer_pool(g, 0, 1, t, 4, &p, &a));
   REQUIRE_OK(kvc_pool_sequence_pin(a));
   REQUIRE_OK(kvc_pool_sequence_pin(a)); /* twice is once */
   kvc_pool_sequence_destroy(a);
@@ -319,12 +320,11 @@ static void test_events_ring_and_salt(void) {
 }
 
 static void test_tables(void) {
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pt_pool(&p, FULL4, 1, ONE_LAYER, 1, KVC_POOL_LAYOUT_NHD, 0, 1));
-  kvc_pool_sequence *a = NULL, *b = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &a));
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &b));
   int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  kvc_pool* p;
+  kvc_pool_sequence *a, *b = NULL;
+  REQUIRE_OK(one_layer_pool(FULL4, 0, 1, t, 0, &p, &a));
+  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &b));
   int64_t slots[9];
   REQUIRE_OK(kvc_pool_reserve(a, t, 9, slots)); /* 1, 2, 3 */
   REQUIRE_OK(kvc_pool_reserve(b, t, 4, slots)); /* 4 */
@@ -350,12 +350,10 @@ static void test_tables(void) {
 }
 
 static void test_blocks_needed_shared(void) {
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pt_pool(&p, FULL4, 1, ONE_LAYER, 1, KVC_POOL_LAYOUT_NHD, 0, 1));
-  kvc_pool_sequence *a = NULL, *b = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &a));
   int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  REQUIRE_OK(pt_step(p, 1, 1, a, t, 5)); /* block 2 partial */
+  kvc_pool* p;
+  kvc_pool_sequence *a, *b = NULL;
+  REQUIRE_OK(one_layer_pool(FULL4, 0, 1, t, 5, &p, &a)); /* block 2 partial */
   REQUIRE_OK(kvc_pool_fork(a, &b));
   const kvc_pool_sequence* both[2] = {a, b};
   uint64_t more[2] = {1, 4}, need = 0;
@@ -378,14 +376,11 @@ static void test_blocks_needed_shared(void) {
  * reserve (found by the pool demo).
  */
 static void test_blocks_needed_order(void) {
-  kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
-  g.kind = KVC_POOL_GROUP_SLIDING, g.block_size = 4, g.num_blocks = 5, g.window = 4; /* 4 usable blocks */
-  kvc_pool_layer_options l = KVC_POOL_LAYER_OPTIONS_INIT;
-  l.num_kv_heads = 1, l.key_head_dim = 1;
-  kvc_pool_options o = KVC_POOL_OPTIONS_INIT;
-  o.dtype = KVC_DTYPE_FLOAT32, o.num_groups = 1, o.groups = &g, o.num_layers = 1, o.layers = &l;
+  pt_single po;
+  pt_single_fill(&po, KVC_POOL_GROUP_SLIDING, 4, 5, 1, 1); /* 4 usable blocks */
+  po.g.window = 4;
   kvc_pool* p = NULL;
-  REQUIRE_OK(kvc_pool_create(&o, &p));
+  REQUIRE_OK(kvc_pool_create(&po.o, &p));
   int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   int64_t slots[9];
   kvc_pool_sequence *x = NULL, *y = NULL;
@@ -522,12 +517,10 @@ static void test_recurrent_checkpoints(void) {
 }
 
 static void test_prefix_caching_off(void) {
-  kvc_pool* p = NULL;
-  REQUIRE_OK(pt_pool(&p, FULL4, 1, ONE_LAYER, 1, KVC_POOL_LAYOUT_NHD, 4, 0));
-  kvc_pool_sequence *a = NULL, *b = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &a));
   int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-  REQUIRE_OK(pt_step(p, 1, 1, a, t, 8));
+  kvc_pool* p;
+  kvc_pool_sequence *a, *b = NULL;
+  REQUIRE_OK(one_layer_pool(FULL4, 4, 0, t, 8, &p, &a));
   kvc_pool_sequence_destroy(a);
   kvc_pool_stats st = pt_stats(p, 0);
   CHECK_EQ_U64(st.cached_blocks, 0);

@@ -9,7 +9,6 @@
 #include "pool_test.h"
 #include "test_errors.h"
 
-static const char* folder;
 
 static int32_t* run(int32_t first, size_t n, int32_t* out) {
   for (size_t i = 0; i < n; i++) out[i] = first + (int32_t)i;
@@ -74,21 +73,7 @@ done:
 }
 
 static void test_vectors(void) {
-  char* text = hv_read_file(folder, "vllm_event_vectors.txt");
-  REQUIRE(text != NULL);
-  char* cursor = text;
-  int batches = 0;
-  for (char* line; (line = hv_next_line(&cursor));) {
-    if (line[0] == '#' || !line[0]) continue;
-    char* f[7];
-    if (CHECK_EQ_I64(hv_fields(line, f, 6), 6) && CHECK(strcmp(f[0], "batch") == 0)) {
-      check_batch(f);
-      batches++;
-    }
-  }
-  printf("vllm_event_vectors.txt: %d batches\n", batches);
-  CHECK_EQ_I64(batches, 2);
-  free(text);
+  CHECK_EQ_I64(hv_each_vector(hv_dir, "vllm_event_vectors.txt", "batch", 6, check_batch), 2);
 }
 
 /* Refusals take nothing: the full batch is still there afterwards. */
@@ -142,10 +127,6 @@ static void test_one_queue(void) {
 }
 
 int main(int argc, char** argv) {
-  char buf[4096];
-  folder = hv_folder(argc, argv, __FILE__, buf, sizeof buf);
-  TU_RUN(test_vectors);
-  TU_RUN(test_refusals);
-  TU_RUN(test_one_queue);
-  return tu_finish();
+  static const hv_test tests[] = {HV_TEST(test_vectors), HV_TEST(test_refusals), HV_TEST(test_one_queue)};
+  return hv_main(argc, argv, __FILE__, tests, sizeof tests / sizeof tests[0]);
 }

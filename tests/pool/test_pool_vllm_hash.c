@@ -9,7 +9,6 @@
 #include "pool_test.h"
 #include "test_errors.h"
 
-static const char* folder;
 
 /* One `vllm` vector: the pool's STORED events carry HASHES, the first one's parent is NONE_HASH. */
 static void check_vector(char** f) {
@@ -59,33 +58,11 @@ done:
 }
 
 static void test_vectors(void) {
-  char* text = hv_read_file(folder, "vllm_hash_vectors.txt");
-  REQUIRE(text != NULL);
-  char* cursor = text;
-  int vectors = 0;
-  for (char* line; (line = hv_next_line(&cursor));) {
-    if (line[0] == '#' || !line[0]) continue;
-    char* f[12];
-    if (CHECK_EQ_I64(hv_fields(line, f, 11), 11) && CHECK(strcmp(f[0], "vllm") == 0)) {
-      check_vector(f);
-      vectors++;
-    }
-  }
-  printf("vllm_hash_vectors.txt: %d vectors\n", vectors);
-  CHECK_EQ_I64(vectors, 15);
-  free(text);
+  CHECK_EQ_I64(hv_each_vector(hv_dir, "vllm_hash_vectors.txt", "vllm", 11, check_vector), 15);
 }
 
 #define BS 4
 #define TOKENS 16
-
-static uint64_t matched(kvc_pool* p, const kvc_pool_sequence_options* o, const int32_t* tokens) {
-  kvc_pool_sequence* s = NULL;
-  uint64_t got = UINT64_MAX;
-  if (CHECK_OK(kvc_pool_sequence_create(p, o, &s))) CHECK_OK(kvc_pool_match_prefix(s, tokens, TOKENS, &got));
-  kvc_pool_sequence_destroy(s);
-  return got;
-}
 
 /* Equal tokens share blocks only under equal salts, LoRAs (name and path) and item identifiers. */
 static void test_sharing_follows_the_keys(void) {
@@ -107,30 +84,26 @@ static void test_sharing_follows_the_keys(void) {
     REQUIRE_OK(kvc_pool_sequence_create(p, keep[i], &held[i]));
     CHECK_OK(pt_append(held[i], tokens, TOKENS));
   }
-  CHECK_EQ_U64(matched(p, &base, tokens), TOKENS - BS);
-  CHECK_EQ_U64(matched(p, &lora, tokens), TOKENS - BS);
-  CHECK_EQ_U64(matched(p, &lora2, tokens), 0);  /* the path is in vLLM's LoRA key */
-  CHECK_EQ_U64(matched(p, &salted, tokens), TOKENS - BS);
-  CHECK_EQ_U64(matched(p, &with_dog, tokens), TOKENS - BS);
-  CHECK_EQ_U64(matched(p, &with_cat, tokens), BS); /* the item [5, 7) starts in block 1 */
+  CHECK_EQ_U64(pt_matched(p, &base, tokens, TOKENS), TOKENS - BS);
+  CHECK_EQ_U64(pt_matched(p, &lora, tokens, TOKENS), TOKENS - BS);
+  CHECK_EQ_U64(pt_matched(p, &lora2, tokens, TOKENS), 0);  /* the path is in vLLM's LoRA key */
+  CHECK_EQ_U64(pt_matched(p, &salted, tokens, TOKENS), TOKENS - BS);
+  CHECK_EQ_U64(pt_matched(p, &with_dog, tokens, TOKENS), TOKENS - BS);
+  CHECK_EQ_U64(pt_matched(p, &with_cat, tokens, TOKENS), BS); /* the item [5, 7) starts in block 1 */
   for (int i = 0; i < 4; i++) kvc_pool_sequence_destroy(held[i]);
   kvc_pool_destroy(p);
 }
 
 /* A caller of 0.7 before hash_mode passes 96 bytes: kvcache's own hash, as docs/block-hash.md's vectors. */
 static void test_options_size_96(void) {
-  kvc_pool_group_options g = KVC_POOL_GROUP_OPTIONS_INIT;
-  g.block_size = BS, g.num_blocks = 8;
-  kvc_pool_layer_options l = KVC_POOL_LAYER_OPTIONS_INIT;
-  l.num_kv_heads = 1, l.key_head_dim = 2;
-  kvc_pool_options o = KVC_POOL_OPTIONS_INIT;
-  o.dtype = KVC_DTYPE_FLOAT32, o.num_groups = 1, o.groups = &g, o.num_layers = 1, o.layers = &l;
-  o.event_capacity = 16;
-  o.hash_mode = KVC_POOL_HASH_VLLM_SHA256_CBOR; /* beyond 96 bytes: not read */
-  o.struct_size = 96;
+  pt_single po;
+  pt_single_fill(&po, KVC_POOL_GROUP_FULL, BS, 8, 1, 2);
+  po.o.event_capacity = 16;
+  po.o.hash_mode = KVC_POOL_HASH_VLLM_SHA256_CBOR; /* beyond 96 bytes: not read */
+  po.o.struct_size = 96;
   kvc_pool* p = NULL;
   kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_create(&o, &p));
+  REQUIRE_OK(kvc_pool_create(&po.o, &p));
   int32_t tokens[BS] = {1, 2, 3, 4};
   if (CHECK_OK(kvc_pool_sequence_create(p, NULL, &s)) && CHECK_OK(pt_append(s, tokens, BS))) {
     kvc_pool_event ev;
@@ -208,12 +181,8 @@ static void test_bad_sequence_options(void) {
 }
 
 int main(int argc, char** argv) {
-  char buf[4096];
-  folder = hv_folder(argc, argv, __FILE__, buf, sizeof buf);
-  TU_RUN(test_vectors);
-  TU_RUN(test_sharing_follows_the_keys);
-  TU_RUN(test_options_size_96);
-  TU_RUN(test_bad_pool_options);
-  TU_RUN(test_bad_sequence_options);
-  return tu_finish();
+  static const hv_test tests[] = {HV_TEST(test_vectors), HV_TEST(test_sharing_follows_the_keys),
+                                  HV_TEST(test_options_size_96), HV_TEST(test_bad_pool_options),
+                                  HV_TEST(test_bad_sequence_options)};
+  return hv_main(argc, argv, __FILE__, tests, sizeof tests / sizeof tests[0]);
 }

@@ -7,77 +7,17 @@
  * ThreadSanitizer, which fails it on any data race between the worker, the
  * caller; the checks below hold the counts together.
  */
-#include "../tier/tier_test.h" /* first: it sets the feature macros */
+#include "../tier/memory_store.h" /* first: it sets the feature macros */
 
-#include <pthread.h>
-#include <time.h>
-
-enum { CAP = 4096, PROMPT = 17, ROUNDS = 40 };
-
-/* A store in memory behind a mutex, with a short sleep per call (the network). */
-typedef struct store {
-  pthread_mutex_t mu;
-  kvc_tier_key keys[CAP];
-  uint8_t* values[CAP];
-  size_t sizes[CAP];
-  size_t count;
-} store;
-
-static void nap_us(long us) {
-  struct timespec ts = {0, us * 1000L};
-  nanosleep(&ts, NULL);
-}
-
-static size_t put_many(void* ctx, const kvc_tier_key* keys, const void* const* values, const size_t* sizes,
-                       size_t count) {
-  store* m = ctx;
-  nap_us(300);
-  pthread_mutex_lock(&m->mu);
-  size_t i = 0;
-  for (; i < count && m->count < CAP; i++, m->count++) {
-    m->keys[m->count] = keys[i];
-    m->values[m->count] = malloc(sizes[i]);
-    memcpy(m->values[m->count], values[i], sizes[i]);
-    m->sizes[m->count] = sizes[i];
-  }
-  pthread_mutex_unlock(&m->mu);
-  return i;
-}
-
-static size_t get_many(void* ctx, const kvc_tier_key* keys, void* const* values, size_t capacity, size_t* sizes,
-                       size_t count) {
-  store* m = ctx;
-  nap_us(300);
-  pthread_mutex_lock(&m->mu);
-  size_t i = 0;
-  for (; i < count; i++) {
-    size_t j = 0;
-    while (j < m->count && memcmp(&m->keys[j], &keys[i], sizeof keys[i])) j++;
-    if (j == m->count || m->sizes[j] > capacity) break;
-    memcpy(values[i], m->values[j], m->sizes[j]);
-    sizes[i] = m->sizes[j];
-  }
-  pthread_mutex_unlock(&m->mu);
-  return i;
-}
-
-static void destroy(void* ctx) {
-  store* m = ctx;
-  for (size_t i = 0; i < m->count; i++) free(m->values[i]);
-  pthread_mutex_destroy(&m->mu);
-  free(m);
-}
-
-static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), put_many, get_many, destroy, NULL};
+enum { PROMPT = 17, ROUNDS = 40 };
 
 static void test_worker_against_callers(void) {
   kvc_pool* p = NULL;
-  REQUIRE_OK(tt_pool(&p, 64, KVC_POOL_LAYOUT_NHD));
-  store* m = calloc(1, sizeof *m);
-  pthread_mutex_init(&m->mu, NULL);
-  kvc_tier* t = NULL;
-  REQUIRE_OK(kvc_tier_create(&OPS, m, "memory", &t));
-  REQUIRE_OK(kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT));
+  ms_store* m = NULL;
+  REQUIRE_OK(ms_pool(64, "memory", &p, &m));
+  atomic_store(&m->put_delay_us, 300); /* the network */
+  atomic_store(&m->get_delay_us, 300);
+  kvc_tier* t = kvc_pool_tier(p, 0);
   kvc_tier_worker_options o = KVC_TIER_WORKER_OPTIONS_INIT;
   o.max_jobs = 3; /* small: some commits find the queue full */
   o.events = 1;

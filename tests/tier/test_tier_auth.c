@@ -11,7 +11,7 @@
  * kvc_tier_set_auth_key behaves the same; bad keys are refused
  * naming the option, and a struct of 0.6's size is still accepted.
  */
-#include "tier_test.h" /* first: it sets the feature macros */
+#include "memory_store.h" /* first: it sets the feature macros */
 
 #include <sys/stat.h>
 
@@ -231,48 +231,15 @@ static void test_bad_keys_refused(void) {
 
 /* ---- a program's own store (kvc_tier_create + kvc_tier_set_auth_key) ---- */
 
-enum { SLOTS = 8, SLOT_BYTES = 1024 };
-typedef struct mem_store {
-  kvc_tier_key keys[SLOTS];
-  uint8_t values[SLOTS][SLOT_BYTES];
-  size_t sizes[SLOTS], count;
-} mem_store;
-static mem_store store; /* outlives the tiers on it (no destroy): a restart finds it */
-
-static size_t mem_put(void* ctx, const kvc_tier_key* keys, const void* const* values, const size_t* sizes,
-                      size_t n) {
-  mem_store* m = ctx;
-  size_t i = 0;
-  for (; i < n && m->count < SLOTS && sizes[i] <= SLOT_BYTES; i++, m->count++) {
-    m->keys[m->count] = keys[i];
-    memcpy(m->values[m->count], values[i], sizes[i]);
-    m->sizes[m->count] = sizes[i];
-  }
-  return i;
-}
-
-static size_t mem_get(void* ctx, const kvc_tier_key* keys, void* const* values, size_t capacity, size_t* sizes,
-                      size_t n) {
-  mem_store* m = ctx;
-  size_t i = 0;
-  for (; i < n; i++) {
-    size_t j = 0;
-    while (j < m->count && memcmp(&m->keys[j], &keys[i], sizeof keys[i])) j++;
-    if (j == m->count || m->sizes[j] > capacity) break;
-    memcpy(values[i], m->values[j], m->sizes[j]);
-    sizes[i] = m->sizes[j];
-  }
-  return i;
-}
+static ms_store* store; /* outlives the tiers on it (MS_OPS_KEPT): a restart finds it */
 
 /* A pool with a tier on `store` keyed with (key, len); commits the prompt (fill) or matches it. */
 static uint64_t on_store(const uint8_t* key, size_t len, int fill, kvc_tier_stats* st) {
-  static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), mem_put, mem_get, NULL, NULL};
   kvc_pool* p = NULL;
   kvc_tier* t = NULL;
   uint64_t matched = 0;
   kvc_pool_sequence* s = NULL;
-  if (!CHECK_OK(tt_pool(&p, 16, KVC_POOL_LAYOUT_NHD)) || !CHECK_OK(kvc_tier_create(&OPS, &store, "mem", &t)) ||
+  if (!CHECK_OK(tt_pool(&p, 16, KVC_POOL_LAYOUT_NHD)) || !CHECK_OK(kvc_tier_create(&MS_OPS_KEPT, store, "mem", &t)) ||
       !CHECK_OK(kvc_tier_set_auth_key(t, key, len)) || !CHECK_OK(kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT))) {
     kvc_tier_destroy(t);
     kvc_pool_destroy(p);
@@ -286,30 +253,31 @@ static uint64_t on_store(const uint8_t* key, size_t len, int fill, kvc_tier_stat
 }
 
 static void test_custom_store_with_a_key(void) {
-  memset(&store, 0, sizeof store);
+  store = ms_new();
   kvc_tier_stats st;
   on_store(KEY_A, sizeof KEY_A, 1, &st);
-  REQUIRE(store.count == FILES);
-  CHECK_EQ_U64(store.values[0][4], 2);
-  CHECK_EQ_U64(store.sizes[0], 96 + 2 * 4 * 2 * 7 * 4 + 32);
+  REQUIRE(store->count == FILES);
+  CHECK_EQ_U64(store->values[0][4], 2);
+  CHECK_EQ_U64(store->sizes[0], 96 + 2 * 4 * 2 * 7 * 4 + 32);
   CHECK_EQ_U64(on_store(KEY_A, sizeof KEY_A, 0, &st), 16);
   CHECK_EQ_U64(on_store(KEY_B, sizeof KEY_B, 0, &st), 0);
   CHECK_EQ_U64(st.corrupt, 1);
   CHECK_EQ_U64(on_store(NULL, 0, 0, &st), 0); /* the key taken away: a keyless tier */
   CHECK_EQ_U64(st.corrupt, 1);
-  uint8_t first[SLOT_BYTES]; /* every value moved under the next block's key */
-  memcpy(first, store.values[0], store.sizes[0]);
+  uint8_t first[1024]; /* every value moved under the next block's key */
+  REQUIRE(store->sizes[0] <= sizeof first);
+  memcpy(first, store->values[0], store->sizes[0]);
   for (size_t i = 0; i < FILES; i++)
-    tt_forge(store.values[i], i + 1 < FILES ? store.values[i + 1] : first, store.sizes[i]);
+    tt_forge(store->values[i], i + 1 < FILES ? store->values[i + 1] : first, store->sizes[i]);
   CHECK_EQ_U64(on_store(KEY_A, sizeof KEY_A, 0, &st), 0);
   CHECK_EQ_U64(st.corrupt, 1);
+  ms_free(store);
 }
 
 static void test_set_auth_key_refusals(void) {
-  static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), mem_put, mem_get, NULL, NULL};
-  memset(&store, 0, sizeof store);
+  store = ms_new();
   kvc_tier* t = NULL;
-  REQUIRE_OK(kvc_tier_create(&OPS, &store, "mem", &t));
+  REQUIRE_OK(kvc_tier_create(&MS_OPS_KEPT, store, "mem", &t));
   CHECK(tt_err_says(kvc_tier_set_auth_key(NULL, KEY_A, 16), KVC_ERROR_INVALID_ARGUMENT, "tier is NULL"));
   CHECK(tt_err_says(kvc_tier_set_auth_key(t, KEY_A, 8), KVC_ERROR_INVALID_ARGUMENT, "key_len is 8; an "
                     "authentication key is 16 to 256 bytes"));
@@ -327,6 +295,7 @@ static void test_set_auth_key_refusals(void) {
   /* The refusals changed nothing: the values carry KEY_A's MAC. */
   kvc_tier_stats st;
   CHECK_EQ_U64(on_store(KEY_A, sizeof KEY_A, 0, &st), 16);
+  ms_free(store);
 }
 
 int main(void) {

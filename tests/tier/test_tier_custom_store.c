@@ -8,71 +8,15 @@
  */
 #include "tier_hybrid.h" /* first: it sets the feature macros */
 
-enum { CAP = 8, PROMPT = 17 };
+#include "memory_store.h"
 
-typedef struct mem_store {
-  kvc_tier_key keys[CAP];
-  uint8_t* values[CAP];
-  size_t sizes[CAP];
-  size_t count, put_calls, get_calls;
-  long flip; /* >= 0: get returns the value with this byte flipped */
-} mem_store;
-
-static size_t put_many(void* ctx, const kvc_tier_key* keys, const void* const* values, const size_t* sizes,
-                       size_t count) {
-  mem_store* m = ctx;
-  m->put_calls++;
-  size_t i = 0;
-  for (; i < count && m->count < CAP; i++, m->count++) {
-    m->keys[m->count] = keys[i];
-    m->values[m->count] = malloc(sizes[i]);
-    memcpy(m->values[m->count], values[i], sizes[i]);
-    m->sizes[m->count] = sizes[i];
-  }
-  return i;
-}
-
-static size_t get_many(void* ctx, const kvc_tier_key* keys, void* const* values, size_t capacity, size_t* sizes,
-                       size_t count) {
-  mem_store* m = ctx;
-  m->get_calls++;
-  size_t i = 0;
-  for (; i < count; i++) {
-    size_t j = 0;
-    while (j < m->count && memcmp(&m->keys[j], &keys[i], sizeof keys[i])) j++;
-    if (j == m->count || m->sizes[j] > capacity) break;
-    memcpy(values[i], m->values[j], m->sizes[j]);
-    if (m->flip >= 0 && (size_t)m->flip < m->sizes[j]) ((uint8_t*)values[i])[m->flip] ^= 0x20;
-    sizes[i] = m->sizes[j];
-  }
-  return i;
-}
-
-static void destroy(void* ctx) {
-  mem_store* m = ctx;
-  for (size_t i = 0; i < m->count; i++) free(m->values[i]);
-  free(m);
-}
-
-static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), put_many, get_many, destroy, NULL};
-
-static kvc_tier* mem_tier(mem_store** out) {
-  mem_store* m = calloc(1, sizeof *m);
-  m->flip = -1;
-  kvc_tier* t = NULL;
-  kvc_error* e = kvc_tier_create(&OPS, m, "memory", &t);
-  kvc_error_destroy(e);
-  *out = m;
-  return t;
-}
+enum { PROMPT = 17 };
 
 static void test_batches_and_every_flip(void) {
   kvc_pool* p = NULL;
-  REQUIRE_OK(tt_pool(&p, 16, KVC_POOL_LAYOUT_NHD));
-  mem_store* m;
-  kvc_tier* t = mem_tier(&m);
-  REQUIRE(t != NULL);
-  REQUIRE_OK(kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT));
+  ms_store* m;
+  REQUIRE_OK(ms_pool(16, "memory", &p, &m));
+  kvc_tier* t = kvc_pool_tier(p, 0);
   int32_t tok[PROMPT];
   tt_prompt(tok, PROMPT, 1);
   kvc_pool_sequence* s = NULL;
@@ -109,8 +53,9 @@ static void test_batches_and_every_flip(void) {
 static void test_recurrent_checkpoint_without_exists(void) {
   kvc_pool* p = NULL;
   REQUIRE_OK(th_pool(&p, 8));
-  mem_store* m;
-  kvc_tier* t = mem_tier(&m);
+  ms_store* m;
+  kvc_tier* t = NULL;
+  REQUIRE_OK(ms_tier("memory", &t, &m));
   REQUIRE_OK(kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT));
   int32_t tok[PROMPT];
   tt_prompt(tok, PROMPT, 1);

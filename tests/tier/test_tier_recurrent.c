@@ -36,19 +36,37 @@ static void fill(const char* dir, const int32_t* tok, int64_t step, uint64_t exp
   kvc_pool_destroy(p);
 }
 
+/* A fresh directory (into dir[4096]) that fill() filled with the prompt (into tok[PROMPT]). */
+static int filled_dir(char* dir, int32_t* tok, int64_t step, uint64_t expect_puts) {
+  if (!CHECK(tt_tempdir(dir, 4096, "hybrid") != NULL)) return 0;
+  tt_prompt(tok, PROMPT, 1);
+  fill(dir, tok, step, expect_puts);
+  return 1;
+}
+
+/* A fresh pool on `dir` (`state_slots` recurrent slots) matches the prompt, `expect` tokens: the pool (NULL when a
+   call failed) and the matching sequence in *s. */
+static kvc_pool* reopen_and_match(const char* dir, uint32_t state_slots, const int32_t* tok, uint64_t expect,
+                                  kvc_pool_sequence** s) {
+  kvc_pool* p = open_pool(dir, state_slots);
+  uint64_t matched = expect + 1; /* a match that leaves it unset fails */
+  *s = NULL;
+  if (!CHECK(p != NULL)) return NULL;
+  if (!CHECK_OK(kvc_pool_sequence_create(p, NULL, s)) || !CHECK_OK(kvc_pool_match_prefix(*s, tok, PROMPT, &matched))) {
+    kvc_pool_destroy(p);
+    return NULL;
+  }
+  CHECK_EQ_U64(matched, expect);
+  return p;
+}
+
 static void test_restart_finds_the_checkpoint(void) {
   char dir[4096];
-  REQUIRE(tt_tempdir(dir, sizeof dir, "hybrid") != NULL);
   int32_t tok[PROMPT];
-  tt_prompt(tok, PROMPT, 1);
-  fill(dir, tok, 16, 5); /* 4 attention blocks and the checkpoint at 16 */
-  kvc_pool* p = open_pool(dir, 8);
+  REQUIRE(filled_dir(dir, tok, 16, 5)); /* 4 attention blocks and the checkpoint at 16 */
+  kvc_pool_sequence* s;
+  kvc_pool* p = reopen_and_match(dir, 8, tok, 16, &s);
   REQUIRE(p != NULL);
-  kvc_pool_sequence* s = NULL;
-  uint64_t matched = 0;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  REQUIRE_OK(kvc_pool_match_prefix(s, tok, PROMPT, &matched));
-  CHECK_EQ_U64(matched, 16);
   CHECK_EQ_I64(pt_gather_mismatches(s, 0), 0);
   CHECK_EQ_I64(th_state_mismatches(s, 16), 0);
   kvc_tier_stats st = tt_stats(kvc_pool_tier(p, 0));
@@ -65,19 +83,13 @@ static void test_restart_finds_the_checkpoint(void) {
 
 static void test_farthest_boundary_of_a_diverging_prompt(void) {
   char dir[4096];
-  REQUIRE(tt_tempdir(dir, sizeof dir, "hybrid") != NULL);
   int32_t tok[PROMPT];
-  tt_prompt(tok, PROMPT, 1);
-  fill(dir, tok, 8, 6); /* checkpoints at 8 and 16 */
+  REQUIRE(filled_dir(dir, tok, 8, 6)); /* checkpoints at 8 and 16 */
   /* Another prompt shares 13 tokens: attention blocks 0..2 match, the checkpoint at 12 was never taken. */
   tok[13] += 1;
-  kvc_pool* p = open_pool(dir, 8);
+  kvc_pool_sequence* s;
+  kvc_pool* p = reopen_and_match(dir, 8, tok, 8, &s);
   REQUIRE(p != NULL);
-  kvc_pool_sequence* s = NULL;
-  uint64_t matched = 0;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  REQUIRE_OK(kvc_pool_match_prefix(s, tok, PROMPT, &matched));
-  CHECK_EQ_U64(matched, 8);
   CHECK_EQ_I64(th_state_mismatches(s, 8), 0);
   CHECK_EQ_I64(pt_gather_mismatches(s, 0), 0);
   kvc_pool_destroy(p);
@@ -105,10 +117,8 @@ static long checkpoint_file(const char* dir, char* path) {
 
 static void test_flipped_checkpoint_is_no_match(void) {
   char dir[4096], path[4096];
-  REQUIRE(tt_tempdir(dir, sizeof dir, "hybrid") != NULL);
   int32_t tok[PROMPT];
-  tt_prompt(tok, PROMPT, 1);
-  fill(dir, tok, 16, 5);
+  REQUIRE(filled_dir(dir, tok, 16, 5));
   long size = checkpoint_file(dir, path);
   CHECK_EQ_I64(size, 96 + 88 + 4);
   FILE* f = fopen(path, "r+b");
@@ -118,13 +128,9 @@ static void test_flipped_checkpoint_is_no_match(void) {
   fseek(f, 96 + 40, SEEK_SET);
   fputc(c ^ 0x10, f);
   fclose(f);
-  kvc_pool* p = open_pool(dir, 8);
+  kvc_pool_sequence* s;
+  kvc_pool* p = reopen_and_match(dir, 8, tok, 0, &s); /* the attention blocks alone are no prefix of a hybrid model */
   REQUIRE(p != NULL);
-  kvc_pool_sequence* s = NULL;
-  uint64_t matched = 1;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  REQUIRE_OK(kvc_pool_match_prefix(s, tok, PROMPT, &matched));
-  CHECK_EQ_U64(matched, 0); /* the attention blocks alone are no prefix of a hybrid model */
   CHECK_EQ_U64(tt_stats(kvc_pool_tier(p, 0)).corrupt, 1);
   CHECK_EQ_U64(pt_stats(p, 1).cached_blocks, 0);
   kvc_pool_destroy(p);
@@ -133,17 +139,12 @@ static void test_flipped_checkpoint_is_no_match(void) {
 
 static void test_no_slot_for_the_live_state(void) {
   char dir[4096];
-  REQUIRE(tt_tempdir(dir, sizeof dir, "hybrid") != NULL);
   int32_t tok[PROMPT];
-  tt_prompt(tok, PROMPT, 1);
-  fill(dir, tok, 16, 5);
-  kvc_pool* p = open_pool(dir, 2); /* the null slot and one: the checkpoint would leave none for the live state */
+  REQUIRE(filled_dir(dir, tok, 16, 5));
+  /* 2 slots: the null slot and one; the checkpoint would leave none for the live state */
+  kvc_pool_sequence* s;
+  kvc_pool* p = reopen_and_match(dir, 2, tok, 0, &s);
   REQUIRE(p != NULL);
-  kvc_pool_sequence* s = NULL;
-  uint64_t matched = 1;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  REQUIRE_OK(kvc_pool_match_prefix(s, tok, PROMPT, &matched));
-  CHECK_EQ_U64(matched, 0);
   CHECK_EQ_U64(pt_stats(p, 1).cached_blocks, 0);
   REQUIRE_OK(th_step(p, s, tok, 16)); /* the one slot is the live state's */
   kvc_pool_destroy(p);

@@ -7,90 +7,15 @@
  * for its collect, or destroyed uncollected, is abandoned without a leak;
  * bad arguments are refused with the pool unchanged.
  */
-#include "tier_test.h" /* first: it sets the feature macros */
+#include "memory_store.h" /* first: it sets the feature macros */
 
-#include <pthread.h>
-#include <stdatomic.h>
-#include <time.h>
+enum { PROMPT = 17 };
 
-enum { CAP = 64, PROMPT = 17 };
-
-/* A program's store in memory, with a delay in its calls (a slow or hung network). */
-typedef struct slow_store {
-  pthread_mutex_t mu;
-  kvc_tier_key keys[CAP];
-  uint8_t* values[CAP];
-  size_t sizes[CAP];
-  size_t count, put_calls, get_calls;
-  _Atomic int put_delay_ms, get_delay_ms;
-} slow_store;
-
-static void nap(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
-}
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static size_t put_many(void* ctx, const kvc_tier_key* keys, const void* const* values, const size_t* sizes,
-                       size_t count) {
-  slow_store* m = ctx;
-  nap(atomic_load(&m->put_delay_ms));
-  pthread_mutex_lock(&m->mu);
-  m->put_calls++;
-  size_t i = 0;
-  for (; i < count && m->count < CAP; i++, m->count++) {
-    m->keys[m->count] = keys[i];
-    m->values[m->count] = malloc(sizes[i]);
-    memcpy(m->values[m->count], values[i], sizes[i]);
-    m->sizes[m->count] = sizes[i];
-  }
-  pthread_mutex_unlock(&m->mu);
-  return i;
-}
-
-static size_t get_many(void* ctx, const kvc_tier_key* keys, void* const* values, size_t capacity, size_t* sizes,
-                       size_t count) {
-  slow_store* m = ctx;
-  nap(atomic_load(&m->get_delay_ms));
-  pthread_mutex_lock(&m->mu);
-  m->get_calls++;
-  size_t i = 0;
-  for (; i < count; i++) {
-    size_t j = 0;
-    while (j < m->count && memcmp(&m->keys[j], &keys[i], sizeof keys[i])) j++;
-    if (j == m->count || m->sizes[j] > capacity) break;
-    memcpy(values[i], m->values[j], m->sizes[j]);
-    sizes[i] = m->sizes[j];
-  }
-  pthread_mutex_unlock(&m->mu);
-  return i;
-}
-
-static void destroy(void* ctx) {
-  slow_store* m = ctx;
-  for (size_t i = 0; i < m->count; i++) free(m->values[i]);
-  pthread_mutex_destroy(&m->mu);
-  free(m);
-}
-
-static const kvc_tier_ops OPS = {sizeof(kvc_tier_ops), put_many, get_many, destroy, NULL};
-
-/* A pool of 64 blocks with a slow store as its commit tier. */
-static kvc_pool* pool_with_store(slow_store** out) {
+/* A pool of 64 blocks (room for blocks held by queued stores) with a store in memory as its commit tier; the
+   tests slow the store down. */
+static kvc_pool* pool_with_store(ms_store** out) {
   kvc_pool* p = NULL;
-  kvc_error_destroy(tt_pool(&p, 64, KVC_POOL_LAYOUT_NHD)); /* room for blocks held by queued stores */
-  slow_store* m = calloc(1, sizeof *m);
-  pthread_mutex_init(&m->mu, NULL);
-  kvc_tier* t = NULL;
-  kvc_error_destroy(kvc_tier_create(&OPS, m, "slow", &t));
-  kvc_error_destroy(kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT));
-  *out = m;
+  kvc_error_destroy(ms_pool(64, "slow", &p, out));
   return p;
 }
 
@@ -102,34 +27,17 @@ static kvc_tier_worker_stats worker_stats(const kvc_pool* p) {
   return s;
 }
 
-static size_t locked_count(slow_store* m, size_t* field) {
-  pthread_mutex_lock(&m->mu);
-  size_t n = *field;
-  pthread_mutex_unlock(&m->mu);
-  return n;
-}
-
 /* One prompt of PROMPT tokens from `base`, computed and committed in a fresh sequence (4 full blocks). */
 static double commit_prompt(kvc_pool* p, int32_t base) {
   int32_t tok[PROMPT];
   tt_prompt(tok, PROMPT, base);
-  kvc_pool_sequence* s = NULL;
-  kvc_error_destroy(kvc_pool_sequence_create(p, NULL, &s));
-  int64_t slots[PROMPT];
-  int64_t first = 0;
-  kvc_error_destroy(kvc_pool_reserve(s, tok, PROMPT, slots));
-  kvc_error_destroy(pt_write(p, 2, slots, first, PROMPT));
-  double t0 = now_ms();
-  kvc_error_destroy(kvc_pool_commit(s));
-  double took = now_ms() - t0;
-  kvc_pool_sequence_destroy(s);
-  return took;
+  return tt_commit_ms(p, tok, PROMPT);
 }
 
 static void test_commit_does_not_wait_for_a_slow_store(void) {
-  slow_store* m;
+  ms_store* m;
   kvc_pool* p = pool_with_store(&m);
-  atomic_store(&m->put_delay_ms, 400);
+  atomic_store(&m->put_delay_us, 400000);
   REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
   double took = commit_prompt(p, 1);
   CHECK(took < 200); /* the store sleeps 400 ms in the worker */
@@ -145,9 +53,9 @@ static void test_commit_does_not_wait_for_a_slow_store(void) {
 }
 
 static void test_full_queue_drops_and_counts(void) {
-  slow_store* m;
+  ms_store* m;
   kvc_pool* p = pool_with_store(&m);
-  atomic_store(&m->put_delay_ms, 300);
+  atomic_store(&m->put_delay_us, 300000);
   kvc_tier_worker_options o = KVC_TIER_WORKER_OPTIONS_INIT;
   o.max_jobs = 1;
   o.events = 1;
@@ -177,24 +85,24 @@ static void test_full_queue_drops_and_counts(void) {
 }
 
 static void test_shutdown_with_pending_work(void) {
-  slow_store* m;
+  ms_store* m;
   kvc_pool* p = pool_with_store(&m);
-  atomic_store(&m->put_delay_ms, 150);
+  atomic_store(&m->put_delay_us, 150000);
   kvc_tier_worker_options o = KVC_TIER_WORKER_OPTIONS_INIT;
   o.drain_timeout_ms = 0; /* kvc_pool_destroy abandons what is queued */
   REQUIRE_OK(kvc_pool_start_tier_worker(p, &o));
   for (int32_t i = 0; i < 4; i++) commit_prompt(p, 1 + 300 * i);
   CHECK_EQ_U64(worker_stats(p).pending_jobs, 4);
   kvc_tier* t = kvc_pool_tier(p, 0);
-  double t0 = now_ms();
+  double t0 = tt_now_ms();
   REQUIRE_OK(kvc_pool_stop_tier_worker(p, 0));
-  double took = now_ms() - t0;
+  double took = tt_now_ms() - t0;
   CHECK(took < 1000); /* the store in flight (150 ms), not the four */
   kvc_tier_stats ts = tt_stats(t);
   CHECK(ts.puts <= 8);
   CHECK(ts.dropped >= 8);
   CHECK_EQ_U64(ts.puts + ts.put_failures + ts.dropped, 16);
-  CHECK_EQ_U64(locked_count(m, &m->count), ts.puts);
+  CHECK_EQ_U64(ms_locked(m, &m->count), ts.puts);
   /* Destroy with work queued: abandoned the same way, nothing leaked (the sanitizer build checks). */
   REQUIRE_OK(kvc_pool_start_tier_worker(p, &o));
   for (int32_t i = 0; i < 3; i++) commit_prompt(p, 5000 + 300 * i);
@@ -202,7 +110,7 @@ static void test_shutdown_with_pending_work(void) {
 }
 
 /* Stores one prompt synchronously, clears the cache: the tier holds 4 blocks, memory none. */
-static kvc_pool* pool_with_stored_prompt(slow_store** m, int32_t* tok) {
+static kvc_pool* pool_with_stored_prompt(ms_store** m, int32_t* tok) {
   kvc_pool* p = pool_with_store(m);
   tt_prompt(tok, PROMPT, 1);
   kvc_pool_sequence* s = NULL;
@@ -214,23 +122,23 @@ static kvc_pool* pool_with_stored_prompt(slow_store** m, int32_t* tok) {
 }
 
 static void test_prefetch_started_and_collected(void) {
-  slow_store* m;
+  ms_store* m;
   int32_t tok[PROMPT];
   kvc_pool* p = pool_with_stored_prompt(&m, tok);
   CHECK_EQ_U64(m->count, 4);
   REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
-  atomic_store(&m->get_delay_ms, 100);
+  atomic_store(&m->get_delay_us, 100000);
   kvc_pool_sequence* s = NULL;
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
   kvc_pool_prefetch* f = NULL;
-  double t0 = now_ms();
+  double t0 = tt_now_ms();
   REQUIRE_OK(kvc_pool_prefetch_start(s, tok, PROMPT, &f));
-  CHECK(now_ms() - t0 < 80); /* the lookup sleeps 100 ms in the worker */
+  CHECK(tt_now_ms() - t0 < 80); /* the lookup sleeps 100 ms in the worker */
   uint64_t matched = 0;
   REQUIRE_OK(kvc_pool_prefetch_collect(f, s, 10000, &matched));
   CHECK_EQ_U64(matched, 16);
   for (uint32_t l = 0; l < 2; l++) CHECK_EQ_I64(pt_gather_mismatches(s, l), 0);
-  CHECK_EQ_U64(locked_count(m, &m->get_calls), 1); /* collect did not ask the tier again */
+  CHECK_EQ_U64(ms_locked(m, &m->get_calls), 1); /* collect did not ask the tier again */
   kvc_tier_stats ts = tt_stats(kvc_pool_tier(p, 0));
   CHECK_EQ_U64(ts.hits, 4);
   /* Collected once. */
@@ -253,39 +161,34 @@ static void test_prefetch_started_and_collected(void) {
 }
 
 static void test_prefetch_without_worker_is_a_match(void) {
-  slow_store* m;
+  ms_store* m;
   int32_t tok[PROMPT];
   kvc_pool* p = pool_with_stored_prompt(&m, tok);
   kvc_pool_sequence* s = NULL;
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
   kvc_pool_prefetch* f = NULL;
   REQUIRE_OK(kvc_pool_prefetch_start(s, tok, PROMPT, &f));
-  CHECK_EQ_U64(locked_count(m, &m->get_calls), 0);
+  CHECK_EQ_U64(ms_locked(m, &m->get_calls), 0);
   uint64_t matched = 0;
   REQUIRE_OK(kvc_pool_prefetch_collect(f, s, 0, &matched));
   CHECK_EQ_U64(matched, 16);
-  CHECK_EQ_U64(locked_count(m, &m->get_calls), 1);
+  CHECK_EQ_U64(ms_locked(m, &m->get_calls), 1);
   kvc_pool_prefetch_destroy(f);
   kvc_pool_sequence_destroy(s);
   kvc_pool_destroy(p);
 }
 
 static void test_prefetch_late_and_abandoned(void) {
-  slow_store* m;
+  ms_store* m;
   int32_t tok[PROMPT];
   kvc_pool* p = pool_with_stored_prompt(&m, tok);
   REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
-  atomic_store(&m->get_delay_ms, 300);
-  kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  kvc_pool_prefetch* f = NULL;
-  REQUIRE_OK(kvc_pool_prefetch_start(s, tok, PROMPT, &f));
-  uint64_t matched = 99;
-  double t0 = now_ms();
-  REQUIRE_OK(kvc_pool_prefetch_collect(f, s, 20, &matched));
-  CHECK(now_ms() - t0 < 250); /* its own deadline, not the store's */
-  CHECK_EQ_U64(matched, 0);  /* memory alone: the tier is not asked on the step */
-  kvc_pool_prefetch_destroy(f);
+  atomic_store(&m->get_delay_us, 300000);
+  kvc_pool_sequence* s;
+  double collect_ms = 0;
+  /* Memory alone: the tier is not asked on the step. */
+  CHECK_EQ_U64(tt_prefetch_collect(p, tok, PROMPT, 20, &s, &collect_ms), 0);
+  CHECK(collect_ms < 250); /* its own deadline, not the store's */
   /* Destroyed without a collect, while its lookup sleeps in the worker, and one still queued behind it. */
   kvc_pool_sequence* s2 = NULL;
   REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s2));
@@ -304,7 +207,7 @@ static void test_prefetch_late_and_abandoned(void) {
 }
 
 static void test_bad_arguments(void) {
-  slow_store* m;
+  ms_store* m;
   kvc_pool* p = pool_with_store(&m);
   kvc_tier_worker_options o;
   kvc_tier_worker_options_init(&o);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../pool/pool_test.h"
@@ -122,6 +123,43 @@ static TU_UNUSED kvc_error* tt_commit_prompt(kvc_pool* p, size_t n, kvc_pool_seq
   tt_prompt(tok, n, 1);
   kvc_error* e = kvc_pool_sequence_create(p, NULL, out);
   return e ? e : pt_step(p, 1, 2, *out, tok, (int64_t)n);
+}
+
+static TU_UNUSED double tt_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* A fresh sequence of `p` computes and commits the first `n` (<= 64) of `tokens`: how long the commit alone took
+   (ms), which a pool's tier worker must keep short whatever its store does. */
+static TU_UNUSED double tt_commit_ms(kvc_pool* p, const int32_t* tokens, size_t n) {
+  kvc_pool_sequence* s = NULL;
+  int64_t slots[64];
+  kvc_error_destroy(kvc_pool_sequence_create(p, NULL, &s));
+  kvc_error_destroy(kvc_pool_reserve(s, tokens, n, slots));
+  kvc_error_destroy(pt_write(p, 2, slots, 0, (int64_t)n));
+  double t0 = tt_now_ms();
+  kvc_error_destroy(kvc_pool_commit(s));
+  double took = tt_now_ms() - t0;
+  kvc_pool_sequence_destroy(s);
+  return took;
+}
+
+/* A new sequence of `p` (into *s, to destroy) prefetches the first `n` of `tokens` and collects them within
+   `timeout_ms`: the tokens matched (UINT64_MAX when a call failed), and the collect's own time (ms) in *ms when set. */
+static TU_UNUSED uint64_t tt_prefetch_collect(kvc_pool* p, const int32_t* tokens, size_t n, uint32_t timeout_ms,
+                                              kvc_pool_sequence** s, double* ms) {
+  kvc_pool_prefetch* f = NULL;
+  uint64_t matched = UINT64_MAX;
+  *s = NULL;
+  if (!CHECK_OK(kvc_pool_sequence_create(p, NULL, s)) || !CHECK_OK(kvc_pool_prefetch_start(*s, tokens, n, &f)))
+    return UINT64_MAX;
+  double t0 = tt_now_ms();
+  if (!CHECK_OK(kvc_pool_prefetch_collect(f, *s, timeout_ms, &matched))) matched = UINT64_MAX;
+  if (ms) *ms = tt_now_ms() - t0;
+  kvc_pool_prefetch_destroy(f);
+  return matched;
 }
 
 /* A new sequence of `p` matches the first `n` (<= 64) tokens of tt_prompt (base 1). */

@@ -8,6 +8,7 @@
 #ifndef KVC_TESTS_REDIS_TIER_TEST_H
 #define KVC_TESTS_REDIS_TIER_TEST_H
 
+#include "../tier_test.h" /* first: it sets the feature macros */
 #include "redis_server.h"
 #include "test_util.h"
 #include "tier/redis/redis_tier_open.h"
@@ -112,14 +113,6 @@ static RS_UNUSED size_t rt_get(rt_tier* t, rt_run* r, size_t* leading) {
       fprintf(stderr, "  block %zu came back wrong (%zu bytes)\n", i, r->sizes[i]);
   }
   return found;
-}
-
-/* Consumes an error: its code is `code` and its message has `needle`. */
-static RS_UNUSED int rt_err_says(kvc_error* e, kvc_code code, const char* needle) {
-  int ok = e && kvc_error_code(e) == code && strstr(kvc_error_message(e), needle) != NULL;
-  if (!ok) fprintf(stderr, "  expected code %d with '%s', got %s\n", code, needle, e ? kvc_error_message(e) : "success");
-  kvc_error_destroy(e);
-  return ok;
 }
 
 #endif /* KVC_TESTS_REDIS_TIER_TEST_H */

@@ -220,7 +220,7 @@ static void test_dribbling_server(void) {
   atomic_store(&s.mode, DRIBBLE);
   kvc_tier* tier = NULL;
   double start = rs_now_ms();
-  CHECK(rt_err_says(kvc_redis_tier_create(&o, &tier), KVC_ERROR_IO, "call_timeout_ms 300"));
+  CHECK(tt_err_says(kvc_redis_tier_create(&o, &tier), KVC_ERROR_IO, "call_timeout_ms 300"));
   CHECK(within(since(start), 300, "kvc_redis_tier_create"));
   CHECK(tier == NULL);
   atomic_store(&s.mode, GOOD);
@@ -247,7 +247,7 @@ static void test_options_of_0_6(void) {
   CHECK_EQ_U64(get_good(&t, 3, NULL), 3);
   rt_close(&t);
   o.struct_size = 68;
-  CHECK(rt_err_says(rt_open(&o, &t), KVC_ERROR_INVALID_ARGUMENT, "options.struct_size is 68"));
+  CHECK(tt_err_says(rt_open(&o, &t), KVC_ERROR_INVALID_ARGUMENT, "options.struct_size is 68"));
   fs_stop(&f);
 }
 
@@ -263,7 +263,7 @@ static void refuse_slots(script* s, fs_server* f, const char* raw, int flood, co
   long before = peak_rss_kb();
   double start = rs_now_ms();
   rt_tier t;
-  if (!CHECK(rt_err_says(rt_open(&o, &t), KVC_ERROR_IO, says))) fprintf(stderr, "  reply '%.30s...'\n", raw);
+  if (!CHECK(tt_err_says(rt_open(&o, &t), KVC_ERROR_IO, says))) fprintf(stderr, "  reply '%.30s...'\n", raw);
   double ms = since(start);
   if (!CHECK(ms < 1500)) fprintf(stderr, "  refused after %.0f ms\n", ms);
   long grown = peak_rss_kb() - before;
@@ -498,7 +498,7 @@ static void test_long_host_names(void) {
   CHECK(in->slots[0] >= 0 && in->nodes[in->slots[0]]->port == 7124);
   rt_close(&t);
   snprintf(raw, sizeof raw, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$254\r\n%s\r\n:7125\r\n", h254);
-  CHECK(rt_err_says(rt_open(&o, &t), KVC_ERROR_IO, "not understood"));
+  CHECK(tt_err_says(rt_open(&o, &t), KVC_ERROR_IO, "not understood"));
   free(h148), free(h253), free(h254);
   fs_stop(&f);
 }

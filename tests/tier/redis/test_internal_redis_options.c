@@ -27,16 +27,16 @@ static void test_refused_before_connecting(void) {
   rt_tier t = {{0}, (void*)0x1};
   kvc_redis_tier_options b = o;
   b.cluster = (kvc_redis_cluster_mode)-1;
-  CHECK(rt_err_says(rt_open(&b, &t), KVC_ERROR_INVALID_ARGUMENT, "options.cluster is -1"));
+  CHECK(tt_err_says(rt_open(&b, &t), KVC_ERROR_INVALID_ARGUMENT, "options.cluster is -1"));
   b = o, b.seeds = "";
-  CHECK(rt_err_says(rt_open(&b, &t), KVC_ERROR_INVALID_ARGUMENT, "options.seeds is empty"));
+  CHECK(tt_err_says(rt_open(&b, &t), KVC_ERROR_INVALID_ARGUMENT, "options.seeds is empty"));
   char prefix[258];
   memset(prefix, 'p', 257);
   prefix[257] = 0;
   b = o, b.key_prefix = prefix;
-  CHECK(rt_err_says(rt_open(&b, &t), KVC_ERROR_INVALID_ARGUMENT, "options.key_prefix is 257 bytes long; at most 256"));
+  CHECK(tt_err_says(rt_open(&b, &t), KVC_ERROR_INVALID_ARGUMENT, "options.key_prefix is 257 bytes long; at most 256"));
   b = o, b.max_pipeline = 65537;
-  CHECK(rt_err_says(rt_open(&b, &t), KVC_ERROR_INVALID_ARGUMENT, "options.max_pipeline is 65537; it is 1 to 65536"));
+  CHECK(tt_err_says(rt_open(&b, &t), KVC_ERROR_INVALID_ARGUMENT, "options.max_pipeline is 65537; it is 1 to 65536"));
   /* More seeds than a tier may know (KVCI_REDIS_MAX_NODES): refused while the list is read, before a connect. */
   size_t cap = (KVCI_REDIS_MAX_NODES + 1) * 16;
   char* many = malloc(cap);
@@ -45,12 +45,12 @@ static void test_refused_before_connecting(void) {
   for (int i = 0; i <= KVCI_REDIS_MAX_NODES; i++)
     at += (size_t)snprintf(many + at, cap - at, "%s127.0.0.1:%d", i ? "," : "", 10000 + i);
   b = o, b.seeds = many;
-  CHECK(rt_err_says(rt_open(&b, &t), KVC_ERROR_INVALID_ARGUMENT, "options.seeds lists more than 4096 nodes"));
+  CHECK(tt_err_says(rt_open(&b, &t), KVC_ERROR_INVALID_ARGUMENT, "options.seeds lists more than 4096 nodes"));
   free(many);
   /* Valid options but nowhere to put the tier. */
-  CHECK(rt_err_says(kvci_redis_tier_open(&o, NULL, &t.ctx), KVC_ERROR_INVALID_ARGUMENT, "out is NULL"));
-  CHECK(rt_err_says(kvci_redis_tier_open(&o, &t.ops, NULL), KVC_ERROR_INVALID_ARGUMENT, "out is NULL"));
-  CHECK(rt_err_says(kvc_redis_tier_create(&o, NULL), KVC_ERROR_INVALID_ARGUMENT, "kvc_redis_tier_create: out is NULL"));
+  CHECK(tt_err_says(kvci_redis_tier_open(&o, NULL, &t.ctx), KVC_ERROR_INVALID_ARGUMENT, "out is NULL"));
+  CHECK(tt_err_says(kvci_redis_tier_open(&o, &t.ops, NULL), KVC_ERROR_INVALID_ARGUMENT, "out is NULL"));
+  CHECK(tt_err_says(kvc_redis_tier_create(&o, NULL), KVC_ERROR_INVALID_ARGUMENT, "kvc_redis_tier_create: out is NULL"));
   /* The outputs are untouched by every refusal. */
   CHECK(t.ctx == (void*)0x1 && t.ops.struct_size == 0);
   kvc_redis_tier_options_init(NULL); /* documented as a no-op */
@@ -63,11 +63,11 @@ static void test_accepted_then_refused_by_the_port(void) {
   kvc_redis_tier_options b = o;
   /* No prefix at all is the empty prefix, not a refusal: the tier is built and fails only at the port. */
   b.key_prefix = NULL;
-  CHECK(rt_err_says(rt_open(&b, &t), KVC_ERROR_IO, "no seed could be used"));
+  CHECK(tt_err_says(rt_open(&b, &t), KVC_ERROR_IO, "no seed could be used"));
   /* AUTH with a user name is accepted; a deadline of connect + 2 x command past 32 bits is held at UINT32_MAX. */
   b = o, b.username = "alice", b.password = "secret";
   b.connect_timeout_ms = UINT32_MAX, b.command_timeout_ms = UINT32_MAX, b.call_timeout_ms = 0;
-  CHECK(rt_err_says(rt_open(&b, &t), KVC_ERROR_IO, "call_timeout_ms 4294967295)"));
+  CHECK(tt_err_says(rt_open(&b, &t), KVC_ERROR_IO, "call_timeout_ms 4294967295)"));
   CHECK(t.ctx == (void*)0x1 && t.ops.struct_size == 0);
 }
 

@@ -8,6 +8,7 @@
  * deadline, never an error.
  */
 #define _GNU_SOURCE
+#include "../tier_test.h"
 #include "fake_server.h"
 #include "redis_server.h"
 #include "test_util.h"
@@ -35,14 +36,6 @@ static kvc_tier* redis_tier(int port, uint32_t call_timeout_ms) {
   if (e) fprintf(stderr, "kvc_redis_tier_create: %s\n", kvc_error_message(e));
   kvc_error_destroy(e);
   return t;
-}
-
-static kvc_tier_stats stats(const kvc_tier* t) {
-  kvc_tier_stats s;
-  memset(&s, 0, sizeof s);
-  s.struct_size = sizeof s;
-  kvc_error_destroy(kvc_tier_stats_get(t, &s));
-  return s;
 }
 
 /* The calls of `command` the server has counted (INFO commandstats), or -1. */
@@ -89,13 +82,13 @@ static void test_round_trip(void) {
     at += snprintf(key + at, sizeof key - (size_t)at, ":%u:", b.keys[1].group);
     for (int x = 0; x < 32; x++) at += snprintf(key + at, sizeof key - (size_t)at, "%02x", b.keys[1].block_hash[x]);
     CHECK_EQ_I64(rs_cli(s.port, out, sizeof out, "SET %s not-a-frame", key), 0);
-    uint64_t corrupt = stats(t).corrupt;
+    uint64_t corrupt = tt_stats(t).corrupt;
     CHECK_OK(kvc_tier_exists(t, &b.keys[1], 1, b.found, &n));
     CHECK_EQ_U64(n, 1);
     CHECK_OK(kvc_tier_get_blocks(t, &b.keys[1], 1, PAYLOAD, 4, b.out, b.found, &n));
     CHECK_EQ_U64(n, 0);
     CHECK_EQ_U64(b.found[0], 0);
-    CHECK_EQ_U64(stats(t).corrupt, corrupt + 1);
+    CHECK_EQ_U64(tt_stats(t).corrupt, corrupt + 1);
     kvc_tier_destroy(t);
   }
   rs_stop(&s);
@@ -179,7 +172,7 @@ static void test_stalled_server_is_a_miss_within_the_deadline(void) {
     CHECK_OK(kvc_tier_put_blocks(t, b.keys, N, PAYLOAD, 4, b.in, &n));
     CHECK(since(start) <= deadline + SLACK_MS);
     CHECK_EQ_U64(n, 0);
-    CHECK_EQ_U64(stats(t).put_failures, N);
+    CHECK_EQ_U64(tt_stats(t).put_failures, N);
     kvc_tier_destroy(t);
   }
   fs_stop(&f);

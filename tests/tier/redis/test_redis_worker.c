@@ -7,7 +7,7 @@
  * call deadline, not one per queued store.
  */
 #define _GNU_SOURCE
-#include "../../pool/pool_test.h"
+#include "../tier_test.h"
 #include "redis_server.h"
 
 #define PROMPT 17
@@ -34,27 +34,6 @@ static void prompt(int32_t* tok, int32_t base) {
   for (int i = 0; i < PROMPT; i++) tok[i] = base + i * 7;
 }
 
-static double commit_ms(kvc_pool* p, const int32_t* tok) {
-  kvc_pool_sequence* s = NULL;
-  kvc_error_destroy(kvc_pool_sequence_create(p, NULL, &s));
-  int64_t slots[PROMPT];
-  kvc_error_destroy(kvc_pool_reserve(s, tok, PROMPT, slots));
-  kvc_error_destroy(pt_write(p, 2, slots, 0, PROMPT));
-  double t0 = rs_now_ms();
-  kvc_error_destroy(kvc_pool_commit(s));
-  double took = rs_now_ms() - t0;
-  kvc_pool_sequence_destroy(s);
-  return took;
-}
-
-static kvc_tier_stats stats(const kvc_pool* p) {
-  kvc_tier_stats s;
-  memset(&s, 0, sizeof s);
-  s.struct_size = sizeof s;
-  kvc_error_destroy(kvc_tier_stats_get(kvc_pool_tier(p, 0), &s));
-  return s;
-}
-
 static rs_server server;
 static char seeds[64];
 
@@ -64,22 +43,16 @@ static void test_stores_reach_redis_and_come_back(void) {
   kvc_pool* p = pool_with_redis(seeds);
   REQUIRE(kvc_pool_tier(p, 0) != NULL);
   REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
-  commit_ms(p, tok);
+  tt_commit_ms(p, tok, PROMPT);
   REQUIRE_OK(kvc_pool_stop_tier_worker(p, 10000));
-  CHECK_EQ_U64(stats(p).puts, 4);
+  CHECK_EQ_U64(tt_stats(kvc_pool_tier(p, 0)).puts, 4);
   kvc_pool_destroy(p);
 
   kvc_pool* q = pool_with_redis(seeds); /* another pool of the model: memory empty */
   REQUIRE_OK(kvc_pool_start_tier_worker(q, NULL));
-  kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(q, NULL, &s));
-  kvc_pool_prefetch* f = NULL;
-  REQUIRE_OK(kvc_pool_prefetch_start(s, tok, PROMPT, &f));
-  uint64_t matched = 0;
-  REQUIRE_OK(kvc_pool_prefetch_collect(f, s, 10000, &matched));
-  CHECK_EQ_U64(matched, 16);
+  kvc_pool_sequence* s;
+  CHECK_EQ_U64(tt_prefetch_collect(q, tok, PROMPT, 10000, &s, NULL), 16);
   for (uint32_t l = 0; l < 2; l++) CHECK_EQ_I64(pt_gather_mismatches(s, l), 0);
-  kvc_pool_prefetch_destroy(f);
   kvc_pool_sequence_destroy(s);
   kvc_pool_destroy(q);
 }
@@ -95,29 +68,23 @@ static void test_stopped_server_never_stalls_the_step(void) {
   double worst = 0;
   for (int i = 0; i < 3; i++) {
     prompt(tok, 5000 + 1000 * i);
-    double took = commit_ms(p, tok);
+    double took = tt_commit_ms(p, tok, PROMPT);
     if (took > worst) worst = took;
   }
   CHECK(worst < 150); /* each store waits out 400 ms in the worker, not here */
   /* A prefetch of a prompt the stopped server holds: the collect keeps its own deadline. */
   prompt(tok, 100);
-  kvc_pool_sequence* s = NULL;
-  REQUIRE_OK(kvc_pool_sequence_create(p, NULL, &s));
-  kvc_pool_prefetch* f = NULL;
-  REQUIRE_OK(kvc_pool_prefetch_start(s, tok, PROMPT, &f));
-  uint64_t matched = 99;
-  double t0 = rs_now_ms();
-  REQUIRE_OK(kvc_pool_prefetch_collect(f, s, 50, &matched));
-  CHECK(rs_now_ms() - t0 < 300);
-  CHECK_EQ_U64(matched, 0);
-  kvc_pool_prefetch_destroy(f);
+  kvc_pool_sequence* s;
+  double collect_ms = 0;
+  CHECK_EQ_U64(tt_prefetch_collect(p, tok, PROMPT, 50, &s, &collect_ms), 0);
+  CHECK(collect_ms < 300);
   kvc_pool_sequence_destroy(s);
   /* Stop: the store in flight ends by its deadline, the queued ones are dropped. */
-  t0 = rs_now_ms();
+  double t0 = rs_now_ms();
   REQUIRE_OK(kvc_pool_stop_tier_worker(p, 0));
   double stop = rs_now_ms() - t0;
   CHECK(stop < 1500);
-  kvc_tier_stats st = stats(p);
+  kvc_tier_stats st = tt_stats(kvc_pool_tier(p, 0));
   CHECK_EQ_U64(st.puts, 0);
   CHECK_EQ_U64(st.queued, 12);
   CHECK_EQ_U64(st.put_failures + st.dropped, 12);
