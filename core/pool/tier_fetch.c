@@ -10,7 +10,9 @@
  * verified one is copied into a block taken as reserve takes them (free
  * ones, then evicting the least recently used) and cached there (a STORED
  * event: it is in memory now), so that the ordinary match then finds it,
- * with the rule "a whole number of blocks of every group" unchanged. The
+ * with the rule "a whole number of blocks of every group" unchanged. A CPU
+ * pool reads from a tier that can (the disk tier) straight into the block
+ * instead, checking each chunk as it lands (read_into_block). The
  * group's blocks already in memory are held meanwhile, so taking a block
  * never evicts a part of the chain. A group stops at its first miss, a
  * value that does not verify, or when no block can be taken: never an
