@@ -143,7 +143,7 @@ void kvci_tier_value_seal(const kvc_tier* t, uint8_t* out, const kvc_tier_key* k
 const uint8_t* kvci_tier_value_open(const kvc_tier* t, const uint8_t* value, size_t size, const kvc_tier_key* key,
                                     size_t payload, uint32_t num_layers);
 /*
- * A value's check computed as its bytes land (a tier that reads straight into a block, kvci_tier_landing): its
+ * A value's check computed as its bytes land (a tier that reads straight into a block, kvci_tier_direct): its
  * CRC-32C, or in an authenticated tier its MAC, over the header and payload, fed in order, in pieces of any size.
  */
 typedef struct kvci_tier_check {
