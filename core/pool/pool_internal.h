@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "internal.h"
 #include "kvcache/tier.h"
@@ -390,6 +391,9 @@ void* kvci_pool_stage_alloc(kvc_pool* pool, size_t bytes); /* host memory the ba
 void kvci_pool_stage_free(kvc_pool* pool, void* buf, size_t bytes); /* keeps it for the next call, or frees it */
 void kvci_pool_stage_release(kvc_pool* pool);              /* frees the kept buffer (kvc_pool_destroy) */
 int kvci_pool_stage_out(kvc_pool* pool, uint32_t group, const uint32_t* blocks, size_t count, uint8_t* const* out);
+/* A CPU pool's block as the memory of its payload, in payload order (K, then V unless latent, per layer): at most
+   2 x the group's layers parts into `out`; returns how many. */
+size_t kvci_pool_block_parts(kvc_pool* pool, uint32_t group, uint32_t block, struct iovec* out);
 int kvci_pool_stage_in(kvc_pool* pool, uint32_t group, const uint32_t* blocks, size_t count,
                        const uint8_t* const* in);
 /* As stage_out (to_host 1) and stage_in (0) for host memory a device may not reach (malloc'd): on a device the

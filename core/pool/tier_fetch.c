@@ -10,7 +10,9 @@
  * verified one is copied into a block taken as reserve takes them (free
  * ones, then evicting the least recently used) and cached there (a STORED
  * event: it is in memory now), so that the ordinary match then finds it,
- * with the rule "a whole number of blocks of every group" unchanged. The
+ * with the rule "a whole number of blocks of every group" unchanged. A CPU
+ * pool reads from a tier that can (the disk tier) straight into the block
+ * instead, checking each chunk as it lands (read_into_block). The
  * group's blocks already in memory are held meanwhile, so taking a block
  * never evicts a part of the chain. A group stops at its first miss, a
  * value that does not verify, or when no block can be taken: never an
@@ -35,6 +37,7 @@ typedef struct fetch_buf {
   const uint8_t** payloads;
   size_t* sizes;
   uint32_t* blocks;
+  struct iovec* parts; /* a CPU pool's values land in their blocks: header, the block's parts, trailer */
 } fetch_buf;
 
 static void buf_free(kvc_pool* p, fetch_buf* f) {
@@ -44,6 +47,7 @@ static void buf_free(kvc_pool* p, fetch_buf* f) {
   free(f->payloads);
   free(f->sizes);
   free(f->blocks);
+  free(f->parts);
 }
 
 static int buf_open(kvc_pool* p, uint32_t group, fetch_buf* f, size_t most) {
@@ -58,7 +62,8 @@ static int buf_open(kvc_pool* p, uint32_t group, fetch_buf* f, size_t most) {
   f->payloads = malloc(f->cap * sizeof(*f->payloads));
   f->sizes = malloc(f->cap * sizeof(*f->sizes));
   f->blocks = malloc(f->cap * sizeof(*f->blocks));
-  if (f->frames && f->keys && f->values && f->payloads && f->sizes && f->blocks) {
+  f->parts = malloc((2 + 2 * (size_t)p->groups[group].num_layers) * sizeof(*f->parts));
+  if (f->frames && f->keys && f->values && f->payloads && f->sizes && f->blocks && f->parts) {
     for (size_t j = 0; j < f->cap; j++) f->values[j] = f->frames + j * f->frame;
     return 0;
   }
@@ -85,10 +90,88 @@ size_t kvci_pool_tiers_lookup(kvc_tier* const* tiers, uint32_t num_tiers, uint32
   return done;
 }
 
-/* Looks up `count` (<= cap) blocks in the tiers; returns the leading run found and verified. */
-static size_t lookup(kvc_pool* p, uint32_t group, fetch_buf* f, size_t count) {
-  return kvci_pool_tiers_lookup(p->tiers, p->num_tiers, p->groups[group].num_layers, f->keys, f->values, f->frame,
-                                f->sizes, f->payload, f->payloads, count);
+/*
+ * Looks up keys [from, from + count) of the batch in `tiers`, through the staging frames; the leading run found
+ * and verified is copied into blocks taken for it (f->blocks). Returns that run's length.
+ */
+static size_t fill_staged(kvc_pool* p, uint32_t group, fetch_buf* f, kvc_tier* const* tiers, uint32_t num_tiers,
+                          size_t from, size_t count) {
+  size_t found = kvci_pool_tiers_lookup(tiers, num_tiers, p->groups[group].num_layers, f->keys + from,
+                                        f->values + from, f->frame, f->sizes + from, f->payload, f->payloads + from,
+                                        count);
+  uint32_t* blocks = f->blocks + from;
+  for (size_t j = 0; j < found; j++) blocks[j] = kvci_pool_block_take(p, group);
+  if (found && kvci_pool_stage_in(p, group, blocks, found, f->payloads + from)) {
+    for (size_t j = 0; j < found; j++) kvci_pool_block_release(&p->groups[group], blocks[j]);
+    return 0;
+  }
+  return found;
+}
+
+static void land_check(void* arg, const void* bytes, size_t len) { kvci_tier_check_update(arg, bytes, len); }
+
+/*
+ * Key j of the batch from `tier` straight into a block of a CPU pool (tier_internal.h's direct reads): 1 when
+ * f->blocks[j] holds it, verified; else 0, with *corrupt set when a value was found but did not verify. The block
+ * is taken once the tier has found a value of the right size, outside the tier's lock (taking one may evict
+ * another, which may be stored in this tier); the header and trailer land in small buffers, the payload in the
+ * block, checked chunk by chunk as it lands. A value that then fails its check gives its block back to the free
+ * list unpublished (its bytes are no block's contents), though taking it may have evicted the LRU's oldest block.
+ */
+static int read_into_block(kvc_pool* p, uint32_t group, fetch_buf* f, kvc_tier* tier, size_t j, int* corrupt) {
+  const kvc_tier_key* key = &f->keys[j];
+  size_t want = kvci_tier_value_size(tier, f->payload), size = 0;
+  intptr_t handle;
+  kvci_tier_lock(tier); /* a pool's tier worker may be inside this tier's store (tier_worker.c) */
+  int found = kvci_tier_find(tier, key, &size, &handle);
+  if (found && size != want) tier->direct->drop(tier->ctx, handle);
+  kvci_tier_unlock(tier);
+  if (!found || size != want) {
+    *corrupt |= found; /* what a get would have found and refused */
+    return 0;
+  }
+  uint8_t header[KVCI_TIER_HEADER_SIZE], trailer[KVCI_TIER_MAC_SIZE];
+  uint32_t block = kvci_pool_block_take(p, group);
+  struct iovec* parts = f->parts;
+  size_t n = 0;
+  parts[n++] = (struct iovec){header, KVCI_TIER_HEADER_SIZE};
+  n += kvci_pool_block_parts(p, group, block, parts + n);
+  parts[n++] = (struct iovec){trailer, want - KVCI_TIER_HEADER_SIZE - f->payload};
+  kvci_tier_check check;
+  kvci_tier_check_begin(&check, tier, f->payload);
+  kvci_tier_lock(tier);
+  int ok = !kvci_tier_read_found(tier, handle, size, parts, n, land_check, &check);
+  kvci_tier_unlock(tier);
+  ok = ok && kvci_tier_check_end(&check, header, trailer, key, f->payload, p->groups[group].num_layers);
+  if (!ok) {
+    kvci_pool_block_release(&p->groups[group], block);
+    *corrupt = 1;
+    return 0;
+  }
+  f->blocks[j] = block;
+  return 1;
+}
+
+/*
+ * Looks up `count` (<= cap) blocks in the tiers, nearest first, the farther ones for what the nearer lacked, and
+ * fills blocks taken for the leading run found and verified (f->blocks); returns its length. A CPU pool's values
+ * land in their blocks where a tier can read them there (the disk tier); others pass through the staging frames.
+ */
+static size_t fill_blocks(kvc_pool* p, uint32_t group, fetch_buf* f, size_t count) {
+  if (p->device.device_type != KVC_DEVICE_CPU) return fill_staged(p, group, f, p->tiers, p->num_tiers, 0, count);
+  size_t done = 0;
+  for (uint32_t t = 0; t < p->num_tiers && done < count; t++) {
+    kvc_tier* tier = p->tiers[t];
+    size_t before = done;
+    if (!tier->direct) {
+      done += fill_staged(p, group, f, &p->tiers[t], 1, done, count - done);
+      continue;
+    }
+    int corrupt = 0;
+    while (done < count && read_into_block(p, group, f, tier, done, &corrupt)) done++;
+    kvci_tier_count(tier, (kvci_tier_counts){.hits = done - before, .corrupt = (uint64_t)corrupt});
+  }
+  return done;
 }
 
 /* Fetches the run hashes[from, to) of a group into fresh cached blocks; returns how many leading ones it did. */
@@ -102,12 +185,7 @@ static uint64_t fetch_run(kvc_pool* p, kvc_pool_sequence* s, const int32_t* toke
     if (n > kvci_pool_available(g)) n = (size_t)kvci_pool_available(g);
     if (!n) break;
     for (size_t j = 0; j < n; j++) kvci_pool_tier_key(p, gi, sg->hashes[at + j], &f->keys[j]);
-    size_t found = lookup(p, gi, f, n);
-    for (size_t j = 0; j < found; j++) f->blocks[j] = kvci_pool_block_take(p, gi);
-    if (found && kvci_pool_stage_in(p, gi, f->blocks, found, f->payloads)) {
-      for (size_t j = 0; j < found; j++) kvci_pool_block_release(g, f->blocks[j]);
-      break;
-    }
+    size_t found = fill_blocks(p, gi, f, n);
     for (size_t j = 0; j < found; j++) {
       uint64_t i = at + j;
       kvci_pool_block_cache(p, gi, f->blocks[j], s, tokens, i);
@@ -161,12 +239,10 @@ static int fetch_state(kvc_pool* p, kvc_pool_sequence* s, const int32_t* tokens,
   fetch_buf f;
   if (buf_open(p, gi, &f, 1)) return 0;
   kvci_pool_tier_key(p, gi, sg->hashes[index], &f.keys[0]);
-  int got = lookup(p, gi, &f, 1) == 1;
+  int got = fill_blocks(p, gi, &f, 1) == 1;
   if (got) {
-    uint32_t b = kvci_pool_block_take(p, gi);
-    got = !kvci_pool_stage_in(p, gi, &b, 1, f.payloads);
-    if (got) kvci_pool_block_cache(p, gi, b, s, tokens, index);
-    kvci_pool_block_release(g, b); /* cached: the match restores it from the LRU; else back to the free list */
+    kvci_pool_block_cache(p, gi, f.blocks[0], s, tokens, index);
+    kvci_pool_block_release(g, f.blocks[0]); /* cached: the match restores it from the LRU */
   }
   buf_free(p, &f);
   return got;

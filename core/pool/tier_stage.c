@@ -141,6 +141,17 @@ static int stage(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t cou
   return rc;
 }
 
+size_t kvci_pool_block_parts(kvc_pool* p, uint32_t group, uint32_t block, struct iovec* out) {
+  const kvci_pool_group* g = &p->groups[group];
+  size_t n = 0;
+  for (uint32_t i = 0; i < g->num_layers; i++) {
+    const kvci_pool_layer* l = &p->layers[g->layers[i]];
+    out[n++] = (struct iovec){kvci_pool_block_at(p, l, 0, block), (size_t)l->k_block * l->elem};
+    if (l->v_block) out[n++] = (struct iovec){kvci_pool_block_at(p, l, 1, block), (size_t)l->v_block * l->elem};
+  }
+  return n;
+}
+
 int kvci_pool_stage_out(kvc_pool* p, uint32_t group, const uint32_t* blocks, size_t count, uint8_t* const* out) {
   return stage(p, group, blocks, count, out, 1);
 }

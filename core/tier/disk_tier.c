@@ -152,38 +152,95 @@ static size_t disk_put_many(void* ctx, const kvc_tier_key* keys, const void* con
   return stored;
 }
 
-/* Reads one value into `out`; its size, or 0 for a miss. */
-static size_t get_one(disk_tier* d, const uint8_t key[KVCI_TIER_KEY_SIZE], void* out, size_t capacity,
-                      char* path) {
-  block_path(d, key, path);
-  uint32_t e = kvci_disk_index_find(&d->index, key);
+/* Bytes per read of a value: small enough that a chunk is still in a core's L2 when landed() checks it. */
+#define READ_CHUNK ((size_t)256 << 10)
+
+/* Reads the rest of `fd` into `parts` in order, a chunk at a time, landed() after each (when given); 0 or -1. */
+static int read_parts(int fd, const struct iovec* parts, size_t count, kvci_tier_landed_fn landed, void* arg) {
+  for (size_t i = 0; i < count; i++) {
+    uint8_t* at = parts[i].iov_base;
+    for (size_t left = parts[i].iov_len; left;) {
+      ssize_t r = read(fd, at, left < READ_CHUNK ? left : READ_CHUNK);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return -1; /* an error, or the file shrank since it was opened */
+      if (landed) landed(arg, at, (size_t)r);
+      at += r;
+      left -= (size_t)r;
+    }
+  }
+  return 0;
+}
+
+/*
+ * Opens the block file of `key` (its path already in `path`); its size in *size. -1 for a miss: something else
+ * under a block's name (a FIFO would block a plain open) is one, like a missing file, which leaves the index
+ * (evicted by another process).
+ */
+static int open_block(disk_tier* d, const uint8_t key[KVCI_TIER_KEY_SIZE], const char* path, size_t* size) {
   struct stat st;
   const char* not_regular;
-  /* Something else under a block's name (a FIFO would block a plain open) is a miss, like a missing file. */
   int fd = kvci_regular_open(path, &st, &not_regular);
   if (fd < 0) {
-    if (e != UINT32_MAX) kvci_disk_index_remove(&d->index, e); /* evicted by another process */
-    return 0;
+    uint32_t e = kvci_disk_index_find(&d->index, key);
+    if (e != UINT32_MAX) kvci_disk_index_remove(&d->index, e);
+    return -1;
   }
-  size_t got = 0;
-  if (st.st_size > 0 && (uint64_t)st.st_size <= capacity) {
-    size_t want = (size_t)st.st_size;
-    while (got < want) {
-      ssize_t r = read(fd, (uint8_t*)out + got, want - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      got += (size_t)r;
-    }
-    if (got != want) got = 0;
+  *size = st.st_size > 0 ? (size_t)st.st_size : 0;
+  return fd;
+}
+
+/* A value of `size` bytes was found in a block file: the LRU index learns it was used. */
+static void note_used(disk_tier* d, const uint8_t key[KVCI_TIER_KEY_SIZE], size_t size) {
+  uint32_t e = kvci_disk_index_find(&d->index, key);
+  if (e != UINT32_MAX)
+    kvci_disk_index_touch(&d->index, e);
+  else
+    kvci_disk_index_add(&d->index, key, size); /* written by another process since the scan */
+}
+
+/* One key's turn in a call over keys (for_each_key): its bytes and file path. */
+typedef struct key_turn {
+  disk_tier* d;
+  size_t i;
+  uint8_t key[KVCI_TIER_KEY_SIZE];
+  char* path;
+} key_turn;
+
+/* Calls visit() for each key in order with its encoded bytes and path; -1 without memory for the path. */
+static int for_each_key(disk_tier* d, const kvc_tier_key* keys, size_t count, void (*visit)(key_turn*, void*),
+                        void* arg) {
+  key_turn k = {d, 0, {0}, malloc(path_size(d))};
+  if (!k.path) return -1;
+  for (; k.i < count; k.i++) {
+    kvci_tier_key_encode(&keys[k.i], k.key);
+    block_path(d, k.key, k.path);
+    visit(&k, arg);
   }
+  free(k.path);
+  return 0;
+}
+
+typedef struct get_call {
+  void* const* values;
+  size_t capacity;
+  size_t* sizes;
+  size_t leading;
+} get_call;
+
+/* A value into the caller's buffer: its size, or 0 for a miss. */
+static void get_one(key_turn* k, void* arg) {
+  get_call* g = arg;
+  size_t size = 0;
+  g->sizes[k->i] = 0;
+  int fd = open_block(k->d, k->key, k->path, &size);
+  if (fd < 0) return;
+  struct iovec all = {g->values[k->i], size};
+  int ok = size && size <= g->capacity && !read_parts(fd, &all, 1, NULL, NULL);
   close(fd);
-  if (got) {
-    if (e != UINT32_MAX)
-      kvci_disk_index_touch(&d->index, e);
-    else
-      kvci_disk_index_add(&d->index, key, got); /* written by another process since the scan */
-  }
-  return got;
+  if (!ok) return;
+  note_used(k->d, k->key, size);
+  g->sizes[k->i] = size;
+  if (g->leading == k->i) g->leading++;
 }
 
 /*
@@ -192,36 +249,63 @@ static size_t get_one(disk_tier* d, const uint8_t key[KVCI_TIER_KEY_SIZE], void*
  */
 static size_t disk_get_many(void* ctx, const kvc_tier_key* keys, void* const* values, size_t capacity,
                             size_t* sizes, size_t count) {
-  disk_tier* d = ctx;
-  char* path = malloc(path_size(d));
-  if (!path) return 0;
-  size_t leading = 0;
-  for (size_t i = 0; i < count; i++) {
-    uint8_t key[KVCI_TIER_KEY_SIZE];
-    kvci_tier_key_encode(&keys[i], key);
-    sizes[i] = get_one(d, key, values[i], capacity, path);
-    if (leading == i && sizes[i]) leading++;
-  }
-  free(path);
-  return leading;
+  get_call g = {values, capacity, sizes, 0};
+  return for_each_key(ctx, keys, count, get_one, &g) ? 0 : g.leading;
 }
 
-/* A key exists when a regular, non-empty file has its name: one stat, no read (the frame is checked by a get). */
-static size_t disk_exists_many(void* ctx, const kvc_tier_key* keys, uint8_t* found, size_t count) {
-  disk_tier* d = ctx;
-  char* path = malloc(path_size(d));
-  if (!path) return 0;
-  size_t n = 0;
-  for (size_t i = 0; i < count; i++) {
-    uint8_t key[KVCI_TIER_KEY_SIZE];
-    kvci_tier_key_encode(&keys[i], key);
-    block_path(d, key, path);
-    struct stat st;
-    found[i] = stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
-    n += found[i];
+typedef struct find_call {
+  size_t size;
+  int fd;
+} find_call;
+
+/* A value opened for a direct read (tier_internal.h): a regular, non-empty file under the key's name. */
+static void find_one(key_turn* k, void* arg) {
+  find_call* c = arg;
+  c->fd = open_block(k->d, k->key, k->path, &c->size);
+  if (c->fd >= 0 && !c->size) { /* an empty file is a miss, as for a get */
+    close(c->fd);
+    c->fd = -1;
   }
-  free(path);
-  return n;
+  if (c->fd >= 0) note_used(k->d, k->key, c->size);
+}
+
+static int disk_find(void* ctx, const kvc_tier_key* key, size_t* size, intptr_t* handle) {
+  find_call c = {0, -1};
+  if (for_each_key(ctx, key, 1, find_one, &c) || c.fd < 0) return 0;
+  *size = c.size;
+  *handle = c.fd;
+  return 1;
+}
+
+static int disk_read(void* ctx, intptr_t handle, const struct iovec* parts, size_t count, kvci_tier_landed_fn landed,
+                     void* arg) {
+  (void)ctx;
+  int rc = read_parts((int)handle, parts, count, landed, arg);
+  close((int)handle);
+  return rc;
+}
+
+static void disk_drop(void* ctx, intptr_t handle) {
+  (void)ctx;
+  close((int)handle);
+}
+
+typedef struct exists_call {
+  uint8_t* found;
+  size_t n;
+} exists_call;
+
+/* A key exists when a regular, non-empty file has its name: one stat, no read (the frame is checked by a get). */
+static void exists_one(key_turn* k, void* arg) {
+  exists_call* x = arg;
+  struct stat st;
+  x->found[k->i] = stat(k->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+  x->n += x->found[k->i];
+}
+
+static size_t disk_exists_many(void* ctx, const kvc_tier_key* keys, uint8_t* found, size_t count) {
+  exists_call x = {found, 0};
+  return for_each_key(ctx, keys, count, exists_one, &x) ? 0 : x.n;
 }
 
 static void disk_destroy(void* ctx) {
@@ -383,6 +467,10 @@ kvc_error* kvc_disk_tier_create(const kvc_disk_tier_options* given, kvc_tier** o
   char name[64];
   snprintf(name, sizeof name, "disk");
   kvc_error* e = kvc_tier_create(&OPS, d, name, out);
-  if (!e) kvci_tier_auth_set(*out, options->auth_key, options->auth_key_len);
+  if (!e) {
+    kvci_tier_auth_set(*out, options->auth_key, options->auth_key_len);
+    static const kvci_tier_direct DIRECT = {disk_find, disk_read, disk_drop};
+    (*out)->direct = &DIRECT;
+  }
   return e;
 }

@@ -14,6 +14,7 @@
  */
 #include <string.h>
 
+#include "../persist/crc32c.h"
 #include "tier_internal.h"
 
 kvc_error* kvci_tier_auth_check(const char* fn, const char* arg, const uint8_t* key, size_t len) {
@@ -68,17 +69,46 @@ void kvci_tier_value_seal(const kvc_tier* t, uint8_t* out, const kvc_tier_key* k
   frame_mac(t, out, payload, out + KVCI_TIER_HEADER_SIZE + payload);
 }
 
+void kvci_tier_check_begin(kvci_tier_check* c, const kvc_tier* t, size_t payload) {
+  c->tier = t;
+  c->left = KVCI_TIER_HEADER_SIZE + payload;
+  c->crc = 0;
+  if (t->auth.keyed) kvci_hmac_sha256_init(&c->mac, &t->auth.key);
+}
+
+void kvci_tier_check_update(kvci_tier_check* c, const void* bytes, size_t len) {
+  if (len > c->left) len = c->left;
+  c->left -= len;
+  if (c->tier->auth.keyed)
+    kvci_hmac_sha256_update(&c->mac, bytes, len);
+  else
+    c->crc = kvci_crc32c_update(c->crc, bytes, len);
+}
+
+int kvci_tier_check_end(kvci_tier_check* c, const uint8_t* header, const uint8_t* trailer, const kvc_tier_key* key,
+                        size_t payload, uint32_t num_layers) {
+  int keyed = c->tier->auth.keyed;
+  uint8_t want[KVCI_TIER_HEADER_SIZE];
+  kvci_tier_frame_header(want, keyed ? KVCI_TIER_FRAME_VERSION_MAC : KVCI_TIER_FRAME_VERSION, key, payload,
+                         num_layers);
+  if (c->left || memcmp(header, want, sizeof want)) return 0; /* the header is public: no secret to time */
+  if (!keyed)
+    return ((uint32_t)trailer[0] | (uint32_t)trailer[1] << 8 | (uint32_t)trailer[2] << 16 |
+            (uint32_t)trailer[3] << 24) == c->crc;
+  uint8_t mac[KVCI_TIER_MAC_SIZE];
+  kvci_hmac_sha256_final(&c->mac, mac);
+  return kvci_equal_const_time(mac, trailer, KVCI_TIER_MAC_SIZE);
+}
+
 const uint8_t* kvci_tier_value_open(const kvc_tier* t, const uint8_t* value, size_t size, const kvc_tier_key* key,
                                     size_t payload, uint32_t num_layers) {
-  if (!t->auth.keyed) return kvci_tier_frame_open(value, size, key, payload, num_layers);
-  if (!value || size != kvci_tier_frame_size_max(payload)) return NULL;
-  uint8_t want[KVCI_TIER_HEADER_SIZE];
-  kvci_tier_frame_header(want, KVCI_TIER_FRAME_VERSION_MAC, key, payload, num_layers);
-  if (memcmp(value, want, sizeof want)) return NULL; /* the header is public: no secret to time */
-  uint8_t mac[KVCI_TIER_MAC_SIZE];
-  frame_mac(t, value, payload, mac);
-  if (!kvci_equal_const_time(mac, value + KVCI_TIER_HEADER_SIZE + payload, KVCI_TIER_MAC_SIZE)) return NULL;
-  return value + KVCI_TIER_HEADER_SIZE;
+  if (!value || size != kvci_tier_value_size(t, payload)) return NULL;
+  kvci_tier_check c;
+  kvci_tier_check_begin(&c, t, payload);
+  kvci_tier_check_update(&c, value, KVCI_TIER_HEADER_SIZE + payload);
+  return kvci_tier_check_end(&c, value, value + KVCI_TIER_HEADER_SIZE + payload, key, payload, num_layers)
+             ? value + KVCI_TIER_HEADER_SIZE
+             : NULL;
 }
 
 int kvci_tier_same_seal(const kvc_tier* a, const kvc_tier* b) {

@@ -135,6 +135,25 @@ size_t kvci_tier_get_many(kvc_tier* t, const kvc_tier_key* keys, void* const* va
   return run;
 }
 
+int kvci_tier_find(kvc_tier* t, const kvc_tier_key* key, size_t* size, intptr_t* handle) {
+  int found = t->direct->find(t->ctx, key, size, handle) == 1;
+  pthread_mutex_lock(&t->stats_lock);
+  t->stats.gets++;
+  pthread_mutex_unlock(&t->stats_lock);
+  return found;
+}
+
+int kvci_tier_read_found(kvc_tier* t, intptr_t handle, size_t size, const struct iovec* parts, size_t count,
+                         kvci_tier_landed_fn landed, void* arg) {
+  int rc = t->direct->read(t->ctx, handle, parts, count, landed, arg) ? -1 : 0;
+  if (!rc) {
+    pthread_mutex_lock(&t->stats_lock);
+    t->stats.bytes_read += size;
+    pthread_mutex_unlock(&t->stats_lock);
+  }
+  return rc;
+}
+
 void kvci_tier_get_all(kvc_tier* t, const kvc_tier_key* keys, void* const* values, size_t capacity, size_t* sizes,
                        size_t count) {
   if (!count) return;

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "internal.h"
 #include "kvcache/tier.h"
@@ -24,9 +25,27 @@ typedef struct kvci_tier_auth {
   kvci_hmac_sha256_key key;
 } kvci_tier_auth;
 
+/*
+ * A store that reads a value straight into the caller's memory, with no staging copy (the disk tier), in two
+ * steps so that the caller takes that memory between them without the tier's lock (taking a pool block may evict
+ * one, which may store it in this very tier): find() looks key's value up (1: found, its size in *size and a
+ * handle; 0: a miss); then either read() reads it into `parts` in order (lengths summing to its size), a chunk
+ * small enough to stay in a core's L2 at a time, calling landed(arg, chunk, bytes) right after each chunk lands so
+ * the caller checks it while it is hot (0, or -1: the read failed or came up short), or drop() lets it go. Both
+ * end the handle. The bytes are unverified until the caller's check says otherwise.
+ */
+typedef void (*kvci_tier_landed_fn)(void* arg, const void* bytes, size_t len);
+typedef struct kvci_tier_direct {
+  int (*find)(void* ctx, const kvc_tier_key* key, size_t* size, intptr_t* handle);
+  int (*read)(void* ctx, intptr_t handle, const struct iovec* parts, size_t count, kvci_tier_landed_fn landed,
+              void* arg);
+  void (*drop)(void* ctx, intptr_t handle);
+} kvci_tier_direct;
+
 struct kvc_tier {
   kvc_tier_ops ops;
   void* ctx;
+  const kvci_tier_direct* direct; /* NULL: values come through get_many only */
   char* name;
   const kvc_pool* owner; /* the pool it was given to (kvc_pool_add_tier), else NULL */
   kvc_tier_stats stats;
@@ -60,6 +79,11 @@ typedef struct kvci_tier_counts {
   uint64_t queued, dropped; /* blocks handed to a pool's tier worker; of those, never stored */
 } kvci_tier_counts;
 void kvci_tier_count(kvc_tier* t, kvci_tier_counts c);
+/* t->direct's steps (t->direct not NULL) with their counters: a find is a get, a read that landed its bytes. Each
+   under the caller's lock. */
+int kvci_tier_find(kvc_tier* t, const kvc_tier_key* key, size_t* size, intptr_t* handle);
+int kvci_tier_read_found(kvc_tier* t, intptr_t handle, size_t size, const struct iovec* parts, size_t count,
+                         kvci_tier_landed_fn landed, void* arg);
 /* Looks up `count` keys; returns the leading run found (sizes[i] > 0); the caller verifies and counts hits. */
 size_t kvci_tier_get_many(kvc_tier* t, const kvc_tier_key* keys, void* const* values, size_t capacity,
                           size_t* sizes, size_t count);
@@ -118,6 +142,22 @@ void kvci_tier_value_seal(const kvc_tier* t, uint8_t* out, const kvc_tier_key* k
 /* kvci_tier_frame_open for a value found in `t`: the payload's start, or NULL (a miss counted corrupt). */
 const uint8_t* kvci_tier_value_open(const kvc_tier* t, const uint8_t* value, size_t size, const kvc_tier_key* key,
                                     size_t payload, uint32_t num_layers);
+/*
+ * A value's check computed as its bytes land (a tier that reads straight into a block, kvci_tier_direct): its
+ * CRC-32C, or in an authenticated tier its MAC, over the header and payload, fed in order, in pieces of any size.
+ */
+typedef struct kvci_tier_check {
+  const kvc_tier* tier;
+  size_t left; /* header and payload bytes not fed yet: the trailer is not checked over */
+  uint32_t crc;
+  kvci_hmac_sha256_ctx mac;
+} kvci_tier_check;
+void kvci_tier_check_begin(kvci_tier_check* c, const kvc_tier* t, size_t payload);
+void kvci_tier_check_update(kvci_tier_check* c, const void* bytes, size_t len);
+/* Whether the value fed is key's frame in c's tier: `header` as it must be, `trailer` the check of all bytes fed. */
+int kvci_tier_check_end(kvci_tier_check* c, const uint8_t* header, const uint8_t* trailer, const kvc_tier_key* key,
+                        size_t payload, uint32_t num_layers);
+
 /* Whether a value sealed for `a` is the value for `b` too (both keyless, or the same key). */
 int kvci_tier_same_seal(const kvc_tier* a, const kvc_tier* b);
 

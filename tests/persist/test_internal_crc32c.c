@@ -40,13 +40,15 @@ static void test_implementations_agree(void) {
     }
 }
 
-/* Buffers past three 4 KiB lanes (the instruction's three-lane path): every lane boundary and tail. */
+/* Buffers past the folding threshold (1 KiB, where the core has VPCLMULQDQ) and three 4 KiB lanes (the
+   instruction's three-lane path): every fold step, lane boundary and tail. */
 static void test_long_buffers_agree(void) {
   enum { N = 3 * 4096 * 3 + 100 };
   unsigned char* buf = (unsigned char*)malloc(N + 8);
   uint64_t s = 777;
   for (size_t i = 0; i < N + 8; i++) buf[i] = (unsigned char)tu_xorshift32(&s);
-  const size_t lens[] = {12287, 12288, 12289, 12288 + 4095, 24576, 24583, 36864, N};
+  const size_t lens[] = {1023, 1024, 1025, 1087, 1279, 1280, 1343, 4096 + 200, 12287, 12288, 12289, 12288 + 4095,
+                         24576, 24583, 36864, N};
   for (size_t off = 0; off < 8; off += 3)
     for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
       uint32_t a = kvci_crc32c_update(0x1234u, buf + off, lens[k]);

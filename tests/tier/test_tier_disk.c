@@ -7,7 +7,8 @@
  * pools of different fingerprints never share; processes writing and
  * evicting the same blocks in one directory never give a reader a torn
  * block; a FIFO or a directory under a block's name is a miss, never a
- * stall; bad input is refused with the target unchanged.
+ * stall; a value read straight into a block that fails its check leaves
+ * no block behind; bad input is refused with the target unchanged.
  */
 #include "tier_test.h" /* first: it sets the feature macros */
 
@@ -131,7 +132,8 @@ static void test_fifo_or_directory_block_is_a_miss(void) {
     alarm(20);
     CHECK_EQ_U64(restart_match(dir, KVC_POOL_LAYOUT_NHD, &st), 0);
     alarm(0);
-    CHECK_EQ_U64(st.gets, 4); /* the prompt's 4 blocks looked up at once: misses */
+    /* A CPU pool reads disk values straight into blocks, one key at a time: the first miss ends the lookup. */
+    CHECK_EQ_U64(st.gets, 1);
     CHECK_EQ_U64(st.hits + st.corrupt, 0);
   }
   /* A writer replaces the FIFOs again (rename over them), and the blocks come back. */
@@ -237,6 +239,100 @@ static void test_processes_sharing_a_directory_never_read_a_torn_block(void) {
   tt_rmtree(dir);
 }
 
+static const uint8_t AUTH_KEY[32] = "test_tier_disk's tier key 32 by";
+
+/* A pool of 16 blocks with a disk tier on `dir`, keyless or under AUTH_KEY, into *out. */
+static void disk_pool(const char* dir, int keyed, kvc_pool** out) {
+  kvc_pool* p = NULL;
+  REQUIRE_OK(tt_pool(&p, 16, KVC_POOL_LAYOUT_NHD));
+  kvc_tier* t = tt_disk(dir, 0);
+  REQUIRE(t != NULL);
+  if (keyed) REQUIRE_OK(kvc_tier_set_auth_key(t, AUTH_KEY, sizeof AUTH_KEY));
+  REQUIRE_OK(kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT));
+  *out = p; /* only when complete: a failed REQUIRE above leaves *out NULL */
+}
+
+/* Replaces the file at `path` with `n` bytes of `data`. */
+static void rewrite(const char* path, const uint8_t* data, size_t n) {
+  FILE* f = fopen(path, "wb");
+  REQUIRE(f != NULL);
+  REQUIRE(fwrite(data, 1, n, f) == n);
+  REQUIRE(fclose(f) == 0);
+}
+
+/* A match of the prompt by `p` that must find nothing on disk: no hit, one more corrupt value, no block taken
+   (the free count as before), no STORED event. */
+static void match_refused(kvc_pool* p, uint64_t corrupt_before) {
+  kvc_pool_stats before = pt_stats(p, 0);
+  kvc_pool_sequence* s = NULL;
+  uint64_t matched = 1;
+  CHECK_OK(tt_match_prompt(p, PROMPT, &s, &matched));
+  CHECK_EQ_U64(matched, 0);
+  kvc_pool_sequence_destroy(s);
+  kvc_tier_stats st = tt_stats(kvc_pool_tier(p, 0));
+  CHECK_EQ_U64(st.hits, 0);
+  CHECK_EQ_U64(st.corrupt, corrupt_before + 1); /* the first block; the match stops there */
+  kvc_pool_stats after = pt_stats(p, 0);
+  CHECK_EQ_U64(after.free_blocks, before.free_blocks);
+  CHECK_EQ_U64(after.cached_blocks, 0);
+  kvc_pool_event ev[64];
+  size_t n = 0;
+  CHECK_OK(kvc_pool_events_pull(p, ev, 64, &n));
+  for (size_t i = 0; i < n; i++) CHECK(ev[i].kind != KVC_POOL_EVENT_BLOCK_STORED);
+}
+
+/*
+ * A CPU pool's disk tier reads a value straight into a block and checks it as it lands: a value that fails the
+ * check (a payload byte flipped, keyless or keyed) or has another size leaves the block it took free and
+ * unpublished; the intact values then land in the same pool and gather exactly.
+ */
+static void test_value_failing_its_check_leaves_no_block(void) {
+  for (int keyed = 0; keyed < 2; keyed++) {
+    char dir[4096], files[8][4096];
+    REQUIRE(tt_tempdir(dir, sizeof dir, "landing"));
+    kvc_pool *p = NULL, *q = NULL;
+    disk_pool(dir, keyed, &p);
+    REQUIRE(p != NULL);
+    kvc_pool_sequence* s = NULL;
+    REQUIRE_OK(tt_commit_prompt(p, PROMPT, &s));
+    kvc_pool_destroy(p);
+    size_t n = tt_files(dir, files, 8);
+    REQUIRE(n == 4);
+    uint8_t* good[4];
+    size_t size[4];
+    for (size_t i = 0; i < n; i++) {
+      FILE* f = fopen(files[i], "rb");
+      REQUIRE(f != NULL);
+      REQUIRE(fseek(f, 0, SEEK_END) == 0);
+      size[i] = (size_t)ftell(f);
+      rewind(f);
+      good[i] = malloc(size[i] + 1);
+      REQUIRE(good[i] && fread(good[i], 1, size[i], f) == size[i]);
+      fclose(f);
+      good[i][size[i]] = 0;
+      good[i][size[i] / 2] ^= 0x10; /* in the payload */
+      rewrite(files[i], good[i], size[i]);
+      good[i][size[i] / 2] ^= 0x10;
+    }
+    disk_pool(dir, keyed, &q);
+    REQUIRE(q != NULL);
+    match_refused(q, 0);
+    for (size_t i = 0; i < n; i++) rewrite(files[i], good[i], size[i] + 1); /* one byte too many */
+    match_refused(q, 1);
+    for (size_t i = 0; i < n; i++) rewrite(files[i], good[i], size[i]);
+    uint64_t matched = 0;
+    CHECK_OK(tt_match_prompt(q, PROMPT, &s, &matched));
+    CHECK_EQ_U64(matched, 16);
+    for (uint32_t l = 0; l < 2; l++) CHECK_EQ_I64(pt_gather_mismatches(s, l), 0);
+    kvc_tier_stats st = tt_stats(kvc_pool_tier(q, 0));
+    CHECK_EQ_U64(st.hits, 4);
+    CHECK_EQ_U64(st.corrupt, 2);
+    kvc_pool_destroy(q);
+    for (size_t i = 0; i < n; i++) free(good[i]);
+    tt_rmtree(dir);
+  }
+}
+
 static void test_bad_input(void) {
   char dir[4096], file[4200];
   REQUIRE(tt_tempdir(dir, sizeof dir, "bad"));
@@ -301,6 +397,7 @@ int main(void) {
   TU_RUN(test_fifo_or_directory_block_is_a_miss);
   TU_RUN(test_evicted_blocks_come_back);
   TU_RUN(test_processes_sharing_a_directory_never_read_a_torn_block);
+  TU_RUN(test_value_failing_its_check_leaves_no_block);
   TU_RUN(test_bad_input);
   return tu_finish();
 }
