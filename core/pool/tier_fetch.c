@@ -42,12 +42,7 @@ typedef struct fetch_buf {
 
 static void buf_free(kvc_pool* p, fetch_buf* f) {
   kvci_pool_stage_free(p, f->frames, f->cap * f->frame);
-  free(f->keys);
-  free(f->values);
-  free(f->payloads);
-  free(f->sizes);
-  free(f->blocks);
-  free(f->parts);
+  free(f->keys); /* the start of the one block that holds every per-batch array (buf_open) */
 }
 
 static int buf_open(kvc_pool* p, uint32_t group, fetch_buf* f, size_t most) {
@@ -57,13 +52,22 @@ static int buf_open(kvc_pool* p, uint32_t group, fetch_buf* f, size_t most) {
   f->cap = kvci_pool_stage_batch(f->frame);
   if (f->cap > most) f->cap = most;
   f->frames = kvci_pool_stage_alloc(p, f->cap * f->frame);
-  f->keys = malloc(f->cap * sizeof(*f->keys));
-  f->values = malloc(f->cap * sizeof(*f->values));
-  f->payloads = malloc(f->cap * sizeof(*f->payloads));
-  f->sizes = malloc(f->cap * sizeof(*f->sizes));
-  f->blocks = malloc(f->cap * sizeof(*f->blocks));
-  f->parts = malloc((2 + 2 * (size_t)p->groups[group].num_layers) * sizeof(*f->parts));
-  if (f->frames && f->keys && f->values && f->payloads && f->sizes && f->blocks && f->parts) {
+  /* One block for the per-batch arrays, widest alignment first: keys (a multiple of 8 bytes), then the
+     pointers and sizes, the iovecs, the 32-bit block ids last. */
+  _Static_assert(sizeof(kvc_tier_key) % sizeof(void*) == 0, "the arrays after the keys stay aligned");
+  size_t n = f->cap, nparts = 2 + 2 * (size_t)p->groups[group].num_layers;
+  uint8_t* block = malloc(n * (sizeof(*f->keys) + sizeof(*f->values) + sizeof(*f->payloads) + sizeof(*f->sizes) +
+                               sizeof(*f->blocks)) +
+                          nparts * sizeof(*f->parts));
+  if (block) {
+    f->keys = (kvc_tier_key*)block;
+    f->values = (void**)(f->keys + n);
+    f->payloads = (const uint8_t**)(f->values + n);
+    f->sizes = (size_t*)(f->payloads + n);
+    f->parts = (struct iovec*)(f->sizes + n);
+    f->blocks = (uint32_t*)(f->parts + nparts);
+  }
+  if (f->frames && block) {
     for (size_t j = 0; j < f->cap; j++) f->values[j] = f->frames + j * f->frame;
     return 0;
   }
