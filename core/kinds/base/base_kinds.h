@@ -80,6 +80,16 @@ kvc_error* kvci_crop_allowed(const kvc_layer* layer, int64_t tokens);
 /* Shared by the static kinds (layer_static.c): explicit positions must be in [0, limit). */
 kvc_error* kvci_check_positions(const char* fn, uint32_t index, const kvc_layer* layer, int64_t n,
                                const kvc_update_options* opts, int64_t limit);
+/*
+ * The static store discipline's entries (a fixed number of slots: StaticLayer, StaticSlidingWindowLayer):
+ * its file names its own check_update, keep_for_update, apply_update, mask_sizes, apply_crop and
+ * initial_capacity, and every such table shares the length queries; a kind's table starts with
+ * KVC_STATIC_STORE_OPS and adds its check_crop and reset.
+ */
+#define KVC_STATIC_STORE_OPS                                                                               \
+  .check_update = check_update, .keep_for_update = keep_for_update, .apply_update = apply_update,          \
+  .seq_length = kvci_static_seq_length, .max_length = kvci_static_max_length, .mask_sizes = mask_sizes,    \
+  .apply_crop = apply_crop, .initial_capacity = initial_capacity
 int64_t kvci_static_seq_length(const kvc_layer* layer); /* the counter */
 int64_t kvci_static_max_length(const kvc_layer* layer); /* the slots */
 void kvci_static_reset(const kvc_cache* cache, kvc_layer* layer);

@@ -88,7 +88,7 @@ static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
   return cap < 16 ? 16 : cap;
 }
 
-/* Alike by design: each store discipline fills every entry with its own functions (static, static sliding too). */
+/* Each store discipline fills the table with its own functions (the static ones through KVC_STATIC_STORE_OPS). */
 const kvc_layer_ops kvc_dynamic_sliding_layer_ops = {
     .check_update = kvci_dynamic_check_update,
     .keep_for_update = kvci_dynamic_keep_for_update,

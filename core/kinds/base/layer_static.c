@@ -96,19 +96,10 @@ static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
   return l->slots;
 }
 
-/* Alike by design: the static sliding table names its own check_update, keep_for_update, apply_update and
-   mask_sizes under the same names; only the two length queries are the same functions. */
 const kvc_layer_ops kvc_static_layer_ops = {
-    .check_update = check_update,
-    .keep_for_update = keep_for_update,
-    .apply_update = apply_update,
-    .seq_length = kvci_static_seq_length,
-    .max_length = kvci_static_max_length,
-    .mask_sizes = mask_sizes,
+    KVC_STATIC_STORE_OPS,
     .check_crop = kvci_crop_allowed,
-    .apply_crop = apply_crop,
     .reset = kvci_static_reset,
-    .initial_capacity = initial_capacity,
 };
 
 int64_t kvci_capacity_slots(const kvc_layer* l) { return l->slots; }

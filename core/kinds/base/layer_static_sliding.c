@@ -128,16 +128,9 @@ static int64_t initial_capacity(const kvc_layer* l, int64_t n) {
 }
 
 const kvc_layer_ops kvc_static_sliding_layer_ops = {
-    .check_update = check_update,
-    .keep_for_update = keep_for_update,
-    .apply_update = apply_update,
-    .seq_length = kvci_static_seq_length,
-    .max_length = kvci_static_max_length,
-    .mask_sizes = mask_sizes,
+    KVC_STATIC_STORE_OPS,
     .check_crop = check_crop,
-    .apply_crop = apply_crop,
     .reset = reset,
-    .initial_capacity = initial_capacity,
 };
 
 /* The sliding kind and its chunked twin (StaticSlidingWindowLayer with window = attention chunk size). */
