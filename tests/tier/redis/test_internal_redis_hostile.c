@@ -13,6 +13,7 @@
 
 #include "../../pool/pool_test.h"
 #include "fake_server.h"
+#include "redis_pool_tier.h"
 #include "redis_tier_test.h"
 #include "tier/redis/redis_internal.h"
 
@@ -389,9 +390,7 @@ static kvc_pool* pool_on(fs_server* f) {
   kvc_error* e = pt_pool(&pool, &group, 1, layer_group, 2, KVC_POOL_LAYOUT_NHD, 0, 1);
   char seeds[64];
   kvc_redis_tier_options o = fake_options(f, KVC_REDIS_CLUSTER_OFF, seeds, sizeof seeds);
-  kvc_tier* tier = NULL;
-  if (!e) e = kvc_redis_tier_create(&o, &tier);
-  if (!e && (e = kvc_pool_add_tier(pool, tier, KVC_TIER_WRITE_ON_COMMIT)) != NULL) kvc_tier_destroy(tier);
+  if (!e) e = rp_add_tier(pool, &o);
   if (!CHECK(e == NULL)) {
     fprintf(stderr, "  %s\n", kvc_error_message(e));
     kvc_error_destroy(e);
