@@ -292,14 +292,22 @@ static void test_hostile_cluster_slots(void) {
   static script s;
   fake_tier x;
   fake_start(&x, &s, KVC_REDIS_CLUSTER_OFF);
-  /* Endless: an array of 262144 elements filled with 64 KiB strings until the reply's 8 MiB are spent. */
-  refuse_slots(&s, &x.f, "*200000\r\n", 1, "more bytes than its cap");
-  refuse_slots(&s, &x.f, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n*262145\r\n", 0, "more elements than its cap");
-  refuse_slots(&s, &x.f, "*4294967295\r\n", 0, "more elements than its cap");
-  /* 36 bytes that once allocated 4 GiB; then Redis's own limit (512 MiB), within it but past the reply's cap. */
-  refuse_slots(&s, &x.f, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$4294967295\r\n", 0, "bad bulk length");
-  refuse_slots(&s, &x.f, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$536870912\r\n", 0, "more bytes than its cap");
-  refuse_slots(&s, &x.f, "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n", 0, "nested too deep");
+  static const struct {
+    const char* raw;
+    int flood;
+    const char* says;
+  } replies[] = {
+      /* Endless: an array of 262144 elements filled with 64 KiB strings until the reply's 8 MiB are spent. */
+      {"*200000\r\n", 1, "more bytes than its cap"},
+      {"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n*262145\r\n", 0, "more elements than its cap"},
+      {"*4294967295\r\n", 0, "more elements than its cap"},
+      /* 36 bytes that once allocated 4 GiB; then Redis's own limit (512 MiB), within it but past the reply's cap. */
+      {"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$4294967295\r\n", 0, "bad bulk length"},
+      {"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$536870912\r\n", 0, "more bytes than its cap"},
+      {"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n", 0, "nested too deep"},
+  };
+  for (size_t i = 0; i < sizeof replies / sizeof replies[0]; i++)
+    refuse_slots(&s, &x.f, replies[i].raw, replies[i].flood, replies[i].says);
   fake_stop(&x);
 }
 
