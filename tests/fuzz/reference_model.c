@@ -667,11 +667,15 @@ kvc_code ref_reorder_check(const ref_cache* c, const int64_t* idx, size_t count)
   return check_indices(c, idx, count);
 }
 
-kvc_code ref_reorder(ref_cache* c, const int64_t* idx, size_t count) {
-  kvc_code code = check_indices(c, idx, count);
-  if (code) return code;
+/* Reorder and select_indices: the rows of idx taken when `checked` (their check's code) is KVC_OK. */
+static kvc_code take_rows_checked(ref_cache* c, kvc_code checked, const int64_t* idx, size_t count) {
+  if (checked) return checked;
   take_rows(c, idx, count);
   return KVC_OK;
+}
+
+kvc_code ref_reorder(ref_cache* c, const int64_t* idx, size_t count) {
+  return take_rows_checked(c, ref_reorder_check(c, idx, count), idx, count);
 }
 
 kvc_code ref_repeat_interleave_check(const ref_cache* c, int64_t r) {
@@ -701,10 +705,7 @@ kvc_code ref_select_indices_check(const ref_cache* c, const int64_t* idx, size_t
 }
 
 kvc_code ref_select_indices(ref_cache* c, const int64_t* idx, size_t count) {
-  kvc_code code = ref_select_indices_check(c, idx, count);
-  if (code) return code;
-  take_rows(c, idx, count);
-  return KVC_OK;
+  return take_rows_checked(c, ref_select_indices_check(c, idx, count), idx, count);
 }
 
 /* ---------------------------------------------------------------- split */
