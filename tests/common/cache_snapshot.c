@@ -297,3 +297,13 @@ int snap_equal(const cache_snap* a, const cache_snap* b, unsigned flags, char* w
   SNAP_FIELD(a->prev_last, b->prev_last, "has_previous_state(KVC_ALL_LAYERS)");
   return 1;
 }
+
+int snap_unchanged(const kvc_cache* c, const cache_snap* before, unsigned flags) {
+  cache_snap now;
+  char why[512];
+  snap_take(c, &now);
+  int same = snap_equal(before, &now, flags, why, sizeof why);
+  if (!same) fprintf(stderr, "  the cache changed: %s\n", why);
+  snap_free(&now);
+  return same;
+}

@@ -102,5 +102,8 @@ enum {
 int snap_info_equal(const kvc_layer_info* a, const kvc_layer_info* b, uint32_t layer, unsigned flags, char* why,
                     size_t n);
 int snap_equal(const cache_snap* a, const cache_snap* b, unsigned flags, char* why, size_t n);
+/* 1 when `c` now equals `before` under `flags` (a refused call left it as it was); else 0 with the first
+ * difference printed to stderr. */
+int snap_unchanged(const kvc_cache* c, const cache_snap* before, unsigned flags);
 
 #endif /* KVC_TESTS_CACHE_SNAPSHOT_H */

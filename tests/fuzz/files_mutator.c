@@ -272,6 +272,14 @@ void fm_mutate(fm_file* f, reader* in, int max, char* log, size_t n) {
 
 /* ---------------------------------------------------------------- frames */
 
+/* The 32-bit field of the frame at byte `at` given a new value; the log names it `name`. */
+static void mutate_frame_u32(unsigned char* f, size_t at, const char* name, reader* in, char* log, size_t used,
+                             size_t n) {
+  uint32_t old = get32(f + at), v = (uint32_t)new_value(in, old);
+  put32(f + at, v);
+  if (used < n) snprintf(log + used, n - used, "frame %s %u -> %u\n", name, old, v);
+}
+
 void fm_mutate_frame(unsigned char** frame, size_t* len, reader* in, char* log, size_t n) {
   unsigned char* f = *frame;
   size_t used = strlen(log);
@@ -284,12 +292,9 @@ void fm_mutate_frame(unsigned char** frame, size_t* len, reader* in, char* log, 
                              (unsigned long long)v);
       break;
     }
-    case 1: {
-      uint32_t old = get32(f + 88), v = (uint32_t)new_value(in, old);
-      put32(f + 88, v);
-      if (used < n) snprintf(log + used, n - used, "frame layers %u -> %u\n", old, v);
+    case 1:
+      mutate_frame_u32(f, 88, "layers", in, log, used, n);
       break;
-    }
     case 2: { /* the key's group or a hash byte */
       size_t at = 8 + (size_t)rd_range(in, 0, 71);
       unsigned char old = f[at];
@@ -297,12 +302,9 @@ void fm_mutate_frame(unsigned char** frame, size_t* len, reader* in, char* log, 
       if (used < n) snprintf(log + used, n - used, "frame key byte %zu %u -> %u\n", at - 8, old, f[at]);
       break;
     }
-    case 3: {
-      uint32_t old = get32(f + 4), v = (uint32_t)new_value(in, old);
-      put32(f + 4, v);
-      if (used < n) snprintf(log + used, n - used, "frame version %u -> %u\n", old, v);
+    case 3:
+      mutate_frame_u32(f, 4, "version", in, log, used, n);
       break;
-    }
     default: { /* the frame's length (the payload cut or grown) */
       size_t nl = rd(in) & 1 ? *len - 4 - (size_t)rd_range(in, 1, (int64_t)(*len - FM_FRAME_HEAD - 4)) : *len + 64;
       unsigned char* p = (unsigned char*)realloc(f, nl);

@@ -667,11 +667,15 @@ kvc_code ref_reorder_check(const ref_cache* c, const int64_t* idx, size_t count)
   return check_indices(c, idx, count);
 }
 
-kvc_code ref_reorder(ref_cache* c, const int64_t* idx, size_t count) {
-  kvc_code code = check_indices(c, idx, count);
-  if (code) return code;
+/* Reorder and select_indices: the rows of idx taken when `checked` (their check's code) is KVC_OK. */
+static kvc_code take_rows_checked(ref_cache* c, kvc_code checked, const int64_t* idx, size_t count) {
+  if (checked) return checked;
   take_rows(c, idx, count);
   return KVC_OK;
+}
+
+kvc_code ref_reorder(ref_cache* c, const int64_t* idx, size_t count) {
+  return take_rows_checked(c, ref_reorder_check(c, idx, count), idx, count);
 }
 
 kvc_code ref_repeat_interleave_check(const ref_cache* c, int64_t r) {
@@ -701,10 +705,7 @@ kvc_code ref_select_indices_check(const ref_cache* c, const int64_t* idx, size_t
 }
 
 kvc_code ref_select_indices(ref_cache* c, const int64_t* idx, size_t count) {
-  kvc_code code = ref_select_indices_check(c, idx, count);
-  if (code) return code;
-  take_rows(c, idx, count);
-  return KVC_OK;
+  return take_rows_checked(c, ref_select_indices_check(c, idx, count), idx, count);
 }
 
 /* ---------------------------------------------------------------- split */
@@ -1030,13 +1031,19 @@ kvc_code ref_ed_crop(ref_ed* ed, int64_t x) {
   return ref_crop(&ed->self, x);
 }
 
-kvc_code ref_ed_reorder(ref_ed* ed, const int64_t* idx, size_t count) {
-  kvc_code code = ref_reorder_check(&ed->self, idx, count);
-  if (!code) code = ref_reorder_check(&ed->cross, idx, count);
+/* Reorder and select_indices of a pair: `check` on both halves, then `take` on both when neither refused. */
+static kvc_code ed_take_rows(ref_ed* ed, kvc_code (*check)(const ref_cache*, const int64_t*, size_t),
+                             kvc_code (*take)(ref_cache*, const int64_t*, size_t), const int64_t* idx, size_t count) {
+  kvc_code code = check(&ed->self, idx, count);
+  if (!code) code = check(&ed->cross, idx, count);
   if (code) return code;
-  ref_reorder(&ed->self, idx, count);
-  ref_reorder(&ed->cross, idx, count);
+  take(&ed->self, idx, count);
+  take(&ed->cross, idx, count);
   return KVC_OK;
+}
+
+kvc_code ref_ed_reorder(ref_ed* ed, const int64_t* idx, size_t count) {
+  return ed_take_rows(ed, ref_reorder_check, ref_reorder, idx, count);
 }
 
 kvc_code ref_ed_repeat_interleave(ref_ed* ed, int64_t r) {
@@ -1050,12 +1057,7 @@ kvc_code ref_ed_repeat_interleave(ref_ed* ed, int64_t r) {
 
 kvc_code ref_ed_select_indices(ref_ed* ed, const int64_t* idx, size_t count) {
   if (!ed_dynamic(ed)) return KVC_ERROR_UNSUPPORTED;
-  kvc_code code = ref_select_indices_check(&ed->self, idx, count);
-  if (!code) code = ref_select_indices_check(&ed->cross, idx, count);
-  if (code) return code;
-  ref_select_indices(&ed->self, idx, count);
-  ref_select_indices(&ed->cross, idx, count);
-  return KVC_OK;
+  return ed_take_rows(ed, ref_select_indices_check, ref_select_indices, idx, count);
 }
 
 kvc_code ref_ed_batch_split(const ref_ed* ed, int64_t full, int64_t split, ref_ed* out, size_t capacity,

@@ -27,6 +27,18 @@ typedef struct twin {
 /* The stream device caches are bound to when they are made (NULL: the default stream). */
 static void* tw_stream;
 
+/* A test program's start: opens the runtime (or skips) and sets tw_stream to a new stream of device 0, which it
+ * returns; without one the program fails. */
+static void* tw_start_on_a_stream(const char* program) {
+  gt_open_or_skip(program);
+  tw_stream = drt_stream_create(0);
+  if (!tw_stream) {
+    printf("FAILED: cannot create a stream: %s\n", drt_error());
+    exit(1);
+  }
+  return tw_stream;
+}
+
 /* --------------------------------------------------------------- results */
 
 /* The CPU's error of the last call that failed on both caches alike. */

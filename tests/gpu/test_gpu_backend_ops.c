@@ -66,6 +66,19 @@ static void pair_free(pair* p) {
   memset(p, 0, sizeof *p);
 }
 
+/* Two host float arrays of `bytes` each and a device pair of pair_bytes on place0 (not on the host tier); 0, with
+ * all of them freed, when one could not be made. */
+static int floats_and_pair(float** a, float** b, size_t bytes, pair* p, size_t pair_bytes) {
+  *a = (float*)malloc(bytes);
+  *b = (float*)malloc(bytes);
+  memset(p, 0, sizeof *p);
+  if (CHECK(*a && *b) && pair_make(p, &place0, pair_bytes, 0)) return 1;
+  free(*a);
+  free(*b);
+  pair_free(p);
+  return 0;
+}
+
 /* The device buffer read back equals the CPU one, every byte. */
 static int pair_equal_impl(const pair* p, const char* file, int line, const char* what) {
   unsigned char* back = (unsigned char*)malloc(p->bytes);
@@ -701,15 +714,11 @@ static void test_rerotate_keys(void) {
     int64_t span = random_layout(shape, st, 0); /* channels innermost, stride 1, as in a store */
     int64_t off = gt_range(0, 5);
     int64_t table = shape[2] * shape[3];
-    float* rc = (float*)malloc((size_t)(table > 0 ? table : 1) * sizeof(float));
-    float* rs = (float*)malloc((size_t)(table > 0 ? table : 1) * sizeof(float));
-    pair keys = {0};
-    if (!CHECK(rc && rs) || !pair_make(&keys, &place0, (size_t)(span + off) * elem, 0)) {
-      free(rc);
-      free(rs);
-      pair_free(&keys);
+    float *rc, *rs;
+    pair keys;
+    if (!floats_and_pair(&rc, &rs, (size_t)(table > 0 ? table : 1) * sizeof(float), &keys,
+                         (size_t)(span + off) * elem))
       return;
-    }
     for (int64_t i = 0; i < table; i++) { /* already rounded to the key dtype, as the core passes them */
       uint32_t u[2] = {(uint32_t)gt_next(), (uint32_t)gt_next()};
       float f[2];
@@ -743,15 +752,9 @@ static void test_read_f32(void) {
     if (shape[0] == 1 && gt_range(0, 1)) ss[0] = 0; /* a broadcast dim */
     int64_t count = shape[0] * shape[1] * shape[2] * shape[3];
     size_t bytes = (size_t)(count > 0 ? count : 1) * sizeof(float);
-    float* got = (float*)malloc(bytes);
-    float* want = (float*)malloc(bytes);
-    pair src = {0};
-    if (!CHECK(got && want) || !pair_make(&src, &place0, (size_t)(span + off) * elem, 0)) {
-      free(got);
-      free(want);
-      pair_free(&src);
-      return;
-    }
+    float *got, *want;
+    pair src;
+    if (!floats_and_pair(&got, &want, bytes, &src, (size_t)(span + off) * elem)) return;
     memset(got, 0xa5, bytes);
     memset(want, 0xa5, bytes);
     /* After work issued before on the stream: the read must see this fill's zeros. */

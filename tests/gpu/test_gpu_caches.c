@@ -955,14 +955,8 @@ static void run_all(void) {
 }
 
 int main(void) {
-  gt_open_or_skip("test_gpu_caches");
-  void* stream = drt_stream_create(0);
-  if (!stream) {
-    printf("FAILED: cannot create a stream: %s\n", drt_error());
-    return 1;
-  }
+  void* stream = tw_start_on_a_stream("test_gpu_caches");
   printf("-- device 0, caches bound to a stream of the test\n");
-  tw_stream = stream;
   run_all();
   printf("-- device 0, caches on the default stream\n");
   tw_stream = NULL;

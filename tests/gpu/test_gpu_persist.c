@@ -130,13 +130,7 @@ static void test_offloaded_static(void) {
 }
 
 int main(void) {
-  gt_open_or_skip("test_gpu_persist");
-  void* stream = drt_stream_create(0);
-  if (!stream) {
-    printf("FAILED: cannot create a stream: %s\n", drt_error());
-    return 1;
-  }
-  tw_stream = stream;
+  void* stream = tw_start_on_a_stream("test_gpu_persist");
   TU_RUN(test_dynamic);
   TU_RUN(test_static);
   TU_RUN(test_hybrid);

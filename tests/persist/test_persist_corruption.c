@@ -44,6 +44,14 @@ static void teardown(fixture* f) {
   unlink(f->path);
 }
 
+/* A copy of the saved file to corrupt (the caller frees it). */
+static unsigned char* file_copy(const fixture* f) {
+  unsigned char* copy = (unsigned char*)malloc(f->file.len);
+  if (!copy) abort();
+  memcpy(copy, f->file.data, f->file.len);
+  return copy;
+}
+
 /*
  * Makes the file at f->path hold data[0, n) by changing only what differs
  * from what it holds (one byte, or the length): rewriting thousands of files
@@ -174,8 +182,7 @@ static void test_other_model(void) {
 static void test_other_version(void) {
   fixture f;
   if (!setup(&f)) return teardown(&f);
-  unsigned char* v2 = (unsigned char*)malloc(f.file.len);
-  memcpy(v2, f.file.data, f.file.len);
+  unsigned char* v2 = file_copy(&f);
   v2[8] = 2; /* the format version, with a valid header checksum: a well-formed file of version 2 */
   uint32_t crc = 0;
   {
@@ -203,8 +210,7 @@ static void test_other_version(void) {
 static void test_message_names_section(void) {
   fixture f;
   if (!setup(&f)) return teardown(&f);
-  unsigned char* bad = (unsigned char*)malloc(f.file.len);
-  memcpy(bad, f.file.data, f.file.len);
+  unsigned char* bad = file_copy(&f);
   bad[64 + 64] ^= 1; /* the first byte of the first section's payload (the fingerprint) */
   check_message(kvc_cache_restore_buffer(f.target, bad, f.file.len), KVC_ERROR_IO,
                 "section 0 (FPRT, part 0, index 0) at offset 128: checksum");

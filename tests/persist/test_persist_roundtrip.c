@@ -84,12 +84,30 @@ static spec custom(const char* name, kvc_layer_kind kind, int64_t window, int64_
 static void test_every_kind(void) {
   spec specs[32];
   int n = 0;
-  specs[n++] = custom("dynamic", KVC_LAYER_DYNAMIC, 0, 0);
-  specs[n++] = custom("dynamic sliding", KVC_LAYER_DYNAMIC_SLIDING, 6, 0);
-  specs[n++] = custom("dynamic chunked", KVC_LAYER_DYNAMIC_CHUNKED, 6, 0);
-  specs[n++] = custom("static", KVC_LAYER_STATIC, 0, 40);
-  specs[n++] = custom("static sliding", KVC_LAYER_STATIC_SLIDING, 6, 40);
-  specs[n++] = custom("static chunked", KVC_LAYER_STATIC_CHUNKED, 6, 40);
+  /* The kinds that need nothing but a window or a length: name, kind, window, max_cache_len. */
+  static const struct {
+    const char* name;
+    kvc_layer_kind kind;
+    int64_t window, max_len;
+  } plain[] = {
+      {"dynamic", KVC_LAYER_DYNAMIC, 0, 0},
+      {"dynamic sliding", KVC_LAYER_DYNAMIC_SLIDING, 6, 0},
+      {"dynamic chunked", KVC_LAYER_DYNAMIC_CHUNKED, 6, 0},
+      {"static", KVC_LAYER_STATIC, 0, 40},
+      {"static sliding", KVC_LAYER_STATIC_SLIDING, 6, 40},
+      {"static chunked", KVC_LAYER_STATIC_CHUNKED, 6, 40},
+      {"linear", KVC_LAYER_LINEAR, 0, 0},
+      {"linear + dynamic", KVC_LAYER_LINEAR_DYNAMIC, 0, 0},
+      {"linear + dynamic sliding", KVC_LAYER_LINEAR_DYNAMIC_SLIDING, 6, 0},
+      {"linear + static", KVC_LAYER_LINEAR_STATIC, 0, 40},
+      {"linear + static sliding", KVC_LAYER_LINEAR_STATIC_SLIDING, 6, 40},
+      {"fp8 quantized", KVC_LAYER_QUANTIZED_FP8, 0, 0},
+      {"dummy", KVC_LAYER_DUMMY, 0, 0},
+      {"dynamic indexed", KVC_LAYER_DYNAMIC_INDEXED, 0, 0},
+      {"static indexed", KVC_LAYER_STATIC_INDEXED, 0, 40},
+  };
+  for (size_t k = 0; k < sizeof plain / sizeof plain[0]; k++)
+    specs[n++] = custom(plain[k].name, plain[k].kind, plain[k].window, plain[k].max_len);
   for (int m = 0; m < 3; m++) {
     static const char* names[3] = {"quantized incremental", "quantized transformers", "quantized compact"};
     static const kvc_quant_mode modes[3] = {KVC_QUANT_MODE_INCREMENTAL, KVC_QUANT_MODE_TRANSFORMERS,
@@ -105,15 +123,6 @@ static void test_every_kind(void) {
   specs[n] = custom("sink", KVC_LAYER_SINK, 8, 0);
   specs[n].layers[0].num_sink_tokens = specs[n].layers[1].num_sink_tokens = 2;
   n++;
-  specs[n++] = custom("linear", KVC_LAYER_LINEAR, 0, 0);
-  specs[n++] = custom("linear + dynamic", KVC_LAYER_LINEAR_DYNAMIC, 0, 0);
-  specs[n++] = custom("linear + dynamic sliding", KVC_LAYER_LINEAR_DYNAMIC_SLIDING, 6, 0);
-  specs[n++] = custom("linear + static", KVC_LAYER_LINEAR_STATIC, 0, 40);
-  specs[n++] = custom("linear + static sliding", KVC_LAYER_LINEAR_STATIC_SLIDING, 6, 40);
-  specs[n++] = custom("fp8 quantized", KVC_LAYER_QUANTIZED_FP8, 0, 0);
-  specs[n++] = custom("dummy", KVC_LAYER_DUMMY, 0, 0);
-  specs[n++] = custom("dynamic indexed", KVC_LAYER_DYNAMIC_INDEXED, 0, 0);
-  specs[n++] = custom("static indexed", KVC_LAYER_STATIC_INDEXED, 0, 40);
   /* Mixed, offloaded: which layers sit in the host tier is part of the state. */
   specs[n] = custom("offloaded mix", KVC_LAYER_DYNAMIC, 0, 0);
   specs[n].num_layers = 4;

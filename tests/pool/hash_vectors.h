@@ -242,4 +242,46 @@ static TU_UNUSED int hv_check_hash(const uint8_t* got, const uint8_t* want, cons
 }
 #define CHECK_HASH(got, want, what, name) hv_check_hash((got), (want), (what), (name), __FILE__, __LINE__)
 
+/* The sequence keys of a `pool` or `vllm` vector, from its field 2 on: seed, salt, adapter key, the adapter path
+ * (vllm only), multimodal items, block size, tokens. */
+typedef struct hv_keys {
+  uint8_t *seed, *salt, *adapter, *path;
+  size_t seed_len, salt_len, adapter_len, path_len;
+  kvc_pool_mm_item items[16];
+  uint8_t* item_bytes;
+  long num_items;
+  long bs;
+  int32_t* tokens;
+  size_t n;
+} hv_keys;
+
+/* Parses the keys (with_path: the vector has an adapter path); 1 when every field parsed. The fields after
+ * them start at f[with_path ? 9 : 8]. */
+static TU_UNUSED int hv_keys_read(char** f, int with_path, hv_keys* k) {
+  memset(k, 0, sizeof *k);
+  k->seed = hv_hex(f[2], &k->seed_len);
+  k->salt = hv_hex(f[3], &k->salt_len);
+  k->adapter = hv_hex(f[4], &k->adapter_len);
+  if (with_path) k->path = hv_hex(f[5], &k->path_len);
+  f += with_path;
+  k->num_items = hv_items(f[5], k->items, 16, &k->item_bytes);
+  k->bs = atol(f[6]);
+  k->tokens = hv_tokens(f[7], &k->n);
+  return k->seed && k->salt && k->adapter && (k->path || !with_path) && k->num_items >= 0 && k->bs >= 1 &&
+         k->tokens;
+}
+
+/* The sequence options of the keys (they point into k). */
+static TU_UNUSED kvc_pool_sequence_options hv_keys_options(const hv_keys* k) {
+  kvc_pool_sequence_options o = KVC_POOL_SEQUENCE_OPTIONS_INIT;
+  o.salt = k->salt, o.salt_len = k->salt_len, o.adapter_key = k->adapter, o.adapter_key_len = k->adapter_len;
+  o.adapter_path = k->path, o.adapter_path_len = k->path_len;
+  o.mm_items = k->items, o.num_mm_items = (size_t)k->num_items;
+  return o;
+}
+
+static TU_UNUSED void hv_keys_free(hv_keys* k) {
+  free(k->seed), free(k->salt), free(k->adapter), free(k->path), free(k->item_bytes), free(k->tokens);
+}
+
 #endif /* KVC_TESTS_POOL_HASH_VECTORS_H */

@@ -10,6 +10,7 @@
 
 #include <math.h>
 
+#include "../persist/persist_test.h" /* ps_buffer: a sequence file in memory */
 #include "pool_test.h"
 
 typedef struct pl_layer {
@@ -219,26 +220,6 @@ static TU_UNUSED int pl_unchanged(const kvc_pool* p, const pl_model* m, pl_snaps
   return same;
 }
 
-/* A sequence file in memory (kvc_pool_sequence_save_to's writer). */
-typedef struct pl_file {
-  unsigned char* data;
-  size_t len, cap;
-} pl_file;
-
-static TU_UNUSED int pl_file_write(void* user, const void* data, size_t bytes) {
-  pl_file* f = (pl_file*)user;
-  if (f->len + bytes > f->cap) {
-    size_t cap = f->cap ? f->cap : 4096;
-    while (cap < f->len + bytes) cap *= 2;
-    unsigned char* grown = (unsigned char*)realloc(f->data, cap);
-    if (!grown) return -1;
-    f->data = grown, f->cap = cap;
-  }
-  memcpy(f->data + f->len, data, bytes);
-  f->len += bytes;
-  return 0;
-}
-
 /* The prompt of the tier and file tests: token i is 3 + i * 5 % 97. */
 static TU_UNUSED void pl_prompt(int32_t* tokens, size_t n) {
   for (size_t i = 0; i < n; i++) tokens[i] = 3 + (int32_t)(i * 5 % 97);
@@ -309,11 +290,11 @@ static TU_UNUSED kvc_error* pl_file_round_trip(const pl_model* writer, const pl_
   pl_prompt(tok, n);
   kvc_pool *a = NULL, *b = NULL;
   kvc_pool_sequence *s = NULL, *t = NULL;
-  pl_file f = {NULL, 0, 0};
+  ps_buffer f = {NULL, 0, 0};
   kvc_error* e = pl_pool(writer, &a);
   if (!e) e = kvc_pool_sequence_create(a, NULL, &s);
   if (!e) e = pl_step(a, writer, s, tok, (int64_t)n, 1);
-  if (!e) e = kvc_pool_sequence_save_to(s, pl_file_write, &f, NULL);
+  if (!e) e = kvc_pool_sequence_save_to(s, ps_buffer_write, &f, NULL);
   if (!e) e = pl_pool(reader, &b);
   if (!e) e = kvc_pool_sequence_load_buffer(b, f.data, f.len, &t);
   if (!e) {

@@ -12,28 +12,17 @@
 
 /* One `pool` vector: the pool's STORED events carry HASHES, and kvc_block_hash over EXTRAS gives them too. */
 static void check_pool_vector(char** f) {
-  size_t seed_len = 0, salt_len = 0, adapter_len = 0, n = 0;
-  uint8_t* seed = hv_hex(f[2], &seed_len);
-  uint8_t* salt = hv_hex(f[3], &salt_len);
-  uint8_t* adapter = hv_hex(f[4], &adapter_len);
-  kvc_pool_mm_item items[16];
-  uint8_t* item_bytes = NULL;
-  long num_items = hv_items(f[5], items, 16, &item_bytes);
-  long bs = atol(f[6]);
-  int32_t* tokens = hv_tokens(f[7], &n);
+  hv_keys k;
   kvc_pool* p = NULL;
   kvc_pool_sequence* s = NULL;
-  if (!CHECK(seed && salt && adapter && num_items >= 0 && bs >= 1 && tokens)) goto done;
-  size_t full = n / (size_t)bs;
-  if (!CHECK_OK(pt_one_group(KVC_POOL_HASH_KVCACHE, (uint32_t)bs, (uint32_t)(n / (size_t)bs + 2), seed, seed_len,
-                             &p)))
+  if (!CHECK(hv_keys_read(f, 0, &k))) goto done;
+  size_t full = k.n / (size_t)k.bs;
+  if (!CHECK_OK(pt_one_group(KVC_POOL_HASH_KVCACHE, (uint32_t)k.bs, (uint32_t)(full + 2), k.seed, k.seed_len, &p)))
     goto done;
-  kvc_pool_sequence_options o = KVC_POOL_SEQUENCE_OPTIONS_INIT;
-  o.salt = salt, o.salt_len = salt_len, o.adapter_key = adapter, o.adapter_key_len = adapter_len;
-  o.mm_items = items, o.num_mm_items = (size_t)num_items;
+  kvc_pool_sequence_options o = hv_keys_options(&k);
   if (!CHECK_OK(kvc_pool_sequence_create(p, &o, &s))) goto done;
-  int64_t* slots = (int64_t*)malloc((n + 1) * sizeof(int64_t));
-  CHECK_OK(kvc_pool_reserve(s, tokens, n, slots));
+  int64_t* slots = (int64_t*)malloc((k.n + 1) * sizeof(int64_t));
+  CHECK_OK(kvc_pool_reserve(s, k.tokens, k.n, slots));
   free(slots);
   CHECK_OK(kvc_pool_commit(s));
   kvc_pool_event ev[64];
@@ -41,7 +30,7 @@ static void check_pool_vector(char** f) {
   CHECK_OK(kvc_pool_events_pull(p, ev, 64, &count));
   if (!CHECK_EQ_U64(count, full)) goto done;
   uint8_t parent[32], root[32];
-  CHECK_OK(kvc_block_hash_root(seed, seed_len, salt, salt_len, root));
+  CHECK_OK(kvc_block_hash_root(k.seed, k.seed_len, k.salt, k.salt_len, root));
   memcpy(parent, root, 32);
   for (size_t i = 0; i < full; i++) {
     char want_hex[80], extra_hex[4096];
@@ -53,7 +42,7 @@ static void check_pool_vector(char** f) {
     CHECK_HASH(ev[i].block_hash, want, "pool block hash", f[1]);
     CHECK_HASH(ev[i].parent_hash, parent, "pool parent hash", f[1]);
     uint8_t* extra = hv_hex(extra_hex, &extra_len);
-    CHECK_OK(kvc_block_hash(parent, tokens + i * (size_t)bs, (size_t)bs, extra, extra_len, got));
+    CHECK_OK(kvc_block_hash(parent, k.tokens + i * (size_t)k.bs, (size_t)k.bs, extra, extra_len, got));
     CHECK_HASH(got, want, "kvc_block_hash over EXTRAS", f[1]);
     free(extra);
     memcpy(parent, want, 32);
@@ -61,7 +50,7 @@ static void check_pool_vector(char** f) {
 done:
   kvc_pool_sequence_destroy(s);
   kvc_pool_destroy(p);
-  free(seed), free(salt), free(adapter), free(item_bytes), free(tokens);
+  hv_keys_free(&k);
 }
 
 static void test_v2_vectors(void) {

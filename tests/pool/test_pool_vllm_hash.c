@@ -12,31 +12,19 @@
 
 /* One `vllm` vector: the pool's STORED events carry HASHES, the first one's parent is NONE_HASH. */
 static void check_vector(char** f) {
-  size_t seed_len = 0, salt_len = 0, name_len = 0, path_len = 0, n = 0;
-  uint8_t* seed = hv_hex(f[2], &seed_len);
-  uint8_t* salt = hv_hex(f[3], &salt_len);
-  uint8_t* name = hv_hex(f[4], &name_len);
-  uint8_t* path = hv_hex(f[5], &path_len);
-  kvc_pool_mm_item items[16];
-  uint8_t* item_bytes = NULL;
-  long num_items = hv_items(f[6], items, 16, &item_bytes);
-  long bs = atol(f[7]);
-  int32_t* tokens = hv_tokens(f[8], &n);
+  hv_keys k;
   uint8_t none_hash[32];
   kvc_pool* p = NULL;
   kvc_pool_sequence* s = NULL;
   kvc_pool_event* ev = NULL;
-  if (!CHECK(seed && salt && name && path && num_items >= 0 && bs >= 1 && tokens && hv_hash(f[9], none_hash)))
+  if (!CHECK(hv_keys_read(f, 1, &k) && hv_hash(f[9], none_hash))) goto done;
+  size_t full = k.n / (size_t)k.bs;
+  if (!CHECK_OK(pt_one_group(KVC_POOL_HASH_VLLM_SHA256_CBOR, (uint32_t)k.bs, (uint32_t)(full + 2), k.seed,
+                             k.seed_len, &p)))
     goto done;
-  size_t full = n / (size_t)bs;
-  if (!CHECK_OK(pt_one_group(KVC_POOL_HASH_VLLM_SHA256_CBOR, (uint32_t)bs, (uint32_t)(full + 2), seed, seed_len, &p)))
-    goto done;
-  kvc_pool_sequence_options o = KVC_POOL_SEQUENCE_OPTIONS_INIT;
-  o.salt = salt, o.salt_len = salt_len, o.adapter_key = name, o.adapter_key_len = name_len;
-  o.adapter_path = path, o.adapter_path_len = path_len;
-  o.mm_items = items, o.num_mm_items = (size_t)num_items;
+  kvc_pool_sequence_options o = hv_keys_options(&k);
   if (!CHECK_OK(kvc_pool_sequence_create(p, &o, &s))) goto done;
-  CHECK_OK(pt_append(s, tokens, n));
+  CHECK_OK(pt_append(s, k.tokens, k.n));
   ev = (kvc_pool_event*)calloc(full + 1, sizeof *ev);
   size_t count = 0;
   CHECK_OK(kvc_pool_events_pull(p, ev, full + 1, &count));
@@ -54,7 +42,7 @@ done:
   free(ev);
   kvc_pool_sequence_destroy(s);
   kvc_pool_destroy(p);
-  free(seed), free(salt), free(name), free(path), free(item_bytes), free(tokens);
+  hv_keys_free(&k);
 }
 
 static void test_vectors(void) {

@@ -19,6 +19,19 @@ static kvc_pool* pool_with_store(ms_store** out) {
   return p;
 }
 
+/* pool_with_store, each store taking delay_us, with its tier worker started with `o` (NULL: the defaults); NULL
+ * when either failed. */
+static kvc_pool* slow_worker_pool(ms_store** m, int delay_us, const kvc_tier_worker_options* o) {
+  kvc_pool* p = pool_with_store(m);
+  if (!CHECK(p != NULL)) return NULL;
+  atomic_store(&(*m)->put_delay_us, delay_us);
+  if (!CHECK_OK(kvc_pool_start_tier_worker(p, o))) {
+    kvc_pool_destroy(p);
+    return NULL;
+  }
+  return p;
+}
+
 static kvc_tier_worker_stats worker_stats(const kvc_pool* p) {
   kvc_tier_worker_stats s;
   memset(&s, 0, sizeof s);
@@ -36,9 +49,8 @@ static double commit_prompt(kvc_pool* p, int32_t base) {
 
 static void test_commit_does_not_wait_for_a_slow_store(void) {
   ms_store* m;
-  kvc_pool* p = pool_with_store(&m);
-  atomic_store(&m->put_delay_us, 400000);
-  REQUIRE_OK(kvc_pool_start_tier_worker(p, NULL));
+  kvc_pool* p = slow_worker_pool(&m, 400000, NULL);
+  REQUIRE(p);
   double took = commit_prompt(p, 1);
   CHECK(took < 200); /* the store sleeps 400 ms in the worker */
   CHECK_EQ_U64(worker_stats(p).blocks_queued, 4);
@@ -54,12 +66,11 @@ static void test_commit_does_not_wait_for_a_slow_store(void) {
 
 static void test_full_queue_drops_and_counts(void) {
   ms_store* m;
-  kvc_pool* p = pool_with_store(&m);
-  atomic_store(&m->put_delay_us, 300000);
   kvc_tier_worker_options o = KVC_TIER_WORKER_OPTIONS_INIT;
   o.max_jobs = 1;
   o.events = 1;
-  REQUIRE_OK(kvc_pool_start_tier_worker(p, &o));
+  kvc_pool* p = slow_worker_pool(&m, 300000, &o);
+  REQUIRE(p);
   commit_prompt(p, 1); /* one job: the worker sleeps in it */
   double took = commit_prompt(p, 200); /* no room: dropped at once */
   CHECK(took < 150);
@@ -86,11 +97,10 @@ static void test_full_queue_drops_and_counts(void) {
 
 static void test_shutdown_with_pending_work(void) {
   ms_store* m;
-  kvc_pool* p = pool_with_store(&m);
-  atomic_store(&m->put_delay_us, 150000);
   kvc_tier_worker_options o = KVC_TIER_WORKER_OPTIONS_INIT;
   o.drain_timeout_ms = 0; /* kvc_pool_destroy abandons what is queued */
-  REQUIRE_OK(kvc_pool_start_tier_worker(p, &o));
+  kvc_pool* p = slow_worker_pool(&m, 150000, &o);
+  REQUIRE(p);
   for (int32_t i = 0; i < 4; i++) commit_prompt(p, 1 + 300 * i);
   CHECK_EQ_U64(worker_stats(p).pending_jobs, 4);
   kvc_tier* t = kvc_pool_tier(p, 0);

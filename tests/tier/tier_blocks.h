@@ -7,6 +7,7 @@
 #ifndef KVC_TESTS_TIER_BLOCKS_H
 #define KVC_TESTS_TIER_BLOCKS_H
 
+#include <stdio.h>
 #include <string.h>
 
 #include "kvcache.h"
@@ -35,6 +36,24 @@ static inline void tb_make(tb_blocks* b, uint8_t model) {
   }
   memset(b->read, 0xEE, sizeof b->read);
   memset(b->found, 7, sizeof b->found);
+}
+
+/* After a get of every key: 1 when found[] is 1 at exactly the `n` blocks `stored` and each of those came back
+ * byte for byte; else 0, each block that differs printed. */
+static inline int tb_got_exactly(const tb_blocks* b, const int* stored, size_t n) {
+  int ok = 1;
+  for (int i = 0; i < TB_N; i++) {
+    int want = 0;
+    for (size_t j = 0; j < n; j++) want |= stored[j] == i;
+    if (b->found[i] != want) {
+      fprintf(stderr, "  block %d: found is %u, expected %d\n", i, (unsigned)b->found[i], want);
+      ok = 0;
+    } else if (want && memcmp(b->read[i], b->data[i], TB_PAYLOAD) != 0) {
+      fprintf(stderr, "  block %d: its bytes differ\n", i);
+      ok = 0;
+    }
+  }
+  return ok;
 }
 
 #endif /* KVC_TESTS_TIER_BLOCKS_H */

@@ -13,6 +13,7 @@
 
 #include "../../pool/pool_test.h"
 #include "fake_server.h"
+#include "redis_pool_tier.h"
 #include "redis_tier_test.h"
 #include "tier/redis/redis_internal.h"
 
@@ -160,6 +161,24 @@ static kvc_redis_tier_options fake_options(fs_server* f, kvc_redis_cluster_mode 
   return o;
 }
 
+/* One test's fake server, the options of a tier on it and that tier (opened by fake_open). The options point at
+ * seeds: a fixture is never copied. */
+typedef struct fake_tier {
+  fs_server f;
+  char seeds[64];
+  kvc_redis_tier_options o;
+  rt_tier t;
+} fake_tier;
+
+static void fake_start(fake_tier* x, script* s, kvc_redis_cluster_mode mode) {
+  REQUIRE(fs_start(&x->f, serve, s) == 0);
+  x->o = fake_options(&x->f, mode, x->seeds, sizeof x->seeds);
+}
+
+static void fake_open(fake_tier* x) { REQUIRE(rt_open(&x->o, &x->t) == NULL); }
+
+static void fake_stop(fake_tier* x) { fs_stop(&x->f); }
+
 /* Looks up keys 0..n-1 against the good server's value; how many came back, each checked byte for byte. */
 static size_t get_good(rt_tier* t, size_t n, double* ms) {
   rt_run r;
@@ -191,64 +210,58 @@ static int within(double ms, uint32_t deadline, const char* what) {
 
 static void test_dribbling_server(void) {
   static script s;
-  fs_server f;
-  REQUIRE(fs_start(&f, serve, &s) == 0);
-  char seeds[64];
-  kvc_redis_tier_options o = fake_options(&f, KVC_REDIS_CLUSTER_OFF, seeds, sizeof seeds);
-  rt_tier t;
-  REQUIRE(rt_open(&o, &t) == NULL);
+  fake_tier x;
+  fake_start(&x, &s, KVC_REDIS_CLUSTER_OFF);
+  fake_open(&x);
   /* The defaults: connect 50 + 2 x command 200. */
-  uint32_t deadline = ((kvci_redis_tier*)t.ctx)->call_timeout_ms;
+  uint32_t deadline = ((kvci_redis_tier*)x.t.ctx)->call_timeout_ms;
   CHECK_EQ_U64(deadline, 450);
   atomic_store(&s.mode, DRIBBLE);
   double ms;
-  CHECK_EQ_U64(put_some(&t, 4, &ms), 0);
+  CHECK_EQ_U64(put_some(&x.t, 4, &ms), 0);
   CHECK(within(ms, deadline, "put_many"));
   rs_sleep_ms(150); /* past reconnect_interval_ms */
-  CHECK_EQ_U64(get_good(&t, 4, &ms), 0);
+  CHECK_EQ_U64(get_good(&x.t, 4, &ms), 0);
   CHECK(within(ms, deadline, "get_many"));
   /* Every byte came within the command timeout: only the call's deadline ended it. */
   CHECK(ms >= deadline - 50);
   atomic_store(&s.mode, GOOD);
   rs_sleep_ms(150);
-  CHECK_EQ_U64(get_good(&t, 4, &ms), 4);
-  rt_close(&t);
+  CHECK_EQ_U64(get_good(&x.t, 4, &ms), 4);
+  rt_close(&x.t);
 
   /* A deadline of its own, and creation bounded too (CLUSTER SLOTS dribbled). */
-  o = fake_options(&f, KVC_REDIS_CLUSTER_AUTO, seeds, sizeof seeds);
-  o.call_timeout_ms = 300;
+  x.o = fake_options(&x.f, KVC_REDIS_CLUSTER_AUTO, x.seeds, sizeof x.seeds);
+  x.o.call_timeout_ms = 300;
   atomic_store(&s.mode, DRIBBLE);
   kvc_tier* tier = NULL;
   double start = rs_now_ms();
-  CHECK(tt_err_says(kvc_redis_tier_create(&o, &tier), KVC_ERROR_IO, "call_timeout_ms 300"));
+  CHECK(tt_err_says(kvc_redis_tier_create(&x.o, &tier), KVC_ERROR_IO, "call_timeout_ms 300"));
   CHECK(within(since(start), 300, "kvc_redis_tier_create"));
   CHECK(tier == NULL);
   atomic_store(&s.mode, GOOD);
-  REQUIRE(rt_open(&o, &t) == NULL);
+  fake_open(&x);
   atomic_store(&s.mode, DRIBBLE);
-  CHECK_EQ_U64(get_good(&t, 2, &ms), 0);
+  CHECK_EQ_U64(get_good(&x.t, 2, &ms), 0);
   CHECK(within(ms, 300, "get_many") && ms >= 250);
-  rt_close(&t);
-  fs_stop(&f);
+  rt_close(&x.t);
+  fake_stop(&x);
 }
 
 static void test_options_of_0_6(void) {
   static script s;
-  fs_server f;
-  REQUIRE(fs_start(&f, serve, &s) == 0);
-  char seeds[64];
-  kvc_redis_tier_options o = fake_options(&f, KVC_REDIS_CLUSTER_OFF, seeds, sizeof seeds);
-  o.call_timeout_ms = 7; /* beyond a 0.6 caller's struct: never read */
-  o.struct_size = 64;
-  o.command_timeout_ms = 300;
-  rt_tier t;
-  REQUIRE(rt_open(&o, &t) == NULL);
-  CHECK_EQ_U64(((kvci_redis_tier*)t.ctx)->call_timeout_ms, 50 + 2 * 300);
-  CHECK_EQ_U64(get_good(&t, 3, NULL), 3);
-  rt_close(&t);
-  o.struct_size = 68;
-  CHECK(tt_err_says(rt_open(&o, &t), KVC_ERROR_INVALID_ARGUMENT, "options.struct_size is 68"));
-  fs_stop(&f);
+  fake_tier x;
+  fake_start(&x, &s, KVC_REDIS_CLUSTER_OFF);
+  x.o.call_timeout_ms = 7; /* beyond a 0.6 caller's struct: never read */
+  x.o.struct_size = 64;
+  x.o.command_timeout_ms = 300;
+  fake_open(&x);
+  CHECK_EQ_U64(((kvci_redis_tier*)x.t.ctx)->call_timeout_ms, 50 + 2 * 300);
+  CHECK_EQ_U64(get_good(&x.t, 3, NULL), 3);
+  rt_close(&x.t);
+  x.o.struct_size = 68;
+  CHECK(tt_err_says(rt_open(&x.o, &x.t), KVC_ERROR_INVALID_ARGUMENT, "options.struct_size is 68"));
+  fake_stop(&x);
 }
 
 /* Creation against a CLUSTER SLOTS reply of `raw` (flooded after when `flood`): refused quickly, memory bounded. */
@@ -277,44 +290,49 @@ static void refuse_slots(script* s, fs_server* f, const char* raw, int flood, co
 
 static void test_hostile_cluster_slots(void) {
   static script s;
-  fs_server f;
-  REQUIRE(fs_start(&f, serve, &s) == 0);
-  /* Endless: an array of 262144 elements filled with 64 KiB strings until the reply's 8 MiB are spent. */
-  refuse_slots(&s, &f, "*200000\r\n", 1, "more bytes than its cap");
-  refuse_slots(&s, &f, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n*262145\r\n", 0, "more elements than its cap");
-  refuse_slots(&s, &f, "*4294967295\r\n", 0, "more elements than its cap");
-  /* 36 bytes that once allocated 4 GiB; then Redis's own limit (512 MiB), within it but past the reply's cap. */
-  refuse_slots(&s, &f, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$4294967295\r\n", 0, "bad bulk length");
-  refuse_slots(&s, &f, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$536870912\r\n", 0, "more bytes than its cap");
-  refuse_slots(&s, &f, "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n", 0, "nested too deep");
-  fs_stop(&f);
+  fake_tier x;
+  fake_start(&x, &s, KVC_REDIS_CLUSTER_OFF);
+  static const struct {
+    const char* raw;
+    int flood;
+    const char* says;
+  } replies[] = {
+      /* Endless: an array of 262144 elements filled with 64 KiB strings until the reply's 8 MiB are spent. */
+      {"*200000\r\n", 1, "more bytes than its cap"},
+      {"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n*262145\r\n", 0, "more elements than its cap"},
+      {"*4294967295\r\n", 0, "more elements than its cap"},
+      /* 36 bytes that once allocated 4 GiB; then Redis's own limit (512 MiB), within it but past the reply's cap. */
+      {"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$4294967295\r\n", 0, "bad bulk length"},
+      {"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$536870912\r\n", 0, "more bytes than its cap"},
+      {"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n", 0, "nested too deep"},
+  };
+  for (size_t i = 0; i < sizeof replies / sizeof replies[0]; i++)
+    refuse_slots(&s, &x.f, replies[i].raw, replies[i].flood, replies[i].says);
+  fake_stop(&x);
 }
 
 static void test_huge_values(void) {
   static script s;
-  fs_server f;
-  REQUIRE(fs_start(&f, serve, &s) == 0);
-  char seeds[64];
-  kvc_redis_tier_options o = fake_options(&f, KVC_REDIS_CLUSTER_OFF, seeds, sizeof seeds);
-  o.command_timeout_ms = 2000; /* the server sends nothing after the header: only a refusal ends it early */
-  o.call_timeout_ms = 5000;
-  rt_tier t;
-  REQUIRE(rt_open(&o, &t) == NULL);
+  fake_tier x;
+  fake_start(&x, &s, KVC_REDIS_CLUSTER_OFF);
+  x.o.command_timeout_ms = 2000; /* the server sends nothing after the header: only a refusal ends it early */
+  x.o.call_timeout_ms = 5000;
+  fake_open(&x);
   const char* headers[] = {"$4294967295\r\n", "$536870913\r\n", "$100000000\r\n", "*3\r\n"};
   for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++) {
     s.raw = headers[i];
     atomic_store(&s.mode, GET_RAW);
     long before = peak_rss_kb();
     double ms;
-    CHECK_EQ_U64(get_good(&t, 1, &ms), 0);
+    CHECK_EQ_U64(get_good(&x.t, 1, &ms), 0);
     if (!CHECK(ms < 1500)) fprintf(stderr, "  '%s' refused after %.0f ms\n", headers[i], ms);
     CHECK(peak_rss_kb() - before < MAX_GROWTH_KB);
     atomic_store(&s.mode, GOOD);
     rs_sleep_ms(150);
-    CHECK_EQ_U64(get_good(&t, 2, NULL), 2);
+    CHECK_EQ_U64(get_good(&x.t, 2, NULL), 2);
   }
-  rt_close(&t);
-  fs_stop(&f);
+  rt_close(&x.t);
+  fake_stop(&x);
 }
 
 /* A tier on the fake server as a cluster of one node holding every slot; its context, or NULL. */
@@ -326,18 +344,15 @@ static kvci_redis_tier* open_cluster(script* s, fs_server* f, const kvc_redis_ti
 
 static void test_moved_to_many_dead_nodes(void) {
   static script s;
-  fs_server f;
-  REQUIRE(fs_start(&f, serve, &s) == 0);
+  fake_tier x;
+  fake_start(&x, &s, KVC_REDIS_CLUSTER_ON);
   int dead_fds[50];
   for (int i = 0; i < 50; i++) REQUIRE((dead_fds[i] = fs_listen(&s.dead[i], 64)) >= 0);
-  char seeds[64];
-  kvc_redis_tier_options o = fake_options(&f, KVC_REDIS_CLUSTER_ON, seeds, sizeof seeds);
-  rt_tier t;
-  kvci_redis_tier* in = open_cluster(&s, &f, &o, &t);
+  kvci_redis_tier* in = open_cluster(&s, &x.f, &x.o, &x.t);
   REQUIRE(in != NULL);
   atomic_store(&s.mode, MOVED_DEAD);
   double ms;
-  CHECK_EQ_U64(get_good(&t, 50, &ms), 0); /* once one timeout per address: 10 s */
+  CHECK_EQ_U64(get_good(&x.t, 50, &ms), 0); /* once one timeout per address: 10 s */
   CHECK(within(ms, in->call_timeout_ms, "get_many redirected to 50 dead nodes"));
   /* The seed and at most 8 nodes learned from redirects in one call (KVCI_REDIS_LEARN_PER_CALL). */
   if (!CHECK(in->nnodes <= 1 + 8)) fprintf(stderr, "  %zu nodes known\n", in->nnodes);
@@ -345,37 +360,34 @@ static void test_moved_to_many_dead_nodes(void) {
    * map does not name are forgotten. */
   atomic_store(&s.mode, GOOD);
   rs_sleep_ms(150);
-  CHECK_EQ_U64(get_good(&t, 50, NULL), 50);
+  CHECK_EQ_U64(get_good(&x.t, 50, NULL), 50);
   CHECK_EQ_U64(in->nnodes, 1);
-  rt_close(&t);
+  rt_close(&x.t);
   for (int i = 0; i < 50; i++) close(dead_fds[i]);
-  fs_stop(&f);
+  fake_stop(&x);
 }
 
 static void test_unrequested_replies(void) {
   static script s;
-  fs_server f;
-  REQUIRE(fs_start(&f, serve, &s) == 0);
-  char seeds[64];
-  kvc_redis_tier_options o = fake_options(&f, KVC_REDIS_CLUSTER_OFF, seeds, sizeof seeds);
-  rt_tier t;
-  REQUIRE(rt_open(&o, &t) == NULL);
+  fake_tier x;
+  fake_start(&x, &s, KVC_REDIS_CLUSTER_OFF);
+  fake_open(&x);
   /* A reply arriving while no command is pending: the next call reconnects instead of taking it as its answer. */
   atomic_store(&s.mode, LATE_EXTRA);
   for (int round = 0; round < 3; round++) {
-    CHECK_EQ_U64(get_good(&t, 1, NULL), 1);
+    CHECK_EQ_U64(get_good(&x.t, 1, NULL), 1);
     rs_sleep_ms(120);
   }
-  CHECK_EQ_I64(atomic_load(&f.connections), 3);
+  CHECK_EQ_I64(atomic_load(&x.f.connections), 3);
   /* More replies than commands: the call keeps the answers it asked for and closes the connection. */
   atomic_store(&s.mode, DOUBLE);
-  CHECK_EQ_U64(get_good(&t, 3, NULL), 3);
+  CHECK_EQ_U64(get_good(&x.t, 3, NULL), 3);
   rs_sleep_ms(150);
   atomic_store(&s.mode, GOOD);
-  CHECK_EQ_U64(get_good(&t, 3, NULL), 3);
-  CHECK_EQ_I64(atomic_load(&f.connections), 5);
-  rt_close(&t);
-  fs_stop(&f);
+  CHECK_EQ_U64(get_good(&x.t, 3, NULL), 3);
+  CHECK_EQ_I64(atomic_load(&x.f.connections), 5);
+  rt_close(&x.t);
+  fake_stop(&x);
 }
 
 /* A pool (one group of 16-token blocks, two layers) with a Redis tier on the fake server. */
@@ -386,9 +398,7 @@ static kvc_pool* pool_on(fs_server* f) {
   kvc_error* e = pt_pool(&pool, &group, 1, layer_group, 2, KVC_POOL_LAYOUT_NHD, 0, 1);
   char seeds[64];
   kvc_redis_tier_options o = fake_options(f, KVC_REDIS_CLUSTER_OFF, seeds, sizeof seeds);
-  kvc_tier* tier = NULL;
-  if (!e) e = kvc_redis_tier_create(&o, &tier);
-  if (!e && (e = kvc_pool_add_tier(pool, tier, KVC_TIER_WRITE_ON_COMMIT)) != NULL) kvc_tier_destroy(tier);
+  if (!e) e = rp_add_tier(pool, &o);
   if (!CHECK(e == NULL)) {
     fprintf(stderr, "  %s\n", kvc_error_message(e));
     kvc_error_destroy(e);
@@ -408,10 +418,10 @@ static kvc_tier_stats tier_stats(kvc_pool* pool) {
  * server that dribbles, each within the tier's deadline (one group: one lookup, the batch of one store). */
 static void test_pool_calls_on_a_dribbling_server(void) {
   static script s;
-  fs_server f;
-  REQUIRE(fs_start(&f, serve, &s) == 0);
-  kvc_pool* writer = pool_on(&f);
-  kvc_pool* reader = pool_on(&f);
+  fake_tier x;
+  fake_start(&x, &s, KVC_REDIS_CLUSTER_OFF);
+  kvc_pool* writer = pool_on(&x.f);
+  kvc_pool* reader = pool_on(&x.f);
   REQUIRE(writer && reader);
   int32_t tokens[65], other[33];
   for (int i = 0; i < 65; i++) tokens[i] = 1000 + i * 7;
@@ -448,7 +458,7 @@ static void test_pool_calls_on_a_dribbling_server(void) {
   kvc_pool_sequence_destroy(w);
   kvc_pool_destroy(reader);
   kvc_pool_destroy(writer);
-  fs_stop(&f);
+  fake_stop(&x);
 }
 
 static char* repeat(char ch, size_t n) {
@@ -461,8 +471,8 @@ static char* repeat(char ch, size_t n) {
 
 static void test_long_host_names(void) {
   static script s;
-  fs_server f;
-  REQUIRE(fs_start(&f, serve, &s) == 0);
+  fake_tier x;
+  fake_start(&x, &s, KVC_REDIS_CLUSTER_ON);
   /* One label longer than DNS allows (63), so resolving fails at once, without a query. 148 bytes once lost all
    * but the first digit of the port to a 160-byte buffer; 253 is the longest name; 254 is refused. */
   char* h148 = repeat('a', 148);
@@ -471,20 +481,17 @@ static void test_long_host_names(void) {
   s.hosts[0] = h148, s.host_ports[0] = 7123;
   s.hosts[1] = h253, s.host_ports[1] = 7124;
   s.hosts[2] = h254, s.host_ports[2] = 7125;
-  char seeds[64];
-  kvc_redis_tier_options o = fake_options(&f, KVC_REDIS_CLUSTER_ON, seeds, sizeof seeds);
-  rt_tier t;
-  kvci_redis_tier* in = open_cluster(&s, &f, &o, &t);
+  kvci_redis_tier* in = open_cluster(&s, &x.f, &x.o, &x.t);
   REQUIRE(in != NULL);
   atomic_store(&s.mode, MOVED_HOST);
   double ms;
-  CHECK_EQ_U64(get_good(&t, 3, &ms), 0);
+  CHECK_EQ_U64(get_good(&x.t, 3, &ms), 0);
   CHECK(within(ms, in->call_timeout_ms, "get_many redirected to long names"));
   CHECK(kvci_redis_node_find(in, h148, 7123, 0) >= 0);
   CHECK(kvci_redis_node_find(in, h253, 7124, 0) >= 0);
   CHECK_EQ_U64(in->nnodes, 3);
   for (size_t i = 0; i < in->nnodes; i++) CHECK(strlen(in->nodes[i]->host) <= KVCI_REDIS_HOST_MAX);
-  rt_close(&t);
+  rt_close(&x.t);
 
   /* The same names in CLUSTER SLOTS: 253 bytes taken whole with its port, 254 refuses the map. */
   char raw[700];
@@ -492,15 +499,15 @@ static void test_long_host_names(void) {
   s.raw = raw;
   s.flood = 0;
   atomic_store(&s.mode, SLOTS_RAW);
-  REQUIRE(rt_open(&o, &t) == NULL);
-  in = t.ctx;
+  fake_open(&x);
+  in = x.t.ctx;
   CHECK_EQ_I64(in->slots[16383], kvci_redis_node_find(in, h253, 7124, 0));
   CHECK(in->slots[0] >= 0 && in->nodes[in->slots[0]]->port == 7124);
-  rt_close(&t);
+  rt_close(&x.t);
   snprintf(raw, sizeof raw, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$254\r\n%s\r\n:7125\r\n", h254);
-  CHECK(tt_err_says(rt_open(&o, &t), KVC_ERROR_IO, "not understood"));
+  CHECK(tt_err_says(rt_open(&x.o, &x.t), KVC_ERROR_IO, "not understood"));
   free(h148), free(h253), free(h254);
-  fs_stop(&f);
+  fake_stop(&x);
 }
 
 static void test_long_host_addresses(void) {
@@ -524,8 +531,8 @@ static void test_long_host_addresses(void) {
 #define MASTER "*2\r\n$9\r\n127.0.0.1\r\n:7000\r\n"
 static void test_cluster_slots_not_understood(void) {
   static script s;
-  fs_server f;
-  REQUIRE(fs_start(&f, serve, &s) == 0);
+  fake_tier x;
+  fake_start(&x, &s, KVC_REDIS_CLUSTER_OFF);
   static const char* const bad[] = {
       "*1\r\n:5\r\n",                                   /* a range that is not an array */
       "*1\r\n*2\r\n:0\r\n:1\r\n",                       /* without its master */
@@ -542,25 +549,22 @@ static void test_cluster_slots_not_understood(void) {
       RANGE_OF(":0\r\n", ":1\r\n", "*2\r\n$1\r\nh\r\n:65536\r\n"),      /* port past 65535 */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-    refuse_slots(&s, &f, bad[i], 0, "CLUSTER SLOTS reply not understood");
+    refuse_slots(&s, &x.f, bad[i], 0, "CLUSTER SLOTS reply not understood");
   /* No map at all: an empty array, or no array. */
-  refuse_slots(&s, &f, "*0\r\n", 0, "CLUSTER SLOTS gave no slots");
-  refuse_slots(&s, &f, ":1\r\n", 0, "CLUSTER SLOTS gave no slots");
-  fs_stop(&f);
+  refuse_slots(&s, &x.f, "*0\r\n", 0, "CLUSTER SLOTS gave no slots");
+  refuse_slots(&s, &x.f, ":1\r\n", 0, "CLUSTER SLOTS gave no slots");
+  fake_stop(&x);
 }
 
 /* MOVED and ASK errors that do not name a slot and a node: the key is a miss and no node is learned; an error
  * that is neither is not a redirect. */
 static void test_redirects_not_understood(void) {
   static script s;
-  fs_server f;
-  REQUIRE(fs_start(&f, serve, &s) == 0);
-  char seeds[64];
-  kvc_redis_tier_options o = fake_options(&f, KVC_REDIS_CLUSTER_ON, seeds, sizeof seeds);
-  rt_tier t;
-  kvci_redis_tier* in = open_cluster(&s, &f, &o, &t);
+  fake_tier x;
+  fake_start(&x, &s, KVC_REDIS_CLUSTER_ON);
+  kvci_redis_tier* in = open_cluster(&s, &x.f, &x.o, &x.t);
   REQUIRE(in != NULL);
-  CHECK_EQ_U64(get_good(&t, 2, NULL), 2); /* sizes the per-key state */
+  CHECK_EQ_U64(get_good(&x.t, 2, NULL), 2); /* sizes the per-key state */
   static const char* const bad[] = {"MOVED x 127.0.0.1:7000", "MOVED 5x 127.0.0.1:7000", "MOVED -1 127.0.0.1:7000",
                                     "MOVED 16384 127.0.0.1:7000", "ASK 5 no-port", "MOVED 5"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -573,8 +577,8 @@ static void test_redirects_not_understood(void) {
   CHECK_EQ_I64(kvci_redis_redirect(in, 1, "ERR wrong kind of value"), 0);
   CHECK(in->state[1] == KVCI_KEY_PENDING);
   in->state[1] = KVCI_KEY_MISS;
-  rt_close(&t);
-  fs_stop(&f);
+  rt_close(&x.t);
+  fake_stop(&x);
 }
 
 int main(void) {

@@ -14,6 +14,31 @@
 
 static rs_server server;
 
+/* A tier (cluster mode AUTO, the other options their defaults) on the shared server or on one of the test's own
+ * (own_start: to stop, kill or lock), for a test to adjust and open. The options point at seeds: a fixture is
+ * never copied. */
+typedef struct fixture {
+  rs_server s; /* own_start only */
+  char seeds[64];
+  kvc_redis_tier_options o;
+  rt_tier t;
+} fixture;
+
+static void fixture_init(fixture* x, const int* port) {
+  x->o = rt_options(port, 1, KVC_REDIS_CLUSTER_AUTO, x->seeds, sizeof x->seeds);
+  memset(&x->t, 0, sizeof x->t);
+}
+
+static void own_start(fixture* x) {
+  REQUIRE(rs_start(&x->s, 0) == 0);
+  fixture_init(x, &x->s.port);
+}
+
+static void own_stop(fixture* x) {
+  rt_close(&x->t);
+  rs_stop(&x->s);
+}
+
 static void test_options_refused(void) {
   char seeds[64];
   int port = server.port;
@@ -65,24 +90,23 @@ static void test_options_refused(void) {
 }
 
 static void test_round_trip_and_key_layout(void) {
-  char seeds[64];
-  rt_tier t = {0};
-  kvc_redis_tier_options o = rt_options(&server.port, 1, KVC_REDIS_CLUSTER_AUTO, seeds, sizeof seeds);
-  REQUIRE_OK(rt_open(&o, &t));
+  fixture x;
+  fixture_init(&x, &server.port);
+  REQUIRE_OK(rt_open(&x.o, &x.t));
   rt_run r;
   REQUIRE(rt_run_make(&r, 3, 300 * 1024, 1) == 0);
-  CHECK_EQ_U64(rt_put(&t, &r), 3);
+  CHECK_EQ_U64(rt_put(&x.t, &r), 3);
   size_t leading = 0;
-  CHECK_EQ_U64(rt_get(&t, &r, &leading), 3);
+  CHECK_EQ_U64(rt_get(&x.t, &r, &leading), 3);
   CHECK_EQ_U64(leading, 3);
   /* Sizes differ per value; a value of zero bytes is a miss (a framed value is never empty). */
   size_t sizes[2] = {1, 0};
   const void* values[2] = {r.data, r.data};
-  CHECK_EQ_U64(t.ops.put_many(t.ctx, r.keys, values, sizes, 2), 2);
-  CHECK_EQ_U64(t.ops.get_many(t.ctx, r.keys, (void* const*)r.dst, r.size, r.sizes, 3), 1);
+  CHECK_EQ_U64(x.t.ops.put_many(x.t.ctx, r.keys, values, sizes, 2), 2);
+  CHECK_EQ_U64(x.t.ops.get_many(x.t.ctx, r.keys, (void* const*)r.dst, r.size, r.sizes, 3), 1);
   CHECK(r.sizes[0] == 1 && r.read[0] == r.data[0] && r.sizes[1] == 0 && r.sizes[2] == r.size);
-  CHECK_EQ_U64(rt_put(&t, &r), 3);
-  CHECK_EQ_U64(rt_get(&t, &r, &leading), 3);
+  CHECK_EQ_U64(rt_put(&x.t, &r), 3);
+  CHECK_EQ_U64(rt_get(&x.t, &r, &leading), 3);
   /* The key layout of docs/tiers.md, seen from redis-cli. */
   char key[200] = "kvc:", out[64];
   for (int b = 0; b < KVC_BLOCK_HASH_SIZE; b++) sprintf(key + strlen(key), "%02x", r.keys[2].fingerprint[b]);
@@ -96,20 +120,20 @@ static void test_round_trip_and_key_layout(void) {
   size_t got[3];
   uint8_t* big = malloc(3 * r.size);
   void* dst[3] = {big, big + r.size, big + 2 * r.size};
-  CHECK_EQ_U64(t.ops.get_many(t.ctx, keys, dst, r.size, got, 3), 1);
+  CHECK_EQ_U64(x.t.ops.get_many(x.t.ctx, keys, dst, r.size, got, 3), 1);
   CHECK(got[0] == r.size && got[1] == 0 && got[2] == r.size);
-  CHECK_EQ_U64(t.ops.get_many(t.ctx, keys, dst, r.size - 1, got, 3), 0);
+  CHECK_EQ_U64(x.t.ops.get_many(x.t.ctx, keys, dst, r.size - 1, got, 3), 0);
   CHECK(got[0] == 0 && got[1] == 0 && got[2] == 0);
   /* Another prefix is another namespace. */
   rt_tier t2 = {0};
-  o.key_prefix = "other:";
-  REQUIRE_OK(rt_open(&o, &t2));
+  x.o.key_prefix = "other:";
+  REQUIRE_OK(rt_open(&x.o, &t2));
   CHECK_EQ_U64(t2.ops.get_many(t2.ctx, keys, dst, r.size, got, 1), 0);
   free(big);
   rt_close(&t2);
   rt_run_free(&other);
   rt_run_free(&r);
-  rt_close(&t);
+  rt_close(&x.t);
 }
 
 static void test_pipelined_runs(void) {
@@ -135,114 +159,103 @@ static void test_pipelined_runs(void) {
 }
 
 static void test_ttl(void) {
-  char seeds[64], out[256];
-  rt_tier t = {0};
-  kvc_redis_tier_options o = rt_options(&server.port, 1, KVC_REDIS_CLUSTER_AUTO, seeds, sizeof seeds);
-  o.ttl_seconds = 100;
-  o.key_prefix = "ttl:";
-  REQUIRE_OK(rt_open(&o, &t));
+  fixture x;
+  fixture_init(&x, &server.port);
+  char out[256];
+  x.o.ttl_seconds = 100;
+  x.o.key_prefix = "ttl:";
+  REQUIRE_OK(rt_open(&x.o, &x.t));
   rt_run r;
   REQUIRE(rt_run_make(&r, 1, 10, 3) == 0);
-  CHECK_EQ_U64(rt_put(&t, &r), 1);
+  CHECK_EQ_U64(rt_put(&x.t, &r), 1);
   CHECK(rs_cli(server.port, out, sizeof out, "--scan --pattern 'ttl:*'") == 0);
   out[strcspn(out, "\n")] = 0;
   char ttl[32];
   CHECK(rs_cli(server.port, ttl, sizeof ttl, "ttl %s", out) == 0);
   if (!CHECK(atol(ttl) > 90 && atol(ttl) <= 100)) fprintf(stderr, "  key %s ttl %s\n", out, ttl);
   rt_run_free(&r);
-  rt_close(&t);
+  rt_close(&x.t);
 }
 
 static void test_auth(void) {
-  rs_server s;
-  REQUIRE(rs_start(&s, 0) == 0);
-  char out[64], seeds[64];
-  CHECK(rs_cli(s.port, out, sizeof out, "config set requirepass s3cret") == 0);
-  rt_tier t = {0};
-  kvc_redis_tier_options o = rt_options(&s.port, 1, KVC_REDIS_CLUSTER_AUTO, seeds, sizeof seeds);
-  CHECK(tt_err_says(rt_open(&o, &t), KVC_ERROR_IO, "NOAUTH"));
-  o.password = "wrong";
-  CHECK(tt_err_says(rt_open(&o, &t), KVC_ERROR_IO, "AUTH refused"));
-  o.password = "s3cret";
-  REQUIRE_OK(rt_open(&o, &t));
+  fixture x;
+  own_start(&x);
+  char out[64];
+  CHECK(rs_cli(x.s.port, out, sizeof out, "config set requirepass s3cret") == 0);
+  CHECK(tt_err_says(rt_open(&x.o, &x.t), KVC_ERROR_IO, "NOAUTH"));
+  x.o.password = "wrong";
+  CHECK(tt_err_says(rt_open(&x.o, &x.t), KVC_ERROR_IO, "AUTH refused"));
+  x.o.password = "s3cret";
+  REQUIRE_OK(rt_open(&x.o, &x.t));
   rt_run r;
   REQUIRE(rt_run_make(&r, 5, 100, 4) == 0);
-  CHECK_EQ_U64(rt_put(&t, &r), 5);
-  CHECK_EQ_U64(rt_get(&t, &r, NULL), 5);
+  CHECK_EQ_U64(rt_put(&x.t, &r), 5);
+  CHECK_EQ_U64(rt_get(&x.t, &r, NULL), 5);
   /* A reconnection authenticates again. */
-  CHECK(rs_cli(s.port, out, sizeof out, "-a s3cret --no-auth-warning client kill type normal") == 0);
-  rt_get(&t, &r, NULL); /* finds the connection dead: misses, or hits on a fresh one */
+  CHECK(rs_cli(x.s.port, out, sizeof out, "-a s3cret --no-auth-warning client kill type normal") == 0);
+  rt_get(&x.t, &r, NULL); /* finds the connection dead: misses, or hits on a fresh one */
   rs_sleep_ms(1100);
-  CHECK_EQ_U64(rt_get(&t, &r, NULL), 5);
+  CHECK_EQ_U64(rt_get(&x.t, &r, NULL), 5);
   rt_run_free(&r);
-  rt_close(&t);
-  rs_stop(&s);
+  own_stop(&x);
 }
 
 static void test_stopped_server(void) {
   /* A server that accepts connections and never answers: every call returns within connect + command timeout. */
-  rs_server s;
-  REQUIRE(rs_start(&s, 0) == 0);
-  char seeds[64];
-  rt_tier t = {0};
-  kvc_redis_tier_options o = rt_options(&s.port, 1, KVC_REDIS_CLUSTER_AUTO, seeds, sizeof seeds);
-  o.command_timeout_ms = 200;
-  o.reconnect_interval_ms = 500;
-  REQUIRE_OK(rt_open(&o, &t));
+  fixture x;
+  own_start(&x);
+  x.o.command_timeout_ms = 200;
+  x.o.reconnect_interval_ms = 500;
+  REQUIRE_OK(rt_open(&x.o, &x.t));
   rt_run r;
   REQUIRE(rt_run_make(&r, 20, 256 * 1024, 5) == 0);
-  CHECK_EQ_U64(rt_put(&t, &r), 20);
-  kill(s.pid, SIGSTOP);
+  CHECK_EQ_U64(rt_put(&x.t, &r), 20);
+  kill(x.s.pid, SIGSTOP);
   double t0 = rs_now_ms();
   size_t leading = 99;
-  CHECK_EQ_U64(rt_get(&t, &r, &leading), 0);
+  CHECK_EQ_U64(rt_get(&x.t, &r, &leading), 0);
   double took = rs_now_ms() - t0;
   CHECK_EQ_U64(leading, 0);
   if (!CHECK(took >= 150 && took < 200 + 50 + 400)) fprintf(stderr, "  get took %.0f ms\n", took);
   /* Inside the reconnect interval the node is not waited on at all. */
   t0 = rs_now_ms();
-  CHECK_EQ_U64(rt_put(&t, &r), 0);
-  CHECK_EQ_U64(rt_get(&t, &r, NULL), 0);
+  CHECK_EQ_U64(rt_put(&x.t, &r), 0);
+  CHECK_EQ_U64(rt_get(&x.t, &r, NULL), 0);
   CHECK(rs_now_ms() - t0 < 100);
   /* After the interval: one more timeout (a put of 5 MiB into a stopped server fills the socket, then waits). */
   rs_sleep_ms(600);
   t0 = rs_now_ms();
-  CHECK_EQ_U64(rt_put(&t, &r), 0);
+  CHECK_EQ_U64(rt_put(&x.t, &r), 0);
   took = rs_now_ms() - t0;
   if (!CHECK(took < 200 + 50 + 400)) fprintf(stderr, "  put took %.0f ms\n", took);
   /* It answers again: after the interval the blocks stored before are found. */
-  kill(s.pid, SIGCONT);
+  kill(x.s.pid, SIGCONT);
   rs_sleep_ms(600);
-  CHECK_EQ_U64(rt_get(&t, &r, &leading), 20);
+  CHECK_EQ_U64(rt_get(&x.t, &r, &leading), 20);
   rt_run_free(&r);
-  rt_close(&t);
-  rs_stop(&s);
+  own_stop(&x);
 }
 
 static void test_killed_and_restarted(void) {
-  rs_server s;
-  REQUIRE(rs_start(&s, 0) == 0);
-  char seeds[64];
-  rt_tier t = {0};
-  kvc_redis_tier_options o = rt_options(&s.port, 1, KVC_REDIS_CLUSTER_AUTO, seeds, sizeof seeds);
-  o.reconnect_interval_ms = 200;
-  REQUIRE_OK(rt_open(&o, &t));
+  fixture x;
+  own_start(&x);
+  x.o.reconnect_interval_ms = 200;
+  REQUIRE_OK(rt_open(&x.o, &x.t));
   rt_run r;
   REQUIRE(rt_run_make(&r, 10, 1000, 6) == 0);
-  CHECK_EQ_U64(rt_put(&t, &r), 10);
-  rs_kill(&s);
+  CHECK_EQ_U64(rt_put(&x.t, &r), 10);
+  rs_kill(&x.s);
   double t0 = rs_now_ms();
-  CHECK_EQ_U64(rt_get(&t, &r, NULL), 0);
-  CHECK_EQ_U64(rt_put(&t, &r), 0);
+  CHECK_EQ_U64(rt_get(&x.t, &r, NULL), 0);
+  CHECK_EQ_U64(rt_put(&x.t, &r), 0);
   CHECK(rs_now_ms() - t0 < 300);
-  REQUIRE(rs_launch(&s) == 0);
+  REQUIRE(rs_launch(&x.s) == 0);
   rs_sleep_ms(250);
-  CHECK_EQ_U64(rt_get(&t, &r, NULL), 0); /* a new server, empty (no persistence) */
-  CHECK_EQ_U64(rt_put(&t, &r), 10);
-  CHECK_EQ_U64(rt_get(&t, &r, NULL), 10);
+  CHECK_EQ_U64(rt_get(&x.t, &r, NULL), 0); /* a new server, empty (no persistence) */
+  CHECK_EQ_U64(rt_put(&x.t, &r), 10);
+  CHECK_EQ_U64(rt_get(&x.t, &r, NULL), 10);
   rt_run_free(&r);
-  rt_close(&t);
-  rs_stop(&s);
+  own_stop(&x);
 }
 
 typedef struct writer {

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "../tier_hybrid.h"
+#include "redis_pool_tier.h"
 #include "redis_server.h"
 
 enum { PROMPT = 17 };
@@ -15,18 +16,11 @@ enum { PROMPT = 17 };
 static kvc_pool* open_pool(const char* seeds) {
   kvc_pool* p = NULL;
   kvc_error* e = th_pool(&p, 8);
-  kvc_redis_tier_options o;
-  kvc_redis_tier_options_init(&o);
-  o.seeds = seeds;
-  o.key_prefix = "hybrid:";
-  o.command_timeout_ms = 200;
-  kvc_tier* t = NULL;
-  if (!e) e = kvc_redis_tier_create(&o, &t);
-  if (!e) e = kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT);
+  kvc_redis_tier_options o = rp_options(seeds, "hybrid:", 200);
+  if (!e) e = rp_add_tier(p, &o);
   if (e) {
     fprintf(stderr, "open_pool: %s\n", kvc_error_message(e));
     kvc_error_destroy(e);
-    kvc_tier_destroy(t);
     kvc_pool_destroy(p);
     return NULL;
   }

@@ -67,11 +67,7 @@ static void test_round_trip(void) {
     CHECK_EQ_I64(command_calls(s.port, "exists") - before, N); /* one EXISTS a key: no GET, no value moved */
     CHECK_OK(kvc_tier_get_blocks(t, b.keys, N, PAYLOAD, 4, b.out, b.found, &n));
     CHECK_EQ_U64(n, 3);
-    for (int i = 0; i < N; i++) {
-      int want = i == 1 || i == 4 || i == 5;
-      CHECK_EQ_U64(b.found[i], want);
-      if (want) CHECK(memcmp(b.read[i], b.data[i], PAYLOAD) == 0);
-    }
+    CHECK(tb_got_exactly(&b, (const int[]){1, 4, 5}, 3));
     /* Another size is a miss. */
     CHECK_OK(kvc_tier_get_blocks(t, &b.keys[1], 1, PAYLOAD / 2, 4, b.out, b.found, &n));
     CHECK_EQ_U64(n, 0);
@@ -121,61 +117,67 @@ static void serve(fs_conn* c) {
 
 static double since(double start) { return rs_now_ms() - start; }
 
-static void test_exists_is_one_pipeline(void) {
-  static script sc;
-  sc.want = N;
-  atomic_store(&sc.mode, BATCH);
+/* A fake server answering `want` keys in `mode`, a tier on it with a call deadline of call_timeout_ms (NULL when
+ * its creation failed) and the blocks to ask for; 0 when the server did not start. */
+typedef struct scripted {
+  script sc;
   fs_server f;
-  REQUIRE(fs_start(&f, serve, &sc) == 0);
-  kvc_tier* t = redis_tier(f.port, 2000);
-  static tb_blocks b;
-  tb_make(&b, 0x3C);
+  kvc_tier* t;
+  tb_blocks b;
+} scripted;
+
+static int scripted_start(scripted* x, int want, int mode, uint32_t call_timeout_ms) {
+  x->sc.want = want;
+  atomic_store(&x->sc.mode, mode);
+  if (fs_start(&x->f, serve, &x->sc) != 0) return 0;
+  x->t = redis_tier(x->f.port, call_timeout_ms);
+  tb_make(&x->b, 0x3C);
+  return 1;
+}
+
+static void test_exists_is_one_pipeline(void) {
+  static scripted x;
+  REQUIRE(scripted_start(&x, N, BATCH, 2000));
   size_t n = 0;
-  if (CHECK(t)) {
+  if (CHECK(x.t)) {
     /* Key by key, the first EXISTS would wait for an answer that comes only after the sixth: a miss. */
     double start = rs_now_ms();
-    CHECK_OK(kvc_tier_exists(t, b.keys, N, b.found, &n));
+    CHECK_OK(kvc_tier_exists(x.t, x.b.keys, N, x.b.found, &n));
     CHECK_EQ_U64(n, N);
     CHECK(since(start) < 1000);
-    kvc_tier_destroy(t);
+    kvc_tier_destroy(x.t);
   }
-  fs_stop(&f);
+  fs_stop(&x.f);
 }
 
 static void test_stalled_server_is_a_miss_within_the_deadline(void) {
-  static script sc;
-  sc.want = 1;
-  atomic_store(&sc.mode, STALL);
-  fs_server f;
-  REQUIRE(fs_start(&f, serve, &sc) == 0);
   const uint32_t deadline = 300;
-  kvc_tier* t = redis_tier(f.port, deadline);
-  static tb_blocks b;
-  tb_make(&b, 0x3C);
+  static scripted x;
+  REQUIRE(scripted_start(&x, 1, STALL, deadline));
   size_t n = 99;
-  if (CHECK(t)) {
+  if (CHECK(x.t)) {
     double start = rs_now_ms();
-    CHECK_OK(kvc_tier_exists(t, b.keys, N, b.found, &n));
+    CHECK_OK(kvc_tier_exists(x.t, x.b.keys, N, x.b.found, &n));
     double ms = since(start);
     CHECK_EQ_U64(n, 0);
     CHECK(ms <= deadline + SLACK_MS);
     rs_sleep_ms(100); /* past reconnect_interval_ms: the node is tried again, and stalls again */
     start = rs_now_ms();
-    CHECK_OK(kvc_tier_get_blocks(t, b.keys, N, PAYLOAD, 4, b.out, b.found, &n));
+    CHECK_OK(kvc_tier_get_blocks(x.t, x.b.keys, N, PAYLOAD, 4, x.b.out, x.b.found, &n));
     ms = since(start);
     CHECK_EQ_U64(n, 0);
-    for (int i = 0; i < N; i++) CHECK_EQ_U64(b.found[i], 0);
+    for (int i = 0; i < N; i++) CHECK_EQ_U64(x.b.found[i], 0);
     CHECK(ms <= deadline + SLACK_MS);
     CHECK(ms >= deadline - 100); /* it did wait: the server was tried, not skipped */
     rs_sleep_ms(100);
     start = rs_now_ms();
-    CHECK_OK(kvc_tier_put_blocks(t, b.keys, N, PAYLOAD, 4, b.in, &n));
+    CHECK_OK(kvc_tier_put_blocks(x.t, x.b.keys, N, PAYLOAD, 4, x.b.in, &n));
     CHECK(since(start) <= deadline + SLACK_MS);
     CHECK_EQ_U64(n, 0);
-    CHECK_EQ_U64(tt_stats(t).put_failures, N);
-    kvc_tier_destroy(t);
+    CHECK_EQ_U64(tt_stats(x.t).put_failures, N);
+    kvc_tier_destroy(x.t);
   }
-  fs_stop(&f);
+  fs_stop(&x.f);
 }
 
 int main(void) {

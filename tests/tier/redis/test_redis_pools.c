@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "../../pool/pool_test.h"
+#include "redis_pool_tier.h"
 #include "redis_server.h"
 
 #define PROMPT 65 /* four blocks of 16 tokens and one more: at most 64 are matched, the last is computed */
@@ -28,17 +29,8 @@ static int fail(const char* what, kvc_error* e) {
 static int pool_with_tier(const char* seeds, kvc_pool** pool) {
   kvc_error* e = pt_pool(pool, &group, 1, layer_group, 2, KVC_POOL_LAYOUT_NHD, 0, 1);
   if (e) return fail("kvc_pool_create", e);
-  kvc_redis_tier_options o;
-  kvc_redis_tier_options_init(&o);
-  o.seeds = seeds;
-  o.key_prefix = "pools:";
-  o.command_timeout_ms = 2000;
-  kvc_tier* tier = NULL;
-  if ((e = kvc_redis_tier_create(&o, &tier)) != NULL) return fail("kvc_redis_tier_create", e);
-  if ((e = kvc_pool_add_tier(*pool, tier, KVC_TIER_WRITE_ON_COMMIT)) != NULL) {
-    kvc_tier_destroy(tier);
-    return fail("kvc_pool_add_tier", e);
-  }
+  kvc_redis_tier_options o = rp_options(seeds, "pools:", 2000);
+  if ((e = rp_add_tier(*pool, &o)) != NULL) return fail("adding the Redis tier", e);
   return 0;
 }
 
@@ -70,55 +62,63 @@ static int dump(const kvc_pool_sequence* s, const char* path) {
   return bad;
 }
 
-static void prompt(int32_t* tokens) {
-  for (int i = 0; i < PROMPT; i++) tokens[i] = 1000 + i * 7;
+/* One process's side: a pool with the tier, a sequence in it and the prompt both sides use. */
+typedef struct side {
+  kvc_pool* pool;
+  kvc_pool_sequence* s;
+  int32_t tokens[PROMPT];
+} side;
+
+static int side_open(const char* seeds, side* x) {
+  if (pool_with_tier(seeds, &x->pool)) return 1;
+  for (int i = 0; i < PROMPT; i++) x->tokens[i] = 1000 + i * 7;
+  kvc_error* e = kvc_pool_sequence_create(x->pool, NULL, &x->s);
+  return e ? fail("kvc_pool_sequence_create", e) : 0;
+}
+
+static kvc_tier_stats side_stats(const side* x) {
+  kvc_tier_stats st = {sizeof st, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  kvc_error_destroy(kvc_tier_stats_get(kvc_pool_tier(x->pool, 0), &st));
+  return st;
+}
+
+/* Dumps the sequence into `out` and destroys the side; dump's result. */
+static int side_close(side* x, const char* out) {
+  int r = dump(x->s, out);
+  kvc_pool_sequence_destroy(x->s);
+  kvc_pool_destroy(x->pool);
+  return r;
 }
 
 /* Computes the prompt (reserve, write, commit: the full blocks go to Redis), dumps the first 64 tokens. */
 static int writer(const char* seeds, const char* out) {
-  kvc_pool* pool;
-  if (pool_with_tier(seeds, &pool)) return 1;
-  int32_t tokens[PROMPT];
-  prompt(tokens);
-  kvc_pool_sequence* s;
-  kvc_error* e = kvc_pool_sequence_create(pool, NULL, &s);
-  if (!e) e = pt_step(pool, 1, 2, s, tokens, PROMPT);
-  if (!e) e = kvc_pool_truncate(s, PROMPT - 1);
+  side x;
+  if (side_open(seeds, &x)) return 1;
+  kvc_error* e = pt_step(x.pool, 1, 2, x.s, x.tokens, PROMPT);
+  if (!e) e = kvc_pool_truncate(x.s, PROMPT - 1);
   if (e) return fail("writer", e);
-  kvc_tier_stats st = {sizeof st, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-  kvc_error_destroy(kvc_tier_stats_get(kvc_pool_tier(pool, 0), &st));
+  kvc_tier_stats st = side_stats(&x);
   if (st.puts != 4) {
     fprintf(stderr, "writer: the tier stored %llu blocks, expected 4\n", (unsigned long long)st.puts);
     return 1;
   }
-  int r = dump(s, out);
-  kvc_pool_sequence_destroy(s);
-  kvc_pool_destroy(pool);
-  return r;
+  return side_close(&x, out);
 }
 
 /* Matches the prompt in an empty pool: the prefix comes from the cluster. */
 static int reader(const char* seeds, const char* out) {
-  kvc_pool* pool;
-  if (pool_with_tier(seeds, &pool)) return 1;
-  int32_t tokens[PROMPT];
-  prompt(tokens);
-  kvc_pool_sequence* s;
+  side x;
+  if (side_open(seeds, &x)) return 1;
   uint64_t matched = 0;
-  kvc_error* e = kvc_pool_sequence_create(pool, NULL, &s);
-  if (!e) e = kvc_pool_match_prefix(s, tokens, PROMPT, &matched);
+  kvc_error* e = kvc_pool_match_prefix(x.s, x.tokens, PROMPT, &matched);
   if (e) return fail("reader", e);
-  kvc_tier_stats st = {sizeof st, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-  kvc_error_destroy(kvc_tier_stats_get(kvc_pool_tier(pool, 0), &st));
+  kvc_tier_stats st = side_stats(&x);
   if (matched != PROMPT - 1 || st.hits != 4 || st.corrupt != 0) {
     fprintf(stderr, "reader: matched %llu tokens with %llu hits, %llu corrupt; expected 64, 4, 0\n",
             (unsigned long long)matched, (unsigned long long)st.hits, (unsigned long long)st.corrupt);
     return 1;
   }
-  int r = dump(s, out);
-  kvc_pool_sequence_destroy(s);
-  kvc_pool_destroy(pool);
-  return r;
+  return side_close(&x, out);
 }
 
 /* Runs this program in `mode`; its exit status. */

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "../tier_test.h"
+#include "redis_pool_tier.h"
 #include "redis_server.h"
 
 #define PROMPT 17
@@ -17,16 +18,10 @@ static const uint32_t layer_group[2] = {0, 0};
 static kvc_pool* pool_with_redis(const char* seeds) {
   kvc_pool* p = NULL;
   kvc_error_destroy(pt_pool(&p, &group, 1, layer_group, 2, KVC_POOL_LAYOUT_NHD, 64, 1));
-  kvc_redis_tier_options o;
-  kvc_redis_tier_options_init(&o);
-  o.seeds = seeds;
-  o.key_prefix = "worker:";
+  kvc_redis_tier_options o = rp_options(seeds, "worker:", 200);
   o.connect_timeout_ms = 200;
-  o.command_timeout_ms = 200;
   o.call_timeout_ms = 400;
-  kvc_tier* t = NULL;
-  kvc_error_destroy(kvc_redis_tier_create(&o, &t));
-  if (t) kvc_error_destroy(kvc_pool_add_tier(p, t, KVC_TIER_WRITE_ON_COMMIT));
+  kvc_error_destroy(rp_add_tier(p, &o));
   return p;
 }
 
