@@ -130,9 +130,8 @@ static void test_reorder_bad_indices(void) {
 
 /* Layers of different batch sizes: an index valid for one layer but not another changes neither. */
 static void test_reorder_index_valid_for_one_layer_only(void) {
-  kvc_cache* c = tu_lazy_cache();
+  kvc_cache* c = tu_holding_tokens(tu_lazy_cache(), 0, 4, 2, 3, 4, 3);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, 4, 2, 3, 4, 3, 0, NULL, NULL));
   REQUIRE_OK(tu_update_tokens(c, 1, 2, 2, 3, 4, 3, 0, NULL, NULL));
   int64_t idx[2] = {1, 3};
   EXPECT_ERR_UNCHANGED(c, kvc_cache_reorder(c, idx, 2), KVC_ERROR_OUT_OF_RANGE, "kvc_cache_reorder", "beam_idx[1]",
@@ -157,9 +156,9 @@ static void test_batch_ops_on_static_layers(void) {
     kvc_cache_destroy(c);
   }
   /* A static layer that holds nothing yet is still a static layer. */
-  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC, 0, 6));
+  kvc_cache* c = tu_holding_tokens(TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC, 0, 6)),
+                                   0, 2, 2, 3, 4, 3);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, 2, 2, 3, 4, 3, 0, NULL, NULL));
   EXPECT_ERR_UNCHANGED(c, kvc_cache_batch_repeat_interleave(c, 2), KVC_ERROR_UNSUPPORTED,
                        "kvc_cache_batch_repeat_interleave", "layer 1", "static");
   EXPECT_ERR_UNCHANGED(c, kvc_cache_batch_select_indices(c, idx, 2), KVC_ERROR_UNSUPPORTED,

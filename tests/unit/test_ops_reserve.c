@@ -46,9 +46,9 @@ static void test_reserve_as_hint(void) {
 
 /* Bounded kinds ignore the hint. */
 static void test_reserve_ignores_bounded_layers(void) {
-  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_STATIC, 0, 16), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 4, 0));
+  kvc_cache* c = tu_holding_tokens(
+      TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_STATIC, 0, 16), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 4, 0)), 0, NB, NH, 3, D, D);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 3, D, D, 0, NULL, NULL));
   REQUIRE_OK(tu_update_tokens(c, 1, NB, NH, 3, D, D, 0, NULL, NULL));
   uint64_t before = tu_memory(c).bytes_reserved;
   REQUIRE_OK(kvc_cache_reserve(c, 1000));

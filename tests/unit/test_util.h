@@ -872,15 +872,22 @@ static TU_UNUSED kvc_error* tu_update_tokens(kvc_cache* c, uint32_t layer, int64
   return tu_update_kv(c, layer, b, h, s, dk, dv, NULL, first, opts, out);
 }
 
+/* c once layer `layer` got tokens 0..n-1 (keys [b, h, n, dk], values [b, h, n, dv]): the set-up of a test that starts
+ * from a cache holding something. NULL when c is NULL or the update fails (counted; c is destroyed). */
+static TU_UNUSED kvc_cache* tu_holding_tokens(kvc_cache* c, uint32_t layer, int64_t b, int64_t h, int64_t n,
+                                              int64_t dk, int64_t dv) {
+  if (!CHECK(c != NULL)) return NULL;
+  return tu_kept(c, CHECK_OK(tu_update_tokens(c, layer, b, h, n, dk, dv, 0, NULL, NULL)));
+}
+
 /* A one-layer cache of one kind holding tokens 0..n-1 (keys and values [b, h, n, d]), recording its past if
  * record_past: the set-up of most single-layer tests. NULL (the failing step counted) when a step fails. */
 static TU_UNUSED kvc_cache* tu_filled_layer_cache(kvc_layer_kind kind, int64_t window, int64_t max_cache_len,
                                                   int record_past, int64_t b, int64_t h, int64_t n, int64_t d) {
   kvc_cache* c = tu_one_layer_cache(kind, window, max_cache_len);
   if (!CHECK(c != NULL)) return NULL;
-  int ok = !record_past || CHECK_OK(kvc_cache_activate_past_recording(c));
-  ok = ok && CHECK_OK(tu_update_tokens(c, 0, b, h, n, d, d, 0, NULL, NULL));
-  return tu_kept(c, ok);
+  if (record_past && !CHECK_OK(kvc_cache_activate_past_recording(c))) return tu_kept(c, 0);
+  return tu_holding_tokens(c, 0, b, h, n, d, d);
 }
 
 /* update(layer) with the listed tokens along seq. */
