@@ -196,9 +196,7 @@ static void test_presets(void) {
     CHECK_EQ_I64(tu_info(c, 1).is_offloaded, 0);
     kvc_cache_destroy(c);
   }
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_QUANTIZED;
-  o.config = &cfg;
+  kvc_cache_options o = tu_preset_options(KVC_PRESET_QUANTIZED, &cfg, 0, KVC_OFFLOAD_DEFAULT);
   kvc_cache* q = NULL;
   EXPECT_ERR(kvc_cache_create(&o, &q), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_create", "layer 1",
              "only full attention");

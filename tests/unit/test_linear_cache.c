@@ -100,11 +100,8 @@ static void test_hybrid_mamba_preset(void) {
   CHECK_EQ_I64(tl_has_prev(c, KVC_ALL_LAYERS, -1), 1);
   CHECK_EQ_I64(tl_has_prev(c, 0, -1), 0);
   /* The preset needs layer_types. */
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 2;
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_HYBRID_MAMBA;
-  o.config = &cfg;
+  kvc_model_config cfg = tu_config(2, NULL, 0, 0);
+  kvc_cache_options o = tu_preset_options(KVC_PRESET_HYBRID_MAMBA, &cfg, 0, KVC_OFFLOAD_DEFAULT);
   kvc_cache* bad = NULL;
   CHECK_ERR(kvc_cache_create(&o, &bad), KVC_ERROR_INVALID_ARGUMENT);
   CHECK(bad == NULL);

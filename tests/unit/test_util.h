@@ -766,15 +766,23 @@ static TU_UNUSED kvc_model_config tu_config(uint32_t n, const kvc_layer_type* ty
   return cfg;
 }
 
-/* A `preset` cache over `cfg` (NULL: none) and max_cache_len, offloading as
- * `offload` says; NULL when creation fails (printed and counted). */
-static TU_UNUSED kvc_cache* tu_preset_cache(kvc_preset preset, const kvc_model_config* cfg, int64_t max_cache_len,
-                                            kvc_offload offload) {
+/* Options of a `preset` cache over `cfg` (NULL: none) and max_cache_len, offloading as `offload` says; the other
+ * fields keep their defaults. What tu_preset_cache creates, and what the bad-input tests start from. */
+static TU_UNUSED kvc_cache_options tu_preset_options(kvc_preset preset, const kvc_model_config* cfg,
+                                                     int64_t max_cache_len, kvc_offload offload) {
   kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
   o.preset = preset;
   o.config = cfg;
   o.max_cache_len = max_cache_len;
   o.offload = offload;
+  return o;
+}
+
+/* A `preset` cache over `cfg` (NULL: none) and max_cache_len, offloading as
+ * `offload` says; NULL when creation fails (printed and counted). */
+static TU_UNUSED kvc_cache* tu_preset_cache(kvc_preset preset, const kvc_model_config* cfg, int64_t max_cache_len,
+                                            kvc_offload offload) {
+  kvc_cache_options o = tu_preset_options(preset, cfg, max_cache_len, offload);
   kvc_cache* c = NULL;
   if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
   return c;
