@@ -169,8 +169,7 @@ static void test_hybrid_kv_and_states(void) {
   REQUIRE(c != NULL);
   kvc_kv kv;
   REQUIRE_OK(tu_update_tokens(c, 0, 2, 2, 4, 3, 2, 0, NULL, &kv));
-  const int64_t t4[4] = {0, 1, 2, 3};
-  CHECK_TOKENS(kv, t4, 4);
+  CHECK_KV_SEQ(kv, 0, 1, 2, 3);
   kvc_tensor ret;
   REQUIRE_OK(tl_conv(c, 0, 2, 5, 0, 4, NULL, &ret));
   int64_t shape[3] = {2, 5, 2};
@@ -184,8 +183,7 @@ static void test_hybrid_kv_and_states(void) {
   CHECK_EQ_F64(f[19], 26.0);
   tl_free(&s);
   REQUIRE_OK(tu_update_tokens(c, 0, 2, 2, 1, 3, 2, 4, NULL, &kv));
-  const int64_t t5[5] = {0, 1, 2, 3, 4};
-  CHECK_TOKENS(kv, t5, 5);
+  CHECK_KV_SEQ(kv, 0, 1, 2, 3, 4);
   CHECK_EQ_I64(tu_seq(c, 0), 5);
   CHECK_MASK(c, 1, 0, 6, 0);
   kvc_layer_info li = tu_info(c, 0);
@@ -203,8 +201,7 @@ static void test_hybrid_kv_and_states(void) {
   CHECK_CONV(&st, 2, 5, zeros, 3, NULL);
   /* A new sequence on the same layer. */
   REQUIRE_OK(tu_update_tokens(c, 0, 2, 2, 2, 3, 2, 50, NULL, &kv));
-  const int64_t t2[2] = {50, 51};
-  CHECK_TOKENS(kv, t2, 2);
+  CHECK_KV_SEQ(kv, 50, 51);
   kvc_cache_destroy(c);
 }
 
@@ -215,11 +212,9 @@ static void test_static_hybrids(void) {
   REQUIRE(c != NULL);
   kvc_kv kv;
   REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 2, 2, 2, 0, NULL, &kv));
-  const int64_t s0[5] = {0, 1, -1, -1, -1};
-  CHECK_TOKENS(kv, s0, 5);
+  CHECK_KV_SEQ(kv, 0, 1, -1, -1, -1);
   REQUIRE_OK(tu_update_tokens(c, 1, 1, 1, 4, 2, 2, 0, NULL, &kv));
-  const int64_t s1[4] = {0, 1, 2, 3};
-  CHECK_TOKENS(kv, s1, 4);
+  CHECK_KV_SEQ(kv, 0, 1, 2, 3);
   CHECK_EQ_I64(tu_seq(c, 1), 4);
   CHECK_MASK(c, 1, 1, 3, 2);
   REQUIRE_OK(tl_conv(c, 1, 1, 2, 0, 1, NULL, NULL));
@@ -233,9 +228,7 @@ static void test_static_hybrids(void) {
   CHECK_OK(kvc_cache_reorder(c, idx, 1));
   REQUIRE_OK(kvc_cache_reset(c));
   CHECK_EQ_I64(tu_seq(c, 0), 0);
-  kvc_kv v = tu_view(c, 0);
-  const int64_t zero5[5] = {-1, -1, -1, -1, -1};
-  CHECK_TOKENS(v, zero5, 5);
+  CHECK_LAYER_SEQ(c, 0, -1, -1, -1, -1, -1);
   kvc_cache_destroy(c);
 }
 
@@ -262,9 +255,7 @@ static void test_hybrid_crop(void) {
   CHECK_EQ_I64(tu_seq(c, 0), 4); /* dynamic part cropped */
   CHECK_EQ_I64(tu_seq(c, 1), 6); /* static part untouched */
   CHECK_EQ_I64(tu_seq(c, 2), 4); /* recording sliding part rolled back by 2 */
-  kvc_kv v = tu_view(c, 2);
-  const int64_t tail[3] = {1, 2, 3};
-  CHECK_TOKENS(v, tail, 3);
+  CHECK_LAYER_SEQ(c, 2, 1, 2, 3);
   kvc_cache_destroy(c);
 }
 
