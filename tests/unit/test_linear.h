@@ -200,10 +200,7 @@ static TU_UNUSED kvc_cache* tl_cache(uint32_t n, const kvc_layer_kind* kinds, in
     lo[i].num_states = num_states;
     lo[i].conv_kernel_size = conv_kernel;
   }
-  kvc_cache_options o = tu_custom_options(n, lo);
-  kvc_cache* c = NULL;
-  CHECK_OK(kvc_cache_create(&o, &c));
-  return c;
+  return tu_custom_cache(n, lo);
 }
 
 /* One LINEAR layer. */

@@ -186,9 +186,7 @@ static TU_UNUSED kvc_cache* sk_cache(int64_t window, int64_t sinks, uint32_t num
     cfg.num_hidden_layers = num_layers;
     o.config = &cfg;
   }
-  kvc_cache* c = NULL;
-  if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
-  return c;
+  return tu_create(&o);
 }
 
 /* sk_cache(window, sinks, num_layers) whose layers 0..fill-1 hold the listed tokens, float32 [1, 1, n, d] keys and

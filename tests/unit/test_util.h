@@ -778,20 +778,24 @@ static TU_UNUSED kvc_cache_options tu_preset_options(kvc_preset preset, const kv
   return o;
 }
 
+/* The cache `o` describes, or NULL when creation fails (printed and counted). */
+static TU_UNUSED kvc_cache* tu_create(const kvc_cache_options* o) {
+  kvc_cache* c = NULL;
+  if (!CHECK_OK(kvc_cache_create(o, &c))) return NULL;
+  return c;
+}
+
 /* A `preset` cache over `cfg` (NULL: none) and max_cache_len, offloading as
  * `offload` says; NULL when creation fails (printed and counted). */
 static TU_UNUSED kvc_cache* tu_preset_cache(kvc_preset preset, const kvc_model_config* cfg, int64_t max_cache_len,
                                             kvc_offload offload) {
   kvc_cache_options o = tu_preset_options(preset, cfg, max_cache_len, offload);
-  kvc_cache* c = NULL;
-  if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
-  return c;
+  return tu_create(&o);
 }
 
 /* Options of a custom cache of n layers; the bad-input tests start from these and break one field. */
 static TU_UNUSED kvc_cache_options tu_custom_options(uint32_t n, const kvc_layer_options* layers) {
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
+  kvc_cache_options o = tu_preset_options(KVC_PRESET_CUSTOM, NULL, 0, KVC_OFFLOAD_DEFAULT);
   o.num_layers = n;
   o.layers = layers;
   return o;
@@ -802,9 +806,7 @@ static TU_UNUSED kvc_cache* tu_custom_offload_cache(uint32_t n, const kvc_layer_
                                                     kvc_offload offload) {
   kvc_cache_options o = tu_custom_options(n, layers);
   o.offload = offload;
-  kvc_cache* c = NULL;
-  if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
-  return c;
+  return tu_create(&o);
 }
 
 /* The same, nothing offloaded. */
@@ -814,11 +816,7 @@ static TU_UNUSED kvc_cache* tu_custom_cache(uint32_t n, const kvc_layer_options*
 }
 
 /* A DynamicCache created without options (layers appear as they are updated), or NULL (counted). */
-static TU_UNUSED kvc_cache* tu_lazy_cache(void) {
-  kvc_cache* c = NULL;
-  if (!CHECK_OK(kvc_cache_create(NULL, &c))) return NULL;
-  return c;
-}
+static TU_UNUSED kvc_cache* tu_lazy_cache(void) { return tu_create(NULL); }
 
 /* Points update options (kvc_update_options or kvc_conv_update_options) at
  * the listed cache positions; the list is a compound literal, alive to the
