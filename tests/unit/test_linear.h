@@ -174,6 +174,9 @@ static TU_UNUSED int tl_check_conv_state_impl(const char* file, int line, const 
 }
 #define CHECK_CONV_STATE(c, layer, s, B, C, tokens, n) \
   tl_check_conv_state_impl(__FILE__, __LINE__, (c), (layer), (s), (B), (C), (tokens), (n))
+/* CHECK_CONV_STATE of the listed times: one line a check where the times are read nowhere else. */
+#define CHECK_CONV_STATE_IS(c, layer, s, B, C, ...) \
+  CHECK_CONV_STATE(c, layer, s, B, C, TU_LIST(__VA_ARGS__), TU_COUNT(__VA_ARGS__))
 
 static TU_UNUSED kvc_tensor tl_rec_view(const kvc_cache* c, uint32_t layer, uint32_t s) {
   kvc_tensor t;
