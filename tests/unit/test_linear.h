@@ -212,4 +212,13 @@ static TU_UNUSED kvc_cache* tl_linear(uint32_t num_states, int64_t conv_kernel) 
   return tl_cache(1, &k, 0, 0, num_states, conv_kernel);
 }
 
+/* tl_linear(num_states, conv_kernel) after its first conv update, columns 0..n-1 of [B, C] into state 0 (the returned
+ * window in *ret): where several conv tests start. NULL (the failing step counted) when a step fails. */
+static TU_UNUSED kvc_cache* tl_linear_fed(uint32_t num_states, int64_t conv_kernel, int64_t B, int64_t C, int64_t n,
+                                          kvc_tensor* ret) {
+  kvc_cache* c = tl_linear(num_states, conv_kernel);
+  if (!CHECK(c != NULL)) return NULL;
+  return tu_kept(c, CHECK_OK(tl_conv(c, 0, B, C, 0, n, NULL, ret)));
+}
+
 #endif /* KVCACHE_TEST_LINEAR_H */

@@ -126,10 +126,9 @@ static void test_legacy_cache_init_equivalence(void) {
 
 /* Without a configured K, the first input's last dimension becomes K (transformers' trap), unless the option says. */
 static void test_kernel_from_first_input(void) {
-  kvc_cache* c = tl_linear(2, 0);
-  REQUIRE(c != NULL);
   kvc_tensor ret;
-  REQUIRE_OK(tl_conv(c, 0, 1, 1, 0, 5, NULL, &ret)); /* K = 5 */
+  kvc_cache* c = tl_linear_fed(2, 0, 1, 1, 5, &ret); /* K = 5 */
+  REQUIRE(c != NULL);
   kvc_layer_info li = tu_info(c, 0);
   CHECK_EQ_I64(li.conv_kernel_size, 5);
   REQUIRE_OK(tl_conv(c, 0, 1, 1, 5, 1, NULL, &ret));
@@ -150,10 +149,9 @@ static void test_kernel_from_first_input(void) {
 
 /* A zero-column input: padding only on the first call, the stored columns afterwards. */
 static void test_zero_columns(void) {
-  kvc_cache* c = tl_linear(1, 3);
-  REQUIRE(c != NULL);
   kvc_tensor ret;
-  REQUIRE_OK(tl_conv(c, 0, 1, 2, 0, 0, NULL, &ret));
+  kvc_cache* c = tl_linear_fed(1, 3, 1, 2, 0, &ret);
+  REQUIRE(c != NULL);
   CHECK_CONV_IS(&ret, 1, 2, -1, -1, -1);
   REQUIRE_OK(tl_conv(c, 0, 1, 2, 0, 2, NULL, &ret));
   CHECK_CONV_IS(&ret, 1, 2, -1, -1, -1, 0, 1);
@@ -222,10 +220,9 @@ static void test_recording_after_decoding(void) {
 /* ------------------------------------------------------------------ reset */
 
 static void test_reset(void) {
-  kvc_cache* c = tl_linear(2, 3);
-  REQUIRE(c != NULL);
   kvc_tensor ret;
-  REQUIRE_OK(tl_conv(c, 0, 2, 2, 0, 5, NULL, &ret));
+  kvc_cache* c = tl_linear_fed(2, 3, 2, 2, 5, &ret);
+  REQUIRE(c != NULL);
   int64_t shape[3] = {2, 4, 3};
   tl_tensor s;
   tl_rec_input(&s, KVC_DTYPE_FLOAT32, 3, shape, 1.0f);
