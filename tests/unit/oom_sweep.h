@@ -61,6 +61,13 @@ static TU_UNUSED void oom_install(kvc_cache* c) {
   c->backend = &oom_backend;
 }
 
+/* The batch-row operations both sweeps put through refused allocations, on a cache of batch 2: swap the rows, and
+ * select rows 1, 1, 0. */
+static TU_UNUSED kvc_error* oom_reorder_swap(kvc_cache* c) { return kvc_cache_reorder(c, TU_LIST(1, 0), 2); }
+static TU_UNUSED kvc_error* oom_select_rows(kvc_cache* c) {
+  return kvc_cache_batch_select_indices(c, TU_LIST(1, 1, 0), 3);
+}
+
 typedef struct oom_case {
   const char* name;
   kvc_cache* (*make)(void); /* a fresh cache, oom_install-ed */

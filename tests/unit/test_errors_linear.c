@@ -52,6 +52,23 @@ static int untouched(const void* p, size_t n) {
   return 1;
 }
 
+/* A state write of one table case: builds the case's input, calls the entry point with out as its result, frees the
+ * input and returns the entry point's error. */
+typedef kvc_error* (*state_write_fn)(kvc_cache* c, const void* table_case, kvc_tensor* out);
+
+/* One table case of a refused state write, reported under the case's name: the error is `code` and its message names
+ * the function and the needles (the second may be NULL), out is untouched and the cache unchanged. */
+static void expect_refused_write(kvc_cache* c, const char* fn, state_write_fn write, const void* table_case,
+                                 const char* name, kvc_code code, const char* const* needles) {
+  const char* test = tu_current_test;
+  tu_current_test = name;
+  kvc_tensor out;
+  memset(&out, OUT_FILL, sizeof out);
+  EXPECT_ERR_UNCHANGED(c, write(c, table_case, &out), code, fn, needles[0], needles[1] ? needles[1] : needles[0]);
+  CHECK(untouched(&out, sizeof out));
+  tu_current_test = test;
+}
+
 /* ------------------------------------------------------ update_conv_state */
 
 typedef void (*spoil_fn)(tl_tensor* x, kvc_conv_update_options* o);
@@ -144,24 +161,23 @@ static const conv_case CONV_CASES[] = {
      {"conv_kernel_size", "which is 0", NULL}},
 };
 
+static kvc_error* write_conv_case(kvc_cache* c, const void* table_case, kvc_tensor* out) {
+  const conv_case* k = (const conv_case*)table_case;
+  kvc_conv_update_options o = KVC_CONV_UPDATE_OPTIONS_INIT;
+  tl_tensor x;
+  tl_conv_input_ex(&x, k->dtype, k->b, k->c, 100, k->n, 0);
+  if (k->spoil) k->spoil(&x, &o);
+  kvc_error* e = kvc_cache_update_conv_state(c, k->layer, &x.t, &o, out);
+  tl_free(&x);
+  return e;
+}
+
 static void test_update_conv_state(void) {
   kvc_cache* c = make_cache();
   REQUIRE(c != NULL);
-  for (size_t i = 0; i < sizeof CONV_CASES / sizeof CONV_CASES[0]; i++) {
-    const conv_case* k = &CONV_CASES[i];
-    tu_current_test = k->name;
-    tl_tensor x;
-    tl_conv_input_ex(&x, k->dtype, k->b, k->c, 100, k->n, 0);
-    kvc_conv_update_options o = KVC_CONV_UPDATE_OPTIONS_INIT;
-    if (k->spoil) k->spoil(&x, &o);
-    kvc_tensor out;
-    memset(&out, OUT_FILL, sizeof out);
-    EXPECT_ERR_UNCHANGED(c, kvc_cache_update_conv_state(c, k->layer, &x.t, &o, &out), k->code,
-                         "kvc_cache_update_conv_state", k->needles[0], k->needles[1] ? k->needles[1] : k->needles[0]);
-    CHECK(untouched(&out, sizeof out));
-    tl_free(&x);
-  }
-  tu_current_test = "test_update_conv_state";
+  for (size_t i = 0; i < sizeof CONV_CASES / sizeof CONV_CASES[0]; i++)
+    expect_refused_write(c, "kvc_cache_update_conv_state", write_conv_case, &CONV_CASES[i], CONV_CASES[i].name,
+                         CONV_CASES[i].code, CONV_CASES[i].needles);
   EXPECT_ERR(kvc_cache_update_conv_state(NULL, 0, NULL, NULL, NULL), KVC_ERROR_INVALID_ARGUMENT,
              "kvc_cache_update_conv_state", "cache is NULL");
   EXPECT_ERR_UNCHANGED(c, kvc_cache_update_conv_state(c, 0, NULL, NULL, NULL), KVC_ERROR_INVALID_ARGUMENT,
@@ -229,23 +245,22 @@ static const rec_case REC_CASES[] = {
     {"batch vs K/V", 1, 0, KVC_DTYPE_FLOAT32, 2, {1, 4}, NULL, KVC_ERROR_SHAPE_MISMATCH, {"(batch) is 1", "layer 1"}},
 };
 
+static kvc_error* write_rec_case(kvc_cache* c, const void* table_case, kvc_tensor* out) {
+  const rec_case* k = (const rec_case*)table_case;
+  tl_tensor x;
+  tl_rec_input(&x, k->dtype, k->ndim, k->shape, 3.0f);
+  if (k->spoil) k->spoil(&x);
+  kvc_error* e = kvc_cache_update_recurrent_state(c, k->layer, k->state, &x.t, out);
+  tl_free(&x);
+  return e;
+}
+
 static void test_update_recurrent_state(void) {
   kvc_cache* c = make_cache();
   REQUIRE(c != NULL);
-  for (size_t i = 0; i < sizeof REC_CASES / sizeof REC_CASES[0]; i++) {
-    const rec_case* k = &REC_CASES[i];
-    tu_current_test = k->name;
-    tl_tensor x;
-    tl_rec_input(&x, k->dtype, k->ndim, k->shape, 3.0f);
-    if (k->spoil) k->spoil(&x);
-    kvc_tensor out;
-    memset(&out, OUT_FILL, sizeof out);
-    EXPECT_ERR_UNCHANGED(c, kvc_cache_update_recurrent_state(c, k->layer, k->state, &x.t, &out), k->code,
-                         "kvc_cache_update_recurrent_state", k->needles[0], k->needles[1] ? k->needles[1] : k->needles[0]);
-    CHECK(untouched(&out, sizeof out));
-    tl_free(&x);
-  }
-  tu_current_test = "test_update_recurrent_state";
+  for (size_t i = 0; i < sizeof REC_CASES / sizeof REC_CASES[0]; i++)
+    expect_refused_write(c, "kvc_cache_update_recurrent_state", write_rec_case, &REC_CASES[i], REC_CASES[i].name,
+                         REC_CASES[i].code, REC_CASES[i].needles);
   EXPECT_ERR(kvc_cache_update_recurrent_state(NULL, 0, 0, NULL, NULL), KVC_ERROR_INVALID_ARGUMENT,
              "kvc_cache_update_recurrent_state", "cache is NULL");
   EXPECT_ERR_UNCHANGED(c, kvc_cache_update_recurrent_state(c, 0, 0, NULL, NULL), KVC_ERROR_INVALID_ARGUMENT,

@@ -61,6 +61,14 @@ static void test_destroy_and_accessors_accept_null(void) {
   CHECK_EQ_U64(kvc_cache_num_layers(NULL), 0);
 }
 
+/* Declares `var` of `type`, fills it with garbage and runs type_init on it: then its struct_size must be this
+ * build's (checked here) and every other field its _INIT value (the caller's checks). A macro: it declares. */
+#define INIT_OVER_GARBAGE(type, var) \
+  type var;                          \
+  memset(&var, 0x5a, sizeof var);    \
+  type##_init(&var);                 \
+  CHECK_EQ_U64(var.struct_size, sizeof var)
+
 static void test_init_functions_accept_null(void) {
   kvc_layer_options_init(NULL);
   kvc_model_config_init(NULL);
@@ -70,45 +78,31 @@ static void test_init_functions_accept_null(void) {
   CHECK(1); /* none of them crashed */
 
   /* And with a struct, each one writes exactly its _INIT value. */
-  kvc_layer_options lo, lo_want = KVC_LAYER_OPTIONS_INIT;
-  memset(&lo, 0x5a, sizeof lo);
-  kvc_layer_options_init(&lo);
-  CHECK_EQ_U64(lo.struct_size, sizeof lo);
+  INIT_OVER_GARBAGE(kvc_layer_options, lo);
+  const kvc_layer_options lo_want = KVC_LAYER_OPTIONS_INIT;
   CHECK_EQ_I64(lo.kind, lo_want.kind);
   CHECK_EQ_I64(lo.window, lo_want.window);
   CHECK_EQ_I64(lo.max_cache_len, lo_want.max_cache_len);
 
-  kvc_cache_options co;
-  memset(&co, 0x5a, sizeof co);
-  kvc_cache_options_init(&co);
-  CHECK_EQ_U64(co.struct_size, sizeof co);
+  INIT_OVER_GARBAGE(kvc_cache_options, co);
   CHECK_EQ_I64(co.preset, KVC_PRESET_DYNAMIC);
   CHECK_EQ_PTR(co.config, NULL);
   CHECK_EQ_PTR(co.layers, NULL);
   CHECK_EQ_I64(co.device.device_type, KVC_DEVICE_CPU);
   CHECK_EQ_I64(co.device.device_id, 0);
 
-  kvc_model_config mc;
-  memset(&mc, 0x5a, sizeof mc);
-  kvc_model_config_init(&mc);
-  CHECK_EQ_U64(mc.struct_size, sizeof mc);
+  INIT_OVER_GARBAGE(kvc_model_config, mc);
   CHECK_EQ_U64(mc.num_hidden_layers, 0);
   CHECK_EQ_PTR(mc.layer_types, NULL);
   CHECK_EQ_I64(mc.sliding_window, 0);
   CHECK_EQ_I64(mc.attention_chunk_size, 0);
 
-  kvc_init_options io;
-  memset(&io, 0x5a, sizeof io);
-  kvc_init_options_init(&io);
-  CHECK_EQ_U64(io.struct_size, sizeof io);
+  INIT_OVER_GARBAGE(kvc_init_options, io);
   CHECK_EQ_I64(io.dtype, KVC_DTYPE_UNSET);
   CHECK_EQ_PTR(io.num_kv_heads_per_layer, NULL);
   CHECK_EQ_PTR(io.head_dim_per_layer, NULL);
 
-  kvc_update_options uo;
-  memset(&uo, 0x5a, sizeof uo);
-  kvc_update_options_init(&uo);
-  CHECK_EQ_U64(uo.struct_size, sizeof uo);
+  INIT_OVER_GARBAGE(kvc_update_options, uo);
   CHECK_EQ_PTR(uo.cache_position, NULL);
   CHECK_EQ_U64(uo.cache_position_length, 0);
 }

@@ -23,12 +23,7 @@
 
 /* Layers f s f with every layer offloaded, after one step: tiers 011. */
 static kvc_cache* stepped_cache(void) {
-  kvc_cache* c = ot_cache(KVC_PRESET_DYNAMIC, "fsf", 3, 0, 0, KVC_OFFLOAD_ALL);
-  if (!c) return NULL;
-  int ok = 1;
-  for (uint32_t i = 0; ok && i < 3; i++) ok = CHECK_OK(ot_update(c, i, KVC_DTYPE_FLOAT32, 1, 2, 2, 3, 3, i, NULL));
-  if (ok) CHECK_TIERS(c, "011", "step 1");
-  return tu_kept(c, ok);
+  return ot_stepped_cache(KVC_PRESET_DYNAMIC, "fsf", 3, 0, KVC_OFFLOAD_ALL, 2, 2, 3, "011");
 }
 
 static void test_offload_prefetch_bad_layer(void) {
@@ -113,10 +108,8 @@ static void test_failed_update_moves_nothing(void) {
 
 /* A static overflow on an offloaded layer (OffloadedStaticCache) changes nothing either. */
 static void test_static_overflow_offloaded(void) {
-  kvc_cache* c = ot_cache(KVC_PRESET_OFFLOADED_STATIC, "ff", 0, 0, 4, KVC_OFFLOAD_DEFAULT);
+  kvc_cache* c = ot_stepped_cache(KVC_PRESET_OFFLOADED_STATIC, "ff", 0, 4, KVC_OFFLOAD_DEFAULT, 1, 3, 2, "01");
   REQUIRE(c);
-  for (uint32_t i = 0; i < 2; i++) REQUIRE_OK(ot_update(c, i, KVC_DTYPE_FLOAT32, 1, 1, 3, 2, 2, i, NULL));
-  CHECK_TIERS(c, "01", "step 1");
   tu_tensor k, v;
   ot_random(&k, KVC_DTYPE_FLOAT32, 1, 1, 2, 2, 5);
   ot_random(&v, KVC_DTYPE_FLOAT32, 1, 1, 2, 2, 6);

@@ -130,9 +130,8 @@ static void test_reorder_bad_indices(void) {
 
 /* Layers of different batch sizes: an index valid for one layer but not another changes neither. */
 static void test_reorder_index_valid_for_one_layer_only(void) {
-  kvc_cache* c = tu_lazy_cache();
+  kvc_cache* c = tu_holding_tokens(tu_lazy_cache(), 0, 4, 2, 3, 4, 3);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, 4, 2, 3, 4, 3, 0, NULL, NULL));
   REQUIRE_OK(tu_update_tokens(c, 1, 2, 2, 3, 4, 3, 0, NULL, NULL));
   int64_t idx[2] = {1, 3};
   EXPECT_ERR_UNCHANGED(c, kvc_cache_reorder(c, idx, 2), KVC_ERROR_OUT_OF_RANGE, "kvc_cache_reorder", "beam_idx[1]",
@@ -144,27 +143,28 @@ static void test_reorder_index_valid_for_one_layer_only(void) {
 
 /* --------------------------------------------- repeat and select */
 
-static void test_batch_ops_on_static_layers(void) {
-  static const kvc_layer_kind statics[] = {KVC_LAYER_STATIC, KVC_LAYER_STATIC_SLIDING, KVC_LAYER_STATIC_CHUNKED};
-  int64_t idx[2] = {1, 0};
-  for (size_t k = 0; k < sizeof statics / sizeof statics[0]; k++) {
-    kvc_cache* c = make_pair(KVC_LAYER_DYNAMIC, statics[k], 4, 6, 2, 2, 4, 3, KVC_DTYPE_FLOAT32, 3);
-    REQUIRE(c != NULL);
-    EXPECT_ERR_UNCHANGED(c, kvc_cache_batch_repeat_interleave(c, 2), KVC_ERROR_UNSUPPORTED,
-                         "kvc_cache_batch_repeat_interleave", "layer 1", "static");
-    EXPECT_ERR_UNCHANGED(c, kvc_cache_batch_select_indices(c, idx, 2), KVC_ERROR_UNSUPPORTED,
-                         "kvc_cache_batch_select_indices", "layer 1", "static");
-    kvc_cache_destroy(c);
-  }
-  /* A static layer that holds nothing yet is still a static layer. */
-  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC, 0, 6));
-  REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, 2, 2, 3, 4, 3, 0, NULL, NULL));
+/* Both batch operations on c, whose layer 1 is static: refused, naming the layer, with c unchanged; c is destroyed. */
+static void expect_static_batch_refusals(kvc_cache* c) {
+  const int64_t idx[2] = {1, 0};
   EXPECT_ERR_UNCHANGED(c, kvc_cache_batch_repeat_interleave(c, 2), KVC_ERROR_UNSUPPORTED,
                        "kvc_cache_batch_repeat_interleave", "layer 1", "static");
   EXPECT_ERR_UNCHANGED(c, kvc_cache_batch_select_indices(c, idx, 2), KVC_ERROR_UNSUPPORTED,
                        "kvc_cache_batch_select_indices", "layer 1", "static");
   kvc_cache_destroy(c);
+}
+
+static void test_batch_ops_on_static_layers(void) {
+  static const kvc_layer_kind statics[] = {KVC_LAYER_STATIC, KVC_LAYER_STATIC_SLIDING, KVC_LAYER_STATIC_CHUNKED};
+  for (size_t k = 0; k < sizeof statics / sizeof statics[0]; k++) {
+    kvc_cache* c = make_pair(KVC_LAYER_DYNAMIC, statics[k], 4, 6, 2, 2, 4, 3, KVC_DTYPE_FLOAT32, 3);
+    REQUIRE(c != NULL);
+    expect_static_batch_refusals(c);
+  }
+  /* A static layer that holds nothing yet is still a static layer. */
+  kvc_cache* c = tu_holding_tokens(TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_STATIC, 0, 6)),
+                                   0, 2, 2, 3, 4, 3);
+  REQUIRE(c != NULL);
+  expect_static_batch_refusals(c);
 }
 
 static void test_repeat_interleave_bad_repeats(void) {

@@ -183,10 +183,10 @@ static void test_negative_lengths(void) {
 
 /* Static layers of one cache filled with different batch sizes: Cache.batch_size raises. */
 static void test_batch_size_inconsistent(void) {
-  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_STATIC, 0, 4), tu_layer(KVC_LAYER_DYNAMIC, 0, 0),
-                                 tu_layer(KVC_LAYER_STATIC_SLIDING, 2, 4));
+  kvc_cache* c = tu_holding_tokens(TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_STATIC, 0, 4), tu_layer(KVC_LAYER_DYNAMIC, 0, 0),
+                                                   tu_layer(KVC_LAYER_STATIC_SLIDING, 2, 4)),
+                                   0, 2, 1, 1, 4, 4);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, 2, 1, 1, 4, 4, 0, NULL, NULL));
   REQUIRE_OK(tu_update_tokens(c, 1, 5, 1, 1, 4, 4, 0, NULL, NULL));
   int64_t a = SENTINEL_I64;
   REQUIRE_OK(kvc_cache_batch_size(c, &a)); /* the dynamic layer's batch does not count */

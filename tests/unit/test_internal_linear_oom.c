@@ -47,8 +47,6 @@ static kvc_error* first_rec_of_state1(kvc_cache* c) {
   tl_free(&s);
   return e;
 }
-static kvc_error* reorder_swap(kvc_cache* c) { return kvc_cache_reorder(c, TU_LIST(1, 0), 2); }
-static kvc_error* select_rows(kvc_cache* c) { return kvc_cache_batch_select_indices(c, TU_LIST(1, 1, 0), 3); }
 static kvc_error* repeat_rows(kvc_cache* c) { return kvc_cache_batch_repeat_interleave(c, 2); }
 static kvc_error* kv_grow(kvc_cache* c) { return tu_update_tokens(c, 1, 2, 1, 90, 2, 2, 3, NULL, NULL); }
 
@@ -57,8 +55,8 @@ static void test_oom_leaves_cache_unchanged(void) {
       {"first conv update of a state", filled, first_conv_of_state1, 1},
       {"recorded conv state that grows", recording, long_conv, 1},
       {"first recurrent update of a state", filled, first_rec_of_state1, 1},
-      {"reorder (scratch)", filled, reorder_swap, 1},
-      {"select (new rows for K/V and every state)", filled, select_rows, 6},
+      {"reorder (scratch)", filled, oom_reorder_swap, 1},
+      {"select (new rows for K/V and every state)", filled, oom_select_rows, 6},
       {"repeat_interleave", filled, repeat_rows, 6},
       {"K/V update of a hybrid that grows its store", filled, kv_grow, 2},
   };

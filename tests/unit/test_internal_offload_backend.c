@@ -84,10 +84,8 @@ static void expect_log(kvc_cache* c, uint32_t layer, const char* want, const cha
 }
 
 static void test_update_backend_order(void) {
-  kvc_cache* c = ot_cache(KVC_PRESET_DYNAMIC, "fff", 0, 0, 0, KVC_OFFLOAD_ALL);
+  kvc_cache* c = ot_stepped_cache(KVC_PRESET_DYNAMIC, "fff", 0, 0, KVC_OFFLOAD_ALL, 2, 2, 3, "011");
   REQUIRE(c);
-  for (uint32_t i = 0; i < 3; i++) REQUIRE_OK(ot_update(c, i, KVC_DTYPE_FLOAT32, 1, 2, 2, 3, 3, i, NULL));
-  CHECK_TIERS(c, "011", "step 1");
   install(c);
   /* u0: store for prefetching 1 (AA) and for offloading 0 (hh); layer 2's retired device store goes (FF);
    * wait, prefetch 1 (DD) and free its host store (ff), write 0 (CC), offload 0 (HH) */

@@ -57,9 +57,7 @@ static kvc_error* update_all(kvc_cache* c) {
 }
 static kvc_error* offload_layer0(kvc_cache* c) { return kvc_cache_offload(c, 0); }
 static kvc_error* prefetch_layer2(kvc_cache* c) { return kvc_cache_prefetch(c, 2); }
-static kvc_error* select_rows(kvc_cache* c) { return kvc_cache_batch_select_indices(c, TU_LIST(1, 1, 0), 3); }
 static kvc_error* repeat_rows(kvc_cache* c) { return kvc_cache_batch_repeat_interleave(c, 3); }
-static kvc_error* reorder_rows(kvc_cache* c) { return kvc_cache_reorder(c, TU_LIST(1, 0), 2); }
 static kvc_error* reserve_100(kvc_cache* c) { return kvc_cache_reserve(c, 100); }
 static kvc_error* static_decode_layer2(kvc_cache* c) {
   return ot_update(c, 2, KVC_DTYPE_FLOAT32, 2, 2, 1, 3, 2, 44, NULL);
@@ -75,9 +73,9 @@ static void test_oom_leaves_cache_unchanged(void) {
       {"update_all", stepped, update_all, 8},
       {"kvc_cache_offload", stepped, offload_layer0, 2},
       {"kvc_cache_prefetch", stepped, prefetch_layer2, 2},
-      {"select (new stores in the host tier)", stepped, select_rows, 6},
+      {"select (new stores in the host tier)", stepped, oom_select_rows, 6},
       {"repeat_interleave", stepped, repeat_rows, 6},
-      {"reorder", stepped, reorder_rows, 1},
+      {"reorder", stepped, oom_reorder_swap, 1},
       {"reserve (offloaded layers grow in the host tier)", stepped, reserve_100, 4},
       {"OffloadedStaticCache decode update", stepped_static, static_decode_layer2, 4},
   };

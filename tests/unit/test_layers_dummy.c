@@ -72,9 +72,9 @@ static void test_info_and_queries(void) {
 
 /* Layer 0 dummy: "the cache" is the first layer with K/V, as transformers' get_seq_length(0) and get_mask_sizes. */
 static void test_layer_zero_asks_the_first_attention_layer(void) {
-  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DUMMY, 0, 0), tu_layer(KVC_LAYER_DYNAMIC, 0, 0));
+  kvc_cache* c = tu_holding_tokens(TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DUMMY, 0, 0), tu_layer(KVC_LAYER_DYNAMIC, 0, 0)),
+                                   1, B, H, 4, D, D);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 1, B, H, 4, D, D, 0, NULL, NULL));
   CHECK_EQ_I64(tu_seq(c, 0), 4);
   CHECK_MASK(c, 2, 0, 6, 0);
   int64_t q = -1;
@@ -84,9 +84,8 @@ static void test_layer_zero_asks_the_first_attention_layer(void) {
 }
 
 static void test_update_is_refused(void) {
-  kvc_cache* c = mixed();
+  kvc_cache* c = tu_holding_tokens(mixed(), 0, B, H, 2, D, D);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, B, H, 2, D, D, 0, NULL, NULL));
   kvc_kv kv;
   memset(&kv, 0x5a, sizeof kv);
   EXPECT_ERR_UNCHANGED(c, tu_update_tokens(c, 1, B, H, 2, D, D, 0, NULL, &kv), KVC_ERROR_UNSUPPORTED,
@@ -122,9 +121,9 @@ static void test_update_is_refused(void) {
 
 /* Crop, reset, reorder, select, repeat, split, stack, clone: the dummy passes through, the others act. */
 static void test_operations_pass_over_it(void) {
-  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DUMMY, 0, 0));
+  kvc_cache* c = tu_holding_tokens(TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_DYNAMIC, 0, 0), tu_layer(KVC_LAYER_DUMMY, 0, 0)),
+                                   0, B, H, 4, D, D);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, B, H, 4, D, D, 0, NULL, NULL));
   REQUIRE_OK(kvc_cache_crop(c, -1));
   CHECK_LAYER_SEQ(c, 0, 0, 1, 2);
   REQUIRE_OK(kvc_cache_reorder(c, (const int64_t[]){1, 0}, 2));
@@ -197,9 +196,7 @@ static void test_presets(void) {
     CHECK_EQ_I64(tu_info(c, 1).is_offloaded, 0);
     kvc_cache_destroy(c);
   }
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_QUANTIZED;
-  o.config = &cfg;
+  kvc_cache_options o = tu_preset_options(KVC_PRESET_QUANTIZED, &cfg, 0, KVC_OFFLOAD_DEFAULT);
   kvc_cache* q = NULL;
   EXPECT_ERR(kvc_cache_create(&o, &q), KVC_ERROR_INVALID_ARGUMENT, "kvc_cache_create", "layer 1",
              "only full attention");

@@ -116,9 +116,8 @@ static void test_static_update_writes_at_its_counter(void) {
 
 /* crop: the K/V as their kind, the indexer by the same tokens (transformers 5.24's crop(tokens_to_remove)). */
 static void test_crop(void) {
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC_INDEXED, 0, 0);
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_DYNAMIC_INDEXED, 0, 0, 0, B, H, 5, D);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, B, H, 5, D, D, 0, NULL, NULL));
   REQUIRE_OK(ix_update(c, 0, B, 0, 6, NULL));
   CHECK_OK(kvc_cache_crop(c, 0));
   CHECK_IX(ix_view(c, 0), B, NULL, 0, 1, 2, 3, 4, 5);
@@ -187,9 +186,8 @@ static void test_reset(void) {
 }
 
 static void test_batch_operations(void) {
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC_INDEXED, 0, 0);
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_DYNAMIC_INDEXED, 0, 0, 0, B, H, 2, D);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, B, H, 2, D, D, 0, NULL, NULL));
   REQUIRE_OK(ix_update(c, 0, B, 0, 2, NULL));
   CHECK_OK(kvc_cache_reorder(c, TU_LIST(1, 0), 2));
   CHECK_IX(ix_view(c, 0), 2, TU_LIST(1, 0), 0, 1);
@@ -371,9 +369,7 @@ static void test_presets(void) {
     CHECK_EQ_I64(tu_info(c, 2).is_compileable, p == 1);
     kvc_cache_destroy(c);
   }
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_QUANTIZED;
-  o.config = &cfg;
+  kvc_cache_options o = tu_preset_options(KVC_PRESET_QUANTIZED, &cfg, 0, KVC_OFFLOAD_DEFAULT);
   kvc_cache* q = NULL;
   EXPECT_ERR(kvc_cache_create(&o, &q), KVC_ERROR_INVALID_ARGUMENT, "layer 1 is not full attention (type 8)");
   kvc_layer_type bad = 9;

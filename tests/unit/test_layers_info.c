@@ -128,9 +128,8 @@ static void test_memory_info(void) {
   CHECK(m.bytes_reserved >= m.bytes_used);
   kvc_cache_destroy(c);
 
-  kvc_cache* d = tu_lazy_cache();
+  kvc_cache* d = tu_holding_tokens(tu_lazy_cache(), 0, b, h, 7, dk, dv);
   REQUIRE(d != NULL);
-  REQUIRE_OK(tu_update_tokens(d, 0, b, h, 7, dk, dv, 0, NULL, NULL));
   m = tu_memory(d);
   CHECK_EQ_U64(m.bytes_used, per_token * 7);
   REQUIRE_OK(kvc_cache_crop(d, -3));

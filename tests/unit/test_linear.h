@@ -174,6 +174,9 @@ static TU_UNUSED int tl_check_conv_state_impl(const char* file, int line, const 
 }
 #define CHECK_CONV_STATE(c, layer, s, B, C, tokens, n) \
   tl_check_conv_state_impl(__FILE__, __LINE__, (c), (layer), (s), (B), (C), (tokens), (n))
+/* CHECK_CONV_STATE of the listed times: one line a check where the times are read nowhere else. */
+#define CHECK_CONV_STATE_IS(c, layer, s, B, C, ...) \
+  CHECK_CONV_STATE(c, layer, s, B, C, TU_LIST(__VA_ARGS__), TU_COUNT(__VA_ARGS__))
 
 static TU_UNUSED kvc_tensor tl_rec_view(const kvc_cache* c, uint32_t layer, uint32_t s) {
   kvc_tensor t;
@@ -200,16 +203,22 @@ static TU_UNUSED kvc_cache* tl_cache(uint32_t n, const kvc_layer_kind* kinds, in
     lo[i].num_states = num_states;
     lo[i].conv_kernel_size = conv_kernel;
   }
-  kvc_cache_options o = tu_custom_options(n, lo);
-  kvc_cache* c = NULL;
-  CHECK_OK(kvc_cache_create(&o, &c));
-  return c;
+  return tu_custom_cache(n, lo);
 }
 
 /* One LINEAR layer. */
 static TU_UNUSED kvc_cache* tl_linear(uint32_t num_states, int64_t conv_kernel) {
   kvc_layer_kind k = KVC_LAYER_LINEAR;
   return tl_cache(1, &k, 0, 0, num_states, conv_kernel);
+}
+
+/* tl_linear(num_states, conv_kernel) after its first conv update, columns 0..n-1 of [B, C] into state 0 (the returned
+ * window in *ret): where several conv tests start. NULL (the failing step counted) when a step fails. */
+static TU_UNUSED kvc_cache* tl_linear_fed(uint32_t num_states, int64_t conv_kernel, int64_t B, int64_t C, int64_t n,
+                                          kvc_tensor* ret) {
+  kvc_cache* c = tl_linear(num_states, conv_kernel);
+  if (!CHECK(c != NULL)) return NULL;
+  return tu_kept(c, CHECK_OK(tl_conv(c, 0, B, C, 0, n, NULL, ret)));
 }
 
 #endif /* KVCACHE_TEST_LINEAR_H */

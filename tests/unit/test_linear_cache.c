@@ -100,11 +100,8 @@ static void test_hybrid_mamba_preset(void) {
   CHECK_EQ_I64(tl_has_prev(c, KVC_ALL_LAYERS, -1), 1);
   CHECK_EQ_I64(tl_has_prev(c, 0, -1), 0);
   /* The preset needs layer_types. */
-  kvc_model_config cfg = KVC_MODEL_CONFIG_INIT;
-  cfg.num_hidden_layers = 2;
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_HYBRID_MAMBA;
-  o.config = &cfg;
+  kvc_model_config cfg = tu_config(2, NULL, 0, 0);
+  kvc_cache_options o = tu_preset_options(KVC_PRESET_HYBRID_MAMBA, &cfg, 0, KVC_OFFLOAD_DEFAULT);
   kvc_cache* bad = NULL;
   CHECK_ERR(kvc_cache_create(&o, &bad), KVC_ERROR_INVALID_ARGUMENT);
   CHECK(bad == NULL);
@@ -172,8 +169,7 @@ static void test_hybrid_kv_and_states(void) {
   REQUIRE(c != NULL);
   kvc_kv kv;
   REQUIRE_OK(tu_update_tokens(c, 0, 2, 2, 4, 3, 2, 0, NULL, &kv));
-  const int64_t t4[4] = {0, 1, 2, 3};
-  CHECK_TOKENS(kv, t4, 4);
+  CHECK_KV_SEQ(kv, 0, 1, 2, 3);
   kvc_tensor ret;
   REQUIRE_OK(tl_conv(c, 0, 2, 5, 0, 4, NULL, &ret));
   int64_t shape[3] = {2, 5, 2};
@@ -187,8 +183,7 @@ static void test_hybrid_kv_and_states(void) {
   CHECK_EQ_F64(f[19], 26.0);
   tl_free(&s);
   REQUIRE_OK(tu_update_tokens(c, 0, 2, 2, 1, 3, 2, 4, NULL, &kv));
-  const int64_t t5[5] = {0, 1, 2, 3, 4};
-  CHECK_TOKENS(kv, t5, 5);
+  CHECK_KV_SEQ(kv, 0, 1, 2, 3, 4);
   CHECK_EQ_I64(tu_seq(c, 0), 5);
   CHECK_MASK(c, 1, 0, 6, 0);
   kvc_layer_info li = tu_info(c, 0);
@@ -206,8 +201,7 @@ static void test_hybrid_kv_and_states(void) {
   CHECK_CONV(&st, 2, 5, zeros, 3, NULL);
   /* A new sequence on the same layer. */
   REQUIRE_OK(tu_update_tokens(c, 0, 2, 2, 2, 3, 2, 50, NULL, &kv));
-  const int64_t t2[2] = {50, 51};
-  CHECK_TOKENS(kv, t2, 2);
+  CHECK_KV_SEQ(kv, 50, 51);
   kvc_cache_destroy(c);
 }
 
@@ -218,11 +212,9 @@ static void test_static_hybrids(void) {
   REQUIRE(c != NULL);
   kvc_kv kv;
   REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 2, 2, 2, 0, NULL, &kv));
-  const int64_t s0[5] = {0, 1, -1, -1, -1};
-  CHECK_TOKENS(kv, s0, 5);
+  CHECK_KV_SEQ(kv, 0, 1, -1, -1, -1);
   REQUIRE_OK(tu_update_tokens(c, 1, 1, 1, 4, 2, 2, 0, NULL, &kv));
-  const int64_t s1[4] = {0, 1, 2, 3};
-  CHECK_TOKENS(kv, s1, 4);
+  CHECK_KV_SEQ(kv, 0, 1, 2, 3);
   CHECK_EQ_I64(tu_seq(c, 1), 4);
   CHECK_MASK(c, 1, 1, 3, 2);
   REQUIRE_OK(tl_conv(c, 1, 1, 2, 0, 1, NULL, NULL));
@@ -236,9 +228,7 @@ static void test_static_hybrids(void) {
   CHECK_OK(kvc_cache_reorder(c, idx, 1));
   REQUIRE_OK(kvc_cache_reset(c));
   CHECK_EQ_I64(tu_seq(c, 0), 0);
-  kvc_kv v = tu_view(c, 0);
-  const int64_t zero5[5] = {-1, -1, -1, -1, -1};
-  CHECK_TOKENS(v, zero5, 5);
+  CHECK_LAYER_SEQ(c, 0, -1, -1, -1, -1, -1);
   kvc_cache_destroy(c);
 }
 
@@ -265,9 +255,7 @@ static void test_hybrid_crop(void) {
   CHECK_EQ_I64(tu_seq(c, 0), 4); /* dynamic part cropped */
   CHECK_EQ_I64(tu_seq(c, 1), 6); /* static part untouched */
   CHECK_EQ_I64(tu_seq(c, 2), 4); /* recording sliding part rolled back by 2 */
-  kvc_kv v = tu_view(c, 2);
-  const int64_t tail[3] = {1, 2, 3};
-  CHECK_TOKENS(v, tail, 3);
+  CHECK_LAYER_SEQ(c, 2, 1, 2, 3);
   kvc_cache_destroy(c);
 }
 

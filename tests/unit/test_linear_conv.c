@@ -117,25 +117,22 @@ static void test_legacy_cache_init_equivalence(void) {
   TU_POSITIONS(o, 0, 1, 2);
   REQUIRE_OK(tl_conv(c, 0, 2, 3, 10, 3, &o, NULL));
   REQUIRE_OK(tl_conv(c, 0, 2, 3, 20, 3, &o, NULL)); /* a second cache_init overwrites everything */
-  const int64_t want[3] = {20, 21, 22}, after[3] = {21, 22, 23};
-  CHECK_CONV_STATE(c, 0, 0, 2, 3, want, 3);
+  CHECK_CONV_STATE_IS(c, 0, 0, 2, 3, 20, 21, 22);
   TU_POSITIONS(o, 2); /* the last */
   REQUIRE_OK(tl_conv(c, 0, 2, 3, 23, 1, &o, NULL));
-  CHECK_CONV_STATE(c, 0, 0, 2, 3, after, 3);
+  CHECK_CONV_STATE_IS(c, 0, 0, 2, 3, 21, 22, 23);
   kvc_cache_destroy(c);
 }
 
 /* Without a configured K, the first input's last dimension becomes K (transformers' trap), unless the option says. */
 static void test_kernel_from_first_input(void) {
-  kvc_cache* c = tl_linear(2, 0);
-  REQUIRE(c != NULL);
   kvc_tensor ret;
-  REQUIRE_OK(tl_conv(c, 0, 1, 1, 0, 5, NULL, &ret)); /* K = 5 */
+  kvc_cache* c = tl_linear_fed(2, 0, 1, 1, 5, &ret); /* K = 5 */
+  REQUIRE(c != NULL);
   kvc_layer_info li = tu_info(c, 0);
   CHECK_EQ_I64(li.conv_kernel_size, 5);
   REQUIRE_OK(tl_conv(c, 0, 1, 1, 5, 1, NULL, &ret));
-  const int64_t five[5] = {1, 2, 3, 4, 5};
-  CHECK_CONV_STATE(c, 0, 0, 1, 1, five, 5);
+  CHECK_CONV_STATE_IS(c, 0, 0, 1, 1, 1, 2, 3, 4, 5);
   /* State 1 with an explicit K = 3 and a first input of 1 column: padded to 3. */
   kvc_conv_update_options o = KVC_CONV_UPDATE_OPTIONS_INIT;
   o.state_index = 1;
@@ -152,10 +149,9 @@ static void test_kernel_from_first_input(void) {
 
 /* A zero-column input: padding only on the first call, the stored columns afterwards. */
 static void test_zero_columns(void) {
-  kvc_cache* c = tl_linear(1, 3);
-  REQUIRE(c != NULL);
   kvc_tensor ret;
-  REQUIRE_OK(tl_conv(c, 0, 1, 2, 0, 0, NULL, &ret));
+  kvc_cache* c = tl_linear_fed(1, 3, 1, 2, 0, &ret);
+  REQUIRE(c != NULL);
   CHECK_CONV_IS(&ret, 1, 2, -1, -1, -1);
   REQUIRE_OK(tl_conv(c, 0, 1, 2, 0, 2, NULL, &ret));
   CHECK_CONV_IS(&ret, 1, 2, -1, -1, -1, 0, 1);
@@ -187,8 +183,7 @@ static void test_recording_and_crop(void) {
   CHECK_EQ_I64(st.shape[2], 40);
   /* crop(-2): conv[..., -2-3 : -2] = times 35..37. */
   REQUIRE_OK(kvc_cache_crop(c, -2));
-  const int64_t cropped[3] = {35, 36, 37};
-  CHECK_CONV_STATE(c, 0, 0, 1, 2, cropped, 3);
+  CHECK_CONV_STATE_IS(c, 0, 0, 1, 2, 35, 36, 37);
   CHECK_EQ_I64(tl_has_prev(c, 0, 0), 1); /* crop keeps has_previous_state */
   /* Going on from the rolled-back state. */
   REQUIRE_OK(tl_conv(c, 0, 1, 2, 38, 2, NULL, &ret));
@@ -196,8 +191,7 @@ static void test_recording_and_crop(void) {
   CHECK_CONV(&ret, 1, 2, more, 5, NULL);
   /* crop(0): back to the last K. */
   REQUIRE_OK(kvc_cache_crop(c, 0));
-  const int64_t last3[3] = {37, 38, 39};
-  CHECK_CONV_STATE(c, 0, 0, 1, 2, last3, 3);
+  CHECK_CONV_STATE_IS(c, 0, 0, 1, 2, 37, 38, 39);
   /* Removing more than K + stored: Python's slice clamps to an empty state; later updates start from nothing. */
   REQUIRE_OK(kvc_cache_crop(c, -1));
   const int64_t left[2] = {37, 38};
@@ -219,18 +213,16 @@ static void test_recording_after_decoding(void) {
   REQUIRE_OK(tl_conv(c, 0, 1, 1, 1, 1, NULL, NULL));
   REQUIRE_OK(kvc_cache_activate_past_recording(c));
   REQUIRE_OK(tl_conv(c, 0, 1, 1, 2, 3, NULL, NULL));
-  const int64_t all[5] = {0, 1, 2, 3, 4};
-  CHECK_CONV_STATE(c, 0, 0, 1, 1, all, 5);
+  CHECK_CONV_STATE_IS(c, 0, 0, 1, 1, 0, 1, 2, 3, 4);
   kvc_cache_destroy(c);
 }
 
 /* ------------------------------------------------------------------ reset */
 
 static void test_reset(void) {
-  kvc_cache* c = tl_linear(2, 3);
-  REQUIRE(c != NULL);
   kvc_tensor ret;
-  REQUIRE_OK(tl_conv(c, 0, 2, 2, 0, 5, NULL, &ret));
+  kvc_cache* c = tl_linear_fed(2, 3, 2, 2, 5, &ret);
+  REQUIRE(c != NULL);
   int64_t shape[3] = {2, 4, 3};
   tl_tensor s;
   tl_rec_input(&s, KVC_DTYPE_FLOAT32, 3, shape, 1.0f);
@@ -243,8 +235,7 @@ static void test_reset(void) {
   REQUIRE_OK(kvc_cache_reset(c));
   CHECK_EQ_I64(tl_has_prev(c, 0, 0), 0);
   /* States keep their shape, zeroed in place. */
-  const int64_t zeros[3] = {-1, -1, -1};
-  CHECK_CONV_STATE(c, 0, 0, 2, 2, zeros, 3);
+  CHECK_CONV_STATE_IS(c, 0, 0, 2, 2, -1, -1, -1);
   kvc_tensor rv = tl_rec_view(c, 0, 1);
   REQUIRE_EQ_I64(rv.ndim, 3);
   float f[24];

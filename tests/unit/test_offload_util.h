@@ -110,6 +110,21 @@ static TU_UNUSED kvc_error* ot_update(kvc_cache* c, uint32_t layer, kvc_dtype dt
   return e;
 }
 
+/* ot_cache(preset, types, window, 0, max_cache_len, offload) after one step: every layer i updated in order with
+ * random float32 keys and values [1, h, s, d] of seed i, after which the tiers must read `tiers`. The set-up of the
+ * tests that start from a running offloaded cache; NULL (the failing step counted) when a step fails. */
+static TU_UNUSED kvc_cache* ot_stepped_cache(kvc_preset preset, const char* types, int64_t window,
+                                             int64_t max_cache_len, kvc_offload offload, int64_t h, int64_t s,
+                                             int64_t d, const char* tiers) {
+  kvc_cache* c = ot_cache(preset, types, window, 0, max_cache_len, offload);
+  if (!c) return NULL;
+  int ok = 1;
+  for (uint32_t i = 0; ok && i < kvc_cache_num_layers(c); i++)
+    ok = CHECK_OK(ot_update(c, i, KVC_DTYPE_FLOAT32, 1, h, s, d, d, i, NULL));
+  if (ok) CHECK_TIERS(c, tiers, "one update of every layer");
+  return tu_kept(c, ok);
+}
+
 /* Bytes of a store of `cap` slots: what kvc_cache_memory counts for a layer's K/V. */
 static TU_UNUSED uint64_t ot_store_bytes(int64_t b, int64_t h, int64_t cap, int64_t dk, int64_t dv, size_t elem) {
   return (uint64_t)(b * h * cap * (dk + dv)) * elem;

@@ -86,12 +86,21 @@ static void test_reorder_changes_batch(void) {
   kvc_cache_destroy(c);
 }
 
+/* kvc_cache_reorder or kvc_cache_batch_select_indices: an operation taking a list of batch rows. */
+typedef kvc_error* (*rows_op)(kvc_cache* cache, const int64_t* rows, size_t count);
+
+/* op (named `name`) refuses each of the two lists of n rows with KVC_ERROR_OUT_OF_RANGE, and c stays as it was. */
+static void check_rows_out_of_range(kvc_cache* c, rows_op op, const char* name, const int64_t* bad1,
+                                    const int64_t* bad2, size_t n) {
+  CHECK_UNCHANGED_BY(c, tu_err(op(c, bad1, n), KVC_ERROR_OUT_OF_RANGE, __FILE__, __LINE__, name);
+                     tu_err(op(c, bad2, n), KVC_ERROR_OUT_OF_RANGE, __FILE__, __LINE__, name));
+}
+
 static void test_reorder_out_of_range(void) {
   kvc_cache* c = filled(all_kinds(), 6, 3);
   REQUIRE(c != NULL);
   const int64_t bad1[3] = {0, 3, 1}, bad2[3] = {0, -1, 1};
-  CHECK_UNCHANGED_BY(c, CHECK_ERR(kvc_cache_reorder(c, bad1, 3), KVC_ERROR_OUT_OF_RANGE);
-                     CHECK_ERR(kvc_cache_reorder(c, bad2, 3), KVC_ERROR_OUT_OF_RANGE));
+  check_rows_out_of_range(c, kvc_cache_reorder, "kvc_cache_reorder", bad1, bad2, 3);
   kvc_cache_destroy(c);
 }
 
@@ -204,8 +213,7 @@ static void test_select_indices(void) {
   check_rows(c, 3, 3, idx);
   const int64_t bad[1] = {3};       /* the batch is now 3 */
   const int64_t negative[1] = {-1}; /* no Python-style wrap-around */
-  CHECK_UNCHANGED_BY(c, CHECK_ERR(kvc_cache_batch_select_indices(c, bad, 1), KVC_ERROR_OUT_OF_RANGE);
-                     CHECK_ERR(kvc_cache_batch_select_indices(c, negative, 1), KVC_ERROR_OUT_OF_RANGE));
+  check_rows_out_of_range(c, kvc_cache_batch_select_indices, "kvc_cache_batch_select_indices", bad, negative, 1);
   kvc_cache_destroy(c);
 }
 

@@ -65,9 +65,8 @@ static void test_crop_outside_range(void) {
 }
 
 static void test_bc_crop_with_positive_value(void) {
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC, 0, 0);
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_DYNAMIC, 0, 0, 0, CB, CH, 45, CD);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, CB, CH, 45, CD, CD, 0, NULL, NULL));
   REQUIRE_OK(kvc_cache_crop(c, 42));
   int64_t want[64];
   kvc_kv st = tu_view(c, 0);
@@ -81,9 +80,8 @@ static void test_bc_crop_with_positive_value(void) {
 
 /* After a crop, updates continue from the cropped length. */
 static void test_dynamic_crop_then_update(void) {
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC, 0, 0);
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_DYNAMIC, 0, 0, 0, 1, 2, 6, 3);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, 1, 2, 6, 3, 3, 0, NULL, NULL));
   REQUIRE_OK(kvc_cache_crop(c, -2));
   kvc_kv out;
   CHECK_MASK(c, 2, 0, 6, 0);
@@ -95,9 +93,8 @@ static void test_dynamic_crop_then_update(void) {
 
 /* Before the window is reached a sliding layer crops like a dynamic one and cum follows. */
 static void sliding_crop_before_window(kvc_layer_kind kind) {
-  kvc_cache* c = tu_one_layer_cache(kind, 8, 0);
+  kvc_cache* c = tu_filled_layer_cache(kind, 8, 0, 0, 1, 1, 5, 2);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 5, 2, 2, 0, NULL, NULL));
   REQUIRE_OK(kvc_cache_crop(c, -2));
   kvc_kv st = tu_view(c, 0);
   CHECK_KV_SEQ(st, 0, 1, 2);
@@ -123,9 +120,8 @@ static void test_sliding_crop_before_window(void) {
 
 /* Once the window is reached, a sliding layer that does not record refuses every crop. */
 static void test_sliding_crop_after_window_without_recording(void) {
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC_SLIDING, 4, 0);
-  REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 4, 2, 2, 0, NULL, NULL)); /* cum == W */
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_DYNAMIC_SLIDING, 4, 0, 0, 1, 1, 4, 2);
+  REQUIRE(c != NULL); /* cum == W */
   const int64_t args[3] = {-1, 0, 1};
   for (int i = 0; i < 3; i++) CHECK_UNCHANGED_BY(c, CHECK_ERR(kvc_cache_crop(c, args[i]), KVC_ERROR_INVALID_STATE));
   kvc_cache_destroy(c);
@@ -133,10 +129,8 @@ static void test_sliding_crop_after_window_without_recording(void) {
 
 /* A recording sliding layer refuses a positive crop once the window is reached. */
 static void test_sliding_recording_positive_crop(void) {
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC_SLIDING, 4, 0);
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_DYNAMIC_SLIDING, 4, 0, 1, 1, 1, 6, 2);
   REQUIRE(c != NULL);
-  REQUIRE_OK(kvc_cache_activate_past_recording(c));
-  REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 6, 2, 2, 0, NULL, NULL));
   CHECK_UNCHANGED_BY(c, CHECK_ERR(kvc_cache_crop(c, 3), KVC_ERROR_INVALID_STATE));
   kvc_cache_destroy(c);
 }
@@ -148,10 +142,8 @@ static void test_sliding_recording_positive_crop(void) {
  * returned the whole record).
  */
 static void test_recording_returns_and_mask(void) {
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC_SLIDING, 4, 0);
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_DYNAMIC_SLIDING, 4, 0, 1, 1, 1, 6, 2);
   REQUIRE(c != NULL);
-  REQUIRE_OK(kvc_cache_activate_past_recording(c));
-  REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 6, 2, 2, 0, NULL, NULL));
   CHECK_MASK(c, 1, 0, 4, 3);
   kvc_kv out;
   REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 1, 2, 2, 6, NULL, &out));
@@ -171,10 +163,8 @@ static void test_recording_returns_and_mask(void) {
 
 /* 'Dynamic sliding layer trace' continued: after crop(-2) on 45 recorded tokens, recording goes on. */
 static void test_recording_continues_after_crop(void) {
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC_CHUNKED, 12, 0);
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_DYNAMIC_CHUNKED, 12, 0, 1, 1, 2, 45, 2);
   REQUIRE(c != NULL);
-  REQUIRE_OK(kvc_cache_activate_past_recording(c));
-  REQUIRE_OK(tu_update_tokens(c, 0, 1, 2, 45, 2, 2, 0, NULL, NULL));
   REQUIRE_OK(kvc_cache_crop(c, -2));
   CHECK_EQ_I64(tu_info(c, 0).records_past, 1);
   kvc_kv out;

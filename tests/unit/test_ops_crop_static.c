@@ -19,9 +19,8 @@ static kvc_cache* one_layer_for(uint32_t release, kvc_layer_options layer) { ret
 
 /* StaticLayer.crop: the counter moves back, the slots stay; the next update overwrites them. */
 static void test_static_crop_moves_the_counter(void) {
-  kvc_cache* c = one_layer_for(0, tu_layer(KVC_LAYER_STATIC, 0, 8));
+  kvc_cache* c = tu_holding_tokens(one_layer_for(0, tu_layer(KVC_LAYER_STATIC, 0, 8)), 0, 1, 1, 5, 2, 2);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 5, 2, 2, 0, NULL, NULL));
   REQUIRE_OK(kvc_cache_crop(c, -2));
   CHECK_EQ_I64(tu_seq(c, 0), 3);
   CHECK_LAYER_SEQ(c, 0, 0, 1, 2, 3, 4, -1, -1, -1); /* untouched: transformers' buffers too */
@@ -74,9 +73,8 @@ static void test_release_5_23_keeps_static_crop_unsupported(void) {
     CHECK_UNCHANGED_BY(c, CHECK_ERR(kvc_cache_crop(c, 0), KVC_ERROR_UNSUPPORTED));
     kvc_cache_destroy(c);
   }
-  kvc_cache* c = one_layer_for(52300, tu_layer(KVC_LAYER_DYNAMIC, 0, 0));
+  kvc_cache* c = tu_holding_tokens(one_layer_for(52300, tu_layer(KVC_LAYER_DYNAMIC, 0, 0)), 0, 1, 1, 3, 2, 2);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 3, 2, 2, 0, NULL, NULL));
   CHECK_OK(kvc_cache_crop(c, -1));
   CHECK_EQ_I64(tu_seq(c, 0), 2);
   kvc_cache_destroy(c);

@@ -7,9 +7,8 @@ static uint64_t exact_bytes(int64_t tokens) { return (uint64_t)(NB * NH * tokens
 
 /* An initialized layer grows now, keeps its tokens, and then decodes up to the reserve without moving. */
 static void test_reserve_initialized_layer(void) {
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC, 0, 0);
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_DYNAMIC, 0, 0, 0, NB, NH, 10, D);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 10, D, D, 0, NULL, NULL));
   REQUIRE_OK(kvc_cache_reserve(c, 500));
   CHECK_EQ_U64(tu_memory(c).bytes_reserved, exact_bytes(500));
   kvc_kv st = tu_view(c, 0);
@@ -47,9 +46,9 @@ static void test_reserve_as_hint(void) {
 
 /* Bounded kinds ignore the hint. */
 static void test_reserve_ignores_bounded_layers(void) {
-  kvc_cache* c = TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_STATIC, 0, 16), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 4, 0));
+  kvc_cache* c = tu_holding_tokens(
+      TU_CUSTOM_CACHE(tu_layer(KVC_LAYER_STATIC, 0, 16), tu_layer(KVC_LAYER_DYNAMIC_SLIDING, 4, 0)), 0, NB, NH, 3, D, D);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 3, D, D, 0, NULL, NULL));
   REQUIRE_OK(tu_update_tokens(c, 1, NB, NH, 3, D, D, 0, NULL, NULL));
   uint64_t before = tu_memory(c).bytes_reserved;
   REQUIRE_OK(kvc_cache_reserve(c, 1000));
@@ -61,9 +60,8 @@ static void test_reserve_bad_input(void) {
   kvc_error* e = kvc_cache_reserve(NULL, 10);
   CHECK_EQ_I64(kvc_error_code(e), KVC_ERROR_INVALID_ARGUMENT);
   kvc_error_destroy(e);
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC, 0, 0);
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_DYNAMIC, 0, 0, 0, NB, NH, 3, D);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 3, D, D, 0, NULL, NULL));
   tu_snapshot before, after;
   snapshot(c, &before);
   const int64_t bad[2] = {-1, (int64_t)1 << 40};

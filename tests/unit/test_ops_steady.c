@@ -23,9 +23,8 @@ static const unsigned char* elem_at(const kvc_tensor* t, int64_t s) {
 }
 
 static void test_dynamic_history_stays_put(void) {
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC, 0, 0);
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_DYNAMIC, 0, 0, 0, NB, NH, 16, D);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 16, D, D, 0, NULL, NULL));
   const int steps = 2000;
   int moves = 0, reserved_changes = 0, not_a_window = 0;
   kvc_kv start = tu_view(c, 0);
@@ -63,9 +62,8 @@ static void test_dynamic_history_stays_put(void) {
  */
 static void test_dynamic_sliding_steady(void) {
   const int64_t W = 64;
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC_SLIDING, W, 0);
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_DYNAMIC_SLIDING, W, 0, 0, NB, NH, 10, D);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 10, D, D, 0, NULL, NULL));
   const int warm = (int)(4 * W), steps = 3000;
   int moves = 0, reserved_changes = 0, not_a_window = 0;
   uint64_t reserved = 0;
@@ -153,9 +151,8 @@ static void test_static_allocates_once_exactly(void) {
 
 /* In one-token steady decoding a static sliding layer returns its stored view. */
 static void test_static_sliding_returns_the_buffer(void) {
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_STATIC_SLIDING, 8, 8);
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_STATIC_SLIDING, 8, 8, 0, NB, NH, 20, D);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 20, D, D, 0, NULL, NULL));
   for (int s = 0; s < 50; s++) {
     kvc_kv out;
     REQUIRE_OK(tu_update_tokens(c, 0, NB, NH, 1, D, D, 20 + s, NULL, &out));

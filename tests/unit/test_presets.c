@@ -26,10 +26,7 @@ static kvc_error* create(kvc_preset preset, const cfg_case* k, int64_t max_cache
   kvc_model_config cfg = tu_config(k->layers, k->types, k->sliding_window, k->chunk);
   cfg.num_kv_shared_layers = k->shared;
   cfg.sliding_window_pattern = k->pattern;
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = preset;
-  o.config = &cfg;
-  o.max_cache_len = max_cache_len;
+  kvc_cache_options o = tu_preset_options(preset, &cfg, max_cache_len, KVC_OFFLOAD_DEFAULT);
   return kvc_cache_create(&o, out);
 }
 

@@ -43,9 +43,8 @@ static void test_plain_offset_is_the_sequence_length(void) {
 
 /* MtpCache: depth k runs k + 1 tokens ahead, in the query offset and in kv_offset. */
 static void test_mtp(void) {
-  kvc_cache* c = lazy_with(KVC_QUERY_OFFSET_MTP);
+  kvc_cache* c = tu_holding_tokens(lazy_with(KVC_QUERY_OFFSET_MTP), 0, 1, 1, 3, 2, 2);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 3, 2, 2, 0, NULL, NULL));
   REQUIRE_OK(tu_update_tokens(c, 1, 1, 1, 2, 2, 2, 0, NULL, NULL));
   CHECK_EQ_I64(offset(c, 0), 4);
   CHECK_EQ_I64(offset(c, 1), 4);
@@ -61,9 +60,8 @@ static void test_mtp(void) {
 
 /* DFlashCache: the previously accepted tokens, in the query offset and in kv_length. */
 static void test_dflash(void) {
-  kvc_cache* c = lazy_with(KVC_QUERY_OFFSET_DFLASH);
+  kvc_cache* c = tu_holding_tokens(lazy_with(KVC_QUERY_OFFSET_DFLASH), 0, 1, 1, 3, 2, 2);
   REQUIRE(c != NULL);
-  REQUIRE_OK(tu_update_tokens(c, 0, 1, 1, 3, 2, 2, 0, NULL, NULL));
   CHECK_EQ_I64(offset(c, 0), 3);
   check_mask(c, 2, 0, 5, 0);
   REQUIRE_OK(kvc_cache_set_previous_accepted_tokens(c, 4));

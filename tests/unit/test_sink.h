@@ -149,6 +149,24 @@ static TU_UNUSED kvc_error* sk_update_all(kvc_cache* c, uint32_t num_layers, int
   return e;
 }
 
+/* One decode step of token t on a full window: the test's own update or updates. */
+typedef kvc_error* (*sk_decode_fn)(kvc_cache* c, int64_t t);
+
+/* Decodes tokens from..to-1 through step and checks that this allocates nothing: layer `layer`'s store stays where it
+ * is and the memory reported (bytes reserved and used) does not move. Returns the layer's view afterwards. */
+static TU_UNUSED kvc_kv sk_decode_in_place(kvc_cache* c, uint32_t layer, int64_t from, int64_t to, sk_decode_fn step) {
+  const void* base = tu_view(c, layer).key.data;
+  kvc_memory_info m0 = tu_memory(c);
+  for (int64_t t = from; t < to; t++)
+    if (!CHECK_OK(step(c, t))) break;
+  kvc_kv st = tu_view(c, layer);
+  kvc_memory_info m1 = tu_memory(c);
+  CHECK_EQ_PTR(st.key.data, base);
+  CHECK_EQ_U64(m1.bytes_reserved, m0.bytes_reserved);
+  CHECK_EQ_U64(m1.bytes_used, m0.bytes_used);
+  return st;
+}
+
 /* A custom cache of two sink layers of windows w0 and w1, the second with one sink token; NULL on error (counted).
  * Layers that disagree let update_all pass one layer and refuse the other. */
 static TU_UNUSED kvc_cache* sk_two_layers(int64_t w0, int64_t w1) {
@@ -168,9 +186,7 @@ static TU_UNUSED kvc_cache* sk_cache(int64_t window, int64_t sinks, uint32_t num
     cfg.num_hidden_layers = num_layers;
     o.config = &cfg;
   }
-  kvc_cache* c = NULL;
-  if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
-  return c;
+  return tu_create(&o);
 }
 
 /* sk_cache(window, sinks, num_layers) whose layers 0..fill-1 hold the listed tokens, float32 [1, 1, n, d] keys and

@@ -116,10 +116,8 @@ static void test_d2_record_past_crop_zero(void) {
 
 /* 'Dynamic sliding layer trace', record_past: crop(-2) on 45 recorded tokens with W = 12 keeps 32..42, cum 43. */
 static void test_d2_record_past_crop_negative(void) {
-  kvc_cache* c = tu_one_layer_cache(KVC_LAYER_DYNAMIC_SLIDING, 12, 0);
+  kvc_cache* c = tu_filled_layer_cache(KVC_LAYER_DYNAMIC_SLIDING, 12, 0, 1, B, H, 45, D);
   REQUIRE(c != NULL);
-  REQUIRE_OK(kvc_cache_activate_past_recording(c));
-  REQUIRE_OK(tu_update_tokens(c, 0, B, H, 45, D, D, 0, NULL, NULL));
   CHECK_EQ_I64(tu_info(c, 0).stored_length, 45);
   CHECK_OK(kvc_cache_crop(c, -2));
   int64_t want[11];

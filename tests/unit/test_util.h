@@ -766,24 +766,36 @@ static TU_UNUSED kvc_model_config tu_config(uint32_t n, const kvc_layer_type* ty
   return cfg;
 }
 
-/* A `preset` cache over `cfg` (NULL: none) and max_cache_len, offloading as
- * `offload` says; NULL when creation fails (printed and counted). */
-static TU_UNUSED kvc_cache* tu_preset_cache(kvc_preset preset, const kvc_model_config* cfg, int64_t max_cache_len,
-                                            kvc_offload offload) {
+/* Options of a `preset` cache over `cfg` (NULL: none) and max_cache_len, offloading as `offload` says; the other
+ * fields keep their defaults. What tu_preset_cache creates, and what the bad-input tests start from. */
+static TU_UNUSED kvc_cache_options tu_preset_options(kvc_preset preset, const kvc_model_config* cfg,
+                                                     int64_t max_cache_len, kvc_offload offload) {
   kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
   o.preset = preset;
   o.config = cfg;
   o.max_cache_len = max_cache_len;
   o.offload = offload;
+  return o;
+}
+
+/* The cache `o` describes, or NULL when creation fails (printed and counted). */
+static TU_UNUSED kvc_cache* tu_create(const kvc_cache_options* o) {
   kvc_cache* c = NULL;
-  if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
+  if (!CHECK_OK(kvc_cache_create(o, &c))) return NULL;
   return c;
+}
+
+/* A `preset` cache over `cfg` (NULL: none) and max_cache_len, offloading as
+ * `offload` says; NULL when creation fails (printed and counted). */
+static TU_UNUSED kvc_cache* tu_preset_cache(kvc_preset preset, const kvc_model_config* cfg, int64_t max_cache_len,
+                                            kvc_offload offload) {
+  kvc_cache_options o = tu_preset_options(preset, cfg, max_cache_len, offload);
+  return tu_create(&o);
 }
 
 /* Options of a custom cache of n layers; the bad-input tests start from these and break one field. */
 static TU_UNUSED kvc_cache_options tu_custom_options(uint32_t n, const kvc_layer_options* layers) {
-  kvc_cache_options o = KVC_CACHE_OPTIONS_INIT;
-  o.preset = KVC_PRESET_CUSTOM;
+  kvc_cache_options o = tu_preset_options(KVC_PRESET_CUSTOM, NULL, 0, KVC_OFFLOAD_DEFAULT);
   o.num_layers = n;
   o.layers = layers;
   return o;
@@ -794,9 +806,7 @@ static TU_UNUSED kvc_cache* tu_custom_offload_cache(uint32_t n, const kvc_layer_
                                                     kvc_offload offload) {
   kvc_cache_options o = tu_custom_options(n, layers);
   o.offload = offload;
-  kvc_cache* c = NULL;
-  if (!CHECK_OK(kvc_cache_create(&o, &c))) return NULL;
-  return c;
+  return tu_create(&o);
 }
 
 /* The same, nothing offloaded. */
@@ -806,11 +816,7 @@ static TU_UNUSED kvc_cache* tu_custom_cache(uint32_t n, const kvc_layer_options*
 }
 
 /* A DynamicCache created without options (layers appear as they are updated), or NULL (counted). */
-static TU_UNUSED kvc_cache* tu_lazy_cache(void) {
-  kvc_cache* c = NULL;
-  if (!CHECK_OK(kvc_cache_create(NULL, &c))) return NULL;
-  return c;
-}
+static TU_UNUSED kvc_cache* tu_lazy_cache(void) { return tu_create(NULL); }
 
 /* Points update options (kvc_update_options or kvc_conv_update_options) at
  * the listed cache positions; the list is a compound literal, alive to the
@@ -870,6 +876,24 @@ static TU_UNUSED kvc_error* tu_update_tokens(kvc_cache* c, uint32_t layer, int64
                                              int64_t s, int64_t dk, int64_t dv, int64_t first,
                                              const kvc_update_options* opts, kvc_kv* out) {
   return tu_update_kv(c, layer, b, h, s, dk, dv, NULL, first, opts, out);
+}
+
+/* c once layer `layer` got tokens 0..n-1 (keys [b, h, n, dk], values [b, h, n, dv]): the set-up of a test that starts
+ * from a cache holding something. NULL when c is NULL or the update fails (counted; c is destroyed). */
+static TU_UNUSED kvc_cache* tu_holding_tokens(kvc_cache* c, uint32_t layer, int64_t b, int64_t h, int64_t n,
+                                              int64_t dk, int64_t dv) {
+  if (!CHECK(c != NULL)) return NULL;
+  return tu_kept(c, CHECK_OK(tu_update_tokens(c, layer, b, h, n, dk, dv, 0, NULL, NULL)));
+}
+
+/* A one-layer cache of one kind holding tokens 0..n-1 (keys and values [b, h, n, d]), recording its past if
+ * record_past: the set-up of most single-layer tests. NULL (the failing step counted) when a step fails. */
+static TU_UNUSED kvc_cache* tu_filled_layer_cache(kvc_layer_kind kind, int64_t window, int64_t max_cache_len,
+                                                  int record_past, int64_t b, int64_t h, int64_t n, int64_t d) {
+  kvc_cache* c = tu_one_layer_cache(kind, window, max_cache_len);
+  if (!CHECK(c != NULL)) return NULL;
+  if (record_past && !CHECK_OK(kvc_cache_activate_past_recording(c))) return tu_kept(c, 0);
+  return tu_holding_tokens(c, 0, b, h, n, d, d);
 }
 
 /* update(layer) with the listed tokens along seq. */
