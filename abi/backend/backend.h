@@ -46,8 +46,9 @@
  * 6: batched row copies (the pool's step write through a slot mapping).
  * 7: last_error, the vendor's words for a failed call.
  * 8: a pool's fp8 storage (encode rows into e4m3fn codes, decode codes back).
+ * 9: device-tier allocations without zeroing, for the stores a restore or load fills.
  */
-#define KVC_BACKEND_API_VERSION 8
+#define KVC_BACKEND_API_VERSION 9
 
 /*
  * Where a cache's work runs. The core owns the struct (one per cache) and
@@ -387,6 +388,15 @@ typedef struct kvc_backend {
                          int32_t count, int32_t dtype);
   int (*fp8_decode_4d)(void* ctx, const kvc_exec* exec, const kvc_copy_4d* copies, const float* scales,
                        int32_t count, int32_t dtype);
+
+  /*
+   * Version 9. alloc_zeroed without the zeroing: the contents are
+   * unspecified, and the buffer is released with `free`. Optional (NULL: the
+   * core uses alloc_zeroed). The core asks for it only for a store it writes
+   * in full before anyone reads it (a restore's or load's: the file's tokens,
+   * then zeros around them), so the bytes are not written twice.
+   */
+  void* (*alloc)(void* ctx, const kvc_exec* exec, size_t bytes); /* NULL on failure */
 } kvc_backend;
 
 /* The CPU backend, always built in. */

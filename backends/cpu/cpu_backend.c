@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "cpu_rope.h"
+#include "host_memory.h"
 #include "cpu_quant_ops.h"
 
 static int cpu_device_count(void* ctx) {
@@ -19,13 +20,20 @@ static int cpu_device_count(void* ctx) {
 static void* cpu_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes) {
   (void)ctx;
   (void)exec;
-  return calloc(1, bytes);
+  return kvci_host_memory_alloc(bytes, 1);
+}
+
+/* Version 9: a store the core fills in full (a restore's). */
+static void* cpu_alloc(void* ctx, const kvc_exec* exec, size_t bytes) {
+  (void)ctx;
+  (void)exec;
+  return kvci_host_memory_alloc(bytes, 0);
 }
 
 static void cpu_free(void* ctx, const kvc_exec* exec, void* ptr) {
   (void)ctx;
   (void)exec;
-  free(ptr);
+  kvci_host_memory_free(ptr);
 }
 
 /*
@@ -208,12 +216,10 @@ static void* cpu_host_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes
   return cpu_alloc_zeroed(ctx, exec, bytes);
 }
 
-/* Version 5: the store an offload fills; the core zeroes what the copy leaves (under test, any missed byte
-   shows: malloc's memory is not zeroed, and AddressSanitizer builds fill it with garbage). */
+/* Version 5: the store an offload fills; the core zeroes what the copy leaves (under test, any missed byte of a
+   small store shows: malloc's memory is not zeroed, and AddressSanitizer builds fill it with garbage). */
 static void* cpu_host_alloc(void* ctx, const kvc_exec* exec, size_t bytes) {
-  (void)ctx;
-  (void)exec;
-  return malloc(bytes);
+  return cpu_alloc(ctx, exec, bytes);
 }
 
 static void cpu_host_free(void* ctx, const kvc_exec* exec, void* ptr) { cpu_free(ctx, exec, ptr); }
@@ -272,6 +278,8 @@ static const kvc_backend cpu_backend = {
     NULL,
     /* Version 8: a pool's fp8 storage (cpu_quant_ops.c) */
     kvci_cpu_fp8_encode_rows, kvci_cpu_fp8_decode_4d,
+    /* Version 9 */
+    cpu_alloc,
 };
 
 const kvc_backend* kvci_cpu_backend(void) { return &cpu_backend; }

@@ -71,14 +71,14 @@ static int store_alloc_with(const kvc_cache* c, int host, void* (*alloc)(void*, 
   return -1;
 }
 
-/* A device-tier store from the caller's allocator (zeroed): the store allocation of a cache that has one. */
-static int store_alloc_caller(const kvc_cache* c, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,
-                              size_t elem, void** k, void** v) {
+/* A device-tier store from the caller's allocator (zeroed or not): the store allocation of a cache that has one. */
+static int store_alloc_caller(const kvc_cache* c, int zeroed, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
+                              int64_t vd, size_t elem, void** k, void** v) {
   size_t kb = store_bytes(batch, heads, cap, kd, elem), vb = store_bytes(batch, heads, cap, vd, elem);
   *k = *v = NULL;
   if (!kb || !vb) return -1;
-  *k = kvci_allocator_take(c->allocator, c->backend, &c->exec, c->device, kb);
-  *v = *k ? kvci_allocator_take(c->allocator, c->backend, &c->exec, c->device, vb) : NULL;
+  *k = kvci_allocator_take(c->allocator, c->backend, &c->exec, c->device, kb, zeroed);
+  *v = *k ? kvci_allocator_take(c->allocator, c->backend, &c->exec, c->device, vb, zeroed) : NULL;
   if (*v) return 0;
   kvci_store_free(c, 0, *k, NULL);
   *k = NULL;
@@ -88,9 +88,18 @@ static int store_alloc_caller(const kvc_cache* c, int64_t batch, int64_t heads, 
 int kvci_store_alloc_tier(const kvc_cache* c, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
                          int64_t vd, size_t elem, void** k, void** v) {
   const kvc_backend* be = c->backend;
-  if (!host && c->allocator) return store_alloc_caller(c, batch, heads, cap, kd, vd, elem, k, v);
+  if (!host && c->allocator) return store_alloc_caller(c, 1, batch, heads, cap, kd, vd, elem, k, v);
   return store_alloc_with(c, host, host ? be->host_alloc_zeroed : be->alloc_zeroed, batch, heads, cap, kd, vd, elem, k,
                           v);
+}
+
+int kvci_store_alloc_unset(const kvc_cache* c, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
+                           int64_t vd, size_t elem, void** k, void** v) {
+  const kvc_backend* be = c->backend;
+  if (!host && c->allocator) return store_alloc_caller(c, 0, batch, heads, cap, kd, vd, elem, k, v);
+  void* (*alloc)(void*, const kvc_exec*, size_t) = host ? be->host_alloc : be->alloc;
+  if (!alloc) return kvci_store_alloc_tier(c, host, batch, heads, cap, kd, vd, elem, k, v);
+  return store_alloc_with(c, host, alloc, batch, heads, cap, kd, vd, elem, k, v);
 }
 
 int kvci_store_alloc_to_fill(const kvc_cache* c, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,

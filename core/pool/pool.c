@@ -219,7 +219,7 @@ static kvc_error* build_groups(kvc_pool* p, const kvc_pool_options* o) {
 
 /* A layer's K or V storage (zeroed), from the caller's allocator when the pool has one. */
 static void* alloc_buffer(const kvc_pool* p, size_t bytes) {
-  if (p->allocator) return kvci_allocator_take(p->allocator, p->backend, &p->exec, p->device, bytes);
+  if (p->allocator) return kvci_allocator_take(p->allocator, p->backend, &p->exec, p->device, bytes, 1);
   return p->backend->alloc_zeroed(p->backend->ctx, &p->exec, bytes);
 }
 

@@ -31,11 +31,12 @@ void kvci_allocator_adopt(kvci_allocator* a);
 void kvci_allocator_release(kvci_allocator* a);
 
 /*
- * `bytes` of zeroed memory from the caller's allocator, for the place `exec` of `device` (zeroed with the
- * backend's fill_zero_4d on the place's stream); NULL when the allocator refuses or the zeroing fails.
+ * `bytes` of memory from the caller's allocator, for the place `exec` of `device`: zeroed with the backend's
+ * fill_zero_4d on the place's stream when `zeroed` is set (else as the allocator gave it, for a store the core
+ * writes in full); NULL when the allocator refuses or the zeroing fails.
  */
 void* kvci_allocator_take(kvci_allocator* a, const kvc_backend* be, const kvc_exec* exec, kvc_device device,
-                          size_t bytes);
+                          size_t bytes, int zeroed);
 /* Gives `ptr` back to the caller's allocator if it came from `a`: 1 then, else 0 (not the allocator's). */
 int kvci_allocator_give(kvci_allocator* a, const kvc_exec* exec, kvc_device device, void* ptr);
 

@@ -407,6 +407,14 @@ static void* emu_host_alloc(void* ctx, const kvc_exec* exec, size_t bytes) {
   return p;
 }
 
+/* Version 9: a device store the core fills in full (a restore's), patterned like host_alloc. */
+static void* emu_alloc(void* ctx, const kvc_exec* exec, size_t bytes) {
+  (void)ctx;
+  void* p = alloc_buffer("alloc", exec, bytes, 0);
+  if (p) memset(kvc_emulated_untag(p), 0xA5, bytes); /* device pointers are tagged: the host cannot use them */
+  return p;
+}
+
 static void emu_host_free(void* ctx, const kvc_exec* exec, void* ptr) {
   (void)ctx;
   free_buffer("host_free", exec, ptr, 1);
@@ -977,6 +985,8 @@ static const kvc_backend emulated_backend = {
     /* Version 8: no fp8 pool entries (pools refuse fp8 storage here, as on the GPU backends) */
     NULL,
     NULL,
+    /* Version 9 */
+    emu_alloc,
 };
 
 /* ---------------------------------------------------------- exports */

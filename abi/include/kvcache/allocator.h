@@ -99,6 +99,37 @@ typedef struct kvc_allocator {
 /** Sets `allocator` to KVC_ALLOCATOR_INIT. Never fails; NULL is ignored. Since 0.7. */
 KVC_API void kvc_allocator_init(kvc_allocator* allocator);
 
+/*
+ * The library's own host memory (the CPU backend's stores and pool blocks,
+ * and the host tier of offloading on the CPU, when no kvc_allocator is
+ * given). Since 0.7.
+ *
+ * A block of 1 MiB or more is mapped aligned to 2 MiB and advised as huge
+ * pages (Linux's transparent huge pages in their "madvise" mode), and when it
+ * is freed the library keeps it for the next block of about the same size
+ * (no smaller, at most a quarter larger) instead of giving it back to the
+ * kernel: a restore, a load or a new cache then writes into memory that is
+ * already faulted in, where fresh memory costs a fault and the kernel's
+ * zeroing per page on first write. A kept block goes back to the kernel when
+ * it has waited 10 seconds without reuse (noticed at the next allocation or
+ * free of such a block), when keeping it would put more than the retention
+ * limit aside, and on kvc_host_memory_release. The limit is
+ * $KVC_HOST_MEMORY_RETAIN (bytes, read once) or else an eighth of the
+ * machine's memory, until kvc_host_memory_set_retention sets it.
+ *
+ * These functions never fail and may be called from any thread at any time.
+ * GPU backends (device memory, pinned host tiers) are not affected: their
+ * runtimes pool memory themselves.
+ */
+
+/** Sets the most bytes kept aside for reuse (0: keep nothing, and give back what is kept now); returns the
+ * previous limit. Blocks kept past the new limit are given back at once, the oldest first. Since 0.7. */
+KVC_API uint64_t kvc_host_memory_set_retention(uint64_t max_bytes);
+/** Gives every kept block back to the kernel; returns the bytes given back. The limit is unchanged. Since 0.7. */
+KVC_API uint64_t kvc_host_memory_release(void);
+/** The bytes kept aside for reuse now (blocks idle past their time are given back first). Since 0.7. */
+KVC_API uint64_t kvc_host_memory_retained(void);
+
 #ifdef __cplusplus
 }
 #endif
