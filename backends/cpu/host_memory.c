@@ -148,6 +148,18 @@ static uint64_t release_kept(uint64_t now, uint64_t max_bytes, int all) {
   return released;
 }
 
+/* The huge-page advice unless $KVC_HOST_MEMORY_HUGE_PAGES is "0" (read once, under the lock): a machine whose
+   kernel stalls on compaction to find huge pages can turn it off. The advice covers whole 2 MiB ranges only, so
+   a block's partial last range stays in small pages. */
+static int huge_pages_wanted(void) {
+  static int wanted = -1;
+  if (wanted < 0) {
+    const char* env = getenv("KVC_HOST_MEMORY_HUGE_PAGES");
+    wanted = !(env && strcmp(env, "0") == 0);
+  }
+  return wanted;
+}
+
 /* A fresh mapping of len bytes (a multiple of the page), 2 MiB-aligned when len is a huge page or more. */
 static unsigned char* map_block(size_t len) {
   size_t align = len >= HUGE_PAGE ? HUGE_PAGE : page_size(), span = len + align - page_size();
@@ -158,7 +170,7 @@ static unsigned char* map_block(size_t len) {
   if (base > m) munmap(m, (size_t)(base - m));
   if (base + len < m + span) munmap(base + len, (size_t)(m + span - (base + len)));
 #ifdef MADV_HUGEPAGE
-  if (len >= HUGE_PAGE) (void)madvise(base, len - len % HUGE_PAGE, MADV_HUGEPAGE); /* advice: may be refused */
+  if (len >= HUGE_PAGE && huge_pages_wanted()) (void)madvise(base, len - len % HUGE_PAGE, MADV_HUGEPAGE);
 #endif
   return base;
 }

@@ -116,6 +116,9 @@ KVC_API void kvc_allocator_init(kvc_allocator* allocator);
  * limit aside, and on kvc_host_memory_release. The limit is
  * $KVC_HOST_MEMORY_RETAIN (bytes, read once) or else an eighth of the
  * machine's memory, until kvc_host_memory_set_retention sets it.
+ * $KVC_HOST_MEMORY_HUGE_PAGES=0 turns the huge-page advice off (a kernel
+ * that stalls compacting memory to find huge pages). docs/allocator.md says
+ * why, and what it costs.
  *
  * These functions never fail and may be called from any thread at any time.
  * GPU backends (device memory, pinned host tiers) are not affected: their
