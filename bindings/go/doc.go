@@ -86,6 +86,11 @@
 // stacks) takes C calls that allow that, which costs a few Go allocations
 // per Update; caches without one keep the hot path above.
 //
+// Caches and pools without an Allocator keep CPU stores in the library's
+// memory, which holds on to freed blocks of 1 MiB or more for reuse (up to a
+// limit, 10 s idle): SetHostMemoryRetention, ReleaseHostMemory and
+// HostMemoryRetained control and report that, for the whole process.
+//
 // # Block hashes
 //
 // BlockHashRoot, BlockHash and BlockHashChain compute the keys of prefix

@@ -33,6 +33,9 @@ func TestWithoutCgo(t *testing.T) {
 	if VersionString() != "" || Features() != 0 {
 		t.Fatal("a library version without a library")
 	}
+	if SetHostMemoryRetention(1<<20) != 0 || ReleaseHostMemory() != 0 || HostMemoryRetained() != 0 {
+		t.Fatal("host memory kept without a library")
+	}
 	if CodeOutOfRange.String() != "KVC_ERROR_OUT_OF_RANGE" || DTypeBFloat16.Size() != 2 ||
 		DTypeOf(DataType{TypeCodeFloat, 16, 1}) != DTypeFloat16 || DefaultQuantOptions().QGroupSize != 64 {
 		t.Fatal("the pure-Go parts")

@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 MODULES = ["kvcache", "kvcache._cache", "kvcache._errors", "kvcache._types", "kvcache._block_hash", "kvcache.pool",
-           "kvcache.persist", "kvcache.allocator"]
+           "kvcache.persist", "kvcache.allocator", "kvcache._host_memory"]
 
 
 @pytest.mark.parametrize("name", MODULES + ["kvcache.transformers"])

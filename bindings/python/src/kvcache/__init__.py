@@ -21,7 +21,8 @@ replacements for transformers' caches, usable as ``past_key_values`` in
 ``model.generate``. :class:`Pool` is the paged block pool of serving stacks
 (continuous batching, prefix reuse, copy-on-write, events; ``kvcache.pool``). A cache made with
 ``allocator=`` (:class:`Allocator`, :class:`TorchAllocator`) keeps its K/V in the caller's buffers
-(``kvcache.allocator``).
+(``kvcache.allocator``); the library's own CPU memory keeps freed stores for reuse, which
+:func:`set_host_memory_retention`, :func:`release_host_memory` and :func:`host_memory_retained` control.
 """
 from __future__ import annotations
 
@@ -113,6 +114,7 @@ from .redis_tier import RedisTier, add_redis_tier, tier_stats
 
 from .persist import FILE_FORMAT_VERSION, load, load_encoder_decoder
 from .allocator import Allocator, NumpyAllocator, TorchAllocator
+from ._host_memory import host_memory_retained, release_host_memory, set_host_memory_retention
 
 View = _lib.View
 
@@ -165,4 +167,5 @@ __all__ = [
     "RecurrentState", "GroupKind", "Storage", "Layout", "EventKind", "HashMode", "describe_config",
     "load", "load_encoder_decoder", "FILE_FORMAT_VERSION",
     "Allocator", "TorchAllocator", "NumpyAllocator",
+    "set_host_memory_retention", "release_host_memory", "host_memory_retained",
 ]

@@ -269,6 +269,19 @@ unsafe extern "C" {
     /// Sets `allocator` to KVC_ALLOCATOR_INIT. Never fails; NULL is ignored. Since 0.7.
     pub fn kvc_allocator_init(allocator: *mut kvc_allocator);
 }
+unsafe extern "C" {
+    /** Sets the most bytes kept aside for reuse (0: keep nothing, and give back what is kept now); returns the
+ previous limit. Blocks kept past the new limit are given back at once, the oldest first. Since 0.7.*/
+    pub fn kvc_host_memory_set_retention(max_bytes: u64) -> u64;
+}
+unsafe extern "C" {
+    /// Gives every kept block back to the kernel; returns the bytes given back. The limit is unchanged. Since 0.7.
+    pub fn kvc_host_memory_release() -> u64;
+}
+unsafe extern "C" {
+    /// The bytes kept aside for reuse now (blocks idle past their time are given back first). Since 0.7.
+    pub fn kvc_host_memory_retained() -> u64;
+}
 pub type kvc_quantizer = i32;
 pub type kvc_quant_mode = i32;
 /** How a QUANTIZED layer quantizes. Defaults are transformers' (nbits 4,

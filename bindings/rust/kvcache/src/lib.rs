@@ -17,6 +17,7 @@
 //! | pool views, events, stats | [`BlockTable`], [`CsrBlockTable`], [`LayerStorage`], [`RecurrentState`], [`PoolEvent`], [`PoolStats`], [`SlotMapping`]; see the [`pool`] module |
 //! | `kvc_dtype`, `kvc_data_type`, `kvc_device` | [`DType`], [`DataType`], [`Device`] |
 //! | `kvc_block_hash_root`, `kvc_block_hash`, `kvc_block_hash_chain` | [`block_hash_root()`], [`block_hash()`], [`block_hash_chain()`] ([`BlockHash`]) |
+//! | `kvc_host_memory_set_retention`, `kvc_host_memory_release`, `kvc_host_memory_retained` | [`host_memory::set_retention()`], [`host_memory::release()`], [`host_memory::retained()`] (process-wide) |
 //!
 //! Every `kvc_*` function of the header is reachable from a method here; the
 //! raw bindings are re-exported as [`sys`].
@@ -78,6 +79,7 @@ mod device;
 mod dtype;
 mod encoder_decoder;
 mod error;
+pub mod host_memory;
 mod options;
 mod persist;
 pub mod pool;
