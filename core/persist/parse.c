@@ -59,7 +59,7 @@ static const char* section_name(char* buf, size_t n, size_t i, const kvcf_sectio
 static kvc_error* fetch(const kvci_source* src, uint64_t off, size_t n, unsigned char* buf, const unsigned char** out) {
   if ((*out = kvci_source_view(src, off))) return NULL;
   *out = buf;
-  return kvci_source_read(src, off, buf, n);
+  return kvci_source_read_aside(src, off, buf, n);
 }
 
 static kvc_error* check_header(const char* fn, const unsigned char* d, size_t len, kvci_file* f) {
@@ -281,6 +281,7 @@ kvc_error* kvci_file_parse(const char* fn, const kvci_source* src, kvci_file* f)
   if (!e) e = check_unique(fn, f);
   if (!e) e = kvci_source_unchanged(src);
   if (e) kvci_file_free(f);
+  kvci_source_advise(src, 1); /* the loaders read the payloads in order next */
   return e;
 }
 

@@ -1,9 +1,11 @@
 /*
- * core/persist/read_file.c: see read_file.h. The kernel is told the access
- * is sequential (it reads ahead in large requests, as MAP_POPULATE did for
- * the mapping this replaces).
+ * core/persist/read_file.c: see read_file.h. The kernel is told how the file
+ * is about to be read (kvci_source_advise): scattered while the checks read
+ * the header, the table and each section's header, in order while the
+ * loaders read the payloads (it reads ahead in large requests, as
+ * MAP_POPULATE did for the mapping this replaces).
  */
-#define _DEFAULT_SOURCE 1 /* pread, posix_fadvise (POSIX 2008) */
+#define _GNU_SOURCE 1 /* pread, posix_fadvise (POSIX 2008); preadv2 and RWF_NOWAIT (Linux) */
 #include "read_file.h"
 
 #include <errno.h>
@@ -11,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/uio.h>
 
 #include "../util/prefault.h"
 #include "../util/regular_file.h"
@@ -41,12 +44,19 @@ kvc_error* kvci_source_open(const char* fn, const char* path, kvci_source* s) {
     close(fd);
     return e;
   }
-#ifdef POSIX_FADV_SEQUENTIAL
-  posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-#endif
   s->fd = fd;
+  kvci_source_advise(s, 0);
   s->len = (size_t)s->at_open.st_size;
   return NULL;
+}
+
+void kvci_source_advise(const kvci_source* s, int in_order) {
+#if defined(POSIX_FADV_RANDOM) && defined(POSIX_FADV_SEQUENTIAL)
+  if (s->fd >= 0) posix_fadvise(s->fd, 0, 0, in_order ? POSIX_FADV_SEQUENTIAL : POSIX_FADV_RANDOM);
+#else
+  (void)s;
+  (void)in_order;
+#endif
 }
 
 void kvci_source_borrow(const char* fn, const void* data, size_t len, kvci_source* s) {
@@ -86,6 +96,41 @@ kvc_error* kvci_source_read(const kvci_source* s, uint64_t offset, void* dst, si
     }
     done += (size_t)got;
     if (kvci_read_file_after_chunk) kvci_read_file_after_chunk(s->fd, offset + done);
+  }
+  return NULL;
+}
+
+/* A piece of kvci_source_read_aside: at most one chunk. */
+static kvc_error* read_piece_aside(const kvci_source* s, uint64_t offset, unsigned char* dst, size_t len) {
+#if defined(__linux__) && defined(RWF_NOWAIT) && defined(POSIX_FADV_DONTNEED)
+  /* What the page cache holds comes from it as it is; the rest is read and its pages dropped again. */
+  struct iovec v = {dst, len};
+  ssize_t got = preadv2(s->fd, &v, 1, (off_t)offset, RWF_NOWAIT);
+  if (got == (ssize_t)len) {
+    if (kvci_read_file_after_chunk) kvci_read_file_after_chunk(s->fd, offset + len);
+    return NULL;
+  }
+  int uncached = got >= 0 || errno == EAGAIN; /* else the filesystem cannot say (EOPNOTSUPP): leave its pages */
+  size_t have = got > 0 ? (size_t)got : 0;
+  kvc_error* e = kvci_source_read(s, offset + have, dst + have, len - have);
+  if (!e && uncached) {
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t mask = page > 0 ? (uint64_t)page - 1 : 4095, from = (offset + have) & ~mask;
+    posix_fadvise(s->fd, (off_t)from, (off_t)(((offset + len + mask) & ~mask) - from), POSIX_FADV_DONTNEED);
+  }
+  return e;
+#else
+  return kvci_source_read(s, offset, dst, len);
+#endif
+}
+
+kvc_error* kvci_source_read_aside(const kvci_source* s, uint64_t offset, void* dst, size_t len) {
+  if (s->fd < 0) return kvci_source_read(s, offset, dst, len);
+  for (size_t done = 0; done < len;) {
+    size_t n = len - done < kvci_read_file_chunk ? len - done : kvci_read_file_chunk;
+    kvc_error* e = read_piece_aside(s, offset + done, (unsigned char*)dst + done, n);
+    if (e) return e;
+    done += n;
   }
   return NULL;
 }

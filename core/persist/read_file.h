@@ -33,6 +33,21 @@ typedef struct kvci_source {
 /* Opens the regular file at `path`. Errors: IO (anything but a non-empty regular file, too large). */
 kvc_error* kvci_source_open(const char* fn, const char* path, kvci_source* out);
 /* A caller's buffer as a source (never fails; an empty one fails the checks). */
+/*
+ * kvci_source_read for the checks' small reads scattered over the file (headers, the table, record sections):
+ * bytes the page cache does not hold are read and their pages dropped from it again, so that the pages the
+ * loaders then read in order come in large read-ahead requests instead of around single pages the checks left
+ * (kvci_source_advise says what those cost).
+ */
+kvc_error* kvci_source_read_aside(const kvci_source* s, uint64_t offset, void* dst, size_t len);
+/*
+ * Tells the kernel how the file is read next: `in_order` 0 while the checks read small pieces all over it (no
+ * read-ahead), 1 when the payloads are read from start to end (read-ahead in large requests). A small read with
+ * read-ahead on started a read of megabytes in small pages at each section's header, and the page cache it
+ * left made every later read of the file, the next restore's or anyone's, about a quarter slower than after one
+ * read in order (bench_persist, docs/performance.md). Nothing for a caller's buffer.
+ */
+void kvci_source_advise(const kvci_source* s, int in_order);
 void kvci_source_borrow(const char* fn, const void* data, size_t len, kvci_source* out);
 void kvci_source_close(kvci_source* s);
 

@@ -2,11 +2,14 @@
  * test_internal_persist_source.c: read_file.c's file source on its own: a
  * file past 8 MiB read back whole at offsets, in one read or in 1 MiB reads,
  * and left unchanged; a file whose modification time moves by nanoseconds
- * only while it is read, with its size unchanged: still refused as modified.
+ * only while it is read, with its size unchanged: still refused as modified;
+ * the checks' reads aside, which leave no pages of their own in the page
+ * cache and keep the pages that were there.
  */
-#define _DEFAULT_SOURCE 1 /* futimens */
+#define _DEFAULT_SOURCE 1 /* futimens, mincore */
 #include <fcntl.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -95,8 +98,80 @@ static void test_nanosecond_change_is_a_change(void) {
   unlink(path);
 }
 
+/* Pages of the file in the page cache, from mincore over a mapping of its first `pages` pages; -1 on failure. */
+static int resident_pages(const char* path, size_t pages, unsigned char* vec) {
+  long page = sysconf(_SC_PAGESIZE);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  void* m = mmap(NULL, pages * (size_t)page, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) return -1;
+  int r = mincore(m, pages * (size_t)page, vec);
+  munmap(m, pages * (size_t)page);
+  if (r) return -1;
+  int n = 0;
+  for (size_t i = 0; i < pages; i++) n += vec[i] & 1;
+  return n;
+}
+
+static void drop_from_page_cache(const char* path) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return;
+  fsync(fd);
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  close(fd);
+}
+
+static void test_reads_aside_leave_the_page_cache_as_it_was(void) {
+  char path[256];
+  ps_path(path, sizeof path, "aside");
+  enum { PAGES = 64 };
+  long page = sysconf(_SC_PAGESIZE);
+  const size_t n = (size_t)PAGES * (size_t)page;
+  REQUIRE(write_pattern(path, n) == 0);
+  unsigned char vec[PAGES];
+  drop_from_page_cache(path);
+  if (resident_pages(path, PAGES, vec) != 0) { /* tmpfs and the like keep every page: nothing to see */
+    printf("SKIPPED: test_reads_aside_leave_the_page_cache_as_it_was: the file's pages cannot be dropped from the "
+           "page cache on this filesystem (TMPDIR)\n");
+    unlink(path);
+    return;
+  }
+  kvci_source src;
+  REQUIRE_OK(kvci_source_open("test", path, &src));
+  unsigned char buf[256];
+  /* Small reads scattered over a file not in the cache: the bytes, and no page left behind. */
+  for (int p = 0; p < PAGES; p += 8) {
+    uint64_t at = (uint64_t)p * (uint64_t)page + 100;
+    CHECK_OK(kvci_source_read_aside(&src, at, buf, sizeof buf));
+    for (size_t i = 0; i < sizeof buf; i++)
+      if (buf[i] != (unsigned char)((at + i) * 2654435761u >> 13)) {
+        CHECK(!"read aside returned the file's bytes");
+        break;
+      }
+  }
+  CHECK_EQ_I64(resident_pages(path, PAGES, vec), 0);
+  /* A read across a page boundary, and one that the plain reader would have left in the cache. */
+  CHECK_OK(kvci_source_read_aside(&src, (uint64_t)page - 10, buf, 20));
+  CHECK_EQ_I64(resident_pages(path, PAGES, vec), 0);
+  CHECK_OK(kvci_source_read(&src, 0, buf, sizeof buf));
+  CHECK(resident_pages(path, PAGES, vec) > 0); /* the seam the test stands on: a plain read leaves pages */
+  /* Pages already in the cache stay there. */
+  unsigned char* all = malloc(n);
+  REQUIRE(all != NULL);
+  CHECK_OK(kvci_source_read(&src, 0, all, n));
+  int before = resident_pages(path, PAGES, vec);
+  CHECK_EQ_I64(before, PAGES);
+  for (int p = 0; p < PAGES; p += 8) CHECK_OK(kvci_source_read_aside(&src, (uint64_t)p * (uint64_t)page, buf, 64));
+  CHECK_EQ_I64(resident_pages(path, PAGES, vec), before);
+  free(all);
+  kvci_source_close(&src);
+  unlink(path);
+}
+
 int main(void) {
   TU_RUN(test_large_file_read_back);
+  TU_RUN(test_reads_aside_leave_the_page_cache_as_it_was);
   TU_RUN(test_nanosecond_change_is_a_change);
   return tu_finish();
 }
