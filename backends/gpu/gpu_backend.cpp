@@ -198,17 +198,26 @@ int kvc_gpu_check_image(int device) {
   return -1;
 }
 
-static void* gpu_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes) {
+/* Version 9: a store the core writes in full before it is read (a restore's or load's). */
+static void* gpu_alloc(void* ctx, const kvc_exec* exec, size_t bytes) {
   (void)ctx;
   gpu_device_scope scope(exec->device_id);
   if (!scope.ok || bytes == 0) return NULL;
   const gpu_state* state = gpu_state_of(exec);
-  gpuStream_t stream = gpu_stream_of(exec);
-  int pools = state && state->pools;
   void* p = NULL;
-  if (gpu_check(pools ? gpuMallocAsync(&p, bytes, stream) : gpuMalloc(&p, bytes))) return NULL;
+  if (gpu_check(state && state->pools ? gpuMallocAsync(&p, bytes, gpu_stream_of(exec)) : gpuMalloc(&p, bytes)))
+    return NULL;
+  return p;
+}
+
+static void* gpu_alloc_zeroed(void* ctx, const kvc_exec* exec, size_t bytes) {
+  gpu_device_scope scope(exec->device_id);
+  void* p = scope.ok ? gpu_alloc(ctx, exec, bytes) : NULL;
+  if (!p) return NULL;
+  const gpu_state* state = gpu_state_of(exec);
+  gpuStream_t stream = gpu_stream_of(exec);
   if (gpu_check(gpuMemsetAsync(p, 0, bytes, stream))) {
-    gpu_check(pools ? gpuFreeAsync(p, stream) : gpuFree(p));
+    gpu_check(state && state->pools ? gpuFreeAsync(p, stream) : gpuFree(p));
     return NULL;
   }
   return p;
@@ -537,6 +546,8 @@ static const kvc_backend gpu_backend = {
     /* Version 8: no fp8 pool kernels yet: the core refuses fp8 pools on this backend (UNSUPPORTED). */
     NULL,
     NULL,
+    /* Version 9: restores and loads fill their stores without a memset first. */
+    gpu_alloc,
 };
 
 #if defined(KVC_GPU_LINKED)
