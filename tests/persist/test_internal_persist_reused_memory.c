@@ -25,21 +25,11 @@ static void leave_dirty_stores(int64_t first) {
   CHECK(kvc_host_memory_retained() >= (uint64_t)LAYERS * 2 * B * H * CAP * D * sizeof(float));
 }
 
-/* Every float of a view's slots [from, CAP) in every (b, h) row is zero. */
-static int zero_from(const kvc_tensor* t, int64_t from) {
-  const float* x = (const float*)t->data;
-  for (int64_t bh = 0; bh < B * H; bh++)
-    for (int64_t s = from; s < CAP; s++)
-      for (int64_t d = 0; d < D; d++)
-        if (x[(bh * CAP + s) * D + d] != 0.0f) return 0;
-  return 1;
-}
-
 static void check_tokens_then_zeros(const kvc_cache* c, int64_t n, const char* what) {
   for (uint32_t l = 0; l < LAYERS; l++) {
     kvc_kv kv;
     if (!CHECK_OK(kvc_cache_layer_view(c, l, &kv))) return;
-    if (!CHECK(zero_from(&kv.key, n) && zero_from(&kv.value, n)))
+    if (!CHECK(tu_zero_from(&kv.key, n) && tu_zero_from(&kv.value, n)))
       fprintf(TU_LOG, "  %s: layer %u holds nonzero bytes past its %lld tokens\n", what, l, (long long)n);
   }
 }

@@ -19,16 +19,6 @@ enum { B = 1, H = 4, D = 64, CAP = 1024 }; /* static layers: 1 MiB stores of flo
 
 static atomic_int workers_done;
 
-/* Every float of a view from slot `from` on is zero. */
-static int zero_from(const kvc_tensor* t, int64_t from) {
-  const float* x = (const float*)t->data;
-  for (int64_t bh = 0; bh < B * H; bh++)
-    for (int64_t s = from; s < CAP; s++)
-      for (int64_t d = 0; d < D; d++)
-        if (x[(bh * CAP + s) * D + d] != 0.0f) return 0;
-  return 1;
-}
-
 static void* worker(void* arg) {
   intptr_t id = (intptr_t)arg;
   int ok = 1;
@@ -45,7 +35,7 @@ static void* worker(void* arg) {
     for (uint32_t layer = 0; ok && layer < 2; layer++) {
       kvc_kv out;
       e = tu_update_tokens(c, layer, B, H, n, D, D, 1000 * id + r, NULL, &out);
-      ok = !e && zero_from(&out.key, n) && zero_from(&out.value, n);
+      ok = !e && tu_zero_from(&out.key, n) && tu_zero_from(&out.value, n);
       kvc_error_destroy(e);
     }
     kvc_cache_destroy(c);

@@ -339,6 +339,17 @@ static TU_UNUSED float tu_get(const kvc_tensor* t, int64_t b, int64_t h, int64_t
   return tu_load_float(t, tu_elem_ptr(t, idx));
 }
 
+/* 1 when every element of a 4-D view at sequence positions `from` and later is zero (a static layer's unwritten
+   slots). */
+static TU_UNUSED int tu_zero_from(const kvc_tensor* t, int64_t from) {
+  for (int64_t b = 0; b < t->shape[0]; b++)
+    for (int64_t h = 0; h < t->shape[1]; h++)
+      for (int64_t s = from; s < t->shape[2]; s++)
+        for (int64_t d = 0; d < t->shape[3]; d++)
+          if (tu_get(t, b, h, s, d) != 0.0f) return 0;
+  return 1;
+}
+
 /* Calls fn for each element in row-major logical order. */
 static TU_UNUSED void tu_for_each_index(const kvc_tensor* t, int64_t* idx,
                                         void (*fn)(const kvc_tensor*, const int64_t*, int64_t, void*),
