@@ -275,3 +275,55 @@ def test_the_drop_in_caches_return_slices_of_the_allocator_tensors():
     buf, offset = arena.find(keys.data_ptr())
     assert offset + keys.numel() * keys.element_size() <= len(buf)
     assert torch.equal(keys[:, :, :3], kv((1, 2, 3, 4)))
+
+
+def _tiny_config(transformers):
+    return transformers.PretrainedConfig(num_hidden_layers=1, layer_types=["full_attention"], num_attention_heads=2,
+                                         num_key_value_heads=2, head_dim=4, hidden_size=8)
+
+
+# Each of the other drop-in classes, made with the given allocator (None: without); returns (cache, the cache whose
+# layer 0 takes the updates). Quantized layers keep their records in the library: only the residual store is the
+# allocator's.
+_OTHER_DROP_INS = {
+    "OffloadedCache": lambda kvt, cfg, a: kvt.OffloadedCache(allocator=a),
+    "QuantizedCache": lambda kvt, cfg, a: kvt.QuantizedCache("quanto", cfg, q_group_size=8, allocator=a),
+    "QuantoQuantizedCache": lambda kvt, cfg, a: kvt.QuantoQuantizedCache(cfg, q_group_size=8, allocator=a),
+    "HQQQuantizedCache": lambda kvt, cfg, a: kvt.HQQQuantizedCache(cfg, q_group_size=8, allocator=a),
+    "Cache": lambda kvt, cfg, a: kvt.Cache(layer_class_to_replicate=kvt.DynamicLayer, allocator=a),
+    "EncoderDecoderCache": lambda kvt, cfg, a: kvt.EncoderDecoderCache(config=cfg, allocator=a),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_OTHER_DROP_INS))
+def test_the_other_drop_in_caches_take_an_allocator(name):
+    kvt = pytest.importorskip("kvcache.transformers", reason="SKIPPED: the drop-in caches need transformers")
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(kvt, name):
+        pytest.skip(f"SKIPPED: this transformers release has no {name}")
+    config = _tiny_config(transformers)
+    arena = kvcache.TorchAllocator()
+    outputs = []
+    for allocator in (arena, None):
+        cache = _OTHER_DROP_INS[name](kvt, config, allocator)
+        target = cache.self_attention_cache if name == "EncoderDecoderCache" else cache
+        steps = []
+        for n, start in ((3, 0), (1, 30), (1, 40)):
+            keys, values = target.update(kv((1, 2, n, 4), start), kv((1, 2, n, 4), start + 100), 0)
+            steps.append((keys.clone(), values.clone()))  # views are valid until the next update
+        outputs.append(steps)
+        if allocator is not None:
+            assert arena.buffers, f"{name} made no store in the allocator"
+            if "Quant" not in name:  # the returned tensors are the stores themselves
+                assert arena.find(keys.data_ptr()) is not None and arena.find(values.data_ptr()) is not None
+        del cache, target, keys, values
+        gc.collect()
+    for (k, v), (k0, v0) in zip(*outputs):
+        assert torch.equal(k, k0) and torch.equal(v, v0)
+    assert arena.buffers == []  # every store was given back
+
+
+def test_an_encoder_decoder_cache_takes_an_allocator_only_with_config():
+    kvt = pytest.importorskip("kvcache.transformers", reason="SKIPPED: the drop-in caches need transformers")
+    with pytest.raises(ValueError, match="allocator= goes with config="):
+        kvt.EncoderDecoderCache(kvt.DynamicCache(), kvt.DynamicCache(), allocator=kvcache.TorchAllocator())

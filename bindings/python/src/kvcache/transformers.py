@@ -989,9 +989,10 @@ class OffloadedCache(DynamicCache):
     transformers 4.x's name (deprecated from 4.56 for ``DynamicCache(offloading=True)``, removed in transformers
     5.0); an instance of transformers' DynamicCache."""
 
-    def __init__(self, config: Any = None, offload_only_non_sliding: bool = False, *, device: Any = None) -> None:
+    def __init__(self, config: Any = None, offload_only_non_sliding: bool = False, *, device: Any = None,
+                 allocator: Any = None) -> None:
         super().__init__(config=config, offloading=True, offload_only_non_sliding=offload_only_non_sliding,
-                         device=device)
+                         device=device, allocator=allocator)
 
 
 class StaticCache(_KvcacheCache, _tcu.StaticCache):
@@ -1061,14 +1062,16 @@ class QuantizedCache(_KvcacheCache, _tcu.QuantizedCache):
     transformers' quantization timeline exactly, so a model generates the same tokens as with transformers'
     QuantizedCache; ``mode="incremental"`` quantizes each token once (constant cost per step).
     ``backend="fp8"``: transformers' Fp8QuantizedLayer (float8 e4m3fn, one scale per tensor fixed by the first
-    update), which takes none of the group-wise options.
+    update), which takes none of the group-wise options. ``allocator=`` holds the layers' K/V stores (the
+    residual tokens of the group-wise backends; the quantized records stay the library's).
     """
 
     _GROUP_WISE = ("nbits", "axis_key", "axis_value", "q_group_size", "residual_length")
 
     def __init__(self, backend: str, config: Any, nbits: Optional[int] = None, axis_key: Optional[int] = None,
                  axis_value: Optional[int] = None, q_group_size: Optional[int] = None,
-                 residual_length: Optional[int] = None, mode: str = "transformers", *, device: Any = None) -> None:
+                 residual_length: Optional[int] = None, mode: str = "transformers", *, device: Any = None,
+                 allocator: Any = None) -> None:
         if backend not in ("quanto", "hqq", "fp8"):
             raise ValueError(f"kvcache.transformers.QuantizedCache: backend {backend!r}; kvcache implements "
                              "'quanto', 'hqq' and 'fp8'")
@@ -1097,7 +1100,7 @@ class QuantizedCache(_KvcacheCache, _tcu.QuantizedCache):
             specs = [LayerSpec(LayerKind.QUANTIZED, quant=quant) for _ in range(text_config.num_hidden_layers)]
             self._kind_classes = {LayerKind.QUANTIZED: globals()[_QUANTIZED_LAYER_CLASSES[backend]]}
         self._specs = specs
-        self._attach(_maker(Preset.CUSTOM, layers=specs), device)
+        self._attach(_maker(Preset.CUSTOM, layers=specs, allocator=allocator), device)
         self.backend = backend
 
 
@@ -1110,8 +1113,9 @@ class QuantoQuantizedCache(QuantizedCache):
     arguments; deprecated from 4.56, removed in transformers 5.0). An instance of transformers' QuantizedCache."""
 
     def __init__(self, config: Any, nbits: int = 4, axis_key: int = 0, axis_value: int = 0, q_group_size: int = 64,
-                 residual_length: int = 128, *, device: Any = None) -> None:
-        super().__init__("quanto", config, nbits, axis_key, axis_value, q_group_size, residual_length, device=device)
+                 residual_length: int = 128, *, device: Any = None, allocator: Any = None) -> None:
+        super().__init__("quanto", config, nbits, axis_key, axis_value, q_group_size, residual_length, device=device,
+                         allocator=allocator)
 
 
 class HQQQuantizedCache(QuantizedCache):
@@ -1119,8 +1123,9 @@ class HQQQuantizedCache(QuantizedCache):
     arguments; deprecated from 4.56, removed in transformers 5.0). An instance of transformers' QuantizedCache."""
 
     def __init__(self, config: Any, nbits: int = 4, axis_key: int = 0, axis_value: int = 0, q_group_size: int = 64,
-                 residual_length: int = 128, *, device: Any = None) -> None:
-        super().__init__("hqq", config, nbits, axis_key, axis_value, q_group_size, residual_length, device=device)
+                 residual_length: int = 128, *, device: Any = None, allocator: Any = None) -> None:
+        super().__init__("hqq", config, nbits, axis_key, axis_value, q_group_size, residual_length, device=device,
+                         allocator=allocator)
 
 
 class Cache(_KvcacheCache, _tcu.Cache):
@@ -1131,11 +1136,13 @@ class Cache(_KvcacheCache, _tcu.Cache):
     The layers given must be new (no tokens yet) and made on their own, not taken from another cache: the C cache
     is built from their kinds and options, and what they held is not carried over. Only ``DynamicLayer`` (this
     module's or transformers') replicates: the C cache grows plain dynamic layers only. ``offloading`` offloads in
-    C, as the other caches of this module. ``device=`` places the cache at construction.
+    C, as the other caches of this module. ``device=`` places the cache at construction; ``allocator=`` holds its
+    K/V stores (as for DynamicCache).
     """
 
     def __init__(self, layers: Optional[Sequence[Any]] = None, layer_class_to_replicate: Optional[type] = None,
-                 offloading: bool = False, offload_only_non_sliding: bool = True, *, device: Any = None) -> None:
+                 offloading: bool = False, offload_only_non_sliding: bool = True, *, device: Any = None,
+                 allocator: Any = None) -> None:
         if layers is not None and layer_class_to_replicate is not None:
             raise ValueError("You can construct a Cache either from a list `layers` of all the predefined "
                              "`CacheLayer`, or from a `layer_class_to_replicate`, not both")
@@ -1149,7 +1156,7 @@ class Cache(_KvcacheCache, _tcu.Cache):
                                  "kvcache grows dynamic layers only: pass DynamicLayer, or the layers themselves "
                                  "(layers=[...])")
             self.layer_class_to_replicate = layer_class_to_replicate
-            self._attach(_maker(Preset.DYNAMIC, offload=offload), device, offloading=offloading,
+            self._attach(_maker(Preset.DYNAMIC, offload=offload, allocator=allocator), device, offloading=offloading,
                          offload_only_non_sliding=offload_only_non_sliding)
             return
         layers = list(layers)
@@ -1159,7 +1166,8 @@ class Cache(_KvcacheCache, _tcu.Cache):
         for i, layer in enumerate(layers):
             _check_composable(layer, i)
         self._specs = [layer._cache._specs[0] for layer in layers]
-        make = _maker(Preset.CUSTOM, layers=self._specs, offload=offload, transformers_release=_installed_release())
+        make = _maker(Preset.CUSTOM, layers=self._specs, offload=offload, transformers_release=_installed_release(),
+                      allocator=allocator)
         self._attach(make, device, offloading=offloading, offload_only_non_sliding=offload_only_non_sliding,
                      layers=layers)
         self.layer_class_to_replicate = None
@@ -1196,13 +1204,17 @@ class OffloadedHybridCache(OffloadedStaticCache):
 class EncoderDecoderCache(_tcu.EncoderDecoderCache):
     """transformers' EncoderDecoderCache whose two caches are kvcache-backed DynamicCaches.
 
-    ``EncoderDecoderCache(config=model.config)`` builds both; ``EncoderDecoderCache(self_cache, cross_cache)`` takes
-    two caches as transformers does.
+    ``EncoderDecoderCache(config=model.config)`` builds both (``allocator=`` holding the stores of both);
+    ``EncoderDecoderCache(self_cache, cross_cache)`` takes two caches as transformers does.
     """
 
-    def __init__(self, *caches: Any, config: Any = None, device: Any = None) -> None:
+    def __init__(self, *caches: Any, config: Any = None, device: Any = None, allocator: Any = None) -> None:
+        if allocator is not None and (caches or config is None):
+            raise ValueError("kvcache.transformers.EncoderDecoderCache: allocator= goes with config=, which builds "
+                             "both caches; two caches given already have their own (DynamicCache(allocator=...))")
         if config is not None and not caches:
-            caches = (DynamicCache(config=config, device=device), DynamicCache(config=config, device=device))
+            caches = (DynamicCache(config=config, device=device, allocator=allocator),
+                      DynamicCache(config=config, device=device, allocator=allocator))
         if len(caches) != 2:
             raise ValueError("kvcache.transformers.EncoderDecoderCache(self_attention_cache, cross_attention_cache) "
                              "or EncoderDecoderCache(config=...)")
