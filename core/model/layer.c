@@ -104,9 +104,8 @@ int kvci_store_alloc_unset(const kvc_cache* c, int host, int64_t batch, int64_t 
 
 int kvci_store_alloc_to_fill(const kvc_cache* c, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
                             int64_t vd, size_t elem, void** k, void** v) {
-  const kvc_backend* be = c->backend;
-  if (!(host && be->host_alloc)) return kvci_store_alloc_tier(c, host, batch, heads, cap, kd, vd, elem, k, v);
-  return store_alloc_with(c, host, be->host_alloc, batch, heads, cap, kd, vd, elem, k, v);
+  return host ? kvci_store_alloc_unset(c, 1, batch, heads, cap, kd, vd, elem, k, v)
+              : kvci_store_alloc_tier(c, 0, batch, heads, cap, kd, vd, elem, k, v);
 }
 
 int kvci_store_alloc(const kvc_cache* c, int64_t batch, int64_t heads, int64_t cap, int64_t kd, int64_t vd,

@@ -127,7 +127,7 @@ static kvc_error* load_store(const char* fn, const kvci_file* f, uint32_t part, 
   if ((unset ? kvci_store_alloc_unset : kvci_store_alloc_tier)(c, l->offloaded, l->batch, l->heads, l->cap, l->k_dim,
                                                               l->v_dim, l->elem, &l->k, &l->v))
     return kvci_err_oom();
-  if (unset && !l->offloaded) {
+  if (!l->offloaded) {
     kvc_error* e = zero_outside(fn, st, l);
     if (e) return e;
   }

@@ -121,7 +121,8 @@ void* kvci_allocator_take(kvci_allocator* a, const kvc_backend* be, const kvc_ex
                           size_t bytes, int zeroed) {
   void* p = a->user.alloc(a->user.ctx, bytes, KVC_ALLOCATOR_ALIGNMENT, device, exec->stream);
   if (!p) return NULL;
-  /* The allocator's memory is uninitialized; stores are handed out zeroed, as the backend's alloc_zeroed does. */
+  /* The allocator's memory is uninitialized; stores are handed out zeroed, as the backend's alloc_zeroed does,
+     unless the caller writes every byte itself (a restore's, kvci_store_alloc_unset). */
   if (((uintptr_t)p & (KVC_ALLOCATOR_ALIGNMENT - 1)) || (zeroed && zero_bytes(be, exec, p, bytes)) ||
       record(a, p, bytes)) {
     a->user.free(a->user.ctx, p, bytes, device, exec->stream);
