@@ -89,7 +89,8 @@ static size_t page_size(void) {
   return page;
 }
 
-/* The limit when the process has not set one: $KVC_HOST_MEMORY_RETAIN bytes, else an eighth of the RAM. */
+/* The limit when the process has not set one: $KVC_HOST_MEMORY_RETAIN bytes, else the smaller of 1 GiB and an
+   eighth of the RAM (a container's memory limit can be far below the machine's RAM, which is what sysconf sees). */
 static uint64_t default_limit(void) {
   const char* env = getenv("KVC_HOST_MEMORY_RETAIN");
   if (env && *env) {
@@ -98,7 +99,8 @@ static uint64_t default_limit(void) {
     if (!*end) return v;
   }
   long pages = sysconf(_SC_PHYS_PAGES);
-  return pages > 0 ? (uint64_t)pages * page_size() / 8 : 0;
+  uint64_t eighth = pages > 0 ? (uint64_t)pages * page_size() / 8 : 0;
+  return eighth < ((uint64_t)1 << 30) ? eighth : (uint64_t)1 << 30;
 }
 
 static uint64_t current_limit(void) {

@@ -9,7 +9,7 @@ package kvcache
 // cache of the same model then writes into memory that is already faulted in.
 // A kept block goes back to the kernel after 10 seconds without reuse, when
 // keeping it would pass the retention limit, and on ReleaseHostMemory. The
-// limit is $KVC_HOST_MEMORY_RETAIN (bytes, read once) or an eighth of the
+// limit is $KVC_HOST_MEMORY_RETAIN (bytes, read once) or the smaller of 1 GiB and an eighth of the
 // machine's memory until SetHostMemoryRetention sets it.
 //
 // These functions are process-wide, not tied to a cache: they never fail and

@@ -320,7 +320,7 @@ int kvci_store_alloc_to_fill(const kvc_cache* cache, int host, int64_t batch, in
 /*
  * The same with no slot zeroed, in either tier (version 9's alloc, version 5's host_alloc, the caller's
  * allocator without the zeroing; alloc_zeroed where the backend has neither): for a store whose every byte the
- * caller writes before it is seen (a restore's or a load's, kvci_store_zero_outside).
+ * caller writes before it is seen (a restore's or a load's store that the file's tokens fill).
  */
 int kvci_store_alloc_unset(const kvc_cache* cache, int host, int64_t batch, int64_t heads, int64_t cap, int64_t kd,
                            int64_t vd, size_t elem, void** k, void** v);

@@ -85,25 +85,6 @@ static kvc_error* tensor_section(const char* fn, const kvci_file* f, uint32_t ty
 /* a * b into *out, 0; -1 when the product does not fit in int64_t. */
 static int mul_fits(int64_t a, int64_t b, int64_t* out) { return __builtin_mul_overflow(a, b, out) ? -1 : 0; }
 
-/* Zeroes the slots of every row of a device-tier store outside the stored region, [0, start) and [end, cap). */
-static kvc_error* zero_outside(const char* fn, kvci_stage* st, const kvc_layer* l) {
-  const kvc_backend* b = st->backend;
-  const int64_t around[2][2] = {{0, l->start}, {l->end, l->cap}};
-  for (int which = 0; which < 2; which++) {
-    int64_t d = which ? l->v_dim : l->k_dim, strides[4];
-    kvci_store_strides(l, which, strides);
-    for (int r = 0; r < 2; r++) {
-      if (around[r][1] <= around[r][0]) continue;
-      const int64_t shape[4] = {l->batch, l->heads, around[r][1] - around[r][0], d};
-      char* base = (char*)(which ? l->v : l->k) + (size_t)(around[r][0] * d) * l->elem;
-      if (kvci_fault_note(&st->fault, b, b->fill_zero_4d(b->ctx, st->exec, base, strides, shape, l->elem),
-                          "fill_zero_4d"))
-        return kvci_stage_error(fn, st, "the slots around the file's tokens");
-    }
-  }
-  return NULL;
-}
-
 static kvc_error* load_store(const char* fn, const kvci_file* f, uint32_t part, uint32_t i, const kvc_cache* c,
                              kvci_stage* st, kvc_layer* l) {
   int64_t bytes;
@@ -120,17 +101,13 @@ static kvc_error* load_store(const char* fn, const kvci_file* f, uint32_t part, 
                                   (uint32_t)l->dtype, l->elem, &src[which]);
     if (e) return e;
   }
-  /* Written once: the file's tokens, then zeros around them, into a store allocated unzeroed (on the CPU, memory a
-     freed store left behind is reused as it is, host_memory.c). A host-tier store is zeroed by its allocation
-     unless the tokens fill it: the backend's fill runs on its device. */
-  int unset = !l->offloaded || (l->start == 0 && l->end == l->cap);
-  if ((unset ? kvci_store_alloc_unset : kvci_store_alloc_tier)(c, l->offloaded, l->batch, l->heads, l->cap, l->k_dim,
-                                                              l->v_dim, l->elem, &l->k, &l->v))
+  /* A store the file's tokens fill is written once, into memory allocated unzeroed (on the CPU, memory a freed
+     store left behind is reused as it is, host_memory.c). Any other is zeroed by its allocation: zeroing the
+     slots around the tokens ourselves would touch capacity that a fresh zeroed mapping leaves untouched. */
+  int filled = l->start == 0 && l->end == l->cap;
+  if ((filled ? kvci_store_alloc_unset : kvci_store_alloc_tier)(c, l->offloaded, l->batch, l->heads, l->cap, l->k_dim,
+                                                               l->v_dim, l->elem, &l->k, &l->v))
     return kvci_err_oom();
-  if (!l->offloaded) {
-    kvc_error* e = zero_outside(fn, st, l);
-    if (e) return e;
-  }
   for (int which = 0; which < 2; which++) {
     int64_t strides[4];
     kvci_store_strides(l, which, strides);

@@ -114,7 +114,7 @@ KVC_API void kvc_allocator_init(kvc_allocator* allocator);
  * it has waited 10 seconds without reuse (noticed at the next allocation or
  * free of such a block), when keeping it would put more than the retention
  * limit aside, and on kvc_host_memory_release. The limit is
- * $KVC_HOST_MEMORY_RETAIN (bytes, read once) or else an eighth of the
+ * $KVC_HOST_MEMORY_RETAIN (bytes, read once) or else the smaller of 1 GiB and an eighth of the
  * machine's memory, until kvc_host_memory_set_retention sets it.
  * $KVC_HOST_MEMORY_HUGE_PAGES=0 turns the huge-page advice off (a kernel
  * that stalls compacting memory to find huge pages). docs/allocator.md says

@@ -6,7 +6,7 @@ or pool is freed the library keeps it for the next block of about the same size 
 quarter larger): a restore, a load or a new cache of the same model then writes into memory that is already
 faulted in. A kept block goes back to the kernel after 10 seconds without reuse, when keeping it would pass
 the retention limit, and on :func:`release_host_memory`. The limit is ``$KVC_HOST_MEMORY_RETAIN`` (bytes,
-read once) or an eighth of the machine's memory until :func:`set_host_memory_retention` sets it.
+read once) or the smaller of 1 GiB and an eighth of the machine's memory until :func:`set_host_memory_retention` sets it.
 
 These functions are process-wide, not tied to a cache, and may be called from any thread at any time. GPU
 memory (torch's, the CUDA and HIP backends') is not affected. A long-lived process that wants memory back as
