@@ -9,9 +9,10 @@
  * memory ran at 0.4 of reading it into memory touched before (bench_persist).
  * So blocks of KVCI_HOST_LARGE_BLOCK bytes or more are mapped here:
  *
- *  - aligned to 2 MiB and advised MADV_HUGEPAGE, so that where transparent
- *    huge pages are on (the "madvise" mode most distributions ship) one
- *    fault maps and zeroes 2 MiB;
+ *  - aligned to 2 MiB and, when the caller will write the block whole (an
+ *    unzeroed allocation: a restore's or a tier's stores), advised
+ *    MADV_HUGEPAGE, so that where transparent huge pages are on (the
+ *    "madvise" mode most distributions ship) one fault maps and zeroes 2 MiB;
  *  - kept when freed, up to the retention limit, and handed to the next
  *    allocation of about the same size (a restore, a load, a new cache of the
  *    same model, a store growing to the size another one had): such a block
@@ -61,6 +62,7 @@ typedef struct {
   unsigned char* base; /* the block's address: 2 MiB-aligned when len is 2 MiB or more */
   size_t len;          /* bytes mapped from base: the asked size rounded up to pages */
   uint64_t kept_at;    /* when it was freed (kept blocks only) */
+  size_t poisoned;     /* AddressSanitizer builds: the offset from which the block is poisoned (len: none) */
 } block;
 
 typedef struct {
@@ -132,7 +134,10 @@ static block list_take(block_list* l, size_t i) {
 }
 
 static void unmap(block b) {
-  UNPOISON(b.base, b.len); /* the range may be mapped again by anyone */
+  /* The range may be mapped again by anyone, and this ASan's munmap leaves the shadow as it is. Only the poisoned
+     part is cleared: clearing a whole store's shadow writes an eighth of it (2 GiB for the 16 GiB store a hostile
+     file may declare); the mmap that maps the range again clears the rest (ASan intercepts it). */
+  UNPOISON(b.base + b.poisoned, b.len - b.poisoned);
   munmap(b.base, b.len);
 }
 
@@ -162,8 +167,11 @@ static int huge_pages_wanted(void) {
   return wanted;
 }
 
-/* A fresh mapping of len bytes (a multiple of the page), 2 MiB-aligned when len is a huge page or more. */
-static unsigned char* map_block(size_t len) {
+/* A fresh mapping of len bytes (a multiple of the page), 2 MiB-aligned when len is a huge page or more, advised
+   MADV_HUGEPAGE when `dense`: only a block its caller will write whole. A zeroed block may be written sparsely (a
+   static layer of 128k slots holding one token writes one row of each head; a file may declare a store of
+   gigabytes around a few tokens), and in huge pages each such write would fault in 2 MiB instead of 4 KiB. */
+static unsigned char* map_block(size_t len, int dense) {
   size_t align = len >= HUGE_PAGE ? HUGE_PAGE : page_size(), span = len + align - page_size();
   if (span < len) return NULL;
   unsigned char* m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -172,7 +180,7 @@ static unsigned char* map_block(size_t len) {
   if (base > m) munmap(m, (size_t)(base - m));
   if (base + len < m + span) munmap(base + len, (size_t)(m + span - (base + len)));
 #ifdef MADV_HUGEPAGE
-  if (len >= HUGE_PAGE && huge_pages_wanted()) (void)madvise(base, len - len % HUGE_PAGE, MADV_HUGEPAGE);
+  if (dense && len >= HUGE_PAGE && huge_pages_wanted()) (void)madvise(base, len - len % HUGE_PAGE, MADV_HUGEPAGE);
 #endif
   return base;
 }
@@ -197,21 +205,26 @@ void* kvci_host_memory_alloc(size_t bytes, int zeroed) {
   release_kept(kvci_host_memory_clock(), current_limit(), 0);
   size_t i = best_kept(len);
   int reused = i != SIZE_MAX;
-  block b = {NULL, len, 0};
+  block b = {NULL, len, 0, len};
   if (reused) {
     b = list_take(&kept, i);
     kept_bytes -= b.len;
   } else {
-    b.base = map_block(len);
+    b.base = map_block(len, !zeroed);
   }
-  if (b.base && list_push(&live, b)) { /* no room to remember it: give it back */
-    unmap(b);
-    b.base = NULL;
+  if (b.base) {
+    /* A fresh mapping's shadow is clear already (ASan's mmap interceptor clears it): unpoisoning it again
+       would write an eighth of the block in shadow bytes. Only a kept block, poisoned while it waited, needs it. */
+    if (reused) UNPOISON(b.base, bytes);
+    POISON(b.base + bytes, b.len - bytes); /* ASan marks whole 8-byte granules: the slack starts at one */
+    b.poisoned = bytes & ~(size_t)7;
+    if (list_push(&live, b)) { /* no room to remember it: give it back */
+      unmap(b);
+      b.base = NULL;
+    }
   }
   pthread_mutex_unlock(&lock);
   if (!b.base) return NULL;
-  UNPOISON(b.base, bytes);
-  POISON(b.base + bytes, b.len - bytes); /* ASan marks whole 8-byte granules: the slack starts at one */
   /* A fresh mapping reads as zeros already (and stays untouched until its first write). */
   if (reused && zeroed) memset(b.base, 0, bytes);
   return b.base;
@@ -235,8 +248,10 @@ void kvci_host_memory_free(void* p) {
   }
   block b = list_take(&live, i);
   uint64_t now = kvci_host_memory_clock(), max = current_limit();
-  b.kept_at = now;
-  if (b.len <= max && !list_push(&kept, b)) {
+  block k = b; /* kept: poisoned whole while it waits */
+  k.kept_at = now;
+  k.poisoned = 0;
+  if (b.len <= max && !list_push(&kept, k)) {
     kept_bytes += b.len;
     POISON(b.base, b.len);
   } else {
