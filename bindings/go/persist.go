@@ -43,10 +43,30 @@ func (c *Cache) Restore(path string) (err error) {
 // Load makes a new cache on the CPU from the file path (a regular file, read
 // whole; one that changes while it is read is an error, never a crash).
 func Load(path string) (*Cache, error) {
+	return LoadWithOptions(path, LoadOptions{})
+}
+
+// LoadOptions are the options of LoadWithOptions and
+// LoadEncoderDecoderWithOptions (C kvc_load_options).
+type LoadOptions struct {
+	// MaxBytes is the most bytes the new cache's stores may take as the
+	// file declares them (batch x heads x capacity x (key dim + value dim) x
+	// element size per layer, both halves of an encoder-decoder file
+	// together). A file declaring more is ErrOutOfMemory, refused before
+	// that memory is asked for. 0: no limit. A file's capacity may lawfully
+	// be far past its tokens (a dynamic layer keeps the capacity it grew
+	// to), so a file of kilobytes can ask for gigabytes: set it for files
+	// this process did not write.
+	MaxBytes uint64
+}
+
+// LoadWithOptions is Load with options: a limit on what the file may make
+// it allocate.
+func LoadWithOptions(path string, o LoadOptions) (*Cache, error) {
 	if err := cAvailable(); err != nil {
 		return nil, err
 	}
-	p, err := cLoad(path)
+	p, err := cLoad(path, o)
 	return newCacheOr(p, false, err)
 }
 
@@ -67,10 +87,16 @@ func (e *EncoderDecoderCache) Restore(path string) (err error) {
 
 // LoadEncoderDecoder makes a new encoder-decoder cache on the CPU from the file path.
 func LoadEncoderDecoder(path string) (*EncoderDecoderCache, error) {
+	return LoadEncoderDecoderWithOptions(path, LoadOptions{})
+}
+
+// LoadEncoderDecoderWithOptions is LoadEncoderDecoder with options; MaxBytes
+// bounds both halves together.
+func LoadEncoderDecoderWithOptions(path string, o LoadOptions) (*EncoderDecoderCache, error) {
 	if err := cAvailable(); err != nil {
 		return nil, err
 	}
-	p, err := cEDLoad(path)
+	p, err := cEDLoad(path, o)
 	if err != nil {
 		return nil, err
 	}

@@ -32,9 +32,18 @@ func cRestore(p unsafe.Pointer, path string) error {
 	return withPath(path, func(s *C.char) *C.kvc_error { return C.kvc_cache_restore(cache(p), s) })
 }
 
-func cLoad(path string) (unsafe.Pointer, error) {
+// loadOptions is o as C takes it.
+func loadOptions(o LoadOptions) C.kvc_load_options {
+	var c C.kvc_load_options
+	C.kvc_load_options_init(&c)
+	c.max_bytes = C.uint64_t(o.MaxBytes)
+	return c
+}
+
+func cLoad(path string, o LoadOptions) (unsafe.Pointer, error) {
 	var out *C.kvc_cache
-	err := withPath(path, func(s *C.char) *C.kvc_error { return C.kvc_cache_load(s, nil, &out) })
+	opts := loadOptions(o)
+	err := withPath(path, func(s *C.char) *C.kvc_error { return C.kvc_cache_load(s, &opts, &out) })
 	return unsafe.Pointer(out), err
 }
 
@@ -46,9 +55,10 @@ func cEDRestore(p unsafe.Pointer, path string) error {
 	return withPath(path, func(s *C.char) *C.kvc_error { return C.kvc_encoder_decoder_cache_restore(edCache(p), s) })
 }
 
-func cEDLoad(path string) (unsafe.Pointer, error) {
+func cEDLoad(path string, o LoadOptions) (unsafe.Pointer, error) {
 	var out *C.kvc_encoder_decoder_cache
-	err := withPath(path, func(s *C.char) *C.kvc_error { return C.kvc_encoder_decoder_cache_load(s, nil, &out) })
+	opts := loadOptions(o)
+	err := withPath(path, func(s *C.char) *C.kvc_error { return C.kvc_encoder_decoder_cache_load(s, &opts, &out) })
 	return unsafe.Pointer(out), err
 }
 

@@ -123,3 +123,40 @@ func TestEncoderDecoderSaveLoad(t *testing.T) {
 		t.Fatalf("restore lost is_updated")
 	}
 }
+
+// MaxBytes bounds what a file may make a load allocate: a static cache of 16
+// slots, 2 layers of 2 x 2 x 16 x (4 + 4) float32, declares 2 KiB per layer.
+func TestLoadWithMaxBytes(t *testing.T) {
+	opts := &CacheOptions{Preset: PresetStatic, Config: &ModelConfig{NumHiddenLayers: 2}, MaxCacheLen: 16}
+	c := mkCache(t, opts)
+	stepAll(t, c, 2, 0, 3)
+	path := filepath.Join(t.TempDir(), "c.kvc")
+	ok(t, c.Save(path))
+	const layer = 2 * 2 * 16 * 8 * 4
+	exact, err := LoadWithOptions(path, LoadOptions{MaxBytes: 2 * layer})
+	ok(t, err)
+	defer exact.Close()
+	sameLayers(t, "loaded within MaxBytes", c, exact, 2)
+	_, err = LoadWithOptions(path, LoadOptions{MaxBytes: 2*layer - 1})
+	if !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "layer 1 declares 2048 bytes of key/value stores") ||
+		!strings.Contains(err.Error(), "options->max_bytes (4095)") {
+		t.Fatalf("a file past MaxBytes: %v", err)
+	}
+
+	self, err := LoadWithOptions(path, LoadOptions{})
+	ok(t, err)
+	cross, err := Load(path)
+	ok(t, err)
+	e, err := NewEncoderDecoder(self, cross)
+	ok(t, err)
+	defer e.Close()
+	edPath := filepath.Join(t.TempDir(), "ed.kvc")
+	ok(t, e.Save(edPath))
+	_, err = LoadEncoderDecoderWithOptions(edPath, LoadOptions{MaxBytes: 3 * layer})
+	if !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "cross-attention layer 1 declares") {
+		t.Fatalf("an encoder-decoder file past MaxBytes: %v", err)
+	}
+	back, err := LoadEncoderDecoderWithOptions(edPath, LoadOptions{MaxBytes: 4 * layer})
+	ok(t, err)
+	back.Close()
+}

@@ -37,15 +37,19 @@ static kvc_error* read_save_options(const char* fn, const kvc_save_options* o, u
   return NULL;
 }
 
-_Static_assert(offsetof(kvc_load_options, allocator) == 24 && sizeof(kvc_load_options) == 32,
+_Static_assert(offsetof(kvc_load_options, allocator) == 24 && offsetof(kvc_load_options, max_bytes) == 32 &&
+                   sizeof(kvc_load_options) == 40,
                "kvc_load_options changed size");
 
 static kvc_error* read_load_options(const char* fn, const kvc_load_options* o, kvc_load_options* out) {
   *out = (kvc_load_options)KVC_LOAD_OPTIONS_INIT;
   if (!o) return NULL;
-  /* 24: the size before the allocator (0.7), which then keeps its default. */
-  if (o->struct_size == offsetof(kvc_load_options, allocator)) {
-    memcpy(out, o, offsetof(kvc_load_options, allocator));
+  /* A published smaller size (24: 0.6's, before the allocator; 32: before max_bytes) keeps the defaults of the
+     fields it lacks. */
+  size_t n = o->struct_size;
+  if (n == offsetof(kvc_load_options, allocator) || n == offsetof(kvc_load_options, max_bytes)) {
+    memcpy(out, o, n);
+    out->struct_size = sizeof *out;
     return NULL;
   }
   kvc_error* e = kvci_check_struct_size(fn, "options", o->struct_size, sizeof(kvc_load_options));
@@ -225,9 +229,10 @@ static kvc_error* parse_object(const char* fn, const file_bytes* m, uint32_t obj
 
 /* The new cache(s) of a parsed file; an encoder-decoder file gives both halves and a copy of the flags. */
 static kvc_error* build(const char* fn, const kvci_file* f, const kvc_device* dev, void* stream,
-                        kvci_allocator* const allocators[2], kvc_cache** a, kvc_cache** b, uint8_t** flags,
-                        uint32_t* nflags) {
-  kvc_error* e = kvci_load_cache(fn, f, 0, dev, stream, allocators[0], a);
+                        kvci_allocator* const allocators[2], uint64_t max_bytes, kvc_cache** a, kvc_cache** b,
+                        uint8_t** flags, uint32_t* nflags) {
+  kvci_load_budget budget = {max_bytes, 0};
+  kvc_error* e = kvci_load_cache(fn, f, 0, dev, stream, allocators[0], &budget, a);
   if (!e && !b && (e = kvci_file_check_rest(fn, f))) {
     kvc_cache_destroy(*a);
     *a = NULL;
@@ -235,7 +240,7 @@ static kvc_error* build(const char* fn, const kvci_file* f, const kvc_device* de
   if (e || !b) return e;
   const kvci_file_section* s = kvci_file_find(f, KVCF_ENCDEC, 0, 0, 0);
   if (!s || s->h.payload_bytes > UINT32_MAX) e = kvci_err(KVC_ERROR_IO, "%s: the file has no is_updated section (EDEC)", fn);
-  if (!e) e = kvci_load_cache(fn, f, 1, dev, stream, allocators[1], b);
+  if (!e) e = kvci_load_cache(fn, f, 1, dev, stream, allocators[1], &budget, b);
   if (!e) {
     *nflags = (uint32_t)s->h.payload_bytes;
     *flags = (uint8_t*)malloc(*nflags ? *nflags : 1);
@@ -297,7 +302,7 @@ static kvc_error* load_object(const char* fn, const file_bytes* m, const request
   if (!e && (e = parse_object(fn, m, object, &f))) kvci_allocator_release(*allocator);
   if (e) return e;
   kvci_allocator* const allocators[2] = {*allocator, *allocator};
-  e = build(fn, &f, &o.device, o.stream, allocators, a, b, flags, n);
+  e = build(fn, &f, &o.device, o.stream, allocators, o.max_bytes, a, b, flags, n);
   kvci_allocator_release(*allocator); /* what was built holds its own share */
   kvci_file_free(&f);
   return e;
@@ -389,7 +394,7 @@ static kvc_error* restore_cache(const char* fn, const file_bytes* m, const reque
   kvc_cache* fresh = NULL;
   e = compare_part(fn, &f, 0, cache, "");
   kvci_allocator* const allocators[2] = {cache->allocator, cache->allocator}; /* the stores move into cache */
-  if (!e) e = build(fn, &f, &cache->device, cache->exec.stream, allocators, &fresh, NULL, NULL, NULL);
+  if (!e) e = build(fn, &f, &cache->device, cache->exec.stream, allocators, 0, &fresh, NULL, NULL, NULL);
   kvci_file_free(&f);
   if (!e) adopt(cache, fresh);
   return e;
@@ -407,7 +412,7 @@ static kvc_error* restore_encdec(const char* fn, const file_bytes* m, const requ
   e = compare_part(fn, &f, 0, self, "the self-attention cache's ");
   if (!e) e = compare_part(fn, &f, 1, cross, "the cross-attention cache's ");
   kvci_allocator* const allocators[2] = {self->allocator, cross->allocator}; /* the stores move into the halves */
-  if (!e) e = build(fn, &f, &self->device, self->exec.stream, allocators, &a, &b, &flags, &n);
+  if (!e) e = build(fn, &f, &self->device, self->exec.stream, allocators, 0, &a, &b, &flags, &n);
   kvci_file_free(&f);
   if (e) return e;
   adopt(self, a);

@@ -85,8 +85,21 @@ static kvc_error* tensor_section(const char* fn, const kvci_file* f, uint32_t ty
 /* a * b into *out, 0; -1 when the product does not fit in int64_t. */
 static int mul_fits(int64_t a, int64_t b, int64_t* out) { return __builtin_mul_overflow(a, b, out) ? -1 : 0; }
 
+/* Counts `bytes` (what layer i declares for `what`) in the load's budget, before they are allocated. */
+static kvc_error* take_budget(const char* fn, kvci_load_budget* budget, uint32_t part, uint32_t i, int64_t bytes,
+                              const char* what) {
+  uint64_t before = budget->used;
+  if (__builtin_add_overflow(before, (uint64_t)bytes, &budget->used)) budget->used = UINT64_MAX;
+  if (!budget->max || budget->used <= budget->max) return NULL;
+  return kvci_err(KVC_ERROR_OUT_OF_MEMORY,
+                  "%s: the file's %slayer %u declares %" PRId64 " bytes of %s, which with the %" PRIu64
+                  " bytes declared before it passes options->max_bytes (%" PRIu64
+                  "), the most this load may allocate; nothing was kept",
+                  fn, part ? "cross-attention " : "", i, bytes, what, before, budget->max);
+}
+
 static kvc_error* load_store(const char* fn, const kvci_file* f, uint32_t part, uint32_t i, const kvc_cache* c,
-                             kvci_stage* st, kvc_layer* l) {
+                             kvci_stage* st, kvci_load_budget* budget, kvc_layer* l) {
   int64_t bytes;
   if (mul_fits(l->batch, l->heads, &bytes) || mul_fits(bytes, l->cap, &bytes) ||
       mul_fits(bytes, l->k_dim + l->v_dim, &bytes) || mul_fits(bytes, (int64_t)l->elem, &bytes))
@@ -101,6 +114,8 @@ static kvc_error* load_store(const char* fn, const kvci_file* f, uint32_t part, 
                                   (uint32_t)l->dtype, l->elem, &src[which]);
     if (e) return e;
   }
+  kvc_error* over = take_budget(fn, budget, part, i, bytes, "key/value stores");
+  if (over) return over;
   /* A store the file's tokens fill is written once, into memory allocated unzeroed (on the CPU, memory a freed
      store left behind is reused as it is, host_memory.c). Any other is zeroed by its allocation: zeroing the
      slots around the tokens ourselves would touch capacity that a fresh zeroed mapping leaves untouched. */
@@ -120,7 +135,7 @@ static kvc_error* load_store(const char* fn, const kvci_file* f, uint32_t part, 
 }
 
 static kvc_error* load_rows(const char* fn, const kvci_file* f, uint32_t part, uint32_t i, const kvc_cache* c,
-                            kvci_stage* st, kvc_layer* l, const layer_rec* r) {
+                            kvci_stage* st, kvci_load_budget* budget, kvc_layer* l, const layer_rec* r) {
   kvc_row_buffer* rb = NULL;
   int n = kvci_layer_rows(l, &rb);
   if (n != r->nrows) return bad_layer(fn, part, i, "its kind has another number of row buffers");
@@ -134,6 +149,7 @@ static kvc_error* load_rows(const char* fn, const kvci_file* f, uint32_t part, u
     if (l->batch < 1 || rb[j].row_bytes < 1) return bad_layer(fn, part, i, "an allocated row buffer is empty");
     if (mul_fits(l->batch, rb[j].row_bytes, &bytes)) return bad_layer(fn, part, i, "a row buffer's size overflows");
     kvc_error* e = tensor_section(fn, f, KVCF_ROWS, part, i, (uint32_t)j, shape, 0, 1, &src);
+    if (!e) e = take_budget(fn, budget, part, i, bytes, "row buffers");
     if (e) return e;
     if (!(rb[j].ptr = b->alloc_zeroed(b->ctx, &c->exec, (size_t)(l->batch * rb[j].row_bytes)))) return kvci_err_oom();
     kvci_section_reader in = {f, src, 0, 0};
@@ -144,7 +160,7 @@ static kvc_error* load_rows(const char* fn, const kvci_file* f, uint32_t part, u
 
 /* Layer i from its record and sections into the new layer l (freed by the caller on error). */
 static kvc_error* load_layer(const char* fn, const kvci_file* f, uint32_t part, uint32_t i, const kvci_layer_print* p,
-                             kvc_cache* c, kvci_stage* st, kvc_layer* l) {
+                             kvc_cache* c, kvci_stage* st, kvci_load_budget* budget, kvc_layer* l) {
   const kvci_file_section* s = kvci_file_find(f, KVCF_LAYER, part, i, 0);
   if (!s) return bad_layer(fn, part, i, "its LAYR section is missing");
   kvci_record_reader in = {s->payload, (size_t)s->h.payload_bytes, 0};
@@ -160,11 +176,11 @@ static kvc_error* load_layer(const char* fn, const kvci_file* f, uint32_t part, 
   l->cap = v[6], l->start = v[7], l->end = v[8], l->cum = v[9], l->reserve = v[10];
   l->record_past = (int)v[11], l->offloadable = (int)v[12], l->offloaded = (int)v[13];
   l->device = c->device;
-  if (l->initialized && (e = load_store(fn, f, part, i, c, st, l))) return e;
+  if (l->initialized && (e = load_store(fn, f, part, i, c, st, budget, l))) return e;
   if (v[14]) {
     if (!l->ops->ext_load) return bad_layer(fn, part, i, "its kind keeps no extension state");
     if ((e = l->ops->ext_load(fn, l, &in))) return e;
-    if ((e = load_rows(fn, f, part, i, c, st, l, &r))) return e;
+    if ((e = load_rows(fn, f, part, i, c, st, budget, l, &r))) return e;
   } else if (r.nrows) {
     return bad_layer(fn, part, i, "row buffers without extension state");
   }
@@ -219,7 +235,7 @@ static kvc_error* load_kind_states(const char* fn, const kvci_file* f, uint32_t 
 }
 
 kvc_error* kvci_load_cache(const char* fn, const kvci_file* f, uint32_t part, const kvc_device* device, void* stream,
-                           kvci_allocator* allocator, kvc_cache** out) {
+                           kvci_allocator* allocator, kvci_load_budget* budget, kvc_cache** out) {
   const kvci_file_section* s = kvci_file_find(f, KVCF_FINGERPRINT, part, 0, 0);
   if (!s) return kvci_err(KVC_ERROR_IO, "%s: the file has no fingerprint section (FPRT) for part %u", fn, part);
   kvci_fingerprint fp;
@@ -235,7 +251,7 @@ kvc_error* kvci_load_cache(const char* fn, const kvci_file* f, uint32_t part, co
   for (uint32_t i = 0; !e && i < fp.num_layers; i++) {
     kvc_layer* l = NULL;
     if ((e = kvci_layer_new(&fp.layers[i].spec, &l))) break;
-    if ((e = load_layer(fn, f, part, i, &fp.layers[i], c, &st, l))) {
+    if ((e = load_layer(fn, f, part, i, &fp.layers[i], c, &st, budget, l))) {
       kvci_layer_free(c, l);
       break;
     }

@@ -186,10 +186,15 @@ int kvci_fingerprint_digest(const kvc_cache* cache, unsigned char digest[16]);
 /* fingerprint.c: the digest of a written fingerprint record `r` (as above), which it frees; -1 when the record ran
  * out of memory. */
 int kvci_fingerprint_record_digest(kvci_record* r, unsigned char digest[16]);
+/* What a load allocates for stores and row buffers, against kvc_load_options.max_bytes (`max`, 0: no limit):
+ * `used` counts what the file's layers declared so far, both parts of an encoder-decoder file together. */
+typedef struct kvci_load_budget {
+  uint64_t max, used;
+} kvci_load_budget;
 /* A new cache on `device`/`stream` from part `part` of a parsed file; its stores from `allocator` (NULL: the
- * backend's), which it shares. */
+ * backend's), which it shares, each counted in `budget` before it is allocated. */
 kvc_error* kvci_load_cache(const char* fn, const kvci_file* f, uint32_t part, const kvc_device* device,
-                           void* stream, kvci_allocator* allocator, kvc_cache** out);
+                           void* stream, kvci_allocator* allocator, kvci_load_budget* budget, kvc_cache** out);
 
 /* ------------------------------------------------------- pool sequences */
 

@@ -72,7 +72,7 @@ int main(void) {
   SIZE(kvc_save_options); OFF(kvc_save_options, struct_size); OFF(kvc_save_options, reserved);
   OFF(kvc_save_options, staging_bytes);
   SIZE(kvc_load_options); OFF(kvc_load_options, struct_size); OFF(kvc_load_options, device);
-  OFF(kvc_load_options, stream); OFF(kvc_load_options, allocator);
+  OFF(kvc_load_options, stream); OFF(kvc_load_options, allocator); OFF(kvc_load_options, max_bytes);
   VAL(KVC_FILE_FORMAT_VERSION);
   VAL(KVC_FEATURE_CPU); VAL(KVC_FEATURE_CUDA); VAL(KVC_FEATURE_HIP); VAL(KVC_FEATURE_BACKEND_DL);
   VAL(KVC_DEVICE_CPU); VAL(KVC_DEVICE_CUDA); VAL(KVC_DEVICE_CUDA_HOST); VAL(KVC_DEVICE_ROCM); VAL(KVC_DEVICE_ROCM_HOST);

@@ -93,6 +93,8 @@ static void test_options_init(void) {
   CHECK_EQ_I64(l.device.device_type, KVC_DEVICE_CPU);
   CHECK_EQ_I64(l.device.device_id, 0);
   CHECK_EQ_PTR(l.stream, NULL);
+  CHECK_EQ_PTR(l.allocator, NULL);
+  CHECK_EQ_U64(l.max_bytes, 0);
 }
 
 static void test_save_arguments(void) {

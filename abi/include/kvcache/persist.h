@@ -63,7 +63,7 @@ typedef struct kvc_save_options {
 /** Sets `options` to KVC_SAVE_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_save_options_init(kvc_save_options* options);
 
-/** Options of the loads. Published sizes: 24 (0.6), 32 (0.7). */
+/** Options of the loads. Published sizes: 24 (0.6), 32 and 40 (0.7). */
 typedef struct kvc_load_options {
   uint32_t struct_size; /**< sizeof(kvc_load_options) */
   kvc_device device;    /**< where the new cache lives (default: the CPU); any device, whatever the saved one */
@@ -71,9 +71,16 @@ typedef struct kvc_load_options {
   /* since 0.7 */
   const kvc_allocator* allocator; /**< the new cache's K/V stores (kvcache/allocator.h); NULL = the backend's.
                                        Restores keep the target cache's own allocator. Since 0.7. */
+  uint64_t max_bytes; /**< the most bytes the new cache's stores (and row buffers) may take as the file declares
+                           them: batch x heads x capacity x (key dim + value dim) x element size per layer, both
+                           halves of an encoder-decoder file together. A file declaring more is refused with
+                           OUT_OF_MEMORY before the store that would pass it is allocated. 0 = no limit. A file's
+                           capacity may lawfully be far more than its tokens (a static layer of 128k slots holding
+                           ten), so a few kilobytes can ask for gigabytes: set it when the file is not yours.
+                           Since 0.7. */
 } kvc_load_options;
 
-#define KVC_LOAD_OPTIONS_INIT {sizeof(kvc_load_options), {KVC_DEVICE_CPU, 0}, NULL, NULL}
+#define KVC_LOAD_OPTIONS_INIT {sizeof(kvc_load_options), {KVC_DEVICE_CPU, 0}, NULL, NULL, 0}
 /** Sets `options` to KVC_LOAD_OPTIONS_INIT. Never fails; NULL is ignored. */
 KVC_API void kvc_load_options_init(kvc_load_options* options);
 

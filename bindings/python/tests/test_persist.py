@@ -90,3 +90,30 @@ def test_encoder_decoder(tmp_path):
     fresh = kvcache.EncoderDecoderCache(kvcache.DynamicCache(), kvcache.DynamicCache())
     fresh.restore(path)
     _same(ed.cross_attention_cache, fresh.cross_attention_cache, 2)
+
+
+def test_max_bytes_bounds_what_a_file_may_make_a_load_allocate(tmp_path):
+    # Two static layers of 16 slots, 2 x 2 x 16 x (8 + 8) float32: 8 KiB each as the file declares them.
+    cache = kvcache.StaticCache(num_hidden_layers=2, max_cache_len=16)
+    _fill(cache, 2, 3, 6)
+    path = tmp_path / "c.kvc"
+    cache.save(path)
+    layer = 2 * 2 * 16 * 16 * 4
+    _same(cache, kvcache.load(path, max_bytes=2 * layer), 2)
+    _same(cache, kvcache.load(path, max_bytes=0), 2)  # no limit
+    with pytest.raises(kvcache.OutOfMemoryError,
+                       match=rf"layer 1 declares {layer} bytes of key/value stores.*options->max_bytes \({2 * layer - 1}\)"):
+        kvcache.load(path, max_bytes=2 * layer - 1)
+    for bad in (-1, 2**64):
+        with pytest.raises(kvcache.InvalidArgumentError, match=rf"max_bytes is {bad}"):
+            kvcache.load(path, max_bytes=bad)
+    with pytest.raises(TypeError):
+        kvcache.load(path, max_bytes="1")
+
+    ed = kvcache.EncoderDecoderCache(kvcache.load(path), kvcache.load(path))
+    ed_path = tmp_path / "ed.kvc"
+    ed.save(ed_path)
+    with pytest.raises(kvcache.OutOfMemoryError, match="cross-attention layer 1 declares"):
+        kvcache.load_encoder_decoder(ed_path, max_bytes=3 * layer)
+    back = kvcache.load_encoder_decoder(ed_path, max_bytes=4 * layer)
+    _same(ed.cross_attention_cache, back.cross_attention_cache, 2)

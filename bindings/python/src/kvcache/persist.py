@@ -34,6 +34,7 @@ from typing import Optional, Union
 from . import _lib
 from ._cache import Cache, EncoderDecoderCache
 from .allocator import Allocator
+from .pool import _u64
 
 __all__ = ["FILE_FORMAT_VERSION", "load", "load_encoder_decoder"]
 
@@ -43,15 +44,31 @@ FILE_FORMAT_VERSION: int = _lib.KVC_FILE_FORMAT_VERSION
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def load(path: PathLike, *, allocator: Optional[Allocator] = None) -> Cache:
+def _load_options(max_bytes: int):
+    """C ``kvc_load_options`` with ``max_bytes`` (None when it is 0: the library's defaults)."""
+    if not _u64(max_bytes, "max_bytes"):
+        return None
+    o = _lib.kvc_load_options()
+    o.max_bytes = max_bytes
+    return o
+
+
+def load(path: PathLike, *, allocator: Optional[Allocator] = None, max_bytes: int = 0) -> Cache:
     """A new cache (on the CPU) from the cache file at ``path``; its K/V stores come from ``allocator`` when
-    given (see :class:`kvcache.Allocator`)."""
-    return Cache._from_handle(_lib.kvc_cache_load(path, None, allocator))
+    given (see :class:`kvcache.Allocator`).
+
+    ``max_bytes`` (0: no limit) is the most the new cache's stores may take as the file declares them (batch x
+    heads x capacity x (key dim + value dim) x element size per layer); a file declaring more raises
+    :class:`~kvcache.OutOfMemoryError` before that memory is asked for. A file's capacity may lawfully be far
+    past its tokens (a dynamic layer keeps the capacity it grew to), so a file of kilobytes can ask for
+    gigabytes: set it for files this process did not write."""
+    return Cache._from_handle(_lib.kvc_cache_load(path, _load_options(max_bytes), allocator))
 
 
-def load_encoder_decoder(path: PathLike) -> EncoderDecoderCache:
-    """A new encoder-decoder cache (on the CPU) from the file at ``path``."""
-    return EncoderDecoderCache._from_handle(_lib.kvc_encoder_decoder_cache_load(path, None))
+def load_encoder_decoder(path: PathLike, *, max_bytes: int = 0) -> EncoderDecoderCache:
+    """A new encoder-decoder cache (on the CPU) from the file at ``path``; ``max_bytes`` as in :func:`load`,
+    for both halves together."""
+    return EncoderDecoderCache._from_handle(_lib.kvc_encoder_decoder_cache_load(path, _load_options(max_bytes)))
 
 
 def _save(self: Cache, path: PathLike) -> None:

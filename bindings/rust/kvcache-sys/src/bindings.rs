@@ -2421,7 +2421,7 @@ unsafe extern "C" {
     /// Sets `options` to KVC_SAVE_OPTIONS_INIT. Never fails; NULL is ignored.
     pub fn kvc_save_options_init(options: *mut kvc_save_options);
 }
-/// Options of the loads. Published sizes: 24 (0.6), 32 (0.7).
+/// Options of the loads. Published sizes: 24 (0.6), 32 and 40 (0.7).
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvc_load_options {
@@ -2434,6 +2434,14 @@ pub struct kvc_load_options {
     /** the new cache's K/V stores (kvcache/allocator.h); NULL = the backend's.
  Restores keep the target cache's own allocator. Since 0.7.*/
     pub allocator: *const kvc_allocator,
+    /** the most bytes the new cache's stores (and row buffers) may take as the file declares
+ them: batch x heads x capacity x (key dim + value dim) x element size per layer, both
+ halves of an encoder-decoder file together. A file declaring more is refused with
+ OUT_OF_MEMORY before the store that would pass it is allocated. 0 = no limit. A file's
+ capacity may lawfully be far more than its tokens (a static layer of 128k slots holding
+ ten), so a few kilobytes can ask for gigabytes: set it when the file is not yours.
+ Since 0.7.*/
+    pub max_bytes: u64,
 }
 impl Default for kvc_load_options {
     fn default() -> Self {

@@ -131,7 +131,7 @@ structs! {
         call_timeout_ms, auth_key, auth_key_len
     }
     kvc_save_options { struct_size, reserved, staging_bytes }
-    kvc_load_options { struct_size, device, stream, allocator }
+    kvc_load_options { struct_size, device, stream, allocator, max_bytes }
     kvc_tier_key { fingerprint, block_hash, group, reserved }
     kvc_tier_ops { struct_size, put_many, get_many, destroy, exists_many }
     kvc_disk_tier_options { struct_size, directory, max_bytes, reserved, auth_key, auth_key_len }

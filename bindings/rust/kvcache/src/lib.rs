@@ -107,7 +107,7 @@ pub use options::{
     ConvUpdateOptions, InitOptions, LayerKind, LayerOptions, LayerType, ModelConfig, Offload,
     Preset, QuantMode, QuantOptions, Quantizer, UpdateOptions,
 };
-pub use persist::FILE_FORMAT_VERSION;
+pub use persist::{FILE_FORMAT_VERSION, LoadOptions};
 pub use pool::{
     BlockTable, CsrBlockTable, GroupKind, HashMode, LayerStorage, Layout, MultimodalItem,
     POOL_BLOCK_HASH_VERSION, Pool, PoolBuilder, PoolEvent, PoolGroup, PoolLayer, PoolStats,

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Host, expect_err, from_config, snapshot};
-use kvcache::{Cache, EncoderDecoderCache, ErrorCode, ModelConfig, Preset};
+use kvcache::{Cache, EncoderDecoderCache, ErrorCode, LoadOptions, ModelConfig, Preset};
 
 fn path(tag: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("kvcache-rust-{}-{tag}.kvc", std::process::id()))
@@ -127,5 +127,43 @@ fn encoder_decoder_round_trip() {
         snapshot(fresh.cross_attention()),
         snapshot(ed.cross_attention())
     );
+    std::fs::remove_file(&file).unwrap();
+}
+
+/// `max_bytes` bounds what a file may make a load allocate: a static cache of 16 slots, 2 layers of 2 x 2 x 16 x
+/// (8 + 8) f32, declares 8 KiB per layer.
+#[test]
+fn load_with_max_bytes_refuses_a_file_declaring_more() {
+    let mut cache = from_config(Preset::Static, ModelConfig::new(2), 16);
+    step(&mut cache, 2, 0, 3);
+    let file = path("max-bytes");
+    cache.save(&file).unwrap();
+    let layer: u64 = 2 * 2 * 16 * 16 * 4;
+    let exact = Cache::load_with(&file, &LoadOptions::new().max_bytes(2 * layer)).unwrap();
+    assert_same(&cache, &exact);
+    let err = Cache::load_with(&file, &LoadOptions::new().max_bytes(2 * layer - 1)).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::OutOfMemory);
+    let want = format!("layer 1 declares {layer} bytes of key/value stores");
+    assert!(err.message().contains(&want), "{}", err.message());
+    assert!(
+        err.message()
+            .contains(&format!("options->max_bytes ({})", 2 * layer - 1))
+    );
+    assert_same(
+        &cache,
+        &Cache::load_with(&file, &LoadOptions::new()).unwrap(),
+    ); // 0: no limit
+
+    let ed = EncoderDecoderCache::new(exact, Cache::load(&file).unwrap()).unwrap();
+    ed.save(&file).unwrap();
+    let err = EncoderDecoderCache::load_with(&file, &LoadOptions::new().max_bytes(3 * layer))
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::OutOfMemory);
+    assert!(
+        err.message().contains("cross-attention layer 1 declares"),
+        "{}",
+        err.message()
+    );
+    EncoderDecoderCache::load_with(&file, &LoadOptions::new().max_bytes(4 * layer)).unwrap();
     std::fs::remove_file(&file).unwrap();
 }
