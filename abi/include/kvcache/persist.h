@@ -104,8 +104,9 @@ KVC_API kvc_error* kvc_cache_save_to(const kvc_cache* cache, kvc_write_fn write,
  * once, never a wait), and a file that changes while it is read is IO,
  * never a crash: replace cache files by renaming. Errors: INVALID_ARGUMENT,
  * IO (unreadable, not a regular file, changed while read, truncated,
- * corrupted, not a cache file), VERSION_MISMATCH, OUT_OF_MEMORY, NO_DEVICE;
- * *out is written on success only.
+ * corrupted, not a cache file), VERSION_MISMATCH, OUT_OF_MEMORY (also: the
+ * file declares more than options->max_bytes), NO_DEVICE; *out is written on
+ * success only.
  */
 KVC_API kvc_error* kvc_cache_load(const char* path, const kvc_load_options* options, kvc_cache** out);
 

@@ -2484,8 +2484,9 @@ unsafe extern "C" {
  once, never a wait), and a file that changes while it is read is IO,
  never a crash: replace cache files by renaming. Errors: INVALID_ARGUMENT,
  IO (unreadable, not a regular file, changed while read, truncated,
- corrupted, not a cache file), VERSION_MISMATCH, OUT_OF_MEMORY, NO_DEVICE;
- *out is written on success only.*/
+ corrupted, not a cache file), VERSION_MISMATCH, OUT_OF_MEMORY (also: the
+ file declares more than options->max_bytes), NO_DEVICE; *out is written on
+ success only.*/
     pub fn kvc_cache_load(
         path: *const ::core::ffi::c_char,
         options: *const kvc_load_options,
