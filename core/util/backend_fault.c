@@ -19,7 +19,7 @@ static void describe(char* out, size_t len, const kvc_backend* b, int rc) {
     snprintf(out, len, "it returned %d", rc);
 }
 
-int kvci_fault_note(kvci_fault* f, const kvc_backend* b, int rc, const char* entry) {
+int kvci_fault_note_failure(kvci_fault* f, const kvc_backend* b, int rc, const char* entry) {
   if (!rc || f->fresh) return rc;
   f->poisoned = 1;
   f->fresh = 1;

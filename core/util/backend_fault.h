@@ -36,8 +36,12 @@ typedef struct kvci_fault {
   char message[400]; /* its vendor message (backend last_error), or its return value */
 } kvci_fault;
 
-/* Notes a write-phase result `rc` of backend entry `entry` in `f` (the first failure wins); returns rc. */
-int kvci_fault_note(kvci_fault* f, const kvc_backend* b, int rc, const char* entry);
+/* Notes a write-phase result `rc` of backend entry `entry` in `f` (the first failure wins); returns rc. Inline:
+   every backend call passes here, and almost every one succeeds. */
+int kvci_fault_note_failure(kvci_fault* f, const kvc_backend* b, int rc, const char* entry);
+static inline int kvci_fault_note(kvci_fault* f, const kvc_backend* b, int rc, const char* entry) {
+  return rc ? kvci_fault_note_failure(f, b, rc, entry) : 0;
+}
 
 /* The end of an operation that may have noted a failure: `e` when none is fresh, else the failure's error
    (INVALID_STATE, naming fn, the backend, the entry, its message and the poisoned state; `e` is destroyed). */
