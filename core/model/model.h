@@ -326,7 +326,11 @@ kvc_error* kvci_cache_append_layer(kvc_cache* cache, kvc_layer* layer);
 kvc_error* kvci_cache_check_query(const char* fn, const kvc_cache* cache, const void* out);
 /* The same for a query of one layer or of them all (KVC_ALL_LAYERS): layer must be >= -1. */
 kvc_error* kvci_cache_check_query_any(const char* fn, const kvc_cache* cache, int32_t layer, const void* out);
-kvc_error* kvci_cache_check(const char* fn, const kvc_cache* cache);
+/* A cache handle usable by fn: not NULL, not poisoned. Inline: every call on a cache starts here. */
+static inline kvc_error* kvci_cache_check(const char* fn, const kvc_cache* cache) {
+  if (!cache) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
+  return kvci_fault_refusal(fn, &cache->fault, cache->backend, &kvci_fault_cache);
+}
 kvc_error* kvci_cache_check_layer(const char* fn, const kvc_cache* cache, uint32_t layer);
 
 /* Strides of the store for K (which = 0) or V (which = 1). */
