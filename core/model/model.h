@@ -364,6 +364,10 @@ int kvci_alias_index_overlaps(const kvc_cache* cache, kvc_span s);
 int kvci_alias_index_in_layer(const kvc_cache* cache, const void* p); /* p inside one of the layer structs */
 /* Whether shape or strides lies inside a layer struct; the last pair's answer is kept until the spans change. */
 int kvci_alias_index_descriptor_in_layer(const kvc_cache* cache, const void* shape, const void* strides);
+/* Whether any of the update inputs (count keys, count values) overlaps memory the cache handed out, or has its
+   shape or strides inside a layer struct (ops_alias.c copies them then). */
+int kvci_alias_index_inputs_alias(const kvc_cache* cache, uint32_t count, const kvc_tensor* keys,
+                                  const kvc_tensor* values);
 void kvci_alias_index_free(kvc_cache* cache);
 void kvci_alias_index_touch(const kvc_cache* cache);
 int kvci_alias_index_verify(const kvc_cache* cache);
