@@ -248,14 +248,26 @@ static inline kvc_error* kvci_cache_result(const char* fn, const kvc_cache* c, k
   return kvci_fault_result(fn, (kvci_fault*)&c->fault, c->backend, &kvci_fault_cache, e);
 }
 
-/* Gathering the copies of an update (copy_batch.c). */
+/* Gathering the copies of an update (copy_batch.c). Inline where a CPU cache (no batch) has nothing to do:
+   an update calls them per step. */
+void kvci_copy_batch_grow(const kvc_cache* cache, int64_t copies);
+void kvci_copy_batch_issue(const kvc_cache* cache); /* the backend call for what is gathered (count > 0) */
 /* Makes room for `copies` descriptors ahead of a write phase; failing only means more backend calls. */
-void kvci_copy_batch_reserve(const kvc_cache* cache, int64_t copies);
-void kvci_copy_batch_begin(const kvc_cache* cache);
-/* Issues the gathered copies (one backend call) and stops gathering. */
-void kvci_copy_batch_flush(const kvc_cache* cache);
+static inline void kvci_copy_batch_reserve(const kvc_cache* cache, int64_t copies) {
+  if (cache->batch && copies > cache->batch->cap) kvci_copy_batch_grow(cache, copies);
+}
+static inline void kvci_copy_batch_begin(const kvc_cache* cache) {
+  if (cache->batch) cache->batch->active = 1;
+}
 /* Issues everything gathered so far, and keeps gathering. */
-void kvci_copy_batch_drain(const kvc_cache* cache);
+static inline void kvci_copy_batch_drain(const kvc_cache* cache) {
+  if (cache->batch && cache->batch->count) kvci_copy_batch_issue(cache);
+}
+/* Issues the gathered copies (one backend call) and stops gathering. */
+static inline void kvci_copy_batch_flush(const kvc_cache* cache) {
+  kvci_copy_batch_drain(cache);
+  if (cache->batch) cache->batch->active = 0;
+}
 /* A copy that joins the batch while one is gathering, or runs now. Never overlapping within itself. */
 void kvci_copy_4d_issue(const kvc_cache* cache, void* dst, const int64_t dst_strides[4], const void* src,
                        const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
