@@ -30,13 +30,10 @@ void kvci_copy_batch_issue(const kvc_cache* c) {
   b->count = 0;
 }
 
-void kvci_copy_4d_issue(const kvc_cache* c, void* dst, const int64_t ds[4], const void* src, const int64_t ss[4],
-                       const int64_t shape[4], size_t elem) {
+/* kvci_copy_4d_issue while a batch is gathering (the test is inline in model.h). */
+void kvci_copy_4d_gather(const kvc_cache* c, void* dst, const int64_t ds[4], const void* src, const int64_t ss[4],
+                         const int64_t shape[4], size_t elem) {
   kvc_copy_batch* b = c->batch;
-  if (!b || !b->active) {
-    KVCI_BE(c, copy_4d, dst, ds, src, ss, shape, elem);
-    return;
-  }
   if (shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || shape[3] == 0) return;
   if (b->count == b->cap) kvci_copy_batch_drain(c);
   if (!b->cap) { /* no room could be reserved at all */

@@ -269,8 +269,16 @@ static inline void kvci_copy_batch_flush(const kvc_cache* cache) {
   if (cache->batch) cache->batch->active = 0;
 }
 /* A copy that joins the batch while one is gathering, or runs now. Never overlapping within itself. */
-void kvci_copy_4d_issue(const kvc_cache* cache, void* dst, const int64_t dst_strides[4], const void* src,
-                       const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
+void kvci_copy_4d_gather(const kvc_cache* cache, void* dst, const int64_t dst_strides[4], const void* src,
+                         const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
+static inline void kvci_copy_4d_issue(const kvc_cache* cache, void* dst, const int64_t dst_strides[4],
+                                      const void* src, const int64_t src_strides[4], const int64_t shape[4],
+                                      size_t elem_size) {
+  if (cache->batch && cache->batch->active)
+    kvci_copy_4d_gather(cache, dst, dst_strides, src, src_strides, shape, elem_size);
+  else
+    (void)KVCI_BE(cache, copy_4d, dst, dst_strides, src, src_strides, shape, elem_size);
+}
 
 /* Layer lifecycle (layer.c). */
 void kvci_layer_free(const kvc_cache* cache, kvc_layer* layer);
