@@ -148,6 +148,9 @@ static int set_refresh(kvc_span_set* set, const kvc_span* raw, size_t n) {
 /* Whether `s` overlaps one of the set's spans: the last span starting before s.hi decides. */
 static int set_overlaps(const kvc_span_set* set, kvc_span s) {
   if (s.lo >= s.hi) return 0;
+  /* Sorted and disjoint: outside the hull of the set (a caller's buffer is rarely between the stores) nothing
+     overlaps, without the search. */
+  if (!set->nsorted || s.hi <= set->sorted[0].lo || s.lo >= set->sorted[set->nsorted - 1].hi) return 0;
   size_t lo = 0, hi = set->nsorted;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
