@@ -165,12 +165,11 @@ kvc_error* kvci_update_layers(const kvc_call* call, kvc_cache* c, uint32_t first
     kvci_offload_before_update(c, first + j);
     l->initialized = 1;
     kvc_region r = l->ops->apply_update(c, l, &keys[j], &values[j], keys[j].shape[2], o);
-    if (l->ops->set_return) {
-      kvci_layer_sync_view(l);
+    kvci_layer_sync_view(l);
+    if (l->ops->set_return)
       l->ops->set_return(l, r);
-    } else {
-      kvci_layer_sync_view_and_return(l, r); /* a window of the store */
-    }
+    else
+      kvci_layer_set_return(l, r); /* a window of the store */
     /* Kinds with their own state or return may point views at working buffers or swap stores. */
     if (l->ext || l->ops->set_return) kvci_alias_index_touch(c);
     if (out) out[j] = l->views[1];

@@ -254,37 +254,28 @@ void kvci_layer_write(const kvc_cache* c, kvc_layer* l, const kvc_tensor* key, c
   }
 }
 
-/* Views first..last (0: stored, 1: returned) of K and V, view v over region r[v]. */
-static void fill_views(kvc_layer* l, int first, int last, const kvc_region r[2]) {
-  /* Runs twice per layer per update: what K and V and the two views share is computed once. */
+static void fill_view(kvc_layer* l, int view, kvc_region r) {
+  /* Runs twice per layer per update: what K and V share is computed once. */
   const kvc_data_type dt = kvci_dtype_to_data_type(l->dtype);
   const kvc_device device = kvci_tier_device(l);
   for (int which = 0; which < 2; which++) {
-    int64_t d = which ? l->v_dim : l->k_dim, st[4];
-    kvci_store_strides(l, which, st);
-    for (int view = first; view <= last; view++) {
-      kvc_tensor* t = which ? &l->views[view].value : &l->views[view].key;
-      int64_t* shape = l->shape[view][which];
-      int64_t* strides = l->strides[view][which];
-      shape[0] = l->batch;
-      shape[1] = l->heads;
-      shape[2] = r[view].end - r[view].begin;
-      shape[3] = d;
-      memcpy(strides, st, sizeof st);
-      t->data = which ? l->v : l->k;
-      t->byte_offset = (uint64_t)(r[view].begin * d) * l->elem;
-      t->device = device;
-      t->ndim = 4;
-      t->dtype = dt;
-      t->shape = shape;
-      t->strides = strides;
-    }
+    kvc_tensor* t = which ? &l->views[view].value : &l->views[view].key;
+    int64_t d = which ? l->v_dim : l->k_dim;
+    int64_t* shape = l->shape[view][which];
+    int64_t* strides = l->strides[view][which];
+    shape[0] = l->batch;
+    shape[1] = l->heads;
+    shape[2] = r.end - r.begin;
+    shape[3] = d;
+    kvci_store_strides(l, which, strides);
+    t->data = which ? l->v : l->k;
+    t->byte_offset = (uint64_t)(r.begin * d) * l->elem;
+    t->device = device;
+    t->ndim = 4;
+    t->dtype = dt;
+    t->shape = shape;
+    t->strides = strides;
   }
-}
-
-static void fill_view(kvc_layer* l, int view, kvc_region r) {
-  kvc_region at[2] = {r, r};
-  fill_views(l, view, view, at);
 }
 
 void kvci_layer_sync_view(kvc_layer* l) {
@@ -294,16 +285,6 @@ void kvci_layer_sync_view(kvc_layer* l) {
 }
 
 void kvci_layer_set_return(kvc_layer* l, kvc_region r) { fill_view(l, 1, r); }
-
-void kvci_layer_sync_view_and_return(kvc_layer* l, kvc_region r) {
-  if (l->ext && l->ops->sync_ext) l->ops->sync_ext(l);
-  if (!l->initialized) {
-    kvci_layer_set_return(l, r);
-    return;
-  }
-  const kvc_region at[2] = {{l->start, l->end}, r};
-  fill_views(l, 0, 1, at);
-}
 
 void kvci_layer_copy_rows_to(const kvc_cache* c, const kvc_layer* l, void* dk, void* dv, const int64_t* src_rows,
                             int64_t count) {

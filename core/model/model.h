@@ -304,8 +304,6 @@ void kvci_layer_copy_rows_to(const kvc_cache* cache, const kvc_layer* layer, voi
 void kvci_layer_sync_view(kvc_layer* layer);
 /* Sets the return view to `r`. */
 void kvci_layer_set_return(kvc_layer* layer, kvc_region r);
-/* kvci_layer_sync_view then kvci_layer_set_return(r), in one pass (an update's write of a plain kind). */
-void kvci_layer_sync_view_and_return(kvc_layer* layer, kvc_region r);
 /* Copies the new tokens into the store at physical slot `slot` (contiguous) or at `positions`. */
 void kvci_layer_write(const kvc_cache* cache, kvc_layer* layer, const kvc_tensor* key, const kvc_tensor* value,
                      int64_t slot, const int64_t* positions, int64_t n);
