@@ -91,9 +91,20 @@ uint64_t kvci_offload_retired_bytes(const kvc_cache* cache);
 kvc_error* kvci_offload_prepare(const kvc_call* call, kvc_cache* cache, uint32_t first, uint32_t count,
                                const kvc_tensor* keys, const kvc_update_options* opts);
 void kvci_offload_abort(kvc_cache* cache);
-void kvci_offload_release_retired(kvc_cache* cache);
-void kvci_offload_before_update(kvc_cache* cache, uint32_t layer);
-void kvci_offload_after_update(kvc_cache* cache, uint32_t layer);
+/* The three per-layer steps are inline where the cache has no offload state (never offloaded): an update
+   calls them per step. The _state functions do the work. */
+void kvci_offload_release_retired_state(kvc_cache* cache);
+void kvci_offload_before_update_state(kvc_cache* cache, uint32_t layer);
+void kvci_offload_after_update_state(kvc_cache* cache, uint32_t layer);
+static inline void kvci_offload_release_retired(kvc_cache* cache) {
+  if (cache->offload_state) kvci_offload_release_retired_state(cache);
+}
+static inline void kvci_offload_before_update(kvc_cache* cache, uint32_t layer) {
+  if (cache->offload_state) kvci_offload_before_update_state(cache, layer);
+}
+static inline void kvci_offload_after_update(kvc_cache* cache, uint32_t layer) {
+  if (cache->offload_state) kvci_offload_after_update_state(cache, layer);
+}
 void kvci_offload_free_state(kvc_cache* cache);
 /*
  * Orders what comes next after the prefetch the last update left running:

@@ -220,7 +220,7 @@ static void retire(offload_state* st, void* k, void* v, uint64_t bytes) {
   st->retired_bytes += bytes;
 }
 
-void kvci_offload_release_retired(kvc_cache* c) {
+void kvci_offload_release_retired_state(kvc_cache* c) {
   offload_state* st = (offload_state*)c->offload_state;
   if (!st) return;
   for (size_t i = 0; i < st->nretired; i++) kvci_store_free(c, 0, st->retired[i].k, st->retired[i].v);
@@ -251,7 +251,7 @@ static void run_step(kvc_cache* c, offload_state* st, uint32_t step) {
   }
 }
 
-void kvci_offload_before_update(kvc_cache* c, uint32_t layer) {
+void kvci_offload_before_update_state(kvc_cache* c, uint32_t layer) {
   offload_state* st = (offload_state*)c->offload_state;
   if (!st || st->next >= st->nmoves) return;
   uint32_t j = layer - st->first;
@@ -276,7 +276,7 @@ kvc_error* kvci_cache_check_settled(const char* fn, const kvc_cache* c) {
   return e;
 }
 
-void kvci_offload_after_update(kvc_cache* c, uint32_t layer) {
+void kvci_offload_after_update_state(kvc_cache* c, uint32_t layer) {
   offload_state* st = (offload_state*)c->offload_state;
   if (!st || st->next >= st->nmoves) return;
   run_step(c, st, 3 * (layer - st->first) + 2);

@@ -63,26 +63,7 @@ kvc_error* kvci_update_inputs_unalias(kvc_cache* c, uint32_t count, const kvc_te
   in->count = count;
   if (c->num_layers == 0) return NULL; /* nothing handed out yet */
   if (kvci_alias_index_refresh(c)) return kvci_err_oom();
-  int any = 0;
-  /* Inputs usually share one descriptor: it is looked up, and the extent of its elements around the data
-   * pointer computed, once (the caller's arrays do not change during the call; ndim is checked to be 4). */
-  const int64_t *shape_seen = NULL, *strides_seen = NULL;
-  uint8_t bits_seen = 0;
-  kvc_extent extent = {0, 0};
-  int has_extent = 0;
-  for (uint32_t j = 0; j < 2 * count && !any; j++) {
-    const kvc_tensor* t = j < count ? &keys[j] : &values[j - count];
-    if (j == 0 || t->shape != shape_seen || t->strides != strides_seen || t->dtype.bits != bits_seen) {
-      any = descriptor_owned(c, t);
-      shape_seen = t->shape;
-      strides_seen = t->strides;
-      bits_seen = t->dtype.bits;
-      has_extent = kvci_tensor_extent(t, &extent);
-    }
-    kvc_span s = {0, 0};
-    if (has_extent) s = kvci_span_at(kvci_tensor_base(t), extent);
-    any = any || kvci_alias_index_overlaps(c, s);
-  }
+  int any = kvci_alias_index_inputs_alias(c, count, keys, values);
   if (!any) return NULL; /* the common case */
   in->copies = (kvc_tensor*)malloc(sizeof(kvc_tensor) * 2 * count);
   in->owned = (void**)calloc(2 * (size_t)count, sizeof(void*));

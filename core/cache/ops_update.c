@@ -27,8 +27,8 @@ static kvc_error* check_pair(const char* fn, const kvc_cache* c, uint32_t i, int
   if (e) return e;
   if (!kvci_data_type_equal(k->dtype, v->dtype))
     return kvci_err(KVC_ERROR_DTYPE_MISMATCH, "%s: %s is %s but %s is %s; key and value must have the same dtype",
-                   fn, kname, kvci_dtype_name(kvc_dtype_from_data_type(k->dtype)), vname,
-                   kvci_dtype_name(kvc_dtype_from_data_type(v->dtype)));
+                   fn, kname, kvci_dtype_name(kvci_dtype_from_data_type(k->dtype)), vname,
+                   kvci_dtype_name(kvci_dtype_from_data_type(v->dtype)));
   static const char* dims[3] = {"batch", "heads", "seq"};
   for (int d = 0; d < 3; d++)
     if (k->shape[d] != v->shape[d])
@@ -43,7 +43,7 @@ static kvc_error* check_pair(const char* fn, const kvc_cache* c, uint32_t i, int
                    "; keys, values and states of a layer share one batch",
                    fn, kname, k->shape[0], i, l->batch);
   if (l->initialized) {
-    kvc_dtype dt = kvc_dtype_from_data_type(k->dtype);
+    kvc_dtype dt = kvci_dtype_from_data_type(k->dtype);
     if (dt != l->dtype)
       return kvci_err(KVC_ERROR_DTYPE_MISMATCH,
                      "%s: %s.dtype is %s but layer %u stores %s; kvcache never converts dtypes", fn, kname, kvci_dtype_name(dt),
@@ -127,7 +127,7 @@ kvc_error* kvci_update_layers(const kvc_call* call, kvc_cache* c, uint32_t first
     kvc_layer* l = c->layers[first + j];
     const kvc_tensor *k = &keys[j], *v = &values[j];
     if (l->initialized) continue;
-    e = kvci_layer_initialize(c, l, kvc_dtype_from_data_type(k->dtype), k->shape[0], k->shape[1], k->shape[3],
+    e = kvci_layer_initialize(c, l, kvci_dtype_from_data_type(k->dtype), k->shape[0], k->shape[1], k->shape[3],
                              v->shape[3], k->shape[2]);
     if (!e) l->initialized = 2; /* initialized by this call */
   }

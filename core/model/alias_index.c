@@ -148,6 +148,9 @@ static int set_refresh(kvc_span_set* set, const kvc_span* raw, size_t n) {
 /* Whether `s` overlaps one of the set's spans: the last span starting before s.hi decides. */
 static int set_overlaps(const kvc_span_set* set, kvc_span s) {
   if (s.lo >= s.hi) return 0;
+  /* Sorted and disjoint: outside the hull of the set (a caller's buffer is rarely between the stores) nothing
+     overlaps, without the search. */
+  if (!set->nsorted || s.hi <= set->sorted[0].lo || s.lo >= set->sorted[set->nsorted - 1].hi) return 0;
   size_t lo = 0, hi = set->nsorted;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
@@ -262,6 +265,33 @@ int kvci_alias_index_descriptor_in_layer(const kvc_cache* c, const void* shape, 
     x->last_known = 1;
   }
   return in;
+}
+
+/* In this file, with the lookups it makes, so that the per-input tests of an update (the common case: none
+   aliases) are inlined rather than several calls per input. */
+int kvci_alias_index_inputs_alias(const kvc_cache* c, uint32_t count, const kvc_tensor* keys,
+                                  const kvc_tensor* values) {
+  int any = 0;
+  /* Inputs usually share one descriptor: it is looked up, and the extent of its elements around the data
+   * pointer computed, once (the caller's arrays do not change during the call; ndim is checked to be 4). */
+  const int64_t *shape_seen = NULL, *strides_seen = NULL;
+  uint8_t bits_seen = 0;
+  kvc_extent extent = {0, 0};
+  int has_extent = 0;
+  for (uint32_t j = 0; j < 2 * count && !any; j++) {
+    const kvc_tensor* t = j < count ? &keys[j] : &values[j - count];
+    if (j == 0 || t->shape != shape_seen || t->strides != strides_seen || t->dtype.bits != bits_seen) {
+      any = kvci_alias_index_descriptor_in_layer(c, t->shape, t->strides);
+      shape_seen = t->shape;
+      strides_seen = t->strides;
+      bits_seen = t->dtype.bits;
+      has_extent = kvci_tensor_extent(t, &extent);
+    }
+    kvc_span s = {0, 0};
+    if (has_extent) s = kvci_span_at(kvci_tensor_base(t), extent);
+    any = any || kvci_alias_index_overlaps(c, s);
+  }
+  return any;
 }
 
 void kvci_alias_index_free(kvc_cache* c) {

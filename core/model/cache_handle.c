@@ -7,11 +7,6 @@
 
 #include "model.h"
 
-kvc_error* kvci_cache_check(const char* fn, const kvc_cache* cache) {
-  if (!cache) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
-  return kvci_fault_refusal(fn, &cache->fault, cache->backend, &kvci_fault_cache);
-}
-
 kvc_error* kvci_cache_check_layer(const char* fn, const kvc_cache* c, uint32_t layer) {
   kvc_error* e = kvci_cache_check(fn, c);
   if (e) return e;

@@ -15,7 +15,7 @@
 
 #include "model.h"
 
-void kvci_copy_batch_reserve(const kvc_cache* c, int64_t copies) {
+void kvci_copy_batch_grow(const kvc_cache* c, int64_t copies) {
   kvc_copy_batch* b = c->batch;
   if (!b || copies <= b->cap || copies > INT32_MAX) return;
   kvc_copy_4d* p = (kvc_copy_4d*)realloc(b->copies, sizeof(*p) * (size_t)copies);
@@ -24,29 +24,16 @@ void kvci_copy_batch_reserve(const kvc_cache* c, int64_t copies) {
   b->cap = (int32_t)copies;
 }
 
-void kvci_copy_batch_begin(const kvc_cache* c) {
-  if (c->batch) c->batch->active = 1;
-}
-
-void kvci_copy_batch_drain(const kvc_cache* c) {
+void kvci_copy_batch_issue(const kvc_cache* c) {
   kvc_copy_batch* b = c->batch;
-  if (!b || !b->count) return;
   KVCI_BE(c, copy_4d_batch, b->copies, b->count);
   b->count = 0;
 }
 
-void kvci_copy_batch_flush(const kvc_cache* c) {
-  kvci_copy_batch_drain(c);
-  if (c->batch) c->batch->active = 0;
-}
-
-void kvci_copy_4d_issue(const kvc_cache* c, void* dst, const int64_t ds[4], const void* src, const int64_t ss[4],
-                       const int64_t shape[4], size_t elem) {
+/* kvci_copy_4d_issue while a batch is gathering (the test is inline in model.h). */
+void kvci_copy_4d_gather(const kvc_cache* c, void* dst, const int64_t ds[4], const void* src, const int64_t ss[4],
+                         const int64_t shape[4], size_t elem) {
   kvc_copy_batch* b = c->batch;
-  if (!b || !b->active) {
-    KVCI_BE(c, copy_4d, dst, ds, src, ss, shape, elem);
-    return;
-  }
   if (shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || shape[3] == 0) return;
   if (b->count == b->cap) kvci_copy_batch_drain(c);
   if (!b->cap) { /* no room could be reserved at all */

@@ -264,7 +264,7 @@ void kvci_layer_write(const kvc_cache* c, kvc_layer* l, const kvc_tensor* key, c
 
 static void fill_view(kvc_layer* l, int view, kvc_region r) {
   /* Runs twice per layer per update: what K and V share is computed once. */
-  const kvc_data_type dt = kvc_dtype_to_data_type(l->dtype);
+  const kvc_data_type dt = kvci_dtype_to_data_type(l->dtype);
   const kvc_device device = kvci_tier_device(l);
   for (int which = 0; which < 2; which++) {
     kvc_tensor* t = which ? &l->views[view].value : &l->views[view].key;

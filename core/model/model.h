@@ -248,17 +248,37 @@ static inline kvc_error* kvci_cache_result(const char* fn, const kvc_cache* c, k
   return kvci_fault_result(fn, (kvci_fault*)&c->fault, c->backend, &kvci_fault_cache, e);
 }
 
-/* Gathering the copies of an update (copy_batch.c). */
+/* Gathering the copies of an update (copy_batch.c). Inline where a CPU cache (no batch) has nothing to do:
+   an update calls them per step. */
+void kvci_copy_batch_grow(const kvc_cache* cache, int64_t copies);
+void kvci_copy_batch_issue(const kvc_cache* cache); /* the backend call for what is gathered (count > 0) */
 /* Makes room for `copies` descriptors ahead of a write phase; failing only means more backend calls. */
-void kvci_copy_batch_reserve(const kvc_cache* cache, int64_t copies);
-void kvci_copy_batch_begin(const kvc_cache* cache);
-/* Issues the gathered copies (one backend call) and stops gathering. */
-void kvci_copy_batch_flush(const kvc_cache* cache);
+static inline void kvci_copy_batch_reserve(const kvc_cache* cache, int64_t copies) {
+  if (cache->batch && copies > cache->batch->cap) kvci_copy_batch_grow(cache, copies);
+}
+static inline void kvci_copy_batch_begin(const kvc_cache* cache) {
+  if (cache->batch) cache->batch->active = 1;
+}
 /* Issues everything gathered so far, and keeps gathering. */
-void kvci_copy_batch_drain(const kvc_cache* cache);
+static inline void kvci_copy_batch_drain(const kvc_cache* cache) {
+  if (cache->batch && cache->batch->count) kvci_copy_batch_issue(cache);
+}
+/* Issues the gathered copies (one backend call) and stops gathering. */
+static inline void kvci_copy_batch_flush(const kvc_cache* cache) {
+  kvci_copy_batch_drain(cache);
+  if (cache->batch) cache->batch->active = 0;
+}
 /* A copy that joins the batch while one is gathering, or runs now. Never overlapping within itself. */
-void kvci_copy_4d_issue(const kvc_cache* cache, void* dst, const int64_t dst_strides[4], const void* src,
-                       const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
+void kvci_copy_4d_gather(const kvc_cache* cache, void* dst, const int64_t dst_strides[4], const void* src,
+                         const int64_t src_strides[4], const int64_t shape[4], size_t elem_size);
+static inline void kvci_copy_4d_issue(const kvc_cache* cache, void* dst, const int64_t dst_strides[4],
+                                      const void* src, const int64_t src_strides[4], const int64_t shape[4],
+                                      size_t elem_size) {
+  if (cache->batch && cache->batch->active)
+    kvci_copy_4d_gather(cache, dst, dst_strides, src, src_strides, shape, elem_size);
+  else
+    (void)KVCI_BE(cache, copy_4d, dst, dst_strides, src, src_strides, shape, elem_size);
+}
 
 /* Layer lifecycle (layer.c). */
 void kvci_layer_free(const kvc_cache* cache, kvc_layer* layer);
@@ -333,7 +353,11 @@ kvc_error* kvci_cache_append_layer(kvc_cache* cache, kvc_layer* layer);
 kvc_error* kvci_cache_check_query(const char* fn, const kvc_cache* cache, const void* out);
 /* The same for a query of one layer or of them all (KVC_ALL_LAYERS): layer must be >= -1. */
 kvc_error* kvci_cache_check_query_any(const char* fn, const kvc_cache* cache, int32_t layer, const void* out);
-kvc_error* kvci_cache_check(const char* fn, const kvc_cache* cache);
+/* A cache handle usable by fn: not NULL, not poisoned. Inline: every call on a cache starts here. */
+static inline kvc_error* kvci_cache_check(const char* fn, const kvc_cache* cache) {
+  if (!cache) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
+  return kvci_fault_refusal(fn, &cache->fault, cache->backend, &kvci_fault_cache);
+}
 kvc_error* kvci_cache_check_layer(const char* fn, const kvc_cache* cache, uint32_t layer);
 
 /* Strides of the store for K (which = 0) or V (which = 1). */
@@ -367,6 +391,10 @@ int kvci_alias_index_overlaps(const kvc_cache* cache, kvc_span s);
 int kvci_alias_index_in_layer(const kvc_cache* cache, const void* p); /* p inside one of the layer structs */
 /* Whether shape or strides lies inside a layer struct; the last pair's answer is kept until the spans change. */
 int kvci_alias_index_descriptor_in_layer(const kvc_cache* cache, const void* shape, const void* strides);
+/* Whether any of the update inputs (count keys, count values) overlaps memory the cache handed out, or has its
+   shape or strides inside a layer struct (ops_alias.c copies them then). */
+int kvci_alias_index_inputs_alias(const kvc_cache* cache, uint32_t count, const kvc_tensor* keys,
+                                  const kvc_tensor* values);
 void kvci_alias_index_free(kvc_cache* cache);
 void kvci_alias_index_touch(const kvc_cache* cache);
 int kvci_alias_index_verify(const kvc_cache* cache);

@@ -19,7 +19,7 @@ static void describe(char* out, size_t len, const kvc_backend* b, int rc) {
     snprintf(out, len, "it returned %d", rc);
 }
 
-int kvci_fault_note(kvci_fault* f, const kvc_backend* b, int rc, const char* entry) {
+int kvci_fault_note_failure(kvci_fault* f, const kvc_backend* b, int rc, const char* entry) {
   if (!rc || f->fresh) return rc;
   f->poisoned = 1;
   f->fresh = 1;
@@ -28,15 +28,15 @@ int kvci_fault_note(kvci_fault* f, const kvc_backend* b, int rc, const char* ent
   return rc;
 }
 
-kvc_error* kvci_fault_refusal(const char* fn, const kvci_fault* f, const kvc_backend* b,
-                              const kvci_fault_owner* owner) {
+kvc_error* kvci_fault_refusal_poisoned(const char* fn, const kvci_fault* f, const kvc_backend* b,
+                                       const kvci_fault_owner* owner) {
   if (!f->poisoned) return NULL;
   return kvci_err(KVC_ERROR_INVALID_STATE, "%s: the %s's contents were lost when the %s backend failed %s (%s); %s",
                   fn, owner->what, b->name, f->entry, f->message, owner->remedy);
 }
 
-kvc_error* kvci_fault_result(const char* fn, kvci_fault* f, const kvc_backend* b, const kvci_fault_owner* owner,
-                             kvc_error* e) {
+kvc_error* kvci_fault_result_fresh(const char* fn, kvci_fault* f, const kvc_backend* b,
+                                   const kvci_fault_owner* owner, kvc_error* e) {
   if (!f->fresh) return e;
   f->fresh = 0;
   kvc_error_destroy(e);

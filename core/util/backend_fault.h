@@ -36,17 +36,29 @@ typedef struct kvci_fault {
   char message[400]; /* its vendor message (backend last_error), or its return value */
 } kvci_fault;
 
-/* Notes a write-phase result `rc` of backend entry `entry` in `f` (the first failure wins); returns rc. */
-int kvci_fault_note(kvci_fault* f, const kvc_backend* b, int rc, const char* entry);
+/* Notes a write-phase result `rc` of backend entry `entry` in `f` (the first failure wins); returns rc. Inline:
+   every backend call passes here, and almost every one succeeds. */
+int kvci_fault_note_failure(kvci_fault* f, const kvc_backend* b, int rc, const char* entry);
+static inline int kvci_fault_note(kvci_fault* f, const kvc_backend* b, int rc, const char* entry) {
+  return rc ? kvci_fault_note_failure(f, b, rc, entry) : 0;
+}
 
 /* The end of an operation that may have noted a failure: `e` when none is fresh, else the failure's error
    (INVALID_STATE, naming fn, the backend, the entry, its message and the poisoned state; `e` is destroyed). */
-kvc_error* kvci_fault_result(const char* fn, kvci_fault* f, const kvc_backend* b, const kvci_fault_owner* owner,
-                             kvc_error* e);
+kvc_error* kvci_fault_result_fresh(const char* fn, kvci_fault* f, const kvc_backend* b, const kvci_fault_owner* owner,
+                                   kvc_error* e);
+static inline kvc_error* kvci_fault_result(const char* fn, kvci_fault* f, const kvc_backend* b,
+                                           const kvci_fault_owner* owner, kvc_error* e) {
+  return f->fresh ? kvci_fault_result_fresh(fn, f, b, owner, e) : e; /* inline: every update ends here */
+}
 
 /* The refusal of an operation on a poisoned object (NULL when it is not poisoned). */
-kvc_error* kvci_fault_refusal(const char* fn, const kvci_fault* f, const kvc_backend* b,
-                              const kvci_fault_owner* owner);
+kvc_error* kvci_fault_refusal_poisoned(const char* fn, const kvci_fault* f, const kvc_backend* b,
+                                       const kvci_fault_owner* owner);
+static inline kvc_error* kvci_fault_refusal(const char* fn, const kvci_fault* f, const kvc_backend* b,
+                                            const kvci_fault_owner* owner) {
+  return f->poisoned ? kvci_fault_refusal_poisoned(fn, f, b, owner) : NULL; /* inline: every call starts here */
+}
 
 /* For a failure that damaged nothing that stays (a clone or fork the operation was making, which the caller
    then destroys; the caller's output tensors): NULL when no failure is fresh, else an error naming fn, the entry

@@ -5,24 +5,9 @@
 #include "error.h"
 #include "tensor.h"
 
-kvc_data_type kvc_dtype_to_data_type(kvc_dtype dtype) {
-  kvc_data_type t = {0, 0, 0};
-  switch (dtype) {
-    case KVC_DTYPE_FLOAT32: t.code = KVC_TYPE_CODE_FLOAT; t.bits = 32; t.lanes = 1; break;
-    case KVC_DTYPE_FLOAT16: t.code = KVC_TYPE_CODE_FLOAT; t.bits = 16; t.lanes = 1; break;
-    case KVC_DTYPE_BFLOAT16: t.code = KVC_TYPE_CODE_BFLOAT; t.bits = 16; t.lanes = 1; break;
-    default: break;
-  }
-  return t;
-}
+kvc_data_type kvc_dtype_to_data_type(kvc_dtype dtype) { return kvci_dtype_to_data_type(dtype); }
 
-kvc_dtype kvc_dtype_from_data_type(kvc_data_type t) {
-  if (t.lanes != 1) return KVC_DTYPE_UNSET;
-  if (t.code == KVC_TYPE_CODE_FLOAT && t.bits == 32) return KVC_DTYPE_FLOAT32;
-  if (t.code == KVC_TYPE_CODE_FLOAT && t.bits == 16) return KVC_DTYPE_FLOAT16;
-  if (t.code == KVC_TYPE_CODE_BFLOAT && t.bits == 16) return KVC_DTYPE_BFLOAT16;
-  return KVC_DTYPE_UNSET;
-}
+kvc_dtype kvc_dtype_from_data_type(kvc_data_type t) { return kvci_dtype_from_data_type(t); }
 
 size_t kvc_dtype_size(kvc_dtype dtype) {
   switch (dtype) {
@@ -41,27 +26,6 @@ const char* kvci_dtype_name(kvc_dtype dtype) {
     case KVC_DTYPE_UNSET: return "unset";
     default: return "unknown";
   }
-}
-
-int kvci_data_type_equal(kvc_data_type a, kvc_data_type b) {
-  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
-}
-
-void kvci_tensor_strides(const kvc_tensor* t, int64_t out[4]) {
-  if (t->strides) {
-    for (int i = 0; i < 4; i++) out[i] = t->strides[i];
-    return;
-  }
-  int64_t s = 1;
-  for (int i = 3; i >= 0; i--) {
-    out[i] = s;
-    s *= t->shape[i];
-  }
-}
-
-/* A tensor without elements may have data NULL, which no offset may be added to (undefined behaviour in C). */
-const void* kvci_tensor_base(const kvc_tensor* t) {
-  return t->data ? (const char*)t->data + t->byte_offset : NULL;
 }
 
 static const char* device_name(kvc_device_type t) {
@@ -97,7 +61,7 @@ kvc_error* kvci_check_input_tensor(const char* fn, const char* base, int64_t ind
     return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.ndim is %d but must be 4 ([batch, heads, seq, head_dim])", fn,
                    arg, (int)t->ndim);
   if (!t->shape) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.shape is NULL; a 4-D tensor needs 4 sizes", fn, arg);
-  if (kvc_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET) return kvci_err_unstorable(fn, arg, t->dtype);
+  if (kvci_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET) return kvci_err_unstorable(fn, arg, t->dtype);
   if (t->device.device_type != device->device_type || t->device.device_id != device->device_id)
     return kvci_err(KVC_ERROR_DEVICE_MISMATCH,
                    "%s: %s is on %s:%d but the cache lives on %s:%d; kvcache does not copy between devices "
@@ -140,7 +104,7 @@ kvc_error* kvci_check_nd_input(const char* fn, const char* arg, const kvc_tensor
     return kvci_err(KVC_ERROR_SHAPE_MISMATCH, "%s: %s.ndim is %d but must be in [%d, %d] (%s)", fn, arg, (int)t->ndim,
                    (int)min_ndim, (int)max_ndim, layout);
   if (!t->shape) return kvci_err(KVC_ERROR_INVALID_ARGUMENT, "%s: %s.shape is NULL but ndim is %d", fn, arg, (int)t->ndim);
-  if (kvc_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET) return kvci_err_unstorable(fn, arg, t->dtype);
+  if (kvci_dtype_from_data_type(t->dtype) == KVC_DTYPE_UNSET) return kvci_err_unstorable(fn, arg, t->dtype);
   if (t->device.device_type != dev->device_type || t->device.device_id != dev->device_id)
     return kvci_err(KVC_ERROR_DEVICE_MISMATCH,
                    "%s: %s is on device %d:%d but the cache lives on %d:%d; kvcache does not copy between devices "
