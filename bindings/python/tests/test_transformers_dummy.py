@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 from transformers import cache_utils  # noqa: E402
 
 import kvcache.transformers as kvt  # noqa: E402
-from transformers_release import HAS_DUMMY_LAYER, HAS_LINEAR_LAYERS, VERSION  # noqa: E402
+from transformers_release import HAS_DUMMY_LAYER, HAS_LINEAR_LAYERS, LINEAR_SKIP_REASON, VERSION  # noqa: E402
 
 needs_dummy_layer = pytest.mark.skipif(
     not HAS_DUMMY_LAYER, reason=f"SKIPPED: transformers {VERSION} has no DummyLayer (5.23 on) to compare with")
@@ -142,6 +142,8 @@ def step(ref, got, n, start, when):
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_dummy_layers_behave_as_transformers(name, static):
+    if name == "with-linear" and not HAS_LINEAR_LAYERS:
+        pytest.skip(LINEAR_SKIP_REASON)
     ref, got = pair_of(name, static)
     assert any(ref.is_dummy), "the config must give transformers dummy layers"
     dummies = [layer for layer in got.layers if isinstance(layer, cache_utils.DummyLayer)]

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 import kvcache.transformers as kvt  # noqa: E402
 import tiny_models  # noqa: E402
-from transformers_release import (HAS_GENERATE_CACHE_KWARG, HAS_LINEAR_LAYERS, VERSION,  # noqa: E402
+from transformers_release import (HAS_GENERATE_CACHE_KWARG, HAS_LINEAR_LAYERS, LINEAR_SKIP_REASON, VERSION,  # noqa: E402
                                   generate_cache_kwarg, returned_cache)
 
 torch.set_num_threads(1)
@@ -36,8 +36,7 @@ def model_for(name, device, seed=0):
     key = (name, device, seed)
     if key not in _built:
         if name in tiny_models.RECURRENT and not HAS_LINEAR_LAYERS:
-            pytest.skip(f"SKIPPED: transformers {VERSION} has no linear-attention cache layers with states by index "
-                        f"for {name} (5.14 on; before 5.5 the model keeps a cache of its own)")
+            pytest.skip(f"{LINEAR_SKIP_REASON} ({name})")
         _built[key] = tiny_models.BUILDERS[name](seed).to(device, DEVICES[device])
     return _built[key]
 

@@ -184,8 +184,8 @@ StaticIndexedLayer = _define(
 # Linear-attention layers: kvcache's follow transformers' of 5.14 on (states by index); before that the names
 # are missing here even where transformers has them (5.5 to 5.13, of other semantics).
 _Linear = KvcacheLinearLayer if _HAS_LINEAR_LAYERS else None
-_LINEAR_NEEDS = ("transformers.cache_utils.LinearAttentionCacheLayerMixin with states by index "
-                 f"({_LINEAR_SINCE} on)")
+_LINEAR_NEEDS = ("transformers.cache_utils.LinearAttentionCacheLayerMixin with states by index and no token "
+                 "count")
 
 
 def _states(a: dict) -> int:

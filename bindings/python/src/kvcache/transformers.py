@@ -173,27 +173,55 @@ def _layer_types_and_kwargs(text_config: Any) -> Tuple[List[str], List[dict]]:
 # hybrid models without attention, which 5.5 to 5.22 give a LinearAttentionLayer that stays empty; from 5.23
 # get_layer_types_and_kwargs names those "dummy").
 _LINEAR_LAYER_TYPES = ("conv", "linear_attention", "mamba", "moe", "mlp")
-_HAS_LINEAR_LAYERS = hasattr(_tcu, "LinearAttentionCacheLayerMixin") and "state_idx" in inspect.signature(
-    _tcu.LinearAttentionCacheLayerMixin.update_conv_state).parameters
+_LINEAR_MIXIN = getattr(_tcu, "LinearAttentionCacheLayerMixin", None)
+# transformers 5.25 made linear layers count their tokens (increase_count, get_seq_length, a count that crop
+# lowers) and keep a history of recurrent states that crop rolls back to: the C linear kinds follow 5.14 to 5.24,
+# so such a release gets the refusal a release without linear layers gets (docs/differences-from-transformers.md).
+_LINEAR_COUNTS_TOKENS = _LINEAR_MIXIN is not None and hasattr(_LINEAR_MIXIN, "increase_count")
+_HAS_LINEAR_LAYERS = (_LINEAR_MIXIN is not None and not _LINEAR_COUNTS_TOKENS
+                      and "state_idx" in inspect.signature(_LINEAR_MIXIN.update_conv_state).parameters)
 _LINEAR_SINCE = "transformers 5.14"
+_LINEAR_RELEASES = _LINEAR_SINCE + (" to 5.24 (from 5.25 linear layers count tokens and keep recurrent-state history "
+                                    "for crop, which kvcache's do not yet)" if _LINEAR_COUNTS_TOKENS else " on")
 # transformers' DummyLayer (5.23): the layer of a block without attention or of a KV-sharing consumer.
 _DummyLayer = getattr(_tcu, "DummyLayer", None)
 _DUMMY_SINCE = "transformers 5.23"
+
+
+def _dummy_layer_has_no_length() -> bool:
+    """Whether the installed Cache.get_seq_length(i) asks layer i itself, so that a DummyLayer's index raises
+    AttributeError (5.25 on; 5.23 and 5.24 answer for the first attention layer, as the C cache does)."""
+    if _DummyLayer is None:
+        return False
+    try:
+        _tcu.Cache(layers=[_DummyLayer(), _tcu.DynamicLayer()]).get_seq_length(0)
+    except AttributeError:
+        return True
+    except Exception:  # noqa: BLE001 - a release whose Cache cannot be built so answers as 5.23
+        return False
+    return False
+
+
+_DUMMY_HAS_NO_LENGTH = _dummy_layer_has_no_length()
 
 # Classes of this module that the installed transformers release cannot support: name -> (what they need, the
 # first release that has it). They are absent from the module; asking for one raises ImportError (__getattr__).
 _UNAVAILABLE = {}
 if not _HAS_LINEAR_LAYERS:
     _UNAVAILABLE["KvcacheLinearLayer"] = ("transformers.cache_utils.LinearAttentionCacheLayerMixin with states by "
-                                          "index (update_conv_state(..., state_idx))", _LINEAR_SINCE)
+                                          "index (update_conv_state(..., state_idx)) and no token count",
+                                          _LINEAR_SINCE)
 if _DummyLayer is None:
     _UNAVAILABLE["KvcacheDummyLayer"] = ("transformers.cache_utils.DummyLayer", _DUMMY_SINCE)
 
 
 def _unavailable(name: str) -> ImportError:
     needs, since = _UNAVAILABLE[name]
+    where = f"{since} and later have it"
+    if since == _LINEAR_SINCE and _LINEAR_COUNTS_TOKENS:
+        where = f"kvcache's linear layers follow {_LINEAR_RELEASES}"
     return ImportError(f"kvcache.transformers.{name} needs {needs}, which transformers {transformers.__version__} "
-                       f"lacks; {since} and later have it")
+                       f"lacks; {where}")
 
 
 def __getattr__(name: str) -> Any:
@@ -245,7 +273,8 @@ def layer_specs_from_config(config: Any, *, static: bool = False, max_cache_len:
             raise NotImplementedError(
                 f"kvcache.transformers: layer {i} has layer type {layer_type!r}; the linear-attention layers of "
                 f"transformers {transformers.__version__} (none before 5.5, one state of other update semantics "
-                f"until 5.13) are not kvcache's: the drop-in caches such models from {_LINEAR_SINCE} on")
+                f"until 5.13, a token count and recurrent-state history from 5.25) are not kvcache's: the drop-in "
+                f"caches such models under {_LINEAR_RELEASES}")
         if layer_type == "full_attention":
             specs.append(LayerSpec(LayerKind.STATIC, max_cache_len=max_cache_len) if static
                          else LayerSpec(LayerKind.DYNAMIC))
@@ -425,7 +454,8 @@ class _LayerOverC:
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         self._whole_cache("batch_select_indices", indices)
 
-    def activate_past_recording(self) -> None:
+    def activate_past_recording(self, **kwargs: Any) -> None:
+        # transformers 5.25 passes recurrent_states_to_keep, which concerns linear layers only (not kvcache's there)
         self._whole_cache("activate_past_recording")
 
     def __deepcopy__(self, memo):
@@ -515,8 +545,8 @@ class KvcacheLinearLayer(_LayerOverC, *([_LinearAttentionMixin] if _LinearAttent
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         _LayerOverC.reorder_cache(self, beam_idx)
 
-    def activate_past_recording(self) -> None:
-        _LayerOverC.activate_past_recording(self)
+    def activate_past_recording(self, **kwargs: Any) -> None:
+        _LayerOverC.activate_past_recording(self, **kwargs)
 
 
 class KvcacheIndexedLayer(KvcacheLayer):
@@ -757,6 +787,10 @@ class _KvcacheCache:
             compiled = self._compiled_store(layer_idx)
             if compiled is not None:
                 return _torch_compile.seq_length(*compiled, layer_idx)
+        if _DUMMY_HAS_NO_LENGTH and layer_idx < self._num_layers and self._dummy[layer_idx]:
+            # 5.25 asks the layer itself, and a DummyLayer has no get_seq_length (5.23 and 5.24 asked the first
+            # attention layer instead, as the C cache does)
+            raise AttributeError(f"'{type(self.layers[layer_idx]).__name__}' object has no attribute 'get_seq_length'")
         return self._kv.get_seq_length(layer_idx)
 
     def get_max_length(self, layer_idx: Optional[int] = None) -> int:
@@ -850,9 +884,17 @@ class _KvcacheCache:
         self._follow_stream()
         self._kv.reset()
 
-    def activate_past_recording(self) -> None:
+    def activate_past_recording(self, **kwargs: Any) -> None:
+        # transformers 5.25's assisted decoding passes recurrent_states_to_keep: how many intermediate recurrent
+        # states linear layers keep for crop. The drop-in has linear layers only under releases without it.
         self._kv.activate_past_recording()
         self._recording = True
+
+    def get_recurrent_states_to_keep(self, layer_idx: Optional[int] = None) -> int:
+        """transformers 5.25's question of how many intermediate recurrent states a linear layer keeps while
+        recording: 0, as transformers answers for attention layers (the drop-in has linear layers only under
+        releases that do not ask)."""
+        return 0
 
     def early_initialization(self, batch_size: int, num_heads, head_dim, dtype: torch.dtype,
                              device: Any = None) -> None:
