@@ -93,7 +93,7 @@ def test_encoder_decoder(tmp_path):
 
 
 def test_max_bytes_bounds_what_a_file_may_make_a_load_allocate(tmp_path):
-    # Two static layers of 16 slots, 2 x 2 x 16 x (8 + 8) float32: 8 KiB each as the file declares them.
+    # Two static layers of 16 slots, 2 x 2 x 16 x (8 + 8) float32: 4 KiB each as the file declares them.
     cache = kvcache.StaticCache(num_hidden_layers=2, max_cache_len=16)
     _fill(cache, 2, 3, 6)
     path = tmp_path / "c.kvc"

@@ -131,7 +131,7 @@ fn encoder_decoder_round_trip() {
 }
 
 /// `max_bytes` bounds what a file may make a load allocate: a static cache of 16 slots, 2 layers of 2 x 2 x 16 x
-/// (8 + 8) f32, declares 8 KiB per layer.
+/// (8 + 8) f32, declares 4 KiB per layer.
 #[test]
 fn load_with_max_bytes_refuses_a_file_declaring_more() {
     let mut cache = from_config(Preset::Static, ModelConfig::new(2), 16);
